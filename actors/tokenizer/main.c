@@ -1,0 +1,11 @@
+// tokenizer — the front door for clients (gateway, SDK): tokenizes, acquires adapters, routes
+// outputs back; that work comes with the tokenizer issue. Accepts now: the lifecycle messages
+// every actor handles (Heartbeat, Shutdown, GetMetrics). Emits: Ready, Heartbeat, Metrics, Error.
+#include "ls_actor.h"
+
+static const ls_dispatch_t s_dispatch[] = {{0, NULL}};
+
+int main(int argc, char **argv) {
+    const ls_actor_def_t def = {.name = "tokenizer", .about = "loraserve tokenizer", .dispatch = s_dispatch};
+    return ls_actor_main(argc, argv, &def);
+}

@@ -1,0 +1,147 @@
+/*  engine/backend.h — the compute backend interface (ggml-backend style).
+
+    The model forward is written once against this table of function pointers; the CPU
+    backend (engine/backend_cpu.c, on the references of kernels/ops.h) and the CUDA backend
+    fill it in. The semantics of every op are those of the kernel of the same name in
+    kernels/ops.h; this header only says how data is addressed.
+
+    Data lives in opaque backend buffers. Ops address them through views (buffer + element
+    offset) and take shapes as ints, so the forward can carve the weights of a whole layer
+    or a stacked qkv activation out of one buffer without pointer arithmetic on device
+    memory.
+
+    Per-step metadata. Everything the scheduler decides for a step — token ids, positions,
+    KV slots, sequence ranges, block tables, rows needing logits, and the LoRA batch
+    description — is handed over ONCE with step_begin. A device backend copies it to the
+    device there (one host-to-device transfer per step, into fixed device arrays so that a
+    captured CUDA graph can replay with new contents) and every op of the step reads that
+    copy; the caller may reuse its host arrays as soon as step_begin returns. The ops marked
+    "step" below read it; their token count is the step's n_tokens.
+
+    Ordering: ops run in call order on one stream. Uploads are complete when they return
+    (a device backend may stage them); downloads, sample and synchronize wait for all
+    queued work. Ops report no errors (shape errors are programmer errors and assert);
+    device faults surface as -1 from synchronize, download or sample.
+*/
+#ifndef LS_BACKEND_H
+#define LS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lora_batch.h"
+#include "ops.h"
+#include "safetensors.h" // ls_dtype_t: the engine's one list of weight dtypes
+
+// A backend buffer. Fields are read-only outside the backend that made it.
+typedef struct {
+    ls_dtype_t dtype; // as requested; storage is the backend's choice (CPU: always f32)
+    size_t n;         // elements
+    void *data;       // backend storage (host memory on CPU, device memory on CUDA)
+} ls_buffer_t;
+
+// A place in a buffer: offsets count elements, never bytes, so they hold whatever the
+// backend's storage type.
+typedef struct {
+    ls_buffer_t *buf;
+    size_t off;
+} ls_view_t;
+
+static inline ls_view_t ls_view(ls_buffer_t *buf, size_t off) {
+    return (ls_view_t){buf, off};
+}
+#define LS_VIEW_NONE ((ls_view_t){NULL, 0})
+
+// Most slices a stacked LoRA target has (qkv).
+#define LS_LORA_MAX_SLICES 3
+
+// One forward step, as the scheduler laid it out (see ls_attn_meta_t for the layout).
+typedef struct {
+    int n_tokens;                 // T
+    const int32_t *token_ids;     // (T) embedding input
+    ls_attn_meta_t attn;          // attn.n_tokens == n_tokens
+    const ls_lora_batch_t *lora;  // NULL: no adapter in this step, LoRA ops must not run
+    int n_logit_rows;
+    const int32_t *logit_rows;    // (n_logit_rows) token rows whose logits are wanted
+} ls_step_t;
+
+typedef struct ls_backend ls_backend_t;
+
+struct ls_backend {
+    const char *name;
+    void *ctx; // backend state
+
+    void (*free)(ls_backend_t *self);
+
+    // -- buffers ---------------------------------------------------------------------
+    // NULL on allocation failure. Contents start undefined.
+    ls_buffer_t *(*buffer_new)(ls_backend_t *self, ls_dtype_t dtype, size_t n);
+    void (*buffer_free)(ls_backend_t *self, ls_buffer_t *buf);
+    // Copies n elements of src (in src_dtype) to dst, converting to the buffer's storage.
+    int (*buffer_upload)(ls_backend_t *self, ls_view_t dst, const void *src,
+                         ls_dtype_t src_dtype, size_t n);
+    // Copies n elements of src to dst as fp32; waits for queued work.
+    int (*buffer_download)(ls_backend_t *self, float *dst, ls_view_t src, size_t n);
+    void (*buffer_zero)(ls_backend_t *self, ls_view_t dst, size_t n);
+    int (*synchronize)(ls_backend_t *self);
+
+    // -- per-step metadata: copied once, read by the "step" ops below ----------------
+    int (*step_begin)(ls_backend_t *self, const ls_step_t *step);
+
+    // -- ops (shapes as in kernels/ops.h) ---------------------------------------------
+    // step: out (T, C) = table (vocab, C) [token_ids]
+    void (*embedding)(ls_backend_t *self, ls_view_t out, ls_view_t table, int C, int vocab);
+    // y (T, out) (+)= x (T, in) · w (out, in)ᵀ + bias (out); bias may be LS_VIEW_NONE
+    void (*matmul)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
+                   ls_view_t bias, int T, int in, int out, int accumulate);
+    // out (T, C) = rmsnorm(x (+ residual)) * w (C); residual (T, C) updated, or NONE
+    void (*rmsnorm)(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
+                    ls_view_t w, int T, int C, float eps);
+    // in place on x (T, row_stride) holding (n_heads, head_dim); w (head_dim)
+    void (*rmsnorm_heads)(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
+                          int n_heads, int head_dim, int row_stride, float eps);
+    // step: in place on x (T, row_stride) at positions; inv_freq (head_dim/2)
+    void (*rope)(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
+                 int head_dim, int row_stride);
+    // out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]
+    void (*silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t gate_up, int T,
+                     int inter);
+    // y (n) += x (n)
+    void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
+    // step: caches (slots, n_kv_heads*head_dim)[slot_mapping] = k, v (T, row_stride)
+    void (*kv_store)(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache, ls_view_t k,
+                     ls_view_t v, int n_kv_heads, int head_dim, int row_stride);
+    // step: out (T, n_heads*head_dim) from q (T, row_stride) and the paged caches
+    void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
+                      ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
+                      int block_size, int row_stride);
+    // step: tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots, n_slices*r_max, in)
+    void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+                        int in, int n_slices, int r_max);
+    // step: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
+    // slice_offsets (n_slices+1) is host memory, small enough to pass by value to a kernel
+    void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
+                        const int32_t *slice_offsets, int n_slices, int r_max);
+    // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
+    void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
+    // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued
+    // work; the sampling batch is copied to the device here, once per call
+    int (*sample)(ls_backend_t *self, ls_view_t logits, int V,
+                  const ls_sampling_batch_t *batch, int32_t *tokens, float *logprobs,
+                  int32_t *top_ids, float *top_logprobs);
+};
+
+// The CPU backend: kernels/ops.h references; n_threads sizes the OpenBLAS pool (<= 0:
+// OpenBLAS's default), the other ops are single-threaded. Stores every buffer as f32.
+// NULL on allocation failure.
+ls_backend_t *ls_backend_cpu_new(int n_threads);
+
+// Frees the backend and clears the pointer; idempotent.
+static inline void ls_backend_destroy(ls_backend_t **self_p) {
+    if (self_p && *self_p) {
+        (*self_p)->free(*self_p);
+        *self_p = NULL;
+    }
+}
+
+#endif

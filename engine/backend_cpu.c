@@ -1,0 +1,276 @@
+/*  engine/backend_cpu.c — the CPU backend: the ls_backend_t table over kernels/ops.h.
+
+    Buffers are plain host arrays of f32 whatever dtype is asked for (weights are widened
+    at upload), so a view is just data + off. step_begin deep-copies the step metadata into
+    arrays the backend owns, mirroring the single per-step copy a device backend makes;
+    those arrays grow and are reused from step to step. Everything runs synchronously, so
+    synchronize has nothing to wait for.
+*/
+#include <assert.h>
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+typedef struct {
+    void *p;
+    size_t cap; // bytes
+} s_array_t;
+
+// The backend's copy of the current step. Each array member of step/lora points into one
+// of the s_array_t below.
+typedef struct {
+    ls_step_t step;
+    ls_lora_batch_t lora;
+    s_array_t token_ids, positions, slot_mapping, q_indptr, ctx_lens, block_tables,
+        logit_rows, seg_indptr, weight_indices, permutation, lora_ranks, scalings;
+} s_cpu_t;
+
+// Returns a copy of n bytes of src kept in a (grown as needed); NULL for NULL src or an
+// empty array, which no op reads. On allocation failure returns NULL and sets *failed.
+static void *s_array_copy(s_array_t *a, const void *src, size_t n, int *failed) {
+    if (!src || n == 0)
+        return NULL;
+    if (n > a->cap) {
+        void *p = realloc(a->p, n);
+        if (!p) {
+            *failed = 1;
+            return NULL;
+        }
+        a->p = p;
+        a->cap = n;
+    }
+    return memcpy(a->p, src, n);
+}
+
+static float *s_f32(ls_view_t v) {
+    assert(v.buf);
+    return (float *)v.buf->data + v.off;
+}
+
+// NULL for LS_VIEW_NONE
+static float *s_f32_opt(ls_view_t v) {
+    return v.buf ? s_f32(v) : NULL;
+}
+
+static s_cpu_t *s_cpu(ls_backend_t *self) {
+    return self->ctx;
+}
+
+static void s_free(ls_backend_t *self) {
+    s_cpu_t *c = s_cpu(self);
+    s_array_t *arrays[] = {&c->token_ids,   &c->positions,      &c->slot_mapping,
+                           &c->q_indptr,    &c->ctx_lens,       &c->block_tables,
+                           &c->logit_rows,  &c->seg_indptr,     &c->weight_indices,
+                           &c->permutation, &c->lora_ranks,     &c->scalings};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        free(arrays[i]->p);
+    free(c);
+    free(self);
+}
+
+static ls_buffer_t *s_buffer_new(ls_backend_t *self, ls_dtype_t dtype, size_t n) {
+    ls_buffer_t *buf = malloc(sizeof *buf);
+    float *data = malloc((n ? n : 1) * sizeof(float));
+    if (!buf || !data) {
+        free(buf);
+        free(data);
+        return NULL;
+    }
+    *buf = (ls_buffer_t){dtype, n, data};
+    return buf;
+}
+
+static void s_buffer_free(ls_backend_t *self, ls_buffer_t *buf) {
+    if (!buf)
+        return;
+    free(buf->data);
+    free(buf);
+}
+
+static int s_buffer_upload(ls_backend_t *self, ls_view_t dst, const void *src,
+                           ls_dtype_t src_dtype, size_t n) {
+    assert(dst.off + n <= dst.buf->n);
+    float *d = s_f32(dst);
+    switch (src_dtype) {
+    case LS_DTYPE_F32:
+        memcpy(d, src, n * sizeof(float));
+        return 0;
+    case LS_DTYPE_BF16:
+        ls_convert_bf16_to_f32(d, src, n);
+        return 0;
+    case LS_DTYPE_F16:
+        ls_convert_f16_to_f32(d, src, n);
+        return 0;
+    }
+    return -1;
+}
+
+static int s_buffer_download(ls_backend_t *self, float *dst, ls_view_t src, size_t n) {
+    assert(src.off + n <= src.buf->n);
+    memcpy(dst, s_f32(src), n * sizeof(float));
+    return 0;
+}
+
+static void s_buffer_zero(ls_backend_t *self, ls_view_t dst, size_t n) {
+    assert(dst.off + n <= dst.buf->n);
+    memset(s_f32(dst), 0, n * sizeof(float));
+}
+
+static int s_synchronize(ls_backend_t *self) {
+    return 0;
+}
+
+static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
+    s_cpu_t *c = s_cpu(self);
+    const ls_attn_meta_t *a = &step->attn;
+    assert(a->n_tokens == step->n_tokens);
+    size_t T = (size_t)step->n_tokens, S = (size_t)a->n_seqs, i32 = sizeof(int32_t);
+    int failed = 0;
+    c->step = *step;
+    ls_attn_meta_t *ca = &c->step.attn;
+    c->step.token_ids = s_array_copy(&c->token_ids, step->token_ids, T * i32, &failed);
+    ca->positions = s_array_copy(&c->positions, a->positions, T * i32, &failed);
+    ca->slot_mapping = s_array_copy(&c->slot_mapping, a->slot_mapping, T * i32, &failed);
+    ca->q_indptr = s_array_copy(&c->q_indptr, a->q_indptr, (S + 1) * i32, &failed);
+    ca->ctx_lens = s_array_copy(&c->ctx_lens, a->ctx_lens, S * i32, &failed);
+    ca->block_tables = s_array_copy(&c->block_tables, a->block_tables,
+                                    S * (size_t)a->max_blocks * i32, &failed);
+    c->step.logit_rows = s_array_copy(&c->logit_rows, step->logit_rows,
+                                      (size_t)step->n_logit_rows * i32, &failed);
+    const ls_lora_batch_t *l = step->lora;
+    if (l) {
+        size_t G = (size_t)l->n_segs, W = (size_t)l->n_slots;
+        ls_lora_batch_t *cl = &c->lora;
+        *cl = *l;
+        cl->seg_indptr = s_array_copy(&c->seg_indptr, l->seg_indptr, (G + 1) * i32, &failed);
+        cl->weight_indices = s_array_copy(&c->weight_indices, l->weight_indices, G * i32,
+                                          &failed);
+        cl->permutation = s_array_copy(&c->permutation, l->permutation,
+                                       (size_t)l->seg_indptr[G] * i32, &failed);
+        cl->lora_ranks = s_array_copy(&c->lora_ranks, l->lora_ranks, W * i32, &failed);
+        cl->scalings = s_array_copy(&c->scalings, l->scalings, W * sizeof(float), &failed);
+        c->step.lora = cl;
+    }
+    return failed ? -1 : 0;
+}
+
+static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int C,
+                        int vocab) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    ls_embedding_forward(s_f32(out), s_f32(table), st->token_ids, st->n_tokens, C, vocab);
+}
+
+static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
+                     ls_view_t bias, int T, int in, int out, int accumulate) {
+    ls_matmul_forward(s_f32(y), s_f32(x), s_f32(w), s_f32_opt(bias), T, in, out,
+                      accumulate);
+}
+
+static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
+                      ls_view_t w, int T, int C, float eps) {
+    ls_rmsnorm_forward(s_f32(out), s_f32_opt(residual), s_f32(x), s_f32(w), T, C, eps);
+}
+
+static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
+                            int n_heads, int head_dim, int row_stride, float eps) {
+    ls_rmsnorm_heads_forward(s_f32(x), s_f32(w), T, n_heads, head_dim, row_stride, eps);
+}
+
+static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
+                   int head_dim, int row_stride) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    ls_rope_forward(s_f32(x), st->attn.positions, s_f32(inv_freq), st->n_tokens, n_heads,
+                    head_dim, row_stride);
+}
+
+static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t gate_up, int T,
+                       int inter) {
+    ls_silu_mul_forward(s_f32(out), s_f32(gate_up), T, inter);
+}
+
+static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
+    ls_add_forward(s_f32(y), s_f32(x), n);
+}
+
+static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
+                       ls_view_t k, ls_view_t v, int n_kv_heads, int head_dim,
+                       int row_stride) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    ls_kv_cache_store(s_f32(k_cache), s_f32(v_cache), s_f32(k), s_f32(v),
+                      st->attn.slot_mapping, st->n_tokens, n_kv_heads, head_dim, row_stride);
+}
+
+static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
+                        ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
+                        int block_size, int row_stride) {
+    ls_attention_forward(s_f32(out), s_f32(q), s_f32(k_cache), s_f32(v_cache),
+                         &s_cpu(self)->step.attn, n_heads, n_kv_heads, head_dim,
+                         block_size, row_stride);
+}
+
+static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+                          int in, int n_slices, int r_max) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    assert(st->lora && n_slices <= LS_LORA_MAX_SLICES);
+    ls_lora_shrink(s_f32(tmp), s_f32(x), s_f32(a_pool), st->lora, in, n_slices, r_max);
+}
+
+static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
+                          const int32_t *slice_offsets, int n_slices, int r_max) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    assert(st->lora && n_slices <= LS_LORA_MAX_SLICES);
+    ls_lora_expand(s_f32(y), s_f32(tmp), s_f32(b_pool), st->lora, slice_offsets, n_slices,
+                   r_max);
+}
+
+static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    ls_rows_gather(s_f32(out), s_f32(x), st->logit_rows, st->n_logit_rows, C);
+}
+
+static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
+                    const ls_sampling_batch_t *batch, int32_t *tokens, float *logprobs,
+                    int32_t *top_ids, float *top_logprobs) {
+    return ls_sampling_sample(tokens, logprobs, top_ids, top_logprobs, s_f32(logits), batch,
+                              V);
+}
+
+ls_backend_t *ls_backend_cpu_new(int n_threads) {
+    ls_backend_t *self = calloc(1, sizeof *self);
+    s_cpu_t *c = calloc(1, sizeof *c);
+    if (!self || !c) {
+        free(self);
+        free(c);
+        return NULL;
+    }
+    if (n_threads > 0)
+        openblas_set_num_threads(n_threads); // process-wide: OpenBLAS has one pool
+    *self = (ls_backend_t){
+        .name = "cpu",
+        .ctx = c,
+        .free = s_free,
+        .buffer_new = s_buffer_new,
+        .buffer_free = s_buffer_free,
+        .buffer_upload = s_buffer_upload,
+        .buffer_download = s_buffer_download,
+        .buffer_zero = s_buffer_zero,
+        .synchronize = s_synchronize,
+        .step_begin = s_step_begin,
+        .embedding = s_embedding,
+        .matmul = s_matmul,
+        .rmsnorm = s_rmsnorm,
+        .rmsnorm_heads = s_rmsnorm_heads,
+        .rope = s_rope,
+        .silu_mul = s_silu_mul,
+        .add = s_add,
+        .kv_store = s_kv_store,
+        .attention = s_attention,
+        .lora_shrink = s_lora_shrink,
+        .lora_expand = s_lora_expand,
+        .rows_gather = s_rows_gather,
+        .sample = s_sample,
+    };
+    return self;
+}

@@ -1,0 +1,140 @@
+// model_config: the HF config.json of a base model, validated, plus what follows from it: the
+// (in, out) dimensions of every LoRA target and the list of tensors a checkpoint must hold.
+//
+// Supported: LlamaForCausalLM (incl. Llama-3.1 "llama3" rope_scaling), Qwen2ForCausalLM (qkv
+// bias), Qwen3ForCausalLM (q/k RMSNorm), MistralForCausalLM (sliding_window recorded).
+// Known limits: hidden_act must be "silu"; rope_scaling types other than llama3/linear/default,
+// and Qwen's use_sliding_window, are refused rather than run wrong.
+#ifndef LS_MODEL_CONFIG_H
+#define LS_MODEL_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "safetensors.h"
+
+typedef enum {
+    LS_ARCH_LLAMA = 0,
+    LS_ARCH_QWEN2,
+    LS_ARCH_QWEN3,
+    LS_ARCH_MISTRAL,
+} ls_arch_t;
+
+typedef enum {
+    LS_ROPE_SCALING_NONE = 0,
+    LS_ROPE_SCALING_LINEAR,  // positions divided by factor
+    LS_ROPE_SCALING_LLAMA3,  // Llama-3.1 frequency-dependent scaling
+} ls_rope_scaling_type_t;
+
+// The seven LoRA targets, in the order the slot pool stacks them (q,k,v -> qkv; gate,up).
+typedef enum {
+    LS_TARGET_Q = 0,
+    LS_TARGET_K,
+    LS_TARGET_V,
+    LS_TARGET_O,
+    LS_TARGET_GATE,
+    LS_TARGET_UP,
+    LS_TARGET_DOWN,
+    LS_TARGET_COUNT,
+} ls_target_t;
+
+#define LS_MAX_EOS_TOKENS 8
+
+typedef struct {
+    ls_arch_t arch;
+    int hidden_size;
+    int intermediate_size;
+    int num_hidden_layers;
+    int num_attention_heads;
+    int num_key_value_heads;  // defaults to num_attention_heads
+    int head_dim;             // defaults to hidden_size / num_attention_heads
+    int vocab_size;
+    int max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;  // defaults to 10000
+    struct {
+        ls_rope_scaling_type_t type;
+        double factor;
+        double low_freq_factor;                // llama3 only
+        double high_freq_factor;               // llama3 only
+        int original_max_position_embeddings;  // llama3 only
+    } rope_scaling;
+    bool tie_word_embeddings;  // defaults to false
+    int bos_token_id;          // -1 when absent
+    int eos_token_ids[LS_MAX_EOS_TOKENS];
+    int n_eos_token_ids;
+    ls_dtype_t torch_dtype;  // "torch_dtype" or newer "dtype"; float32 when absent, as in HF
+    bool attn_qkv_bias;      // q/k/v_proj have a bias (Qwen2 always; Llama/Qwen3 attention_bias)
+    bool attn_o_bias;        // o_proj has a bias (Llama/Qwen3 attention_bias)
+    bool mlp_bias;           // gate/up/down_proj have a bias (Llama mlp_bias)
+    bool qk_norm;            // per-head RMSNorm on q and k before RoPE (Qwen3)
+    int sliding_window;      // Mistral attention window in tokens; 0 = full attention
+} ls_model_config_t;
+
+// Reads path (a model directory or a config.json file). Returns 0, or -1 with one sentence
+// naming the file and the key in err.
+int ls_model_config_load(const char *path, ls_model_config_t *cfg, char *err, size_t errlen);
+// Parses config text of len bytes; what names the source in error messages.
+int ls_model_config_parse(const char *json, size_t len, const char *what, ls_model_config_t *cfg,
+                          char *err, size_t errlen);
+
+const char *ls_arch_name(ls_arch_t arch);  // "LlamaForCausalLM", ...
+
+// "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
+const char *ls_target_name(ls_target_t t);
+// The HF module that holds the target: "self_attn" (q,k,v,o) or "mlp" (gate,up,down).
+const char *ls_target_parent(ls_target_t t);
+// Inverse of ls_target_name; -1 for any other name.
+int ls_target_from_name(const char *name);
+
+// The target's linear layer maps in_dim -> out_dim; its HF weight is (out_dim, in_dim), a LoRA
+// A is (r, in_dim) and B is (out_dim, r).
+void ls_model_config_target_dims(const ls_model_config_t *cfg, ls_target_t t, int *in_dim,
+                                 int *out_dim);
+
+// Every tensor of a checkpoint, by role.
+typedef enum {
+    LS_W_EMBED = 0,  // model.embed_tokens.weight      (vocab, hidden)
+    LS_W_FINAL_NORM, // model.norm.weight              (hidden)
+    LS_W_LM_HEAD,    // lm_head.weight                 (vocab, hidden), absent when tied
+    LS_W_ATTN_NORM,  // layers.i.input_layernorm.weight (hidden)
+    LS_W_Q,          // layers.i.self_attn.q_proj.weight (heads*head_dim, hidden)
+    LS_W_K,          // (kv_heads*head_dim, hidden)
+    LS_W_V,          // (kv_heads*head_dim, hidden)
+    LS_W_O,          // (hidden, heads*head_dim)
+    LS_W_Q_BIAS,     // (heads*head_dim)
+    LS_W_K_BIAS,     // (kv_heads*head_dim)
+    LS_W_V_BIAS,     // (kv_heads*head_dim)
+    LS_W_O_BIAS,     // (hidden)
+    LS_W_Q_NORM,     // layers.i.self_attn.q_norm.weight (head_dim)
+    LS_W_K_NORM,     // (head_dim)
+    LS_W_MLP_NORM,   // layers.i.post_attention_layernorm.weight (hidden)
+    LS_W_GATE,       // layers.i.mlp.gate_proj.weight (intermediate, hidden)
+    LS_W_UP,         // (intermediate, hidden)
+    LS_W_DOWN,       // (hidden, intermediate)
+    LS_W_GATE_BIAS,  // (intermediate)
+    LS_W_UP_BIAS,    // (intermediate)
+    LS_W_DOWN_BIAS,  // (hidden)
+    LS_W_ROLE_COUNT,
+} ls_weight_role_t;
+
+typedef struct {
+    ls_weight_role_t role;
+    int layer;  // -1 for the global tensors
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+} ls_weight_spec_t;
+
+// Number of tensors the architecture needs (globals first, then layer by layer).
+size_t ls_model_config_weight_count(const ls_model_config_t *cfg);
+// Fills spec for the i-th needed tensor; -1 when i is past the end.
+int ls_model_config_weight_spec(const ls_model_config_t *cfg, size_t i, ls_weight_spec_t *spec);
+
+// Checks that st holds every needed tensor with the right shape (extra tensors are ignored).
+// Errors name the tensor: `model.safetensors: tensor "model.layers.3.mlp.up_proj.weight": ...`.
+int ls_model_config_check_weights(const ls_model_config_t *cfg, const ls_st_t *st, char *err,
+                                  size_t errlen);
+
+#endif

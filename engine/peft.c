@@ -1,0 +1,1011 @@
+// PEFT LoRA adapter loading. See peft.h for the matching rules and what is refused.
+#include "peft.h"
+
+#include <assert.h>
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <regex.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "safetensors.h"
+
+#define S_MAX_JSON_BYTES (16u << 20)
+
+static void s_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void s_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+// --- small growable string -------------------------------------------------------------------
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} s_str_t;
+
+static void s_put(s_str_t *s, const char *txt, size_t n)
+{
+    if (s->oom)
+        return;
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = (s->len + n + 1) * 2;
+        char *p = realloc(s->p, cap);
+        if (!p) {
+            s->oom = true;
+            return;
+        }
+        s->p = p;
+        s->cap = cap;
+    }
+    memcpy(s->p + s->len, txt, n);
+    s->len += n;
+    s->p[s->len] = '\0';
+}
+
+static void s_puts(s_str_t *s, const char *txt)
+{
+    s_put(s, txt, strlen(txt));
+}
+
+// --- Python regex -> POSIX ERE ---------------------------------------------------------------
+
+// Adds the members of a Python class escape (\d \w \s and their negations) to set.
+static bool s_class_escape(char c, bool set[256])
+{
+    bool neg = isupper((unsigned char)c);
+    int (*is)(int);
+    switch (tolower((unsigned char)c)) {
+    case 'd': is = isdigit; break;
+    case 's': is = isspace; break;
+    case 'w': is = isalnum; break;
+    default: return false;
+    }
+    for (int b = 1; b < 256; b++) {
+        bool in = b < 128 && (is(b) || (tolower((unsigned char)c) == 'w' && b == '_'));
+        if (in != neg)
+            set[b] = true;
+    }
+    return true;
+}
+
+// Emits one literal byte so that ERE reads it literally.
+static void s_ere_literal(s_str_t *o, unsigned char c)
+{
+    char buf[4];
+    if (c == '{' || c == '}') {
+        snprintf(buf, sizeof buf, "[%c]", c);  // braces are interval syntax in ERE
+    } else if (strchr(".[]()*+?|^$\\", c)) {
+        buf[0] = '\\';
+        buf[1] = (char)c;
+        buf[2] = '\0';
+    } else {
+        buf[0] = (char)c;
+        buf[1] = '\0';
+    }
+    s_puts(o, buf);
+}
+
+// Parses a Python bracket expression starting after '[' at *pp; emits an equivalent POSIX one
+// built from the explicit member set (so escapes and ranges need no translation rules).
+static int s_bracket(const char **pp, s_str_t *o, const char **why)
+{
+    const char *p = *pp;
+    bool set[256] = {false};
+    bool neg = *p == '^';
+    if (neg)
+        p++;
+    bool first = true;
+    for (;;) {
+        if (*p == '\0') {
+            *why = "an unterminated [ ]";
+            return -1;
+        }
+        if (*p == ']' && !first)
+            break;
+        first = false;
+        int lo;
+        if (*p == '\\') {
+            p++;
+            if (s_class_escape(*p, set)) {
+                p++;
+                continue;
+            }
+            if (!ispunct((unsigned char)*p) && *p != ' ') {
+                *why = "an escape inside [ ] other than \\d \\w \\s or punctuation";
+                return -1;
+            }
+        }
+        lo = (unsigned char)*p++;
+        int hi = lo;
+        if (p[0] == '-' && p[1] != ']' && p[1] != '\0') {
+            p++;
+            if (*p == '\\') {
+                p++;
+                if (!ispunct((unsigned char)*p)) {
+                    *why = "a range ending in an escape other than punctuation";
+                    return -1;
+                }
+            }
+            hi = (unsigned char)*p++;
+            if (hi < lo) {
+                *why = "a reversed range inside [ ]";
+                return -1;
+            }
+        }
+        for (int b = lo; b <= hi; b++)
+            set[b] = true;
+    }
+    *pp = p + 1;
+    int n = 0, only = 0;
+    for (int b = 1; b < 256; b++)
+        if (set[b]) {
+            n++;
+            only = b;
+        }
+    if (n == 0) {
+        *why = "an empty [ ]";
+        return -1;
+    }
+    if (n == 1 && !neg) {
+        s_ere_literal(o, (unsigned char)only);
+        return 0;
+    }
+    // POSIX bracket rules: ']' must come first, '-' last, '^' anywhere but first.
+    s_puts(o, neg ? "[^" : "[");
+    if (set[']'])
+        s_puts(o, "]");
+    bool any = set[']'];
+    for (int b = 1; b < 256; b++) {
+        if (!set[b] || b == ']' || b == '^' || b == '-')
+            continue;
+        char c = (char)b;
+        s_put(o, &c, 1);
+        any = true;
+    }
+    if (set['^'] && set['-'] && !any) {
+        s_puts(o, "-^]");
+        return 0;
+    }
+    if (set['^'])
+        s_puts(o, "^");
+    if (set['-'])
+        s_puts(o, "-");
+    s_puts(o, "]");
+    return 0;
+}
+
+// Translates Python regex py into POSIX ERE appended to o; *why explains a refusal.
+static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
+{
+    const char *p = py;
+    while (*p) {
+        char c = *p;
+        if (c == '\\') {
+            char e = p[1];
+            bool set[256] = {false};
+            if (e == '\0') {
+                *why = "a trailing backslash";
+                return -1;
+            }
+            if (s_class_escape(e, set)) {
+                const char *cls = e == 'd' ? "[0-9]" : e == 'D' ? "[^0-9]"
+                                : e == 'w' ? "[[:alnum:]_]" : e == 'W' ? "[^[:alnum:]_]"
+                                : e == 's' ? "[[:space:]]" : "[^[:space:]]";
+                s_puts(o, cls);
+            } else if (ispunct((unsigned char)e) || e == ' ') {
+                s_ere_literal(o, (unsigned char)e);
+            } else {
+                *why = "an escape other than \\d \\w \\s (and negations) or punctuation "
+                       "(anchors, backreferences and \\b are not supported)";
+                return -1;
+            }
+            p += 2;
+        } else if (c == '[') {
+            p++;
+            if (s_bracket(&p, o, why) != 0)
+                return -1;
+        } else if (c == '(') {
+            if (p[1] == '?') {
+                if (p[2] != ':') {
+                    *why = "a (?...) group other than (?:...) (lookarounds and inline flags are "
+                           "not supported)";
+                    return -1;
+                }
+                p += 3;
+            } else {
+                p++;
+            }
+            s_puts(o, "(");
+        } else if (c == '*' || c == '+' || c == '?') {
+            s_put(o, p, 1);
+            p++;
+            if (*p == '?')  // lazy: same language, so the same whole-name answer
+                p++;
+        } else if (c == '{') {
+            // Python reads {m}, {m,}, {,n}, {m,n} as a repeat and any other '{' as a literal.
+            const char *q = p + 1;
+            const char *lo = q;
+            while (isdigit((unsigned char)*q))
+                q++;
+            size_t nlo = (size_t)(q - lo);
+            const char *hi = NULL;
+            size_t nhi = 0;
+            bool comma = *q == ',';
+            if (comma) {
+                hi = ++q;
+                while (isdigit((unsigned char)*q))
+                    q++;
+                nhi = (size_t)(q - hi);
+            }
+            if (*q != '}' || p[1] == '}') {
+                s_ere_literal(o, '{');
+                p++;
+                continue;
+            }
+            s_puts(o, "{");
+            if (nlo)
+                s_put(o, lo, nlo);
+            else
+                s_puts(o, "0");
+            if (comma) {
+                s_puts(o, ",");
+                s_put(o, hi, nhi);
+            }
+            s_puts(o, "}");
+            p = q + 1;
+            if (*p == '?')
+                p++;
+        } else if (c == '}') {
+            s_ere_literal(o, '}');
+            p++;
+        } else {
+            s_put(o, p, 1);
+            p++;
+        }
+    }
+    return 0;
+}
+
+// Compiles py anchored as ^(prefix)(py)$ where prefix is "" (fullmatch) or "(.*\.)?" (PEFT's
+// rank/alpha pattern form).
+static int s_regex_compile(regex_t *re, const char *py, bool pattern_key, const char **why)
+{
+    s_str_t o = {0};
+    s_puts(&o, pattern_key ? "^(.*\\.)?(" : "^(");
+    int rc = s_pyre_to_ere(py, &o, why);
+    s_puts(&o, ")$");
+    if (rc == 0 && o.oom) {
+        *why = "out of memory";
+        rc = -1;
+    }
+    if (rc == 0 && regcomp(re, o.p, REG_EXTENDED | REG_NOSUB) != 0) {
+        *why = "an invalid regular expression";
+        rc = -1;
+    }
+    free(o.p);
+    return rc;
+}
+
+static bool s_regex_match(const regex_t *re, const char *s)
+{
+    return regexec(re, s, 0, NULL, 0) == 0;
+}
+
+// --- the base model's module names -----------------------------------------------------------
+
+// Every module PEFT would see in model.named_modules() of the base model; target is the LoRA
+// target or -1 for modules we cannot adapt (norms, embeddings, containers, lm_head).
+typedef struct {
+    char name[80];
+    int layer;
+    int target;
+} s_module_t;
+
+static int s_modules(const ls_model_config_t *cfg, s_module_t **out, size_t *n)
+{
+    static const char *const globals[] = {"", "model", "model.embed_tokens", "model.layers",
+                                          "model.norm", "model.rotary_emb", "lm_head"};
+    static const char *const per_layer[] = {"", ".self_attn", ".mlp", ".mlp.act_fn",
+                                            ".input_layernorm", ".post_attention_layernorm",
+                                            ".self_attn.q_norm", ".self_attn.k_norm"};
+    size_t nper_other = cfg->qk_norm ? 8 : 6;
+    size_t ng = sizeof globals / sizeof *globals;
+    size_t cap = ng + (size_t)cfg->num_hidden_layers * (nper_other + LS_TARGET_COUNT);
+    s_module_t *m = calloc(cap, sizeof *m);
+    if (!m)
+        return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < ng; i++) {
+        snprintf(m[k].name, sizeof m[k].name, "%s", globals[i]);
+        m[k].layer = -1;
+        m[k++].target = -1;
+    }
+    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+        for (size_t i = 0; i < nper_other; i++) {
+            snprintf(m[k].name, sizeof m[k].name, "model.layers.%d%s", l, per_layer[i]);
+            m[k].layer = l;
+            m[k++].target = -1;
+        }
+        for (int t = 0; t < LS_TARGET_COUNT; t++) {
+            snprintf(m[k].name, sizeof m[k].name, "model.layers.%d.%s.%s", l,
+                     ls_target_parent((ls_target_t)t), ls_target_name((ls_target_t)t));
+            m[k].layer = l;
+            m[k++].target = t;
+        }
+    }
+    *out = m;
+    *n = k;
+    return 0;
+}
+
+// --- adapter_config.json ---------------------------------------------------------------------
+
+// A module selector: target_modules or exclude_modules.
+typedef struct {
+    const cJSON *list;  // list form, or NULL
+    bool is_regex;
+    bool all_linear;
+    regex_t re;
+} s_selector_t;
+
+typedef struct {
+    int rank;
+    float scaling;
+} s_plan_entry_t;
+
+// The resolved per-(layer, target) rank and scaling; rank 0 = not targeted.
+typedef struct {
+    int nl;
+    s_plan_entry_t *e;  // e[layer * LS_TARGET_COUNT + target]
+    ls_adapter_info_t info;
+} s_plan_t;
+
+// PEFT's list rule: the module name equals the entry or ends with "." + entry.
+static bool s_entry_match(const char *entry, const char *key)
+{
+    size_t kl = strlen(key), tl = strlen(entry);
+    return strcmp(key, entry) == 0 ||
+           (kl > tl && key[kl - tl - 1] == '.' && strcmp(key + kl - tl, entry) == 0);
+}
+
+static bool s_list_match(const cJSON *list, const char *key)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, list) {
+        if (s_entry_match(it->valuestring, key))
+            return true;
+    }
+    return false;
+}
+
+static bool s_selector_match(const s_selector_t *s, const s_module_t *m)
+{
+    if (s->all_linear)
+        return m->target >= 0;
+    if (s->is_regex)
+        return s_regex_match(&s->re, m->name);
+    return s->list && s_list_match(s->list, m->name);
+}
+
+static void s_selector_free(s_selector_t *s)
+{
+    if (s->is_regex)
+        regfree(&s->re);
+    s->is_regex = false;
+}
+
+// Reads target_modules / exclude_modules: null, a list of strings, or a regex string.
+static int s_selector_parse(const char *file, const cJSON *j, const char *key, bool allow_all,
+                            s_selector_t *s, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    if (!j || cJSON_IsNull(j))
+        return 0;
+    if (cJSON_IsString(j)) {
+        if (allow_all && strcasecmp(j->valuestring, "all-linear") == 0) {
+            s->all_linear = true;
+            return 0;
+        }
+        const char *why = NULL;
+        if (s_regex_compile(&s->re, j->valuestring, false, &why) != 0) {
+            s_err(err, errlen, "%s: \"%s\" regex \"%s\" uses %s", file, key, j->valuestring,
+                  why);
+            return -1;
+        }
+        s->is_regex = true;
+        return 0;
+    }
+    if (cJSON_IsArray(j)) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, j) {
+            if (!cJSON_IsString(it)) {
+                s_err(err, errlen, "%s: \"%s\" must be a list of module names or a regex", file,
+                      key);
+                return -1;
+            }
+        }
+        s->list = j;
+        return 0;
+    }
+    s_err(err, errlen, "%s: \"%s\" must be a list of module names or a regex", file, key);
+    return -1;
+}
+
+// A compiled rank_pattern / alpha_pattern, in file order.
+typedef struct {
+    int n;
+    regex_t *re;
+    const cJSON **val;
+} s_patterns_t;
+
+static void s_patterns_free(s_patterns_t *p)
+{
+    for (int i = 0; i < p->n; i++)
+        regfree(&p->re[i]);
+    free(p->re);
+    free(p->val);
+    memset(p, 0, sizeof *p);
+}
+
+static int s_patterns_parse(const char *file, const cJSON *j, const char *key, bool is_rank,
+                            s_patterns_t *p, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (!j || cJSON_IsNull(j))
+        return 0;
+    if (!cJSON_IsObject(j)) {
+        s_err(err, errlen, "%s: \"%s\" must be an object", file, key);
+        return -1;
+    }
+    int n = cJSON_GetArraySize(j);
+    p->re = calloc((size_t)n + 1, sizeof *p->re);
+    p->val = calloc((size_t)n + 1, sizeof *p->val);
+    if (!p->re || !p->val) {
+        s_err(err, errlen, "%s: out of memory", file);
+        s_patterns_free(p);
+        return -1;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j) {
+        double v = it->valuedouble;
+        bool ok = cJSON_IsNumber(it) && isfinite(v) &&
+                  (!is_rank || (v >= 1 && v == floor(v) && v <= 1e6));
+        if (!ok) {
+            s_err(err, errlen, "%s: \"%s\" key \"%s\" must map to %s", file, key, it->string,
+                  is_rank ? "a positive integer rank" : "a finite number");
+            s_patterns_free(p);
+            return -1;
+        }
+        const char *why = NULL;
+        if (s_regex_compile(&p->re[p->n], it->string, true, &why) != 0) {
+            s_err(err, errlen, "%s: \"%s\" key \"%s\" uses %s", file, key, it->string, why);
+            s_patterns_free(p);
+            return -1;
+        }
+        p->val[p->n++] = it;
+    }
+    return 0;
+}
+
+// PEFT's get_pattern_key: the first key whose regex matches, else the default.
+static double s_pattern_value(const s_patterns_t *p, const char *module, double def)
+{
+    for (int i = 0; i < p->n; i++)
+        if (s_regex_match(&p->re[i], module))
+            return p->val[i]->valuedouble;
+    return def;
+}
+
+static char *s_read_file(const char *path, size_t *len, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        s_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(S_MAX_JSON_BYTES);
+    size_t n = buf ? fread(buf, 1, S_MAX_JSON_BYTES, fp) : 0;
+    fclose(fp);
+    if (!buf || n == S_MAX_JSON_BYTES) {
+        s_err(err, errlen, "%s: %s", path, buf ? "larger than 16 MB" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static bool s_exists(const char *dir, const char *name)
+{
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &sb) == 0;
+}
+
+// Checks the files next to the config: the weights must be safetensors, and no added
+// vocabulary may come with the adapter.
+static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *err, size_t errlen)
+{
+    if (!s_exists(dir, "adapter_model.safetensors")) {
+        if (s_exists(dir, "adapter_model.bin"))
+            s_err(err, errlen,
+                  "%s/adapter_model.bin: pickled .bin adapters are not loaded; convert to "
+                  "safetensors",
+                  dir);
+        else
+            s_err(err, errlen, "%s/adapter_model.safetensors: file is missing", dir);
+        return -1;
+    }
+    if (s_exists(dir, "new_embeddings.safetensors")) {
+        s_err(err, errlen,
+              "%s/new_embeddings.safetensors: adapters with added vocabulary are not supported",
+              dir);
+        return -1;
+    }
+    // Tokenizers save added_tokens.json even for special tokens already in the base vocabulary
+    // (Qwen does), so only ids at or past vocab_size are added vocabulary.
+    char path[4096];
+    snprintf(path, sizeof path, "%s/added_tokens.json", dir);
+    if (!s_exists(dir, "added_tokens.json"))
+        return 0;
+    size_t len;
+    char *text = s_read_file(path, &len, err, errlen);
+    if (!text)
+        return -1;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    int rc = 0;
+    if (!cJSON_IsObject(root)) {
+        s_err(err, errlen, "%s: not a JSON object of token -> id", path);
+        rc = -1;
+    } else {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, root) {
+            if (!cJSON_IsNumber(it) || it->valuedouble < 0 ||
+                it->valuedouble >= cfg->vocab_size) {
+                s_err(err, errlen,
+                      "%s: token \"%s\" is added vocabulary (id outside the base vocab_size "
+                      "%d); adapters with added vocabulary are not supported",
+                      path, it->string, cfg->vocab_size);
+                rc = -1;
+                break;
+            }
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+// Keys that change what the adapter computes in ways we do not implement: each must be absent,
+// null, false, or an empty list/object.
+static int s_check_unsupported(const char *file, const cJSON *root, char *err, size_t errlen)
+{
+    static const struct {
+        const char *key, *why;
+    } keys[] = {
+        {"use_dora", "DoRA adapters are not supported"},
+        {"lora_bias", "LoRA bias terms are not supported"},
+        {"fan_in_fan_out", "fan_in_fan_out (Conv1D-style weights) is not supported"},
+        {"modules_to_save", "fully trained extra modules (modules_to_save) are not supported"},
+        {"layers_to_transform", "layers_to_transform is not supported"},
+        {"layer_replication", "layer_replication is not supported"},
+        {"trainable_token_indices",
+         "trainable tokens (added vocabulary) are not supported"},
+        {"target_parameters", "LoRA on parameters (target_parameters) is not supported"},
+        {"alora_invocation_tokens", "activated LoRA (alora_invocation_tokens) is not supported"},
+        {"use_qalora", "QA-LoRA is not supported"},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, keys[i].key);
+        bool unset = !j || cJSON_IsNull(j) || cJSON_IsFalse(j) ||
+                     ((cJSON_IsArray(j) || cJSON_IsObject(j)) && cJSON_GetArraySize(j) == 0);
+        if (!unset) {
+            s_err(err, errlen, "%s: \"%s\" is set: %s", file, keys[i].key, keys[i].why);
+            return -1;
+        }
+    }
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "peft_type");
+    if (!cJSON_IsString(pt) || strcmp(pt->valuestring, "LORA") != 0) {
+        s_err(err, errlen, "%s: \"peft_type\" is %s%s%s; only LORA adapters are supported", file,
+              cJSON_IsString(pt) ? "\"" : "", cJSON_IsString(pt) ? pt->valuestring : "missing",
+              cJSON_IsString(pt) ? "\"" : "");
+        return -1;
+    }
+    const cJSON *tt = cJSON_GetObjectItemCaseSensitive(root, "task_type");
+    if (tt && !cJSON_IsNull(tt) &&
+        !(cJSON_IsString(tt) && strcmp(tt->valuestring, "CAUSAL_LM") == 0)) {
+        s_err(err, errlen, "%s: \"task_type\" must be CAUSAL_LM (or null)", file);
+        return -1;
+    }
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "bias");
+    if (bias && !cJSON_IsNull(bias) &&
+        !(cJSON_IsString(bias) && strcmp(bias->valuestring, "none") == 0)) {
+        s_err(err, errlen, "%s: \"bias\" is %s%s%s; only \"none\" is supported", file,
+              cJSON_IsString(bias) ? "\"" : "", cJSON_IsString(bias) ? bias->valuestring : "set",
+              cJSON_IsString(bias) ? "\"" : "");
+        return -1;
+    }
+    return 0;
+}
+
+// Validates target_modules against the base: each list entry must select something, and
+// nothing selected may be a module without LoRA support (lm_head, embed_tokens, norms ...).
+static int s_check_targets(const char *file, const ls_model_config_t *cfg,
+                           const s_selector_t *tgt, const s_selector_t *exc,
+                           const s_module_t *mods, size_t nmods, char *err, size_t errlen)
+{
+    if (tgt->list) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, tgt->list) {
+            bool found = false;
+            for (size_t i = 0; i < nmods && !found; i++)
+                found = s_entry_match(it->valuestring, mods[i].name);
+            if (!found) {
+                s_err(err, errlen,
+                      "%s: \"target_modules\" entry \"%s\" matches no module of %s (supported "
+                      "targets: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                      file, it->valuestring, ls_arch_name(cfg->arch));
+                return -1;
+            }
+        }
+    }
+    int selected = 0;
+    for (size_t i = 0; i < nmods; i++) {
+        if (!s_selector_match(tgt, &mods[i]) || s_selector_match(exc, &mods[i]))
+            continue;
+        if (mods[i].target < 0) {
+            s_err(err, errlen,
+                  "%s: \"target_modules\" selects module \"%s\", which is not a supported LoRA "
+                  "target (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                  file, mods[i].name);
+            return -1;
+        }
+        selected++;
+    }
+    if (selected == 0) {
+        s_err(err, errlen, "%s: \"target_modules\" selects no module of %s", file,
+              ls_arch_name(cfg->arch));
+        return -1;
+    }
+    return 0;
+}
+
+static void s_plan_free(s_plan_t *p)
+{
+    free(p->e);
+    p->e = NULL;
+}
+
+// Reads and validates the config and resolves every module's rank and scaling.
+static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_rank, s_plan_t *plan,
+                  char *err, size_t errlen)
+{
+    memset(plan, 0, sizeof *plan);
+    char file[4096];
+    snprintf(file, sizeof file, "%s/adapter_config.json", dir);
+    size_t len;
+    char *text = s_read_file(file, &len, err, errlen);
+    if (!text)
+        return -1;
+    int rc = -1;
+    s_module_t *mods = NULL;
+    size_t nmods = 0;
+    s_selector_t tgt = {0}, exc = {0};
+    s_patterns_t rp = {0}, ap = {0};
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(root)) {
+        s_err(err, errlen, "%s: not a valid JSON object", file);
+        goto out;
+    }
+    if (s_check_unsupported(file, root, err, errlen) != 0 ||
+        s_check_files(dir, cfg, err, errlen) != 0)
+        goto out;
+    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(root, "r");
+    const cJSON *ja = cJSON_GetObjectItemCaseSensitive(root, "lora_alpha");
+    const cJSON *jrs = cJSON_GetObjectItemCaseSensitive(root, "use_rslora");
+    // PEFT's LoraConfig defaults: r=8, lora_alpha=8, use_rslora=false.
+    double r = 8, alpha = 8;
+    if (jr && (!cJSON_IsNumber(jr) || jr->valuedouble < 1 || jr->valuedouble > 1e6 ||
+               jr->valuedouble != floor(jr->valuedouble))) {
+        s_err(err, errlen, "%s: \"r\" must be a positive integer", file);
+        goto out;
+    }
+    if (jr)
+        r = jr->valuedouble;
+    if (ja && (!cJSON_IsNumber(ja) || !isfinite(ja->valuedouble))) {
+        s_err(err, errlen, "%s: \"lora_alpha\" must be a finite number", file);
+        goto out;
+    }
+    if (ja)
+        alpha = ja->valuedouble;
+    if (jrs && !cJSON_IsBool(jrs) && !cJSON_IsNull(jrs)) {
+        s_err(err, errlen, "%s: \"use_rslora\" must be true or false", file);
+        goto out;
+    }
+    bool rslora = cJSON_IsTrue(jrs);
+    const cJSON *jt = cJSON_GetObjectItemCaseSensitive(root, "target_modules");
+    if (s_selector_parse(file, jt, "target_modules", true, &tgt, err, errlen) != 0 ||
+        s_selector_parse(file, cJSON_GetObjectItemCaseSensitive(root, "exclude_modules"),
+                         "exclude_modules", false, &exc, err, errlen) != 0 ||
+        s_patterns_parse(file, cJSON_GetObjectItemCaseSensitive(root, "rank_pattern"),
+                         "rank_pattern", true, &rp, err, errlen) != 0 ||
+        s_patterns_parse(file, cJSON_GetObjectItemCaseSensitive(root, "alpha_pattern"),
+                         "alpha_pattern", false, &ap, err, errlen) != 0)
+        goto out;
+    if (!jt || cJSON_IsNull(jt)) {
+        // PEFT's default for all four architectures (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+        cJSON *def = cJSON_CreateStringArray((const char *const[]){"q_proj", "v_proj"}, 2);
+        if (!def || !cJSON_AddItemToObject(root, "target_modules", def)) {
+            cJSON_Delete(def);
+            s_err(err, errlen, "%s: out of memory", file);
+            goto out;
+        }
+        tgt.list = def;
+    }
+    if (s_modules(cfg, &mods, &nmods) != 0) {
+        s_err(err, errlen, "%s: out of memory", file);
+        goto out;
+    }
+    if (s_check_targets(file, cfg, &tgt, &exc, mods, nmods, err, errlen) != 0)
+        goto out;
+    plan->nl = cfg->num_hidden_layers;
+    plan->e = calloc((size_t)plan->nl * LS_TARGET_COUNT, sizeof *plan->e);
+    if (!plan->e) {
+        s_err(err, errlen, "%s: out of memory", file);
+        goto out;
+    }
+    for (size_t i = 0; i < nmods; i++) {
+        const s_module_t *m = &mods[i];
+        if (m->target < 0 || !s_selector_match(&tgt, m) || s_selector_match(&exc, m))
+            continue;
+        int mr = (int)s_pattern_value(&rp, m->name, r);
+        double ma = s_pattern_value(&ap, m->name, alpha);
+        if (mr > max_lora_rank) {
+            s_err(err, errlen, "%s: module \"%s\" has rank %d, above max_lora_rank %d", file,
+                  m->name, mr, max_lora_rank);
+            goto out;
+        }
+        s_plan_entry_t *e = &plan->e[m->layer * LS_TARGET_COUNT + m->target];
+        e->rank = mr;
+        e->scaling = (float)(rslora ? ma / sqrt((double)mr) : ma / mr);
+        plan->info.num_modules++;
+        plan->info.target_mask |= 1u << m->target;
+        if (mr > plan->info.max_rank)
+            plan->info.max_rank = mr;
+    }
+    rc = 0;
+out:
+    if (rc != 0)
+        s_plan_free(plan);
+    s_patterns_free(&rp);
+    s_patterns_free(&ap);
+    s_selector_free(&tgt);
+    s_selector_free(&exc);
+    free(mods);
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
+int ls_adapter_config_read(const char *dir, const ls_model_config_t *cfg, int max_lora_rank,
+                           ls_adapter_info_t *info, char *err, size_t errlen)
+{
+    s_plan_t plan;
+    if (s_plan(dir, cfg, max_lora_rank, &plan, err, errlen) != 0)
+        return -1;
+    if (info)
+        *info = plan.info;
+    s_plan_free(&plan);
+    return 0;
+}
+
+// --- weights ---------------------------------------------------------------------------------
+
+struct ls_adapter {
+    int nl;
+    ls_lora_weights_t *w;  // w[layer * LS_TARGET_COUNT + target]
+    ls_adapter_info_t info;
+    size_t bytes;
+};
+
+void ls_adapter_destroy(ls_adapter_t **pa)
+{
+    if (!pa || !*pa)
+        return;
+    ls_adapter_t *a = *pa;
+    for (int i = 0; a->w && i < a->nl * LS_TARGET_COUNT; i++) {
+        free((float *)a->w[i].A);
+        free((float *)a->w[i].B);
+    }
+    free(a->w);
+    free(a);
+    *pa = NULL;
+}
+
+const ls_lora_weights_t *ls_adapter_layer_target(const ls_adapter_t *a, int layer,
+                                                 ls_target_t t)
+{
+    assert(layer >= 0 && layer < a->nl && t >= 0 && t < LS_TARGET_COUNT);
+    return &a->w[layer * LS_TARGET_COUNT + t];
+}
+
+ls_adapter_info_t ls_adapter_info(const ls_adapter_t *a)
+{
+    return a->info;
+}
+
+size_t ls_adapter_bytes(const ls_adapter_t *a)
+{
+    return a->bytes;
+}
+
+// Parses "[base_model.model.]model.layers.{i}.{self_attn|mlp}.{proj}.lora_{A|B}[.{adapter}].weight".
+// Returns 0 with layer, target and which (0 = A, 1 = B), or -1 for any other name.
+static int s_parse_name(const char *name, int nl, int *layer, int *target, int *which)
+{
+    const char *p = name;
+    if (strncmp(p, "base_model.model.", 17) == 0)
+        p += 17;
+    if (strncmp(p, "model.layers.", 13) != 0)
+        return -1;
+    p += 13;
+    if (!isdigit((unsigned char)*p) || (p[0] == '0' && isdigit((unsigned char)p[1])))
+        return -1;
+    long l = 0;
+    while (isdigit((unsigned char)*p) && l < nl)
+        l = l * 10 + (*p++ - '0');
+    if (*p++ != '.' || l >= nl)
+        return -1;
+    for (int t = 0; t < LS_TARGET_COUNT; t++) {
+        char mod[48];
+        int n = snprintf(mod, sizeof mod, "%s.%s.lora_", ls_target_parent((ls_target_t)t),
+                         ls_target_name((ls_target_t)t));
+        if (strncmp(p, mod, (size_t)n) != 0)
+            continue;
+        const char *q = p + n;
+        if (*q != 'A' && *q != 'B')
+            return -1;
+        *which = *q == 'B';
+        q++;
+        if (strcmp(q, ".weight") != 0) {
+            // An adapter-name infix, as older PEFT and some tools save: ".{name}.weight".
+            const char *dot = q[0] == '.' ? strchr(q + 1, '.') : NULL;
+            if (!dot || dot == q + 1 || strcmp(dot, ".weight") != 0)
+                return -1;
+        }
+        *layer = (int)l;
+        *target = t;
+        return 0;
+    }
+    return -1;
+}
+
+// Why a tensor that is not a plain LoRA A/B weight of a supported target is refused.
+static const char *s_refusal(const char *name)
+{
+    if (strstr(name, "lora_embedding_"))
+        return "embedding LoRA (added vocabulary) is not supported";
+    if (strstr(name, "embed_tokens") || strstr(name, "lm_head"))
+        return "trained embed_tokens/lm_head weights (added vocabulary, trainable tokens or "
+               "modules_to_save) are not supported";
+    if (strstr(name, "lora_magnitude_vector"))
+        return "DoRA magnitude vectors are not supported";
+    if (strstr(name, ".lora_B.") && strstr(name, ".bias"))
+        return "LoRA bias terms are not supported";
+    return "not a LoRA A/B weight of a supported target (q_proj, k_proj, v_proj, o_proj, "
+           "gate_proj, up_proj, down_proj) in a layer of the base model";
+}
+
+static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_config_t *cfg,
+                         const ls_st_tensor_t *t, char *err, size_t errlen)
+{
+    int layer, target, which;
+    if (s_parse_name(t->name, cfg->num_hidden_layers, &layer, &target, &which) != 0) {
+        s_err(err, errlen, "%s: tensor \"%s\": %s", t->file, t->name, s_refusal(t->name));
+        return -1;
+    }
+    const s_plan_entry_t *pe = &plan->e[layer * LS_TARGET_COUNT + target];
+    if (pe->rank == 0) {
+        s_err(err, errlen,
+              "%s: tensor \"%s\": adapter_config.json target_modules does not select this module",
+              t->file, t->name);
+        return -1;
+    }
+    ls_lora_weights_t *w = &a->w[layer * LS_TARGET_COUNT + target];
+    if ((which ? w->B : w->A) != NULL) {
+        s_err(err, errlen, "%s: tensor \"%s\": lora_%c of this module is given twice", t->file,
+              t->name, which ? 'B' : 'A');
+        return -1;
+    }
+    int in, out;
+    ls_model_config_target_dims(cfg, (ls_target_t)target, &in, &out);
+    int64_t shape[2] = {which ? out : pe->rank, which ? pe->rank : in};  // A (r, in), B (out, r)
+    if (ls_st_tensor_check_shape(t, 2, shape, err, errlen) != 0) {
+        size_t n = strlen(err);
+        if (n < errlen)
+            snprintf(err + n, errlen - n, " (rank %d from adapter_config.json, %s dims %d -> %d)",
+                     pe->rank, ls_target_name((ls_target_t)target), in, out);
+        return -1;
+    }
+    float *buf = malloc(t->numel * sizeof(float));
+    if (!buf) {
+        s_err(err, errlen, "%s: tensor \"%s\": out of memory", t->file, t->name);
+        return -1;
+    }
+    if (which)
+        w->B = buf;
+    else
+        w->A = buf;
+    a->bytes += t->numel * sizeof(float);
+    if (ls_st_tensor_to_f32(t, buf) != 0) {
+        s_err(err, errlen, "%s: tensor \"%s\": holds NaN or infinite values", t->file, t->name);
+        return -1;
+    }
+    w->rank = pe->rank;
+    w->scaling = pe->scaling;
+    return 0;
+}
+
+ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int max_lora_rank,
+                              char *err, size_t errlen)
+{
+    s_plan_t plan;
+    if (s_plan(dir, cfg, max_lora_rank, &plan, err, errlen) != 0)
+        return NULL;
+    char file[4096];
+    snprintf(file, sizeof file, "%s/adapter_model.safetensors", dir);
+    ls_st_t *st = ls_st_open(file, err, errlen);
+    ls_adapter_t *a = st ? calloc(1, sizeof *a) : NULL;
+    if (st && !a)
+        s_err(err, errlen, "%s: out of memory", file);
+    if (!a)
+        goto fail;
+    a->nl = plan.nl;
+    a->info = plan.info;
+    a->w = calloc((size_t)plan.nl * LS_TARGET_COUNT, sizeof *a->w);
+    if (!a->w) {
+        s_err(err, errlen, "%s: out of memory", file);
+        goto fail;
+    }
+    for (size_t i = 0; i < ls_st_count(st); i++)
+        if (s_load_tensor(a, &plan, cfg, ls_st_at(st, i), err, errlen) != 0)
+            goto fail;
+    for (int l = 0; l < plan.nl; l++) {
+        for (int t = 0; t < LS_TARGET_COUNT; t++) {
+            const ls_lora_weights_t *w = &a->w[l * LS_TARGET_COUNT + t];
+            if (plan.e[l * LS_TARGET_COUNT + t].rank == 0 || (w->A && w->B))
+                continue;
+            s_err(err, errlen,
+                  "%s: module \"model.layers.%d.%s.%s\" is selected by target_modules but its "
+                  "lora_%c weight is missing",
+                  file, l, ls_target_parent((ls_target_t)t), ls_target_name((ls_target_t)t),
+                  w->A ? 'B' : 'A');
+            goto fail;
+        }
+    }
+    ls_st_destroy(&st);
+    s_plan_free(&plan);
+    return a;
+fail:
+    ls_adapter_destroy(&a);
+    ls_st_destroy(&st);
+    s_plan_free(&plan);
+    return NULL;
+}

@@ -1,0 +1,66 @@
+// peft: PEFT LoRA adapter directories (adapter_config.json + adapter_model.safetensors),
+// validated against a base model and loaded into host memory as fp32 (the CPU tier).
+//
+// Matching follows PEFT 0.21 exactly, against the base model's module names
+// ("model.layers.3.self_attn.q_proj"):
+//   - target_modules / exclude_modules as a list: a module is selected when its name equals an
+//     entry or ends with "." + entry; as a string: the regex must match the whole name
+//     (re.fullmatch); "all-linear" selects every linear layer but lm_head.
+//   - rank_pattern / alpha_pattern: the first key, in file order, for which the module name
+//     matches the regex `(.*\.)?(KEY)$` from its start (PEFT's get_pattern_key) gives the
+//     value; otherwise r / lora_alpha.
+//   - scaling = alpha / r, or alpha / sqrt(r) with use_rslora, per module after the patterns.
+// Regexes are Python syntax translated to POSIX ERE: groups, (?:...), alternation, classes,
+// \d \w \s, quantifiers (lazy ones behave the same for a whole-name match). Lookarounds,
+// backreferences and inline flags are refused with a clear message.
+//
+// Refused, each with a sentence naming the file and the key or tensor: pickled .bin weights,
+// peft_type other than LORA, task_type other than CAUSAL_LM, bias other than "none", use_dora,
+// lora_bias, fan_in_fan_out, non-empty modules_to_save, layers_to_transform,
+// layer_replication, target_parameters, alora_invocation_tokens, added vocabulary
+// (trainable_token_indices, new_embeddings.safetensors, added_tokens.json ids at or above the
+// base vocab_size, lora_embedding_A/B, embed_tokens or lm_head tensors), modules that are not one
+// of q/k/v/o/gate/up/down_proj (e.g. "fc1"), ranks above max_lora_rank, shapes that do not fit
+// the base or the configured rank, unpaired A/B, and NaN/Inf values.
+#ifndef LS_PEFT_H
+#define LS_PEFT_H
+
+#include <stddef.h>
+
+#include "model_config.h"
+
+typedef struct ls_adapter ls_adapter_t;
+
+typedef struct {
+    int rank;        // 0 when the adapter does not touch this (layer, target)
+    float scaling;   // alpha / r, or alpha / sqrt(r) with use_rslora
+    const float *A;  // A is (rank, in_dim), row-major; NULL when rank is 0
+    const float *B;  // B is (out_dim, rank), row-major; NULL when rank is 0
+} ls_lora_weights_t;
+
+typedef struct {
+    int max_rank;          // largest rank over the touched modules
+    unsigned target_mask;  // bit (1u << t) set when some layer has target t
+    int num_modules;       // number of (layer, target) pairs touched
+} ls_adapter_info_t;
+
+// Validates the adapter directory without reading weights: the config rules above, the
+// presence of adapter_model.safetensors and the added-vocabulary files. info may be NULL.
+// The registry calls this before dispatching a load. Returns 0 or -1 + err.
+int ls_adapter_config_read(const char *dir, const ls_model_config_t *cfg, int max_lora_rank,
+                           ls_adapter_info_t *info, char *err, size_t errlen);
+
+// Validates and loads the adapter. NULL + err on any failure.
+ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int max_lora_rank,
+                              char *err, size_t errlen);
+void ls_adapter_destroy(ls_adapter_t **a);
+
+// Weights of one (layer, target); rank 0 and NULL A/B when untouched. layer must be in
+// [0, num_hidden_layers) of the config the adapter was loaded against.
+const ls_lora_weights_t *ls_adapter_layer_target(const ls_adapter_t *a, int layer,
+                                                 ls_target_t t);
+ls_adapter_info_t ls_adapter_info(const ls_adapter_t *a);
+// Bytes of fp32 A and B held in host memory.
+size_t ls_adapter_bytes(const ls_adapter_t *a);
+
+#endif

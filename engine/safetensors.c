@@ -1,0 +1,789 @@
+// safetensors reader and writer. See safetensors.h for the format and the guarantees.
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// The reference implementation caps headers at 100 MB; a header larger than that is a corrupt
+// length field, not a model, and parsing it would only burn memory.
+#define S_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
+// JSON numbers are doubles; integers above 2^53 would silently lose precision.
+#define S_MAX_JSON_INT 9007199254740992.0
+
+typedef struct {
+    char *path;
+    uint8_t *map;
+    size_t size;
+} s_file_t;
+
+struct ls_st {
+    char *path;  // as given to ls_st_open
+    s_file_t *files;
+    size_t nfiles;
+    ls_st_tensor_t *tensors;  // sorted by name once loading is complete
+    size_t ntensors, cap;
+};
+
+static void s_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void s_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+size_t ls_dtype_size(ls_dtype_t dtype)
+{
+    return dtype == LS_DTYPE_F32 ? 4 : 2;
+}
+
+const char *ls_dtype_name(ls_dtype_t dtype)
+{
+    switch (dtype) {
+    case LS_DTYPE_F32: return "F32";
+    case LS_DTYPE_F16: return "F16";
+    case LS_DTYPE_BF16: return "BF16";
+    }
+    return "?";
+}
+
+static int s_dtype_parse(const char *s, ls_dtype_t *out)
+{
+    if (strcmp(s, "F32") == 0)
+        *out = LS_DTYPE_F32;
+    else if (strcmp(s, "F16") == 0)
+        *out = LS_DTYPE_F16;
+    else if (strcmp(s, "BF16") == 0)
+        *out = LS_DTYPE_BF16;
+    else
+        return -1;
+    return 0;
+}
+
+float ls_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+float ls_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);  // inf or NaN (payload kept)
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {
+        // Subnormal half: normalise the mantissa into an f32 normal.
+        exp = 113;
+        while (!(man & 0x400)) {
+            man <<= 1;
+            exp--;
+        }
+        bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t ls_bf16_from_f32(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((bits >> 16) | 0x40);  // quiet NaN; rounding could turn it into inf
+    bits += 0x7fffu + ((bits >> 16) & 1);
+    return (uint16_t)(bits >> 16);
+}
+
+uint16_t ls_f16_from_f32(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000);
+    uint32_t abs = bits & 0x7fffffffu;
+    if (abs > 0x7f800000u)
+        return sign | 0x7e00;
+    if (abs >= 0x477ff000u)  // rounds to >= 65520: overflow to inf
+        return sign | 0x7c00;
+    if (abs < 0x38800000u) {
+        // Result is subnormal (or zero): shift the implicit-1 mantissa into place, RNE.
+        if (abs < 0x33000000u)  // below half the smallest subnormal
+            return sign;
+        uint32_t e = abs >> 23;
+        uint32_t m = (abs & 0x7fffff) | 0x800000;
+        // The half subnormal is q * 2^-24 and the input is m * 2^(e - 150), so q = m >> (126 - e).
+        uint32_t shift = 126 - e;
+        uint32_t q = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1)))
+            q++;
+        return sign | (uint16_t)q;
+    }
+    uint32_t r = abs + 0xfffu + ((abs >> 13) & 1) - (112u << 23);
+    return sign | (uint16_t)(r >> 13);
+}
+
+int ls_st_tensor_to_f32(const ls_st_tensor_t *t, float *dst)
+{
+    const uint8_t *src = t->data;
+    switch (t->dtype) {
+    case LS_DTYPE_F32:
+        memcpy(dst, src, t->numel * 4);
+        break;
+    case LS_DTYPE_F16:
+        for (size_t i = 0; i < t->numel; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = ls_f16_to_f32(h);
+        }
+        break;
+    case LS_DTYPE_BF16:
+        for (size_t i = 0; i < t->numel; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            dst[i] = ls_bf16_to_f32(h);
+        }
+        break;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < t->numel; i++)
+        if (!isfinite(dst[i]))
+            rc = -1;
+    return rc;
+}
+
+static void s_shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+{
+    size_t at = 0;
+    at += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
+int ls_st_tensor_check_shape(const ls_st_tensor_t *t, int ndim, const int64_t *shape,
+                             char *err, size_t errlen)
+{
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == shape[i];
+    if (ok)
+        return 0;
+    char have[160], want[160];
+    s_shape_str(have, sizeof have, t->ndim, t->shape);
+    s_shape_str(want, sizeof want, ndim, shape);
+    s_err(err, errlen, "%s: tensor \"%s\": shape %s does not match the expected %s", t->file,
+          t->name, have, want);
+    return -1;
+}
+
+// --- reading ---------------------------------------------------------------------------------
+
+static bool s_json_uint(const cJSON *j, uint64_t *out)
+{
+    if (!cJSON_IsNumber(j))
+        return false;
+    double d = j->valuedouble;
+    if (!(d >= 0 && d <= S_MAX_JSON_INT) || d != floor(d))
+        return false;
+    *out = (uint64_t)d;
+    return true;
+}
+
+static ls_st_tensor_t *s_push(ls_st_t *st)
+{
+    if (st->ntensors == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 64;
+        ls_st_tensor_t *n = realloc(st->tensors, cap * sizeof *n);
+        if (!n)
+            return NULL;
+        st->tensors = n;
+        st->cap = cap;
+    }
+    ls_st_tensor_t *t = &st->tensors[st->ntensors];
+    memset(t, 0, sizeof *t);
+    return t;
+}
+
+// Validates one header entry and appends it. data/dsize describe the file's data section.
+static int s_parse_entry(ls_st_t *st, const s_file_t *f, const cJSON *e, const uint8_t *data,
+                         size_t dsize, char *err, size_t errlen)
+{
+    const char *name = e->string;
+    if (!cJSON_IsObject(e)) {
+        s_err(err, errlen, "%s: tensor \"%s\": header entry is not a JSON object", f->path, name);
+        return -1;
+    }
+    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(jd)) {
+        s_err(err, errlen, "%s: tensor \"%s\": \"dtype\" is missing or not a string", f->path,
+              name);
+        return -1;
+    }
+    ls_dtype_t dtype;
+    if (s_dtype_parse(jd->valuestring, &dtype) != 0) {
+        s_err(err, errlen,
+              "%s: tensor \"%s\": dtype \"%s\" is not supported (only BF16, F16 and F32 are "
+              "loaded)",
+              f->path, name, jd->valuestring);
+        return -1;
+    }
+    if (!cJSON_IsArray(js)) {
+        s_err(err, errlen, "%s: tensor \"%s\": \"shape\" is missing or not an array", f->path,
+              name);
+        return -1;
+    }
+    int ndim = cJSON_GetArraySize(js);
+    if (ndim > LS_ST_MAX_DIMS) {
+        s_err(err, errlen, "%s: tensor \"%s\": shape has %d dimensions, more than the %d supported",
+              f->path, name, ndim, LS_ST_MAX_DIMS);
+        return -1;
+    }
+    int64_t shape[LS_ST_MAX_DIMS];
+    size_t numel = 1;
+    int i = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, js) {
+        uint64_t v;
+        if (!s_json_uint(d, &v)) {
+            s_err(err, errlen,
+                  "%s: tensor \"%s\": shape entry %d is not a non-negative integer", f->path,
+                  name, i);
+            return -1;
+        }
+        shape[i++] = (int64_t)v;
+        if (__builtin_mul_overflow(numel, (size_t)v, &numel)) {
+            s_err(err, errlen, "%s: tensor \"%s\": shape element count overflows", f->path, name);
+            return -1;
+        }
+    }
+    size_t nbytes;
+    if (__builtin_mul_overflow(numel, ls_dtype_size(dtype), &nbytes)) {
+        s_err(err, errlen, "%s: tensor \"%s\": shape byte size overflows", f->path, name);
+        return -1;
+    }
+    uint64_t begin, end;
+    if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 ||
+        !s_json_uint(cJSON_GetArrayItem(jo, 0), &begin) ||
+        !s_json_uint(cJSON_GetArrayItem(jo, 1), &end)) {
+        s_err(err, errlen,
+              "%s: tensor \"%s\": \"data_offsets\" is not an array of two non-negative integers",
+              f->path, name);
+        return -1;
+    }
+    if (begin > end || end > dsize) {
+        s_err(err, errlen,
+              "%s: tensor \"%s\": data offsets [%llu, %llu) exceed the data section (%zu bytes)",
+              f->path, name, (unsigned long long)begin, (unsigned long long)end, dsize);
+        return -1;
+    }
+    if (end - begin != nbytes) {
+        char sh[160];
+        s_shape_str(sh, sizeof sh, ndim, shape);
+        s_err(err, errlen,
+              "%s: tensor \"%s\": data offsets [%llu, %llu) hold %llu bytes but %s %s needs %zu",
+              f->path, name, (unsigned long long)begin, (unsigned long long)end,
+              (unsigned long long)(end - begin), ls_dtype_name(dtype), sh, nbytes);
+        return -1;
+    }
+    ls_st_tensor_t *t = s_push(st);
+    char *nm = t ? strdup(name) : NULL;
+    if (!nm) {
+        s_err(err, errlen, "%s: tensor \"%s\": out of memory", f->path, name);
+        return -1;
+    }
+    t->name = nm;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    t->numel = numel;
+    t->data = data + begin;
+    t->nbytes = nbytes;
+    t->file = f->path;
+    st->ntensors++;
+    return 0;
+}
+
+static int s_parse_header(ls_st_t *st, const s_file_t *f, char *err, size_t errlen)
+{
+    if (f->size < 8) {
+        s_err(err, errlen, "%s: file is %zu bytes, too short for the 8-byte header length",
+              f->path, f->size);
+        return -1;
+    }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = (n << 8) | f->map[i];
+    if (n > f->size - 8) {
+        s_err(err, errlen, "%s: header length %llu exceeds the file (%zu bytes)", f->path,
+              (unsigned long long)n, f->size);
+        return -1;
+    }
+    if (n > S_MAX_HEADER) {
+        s_err(err, errlen, "%s: header length %llu is above the 100 MB limit", f->path,
+              (unsigned long long)n);
+        return -1;
+    }
+    const char *hdr = (const char *)f->map + 8;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)n, &end, 0);
+    if (!root) {
+        s_err(err, errlen, "%s: header is not valid JSON (error near byte %td of %llu)", f->path,
+              end ? end - hdr : (ptrdiff_t)0, (unsigned long long)n);
+        return -1;
+    }
+    int rc = -1;
+    // Writers pad the header with spaces to align the data; anything else is corruption.
+    for (const char *p = end; p < hdr + n; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            s_err(err, errlen, "%s: header has trailing bytes after the JSON object (byte %td)",
+                  f->path, p - hdr);
+            goto out;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        s_err(err, errlen, "%s: header is not a JSON object", f->path);
+        goto out;
+    }
+    const uint8_t *data = f->map + 8 + n;
+    size_t dsize = f->size - 8 - (size_t)n;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        if (strcmp(e->string, "__metadata__") == 0) {
+            if (!cJSON_IsObject(e)) {
+                s_err(err, errlen, "%s: \"__metadata__\" is not a JSON object", f->path);
+                goto out;
+            }
+            continue;
+        }
+        if (s_parse_entry(st, f, e, data, dsize, err, errlen) != 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+// Maps one file and appends its tensors. The file is recorded in st before parsing so that
+// ls_st_destroy unmaps it whatever happens.
+static int s_add_file(ls_st_t *st, const char *path, char *err, size_t errlen)
+{
+    s_file_t *nf = realloc(st->files, (st->nfiles + 1) * sizeof *nf);
+    if (!nf) {
+        s_err(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    st->files = nf;
+    s_file_t *f = &st->files[st->nfiles];
+    memset(f, 0, sizeof *f);
+    f->path = strdup(path);
+    if (!f->path) {
+        s_err(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    st->nfiles++;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        s_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        s_err(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    f->size = (size_t)sb.st_size;
+    if (f->size > 0) {
+        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            s_err(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+            close(fd);
+            f->size = 0;
+            return -1;
+        }
+        f->map = m;
+    }
+    close(fd);
+    return s_parse_header(st, f, err, errlen);
+}
+
+static int s_cmp_tensor(const void *a, const void *b)
+{
+    return strcmp(((const ls_st_tensor_t *)a)->name, ((const ls_st_tensor_t *)b)->name);
+}
+
+static int s_cmp_key(const void *key, const void *b)
+{
+    return strcmp(key, ((const ls_st_tensor_t *)b)->name);
+}
+
+static int s_sort_and_check(ls_st_t *st, char *err, size_t errlen)
+{
+    if (st->ntensors > 1)
+        qsort(st->tensors, st->ntensors, sizeof *st->tensors, s_cmp_tensor);
+    for (size_t i = 1; i < st->ntensors; i++) {
+        const ls_st_tensor_t *a = &st->tensors[i - 1], *b = &st->tensors[i];
+        if (strcmp(a->name, b->name) != 0)
+            continue;
+        if (a->file == b->file)
+            s_err(err, errlen, "%s: tensor \"%s\" is defined twice in the header", a->file,
+                  a->name);
+        else
+            s_err(err, errlen, "%s: tensor \"%s\" is also defined in %s", b->file, b->name,
+                  a->file);
+        return -1;
+    }
+    return 0;
+}
+
+static char *s_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static bool s_is_regular(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+// A shard name must be relative, free of ".." components, and (after resolving symlinks) name
+// a file inside the directory: the index is input, and must not make us read elsewhere.
+static int s_check_shard_name(const char *index, const char *realdir, const char *dir,
+                              const char *shard, const char *tensor, char *err, size_t errlen)
+{
+    if (shard[0] == '\0' || shard[0] == '/') {
+        s_err(err, errlen, "%s: tensor \"%s\": shard \"%s\" is not a relative file name", index,
+              tensor, shard);
+        return -1;
+    }
+    for (const char *p = shard; *p;) {
+        size_t len = strcspn(p, "/");
+        if (len == 2 && p[0] == '.' && p[1] == '.') {
+            s_err(err, errlen, "%s: tensor \"%s\": shard \"%s\" leaves the model directory",
+                  index, tensor, shard);
+            return -1;
+        }
+        p += len;
+        if (*p == '/')
+            p++;
+    }
+    char *full = s_join(dir, shard);
+    char *real = full ? realpath(full, NULL) : NULL;
+    if (!real) {
+        s_err(err, errlen, "%s: tensor \"%s\": shard \"%s\" cannot be opened: %s", index, tensor,
+              shard, full ? strerror(errno) : "out of memory");
+        free(full);
+        return -1;
+    }
+    size_t dl = strlen(realdir);
+    bool inside = strncmp(real, realdir, dl) == 0 && (real[dl] == '/' || dl == 1);
+    free(real);
+    free(full);
+    if (!inside) {
+        s_err(err, errlen,
+              "%s: tensor \"%s\": shard \"%s\" is a link that resolves outside the model "
+              "directory",
+              index, tensor, shard);
+        return -1;
+    }
+    return 0;
+}
+
+static char *s_read_small(const char *path, size_t *len, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        s_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    long sz = -1;
+    if (fseek(fp, 0, SEEK_END) == 0)
+        sz = ftell(fp);
+    if (sz < 0 || (uint64_t)sz > S_MAX_HEADER || fseek(fp, 0, SEEK_SET) != 0) {
+        s_err(err, errlen, "%s: cannot read, or larger than 100 MB", path);
+        goto out;
+    }
+    buf = malloc((size_t)sz + 1);
+    if (!buf || fread(buf, 1, (size_t)sz, fp) != (size_t)sz) {
+        s_err(err, errlen, "%s: cannot read", path);
+        free(buf);
+        buf = NULL;
+        goto out;
+    }
+    buf[sz] = '\0';
+    *len = (size_t)sz;
+out:
+    fclose(fp);
+    return buf;
+}
+
+static int s_load_index(ls_st_t *st, const char *dir, const char *index, char *err,
+                        size_t errlen)
+{
+    size_t len;
+    char *text = s_read_small(index, &len, err, errlen);
+    if (!text)
+        return -1;
+    int rc = -1;
+    char *realdir = NULL;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (!cJSON_IsObject(map)) {
+        s_err(err, errlen, "%s: not valid JSON with a \"weight_map\" object", index);
+        goto out;
+    }
+    realdir = realpath(dir, NULL);
+    if (!realdir) {
+        s_err(err, errlen, "%s: cannot resolve the directory: %s", dir, strerror(errno));
+        goto out;
+    }
+    const cJSON *e;
+    // Open each distinct shard once, in first-mention order.
+    cJSON_ArrayForEach(e, map) {
+        if (!cJSON_IsString(e)) {
+            s_err(err, errlen, "%s: tensor \"%s\": shard name is not a string", index, e->string);
+            goto out;
+        }
+        bool seen = false;
+        for (const cJSON *p = map->child; p != e && !seen; p = p->next)
+            seen = strcmp(p->valuestring, e->valuestring) == 0;
+        if (seen)
+            continue;
+        if (s_check_shard_name(index, realdir, dir, e->valuestring, e->string, err, errlen) != 0)
+            goto out;
+        char *full = s_join(dir, e->valuestring);
+        int r = full ? s_add_file(st, full, err, errlen) : -1;
+        if (!full)
+            s_err(err, errlen, "%s: out of memory", index);
+        free(full);
+        if (r != 0)
+            goto out;
+    }
+    if (s_sort_and_check(st, err, errlen) != 0)
+        goto out;
+    // Every tensor the index promises must be in the shard it names.
+    cJSON_ArrayForEach(e, map) {
+        const ls_st_tensor_t *t = ls_st_find(st, e->string);
+        size_t dl = strlen(dir);
+        bool ok = t && strncmp(t->file, dir, dl) == 0 && t->file[dl] == '/' &&
+                  strcmp(t->file + dl + 1, e->valuestring) == 0;
+        if (!ok) {
+            s_err(err, errlen, "%s: tensor \"%s\": not found in its shard \"%s\"", index,
+                  e->string, e->valuestring);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(realdir);
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
+ls_st_t *ls_st_open(const char *path, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        s_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    ls_st_t *st = calloc(1, sizeof *st);
+    if (!st) {
+        s_err(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    int rc;
+    st->path = strdup(path);
+    if (!st->path) {
+        s_err(err, errlen, "%s: out of memory", path);
+        rc = -1;
+    } else if (S_ISDIR(sb.st_mode)) {
+        // Same preference as transformers: the single file first, then the sharded index.
+        char *single = s_join(path, "model.safetensors");
+        char *index = s_join(path, "model.safetensors.index.json");
+        if (!single || !index) {
+            s_err(err, errlen, "%s: out of memory", path);
+            rc = -1;
+        } else if (s_is_regular(single)) {
+            rc = s_add_file(st, single, err, errlen);
+            if (rc == 0)
+                rc = s_sort_and_check(st, err, errlen);
+        } else if (s_is_regular(index)) {
+            rc = s_load_index(st, path, index, err, errlen);
+        } else {
+            s_err(err, errlen,
+                  "%s: directory holds neither model.safetensors nor "
+                  "model.safetensors.index.json",
+                  path);
+            rc = -1;
+        }
+        free(single);
+        free(index);
+    } else {
+        rc = s_add_file(st, path, err, errlen);
+        if (rc == 0)
+            rc = s_sort_and_check(st, err, errlen);
+    }
+    if (rc != 0)
+        ls_st_destroy(&st);
+    return st;
+}
+
+void ls_st_destroy(ls_st_t **pst)
+{
+    if (!pst || !*pst)
+        return;
+    ls_st_t *st = *pst;
+    for (size_t i = 0; i < st->ntensors; i++)
+        free((char *)st->tensors[i].name);
+    free(st->tensors);
+    for (size_t i = 0; i < st->nfiles; i++) {
+        if (st->files[i].map)
+            munmap(st->files[i].map, st->files[i].size);
+        free(st->files[i].path);
+    }
+    free(st->files);
+    free(st->path);
+    free(st);
+    *pst = NULL;
+}
+
+const char *ls_st_path(const ls_st_t *st)
+{
+    return st->path;
+}
+
+size_t ls_st_count(const ls_st_t *st)
+{
+    return st->ntensors;
+}
+
+const ls_st_tensor_t *ls_st_at(const ls_st_t *st, size_t i)
+{
+    return i < st->ntensors ? &st->tensors[i] : NULL;
+}
+
+const ls_st_tensor_t *ls_st_find(const ls_st_t *st, const char *name)
+{
+    if (st->ntensors == 0)
+        return NULL;
+    return bsearch(name, st->tensors, st->ntensors, sizeof *st->tensors, s_cmp_key);
+}
+
+// --- writing ---------------------------------------------------------------------------------
+
+int ls_st_write(const char *path, const ls_st_write_tensor_t *tensors, size_t n, char *err,
+                size_t errlen)
+{
+    int rc = -1;
+    char *hdr = NULL;
+    FILE *fp = NULL;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    if (!meta || !cJSON_AddStringToObject(meta, "format", "pt"))
+        goto oom;
+    uint64_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ls_st_write_tensor_t *t = &tensors[i];
+        if (t->ndim < 0 || t->ndim > LS_ST_MAX_DIMS || !t->name ||
+            strcmp(t->name, "__metadata__") == 0) {
+            s_err(err, errlen, "%s: tensor %zu (\"%s\"): invalid name or ndim %d", path, i,
+                  t->name ? t->name : "(null)", t->ndim);
+            goto out;
+        }
+        uint64_t numel = 1;
+        cJSON *e = cJSON_AddObjectToObject(root, t->name);
+        cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
+        if (!shape || !cJSON_AddStringToObject(e, "dtype", ls_dtype_name(t->dtype)))
+            goto oom;
+        for (int d = 0; d < t->ndim; d++) {
+            cJSON *v = cJSON_CreateNumber((double)t->shape[d]);
+            if (!v || !cJSON_AddItemToArray(shape, v))
+                goto oom;
+            numel *= (uint64_t)t->shape[d];
+        }
+        uint64_t end = off + numel * ls_dtype_size(t->dtype);
+        double offs[2] = {(double)off, (double)end};
+        cJSON *jo = cJSON_CreateDoubleArray(offs, 2);
+        if (!jo || !cJSON_AddItemToObject(e, "data_offsets", jo))
+            goto oom;
+        off = end;
+    }
+    hdr = cJSON_PrintUnformatted(root);
+    if (!hdr)
+        goto oom;
+    size_t hlen = strlen(hdr);
+    size_t padded = (hlen + 7) & ~(size_t)7;  // keeps the data section 8-byte aligned
+    fp = fopen(path, "wb");
+    if (!fp) {
+        s_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        goto out;
+    }
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    bool ok = fwrite(le, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
+    for (size_t i = hlen; ok && i < padded; i++)
+        ok = fputc(' ', fp) != EOF;
+    for (size_t i = 0; ok && i < n; i++) {
+        const ls_st_write_tensor_t *t = &tensors[i];
+        size_t nb = ls_dtype_size(t->dtype);
+        for (int d = 0; d < t->ndim; d++)
+            nb *= (size_t)t->shape[d];
+        ok = nb == 0 || fwrite(t->data, 1, nb, fp) == nb;
+    }
+    if (fclose(fp) != 0)
+        ok = false;
+    fp = NULL;
+    if (!ok) {
+        s_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+    goto out;
+oom:
+    s_err(err, errlen, "%s: out of memory while building the header", path);
+out:
+    if (fp)
+        fclose(fp);
+    free(hdr);
+    cJSON_Delete(root);
+    return rc;
+}

@@ -1,0 +1,32 @@
+/*  kernels/lora_batch.h — how one forward step's tokens map onto LoRA adapter slots.
+
+    The host-side twin of SGLang's LoRABatchInfo. The scheduler builds one per step; every
+    LoRA-targeted linear layer of that step reads the same description, so a device backend
+    copies it to the device once per step (ls_backend_t.step_begin) and reuses it for every
+    layer and target.
+
+    Tokens are described in "segment order": position p in [seg_indptr[s], seg_indptr[s+1])
+    belongs to segment s, whose adapter lives in pool slot weight_indices[s]. Position p is
+    the activation row `permutation[p]` when a permutation is given (tokens grouped by
+    adapter without moving the activations), else row p. Rows that no segment covers
+    (padding, e.g. for a captured CUDA graph) are never read nor written by the LoRA ops.
+
+    Slot ranks and scalings are per slot, not per segment: several segments may share a
+    slot. A slot of rank 0 (slot 0 by convention: the base model) does no work at all.
+*/
+#ifndef LS_LORA_BATCH_H
+#define LS_LORA_BATCH_H
+
+#include <stdint.h>
+
+typedef struct {
+    int n_segs;                    // number of segments
+    int n_slots;                   // slots in the pool (length of lora_ranks, scalings)
+    const int32_t *seg_indptr;     // (n_segs+1) segment boundaries in segment order, [0] = 0
+    const int32_t *weight_indices; // (n_segs) pool slot of each segment, in [0, n_slots)
+    const int32_t *permutation;    // (seg_indptr[n_segs]) segment position -> row, or NULL
+    const int32_t *lora_ranks;     // (n_slots) rank of the adapter in each slot, 0..r_max
+    const float *scalings;         // (n_slots) lora_alpha/r (or /sqrt(r) with rslora)
+} ls_lora_batch_t;
+
+#endif

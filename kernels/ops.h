@@ -1,0 +1,242 @@
+/*  kernels/ops.h — the model engine's kernels: CPU reference implementations.
+
+    These functions are the semantic contract of every backend. The CUDA kernels under
+    kernels/cuda must compute the same thing (to within the tolerances that
+    tests/kernels states) and are checked against these on random inputs. Where a
+    choice could go either way (what a kernel leaves untouched, tie-breaking, the order of
+    sampling filters, which logprobs are returned) it is written down here.
+
+    Conventions, for every function below:
+    - activations are fp32, row-major; shapes are written (rows, cols);
+    - a "row stride" is the distance in floats between consecutive token rows, so that q, k
+      and v can be addressed inside one stacked qkv buffer (T, q_dim + 2*kv_dim);
+    - int32 metadata (positions, slot mappings, block tables, ...) lives on the host in the
+      CPU reference; a device backend keeps a device copy per step;
+    - asserts only catch programmer errors (bad shapes, out-of-range indices).
+*/
+#ifndef LS_OPS_H
+#define LS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lora_batch.h"
+
+// ---------------------------------------------------------------------------------------
+// Weight conversion (used at upload time by backends that compute in fp32)
+
+// dst is (n), src is (n) raw bf16 / IEEE half bit patterns
+void ls_convert_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+void ls_convert_f16_to_f32(float *dst, const uint16_t *src, size_t n);
+
+// ---------------------------------------------------------------------------------------
+// Dense ops
+
+// y = x · Wᵀ (+ bias), or y += x · Wᵀ (+ bias) when accumulate != 0. OpenBLAS sgemm.
+// y is (T, out), x is (T, in), w is (out, in) as stored by HF, bias is (out) or NULL
+void ls_matmul_forward(float *y, const float *x, const float *w, const float *bias,
+                       int T, int in, int out, int accumulate);
+
+// out[t] = table[ids[t]]
+// out is (T, C), table is (vocab, C), ids is (T) in [0, vocab)
+void ls_embedding_forward(float *out, const float *table, const int32_t *ids,
+                          int T, int C, int vocab);
+
+// HF Llama RMSNorm in fp32: out = x * rsqrt(mean(x²) + eps) * w.
+// With residual != NULL it is the fused pre-norm form used between sub-layers:
+// residual += x first, then out = rmsnorm(residual) (vLLM fused_add_rms_norm).
+// out may alias x (not residual).
+// out is (T, C), residual is (T, C) or NULL, x is (T, C), w is (C)
+void ls_rmsnorm_forward(float *out, float *residual, const float *x, const float *w,
+                        int T, int C, float eps);
+
+// Per-head RMSNorm in place (Qwen3 q_norm / k_norm): every head_dim-long head vector of
+// every token row is normalized on its own, with one weight vector shared by all heads.
+// x is (T, row_stride) holding (n_heads, head_dim) at the start of each row, w is (head_dim)
+void ls_rmsnorm_heads_forward(float *x, const float *w, int T, int n_heads, int head_dim,
+                              int row_stride, float eps);
+
+// y += x
+// y is (n), x is (n)
+void ls_add_forward(float *y, const float *x, size_t n);
+
+// out = silu(gate) * up, with gate and up side by side in the output of the stacked
+// gate_up projection (gate first, as PEFT/sgl-jax stack them).
+// out is (T, inter), gate_up is (T, 2*inter)
+void ls_silu_mul_forward(float *out, const float *gate_up, int T, int inter);
+
+// out[r] = x[rows[r]]: picks the token rows whose logits are needed (the last token of
+// each sequence that finishes its prefill, every decode token).
+// out is (n_rows, C), x is (T, C), rows is (n_rows)
+void ls_rows_gather(float *out, const float *x, const int32_t *rows, int n_rows, int C);
+
+// ---------------------------------------------------------------------------------------
+// RoPE
+
+typedef enum {
+    LS_ROPE_DEFAULT = 0, // inv_freq[i] = theta^(-2i/d)
+    LS_ROPE_LINEAR,      // inv_freq / factor
+    LS_ROPE_LLAMA3,      // transformers _compute_llama3_parameters
+} ls_rope_type_t;
+
+typedef struct {
+    ls_rope_type_t type;
+    double theta;                  // rope_theta
+    double factor;                 // linear and llama3
+    double low_freq_factor;        // llama3
+    double high_freq_factor;       // llama3
+    double original_max_position;  // llama3: original_max_position_embeddings
+} ls_rope_config_t;
+
+// Fills the inverse frequency table exactly as transformers' rope init functions do, but
+// evaluated in double and rounded once to fp32 (transformers evaluates the pow in fp32, so
+// entries may differ from it by 1 ulp).
+// inv_freq is (head_dim/2)
+void ls_rope_inv_freq_init(float *inv_freq, int head_dim, const ls_rope_config_t *cfg);
+
+// Rotates every head of every token row in place, HF rotate_half convention: element i
+// pairs with element i + d/2 (not interleaved), angle = positions[t] * inv_freq[i] formed
+// as an fp32 product (as HF does) and then cos/sin of it:
+//   x'[i]       = x[i] * cos - x[i+d/2] * sin
+//   x'[i + d/2] = x[i+d/2] * cos + x[i] * sin
+// x is (T, row_stride) holding (n_heads, head_dim) at the start of each row,
+// positions is (T), inv_freq is (head_dim/2)
+void ls_rope_forward(float *x, const int32_t *positions, const float *inv_freq,
+                     int T, int n_heads, int head_dim, int row_stride);
+
+// ---------------------------------------------------------------------------------------
+// Paged KV cache and attention
+
+// One forward step's attention layout. Tokens are packed sequence after sequence: the
+// query tokens of sequence s are rows [q_indptr[s], q_indptr[s+1]). ctx_lens[s] counts the
+// sequence's KV tokens including this step's new ones; KV index j of a sequence holds the
+// token at position j, and lives in cache slot
+//   block_tables[s * max_blocks + j / block_size] * block_size + j % block_size.
+// A query token at position p attends to KV indices 0..p (causal), which covers a prefill
+// chunk on top of a cached prefix and a decode step (one query per sequence) alike;
+// normally positions of sequence s are ctx_lens[s] - q_len .. ctx_lens[s] - 1.
+typedef struct {
+    int n_seqs;
+    int n_tokens;                // T = q_indptr[n_seqs]
+    int max_blocks;              // row length of block_tables
+    int max_ctx_len;             // max of ctx_lens: sizes device grids and splits
+    const int32_t *q_indptr;     // (n_seqs+1)
+    const int32_t *ctx_lens;     // (n_seqs)
+    const int32_t *positions;    // (T) position of each token, < ctx_lens of its sequence
+    const int32_t *slot_mapping; // (T) cache slot the token's k,v are written to; < 0: skip
+    const int32_t *block_tables; // (n_seqs, max_blocks) physical block ids
+} ls_attn_meta_t;
+
+// Writes this step's k and v rows into the paged caches at their slots. Tokens with a
+// negative slot (padding) are skipped.
+// k_cache, v_cache are (num_blocks, block_size, n_kv_heads, head_dim), i.e. (slots, kv_dim)
+// k, v are (T, row_stride) holding (n_kv_heads, head_dim) at the start of each row,
+// slot_mapping is (T)
+void ls_kv_cache_store(float *k_cache, float *v_cache, const float *k, const float *v,
+                       const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
+                       int row_stride);
+
+// Causal paged attention over the layout in meta, keys/values read from the caches only
+// (kv_store must have run first). GQA: query head h uses kv head h / (n_heads/n_kv_heads).
+// Scores are q·k / sqrt(head_dim); softmax in fp32 with the row max subtracted.
+// out is (T, n_heads*head_dim), q is (T, row_stride) holding (n_heads, head_dim) per row,
+// k_cache, v_cache are (num_blocks, block_size, n_kv_heads, head_dim)
+void ls_attention_forward(float *out, const float *q, const float *k_cache,
+                          const float *v_cache, const ls_attn_meta_t *meta, int n_heads,
+                          int n_kv_heads, int head_dim, int block_size, int row_stride);
+
+// ---------------------------------------------------------------------------------------
+// LoRA: segmented shrink / expand (the SGMV references)
+//
+// Pools per layer and target, as SGLang's LoRAMemoryPool:
+//   A pool is (n_slots, n_slices*r_max, in): slice k of the adapter in slot w is rows
+//     k*r_max .. k*r_max + rank[w] - 1 of A[w];
+//   B pool is (n_slots, out_total, r_max): output row o of slice k is B[w, off_k + o, :],
+//     of which columns 0..rank[w]-1 are used.
+// n_slices is 3 for stacked qkv (outputs q_dim, kv_dim, kv_dim), 2 for gate_up
+// (inter, inter), 1 for o and down. The LoRA intermediate tmp is (T, n_slices*r_max).
+//
+// What a device kernel must do identically:
+// - touch only rows covered by a segment whose slot has rank r > 0;
+// - in such a row, shrink writes tmp columns k*r_max + j for j < r only and leaves the
+//   columns j >= r UNTOUCHED (they may hold garbage, even NaN); expand reads only j < r;
+// - expand accumulates: y += scaling[w] * (tmp_k · B_kᵀ), scaling applied to the product
+//   (never folded into A or B), into y columns off_k .. off_{k+1}-1 only;
+// - rows of rank-0 slots and uncovered rows of tmp and y are not read nor written.
+
+// tmp[t, k*r_max + j] = Σ_i x[t, i] · A[w, k*r_max + j, i]   for j < rank[w]
+// tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in)
+void ls_lora_shrink(float *tmp, const float *x, const float *a_pool,
+                    const ls_lora_batch_t *batch, int in, int n_slices, int r_max);
+
+// y[t, off_k + o] += scaling[w] · Σ_{j<rank[w]} tmp[t, k*r_max + j] · B[w, off_k + o, j]
+// y is (T, out_total), tmp is (T, n_slices*r_max), b_pool is (n_slots, out_total, r_max),
+// slice_offsets is (n_slices+1): off_0 = 0 .. off_{n_slices} = out_total
+void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
+                    const ls_lora_batch_t *batch, const int32_t *slice_offsets,
+                    int n_slices, int r_max);
+
+// ---------------------------------------------------------------------------------------
+// Sampling
+//
+// Per row, in this order:
+// 1. penalties on a copy of the raw logits:
+//    repetition (HF): for each DISTINCT token in prompt ∪ output, l > 0 ? l / rp : l * rp;
+//    frequency and presence (OpenAI): l -= freq * count + pres * (count > 0), count =
+//    occurrences in the output tokens only;
+// 2. temperature: l /= T (T == 0 means greedy, and l is left as is for the logprobs);
+// 3. logprobs: log_softmax(l) over the whole vocabulary, i.e. of the PROCESSED logits
+//    (after penalties and temperature, before top-k/top-p/min-p truncation) — SGLang's
+//    default, not vLLM's raw-logit one. The chosen token's logprob and the top-n list come
+//    from it; top-n is ordered by logprob descending, ties by lower id;
+// 4. greedy: argmax(l), ties to the lower id;
+// 5. otherwise truncation, on the logprob row of step 3 (so a device that ranks the
+//    temperature-scaled logits instead may differ only where the subtraction of the
+//    log-sum-exp rounds two values together), tokens ranked by (value desc, id asc):
+//    top-k keeps the first k (k <= 0 or k >= V: off); top-p keeps the shortest prefix of
+//    the top-k survivors whose renormalized probability mass (summed in double, best
+//    first) reaches top_p (the token that crosses it included; top_p >= 1: off); min-p keeps tokens with p >= min_p * p_max,
+//    i.e. lp >= lp_max + log(min_p) (min_p <= 0: off). The top token always survives.
+// 6. draw: exponential race (vLLM's random_sample, = Gumbel-max): the chosen token is the
+//    survivor maximizing lp - log(E), E = -log(u), u = ls_rng_uniform(seed, step, id),
+//    ties to the lower id.
+//    One independent uniform per (seed, step, token id) makes the draw reproducible on any
+//    device without a prefix sum; a device may disagree only on near-ties of the keys.
+
+typedef struct {
+    float temperature;        // 0: greedy
+    int top_k;                // <= 0: off
+    float top_p;              // >= 1: off
+    float min_p;              // <= 0: off
+    float repetition_penalty; // 1: off
+    float frequency_penalty;  // 0: off
+    float presence_penalty;   // 0: off
+    uint64_t seed;            // per request
+    uint64_t step;            // per request draw counter: tokens generated so far
+    int n_logprobs;           // top-n list length, 0..max_top_n of the batch
+} ls_sampling_params_t;
+
+typedef struct {
+    int n_rows;
+    int max_top_n;                      // row length of the top-n outputs
+    const ls_sampling_params_t *params; // (n_rows)
+    const int32_t *prompt_indptr;       // (n_rows+1) into prompt_ids; NULL: no prompt
+    const int32_t *prompt_ids;
+    const int32_t *output_indptr;       // (n_rows+1) into output_ids; NULL: no output
+    const int32_t *output_ids;
+} ls_sampling_batch_t;
+
+// tokens is (n_rows), logprobs is (n_rows) or NULL, top_ids and top_logprobs are
+// (n_rows, max_top_n) or NULL (entries past a row's n_logprobs are left untouched),
+// logits is (n_rows, V), unchanged. Returns -1 if its scratch cannot be allocated.
+int ls_sampling_sample(int32_t *tokens, float *logprobs, int32_t *top_ids,
+                       float *top_logprobs, const float *logits,
+                       const ls_sampling_batch_t *batch, int V);
+
+// The counter-based generator behind the draws: a splitmix64-style hash of
+// (seed, step, idx), so any device can produce draw idx of step step on its own.
+uint64_t ls_rng_u64(uint64_t seed, uint64_t step, uint64_t idx);
+// u in (0, 1): (top 23 bits of ls_rng_u64 + 0.5) * 2^-23, exact in fp32, never 0 or 1
+float ls_rng_uniform(uint64_t seed, uint64_t step, uint64_t idx);
+
+#endif

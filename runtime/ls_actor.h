@@ -1,0 +1,140 @@
+// ls_actor — the actor runtime every loraserve process is built on.
+//
+// One actor = one process = one libev loop. The actor binds one ROUTER socket (its address:
+// clients and other actors send to it), opens one DEALER per peer it talks to (created on
+// first use, identity = the actor's name), and one DEALER to the launcher's control endpoint.
+// Inbound messages are decoded once and dispatched through the actor's table (message type →
+// handler); Heartbeat, Shutdown and GetMetrics have built-in handlers that a table may
+// override. Unknown or malformed messages are counted, logged and answered with an Error.
+//
+// ZeroMQ signals readiness through ZMQ_FD, which is edge-triggered: the runtime drains a
+// socket while ZMQ_EVENTS says POLLIN, at most LS_DRAIN_CAP messages per loop turn so one
+// busy socket cannot starve the others, and re-checks after every send (a send can consume the
+// edge). Lifecycle: on_start, then Ready to the launcher, Heartbeat on a timer, and on Shutdown
+// or SIGTERM/SIGINT: on_shutdown (which answers every in-flight request), close, exit 0.
+//
+// Determinism for replay: handlers read time only through ls_actor_now_ns(), the time of the
+// event being handled, which is recorded in the trace with the event.
+#ifndef LS_ACTOR_H
+#define LS_ACTOR_H
+
+#include <czmq.h>
+#include <stdint.h>
+
+#include "ls_flags.h"
+#include "ls_log.h"
+#include "ls_msg.h"
+
+#define LS_DRAIN_CAP 64
+#define LS_MAX_COUNTERS 128
+#define LS_MAX_PEERS 64
+
+typedef struct ls_actor ls_actor_t;
+typedef struct ls_sock ls_sock_t;
+typedef struct ls_timer ls_timer_t;
+
+// Where a message came from, kept by a handler that answers later (e.g. after a step).
+typedef struct ls_route ls_route_t;
+
+// One inbound message as a handler sees it. Everything is owned by the runtime and valid until
+// the handler returns; a handler keeps the message by moving it out (memcpy, then ls_msg_init
+// the original) and keeps the bulk frames by taking the pointer (set in->bulk to NULL).
+typedef struct {
+    ls_sock_t *sock;     // socket it arrived on
+    zframe_t *identity;  // ROUTER: the sender's routing identity; NULL on a DEALER
+    const char *from;    // printable sender: its identity (ROUTER) or the peer's name (DEALER)
+    ls_msg_t *msg;       // the decoded message
+    zmsg_t *bulk;        // frames after the body (bulk data); NULL when none
+    uint64_t now_ns;     // recorded time of this event (monotonic)
+} ls_in_t;
+
+// A handler returns 0, or -1 after answering the sender itself (the runtime only counts it).
+typedef int (*ls_handler_fn)(ls_actor_t *a, ls_in_t *in, void *state);
+
+typedef struct {
+    uint16_t type;  // ls_msg_type_t
+    ls_handler_fn fn;
+} ls_dispatch_t;  // a table ends with {0, NULL}
+
+typedef struct {
+    const char *name;                 // default actor name ("scheduler")
+    const char *about;                // one line for --help
+    const ls_dispatch_t *dispatch;    // this actor's handlers
+    ls_flag_t *flags;                 // this actor's own flags (may be NULL)
+    void *state;                      // passed to every hook and handler
+    // After sockets are set up, before Ready. Return -1 (after logging why) to exit 1.
+    int (*on_start)(ls_actor_t *a, void *state);
+    // Shutdown began: answer or fail every in-flight request now (the sockets still work).
+    void (*on_shutdown)(ls_actor_t *a, void *state);
+    // Release what on_start acquired; called once, after the loop ends.
+    void (*on_destroy)(ls_actor_t *a, void *state);
+} ls_actor_def_t;
+
+typedef struct {
+    const char *name;          // actor name: log field, trace file name, DEALER identity
+    const char *bind;          // ROUTER endpoint to bind, or NULL for none
+    const char *control;       // launcher's control endpoint, or NULL
+    const ls_strlist_t *peers; // "name=endpoint" entries
+    const char *trace_dir;     // record a trace there, or NULL
+    int heartbeat_ms;          // period of Heartbeat to the control endpoint (0: none)
+    int rank;                  // reported in Ready
+    int process;               // 1: own the process: default loop, SIGINT/SIGTERM handlers
+} ls_actor_opts_t;
+
+// Create an actor: bind, connect, open the trace. NULL on failure (logged).
+ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts);
+void ls_actor_destroy(ls_actor_t **self_p);
+// on_start, Ready, then the loop until shutdown completes. 0 on a clean stop, -1 if on_start
+// failed.
+int ls_actor_run(ls_actor_t *self);
+// The whole process: parse the common flags plus def->flags, log setup, new, run, destroy.
+// Returns the process exit status.
+int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def);
+
+// Begin a graceful shutdown from inside the actor (as if Shutdown had arrived).
+void ls_actor_shutdown(ls_actor_t *self, const char *reason);
+
+const char *ls_actor_name(const ls_actor_t *self);
+uint64_t ls_actor_now_ns(const ls_actor_t *self);
+struct ev_loop *ls_actor_loop(ls_actor_t *self);
+
+// Sending. The message is only read (encode); bulk, when given, is consumed (*bulk_p = NULL).
+// Returns -1 when the message cannot be encoded or the socket refuses it (peer gone, queue
+// full); the failure is logged and counted, never fatal.
+int ls_actor_send(ls_actor_t *self, ls_sock_t *sock, zframe_t *identity, const ls_msg_t *msg,
+                  zmsg_t **bulk_p);
+// Send to a named peer from --peer (its DEALER is created on first use).
+int ls_actor_send_peer(ls_actor_t *self, const char *peer, const ls_msg_t *msg, zmsg_t **bulk_p);
+// Answer the sender of `in` on the socket it came from.
+int ls_actor_reply(ls_actor_t *self, const ls_in_t *in, const ls_msg_t *msg);
+// Answer the sender of `in` with an Error carrying in's rid.
+int ls_actor_reply_error(ls_actor_t *self, const ls_in_t *in, uint32_t code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int ls_actor_send_control(ls_actor_t *self, const ls_msg_t *msg);
+ls_sock_t *ls_actor_peer(ls_actor_t *self, const char *peer);
+// The actor's own ROUTER (NULL without --bind); send to a peer on it by its identity.
+ls_sock_t *ls_actor_router(ls_actor_t *self);
+int ls_actor_has_peer(const ls_actor_t *self, const char *peer);
+
+// Routes: copy where `in` came from, to answer later.
+ls_route_t *ls_route_new(const ls_in_t *in);
+void ls_route_destroy(ls_route_t **self_p);
+int ls_actor_send_route(ls_actor_t *self, const ls_route_t *route, const ls_msg_t *msg, zmsg_t **bulk_p);
+int ls_actor_route_error(ls_actor_t *self, const ls_route_t *route, uint64_t rid, uint32_t code,
+                         uint32_t ref_type, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+// Timers: fire after `after_ms`, then every `repeat_ms` (0: once; re-arm with _again). Each
+// firing is a recorded event. Timers live until stopped or the actor is destroyed.
+typedef void (*ls_timer_fn)(ls_actor_t *a, ls_timer_t *timer, void *arg);
+ls_timer_t *ls_actor_timer_start(ls_actor_t *self, double after_ms, double repeat_ms, ls_timer_fn fn,
+                                 void *arg);
+void ls_actor_timer_again(ls_actor_t *self, ls_timer_t *timer, double after_ms);
+void ls_actor_timer_stop(ls_actor_t *self, ls_timer_t *timer);
+
+// Counters exposed through GetMetrics (and later /metrics). The pointer stays valid for the
+// actor's life; NULL only when the table is full (logged once).
+uint64_t *ls_actor_counter(ls_actor_t *self, const char *name);
+void ls_actor_count(ls_actor_t *self, const char *name, uint64_t n);
+uint64_t ls_actor_counter_get(ls_actor_t *self, const char *name);
+
+#endif

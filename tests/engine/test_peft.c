@@ -1,0 +1,543 @@
+// PEFT adapter loading: list and regex target_modules, rank/alpha patterns with PEFT's
+// first-match rule, rslora scaling, exclusions, and every rejection rule with its message.
+#include "fixtures.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "peft.h"
+
+#define NL 3
+static char errbuf[1024];
+static ls_model_config_t cfg;
+
+#define assert_contains(hay, needle)                                                          \
+    do {                                                                                      \
+        if (!strstr((hay), (needle)))                                                         \
+            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
+    } while (0)
+
+// Tiny Llama: hidden 16, 4 heads of 4, 2 kv heads -> q/o 16, k/v 8; intermediate 24.
+static int setup(void **state)
+{
+    (void)state;
+    const char *j = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 16, "
+                    "\"intermediate_size\": 24, \"num_attention_heads\": 4, "
+                    "\"num_key_value_heads\": 2, \"num_hidden_layers\": 3, \"vocab_size\": 32}";
+    return ls_model_config_parse(j, strlen(j), "config.json", &cfg, errbuf, sizeof errbuf);
+}
+
+// The adapter a test writes: ranks[l][t] > 0 gives A (r, in) and B (out, r) for that module.
+typedef struct {
+    int ranks[NL][LS_TARGET_COUNT];
+    ls_dtype_t dtype;
+    const char *infix;  // "" or ".default"
+    const char *extra_name;  // one more tensor (f32, shape extra_shape or [2, 2]) or NULL
+    int64_t extra_shape[2];
+} adapter_t;
+
+static size_t numel_of(int l, int t, int which, const adapter_t *a)
+{
+    int in, out;
+    ls_model_config_target_dims(&cfg, (ls_target_t)t, &in, &out);
+    return (size_t)a->ranks[l][t] * (size_t)(which ? out : in);
+}
+
+static float value_of(int l, int t, int which, size_t i)
+{
+    return fx_value((unsigned)(l * 100 + t * 10 + which + 1), i);
+}
+
+static void write_adapter(const char *dir, const char *config, const adapter_t *a)
+{
+    fx_write_str(dir, "adapter_config.json", config);
+    ls_st_write_tensor_t t[NL * LS_TARGET_COUNT * 2 + 1];
+    static char names[NL * LS_TARGET_COUNT * 2][128];
+    void *bufs[NL * LS_TARGET_COUNT * 2];
+    size_t n = 0;
+    for (int l = 0; l < NL; l++) {
+        for (int tg = 0; tg < LS_TARGET_COUNT; tg++) {
+            if (a->ranks[l][tg] == 0)
+                continue;
+            int in, out;
+            ls_model_config_target_dims(&cfg, (ls_target_t)tg, &in, &out);
+            for (int which = 0; which < 2; which++) {
+                size_t ne = numel_of(l, tg, which, a);
+                snprintf(names[n], sizeof names[n],
+                         "base_model.model.model.layers.%d.%s.%s.lora_%c%s.weight", l,
+                         ls_target_parent((ls_target_t)tg), ls_target_name((ls_target_t)tg),
+                         which ? 'B' : 'A', a->infix ? a->infix : "");
+                void *buf = malloc(ne * 4 + 4);
+                for (size_t i = 0; i < ne; i++) {
+                    float v = value_of(l, tg, which, i);
+                    if (a->dtype == LS_DTYPE_F32)
+                        ((float *)buf)[i] = v;
+                    else if (a->dtype == LS_DTYPE_BF16)
+                        ((uint16_t *)buf)[i] = ls_bf16_from_f32(v);
+                    else
+                        ((uint16_t *)buf)[i] = ls_f16_from_f32(v);
+                }
+                bufs[n] = buf;
+                t[n] = (ls_st_write_tensor_t){.name = names[n], .dtype = a->dtype, .ndim = 2,
+                                              .data = buf};
+                t[n].shape[0] = which ? out : a->ranks[l][tg];
+                t[n].shape[1] = which ? a->ranks[l][tg] : in;
+                n++;
+            }
+        }
+    }
+    static const float ones[64] = {[0 ... 63] = 1.0f};
+    size_t nt = n;
+    if (a->extra_name) {
+        t[nt] = (ls_st_write_tensor_t){.name = a->extra_name, .dtype = LS_DTYPE_F32, .ndim = 2,
+                                       .shape = {2, 2}, .data = ones};
+        if (a->extra_shape[0]) {
+            t[nt].shape[0] = a->extra_shape[0];
+            t[nt].shape[1] = a->extra_shape[1];
+        }
+        nt++;
+    }
+    char p[4096];
+    assert_int_equal(ls_st_write(fx_path(p, sizeof p, dir, "adapter_model.safetensors"), t, nt,
+                                 errbuf, sizeof errbuf), 0);
+    for (size_t i = 0; i < n; i++)
+        free(bufs[i]);
+}
+
+static void set_targets(adapter_t *a, unsigned mask, int rank)
+{
+    for (int l = 0; l < NL; l++)
+        for (int t = 0; t < LS_TARGET_COUNT; t++)
+            a->ranks[l][t] = (mask >> t & 1) ? rank : 0;
+}
+
+static ls_adapter_t *load_ok(const char *dir, int max_rank)
+{
+    ls_adapter_t *ad = ls_adapter_load(dir, &cfg, max_rank, errbuf, sizeof errbuf);
+    if (!ad)
+        fail_msg("load failed: %s", errbuf);
+    return ad;
+}
+
+// Checks that every module holds what write_adapter wrote (exactly for f32, after the dtype's
+// rounding otherwise) with the expected rank.
+static void check_weights(const ls_adapter_t *ad, const adapter_t *a)
+{
+    size_t bytes = 0;
+    for (int l = 0; l < NL; l++) {
+        for (int t = 0; t < LS_TARGET_COUNT; t++) {
+            const ls_lora_weights_t *w = ls_adapter_layer_target(ad, l, (ls_target_t)t);
+            assert_int_equal(w->rank, a->ranks[l][t]);
+            if (a->ranks[l][t] == 0) {
+                assert_null(w->A);
+                assert_null(w->B);
+                continue;
+            }
+            for (int which = 0; which < 2; which++) {
+                const float *m = which ? w->B : w->A;
+                size_t ne = numel_of(l, t, which, a);
+                bytes += ne * 4;
+                for (size_t i = 0; i < ne; i++) {
+                    float v = value_of(l, t, which, i);
+                    if (a->dtype == LS_DTYPE_BF16)
+                        v = ls_bf16_to_f32(ls_bf16_from_f32(v));
+                    else if (a->dtype == LS_DTYPE_F16)
+                        v = ls_f16_to_f32(ls_f16_from_f32(v));
+                    assert_true(m[i] == v);
+                }
+            }
+        }
+    }
+    assert_int_equal(ls_adapter_bytes(ad), bytes);
+}
+
+#define QV ((1u << LS_TARGET_Q) | (1u << LS_TARGET_V))
+#define ALL 0x7fu
+
+static void test_list_targets(void **state)
+{
+    (void)state;
+    static const ls_dtype_t dtypes[3] = {LS_DTYPE_F32, LS_DTYPE_BF16, LS_DTYPE_F16};
+    for (int d = 0; d < 3; d++) {
+        char *dir = fx_tmpdir();
+        adapter_t a = {.dtype = dtypes[d], .infix = d == 2 ? ".default" : ""};
+        set_targets(&a, QV, 4);
+        write_adapter(dir, "{\"peft_type\": \"LORA\", \"task_type\": \"CAUSAL_LM\", \"r\": 4, "
+                           "\"lora_alpha\": 8, \"target_modules\": [\"v_proj\", \"q_proj\"], "
+                           "\"bias\": \"none\", \"use_dora\": false, \"modules_to_save\": null, "
+                           "\"layers_to_transform\": null, \"fan_in_fan_out\": false, "
+                           "\"use_rslora\": false, \"rank_pattern\": {}, \"alpha_pattern\": {}}",
+                      &a);
+        ls_adapter_t *ad = load_ok(dir, 16);
+        check_weights(ad, &a);
+        const ls_lora_weights_t *w = ls_adapter_layer_target(ad, 2, LS_TARGET_V);
+        assert_true(w->scaling == 2.0f);
+        ls_adapter_info_t info = ls_adapter_info(ad);
+        assert_int_equal(info.max_rank, 4);
+        assert_int_equal(info.target_mask, QV);
+        assert_int_equal(info.num_modules, 2 * NL);
+        ls_adapter_destroy(&ad);
+        assert_null(ad);
+        ls_adapter_destroy(&ad);
+        // The config-only path agrees.
+        memset(&info, 0, sizeof info);
+        assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, &info, errbuf, sizeof errbuf), 0);
+        assert_int_equal(info.max_rank, 4);
+        assert_int_equal(info.target_mask, QV);
+        fx_rmdir(&dir);
+    }
+}
+
+static void test_full_names_and_defaults(void **state)
+{
+    (void)state;
+    char *dir = fx_tmpdir();
+    adapter_t a = {.dtype = LS_DTYPE_F32};
+    a.ranks[1][LS_TARGET_O] = 8;   // list entry given as a full module name
+    a.ranks[0][LS_TARGET_UP] = 8;  // and as a dotted suffix
+    a.ranks[1][LS_TARGET_UP] = 8;
+    a.ranks[2][LS_TARGET_UP] = 8;
+    write_adapter(dir, "{\"peft_type\": \"LORA\", \"target_modules\": "
+                       "[\"model.layers.1.self_attn.o_proj\", \"mlp.up_proj\"]}",
+                  &a);
+    ls_adapter_t *ad = load_ok(dir, 8);  // r and lora_alpha default to 8 as in PEFT
+    check_weights(ad, &a);
+    assert_true(ls_adapter_layer_target(ad, 1, LS_TARGET_O)->scaling == 1.0f);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&dir);
+}
+
+static void test_regex_targets(void **state)
+{
+    (void)state;
+    char *dir = fx_tmpdir();
+    adapter_t a = {.dtype = LS_DTYPE_F32};
+    for (int l = 0; l < 2; l++)
+        a.ranks[l][LS_TARGET_Q] = a.ranks[l][LS_TARGET_K] = 2;
+    write_adapter(dir, "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4, "
+                       "\"target_modules\": \".*\\\\.layers\\\\.[01]\\\\.self_attn\\\\.(q|k)_proj\"}",
+                  &a);
+    ls_adapter_t *ad = load_ok(dir, 16);
+    check_weights(ad, &a);
+    ls_adapter_destroy(&ad);
+
+    // \d, (?:...), lazy quantifiers and {m,n} translate; the match is on the whole name.
+    memset(a.ranks, 0, sizeof a.ranks);
+    for (int l = 0; l < NL; l++)
+        a.ranks[l][LS_TARGET_GATE] = a.ranks[l][LS_TARGET_UP] = 2;
+    write_adapter(dir, "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4, "
+                       "\"target_modules\": \"model\\\\.layers\\\\.\\\\d{1,2}\\\\.m.*?\\\\.(?:gate|up)_proj\"}",
+                  &a);
+    ad = load_ok(dir, 16);
+    check_weights(ad, &a);
+    ls_adapter_destroy(&ad);
+
+    // A regex that is only a suffix does not match: PEFT uses re.fullmatch.
+    write_adapter(dir, "{\"peft_type\": \"LORA\", \"r\": 2, \"target_modules\": \"q_proj\"}", &a);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "selects no module");
+
+    // Character classes with escapes inside brackets.
+    memset(a.ranks, 0, sizeof a.ranks);
+    a.ranks[2][LS_TARGET_DOWN] = 2;
+    write_adapter(dir, "{\"peft_type\": \"LORA\", \"r\": 2, "
+                       "\"target_modules\": \"[a-z.]+[\\\\d]\\\\.mlp[.]down_proj\"}",
+                  &a);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));  // layers 0,1 too
+    assert_contains(errbuf, "lora_A weight is missing");
+    write_adapter(dir, "{\"peft_type\": \"LORA\", \"r\": 2, "
+                       "\"target_modules\": \"[a-z.]+[2-9]\\\\.mlp[.]down_proj\"}",
+                  &a);
+    ad = load_ok(dir, 16);
+    check_weights(ad, &a);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&dir);
+}
+
+static void test_patterns_and_rslora(void **state)
+{
+    (void)state;
+    char *dir = fx_tmpdir();
+    adapter_t a = {.dtype = LS_DTYPE_BF16};
+    set_targets(&a, ALL, 4);
+    a.ranks[0][LS_TARGET_Q] = a.ranks[1][LS_TARGET_Q] = a.ranks[2][LS_TARGET_Q] = 2;
+    a.ranks[1][LS_TARGET_V] = 8;
+    a.ranks[2][LS_TARGET_DOWN] = 0;  // excluded below
+    // "q_proj" comes first, so it wins over the more specific layer-0 key (PEFT's first match);
+    // "^k_proj" is anchored at the start of the full name and never matches.
+    write_adapter(dir, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, "
+                       "\"use_rslora\": true, \"target_modules\": \"all-linear\", "
+                       "\"exclude_modules\": [\"layers.2.mlp.down_proj\"], "
+                       "\"rank_pattern\": {\"q_proj\": 2, \"layers.0.self_attn.q_proj\": 6, "
+                       "\"model.layers.1.self_attn.v_proj\": 8, \"^k_proj\": 16}, "
+                       "\"alpha_pattern\": {\"layers\\\\.[12]\\\\.mlp\\\\.gate_proj\": 32, "
+                       "\"o_proj\": 2.5}}",
+                  &a);
+    ls_adapter_t *ad = load_ok(dir, 8);
+    check_weights(ad, &a);
+    const float eps = 1e-6f;
+    assert_float_equal(ls_adapter_layer_target(ad, 0, LS_TARGET_Q)->scaling, 8 / sqrtf(2), eps);
+    assert_float_equal(ls_adapter_layer_target(ad, 1, LS_TARGET_V)->scaling, 8 / sqrtf(8), eps);
+    assert_float_equal(ls_adapter_layer_target(ad, 0, LS_TARGET_V)->scaling, 4.0f, eps);
+    assert_float_equal(ls_adapter_layer_target(ad, 2, LS_TARGET_K)->scaling, 4.0f, eps);
+    assert_float_equal(ls_adapter_layer_target(ad, 0, LS_TARGET_GATE)->scaling, 4.0f, eps);
+    assert_float_equal(ls_adapter_layer_target(ad, 1, LS_TARGET_GATE)->scaling, 16.0f, eps);
+    assert_float_equal(ls_adapter_layer_target(ad, 2, LS_TARGET_GATE)->scaling, 16.0f, eps);
+    assert_float_equal(ls_adapter_layer_target(ad, 1, LS_TARGET_O)->scaling, 1.25f, eps);
+    ls_adapter_info_t info = ls_adapter_info(ad);
+    assert_int_equal(info.max_rank, 8);
+    assert_int_equal(info.target_mask, ALL);
+    assert_int_equal(info.num_modules, NL * 7 - 1);
+    ls_adapter_destroy(&ad);
+
+    // Without rslora: alpha / r.
+    set_targets(&a, 1u << LS_TARGET_Q, 4);
+    write_adapter(dir, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 16, "
+                       "\"target_modules\": [\"q_proj\"], \"alpha_pattern\": {\"layers.1.self_attn.q_proj\": 2}}",
+                  &a);
+    ad = load_ok(dir, 8);
+    assert_float_equal(ls_adapter_layer_target(ad, 0, LS_TARGET_Q)->scaling, 4.0f, eps);
+    assert_float_equal(ls_adapter_layer_target(ad, 1, LS_TARGET_Q)->scaling, 0.5f, eps);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&dir);
+}
+
+// Writes a q_proj rank-4 adapter with config, expects config_read (when check_read) and load to
+// fail with every fragment in the message.
+static void expect_reject(const char *config, const adapter_t *a, bool check_read, int n, ...)
+{
+    char *dir = fx_tmpdir();
+    adapter_t def = {.dtype = LS_DTYPE_F32};
+    if (!a) {
+        set_targets(&def, 1u << LS_TARGET_Q, 4);
+        a = &def;
+    }
+    write_adapter(dir, config, a);
+    for (int pass = check_read ? 0 : 1; pass < 2; pass++) {
+        errbuf[0] = '\0';
+        if (pass == 0) {
+            if (ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf) == 0)
+                fail_msg("config_read accepted %s", config);
+        } else {
+            ls_adapter_t *ad = ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf);
+            if (ad)
+                fail_msg("load accepted %s", config);
+        }
+        va_list ap;
+        va_start(ap, n);
+        for (int i = 0; i < n; i++) {
+            const char *frag = va_arg(ap, const char *);
+            if (!strstr(errbuf, frag))
+                fail_msg("%s (pass %d, extra tensor %s): \"%s\" does not contain \"%s\"",
+                         config, pass, a->extra_name ? a->extra_name : "none", errbuf, frag);
+        }
+        va_end(ap);
+    }
+    fx_rmdir(&dir);
+}
+
+#define CFG(extra) "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]" extra "}"
+
+static void test_config_rejections(void **state)
+{
+    (void)state;
+    expect_reject("{\"peft_type\": \"PREFIX_TUNING\", \"r\": 4}", NULL, true, 3,
+                  "adapter_config.json", "peft_type", "only LORA");
+    expect_reject("{\"r\": 4}", NULL, true, 2, "peft_type", "missing");
+    expect_reject(CFG(", \"task_type\": \"SEQ_CLS\""), NULL, true, 2, "task_type", "CAUSAL_LM");
+    expect_reject(CFG(", \"bias\": \"all\""), NULL, true, 3, "\"bias\"", "\"all\"", "none");
+    expect_reject(CFG(", \"use_dora\": true"), NULL, true, 2, "use_dora", "DoRA");
+    expect_reject(CFG(", \"lora_bias\": true"), NULL, true, 1, "lora_bias");
+    expect_reject(CFG(", \"fan_in_fan_out\": true"), NULL, true, 2, "fan_in_fan_out",
+                  "not supported");
+    expect_reject(CFG(", \"modules_to_save\": [\"lm_head\"]"), NULL, true, 2, "modules_to_save",
+                  "not supported");
+    expect_reject(CFG(", \"layers_to_transform\": [0, 1]"), NULL, true, 2,
+                  "layers_to_transform", "not supported");
+    expect_reject(CFG(", \"layer_replication\": [[0, 2], [1, 3]]"), NULL, true, 2,
+                  "layer_replication", "not supported");
+    expect_reject(CFG(", \"trainable_token_indices\": [5, 6]"), NULL, true, 2,
+                  "trainable_token_indices", "added vocabulary");
+    expect_reject(CFG(", \"target_parameters\": [\"experts.gate_up_proj\"]"), NULL, true, 1,
+                  "target_parameters");
+    expect_reject(CFG(", \"alora_invocation_tokens\": [1, 2]"), NULL, true, 1,
+                  "alora_invocation_tokens");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\", \"fc1\"]}",
+                  NULL, true, 3, "target_modules", "\"fc1\" matches no module", "q_proj");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\", \"lm_head\"]}",
+                  NULL, true, 2, "\"lm_head\"", "not a supported LoRA target");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\", \"input_layernorm\"]}",
+                  NULL, true, 2, "input_layernorm", "not a supported LoRA target");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \".*(q_proj|embed_tokens)\"}",
+                  NULL, true, 2, "\"model.embed_tokens\"", "not a supported LoRA target");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"^(?!.*vision).*q_proj\"}",
+                  NULL, true, 3, "target_modules", "regex", "not supported");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \".*q_proj(\"}",
+                  NULL, true, 2, "target_modules", "invalid");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"foo.*\"}", NULL,
+                  true, 1, "selects no module");
+    expect_reject(CFG(", \"rank_pattern\": {\"q_proj\": 0}"), NULL, true, 2, "rank_pattern",
+                  "positive integer");
+    expect_reject(CFG(", \"rank_pattern\": {\"(?<=x)q\": 2}"), NULL, true, 2, "rank_pattern",
+                  "not supported");
+    expect_reject(CFG(", \"alpha_pattern\": {\"q_proj\": \"big\"}"), NULL, true, 1,
+                  "alpha_pattern");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 0, \"target_modules\": [\"q_proj\"]}", NULL,
+                  true, 2, "\"r\"", "positive integer");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": \"x\", \"target_modules\": [\"q_proj\"]}",
+                  NULL, true, 1, "lora_alpha");
+    // Rank above max_lora_rank (16), directly and through rank_pattern.
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 32, \"target_modules\": [\"q_proj\"]}", NULL,
+                  true, 4, "model.layers.0.self_attn.q_proj", "rank 32", "max_lora_rank 16",
+                  "adapter_config.json");
+    expect_reject(CFG(", \"rank_pattern\": {\"layers.2.self_attn.q_proj\": 64}"), NULL, true, 2,
+                  "model.layers.2.self_attn.q_proj", "rank 64");
+    expect_reject("not json", NULL, true, 2, "adapter_config.json", "not a valid JSON");
+}
+
+static void test_file_rejections(void **state)
+{
+    (void)state;
+    char p[4096];
+    char *dir = fx_tmpdir();
+    fx_write_str(dir, "adapter_config.json", CFG(""));
+    fx_write_str(dir, "adapter_model.bin", "PK");
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "adapter_model.bin");
+    assert_contains(errbuf, "pickled .bin adapters are not loaded; convert to safetensors");
+    remove(fx_path(p, sizeof p, dir, "adapter_model.bin"));
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "adapter_model.safetensors");
+    assert_contains(errbuf, "missing");
+    fx_rmdir(&dir);
+    assert_null(ls_adapter_load("/nonexistent/adapter", &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "/nonexistent/adapter/adapter_config.json");
+
+    // Added vocabulary: ids past the base vocab (32) are refused; ids inside it are fine.
+    dir = fx_tmpdir();
+    adapter_t a = {.dtype = LS_DTYPE_F32};
+    set_targets(&a, 1u << LS_TARGET_Q, 4);
+    write_adapter(dir, CFG(""), &a);
+    fx_write_str(dir, "added_tokens.json", "{\"<|im_start|>\": 30, \"<|im_end|>\": 31}");
+    ls_adapter_t *ad = load_ok(dir, 16);
+    ls_adapter_destroy(&ad);
+    fx_write_str(dir, "added_tokens.json", "{\"<|im_start|>\": 30, \"<new>\": 32}");
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "added_tokens.json");
+    assert_contains(errbuf, "\"<new>\"");
+    assert_contains(errbuf, "added vocabulary");
+    remove(fx_path(p, sizeof p, dir, "added_tokens.json"));
+    fx_write_str(dir, "new_embeddings.safetensors", "x");
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "new_embeddings.safetensors");
+    assert_contains(errbuf, "added vocabulary");
+    fx_rmdir(&dir);
+}
+
+static void test_tensor_rejections(void **state)
+{
+    (void)state;
+    adapter_t a = {.dtype = LS_DTYPE_F32};
+    set_targets(&a, 1u << LS_TARGET_Q, 4);
+    const char *A0 = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
+
+    a.extra_name = "base_model.model.model.embed_tokens.lora_embedding_A";
+    expect_reject(CFG(""), &a, false, 3, "adapter_model.safetensors", a.extra_name, "embedding");
+    a.extra_name = "base_model.model.lm_head.weight";
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "embed_tokens/lm_head");
+    a.extra_name = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "not supported");
+    a.extra_name = "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector";
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "DoRA");
+    a.extra_name = "base_model.model.model.layers.0.mlp.fc1.lora_A.weight";
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "not a LoRA A/B weight");
+    a.extra_name = "base_model.model.model.layers.7.self_attn.q_proj.lora_A.weight";
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "not a LoRA A/B weight");
+    a.extra_name = "base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight";
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "does not select");
+    a.extra_name = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight";
+    a.extra_shape[0] = 4;
+    a.extra_shape[1] = 16;
+    expect_reject(CFG(""), &a, false, 2, "self_attn.q_proj.lora_A", "given twice");
+    a.extra_name = NULL;
+
+    // The adapter's rank differs from the config's: the message names the tensor and both.
+    set_targets(&a, 1u << LS_TARGET_Q, 3);
+    expect_reject(CFG(""), &a, false, 4, A0, "[3, 16]", "[4, 16]", "rank 4");
+    // Shapes that do not fit the base: a k_proj adapter written for q_proj dims.
+    set_targets(&a, 1u << LS_TARGET_Q, 4);
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"k_proj\"]}", &a,
+                  false, 2, A0, "does not select");
+
+    // Unpaired A/B, NaN and Inf, each naming the module or tensor.
+    char *dir = fx_tmpdir();
+    char p[4096];
+    write_adapter(dir, CFG(""), &a);
+    ls_st_t *st = ls_st_open(fx_path(p, sizeof p, dir, "adapter_model.safetensors"), errbuf,
+                             sizeof errbuf);
+    size_t n = ls_st_count(st);
+    ls_st_write_tensor_t *t = calloc(n, sizeof *t);
+    float *data[16];
+    for (size_t i = 0; i < n; i++) {
+        const ls_st_tensor_t *x = ls_st_at(st, i);
+        data[i] = malloc(x->nbytes);
+        ls_st_tensor_to_f32(x, data[i]);
+        t[i] = (ls_st_write_tensor_t){.name = strdup(x->name), .dtype = LS_DTYPE_F32,
+                                      .ndim = x->ndim, .data = data[i]};
+        memcpy(t[i].shape, x->shape, sizeof x->shape);
+    }
+    ls_st_destroy(&st);
+    char B1[128];
+    snprintf(B1, sizeof B1, "base_model.model.model.layers.1.self_attn.q_proj.lora_B.weight");
+    size_t ib = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(t[i].name, B1) == 0)
+            ib = i;
+    ls_st_write_tensor_t saved = t[ib];
+    t[ib] = t[n - 1];
+    assert_int_equal(ls_st_write(p, t, n - 1, errbuf, sizeof errbuf), 0);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "model.layers.1.self_attn.q_proj");
+    assert_contains(errbuf, "lora_B weight is missing");
+    t[n - 1] = t[ib];
+    t[ib] = saved;
+    data[ib][5] = NAN;
+    assert_int_equal(ls_st_write(p, t, n, errbuf, sizeof errbuf), 0);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, B1);
+    assert_contains(errbuf, "NaN or infinite");
+    data[ib][5] = INFINITY;
+    assert_int_equal(ls_st_write(p, t, n, errbuf, sizeof errbuf), 0);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "NaN or infinite");
+    data[ib][5] = 0.5f;
+    assert_int_equal(ls_st_write(p, t, n, errbuf, sizeof errbuf), 0);
+    ls_adapter_t *ad = load_ok(dir, 16);
+    assert_true(ls_adapter_layer_target(ad, 1, LS_TARGET_Q)->B[5] == 0.5f);
+    ls_adapter_destroy(&ad);
+    for (size_t i = 0; i < n; i++) {
+        free((char *)t[i].name);
+        free(data[i]);
+    }
+    free(t);
+    fx_rmdir(&dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_list_targets),
+        cmocka_unit_test(test_full_names_and_defaults),
+        cmocka_unit_test(test_regex_targets),
+        cmocka_unit_test(test_patterns_and_rslora),
+        cmocka_unit_test(test_config_rejections),
+        cmocka_unit_test(test_file_rejections),
+        cmocka_unit_test(test_tensor_rejections),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -1,0 +1,343 @@
+// Launcher tests: the real graph, started through launch/loraserve as a user would.
+//   graph      — every actor Ready, graph.json right, each actor survives malformed input and
+//                answers a ping, Ctrl-C (SIGINT) stops everything with exit 0, no process left
+//   death      — killing one actor brings the graph down with a message naming it
+//   timeout    — an actor that never gets Ready is named, and the graph is stopped
+//   tcp        — the same graph over tcp:// endpoints
+//   trace      — --record-trace writes a trace per actor that loraserve-trace reads
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "ls_msg.h"
+#include <czmq.h>
+
+static char s_dir[64];
+
+typedef struct {
+    pid_t pid;
+    char run_dir[256];
+    char out_path[300];
+    cJSON *graph;
+} launch_t;
+
+static double s_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static char *s_read_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = 0;
+    fclose(f);
+    return buf;
+}
+
+// Start launch/loraserve with extra args; its output goes to a file we read later.
+static void s_launch(launch_t *l, const char *tag, const char *bin_dir, const char *extra[]) {
+    snprintf(l->run_dir, sizeof l->run_dir, "%s/%s", s_dir, tag);
+    snprintf(l->out_path, sizeof l->out_path, "%s/%s.out", s_dir, tag);
+    l->graph = NULL;
+    l->pid = fork();
+    assert_true(l->pid >= 0);
+    if (l->pid == 0) {
+        int fd = open(l->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        setenv("LORASERVE_BIN", bin_dir, 1);
+        const char *argv[32] = {LS_LAUNCH_SCRIPT, "--run-dir", l->run_dir, "--actor-heartbeat-ms", "200"};
+        int n = 5;
+        for (int i = 0; extra && extra[i]; i++)
+            argv[n++] = extra[i];
+        execv(argv[0], (char **)argv);
+        _exit(127);
+    }
+}
+
+// Wait for graph.json; NULL if the launcher exited first or time ran out.
+static cJSON *s_wait_graph(launch_t *l, double seconds) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/graph.json", l->run_dir);
+    for (double t0 = s_now(); s_now() - t0 < seconds; usleep(50000)) {
+        char *text = s_read_file(path);
+        if (text) {
+            l->graph = cJSON_Parse(text);
+            free(text);
+            return l->graph;
+        }
+        if (waitpid(l->pid, NULL, WNOHANG) == l->pid)
+            return NULL;
+    }
+    return NULL;
+}
+
+// Wait for the launcher to exit; returns its exit status, or -1 on timeout.
+static int s_wait_exit(launch_t *l, double seconds) {
+    for (double t0 = s_now(); s_now() - t0 < seconds; usleep(50000)) {
+        int status;
+        if (waitpid(l->pid, &status, WNOHANG) == l->pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    kill(l->pid, SIGKILL);
+    waitpid(l->pid, NULL, 0);
+    return -1;
+}
+
+// A process is gone when it does not exist or is a zombie nobody will reap soon.
+static int s_alive(pid_t pid) {
+    char path[64], state = '?';
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%*d %*s %c", &state) != 1)
+        state = '?';
+    fclose(f);
+    return state != 'Z';
+}
+
+static void s_assert_all_gone(cJSON *graph) {
+    cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItem(graph, "actors")) {
+        pid_t pid = (pid_t)cJSON_GetObjectItem(a, "pid")->valueint;
+        int alive = 1;
+        for (int i = 0; i < 100 && (alive = s_alive(pid)); i++)
+            usleep(50000);
+        if (alive)
+            fail_msg("%s (pid %d) outlived the launcher", cJSON_GetObjectItem(a, "name")->valuestring, (int)pid);
+    }
+}
+
+static cJSON *s_actor(cJSON *graph, const char *name) {
+    cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItem(graph, "actors")) if (!strcmp(cJSON_GetObjectItem(a, "name")->valuestring, name)) return a;
+    return NULL;
+}
+
+static const char *s_router(cJSON *actor) {
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(actor, "endpoints"), "router")->valuestring;
+}
+
+// Send garbage, expect an Error; then a Heartbeat ping, expect the actor's pong.
+static void s_poke(const char *endpoint, const char *name) {
+    zsock_t *s = zsock_new_dealer(endpoint);
+    assert_non_null(s);
+    zsock_set_rcvtimeo(s, 5000);
+    const char junk[] = "\xc1\xff this is not msgpack";
+    assert_int_equal(zsock_send(s, "b", junk, sizeof junk), 0);
+    zframe_t *f = zframe_recv(s);
+    if (!f)
+        fail_msg("%s did not answer a malformed message", name);
+    ls_msg_t m;
+    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+    assert_int_equal(m.type, LS_MSG_ERROR);
+    assert_int_equal(m.u.error.code, LS_ERROR_CODE_MALFORMED);
+    ls_msg_clear(&m);
+    zframe_destroy(&f);
+
+    ls_msg_init(&m, LS_MSG_HEARTBEAT);
+    m.rid = 9;
+    char *buf;
+    size_t len;
+    assert_int_equal(ls_msg_encode(&m, &buf, &len), 0);
+    ls_msg_clear(&m);
+    assert_int_equal(zsock_send(s, "b", buf, len), 0);
+    free(buf);
+    f = zframe_recv(s);
+    if (!f)
+        fail_msg("%s did not answer a ping after malformed input", name);
+    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+    assert_int_equal(m.type, LS_MSG_HEARTBEAT);
+    assert_int_equal(m.rid, 9);
+    assert_string_equal(m.u.heartbeat.actor, name);
+    ls_msg_clear(&m);
+    zframe_destroy(&f);
+    zsock_destroy(&s);
+}
+
+static void s_check_graph(cJSON *graph, int tp, const char *prefix) {
+    assert_non_null(graph);
+    const char *expect[] = {"registry", "scheduler", "detokenizer", "tokenizer", "gateway"};
+    cJSON *actors = cJSON_GetObjectItem(graph, "actors");
+    assert_int_equal(cJSON_GetArraySize(actors), 5 + tp);
+    for (size_t i = 0; i < 5; i++)
+        assert_non_null(s_actor(graph, expect[i]));
+    for (int r = 0; r < tp; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "worker-%d", r);
+        cJSON *w = s_actor(graph, name);
+        assert_non_null(w);
+        assert_int_equal(cJSON_GetObjectItem(w, "rank")->valueint, r);
+    }
+    cJSON *a;
+    cJSON_ArrayForEach(a, actors) {
+        pid_t pid = (pid_t)cJSON_GetObjectItem(a, "pid")->valueint;
+        assert_true(s_alive(pid));
+        assert_int_equal(strncmp(s_router(a), prefix, strlen(prefix)), 0);
+        struct stat st;
+        assert_int_equal(stat(cJSON_GetObjectItem(a, "log")->valuestring, &st), 0);
+    }
+}
+
+static void test_graph(void **unused) {
+    launch_t l;
+    const char *extra[] = {"--tp-size", "2", NULL};
+    s_launch(&l, "graph", LS_BIN_DIR, extra);
+    cJSON *g = s_wait_graph(&l, 30);
+    if (!g)
+        fail_msg("graph never came up; launcher output:\n%s", s_read_file(l.out_path));
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "ipc://%s/sock/", cJSON_GetObjectItem(g, "run_dir")->valuestring);
+    s_check_graph(g, 2, prefix);
+    cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItem(g, "actors"))
+        s_poke(s_router(a), cJSON_GetObjectItem(a, "name")->valuestring);
+
+    kill(l.pid, SIGINT);
+    assert_int_equal(s_wait_exit(&l, 20), 0);
+    s_assert_all_gone(g);
+    char *out = s_read_file(l.out_path);
+    assert_non_null(strstr(out, "loraserve is up"));
+    assert_non_null(strstr(out, "graph stopped"));
+    free(out);
+    cJSON_Delete(g);
+}
+
+static void test_death(void **unused) {
+    launch_t l;
+    s_launch(&l, "death", LS_BIN_DIR, NULL);
+    cJSON *g = s_wait_graph(&l, 30);
+    assert_non_null(g);
+    pid_t victim = (pid_t)cJSON_GetObjectItem(s_actor(g, "scheduler"), "pid")->valueint;
+    kill(victim, SIGKILL);
+    int status = s_wait_exit(&l, 20);
+    assert_true(status > 0);
+    s_assert_all_gone(g);
+    char *out = s_read_file(l.out_path);
+    assert_non_null(strstr(out, "actor scheduler"));
+    assert_non_null(strstr(out, "signal 9"));
+    free(out);
+    cJSON_Delete(g);
+}
+
+static void test_ready_timeout(void **unused) {
+    // A bin dir where the scheduler is a process that never says Ready.
+    char bin[200], path[300], target[300];
+    snprintf(bin, sizeof bin, "%s/fakebin", s_dir);
+    mkdir(bin, 0755);
+    const char *real[] = {"launch", "gateway", "tokenizer", "registry", "worker", "detokenizer"};
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/loraserve-%s", bin, real[i]);
+        snprintf(target, sizeof target, "%s/loraserve-%s", LS_BIN_DIR, real[i]);
+        assert_int_equal(symlink(target, path), 0);
+    }
+    snprintf(path, sizeof path, "%s/loraserve-scheduler", bin);
+    FILE *f = fopen(path, "w");
+    fputs("#!/bin/sh\nexec sleep 300\n", f);
+    fclose(f);
+    chmod(path, 0755);
+
+    launch_t l;
+    const char *extra[] = {"--ready-timeout", "2", "--shutdown-timeout", "4", NULL};
+    s_launch(&l, "timeout", bin, extra);
+    int status = s_wait_exit(&l, 30);
+    assert_true(status > 0);
+    char *out = s_read_file(l.out_path);
+    assert_non_null(strstr(out, "not ready after 2 s: scheduler"));
+    free(out);
+    // Nothing may be left: not the fake scheduler, not the real actors.
+    char cmd[400];
+    // The bracket keeps pgrep from matching the shell that runs it.
+    snprintf(cmd, sizeof cmd, "pgrep -f '[s]leep 300' >/dev/null");
+    assert_int_not_equal(system(cmd), 0);
+}
+
+static void test_tcp(void **unused) {
+    // Ports from this test's pid so parallel runs on one machine do not collide.
+    char base[16];
+    snprintf(base, sizeof base, "%d", 30000 + (int)(getpid() % 2000) * 10);
+    launch_t l;
+    const char *extra[] = {"--transport", "tcp", "--tcp-base-port", base, NULL};
+    s_launch(&l, "tcp", LS_BIN_DIR, extra);
+    cJSON *g = s_wait_graph(&l, 30);
+    if (!g)
+        fail_msg("tcp graph never came up:\n%s", s_read_file(l.out_path));
+    s_check_graph(g, 1, "tcp://127.0.0.1:");
+    s_poke(s_router(s_actor(g, "tokenizer")), "tokenizer");
+    kill(l.pid, SIGTERM);
+    assert_int_equal(s_wait_exit(&l, 20), 0);
+    s_assert_all_gone(g);
+    cJSON_Delete(g);
+}
+
+static void test_trace(void **unused) {
+    char tdir[200];
+    snprintf(tdir, sizeof tdir, "%s/traces", s_dir);
+    launch_t l;
+    const char *extra[] = {"--record-trace", tdir, NULL};
+    s_launch(&l, "trace", LS_BIN_DIR, extra);
+    cJSON *g = s_wait_graph(&l, 30);
+    assert_non_null(g);
+    s_poke(s_router(s_actor(g, "registry")), "registry");
+    kill(l.pid, SIGINT);
+    assert_int_equal(s_wait_exit(&l, 20), 0);
+    cJSON_Delete(g);
+
+    char cmd[1024], outp[300];
+    snprintf(outp, sizeof outp, "%s/trace.txt", s_dir);
+    snprintf(cmd, sizeof cmd, "%s/loraserve-trace %s/registry.trace > %s", LS_BIN_DIR, tdir, outp);
+    assert_int_equal(system(cmd), 0);
+    char *text = s_read_file(outp);
+    assert_non_null(text);
+    // What the registry saw and said: the junk (undecodable), our ping, its answers, Ready to
+    // the launcher, and the launcher's Shutdown.
+    assert_non_null(strstr(text, "undecodable"));
+    assert_non_null(strstr(text, "Error"));
+    assert_non_null(strstr(text, "Heartbeat"));
+    assert_non_null(strstr(text, "Ready"));
+    assert_non_null(strstr(text, "Shutdown"));
+    free(text);
+    snprintf(cmd, sizeof cmd, "%s/loraserve-trace --json %s/worker-0.trace | grep -c '\"kind\":\"msg\"' >/dev/null", LS_BIN_DIR, tdir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/ls-launch-XXXXXX");
+    if (!mkdtemp(s_dir))
+        return 1;
+    alarm(220);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_graph),
+        cmocka_unit_test(test_death),
+        cmocka_unit_test(test_ready_timeout),
+        cmocka_unit_test(test_tcp),
+        cmocka_unit_test(test_trace),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", s_dir);
+    return failed;
+}

@@ -1,0 +1,521 @@
+// Runtime tests: actors in threads of one process, talking over ipc.
+//   exchange   — two actors trade 200 messages through a peer DEALER and a ROUTER
+//   fairness   — a flooded socket does not starve a second one (capped drain)
+//   shutdown   — Shutdown makes the actor answer every in-flight request, then exit 0
+//   malformed  — garbage, unknown types, newer versions, unhandled types: Error, still alive
+//   trace      — every message in and out is recorded and reads back; a torn tail is reported
+//   timers     — timers fire, repeat, and are recorded
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ls_actor.h"
+#include "ls_trace.h"
+
+static char s_dir[64];
+
+static void s_endpoint(char *out, size_t cap, const char *name) { snprintf(out, cap, "ipc://%s/%s.sock", s_dir, name); }
+
+typedef struct {
+    ls_actor_t *actor;
+    pthread_t thread;
+    int rc;
+} runner_t;
+
+static void *s_run(void *arg) {
+    runner_t *r = arg;
+    r->rc = ls_actor_run(r->actor);
+    return NULL;
+}
+
+static void s_start(runner_t *r, ls_actor_t *a) {
+    assert_non_null(a);
+    r->actor = a;
+    r->rc = -2;
+    assert_int_equal(pthread_create(&r->thread, NULL, s_run, r), 0);
+}
+
+static void s_join(runner_t *r) {
+    pthread_join(r->thread, NULL);
+    assert_int_equal(r->rc, 0);
+    ls_actor_destroy(&r->actor);
+}
+
+// A raw client socket, as the SDK or a foreign process would have.
+static zsock_t *s_client(const char *endpoint) {
+    zsock_t *s = zsock_new_dealer(endpoint);
+    assert_non_null(s);
+    zsock_set_rcvtimeo(s, 10000);
+    return s;
+}
+
+static void s_client_send(zsock_t *s, const ls_msg_t *m) {
+    char *buf;
+    size_t len;
+    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
+    assert_int_equal(zsock_send(s, "b", buf, len), 0);
+    free(buf);
+}
+
+static void s_client_send_raw(zsock_t *s, const void *data, size_t len) { assert_int_equal(zsock_send(s, "b", data, len), 0); }
+
+static void s_client_recv(zsock_t *s, ls_msg_t *m) {
+    zframe_t *f = zframe_recv(s);
+    assert_non_null(f);  // a timeout here means the actor never answered
+    ls_msgerr_t err;
+    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), m, &err), 0);
+    zframe_destroy(&f);
+}
+
+static void s_client_shutdown(zsock_t *s) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_SHUTDOWN);
+    m.u.shutdown.reason = ls_msg_strdup("test over");
+    s_client_send(s, &m);
+    ls_msg_clear(&m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// exchange
+
+#define EXCHANGE_N 200
+
+static int s_echo(ls_actor_t *a, ls_in_t *in, void *state) { return ls_actor_reply(a, in, in->msg); }
+
+static void s_random_request(ls_msg_t *m, uint64_t i) {
+    ls_msg_fill_random(m, LS_MSG_GENERATE_REQ, 1000 + i);
+    m->rid = i + 1;
+    m->group = 0;
+}
+
+typedef struct {
+    int received, mismatched;
+} exchange_t;
+
+static int s_exchange_start(ls_actor_t *a, void *state) {
+    for (uint64_t i = 0; i < EXCHANGE_N; i++) {
+        ls_msg_t m;
+        s_random_request(&m, i);
+        int rc = ls_actor_send_peer(a, "echo", &m, NULL);
+        ls_msg_clear(&m);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int s_exchange_reply(ls_actor_t *a, ls_in_t *in, void *state) {
+    exchange_t *x = state;
+    ls_msg_t want;
+    s_random_request(&want, in->msg->rid - 1);
+    x->mismatched += !ls_msg_equal(&want, in->msg) || strcmp(in->from, "echo") != 0;
+    ls_msg_clear(&want);
+    if (++x->received == EXCHANGE_N) {
+        ls_msg_t stop;
+        ls_msg_init(&stop, LS_MSG_SHUTDOWN);
+        ls_actor_send_peer(a, "echo", &stop, NULL);
+        ls_actor_shutdown(a, "all replies in");
+    }
+    return 0;
+}
+
+static void test_exchange(void **unused) {
+    char ep[128], peer[160];
+    s_endpoint(ep, sizeof ep, "echo");
+    snprintf(peer, sizeof peer, "echo=%s", ep);
+    char *pv[] = {peer};
+    ls_strlist_t peers = {pv, 1};
+
+    static const ls_dispatch_t echo_table[] = {{LS_MSG_GENERATE_REQ, s_echo}, {0, NULL}};
+    ls_actor_def_t echo_def = {.name = "echo", .dispatch = echo_table};
+    ls_actor_opts_t echo_opts = {.name = "echo", .bind = ep};
+
+    exchange_t x = {0};
+    static const ls_dispatch_t client_table[] = {{LS_MSG_GENERATE_REQ, s_exchange_reply}, {0, NULL}};
+    ls_actor_def_t client_def = {.name = "client", .dispatch = client_table, .state = &x, .on_start = s_exchange_start};
+    ls_actor_opts_t client_opts = {.name = "client", .peers = &peers};
+
+    runner_t echo, client;
+    s_start(&echo, ls_actor_new(&echo_def, &echo_opts));
+    s_start(&client, ls_actor_new(&client_def, &client_opts));
+    s_join(&client);
+    s_join(&echo);
+    assert_int_equal(x.received, EXCHANGE_N);
+    assert_int_equal(x.mismatched, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fairness
+
+#define FLOOD_N 5000
+
+typedef struct {
+    int flood, flood_before_marker, marker;
+} fair_t;
+
+static void s_fair_maybe_done(ls_actor_t *a, fair_t *f) {
+    if (f->marker && f->flood == FLOOD_N)
+        ls_actor_shutdown(a, "flood drained");
+}
+
+static int s_fair_flood(ls_actor_t *a, ls_in_t *in, void *state) {
+    fair_t *f = state;
+    f->flood++;
+    s_fair_maybe_done(a, f);
+    return 0;
+}
+
+static int s_fair_marker(ls_actor_t *a, ls_in_t *in, void *state) {
+    fair_t *f = state;
+    f->marker = 1;
+    f->flood_before_marker = f->flood;
+    s_fair_maybe_done(a, f);
+    return 0;
+}
+
+static void test_fairness(void **unused) {
+    char ep[128], tep[128], peer[160];
+    s_endpoint(ep, sizeof ep, "fair");
+    s_endpoint(tep, sizeof tep, "tester");
+    snprintf(peer, sizeof peer, "tester=%s", tep);
+    char *pv[] = {peer};
+    ls_strlist_t peers = {pv, 1};
+    fair_t f = {0};
+    static const ls_dispatch_t table[] = {{LS_MSG_ABORT, s_fair_flood}, {LS_MSG_PREFETCH_ADAPTER, s_fair_marker}, {0, NULL}};
+    ls_actor_def_t def = {.name = "fair", .dispatch = table, .state = &f};
+    ls_actor_opts_t opts = {.name = "fair", .bind = ep, .peers = &peers};
+
+    zsock_t *tester = zsock_new_router(tep);
+    assert_non_null(tester);
+    zsock_set_router_mandatory(tester, 1);
+    ls_actor_t *a = ls_actor_new(&def, &opts);
+    assert_non_null(a);
+    assert_non_null(ls_actor_peer(a, "tester"));  // second socket: a DEALER to the tester
+
+    // Queue everything before the actor's loop runs: the flood on its ROUTER, then one marker
+    // on its DEALER. A fair drain handles the marker long before the flood is through.
+    zsock_t *flooder = s_client(ep);
+    ls_msg_t m;
+    ls_msg_fill_random(&m, LS_MSG_ABORT, 7);
+    for (int i = 0; i < FLOOD_N; i++)
+        s_client_send(flooder, &m);
+    ls_msg_clear(&m);
+    ls_msg_fill_random(&m, LS_MSG_PREFETCH_ADAPTER, 8);
+    char *buf;
+    size_t len;
+    assert_int_equal(ls_msg_encode(&m, &buf, &len), 0);
+    ls_msg_clear(&m);
+    int sent = -1;
+    for (int tries = 0; tries < 500 && sent < 0; tries++) {
+        sent = zsock_send(tester, "sb", "fair", buf, len);  // fails until the DEALER's handshake is done
+        if (sent < 0)
+            usleep(10000);
+    }
+    free(buf);
+    assert_int_equal(sent, 0);
+    usleep(300000);
+
+    runner_t r;
+    s_start(&r, a);
+    s_join(&r);
+    assert_int_equal(f.flood, FLOOD_N);
+    assert_true(f.marker);
+    // The marker waits for at most one capped turn of the flood (and one more if the ROUTER
+    // happened to be drained first in that turn).
+    assert_true(f.flood_before_marker <= 2 * LS_DRAIN_CAP);
+    zsock_destroy(&flooder);
+    zsock_destroy(&tester);
+}
+
+// ---------------------------------------------------------------------------------------------
+// shutdown answers in-flight work
+
+typedef struct {
+    ls_route_t *routes[8];
+    uint64_t rids[8];
+    int n;
+} holder_t;
+
+static int s_hold(ls_actor_t *a, ls_in_t *in, void *state) {
+    holder_t *h = state;
+    if (h->n == 8)
+        return ls_actor_reply_error(a, in, LS_ERROR_CODE_UNAVAILABLE, "holder is full");
+    h->routes[h->n] = ls_route_new(in);
+    h->rids[h->n++] = in->msg->rid;
+    return 0;
+}
+
+static void s_hold_shutdown(ls_actor_t *a, void *state) {
+    holder_t *h = state;
+    for (int i = 0; i < h->n; i++) {
+        ls_actor_route_error(a, h->routes[i], h->rids[i], LS_ERROR_CODE_SHUTTING_DOWN, LS_MSG_GENERATE_REQ,
+                             "holder is shutting down");
+        ls_route_destroy(&h->routes[i]);
+    }
+    h->n = 0;
+}
+
+static void test_shutdown_answers_inflight(void **unused) {
+    char ep[128];
+    s_endpoint(ep, sizeof ep, "holder");
+    holder_t h = {0};
+    static const ls_dispatch_t table[] = {{LS_MSG_GENERATE_REQ, s_hold}, {0, NULL}};
+    ls_actor_def_t def = {.name = "holder", .dispatch = table, .state = &h, .on_shutdown = s_hold_shutdown};
+    ls_actor_opts_t opts = {.name = "holder", .bind = ep};
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+
+    zsock_t *c = s_client(ep);
+    for (uint64_t i = 0; i < 3; i++) {
+        ls_msg_t m;
+        s_random_request(&m, i);
+        s_client_send(c, &m);
+        ls_msg_clear(&m);
+    }
+    s_client_shutdown(c);
+    for (uint64_t i = 0; i < 3; i++) {
+        ls_msg_t m;
+        s_client_recv(c, &m);
+        assert_int_equal(m.type, LS_MSG_ERROR);
+        assert_int_equal(m.u.error.code, LS_ERROR_CODE_SHUTTING_DOWN);
+        assert_int_equal(m.rid, i + 1);
+        ls_msg_clear(&m);
+    }
+    s_join(&r);
+    zsock_destroy(&c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// malformed input never kills an actor
+
+static void s_expect_error(zsock_t *c, uint32_t code) {
+    ls_msg_t m;
+    s_client_recv(c, &m);
+    assert_int_equal(m.type, LS_MSG_ERROR);
+    assert_int_equal(m.u.error.code, code);
+    assert_non_null(m.u.error.message);
+    assert_true(strlen(m.u.error.message) > 0);
+    ls_msg_clear(&m);
+}
+
+static void test_malformed(void **unused) {
+    char ep[128];
+    s_endpoint(ep, sizeof ep, "robust");
+    static const ls_dispatch_t table[] = {{0, NULL}};
+    ls_actor_def_t def = {.name = "robust", .dispatch = table};
+    ls_actor_opts_t opts = {.name = "robust", .bind = ep};
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = s_client(ep);
+
+    // Random bytes: each is answered (malformed, or by luck an unknown type), none is fatal.
+    unsigned seed = 42;
+    for (int i = 0; i < 300; i++) {
+        unsigned char junk[64];
+        size_t n = (size_t)(rand_r(&seed) % 64);
+        for (size_t k = 0; k < n; k++)
+            junk[k] = (unsigned char)rand_r(&seed);
+        s_client_send_raw(c, junk, n);
+        ls_msg_t m;
+        s_client_recv(c, &m);
+        assert_int_equal(m.type, LS_MSG_ERROR);
+        assert_true(m.u.error.code == LS_ERROR_CODE_MALFORMED || m.u.error.code == LS_ERROR_CODE_UNKNOWN_TYPE);
+        ls_msg_clear(&m);
+    }
+    // msgpack [1, 9999, 0, 5, {}]: well formed, unknown type.
+    const unsigned char unknown[] = {0x95, 0x01, 0xcd, 0x27, 0x0f, 0x00, 0x05, 0x80};
+    s_client_send_raw(c, unknown, sizeof unknown);
+    s_expect_error(c, LS_ERROR_CODE_UNKNOWN_TYPE);
+    // msgpack [99, 1, 0, 5, {}]: a schema version from the future.
+    const unsigned char future[] = {0x95, 0x63, 0x01, 0x00, 0x05, 0x80};
+    s_client_send_raw(c, future, sizeof future);
+    s_expect_error(c, LS_ERROR_CODE_MALFORMED);
+    // A well-formed message this actor has no handler for.
+    ls_msg_t m;
+    s_random_request(&m, 0);
+    s_client_send(c, &m);
+    ls_msg_clear(&m);
+    s_expect_error(c, LS_ERROR_CODE_UNKNOWN_TYPE);
+
+    // Still alive: a Heartbeat ping gets a pong carrying the actor's name and the ping's rid.
+    ls_msg_init(&m, LS_MSG_HEARTBEAT);
+    m.rid = 77;
+    s_client_send(c, &m);
+    ls_msg_clear(&m);
+    s_client_recv(c, &m);
+    assert_int_equal(m.type, LS_MSG_HEARTBEAT);
+    assert_int_equal(m.rid, 77);
+    assert_string_equal(m.u.heartbeat.actor, "robust");
+    ls_msg_clear(&m);
+
+    // And it counted what it dropped.
+    ls_msg_init(&m, LS_MSG_GET_METRICS);
+    s_client_send(c, &m);
+    ls_msg_clear(&m);
+    s_client_recv(c, &m);
+    assert_int_equal(m.type, LS_MSG_METRICS);
+    uint64_t bad = 0, unhandled = 0;
+    for (size_t i = 0; i < m.u.metrics.names.n; i++) {
+        if (!strcmp(m.u.metrics.names.v[i], "msgs_malformed") || !strcmp(m.u.metrics.names.v[i], "msgs_unknown"))
+            bad += m.u.metrics.values.v[i];
+        if (!strcmp(m.u.metrics.names.v[i], "msgs_unhandled"))
+            unhandled = m.u.metrics.values.v[i];
+    }
+    assert_int_equal(bad, 300 + 2);
+    assert_int_equal(unhandled, 1);
+    ls_msg_clear(&m);
+
+    s_client_shutdown(c);
+    s_join(&r);
+    zsock_destroy(&c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// trace recording
+
+static void test_trace(void **unused) {
+    char ep[128], tdir[128];
+    s_endpoint(ep, sizeof ep, "traced");
+    snprintf(tdir, sizeof tdir, "%s/trace", s_dir);
+    static const ls_dispatch_t table[] = {{LS_MSG_GENERATE_REQ, s_echo}, {0, NULL}};
+    ls_actor_def_t def = {.name = "traced", .dispatch = table};
+    ls_actor_opts_t opts = {.name = "traced", .bind = ep, .trace_dir = tdir};
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = s_client(ep);
+    for (uint64_t i = 0; i < 5; i++) {
+        ls_msg_t m;
+        s_random_request(&m, i);
+        s_client_send(c, &m);
+        ls_msg_clear(&m);
+        s_client_recv(c, &m);
+        ls_msg_clear(&m);
+    }
+    s_client_shutdown(c);
+    s_join(&r);
+    zsock_destroy(&c);
+
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/traced.trace", tdir);
+    ls_trace_reader_t *rd = ls_trace_reader_new(path, err, sizeof err);
+    assert_non_null(rd);
+    static ls_trace_record_t rec;
+    int n = 0, ins = 0, outs = 0, shutdowns = 0, sockets = 0;
+    uint64_t last_t = 0;
+    while (ls_trace_read(rd, &rec, err, sizeof err) == 1) {
+        if (n++ == 0) {
+            assert_int_equal(rec.kind, LS_TRACE_META);
+            assert_non_null(strstr((const char *)rec.frames[0].data, "\"actor\":\"traced\""));
+        }
+        sockets += rec.kind == LS_TRACE_SOCKET;
+        if (rec.kind != LS_TRACE_MSG)
+            continue;
+        assert_true(rec.t_ns >= last_t);
+        last_t = rec.t_ns;
+        assert_int_equal(rec.nframes, 2);  // ROUTER: identity, body
+        ls_msg_t m;
+        ls_msgerr_t e;
+        assert_int_equal(ls_msg_decode(rec.frames[1].data, rec.frames[1].len, &m, &e), 0);
+        if (m.type == LS_MSG_SHUTDOWN)
+            shutdowns++;
+        else {
+            ls_msg_t want;
+            s_random_request(&want, m.rid - 1);
+            assert_true(ls_msg_equal(&want, &m));
+            ls_msg_clear(&want);
+            ins += rec.dir == LS_TRACE_IN;
+            outs += rec.dir == LS_TRACE_OUT;
+        }
+        ls_msg_clear(&m);
+    }
+    ls_trace_reader_destroy(&rd);
+    assert_int_equal(sockets, 1);
+    assert_int_equal(ins, 5);
+    assert_int_equal(outs, 5);
+    assert_int_equal(shutdowns, 1);
+
+    // Tear the last record: everything before it still reads, then a clear "torn" error.
+    FILE *f = fopen(path, "r+");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    assert_int_equal(truncate(path, size - 7), 0);
+    rd = ls_trace_reader_new(path, err, sizeof err);
+    int m = 0, rc;
+    while ((rc = ls_trace_read(rd, &rec, err, sizeof err)) == 1)
+        m++;
+    assert_int_equal(rc, -1);
+    assert_int_equal(m, n - 1);
+    assert_non_null(strstr(err, "torn"));
+    ls_trace_reader_destroy(&rd);
+}
+
+// ---------------------------------------------------------------------------------------------
+// timers
+
+static void s_tick(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    int *ticks = arg;
+    if (++*ticks == 5)
+        ls_actor_shutdown(a, "five ticks");
+}
+
+static int s_timer_start(ls_actor_t *a, void *state) {
+    return ls_actor_timer_start(a, 5, 5, s_tick, state) ? 0 : -1;
+}
+
+static void test_timers(void **unused) {
+    char tdir[128];
+    snprintf(tdir, sizeof tdir, "%s/trace", s_dir);
+    int ticks = 0;
+    static const ls_dispatch_t table[] = {{0, NULL}};
+    ls_actor_def_t def = {.name = "ticker", .dispatch = table, .state = &ticks, .on_start = s_timer_start};
+    ls_actor_opts_t opts = {.name = "ticker", .trace_dir = tdir};
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+    s_join(&r);
+    assert_int_equal(ticks, 5);
+
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/ticker.trace", tdir);
+    ls_trace_reader_t *rd = ls_trace_reader_new(path, err, sizeof err);
+    assert_non_null(rd);
+    static ls_trace_record_t rec;
+    int timers = 0;
+    while (ls_trace_read(rd, &rec, err, sizeof err) == 1)
+        if (rec.kind == LS_TRACE_TIMER) {
+            assert_int_equal(rec.aux, 1);  // the first timer the actor created
+            timers++;
+        }
+    ls_trace_reader_destroy(&rd);
+    assert_int_equal(timers, 5);
+}
+
+int main(void) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/ls-runtime-XXXXXX");
+    if (!mkdtemp(s_dir))
+        return 1;
+    ls_log_init("test", LS_LOG_WARN);
+    // A hang is a failure, not a stuck CI job.
+    alarm(100);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exchange),
+        cmocka_unit_test(test_fairness),
+        cmocka_unit_test(test_shutdown_answers_inflight),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_trace),
+        cmocka_unit_test(test_timers),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", s_dir);
+    return failed;
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install the Debian packages loraserve builds and tests with (BRIEF §7). Idempotent: does
+# nothing when they are all present. CUDA, cuBLAS and NCCL come from /usr/local/cuda when
+# there; without them the CPU backend alone is built.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config git python3
+      libzmq3-dev libczmq-dev libmsgpack-dev libev-dev libhttp-parser-dev libcjson-dev
+      libpcre2-dev libutf8proc-dev libopenblas-dev uuid-dev libcmocka-dev
+      clang libclang-rt-14-dev procps)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,581 @@
+#!/usr/bin/env python3
+"""Reference parity fixtures for the loraserve C/CUDA engine.
+
+For each architecture (Llama with Llama-3.1 rope scaling, Qwen2, Qwen3, Mistral)
+this builds a tiny random model with a fixed seed, saves it in HF format, builds
+3-4 PEFT LoRA adapters with randomized A and B, and records reference outputs
+computed in fp32 math (no TF32, eager attention) from exactly the stored weights:
+
+  tests/fixtures/<arch>/model/                 HF model (config.json, safetensors)
+  tests/fixtures/<arch>/adapters/<name>/       PEFT adapter (adapter_config.json,
+                                               adapter_model.safetensors)
+  tests/fixtures/<arch>/reference.safetensors  f32 logits / hidden states
+  tests/fixtures/<arch>/reference.json         prompts, adapters per row, greedy
+                                               tokens, top-2 gaps, versions, notes
+
+Needs torch, transformers (5.x), peft, safetensors and a CUDA GPU (falls back
+to CPU with a warning).  Run from the repository root:
+
+    PYTHONUNBUFFERED=1 python3 tools/make_fixtures.py [--out tests/fixtures]
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+
+import torch
+
+ALL7 = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+ATTN4 = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+N_PROMPT = 12      # prompt length (all rows equal, no padding)
+N_NEW = 16         # greedy continuation length
+
+# ---------------------------------------------------------------------------
+# Architectures
+# ---------------------------------------------------------------------------
+ARCHS = {
+    "llama": dict(
+        cls="LlamaForCausalLM",
+        seed=1001,
+        save_dtype="bfloat16",
+        shard=None,
+        config=dict(
+            vocab_size=384, hidden_size=64, intermediate_size=160,
+            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=512, rms_norm_eps=1e-5,
+            rope_theta=500000.0,
+            rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 64},
+            tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+            hidden_act="silu", bos_token_id=1, eos_token_id=2,
+        ),
+        adapters=[
+            ("all_r8", dict(r=8, lora_alpha=16, target_modules=ALL7), None),
+            ("attn_r4_bf16", dict(r=4, lora_alpha=8, target_modules=ATTN4), "bfloat16"),
+            ("regex_r16_rslora",
+             dict(r=16, lora_alpha=8, use_rslora=True,
+                  target_modules=r".*\.layers\.[02]\.(self_attn\.(q_proj|v_proj)|mlp\.(up_proj|down_proj))"),
+             None),
+            ("patterns",
+             dict(r=8, lora_alpha=16, target_modules=ALL7,
+                  rank_pattern={"v_proj": 16, "layers.1.mlp.down_proj": 4},
+                  alpha_pattern={"o_proj": 4, "gate_proj": 32}),
+             None),
+        ],
+    ),
+    "qwen2": dict(
+        cls="Qwen2ForCausalLM",
+        seed=2002,
+        save_dtype="float32",
+        shard=None,
+        config=dict(
+            vocab_size=448, hidden_size=64, intermediate_size=128,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=512, rms_norm_eps=1e-6,
+            rope_theta=1000000.0, tie_word_embeddings=True,
+            use_sliding_window=False, hidden_act="silu",
+            bos_token_id=1, eos_token_id=2,
+        ),
+        adapters=[
+            ("mlp_r16_rslora", dict(r=16, lora_alpha=16, use_rslora=True,
+                                    target_modules=["gate_proj", "up_proj", "down_proj"]), None),
+            ("attn_r8", dict(r=8, lora_alpha=32, target_modules=ATTN4), None),
+            ("regex_r4", dict(r=4, lora_alpha=4,
+                              target_modules=r".*\.layers\.1\.self_attn\.(q_proj|k_proj|o_proj)"), None),
+            ("all_r8_patterns",
+             dict(r=8, lora_alpha=8, target_modules=ALL7,
+                  rank_pattern={"q_proj": 4, "layers.0.mlp.up_proj": 16},
+                  alpha_pattern={"down_proj": 24}),
+             None),
+        ],
+    ),
+    "qwen3": dict(
+        cls="Qwen3ForCausalLM",
+        seed=3003,
+        save_dtype="bfloat16",
+        shard="100KB",
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=176,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=32, max_position_embeddings=512, rms_norm_eps=1e-6,
+            rope_theta=1000000.0, tie_word_embeddings=False,
+            attention_bias=False, use_sliding_window=False, hidden_act="silu",
+            bos_token_id=1, eos_token_id=2,
+        ),
+        adapters=[
+            ("all_r16", dict(r=16, lora_alpha=32, target_modules=ALL7), None),
+            ("attn_r8_rslora_bf16", dict(r=8, lora_alpha=16, use_rslora=True,
+                                         target_modules=ATTN4), "bfloat16"),
+            ("regex_r4", dict(r=4, lora_alpha=16,
+                              target_modules=r".*\.layers\.0\.(self_attn\.k_proj|mlp\.gate_proj)|.*\.layers\.1\.self_attn\.o_proj"), None),
+            ("patterns",
+             dict(r=8, lora_alpha=16, target_modules=ALL7,
+                  rank_pattern={"o_proj": 4, "layers.1.mlp.gate_proj": 16},
+                  alpha_pattern={"q_proj": 2, "layers.0.mlp.down_proj": 64}),
+             None),
+        ],
+    ),
+    "mistral": dict(
+        cls="MistralForCausalLM",
+        seed=4004,
+        save_dtype="float16",
+        shard=None,
+        config=dict(
+            vocab_size=320, hidden_size=64, intermediate_size=144,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=512, rms_norm_eps=1e-5,
+            rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False,
+            hidden_act="silu", bos_token_id=1, eos_token_id=2,
+        ),
+        adapters=[
+            ("all_r8_fp16", dict(r=8, lora_alpha=16, target_modules=ALL7), "float16"),
+            ("attn_r16", dict(r=16, lora_alpha=16, target_modules=ATTN4), None),
+            ("regex_r4_rslora", dict(r=4, lora_alpha=8, use_rslora=True,
+                                     target_modules=r".*\.layers\.\d+\.mlp\.(gate_proj|down_proj)"), None),
+        ],
+    ),
+}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+WEIGHT_STD = 0.06
+EMBED_STD = 0.1
+HEAD_STD = 0.1
+BIAS_STD = 0.05
+NORM_JITTER = 0.1
+LORA_STD = 0.1
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------
+def llama3_inv_freq(head_dim, theta, rs):
+    """Independent implementation of the Llama-3.1 rope frequency rule."""
+    inv = [1.0 / (theta ** (2 * i / head_dim)) for i in range(head_dim // 2)]
+    factor = rs["factor"]
+    lo, hi = rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    lo_wl, hi_wl = old / lo, old / hi
+    out = []
+    for f in inv:
+        wl = 2 * math.pi / f
+        if wl < hi_wl:
+            out.append(f)
+        elif wl > lo_wl:
+            out.append(f / factor)
+        else:
+            s = (old / wl - lo) / (hi - lo)
+            out.append((1 - s) * f / factor + s * f)
+    return out, inv
+
+
+def default_inv_freq(head_dim, theta):
+    return [1.0 / (theta ** (2 * i / head_dim)) for i in range(head_dim // 2)]
+
+
+def legacy_config(path, want_theta, want_scaling, save_dtype, with_rope_parameters=False):
+    """Rewrite config.json the way real checkpoints look (rope_theta and
+    rope_scaling at top level, torch_dtype), whatever transformers wrote."""
+    p = os.path.join(path, "config.json")
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg.pop("rope_parameters", None)
+    cfg["rope_theta"] = want_theta
+    cfg["rope_scaling"] = want_scaling
+    cfg["torch_dtype"] = save_dtype
+    cfg["dtype"] = save_dtype
+    if with_rope_parameters:
+        rp = dict(want_scaling or {"rope_type": "default"})
+        rp["rope_theta"] = want_theta
+        cfg["rope_parameters"] = rp
+    with open(p, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return cfg
+
+
+def init_random(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                v = 1.0 + NORM_JITTER * torch.randn(p.shape, generator=g)
+            elif name.endswith(".bias"):
+                v = BIAS_STD * torch.randn(p.shape, generator=g)
+            elif "embed_tokens" in name:
+                v = EMBED_STD * torch.randn(p.shape, generator=g)
+            elif "lm_head" in name:
+                v = HEAD_STD * torch.randn(p.shape, generator=g)
+            else:
+                v = WEIGHT_STD * torch.randn(p.shape, generator=g)
+            p.copy_(v.to(p.dtype))
+
+
+def manual_shard(path, max_bytes):
+    """Fallback sharding if save_pretrained(max_shard_size=...) did not shard."""
+    from safetensors.torch import load_file, save_file
+    single = os.path.join(path, "model.safetensors")
+    sd = load_file(single)
+    shards, cur, cur_bytes = [], {}, 0
+    for k in sorted(sd):
+        nb = sd[k].numel() * sd[k].element_size()
+        if cur and cur_bytes + nb > max_bytes:
+            shards.append(cur)
+            cur, cur_bytes = {}, 0
+        cur[k] = sd[k]
+        cur_bytes += nb
+    if cur:
+        shards.append(cur)
+    n = len(shards)
+    wmap, total = {}, 0
+    for i, sh in enumerate(shards):
+        fn = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        save_file({k: v.contiguous() for k, v in sh.items()}, os.path.join(path, fn),
+                  metadata={"format": "pt"})
+        for k, v in sh.items():
+            wmap[k] = fn
+            total += v.numel() * v.element_size()
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f, indent=2)
+    os.remove(single)
+
+
+def st_header(path):
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n))
+
+
+def lora_modules_info(pm, adapter):
+    info = {}
+    for name, m in pm.named_modules():
+        if hasattr(m, "lora_A") and hasattr(m, "r") and adapter in getattr(m, "lora_A", {}):
+            short = name
+            for pre in ("base_model.model.",):
+                if short.startswith(pre):
+                    short = short[len(pre):]
+            info[short] = {"r": int(m.r[adapter]), "scaling": float(m.scaling[adapter]),
+                           "in": int(m.lora_A[adapter].weight.shape[1]),
+                           "out": int(m.lora_B[adapter].weight.shape[0])}
+    return info
+
+
+# ---------------------------------------------------------------------------
+# per-architecture build
+# ---------------------------------------------------------------------------
+def build_arch(arch, spec, out_root, device):
+    import transformers
+    import peft
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors.torch import load_file, save_file
+
+    t0 = time.time()
+    root = os.path.join(out_root, arch)
+    if os.path.exists(root):
+        shutil.rmtree(root)
+    mdir = os.path.join(root, "model")
+    os.makedirs(mdir)
+    notes = []
+
+    # ---- base model -------------------------------------------------------
+    ccfg = dict(spec["config"])
+    rope_theta = ccfg.pop("rope_theta")
+    rope_scaling = ccfg.pop("rope_scaling", None)
+    model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+                  "Qwen3ForCausalLM": "qwen3", "MistralForCausalLM": "mistral"}[spec["cls"]]
+    config = AutoConfig.for_model(model_type, **ccfg)
+    config.architectures = [spec["cls"]]
+    torch.manual_seed(spec["seed"])
+    model = AutoModelForCausalLM.from_config(config).float()
+    init_random(model, spec["seed"])
+    model = model.to(DTYPES[spec["save_dtype"]])
+    kw = {}
+    if spec["shard"]:
+        kw["max_shard_size"] = spec["shard"]
+    model.save_pretrained(mdir, **kw)
+    del model
+    if spec["shard"] and not os.path.exists(os.path.join(mdir, "model.safetensors.index.json")):
+        notes.append("save_pretrained did not shard; sharded manually")
+        manual_shard(mdir, 100 * 1000)
+
+    def load_base():
+        m = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32,
+                                                 attn_implementation="eager")
+        return m.float().to(device).eval()
+
+    # config.json in the legacy layout; verify the reloaded model reads the rope
+    # settings the C engine will read (independent formula)
+    head_dim = ccfg.get("head_dim") or ccfg["hidden_size"] // ccfg["num_attention_heads"]
+    if rope_scaling:
+        want, unscaled = llama3_inv_freq(head_dim, rope_theta, rope_scaling)
+        changed = sum(1 for a, b in zip(want, unscaled) if abs(a - b) > 1e-12 * max(abs(b), 1e-30))
+        notes.append(f"llama3 rope scaling changes {changed} of {len(want)} inverse frequencies "
+                     f"(original_max_position_embeddings={rope_scaling['original_max_position_embeddings']})")
+    else:
+        want = default_inv_freq(head_dim, rope_theta)
+    for attempt in ("legacy", "legacy+rope_parameters"):
+        cfg_json = legacy_config(mdir, rope_theta, rope_scaling, spec["save_dtype"],
+                                 with_rope_parameters=(attempt != "legacy"))
+        base = load_base()
+        inv_hf = base.model.rotary_emb.inv_freq.detach().double().cpu().tolist()
+        err = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(inv_hf, want))
+        log(f"{arch}: config {attempt}: inv_freq rel err vs independent formula {err:.2e}")
+        if err <= 1e-5:
+            break
+        notes.append(f"transformers did not read the '{attempt}' config.json rope settings as intended")
+        del base
+    else:
+        raise SystemExit(f"{arch}: rope config not understood by transformers: hf={inv_hf} want={want}")
+    att_scale = getattr(base.model.rotary_emb, "attention_scaling", 1.0)
+    if abs(float(att_scale) - 1.0) > 1e-9:
+        notes.append(f"rotary attention_scaling = {att_scale}")
+    # exactness: weights in memory must equal the stored ones
+    stored = {}
+    for fn in sorted(os.listdir(mdir)):
+        if fn.endswith(".safetensors"):
+            stored.update(load_file(os.path.join(mdir, fn)))
+    sdm = base.state_dict()
+    for k, v in stored.items():
+        if k not in sdm or not torch.equal(sdm[k].cpu(), v.float()):
+            log(f"WARNING {arch}: loaded weight {k} differs from stored / missing")
+            notes.append(f"WARNING: loaded weight {k} differs from stored or is missing")
+    tensor_names = sorted(stored)
+
+    # ---- adapters ----------------------------------------------------------
+    adir_root = os.path.join(root, "adapters")
+    adapter_meta = {}
+    for ai, (name, lkw, adtype) in enumerate(spec["adapters"]):
+        m = load_base()
+        lcfg = LoraConfig(lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", **lkw)
+        pm = get_peft_model(m, lcfg)
+        g = torch.Generator().manual_seed(spec["seed"] * 100 + ai)
+        with torch.no_grad():
+            for pn, p in pm.named_parameters():
+                if "lora_A" in pn or "lora_B" in pn:
+                    p.copy_((LORA_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
+        ad = os.path.join(adir_root, name)
+        pm.save_pretrained(ad, save_embedding_layers=False)
+        # adapter_config: point at the fixture base, relative to the repo root
+        acp = os.path.join(ad, "adapter_config.json")
+        with open(acp) as f:
+            acfg = json.load(f)
+        acfg["base_model_name_or_path"] = f"tests/fixtures/{arch}/model"
+        with open(acp, "w") as f:
+            json.dump(acfg, f, indent=2, sort_keys=True)
+            f.write("\n")
+        wp = os.path.join(ad, "adapter_model.safetensors")
+        if adtype:
+            sd = load_file(wp)
+            save_file({k: v.to(DTYPES[adtype]).contiguous() for k, v in sd.items()}, wp,
+                      metadata={"format": "pt"})
+        hdr = st_header(wp)
+        dts = sorted({v["dtype"] for k, v in hdr.items() if k != "__metadata__"})
+        adapter_meta[name] = {"dir": f"adapters/{name}", "stored_dtype": dts,
+                              "peft_kwargs": lkw, "n_tensors": len(hdr) - ("__metadata__" in hdr)}
+        del pm, m
+        log(f"{arch}: adapter {name} saved ({dts})")
+
+    # ---- reference: one PeftModel with every adapter loaded from disk --------
+    names = [a[0] for a in spec["adapters"]]
+    base = load_base()
+    pm = PeftModel.from_pretrained(base, os.path.join(adir_root, names[0]), adapter_name=names[0])
+    for n in names[1:]:
+        pm.load_adapter(os.path.join(adir_root, n), adapter_name=n)
+    pm.eval()
+    max_rank = 0
+    for n in names:
+        info = lora_modules_info(pm, n)
+        adapter_meta[n]["modules"] = info
+        adapter_meta[n]["max_rank"] = max(v["r"] for v in info.values())
+        max_rank = max(max_rank, adapter_meta[n]["max_rank"])
+        if not info:
+            raise SystemExit(f"{arch}/{n}: no LoRA modules")
+    # verify loaded LoRA weights equal the stored ones
+    for n in names:
+        sd = load_file(os.path.join(adir_root, n, "adapter_model.safetensors"))
+        psd = {k: v for k, v in pm.state_dict().items() if f".{n}." in k}
+        for k, v in sd.items():
+            kk = k.replace(".lora_A.weight", f".lora_A.{n}.weight").replace(
+                ".lora_B.weight", f".lora_B.{n}.weight")
+            if kk not in psd or not torch.equal(psd[kk].cpu(), v.float()):
+                log(f"WARNING {arch}/{n}: loaded LoRA tensor {k} differs from stored / missing")
+                notes.append(f"WARNING: adapter {n}: loaded LoRA tensor {k} differs from stored or is missing")
+
+    row_adapters = ["__base__"] + names + [names[0]]
+    if len(row_adapters) < 6:
+        row_adapters.append("__base__")
+    row_adapters = row_adapters[:6]
+    R = len(row_adapters)
+    V = ccfg["vocab_size"]
+    g = torch.Generator().manual_seed(spec["seed"] + 7)
+    prompts = torch.randint(3, V, (R, N_PROMPT), generator=g)
+    ids = prompts.to(device)
+
+    # hidden-state capture for row 0 (base)
+    inner = pm.get_base_model().model
+    captured = []
+
+    def hook(_m, _i, o):
+        captured.append((o[0] if isinstance(o, tuple) else o).detach().float().cpu())
+
+    with torch.no_grad():
+        out = pm(input_ids=ids, adapter_names=row_adapters)
+        all_logits = out.logits.float().cpu()
+        # per-row single-adapter cross-check
+        diffs = []
+        for i, a in enumerate(row_adapters):
+            if a == "__base__":
+                with pm.disable_adapter():
+                    lo = pm(input_ids=ids[i:i + 1]).logits.float().cpu()
+            else:
+                pm.set_adapter(a)
+                lo = pm(input_ids=ids[i:i + 1]).logits.float().cpu()
+            diffs.append(float((lo[0] - all_logits[i]).abs().max()))
+        # LoRA effect sizes (how much each adapter moves the last logits)
+        with pm.disable_adapter():
+            base_all = pm(input_ids=ids).logits.float().cpu()
+        effect = [float((all_logits[i, -1] - base_all[i, -1]).abs().max()) for i in range(R)]
+        # hidden states of row 0 through the base model
+        handles = [inner.embed_tokens.register_forward_hook(hook)]
+        for layer in inner.layers:
+            handles.append(layer.register_forward_hook(hook))
+        handles.append(inner.norm.register_forward_hook(hook))
+        with pm.disable_adapter():
+            lo0 = pm(input_ids=ids[0:1]).logits.float().cpu()
+        for h in handles:
+            h.remove()
+        hidden_row0 = torch.stack([c[0] for c in captured])  # (n_layers+2, L, H)
+        # greedy continuation, mixed batch, full recompute each step
+        seq = ids.clone()
+        gaps = [[] for _ in range(R)]
+        for step in range(N_NEW):
+            lo = pm(input_ids=seq, adapter_names=row_adapters).logits[:, -1].float()
+            top = torch.topk(lo, 2, dim=-1)
+            for i in range(R):
+                gaps[i].append(float(top.values[i, 0] - top.values[i, 1]))
+            seq = torch.cat([seq, top.indices[:, :1]], dim=1)
+        greedy = seq[:, N_PROMPT:].cpu()
+    pm.set_adapter(names[0])
+
+    tensors = {
+        "last_logits": all_logits[:, -1].contiguous(),
+        "all_logits": all_logits.contiguous(),
+        "all_logits_row0": all_logits[0].contiguous(),
+        "all_logits_row1": all_logits[1].contiguous(),
+        "hidden_row0": hidden_row0.contiguous(),
+        "prompt_ids": prompts.to(torch.int32).contiguous(),
+        "greedy_ids": greedy.to(torch.int32).contiguous(),
+    }
+    save_file(tensors, os.path.join(root, "reference.safetensors"), metadata={"format": "pt"})
+    hid_diff = float((lo0[0] - all_logits[0]).abs().max())
+    notes += [
+        "All reference numbers were computed in fp32 math on the GPU "
+        "(torch.backends.cuda.matmul.allow_tf32=False, cudnn.allow_tf32=False, "
+        "attn_implementation='eager') from exactly the stored weights "
+        "(bf16/fp16 checkpoints and adapters loaded, then upcast to fp32).",
+        "last_logits[i] = logits at the last prompt position of row i in ONE mixed batch "
+        "(PEFT adapter_names=row_adapters, '__base__' = no LoRA). all_logits = (rows, L, V) "
+        "for every prompt position; all_logits_row0/row1 are rows 0 and 1 of it.",
+        f"max |mixed-batch - single-row| logits diff = {max(diffs):.3e} (per row {['%.1e' % d for d in diffs]})",
+        f"max |last logits with adapter - base| per row = {['%.3f' % e for e in effect]} "
+        "(how strongly each adapter moves the logits)",
+        "hidden_row0 = (n_layers+2, L, hidden): [0] embedding output, [1..n_layers] output of "
+        "each decoder layer (residual stream), [n_layers+1] after the final RMSNorm; base model, row 0 "
+        f"(consistency with all_logits_row0: {hid_diff:.1e}).",
+        "greedy_ids: 16 greedy tokens per row from the mixed batch (full recompute each step, "
+        "no KV cache, no EOS stop). top2_gaps[i][t] = logit(top1) - logit(top2) at step t; "
+        "a C implementation may legitimately pick a different token only where that gap is "
+        "tiny (< ~1e-3); compare tokens only up to the first such step.",
+        "PEFT scaling: lora_alpha/r (use_rslora: lora_alpha/sqrt(r)); rank_pattern / alpha_pattern "
+        "keys are matched against the module name as a suffix regex '(.*\\.)?(KEY)$' "
+        "(a module in rank_pattern but not alpha_pattern keeps lora_alpha). adapters.<name>.modules "
+        "lists every LoRA module with its effective r and scaling as PEFT computed them.",
+        "String target_modules is matched with re.fullmatch against the full module name "
+        "(e.g. 'model.layers.0.self_attn.q_proj').",
+        "config.json is written in the legacy layout of real checkpoints (top-level rope_theta, "
+        "rope_scaling, torch_dtype); the script checked that transformers reads it back to the "
+        "intended inverse frequencies.",
+    ]
+    ref = {
+        "arch": spec["cls"],
+        "model_dir": "model",
+        "model_dtype": spec["save_dtype"],
+        "sharded": bool(spec["shard"]),
+        "config": cfg_json,
+        "model_tensors": tensor_names,
+        "prompt_len": N_PROMPT,
+        "n_new": N_NEW,
+        "rows": [
+            {"prompt_ids": prompts[i].tolist(),
+             "adapter": None if row_adapters[i] == "__base__" else row_adapters[i],
+             "greedy_ids": greedy[i].tolist(),
+             "top2_gaps": gaps[i],
+             "min_top2_gap": min(gaps[i])}
+            for i in range(R)
+        ],
+        "adapters": adapter_meta,
+        "max_lora_rank": max_rank,
+        "reference_tensors": {k: {"shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", "")}
+                              for k, v in tensors.items()},
+        "math": "fp32 (no TF32), eager attention, device " + (
+            torch.cuda.get_device_name(0) if device == "cuda" else "cpu"),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "peft": peft.__version__, "python": sys.version.split()[0]},
+        "seed": spec["seed"],
+        "tolerance": {"fp32_rel": 1e-4, "fp32_abs_logits": 1e-4,
+                      "note": "see tests/fixtures/README.md"},
+        "notes": notes,
+    }
+    with open(os.path.join(root, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    log(f"{arch}: done in {time.time() - t0:.1f}s; mixed-vs-single {max(diffs):.2e}; "
+        f"effects {['%.2f' % e for e in effect]}; min gaps {[round(min(x), 4) for x in gaps]}")
+    del pm, base
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="tests/fixtures")
+    ap.add_argument("--arch", action="append", help="only these archs (default all)")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        torch.set_float32_matmul_precision("highest")
+    except Exception:
+        pass
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        log("WARNING: no CUDA device; computing references on the CPU")
+    os.makedirs(args.out, exist_ok=True)
+    failed = []
+    for arch in (args.arch or list(ARCHS)):
+        try:
+            build_arch(arch, ARCHS[arch], args.out, device)
+        except BaseException as e:  # keep going with the other archs
+            import traceback
+            traceback.print_exc()
+            failed.append(arch)
+    if failed:
+        log("FAILED:", failed)
+        sys.exit(1)
+    log("all fixtures written to", args.out)
+
+
+if __name__ == "__main__":
+    main()
