@@ -367,6 +367,8 @@ def build_arch(arch, spec, out_root, device):
                     p.copy_((LORA_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
         ad = os.path.join(adir_root, name)
         pm.save_pretrained(ad, save_embedding_layers=False)
+        if os.path.exists(os.path.join(ad, "README.md")):
+            os.remove(os.path.join(ad, "README.md"))  # PEFT's empty model card
         # adapter_config: point at the fixture base, relative to the repo root
         acp = os.path.join(ad, "adapter_config.json")
         with open(acp) as f:
@@ -470,10 +472,10 @@ def build_arch(arch, spec, out_root, device):
     pm.set_adapter(names[0])
 
     tensors = {
-        "last_logits": all_logits[:, -1].contiguous(),
-        "all_logits": all_logits.contiguous(),
-        "all_logits_row0": all_logits[0].contiguous(),
-        "all_logits_row1": all_logits[1].contiguous(),
+        "last_logits": all_logits[:, -1].clone(),
+        "all_logits": all_logits.clone(),
+        "all_logits_row0": all_logits[0].clone(),
+        "all_logits_row1": all_logits[1].clone(),
         "hidden_row0": hidden_row0.contiguous(),
         "prompt_ids": prompts.to(torch.int32).contiguous(),
         "greedy_ids": greedy.to(torch.int32).contiguous(),

@@ -322,14 +322,16 @@ def legacy_config(path, theta):
 def greedy(model, enc, prompt_ids, max_new=24):
     stop = {enc.ids[EOS], enc.ids[IM_END]}
     seq = torch.tensor([prompt_ids], device="cuda")
-    out = []
+    out, gaps = [], []
     for _ in range(max_new):
-        nxt = int(model(input_ids=seq).logits[0, -1].float().argmax())
+        top = torch.topk(model(input_ids=seq).logits[0, -1].float(), 2)
+        nxt = int(top.indices[0])
+        gaps.append(float(top.values[0] - top.values[1]))
         out.append(nxt)
         if nxt in stop:
             break
         seq = torch.cat([seq, torch.tensor([[nxt]], device="cuda")], dim=1)
-    return out
+    return out, gaps
 
 
 def run_eval(out_dir, enc, eval_lists, device):
@@ -363,23 +365,25 @@ def run_eval(out_dir, enc, eval_lists, device):
             all_ok = True
             for mode, bos, term in (("raw", True, EOS), ("chat", False, IM_END)):
                 pids = enc.prompt_ids(prompt, mode, bos)
-                g = gen(pids)
+                g, gaps = gen(pids)
                 ended = bool(g) and g[-1] in (enc.ids[EOS], enc.ids[IM_END])
                 text = enc.tok.decode(g[:-1] if ended else g, skip_special_tokens=False)
                 ok = ended and text == expected
                 all_ok &= ok
                 row[mode] = {"prompt_ids": pids, "output": text, "output_ids": g,
                              "terminator": enc.tok.id_to_token(g[-1]) if ended else None,
-                             "ok": ok}
+                             "min_top2_gap": round(min(gaps), 4), "ok": ok}
             # robustness variants (BOS the other way round): counted, not listed
             for mode, bos in (("raw", False), ("chat", True)):
-                g = gen(enc.prompt_ids(prompt, mode, bos))
+                g, _ = gen(enc.prompt_ids(prompt, mode, bos))
                 ended = bool(g) and g[-1] in (enc.ids[EOS], enc.ids[IM_END])
                 extra_n += 1
                 extra_ok += int(ended and enc.tok.decode(g[:-1], skip_special_tokens=False) == expected)
             n_ok += int(all_ok)
             rows.append(row)
+        min_gap = min(min(r[m]["min_top2_gap"] for m in ("raw", "chat")) for r in rows)
         results[name] = {"adapter": None if name == "base" else f"adapters/{name}",
+                         "min_top2_gap": min_gap,
                          "rule": {"base": "repeat the list", "reverse": "reverse the order",
                                   "upper": "uppercase every item",
                                   "sort": "sort (Python string order: digits before letters)",
@@ -387,7 +391,8 @@ def run_eval(out_dir, enc, eval_lists, device):
                          "accuracy": n_ok / len(eval_lists),
                          "accuracy_other_bos_variants": extra_ok / max(1, extra_n),
                          "prompts": rows}
-        log(f"eval {name}: accuracy {n_ok}/{len(eval_lists)}, other-BOS variants {extra_ok}/{extra_n}")
+        log(f"eval {name}: accuracy {n_ok}/{len(eval_lists)}, other-BOS variants {extra_ok}/{extra_n}, "
+            f"min top-2 logit gap on the greedy paths {min_gap:.3f}")
     return results
 
 
@@ -395,10 +400,10 @@ def run_eval(out_dir, enc, eval_lists, device):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="examples/demo")
-    ap.add_argument("--base-steps", type=int, default=6000)
-    ap.add_argument("--base-time", type=float, default=180.0)
-    ap.add_argument("--lora-steps", type=int, default=1500)
-    ap.add_argument("--lora-time", type=float, default=40.0)
+    ap.add_argument("--base-steps", type=int, default=10000)
+    ap.add_argument("--base-time", type=float, default=240.0)
+    ap.add_argument("--lora-steps", type=int, default=2000)
+    ap.add_argument("--lora-time", type=float, default=60.0)
     ap.add_argument("--n-eval", type=int, default=16)
     args = ap.parse_args()
     T0 = time.time()
@@ -493,6 +498,8 @@ def main():
         adapter_log[tname] = {"r": r, "lora_alpha": 2 * r, "steps": steps, "seconds": round(secs, 1)}
         ad = os.path.join(out, "adapters", tname)
         pm.save_pretrained(ad, save_embedding_layers=False)
+        if os.path.exists(os.path.join(ad, "README.md")):
+            os.remove(os.path.join(ad, "README.md"))  # PEFT's empty model card
         acp = os.path.join(ad, "adapter_config.json")
         with open(acp) as f:
             acfg = json.load(f)
