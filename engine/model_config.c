@@ -1,6 +1,8 @@
 // config.json parsing and the per-architecture tensor list. See model_config.h.
 #include "model_config.h"
 
+#include "ls_err.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -16,18 +18,6 @@
 #define S_MAX_LAYERS 4096
 #define S_MAX_VOCAB (1 << 24)
 #define S_MAX_CONFIG_BYTES (16u << 20)
-
-static void s_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void s_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static const char *const s_arch_names[] = {
     [LS_ARCH_LLAMA] = "LlamaForCausalLM",
@@ -95,7 +85,7 @@ static int s_int(const char *what, const cJSON *j, const char *key, long lo, lon
 {
     double d = j->valuedouble;
     if (!cJSON_IsNumber(j) || d != floor(d) || d < (double)lo || d > (double)hi) {
-        s_err(err, errlen, "%s: \"%s\" must be an integer in [%ld, %ld]", what, key, lo, hi);
+        ls_err_set(err, errlen, "%s: \"%s\" must be an integer in [%ld, %ld]", what, key, lo, hi);
         return -1;
     }
     *out = (int)d;
@@ -119,7 +109,7 @@ static int s_req_int(const char *what, const cJSON *o, const char *key, long lo,
 {
     const cJSON *j = s_item(o, key);
     if (!j) {
-        s_err(err, errlen, "%s: \"%s\" is missing", what, key);
+        ls_err_set(err, errlen, "%s: \"%s\" is missing", what, key);
         return -1;
     }
     return s_int(what, j, key, lo, hi, out, err, errlen);
@@ -132,14 +122,14 @@ static int s_num(const char *what, const cJSON *o, const char *key, double def, 
     const cJSON *j = s_item(o, key);
     if (!j) {
         if (def < 0) {
-            s_err(err, errlen, "%s: \"%s\" is missing", what, key);
+            ls_err_set(err, errlen, "%s: \"%s\" is missing", what, key);
             return -1;
         }
         *out = def;
         return 0;
     }
     if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || j->valuedouble <= 0) {
-        s_err(err, errlen, "%s: \"%s\" must be a positive number", what, key);
+        ls_err_set(err, errlen, "%s: \"%s\" must be a positive number", what, key);
         return -1;
     }
     *out = j->valuedouble;
@@ -155,7 +145,7 @@ static int s_bool(const char *what, const cJSON *o, const char *key, bool def, b
         return 0;
     }
     if (!cJSON_IsBool(j)) {
-        s_err(err, errlen, "%s: \"%s\" must be true or false", what, key);
+        ls_err_set(err, errlen, "%s: \"%s\" must be true or false", what, key);
         return -1;
     }
     *out = cJSON_IsTrue(j);
@@ -168,14 +158,14 @@ static int s_rope(const char *what, const cJSON *rs, const char *key, ls_model_c
                   char *err, size_t errlen)
 {
     if (!cJSON_IsObject(rs)) {
-        s_err(err, errlen, "%s: \"%s\" must be an object or null", what, key);
+        ls_err_set(err, errlen, "%s: \"%s\" must be an object or null", what, key);
         return -1;
     }
     const cJSON *ty = s_item(rs, "rope_type");
     if (!ty)
         ty = s_item(rs, "type");
     if (ty && !cJSON_IsString(ty)) {
-        s_err(err, errlen, "%s: \"%s\".rope_type must be a string", what, key);
+        ls_err_set(err, errlen, "%s: \"%s\".rope_type must be a string", what, key);
         return -1;
     }
     const char *type = ty ? ty->valuestring : "default";
@@ -200,11 +190,11 @@ static int s_rope(const char *what, const cJSON *rs, const char *key, ls_model_c
             return -1;
         // The llama3 formula interpolates between the two; equal factors divide by zero.
         if (cfg->rope_scaling.high_freq_factor <= cfg->rope_scaling.low_freq_factor) {
-            s_err(err, errlen, "%s: \"high_freq_factor\" must be above \"low_freq_factor\"", sub);
+            ls_err_set(err, errlen, "%s: \"high_freq_factor\" must be above \"low_freq_factor\"", sub);
             return -1;
         }
     } else {
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s: \"%s\" type \"%s\" is not supported (supported: llama3, linear, default)",
               what, key, type);
         return -1;
@@ -236,7 +226,7 @@ static int s_dtype(const char *what, const cJSON *root, ls_dtype_t *out, char *e
         if (strcmp(j->valuestring, "float32") == 0)
             return 0;
     }
-    s_err(err, errlen, "%s: \"%s\" must be \"bfloat16\", \"float16\" or \"float32\"", what, key);
+    ls_err_set(err, errlen, "%s: \"%s\" must be \"bfloat16\", \"float16\" or \"float32\"", what, key);
     return -1;
 }
 
@@ -258,7 +248,7 @@ static int s_tokens(const char *what, const cJSON *root, ls_model_config_t *cfg,
         return 0;
     }
     if (!cJSON_IsArray(eos) || cJSON_GetArraySize(eos) > LS_MAX_EOS_TOKENS) {
-        s_err(err, errlen, "%s: \"eos_token_id\" must be an integer or a list of at most %d",
+        ls_err_set(err, errlen, "%s: \"eos_token_id\" must be an integer or a list of at most %d",
               what, LS_MAX_EOS_TOKENS);
         return -1;
     }
@@ -277,7 +267,7 @@ static int s_arch(const char *what, const cJSON *root, ls_arch_t *out, char *err
     const cJSON *a = s_item(root, "architectures");
     const cJSON *a0 = cJSON_IsArray(a) ? cJSON_GetArrayItem(a, 0) : NULL;
     if (!cJSON_IsString(a0)) {
-        s_err(err, errlen, "%s: \"architectures\" is missing or not a list of names", what);
+        ls_err_set(err, errlen, "%s: \"architectures\" is missing or not a list of names", what);
         return -1;
     }
     for (int i = 0; i < (int)(sizeof s_arch_names / sizeof *s_arch_names); i++) {
@@ -286,7 +276,7 @@ static int s_arch(const char *what, const cJSON *root, ls_arch_t *out, char *err
             return 0;
         }
     }
-    s_err(err, errlen,
+    ls_err_set(err, errlen,
           "%s: architecture \"%s\" is not supported (supported: LlamaForCausalLM, "
           "Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)",
           what, a0->valuestring);
@@ -298,7 +288,7 @@ static int s_parse(const char *what, const cJSON *root, ls_model_config_t *cfg, 
 {
     memset(cfg, 0, sizeof *cfg);
     if (!cJSON_IsObject(root)) {
-        s_err(err, errlen, "%s: not a JSON object", what);
+        ls_err_set(err, errlen, "%s: not a JSON object", what);
         return -1;
     }
     if (s_arch(what, root, &cfg->arch, err, errlen) != 0)
@@ -326,7 +316,7 @@ static int s_parse(const char *what, const cJSON *root, ls_model_config_t *cfg, 
         return -1;
 
     if (!s_item(root, "head_dim") && cfg->hidden_size % cfg->num_attention_heads != 0) {
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s: \"num_attention_heads\" %d does not divide \"hidden_size\" %d (and no "
               "\"head_dim\" is given)",
               what, cfg->num_attention_heads, cfg->hidden_size);
@@ -336,19 +326,19 @@ static int s_parse(const char *what, const cJSON *root, ls_model_config_t *cfg, 
                   cfg->hidden_size / cfg->num_attention_heads, &cfg->head_dim, err, errlen))
         return -1;
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
-        s_err(err, errlen, "%s: \"num_key_value_heads\" %d does not divide "
+        ls_err_set(err, errlen, "%s: \"num_key_value_heads\" %d does not divide "
               "\"num_attention_heads\" %d",
               what, cfg->num_key_value_heads, cfg->num_attention_heads);
         return -1;
     }
     if ((long)cfg->num_attention_heads * cfg->head_dim > S_MAX_DIM) {
-        s_err(err, errlen, "%s: \"num_attention_heads\" x \"head_dim\" is above %d", what,
+        ls_err_set(err, errlen, "%s: \"num_attention_heads\" x \"head_dim\" is above %d", what,
               S_MAX_DIM);
         return -1;
     }
     const cJSON *act = s_item(root, "hidden_act");
     if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0)) {
-        s_err(err, errlen, "%s: \"hidden_act\" must be \"silu\"", what);
+        ls_err_set(err, errlen, "%s: \"hidden_act\" must be \"silu\"", what);
         return -1;
     }
 
@@ -391,7 +381,7 @@ static int s_parse(const char *what, const cJSON *root, ls_model_config_t *cfg, 
         if (s_bool(what, root, "use_sliding_window", false, &sw, err, errlen))
             return -1;
         if (sw) {
-            s_err(err, errlen, "%s: \"use_sliding_window\": true is not supported", what);
+            ls_err_set(err, errlen, "%s: \"use_sliding_window\": true is not supported", what);
             return -1;
         }
     }
@@ -403,7 +393,7 @@ int ls_model_config_parse(const char *json, size_t len, const char *what, ls_mod
 {
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root) {
-        s_err(err, errlen, "%s: not valid JSON", what);
+        ls_err_set(err, errlen, "%s: not valid JSON", what);
         return -1;
     }
     int rc = s_parse(what, root, cfg, err, errlen);
@@ -421,7 +411,7 @@ int ls_model_config_load(const char *path, ls_model_config_t *cfg, char *err, si
         snprintf(file, sizeof file, "%s", path);
     FILE *fp = fopen(file, "rb");
     if (!fp) {
-        s_err(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+        ls_err_set(err, errlen, "%s: cannot open: %s", file, strerror(errno));
         return -1;
     }
     char *buf = malloc(S_MAX_CONFIG_BYTES);
@@ -430,9 +420,9 @@ int ls_model_config_load(const char *path, ls_model_config_t *cfg, char *err, si
     fclose(fp);
     int rc = -1;
     if (!buf)
-        s_err(err, errlen, "%s: out of memory", file);
+        ls_err_set(err, errlen, "%s: out of memory", file);
     else if (too_big)
-        s_err(err, errlen, "%s: larger than %u bytes", file, S_MAX_CONFIG_BYTES);
+        ls_err_set(err, errlen, "%s: larger than %u bytes", file, S_MAX_CONFIG_BYTES);
     else
         rc = ls_model_config_parse(buf, n, file, cfg, err, errlen);
     free(buf);
@@ -548,7 +538,7 @@ int ls_model_config_check_weights(const ls_model_config_t *cfg, const ls_st_t *s
         ls_model_config_weight_spec(cfg, i, &spec);
         const ls_st_tensor_t *t = ls_st_find(st, spec.name);
         if (!t) {
-            s_err(err, errlen, "%s: tensor \"%s\" is missing (needed by %s)", ls_st_path(st),
+            ls_err_set(err, errlen, "%s: tensor \"%s\" is missing (needed by %s)", ls_st_path(st),
                   spec.name, ls_arch_name(cfg->arch));
             return -1;
         }

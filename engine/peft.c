@@ -15,21 +15,10 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "ls_err.h"
 #include "safetensors.h"
 
 #define S_MAX_JSON_BYTES (16u << 20)
-
-static void s_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void s_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 // --- small growable string -------------------------------------------------------------------
 
@@ -424,7 +413,7 @@ static int s_selector_parse(const char *file, const cJSON *j, const char *key, b
         }
         const char *why = NULL;
         if (s_regex_compile(&s->re, j->valuestring, false, &why) != 0) {
-            s_err(err, errlen, "%s: \"%s\" regex \"%s\" uses %s", file, key, j->valuestring,
+            ls_err_set(err, errlen, "%s: \"%s\" regex \"%s\" uses %s", file, key, j->valuestring,
                   why);
             return -1;
         }
@@ -435,7 +424,7 @@ static int s_selector_parse(const char *file, const cJSON *j, const char *key, b
         const cJSON *it;
         cJSON_ArrayForEach(it, j) {
             if (!cJSON_IsString(it)) {
-                s_err(err, errlen, "%s: \"%s\" must be a list of module names or a regex", file,
+                ls_err_set(err, errlen, "%s: \"%s\" must be a list of module names or a regex", file,
                       key);
                 return -1;
             }
@@ -443,7 +432,7 @@ static int s_selector_parse(const char *file, const cJSON *j, const char *key, b
         s->list = j;
         return 0;
     }
-    s_err(err, errlen, "%s: \"%s\" must be a list of module names or a regex", file, key);
+    ls_err_set(err, errlen, "%s: \"%s\" must be a list of module names or a regex", file, key);
     return -1;
 }
 
@@ -470,14 +459,14 @@ static int s_patterns_parse(const char *file, const cJSON *j, const char *key, b
     if (!j || cJSON_IsNull(j))
         return 0;
     if (!cJSON_IsObject(j)) {
-        s_err(err, errlen, "%s: \"%s\" must be an object", file, key);
+        ls_err_set(err, errlen, "%s: \"%s\" must be an object", file, key);
         return -1;
     }
     int n = cJSON_GetArraySize(j);
     p->re = calloc((size_t)n + 1, sizeof *p->re);
     p->val = calloc((size_t)n + 1, sizeof *p->val);
     if (!p->re || !p->val) {
-        s_err(err, errlen, "%s: out of memory", file);
+        ls_err_set(err, errlen, "%s: out of memory", file);
         s_patterns_free(p);
         return -1;
     }
@@ -487,14 +476,14 @@ static int s_patterns_parse(const char *file, const cJSON *j, const char *key, b
         bool ok = cJSON_IsNumber(it) && isfinite(v) &&
                   (!is_rank || (v >= 1 && v == floor(v) && v <= 1e6));
         if (!ok) {
-            s_err(err, errlen, "%s: \"%s\" key \"%s\" must map to %s", file, key, it->string,
+            ls_err_set(err, errlen, "%s: \"%s\" key \"%s\" must map to %s", file, key, it->string,
                   is_rank ? "a positive integer rank" : "a finite number");
             s_patterns_free(p);
             return -1;
         }
         const char *why = NULL;
         if (s_regex_compile(&p->re[p->n], it->string, true, &why) != 0) {
-            s_err(err, errlen, "%s: \"%s\" key \"%s\" uses %s", file, key, it->string, why);
+            ls_err_set(err, errlen, "%s: \"%s\" key \"%s\" uses %s", file, key, it->string, why);
             s_patterns_free(p);
             return -1;
         }
@@ -516,14 +505,14 @@ static char *s_read_file(const char *path, size_t *len, char *err, size_t errlen
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        s_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        ls_err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     char *buf = malloc(S_MAX_JSON_BYTES);
     size_t n = buf ? fread(buf, 1, S_MAX_JSON_BYTES, fp) : 0;
     fclose(fp);
     if (!buf || n == S_MAX_JSON_BYTES) {
-        s_err(err, errlen, "%s: %s", path, buf ? "larger than 16 MB" : "out of memory");
+        ls_err_set(err, errlen, "%s: %s", path, buf ? "larger than 16 MB" : "out of memory");
         free(buf);
         return NULL;
     }
@@ -545,16 +534,16 @@ static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *er
 {
     if (!s_exists(dir, "adapter_model.safetensors")) {
         if (s_exists(dir, "adapter_model.bin"))
-            s_err(err, errlen,
+            ls_err_set(err, errlen,
                   "%s/adapter_model.bin: pickled .bin adapters are not loaded; convert to "
                   "safetensors",
                   dir);
         else
-            s_err(err, errlen, "%s/adapter_model.safetensors: file is missing", dir);
+            ls_err_set(err, errlen, "%s/adapter_model.safetensors: file is missing", dir);
         return -1;
     }
     if (s_exists(dir, "new_embeddings.safetensors")) {
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s/new_embeddings.safetensors: adapters with added vocabulary are not supported",
               dir);
         return -1;
@@ -573,14 +562,14 @@ static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *er
     free(text);
     int rc = 0;
     if (!cJSON_IsObject(root)) {
-        s_err(err, errlen, "%s: not a JSON object of token -> id", path);
+        ls_err_set(err, errlen, "%s: not a JSON object of token -> id", path);
         rc = -1;
     } else {
         const cJSON *it;
         cJSON_ArrayForEach(it, root) {
             if (!cJSON_IsNumber(it) || it->valuedouble < 0 ||
                 it->valuedouble >= cfg->vocab_size) {
-                s_err(err, errlen,
+                ls_err_set(err, errlen,
                       "%s: token \"%s\" is added vocabulary (id outside the base vocab_size "
                       "%d); adapters with added vocabulary are not supported",
                       path, it->string, cfg->vocab_size);
@@ -617,13 +606,13 @@ static int s_check_unsupported(const char *file, const cJSON *root, char *err, s
         bool unset = !j || cJSON_IsNull(j) || cJSON_IsFalse(j) ||
                      ((cJSON_IsArray(j) || cJSON_IsObject(j)) && cJSON_GetArraySize(j) == 0);
         if (!unset) {
-            s_err(err, errlen, "%s: \"%s\" is set: %s", file, keys[i].key, keys[i].why);
+            ls_err_set(err, errlen, "%s: \"%s\" is set: %s", file, keys[i].key, keys[i].why);
             return -1;
         }
     }
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "peft_type");
     if (!cJSON_IsString(pt) || strcmp(pt->valuestring, "LORA") != 0) {
-        s_err(err, errlen, "%s: \"peft_type\" is %s%s%s; only LORA adapters are supported", file,
+        ls_err_set(err, errlen, "%s: \"peft_type\" is %s%s%s; only LORA adapters are supported", file,
               cJSON_IsString(pt) ? "\"" : "", cJSON_IsString(pt) ? pt->valuestring : "missing",
               cJSON_IsString(pt) ? "\"" : "");
         return -1;
@@ -631,13 +620,13 @@ static int s_check_unsupported(const char *file, const cJSON *root, char *err, s
     const cJSON *tt = cJSON_GetObjectItemCaseSensitive(root, "task_type");
     if (tt && !cJSON_IsNull(tt) &&
         !(cJSON_IsString(tt) && strcmp(tt->valuestring, "CAUSAL_LM") == 0)) {
-        s_err(err, errlen, "%s: \"task_type\" must be CAUSAL_LM (or null)", file);
+        ls_err_set(err, errlen, "%s: \"task_type\" must be CAUSAL_LM (or null)", file);
         return -1;
     }
     const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "bias");
     if (bias && !cJSON_IsNull(bias) &&
         !(cJSON_IsString(bias) && strcmp(bias->valuestring, "none") == 0)) {
-        s_err(err, errlen, "%s: \"bias\" is %s%s%s; only \"none\" is supported", file,
+        ls_err_set(err, errlen, "%s: \"bias\" is %s%s%s; only \"none\" is supported", file,
               cJSON_IsString(bias) ? "\"" : "", cJSON_IsString(bias) ? bias->valuestring : "set",
               cJSON_IsString(bias) ? "\"" : "");
         return -1;
@@ -658,7 +647,7 @@ static int s_check_targets(const char *file, const ls_model_config_t *cfg,
             for (size_t i = 0; i < nmods && !found; i++)
                 found = s_entry_match(it->valuestring, mods[i].name);
             if (!found) {
-                s_err(err, errlen,
+                ls_err_set(err, errlen,
                       "%s: \"target_modules\" entry \"%s\" matches no module of %s (supported "
                       "targets: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
                       file, it->valuestring, ls_arch_name(cfg->arch));
@@ -671,7 +660,7 @@ static int s_check_targets(const char *file, const ls_model_config_t *cfg,
         if (!s_selector_match(tgt, &mods[i]) || s_selector_match(exc, &mods[i]))
             continue;
         if (mods[i].target < 0) {
-            s_err(err, errlen,
+            ls_err_set(err, errlen,
                   "%s: \"target_modules\" selects module \"%s\", which is not a supported LoRA "
                   "target (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
                   file, mods[i].name);
@@ -680,7 +669,7 @@ static int s_check_targets(const char *file, const ls_model_config_t *cfg,
         selected++;
     }
     if (selected == 0) {
-        s_err(err, errlen, "%s: \"target_modules\" selects no module of %s", file,
+        ls_err_set(err, errlen, "%s: \"target_modules\" selects no module of %s", file,
               ls_arch_name(cfg->arch));
         return -1;
     }
@@ -711,7 +700,7 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
     s_patterns_t rp = {0}, ap = {0};
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!cJSON_IsObject(root)) {
-        s_err(err, errlen, "%s: not a valid JSON object", file);
+        ls_err_set(err, errlen, "%s: not a valid JSON object", file);
         goto out;
     }
     if (s_check_unsupported(file, root, err, errlen) != 0 ||
@@ -724,19 +713,19 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
     double r = 8, alpha = 8;
     if (jr && (!cJSON_IsNumber(jr) || jr->valuedouble < 1 || jr->valuedouble > 1e6 ||
                jr->valuedouble != floor(jr->valuedouble))) {
-        s_err(err, errlen, "%s: \"r\" must be a positive integer", file);
+        ls_err_set(err, errlen, "%s: \"r\" must be a positive integer", file);
         goto out;
     }
     if (jr)
         r = jr->valuedouble;
     if (ja && (!cJSON_IsNumber(ja) || !isfinite(ja->valuedouble))) {
-        s_err(err, errlen, "%s: \"lora_alpha\" must be a finite number", file);
+        ls_err_set(err, errlen, "%s: \"lora_alpha\" must be a finite number", file);
         goto out;
     }
     if (ja)
         alpha = ja->valuedouble;
     if (jrs && !cJSON_IsBool(jrs) && !cJSON_IsNull(jrs)) {
-        s_err(err, errlen, "%s: \"use_rslora\" must be true or false", file);
+        ls_err_set(err, errlen, "%s: \"use_rslora\" must be true or false", file);
         goto out;
     }
     bool rslora = cJSON_IsTrue(jrs);
@@ -754,13 +743,13 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
         cJSON *def = cJSON_CreateStringArray((const char *const[]){"q_proj", "v_proj"}, 2);
         if (!def || !cJSON_AddItemToObject(root, "target_modules", def)) {
             cJSON_Delete(def);
-            s_err(err, errlen, "%s: out of memory", file);
+            ls_err_set(err, errlen, "%s: out of memory", file);
             goto out;
         }
         tgt.list = def;
     }
     if (s_modules(cfg, &mods, &nmods) != 0) {
-        s_err(err, errlen, "%s: out of memory", file);
+        ls_err_set(err, errlen, "%s: out of memory", file);
         goto out;
     }
     if (s_check_targets(file, cfg, &tgt, &exc, mods, nmods, err, errlen) != 0)
@@ -768,7 +757,7 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
     plan->nl = cfg->num_hidden_layers;
     plan->e = calloc((size_t)plan->nl * LS_TARGET_COUNT, sizeof *plan->e);
     if (!plan->e) {
-        s_err(err, errlen, "%s: out of memory", file);
+        ls_err_set(err, errlen, "%s: out of memory", file);
         goto out;
     }
     for (size_t i = 0; i < nmods; i++) {
@@ -778,7 +767,7 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
         int mr = (int)s_pattern_value(&rp, m->name, r);
         double ma = s_pattern_value(&ap, m->name, alpha);
         if (mr > max_lora_rank) {
-            s_err(err, errlen, "%s: module \"%s\" has rank %d, above max_lora_rank %d", file,
+            ls_err_set(err, errlen, "%s: module \"%s\" has rank %d, above max_lora_rank %d", file,
                   m->name, mr, max_lora_rank);
             goto out;
         }
@@ -918,19 +907,19 @@ static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_c
 {
     int layer, target, which;
     if (s_parse_name(t->name, cfg->num_hidden_layers, &layer, &target, &which) != 0) {
-        s_err(err, errlen, "%s: tensor \"%s\": %s", t->file, t->name, s_refusal(t->name));
+        ls_err_set(err, errlen, "%s: tensor \"%s\": %s", t->file, t->name, s_refusal(t->name));
         return -1;
     }
     const s_plan_entry_t *pe = &plan->e[layer * LS_TARGET_COUNT + target];
     if (pe->rank == 0) {
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s: tensor \"%s\": adapter_config.json target_modules does not select this module",
               t->file, t->name);
         return -1;
     }
     ls_lora_weights_t *w = &a->w[layer * LS_TARGET_COUNT + target];
     if ((which ? w->B : w->A) != NULL) {
-        s_err(err, errlen, "%s: tensor \"%s\": lora_%c of this module is given twice", t->file,
+        ls_err_set(err, errlen, "%s: tensor \"%s\": lora_%c of this module is given twice", t->file,
               t->name, which ? 'B' : 'A');
         return -1;
     }
@@ -946,7 +935,7 @@ static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_c
     }
     float *buf = malloc(t->numel * sizeof(float));
     if (!buf) {
-        s_err(err, errlen, "%s: tensor \"%s\": out of memory", t->file, t->name);
+        ls_err_set(err, errlen, "%s: tensor \"%s\": out of memory", t->file, t->name);
         return -1;
     }
     if (which)
@@ -955,7 +944,7 @@ static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_c
         w->A = buf;
     a->bytes += t->numel * sizeof(float);
     if (ls_st_tensor_to_f32(t, buf) != 0) {
-        s_err(err, errlen, "%s: tensor \"%s\": holds NaN or infinite values", t->file, t->name);
+        ls_err_set(err, errlen, "%s: tensor \"%s\": holds NaN or infinite values", t->file, t->name);
         return -1;
     }
     w->rank = pe->rank;
@@ -974,14 +963,14 @@ ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int
     ls_st_t *st = ls_st_open(file, err, errlen);
     ls_adapter_t *a = st ? calloc(1, sizeof *a) : NULL;
     if (st && !a)
-        s_err(err, errlen, "%s: out of memory", file);
+        ls_err_set(err, errlen, "%s: out of memory", file);
     if (!a)
         goto fail;
     a->nl = plan.nl;
     a->info = plan.info;
     a->w = calloc((size_t)plan.nl * LS_TARGET_COUNT, sizeof *a->w);
     if (!a->w) {
-        s_err(err, errlen, "%s: out of memory", file);
+        ls_err_set(err, errlen, "%s: out of memory", file);
         goto fail;
     }
     for (size_t i = 0; i < ls_st_count(st); i++)
@@ -992,7 +981,7 @@ ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int
             const ls_lora_weights_t *w = &a->w[l * LS_TARGET_COUNT + t];
             if (plan.e[l * LS_TARGET_COUNT + t].rank == 0 || (w->A && w->B))
                 continue;
-            s_err(err, errlen,
+            ls_err_set(err, errlen,
                   "%s: module \"model.layers.%d.%s.%s\" is selected by target_modules but its "
                   "lora_%c weight is missing",
                   file, l, ls_target_parent((ls_target_t)t), ls_target_name((ls_target_t)t),

@@ -1,6 +1,8 @@
 // safetensors reader and writer. See safetensors.h for the format and the guarantees.
 #include "safetensors.h"
 
+#include "ls_err.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,18 +36,6 @@ struct ls_st {
     ls_st_tensor_t *tensors;  // sorted by name once loading is complete
     size_t ntensors, cap;
 };
-
-static void s_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void s_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 size_t ls_dtype_size(ls_dtype_t dtype)
 {
@@ -198,7 +188,7 @@ int ls_st_tensor_check_shape(const ls_st_tensor_t *t, int ndim, const int64_t *s
     char have[160], want[160];
     s_shape_str(have, sizeof have, t->ndim, t->shape);
     s_shape_str(want, sizeof want, ndim, shape);
-    s_err(err, errlen, "%s: tensor \"%s\": shape %s does not match the expected %s", t->file,
+    ls_err_set(err, errlen, "%s: tensor \"%s\": shape %s does not match the expected %s", t->file,
           t->name, have, want);
     return -1;
 }
@@ -237,33 +227,33 @@ static int s_parse_entry(ls_st_t *st, const s_file_t *f, const cJSON *e, const u
 {
     const char *name = e->string;
     if (!cJSON_IsObject(e)) {
-        s_err(err, errlen, "%s: tensor \"%s\": header entry is not a JSON object", f->path, name);
+        ls_err_set(err, errlen, "%s: tensor \"%s\": header entry is not a JSON object", f->path, name);
         return -1;
     }
     const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(jd)) {
-        s_err(err, errlen, "%s: tensor \"%s\": \"dtype\" is missing or not a string", f->path,
+        ls_err_set(err, errlen, "%s: tensor \"%s\": \"dtype\" is missing or not a string", f->path,
               name);
         return -1;
     }
     ls_dtype_t dtype;
     if (s_dtype_parse(jd->valuestring, &dtype) != 0) {
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s: tensor \"%s\": dtype \"%s\" is not supported (only BF16, F16 and F32 are "
               "loaded)",
               f->path, name, jd->valuestring);
         return -1;
     }
     if (!cJSON_IsArray(js)) {
-        s_err(err, errlen, "%s: tensor \"%s\": \"shape\" is missing or not an array", f->path,
+        ls_err_set(err, errlen, "%s: tensor \"%s\": \"shape\" is missing or not an array", f->path,
               name);
         return -1;
     }
     int ndim = cJSON_GetArraySize(js);
     if (ndim > LS_ST_MAX_DIMS) {
-        s_err(err, errlen, "%s: tensor \"%s\": shape has %d dimensions, more than the %d supported",
+        ls_err_set(err, errlen, "%s: tensor \"%s\": shape has %d dimensions, more than the %d supported",
               f->path, name, ndim, LS_ST_MAX_DIMS);
         return -1;
     }
@@ -274,33 +264,33 @@ static int s_parse_entry(ls_st_t *st, const s_file_t *f, const cJSON *e, const u
     cJSON_ArrayForEach(d, js) {
         uint64_t v;
         if (!s_json_uint(d, &v)) {
-            s_err(err, errlen,
+            ls_err_set(err, errlen,
                   "%s: tensor \"%s\": shape entry %d is not a non-negative integer", f->path,
                   name, i);
             return -1;
         }
         shape[i++] = (int64_t)v;
         if (__builtin_mul_overflow(numel, (size_t)v, &numel)) {
-            s_err(err, errlen, "%s: tensor \"%s\": shape element count overflows", f->path, name);
+            ls_err_set(err, errlen, "%s: tensor \"%s\": shape element count overflows", f->path, name);
             return -1;
         }
     }
     size_t nbytes;
     if (__builtin_mul_overflow(numel, ls_dtype_size(dtype), &nbytes)) {
-        s_err(err, errlen, "%s: tensor \"%s\": shape byte size overflows", f->path, name);
+        ls_err_set(err, errlen, "%s: tensor \"%s\": shape byte size overflows", f->path, name);
         return -1;
     }
     uint64_t begin, end;
     if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2 ||
         !s_json_uint(cJSON_GetArrayItem(jo, 0), &begin) ||
         !s_json_uint(cJSON_GetArrayItem(jo, 1), &end)) {
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s: tensor \"%s\": \"data_offsets\" is not an array of two non-negative integers",
               f->path, name);
         return -1;
     }
     if (begin > end || end > dsize) {
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s: tensor \"%s\": data offsets [%llu, %llu) exceed the data section (%zu bytes)",
               f->path, name, (unsigned long long)begin, (unsigned long long)end, dsize);
         return -1;
@@ -308,7 +298,7 @@ static int s_parse_entry(ls_st_t *st, const s_file_t *f, const cJSON *e, const u
     if (end - begin != nbytes) {
         char sh[160];
         s_shape_str(sh, sizeof sh, ndim, shape);
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s: tensor \"%s\": data offsets [%llu, %llu) hold %llu bytes but %s %s needs %zu",
               f->path, name, (unsigned long long)begin, (unsigned long long)end,
               (unsigned long long)(end - begin), ls_dtype_name(dtype), sh, nbytes);
@@ -317,7 +307,7 @@ static int s_parse_entry(ls_st_t *st, const s_file_t *f, const cJSON *e, const u
     ls_st_tensor_t *t = s_push(st);
     char *nm = t ? strdup(name) : NULL;
     if (!nm) {
-        s_err(err, errlen, "%s: tensor \"%s\": out of memory", f->path, name);
+        ls_err_set(err, errlen, "%s: tensor \"%s\": out of memory", f->path, name);
         return -1;
     }
     t->name = nm;
@@ -335,7 +325,7 @@ static int s_parse_entry(ls_st_t *st, const s_file_t *f, const cJSON *e, const u
 static int s_parse_header(ls_st_t *st, const s_file_t *f, char *err, size_t errlen)
 {
     if (f->size < 8) {
-        s_err(err, errlen, "%s: file is %zu bytes, too short for the 8-byte header length",
+        ls_err_set(err, errlen, "%s: file is %zu bytes, too short for the 8-byte header length",
               f->path, f->size);
         return -1;
     }
@@ -343,12 +333,12 @@ static int s_parse_header(ls_st_t *st, const s_file_t *f, char *err, size_t errl
     for (int i = 7; i >= 0; i--)
         n = (n << 8) | f->map[i];
     if (n > f->size - 8) {
-        s_err(err, errlen, "%s: header length %llu exceeds the file (%zu bytes)", f->path,
+        ls_err_set(err, errlen, "%s: header length %llu exceeds the file (%zu bytes)", f->path,
               (unsigned long long)n, f->size);
         return -1;
     }
     if (n > S_MAX_HEADER) {
-        s_err(err, errlen, "%s: header length %llu is above the 100 MB limit", f->path,
+        ls_err_set(err, errlen, "%s: header length %llu is above the 100 MB limit", f->path,
               (unsigned long long)n);
         return -1;
     }
@@ -356,7 +346,7 @@ static int s_parse_header(ls_st_t *st, const s_file_t *f, char *err, size_t errl
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, (size_t)n, &end, 0);
     if (!root) {
-        s_err(err, errlen, "%s: header is not valid JSON (error near byte %td of %llu)", f->path,
+        ls_err_set(err, errlen, "%s: header is not valid JSON (error near byte %td of %llu)", f->path,
               end ? end - hdr : (ptrdiff_t)0, (unsigned long long)n);
         return -1;
     }
@@ -364,13 +354,13 @@ static int s_parse_header(ls_st_t *st, const s_file_t *f, char *err, size_t errl
     // Writers pad the header with spaces to align the data; anything else is corruption.
     for (const char *p = end; p < hdr + n; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            s_err(err, errlen, "%s: header has trailing bytes after the JSON object (byte %td)",
+            ls_err_set(err, errlen, "%s: header has trailing bytes after the JSON object (byte %td)",
                   f->path, p - hdr);
             goto out;
         }
     }
     if (!cJSON_IsObject(root)) {
-        s_err(err, errlen, "%s: header is not a JSON object", f->path);
+        ls_err_set(err, errlen, "%s: header is not a JSON object", f->path);
         goto out;
     }
     const uint8_t *data = f->map + 8 + n;
@@ -379,7 +369,7 @@ static int s_parse_header(ls_st_t *st, const s_file_t *f, char *err, size_t errl
     cJSON_ArrayForEach(e, root) {
         if (strcmp(e->string, "__metadata__") == 0) {
             if (!cJSON_IsObject(e)) {
-                s_err(err, errlen, "%s: \"__metadata__\" is not a JSON object", f->path);
+                ls_err_set(err, errlen, "%s: \"__metadata__\" is not a JSON object", f->path);
                 goto out;
             }
             continue;
@@ -399,7 +389,7 @@ static int s_add_file(ls_st_t *st, const char *path, char *err, size_t errlen)
 {
     s_file_t *nf = realloc(st->files, (st->nfiles + 1) * sizeof *nf);
     if (!nf) {
-        s_err(err, errlen, "%s: out of memory", path);
+        ls_err_set(err, errlen, "%s: out of memory", path);
         return -1;
     }
     st->files = nf;
@@ -407,18 +397,18 @@ static int s_add_file(ls_st_t *st, const char *path, char *err, size_t errlen)
     memset(f, 0, sizeof *f);
     f->path = strdup(path);
     if (!f->path) {
-        s_err(err, errlen, "%s: out of memory", path);
+        ls_err_set(err, errlen, "%s: out of memory", path);
         return -1;
     }
     st->nfiles++;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        s_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        ls_err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        s_err(err, errlen, "%s: not a regular file", path);
+        ls_err_set(err, errlen, "%s: not a regular file", path);
         close(fd);
         return -1;
     }
@@ -426,7 +416,7 @@ static int s_add_file(ls_st_t *st, const char *path, char *err, size_t errlen)
     if (f->size > 0) {
         void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
-            s_err(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+            ls_err_set(err, errlen, "%s: cannot map: %s", path, strerror(errno));
             close(fd);
             f->size = 0;
             return -1;
@@ -456,10 +446,10 @@ static int s_sort_and_check(ls_st_t *st, char *err, size_t errlen)
         if (strcmp(a->name, b->name) != 0)
             continue;
         if (a->file == b->file)
-            s_err(err, errlen, "%s: tensor \"%s\" is defined twice in the header", a->file,
+            ls_err_set(err, errlen, "%s: tensor \"%s\" is defined twice in the header", a->file,
                   a->name);
         else
-            s_err(err, errlen, "%s: tensor \"%s\" is also defined in %s", b->file, b->name,
+            ls_err_set(err, errlen, "%s: tensor \"%s\" is also defined in %s", b->file, b->name,
                   a->file);
         return -1;
     }
@@ -487,14 +477,14 @@ static int s_check_shard_name(const char *index, const char *realdir, const char
                               const char *shard, const char *tensor, char *err, size_t errlen)
 {
     if (shard[0] == '\0' || shard[0] == '/') {
-        s_err(err, errlen, "%s: tensor \"%s\": shard \"%s\" is not a relative file name", index,
+        ls_err_set(err, errlen, "%s: tensor \"%s\": shard \"%s\" is not a relative file name", index,
               tensor, shard);
         return -1;
     }
     for (const char *p = shard; *p;) {
         size_t len = strcspn(p, "/");
         if (len == 2 && p[0] == '.' && p[1] == '.') {
-            s_err(err, errlen, "%s: tensor \"%s\": shard \"%s\" leaves the model directory",
+            ls_err_set(err, errlen, "%s: tensor \"%s\": shard \"%s\" leaves the model directory",
                   index, tensor, shard);
             return -1;
         }
@@ -505,7 +495,7 @@ static int s_check_shard_name(const char *index, const char *realdir, const char
     char *full = s_join(dir, shard);
     char *real = full ? realpath(full, NULL) : NULL;
     if (!real) {
-        s_err(err, errlen, "%s: tensor \"%s\": shard \"%s\" cannot be opened: %s", index, tensor,
+        ls_err_set(err, errlen, "%s: tensor \"%s\": shard \"%s\" cannot be opened: %s", index, tensor,
               shard, full ? strerror(errno) : "out of memory");
         free(full);
         return -1;
@@ -515,7 +505,7 @@ static int s_check_shard_name(const char *index, const char *realdir, const char
     free(real);
     free(full);
     if (!inside) {
-        s_err(err, errlen,
+        ls_err_set(err, errlen,
               "%s: tensor \"%s\": shard \"%s\" is a link that resolves outside the model "
               "directory",
               index, tensor, shard);
@@ -528,7 +518,7 @@ static char *s_read_small(const char *path, size_t *len, char *err, size_t errle
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        s_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        ls_err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     char *buf = NULL;
@@ -536,12 +526,12 @@ static char *s_read_small(const char *path, size_t *len, char *err, size_t errle
     if (fseek(fp, 0, SEEK_END) == 0)
         sz = ftell(fp);
     if (sz < 0 || (uint64_t)sz > S_MAX_HEADER || fseek(fp, 0, SEEK_SET) != 0) {
-        s_err(err, errlen, "%s: cannot read, or larger than 100 MB", path);
+        ls_err_set(err, errlen, "%s: cannot read, or larger than 100 MB", path);
         goto out;
     }
     buf = malloc((size_t)sz + 1);
     if (!buf || fread(buf, 1, (size_t)sz, fp) != (size_t)sz) {
-        s_err(err, errlen, "%s: cannot read", path);
+        ls_err_set(err, errlen, "%s: cannot read", path);
         free(buf);
         buf = NULL;
         goto out;
@@ -565,19 +555,19 @@ static int s_load_index(ls_st_t *st, const char *dir, const char *index, char *e
     cJSON *root = cJSON_ParseWithLength(text, len);
     const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(map)) {
-        s_err(err, errlen, "%s: not valid JSON with a \"weight_map\" object", index);
+        ls_err_set(err, errlen, "%s: not valid JSON with a \"weight_map\" object", index);
         goto out;
     }
     realdir = realpath(dir, NULL);
     if (!realdir) {
-        s_err(err, errlen, "%s: cannot resolve the directory: %s", dir, strerror(errno));
+        ls_err_set(err, errlen, "%s: cannot resolve the directory: %s", dir, strerror(errno));
         goto out;
     }
     const cJSON *e;
     // Open each distinct shard once, in first-mention order.
     cJSON_ArrayForEach(e, map) {
         if (!cJSON_IsString(e)) {
-            s_err(err, errlen, "%s: tensor \"%s\": shard name is not a string", index, e->string);
+            ls_err_set(err, errlen, "%s: tensor \"%s\": shard name is not a string", index, e->string);
             goto out;
         }
         bool seen = false;
@@ -590,7 +580,7 @@ static int s_load_index(ls_st_t *st, const char *dir, const char *index, char *e
         char *full = s_join(dir, e->valuestring);
         int r = full ? s_add_file(st, full, err, errlen) : -1;
         if (!full)
-            s_err(err, errlen, "%s: out of memory", index);
+            ls_err_set(err, errlen, "%s: out of memory", index);
         free(full);
         if (r != 0)
             goto out;
@@ -604,7 +594,7 @@ static int s_load_index(ls_st_t *st, const char *dir, const char *index, char *e
         bool ok = t && strncmp(t->file, dir, dl) == 0 && t->file[dl] == '/' &&
                   strcmp(t->file + dl + 1, e->valuestring) == 0;
         if (!ok) {
-            s_err(err, errlen, "%s: tensor \"%s\": not found in its shard \"%s\"", index,
+            ls_err_set(err, errlen, "%s: tensor \"%s\": not found in its shard \"%s\"", index,
                   e->string, e->valuestring);
             goto out;
         }
@@ -621,25 +611,25 @@ ls_st_t *ls_st_open(const char *path, char *err, size_t errlen)
 {
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        s_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        ls_err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     ls_st_t *st = calloc(1, sizeof *st);
     if (!st) {
-        s_err(err, errlen, "%s: out of memory", path);
+        ls_err_set(err, errlen, "%s: out of memory", path);
         return NULL;
     }
     int rc;
     st->path = strdup(path);
     if (!st->path) {
-        s_err(err, errlen, "%s: out of memory", path);
+        ls_err_set(err, errlen, "%s: out of memory", path);
         rc = -1;
     } else if (S_ISDIR(sb.st_mode)) {
         // Same preference as transformers: the single file first, then the sharded index.
         char *single = s_join(path, "model.safetensors");
         char *index = s_join(path, "model.safetensors.index.json");
         if (!single || !index) {
-            s_err(err, errlen, "%s: out of memory", path);
+            ls_err_set(err, errlen, "%s: out of memory", path);
             rc = -1;
         } else if (s_is_regular(single)) {
             rc = s_add_file(st, single, err, errlen);
@@ -648,7 +638,7 @@ ls_st_t *ls_st_open(const char *path, char *err, size_t errlen)
         } else if (s_is_regular(index)) {
             rc = s_load_index(st, path, index, err, errlen);
         } else {
-            s_err(err, errlen,
+            ls_err_set(err, errlen,
                   "%s: directory holds neither model.safetensors nor "
                   "model.safetensors.index.json",
                   path);
@@ -724,7 +714,7 @@ int ls_st_write(const char *path, const ls_st_write_tensor_t *tensors, size_t n,
         const ls_st_write_tensor_t *t = &tensors[i];
         if (t->ndim < 0 || t->ndim > LS_ST_MAX_DIMS || !t->name ||
             strcmp(t->name, "__metadata__") == 0) {
-            s_err(err, errlen, "%s: tensor %zu (\"%s\"): invalid name or ndim %d", path, i,
+            ls_err_set(err, errlen, "%s: tensor %zu (\"%s\"): invalid name or ndim %d", path, i,
                   t->name ? t->name : "(null)", t->ndim);
             goto out;
         }
@@ -753,7 +743,7 @@ int ls_st_write(const char *path, const ls_st_write_tensor_t *tensors, size_t n,
     size_t padded = (hlen + 7) & ~(size_t)7;  // keeps the data section 8-byte aligned
     fp = fopen(path, "wb");
     if (!fp) {
-        s_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        ls_err_set(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         goto out;
     }
     uint8_t le[8];
@@ -773,13 +763,13 @@ int ls_st_write(const char *path, const ls_st_write_tensor_t *tensors, size_t n,
         ok = false;
     fp = NULL;
     if (!ok) {
-        s_err(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        ls_err_set(err, errlen, "%s: write failed: %s", path, strerror(errno));
         goto out;
     }
     rc = 0;
     goto out;
 oom:
-    s_err(err, errlen, "%s: out of memory while building the header", path);
+    ls_err_set(err, errlen, "%s: out of memory while building the header", path);
 out:
     if (fp)
         fclose(fp);
