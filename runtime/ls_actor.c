@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <ev.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <time.h>
@@ -41,6 +42,15 @@ typedef struct {
     uint64_t value;
 } s_counter_t;
 
+typedef struct s_job {
+    uint32_t id;
+    ls_job_work_fn work;
+    ls_job_done_fn done;
+    void *arg;
+    int finished;  // set by the thread under the lock
+    struct s_job *next;
+} s_job_t;
+
 struct ls_actor {
     const ls_actor_def_t *def;
     char *name;
@@ -66,6 +76,15 @@ struct ls_actor {
     uint64_t start_ns;
     uint64_t now_ns;
     int stopping;
+    // Jobs: one thread runs them in order; the loop completes them in the same order.
+    pthread_t job_thread;
+    int job_thread_started;
+    pthread_mutex_t job_lock;
+    pthread_cond_t job_cond;
+    s_job_t *jobs, *jobs_tail;  // submitted, not yet completed on the loop
+    uint32_t next_job_id;
+    int job_quit;
+    ev_async job_async;
     s_counter_t counters[LS_MAX_COUNTERS];
     int ncounters;
 };
@@ -576,6 +595,103 @@ static void s_heartbeat_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// jobs
+
+static void *s_job_thread(void *arg) {
+    ls_actor_t *self = arg;
+    pthread_mutex_lock(&self->job_lock);
+    for (;;) {
+        s_job_t *job = self->jobs;
+        while (job && job->finished)
+            job = job->next;
+        if (!job) {
+            if (self->job_quit)
+                break;
+            pthread_cond_wait(&self->job_cond, &self->job_lock);
+            continue;
+        }
+        pthread_mutex_unlock(&self->job_lock);
+        job->work(job->arg);
+        pthread_mutex_lock(&self->job_lock);
+        job->finished = 1;
+        ev_async_send(self->loop, &self->job_async);
+    }
+    pthread_mutex_unlock(&self->job_lock);
+    return NULL;
+}
+
+static void s_job_async_cb(struct ev_loop *loop, ev_async *w, int revents) {
+    ls_actor_t *self = w->data;
+    for (;;) {
+        pthread_mutex_lock(&self->job_lock);
+        s_job_t *job = self->jobs;
+        // Completions run strictly in submission order, so a replay sees the same order.
+        if (!job || !job->finished) {
+            pthread_mutex_unlock(&self->job_lock);
+            return;
+        }
+        self->jobs = job->next;
+        if (!self->jobs)
+            self->jobs_tail = NULL;
+        pthread_mutex_unlock(&self->job_lock);
+        self->now_ns = s_mono_ns();
+        s_trace_event(self, LS_TRACE_JOB, job->id);
+        if (!self->stopping)
+            job->done(self, job->arg);
+        free(job);
+    }
+}
+
+int ls_actor_job(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, void *arg) {
+    s_job_t *job = calloc(1, sizeof *job);
+    if (!job)
+        return -1;
+    if (!self->job_thread_started) {
+        if (pthread_create(&self->job_thread, NULL, s_job_thread, self) != 0) {
+            free(job);
+            return -1;
+        }
+        self->job_thread_started = 1;
+    }
+    job->id = ++self->next_job_id;
+    job->work = work;
+    job->done = done;
+    job->arg = arg;
+    pthread_mutex_lock(&self->job_lock);
+    if (self->jobs_tail)
+        self->jobs_tail->next = job;
+    else
+        self->jobs = job;
+    self->jobs_tail = job;
+    pthread_cond_signal(&self->job_cond);
+    pthread_mutex_unlock(&self->job_lock);
+    return 0;
+}
+
+// Waits for the job in progress, then drops what was never completed on the loop: the
+// actor is going away, and a `done` must not run on a half-destroyed actor.
+static void s_jobs_stop(ls_actor_t *self) {
+    if (self->job_thread_started) {
+        pthread_mutex_lock(&self->job_lock);
+        self->job_quit = 1;
+        // Unstarted jobs are skipped: mark them finished so the thread exits.
+        for (s_job_t *j = self->jobs; j; j = j->next)
+            j->finished = 1;
+        pthread_cond_signal(&self->job_cond);
+        pthread_mutex_unlock(&self->job_lock);
+        pthread_join(self->job_thread, NULL);
+    }
+    while (self->jobs) {
+        s_job_t *j = self->jobs;
+        self->jobs = j->next;
+        free(j);
+    }
+    ev_async_stop(self->loop, &self->job_async);
+    pthread_mutex_destroy(&self->job_lock);
+    pthread_cond_destroy(&self->job_cond);
+}
+
+// ---------------------------------------------------------------------------------------------
 // lifecycle
 
 static void s_signal_cb(struct ev_loop *loop, ev_signal *w, int revents) {
@@ -615,6 +731,11 @@ ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts)
     ev_check_start(self->loop, &self->check);
     ev_idle_init(&self->idle, s_idle_cb);
     self->idle.data = self;
+    pthread_mutex_init(&self->job_lock, NULL);
+    pthread_cond_init(&self->job_cond, NULL);
+    ev_async_init(&self->job_async, s_job_async_cb);
+    self->job_async.data = self;
+    ev_async_start(self->loop, &self->job_async);
     // The counters every actor has, registered up front so GetMetrics always lists them.
     static const char *builtin[] = {"msgs_in", "msgs_out", "bytes_in", "bytes_out", "msgs_malformed",
                                     "msgs_unknown", "msgs_unhandled", "send_failures", "handler_errors"};
@@ -660,6 +781,7 @@ void ls_actor_destroy(ls_actor_t **self_p) {
     if (!self_p || !*self_p)
         return;
     ls_actor_t *self = *self_p;
+    s_jobs_stop(self);
     while (self->timers)
         ls_actor_timer_stop(self, self->timers);
     for (int i = 0; i < self->nsocks; i++)

@@ -131,6 +131,13 @@ ls_timer_t *ls_actor_timer_start(ls_actor_t *self, double after_ms, double repea
 void ls_actor_timer_again(ls_actor_t *self, ls_timer_t *timer, double after_ms);
 void ls_actor_timer_stop(ls_actor_t *self, ls_timer_t *timer);
 
+// Jobs: slow work (disk reads of adapters) runs on the actor's one background thread, in
+// submission order; `done` then runs on the loop, one job at a time and in the same order,
+// as a recorded event. `work` must not touch actor state; it hands results over in `arg`.
+typedef void (*ls_job_work_fn)(void *arg);
+typedef void (*ls_job_done_fn)(ls_actor_t *a, void *arg);
+int ls_actor_job(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, void *arg);
+
 // Counters exposed through GetMetrics (and later /metrics). The pointer stays valid for the
 // actor's life; NULL only when the table is full (logged once).
 uint64_t *ls_actor_counter(ls_actor_t *self, const char *name);

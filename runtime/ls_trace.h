@@ -27,6 +27,7 @@ typedef enum {
     LS_TRACE_MSG = 3,     // dir in/out; sock = socket index; frames as on the wire
     LS_TRACE_TIMER = 4,   // aux = timer id (creation order within the actor)
     LS_TRACE_SIGNAL = 5,  // aux = signal number
+    LS_TRACE_JOB = 6,     // aux = job id (submission order): a background job's completion ran
 } ls_trace_kind_t;
 
 typedef enum { LS_TRACE_IN = 0, LS_TRACE_OUT = 1 } ls_trace_dir_t;

@@ -25,8 +25,8 @@ typedef struct {
 } s_sock_info_t;
 
 static const char *s_kind_name(int kind) {
-    static const char *names[] = {"?", "meta", "socket", "msg", "timer", "signal"};
-    return kind >= 1 && kind <= 5 ? names[kind] : "?";
+    static const char *names[] = {"?", "meta", "socket", "msg", "timer", "signal", "job"};
+    return kind >= 1 && kind <= 6 ? names[kind] : "?";
 }
 
 static void s_text(const ls_trace_record_t *rec, const s_sock_info_t *socks, uint64_t t0) {

@@ -5,6 +5,7 @@
 //   malformed  — garbage, unknown types, newer versions, unhandled types: Error, still alive
 //   trace      — every message in and out is recorded and reads back; a torn tail is reported
 //   timers     — timers fire, repeat, and are recorded
+//   jobs       — background work completes on the loop in submission order, recorded
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -497,6 +498,75 @@ static void test_timers(void **unused) {
     assert_int_equal(timers, 5);
 }
 
+// ---------------------------------------------------------------------------------------------
+// jobs: work on the background thread, completions on the loop in submission order
+
+typedef struct {
+    int index;
+    int sleep_ms;
+    pthread_t worked_on;
+    int *order;
+    int *n_done;
+    pthread_t loop_thread;
+    int on_loop;
+} job_t;
+
+static void s_job_work(void *arg) {
+    job_t *j = arg;
+    usleep((useconds_t)j->sleep_ms * 1000);
+    j->worked_on = pthread_self();
+}
+
+static void s_job_done(ls_actor_t *a, void *arg) {
+    job_t *j = arg;
+    j->on_loop = pthread_equal(pthread_self(), j->loop_thread);
+    j->order[(*j->n_done)++] = j->index;
+    if (*j->n_done == 5)
+        ls_actor_shutdown(a, "jobs done");
+}
+
+static job_t s_jobs[5];
+static int s_job_order[5], s_jobs_done;
+
+static int s_jobs_start(ls_actor_t *a, void *state) {
+    for (int i = 0; i < 5; i++) {
+        // Earlier jobs take longer: completion order must still be submission order.
+        s_jobs[i] = (job_t){.index = i, .sleep_ms = 50 - 10 * i, .order = s_job_order, .n_done = &s_jobs_done,
+                            .loop_thread = pthread_self()};
+        if (ls_actor_job(a, s_job_work, s_job_done, &s_jobs[i]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void test_jobs(void **unused) {
+    char tdir[128];
+    snprintf(tdir, sizeof tdir, "%s/trace", s_dir);
+    static const ls_dispatch_t table[] = {{0, NULL}};
+    ls_actor_def_t def = {.name = "jobber", .dispatch = table, .on_start = s_jobs_start};
+    ls_actor_opts_t opts = {.name = "jobber", .trace_dir = tdir};
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+    s_join(&r);
+    assert_int_equal(s_jobs_done, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(s_job_order[i], i);
+        assert_true(s_jobs[i].on_loop);
+        assert_false(pthread_equal(s_jobs[i].worked_on, s_jobs[i].loop_thread));
+    }
+    char path[256], err[512];
+    snprintf(path, sizeof path, "%s/jobber.trace", tdir);
+    ls_trace_reader_t *rd = ls_trace_reader_new(path, err, sizeof err);
+    assert_non_null(rd);
+    static ls_trace_record_t rec;
+    uint32_t next = 1;
+    while (ls_trace_read(rd, &rec, err, sizeof err) == 1)
+        if (rec.kind == LS_TRACE_JOB)
+            assert_int_equal(rec.aux, next++);
+    ls_trace_reader_destroy(&rd);
+    assert_int_equal(next, 6);
+}
+
 int main(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/ls-runtime-XXXXXX");
     if (!mkdtemp(s_dir))
@@ -511,6 +581,7 @@ int main(void) {
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_timers),
+        cmocka_unit_test(test_jobs),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
