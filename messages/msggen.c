@@ -89,6 +89,15 @@ typedef struct {
     bool used_as_array;         // a Name[] field refers to this record
 } s_block_t;
 
+//  Records and messages are ls_msg_<name>_t, so they never collide with the types of the
+//  code that uses them (the engine has its own sampling params); enums stay ls_<name>_t
+//  beside their LS_<ENUM>_* constants.
+static const char *
+s_prefix (const s_block_t *block)
+{
+    return block->what == B_ENUM? "ls_": "ls_msg_";
+}
+
 typedef struct {
     const char *path;
     int version;                // 0 until the version line
@@ -399,7 +408,7 @@ s_parse (s_schema_t *schema, FILE *file)
 
 //  The C identifiers the schema generates must not collide with each other or with
 //  the hand-written API (GenerateReq and Generate_Req are both fine names, but they
-//  cannot both become ls_generate_req_t).
+//  cannot both become ls_msg_generate_req_t).
 typedef struct { char *ident; int line; } s_ident_t;
 
 static void
@@ -451,9 +460,9 @@ s_check_names (s_schema_t *schema)
         if (strncmp (block->snake, "msg", 3) == 0
         && (block->snake [3] == 0 || block->snake [3] == '_'))
             s_fail (block->line, "type names starting with 'Msg' are reserved");
-        s_claim (idents, &count, s_printf ("ls_%s_t", block->snake), block->line);
+        s_claim (idents, &count, s_printf ("%s%s_t", s_prefix (block), block->snake), block->line);
         if (block->used_as_array)
-            s_claim (idents, &count, s_printf ("ls_%ss_t", block->snake), block->line);
+            s_claim (idents, &count, s_printf ("%s%ss_t", s_prefix (block), block->snake), block->line);
         if (block->what == B_MESSAGE)
             s_claim (idents, &count, s_printf ("LS_MSG_%s", block->upper), block->line);
         if (block->what == B_ENUM) {
@@ -477,7 +486,7 @@ static char *
 s_ctype (s_schema_t *schema, s_member_t *member)
 {
     if (member->kind == K_RECORD || member->kind == K_RECORDS)
-        return s_printf ("ls_%s%s_t", schema->blocks [member->ref].snake,
+        return s_printf ("%s%s%s_t", s_prefix (&schema->blocks [member->ref]), schema->blocks [member->ref].snake,
                          member->kind == K_RECORDS? "s": "");
     return s_strdup (s_kinds [member->kind].ctype);
 }
@@ -527,12 +536,12 @@ s_emit_header (s_schema_t *schema, FILE *out)
         }
         if (live == 0)
             fprintf (out, "    char none_;    // no fields yet: C forbids an empty struct\n");
-        fprintf (out, "} ls_%s_t;\n", block->snake);
+        fprintf (out, "} %s%s_t;\n", s_prefix (block), block->snake);
         if (block->what == B_ENUM)
             fprintf (out, "const char *ls_%s_name (uint32_t value);    // NULL if unknown\n",
                      block->snake);
         if (block->used_as_array)
-            fprintf (out, "typedef struct { ls_%s_t *v; size_t n; } ls_%ss_t;\n",
+            fprintf (out, "typedef struct { ls_msg_%s_t *v; size_t n; } ls_msg_%ss_t;\n",
                      block->snake, block->snake);
     }
     fprintf (out, "\ntypedef enum {\n");
@@ -550,7 +559,7 @@ s_emit_header (s_schema_t *schema, FILE *out)
                   "    union {\n", max_type);
     for (size_t b = 0; b < schema->count; b++)
         if (schema->blocks [b].what == B_MESSAGE)
-            fprintf (out, "        ls_%s_t %s;\n", schema->blocks [b].snake, schema->blocks [b].snake);
+            fprintf (out, "        ls_msg_%s_t %s;\n", schema->blocks [b].snake, schema->blocks [b].snake);
     fprintf (out, "    } u;\n} ls_msg_t;\n\n#endif\n");
 }
 
@@ -581,7 +590,7 @@ s_emit_source (s_schema_t *schema, FILE *out)
             }
             const char *ref = member->kind == K_ENUM || member->kind == K_RECORD
                            || member->kind == K_RECORDS? schema->blocks [member->ref].snake: NULL;
-            fprintf (out, "    { %u, \"%s\", %s, offsetof (ls_%s_t, %s), ", member->id,
+            fprintf (out, "    { %u, \"%s\", %s, offsetof (ls_msg_%s_t, %s), ", member->id,
                      member->name, s_kinds [member->kind].lsm, block->snake, member->name);
             if (member->kind == K_ENUM)
                 fprintf (out, "NULL, &s_%s },\n", ref);
@@ -599,10 +608,10 @@ s_emit_source (s_schema_t *schema, FILE *out)
                      block->snake, block->name, block->snake, live, block->snake, block->snake);
         else if (live)
             fprintf (out, "static const lsm_struct_t s_%s = {\n"
-                          "    \"%s\", sizeof (ls_%s_t), s_%s__fields, %zu\n};\n",
+                          "    \"%s\", sizeof (ls_msg_%s_t), s_%s__fields, %zu\n};\n",
                      block->snake, block->name, block->snake, block->snake, live);
         else
-            fprintf (out, "\nstatic const lsm_struct_t s_%s = { \"%s\", sizeof (ls_%s_t), NULL, 0 };\n",
+            fprintf (out, "\nstatic const lsm_struct_t s_%s = { \"%s\", sizeof (ls_msg_%s_t), NULL, 0 };\n",
                      block->snake, block->name, block->snake);
     }
     fprintf (out, "\nconst lsm_struct_t *const lsm_messages [] = {\n");
@@ -648,11 +657,11 @@ s_md_block (FILE *out, s_schema_t *schema, s_block_t *block)
     if (block->prose)
         fprintf (out, "%s\n\n", block->prose);
     if (block->what == B_MESSAGE)
-        fprintf (out, "C: `LS_MSG_%s`, `ls_%s_t`, `m.u.%s`.\n\n",
+        fprintf (out, "C: `LS_MSG_%s`, `ls_msg_%s_t`, `m.u.%s`.\n\n",
                  block->upper, block->snake, block->snake);
     else if (block->what == B_RECORD)
-        fprintf (out, "C: `ls_%s_t`%s.\n\n", block->snake,
-                 block->used_as_array? s_printf (", arrays `ls_%ss_t`", block->snake): "");
+        fprintf (out, "C: `ls_msg_%s_t`%s.\n\n", block->snake,
+                 block->used_as_array? s_printf (", arrays `ls_msg_%ss_t`", block->snake): "");
     else
         fprintf (out, "C: `ls_%s_t`, constants `LS_%s_*`, `ls_%s_name()`.\n\n",
                  block->snake, block->upper, block->snake);
