@@ -89,7 +89,7 @@ struct ls_actor {
     int ncounters;
 };
 
-static uint64_t s_mono_ns(void) {
+uint64_t ls_mono_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -148,7 +148,7 @@ static void s_trace_socket(ls_actor_t *self, ls_sock_t *sock, const char *endpoi
     const char *name = sock->is_router ? "router" : sock->peer;
     const char *type = sock->is_router ? "ROUTER" : "DEALER";
     ls_frame_ref_t frames[3] = {{name, strlen(name)}, {type, strlen(type)}, {endpoint, strlen(endpoint)}};
-    ls_trace_write(self->trace, LS_TRACE_SOCKET, LS_TRACE_IN, sock->index, sock->index, s_mono_ns(),
+    ls_trace_write(self->trace, LS_TRACE_SOCKET, LS_TRACE_IN, sock->index, sock->index, ls_mono_ns(),
                    frames, 3);
 }
 
@@ -476,7 +476,7 @@ static uint32_t s_error_code(ls_msgerr_code_t code) {
 
 static void s_handle(ls_sock_t *sock, zmsg_t *zm) {
     ls_actor_t *self = sock->actor;
-    self->now_ns = s_mono_ns();
+    self->now_ns = ls_mono_ns();
     s_trace_zmsg(self, LS_TRACE_IN, sock, zm);
     ls_actor_count(self, "msgs_in", 1);
     ls_actor_count(self, "bytes_in", zmsg_content_size(zm));
@@ -551,7 +551,7 @@ static void s_timer_cb(struct ev_loop *loop, ev_timer *w, int revents) {
     ls_actor_t *self = t->actor;
     if (self->stopping)
         return;
-    self->now_ns = s_mono_ns();
+    self->now_ns = ls_mono_ns();
     s_trace_event(self, LS_TRACE_TIMER, t->id);
     t->fn(self, t, t->arg);
 }
@@ -634,7 +634,7 @@ static void s_job_async_cb(struct ev_loop *loop, ev_async *w, int revents) {
         if (!self->jobs)
             self->jobs_tail = NULL;
         pthread_mutex_unlock(&self->job_lock);
-        self->now_ns = s_mono_ns();
+        self->now_ns = ls_mono_ns();
         s_trace_event(self, LS_TRACE_JOB, job->id);
         if (!self->stopping)
             job->done(self, job->arg);
@@ -696,7 +696,7 @@ static void s_jobs_stop(ls_actor_t *self) {
 
 static void s_signal_cb(struct ev_loop *loop, ev_signal *w, int revents) {
     ls_actor_t *self = w->data;
-    self->now_ns = s_mono_ns();
+    self->now_ns = ls_mono_ns();
     s_trace_event(self, LS_TRACE_SIGNAL, (uint32_t)w->signum);
     ls_actor_shutdown(self, w->signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
@@ -724,7 +724,7 @@ ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts)
     self->bind = opts->bind ? strdup(opts->bind) : NULL;
     self->rank = opts->rank;
     self->process = opts->process;
-    self->start_ns = self->now_ns = s_mono_ns();
+    self->start_ns = self->now_ns = ls_mono_ns();
     self->loop = opts->process ? ev_default_loop(0) : ev_loop_new(EVFLAG_AUTO);
     ev_check_init(&self->check, s_check_cb);
     self->check.data = self;
@@ -805,6 +805,7 @@ void ls_actor_destroy(ls_actor_t **self_p) {
 }
 
 const char *ls_actor_name(const ls_actor_t *self) { return self->name; }
+int ls_actor_rank(const ls_actor_t *self) { return self->rank; }
 uint64_t ls_actor_now_ns(const ls_actor_t *self) { return self->now_ns; }
 struct ev_loop *ls_actor_loop(ls_actor_t *self) { return self->loop; }
 

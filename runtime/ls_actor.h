@@ -95,7 +95,11 @@ int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def);
 void ls_actor_shutdown(ls_actor_t *self, const char *reason);
 
 const char *ls_actor_name(const ls_actor_t *self);
+int ls_actor_rank(const ls_actor_t *self);  // --rank: a worker's place in its group
 uint64_t ls_actor_now_ns(const ls_actor_t *self);
+// The monotonic clock itself, for measurements reported in messages (step time); decisions
+// use ls_actor_now_ns, which replay reproduces.
+uint64_t ls_mono_ns(void);
 struct ev_loop *ls_actor_loop(ls_actor_t *self);
 
 // Sending. The message is only read (encode); bulk, when given, is consumed (*bulk_p = NULL).
