@@ -76,6 +76,7 @@ struct ls_actor {
     uint64_t start_ns;
     uint64_t now_ns;
     int stopping;
+    int ready_sent;
     // Jobs: one thread runs them in order; the loop completes them in the same order.
     pthread_t job_thread;
     int job_thread_started;
@@ -809,11 +810,10 @@ int ls_actor_rank(const ls_actor_t *self) { return self->rank; }
 uint64_t ls_actor_now_ns(const ls_actor_t *self) { return self->now_ns; }
 struct ev_loop *ls_actor_loop(ls_actor_t *self) { return self->loop; }
 
-int ls_actor_run(ls_actor_t *self) {
-    if (self->def->on_start && self->def->on_start(self, self->def->state) < 0) {
-        ls_error(0, "%s failed to start", self->name);
-        return -1;
-    }
+void ls_actor_ready(ls_actor_t *self) {
+    if (self->ready_sent)
+        return;
+    self->ready_sent = 1;
     ls_msg_t ready;
     ls_msg_init(&ready, LS_MSG_READY);
     ready.u.ready.actor = ls_msg_strdup(self->name);
@@ -823,6 +823,16 @@ int ls_actor_run(ls_actor_t *self) {
     ls_actor_send_control(self, &ready);
     ls_msg_clear(&ready);
     ls_info(0, "ready%s%s", self->bind ? " on " : "", self->bind ? self->bind : "");
+}
+
+int ls_actor_run(ls_actor_t *self) {
+    int rc = self->def->on_start ? self->def->on_start(self, self->def->state) : 0;
+    if (rc < 0) {
+        ls_error(0, "%s failed to start", self->name);
+        return -1;
+    }
+    if (rc != LS_READY_LATER)
+        ls_actor_ready(self);
     ev_run(self->loop, 0);
     if (self->def->on_destroy)
         self->def->on_destroy(self, self->def->state);

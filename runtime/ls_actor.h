@@ -62,7 +62,9 @@ typedef struct {
     const ls_dispatch_t *dispatch;    // this actor's handlers
     ls_flag_t *flags;                 // this actor's own flags (may be NULL)
     void *state;                      // passed to every hook and handler
-    // After sockets are set up, before Ready. Return -1 (after logging why) to exit 1.
+    // After sockets are set up, before Ready. Return 0 to be Ready now; LS_READY_LATER when
+    // readiness waits on messages (startup adapters loading): the actor then calls
+    // ls_actor_ready itself; -1 (after logging why) to exit 1.
     int (*on_start)(ls_actor_t *a, void *state);
     // Shutdown began: answer or fail every in-flight request now (the sockets still work).
     void (*on_shutdown)(ls_actor_t *a, void *state);
@@ -90,6 +92,11 @@ int ls_actor_run(ls_actor_t *self);
 // The whole process: parse the common flags plus def->flags, log setup, new, run, destroy.
 // Returns the process exit status.
 int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def);
+
+#define LS_READY_LATER 1
+// Tell the launcher this actor is Ready (once; later calls do nothing). ls_actor_run does it
+// after on_start unless on_start returned LS_READY_LATER.
+void ls_actor_ready(ls_actor_t *self);
 
 // Begin a graceful shutdown from inside the actor (as if Shutdown had arrived).
 void ls_actor_shutdown(ls_actor_t *self, const char *reason);

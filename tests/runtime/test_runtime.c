@@ -6,6 +6,7 @@
 //   trace      — every message in and out is recorded and reads back; a torn tail is reported
 //   timers     — timers fire, repeat, and are recorded
 //   jobs       — background work completes on the loop in submission order, recorded
+//   ready      — an actor can defer Ready until it is really ready
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -567,6 +568,47 @@ static void test_jobs(void **unused) {
     assert_int_equal(next, 6);
 }
 
+// ---------------------------------------------------------------------------------------------
+// deferred Ready: an actor whose readiness waits on something says Ready itself, later
+
+static void s_ready_now(ls_actor_t *a, ls_timer_t *t, void *arg) { ls_actor_ready(a); }
+static void s_stop_now(ls_actor_t *a, ls_timer_t *t, void *arg) { ls_actor_shutdown(a, "done"); }
+
+static int s_later_start(ls_actor_t *a, void *state) {
+    ls_actor_timer_start(a, 100, 0, s_ready_now, NULL);
+    ls_actor_timer_start(a, 300, 0, s_stop_now, NULL);
+    return LS_READY_LATER;
+}
+
+static void test_ready_later(void **unused) {
+    char cep[128];
+    s_endpoint(cep, sizeof cep, "control");
+    zsock_t *control = zsock_new_router(cep);
+    assert_non_null(control);
+    zsock_set_rcvtimeo(control, 5000);
+    static const ls_dispatch_t table[] = {{0, NULL}};
+    ls_actor_def_t def = {.name = "late", .dispatch = table, .on_start = s_later_start};
+    ls_actor_opts_t opts = {.name = "late", .control = cep};
+    uint64_t t0 = ls_mono_ns();
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+    zmsg_t *zm = zmsg_recv(control);
+    assert_non_null(zm);
+    uint64_t waited_ms = (ls_mono_ns() - t0) / 1000000;
+    zframe_t *id = zmsg_pop(zm), *body = zmsg_pop(zm);
+    ls_msg_t m;
+    assert_int_equal(ls_msg_decode(zframe_data(body), zframe_size(body), &m, NULL), 0);
+    assert_int_equal(m.type, LS_MSG_READY);  // the first thing the launcher hears
+    assert_string_equal(m.u.ready.actor, "late");
+    assert_true(waited_ms >= 90);            // not before the actor said so
+    ls_msg_clear(&m);
+    zframe_destroy(&id);
+    zframe_destroy(&body);
+    zmsg_destroy(&zm);
+    s_join(&r);
+    zsock_destroy(&control);
+}
+
 int main(void) {
     snprintf(s_dir, sizeof s_dir, "/tmp/ls-runtime-XXXXXX");
     if (!mkdtemp(s_dir))
@@ -582,6 +624,7 @@ int main(void) {
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_timers),
         cmocka_unit_test(test_jobs),
+        cmocka_unit_test(test_ready_later),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];
