@@ -1,0 +1,577 @@
+/*  engine/lora_pool.c — see lora_pool.h.
+
+    The CPU tier is a fixed array of max_loaded_loras entries (a NULL id marks a free one),
+    so entry indices stay stable and slots can refer to them. Lookups are linear scans:
+    a prepare looks up each distinct id of the batch once (repeats hit the short list of the
+    batch's distinct entries first), which stays cheap for the few thousand adapters a
+    worker holds; a hash would be the next step past that.
+
+    Time is a tick counter bumped by every add and prepare: LRU compares the tick of last
+    use, FIFO the tick of loading (into the slot, or into the CPU tier).
+
+    Known limit: a slot upload sends the whole r_max-padded A and B blocks (zeros past the
+    adapter's rank included), so an adapter of rank r costs r_max/r times its own bytes on
+    the bus; a device backend with 2-D copies could send only the used columns.
+*/
+#include "lora_pool.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ls_err.h"
+
+// Which targets each group stacks, as slices in this order.
+static const struct {
+    int n;
+    ls_target_t t[LS_LORA_MAX_SLICES];
+} s_group_def[LS_LORA_GROUP_COUNT] = {
+    [LS_LORA_GROUP_QKV] = {3, {LS_TARGET_Q, LS_TARGET_K, LS_TARGET_V}},
+    [LS_LORA_GROUP_O] = {1, {LS_TARGET_O}},
+    [LS_LORA_GROUP_GATE_UP] = {2, {LS_TARGET_GATE, LS_TARGET_UP}},
+    [LS_LORA_GROUP_DOWN] = {1, {LS_TARGET_DOWN}},
+};
+
+#define S_ALL_TARGETS ((1u << LS_TARGET_COUNT) - 1)
+
+typedef struct {
+    char *id;              // NULL: free entry
+    ls_adapter_t *adapter;
+    bool pinned;
+    bool uniform;          // every module has the same scaling
+    int rank;              // the slot rank: the adapter's largest module rank
+    float scaling;         // the slot scaling: the common one, or 1 when folded into B
+    int slot;              // -1 when not resident
+    uint64_t added, used;  // ticks
+} s_entry_t;
+
+typedef struct {
+    int entry;             // -1: free
+    uint64_t loaded, used; // ticks
+} s_slot_t;
+
+struct ls_lora_pool {
+    ls_backend_t *be;
+    ls_model_config_t cfg;
+    ls_lora_pool_config_t pc;
+    unsigned enabled;                       // target mask
+    int n_slots;                            // max_loras_per_batch + 1
+    ls_lora_group_shape_t shape[LS_LORA_GROUP_COUNT];
+    ls_buffer_t *a[LS_LORA_GROUP_COUNT];    // (L, n_slots, n_slices*r_max, in), NULL: off
+    ls_buffer_t *b[LS_LORA_GROUP_COUNT];    // (L, n_slots, out_total, r_max)
+    s_entry_t *entries;                     // (max_loaded_loras)
+    s_slot_t *slots;                        // (n_slots)
+    int32_t *ranks;                         // (n_slots)
+    float *scalings;                        // (n_slots)
+    int *cur;                               // entries of the batch last prepared
+    int n_cur;
+    int *next;                              // scratch for the batch being prepared
+    float *stage_a, *stage_b;               // one slot of the largest group's A and B
+    uint64_t tick;
+    ls_lora_pool_stats_t stats;
+};
+
+static size_t s_a_slot_n(const ls_lora_pool_t *self, int g) {
+    const ls_lora_group_shape_t *s = &self->shape[g];
+    return (size_t)s->n_slices * self->pc.max_lora_rank * s->in;
+}
+
+static size_t s_b_slot_n(const ls_lora_pool_t *self, int g) {
+    const ls_lora_group_shape_t *s = &self->shape[g];
+    return (size_t)s->slice_offsets[s->n_slices] * self->pc.max_lora_rank;
+}
+
+static unsigned s_group_mask(int g) {
+    unsigned m = 0;
+    for (int k = 0; k < s_group_def[g].n; k++)
+        m |= 1u << s_group_def[g].t[k];
+    return m;
+}
+
+static bool s_in(const int *list, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (list[i] == x)
+            return true;
+    return false;
+}
+
+ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
+                                 const ls_lora_pool_config_t *pc, char *err, size_t errlen) {
+    unsigned mask = pc->target_mask ? pc->target_mask : S_ALL_TARGETS;
+    if (pc->max_loras_per_batch < 1 || pc->max_lora_rank < 1 ||
+        pc->max_loaded_loras < pc->max_loras_per_batch || (mask & ~S_ALL_TARGETS)) {
+        ls_err_set(err, errlen,
+                   "LoRA pool: need max_loras_per_batch >= 1 (got %d), max_lora_rank >= 1 "
+                   "(got %d), max_loaded_loras >= max_loras_per_batch (got %d) and target "
+                   "bits within the seven targets (got 0x%x)",
+                   pc->max_loras_per_batch, pc->max_lora_rank, pc->max_loaded_loras,
+                   pc->target_mask);
+        return NULL;
+    }
+    ls_lora_pool_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        ls_err_set(err, errlen, "LoRA pool: out of memory");
+        return NULL;
+    }
+    self->be = be;
+    self->cfg = *cfg;
+    self->pc = *pc;
+    self->enabled = mask;
+    self->n_slots = pc->max_loras_per_batch + 1;
+    int n_slots = self->n_slots, L = cfg->num_hidden_layers;
+    self->entries = calloc((size_t)pc->max_loaded_loras, sizeof *self->entries);
+    self->slots = calloc((size_t)n_slots, sizeof *self->slots);
+    self->ranks = calloc((size_t)n_slots, sizeof *self->ranks);
+    self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
+    self->cur = calloc((size_t)n_slots, sizeof *self->cur);
+    self->next = calloc((size_t)n_slots, sizeof *self->next);
+    bool ok = self->entries && self->slots && self->ranks && self->scalings && self->cur &&
+              self->next;
+    for (int i = 0; ok && i < pc->max_loaded_loras; i++)
+        self->entries[i].slot = -1;
+    for (int w = 0; ok && w < n_slots; w++)
+        self->slots[w].entry = -1;
+
+    size_t stage_a = 0, stage_b = 0;
+    for (int g = 0; ok && g < LS_LORA_GROUP_COUNT; g++) {
+        ls_lora_group_shape_t *s = &self->shape[g];
+        s->n_slices = s_group_def[g].n;
+        for (int k = 0; k < s->n_slices; k++) {
+            int in, out;
+            ls_model_config_target_dims(cfg, s_group_def[g].t[k], &in, &out);
+            s->in = in;
+            s->slice_offsets[k + 1] = s->slice_offsets[k] + out;
+        }
+        if (!(mask & s_group_mask(g)))
+            continue;
+        size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
+        stage_a = an > stage_a ? an : stage_a;
+        stage_b = bn > stage_b ? bn : stage_b;
+        self->a[g] = be->buffer_new(be, LS_DTYPE_F32, (size_t)L * n_slots * an);
+        self->b[g] = be->buffer_new(be, LS_DTYPE_F32, (size_t)L * n_slots * bn);
+        ok = self->a[g] && self->b[g];
+        if (ok) {
+            // zero, so that slot 0 and never-filled slots hold finite values a kernel
+            // that ignores the rank-0 rule would still read harmlessly
+            be->buffer_zero(be, ls_view(self->a[g], 0), self->a[g]->n);
+            be->buffer_zero(be, ls_view(self->b[g], 0), self->b[g]->n);
+        }
+    }
+    if (ok) {
+        self->stage_a = malloc(stage_a * sizeof(float));
+        self->stage_b = malloc(stage_b * sizeof(float));
+        ok = self->stage_a && self->stage_b;
+    }
+    if (!ok) {
+        ls_lora_pool_destroy(&self);
+        ls_err_set(err, errlen, "LoRA pool: out of memory for %d slots of rank %d",
+                   pc->max_loras_per_batch, pc->max_lora_rank);
+    }
+    return self;
+}
+
+static void s_entry_clear(s_entry_t *e) {
+    free(e->id);
+    ls_adapter_destroy(&e->adapter);
+    *e = (s_entry_t){.slot = -1};
+}
+
+void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    ls_lora_pool_t *self = *self_p;
+    for (int i = 0; self->entries && i < self->pc.max_loaded_loras; i++)
+        s_entry_clear(&self->entries[i]);
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+        if (self->a[g])
+            self->be->buffer_free(self->be, self->a[g]);
+        if (self->b[g])
+            self->be->buffer_free(self->be, self->b[g]);
+    }
+    free(self->entries);
+    free(self->slots);
+    free(self->ranks);
+    free(self->scalings);
+    free(self->cur);
+    free(self->next);
+    free(self->stage_a);
+    free(self->stage_b);
+    free(self);
+    *self_p = NULL;
+}
+
+static int s_find(const ls_lora_pool_t *self, const char *id) {
+    for (int i = 0; i < self->pc.max_loaded_loras; i++)
+        if (self->entries[i].id && strcmp(self->entries[i].id, id) == 0)
+            return i;
+    return -1;
+}
+
+bool ls_lora_pool_contains(const ls_lora_pool_t *self, const char *id) {
+    return id && s_find(self, id) >= 0;
+}
+
+int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id) {
+    int e = id ? s_find(self, id) : -1;
+    return e >= 0 ? self->entries[e].slot : -1;
+}
+
+static void s_slot_free(ls_lora_pool_t *self, int w) {
+    int e = self->slots[w].entry;
+    if (e >= 0)
+        self->entries[e].slot = -1;
+    self->slots[w].entry = -1;
+    self->ranks[w] = 0;
+    self->scalings[w] = 0.0f;
+}
+
+// Drops entry e from the CPU tier (and its slot) and from the batch last prepared.
+static void s_entry_drop(ls_lora_pool_t *self, int e) {
+    if (self->entries[e].slot >= 0)
+        s_slot_free(self, self->entries[e].slot);
+    for (int i = 0; i < self->n_cur; i++)
+        if (self->cur[i] == e)
+            self->cur[i--] = self->cur[--self->n_cur];
+    s_entry_clear(&self->entries[e]);
+}
+
+// Names the targets in mask, "q_proj, v_proj", into buf.
+static const char *s_target_list(unsigned mask, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < LS_TARGET_COUNT && n < len; t++)
+        if (mask & (1u << t))
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "",
+                                  ls_target_name((ls_target_t)t));
+    return buf;
+}
+
+// A CPU-tier victim: not pinned, not in the batch last prepared; LRU: least recently
+// used, FIFO: first added. -1 when every entry is protected.
+static int s_cpu_victim(const ls_lora_pool_t *self) {
+    int best = -1;
+    uint64_t best_key = 0;
+    for (int i = 0; i < self->pc.max_loaded_loras; i++) {
+        const s_entry_t *e = &self->entries[i];
+        if (!e->id || e->pinned || s_in(self->cur, self->n_cur, i))
+            continue;
+        uint64_t key = self->pc.eviction == LS_LORA_EVICT_LRU ? e->used : e->added;
+        if (best < 0 || key < best_key) {
+            best = i;
+            best_key = key;
+        }
+    }
+    return best;
+}
+
+int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
+                     bool pinned, char *evicted, size_t evicted_len, char *err,
+                     size_t errlen) {
+    assert(adapter && *adapter);
+    if (evicted && evicted_len)
+        evicted[0] = '\0';
+    if (!id || !*id) {
+        ls_err_set(err, errlen, "LoRA pool: empty adapter id");
+        return -1;
+    }
+    if (s_find(self, id) >= 0) {
+        ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is already loaded", id);
+        return -1;
+    }
+    ls_adapter_info_t info = ls_adapter_info(*adapter);
+    if (info.max_rank > self->pc.max_lora_rank) {
+        ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" has rank %d, above max_lora_rank %d",
+                   id, info.max_rank, self->pc.max_lora_rank);
+        return -1;
+    }
+    if (info.target_mask & ~self->enabled) {
+        char names[128];
+        ls_err_set(err, errlen,
+                   "LoRA pool: adapter \"%s\" targets %s, which lora_target_modules does not "
+                   "enable", id, s_target_list(info.target_mask & ~self->enabled, names,
+                                               sizeof names));
+        return -1;
+    }
+    int n_pinned = 0, free_e = -1;
+    for (int i = 0; i < self->pc.max_loaded_loras; i++) {
+        n_pinned += self->entries[i].id && self->entries[i].pinned;
+        if (!self->entries[i].id && free_e < 0)
+            free_e = i;
+    }
+    if (pinned && n_pinned >= self->pc.max_loras_per_batch - 1) {
+        ls_err_set(err, errlen,
+                   "LoRA pool: cannot pin adapter \"%s\": at most %d adapters can be pinned "
+                   "(max_loras_per_batch - 1, so that one slot stays for unpinned ones)",
+                   id, self->pc.max_loras_per_batch - 1);
+        return -1;
+    }
+    if (free_e < 0) {
+        free_e = s_cpu_victim(self);
+        if (free_e < 0) {
+            ls_err_set(err, errlen,
+                       "LoRA pool: cannot load adapter \"%s\": the CPU tier holds "
+                       "max_loaded_loras (%d) adapters and each is pinned or in the current "
+                       "batch", id, self->pc.max_loaded_loras);
+            return -1;
+        }
+        if (evicted && evicted_len)
+            snprintf(evicted, evicted_len, "%s", self->entries[free_e].id);
+        s_entry_drop(self, free_e);
+        self->stats.cpu_evictions++;
+    }
+    char *copy = strdup(id);
+    if (!copy) {
+        ls_err_set(err, errlen, "LoRA pool: out of memory");
+        return -1;
+    }
+    s_entry_t *e = &self->entries[free_e];
+    *e = (s_entry_t){.id = copy, .adapter = *adapter, .pinned = pinned, .uniform = true,
+                     .rank = info.max_rank, .slot = -1};
+    bool first = true;
+    for (int l = 0; l < self->cfg.num_hidden_layers; l++)
+        for (int t = 0; t < LS_TARGET_COUNT; t++) {
+            const ls_lora_weights_t *w = ls_adapter_layer_target(e->adapter, l, t);
+            if (w->rank == 0)
+                continue;
+            if (first)
+                e->scaling = w->scaling;
+            e->uniform &= first || w->scaling == e->scaling;
+            first = false;
+        }
+    if (!e->uniform)
+        e->scaling = 1.0f;
+    e->added = e->used = ++self->tick;
+    *adapter = NULL;
+    return 0;
+}
+
+int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t errlen) {
+    int e = id ? s_find(self, id) : -1;
+    if (e < 0) {
+        ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is not loaded", id ? id : "");
+        return -1;
+    }
+    s_entry_drop(self, e);
+    return 0;
+}
+
+// Uploads entry e into slot w, layer by layer and group by group, through the staging
+// blocks (zero padding and folded scalings are made on the host).
+static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
+    ls_backend_t *be = self->be;
+    int r_max = self->pc.max_lora_rank;
+    for (int l = 0; l < self->cfg.num_hidden_layers; l++) {
+        for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+            if (!self->a[g])
+                continue;
+            const ls_lora_group_shape_t *s = &self->shape[g];
+            size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
+            memset(self->stage_a, 0, an * sizeof(float));
+            memset(self->stage_b, 0, bn * sizeof(float));
+            for (int k = 0; k < s->n_slices; k++) {
+                const ls_lora_weights_t *lw =
+                    ls_adapter_layer_target(e->adapter, l, s_group_def[g].t[k]);
+                int r = lw->rank, off = s->slice_offsets[k];
+                int out_k = s->slice_offsets[k + 1] - off;
+                if (r == 0)
+                    continue;
+                // A (r, in) -> rows k*r_max .. k*r_max + r - 1
+                memcpy(self->stage_a + (size_t)k * r_max * s->in, lw->A,
+                       (size_t)r * s->in * sizeof(float));
+                // B (out_k, r) -> rows off.., columns 0..r-1 of (out_total, r_max)
+                float fold = e->uniform ? 1.0f : lw->scaling;
+                for (int o = 0; o < out_k; o++)
+                    for (int j = 0; j < r; j++)
+                        self->stage_b[(size_t)(off + o) * r_max + j] =
+                            lw->B[(size_t)o * r + j] * fold;
+            }
+            size_t layer_a = (size_t)l * self->n_slots * an,
+                   layer_b = (size_t)l * self->n_slots * bn;
+            if (be->buffer_upload(be, ls_view(self->a[g], layer_a + (size_t)w * an),
+                                  self->stage_a, LS_DTYPE_F32, an) != 0 ||
+                be->buffer_upload(be, ls_view(self->b[g], layer_b + (size_t)w * bn),
+                                  self->stage_b, LS_DTYPE_F32, bn) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+// A slot for a missing adapter of the batch being prepared (entries next[0..n_next)): a
+// free one, else the LRU/FIFO victim among slots whose adapter is neither pinned nor in the
+// batch. -1 when none.
+static int s_slot_pick(const ls_lora_pool_t *self, int n_next) {
+    int best = -1;
+    uint64_t best_key = 0;
+    for (int w = 1; w < self->n_slots; w++) {
+        const s_slot_t *s = &self->slots[w];
+        if (s->entry < 0)
+            return w;
+        if (self->entries[s->entry].pinned || s_in(self->next, n_next, s->entry))
+            continue;
+        uint64_t key = self->pc.eviction == LS_LORA_EVICT_LRU ? s->used : s->loaded;
+        if (best < 0 || key < best_key) {
+            best = w;
+            best_key = key;
+        }
+    }
+    return best;
+}
+
+// Uploads entry e into slot w, evicting whatever w held. -1 + err when the upload fails (w is
+// then left empty).
+static int s_slot_load(ls_lora_pool_t *self, int w, int e, uint64_t tick, char *err, size_t errlen) {
+    s_entry_t *entry = &self->entries[e];
+    if (self->slots[w].entry >= 0) {
+        s_slot_free(self, w);
+        self->stats.slot_evictions++;
+    }
+    if (entry->slot >= 0)  // moving: its old slot becomes free
+        s_slot_free(self, entry->slot);
+    if (s_upload(self, w, entry) != 0) {
+        ls_err_set(err, errlen, "LoRA pool: uploading adapter \"%s\" into slot %d failed on the %s backend",
+                   entry->id, w, self->be->name);
+        return -1;
+    }
+    self->slots[w] = (s_slot_t){.entry = e, .loaded = tick};
+    self->ranks[w] = entry->rank;
+    self->scalings[w] = entry->scaling;
+    entry->slot = w;
+    self->stats.cold_loads++;
+    return 0;
+}
+
+int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *err, size_t errlen) {
+    int e = s_find(self, id);
+    if (e < 0) {
+        ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is not loaded", id);
+        return -1;
+    }
+    if (slot <= LS_LORA_SLOT_BASE || slot >= self->n_slots) {
+        ls_err_set(err, errlen, "LoRA pool: slot %d is not an adapter slot (1..%d)", slot, self->n_slots - 1);
+        return -1;
+    }
+    uint64_t tick = ++self->tick;
+    if (self->entries[e].slot == slot) {
+        self->stats.hits++;
+    } else {
+        int held = self->slots[slot].entry;
+        if (held >= 0 && self->entries[held].pinned) {
+            ls_err_set(err, errlen, "LoRA pool: slot %d holds pinned adapter \"%s\"", slot,
+                       self->entries[held].id);
+            return -1;
+        }
+        if (s_slot_load(self, slot, e, tick, err, errlen) != 0)
+            return -1;
+    }
+    self->entries[e].used = tick;
+    self->slots[slot].used = tick;
+    return 0;
+}
+
+int ls_lora_pool_prepare(ls_lora_pool_t *self, const char *const *ids, int n,
+                         int32_t *slots, char *err, size_t errlen) {
+    int max = self->pc.max_loras_per_batch, n_next = 0;
+    // pass 1: entry of each id into slots[i] (-1: base), distinct entries into next
+    for (int i = 0; i < n; i++) {
+        slots[i] = -1;
+        if (!ids[i] || !*ids[i])
+            continue;
+        for (int j = 0; j < n_next && slots[i] < 0; j++)
+            if (strcmp(self->entries[self->next[j]].id, ids[i]) == 0)
+                slots[i] = self->next[j];
+        if (slots[i] >= 0)
+            continue;
+        int e = s_find(self, ids[i]);
+        if (e < 0) {
+            ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is not loaded", ids[i]);
+            return -1;
+        }
+        if (n_next == max) {
+            ls_err_set(err, errlen,
+                       "LoRA pool: the batch uses more than max_loras_per_batch (%d) distinct "
+                       "adapters", max);
+            return -1;
+        }
+        self->next[n_next++] = e;
+        slots[i] = e;
+    }
+    // pass 2: enough slots free or evictable for the missing ones?
+    int missing = 0, available = 0, held = 0;
+    for (int j = 0; j < n_next; j++)
+        missing += self->entries[self->next[j]].slot < 0;
+    for (int w = 1; w < self->n_slots; w++) {
+        int e = self->slots[w].entry;
+        if (e < 0 || (!self->entries[e].pinned && !s_in(self->next, n_next, e)))
+            available++;
+        else if (self->entries[e].pinned && !s_in(self->next, n_next, e))
+            held++;
+    }
+    if (missing > available) {
+        ls_err_set(err, errlen,
+                   "LoRA pool: the batch needs %d more adapter slots but only %d can be freed "
+                   "(%d slots, %d held by pinned adapters outside the batch)",
+                   missing, available, max, held);
+        return -1;
+    }
+    // pass 3: load the missing ones, stamp the batch's use
+    uint64_t tick = ++self->tick;
+    for (int j = 0; j < n_next; j++) {
+        s_entry_t *e = &self->entries[self->next[j]];
+        if (e->slot >= 0) {
+            self->stats.hits++;
+        } else {
+            int w = s_slot_pick(self, n_next);
+            assert(w > 0); // pass 2 counted it
+            if (s_slot_load(self, w, self->next[j], tick, err, errlen) != 0)
+                return -1;
+        }
+        e->used = tick;
+        self->slots[e->slot].used = tick;
+    }
+    for (int i = 0; i < n; i++)
+        slots[i] = slots[i] < 0 ? LS_LORA_SLOT_BASE : self->entries[slots[i]].slot;
+    memcpy(self->cur, self->next, (size_t)n_next * sizeof *self->cur);
+    self->n_cur = n_next;
+    return 0;
+}
+
+int ls_lora_pool_n_slots(const ls_lora_pool_t *self) {
+    return self->n_slots;
+}
+
+int ls_lora_pool_r_max(const ls_lora_pool_t *self) {
+    return self->pc.max_lora_rank;
+}
+
+const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self) {
+    return self->ranks;
+}
+
+const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self) {
+    return self->scalings;
+}
+
+bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g) {
+    assert(g >= 0 && g < LS_LORA_GROUP_COUNT);
+    return self->a[g] != NULL;
+}
+
+ls_lora_group_shape_t ls_lora_pool_group_shape(const ls_lora_pool_t *self,
+                                               ls_lora_group_t g) {
+    assert(g >= 0 && g < LS_LORA_GROUP_COUNT);
+    return self->shape[g];
+}
+
+void ls_lora_pool_group_views(const ls_lora_pool_t *self, int layer, ls_lora_group_t g,
+                              ls_view_t *a, ls_view_t *b) {
+    assert(ls_lora_pool_has_group(self, g) && layer >= 0 &&
+           layer < self->cfg.num_hidden_layers);
+    *a = ls_view(self->a[g], (size_t)layer * self->n_slots * s_a_slot_n(self, g));
+    *b = ls_view(self->b[g], (size_t)layer * self->n_slots * s_b_slot_n(self, g));
+}
+
+ls_lora_pool_stats_t ls_lora_pool_stats(const ls_lora_pool_t *self) {
+    return self->stats;
+}

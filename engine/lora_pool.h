@@ -1,0 +1,142 @@
+/*  engine/lora_pool.h — the LoRA adapter memory of one worker: a CPU tier and backend slots.
+
+    SGLang's LoRAMemoryPool, on an ls_backend_t. Two tiers:
+
+    - the CPU tier holds up to max_loaded_loras adapters (ls_adapter_t, fp32 host copies),
+      keyed by an adapter id string (the registry's uuid). Adding one past capacity evicts
+      another (same policy as the slots, below), never a pinned one nor one of the batch
+      last prepared;
+    - the slot pool holds max_loras_per_batch adapters on the backend, plus slot 0
+      (LS_LORA_SLOT_BASE), the base-model sentinel: rank 0, so the LoRA kernels do no work
+      for its tokens. ls_lora_pool_prepare maps a batch's adapter ids to slots, uploading
+      missing adapters from the CPU tier into free slots or evicting a victim: the least
+      recently used (LRU) or the first loaded (FIFO) slot whose adapter is neither in this
+      batch nor pinned. At most max_loras_per_batch − 1 adapters may be pinned, so one slot
+      always stays available to unpinned adapters.
+
+    Backend layout, per stacked target group g and layer l (one buffer per group and A/B
+    holding every layer, views at layer offsets), exactly the pools of kernels/ops.h:
+      A: (n_slots, n_slices*r_max, in)     B: (n_slots, out_total, r_max)
+    with groups qkv (3 slices: q_out, kv_out, kv_out), o (1), gate_up (2: inter, inter) and
+    down (1); a group exists only when one of its targets is enabled (lora_target_modules),
+    and the slices of disabled targets in it stay zero.
+
+    Ranks and scalings. A slot's rank is the adapter's largest module rank; modules of
+    smaller rank (rank_pattern) and modules the adapter does not touch are padded with zero
+    A rows and zero B columns, which add exactly 0. Scaling is one float per slot (the
+    kernels' contract), but PEFT's is per module (alpha_pattern, rank_pattern, rslora): when
+    every module of the adapter has the same scaling, the slot carries it and B is uploaded
+    as stored; otherwise each module's scaling is folded into its B at upload (one fp32
+    rounding of the product) and the slot's scaling is 1.
+
+    Adapters must have been loaded (ls_adapter_load) against the same model config and a
+    max_lora_rank no larger than the pool's. Single-threaded: the worker's loop owns it.
+*/
+#ifndef LS_LORA_POOL_H
+#define LS_LORA_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "model_config.h"
+#include "peft.h"
+
+// The stacked target groups, in the order of one decoder layer.
+typedef enum {
+    LS_LORA_GROUP_QKV = 0,
+    LS_LORA_GROUP_O,
+    LS_LORA_GROUP_GATE_UP,
+    LS_LORA_GROUP_DOWN,
+    LS_LORA_GROUP_COUNT,
+} ls_lora_group_t;
+
+typedef enum {
+    LS_LORA_EVICT_LRU = 0,
+    LS_LORA_EVICT_FIFO,
+} ls_lora_eviction_t;
+
+// Slot of the base model: rank 0, no LoRA work.
+#define LS_LORA_SLOT_BASE 0
+
+typedef struct {
+    int max_loras_per_batch;  // adapter slots besides the base sentinel, >= 1
+    int max_lora_rank;        // r_max of every slot, >= 1
+    int max_loaded_loras;     // CPU tier capacity, >= max_loras_per_batch
+    unsigned target_mask;     // bits (1u << ls_target_t) of lora_target_modules; 0: all seven
+    ls_lora_eviction_t eviction;
+} ls_lora_pool_config_t;
+
+typedef struct {
+    uint64_t hits;            // adapters of a prepared batch already in a slot
+    uint64_t cold_loads;      // adapters uploaded from the CPU tier into a slot
+    uint64_t slot_evictions;  // slots taken from another adapter
+    uint64_t cpu_evictions;   // adapters dropped from the CPU tier to make room
+} ls_lora_pool_stats_t;
+
+// The layout of one group, for the forward.
+typedef struct {
+    int n_slices;
+    int in;                                   // input width of the group
+    int32_t slice_offsets[LS_LORA_MAX_SLICES + 1];  // (n_slices+1), last = out_total
+} ls_lora_group_shape_t;
+
+typedef struct ls_lora_pool ls_lora_pool_t;
+
+// Allocates the slots of every enabled group on be (zeroed). NULL + err on bad settings or
+// allocation failure.
+ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
+                                 const ls_lora_pool_config_t *pc, char *err, size_t errlen);
+// Frees the slots and every adapter of the CPU tier; idempotent, clears the pointer.
+void ls_lora_pool_destroy(ls_lora_pool_t **self_p);
+
+// Adds an adapter to the CPU tier under id (copied). On success the pool owns it and
+// *adapter is set to NULL; when the tier was full, the id of the adapter evicted to make
+// room is written to evicted (an empty string otherwise; evicted may be NULL). Refused,
+// with *adapter left to the caller: a duplicate id, a rank above max_lora_rank, a target
+// outside lora_target_modules, a pin past max_loras_per_batch − 1, a full tier without an
+// evictable adapter.
+int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
+                     bool pinned, char *evicted, size_t evicted_len, char *err,
+                     size_t errlen);
+// Drops the adapter from both tiers (unload). The caller (the registry) has waited until no
+// request uses it. -1 + err for an unknown id.
+int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t errlen);
+bool ls_lora_pool_contains(const ls_lora_pool_t *self, const char *id);
+
+// Maps each of the batch's n adapter ids (NULL or "" = base model; repeats allowed) to a
+// slot, written to slots (n), loading missing adapters into slots first. Refused without
+// changing any slot: an id not in the CPU tier, more distinct adapters than
+// max_loras_per_batch, or not enough slots free or evictable (pinned adapters outside the
+// batch hold theirs). -1 + err also when an upload fails (that slot is left empty).
+int ls_lora_pool_prepare(ls_lora_pool_t *self, const char *const *ids, int n,
+                         int32_t *slots, char *err, size_t errlen);
+
+// Puts adapter id into slot (1 .. n_slots-1), evicting what the slot held: the form for a
+// caller that decides slots itself (the scheduler, through the worker). Refused: an id not in
+// the CPU tier, a slot out of range, a slot holding a pinned adapter. -1 + err also when the
+// upload fails (the slot is then empty).
+int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *err, size_t errlen);
+
+// Slot holding id, or -1 when it is not resident (or unknown).
+int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id);
+
+int ls_lora_pool_n_slots(const ls_lora_pool_t *self);  // max_loras_per_batch + 1
+int ls_lora_pool_r_max(const ls_lora_pool_t *self);
+// Per slot, for ls_lora_batch_t: ranks (n_slots) and scalings (n_slots); slot 0 and empty
+// slots have rank 0. Valid until the next prepare/add/remove.
+const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self);
+const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self);
+
+// Whether the pool holds group g (some target of it is enabled).
+bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g);
+ls_lora_group_shape_t ls_lora_pool_group_shape(const ls_lora_pool_t *self, ls_lora_group_t g);
+// Views of layer's A (n_slots, n_slices*r_max, in) and B (n_slots, out_total, r_max) of
+// group g, which the pool must hold.
+void ls_lora_pool_group_views(const ls_lora_pool_t *self, int layer, ls_lora_group_t g,
+                              ls_view_t *a, ls_view_t *b);
+
+ls_lora_pool_stats_t ls_lora_pool_stats(const ls_lora_pool_t *self);
+
+#endif

@@ -1,0 +1,633 @@
+/*  engine/model.c — see model.h.
+
+    Weights are kept per "place": the globals (embedding, final norm, lm_head) and, per
+    layer, one buffer per stacked weight. s_place says where every checkpoint tensor goes
+    (which buffer, at which element offset); the buffer sizes are the sums of what goes into
+    them, so the stacking order lives in one switch.
+
+    The residual stream follows HF in fp32: x holds the residual, each sub-layer's output y
+    is added into it by the fused rmsnorm (residual += y; h = rmsnorm(residual)) that also
+    produces the next sub-layer's input.
+*/
+#include "model.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ls_err.h"
+
+// Where checkpoint tensors go: the global places, then the places of every layer.
+typedef enum {
+    S_EMBED = 0,
+    S_FINAL_NORM,
+    S_LM_HEAD,
+    S_GLOBAL_COUNT,
+} s_global_t;
+
+typedef enum {
+    S_ATTN_NORM = 0,
+    S_QKV,        // (q_dim + 2*kv_dim, hidden)
+    S_QKV_BIAS,   // (q_dim + 2*kv_dim)
+    S_Q_NORM,     // (head_dim)
+    S_K_NORM,     // (head_dim)
+    S_O,          // (hidden, q_dim)
+    S_O_BIAS,     // (hidden)
+    S_MLP_NORM,   // (hidden)
+    S_GATE_UP,    // (2*inter, hidden)
+    S_GATE_UP_BIAS,
+    S_DOWN,       // (hidden, inter)
+    S_DOWN_BIAS,
+    S_LAYER_COUNT,
+} s_layer_place_t;
+
+// Activation workspace, rows of the step (T) or logit rows (R).
+typedef enum {
+    S_WS_X = 0,   // (T, hidden) residual stream
+    S_WS_H,       // (T, hidden) normed input of a sub-layer
+    S_WS_Y,       // (T, hidden) output of a sub-layer
+    S_WS_QKV,     // (T, qkv_dim)
+    S_WS_ATTN,    // (T, q_dim)
+    S_WS_GATE_UP, // (T, 2*inter)
+    S_WS_ACT,     // (T, inter)
+    S_WS_LORA,    // (T, LS_LORA_MAX_SLICES*r_max)
+    S_WS_LAST,    // (R, hidden)
+    S_WS_LOGITS,  // (R, vocab)
+    S_WS_COUNT,
+} s_ws_t;
+
+struct ls_model {
+    ls_backend_t *be;
+    ls_model_config_t cfg;
+    int H, I, V, q_dim, kv_dim, qkv_dim;
+    ls_buffer_t *global[S_GLOBAL_COUNT]; // lm_head NULL when tied
+    ls_buffer_t **layer;                 // (num_hidden_layers, S_LAYER_COUNT), NULL: absent
+    ls_buffer_t *inv_freq;               // (head_dim/2)
+    size_t weight_bytes;
+    ls_buffer_t *ws[S_WS_COUNT];
+    int32_t *meta;                       // host arena for the step metadata
+    size_t meta_cap;                     // int32 elements
+    int n_rows;                          // logit rows of the last step
+};
+
+struct ls_kv_cache {
+    ls_backend_t *be;
+    int n_layers, num_blocks, block_size;
+    ls_buffer_t **k, **v; // (n_layers) each (num_blocks, block_size, n_kv_heads, head_dim)
+};
+
+// The buffer and element offset of a checkpoint tensor of the given role. Stacked parts
+// follow one another in the order q, k, v and gate, up, as the LoRA slices expect.
+static ls_buffer_t **s_place(ls_model_t *self, ls_weight_role_t role, int layer,
+                             size_t *off) {
+    size_t H = (size_t)self->H, q = (size_t)self->q_dim, kv = (size_t)self->kv_dim,
+           I = (size_t)self->I;
+    ls_buffer_t **lw = layer >= 0 ? self->layer + (size_t)layer * S_LAYER_COUNT : NULL;
+    *off = 0;
+    switch (role) {
+    case LS_W_EMBED: return &self->global[S_EMBED];
+    case LS_W_FINAL_NORM: return &self->global[S_FINAL_NORM];
+    case LS_W_LM_HEAD: return &self->global[S_LM_HEAD];
+    case LS_W_ATTN_NORM: return &lw[S_ATTN_NORM];
+    case LS_W_Q: return &lw[S_QKV];
+    case LS_W_K: *off = q * H; return &lw[S_QKV];
+    case LS_W_V: *off = (q + kv) * H; return &lw[S_QKV];
+    case LS_W_Q_BIAS: return &lw[S_QKV_BIAS];
+    case LS_W_K_BIAS: *off = q; return &lw[S_QKV_BIAS];
+    case LS_W_V_BIAS: *off = q + kv; return &lw[S_QKV_BIAS];
+    case LS_W_O: return &lw[S_O];
+    case LS_W_O_BIAS: return &lw[S_O_BIAS];
+    case LS_W_Q_NORM: return &lw[S_Q_NORM];
+    case LS_W_K_NORM: return &lw[S_K_NORM];
+    case LS_W_MLP_NORM: return &lw[S_MLP_NORM];
+    case LS_W_GATE: return &lw[S_GATE_UP];
+    case LS_W_UP: *off = I * H; return &lw[S_GATE_UP];
+    case LS_W_DOWN: return &lw[S_DOWN];
+    case LS_W_GATE_BIAS: return &lw[S_GATE_UP_BIAS];
+    case LS_W_UP_BIAS: *off = I; return &lw[S_GATE_UP_BIAS];
+    case LS_W_DOWN_BIAS: return &lw[S_DOWN_BIAS];
+    case LS_W_ROLE_COUNT: break;
+    }
+    assert(!"unknown weight role");
+    return NULL;
+}
+
+// Upload in chunks of this many bytes: bounded staging memory, and progress that moves.
+#define S_CHUNK_BYTES ((size_t)16 << 20)
+
+typedef struct {
+    ls_model_progress_fn *fn;
+    void *arg;
+    size_t done, total;
+    void *stage; // S_CHUNK_BYTES, for tensors whose data is not aligned to their dtype
+} s_progress_t;
+
+// Uploads tensor t into dst chunk by chunk. safetensors does not align tensor data, so a
+// misaligned tensor goes through the staging block rather than be read in place.
+static int s_upload_tensor(ls_backend_t *be, ls_view_t dst, const ls_st_tensor_t *t,
+                           s_progress_t *p) {
+    size_t esz = ls_dtype_size(t->dtype), per_chunk = S_CHUNK_BYTES / esz;
+    bool aligned = (uintptr_t)t->data % esz == 0;
+    for (size_t i = 0; i < t->numel; i += per_chunk) {
+        size_t n = t->numel - i < per_chunk ? t->numel - i : per_chunk;
+        const char *src = (const char *)t->data + i * esz;
+        if (!aligned)
+            src = memcpy(p->stage, src, n * esz);
+        if (be->buffer_upload(be, ls_view(dst.buf, dst.off + i), src, t->dtype, n) != 0)
+            return -1;
+        p->done += n * esz;
+        if (p->fn)
+            p->fn(p->arg, t->name, p->done, p->total);
+    }
+    return 0;
+}
+
+static void s_rope_config(const ls_model_config_t *cfg, ls_rope_config_t *rc) {
+    static const ls_rope_type_t types[] = {
+        [LS_ROPE_SCALING_NONE] = LS_ROPE_DEFAULT,
+        [LS_ROPE_SCALING_LINEAR] = LS_ROPE_LINEAR,
+        [LS_ROPE_SCALING_LLAMA3] = LS_ROPE_LLAMA3,
+    };
+    *rc = (ls_rope_config_t){
+        .type = types[cfg->rope_scaling.type],
+        .theta = cfg->rope_theta,
+        .factor = cfg->rope_scaling.factor,
+        .low_freq_factor = cfg->rope_scaling.low_freq_factor,
+        .high_freq_factor = cfg->rope_scaling.high_freq_factor,
+        .original_max_position = cfg->rope_scaling.original_max_position_embeddings,
+    };
+}
+
+// Allocates every place the checkpoint fills (sized by what goes into it) and uploads.
+static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, char *err,
+                          size_t errlen) {
+    ls_backend_t *be = self->be;
+    size_t n_specs = ls_model_config_weight_count(&self->cfg);
+    size_t n_places = S_GLOBAL_COUNT + (size_t)self->cfg.num_hidden_layers * S_LAYER_COUNT;
+    size_t *sizes = calloc(n_places, sizeof *sizes);
+    ls_dtype_t *dtypes = calloc(n_places, sizeof *dtypes);
+    if (!sizes || !dtypes) {
+        free(sizes);
+        free(dtypes);
+        ls_err_set(err, errlen, "%s: out of memory", ls_st_path(st));
+        return -1;
+    }
+    ls_weight_spec_t spec;
+    // pass 1: sizes (the index of a place is its distance from global[] or layer[])
+    for (size_t i = 0; ls_model_config_weight_spec(&self->cfg, i, &spec) == 0; i++) {
+        size_t off;
+        ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
+        size_t idx = spec.layer < 0 ? (size_t)(place - self->global)
+                                    : S_GLOBAL_COUNT + (size_t)(place - self->layer);
+        const ls_st_tensor_t *t = ls_st_find(st, spec.name);
+        sizes[idx] += t->numel;
+        dtypes[idx] = t->dtype; // as stored, so a device backend can keep bf16 as bf16
+        p->total += t->nbytes;
+    }
+    int rc = 0;
+    for (size_t idx = 0; idx < n_places && rc == 0; idx++) {
+        if (!sizes[idx])
+            continue;
+        ls_buffer_t **place = idx < S_GLOBAL_COUNT ? &self->global[idx]
+                                                   : &self->layer[idx - S_GLOBAL_COUNT];
+        *place = be->buffer_new(be, dtypes[idx], sizes[idx]);
+        if (!*place) {
+            ls_err_set(err, errlen, "%s: out of %s backend memory for %zu weights",
+                       ls_st_path(st), be->name, sizes[idx]);
+            rc = -1;
+        }
+    }
+    free(sizes);
+    free(dtypes);
+    // pass 2: upload
+    for (size_t i = 0; rc == 0 && i < n_specs; i++) {
+        ls_model_config_weight_spec(&self->cfg, i, &spec);
+        size_t off;
+        ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
+        const ls_st_tensor_t *t = ls_st_find(st, spec.name);
+        if (s_upload_tensor(be, ls_view(*place, off), t, p) != 0) {
+            ls_err_set(err, errlen, "%s: tensor \"%s\": upload to the %s backend failed",
+                       t->file, t->name, be->name);
+            rc = -1;
+        }
+    }
+    self->weight_bytes = p->total;
+    return rc;
+}
+
+ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_fn *progress,
+                          void *arg, char *err, size_t errlen) {
+    ls_model_t *self = calloc(1, sizeof *self);
+    ls_st_t *st = NULL;
+    s_progress_t p = {progress, arg, 0, 0, malloc(S_CHUNK_BYTES)};
+    if (!self || !p.stage) {
+        ls_err_set(err, errlen, "%s: out of memory", dir);
+        goto fail;
+    }
+    self->be = be;
+    if (ls_model_config_load(dir, &self->cfg, err, errlen) != 0)
+        goto fail;
+    const ls_model_config_t *c = &self->cfg;
+    self->H = c->hidden_size;
+    self->I = c->intermediate_size;
+    self->V = c->vocab_size;
+    self->q_dim = c->num_attention_heads * c->head_dim;
+    self->kv_dim = c->num_key_value_heads * c->head_dim;
+    self->qkv_dim = self->q_dim + 2 * self->kv_dim;
+    st = ls_st_open(dir, err, errlen);
+    if (!st || ls_model_config_check_weights(c, st, err, errlen) != 0)
+        goto fail;
+    self->layer = calloc((size_t)c->num_hidden_layers * S_LAYER_COUNT, sizeof *self->layer);
+    if (!self->layer) {
+        ls_err_set(err, errlen, "%s: out of memory", dir);
+        goto fail;
+    }
+    if (s_load_weights(self, st, &p, err, errlen) != 0)
+        goto fail;
+    float *inv = malloc((size_t)c->head_dim / 2 * sizeof *inv);
+    self->inv_freq = inv ? be->buffer_new(be, LS_DTYPE_F32, (size_t)c->head_dim / 2) : NULL;
+    if (self->inv_freq) {
+        ls_rope_config_t rc;
+        s_rope_config(c, &rc);
+        ls_rope_inv_freq_init(inv, c->head_dim, &rc);
+    }
+    int up = self->inv_freq ? be->buffer_upload(be, ls_view(self->inv_freq, 0), inv,
+                                                LS_DTYPE_F32, (size_t)c->head_dim / 2)
+                            : -1;
+    free(inv);
+    if (up != 0) {
+        ls_err_set(err, errlen, "%s: could not set up the RoPE table on the %s backend", dir,
+                   be->name);
+        goto fail;
+    }
+    ls_st_destroy(&st);
+    free(p.stage);
+    return self;
+fail:
+    ls_st_destroy(&st);
+    free(p.stage);
+    ls_model_destroy(&self);
+    return NULL;
+}
+
+static void s_buffer_free(ls_backend_t *be, ls_buffer_t **buf) {
+    if (*buf)
+        be->buffer_free(be, *buf);
+    *buf = NULL;
+}
+
+void ls_model_destroy(ls_model_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    ls_model_t *self = *self_p;
+    for (int i = 0; i < S_GLOBAL_COUNT; i++)
+        s_buffer_free(self->be, &self->global[i]);
+    for (size_t i = 0; self->layer && i < (size_t)self->cfg.num_hidden_layers * S_LAYER_COUNT;
+         i++)
+        s_buffer_free(self->be, &self->layer[i]);
+    s_buffer_free(self->be, &self->inv_freq);
+    for (int i = 0; i < S_WS_COUNT; i++)
+        s_buffer_free(self->be, &self->ws[i]);
+    free(self->layer);
+    free(self->meta);
+    free(self);
+    *self_p = NULL;
+}
+
+const ls_model_config_t *ls_model_config(const ls_model_t *self) {
+    return &self->cfg;
+}
+
+size_t ls_model_weight_bytes(const ls_model_t *self) {
+    return self->weight_bytes;
+}
+
+// --- KV cache ------------------------------------------------------------------------------
+
+ls_kv_cache_t *ls_kv_cache_new(const ls_model_t *model, int num_blocks, int block_size,
+                               char *err, size_t errlen) {
+    if (num_blocks < 1 || block_size < 1) {
+        ls_err_set(err, errlen, "KV cache: need num_blocks >= 1 and block_size >= 1 (got %d, %d)",
+                   num_blocks, block_size);
+        return NULL;
+    }
+    ls_kv_cache_t *self = calloc(1, sizeof *self);
+    int L = model->cfg.num_hidden_layers;
+    if (self) {
+        *self = (ls_kv_cache_t){model->be, L, num_blocks, block_size,
+                                calloc((size_t)L, sizeof(ls_buffer_t *)),
+                                calloc((size_t)L, sizeof(ls_buffer_t *))};
+    }
+    bool ok = self && self->k && self->v;
+    size_t n = (size_t)num_blocks * block_size * model->kv_dim;
+    for (int l = 0; ok && l < L; l++) {
+        self->k[l] = model->be->buffer_new(model->be, LS_DTYPE_F32, n);
+        self->v[l] = model->be->buffer_new(model->be, LS_DTYPE_F32, n);
+        ok = self->k[l] && self->v[l];
+        if (ok) { // zero, so that a stale read is at least finite and deterministic
+            model->be->buffer_zero(model->be, ls_view(self->k[l], 0), n);
+            model->be->buffer_zero(model->be, ls_view(self->v[l], 0), n);
+        }
+    }
+    if (!ok) {
+        ls_kv_cache_destroy(&self);
+        ls_err_set(err, errlen, "KV cache: out of %s backend memory for %d blocks of %d tokens",
+                   model->be->name, num_blocks, block_size);
+    }
+    return self;
+}
+
+void ls_kv_cache_destroy(ls_kv_cache_t **self_p) {
+    if (!self_p || !*self_p)
+        return;
+    ls_kv_cache_t *self = *self_p;
+    for (int l = 0; l < self->n_layers; l++) {
+        if (self->k)
+            s_buffer_free(self->be, &self->k[l]);
+        if (self->v)
+            s_buffer_free(self->be, &self->v[l]);
+    }
+    free(self->k);
+    free(self->v);
+    free(self);
+    *self_p = NULL;
+}
+
+int ls_kv_cache_num_blocks(const ls_kv_cache_t *self) {
+    return self->num_blocks;
+}
+
+int ls_kv_cache_block_size(const ls_kv_cache_t *self) {
+    return self->block_size;
+}
+
+// --- forward -------------------------------------------------------------------------------
+
+// Grows workspace buffer i to at least n elements (doubling, so a growing batch reallocates
+// O(log) times); contents are not kept.
+static int s_ws_reserve(ls_model_t *self, s_ws_t i, size_t n) {
+    ls_buffer_t *b = self->ws[i];
+    if (b && b->n >= n)
+        return 0;
+    size_t want = b && 2 * b->n > n ? 2 * b->n : n;
+    s_buffer_free(self->be, &self->ws[i]);
+    self->ws[i] = self->be->buffer_new(self->be, LS_DTYPE_F32, want ? want : 1);
+    return self->ws[i] ? 0 : -1;
+}
+
+// Checks one sequence of a step against the model, cache and pool.
+static int s_seq_check(const ls_model_t *self, const ls_kv_cache_t *kv,
+                       const ls_lora_pool_t *pool, const ls_model_seq_t *q, int s, char *err,
+                       size_t errlen) {
+    const ls_model_config_t *c = &self->cfg;
+    int64_t ctx = (int64_t)q->start_pos + q->n_tokens;
+    if (q->n_tokens < 1 || q->start_pos < 0 || !q->token_ids || ctx > INT32_MAX) {
+        ls_err_set(err, errlen, "step: sequence %d: needs n_tokens >= 1 and start_pos >= 0 "
+                   "(got %d, %d)", s, q->n_tokens, q->start_pos);
+        return -1;
+    }
+    for (int i = 0; i < q->n_tokens; i++)
+        if (q->token_ids[i] < 0 || q->token_ids[i] >= c->vocab_size) {
+            ls_err_set(err, errlen, "step: sequence %d: token id %d is outside the vocabulary "
+                       "(%d)", s, q->token_ids[i], c->vocab_size);
+            return -1;
+        }
+    if (c->sliding_window > 0 && c->sliding_window < c->max_position_embeddings &&
+        ctx > c->sliding_window) {
+        ls_err_set(err, errlen, "step: sequence %d: a context of %lld tokens exceeds %s's "
+                   "sliding_window of %d; windowed attention is not implemented, so "
+                   "contexts are limited to the window", s, (long long)ctx, ls_arch_name(c->arch),
+                   c->sliding_window);
+        return -1;
+    }
+    if ((int64_t)q->n_blocks * kv->block_size < ctx || !q->block_table) {
+        ls_err_set(err, errlen, "step: sequence %d: %d blocks of %d tokens cannot hold a "
+                   "context of %lld", s, q->n_blocks, kv->block_size, (long long)ctx);
+        return -1;
+    }
+    for (int b = 0; b < q->n_blocks; b++)
+        if (q->block_table[b] < 0 || q->block_table[b] >= kv->num_blocks) {
+            ls_err_set(err, errlen, "step: sequence %d: block %d is outside the KV cache "
+                       "(%d blocks)", s, q->block_table[b], kv->num_blocks);
+            return -1;
+        }
+    int n_slots = pool ? ls_lora_pool_n_slots(pool) : 1;
+    if (q->lora_slot < 0 || q->lora_slot >= n_slots) {
+        ls_err_set(err, errlen, "step: sequence %d: LoRA slot %d is outside the pool (%d "
+                   "slots%s)", s, q->lora_slot, n_slots, pool ? "" : ", no pool given");
+        return -1;
+    }
+    return 0;
+}
+
+// Lays out the step in the host arena: ls_step_t, its attention metadata and, when some
+// sequence uses an adapter, the LoRA batch (tokens grouped by slot with a permutation).
+static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                        const ls_model_seq_t *seqs, int S, ls_step_t *step,
+                        ls_lora_batch_t *lora) {
+    int T = 0, R = 0, max_blocks = 0, max_ctx = 0;
+    int n_slots = pool ? ls_lora_pool_n_slots(pool) : 1;
+    for (int s = 0; s < S; s++) {
+        T += seqs[s].n_tokens;
+        R += seqs[s].want_logits;
+        max_blocks = seqs[s].n_blocks > max_blocks ? seqs[s].n_blocks : max_blocks;
+        int ctx = seqs[s].start_pos + seqs[s].n_tokens;
+        max_ctx = ctx > max_ctx ? ctx : max_ctx;
+    }
+    // token_ids, positions, slot_mapping, permutation (T each); q_indptr (S+1), ctx_lens
+    // (S), block_tables (S*max_blocks); logit_rows (R); seg_indptr (n_slots+1),
+    // weight_indices (n_slots)
+    size_t need = 4 * (size_t)T + 2 * (size_t)S + 1 + (size_t)S * max_blocks + (size_t)R +
+                  2 * (size_t)n_slots + 1;
+    if (need > self->meta_cap) {
+        int32_t *m = realloc(self->meta, need * sizeof *m);
+        if (!m)
+            return -1;
+        self->meta = m;
+        self->meta_cap = need;
+    }
+    int32_t *tok = self->meta, *pos = tok + T, *slot_map = pos + T, *perm = slot_map + T,
+            *q_indptr = perm + T, *ctx_lens = q_indptr + S + 1, *tables = ctx_lens + S,
+            *rows = tables + (size_t)S * max_blocks, *seg_indptr = rows + R,
+            *widx = seg_indptr + n_slots + 1;
+    q_indptr[0] = 0;
+    int r = 0;
+    for (int s = 0; s < S; s++) {
+        const ls_model_seq_t *q = &seqs[s];
+        int t0 = q_indptr[s];
+        q_indptr[s + 1] = t0 + q->n_tokens;
+        ctx_lens[s] = q->start_pos + q->n_tokens;
+        memcpy(tok + t0, q->token_ids, (size_t)q->n_tokens * sizeof *tok);
+        for (int i = 0; i < q->n_tokens; i++) {
+            int p = q->start_pos + i;
+            pos[t0 + i] = p;
+            slot_map[t0 + i] = q->block_table[p / kv->block_size] * kv->block_size +
+                               p % kv->block_size;
+        }
+        int32_t *row = tables + (size_t)s * max_blocks;
+        memcpy(row, q->block_table, (size_t)q->n_blocks * sizeof *row);
+        // padding entries are never read (attention stops at the context length); 0 keeps
+        // them valid block ids for a kernel that prefetches
+        memset(row + q->n_blocks, 0, (size_t)(max_blocks - q->n_blocks) * sizeof *row);
+        if (q->want_logits)
+            rows[r++] = q_indptr[s + 1] - 1;
+    }
+    // LoRA segments: one per slot with rank > 0, in slot order, its sequences' rows in
+    // batch order; base rows are left out
+    const int32_t *ranks = pool ? ls_lora_pool_slot_ranks(pool) : NULL;
+    int n_segs = 0, p = 0;
+    seg_indptr[0] = 0;
+    for (int w = 1; w < n_slots; w++) {
+        if (ranks[w] == 0)
+            continue;
+        for (int s = 0; s < S; s++)
+            if (seqs[s].lora_slot == w)
+                for (int t = q_indptr[s]; t < q_indptr[s + 1]; t++)
+                    perm[p++] = t;
+        if (p > seg_indptr[n_segs]) {
+            widx[n_segs] = w;
+            seg_indptr[++n_segs] = p;
+        }
+    }
+    *lora = (ls_lora_batch_t){n_segs, n_slots, seg_indptr, widx, perm, ranks,
+                              pool ? ls_lora_pool_slot_scalings(pool) : NULL};
+    *step = (ls_step_t){
+        .n_tokens = T,
+        .token_ids = tok,
+        .attn = {S, T, max_blocks, max_ctx, q_indptr, ctx_lens, pos, slot_map, tables},
+        .lora = n_segs ? lora : NULL,
+        .n_logit_rows = R,
+        .logit_rows = rows,
+    };
+    return 0;
+}
+
+// y (T, out_total of g) += LoRA of group g on x (T, in of g), when the step has adapters
+// and the pool holds the group.
+static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
+                   int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x) {
+    if (!step->lora || !ls_lora_pool_has_group(pool, g))
+        return;
+    ls_backend_t *be = self->be;
+    ls_lora_group_shape_t sh = ls_lora_pool_group_shape(pool, g);
+    int r_max = ls_lora_pool_r_max(pool);
+    ls_view_t a, b, tmp = ls_view(self->ws[S_WS_LORA], 0);
+    ls_lora_pool_group_views(pool, layer, g, &a, &b);
+    be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max);
+    be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max);
+}
+
+static ls_view_t s_w(ls_buffer_t *buf) {
+    return buf ? ls_view(buf, 0) : LS_VIEW_NONE;
+}
+
+int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                     const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
+    assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
+    self->n_rows = 0;
+    if (n_seqs < 1) {
+        ls_err_set(err, errlen, "step: no sequences");
+        return -1;
+    }
+    size_t T = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (s_seq_check(self, kv, pool, &seqs[s], s, err, errlen) != 0)
+            return -1;
+        T += (size_t)seqs[s].n_tokens;
+    }
+    if (T > INT32_MAX / 4) {
+        ls_err_set(err, errlen, "step: %zu tokens is too many for one step", T);
+        return -1;
+    }
+    ls_step_t step;
+    ls_lora_batch_t lora;
+    if (s_step_build(self, kv, pool, seqs, n_seqs, &step, &lora) != 0) {
+        ls_err_set(err, errlen, "step: out of memory for the metadata of %zu tokens", T);
+        return -1;
+    }
+    const ls_model_config_t *c = &self->cfg;
+    size_t R = (size_t)step.n_logit_rows;
+    size_t lora_cols = pool ? (size_t)LS_LORA_MAX_SLICES * ls_lora_pool_r_max(pool) : 1;
+    const size_t need[S_WS_COUNT] = {
+        [S_WS_X] = T * self->H,          [S_WS_H] = T * self->H,
+        [S_WS_Y] = T * self->H,          [S_WS_QKV] = T * self->qkv_dim,
+        [S_WS_ATTN] = T * self->q_dim,   [S_WS_GATE_UP] = T * 2 * self->I,
+        [S_WS_ACT] = T * self->I,        [S_WS_LORA] = T * lora_cols,
+        [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = R * self->V,
+    };
+    for (int i = 0; i < S_WS_COUNT; i++)
+        if (s_ws_reserve(self, i, need[i]) != 0) {
+            ls_err_set(err, errlen, "step: out of %s backend memory for %zu tokens",
+                       self->be->name, T);
+            return -1;
+        }
+    ls_backend_t *be = self->be;
+    if (be->step_begin(be, &step) != 0) {
+        ls_err_set(err, errlen, "step: the %s backend could not take the step metadata",
+                   be->name);
+        return -1;
+    }
+    int n = (int)T, H = self->H, I = self->I, hd = c->head_dim;
+    int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    float eps = (float)c->rms_norm_eps;
+    ls_view_t x = s_w(self->ws[S_WS_X]), h = s_w(self->ws[S_WS_H]), y = s_w(self->ws[S_WS_Y]),
+              qkv = s_w(self->ws[S_WS_QKV]), attn = s_w(self->ws[S_WS_ATTN]),
+              gate_up = s_w(self->ws[S_WS_GATE_UP]), act = s_w(self->ws[S_WS_ACT]);
+    ls_view_t k = ls_view(qkv.buf, (size_t)self->q_dim),
+              v = ls_view(qkv.buf, (size_t)(self->q_dim + self->kv_dim));
+    ls_view_t inv_freq = s_w(self->inv_freq);
+
+    be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->V);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
+        // x += y (the previous layer's MLP output); h = rmsnorm(x)
+        be->rmsnorm(be, h, l ? x : LS_VIEW_NONE, l ? y : x, s_w(w[S_ATTN_NORM]), n, H, eps);
+        be->matmul(be, qkv, h, s_w(w[S_QKV]), s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim, 0);
+        s_lora(self, pool, &step, l, LS_LORA_GROUP_QKV, qkv, h);
+        if (c->qk_norm) {
+            be->rmsnorm_heads(be, qkv, s_w(w[S_Q_NORM]), n, nh, hd, self->qkv_dim, eps);
+            be->rmsnorm_heads(be, k, s_w(w[S_K_NORM]), n, nkv, hd, self->qkv_dim, eps);
+        }
+        be->rope(be, qkv, inv_freq, nh, hd, self->qkv_dim);
+        be->rope(be, k, inv_freq, nkv, hd, self->qkv_dim);
+        be->kv_store(be, s_w(kv->k[l]), s_w(kv->v[l]), k, v, nkv, hd, self->qkv_dim);
+        be->attention(be, attn, qkv, s_w(kv->k[l]), s_w(kv->v[l]), nh, nkv, hd,
+                      kv->block_size, self->qkv_dim);
+        be->matmul(be, y, attn, s_w(w[S_O]), s_w(w[S_O_BIAS]), n, self->q_dim, H, 0);
+        s_lora(self, pool, &step, l, LS_LORA_GROUP_O, y, attn);
+        // x += y (attention output); h = rmsnorm(x)
+        be->rmsnorm(be, h, x, y, s_w(w[S_MLP_NORM]), n, H, eps);
+        be->matmul(be, gate_up, h, s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I, 0);
+        s_lora(self, pool, &step, l, LS_LORA_GROUP_GATE_UP, gate_up, h);
+        be->silu_mul(be, act, gate_up, n, I);
+        be->matmul(be, y, act, s_w(w[S_DOWN]), s_w(w[S_DOWN_BIAS]), n, I, H, 0);
+        s_lora(self, pool, &step, l, LS_LORA_GROUP_DOWN, y, act);
+    }
+    be->rmsnorm(be, h, x, y, s_w(self->global[S_FINAL_NORM]), n, H, eps);
+    if (R > 0) {
+        ls_buffer_t *head = self->global[S_LM_HEAD] ? self->global[S_LM_HEAD]
+                                                    : self->global[S_EMBED];
+        be->rows_gather(be, s_w(self->ws[S_WS_LAST]), h, H);
+        be->matmul(be, s_w(self->ws[S_WS_LOGITS]), s_w(self->ws[S_WS_LAST]), s_w(head),
+                   LS_VIEW_NONE, (int)R, H, self->V, 0);
+    }
+    self->n_rows = (int)R;
+    return (int)R;
+}
+
+int ls_model_logits(ls_model_t *self, float *out) {
+    if (self->n_rows == 0)
+        return 0;
+    return self->be->buffer_download(self->be, out, s_w(self->ws[S_WS_LOGITS]),
+                                     (size_t)self->n_rows * self->V);
+}
+
+int ls_model_sample(ls_model_t *self, const ls_sampling_batch_t *batch, int32_t *tokens,
+                    float *logprobs, int32_t *top_ids, float *top_logprobs) {
+    assert(batch->n_rows == self->n_rows);
+    if (self->n_rows == 0)
+        return 0;
+    return self->be->sample(self->be, s_w(self->ws[S_WS_LOGITS]), self->V, batch, tokens,
+                            logprobs, top_ids, top_logprobs);
+}

@@ -1,0 +1,97 @@
+/*  engine/model.h — a Llama-family base model on a backend: loading, paged KV cache, and
+    the batched forward step with multi-LoRA.
+
+    Loading. ls_model_load reads an HF directory (config.json + model.safetensors, or
+    model.safetensors.index.json and its shards), checks every tensor the architecture needs
+    (ls_model_config_check_weights) and uploads them in bf16/f16/f32 as stored (the backend
+    picks its storage; CPU: f32). q/k/v are stacked into one qkv weight (q_out + 2·kv_out,
+    hidden) and gate/up into one gate_up weight (2·inter, hidden), biases alike, so one
+    matmul serves each and the multi-slice LoRA expand adds straight into the stacked
+    output. Tied embeddings use the embedding table as lm_head.
+
+    Architectures: Llama (rope_theta, llama3/linear rope_scaling), Qwen2 (qkv bias), Qwen3
+    (per-head q/k RMSNorm before RoPE, explicit head_dim), Mistral. GQA throughout.
+    Mistral's sliding_window is not implemented as a windowed attention: when it is set
+    below max_position_embeddings, a step whose context would exceed the window is refused
+    with an error (within the window, full causal attention is exact).
+
+    The forward step. One call runs a batch of sequences; each brings the token ids it runs
+    now (a prefill chunk on top of start_pos cached tokens, or one decode token), its block
+    table, its LoRA slot (from ls_lora_pool_prepare; LS_LORA_SLOT_BASE for the base model)
+    and whether it wants the logits of its last token. Tokens are packed sequence after
+    sequence in the order given; for LoRA they are grouped by slot with a permutation
+    (ls_lora_batch_t.permutation), one segment per distinct adapter slot in slot order and
+    each sequence's rows staying one consecutive run, so a segmented kernel reads each
+    adapter's weights once however the batch interleaves adapters; base-model tokens are in
+    no segment, and a step without adapters runs no LoRA op at all.
+
+    Workspace. Activations live in backend buffers owned by the model that grow to the
+    largest step seen (doubling) and are reused; one model runs one step at a time.
+*/
+#ifndef LS_MODEL_H
+#define LS_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "lora_pool.h"
+#include "model_config.h"
+
+typedef struct ls_model ls_model_t;
+typedef struct ls_kv_cache ls_kv_cache_t;
+
+// Called while loading: what is being uploaded (a tensor name), bytes uploaded so far and
+// in all (of the checkpoint as stored).
+typedef void ls_model_progress_fn(void *arg, const char *what, size_t done, size_t total);
+
+// Loads the model in dir onto be (which must outlive it). progress may be NULL.
+// NULL + err (naming the file and tensor) on any failure.
+ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_fn *progress,
+                          void *arg, char *err, size_t errlen);
+// Frees the weights and workspace; idempotent, clears the pointer.
+void ls_model_destroy(ls_model_t **self_p);
+
+const ls_model_config_t *ls_model_config(const ls_model_t *self);
+// Bytes of the weights as stored in the checkpoint.
+size_t ls_model_weight_bytes(const ls_model_t *self);
+
+// Per layer K and V caches, each (num_blocks, block_size, n_kv_heads, head_dim), zeroed, on
+// the model's backend. The scheduler allocates blocks; the engine only follows block
+// tables. NULL + err on bad sizes or allocation failure.
+ls_kv_cache_t *ls_kv_cache_new(const ls_model_t *model, int num_blocks, int block_size,
+                               char *err, size_t errlen);
+void ls_kv_cache_destroy(ls_kv_cache_t **self_p);
+int ls_kv_cache_num_blocks(const ls_kv_cache_t *self);
+int ls_kv_cache_block_size(const ls_kv_cache_t *self);
+
+// One sequence of a step.
+typedef struct {
+    const int32_t *token_ids;    // (n_tokens) the tokens to run now
+    int n_tokens;                // >= 1: a prefill chunk, or 1 for a decode step
+    int start_pos;               // tokens of this sequence already in the KV cache
+    const int32_t *block_table;  // (n_blocks) physical blocks covering start_pos + n_tokens
+    int n_blocks;
+    int lora_slot;               // ls_lora_pool_prepare's slot, or LS_LORA_SLOT_BASE
+    bool want_logits;            // logits of the last token (a logit row of this step)
+} ls_model_seq_t;
+
+// Runs one step of n_seqs sequences (seqs is (n_seqs)): writes their k/v into kv at their
+// positions and computes the logits of the sequences that want them, in seqs order, on
+// the backend. pool may be NULL when every slot is LS_LORA_SLOT_BASE. Returns the number
+// of logit rows, or -1 + err for a malformed step (token id out of the vocabulary, a block
+// table too short or naming a block outside the cache, a slot outside the pool, a context
+// past a sliding window) or a backend failure.
+int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                     const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen);
+
+// Copies the last step's logits to out (n_rows, vocab_size), n_rows as it returned.
+int ls_model_logits(ls_model_t *self, float *out);
+
+// Samples the last step's logit rows on the backend (ls_sampling_sample semantics);
+// batch->n_rows must equal the step's logit rows. Outputs as backend->sample.
+int ls_model_sample(ls_model_t *self, const ls_sampling_batch_t *batch, int32_t *tokens,
+                    float *logprobs, int32_t *top_ids, float *top_logprobs);
+
+#endif

@@ -1,0 +1,235 @@
+// Random tiny HF models and PEFT adapters, written with ls_st_write, for the engine's
+// self-consistency tests and bench/. Header-only (static functions) like fixtures.h.
+//
+// Values are deterministic functions of (seed, tensor index, element index), scaled so
+// that activations stay O(1) through the layers and logits come out O(1-10): projection
+// weights ~ U(-1, 1)·1.7/sqrt(in) (unit variance per output), norms 1 ± 0.1, biases
+// ± 0.05, embeddings ~ U(-1, 1).
+#ifndef LS_TESTS_ENGINE_RANDOM_MODEL_H
+#define LS_TESTS_ENGINE_RANDOM_MODEL_H
+
+#include "fixtures.h"
+
+#include <math.h>
+#include <stdbool.h>
+
+#include "model_config.h"
+#include "peft.h"
+#include "safetensors.h"
+
+typedef struct {
+    ls_arch_t arch;
+    int hidden, inter, layers, heads, kv_heads, head_dim, vocab;  // head_dim 0: hidden/heads
+    bool tied;
+    int sliding_window;  // Mistral only; 0: none
+    ls_dtype_t dtype;
+    bool sharded;        // two shards and model.safetensors.index.json
+    unsigned seed;
+} rm_spec_t;
+
+static inline const ls_target_t *rm_role_target(ls_weight_role_t role)
+{
+    static const ls_target_t t[] = {LS_TARGET_Q, LS_TARGET_K, LS_TARGET_V, LS_TARGET_O,
+                                    LS_TARGET_GATE, LS_TARGET_UP, LS_TARGET_DOWN};
+    switch (role) {
+    case LS_W_Q: return &t[0];
+    case LS_W_K: return &t[1];
+    case LS_W_V: return &t[2];
+    case LS_W_O: return &t[3];
+    case LS_W_GATE: return &t[4];
+    case LS_W_UP: return &t[5];
+    case LS_W_DOWN: return &t[6];
+    default: return NULL;
+    }
+}
+
+static inline float rm_weight_value(const ls_weight_spec_t *ws, unsigned seed, size_t k, size_t i)
+{
+    float v = fx_value(seed * 7919u + (unsigned)k * 31u + 1u, i);
+    switch (ws->role) {
+    case LS_W_ATTN_NORM: case LS_W_MLP_NORM: case LS_W_FINAL_NORM:
+    case LS_W_Q_NORM: case LS_W_K_NORM:
+        return 1.0f + 0.1f * v;
+    case LS_W_Q_BIAS: case LS_W_K_BIAS: case LS_W_V_BIAS: case LS_W_O_BIAS:
+    case LS_W_GATE_BIAS: case LS_W_UP_BIAS: case LS_W_DOWN_BIAS:
+        return 0.05f * v;
+    case LS_W_EMBED:
+        return v;
+    default:  // (out, in) projections and lm_head
+        return v * 1.7f / sqrtf((float)ws->shape[1]);
+    }
+}
+
+// Writes config.json and the weights into dir (which exists). With merge != NULL the
+// seven target weights become W + scaling·B·A of that adapter, computed in double and
+// rounded once (the dense reference of a LoRA forward); use dtype F32 then. 0 or -1.
+static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_adapter_t *merge)
+{
+    static const char *arch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                 "MistralForCausalLM"};
+    char extra[512] = "", json[2048];
+    if (sp->arch == LS_ARCH_LLAMA)  // llama3 scaling with a short original context, so that
+                                    // it changes some frequencies of the tiny head_dim
+        snprintf(extra, sizeof extra, ", \"rope_scaling\": {\"rope_type\": \"llama3\", "
+                 "\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                 "\"original_max_position_embeddings\": 64}");
+    if (sp->arch == LS_ARCH_MISTRAL && sp->sliding_window)
+        snprintf(extra, sizeof extra, ", \"sliding_window\": %d", sp->sliding_window);
+    int hd = sp->head_dim ? sp->head_dim : sp->hidden / sp->heads;
+    snprintf(json, sizeof json,
+             "{\"architectures\": [\"%s\"], \"hidden_size\": %d, \"intermediate_size\": %d, "
+             "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+             "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, "
+             "\"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, "
+             "\"rope_theta\": 10000.0, \"tie_word_embeddings\": %s, \"hidden_act\": \"silu\", "
+             "\"torch_dtype\": \"%s\"%s}",
+             arch[sp->arch], sp->hidden, sp->inter, sp->layers, sp->heads, sp->kv_heads, hd,
+             sp->vocab, sp->tied ? "true" : "false",
+             sp->dtype == LS_DTYPE_BF16 ? "bfloat16" : sp->dtype == LS_DTYPE_F16 ? "float16"
+                                                                               : "float32",
+             extra);
+    if (fx_write_str(dir, "config.json", json) != 0)
+        return -1;
+    ls_model_config_t cfg;
+    char err[256];
+    if (ls_model_config_load(dir, &cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "rm_write_model: %s\n", err);
+        return -1;
+    }
+    size_t n = ls_model_config_weight_count(&cfg);
+    ls_st_write_tensor_t *t = calloc(n, sizeof *t);
+    ls_weight_spec_t *ws = calloc(n, sizeof *ws);
+    void **data = calloc(n, sizeof *data);
+    int rc = t && ws && data ? 0 : -1;
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        ls_model_config_weight_spec(&cfg, k, &ws[k]);
+        size_t numel = (size_t)ws[k].shape[0] * (ws[k].ndim == 2 ? (size_t)ws[k].shape[1] : 1);
+        float *f = malloc(numel * sizeof *f);
+        data[k] = f;
+        if (!f) {
+            rc = -1;
+            break;
+        }
+        for (size_t i = 0; i < numel; i++)
+            f[i] = rm_weight_value(&ws[k], sp->seed, k, i);
+        const ls_target_t *tg = rm_role_target(ws[k].role);
+        const ls_lora_weights_t *lw = merge && tg ? ls_adapter_layer_target(merge, ws[k].layer, *tg)
+                                                  : NULL;
+        if (lw && lw->rank) {
+            size_t out = (size_t)ws[k].shape[0], in = (size_t)ws[k].shape[1];
+            for (size_t o = 0; o < out; o++)
+                for (size_t i = 0; i < in; i++) {
+                    double d = 0;
+                    for (int j = 0; j < lw->rank; j++)
+                        d += (double)lw->B[o * lw->rank + j] * lw->A[(size_t)j * in + i];
+                    f[o * in + i] = (float)((double)f[o * in + i] + (double)lw->scaling * d);
+                }
+        }
+        if (sp->dtype != LS_DTYPE_F32) {  // narrow in place: 2-byte values fit the floats
+            uint16_t *h = (uint16_t *)f;
+            for (size_t i = 0; i < numel; i++)
+                h[i] = sp->dtype == LS_DTYPE_BF16 ? ls_bf16_from_f32(f[i]) : ls_f16_from_f32(f[i]);
+        }
+        t[k] = (ls_st_write_tensor_t){ws[k].name, sp->dtype, ws[k].ndim,
+                                      {ws[k].shape[0], ws[k].shape[1]}, f};
+    }
+    char path[4096];
+    if (rc == 0 && !sp->sharded) {
+        rc = ls_st_write(fx_path(path, sizeof path, dir, "model.safetensors"), t, n, err,
+                         sizeof err);
+    } else if (rc == 0) {
+        // globals and even layers in shard 1, odd layers in shard 2
+        ls_st_write_tensor_t *sh[2] = {calloc(n, sizeof *t), calloc(n, sizeof *t)};
+        size_t cnt[2] = {0, 0};
+        size_t jl = 64 + n * 128;
+        char *index = malloc(jl);
+        size_t off = (size_t)snprintf(index, jl, "{\"metadata\": {}, \"weight_map\": {");
+        for (size_t k = 0; k < n; k++) {
+            int s = ws[k].layer >= 0 && ws[k].layer % 2;
+            sh[s][cnt[s]++] = t[k];
+            off += (size_t)snprintf(index + off, jl - off, "%s\"%s\": \"model-%05d-of-00002.safetensors\"",
+                                    k ? ", " : "", ws[k].name, s + 1);
+        }
+        snprintf(index + off, jl - off, "}}");
+        for (int s = 0; s < 2 && rc == 0; s++) {
+            char name[64];
+            snprintf(name, sizeof name, "model-%05d-of-00002.safetensors", s + 1);
+            rc = ls_st_write(fx_path(path, sizeof path, dir, name), sh[s], cnt[s], err, sizeof err);
+        }
+        if (rc == 0)
+            rc = fx_write_str(dir, "model.safetensors.index.json", index);
+        free(sh[0]);
+        free(sh[1]);
+        free(index);
+    }
+    if (rc != 0)
+        fprintf(stderr, "rm_write_model: %s\n", err);
+    for (size_t k = 0; data && k < n; k++)
+        free(data[k]);
+    free(data);
+    free(ws);
+    free(t);
+    return rc;
+}
+
+// Writes a PEFT adapter into dir: config is the whole adapter_config.json text, ranks[l*7+t]
+// the rank PEFT will derive from it for each (layer, target) (0: not targeted). A ~ U(-1, 1)/
+// sqrt(in), B ~ U(-1, 1)·0.3, so LoRA moves the logits visibly without swamping the base.
+static inline int rm_write_adapter(const char *dir, const ls_model_config_t *cfg,
+                                   const char *config, const int *ranks, ls_dtype_t dtype,
+                                   unsigned seed)
+{
+    mkdir(dir, 0700);
+    if (fx_write_str(dir, "adapter_config.json", config) != 0)
+        return -1;
+    int L = cfg->num_hidden_layers, n = 0;
+    ls_st_write_tensor_t *t = calloc((size_t)L * LS_TARGET_COUNT * 2, sizeof *t);
+    char (*names)[128] = calloc((size_t)L * LS_TARGET_COUNT * 2, 128);
+    for (int l = 0; l < L; l++)
+        for (int tg = 0; tg < LS_TARGET_COUNT; tg++) {
+            int r = ranks[l * LS_TARGET_COUNT + tg];
+            if (!r)
+                continue;
+            int in, out;
+            ls_model_config_target_dims(cfg, (ls_target_t)tg, &in, &out);
+            for (int which = 0; which < 2; which++) {
+                size_t numel = (size_t)r * (size_t)(which ? out : in);
+                float *f = malloc(numel * sizeof *f);
+                for (size_t i = 0; i < numel; i++) {
+                    float v = fx_value(seed * 104729u + (unsigned)(l * 100 + tg * 10 + which), i);
+                    f[i] = which ? 0.3f * v : v / sqrtf((float)in);
+                }
+                if (dtype != LS_DTYPE_F32) {
+                    uint16_t *h = (uint16_t *)f;
+                    for (size_t i = 0; i < numel; i++)
+                        h[i] = dtype == LS_DTYPE_BF16 ? ls_bf16_from_f32(f[i]) : ls_f16_from_f32(f[i]);
+                }
+                snprintf(names[n], 128, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
+                         l, ls_target_parent((ls_target_t)tg), ls_target_name((ls_target_t)tg),
+                         which ? 'B' : 'A');
+                t[n] = (ls_st_write_tensor_t){names[n], dtype, 2,
+                                              {which ? out : r, which ? r : in}, f};
+                n++;
+            }
+        }
+    char path[4096], err[256];
+    int rc = ls_st_write(fx_path(path, sizeof path, dir, "adapter_model.safetensors"), t,
+                         (size_t)n, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "rm_write_adapter: %s\n", err);
+    for (int i = 0; i < n; i++)
+        free((void *)t[i].data);
+    free(t);
+    free(names);
+    return rc;
+}
+
+// Uniform ranks: rank r on every layer for the targets in mask.
+static inline void rm_ranks_uniform(int *ranks, int layers, unsigned mask, int r)
+{
+    for (int l = 0; l < layers; l++)
+        for (int t = 0; t < LS_TARGET_COUNT; t++)
+            ranks[l * LS_TARGET_COUNT + t] = (mask >> t) & 1 ? r : 0;
+}
+
+#endif

@@ -1,0 +1,422 @@
+// The LoRA slot pool's rules: slot mapping of a batch, LRU vs FIFO victims, pinned and
+// in-batch adapters never evicted, the pin limit, batches with too many adapters, the CPU
+// tier's capacity and eviction, refusals on add, and the exact slot layout (zero padding of
+// rank_pattern modules, per-module scalings folded into B, uniform ones kept per slot).
+#include "random_model.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "lora_pool.h"
+
+static char err[1024];
+
+#define assert_contains(hay, needle)                                                          \
+    do {                                                                                      \
+        if (!strstr((hay), (needle)))                                                         \
+            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
+    } while (0)
+
+#define ALL7 "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"
+
+// The adapters every test can load: name, adapter_config.json, how ranks follow from it.
+static const struct {
+    const char *name, *config;
+    unsigned mask;
+    int r;
+} ADS[] = {
+    {"r4", "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": " ALL7 "}",
+     0x7f, 4},
+    {"q8", "{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 4, \"target_modules\": [\"q_proj\"]}",
+     1u << LS_TARGET_Q, 8},
+    {"r16", "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 16, \"target_modules\": " ALL7 "}",
+     0x7f, 16},
+    // v_proj rank 8, the rest 2; gate_proj alpha 6, the rest 4: scalings 2, 0.5 and 3
+    {"pattern", "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4, \"target_modules\": " ALL7
+     ", \"rank_pattern\": {\"v_proj\": 8}, \"alpha_pattern\": {\"gate_proj\": 6}}", 0x7f, 2},
+};
+enum { AD_R4, AD_Q8, AD_R16, AD_PATTERN, N_ADS };
+
+typedef struct {
+    char *dir;
+    ls_backend_t *be;
+    ls_model_config_t cfg;
+    ls_lora_pool_t *pool;
+} ctx_t;
+
+static int setup(void **state) {
+    ctx_t *c = calloc(1, sizeof *c);
+    c->dir = fx_tmpdir();
+    c->be = ls_backend_cpu_new(1);
+    const char *j = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 16, "
+                    "\"intermediate_size\": 24, \"num_attention_heads\": 4, "
+                    "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 32}";
+    assert_int_equal(ls_model_config_parse(j, strlen(j), "config.json", &c->cfg, err, sizeof err), 0);
+    for (int a = 0; a < N_ADS; a++) {
+        char d[1024];
+        int ranks[2 * LS_TARGET_COUNT];
+        rm_ranks_uniform(ranks, 2, ADS[a].mask, ADS[a].r);
+        if (a == AD_PATTERN)
+            ranks[LS_TARGET_V] = ranks[LS_TARGET_COUNT + LS_TARGET_V] = 8;
+        fx_path(d, sizeof d, c->dir, ADS[a].name);
+        assert_int_equal(rm_write_adapter(d, &c->cfg, ADS[a].config, ranks, LS_DTYPE_F32,
+                                          (unsigned)a + 1), 0);
+    }
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state) {
+    ctx_t *c = *state;
+    ls_lora_pool_destroy(&c->pool);
+    ls_lora_pool_destroy(&c->pool); // idempotent
+    ls_backend_destroy(&c->be);
+    fx_rmdir(&c->dir);
+    free(c);
+    return 0;
+}
+
+static ls_adapter_t *load(ctx_t *c, int a) {
+    char d[1024];
+    ls_adapter_t *ad = ls_adapter_load(fx_path(d, sizeof d, c->dir, ADS[a].name), &c->cfg, 16,
+                                       err, sizeof err);
+    if (!ad)
+        fail_msg("%s: %s", ADS[a].name, err);
+    return ad;
+}
+
+static void new_pool(ctx_t *c, int slots, int loaded, int r_max, ls_lora_eviction_t ev,
+                     unsigned mask) {
+    ls_lora_pool_config_t pc = {slots, r_max, loaded, mask, ev};
+    c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, err, sizeof err);
+    if (!c->pool)
+        fail_msg("pool: %s", err);
+}
+
+// Adds adapter file a under id; returns add's result (0 / -1 with err).
+static int add(ctx_t *c, const char *id, int a, bool pinned, char *evicted) {
+    ls_adapter_t *ad = load(c, a);
+    int rc = ls_lora_pool_add(c->pool, id, &ad, pinned, evicted, evicted ? 64 : 0, err,
+                              sizeof err);
+    assert_true(rc == 0 ? ad == NULL : ad != NULL); // ownership moves only on success
+    ls_adapter_destroy(&ad);
+    return rc;
+}
+
+// prepare on a list of ids terminated by a "." sentinel (NULL entries are base requests).
+static int prepare(ctx_t *c, int32_t *slots, const char *const *ids) {
+    int n = 0;
+    while (!ids[n] || strcmp(ids[n], ".") != 0)
+        n++;
+    return ls_lora_pool_prepare(c->pool, ids, n, slots, err, sizeof err);
+}
+#define PREP(c, slots, ...) prepare((c), (slots), (const char *const[]){__VA_ARGS__, "."})
+
+static void test_prepare_maps_slots(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 2, 4, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(ls_lora_pool_n_slots(c->pool), 3);
+    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "b", AD_Q8, false, NULL), 0);
+    int32_t s[4];
+    assert_int_equal(PREP(c, s, "a", NULL, "a", "b"), 0);
+    assert_int_equal(s[1], LS_LORA_SLOT_BASE);
+    assert_int_equal(s[0], s[2]);
+    assert_true(s[0] > 0 && s[3] > 0 && s[0] != s[3]);
+    const int32_t *ranks = ls_lora_pool_slot_ranks(c->pool);
+    const float *sc = ls_lora_pool_slot_scalings(c->pool);
+    assert_int_equal(ranks[0], 0);
+    assert_int_equal(ranks[s[0]], 4);
+    assert_int_equal(ranks[s[3]], 8);
+    assert_float_equal(sc[s[0]], 2.0f, 0);  // 8 / 4
+    assert_float_equal(sc[s[3]], 0.5f, 0);  // 4 / 8
+    assert_int_equal(PREP(c, s, "b", ""), 0); // "" is the base model too
+    assert_int_equal(s[1], LS_LORA_SLOT_BASE);
+    ls_lora_pool_stats_t st = ls_lora_pool_stats(c->pool);
+    assert_int_equal(st.cold_loads, 2);
+    assert_int_equal(st.hits, 1);
+    assert_int_equal(st.slot_evictions, 0);
+    // the groups exist for every target by default; q8 only uses the qkv one
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
+        assert_true(ls_lora_pool_has_group(c->pool, g));
+}
+
+// slots 2; a then b loaded; a used again. LRU evicts b (least recently used), FIFO evicts a
+// (first loaded).
+static void test_lru_vs_fifo(void **state) {
+    ctx_t *c = *state;
+    for (int ev = 0; ev < 2; ev++) {
+        new_pool(c, 2, 4, 16, ev, 0);
+        assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
+        assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
+        assert_int_equal(add(c, "c", AD_R4, false, NULL), 0);
+        int32_t s[1];
+        assert_int_equal(PREP(c, s, "a"), 0);
+        assert_int_equal(PREP(c, s, "b"), 0);
+        assert_int_equal(PREP(c, s, "a"), 0);
+        int slot_a = ls_lora_pool_slot_of(c->pool, "a"), slot_b = ls_lora_pool_slot_of(c->pool, "b");
+        assert_int_equal(PREP(c, s, "c"), 0);
+        if (ev == LS_LORA_EVICT_LRU) {
+            assert_int_equal(s[0], slot_b);
+            assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
+            assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), slot_a);
+        } else {
+            assert_int_equal(s[0], slot_a);
+            assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);
+            assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), slot_b);
+        }
+        assert_int_equal(ls_lora_pool_stats(c->pool).slot_evictions, 1);
+        ls_lora_pool_destroy(&c->pool);
+    }
+}
+
+// FIFO would pick a (loaded first), but a is in the batch: b goes.
+static void test_in_batch_never_evicted(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 2, 4, 16, LS_LORA_EVICT_FIFO, 0);
+    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "c", AD_R4, false, NULL), 0);
+    int32_t s[2];
+    assert_int_equal(PREP(c, s, "a"), 0);
+    assert_int_equal(PREP(c, s, "b"), 0);
+    int slot_b = ls_lora_pool_slot_of(c->pool, "b");
+    assert_int_equal(PREP(c, s, "a", "c"), 0);
+    assert_int_equal(s[1], slot_b);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
+}
+
+static void test_pinned(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 3, 8, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "p1", AD_R4, true, NULL), 0);
+    assert_int_equal(add(c, "p2", AD_Q8, true, NULL), 0);
+    assert_int_equal(add(c, "p3", AD_R4, true, NULL), -1); // at most slots - 1 = 2 pinned
+    assert_contains(err, "at most 2 adapters can be pinned");
+    assert_false(ls_lora_pool_contains(c->pool, "p3"));
+    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
+    int32_t s[2];
+    assert_int_equal(PREP(c, s, "p1"), 0);
+    assert_int_equal(PREP(c, s, "p2"), 0);
+    assert_int_equal(PREP(c, s, "a"), 0);
+    int slot_a = s[0], slot_p1 = ls_lora_pool_slot_of(c->pool, "p1");
+    // p1 and p2 are least recently used, but pinned: a is the victim
+    assert_int_equal(PREP(c, s, "b"), 0);
+    assert_int_equal(s[0], slot_a);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "p1"), slot_p1);
+    assert_true(ls_lora_pool_slot_of(c->pool, "p2") > 0);
+    // a and b together need two slots; the pinned ones hold the other two: refused, and
+    // nothing moved
+    assert_int_equal(PREP(c, s, "a", "b"), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "needs 1 more adapter slots but only 0 can be freed");
+    assert_contains(err, "2 held by pinned adapters outside the batch");
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), slot_a);
+    // with a pinned one in the batch it fits
+    assert_int_equal(PREP(c, s, "p1", "a"), 0);
+}
+
+static void test_too_many_and_unknown(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 2, 4, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "c", AD_R4, false, NULL), 0);
+    int32_t s[5];
+    assert_int_equal(PREP(c, s, "a", "b", NULL, "a", "c"), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "more than max_loras_per_batch (2)");
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1); // nothing loaded
+    assert_int_equal(PREP(c, s, "a", "nope"), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "adapter \"nope\" is not loaded");
+    assert_int_equal(ls_lora_pool_remove(c->pool, "nope", err, sizeof err), -1);
+    assert_contains(err, "\"nope\" is not loaded");
+    // remove drops it from both tiers
+    assert_int_equal(PREP(c, s, "a"), 0);
+    assert_int_equal(ls_lora_pool_remove(c->pool, "a", err, sizeof err), 0);
+    assert_false(ls_lora_pool_contains(c->pool, "a"));
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[s[0]], 0);
+    assert_int_equal(PREP(c, s, "a"), -1);
+}
+
+static void test_cpu_tier(void **state) {
+    ctx_t *c = *state;
+    char evicted[64];
+    // LRU: a is used, so of b and c the least recently used, b, goes
+    new_pool(c, 2, 3, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "c", AD_R4, false, NULL), 0);
+    int32_t s[2];
+    assert_int_equal(PREP(c, s, "b"), 0);
+    assert_int_equal(PREP(c, s, "a"), 0);
+    assert_int_equal(add(c, "d", AD_R4, false, evicted), 0);
+    assert_string_equal(evicted, "c"); // used least recently (never)
+    assert_int_equal(add(c, "e", AD_R4, false, evicted), 0);
+    assert_string_equal(evicted, "b"); // b resident in a slot, but not in the current batch
+    assert_false(ls_lora_pool_contains(c->pool, "b"));
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
+    assert_int_equal(ls_lora_pool_stats(c->pool).cpu_evictions, 2);
+    ls_lora_pool_destroy(&c->pool);
+
+    // FIFO: first added goes, unless it is in the current batch or pinned
+    new_pool(c, 3, 3, 16, LS_LORA_EVICT_FIFO, 0);
+    assert_int_equal(add(c, "p", AD_R4, true, NULL), 0);
+    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "b", AD_R4, false, evicted), 0);
+    assert_string_equal(evicted, "");
+    assert_int_equal(PREP(c, s, "a"), 0);
+    assert_int_equal(add(c, "d", AD_R4, false, evicted), 0);
+    assert_string_equal(evicted, "b");
+    assert_int_equal(PREP(c, s, "a", "d"), 0);
+    assert_int_equal(add(c, "e", AD_R4, false, evicted), -1); // p pinned, a and d in batch
+    print_message("refused: %s\n", err);
+    assert_contains(err, "max_loaded_loras (3)");
+}
+
+static void test_add_refusals(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 2, 4, 8, LS_LORA_EVICT_LRU, 1u << LS_TARGET_Q | 1u << LS_TARGET_V);
+    assert_true(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_QKV));
+    assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_O));
+    assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_GATE_UP));
+    assert_int_equal(add(c, "q", AD_Q8, false, NULL), 0);
+    assert_int_equal(add(c, "q", AD_Q8, false, NULL), -1);
+    assert_contains(err, "already loaded");
+    assert_int_equal(add(c, "big", AD_R16, false, NULL), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "rank 16, above max_lora_rank 8");
+    assert_int_equal(add(c, "all", AD_R4, false, NULL), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "targets k_proj, o_proj, gate_proj, up_proj, down_proj, which "
+                         "lora_target_modules does not enable");
+    assert_int_equal(add(c, "", AD_R4, false, NULL), -1);
+    ls_lora_pool_destroy(&c->pool);
+    ls_lora_pool_config_t bad = {.max_loras_per_batch = 4, .max_lora_rank = 8,
+                                 .max_loaded_loras = 2};
+    assert_null(ls_lora_pool_new(c->be, &c->cfg, &bad, err, sizeof err));
+    print_message("refused: %s\n", err);
+    assert_contains(err, "max_loaded_loras >= max_loras_per_batch (got 2)");
+}
+
+// The slot's A and B blocks hold exactly the adapter: rows/columns past a module's rank
+// zero, per-module scalings folded into B when they differ, B as stored when uniform.
+static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded) {
+    int r_max = ls_lora_pool_r_max(c->pool), n_slots = ls_lora_pool_n_slots(c->pool);
+    static const ls_target_t tg[LS_LORA_GROUP_COUNT][LS_LORA_MAX_SLICES] = {
+        {LS_TARGET_Q, LS_TARGET_K, LS_TARGET_V}, {LS_TARGET_O}, {LS_TARGET_GATE, LS_TARGET_UP},
+        {LS_TARGET_DOWN}};
+    for (int l = 0; l < c->cfg.num_hidden_layers; l++)
+        for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+            ls_lora_group_shape_t sh = ls_lora_pool_group_shape(c->pool, g);
+            int out_total = sh.slice_offsets[sh.n_slices];
+            size_t an = (size_t)sh.n_slices * r_max * sh.in, bn = (size_t)out_total * r_max;
+            ls_view_t a, b;
+            ls_lora_pool_group_views(c->pool, l, g, &a, &b);
+            float *ga = malloc(an * sizeof *ga), *gb = malloc(bn * sizeof *gb);
+            assert_int_equal(c->be->buffer_download(c->be, ga, ls_view(a.buf, a.off + slot * an),
+                                                    an), 0);
+            assert_int_equal(c->be->buffer_download(c->be, gb, ls_view(b.buf, b.off + slot * bn),
+                                                    bn), 0);
+            assert_true(slot < n_slots);
+            for (int k = 0; k < sh.n_slices; k++) {
+                const ls_lora_weights_t *w = ls_adapter_layer_target(ad, l, tg[g][k]);
+                float fold = folded ? w->scaling : 1.0f;
+                for (int j = 0; j < r_max; j++)
+                    for (int i = 0; i < sh.in; i++)
+                        assert_float_equal(ga[((size_t)k * r_max + j) * sh.in + i],
+                                           j < w->rank ? w->A[(size_t)j * sh.in + i] : 0.0f, 0);
+                for (int o = sh.slice_offsets[k]; o < sh.slice_offsets[k + 1]; o++)
+                    for (int j = 0; j < r_max; j++) {
+                        int ok = o - sh.slice_offsets[k];
+                        float want = j < w->rank ? w->B[(size_t)ok * w->rank + j] * fold : 0.0f;
+                        assert_float_equal(gb[(size_t)o * r_max + j], want, 0);
+                    }
+            }
+            free(ga);
+            free(gb);
+        }
+}
+
+static void test_slot_layout(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 2, 4, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "pattern", AD_PATTERN, false, NULL), 0);
+    assert_int_equal(add(c, "uniform", AD_R4, false, NULL), 0);
+    int32_t s[2];
+    assert_int_equal(PREP(c, s, "pattern", "uniform"), 0);
+    const int32_t *ranks = ls_lora_pool_slot_ranks(c->pool);
+    const float *sc = ls_lora_pool_slot_scalings(c->pool);
+    assert_int_equal(ranks[s[0]], 8); // the largest module rank (v_proj)
+    assert_float_equal(sc[s[0]], 1.0f, 0);
+    assert_int_equal(ranks[s[1]], 4);
+    assert_float_equal(sc[s[1]], 2.0f, 0);
+    ls_adapter_t *pattern = load(c, AD_PATTERN), *uniform = load(c, AD_R4);
+    // the pattern adapter really has three different scalings
+    assert_float_equal(ls_adapter_layer_target(pattern, 0, LS_TARGET_Q)->scaling, 2.0f, 0);
+    assert_float_equal(ls_adapter_layer_target(pattern, 0, LS_TARGET_V)->scaling, 0.5f, 0);
+    assert_float_equal(ls_adapter_layer_target(pattern, 0, LS_TARGET_GATE)->scaling, 3.0f, 0);
+    check_slot(c, pattern, s[0], true);
+    check_slot(c, uniform, s[1], false);
+    ls_adapter_destroy(&pattern);
+    ls_adapter_destroy(&uniform);
+}
+
+// assign: the caller (the scheduler, through the worker) names the slot; the adapter lands
+// there, moves when named into another slot, evicts what was there, never a pinned one.
+static void test_assign(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 3, 4, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "b", AD_Q8, false, NULL), 0);
+    assert_int_equal(add(c, "p", AD_R4, true, NULL), 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 2);
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 4);
+    ls_adapter_t *ad = load(c, AD_R4);
+    check_slot(c, ad, 2, false);
+    ls_adapter_destroy(&ad);
+    // moving a: its old slot is empty afterwards
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 1, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 1);
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 0);
+    // b takes a's slot: a is no longer resident
+    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 1, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[1], 8);
+    ad = load(c, AD_Q8);
+    check_slot(c, ad, 1, false);
+    ls_adapter_destroy(&ad);
+    assert_int_equal(ls_lora_pool_stats(c->pool).slot_evictions, 1);
+    // a pinned adapter's slot is not given away; bad ids and slots are refused
+    assert_int_equal(ls_lora_pool_assign(c->pool, "p", 3, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 3, err, sizeof err), -1);
+    assert_non_null(strstr(err, "pinned"));
+    assert_int_equal(ls_lora_pool_assign(c->pool, "nope", 2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not loaded"));
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", LS_LORA_SLOT_BASE, err, sizeof err), -1);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 4, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not an adapter slot"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_prepare_maps_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lru_vs_fifo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_in_batch_never_evicted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pinned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_too_many_and_unknown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_tier, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_add_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slot_layout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_assign, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,512 @@
+// The model engine's self-consistency on random tiny models (CPU backend): chunked prefill
+// over a cached prefix == one full prefill; prefill + decode == full forwards of the longer
+// sequences; a mixed batch (base + adapters, prefill chunks and decodes) gives each request
+// what it gets alone; LoRA through the slot pool == the dense model W + scaling·B·A merged
+// in double; plus loading (sharded, progress), sampling and the step's error messages.
+//
+// Tolerances. Every comparison is between two fp32 computations of the same math that
+// differ only in the grouping of rows into sgemm calls (batching, chunking) or, for the
+// merged model, in the order of the LoRA sum; measured differences are printed. The bound
+// is 1e-5 absolute on logits of magnitude ~2-9 for the batching/chunking identities
+// (measured <= 5e-6: OpenBLAS sgemm blocks the rows differently for different row counts,
+// so a row's sums may round differently) and 2e-4 for merged-vs-LoRA (measured <= 2e-6:
+// the merged weight rounds W + s·BA once to fp32, the LoRA path rounds x·Aᵀ and the
+// expand separately; the bound leaves room for larger models and other BLAS builds).
+#include "random_model.h"
+
+#include <float.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "lora_pool.h"
+#include "model.h"
+
+#define TOL_BATCH 1e-5
+#define TOL_MERGED 2e-4
+#define BS 4   // KV block size: small, so that sequences span several blocks
+#define NB 256 // KV blocks per cache
+
+static char err[1024];
+
+#define assert_contains(hay, needle)                                                          \
+    do {                                                                                      \
+        if (!strstr((hay), (needle)))                                                         \
+            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
+    } while (0)
+
+static const rm_spec_t SPECS[] = {
+    {.arch = LS_ARCH_LLAMA, .hidden = 32, .inter = 48, .layers = 2, .heads = 4, .kv_heads = 2,
+     .vocab = 64, .dtype = LS_DTYPE_BF16, .seed = 11},
+    {.arch = LS_ARCH_QWEN2, .hidden = 32, .inter = 40, .layers = 2, .heads = 4, .kv_heads = 1,
+     .vocab = 72, .tied = true, .dtype = LS_DTYPE_F32, .seed = 12},
+    {.arch = LS_ARCH_QWEN3, .hidden = 32, .inter = 48, .layers = 2, .heads = 4, .kv_heads = 2,
+     .head_dim = 16, .vocab = 64, .dtype = LS_DTYPE_BF16, .sharded = true, .seed = 13},
+    {.arch = LS_ARCH_MISTRAL, .hidden = 32, .inter = 48, .layers = 2, .heads = 4,
+     .kv_heads = 2, .vocab = 56, .dtype = LS_DTYPE_F16, .seed = 14},
+};
+#define N_SPECS (sizeof SPECS / sizeof SPECS[0])
+
+typedef struct {
+    char *dir;
+    ls_backend_t *be;
+    ls_model_t *m;
+} ctx_t;
+
+static ls_model_t *load_spec(ctx_t *c, const char *sub, const rm_spec_t *sp,
+                             const ls_adapter_t *merge) {
+    char d[1024];
+    fx_path(d, sizeof d, c->dir, sub);
+    mkdir(d, 0700);
+    assert_int_equal(rm_write_model(d, sp, merge), 0);
+    ls_model_t *m = ls_model_load(d, c->be, NULL, NULL, err, sizeof err);
+    if (!m)
+        fail_msg("load %s: %s", d, err);
+    return m;
+}
+
+static int setup(void **state) {
+    ctx_t *c = calloc(1, sizeof *c);
+    c->dir = fx_tmpdir();
+    c->be = ls_backend_cpu_new(1);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state) {
+    ctx_t *c = *state;
+    ls_model_destroy(&c->m);
+    ls_backend_destroy(&c->be);
+    fx_rmdir(&c->dir);
+    free(c);
+    return 0;
+}
+
+static int32_t token_at(unsigned seed, int i, int vocab) {
+    return (int32_t)((seed * 2654435761u + (unsigned)i * 40503u) % (unsigned)vocab);
+}
+
+// Blocks [first, first+n) in reverse order: the table, not contiguity, must matter.
+static void table_of(int32_t *table, int first, int n) {
+    for (int i = 0; i < n; i++)
+        table[i] = first + n - 1 - i;
+}
+
+static ls_model_seq_t seq_of(const int32_t *tok, int n, int start, const int32_t *table,
+                             int slot, bool logits) {
+    return (ls_model_seq_t){tok, n, start, table, (start + n + BS - 1) / BS, slot, logits};
+}
+
+// Runs one step and downloads its logits into out (rows, V).
+static void step(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                 const ls_model_seq_t *seqs, int n, float *out) {
+    int rows = ls_model_forward(m, kv, pool, seqs, n, err, sizeof err);
+    if (rows < 0)
+        fail_msg("forward: %s", err);
+    assert_int_equal(ls_model_logits(m, out), 0);
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n, double *max_mag) {
+    double d = 0, mag = 0;
+    if (max_mag)
+        *max_mag = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i]))
+            return INFINITY;
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        mag = fmax(mag, fabs((double)b[i]));
+    }
+    if (max_mag)
+        *max_mag = mag;
+    return d;
+}
+
+// --- loading ---------------------------------------------------------------------------
+
+typedef struct {
+    int calls;
+    size_t last_done, total;
+    int monotone;
+} progress_t;
+
+static void on_progress(void *arg, const char *what, size_t done, size_t total) {
+    progress_t *p = arg;
+    p->monotone &= done >= p->last_done && done <= total && what && *what;
+    p->calls++;
+    p->last_done = done;
+    p->total = total;
+}
+
+static void test_load_progress_and_shards(void **state) {
+    ctx_t *c = *state;
+    // the same weights single-file and sharded give bit-identical logits
+    rm_spec_t sp = SPECS[0];
+    char d1[1024], d2[1024];
+    fx_path(d1, sizeof d1, c->dir, "single");
+    fx_path(d2, sizeof d2, c->dir, "sharded");
+    mkdir(d1, 0700);
+    mkdir(d2, 0700);
+    assert_int_equal(rm_write_model(d1, &sp, NULL), 0);
+    sp.sharded = true;
+    assert_int_equal(rm_write_model(d2, &sp, NULL), 0);
+    progress_t p = {.monotone = 1};
+    ls_model_t *a = ls_model_load(d1, c->be, on_progress, &p, err, sizeof err);
+    ls_model_t *b = ls_model_load(d2, c->be, NULL, NULL, err, sizeof err);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(p.monotone);
+    assert_true(p.calls >= (int)ls_model_config_weight_count(ls_model_config(a)));
+    assert_int_equal(p.last_done, p.total);
+    assert_int_equal(p.total, ls_model_weight_bytes(a));
+    ls_kv_cache_t *kv = ls_kv_cache_new(a, NB, BS, err, sizeof err);
+    int32_t tok[9], table[4];
+    for (int i = 0; i < 9; i++)
+        tok[i] = token_at(3, i, sp.vocab);
+    table_of(table, 0, 3);
+    ls_model_seq_t s = seq_of(tok, 9, 0, table, 0, true);
+    float la[64], lb[64];
+    step(a, kv, NULL, &s, 1, la);
+    step(b, kv, NULL, &s, 1, lb);
+    assert_memory_equal(la, lb, sizeof la);
+    ls_kv_cache_destroy(&kv);
+    ls_model_destroy(&a);
+    ls_model_destroy(&b);
+
+    // a missing tensor is named
+    char path[4096];
+    remove(fx_path(path, sizeof path, d2, "model-00002-of-00002.safetensors"));
+    assert_null(ls_model_load(d2, c->be, NULL, NULL, err, sizeof err));
+    print_message("missing shard: %s\n", err);
+    assert_contains(err, "model-00002-of-00002.safetensors");
+}
+
+// --- chunked prefill, decode ------------------------------------------------------------
+
+// Per architecture: a 21-token prompt in one step vs in chunks 8 + 8 + 5 on top of the
+// cache; then 6 decode steps vs full forwards of each longer prefix, all in one batch.
+static void test_chunked_prefill_and_decode(void **state) {
+    ctx_t *c = *state;
+    enum { P = 21, N = 6 };
+    for (size_t k = 0; k < N_SPECS; k++) {
+        const rm_spec_t *sp = &SPECS[k];
+        char sub[32];
+        snprintf(sub, sizeof sub, "arch%zu", k);
+        ls_model_t *m = load_spec(c, sub, sp, NULL);
+        ls_kv_cache_t *kv = ls_kv_cache_new(m, NB, BS, err, sizeof err);
+        int V = sp->vocab;
+        int32_t tok[P + N], t_full[16], t_chunk[16];
+        for (int i = 0; i < P + N; i++)
+            tok[i] = token_at((unsigned)k + 5, i, V);
+        float full[72], chunk[72], dec[72];
+        table_of(t_full, 0, 16);
+        table_of(t_chunk, 16, 16);
+        ls_model_seq_t s = seq_of(tok, P, 0, t_full, 0, true);
+        step(m, kv, NULL, &s, 1, full);
+        int chunks[] = {8, 8, 5}, at = 0;
+        for (int i = 0; i < 3; i++) {
+            s = seq_of(tok + at, chunks[i], at, t_chunk, 0, i == 2);
+            int rows = ls_model_forward(m, kv, NULL, &s, 1, err, sizeof err);
+            assert_int_equal(rows, i == 2);
+            at += chunks[i];
+        }
+        assert_int_equal(ls_model_logits(m, chunk), 0);
+        double mag, d_chunk = max_abs_diff(chunk, full, (size_t)V, &mag);
+
+        // decode N tokens on the chunked cache; reference: N sequences, the prefixes of
+        // length P+1 .. P+N, in one batch on fresh blocks
+        float ref[N * 72];
+        int32_t tables[N][16];
+        ls_model_seq_t batch[N];
+        for (int i = 0; i < N; i++) {
+            table_of(tables[i], 32 + 16 * i, 16);
+            batch[i] = seq_of(tok, P + i + 1, 0, tables[i], 0, true);
+        }
+        step(m, kv, NULL, batch, N, ref);
+        double d_dec = 0;
+        for (int i = 0; i < N; i++) {
+            s = seq_of(tok + P + i, 1, P + i, t_chunk, 0, true);
+            step(m, kv, NULL, &s, 1, dec);
+            d_dec = fmax(d_dec, max_abs_diff(dec, ref + (size_t)i * V, (size_t)V, NULL));
+        }
+        print_message("%-18s max|logit| %.2f  chunked-vs-full %.2e  decode-vs-full %.2e\n",
+                      ls_arch_name(sp->arch), mag, d_chunk, d_dec);
+        assert_true(mag > 0.5); // the logits are not degenerate
+        assert_true(d_chunk <= TOL_BATCH);
+        assert_true(d_dec <= TOL_BATCH);
+        ls_kv_cache_destroy(&kv);
+        ls_model_destroy(&m);
+    }
+}
+
+// --- LoRA -------------------------------------------------------------------------------
+
+// Three adapters of the Llama spec: uniform all-seven rank 8; rank/alpha patterns
+// (per-module scalings, folded into B); rslora on a regex subset.
+#define N_AD 3
+static const char *AD_CFG[N_AD] = {
+    "{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 16, \"target_modules\": "
+    "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]}",
+    "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+    "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"], "
+    "\"rank_pattern\": {\"v_proj\": 12, \"layers.1.mlp.down_proj\": 2}, "
+    "\"alpha_pattern\": {\"o_proj\": 3, \"gate_proj\": 40}}",
+    "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 8, \"use_rslora\": true, "
+    "\"target_modules\": \".*\\\\.layers\\\\.[01]\\\\.(self_attn\\\\.(q_proj|v_proj)|mlp\\\\.down_proj)\"}",
+};
+
+static void ad_ranks(int a, int L, int *ranks) {
+    if (a == 0)
+        rm_ranks_uniform(ranks, L, 0x7f, 8);
+    if (a == 1) {
+        rm_ranks_uniform(ranks, L, 0x7f, 4);
+        for (int l = 0; l < L; l++)
+            ranks[l * LS_TARGET_COUNT + LS_TARGET_V] = 12;
+        ranks[1 * LS_TARGET_COUNT + LS_TARGET_DOWN] = 2;
+    }
+    if (a == 2)
+        rm_ranks_uniform(ranks, L, 1u << LS_TARGET_Q | 1u << LS_TARGET_V | 1u << LS_TARGET_DOWN,
+                         16);
+}
+
+static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *cfg, int a,
+                                            ls_dtype_t dtype) {
+    char d[1024], name[32];
+    int ranks[64 * LS_TARGET_COUNT];
+    snprintf(name, sizeof name, "adapter%d", a);
+    fx_path(d, sizeof d, c->dir, name);
+    ad_ranks(a, cfg->num_hidden_layers, ranks);
+    assert_int_equal(rm_write_adapter(d, cfg, AD_CFG[a], ranks, dtype, 100u + (unsigned)a), 0);
+    ls_adapter_t *ad = ls_adapter_load(d, cfg, 16, err, sizeof err);
+    if (!ad)
+        fail_msg("adapter %d: %s", a, err);
+    return ad;
+}
+
+static ls_lora_pool_t *new_pool(ctx_t *c, const ls_model_config_t *cfg, int slots) {
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = 16,
+                                .max_loaded_loras = 8};
+    ls_lora_pool_t *p = ls_lora_pool_new(c->be, cfg, &pc, err, sizeof err);
+    if (!p)
+        fail_msg("pool: %s", err);
+    return p;
+}
+
+// One mixed step with base + the three adapters == each request on the base model with
+// that adapter merged into the weights (in double).
+static void test_lora_equals_merged(void **state) {
+    ctx_t *c = *state;
+    rm_spec_t sp = SPECS[0];
+    sp.dtype = LS_DTYPE_F32;
+    c->m = load_spec(c, "lora_base", &sp, NULL);
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    ls_lora_pool_t *pool = new_pool(c, cfg, 4);
+    ls_adapter_t *ads[N_AD];
+    const char *ids[N_AD + 1] = {NULL, "a0", "a1", "a2"};
+    for (int a = 0; a < N_AD; a++) {
+        ads[a] = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16 : LS_DTYPE_F32);
+        ls_adapter_t *own = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16
+                                                                      : LS_DTYPE_F32);
+        assert_int_equal(ls_lora_pool_add(pool, ids[a + 1], &own, false, NULL, 0, err,
+                                          sizeof err), 0);
+        assert_null(own);
+    }
+    int32_t slots[N_AD + 1];
+    assert_int_equal(ls_lora_pool_prepare(pool, ids, N_AD + 1, slots, err, sizeof err), 0);
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    enum { P = 13 };
+    int V = sp.vocab;
+    int32_t tok[N_AD + 1][P], tables[N_AD + 1][8];
+    ls_model_seq_t seqs[N_AD + 1];
+    for (int i = 0; i <= N_AD; i++) {
+        for (int j = 0; j < P; j++)
+            tok[i][j] = token_at(40u + (unsigned)i, j, V);
+        table_of(tables[i], 8 * i, 8);
+        seqs[i] = seq_of(tok[i], P, 0, tables[i], slots[i], true);
+    }
+    float got[(N_AD + 1) * 64], want[64];
+    step(c->m, kv, pool, seqs, N_AD + 1, got);
+    double worst = 0;
+    for (int i = 0; i <= N_AD; i++) {
+        char sub[32];
+        snprintf(sub, sizeof sub, "merged%d", i);
+        ls_model_t *ref = load_spec(c, sub, &sp, i ? ads[i - 1] : NULL);
+        ls_model_seq_t s = seqs[i];
+        s.lora_slot = LS_LORA_SLOT_BASE;
+        step(ref, kv, NULL, &s, 1, want);
+        double mag, d = max_abs_diff(got + (size_t)i * V, want, (size_t)V, &mag);
+        double moved = i ? max_abs_diff(got + (size_t)i * V, got, (size_t)V, NULL) : 0;
+        print_message("row %d (%s): LoRA vs merged max|d| %.2e (max|logit| %.2f, adapter "
+                      "moves the logits by up to %.2f)\n", i, ids[i] ? ids[i] : "base", d,
+                      mag, moved);
+        assert_true(!i || moved > 0.05); // the adapter does something measurable
+        worst = fmax(worst, d);
+        ls_model_destroy(&ref);
+    }
+    assert_true(worst <= TOL_MERGED);
+    for (int a = 0; a < N_AD; a++)
+        ls_adapter_destroy(&ads[a]);
+    ls_kv_cache_destroy(&kv);
+    ls_lora_pool_destroy(&pool);
+}
+
+// Requests of a mixed step: history tokens already cached, then the tokens of this step.
+typedef struct {
+    int adapter; // -1 base, else 0..N_AD-1
+    int history, now;
+} req_t;
+
+// Every request in one mixed step == the same request alone, after identical histories.
+static void test_mixed_batch_equals_alone(void **state) {
+    ctx_t *c = *state;
+    c->m = load_spec(c, "mixed", &SPECS[2], NULL); // Qwen3: q/k norm, head_dim != hidden/heads
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    ls_lora_pool_t *pool = new_pool(c, cfg, 3);
+    const char *names[N_AD] = {"a0", "a1", "a2"};
+    for (int a = 0; a < N_AD; a++) {
+        ls_adapter_t *ad = write_and_load_adapter(c, cfg, a, LS_DTYPE_F32);
+        assert_int_equal(ls_lora_pool_add(pool, names[a], &ad, false, NULL, 0, err,
+                                          sizeof err), 0);
+    }
+    static const req_t reqs[] = {
+        {-1, 5, 7}, {0, 0, 9}, {1, 11, 1}, {-1, 3, 1}, {2, 6, 4}, {0, 8, 1}, {1, 0, 1},
+    };
+    enum { R = sizeof reqs / sizeof reqs[0], MAXT = 20 };
+    const char *ids[R];
+    int32_t slots[R], tok[R][MAXT], tables[R][8];
+    for (int i = 0; i < R; i++)
+        ids[i] = reqs[i].adapter < 0 ? NULL : names[reqs[i].adapter];
+    assert_int_equal(ls_lora_pool_prepare(pool, ids, R, slots, err, sizeof err), 0);
+    int V = SPECS[2].vocab;
+    ls_kv_cache_t *kv[2];
+    float got[R * 64], alone[64];
+    for (int k = 0; k < 2; k++) {
+        kv[k] = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+        for (int i = 0; i < R; i++) { // identical histories, each alone
+            for (int j = 0; j < MAXT; j++)
+                tok[i][j] = token_at(70u + (unsigned)i, j, V);
+            table_of(tables[i], 8 * i, 8);
+            if (reqs[i].history) {
+                ls_model_seq_t s = seq_of(tok[i], reqs[i].history, 0, tables[i], slots[i],
+                                          false);
+                assert_int_equal(ls_model_forward(c->m, kv[k], pool, &s, 1, err, sizeof err),
+                                 0);
+            }
+        }
+    }
+    ls_model_seq_t seqs[R];
+    for (int i = 0; i < R; i++)
+        seqs[i] = seq_of(tok[i] + reqs[i].history, reqs[i].now, reqs[i].history, tables[i],
+                         slots[i], true);
+    step(c->m, kv[0], pool, seqs, R, got);
+    double worst = 0, moved = INFINITY;
+    for (int i = 0; i < R; i++) {
+        step(c->m, kv[1], pool, &seqs[i], 1, alone);
+        double d = max_abs_diff(got + (size_t)i * V, alone, (size_t)V, NULL);
+        worst = fmax(worst, d);
+        // the same request on the base model differs: LoRA really reached this row
+        if (reqs[i].adapter >= 0) {
+            float base[64];
+            ls_kv_cache_t *kb = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+            ls_model_seq_t h = seq_of(tok[i], reqs[i].history + reqs[i].now, 0, tables[i],
+                                      LS_LORA_SLOT_BASE, true);
+            step(c->m, kb, NULL, &h, 1, base);
+            moved = fmin(moved, max_abs_diff(alone, base, (size_t)V, NULL));
+            ls_kv_cache_destroy(&kb);
+        }
+    }
+    int T = 0;
+    for (int i = 0; i < R; i++)
+        T += seqs[i].n_tokens;
+    print_message("mixed step of %d requests (%d tokens) vs alone: max|d| %.2e; adapters "
+                  "move their rows by >= %.2f\n", R, T, worst, moved);
+    assert_true(worst <= TOL_BATCH);
+    assert_true(moved > 0.05);
+    ls_kv_cache_destroy(&kv[0]);
+    ls_kv_cache_destroy(&kv[1]);
+    ls_lora_pool_destroy(&pool);
+}
+
+// --- sampling and errors ----------------------------------------------------------------
+
+static void test_sample_greedy(void **state) {
+    ctx_t *c = *state;
+    c->m = load_spec(c, "sample", &SPECS[1], NULL);
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    int V = SPECS[1].vocab;
+    int32_t tok[3][5], tables[3][2];
+    ls_model_seq_t seqs[3];
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 5; j++)
+            tok[i][j] = token_at(90u + (unsigned)i, j, V);
+        table_of(tables[i], 2 * i, 2);
+        seqs[i] = seq_of(tok[i], 5, 0, tables[i], 0, i != 1); // the middle one wants none
+    }
+    float logits[2 * 72];
+    step(c->m, kv, NULL, seqs, 3, logits);
+    ls_sampling_params_t params[2] = {{.top_p = 1, .repetition_penalty = 1},
+                                      {.top_p = 1, .repetition_penalty = 1}};
+    ls_sampling_batch_t sb = {.n_rows = 2, .params = params};
+    int32_t out[2];
+    assert_int_equal(ls_model_sample(c->m, &sb, out, NULL, NULL, NULL), 0);
+    for (int r = 0; r < 2; r++) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            best = logits[r * V + v] > logits[r * V + best] ? v : best;
+        assert_int_equal(out[r], best);
+    }
+    ls_kv_cache_destroy(&kv);
+}
+
+static void expect_step_error(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                              ls_model_seq_t s, const char *needle) {
+    assert_int_equal(ls_model_forward(m, kv, pool, &s, 1, err, sizeof err), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, needle);
+}
+
+static void test_step_errors(void **state) {
+    ctx_t *c = *state;
+    rm_spec_t sp = SPECS[3];
+    sp.sliding_window = 16;
+    c->m = load_spec(c, "errors", &sp, NULL);
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, 8, BS, err, sizeof err);
+    int32_t tok[20] = {0}, table[5] = {0, 1, 2, 3, 4}, bad_table[2] = {0, 8};
+    ls_model_seq_t ok = seq_of(tok, 16, 0, table, 0, true), s;
+    assert_int_equal(ls_model_forward(c->m, kv, NULL, &ok, 1, err, sizeof err), 1);
+
+    s = seq_of(tok, 1, 16, table, 0, true); // context 17 > sliding_window 16
+    expect_step_error(c->m, kv, NULL, s, "sliding_window of 16");
+    tok[3] = sp.vocab;
+    s = seq_of(tok, 4, 0, table, 0, true);
+    expect_step_error(c->m, kv, NULL, s, "outside the vocabulary");
+    tok[3] = 0;
+    s = seq_of(tok, 9, 0, table, 0, true);
+    s.n_blocks = 2;
+    expect_step_error(c->m, kv, NULL, s, "cannot hold a context of 9");
+    s = seq_of(tok, 6, 0, bad_table, 0, true);
+    expect_step_error(c->m, kv, NULL, s, "block 8 is outside the KV cache");
+    s = seq_of(tok, 2, 0, table, 1, true);
+    expect_step_error(c->m, kv, NULL, s, "no pool given");
+    s = seq_of(tok, 0, 0, table, 0, true);
+    expect_step_error(c->m, kv, NULL, s, "n_tokens >= 1");
+    assert_int_equal(ls_model_forward(c->m, kv, NULL, &ok, 0, err, sizeof err), -1);
+    assert_null(ls_kv_cache_new(c->m, 0, BS, err, sizeof err));
+    ls_kv_cache_destroy(&kv);
+    ls_kv_cache_destroy(&kv); // idempotent
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_load_progress_and_shards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chunked_prefill_and_decode, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_equals_merged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_batch_equals_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sample_greedy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_errors, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
