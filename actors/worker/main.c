@@ -1,11 +1,546 @@
-// worker — one per device: runs step plans on its backend; its work comes with the
-// scheduler/worker issue. Accepts now: the lifecycle messages every actor handles (Heartbeat,
-// Shutdown, GetMetrics). Emits: Ready (with its --rank), Heartbeat, Metrics, Error.
-#include "ls_actor.h"
+// worker — one per device: holds the base model, the KV cache and the adapter memory (CPU tier
+// and slots), and runs the scheduler's step plans on its backend.
+//
+// Accepts:
+//   StepPlan         run one forward step; rank 0 answers StepResult
+//   LoadAdapter      read a PEFT adapter from disk (on the job thread) into the CPU tier, and
+//                    into a slot when `slot` >= 0; answered by AdapterLoaded
+//   UnloadAdapter    drop an adapter from both tiers; answered by AdapterUnloaded
+//   PrefetchAdapter  copy an adapter from the CPU tier into a slot now, ahead of its step
+//   + the lifecycle messages every actor handles
+// Emits: WorkerInfo (to the scheduler once the model is loaded), StepResult, AdapterLoaded,
+//   AdapterUnloaded, Error.
+//
+// Slots are the scheduler's decision: StepItem.adapter_slot s (-1 for the base model) is the
+// engine pool's slot s + 1 (engine slot 0 is the base-model sentinel). Per-request state is
+// the token history sampling penalties need (prompt and output ids); the scheduler frees it
+// through StepPlan.released.
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
-static const ls_dispatch_t s_dispatch[] = {{0, NULL}};
+#include "backend.h"
+#include "history.h"
+#include "ls_actor.h"
+#include "lora_pool.h"
+#include "model.h"
+#include "peft.h"
+
+typedef struct {
+    // flags
+    char *model_path;
+    char *backend_name;
+    char *eviction;
+    ls_strlist_t target_modules;
+    int kv_blocks, kv_cache_mb, block_size;
+    int max_loras_per_batch, max_lora_rank, max_loaded_loras;
+    int threads, tp_size;
+    int rank;  // from the runtime's --rank
+    // engine
+    ls_backend_t *be;
+    ls_model_t *model;
+    ls_kv_cache_t *kv;
+    ls_lora_pool_t *pool;
+    ls_history_t *history;
+    int32_t eos_ids[LS_MAX_EOS_TOKENS * 2];
+    int n_eos;
+} worker_t;
+
+static worker_t s_w;
+
+// ---------------------------------------------------------------------------------------------
+// start-up
+
+static void s_progress(void *arg, const char *what, size_t done, size_t total) {
+    // One line per tenth of the weights, so a long load shows it is moving.
+    size_t *last = arg;
+    size_t tenth = total ? done * 10 / total : 10;
+    if (tenth != *last || done == total) {
+        *last = tenth;
+        ls_info(0, "loading weights: %zu%% (%.1f of %.1f MB, %s)", total ? done * 100 / total : 100,
+                (double)done / 1e6, (double)total / 1e6, what);
+    }
+}
+
+static void s_add_eos(int id) {
+    for (int i = 0; i < s_w.n_eos; i++)
+        if (s_w.eos_ids[i] == id)
+            return;
+    if (s_w.n_eos < (int)(sizeof s_w.eos_ids / sizeof *s_w.eos_ids))
+        s_w.eos_ids[s_w.n_eos++] = id;
+}
+
+// EOS ids: config.json's, plus generation_config.json's (instruct models list several there).
+static void s_read_eos(const ls_model_config_t *cfg) {
+    s_w.n_eos = 0;
+    for (int i = 0; i < cfg->n_eos_token_ids; i++)
+        s_add_eos(cfg->eos_token_ids[i]);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", s_w.model_path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *root = cJSON_Parse(buf);
+    if (!root) {
+        ls_warn(0, "%s is not valid JSON; using config.json's EOS ids", path);
+        return;
+    }
+    cJSON *eos = cJSON_GetObjectItem(root, "eos_token_id"), *item;
+    if (cJSON_IsNumber(eos))
+        s_add_eos(eos->valueint);
+    else if (cJSON_IsArray(eos))
+        cJSON_ArrayForEach(item, eos) if (cJSON_IsNumber(item)) s_add_eos(item->valueint);
+    cJSON_Delete(root);
+}
+
+static int s_target_mask(unsigned *mask) {
+    *mask = 0;
+    for (size_t i = 0; i < s_w.target_modules.n; i++) {
+        const char *name = s_w.target_modules.v[i];
+        if (!strcmp(name, "all")) {
+            *mask = 0;
+            return 0;
+        }
+        int t = ls_target_from_name(name);
+        if (t < 0) {
+            ls_error(0, "--lora-target-modules: unknown module \"%s\" (q_proj, k_proj, v_proj, o_proj, "
+                        "gate_proj, up_proj, down_proj or all)", name);
+            return -1;
+        }
+        *mask |= 1u << t;
+    }
+    return 0;
+}
+
+static void s_send_info(ls_actor_t *a) {
+    const ls_model_config_t *cfg = ls_model_config(s_w.model);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_WORKER_INFO);
+    ls_msg_worker_info_t *wi = &m.u.worker_info;
+    wi->rank = (uint32_t)s_w.rank;
+    wi->tp_size = (uint32_t)s_w.tp_size;
+    wi->kv_blocks = (uint32_t)ls_kv_cache_num_blocks(s_w.kv);
+    wi->block_size = (uint32_t)ls_kv_cache_block_size(s_w.kv);
+    wi->max_context = (uint32_t)cfg->max_position_embeddings;
+    wi->vocab_size = (uint32_t)cfg->vocab_size;
+    wi->eos_token_ids.v = malloc(sizeof(int32_t) * (size_t)(s_w.n_eos ? s_w.n_eos : 1));
+    memcpy(wi->eos_token_ids.v, s_w.eos_ids, sizeof(int32_t) * (size_t)s_w.n_eos);
+    wi->eos_token_ids.n = (size_t)s_w.n_eos;
+    wi->max_loras_per_batch = (uint32_t)s_w.max_loras_per_batch;
+    wi->max_lora_rank = (uint32_t)s_w.max_lora_rank;
+    wi->max_loaded_loras = (uint32_t)s_w.max_loaded_loras;
+    wi->model = ls_msg_strdup(s_w.model_path);
+    wi->backend = ls_msg_strdup(s_w.be->name);
+    ls_actor_send_peer(a, "scheduler", &m, NULL);
+    ls_msg_clear(&m);
+}
+
+static int s_start(ls_actor_t *a, void *state) {
+    char err[1024];
+    s_w.rank = ls_actor_rank(a);
+    if (!s_w.model_path) {
+        ls_error(0, "--model-path is required");
+        return -1;
+    }
+    if (strcmp(s_w.backend_name, "cpu") != 0) {
+        ls_error(0, "--backend %s: this build's worker runs the cpu backend only", s_w.backend_name);
+        return -1;
+    }
+    unsigned mask;
+    if (s_target_mask(&mask) < 0)
+        return -1;
+    if (!(s_w.be = ls_backend_cpu_new(s_w.threads))) {
+        ls_error(0, "cannot create the %s backend", s_w.backend_name);
+        return -1;
+    }
+    ls_info(0, "loading %s on %s", s_w.model_path, s_w.be->name);
+    size_t last = (size_t)-1;
+    if (!(s_w.model = ls_model_load(s_w.model_path, s_w.be, s_progress, &last, err, sizeof err))) {
+        ls_error(0, "cannot load the model: %s", err);
+        return -1;
+    }
+    const ls_model_config_t *cfg = ls_model_config(s_w.model);
+    s_read_eos(cfg);
+    int blocks = s_w.kv_blocks;
+    if (blocks <= 0) {
+        // Both K and V, every layer, fp32 on the CPU backend.
+        size_t per_block = (size_t)2 * cfg->num_hidden_layers * s_w.block_size * cfg->num_key_value_heads *
+                           cfg->head_dim * sizeof(float);
+        blocks = (int)(((size_t)s_w.kv_cache_mb << 20) / per_block);
+    }
+    if (!(s_w.kv = ls_kv_cache_new(s_w.model, blocks, s_w.block_size, err, sizeof err))) {
+        ls_error(0, "cannot allocate the KV cache: %s", err);
+        return -1;
+    }
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = s_w.max_loras_per_batch,
+                                .max_lora_rank = s_w.max_lora_rank,
+                                .max_loaded_loras = s_w.max_loaded_loras,
+                                .target_mask = mask,
+                                .eviction = strcmp(s_w.eviction, "fifo") ? LS_LORA_EVICT_LRU : LS_LORA_EVICT_FIFO};
+    if (!(s_w.pool = ls_lora_pool_new(s_w.be, cfg, &pc, err, sizeof err))) {
+        ls_error(0, "cannot create the adapter pool: %s", err);
+        return -1;
+    }
+    s_w.history = ls_history_new();
+    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d; KV cache %d blocks of %d tokens; %d adapter slots "
+               "of rank %d, CPU tier %d",
+            ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size, blocks,
+            s_w.block_size, s_w.max_loras_per_batch, s_w.max_lora_rank, s_w.max_loaded_loras);
+    s_send_info(a);
+    return 0;
+}
+
+static void s_destroy(ls_actor_t *a, void *state) {
+    ls_history_destroy(&s_w.history);
+    ls_lora_pool_destroy(&s_w.pool);
+    ls_kv_cache_destroy(&s_w.kv);
+    ls_model_destroy(&s_w.model);
+    ls_backend_destroy(&s_w.be);
+}
+
+// ---------------------------------------------------------------------------------------------
+// steps
+
+// Puts the item's adapter in the scheduler's slot. -1 + err when it is not in the CPU tier.
+static int s_ensure_slot(const ls_msg_step_item_t *it, int32_t *engine_slot, char *err, size_t errlen) {
+    if (it->adapter_slot < 0 || !it->adapter_id || !*it->adapter_id) {
+        *engine_slot = LS_LORA_SLOT_BASE;
+        return 0;
+    }
+    *engine_slot = it->adapter_slot + 1;
+    if (ls_lora_pool_slot_of(s_w.pool, it->adapter_id) == *engine_slot)
+        return 0;
+    return ls_lora_pool_assign(s_w.pool, it->adapter_id, *engine_slot, err, errlen);
+}
+
+static ls_sampling_params_t s_params(const ls_msg_sampling_params_t *sp, uint32_t generated) {
+    // The message's zero means "off"; the kernels' off values differ for some fields.
+    return (ls_sampling_params_t){
+        .temperature = sp->temperature,
+        .top_k = sp->top_k,
+        .top_p = sp->top_p > 0 ? sp->top_p : 1.0f,
+        .min_p = sp->min_p,
+        .repetition_penalty = sp->repetition_penalty > 0 ? sp->repetition_penalty : 1.0f,
+        .frequency_penalty = sp->frequency_penalty,
+        .presence_penalty = sp->presence_penalty,
+        .seed = sp->seed,
+        .step = generated,
+        .n_logprobs = (int)sp->top_logprobs,
+    };
+}
+
+// Answers a plan none of whose sampled items could run: each gets finish ERROR.
+static void s_fail_step(ls_actor_t *a, const ls_in_t *in, const ls_msg_step_plan_t *plan, const char *why) {
+    ls_error(0, "step %llu failed: %s", (unsigned long long)plan->step, why);
+    ls_actor_count(a, "steps_failed", 1);
+    if (s_w.rank != 0)
+        return;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_STEP_RESULT);
+    m.rid = in->msg->rid;
+    m.u.step_result.step = plan->step;
+    m.u.step_result.items.v = calloc(plan->items.n + 1, sizeof(ls_msg_step_output_t));
+    for (size_t i = 0; i < plan->items.n; i++)
+        if (plan->items.v[i].sample) {
+            ls_msg_step_output_t *o = &m.u.step_result.items.v[m.u.step_result.items.n++];
+            o->rid = plan->items.v[i].rid;
+            o->token_id = -1;
+            o->finish = LS_FINISH_REASON_ERROR;
+        }
+    ls_actor_reply(a, in, &m);
+    ls_msg_clear(&m);
+}
+
+static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_step_plan_t *plan = &in->msg->u.step_plan;
+    uint64_t t0 = ls_actor_now_ns(a);
+    for (size_t i = 0; i < plan->released.n; i++)
+        ls_history_drop(s_w.history, plan->released.v[i]);
+    size_t n = plan->items.n;
+    if (n == 0)
+        return 0;
+    char err[1024];
+    ls_model_seq_t *seqs = calloc(n, sizeof *seqs);
+    int32_t **tables = calloc(n, sizeof *tables);
+    int n_rows = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const ls_msg_step_item_t *it = &plan->items.v[i];
+        if (s_ensure_slot(it, &seqs[i].lora_slot, err, sizeof err) < 0) {
+            rc = -1;
+            break;
+        }
+        tables[i] = malloc(sizeof(int32_t) * (it->block_table.n + 1));
+        for (size_t b = 0; b < it->block_table.n; b++)
+            tables[i][b] = (int32_t)it->block_table.v[b];
+        seqs[i].token_ids = it->token_ids.v;
+        seqs[i].n_tokens = (int)it->token_ids.n;
+        seqs[i].start_pos = (int)it->position;
+        seqs[i].block_table = tables[i];
+        seqs[i].n_blocks = (int)it->block_table.n;
+        seqs[i].want_logits = it->sample;
+        n_rows += it->sample;
+        if (it->is_prefill)
+            ls_history_add_prompt(s_w.history, it->rid, it->token_ids.v, it->token_ids.n);
+    }
+    if (rc == 0 && ls_model_forward(s_w.model, s_w.kv, s_w.pool, seqs, (int)n, err, sizeof err) != n_rows)
+        rc = -1;
+
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_STEP_RESULT);
+    if (rc == 0 && n_rows > 0) {
+        // Sampling inputs, row by row in plan order.
+        ls_sampling_params_t *params = calloc((size_t)n_rows, sizeof *params);
+        ls_sampling_batch_t batch = {.n_rows = n_rows, .params = params};
+        int max_top = 0;
+        for (size_t i = 0; i < n; i++)
+            if (plan->items.v[i].sample && (int)plan->items.v[i].sampling.top_logprobs > max_top)
+                max_top = (int)plan->items.v[i].sampling.top_logprobs;
+        batch.max_top_n = max_top;
+        uint64_t *rids = calloc((size_t)n_rows, sizeof *rids);
+        for (size_t i = 0, r = 0; i < n; i++)
+            if (plan->items.v[i].sample) {
+                params[r] = s_params(&plan->items.v[i].sampling, plan->items.v[i].generated);
+                rids[r++] = plan->items.v[i].rid;
+            }
+        ls_history_batch(s_w.history, rids, n_rows, &batch);
+        int32_t *tokens = calloc((size_t)n_rows, sizeof *tokens);
+        float *logprobs = calloc((size_t)n_rows, sizeof *logprobs);
+        int32_t *top_ids = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_ids) : NULL;
+        float *top_lps = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_lps) : NULL;
+        if (ls_model_sample(s_w.model, &batch, tokens, logprobs, top_ids, top_lps) < 0) {
+            snprintf(err, sizeof err, "sampling failed on the %s backend", s_w.be->name);
+            rc = -1;
+        } else {
+            m.u.step_result.items.v = calloc((size_t)n_rows, sizeof(ls_msg_step_output_t));
+            m.u.step_result.items.n = (size_t)n_rows;
+            for (int r = 0; r < n_rows; r++) {
+                ls_msg_step_output_t *o = &m.u.step_result.items.v[r];
+                const ls_sampling_params_t *p = &params[r];
+                o->rid = rids[r];
+                o->token_id = tokens[r];
+                o->logprob = logprobs[r];
+                // A row whose logits were not finite cannot be trusted: say so, don't emit it.
+                o->finish = isfinite(logprobs[r]) ? LS_FINISH_REASON_NONE : LS_FINISH_REASON_ERROR;
+                if (p->n_logprobs > 0) {
+                    o->top_ids.v = malloc(sizeof(int32_t) * (size_t)p->n_logprobs);
+                    o->top_logprobs.v = malloc(sizeof(float) * (size_t)p->n_logprobs);
+                    memcpy(o->top_ids.v, top_ids + (size_t)r * max_top, sizeof(int32_t) * (size_t)p->n_logprobs);
+                    memcpy(o->top_logprobs.v, top_lps + (size_t)r * max_top, sizeof(float) * (size_t)p->n_logprobs);
+                    o->top_ids.n = o->top_logprobs.n = (size_t)p->n_logprobs;
+                }
+                ls_history_add_output(s_w.history, rids[r], tokens[r]);
+            }
+        }
+        free(params);
+        free(rids);
+        free(tokens);
+        free(logprobs);
+        free(top_ids);
+        free(top_lps);
+        ls_history_batch_free(&batch);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(tables[i]);
+    free(tables);
+    free(seqs);
+    if (rc < 0) {
+        ls_msg_clear(&m);
+        s_fail_step(a, in, plan, err);
+        return -1;
+    }
+    ls_actor_count(a, "steps", 1);
+    ls_actor_count(a, "tokens_sampled", (uint64_t)n_rows);
+    if (s_w.rank == 0) {
+        m.rid = in->msg->rid;
+        m.u.step_result.step = plan->step;
+        // The loop's clock stands still inside a handler; elapsed time is measured here, and
+        // it is a report, not an input to any decision.
+        m.u.step_result.elapsed_us = (ls_mono_ns() - t0) / 1000;
+        ls_actor_reply(a, in, &m);
+    }
+    ls_msg_clear(&m);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// adapters
+
+// A load in flight: the job thread reads the files; the loop adds the result to the pool.
+typedef struct {
+    ls_route_t *route;
+    uint64_t rid;
+    char *name, *adapter_id, *path;
+    int pinned, slot;
+    ls_model_config_t cfg;
+    int max_rank;
+    ls_adapter_t *adapter;  // set by the job
+    char err[1024];
+} s_load_t;
+
+static void s_load_work(void *arg) {
+    s_load_t *l = arg;
+    l->adapter = ls_adapter_load(l->path, &l->cfg, l->max_rank, l->err, sizeof l->err);
+}
+
+static void s_answer_loaded(ls_actor_t *a, s_load_t *l, int ok, uint32_t code, const char *reason) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
+    m.rid = l->rid;
+    m.u.adapter_loaded.ok = ok;
+    m.u.adapter_loaded.name = ls_msg_strdup(l->name);
+    m.u.adapter_loaded.adapter_id = ls_msg_strdup(l->adapter_id);
+    m.u.adapter_loaded.code = code;
+    m.u.adapter_loaded.reason = ls_msg_strdup(reason);
+    ls_actor_send_route(a, l->route, &m, NULL);
+    ls_msg_clear(&m);
+}
+
+static void s_load_free(s_load_t *l) {
+    ls_adapter_destroy(&l->adapter);
+    ls_route_destroy(&l->route);
+    free(l->name);
+    free(l->adapter_id);
+    free(l->path);
+    free(l);
+}
+
+static void s_load_done(ls_actor_t *a, void *arg) {
+    s_load_t *l = arg;
+    char err[1024], evicted[256] = "";
+    if (!l->adapter) {
+        ls_warn(l->rid, "adapter %s (%s) not loaded: %s", l->name, l->path, l->err);
+        s_answer_loaded(a, l, 0, LS_ERROR_CODE_BAD_REQUEST, l->err);
+    } else {
+        int rank = ls_adapter_info(l->adapter).max_rank;
+        size_t bytes = ls_adapter_bytes(l->adapter);
+        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &l->adapter, l->pinned, evicted, sizeof evicted, err,
+                             sizeof err) < 0 ||
+            (l->slot >= 0 && ls_lora_pool_assign(s_w.pool, l->adapter_id, l->slot + 1, err, sizeof err) < 0)) {
+            ls_warn(l->rid, "adapter %s not added: %s", l->name, err);
+            if (ls_lora_pool_contains(s_w.pool, l->adapter_id))
+                ls_lora_pool_remove(s_w.pool, l->adapter_id, NULL, 0);
+            s_answer_loaded(a, l, 0, LS_ERROR_CODE_UNAVAILABLE, err);
+        } else {
+            if (*evicted)
+                ls_info(l->rid, "CPU tier full: dropped adapter %s", evicted);
+            ls_info(l->rid, "adapter %s loaded from %s: rank %d, %.1f MB", l->name, l->path, rank, (double)bytes / 1e6);
+            ls_actor_count(a, "adapters_loaded", 1);
+            s_answer_loaded(a, l, 1, 0, NULL);
+        }
+    }
+    s_load_free(l);
+}
+
+static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_load_adapter_t *req = &in->msg->u.load_adapter;
+    s_load_t *l = calloc(1, sizeof *l);
+    l->route = ls_route_new(in);
+    l->rid = in->msg->rid;
+    l->name = ls_msg_strdup(req->name ? req->name : "");
+    l->adapter_id = ls_msg_strdup(req->adapter_id ? req->adapter_id : "");
+    l->path = ls_msg_strdup(req->path ? req->path : "");
+    l->pinned = req->pinned;
+    l->slot = req->slot;
+    l->cfg = *ls_model_config(s_w.model);
+    l->max_rank = s_w.max_lora_rank;
+    const char *why = NULL;
+    if (!*l->adapter_id)
+        why = "LoadAdapter without adapter_id (the registry assigns one)";
+    else if (req->from_tensors)
+        why = "loading adapters from tensors is not supported by this worker yet";
+    else if (!*l->path)
+        why = "LoadAdapter without a path";
+    else if (ls_lora_pool_contains(s_w.pool, l->adapter_id))
+        why = "an adapter with this id is already loaded";
+    else if (l->slot >= ls_lora_pool_n_slots(s_w.pool) - 1)
+        why = "slot out of range";
+    if (why) {
+        s_answer_loaded(a, l, 0, LS_ERROR_CODE_BAD_REQUEST, why);
+        s_load_free(l);
+        return -1;
+    }
+    // Disk reads and validation off the loop: steps keep running meanwhile.
+    if (ls_actor_job(a, s_load_work, s_load_done, l) < 0) {
+        s_answer_loaded(a, l, 0, LS_ERROR_CODE_INTERNAL, "cannot start the load job");
+        s_load_free(l);
+        return -1;
+    }
+    return 0;
+}
+
+static int s_on_unload_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_unload_adapter_t *req = &in->msg->u.unload_adapter;
+    char err[512];
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_UNLOADED);
+    m.rid = in->msg->rid;
+    m.u.adapter_unloaded.name = ls_msg_strdup(req->name);
+    m.u.adapter_unloaded.adapter_id = ls_msg_strdup(req->adapter_id);
+    if (req->adapter_id && ls_lora_pool_remove(s_w.pool, req->adapter_id, err, sizeof err) == 0) {
+        m.u.adapter_unloaded.ok = 1;
+        ls_info(in->msg->rid, "adapter %s unloaded", req->name ? req->name : req->adapter_id);
+    } else {
+        m.u.adapter_unloaded.code = LS_ERROR_CODE_NOT_FOUND;
+        m.u.adapter_unloaded.reason = ls_msg_strdup(req->adapter_id ? err : "UnloadAdapter without adapter_id");
+    }
+    int rc = ls_actor_reply(a, in, &m);
+    ls_msg_clear(&m);
+    return rc;
+}
+
+static int s_on_prefetch_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_prefetch_adapter_t *req = &in->msg->u.prefetch_adapter;
+    char err[512];
+    // On the CPU backend the copy is synchronous; a step naming this slot later finds it done.
+    if (!req->adapter_id || req->slot < 0 || req->slot + 1 >= ls_lora_pool_n_slots(s_w.pool) ||
+        ls_lora_pool_assign(s_w.pool, req->adapter_id, req->slot + 1, err, sizeof err) < 0) {
+        ls_warn(in->msg->rid, "prefetch of %s into slot %d failed: %s", req->adapter_id ? req->adapter_id : "?",
+                req->slot, req->adapter_id ? err : "no adapter_id");
+        return -1;
+    }
+    ls_actor_count(a, "prefetches", 1);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_STEP_PLAN, s_on_step_plan},
+    {LS_MSG_LOAD_ADAPTER, s_on_load_adapter},
+    {LS_MSG_UNLOAD_ADAPTER, s_on_unload_adapter},
+    {LS_MSG_PREFETCH_ADAPTER, s_on_prefetch_adapter},
+    {0, NULL},
+};
 
 int main(int argc, char **argv) {
-    const ls_actor_def_t def = {.name = "worker", .about = "loraserve worker", .dispatch = s_dispatch};
+    ls_flag_t flags[] = {
+        LS_FLAG_STR("model-path", &s_w.model_path, NULL, "HF model directory (config.json + safetensors)"),
+        LS_FLAG_STR("backend", &s_w.backend_name, "cpu", "compute backend: cpu"),
+        LS_FLAG_INT("kv-cache-mb", &s_w.kv_cache_mb, "256", "KV cache size when --kv-blocks is not given"),
+        LS_FLAG_INT("kv-blocks", &s_w.kv_blocks, "0", "KV cache blocks (0: from --kv-cache-mb)"),
+        LS_FLAG_INT("block-size", &s_w.block_size, "16", "tokens per KV block"),
+        LS_FLAG_INT("max-loras-per-batch", &s_w.max_loras_per_batch, "8", "adapter slots (distinct adapters in a step)"),
+        LS_FLAG_INT("max-lora-rank", &s_w.max_lora_rank, "64", "largest adapter rank a slot holds"),
+        LS_FLAG_INT("max-loaded-loras", &s_w.max_loaded_loras, "64", "adapters held in the CPU tier"),
+        LS_FLAG_LIST("lora-target-modules", &s_w.target_modules, "modules adapters may target (default: all seven)"),
+        LS_FLAG_STR("lora-eviction-policy", &s_w.eviction, "lru", "lru or fifo (slots the scheduler does not direct)"),
+        LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
+        LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),
+        LS_FLAG_END,
+    };
+    const ls_actor_def_t def = {
+        .name = "worker",
+        .about = "loraserve worker: runs step plans on one device",
+        .dispatch = s_dispatch,
+        .flags = flags,
+        .on_start = s_start,
+        .on_destroy = s_destroy,
+    };
     return ls_actor_main(argc, argv, &def);
 }

@@ -1,0 +1,29 @@
+// history — the tokens each running request has seen, for the sampling penalties.
+//
+// Repetition penalty looks at prompt and output tokens, frequency and presence penalties at
+// output tokens only (kernels/ops.h). The worker records prompt chunks as it prefills them and
+// each token it samples; the scheduler says when a request is over (StepPlan.released).
+#ifndef LS_HISTORY_H
+#define LS_HISTORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops.h"
+
+typedef struct ls_history ls_history_t;
+
+ls_history_t *ls_history_new(void);
+void ls_history_destroy(ls_history_t **self_p);
+
+void ls_history_add_prompt(ls_history_t *self, uint64_t rid, const int32_t *ids, size_t n);
+void ls_history_add_output(ls_history_t *self, uint64_t rid, int32_t id);
+void ls_history_drop(ls_history_t *self, uint64_t rid);
+size_t ls_history_size(const ls_history_t *self);
+
+// Fills batch's prompt/output CSR arrays for the rows' requests (rids is (n_rows)); free them
+// with ls_history_batch_free.
+void ls_history_batch(const ls_history_t *self, const uint64_t *rids, int n_rows, ls_sampling_batch_t *batch);
+void ls_history_batch_free(ls_sampling_batch_t *batch);
+
+#endif

@@ -1,0 +1,308 @@
+// The worker actor on the demo model, driven by this test acting as its scheduler over ipc.
+//   info      — WorkerInfo arrives once the model is loaded, with the model's facts
+//   adapters  — LoadAdapter (read on the job thread) answers; bad paths answer with a reason
+//   decode    — step plans for base + every adapter in one batch reproduce eval.json exactly
+//   errors    — a step naming an adapter not in the CPU tier, or a bad token id, is answered
+//               with finish ERROR and the worker keeps serving; unload then refuses its use
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+#include <czmq.h>
+
+#include "ls_msg.h"
+
+static char s_dir[64];
+static zsock_t *s_sched;  // this test: the worker's "scheduler" peer
+static pid_t s_pid;
+static uint64_t s_rid = 100;
+
+static void s_send(const ls_msg_t *m) {
+    char *buf;
+    size_t len;
+    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
+    assert_int_equal(zsock_send(s_sched, "sb", "worker-0", buf, len), 0);
+    free(buf);
+}
+
+// Next message from the worker, of the given type (others are skipped: heartbeats).
+static void s_recv(ls_msg_t *m, int type) {
+    for (;;) {
+        zmsg_t *zm = zmsg_recv(s_sched);
+        if (!zm)
+            fail_msg("the worker did not answer (log: %s/worker.log)", s_dir);
+        zframe_t *id = zmsg_pop(zm), *body = zmsg_pop(zm);
+        assert_int_equal(ls_msg_decode(zframe_data(body), zframe_size(body), m, NULL), 0);
+        zframe_destroy(&id);
+        zframe_destroy(&body);
+        zmsg_destroy(&zm);
+        if (m->type == type)
+            return;
+        ls_msg_clear(m);
+    }
+}
+
+static void s_load(const char *name, const char *path, int expect_ok) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
+    m.rid = ++s_rid;
+    m.u.load_adapter.name = ls_msg_strdup(name);
+    m.u.load_adapter.adapter_id = ls_msg_strdup(name);
+    m.u.load_adapter.path = ls_msg_strdup(path);
+    m.u.load_adapter.slot = -1;
+    s_send(&m);
+    ls_msg_clear(&m);
+    s_recv(&m, LS_MSG_ADAPTER_LOADED);
+    assert_int_equal(m.rid, s_rid);
+    if (m.u.adapter_loaded.ok != expect_ok)
+        fail_msg("load of %s: ok=%d reason=%s", name, m.u.adapter_loaded.ok,
+                 m.u.adapter_loaded.reason ? m.u.adapter_loaded.reason : "");
+    if (!expect_ok)
+        assert_true(m.u.adapter_loaded.reason && strlen(m.u.adapter_loaded.reason) > 0);
+    ls_msg_clear(&m);
+}
+
+static int setup(void **unused) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/ls-worker-XXXXXX");
+    assert_non_null(mkdtemp(s_dir));
+    char sched_ep[128], peer[160], bind[160], log[128];
+    snprintf(sched_ep, sizeof sched_ep, "ipc://%s/sched.sock", s_dir);
+    snprintf(peer, sizeof peer, "--peer=scheduler=%s", sched_ep);
+    snprintf(bind, sizeof bind, "--bind=ipc://%s/worker.sock", s_dir);
+    snprintf(log, sizeof log, "%s/worker.log", s_dir);
+    s_sched = zsock_new_router(sched_ep);
+    assert_non_null(s_sched);
+    zsock_set_rcvtimeo(s_sched, 30000);
+    s_pid = fork();
+    if (s_pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        execl(LS_BIN_DIR "/loraserve-worker", "loraserve-worker", "--name=worker-0", bind, peer,
+              "--model-path=" LS_DEMO_DIR, "--kv-blocks=512", "--block-size=16", "--max-loras-per-batch=4",
+              "--max-lora-rank=16", "--max-loaded-loras=4", "--threads=1", (char *)NULL);
+        _exit(127);
+    }
+    return 0;
+}
+
+static int teardown(void **unused) {
+    kill(s_pid, SIGTERM);
+    int status;
+    waitpid(s_pid, &status, 0);
+    zsock_destroy(&s_sched);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    return system(cmd) == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static void test_info_and_adapters(void **unused) {
+    ls_msg_t m;
+    s_recv(&m, LS_MSG_WORKER_INFO);
+    ls_msg_worker_info_t *wi = &m.u.worker_info;
+    assert_int_equal(wi->kv_blocks, 512);
+    assert_int_equal(wi->block_size, 16);
+    assert_int_equal(wi->vocab_size, 824);
+    assert_int_equal(wi->max_loras_per_batch, 4);
+    assert_int_equal(wi->max_lora_rank, 16);
+    assert_string_equal(wi->backend, "cpu");
+    // generation_config.json adds <|im_end|> (3) to config.json's <|end_of_text|> (1)
+    assert_int_equal(wi->eos_token_ids.n, 2);
+    ls_msg_clear(&m);
+
+    const char *names[] = {"reverse", "upper", "sort", "digits"};
+    for (int i = 0; i < 4; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/adapters/%s", LS_DEMO_DIR, names[i]);
+        s_load(names[i], path, 1);
+    }
+    s_load("missing", "/nonexistent/adapter", 0);
+    s_load("base-as-adapter", LS_DEMO_DIR, 0);  // a model dir is not an adapter
+}
+
+// ---------------------------------------------------------------------------------------------
+
+typedef struct {
+    const char *adapter;
+    int slot;
+    int32_t prompt[128];
+    int n_prompt;
+    int32_t expected[48], out[48];
+    int n_expected, n_out, done;
+    uint32_t blocks[16];
+    int n_blocks;
+    uint64_t rid;
+} req_t;
+
+static int s_ids(cJSON *arr, int32_t *out, int cap) {
+    int n = 0;
+    cJSON *x;
+    cJSON_ArrayForEach(x, arr) if (n < cap) out[n++] = (int32_t)x->valueint;
+    return n;
+}
+
+static int s_requests(req_t *reqs, int per_model) {
+    FILE *f = fopen(LS_DEMO_DIR "/eval.json", "r");
+    assert_non_null(f);
+    static char text[1 << 20];
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(text);
+    int n = 0, next_block = 0;
+    cJSON *model;
+    cJSON_ArrayForEach(model, cJSON_GetObjectItem(root, "results")) {
+        cJSON *adapter = cJSON_GetObjectItem(model, "adapter"), *p;
+        int k = 0;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItem(model, "prompts")) {
+            if (k++ == per_model)
+                break;
+            req_t *r = &reqs[n++];
+            memset(r, 0, sizeof *r);
+            // "adapters/reverse" in eval.json: the name after the slash is what we loaded
+            r->adapter = cJSON_IsString(adapter) ? strdup(strchr(adapter->valuestring, '/') + 1) : NULL;
+            cJSON *raw = cJSON_GetObjectItem(p, "raw");
+            r->n_prompt = s_ids(cJSON_GetObjectItem(raw, "prompt_ids"), r->prompt, 128);
+            r->n_expected = s_ids(cJSON_GetObjectItem(raw, "output_ids"), r->expected, 48);
+            r->n_blocks = (r->n_prompt + 48 + 15) / 16;
+            for (int b = 0; b < r->n_blocks; b++)
+                r->blocks[b] = (uint32_t)next_block++;
+            r->rid = (uint64_t)n;
+        }
+    }
+    cJSON_Delete(root);
+    return n;
+}
+
+static void s_item(ls_msg_step_item_t *it, req_t *r, int prefill) {
+    it->rid = r->rid;
+    it->adapter_slot = r->adapter ? r->slot : -1;
+    it->adapter_id = r->adapter ? ls_msg_strdup(r->adapter) : NULL;
+    int n = prefill ? r->n_prompt : 1;
+    it->token_ids.v = malloc(sizeof(int32_t) * (size_t)n);
+    memcpy(it->token_ids.v, prefill ? r->prompt : &r->out[r->n_out - 1], sizeof(int32_t) * (size_t)n);
+    it->token_ids.n = (size_t)n;
+    it->position = prefill ? 0 : (uint32_t)(r->n_prompt + r->n_out - 1);
+    it->block_table.v = malloc(sizeof(uint32_t) * (size_t)r->n_blocks);
+    memcpy(it->block_table.v, r->blocks, sizeof(uint32_t) * (size_t)r->n_blocks);
+    it->block_table.n = (size_t)r->n_blocks;
+    it->is_prefill = prefill;
+    it->sample = 1;
+    it->generated = (uint32_t)r->n_out;
+    it->sampling.seed = r->rid;  // greedy: temperature 0
+}
+
+static void test_decode_mixed_batch(void **unused) {
+    static req_t reqs[64];
+    int n = s_requests(reqs, 6);  // 6 prompts × (base + 4 adapters)
+    assert_int_equal(n, 30);
+    int slot_of[5] = {0};
+    const char *names[] = {"reverse", "upper", "sort", "digits"};
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++)
+            if (reqs[i].adapter && !strcmp(reqs[i].adapter, names[k]))
+                reqs[i].slot = k, slot_of[k]++;
+    for (uint64_t step = 1;; step++) {
+        ls_msg_t plan;
+        ls_msg_init(&plan, LS_MSG_STEP_PLAN);
+        plan.rid = step;
+        plan.u.step_plan.step = step;
+        plan.u.step_plan.items.v = calloc((size_t)n, sizeof(ls_msg_step_item_t));
+        int *which = calloc((size_t)n, sizeof *which);
+        for (int i = 0; i < n; i++)
+            if (!reqs[i].done) {
+                which[plan.u.step_plan.items.n] = i;
+                s_item(&plan.u.step_plan.items.v[plan.u.step_plan.items.n++], &reqs[i], step == 1);
+            }
+        size_t items = plan.u.step_plan.items.n;
+        if (!items) {
+            ls_msg_clear(&plan);
+            free(which);
+            break;
+        }
+        s_send(&plan);
+        ls_msg_clear(&plan);
+        ls_msg_t res;
+        s_recv(&res, LS_MSG_STEP_RESULT);
+        assert_int_equal(res.u.step_result.step, step);
+        assert_int_equal(res.u.step_result.items.n, items);
+        for (size_t k = 0; k < items; k++) {
+            ls_msg_step_output_t *o = &res.u.step_result.items.v[k];
+            req_t *r = &reqs[which[k]];
+            assert_int_equal(o->rid, r->rid);
+            assert_int_equal(o->finish, LS_FINISH_REASON_NONE);
+            assert_true(o->logprob <= 0.0f);
+            r->out[r->n_out++] = o->token_id;
+            if (o->token_id == 1 || o->token_id == 3 || r->n_out == 48)
+                r->done = 1;
+        }
+        ls_msg_clear(&res);
+        free(which);
+    }
+    for (int i = 0; i < n; i++) {
+        req_t *r = &reqs[i];
+        if (r->n_out != r->n_expected || memcmp(r->out, r->expected, sizeof(int32_t) * (size_t)r->n_out))
+            fail_msg("request %d (adapter %s): output differs from eval.json", i, r->adapter ? r->adapter : "base");
+    }
+    // the engine really served the adapters: every slot had requests
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(slot_of[k], 6);
+}
+
+// One item; returns its StepOutput's finish reason.
+static uint32_t s_single_step(req_t *r, uint64_t step) {
+    ls_msg_t plan;
+    ls_msg_init(&plan, LS_MSG_STEP_PLAN);
+    plan.u.step_plan.step = step;
+    plan.u.step_plan.items.v = calloc(1, sizeof(ls_msg_step_item_t));
+    plan.u.step_plan.items.n = 1;
+    s_item(&plan.u.step_plan.items.v[0], r, 1);
+    s_send(&plan);
+    ls_msg_clear(&plan);
+    ls_msg_t res;
+    s_recv(&res, LS_MSG_STEP_RESULT);
+    assert_int_equal(res.u.step_result.items.n, 1);
+    uint32_t finish = res.u.step_result.items.v[0].finish;
+    ls_msg_clear(&res);
+    return finish;
+}
+
+static void test_errors_keep_serving(void **unused) {
+    req_t r = {.adapter = "nope", .slot = 1, .prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 500};
+    assert_int_equal(s_single_step(&r, 1000), LS_FINISH_REASON_ERROR);
+    req_t bad = {.prompt = {0, 99999}, .n_prompt = 2, .n_blocks = 1, .rid = 501};  // id past the vocabulary
+    assert_int_equal(s_single_step(&bad, 1001), LS_FINISH_REASON_ERROR);
+    req_t ok = {.prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 502};
+    assert_int_equal(s_single_step(&ok, 1002), LS_FINISH_REASON_NONE);
+
+    // unload: answered, and the adapter can no longer be used
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
+    m.rid = ++s_rid;
+    m.u.unload_adapter.name = ls_msg_strdup("upper");
+    m.u.unload_adapter.adapter_id = ls_msg_strdup("upper");
+    s_send(&m);
+    ls_msg_clear(&m);
+    s_recv(&m, LS_MSG_ADAPTER_UNLOADED);
+    assert_true(m.u.adapter_unloaded.ok);
+    ls_msg_clear(&m);
+    req_t gone = {.adapter = "upper", .slot = 2, .prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 503};
+    assert_int_equal(s_single_step(&gone, 1003), LS_FINISH_REASON_ERROR);
+}
+
+int main(void) {
+    alarm(170);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_info_and_adapters),
+        cmocka_unit_test(test_decode_mixed_batch),
+        cmocka_unit_test(test_errors_keep_serving),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
