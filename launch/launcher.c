@@ -54,6 +54,40 @@ typedef struct {
 } s_launcher_t;
 
 static s_launcher_t s_l;
+
+// Flags the launcher hands on, unchanged, to the actors that take them (SGLang names). Unset
+// ones are not passed: each actor's own default applies (the same default wherever a flag is
+// shared, e.g. --max-loras-per-batch).
+enum { K_REGISTRY = 1, K_WORKER = 2, K_SCHEDULER = 4, K_DETOKENIZER = 8, K_TOKENIZER = 16, K_GATEWAY = 32 };
+typedef struct {
+    const char *name;
+    int list;
+    unsigned kinds;
+    const char *help;
+    char *value;          // set with a value
+    ls_strlist_t values;  // list flags
+} s_pass_t;
+
+static s_pass_t s_pass[] = {
+    {"model-path", 0, K_WORKER, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
+    {"backend", 0, K_WORKER, "compute backend of the workers: cpu", NULL, {0}},
+    {"max-loras-per-batch", 0, K_WORKER, "adapter slots: distinct adapters in one step (default 8)", NULL, {0}},
+    {"max-lora-rank", 0, K_WORKER, "largest adapter rank served (default 64)", NULL, {0}},
+    {"max-loaded-loras", 0, K_WORKER, "adapters held in each worker's CPU tier (default 64)", NULL, {0}},
+    {"lora-target-modules", 1, K_WORKER, "modules adapters may target (default: all seven)", NULL, {0}},
+    {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker (default 256)", NULL, {0}},
+    {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}},
+    {"block-size", 0, K_WORKER, "tokens per KV block (default 16)", NULL, {0}},
+};
+#define S_NPASS (sizeof s_pass / sizeof *s_pass)
+
+static unsigned s_kind_bit(const char *binary) {
+    static const char *kinds[] = {"registry", "worker", "scheduler", "detokenizer", "tokenizer", "gateway"};
+    for (unsigned i = 0; i < 6; i++)
+        if (!strcmp(binary, kinds[i]))
+            return 1u << i;
+    return 0;
+}
 static s_actor_t s_actors[S_MAX_ACTORS];
 
 static s_actor_t *s_find(const char *name) {
@@ -109,7 +143,9 @@ static void s_child_cb(struct ev_loop *loop, ev_child *w, int revents);
 
 // Build argv for one actor: its identity, sockets, every other actor as a peer.
 static char **s_argv(const s_actor_t *a) {
-    int max = 16 + 2 * s_l.nactors, n = 0;
+    int max = 16 + 2 * s_l.nactors + 2 * (int)S_NPASS, n = 0;
+    for (size_t i = 0; i < S_NPASS; i++)
+        max += (int)s_pass[i].values.n;
     char **argv = calloc((size_t)max, sizeof *argv);
 #define PUSH(...) (asprintf(&argv[n], __VA_ARGS__) < 0 ? (void)(argv[n] = NULL) : (void)n++)
     PUSH("%s/loraserve-%s", s_l.bin_dir, a->binary);
@@ -121,6 +157,17 @@ static char **s_argv(const s_actor_t *a) {
     PUSH("--heartbeat-ms=%d", s_l.heartbeat_ms);
     if (s_l.record_trace)
         PUSH("--record-trace=%s", s_l.record_trace);
+    unsigned kind = s_kind_bit(a->binary);
+    if (kind & K_WORKER)
+        PUSH("--tp-size=%d", s_l.tp_size);
+    for (size_t i = 0; i < S_NPASS; i++) {
+        if (!(s_pass[i].kinds & kind))
+            continue;
+        if (s_pass[i].value)
+            PUSH("--%s=%s", s_pass[i].name, s_pass[i].value);
+        for (size_t k = 0; k < s_pass[i].values.n; k++)
+            PUSH("--%s=%s", s_pass[i].name, s_pass[i].values.v[k]);
+    }
     for (int i = 0; i < s_l.nactors; i++)
         if (&s_actors[i] != a)
             PUSH("--peer=%s=%s", s_actors[i].name, s_actors[i].endpoint);
@@ -472,6 +519,11 @@ int main(int argc, char **argv) {
         LS_FLAG_STR("bin-dir", &s_l.bin_dir, NULL, "where the loraserve-<actor> binaries are (default: beside this one)"),
         LS_FLAG_END,
     };
+    ls_flag_t passed[S_NPASS + 1];
+    for (size_t i = 0; i < S_NPASS; i++)
+        passed[i] = s_pass[i].list ? (ls_flag_t)LS_FLAG_LIST(s_pass[i].name, &s_pass[i].values, s_pass[i].help)
+                                   : (ls_flag_t)LS_FLAG_STR(s_pass[i].name, &s_pass[i].value, NULL, s_pass[i].help);
+    passed[S_NPASS] = (ls_flag_t)LS_FLAG_END;
     const ls_actor_def_t def = {
         .name = "launcher",
         .about = "loraserve launcher: starts the actor graph, waits until it is ready, stops it on Ctrl-C.",
@@ -481,7 +533,7 @@ int main(int argc, char **argv) {
     };
     // The launcher parses its own flags (not ls_actor_main): the run directory and every
     // endpoint must be planned before its control socket binds.
-    ls_flag_t *tables[] = {flags, NULL};
+    ls_flag_t *tables[] = {flags, passed, NULL};
     char err[512];
     ls_log_init("launcher", LS_LOG_INFO);
     int rc = ls_flags_parse(tables, argc, argv, err, sizeof err);
