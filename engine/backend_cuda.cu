@@ -1,0 +1,716 @@
+/*  engine/backend_cuda.cu — the CUDA backend: the ls_backend_t table over the kernels of
+    kernels/cuda (ops_cuda.h) and cuBLAS. Storage, precision and the metadata path are
+    described in backend_cuda.h.
+
+    Errors: launch and copy errors are kept (the first one, "sticky") and reported as -1 by
+    synchronize, buffer_download and sample, as backend.h promises; ops themselves return
+    nothing. Scratch arrays grow on demand; growing one synchronizes the stream first,
+    since queued work may still read the old block.
+
+    Known limits (next session): scratch growth and the per-step grid sizes (tiles, tokens)
+    make steps unfit for CUDA graph capture as is; uploads synchronize the stream (so the
+    caller may reuse pinned sources at once), adapter uploads will get their own stream in
+    the slot pool; one device per process (ls_backend_cuda_new sets the current device).
+*/
+#include <assert.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "backend_cuda.h"
+#include "ops_cuda.h"
+
+static_assert((int)LS_DTYPE_F32 == (int)LS_CU_F32 && (int)LS_DTYPE_F16 == (int)LS_CU_F16 &&
+                  (int)LS_DTYPE_BF16 == (int)LS_CU_BF16,
+              "ls_dtype_t and ls_cu_dtype_t must agree");
+
+typedef struct {
+    void *p;
+    size_t cap; // bytes
+} s_dev_t;
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaError_t sticky; // first error seen; cudaSuccess while all is well
+    int blas_failed;
+
+    s_dev_t stage; // upload / download conversions
+    s_dev_t xconv; // matmul activations narrowed to the weight dtype
+
+    // step metadata: one pinned block, one device block, one copy per step
+    char *h_meta;
+    size_t h_meta_cap;
+    s_dev_t d_meta;
+    cudaEvent_t meta_done;
+    int meta_pending;
+    int T, n_seqs, max_blocks, n_logit_rows;
+    const int32_t *token_ids, *positions, *slot_mapping, *tok_seq, *block_tables,
+        *logit_rows;
+    int has_lora, n_tiles, max_rank, n_slots;
+    const ls_cu_lora_tile_t *tiles;
+    const int32_t *perm;
+    const float *scalings;
+
+    // sampling
+    char *h_smp;
+    size_t h_smp_cap;
+    s_dev_t d_smp, lp, mark, sorted_lp, sorted_id, iota, sort_temp;
+    int iota_rows, iota_V; // what iota holds
+} s_cuda_t;
+
+static s_cuda_t *s_ctx(ls_backend_t *self) {
+    return (s_cuda_t *)self->ctx;
+}
+
+static void s_note(s_cuda_t *c, cudaError_t e) {
+    if (e != cudaSuccess && c->sticky == cudaSuccess)
+        c->sticky = e;
+}
+
+static void s_note_blas(s_cuda_t *c, cublasStatus_t st) {
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        c->blas_failed = 1;
+        s_note(c, cudaErrorUnknown);
+    }
+}
+
+static size_t s_align(size_t n) {
+    return (n + 255) & ~(size_t)255;
+}
+
+// Makes d hold at least bytes; 1 if it was (re)allocated, 0 if it already did, -1 on
+// failure.
+static int s_dev_reserve(s_cuda_t *c, s_dev_t *d, size_t bytes) {
+    if (bytes <= d->cap && d->p)
+        return 0;
+    s_note(c, cudaStreamSynchronize(c->stream)); // queued work may read the old block
+    cudaFree(d->p);
+    d->p = NULL;
+    d->cap = 0;
+    size_t cap = s_align(bytes + bytes / 4 + 1);
+    if (cudaMalloc(&d->p, cap) != cudaSuccess) {
+        cudaGetLastError(); // an allocation failure is not sticky
+        d->p = NULL;
+        return -1;
+    }
+    d->cap = cap;
+    return 1;
+}
+
+static int s_host_reserve(char **p, size_t *cap, size_t bytes) {
+    if (bytes <= *cap && *p)
+        return 0;
+    cudaFreeHost(*p);
+    *p = NULL;
+    *cap = 0;
+    size_t n = s_align(bytes + bytes / 4 + 1);
+    if (cudaMallocHost((void **)p, n) != cudaSuccess) {
+        cudaGetLastError();
+        *p = NULL;
+        return -1;
+    }
+    *cap = n;
+    return 0;
+}
+
+static size_t s_esize(ls_dtype_t dt) {
+    return dt == LS_DTYPE_F32 ? 4 : 2;
+}
+
+static void *s_ptr(ls_view_t v) {
+    assert(v.buf && v.off <= v.buf->n);
+    return (char *)v.buf->data + v.off * s_esize(v.buf->dtype);
+}
+
+static ls_cu_dtype_t s_dt(ls_view_t v) {
+    return (ls_cu_dtype_t)v.buf->dtype;
+}
+
+// activations are fp32 buffers
+static float *s_f32(ls_view_t v) {
+    assert(v.buf && v.buf->dtype == LS_DTYPE_F32);
+    return (float *)s_ptr(v);
+}
+
+// -- lifetime -----------------------------------------------------------------------------
+
+static void s_free(ls_backend_t *self) {
+    s_cuda_t *c = s_ctx(self);
+    cudaStreamSynchronize(c->stream);
+    s_dev_t *devs[] = {&c->stage, &c->xconv,     &c->d_meta,    &c->d_smp,
+                       &c->lp,    &c->mark,      &c->sorted_lp, &c->sorted_id,
+                       &c->iota,  &c->sort_temp};
+    for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++)
+        cudaFree(devs[i]->p);
+    cudaFreeHost(c->h_meta);
+    cudaFreeHost(c->h_smp);
+    if (c->meta_done)
+        cudaEventDestroy(c->meta_done);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+    free(self);
+}
+
+// -- buffers --------------------------------------------------------------------------------
+
+static ls_buffer_t *s_buffer_new(ls_backend_t *self, ls_dtype_t dtype, size_t n) {
+    ls_buffer_t *buf = (ls_buffer_t *)malloc(sizeof *buf);
+    void *data = NULL;
+    if (!buf)
+        return NULL;
+    if (cudaMalloc(&data, (n ? n : 1) * s_esize(dtype)) != cudaSuccess) {
+        cudaGetLastError();
+        free(buf);
+        return NULL;
+    }
+    buf->dtype = dtype;
+    buf->n = n;
+    buf->data = data;
+    return buf;
+}
+
+static void s_buffer_free(ls_backend_t *self, ls_buffer_t *buf) {
+    if (!buf)
+        return;
+    s_note(s_ctx(self), cudaStreamSynchronize(s_ctx(self)->stream));
+    cudaFree(buf->data);
+    free(buf);
+}
+
+enum { S_CHUNK = 1 << 24 }; // elements per staged conversion
+
+static int s_buffer_upload(ls_backend_t *self, ls_view_t dst, const void *src,
+                           ls_dtype_t src_dtype, size_t n) {
+    s_cuda_t *c = s_ctx(self);
+    assert(dst.buf && dst.off + n <= dst.buf->n);
+    if (n == 0)
+        return 0;
+    char *d = (char *)s_ptr(dst);
+    size_t ds = s_esize(dst.buf->dtype), ss = s_esize(src_dtype);
+    if (src_dtype == dst.buf->dtype) {
+        s_note(c, cudaMemcpyAsync(d, src, n * ds, cudaMemcpyHostToDevice, c->stream));
+    } else {
+        if (s_dev_reserve(c, &c->stage, (size_t)S_CHUNK * 4) < 0)
+            return -1;
+        for (size_t i = 0; i < n; i += S_CHUNK) {
+            size_t m = n - i < (size_t)S_CHUNK ? n - i : (size_t)S_CHUNK;
+            s_note(c, cudaMemcpyAsync(c->stage.p, (const char *)src + i * ss, m * ss,
+                                      cudaMemcpyHostToDevice, c->stream));
+            s_note(c, ls_cu_convert(d + i * ds, (ls_cu_dtype_t)dst.buf->dtype, c->stage.p,
+                                    (ls_cu_dtype_t)src_dtype, m, c->stream));
+        }
+    }
+    // complete on return: the caller may reuse src, pinned or not
+    s_note(c, cudaStreamSynchronize(c->stream));
+    return c->sticky == cudaSuccess ? 0 : -1;
+}
+
+static int s_buffer_download(ls_backend_t *self, float *dst, ls_view_t src, size_t n) {
+    s_cuda_t *c = s_ctx(self);
+    assert(src.buf && src.off + n <= src.buf->n);
+    if (n > 0) {
+        const char *s = (const char *)s_ptr(src);
+        if (src.buf->dtype == LS_DTYPE_F32) {
+            s_note(c, cudaMemcpyAsync(dst, s, n * 4, cudaMemcpyDeviceToHost, c->stream));
+        } else {
+            if (s_dev_reserve(c, &c->stage, (size_t)S_CHUNK * 4) < 0)
+                return -1;
+            size_t es = s_esize(src.buf->dtype);
+            for (size_t i = 0; i < n; i += S_CHUNK) {
+                size_t m = n - i < (size_t)S_CHUNK ? n - i : (size_t)S_CHUNK;
+                s_note(c, ls_cu_convert(c->stage.p, LS_CU_F32, s + i * es, s_dt(src), m,
+                                        c->stream));
+                s_note(c, cudaMemcpyAsync(dst + i, c->stage.p, m * 4, cudaMemcpyDeviceToHost,
+                                          c->stream));
+                s_note(c, cudaStreamSynchronize(c->stream)); // stage is reused
+            }
+        }
+    }
+    s_note(c, cudaStreamSynchronize(c->stream));
+    return c->sticky == cudaSuccess ? 0 : -1;
+}
+
+static void s_buffer_zero(ls_backend_t *self, ls_view_t dst, size_t n) {
+    s_cuda_t *c = s_ctx(self);
+    assert(dst.buf && dst.off + n <= dst.buf->n);
+    if (n)
+        s_note(c, cudaMemsetAsync(s_ptr(dst), 0, n * s_esize(dst.buf->dtype), c->stream));
+}
+
+static int s_synchronize(ls_backend_t *self) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, cudaStreamSynchronize(c->stream));
+    return c->sticky == cudaSuccess ? 0 : -1;
+}
+
+// -- step metadata ----------------------------------------------------------------------------
+
+// Lays arrays out in the metadata block, 16-byte aligned.
+typedef struct {
+    size_t off;
+} s_layout_t;
+
+static size_t s_place(s_layout_t *l, size_t bytes) {
+    size_t at = l->off;
+    l->off = (l->off + bytes + 15) & ~(size_t)15;
+    return at;
+}
+
+static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
+    s_cuda_t *c = s_ctx(self);
+    const ls_attn_meta_t *a = &step->attn;
+    const ls_lora_batch_t *lb = step->lora;
+    assert(a->n_tokens == step->n_tokens);
+    int T = step->n_tokens, S = a->n_seqs;
+    size_t i32 = sizeof(int32_t);
+
+    // count the LoRA tiles: segments of rank-0 slots get none
+    int n_tiles = 0, max_rank = 0, n_pos = 0;
+    if (lb) {
+        n_pos = lb->seg_indptr[lb->n_segs];
+        for (int s = 0; s < lb->n_segs; s++) {
+            int w = lb->weight_indices[s];
+            assert(w >= 0 && w < lb->n_slots);
+            int r = lb->lora_ranks[w], len = lb->seg_indptr[s + 1] - lb->seg_indptr[s];
+            assert(r >= 0 && len >= 0);
+            if (r == 0)
+                continue;
+            n_tiles += (len + LS_CU_LORA_TILE - 1) / LS_CU_LORA_TILE;
+            max_rank = r > max_rank ? r : max_rank;
+        }
+    }
+
+    s_layout_t l = {0};
+    size_t o_ids = s_place(&l, (size_t)T * i32), o_pos = s_place(&l, (size_t)T * i32),
+           o_slot = s_place(&l, (size_t)T * i32), o_seq = s_place(&l, (size_t)T * i32),
+           o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
+           o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
+           o_tiles = s_place(&l, (size_t)n_tiles * sizeof(ls_cu_lora_tile_t)),
+           o_perm = s_place(&l, lb && lb->permutation ? (size_t)n_pos * i32 : 0),
+           o_scal = s_place(&l, lb ? (size_t)lb->n_slots * sizeof(float) : 0);
+    size_t bytes = l.off ? l.off : 16;
+
+    // the previous step's copy must be out of the pinned block before it is rewritten
+    if (c->meta_pending) {
+        s_note(c, cudaEventSynchronize(c->meta_done));
+        c->meta_pending = 0;
+    }
+    if (s_host_reserve(&c->h_meta, &c->h_meta_cap, bytes) < 0 ||
+        s_dev_reserve(c, &c->d_meta, bytes) < 0)
+        return -1;
+    char *h = c->h_meta;
+    if (T) {
+        if (step->token_ids)
+            memcpy(h + o_ids, step->token_ids, (size_t)T * i32);
+        if (a->positions)
+            memcpy(h + o_pos, a->positions, (size_t)T * i32);
+        if (a->slot_mapping)
+            memcpy(h + o_slot, a->slot_mapping, (size_t)T * i32);
+    }
+    int32_t *seq = (int32_t *)(h + o_seq);
+    for (int t = 0; t < T; t++)
+        seq[t] = 0;
+    if (a->q_indptr) {
+        assert(a->q_indptr[S] == T);
+        for (int s = 0; s < S; s++)
+            for (int t = a->q_indptr[s]; t < a->q_indptr[s + 1]; t++)
+                seq[t] = s;
+    }
+    if (S && a->max_blocks && a->block_tables)
+        memcpy(h + o_tab, a->block_tables, (size_t)S * a->max_blocks * i32);
+    if (step->n_logit_rows)
+        memcpy(h + o_rows, step->logit_rows, (size_t)step->n_logit_rows * i32);
+    if (lb) {
+        ls_cu_lora_tile_t *tiles = (ls_cu_lora_tile_t *)(h + o_tiles);
+        int k = 0;
+        for (int s = 0; s < lb->n_segs; s++) {
+            int w = lb->weight_indices[s], r = lb->lora_ranks[w];
+            if (r == 0)
+                continue;
+            for (int p = lb->seg_indptr[s]; p < lb->seg_indptr[s + 1]; p += LS_CU_LORA_TILE) {
+                int n = lb->seg_indptr[s + 1] - p;
+                tiles[k++] = (ls_cu_lora_tile_t){p, n < LS_CU_LORA_TILE ? n : LS_CU_LORA_TILE,
+                                                 w, r};
+            }
+        }
+        assert(k == n_tiles);
+        if (lb->permutation && n_pos)
+            memcpy(h + o_perm, lb->permutation, (size_t)n_pos * i32);
+        if (lb->n_slots)
+            memcpy(h + o_scal, lb->scalings, (size_t)lb->n_slots * sizeof(float));
+    }
+    s_note(c, cudaMemcpyAsync(c->d_meta.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
+    s_note(c, cudaEventRecord(c->meta_done, c->stream));
+    c->meta_pending = 1;
+
+    char *d = (char *)c->d_meta.p;
+    c->T = T;
+    c->n_seqs = S;
+    c->max_blocks = a->max_blocks;
+    c->n_logit_rows = step->n_logit_rows;
+    c->token_ids = (const int32_t *)(d + o_ids);
+    c->positions = (const int32_t *)(d + o_pos);
+    c->slot_mapping = (const int32_t *)(d + o_slot);
+    c->tok_seq = (const int32_t *)(d + o_seq);
+    c->block_tables = (const int32_t *)(d + o_tab);
+    c->logit_rows = (const int32_t *)(d + o_rows);
+    c->has_lora = lb != NULL;
+    c->n_tiles = n_tiles;
+    c->max_rank = max_rank;
+    c->n_slots = lb ? lb->n_slots : 0;
+    c->tiles = (const ls_cu_lora_tile_t *)(d + o_tiles);
+    c->perm = lb && lb->permutation ? (const int32_t *)(d + o_perm) : NULL;
+    c->scalings = (const float *)(d + o_scal);
+    return c->sticky == cudaSuccess ? 0 : -1;
+}
+
+// -- ops --------------------------------------------------------------------------------------
+
+static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int C,
+                        int vocab) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, ls_cu_embedding(s_f32(out), s_ptr(table), s_dt(table), c->token_ids, c->T, C,
+                              vocab, c->stream));
+}
+
+static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
+                     ls_view_t bias, int T, int in, int out, int accumulate) {
+    s_cuda_t *c = s_ctx(self);
+    assert(T >= 0 && in > 0 && out > 0);
+    if (T == 0)
+        return;
+    float *yp = s_f32(y);
+    const float *xp = s_f32(x);
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    // Row-major y (T, out) = x (T, in) · w (out, in)ᵀ, seen column-major by cuBLAS:
+    // yᵀ (out, T) = wᵀ... i.e. C (m=out, n=T) = op(A) · B with A = w read as column-major
+    // (in, out) and transposed, B = x read as column-major (in, T); ldc = out.
+    if (w.buf->dtype == LS_DTYPE_F32) {
+        s_note_blas(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha,
+                                   (const float *)s_ptr(w), in, xp, in, &beta, yp, out));
+    } else {
+        size_t n = (size_t)T * in;
+        if (s_dev_reserve(c, &c->xconv, n * 2) < 0) {
+            s_note(c, cudaErrorMemoryAllocation);
+            return;
+        }
+        s_note(c, ls_cu_convert(c->xconv.p, s_dt(w), xp, LS_CU_F32, n, c->stream));
+        cudaDataType_t dt = w.buf->dtype == LS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        s_note_blas(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha,
+                                    s_ptr(w), dt, in, c->xconv.p, dt, in, &beta, yp,
+                                    CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    if (bias.buf)
+        s_note(c, ls_cu_bias_add(yp, s_ptr(bias), s_dt(bias), T, out, c->stream));
+}
+
+static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
+                      ls_view_t w, int T, int C, float eps) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, ls_cu_rmsnorm(s_f32(out), residual.buf ? s_f32(residual) : NULL, s_f32(x),
+                            s_ptr(w), s_dt(w), T, C, eps, c->stream));
+}
+
+static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
+                            int n_heads, int head_dim, int row_stride, float eps) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, ls_cu_rmsnorm_heads(s_f32(x), s_ptr(w), s_dt(w), T, n_heads, head_dim,
+                                  row_stride, eps, c->stream));
+}
+
+static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
+                   int head_dim, int row_stride) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, ls_cu_rope(s_f32(x), c->positions, s_ptr(inv_freq), s_dt(inv_freq), c->T,
+                         n_heads, head_dim, row_stride, c->stream));
+}
+
+static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t gate_up, int T,
+                       int inter) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, ls_cu_silu_mul(s_f32(out), s_f32(gate_up), T, inter, c->stream));
+}
+
+static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, ls_cu_add(s_f32(y), s_f32(x), n, c->stream));
+}
+
+static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
+                       ls_view_t k, ls_view_t v, int n_kv_heads, int head_dim,
+                       int row_stride) {
+    s_cuda_t *c = s_ctx(self);
+    assert(k_cache.buf->dtype == v_cache.buf->dtype);
+    s_note(c, ls_cu_kv_store(s_ptr(k_cache), s_ptr(v_cache), s_dt(k_cache), s_f32(k),
+                             s_f32(v), c->slot_mapping, c->T, n_kv_heads, head_dim,
+                             row_stride, c->stream));
+}
+
+static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
+                        ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
+                        int block_size, int row_stride) {
+    s_cuda_t *c = s_ctx(self);
+    assert(k_cache.buf->dtype == v_cache.buf->dtype);
+    s_note(c, ls_cu_attention(s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
+                              s_dt(k_cache), c->tok_seq, c->positions, c->block_tables,
+                              c->max_blocks, c->T, n_heads, n_kv_heads, head_dim, block_size,
+                              row_stride, c->stream));
+}
+
+static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+                          int in, int n_slices, int r_max) {
+    s_cuda_t *c = s_ctx(self);
+    assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
+    assert(c->max_rank <= r_max);
+    s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool), c->tiles,
+                                c->n_tiles, c->max_rank, c->perm, in, n_slices, r_max,
+                                c->stream));
+}
+
+static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
+                          const int32_t *slice_offsets, int n_slices, int r_max) {
+    s_cuda_t *c = s_ctx(self);
+    assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
+    assert(c->max_rank <= r_max);
+    s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), c->tiles,
+                                c->n_tiles, c->perm, c->scalings, slice_offsets, n_slices,
+                                r_max, c->stream));
+}
+
+static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, ls_cu_rows_gather(s_f32(out), s_f32(x), c->logit_rows, c->n_logit_rows, C,
+                                c->stream));
+}
+
+// -- sampling ---------------------------------------------------------------------------------
+
+static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
+                    const ls_sampling_batch_t *batch, int32_t *tokens, float *logprobs,
+                    int32_t *top_ids, float *top_logprobs) {
+    s_cuda_t *c = s_ctx(self);
+    int n = batch->n_rows, max_top = top_ids ? batch->max_top_n : 0;
+    if (n == 0)
+        return c->sticky == cudaSuccess ? 0 : -1;
+    assert(V > 0 && (size_t)n * V < 0x7fffffff);
+    assert(logits.off + (size_t)n * V <= logits.buf->n);
+    const int32_t *pi = batch->prompt_indptr, *oi = batch->output_indptr;
+    size_t n_prompt = pi ? (size_t)pi[n] : 0, n_output = oi ? (size_t)oi[n] : 0;
+    size_t i32 = sizeof(int32_t);
+
+    int n_sort = 0;
+    for (int r = 0; r < n; r++) {
+        const ls_sampling_params_t *sp = &batch->params[r];
+        assert(sp->n_logprobs >= 0 && (!top_ids || sp->n_logprobs <= batch->max_top_n));
+        if (sp->temperature > 0.0f &&
+            ((sp->top_k > 0 && sp->top_k < V) || sp->top_p < 1.0f))
+            n_sort++;
+    }
+
+    // inputs, packed: params, indptrs, ids, sort offsets; then the outputs' device block
+    s_layout_t l = {0};
+    size_t o_par = s_place(&l, (size_t)n * sizeof(ls_cu_sample_params_t)),
+           o_pi = s_place(&l, pi ? (size_t)(n + 1) * i32 : 0),
+           o_pids = s_place(&l, n_prompt * i32),
+           o_oi = s_place(&l, oi ? (size_t)(n + 1) * i32 : 0),
+           o_oids = s_place(&l, n_output * i32),
+           o_sb = s_place(&l, (size_t)n_sort * i32), o_se = s_place(&l, (size_t)n_sort * i32),
+           in_bytes = l.off,
+           o_tok = s_place(&l, (size_t)n * i32), o_lp = s_place(&l, (size_t)n * 4),
+           o_tid = s_place(&l, (size_t)n * max_top * i32),
+           o_tlp = s_place(&l, (size_t)n * max_top * 4);
+    size_t bytes = l.off;
+    if (s_host_reserve(&c->h_smp, &c->h_smp_cap, bytes) < 0 ||
+        s_dev_reserve(c, &c->d_smp, bytes) < 0)
+        return -1;
+    char *h = c->h_smp;
+    ls_cu_sample_params_t *par = (ls_cu_sample_params_t *)(h + o_par);
+    int32_t *sb = (int32_t *)(h + o_sb), *se = (int32_t *)(h + o_se);
+    for (int r = 0, k = 0; r < n; r++) {
+        const ls_sampling_params_t *sp = &batch->params[r];
+        ls_cu_sample_params_t *p = &par[r];
+        p->temperature = sp->temperature;
+        p->top_k = sp->top_k;
+        p->top_p = sp->top_p;
+        p->min_p = sp->min_p;
+        p->repetition_penalty = sp->repetition_penalty;
+        p->frequency_penalty = sp->frequency_penalty;
+        p->presence_penalty = sp->presence_penalty;
+        p->log_min_p = sp->min_p > 0.0f ? logf(sp->min_p) : 0.0f; // the reference's logf
+        p->seed = sp->seed;
+        p->step = sp->step;
+        p->n_logprobs = top_ids ? sp->n_logprobs : 0;
+        p->needs_sort = sp->temperature > 0.0f &&
+                        ((sp->top_k > 0 && sp->top_k < V) || sp->top_p < 1.0f);
+        if (p->needs_sort) {
+            sb[k] = r * V;
+            se[k++] = r * V + V;
+        }
+    }
+    if (pi) {
+        memcpy(h + o_pi, pi, (size_t)(n + 1) * i32);
+        if (n_prompt)
+            memcpy(h + o_pids, batch->prompt_ids, n_prompt * i32);
+    }
+    if (oi) {
+        memcpy(h + o_oi, oi, (size_t)(n + 1) * i32);
+        if (n_output)
+            memcpy(h + o_oids, batch->output_ids, n_output * i32);
+    }
+
+    // scratch
+    size_t rv = (size_t)n * V;
+    int grew_mark = s_dev_reserve(c, &c->mark, rv * i32);
+    if (s_dev_reserve(c, &c->lp, rv * 4) < 0 || grew_mark < 0)
+        return -1;
+    if (grew_mark > 0) // kept zeroed by the kernel from here on
+        s_note(c, cudaMemsetAsync(c->mark.p, 0, c->mark.cap, c->stream));
+    size_t temp_bytes = 0;
+    if (n_sort) {
+        temp_bytes = ls_cu_sample_sort_temp_bytes(n, V, n_sort);
+        if (temp_bytes == (size_t)-1)
+            return -1;
+        int grew_iota = s_dev_reserve(c, &c->iota, rv * i32);
+        if (s_dev_reserve(c, &c->sorted_lp, rv * 4) < 0 ||
+            s_dev_reserve(c, &c->sorted_id, rv * i32) < 0 || grew_iota < 0 ||
+            s_dev_reserve(c, &c->sort_temp, temp_bytes ? temp_bytes : 1) < 0)
+            return -1;
+        if (grew_iota > 0 || c->iota_V != V || c->iota_rows < n) {
+            s_note(c, ls_cu_iota_rows((int32_t *)c->iota.p, n, V, c->stream));
+            c->iota_V = V;
+            c->iota_rows = n;
+        }
+    }
+
+    char *d = (char *)c->d_smp.p;
+    s_note(c, cudaMemcpyAsync(d, h, in_bytes ? in_bytes : 1, cudaMemcpyHostToDevice,
+                              c->stream));
+    ls_cu_sample_args_t args;
+    memset(&args, 0, sizeof args);
+    args.n_rows = n;
+    args.V = V;
+    args.max_top_n = max_top;
+    args.logits = s_f32(logits);
+    args.params = (const ls_cu_sample_params_t *)(d + o_par);
+    args.prompt_indptr = pi ? (const int32_t *)(d + o_pi) : NULL;
+    args.prompt_ids = (const int32_t *)(d + o_pids);
+    args.output_indptr = oi ? (const int32_t *)(d + o_oi) : NULL;
+    args.output_ids = (const int32_t *)(d + o_oids);
+    args.lp = (float *)c->lp.p;
+    args.mark = (int32_t *)c->mark.p;
+    args.sorted_lp = (float *)c->sorted_lp.p;
+    args.iota = (int32_t *)c->iota.p;
+    args.sorted_id = (int32_t *)c->sorted_id.p;
+    args.sort_temp = c->sort_temp.p;
+    args.sort_temp_bytes = temp_bytes;
+    args.n_sort_rows = n_sort;
+    args.sort_begin = (const int32_t *)(d + o_sb);
+    args.sort_end = (const int32_t *)(d + o_se);
+    args.tokens = (int32_t *)(d + o_tok);
+    args.logprobs = (float *)(d + o_lp);
+    args.top_ids = max_top ? (int32_t *)(d + o_tid) : NULL;
+    args.top_lps = max_top ? (float *)(d + o_tlp) : NULL;
+    s_note(c, ls_cu_sample(&args, c->stream));
+    s_note(c, cudaMemcpyAsync(h + o_tok, d + o_tok, bytes - o_tok, cudaMemcpyDeviceToHost,
+                              c->stream));
+    s_note(c, cudaStreamSynchronize(c->stream));
+    if (c->sticky != cudaSuccess)
+        return -1;
+    memcpy(tokens, h + o_tok, (size_t)n * i32);
+    if (logprobs)
+        memcpy(logprobs, h + o_lp, (size_t)n * 4);
+    if (max_top)
+        for (int r = 0; r < n; r++) { // entries past a row's n_logprobs stay untouched
+            size_t at = (size_t)r * max_top, m = (size_t)batch->params[r].n_logprobs;
+            memcpy(top_ids + at, h + o_tid + at * i32, m * i32);
+            memcpy(top_logprobs + at, h + o_tlp + at * 4, m * 4);
+        }
+    return 0;
+}
+
+// -- construction -----------------------------------------------------------------------------
+
+static void s_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || device < 0 || device >= count) {
+        s_err(err, errlen, "cuda: no device %d (%d found%s%s)", device,
+              e == cudaSuccess ? count : 0, e == cudaSuccess ? "" : ": ",
+              e == cudaSuccess ? "" : cudaGetErrorString(e));
+        cudaGetLastError();
+        return NULL;
+    }
+    ls_backend_t *self = (ls_backend_t *)calloc(1, sizeof *self);
+    s_cuda_t *c = (s_cuda_t *)calloc(1, sizeof *c);
+    if (!self || !c) {
+        free(self);
+        free(c);
+        s_err(err, errlen, "cuda: out of host memory");
+        return NULL;
+    }
+    self->name = "cuda";
+    self->ctx = c;
+    self->free = s_free;
+    c->device = device;
+    if ((e = cudaSetDevice(device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->meta_done, cudaEventDisableTiming)) != cudaSuccess) {
+        s_err(err, errlen, "cuda: device %d: %s", device, cudaGetErrorString(e));
+        s_free(self);
+        return NULL;
+    }
+    cublasStatus_t st = cublasCreate(&c->blas);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        s_err(err, errlen, "cuda: cublasCreate failed (status %d)", (int)st);
+        s_free(self);
+        return NULL;
+    }
+    // TF32 stays off: the F32-weight path is a true fp32 GEMM
+    if (cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+        s_err(err, errlen, "cuda: cuBLAS setup failed");
+        s_free(self);
+        return NULL;
+    }
+    self->buffer_new = s_buffer_new;
+    self->buffer_free = s_buffer_free;
+    self->buffer_upload = s_buffer_upload;
+    self->buffer_download = s_buffer_download;
+    self->buffer_zero = s_buffer_zero;
+    self->synchronize = s_synchronize;
+    self->step_begin = s_step_begin;
+    self->embedding = s_embedding;
+    self->matmul = s_matmul;
+    self->rmsnorm = s_rmsnorm;
+    self->rmsnorm_heads = s_rmsnorm_heads;
+    self->rope = s_rope;
+    self->silu_mul = s_silu_mul;
+    self->add = s_add;
+    self->kv_store = s_kv_store;
+    self->attention = s_attention;
+    self->lora_shrink = s_lora_shrink;
+    self->lora_expand = s_lora_expand;
+    self->rows_gather = s_rows_gather;
+    self->sample = s_sample;
+    return self;
+}

@@ -1,0 +1,43 @@
+/*  engine/backend_cuda.h — the CUDA backend of engine/backend.h.
+
+    Built only when CMake finds nvcc (target ls_engine_cuda, which defines LS_HAVE_CUDA for
+    whoever links it). The op semantics are those of kernels/ops.h; tests/gpu checks every
+    op against the CPU backend.
+
+    Storage and precision:
+    - a buffer stores its requested dtype: F32 as fp32, BF16 as bf16, F16 as fp16 (uploads
+      convert from any source dtype on the device, rounding to nearest even);
+    - activations are fp32: every activation argument (x, y, out, tmp, residual, q, k, v,
+      logits, gate_up) must be an F32 buffer (asserted);
+    - weights (matmul w and bias, embedding table, norm weights, inv_freq, LoRA A/B pools)
+      may be any dtype; values are widened to fp32 when read, accumulation is fp32;
+    - matmul: an F32 weight runs cublasSgemm with TF32 off (fp32 exact to summation
+      order); a BF16 (F16) weight runs cublasGemmEx bf16 x bf16 (f16 x f16) -> fp32 with
+      fp32 accumulation, the fp32 activations rounded once to bf16 (f16) on the way in —
+      the only place where the CUDA backend rounds activations;
+    - KV cache: the dtype of the cache buffers (BF16 recommended; F32 works too).
+
+    Step metadata is packed into one pinned host block and copied to the device with one
+    transfer per step_begin; the LoRA segment description is flattened there into tiles of
+    work (kernels/cuda/ops_cuda.h). Everything runs in order on one non-blocking stream.
+*/
+#ifndef LS_BACKEND_CUDA_H
+#define LS_BACKEND_CUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend.h" // C headers without linkage guards of their own
+
+// The CUDA backend on GPU `device`. NULL on failure (no device, no memory, cuBLAS init),
+// with one sentence in err.
+ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,138 @@
+/*  kernels/cuda/common.cuh — shared device helpers of the CUDA kernels: storage dtype
+    conversions, vector loads, warp and block reductions, the dtype dispatch.
+
+    Arithmetic that the CPU references do in fp32 without fusing is written with the _rn
+    intrinsics where nvcc would otherwise contract a*b+c into an fma (the x86 reference is
+    built without FMA), so that the elementwise ops agree bit for bit where the math
+    functions (expf, sincosf, logf) do.
+*/
+#ifndef LS_CUDA_COMMON_CUH
+#define LS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "ops_cuda.h"
+
+__device__ __forceinline__ float ls_to_f(float v) { return v; }
+__device__ __forceinline__ float ls_to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ls_to_f(__half v) { return __half2float(v); }
+
+template <typename T> __device__ __forceinline__ T ls_from_f(float v);
+template <> __device__ __forceinline__ float ls_from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 ls_from_f<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half ls_from_f<__half>(float v) {
+    return __float2half_rn(v);
+}
+
+// 8 consecutive elements widened to fp32. p must be 16-byte aligned.
+__device__ __forceinline__ void ls_load8(const float *p, float o[8]) {
+    float4 a = __ldg(reinterpret_cast<const float4 *>(p));
+    float4 b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w;
+    o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+__device__ __forceinline__ void ls_load8(const __nv_bfloat16 *p, float o[8]) {
+    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __bfloat1622float2(h[i]);
+        o[2 * i] = f.x, o[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void ls_load8(const __half *p, float o[8]) {
+    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        o[2 * i] = f.x, o[2 * i + 1] = f.y;
+    }
+}
+
+template <typename T> __device__ __forceinline__ T ls_warp_sum(T v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// scratch holds 32 T. Contains __syncthreads: call from all threads.
+template <typename T> __device__ T ls_block_sum(T v, T *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = ls_warp_sum(v);
+    __syncthreads(); // scratch may still be read by a previous call
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : T(0);
+    return ls_warp_sum(v);
+}
+
+// (value, id) pairs ordered by value descending, then id ascending: "a before b".
+struct ls_vid_t {
+    float v;
+    int id;
+};
+__device__ __forceinline__ bool ls_vid_before(ls_vid_t a, ls_vid_t b) {
+    return a.v > b.v || (a.v == b.v && a.id < b.id);
+}
+__device__ __forceinline__ ls_vid_t ls_vid_best(ls_vid_t a, ls_vid_t b) {
+    return ls_vid_before(b, a) ? b : a;
+}
+__device__ __forceinline__ ls_vid_t ls_warp_vid_best(ls_vid_t a) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        ls_vid_t b;
+        b.v = __shfl_xor_sync(0xffffffffu, a.v, o);
+        b.id = __shfl_xor_sync(0xffffffffu, a.id, o);
+        a = ls_vid_best(a, b);
+    }
+    return a;
+}
+// The first pair of the block in that order; scratch holds 32 pairs. Every thread gets it.
+__device__ __forceinline__ ls_vid_t ls_block_vid_best(ls_vid_t a, ls_vid_t *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    a = ls_warp_vid_best(a);
+    __syncthreads();
+    if (lane == 0)
+        scratch[warp] = a;
+    __syncthreads();
+    ls_vid_t none = {-INFINITY, 0x7fffffff};
+    a = lane < nw ? scratch[lane] : none;
+    return ls_warp_vid_best(a);
+}
+
+#define LS_CU_CHECK_LAUNCH() return cudaGetLastError()
+
+// Runs BODY with T bound to the storage type of dtype dt.
+#define LS_CU_DISPATCH(dt, T, ...)                                                            \
+    switch (dt) {                                                                             \
+    case LS_CU_F32: {                                                                         \
+        typedef float T;                                                                      \
+        __VA_ARGS__;                                                                          \
+    } break;                                                                                  \
+    case LS_CU_F16: {                                                                         \
+        typedef __half T;                                                                     \
+        __VA_ARGS__;                                                                          \
+    } break;                                                                                  \
+    case LS_CU_BF16: {                                                                        \
+        typedef __nv_bfloat16 T;                                                              \
+        __VA_ARGS__;                                                                          \
+    } break;                                                                                  \
+    default:                                                                                  \
+        return cudaErrorInvalidValue;                                                         \
+    }
+
+static inline unsigned ls_cu_blocks(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b ? b : 1)); // grid-stride beyond
+}
+
+#endif

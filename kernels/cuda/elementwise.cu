@@ -1,0 +1,267 @@
+/*  kernels/cuda/elementwise.cu — the row-wise ops of a decoder layer on the GPU: dtype
+    conversion, embedding gather, residual add, bias add, SiLU·mul, logit-row gather,
+    RMSNorm (whole rows, fused residual; per head), RoPE and the paged KV cache store.
+    CPU references: kernels/cpu/elementwise.c, rmsnorm.c, rope.c, attention.c.
+
+    All of these are memory-bound one-pass kernels: grid-stride loops over elements, or one
+    block per token row where a row reduction is needed. The norms sum squares in double as
+    the reference does, so results differ from it only by the order of that sum.
+*/
+#include <assert.h>
+
+#include "common.cuh"
+
+size_t ls_cu_dtype_size(ls_cu_dtype_t dt) {
+    return dt == LS_CU_F32 ? 4 : 2;
+}
+
+// ---------------------------------------------------------------------------------------
+
+template <typename TD, typename TS>
+__global__ void k_convert(TD *dst, const TS *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = ls_from_f<TD>(ls_to_f(src[i]));
+}
+
+cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
+                          ls_cu_dtype_t src_dt, size_t n, cudaStream_t stream) {
+    if (n == 0)
+        return cudaSuccess;
+    LS_CU_DISPATCH(dst_dt, TD, LS_CU_DISPATCH(src_dt, TS,
+        k_convert<TD, TS><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
+            (TD *)dst, (const TS *)src, n)));
+    LS_CU_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------
+
+// out is (T, C), table is (vocab, C), ids is (T); one block per token
+template <typename TW>
+__global__ void k_embedding(float *out, const TW *table, const int32_t *ids, int C,
+                            int vocab) {
+    int t = blockIdx.x;
+    int id = ids[t];
+    if (id < 0 || id >= vocab)
+        __trap(); // the CPU reference asserts; a device fault surfaces at synchronize
+    const TW *row = table + (size_t)id * C;
+    float *o = out + (size_t)t * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        o[i] = ls_to_f(row[i]);
+}
+
+cudaError_t ls_cu_embedding(float *out, const void *table, ls_cu_dtype_t table_dt,
+                            const int32_t *ids, int T, int C, int vocab,
+                            cudaStream_t stream) {
+    if (T == 0)
+        return cudaSuccess;
+    LS_CU_DISPATCH(table_dt, TW,
+        k_embedding<TW><<<T, 256, 0, stream>>>(out, (const TW *)table, ids, C, vocab));
+    LS_CU_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------
+
+__global__ void k_add(float *y, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], x[i]);
+}
+
+cudaError_t ls_cu_add(float *y, const float *x, size_t n, cudaStream_t stream) {
+    if (n == 0)
+        return cudaSuccess;
+    k_add<<<ls_cu_blocks(n, 256), 256, 0, stream>>>(y, x, n);
+    LS_CU_CHECK_LAUNCH();
+}
+
+template <typename TB>
+__global__ void k_bias_add(float *y, const TB *bias, int T, int out) {
+    size_t n = (size_t)T * out;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __fadd_rn(y[i], ls_to_f(bias[i % out]));
+}
+
+cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, int T,
+                           int out, cudaStream_t stream) {
+    size_t n = (size_t)T * out;
+    if (n == 0)
+        return cudaSuccess;
+    LS_CU_DISPATCH(bias_dt, TB,
+        k_bias_add<TB><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(y, (const TB *)bias, T,
+                                                                  out));
+    LS_CU_CHECK_LAUNCH();
+}
+
+// out is (T, inter), gate_up is (T, 2*inter)
+__global__ void k_silu_mul(float *out, const float *gate_up, int T, int inter) {
+    size_t n = (size_t)T * inter;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / inter, c = i % inter;
+        float g = gate_up[t * 2 * inter + c], u = gate_up[t * 2 * inter + inter + c];
+        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    }
+}
+
+cudaError_t ls_cu_silu_mul(float *out, const float *gate_up, int T, int inter,
+                           cudaStream_t stream) {
+    size_t n = (size_t)T * inter;
+    if (n == 0)
+        return cudaSuccess;
+    k_silu_mul<<<ls_cu_blocks(n, 256), 256, 0, stream>>>(out, gate_up, T, inter);
+    LS_CU_CHECK_LAUNCH();
+}
+
+__global__ void k_rows_gather(float *out, const float *x, const int32_t *rows, int C) {
+    int r = blockIdx.x;
+    const float *src = x + (size_t)rows[r] * C;
+    float *dst = out + (size_t)r * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        dst[i] = src[i];
+}
+
+cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, int n_rows,
+                              int C, cudaStream_t stream) {
+    if (n_rows == 0)
+        return cudaSuccess;
+    k_rows_gather<<<n_rows, 256, 0, stream>>>(out, x, rows, C);
+    LS_CU_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------
+// RMSNorm
+
+// out is (T, C), residual is (T, C) or NULL, x is (T, C), w is (C); one block per row.
+// Each thread reads and writes the same elements in both passes, so out may alias x.
+template <typename TW>
+__global__ void k_rmsnorm(float *out, float *residual, const float *x, const TW *w, int C,
+                          float eps) {
+    __shared__ double scratch[32];
+    size_t row = blockIdx.x;
+    const float *xr = x + row * C;
+    float *rr = residual ? residual + row * C : nullptr;
+    float *orow = out + row * C;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = xr[i];
+        if (rr) {
+            v = __fadd_rn(rr[i], v);
+            rr[i] = v;
+        }
+        ss += (double)v * v;
+    }
+    ss = ls_block_sum(ss, scratch);
+    float inv = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(ss / C), eps)));
+    const float *src = rr ? rr : xr;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        orow[i] = __fmul_rn(__fmul_rn(src[i], inv), ls_to_f(w[i]));
+}
+
+cudaError_t ls_cu_rmsnorm(float *out, float *residual, const float *x, const void *w,
+                          ls_cu_dtype_t w_dt, int T, int C, float eps, cudaStream_t stream) {
+    if (T == 0)
+        return cudaSuccess;
+    int threads = C >= 4096 ? 1024 : C >= 1024 ? 512 : 256;
+    LS_CU_DISPATCH(w_dt, TW,
+        k_rmsnorm<TW><<<T, threads, 0, stream>>>(out, residual, x, (const TW *)w, C, eps));
+    LS_CU_CHECK_LAUNCH();
+}
+
+// x is (T, row_stride) holding (n_heads, head_dim) per row; one warp per (token, head)
+template <typename TW>
+__global__ void k_rmsnorm_heads(float *x, const TW *w, int T, int n_heads, int head_dim,
+                                int row_stride, float eps) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (warp >= T * n_heads)
+        return;
+    int t = warp / n_heads, h = warp % n_heads;
+    float *xh = x + (size_t)t * row_stride + (size_t)h * head_dim;
+    double ss = 0.0;
+    for (int i = lane; i < head_dim; i += 32)
+        ss += (double)xh[i] * xh[i];
+    ss = ls_warp_sum(ss);
+    float inv = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(ss / head_dim), eps)));
+    for (int i = lane; i < head_dim; i += 32)
+        xh[i] = __fmul_rn(__fmul_rn(xh[i], inv), ls_to_f(w[i]));
+}
+
+cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int T,
+                                int n_heads, int head_dim, int row_stride, float eps,
+                                cudaStream_t stream) {
+    assert(row_stride >= n_heads * head_dim);
+    size_t warps = (size_t)T * n_heads;
+    if (warps == 0)
+        return cudaSuccess;
+    unsigned blocks = (unsigned)((warps * 32 + 127) / 128);
+    LS_CU_DISPATCH(w_dt, TW,
+        k_rmsnorm_heads<TW><<<blocks, 128, 0, stream>>>(x, (const TW *)w, T, n_heads,
+                                                        head_dim, row_stride, eps));
+    LS_CU_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------
+// RoPE, HF rotate_half convention: one block per token, threads over (head, i < d/2)
+
+template <typename TI>
+__global__ void k_rope(float *x, const int32_t *positions, const TI *inv_freq, int n_heads,
+                       int head_dim, int row_stride) {
+    int t = blockIdx.x, half = head_dim / 2;
+    float pos = (float)positions[t];
+    float *xt = x + (size_t)t * row_stride;
+    for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
+        int h = k / half, i = k % half;
+        float angle = __fmul_rn(pos, ls_to_f(inv_freq[i])); // fp32 product, as HF
+        float s, c;
+        sincosf(angle, &s, &c);
+        float *xh = xt + (size_t)h * head_dim;
+        float a = xh[i], b = xh[i + half];
+        xh[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        xh[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    }
+}
+
+cudaError_t ls_cu_rope(float *x, const int32_t *positions, const void *inv_freq,
+                       ls_cu_dtype_t inv_dt, int T, int n_heads, int head_dim,
+                       int row_stride, cudaStream_t stream) {
+    assert(head_dim % 2 == 0 && row_stride >= n_heads * head_dim);
+    if (T == 0)
+        return cudaSuccess;
+    LS_CU_DISPATCH(inv_dt, TI,
+        k_rope<TI><<<T, 256, 0, stream>>>(x, positions, (const TI *)inv_freq, n_heads,
+                                          head_dim, row_stride));
+    LS_CU_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------
+// Paged KV cache store: one block per token
+
+template <typename TC>
+__global__ void k_kv_store(TC *k_cache, TC *v_cache, const float *k, const float *v,
+                           const int32_t *slot_mapping, int kv_dim, int row_stride) {
+    int t = blockIdx.x;
+    int slot = slot_mapping[t];
+    if (slot < 0)
+        return;
+    TC *kc = k_cache + (size_t)slot * kv_dim, *vc = v_cache + (size_t)slot * kv_dim;
+    const float *kt = k + (size_t)t * row_stride, *vt = v + (size_t)t * row_stride;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        kc[i] = ls_from_f<TC>(kt[i]);
+        vc[i] = ls_from_f<TC>(vt[i]);
+    }
+}
+
+cudaError_t ls_cu_kv_store(void *k_cache, void *v_cache, ls_cu_dtype_t cache_dt,
+                           const float *k, const float *v, const int32_t *slot_mapping,
+                           int T, int n_kv_heads, int head_dim, int row_stride,
+                           cudaStream_t stream) {
+    int kv_dim = n_kv_heads * head_dim;
+    assert(row_stride >= kv_dim);
+    if (T == 0)
+        return cudaSuccess;
+    LS_CU_DISPATCH(cache_dt, TC,
+        k_kv_store<TC><<<T, 256, 0, stream>>>((TC *)k_cache, (TC *)v_cache, k, v,
+                                              slot_mapping, kv_dim, row_stride));
+    LS_CU_CHECK_LAUNCH();
+}

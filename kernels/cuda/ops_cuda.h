@@ -1,0 +1,188 @@
+/*  kernels/cuda/ops_cuda.h — launchers of the CUDA kernels, callable from C.
+
+    Every launcher computes what the kernel of the same name in kernels/ops.h computes (the
+    contract, tie-breaks and untouched outputs included) and enqueues it on `stream`; none
+    of them synchronizes. Pointers are device pointers. Activations (x, y, out, tmp,
+    residual, q, logits) are fp32. Weight-like arguments (tables, matmul weights and bias,
+    norm weights, inv_freq, LoRA pools) and the KV caches are stored as any of the three
+    dtypes below, passed beside the pointer; values are widened to fp32 on load and all
+    arithmetic is fp32 (reductions of the norms and of the sampling softmax in double, as
+    the CPU references do them).
+
+    Launchers return the cudaError_t of the launch (cudaGetLastError), 0 on success.
+    Shape errors are programmer errors and assert on the host.
+
+    Per-step metadata (token ids, positions, slot mapping, block tables, LoRA tiles) is read
+    from device arrays the backend filled once in step_begin; the launchers take those
+    device pointers and the host-side counts that size their grids.
+*/
+#ifndef LS_OPS_CUDA_H
+#define LS_OPS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Storage dtypes; the values are those of ls_dtype_t (engine/safetensors.h).
+typedef enum {
+    LS_CU_F32 = 0,
+    LS_CU_F16 = 1,
+    LS_CU_BF16 = 2,
+} ls_cu_dtype_t;
+
+size_t ls_cu_dtype_size(ls_cu_dtype_t dt);
+
+// ---------------------------------------------------------------------------------------
+// Elementwise and row ops
+
+// dst (n) = src (n), converting dtypes (round to nearest even when narrowing)
+cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
+                          ls_cu_dtype_t src_dt, size_t n, cudaStream_t stream);
+
+// out (T, C) = table (vocab, C) [ids (T)]; an id out of range traps (device fault)
+cudaError_t ls_cu_embedding(float *out, const void *table, ls_cu_dtype_t table_dt,
+                            const int32_t *ids, int T, int C, int vocab,
+                            cudaStream_t stream);
+
+// y (n) += x (n)
+cudaError_t ls_cu_add(float *y, const float *x, size_t n, cudaStream_t stream);
+
+// y (T, out) += bias (out)
+cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, int T,
+                           int out, cudaStream_t stream);
+
+// out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]
+cudaError_t ls_cu_silu_mul(float *out, const float *gate_up, int T, int inter,
+                           cudaStream_t stream);
+
+// out (n_rows, C) = x (T, C) [rows (n_rows)]
+cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, int n_rows,
+                              int C, cudaStream_t stream);
+
+// out (T, C) = rmsnorm(x (+ residual)) * w (C); residual (T, C) updated, or NULL;
+// out may alias x
+cudaError_t ls_cu_rmsnorm(float *out, float *residual, const float *x, const void *w,
+                          ls_cu_dtype_t w_dt, int T, int C, float eps, cudaStream_t stream);
+
+// in place on x (T, row_stride) holding (n_heads, head_dim); w (head_dim)
+cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int T,
+                                int n_heads, int head_dim, int row_stride, float eps,
+                                cudaStream_t stream);
+
+// in place on x (T, row_stride) at positions (T); inv_freq (head_dim/2)
+cudaError_t ls_cu_rope(float *x, const int32_t *positions, const void *inv_freq,
+                       ls_cu_dtype_t inv_dt, int T, int n_heads, int head_dim,
+                       int row_stride, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------
+// Paged KV cache and attention (caches stored as cache_dt)
+
+// caches (slots, n_kv_heads*head_dim)[slot_mapping (T)] = k, v (T, row_stride); slot < 0
+// skipped
+cudaError_t ls_cu_kv_store(void *k_cache, void *v_cache, ls_cu_dtype_t cache_dt,
+                           const float *k, const float *v, const int32_t *slot_mapping,
+                           int T, int n_kv_heads, int head_dim, int row_stride,
+                           cudaStream_t stream);
+
+// out (T, n_heads*head_dim), q (T, row_stride); tok_seq (T) is the sequence of each token
+// (derived from q_indptr on the host), positions (T), block_tables (n_seqs, max_blocks).
+// head_dim <= 256.
+cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
+                            const void *v_cache, ls_cu_dtype_t cache_dt,
+                            const int32_t *tok_seq, const int32_t *positions,
+                            const int32_t *block_tables, int max_blocks, int T, int n_heads,
+                            int n_kv_heads, int head_dim, int block_size, int row_stride,
+                            cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------
+// LoRA (SGMV): the segment description is flattened on the host, once per step, into
+// tiles of at most LS_CU_LORA_TILE consecutive segment positions of one segment whose slot
+// has rank > 0. Segments of rank-0 slots get no tile, so they cost nothing at all.
+
+#define LS_CU_LORA_TILE 4
+
+typedef struct {
+    int32_t p0;   // first segment position of the tile
+    int32_t n;    // positions in the tile, 1..LS_CU_LORA_TILE
+    int32_t slot; // pool slot
+    int32_t rank; // lora_ranks[slot], > 0
+} ls_cu_lora_tile_t;
+
+// tmp (T, n_slices*r_max) columns k*r_max + j, j < rank, of the tiles' rows;
+// x (T, in); a_pool (n_slots, n_slices*r_max, in); perm (positions) or NULL;
+// max_rank: the largest rank among the tiles (sizes the grid)
+cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
+                              ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
+                              int n_tiles, int max_rank, const int32_t *perm, int in,
+                              int n_slices, int r_max, cudaStream_t stream);
+
+// y (T, out_total) += scaling[slot] * tmp_k · B_kᵀ on the tiles' rows;
+// b_pool (n_slots, out_total, r_max); slice_offsets (n_slices+1) host memory
+cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
+                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
+                              int n_tiles, const int32_t *perm, const float *scalings,
+                              const int32_t *slice_offsets, int n_slices, int r_max,
+                              cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------
+// Sampling: ls_sampling_sample on the device. All arrays are device memory.
+
+// The per-row parameters as the device reads them (a copy of ls_sampling_params_t plus
+// the host-computed logf(min_p), so that min-p compares against the very value the CPU
+// reference forms).
+typedef struct {
+    float temperature;
+    int top_k;
+    float top_p;
+    float min_p;
+    float repetition_penalty;
+    float frequency_penalty;
+    float presence_penalty;
+    float log_min_p; // logf(min_p) if min_p > 0
+    uint64_t seed;
+    uint64_t step;
+    int n_logprobs;
+    int needs_sort; // non-greedy with top-k or top-p active
+} ls_cu_sample_params_t;
+
+typedef struct {
+    // inputs
+    int n_rows, V, max_top_n;
+    const float *logits;                      // (n_rows, V)
+    const ls_cu_sample_params_t *params;      // (n_rows)
+    const int32_t *prompt_indptr, *prompt_ids; // NULL: no prompt
+    const int32_t *output_indptr, *output_ids; // NULL: no output
+    // scratch, (n_rows, V) each; mark must be all zero and is left all zero
+    float *lp;
+    int32_t *mark;
+    float *sorted_lp;  // needed when any row needs_sort
+    int32_t *iota;     // (n_rows, V) 0..V-1 per row
+    int32_t *sorted_id;
+    void *sort_temp;
+    size_t sort_temp_bytes;
+    int n_sort_rows;             // rows to sort
+    const int32_t *sort_begin;   // (n_sort_rows) offsets row*V into lp
+    const int32_t *sort_end;     // (n_sort_rows) row*V + V
+    // outputs
+    int32_t *tokens;   // (n_rows)
+    float *logprobs;   // (n_rows)
+    int32_t *top_ids;  // (n_rows, max_top_n) or NULL
+    float *top_lps;    // (n_rows, max_top_n) or NULL
+} ls_cu_sample_args_t;
+
+// Bytes of CUB temporary storage the sort of n_sort_rows of the n_rows rows of V needs.
+size_t ls_cu_sample_sort_temp_bytes(int n_rows, int V, int n_sort_rows);
+// Fills iota (n_rows, V) with 0..V-1 per row.
+cudaError_t ls_cu_iota_rows(int32_t *iota, int n_rows, int V, cudaStream_t stream);
+cudaError_t ls_cu_sample(const ls_cu_sample_args_t *a, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

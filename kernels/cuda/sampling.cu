@@ -1,0 +1,288 @@
+/*  kernels/cuda/sampling.cu — ls_sampling_sample on the GPU: penalties, temperature,
+    log-softmax, top-n logprobs, greedy, top-k / top-p / min-p truncation and the seeded
+    exponential-race draw. CPU reference and the full specification: kernels/cpu/sampling.c
+    and kernels/ops.h.
+
+    Three launches per call, one block of 1024 threads per row:
+    1. prep: copy the row, penalties (repetition once per distinct token through atomicExch
+       on a zeroed mark row, frequency/presence through atomic counts; the mark row is left
+       zeroed), temperature, argmax (ties to the lower id), the log-sum-exp in double as the
+       reference forms it, the logprob row, the top-n list by repeated block arg-max over
+       "strictly after the previous pick" in (logprob desc, id asc) order, and the greedy
+       result.
+    2. only for rows with top-k or top-p: a CUB segmented radix sort of (logprob, id),
+       descending and stable, so ties come out by id ascending exactly as the reference's
+       qsort comparator orders them (CUB treats -0.0 and +0.0 as equal, as C's == does).
+    3. draw: keep = top-k, then the top-p prefix found by a block-wide double prefix scan
+       (same sums as the reference's sequential loop up to rounding of the order), the
+       min-p bound against a host-computed logf(min_p), then the race
+       key = lp - log(-log(u)) with u = ls_rng_uniform(seed, step, id), arg-max with ties
+       to the lower id.
+    Tokens, logprobs and top-n lists match the reference except where float math functions
+    (expf/logf, 1 ulp apart from glibc) flip a near-tie of race keys or of a truncation
+    boundary; tests/gpu counts those.
+
+    Known limits (next session): the sort is a full segmented radix sort of each truncated
+    row (a radix select of the top-k / top-p prefix is the fast path), and the scratch is
+    (n_rows, V) arrays several times over.
+*/
+#include <assert.h>
+#include <limits.h>
+#include <math.h>
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_segmented_radix_sort.cuh>
+
+#include "common.cuh"
+
+enum { SMP_THREADS = 1024 };
+
+__device__ __forceinline__ uint64_t s_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// ls_rng_u64 / ls_rng_uniform of kernels/cpu/sampling.c, bit for bit
+__device__ __forceinline__ float s_rng_uniform(uint64_t seed, uint64_t step, uint64_t idx) {
+    uint64_t r = s_mix64(s_mix64(s_mix64(seed) ^ step) + 0x9e3779b97f4a7c15ull * (idx + 1));
+    return ((float)(r >> 41) + 0.5f) * 0x1p-23f;
+}
+
+__device__ int s_block_min(int v, int *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : INT_MAX;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__global__ void __launch_bounds__(SMP_THREADS) k_sample_prep(ls_cu_sample_args_t a) {
+    __shared__ double dscr[32];
+    __shared__ ls_vid_t vscr[32];
+    int row = blockIdx.x, tid = threadIdx.x, bd = blockDim.x, V = a.V;
+    const ls_cu_sample_params_t sp = a.params[row];
+    size_t base = (size_t)row * V;
+    float *l = a.lp + base;
+    int32_t *mark = a.mark + base;
+    for (int v = tid; v < V; v += bd)
+        l[v] = a.logits[base + v];
+    const int32_t *prompt = NULL, *output = NULL;
+    int n_prompt = 0, n_output = 0;
+    if (a.prompt_indptr) {
+        prompt = a.prompt_ids + a.prompt_indptr[row];
+        n_prompt = a.prompt_indptr[row + 1] - a.prompt_indptr[row];
+    }
+    if (a.output_indptr) {
+        output = a.output_ids + a.output_indptr[row];
+        n_output = a.output_indptr[row + 1] - a.output_indptr[row];
+    }
+    __syncthreads();
+
+    // 1. penalties
+    if (sp.repetition_penalty != 1.0f) {
+        float rp = sp.repetition_penalty;
+        for (int i = tid; i < n_prompt + n_output; i += bd) {
+            int v = i < n_prompt ? prompt[i] : output[i - n_prompt];
+            if (atomicExch(&mark[v], 1) == 0) { // first occurrence in prompt ∪ output
+                float x = l[v];
+                l[v] = x > 0 ? __fdiv_rn(x, rp) : __fmul_rn(x, rp);
+            }
+        }
+        __syncthreads();
+        for (int i = tid; i < n_prompt + n_output; i += bd)
+            mark[i < n_prompt ? prompt[i] : output[i - n_prompt]] = 0;
+        __syncthreads();
+    }
+    if (sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f) {
+        for (int i = tid; i < n_output; i += bd)
+            atomicAdd(&mark[output[i]], 1);
+        __syncthreads();
+        for (int i = tid; i < n_output; i += bd) {
+            int v = output[i];
+            int c = atomicExch(&mark[v], 0); // one occurrence applies it, and unmarks
+            if (c)
+                l[v] = __fsub_rn(l[v], __fadd_rn(__fmul_rn(sp.frequency_penalty, (float)c),
+                                                 sp.presence_penalty));
+        }
+        __syncthreads();
+    }
+
+    // 2. temperature, argmax
+    int greedy = sp.temperature <= 0.0f;
+    ls_vid_t best = {-INFINITY, INT_MAX};
+    for (int v = tid; v < V; v += bd) {
+        float x = l[v];
+        if (!greedy) {
+            x = __fdiv_rn(x, sp.temperature);
+            l[v] = x;
+        }
+        ls_vid_t c = {x, v};
+        best = ls_vid_best(best, c);
+    }
+    best = ls_block_vid_best(best, vscr);
+    int argmax = best.id == INT_MAX ? 0 : best.id;
+    float maxv = best.v;
+
+    // 3. logprobs
+    double sum = 0.0;
+    for (int v = tid; v < V; v += bd)
+        sum += exp((double)l[v] - (double)maxv);
+    sum = ls_block_sum(sum, dscr);
+    float lse = __fadd_rn(maxv, (float)log(sum));
+    for (int v = tid; v < V; v += bd)
+        l[v] = __fsub_rn(l[v], lse);
+    __syncthreads();
+    if (a.top_ids && sp.n_logprobs > 0) {
+        ls_vid_t prev = {INFINITY, -1};
+        for (int k = 0; k < sp.n_logprobs; k++) {
+            ls_vid_t b = {-INFINITY, INT_MAX};
+            for (int v = tid; v < V; v += bd) {
+                ls_vid_t c = {l[v], v};
+                if (k == 0 || ls_vid_before(prev, c))
+                    b = ls_vid_best(b, c);
+            }
+            b = ls_block_vid_best(b, vscr);
+            if (b.id == INT_MAX)
+                break;
+            if (tid == 0) {
+                a.top_ids[(size_t)row * a.max_top_n + k] = b.id;
+                a.top_lps[(size_t)row * a.max_top_n + k] = b.v;
+            }
+            prev = b;
+        }
+    }
+    // 4. greedy (and the argmax the draw falls back on)
+    if (tid == 0) {
+        a.tokens[row] = argmax;
+        a.logprobs[row] = l[argmax];
+    }
+}
+
+__global__ void __launch_bounds__(SMP_THREADS) k_sample_draw(ls_cu_sample_args_t a) {
+    typedef cub::BlockScan<double, SMP_THREADS> scan_t;
+    __shared__ typename scan_t::TempStorage scan_tmp;
+    __shared__ double dscr[32];
+    __shared__ ls_vid_t vscr[32];
+    __shared__ int iscr[32];
+    int row = blockIdx.x, tid = threadIdx.x, bd = blockDim.x, V = a.V;
+    const ls_cu_sample_params_t sp = a.params[row];
+    if (sp.temperature <= 0.0f)
+        return;
+    size_t base = (size_t)row * V;
+    const float *l = a.lp + base;
+    int argmax = a.tokens[row]; // written by prep
+    float lpmax = l[argmax];
+
+    // 5. truncation: the first `keep` tokens of the sorted row survive (0: no truncation)
+    int keep = 0;
+    const float *sk = a.sorted_lp + base;
+    const int32_t *si = a.sorted_id + base;
+    int use_k = sp.top_k > 0 && sp.top_k < V, use_p = sp.top_p < 1.0f;
+    if (use_k || use_p) {
+        keep = use_k ? sp.top_k : V;
+        if (use_p) {
+            double l0 = sk[0];
+            double total = 0.0;
+            for (int i = tid; i < keep; i += bd)
+                total += exp((double)sk[i] - l0);
+            total = ls_block_sum(total, dscr);
+            double target = (double)sp.top_p * total;
+            // smallest i with (sum of the first i) >= target, else keep (as the loop of
+            // the reference ends); i = 0 when target <= 0
+            int found = keep;
+            if (!(0.0 < target))
+                found = 0;
+            else {
+                double running = 0.0;
+                for (int b0 = 0; b0 < keep; b0 += bd) {
+                    int i = b0 + tid;
+                    double e = i < keep ? exp((double)sk[i] - l0) : 0.0, incl, chunk;
+                    __syncthreads();
+                    scan_t(scan_tmp).InclusiveSum(e, incl, chunk);
+                    int cand = (i < keep && running + incl >= target) ? i + 1 : INT_MAX;
+                    cand = s_block_min(cand, iscr);
+                    if (cand != INT_MAX) {
+                        found = cand;
+                        break;
+                    }
+                    running += chunk;
+                }
+            }
+            keep = found > 0 ? found : 1; // the top token always survives
+        }
+    }
+
+    // 6. the race over the survivors
+    float min_l = sp.min_p > 0.0f ? __fadd_rn(lpmax, sp.log_min_p) : -INFINITY;
+    int n = keep ? keep : V;
+    ls_vid_t best = {-INFINITY, INT_MAX};
+    for (int i = tid; i < n; i += bd) {
+        int v = keep ? si[i] : i;
+        float lv = keep ? sk[i] : l[i];
+        if (lv < min_l || lv == -INFINITY)
+            continue;
+        float e = -logf(s_rng_uniform(sp.seed, sp.step, (uint64_t)v));
+        ls_vid_t c = {__fsub_rn(lv, logf(e)), v};
+        best = ls_vid_best(best, c);
+    }
+    best = ls_block_vid_best(best, vscr);
+    if (tid == 0) {
+        int chosen = best.id == INT_MAX ? argmax : best.id;
+        a.tokens[row] = chosen;
+        a.logprobs[row] = l[chosen];
+    }
+}
+
+__global__ void k_iota_rows(int32_t *iota, size_t n, int V) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        iota[i] = (int32_t)(i % V);
+}
+
+cudaError_t ls_cu_iota_rows(int32_t *iota, int n_rows, int V, cudaStream_t stream) {
+    size_t n = (size_t)n_rows * V;
+    if (n == 0)
+        return cudaSuccess;
+    k_iota_rows<<<ls_cu_blocks(n, 256), 256, 0, stream>>>(iota, n, V);
+    LS_CU_CHECK_LAUNCH();
+}
+
+size_t ls_cu_sample_sort_temp_bytes(int n_rows, int V, int n_sort_rows) {
+    size_t bytes = 0;
+    if (n_sort_rows == 0)
+        return 0;
+    cudaError_t e = cub::DeviceSegmentedRadixSort::SortPairsDescending(
+        (void *)NULL, bytes, (const float *)NULL, (float *)NULL, (const int32_t *)NULL,
+        (int32_t *)NULL, n_rows * V, n_sort_rows, (const int32_t *)NULL,
+        (const int32_t *)NULL, 0, 32, (cudaStream_t)0);
+    return e == cudaSuccess ? bytes : (size_t)-1;
+}
+
+cudaError_t ls_cu_sample(const ls_cu_sample_args_t *a, cudaStream_t stream) {
+    assert((size_t)a->n_rows * a->V < INT_MAX);
+    if (a->n_rows == 0)
+        return cudaSuccess;
+    k_sample_prep<<<a->n_rows, SMP_THREADS, 0, stream>>>(*a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    if (a->n_sort_rows > 0) {
+        size_t bytes = a->sort_temp_bytes;
+        e = cub::DeviceSegmentedRadixSort::SortPairsDescending(
+            a->sort_temp, bytes, a->lp, a->sorted_lp, a->iota, a->sorted_id,
+            a->n_rows * a->V, a->n_sort_rows, a->sort_begin, a->sort_end, 0, 32, stream);
+        if (e != cudaSuccess)
+            return e;
+    }
+    k_sample_draw<<<a->n_rows, SMP_THREADS, 0, stream>>>(*a);
+    LS_CU_CHECK_LAUNCH();
+}

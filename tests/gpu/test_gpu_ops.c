@@ -1,0 +1,1118 @@
+/*  tests/gpu/test_gpu_ops.c — every op of the CUDA backend against the CPU backend.
+
+    ggml test-backend-ops style: for each op, fresh random inputs are uploaded to both
+    backends (weights as bf16/f16 bit patterns, so both hold exactly the same numbers), the
+    op runs through each backend's table, and the results are downloaded and compared:
+    NMSE = Σ(gpu - cpu)² / Σ cpu² and the largest absolute difference, against bounds
+    stated per op below. Outputs are poisoned with NaN beforehand: an element the contract
+    says is untouched must still be NaN on both sides, any other NaN fails. Results of LoRA
+    expand are compared as deltas (y_after - y_before), so a wrong LoRA term cannot hide
+    under the base output.
+
+    Tolerances (why):
+    - fp32 arithmetic on identical inputs (norms, rope, attention, LoRA, F32 matmul without
+      TF32): NMSE <= 1e-10; only summation order and 1-ulp math functions differ;
+    - copies and gathers (embedding, rows_gather, kv_store, add, uploads): exact;
+    - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS, a
+      relative error up to 2^-8 (2^-11) per product: NMSE <= 5e-5 (1e-5);
+    - sampling: greedy tokens identical; seeded tokens identical except near-ties of the
+      race keys (|key_a - key_b| <= 1e-4), which are counted and bounded (<= 1%);
+      logprobs within 1e-5 absolute; top-n ids identical, values within 1e-5.
+
+    Needs a GPU: not registered with ctest; tests/gpu/run.sh builds and runs it on the
+    device machine. Exit status 0 only if every row of the summary table passes.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_cuda.h"
+#include "ops_cuda.h"
+#include "safetensors.h"
+#include "test_util.h"
+
+static ls_backend_t *s_cpu, *s_gpu;
+
+// -- results --------------------------------------------------------------------------------
+
+typedef struct {
+    char name[96];
+    size_t n;
+    double nmse, tol, maxabs, tol_abs;
+    long untouched_bad, nan_bad;
+    char note[160];
+    int pass;
+} s_res_t;
+
+static s_res_t s_res[1024];
+static int s_n_res;
+
+static s_res_t *s_add_res(const char *name) {
+    if (s_n_res == (int)(sizeof s_res / sizeof s_res[0])) {
+        fprintf(stderr, "too many results\n");
+        exit(2);
+    }
+    s_res_t *r = &s_res[s_n_res++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    return r;
+}
+
+static void s_print_res(const s_res_t *r) {
+    printf("%-58s %8zu %10.3g %8.0e %10.3g %8.0e %5ld %5ld %s %s\n", r->name, r->n, r->nmse,
+           r->tol, r->maxabs, r->tol_abs, r->untouched_bad, r->nan_bad,
+           r->pass ? "PASS" : "FAIL", r->note);
+    fflush(stdout);
+}
+
+// got vs ref (n): where ref is NaN the element was poisoned and left untouched by the
+// reference, so got must be NaN too; elsewhere NaN/inf in got is a failure.
+static s_res_t *s_check(const char *name, const float *got, const float *ref, size_t n,
+                        double tol, double tol_abs) {
+    s_res_t *r = s_add_res(name);
+    double num = 0, den = 0, maxabs = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(ref[i])) {
+            if (!isnan(got[i]))
+                r->untouched_bad++;
+            continue;
+        }
+        if (!isfinite(got[i]) && got[i] != ref[i]) {
+            r->nan_bad++;
+            continue;
+        }
+        if (!isfinite(ref[i]))
+            continue; // equal infinities
+        double d = (double)got[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        if (fabs(d) > maxabs)
+            maxabs = fabs(d);
+    }
+    r->n = n;
+    r->nmse = den > 0 ? num / den : num;
+    r->tol = tol;
+    r->maxabs = maxabs;
+    r->tol_abs = tol_abs;
+    r->pass = r->nmse <= tol && maxabs <= tol_abs && !r->untouched_bad && !r->nan_bad;
+    s_print_res(r);
+    return r;
+}
+
+// -- paired buffers -----------------------------------------------------------------------
+
+typedef struct {
+    ls_buffer_t *c, *g;
+    ls_dtype_t dt;
+    size_t n;
+} s_pb_t;
+
+static s_pb_t s_pb_new(ls_dtype_t dt, size_t n) {
+    s_pb_t b = {s_cpu->buffer_new(s_cpu, dt, n), s_gpu->buffer_new(s_gpu, dt, n), dt, n};
+    if (!b.c || !b.g) {
+        fprintf(stderr, "buffer_new failed (%zu elements)\n", n);
+        exit(2);
+    }
+    return b;
+}
+
+static void s_pb_free(s_pb_t *b) {
+    s_cpu->buffer_free(s_cpu, b->c);
+    s_gpu->buffer_free(s_gpu, b->g);
+}
+
+static ls_view_t s_vc(s_pb_t *b, size_t off) {
+    return ls_view(b->c, off);
+}
+static ls_view_t s_vg(s_pb_t *b, size_t off) {
+    return ls_view(b->g, off);
+}
+
+static float s_round(ls_dtype_t dt, float v) {
+    if (dt == LS_DTYPE_BF16)
+        return ls_bf16_to_f32(ls_bf16_from_f32(v));
+    if (dt == LS_DTYPE_F16)
+        return ls_f16_to_f32(ls_f16_from_f32(v));
+    return v;
+}
+
+// rounds x (n) in place to what a dt buffer holds
+static void s_round_all(ls_dtype_t dt, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = s_round(dt, x[i]);
+}
+
+// Uploads src (n fp32 values) to both at off; into a bf16/f16 buffer the values go as that
+// dtype's bit patterns (rounded on the host), so that both backends hold the same numbers.
+static void s_pb_set(s_pb_t *b, size_t off, const float *src, size_t n) {
+    int rc;
+    if (b->dt == LS_DTYPE_F32) {
+        rc = s_cpu->buffer_upload(s_cpu, ls_view(b->c, off), src, LS_DTYPE_F32, n) |
+             s_gpu->buffer_upload(s_gpu, ls_view(b->g, off), src, LS_DTYPE_F32, n);
+    } else {
+        uint16_t *h = t_alloc(n * 2);
+        for (size_t i = 0; i < n; i++)
+            h[i] = b->dt == LS_DTYPE_BF16 ? ls_bf16_from_f32(src[i]) : ls_f16_from_f32(src[i]);
+        rc = s_cpu->buffer_upload(s_cpu, ls_view(b->c, off), h, b->dt, n) |
+             s_gpu->buffer_upload(s_gpu, ls_view(b->g, off), h, b->dt, n);
+        free(h);
+    }
+    if (rc) {
+        fprintf(stderr, "upload failed\n");
+        exit(2);
+    }
+}
+
+static void s_pb_get(s_pb_t *b, size_t off, size_t n, float *c, float *g) {
+    if (s_cpu->buffer_download(s_cpu, c, ls_view(b->c, off), n) ||
+        s_gpu->buffer_download(s_gpu, g, ls_view(b->g, off), n)) {
+        fprintf(stderr, "download failed (device fault?)\n");
+        exit(2);
+    }
+}
+
+static float *s_fill_new(t_rng_t *r, size_t n, float lo, float hi) {
+    float *x = t_alloc(n * sizeof *x);
+    t_fill(r, x, n, lo, hi);
+    return x;
+}
+
+static float *s_nan_new(size_t n) {
+    float *x = t_alloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+// -- step metadata ------------------------------------------------------------------------
+
+enum { MAXT = 512, MAXS = 64, MAXTAB = 64 * 64, MAXSEG = 64, MAXSLOT = 64 };
+
+typedef struct {
+    int T, S, max_blocks, max_ctx, n_logit, has_lora, n_segs, n_slots, has_perm;
+    int32_t ids[MAXT], pos[MAXT], slot[MAXT], q_indptr[MAXS + 1], ctx[MAXS], tables[MAXTAB],
+        logit_rows[MAXT], seg_indptr[MAXSEG + 1], wi[MAXSEG], perm[MAXT], ranks[MAXSLOT];
+    float scal[MAXSLOT];
+    ls_lora_batch_t lora;
+    ls_step_t step;
+} s_stepd_t;
+
+// One sequence of T tokens at positions 0..T-1 unless the test sets more.
+static void s_step_simple(s_stepd_t *d, int T) {
+    memset(d, 0, sizeof *d);
+    d->T = T;
+    d->S = 1;
+    d->q_indptr[1] = T;
+    d->ctx[0] = T;
+    d->max_ctx = T;
+    for (int t = 0; t < T; t++) {
+        d->pos[t] = t;
+        d->slot[t] = -1;
+    }
+}
+
+static void s_step_begin(s_stepd_t *d) {
+    d->lora = (ls_lora_batch_t){d->n_segs, d->n_slots, d->seg_indptr, d->wi,
+                                d->has_perm ? d->perm : NULL, d->ranks, d->scal};
+    d->step = (ls_step_t){.n_tokens = d->T,
+                          .token_ids = d->ids,
+                          .attn = {.n_seqs = d->S,
+                                   .n_tokens = d->T,
+                                   .max_blocks = d->max_blocks,
+                                   .max_ctx_len = d->max_ctx,
+                                   .q_indptr = d->q_indptr,
+                                   .ctx_lens = d->ctx,
+                                   .positions = d->pos,
+                                   .slot_mapping = d->slot,
+                                   .block_tables = d->tables},
+                          .lora = d->has_lora ? &d->lora : NULL,
+                          .n_logit_rows = d->n_logit,
+                          .logit_rows = d->logit_rows};
+    if (s_cpu->step_begin(s_cpu, &d->step) || s_gpu->step_begin(s_gpu, &d->step)) {
+        fprintf(stderr, "step_begin failed\n");
+        exit(2);
+    }
+}
+
+static const char *s_dtn(ls_dtype_t dt) {
+    return ls_dtype_name(dt);
+}
+
+// -- buffers: conversions on upload and download -----------------------------------------
+
+static void test_buffers(t_rng_t *r) {
+    size_t n = 100003;
+    float *x = s_fill_new(r, n, -3, 3), *ref = t_alloc(n * 4), *got = t_alloc(n * 4);
+    x[0] = 1.0f + 0x1p-8f; // a bf16 tie: rounds to even
+    x[1] = 70000.0f;       // f16 overflow -> inf
+    ls_dtype_t dts[3] = {LS_DTYPE_F32, LS_DTYPE_BF16, LS_DTYPE_F16};
+    for (int i = 0; i < 3; i++) {
+        // upload fp32 source into a dt buffer: the GPU narrows on the device
+        ls_buffer_t *b = s_gpu->buffer_new(s_gpu, dts[i], n);
+        if (s_gpu->buffer_upload(s_gpu, ls_view(b, 0), x, LS_DTYPE_F32, n) ||
+            s_gpu->buffer_download(s_gpu, got, ls_view(b, 0), n))
+            exit(2);
+        for (size_t k = 0; k < n; k++)
+            ref[k] = s_round(dts[i], x[k]);
+        char name[96];
+        snprintf(name, sizeof name, "upload f32 -> %s buffer, download", s_dtn(dts[i]));
+        s_check(name, got, ref, n, 0, 0);
+        // bf16 source into an f32 buffer: widened exactly
+        if (dts[i] == LS_DTYPE_BF16) {
+            uint16_t *h = t_alloc(n * 2);
+            for (size_t k = 0; k < n; k++)
+                h[k] = ls_bf16_from_f32(x[k]);
+            ls_buffer_t *f = s_gpu->buffer_new(s_gpu, LS_DTYPE_F32, n);
+            s_gpu->buffer_zero(s_gpu, ls_view(f, 0), n);
+            if (s_gpu->buffer_upload(s_gpu, ls_view(f, 7), h, LS_DTYPE_BF16, n - 7) ||
+                s_gpu->buffer_download(s_gpu, got, ls_view(f, 0), n))
+                exit(2);
+            for (size_t k = 0; k < n; k++)
+                ref[k] = k < 7 ? 0.0f : ls_bf16_to_f32(h[k - 7]);
+            s_check("upload bf16 -> f32 buffer at offset, zero", got, ref, n, 0, 0);
+            s_gpu->buffer_free(s_gpu, f);
+            free(h);
+        }
+        s_gpu->buffer_free(s_gpu, b);
+    }
+    free(x), free(ref), free(got);
+}
+
+// -- dense ops ----------------------------------------------------------------------------
+
+static void test_matmul(t_rng_t *r, int T, int in, int out, ls_dtype_t wdt, int bias,
+                        ls_dtype_t bdt, int acc) {
+    s_pb_t w = s_pb_new(wdt, (size_t)out * in), x = s_pb_new(LS_DTYPE_F32, (size_t)T * in),
+           y = s_pb_new(LS_DTYPE_F32, (size_t)T * out), b = s_pb_new(bdt, out);
+    float *hw = s_fill_new(r, (size_t)out * in, -0.1f, 0.1f);
+    float *hx = s_fill_new(r, (size_t)T * in, -1, 1);
+    float *hy = acc ? s_fill_new(r, (size_t)T * out, -1, 1) : s_nan_new((size_t)T * out);
+    float *hb = s_fill_new(r, out, -0.5f, 0.5f);
+    s_pb_set(&w, 0, hw, (size_t)out * in);
+    s_pb_set(&x, 0, hx, (size_t)T * in);
+    s_pb_set(&y, 0, hy, (size_t)T * out);
+    s_pb_set(&b, 0, hb, out);
+    s_cpu->matmul(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&w, 0),
+                  bias ? s_vc(&b, 0) : LS_VIEW_NONE, T, in, out, acc);
+    s_gpu->matmul(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&w, 0),
+                  bias ? s_vg(&b, 0) : LS_VIEW_NONE, T, in, out, acc);
+    float *c = t_alloc((size_t)T * out * 4), *g = t_alloc((size_t)T * out * 4);
+    s_pb_get(&y, 0, (size_t)T * out, c, g);
+    char name[96];
+    snprintf(name, sizeof name, "matmul w=%s T=%d %dx%d%s%s%s", s_dtn(wdt), T, in, out,
+             bias ? " +bias:" : "", bias ? s_dtn(bdt) : "", acc ? " accumulate" : "");
+    double tol = wdt == LS_DTYPE_F32 ? 1e-10 : wdt == LS_DTYPE_BF16 ? 5e-5 : 1e-5;
+    double tol_abs = wdt == LS_DTYPE_F32 ? 1e-4 : wdt == LS_DTYPE_BF16 ? 5e-2 : 1e-2;
+    s_check(name, g, c, (size_t)T * out, tol, tol_abs);
+    s_pb_free(&w), s_pb_free(&x), s_pb_free(&y), s_pb_free(&b);
+    free(hw), free(hx), free(hy), free(hb), free(c), free(g);
+}
+
+static void test_embedding_gather(t_rng_t *r) {
+    int vocab = 1000, C = 520, T = 17;
+    s_pb_t tab = s_pb_new(LS_DTYPE_BF16, (size_t)vocab * C),
+           out = s_pb_new(LS_DTYPE_F32, (size_t)T * C), pick = s_pb_new(LS_DTYPE_F32, 6 * C);
+    float *ht = s_fill_new(r, (size_t)vocab * C, -1, 1), *poison = s_nan_new((size_t)T * C);
+    s_pb_set(&tab, 0, ht, (size_t)vocab * C);
+    s_pb_set(&out, 0, poison, (size_t)T * C);
+    s_pb_set(&pick, 0, poison, 6 * C);
+    static s_stepd_t d;
+    s_step_simple(&d, T);
+    for (int t = 0; t < T; t++)
+        d.ids[t] = t_rng_int(r, vocab);
+    d.ids[0] = vocab - 1;
+    d.n_logit = 5;
+    int32_t rows[5] = {16, 0, 3, 3, 9};
+    memcpy(d.logit_rows, rows, sizeof rows);
+    s_step_begin(&d);
+    s_cpu->embedding(s_cpu, s_vc(&out, 0), s_vc(&tab, 0), C, vocab);
+    s_gpu->embedding(s_gpu, s_vg(&out, 0), s_vg(&tab, 0), C, vocab);
+    s_cpu->rows_gather(s_cpu, s_vc(&pick, C), s_vc(&out, 0), C); // leaves row 0 poisoned
+    s_gpu->rows_gather(s_gpu, s_vg(&pick, C), s_vg(&out, 0), C);
+    float *c = t_alloc((size_t)T * C * 4), *g = t_alloc((size_t)T * C * 4);
+    s_pb_get(&out, 0, (size_t)T * C, c, g);
+    s_check("embedding bf16 table 1000x520 T=17", g, c, (size_t)T * C, 0, 0);
+    s_pb_get(&pick, 0, 6 * C, c, g);
+    s_check("rows_gather 5 of 17 rows (dup, at offset)", g, c, 6 * C, 0, 0);
+    s_pb_free(&tab), s_pb_free(&out), s_pb_free(&pick);
+    free(ht), free(poison), free(c), free(g);
+}
+
+static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual, int alias) {
+    size_t n = (size_t)T * C;
+    s_pb_t x = s_pb_new(LS_DTYPE_F32, n), res = s_pb_new(LS_DTYPE_F32, n),
+           out = s_pb_new(LS_DTYPE_F32, n), w = s_pb_new(wdt, C);
+    float *hx = s_fill_new(r, n, -2, 2), *hr = s_fill_new(r, n, -2, 2),
+          *hw = s_fill_new(r, C, 0.5f, 1.5f), *poison = s_nan_new(n);
+    s_pb_set(&x, 0, hx, n);
+    s_pb_set(&res, 0, hr, n);
+    s_pb_set(&out, 0, poison, n);
+    s_pb_set(&w, 0, hw, C);
+    s_pb_t *o = alias ? &x : &out;
+    s_cpu->rmsnorm(s_cpu, s_vc(o, 0), residual ? s_vc(&res, 0) : LS_VIEW_NONE, s_vc(&x, 0),
+                   s_vc(&w, 0), T, C, 1e-5f);
+    s_gpu->rmsnorm(s_gpu, s_vg(o, 0), residual ? s_vg(&res, 0) : LS_VIEW_NONE, s_vg(&x, 0),
+                   s_vg(&w, 0), T, C, 1e-5f);
+    float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
+    char name[96];
+    s_pb_get(o, 0, n, c, g);
+    snprintf(name, sizeof name, "rmsnorm w=%s T=%d C=%d%s%s", s_dtn(wdt), T, C,
+             residual ? " +residual" : "", alias ? " out=x" : "");
+    s_check(name, g, c, n, 1e-10, 1e-4);
+    if (residual) {
+        s_pb_get(&res, 0, n, c, g);
+        snprintf(name, sizeof name, "rmsnorm T=%d C=%d: residual += x", T, C);
+        s_check(name, g, c, n, 0, 0);
+    }
+    s_pb_free(&x), s_pb_free(&res), s_pb_free(&out), s_pb_free(&w);
+    free(hx), free(hr), free(hw), free(poison), free(c), free(g);
+}
+
+static void test_rmsnorm_heads(t_rng_t *r) {
+    int T = 11, H = 8, D = 128, stride = H * D + 2 * 2 * D;
+    size_t n = (size_t)T * stride;
+    s_pb_t x = s_pb_new(LS_DTYPE_F32, n), w = s_pb_new(LS_DTYPE_BF16, D);
+    float *hx = s_fill_new(r, n, -2, 2), *hw = s_fill_new(r, D, 0.5f, 1.5f);
+    s_pb_set(&x, 0, hx, n);
+    s_pb_set(&w, 0, hw, D);
+    // the k heads of a stacked qkv row: offset H*D, 2 heads
+    s_cpu->rmsnorm_heads(s_cpu, s_vc(&x, (size_t)H * D), s_vc(&w, 0), T, 2, D, stride, 1e-6f);
+    s_gpu->rmsnorm_heads(s_gpu, s_vg(&x, (size_t)H * D), s_vg(&w, 0), T, 2, D, stride, 1e-6f);
+    s_cpu->rmsnorm_heads(s_cpu, s_vc(&x, 0), s_vc(&w, 0), T, H, D, stride, 1e-6f);
+    s_gpu->rmsnorm_heads(s_gpu, s_vg(&x, 0), s_vg(&w, 0), T, H, D, stride, 1e-6f);
+    float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
+    s_pb_get(&x, 0, n, c, g);
+    s_check("rmsnorm_heads q (8x128) and k (2x128) in stacked rows", g, c, n, 1e-10, 1e-4);
+    s_pb_free(&x), s_pb_free(&w);
+    free(hx), free(hw), free(c), free(g);
+}
+
+static void test_rope(t_rng_t *r, ls_rope_type_t type) {
+    int T = 19, H = 8, KV = 2, D = 128, stride = (H + 2 * KV) * D;
+    size_t n = (size_t)T * stride;
+    ls_rope_config_t cfg = {type, 500000.0, 8.0, 1.0, 4.0, 8192.0};
+    float inv[64];
+    ls_rope_inv_freq_init(inv, D, &cfg);
+    s_pb_t x = s_pb_new(LS_DTYPE_F32, n), fi = s_pb_new(LS_DTYPE_F32, D / 2);
+    float *hx = s_fill_new(r, n, -1, 1);
+    s_pb_set(&x, 0, hx, n);
+    s_pb_set(&fi, 0, inv, D / 2);
+    static s_stepd_t d;
+    s_step_simple(&d, T);
+    for (int t = 0; t < T; t++)
+        d.pos[t] = t < 4 ? t : t_rng_int(r, 131072);
+    s_step_begin(&d);
+    s_cpu->rope(s_cpu, s_vc(&x, 0), s_vc(&fi, 0), H, D, stride);
+    s_gpu->rope(s_gpu, s_vg(&x, 0), s_vg(&fi, 0), H, D, stride);
+    s_cpu->rope(s_cpu, s_vc(&x, (size_t)H * D), s_vc(&fi, 0), KV, D, stride);
+    s_gpu->rope(s_gpu, s_vg(&x, (size_t)H * D), s_vg(&fi, 0), KV, D, stride);
+    float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
+    s_pb_get(&x, 0, n, c, g);
+    s_check(type == LS_ROPE_LLAMA3 ? "rope llama3 q+k in stacked rows, pos < 131072"
+                                   : "rope default q+k in stacked rows, pos < 131072",
+            g, c, n, 1e-10, 1e-4);
+    s_pb_free(&x), s_pb_free(&fi);
+    free(hx), free(c), free(g);
+}
+
+static void test_silu_add(t_rng_t *r) {
+    int T = 7, inter = 1000;
+    size_t n = (size_t)T * inter;
+    s_pb_t gu = s_pb_new(LS_DTYPE_F32, 2 * n), out = s_pb_new(LS_DTYPE_F32, n + 5);
+    float *hg = s_fill_new(r, 2 * n, -6, 6), *poison = s_nan_new(n + 5);
+    s_pb_set(&gu, 0, hg, 2 * n);
+    s_pb_set(&out, 0, poison, n + 5);
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&gu, 0), T, inter);
+    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&gu, 0), T, inter);
+    float *c = t_alloc((2 * n + 5) * 4), *g = t_alloc((2 * n + 5) * 4);
+    s_pb_get(&out, 0, n + 5, c, g);
+    s_check("silu_mul T=7 inter=1000 (+5 untouched)", g, c, n + 5, 1e-10, 1e-5);
+    float *hx = s_fill_new(r, n, -1, 1); // identical inputs: silu's outputs differ by ulps
+    s_pb_set(&out, 0, hx, n);
+    free(hx);
+    s_cpu->add(s_cpu, s_vc(&gu, 3), s_vc(&out, 0), n);
+    s_gpu->add(s_gpu, s_vg(&gu, 3), s_vg(&out, 0), n);
+    s_pb_get(&gu, 0, 2 * n, c, g);
+    s_check("add n=7000 at offset", g, c, 2 * n, 0, 0);
+    s_pb_free(&gu), s_pb_free(&out);
+    free(hg), free(poison), free(c), free(g);
+}
+
+// -- KV cache and attention ---------------------------------------------------------------
+
+// S sequences with n_cached[s] cached and n_new[s] new tokens; pad adds one padding token
+// (slot -1) as a sequence of its own.
+static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cached,
+                           const int *n_new, int H, int KV, int D, int bs, ls_dtype_t cdt,
+                           int pad) {
+    static s_stepd_t d;
+    memset(&d, 0, sizeof d);
+    int max_ctx = 1;
+    for (int s = 0; s < S; s++)
+        max_ctx = n_cached[s] + n_new[s] > max_ctx ? n_cached[s] + n_new[s] : max_ctx;
+    int max_blocks = (max_ctx + bs - 1) / bs, n_seq = S + (pad ? 1 : 0);
+    int num_blocks = n_seq * max_blocks + 3;
+    int32_t *perm = t_alloc(num_blocks * 4);
+    for (int i = 0; i < num_blocks; i++)
+        perm[i] = i;
+    t_shuffle(r, perm, num_blocks); // block tables are never contiguous
+    if (n_seq * max_blocks > MAXTAB) {
+        fprintf(stderr, "attention test too large\n");
+        exit(2);
+    }
+    int T = 0;
+    for (int s = 0; s < n_seq; s++) {
+        for (int b = 0; b < max_blocks; b++)
+            d.tables[s * max_blocks + b] = perm[s * max_blocks + b];
+        int nc = s < S ? n_cached[s] : 0, nn = s < S ? n_new[s] : 1;
+        for (int j = nc; j < nc + nn; j++, T++) {
+            d.pos[T] = j;
+            d.slot[T] = s < S ? d.tables[s * max_blocks + j / bs] * bs + j % bs : -1;
+        }
+        d.q_indptr[s + 1] = T;
+        d.ctx[s] = nc + nn;
+    }
+    d.T = T;
+    d.S = n_seq;
+    d.max_blocks = max_blocks;
+    d.max_ctx = max_ctx;
+    s_step_begin(&d);
+
+    int stride = (H + 2 * KV) * D, kvd = KV * D;
+    size_t nq = (size_t)T * stride, nc = (size_t)num_blocks * bs * kvd, no = (size_t)T * H * D;
+    s_pb_t qkv = s_pb_new(LS_DTYPE_F32, nq), kc = s_pb_new(cdt, nc), vc = s_pb_new(cdt, nc),
+           out = s_pb_new(LS_DTYPE_F32, no);
+    float *hq = s_fill_new(r, nq, -1, 1), *hk = s_fill_new(r, nc, -1, 1),
+          *hv = s_fill_new(r, nc, -1, 1), *poison = s_nan_new(no);
+    if (cdt != LS_DTYPE_F32) // k, v values the cache dtype holds exactly: kv_store is a copy
+        for (int t = 0; t < T; t++)
+            s_round_all(cdt, hq + (size_t)t * stride + (size_t)H * D, 2 * kvd);
+    s_pb_set(&qkv, 0, hq, nq);
+    s_pb_set(&kc, 0, hk, nc);
+    s_pb_set(&vc, 0, hv, nc);
+    s_pb_set(&out, 0, poison, no);
+    size_t ko = (size_t)H * D, vo = ko + kvd;
+    s_cpu->kv_store(s_cpu, s_vc(&kc, 0), s_vc(&vc, 0), s_vc(&qkv, ko), s_vc(&qkv, vo), KV, D,
+                    stride);
+    s_gpu->kv_store(s_gpu, s_vg(&kc, 0), s_vg(&vc, 0), s_vg(&qkv, ko), s_vg(&qkv, vo), KV, D,
+                    stride);
+    s_cpu->attention(s_cpu, s_vc(&out, 0), s_vc(&qkv, 0), s_vc(&kc, 0), s_vc(&vc, 0), H, KV,
+                     D, bs, stride);
+    s_gpu->attention(s_gpu, s_vg(&out, 0), s_vg(&qkv, 0), s_vg(&kc, 0), s_vg(&vc, 0), H, KV,
+                     D, bs, stride);
+    float *c = t_alloc(nc * 4), *g = t_alloc(nc * 4);
+    char name[96];
+    s_pb_get(&kc, 0, nc, c, g);
+    snprintf(name, sizeof name, "kv_store %s cache=%s: k", what, s_dtn(cdt));
+    s_check(name, g, c, nc, 0, 0);
+    s_pb_get(&vc, 0, nc, c, g);
+    snprintf(name, sizeof name, "kv_store %s cache=%s: v", what, s_dtn(cdt));
+    s_check(name, g, c, nc, 0, 0);
+    float *co = t_alloc(no * 4), *go = t_alloc(no * 4);
+    s_pb_get(&out, 0, no, co, go);
+    snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d bs=%d %s", what, H, KV, D, bs,
+             s_dtn(cdt));
+    s_check(name, go, co, no, 1e-10, 1e-4);
+    s_pb_free(&qkv), s_pb_free(&kc), s_pb_free(&vc), s_pb_free(&out);
+    free(perm), free(hq), free(hk), free(hv), free(poison), free(c), free(g), free(co),
+        free(go);
+}
+
+// -- LoRA ---------------------------------------------------------------------------------
+
+typedef struct {
+    const char *name;
+    int T;          // activation rows
+    int n_segs;
+    int sizes[40];
+    int slots[40];
+    int perm;       // rows shuffled (uncovered rows included in the shuffle)
+} s_layout_t;
+
+static const s_layout_t s_layouts[] = {
+    {"one adapter", 37, 1, {37}, {3}, 0},
+    {"all distinct (decode)", 32, 32,
+     {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+     {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
+      17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32},
+     0},
+    {"skewed", 60, 8, {40, 9, 4, 3, 1, 1, 1, 1}, {5, 1, 2, 3, 4, 6, 7, 8}, 0},
+    {"base rows + uncovered", 24, 6, {5, 3, 1, 4, 2, 6}, {0, 2, 0, 9, 0, 17}, 0},
+    {"permutation + base + uncovered", 30, 5, {12, 7, 1, 1, 5}, {4, 0, 2, 11, 31}, 1},
+};
+
+static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
+                      int in, int r_max, ls_dtype_t pdt) {
+    enum { SLOTS = 33 };
+    static s_stepd_t d;
+    s_step_simple(&d, lay->T);
+    d.has_lora = 1;
+    d.n_segs = lay->n_segs;
+    d.n_slots = SLOTS;
+    static const int rank_list[4] = {8, 16, 32, 64};
+    d.ranks[0] = 0;
+    d.scal[0] = 0.0f;
+    for (int s = 1; s < SLOTS; s++) {
+        int rk = rank_list[(s - 1) % 4];
+        d.ranks[s] = rk < r_max ? rk : r_max;
+        d.scal[s] = t_rng_float(r, 0.25f, 2.0f);
+    }
+    int covered = 0;
+    for (int s = 0; s < lay->n_segs; s++) {
+        d.seg_indptr[s] = covered;
+        covered += lay->sizes[s];
+        d.wi[s] = lay->slots[s];
+    }
+    d.seg_indptr[lay->n_segs] = covered;
+    int32_t rows[MAXT];
+    for (int t = 0; t < lay->T; t++)
+        rows[t] = t;
+    if (lay->perm) {
+        t_shuffle(r, rows, lay->T);
+        memcpy(d.perm, rows, sizeof(int32_t) * covered);
+        d.has_perm = 1;
+    }
+    s_step_begin(&d);
+
+    int ld = n_slices * r_max, off[4] = {0};
+    for (int k = 0; k < n_slices; k++)
+        off[k + 1] = off[k] + sizes[k];
+    int out_total = off[n_slices], T = lay->T;
+    size_t na = (size_t)SLOTS * ld * in, nb = (size_t)SLOTS * out_total * r_max;
+    float *ha = s_fill_new(r, na, -0.1f, 0.1f), *hb = s_fill_new(r, nb, -0.1f, 0.1f);
+    // pool entries past each slot's rank are NaN: reading one would show
+    for (int s = 0; s < SLOTS; s++) {
+        for (int k = 0; k < n_slices; k++)
+            for (int j = d.ranks[s]; j < r_max; j++)
+                for (int i = 0; i < in; i++)
+                    ha[(((size_t)s * ld) + (size_t)k * r_max + j) * in + i] = NAN;
+        for (int o = 0; o < out_total; o++)
+            for (int j = d.ranks[s]; j < r_max; j++)
+                hb[((size_t)s * out_total + o) * r_max + j] = NAN;
+    }
+    // rows that rank>0 segments cover get random y; the others are poison that must stay
+    int32_t touched[MAXT] = {0};
+    for (int s = 0; s < lay->n_segs; s++)
+        if (d.ranks[lay->slots[s]] > 0)
+            for (int p = d.seg_indptr[s]; p < d.seg_indptr[s + 1]; p++)
+                touched[rows[p]] = 1;
+    size_t nx = (size_t)T * in, nt = (size_t)T * ld, ny = (size_t)T * out_total;
+    float *hx = s_fill_new(r, nx, -1, 1), *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
+    for (int t = 0; t < T; t++)
+        if (touched[t])
+            t_fill(r, hy + (size_t)t * out_total, out_total, -1, 1);
+    s_pb_t a = s_pb_new(pdt, na), b = s_pb_new(pdt, nb), x = s_pb_new(LS_DTYPE_F32, nx),
+           tmp = s_pb_new(LS_DTYPE_F32, nt), y = s_pb_new(LS_DTYPE_F32, ny);
+    s_pb_set(&a, 0, ha, na);
+    s_pb_set(&b, 0, hb, nb);
+    s_pb_set(&x, 0, hx, nx);
+    s_pb_set(&tmp, 0, tpois, nt);
+    s_pb_set(&y, 0, hy, ny);
+    s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), s_vc(&a, 0), in, n_slices, r_max);
+    s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), s_vg(&a, 0), in, n_slices, r_max);
+    s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, n_slices, r_max);
+    s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, n_slices, r_max);
+    float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
+    char name[96];
+    s_pb_get(&tmp, 0, nt, c, g);
+    snprintf(name, sizeof name, "lora shrink %s, %d slice%s in=%d r_max=%d %s", lay->name,
+             n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+    s_check(name, g, c, nt, 1e-10, 1e-4);
+    s_pb_get(&y, 0, ny, c, g);
+    for (size_t i = 0; i < ny; i++) { // compare the LoRA deltas
+        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
+        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
+    }
+    snprintf(name, sizeof name, "lora expand %s, out=%d", lay->name, out_total);
+    s_check(name, g, c, ny, 1e-10, 1e-4);
+    s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
+    free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
+}
+
+// -- sampling -------------------------------------------------------------------------------
+
+// The processed logprob row of ops.h steps 1-3, as kernels/cpu/sampling.c forms it (to
+// measure how close a disagreement is to a tie).
+static void s_lp_row(float *l, const float *logits, const ls_sampling_params_t *sp,
+                     const int32_t *prompt, int np, const int32_t *output, int no, int V) {
+    memcpy(l, logits, (size_t)V * 4);
+    int32_t *mark = calloc((size_t)V, 4);
+    if (sp->repetition_penalty != 1.0f) {
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *ids = pass ? output : prompt;
+            for (int i = 0; i < (pass ? no : np); i++) {
+                int v = ids[i];
+                if (mark[v])
+                    continue;
+                mark[v] = 1;
+                l[v] = l[v] > 0 ? l[v] / sp->repetition_penalty : l[v] * sp->repetition_penalty;
+            }
+        }
+        memset(mark, 0, (size_t)V * 4);
+    }
+    if (sp->frequency_penalty != 0.0f || sp->presence_penalty != 0.0f) {
+        for (int i = 0; i < no; i++)
+            mark[output[i]]++;
+        for (int i = 0; i < no; i++) {
+            int v = output[i];
+            if (!mark[v])
+                continue;
+            l[v] -= sp->frequency_penalty * mark[v] + sp->presence_penalty;
+            mark[v] = 0;
+        }
+    }
+    free(mark);
+    float max = -INFINITY;
+    for (int v = 0; v < V; v++) {
+        if (sp->temperature > 0.0f)
+            l[v] /= sp->temperature;
+        if (l[v] > max)
+            max = l[v];
+    }
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)l[v] - max);
+    float lse = max + (float)log(sum);
+    for (int v = 0; v < V; v++)
+        l[v] -= lse;
+}
+
+static float s_key(const float *lp, const ls_sampling_params_t *sp, int v) {
+    float e = -logf(ls_rng_uniform(sp->seed, sp->step, (uint64_t)v));
+    return lp[v] - logf(e);
+}
+
+static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
+    enum { TOPN = 6 };
+    size_t n = (size_t)n_rows * V;
+    float *logits = t_alloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        logits[i] = 4.0f * (t_rng_float(r, -1, 1) + t_rng_float(r, -1, 1) + t_rng_float(r, -1, 1));
+    ls_sampling_params_t *sp = calloc((size_t)n_rows, sizeof *sp);
+    int32_t *pi = t_alloc((n_rows + 1) * 4), *oi = t_alloc((n_rows + 1) * 4);
+    int32_t *pids = t_alloc((size_t)n_rows * 40 * 4), *oids = t_alloc((size_t)n_rows * 30 * 4);
+    pi[0] = oi[0] = 0;
+    for (int row = 0; row < n_rows; row++) {
+        ls_sampling_params_t *p = &sp[row];
+        int kind = row % 8;
+        p->temperature = kind == 0 ? 0.0f : t_rng_float(r, 0.5f, 1.5f);
+        p->top_k = 0;
+        p->top_p = 1.0f;
+        p->min_p = 0.0f;
+        p->repetition_penalty = 1.0f;
+        p->seed = t_rng_next(r);
+        p->step = (uint64_t)t_rng_int(r, 1000);
+        p->n_logprobs = row % 3 == 0 ? TOPN : row % 3 == 1 ? 2 : 0;
+        static const int ks[4] = {1, 5, 50, 1000};
+        static const float ps[4] = {0.5f, 0.9f, 0.95f, 0.0f};
+        if (kind == 2)
+            p->top_k = ks[(row / 8) % 4];
+        if (kind == 3)
+            p->top_p = ps[(row / 8) % 4];
+        if (kind == 4)
+            p->min_p = (row / 8) % 2 ? 0.05f : 0.2f;
+        if (kind == 5)
+            p->top_k = 40, p->top_p = 0.9f, p->min_p = 0.05f;
+        if (kind == 6 || (row / 8) % 3 == 1) { // penalties, also on greedy rows
+            p->repetition_penalty = 1.3f;
+            p->frequency_penalty = 0.5f;
+            p->presence_penalty = 0.3f;
+        }
+        if (kind == 7)
+            p->top_p = 0.8f, p->temperature = 0.3f;
+        // prompt and output ids among the likely tokens (0..63 are boosted), duplicates
+        int np = t_rng_int(r, 40), no = t_rng_int(r, 30);
+        for (int i = 0; i < np; i++)
+            pids[pi[row] + i] = t_rng_int(r, 64);
+        for (int i = 0; i < no; i++)
+            oids[oi[row] + i] = t_rng_int(r, 64);
+        pi[row + 1] = pi[row] + np;
+        oi[row + 1] = oi[row] + no;
+        float *lr = logits + (size_t)row * V;
+        for (int v = 0; v < 64; v++)
+            lr[v] += 6.0f;
+        if (row == 0) { // an exact tie for the max: the lower id wins
+            lr[7] = lr[3] = 40.0f;
+        }
+    }
+    ls_sampling_batch_t batch = {n_rows, TOPN, sp, pi, pids, oi, oids};
+    s_pb_t lg = s_pb_new(LS_DTYPE_F32, n + 3);
+    s_pb_set(&lg, 3, logits, n);
+
+    int32_t *tc = t_alloc(n_rows * 4), *tg = t_alloc(n_rows * 4);
+    float *lc = t_alloc(n_rows * 4), *lgp = t_alloc(n_rows * 4);
+    int32_t *ic = t_alloc(n_rows * TOPN * 4), *ig = t_alloc(n_rows * TOPN * 4);
+    float *vc = t_alloc(n_rows * TOPN * 4), *vg = t_alloc(n_rows * TOPN * 4);
+    float *lp = t_alloc((size_t)V * 4);
+    long greedy_n = 0, greedy_same = 0, seeded_n = 0, seeded_same = 0, near_ties = 0, bad = 0,
+         top_bad = 0, untouched_bad = 0;
+    double lp_max = 0, top_max = 0, worst_gap = 0;
+    for (int st = 0; st < n_steps; st++) {
+        for (int row = 0; row < n_rows; row++)
+            sp[row].step += 1; // a new draw each step, same logits
+        for (int i = 0; i < n_rows * TOPN; i++)
+            ic[i] = ig[i] = -7, vc[i] = vg[i] = NAN;
+        if (ls_sampling_sample(tc, lc, ic, vc, logits, &batch, V) ||
+            s_gpu->sample(s_gpu, ls_view(lg.g, 3), V, &batch, tg, lgp, ig, vg)) {
+            fprintf(stderr, "sample failed\n");
+            exit(2);
+        }
+        for (int row = 0; row < n_rows; row++) {
+            const ls_sampling_params_t *p = &sp[row];
+            int greedy = p->temperature <= 0.0f;
+            greedy_n += greedy, seeded_n += !greedy;
+            if (tc[row] == tg[row]) {
+                greedy_same += greedy, seeded_same += !greedy;
+                double d = fabs((double)lc[row] - lgp[row]);
+                lp_max = d > lp_max ? d : lp_max;
+            } else if (greedy) {
+                bad++;
+                printf("  greedy mismatch row %d: cpu %d gpu %d\n", row, tc[row], tg[row]);
+            } else {
+                s_lp_row(lp, logits + (size_t)row * V, p, pids + pi[row], pi[row + 1] - pi[row],
+                         oids + oi[row], oi[row + 1] - oi[row], V);
+                float ka = s_key(lp, p, tc[row]), kb = s_key(lp, p, tg[row]);
+                double gap = fabs((double)ka - kb);
+                worst_gap = gap > worst_gap ? gap : worst_gap;
+                int tie = gap <= 1e-4 * fmax(1.0, fabs(ka));
+                near_ties += tie;
+                bad += !tie;
+                printf("  seeded mismatch row %d step %llu: cpu %d (lp %.7g key %.7g) gpu %d "
+                       "(lp %.7g key %.7g) %s\n",
+                       row, (unsigned long long)p->step, tc[row], lp[tc[row]], ka, tg[row],
+                       lp[tg[row]], kb, tie ? "near-tie" : "NOT A TIE");
+            }
+            for (int k = 0; k < TOPN; k++) {
+                int i = row * TOPN + k;
+                if (k >= p->n_logprobs) {
+                    untouched_bad += ig[i] != -7 || !isnan(vg[i]);
+                    continue;
+                }
+                if (ic[i] != ig[i]) {
+                    top_bad++;
+                    continue;
+                }
+                double dv = fabs((double)vc[i] - vg[i]);
+                top_max = dv > top_max ? dv : top_max;
+            }
+        }
+    }
+    char name[96];
+    s_res_t *res;
+    snprintf(name, sizeof name, "sample V=%d greedy tokens (%d rows x %d steps)", V, n_rows,
+             n_steps);
+    res = s_add_res(name);
+    res->n = (size_t)greedy_n;
+    res->pass = greedy_same == greedy_n;
+    snprintf(res->note, sizeof res->note, "identical %ld/%ld", greedy_same, greedy_n);
+    s_print_res(res);
+    snprintf(name, sizeof name, "sample V=%d seeded tokens", V);
+    res = s_add_res(name);
+    res->n = (size_t)seeded_n;
+    res->maxabs = worst_gap;
+    res->tol_abs = 1e-4;
+    res->pass = bad == 0 && near_ties * 100 <= seeded_n;
+    snprintf(res->note, sizeof res->note, "identical %ld/%ld, near-ties %ld, other %ld",
+             seeded_same, seeded_n, near_ties, bad);
+    s_print_res(res);
+    snprintf(name, sizeof name, "sample V=%d chosen logprobs", V);
+    res = s_add_res(name);
+    res->n = (size_t)(greedy_same + seeded_same);
+    res->maxabs = lp_max;
+    res->tol_abs = 1e-5;
+    res->pass = lp_max <= 1e-5;
+    s_print_res(res);
+    snprintf(name, sizeof name, "sample V=%d top-%d logprobs (ids, values, untouched)", V, TOPN);
+    res = s_add_res(name);
+    res->n = (size_t)n_rows * n_steps * TOPN;
+    res->maxabs = top_max;
+    res->tol_abs = 1e-5;
+    res->untouched_bad = untouched_bad;
+    res->nan_bad = top_bad;
+    res->pass = top_max <= 1e-5 && !top_bad && !untouched_bad;
+    snprintf(res->note, sizeof res->note, "id mismatches %ld", top_bad);
+    s_print_res(res);
+    s_pb_free(&lg);
+    free(logits), free(sp), free(pi), free(oi), free(pids), free(oids), free(tc), free(tg),
+        free(lc), free(lgp), free(ic), free(ig), free(vc), free(vg), free(lp);
+}
+
+
+// -- two engine steps through the tables ---------------------------------------------------
+
+// The attention half of a decoder layer with a LoRA'd qkv projection, two steps (a 6-token
+// prefill; then that sequence's decode batched with a 5-token prefill of another sequence
+// on the base model), as tests/kernels/test_backend.c runs it on the CPU: step metadata
+// handed over once and the host arrays scribbled over right after step_begin, caches
+// carried across steps, stacked qkv views. F32 projection weights, so that the whole
+// chain stays fp32 and the bound is the fp32 one.
+static void test_two_steps(t_rng_t *r) {
+    enum { VOCAB = 50, C = 256, H = 4, KV = 2, D = 64, QD = H * D, KVD = KV * D,
+           QKV = QD + 2 * KVD, BS = 4, NB = 16, MAXB = 4, R_MAX = 16, SLOTS = 3, MAX_T = 6,
+           CACHE = NB * BS * KVD };
+    static const int32_t tables[2 * MAXB] = {9, 2, 14, 5, 11, 0, 7, 3};
+    static const int32_t off[4] = {0, QD, QD + KVD, QKV};
+    s_pb_t tab = s_pb_new(LS_DTYPE_BF16, VOCAB * C), wq = s_pb_new(LS_DTYPE_F32, QKV * C),
+           nw = s_pb_new(LS_DTYPE_BF16, C), inv = s_pb_new(LS_DTYPE_F32, D / 2),
+           a = s_pb_new(LS_DTYPE_BF16, SLOTS * 3 * R_MAX * C),
+           b = s_pb_new(LS_DTYPE_BF16, SLOTS * QKV * R_MAX),
+           act = s_pb_new(LS_DTYPE_F32, MAX_T * (2 * C + QKV + 3 * R_MAX + QD) + 2 * QD),
+           kc = s_pb_new(LS_DTYPE_F32, CACHE), vc = s_pb_new(LS_DTYPE_F32, CACHE);
+    float *h = s_fill_new(r, QKV * C, -0.2f, 0.2f);
+    s_pb_set(&wq, 0, h, QKV * C);
+    t_fill(r, h, VOCAB * C, -1, 1);
+    s_pb_set(&tab, 0, h, VOCAB * C);
+    t_fill(r, h, C, 0.5f, 1.5f);
+    s_pb_set(&nw, 0, h, C);
+    t_fill(r, h, SLOTS * 3 * R_MAX * C, -0.1f, 0.1f);
+    s_pb_set(&a, 0, h, SLOTS * 3 * R_MAX * C);
+    t_fill(r, h, SLOTS * QKV * R_MAX, -0.1f, 0.1f);
+    s_pb_set(&b, 0, h, SLOTS * QKV * R_MAX);
+    ls_rope_config_t cfg = {LS_ROPE_DEFAULT, 10000.0, 1, 1, 1, 1};
+    ls_rope_inv_freq_init(h, D, &cfg);
+    s_pb_set(&inv, 0, h, D / 2);
+    // F32 caches: the CPU backend stores every buffer as f32, so a BF16 cache would differ
+    // from the GPU's by bf16 rounding of k and v (the bf16 cache path is checked exactly
+    // above, on values bf16 holds)
+    s_cpu->buffer_zero(s_cpu, ls_view(kc.c, 0), CACHE), s_gpu->buffer_zero(s_gpu, ls_view(kc.g, 0), CACHE);
+    s_cpu->buffer_zero(s_cpu, ls_view(vc.c, 0), CACHE), s_gpu->buffer_zero(s_gpu, ls_view(vc.g, 0), CACHE);
+    size_t o_h = 0, o_xn = MAX_T * C, o_qkv = 2 * MAX_T * C, o_tmp = o_qkv + MAX_T * QKV,
+           o_att = o_tmp + MAX_T * 3 * R_MAX, o_pick = o_att + MAX_T * QD;
+    static s_stepd_t d;
+    for (int stp = 0; stp < 2; stp++) {
+        memset(&d, 0, sizeof d);
+        int n_cached[2] = {stp ? 6 : 0, 0}, n_new[2] = {stp ? 1 : 6, 5},
+            slot[2] = {stp ? 2 : 1, 0}, S = stp ? 2 : 1, T = 0;
+        memcpy(d.tables, tables, sizeof tables);
+        for (int s = 0; s < S; s++) {
+            for (int j = n_cached[s]; j < n_cached[s] + n_new[s]; j++, T++) {
+                d.ids[T] = t_rng_int(r, VOCAB);
+                d.pos[T] = j;
+                d.slot[T] = tables[s * MAXB + j / BS] * BS + j % BS;
+            }
+            d.q_indptr[s + 1] = d.seg_indptr[s + 1] = T;
+            d.ctx[s] = n_cached[s] + n_new[s];
+            d.logit_rows[s] = T - 1;
+            d.wi[s] = slot[s];
+        }
+        d.T = T, d.S = S, d.max_blocks = MAXB, d.max_ctx = MAXB * BS, d.n_logit = S;
+        d.has_lora = 1, d.n_segs = S, d.n_slots = SLOTS;
+        d.ranks[0] = 0, d.ranks[1] = 8, d.ranks[2] = 16;
+        d.scal[0] = 0, d.scal[1] = 2.0f, d.scal[2] = 0.5f;
+        s_step_begin(&d);
+        memset(&d, 0x7f, sizeof d); // the backends work from their own copies
+        ls_backend_t *be[2] = {s_cpu, s_gpu};
+        for (int i = 0; i < 2; i++) {
+            ls_backend_t *B = be[i];
+            ls_buffer_t *A = i ? act.g : act.c;
+#define V_(pb) ls_view(i ? (pb).g : (pb).c, 0)
+            B->embedding(B, ls_view(A, o_h), V_(tab), C, VOCAB);
+            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, ls_view(A, o_h), V_(nw), T, C, 1e-5f);
+            B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
+            B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX);
+            B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX);
+            B->rope(B, ls_view(A, o_qkv), V_(inv), H, D, QKV);
+            B->rope(B, ls_view(A, o_qkv + QD), V_(inv), KV, D, QKV);
+            B->kv_store(B, V_(kc), V_(vc), ls_view(A, o_qkv + QD), ls_view(A, o_qkv + QD + KVD),
+                        KV, D, QKV);
+            B->attention(B, ls_view(A, o_att), ls_view(A, o_qkv), V_(kc), V_(vc), H, KV, D, BS,
+                         QKV);
+            B->rows_gather(B, ls_view(A, o_pick), ls_view(A, o_att), QD);
+#undef V_
+            if (B->synchronize(B)) {
+                fprintf(stderr, "two steps: device fault\n");
+                exit(2);
+            }
+        }
+        float *c = t_alloc(CACHE * 4), *g = t_alloc(CACHE * 4);
+        char name[96];
+        s_pb_get(&act, o_qkv, (size_t)T * QKV, c, g);
+        snprintf(name, sizeof name, "two steps: step %d qkv (matmul+lora+rope), T=%d", stp + 1, T);
+        s_check(name, g, c, (size_t)T * QKV, 1e-10, 1e-4);
+        s_pb_get(&kc, 0, CACHE, c, g);
+        snprintf(name, sizeof name, "two steps: step %d k cache", stp + 1);
+        s_check(name, g, c, CACHE, 1e-10, 1e-4);
+        s_pb_get(&act, o_pick, (size_t)S * QD, c, g);
+        snprintf(name, sizeof name, "two steps: step %d attention, picked rows", stp + 1);
+        s_check(name, g, c, (size_t)S * QD, 1e-10, 1e-4);
+        free(c), free(g);
+    }
+    s_pb_free(&tab), s_pb_free(&wq), s_pb_free(&nw), s_pb_free(&inv), s_pb_free(&a);
+    s_pb_free(&b), s_pb_free(&act), s_pb_free(&kc), s_pb_free(&vc);
+    free(h);
+}
+
+
+// -- a first timing of the LoRA decode shape (not pass/fail; next session's baseline) ------
+
+// Llama-3-8B qkv at decode: 64 tokens, each its own adapter of rank 16 (r_max 16), x (64,
+// 4096) -> tmp (64, 48) -> y (64, 4096+1024+1024), bf16 pools. Four rotating sets of 64
+// slots keep the 150 MB of pools out of the 50 MB L2. Bytes counted: each adapter's A and B
+// read once, x read, y read and written. Against a device-to-device copy's bandwidth.
+static void s_bench(void) {
+    enum { T = 64, IN = 4096, R = 16, NS = 3, LD = NS * R, OUT = 6144, SETS = 4,
+           SLOTS = 1 + SETS * T, ITERS = 200 };
+    static const int32_t off[4] = {0, 4096, 5120, 6144};
+    size_t na = (size_t)SLOTS * LD * IN, nb = (size_t)SLOTS * OUT * R;
+    void *a, *b, *x, *tmp, *y, *tiles, *scal, *big;
+    size_t big_bytes = (size_t)1 << 30;
+    if (cudaMalloc(&a, na * 2) || cudaMalloc(&b, nb * 2) || cudaMalloc(&x, T * IN * 4) ||
+        cudaMalloc(&tmp, T * LD * 4) || cudaMalloc(&y, (size_t)T * OUT * 4) ||
+        cudaMalloc(&tiles, SETS * T * sizeof(ls_cu_lora_tile_t)) ||
+        cudaMalloc(&scal, SLOTS * 4) || cudaMalloc(&big, 2 * big_bytes)) {
+        printf("bench: cudaMalloc failed\n");
+        return;
+    }
+    cudaMemset(a, 0x3c, na * 2), cudaMemset(b, 0x3c, nb * 2); // bf16 ~0.0115, not zeros
+    cudaMemset(x, 0x3c, T * IN * 4), cudaMemset(y, 0, (size_t)T * OUT * 4);
+    cudaMemset(big, 0x3c, 2 * big_bytes);
+    ls_cu_lora_tile_t ht[SETS * T];
+    float hs[SLOTS];
+    for (int k = 0; k < SETS; k++)
+        for (int t = 0; t < T; t++)
+            ht[k * T + t] = (ls_cu_lora_tile_t){t, 1, 1 + k * T + t, R};
+    for (int s = 0; s < SLOTS; s++)
+        hs[s] = 1.0f / 64;
+    cudaMemcpy(tiles, ht, sizeof ht, cudaMemcpyHostToDevice);
+    cudaMemcpy(scal, hs, sizeof hs, cudaMemcpyHostToDevice);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    float ms;
+    // copy bandwidth: read + write
+    for (int i = 0; i < 3; i++)
+        cudaMemcpyAsync((char *)big + big_bytes, big, big_bytes, cudaMemcpyDeviceToDevice, 0);
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < 10; i++)
+        cudaMemcpyAsync((char *)big + big_bytes, big, big_bytes, cudaMemcpyDeviceToDevice, 0);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    double bw = 2.0 * big_bytes * 10 / (ms * 1e-3) / 1e9;
+    const ls_cu_lora_tile_t *dt = tiles;
+    double us[3];
+    const char *what[3] = {"shrink", "expand", "shrink+expand"};
+    for (int m = 0; m < 3; m++) {
+        for (int it = -20; it < ITERS; it++) {
+            if (it == 0)
+                cudaEventRecord(e0, 0);
+            const ls_cu_lora_tile_t *set = dt + ((it + 20) % SETS) * T;
+            if (m != 1)
+                ls_cu_lora_shrink(tmp, x, a, LS_CU_BF16, set, T, R, NULL, IN, NS, R, 0);
+            if (m != 0)
+                ls_cu_lora_expand(y, tmp, b, LS_CU_BF16, set, T, NULL, scal, off, NS, R, 0);
+        }
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        us[m] = ms * 1e3 / ITERS;
+    }
+    double ba = (double)T * LD * IN * 2 + (double)T * IN * 4,     // A + x
+        bb = (double)T * OUT * R * 2 + (double)T * OUT * 4 * 2; // B + y read and written
+    double bytes[3] = {ba, bb, ba + bb};
+    printf("\n=== LoRA decode timing (qkv 4096->6144, T=64 distinct adapters, r=16, bf16; "
+           "launch gaps included) ===\n");
+    printf("device-to-device copy: %.0f GB/s\n", bw);
+    for (int m = 0; m < 3; m++)
+        printf("%-14s %8.1f us %8.1f MB %8.0f GB/s %5.1f%% of copy bw\n", what[m], us[m],
+               bytes[m] / 1e6, bytes[m] / (us[m] * 1e-6) / 1e9,
+               100.0 * bytes[m] / (us[m] * 1e-6) / 1e9 / bw);
+    printf("bench: %s\n", cudaGetErrorString(cudaGetLastError()));
+    cudaFree(a), cudaFree(b), cudaFree(x), cudaFree(tmp), cudaFree(y), cudaFree(tiles);
+    cudaFree(scal), cudaFree(big);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+}
+
+// -----------------------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    char err[256] = "";
+    int device = argc > 1 ? atoi(argv[1]) : 0;
+    s_cpu = ls_backend_cpu_new(0);
+    s_gpu = ls_backend_cuda_new(device, err, sizeof err);
+    if (!s_cpu || !s_gpu) {
+        fprintf(stderr, "backend init failed: %s\n", err);
+        return 2;
+    }
+    t_rng_t r = {20261122};
+    printf("%-58s %8s %10s %8s %10s %8s %5s %5s\n", "test", "n", "nmse", "tol", "maxabs",
+           "tol_abs", "untch", "nan");
+
+    test_buffers(&r);
+
+    test_matmul(&r, 1, 512, 768, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0);
+    test_matmul(&r, 37, 512, 384, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0);
+    test_matmul(&r, 64, 1024, 256, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1);
+    test_matmul(&r, 3, 4096, 1000, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 1);
+    test_matmul(&r, 5, 256, 320, LS_DTYPE_F32, 1, LS_DTYPE_F32, 1);
+    test_matmul(&r, 33, 300, 130, LS_DTYPE_F32, 0, LS_DTYPE_F32, 0);
+    test_matmul(&r, 9, 256, 128, LS_DTYPE_F16, 1, LS_DTYPE_F16, 0);
+
+    test_embedding_gather(&r);
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0);
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_F32, 0, 1);
+    test_rmsnorm(&r, 5, 1000, LS_DTYPE_BF16, 1, 1);
+    test_rmsnorm_heads(&r);
+    test_rope(&r, LS_ROPE_DEFAULT);
+    test_rope(&r, LS_ROPE_LLAMA3);
+    test_silu_add(&r);
+
+    {
+        int nc[3] = {0, 21, 40}, nn[3] = {17, 5, 9};
+        test_attention(&r, "prefill on cached prefix+pad", 3, nc, nn, 8, 2, 128, 16,
+                       LS_DTYPE_BF16, 1);
+        test_attention(&r, "prefill on cached prefix+pad", 3, nc, nn, 8, 2, 128, 16,
+                       LS_DTYPE_F32, 1);
+    }
+    {
+        int nc[24], nn[24];
+        for (int s = 0; s < 24; s++)
+            nc[s] = t_rng_int(&r, 300), nn[s] = 1;
+        nc[0] = 0;
+        test_attention(&r, "decode x24", 24, nc, nn, 32, 8, 128, 16, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode x24 group16", 24, nc, nn, 16, 1, 64, 16, LS_DTYPE_F32, 0);
+        test_attention(&r, "decode x24 group7", 24, nc, nn, 14, 2, 80, 32, LS_DTYPE_F32, 0);
+        test_attention(&r, "decode x24", 24, nc, nn, 8, 4, 256, 16, LS_DTYPE_BF16, 0);
+    }
+    {
+        int nc[2] = {100, 3}, nn[2] = {130, 60}; // long chunk, every warp busy
+        test_attention(&r, "prefill chunk 130+60", 2, nc, nn, 16, 4, 128, 16, LS_DTYPE_BF16, 0);
+    }
+
+    static const int sz3[3] = {512, 128, 128}, sz2[2] = {384, 384}, sz1[1] = {520},
+                     szodd[3] = {300, 0, 77};
+    int n_layouts = (int)(sizeof s_layouts / sizeof s_layouts[0]);
+    for (int l = 0; l < n_layouts; l++) {
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16);
+        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16);
+        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16);
+    }
+    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32);
+    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32);
+    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16);  // scalar paths
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16);
+
+    test_two_steps(&r);
+    test_sampling(&r, 64, 32000, 8);
+    test_sampling(&r, 16, 128256, 2);
+
+    if (argc > 2 || getenv("LS_GPU_BENCH"))
+        s_bench();
+
+    // the table again, last, for whoever reads only the tail
+    int fails = 0;
+    printf("\n=== summary: CUDA backend vs CPU backend ===\n");
+    printf("%-58s %8s %10s %8s %10s %8s %5s %5s\n", "test", "n", "nmse", "tol", "maxabs",
+           "tol_abs", "untch", "nan");
+    for (int i = 0; i < s_n_res; i++) {
+        s_print_res(&s_res[i]);
+        fails += !s_res[i].pass;
+    }
+    printf("%d tests, %d failed\n", s_n_res, fails);
+    int sync = s_gpu->synchronize(s_gpu);
+    ls_backend_destroy(&s_gpu);
+    ls_backend_destroy(&s_cpu);
+    return fails || sync ? 1 : 0;
+}
