@@ -1,11 +1,272 @@
-// scheduler — continuous batching over the workers; its work comes with the scheduler issue.
-// Accepts now: the lifecycle messages every actor handles (Heartbeat, Shutdown, GetMetrics).
-// Emits: Ready, Heartbeat, Metrics, Error.
-#include "ls_actor.h"
+// scheduler — continuous batching over one group of workers (docs/scheduling.md).
+//
+// Accepts: TokenizedReq, Abort (tokenizer, detokenizer, or a test client, on the ROUTER);
+//          LoadAdapter, UnloadAdapter (registry, tokenizer or a test client);
+//          WorkerInfo, StepResult, AdapterLoaded, AdapterUnloaded (from worker-0 … worker-N-1);
+//          and the lifecycle messages every actor handles (Heartbeat, Shutdown, GetMetrics).
+// Emits:   StepPlan, LoadAdapter, UnloadAdapter, PrefetchAdapter (to every worker);
+//          TokenOut (to the detokenizer, or with --output route back on the request's route);
+//          AdapterLoaded, AdapterUnloaded, Error (to whoever asked); Ready, Heartbeat, Metrics.
+//
+// Every decision is the core's (sched.c, which has no sockets, so its tests need none); this
+// file wires the sockets, flags, a wake-up timer and the counters to it.
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
-static const ls_dispatch_t s_dispatch[] = {{0, NULL}};
+#include "ls_actor.h"
+#include "sched.h"
+
+typedef struct {
+    int tp_size, max_batched, max_running, chunk, max_skip, default_max_new, step_timeout_ms, load_timeout_ms;
+    char *output, *eviction;
+    int output_route;  // TokenOut back on the request's route instead of to the detokenizer
+    ls_actor_t *actor;
+    sched_t *core;
+    ls_timer_t *wake;
+} app_t;
+
+static app_t s_app;
+
+static ls_flag_t s_flags[] = {
+    LS_FLAG_INT("tp-size", &s_app.tp_size, "1", "workers in the group: worker-0 … worker-(N-1)"),
+    LS_FLAG_STR("output", &s_app.output, "detokenizer",
+                "where TokenOut goes: detokenizer (the peer) or route (back to the request's sender)"),
+    LS_FLAG_INT("max-num-batched-tokens", &s_app.max_batched, "2048", "token budget of one step"),
+    LS_FLAG_INT("max-running-requests", &s_app.max_running, "256", "requests decoded at once"),
+    LS_FLAG_INT("chunked-prefill-size", &s_app.chunk, "512", "prompt tokens of one request in one step"),
+    LS_FLAG_INT("max-skip-steps", &s_app.max_skip, "8",
+                "aging bound: steps a waiting request may be passed over before it goes first"),
+    LS_FLAG_INT("default-max-new-tokens", &s_app.default_max_new, "128", "max_new_tokens when a request gives none"),
+    LS_FLAG_STR("lora-eviction-policy", &s_app.eviction, "lru", "GPU slot victim: lru or fifo"),
+    LS_FLAG_INT("step-timeout-ms", &s_app.step_timeout_ms, "30000",
+                "no StepResult this long after a plan: the workers are declared down"),
+    LS_FLAG_INT("load-timeout-ms", &s_app.load_timeout_ms, "120000",
+                "no answer to an adapter load/unload this long: it failed"),
+    LS_FLAG_END,
+};
+
+// Counters for GetMetrics, copied from the core's stats after every event.
+static const struct {
+    const char *name;
+    size_t offset;
+} s_counters[] = {
+#define C(name, field) {name, offsetof(sched_stats_t, field)}
+    C("queue_length", waiting),
+    C("running_requests", running),
+    C("kv_blocks_used", kv_blocks_used),
+    C("kv_blocks_total", kv_blocks_total),
+    C("kv_blocks_cached", kv_blocks_cached),
+    C("adapter_request_refs", adapter_refs),
+    C("steps", steps),
+    C("tokens_generated", tokens_generated),
+    C("prefix_hit_tokens", prefix_hit_tokens),
+    C("adapter_residency_hits", adapter_residency_hits),
+    C("adapter_cold_loads", adapter_cold_loads),
+    C("adapter_prefetches", adapter_prefetches),
+    C("adapter_cpu_loads", adapter_cpu_loads),
+    C("adapter_cpu_evictions", adapter_cpu_evictions),
+    C("preemptions", preemptions),
+    C("requests_finished", requests_finished),
+    C("requests_aborted", requests_aborted),
+    C("requests_failed", requests_failed),
+    C("requests_refused", requests_refused),
+    C("step_timeouts", step_timeouts),
+#undef C
+};
+
+static void s_worker_name(int rank, char *out, size_t cap) { snprintf(out, cap, "worker-%d", rank); }
+
+static void s_emit(void *arg, const sched_dest_t *d, const ls_msg_t *msg) {
+    app_t *app = arg;
+    char name[32];
+    switch (d->kind) {
+    case SCHED_TO_WORKERS:
+        for (int r = 0; r < app->tp_size; r++) {
+            s_worker_name(r, name, sizeof name);
+            ls_actor_send_peer(app->actor, name, msg, NULL);
+        }
+        return;
+    case SCHED_TO_WORKER:
+        s_worker_name(d->rank, name, sizeof name);
+        ls_actor_send_peer(app->actor, name, msg, NULL);
+        return;
+    case SCHED_TO_OUTPUT:
+        if (!app->output_route) {
+            ls_actor_send_peer(app->actor, "detokenizer", msg, NULL);
+            return;
+        }
+        break;  // back on the request's route, like an answer
+    case SCHED_TO_REPLY:
+        break;
+    }
+    if (d->reply)
+        ls_actor_send_route(app->actor, d->reply, msg, NULL);
+    else
+        ls_debug(msg->rid, "%s has nobody to go to", ls_msg_type_name(msg->type));
+}
+
+static void s_release(void *arg, void *reply) {
+    ls_route_t *route = reply;
+    ls_route_destroy(&route);
+}
+
+static void s_on_wake(ls_actor_t *a, ls_timer_t *t, void *arg);
+
+// After every event: publish the counters, arm the timer for the core's next deadline.
+static void s_sync(app_t *app) {
+    const sched_stats_t *st = sched_stats(app->core);
+    for (size_t i = 0; i < sizeof s_counters / sizeof s_counters[0]; i++) {
+        uint64_t *c = ls_actor_counter(app->actor, s_counters[i].name);
+        if (c)
+            *c = *(const uint64_t *)((const char *)st + s_counters[i].offset);
+    }
+    uint64_t when = sched_next_wake(app->core), now = ls_actor_now_ns(app->actor);
+    if (!when) {
+        if (app->wake)
+            ls_actor_timer_stop(app->actor, app->wake);
+        app->wake = NULL;
+        return;
+    }
+    double after_ms = when > now ? (double)(when - now) / 1e6 : 0;
+    if (app->wake)
+        ls_actor_timer_again(app->actor, app->wake, after_ms);
+    else
+        app->wake = ls_actor_timer_start(app->actor, after_ms, 0, s_on_wake, app);
+}
+
+static void s_on_wake(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    app_t *app = arg;
+    sched_on_tick(app->core, ls_actor_now_ns(a));
+    s_sync(app);
+}
+
+// The sender's rank from its name (worker-N); -1 for anyone else.
+static int s_rank_of(const ls_in_t *in) {
+    int rank, n = -1;
+    if (sscanf(in->from, "worker-%d%n", &rank, &n) == 1 && n == (int)strlen(in->from) && rank >= 0)
+        return rank;
+    return -1;
+}
+
+static int s_on_request(ls_actor_t *a, ls_in_t *in, void *state) {
+    sched_on_request(((app_t *)state)->core, in->now_ns, in->msg, ls_route_new(in));
+    s_sync(state);
+    return 0;
+}
+
+static int s_on_abort(ls_actor_t *a, ls_in_t *in, void *state) {
+    sched_on_abort(((app_t *)state)->core, in->now_ns, in->msg);
+    s_sync(state);
+    return 0;
+}
+
+static int s_on_load(ls_actor_t *a, ls_in_t *in, void *state) {
+    sched_on_load_adapter(((app_t *)state)->core, in->now_ns, in->msg, ls_route_new(in));
+    s_sync(state);
+    return 0;
+}
+
+static int s_on_unload(ls_actor_t *a, ls_in_t *in, void *state) {
+    sched_on_unload_adapter(((app_t *)state)->core, in->now_ns, in->msg, ls_route_new(in));
+    s_sync(state);
+    return 0;
+}
+
+static int s_on_worker_info(ls_actor_t *a, ls_in_t *in, void *state) {
+    sched_on_worker_info(((app_t *)state)->core, in->now_ns, in->msg);
+    s_sync(state);
+    return 0;
+}
+
+static int s_on_step_result(ls_actor_t *a, ls_in_t *in, void *state) {
+    if (s_rank_of(in) != 0) {
+        ls_warn(in->msg->rid, "StepResult from %s ignored: results come from worker-0", in->from);
+        return 0;
+    }
+    sched_on_step_result(((app_t *)state)->core, in->now_ns, in->msg);
+    s_sync(state);
+    return 0;
+}
+
+static int s_on_adapter_answer(ls_actor_t *a, ls_in_t *in, void *state) {
+    sched_on_adapter_answer(((app_t *)state)->core, in->now_ns, s_rank_of(in), in->msg);
+    s_sync(state);
+    return 0;
+}
+
+static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_TOKENIZED_REQ, s_on_request},
+    {LS_MSG_ABORT, s_on_abort},
+    {LS_MSG_LOAD_ADAPTER, s_on_load},
+    {LS_MSG_UNLOAD_ADAPTER, s_on_unload},
+    {LS_MSG_WORKER_INFO, s_on_worker_info},
+    {LS_MSG_STEP_RESULT, s_on_step_result},
+    {LS_MSG_ADAPTER_LOADED, s_on_adapter_answer},
+    {LS_MSG_ADAPTER_UNLOADED, s_on_adapter_answer},
+    {0, NULL},
+};
+
+static int s_start(ls_actor_t *a, void *state) {
+    app_t *app = state;
+    app->actor = a;
+    int bad_output = strcmp(app->output, "detokenizer") != 0 && strcmp(app->output, "route") != 0;
+    int bad_policy = strcmp(app->eviction, "lru") != 0 && strcmp(app->eviction, "fifo") != 0;
+    if (bad_output || bad_policy || app->tp_size < 1 || app->tp_size > 32 || app->max_batched < 1 ||
+        app->max_running < 1 || app->chunk < 1 || app->max_skip < 0 || app->default_max_new < 1 ||
+        app->step_timeout_ms < 1 || app->load_timeout_ms < 1) {
+        ls_error(0, "bad flags: --output detokenizer|route, --lora-eviction-policy lru|fifo, --tp-size 1..32, "
+                    "and positive sizes and timeouts");
+        return -1;
+    }
+    app->output_route = strcmp(app->output, "route") == 0;
+    for (int r = 0; r < app->tp_size; r++) {
+        char name[32];
+        s_worker_name(r, name, sizeof name);
+        if (!ls_actor_has_peer(a, name))
+            ls_warn(0, "no --peer %s=…: plans for it have nowhere to go", name);
+    }
+    if (!app->output_route && !ls_actor_has_peer(a, "detokenizer"))
+        ls_warn(0, "no --peer detokenizer=…: with --output detokenizer tokens have nowhere to go");
+    const sched_config_t cfg = {
+        .tp_size = app->tp_size,
+        .max_num_batched_tokens = app->max_batched,
+        .max_running_requests = app->max_running,
+        .chunked_prefill_size = app->chunk,
+        .max_skip_steps = app->max_skip,
+        .default_max_new_tokens = app->default_max_new,
+        .eviction = strcmp(app->eviction, "fifo") == 0 ? LORA_EVICT_FIFO : LORA_EVICT_LRU,
+        .step_timeout_ns = (uint64_t)app->step_timeout_ms * 1000000u,
+        .load_timeout_ns = (uint64_t)app->load_timeout_ms * 1000000u,
+    };
+    const sched_io_t io = {.emit = s_emit, .release = s_release, .arg = app};
+    app->core = sched_new(&cfg, &io);
+    if (!app->core) {
+        ls_error(0, "cannot create the scheduler core");
+        return -1;
+    }
+    s_sync(app);
+    return 0;
+}
+
+static void s_shutdown(ls_actor_t *a, void *state) {
+    app_t *app = state;
+    if (app->core)
+        sched_shutdown(app->core, ls_actor_now_ns(a));
+}
+
+static void s_destroy(ls_actor_t *a, void *state) { sched_destroy(&((app_t *)state)->core); }
 
 int main(int argc, char **argv) {
-    const ls_actor_def_t def = {.name = "scheduler", .about = "loraserve scheduler", .dispatch = s_dispatch};
+    const ls_actor_def_t def = {
+        .name = "scheduler",
+        .about = "loraserve scheduler: continuous batching, KV blocks, prefix cache, LoRA slots",
+        .dispatch = s_dispatch,
+        .flags = s_flags,
+        .state = &s_app,
+        .on_start = s_start,
+        .on_shutdown = s_shutdown,
+        .on_destroy = s_destroy,
+    };
     return ls_actor_main(argc, argv, &def);
 }

@@ -1,0 +1,73 @@
+// lora — the scheduler's adapter table and its GPU slot table.
+//
+// The scheduler decides where adapters live; the workers do what it says. Two tiers:
+//   CPU tier  every worker holds up to max_loaded_loras adapters in host memory (LoadAdapter with
+//             slot -1); `resident` says an adapter is there on every worker.
+//   GPU slots slots 0..S-1 (S = max_loras_per_batch); a StepItem names the slot its adapter must
+//             be in, and a worker fills the slot from its CPU tier when it holds something else.
+// A slot is locked while any running request uses its adapter (it is in the current batch) and
+// forever when its adapter is pinned; only unlocked slots are victims, chosen LRU (least
+// recently used in a step) or FIFO (filled longest ago). Every choice breaks ties by the lowest
+// slot index and every clock here is a counter the caller advances, so replay picks the same.
+#ifndef LS_SCHED_LORA_H
+#define LS_SCHED_LORA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum { LORA_EVICT_LRU, LORA_EVICT_FIFO } lora_evict_t;
+
+// One adapter; owned by the table, valid until lora_remove.
+typedef struct {
+    char *id, *name, *path;
+    bool pinned;
+    bool confirmed;  // a load succeeded on every worker once: requests may name it
+    bool resident;   // in every worker's CPU tier
+    bool loading;    // a LoadAdapter to the workers is in flight
+    bool unloading;  // UnloadAdapter asked for it: no new requests
+    uint32_t rank;   // LoRA rank the workers reported
+    int slot;        // GPU slot, or -1
+    uint32_t refs;     // waiting + running requests that use it
+    uint32_t running;  // running requests that use it: its slot is locked
+    uint64_t used_at;  // CPU-tier LRU clock: last time a request took it
+} lora_adapter_t;
+
+typedef struct lora lora_t;
+
+lora_t *lora_new(int slots, lora_evict_t policy);
+void lora_destroy(lora_t **self_p);
+
+int lora_slots(const lora_t *self);
+// Empty every slot and resize the table (the workers (re)started with this many slots).
+int lora_slots_reset(lora_t *self, int slots);
+// The adapter with this id, or NULL.
+lora_adapter_t *lora_find(const lora_t *self, const char *id);
+// Adapters in insertion order (deterministic iteration): i in 0..lora_count-1.
+int lora_count(const lora_t *self);
+lora_adapter_t *lora_at(const lora_t *self, int i);
+// A new adapter, not resident, no slot. NULL when out of memory.
+lora_adapter_t *lora_add(lora_t *self, const char *id, const char *name, const char *path, bool pinned);
+// Forget an adapter; frees its slot.
+void lora_remove(lora_t *self, lora_adapter_t **ad_p);
+
+// Adapters counted against the CPU tier: resident or loading.
+int lora_cpu_count(const lora_t *self);
+// The CPU-tier victim: least recently used resident adapter that no request uses, not pinned
+// and not loading; NULL when none.
+lora_adapter_t *lora_cpu_victim(const lora_t *self);
+int lora_pinned_count(const lora_t *self);
+
+// The slot an adapter would get now: an empty one, else the policy's victim among unlocked
+// slots whose adapter is not in `keep` (nkeep entries; adapters promised to the coming step).
+// -1 when every slot is locked or kept.
+int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep);
+// Put ad into slot (evicting whoever was there). `now` is the caller's step clock.
+void lora_slot_assign(lora_t *self, lora_adapter_t *ad, int slot, uint64_t now);
+// ad's slot took part in the step numbered now (the LRU clock).
+void lora_slot_touch(lora_t *self, const lora_adapter_t *ad, uint64_t now);
+// Empty ad's slot.
+void lora_slot_clear(lora_t *self, lora_adapter_t *ad);
+// The adapter in a slot, or NULL.
+lora_adapter_t *lora_slot_adapter(const lora_t *self, int slot);
+
+#endif

@@ -1,0 +1,1522 @@
+// sched — the scheduler's decision core; the policy and its invariants are in
+// docs/scheduling.md, the interface in sched.h.
+//
+// One step is in flight at a time: a plan is built only when the previous step's result is
+// in, so between plans nothing the workers read (block tables, slots) can change under them.
+// That is also why freeing an aborted request's blocks at once is safe even while a step that
+// contains it runs: nobody can be given those blocks before that step is over.
+#include "sched.h"
+
+#include <assert.h>
+#include <czmq.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+#include "ls_log.h"
+
+#define SCHED_MAX_RANKS 32
+
+typedef struct req req_t;
+typedef struct {
+    req_t *head, *tail;
+    uint32_t n;
+} req_list_t;
+
+struct req {
+    uint64_t rid, seq;  // seq: arrival order, the FIFO key
+    void *reply;
+    req_t *prev, *next;
+    req_list_t *list;  // &waiting or &running
+    lora_adapter_t *ad;  // NULL: the base model
+    ls_msg_sampling_params_t sampling;  // as asked; goes out with the first TokenOut
+    int32_t *stop;  // token ids that end it: EOS and stop ids (none with ignore_eos)
+    size_t n_stop;
+    uint64_t seed;
+    int32_t *tokens;  // the prompt, then every generated token
+    uint32_t n_prompt, n_out, cap_tokens;
+    uint32_t max_new, min_new;
+    uint32_t *blocks;  // KV blocks of the sequence, in order
+    uint32_t n_blocks, cap_blocks;
+    uint32_t computed;     // tokens whose KV is in blocks
+    uint32_t n_published;  // leading blocks that are in the prefix tree (matched or inserted)
+    kv_node_t *cache_node; // tree node of the last of them
+    bool cache_done;       // a duplicate stopped publishing for this residency
+    uint32_t cached_tokens;  // prefix-cache hit at its first admission
+    bool admitted;   // has been in a plan: workers know its rid
+    bool sent_first; // its first TokenOut is out
+    bool preempted;  // waiting again after preemption: first in line
+    bool in_plan;    // part of the plan being built
+    uint32_t skipped;  // steps it was passed over while waiting
+    uint64_t deadline; // ns; 0: none
+};
+
+typedef enum { OP_LOAD, OP_RELOAD, OP_UNLOAD, OP_EVICT } op_kind_t;
+
+// An adapter command to the workers, or (UNLOAD not yet sent) one waiting for its requests.
+typedef struct op op_t;
+struct op {
+    op_t *next;
+    op_kind_t kind;
+    uint64_t rid;  // correlation id of the worker messages
+    char *adapter_id, *name;
+    void *reply;  // the asker (LOAD, UNLOAD from a client); NULL otherwise
+    uint64_t asker_rid;
+    uint32_t answered, ok;  // bit per rank
+    uint32_t lora_rank;
+    uint32_t code;
+    char *reason;       // first failure
+    uint64_t deadline;  // 0: not sent yet
+};
+
+// A command that arrived before the workers were ready, replayed in order when they are.
+typedef struct pending pending_t;
+struct pending {
+    pending_t *next;
+    ls_msg_t msg;
+    void *reply;
+    uint64_t now;
+};
+
+typedef struct {
+    uint32_t kv_blocks, block_size, max_context, slots, max_loaded;
+} worker_caps_t;
+
+typedef struct {
+    uint64_t rid;
+    uint32_t chunk;
+    bool sample;
+} planned_t;
+
+struct sched {
+    sched_config_t cfg;
+    sched_io_t io;
+    worker_caps_t caps[SCHED_MAX_RANKS];
+    uint32_t have_caps;  // bit per rank
+    int32_t *eos;
+    size_t n_eos;
+    bool ready;  // every rank reported: serving
+    bool down;   // the workers failed (or the actor stops): refuse new work until they are back
+    uint32_t max_context, max_loaded;
+    kv_t *kv;
+    lora_t *lora;
+    zhashx_t *reqs;  // "rid" -> req_t (lookup only)
+    req_list_t waiting, running;
+    uint64_t next_seq, clock;
+    uint64_t step;  // number of the last plan
+    uint64_t now;   // time of the event being handled
+    bool inflight;
+    uint64_t step_deadline;
+    planned_t *plan;  // the in-flight step, in plan order
+    size_t n_plan, cap_plan;
+    uint64_t *released;
+    size_t n_released, cap_released;
+    op_t *ops;  // creation order
+    uint64_t next_op_rid;
+    pending_t *pending, *pending_tail;
+    sched_stats_t stats;
+};
+
+// ---------------------------------------------------------------------------------------------
+// small helpers
+
+// Out of memory is fatal here, as in Redis: a scheduler that cannot hold its own state cannot
+// answer its requests correctly, and a crash is answered by the launcher's supervision.
+static void *s_alloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        ls_error(0, "scheduler out of memory (%zu bytes)", n);
+        abort();
+    }
+    return q;
+}
+
+static void s_grow_array(void **v, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return;
+    size_t cap2 = *cap ? *cap : 8;
+    while (cap2 < need)
+        cap2 *= 2;
+    *v = s_alloc(*v, cap2 * elem);
+    *cap = cap2;
+}
+
+static char *s_strdup(const char *s) {
+    return s ? strcpy(s_alloc(NULL, strlen(s) + 1), s) : NULL;
+}
+
+static void *s_memdup(const void *p, size_t n) { return n ? memcpy(s_alloc(NULL, n), p, n) : NULL; }
+
+static uint32_t s_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+// A request without a seed gets one derived from its rid (splitmix64), so replay samples alike.
+static uint64_t s_seed_of(uint64_t rid) {
+    uint64_t z = rid + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void s_rid_key(uint64_t rid, char key[24]) { snprintf(key, 24, "%" PRIu64, rid); }
+
+static void s_emit(sched_t *s, sched_dest_kind_t kind, int rank, void *reply, const ls_msg_t *msg) {
+    const sched_dest_t dest = {.kind = kind, .rank = rank, .reply = reply};
+    s->io.emit(s->io.arg, &dest, msg);
+}
+
+static void s_release_reply(sched_t *s, void **reply) {
+    if (*reply && s->io.release)
+        s->io.release(s->io.arg, *reply);
+    *reply = NULL;
+}
+
+static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, uint32_t ref_type,
+                          const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, uint32_t ref_type,
+                          const char *fmt, ...) {
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    ls_warn(rid, "refused: %s", text);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ERROR);
+    m.rid = rid;
+    m.u.error.code = code;
+    m.u.error.message = s_strdup(text);
+    m.u.error.ref_type = ref_type;
+    s_emit(s, SCHED_TO_REPLY, 0, reply, &m);
+    ls_msg_clear(&m);
+}
+
+// Deep copy of sampling parameters (the arrays are owned by each copy).
+static void s_sampling_copy(ls_msg_sampling_params_t *dst, const ls_msg_sampling_params_t *src) {
+    *dst = *src;
+    dst->stop_token_ids.v = s_memdup(src->stop_token_ids.v, src->stop_token_ids.n * sizeof(int32_t));
+    dst->stop.v = src->stop.n ? s_alloc(NULL, src->stop.n * sizeof(char *)) : NULL;
+    for (size_t i = 0; i < src->stop.n; i++)
+        dst->stop.v[i] = s_strdup(src->stop.v[i]);
+}
+
+static void s_sampling_free(ls_msg_sampling_params_t *sp) {
+    free(sp->stop_token_ids.v);
+    for (size_t i = 0; i < sp->stop.n; i++)
+        free(sp->stop.v[i]);
+    free(sp->stop.v);
+    memset(sp, 0, sizeof *sp);
+}
+
+// ---------------------------------------------------------------------------------------------
+// request lists
+
+static void s_list_remove(req_t *r) {
+    req_list_t *l = r->list;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        l->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        l->tail = r->prev;
+    r->prev = r->next = NULL;
+    r->list = NULL;
+    l->n--;
+}
+
+static void s_list_push_back(req_list_t *l, req_t *r) {
+    r->prev = l->tail;
+    r->next = NULL;
+    if (l->tail)
+        l->tail->next = r;
+    else
+        l->head = r;
+    l->tail = r;
+    r->list = l;
+    l->n++;
+}
+
+static void s_list_push_front(req_list_t *l, req_t *r) {
+    r->next = l->head;
+    r->prev = NULL;
+    if (l->head)
+        l->head->prev = r;
+    else
+        l->tail = r;
+    l->head = r;
+    r->list = l;
+    l->n++;
+}
+
+static uint32_t s_seq_len(const req_t *r) { return r->n_prompt + r->n_out; }
+static const char *s_key(const req_t *r) { return r->ad ? r->ad->id : ""; }
+
+// ---------------------------------------------------------------------------------------------
+// outputs
+
+// One TokenOut: the token of `o` (none when NULL), with `finish`.
+static void s_emit_out(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TOKEN_OUT);
+    m.rid = r->rid;
+    ls_msg_token_out_t *t = &m.u.token_out;
+    if (o) {
+        t->token_ids.v = s_memdup(&o->token_id, sizeof o->token_id);
+        t->token_ids.n = 1;
+        if (r->sampling.logprobs) {
+            t->logprobs.v = s_memdup(&o->logprob, sizeof o->logprob);
+            t->logprobs.n = 1;
+        }
+        if (r->sampling.top_logprobs) {
+            size_t n = o->top_ids.n < o->top_logprobs.n ? o->top_ids.n : o->top_logprobs.n;
+            t->top_ids.v = s_memdup(o->top_ids.v, n * sizeof(int32_t));
+            t->top_logprobs.v = s_memdup(o->top_logprobs.v, n * sizeof(float));
+            t->top_ids.n = t->top_logprobs.n = n;
+        }
+    }
+    t->finish = finish;
+    if (!r->sent_first) {
+        t->first = true;
+        s_sampling_copy(&t->sampling, &r->sampling);
+        r->sent_first = true;
+    }
+    t->prompt_tokens = r->n_prompt;
+    t->completion_tokens = r->n_out;
+    t->cached_tokens = r->cached_tokens;
+    t->error = s_strdup(error);
+    s_emit(s, SCHED_TO_OUTPUT, 0, r->reply, &m);
+    ls_msg_clear(&m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// adapter commands to the workers
+
+static void s_unload_maybe(sched_t *s, lora_adapter_t *ad);
+static void s_schedule(sched_t *s, uint64_t now);
+
+static op_t *s_op_new(sched_t *s, op_kind_t kind, const lora_adapter_t *ad, void *reply, uint64_t asker_rid) {
+    op_t *op = s_alloc(NULL, sizeof *op);
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    op->adapter_id = s_strdup(ad->id);
+    op->name = s_strdup(ad->name);
+    op->reply = reply;
+    op->asker_rid = asker_rid;
+    op_t **p = &s->ops;
+    while (*p)
+        p = &(*p)->next;
+    *p = op;
+    return op;
+}
+
+static void s_op_free(sched_t *s, op_t *op) {
+    for (op_t **p = &s->ops; *p; p = &(*p)->next)
+        if (*p == op) {
+            *p = op->next;
+            break;
+        }
+    s_release_reply(s, &op->reply);
+    free(op->adapter_id);
+    free(op->name);
+    free(op->reason);
+    free(op);
+}
+
+static void s_send_load(sched_t *s, op_t *op, const lora_adapter_t *ad, uint64_t now) {
+    op->rid = ++s->next_op_rid;
+    op->deadline = now + s->cfg.load_timeout_ns;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
+    m.rid = op->rid;
+    m.u.load_adapter.name = s_strdup(ad->name);
+    m.u.load_adapter.path = s_strdup(ad->path);
+    m.u.load_adapter.adapter_id = s_strdup(ad->id);
+    m.u.load_adapter.pinned = ad->pinned;
+    m.u.load_adapter.slot = -1;  // the CPU tier; slots are filled by StepItems and prefetches
+    s_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
+    ls_msg_clear(&m);
+}
+
+static void s_send_unload(sched_t *s, sched_dest_kind_t kind, int rank, uint64_t rid, const lora_adapter_t *ad) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
+    m.rid = rid;
+    m.u.unload_adapter.name = s_strdup(ad->name);
+    m.u.unload_adapter.adapter_id = s_strdup(ad->id);
+    s_emit(s, kind, rank, NULL, &m);
+    ls_msg_clear(&m);
+}
+
+static void s_answer_loaded(sched_t *s, void *reply, uint64_t rid, const char *name, const char *id, bool ok,
+                            uint32_t lora_rank, uint32_t code, const char *reason) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
+    m.rid = rid;
+    m.u.adapter_loaded.ok = ok;
+    m.u.adapter_loaded.name = s_strdup(name);
+    m.u.adapter_loaded.adapter_id = s_strdup(id);
+    m.u.adapter_loaded.rank = lora_rank;
+    m.u.adapter_loaded.code = ok ? 0 : code;
+    m.u.adapter_loaded.reason = ok ? NULL : s_strdup(reason);
+    s_emit(s, SCHED_TO_REPLY, 0, reply, &m);
+    ls_msg_clear(&m);
+}
+
+static void s_answer_unloaded(sched_t *s, void *reply, uint64_t rid, const char *name, const char *id, bool ok,
+                              uint32_t code, const char *reason) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_UNLOADED);
+    m.rid = rid;
+    m.u.adapter_unloaded.ok = ok;
+    m.u.adapter_unloaded.name = s_strdup(name);
+    m.u.adapter_unloaded.adapter_id = s_strdup(id);
+    m.u.adapter_unloaded.code = ok ? 0 : code;
+    m.u.adapter_unloaded.reason = ok ? NULL : s_strdup(reason);
+    s_emit(s, SCHED_TO_REPLY, 0, reply, &m);
+    ls_msg_clear(&m);
+}
+
+// Make room in the workers' CPU tier for one more adapter: evict least recently used idle
+// ones. -1 when every resident adapter is pinned or in use.
+static int s_cpu_make_room(sched_t *s) {
+    while ((uint32_t)lora_cpu_count(s->lora) >= s->max_loaded) {
+        lora_adapter_t *victim = lora_cpu_victim(s->lora);
+        if (!victim)
+            return -1;
+        ls_info(0, "CPU tier full: evicting adapter %s (%s)", victim->name, victim->id);
+        op_t *op = s_op_new(s, OP_EVICT, victim, NULL, 0);
+        op->rid = ++s->next_op_rid;
+        op->deadline = s->now + s->cfg.load_timeout_ns;
+        s_send_unload(s, SCHED_TO_WORKERS, 0, op->rid, victim);
+        victim->resident = false;
+        lora_slot_clear(s->lora, victim);
+        s->stats.adapter_cpu_evictions++;
+    }
+    return 0;
+}
+
+// A request needs ad in the CPU tier and it was evicted (or the workers restarted): reload it
+// from its path. Does nothing while a load is in flight or the tier has no room yet (retried
+// at the next plan).
+static void s_ensure_resident(sched_t *s, lora_adapter_t *ad, uint64_t now) {
+    if (ad->resident || ad->loading || s_cpu_make_room(s) < 0)
+        return;
+    ls_info(0, "reloading adapter %s into the CPU tier", ad->name);
+    ad->loading = true;
+    s_send_load(s, s_op_new(s, OP_RELOAD, ad, NULL, 0), ad, now);
+}
+
+static void s_finish(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error);
+
+// Every rank answered (or the command timed out): act on the outcome.
+static void s_op_complete(sched_t *s, op_t *op) {
+    uint32_t all = (1u << s->cfg.tp_size) - 1;
+    bool ok = op->ok == all;
+    lora_adapter_t *ad = lora_find(s->lora, op->adapter_id);
+    const char *reason = op->reason ? op->reason : "a worker failed";
+    switch (op->kind) {
+    case OP_LOAD:
+    case OP_RELOAD:
+        if (!ad)
+            break;
+        // ad->loading stays set until the end: failing its requests below must not let an
+        // asked-for unload free ad under us.
+        if (ok) {
+            ad->resident = ad->confirmed = true;
+            ad->rank = op->lora_rank;
+            s->stats.adapter_cpu_loads++;
+            ls_info(0, "adapter %s (%s) loaded on every worker", ad->name, ad->id);
+        } else {
+            // Roll back the ranks that did load it, so the tiers agree.
+            for (int r = 0; r < s->cfg.tp_size; r++)
+                if (op->ok & (1u << r))
+                    s_send_unload(s, SCHED_TO_WORKER, r, ++s->next_op_rid, ad);
+            ls_warn(op->asker_rid, "adapter %s failed to load: %s", ad->name, reason);
+        }
+        if (op->kind == OP_LOAD)
+            s_answer_loaded(s, op->reply, op->asker_rid, ad->name, ad->id, ok, ad->rank,
+                            op->code ? op->code : LS_ERROR_CODE_INTERNAL, reason);
+        if (!ok && op->kind == OP_RELOAD) {
+            // Its waiting requests cannot run: fail them rather than retry a load that fails.
+            char why[600];
+            snprintf(why, sizeof why, "adapter %s could not be reloaded: %s", ad->name, reason);
+            for (req_t *r = s->waiting.head, *next; r; r = next) {
+                next = r->next;
+                if (r->ad == ad)
+                    s_finish(s, r, NULL, LS_FINISH_REASON_ERROR, why);
+            }
+        }
+        ad->loading = false;
+        if (!ok && !ad->confirmed) {
+            // A first load that failed leaves nothing behind (no request can name it yet).
+            assert(ad->refs == 0);
+            lora_remove(s->lora, &ad);
+        } else
+            s_unload_maybe(s, ad);
+        break;
+    case OP_UNLOAD:
+        s_answer_unloaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, ok,
+                          op->code ? op->code : LS_ERROR_CODE_INTERNAL, reason);
+        if (ad) {
+            kv_drop_key(s->kv, ad->id);
+            lora_remove(s->lora, &ad);
+        }
+        break;
+    case OP_EVICT:
+        if (!ok)
+            ls_warn(0, "evicting adapter %s from the CPU tier failed on a worker: %s", op->name, reason);
+        break;
+    }
+    s_op_free(s, op);
+}
+
+// Start an asked-for unload once nothing uses the adapter.
+static void s_unload_maybe(sched_t *s, lora_adapter_t *ad) {
+    if (!ad->unloading || ad->refs > 0 || ad->loading)
+        return;
+    op_t *op = s->ops;
+    while (op && !(op->kind == OP_UNLOAD && op->deadline == 0 && strcmp(op->adapter_id, ad->id) == 0))
+        op = op->next;
+    assert(op);  // unloading is set only together with its op
+    if (!ad->resident) {
+        op->ok = op->answered = (1u << s->cfg.tp_size) - 1;
+        s_op_complete(s, op);
+        return;
+    }
+    op->rid = ++s->next_op_rid;
+    op->deadline = s->now + s->cfg.load_timeout_ns;
+    s_send_unload(s, SCHED_TO_WORKERS, 0, op->rid, ad);
+    ad->resident = false;
+    lora_slot_clear(s->lora, ad);
+}
+
+static void s_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_rank,
+                        uint32_t code, const char *reason) {
+    op_t *op = s->ops;
+    while (op && !(op->rid == rid && op->deadline != 0))
+        op = op->next;
+    if (!op || rank < 0 || rank >= s->cfg.tp_size) {
+        ls_debug(rid, "adapter answer from rank %d matches no command (a rollback's, or late)", rank);
+        return;
+    }
+    uint32_t bit = 1u << rank;
+    if (op->answered & bit)
+        return;
+    op->answered |= bit;
+    if (ok) {
+        op->ok |= bit;
+        op->lora_rank = lora_rank;
+    } else if (!op->reason) {
+        op->code = code;
+        char text[512];
+        snprintf(text, sizeof text, "worker %d: %s", rank, reason ? reason : "failed");
+        op->reason = s_strdup(text);
+    }
+    if (op->answered == (1u << s->cfg.tp_size) - 1)
+        s_op_complete(s, op);
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV of one request
+
+static void s_free_blocks(sched_t *s, req_t *r) {
+    while (r->n_blocks > 0)
+        kv_release(s->kv, r->blocks[--r->n_blocks]);  // last to first: leaves go idle first
+    r->computed = r->n_published = 0;
+    r->cache_node = NULL;
+    r->cache_done = false;
+}
+
+// Publish r's computed full blocks in the prefix tree so later requests can share them.
+static void s_publish(sched_t *s, req_t *r) {
+    uint32_t bs = kv_block_size(s->kv);
+    while (!r->cache_done && r->n_published < r->computed / bs) {
+        kv_node_t *node = kv_insert(s->kv, s_key(r), r->cache_node, r->tokens + (size_t)r->n_published * bs,
+                                    r->blocks[r->n_published]);
+        if (!node) {
+            r->cache_done = true;
+            break;
+        }
+        r->cache_node = node;
+        r->n_published++;
+    }
+}
+
+static void s_preempt(sched_t *s, req_t *r) {
+    ls_info(r->rid, "preempted: KV blocks ran out (%u tokens will be recomputed)", s_seq_len(r));
+    s_free_blocks(s, r);
+    s_list_remove(r);
+    if (r->ad)
+        r->ad->running--;
+    r->preempted = true;
+    s_list_push_front(&s->waiting, r);
+    s->stats.preemptions++;
+}
+
+static void s_blocks_cap(req_t *r, uint32_t need) {
+    size_t cap = r->cap_blocks;
+    s_grow_array((void **)&r->blocks, &cap, need, sizeof *r->blocks);
+    r->cap_blocks = (uint32_t)cap;
+}
+
+// Give r blocks for its first `tokens` tokens (it keeps those it got on failure). When none are
+// free and may_preempt, preempt the newest running request not in the plan being built; r
+// itself is one, so with may_preempt -1 means r was preempted.
+static int s_reserve(sched_t *s, req_t *r, uint32_t tokens, bool may_preempt) {
+    uint32_t bs = kv_block_size(s->kv);
+    uint32_t need = (tokens + bs - 1) / bs;
+    s_blocks_cap(r, need);
+    while (r->n_blocks < need) {
+        uint32_t b;
+        if (kv_alloc(s->kv, &b) == 0) {
+            r->blocks[r->n_blocks++] = b;
+            continue;
+        }
+        if (!may_preempt)
+            return -1;
+        req_t *victim = s->running.tail;
+        while (victim && victim->in_plan)
+            victim = victim->prev;
+        assert(victim);  // r itself is running and not yet planned
+        s_preempt(s, victim);
+        if (victim == r)
+            return -1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// retiring requests
+
+// Forget r: its table entry, its reply handle and its memory (its blocks are already free).
+static void s_req_free(sched_t *s, req_t *r) {
+    char key[24];
+    s_rid_key(r->rid, key);
+    zhashx_delete(s->reqs, key);
+    s_release_reply(s, &r->reply);
+    s_sampling_free(&r->sampling);
+    free(r->stop);
+    free(r->tokens);
+    free(r->blocks);
+    free(r);
+}
+
+static void s_retire(sched_t *s, req_t *r, uint32_t finish) {
+    switch (finish) {
+    case LS_FINISH_REASON_ABORT: s->stats.requests_aborted++; break;
+    case LS_FINISH_REASON_ERROR: s->stats.requests_failed++; break;
+    default: s->stats.requests_finished++; break;
+    }
+    s_free_blocks(s, r);
+    if (r->list == &s->running && r->ad)
+        r->ad->running--;
+    s_list_remove(r);
+    if (r->admitted) {
+        s_grow_array((void **)&s->released, &s->cap_released, s->n_released + 1, sizeof *s->released);
+        s->released[s->n_released++] = r->rid;
+    }
+    lora_adapter_t *ad = r->ad;
+    s_req_free(s, r);
+    if (ad) {
+        ad->refs--;
+        s_unload_maybe(s, ad);
+    }
+}
+
+static void s_finish(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error) {
+    s_emit_out(s, r, o, finish, error);
+    s_retire(s, r, finish);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the step plan
+
+static bool s_first_class(const sched_t *s, const req_t *r) {
+    return r->preempted || r->skipped > (uint32_t)s->cfg.max_skip_steps;
+}
+
+// Admission order class: 0 preempted or aged past the bound, 1 residency hit (base model or
+// adapter in a slot), 2 the rest. FIFO within a class.
+static int s_class(const sched_t *s, const req_t *r) {
+    if (s_first_class(s, r))
+        return 0;
+    return !r->ad || r->ad->slot >= 0 ? 1 : 2;
+}
+
+static const sched_t *s_sort_ctx;  // qsort has no context argument; single-threaded use only
+static int s_order_cmp(const void *a, const void *b) {
+    const req_t *x = *(req_t *const *)a, *y = *(req_t *const *)b;
+    int cx = s_class(s_sort_ctx, x), cy = s_class(s_sort_ctx, y);
+    if (cx != cy)
+        return cx - cy;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+// The waiting requests in admission order (caller frees).
+static req_t **s_waiting_order(const sched_t *s, size_t *n) {
+    req_t **v = s_alloc(NULL, (s->waiting.n ? s->waiting.n : 1) * sizeof *v);
+    size_t k = 0;
+    for (req_t *r = s->waiting.head; r; r = r->next)
+        v[k++] = r;
+    s_sort_ctx = s;
+    qsort(v, k, sizeof *v, s_order_cmp);
+    s_sort_ctx = NULL;
+    *n = k;
+    return v;
+}
+
+static void s_slot_fill(sched_t *s, lora_adapter_t *ad, int slot, bool prefetch) {
+    lora_slot_assign(s->lora, ad, slot, s->step + 1);
+    s->stats.adapter_cold_loads++;
+    if (!prefetch)
+        return;
+    // Tell the workers now, so the copy overlaps the step in flight.
+    s->stats.adapter_prefetches++;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_PREFETCH_ADAPTER);
+    m.u.prefetch_adapter.adapter_id = s_strdup(ad->id);
+    m.u.prefetch_adapter.slot = slot;
+    m.u.prefetch_adapter.name = s_strdup(ad->name);
+    s_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
+    ls_msg_clear(&m);
+}
+
+// Pinned adapters hold a slot for good: give one to any that has none (after a load or a
+// worker restart), and reload pinned adapters the workers lost.
+static void s_pin_upkeep(sched_t *s, uint64_t now) {
+    for (int i = 0; i < lora_count(s->lora); i++) {
+        lora_adapter_t *ad = lora_at(s->lora, i);
+        if (!ad->pinned || ad->unloading || !ad->confirmed)
+            continue;
+        if (!ad->resident)
+            s_ensure_resident(s, ad, now);
+        else if (ad->slot < 0) {
+            int slot = lora_slot_pick(s->lora, NULL, 0);
+            if (slot >= 0)
+                s_slot_fill(s, ad, slot, true);
+        }
+    }
+}
+
+// The sampling parameters a worker needs: the effective stop set (masked until min_new_tokens),
+// the effective max_new_tokens and a seed always set; stop strings stay here.
+static void s_plan_sampling(const req_t *r, ls_msg_sampling_params_t *sp) {
+    *sp = r->sampling;
+    sp->stop.v = NULL;
+    sp->stop.n = 0;
+    sp->stop_token_ids.v = s_memdup(r->stop, r->n_stop * sizeof *r->stop);
+    sp->stop_token_ids.n = r->n_stop;
+    sp->seed = r->seed;
+    sp->has_seed = true;
+    sp->max_new_tokens = r->max_new;
+    sp->min_new_tokens = r->min_new;
+}
+
+static void s_plan_add(sched_t *s, ls_msg_step_items_t *items, req_t *r, uint32_t chunk) {
+    ls_msg_step_item_t *it = &items->v[items->n++];
+    memset(it, 0, sizeof *it);
+    uint32_t len = s_seq_len(r);
+    it->rid = r->rid;
+    it->adapter_slot = r->ad ? r->ad->slot : -1;
+    it->adapter_id = r->ad ? s_strdup(r->ad->id) : NULL;
+    it->token_ids.v = s_memdup(r->tokens + r->computed, chunk * sizeof *r->tokens);
+    it->token_ids.n = chunk;
+    it->position = r->computed;
+    it->block_table.v = s_memdup(r->blocks, r->n_blocks * sizeof *r->blocks);
+    it->block_table.n = r->n_blocks;
+    s_plan_sampling(r, &it->sampling);
+    it->is_prefill = !(r->n_out > 0 && r->computed + 1 == len);
+    it->sample = r->computed + chunk == len;
+    it->generated = r->n_out;
+    r->in_plan = true;
+    r->admitted = true;
+    s_grow_array((void **)&s->plan, &s->cap_plan, s->n_plan + 1, sizeof *s->plan);
+    s->plan[s->n_plan++] = (planned_t){.rid = r->rid, .chunk = chunk, .sample = it->sample};
+}
+
+// Running requests, oldest first: decodes (one token each) when `decodes`, else the rest of
+// their prompts (chunks). Preemption takes the newest not yet planned, so it never takes an
+// older request's place for a newer one.
+static void s_plan_running(sched_t *s, ls_msg_step_items_t *items, uint32_t *budget, bool decodes) {
+    uint32_t bs = kv_block_size(s->kv);
+    for (req_t *r = s->running.head, *next; r && *budget > 0; r = next) {
+        next = r->next;
+        uint32_t left = s_seq_len(r) - r->computed;
+        if (r->in_plan || (left == 1) != decodes)
+            continue;
+        uint32_t chunk = s_min_u32(s_min_u32(left, (uint32_t)s->cfg.chunked_prefill_size), *budget);
+        if (s_reserve(s, r, r->computed + chunk, false) < 0) {
+            // Short of blocks: a prompt chunk shrinks to what fits. When nothing fits (always
+            // the case for a decode), preempt until one token fits; failing that, r was the
+            // newest unplanned request and preempted itself, so every newer one is planned.
+            if (r->n_blocks * bs == r->computed && s_reserve(s, r, r->computed + 1, true) < 0)
+                break;
+            chunk = s_min_u32(chunk, r->n_blocks * bs - r->computed);
+        }
+        next = r->next;  // preemption removed requests from the tail
+        s_plan_add(s, items, r, chunk);
+        *budget -= chunk;
+    }
+}
+
+// Waiting requests in admission order, within the budget, the running cap, free KV blocks and
+// the slot constraint; then age those that were passed over.
+static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budget, uint64_t now) {
+    size_t n;
+    req_t **order = s_waiting_order(s, &n);
+    uint32_t bs = kv_block_size(s->kv);
+    bool gate = false;       // an aged request waits for a slot: no newer request may take one
+    uint64_t passed_by = 0;  // highest seq admitted that holds an unpinned slot
+    for (size_t i = 0; i < n; i++) {
+        req_t *r = order[i];
+        if (s->running.n >= (uint32_t)s->cfg.max_running_requests || *budget == 0)
+            break;
+        lora_adapter_t *ad = r->ad;
+        if (ad && !ad->resident) {
+            s_ensure_resident(s, ad, now);
+            continue;
+        }
+        bool competes = ad && !(ad->pinned && ad->slot >= 0);
+        if (gate && competes)
+            continue;
+        int slot = -1;
+        if (ad && ad->slot < 0) {
+            slot = lora_slot_pick(s->lora, NULL, 0);
+            if (slot < 0) {
+                // Not blocking: the requests behind it whose adapters fit still go.
+                gate |= s_first_class(s, r);
+                continue;
+            }
+        }
+        uint32_t len = s_seq_len(r);
+        s_blocks_cap(r, len / bs + 1);
+        uint32_t hit = kv_match(s->kv, s_key(r), r->tokens, len, r->blocks, &r->cache_node);
+        r->n_blocks = r->n_published = hit;
+        r->computed = hit * bs;
+        uint32_t chunk = s_min_u32(s_min_u32(len - r->computed, (uint32_t)s->cfg.chunked_prefill_size), *budget);
+        if (s_reserve(s, r, r->computed + chunk, false) < 0) {
+            s_free_blocks(s, r);
+            break;  // the cache is full: admitting later requests instead would starve this one
+        }
+        if (slot >= 0)
+            s_slot_fill(s, ad, slot, false);
+        else if (ad)
+            s->stats.adapter_residency_hits++;
+        s->stats.prefix_hit_tokens += r->computed;
+        if (!r->admitted)
+            r->cached_tokens = r->computed;
+        s_list_remove(r);
+        s_list_push_back(&s->running, r);
+        if (ad)
+            ad->running++;
+        r->preempted = false;
+        r->skipped = 0;
+        if (competes && r->seq > passed_by)
+            passed_by = r->seq;
+        s_plan_add(s, items, r, chunk);
+        *budget -= chunk;
+    }
+    free(order);
+    // A request whose adapter is still loading is not "passed over": the scheduler is not
+    // choosing against it.
+    for (req_t *r = s->waiting.head; r; r = r->next)
+        if ((!r->ad || r->ad->resident) && r->seq < passed_by)
+            r->skipped++;
+}
+
+// While the step runs, fill free or idle slots with the adapters of the requests next in line.
+static void s_prefetch(sched_t *s) {
+    int slots = lora_slots(s->lora);
+    if (slots == 0)
+        return;
+    size_t n;
+    req_t **order = s_waiting_order(s, &n);
+    lora_adapter_t **keep = s_alloc(NULL, (size_t)slots * sizeof *keep);
+    int nkeep = 0;
+    for (size_t i = 0; i < n && nkeep < slots; i++) {
+        lora_adapter_t *ad = order[i]->ad;
+        if (!ad || !ad->resident)
+            continue;
+        bool kept = false;
+        for (int k = 0; k < nkeep && !kept; k++)
+            kept = keep[k] == ad;
+        if (kept)
+            continue;
+        if (ad->slot < 0) {
+            int slot = lora_slot_pick(s->lora, keep, nkeep);
+            if (slot < 0)
+                break;
+            s_slot_fill(s, ad, slot, true);
+        }
+        keep[nkeep++] = ad;
+    }
+    free(keep);
+    free(order);
+}
+
+static void s_schedule(sched_t *s, uint64_t now) {
+    if (!s->ready || s->inflight)
+        return;
+    s_pin_upkeep(s, now);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_STEP_PLAN);
+    ls_msg_step_items_t *items = &m.u.step_plan.items;
+    items->v = s_alloc(NULL, (s->running.n + s->waiting.n + 1) * sizeof *items->v);
+    s->n_plan = 0;
+    uint32_t budget = (uint32_t)s->cfg.max_num_batched_tokens;
+    s_plan_running(s, items, &budget, true);
+    s_plan_running(s, items, &budget, false);
+    s_plan_admit(s, items, &budget, now);
+    for (req_t *r = s->running.head; r; r = r->next)
+        r->in_plan = false;
+    if (items->n == 0) {
+        ls_msg_clear(&m);
+        return;
+    }
+    m.rid = m.u.step_plan.step = ++s->step;
+    m.u.step_plan.released.v = s->released;
+    m.u.step_plan.released.n = s->n_released;
+    s->released = NULL;
+    s->n_released = s->cap_released = 0;
+    for (size_t i = 0; i < items->n; i++) {
+        lora_adapter_t *ad = lora_find(s->lora, items->v[i].adapter_id);
+        if (ad)
+            lora_slot_touch(s->lora, ad, s->step);
+    }
+    s_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
+    ls_msg_clear(&m);
+    s->inflight = true;
+    s->step_deadline = now + s->cfg.step_timeout_ns;
+    s->stats.steps++;
+    s_prefetch(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the workers as a group
+
+// The workers restarted (fail = false: requests are recomputed) or are gone (fail = true: every
+// request is answered with an error). Either way their KV cache, CPU tier and slots are empty.
+static op_t *s_first_sent_op(const sched_t *s) {
+    op_t *op = s->ops;
+    while (op && op->deadline == 0)
+        op = op->next;
+    return op;
+}
+
+static void s_group_reset(sched_t *s, bool fail, const char *why) {
+    s->inflight = false;
+    // Nothing is resident any more; clear that first so the requests ended below start no
+    // unload towards the lost workers.
+    for (int i = 0; i < lora_count(s->lora); i++)
+        lora_at(s->lora, i)->resident = false;
+    lora_slots_reset(s->lora, lora_slots(s->lora));
+    if (fail) {
+        while (s->running.head)
+            s_finish(s, s->running.head, NULL, LS_FINISH_REASON_ERROR, why);
+        while (s->waiting.head)
+            s_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ERROR, why);
+    } else
+        while (s->running.tail)
+            s_preempt(s, s->running.tail);  // newest first, so the oldest ends up first in line
+    kv_reset(s->kv);
+    // The commands in flight are lost with the workers that had them. Completing one can end
+    // another (an unload waiting for a load), so look again from the head each time.
+    for (op_t *op; (op = s_first_sent_op(s));) {
+        lora_adapter_t *ad = lora_find(s->lora, op->adapter_id);
+        op->answered = (1u << s->cfg.tp_size) - 1;
+        if (op->kind == OP_RELOAD || op->kind == OP_EVICT) {
+            // Nobody asked: a request that still needs the adapter reloads it.
+            if (ad && op->kind == OP_RELOAD)
+                ad->loading = false;
+            s_op_free(s, op);
+            if (ad)
+                s_unload_maybe(s, ad);
+            continue;
+        }
+        // An unload is done (the workers lost the adapter); a load failed.
+        op->ok = op->kind == OP_UNLOAD ? op->answered : 0;
+        op->code = LS_ERROR_CODE_UNAVAILABLE;
+        free(op->reason);
+        op->reason = s_strdup(why);
+        s_op_complete(s, op);
+    }
+    if (fail) {
+        s->ready = false;
+        s->down = true;
+        s->have_caps = 0;
+    }
+}
+
+static void s_refuse(sched_t *s, ls_msg_t *msg, void *reply, uint32_t code, const char *why);
+static void s_replay_pending(sched_t *s);
+
+static void s_start_serving(sched_t *s, uint64_t now) {
+    worker_caps_t c = s->caps[0];
+    for (int r = 1; r < s->cfg.tp_size; r++) {
+        const worker_caps_t *w = &s->caps[r];
+        if (w->block_size != c.block_size) {
+            ls_error(0, "worker %d has block_size %u, worker 0 has %u: not serving", r, w->block_size, c.block_size);
+            return;
+        }
+        c.kv_blocks = s_min_u32(c.kv_blocks, w->kv_blocks);
+        c.max_context = s_min_u32(c.max_context, w->max_context);
+        c.slots = s_min_u32(c.slots, w->slots);
+        c.max_loaded = s_min_u32(c.max_loaded, w->max_loaded);
+    }
+    kv_t *kv = kv_new(c.kv_blocks, c.block_size);
+    if (!kv || lora_slots_reset(s->lora, (int)c.slots) < 0) {
+        ls_error(0, "cannot size the KV table for %u blocks", c.kv_blocks);
+        kv_destroy(&kv);
+        return;
+    }
+    kv_destroy(&s->kv);
+    s->kv = kv;
+    s->max_context = c.max_context;
+    s->max_loaded = c.max_loaded;
+    s->ready = true;
+    s->down = false;
+    ls_info(0, "serving: %d worker(s), %u KV blocks of %u tokens, context %u, %u adapter slots, CPU tier %u",
+            s->cfg.tp_size, c.kv_blocks, c.block_size, c.max_context, c.slots, c.max_loaded);
+    s_replay_pending(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// events
+
+static void s_pend(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
+    pending_t *p = s_alloc(NULL, sizeof *p);
+    memcpy(&p->msg, msg, sizeof *msg);
+    ls_msg_init(msg, (ls_msg_type_t)msg->type);
+    p->reply = reply;
+    p->now = now;
+    p->next = NULL;
+    if (s->pending_tail)
+        s->pending_tail->next = p;
+    else
+        s->pending = p;
+    s->pending_tail = p;
+}
+
+// The workers are not ready yet: keep the command for later (true), or they failed and it is
+// refused (true). False: go ahead.
+static bool s_held(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
+    if (s->ready)
+        return false;
+    if (s->down)
+        s_refuse(s, msg, reply, LS_ERROR_CODE_UNAVAILABLE, "the workers are down");
+    else
+        s_pend(s, now, msg, reply);
+    return true;
+}
+
+static void s_stop_add(req_t *r, int32_t id) {
+    for (size_t i = 0; i < r->n_stop; i++)
+        if (r->stop[i] == id)
+            return;
+    r->stop = s_alloc(r->stop, (r->n_stop + 1) * sizeof *r->stop);
+    r->stop[r->n_stop++] = id;
+}
+
+static void s_gauges(sched_t *s) {
+    s->stats.waiting = s->waiting.n;
+    s->stats.running = s->running.n;
+    s->stats.kv_blocks_used = s->kv ? kv_used(s->kv) : 0;
+    s->stats.kv_blocks_total = s->kv ? kv_total(s->kv) : 0;
+    s->stats.kv_blocks_cached = s->kv ? kv_cached(s->kv) : 0;
+    uint64_t refs = 0;
+    for (int i = 0; i < lora_count(s->lora); i++)
+        refs += lora_at(s->lora, i)->refs;
+    s->stats.adapter_refs = refs;
+}
+
+// Every event ends here: plan the next step if none is in flight, refresh the gauges.
+static void s_after(sched_t *s, uint64_t now) {
+    s_schedule(s, now);
+    s_gauges(s);
+}
+
+// 0, or -1 after telling the asker why the request is refused.
+static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const lora_adapter_t *ad, uint32_t max_new) {
+    const ls_msg_tokenized_req_t *tr = &msg->u.tokenized_req;
+    const uint64_t rid = msg->rid;
+    const uint32_t ref = LS_MSG_TOKENIZED_REQ;
+    char key[24];
+    s_rid_key(rid, key);
+    uint64_t n_prompt = tr->input_ids.n, bs = kv_block_size(s->kv);
+    uint64_t need_blocks = (n_prompt + max_new - 1 + bs - 1) / bs;
+    if (n_prompt == 0)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "the prompt is empty");
+    else if (tr->sampling.n > 1)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref,
+                      "n = %u: the tokenizer expands n > 1 into separate requests", tr->sampling.n);
+    else if (zhashx_lookup(s->reqs, key))
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "request id %" PRIu64 " is already in use", rid);
+    else if (tr->adapter_id && *tr->adapter_id && (!ad || !ad->confirmed || ad->unloading))
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_NOT_FOUND, ref, "adapter %s (%s) is not loaded%s",
+                      tr->adapter_name ? tr->adapter_name : "?", tr->adapter_id,
+                      ad && ad->unloading ? ": it is being unloaded" : "");
+    else if (n_prompt + max_new > s->max_context)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_TOO_LARGE, ref,
+                      "prompt of %" PRIu64 " tokens plus max_new_tokens %u exceeds the model's context of %u tokens",
+                      n_prompt, max_new, s->max_context);
+    else if (need_blocks > kv_total(s->kv))
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_TOO_LARGE, ref,
+                      "prompt of %" PRIu64 " tokens plus max_new_tokens %u needs %" PRIu64
+                      " KV blocks; the whole cache has %u",
+                      n_prompt, max_new, need_blocks, kv_total(s->kv));
+    else if (tr->deadline_ms && tr->deadline_ms <= tr->arrival_ms)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_TIMEOUT, ref, "the deadline passed before scheduling");
+    else
+        return 0;
+    s->stats.requests_refused++;
+    return -1;
+}
+
+static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
+    ls_msg_tokenized_req_t *tr = &msg->u.tokenized_req;
+    uint64_t rid = msg->rid;
+    lora_adapter_t *ad = tr->adapter_id && *tr->adapter_id ? lora_find(s->lora, tr->adapter_id) : NULL;
+    uint64_t n_prompt = tr->input_ids.n;
+    uint32_t max_new = tr->sampling.max_new_tokens;
+    if (max_new == 0) {
+        // The server's default never makes a request too large: it is cut to the context.
+        max_new = (uint32_t)s->cfg.default_max_new_tokens;
+        if (n_prompt < s->max_context && n_prompt + max_new > s->max_context)
+            max_new = s->max_context - (uint32_t)n_prompt;
+    }
+    if (s_request_check(s, msg, reply, ad, max_new) < 0) {
+        s_release_reply(s, &reply);
+        return;
+    }
+    req_t *r = s_alloc(NULL, sizeof *r);
+    memset(r, 0, sizeof *r);
+    r->rid = rid;
+    r->seq = ++s->next_seq;
+    r->reply = reply;
+    r->ad = ad;
+    r->sampling = tr->sampling;  // moved: the message no longer owns its arrays
+    memset(&tr->sampling, 0, sizeof tr->sampling);
+    r->seed = r->sampling.has_seed ? r->sampling.seed : s_seed_of(rid);
+    r->n_prompt = (uint32_t)n_prompt;  // below max_context, checked
+    r->cap_tokens = r->n_prompt + max_new;
+    r->tokens = s_alloc(NULL, (size_t)r->cap_tokens * sizeof *r->tokens);
+    memcpy(r->tokens, tr->input_ids.v, (size_t)n_prompt * sizeof *r->tokens);
+    r->max_new = max_new;
+    r->min_new = r->sampling.min_new_tokens;
+    if (!r->sampling.ignore_eos) {
+        for (size_t i = 0; i < s->n_eos; i++)
+            s_stop_add(r, s->eos[i]);
+        for (size_t i = 0; i < tr->stop_token_ids.n; i++)
+            s_stop_add(r, tr->stop_token_ids.v[i]);
+        for (size_t i = 0; i < r->sampling.stop_token_ids.n; i++)
+            s_stop_add(r, r->sampling.stop_token_ids.v[i]);
+    }
+    // The deadline is the tokenizer's, on its clock: carry over the time it had left, so the
+    // two clocks need not agree.
+    if (tr->deadline_ms)
+        r->deadline = now + (tr->deadline_ms - tr->arrival_ms) * 1000000ull;
+    char key[24];
+    s_rid_key(rid, key);
+    zhashx_insert(s->reqs, key, r);
+    s_list_push_back(&s->waiting, r);
+    if (ad) {
+        ad->refs++;
+        ad->used_at = ++s->clock;
+        s_ensure_resident(s, ad, now);
+    }
+    ls_debug(rid, "queued: %u prompt tokens, max_new_tokens %u, adapter %s", r->n_prompt, max_new, ad ? ad->name : "-");
+}
+
+static void s_abort(sched_t *s, const ls_msg_t *msg) {
+    char key[24];
+    s_rid_key(msg->rid, key);
+    req_t *r = zhashx_lookup(s->reqs, key);
+    if (!r) {
+        ls_debug(msg->rid, "Abort for a request that is not here (finished already?)");
+        return;
+    }
+    uint32_t finish = msg->u.abort.finish == LS_FINISH_REASON_STOP ? LS_FINISH_REASON_STOP : LS_FINISH_REASON_ABORT;
+    ls_info(msg->rid, "aborted (%s): %s", ls_finish_reason_name(finish), msg->u.abort.reason ? msg->u.abort.reason : "");
+    s_finish(s, r, NULL, finish, NULL);
+}
+
+static void s_load(sched_t *s, ls_msg_t *msg, void *reply) {
+    const ls_msg_load_adapter_t *la = &msg->u.load_adapter;
+    const char *id = la->adapter_id && *la->adapter_id ? la->adapter_id : la->name;
+    const char *name = la->name && *la->name ? la->name : id;
+    lora_adapter_t *ad = id ? lora_find(s->lora, id) : NULL;
+    int slots = lora_slots(s->lora);
+    uint32_t code = LS_ERROR_CODE_BAD_REQUEST;
+    char why[300] = "";
+    if (!id || !*id)
+        snprintf(why, sizeof why, "LoadAdapter names no adapter");
+    else if (la->from_tensors)
+        snprintf(why, sizeof why, "the scheduler loads adapters from a path only, not from tensors");
+    else if (!la->path || !*la->path)
+        snprintf(why, sizeof why, "LoadAdapter has no path");
+    else if (slots == 0)
+        code = LS_ERROR_CODE_UNAVAILABLE, snprintf(why, sizeof why, "the workers have no adapter slots");
+    else if (ad && (ad->unloading || ad->loading))
+        code = LS_ERROR_CODE_UNAVAILABLE,
+        snprintf(why, sizeof why, "adapter %s is being %s", name, ad->unloading ? "unloaded" : "loaded");
+    else if (!ad && la->pinned && lora_pinned_count(s->lora) >= slots - 1)
+        snprintf(why, sizeof why, "at most %d of the %d slots may be pinned, so unpinned adapters still run",
+                 slots - 1, slots);
+    else if (!(ad && ad->resident) && s_cpu_make_room(s) < 0)
+        code = LS_ERROR_CODE_UNAVAILABLE,
+        snprintf(why, sizeof why, "the CPU tier (%u adapters) is full of pinned or busy adapters", s->max_loaded);
+    if (*why || (ad && ad->resident)) {
+        if (*why)
+            ls_warn(msg->rid, "LoadAdapter %s refused: %s", name ? name : "?", why);
+        s_answer_loaded(s, reply, msg->rid, name, id, !*why, ad ? ad->rank : 0, code, why);
+        s_release_reply(s, &reply);
+        return;
+    }
+    if (!ad && !(ad = lora_add(s->lora, id, name, la->path, la->pinned))) {
+        ls_error(0, "scheduler out of memory adding an adapter");
+        abort();
+    }
+    ad->loading = true;
+    s_send_load(s, s_op_new(s, OP_LOAD, ad, reply, msg->rid), ad, s->now);
+}
+
+static void s_unload(sched_t *s, ls_msg_t *msg, void *reply) {
+    const ls_msg_unload_adapter_t *ua = &msg->u.unload_adapter;
+    lora_adapter_t *ad = NULL;
+    if (ua->adapter_id && *ua->adapter_id)
+        ad = lora_find(s->lora, ua->adapter_id);
+    else
+        for (int i = 0; i < lora_count(s->lora) && ua->name && !ad; i++)
+            if (strcmp(lora_at(s->lora, i)->name, ua->name) == 0)
+                ad = lora_at(s->lora, i);
+    const char *label = ua->name ? ua->name : ua->adapter_id ? ua->adapter_id : "?";
+    uint32_t code = 0;
+    const char *why = NULL;
+    if (!ad)
+        code = LS_ERROR_CODE_NOT_FOUND, why = "no such adapter is loaded";
+    else if (!ad->confirmed)
+        code = LS_ERROR_CODE_UNAVAILABLE, why = "its first load is still in flight";
+    else if (ad->unloading)
+        code = LS_ERROR_CODE_BAD_REQUEST, why = "it is already being unloaded";
+    if (why) {
+        ls_warn(msg->rid, "UnloadAdapter %s refused: %s", label, why);
+        s_answer_unloaded(s, reply, msg->rid, ad ? ad->name : ua->name, ad ? ad->id : ua->adapter_id, false, code, why);
+        s_release_reply(s, &reply);
+        return;
+    }
+    // From now on requests naming it are refused; it goes once its last request ends.
+    ad->unloading = true;
+    s_op_new(s, OP_UNLOAD, ad, reply, msg->rid);
+    s_unload_maybe(s, ad);
+}
+
+static void s_refuse(sched_t *s, ls_msg_t *msg, void *reply, uint32_t code, const char *why) {
+    switch (msg->type) {
+    case LS_MSG_TOKENIZED_REQ:
+        s_error_reply(s, reply, msg->rid, code, msg->type, "%s", why);
+        s->stats.requests_refused++;
+        break;
+    case LS_MSG_LOAD_ADAPTER:
+        s_answer_loaded(s, reply, msg->rid, msg->u.load_adapter.name, msg->u.load_adapter.adapter_id, false, 0, code, why);
+        break;
+    case LS_MSG_UNLOAD_ADAPTER:
+        s_answer_unloaded(s, reply, msg->rid, msg->u.unload_adapter.name, msg->u.unload_adapter.adapter_id, false, code,
+                          why);
+        break;
+    default:
+        break;  // an Abort needs no answer
+    }
+    s_release_reply(s, &reply);
+}
+
+static void s_dispatch(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
+    switch (msg->type) {
+    case LS_MSG_TOKENIZED_REQ: s_request(s, now, msg, reply); break;
+    case LS_MSG_ABORT: s_abort(s, msg); break;
+    case LS_MSG_LOAD_ADAPTER: s_load(s, msg, reply); break;
+    case LS_MSG_UNLOAD_ADAPTER: s_unload(s, msg, reply); break;
+    default: assert(!"only the commands s_held keeps are replayed");
+    }
+}
+
+static void s_replay_pending(sched_t *s) {
+    uint64_t now = s->now;
+    pending_t *p = s->pending;
+    s->pending = s->pending_tail = NULL;
+    while (p) {
+        pending_t *next = p->next;
+        s->now = p->now;  // as if it had been handled when it arrived
+        s_dispatch(s, p->now, &p->msg, p->reply);
+        ls_msg_clear(&p->msg);
+        free(p);
+        p = next;
+    }
+    s->now = now;
+}
+
+// One sampled token for r: append it, check the stop conditions, send it on.
+static void s_take_token(sched_t *s, req_t *r, const ls_msg_step_output_t *o) {
+    if (o->finish == LS_FINISH_REASON_ERROR) {
+        s_finish(s, r, NULL, LS_FINISH_REASON_ERROR, "the worker could not produce a token");
+        return;
+    }
+    assert(s_seq_len(r) < r->cap_tokens);  // a request at max_new_tokens has finished
+    r->tokens[r->n_prompt + r->n_out++] = o->token_id;
+    s->stats.tokens_generated++;
+    uint32_t finish = LS_FINISH_REASON_NONE;
+    bool stop = false;
+    for (size_t i = 0; i < r->n_stop && !stop; i++)
+        stop = r->stop[i] == o->token_id;
+    // EOS and stop ids count only after min_new_tokens (the workers mask them until then).
+    if (stop && r->n_out > r->min_new)
+        finish = LS_FINISH_REASON_STOP;
+    else if (r->n_out >= r->max_new || s_seq_len(r) >= s->max_context)
+        finish = LS_FINISH_REASON_LENGTH;
+    if (finish != LS_FINISH_REASON_NONE)
+        s_finish(s, r, o, finish, NULL);
+    else
+        s_emit_out(s, r, o, finish, NULL);
+}
+
+// ---------------------------------------------------------------------------------------------
+// public
+
+sched_t *sched_new(const sched_config_t *cfg, const sched_io_t *io) {
+    assert(cfg->tp_size >= 1 && cfg->tp_size <= SCHED_MAX_RANKS && io->emit);
+    assert(cfg->max_num_batched_tokens > 0 && cfg->chunked_prefill_size > 0 && cfg->max_running_requests > 0);
+    sched_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->cfg = *cfg;
+    s->io = *io;
+    s->lora = lora_new(0, cfg->eviction);
+    s->reqs = zhashx_new();
+    if (!s->lora || !s->reqs) {
+        sched_destroy(&s);
+        return NULL;
+    }
+    return s;
+}
+
+void sched_destroy(sched_t **self_p) {
+    sched_t *s = *self_p;
+    if (!s)
+        return;
+    // Free without answering or telling anyone: sched_shutdown is where answers go out.
+    req_list_t *lists[] = {&s->waiting, &s->running};
+    for (int l = 0; l < 2; l++)
+        while (lists[l]->head) {
+            req_t *r = lists[l]->head;
+            s_list_remove(r);
+            s_req_free(s, r);
+        }
+    while (s->ops)
+        s_op_free(s, s->ops);
+    while (s->pending) {
+        pending_t *next = s->pending->next;
+        ls_msg_clear(&s->pending->msg);
+        free(s->pending);
+        s->pending = next;
+    }
+    kv_destroy(&s->kv);
+    lora_destroy(&s->lora);
+    zhashx_destroy(&s->reqs);
+    free(s->eos);
+    free(s->plan);
+    free(s->released);
+    free(s);
+    *self_p = NULL;
+}
+
+void sched_on_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
+    s->now = now;
+    if (!s_held(s, now, msg, reply))
+        s_request(s, now, msg, reply);
+    s_after(s, now);
+}
+
+void sched_on_abort(sched_t *s, uint64_t now, ls_msg_t *msg) {
+    s->now = now;
+    if (!s_held(s, now, msg, NULL))
+        s_abort(s, msg);
+    s_after(s, now);
+}
+
+void sched_on_load_adapter(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
+    s->now = now;
+    if (!s_held(s, now, msg, reply))
+        s_load(s, msg, reply);
+    s_after(s, now);
+}
+
+void sched_on_unload_adapter(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
+    s->now = now;
+    if (!s_held(s, now, msg, reply))
+        s_unload(s, msg, reply);
+    s_after(s, now);
+}
+
+void sched_on_worker_info(sched_t *s, uint64_t now, const ls_msg_t *msg) {
+    s->now = now;
+    const ls_msg_worker_info_t *w = &msg->u.worker_info;
+    if (w->rank >= (uint32_t)s->cfg.tp_size || w->kv_blocks == 0 || w->block_size == 0 || w->max_context == 0) {
+        ls_warn(0, "ignoring WorkerInfo from rank %u: rank outside the group of %d, or no KV blocks/context", w->rank,
+                s->cfg.tp_size);
+        return;
+    }
+    if (s->ready) {
+        // A worker that reports again has restarted (or changed): its KV cache and adapters are
+        // gone. Recompute the running requests rather than fail them.
+        ls_warn(0, "worker %u reported again: treating it as a restart; running requests are recomputed", w->rank);
+        s_group_reset(s, false, "a worker restarted");
+    }
+    s->caps[w->rank] = (worker_caps_t){.kv_blocks = w->kv_blocks, .block_size = w->block_size,
+                                       .max_context = w->max_context, .slots = w->max_loras_per_batch,
+                                       .max_loaded = w->max_loaded_loras};
+    if (w->rank == 0) {
+        free(s->eos);
+        s->eos = s_memdup(w->eos_token_ids.v, w->eos_token_ids.n * sizeof(int32_t));
+        s->n_eos = w->eos_token_ids.n;
+    }
+    s->have_caps |= 1u << w->rank;
+    if (s->have_caps == (1u << s->cfg.tp_size) - 1)
+        s_start_serving(s, now);
+    s_after(s, now);
+}
+
+void sched_on_step_result(sched_t *s, uint64_t now, const ls_msg_t *msg) {
+    s->now = now;
+    const ls_msg_step_result_t *sr = &msg->u.step_result;
+    if (!s->inflight || sr->step != s->step) {
+        ls_warn(0, "ignoring StepResult for step %" PRIu64 " (%s)", sr->step,
+                s->inflight ? "another step is in flight" : "no step is in flight");
+        return;
+    }
+    s->inflight = false;
+    size_t k = 0;
+    for (size_t i = 0; i < s->n_plan; i++) {
+        const planned_t *p = &s->plan[i];
+        const ls_msg_step_output_t *o = NULL;
+        if (p->sample)
+            o = k < sr->items.n ? &sr->items.v[k++] : NULL;
+        char key[24];
+        s_rid_key(p->rid, key);
+        req_t *r = zhashx_lookup(s->reqs, key);
+        if (!r || r->list != &s->running)
+            continue;  // aborted while the step ran: its output is dropped
+        r->computed += p->chunk;
+        s_publish(s, r);
+        if (!p->sample)
+            continue;
+        if (!o || o->rid != r->rid)
+            s_finish(s, r, NULL, LS_FINISH_REASON_ERROR, "the worker's result does not match its plan");
+        else
+            s_take_token(s, r, o);
+    }
+    if (k != sr->items.n)
+        ls_warn(0, "StepResult %" PRIu64 " has %zu outputs, the plan sampled %zu", sr->step, sr->items.n, k);
+    s_after(s, now);
+}
+
+void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t *msg) {
+    s->now = now;
+    if (msg->type == LS_MSG_ADAPTER_LOADED) {
+        const ls_msg_adapter_loaded_t *a = &msg->u.adapter_loaded;
+        s_op_answer(s, rank, msg->rid, a->ok, a->rank, a->code, a->reason);
+    } else if (msg->type == LS_MSG_ADAPTER_UNLOADED) {
+        const ls_msg_adapter_unloaded_t *a = &msg->u.adapter_unloaded;
+        s_op_answer(s, rank, msg->rid, a->ok, 0, a->code, a->reason);
+    }
+    s_after(s, now);
+}
+
+void sched_on_tick(sched_t *s, uint64_t now) {
+    s->now = now;
+    if (s->inflight && now >= s->step_deadline) {
+        char why[200];
+        snprintf(why, sizeof why, "no result for step %" PRIu64 " within %" PRIu64 " ms: the workers are down",
+                 s->step, s->cfg.step_timeout_ns / 1000000);
+        ls_error(0, "%s", why);
+        s->stats.step_timeouts++;
+        s_group_reset(s, true, why);
+    }
+    // Completing one command can end another: look again from the head each time.
+    for (op_t *op = s->ops; op;) {
+        if (op->deadline == 0 || now < op->deadline) {
+            op = op->next;
+            continue;
+        }
+        uint32_t all = (1u << s->cfg.tp_size) - 1;
+        char why[200];
+        snprintf(why, sizeof why, "worker(s) did not answer %s within %" PRIu64 " ms",
+                 op->kind == OP_LOAD || op->kind == OP_RELOAD ? "the load" : "the unload",
+                 s->cfg.load_timeout_ns / 1000000);
+        if (!op->reason) {
+            op->code = LS_ERROR_CODE_TIMEOUT;
+            op->reason = s_strdup(why);
+        }
+        op->answered = all;
+        s_op_complete(s, op);
+        op = s->ops;
+    }
+    req_list_t *lists[] = {&s->waiting, &s->running};
+    for (int l = 0; l < 2; l++)
+        for (req_t *r = lists[l]->head, *next; r; r = next) {
+            next = r->next;
+            if (r->deadline && now >= r->deadline) {
+                ls_info(r->rid, "deadline passed: aborted");
+                s_finish(s, r, NULL, LS_FINISH_REASON_ABORT, NULL);
+            }
+        }
+    s_after(s, now);
+}
+
+void sched_shutdown(sched_t *s, uint64_t now) {
+    s->now = now;
+    const char *why = "the scheduler is shutting down";
+    while (s->running.head)
+        s_finish(s, s->running.head, NULL, LS_FINISH_REASON_ERROR, why);
+    while (s->waiting.head)
+        s_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ERROR, why);
+    while (s->ops) {
+        op_t *op = s->ops;
+        if (op->kind == OP_LOAD)
+            s_answer_loaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false, 0,
+                            LS_ERROR_CODE_SHUTTING_DOWN, why);
+        else if (op->kind == OP_UNLOAD)
+            s_answer_unloaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false,
+                              LS_ERROR_CODE_SHUTTING_DOWN, why);
+        s_op_free(s, op);
+    }
+    while (s->pending) {
+        pending_t *p = s->pending;
+        s->pending = p->next;
+        s_refuse(s, &p->msg, p->reply, LS_ERROR_CODE_SHUTTING_DOWN, why);
+        ls_msg_clear(&p->msg);
+        free(p);
+    }
+    s->pending_tail = NULL;
+    s->ready = s->inflight = false;
+    s->down = true;
+    s_gauges(s);
+}
+
+uint64_t sched_next_wake(const sched_t *s) {
+    uint64_t t = s->inflight ? s->step_deadline : UINT64_MAX;
+    for (const op_t *op = s->ops; op; op = op->next)
+        if (op->deadline && op->deadline < t)
+            t = op->deadline;
+    const req_list_t *lists[] = {&s->waiting, &s->running};
+    for (int l = 0; l < 2; l++)
+        for (const req_t *r = lists[l]->head; r; r = r->next)
+            if (r->deadline && r->deadline < t)
+                t = r->deadline;
+    return t == UINT64_MAX ? 0 : t;
+}
+
+const sched_stats_t *sched_stats(const sched_t *s) { return &s->stats; }

@@ -1,0 +1,85 @@
+// sched — the scheduler's decision core, with no sockets: requests, the waiting and running
+// queues, the KV block manager and prefix cache (kv.h), the adapter and slot tables (lora.h),
+// and the step policy (docs/scheduling.md).
+//
+// Inputs are events, each with its time (the actor's recorded event time); outputs are
+// messages handed to io.emit with a destination. Decisions depend only on the events and their
+// times — no clock reads, no randomness, no hash-order iteration — so the same event sequence
+// emits the same messages, byte for byte (replay, and the determinism test).
+//
+// Reply handles: the actor passes an opaque handle with each request and each adapter command
+// (its route back to the asker). The core owns it from then on, hands it back in every
+// destination that answers that asker, and calls io.release exactly once when it is done.
+#ifndef LS_SCHED_H
+#define LS_SCHED_H
+
+#include <stdint.h>
+
+#include "lora.h"
+#include "ls_msg.h"
+
+typedef enum {
+    SCHED_TO_WORKERS,  // every rank of the group, in rank order
+    SCHED_TO_WORKER,   // one rank (rollback of a partly failed load)
+    SCHED_TO_OUTPUT,   // a request's TokenOut: the detokenizer, or the request's route (reply)
+    SCHED_TO_REPLY,    // an answer to whoever sent the request or adapter command (reply)
+} sched_dest_kind_t;
+
+typedef struct {
+    sched_dest_kind_t kind;
+    int rank;     // SCHED_TO_WORKER
+    void *reply;  // SCHED_TO_OUTPUT, SCHED_TO_REPLY; may be NULL (nobody to answer)
+} sched_dest_t;
+
+typedef struct {
+    void (*emit)(void *arg, const sched_dest_t *dest, const ls_msg_t *msg);
+    void (*release)(void *arg, void *reply);  // may be NULL
+    void *arg;
+} sched_io_t;
+
+typedef struct {
+    int tp_size;                 // worker ranks in the group (at most 32)
+    int max_num_batched_tokens;  // token budget of one step
+    int max_running_requests;
+    int chunked_prefill_size;    // prompt tokens of one request in one step
+    int max_skip_steps;          // aging bound: steps a waiting request may be passed over
+    int default_max_new_tokens;
+    lora_evict_t eviction;       // GPU slot victim policy
+    uint64_t step_timeout_ns;    // no StepResult this long after a plan: the workers are gone
+    uint64_t load_timeout_ns;    // no answer to an adapter load/unload this long: it failed
+} sched_config_t;
+
+// Gauges (set after every event) and counters (only grow).
+typedef struct {
+    uint64_t waiting, running, kv_blocks_used, kv_blocks_total, kv_blocks_cached, adapter_refs;
+    uint64_t steps, tokens_generated, prefix_hit_tokens, adapter_residency_hits, adapter_cold_loads,
+        adapter_prefetches, adapter_cpu_loads, adapter_cpu_evictions, preemptions, requests_finished,
+        requests_aborted, requests_failed, requests_refused, step_timeouts;
+} sched_stats_t;
+
+typedef struct sched sched_t;
+
+sched_t *sched_new(const sched_config_t *cfg, const sched_io_t *io);
+void sched_destroy(sched_t **self_p);
+
+// Events. `now` is the event time in ns (monotonic). Messages are read; where a function
+// keeps parts of one (a request's prompt and sampling, a command queued before the workers
+// are ready), it moves them out and leaves msg valid for ls_msg_clear.
+void sched_on_request(sched_t *self, uint64_t now, ls_msg_t *msg, void *reply);        // TokenizedReq
+void sched_on_abort(sched_t *self, uint64_t now, ls_msg_t *msg);                        // Abort
+void sched_on_load_adapter(sched_t *self, uint64_t now, ls_msg_t *msg, void *reply);   // LoadAdapter
+void sched_on_unload_adapter(sched_t *self, uint64_t now, ls_msg_t *msg, void *reply); // UnloadAdapter
+void sched_on_worker_info(sched_t *self, uint64_t now, const ls_msg_t *msg);            // WorkerInfo
+void sched_on_step_result(sched_t *self, uint64_t now, const ls_msg_t *msg);            // StepResult
+// AdapterLoaded / AdapterUnloaded from worker `rank`.
+void sched_on_adapter_answer(sched_t *self, uint64_t now, int rank, const ls_msg_t *msg);
+// Time passed: deadlines, the step timeout, adapter command timeouts.
+void sched_on_tick(sched_t *self, uint64_t now);
+// The actor is stopping: answer every request and command now.
+void sched_shutdown(sched_t *self, uint64_t now);
+
+// When the core next needs sched_on_tick (ns, same clock as now); 0 when it needs none.
+uint64_t sched_next_wake(const sched_t *self);
+const sched_stats_t *sched_stats(const sched_t *self);
+
+#endif

@@ -1,0 +1,240 @@
+// The scheduler test harness; see harness.h.
+#include "harness.h"
+
+#include <assert.h>
+#include <stdio.h>
+
+sched_config_t h_config(void) {
+    return (sched_config_t){
+        .tp_size = 1,
+        .max_num_batched_tokens = 2048,
+        .max_running_requests = 256,
+        .chunked_prefill_size = 512,
+        .max_skip_steps = 8,
+        .default_max_new_tokens = 16,
+        .eviction = LORA_EVICT_LRU,
+        .step_timeout_ns = 1000000000ull,
+        .load_timeout_ns = 5000000000ull,
+    };
+}
+
+static void s_track(h_t *h, const ls_msg_t *m) {
+    if (m->rid >= H_MAX_RID)
+        return;
+    h_req_t *r = &h->req[m->rid];
+    if (m->type == LS_MSG_ERROR) {
+        r->errors++;
+        r->error_code = m->u.error.code;
+        return;
+    }
+    if (m->type != LS_MSG_TOKEN_OUT)
+        return;
+    const ls_msg_token_out_t *t = &m->u.token_out;
+    assert(!r->done);  // nothing after the final TokenOut
+    for (size_t i = 0; i < t->token_ids.n; i++) {
+        // Token k of the output is the one the fake worker makes at generated = k.
+        r->bad_sequence |= t->token_ids.v[i] != h_token(h, m->rid, (uint32_t)r->tokens);
+        r->last_token = t->token_ids.v[i];
+        r->tokens++;
+    }
+    r->firsts += t->first;
+    r->finish = t->finish;
+    r->done = t->finish != LS_FINISH_REASON_NONE;
+    r->completion_tokens = t->completion_tokens;
+    r->cached_tokens = t->cached_tokens;
+}
+
+static void s_emit(void *arg, const sched_dest_t *dest, const ls_msg_t *msg) {
+    h_t *h = arg;
+    char *buf;
+    size_t len;
+    int rc = ls_msg_encode(msg, &buf, &len);
+    assert(rc == 0);
+    (void)rc;
+    size_t add = sizeof *dest + len;
+    h->bytes = realloc(h->bytes, h->n_bytes + add);
+    memcpy(h->bytes + h->n_bytes, dest, sizeof *dest);
+    memcpy(h->bytes + h->n_bytes + sizeof *dest, buf, len);
+    h->n_bytes += add;
+    if (h->n_out == h->cap_out) {
+        h->cap_out = h->cap_out ? 2 * h->cap_out : 256;
+        h->out = realloc(h->out, h->cap_out * sizeof *h->out);
+    }
+    h_out_t *o = &h->out[h->n_out++];
+    o->dest = *dest;
+    rc = ls_msg_decode(buf, len, &o->msg, NULL);
+    assert(rc == 0);
+    free(buf);
+    s_track(h, &o->msg);
+}
+
+static void s_release(void *arg, void *reply) { ((h_t *)arg)->releases++; }
+
+h_t *h_new(const sched_config_t *cfg) {
+    h_t *h = calloc(1, sizeof *h);
+    h->cfg = *cfg;
+    h->fail_load_rank = -1;
+    h->auto_steps = true;
+    h->now = 1000000000ull;
+    h->step_ns = 1000000;
+    const sched_io_t io = {.emit = s_emit, .release = s_release, .arg = h};
+    h->s = sched_new(cfg, &io);
+    assert(h->s);
+    return h;
+}
+
+void h_free(h_t *h) {
+    sched_destroy(&h->s);
+    for (size_t i = 0; i < h->n_out; i++)
+        ls_msg_clear(&h->out[i].msg);
+    free(h->out);
+    free(h->bytes);
+    free(h);
+}
+
+void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint32_t max_context, uint32_t slots,
+            uint32_t max_loaded) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_WORKER_INFO);
+    ls_msg_worker_info_t *w = &m.u.worker_info;
+    w->rank = rank;
+    w->tp_size = (uint32_t)h->cfg.tp_size;
+    w->kv_blocks = kv_blocks;
+    w->block_size = block_size;
+    w->max_context = max_context;
+    w->max_loras_per_batch = slots;
+    w->max_loaded_loras = max_loaded;
+    w->eos_token_ids.v = malloc(sizeof(int32_t));
+    w->eos_token_ids.v[0] = 2;
+    w->eos_token_ids.n = 1;
+    sched_on_worker_info(h->s, ++h->now, &m);
+    ls_msg_clear(&m);
+}
+
+// The reply handle of a request or command: any non-NULL pointer, counted when released.
+static void *s_reply(uint64_t rid) { return (void *)(uintptr_t)(rid + 1); }
+
+void h_request(h_t *h, uint64_t rid, uint32_t n, int32_t base, const char *adapter, uint32_t max_new) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TOKENIZED_REQ);
+    m.rid = rid;
+    ls_msg_tokenized_req_t *t = &m.u.tokenized_req;
+    t->input_ids.v = malloc((n ? n : 1) * sizeof(int32_t));
+    for (uint32_t i = 0; i < n; i++)
+        t->input_ids.v[i] = base + (int32_t)i;
+    t->input_ids.n = n;
+    t->adapter_id = ls_msg_strdup(adapter);
+    t->sampling.max_new_tokens = max_new;
+    t->sampling.ignore_eos = false;
+    sched_on_request(h->s, ++h->now, &m, s_reply(rid));
+    ls_msg_clear(&m);
+}
+
+void h_abort(h_t *h, uint64_t rid) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ABORT);
+    m.rid = rid;
+    m.u.abort.finish = LS_FINISH_REASON_ABORT;
+    sched_on_abort(h->s, ++h->now, &m);
+    ls_msg_clear(&m);
+}
+
+void h_load(h_t *h, uint64_t rid, const char *id, bool pinned) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
+    m.rid = rid;
+    m.u.load_adapter.name = ls_msg_strdup(id);
+    m.u.load_adapter.adapter_id = ls_msg_strdup(id);
+    m.u.load_adapter.path = ls_msg_strdup("/adapters/x");
+    m.u.load_adapter.pinned = pinned;
+    sched_on_load_adapter(h->s, ++h->now, &m, s_reply(rid));
+    ls_msg_clear(&m);
+}
+
+void h_unload(h_t *h, uint64_t rid, const char *id) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
+    m.rid = rid;
+    m.u.unload_adapter.adapter_id = ls_msg_strdup(id);
+    sched_on_unload_adapter(h->s, ++h->now, &m, s_reply(rid));
+    ls_msg_clear(&m);
+}
+
+static void s_answer_adapter(h_t *h, const h_out_t *o, int rank) {
+    ls_msg_t a;
+    if (o->msg.type == LS_MSG_LOAD_ADAPTER) {
+        ls_msg_init(&a, LS_MSG_ADAPTER_LOADED);
+        a.u.adapter_loaded.ok = rank != h->fail_load_rank;
+        a.u.adapter_loaded.adapter_id = ls_msg_strdup(o->msg.u.load_adapter.adapter_id);
+        a.u.adapter_loaded.rank = 8;
+        if (!a.u.adapter_loaded.ok) {
+            a.u.adapter_loaded.code = LS_ERROR_CODE_BAD_REQUEST;
+            a.u.adapter_loaded.reason = ls_msg_strdup("rank 128 above max_lora_rank 64");
+        }
+    } else {
+        ls_msg_init(&a, LS_MSG_ADAPTER_UNLOADED);
+        a.u.adapter_unloaded.ok = true;
+        a.u.adapter_unloaded.adapter_id = ls_msg_strdup(o->msg.u.unload_adapter.adapter_id);
+    }
+    a.rid = o->msg.rid;
+    sched_on_adapter_answer(h->s, ++h->now, rank, &a);
+    ls_msg_clear(&a);
+}
+
+void h_answer_plan(h_t *h, const ls_msg_t *plan) {
+    ls_msg_t r;
+    ls_msg_init(&r, LS_MSG_STEP_RESULT);
+    r.rid = plan->rid;
+    r.u.step_result.step = plan->u.step_plan.step;
+    const ls_msg_step_items_t *items = &plan->u.step_plan.items;
+    r.u.step_result.items.v = calloc(items->n ? items->n : 1, sizeof(ls_msg_step_output_t));
+    for (size_t i = 0; i < items->n; i++)
+        if (items->v[i].sample) {
+            ls_msg_step_output_t *o = &r.u.step_result.items.v[r.u.step_result.items.n++];
+            o->rid = items->v[i].rid;
+            o->token_id = h_token(h, o->rid, items->v[i].generated);
+        }
+    h->now += h->step_ns;
+    sched_on_step_result(h->s, h->now, &r);
+    ls_msg_clear(&r);
+}
+
+int h_pump(h_t *h, int max_steps) {
+    int steps = 0;
+    while (h->pumped < h->n_out) {
+        // A shallow copy: answering emits more and may move h->out, not what its pointers hold.
+        const h_out_t o = h->out[h->pumped++];
+        if (o.dest.kind != SCHED_TO_WORKERS && o.dest.kind != SCHED_TO_WORKER)
+            continue;
+        int type = o.msg.type;
+        if (type == LS_MSG_LOAD_ADAPTER || type == LS_MSG_UNLOAD_ADAPTER) {
+            if (o.dest.kind == SCHED_TO_WORKER)
+                s_answer_adapter(h, &o, o.dest.rank);
+            else
+                for (int r = 0; r < h->cfg.tp_size; r++)
+                    s_answer_adapter(h, &o, r);
+        } else if (type == LS_MSG_STEP_PLAN && h->auto_steps) {
+            if (max_steps && steps == max_steps) {
+                h->pumped--;  // left for the next pump
+                break;
+            }
+            h_answer_plan(h, &o.msg);
+            steps++;
+        }
+    }
+    return steps;
+}
+
+const ls_msg_t *h_last(const h_t *h, int type, size_t from) {
+    for (size_t i = h->n_out; i-- > from;)
+        if (h->out[i].msg.type == type)
+            return &h->out[i].msg;
+    return NULL;
+}
+
+size_t h_count(const h_t *h, int type, size_t from) {
+    size_t n = 0;
+    for (size_t i = from; i < h->n_out; i++)
+        n += h->out[i].msg.type == type;
+    return n;
+}

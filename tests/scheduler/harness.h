@@ -1,0 +1,81 @@
+// A harness around the scheduler core for tests: it records every emitted message (decoded,
+// and as encoded bytes for the determinism test), plays a group of fake workers that answer
+// adapter commands and step plans with deterministic tokens, and tracks each request's output.
+#ifndef LS_TEST_SCHED_HARNESS_H
+#define LS_TEST_SCHED_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+#include "lora.h"
+#include "ls_msg.h"
+#include "sched.h"
+
+#define H_MAX_RID 512
+
+typedef struct {
+    sched_dest_t dest;
+    ls_msg_t msg;
+} h_out_t;
+
+typedef struct {
+    int tokens;          // tokens received in TokenOuts
+    int firsts;          // TokenOuts with first set
+    uint32_t finish;     // last finish seen
+    bool done;           // a final TokenOut came
+    uint32_t completion_tokens, cached_tokens;
+    int errors;          // Error messages with this rid
+    uint32_t error_code;
+    int32_t last_token;
+    bool bad_sequence;   // a token was not the one the fake worker made for that position
+} h_req_t;
+
+typedef struct {
+    sched_t *s;
+    sched_config_t cfg;
+    uint64_t now;
+    h_out_t *out;
+    size_t n_out, cap_out, pumped;
+    char *bytes;  // every emitted message, encoded, with its destination
+    size_t n_bytes;
+    int releases;
+    h_req_t req[H_MAX_RID];
+    // fake workers
+    bool auto_steps;        // answer StepPlans
+    int fail_load_rank;     // this rank answers LoadAdapter with failure (-1: none)
+    int32_t eos_token;      // the fake worker samples it at eos_at generated tokens (0: never)
+    uint32_t eos_at;
+    uint64_t step_ns;       // each answered step advances the clock this much
+} h_t;
+
+// Token the fake worker samples for a request that has `generated` tokens so far.
+static inline int32_t h_token(const h_t *h, uint64_t rid, uint32_t generated) {
+    if (h->eos_token && generated == h->eos_at)
+        return h->eos_token;
+    return (int32_t)(1000 + rid * 10 + generated % 10);
+}
+
+sched_config_t h_config(void);
+h_t *h_new(const sched_config_t *cfg);
+void h_free(h_t *h);
+// WorkerInfo from `rank`, with EOS id 2.
+void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint32_t max_context, uint32_t slots,
+            uint32_t max_loaded);
+// TokenizedReq: prompt of n tokens (token i = base + i), adapter id or NULL, max_new (0: default).
+void h_request(h_t *h, uint64_t rid, uint32_t n, int32_t base, const char *adapter, uint32_t max_new);
+void h_abort(h_t *h, uint64_t rid);
+void h_load(h_t *h, uint64_t rid, const char *id, bool pinned);
+void h_unload(h_t *h, uint64_t rid, const char *id);
+// Answer what the fake workers have been sent, until nothing new is emitted (or max_steps plans
+// were answered; 0: no limit). Returns the number of plans answered.
+int h_pump(h_t *h, int max_steps);
+// Answer one StepPlan as the fake workers would (rank 0's StepResult).
+void h_answer_plan(h_t *h, const ls_msg_t *plan);
+// The last emitted message of `type` (NULL if none), searching from index `from`.
+const ls_msg_t *h_last(const h_t *h, int type, size_t from);
+size_t h_count(const h_t *h, int type, size_t from);
+
+#endif

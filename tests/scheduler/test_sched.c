@@ -1,0 +1,808 @@
+// Scheduler core tests: no sockets; the harness plays the workers (harness.h).
+//   kv_blocks, kv_prefix, kv_evict  — block manager and prefix cache alone
+//   slot_victims                     — LRU vs FIFO; pinned and in-batch slots never taken
+//   pending_until_ready              — nothing is planned before every rank reported
+//   chunked_prefill                  — chunks, sample flags, the token budget, released rids
+//   prefix_cache                     — hit under the same adapter, miss under another / base
+//   lora_constraint                  — 2 slots, 5 adapters: all finish, distinct adapters per
+//                                      step <= 2, aging bound, base requests never held back
+//   aging                            — a steady stream for resident adapters cannot starve another
+//   preemption                       — KV runs out: newest preempted, recomputed, right tokens
+//   abort_*                          — in queue, mid-prefill, mid-decode, step in flight: all freed
+//   stop_conditions                  — EOS after min_new_tokens, max_new_tokens, the context
+//   refusals                         — too large, unknown adapter, empty prompt
+//   cpu_tier                         — load, eviction, reload on demand, rollback, unload
+//   pinned_and_prefetch              — pinned slots, the pinned limit, prefetch while a step runs
+//   step_timeout                     — workers silent: every request errors, then recovery
+//   determinism                      — the same events give byte-identical messages
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "ls_log.h"
+
+// ---------------------------------------------------------------------------------------------
+// kv alone
+
+static void test_kv_blocks(void **unused) {
+    kv_t *kv = kv_new(4, 16);
+    uint32_t b[5];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(kv_alloc(kv, &b[i]), 0);
+    assert_int_equal(b[0], 0);
+    assert_int_equal(kv_alloc(kv, &b[4]), -1);
+    assert_int_equal(kv_used(kv), 4);
+    assert_int_equal(kv_available(kv), 0);
+    kv_release(kv, b[2]);
+    assert_int_equal(kv_available(kv), 1);
+    assert_int_equal(kv_refs(kv, b[2]), 0);
+    assert_int_equal(kv_alloc(kv, &b[4]), 0);
+    assert_int_equal(b[4], b[2]);
+    for (int i = 0; i < 4; i++)
+        kv_release(kv, b[i == 2 ? 4 : i]);
+    assert_int_equal(kv_used(kv), 0);
+    assert_int_equal(kv_available(kv), 4);
+    kv_destroy(&kv);
+    assert_null(kv);
+}
+
+static void test_kv_prefix(void **unused) {
+    const uint32_t bs = 4;
+    kv_t *kv = kv_new(16, bs);
+    int32_t toks[12];
+    for (int i = 0; i < 12; i++)
+        toks[i] = 100 + i;
+    // A request computed 3 full blocks under adapter "A": publish them.
+    uint32_t blocks[3];
+    kv_node_t *node = NULL;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kv_alloc(kv, &blocks[i]), 0);
+        node = kv_insert(kv, "A", node, toks + i * bs, blocks[i]);
+        assert_non_null(node);
+    }
+    assert_int_equal(kv_cached(kv), 3);
+    uint32_t got[3];
+    kv_node_t *last;
+    // Same adapter, same 12 tokens: at most 2 blocks, the last token is always computed.
+    assert_int_equal(kv_match(kv, "A", toks, 12, got, &last), 2);
+    assert_int_equal(got[0], blocks[0]);
+    assert_int_equal(got[1], blocks[1]);
+    assert_int_equal(kv_refs(kv, blocks[0]), 2);
+    kv_release(kv, got[1]);
+    kv_release(kv, got[0]);
+    // 13 tokens: all three blocks.
+    int32_t longer[13];
+    memcpy(longer, toks, sizeof toks);
+    longer[12] = 7;
+    assert_int_equal(kv_match(kv, "A", longer, 13, got, &last), 3);
+    for (int i = 3; i-- > 0;)
+        kv_release(kv, got[i]);
+    // Another adapter, or the base model: nothing.
+    assert_int_equal(kv_match(kv, "B", longer, 13, got, &last), 0);
+    assert_int_equal(kv_match(kv, "", longer, 13, got, &last), 0);
+    assert_null(last);
+    // A different first block: nothing, even though later blocks are equal.
+    longer[0] = -1;
+    assert_int_equal(kv_match(kv, "A", longer, 13, got, &last), 0);
+    // A duplicate of cached content is refused (the caller keeps its block private).
+    uint32_t dup;
+    assert_int_equal(kv_alloc(kv, &dup), 0);
+    assert_null(kv_insert(kv, "A", NULL, toks, dup));
+    kv_release(kv, dup);
+    for (int i = 3; i-- > 0;)
+        kv_release(kv, blocks[i]);
+    assert_int_equal(kv_used(kv), 0);
+    assert_int_equal(kv_cached(kv), 3);
+    assert_int_equal(kv_available(kv), 16);
+    kv_drop_key(kv, "A");
+    assert_int_equal(kv_cached(kv), 0);
+    kv_destroy(&kv);
+}
+
+static void test_kv_evict(void **unused) {
+    const uint32_t bs = 2;
+    kv_t *kv = kv_new(4, bs);
+    int32_t a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
+    uint32_t ba[2], bb[2];
+    kv_node_t *n = NULL;
+    for (int i = 0; i < 2; i++) {
+        kv_alloc(kv, &ba[i]);
+        n = kv_insert(kv, "", n, a + i * bs, ba[i]);
+    }
+    n = NULL;
+    for (int i = 0; i < 2; i++) {
+        kv_alloc(kv, &bb[i]);
+        n = kv_insert(kv, "", n, b + i * bs, bb[i]);
+    }
+    // Release a first (older), then b: a's blocks are the least recently released.
+    kv_release(kv, ba[1]);
+    kv_release(kv, ba[0]);
+    kv_release(kv, bb[1]);
+    kv_release(kv, bb[0]);
+    assert_int_equal(kv_available(kv), 4);
+    // A new allocation evicts a's leaf first, and a hit on b keeps b.
+    uint32_t got[2];
+    kv_node_t *last;
+    int32_t b5[5] = {5, 6, 7, 8, 9};
+    assert_int_equal(kv_match(kv, "", b5, 5, got, &last), 2);
+    uint32_t x;
+    assert_int_equal(kv_alloc(kv, &x), 0);
+    assert_int_equal(x, ba[1]);
+    int32_t a5[5] = {1, 2, 3, 4, 9};
+    assert_int_equal(kv_match(kv, "", a5, 5, got + 0, &last), 1);  // a's root block is still there
+    kv_release(kv, got[0]);
+    // Running out of idle blocks: evicting a's root (and what is under it) is all that is left.
+    uint32_t y;
+    assert_int_equal(kv_alloc(kv, &y), 0);
+    assert_int_equal(y, ba[0]);
+    assert_int_equal(kv_alloc(kv, &y), -1);  // b is in use
+    assert_int_equal(kv_cached(kv), 2);
+    kv_destroy(&kv);
+}
+
+// ---------------------------------------------------------------------------------------------
+// slot victims
+
+static void test_slot_victims(void **unused) {
+    for (int policy = 0; policy < 2; policy++) {
+        lora_t *l = lora_new(3, policy == 0 ? LORA_EVICT_LRU : LORA_EVICT_FIFO);
+        lora_adapter_t *a = lora_add(l, "a", NULL, "/a", false), *b = lora_add(l, "b", NULL, "/b", false),
+                       *c = lora_add(l, "c", NULL, "/c", false), *d = lora_add(l, "d", NULL, "/d", false);
+        assert_int_equal(lora_slot_pick(l, NULL, 0), 0);
+        lora_slot_assign(l, a, 0, 1);
+        lora_slot_assign(l, b, lora_slot_pick(l, NULL, 0), 2);
+        lora_slot_assign(l, c, lora_slot_pick(l, NULL, 0), 3);
+        assert_int_equal(c->slot, 2);
+        lora_slot_touch(l, a, 10);  // a used most recently, filled first
+        int v = lora_slot_pick(l, NULL, 0);
+        assert_int_equal(v, policy == 0 ? b->slot : a->slot);
+        // In the batch (running) or pinned: never a victim.
+        a->running = 1;
+        b->pinned = true;
+        assert_int_equal(lora_slot_pick(l, NULL, 0), c->slot);
+        lora_adapter_t *keep[] = {c};
+        assert_int_equal(lora_slot_pick(l, keep, 1), -1);
+        lora_slot_assign(l, d, c->slot, 11);
+        assert_int_equal(c->slot, -1);
+        assert_ptr_equal(lora_slot_adapter(l, 2), d);
+        lora_remove(l, &d);
+        assert_null(lora_slot_adapter(l, 2));
+        lora_destroy(&l);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// planning
+
+static const ls_msg_step_plan_t *s_plan(const h_t *h, size_t from) {
+    const ls_msg_t *m = h_last(h, LS_MSG_STEP_PLAN, from);
+    return m ? &m->u.step_plan : NULL;
+}
+
+static void test_pending_until_ready(void **unused) {
+    sched_config_t cfg = h_config();
+    cfg.tp_size = 2;
+    h_t *h = h_new(&cfg);
+    h_request(h, 1, 8, 10, NULL, 4);
+    h_info(h, 0, 64, 4, 256, 2, 4);
+    assert_int_equal(h_count(h, LS_MSG_STEP_PLAN, 0), 0);  // rank 1 has not reported
+    h_info(h, 1, 32, 4, 256, 2, 4);
+    assert_int_equal(h_count(h, LS_MSG_STEP_PLAN, 0), 1);
+    assert_int_equal(sched_stats(h->s)->kv_blocks_total, 32);  // the smaller of the two
+    h_pump(h, 0);
+    assert_true(h->req[1].done);
+    assert_int_equal(h->req[1].tokens, 4);
+    assert_int_equal(h->req[1].finish, LS_FINISH_REASON_LENGTH);
+    assert_int_equal(h->req[1].firsts, 1);
+    assert_false(h->req[1].bad_sequence);
+    h_free(h);
+}
+
+static void test_chunked_prefill(void **unused) {
+    sched_config_t cfg = h_config();
+    cfg.max_num_batched_tokens = 1024;
+    cfg.chunked_prefill_size = 512;
+    h_t *h = h_new(&cfg);
+    h->auto_steps = false;
+    // Queued before the workers report, so the first plan sees all three.
+    h_request(h, 1, 1000, 0, NULL, 2);
+    h_request(h, 2, 1000, 5000, NULL, 2);
+    h_request(h, 3, 1000, 9000, NULL, 2);
+    h_info(h, 0, 1024, 16, 4096, 2, 4);
+    // Step 1: two chunks of 512 fill the budget; no sampling yet.
+    const ls_msg_step_plan_t *p = s_plan(h, 0);
+    assert_int_equal(p->step, 1);
+    assert_int_equal(p->items.n, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(p->items.v[i].token_ids.n, 512);
+        assert_int_equal(p->items.v[i].position, 0);
+        assert_false(p->items.v[i].sample);
+        assert_true(p->items.v[i].is_prefill);
+        assert_int_equal(p->items.v[i].block_table.n, 32);
+        assert_int_equal(p->items.v[i].adapter_slot, -1);
+        assert_true(p->items.v[i].sampling.has_seed);
+    }
+    size_t mark = h->n_out;
+    h_answer_plan(h, h_last(h, LS_MSG_STEP_PLAN, 0));
+    // Step 2: the rest of both prompts (sampled), then request 3's first 48 tokens.
+    p = s_plan(h, mark);
+    assert_int_equal(p->items.n, 3);
+    assert_int_equal(p->items.v[0].rid, 1);
+    assert_int_equal(p->items.v[0].position, 512);
+    assert_int_equal(p->items.v[0].token_ids.n, 488);
+    assert_true(p->items.v[0].sample);
+    assert_int_equal(p->items.v[0].block_table.n, 63);
+    assert_int_equal(p->items.v[2].rid, 3);
+    assert_int_equal(p->items.v[2].token_ids.n, 1024 - 2 * 488);
+    assert_false(p->items.v[2].sample);
+    mark = h->n_out;
+    h_answer_plan(h, h_last(h, LS_MSG_STEP_PLAN, 0));
+    // Step 3: decodes first (1 token each, not prefill), then request 3's next chunk.
+    p = s_plan(h, mark);
+    assert_int_equal(p->items.n, 3);
+    assert_int_equal(p->items.v[0].token_ids.n, 1);
+    assert_false(p->items.v[0].is_prefill);
+    assert_int_equal(p->items.v[0].generated, 1);
+    assert_int_equal(p->items.v[0].token_ids.v[0], h_token(h, 1, 0));
+    assert_int_equal(p->items.v[2].rid, 3);
+    assert_int_equal(p->items.v[2].position, 48);
+    assert_int_equal(p->items.v[2].token_ids.n, 512);
+    h->auto_steps = true;
+    h->pumped = 0;
+    h_pump(h, 0);
+    for (int r = 1; r <= 3; r++) {
+        assert_true(h->req[r].done);
+        assert_int_equal(h->req[r].tokens, 2);
+    }
+    // Requests 1 and 2 finished first: a later plan releases their rids to the workers.
+    int released = 0;
+    for (size_t i = 0; i < h->n_out; i++)
+        if (h->out[i].msg.type == LS_MSG_STEP_PLAN)
+            for (size_t k = 0; k < h->out[i].msg.u.step_plan.released.n; k++)
+                released |= 1 << h->out[i].msg.u.step_plan.released.v[k];
+    assert_int_equal(released, (1 << 1) | (1 << 2));
+    assert_int_equal(sched_stats(h->s)->kv_blocks_used, 0);
+    h_free(h);
+}
+
+static void s_load_ok(h_t *h, uint64_t rid, const char *id, bool pinned) {
+    h_load(h, rid, id, pinned);
+    h_pump(h, 0);
+    const ls_msg_t *m = h_last(h, LS_MSG_ADAPTER_LOADED, 0);
+    assert_non_null(m);
+    assert_int_equal(m->rid, rid);
+    assert_true(m->u.adapter_loaded.ok);
+}
+
+static void test_prefix_cache(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 64, 4, 1024, 2, 4);
+    s_load_ok(h, 100, "A", false);
+    s_load_ok(h, 101, "B", false);
+    h_request(h, 1, 20, 7, "A", 3);
+    h_pump(h, 0);
+    assert_int_equal(h->req[1].cached_tokens, 0);
+    // Same prompt, same adapter: 4 full blocks (16 tokens); the 20th token is computed.
+    h_request(h, 2, 20, 7, "A", 3);
+    h_pump(h, 0);
+    assert_int_equal(h->req[2].cached_tokens, 16);
+    assert_false(h->req[2].bad_sequence);
+    // Another adapter, and the base model: no reuse.
+    h_request(h, 3, 20, 7, "B", 3);
+    h_pump(h, 0);
+    assert_int_equal(h->req[3].cached_tokens, 0);
+    h_request(h, 4, 20, 7, NULL, 3);
+    h_pump(h, 0);
+    assert_int_equal(h->req[4].cached_tokens, 0);
+    // The prompt plus the generated tokens were cached too: a follow-up turn reuses them.
+    assert_int_equal(sched_stats(h->s)->prefix_hit_tokens, 16);
+    assert_int_equal(sched_stats(h->s)->kv_blocks_used, 0);
+    assert_true(sched_stats(h->s)->kv_blocks_cached >= 5 * 3);
+    h_free(h);
+}
+
+// Requests admitted per plan, to check the slot constraint and aging from the outside.
+static void test_lora_constraint(void **unused) {
+    sched_config_t cfg = h_config();
+    cfg.max_skip_steps = 3;
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 4096, 4, 1024, 2, 8);
+    const char *ids[] = {"A", "B", "C", "D", "E"};
+    for (int i = 0; i < 5; i++)
+        s_load_ok(h, 100 + (uint64_t)i, ids[i], false);
+    size_t start = h->n_out;
+    // 40 requests: every 6th is for the base model, the rest cycle over the 5 adapters.
+    enum { N = 40 };
+    const char *adapter[N + 1];
+    for (int r = 1; r <= N; r++) {
+        adapter[r] = r % 6 == 0 ? NULL : ids[r % 5];
+        h_request(h, (uint64_t)r, 6, r * 10, adapter[r], 6);
+    }
+    h_pump(h, 0);
+    int admitted_at[N + 1] = {0}, passed[N + 1] = {0};
+    int step = 0;
+    for (size_t i = start; i < h->n_out; i++) {
+        if (h->out[i].msg.type != LS_MSG_STEP_PLAN)
+            continue;
+        step++;
+        const ls_msg_step_plan_t *p = &h->out[i].msg.u.step_plan;
+        const char *seen[8];
+        int distinct = 0;
+        int newest_slot_user = 0;
+        for (size_t k = 0; k < p->items.n; k++) {
+            const ls_msg_step_item_t *it = &p->items.v[k];
+            int rid = (int)it->rid;
+            if (!admitted_at[rid]) {
+                admitted_at[rid] = step;
+                if (adapter[rid] && rid > newest_slot_user)
+                    newest_slot_user = rid;
+            }
+            if (!it->adapter_id) {
+                assert_int_equal(it->adapter_slot, -1);
+                continue;
+            }
+            assert_true(it->adapter_slot >= 0 && it->adapter_slot < 2);
+            int known = 0;
+            for (int d = 0; d < distinct; d++)
+                known |= strcmp(seen[d], it->adapter_id) == 0;
+            if (!known)
+                seen[distinct++] = it->adapter_id;
+        }
+        assert_true(distinct <= 2);
+        // Every request still waiting that is older than an admitted slot user was passed over.
+        for (int r = 1; r <= N; r++)
+            if (!admitted_at[r] && r < newest_slot_user)
+                passed[r]++;
+    }
+    for (int r = 1; r <= N; r++) {
+        assert_true(h->req[r].done);
+        assert_int_equal(h->req[r].tokens, 6);
+        assert_false(h->req[r].bad_sequence);
+        // The aging bound: passed over at most max_skip_steps + 1 times (the last one makes
+        // it first in line, and then no newer request takes a slot before it).
+        assert_true(passed[r] <= cfg.max_skip_steps + 1);
+        // Base requests never wait for a slot: all arrived while step 1 ran, all run in step 2.
+        if (!adapter[r])
+            assert_int_equal(admitted_at[r], 2);
+    }
+    const sched_stats_t *st = sched_stats(h->s);
+    assert_true(st->adapter_residency_hits > 0);
+    assert_true(st->adapter_cold_loads >= 5);
+    assert_int_equal(st->adapter_refs, 0);
+    assert_int_equal(st->kv_blocks_used, 0);
+    h_free(h);
+}
+
+// A steady stream for the resident adapters A and B keeps both slots busy; without aging a
+// request for C would wait forever. With it, C goes first after max_skip_steps pass-overs,
+// newer A/B requests wait until a slot drains, and base requests keep flowing meanwhile.
+static void test_aging(void **unused) {
+    sched_config_t cfg = h_config();
+    cfg.max_skip_steps = 3;
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 4096, 4, 1024, 2, 8);
+    s_load_ok(h, 500, "A", false);
+    s_load_ok(h, 501, "B", false);
+    s_load_ok(h, 502, "C", false);
+    const uint64_t c_rid = 100;
+    uint64_t rid = 1, c_arrival = 0;  // A/B rids count up from 1; C came when rid was c_arrival
+    int c_passed = 0, c_step = 0, base_late = 0;
+    // Each iteration: requests arrive while a step is in flight, then that step's result comes
+    // and the plan examined is the one it triggers: the first a new request can be in.
+    int base_arrival[100] = {0};  // base rid 200 + i arrived in iteration base_arrival[i]
+    for (int step = 1; !h->req[c_rid].done && step < 100; step++) {
+        if (step == 4) {
+            c_arrival = rid;
+            h_request(h, c_rid, 4, 0, "C", 3);
+        }
+        if (step % 4 == 2) {
+            base_arrival[step] = step;
+            h_request(h, 200 + (uint64_t)step, 4, 0, NULL, 2);
+        }
+        h_request(h, rid++, 4, 0, step % 2 ? "A" : "B", 6);
+        size_t mark = h->n_out;
+        assert_int_equal(h_pump(h, 1), 1);
+        const ls_msg_t *p = h_last(h, LS_MSG_STEP_PLAN, mark);
+        assert_non_null(p);
+        bool c_in = false, newer_started = false;
+        for (size_t k = 0; k < p->u.step_plan.items.n; k++) {
+            const ls_msg_step_item_t *it = &p->u.step_plan.items.v[k];
+            bool starts = it->position == 0;
+            c_in |= it->rid == c_rid;
+            newer_started |= starts && c_arrival && it->rid >= c_arrival && it->rid < c_rid;
+            if (starts && it->rid >= 200)
+                base_late += step != base_arrival[it->rid - 200];
+        }
+        if (c_in && !c_step)
+            c_step = step;
+        if (!c_step && newer_started)
+            c_passed++;
+    }
+    assert_true(c_step > 0);  // without aging C never gets a slot here
+    assert_int_equal(h->req[c_rid].tokens, 3);
+    assert_true(c_passed >= 1 && c_passed <= cfg.max_skip_steps + 1);
+    assert_int_equal(base_late, 0);
+    h_free(h);
+}
+
+static void test_preemption(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    // 8 blocks of 4 tokens; 3 requests of 6 + 10 tokens need 4 blocks each at the end.
+    h_info(h, 0, 8, 4, 1024, 2, 4);
+    for (uint64_t r = 1; r <= 3; r++)
+        h_request(h, r, 6, (int32_t)r * 100, NULL, 10);
+    h_pump(h, 0);
+    const sched_stats_t *st = sched_stats(h->s);
+    assert_true(st->preemptions > 0);
+    for (int r = 1; r <= 3; r++) {
+        assert_true(h->req[r].done);
+        assert_int_equal(h->req[r].tokens, 10);  // nothing re-sent after a recompute
+        assert_int_equal(h->req[r].completion_tokens, 10);
+        assert_int_equal(h->req[r].finish, LS_FINISH_REASON_LENGTH);
+        assert_false(h->req[r].bad_sequence);
+    }
+    assert_int_equal(st->kv_blocks_used, 0);
+    // A recompute is a prefill of prompt + generated tokens continuing the sampling stream.
+    int recompute = 0;
+    for (size_t i = 0; i < h->n_out; i++) {
+        if (h->out[i].msg.type != LS_MSG_STEP_PLAN)
+            continue;
+        const ls_msg_step_items_t *items = &h->out[i].msg.u.step_plan.items;
+        for (size_t k = 0; k < items->n; k++)
+            if (items->v[k].position == 0 && items->v[k].generated > 0) {
+                recompute++;
+                assert_true(items->v[k].is_prefill);
+                assert_int_equal(items->v[k].token_ids.n, 6 + items->v[k].generated);
+            }
+    }
+    assert_true(recompute > 0);
+    h_free(h);
+}
+
+// Everything is back: blocks, adapter refs, reply handles.
+static void s_assert_idle(const h_t *h, int handles) {
+    const sched_stats_t *st = sched_stats(h->s);
+    assert_int_equal(st->kv_blocks_used, 0);
+    assert_int_equal(st->adapter_refs, 0);
+    assert_int_equal(st->running, 0);
+    assert_int_equal(st->waiting, 0);
+    assert_int_equal(h->releases, handles);
+}
+
+static void test_abort_in_queue(void **unused) {
+    sched_config_t cfg = h_config();
+    cfg.max_running_requests = 1;
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 64, 4, 1024, 2, 4);
+    s_load_ok(h, 100, "A", false);
+    h->auto_steps = false;
+    h_request(h, 1, 8, 0, NULL, 5);
+    h_request(h, 2, 8, 50, "A", 5);  // waits: one running at most
+    h_abort(h, 2);
+    assert_true(h->req[2].done);
+    assert_int_equal(h->req[2].finish, LS_FINISH_REASON_ABORT);
+    assert_int_equal(h->req[2].firsts, 1);
+    assert_int_equal(h->req[2].tokens, 0);
+    h->auto_steps = true;
+    h->pumped = 0;
+    h_pump(h, 0);
+    assert_true(h->req[1].done);
+    for (size_t i = 0; i < h->n_out; i++)
+        if (h->out[i].msg.type == LS_MSG_STEP_PLAN)
+            for (size_t k = 0; k < h->out[i].msg.u.step_plan.items.n; k++)
+                assert_int_not_equal(h->out[i].msg.u.step_plan.items.v[k].rid, 2);
+    s_assert_idle(h, 3);
+    h_free(h);
+}
+
+// Abort after `steps` answered steps, with the next step in flight; its output is dropped.
+static void s_abort_after(int steps, bool decoding) {
+    sched_config_t cfg = h_config();
+    cfg.chunked_prefill_size = 8;
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 64, 4, 1024, 2, 4);
+    s_load_ok(h, 100, "A", false);
+    h_request(h, 1, 30, 0, "A", 20);  // 4 prefill chunks, then decodes
+    h_request(h, 2, 5, 900, NULL, 20);
+    assert_int_equal(h_pump(h, steps), steps);
+    assert_int_equal(h->req[1].tokens, decoding ? steps - 3 : 0);
+    size_t mark = h->n_out;
+    h_abort(h, 1);
+    assert_true(h->req[1].done);
+    assert_int_equal(h->req[1].finish, LS_FINISH_REASON_ABORT);
+    int before = h->req[1].tokens;
+    h_pump(h, 0);  // answers the plan in flight that still holds request 1
+    assert_int_equal(h->req[1].tokens, before);
+    assert_true(h->req[2].done);
+    // The next plan tells the workers to drop request 1.
+    const ls_msg_t *p = h_last(h, LS_MSG_STEP_PLAN, mark);
+    assert_non_null(p);
+    bool released = false;
+    for (size_t i = mark; i < h->n_out; i++)
+        if (h->out[i].msg.type == LS_MSG_STEP_PLAN)
+            for (size_t k = 0; k < h->out[i].msg.u.step_plan.released.n; k++)
+                released |= h->out[i].msg.u.step_plan.released.v[k] == 1;
+    assert_true(released);
+    s_assert_idle(h, 3);
+    h_free(h);
+}
+
+static void test_abort_mid_prefill(void **unused) { s_abort_after(2, false); }
+static void test_abort_mid_decode(void **unused) { s_abort_after(6, true); }
+
+static void test_stop_conditions(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 64, 4, 40, 2, 4);
+    h->eos_token = 2;
+    h->eos_at = 3;  // the fake worker samples EOS as the 4th token
+    h_request(h, 1, 8, 0, NULL, 10);
+    h_pump(h, 0);
+    assert_int_equal(h->req[1].finish, LS_FINISH_REASON_STOP);
+    assert_int_equal(h->req[1].tokens, 4);
+    assert_int_equal(h->req[1].last_token, 2);
+    // min_new_tokens 5: EOS at the 4th token does not end it (a real worker would have masked it).
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TOKENIZED_REQ);
+    m.rid = 2;
+    m.u.tokenized_req.input_ids.v = calloc(8, sizeof(int32_t));
+    m.u.tokenized_req.input_ids.n = 8;
+    m.u.tokenized_req.sampling.max_new_tokens = 6;
+    m.u.tokenized_req.sampling.min_new_tokens = 5;
+    sched_on_request(h->s, ++h->now, &m, (void *)1);
+    ls_msg_clear(&m);
+    const ls_msg_t *p = h_last(h, LS_MSG_STEP_PLAN, 0);
+    assert_int_equal(p->u.step_plan.items.v[0].sampling.min_new_tokens, 5);
+    assert_int_equal(p->u.step_plan.items.v[0].sampling.stop_token_ids.n, 1);  // EOS, for the mask
+    h_pump(h, 0);
+    assert_int_equal(h->req[2].finish, LS_FINISH_REASON_LENGTH);
+    assert_int_equal(h->req[2].tokens, 6);
+    // The context (40) ends a request whose default max_new_tokens was cut to fit it.
+    h->eos_token = 0;
+    h_request(h, 3, 30, 0, NULL, 0);
+    h_pump(h, 0);
+    assert_int_equal(h->req[3].finish, LS_FINISH_REASON_LENGTH);
+    assert_int_equal(h->req[3].tokens, 10);
+    h_free(h);
+}
+
+static void test_refusals(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 4, 4, 64, 2, 4);  // 16 tokens of KV, context 64
+    h_request(h, 1, 60, 0, NULL, 10);  // beyond the context
+    h_request(h, 2, 10, 0, NULL, 10);  // 19 tokens need 5 blocks
+    h_request(h, 3, 10, 0, "nope", 2);
+    h_request(h, 4, 0, 0, NULL, 2);
+    h_request(h, 5, 10, 0, NULL, 7);  // 16 tokens: fits exactly
+    assert_int_equal(h->req[1].error_code, LS_ERROR_CODE_TOO_LARGE);
+    assert_int_equal(h->req[2].error_code, LS_ERROR_CODE_TOO_LARGE);
+    assert_int_equal(h->req[3].error_code, LS_ERROR_CODE_NOT_FOUND);
+    assert_int_equal(h->req[4].error_code, LS_ERROR_CODE_BAD_REQUEST);
+    assert_int_equal(h->releases, 4);
+    assert_int_equal(sched_stats(h->s)->requests_refused, 4);
+    h_pump(h, 0);
+    assert_int_equal(h->req[5].tokens, 7);
+    assert_int_equal(h->req[5].errors, 0);
+    h_free(h);
+}
+
+static size_t s_find(const h_t *h, int type, const char *id, size_t from) {
+    for (size_t i = from; i < h->n_out; i++) {
+        const ls_msg_t *m = &h->out[i].msg;
+        const char *mid = m->type == LS_MSG_LOAD_ADAPTER     ? m->u.load_adapter.adapter_id
+                          : m->type == LS_MSG_UNLOAD_ADAPTER ? m->u.unload_adapter.adapter_id
+                                                             : NULL;
+        if (m->type == type && mid && strcmp(mid, id) == 0)
+            return i;
+    }
+    return SIZE_MAX;
+}
+
+static void test_cpu_tier(void **unused) {
+    sched_config_t cfg = h_config();
+    cfg.tp_size = 2;
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 64, 4, 1024, 3, 2);
+    h_info(h, 1, 64, 4, 1024, 3, 2);
+    s_load_ok(h, 100, "A", false);
+    assert_int_equal(h_last(h, LS_MSG_LOAD_ADAPTER, 0)->u.load_adapter.slot, -1);
+    s_load_ok(h, 101, "B", false);
+    // A third adapter: the least recently used idle one (A) leaves the CPU tier first.
+    size_t mark = h->n_out;
+    s_load_ok(h, 102, "C", false);
+    size_t evict = s_find(h, LS_MSG_UNLOAD_ADAPTER, "A", mark), load = s_find(h, LS_MSG_LOAD_ADAPTER, "C", mark);
+    assert_true(evict < load && load != SIZE_MAX);
+    assert_int_equal(sched_stats(h->s)->adapter_cpu_evictions, 1);
+    // A request for A reloads it (evicting B, idle) and then runs.
+    mark = h->n_out;
+    h_request(h, 1, 6, 0, "A", 3);
+    assert_true(s_find(h, LS_MSG_UNLOAD_ADAPTER, "B", mark) < s_find(h, LS_MSG_LOAD_ADAPTER, "A", mark));
+    h_pump(h, 0);
+    assert_int_equal(h->req[1].tokens, 3);
+    // Rollback: rank 1 refuses D; rank 0 is told to unload it; the asker gets rank 1's reason.
+    h->fail_load_rank = 1;
+    mark = h->n_out;
+    h_load(h, 103, "D", false);
+    h_pump(h, 0);
+    const ls_msg_t *ans = h_last(h, LS_MSG_ADAPTER_LOADED, mark);
+    assert_false(ans->u.adapter_loaded.ok);
+    assert_non_null(strstr(ans->u.adapter_loaded.reason, "max_lora_rank"));
+    size_t rb = s_find(h, LS_MSG_UNLOAD_ADAPTER, "D", mark);
+    assert_true(rb != SIZE_MAX);
+    assert_int_equal(h->out[rb].dest.kind, SCHED_TO_WORKER);
+    assert_int_equal(h->out[rb].dest.rank, 0);
+    h_request(h, 2, 6, 0, "D", 3);
+    assert_int_equal(h->req[2].error_code, LS_ERROR_CODE_NOT_FOUND);
+    h->fail_load_rank = -1;
+    // Unload while a request uses it: refused to new requests at once, done when it ends.
+    h->auto_steps = false;
+    h_request(h, 3, 6, 0, "A", 4);
+    mark = h->n_out;
+    h_unload(h, 107, "A");
+    assert_int_equal(s_find(h, LS_MSG_UNLOAD_ADAPTER, "A", mark), SIZE_MAX);
+    h_request(h, 4, 6, 0, "A", 4);
+    assert_int_equal(h->req[4].error_code, LS_ERROR_CODE_NOT_FOUND);
+    h->auto_steps = true;
+    h->pumped = 0;
+    h_pump(h, 0);
+    assert_int_equal(h->req[3].tokens, 4);
+    assert_true(s_find(h, LS_MSG_UNLOAD_ADAPTER, "A", mark) != SIZE_MAX);
+    const ls_msg_t *un = h_last(h, LS_MSG_ADAPTER_UNLOADED, mark);
+    assert_non_null(un);
+    assert_int_equal(un->rid, 107);
+    assert_true(un->u.adapter_unloaded.ok);
+    s_assert_idle(h, h->releases);
+    h_free(h);
+}
+
+static void test_pinned_and_prefetch(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 256, 4, 1024, 3, 8);
+    s_load_ok(h, 100, "P", true);
+    // The pinned adapter gets its slot right away, announced as a prefetch.
+    const ls_msg_t *pf = h_last(h, LS_MSG_PREFETCH_ADAPTER, 0);
+    assert_non_null(pf);
+    assert_string_equal(pf->u.prefetch_adapter.adapter_id, "P");
+    int pinned_slot = pf->u.prefetch_adapter.slot;
+    // At most slots - 1 pinned, so unpinned adapters always have a slot to run in.
+    s_load_ok(h, 110, "Q", true);
+    h_load(h, 111, "R", true);
+    h_pump(h, 0);
+    const ls_msg_t *refused = h_last(h, LS_MSG_ADAPTER_LOADED, 0);
+    assert_false(refused->u.adapter_loaded.ok);
+    assert_int_equal(refused->u.adapter_loaded.code, LS_ERROR_CODE_BAD_REQUEST);
+    // A pinned adapter unloads like any other, and gives its slot back.
+    h_unload(h, 112, "Q");
+    h_pump(h, 0);
+    assert_true(h_last(h, LS_MSG_ADAPTER_UNLOADED, 0)->u.adapter_unloaded.ok);
+    s_load_ok(h, 101, "A", false);
+    s_load_ok(h, 102, "B", false);
+    s_load_ok(h, 103, "C", false);
+    // Requests for A, B, C, P: two unpinned slots, so one of A/B/C waits; while the first step
+    // runs its adapter is prefetched into a slot that step does not use.
+    h->auto_steps = false;
+    h_request(h, 1, 4, 0, "A", 8);
+    h_request(h, 2, 4, 0, "P", 8);
+    h_request(h, 3, 4, 0, "B", 8);
+    size_t mark = h->n_out;
+    h_request(h, 4, 4, 0, "C", 2);
+    assert_int_equal(h_count(h, LS_MSG_PREFETCH_ADAPTER, mark), 0);  // both free slots are in use
+    h->auto_steps = true;
+    h->pumped = 0;
+    h_pump(h, 0);
+    for (int r = 1; r <= 4; r++)
+        assert_int_equal(h->req[r].tokens, r == 4 ? 2 : 8);
+    // P never left its slot.
+    for (size_t i = 0; i < h->n_out; i++) {
+        const ls_msg_t *m = &h->out[i].msg;
+        if (m->type == LS_MSG_PREFETCH_ADAPTER && m->u.prefetch_adapter.slot == pinned_slot)
+            assert_string_equal(m->u.prefetch_adapter.adapter_id, "P");
+        if (m->type == LS_MSG_STEP_PLAN)
+            for (size_t k = 0; k < m->u.step_plan.items.n; k++)
+                if (m->u.step_plan.items.v[k].adapter_slot == pinned_slot)
+                    assert_string_equal(m->u.step_plan.items.v[k].adapter_id, "P");
+    }
+    h_free(h);
+}
+
+static void test_step_timeout(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 64, 4, 1024, 2, 4);
+    h->auto_steps = false;
+    h_request(h, 1, 6, 0, NULL, 5);
+    h_request(h, 2, 6, 0, NULL, 5);
+    uint64_t wake = sched_next_wake(h->s);
+    assert_int_equal(wake, h->now - 1 + cfg.step_timeout_ns);  // planned at request 1's arrival
+    sched_on_tick(h->s, wake - 1);
+    assert_false(h->req[1].done);
+    sched_on_tick(h->s, wake);
+    for (int r = 1; r <= 2; r++) {
+        assert_true(h->req[r].done);
+        assert_int_equal(h->req[r].finish, LS_FINISH_REASON_ERROR);
+    }
+    const ls_msg_t *last = h_last(h, LS_MSG_TOKEN_OUT, 0);
+    assert_non_null(strstr(last->u.token_out.error, "no result"));
+    assert_int_equal(sched_stats(h->s)->step_timeouts, 1);
+    assert_int_equal(sched_next_wake(h->s), 0);
+    // Down: new work is refused at once; a late result is ignored.
+    h_request(h, 3, 6, 0, NULL, 5);
+    assert_int_equal(h->req[3].error_code, LS_ERROR_CODE_UNAVAILABLE);
+    // The workers come back: serving again.
+    h_info(h, 0, 64, 4, 1024, 2, 4);
+    h->auto_steps = true;
+    h_request(h, 4, 6, 0, NULL, 5);
+    h->pumped = h->n_out - 1;
+    h_pump(h, 0);
+    assert_int_equal(h->req[4].tokens, 5);
+    assert_int_equal(h->releases, 4);
+    h_free(h);
+}
+
+// One scenario with adapters, preemption, aborts, a deadline and a worker restart.
+static void s_scenario(h_t *h) {
+    h_info(h, 0, 24, 4, 1024, 2, 3);
+    const char *ids[] = {"A", "B", "C", "D"};
+    for (int i = 0; i < 4; i++)
+        s_load_ok(h, 100 + (uint64_t)i, ids[i], i == 0);
+    for (uint64_t r = 1; r <= 30; r++) {
+        h_request(h, r, 3 + (uint32_t)(r % 7), (int32_t)(r % 3) * 100, r % 4 ? ids[r % 4] : NULL, 4 + (uint32_t)(r % 5));
+        if (r % 6 == 0)
+            h_pump(h, 2);
+        if (r % 9 == 0)
+            h_abort(h, r - 2);
+    }
+    h_pump(h, 3);
+    h_info(h, 0, 24, 4, 1024, 2, 3);  // a restart: running requests are recomputed
+    h_pump(h, 0);
+}
+
+static void test_determinism(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *a = h_new(&cfg), *b = h_new(&cfg);
+    s_scenario(a);
+    s_scenario(b);
+    assert_true(a->n_bytes > 10000);
+    assert_int_equal(a->n_bytes, b->n_bytes);
+    assert_memory_equal(a->bytes, b->bytes, a->n_bytes);
+    for (uint64_t r = 1; r <= 30; r++)
+        assert_true(a->req[r].done);
+    assert_true(sched_stats(a->s)->preemptions > 0);
+    s_assert_idle(a, a->releases);
+    h_free(a);
+    h_free(b);
+}
+
+int main(void) {
+    ls_log_init("test", LS_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kv_blocks),
+        cmocka_unit_test(test_kv_prefix),
+        cmocka_unit_test(test_kv_evict),
+        cmocka_unit_test(test_slot_victims),
+        cmocka_unit_test(test_pending_until_ready),
+        cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_lora_constraint),
+        cmocka_unit_test(test_aging),
+        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_abort_in_queue),
+        cmocka_unit_test(test_abort_mid_prefill),
+        cmocka_unit_test(test_abort_mid_decode),
+        cmocka_unit_test(test_stop_conditions),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_cpu_tier),
+        cmocka_unit_test(test_pinned_and_prefetch),
+        cmocka_unit_test(test_step_timeout),
+        cmocka_unit_test(test_determinism),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
