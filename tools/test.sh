@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 tools/install-deps.sh
+tools/install-test-deps.sh
 tools/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600

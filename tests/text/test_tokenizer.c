@@ -1,0 +1,447 @@
+// The tokenizer against HF tokenizers on real vocabularies (Qwen3, Llama-3, Llama-2 and five
+// variants of them that exercise the other normalizers, pre-tokenizers, decoders and added-token
+// options): exact ids for every corpus line, HF's decode of those ids and of random id
+// sequences, round trips, streaming decode equal to the full decode, stop strings, and refusal
+// of malformed or unsupported files.
+#include "text_refs.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <utf8proc.h>
+
+#include <cmocka.h>
+
+static const char *VOCABS[] = {"qwen3",
+                               "llama3",
+                               "llama2",
+                               "llama2-metaspace-first",
+                               "llama2-metaspace-always-split",
+                               "llama3-gpt2-bytelevel",
+                               "llama3-split-behaviors",
+                               "qwen3-nfkc-lower-added"};
+
+static char errbuf[1024];
+
+#define assert_contains(hay, needle)                                                          \
+    do {                                                                                      \
+        if (!strstr((hay), (needle)))                                                         \
+            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
+    } while (0)
+
+static ls_tokenizer_t *load(const char *name) {
+    ls_tokenizer_t *t = refs_load(name, errbuf, sizeof errbuf);
+    if (!t)
+        fail_msg("%s: %s (tools/install-test-deps.sh installs the reference tokenizers)", name, errbuf);
+    return t;
+}
+
+static bool valid_utf8(const char *s, size_t n) {
+    utf8proc_int32_t cp;
+    for (size_t i = 0; i < n;) {
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0)
+            return false;
+        i += (size_t)k;
+    }
+    return true;
+}
+
+// Feeds ids one by one; the concatenated pieces must be `want`, each piece valid UTF-8.
+static void check_stream(const ls_tokenizer_t *t, const int32_t *ids, size_t n, unsigned flags,
+                         const char *want, const char *what) {
+    ls_detok_t *d = ls_detok_new(t, flags, NULL, 0);
+    assert_non_null(d);
+    char *all = calloc(1, strlen(want) * 2 + 64);
+    size_t cap = strlen(want) * 2 + 63, len = 0;
+    const char *p;
+    size_t k;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n)
+            assert_int_equal(ls_detok_push(d, ids[i], &p, &k), 0);
+        else
+            assert_int_equal(ls_detok_finish(d, &p, &k), 0);
+        if (!valid_utf8(p, k))
+            fail_msg("%s: piece %zu is not valid UTF-8", what, i);
+        if (len + k > cap)
+            fail_msg("%s: streamed text is longer than the full decode", what);
+        memcpy(all + len, p, k);
+        len += k;
+    }
+    if (len != strlen(want) || memcmp(all, want, len) != 0)
+        fail_msg("%s: streamed \"%.*s\" != decoded \"%s\"", what, (int)len, all, want);
+    free(all);
+    ls_detok_destroy(&d);
+    ls_detok_destroy(&d);  // idempotent
+}
+
+static void json_ids(const cJSON *a, ls_token_ids_t *v) {
+    v->n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a) {
+        if (v->n == v->cap) {
+            v->cap = v->cap ? v->cap * 2 : 64;
+            v->ids = realloc(v->ids, v->cap * sizeof *v->ids);
+        }
+        v->ids[v->n++] = (int32_t)it->valuedouble;
+    }
+}
+
+static void check_decode(const ls_tokenizer_t *t, const ls_token_ids_t *ids, const cJSON *ref, const char *what) {
+    static const struct {
+        const char *key;
+        unsigned flags;
+    } modes[] = {{"text", 0}, {"text_skip", LS_DETOK_SKIP_SPECIAL}};
+    for (int m = 0; m < 2; m++) {
+        const char *want = cJSON_GetObjectItemCaseSensitive(ref, modes[m].key)->valuestring;
+        size_t len;
+        char *got = ls_tokenizer_decode(t, ids->ids, ids->n, modes[m].flags, &len, errbuf, sizeof errbuf);
+        if (!got)
+            fail_msg("%s: decode failed: %s", what, errbuf);
+        if (strcmp(got, want) != 0)
+            fail_msg("%s (%s): decoded \"%s\", HF \"%s\"", what, modes[m].key, got, want);
+        free(got);
+        check_stream(t, ids->ids, ids->n, modes[m].flags, want, what);
+    }
+}
+
+// Whether decode(encode(x)) == x is expected: byte-level vocabularies are lossless except for
+// Qwen3's NFC (x comes back normalized); Llama-2 prepends "▁" to the text after an added token
+// (<s>, </s>, <unk> in the text), which the decoder does not strip, and decodes a literal "▁"
+// in the text as a space.
+static char *expected_roundtrip(const char *vocab, const char *x) {
+    if (strcmp(vocab, "qwen3") == 0)
+        return (char *)utf8proc_NFC((const utf8proc_uint8_t *)x);
+    if (strcmp(vocab, "llama2") == 0 &&
+        (strstr(x, "<s>") || strstr(x, "</s>") || strstr(x, "<unk>") || strstr(x, "\xE2\x96\x81")))
+        return NULL;
+    if (strcmp(vocab, "llama3") == 0 || strcmp(vocab, "llama2") == 0)
+        return strdup(x);
+    return NULL;  // the variants change text on purpose (lowercase, removed delimiters ...)
+}
+
+static void test_vocab(void **state) {
+    const char *vocab = *state;
+    ls_tokenizer_t *t = load(vocab);
+    char name[256];
+    size_t nc, ne, nd;
+    cJSON **corpus = refs_jsonl("corpus.jsonl", &nc);
+    snprintf(name, sizeof name, "expected/%s.jsonl", vocab);
+    cJSON **exp = refs_jsonl(name, &ne);
+    snprintf(name, sizeof name, "expected/%s-decode.jsonl", vocab);
+    cJSON **dec = refs_jsonl(name, &nd);
+    assert_non_null(corpus);
+    assert_non_null(exp);
+    assert_non_null(dec);
+    assert_int_equal(nc, ne);
+    ls_token_ids_t got = {0}, want = {0};
+    size_t exact = 0, roundtrips = 0, lossy = 0;
+    for (size_t i = 0; i < nc; i++) {
+        const char *x = corpus[i]->valuestring;
+        got.n = 0;
+        if (ls_tokenizer_encode(t, x, strlen(x), 0, &got, errbuf, sizeof errbuf) < 0)
+            fail_msg("%s line %zu: %s", vocab, i + 1, errbuf);
+        json_ids(cJSON_GetObjectItemCaseSensitive(exp[i], "ids"), &want);
+        if (got.n != want.n || memcmp(got.ids, want.ids, got.n * sizeof *got.ids) != 0) {
+            for (size_t k = 0; k < got.n || k < want.n; k++)
+                fprintf(stderr, "  %zu: got %d want %d\n", k, k < got.n ? got.ids[k] : -1,
+                        k < want.n ? want.ids[k] : -1);
+            fail_msg("%s line %zu: ids differ from HF for %s", vocab, i + 1, cJSON_PrintUnformatted(corpus[i]));
+        }
+        exact++;
+        snprintf(name, sizeof name, "%s line %zu", vocab, i + 1);
+        check_decode(t, &want, exp[i], name);
+        char *rt = expected_roundtrip(vocab, x);
+        const char *text = cJSON_GetObjectItemCaseSensitive(exp[i], "text")->valuestring;
+        if (rt) {
+            if (strcmp(text, rt) != 0)
+                fail_msg("%s: decode(encode(x)) = \"%s\", want \"%s\"", name, text, rt);
+            roundtrips++;
+        } else {
+            lossy += strcmp(text, x) != 0;
+        }
+        free(rt);
+    }
+    for (size_t i = 0; i < nd; i++) {
+        json_ids(cJSON_GetObjectItemCaseSensitive(dec[i], "ids"), &want);
+        snprintf(name, sizeof name, "%s random sequence %zu", vocab, i + 1);
+        check_decode(t, &want, dec[i], name);
+    }
+    printf("[ %-30s ] %zu/%zu lines exact, %zu round trips checked (%zu lines decode to other text "
+           "by design), %zu random decodes\n",
+           vocab, exact, nc, roundtrips, lossy, nd);
+    ls_token_ids_free(&got);
+    ls_token_ids_free(&want);
+    refs_jsonl_free(corpus);
+    refs_jsonl_free(exp);
+    refs_jsonl_free(dec);
+    ls_tokenizer_destroy(&t);
+    ls_tokenizer_destroy(&t);  // idempotent
+    assert_null(t);
+}
+
+// Streams ids through a detokenizer with stop strings; returns the concatenated text.
+static char *stream_with_stops(const ls_tokenizer_t *t, const char *text, const char *const *stops, size_t ns,
+                               bool *stopped, int *index) {
+    ls_token_ids_t v = {0};
+    assert_int_equal(ls_tokenizer_encode((ls_tokenizer_t *)t, text, strlen(text), 0, &v, errbuf, sizeof errbuf), 0);
+    ls_detok_t *d = ls_detok_new(t, 0, stops, ns);
+    assert_non_null(d);
+    char *out = calloc(1, strlen(text) + 64);
+    size_t len = 0, k;
+    const char *p;
+    for (size_t i = 0; i <= v.n; i++) {
+        if (i < v.n)
+            assert_int_equal(ls_detok_push(d, v.ids[i], &p, &k), 0);
+        else
+            assert_int_equal(ls_detok_finish(d, &p, &k), 0);
+        assert_true(valid_utf8(p, k));
+        memcpy(out + len, p, k);
+        len += k;
+        // Nothing streamed may be (the start of) a stop string that later completes.
+        for (size_t s = 0; s < ns && !ls_detok_stopped(d); s++)
+            assert_null(strstr(out, stops[s]));
+    }
+    *stopped = ls_detok_stopped(d);
+    *index = ls_detok_stop_index(d);
+    ls_detok_destroy(&d);
+    ls_token_ids_free(&v);
+    return out;
+}
+
+static void test_stop_strings(void **state) {
+    (void)state;
+    for (int vi = 0; vi < 3; vi++) {
+        ls_tokenizer_t *t = load(VOCABS[vi]);
+        bool stopped;
+        int idx;
+        char *out;
+        // Spanning several tokens: the text before it is emitted, the stop string is not.
+        const char *s1[] = {"d, this is"};
+        out = stream_with_stops(t, "Hello world, this is the end", s1, 1, &stopped, &idx);
+        assert_string_equal(out, "Hello worl");
+        assert_true(stopped);
+        assert_int_equal(idx, 0);
+        free(out);
+        // A partial match that turns out not to be a stop: everything comes out in the end.
+        const char *s2[] = {"world peace", "xyz"};
+        out = stream_with_stops(t, "Hello world, this is the end", s2, 2, &stopped, &idx);
+        assert_string_equal(out, "Hello world, this is the end");
+        assert_false(stopped);
+        assert_int_equal(idx, -1);
+        free(out);
+        // At the very start.
+        const char *s3[] = {"Hello"};
+        out = stream_with_stops(t, "Hello world", s3, 1, &stopped, &idx);
+        assert_string_equal(out, "");
+        assert_true(stopped);
+        free(out);
+        // The earliest of several wins; multi-byte stop strings inside byte-fallback runs.
+        const char *s4[] = {"界", "好，"};
+        out = stream_with_stops(t, "你好，世界！🤷‍♂️", s4, 2, &stopped, &idx);
+        assert_string_equal(out, "你");
+        assert_int_equal(idx, 1);
+        free(out);
+        // A prefix of the stop string held at the end is released by finish.
+        const char *s5[] = {"end of story"};
+        out = stream_with_stops(t, "the end of", s5, 1, &stopped, &idx);
+        assert_string_equal(out, "the end of");
+        assert_false(stopped);
+        free(out);
+        ls_tokenizer_destroy(&t);
+    }
+}
+
+// Every corpus line, with a stop string cut from its own text: the stream must end exactly
+// before the first occurrence of it.
+static void test_stop_strings_corpus(void **state) {
+    (void)state;
+    ls_tokenizer_t *t = load("llama3");
+    size_t nc;
+    cJSON **corpus = refs_jsonl("corpus.jsonl", &nc);
+    unsigned seed = 1;
+    size_t n_stopped = 0;
+    for (size_t i = 0; i < nc; i++) {
+        const char *x = corpus[i]->valuestring;
+        size_t n = strlen(x);
+        if (n < 4)
+            continue;
+        seed = seed * 1103515245u + 12345u;
+        size_t a = (seed >> 8) % (n - 2), len = 1 + (seed >> 20) % 6;
+        while (a > 0 && ((unsigned char)x[a] & 0xC0) == 0x80)
+            a--;
+        size_t b = a + len < n ? a + len : n;
+        while (b < n && ((unsigned char)x[b] & 0xC0) == 0x80)
+            b++;
+        char *stop = strndup(x + a, b - a);
+        const char *stops[] = {stop};
+        bool stopped;
+        int idx;
+        char *out = stream_with_stops(t, x, stops, 1, &stopped, &idx);
+        const char *first = strstr(x, stop);
+        assert_true(stopped);
+        if (strlen(out) != (size_t)(first - x) || memcmp(out, x, strlen(out)) != 0)
+            fail_msg("line %zu stop \"%s\": streamed \"%s\"", i + 1, stop, out);
+        n_stopped++;
+        free(out);
+        free(stop);
+    }
+    printf("[ stop strings ] %zu corpus lines stopped exactly at their stop string\n", n_stopped);
+    refs_jsonl_free(corpus);
+    ls_tokenizer_destroy(&t);
+}
+
+static void test_api(void **state) {
+    (void)state;
+    ls_tokenizer_t *t = load("llama2");
+    size_t n;
+    const int32_t *pre = ls_tokenizer_prefix_ids(t, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(pre[0], 1);
+    ls_tokenizer_suffix_ids(t, &n);
+    assert_int_equal(n, 0);
+    ls_token_ids_t v = {0};
+    assert_int_equal(ls_tokenizer_encode(t, "Hi", 2, LS_TOKENIZE_ADD_SPECIAL, &v, errbuf, sizeof errbuf), 0);
+    assert_int_equal(v.ids[0], 1);
+    assert_int_equal(ls_tokenizer_token_to_id(t, "<s>"), 1);
+    assert_string_equal(ls_tokenizer_id_to_token(t, 2), "</s>");
+    assert_true(ls_tokenizer_is_special(t, 2));
+    assert_false(ls_tokenizer_is_special(t, 1000));
+    assert_null(ls_tokenizer_id_to_token(t, 1 << 30));
+    assert_int_equal(ls_tokenizer_vocab_size(t), 32000);
+    // Invalid UTF-8 is refused, bad ids are refused by both decoders.
+    v.n = 0;
+    assert_int_equal(ls_tokenizer_encode(t, "a\xC3(", 3, 0, &v, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "not valid UTF-8");
+    int32_t bad[] = {5, 99999};
+    assert_null(ls_tokenizer_decode(t, bad, 2, 0, NULL, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "99999");
+    ls_detok_t *d = ls_detok_new(t, 0, NULL, 0);
+    const char *p;
+    size_t k;
+    assert_int_equal(ls_detok_push(d, -1, &p, &k), -1);
+    ls_detok_destroy(&d);
+    // Special-token matching can be turned off for untrusted text.
+    v.n = 0;
+    assert_int_equal(ls_tokenizer_encode(t, "<s>", 3, LS_TOKENIZE_NO_SPECIAL_MATCH, &v, errbuf, sizeof errbuf), 0);
+    for (size_t i = 0; i < v.n; i++)
+        assert_int_not_equal(v.ids[i], 1);
+    ls_token_ids_free(&v);
+    ls_tokenizer_destroy(&t);
+}
+
+// A tiny complete tokenizer.json, and broken versions of it.
+static const char *TINY =
+    "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":5,\"content\":\"<s>\",\"single_word\":false,"
+    "\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],"
+    "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+    "\"use_regex\":true},\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},"
+    "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"\xC4\xA0\":3,\"\xC4\xA0" "ab\":4},"
+    "\"merges\":[\"a b\",[\"\xC4\xA0\",\"ab\"]]}}";
+
+static void refuse(const char *json, const char *needle) {
+    errbuf[0] = '\0';
+    ls_tokenizer_t *t = ls_tokenizer_parse(json, strlen(json), "tokenizer.json", errbuf, sizeof errbuf);
+    if (t)
+        fail_msg("accepted: %s", json);
+    assert_contains(errbuf, "tokenizer.json");
+    assert_contains(errbuf, needle);
+}
+
+static char *with(const char *from, const char *to) {
+    const char *at = strstr(TINY, from);
+    assert_non_null(at);
+    char *s = NULL;
+    assert_true(asprintf(&s, "%.*s%s%s", (int)(at - TINY), TINY, to, at + strlen(from)) > 0);
+    return s;
+}
+
+static void test_malformed(void **state) {
+    (void)state;
+    ls_tokenizer_t *t = ls_tokenizer_parse(TINY, strlen(TINY), "tiny", errbuf, sizeof errbuf);
+    if (!t)
+        fail_msg("%s", errbuf);
+    ls_token_ids_t v = {0};
+    assert_int_equal(ls_tokenizer_encode(t, "ab ab<s>", 8, 0, &v, errbuf, sizeof errbuf), 0);
+    assert_int_equal(v.n, 3);
+    assert_int_equal(v.ids[0], 2);
+    assert_int_equal(v.ids[1], 4);
+    assert_int_equal(v.ids[2], 5);
+    ls_token_ids_free(&v);
+    ls_tokenizer_destroy(&t);
+
+    static const struct {
+        const char *from, *to, *needle;
+    } cases[] = {
+        {"\"type\":\"BPE\"", "\"type\":\"WordPiece\"", "model type \"WordPiece\" is not supported"},
+        {"\"type\":\"BPE\"", "\"type\":\"Unigram\"", "\"Unigram\""},
+        {"\"a b\"", "\"a c\"", "merge 0"},
+        {"\"a b\"", "\"ab\"", "neither \"a b\" nor [a, b]"},
+        {"[\"\xC4\xA0\",\"ab\"]", "[\"\xC4\xA0\",\"b\"]", "merged token"},
+        {"\"pre_tokenizer\":{\"type\":\"ByteLevel\"", "\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"",
+         "pre_tokenizer \"BertPreTokenizer\" is not supported"},
+        {"\"normalizer\":null", "\"normalizer\":{\"type\":\"Precompiled\"}", "normalizer \"Precompiled\""},
+        {"\"decoder\":{\"type\":\"ByteLevel\"}", "\"decoder\":{\"type\":\"WordPiece\"}", "decoder \"WordPiece\""},
+        {"\"decoder\":{\"type\":\"ByteLevel\"}", "\"decoder\":null", "no \"decoder\""},
+        {"\"decoder\":{\"type\":\"ByteLevel\"}",
+         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]}",
+         "at this place"},
+        {"\"post_processor\":null", "\"post_processor\":{\"type\":\"BertProcessing\"}", "post_processor \"BertProcessing\""},
+        {"\"use_regex\":true}", "\"use_regex\":true},\"x\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"}",
+         ""},  // unknown top-level keys are ignored; this one must load (checked below)
+        {"\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}",
+         "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"}",
+         "does not compile"},
+        {"\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}",
+         "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Sideways\"}",
+         "behavior \"Sideways\""},
+        {"\"added_tokens\":[", "\"added_tokens\":\"oops\",\"x\":[", "not a list"},
+        {"\"a\":0", "\"a\":\"zero\"", "vocab entry \"a\" has no valid id"},
+        {"\"type\":\"BPE\",", "\"type\":\"BPE\",\"dropout\":0.1,", "dropout"},
+        {"\"type\":\"BPE\",", "\"type\":\"BPE\",\"unk_token\":\"<unk>\",", "unk_token \"<unk>\""},
+        {"\"type\":\"BPE\",", "\"type\":\"BPE\",\"continuing_subword_prefix\":\"##\",", "continuing_subword_prefix"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *json = with(cases[i].from, cases[i].to);
+        if (cases[i].needle[0]) {
+            refuse(json, cases[i].needle);
+        } else {
+            t = ls_tokenizer_parse(json, strlen(json), "tokenizer.json", errbuf, sizeof errbuf);
+            assert_non_null(t);
+            ls_tokenizer_destroy(&t);
+        }
+        free(json);
+    }
+    refuse("not json at all", "not valid JSON");
+    refuse("[1, 2]", "not a JSON object");
+    refuse("{\"version\":\"1.0\"}", "no \"model\" object");
+    refuse("{\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]},\"decoder\":{\"type\":\"ByteLevel\"}}",
+           "vocabulary is empty");
+    // Every truncation of a valid file: refused with a message, never a crash.
+    size_t n = strlen(TINY);
+    for (size_t cut = 0; cut < n; cut++) {
+        errbuf[0] = '\0';
+        t = ls_tokenizer_parse(TINY, cut, "tokenizer.json", errbuf, sizeof errbuf);
+        assert_null(t);
+        assert_true(errbuf[0] != '\0');
+    }
+    errbuf[0] = '\0';
+    assert_null(ls_tokenizer_load("/nonexistent/tokenizer.json", errbuf, sizeof errbuf));
+    assert_contains(errbuf, "/nonexistent/tokenizer.json: cannot open");
+    ls_tokenizer_destroy(NULL);
+}
+
+int main(void) {
+    struct CMUnitTest tests[sizeof VOCABS / sizeof VOCABS[0] + 5];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof VOCABS / sizeof VOCABS[0]; i++) {
+        tests[n] = (struct CMUnitTest)cmocka_unit_test_prestate(test_vocab, (void *)VOCABS[i]);
+        tests[n++].name = VOCABS[i];
+    }
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_stop_strings);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_stop_strings_corpus);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_api);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_malformed);
+    return _cmocka_run_group_tests("text_tokenizer", tests, n, NULL, NULL);
+}

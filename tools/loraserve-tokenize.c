@@ -1,0 +1,205 @@
+// loraserve-tokenize: the tokenizer library from the command line, for debugging and tests.
+//
+//   loraserve-tokenize encode --tokenizer FILE [--jsonl] [--add-special-tokens]
+//       stdin: UTF-8 text (all of it), or with --jsonl one JSON string per line.
+//       stdout: the ids as a JSON array (one line per input line with --jsonl). Added-token
+//       strings in the text are matched; BOS/EOS only with --add-special-tokens.
+//   loraserve-tokenize decode --tokenizer FILE [--jsonl] [--skip-special-tokens]
+//       stdin: a JSON array of ids, or with --jsonl one array per line.
+//       stdout: the text (raw), or with --jsonl one JSON string per line.
+// Exit status 0, 1 on a bad input line (reported on stderr with its line number; with --jsonl
+// its output line is `null`, so lines stay aligned), 2 on usage.
+// Known limit: JSON strings are read with cJSON, so a "\u0000" in the input ends that string.
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+static int s_usage(void) {
+    fprintf(stderr,
+            "usage: loraserve-tokenize encode --tokenizer FILE [--jsonl] [--add-special-tokens]\n"
+            "       loraserve-tokenize decode --tokenizer FILE [--jsonl] [--skip-special-tokens]\n");
+    return 2;
+}
+
+static char *s_read_all(FILE *fp, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *s = malloc(cap);
+    size_t got;
+    while (s && (got = fread(s + n, 1, cap - n - 1, fp)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            char *p = realloc(s, cap * 2);
+            if (!p) {
+                free(s);
+                return NULL;
+            }
+            s = p;
+            cap *= 2;
+        }
+    }
+    if (s)
+        s[n] = '\0';
+    *len = n;
+    return s;
+}
+
+static void s_print_ids(const ls_token_ids_t *v) {
+    putchar('[');
+    for (size_t i = 0; i < v->n; i++)
+        printf(i ? ",%d" : "%d", v->ids[i]);
+    fputs("]\n", stdout);
+}
+
+// JSON string with only what JSON requires escaped (UTF-8 passes through).
+static void s_print_json_string(const char *s, size_t n) {
+    putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", stdout);
+        else if (c == '\t')
+            fputs("\\t", stdout);
+        else if (c == '\r')
+            fputs("\\r", stdout);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    fputs("\"\n", stdout);
+}
+
+static int s_encode(ls_tokenizer_t *t, const char *text, size_t len, unsigned flags, long line) {
+    ls_token_ids_t v = {0};
+    char err[512];
+    int rc = ls_tokenizer_encode(t, text, len, flags, &v, err, sizeof err);
+    if (rc == 0)
+        s_print_ids(&v);
+    else
+        fprintf(stderr, "loraserve-tokenize: line %ld: %s\n", line, err);
+    ls_token_ids_free(&v);
+    return rc;
+}
+
+// Parses a JSON array of ids into v.
+static int s_parse_ids(const char *json, size_t len, ls_token_ids_t *v) {
+    cJSON *a = cJSON_ParseWithLength(json, len);
+    int rc = cJSON_IsArray(a) ? 0 : -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a) {
+        if (rc < 0 || !cJSON_IsNumber(it) || it->valuedouble != (double)(int32_t)it->valuedouble) {
+            rc = -1;
+            break;
+        }
+        if (v->n == v->cap) {
+            size_t cap = v->cap ? v->cap * 2 : 64;
+            int32_t *p = realloc(v->ids, cap * sizeof *p);
+            if (!p) {
+                rc = -1;
+                break;
+            }
+            v->ids = p;
+            v->cap = cap;
+        }
+        v->ids[v->n++] = (int32_t)it->valuedouble;
+    }
+    cJSON_Delete(a);
+    return rc;
+}
+
+static int s_decode(const ls_tokenizer_t *t, const char *json, size_t len, unsigned flags, bool jsonl,
+                    long line) {
+    ls_token_ids_t v = {0};
+    char err[512];
+    if (s_parse_ids(json, len, &v) < 0) {
+        fprintf(stderr, "loraserve-tokenize: line %ld: not a JSON array of ids\n", line);
+        ls_token_ids_free(&v);
+        return -1;
+    }
+    size_t n;
+    char *text = ls_tokenizer_decode(t, v.ids, v.n, flags, &n, err, sizeof err);
+    ls_token_ids_free(&v);
+    if (!text) {
+        fprintf(stderr, "loraserve-tokenize: line %ld: %s\n", line, err);
+        return -1;
+    }
+    if (jsonl)
+        s_print_json_string(text, n);
+    else
+        fwrite(text, 1, n, stdout);
+    free(text);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2)
+        return s_usage();
+    bool encode = strcmp(argv[1], "encode") == 0;
+    if (!encode && strcmp(argv[1], "decode") != 0)
+        return s_usage();
+    const char *path = NULL;
+    bool jsonl = false;
+    unsigned enc_flags = 0, dec_flags = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--tokenizer") == 0 && i + 1 < argc)
+            path = argv[++i];
+        else if (strcmp(argv[i], "--jsonl") == 0)
+            jsonl = true;
+        else if (encode && strcmp(argv[i], "--add-special-tokens") == 0)
+            enc_flags |= LS_TOKENIZE_ADD_SPECIAL;
+        else if (!encode && strcmp(argv[i], "--skip-special-tokens") == 0)
+            dec_flags |= LS_DETOK_SKIP_SPECIAL;
+        else
+            return s_usage();
+    }
+    if (!path)
+        return s_usage();
+    char err[512];
+    ls_tokenizer_t *t = ls_tokenizer_load(path, err, sizeof err);
+    if (!t) {
+        fprintf(stderr, "loraserve-tokenize: %s\n", err);
+        return 1;
+    }
+    int status = 0;
+    if (!jsonl) {
+        size_t len;
+        char *all = s_read_all(stdin, &len);
+        if (!all || (encode ? s_encode(t, all, len, enc_flags, 1)
+                            : s_decode(t, all, len, dec_flags, false, 1)) < 0)
+            status = 1;
+        free(all);
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        long no = 0;
+        while ((n = getline(&line, &cap, stdin)) > 0) {
+            no++;
+            int rc;
+            if (!encode) {
+                rc = s_decode(t, line, (size_t)n, dec_flags, true, no);
+            } else {
+                cJSON *j = cJSON_ParseWithLength(line, (size_t)n);
+                if (!cJSON_IsString(j)) {
+                    fprintf(stderr, "loraserve-tokenize: line %ld: not a JSON string\n", no);
+                    rc = -1;
+                } else {
+                    rc = s_encode(t, j->valuestring, strlen(j->valuestring), enc_flags, no);
+                }
+                cJSON_Delete(j);
+            }
+            if (rc < 0) {
+                puts("null");
+                status = 1;
+            }
+        }
+        free(line);
+    }
+    ls_tokenizer_destroy(&t);
+    return status;
+}
