@@ -12,6 +12,7 @@
 #include "model.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,7 @@ struct ls_model {
     ls_buffer_t **layer;                 // (num_hidden_layers, S_LAYER_COUNT), NULL: absent
     ls_buffer_t *inv_freq;               // (head_dim/2)
     size_t weight_bytes;
+    ls_dtype_t weight_dtype;             // of the stacked projections (qkv) as stored
     ls_buffer_t *ws[S_WS_COUNT];
     int32_t *meta;                       // host arena for the step metadata
     size_t meta_cap;                     // int32 elements
@@ -74,6 +76,7 @@ struct ls_model {
 struct ls_kv_cache {
     ls_backend_t *be;
     int n_layers, num_blocks, block_size;
+    ls_dtype_t dtype;
     ls_buffer_t **k, **v; // (n_layers) each (num_blocks, block_size, n_kv_heads, head_dim)
 };
 
@@ -183,6 +186,8 @@ static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, 
         const ls_st_tensor_t *t = ls_st_find(st, spec.name);
         sizes[idx] += t->numel;
         dtypes[idx] = t->dtype; // as stored, so a device backend can keep bf16 as bf16
+        if (spec.role == LS_W_Q && spec.layer == 0)
+            self->weight_dtype = t->dtype;
         p->total += t->nbytes;
     }
     int rc = 0;
@@ -216,18 +221,8 @@ static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, 
     return rc;
 }
 
-ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_fn *progress,
-                          void *arg, char *err, size_t errlen) {
-    ls_model_t *self = calloc(1, sizeof *self);
-    ls_st_t *st = NULL;
-    s_progress_t p = {progress, arg, 0, 0, malloc(S_CHUNK_BYTES)};
-    if (!self || !p.stage) {
-        ls_err_set(err, errlen, "%s: out of memory", dir);
-        goto fail;
-    }
-    self->be = be;
-    if (ls_model_config_load(dir, &self->cfg, err, errlen) != 0)
-        goto fail;
+// The sizes that follow from the config, and the layer table.
+static int s_model_init(ls_model_t *self, const char *what, char *err, size_t errlen) {
     const ls_model_config_t *c = &self->cfg;
     self->H = c->hidden_size;
     self->I = c->intermediate_size;
@@ -235,16 +230,19 @@ ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_f
     self->q_dim = c->num_attention_heads * c->head_dim;
     self->kv_dim = c->num_key_value_heads * c->head_dim;
     self->qkv_dim = self->q_dim + 2 * self->kv_dim;
-    st = ls_st_open(dir, err, errlen);
-    if (!st || ls_model_config_check_weights(c, st, err, errlen) != 0)
-        goto fail;
+    self->weight_dtype = c->torch_dtype;
     self->layer = calloc((size_t)c->num_hidden_layers * S_LAYER_COUNT, sizeof *self->layer);
     if (!self->layer) {
-        ls_err_set(err, errlen, "%s: out of memory", dir);
-        goto fail;
+        ls_err_set(err, errlen, "%s: out of memory", what);
+        return -1;
     }
-    if (s_load_weights(self, st, &p, err, errlen) != 0)
-        goto fail;
+    return 0;
+}
+
+// The RoPE inverse frequencies, once the weights are in.
+static int s_model_rope(ls_model_t *self, const char *what, char *err, size_t errlen) {
+    ls_backend_t *be = self->be;
+    const ls_model_config_t *c = &self->cfg;
     float *inv = malloc((size_t)c->head_dim / 2 * sizeof *inv);
     self->inv_freq = inv ? be->buffer_new(be, LS_DTYPE_F32, (size_t)c->head_dim / 2) : NULL;
     if (self->inv_freq) {
@@ -257,16 +255,188 @@ ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_f
                             : -1;
     free(inv);
     if (up != 0) {
-        ls_err_set(err, errlen, "%s: could not set up the RoPE table on the %s backend", dir,
+        ls_err_set(err, errlen, "%s: could not set up the RoPE table on the %s backend", what,
                    be->name);
+        return -1;
+    }
+    return 0;
+}
+
+ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_fn *progress,
+                          void *arg, char *err, size_t errlen) {
+    ls_model_t *self = calloc(1, sizeof *self);
+    ls_st_t *st = NULL;
+    s_progress_t p = {progress, arg, 0, 0, malloc(S_CHUNK_BYTES)};
+    if (!self || !p.stage) {
+        ls_err_set(err, errlen, "%s: out of memory", dir);
         goto fail;
     }
+    self->be = be;
+    if (ls_model_config_load(dir, &self->cfg, err, errlen) != 0)
+        goto fail;
+    if (s_model_init(self, dir, err, errlen) != 0)
+        goto fail;
+    st = ls_st_open(dir, err, errlen);
+    if (!st || ls_model_config_check_weights(&self->cfg, st, err, errlen) != 0)
+        goto fail;
+    if (s_load_weights(self, st, &p, err, errlen) != 0)
+        goto fail;
+    if (s_model_rope(self, dir, err, errlen) != 0)
+        goto fail;
     ls_st_destroy(&st);
     free(p.stage);
     return self;
 fail:
     ls_st_destroy(&st);
     free(p.stage);
+    ls_model_destroy(&self);
+    return NULL;
+}
+
+// --- dummy weights ---------------------------------------------------------------------------
+
+// Elements per upload of the dummy loader, and the spread of its pattern offsets.
+#define S_DUMMY_CHUNK ((size_t)8 << 20)
+#define S_DUMMY_SPREAD ((size_t)1 << 16)
+
+// One value class of the dummy weights: v*mul + add for v ~ U(-1, 1), stored in the
+// model's dtype, S_DUMMY_CHUNK + S_DUMMY_SPREAD of them.
+typedef struct {
+    float mul, add;
+    void *data;
+} s_dummy_pool_t;
+
+static uint64_t s_splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static const void *s_dummy_values(s_dummy_pool_t *pools, int *n_pools, float mul, float add,
+                                  ls_dtype_t dt, uint64_t seed) {
+    for (int i = 0; i < *n_pools; i++)
+        if (pools[i].mul == mul && pools[i].add == add)
+            return pools[i].data;
+    if (*n_pools == 16)
+        return NULL;
+    size_t n = S_DUMMY_CHUNK + S_DUMMY_SPREAD, es = ls_dtype_size(dt);
+    char *d = malloc(n * es);
+    if (!d)
+        return NULL;
+    uint64_t x = seed * 0x2545f4914f6cdd1dull + (uint64_t)*n_pools;
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)((double)(s_splitmix(&x) >> 11) * 0x1.0p-52 - 1.0) * mul + add;
+        if (dt == LS_DTYPE_F32)
+            memcpy(d + i * 4, &v, 4);
+        else {
+            uint16_t h = dt == LS_DTYPE_BF16 ? ls_bf16_from_f32(v) : ls_f16_from_f32(v);
+            memcpy(d + i * 2, &h, 2);
+        }
+    }
+    pools[*n_pools] = (s_dummy_pool_t){mul, add, d};
+    (*n_pools)++;
+    return d;
+}
+
+ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, uint64_t seed,
+                                ls_model_progress_fn *progress, void *arg, char *err,
+                                size_t errlen) {
+    ls_model_t *self = calloc(1, sizeof *self);
+    const char *what = config && config[strspn(config, " \t\r\n")] == '{' ? "config JSON"
+                                                                         : config;
+    s_dummy_pool_t pools[16];
+    int n_pools = 0;
+    size_t *sizes = NULL;
+    if (!self || !config) {
+        ls_err_set(err, errlen, "dummy model: %s", self ? "no config given" : "out of memory");
+        goto fail;
+    }
+    self->be = be;
+    if ((what == config ? ls_model_config_load(config, &self->cfg, err, errlen)
+                        : ls_model_config_parse(config, strlen(config), what, &self->cfg, err,
+                                                errlen)) != 0)
+        goto fail;
+    if (s_model_init(self, what, err, errlen) != 0)
+        goto fail;
+    const ls_model_config_t *c = &self->cfg;
+    ls_dtype_t dt = c->torch_dtype;
+    size_t n_places = S_GLOBAL_COUNT + (size_t)c->num_hidden_layers * S_LAYER_COUNT, total = 0;
+    sizes = calloc(n_places, sizeof *sizes);
+    if (!sizes) {
+        ls_err_set(err, errlen, "%s: out of memory", what);
+        goto fail;
+    }
+    ls_weight_spec_t spec;
+    for (size_t i = 0; ls_model_config_weight_spec(c, i, &spec) == 0; i++) {
+        size_t off, numel = (size_t)spec.shape[0] * (spec.ndim > 1 ? (size_t)spec.shape[1] : 1);
+        ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
+        sizes[spec.layer < 0 ? (size_t)(place - self->global)
+                             : S_GLOBAL_COUNT + (size_t)(place - self->layer)] += numel;
+        total += numel * ls_dtype_size(dt);
+    }
+    for (size_t idx = 0; idx < n_places; idx++) {
+        if (!sizes[idx])
+            continue;
+        ls_buffer_t **place = idx < S_GLOBAL_COUNT ? &self->global[idx]
+                                                   : &self->layer[idx - S_GLOBAL_COUNT];
+        if (!(*place = be->buffer_new(be, dt, sizes[idx]))) {
+            ls_err_set(err, errlen, "%s: out of %s backend memory for %zu weights", what,
+                       be->name, sizes[idx]);
+            goto fail;
+        }
+    }
+    size_t done = 0;
+    uint64_t h = seed;
+    for (size_t i = 0; ls_model_config_weight_spec(c, i, &spec) == 0; i++) {
+        size_t off, numel = (size_t)spec.shape[0] * (spec.ndim > 1 ? (size_t)spec.shape[1] : 1);
+        ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
+        float mul, add = 0.0f; // as tests/engine/random_model.h scales its random models
+        switch (spec.role) {
+        case LS_W_ATTN_NORM: case LS_W_MLP_NORM: case LS_W_FINAL_NORM:
+        case LS_W_Q_NORM: case LS_W_K_NORM:
+            mul = 0.1f, add = 1.0f;
+            break;
+        case LS_W_Q_BIAS: case LS_W_K_BIAS: case LS_W_V_BIAS: case LS_W_O_BIAS:
+        case LS_W_GATE_BIAS: case LS_W_UP_BIAS: case LS_W_DOWN_BIAS:
+            mul = 0.05f;
+            break;
+        case LS_W_EMBED:
+            mul = 1.0f;
+            break;
+        default:
+            mul = 1.7f / sqrtf((float)spec.shape[1]);
+        }
+        const char *vals = s_dummy_values(pools, &n_pools, mul, add, dt, seed);
+        if (!vals) {
+            ls_err_set(err, errlen, "%s: out of memory", what);
+            goto fail;
+        }
+        for (size_t k = 0; k < numel; k += S_DUMMY_CHUNK) {
+            size_t n = numel - k < S_DUMMY_CHUNK ? numel - k : S_DUMMY_CHUNK;
+            size_t at = (size_t)(s_splitmix(&h) % S_DUMMY_SPREAD);
+            if (be->buffer_upload(be, ls_view(*place, off + k), vals + at * ls_dtype_size(dt),
+                                  dt, n) != 0) {
+                ls_err_set(err, errlen, "%s: tensor \"%s\": upload to the %s backend failed",
+                           what, spec.name, be->name);
+                goto fail;
+            }
+            done += n * ls_dtype_size(dt);
+            if (progress)
+                progress(arg, spec.name, done, total);
+        }
+    }
+    self->weight_bytes = total;
+    if (s_model_rope(self, what, err, errlen) != 0)
+        goto fail;
+    for (int i = 0; i < n_pools; i++)
+        free(pools[i].data);
+    free(sizes);
+    return self;
+fail:
+    for (int i = 0; i < n_pools; i++)
+        free(pools[i].data);
+    free(sizes);
     ls_model_destroy(&self);
     return NULL;
 }
@@ -305,8 +475,33 @@ size_t ls_model_weight_bytes(const ls_model_t *self) {
 
 // --- KV cache ------------------------------------------------------------------------------
 
+ls_dtype_t ls_model_kv_dtype(const ls_model_t *model) {
+    return model->weight_dtype;
+}
+
+// Bytes one element of dtype takes in a buffer of be: the CPU backend stores every
+// buffer as f32 (backend.h), device backends store the dtype asked for.
+static size_t s_storage_size(const ls_backend_t *be, ls_dtype_t dtype) {
+    return strcmp(be->name, "cpu") == 0 ? sizeof(float) : ls_dtype_size(dtype);
+}
+
+size_t ls_kv_cache_block_bytes(const ls_model_t *model, int block_size, ls_dtype_t dtype) {
+    return (size_t)2 * model->cfg.num_hidden_layers * (size_t)block_size * model->kv_dim *
+           s_storage_size(model->be, dtype);
+}
+
 ls_kv_cache_t *ls_kv_cache_new(const ls_model_t *model, int num_blocks, int block_size,
                                char *err, size_t errlen) {
+    return ls_kv_cache_new_dtype(model, num_blocks, block_size, ls_model_kv_dtype(model), err,
+                                 errlen);
+}
+
+ls_kv_cache_t *ls_kv_cache_new_dtype(const ls_model_t *model, int num_blocks, int block_size,
+                                     ls_dtype_t dtype, char *err, size_t errlen) {
+    if (dtype != LS_DTYPE_F32 && dtype != LS_DTYPE_F16 && dtype != LS_DTYPE_BF16) {
+        ls_err_set(err, errlen, "KV cache: dtype must be f32, f16 or bf16");
+        return NULL;
+    }
     if (num_blocks < 1 || block_size < 1) {
         ls_err_set(err, errlen, "KV cache: need num_blocks >= 1 and block_size >= 1 (got %d, %d)",
                    num_blocks, block_size);
@@ -315,15 +510,15 @@ ls_kv_cache_t *ls_kv_cache_new(const ls_model_t *model, int num_blocks, int bloc
     ls_kv_cache_t *self = calloc(1, sizeof *self);
     int L = model->cfg.num_hidden_layers;
     if (self) {
-        *self = (ls_kv_cache_t){model->be, L, num_blocks, block_size,
+        *self = (ls_kv_cache_t){model->be, L, num_blocks, block_size, dtype,
                                 calloc((size_t)L, sizeof(ls_buffer_t *)),
                                 calloc((size_t)L, sizeof(ls_buffer_t *))};
     }
     bool ok = self && self->k && self->v;
     size_t n = (size_t)num_blocks * block_size * model->kv_dim;
     for (int l = 0; ok && l < L; l++) {
-        self->k[l] = model->be->buffer_new(model->be, LS_DTYPE_F32, n);
-        self->v[l] = model->be->buffer_new(model->be, LS_DTYPE_F32, n);
+        self->k[l] = model->be->buffer_new(model->be, dtype, n);
+        self->v[l] = model->be->buffer_new(model->be, dtype, n);
         ok = self->k[l] && self->v[l];
         if (ok) { // zero, so that a stale read is at least finite and deterministic
             model->be->buffer_zero(model->be, ls_view(self->k[l], 0), n);
@@ -360,6 +555,10 @@ int ls_kv_cache_num_blocks(const ls_kv_cache_t *self) {
 
 int ls_kv_cache_block_size(const ls_kv_cache_t *self) {
     return self->block_size;
+}
+
+ls_dtype_t ls_kv_cache_dtype(const ls_kv_cache_t *self) {
+    return self->dtype;
 }
 
 // --- forward -------------------------------------------------------------------------------
@@ -621,6 +820,21 @@ int ls_model_logits(ls_model_t *self, float *out) {
         return 0;
     return self->be->buffer_download(self->be, out, s_w(self->ws[S_WS_LOGITS]),
                                      (size_t)self->n_rows * self->V);
+}
+
+int ls_model_ban_tokens(ls_model_t *self, int row, const int32_t *ids, int n) {
+    static const float neg_inf = -INFINITY;
+    if (row < 0 || row >= self->n_rows)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= self->V)
+            continue;  // an id the model cannot produce needs no ban
+        ls_view_t at = s_w(self->ws[S_WS_LOGITS]);
+        at.off += (size_t)row * self->V + (size_t)ids[i];
+        if (self->be->buffer_upload(self->be, at, &neg_inf, LS_DTYPE_F32, 1) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 int ls_model_sample(ls_model_t *self, const ls_sampling_batch_t *batch, int32_t *tokens,

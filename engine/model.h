@@ -50,6 +50,16 @@ typedef void ls_model_progress_fn(void *arg, const char *what, size_t done, size
 // NULL + err (naming the file and tensor) on any failure.
 ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_fn *progress,
                           void *arg, char *err, size_t errlen);
+// A model of the given config with random weights and no checkpoint, for benchmarks at
+// real shapes (--load-format dummy). config: a model directory, a config.json path, or the
+// JSON text itself (starting with '{'). Weights are stored in the config's torch_dtype;
+// values are deterministic in seed and scaled as tests/engine/random_model.h scales its
+// random models (projections U(-1,1)·1.7/sqrt(in), norms 1 ± 0.1, embeddings U(-1,1)),
+// drawn from one 16 MB pattern per value class at pseudo-random offsets (cheap to make:
+// an 8B model uploads at the backend's host-to-device speed). NULL + err on failure.
+ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, uint64_t seed,
+                                ls_model_progress_fn *progress, void *arg, char *err,
+                                size_t errlen);
 // Frees the weights and workspace; idempotent, clears the pointer.
 void ls_model_destroy(ls_model_t **self_p);
 
@@ -59,9 +69,19 @@ size_t ls_model_weight_bytes(const ls_model_t *self);
 
 // Per layer K and V caches, each (num_blocks, block_size, n_kv_heads, head_dim), zeroed, on
 // the model's backend. The scheduler allocates blocks; the engine only follows block
-// tables. NULL + err on bad sizes or allocation failure.
+// tables. NULL + err on bad sizes or allocation failure. ls_kv_cache_new stores them in
+// ls_model_kv_dtype (the dtype of the checkpoint's projections: bf16 for a bf16 model, as
+// HF keeps its cache; the CPU backend stores every buffer as f32 whatever is asked);
+// ls_kv_cache_new_dtype takes the dtype (f32, f16 or bf16).
 ls_kv_cache_t *ls_kv_cache_new(const ls_model_t *model, int num_blocks, int block_size,
                                char *err, size_t errlen);
+ls_kv_cache_t *ls_kv_cache_new_dtype(const ls_model_t *model, int num_blocks, int block_size,
+                                     ls_dtype_t dtype, char *err, size_t errlen);
+ls_dtype_t ls_model_kv_dtype(const ls_model_t *model);
+// Bytes of one block of a cache of dtype on the model's backend (K and V, every layer, as
+// the backend stores them), for sizing a cache from a memory budget.
+size_t ls_kv_cache_block_bytes(const ls_model_t *model, int block_size, ls_dtype_t dtype);
+ls_dtype_t ls_kv_cache_dtype(const ls_kv_cache_t *self);
 void ls_kv_cache_destroy(ls_kv_cache_t **self_p);
 int ls_kv_cache_num_blocks(const ls_kv_cache_t *self);
 int ls_kv_cache_block_size(const ls_kv_cache_t *self);
@@ -88,6 +108,11 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
 
 // Copies the last step's logits to out (n_rows, vocab_size), n_rows as it returned.
 int ls_model_logits(ls_model_t *self, float *out);
+
+// Sets the logits of ids (n) in the last step's logit row `row` to -inf, so sampling can never
+// pick them (EOS and stop ids before min_new_tokens). Ids outside the vocabulary are ignored.
+// Works on every backend through a buffer upload. -1 for a bad row or a backend failure.
+int ls_model_ban_tokens(ls_model_t *self, int row, const int32_t *ids, int n);
 
 // Samples the last step's logit rows on the backend (ls_sampling_sample semantics);
 // batch->n_rows must equal the step's logit rows. Outputs as backend->sample.

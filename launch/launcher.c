@@ -78,6 +78,13 @@ static s_pass_t s_pass[] = {
     {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker (default 256)", NULL, {0}},
     {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}},
     {"block-size", 0, K_WORKER, "tokens per KV block (default 16)", NULL, {0}},
+    {"lora-eviction-policy", 0, K_WORKER | K_SCHEDULER, "adapter slot victim: lru or fifo (default lru)", NULL, {0}},
+    {"max-num-batched-tokens", 0, K_SCHEDULER, "token budget of one step (default 2048)", NULL, {0}},
+    {"max-running-requests", 0, K_SCHEDULER, "requests decoded at once (default 256)", NULL, {0}},
+    {"chunked-prefill-size", 0, K_SCHEDULER, "prompt tokens of one request per step (default 512)", NULL, {0}},
+    {"max-skip-steps", 0, K_SCHEDULER, "steps a request may be passed over for residency (default 8)", NULL, {0}},
+    {"default-max-new-tokens", 0, K_SCHEDULER, "max_new_tokens when a request gives none (default 128)", NULL, {0}},
+    {"step-timeout-ms", 0, K_SCHEDULER, "a step not answered by then fails its requests (default 30000)", NULL, {0}},
 };
 #define S_NPASS (sizeof s_pass / sizeof *s_pass)
 
@@ -158,7 +165,7 @@ static char **s_argv(const s_actor_t *a) {
     if (s_l.record_trace)
         PUSH("--record-trace=%s", s_l.record_trace);
     unsigned kind = s_kind_bit(a->binary);
-    if (kind & K_WORKER)
+    if (kind & (K_WORKER | K_SCHEDULER))
         PUSH("--tp-size=%d", s_l.tp_size);
     for (size_t i = 0; i < S_NPASS; i++) {
         if (!(s_pass[i].kinds & kind))

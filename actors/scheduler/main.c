@@ -67,6 +67,7 @@ static const struct {
     C("adapter_cpu_loads", adapter_cpu_loads),
     C("adapter_cpu_evictions", adapter_cpu_evictions),
     C("preemptions", preemptions),
+    C("max_skipped_steps", max_skipped),
     C("requests_finished", requests_finished),
     C("requests_aborted", requests_aborted),
     C("requests_failed", requests_failed),

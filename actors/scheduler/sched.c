@@ -48,6 +48,7 @@ struct req {
     bool cache_done;       // a duplicate stopped publishing for this residency
     uint32_t cached_tokens;  // prefix-cache hit at its first admission
     bool admitted;   // has been in a plan: workers know its rid
+    bool chunked;    // a chunk ran since its blocks were allocated (else the next is its first)
     bool sent_first; // its first TokenOut is out
     bool preempted;  // waiting again after preemption: first in line
     bool in_plan;    // part of the plan being built
@@ -528,6 +529,7 @@ static void s_free_blocks(sched_t *s, req_t *r) {
     while (r->n_blocks > 0)
         kv_release(s->kv, r->blocks[--r->n_blocks]);  // last to first: leaves go idle first
     r->computed = r->n_published = 0;
+    r->chunked = false;
     r->cache_node = NULL;
     r->cache_done = false;
 }
@@ -733,6 +735,12 @@ static void s_plan_add(sched_t *s, ls_msg_step_items_t *items, req_t *r, uint32_
     it->is_prefill = !(r->n_out > 0 && r->computed + 1 == len);
     it->sample = r->computed + chunk == len;
     it->generated = r->n_out;
+    if (!r->chunked && r->computed > 0) {
+        // A prefix hit: the worker runs only the rest, but its penalties need all the tokens.
+        it->context_ids.v = s_memdup(r->tokens, r->computed * sizeof *r->tokens);
+        it->context_ids.n = r->computed;
+    }
+    r->chunked = true;
     r->in_plan = true;
     r->admitted = true;
     s_grow_array((void **)&s->plan, &s->cap_plan, s->n_plan + 1, sizeof *s->plan);
@@ -815,6 +823,8 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
         if (ad)
             ad->running++;
         r->preempted = false;
+        if (r->skipped > s->stats.max_skipped)
+            s->stats.max_skipped = r->skipped;
         r->skipped = 0;
         if (competes && r->seq > passed_by)
             passed_by = r->seq;

@@ -55,6 +55,7 @@ typedef struct {
     uint64_t steps, tokens_generated, prefix_hit_tokens, adapter_residency_hits, adapter_cold_loads,
         adapter_prefetches, adapter_cpu_loads, adapter_cpu_evictions, preemptions, requests_finished,
         requests_aborted, requests_failed, requests_refused, step_timeouts;
+    uint64_t max_skipped;  // most steps a request was passed over before admission (aging bound)
 } sched_stats_t;
 
 typedef struct sched sched_t;

@@ -112,6 +112,12 @@ void ls_history_add_prompt(ls_history_t *self, uint64_t rid, const int32_t *ids,
     s_push(&s_get(self, rid)->prompt, ids, n);
 }
 
+void ls_history_clear_prompt(ls_history_t *self, uint64_t rid) {
+    s_entry_t *e = s_find(self, rid);
+    if (e)
+        e->prompt.n = 0;
+}
+
 void ls_history_add_output(ls_history_t *self, uint64_t rid, int32_t id) { s_push(&s_get(self, rid)->output, &id, 1); }
 
 void ls_history_drop(ls_history_t *self, uint64_t rid) {

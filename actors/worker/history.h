@@ -17,6 +17,9 @@ ls_history_t *ls_history_new(void);
 void ls_history_destroy(ls_history_t **self_p);
 
 void ls_history_add_prompt(ls_history_t *self, uint64_t rid, const int32_t *ids, size_t n);
+// Forgets the prompt tokens of rid (its outputs stay): a request starting over (first chunk
+// after a preemption) sends its whole context again.
+void ls_history_clear_prompt(ls_history_t *self, uint64_t rid);
 void ls_history_add_output(ls_history_t *self, uint64_t rid, int32_t id);
 void ls_history_drop(ls_history_t *self, uint64_t rid);
 size_t ls_history_size(const ls_history_t *self);

@@ -21,6 +21,9 @@
 #include <string.h>
 
 #include "backend.h"
+#ifdef LS_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 #include "history.h"
 #include "ls_actor.h"
 #include "lora_pool.h"
@@ -36,6 +39,7 @@ typedef struct {
     int kv_blocks, kv_cache_mb, block_size;
     int max_loras_per_batch, max_lora_rank, max_loaded_loras;
     int threads, tp_size;
+    int device;  // --device; -1: the worker's rank
     int rank;  // from the runtime's --rank
     // engine
     ls_backend_t *be;
@@ -147,14 +151,30 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "--model-path is required");
         return -1;
     }
-    if (strcmp(s_w.backend_name, "cpu") != 0) {
-        ls_error(0, "--backend %s: this build's worker runs the cpu backend only", s_w.backend_name);
+    bool cuda = strcmp(s_w.backend_name, "cuda") == 0;
+    if (!cuda && strcmp(s_w.backend_name, "cpu") != 0) {
+        ls_error(0, "--backend %s: unknown backend (cpu or cuda)", s_w.backend_name);
         return -1;
     }
+#ifndef LS_HAVE_CUDA
+    if (cuda) {
+        ls_error(0, "--backend cuda: this worker was built without CUDA (no nvcc at build time); use --backend cpu");
+        return -1;
+    }
+#endif
     unsigned mask;
     if (s_target_mask(&mask) < 0)
         return -1;
-    if (!(s_w.be = ls_backend_cpu_new(s_w.threads))) {
+    if (cuda) {
+#ifdef LS_HAVE_CUDA
+        int device = s_w.device >= 0 ? s_w.device : s_w.rank;
+        if (!(s_w.be = ls_backend_cuda_new(device, err, sizeof err))) {
+            ls_error(0, "--backend cuda: cannot use GPU %d: %s", device, err);
+            return -1;
+        }
+        ls_info(0, "cuda backend on GPU %d", device);
+#endif
+    } else if (!(s_w.be = ls_backend_cpu_new(s_w.threads))) {
         ls_error(0, "cannot create the %s backend", s_w.backend_name);
         return -1;
     }
@@ -168,9 +188,9 @@ static int s_start(ls_actor_t *a, void *state) {
     s_read_eos(cfg);
     int blocks = s_w.kv_blocks;
     if (blocks <= 0) {
-        // Both K and V, every layer, fp32 on the CPU backend.
-        size_t per_block = (size_t)2 * cfg->num_hidden_layers * s_w.block_size * cfg->num_key_value_heads *
-                           cfg->head_dim * sizeof(float);
+        // Both K and V, every layer, as the backend stores the cache (f32 on the CPU backend,
+        // the model's weight dtype on the GPU).
+        size_t per_block = ls_kv_cache_block_bytes(s_w.model, s_w.block_size, ls_model_kv_dtype(s_w.model));
         blocks = (int)(((size_t)s_w.kv_cache_mb << 20) / per_block);
     }
     if (!(s_w.kv = ls_kv_cache_new(s_w.model, blocks, s_w.block_size, err, sizeof err))) {
@@ -187,10 +207,10 @@ static int s_start(ls_actor_t *a, void *state) {
         return -1;
     }
     s_w.history = ls_history_new();
-    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d; KV cache %d blocks of %d tokens; %d adapter slots "
-               "of rank %d, CPU tier %d",
+    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d; KV cache %d blocks of %d tokens (%s); %d adapter "
+               "slots of rank %d, CPU tier %d",
             ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size, blocks,
-            s_w.block_size, s_w.max_loras_per_batch, s_w.max_lora_rank, s_w.max_loaded_loras);
+            s_w.block_size, ls_dtype_name(ls_kv_cache_dtype(s_w.kv)), s_w.max_loras_per_batch, s_w.max_lora_rank, s_w.max_loaded_loras);
     s_send_info(a);
     return 0;
 }
@@ -285,6 +305,11 @@ static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
         seqs[i].n_blocks = (int)it->block_table.n;
         seqs[i].want_logits = it->sample;
         n_rows += it->sample;
+        // A first chunk (position 0, or a prefix hit bringing context_ids) starts the prompt
+        // history over; decodes run a token already recorded as output.
+        if (it->context_ids.n || (it->is_prefill && it->position == 0))
+            ls_history_clear_prompt(s_w.history, it->rid);
+        ls_history_add_prompt(s_w.history, it->rid, it->context_ids.v, it->context_ids.n);
         if (it->is_prefill)
             ls_history_add_prompt(s_w.history, it->rid, it->token_ids.v, it->token_ids.n);
     }
@@ -303,20 +328,30 @@ static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
                 max_top = (int)plan->items.v[i].sampling.top_logprobs;
         batch.max_top_n = max_top;
         uint64_t *rids = calloc((size_t)n_rows, sizeof *rids);
-        for (size_t i = 0, r = 0; i < n; i++)
-            if (plan->items.v[i].sample) {
-                params[r] = s_params(&plan->items.v[i].sampling, plan->items.v[i].generated);
-                rids[r++] = plan->items.v[i].rid;
+        for (size_t i = 0, r = 0; i < n; i++) {
+            const ls_msg_step_item_t *it = &plan->items.v[i];
+            if (!it->sample)
+                continue;
+            params[r] = s_params(&it->sampling, it->generated);
+            // Before min_new_tokens the stop set (EOS included) cannot be sampled at all.
+            if (it->generated < it->sampling.min_new_tokens &&
+                ls_model_ban_tokens(s_w.model, (int)r, it->sampling.stop_token_ids.v,
+                                    (int)it->sampling.stop_token_ids.n) < 0) {
+                snprintf(err, sizeof err, "masking stop tokens failed on the %s backend", s_w.be->name);
+                rc = -1;
             }
+            rids[r++] = it->rid;
+        }
         ls_history_batch(s_w.history, rids, n_rows, &batch);
         int32_t *tokens = calloc((size_t)n_rows, sizeof *tokens);
         float *logprobs = calloc((size_t)n_rows, sizeof *logprobs);
         int32_t *top_ids = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_ids) : NULL;
         float *top_lps = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_lps) : NULL;
-        if (ls_model_sample(s_w.model, &batch, tokens, logprobs, top_ids, top_lps) < 0) {
+        if (rc == 0 && ls_model_sample(s_w.model, &batch, tokens, logprobs, top_ids, top_lps) < 0) {
             snprintf(err, sizeof err, "sampling failed on the %s backend", s_w.be->name);
             rc = -1;
-        } else {
+        }
+        if (rc == 0) {
             m.u.step_result.items.v = calloc((size_t)n_rows, sizeof(ls_msg_step_output_t));
             m.u.step_result.items.n = (size_t)n_rows;
             for (int r = 0; r < n_rows; r++) {
@@ -456,14 +491,19 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
         why = "loading adapters from tensors is not supported by this worker yet";
     else if (!*l->path)
         why = "LoadAdapter without a path";
-    else if (ls_lora_pool_contains(s_w.pool, l->adapter_id))
-        why = "an adapter with this id is already loaded";
     else if (l->slot >= ls_lora_pool_n_slots(s_w.pool) - 1)
         why = "slot out of range";
     if (why) {
         s_answer_loaded(a, l, 0, LS_ERROR_CODE_BAD_REQUEST, why);
         s_load_free(l);
         return -1;
+    }
+    // Loads are idempotent: a scheduler that lost track (its restart, a retried rollback) asks
+    // again for what this worker holds.
+    if (ls_lora_pool_contains(s_w.pool, l->adapter_id)) {
+        s_answer_loaded(a, l, 1, 0, NULL);
+        s_load_free(l);
+        return 0;
     }
     // Disk reads and validation off the loop: steps keep running meanwhile.
     if (ls_actor_job(a, s_load_work, s_load_done, l) < 0) {
@@ -521,7 +561,8 @@ static const ls_dispatch_t s_dispatch[] = {
 int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_STR("model-path", &s_w.model_path, NULL, "HF model directory (config.json + safetensors)"),
-        LS_FLAG_STR("backend", &s_w.backend_name, "cpu", "compute backend: cpu"),
+        LS_FLAG_STR("backend", &s_w.backend_name, "cpu", "compute backend: cpu or cuda (builds with nvcc)"),
+        LS_FLAG_INT("device", &s_w.device, "-1", "GPU of the cuda backend (-1: the worker's rank)"),
         LS_FLAG_INT("kv-cache-mb", &s_w.kv_cache_mb, "256", "KV cache size when --kv-blocks is not given"),
         LS_FLAG_INT("kv-blocks", &s_w.kv_blocks, "0", "KV cache blocks (0: from --kv-cache-mb)"),
         LS_FLAG_INT("block-size", &s_w.block_size, "16", "tokens per KV block"),

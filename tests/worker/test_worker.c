@@ -297,12 +297,47 @@ static void test_errors_keep_serving(void **unused) {
     assert_int_equal(s_single_step(&gone, 1003), LS_FINISH_REASON_ERROR);
 }
 
+// min_new_tokens: the stop set cannot be sampled before it, although the demo model ends
+// this answer (" 5 leaf road 1 red" + EOS) after six tokens.
+static void test_min_new_tokens(void **unused) {
+    static req_t reqs[64];
+    s_requests(reqs, 1);
+    req_t *r = &reqs[0];  // base model, first prompt
+    assert_null(r->adapter);
+    int32_t stops[] = {1, 3};
+    for (uint64_t step = 2000; r->n_out < 12; step++) {
+        ls_msg_t plan;
+        ls_msg_init(&plan, LS_MSG_STEP_PLAN);
+        plan.u.step_plan.step = step;
+        plan.u.step_plan.items.v = calloc(1, sizeof(ls_msg_step_item_t));
+        plan.u.step_plan.items.n = 1;
+        ls_msg_step_item_t *it = &plan.u.step_plan.items.v[0];
+        s_item(it, r, r->n_out == 0);
+        it->rid = 900;
+        it->sampling.min_new_tokens = 12;
+        it->sampling.stop_token_ids.v = malloc(sizeof stops);
+        memcpy(it->sampling.stop_token_ids.v, stops, sizeof stops);
+        it->sampling.stop_token_ids.n = 2;
+        s_send(&plan);
+        ls_msg_clear(&plan);
+        ls_msg_t res;
+        s_recv(&res, LS_MSG_STEP_RESULT);
+        int32_t tok = res.u.step_result.items.v[0].token_id;
+        ls_msg_clear(&res);
+        assert_true(tok != 1 && tok != 3);
+        r->out[r->n_out++] = tok;
+    }
+    // the first answer tokens are unchanged: the mask only removes the stop tokens
+    assert_memory_equal(r->out, r->expected, sizeof(int32_t) * (size_t)(r->n_expected - 1));
+}
+
 int main(void) {
     alarm(170);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info_and_adapters),
         cmocka_unit_test(test_decode_mixed_batch),
         cmocka_unit_test(test_errors_keep_serving),
+        cmocka_unit_test(test_min_new_tokens),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
