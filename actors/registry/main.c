@@ -1,11 +1,446 @@
-// registry — the single source of truth for adapters; its work comes with the registry issue.
-// Accepts now: the lifecycle messages every actor handles (Heartbeat, Shutdown, GetMetrics).
-// Emits: Ready, Heartbeat, Metrics, Error.
+// registry — the single source of truth for adapters (SGLang's LoRARegistry): name → LoRARef
+// {id, name, path, pinned}, in-flight counters, LRU order; validated loads and draining
+// unloads dispatched through the scheduler; on-demand loads from --lora-dirs; a journal so a
+// restart restores the adapter set. See docs/adapters.md.
+//
+// Accepts on its ROUTER, from clients (the tokenizer, the SDK):
+//   AcquireAdapter {name}             → AdapterAcquired (same rid; NOT_FOUND for unknown names)
+//   ReleaseAdapter {adapter_id, name}   no answer
+//   LoadAdapter {name, path, pinned}  → AdapterLoaded, once the scheduler confirmed (or TIMEOUT)
+//   UnloadAdapter {name}              → AdapterUnloaded, once drained and confirmed (or TIMEOUT)
+//   ListAdapters                      → AdapterList
+// Accepts on its DEALER to the scheduler: AdapterLoaded, AdapterUnloaded, Error — the answers
+// to what it sent there (the rid names the registry's load or unload).
+// Emits to the scheduler: LoadAdapter {name, path, pinned, adapter_id, slot -1} and
+// UnloadAdapter {name, adapter_id}, each with a rid of the registry's own.
+// Emits to the launcher: Ready once every startup adapter (journal, --lora-paths) is answered;
+// plus the runtime's Heartbeat, Metrics and Error.
+//
+// The decisions are in core.c (pure, unit-tested); this file wires them to the sockets, the
+// job thread (check.c: disk reads never block the loop), timers and the journal.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core.h"
+#include "journal.h"
 #include "ls_actor.h"
 
-static const ls_dispatch_t s_dispatch[] = {{0, NULL}};
+typedef struct {
+    // flags
+    char *model_path, *state_dir;
+    int max_lora_rank, max_loras_per_batch, load_timeout_ms, unload_timeout_ms;
+    ls_strlist_t target_modules, lora_paths, lora_dirs, lora_roots;
+    // state
+    ls_actor_t *actor;
+    ls_model_config_t model;
+    check_root_t *roots, *dirs;
+    check_env_t env;  // read by the job thread; never changed after on_start
+    reg_t *reg;
+    journal_t *journal;
+    bool started, ready_due;
+    uint64_t journal_errors;
+} registry_t;
+
+static registry_t s_r;
+
+// A client waiting for an answer: where it came from and its rid.
+typedef struct {
+    ls_route_t *route;
+    uint64_t rid;
+} waiter_t;
+
+// A check on the job thread: inputs copied in, the verdict handed back.
+typedef struct {
+    const check_env_t *env;
+    uint64_t op;
+    check_mode_t mode;
+    char *name, *path;
+    check_result_t res;
+} check_job_t;
+
+static const struct {
+    const char *name;
+    size_t off;
+} s_counters[] = {
+    {"adapter_loads_total", offsetof(reg_stats_t, loads)},
+    {"adapter_load_failures_total", offsetof(reg_stats_t, load_failures)},
+    {"adapter_unloads_total", offsetof(reg_stats_t, unloads)},
+    {"adapter_acquires_total", offsetof(reg_stats_t, acquires)},
+    {"adapter_acquire_misses_total", offsetof(reg_stats_t, acquire_misses)},
+    {"adapter_demand_loads_total", offsetof(reg_stats_t, demand_loads)},
+    {"adapter_releases_unknown_total", offsetof(reg_stats_t, releases_unknown)},
+    {"adapter_answers_unknown_total", offsetof(reg_stats_t, answers_unknown)},
+    {"adapters_in_flight", offsetof(reg_stats_t, in_flight)},
+};
+
+// Copy the core's counters into the actor's after every event.
+static void s_publish(registry_t *r) {
+    const reg_stats_t *st = reg_stats(r->reg);
+    for (size_t i = 0; i < sizeof s_counters / sizeof *s_counters; i++) {
+        uint64_t *c = ls_actor_counter(r->actor, s_counters[i].name);
+        if (c)
+            *c = *(const uint64_t *)((const char *)st + s_counters[i].off);
+    }
+    uint64_t *c = ls_actor_counter(r->actor, "journal_errors_total");
+    if (c)
+        *c = r->journal_errors;
+}
+
+static waiter_t *s_waiter_new(const ls_in_t *in) {
+    waiter_t *w = calloc(1, sizeof *w);
+    if (w)
+        w->route = ls_route_new(in);
+    if (!w || !w->route) {
+        ls_error(in->msg->rid, "registry out of memory");
+        abort();
+    }
+    w->rid = in->msg->rid;
+    return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the core's host
+
+static void s_check_work(void *arg) {
+    check_job_t *j = arg;
+    check_adapter(j->env, j->mode, j->name, j->path, &j->res);
+}
+
+static void s_check_done(ls_actor_t *a, void *arg) {
+    check_job_t *j = arg;
+    reg_load_checked(s_r.reg, ls_actor_now_ns(a), j->op, &j->res);
+    free(j->name);
+    free(j->path);
+    free(j);
+    s_publish(&s_r);
+}
+
+// The job thread could not take the check (it could not be started): run it on the loop from
+// a timer, so the core still hears back as a separate event.
+static void s_check_inline(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    ls_actor_timer_stop(a, t);
+    s_check_work(arg);
+    s_check_done(a, arg);
+}
+
+static void s_host_check(void *host, uint64_t op, check_mode_t mode, const char *name, const char *path) {
+    registry_t *r = host;
+    check_job_t *j = calloc(1, sizeof *j);
+    if (!j || !(j->name = strdup(name ? name : "")) || !(j->path = strdup(path ? path : ""))) {
+        ls_error(0, "registry out of memory");
+        abort();
+    }
+    j->env = &r->env;
+    j->op = op;
+    j->mode = mode;
+    if (ls_actor_job(r->actor, s_check_work, s_check_done, j) < 0) {
+        ls_warn(0, "no job thread for checking %s; checking it on the loop", name);
+        ls_actor_timer_start(r->actor, 0, 0, s_check_inline, j);
+    }
+}
+
+static int s_host_send(void *host, const ls_msg_t *msg) {
+    registry_t *r = host;
+    if (!ls_actor_has_peer(r->actor, "scheduler")) {
+        ls_error(msg->rid, "no scheduler peer (--peer scheduler=ENDPOINT): adapters cannot be loaded or unloaded");
+        return -1;
+    }
+    return ls_actor_send_peer(r->actor, "scheduler", msg, NULL);
+}
+
+static void s_host_answer(void *host, void *waiter, ls_msg_t *msg) {
+    registry_t *r = host;
+    waiter_t *w = waiter;
+    if (msg) {
+        msg->rid = w->rid;
+        ls_actor_send_route(r->actor, w->route, msg, NULL);
+    }
+    ls_route_destroy(&w->route);
+    free(w);
+}
+
+static void s_on_timeout(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    reg_timeout(s_r.reg, ls_actor_now_ns(a), (uint64_t)(uintptr_t)arg);
+    s_publish(&s_r);
+}
+
+static void *s_host_arm(void *host, uint64_t op, uint32_t ms) {
+    registry_t *r = host;
+    return ls_actor_timer_start(r->actor, ms, 0, s_on_timeout, (void *)(uintptr_t)op);
+}
+
+static void s_host_cancel(void *host, void *timer) {
+    registry_t *r = host;
+    ls_actor_timer_stop(r->actor, timer);
+}
+
+static void s_host_journal(void *host, const ls_msg_t *record) {
+    registry_t *r = host;
+    if (r->journal && journal_append(r->journal, record) < 0)
+        r->journal_errors++;
+}
+
+static void s_host_ready(void *host) {
+    registry_t *r = host;
+    ls_info(0, "every startup adapter has been answered");
+    r->ready_due = true;
+    if (r->started)
+        ls_actor_ready(r->actor);
+}
+
+// ---------------------------------------------------------------------------------------------
+// handlers
+
+static int s_on_acquire(ls_actor_t *a, ls_in_t *in, void *state) {
+    registry_t *r = state;
+    reg_acquire(r->reg, in->now_ns, in->msg->u.acquire_adapter.name, s_waiter_new(in));
+    s_publish(r);
+    return 0;
+}
+
+static int s_on_release(ls_actor_t *a, ls_in_t *in, void *state) {
+    registry_t *r = state;
+    reg_release(r->reg, in->msg->u.release_adapter.adapter_id, in->msg->u.release_adapter.name);
+    s_publish(r);
+    return 0;
+}
+
+static int s_on_load(ls_actor_t *a, ls_in_t *in, void *state) {
+    registry_t *r = state;
+    const ls_msg_load_adapter_t *la = &in->msg->u.load_adapter;
+    if (la->from_tensors) {
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
+        m.rid = in->msg->rid;
+        m.u.adapter_loaded.name = ls_msg_strdup(la->name);
+        m.u.adapter_loaded.code = LS_ERROR_CODE_BAD_REQUEST;
+        m.u.adapter_loaded.reason =
+            ls_msg_strdup("the registry loads adapters from a path; from_tensors is not supported");
+        ls_actor_reply(a, in, &m);
+        ls_msg_clear(&m);
+        return 0;
+    }
+    reg_load(r->reg, in->now_ns, REG_FROM_CLIENT, la->name, la->path, la->pinned, NULL, s_waiter_new(in));
+    s_publish(r);
+    return 0;
+}
+
+static int s_on_unload(ls_actor_t *a, ls_in_t *in, void *state) {
+    registry_t *r = state;
+    reg_unload(r->reg, in->now_ns, in->msg->u.unload_adapter.name, s_waiter_new(in));
+    s_publish(r);
+    return 0;
+}
+
+static int s_on_list(ls_actor_t *a, ls_in_t *in, void *state) {
+    registry_t *r = state;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_LIST);
+    m.rid = in->msg->rid;
+    reg_list(r->reg, &m);
+    ls_actor_reply(a, in, &m);
+    ls_msg_clear(&m);
+    return 0;
+}
+
+// AdapterLoaded, AdapterUnloaded and Error count only from the scheduler: a client cannot
+// confirm a load.
+static int s_on_answer(ls_actor_t *a, ls_in_t *in, void *state) {
+    registry_t *r = state;
+    if (in->identity || strcmp(in->from, "scheduler") != 0) {
+        ls_warn(in->msg->rid, "%s from %s ignored: only the scheduler's answers count", ls_msg_type_name(in->msg->type),
+                in->from);
+        return 0;
+    }
+    reg_answered(r->reg, in->now_ns, in->msg);
+    s_publish(r);
+    return 0;
+}
+
+static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_ACQUIRE_ADAPTER, s_on_acquire},  {LS_MSG_RELEASE_ADAPTER, s_on_release},
+    {LS_MSG_LOAD_ADAPTER, s_on_load},        {LS_MSG_UNLOAD_ADAPTER, s_on_unload},
+    {LS_MSG_LIST_ADAPTERS, s_on_list},       {LS_MSG_ADAPTER_LOADED, s_on_answer},
+    {LS_MSG_ADAPTER_UNLOADED, s_on_answer},  {LS_MSG_ERROR, s_on_answer},
+    {0, NULL},
+};
+
+// ---------------------------------------------------------------------------------------------
+// start-up
+
+// Resolve configured directories; -1 (logged) when one does not exist.
+static int s_resolve(const ls_strlist_t *list, const char *flag, check_root_t **out) {
+    *out = calloc(list->n ? list->n : 1, sizeof **out);
+    if (!*out)
+        return -1;
+    for (size_t i = 0; i < list->n; i++) {
+        (*out)[i].given = list->v[i];
+        char *real = realpath(list->v[i], NULL);
+        if (!real) {
+            ls_error(0, "%s %s: %s", flag, list->v[i], strerror(errno));
+            return -1;
+        }
+        (*out)[i].real = real;
+    }
+    return 0;
+}
+
+static int s_targets(const ls_strlist_t *list, unsigned *mask) {
+    *mask = list->n ? 0 : (1u << LS_TARGET_COUNT) - 1;
+    for (size_t i = 0; i < list->n; i++) {
+        int t = ls_target_from_name(list->v[i]);
+        if (!strcmp(list->v[i], "all"))
+            *mask = (1u << LS_TARGET_COUNT) - 1;
+        else if (t >= 0)
+            *mask |= 1u << t;
+        else {
+            ls_error(0, "--lora-target-modules: unknown module %s (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                        "down_proj or all)",
+                     list->v[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// --lora-paths name=path[:pinned]: trusted operator input, skipped when the journal restored
+// the name (the journal knows the adapter's id, and a later load/unload may have changed it).
+static void s_startup_path(registry_t *r, const char *entry) {
+    const char *eq = strchr(entry, '=');
+    if (!eq || eq == entry || !eq[1]) {
+        ls_error(0, "--lora-paths %s: expected name=path or name=path:pinned; skipped", entry);
+        return;
+    }
+    char *name = strndup(entry, (size_t)(eq - entry)), *path = strdup(eq + 1);
+    if (!name || !path) {
+        ls_error(0, "registry out of memory");
+        abort();
+    }
+    size_t len = strlen(path);
+    bool pinned = len > 7 && !strcmp(path + len - 7, ":pinned");
+    if (pinned)
+        path[len - 7] = 0;
+    if (reg_has(r->reg, name))
+        ls_info(0, "--lora-paths %s: restored from the journal, which wins; unload and load it to change it", name);
+    else
+        reg_load(r->reg, ls_actor_now_ns(r->actor), REG_FROM_STARTUP, name, path, pinned, NULL, NULL);
+    free(name);
+    free(path);
+}
+
+static int s_start(ls_actor_t *a, void *state) {
+    registry_t *r = state;
+    r->actor = a;
+    if (r->max_lora_rank < 1 || r->max_loras_per_batch < 1 || r->load_timeout_ms < 1 || r->unload_timeout_ms < 1) {
+        ls_error(0, "--max-lora-rank, --max-loras-per-batch, --load-timeout-ms and --unload-timeout-ms must be "
+                    "positive");
+        return -1;
+    }
+    unsigned targets;
+    if (s_targets(&r->target_modules, &targets) < 0 || s_resolve(&r->lora_dirs, "--lora-dirs", &r->dirs) < 0 ||
+        s_resolve(r->lora_roots.n ? &r->lora_roots : &r->lora_dirs, "--lora-roots", &r->roots) < 0)
+        return -1;
+    char err[512];
+    if (r->model_path && ls_model_config_load(r->model_path, &r->model, err, sizeof err) < 0) {
+        ls_error(0, "--model-path: %s", err);
+        return -1;
+    }
+    if (!r->model_path)
+        ls_warn(0, "no --model-path: every adapter load is refused, since none can be validated");
+    r->env = (check_env_t){.roots = r->roots,
+                           .n_roots = r->lora_roots.n ? r->lora_roots.n : r->lora_dirs.n,
+                           .dirs = r->dirs,
+                           .n_dirs = r->lora_dirs.n,
+                           .model = r->model_path ? &r->model : NULL,
+                           .max_lora_rank = r->max_lora_rank,
+                           .targets = targets};
+    const reg_config_t cfg = {.max_loras_per_batch = r->max_loras_per_batch,
+                              .on_demand = r->lora_dirs.n > 0,
+                              .load_timeout_ms = (uint32_t)r->load_timeout_ms,
+                              .unload_timeout_ms = (uint32_t)r->unload_timeout_ms};
+    const reg_host_t host = {.host = r, .check = s_host_check, .send = s_host_send, .answer = s_host_answer,
+                             .arm = s_host_arm, .cancel = s_host_cancel, .journal = s_host_journal,
+                             .ready = s_host_ready};
+    if (!(r->reg = reg_new(&cfg, &host)))
+        return -1;
+    if (r->state_dir) {
+        ls_msg_t *live;
+        size_t n;
+        if (!(r->journal = journal_open(r->state_dir, &live, &n, err, sizeof err))) {
+            ls_error(0, "--state-dir: %s", err);
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const ls_msg_load_adapter_t *la = &live[i].u.load_adapter;
+            reg_load(r->reg, ls_actor_now_ns(a), REG_FROM_JOURNAL, la->name, la->path, la->pinned, la->adapter_id,
+                     NULL);
+            ls_msg_clear(&live[i]);
+        }
+        free(live);
+    } else
+        ls_warn(0, "no --state-dir: adapter registrations will not survive a restart");
+    for (size_t i = 0; i < r->lora_paths.n; i++)
+        s_startup_path(r, r->lora_paths.v[i]);
+    reg_startup_seal(r->reg);
+    r->started = true;
+    s_publish(r);
+    return r->ready_due ? 0 : LS_READY_LATER;
+}
+
+static void s_shutdown(ls_actor_t *a, void *state) {
+    registry_t *r = state;
+    if (r->reg)
+        reg_shutdown(r->reg);
+}
+
+static void s_free_resolved(check_root_t **roots, size_t n) {
+    for (size_t i = 0; *roots && i < n; i++)
+        free((char *)(*roots)[i].real);
+    free(*roots);
+    *roots = NULL;
+}
+
+static void s_destroy(ls_actor_t *a, void *state) {
+    registry_t *r = state;
+    reg_destroy(&r->reg);
+    journal_destroy(&r->journal);
+    s_free_resolved(&r->dirs, r->lora_dirs.n);
+    s_free_resolved(&r->roots, r->lora_roots.n ? r->lora_roots.n : r->lora_dirs.n);
+}
 
 int main(int argc, char **argv) {
-    const ls_actor_def_t def = {.name = "registry", .about = "loraserve adapter registry", .dispatch = s_dispatch};
+    registry_t *r = &s_r;
+    ls_flag_t flags[] = {
+        LS_FLAG_STR("model-path", &r->model_path, NULL, "base model directory or config.json, to validate adapters"),
+        LS_FLAG_INT("max-lora-rank", &r->max_lora_rank, "64", "largest adapter rank accepted"),
+        LS_FLAG_INT("max-loras-per-batch", &r->max_loras_per_batch, "8",
+                    "GPU adapter slots; at most this - 1 adapters may be pinned"),
+        LS_FLAG_LIST("lora-target-modules", &r->target_modules,
+                     "modules adapters may target (q_proj ... down_proj, or all; default all seven)"),
+        LS_FLAG_LIST("lora-paths", &r->lora_paths, "startup adapters: name=path or name=path:pinned"),
+        LS_FLAG_LIST("lora-dirs", &r->lora_dirs, "directories whose DIR/name adapters are loaded on first request"),
+        LS_FLAG_LIST("lora-roots", &r->lora_roots,
+                     "directories clients' LoadAdapter paths must lie under (default: the --lora-dirs; none: refused)"),
+        LS_FLAG_STR("state-dir", &r->state_dir, NULL, "directory of the journal (registry.journal)"),
+        LS_FLAG_INT("load-timeout-ms", &r->load_timeout_ms, "300000",
+                    "answer a load TIMEOUT after this long (a late load is undone)"),
+        LS_FLAG_INT("unload-timeout-ms", &r->unload_timeout_ms, "300000",
+                    "answer an unload TIMEOUT after this long, in-flight requests included"),
+        LS_FLAG_END,
+    };
+    const ls_actor_def_t def = {.name = "registry",
+                                .about = "loraserve adapter registry",
+                                .dispatch = s_dispatch,
+                                .flags = flags,
+                                .state = r,
+                                .on_start = s_start,
+                                .on_shutdown = s_shutdown,
+                                .on_destroy = s_destroy};
     return ls_actor_main(argc, argv, &def);
 }
