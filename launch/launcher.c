@@ -69,15 +69,18 @@ typedef struct {
 } s_pass_t;
 
 static s_pass_t s_pass[] = {
-    {"model-path", 0, K_WORKER, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
+    {"model-path", 0, K_WORKER | K_REGISTRY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
     {"backend", 0, K_WORKER, "compute backend of the workers: cpu", NULL, {0}},
-    {"max-loras-per-batch", 0, K_WORKER, "adapter slots: distinct adapters in one step (default 8)", NULL, {0}},
-    {"max-lora-rank", 0, K_WORKER, "largest adapter rank served (default 64)", NULL, {0}},
+    {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY, "adapter slots: distinct adapters in one step (default 8)", NULL, {0}},
+    {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served (default 64)", NULL, {0}},
     {"max-loaded-loras", 0, K_WORKER, "adapters held in each worker's CPU tier (default 64)", NULL, {0}},
-    {"lora-target-modules", 1, K_WORKER, "modules adapters may target (default: all seven)", NULL, {0}},
+    {"lora-target-modules", 1, K_WORKER | K_REGISTRY, "modules adapters may target (default: all seven)", NULL, {0}},
     {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker (default 256)", NULL, {0}},
     {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}},
     {"block-size", 0, K_WORKER, "tokens per KV block (default 16)", NULL, {0}},
+    {"lora-paths", 1, K_REGISTRY, "adapters loaded at start: name=path or name=path:pinned", NULL, {0}},
+    {"lora-dirs", 1, K_REGISTRY, "directories whose DIR/name adapters load on their first request", NULL, {0}},
+    {"lora-roots", 1, K_REGISTRY, "where client-given adapter paths may point (default: the --lora-dirs)", NULL, {0}},
     {"lora-eviction-policy", 0, K_WORKER | K_SCHEDULER, "adapter slot victim: lru or fifo (default lru)", NULL, {0}},
     {"max-num-batched-tokens", 0, K_SCHEDULER, "token budget of one step (default 2048)", NULL, {0}},
     {"max-running-requests", 0, K_SCHEDULER, "requests decoded at once (default 256)", NULL, {0}},
@@ -167,6 +170,8 @@ static char **s_argv(const s_actor_t *a) {
     unsigned kind = s_kind_bit(a->binary);
     if (kind & (K_WORKER | K_SCHEDULER))
         PUSH("--tp-size=%d", s_l.tp_size);
+    if (kind & K_REGISTRY)  // its journal survives restarts of the graph in the same run dir
+        PUSH("--state-dir=%s/state", s_l.run_dir);
     for (size_t i = 0; i < S_NPASS; i++) {
         if (!(s_pass[i].kinds & kind))
             continue;
