@@ -8,9 +8,10 @@
 //   ReleaseAdapter {adapter_id, name}   no answer
 //   LoadAdapter {name, path, pinned}  → AdapterLoaded, once the scheduler confirmed (or TIMEOUT)
 //   UnloadAdapter {name}              → AdapterUnloaded, once drained and confirmed (or TIMEOUT)
-//   ListAdapters                      → AdapterList
+//   ListAdapters                      → AdapterList (with the scheduler's residency view)
 // Accepts on its DEALER to the scheduler: AdapterLoaded, AdapterUnloaded, Error — the answers
-// to what it sent there (the rid names the registry's load or unload).
+// to what it sent there (the rid names the registry's load or unload) — and AdapterList (the
+// residency a listing asked for).
 // Emits to the scheduler: LoadAdapter {name, path, pinned, adapter_id, slot -1} and
 // UnloadAdapter {name, adapter_id}, each with a rid of the registry's own.
 // Emits to the launcher: Ready once every startup adapter (journal, --lora-paths) is answered;
@@ -238,15 +239,84 @@ static int s_on_unload(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
-static int s_on_list(ls_actor_t *a, ls_in_t *in, void *state) {
-    registry_t *r = state;
+// ListAdapters: the registry's view, plus where each adapter is resident, which only the
+// scheduler knows. A listing waits for the scheduler's AdapterList at most
+// S_RESIDENCY_WAIT_MS; after that it answers with residency_known false.
+#define S_RESIDENCY_WAIT_MS 1000
+// Listing rids have the top bit set: they never collide with the core's load/unload ops.
+#define S_LIST_RID_BIT (1ull << 63)
+
+typedef struct s_listing {
+    uint64_t rid;  // the registry's rid at the scheduler
+    waiter_t *who;
+    ls_timer_t *timer;
+    struct s_listing *next;
+} s_listing_t;
+
+static s_listing_t *s_listings;
+static uint64_t s_next_listing;
+
+// Answers a waiting listing; residency (an AdapterList from the scheduler) may be NULL.
+static void s_listing_answer(registry_t *r, s_listing_t *l, const ls_msg_t *residency) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_ADAPTER_LIST);
-    m.rid = in->msg->rid;
+    m.rid = l->who->rid;
     reg_list(r->reg, &m);
-    ls_actor_reply(a, in, &m);
+    for (size_t i = 0; residency && i < m.u.adapter_list.adapters.n; i++) {
+        ls_msg_adapter_info_t *ai = &m.u.adapter_list.adapters.v[i];
+        const ls_msg_adapter_infos_t *sched = &residency->u.adapter_list.adapters;
+        for (size_t k = 0; k < sched->n; k++)
+            if (ai->adapter_id && sched->v[k].adapter_id && !strcmp(ai->adapter_id, sched->v[k].adapter_id)) {
+                ai->residency_known = true;
+                ai->cpu_resident = sched->v[k].cpu_resident;
+                ai->in_gpu_slot = sched->v[k].in_gpu_slot;
+                ai->gpu_slot = sched->v[k].gpu_slot;
+            }
+    }
+    ls_actor_send_route(r->actor, l->who->route, &m, NULL);
     ls_msg_clear(&m);
+    for (s_listing_t **p = &s_listings; *p; p = &(*p)->next)
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    ls_actor_timer_stop(r->actor, l->timer);
+    ls_route_destroy(&l->who->route);
+    free(l->who);
+    free(l);
+}
+
+static void s_listing_timeout(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    ls_warn(0, "the scheduler did not say where adapters are resident; listing without it");
+    s_listing_answer(&s_r, arg, NULL);
+}
+
+static int s_on_list(ls_actor_t *a, ls_in_t *in, void *state) {
+    registry_t *r = state;
+    s_listing_t *l = calloc(1, sizeof *l);
+    l->rid = S_LIST_RID_BIT | ++s_next_listing;
+    l->who = s_waiter_new(in);
+    l->timer = ls_actor_timer_start(a, S_RESIDENCY_WAIT_MS, 0, s_listing_timeout, l);
+    l->next = s_listings;
+    s_listings = l;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LIST_ADAPTERS);
+    m.rid = l->rid;
+    if (ls_actor_send_peer(a, "scheduler", &m, NULL) < 0)
+        s_listing_answer(r, l, NULL);
     return 0;
+}
+
+// The scheduler's AdapterList: the residency a waiting listing asked for.
+static int s_on_residency(ls_actor_t *a, ls_in_t *in, void *state) {
+    if (in->identity || strcmp(in->from, "scheduler") != 0)
+        return 0;
+    for (s_listing_t *l = s_listings; l; l = l->next)
+        if (l->rid == in->msg->rid) {
+            s_listing_answer(state, l, in->msg);
+            return 0;
+        }
+    return 0;  // answered already (timed out)
 }
 
 // AdapterLoaded, AdapterUnloaded and Error count only from the scheduler: a client cannot
@@ -266,7 +336,8 @@ static int s_on_answer(ls_actor_t *a, ls_in_t *in, void *state) {
 static const ls_dispatch_t s_dispatch[] = {
     {LS_MSG_ACQUIRE_ADAPTER, s_on_acquire},  {LS_MSG_RELEASE_ADAPTER, s_on_release},
     {LS_MSG_LOAD_ADAPTER, s_on_load},        {LS_MSG_UNLOAD_ADAPTER, s_on_unload},
-    {LS_MSG_LIST_ADAPTERS, s_on_list},       {LS_MSG_ADAPTER_LOADED, s_on_answer},
+    {LS_MSG_LIST_ADAPTERS, s_on_list},       {LS_MSG_ADAPTER_LIST, s_on_residency},
+    {LS_MSG_ADAPTER_LOADED, s_on_answer},
     {LS_MSG_ADAPTER_UNLOADED, s_on_answer},  {LS_MSG_ERROR, s_on_answer},
     {0, NULL},
 };
@@ -397,6 +468,8 @@ static void s_shutdown(ls_actor_t *a, void *state) {
     registry_t *r = state;
     if (r->reg)
         reg_shutdown(r->reg);
+    while (s_listings)  // listings still waiting for the scheduler: answer with what is known
+        s_listing_answer(r, s_listings, NULL);
 }
 
 static void s_free_resolved(check_root_t **roots, size_t n) {

@@ -1,7 +1,8 @@
 // scheduler — continuous batching over one group of workers (docs/scheduling.md).
 //
 // Accepts: TokenizedReq, Abort (tokenizer, detokenizer, or a test client, on the ROUTER);
-//          LoadAdapter, UnloadAdapter (registry, tokenizer or a test client);
+//          LoadAdapter, UnloadAdapter (registry, tokenizer or a test client); ListAdapters
+//          (the registry, for residency: answered with AdapterList);
 //          WorkerInfo, StepResult, AdapterLoaded, AdapterUnloaded (from worker-0 … worker-N-1);
 //          and the lifecycle messages every actor handles (Heartbeat, Shutdown, GetMetrics).
 // Emits:   StepPlan, LoadAdapter, UnloadAdapter, PrefetchAdapter (to every worker);
@@ -196,7 +197,18 @@ static int s_on_adapter_answer(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
+static int s_on_list(ls_actor_t *a, ls_in_t *in, void *state) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_LIST);
+    m.rid = in->msg->rid;
+    sched_list_adapters(((app_t *)state)->core, &m);
+    int rc = ls_actor_reply(a, in, &m);
+    ls_msg_clear(&m);
+    return rc;
+}
+
 static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_LIST_ADAPTERS, s_on_list},
     {LS_MSG_TOKENIZED_REQ, s_on_request},
     {LS_MSG_ABORT, s_on_abort},
     {LS_MSG_LOAD_ADAPTER, s_on_load},

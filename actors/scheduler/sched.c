@@ -1530,3 +1530,23 @@ uint64_t sched_next_wake(const sched_t *s) {
 }
 
 const sched_stats_t *sched_stats(const sched_t *s) { return &s->stats; }
+
+void sched_list_adapters(const sched_t *s, ls_msg_t *list) {
+    int n = lora_count(s->lora);
+    ls_msg_adapter_infos_t *out = &list->u.adapter_list.adapters;
+    out->v = s_alloc(NULL, (size_t)(n ? n : 1) * sizeof *out->v);
+    memset(out->v, 0, (size_t)(n ? n : 1) * sizeof *out->v);
+    for (int i = 0; i < n; i++) {
+        const lora_adapter_t *ad = lora_at(s->lora, i);
+        ls_msg_adapter_info_t *ai = &out->v[out->n++];
+        ai->name = s_strdup(ad->name);
+        ai->adapter_id = s_strdup(ad->id);
+        ai->path = s_strdup(ad->path);
+        ai->pinned = ad->pinned;
+        ai->rank = ad->rank;
+        ai->residency_known = true;
+        ai->cpu_resident = ad->resident;
+        ai->in_gpu_slot = ad->slot >= 0;
+        ai->gpu_slot = ad->slot;
+    }
+}

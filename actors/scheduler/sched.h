@@ -69,6 +69,8 @@ void sched_destroy(sched_t **self_p);
 void sched_on_request(sched_t *self, uint64_t now, ls_msg_t *msg, void *reply);        // TokenizedReq
 void sched_on_abort(sched_t *self, uint64_t now, ls_msg_t *msg);                        // Abort
 void sched_on_load_adapter(sched_t *self, uint64_t now, ls_msg_t *msg, void *reply);   // LoadAdapter
+// Fills an AdapterList: every adapter the scheduler knows, with its residency (ListAdapters).
+void sched_list_adapters(const sched_t *self, ls_msg_t *list);
 void sched_on_unload_adapter(sched_t *self, uint64_t now, ls_msg_t *msg, void *reply); // UnloadAdapter
 void sched_on_worker_info(sched_t *self, uint64_t now, const ls_msg_t *msg);            // WorkerInfo
 void sched_on_step_result(sched_t *self, uint64_t now, const ls_msg_t *msg);            // StepResult

@@ -204,6 +204,10 @@ static void s_check_demo_adapters(const char *registry) {
                 found = 1;
                 assert_int_equal(ai->state, LS_ADAPTER_STATE_READY);
                 assert_true(ai->rank == 8 || ai->rank == 16);
+                // where it lives, from the scheduler: in both workers' CPU tier, no slot yet
+                assert_true(ai->residency_known);
+                assert_true(ai->cpu_resident);
+                assert_false(ai->in_gpu_slot);
             }
         }
         assert_true(found);

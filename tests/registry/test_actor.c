@@ -110,8 +110,23 @@ static void s_client_simple(reg_proc_t *r, int type, uint64_t rid, const char *n
 }
 
 // Names of the listed adapters joined by ',', "name*" when pinned; ids into ids (may be NULL).
+static void s_sched_recv(ls_msg_t *m, int type);
+static void s_sched_send(ls_msg_t *m);
+
+// The fake scheduler answers the registry's residency question: every adapter in the CPU
+// tier, the first one also in GPU slot 3.
+static void s_sched_residency(void) {
+    ls_msg_t q, m;
+    s_sched_recv(&q, LS_MSG_LIST_ADAPTERS);
+    ls_msg_init(&m, LS_MSG_ADAPTER_LIST);
+    m.rid = q.rid;
+    ls_msg_clear(&q);
+    s_sched_send(&m);
+}
+
 static void s_list(reg_proc_t *r, char *out, size_t cap, char ids[][40]) {
     s_client_simple(r, LS_MSG_LIST_ADAPTERS, 77, NULL);
+    s_sched_residency();
     ls_msg_t m;
     s_recv(r, &m, LS_MSG_ADAPTER_LIST, 77);
     out[0] = 0;
@@ -158,10 +173,15 @@ static void s_sched_answer(const ls_msg_t *req, bool ok, uint32_t code, const ch
         m.u.adapter_unloaded.name = ls_msg_strdup(req->u.unload_adapter.name);
         m.u.adapter_unloaded.adapter_id = ls_msg_strdup(req->u.unload_adapter.adapter_id);
     }
+    s_sched_send(&m);
+}
+
+// Sends m (then clears it) from the fake scheduler to the registry.
+static void s_sched_send(ls_msg_t *m) {
     char *buf;
     size_t len;
-    assert_int_equal(ls_msg_encode(&m, &buf, &len), 0);
-    ls_msg_clear(&m);
+    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
+    ls_msg_clear(m);
     zmsg_t *zm = zmsg_new();
     zmsg_addstr(zm, "registry");  // the registry's DEALER identity is its name
     zmsg_addmem(zm, buf, len);
