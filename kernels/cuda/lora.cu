@@ -17,12 +17,23 @@
       one output column o, finds its slice, streams B[slot, o, 0..rank) and adds
       scaling * dot into y for every row of the tile.
 
-    Known limits (next session): a long prefill segment re-reads A and B once per 4-token
-    tile (from L2); a tensor-core path for long segments, and sizing shrink's split of `in`
-    for decode occupancy, are the speed work.
+    The launchers run the v2 kernels wherever 16-byte loads apply (in % 8 == 0 and aligned
+    pools for shrink; r_max in {8, 16, 32, 64} for expand) and the kernels above (v1)
+    otherwise:
+    shrink v2: 8 warps; K split over ks warps (ks from the grid size, so that small grids
+      still fill the GPU), each warp 2 rank rows and 4 chunks of 16-byte loads in flight per
+      lane, partial sums meeting in shared memory in a fixed order (deterministic);
+    expand v2: r_max/8 lanes share an output column (one 512-byte run per warp load), 4
+      columns per lane group in flight, shuffle reduction;
+    both launched with programmatic dependent launch on sm_90 (see s_dep_wait).
+    Measurements, predictions and what is left: kernels/cuda/NOTES.md (session 2).
+
+    Known limits: a long prefill segment re-reads A and B once per 4-token tile (from L2):
+    a tensor-core / cuBLAS path for long segments is still to do.
 */
 #include <assert.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "common.cuh"
 
@@ -110,6 +121,185 @@ k_lora_shrink(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_til
         }
 }
 
+// -- decode-shaped shrink (v2) ----------------------------------------------------------
+// Block of 8 warps = S2_RG row groups x ks K-parts (ks in {1, 2, 4, 8}, RG = 8/ks); a warp
+// owns S2_R rows of its row group and every ks-th 256-element chunk of `in`, keeps U chunks
+// of loads in flight (16 bytes per lane each, all issued before the first use), reduces by
+// shuffles, and the ks partial sums meet in shared memory in a fixed order (deterministic).
+// One-token tiles (decode) take the U-deep path; longer tiles a 1-deep path over TT tokens.
+enum { S2_WARPS = 8, S2_R = 2, S2_U = 4 };
+
+// Programmatic dependent launch (Hopper): the v2 kernels are launched so that they may
+// start while the kernel before them drains. Until s_dep_wait() they only read what no
+// kernel of the step writes (the adapter pools, the tiles, the scalings: uploaded and
+// synchronized before the step) and write nothing; s_dep_wait() waits for the previous
+// kernel to complete with its memory visible. Without the launch attribute (or before
+// sm_90) both are no-ops.
+__device__ __forceinline__ void s_dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void s_dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void s_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+template <typename TA, int NT, int U>
+__device__ __forceinline__ void s_shrink2_rows(float (&acc)[S2_R][LS_CU_LORA_TILE],
+                                               const TA *a, int in, int nq, int ntok,
+                                               const float *const (&xr)[LS_CU_LORA_TILE],
+                                               int kp, int ks, int lane) {
+    int n_chunks = (in + 255) >> 8;
+    for (int c0 = kp; c0 < n_chunks; c0 += ks * U) {
+        float av[U][S2_R][8], xv[U][NT][8];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int i = ((c0 + u * ks) << 8) + lane * 8;
+            bool ok = c0 + u * ks < n_chunks && i < in;
+#pragma unroll
+            for (int q = 0; q < S2_R; q++) {
+                if (ok && q < nq)
+                    ls_load8(a + (size_t)q * in + i, av[u][q]);
+                else
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        av[u][q][e] = 0.0f;
+            }
+#pragma unroll
+            for (int tt = 0; tt < NT; tt++) {
+                if (ok && tt < ntok)
+                    ls_load8(xr[tt] + i, xv[u][tt]);
+                else
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        xv[u][tt][e] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int q = 0; q < S2_R; q++)
+#pragma unroll
+                for (int tt = 0; tt < NT; tt++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        acc[q][tt] += av[u][q][e] * xv[u][tt][e];
+    }
+}
+
+template <typename TA, int U>
+__global__ void __launch_bounds__(S2_WARPS * 32)
+k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_tile_t *tiles,
+               const int32_t *perm, int in, int n_slices, int r_max, int ks) {
+    __shared__ float red[S2_WARPS][S2_R][TT];
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
+    int k = blockIdx.y, rg_n = S2_WARPS / ks, jb = rg_n * S2_R;
+    int j0 = blockIdx.z * jb;
+    if (j0 >= tile.rank)
+        return; // block-uniform
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int rg = warp % rg_n, kp = warp / rg_n;
+    int jw = j0 + rg * S2_R, nq = min(S2_R, tile.rank - jw);
+    int ld = n_slices * r_max;
+    const TA *a = a_pool + ((size_t)tile.slot * ld + (size_t)k * r_max + jw) * in;
+    const float *xr[TT];
+#pragma unroll
+    for (int tt = 0; tt < TT; tt++)
+        xr[tt] = x + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * in;
+    float acc[S2_R][TT];
+#pragma unroll
+    for (int q = 0; q < S2_R; q++)
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++)
+            acc[q][tt] = 0.0f;
+    // before the previous kernel is done: pull this warp's A rows towards L2
+    for (int q = 0; q < nq; q++)
+        for (int c = kp; c < (in + 255) >> 8; c += ks) {
+            int i = (c << 8) + lane * 8;
+            if (i < in)
+                s_prefetch_l2(a + (size_t)q * in + i);
+        }
+    s_dep_launch();
+    s_dep_wait();
+    if (nq > 0) {
+        if (tile.n == 1)
+            s_shrink2_rows<TA, 1, U>(acc, a, in, nq, 1, xr, kp, ks, lane);
+        else
+            s_shrink2_rows<TA, TT, 1>(acc, a, in, nq, tile.n, xr, kp, ks, lane);
+    }
+#pragma unroll
+    for (int q = 0; q < S2_R; q++)
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++) {
+            float v = ls_warp_sum(acc[q][tt]);
+            if (lane == 0)
+                red[warp][q][tt] = v;
+        }
+    __syncthreads();
+    // thread (row r of the block, token tt) sums the ks parts in order
+    int t = threadIdx.x;
+    if (t < jb * TT) {
+        int r = t / TT, tt = t % TT, g = r / S2_R, q = r % S2_R;
+        int j = j0 + r;
+        if (j < tile.rank && tt < tile.n) {
+            float v = 0.0f;
+            for (int p = 0; p < ks; p++)
+                v += red[p * rg_n + g][q][tt];
+            tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + (size_t)k * r_max + j] = v;
+        }
+    }
+}
+
+// Which implementation the launchers use: 0 = the best for the shape (v2 where it applies),
+// 1 = the session-1 kernels (v1), 2 = v2 without programmatic dependent launch, 3 = v2
+// with 8 loads in flight per lane instead of 4 (shrink and expand). For the benchmarks; not thread-safe, set once.
+static int s_impl = 0;
+extern "C" void ls_cu_lora_set_impl(int impl) {
+    s_impl = impl;
+}
+
+// SMs and compute capability of the current device, read once (one device per process).
+static int s_sms = 0, s_cc = 0;
+static void s_props() {
+    if (!s_sms) {
+        const char *e = getenv("LS_CU_LORA_IMPL"); // tests run the variants through this
+        if (e && *e)
+            s_impl = atoi(e);
+        int dev = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&s_sms, cudaDevAttrMultiProcessorCount, dev);
+        cudaDeviceGetAttribute(&s_cc, cudaDevAttrComputeCapabilityMajor, dev);
+        if (s_sms <= 0)
+            s_sms = 1;
+    }
+}
+static int s_sm_count() {
+    s_props();
+    return s_sms;
+}
+
+// A launch that may overlap the previous kernel's tail (sm_90+; see s_dep_wait).
+static cudaLaunchConfig_t s_pdl_config(dim3 grid, int threads, size_t smem,
+                                       cudaStream_t stream) {
+    static cudaLaunchAttribute attr[1];
+    s_props();
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = s_cc >= 9 && s_impl != 2 ? 1 : 0;
+    return cfg;
+}
+
 cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
                               ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
@@ -117,9 +307,29 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
     if (n_tiles == 0 || max_rank == 0)
         return cudaSuccess;
-    dim3 grid(n_tiles, n_slices, (max_rank + SH_JB - 1) / SH_JB);
+    s_props();
     // 16-byte loads need every row start aligned: x rows (in floats), A rows (in elements)
     int vec = in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a_pool % 16 == 0;
+    if (vec && s_impl != 1) {
+        // split K across the warps of a block (fewer rows per block, more blocks) until
+        // the grid has >= 2 blocks per SM or every warp owns 2 rows of 1/8 of `in`
+        int ks = 1, jb = S2_WARPS * S2_R;
+        while (ks < 8 &&
+               (long)n_tiles * n_slices * ((max_rank + jb - 1) / jb) < 2L * s_sm_count()) {
+            ks *= 2;
+            jb = S2_WARPS / ks * S2_R;
+        }
+        dim3 g2(n_tiles, n_slices, (max_rank + jb - 1) / jb);
+        cudaLaunchConfig_t cfg = s_pdl_config(g2, S2_WARPS * 32, 0, stream);
+        LS_CU_DISPATCH(a_dt, TA,
+            return s_impl == 3
+                ? cudaLaunchKernelEx(&cfg, k_lora_shrink2<TA, 8>, tmp, x, (const TA *)a_pool,
+                                     tiles, perm, in, n_slices, r_max, ks)
+                : cudaLaunchKernelEx(&cfg, k_lora_shrink2<TA, S2_U>, tmp, x,
+                                     (const TA *)a_pool, tiles, perm, in, n_slices, r_max,
+                                     ks));
+    }
+    dim3 grid(n_tiles, n_slices, (max_rank + SH_JB - 1) / SH_JB);
     LS_CU_DISPATCH(a_dt, TA,
         if (vec) k_lora_shrink<TA, true><<<grid, SH_WARPS * 32, 0, stream>>>(
             tmp, x, (const TA *)a_pool, tiles, perm, in, n_slices, r_max);
@@ -184,6 +394,76 @@ k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_til
         }
 }
 
+// -- expand (v2) -------------------------------------------------------------------------
+// L = r_max/8 lanes share one output column, each loading 16 bytes of its B row (so a warp
+// load is one contiguous 512-byte run), U columns per lane group in flight; the L partial
+// dots meet by shuffles. Elements j >= the slot's rank are loaded (inside the pool) but
+// never used, so whatever they hold (NaN poison too) cannot leak into y.
+enum { E2_WARPS = 8 };
+
+template <typename TB, int L, int E2_U>
+__global__ void __launch_bounds__(E2_WARPS * 32)
+k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
+               const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
+               int r_max) {
+    extern __shared__ float st[]; // (TT, n_slices*r_max)
+    constexpr int OPW = 32 / L, OB = E2_WARPS * OPW * E2_U;
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
+    int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int sub = lane % L, og = lane / L, j = sub * 8;
+    float bv[E2_U][8];
+    int o[E2_U], kk[E2_U];
+#pragma unroll
+    for (int u = 0; u < E2_U; u++) {
+        o[u] = blockIdx.y * OB + (u * E2_WARPS + warp) * OPW + og;
+        int k = 0;
+        while (k + 1 < n_slices && o[u] >= so.off[k + 1])
+            k++;
+        kk[u] = k;
+        if (o[u] < out_total && j < r)
+            ls_load8(b_pool + ((size_t)tile.slot * out_total + o[u]) * r_max + j, bv[u]);
+        else
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                bv[u][e] = 0.0f;
+    }
+    float s = scalings[tile.slot];
+    // B is in flight; now wait for shrink's tmp and stage it
+    s_dep_launch();
+    s_dep_wait();
+    for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
+        int tt = idx / ld, c = idx % ld;
+        st[idx] = c % r_max < r ? tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + c] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < E2_U; u++) {
+        float acc[TT];
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++) {
+            acc[tt] = 0.0f;
+            if (tt < tile.n) {
+                const float *sk = st + tt * ld + kk[u] * r_max + j;
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    if (j + e < r)
+                        acc[tt] += bv[u][e] * sk[e];
+            }
+        }
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++) {
+#pragma unroll
+            for (int off = L / 2; off > 0; off >>= 1)
+                acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
+            if (sub == 0 && o[u] < out_total && tt < tile.n) {
+                float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o[u];
+                *yo = __fadd_rn(*yo, __fmul_rn(s, acc[tt]));
+            }
+        }
+    }
+}
+
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, const int32_t *perm, const float *scalings,
@@ -199,9 +479,27 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
     int out_total = so.off[n_slices];
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
-    dim3 grid(n_tiles, (out_total + EX_THREADS - 1) / EX_THREADS);
+    s_props();
     size_t smem = (size_t)TT * n_slices * r_max * sizeof(float);
     int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
+    int L = r_max / 8;
+    if (vec && s_impl != 1 && (L == 1 || L == 2 || L == 4 || L == 8)) {
+        int u = s_impl == 3 ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
+        dim3 g2(n_tiles, (out_total + ob - 1) / ob);
+        cudaLaunchConfig_t cfg = s_pdl_config(g2, E2_WARPS * 32, smem, stream);
+#define S_E2(LL)                                                                              \
+    return u == 8 ? cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, 8>, y, tmp,              \
+                                       (const TB *)b_pool, tiles, perm, scalings, so,        \
+                                       n_slices, r_max)                                      \
+                  : cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, 4>, y, tmp,              \
+                                       (const TB *)b_pool, tiles, perm, scalings, so,        \
+                                       n_slices, r_max)
+        LS_CU_DISPATCH(b_dt, TB,
+            if (L == 1) S_E2(1); else if (L == 2) S_E2(2); else if (L == 4) S_E2(4);
+            else S_E2(8));
+#undef S_E2
+    }
+    dim3 grid(n_tiles, (out_total + EX_THREADS - 1) / EX_THREADS);
     LS_CU_DISPATCH(b_dt, TB,
         if (vec) k_lora_expand<TB, true><<<grid, EX_THREADS, smem, stream>>>(
             y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max);

@@ -129,6 +129,11 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               cudaStream_t stream);
 
+// 0 (default): the fastest kernels for the shape; 1: the session-1 kernels; 2: as 0 but
+// without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead
+// of 4 (for the benchmarks' before/after).
+void ls_cu_lora_set_impl(int impl);
+
 // ---------------------------------------------------------------------------------------
 // Sampling: ls_sampling_sample on the device. All arrays are device memory.
 

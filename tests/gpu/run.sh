@@ -7,6 +7,10 @@
 #   tests/gpu/run.sh           on the GPU machine: runs the bundled binaries (or, without a
 #                              bundle, configures and builds build-gpu/ there first), logs
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
+#                              Tests first (test_gpu_ops: every op vs the CPU backend;
+#                              test_gpu_model: the whole model vs the HF fixtures and the
+#                              demo), then the benchmarks (bench_lora_cuda, bench_decode_cuda)
+#                              unless LS_GPU_NO_BENCH=1.
 #
 # Through the device tool, after `prepare`:
 #   run(command="tests/gpu/run.sh", carry=[".device-bundle"])
@@ -14,14 +18,23 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
-tests=(test_gpu_ops)
+tests=(test_gpu_ops test_gpu_model)
+benches=(bench_lora_cuda bench_decode_cuda)
 
 if [[ ${1:-} == prepare ]]; then
   set -e
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build-cuda -j"$(nproc)" --target "${tests[@]}"
+  cmake --build build-cuda -j"$(nproc)" --target "${tests[@]}" "${benches[@]}"
   rm -rf .device-bundle
-  ../shared/tools/device-bundle .device-bundle "${tests[@]/#/build-cuda/bin/}"
+  ../shared/tools/device-bundle .device-bundle "${tests[@]/#/build-cuda/bin/}" \
+    "${benches[@]/#/build-cuda/bin/}"
+  # what travels to the device is capped (64 MiB with the tree): strip the binaries and
+  # gzip the big libraries; the run below unpacks them
+  strip .device-bundle/bin/*
+  for f in .device-bundle/lib/*; do
+    [[ $(stat -c %s "$f") -gt 4000000 ]] && gzip -9 "$f"
+  done
+  du -sh .device-bundle
   exit 0
 fi
 
@@ -34,12 +47,16 @@ mkdir -p "$out"
 } | tee "$out/device.txt"
 
 if [[ -x .device-bundle/bin/${tests[0]} ]]; then
+  for f in .device-bundle/lib/*.gz; do
+    [[ -e $f ]] && gunzip -f "$f"
+  done
   export LD_LIBRARY_PATH=$root/.device-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   bindir=.device-bundle/bin
 else
   echo "no .device-bundle: building here" | tee -a "$out/build.log"
   if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
-         cmake --build build-gpu -j"$(nproc)" --target "${tests[@]}"; } >>"$out/build.log" 2>&1; then
+         cmake --build build-gpu -j"$(nproc)" --target "${tests[@]}" "${benches[@]}"; } \
+       >>"$out/build.log" 2>&1; then
     tail -30 "$out/build.log"
     echo "BUILD FAILED"
     exit 2
@@ -47,6 +64,7 @@ else
   bindir=build-gpu/bin
 fi
 
+export LS_FIXTURES_DIR=$root/tests/fixtures LS_DEMO_DIR=$root/examples/demo
 status=0
 for t in "${tests[@]}"; do
   echo "== $t"
@@ -54,11 +72,32 @@ for t in "${tests[@]}"; do
   LS_GPU_BENCH=1 "$bindir/$t" >"$out/$t.log" 2>&1
   rc=$?
   end=$(date +%s%N)
-  # the table is the tail of the log; show the rows that failed first, then the table
+  # the rows that failed first, then the timing table and the summary
   grep -E "FAIL|mismatch|failed" "$out/$t.log" | grep -v "^===" | head -40
   sed -n '/=== LoRA decode timing/,/^bench:/p' "$out/$t.log"
   sed -n '/=== summary/,$p' "$out/$t.log"
   [[ $rc == 0 ]] || { tail -5 "$out/$t.log"; status=1; }
   echo "$t: exit $rc, $(( (end - start) / 1000000 )) ms"
 done
+# the LoRA variant with 8 loads in flight (LS_CU_LORA_IMPL=3) through the same checks
+echo "== test_gpu_ops, LS_CU_LORA_IMPL=3"
+LS_CU_LORA_IMPL=3 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl3.log" 2>&1
+rc=$?
+grep -E "FAIL" "$out/test_gpu_ops_impl3.log" | head -20
+grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl3.log" | tail -1
+sed -n '/=== LoRA decode timing/,/^bench:/p' "$out/test_gpu_ops_impl3.log"
+[[ $rc == 0 ]] || status=1
+if [[ ${LS_GPU_NO_BENCH:-0} != 1 ]]; then
+  for b in "${benches[@]}"; do
+    echo "== $b"
+    start=$(date +%s%N)
+    timeout 240 "$bindir/$b" >"$out/$b.log" 2>&1
+    rc=$?
+    end=$(date +%s%N)
+    sed -n '/=== summary/,$p' "$out/$b.log"
+    grep -E "decode ratio|distinct adapters|base model|^bench_decode" "$out/$b.log"
+    [[ $rc == 0 ]] || { tail -5 "$out/$b.log"; status=1; }
+    echo "$b: exit $rc, $(( (end - start) / 1000000 )) ms"
+  done
+fi
 exit $status

@@ -1,0 +1,241 @@
+/*  bench/bench_decode_cuda.c — decode throughput of the whole engine on the CUDA backend at
+    Llama-3-8B shapes: the base model alone, 8 distinct adapters, 32 distinct adapters.
+
+    Model: ls_model_load_dummy of the Llama-3-8B config (hidden 4096, 32 layers, 32 heads,
+    8 KV heads, MLP 14336, vocab 128256, bf16; random weights, no files). KV cache in bf16
+    (ls_model_kv_dtype). Batch: 64 sequences, each with CTX cached positions (the cache is
+    zeroed at creation: attention reads the positions all the same), decode steps of one
+    token per sequence, each step = ls_model_forward + ls_model_sample (greedy, on the GPU),
+    which waits for the step, as the worker does. Adapters: rank 16 on all seven targets
+    (PEFT files written once to a temporary directory: 8 random adapters, each loaded under
+    4 ids for 32 distinct slots), sequence s on adapter s % n_adapters.
+
+    Printed: tokens/s and step time of each, the "decode ratio" (tokens/s over base), and
+    for 32 adapters the bandwidth floor = base step + adapter bytes / copy bandwidth, with
+    the adapter bytes as the slot pool stores them (engine/lora_pool.c: fp32) and, for
+    reference, as bf16. The copy bandwidth is measured in the same run (2 GiB D2D memcpy,
+    read + write). Median step time of STEPS steps after WARM warm-up steps.
+
+    Usage: bench_decode_cuda [--steps N] [--ctx N]      Not a ctest; needs a GPU (~26 GB).
+*/
+#include "random_model.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "backend_cuda.h"
+#include "lora_pool.h"
+#include "model.h"
+
+#define N_SEQS 64
+#define RANK 16
+#define BS 16
+#define WARM 3
+#define N_FILES 8
+
+static const char *s_llama3_8b =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+    "\"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32, "
+    "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128, "
+    "\"vocab_size\": 128256, \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-5, "
+    "\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+    "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+    "\"original_max_position_embeddings\": 8192}, \"tie_word_embeddings\": false, "
+    "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"torch_dtype\": \"bfloat16\", "
+    "\"hidden_act\": \"silu\"}";
+
+static double s_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void s_die(const char *what, const char *err) {
+    fprintf(stderr, "bench_decode_cuda: %s: %s\n", what, err);
+    exit(1);
+}
+
+static int s_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double s_copy_bw(void) {
+    size_t n = (size_t)2 << 30;
+    void *a, *b;
+    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess)
+        s_die("copy bandwidth", "cudaMalloc failed");
+    cudaMemset(a, 1, n);
+    double best = 1e30;
+    for (int i = 0; i < 8; i++) {
+        cudaDeviceSynchronize();
+        double t0 = s_now();
+        cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+        cudaDeviceSynchronize();
+        double t = s_now() - t0;
+        best = t < best ? t : best;
+    }
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * (double)n / best / 1e9;
+}
+
+typedef struct {
+    ls_model_t *m;
+    ls_lora_pool_t *pool;
+    int steps, ctx, vocab;
+} s_bench_t;
+
+// Median seconds per decode step with the sequences on the given slots.
+static double s_decode(const s_bench_t *b, const int32_t *slots) {
+    char err[512];
+    int per_seq = (b->ctx + WARM + b->steps + BS) / BS;
+    ls_kv_cache_t *kv = ls_kv_cache_new(b->m, N_SEQS * per_seq, BS, err, sizeof err);
+    if (!kv)
+        s_die("KV cache", err);
+    static int32_t tables[N_SEQS][4096], tok[N_SEQS];
+    ls_model_seq_t seqs[N_SEQS];
+    ls_sampling_params_t params[N_SEQS];
+    for (int s = 0; s < N_SEQS; s++) {
+        for (int i = 0; i < per_seq; i++)
+            tables[s][i] = s * per_seq + i;
+        tok[s] = (int32_t)((unsigned)(s + 1) * 2654435761u % (unsigned)b->vocab);
+        seqs[s] = (ls_model_seq_t){&tok[s], 1, b->ctx, tables[s], per_seq, slots[s], true};
+        params[s] = (ls_sampling_params_t){.top_p = 1, .repetition_penalty = 1};
+    }
+    ls_sampling_batch_t sb = {.n_rows = N_SEQS, .params = params};
+    int n = WARM + b->steps;
+    double *t = malloc(sizeof(double) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        double t0 = s_now();
+        if (ls_model_forward(b->m, kv, b->pool, seqs, N_SEQS, err, sizeof err) != N_SEQS)
+            s_die("forward", err);
+        if (ls_model_sample(b->m, &sb, tok, NULL, NULL, NULL) != 0)
+            s_die("sample", "failed");
+        t[i] = s_now() - t0;
+        for (int s = 0; s < N_SEQS; s++)
+            seqs[s].start_pos++;
+    }
+    qsort(t + WARM, (size_t)b->steps, sizeof *t, s_cmp);
+    double med = t[WARM + b->steps / 2];
+    free(t);
+    ls_kv_cache_destroy(&kv);
+    return med;
+}
+
+int main(int argc, char **argv) {
+    s_bench_t b = {.steps = 20, .ctx = 128};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--steps"))
+            b.steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ctx"))
+            b.ctx = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N]\n");
+            return 2;
+        }
+    }
+    if (b.steps < 1 || b.ctx < 1) {
+        fprintf(stderr, "bench_decode_cuda: steps and ctx must be >= 1\n");
+        return 2;
+    }
+    char err[512], path[1024];
+    ls_backend_t *be = ls_backend_cuda_new(0, err, sizeof err);
+    if (!be)
+        s_die("backend", err);
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    double bw = s_copy_bw();
+    double t0 = s_now();
+    b.m = ls_model_load_dummy(s_llama3_8b, be, 1, NULL, NULL, err, sizeof err);
+    if (!b.m)
+        s_die("dummy model", err);
+    const ls_model_config_t *cfg = ls_model_config(b.m);
+    b.vocab = cfg->vocab_size;
+    printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB bf16 "
+           "weights, loaded in %.1f s), KV %s, batch %d, %d cached tokens each, LoRA rank %d "
+           "on all seven targets, median of %d steps\n", prop.name, bw,
+           (double)ls_model_weight_bytes(b.m) / 1e9, s_now() - t0,
+           ls_dtype_name(ls_model_kv_dtype(b.m)), N_SEQS, b.ctx, RANK, b.steps);
+    fflush(stdout);
+
+    t0 = s_now();
+    ls_lora_pool_config_t pc = {32, RANK, 32, 0, LS_LORA_EVICT_LRU};
+    b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
+    if (!b.pool)
+        s_die("pool", err);
+    char *dir = fx_tmpdir();
+    int *ranks = malloc((size_t)cfg->num_hidden_layers * LS_TARGET_COUNT * sizeof *ranks);
+    rm_ranks_uniform(ranks, cfg->num_hidden_layers, 0x7f, RANK);
+    for (int f = 0; f < N_FILES; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "adapter%d", f);
+        if (rm_write_adapter(fx_path(path, sizeof path, dir, name), cfg,
+                             "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, "
+                             "\"target_modules\": \"all-linear\"}", ranks, LS_DTYPE_BF16,
+                             (unsigned)f + 1) != 0)
+            s_die("writing an adapter", path);
+    }
+    size_t adapter_elems = 0;
+    char ids[32][16];
+    for (int a = 0; a < 32; a++) {
+        char name[32];
+        snprintf(name, sizeof name, "adapter%d", a % N_FILES);
+        snprintf(ids[a], sizeof ids[a], "id%d", a);
+        ls_adapter_t *ad = ls_adapter_load(fx_path(path, sizeof path, dir, name), cfg, RANK,
+                                           err, sizeof err);
+        if (!ad)
+            s_die(name, err);
+        adapter_elems = ls_adapter_bytes(ad) / sizeof(float);
+        if (ls_lora_pool_add(b.pool, ids[a], &ad, false, NULL, 0, err, sizeof err) != 0)
+            s_die(ids[a], err);
+    }
+    printf("adapters: %d distinct files, 32 ids, %.1f MB each as bf16 (%.1f MB as the fp32 "
+           "slot pool holds them); set up in %.1f s\n", N_FILES, adapter_elems * 2 / 1e6,
+           adapter_elems * 4 / 1e6, s_now() - t0);
+    fflush(stdout);
+
+    int32_t base[N_SEQS], s8[N_SEQS], s32[N_SEQS];
+    const char *seq_ids[N_SEQS];
+    for (int s = 0; s < N_SEQS; s++) {
+        base[s] = LS_LORA_SLOT_BASE;
+        seq_ids[s] = ids[s % 8];
+    }
+    if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s8, err, sizeof err) != 0)
+        s_die("prepare 8", err);
+    double t_base = s_decode(&b, base);
+    double t8 = s_decode(&b, s8);
+    for (int s = 0; s < N_SEQS; s++)
+        seq_ids[s] = ids[s % 32];
+    if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s32, err, sizeof err) != 0)
+        s_die("prepare 32", err);
+    double t32 = s_decode(&b, s32);
+    double t_base2 = s_decode(&b, base); // again, for the spread
+
+    double floor32 = t_base + 32.0 * adapter_elems * 4 / (bw * 1e9);
+    double floor32_bf16 = t_base + 32.0 * adapter_elems * 2 / (bw * 1e9);
+    printf("\n%-34s %9s %10s %8s\n", "workload", "step ms", "tokens/s", "ratio");
+    printf("%-34s %9.3f %10.0f %8.3f\n", "base model", 1e3 * t_base, N_SEQS / t_base, 1.0);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "base model (again)", 1e3 * t_base2,
+           N_SEQS / t_base2, t_base / t_base2);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "8 distinct adapters", 1e3 * t8, N_SEQS / t8,
+           t_base / t8);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct adapters", 1e3 * t32, N_SEQS / t32,
+           t_base / t32);
+    printf("\ndecode ratio, 8 distinct adapters: %.3f (target >= 0.92)\n", t_base / t8);
+    printf("decode ratio, 32 distinct adapters: %.3f; bandwidth floor %.3f ms (base %.3f ms + "
+           "%.2f GB of fp32 slots / %.0f GB/s): step is %.2fx the floor (target <= 1.10); "
+           "with bf16 slots the floor would be %.3f ms\n", t_base / t32, 1e3 * floor32,
+           1e3 * t_base, 32.0 * adapter_elems * 4 / 1e9, bw, t32 / floor32,
+           1e3 * floor32_bf16);
+    free(ranks);
+    ls_lora_pool_destroy(&b.pool);
+    ls_model_destroy(&b.m);
+    ls_backend_destroy(&be);
+    fx_rmdir(&dir);
+    return 0;
+}

@@ -1,0 +1,565 @@
+/*  bench/bench_lora_cuda.cu — the segmented LoRA kernels (kernels/cuda/lora.cu) at
+    Llama-3-8B shapes, against cuBLAS, with the card's copy bandwidth measured in the same run.
+
+    Shapes (hidden 4096, MLP 14336, 8 KV heads of 128): the four stacked groups of a layer,
+      qkv 4096 -> 4096+1024+1024 (3 slices), o 4096 -> 4096, gate_up 4096 -> 2x14336,
+      down 14336 -> 4096;
+    bf16 A/B pools (n_slots, n_slices*r, in) / (n_slots, out_total, r), fp32 activations (our
+    kernels; cuBLAS gets x in bf16, which only helps it), one token per request (decode).
+
+    Adapter mixes over a batch of T requests:
+      Identical  every request on one adapter;
+      Uniform    ceil(sqrt(T)) adapters, requests round-robin;
+      Skewed     requests drawn from a Zipf(1.5) popularity over T adapters (fixed seed);
+      Distinct   every request its own adapter.
+
+    Implementations:
+      ours       ls_cu_lora_shrink + ls_cu_lora_expand (the kernels the backend runs)
+      v1         the same launchers with the session-1 kernels (ls_cu_lora_set_impl(1))
+      loop       one cublasGemmEx per adapter group: shrink (x_seg . A^T, bf16 out) then one
+                 expand per slice (y_seg += tmp . B^T, fp32 accumulate)
+      no-pdl     ours without programmatic dependent launch (whole step only)
+      u8         ours with 8 loads in flight per lane instead of 4 (shrink and expand)
+      grouped    cublasGemmGroupedBatchedEx: one call for all shrinks, one for all expands
+                 (CUDA 13.0 refuses bf16 x bf16 -> fp32 C there, status 15, so its y is a
+                 bf16 copy: half the y bytes of the others, counted as for the others)
+
+    Bytes counted (the least any implementation must move): each used adapter's A and B once,
+    x once (fp32), tmp written and read (fp32), y read and written (fp32). GB/s = bytes/time;
+    "%bw" = that over the device-to-device copy bandwidth measured first (bytes read +
+    written over the time of a 2 GiB cudaMemcpyAsync).
+
+    Single op: plain launches, pools rotated over enough sets to exceed L2 (>= 256 MB),
+    median of timed batches of repetitions. Whole decode step: 32 layers x 4 groups (all
+    seven targets) captured in one CUDA graph, replayed, median of replays.
+
+    Usage: bench_lora_cuda [--quick]      Not a ctest; needs a GPU.
+*/
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "ops_cuda.h"
+
+#define CK(x)                                                                                 \
+    do {                                                                                      \
+        cudaError_t e_ = (x);                                                                 \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+#define CB(x)                                                                                 \
+    do {                                                                                      \
+        cublasStatus_t s_ = (x);                                                              \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+            fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+struct group_t {
+    const char *name;
+    int in, n_slices, outs[3];
+    int out_total() const {
+        int s = 0;
+        for (int k = 0; k < n_slices; k++)
+            s += outs[k];
+        return s;
+    }
+};
+static const group_t G[4] = {{"qkv", 4096, 3, {4096, 1024, 1024}},
+                             {"o", 4096, 1, {4096, 0, 0}},
+                             {"gate_up", 4096, 2, {14336, 14336, 0}},
+                             {"down", 14336, 1, {4096, 0, 0}}};
+static const char *MIX[4] = {"Identical", "Uniform", "Skewed", "Distinct"};
+
+static cudaStream_t g_st;
+static cublasHandle_t g_blas;
+static double g_bw; // measured copy bandwidth, GB/s
+
+__global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+        x ^= x >> 15, x *= 0x2c1b3c6du, x ^= x >> 12, x *= 0x297a2d39u, x ^= x >> 15;
+        p[i] = __float2bfloat16(((float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f) * scale);
+    }
+}
+__global__ void k_fill_f32(float *p, size_t n, uint32_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+        x ^= x >> 15, x *= 0x2c1b3c6du, x ^= x >> 12, x *= 0x297a2d39u, x ^= x >> 15;
+        p[i] = ((float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f) * scale;
+    }
+}
+__global__ void k_to_bf16(__nv_bfloat16 *d, const float *s, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        d[i] = __float2bfloat16(s[i]);
+}
+
+static void *dmalloc(size_t bytes) {
+    void *p;
+    CK(cudaMalloc(&p, bytes ? bytes : 16));
+    return p;
+}
+static void fill_bf16(void *p, size_t n, uint32_t seed, float scale) {
+    k_fill_bf16<<<1024, 256, 0, g_st>>>((__nv_bfloat16 *)p, n, seed, scale);
+    CK(cudaGetLastError());
+}
+static void fill_f32(void *p, size_t n, uint32_t seed, float scale) {
+    k_fill_f32<<<1024, 256, 0, g_st>>>((float *)p, n, seed, scale);
+    CK(cudaGetLastError());
+}
+
+// --- batches -------------------------------------------------------------------------------
+
+struct batch_t {
+    int T;
+    std::vector<int> seg_len; // segment s uses slot s + 1
+};
+
+static batch_t make_batch(int mix, int T) {
+    batch_t b{T, {}};
+    if (mix == 0) {
+        b.seg_len.push_back(T);
+    } else if (mix == 1) {
+        int n = (int)ceil(sqrt((double)T));
+        for (int a = 0; a < n; a++)
+            b.seg_len.push_back(T / n + (a < T % n));
+    } else if (mix == 2) {
+        std::vector<double> cdf(T);
+        double s = 0;
+        for (int a = 0; a < T; a++)
+            cdf[a] = (s += pow(a + 1.0, -1.5));
+        std::vector<int> cnt(T, 0);
+        uint64_t x = 12345;
+        for (int i = 0; i < T; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            double u = (double)(x >> 11) * 0x1.0p-53 * s;
+            cnt[std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin()]++;
+        }
+        for (int a = 0; a < T; a++)
+            if (cnt[a])
+                b.seg_len.push_back(cnt[a]);
+    } else {
+        b.seg_len.assign(T, 1);
+    }
+    return b;
+}
+
+// --- one group's data ------------------------------------------------------------------------
+
+struct gdata_t {
+    const group_t *g;
+    int r, n_sets, n_slots;
+    size_t a_set, b_set; // elements of one set (all slots)
+    __nv_bfloat16 *a, *b; // n_sets sets
+    float *x, *tmp, *y, *scal;
+    __nv_bfloat16 *xb, *tmpb, *yb;
+    ls_cu_lora_tile_t *tiles;
+    int n_tiles;
+    int32_t off[4];
+    // grouped GEMM pointer arrays (device), per set
+    const void **gA, **gB, **gC, **eA, **eB, **eC;
+};
+
+static size_t adapter_bytes(const group_t &g, int r) {
+    return ((size_t)g.n_slices * r * g.in + (size_t)g.out_total() * r) * 2;
+}
+
+static double op_bytes(const group_t &g, int r, const batch_t &b) {
+    return (double)b.seg_len.size() * adapter_bytes(g, r) + (double)b.T * g.in * 4 +
+           2.0 * b.T * g.n_slices * r * 4 + 2.0 * b.T * g.out_total() * 4;
+}
+
+static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, int n_sets) {
+    memset(&d, 0, sizeof d);
+    d.g = &g;
+    d.r = r;
+    d.n_sets = n_sets;
+    d.n_slots = (int)b.seg_len.size() + 1;
+    int ns = g.n_slices, ot = g.out_total(), T = b.T;
+    d.a_set = (size_t)d.n_slots * ns * r * g.in;
+    d.b_set = (size_t)d.n_slots * ot * r;
+    d.a = (__nv_bfloat16 *)dmalloc(d.a_set * n_sets * 2);
+    d.b = (__nv_bfloat16 *)dmalloc(d.b_set * n_sets * 2);
+    fill_bf16(d.a, d.a_set * n_sets, 1, 1.0f / sqrtf((float)g.in));
+    fill_bf16(d.b, d.b_set * n_sets, 2, 0.3f);
+    d.x = (float *)dmalloc((size_t)T * g.in * 4);
+    d.xb = (__nv_bfloat16 *)dmalloc((size_t)T * g.in * 2);
+    fill_f32(d.x, (size_t)T * g.in, 3, 1.0f);
+    k_to_bf16<<<1024, 256, 0, g_st>>>(d.xb, d.x, (size_t)T * g.in);
+    d.tmp = (float *)dmalloc((size_t)T * ns * r * 4);
+    d.tmpb = (__nv_bfloat16 *)dmalloc((size_t)T * ns * r * 2);
+    d.y = (float *)dmalloc((size_t)T * ot * 4);
+    fill_f32(d.y, (size_t)T * ot, 4, 1.0f);
+    d.yb = (__nv_bfloat16 *)dmalloc((size_t)T * ot * 2);
+    fill_bf16(d.yb, (size_t)T * ot, 5, 1.0f);
+    std::vector<float> sc(d.n_slots, 0.5f);
+    d.scal = (float *)dmalloc(d.n_slots * 4);
+    CK(cudaMemcpy(d.scal, sc.data(), d.n_slots * 4, cudaMemcpyHostToDevice));
+    std::vector<ls_cu_lora_tile_t> tiles;
+    int p = 0;
+    for (size_t s = 0; s < b.seg_len.size(); s++) {
+        for (int q = 0; q < b.seg_len[s]; q += LS_CU_LORA_TILE)
+            tiles.push_back({p + q, std::min(LS_CU_LORA_TILE, b.seg_len[s] - q), (int)s + 1, r});
+        p += b.seg_len[s];
+    }
+    d.n_tiles = (int)tiles.size();
+    d.tiles = (ls_cu_lora_tile_t *)dmalloc(tiles.size() * sizeof tiles[0]);
+    CK(cudaMemcpy(d.tiles, tiles.data(), tiles.size() * sizeof tiles[0],
+                  cudaMemcpyHostToDevice));
+    d.off[0] = 0;
+    for (int k = 0; k < ns; k++)
+        d.off[k + 1] = d.off[k] + g.outs[k];
+    // grouped GEMM pointers: shrink one problem per segment, expand one per (segment, slice)
+    int S = (int)b.seg_len.size();
+    std::vector<const void *> hA, hB, hC, ha, hb, hc;
+    for (int set = 0; set < n_sets; set++) {
+        int p0 = 0;
+        for (int s = 0; s < S; s++) {
+            const __nv_bfloat16 *A = d.a + set * d.a_set + (size_t)(s + 1) * ns * r * g.in;
+            const __nv_bfloat16 *B = d.b + set * d.b_set + (size_t)(s + 1) * ot * r;
+            hA.push_back(A);
+            hB.push_back(d.xb + (size_t)p0 * g.in);
+            hC.push_back(d.tmpb + (size_t)p0 * ns * r);
+            for (int k = 0; k < ns; k++) {
+                ha.push_back(B + (size_t)d.off[k] * r);
+                hb.push_back(d.tmpb + (size_t)p0 * ns * r + k * r);
+                hc.push_back(d.yb + (size_t)p0 * ot + d.off[k]); // bf16 y: see run_grouped
+            }
+            p0 += b.seg_len[s];
+        }
+    }
+    auto up = [](std::vector<const void *> &v) {
+        const void **p = (const void **)dmalloc(v.size() * sizeof(void *));
+        CK(cudaMemcpy(p, v.data(), v.size() * sizeof(void *), cudaMemcpyHostToDevice));
+        return p;
+    };
+    d.gA = up(hA), d.gB = up(hB), d.gC = up(hC), d.eA = up(ha), d.eB = up(hb), d.eC = up(hc);
+    CK(cudaStreamSynchronize(g_st));
+}
+
+static void gdata_free(gdata_t &d) {
+    void *ps[] = {d.a, d.b, d.x, d.xb, d.tmp, d.tmpb, d.y, d.yb, d.scal, d.tiles,
+                  d.gA, d.gB, d.gC, d.eA, d.eB, d.eC};
+    for (void *p : ps)
+        cudaFree(p);
+}
+
+// --- implementations -------------------------------------------------------------------------
+
+enum { I_OURS, I_V1, I_LOOP, I_GROUPED, I_NOPDL, I_U8, I_COUNT };
+static const char *IMPL[I_COUNT] = {"ours", "v1", "loop", "grouped", "no-pdl", "u8"};
+static int g_grouped_ok = 1;
+
+static void run_ours(const gdata_t &d, int set, int impl) {
+    ls_cu_lora_set_impl(impl == I_V1 ? 1 : impl == I_NOPDL ? 2 : impl == I_U8 ? 3 : 0);
+    const group_t &g = *d.g;
+    int ns = g.n_slices, r = d.r;
+    CK(ls_cu_lora_shrink(d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16, d.tiles, d.n_tiles, r,
+                         NULL, g.in, ns, r, g_st));
+    CK(ls_cu_lora_expand(d.y, d.tmp, d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles,
+                         NULL, d.scal, d.off, ns, r, g_st));
+}
+
+static void run_loop(const gdata_t &d, const batch_t &b, int set) {
+    const group_t &g = *d.g;
+    int ns = g.n_slices, r = d.r, ot = g.out_total();
+    float one = 1.0f, zero = 0.0f, half = 0.5f;
+    int p0 = 0;
+    for (size_t s = 0; s < b.seg_len.size(); s++) {
+        int n = b.seg_len[s];
+        const __nv_bfloat16 *A = d.a + set * d.a_set + (s + 1) * (size_t)ns * r * g.in;
+        const __nv_bfloat16 *B = d.b + set * d.b_set + (s + 1) * (size_t)ot * r;
+        CB(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, ns * r, n, g.in, &one, A,
+                        CUDA_R_16BF, g.in, d.xb + (size_t)p0 * g.in, CUDA_R_16BF, g.in, &zero,
+                        d.tmpb + (size_t)p0 * ns * r, CUDA_R_16BF, ns * r, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT));
+        for (int k = 0; k < ns; k++)
+            CB(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, g.outs[k], n, r, &half,
+                            B + (size_t)d.off[k] * r, CUDA_R_16BF, r,
+                            d.tmpb + (size_t)p0 * ns * r + k * r, CUDA_R_16BF, ns * r, &one,
+                            d.y + (size_t)p0 * ot + d.off[k], CUDA_R_32F, ot,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        p0 += n;
+    }
+}
+
+static void run_grouped(const gdata_t &d, const batch_t &b, int set) {
+    const group_t &g = *d.g;
+    int ns = g.n_slices, r = d.r, ot = g.out_total(), S = (int)b.seg_len.size();
+    std::vector<cublasOperation_t> ta(S * ns, CUBLAS_OP_T), tb(S * ns, CUBLAS_OP_N);
+    std::vector<int> m, n, k, lda, ldb, ldc, gs;
+    std::vector<float> al, be;
+    for (int s = 0; s < S; s++) {
+        m.push_back(ns * r), n.push_back(b.seg_len[s]), k.push_back(g.in);
+        lda.push_back(g.in), ldb.push_back(g.in), ldc.push_back(ns * r), gs.push_back(1);
+        al.push_back(1.0f), be.push_back(0.0f);
+    }
+    cublasStatus_t st = cublasGemmGroupedBatchedEx(
+        g_blas, ta.data(), tb.data(), m.data(), n.data(), k.data(), al.data(),
+        d.gA + (size_t)set * S, CUDA_R_16BF, lda.data(), d.gB + (size_t)set * S, CUDA_R_16BF,
+        ldb.data(), be.data(), (void *const *)(d.gC + (size_t)set * S), CUDA_R_16BF,
+        ldc.data(), S, gs.data(), CUBLAS_COMPUTE_32F);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        if (g_grouped_ok)
+            printf("cublasGemmGroupedBatchedEx (bf16 x bf16 -> bf16): status %d: not timed\n",
+                   (int)st);
+        g_grouped_ok = 0;
+        return;
+    }
+    m.clear(), n.clear(), k.clear(), lda.clear(), ldb.clear(), ldc.clear(), gs.clear();
+    al.clear(), be.clear();
+    for (int s = 0; s < S; s++)
+        for (int q = 0; q < ns; q++) {
+            m.push_back(g.outs[q]), n.push_back(b.seg_len[s]), k.push_back(r);
+            lda.push_back(r), ldb.push_back(ns * r), ldc.push_back(ot), gs.push_back(1);
+            al.push_back(0.5f), be.push_back(1.0f);
+        }
+    st = cublasGemmGroupedBatchedEx(
+        g_blas, ta.data(), tb.data(), m.data(), n.data(), k.data(), al.data(),
+        d.eA + (size_t)set * S * ns, CUDA_R_16BF, lda.data(), d.eB + (size_t)set * S * ns,
+        CUDA_R_16BF, ldb.data(), be.data(), (void *const *)(d.eC + (size_t)set * S * ns),
+        CUDA_R_16BF, ldc.data(), S * ns, gs.data(), CUBLAS_COMPUTE_32F);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        if (g_grouped_ok)
+            printf("cublasGemmGroupedBatchedEx (bf16 x bf16 -> bf16): status %d: not timed\n",
+                   (int)st);
+        g_grouped_ok = 0;
+    }
+}
+
+static void run_impl(const gdata_t &d, const batch_t &b, int set, int impl) {
+    if (impl == I_OURS || impl == I_V1 || impl == I_NOPDL || impl == I_U8)
+        run_ours(d, set, impl);
+    else if (impl == I_LOOP)
+        run_loop(d, b, set);
+    else
+        run_grouped(d, b, set);
+}
+
+// --- timing ----------------------------------------------------------------------------------
+
+template <typename F> static double time_us(F f, int min_reps = 5, double budget_ms = 30) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    f(0);
+    f(1);
+    CK(cudaStreamSynchronize(g_st));
+    CK(cudaEventRecord(e0, g_st));
+    f(2);
+    CK(cudaEventRecord(e1, g_st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    int reps = (int)std::max((double)min_reps, std::min(200.0, budget_ms / 7 / std::max(ms, 1e-3f)));
+    std::vector<double> t;
+    for (int batch = 0; batch < 7; batch++) {
+        CK(cudaEventRecord(e0, g_st));
+        for (int i = 0; i < reps; i++)
+            f(i + 3);
+        CK(cudaEventRecord(e1, g_st));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(1e3 * ms / reps);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+static void measure_bw() {
+    size_t n = (size_t)2 << 30;
+    void *a = dmalloc(n), *b = dmalloc(n);
+    CK(cudaMemsetAsync(a, 1, n, g_st));
+    double us = time_us([&](int) { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, g_st)); },
+                        5, 200);
+    g_bw = 2.0 * n / us / 1e3;
+    printf("device-to-device copy: 2 GiB in %.1f us: %.0f GB/s (read + write)\n", us, g_bw);
+    cudaFree(a);
+    cudaFree(b);
+}
+
+static void print_row(const char *what, const char *mix, int r, int T, int segs, int impl,
+                      double us, double bytes) {
+    printf("%-8s %-9s r=%-2d T=%-3d segs=%-3d %-7s %10.1f us %8.1f MB %7.0f GB/s %5.1f%%\n",
+           what, mix, r, T, segs, IMPL[impl], us, bytes / 1e6, bytes / us / 1e3,
+           100.0 * bytes / us / 1e3 / g_bw);
+}
+
+struct summary_t {
+    double op_ours, op_v1, step_ours, step_v1, step_grouped, step_us, step_mb;
+};
+static summary_t g_sum;
+
+static void single_op(int gi, int r, int T, int mix, bool all_impls) {
+    const group_t &g = G[gi];
+    batch_t b = make_batch(mix, T);
+    size_t set_bytes = (size_t)(b.seg_len.size() + 1) * adapter_bytes(g, r);
+    int n_sets = (int)std::min((size_t)16, std::max((size_t)1, ((size_t)256 << 20) / set_bytes + 1));
+    gdata_t d;
+    gdata_init(d, g, r, b, n_sets);
+    double bytes = op_bytes(g, r, b);
+    for (int impl = 0; impl < I_COUNT; impl++) {
+        if ((!all_impls && (impl == I_LOOP || impl == I_GROUPED)) || impl == I_NOPDL)
+            continue;
+        if (impl == I_GROUPED && !g_grouped_ok)
+            continue;
+        double us = time_us([&](int i) { run_impl(d, b, i % n_sets, impl); });
+        if (impl == I_GROUPED && !g_grouped_ok)
+            continue;
+        print_row(g.name, MIX[mix], r, T, (int)b.seg_len.size(), impl, us, bytes);
+        if (gi == 0 && r == 16 && T == 64 && mix == 3) {
+            if (impl == I_OURS)
+                g_sum.op_ours = us;
+            if (impl == I_V1)
+                g_sum.op_v1 = us;
+        }
+    }
+    ls_cu_lora_set_impl(0);
+    gdata_free(d);
+}
+
+// Our result against cuBLAS grouped (fp32 reference of bf16 products) on the decode shape.
+static void cross_check() {
+    batch_t b = make_batch(3, 64);
+    gdata_t d;
+    gdata_init(d, G[0], 16, b, 1);
+    size_t ny = (size_t)64 * G[0].out_total();
+    std::vector<float> y0(ny), y1(ny), y2(ny);
+    // g_st does not synchronize with the legacy stream: wait for it around every copy
+    CK(cudaStreamSynchronize(g_st));
+    CK(cudaMemcpy(y0.data(), d.y, ny * 4, cudaMemcpyDeviceToHost));
+    run_ours(d, 0, I_OURS);
+    CK(cudaStreamSynchronize(g_st));
+    CK(cudaMemcpy(y1.data(), d.y, ny * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(d.y, y0.data(), ny * 4, cudaMemcpyHostToDevice));
+    run_loop(d, b, 0);
+    CK(cudaStreamSynchronize(g_st));
+    CK(cudaMemcpy(y2.data(), d.y, ny * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ny; i++) {
+        double a = y1[i] - y0[i], c = y2[i] - y0[i];
+        num += (a - c) * (a - c), den += c * c;
+    }
+    printf("cross-check qkv r=16 T=64 Distinct: ours vs cuBLAS loop (x, tmp in bf16 there): "
+           "relative L2 of the LoRA delta %.2e\n", sqrt(num / den));
+    gdata_free(d);
+}
+
+// One decode step's LoRA work: 32 layers x 4 groups, in a CUDA graph.
+static void whole_step(int r, int T, int mix) {
+    const int L = 32;
+    batch_t b = make_batch(mix, T);
+    gdata_t d[4];
+    for (int gi = 0; gi < 4; gi++)
+        gdata_init(d[gi], G[gi], r, b, L); // a set per layer
+    double bytes = 0;
+    for (int gi = 0; gi < 4; gi++)
+        bytes += L * op_bytes(G[gi], r, b);
+    int S = (int)b.seg_len.size();
+    for (int impl = 0; impl < I_COUNT; impl++) {
+        if ((impl == I_LOOP && S > 16) || (impl == I_GROUPED && !g_grouped_ok))
+            continue;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeThreadLocal));
+        for (int l = 0; l < L; l++)
+            for (int gi = 0; gi < 4; gi++)
+                run_impl(d[gi], b, l, impl);
+        cudaError_t ce = cudaStreamEndCapture(g_st, &graph);
+        if (ce != cudaSuccess || (!g_grouped_ok && impl == I_GROUPED) ||
+            cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+            printf("step     %-9s r=%-2d T=%-3d %-7s: not capturable in a graph (%s)\n",
+                   MIX[mix], r, T, IMPL[impl], cudaGetErrorString(ce));
+            cudaGetLastError();
+            if (ce == cudaSuccess)
+                cudaGraphDestroy(graph);
+            g_grouped_ok = impl == I_GROUPED ? 1 : g_grouped_ok;
+            continue;
+        }
+        double us = time_us([&](int) { CK(cudaGraphLaunch(exec, g_st)); }, 3, 60);
+        print_row("step", MIX[mix], r, T, S, impl, us, bytes);
+        if (r == 16 && T == 64 && mix == 3) {
+            g_sum.step_us = us, g_sum.step_mb = bytes / 1e6;
+            if (impl == I_OURS)
+                g_sum.step_ours = us;
+            if (impl == I_V1)
+                g_sum.step_v1 = us;
+            if (impl == I_GROUPED)
+                g_sum.step_grouped = us;
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+    }
+    ls_cu_lora_set_impl(0);
+    for (int gi = 0; gi < 4; gi++)
+        gdata_free(d[gi]);
+}
+
+int main(int argc, char **argv) {
+    bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("bench_lora_cuda: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20);
+    CK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
+    CB(cublasCreate(&g_blas));
+    CB(cublasSetStream(g_blas, g_st));
+    measure_bw();
+    cross_check();
+
+    printf("\n=== single op, qkv group (4096 -> 6144, 3 slices), plain launches\n");
+    const int ranks[4] = {8, 16, 32, 64}, Ts[4] = {1, 16, 64, 256};
+    for (int ri = 0; ri < 4; ri++)
+        for (int ti = 0; ti < 4; ti++)
+            for (int mix = 0; mix < 4; mix++) {
+                if (quick && (ranks[ri] != 16 || Ts[ti] != 64))
+                    continue;
+                if (Ts[ti] == 1 && mix > 0)
+                    continue; // one request: every mix is Identical
+                single_op(0, ranks[ri], Ts[ti], mix, true);
+            }
+    printf("\n=== single op, every group, decode shape (r=16, T=64, Distinct)\n");
+    for (int gi = 1; gi < 4; gi++)
+        single_op(gi, 16, 64, 3, false);
+
+    printf("\n=== whole decode step's LoRA: 32 layers x 7 targets (4 stacked groups), one "
+           "CUDA graph\n");
+    for (int ri = 0; ri < 4; ri++)
+        for (int mix = 0; mix < 4; mix++) {
+            if (quick && ranks[ri] != 16)
+                continue;
+            whole_step(ranks[ri], 64, mix);
+        }
+    if (!quick)
+        for (int T : {1, 16, 256})
+            whole_step(16, T, 3);
+
+    printf("\n=== summary: decode shape (r=16, T=64, Distinct), copy bandwidth %.0f GB/s\n",
+           g_bw);
+    double qb = op_bytes(G[0], 16, make_batch(3, 64));
+    printf("qkv op        ours %.1f us (%.1f%% of bw)   v1 %.1f us (%.1f%%)\n", g_sum.op_ours,
+           100 * qb / g_sum.op_ours / 1e3 / g_bw, g_sum.op_v1,
+           100 * qb / g_sum.op_v1 / 1e3 / g_bw);
+    printf("whole step    ours %.1f us (%.1f%% of bw)   v1 %.1f us (%.1f%%)   grouped %.1f us "
+           "(%.1f%%), %.0f MB\n", g_sum.step_ours,
+           1e5 * g_sum.step_mb / g_sum.step_ours / g_bw, g_sum.step_v1,
+           1e5 * g_sum.step_mb / g_sum.step_v1 / g_bw, g_sum.step_grouped,
+           g_sum.step_grouped > 0 ? 1e5 * g_sum.step_mb / g_sum.step_grouped / g_bw : 0.0,
+           g_sum.step_mb);
+    return 0;
+}
