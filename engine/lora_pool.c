@@ -148,8 +148,11 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
         stage_a = an > stage_a ? an : stage_a;
         stage_b = bn > stage_b ? bn : stage_b;
-        self->a[g] = be->buffer_new(be, LS_DTYPE_F32, (size_t)L * n_slots * an);
-        self->b[g] = be->buffer_new(be, LS_DTYPE_F32, (size_t)L * n_slots * bn);
+        // Slots hold adapters in the base model's dtype (bf16 for a bf16 model, as PEFT runs
+        // them with it): on a GPU the decode step reads every slot's A and B, so half the
+        // bytes is half the time. The CPU backend stores f32 whatever is asked.
+        self->a[g] = be->buffer_new(be, cfg->torch_dtype, (size_t)L * n_slots * an);
+        self->b[g] = be->buffer_new(be, cfg->torch_dtype, (size_t)L * n_slots * bn);
         ok = self->a[g] && self->b[g];
         if (ok) {
             // zero, so that slot 0 and never-filled slots hold finite values a kernel

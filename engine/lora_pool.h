@@ -14,6 +14,8 @@
       batch nor pinned. At most max_loras_per_batch − 1 adapters may be pinned, so one slot
       always stays available to unpinned adapters.
 
+    Slots are stored in the base model's dtype (bf16 for a bf16 model), the CPU tier in fp32.
+
     Backend layout, per stacked target group g and layer l (one buffer per group and A/B
     holding every layer, views at layer offsets), exactly the pools of kernels/ops.h:
       A: (n_slots, n_slices*r_max, in)     B: (n_slots, out_total, r_max)
