@@ -11,6 +11,7 @@
 //                       references freed
 //   worker_killed     — the worker dies mid-step: every in-flight request is answered with an
 //                       error, new ones are refused, the scheduler keeps answering
+//   load_rollback     — two workers; a load one of them refuses is undone on the other
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -81,7 +82,8 @@ static void s_read_cases(void) {
 // the graph: one scheduler, one worker
 
 static char s_dir[64];
-static pid_t s_sched_pid, s_worker_pid;
+static pid_t s_sched_pid, s_worker_pids[4];
+static int s_nworkers;
 static zsock_t *s_client;
 static uint64_t s_rid;
 
@@ -96,44 +98,57 @@ static pid_t s_spawn(const char *log, char *const argv[]) {
     return pid;
 }
 
-// extra: flags for the scheduler and the worker, NULL-terminated, each "who:--flag=value"
-// with who "s" or "w".
-static void s_start(const char *const *extra) {
+// extra: flags, NULL-terminated, each "who:--flag=value" with who "s" (the scheduler), "w"
+// (every worker) or a digit (that worker's rank only). tp workers form the group.
+static void s_start_tp(const char *const *extra, int tp) {
     snprintf(s_dir, sizeof s_dir, "/tmp/ls-serving-XXXXXX");
     assert_non_null(mkdtemp(s_dir));
-    char sep[128], wep[128], s_bind[160], w_bind[160], s_peer[160], w_peer[160], s_log[128], w_log[128];
+    char sep[128], s_bind[160], s_peers[4][160], s_log[128], w_bind[4][160], w_peer[160], w_log[4][128],
+        w_name[4][32], w_rank[4][32], tp_flag[32];
     snprintf(sep, sizeof sep, "ipc://%s/scheduler.sock", s_dir);
-    snprintf(wep, sizeof wep, "ipc://%s/worker-0.sock", s_dir);
     snprintf(s_bind, sizeof s_bind, "--bind=%s", sep);
-    snprintf(w_bind, sizeof w_bind, "--bind=%s", wep);
-    snprintf(s_peer, sizeof s_peer, "--peer=worker-0=%s", wep);
-    snprintf(w_peer, sizeof w_peer, "--peer=scheduler=%s", sep);
     snprintf(s_log, sizeof s_log, "%s/scheduler.log", s_dir);
-    snprintf(w_log, sizeof w_log, "%s/worker.log", s_dir);
-    char *sargv[32] = {LS_BIN_DIR "/loraserve-scheduler", "--name=scheduler", s_bind, s_peer, "--output=route",
-                       "--step-timeout-ms=3000"};
-    char *wargv[32] = {LS_BIN_DIR "/loraserve-worker", "--name=worker-0", w_bind, w_peer,
-                       "--model-path=" LS_DEMO_DIR, "--max-lora-rank=16", "--threads=1"};
-    int ns = 6, nw = 7;
-    for (int i = 0; extra && extra[i]; i++) {
+    snprintf(w_peer, sizeof w_peer, "--peer=scheduler=%s", sep);
+    snprintf(tp_flag, sizeof tp_flag, "--tp-size=%d", tp);
+    char *sargv[40] = {LS_BIN_DIR "/loraserve-scheduler", "--name=scheduler", s_bind, "--output=route",
+                       "--step-timeout-ms=3000", tp_flag};
+    int ns = 6;
+    for (int r = 0; r < tp; r++) {
+        snprintf(s_peers[r], sizeof s_peers[r], "--peer=worker-%d=ipc://%s/worker-%d.sock", r, s_dir, r);
+        sargv[ns++] = s_peers[r];
+    }
+    for (int i = 0; extra && extra[i]; i++)
         if (extra[i][0] == 's')
             sargv[ns++] = (char *)extra[i] + 2;
-        else
-            wargv[nw++] = (char *)extra[i] + 2;
-    }
     s_sched_pid = s_spawn(s_log, sargv);
-    s_worker_pid = s_spawn(w_log, wargv);
+    s_nworkers = tp;
+    for (int r = 0; r < tp; r++) {
+        snprintf(w_bind[r], sizeof w_bind[r], "--bind=ipc://%s/worker-%d.sock", s_dir, r);
+        snprintf(w_log[r], sizeof w_log[r], "%s/worker-%d.log", s_dir, r);
+        snprintf(w_name[r], sizeof w_name[r], "--name=worker-%d", r);
+        snprintf(w_rank[r], sizeof w_rank[r], "--rank=%d", r);
+        char *wargv[40] = {LS_BIN_DIR "/loraserve-worker", w_name[r], w_rank[r], tp_flag, w_bind[r], w_peer,
+                           "--model-path=" LS_DEMO_DIR, "--max-lora-rank=16", "--threads=1"};
+        int nw = 9;
+        for (int i = 0; extra && extra[i]; i++)
+            if (extra[i][0] == 'w' || extra[i][0] == '0' + r)
+                wargv[nw++] = (char *)extra[i] + 2;
+        s_worker_pids[r] = s_spawn(w_log[r], wargv);
+    }
     s_client = zsock_new_dealer(sep);
     assert_non_null(s_client);
     zsock_set_rcvtimeo(s_client, 20000);
 }
 
+static void s_start(const char *const *extra) { s_start_tp(extra, 1); }
+
 static void s_stop(void) {
     int status;
-    if (s_worker_pid > 0) {
-        kill(s_worker_pid, SIGTERM);
-        waitpid(s_worker_pid, &status, 0);
-    }
+    for (int r = 0; r < s_nworkers; r++)
+        if (s_worker_pids[r] > 0) {
+            kill(s_worker_pids[r], SIGTERM);
+            waitpid(s_worker_pids[r], &status, 0);
+        }
     kill(s_sched_pid, SIGTERM);
     waitpid(s_sched_pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);  // a clean stop, no crash
@@ -161,7 +176,8 @@ static int s_recv(ls_msg_t *m) {
     return m->type;
 }
 
-static void s_load(const char *name, const char *dir) {
+// Loads adapter dir under name; returns the answer's ok and copies its reason.
+static int s_try_load(const char *name, const char *dir, char *reason, size_t cap) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
     m.rid = ++s_rid;
@@ -173,9 +189,16 @@ static void s_load(const char *name, const char *dir) {
     s_send(&m);
     ls_msg_clear(&m);
     assert_int_equal(s_recv(&m), LS_MSG_ADAPTER_LOADED);
-    if (!m.u.adapter_loaded.ok)
-        fail_msg("load %s: %s", name, m.u.adapter_loaded.reason);
+    int ok = m.u.adapter_loaded.ok;
+    snprintf(reason, cap, "%s", m.u.adapter_loaded.reason ? m.u.adapter_loaded.reason : "");
     ls_msg_clear(&m);
+    return ok;
+}
+
+static void s_load(const char *name, const char *dir) {
+    char reason[512];
+    if (!s_try_load(name, dir, reason, sizeof reason))
+        fail_msg("load %s: %s", name, reason);
 }
 
 static uint64_t s_metric(const char *name) {
@@ -454,10 +477,10 @@ static void test_worker_killed(void **unused) {
     while (r1->n_out < 2 && !s_done(r1))
         s_pump();
     assert_false(s_done(r1));
-    kill(s_worker_pid, SIGKILL);
+    kill(s_worker_pids[0], SIGKILL);
     int status;
-    waitpid(s_worker_pid, &status, 0);
-    s_worker_pid = -1;
+    waitpid(s_worker_pids[0], &status, 0);
+    s_worker_pids[0] = -1;
     s_wait_all();  // within the 3 s step timeout, not never
     assert_int_equal(r1->finish, LS_FINISH_REASON_ERROR);
     assert_int_equal(r2->finish, LS_FINISH_REASON_ERROR);
@@ -467,6 +490,26 @@ static void test_worker_killed(void **unused) {
     s_wait_all();
     assert_true(late->error || late->finish == LS_FINISH_REASON_ERROR);
     assert_true(s_metric("step_timeouts") >= 1);
+    s_stop();
+}
+
+// A load that fails on one worker of the group is rolled back on the others: worker-1 takes
+// adapters up to rank 8, so the rank-16 "sort" loads on worker-0 and fails on worker-1.
+static void test_load_rollback(void **unused) {
+    const char *extra[] = {"w:--max-loras-per-batch=4", "1:--max-lora-rank=8", NULL};
+    s_start_tp(extra, 2);
+    s_load("reverse", "reverse");  // rank 8: fits both
+    char reason[512];
+    assert_false(s_try_load("sort", "sort", reason, sizeof reason));
+    assert_non_null(strstr(reason, "rank"));
+    // not registered anywhere: a request for it is refused, the good adapter still serves
+    req_t *gone = s_submit(&s_cases[3][0], NULL, 0, 0);
+    req_t *ok = s_submit(&s_cases[1][0], NULL, 0, 0);
+    s_wait_all();
+    assert_true(gone->error || gone->finish == LS_FINISH_REASON_ERROR);
+    s_check_answer(ok);
+    // and worker-0 dropped its copy: loading it again fails the same way, not "already there"
+    assert_false(s_try_load("sort", "sort", reason, sizeof reason));
     s_stop();
 }
 
@@ -480,6 +523,7 @@ int main(void) {
         cmocka_unit_test_setup(test_prefix_cache, setup),
         cmocka_unit_test_setup(test_abort, setup),
         cmocka_unit_test_setup(test_worker_killed, setup),
+        cmocka_unit_test_setup(test_load_rollback, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
