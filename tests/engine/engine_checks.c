@@ -1,0 +1,476 @@
+// engine_checks — see engine_checks.h.
+#include "engine_checks.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "peft.h"
+
+#define MAX_ROWS 16
+#define MAX_LEN 64
+#define BS 4
+
+static char *s_read(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(fp);
+    if (buf) {
+        buf[n] = '\0';
+        *len = (size_t)n;
+    }
+    return buf;
+}
+
+static cJSON *s_read_json(const char *path, char *err, size_t errlen) {
+    size_t len;
+    char *text = s_read(path, &len);
+    cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    if (!root)
+        snprintf(err, errlen, "%s: missing or not JSON (tests/fixtures is made by tools/make_fixtures.py, "
+                              "examples/demo by tools/train_demo.py)", path);
+    return root;
+}
+
+// An F32 tensor of reference.safetensors, read by hand: the file also holds int32 tensors
+// (prompt and greedy ids), which the engine's loader refuses by design. Returns numel
+// floats (malloc'd) and its shape, or NULL.
+static float *s_ref_f32(const char *path, const char *name, int64_t shape[2]) {
+    size_t len;
+    char *file = s_read(path, &len);
+    if (!file || len < 8) {
+        free(file);
+        return NULL;
+    }
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | (unsigned char)file[i];
+    cJSON *h = hl <= len - 8 ? cJSON_ParseWithLength(file + 8, (size_t)hl) : NULL;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(h, name);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    float *out = NULL;
+    if (cJSON_IsString(dt) && strcmp(dt->valuestring, "F32") == 0 && cJSON_GetArraySize(sh) == 2 &&
+        cJSON_GetArraySize(off) == 2) {
+        shape[0] = (int64_t)cJSON_GetArrayItem(sh, 0)->valuedouble;
+        shape[1] = (int64_t)cJSON_GetArrayItem(sh, 1)->valuedouble;
+        size_t b = (size_t)cJSON_GetArrayItem(off, 0)->valuedouble;
+        size_t e = (size_t)cJSON_GetArrayItem(off, 1)->valuedouble;
+        size_t n = (size_t)(shape[0] * shape[1]);
+        if (e - b == n * sizeof(float) && 8 + hl + e <= len && (out = malloc(e - b)))
+            memcpy(out, file + 8 + hl + b, e - b);
+    }
+    cJSON_Delete(h);
+    free(file);
+    return out;
+}
+
+static int s_ints(const cJSON *a, int32_t *out, int max) {
+    int n = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) if (n < max) out[n++] = (int32_t)x->valuedouble;
+    return n;
+}
+
+// One row of reference.json.
+typedef struct {
+    int n_prompt, n_new;
+    int32_t prompt[MAX_LEN], greedy[MAX_LEN];
+    double gaps[MAX_LEN];
+    const char *adapter;  // NULL: base; points into the parsed JSON
+} row_t;
+
+// The loaded fixture: model, cache, pool with every adapter, the rows' slots.
+typedef struct {
+    ls_model_t *m;
+    ls_kv_cache_t *kv;
+    ls_lora_pool_t *pool;
+    int32_t slots[MAX_ROWS];
+    int32_t tables[MAX_ROWS + MAX_LEN][MAX_LEN / BS];
+} fixture_t;
+
+static void s_fixture_free(fixture_t *f) {
+    ls_kv_cache_destroy(&f->kv);
+    ls_lora_pool_destroy(&f->pool);
+    ls_model_destroy(&f->m);
+}
+
+static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, const cJSON *ref, const row_t *rows,
+                          int R, char *err, size_t errlen) {
+    char path[2048];
+    const cJSON *jads = cJSON_GetObjectItemCaseSensitive(ref, "adapters");
+    int max_rank = (int)cJSON_GetObjectItemCaseSensitive(ref, "max_lora_rank")->valuedouble;
+    int n_ads = cJSON_GetArraySize(jads);
+    snprintf(path, sizeof path, "%s/model", root);
+    if (!(f->m = ls_model_load(path, be, NULL, NULL, err, errlen)))
+        return -1;
+    const ls_model_config_t *cfg = ls_model_config(f->m);
+    ls_lora_pool_config_t pc = {n_ads, max_rank, n_ads, 0, LS_LORA_EVICT_LRU};
+    if (!(f->pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
+        return -1;
+    for (const cJSON *a = jads->child; a; a = a->next) {
+        snprintf(path, sizeof path, "%s/adapters/%s", root, a->string);
+        ls_adapter_t *ad = ls_adapter_load(path, cfg, max_rank, err, errlen);
+        int rc = ad ? ls_lora_pool_add(f->pool, a->string, &ad, false, NULL, 0, err, errlen) : -1;
+        ls_adapter_destroy(&ad);
+        if (rc < 0)
+            return -1;
+    }
+    const char *ids[MAX_ROWS];
+    for (int i = 0; i < R; i++)
+        ids[i] = rows[i].adapter;
+    if (ls_lora_pool_prepare(f->pool, ids, R, f->slots, err, errlen) != 0)
+        return -1;
+    int bpr = MAX_LEN / BS;
+    if (!(f->kv = ls_kv_cache_new(f->m, (MAX_ROWS + MAX_LEN) * bpr, BS, err, errlen)))
+        return -1;
+    for (int i = 0; i < MAX_ROWS + MAX_LEN; i++)
+        for (int b = 0; b < bpr; b++)
+            f->tables[i][b] = i * bpr + b;
+    return 0;
+}
+
+static int s_forward_logits(fixture_t *f, const ls_model_seq_t *seqs, int n, float *logits, char *err,
+                            size_t errlen) {
+    if (ls_model_forward(f->m, f->kv, f->pool, seqs, n, err, errlen) != n)
+        return -1;
+    if (ls_model_logits(f->m, logits) != 0) {
+        snprintf(err, errlen, "logits download failed");
+        return -1;
+    }
+    return 0;
+}
+
+static double s_max_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t k = 0; k < n; k++)
+        d = fmax(d, fabs((double)a[k] - b[k]));
+    return d;
+}
+
+int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min, ec_parity_t *out,
+              char *err, size_t errlen) {
+    char root[1024], path[2048];
+    memset(out, 0, sizeof *out);
+    snprintf(root, sizeof root, "%s/%s", fixtures_dir, arch);
+    snprintf(path, sizeof path, "%s/reference.json", root);
+    cJSON *ref = s_read_json(path, err, errlen);
+    if (!ref)
+        return -1;
+    const cJSON *jrows = cJSON_GetObjectItemCaseSensitive(ref, "rows");
+    int R = cJSON_GetArraySize(jrows);
+    row_t *rows = calloc((size_t)(R > 0 ? R : 1), sizeof *rows);
+    fixture_t *f = calloc(1, sizeof *f);
+    float *logits = NULL, *want = NULL;
+    int rc = -1;
+    if (R < 1 || R > MAX_ROWS) {
+        snprintf(err, errlen, "%s: %d rows (1..%d expected)", path, R, MAX_ROWS);
+        goto done;
+    }
+    for (int i = 0; i < R; i++) {
+        const cJSON *jr = cJSON_GetArrayItem(jrows, i);
+        const cJSON *ja = cJSON_GetObjectItemCaseSensitive(jr, "adapter");
+        rows[i].adapter = cJSON_IsString(ja) ? ja->valuestring : NULL;
+        rows[i].n_prompt = s_ints(cJSON_GetObjectItemCaseSensitive(jr, "prompt_ids"), rows[i].prompt, MAX_LEN);
+        rows[i].n_new = s_ints(cJSON_GetObjectItemCaseSensitive(jr, "greedy_ids"), rows[i].greedy, MAX_LEN);
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(jr, "top2_gaps");
+        if (cJSON_GetArraySize(g) != rows[i].n_new || rows[i].n_new != rows[0].n_new ||
+            rows[i].n_prompt + rows[i].n_new > MAX_LEN) {
+            snprintf(err, errlen, "%s: row %d is malformed", path, i);
+            goto done;
+        }
+        for (int t = 0; t < rows[i].n_new; t++)
+            rows[i].gaps[t] = cJSON_GetArrayItem(g, t)->valuedouble;
+    }
+    if (s_fixture_load(f, be, root, ref, rows, R, err, errlen) < 0)
+        goto done;
+    int V = ls_model_config(f->m)->vocab_size, bpr = MAX_LEN / BS;
+    out->rows = R;
+    out->vocab = V;
+    logits = malloc((size_t)MAX_LEN * V * sizeof *logits);
+    ls_model_seq_t seqs[MAX_LEN];
+
+    // 1. the mixed batch, last positions
+    for (int i = 0; i < R; i++)
+        seqs[i] = (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, f->tables[i], bpr, f->slots[i], true};
+    if (s_forward_logits(f, seqs, R, logits, err, errlen) < 0)
+        goto done;
+    int64_t shape[2];
+    snprintf(path, sizeof path, "%s/reference.safetensors", root);
+    if (!(want = s_ref_f32(path, "last_logits", shape)) || shape[0] != R || shape[1] != V) {
+        snprintf(err, errlen, "%s: no F32 last_logits of shape (%d, %d)", path, R, V);
+        goto done;
+    }
+    double sum2 = 0;
+    for (size_t k = 0; k < (size_t)R * V; k++) {
+        double d = fabs((double)logits[k] - want[k]);
+        out->last_max = fmax(out->last_max, d);
+        out->last_mag = fmax(out->last_mag, fabs((double)want[k]));
+        sum2 += d * d;
+    }
+    out->last_rms = sqrt(sum2 / ((double)R * V));
+    out->all_max = out->last_max;
+    free(want);
+    want = NULL;
+
+    // 2. every prompt position of rows 0 and 1, as one batch of prefixes each
+    for (int r = 0; r < 2 && r < R; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "all_logits_row%d", r);
+        int L = rows[r].n_prompt;
+        if (!(want = s_ref_f32(path, name, shape)) || shape[0] != L || shape[1] != V) {
+            snprintf(err, errlen, "%s: no F32 %s of shape (%d, %d)", path, name, L, V);
+            goto done;
+        }
+        for (int p = 0; p < L; p++)
+            seqs[p] = (ls_model_seq_t){rows[r].prompt, p + 1, 0, f->tables[MAX_ROWS + p], bpr, f->slots[r], true};
+        if (s_forward_logits(f, seqs, L, logits, err, errlen) < 0)
+            goto done;
+        out->all_max = fmax(out->all_max, s_max_diff(logits, want, (size_t)L * V));
+        free(want);
+        want = NULL;
+    }
+
+    // 3. greedy continuations of the mixed batch by decode steps over the paged cache
+    ls_sampling_params_t params[MAX_ROWS];
+    for (int i = 0; i < R; i++)
+        params[i] = (ls_sampling_params_t){.top_p = 1, .repetition_penalty = 1};
+    ls_sampling_batch_t sb = {.n_rows = R, .params = params};
+    int32_t got[MAX_ROWS][MAX_LEN], next[MAX_ROWS];
+    for (int i = 0; i < R; i++)
+        seqs[i] = (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, f->tables[i], bpr, f->slots[i], true};
+    if (ls_model_forward(f->m, f->kv, f->pool, seqs, R, err, errlen) != R)
+        goto done;
+    int n_new = rows[0].n_new;
+    for (int t = 0; t < n_new; t++) {
+        if (ls_model_sample(f->m, &sb, next, NULL, NULL, NULL) != 0) {
+            snprintf(err, errlen, "sampling failed");
+            goto done;
+        }
+        for (int i = 0; i < R; i++) {
+            got[i][t] = next[i];
+            seqs[i] = (ls_model_seq_t){&got[i][t], 1, rows[i].n_prompt + t, f->tables[i], bpr, f->slots[i], true};
+        }
+        if (t + 1 < n_new && ls_model_forward(f->m, f->kv, f->pool, seqs, R, err, errlen) != R)
+            goto done;
+    }
+    out->min_gap_compared = INFINITY;
+    for (int i = 0; i < R; i++) {
+        int upto = 0;
+        while (upto < rows[i].n_new && rows[i].gaps[upto] >= gap_min)
+            out->min_gap_compared = fmin(out->min_gap_compared, rows[i].gaps[upto++]);
+        int same = 0;
+        while (same < upto && got[i][same] == rows[i].greedy[same])
+            same++;
+        if (same < upto) {
+            out->greedy_mismatched_rows++;
+            fprintf(stderr, "%s row %d: greedy token %d is %d, reference %d (reference gap %.3e)\n", arch, i,
+                    same, got[i][same], rows[i].greedy[same], rows[i].gaps[same]);
+        }
+        out->greedy_compared += upto;
+        out->greedy_total += rows[i].n_new;
+    }
+    rc = 0;
+done:
+    free(want);
+    free(logits);
+    s_fixture_free(f);
+    free(f);
+    free(rows);
+    cJSON_Delete(ref);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// demo
+
+#define D_MAX_NEW 40
+#define D_BLOCK 16
+#define D_MAX_REQS 512
+
+typedef struct {
+    const char *adapter;  // eval.json's name: "adapters/reverse"; NULL for the base model
+    int32_t prompt[256];
+    int n_prompt;
+    int32_t expected[D_MAX_NEW], out[D_MAX_NEW];
+    int n_expected, n_out, done;
+    int32_t blocks[(256 + D_MAX_NEW) / D_BLOCK + 2];
+    int n_blocks;
+} req_t;
+
+static int s_is_stop(int32_t id) { return id == 1 || id == 3; }  // eval.json stop_token_ids
+
+// Every (model, prompt, variant) of eval.json into reqs: reqs[model][k], 32 per model.
+static int s_demo_requests(cJSON *root, req_t *reqs, char *err, size_t errlen) {
+    int n = 0;
+    cJSON *model;
+    cJSON_ArrayForEach(model, cJSON_GetObjectItem(root, "results")) {
+        cJSON *adapter = cJSON_GetObjectItem(model, "adapter"), *p;
+        if (cJSON_GetObjectItem(model, "accuracy")->valuedouble != 1.0) {
+            snprintf(err, errlen, "eval.json: %s is not at 100%% in torch", model->string);
+            return -1;
+        }
+        cJSON_ArrayForEach(p, cJSON_GetObjectItem(model, "prompts")) {
+            const char *variants[] = {"raw", "chat"};
+            for (int v = 0; v < 2 && n < D_MAX_REQS; v++) {
+                cJSON *var = cJSON_GetObjectItem(p, variants[v]);
+                req_t *r = &reqs[n++];
+                memset(r, 0, sizeof *r);
+                r->adapter = cJSON_IsString(adapter) ? adapter->valuestring : NULL;
+                r->n_prompt = s_ints(cJSON_GetObjectItem(var, "prompt_ids"), r->prompt, 256);
+                // torch's greedy ids, which decode to the rule's answer (`ok` says so)
+                r->n_expected = s_ints(cJSON_GetObjectItem(var, "output_ids"), r->expected, D_MAX_NEW);
+                if (!cJSON_IsTrue(cJSON_GetObjectItem(var, "ok"))) {
+                    snprintf(err, errlen, "eval.json: a %s prompt is not answered right in torch", model->string);
+                    return -1;
+                }
+            }
+        }
+    }
+    return n;
+}
+
+// Greedy-decodes reqs[0..n) together; returns the number of mismatches, -1 on failure.
+static int s_demo_batch(ls_model_t *model, ls_kv_cache_t *kv, ls_lora_pool_t *pool, req_t *batch, int m, char *err,
+                        size_t errlen) {
+    int V = ls_model_config(model)->vocab_size, next_block = 0, rc = -1;
+    const char *ids[D_MAX_REQS];
+    int32_t slots[D_MAX_REQS];
+    for (int i = 0; i < m; i++) {
+        batch[i].n_blocks = (batch[i].n_prompt + D_MAX_NEW + D_BLOCK - 1) / D_BLOCK;
+        for (int b = 0; b < batch[i].n_blocks; b++)
+            batch[i].blocks[b] = next_block++;
+        batch[i].n_out = batch[i].done = 0;
+        ids[i] = batch[i].adapter;
+    }
+    if (next_block > ls_kv_cache_num_blocks(kv)) {
+        snprintf(err, errlen, "the demo batch needs %d KV blocks", next_block);
+        return -1;
+    }
+    if (ls_lora_pool_prepare(pool, ids, m, slots, err, errlen) < 0)
+        return -1;
+    ls_model_seq_t *seqs = calloc((size_t)m, sizeof *seqs);
+    float *logits = malloc(sizeof(float) * (size_t)m * V);
+    int *row_of = malloc(sizeof(int) * (size_t)m);
+    for (int step = 0;; step++) {
+        int ns = 0;
+        for (int i = 0; i < m; i++) {
+            req_t *r = &batch[i];
+            if (r->done)
+                continue;
+            // the whole prompt first, then one token at a time
+            seqs[ns] = step == 0 ? (ls_model_seq_t){r->prompt, r->n_prompt, 0, r->blocks, r->n_blocks, slots[i], true}
+                                 : (ls_model_seq_t){&r->out[r->n_out - 1], 1, r->n_prompt + r->n_out - 1, r->blocks,
+                                                    r->n_blocks, slots[i], true};
+            row_of[ns++] = i;
+        }
+        if (!ns)
+            break;
+        if (ls_model_forward(model, kv, pool, seqs, ns, err, errlen) != ns || ls_model_logits(model, logits) != 0)
+            goto done;
+        for (int k = 0; k < ns; k++) {
+            req_t *r = &batch[row_of[k]];
+            const float *l = logits + (size_t)k * V;
+            int32_t best = 0;
+            for (int v = 1; v < V; v++)
+                if (l[v] > l[best])
+                    best = v;
+            r->out[r->n_out++] = best;
+            r->done = s_is_stop(best) || r->n_out == D_MAX_NEW;
+        }
+    }
+    rc = 0;
+    for (int i = 0; i < m; i++) {
+        req_t *r = &batch[i];
+        if (r->n_out != r->n_expected || memcmp(r->out, r->expected, sizeof(int32_t) * (size_t)r->n_out)) {
+            rc++;
+            fprintf(stderr, "demo mismatch: adapter %s, prompt of %d tokens: %d tokens, expected %d\n",
+                    r->adapter ? r->adapter : "(base)", r->n_prompt, r->n_out, r->n_expected);
+        }
+    }
+done:
+    free(seqs);
+    free(logits);
+    free(row_of);
+    return rc;
+}
+
+int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out, char *err, size_t errlen) {
+    static req_t reqs[D_MAX_REQS], order[D_MAX_REQS];
+    memset(out, 0, sizeof *out);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/eval.json", demo_dir);
+    cJSON *root = s_read_json(path, err, errlen);
+    if (!root)
+        return -1;
+    ls_model_t *model = NULL;
+    ls_kv_cache_t *kv = NULL;
+    ls_lora_pool_t *pool = NULL;
+    int rc = -1, n = s_demo_requests(root, reqs, err, errlen);
+    if (n < 5 * 32)
+        goto done;
+    if (!(model = ls_model_load(demo_dir, be, NULL, NULL, err, errlen)) ||
+        !(kv = ls_kv_cache_new(model, 1200, D_BLOCK, err, errlen)))
+        goto done;
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = n_slots, .max_lora_rank = 16, .max_loaded_loras = 4};
+    if (!(pool = ls_lora_pool_new(be, ls_model_config(model), &pc, err, errlen)))
+        goto done;
+    // eval.json names each adapter by its directory under examples/demo: that is its id here
+    const char *names[] = {"adapters/reverse", "adapters/upper", "adapters/sort", "adapters/digits"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", demo_dir, names[i]);
+        ls_adapter_t *a = ls_adapter_load(path, ls_model_config(model), 16, err, errlen);
+        int added = a ? ls_lora_pool_add(pool, names[i], &a, false, NULL, 0, err, errlen) : -1;
+        ls_adapter_destroy(&a);
+        if (added < 0)
+            goto done;
+    }
+    int per_model = n / 5, k = 0, per_batch;
+    if (n_slots >= 4) {
+        // interleaved, so adapters mix within the batch: base, reverse, upper, sort, digits, …
+        for (int i = 0; i < per_model; i++)
+            for (int m = 0; m < 5; m++)
+                order[k++] = reqs[m * per_model + i];
+        per_batch = k;
+    } else {
+        // base + two adapters per batch, the pairs in turn, so slots change hands
+        const int pairs[][2] = {{1, 2}, {3, 4}, {1, 3}, {2, 4}};
+        for (int p = 0; p < 4; p++)
+            for (int i = p * 8; i < p * 8 + 8 && i < per_model; i++) {
+                order[k++] = reqs[i];
+                order[k++] = reqs[pairs[p][0] * per_model + i];
+                order[k++] = reqs[pairs[p][1] * per_model + i];
+            }
+        per_batch = 24;
+    }
+    for (int start = 0; start < k; start += per_batch) {
+        int m = k - start < per_batch ? k - start : per_batch;
+        int bad = s_demo_batch(model, kv, pool, order + start, m, err, errlen);
+        if (bad < 0)
+            goto done;
+        out->mismatches += bad;
+    }
+    out->requests = k;
+    out->pool = ls_lora_pool_stats(pool);
+    rc = 0;
+done:
+    ls_lora_pool_destroy(&pool);
+    ls_kv_cache_destroy(&kv);
+    ls_model_destroy(&model);
+    cJSON_Delete(root);
+    return rc;
+}

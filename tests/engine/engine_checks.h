@@ -1,0 +1,47 @@
+// engine_checks — whole-model checks shared by the CPU tests (tests/engine) and the GPU test
+// (tests/gpu/test_gpu_model.c): the same code runs on any backend, and each caller asserts
+// the results against its own bounds (fp32 on the CPU; bf16-rounded matmuls on the GPU).
+//
+//   ec_parity — a fixture model of tests/fixtures/<arch> against the HF transformers + PEFT
+//               references: the mixed batch's last-position logits, every prompt position of
+//               rows 0 and 1, and greedy continuations of the mixed batch by decode steps,
+//               compared up to the first step whose reference top-2 gap is below gap_min (a
+//               near tie may go either way within the tolerance).
+//   ec_demo   — the demo model (examples/demo): every held-out prompt of eval.json for the
+//               base model and the four adapters (raw and chat variants), decoded greedily in
+//               mixed batches, against the answers of eval.json, token for token.
+// Both return -1 with err for a setup failure (missing files, a load that fails), 0 with the
+// measurements otherwise.
+#ifndef LS_TEST_ENGINE_CHECKS_H
+#define LS_TEST_ENGINE_CHECKS_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "lora_pool.h"
+
+typedef struct {
+    int rows, vocab;
+    double last_max;   // max |Δ| of the mixed batch's last-position logits
+    double last_mag;   // largest |reference logit| there, for scale
+    double last_rms;
+    double all_max;    // max |Δ| over every prompt position of rows 0 and 1
+    int greedy_compared, greedy_total, greedy_mismatched_rows;
+    double min_gap_compared;  // smallest reference top-2 gap among the compared steps
+} ec_parity_t;
+
+int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min,
+              ec_parity_t *out, char *err, size_t errlen);
+
+typedef struct {
+    int requests;    // decoded (base + four adapters × 16 prompts × raw and chat)
+    int mismatches;  // outputs that differ from eval.json
+    ls_lora_pool_stats_t pool;
+} ec_demo_t;
+
+// slots: the pool's max_loras_per_batch. With 4 (every adapter at once) all requests are
+// decoded in one batch, adapters interleaved; with fewer, in batches of base + two adapters
+// in turn, so slots change hands between batches.
+int ec_demo(ls_backend_t *be, const char *demo_dir, int slots, ec_demo_t *out, char *err, size_t errlen);
+
+#endif
