@@ -697,10 +697,10 @@ ls_msg_decode (const void *buf, size_t len, ls_msg_t *m, ls_msgerr_t *err)
 //  --------------------------------------------------------------------------
 //  Compare
 
-static bool s_equal_struct (const lsm_struct_t *st, const void *a, const void *b);
+static bool s_equal_struct (const lsm_struct_t *st, const void *a, const void *b, bool measured);
 
 static bool
-s_equal_value (const lsm_field_t *f, lsm_kind_t kind, const void *a, const void *b)
+s_equal_value (const lsm_field_t *f, lsm_kind_t kind, const void *a, const void *b, bool measured)
 {
     switch (kind) {
         case LSM_BOOL:
@@ -714,7 +714,7 @@ s_equal_value (const lsm_field_t *f, lsm_kind_t kind, const void *a, const void 
             return x->len == y->len && (x->len == 0 || memcmp (x->data, y->data, x->len) == 0);
         }
         case LSM_RECORD:
-            return s_equal_struct (f->record, a, b);
+            return s_equal_struct (f->record, a, b, measured);
         default:
             if (!s_is_array (kind))     // numbers, bit for bit
                 return memcmp (a, b, s_value_size (f, kind)) == 0;
@@ -724,29 +724,43 @@ s_equal_value (const lsm_field_t *f, lsm_kind_t kind, const void *a, const void 
             if (x.n != y.n)
                 return false;
             for (size_t i = 0; i < x.n; i++)
-                if (!s_equal_value (f, elem, S_CAT (x.v, i * size), S_CAT (y.v, i * size)))
+                if (!s_equal_value (f, elem, S_CAT (x.v, i * size), S_CAT (y.v, i * size), measured))
                     return false;
             return true;
     }
 }
 
+//  measured: compare the fields the schema declares `measured` too
 static bool
-s_equal_struct (const lsm_struct_t *st, const void *a, const void *b)
+s_equal_struct (const lsm_struct_t *st, const void *a, const void *b, bool measured)
 {
     for (size_t i = 0; i < st->count; i++) {
         const lsm_field_t *f = &st->fields [i];
-        if (!s_equal_value (f, f->kind, S_CAT (a, f->offset), S_CAT (b, f->offset)))
+        if ((measured || !f->measured)
+            && !s_equal_value (f, f->kind, S_CAT (a, f->offset), S_CAT (b, f->offset), measured))
             return false;
     }
     return true;
 }
 
-bool
-ls_msg_equal (const ls_msg_t *a, const ls_msg_t *b)
+static bool
+s_equal (const ls_msg_t *a, const ls_msg_t *b, bool measured)
 {
     const lsm_struct_t *st = s_message (a->type);
     return a->type == b->type && a->group == b->group && a->rid == b->rid
-        && (!st || s_equal_struct (st, &a->u, &b->u));
+        && (!st || s_equal_struct (st, &a->u, &b->u, measured));
+}
+
+bool
+ls_msg_equal (const ls_msg_t *a, const ls_msg_t *b)
+{
+    return s_equal (a, b, true);
+}
+
+bool
+ls_msg_equal_unmeasured (const ls_msg_t *a, const ls_msg_t *b)
+{
+    return s_equal (a, b, false);
 }
 
 

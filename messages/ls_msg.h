@@ -94,6 +94,11 @@ struct cJSON *ls_msg_to_json (const ls_msg_t *m);
 //  compare by bit pattern, so NaN equals itself and 0.0 differs from -0.0.
 bool ls_msg_equal (const ls_msg_t *a, const ls_msg_t *b);
 
+//  ls_msg_equal, except for the fields schema.msg declares `measured` (clock readings such
+//  as StepResult.elapsed_us): what replay compares, since a replayed actor decides the same
+//  but does not run equally fast.
+bool ls_msg_equal_unmeasured (const ls_msg_t *a, const ls_msg_t *b);
+
 //  For tests and fuzz corpora: ls_msg_init(m, type), then fill every field with
 //  pseudo-random values derived from seed (same seed, same message).
 void ls_msg_fill_random (ls_msg_t *m, ls_msg_type_t type, uint64_t seed);

@@ -10,6 +10,7 @@
 #ifndef LS_MSG_DESC_H
 #define LS_MSG_DESC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,7 @@ typedef struct {
     size_t offset;                      // offsetof the member in the C struct
     const lsm_struct_t *record;         // LSM_RECORD, LSM_RECORDS
     const lsm_enum_t *enumer;           // LSM_ENUM
+    bool measured;                      // a measurement: ls_msg_equal_unmeasured skips it
 } lsm_field_t;
 
 struct lsm_struct {

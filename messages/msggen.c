@@ -22,6 +22,12 @@
     a record Name, Name[], or enum Name. Records and enums must be declared before they
     are used, which also rules out recursive records.
 
+    The word `measured` after a field's type declares a measurement (a duration read from
+    the clock, not decided from the inputs): replay leaves it out when it compares a
+    replayed message with the recorded one (ls_msg_equal_unmeasured).
+
+          3 elapsed_us u64 measured  forward and sampling time
+
     Every check the codec relies on is made here, before any output file is opened, so a
     bad schema never leaves a half-written file behind: duplicate ids, names, enum values
     and derived C identifiers are refused with the line of both declarations.
@@ -72,6 +78,7 @@ typedef struct {
     char *name;                 // NULL when retired
     char *doc;
     s_kind_t kind;              // fields only
+    bool measured;              // fields only: a measurement, not compared by replay
     size_t ref;                 // block index for K_ENUM, K_RECORD, K_RECORDS
 } s_member_t;
 
@@ -313,6 +320,14 @@ s_parse_member (s_schema_t *schema, s_block_t *block, char *cursor, int line)
         member->name = s_strdup (s_name (name, line, is_enum? 'E': 'f'));
         if (!is_enum)
             s_parse_type (schema, member, &cursor, line);
+        //  peeked, not taken with s_token, which would cut the doc's first word
+        while (!is_enum && isspace ((unsigned char) *cursor))
+            cursor++;
+        if (!is_enum && strncmp (cursor, "measured", 8) == 0
+            && (!cursor [8] || isspace ((unsigned char) cursor [8]))) {
+            member->measured = true;
+            cursor += 8;
+        }
     }
     member->doc = s_doc (cursor, line, member->name? member->name: "retired id");
 
@@ -593,11 +608,12 @@ s_emit_source (s_schema_t *schema, FILE *out)
             fprintf (out, "    { %u, \"%s\", %s, offsetof (ls_msg_%s_t, %s), ", member->id,
                      member->name, s_kinds [member->kind].lsm, block->snake, member->name);
             if (member->kind == K_ENUM)
-                fprintf (out, "NULL, &s_%s },\n", ref);
+                fprintf (out, "NULL, &s_%s, ", ref);
             else if (ref)
-                fprintf (out, "&s_%s, NULL },\n", ref);
+                fprintf (out, "&s_%s, NULL, ", ref);
             else
-                fprintf (out, "NULL, NULL },\n");
+                fprintf (out, "NULL, NULL, ");
+            fprintf (out, "%s },\n", member->measured? "true": "false");
         }
         if (live)
             fprintf (out, "};\n");
@@ -682,6 +698,8 @@ s_md_block (FILE *out, s_schema_t *schema, s_block_t *block)
             fprintf (out, " | ");
         }
         s_md (out, member->doc);
+        if (member->measured)
+            fprintf (out, " *(measured: replay does not compare it)*");
         fprintf (out, " |\n");
     }
     fprintf (out, "\n");

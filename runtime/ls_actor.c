@@ -4,6 +4,8 @@
 #include "ls_actor.h"
 
 #include <assert.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <ev.h>
 #include <pthread.h>
 #include <signal.h>
@@ -47,9 +49,35 @@ typedef struct s_job {
     ls_job_work_fn work;
     ls_job_done_fn done;
     void *arg;
+    void *result;  // ls_actor_job_result: recorded with the completion, restored in replay
+    size_t result_size;
     int finished;  // set by the thread under the lock
     struct s_job *next;
 } s_job_t;
+
+// One record of the run being replayed, with its own copy of the frames.
+typedef struct {
+    ls_trace_kind_t kind;
+    ls_trace_dir_t dir;
+    uint16_t sock;
+    uint32_t aux;
+    uint64_t t_ns;
+    uint32_t nframes;
+    ls_frame_ref_t *frames;
+    uint64_t number;  // record number in the file, from 0, as loraserve-trace numbers them
+} s_rec_t;
+
+// Replay mode (--replay): the trace stands in for the sockets, the clock and the job thread.
+typedef struct {
+    char *path;
+    s_rec_t *recs;  // the replayed run, from its meta record to the next run's
+    size_t n;
+    size_t pos;        // next record to consume
+    uint64_t inbound;  // inbound messages dispatched so far
+    uint64_t until;    // pause after this many (0: never)
+    int torn;          // the file ends in a torn record: the recording was cut short
+    int unrecorded;    // outputs sent after the recording ended (a cut recording)
+} s_replay_t;
 
 struct ls_actor {
     const ls_actor_def_t *def;
@@ -88,7 +116,12 @@ struct ls_actor {
     ev_async job_async;
     s_counter_t counters[LS_MAX_COUNTERS];
     int ncounters;
+    int pid;             // reported in Ready: getpid(), or the recorded one in replay
+    s_replay_t *replay;  // NULL unless replaying
 };
+
+static void s_replay_socket(ls_actor_t *self, ls_sock_t *sock);
+static int s_replay_out(ls_actor_t *self, ls_sock_t *sock, zmsg_t *zm);
 
 uint64_t ls_mono_ns(void) {
     struct timespec ts;
@@ -138,8 +171,9 @@ static void s_trace_zmsg(ls_actor_t *self, ls_trace_dir_t dir, ls_sock_t *sock, 
         ls_actor_count(self, "trace_write_errors", 1);
 }
 
-static void s_trace_event(ls_actor_t *self, ls_trace_kind_t kind, uint32_t aux) {
-    if (self->trace && ls_trace_write(self->trace, kind, LS_TRACE_IN, 0, aux, self->now_ns, NULL, 0) < 0)
+static void s_trace_event(ls_actor_t *self, ls_trace_kind_t kind, uint32_t aux, const ls_frame_ref_t *frames,
+                          uint32_t nframes) {
+    if (self->trace && ls_trace_write(self->trace, kind, LS_TRACE_IN, 0, aux, self->now_ns, frames, nframes) < 0)
         ls_actor_count(self, "trace_write_errors", 1);
 }
 
@@ -188,6 +222,18 @@ static ls_sock_t *s_sock_new(ls_actor_t *self, int is_router, const char *peer, 
         ls_error(0, "too many sockets");
         return NULL;
     }
+    if (self->replay) {
+        // No ZeroMQ socket: the trace plays its part. The same code opens the same sockets in
+        // the same order, which the recorded socket records confirm.
+        ls_sock_t *sock = calloc(1, sizeof *sock);
+        sock->actor = self;
+        sock->is_router = is_router;
+        sock->peer = peer ? strdup(peer) : NULL;
+        sock->index = (uint16_t)self->nsocks;
+        self->socks[self->nsocks++] = sock;
+        s_replay_socket(self, sock);
+        return sock;
+    }
     zsock_t *zs = zsock_new(is_router ? ZMQ_ROUTER : ZMQ_DEALER);
     if (!zs)
         return NULL;
@@ -235,7 +281,8 @@ static void s_sock_destroy(ls_actor_t *self, ls_sock_t **sock_p) {
     ls_sock_t *sock = *sock_p;
     if (!sock)
         return;
-    ev_io_stop(self->loop, &sock->io);
+    if (sock->zs)
+        ev_io_stop(self->loop, &sock->io);
     zsock_destroy(&sock->zs);
     free(sock->peer);
     free(sock);
@@ -289,12 +336,22 @@ int ls_actor_send(ls_actor_t *self, ls_sock_t *sock, zframe_t *identity, const l
     for (zframe_t *f = bulk ? zmsg_pop(bulk) : NULL; f; f = zmsg_pop(bulk))
         zmsg_append(zm, &f);
     zmsg_destroy(&bulk);
-    s_trace_zmsg(self, LS_TRACE_OUT, sock, zm);
     size_t bytes = zmsg_content_size(zm);
-    int rc = zmsg_send(&zm, sock->zs);
-    zmsg_destroy(&zm);
-    // A send can swallow the ZMQ_FD edge for messages that arrived meanwhile: look again.
-    s_mark_more(sock);
+    int rc;
+    if (self->replay) {
+        rc = s_replay_out(self, sock, zm);
+        zmsg_destroy(&zm);
+    } else {
+        s_trace_zmsg(self, LS_TRACE_OUT, sock, zm);
+        rc = zmsg_send(&zm, sock->zs);
+        int why = zmq_errno();
+        zmsg_destroy(&zm);
+        // Replay must fail the same send: the actor may act on it (answer with an error).
+        if (rc < 0)
+            s_trace_event(self, LS_TRACE_SEND_FAILED, (uint32_t)why, NULL, 0);
+        // A send can swallow the ZMQ_FD edge for messages that arrived meanwhile: look again.
+        s_mark_more(sock);
+    }
     if (rc < 0) {
         ls_warn(msg->rid, "send of %s to %s failed: %s", ls_msg_type_name(msg->type),
                 sock->is_router ? "a client" : sock->peer, zmq_strerror(zmq_errno()));
@@ -475,9 +532,10 @@ static uint32_t s_error_code(ls_msgerr_code_t code) {
     }
 }
 
-static void s_handle(ls_sock_t *sock, zmsg_t *zm) {
+// One inbound message at time `now_ns` (the clock, or the recorded time in replay).
+static void s_handle(ls_sock_t *sock, zmsg_t *zm, uint64_t now_ns) {
     ls_actor_t *self = sock->actor;
-    self->now_ns = ls_mono_ns();
+    self->now_ns = now_ns;
     s_trace_zmsg(self, LS_TRACE_IN, sock, zm);
     ls_actor_count(self, "msgs_in", 1);
     ls_actor_count(self, "bytes_in", zmsg_content_size(zm));
@@ -537,7 +595,7 @@ static void s_sock_drain(ls_sock_t *sock) {
         zmsg_t *zm = zmsg_recv(sock->zs);
         if (!zm)
             return;
-        s_handle(sock, zm);
+        s_handle(sock, zm, ls_mono_ns());
         zmsg_destroy(&zm);
     }
     // Cap reached: let the other sockets and timers have this turn; continue on the next.
@@ -553,7 +611,7 @@ static void s_timer_cb(struct ev_loop *loop, ev_timer *w, int revents) {
     if (self->stopping)
         return;
     self->now_ns = ls_mono_ns();
-    s_trace_event(self, LS_TRACE_TIMER, t->id);
+    s_trace_event(self, LS_TRACE_TIMER, t->id, NULL, 0);
     t->fn(self, t, t->arg);
 }
 
@@ -568,7 +626,9 @@ ls_timer_t *ls_actor_timer_start(ls_actor_t *self, double after_ms, double repea
     t->arg = arg;
     ev_timer_init(&t->ev, s_timer_cb, after_ms / 1000.0, repeat_ms / 1000.0);
     t->ev.data = t;
-    ev_timer_start(self->loop, &t->ev);
+    // In replay a timer fires where the trace says it fired, never by the clock.
+    if (!self->replay)
+        ev_timer_start(self->loop, &t->ev);
     t->next = self->timers;
     self->timers = t;
     return t;
@@ -577,7 +637,8 @@ ls_timer_t *ls_actor_timer_start(ls_actor_t *self, double after_ms, double repea
 void ls_actor_timer_again(ls_actor_t *self, ls_timer_t *timer, double after_ms) {
     ev_timer_stop(self->loop, &timer->ev);
     ev_timer_set(&timer->ev, after_ms / 1000.0, timer->ev.repeat);
-    ev_timer_start(self->loop, &timer->ev);
+    if (!self->replay)
+        ev_timer_start(self->loop, &timer->ev);
 }
 
 void ls_actor_timer_stop(ls_actor_t *self, ls_timer_t *timer) {
@@ -636,7 +697,8 @@ static void s_job_async_cb(struct ev_loop *loop, ev_async *w, int revents) {
             self->jobs_tail = NULL;
         pthread_mutex_unlock(&self->job_lock);
         self->now_ns = ls_mono_ns();
-        s_trace_event(self, LS_TRACE_JOB, job->id);
+        ls_frame_ref_t result = {job->result, job->result_size};
+        s_trace_event(self, LS_TRACE_JOB, job->id, &result, job->result ? 1 : 0);
         if (!self->stopping)
             job->done(self, job->arg);
         free(job);
@@ -644,10 +706,16 @@ static void s_job_async_cb(struct ev_loop *loop, ev_async *w, int revents) {
 }
 
 int ls_actor_job(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, void *arg) {
+    return ls_actor_job_result(self, work, done, arg, NULL, 0);
+}
+
+int ls_actor_job_result(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, void *arg, void *result,
+                        size_t result_size) {
     s_job_t *job = calloc(1, sizeof *job);
     if (!job)
         return -1;
-    if (!self->job_thread_started) {
+    // Replay runs a job where the trace completes it, on the loop: no thread.
+    if (!self->job_thread_started && !self->replay) {
         if (pthread_create(&self->job_thread, NULL, s_job_thread, self) != 0) {
             free(job);
             return -1;
@@ -658,6 +726,8 @@ int ls_actor_job(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, voi
     job->work = work;
     job->done = done;
     job->arg = arg;
+    job->result = result;
+    job->result_size = result_size;
     pthread_mutex_lock(&self->job_lock);
     if (self->jobs_tail)
         self->jobs_tail->next = job;
@@ -693,12 +763,440 @@ static void s_jobs_stop(ls_actor_t *self) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// replay (docs/debugging.md): the recorded run is read whole, then consumed in order. Inbound
+// records are dispatched with their recorded time; every record the actor's own behaviour
+// produces (sockets opened, messages sent, inputs taken) must be the next one in the trace.
+
+__attribute__((noinline)) void ls_replay_break(void) {
+    // gdb's breakpoint for loraserve-replay --gdb; the asm keeps the call from being folded away.
+    __asm__ volatile("");
+}
+
+// A debugger is attached (TracerPid in /proc/self/status is not 0).
+static int s_traced(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int pid = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "TracerPid: %d", &pid) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return pid != 0;
+}
+
+static const char *s_sock_label(const ls_actor_t *self, uint16_t index) {
+    if (index >= self->nsocks)
+        return "?";
+    return self->socks[index]->is_router ? "router" : self->socks[index]->peer;
+}
+
+// One message as `out #1 worker-0 [to id]  StepPlan v1 ...`, from its frames.
+static void s_describe_msg(const ls_actor_t *self, int is_router, uint16_t sock, ls_trace_dir_t dir,
+                           const ls_frame_ref_t *frames, uint32_t n, char *out, size_t cap) {
+    size_t o = (size_t)snprintf(out, cap, "%s #%u %s", dir == LS_TRACE_IN ? "in" : "out", sock,
+                                s_sock_label(self, sock));
+    uint32_t body = is_router ? 1 : 0;
+    if (is_router && n > 0 && o < cap)
+        o += (size_t)snprintf(out + o, cap - o, " %s %.*s", dir == LS_TRACE_IN ? "from" : "to",
+                              (int)frames[0].len, (const char *)frames[0].data);
+    ls_msg_t m;
+    ls_msgerr_t err;
+    if (o >= cap)
+        return;
+    if (body < n && ls_msg_decode(frames[body].data, frames[body].len, &m, &err) == 0) {
+        o += (size_t)snprintf(out + o, cap - o, "  ");
+        if (o < cap)
+            ls_msg_format(&m, out + o, cap - o);
+        ls_msg_clear(&m);
+    } else
+        snprintf(out + o, cap - o, "  <undecodable: %s>", body < n ? err.text : "no body frame");
+}
+
+static void s_describe_rec(const ls_actor_t *self, const s_rec_t *rec, char *out, size_t cap) {
+    static const char *kinds[] = {"?", "meta", "socket", "msg", "timer", "signal", "job", "input", "send-failed"};
+    const char *kind = rec->kind <= LS_TRACE_SEND_FAILED ? kinds[rec->kind] : "?";
+    if (rec->kind == LS_TRACE_MSG) {
+        int is_router = rec->sock < self->nsocks && self->socks[rec->sock]->is_router;
+        s_describe_msg(self, is_router, rec->sock, rec->dir, rec->frames, rec->nframes, out, cap);
+    } else if ((rec->kind == LS_TRACE_SOCKET || rec->kind == LS_TRACE_INPUT) && rec->nframes)
+        snprintf(out, cap, "%s %.*s", kind, (int)rec->frames[0].len, (const char *)rec->frames[0].data);
+    else
+        snprintf(out, cap, "%s %u", kind, rec->aux);
+}
+
+// Where two messages' JSON differ, as paths with both values (`items[1].token_ids[0]: 7 / 8`),
+// at most `room` of them: the one-line printer cuts long arrays, which may hide the difference.
+static void s_json_diff(const cJSON *a, const cJSON *b, const char *path, char *out, size_t cap, int *room) {
+    if (*room <= 0)
+        return;
+    if (cJSON_IsObject(a) && cJSON_IsObject(b)) {
+        for (const cJSON *x = a->child; x; x = x->next) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", x->string);
+            s_json_diff(x, cJSON_GetObjectItemCaseSensitive(b, x->string), sub, out, cap, room);
+        }
+        return;
+    }
+    if (cJSON_IsArray(a) && cJSON_IsArray(b) && cJSON_GetArraySize(a) == cJSON_GetArraySize(b)) {
+        int i = 0;
+        for (const cJSON *x = a->child, *y = b->child; x && y; x = x->next, y = y->next, i++) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s[%d]", path, i);
+            s_json_diff(x, y, sub, out, cap, room);
+        }
+        return;
+    }
+    if (a && b && cJSON_Compare(a, b, 1))
+        return;
+    char *x = a ? cJSON_PrintUnformatted(a) : NULL, *y = b ? cJSON_PrintUnformatted(b) : NULL;
+    size_t o = strlen(out);
+    snprintf(out + o, cap - o, "\n  differs:  %s: recorded %.200s, replayed %.200s", path, x ? x : "(absent)",
+             y ? y : "(absent)");
+    free(x);
+    free(y);
+    (*room)--;
+}
+
+// The first difference between the replayed actor and its recording: print both sides with
+// their position, stop at ls_replay_break (a debugger sees the stack that diverged), exit 3.
+static void s_replay_diverge(ls_actor_t *self, const char *why, const char *replayed) {
+    s_replay_t *r = self->replay;
+    const s_rec_t *rec = r->pos < r->n ? &r->recs[r->pos] : NULL;
+    char recorded[8192] = "(the recording ends here)";
+    if (rec)
+        s_describe_rec(self, rec, recorded, sizeof recorded);
+    fprintf(stderr,
+            "replay: %s DIVERGES from %s at record %llu, after inbound message %llu, t=+%.3f ms: %s\n"
+            "  recorded: %s\n"
+            "  replayed: %s\n",
+            self->name, r->path, (unsigned long long)(rec ? rec->number : r->recs[r->n - 1].number + 1),
+            (unsigned long long)r->inbound, (double)(self->now_ns - self->start_ns) / 1e6, why, recorded,
+            replayed ? replayed : "(nothing)");
+    fflush(stderr);
+    ls_replay_break();
+    exit(LS_REPLAY_DIVERGED);
+}
+
+static void s_replay_socket(ls_actor_t *self, ls_sock_t *sock) {
+    s_replay_t *r = self->replay;
+    const char *name = sock->is_router ? "router" : sock->peer;
+    const s_rec_t *rec = r->pos < r->n ? &r->recs[r->pos] : NULL;
+    if (!rec || rec->kind != LS_TRACE_SOCKET || rec->aux != sock->index || rec->nframes < 1 ||
+        rec->frames[0].len != strlen(name) || memcmp(rec->frames[0].data, name, rec->frames[0].len)) {
+        char replayed[128];
+        snprintf(replayed, sizeof replayed, "socket %s (#%u)", name, sock->index);
+        s_replay_diverge(self, "the actor opened a socket the recording did not", replayed);
+    }
+    r->pos++;
+}
+
+static int s_frames_equal(const ls_frame_ref_t *a, const ls_frame_ref_t *b) {
+    return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+}
+
+// Bodies equal as bytes, or decoded except for `measured` fields (schema.msg).
+static int s_bodies_equal(const ls_frame_ref_t *a, const ls_frame_ref_t *b) {
+    if (s_frames_equal(a, b))
+        return 1;
+    ls_msg_t x, y;
+    if (ls_msg_decode(a->data, a->len, &x, NULL) < 0)
+        return 0;
+    if (ls_msg_decode(b->data, b->len, &y, NULL) < 0) {
+        ls_msg_clear(&x);
+        return 0;
+    }
+    int same = ls_msg_equal_unmeasured(&x, &y);
+    ls_msg_clear(&x);
+    ls_msg_clear(&y);
+    return same;
+}
+
+// A message the replayed actor sends: it must be the next recorded record. 0, or -1 when the
+// recorded send failed (the actor sees the same failure).
+static int s_replay_out(ls_actor_t *self, ls_sock_t *sock, zmsg_t *zm) {
+    s_replay_t *r = self->replay;
+    ls_frame_ref_t frames[LS_TRACE_MAX_FRAMES];
+    uint32_t n = 0;
+    for (zframe_t *f = zmsg_first(zm); f && n < LS_TRACE_MAX_FRAMES; f = zmsg_next(zm))
+        frames[n++] = (ls_frame_ref_t){zframe_data(f), zframe_size(f)};
+    if (r->pos >= r->n && (r->torn || !self->stopping)) {
+        // The recording was cut (the file torn, or the actor killed mid-event): what the actor
+        // goes on to send was never recorded, so there is nothing to compare.
+        r->unrecorded++;
+        return 0;
+    }
+    const s_rec_t *rec = r->pos < r->n ? &r->recs[r->pos] : NULL;
+    const char *why = NULL;
+    if (!rec || rec->kind != LS_TRACE_MSG || rec->dir != LS_TRACE_OUT)
+        why = "the actor sent a message where the recording has none";
+    else if (rec->sock != sock->index)
+        why = "the actor sent on another socket";
+    else if (rec->nframes != n)
+        why = "the messages have different numbers of frames";
+    else {
+        uint32_t body = sock->is_router ? 1 : 0;
+        for (uint32_t i = 0; i < n && !why; i++)
+            if (i == body ? !s_bodies_equal(&rec->frames[i], &frames[i]) : !s_frames_equal(&rec->frames[i], &frames[i]))
+                why = i == body ? "the messages differ" : i < body ? "the messages go to different peers"
+                                                                  : "the messages' bulk frames differ";
+    }
+    if (why) {
+        char replayed[16384];
+        s_describe_msg(self, sock->is_router, sock->index, LS_TRACE_OUT, frames, n, replayed, 8192);
+        uint32_t body = sock->is_router ? 1 : 0;
+        ls_msg_t x, y;
+        if (rec && rec->kind == LS_TRACE_MSG && body < n && body < rec->nframes &&
+            ls_msg_decode(rec->frames[body].data, rec->frames[body].len, &x, NULL) == 0) {
+            if (ls_msg_decode(frames[body].data, frames[body].len, &y, NULL) == 0) {
+                cJSON *jx = ls_msg_to_json(&x), *jy = ls_msg_to_json(&y);
+                int room = 4;
+                s_json_diff(jx, jy, "", replayed, sizeof replayed, &room);
+                cJSON_Delete(jx);
+                cJSON_Delete(jy);
+                ls_msg_clear(&y);
+            }
+            ls_msg_clear(&x);
+        }
+        s_replay_diverge(self, why, replayed);
+    }
+    r->pos++;
+    if (r->pos < r->n && r->recs[r->pos].kind == LS_TRACE_SEND_FAILED) {
+        errno = (int)r->recs[r->pos].aux;
+        r->pos++;
+        return -1;
+    }
+    return 0;
+}
+
+int ls_actor_replaying(const ls_actor_t *self) { return self->replay != NULL; }
+
+int ls_actor_input(ls_actor_t *self, const char *key, zmsg_t **frames_p) {
+    if (self->trace) {
+        ls_frame_ref_t frames[LS_TRACE_MAX_FRAMES];
+        uint32_t n = 0;
+        frames[n++] = (ls_frame_ref_t){key, strlen(key)};
+        for (zframe_t *f = zmsg_first(*frames_p); f && n < LS_TRACE_MAX_FRAMES; f = zmsg_next(*frames_p))
+            frames[n++] = (ls_frame_ref_t){zframe_data(f), zframe_size(f)};
+        if (ls_trace_write(self->trace, LS_TRACE_INPUT, LS_TRACE_IN, 0, 0, self->now_ns, frames, n) < 0)
+            ls_actor_count(self, "trace_write_errors", 1);
+    }
+    if (!self->replay)
+        return 0;
+    s_replay_t *r = self->replay;
+    const s_rec_t *rec = r->pos < r->n ? &r->recs[r->pos] : NULL;
+    if (!rec || rec->kind != LS_TRACE_INPUT || rec->nframes < 1 || rec->frames[0].len != strlen(key) ||
+        memcmp(rec->frames[0].data, key, rec->frames[0].len)) {
+        char replayed[160];
+        snprintf(replayed, sizeof replayed, "input %s", key);
+        s_replay_diverge(self, "the actor took an input the recording does not have here", replayed);
+    }
+    zmsg_destroy(frames_p);
+    *frames_p = zmsg_new();
+    for (uint32_t i = 1; i < rec->nframes; i++)
+        zmsg_addmem(*frames_p, rec->frames[i].data, rec->frames[i].len);
+    r->pos++;
+    return 0;
+}
+
+static void s_replay_destroy(s_replay_t **self_p) {
+    s_replay_t *self = *self_p;
+    if (!self)
+        return;
+    for (size_t i = 0; i < self->n; i++) {
+        for (uint32_t k = 0; k < self->recs[i].nframes; k++)
+            free((void *)self->recs[i].frames[k].data);
+        free(self->recs[i].frames);
+    }
+    free(self->recs);
+    free(self->path);
+    free(self);
+    *self_p = NULL;
+}
+
+// Read run `run` (1-based; 0: the last) of the trace file: its meta record and what follows
+// up to the next meta record. NULL (logged) when the file or the run cannot be read.
+static s_replay_t *s_replay_load(const char *path, int run, uint64_t until) {
+    char err[512];
+    ls_trace_reader_t *reader = ls_trace_reader_new(path, err, sizeof err);
+    if (!reader) {
+        ls_error(0, "replay: %s", err);
+        return NULL;
+    }
+    s_replay_t *self = calloc(1, sizeof *self);
+    self->path = strdup(path);
+    self->until = until;
+    static ls_trace_record_t rec;  // 64 KiB of frame refs: not on the stack
+    size_t cap = 0;
+    int runs = 0, rc;
+    uint64_t number = 0;
+    while ((rc = ls_trace_read(reader, &rec, err, sizeof err)) == 1) {
+        if (rec.kind == LS_TRACE_META) {
+            runs++;
+            if (run == 0 || runs == run) {  // a later run replaces the one kept so far
+                for (size_t i = 0; i < self->n; i++) {
+                    for (uint32_t k = 0; k < self->recs[i].nframes; k++)
+                        free((void *)self->recs[i].frames[k].data);
+                    free(self->recs[i].frames);
+                }
+                self->n = 0;
+            }
+        }
+        if (runs > 0 && (run == 0 || runs == run)) {
+            if (self->n == cap) {
+                cap = cap ? cap * 2 : 1024;
+                self->recs = realloc(self->recs, cap * sizeof *self->recs);
+            }
+            s_rec_t *r = &self->recs[self->n++];
+            *r = (s_rec_t){.kind = rec.kind, .dir = rec.dir, .sock = rec.sock, .aux = rec.aux, .t_ns = rec.t_ns,
+                           .nframes = rec.nframes, .number = number};
+            r->frames = calloc(rec.nframes + 1, sizeof *r->frames);
+            for (uint32_t k = 0; k < rec.nframes; k++) {
+                void *copy = malloc(rec.frames[k].len + 1);
+                memcpy(copy, rec.frames[k].data, rec.frames[k].len);
+                r->frames[k] = (ls_frame_ref_t){copy, rec.frames[k].len};
+            }
+        }
+        number++;
+    }
+    ls_trace_reader_destroy(&reader);
+    if (rc < 0) {
+        ls_warn(0, "replay: %s; replaying up to there", err);
+        self->torn = 1;
+    }
+    if (self->n == 0) {
+        ls_error(0, "replay: %s has %d run(s), not run %d", path, runs, run);
+        s_replay_destroy(&self);
+    }
+    return self;
+}
+
+// The recorded start: the meta record's time is the actor's start time, its pid the pid that
+// Ready reports.
+static int s_replay_begin(ls_actor_t *self) {
+    s_replay_t *r = self->replay;
+    const s_rec_t *meta = &r->recs[0];
+    cJSON *json = meta->nframes ? cJSON_ParseWithLength(meta->frames[0].data, meta->frames[0].len) : NULL;
+    const cJSON *name = cJSON_GetObjectItem(json, "actor"), *pid = cJSON_GetObjectItem(json, "pid"),
+                *version = cJSON_GetObjectItem(json, "schema_version");
+    int ok = cJSON_IsString(name) && cJSON_IsNumber(pid) && cJSON_IsNumber(version);
+    if (!ok)
+        ls_error(0, "replay: %s: the run's meta record is not the runtime's", r->path);
+    else if (strcmp(name->valuestring, self->name) != 0) {
+        ls_error(0, "replay: %s is the trace of %s, not of %s (give --name %s)", r->path, name->valuestring,
+                 self->name, name->valuestring);
+        ok = 0;
+    } else if (version->valueint != LS_SCHEMA_VERSION)
+        ls_warn(0, "replay: recorded with message schema %d, replaying with %d", version->valueint, LS_SCHEMA_VERSION);
+    if (ok) {
+        self->pid = pid->valueint;
+        self->start_ns = self->now_ns = meta->t_ns;
+        r->pos = 1;
+    }
+    cJSON_Delete(json);
+    return ok ? 0 : -1;
+}
+
+static ls_timer_t *s_timer_find(ls_actor_t *self, uint32_t id) {
+    for (ls_timer_t *t = self->timers; t; t = t->next)
+        if (t->id == id)
+            return t;
+    return NULL;
+}
+
+// Drive the actor from the trace: the replay's counterpart of ev_run.
+static void s_replay_run(ls_actor_t *self) {
+    s_replay_t *r = self->replay;
+    char why[160];
+    while (r->pos < r->n && !self->stopping) {
+        const s_rec_t *rec = &r->recs[r->pos];
+        if (rec->kind == LS_TRACE_META)
+            break;  // the next run
+        if (rec->kind == LS_TRACE_MSG && rec->dir == LS_TRACE_IN) {
+            if (r->until && r->inbound == r->until) {
+                fprintf(stderr,
+                        "replay: %s paused after %llu inbound messages, before record %llu (t=+%.3f ms); pid %d\n",
+                        self->name, (unsigned long long)r->inbound, (unsigned long long)rec->number,
+                        (double)(rec->t_ns - self->start_ns) / 1e6, (int)getpid());
+                // Without a debugger, wait for one: gdb -p PID, then `continue` goes on.
+                if (!s_traced()) {
+                    fprintf(stderr, "replay: waiting for a debugger: gdb -p %d (SIGCONT resumes)\n", (int)getpid());
+                    raise(SIGSTOP);
+                }
+                ls_replay_break();
+            }
+            if (rec->sock >= self->nsocks) {
+                snprintf(why, sizeof why, "a message arrives on socket #%u, which the actor never opened", rec->sock);
+                s_replay_diverge(self, why, NULL);
+            }
+            r->pos++;
+            r->inbound++;
+            zmsg_t *zm = zmsg_new();
+            for (uint32_t i = 0; i < rec->nframes; i++)
+                zmsg_addmem(zm, rec->frames[i].data, rec->frames[i].len);
+            s_handle(self->socks[rec->sock], zm, rec->t_ns);
+            zmsg_destroy(&zm);
+        } else if (rec->kind == LS_TRACE_TIMER) {
+            ls_timer_t *t = s_timer_find(self, rec->aux);
+            if (!t) {
+                snprintf(why, sizeof why, "timer %u fires in the recording, but the actor has no such timer",
+                         rec->aux);
+                s_replay_diverge(self, why, NULL);
+            }
+            r->pos++;
+            self->now_ns = rec->t_ns;
+            t->fn(self, t, t->arg);
+        } else if (rec->kind == LS_TRACE_JOB) {
+            s_job_t *job = self->jobs;
+            if (!job || job->id != rec->aux) {
+                snprintf(why, sizeof why, "job %u completes in the recording; the actor's next job is %s%u", rec->aux,
+                         job ? "" : "none, ", job ? job->id : 0);
+                s_replay_diverge(self, why, NULL);
+            }
+            if (job->result && (rec->nframes != 1 || rec->frames[0].len != job->result_size)) {
+                snprintf(why, sizeof why, "job %u's recorded result is not %zu bytes (another build?)", job->id,
+                         job->result_size);
+                s_replay_diverge(self, why, NULL);
+            }
+            r->pos++;
+            self->jobs = job->next;
+            if (!self->jobs)
+                self->jobs_tail = NULL;
+            // A recorded result stands for what the work read; other work (an adapter's weights,
+            // which are model files) runs again, here, where the recording completed it.
+            if (job->result)
+                memcpy(job->result, rec->frames[0].data, job->result_size);
+            else
+                job->work(job->arg);
+            self->now_ns = rec->t_ns;
+            if (!self->stopping)
+                job->done(self, job->arg);
+            free(job);
+        } else if (rec->kind == LS_TRACE_SIGNAL) {
+            r->pos++;
+            self->now_ns = rec->t_ns;
+            ls_actor_shutdown(self, rec->aux == SIGINT ? "SIGINT" : "SIGTERM");
+        } else
+            s_replay_diverge(self, rec->kind == LS_TRACE_MSG ? "the recording sent this, the actor did not"
+                                                             : "the recording has this here, the actor did not do it",
+                             NULL);
+    }
+    if (r->pos < r->n && r->recs[r->pos].kind != LS_TRACE_META)
+        s_replay_diverge(self, "the actor stopped; the recording goes on", NULL);
+    if (r->unrecorded)
+        ls_warn(0, "replay: %d message(s) sent after the recording ends (it was cut short); not compared",
+                r->unrecorded);
+    fprintf(stderr, "replay: %s matches %s: %llu inbound messages, %zu records, no divergence\n", self->name,
+            r->path, (unsigned long long)r->inbound, r->pos);
+}
+
+// ---------------------------------------------------------------------------------------------
 // lifecycle
 
 static void s_signal_cb(struct ev_loop *loop, ev_signal *w, int revents) {
     ls_actor_t *self = w->data;
     self->now_ns = ls_mono_ns();
-    s_trace_event(self, LS_TRACE_SIGNAL, (uint32_t)w->signum);
+    s_trace_event(self, LS_TRACE_SIGNAL, (uint32_t)w->signum, NULL, 0);
     ls_actor_shutdown(self, w->signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
@@ -725,6 +1223,7 @@ ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts)
     self->bind = opts->bind ? strdup(opts->bind) : NULL;
     self->rank = opts->rank;
     self->process = opts->process;
+    self->pid = (int)getpid();
     self->start_ns = self->now_ns = ls_mono_ns();
     self->loop = opts->process ? ev_default_loop(0) : ev_loop_new(EVFLAG_AUTO);
     ev_check_init(&self->check, s_check_cb);
@@ -743,18 +1242,34 @@ ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts)
     for (size_t i = 0; i < sizeof builtin / sizeof *builtin; i++)
         ls_actor_counter(self, builtin[i]);
 
-    if (opts->trace_dir) {
+    if (opts->replay) {
+        // A replay never records: the trace it would append to may be the one it reads.
+        if (!(self->replay = s_replay_load(opts->replay, opts->replay_run, opts->replay_until)) ||
+            s_replay_begin(self) < 0)
+            goto fail;
+    } else if (opts->trace_dir) {
         char err[512];
         if (!(self->trace = ls_trace_writer_new(opts->trace_dir, self->name, err, sizeof err))) {
             ls_error(0, "%s", err);
             goto fail;
         }
-        char meta[256];
-        int n = snprintf(meta, sizeof meta,
-                         "{\"actor\":\"%s\",\"pid\":%d,\"schema_version\":%d,\"format\":1}", self->name,
-                         (int)getpid(), LS_SCHEMA_VERSION);
-        ls_frame_ref_t f = {meta, (size_t)n};
+        // What loraserve-replay needs to start the same actor again: its binary and flags.
+        cJSON *meta = cJSON_CreateObject();
+        cJSON_AddStringToObject(meta, "actor", self->name);
+        cJSON_AddNumberToObject(meta, "pid", self->pid);
+        cJSON_AddNumberToObject(meta, "schema_version", LS_SCHEMA_VERSION);
+        cJSON_AddNumberToObject(meta, "format", 2);
+        char exe[4096];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        cJSON_AddStringToObject(meta, "exe", n > 0 ? (exe[n] = 0, exe) : "");
+        cJSON *argv = cJSON_AddArrayToObject(meta, "argv");
+        for (int i = 0; i < opts->argc; i++)
+            cJSON_AddItemToArray(argv, cJSON_CreateString(opts->argv[i]));
+        char *text = cJSON_PrintUnformatted(meta);
+        ls_frame_ref_t f = {text, strlen(text)};
         ls_trace_write(self->trace, LS_TRACE_META, LS_TRACE_IN, 0, 0, self->now_ns, &f, 1);
+        free(text);
+        cJSON_Delete(meta);
     }
     if (s_parse_peers(self, opts->peers) < 0)
         goto fail;
@@ -764,7 +1279,8 @@ ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts)
         goto fail;
     if (opts->heartbeat_ms > 0 && opts->control)
         self->heartbeat = ls_actor_timer_start(self, opts->heartbeat_ms, opts->heartbeat_ms, s_heartbeat_cb, NULL);
-    if (opts->process) {
+    // A replay takes its signals from the trace; a real one simply ends it.
+    if (opts->process && !self->replay) {
         signal(SIGPIPE, SIG_IGN);
         ev_signal_init(&self->sigint, s_signal_cb, SIGINT);
         ev_signal_init(&self->sigterm, s_signal_cb, SIGTERM);
@@ -799,6 +1315,7 @@ void ls_actor_destroy(ls_actor_t **self_p) {
     } else
         ev_loop_destroy(self->loop);
     ls_trace_writer_destroy(&self->trace);
+    s_replay_destroy(&self->replay);
     free(self->name);
     free(self->bind);
     free(self);
@@ -817,7 +1334,7 @@ void ls_actor_ready(ls_actor_t *self) {
     ls_msg_t ready;
     ls_msg_init(&ready, LS_MSG_READY);
     ready.u.ready.actor = ls_msg_strdup(self->name);
-    ready.u.ready.pid = (uint32_t)getpid();
+    ready.u.ready.pid = (uint32_t)self->pid;
     ready.u.ready.endpoint = ls_msg_strdup(self->bind ? self->bind : "");
     ready.u.ready.rank = (uint32_t)self->rank;
     ls_actor_send_control(self, &ready);
@@ -833,7 +1350,10 @@ int ls_actor_run(ls_actor_t *self) {
     }
     if (rc != LS_READY_LATER)
         ls_actor_ready(self);
-    ev_run(self->loop, 0);
+    if (self->replay)
+        s_replay_run(self);
+    else
+        ev_run(self->loop, 0);
     if (self->def->on_destroy)
         self->def->on_destroy(self, self->def->state);
     ls_info(0, "stopped");
@@ -841,8 +1361,8 @@ int ls_actor_run(ls_actor_t *self) {
 }
 
 int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def) {
-    char *name = NULL, *bind = NULL, *control = NULL, *trace_dir = NULL, *log_level = NULL;
-    int heartbeat_ms = 0, rank = 0;
+    char *name = NULL, *bind = NULL, *control = NULL, *trace_dir = NULL, *log_level = NULL, *replay = NULL;
+    int heartbeat_ms = 0, rank = 0, replay_run = 0, replay_until = 0;
     ls_strlist_t peers = {0};
     ls_flag_t common[] = {
         LS_FLAG_STR("name", &name, NULL, "actor name (log field, trace file, identity)"),
@@ -853,6 +1373,11 @@ int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def) {
         LS_FLAG_STR("log-level", &log_level, "info", "debug, info, warn or error"),
         LS_FLAG_INT("heartbeat-ms", &heartbeat_ms, "1000", "Heartbeat period to the launcher (0: off)"),
         LS_FLAG_INT("rank", &rank, "0", "this actor's rank in its group (workers)"),
+        LS_FLAG_STR("replay", &replay, NULL,
+                    "replay this trace file instead of serving: no sockets; exit 3 at the first divergence"),
+        LS_FLAG_INT("replay-run", &replay_run, "0", "which run of the trace file to replay, from 1 (0: the last)"),
+        LS_FLAG_INT("replay-until", &replay_until, "0",
+                    "pause for a debugger after this many inbound messages (ls_replay_break)"),
         LS_FLAG_END,
     };
     ls_flag_t *tables[] = {common, def->flags, NULL};
@@ -875,7 +1400,9 @@ int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def) {
         return 2;
     }
     ls_actor_opts_t opts = {.name = name, .bind = bind, .control = control, .peers = &peers,
-                            .trace_dir = trace_dir, .heartbeat_ms = heartbeat_ms, .rank = rank, .process = 1};
+                            .trace_dir = trace_dir, .heartbeat_ms = heartbeat_ms, .rank = rank, .process = 1,
+                            .argc = argc, .argv = (const char *const *)argv, .replay = replay,
+                            .replay_run = replay_run, .replay_until = (uint64_t)(replay_until > 0 ? replay_until : 0)};
     // czmq installs its own SIGINT handler by default; the loop handles signals instead.
     zsys_handler_set(NULL);
     ls_actor_t *actor = ls_actor_new(def, &opts);

@@ -14,7 +14,14 @@
 // or SIGTERM/SIGINT: on_shutdown (which answers every in-flight request), close, exit 0.
 //
 // Determinism for replay: handlers read time only through ls_actor_now_ns(), the time of the
-// event being handled, which is recorded in the trace with the event.
+// event being handled, which is recorded in the trace with the event. Anything else an actor
+// takes from outside its messages goes through a recorded hook: ls_actor_input (start-up
+// reads such as a journal), ls_actor_job_result (what a background job read). Replay mode
+// (--replay FILE, docs/debugging.md) runs the same actor code with no sockets: the trace's
+// inbound messages, timer firings, job completions and signals are dispatched in record order
+// with their recorded times, and every message the actor sends is compared with the next
+// recorded one (ls_msg_equal_unmeasured); the first difference is printed and the process
+// exits LS_REPLAY_DIVERGED.
 #ifndef LS_ACTOR_H
 #define LS_ACTOR_H
 
@@ -81,7 +88,14 @@ typedef struct {
     int heartbeat_ms;          // period of Heartbeat to the control endpoint (0: none)
     int rank;                  // reported in Ready
     int process;               // 1: own the process: default loop, SIGINT/SIGTERM handlers
+    int argc;                  // the command line, recorded in the trace's meta record
+    const char *const *argv;
+    const char *replay;        // replay this trace file instead of opening sockets, or NULL
+    int replay_run;            // which run of the file, from 1; 0: the last
+    uint64_t replay_until;     // pause for a debugger after this many inbound messages; 0: never
 } ls_actor_opts_t;
+
+#define LS_REPLAY_DIVERGED 3  // exit status of a replay that diverged from its recording
 
 // Create an actor: bind, connect, open the trace. NULL on failure (logged).
 ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts);
@@ -148,6 +162,25 @@ void ls_actor_timer_stop(ls_actor_t *self, ls_timer_t *timer);
 typedef void (*ls_job_work_fn)(void *arg);
 typedef void (*ls_job_done_fn)(ls_actor_t *a, void *arg);
 int ls_actor_job(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, void *arg);
+// A job whose work reads the outside (files) and leaves everything the actor then uses in
+// result[0..result_size) (plain bytes: no pointers). The result is recorded with the job's
+// completion; in replay the work does not run and the recorded result is put in its place.
+// A plain ls_actor_job's work runs again in replay: keep it to reading model files.
+int ls_actor_job_result(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, void *arg, void *result,
+                        size_t result_size);
+
+// Replay. ls_actor_replaying: the actor is being replayed; it must then leave the outside
+// alone (write no journal, bind nothing) and take its inputs from ls_actor_input.
+int ls_actor_replaying(const ls_actor_t *self);
+// An input read on the loop from outside the messages (at start-up: a journal's contents).
+// Recording: *frames_p, as the actor read it, is written to the trace under `key`. Replay:
+// *frames_p is replaced by the recorded frames (the actor skipped the reading). Not
+// replaying or recording: nothing. Returns 0; a replay that finds no such input here exits
+// as a divergence.
+int ls_actor_input(ls_actor_t *self, const char *key, zmsg_t **frames_p);
+// Called where a replay pauses (--replay-until) and where it diverges, so that a debugger's
+// breakpoint lands there (loraserve-replay --gdb sets it).
+void ls_replay_break(void);
 
 // Counters exposed through GetMetrics (and later /metrics). The pointer stays valid for the
 // actor's life; NULL only when the table is full (logged once).

@@ -22,12 +22,15 @@
 #define LS_TRACE_MAX_PAYLOAD (2u << 30)
 
 typedef enum {
-    LS_TRACE_META = 1,    // frame 0: JSON {"actor","pid","schema_version","format"}
+    LS_TRACE_META = 1,    // frame 0: JSON {"actor","pid","schema_version","format","exe","argv"}
     LS_TRACE_SOCKET = 2,  // aux = socket index; frames: name, type ("ROUTER"/"DEALER"), endpoint
     LS_TRACE_MSG = 3,     // dir in/out; sock = socket index; frames as on the wire
     LS_TRACE_TIMER = 4,   // aux = timer id (creation order within the actor)
     LS_TRACE_SIGNAL = 5,  // aux = signal number
-    LS_TRACE_JOB = 6,     // aux = job id (submission order): a background job's completion ran
+    LS_TRACE_JOB = 6,     // aux = job id (submission order): a background job's completion ran;
+                          // frame 0: the job's result (ls_actor_job_result), else no frame
+    LS_TRACE_INPUT = 7,   // frame 0: key; then the frames the actor read (ls_actor_input)
+    LS_TRACE_SEND_FAILED = 8,  // aux = errno: the message of the previous record was not sent
 } ls_trace_kind_t;
 
 typedef enum { LS_TRACE_IN = 0, LS_TRACE_OUT = 1 } ls_trace_dir_t;

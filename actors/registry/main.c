@@ -140,7 +140,9 @@ static void s_host_check(void *host, uint64_t op, check_mode_t mode, const char 
     j->env = &r->env;
     j->op = op;
     j->mode = mode;
-    if (ls_actor_job(r->actor, s_check_work, s_check_done, j) < 0) {
+    // The verdict is all the loop uses of what the check read from disk: recorded, it lets a
+    // replay skip the disk.
+    if (ls_actor_job_result(r->actor, s_check_work, s_check_done, j, &j->res, sizeof j->res) < 0) {
         ls_warn(0, "no job thread for checking %s; checking it on the loop", name);
         ls_actor_timer_start(r->actor, 0, 0, s_check_inline, j);
     }
@@ -405,6 +407,44 @@ static void s_startup_path(registry_t *r, const char *entry) {
     free(path);
 }
 
+// The adapters the journal restores, as the actor's recorded input "registry.journal" (one
+// encoded LoadAdapter per frame). A replay takes them from the trace and opens no journal, so
+// it writes nothing to the state directory.
+static int s_journal_restore(registry_t *r, ls_actor_t *a) {
+    zmsg_t *frames = zmsg_new();
+    if (!ls_actor_replaying(a)) {
+        ls_msg_t *live;
+        size_t n;
+        char err[512];
+        if (!(r->journal = journal_open(r->state_dir, &live, &n, err, sizeof err))) {
+            ls_error(0, "--state-dir: %s", err);
+            zmsg_destroy(&frames);
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            char *buf;
+            size_t len;
+            if (ls_msg_encode(&live[i], &buf, &len) == 0) {
+                zmsg_addmem(frames, buf, len);
+                free(buf);
+            }
+            ls_msg_clear(&live[i]);
+        }
+        free(live);
+    }
+    ls_actor_input(a, "registry.journal", &frames);
+    for (zframe_t *f = zmsg_first(frames); f; f = zmsg_next(frames)) {
+        ls_msg_t m;
+        if (ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL) < 0 || m.type != LS_MSG_LOAD_ADAPTER)
+            continue;
+        const ls_msg_load_adapter_t *la = &m.u.load_adapter;
+        reg_load(r->reg, ls_actor_now_ns(a), REG_FROM_JOURNAL, la->name, la->path, la->pinned, la->adapter_id, NULL);
+        ls_msg_clear(&m);
+    }
+    zmsg_destroy(&frames);
+    return 0;
+}
+
 static int s_start(ls_actor_t *a, void *state) {
     registry_t *r = state;
     r->actor = a;
@@ -441,19 +481,8 @@ static int s_start(ls_actor_t *a, void *state) {
     if (!(r->reg = reg_new(&cfg, &host)))
         return -1;
     if (r->state_dir) {
-        ls_msg_t *live;
-        size_t n;
-        if (!(r->journal = journal_open(r->state_dir, &live, &n, err, sizeof err))) {
-            ls_error(0, "--state-dir: %s", err);
+        if (s_journal_restore(r, a) < 0)
             return -1;
-        }
-        for (size_t i = 0; i < n; i++) {
-            const ls_msg_load_adapter_t *la = &live[i].u.load_adapter;
-            reg_load(r->reg, ls_actor_now_ns(a), REG_FROM_JOURNAL, la->name, la->path, la->pinned, la->adapter_id,
-                     NULL);
-            ls_msg_clear(&live[i]);
-        }
-        free(live);
     } else
         ls_warn(0, "no --state-dir: adapter registrations will not survive a restart");
     for (size_t i = 0; i < r->lora_paths.n; i++)

@@ -84,7 +84,7 @@ struct pending {
 };
 
 typedef struct {
-    uint32_t kv_blocks, block_size, max_context, slots, max_loaded;
+    uint32_t kv_blocks, block_size, max_context, slots, max_loaded, vocab;
 } worker_caps_t;
 
 typedef struct {
@@ -102,7 +102,7 @@ struct sched {
     size_t n_eos;
     bool ready;  // every rank reported: serving
     bool down;   // the workers failed (or the actor stops): refuse new work until they are back
-    uint32_t max_context, max_loaded;
+    uint32_t max_context, max_loaded, vocab;
     kv_t *kv;
     lora_t *lora;
     zhashx_t *reqs;  // "rid" -> req_t (lookup only)
@@ -977,6 +977,7 @@ static void s_start_serving(sched_t *s, uint64_t now) {
         c.max_context = s_min_u32(c.max_context, w->max_context);
         c.slots = s_min_u32(c.slots, w->slots);
         c.max_loaded = s_min_u32(c.max_loaded, w->max_loaded);
+        c.vocab = s_min_u32(c.vocab, w->vocab);
     }
     kv_t *kv = kv_new(c.kv_blocks, c.block_size);
     if (!kv || lora_slots_reset(s->lora, (int)c.slots) < 0) {
@@ -988,6 +989,7 @@ static void s_start_serving(sched_t *s, uint64_t now) {
     s->kv = kv;
     s->max_context = c.max_context;
     s->max_loaded = c.max_loaded;
+    s->vocab = c.vocab;
     s->ready = true;
     s->down = false;
     ls_info(0, "serving: %d worker(s), %u KV blocks of %u tokens, context %u, %u adapter slots, CPU tier %u",
@@ -1059,8 +1061,18 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
     s_rid_key(rid, key);
     uint64_t n_prompt = tr->input_ids.n, bs = kv_block_size(s->kv);
     uint64_t need_blocks = (n_prompt + max_new - 1 + bs - 1) / bs;
+    // A token the model does not have would fail the whole step it runs in, for every request
+    // batched with it: refuse it here, alone.
+    size_t bad_at = n_prompt;
+    for (size_t i = 0; i < n_prompt && bad_at == n_prompt; i++)
+        if (tr->input_ids.v[i] < 0 || (uint32_t)tr->input_ids.v[i] >= s->vocab)
+            bad_at = i;
     if (n_prompt == 0)
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "the prompt is empty");
+    else if (bad_at < n_prompt)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref,
+                      "token id %d at position %zu is outside the model's vocabulary of %u", tr->input_ids.v[bad_at],
+                      bad_at, s->vocab);
     else if (tr->sampling.n > 1)
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref,
                       "n = %u: the tokenizer expands n > 1 into separate requests", tr->sampling.n);
@@ -1374,9 +1386,10 @@ void sched_on_unload_adapter(sched_t *s, uint64_t now, ls_msg_t *msg, void *repl
 void sched_on_worker_info(sched_t *s, uint64_t now, const ls_msg_t *msg) {
     s->now = now;
     const ls_msg_worker_info_t *w = &msg->u.worker_info;
-    if (w->rank >= (uint32_t)s->cfg.tp_size || w->kv_blocks == 0 || w->block_size == 0 || w->max_context == 0) {
-        ls_warn(0, "ignoring WorkerInfo from rank %u: rank outside the group of %d, or no KV blocks/context", w->rank,
-                s->cfg.tp_size);
+    if (w->rank >= (uint32_t)s->cfg.tp_size || w->kv_blocks == 0 || w->block_size == 0 || w->max_context == 0 ||
+        w->vocab_size == 0) {
+        ls_warn(0, "ignoring WorkerInfo from rank %u: rank outside the group of %d, or no KV blocks/context/vocabulary",
+                w->rank, s->cfg.tp_size);
         return;
     }
     if (s->ready) {
@@ -1387,6 +1400,7 @@ void sched_on_worker_info(sched_t *s, uint64_t now, const ls_msg_t *msg) {
     }
     s->caps[w->rank] = (worker_caps_t){.kv_blocks = w->kv_blocks, .block_size = w->block_size,
                                        .max_context = w->max_context, .slots = w->max_loras_per_batch,
+                                       .vocab = w->vocab_size,
                                        .max_loaded = w->max_loaded_loras};
     if (w->rank == 0) {
         free(s->eos);

@@ -102,6 +102,7 @@ void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint
     w->kv_blocks = kv_blocks;
     w->block_size = block_size;
     w->max_context = max_context;
+    w->vocab_size = H_VOCAB;
     w->max_loras_per_batch = slots;
     w->max_loaded_loras = max_loaded;
     w->eos_token_ids.v = malloc(sizeof(int32_t));

@@ -65,6 +65,8 @@ void h_free(h_t *h);
 void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint32_t max_context, uint32_t slots,
             uint32_t max_loaded);
 // TokenizedReq: prompt of n tokens (token i = base + i), adapter id or NULL, max_new (0: default).
+// The vocabulary the fake workers report: prompts use ids base .. base+n-1 below it.
+#define H_VOCAB 32000
 void h_request(h_t *h, uint64_t rid, uint32_t n, int32_t base, const char *adapter, uint32_t max_new);
 void h_abort(h_t *h, uint64_t rid);
 void h_load(h_t *h, uint64_t rid, const char *id, bool pinned);
