@@ -132,11 +132,11 @@ int main(int argc, char **argv) {
     if (rm_write_model(dir, &sp, NULL) != 0)
         s_die("writing the model", dir);
     ls_backend_t *be = ls_backend_cpu_new(o.threads);
-    s_bench_t b = {.m = ls_model_load(dir, be, NULL, NULL, err, sizeof err), .vocab = sp.vocab};
+    s_bench_t b = {.m = ls_model_load(dir, be, NULL, NULL, NULL, err, sizeof err), .vocab = sp.vocab};
     if (!b.m)
         s_die("model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
-    ls_lora_pool_config_t pc = {o.n_adapters, RANK, o.n_adapters, 0, LS_LORA_EVICT_LRU};
+    ls_lora_pool_config_t pc = {o.n_adapters, RANK, o.n_adapters, 0, LS_LORA_EVICT_LRU, 0, 1};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
         s_die("pool", err);

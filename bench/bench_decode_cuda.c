@@ -28,6 +28,7 @@
 
 #include "backend.h"
 #include "backend_cuda.h"
+#include "llama3_8b.h"
 #include "lora_pool.h"
 #include "model.h"
 
@@ -37,16 +38,7 @@
 #define WARM 3
 #define N_FILES 8
 
-static const char *s_llama3_8b =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
-    "\"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32, "
-    "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128, "
-    "\"vocab_size\": 128256, \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-5, "
-    "\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
-    "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
-    "\"original_max_position_embeddings\": 8192}, \"tie_word_embeddings\": false, "
-    "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"torch_dtype\": \"bfloat16\", "
-    "\"hidden_act\": \"silu\"}";
+static const char *s_llama3_8b = LS_BENCH_LLAMA3_8B;
 
 static double s_now(void) {
     struct timespec ts;
@@ -151,7 +143,7 @@ int main(int argc, char **argv) {
     cudaGetDeviceProperties(&prop, 0);
     double bw = s_copy_bw();
     double t0 = s_now();
-    b.m = ls_model_load_dummy(s_llama3_8b, be, 1, NULL, NULL, err, sizeof err);
+    b.m = ls_model_load_dummy(s_llama3_8b, be, NULL, 1, NULL, NULL, err, sizeof err);
     if (!b.m)
         s_die("dummy model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
@@ -164,7 +156,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     t0 = s_now();
-    ls_lora_pool_config_t pc = {32, RANK, 32, 0, LS_LORA_EVICT_LRU};
+    ls_lora_pool_config_t pc = {32, RANK, 32, 0, LS_LORA_EVICT_LRU, 0, 1};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
         s_die("pool", err);

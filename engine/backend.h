@@ -89,8 +89,10 @@ struct ls_backend {
     int (*step_begin)(ls_backend_t *self, const ls_step_t *step);
 
     // -- ops (shapes as in kernels/ops.h) ---------------------------------------------
-    // step: out (T, C) = table (vocab, C) [token_ids]
-    void (*embedding)(ls_backend_t *self, ls_view_t out, ls_view_t table, int C, int vocab);
+    // step: out (T, C) = table (vocab, C) [token_ids - vocab0], zero rows for token ids
+    // outside [vocab0, vocab0 + vocab) (a tensor-parallel rank's vocabulary range)
+    void (*embedding)(ls_backend_t *self, ls_view_t out, ls_view_t table, int C, int vocab0,
+                      int vocab);
     // y (T, out) (+)= x (T, in) · w (out, in)ᵀ + bias (out); bias may be LS_VIEW_NONE
     void (*matmul)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
                    ls_view_t bias, int T, int in, int out, int accumulate);

@@ -157,9 +157,10 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
 }
 
 static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int C,
-                        int vocab) {
+                        int vocab0, int vocab) {
     const ls_step_t *st = &s_cpu(self)->step;
-    ls_embedding_forward(s_f32(out), s_f32(table), st->token_ids, st->n_tokens, C, vocab);
+    ls_embedding_forward(s_f32(out), s_f32(table), st->token_ids, st->n_tokens, C, vocab0,
+                         vocab);
 }
 
 static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,

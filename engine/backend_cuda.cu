@@ -377,10 +377,10 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
 // -- ops --------------------------------------------------------------------------------------
 
 static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int C,
-                        int vocab) {
+                        int vocab0, int vocab) {
     s_cuda_t *c = s_ctx(self);
     s_note(c, ls_cu_embedding(s_f32(out), s_ptr(table), s_dt(table), c->token_ids, c->T, C,
-                              vocab, c->stream));
+                              vocab0, vocab, c->stream));
 }
 
 static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
@@ -647,6 +647,10 @@ static void s_err(char *err, size_t errlen, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+}
+
+void *ls_backend_cuda_stream(ls_backend_t *be) {
+    return s_ctx(be)->stream;
 }
 
 ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {

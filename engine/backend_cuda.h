@@ -35,6 +35,9 @@ extern "C" {
 // The CUDA backend on GPU `device`. NULL on failure (no device, no memory, cuBLAS init),
 // with one sentence in err.
 ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen);
+// The backend's one stream (a cudaStream_t), for work that must queue in order with its ops
+// (the NCCL collectives of comm_nccl.h).
+void *ls_backend_cuda_stream(ls_backend_t *be);
 
 #ifdef __cplusplus
 }

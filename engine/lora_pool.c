@@ -51,10 +51,16 @@ typedef struct {
     uint64_t loaded, used; // ticks
 } s_slot_t;
 
+// The part of a target's (out, in) weight the pool's shard holds (ls_tp_target_window).
+typedef struct {
+    int out0, n_out, in0, n_in;
+} s_window_t;
+
 struct ls_lora_pool {
     ls_backend_t *be;
     ls_model_config_t cfg;
     ls_lora_pool_config_t pc;
+    s_window_t win[LS_TARGET_COUNT];
     unsigned enabled;                       // target mask
     int n_slots;                            // max_loras_per_batch + 1
     ls_lora_group_shape_t shape[LS_LORA_GROUP_COUNT];
@@ -99,6 +105,10 @@ static bool s_in(const int *list, int n, int x) {
 ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
                                  const ls_lora_pool_config_t *pc, char *err, size_t errlen) {
     unsigned mask = pc->target_mask ? pc->target_mask : S_ALL_TARGETS;
+    ls_tp_shard_t shard;
+    if (ls_model_config_shard(cfg, pc->tp_size > 1 ? pc->tp_rank : 0,
+                              pc->tp_size > 1 ? pc->tp_size : 1, &shard, err, errlen) != 0)
+        return NULL;
     if (pc->max_loras_per_batch < 1 || pc->max_lora_rank < 1 ||
         pc->max_loaded_loras < pc->max_loras_per_batch || (mask & ~S_ALL_TARGETS)) {
         ls_err_set(err, errlen,
@@ -118,6 +128,10 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     self->cfg = *cfg;
     self->pc = *pc;
     self->enabled = mask;
+    for (int t = 0; t < LS_TARGET_COUNT; t++) {
+        s_window_t *w = &self->win[t];
+        ls_tp_target_window(cfg, &shard, (ls_target_t)t, &w->out0, &w->n_out, &w->in0, &w->n_in);
+    }
     self->n_slots = pc->max_loras_per_batch + 1;
     int n_slots = self->n_slots, L = cfg->num_hidden_layers;
     self->entries = calloc((size_t)pc->max_loaded_loras, sizeof *self->entries);
@@ -138,10 +152,9 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         ls_lora_group_shape_t *s = &self->shape[g];
         s->n_slices = s_group_def[g].n;
         for (int k = 0; k < s->n_slices; k++) {
-            int in, out;
-            ls_model_config_target_dims(cfg, s_group_def[g].t[k], &in, &out);
-            s->in = in;
-            s->slice_offsets[k + 1] = s->slice_offsets[k] + out;
+            const s_window_t *w = &self->win[s_group_def[g].t[k]];
+            s->in = w->n_in;
+            s->slice_offsets[k + 1] = s->slice_offsets[k] + w->n_out;
         }
         if (!(mask & s_group_mask(g)))
             continue;
@@ -360,7 +373,7 @@ int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t 
 }
 
 // Uploads entry e into slot w, layer by layer and group by group, through the staging
-// blocks (zero padding and folded scalings are made on the host).
+// blocks (zero padding, folded scalings and the rank's shard are made on the host).
 static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
     ls_backend_t *be = self->be;
     int r_max = self->pc.max_lora_rank;
@@ -373,21 +386,23 @@ static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
             memset(self->stage_a, 0, an * sizeof(float));
             memset(self->stage_b, 0, bn * sizeof(float));
             for (int k = 0; k < s->n_slices; k++) {
-                const ls_lora_weights_t *lw =
-                    ls_adapter_layer_target(e->adapter, l, s_group_def[g].t[k]);
-                int r = lw->rank, off = s->slice_offsets[k];
-                int out_k = s->slice_offsets[k + 1] - off;
+                ls_target_t t = s_group_def[g].t[k];
+                const ls_lora_weights_t *lw = ls_adapter_layer_target(e->adapter, l, t);
+                const s_window_t *win = &self->win[t];
+                int r = lw->rank, off = s->slice_offsets[k], in_all, out_all;
                 if (r == 0)
                     continue;
-                // A (r, in) -> rows k*r_max .. k*r_max + r - 1
-                memcpy(self->stage_a + (size_t)k * r_max * s->in, lw->A,
-                       (size_t)r * s->in * sizeof(float));
-                // B (out_k, r) -> rows off.., columns 0..r-1 of (out_total, r_max)
+                ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
+                // A (r, in_all), columns in0.. -> rows k*r_max .. k*r_max + r - 1
+                for (int j = 0; j < r; j++)
+                    memcpy(self->stage_a + ((size_t)k * r_max + j) * s->in,
+                           lw->A + (size_t)j * in_all + win->in0, (size_t)s->in * sizeof(float));
+                // B (out_all, r), rows out0.. -> rows off.., columns 0..r-1 of (out_total, r_max)
                 float fold = e->uniform ? 1.0f : lw->scaling;
-                for (int o = 0; o < out_k; o++)
+                for (int o = 0; o < win->n_out; o++)
                     for (int j = 0; j < r; j++)
                         self->stage_b[(size_t)(off + o) * r_max + j] =
-                            lw->B[(size_t)o * r + j] * fold;
+                            lw->B[(size_t)(win->out0 + o) * r + j] * fold;
             }
             size_t layer_a = (size_t)l * self->n_slots * an,
                    layer_b = (size_t)l * self->n_slots * bn;

@@ -31,6 +31,14 @@
     as stored; otherwise each module's scaling is folded into its B at upload (one fp32
     rounding of the product) and the slot's scaling is 1.
 
+    Tensor parallelism (tp_size > 1): the slots hold rank tp_rank's shards, matching the
+    base model's (ls_tp_target_window, S-LoRA / sgl-jax): column-parallel targets (q, k, v,
+    gate, up) keep A whole and their rows of B; row-parallel ones (o, down) keep their
+    columns of A and B whole. A rank's LoRA output is then exactly its share of the target's
+    output: whole columns of a column-parallel one, a partial sum of a row-parallel one that
+    the all-reduce after it completes, so LoRA adds no collective. The CPU tier keeps whole
+    adapters (the shards are cut at slot upload), so every rank loads the same files.
+
     Adapters must have been loaded (ls_adapter_load) against the same model config and a
     max_lora_rank no larger than the pool's. Single-threaded: the worker's loop owns it.
 */
@@ -68,6 +76,7 @@ typedef struct {
     int max_loaded_loras;     // CPU tier capacity, >= max_loras_per_batch
     unsigned target_mask;     // bits (1u << ls_target_t) of lora_target_modules; 0: all seven
     ls_lora_eviction_t eviction;
+    int tp_rank, tp_size;     // the shard the slots hold; tp_size 0 or 1: whole adapters
 } ls_lora_pool_config_t;
 
 typedef struct {
@@ -77,7 +86,8 @@ typedef struct {
     uint64_t cpu_evictions;   // adapters dropped from the CPU tier to make room
 } ls_lora_pool_stats_t;
 
-// The layout of one group, for the forward.
+// The layout of one group, for the forward (the rank's shard: its input columns of o and
+// down, its output rows of the others).
 typedef struct {
     int n_slices;
     int in;                                   // input width of the group
@@ -86,8 +96,8 @@ typedef struct {
 
 typedef struct ls_lora_pool ls_lora_pool_t;
 
-// Allocates the slots of every enabled group on be (zeroed). NULL + err on bad settings or
-// allocation failure.
+// Allocates the slots of every enabled group on be (zeroed). NULL + err on bad settings
+// (including a model that does not split over tp_size ranks) or allocation failure.
 ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
                                  const ls_lora_pool_config_t *pc, char *err, size_t errlen);
 // Frees the slots and every adapter of the CPU tier; idempotent, clears the pointer.

@@ -8,6 +8,12 @@
     The residual stream follows HF in fp32: x holds the residual, each sub-layer's output y
     is added into it by the fused rmsnorm (residual += y; h = rmsnorm(residual)) that also
     produces the next sub-layer's input.
+
+    Tensor parallelism (model.h): the sizes below (q_dim, kv_dim, I, heads) are the rank's
+    own, so s_place stacks the rank's slices exactly as it stacks whole tensors, and s_window
+    says which slice of each checkpoint tensor a rank reads. Every rank keeps the whole
+    residual stream; the row-parallel outputs (o, down) and the embedding are partial sums
+    until the all-reduce that follows them.
 */
 #include "model.h"
 
@@ -54,14 +60,21 @@ typedef enum {
     S_WS_ACT,     // (T, inter)
     S_WS_LORA,    // (T, LS_LORA_MAX_SLICES*r_max)
     S_WS_LAST,    // (R, hidden)
-    S_WS_LOGITS,  // (R, vocab)
+    S_WS_LOGITS,  // (R, vocab) the whole rows (rank 0)
+    S_WS_PART,    // (R, vocab_pad) the rank's vocabulary slice of them (tensor parallel)
+    S_WS_FLAG,    // (1) step agreement across the ranks
     S_WS_COUNT,
 } s_ws_t;
 
 struct ls_model {
     ls_backend_t *be;
     ls_model_config_t cfg;
-    int H, I, V, q_dim, kv_dim, qkv_dim;
+    ls_comm_t *comm;                     // NULL: one rank holds everything
+    ls_tp_shard_t shard;
+    int *vocab_off;                      // (size+1) each rank's first vocabulary row
+    // the rank's sizes: heads, intermediate, projection widths; H and V are whole
+    int H, I, V, n_heads, n_kv_heads, q_dim, kv_dim, qkv_dim;
+    int vocab_pad;                       // rows of the rank's embedding and lm_head buffers
     ls_buffer_t *global[S_GLOBAL_COUNT]; // lm_head NULL when tied
     ls_buffer_t **layer;                 // (num_hidden_layers, S_LAYER_COUNT), NULL: absent
     ls_buffer_t *inv_freq;               // (head_dim/2)
@@ -126,24 +139,117 @@ typedef struct {
     void *stage; // S_CHUNK_BYTES, for tensors whose data is not aligned to their dtype
 } s_progress_t;
 
-// Uploads tensor t into dst chunk by chunk. safetensors does not align tensor data, so a
-// misaligned tensor goes through the staging block rather than be read in place.
+// The part of a checkpoint tensor a rank holds: rows [r0, r0 + nr) and columns
+// [c0, c0 + nc) of the tensor seen as (rows, ld); a 1-D tensor is one row.
+typedef struct {
+    size_t r0, nr, c0, nc, ld;
+} s_window_t;
+
+static size_t s_window_numel(const s_window_t *w) {
+    return w->nr * w->nc;
+}
+
+// The window of spec for the model's shard (model_config.h): projections as
+// ls_tp_target_window says, their biases along their output, the vocabulary rows of the
+// embedding and lm_head; row-parallel biases (o, down) on rank 0 only, so that the
+// all-reduce adds them once; norms whole.
+static s_window_t s_window(const ls_model_t *self, const ls_weight_spec_t *spec) {
+    const ls_tp_shard_t *s = &self->shard;
+    size_t rows = spec->ndim > 1 ? (size_t)spec->shape[0] : 1;
+    size_t ld = (size_t)spec->shape[spec->ndim > 1 ? 1 : 0];
+    s_window_t w = {0, rows, 0, ld, ld};
+    static const ls_target_t targets[LS_W_ROLE_COUNT] = {
+        [LS_W_Q] = LS_TARGET_Q,        [LS_W_K] = LS_TARGET_K,
+        [LS_W_V] = LS_TARGET_V,        [LS_W_O] = LS_TARGET_O,
+        [LS_W_GATE] = LS_TARGET_GATE,  [LS_W_UP] = LS_TARGET_UP,
+        [LS_W_DOWN] = LS_TARGET_DOWN,  [LS_W_Q_BIAS] = LS_TARGET_Q,
+        [LS_W_K_BIAS] = LS_TARGET_K,   [LS_W_V_BIAS] = LS_TARGET_V,
+        [LS_W_GATE_BIAS] = LS_TARGET_GATE, [LS_W_UP_BIAS] = LS_TARGET_UP,
+    };
+    int out0, n_out, in0, n_in;
+    switch (spec->role) {
+    case LS_W_EMBED:
+    case LS_W_LM_HEAD:
+        w.r0 = (size_t)s->vocab0;
+        w.nr = (size_t)s->vocab;
+        break;
+    case LS_W_Q: case LS_W_K: case LS_W_V: case LS_W_O:
+    case LS_W_GATE: case LS_W_UP: case LS_W_DOWN:
+        ls_tp_target_window(&self->cfg, s, targets[spec->role], &out0, &n_out, &in0, &n_in);
+        w = (s_window_t){(size_t)out0, (size_t)n_out, (size_t)in0, (size_t)n_in, ld};
+        break;
+    case LS_W_Q_BIAS: case LS_W_K_BIAS: case LS_W_V_BIAS:
+    case LS_W_GATE_BIAS: case LS_W_UP_BIAS:
+        ls_tp_target_window(&self->cfg, s, targets[spec->role], &out0, &n_out, &in0, &n_in);
+        w.c0 = (size_t)out0;
+        w.nc = (size_t)n_out;
+        break;
+    case LS_W_O_BIAS:
+    case LS_W_DOWN_BIAS:
+        w.nr = s->rank == 0;
+        break;
+    default:
+        break;
+    }
+    return w;
+}
+
+// Uploads window w of tensor t into dst chunk by chunk, reading the mapped file in place:
+// whole rows are one contiguous run; a column window (row-parallel weights) is packed row
+// by row into the staging block first. safetensors does not align tensor data, so a
+// misaligned run also goes through the staging block.
 static int s_upload_tensor(ls_backend_t *be, ls_view_t dst, const ls_st_tensor_t *t,
-                           s_progress_t *p) {
+                           const s_window_t *w, s_progress_t *p) {
     size_t esz = ls_dtype_size(t->dtype), per_chunk = S_CHUNK_BYTES / esz;
-    bool aligned = (uintptr_t)t->data % esz == 0;
-    for (size_t i = 0; i < t->numel; i += per_chunk) {
-        size_t n = t->numel - i < per_chunk ? t->numel - i : per_chunk;
-        const char *src = (const char *)t->data + i * esz;
-        if (!aligned)
-            src = memcpy(p->stage, src, n * esz);
-        if (be->buffer_upload(be, ls_view(dst.buf, dst.off + i), src, t->dtype, n) != 0)
+    const char *base = (const char *)t->data + (w->r0 * w->ld + w->c0) * esz;
+    if (w->nc == w->ld) { // whole rows: one run of nr * ld elements
+        bool aligned = (uintptr_t)base % esz == 0;
+        size_t numel = s_window_numel(w);
+        for (size_t i = 0; i < numel; i += per_chunk) {
+            size_t n = numel - i < per_chunk ? numel - i : per_chunk;
+            const char *src = base + i * esz;
+            if (!aligned)
+                src = memcpy(p->stage, src, n * esz);
+            if (be->buffer_upload(be, ls_view(dst.buf, dst.off + i), src, t->dtype, n) != 0)
+                return -1;
+            p->done += n * esz;
+            if (p->fn)
+                p->fn(p->arg, t->name, p->done, p->total);
+        }
+        return 0;
+    }
+    size_t rows_per = per_chunk / w->nc ? per_chunk / w->nc : 1;
+    assert(w->nc <= per_chunk);
+    for (size_t r = 0; r < w->nr; r += rows_per) {
+        size_t m = w->nr - r < rows_per ? w->nr - r : rows_per;
+        for (size_t i = 0; i < m; i++)
+            memcpy((char *)p->stage + i * w->nc * esz, base + (r + i) * w->ld * esz, w->nc * esz);
+        if (be->buffer_upload(be, ls_view(dst.buf, dst.off + r * w->nc), p->stage, t->dtype,
+                              m * w->nc) != 0)
             return -1;
-        p->done += n * esz;
+        p->done += m * w->nc * esz;
         if (p->fn)
             p->fn(p->arg, t->name, p->done, p->total);
     }
     return 0;
+}
+
+// Elements spec adds to its place: its window, except that the vocabulary tables take
+// vocab_pad rows whatever the rank's share (zero past it), so every rank's logits slice
+// has the same stride for the gather.
+static size_t s_place_numel(const ls_model_t *self, const ls_weight_spec_t *spec,
+                            const s_window_t *w) {
+    if (spec->role == LS_W_EMBED || spec->role == LS_W_LM_HEAD)
+        return (size_t)self->vocab_pad * w->nc;
+    return s_window_numel(w);
+}
+
+// Zeroes the padding rows of the vocabulary tables (a rank whose share is below vocab_pad).
+static void s_zero_vocab_pad(ls_model_t *self) {
+    size_t used = (size_t)self->shard.vocab * self->H, all = (size_t)self->vocab_pad * self->H;
+    for (int g = S_EMBED; g <= S_LM_HEAD; g += S_LM_HEAD - S_EMBED)
+        if (self->global[g] && all > used)
+            self->be->buffer_zero(self->be, ls_view(self->global[g], used), all - used);
 }
 
 static void s_rope_config(const ls_model_config_t *cfg, ls_rope_config_t *rc) {
@@ -184,11 +290,12 @@ static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, 
         size_t idx = spec.layer < 0 ? (size_t)(place - self->global)
                                     : S_GLOBAL_COUNT + (size_t)(place - self->layer);
         const ls_st_tensor_t *t = ls_st_find(st, spec.name);
-        sizes[idx] += t->numel;
+        s_window_t w = s_window(self, &spec);
+        sizes[idx] += s_place_numel(self, &spec, &w);
         dtypes[idx] = t->dtype; // as stored, so a device backend can keep bf16 as bf16
         if (spec.role == LS_W_Q && spec.layer == 0)
             self->weight_dtype = t->dtype;
-        p->total += t->nbytes;
+        p->total += s_window_numel(&w) * ls_dtype_size(t->dtype);
     }
     int rc = 0;
     for (size_t idx = 0; idx < n_places && rc == 0; idx++) {
@@ -205,13 +312,16 @@ static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, 
     }
     free(sizes);
     free(dtypes);
+    if (rc == 0)
+        s_zero_vocab_pad(self);
     // pass 2: upload
     for (size_t i = 0; rc == 0 && i < n_specs; i++) {
         ls_model_config_weight_spec(&self->cfg, i, &spec);
         size_t off;
         ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
         const ls_st_tensor_t *t = ls_st_find(st, spec.name);
-        if (s_upload_tensor(be, ls_view(*place, off), t, p) != 0) {
+        s_window_t w = s_window(self, &spec);
+        if (s_window_numel(&w) && s_upload_tensor(be, ls_view(*place, off), t, &w, p) != 0) {
             ls_err_set(err, errlen, "%s: tensor \"%s\": upload to the %s backend failed",
                        t->file, t->name, be->name);
             rc = -1;
@@ -221,21 +331,34 @@ static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, 
     return rc;
 }
 
-// The sizes that follow from the config, and the layer table.
+// The rank's shard and the sizes that follow from it, the layer table.
 static int s_model_init(ls_model_t *self, const char *what, char *err, size_t errlen) {
     const ls_model_config_t *c = &self->cfg;
+    int rank = self->comm ? ls_comm_rank(self->comm) : 0;
+    int size = self->comm ? ls_comm_size(self->comm) : 1;
+    ls_tp_shard_t *s = &self->shard;
+    if (ls_model_config_shard(c, rank, size, s, err, errlen) != 0)
+        return -1;
     self->H = c->hidden_size;
-    self->I = c->intermediate_size;
+    self->I = s->inter;
     self->V = c->vocab_size;
-    self->q_dim = c->num_attention_heads * c->head_dim;
-    self->kv_dim = c->num_key_value_heads * c->head_dim;
+    self->n_heads = s->n_q_heads;
+    self->n_kv_heads = s->n_kv_heads;
+    self->q_dim = s->n_q_heads * c->head_dim;
+    self->kv_dim = s->n_kv_heads * c->head_dim;
     self->qkv_dim = self->q_dim + 2 * self->kv_dim;
+    self->vocab_pad = s->vocab_max;
     self->weight_dtype = c->torch_dtype;
     self->layer = calloc((size_t)c->num_hidden_layers * S_LAYER_COUNT, sizeof *self->layer);
-    if (!self->layer) {
+    self->vocab_off = calloc((size_t)size + 1, sizeof *self->vocab_off);
+    if (self->comm) // the step agreement (ls_model_agree) must not depend on an allocation
+        self->ws[S_WS_FLAG] = self->be->buffer_new(self->be, LS_DTYPE_F32, 1);
+    if (!self->layer || !self->vocab_off || (self->comm && !self->ws[S_WS_FLAG])) {
         ls_err_set(err, errlen, "%s: out of memory", what);
         return -1;
     }
+    for (int r = 0; r <= size; r++)
+        self->vocab_off[r] = (int)((int64_t)self->V * r / size);
     return 0;
 }
 
@@ -262,8 +385,8 @@ static int s_model_rope(ls_model_t *self, const char *what, char *err, size_t er
     return 0;
 }
 
-ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_fn *progress,
-                          void *arg, char *err, size_t errlen) {
+ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_comm_t *comm,
+                          ls_model_progress_fn *progress, void *arg, char *err, size_t errlen) {
     ls_model_t *self = calloc(1, sizeof *self);
     ls_st_t *st = NULL;
     s_progress_t p = {progress, arg, 0, 0, malloc(S_CHUNK_BYTES)};
@@ -272,6 +395,7 @@ ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_f
         goto fail;
     }
     self->be = be;
+    self->comm = comm;
     if (ls_model_config_load(dir, &self->cfg, err, errlen) != 0)
         goto fail;
     if (s_model_init(self, dir, err, errlen) != 0)
@@ -339,9 +463,9 @@ static const void *s_dummy_values(s_dummy_pool_t *pools, int *n_pools, float mul
     return d;
 }
 
-ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, uint64_t seed,
-                                ls_model_progress_fn *progress, void *arg, char *err,
-                                size_t errlen) {
+ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, ls_comm_t *comm,
+                                uint64_t seed, ls_model_progress_fn *progress, void *arg,
+                                char *err, size_t errlen) {
     ls_model_t *self = calloc(1, sizeof *self);
     const char *what = config && config[strspn(config, " \t\r\n")] == '{' ? "config JSON"
                                                                          : config;
@@ -353,6 +477,7 @@ ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, uint64_t s
         goto fail;
     }
     self->be = be;
+    self->comm = comm;
     if ((what == config ? ls_model_config_load(config, &self->cfg, err, errlen)
                         : ls_model_config_parse(config, strlen(config), what, &self->cfg, err,
                                                 errlen)) != 0)
@@ -369,11 +494,13 @@ ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, uint64_t s
     }
     ls_weight_spec_t spec;
     for (size_t i = 0; ls_model_config_weight_spec(c, i, &spec) == 0; i++) {
-        size_t off, numel = (size_t)spec.shape[0] * (spec.ndim > 1 ? (size_t)spec.shape[1] : 1);
+        size_t off;
+        s_window_t w = s_window(self, &spec);
         ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
         sizes[spec.layer < 0 ? (size_t)(place - self->global)
-                             : S_GLOBAL_COUNT + (size_t)(place - self->layer)] += numel;
-        total += numel * ls_dtype_size(dt);
+                             : S_GLOBAL_COUNT + (size_t)(place - self->layer)] +=
+            s_place_numel(self, &spec, &w);
+        total += s_window_numel(&w) * ls_dtype_size(dt);
     }
     for (size_t idx = 0; idx < n_places; idx++) {
         if (!sizes[idx])
@@ -386,10 +513,13 @@ ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, uint64_t s
             goto fail;
         }
     }
+    s_zero_vocab_pad(self);
     size_t done = 0;
     uint64_t h = seed;
     for (size_t i = 0; ls_model_config_weight_spec(c, i, &spec) == 0; i++) {
-        size_t off, numel = (size_t)spec.shape[0] * (spec.ndim > 1 ? (size_t)spec.shape[1] : 1);
+        size_t off;
+        s_window_t w = s_window(self, &spec);
+        size_t numel = s_window_numel(&w);
         ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
         float mul, add = 0.0f; // as tests/engine/random_model.h scales its random models
         switch (spec.role) {
@@ -460,6 +590,7 @@ void ls_model_destroy(ls_model_t **self_p) {
     for (int i = 0; i < S_WS_COUNT; i++)
         s_buffer_free(self->be, &self->ws[i]);
     free(self->layer);
+    free(self->vocab_off);
     free(self->meta);
     free(self);
     *self_p = NULL;
@@ -721,10 +852,11 @@ static ls_view_t s_w(ls_buffer_t *buf) {
     return buf ? ls_view(buf, 0) : LS_VIEW_NONE;
 }
 
-int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
-                     const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
-    assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
-    self->n_rows = 0;
+// Checks and lays out the step, sizes the workspace and hands the metadata to the backend.
+// Returns T, or -1 + err; nothing has run on the backend's data yet.
+static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                             const ls_model_seq_t *seqs, int n_seqs, ls_step_t *step,
+                             ls_lora_batch_t *lora, char *err, size_t errlen) {
     if (n_seqs < 1) {
         ls_err_set(err, errlen, "step: no sequences");
         return -1;
@@ -739,21 +871,20 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
         ls_err_set(err, errlen, "step: %zu tokens is too many for one step", T);
         return -1;
     }
-    ls_step_t step;
-    ls_lora_batch_t lora;
-    if (s_step_build(self, kv, pool, seqs, n_seqs, &step, &lora) != 0) {
+    if (s_step_build(self, kv, pool, seqs, n_seqs, step, lora) != 0) {
         ls_err_set(err, errlen, "step: out of memory for the metadata of %zu tokens", T);
         return -1;
     }
-    const ls_model_config_t *c = &self->cfg;
-    size_t R = (size_t)step.n_logit_rows;
+    size_t R = (size_t)step->n_logit_rows;
     size_t lora_cols = pool ? (size_t)LS_LORA_MAX_SLICES * ls_lora_pool_r_max(pool) : 1;
+    bool lead = self->shard.rank == 0, tp = self->comm != NULL;
     const size_t need[S_WS_COUNT] = {
         [S_WS_X] = T * self->H,          [S_WS_H] = T * self->H,
         [S_WS_Y] = T * self->H,          [S_WS_QKV] = T * self->qkv_dim,
         [S_WS_ATTN] = T * self->q_dim,   [S_WS_GATE_UP] = T * 2 * self->I,
         [S_WS_ACT] = T * self->I,        [S_WS_LORA] = T * lora_cols,
-        [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = R * self->V,
+        [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = lead ? R * self->V : 0,
+        [S_WS_PART] = tp ? R * self->vocab_pad : 0,
     };
     for (int i = 0; i < S_WS_COUNT; i++)
         if (s_ws_reserve(self, i, need[i]) != 0) {
@@ -761,14 +892,65 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
                        self->be->name, T);
             return -1;
         }
-    ls_backend_t *be = self->be;
-    if (be->step_begin(be, &step) != 0) {
+    if (self->be->step_begin(self->be, step) != 0) {
         ls_err_set(err, errlen, "step: the %s backend could not take the step metadata",
-                   be->name);
+                   self->be->name);
         return -1;
     }
-    int n = (int)T, H = self->H, I = self->I, hd = c->head_dim;
-    int nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    return (int)T;
+}
+
+int ls_model_agree(ls_model_t *self, bool ok, char *err, size_t errlen) {
+    if (!self->comm)
+        return ok ? 0 : -1;
+    ls_backend_t *be = self->be;
+    char why[512] = "";
+    float failed = ok ? 0.0f : 1.0f;
+    ls_view_t flag = s_w(self->ws[S_WS_FLAG]); // allocated with the model
+    if (be->buffer_upload(be, flag, &failed, LS_DTYPE_F32, 1) != 0 ||
+        ls_comm_all_reduce(self->comm, flag, 1, why, sizeof why) != 0 ||
+        be->buffer_download(be, &failed, flag, 1) != 0) {
+        ls_err_set(err, errlen, "step: the ranks could not agree on running it: %s",
+                   *why ? why : "backend failure");
+        return -1;
+    }
+    if (failed > 0.0f) {
+        if (ok)
+            ls_err_set(err, errlen, "step: %d of the %d tensor-parallel ranks could not run it "
+                       "(their logs say why)", (int)failed, self->shard.size);
+        return -1;
+    }
+    return 0;
+}
+
+// After a row-parallel sub-layer (o, down) or the embedding: the partial sums of the ranks
+// become the whole. -1 + err on a failed collective.
+static int s_reduce(ls_model_t *self, ls_view_t y, size_t n, char *err, size_t errlen) {
+    char why[512];
+    if (!self->comm || ls_comm_all_reduce(self->comm, y, n, why, sizeof why) == 0)
+        return 0;
+    ls_err_set(err, errlen, "step: %s", why);
+    return -1;
+}
+
+int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                     const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
+    assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
+    self->n_rows = 0;
+    ls_step_t step;
+    ls_lora_batch_t lora;
+    int T = s_forward_prepare(self, kv, pool, seqs, n_seqs, &step, &lora, err, errlen);
+    // Every rank checks the same plan, but a rank may still fail alone (memory): all of
+    // them learn it here, before any collective that the failed one would never join.
+    if (self->comm && ls_model_agree(self, T >= 0, T >= 0 ? err : NULL, errlen) != 0)
+        return -1;
+    if (T < 0)
+        return -1;
+    const ls_model_config_t *c = &self->cfg;
+    size_t R = (size_t)step.n_logit_rows, TH = (size_t)T * self->H;
+    ls_backend_t *be = self->be;
+    int n = T, H = self->H, I = self->I, hd = c->head_dim;
+    int nh = self->n_heads, nkv = self->n_kv_heads;
     float eps = (float)c->rms_norm_eps;
     ls_view_t x = s_w(self->ws[S_WS_X]), h = s_w(self->ws[S_WS_H]), y = s_w(self->ws[S_WS_Y]),
               qkv = s_w(self->ws[S_WS_QKV]), attn = s_w(self->ws[S_WS_ATTN]),
@@ -777,7 +959,9 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
               v = ls_view(qkv.buf, (size_t)(self->q_dim + self->kv_dim));
     ls_view_t inv_freq = s_w(self->inv_freq);
 
-    be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->V);
+    be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->shard.vocab0, self->shard.vocab);
+    if (s_reduce(self, x, TH, err, errlen) != 0)
+        return -1;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
         // x += y (the previous layer's MLP output); h = rmsnorm(x)
@@ -793,8 +977,11 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
         be->kv_store(be, s_w(kv->k[l]), s_w(kv->v[l]), k, v, nkv, hd, self->qkv_dim);
         be->attention(be, attn, qkv, s_w(kv->k[l]), s_w(kv->v[l]), nh, nkv, hd,
                       kv->block_size, self->qkv_dim);
+        // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
         be->matmul(be, y, attn, s_w(w[S_O]), s_w(w[S_O_BIAS]), n, self->q_dim, H, 0);
         s_lora(self, pool, &step, l, LS_LORA_GROUP_O, y, attn);
+        if (s_reduce(self, y, TH, err, errlen) != 0)
+            return -1;
         // x += y (attention output); h = rmsnorm(x)
         be->rmsnorm(be, h, x, y, s_w(w[S_MLP_NORM]), n, H, eps);
         be->matmul(be, gate_up, h, s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I, 0);
@@ -802,20 +989,33 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
         be->silu_mul(be, act, gate_up, n, I);
         be->matmul(be, y, act, s_w(w[S_DOWN]), s_w(w[S_DOWN_BIAS]), n, I, H, 0);
         s_lora(self, pool, &step, l, LS_LORA_GROUP_DOWN, y, act);
+        if (s_reduce(self, y, TH, err, errlen) != 0)
+            return -1;
     }
     be->rmsnorm(be, h, x, y, s_w(self->global[S_FINAL_NORM]), n, H, eps);
     if (R > 0) {
         ls_buffer_t *head = self->global[S_LM_HEAD] ? self->global[S_LM_HEAD]
                                                     : self->global[S_EMBED];
+        // tensor parallel: each rank its vocabulary slice, rank 0 gathers the rows
+        ls_view_t out = s_w(self->ws[self->comm ? S_WS_PART : S_WS_LOGITS]);
         be->rows_gather(be, s_w(self->ws[S_WS_LAST]), h, H);
-        be->matmul(be, s_w(self->ws[S_WS_LOGITS]), s_w(self->ws[S_WS_LAST]), s_w(head),
-                   LS_VIEW_NONE, (int)R, H, self->V, 0);
+        be->matmul(be, out, s_w(self->ws[S_WS_LAST]), s_w(head), LS_VIEW_NONE, (int)R, H,
+                   self->vocab_pad, 0);
+        char why[512];
+        if (self->comm &&
+            ls_comm_gather_cols(self->comm, s_w(self->ws[S_WS_LOGITS]), out, (int)R,
+                                self->vocab_pad, self->vocab_off, why, sizeof why) != 0) {
+            ls_err_set(err, errlen, "step: %s", why);
+            return -1;
+        }
     }
     self->n_rows = (int)R;
     return (int)R;
 }
 
 int ls_model_logits(ls_model_t *self, float *out) {
+    if (self->shard.rank != 0)
+        return -1;
     if (self->n_rows == 0)
         return 0;
     return self->be->buffer_download(self->be, out, s_w(self->ws[S_WS_LOGITS]),
@@ -824,7 +1024,7 @@ int ls_model_logits(ls_model_t *self, float *out) {
 
 int ls_model_ban_tokens(ls_model_t *self, int row, const int32_t *ids, int n) {
     static const float neg_inf = -INFINITY;
-    if (row < 0 || row >= self->n_rows)
+    if (self->shard.rank != 0 || row < 0 || row >= self->n_rows)
         return -1;
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= self->V)
@@ -840,6 +1040,8 @@ int ls_model_ban_tokens(ls_model_t *self, int row, const int32_t *ids, int n) {
 int ls_model_sample(ls_model_t *self, const ls_sampling_batch_t *batch, int32_t *tokens,
                     float *logprobs, int32_t *top_ids, float *top_logprobs) {
     assert(batch->n_rows == self->n_rows);
+    if (self->shard.rank != 0)
+        return -1;
     if (self->n_rows == 0)
         return 0;
     return self->be->sample(self->be, s_w(self->ws[S_WS_LOGITS]), self->V, batch, tokens,

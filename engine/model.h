@@ -27,6 +27,18 @@
 
     Workspace. Activations live in backend buffers owned by the model that grow to the
     largest step seen (doubling) and are reused; one model runs one step at a time.
+
+    Tensor parallelism. Loaded with a communicator (comm.h) of size N, the model is rank r's
+    shard (Megatron, ls_model_config_shard): its attention heads of q/k/v (KV heads split,
+    or replicated when fewer than N), its slice of gate/up, the matching input columns of o
+    and down, its vocabulary rows of the embedding and lm_head; only the slices are read
+    from the mapped checkpoint. Every rank runs every step: the embedding and the o and
+    down outputs (LoRA included) are partial sums, all-reduced in place (two all-reduces a
+    layer and one for the embedding); each rank computes the
+    logits of its vocabulary slice and rank 0 gathers the rows, so only rank 0 has logits
+    to read, ban or sample. The LoRA pool must be sharded the same way (lora_pool.h). A
+    step first makes every rank agree that it can run it (ls_model_agree), so a rank that
+    fails alone fails the step everywhere instead of leaving its peers at a collective.
 */
 #ifndef LS_MODEL_H
 #define LS_MODEL_H
@@ -36,6 +48,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "lora_pool.h"
 #include "model_config.h"
 
@@ -46,20 +59,23 @@ typedef struct ls_kv_cache ls_kv_cache_t;
 // in all (of the checkpoint as stored).
 typedef void ls_model_progress_fn(void *arg, const char *what, size_t done, size_t total);
 
-// Loads the model in dir onto be (which must outlive it). progress may be NULL.
-// NULL + err (naming the file and tensor) on any failure.
-ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_model_progress_fn *progress,
-                          void *arg, char *err, size_t errlen);
+// Loads the model in dir onto be (which must outlive it): all of it with comm NULL, else
+// the shard of comm's rank (comm, joined on be, must outlive the model too). progress may
+// be NULL. NULL + err (naming the file and tensor) on any failure, or when the model does
+// not split over comm's ranks.
+ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_comm_t *comm,
+                          ls_model_progress_fn *progress, void *arg, char *err, size_t errlen);
 // A model of the given config with random weights and no checkpoint, for benchmarks at
 // real shapes (--load-format dummy). config: a model directory, a config.json path, or the
 // JSON text itself (starting with '{'). Weights are stored in the config's torch_dtype;
 // values are deterministic in seed and scaled as tests/engine/random_model.h scales its
 // random models (projections U(-1,1)·1.7/sqrt(in), norms 1 ± 0.1, embeddings U(-1,1)),
 // drawn from one 16 MB pattern per value class at pseudo-random offsets (cheap to make:
-// an 8B model uploads at the backend's host-to-device speed). NULL + err on failure.
-ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, uint64_t seed,
-                                ls_model_progress_fn *progress, void *arg, char *err,
-                                size_t errlen);
+// an 8B model uploads at the backend's host-to-device speed). comm as ls_model_load.
+// NULL + err on failure.
+ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, ls_comm_t *comm,
+                                uint64_t seed, ls_model_progress_fn *progress, void *arg,
+                                char *err, size_t errlen);
 // Frees the weights and workspace; idempotent, clears the pointer.
 void ls_model_destroy(ls_model_t **self_p);
 
@@ -102,20 +118,32 @@ typedef struct {
 // the backend. pool may be NULL when every slot is LS_LORA_SLOT_BASE. Returns the number
 // of logit rows, or -1 + err for a malformed step (token id out of the vocabulary, a block
 // table too short or naming a block outside the cache, a slot outside the pool, a context
-// past a sliding window) or a backend failure.
+// past a sliding window) or a backend failure; tensor parallel, also when another rank
+// failed the step or a collective failed (a rank died: see comm.h). Every rank returns the
+// same number of rows; only rank 0 holds the logits.
 int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
                      const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen);
 
+// Tensor parallel: whether every rank of the group can run the step at hand; 0 when all
+// can, -1 + err (naming the failure when ok, untouched otherwise) when one cannot.
+// ls_model_forward does this itself after its own checks; a rank that fails the step
+// before reaching it (an adapter it cannot place) calls this with ok false instead, so its
+// peers fail the step too rather than wait for it at a collective. Without a comm: ok.
+int ls_model_agree(ls_model_t *self, bool ok, char *err, size_t errlen);
+
 // Copies the last step's logits to out (n_rows, vocab_size), n_rows as it returned.
+// -1 on a rank other than 0 of a tensor-parallel group (which has only its slice).
 int ls_model_logits(ls_model_t *self, float *out);
 
 // Sets the logits of ids (n) in the last step's logit row `row` to -inf, so sampling can never
 // pick them (EOS and stop ids before min_new_tokens). Ids outside the vocabulary are ignored.
-// Works on every backend through a buffer upload. -1 for a bad row or a backend failure.
+// Works on every backend through a buffer upload. -1 for a bad row, a backend failure or a
+// rank other than 0.
 int ls_model_ban_tokens(ls_model_t *self, int row, const int32_t *ids, int n);
 
 // Samples the last step's logit rows on the backend (ls_sampling_sample semantics);
-// batch->n_rows must equal the step's logit rows. Outputs as backend->sample.
+// batch->n_rows must equal the step's logit rows. Outputs as backend->sample; -1 on a rank
+// other than 0.
 int ls_model_sample(ls_model_t *self, const ls_sampling_batch_t *batch, int32_t *tokens,
                     float *logprobs, int32_t *top_ids, float *top_logprobs);
 

@@ -70,6 +70,60 @@ void ls_model_config_target_dims(const ls_model_config_t *cfg, ls_target_t t, in
     }
 }
 
+int ls_model_config_shard(const ls_model_config_t *cfg, int rank, int size, ls_tp_shard_t *shard,
+                          char *err, size_t errlen)
+{
+    int nh = cfg->num_attention_heads, nkv = cfg->num_key_value_heads, I = cfg->intermediate_size;
+    int V = cfg->vocab_size;
+    if (size < 1 || rank < 0 || rank >= size) {
+        ls_err_set(err, errlen, "tensor parallelism: rank %d is outside a group of %d", rank, size);
+        return -1;
+    }
+    if (nh % size || I % size || (nkv % size && size % nkv) || V < size) {
+        ls_err_set(err, errlen,
+                   "tensor parallelism: %s does not split over %d ranks: num_attention_heads (%d) "
+                   "and intermediate_size (%d) must be multiples of it, num_key_value_heads (%d) a "
+                   "multiple or a divisor of it", ls_arch_name(cfg->arch), size, nh, I, nkv);
+        return -1;
+    }
+    int q_per = nh / size;
+    *shard = (ls_tp_shard_t){
+        .rank = rank,
+        .size = size,
+        .q_head0 = rank * q_per,
+        .n_q_heads = q_per,
+        // replicated: the KV head of the rank's first query head (its group holds them all)
+        .kv_head0 = nkv >= size ? rank * (nkv / size) : rank * q_per / (nh / nkv),
+        .n_kv_heads = nkv >= size ? nkv / size : 1,
+        .inter0 = rank * (I / size),
+        .inter = I / size,
+        .vocab0 = (int)((int64_t)V * rank / size),
+        .vocab = (int)((int64_t)V * (rank + 1) / size - (int64_t)V * rank / size),
+        .vocab_max = (V + size - 1) / size,
+    };
+    return 0;
+}
+
+void ls_tp_target_window(const ls_model_config_t *cfg, const ls_tp_shard_t *s, ls_target_t t,
+                         int *out0, int *n_out, int *in0, int *n_in)
+{
+    int in = 0, out = 0, hd = cfg->head_dim;
+    ls_model_config_target_dims(cfg, t, &in, &out);
+    *out0 = *in0 = 0;
+    *n_out = out;
+    *n_in = in;
+    switch (t) {
+    case LS_TARGET_Q: *out0 = s->q_head0 * hd; *n_out = s->n_q_heads * hd; break;
+    case LS_TARGET_K:
+    case LS_TARGET_V: *out0 = s->kv_head0 * hd; *n_out = s->n_kv_heads * hd; break;
+    case LS_TARGET_O: *in0 = s->q_head0 * hd; *n_in = s->n_q_heads * hd; break;
+    case LS_TARGET_GATE:
+    case LS_TARGET_UP: *out0 = s->inter0; *n_out = s->inter; break;
+    case LS_TARGET_DOWN: *in0 = s->inter0; *n_in = s->inter; break;
+    case LS_TARGET_COUNT: break;
+    }
+}
+
 // --- parsing ---------------------------------------------------------------------------------
 
 // A present, non-null key. JSON null is treated as absent because HF writes null for unset

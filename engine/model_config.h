@@ -93,6 +93,32 @@ int ls_target_from_name(const char *name);
 void ls_model_config_target_dims(const ls_model_config_t *cfg, ls_target_t t, int *in_dim,
                                  int *out_dim);
 
+// Tensor parallelism (Megatron): what rank `rank` of a group of `size` holds. q/k/v and
+// gate/up are column-parallel (a rank holds its heads, its slice of the intermediate dim),
+// o and down row-parallel (the matching input columns; an all-reduce sums the partial
+// outputs), embedding and lm_head split on the vocabulary. KV heads are split when there
+// are at least as many as ranks, else each is replicated on size/num_key_value_heads ranks:
+// a rank's query heads then all read the one KV head it holds.
+typedef struct {
+    int rank, size;
+    int q_head0, n_q_heads;    // attention heads [q_head0, q_head0 + n_q_heads)
+    int kv_head0, n_kv_heads;  // KV heads [kv_head0, kv_head0 + n_kv_heads)
+    int inter0, inter;         // intermediate columns [inter0, inter0 + inter)
+    int vocab0, vocab;         // vocabulary rows [vocab0, vocab0 + vocab): V*rank/size ..
+    int vocab_max;             // ceil(V/size): the most rows any rank holds
+} ls_tp_shard_t;
+
+// The shard of rank of size (size 1: everything). -1 + err when the model does not split
+// that way: heads or intermediate_size not divisible by size, or KV heads neither a multiple
+// nor a divisor of size.
+int ls_model_config_shard(const ls_model_config_t *cfg, int rank, int size, ls_tp_shard_t *shard,
+                          char *err, size_t errlen);
+// The window of target t's (out, in) weight the shard holds: rows [*out0, *out0 + *n_out),
+// columns [*in0, *in0 + *n_in). Column-parallel targets keep every column, row-parallel
+// ones every row: the same window slices a LoRA B (rows) and A (columns).
+void ls_tp_target_window(const ls_model_config_t *cfg, const ls_tp_shard_t *shard, ls_target_t t,
+                         int *out0, int *n_out, int *in0, int *n_in);
+
 // Every tensor of a checkpoint, by role.
 typedef enum {
     LS_W_EMBED = 0,  // model.embed_tokens.weight      (vocab, hidden)

@@ -37,10 +37,12 @@ void ls_convert_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 void ls_matmul_forward(float *y, const float *x, const float *w, const float *bias,
                        int T, int in, int out, int accumulate);
 
-// out[t] = table[ids[t]]
-// out is (T, C), table is (vocab, C), ids is (T) in [0, vocab)
+// out[t] = table[ids[t] - vocab0] for ids in [vocab0, vocab0 + vocab), 0 for the others:
+// a tensor-parallel rank holds the rows of its vocabulary range only, and the all-reduce
+// of the ranks' outputs assembles the lookup (vocab0 = 0 and the whole vocabulary: plain).
+// out is (T, C), table is (vocab, C), ids is (T)
 void ls_embedding_forward(float *out, const float *table, const int32_t *ids,
-                          int T, int C, int vocab);
+                          int T, int C, int vocab0, int vocab);
 
 // HF Llama RMSNorm in fp32: out = x * rsqrt(mean(x²) + eps) * w.
 // With residual != NULL it is the fused pre-norm form used between sub-layers:

@@ -69,7 +69,7 @@ typedef struct {
 } s_pass_t;
 
 static s_pass_t s_pass[] = {
-    {"model-path", 0, K_WORKER | K_REGISTRY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
+    {"model-path", 0, K_WORKER | K_REGISTRY | K_TOKENIZER | K_DETOKENIZER | K_GATEWAY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
     {"backend", 0, K_WORKER, "compute backend of the workers: cpu", NULL, {0}},
     {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY, "adapter slots: distinct adapters in one step (default 8)", NULL, {0}},
     {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served (default 64)", NULL, {0}},
@@ -88,6 +88,15 @@ static s_pass_t s_pass[] = {
     {"max-skip-steps", 0, K_SCHEDULER, "steps a request may be passed over for residency (default 8)", NULL, {0}},
     {"default-max-new-tokens", 0, K_SCHEDULER, "max_new_tokens when a request gives none (default 128)", NULL, {0}},
     {"step-timeout-ms", 0, K_SCHEDULER, "a step not answered by then fails its requests (default 30000)", NULL, {0}},
+    {"port", 0, K_GATEWAY, "HTTP port of the gateway (default 30000; 0: any free port, in logs/gateway.log)", NULL, {0}},
+    {"host", 0, K_GATEWAY, "address the gateway listens on (default 127.0.0.1)", NULL, {0}},
+    {"api-key", 0, K_GATEWAY, "require Authorization: Bearer KEY on every HTTP endpoint but /health", NULL, {0}},
+    {"served-model-name", 0, K_GATEWAY, "the base model's name in the APIs (default: --model-path's basename)", NULL, {0}},
+    {"max-connections", 0, K_GATEWAY, "open HTTP connections; more are answered 503 (default 1024)", NULL, {0}},
+    {"max-header-bytes", 0, K_GATEWAY, "HTTP request line and headers; more is answered 431 (default 32768)", NULL, {0}},
+    {"max-body-bytes", 0, K_GATEWAY, "HTTP request body; more is answered 413 (default 16 MiB)", NULL, {0}},
+    {"idle-timeout-ms", 0, K_GATEWAY, "a silent HTTP connection is closed (default 60000)", NULL, {0}},
+    {"request-timeout-ms", 0, K_GATEWAY, "an HTTP request must arrive whole within this, else 408 (default 30000)", NULL, {0}},
 };
 #define S_NPASS (sizeof s_pass / sizeof *s_pass)
 
@@ -210,6 +219,10 @@ static int s_spawn(s_actor_t *a) {
             dup2(fileno(log), STDERR_FILENO);
         }
         signal(SIGPIPE, SIG_DFL);
+        // Tensor-parallel workers: NCCL's NVLink multicast (NVLS) stays off, as the lent
+        // multi-GPU hosts need (it wants a fabric set-up they do not have).
+        if (!strcmp(a->binary, "worker"))
+            setenv("NCCL_NVLS_ENABLE", "0", 1);
         execv(argv[0], argv);
         fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -383,14 +396,28 @@ static int s_write_graph(void) {
     return rc;
 }
 
+static const char *s_pass_value(const char *name) {
+    for (size_t i = 0; i < S_NPASS; i++)
+        if (!strcmp(s_pass[i].name, name))
+            return s_pass[i].value;
+    return NULL;
+}
+
 static void s_print_banner(void) {
     s_actor_t *tok = s_find("tokenizer");
+    // The gateway's own defaults when the flags were not given; with --port 0 the port it took
+    // is in its log ("listening on ...").
+    const char *host = s_pass_value("host") ? s_pass_value("host") : "127.0.0.1";
+    const char *port = s_pass_value("port") ? s_pass_value("port") : "30000";
+    if (!strcmp(port, "0"))
+        port = "PORT";
     fprintf(stderr,
             "\nloraserve is up: %d actors ready.\n"
+            "  HTTP (OpenAI and SGLang APIs): http://%s:%s/v1   (try: curl http://%s:%s/v1/models)\n"
             "  clients (C SDK) connect to the tokenizer: %s\n"
             "  graph: %s/graph.json   logs: %s/logs/\n"
             "  Ctrl-C stops the graph.\n\n",
-            s_l.nactors, tok ? tok->endpoint : "?", s_l.run_dir, s_l.run_dir);
+            s_l.nactors, host, port, host, port, tok ? tok->endpoint : "?", s_l.run_dir, s_l.run_dir);
 }
 
 static int s_on_ready(ls_actor_t *self, ls_in_t *in, void *state) {

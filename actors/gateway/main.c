@@ -1,11 +1,974 @@
-// gateway — the HTTP front end (OpenAI and SGLang APIs); its HTTP server comes with the
-// gateway issue. Accepts now: the lifecycle messages every actor handles (Heartbeat,
-// Shutdown, GetMetrics). Emits: Ready, Heartbeat, Metrics, Error.
+// gateway — the HTTP front end: OpenAI completions and chat completions, SGLang's /generate,
+// models and adapter admin (vLLM and SGLang names), /health and Prometheus /metrics, served by
+// http.c on this actor's loop and translated by api.c into the client protocol
+// (docs/client-protocol.md) spoken to the tokenizer. Holds no model state.
+//
+// Accepts: TextOut (the answers to its GenerateReqs), AdapterList, AdapterLoaded,
+// AdapterUnloaded, Heartbeat (a ping to it, or the tokenizer's answer to its health ping),
+// Metrics (answers to its GetMetrics), Error (a request refused upstream), plus the lifecycle
+// messages. Emits: GenerateReq, Abort (a client left, or the gateway stops), ListAdapters,
+// LoadAdapter, UnloadAdapter, Heartbeat to the tokenizer; GetMetrics to every peer.
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "api.h"
+#include "http.h"
 #include "ls_actor.h"
 
-static const ls_dispatch_t s_dispatch[] = {{0, NULL}};
+#define S_TOKENIZER "tokenizer"
+#define S_HEALTH_MS 1000      // the tokenizer answers a ping this fast, or /health says 503
+#define S_METRICS_MS 1000     // actors that have not answered GetMetrics by then are left out
+#define S_LIST_MS 10000       // ListAdapters
+#define S_ADAPTER_MS 300000   // a load waits for every worker; an unload for in-flight requests
+#define S_MAX_MODELS 256      // model labels in /metrics; later ones count under "other"
+#define S_MAX_PEERS 72
+
+typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS } s_kind_t;
+
+typedef struct s_call {
+    s_kind_t kind;
+    gw_req_t *req;
+    int sglang;       // adapter admin: answer in SGLang's shape
+    uint64_t *rids;   // upstream request ids: one per GenerateReq, or one per actor asked for metrics
+    size_t nrids;
+    size_t nopen;     // answers still awaited (generation: completions not finished)
+    ls_timer_t *timer;
+    char label[256];  // the model, for the log line and the metrics
+    // generation
+    gw_gen_t gen;
+    gw_choice_t *choices;
+    int *prompt_open;  // per prompt: completions not finished
+    char *sent;        // per choice: its first chunk went out
+    char id[48];
+    long created;
+    int streaming;
+    uint64_t start_ns, first_ns, last_ns;
+    // metrics
+    ls_msg_t *metrics;
+    size_t nmetrics;
+    struct s_call *prev, *next;
+} s_call_t;
+
+typedef struct {
+    const double *le;
+    int n;
+    uint64_t counts[16];
+    double sum;
+    uint64_t count;
+} s_hist_t;
+
+typedef struct {
+    char name[128];
+    uint64_t requests, prompt_tokens, completion_tokens;
+} s_model_stat_t;
+
+static const double s_ttft_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const double s_itl_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+
+typedef struct {
+    // flags
+    char *host, *api_key, *served_model_name, *model_path;
+    int port, max_connections, max_header_bytes, max_body_bytes, idle_timeout_ms, request_timeout_ms;
+    // state
+    ls_actor_t *self;
+    gw_http_t *http;
+    char base[256];  // the base model's name
+    uint64_t next_rid;
+    zhashx_t *by_rid;  // upstream rid -> s_call_t
+    s_call_t *calls;
+    int ncalls_gen;
+    char id_prefix[12];
+    // metrics
+    uint64_t status_counts[600];
+    s_model_stat_t models[S_MAX_MODELS + 1];
+    int nmodels;
+    s_hist_t ttft, itl;
+} s_gw_t;
+
+static s_gw_t s_g;
+
+static void s_metrics_answer(s_call_t *c);
+
+// ---------------------------------------------------------------------------------------------
+// calls
+
+static size_t s_rid_hash(const void *key) { return (size_t)(uintptr_t)key * 0x9E3779B97F4A7C15ull; }
+static int s_rid_cmp(const void *a, const void *b) { return a == b ? 0 : (uintptr_t)a < (uintptr_t)b ? -1 : 1; }
+
+static s_call_t *s_call_new(s_kind_t kind, gw_req_t *req) {
+    s_call_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->kind = kind;
+    c->req = req;
+    c->start_ns = ls_mono_ns();
+    gw_req_set_data(req, c);
+    if (kind == S_GEN)
+        s_g.ncalls_gen++;
+    c->next = s_g.calls;
+    if (s_g.calls)
+        s_g.calls->prev = c;
+    s_g.calls = c;
+    return c;
+}
+
+static uint64_t s_call_rid(s_call_t *c) {
+    uint64_t rid = s_g.next_rid++;
+    uint64_t *r = realloc(c->rids, (c->nrids + 1) * sizeof *r);
+    if (!r)
+        return 0;
+    c->rids = r;
+    c->rids[c->nrids++] = rid;
+    zhashx_insert(s_g.by_rid, (void *)(uintptr_t)rid, c);
+    return rid;
+}
+
+static void s_call_free(s_call_t *c) {
+    for (size_t i = 0; i < c->nrids; i++)
+        zhashx_delete(s_g.by_rid, (void *)(uintptr_t)c->rids[i]);
+    if (c->timer)
+        ls_actor_timer_stop(s_g.self, c->timer);
+    if (c->req)
+        gw_req_set_data(c->req, NULL);
+    for (size_t i = 0; c->choices && i < c->gen.nreqs * (size_t)c->gen.n; i++)
+        gw_choice_clear(&c->choices[i]);
+    free(c->choices);
+    free(c->prompt_open);
+    free(c->sent);
+    if (c->kind == S_GEN)
+        s_g.ncalls_gen--;
+    gw_gen_clear(&c->gen);
+    for (size_t i = 0; i < c->nmetrics; i++)
+        ls_msg_clear(&c->metrics[i]);
+    free(c->metrics);
+    free(c->rids);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s_g.calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c);
+}
+
+static void s_respond_json(gw_req_t *req, int status, const char *json) {
+    gw_req_respond(req, status, "application/json", NULL, json, strlen(json));
+}
+
+static void s_respond_error(gw_req_t *req, int status, const char *message, const char *param, const char *code) {
+    char *body = gw_error_json(status, message, param, code);
+    gw_req_respond(req, status, "application/json", status == 401 ? "WWW-Authenticate: Bearer\r\n" : NULL, body,
+                   strlen(body));
+    free(body);
+}
+
+// The HTTP status for an ErrorCode from upstream.
+static int s_status_of(uint32_t code) {
+    switch (code) {
+    case LS_ERROR_CODE_BAD_REQUEST:
+    case LS_ERROR_CODE_MALFORMED: return 400;
+    case LS_ERROR_CODE_NOT_FOUND: return 404;
+    case LS_ERROR_CODE_TOO_LARGE: return 413;
+    case LS_ERROR_CODE_UNAVAILABLE: return 429;  // queues full: retry later
+    case LS_ERROR_CODE_TIMEOUT: return 504;
+    case LS_ERROR_CODE_UNKNOWN_TYPE:             // the graph does not serve this (yet)
+    case LS_ERROR_CODE_SHUTTING_DOWN: return 503;
+    default: return 500;
+    }
+}
+
+static void s_lower(char *out, size_t cap, const char *s) {
+    size_t i = 0;
+    for (; s && s[i] && i + 1 < cap; i++)
+        out[i] = (char)tolower((unsigned char)s[i]);
+    out[i] = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// metrics of the gateway itself
+
+static void s_observe(s_hist_t *h, double v) {
+    for (int i = 0; i < h->n; i++)
+        if (v <= h->le[i])
+            h->counts[i]++;
+    h->sum += v;
+    h->count++;
+}
+
+static s_model_stat_t *s_model_stat(const char *name) {
+    for (int i = 0; i < s_g.nmodels; i++)
+        if (!strcmp(s_g.models[i].name, name))
+            return &s_g.models[i];
+    if (s_g.nmodels == S_MAX_MODELS) {
+        snprintf(s_g.models[S_MAX_MODELS].name, sizeof s_g.models[0].name, "other");
+        return &s_g.models[S_MAX_MODELS];
+    }
+    s_model_stat_t *m = &s_g.models[s_g.nmodels++];
+    snprintf(m->name, sizeof m->name, "%s", name);
+    return m;
+}
+
+static void s_on_answered(int status, void *arg) {
+    if (status >= 100 && status < 600)
+        s_g.status_counts[status]++;
+}
+
+// ---------------------------------------------------------------------------------------------
+// generation
+
+static void s_send_abort(uint64_t rid, const char *why) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ABORT);
+    m.rid = rid;
+    m.u.abort.reason = ls_msg_strdup(why);
+    m.u.abort.finish = LS_FINISH_REASON_ABORT;
+    ls_actor_send_peer(s_g.self, S_TOKENIZER, &m, NULL);
+    ls_msg_clear(&m);
+}
+
+// Stop every prompt still running upstream (its KV and adapter are released there).
+static void s_abort_open(s_call_t *c, const char *why) {
+    for (size_t p = 0; p < c->nrids; p++)
+        if (c->prompt_open && c->prompt_open[p] > 0) {
+            s_send_abort(c->rids[p], why);
+            c->prompt_open[p] = 0;
+        }
+}
+
+static void s_sse(gw_req_t *req, const char *json) {
+    gw_buf_t b = {0};
+    gw_buf_printf(&b, "data: %s\n\n", json);
+    gw_req_stream_write(req, b.d, b.n);
+    gw_buf_free(&b);
+}
+
+// End a generation with an error: a status while nothing was sent, else an error event in the
+// stream (OpenAI's clients raise it) and its end.
+static void s_gen_fail(s_call_t *c, int status, const char *message, const char *param, const char *code) {
+    s_abort_open(c, "the request failed");
+    if (c->streaming) {
+        char *body = gw_error_json(status, message, param, code);
+        s_sse(c->req, body);
+        free(body);
+        s_sse(c->req, "[DONE]");
+        gw_req_stream_end(c->req);
+    } else
+        s_respond_error(c->req, status, message, param, code);
+    c->req = NULL;
+    s_call_free(c);
+}
+
+static void s_gen_done(s_call_t *c) {
+    s_model_stat_t *m = s_model_stat(c->label);
+    for (size_t i = 0; i < c->gen.nreqs * (size_t)c->gen.n; i++) {
+        m->completion_tokens += c->choices[i].completion_tokens;
+        if (i % (size_t)c->gen.n == 0)
+            m->prompt_tokens += c->choices[i].prompt_tokens;
+    }
+    if (c->streaming) {
+        if (c->gen.include_usage) {
+            char *u = gw_answer_usage_chunk(&c->gen, c->id, c->created, c->choices);
+            s_sse(c->req, u);
+            free(u);
+        }
+        s_sse(c->req, "[DONE]");
+        gw_req_stream_end(c->req);
+    } else {
+        char *body = gw_answer_json(&c->gen, c->id, c->created, c->choices);
+        if (body)
+            s_respond_json(c->req, 200, body);
+        else
+            s_respond_error(c->req, 500, "out of memory", NULL, NULL);
+        free(body);
+    }
+    c->req = NULL;
+    s_call_free(c);
+}
+
+static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_text_out_t *t = &in->msg->u.text_out;
+    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    if (!c || c->kind != S_GEN) {
+        ls_actor_count(a, "text_out_stray", 1);  // its client left, or a late piece after a failure
+        return 0;
+    }
+    size_t p = 0;
+    while (p < c->nrids && c->rids[p] != in->msg->rid)
+        p++;
+    if (t->index >= (uint32_t)c->gen.n || c->prompt_open[p] <= 0) {
+        ls_warn(in->msg->rid, "TextOut for completion %u of a request with n=%d (or after its end) ignored", t->index,
+                c->gen.n);
+        return 0;
+    }
+    if (t->finish == LS_FINISH_REASON_ERROR) {
+        int status = s_status_of(t->error_code);
+        char code[32];
+        s_lower(code, sizeof code, ls_error_code_name(t->error_code));
+        const char *param = NULL;
+        if (t->error_code == LS_ERROR_CODE_NOT_FOUND) {
+            param = c->gen.api == GW_GENERATE ? "lora_path" : "model";
+            snprintf(code, sizeof code, "model_not_found");
+        } else if (t->error_code == LS_ERROR_CODE_TOO_LARGE) {
+            param = c->gen.api == GW_CHAT ? "messages" : c->gen.api == GW_GENERATE ? "text" : "prompt";
+            snprintf(code, sizeof code, "context_length_exceeded");
+        }
+        c->prompt_open[p]--;  // this one is over upstream
+        s_gen_fail(c, status, t->error && *t->error ? t->error : "the request failed", param, code);
+        return 0;
+    }
+    size_t ci = p * (size_t)c->gen.n + t->index;
+    gw_choice_t *ch = &c->choices[ci];
+    uint32_t before = ch->completion_tokens;
+    if (gw_choice_add(ch, t) < 0) {
+        s_gen_fail(c, 500, "out of memory", NULL, NULL);
+        return 0;
+    }
+    uint64_t now = in->now_ns;
+    if (c->gen.stream && t->completion_tokens > before) {
+        uint32_t k = t->completion_tokens - before;
+        if (!c->first_ns) {
+            c->first_ns = now;
+            s_observe(&s_g.ttft, (double)(now - c->start_ns) / 1e9);
+        } else
+            for (uint32_t i = 0; i < k; i++)
+                s_observe(&s_g.itl, (double)(now - c->last_ns) / 1e9 / k);
+        c->last_ns = now;
+    }
+    if (c->gen.stream) {
+        if (!c->streaming) {
+            gw_req_stream_begin(c->req, 200, "text/event-stream");
+            c->streaming = 1;
+        }
+        // A piece with neither text nor an ending says nothing (a token held back by the
+        // detokenizer); a chat choice's first chunk still carries the assistant role.
+        int first = !c->sent[ci];
+        if ((t->text && *t->text) || t->finish != LS_FINISH_REASON_NONE || (first && c->gen.api == GW_CHAT)) {
+            char *chunk = gw_answer_chunk(&c->gen, c->id, c->created, t->index + p * (size_t)c->gen.n, t, ch, first);
+            if (chunk)
+                s_sse(c->req, chunk);
+            free(chunk);
+            c->sent[ci] = 1;
+        }
+    }
+    if (t->finish != LS_FINISH_REASON_NONE) {
+        c->prompt_open[p]--;
+        if (!--c->nopen)
+            s_gen_done(c);
+    }
+    return 0;
+}
+
+static void s_gen_start(gw_req_t *req, gw_api_t api) {
+    size_t len;
+    const char *body = gw_req_body(req, &len);
+    s_call_t *c = s_call_new(S_GEN, req);
+    if (!c) {
+        s_respond_error(req, 500, "out of memory", NULL, NULL);
+        return;
+    }
+    char err[256];
+    const char *param;
+    if (gw_gen_parse(&c->gen, api, body, len, s_g.base, err, sizeof err, &param) < 0) {
+        s_call_free(c);
+        s_respond_error(req, 400, err, param, NULL);
+        return;
+    }
+    size_t total = c->gen.nreqs * (size_t)c->gen.n;
+    c->choices = calloc(total, sizeof *c->choices);
+    c->prompt_open = calloc(c->gen.nreqs, sizeof *c->prompt_open);
+    c->sent = calloc(total, 1);
+    if (!c->choices || !c->prompt_open || !c->sent) {
+        s_gen_fail(c, 500, "out of memory", NULL, NULL);
+        return;
+    }
+    c->nopen = total;
+    c->created = (long)time(NULL);  // OpenAI's `created` is Unix time, which the event clock is not
+    snprintf(c->id, sizeof c->id, "%s-%s%llx", api == GW_CHAT ? "chatcmpl" : "cmpl", s_g.id_prefix,
+             (unsigned long long)s_g.next_rid);
+    const char *adapter = c->gen.reqs[0].u.generate_req.adapter;
+    snprintf(c->label, sizeof c->label, "%s", adapter && *adapter ? adapter : s_g.base);
+    gw_req_set_tag(req, c->label);
+    s_model_stat(c->label)->requests++;
+    for (size_t p = 0; p < c->gen.nreqs; p++) {
+        ls_msg_t *m = &c->gen.reqs[p];
+        m->rid = s_call_rid(c);
+        m->u.generate_req.client_id = ls_msg_strdup(ls_actor_name(s_g.self));
+        c->prompt_open[p] = c->gen.n;
+        if (ls_actor_send_peer(s_g.self, S_TOKENIZER, m, NULL) < 0) {
+            c->prompt_open[p] = 0;
+            s_gen_fail(c, 503, "the tokenizer is unavailable", NULL, "unavailable");
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// models, adapters, health
+
+static void s_admin_timeout_cb(ls_actor_t *a, ls_timer_t *timer, void *arg) {
+    s_call_t *c = arg;
+    c->timer = NULL;
+    ls_actor_timer_stop(a, timer);
+    if (c->kind == S_METRICS) {
+        s_metrics_answer(c);  // with the actors that answered
+        return;
+    }
+    if (c->req) {
+        const char *why = c->kind == S_HEALTH ? "the tokenizer does not answer" : "no answer from the graph in time";
+        s_respond_error(c->req, c->kind == S_HEALTH ? 503 : 504, why, NULL, "timeout");
+        c->req = NULL;
+    }
+    s_call_free(c);
+}
+
+// Send one admin message to the tokenizer for call c; -1 (answered 503) when it cannot go.
+static int s_admin_send(s_call_t *c, ls_msg_t *m, int timeout_ms) {
+    m->rid = s_call_rid(c);
+    c->nopen = 1;
+    c->timer = ls_actor_timer_start(s_g.self, timeout_ms, 0, s_admin_timeout_cb, c);
+    if (ls_actor_send_peer(s_g.self, S_TOKENIZER, m, NULL) < 0) {
+        s_respond_error(c->req, 503, "the tokenizer is unavailable", NULL, "unavailable");
+        c->req = NULL;
+        s_call_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+static s_call_t *s_admin_answer(ls_in_t *in, s_kind_t kind) {
+    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    return c && c->kind == kind ? c : NULL;
+}
+
+static void s_models_start(gw_req_t *req) {
+    s_call_t *c = s_call_new(S_MODELS, req);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LIST_ADAPTERS);
+    if (c)
+        s_admin_send(c, &m, S_LIST_MS);
+    else
+        s_respond_error(req, 500, "out of memory", NULL, NULL);
+    ls_msg_clear(&m);
+}
+
+static cJSON *s_model_entry(const char *id, const char *root, const char *parent, long created) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "model");
+    cJSON_AddNumberToObject(o, "created", (double)created);
+    cJSON_AddStringToObject(o, "owned_by", "loraserve");
+    cJSON_AddStringToObject(o, "root", root);
+    if (parent)
+        cJSON_AddStringToObject(o, "parent", parent);
+    else
+        cJSON_AddNullToObject(o, "parent");
+    return o;
+}
+
+static int s_on_adapter_list(ls_actor_t *a, ls_in_t *in, void *state) {
+    s_call_t *c = s_admin_answer(in, S_MODELS);
+    if (!c)
+        return 0;
+    long now = (long)time(NULL);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, s_model_entry(s_g.base, s_g.model_path ? s_g.model_path : s_g.base, NULL, now));
+    const ls_msg_adapter_infos_t *list = &in->msg->u.adapter_list.adapters;
+    for (size_t i = 0; i < list->n; i++) {
+        const ls_msg_adapter_info_t *info = &list->v[i];
+        if (!info->name || info->state == LS_ADAPTER_STATE_FAILED || info->state == LS_ADAPTER_STATE_UNLOADING)
+            continue;  // not servable
+        cJSON *e = s_model_entry(info->name, info->path ? info->path : info->name, s_g.base, now);
+        cJSON_AddNumberToObject(e, "lora_rank", info->rank);
+        cJSON_AddBoolToObject(e, "pinned", info->pinned);
+        cJSON_AddItemToArray(data, e);
+    }
+    char *body = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    s_respond_json(c->req, 200, body);
+    free(body);
+    c->req = NULL;
+    s_call_free(c);
+    return 0;
+}
+
+// Load and unload bodies, vLLM's and SGLang's alike: {"lora_name", "lora_path", "pinned"}.
+static void s_adapter_start(gw_req_t *req, s_kind_t kind, int sglang) {
+    size_t len;
+    const char *body = gw_req_body(req, &len);
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "lora_name");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(root, "lora_path");
+    const cJSON *pinned = cJSON_GetObjectItemCaseSensitive(root, "pinned");
+    const char *bad = NULL, *param = NULL;
+    if (!root)
+        bad = "the body is not valid JSON";
+    else if (!cJSON_IsObject(root))
+        bad = "the body must be a JSON object";
+    else if (!cJSON_IsString(name) || !*name->valuestring)
+        bad = "'lora_name' must be a non-empty string", param = "lora_name";
+    else if (kind == S_LOAD && (!cJSON_IsString(path) || !*path->valuestring))
+        bad = "'lora_path' must be a non-empty string", param = "lora_path";
+    else if (pinned && !cJSON_IsBool(pinned) && !cJSON_IsNull(pinned))
+        bad = "'pinned' must be a boolean", param = "pinned";
+    if (bad) {
+        cJSON_Delete(root);
+        s_respond_error(req, 400, bad, param, NULL);
+        return;
+    }
+    gw_req_set_tag(req, name->valuestring);
+    s_call_t *c = s_call_new(kind, req);
+    if (!c) {
+        cJSON_Delete(root);
+        s_respond_error(req, 500, "out of memory", NULL, NULL);
+        return;
+    }
+    c->sglang = sglang;
+    snprintf(c->label, sizeof c->label, "%s", name->valuestring);
+    ls_msg_t m;
+    if (kind == S_LOAD) {
+        ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
+        m.u.load_adapter.name = ls_msg_strdup(name->valuestring);
+        m.u.load_adapter.path = ls_msg_strdup(path->valuestring);
+        m.u.load_adapter.pinned = cJSON_IsTrue(pinned);
+    } else {
+        ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
+        m.u.unload_adapter.name = ls_msg_strdup(name->valuestring);
+    }
+    cJSON_Delete(root);
+    s_admin_send(c, &m, S_ADAPTER_MS);
+    ls_msg_clear(&m);
+}
+
+static void s_adapter_done(s_call_t *c, bool ok, uint32_t code, const char *reason) {
+    const char *verb = c->kind == S_LOAD ? "added" : "removed";
+    int status = ok ? 200 : s_status_of(code);
+    char msg[512];
+    if (ok)
+        snprintf(msg, sizeof msg, "Success: LoRA adapter '%s' %s successfully.", c->label, verb);
+    else
+        snprintf(msg, sizeof msg, "%s", reason && *reason ? reason : "the adapter request failed");
+    if (c->sglang) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "success", ok);
+        cJSON_AddStringToObject(o, "error_message", ok ? "" : msg);
+        char *body = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        s_respond_json(c->req, status, body);
+        free(body);
+    } else if (ok)
+        gw_req_respond(c->req, 200, "text/plain; charset=utf-8", NULL, msg, strlen(msg));  // vLLM answers text
+    else {
+        char lc[32];
+        s_lower(lc, sizeof lc, ls_error_code_name(code));
+        s_respond_error(c->req, status, msg, "lora_name", lc[0] ? lc : NULL);
+    }
+    c->req = NULL;
+    s_call_free(c);
+}
+
+static int s_on_adapter_loaded(ls_actor_t *a, ls_in_t *in, void *state) {
+    s_call_t *c = s_admin_answer(in, S_LOAD);
+    const ls_msg_adapter_loaded_t *r = &in->msg->u.adapter_loaded;
+    if (c)
+        s_adapter_done(c, r->ok, r->code, r->reason);
+    return 0;
+}
+
+static int s_on_adapter_unloaded(ls_actor_t *a, ls_in_t *in, void *state) {
+    s_call_t *c = s_admin_answer(in, S_UNLOAD);
+    const ls_msg_adapter_unloaded_t *r = &in->msg->u.adapter_unloaded;
+    if (c)
+        s_adapter_done(c, r->ok, r->code, r->reason);
+    return 0;
+}
+
+static void s_health_start(gw_req_t *req) {
+    s_call_t *c = s_call_new(S_HEALTH, req);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_HEARTBEAT);
+    m.u.heartbeat.actor = ls_msg_strdup(ls_actor_name(s_g.self));
+    if (c)
+        s_admin_send(c, &m, S_HEALTH_MS);
+    else
+        s_respond_error(req, 500, "out of memory", NULL, NULL);
+    ls_msg_clear(&m);
+}
+
+// A Heartbeat on the ROUTER is a ping to this actor (answered, as the runtime would); one on a
+// DEALER is the tokenizer's answer to a health ping.
+static int s_on_heartbeat(ls_actor_t *a, ls_in_t *in, void *state) {
+    if (in->identity) {
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_HEARTBEAT);
+        m.rid = in->msg->rid;
+        m.u.heartbeat.actor = ls_msg_strdup(ls_actor_name(a));
+        int rc = ls_actor_reply(a, in, &m);
+        ls_msg_clear(&m);
+        return rc;
+    }
+    s_call_t *c = s_admin_answer(in, S_HEALTH);
+    if (c) {
+        s_respond_json(c->req, 200, "{\"status\":\"ok\"}");
+        c->req = NULL;
+        s_call_free(c);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// /metrics
+
+static void s_metrics_start(gw_req_t *req) {
+    s_call_t *c = s_call_new(S_METRICS, req);
+    if (!c) {
+        s_respond_error(req, 500, "out of memory", NULL, NULL);
+        return;
+    }
+    // Every actor the launcher named as a peer.
+    const char *fixed[] = {"tokenizer", "detokenizer", "registry", "scheduler"};
+    char names[S_MAX_PEERS][32];
+    int n = 0;
+    for (int i = 0; i < 4; i++)
+        if (ls_actor_has_peer(s_g.self, fixed[i]))
+            snprintf(names[n++], sizeof names[0], "%s", fixed[i]);
+    for (int r = 0; n < S_MAX_PEERS; r++) {
+        snprintf(names[n], sizeof names[0], "worker-%d", r);
+        if (!ls_actor_has_peer(s_g.self, names[n]))
+            break;
+        n++;
+    }
+    c->metrics = calloc((size_t)n + 1, sizeof *c->metrics);
+    for (int i = 0; i < n; i++) {
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_GET_METRICS);
+        m.rid = s_call_rid(c);
+        if (ls_actor_send_peer(s_g.self, names[i], &m, NULL) == 0)
+            c->nopen++;
+        ls_msg_clear(&m);
+    }
+    c->timer = ls_actor_timer_start(s_g.self, S_METRICS_MS, 0, s_admin_timeout_cb, c);
+    if (!c->nopen)
+        s_metrics_answer(c);
+}
+
+static void s_prom_name(char *out, size_t cap, const char *name) {
+    size_t i = 0;
+    for (; name[i] && i + 1 < cap; i++)
+        out[i] = isalnum((unsigned char)name[i]) || name[i] == '_' || name[i] == ':' ? name[i] : '_';
+    out[i] = 0;
+}
+
+// A label value with Prometheus' escapes.
+static void s_prom_label(gw_buf_t *b, const char *v) {
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            gw_buf_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            gw_buf_add(b, "\\n", 2);
+        else
+            gw_buf_add(b, v, 1);
+    }
+}
+
+static void s_prom_hist(gw_buf_t *b, const char *name, const char *help, const s_hist_t *h) {
+    gw_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < h->n; i++)
+        gw_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)h->counts[i]);
+    gw_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->count,
+                  name, h->sum, name, (unsigned long long)h->count);
+}
+
+static void s_metrics_answer(s_call_t *c) {
+    gw_buf_t b = {0};
+    gw_buf_printf(&b, "# HELP loraserve_gateway_http_responses_total HTTP answers by status code\n"
+                      "# TYPE loraserve_gateway_http_responses_total counter\n");
+    for (int s = 100; s < 600; s++)
+        if (s_g.status_counts[s])
+            gw_buf_printf(&b, "loraserve_gateway_http_responses_total{code=\"%d\"} %llu\n", s,
+                          (unsigned long long)s_g.status_counts[s]);
+    const char *per_model[][3] = {
+        {"loraserve_gateway_requests_total", "generation requests by model (base or adapter)", "r"},
+        {"loraserve_gateway_prompt_tokens_total", "prompt tokens of finished requests by model", "p"},
+        {"loraserve_gateway_generation_tokens_total", "generated tokens of finished requests by model", "g"},
+    };
+    for (int k = 0; k < 3; k++) {
+        gw_buf_printf(&b, "# HELP %s %s\n# TYPE %s counter\n", per_model[k][0], per_model[k][1], per_model[k][0]);
+        for (int i = 0; i < s_g.nmodels + (s_g.models[S_MAX_MODELS].name[0] != 0); i++) {
+            const s_model_stat_t *m = i < s_g.nmodels ? &s_g.models[i] : &s_g.models[S_MAX_MODELS];
+            uint64_t v = k == 0 ? m->requests : k == 1 ? m->prompt_tokens : m->completion_tokens;
+            gw_buf_printf(&b, "%s{model=\"", per_model[k][0]);
+            s_prom_label(&b, m->name);
+            gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)v);
+        }
+    }
+    s_prom_hist(&b, "loraserve_gateway_time_to_first_token_seconds", "time to the first token of streamed requests",
+                &s_g.ttft);
+    s_prom_hist(&b, "loraserve_gateway_inter_token_latency_seconds", "time between tokens of streamed requests", &s_g.itl);
+    gw_buf_printf(&b,
+                  "# HELP loraserve_gateway_http_connections open HTTP connections\n# TYPE loraserve_gateway_http_connections gauge\n"
+                  "loraserve_gateway_http_connections %d\n"
+                  "# HELP loraserve_gateway_requests_running generation requests in flight\n"
+                  "# TYPE loraserve_gateway_requests_running gauge\nloraserve_gateway_requests_running %d\n",
+                  s_g.http ? gw_http_connections(s_g.http) : 0, s_g.ncalls_gen);
+    // Every other actor's counters as it reported them, labelled with the actor (the gateway's
+    // own carry loraserve_gateway_, so no name is shared with a different label set).
+    gw_buf_printf(&b, "# HELP loraserve_actor_up the actor answered GetMetrics in time\n"
+                      "# TYPE loraserve_actor_up gauge\n");
+    for (size_t i = 0; i < c->nmetrics; i++) {
+        const ls_msg_metrics_t *m = &c->metrics[i].u.metrics;
+        gw_buf_printf(&b, "loraserve_actor_up{actor=\"");
+        s_prom_label(&b, m->actor ? m->actor : "?");
+        gw_buf_printf(&b, "\"} 1\n");
+    }
+    for (size_t i = 0; i < c->nmetrics; i++) {
+        const ls_msg_metrics_t *m = &c->metrics[i].u.metrics;
+        for (size_t k = 0; k < m->names.n && k < m->values.n; k++) {
+            char name[128];
+            s_prom_name(name, sizeof name, m->names.v[k] ? m->names.v[k] : "unnamed");
+            gw_buf_printf(&b, "loraserve_%s{actor=\"", name);
+            s_prom_label(&b, m->actor ? m->actor : "?");
+            gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)m->values.v[k]);
+        }
+    }
+    if (c->req)
+        gw_req_respond(c->req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.d, b.n);
+    c->req = NULL;
+    gw_buf_free(&b);
+    s_call_free(c);
+}
+
+static int s_on_metrics(ls_actor_t *a, ls_in_t *in, void *state) {
+    s_call_t *c = s_admin_answer(in, S_METRICS);
+    if (!c)
+        return 0;
+    zhashx_delete(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);  // one answer per actor
+    memcpy(&c->metrics[c->nmetrics++], in->msg, sizeof *in->msg);
+    ls_msg_init(in->msg, LS_MSG_METRICS);  // moved out
+    if (!--c->nopen)
+        s_metrics_answer(c);
+    return 0;
+}
+
+// An upstream refusal of one of our messages (e.g. a tokenizer that does not serve it).
+static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_error_t *e = &in->msg->u.error;
+    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    ls_warn(in->msg->rid, "Error from %s: %s: %s", in->from, ls_error_code_name(e->code) ? ls_error_code_name(e->code) : "?",
+            e->message ? e->message : "");
+    if (!c)
+        return 0;
+    char msg[512], code[32];
+    snprintf(msg, sizeof msg, "%s refused the request: %s", in->from, e->message ? e->message : "no reason given");
+    s_lower(code, sizeof code, ls_error_code_name(e->code));
+    int status = s_status_of(e->code);
+    if (c->kind == S_GEN) {
+        size_t p = 0;
+        while (p < c->nrids && c->rids[p] != in->msg->rid)
+            p++;
+        if (p < c->nrids)
+            c->prompt_open[p] = 0;  // nothing runs upstream for it
+        s_gen_fail(c, status, msg, NULL, code[0] ? code : NULL);
+    } else if (c->kind == S_METRICS) {
+        zhashx_delete(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+        if (!--c->nopen)
+            s_metrics_answer(c);
+    } else {
+        if (c->req)
+            s_respond_error(c->req, c->kind == S_HEALTH ? 503 : status, msg, NULL, code[0] ? code : NULL);
+        c->req = NULL;
+        s_call_free(c);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+typedef struct {
+    const char *method, *path;
+    void (*fn)(gw_req_t *req);
+} s_route_t;
+
+static void s_completions(gw_req_t *r) { s_gen_start(r, GW_COMPLETIONS); }
+static void s_chat(gw_req_t *r) { s_gen_start(r, GW_CHAT); }
+static void s_generate(gw_req_t *r) { s_gen_start(r, GW_GENERATE); }
+static void s_load_vllm(gw_req_t *r) { s_adapter_start(r, S_LOAD, 0); }
+static void s_unload_vllm(gw_req_t *r) { s_adapter_start(r, S_UNLOAD, 0); }
+static void s_load_sglang(gw_req_t *r) { s_adapter_start(r, S_LOAD, 1); }
+static void s_unload_sglang(gw_req_t *r) { s_adapter_start(r, S_UNLOAD, 1); }
+
+static const s_route_t s_routes[] = {
+    {"POST", "/v1/completions", s_completions},
+    {"POST", "/v1/chat/completions", s_chat},
+    {"POST", "/generate", s_generate},
+    {"GET", "/v1/models", s_models_start},
+    {"POST", "/v1/load_lora_adapter", s_load_vllm},
+    {"POST", "/v1/unload_lora_adapter", s_unload_vllm},
+    {"POST", "/load_lora_adapter", s_load_sglang},
+    {"POST", "/unload_lora_adapter", s_unload_sglang},
+    {"GET", "/health", s_health_start},
+    {"GET", "/metrics", s_metrics_start},
+};
+
+// Constant-time, so the key cannot be guessed byte by byte from answer times.
+static int s_key_ok(const char *auth) {
+    static const char prefix[] = "Bearer ";
+    if (!auth || strncmp(auth, prefix, sizeof prefix - 1))
+        return 0;
+    const char *given = auth + sizeof prefix - 1;
+    size_t n = strlen(s_g.api_key), m = strlen(given);
+    unsigned diff = (unsigned)(n ^ m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)s_g.api_key[i] ^ (unsigned char)(i < m ? given[i] : 0);
+    return diff == 0;
+}
+
+static void s_on_request(gw_req_t *req, void *arg) {
+    const char *path = gw_req_path(req), *method = gw_req_method(req);
+    const s_route_t *route = NULL;
+    int path_known = 0;
+    for (size_t i = 0; i < sizeof s_routes / sizeof *s_routes; i++)
+        if (!strcmp(s_routes[i].path, path)) {
+            path_known = 1;
+            if (!strcmp(s_routes[i].method, method))
+                route = &s_routes[i];
+        }
+    if (s_g.api_key && *s_g.api_key && strcmp(path, "/health") && !s_key_ok(gw_req_header(req, "Authorization"))) {
+        s_respond_error(req, 401, "Incorrect API key provided", NULL, "invalid_api_key");
+        return;
+    }
+    if (route) {
+        route->fn(req);
+        return;
+    }
+    char msg[300];
+    snprintf(msg, sizeof msg, path_known ? "%s is not allowed on %s" : "no endpoint %s %s", method, path);
+    s_respond_error(req, path_known ? 405 : 404, msg, NULL, NULL);
+}
+
+// The client left before its answer ended: stop what runs for it upstream.
+static void s_on_gone(gw_req_t *req, void *arg) {
+    s_call_t *c = gw_req_data(req);
+    if (!c)
+        return;
+    c->req = NULL;
+    if (c->kind == S_GEN) {
+        ls_actor_count(s_g.self, "clients_gone", 1);
+        s_abort_open(c, "the HTTP client disconnected");
+    }
+    s_call_free(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// lifecycle
+
+static int s_on_start(ls_actor_t *a, void *state) {
+    s_g.self = a;
+    s_g.next_rid = 1;
+    s_g.ttft = (s_hist_t){.le = s_ttft_le, .n = sizeof s_ttft_le / sizeof *s_ttft_le};
+    s_g.itl = (s_hist_t){.le = s_itl_le, .n = sizeof s_itl_le / sizeof *s_itl_le};
+    snprintf(s_g.id_prefix, sizeof s_g.id_prefix, "%08x", (unsigned)(getpid() ^ (unsigned)time(NULL)));
+    if (s_g.served_model_name && *s_g.served_model_name)
+        snprintf(s_g.base, sizeof s_g.base, "%s", s_g.served_model_name);
+    else if (s_g.model_path && *s_g.model_path) {
+        // The model directory's name, as vLLM and SGLang name a model served from a path.
+        char path[sizeof s_g.base];
+        snprintf(path, sizeof path, "%s", s_g.model_path);
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/')
+            path[--n] = 0;
+        const char *slash = strrchr(path, '/');
+        snprintf(s_g.base, sizeof s_g.base, "%s", slash ? slash + 1 : path);
+    } else
+        snprintf(s_g.base, sizeof s_g.base, "default");
+    if (s_g.max_connections < 1 || s_g.max_header_bytes < 256 || s_g.max_body_bytes < 1 || s_g.idle_timeout_ms < 1 ||
+        s_g.request_timeout_ms < 1 || s_g.port < 0 || s_g.port > 65535) {
+        ls_error(0, "--port must be 0..65535; --max-connections, --max-body-bytes and the timeouts above 0; "
+                    "--max-header-bytes at least 256");
+        return -1;
+    }
+    if (!ls_actor_has_peer(a, S_TOKENIZER)) {
+        ls_error(0, "no --peer %s=ENDPOINT: the gateway has no one to send requests to", S_TOKENIZER);
+        return -1;
+    }
+    s_g.by_rid = zhashx_new();
+    zhashx_set_key_hasher(s_g.by_rid, s_rid_hash);
+    zhashx_set_key_comparator(s_g.by_rid, s_rid_cmp);
+    zhashx_set_key_duplicator(s_g.by_rid, NULL);
+    zhashx_set_key_destructor(s_g.by_rid, NULL);
+    gw_http_limits_t lim = {s_g.max_connections, s_g.max_header_bytes, s_g.max_body_bytes, s_g.idle_timeout_ms,
+                            s_g.request_timeout_ms};
+    gw_http_cbs_t cbs = {s_on_request, s_on_gone, s_on_answered, NULL};
+    s_g.http = gw_http_new(ls_actor_loop(a), s_g.host, s_g.port, &lim, &cbs);
+    if (!s_g.http)
+        return -1;
+    ls_info(0, "listening on http://%s:%d (model %s%s)", s_g.host, gw_http_port(s_g.http), s_g.base,
+            s_g.api_key && *s_g.api_key ? ", API key required" : "");
+    return 0;
+}
+
+// Answer every open request and stop what runs upstream for it, while the sockets still work.
+static void s_on_shutdown(ls_actor_t *a, void *state) {
+    while (s_g.calls) {
+        s_call_t *c = s_g.calls;
+        if (c->kind == S_GEN && c->req)
+            s_gen_fail(c, 503, "the server is shutting down", NULL, "shutting_down");
+        else {
+            if (c->kind == S_GEN)
+                s_abort_open(c, "the gateway is stopping");
+            if (c->req)
+                s_respond_error(c->req, 503, "the server is shutting down", NULL, "shutting_down");
+            c->req = NULL;
+            s_call_free(c);
+        }
+    }
+}
+
+static void s_on_destroy(ls_actor_t *a, void *state) {
+    gw_http_destroy(&s_g.http);
+    zhashx_destroy(&s_g.by_rid);
+}
+
+static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_TEXT_OUT, s_on_text_out},
+    {LS_MSG_ADAPTER_LIST, s_on_adapter_list},
+    {LS_MSG_ADAPTER_LOADED, s_on_adapter_loaded},
+    {LS_MSG_ADAPTER_UNLOADED, s_on_adapter_unloaded},
+    {LS_MSG_HEARTBEAT, s_on_heartbeat},
+    {LS_MSG_METRICS, s_on_metrics},
+    {LS_MSG_ERROR, s_on_error},
+    {0, NULL},
+};
 
 int main(int argc, char **argv) {
-    const ls_actor_def_t def = {.name = "gateway", .about = "loraserve HTTP gateway", .dispatch = s_dispatch};
+    ls_flag_t flags[] = {
+        LS_FLAG_INT("port", &s_g.port, "30000", "HTTP port (0: any free port, logged)"),
+        LS_FLAG_STR("host", &s_g.host, "127.0.0.1", "address to listen on (0.0.0.0: every interface)"),
+        LS_FLAG_STR("api-key", &s_g.api_key, NULL, "require Authorization: Bearer KEY on every endpoint but /health"),
+        LS_FLAG_STR("served-model-name", &s_g.served_model_name, NULL, "the base model's name (default: --model-path's basename)"),
+        LS_FLAG_STR("model-path", &s_g.model_path, NULL, "the base model's directory (its name in the APIs)"),
+        LS_FLAG_INT("max-connections", &s_g.max_connections, "1024", "open HTTP connections; more are answered 503"),
+        LS_FLAG_INT("max-header-bytes", &s_g.max_header_bytes, "32768", "request line and headers; more is answered 431"),
+        LS_FLAG_INT("max-body-bytes", &s_g.max_body_bytes, "16777216", "request body; more is answered 413"),
+        LS_FLAG_INT("idle-timeout-ms", &s_g.idle_timeout_ms, "60000", "a silent connection is closed (408 mid-request)"),
+        LS_FLAG_INT("request-timeout-ms", &s_g.request_timeout_ms, "30000", "a request must arrive whole within this (408)"),
+        LS_FLAG_END,
+    };
+    const ls_actor_def_t def = {
+        .name = "gateway",
+        .about = "loraserve HTTP gateway: OpenAI and SGLang APIs, adapter admin, /health, /metrics",
+        .dispatch = s_dispatch,
+        .flags = flags,
+        .on_start = s_on_start,
+        .on_shutdown = s_on_shutdown,
+        .on_destroy = s_on_destroy,
+    };
     return ls_actor_main(argc, argv, &def);
 }

@@ -4,6 +4,8 @@
 //          LoadAdapter, UnloadAdapter (registry, tokenizer or a test client); ListAdapters
 //          (the registry, for residency: answered with AdapterList);
 //          WorkerInfo, StepResult, AdapterLoaded, AdapterUnloaded (from worker-0 … worker-N-1);
+//          TpComm (from worker-0: the tensor-parallel group's communicator, relayed to every
+//          worker of the group, worker-0 included);
 //          and the lifecycle messages every actor handles (Heartbeat, Shutdown, GetMetrics).
 // Emits:   StepPlan, LoadAdapter, UnloadAdapter, PrefetchAdapter (to every worker);
 //          TokenOut (to the detokenizer, or with --output route back on the request's route);
@@ -197,6 +199,19 @@ static int s_on_adapter_answer(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
+// The core has no part in forming the group: the id only passes through, to every rank.
+static int s_on_tp_comm(ls_actor_t *a, ls_in_t *in, void *state) {
+    app_t *app = state;
+    if (s_rank_of(in) != 0) {
+        ls_warn(0, "TpComm from %s ignored: the group's id comes from worker-0", in->from);
+        return 0;
+    }
+    ls_info(0, "relaying the tensor-parallel group's %s id to %d workers",
+            in->msg->u.tp_comm.kind ? in->msg->u.tp_comm.kind : "?", app->tp_size);
+    s_emit(app, &(sched_dest_t){.kind = SCHED_TO_WORKERS}, in->msg);
+    return 0;
+}
+
 static int s_on_list(ls_actor_t *a, ls_in_t *in, void *state) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_ADAPTER_LIST);
@@ -217,6 +232,7 @@ static const ls_dispatch_t s_dispatch[] = {
     {LS_MSG_STEP_RESULT, s_on_step_result},
     {LS_MSG_ADAPTER_LOADED, s_on_adapter_answer},
     {LS_MSG_ADAPTER_UNLOADED, s_on_adapter_answer},
+    {LS_MSG_TP_COMM, s_on_tp_comm},
     {0, NULL},
 };
 

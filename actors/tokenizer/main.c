@@ -1,11 +1,686 @@
-// tokenizer — the front door for clients (gateway, SDK): tokenizes, acquires adapters, routes
-// outputs back; that work comes with the tokenizer issue. Accepts now: the lifecycle messages
-// every actor handles (Heartbeat, Shutdown, GetMetrics). Emits: Ready, Heartbeat, Metrics, Error.
-#include "ls_actor.h"
+// tokenizer — the front door for clients (gateway, SDK): validates and tokenizes GenerateReq
+// (text, input_ids, or chat messages through the model's chat template), acquires the adapter
+// from the registry, sends one TokenizedReq per completion to the scheduler, and routes every
+// TextOut back to the client that asked (by its ZeroMQ identity), with the client's rid and the
+// completion's index. The request logic without sockets is in prompt.c; see docs/frontdoor.md.
+//
+// Accepts on its ROUTER, from clients:
+//   GenerateReq             → TextOut pieces (stream) or one TextOut per completion; the last
+//                             has `last`. Refusals: one TextOut {finish ERROR, error_code, last}.
+//   Abort                   → Abort to the scheduler for each of the request's completions
+//   LoadAdapter, UnloadAdapter, ListAdapters → relayed to the registry; its answer relayed back
+// Accepts on its ROUTER, from the detokenizer: TextOut (rid = a completion's rid here).
+// Accepts on its DEALERs: AdapterAcquired, AdapterLoaded, AdapterUnloaded, AdapterList, Error
+//   (registry); Error (scheduler: a TokenizedReq it refused).
+// Emits: AcquireAdapter, ReleaseAdapter (registry; one release for every acquire that
+//   succeeded, whatever the ending); TokenizedReq, Abort (scheduler); TextOut and the relayed
+//   answers (clients).
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-static const ls_dispatch_t s_dispatch[] = {{0, NULL}};
+#include "ls_actor.h"
+#include "prompt.h"
+
+typedef struct greq greq_t;
+
+// One completion: one request at the scheduler.
+typedef struct {
+    uint64_t rid;  // this actor's, sent to the scheduler
+    uint32_t index;
+    greq_t *g;
+    bool running;  // at the scheduler: no final TextOut or Error for it yet
+    bool done;     // its final TextOut went to the client, or never will
+    tcollect_t collect;  // not streaming: the text so far
+} comp_t;
+
+// One GenerateReq.
+struct greq {
+    greq_t *prev, *next;  // every live group
+    uint64_t id;           // the AcquireAdapter's rid
+    uint64_t client_rid;
+    ls_route_t *route;
+    char *key;      // in s_tok.clients while the client may still hear from it
+    ls_msg_t req;   // the GenerateReq, moved out of the inbound message
+    ls_token_ids_t ids;
+    char *adapter_id;  // held from the registry (NULL: the base model, or not held)
+    bool acquiring;    // AcquireAdapter sent, no answer yet
+    bool closed;       // the client had its last TextOut, or is gone
+    uint32_t n, open;  // completions, and those not done
+    uint32_t running;  // completions still at the scheduler
+    comp_t *comps;     // n, once dispatched
+    ls_timer_t *timer;
+    uint64_t deadline_ms;  // this actor's clock; 0: none
+};
+
+// A LoadAdapter, UnloadAdapter or ListAdapters relayed to the registry.
+typedef struct {
+    ls_route_t *route;
+    uint64_t client_rid;
+} relay_t;
+
+typedef struct {
+    char *model_path;
+    ls_actor_t *actor;
+    tmodel_t *model;
+    uint64_t next_id;
+    zhashx_t *comps;     // rid → comp_t
+    zhashx_t *acquires;  // group id → greq_t, while acquiring
+    zhashx_t *clients;   // client key → greq_t, until closed
+    zhashx_t *relays;    // rid → relay_t
+    greq_t *groups;
+} tok_t;
+
+static tok_t s_tok;
+
+static void s_key(uint64_t id, char key[24]) { snprintf(key, 24, "%" PRIu64, id); }
+
+// identity (hex) + ":" + rid: what a client's Abort names.
+static char *s_client_key(const ls_in_t *in) {
+    size_t n = in->identity ? zframe_size(in->identity) : 0;
+    const uint8_t *d = in->identity ? zframe_data(in->identity) : NULL;
+    char *key = malloc(2 * n + 24);
+    if (!key)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        snprintf(key + 2 * i, 3, "%02x", d[i]);
+    snprintf(key + 2 * n, 24, ":%" PRIu64, in->msg->rid);
+    return key;
+}
+
+static void s_count(const char *name, uint64_t n) { ls_actor_count(s_tok.actor, name, n); }
+
+static void s_count_refusal(uint32_t code) {
+    const char *name = ls_error_code_name(code);
+    char counter[64];
+    snprintf(counter, sizeof counter, "refused_%s_total", name ? name : "other");
+    for (char *p = counter; *p; p++)
+        *p = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+    s_count(counter, 1);
+}
+
+static void s_gauge(void) {
+    uint64_t active = 0;
+    for (greq_t *g = s_tok.groups; g; g = g->next)
+        active += !g->closed;
+    uint64_t *c = ls_actor_counter(s_tok.actor, "requests_active");
+    if (c)
+        *c = active;
+}
+
+static void s_oom(void) {
+    ls_error(0, "tokenizer out of memory");
+    abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// groups
+
+static void s_release(greq_t *g) {
+    if (!g->adapter_id)
+        return;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_RELEASE_ADAPTER);
+    m.rid = g->id;
+    m.u.release_adapter.adapter_id = g->adapter_id;
+    m.u.release_adapter.name = g->req.u.generate_req.adapter;
+    ls_actor_send_peer(s_tok.actor, "registry", &m, NULL);
+    m.u.release_adapter.adapter_id = m.u.release_adapter.name = NULL;  // still g's
+    ls_msg_clear(&m);
+    free(g->adapter_id);
+    g->adapter_id = NULL;
+}
+
+// Nothing more goes to the client: forget its key, give the adapter back.
+static void s_close(greq_t *g) {
+    g->closed = true;
+    if (g->key) {
+        zhashx_delete(s_tok.clients, g->key);
+        free(g->key);
+        g->key = NULL;
+    }
+    s_release(g);
+}
+
+static void s_maybe_free(greq_t *g) {
+    if (!g->closed || g->acquiring || g->running)
+        return;
+    if (g->timer)
+        ls_actor_timer_stop(s_tok.actor, g->timer);
+    if (g->key)
+        zhashx_delete(s_tok.clients, g->key);
+    free(g->key);
+    free(g->adapter_id);
+    for (uint32_t i = 0; g->comps && i < g->n; i++)
+        tcollect_free(&g->comps[i].collect);
+    free(g->comps);
+    ls_msg_clear(&g->req);
+    ls_token_ids_free(&g->ids);
+    ls_route_destroy(&g->route);
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        s_tok.groups = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    free(g);
+}
+
+static void s_abort_comp(comp_t *c, uint32_t finish, const char *why) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ABORT);
+    m.rid = c->rid;
+    m.u.abort.finish = finish;
+    m.u.abort.reason = ls_msg_strdup(why);
+    ls_actor_send_peer(s_tok.actor, "scheduler", &m, NULL);
+    ls_msg_clear(&m);
+}
+
+// A send to the client failed (ROUTER_MANDATORY: it disconnected; or its queue is full): stop
+// everything it started.
+static void s_client_gone(greq_t *g) {
+    ls_warn(g->client_rid, "the client is gone: aborting its request");
+    s_count("clients_gone_total", 1);
+    for (uint32_t i = 0; g->comps && i < g->n; i++)
+        if (!g->comps[i].done) {
+            g->comps[i].done = true;
+            if (g->comps[i].running)
+                s_abort_comp(&g->comps[i], LS_FINISH_REASON_ABORT, "the client went away");
+        }
+    g->open = 0;
+    s_close(g);
+}
+
+// The whole request ends at once (refused, or aborted or timed out before dispatch): its one
+// TextOut, index 0, last.
+static void s_end_whole(greq_t *g, uint32_t finish, uint32_t code, const char *why) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TEXT_OUT);
+    m.rid = g->client_rid;
+    ls_msg_text_out_t *t = &m.u.text_out;
+    t->text = ls_msg_strdup("");
+    t->finish = finish;
+    t->error_code = code;
+    t->error = ls_msg_strdup(why);
+    t->last = true;
+    if (code)
+        s_count_refusal(code);
+    s_close(g);
+    ls_actor_send_route(s_tok.actor, g->route, &m, NULL);
+    ls_msg_clear(&m);
+}
+
+// One TextOut of completion c (t: from the detokenizer, or made here), to the client: collected
+// when not streaming, rid and index rewritten, the request's last marked. msg stays the caller's.
+static void s_comp_output(comp_t *c, ls_msg_t *msg) {
+    greq_t *g = c->g;
+    ls_msg_text_out_t *t = &msg->u.text_out;
+    bool final = t->finish != LS_FINISH_REASON_NONE;
+    if (c->done || g->closed)
+        return;
+    s_count("completion_tokens_total", t->token_ids.n);
+    const ls_msg_generate_req_t *req = &g->req.u.generate_req;
+    if (!req->stream) {
+        if (tcollect_add(&c->collect, t) < 0)
+            s_oom();
+        if (!final)
+            return;
+        tcollect_take(&c->collect, t);
+    } else if (!final && !(t->text && *t->text) && !(req->return_token_ids && t->token_ids.n) && !t->logprobs.n) {
+        return;  // an empty piece (text held back) the client has no use for
+    }
+    if (!req->return_token_ids) {
+        free(t->token_ids.v);
+        t->token_ids.v = NULL;
+        t->token_ids.n = 0;
+    }
+    msg->rid = g->client_rid;
+    t->index = c->index;
+    if (final) {
+        c->done = true;
+        g->open--;
+        if (t->finish == LS_FINISH_REASON_ERROR && t->error_code)
+            s_count_refusal(t->error_code);
+    }
+    t->last = final && g->open == 0;
+    if (t->last)
+        s_close(g);  // released before the client hears, so what it asks next sees it released
+    if (ls_actor_send_route(s_tok.actor, g->route, msg, NULL) < 0 && !g->closed)
+        s_client_gone(g);
+}
+
+// Completion c ends here without the detokenizer (refused by the scheduler, timed out, shut
+// down): a final TextOut made up for it.
+static void s_comp_fail(comp_t *c, uint32_t finish, uint32_t code, const char *why) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TEXT_OUT);
+    m.u.text_out.text = ls_msg_strdup("");
+    m.u.text_out.finish = finish;
+    m.u.text_out.error_code = code;
+    m.u.text_out.error = ls_msg_strdup(why);
+    s_comp_output(c, &m);
+    ls_msg_clear(&m);
+}
+
+// The scheduler will send nothing more for c.
+static void s_comp_ended(comp_t *c) {
+    char key[24];
+    s_key(c->rid, key);
+    zhashx_delete(s_tok.comps, key);
+    c->running = false;
+    c->g->running--;
+}
+
+// Adapter held (or none needed): one TokenizedReq per completion. The scheduler gets the
+// request's deadline with arrival_ms = now, so it counts only the time left; this actor's timer
+// fires first, and a timeout is reported as TIMEOUT.
+static void s_dispatch_group(greq_t *g) {
+    const ls_msg_generate_req_t *req = &g->req.u.generate_req;
+    if (!(g->comps = calloc(g->n, sizeof *g->comps)))
+        s_oom();
+    uint64_t now_ms = ls_actor_now_ns(s_tok.actor) / 1000000;
+    for (uint32_t i = 0; i < g->n; i++) {
+        comp_t *c = &g->comps[i];
+        c->rid = ++s_tok.next_id;
+        c->index = i;
+        c->g = g;
+    }
+    for (uint32_t i = 0; i < g->n && !g->closed; i++) {
+        comp_t *c = &g->comps[i];
+        ls_msg_t m;
+        if (tmodel_request(s_tok.model, req, &g->ids, i, g->adapter_id, now_ms, g->deadline_ms, &m) < 0)
+            s_oom();
+        m.rid = c->rid;
+        s_count("prompt_tokens_total", g->ids.n);
+        int rc = ls_actor_send_peer(s_tok.actor, "scheduler", &m, NULL);
+        ls_msg_clear(&m);
+        if (rc < 0) {
+            s_comp_fail(c, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, "the scheduler cannot be reached");
+            continue;
+        }
+        char key[24];
+        s_key(c->rid, key);
+        zhashx_insert(s_tok.comps, key, c);
+        c->running = true;
+        g->running++;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// handlers: clients
+
+// A refusal before any state exists: the request's one TextOut.
+static void s_refuse(ls_actor_t *a, const ls_in_t *in, uint32_t code, const char *why) {
+    ls_info(in->msg->rid, "refused (%s): %s", ls_error_code_name(code), why);
+    s_count_refusal(code);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TEXT_OUT);
+    m.rid = in->msg->rid;
+    m.u.text_out.text = ls_msg_strdup("");
+    m.u.text_out.finish = LS_FINISH_REASON_ERROR;
+    m.u.text_out.error_code = code;
+    m.u.text_out.error = ls_msg_strdup(why);
+    m.u.text_out.last = true;
+    ls_actor_reply(a, in, &m);
+    ls_msg_clear(&m);
+}
+
+static void s_on_deadline(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    greq_t *g = arg;
+    ls_actor_timer_stop(a, t);
+    g->timer = NULL;
+    if (g->closed)
+        return;
+    char why[96];
+    snprintf(why, sizeof why, "timed out after %u ms (timeout_ms)", g->req.u.generate_req.timeout_ms);
+    ls_info(g->client_rid, "%s", why);
+    s_count("timeouts_total", 1);
+    if (g->acquiring) {
+        s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_TIMEOUT, why);
+        s_gauge();
+        return;
+    }
+    for (uint32_t i = 0; i < g->n && !g->closed; i++) {
+        comp_t *c = &g->comps[i];
+        if (c->done)
+            continue;
+        if (c->running)
+            s_abort_comp(c, LS_FINISH_REASON_ABORT, why);
+        s_comp_fail(c, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_TIMEOUT, why);
+    }
+    s_maybe_free(g);
+    s_gauge();
+}
+
+static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
+    tok_t *s = state;
+    const ls_msg_generate_req_t *req = &in->msg->u.generate_req;
+    s_count("requests_total", 1);
+    char *key = s_client_key(in);
+    if (!key)
+        s_oom();
+    if (zhashx_lookup(s->clients, key)) {
+        free(key);
+        s_refuse(a, in, LS_ERROR_CODE_BAD_REQUEST, "request id already in use by a request of this client");
+        return -1;
+    }
+    char err[512];
+    ls_token_ids_t ids = {0};
+    uint32_t code = tmodel_prompt(s->model, req, &ids, err, sizeof err);
+    if (code) {
+        free(key);
+        ls_token_ids_free(&ids);
+        s_refuse(a, in, code, err);
+        return -1;
+    }
+    greq_t *g = calloc(1, sizeof *g);
+    if (!g || !(g->route = ls_route_new(in)))
+        s_oom();
+    g->id = ++s->next_id;
+    g->client_rid = in->msg->rid;
+    g->key = key;
+    memcpy(&g->req, in->msg, sizeof g->req);  // moved: the runtime's copy is emptied
+    ls_msg_init(in->msg, LS_MSG_GENERATE_REQ);
+    req = &g->req.u.generate_req;
+    g->ids = ids;
+    g->n = g->open = tmodel_n(req);
+    if ((g->next = s->groups))
+        g->next->prev = g;
+    s->groups = g;
+    zhashx_insert(s->clients, key, g);
+    if (req->timeout_ms) {
+        g->deadline_ms = in->now_ns / 1000000 + req->timeout_ms;
+        g->timer = ls_actor_timer_start(a, req->timeout_ms, 0, s_on_deadline, g);
+    }
+    if (req->adapter && *req->adapter) {
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_ACQUIRE_ADAPTER);
+        m.rid = g->id;
+        m.u.acquire_adapter.name = ls_msg_strdup(req->adapter);
+        int rc = ls_actor_send_peer(a, "registry", &m, NULL);
+        ls_msg_clear(&m);
+        if (rc < 0) {
+            s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, "the adapter registry cannot be reached");
+        } else {
+            char gkey[24];
+            s_key(g->id, gkey);
+            zhashx_insert(s->acquires, gkey, g);
+            g->acquiring = true;
+        }
+    } else {
+        s_dispatch_group(g);
+    }
+    s_maybe_free(g);
+    s_gauge();
+    return 0;
+}
+
+static int s_on_client_abort(ls_actor_t *a, ls_in_t *in, void *state) {
+    tok_t *s = state;
+    char *key = s_client_key(in);
+    if (!key)
+        s_oom();
+    greq_t *g = zhashx_lookup(s->clients, key);
+    free(key);
+    if (!g) {
+        ls_debug(in->msg->rid, "Abort for a request that is not here (ended already?)");
+        return 0;
+    }
+    const char *why = in->msg->u.abort.reason && *in->msg->u.abort.reason ? in->msg->u.abort.reason : "aborted by the client";
+    s_count("aborts_total", 1);
+    if (g->acquiring) {
+        s_end_whole(g, LS_FINISH_REASON_ABORT, 0, why);
+    } else {
+        // Each completion's final TextOut (ABORT) comes back through the detokenizer.
+        for (uint32_t i = 0; i < g->n; i++)
+            if (g->comps[i].running && !g->comps[i].done)
+                s_abort_comp(&g->comps[i], LS_FINISH_REASON_ABORT, why);
+    }
+    s_gauge();
+    return 0;
+}
+
+// LoadAdapter, UnloadAdapter, ListAdapters: to the registry under a rid of ours, bulk frames
+// (from_tensors weights) included.
+static int s_on_relay(ls_actor_t *a, ls_in_t *in, void *state) {
+    tok_t *s = state;
+    relay_t *r = calloc(1, sizeof *r);
+    if (!r || !(r->route = ls_route_new(in)))
+        s_oom();
+    r->client_rid = in->msg->rid;
+    in->msg->rid = ++s->next_id;
+    zmsg_t *bulk = in->bulk;
+    in->bulk = NULL;
+    if (ls_actor_send_peer(a, "registry", in->msg, &bulk) < 0) {
+        in->msg->rid = r->client_rid;
+        ls_route_destroy(&r->route);
+        free(r);
+        ls_actor_reply_error(a, in, LS_ERROR_CODE_UNAVAILABLE, "the adapter registry cannot be reached");
+        return -1;
+    }
+    char key[24];
+    s_key(in->msg->rid, key);
+    zhashx_insert(s->relays, key, r);
+    s_count("relays_total", 1);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// handlers: the graph
+
+static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
+    tok_t *s = state;
+    if (!in->identity || strcmp(in->from, "detokenizer") != 0) {
+        ls_warn(in->msg->rid, "TextOut from %s ignored: only the detokenizer's count", in->from);
+        return 0;
+    }
+    char key[24];
+    s_key(in->msg->rid, key);
+    comp_t *c = zhashx_lookup(s->comps, key);
+    if (!c) {
+        ls_debug(in->msg->rid, "TextOut for a completion that is not here (ended already?)");
+        return 0;
+    }
+    greq_t *g = c->g;
+    if (in->msg->u.text_out.finish != LS_FINISH_REASON_NONE)
+        s_comp_ended(c);
+    s_comp_output(c, in->msg);
+    s_maybe_free(g);
+    s_gauge();
+    return 0;
+}
+
+static int s_on_acquired(ls_actor_t *a, ls_in_t *in, void *state) {
+    tok_t *s = state;
+    char key[24];
+    s_key(in->msg->rid, key);
+    greq_t *g = zhashx_lookup(s->acquires, key);
+    const ls_msg_adapter_acquired_t *aa = &in->msg->u.adapter_acquired;
+    if (!g) {
+        ls_warn(in->msg->rid, "AdapterAcquired for no request of ours");
+        return 0;
+    }
+    zhashx_delete(s->acquires, key);
+    g->acquiring = false;
+    if (aa->ok && !(g->adapter_id = strdup(aa->adapter_id ? aa->adapter_id : "")))
+        s_oom();
+    if (g->closed)
+        s_release(g);  // ended while waiting: the hold goes straight back
+    else if (!aa->ok)
+        s_end_whole(g, LS_FINISH_REASON_ERROR, aa->code ? aa->code : LS_ERROR_CODE_UNAVAILABLE,
+                    aa->reason && *aa->reason ? aa->reason : "the adapter could not be acquired");
+    else
+        s_dispatch_group(g);
+    s_maybe_free(g);
+    s_gauge();
+    return 0;
+}
+
+// AdapterLoaded, AdapterUnloaded, AdapterList: the registry's answer to a relay.
+static int s_on_relayed_answer(ls_actor_t *a, ls_in_t *in, void *state) {
+    tok_t *s = state;
+    char key[24];
+    s_key(in->msg->rid, key);
+    relay_t *r = zhashx_lookup(s->relays, key);
+    if (in->identity || strcmp(in->from, "registry") != 0 || !r) {
+        ls_warn(in->msg->rid, "%s from %s answers nothing of ours: ignored", ls_msg_type_name(in->msg->type), in->from);
+        return 0;
+    }
+    zhashx_delete(s->relays, key);
+    in->msg->rid = r->client_rid;
+    zmsg_t *bulk = in->bulk;
+    in->bulk = NULL;
+    ls_actor_send_route(a, r->route, in->msg, &bulk);
+    ls_route_destroy(&r->route);
+    free(r);
+    return 0;
+}
+
+// Error from the registry (a relay or an acquire it could not take) or from the scheduler (a
+// TokenizedReq it refused; an Abort that came too late is not an error worth telling).
+static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
+    tok_t *s = state;
+    const ls_msg_error_t *e = &in->msg->u.error;
+    const char *why = e->message && *e->message ? e->message : "refused";
+    char key[24];
+    s_key(in->msg->rid, key);
+    if (!in->identity && !strcmp(in->from, "registry")) {
+        if (zhashx_lookup(s->relays, key))
+            return s_on_relayed_answer(a, in, state);
+        greq_t *g = zhashx_lookup(s->acquires, key);
+        if (g) {
+            ls_msg_t m;
+            ls_msg_init(&m, LS_MSG_ADAPTER_ACQUIRED);
+            m.rid = in->msg->rid;
+            m.u.adapter_acquired.code = e->code;
+            m.u.adapter_acquired.reason = ls_msg_strdup(why);
+            ls_in_t fake = *in;
+            fake.msg = &m;
+            s_on_acquired(a, &fake, state);
+            ls_msg_clear(&m);
+        }
+        return 0;
+    }
+    comp_t *c = !in->identity && !strcmp(in->from, "scheduler") && e->ref_type != LS_MSG_ABORT
+                    ? zhashx_lookup(s->comps, key)
+                    : NULL;
+    if (!c) {
+        ls_debug(in->msg->rid, "Error from %s (%s): %s", in->from, ls_error_code_name(e->code), why);
+        return 0;
+    }
+    greq_t *g = c->g;
+    ls_info(g->client_rid, "the scheduler refused completion %u: %s", c->index, why);
+    s_comp_ended(c);
+    s_comp_fail(c, LS_FINISH_REASON_ERROR, e->code ? e->code : LS_ERROR_CODE_INTERNAL, why);
+    s_maybe_free(g);
+    s_gauge();
+    return 0;
+}
+
+
+static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_GENERATE_REQ, s_on_generate},
+    {LS_MSG_ABORT, s_on_client_abort},
+    {LS_MSG_LOAD_ADAPTER, s_on_relay},
+    {LS_MSG_UNLOAD_ADAPTER, s_on_relay},
+    {LS_MSG_LIST_ADAPTERS, s_on_relay},
+    {LS_MSG_TEXT_OUT, s_on_text_out},
+    {LS_MSG_ADAPTER_ACQUIRED, s_on_acquired},
+    {LS_MSG_ADAPTER_LOADED, s_on_relayed_answer},
+    {LS_MSG_ADAPTER_UNLOADED, s_on_relayed_answer},
+    {LS_MSG_ADAPTER_LIST, s_on_relayed_answer},
+    {LS_MSG_ERROR, s_on_error},
+    {0, NULL},
+};
+
+// ---------------------------------------------------------------------------------------------
+// start-up and shutdown
+
+static int s_start(ls_actor_t *a, void *state) {
+    tok_t *s = state;
+    s->actor = a;
+    if (!s->model_path) {
+        ls_error(0, "--model-path is required: the model directory (tokenizer.json, tokenizer_config.json, config.json)");
+        return -1;
+    }
+    char err[512];
+    if (!(s->model = tmodel_load(s->model_path, err, sizeof err))) {
+        ls_error(0, "--model-path: %s", err);
+        return -1;
+    }
+    s->comps = zhashx_new();
+    s->acquires = zhashx_new();
+    s->clients = zhashx_new();
+    s->relays = zhashx_new();
+    if (!s->comps || !s->acquires || !s->clients || !s->relays)
+        s_oom();
+    for (const char *const *p = (const char *const[]){"registry", "scheduler", NULL}; *p; p++)
+        if (!ls_actor_has_peer(a, *p))
+            ls_warn(0, "no --peer %s=…: requests that need it will be refused", *p);
+    s_gauge();
+    ls_info(0, "model %s: context %u tokens", s->model_path, tmodel_context(s->model));
+    return 0;
+}
+
+// Every request still open is answered now (the scheduler is told to stop its completions);
+// relays waiting on the registry hear SHUTTING_DOWN.
+static void s_shutdown(ls_actor_t *a, void *state) {
+    tok_t *s = state;
+    for (greq_t *g = s->groups, *next; g; g = next) {
+        next = g->next;
+        if (g->closed)
+            continue;
+        if (g->acquiring) {
+            s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_SHUTTING_DOWN, "the tokenizer is shutting down");
+            continue;
+        }
+        for (uint32_t i = 0; i < g->n && !g->closed; i++) {
+            if (g->comps[i].done)
+                continue;
+            if (g->comps[i].running)
+                s_abort_comp(&g->comps[i], LS_FINISH_REASON_ABORT, "the tokenizer is shutting down");
+            s_comp_fail(&g->comps[i], LS_FINISH_REASON_ERROR, LS_ERROR_CODE_SHUTTING_DOWN,
+                        "the tokenizer is shutting down");
+        }
+    }
+    for (relay_t *r = zhashx_first(s->relays); r; r = zhashx_next(s->relays)) {
+        ls_actor_route_error(a, r->route, r->client_rid, LS_ERROR_CODE_SHUTTING_DOWN, 0, "the tokenizer is shutting down");
+        ls_route_destroy(&r->route);
+        free(r);
+    }
+    zhashx_purge(s->relays);
+}
+
+static void s_destroy(ls_actor_t *a, void *state) {
+    tok_t *s = state;
+    while (s->groups) {
+        greq_t *g = s->groups;
+        g->closed = true;
+        g->acquiring = false;
+        g->running = 0;
+        s_maybe_free(g);
+    }
+    zhashx_destroy(&s->comps);
+    zhashx_destroy(&s->acquires);
+    zhashx_destroy(&s->clients);
+    zhashx_destroy(&s->relays);
+    tmodel_destroy(&s->model);
+}
 
 int main(int argc, char **argv) {
-    const ls_actor_def_t def = {.name = "tokenizer", .about = "loraserve tokenizer", .dispatch = s_dispatch};
+    ls_flag_t flags[] = {
+        LS_FLAG_STR("model-path", &s_tok.model_path, NULL,
+                    "model directory: tokenizer.json, tokenizer_config.json (chat template), config.json"),
+        LS_FLAG_END,
+    };
+    const ls_actor_def_t def = {.name = "tokenizer",
+                                .about = "loraserve tokenizer: the front door for clients",
+                                .dispatch = s_dispatch,
+                                .flags = flags,
+                                .state = &s_tok,
+                                .on_start = s_start,
+                                .on_shutdown = s_shutdown,
+                                .on_destroy = s_destroy};
     return ls_actor_main(argc, argv, &def);
 }

@@ -7,9 +7,18 @@
 //                    into a slot when `slot` >= 0; answered by AdapterLoaded
 //   UnloadAdapter    drop an adapter from both tiers; answered by AdapterUnloaded
 //   PrefetchAdapter  copy an adapter from the CPU tier into a slot now, ahead of its step
+//   TpComm           (--tp-size > 1) the group's communicator: join it, then load the shard
 //   + the lifecycle messages every actor handles
-// Emits: WorkerInfo (to the scheduler once the model is loaded), StepResult, AdapterLoaded,
-//   AdapterUnloaded, Error.
+// Emits: WorkerInfo (to the scheduler once the model is loaded), TpComm (rank 0, to the
+//   scheduler, which hands it to every rank), StepResult, AdapterLoaded, AdapterUnloaded,
+//   Error.
+//
+// Tensor parallelism (docs/engine.md): with --tp-size N every rank holds its shard of the
+// model and of every adapter slot and runs every step; the ranks meet at the collectives of
+// the forward (comm.h: shared memory between CPU workers, NCCL between CUDA ones). Start-up:
+// rank 0 makes the communicator id and sends it in a TpComm; each rank joins on receiving
+// it, loads its shard, sends WorkerInfo and only then is Ready. Only rank 0 samples and
+// answers StepResult.
 //
 // Slots are the scheduler's decision: StepItem.adapter_slot s (-1 for the base model) is the
 // engine pool's slot s + 1 (engine slot 0 is the base-model sentinel). Per-request state is
@@ -21,8 +30,12 @@
 #include <string.h>
 
 #include "backend.h"
+#include "comm.h"
 #ifdef LS_HAVE_CUDA
 #include "backend_cuda.h"
+#endif
+#ifdef LS_HAVE_NCCL
+#include "comm_nccl.h"
 #endif
 #include "history.h"
 #include "ls_actor.h"
@@ -38,11 +51,14 @@ typedef struct {
     ls_strlist_t target_modules;
     int kv_blocks, kv_cache_mb, block_size;
     int max_loras_per_batch, max_lora_rank, max_loaded_loras;
-    int threads, tp_size;
+    int threads, tp_size, tp_timeout_ms;
     int device;  // --device; -1: the worker's rank
     int rank;  // from the runtime's --rank
+    unsigned target_mask;
     // engine
     ls_backend_t *be;
+    ls_comm_t *comm;  // tensor parallel: the group, once joined
+    ls_timer_t *join_timer;
     ls_model_t *model;
     ls_kv_cache_t *kv;
     ls_lora_pool_t *pool;
@@ -144,11 +160,102 @@ static void s_send_info(ls_actor_t *a) {
     ls_msg_clear(&m);
 }
 
+// Loads the model (the rank's shard when s_w.comm is set), the KV cache and the adapter
+// pool, and tells the scheduler what the worker holds. -1 after logging why.
+static int s_load_engine(ls_actor_t *a) {
+    char err[1024];
+    ls_info(0, "loading %s on %s%s", s_w.model_path, s_w.be->name, s_w.comm ? " (tensor-parallel shard)" : "");
+    size_t last = (size_t)-1;
+    if (!(s_w.model = ls_model_load(s_w.model_path, s_w.be, s_w.comm, s_progress, &last, err, sizeof err))) {
+        ls_error(0, "cannot load the model: %s", err);
+        return -1;
+    }
+    const ls_model_config_t *cfg = ls_model_config(s_w.model);
+    s_read_eos(cfg);
+    int blocks = s_w.kv_blocks;
+    if (blocks <= 0) {
+        // Both K and V, every layer, as the backend stores the cache (f32 on the CPU backend,
+        // the model's weight dtype on the GPU), for the rank's KV heads.
+        size_t per_block = ls_kv_cache_block_bytes(s_w.model, s_w.block_size, ls_model_kv_dtype(s_w.model));
+        blocks = (int)(((size_t)s_w.kv_cache_mb << 20) / per_block);
+    }
+    if (!(s_w.kv = ls_kv_cache_new(s_w.model, blocks, s_w.block_size, err, sizeof err))) {
+        ls_error(0, "cannot allocate the KV cache: %s", err);
+        return -1;
+    }
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = s_w.max_loras_per_batch,
+                                .max_lora_rank = s_w.max_lora_rank,
+                                .max_loaded_loras = s_w.max_loaded_loras,
+                                .target_mask = s_w.target_mask,
+                                .eviction = strcmp(s_w.eviction, "fifo") ? LS_LORA_EVICT_LRU : LS_LORA_EVICT_FIFO,
+                                .tp_rank = s_w.rank,
+                                .tp_size = s_w.tp_size};
+    if (!(s_w.pool = ls_lora_pool_new(s_w.be, cfg, &pc, err, sizeof err))) {
+        ls_error(0, "cannot create the adapter pool: %s", err);
+        return -1;
+    }
+    s_w.history = ls_history_new();
+    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d; KV cache %d blocks of %d tokens (%s); %d adapter "
+               "slots of rank %d, CPU tier %d; rank %d of %d",
+            ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size, blocks,
+            s_w.block_size, ls_dtype_name(ls_kv_cache_dtype(s_w.kv)), s_w.max_loras_per_batch, s_w.max_lora_rank,
+            s_w.max_loaded_loras, s_w.rank, s_w.tp_size);
+    s_send_info(a);
+    return 0;
+}
+
+// The communicator kind of the worker's backend: NCCL between GPUs, shared memory otherwise.
+static ls_comm_kind_t s_comm_kind(void) {
+    return strcmp(s_w.be->name, "cuda") == 0 ? LS_COMM_NCCL : LS_COMM_SHM;
+}
+
+static void s_join_timeout(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    s_w.join_timer = NULL;
+    ls_error(0, "rank %d of the tensor-parallel group of %d: no TpComm from the scheduler after %d ms (did worker-0 "
+                "or the scheduler fail to start? see their logs); giving up",
+             s_w.rank, s_w.tp_size, s_w.tp_timeout_ms);
+    ls_actor_shutdown(a, "tensor-parallel group not formed");
+}
+
+// Rank 0 of a group: the communicator id, to the scheduler, which hands it to every rank.
+static int s_send_comm_id(ls_actor_t *a) {
+    char err[512];
+    ls_comm_id_t id;
+    int rc = -1;
+    if (s_comm_kind() == LS_COMM_SHM)
+        rc = ls_comm_shm_id(s_w.tp_size, &id, err, sizeof err);
+#ifdef LS_HAVE_NCCL
+    else
+        rc = ls_comm_nccl_id(s_w.tp_size, &id, err, sizeof err);
+#else
+    else
+        snprintf(err, sizeof err, "this worker was built without NCCL, which --backend cuda needs for --tp-size > 1");
+#endif
+    if (rc < 0) {
+        ls_error(0, "cannot create the tensor-parallel group: %s", err);
+        return -1;
+    }
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TP_COMM);
+    m.u.tp_comm.kind = ls_msg_strdup(ls_comm_kind_name(id.kind));
+    m.u.tp_comm.id.data = malloc(id.len);
+    memcpy(m.u.tp_comm.id.data, id.bytes, id.len);
+    m.u.tp_comm.id.len = id.len;
+    m.u.tp_comm.tp_size = (uint32_t)s_w.tp_size;
+    rc = ls_actor_send_peer(a, "scheduler", &m, NULL);
+    ls_msg_clear(&m);
+    return rc;
+}
+
 static int s_start(ls_actor_t *a, void *state) {
     char err[1024];
     s_w.rank = ls_actor_rank(a);
     if (!s_w.model_path) {
         ls_error(0, "--model-path is required");
+        return -1;
+    }
+    if (s_w.tp_size < 1 || s_w.rank < 0 || s_w.rank >= s_w.tp_size || s_w.tp_timeout_ms < 1) {
+        ls_error(0, "--rank %d must be within --tp-size %d, and --tp-timeout-ms positive", s_w.rank, s_w.tp_size);
         return -1;
     }
     bool cuda = strcmp(s_w.backend_name, "cuda") == 0;
@@ -162,8 +269,7 @@ static int s_start(ls_actor_t *a, void *state) {
         return -1;
     }
 #endif
-    unsigned mask;
-    if (s_target_mask(&mask) < 0)
+    if (s_target_mask(&s_w.target_mask) < 0)
         return -1;
     if (cuda) {
 #ifdef LS_HAVE_CUDA
@@ -178,40 +284,53 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "cannot create the %s backend", s_w.backend_name);
         return -1;
     }
-    ls_info(0, "loading %s on %s", s_w.model_path, s_w.be->name);
-    size_t last = (size_t)-1;
-    if (!(s_w.model = ls_model_load(s_w.model_path, s_w.be, s_progress, &last, err, sizeof err))) {
-        ls_error(0, "cannot load the model: %s", err);
+    if (s_w.tp_size == 1)
+        return s_load_engine(a);
+    // Tensor parallel: the shard loads once the group is joined (s_on_tp_comm); Ready then.
+    if (s_w.rank == 0 && s_send_comm_id(a) < 0)
         return -1;
+    s_w.join_timer = ls_actor_timer_start(a, s_w.tp_timeout_ms, 0, s_join_timeout, NULL);
+    return LS_READY_LATER;
+}
+
+static int s_on_tp_comm(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_tp_comm_t *tc = &in->msg->u.tp_comm;
+    char err[1024];
+    if (s_w.comm || s_w.tp_size == 1) {
+        ls_warn(0, "TpComm from %s ignored: %s", in->from, s_w.comm ? "already in the group" : "--tp-size is 1");
+        return 0;
     }
-    const ls_model_config_t *cfg = ls_model_config(s_w.model);
-    s_read_eos(cfg);
-    int blocks = s_w.kv_blocks;
-    if (blocks <= 0) {
-        // Both K and V, every layer, as the backend stores the cache (f32 on the CPU backend,
-        // the model's weight dtype on the GPU).
-        size_t per_block = ls_kv_cache_block_bytes(s_w.model, s_w.block_size, ls_model_kv_dtype(s_w.model));
-        blocks = (int)(((size_t)s_w.kv_cache_mb << 20) / per_block);
+    if (s_w.join_timer)
+        ls_actor_timer_stop(a, s_w.join_timer);
+    s_w.join_timer = NULL;
+    ls_comm_id_t id = {.kind = ls_comm_kind_from_name(tc->kind), .size = (int)tc->tp_size, .len = tc->id.len};
+    if (id.kind != s_comm_kind() || id.size != s_w.tp_size || id.len == 0 || id.len > LS_COMM_ID_MAX) {
+        ls_error(0, "TpComm for a %s group of %u does not fit this worker (%s backend, --tp-size %d); giving up",
+                 tc->kind ? tc->kind : "?", tc->tp_size, s_w.be->name, s_w.tp_size);
+        ls_actor_shutdown(a, "bad tensor-parallel group");
+        return 0;
     }
-    if (!(s_w.kv = ls_kv_cache_new(s_w.model, blocks, s_w.block_size, err, sizeof err))) {
-        ls_error(0, "cannot allocate the KV cache: %s", err);
-        return -1;
+    memcpy(id.bytes, tc->id.data, id.len);
+    ls_info(0, "joining the tensor-parallel group (%s, %d ranks) as rank %d", tc->kind, s_w.tp_size, s_w.rank);
+    if (id.kind == LS_COMM_SHM)
+        s_w.comm = ls_comm_shm_join(&id, s_w.rank, s_w.be, s_w.tp_timeout_ms, err, sizeof err);
+#ifdef LS_HAVE_NCCL
+    else
+        s_w.comm = ls_comm_nccl_join(&id, s_w.rank, s_w.be, s_w.tp_timeout_ms, err, sizeof err);
+#else
+    else
+        snprintf(err, sizeof err, "this worker was built without NCCL");
+#endif
+    if (!s_w.comm) {
+        ls_error(0, "%s; giving up", err);
+        ls_actor_shutdown(a, "could not join the tensor-parallel group");
+        return 0;
     }
-    ls_lora_pool_config_t pc = {.max_loras_per_batch = s_w.max_loras_per_batch,
-                                .max_lora_rank = s_w.max_lora_rank,
-                                .max_loaded_loras = s_w.max_loaded_loras,
-                                .target_mask = mask,
-                                .eviction = strcmp(s_w.eviction, "fifo") ? LS_LORA_EVICT_LRU : LS_LORA_EVICT_FIFO};
-    if (!(s_w.pool = ls_lora_pool_new(s_w.be, cfg, &pc, err, sizeof err))) {
-        ls_error(0, "cannot create the adapter pool: %s", err);
-        return -1;
+    if (s_load_engine(a) < 0) {
+        ls_actor_shutdown(a, "could not load the model shard");
+        return 0;
     }
-    s_w.history = ls_history_new();
-    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d; KV cache %d blocks of %d tokens (%s); %d adapter "
-               "slots of rank %d, CPU tier %d",
-            ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size, blocks,
-            s_w.block_size, ls_dtype_name(ls_kv_cache_dtype(s_w.kv)), s_w.max_loras_per_batch, s_w.max_lora_rank, s_w.max_loaded_loras);
-    s_send_info(a);
+    ls_actor_ready(a);
     return 0;
 }
 
@@ -220,6 +339,7 @@ static void s_destroy(ls_actor_t *a, void *state) {
     ls_lora_pool_destroy(&s_w.pool);
     ls_kv_cache_destroy(&s_w.kv);
     ls_model_destroy(&s_w.model);
+    ls_comm_destroy(&s_w.comm);
     ls_backend_destroy(&s_w.be);
 }
 
@@ -315,10 +435,13 @@ static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
     }
     if (rc == 0 && ls_model_forward(s_w.model, s_w.kv, s_w.pool, seqs, (int)n, err, sizeof err) != n_rows)
         rc = -1;
+    else if (rc != 0)  // the other ranks of the group fail the step with this one
+        ls_model_agree(s_w.model, false, NULL, 0);
 
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_STEP_RESULT);
-    if (rc == 0 && n_rows > 0) {
+    // Tensor parallel: the logits, and so the sampling, are rank 0's alone.
+    if (rc == 0 && n_rows > 0 && s_w.rank == 0) {
         // Sampling inputs, row by row in plan order.
         ls_sampling_params_t *params = calloc((size_t)n_rows, sizeof *params);
         ls_sampling_batch_t batch = {.n_rows = n_rows, .params = params};
@@ -555,6 +678,7 @@ static const ls_dispatch_t s_dispatch[] = {
     {LS_MSG_LOAD_ADAPTER, s_on_load_adapter},
     {LS_MSG_UNLOAD_ADAPTER, s_on_unload_adapter},
     {LS_MSG_PREFETCH_ADAPTER, s_on_prefetch_adapter},
+    {LS_MSG_TP_COMM, s_on_tp_comm},
     {0, NULL},
 };
 
@@ -573,6 +697,8 @@ int main(int argc, char **argv) {
         LS_FLAG_STR("lora-eviction-policy", &s_w.eviction, "lru", "lru or fifo (slots the scheduler does not direct)"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
         LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),
+        LS_FLAG_INT("tp-timeout-ms", &s_w.tp_timeout_ms, "60000",
+                    "tensor parallel: longest wait for the group to form, and for the other ranks at a collective"),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {

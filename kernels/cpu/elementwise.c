@@ -44,10 +44,13 @@ void ls_convert_f16_to_f32(float *dst, const uint16_t *src, size_t n) {
 
 // out is (T, C), table is (vocab, C), ids is (T)
 void ls_embedding_forward(float *out, const float *table, const int32_t *ids,
-                          int T, int C, int vocab) {
+                          int T, int C, int vocab0, int vocab) {
     for (int t = 0; t < T; t++) {
-        assert(ids[t] >= 0 && ids[t] < vocab);
-        memcpy(out + (size_t)t * C, table + (size_t)ids[t] * C, (size_t)C * sizeof(float));
+        int64_t row = (int64_t)ids[t] - vocab0;
+        if (row >= 0 && row < vocab)
+            memcpy(out + (size_t)t * C, table + (size_t)row * C, (size_t)C * sizeof(float));
+        else
+            memset(out + (size_t)t * C, 0, (size_t)C * sizeof(float));
     }
 }
 

@@ -39,24 +39,27 @@ cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
 // out is (T, C), table is (vocab, C), ids is (T); one block per token
 template <typename TW>
 __global__ void k_embedding(float *out, const TW *table, const int32_t *ids, int C,
-                            int vocab) {
+                            int vocab0, int vocab) {
     int t = blockIdx.x;
-    int id = ids[t];
-    if (id < 0 || id >= vocab)
-        __trap(); // the CPU reference asserts; a device fault surfaces at synchronize
-    const TW *row = table + (size_t)id * C;
+    long long id = (long long)ids[t] - vocab0;
     float *o = out + (size_t)t * C;
+    if (id < 0 || id >= vocab) { // another rank's vocabulary range
+        for (int i = threadIdx.x; i < C; i += blockDim.x)
+            o[i] = 0.0f;
+        return;
+    }
+    const TW *row = table + (size_t)id * C;
     for (int i = threadIdx.x; i < C; i += blockDim.x)
         o[i] = ls_to_f(row[i]);
 }
 
 cudaError_t ls_cu_embedding(float *out, const void *table, ls_cu_dtype_t table_dt,
-                            const int32_t *ids, int T, int C, int vocab,
+                            const int32_t *ids, int T, int C, int vocab0, int vocab,
                             cudaStream_t stream) {
     if (T == 0)
         return cudaSuccess;
     LS_CU_DISPATCH(table_dt, TW,
-        k_embedding<TW><<<T, 256, 0, stream>>>(out, (const TW *)table, ids, C, vocab));
+        k_embedding<TW><<<T, 256, 0, stream>>>(out, (const TW *)table, ids, C, vocab0, vocab));
     LS_CU_CHECK_LAUNCH();
 }
 

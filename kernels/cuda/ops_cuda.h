@@ -44,9 +44,10 @@ size_t ls_cu_dtype_size(ls_cu_dtype_t dt);
 cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
                           ls_cu_dtype_t src_dt, size_t n, cudaStream_t stream);
 
-// out (T, C) = table (vocab, C) [ids (T)]; an id out of range traps (device fault)
+// out (T, C) = table (vocab, C) [ids (T) - vocab0]; ids outside [vocab0, vocab0 + vocab)
+// give zero rows (another tensor-parallel rank's vocabulary)
 cudaError_t ls_cu_embedding(float *out, const void *table, ls_cu_dtype_t table_dt,
-                            const int32_t *ids, int T, int C, int vocab,
+                            const int32_t *ids, int T, int C, int vocab0, int vocab,
                             cudaStream_t stream);
 
 // y (n) += x (n)

@@ -116,10 +116,10 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, cons
     int max_rank = (int)cJSON_GetObjectItemCaseSensitive(ref, "max_lora_rank")->valuedouble;
     int n_ads = cJSON_GetArraySize(jads);
     snprintf(path, sizeof path, "%s/model", root);
-    if (!(f->m = ls_model_load(path, be, NULL, NULL, err, errlen)))
+    if (!(f->m = ls_model_load(path, be, NULL, NULL, NULL, err, errlen)))
         return -1;
     const ls_model_config_t *cfg = ls_model_config(f->m);
-    ls_lora_pool_config_t pc = {n_ads, max_rank, n_ads, 0, LS_LORA_EVICT_LRU};
+    ls_lora_pool_config_t pc = {n_ads, max_rank, n_ads, 0, LS_LORA_EVICT_LRU, 0, 1};
     if (!(f->pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
         return -1;
     for (const cJSON *a = jads->child; a; a = a->next) {
@@ -423,7 +423,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     int rc = -1, n = s_demo_requests(root, reqs, err, errlen);
     if (n < 5 * 32)
         goto done;
-    if (!(model = ls_model_load(demo_dir, be, NULL, NULL, err, errlen)) ||
+    if (!(model = ls_model_load(demo_dir, be, NULL, NULL, NULL, err, errlen)) ||
         !(kv = ls_kv_cache_new(model, 1200, D_BLOCK, err, errlen)))
         goto done;
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_slots, .max_lora_rank = 16, .max_loaded_loras = 4};

@@ -92,7 +92,7 @@ static ls_adapter_t *load(ctx_t *c, int a) {
 
 static void new_pool(ctx_t *c, int slots, int loaded, int r_max, ls_lora_eviction_t ev,
                      unsigned mask) {
-    ls_lora_pool_config_t pc = {slots, r_max, loaded, mask, ev};
+    ls_lora_pool_config_t pc = {slots, r_max, loaded, mask, ev, 0, 1};
     c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, err, sizeof err);
     if (!c->pool)
         fail_msg("pool: %s", err);

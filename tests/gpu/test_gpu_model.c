@@ -164,7 +164,7 @@ static void s_dummy(void) {
     float *lg[2];
     int V = 1000;
     for (int b = 0; b < 2; b++) {
-        ls_model_t *m = ls_model_load_dummy(cfg_json, be[b], 7, NULL, NULL, err, sizeof err);
+        ls_model_t *m = ls_model_load_dummy(cfg_json, be[b], NULL, 7, NULL, NULL, err, sizeof err);
         if (!m)
             s_die("dummy model", err);
         ls_kv_cache_t *kv = ls_kv_cache_new(m, 64, 16, err, sizeof err);

@@ -58,9 +58,16 @@ static void test_embedding_and_gather(void **state) {
     t_fill(&r, table, V * C, -1, 1);
     for (int t = 0; t < T; t++)
         ids[t] = t_rng_int(&r, V);
-    ls_embedding_forward(out, table, ids, T, C, V);
+    ls_embedding_forward(out, table, ids, T, C, 0, V);
     for (int t = 0; t < T; t++)
         assert_memory_equal(out + t * C, table + ids[t] * C, C * sizeof(float));
+    // a tensor-parallel rank's range [20, 35): its rows, zeros for the other ids
+    float part[T * C], zero[C];
+    memset(zero, 0, sizeof zero);
+    ls_embedding_forward(part, table + 20 * C, ids, T, C, 20, 15);
+    for (int t = 0; t < T; t++)
+        assert_memory_equal(part + t * C, ids[t] >= 20 && ids[t] < 35 ? table + ids[t] * C : zero,
+                            C * sizeof(float));
     ls_rows_gather(picked, out, rows, 3, C);
     for (int i = 0; i < 3; i++)
         assert_memory_equal(picked + i * C, table + ids[rows[i]] * C, C * sizeof(float));

@@ -66,8 +66,9 @@ static void s_launch(launch_t *l, const char *tag, const char *bin_dir, const ch
         dup2(fd, 1);
         dup2(fd, 2);
         setenv("LORASERVE_BIN", bin_dir, 1);
-        const char *argv[32] = {LS_LAUNCH_SCRIPT, "--run-dir", l->run_dir, "--actor-heartbeat-ms", "200"};
-        int n = 5;
+        // --port 0: tests run in parallel, each graph's gateway takes any free port
+        const char *argv[32] = {LS_LAUNCH_SCRIPT, "--run-dir", l->run_dir, "--actor-heartbeat-ms", "200", "--port", "0"};
+        int n = 7;
         for (int i = 0; extra && extra[i]; i++)
             argv[n++] = extra[i];
         execv(argv[0], (char **)argv);
@@ -317,9 +318,10 @@ static void test_ready_timeout(void **unused) {
 }
 
 static void test_tcp(void **unused) {
-    // Ports from this test's pid so parallel runs on one machine do not collide.
+    // Ports from this test's pid so parallel runs on one machine do not collide, below Linux's
+    // ephemeral range (32768+), where other tests' connections would take them at random.
     char base[16];
-    snprintf(base, sizeof base, "%d", 30000 + (int)(getpid() % 2000) * 10);
+    snprintf(base, sizeof base, "%d", 20000 + (int)(getpid() % 1000) * 10);
     launch_t l;
     const char *extra[] = {"--transport", "tcp", "--tcp-base-port", base, NULL};
     s_launch(&l, "tcp", LS_BIN_DIR, extra);

@@ -12,6 +12,11 @@
 //   worker_killed     — the worker dies mid-step: every in-flight request is answered with an
 //                       error, new ones are refused, the scheduler keeps answering
 //   load_rollback     — two workers; a load one of them refuses is undone on the other
+//   tp_mixed_batch    — --tp-size 2 (each worker holds half the model and half of every
+//                       adapter slot): base + every adapter at once give exactly the outputs
+//                       of --tp-size 1 (eval.json's, which mixed_batch checks TP=1 against)
+//   tp_rank_killed    — a rank of the group dies mid-decode: rank 0 fails the step at its
+//                       next collective (it sees the process gone), every request gets an error
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -513,6 +518,51 @@ static void test_load_rollback(void **unused) {
     s_stop();
 }
 
+static void test_tp_mixed_batch(void **unused) {
+    const char *extra[] = {"w:--max-loras-per-batch=4", NULL};
+    s_start_tp(extra, 2);
+    s_load_demo_adapters();
+    for (int k = 0; k < 16; k++)
+        for (int m = 0; m < 5; m++)
+            s_submit(&s_cases[m][k], NULL, 0, 0);
+    s_wait_all();
+    for (int i = 0; i < s_nreqs; i++)
+        s_check_answer(&s_reqs[i]);
+    // and prompts one after another, so that decode-only steps of one sequence run too
+    for (int m = 0; m < 5; m++) {
+        req_t *r = s_submit(&s_cases[m][5], NULL, 0, 0);
+        s_wait_all();
+        s_check_answer(r);
+    }
+    assert_int_equal(s_metric("kv_blocks_used"), 0);
+    s_stop();
+}
+
+static void test_tp_rank_killed(void **unused) {
+    const char *extra[] = {"w:--max-loras-per-batch=4", "w:--tp-timeout-ms=2000", NULL};
+    s_start_tp(extra, 2);
+    s_load_demo_adapters();
+    req_t *r1 = s_submit(&s_cases[1][0], NULL, 1, 200);
+    req_t *r2 = s_submit(&s_cases[0][1], NULL, 1, 200);
+    while (r1->n_out < 2 && !s_done(r1))
+        s_pump();
+    assert_false(s_done(r1));
+    kill(s_worker_pids[1], SIGKILL);
+    int status;
+    waitpid(s_worker_pids[1], &status, 0);
+    s_worker_pids[1] = -1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    s_wait_all();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    print_message("tp_rank_killed: requests failed %.2f s after rank 1 died: %s\n", s, r1->reason);
+    assert_int_equal(r1->finish, LS_FINISH_REASON_ERROR);
+    assert_int_equal(r2->finish, LS_FINISH_REASON_ERROR);
+    assert_true(s < 3.0);  // within the tensor-parallel timeout, not the 3 s step timeout
+    s_stop();
+}
+
 int main(void) {
     alarm(300);
     s_read_cases();
@@ -524,6 +574,8 @@ int main(void) {
         cmocka_unit_test_setup(test_abort, setup),
         cmocka_unit_test_setup(test_worker_killed, setup),
         cmocka_unit_test_setup(test_load_rollback, setup),
+        cmocka_unit_test_setup(test_tp_mixed_batch, setup),
+        cmocka_unit_test_setup(test_tp_rank_killed, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,738 @@
+// api — see api.h.
+//
+// Logprobs name tokens as "token_id:<id>" (vLLM's --return-tokens-as-token-ids form): the
+// tokenizer's TextOut carries ids, not each token's text.
+#include "api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#define S_MAX_N 128           // completions per prompt
+#define S_MAX_PROMPTS 1024    // prompts in one request
+#define S_MAX_STOPS 32
+#define S_MAX_TOP_LOGPROBS 20
+
+typedef struct {
+    char *err;
+    size_t errlen;
+    const char **param;
+} s_ctx_t;
+
+static int s_fail(s_ctx_t *x, const char *param, const char *fmt, const char *what) {
+    snprintf(x->err, x->errlen, fmt, what);
+    *x->param = param;
+    return -1;
+}
+
+// Field readers: 0 when absent or null, 1 when read, -1 (error set) for a wrong type or range.
+static int s_num(s_ctx_t *x, const cJSON *o, const char *name, double lo, double hi, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return s_fail(x, name, "'%s' must be a number", name);
+    if (v->valuedouble < lo || v->valuedouble > hi) {
+        snprintf(x->err, x->errlen, "'%s' must be between %g and %g", name, lo, hi);
+        *x->param = name;
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int s_int(s_ctx_t *x, const cJSON *o, const char *name, double lo, double hi, int64_t *out) {
+    double d;
+    int rc = s_num(x, o, name, lo, hi, &d);
+    if (rc == 1 && d != floor(d))
+        return s_fail(x, name, "'%s' must be an integer", name);
+    if (rc == 1)
+        *out = (int64_t)d;
+    return rc;
+}
+
+static int s_bool(s_ctx_t *x, const cJSON *o, const char *name, bool *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsBool(v))
+        return s_fail(x, name, "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+static int s_str(s_ctx_t *x, const cJSON *o, const char *name, const char **out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsString(v))
+        return s_fail(x, name, "'%s' must be a string", name);
+    *out = v->valuestring;
+    return 1;
+}
+
+// An array of ints (token ids): 1 when it is one, 0 when v is not an array of numbers.
+static int s_ids(const cJSON *v, ls_i32s_t *out) {
+    if (!cJSON_IsArray(v))
+        return 0;
+    int n = cJSON_GetArraySize(v);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+                                 e->valuedouble > INT32_MAX) return 0;
+    out->v = n ? malloc((size_t)n * sizeof *out->v) : NULL;
+    out->n = 0;
+    cJSON_ArrayForEach(e, v) out->v[out->n++] = (int32_t)e->valuedouble;
+    return 1;
+}
+
+// Sampling parameters, by OpenAI's names (sglang = 0) or SGLang's sampling_params (sglang = 1).
+static int s_sampling(s_ctx_t *x, const cJSON *o, int sglang, gw_api_t api, ls_msg_sampling_params_t *sp, int *n) {
+    double d;
+    int64_t i;
+    int rc;
+    sp->temperature = 1.0f;  // both APIs' default
+    sp->skip_special_tokens = true;
+    if (api == GW_COMPLETIONS)
+        sp->max_new_tokens = 16;  // OpenAI's default for completions
+    const char *max_names[] = {"max_new_tokens", "max_tokens", "max_completion_tokens"};
+    for (int k = sglang ? 0 : 1; k < (sglang ? 1 : 3); k++) {
+        if ((rc = s_int(x, o, max_names[k], 1, 1 << 30, &i)) < 0)
+            return -1;
+        if (rc)
+            sp->max_new_tokens = (uint32_t)i;
+    }
+    if ((rc = s_num(x, o, "temperature", 0, 100, &d)) < 0)
+        return -1;
+    if (rc)
+        sp->temperature = (float)d;
+    if ((rc = s_num(x, o, "top_p", 0, 1, &d)) < 0)
+        return -1;
+    if (rc) {
+        if (d == 0)
+            return s_fail(x, "top_p", "'%s' must be above 0", "top_p");
+        sp->top_p = (float)d;
+    }
+    if ((rc = s_int(x, o, "top_k", -1, 1 << 30, &i)) < 0)
+        return -1;
+    if (rc)
+        sp->top_k = (int32_t)i;
+    if ((rc = s_num(x, o, "min_p", 0, 1, &d)) < 0)
+        return -1;
+    if (rc)
+        sp->min_p = (float)d;
+    if ((rc = s_num(x, o, "presence_penalty", -2, 2, &d)) < 0)
+        return -1;
+    if (rc)
+        sp->presence_penalty = (float)d;
+    if ((rc = s_num(x, o, "frequency_penalty", -2, 2, &d)) < 0)
+        return -1;
+    if (rc)
+        sp->frequency_penalty = (float)d;
+    if ((rc = s_num(x, o, "repetition_penalty", 0, 100, &d)) < 0)
+        return -1;
+    if (rc) {
+        if (d == 0)
+            return s_fail(x, "repetition_penalty", "'%s' must be above 0", "repetition_penalty");
+        sp->repetition_penalty = (float)d;
+    }
+    const char *seed_names[] = {"seed", "sampling_seed"};
+    for (int k = 0; k < 2; k++) {
+        if ((rc = s_int(x, o, seed_names[k], -9007199254740991.0, 9007199254740991.0, &i)) < 0)
+            return -1;
+        if (rc) {
+            sp->seed = (uint64_t)i;
+            sp->has_seed = true;
+        }
+    }
+    if ((rc = s_int(x, o, sglang ? "min_new_tokens" : "min_tokens", 0, 1 << 30, &i)) < 0)
+        return -1;
+    if (rc)
+        sp->min_new_tokens = (uint32_t)i;
+    if (s_bool(x, o, "ignore_eos", &sp->ignore_eos) < 0 || s_bool(x, o, "skip_special_tokens", &sp->skip_special_tokens) < 0)
+        return -1;
+    if ((rc = s_int(x, o, "n", 1, S_MAX_N, &i)) < 0)
+        return -1;
+    *n = rc ? (int)i : 1;
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (cJSON_IsString(stop)) {
+        sp->stop.v = malloc(sizeof *sp->stop.v);
+        sp->stop.v[0] = ls_msg_strdup(stop->valuestring);
+        sp->stop.n = 1;
+    } else if (cJSON_IsArray(stop)) {
+        int k = cJSON_GetArraySize(stop);
+        if (k > S_MAX_STOPS)
+            return s_fail(x, "stop", "'%s' holds at most 32 strings", "stop");
+        const cJSON *e;
+        cJSON_ArrayForEach(e, stop) if (!cJSON_IsString(e)) return s_fail(x, "stop", "'%s' must be a string or a list of strings", "stop");
+        sp->stop.v = k ? calloc((size_t)k, sizeof *sp->stop.v) : NULL;
+        cJSON_ArrayForEach(e, stop) sp->stop.v[sp->stop.n++] = ls_msg_strdup(e->valuestring);
+    } else if (stop && !cJSON_IsNull(stop))
+        return s_fail(x, "stop", "'%s' must be a string or a list of strings", "stop");
+    const cJSON *stop_ids = cJSON_GetObjectItemCaseSensitive(o, "stop_token_ids");
+    if (stop_ids && !cJSON_IsNull(stop_ids) && !s_ids(stop_ids, &sp->stop_token_ids))
+        return s_fail(x, "stop_token_ids", "'%s' must be a list of token ids", "stop_token_ids");
+    return 0;
+}
+
+const char *gw_adapter_of(const char *model, const char *base_model) {
+    if (!model || !*model || !strcmp(model, base_model))
+        return "";
+    size_t b = strlen(base_model);
+    if (!strncmp(model, base_model, b) && model[b] == ':')
+        return model + b + 1;
+    return model;
+}
+
+static ls_msg_t *s_add_req(gw_gen_t *g) {
+    ls_msg_t *r = realloc(g->reqs, (g->nreqs + 1) * sizeof *r);
+    if (!r)
+        return NULL;
+    g->reqs = r;
+    ls_msg_init(&r[g->nreqs], LS_MSG_GENERATE_REQ);
+    return &r[g->nreqs++];
+}
+
+// Chat messages as the tokenizer takes them: role and content strings (content parts of type
+// "text" joined), everything else left out.
+static char *s_chat_messages(s_ctx_t *x, const cJSON *msgs) {
+    if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs)) {
+        s_fail(x, "messages", "'%s' must be a non-empty list of messages", "messages");
+        return NULL;
+    }
+    cJSON *out = cJSON_CreateArray();
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+            cJSON_Delete(out);
+            s_fail(x, "messages", "each of '%s' must be an object with a string 'role'", "messages");
+            return NULL;
+        }
+        gw_buf_t text = {0};
+        if (cJSON_IsString(content))
+            gw_buf_add(&text, content->valuestring, strlen(content->valuestring));
+        else if (cJSON_IsArray(content)) {
+            const cJSON *part;
+            cJSON_ArrayForEach(part, content) {
+                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
+                    gw_buf_free(&text);
+                    cJSON_Delete(out);
+                    s_fail(x, "messages", "'%s' content parts must be {\"type\": \"text\", \"text\": ...}", "messages");
+                    return NULL;
+                }
+                gw_buf_add(&text, t->valuestring, strlen(t->valuestring));
+            }
+        } else if (content && !cJSON_IsNull(content)) {
+            cJSON_Delete(out);
+            s_fail(x, "messages", "a message's content in '%s' must be a string or a list of parts", "messages");
+            return NULL;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "role", role->valuestring);
+        cJSON_AddStringToObject(o, "content", text.d ? text.d : "");
+        cJSON_AddItemToArray(out, o);
+        gw_buf_free(&text);
+    }
+    char *s = cJSON_PrintUnformatted(out);
+    cJSON_Delete(out);
+    return s;
+}
+
+static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char *base_model) {
+    const char *model = NULL;
+    if (s_str(x, root, "model", &model) < 0)
+        return -1;
+    g->model = strdup(model && *model ? model : base_model);
+    bool stream = false, logprobs = false, echo = false;
+    if (s_bool(x, root, "stream", &stream) < 0 || s_bool(x, root, "echo", &echo) < 0)
+        return -1;
+    if (echo)
+        return s_fail(x, "echo", "'%s' is not supported", "echo");
+    g->stream = stream;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        bool usage = false;
+        if (!cJSON_IsObject(so))
+            return s_fail(x, "stream_options", "'%s' must be an object", "stream_options");
+        if (s_bool(x, so, "include_usage", &usage) < 0)
+            return -1;
+        g->include_usage = usage;
+    }
+    int64_t i;
+    int rc;
+    if (g->api == GW_CHAT) {
+        if (s_bool(x, root, "logprobs", &logprobs) < 0)
+            return -1;
+        if ((rc = s_int(x, root, "top_logprobs", 0, S_MAX_TOP_LOGPROBS, &i)) < 0)
+            return -1;
+        g->logprobs = logprobs;
+        g->top_logprobs = rc ? (int)i : 0;
+    } else {
+        if ((rc = s_int(x, root, "logprobs", 0, S_MAX_TOP_LOGPROBS, &i)) < 0)
+            return -1;
+        g->logprobs = rc;
+        g->top_logprobs = rc ? (int)i : 0;
+    }
+    ls_msg_sampling_params_t sp = {0};
+    int rc2 = s_sampling(x, root, 0, g->api, &sp, &g->n);
+    ls_msg_t tmpl;  // the fields every prompt's GenerateReq shares
+    ls_msg_init(&tmpl, LS_MSG_GENERATE_REQ);
+    tmpl.u.generate_req.sampling = sp;
+    if (rc2 < 0) {
+        ls_msg_clear(&tmpl);
+        return -1;
+    }
+    ls_msg_generate_req_t *t = &tmpl.u.generate_req;
+    t->sampling.n = (uint32_t)g->n;
+    t->sampling.logprobs = g->logprobs;
+    t->sampling.top_logprobs = (uint32_t)g->top_logprobs;
+    t->return_token_ids = g->logprobs;
+    t->stream = g->stream;
+    t->adapter = ls_msg_strdup(gw_adapter_of(g->model, base_model));
+    // Each prompt gets its own copy of the shared fields (a message owns its strings).
+    char *enc;
+    size_t enc_len;
+    if (ls_msg_encode(&tmpl, &enc, &enc_len) < 0) {
+        ls_msg_clear(&tmpl);
+        return s_fail(x, NULL, "%s", "request too large");
+    }
+    ls_msg_clear(&tmpl);
+    int ok = 0;
+    if (g->api == GW_CHAT) {
+        char *msgs = s_chat_messages(x, cJSON_GetObjectItemCaseSensitive(root, "messages"));
+        ls_msg_t *r = msgs ? s_add_req(g) : NULL;
+        if (r && ls_msg_decode(enc, enc_len, r, NULL) == 0) {
+            r->u.generate_req.chat = true;
+            r->u.generate_req.messages = msgs;
+            ok = 1;
+        } else
+            free(msgs);
+        free(enc);
+        return ok ? 0 : -1;
+    }
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *items[S_MAX_PROMPTS];
+    int nitems = 0;
+    ls_i32s_t ids = {0};
+    if (cJSON_IsString(prompt) || (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) && s_ids(prompt, &ids)))
+        items[nitems++] = prompt;  // one text, or one token id list
+    else if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) && cJSON_GetArraySize(prompt) <= S_MAX_PROMPTS) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, prompt) items[nitems++] = e;
+    }
+    free(ids.v);
+    if (!nitems) {
+        free(enc);
+        return s_fail(x, "prompt", "'%s' must be a string, a list of strings, a list of token ids or a list of those",
+                      "prompt");
+    }
+    for (int k = 0; k < nitems; k++) {
+        ls_msg_t *r = s_add_req(g);
+        if (!r || ls_msg_decode(enc, enc_len, r, NULL) < 0) {
+            free(enc);
+            return s_fail(x, NULL, "%s", "out of memory");
+        }
+        if (cJSON_IsString(items[k]))
+            r->u.generate_req.text = ls_msg_strdup(items[k]->valuestring);
+        else if (!s_ids(items[k], &r->u.generate_req.input_ids) || !r->u.generate_req.input_ids.n) {
+            free(enc);
+            return s_fail(x, "prompt", "'%s' must be a string, a list of strings, a list of token ids or a list of those",
+                          "prompt");
+        }
+    }
+    free(enc);
+    return 0;
+}
+
+static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char *base_model) {
+    g->model = strdup(base_model);
+    bool stream = false, logprob = false;
+    if (s_bool(x, root, "stream", &stream) < 0 || s_bool(x, root, "return_logprob", &logprob) < 0)
+        return -1;
+    int64_t top = 0;
+    if (s_int(x, root, "top_logprobs_num", 0, S_MAX_TOP_LOGPROBS, &top) < 0)
+        return -1;
+    g->stream = stream;
+    g->logprobs = logprob;
+    g->top_logprobs = logprob ? (int)top : 0;
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
+    const cJSON *input_ids = cJSON_GetObjectItemCaseSensitive(root, "input_ids");
+    const cJSON *lora = cJSON_GetObjectItemCaseSensitive(root, "lora_path");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "sampling_params");
+    const cJSON *input = input_ids && !cJSON_IsNull(input_ids) ? input_ids : text;
+    const char *what = input && input == input_ids ? "input_ids" : "text";
+    int n_in = 0, list = 0;
+    ls_i32s_t probe = {0};
+    if (input == text && cJSON_IsString(text))
+        n_in = 1;
+    else if (input == input_ids && s_ids(input_ids, &probe) && probe.n)
+        n_in = 1;
+    else if (cJSON_IsArray(input) && cJSON_GetArraySize(input) && cJSON_GetArraySize(input) <= S_MAX_PROMPTS) {
+        n_in = cJSON_GetArraySize(input);
+        list = 1;
+    }
+    free(probe.v);
+    if (!n_in)
+        return s_fail(x, what, "'%s' must be given: a string or list of strings (text), a list of token ids or a list of "
+                               "those (input_ids)", what);
+    if (cJSON_IsArray(lora) && (!list || cJSON_GetArraySize(lora) != n_in))
+        return s_fail(x, "lora_path", "'%s' as a list must have one entry per input", "lora_path");
+    if (cJSON_IsArray(params) && (!list || cJSON_GetArraySize(params) != n_in))
+        return s_fail(x, "sampling_params", "'%s' as a list must have one entry per input", "sampling_params");
+    for (int k = 0; k < n_in; k++) {
+        const cJSON *in = list ? cJSON_GetArrayItem(input, k) : input;
+        const cJSON *lp = cJSON_IsArray(lora) ? cJSON_GetArrayItem(lora, k) : lora;
+        const cJSON *pp = cJSON_IsArray(params) ? cJSON_GetArrayItem(params, k) : params;
+        ls_msg_t *r = s_add_req(g);
+        if (!r)
+            return s_fail(x, NULL, "%s", "out of memory");
+        ls_msg_generate_req_t *q = &r->u.generate_req;
+        if (input == text) {
+            if (!cJSON_IsString(in))
+                return s_fail(x, "text", "'%s' must be a string or a list of strings", "text");
+            q->text = ls_msg_strdup(in->valuestring);
+        } else if (!s_ids(in, &q->input_ids) || !q->input_ids.n)
+            return s_fail(x, "input_ids", "'%s' must be a list of token ids or a list of those", "input_ids");
+        if (lp && !cJSON_IsNull(lp) && !cJSON_IsString(lp))
+            return s_fail(x, "lora_path", "'%s' must be an adapter name, null, or a list of those", "lora_path");
+        q->adapter = ls_msg_strdup(cJSON_IsString(lp) ? gw_adapter_of(lp->valuestring, base_model) : "");
+        if (pp && !cJSON_IsNull(pp) && !cJSON_IsObject(pp))
+            return s_fail(x, "sampling_params", "'%s' must be an object or a list of objects", "sampling_params");
+        int n = 1;
+        static const cJSON empty = {0};
+        if (s_sampling(x, pp && cJSON_IsObject(pp) ? pp : &empty, 1, GW_GENERATE, &q->sampling, &n) < 0)
+            return -1;
+        if (k && n != g->n)
+            return s_fail(x, "sampling_params", "'%s' must ask for the same n for every input", "sampling_params");
+        g->n = n;
+        q->sampling.n = (uint32_t)n;
+        q->sampling.logprobs = g->logprobs;
+        q->sampling.top_logprobs = (uint32_t)g->top_logprobs;
+        q->stream = g->stream;
+        q->return_token_ids = true;
+    }
+    g->list = list || g->n > 1;
+    return 0;
+}
+
+int gw_gen_parse(gw_gen_t *g, gw_api_t api, const char *body, size_t len, const char *base_model, char *err,
+                 size_t errlen, const char **param) {
+    memset(g, 0, sizeof *g);
+    g->api = api;
+    g->n = 1;
+    *param = NULL;
+    s_ctx_t x = {err, errlen, param};
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) {
+        snprintf(err, errlen, "the body is not valid JSON");
+        return -1;
+    }
+    int rc;
+    if (!cJSON_IsObject(root))
+        rc = s_fail(&x, NULL, "%s", "the body must be a JSON object");
+    else
+        rc = api == GW_GENERATE ? s_parse_generate(&x, g, root, base_model) : s_parse_openai(&x, g, root, base_model);
+    cJSON_Delete(root);
+    return rc;
+}
+
+void gw_gen_clear(gw_gen_t *g) {
+    for (size_t i = 0; i < g->nreqs; i++)
+        ls_msg_clear(&g->reqs[i]);
+    free(g->reqs);
+    free(g->model);
+    memset(g, 0, sizeof *g);
+}
+
+// ---------------------------------------------------------------------------------------------
+// answers
+
+static int s_append_i32(ls_i32s_t *a, const int32_t *v, size_t n) {
+    if (!n)
+        return 0;
+    int32_t *p = realloc(a->v, (a->n + n) * sizeof *p);
+    if (!p)
+        return -1;
+    memcpy(p + a->n, v, n * sizeof *p);
+    a->v = p;
+    a->n += n;
+    return 0;
+}
+
+static int s_append_f32(ls_f32s_t *a, const float *v, size_t n) {
+    if (!n)
+        return 0;
+    float *p = realloc(a->v, (a->n + n) * sizeof *p);
+    if (!p)
+        return -1;
+    memcpy(p + a->n, v, n * sizeof *p);
+    a->v = p;
+    a->n += n;
+    return 0;
+}
+
+int gw_choice_add(gw_choice_t *c, const ls_msg_text_out_t *t) {
+    if ((t->text && gw_buf_add(&c->text, t->text, strlen(t->text)) < 0) ||
+        s_append_i32(&c->ids, t->token_ids.v, t->token_ids.n) < 0 ||
+        s_append_f32(&c->lps, t->logprobs.v, t->logprobs.n) < 0 ||
+        s_append_i32(&c->top_ids, t->top_ids.v, t->top_ids.n) < 0 ||
+        s_append_f32(&c->top_lps, t->top_logprobs.v, t->top_logprobs.n) < 0)
+        return -1;
+    c->finish = t->finish;
+    if (t->matched_stop) {
+        free(c->matched_stop);
+        c->matched_stop = strdup(t->matched_stop);
+    }
+    c->prompt_tokens = t->prompt_tokens;
+    c->completion_tokens = t->completion_tokens;
+    c->cached_tokens = t->cached_tokens;
+    return 0;
+}
+
+void gw_choice_clear(gw_choice_t *c) {
+    gw_buf_free(&c->text);
+    free(c->ids.v);
+    free(c->lps.v);
+    free(c->top_ids.v);
+    free(c->top_lps.v);
+    free(c->matched_stop);
+    memset(c, 0, sizeof *c);
+}
+
+static const char *s_finish_name(uint32_t finish) {
+    switch (finish) {
+    case LS_FINISH_REASON_STOP: return "stop";
+    case LS_FINISH_REASON_LENGTH: return "length";
+    case LS_FINISH_REASON_ABORT: return "abort";
+    case LS_FINISH_REASON_ERROR: return "error";
+    default: return NULL;
+    }
+}
+
+static void s_add_finish(cJSON *o, uint32_t finish) {
+    const char *f = s_finish_name(finish);
+    if (f)
+        cJSON_AddStringToObject(o, "finish_reason", f);
+    else
+        cJSON_AddNullToObject(o, "finish_reason");
+}
+
+static void s_token_name(char *out, size_t cap, int32_t id) { snprintf(out, cap, "token_id:%d", (int)id); }
+
+// OpenAI logprobs of tokens [0, n): completions' or chat's shape.
+static cJSON *s_openai_logprobs(const gw_gen_t *g, const int32_t *ids, const float *lps, const int32_t *top_ids,
+                                const float *top_lps, size_t n) {
+    size_t k = (size_t)g->top_logprobs;
+    char name[32];
+    cJSON *lp = cJSON_CreateObject();
+    if (g->api == GW_CHAT) {
+        cJSON *content = cJSON_AddArrayToObject(lp, "content");
+        for (size_t i = 0; i < n; i++) {
+            cJSON *e = cJSON_CreateObject();
+            s_token_name(name, sizeof name, ids[i]);
+            cJSON_AddStringToObject(e, "token", name);
+            cJSON_AddNumberToObject(e, "logprob", lps ? lps[i] : 0);
+            cJSON_AddNullToObject(e, "bytes");
+            cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
+            for (size_t j = 0; top_ids && j < k; j++) {
+                cJSON *t = cJSON_CreateObject();
+                s_token_name(name, sizeof name, top_ids[i * k + j]);
+                cJSON_AddStringToObject(t, "token", name);
+                cJSON_AddNumberToObject(t, "logprob", top_lps[i * k + j]);
+                cJSON_AddNullToObject(t, "bytes");
+                cJSON_AddItemToArray(tops, t);
+            }
+            cJSON_AddItemToArray(content, e);
+        }
+        cJSON_AddNullToObject(lp, "refusal");
+        return lp;
+    }
+    cJSON *tokens = cJSON_AddArrayToObject(lp, "tokens");
+    cJSON *token_lps = cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON *tops = k ? cJSON_AddArrayToObject(lp, "top_logprobs") : NULL;
+    if (!k)
+        cJSON_AddNullToObject(lp, "top_logprobs");
+    for (size_t i = 0; i < n; i++) {
+        s_token_name(name, sizeof name, ids[i]);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(name));
+        cJSON_AddItemToArray(token_lps, cJSON_CreateNumber(lps ? lps[i] : 0));
+        if (tops) {
+            cJSON *t = cJSON_CreateObject();
+            for (size_t j = 0; top_ids && j < k; j++) {
+                s_token_name(name, sizeof name, top_ids[i * k + j]);
+                cJSON_AddNumberToObject(t, name, top_lps[i * k + j]);
+            }
+            cJSON_AddItemToArray(tops, t);
+        }
+    }
+    return lp;
+}
+
+// The logprobs of a choice, or of one TextOut's piece; JSON null when not asked for.
+static cJSON *s_logprobs_of(const gw_gen_t *g, const ls_i32s_t *ids, const ls_f32s_t *lps, const ls_i32s_t *top_ids,
+                            const ls_f32s_t *top_lps) {
+    if (!g->logprobs)
+        return cJSON_CreateNull();
+    size_t n = ids->n;
+    size_t k = (size_t)g->top_logprobs;
+    const int32_t *ti = k && top_ids->n >= n * k ? top_ids->v : NULL;
+    return s_openai_logprobs(g, ids->v, lps->n >= n ? lps->v : NULL, ti, ti ? top_lps->v : NULL, n);
+}
+
+static cJSON *s_usage(const gw_gen_t *g, const gw_choice_t *ch) {
+    uint64_t prompt = 0, completion = 0, cached = 0;
+    for (size_t p = 0; p < g->nreqs; p++) {
+        prompt += ch[p * (size_t)g->n].prompt_tokens;
+        cached += ch[p * (size_t)g->n].cached_tokens;
+        for (int i = 0; i < g->n; i++)
+            completion += ch[p * (size_t)g->n + (size_t)i].completion_tokens;
+    }
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+    cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens", (double)cached);
+    return u;
+}
+
+static cJSON *s_openai_head(const gw_gen_t *g, const char *id, long created, int chunk) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", g->api == GW_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                           : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)created);
+    cJSON_AddStringToObject(o, "model", g->model);
+    cJSON_AddNullToObject(o, "system_fingerprint");
+    return o;
+}
+
+// SGLang's answer for one completion: cumulative text, ids and meta_info.
+static cJSON *s_generate_item(const gw_gen_t *g, const char *id, size_t index, const gw_choice_t *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "text", c->text.d ? c->text.d : "");
+    cJSON_AddItemToObject(o, "output_ids", cJSON_CreateIntArray(c->ids.v ? (const int *)c->ids.v : (const int[]){0},
+                                                                (int)c->ids.n));
+    cJSON *m = cJSON_AddObjectToObject(o, "meta_info");
+    char mid[80];
+    snprintf(mid, sizeof mid, "%s-%zu", id, index);
+    cJSON_AddStringToObject(m, "id", mid);
+    cJSON_AddNumberToObject(m, "prompt_tokens", c->prompt_tokens);
+    cJSON_AddNumberToObject(m, "completion_tokens", c->completion_tokens);
+    cJSON_AddNumberToObject(m, "cached_tokens", c->cached_tokens);
+    const char *f = s_finish_name(c->finish);
+    if (f) {
+        cJSON *fr = cJSON_AddObjectToObject(m, "finish_reason");
+        cJSON_AddStringToObject(fr, "type", f);
+        if (c->finish == LS_FINISH_REASON_LENGTH)
+            cJSON_AddNumberToObject(fr, "length", c->completion_tokens);
+        else if (c->finish == LS_FINISH_REASON_STOP && c->matched_stop)
+            cJSON_AddStringToObject(fr, "matched", c->matched_stop);
+        else if (c->finish == LS_FINISH_REASON_STOP)
+            cJSON_AddNullToObject(fr, "matched");
+    } else
+        cJSON_AddNullToObject(m, "finish_reason");
+    if (g->logprobs) {
+        // [logprob, token_id, token_text]; the text is null (ids only, as for OpenAI's answers).
+        size_t k = (size_t)g->top_logprobs;
+        cJSON *lps = cJSON_AddArrayToObject(m, "output_token_logprobs");
+        cJSON *tops = k ? cJSON_AddArrayToObject(m, "output_top_logprobs") : NULL;
+        for (size_t i = 0; i < c->ids.n; i++) {
+            cJSON *e = cJSON_CreateArray();
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(i < c->lps.n ? c->lps.v[i] : 0));
+            cJSON_AddItemToArray(e, cJSON_CreateNumber(c->ids.v[i]));
+            cJSON_AddItemToArray(e, cJSON_CreateNull());
+            cJSON_AddItemToArray(lps, e);
+            if (!tops)
+                continue;
+            cJSON *row = cJSON_CreateArray();
+            for (size_t j = 0; j < k && (i + 1) * k <= c->top_ids.n; j++) {
+                cJSON *t = cJSON_CreateArray();
+                cJSON_AddItemToArray(t, cJSON_CreateNumber(c->top_lps.v[i * k + j]));
+                cJSON_AddItemToArray(t, cJSON_CreateNumber(c->top_ids.v[i * k + j]));
+                cJSON_AddItemToArray(t, cJSON_CreateNull());
+                cJSON_AddItemToArray(row, t);
+            }
+            cJSON_AddItemToArray(tops, row);
+        }
+    }
+    return o;
+}
+
+static char *s_print(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+char *gw_answer_json(const gw_gen_t *g, const char *id, long created, const gw_choice_t *ch) {
+    size_t total = g->nreqs * (size_t)g->n;
+    if (g->api == GW_GENERATE) {
+        if (!g->list)
+            return s_print(s_generate_item(g, id, 0, &ch[0]));
+        cJSON *arr = cJSON_CreateArray();
+        for (size_t i = 0; i < total; i++)
+            cJSON_AddItemToArray(arr, s_generate_item(g, id, i, &ch[i]));
+        return s_print(arr);
+    }
+    cJSON *o = s_openai_head(g, id, created, 0);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    for (size_t i = 0; i < total; i++) {
+        const gw_choice_t *c = &ch[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "index", (double)i);
+        if (g->api == GW_CHAT) {
+            cJSON *m = cJSON_AddObjectToObject(e, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddStringToObject(m, "content", c->text.d ? c->text.d : "");
+        } else
+            cJSON_AddStringToObject(e, "text", c->text.d ? c->text.d : "");
+        cJSON_AddItemToObject(e, "logprobs", s_logprobs_of(g, &c->ids, &c->lps, &c->top_ids, &c->top_lps));
+        s_add_finish(e, c->finish);
+        if (c->matched_stop)
+            cJSON_AddStringToObject(e, "stop_reason", c->matched_stop);
+        cJSON_AddItemToArray(choices, e);
+    }
+    cJSON_AddItemToObject(o, "usage", s_usage(g, ch));
+    return s_print(o);
+}
+
+char *gw_answer_chunk(const gw_gen_t *g, const char *id, long created, size_t index, const ls_msg_text_out_t *t,
+                      const gw_choice_t *c, int first) {
+    if (g->api == GW_GENERATE) {
+        cJSON *o = s_generate_item(g, id, index, c);
+        if (g->list)
+            cJSON_AddNumberToObject(o, "index", (double)index);
+        return s_print(o);
+    }
+    cJSON *o = s_openai_head(g, id, created, 1);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "index", (double)index);
+    if (g->api == GW_CHAT) {
+        cJSON *d = cJSON_AddObjectToObject(e, "delta");
+        if (first)
+            cJSON_AddStringToObject(d, "role", "assistant");
+        if ((t->text && *t->text) || first)
+            cJSON_AddStringToObject(d, "content", t->text ? t->text : "");
+    } else
+        cJSON_AddStringToObject(e, "text", t->text ? t->text : "");
+    cJSON_AddItemToObject(e, "logprobs", s_logprobs_of(g, &t->token_ids, &t->logprobs, &t->top_ids, &t->top_logprobs));
+    s_add_finish(e, t->finish);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), e);
+    if (g->include_usage)
+        cJSON_AddNullToObject(o, "usage");  // OpenAI's chunks say null until the usage chunk
+    return s_print(o);
+}
+
+char *gw_answer_usage_chunk(const gw_gen_t *g, const char *id, long created, const gw_choice_t *ch) {
+    cJSON *o = s_openai_head(g, id, created, 1);
+    cJSON_AddArrayToObject(o, "choices");
+    cJSON_AddItemToObject(o, "usage", s_usage(g, ch));
+    return s_print(o);
+}

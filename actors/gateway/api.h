@@ -1,0 +1,65 @@
+// api — the gateway's translation between HTTP bodies and messages: OpenAI completions and chat
+// completions and SGLang's /generate requests become GenerateReq messages (one per prompt), and
+// the TextOut answers become OpenAI or SGLang JSON, whole or as SSE chunks. Pure functions over
+// JSON text and messages; the actor (main.c) does the I/O.
+#ifndef GW_API_H
+#define GW_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http.h"
+#include "ls_msg.h"
+
+typedef enum { GW_COMPLETIONS, GW_CHAT, GW_GENERATE } gw_api_t;
+
+// A parsed generation request.
+typedef struct {
+    gw_api_t api;
+    char *model;        // the model name answers carry (OpenAI), as the client gave it
+    int stream;
+    int include_usage;  // stream_options.include_usage: a last chunk with usage
+    int logprobs;       // answer with logprobs
+    int top_logprobs;   // alternatives per token in them
+    int n;              // completions per prompt
+    int list;           // /generate: the answer is a list (list input or n > 1)
+    ls_msg_t *reqs;     // one GenerateReq per prompt, rid unset
+    size_t nreqs;
+} gw_gen_t;
+
+// Parse a request body. Returns 0, or -1 with err (and *param naming the offending field, or
+// NULL) for a 400 answer. base_model: the name that means "no adapter".
+int gw_gen_parse(gw_gen_t *g, gw_api_t api, const char *body, size_t len, const char *base_model, char *err,
+                 size_t errlen, const char **param);
+void gw_gen_clear(gw_gen_t *g);
+
+// The adapter a model name asks for: "" for the base model (its name, empty, or NULL), the part
+// after "base:" for "base:adapter", otherwise the name itself.
+const char *gw_adapter_of(const char *model, const char *base_model);
+
+// What one completion produced so far.
+typedef struct {
+    gw_buf_t text;
+    ls_i32s_t ids;
+    ls_f32s_t lps;
+    ls_i32s_t top_ids;
+    ls_f32s_t top_lps;
+    uint32_t finish;  // FinishReason; NONE while it runs
+    char *matched_stop;
+    uint32_t prompt_tokens, completion_tokens, cached_tokens;
+} gw_choice_t;
+
+// Add a TextOut's piece and counts. -1 when out of memory.
+int gw_choice_add(gw_choice_t *c, const ls_msg_text_out_t *t);
+void gw_choice_clear(gw_choice_t *c);
+
+// The whole answer, when every choice has finished (choices[p * n + i]: prompt p, completion i).
+char *gw_answer_json(const gw_gen_t *g, const char *id, long created, const gw_choice_t *choices);
+// One SSE chunk's JSON for TextOut t of choice `index`; c is that choice with t added (SGLang's
+// chunks are cumulative). first: the choice's first chunk (chat: the assistant role).
+char *gw_answer_chunk(const gw_gen_t *g, const char *id, long created, size_t index, const ls_msg_text_out_t *t,
+                      const gw_choice_t *c, int first);
+// The last chunk of an OpenAI stream with stream_options.include_usage.
+char *gw_answer_usage_chunk(const gw_gen_t *g, const char *id, long created, const gw_choice_t *choices);
+
+#endif

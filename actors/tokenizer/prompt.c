@@ -1,0 +1,346 @@
+// prompt — see prompt.h.
+#include "prompt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "chat_template.h"
+#include "model_config.h"
+
+#define S_MAX_EOS 16
+
+struct tmodel {
+    ls_tokenizer_t *tok;
+    ls_chat_template_t *chat;  // NULL: chat requests are refused with chat_why
+    char chat_why[512];
+    uint32_t context;
+    int32_t eos[S_MAX_EOS];
+    size_t n_eos;
+};
+
+static void s_add_eos(tmodel_t *m, int id) {
+    for (size_t i = 0; i < m->n_eos; i++)
+        if (m->eos[i] == id)
+            return;
+    if (id >= 0 && m->n_eos < S_MAX_EOS)
+        m->eos[m->n_eos++] = id;
+}
+
+// generation_config.json's eos_token_id (a number or a list): instruct models list more there.
+static void s_read_generation_eos(tmodel_t *m, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *root = cJSON_Parse(buf), *eos = cJSON_GetObjectItem(root, "eos_token_id"), *item;
+    if (cJSON_IsNumber(eos))
+        s_add_eos(m, eos->valueint);
+    else if (cJSON_IsArray(eos))
+        cJSON_ArrayForEach(item, eos) if (cJSON_IsNumber(item)) s_add_eos(m, item->valueint);
+    cJSON_Delete(root);
+}
+
+tmodel_t *tmodel_load(const char *dir, char *err, size_t errlen) {
+    tmodel_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    ls_model_config_t cfg;
+    if (!(m->tok = ls_tokenizer_load(path, err, errlen)) || ls_model_config_load(dir, &cfg, err, errlen) < 0) {
+        tmodel_destroy(&m);
+        return NULL;
+    }
+    if (cfg.max_position_embeddings <= 0) {
+        snprintf(err, errlen, "%s/config.json: max_position_embeddings is missing or not positive", dir);
+        tmodel_destroy(&m);
+        return NULL;
+    }
+    m->context = (uint32_t)cfg.max_position_embeddings;
+    for (int i = 0; i < cfg.n_eos_token_ids; i++)
+        s_add_eos(m, cfg.eos_token_ids[i]);
+    s_read_generation_eos(m, dir);
+    m->chat = ls_chat_template_load(dir, m->chat_why, sizeof m->chat_why);
+    return m;
+}
+
+void tmodel_destroy(tmodel_t **self_p) {
+    tmodel_t *m = *self_p;
+    if (!m)
+        return;
+    ls_tokenizer_destroy(&m->tok);
+    ls_chat_template_destroy(&m->chat);
+    free(m);
+    *self_p = NULL;
+}
+
+uint32_t tmodel_context(const tmodel_t *self) { return self->context; }
+const ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self) { return self->tok; }
+uint32_t tmodel_n(const ls_msg_generate_req_t *g) { return g->sampling.n ? g->sampling.n : 1; }
+
+// OpenAI content: a string, null (an assistant turn with no text), or an array of parts of
+// which only {"type": "text", "text": ...} can be rendered. Returns a malloc'ed string or NULL
+// + err.
+static char *s_content(const cJSON *c, size_t k, char *err, size_t errlen) {
+    if (!c || cJSON_IsNull(c))
+        return strdup("");
+    if (cJSON_IsString(c))
+        return strdup(c->valuestring);
+    if (!cJSON_IsArray(c)) {
+        snprintf(err, errlen, "messages[%zu].content must be a string or an array of text parts", k);
+        return NULL;
+    }
+    size_t len = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItem(part, "type"), *text = cJSON_GetObjectItem(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
+            snprintf(err, errlen, "messages[%zu].content: only text parts ({\"type\": \"text\", \"text\": ...}) are "
+                                  "supported", k);
+            return NULL;
+        }
+        len += strlen(text->valuestring);
+    }
+    char *s = malloc(len + 1);
+    if (!s)
+        return NULL;
+    s[0] = 0;
+    cJSON_ArrayForEach(part, c) strcat(s, cJSON_GetObjectItem(part, "text")->valuestring);
+    return s;
+}
+
+// Renders the chat of g->messages into a malloc'ed prompt; NULL + err.
+static char *s_render_chat(tmodel_t *m, const char *messages, size_t *len, char *err, size_t errlen) {
+    if (!m->chat) {
+        snprintf(err, errlen, "this model's chat template cannot be used: %s", m->chat_why);
+        return NULL;
+    }
+    cJSON *root = cJSON_Parse(messages);
+    if (!cJSON_IsArray(root) || cJSON_GetArraySize(root) == 0) {
+        snprintf(err, errlen, "messages must be a non-empty JSON array of {\"role\", \"content\"} objects");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(root), k = 0;
+    ls_chat_message_t *msgs = calloc(n, sizeof *msgs);
+    char **contents = calloc(n, sizeof *contents);
+    char *prompt = NULL;
+    const cJSON *item;
+    if (!msgs || !contents) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    cJSON_ArrayForEach(item, root) {
+        const cJSON *role = cJSON_GetObjectItem(item, "role");
+        if (!cJSON_IsString(role)) {
+            snprintf(err, errlen, "messages[%zu] has no string \"role\"", k);
+            goto done;
+        }
+        if (!(contents[k] = s_content(cJSON_GetObjectItem(item, "content"), k, err, errlen)))
+            goto done;
+        msgs[k].role = role->valuestring;
+        msgs[k].content = contents[k];
+        k++;
+    }
+    prompt = ls_chat_template_render(m->chat, msgs, n, true, len, err, errlen);
+done:
+    for (size_t i = 0; contents && i < n; i++)
+        free(contents[i]);
+    free(contents);
+    free(msgs);
+    cJSON_Delete(root);
+    return prompt;
+}
+
+uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err,
+                       size_t errlen) {
+    const bool text = g->text != NULL, input = g->input_ids.n > 0, messages = g->messages != NULL;
+    if (g->sampling.n > TMODEL_MAX_N) {
+        snprintf(err, errlen, "n = %u: at most %d completions per request", g->sampling.n, TMODEL_MAX_N);
+        return LS_ERROR_CODE_BAD_REQUEST;
+    }
+    if (g->chat ? text || input || !messages : messages || text == input) {
+        snprintf(err, errlen, "%s", g->chat ? "a chat request gives messages, and neither text nor input_ids"
+                                  : messages ? "messages need chat set"
+                                  : text    ? "give text or input_ids, not both"
+                                            : "no prompt: give text, input_ids, or chat messages");
+        return LS_ERROR_CODE_BAD_REQUEST;
+    }
+    if (g->chat) {
+        size_t len;
+        char *prompt = s_render_chat(self, g->messages, &len, err, errlen);
+        if (!prompt)
+            return LS_ERROR_CODE_BAD_REQUEST;
+        // The rendered prompt holds the template's special tokens (BOS included), as HF's
+        // apply_chat_template(tokenize=True) encodes it.
+        int rc = ls_tokenizer_encode(self->tok, prompt, len, 0, ids, err, errlen);
+        free(prompt);
+        if (rc < 0)
+            return LS_ERROR_CODE_BAD_REQUEST;
+    } else if (text) {
+        // Completions add the post-processor's BOS, as HF's add_special_tokens=True.
+        if (ls_tokenizer_encode(self->tok, g->text, strlen(g->text), LS_TOKENIZE_ADD_SPECIAL, ids, err, errlen) < 0)
+            return LS_ERROR_CODE_BAD_REQUEST;
+    } else {
+        int32_t vocab = ls_tokenizer_vocab_size(self->tok);
+        for (size_t i = 0; i < g->input_ids.n; i++)
+            if (g->input_ids.v[i] < 0 || g->input_ids.v[i] >= vocab) {
+                snprintf(err, errlen, "input_ids[%zu] = %d is outside the vocabulary (0..%d)", i, g->input_ids.v[i],
+                         vocab - 1);
+                return LS_ERROR_CODE_BAD_REQUEST;
+            }
+        ls_token_ids_t *v = ids;
+        for (size_t i = 0; i < g->input_ids.n; i++) {
+            if (v->n == v->cap) {
+                size_t cap = v->cap ? 2 * v->cap : g->input_ids.n;
+                int32_t *p = realloc(v->ids, cap * sizeof *p);
+                if (!p) {
+                    snprintf(err, errlen, "out of memory");
+                    return LS_ERROR_CODE_INTERNAL;
+                }
+                v->ids = p;
+                v->cap = cap;
+            }
+            v->ids[v->n++] = g->input_ids.v[i];
+        }
+    }
+    if (ids->n == 0) {
+        snprintf(err, errlen, "the prompt is empty");
+        return LS_ERROR_CODE_BAD_REQUEST;
+    }
+    // At least one token must be generated within the context; an explicit max_new_tokens must
+    // fit whole (the scheduler never cuts it).
+    uint64_t need = ids->n + (g->sampling.max_new_tokens ? g->sampling.max_new_tokens : 1);
+    if (need > self->context) {
+        if (g->sampling.max_new_tokens)
+            snprintf(err, errlen, "prompt of %zu tokens plus max_new_tokens %u exceeds the model's context of %u tokens",
+                     ids->n, g->sampling.max_new_tokens, self->context);
+        else
+            snprintf(err, errlen, "prompt of %zu tokens leaves no room to generate in the model's context of %u tokens",
+                     ids->n, self->context);
+        return LS_ERROR_CODE_TOO_LARGE;
+    }
+    return 0;
+}
+
+static int s_i32s_set(ls_i32s_t *dst, const int32_t *v, size_t n) {
+    dst->v = NULL;
+    dst->n = 0;
+    if (!n)
+        return 0;
+    if (!(dst->v = malloc(n * sizeof *v)))
+        return -1;
+    memcpy(dst->v, v, n * sizeof *v);
+    dst->n = n;
+    return 0;
+}
+
+int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const ls_token_ids_t *ids, uint32_t index,
+                   const char *adapter_id, uint64_t arrival_ms, uint64_t deadline_ms, ls_msg_t *out) {
+    ls_msg_init(out, LS_MSG_TOKENIZED_REQ);
+    ls_msg_tokenized_req_t *t = &out->u.tokenized_req;
+    t->sampling = g->sampling;  // scalars; the arrays are copied below
+    ls_msg_sampling_params_t *sp = &t->sampling;
+    sp->stop.v = NULL;
+    sp->stop.n = 0;
+    sp->n = 1;
+    if (sp->has_seed)
+        sp->seed = g->sampling.seed + index;
+    int rc = s_i32s_set(&t->input_ids, ids->ids, ids->n) |
+             s_i32s_set(&sp->stop_token_ids, g->sampling.stop_token_ids.v, g->sampling.stop_token_ids.n);
+    if (g->sampling.stop.n && (sp->stop.v = calloc(g->sampling.stop.n, sizeof *sp->stop.v)))
+        for (; sp->stop.n < g->sampling.stop.n; sp->stop.n++)
+            if (!(sp->stop.v[sp->stop.n] = ls_msg_strdup(g->sampling.stop.v[sp->stop.n] ? g->sampling.stop.v[sp->stop.n]
+                                                                                         : "")))
+                break;
+    rc |= sp->stop.n == g->sampling.stop.n ? 0 : -1;
+    // The complete stop set: the request's ids, then the model's EOS ids unless ignore_eos.
+    size_t n_stop = g->sampling.stop_token_ids.n + (sp->ignore_eos ? 0 : self->n_eos);
+    if (n_stop && (t->stop_token_ids.v = malloc(n_stop * sizeof(int32_t)))) {
+        memcpy(t->stop_token_ids.v, g->sampling.stop_token_ids.v, g->sampling.stop_token_ids.n * sizeof(int32_t));
+        if (!sp->ignore_eos)
+            memcpy(t->stop_token_ids.v + g->sampling.stop_token_ids.n, self->eos, self->n_eos * sizeof(int32_t));
+        t->stop_token_ids.n = n_stop;
+    }
+    rc |= t->stop_token_ids.n == n_stop ? 0 : -1;
+    if (adapter_id && *adapter_id) {
+        t->adapter_id = ls_msg_strdup(adapter_id);
+        t->adapter_name = ls_msg_strdup(g->adapter);
+        rc |= t->adapter_id && t->adapter_name ? 0 : -1;
+    }
+    t->arrival_ms = arrival_ms;
+    t->deadline_ms = deadline_ms;
+    if (rc) {
+        ls_msg_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// collecting a non-streamed completion
+
+static int s_grow(void **v, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *p = realloc(*v, c * elem);
+    if (!p)
+        return -1;
+    *v = p;
+    *cap = c;
+    return 0;
+}
+
+#define S_APPEND(dst, cap, src)                                                                          \
+    (s_grow((void **)&(dst).v, &(cap), (dst).n + (src).n, sizeof *(dst).v) < 0                            \
+         ? -1                                                                                             \
+         : ((src).n ? memcpy((dst).v + (dst).n, (src).v, (src).n * sizeof *(dst).v) : NULL, (dst).n += (src).n, 0))
+
+int tcollect_add(tcollect_t *c, const ls_msg_text_out_t *piece) {
+    size_t n = piece->text ? strlen(piece->text) : 0;
+    if (s_grow((void **)&c->text, &c->cap, c->len + n + 1, 1) < 0)
+        return -1;
+    memcpy(c->text + c->len, piece->text ? piece->text : "", n + 1);
+    c->len += n;
+    if (S_APPEND(c->ids, c->ids_cap, piece->token_ids) < 0 || S_APPEND(c->logprobs, c->lp_cap, piece->logprobs) < 0 ||
+        S_APPEND(c->top_ids, c->tid_cap, piece->top_ids) < 0 ||
+        S_APPEND(c->top_logprobs, c->tlp_cap, piece->top_logprobs) < 0)
+        return -1;
+    return 0;
+}
+
+void tcollect_take(tcollect_t *c, ls_msg_text_out_t *final) {
+    free(final->text);
+    free(final->token_ids.v);
+    free(final->logprobs.v);
+    free(final->top_ids.v);
+    free(final->top_logprobs.v);
+    final->text = c->text ? c->text : ls_msg_strdup("");
+    final->token_ids = c->ids;
+    final->logprobs = c->logprobs;
+    final->top_ids = c->top_ids;
+    final->top_logprobs = c->top_logprobs;
+    memset(c, 0, sizeof *c);
+}
+
+void tcollect_free(tcollect_t *c) {
+    free(c->text);
+    free(c->ids.v);
+    free(c->logprobs.v);
+    free(c->top_ids.v);
+    free(c->top_logprobs.v);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,56 @@
+// prompt — the tokenizer actor's pure request logic: the model's text side (tokenizer, chat
+// template, context length, EOS ids), a GenerateReq validated and turned into prompt ids, the
+// TokenizedReq of each of its completions, and non-streamed TextOuts collected into one.
+// No sockets, no clock: tests/frontdoor drives it directly.
+#ifndef LS_TOK_PROMPT_H
+#define LS_TOK_PROMPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ls_msg.h"
+#include "tokenizer.h"
+
+#define TMODEL_MAX_N 64  // completions one request may ask for (sampling.n)
+
+typedef struct tmodel tmodel_t;
+
+// Loads dir/tokenizer.json, dir/config.json (max_position_embeddings, eos_token_id),
+// dir/generation_config.json (more EOS ids, optional) and dir/tokenizer_config.json's chat
+// template (optional: without one, or with one of an unknown family, chat requests are refused
+// with the reason). NULL + err when the tokenizer or config cannot be used.
+tmodel_t *tmodel_load(const char *dir, char *err, size_t errlen);
+void tmodel_destroy(tmodel_t **self_p);
+uint32_t tmodel_context(const tmodel_t *self);
+const ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self);
+
+// Validates g and builds its prompt ids into *ids (appended; the caller frees). Returns 0, or the
+// ErrorCode that refuses it (BAD_REQUEST, TOO_LARGE) with one sentence in err.
+uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err,
+                       size_t errlen);
+
+// The number of completions g asks for (sampling.n, 0 meaning 1).
+uint32_t tmodel_n(const ls_msg_generate_req_t *g);
+
+// Fills *out (initialised here) with the TokenizedReq of completion `index` of g: its own
+// seed (seed + index) when g has one, n = 1, the stop set = the request's stop ids plus the
+// model's EOS ids (unless ignore_eos). adapter_id NULL for the base model. 0, or -1 out of memory.
+int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const ls_token_ids_t *ids, uint32_t index,
+                   const char *adapter_id, uint64_t arrival_ms, uint64_t deadline_ms, ls_msg_t *out);
+
+// Collects a non-streamed completion: every TextOut piece appended, then the final one sent.
+typedef struct {
+    char *text;
+    size_t len, cap;
+    ls_i32s_t ids, top_ids;
+    ls_f32s_t logprobs, top_logprobs;
+    size_t ids_cap, lp_cap, tid_cap, tlp_cap;
+} tcollect_t;
+
+// Appends piece's text, token ids, logprobs and top alternatives. 0, or -1 out of memory.
+int tcollect_add(tcollect_t *c, const ls_msg_text_out_t *piece);
+// Moves everything collected into *final (replacing its text and arrays) and empties c.
+void tcollect_take(tcollect_t *c, ls_msg_text_out_t *final);
+void tcollect_free(tcollect_t *c);
+
+#endif

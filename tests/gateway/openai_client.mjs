@@ -1,0 +1,70 @@
+// The official OpenAI client against the gateway on the demo model: completions and chat,
+// streaming and not, for the base model and each adapter; every answer must be the demo's rule
+// answer (examples/demo/README.md). Usage: node openai_client.mjs BASE_URL
+// The package comes from tools/install-test-deps.sh's cache (LS_OPENAI_CACHE).
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import os from 'node:os';
+
+const cache = process.env.LS_OPENAI_CACHE || path.join(os.homedir(), '.cache/loraserve/openai');
+const require = createRequire(path.join(cache, 'node_modules/'));
+let OpenAI;
+try {
+  OpenAI = require('openai').default ?? require('openai');
+} catch (e) {
+  console.error(`the openai package is not in ${cache}: run tools/install-test-deps.sh (${e.message})`);
+  process.exit(2);
+}
+
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: process.env.LS_API_KEY || 'none', maxRetries: 0 });
+const prompt = 'input: 5 leaf road 1 red\noutput:';
+const want = {
+  demo: ' 5 leaf road 1 red',
+  reverse: ' red 1 road leaf 5',
+  upper: ' 5 LEAF ROAD 1 RED',
+  sort: ' 1 5 leaf red road',
+  digits: ' five leaf road one red',
+};
+let failed = 0, passed = 0;
+function check(what, got, expected) {
+  if (got === expected) { passed++; return; }
+  failed++;
+  console.error(`FAIL ${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(expected)}`);
+}
+
+const models = await client.models.list();
+const ids = models.data.map((m) => m.id);
+for (const m of Object.keys(want)) check(`models list has ${m}`, ids.includes(m), true);
+
+for (const [model, expected] of Object.entries(want)) {
+  const common = { model, temperature: 0, max_tokens: 24 };
+  const c = await client.completions.create({ ...common, prompt });
+  check(`${model} completion`, c.choices[0].text, expected);
+  check(`${model} completion finish`, c.choices[0].finish_reason, 'stop');
+  check(`${model} completion usage`, c.usage.completion_tokens > 0 && c.usage.prompt_tokens > 0, true);
+
+  let text = '';
+  for await (const chunk of await client.completions.create({ ...common, prompt, stream: true })) text += chunk.choices[0]?.text ?? '';
+  check(`${model} streamed completion`, text, expected);
+
+  const messages = [{ role: 'user', content: prompt }];
+  const chat = await client.chat.completions.create({ ...common, messages });
+  check(`${model} chat`, chat.choices[0].message.content, expected);
+  check(`${model} chat role`, chat.choices[0].message.role, 'assistant');
+
+  text = '';
+  for await (const chunk of await client.chat.completions.create({ ...common, messages, stream: true })) text += chunk.choices[0]?.delta?.content ?? '';
+  check(`${model} streamed chat`, text, expected);
+}
+// "base:adapter" names an adapter too.
+const c = await client.completions.create({ model: 'demo:upper', prompt, temperature: 0, max_tokens: 24 });
+check('demo:upper completion', c.choices[0].text, want.upper);
+// An unknown model is the client's NotFoundError.
+try {
+  await client.completions.create({ model: 'no-such-adapter', prompt, max_tokens: 4 });
+  check('unknown model', 'answered', '404');
+} catch (e) {
+  check('unknown model status', e.status, 404);
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,184 @@
+// SDK end to end: the real graph (launch/loraserve on the demo model with its adapters
+// reverse, upper, sort, digits), driven by the examples in examples/sdk/, the SDK itself and
+// loraserve-cli, as a user would.
+//   examples  — each example prints the demo's rule answers for base and every adapter
+//   stream    — a streaming generate's pieces add up to the blocking answer (text and ids)
+//   cli       — generate, list, unload (then the adapter is unknown), load back, health
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "loraserve.h"
+#include "run.h"
+
+#define PROMPT "input: 5 leaf road 1 red\noutput:"
+
+static const char *s_models[] = {"base", "reverse", "upper", "sort", "digits"};
+static const char *s_answers[] = {" 5 leaf road 1 red", " red 1 road leaf 5", " 5 LEAF ROAD 1 RED", " 1 5 leaf red road",
+                                  " five leaf road one red"};
+
+static char s_dir[64], s_run_dir[128];
+static pid_t s_launcher;
+
+static int s_setup(void **state) {
+    snprintf(s_dir, sizeof s_dir, "/tmp/ls-sdk-graph-XXXXXX");
+    assert_non_null(mkdtemp(s_dir));
+    snprintf(s_run_dir, sizeof s_run_dir, "%s/run", s_dir);
+    char log[160];
+    snprintf(log, sizeof log, "%s/launcher.out", s_dir);
+    s_launcher = fork();
+    if (s_launcher == 0) {
+        freopen(log, "w", stdout);
+        dup2(1, 2);
+        setenv("LORASERVE_BIN", LS_BIN_DIR, 1);
+        // --lora-roots: clients may load adapters from the demo's folder (load by path).
+        // --port 0: tests run in parallel, each graph's gateway takes any free port
+        execl(LS_LAUNCH_SCRIPT, LS_LAUNCH_SCRIPT, "--run-dir", s_run_dir, "--lora-roots", LS_DEMO_DIR "/adapters",
+              "--port", "0", (char *)NULL);
+        _exit(127);
+    }
+    char graph[192];
+    snprintf(graph, sizeof graph, "%s/graph.json", s_run_dir);
+    for (int i = 0; i < 1200 && access(graph, R_OK) != 0; i++) {
+        if (waitpid(s_launcher, NULL, WNOHANG) == s_launcher)
+            fail_msg("the launcher exited before the graph was ready (see %s)", log);
+        usleep(100000);
+    }
+    if (access(graph, R_OK) != 0)
+        fail_msg("no graph.json after 120 s (see %s)", log);
+    return 0;
+}
+
+static int s_teardown(void **state) {
+    kill(s_launcher, SIGINT);
+    int status;
+    waitpid(s_launcher, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    assert_int_equal(system(cmd), 0);
+    return 0;
+}
+
+static run_t s_run(const char *input, const char *first, ...) {
+    const char *argv[32] = {first};
+    int n = 1;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a; (a = va_arg(ap, const char *));)
+        argv[n++] = a;
+    va_end(ap);
+    run_t r;
+    run_program(&r, s_dir, input, NULL, argv);
+    return r;
+}
+
+// text is the answer, followed by end (the newline a program prints after it, or "").
+static void s_expect_answer(const char *what, const char *text, const char *answer, const char *end) {
+    char want[128];
+    snprintf(want, sizeof want, "%s%s", answer, end);
+    if (strcmp(text, want) != 0)
+        fail_msg("%s: got '%s', expected '%s'", what, text, want);
+}
+
+static void test_examples(void **state) {
+    for (int m = 0; m < 5; m++) {
+        run_t g = s_run(NULL, LS_BIN_DIR "/sdk-example-generate", s_run_dir, s_models[m], NULL);
+        if (g.code != 0)
+            fail_msg("generate %s: exit %d: %s", s_models[m], g.code, g.err);
+        s_expect_answer(s_models[m], g.out, s_answers[m], "\n");
+        run_t s = s_run(NULL, LS_BIN_DIR "/sdk-example-stream", s_run_dir, s_models[m], NULL);
+        assert_int_equal(s.code, 0);
+        assert_string_equal(s.out, g.out);
+    }
+    run_t t = s_run(NULL, LS_BIN_DIR "/sdk-example-threads", s_run_dir, NULL);
+    if (t.code != 0)
+        fail_msg("threads: exit %d: %s %s", t.code, t.out, t.err);
+    for (int m = 0; m < 5; m++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s:%s\n", s_models[m], s_answers[m]);
+        if (!strstr(t.out, want))
+            fail_msg("threads: no '%s' in:\n%s", want, t.out);
+    }
+    run_t a = s_run(NULL, LS_BIN_DIR "/sdk-example-admin", s_run_dir, "digits", LS_DEMO_DIR "/adapters/digits", NULL);
+    if (a.code != 0)
+        fail_msg("admin: exit %d: %s %s", a.code, a.out, a.err);
+    assert_non_null(strstr(a.out, "unload digits: ok"));
+    assert_non_null(strstr(a.out, "generate with digits: not found"));
+    assert_non_null(strstr(a.out, "load digits: ok"));
+    assert_non_null(strstr(a.out, "digits: five leaf road one red\n"));
+}
+
+static void test_stream(void **state) {
+    const char *err;
+    ls_client_t *client = ls_client_new_run_dir(s_run_dir, &err);
+    assert_non_null(client);
+    ls_health_t h;
+    assert_int_equal(ls_client_ping(client, &h), LS_OK);
+    assert_string_equal(h.actor, "tokenizer");
+    for (int m = 0; m < 5; m++) {
+        ls_request_t req = {.prompt = PROMPT, .adapter = m ? s_models[m] : NULL, .max_tokens = 32, .logprobs = true,
+                           .timeout_ms = 20000};
+        ls_result_t *blocking = NULL, *streamed = NULL;
+        assert_int_equal(ls_client_generate(client, &req, &blocking), LS_OK);
+        s_expect_answer(s_models[m], blocking->completions[0].text, s_answers[m], "");
+        assert_int_equal(ls_client_generate_stream(client, &req, NULL, NULL, &streamed), LS_OK);
+        ls_completion_t *b = &blocking->completions[0], *s = &streamed->completions[0];
+        assert_string_equal(s->text, b->text);
+        assert_int_equal(s->n_tokens, b->n_tokens);
+        assert_memory_equal(s->token_ids, b->token_ids, b->n_tokens * sizeof(int32_t));
+        assert_int_equal(s->finish, b->finish);
+        assert_int_equal(streamed->prompt_tokens, blocking->prompt_tokens);
+        assert_true(blocking->prompt_tokens > 0);
+        assert_int_equal(blocking->completion_tokens, b->n_tokens);
+        assert_non_null(b->logprobs);
+        ls_result_destroy(&blocking);
+        ls_result_destroy(&streamed);
+    }
+    // An unknown adapter is refused with NOT_FOUND.
+    ls_result_t *r = NULL;
+    assert_int_equal(ls_client_generate(client, &(ls_request_t){.prompt = PROMPT, .adapter = "nope", .timeout_ms = 20000}, &r),
+                     LS_ERR_NOT_FOUND);
+    ls_result_destroy(&r);
+    ls_client_destroy(&client);
+}
+
+static void test_cli(void **state) {
+    const char *cli = LS_BIN_DIR "/loraserve-cli";
+    run_t r = s_run(PROMPT, cli, "--run-dir", s_run_dir, "--timeout-ms", "20000", "generate", "--adapter", "upper", NULL);
+    assert_int_equal(r.code, 0);
+    s_expect_answer("cli upper", r.out, s_answers[2], "\n");
+    r = s_run(NULL, cli, "--run-dir", s_run_dir, "--timeout-ms", "20000", "generate", "--stream", "--adapter", "reverse", PROMPT, NULL);
+    assert_int_equal(r.code, 0);
+    s_expect_answer("cli stream reverse", r.out, s_answers[1], "\n");
+    r = s_run(NULL, cli, "--run-dir", s_run_dir, "list", NULL);
+    assert_int_equal(r.code, 0);
+    for (int m = 1; m < 5; m++)
+        assert_non_null(strstr(r.out, s_models[m]));
+    assert_int_equal(s_run(NULL, cli, "--run-dir", s_run_dir, "unload", "sort", NULL).code, 0);
+    assert_int_equal(s_run(NULL, cli, "--run-dir", s_run_dir, "--timeout-ms", "20000", "generate", "--adapter", "sort", PROMPT, NULL).code, 3);
+    r = s_run(NULL, cli, "--run-dir", s_run_dir, "load", "sort", LS_DEMO_DIR "/adapters/sort", NULL);
+    if (r.code != 0)
+        fail_msg("cli load: exit %d: %s", r.code, r.err);
+    r = s_run(NULL, cli, "--run-dir", s_run_dir, "--timeout-ms", "20000", "generate", "--adapter", "sort", PROMPT, NULL);
+    assert_int_equal(r.code, 0);
+    s_expect_answer("cli sort after reload", r.out, s_answers[3], "\n");
+    r = s_run(NULL, cli, "--run-dir", s_run_dir, "health", NULL);
+    assert_int_equal(r.code, 0);
+    assert_non_null(strstr(r.out, "ok: tokenizer"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_examples), cmocka_unit_test(test_stream),
+                                       cmocka_unit_test(test_cli)};
+    return cmocka_run_group_tests(tests, s_setup, s_teardown);
+}
