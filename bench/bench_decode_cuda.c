@@ -186,9 +186,11 @@ int main(int argc, char **argv) {
         if (ls_lora_pool_add(b.pool, ids[a], &ad, false, NULL, 0, err, sizeof err) != 0)
             s_die(ids[a], err);
     }
-    printf("adapters: %d distinct files, 32 ids, %.1f MB each as bf16 (%.1f MB as the fp32 "
-           "slot pool holds them); set up in %.1f s\n", N_FILES, adapter_elems * 2 / 1e6,
-           adapter_elems * 4 / 1e6, s_now() - t0);
+    // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
+    // decode step reads per adapter.
+    size_t slot_elem = ls_dtype_size(ls_model_config(b.m)->torch_dtype);
+    printf("adapters: %d distinct files, 32 ids, %.1f MB each in the slot pool (%s); set up in %.1f s\n", N_FILES,
+           adapter_elems * (double)slot_elem / 1e6, ls_dtype_name(ls_model_config(b.m)->torch_dtype), s_now() - t0);
     fflush(stdout);
 
     int32_t base[N_SEQS], s8[N_SEQS], s32[N_SEQS];
@@ -208,8 +210,7 @@ int main(int argc, char **argv) {
     double t32 = s_decode(&b, s32);
     double t_base2 = s_decode(&b, base); // again, for the spread
 
-    double floor32 = t_base + 32.0 * adapter_elems * 4 / (bw * 1e9);
-    double floor32_bf16 = t_base + 32.0 * adapter_elems * 2 / (bw * 1e9);
+    double floor32 = t_base + 32.0 * adapter_elems * (double)slot_elem / (bw * 1e9);
     printf("\n%-34s %9s %10s %8s\n", "workload", "step ms", "tokens/s", "ratio");
     printf("%-34s %9.3f %10.0f %8.3f\n", "base model", 1e3 * t_base, N_SEQS / t_base, 1.0);
     printf("%-34s %9.3f %10.0f %8.3f\n", "base model (again)", 1e3 * t_base2,
@@ -220,10 +221,8 @@ int main(int argc, char **argv) {
            t_base / t32);
     printf("\ndecode ratio, 8 distinct adapters: %.3f (target >= 0.92)\n", t_base / t8);
     printf("decode ratio, 32 distinct adapters: %.3f; bandwidth floor %.3f ms (base %.3f ms + "
-           "%.2f GB of fp32 slots / %.0f GB/s): step is %.2fx the floor (target <= 1.10); "
-           "with bf16 slots the floor would be %.3f ms\n", t_base / t32, 1e3 * floor32,
-           1e3 * t_base, 32.0 * adapter_elems * 4 / 1e9, bw, t32 / floor32,
-           1e3 * floor32_bf16);
+           "%.2f GB of adapter slots / %.0f GB/s): step is %.2fx the floor (target <= 1.10)\n", t_base / t32,
+           1e3 * floor32, 1e3 * t_base, 32.0 * adapter_elems * (double)slot_elem / 1e9, bw, t32 / floor32);
     free(ranks);
     ls_lora_pool_destroy(&b.pool);
     ls_model_destroy(&b.m);
