@@ -601,3 +601,34 @@ int ls_model_config_check_weights(const ls_model_config_t *cfg, const ls_st_t *s
     }
     return 0;
 }
+
+static int s_eos_add(int32_t *out, int n, int cap, int id) {
+    for (int i = 0; i < n; i++)
+        if (out[i] == id)
+            return n;
+    if (id >= 0 && n < cap)
+        out[n++] = id;
+    return n;
+}
+
+int ls_model_eos_ids(const char *dir, const ls_model_config_t *cfg, int32_t *out, int cap) {
+    int n = 0;
+    for (int i = 0; i < cfg->n_eos_token_ids; i++)
+        n = s_eos_add(out, n, cap, cfg->eos_token_ids[i]);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return n;
+    char buf[65536];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    cJSON *root = cJSON_Parse(buf), *eos = cJSON_GetObjectItem(root, "eos_token_id"), *item;
+    if (cJSON_IsNumber(eos))
+        n = s_eos_add(out, n, cap, eos->valueint);
+    else if (cJSON_IsArray(eos))
+        cJSON_ArrayForEach(item, eos) if (cJSON_IsNumber(item)) n = s_eos_add(out, n, cap, item->valueint);
+    cJSON_Delete(root);
+    return n;
+}

@@ -79,6 +79,11 @@ int ls_model_config_load(const char *path, ls_model_config_t *cfg, char *err, si
 int ls_model_config_parse(const char *json, size_t len, const char *what, ls_model_config_t *cfg,
                           char *err, size_t errlen);
 
+// The model's end-of-sequence ids: config.json's (in cfg) plus generation_config.json's in dir
+// (a number or a list; instruct models list several there), without repeats, into out (cap).
+// Returns how many; a missing or unreadable generation_config.json adds nothing.
+int ls_model_eos_ids(const char *dir, const ls_model_config_t *cfg, int32_t *out, int cap);
+
 const char *ls_arch_name(ls_arch_t arch);  // "LlamaForCausalLM", ...
 
 // "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".

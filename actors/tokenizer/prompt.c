@@ -21,33 +21,6 @@ struct tmodel {
     size_t n_eos;
 };
 
-static void s_add_eos(tmodel_t *m, int id) {
-    for (size_t i = 0; i < m->n_eos; i++)
-        if (m->eos[i] == id)
-            return;
-    if (id >= 0 && m->n_eos < S_MAX_EOS)
-        m->eos[m->n_eos++] = id;
-}
-
-// generation_config.json's eos_token_id (a number or a list): instruct models list more there.
-static void s_read_generation_eos(tmodel_t *m, const char *dir) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *root = cJSON_Parse(buf), *eos = cJSON_GetObjectItem(root, "eos_token_id"), *item;
-    if (cJSON_IsNumber(eos))
-        s_add_eos(m, eos->valueint);
-    else if (cJSON_IsArray(eos))
-        cJSON_ArrayForEach(item, eos) if (cJSON_IsNumber(item)) s_add_eos(m, item->valueint);
-    cJSON_Delete(root);
-}
-
 tmodel_t *tmodel_load(const char *dir, char *err, size_t errlen) {
     tmodel_t *m = calloc(1, sizeof *m);
     if (!m) {
@@ -67,9 +40,7 @@ tmodel_t *tmodel_load(const char *dir, char *err, size_t errlen) {
         return NULL;
     }
     m->context = (uint32_t)cfg.max_position_embeddings;
-    for (int i = 0; i < cfg.n_eos_token_ids; i++)
-        s_add_eos(m, cfg.eos_token_ids[i]);
-    s_read_generation_eos(m, dir);
+    m->n_eos = (size_t)ls_model_eos_ids(dir, &cfg, m->eos, S_MAX_EOS);
     m->chat = ls_chat_template_load(dir, m->chat_why, sizeof m->chat_why);
     return m;
 }

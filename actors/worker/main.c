@@ -24,7 +24,6 @@
 // engine pool's slot s + 1 (engine slot 0 is the base-model sentinel). Per-request state is
 // the token history sampling penalties need (prompt and output ids); the scheduler frees it
 // through StepPlan.released.
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,41 +82,6 @@ static void s_progress(void *arg, const char *what, size_t done, size_t total) {
     }
 }
 
-static void s_add_eos(int id) {
-    for (int i = 0; i < s_w.n_eos; i++)
-        if (s_w.eos_ids[i] == id)
-            return;
-    if (s_w.n_eos < (int)(sizeof s_w.eos_ids / sizeof *s_w.eos_ids))
-        s_w.eos_ids[s_w.n_eos++] = id;
-}
-
-// EOS ids: config.json's, plus generation_config.json's (instruct models list several there).
-static void s_read_eos(const ls_model_config_t *cfg) {
-    s_w.n_eos = 0;
-    for (int i = 0; i < cfg->n_eos_token_ids; i++)
-        s_add_eos(cfg->eos_token_ids[i]);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/generation_config.json", s_w.model_path);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *root = cJSON_Parse(buf);
-    if (!root) {
-        ls_warn(0, "%s is not valid JSON; using config.json's EOS ids", path);
-        return;
-    }
-    cJSON *eos = cJSON_GetObjectItem(root, "eos_token_id"), *item;
-    if (cJSON_IsNumber(eos))
-        s_add_eos(eos->valueint);
-    else if (cJSON_IsArray(eos))
-        cJSON_ArrayForEach(item, eos) if (cJSON_IsNumber(item)) s_add_eos(item->valueint);
-    cJSON_Delete(root);
-}
-
 static int s_target_mask(unsigned *mask) {
     *mask = 0;
     for (size_t i = 0; i < s_w.target_modules.n; i++) {
@@ -171,7 +135,7 @@ static int s_load_engine(ls_actor_t *a) {
         return -1;
     }
     const ls_model_config_t *cfg = ls_model_config(s_w.model);
-    s_read_eos(cfg);
+    s_w.n_eos = ls_model_eos_ids(s_w.model_path, cfg, s_w.eos_ids, (int)(sizeof s_w.eos_ids / sizeof *s_w.eos_ids));
     int blocks = s_w.kv_blocks;
     if (blocks <= 0) {
         // Both K and V, every layer, as the backend stores the cache (f32 on the CPU backend,
