@@ -22,6 +22,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "ls_err.h"
 #include "backend_cuda.h"
 #include "ops_cuda.h"
 
@@ -640,15 +641,6 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
 
 // -- construction -----------------------------------------------------------------------------
 
-static void s_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void *ls_backend_cuda_stream(ls_backend_t *be) {
     return s_ctx(be)->stream;
 }
@@ -657,7 +649,7 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || device < 0 || device >= count) {
-        s_err(err, errlen, "cuda: no device %d (%d found%s%s)", device,
+        ls_err_set(err, errlen, "cuda: no device %d (%d found%s%s)", device,
               e == cudaSuccess ? count : 0, e == cudaSuccess ? "" : ": ",
               e == cudaSuccess ? "" : cudaGetErrorString(e));
         cudaGetLastError();
@@ -668,7 +660,7 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     if (!self || !c) {
         free(self);
         free(c);
-        s_err(err, errlen, "cuda: out of host memory");
+        ls_err_set(err, errlen, "cuda: out of host memory");
         return NULL;
     }
     self->name = "cuda";
@@ -678,21 +670,21 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->meta_done, cudaEventDisableTiming)) != cudaSuccess) {
-        s_err(err, errlen, "cuda: device %d: %s", device, cudaGetErrorString(e));
+        ls_err_set(err, errlen, "cuda: device %d: %s", device, cudaGetErrorString(e));
         s_free(self);
         return NULL;
     }
     cublasStatus_t st = cublasCreate(&c->blas);
     if (st != CUBLAS_STATUS_SUCCESS) {
         c->blas = NULL;
-        s_err(err, errlen, "cuda: cublasCreate failed (status %d)", (int)st);
+        ls_err_set(err, errlen, "cuda: cublasCreate failed (status %d)", (int)st);
         s_free(self);
         return NULL;
     }
     // TF32 stays off: the F32-weight path is a true fp32 GEMM
     if (cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
         cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
-        s_err(err, errlen, "cuda: cuBLAS setup failed");
+        ls_err_set(err, errlen, "cuda: cuBLAS setup failed");
         s_free(self);
         return NULL;
     }

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "ls_err.h"
 #include "backend_cuda.h"
 #include "comm_impl.h"
 #include "comm_nccl.h"
@@ -33,16 +34,6 @@ typedef struct {
     size_t stage_bytes;
 } s_nccl_t;
 
-static void s_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void s_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static double s_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -56,7 +47,7 @@ static int s_settle(s_nccl_t *c, ncclResult_t r, const char *what, int timeout_m
     double start = s_now_ms(), now = start;
     while (r == ncclInProgress) {
         if (now - start > timeout_ms) {
-            s_err(err, errlen, "NCCL %s on rank %d: not done after %d ms (a rank died or never "
+            ls_err_set(err, errlen, "NCCL %s on rank %d: not done after %d ms (a rank died or never "
                   "joined)", what, c->base.rank, timeout_ms);
             return -1;
         }
@@ -70,7 +61,7 @@ static int s_settle(s_nccl_t *c, ncclResult_t r, const char *what, int timeout_m
     if (r == ncclSuccess)
         ncclCommGetAsyncError(c->nc, &r); // an earlier collective may have failed since
     if (r != ncclSuccess) {
-        s_err(err, errlen, "NCCL %s on rank %d: %s (%s)", what, c->base.rank, ncclGetErrorString(r),
+        ls_err_set(err, errlen, "NCCL %s on rank %d: %s (%s)", what, c->base.rank, ncclGetErrorString(r),
               ncclGetLastError(c->nc));
         return -1;
     }
@@ -99,7 +90,7 @@ static int s_nccl_gather_cols(ls_comm_t *base, ls_view_t out, ls_view_t part, in
         if (cudaMalloc(&c->stage, slab * size * sizeof(float)) != cudaSuccess) {
             cudaGetLastError();
             c->stage = NULL;
-            s_err(err, errlen, "gather: out of device memory for %zu floats", slab * size);
+            ls_err_set(err, errlen, "gather: out of device memory for %zu floats", slab * size);
             return -1;
         }
         c->stage_bytes = slab * size * sizeof(float);
@@ -125,7 +116,7 @@ static int s_nccl_gather_cols(ls_comm_t *base, ls_view_t out, ls_view_t part, in
                                           (size_t)ld * sizeof(float), cols * sizeof(float),
                                           (size_t)rows, cudaMemcpyDeviceToDevice, c->stream);
         if (e != cudaSuccess) {
-            s_err(err, errlen, "gather: %s", cudaGetErrorString(e));
+            ls_err_set(err, errlen, "gather: %s", cudaGetErrorString(e));
             return -1;
         }
     }
@@ -146,7 +137,7 @@ extern "C" int ls_comm_nccl_id(int size, ls_comm_id_t *id, char *err, size_t err
     ncclUniqueId uid;
     ncclResult_t r = ncclGetUniqueId(&uid);
     if (r != ncclSuccess) {
-        s_err(err, errlen, "ncclGetUniqueId: %s", ncclGetErrorString(r));
+        ls_err_set(err, errlen, "ncclGetUniqueId: %s", ncclGetErrorString(r));
         return -1;
     }
     memset(id, 0, sizeof *id);
@@ -161,14 +152,14 @@ extern "C" ls_comm_t *ls_comm_nccl_join(const ls_comm_id_t *id, int rank, ls_bac
                                         int timeout_ms, char *err, size_t errlen) {
     if (id->kind != LS_COMM_NCCL || id->len != sizeof(ncclUniqueId) || id->size < 1 || rank < 0 ||
         rank >= id->size || strcmp(be->name, "cuda") != 0) {
-        s_err(err, errlen, "NCCL group: bad id for rank %d of %d, or not a cuda backend", rank, id->size);
+        ls_err_set(err, errlen, "NCCL group: bad id for rank %d of %d, or not a cuda backend", rank, id->size);
         return NULL;
     }
     // NVLink multicast (NVLS) stays off: it needs fabric setup the hosts do not all have.
     setenv("NCCL_NVLS_ENABLE", "0", 0);
     s_nccl_t *c = (s_nccl_t *)calloc(1, sizeof *c);
     if (!c) {
-        s_err(err, errlen, "NCCL group: out of memory");
+        ls_err_set(err, errlen, "NCCL group: out of memory");
         return NULL;
     }
     c->base = ls_comm_t{rank, id->size, be, s_nccl_all_reduce, s_nccl_gather_cols, s_nccl_free};
@@ -181,14 +172,14 @@ extern "C" ls_comm_t *ls_comm_nccl_join(const ls_comm_id_t *id, int rank, ls_bac
     char why[512];
     ncclResult_t r = ncclCommInitRankConfig(&c->nc, id->size, uid, rank, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
-        s_err(err, errlen, "rank %d could not join the NCCL group of %d: %s", rank, id->size,
+        ls_err_set(err, errlen, "rank %d could not join the NCCL group of %d: %s", rank, id->size,
               ncclGetErrorString(r));
         c->nc = NULL;
         s_nccl_free(&c->base);
         return NULL;
     }
     if (s_settle(c, r, "join", timeout_ms, why, sizeof why) != 0) {
-        s_err(err, errlen, "rank %d could not join the NCCL group of %d: %s", rank, id->size, why);
+        ls_err_set(err, errlen, "rank %d could not join the NCCL group of %d: %s", rank, id->size, why);
         s_nccl_free(&c->base);
         return NULL;
     }
