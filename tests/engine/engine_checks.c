@@ -9,34 +9,15 @@
 
 #include "model.h"
 #include "peft.h"
+#include "test_util.h"
 
 #define MAX_ROWS 16
 #define MAX_LEN 64
 #define BS 4
 
-static char *s_read(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 static cJSON *s_read_json(const char *path, char *err, size_t errlen) {
     size_t len;
-    char *text = s_read(path, &len);
+    char *text = tu_read_file(path, &len);
     cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
     free(text);
     if (!root)
@@ -50,7 +31,7 @@ static cJSON *s_read_json(const char *path, char *err, size_t errlen) {
 // floats (malloc'd) and its shape, or NULL.
 static float *s_ref_f32(const char *path, const char *name, int64_t shape[2]) {
     size_t len;
-    char *file = s_read(path, &len);
+    char *file = tu_read_file(path, &len);
     if (!file || len < 8) {
         free(file);
         return NULL;
@@ -77,13 +58,6 @@ static float *s_ref_f32(const char *path, const char *name, int64_t shape[2]) {
     cJSON_Delete(h);
     free(file);
     return out;
-}
-
-static int s_ints(const cJSON *a, int32_t *out, int max) {
-    int n = 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, a) if (n < max) out[n++] = (int32_t)x->valuedouble;
-    return n;
 }
 
 // One row of reference.json.
@@ -185,8 +159,8 @@ int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, doub
         const cJSON *jr = cJSON_GetArrayItem(jrows, i);
         const cJSON *ja = cJSON_GetObjectItemCaseSensitive(jr, "adapter");
         rows[i].adapter = cJSON_IsString(ja) ? ja->valuestring : NULL;
-        rows[i].n_prompt = s_ints(cJSON_GetObjectItemCaseSensitive(jr, "prompt_ids"), rows[i].prompt, MAX_LEN);
-        rows[i].n_new = s_ints(cJSON_GetObjectItemCaseSensitive(jr, "greedy_ids"), rows[i].greedy, MAX_LEN);
+        rows[i].n_prompt = tu_json_ids(cJSON_GetObjectItemCaseSensitive(jr, "prompt_ids"), rows[i].prompt, MAX_LEN);
+        rows[i].n_new = tu_json_ids(cJSON_GetObjectItemCaseSensitive(jr, "greedy_ids"), rows[i].greedy, MAX_LEN);
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(jr, "top2_gaps");
         if (cJSON_GetArraySize(g) != rows[i].n_new || rows[i].n_new != rows[0].n_new ||
             rows[i].n_prompt + rows[i].n_new > MAX_LEN) {
@@ -331,9 +305,9 @@ static int s_demo_requests(cJSON *root, req_t *reqs, char *err, size_t errlen) {
                 req_t *r = &reqs[n++];
                 memset(r, 0, sizeof *r);
                 r->adapter = cJSON_IsString(adapter) ? adapter->valuestring : NULL;
-                r->n_prompt = s_ints(cJSON_GetObjectItem(var, "prompt_ids"), r->prompt, 256);
+                r->n_prompt = tu_json_ids(cJSON_GetObjectItem(var, "prompt_ids"), r->prompt, 256);
                 // torch's greedy ids, which decode to the rule's answer (`ok` says so)
-                r->n_expected = s_ints(cJSON_GetObjectItem(var, "output_ids"), r->expected, D_MAX_NEW);
+                r->n_expected = tu_json_ids(cJSON_GetObjectItem(var, "output_ids"), r->expected, D_MAX_NEW);
                 if (!cJSON_IsTrue(cJSON_GetObjectItem(var, "ok"))) {
                     snprintf(err, errlen, "eval.json: a %s prompt is not answered right in torch", model->string);
                     return -1;

@@ -64,25 +64,6 @@ static inline int fx_write_str(const char *dir, const char *name, const char *te
     return fx_write(dir, name, text, strlen(text));
 }
 
-static inline unsigned char *fx_read(const char *path, size_t *len)
-{
-    *len = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(fp);
-    *len = (size_t)n;
-    return buf;
-}
-
 // Deterministic values in (-1, 1) so tests can recompute what they wrote.
 static inline float fx_value(unsigned seed, size_t i)
 {

@@ -11,16 +11,13 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "backend.h"
 #include "lora_pool.h"
 
 static char err[1024];
 
-#define assert_contains(hay, needle)                                                          \
-    do {                                                                                      \
-        if (!strstr((hay), (needle)))                                                         \
-            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
-    } while (0)
 
 #define ALL7 "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]"
 

@@ -22,6 +22,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "backend.h"
 #include "lora_pool.h"
 #include "model.h"
@@ -33,11 +35,6 @@
 
 static char err[1024];
 
-#define assert_contains(hay, needle)                                                          \
-    do {                                                                                      \
-        if (!strstr((hay), (needle)))                                                         \
-            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
-    } while (0)
 
 static const rm_spec_t SPECS[] = {
     {.arch = LS_ARCH_LLAMA, .hidden = 32, .inter = 48, .layers = 2, .heads = 4, .kv_heads = 2,

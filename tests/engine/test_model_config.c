@@ -10,15 +10,12 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "model_config.h"
 
 static char errbuf[1024];
 
-#define assert_contains(hay, needle)                                                          \
-    do {                                                                                      \
-        if (!strstr((hay), (needle)))                                                         \
-            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
-    } while (0)
 
 static int parse(const char *json, ls_model_config_t *cfg)
 {

@@ -10,17 +10,14 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "peft.h"
 
 #define NL 3
 static char errbuf[1024];
 static ls_model_config_t cfg;
 
-#define assert_contains(hay, needle)                                                          \
-    do {                                                                                      \
-        if (!strstr((hay), (needle)))                                                         \
-            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
-    } while (0)
 
 // Tiny Llama: hidden 16, 4 heads of 4, 2 kv heads -> q/o 16, k/v 8; intermediate 24.
 static int setup(void **state)

@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "safetensors.h"
 
 #define ITERATIONS 4000
@@ -82,7 +84,7 @@ static void test_corruption_loop(void **state)
     assert_int_equal(ls_st_write(fx_path(p, sizeof p, dir, "ok.safetensors"), t, 3, err,
                                  sizeof err), 0);
     size_t len;
-    unsigned char *orig = fx_read(p, &len);
+    unsigned char *orig = (unsigned char *)tu_read_file(p, &len);
     assert_non_null(orig);
     size_t hdr_end = 8;
     for (int i = 0; i < 8; i++)

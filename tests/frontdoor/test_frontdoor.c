@@ -23,6 +23,8 @@
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
+
+#include "test_util.h"
 #include <czmq.h>
 
 #include "ls_msg.h"
@@ -69,8 +71,7 @@ static double s_now(void) {
 
 static int s_start(void **unused) {
     s_read_cases();
-    snprintf(s_dir, sizeof s_dir, "/tmp/ls-fd-XXXXXX");
-    if (!mkdtemp(s_dir))
+    if (tu_tmpdir(s_dir, sizeof s_dir, "fd") < 0)
         return -1;
     char out[128], graph[128];
     snprintf(out, sizeof out, "%s/launcher.out", s_dir);
@@ -126,9 +127,7 @@ static int s_stop(void **unused) {
     }
     if (getenv("LS_FRONTDOOR_KEEP"))  // keep the run directory (logs) for a look
         return 0;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_rmrf(s_dir) == 0 ? 0 : -1;
 }
 
 static void s_send(ls_msg_t *m) {

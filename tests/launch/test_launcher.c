@@ -22,6 +22,8 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "ls_msg.h"
 #include <czmq.h>
 
@@ -38,20 +40,6 @@ static double s_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static char *s_read_file(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = 0;
-    fclose(f);
-    return buf;
 }
 
 // Start launch/loraserve with extra args; its output goes to a file we read later.
@@ -81,7 +69,7 @@ static cJSON *s_wait_graph(launch_t *l, double seconds) {
     char path[300];
     snprintf(path, sizeof path, "%s/graph.json", l->run_dir);
     for (double t0 = s_now(); s_now() - t0 < seconds; usleep(50000)) {
-        char *text = s_read_file(path);
+        char *text = tu_read_file(path, NULL);
         if (text) {
             l->graph = cJSON_Parse(text);
             free(text);
@@ -247,7 +235,7 @@ static void test_graph(void **unused) {
     s_launch(&l, "graph", LS_BIN_DIR, extra);
     cJSON *g = s_wait_graph(&l, 30);
     if (!g)
-        fail_msg("graph never came up; launcher output:\n%s", s_read_file(l.out_path));
+        fail_msg("graph never came up; launcher output:\n%s", tu_read_file(l.out_path, NULL));
     char prefix[300];
     snprintf(prefix, sizeof prefix, "ipc://%s/sock/", cJSON_GetObjectItem(g, "run_dir")->valuestring);
     s_check_graph(g, 2, prefix);
@@ -259,7 +247,7 @@ static void test_graph(void **unused) {
     kill(l.pid, SIGINT);
     assert_int_equal(s_wait_exit(&l, 20), 0);
     s_assert_all_gone(g);
-    char *out = s_read_file(l.out_path);
+    char *out = tu_read_file(l.out_path, NULL);
     assert_non_null(strstr(out, "loraserve is up"));
     assert_non_null(strstr(out, "graph stopped"));
     free(out);
@@ -276,7 +264,7 @@ static void test_death(void **unused) {
     int status = s_wait_exit(&l, 20);
     assert_true(status > 0);
     s_assert_all_gone(g);
-    char *out = s_read_file(l.out_path);
+    char *out = tu_read_file(l.out_path, NULL);
     assert_non_null(strstr(out, "actor scheduler"));
     assert_non_null(strstr(out, "signal 9"));
     free(out);
@@ -305,7 +293,7 @@ static void test_ready_timeout(void **unused) {
     s_launch(&l, "timeout", bin, extra);
     int status = s_wait_exit(&l, 30);
     assert_true(status > 0);
-    char *out = s_read_file(l.out_path);
+    char *out = tu_read_file(l.out_path, NULL);
     // the scheduler is named (the registry may be too: its startup adapters go through it)
     assert_non_null(strstr(out, "not ready after 2 s: "));
     assert_non_null(strstr(out, "scheduler is not ready; its log: "));
@@ -327,7 +315,7 @@ static void test_tcp(void **unused) {
     s_launch(&l, "tcp", LS_BIN_DIR, extra);
     cJSON *g = s_wait_graph(&l, 30);
     if (!g)
-        fail_msg("tcp graph never came up:\n%s", s_read_file(l.out_path));
+        fail_msg("tcp graph never came up:\n%s", tu_read_file(l.out_path, NULL));
     s_check_graph(g, 1, "tcp://127.0.0.1:");
     s_poke(s_router(s_actor(g, "tokenizer")), "tokenizer");
     kill(l.pid, SIGTERM);
@@ -353,7 +341,7 @@ static void test_trace(void **unused) {
     snprintf(outp, sizeof outp, "%s/trace.txt", s_dir);
     snprintf(cmd, sizeof cmd, "%s/loraserve-trace %s/registry.trace > %s", LS_BIN_DIR, tdir, outp);
     assert_int_equal(system(cmd), 0);
-    char *text = s_read_file(outp);
+    char *text = tu_read_file(outp, NULL);
     assert_non_null(text);
     // What the registry saw and said: the junk (undecodable), our ping, its answers, Ready to
     // the launcher, and the launcher's Shutdown.
@@ -368,8 +356,7 @@ static void test_trace(void **unused) {
 }
 
 int main(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/ls-launch-XXXXXX");
-    if (!mkdtemp(s_dir))
+    if (tu_tmpdir(s_dir, sizeof s_dir, "launch") < 0)
         return 1;
     alarm(220);
     const struct CMUnitTest tests[] = {
@@ -380,9 +367,6 @@ int main(void) {
         cmocka_unit_test(test_trace),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", s_dir);
+    tu_rmrf(s_dir);
     return failed;
 }

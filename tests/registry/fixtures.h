@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "safetensors.h"
+#include "test_util.h"
 
 static inline int fx_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
@@ -92,12 +93,5 @@ static inline void fx_adapter_ok(const char *dir) {
     char cfg[512];
     fx_adapter(dir, fx_config(cfg, sizeof cfg, 4, "[\"q_proj\", \"v_proj\"]", NULL));
 }
-
-#define assert_contains(hay, needle)                                                \
-    do {                                                                            \
-        const char *h_ = (hay);                                                     \
-        if (!h_ || !strstr(h_, (needle)))                                           \
-            fail_msg("\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", (needle)); \
-    } while (0)
 
 #endif

@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 
 #include <cmocka.h>
+
+#include "test_util.h"
 #include <czmq.h>
 
 #include "ls_msg.h"

@@ -24,6 +24,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "check.h"
 #include "core.h"
 #include "journal.h"

@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "ls_actor.h"
 #include "ls_trace.h"
 
@@ -610,8 +612,7 @@ static void test_ready_later(void **unused) {
 }
 
 int main(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/ls-runtime-XXXXXX");
-    if (!mkdtemp(s_dir))
+    if (tu_tmpdir(s_dir, sizeof s_dir, "runtime") < 0)
         return 1;
     ls_log_init("test", LS_LOG_WARN);
     // A hang is a failure, not a stuck CI job.
@@ -627,9 +628,6 @@ int main(void) {
         cmocka_unit_test(test_ready_later),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", s_dir);
+    tu_rmrf(s_dir);
     return failed;
 }

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "test_util.h"
 #include <czmq.h>
 
 #include "ls_log.h"
@@ -345,8 +347,7 @@ static void test_step_timeout(void **unused) {
 }
 
 int main(void) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/ls-sched-XXXXXX");
-    if (!mkdtemp(s_dir))
+    if (tu_tmpdir(s_dir, sizeof s_dir, "sched") < 0)
         return 1;
     snprintf(s_sched_ep, sizeof s_sched_ep, "ipc://%s/scheduler.sock", s_dir);
     snprintf(s_worker_ep, sizeof s_worker_ep, "ipc://%s/worker-0.sock", s_dir);
@@ -357,9 +358,6 @@ int main(void) {
         cmocka_unit_test(test_step_timeout),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", s_dir);
+    tu_rmrf(s_dir);
     return failed;
 }

@@ -21,6 +21,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "fake_tokenizer.h"
 #include "loraserve.h"
 #include "run.h"
@@ -31,8 +33,7 @@ static zactor_t *s_fake;
 static ls_client_t *s_client;
 
 static int s_setup(void **state) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/ls-sdk-XXXXXX");
-    assert_non_null(mkdtemp(s_dir));
+    assert_int_equal(tu_tmpdir(s_dir, sizeof s_dir, "sdk"), 0);
     snprintf(s_endpoint, sizeof s_endpoint, "ipc://%s/tokenizer.sock", s_dir);
     s_fake = fake_tokenizer_new(s_endpoint);
     assert_non_null(s_fake);
@@ -47,9 +48,7 @@ static int s_teardown(void **state) {
     ls_client_destroy(&s_client);  // idempotent
     assert_null(s_client);
     zactor_destroy(&s_fake);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tu_rmrf(s_dir), 0);
     return 0;
 }
 

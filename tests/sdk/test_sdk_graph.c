@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "loraserve.h"
 #include "run.h"
 
@@ -30,8 +32,7 @@ static char s_dir[64], s_run_dir[128];
 static pid_t s_launcher;
 
 static int s_setup(void **state) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/ls-sdk-graph-XXXXXX");
-    assert_non_null(mkdtemp(s_dir));
+    assert_int_equal(tu_tmpdir(s_dir, sizeof s_dir, "sdk-graph"), 0);
     snprintf(s_run_dir, sizeof s_run_dir, "%s/run", s_dir);
     char log[160];
     snprintf(log, sizeof log, "%s/launcher.out", s_dir);
@@ -63,9 +64,7 @@ static int s_teardown(void **state) {
     int status;
     waitpid(s_launcher, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tu_rmrf(s_dir), 0);
     return 0;
 }
 

@@ -31,6 +31,8 @@
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
+
+#include "test_util.h"
 #include <czmq.h>
 
 #include "ls_msg.h"
@@ -52,13 +54,6 @@ typedef struct {
 static case_t s_cases[5][16];  // [model][prompt]: base, reverse, upper, sort, digits
 static const char *s_models[5] = {"", "reverse", "upper", "sort", "digits"};
 
-static int s_ids(cJSON *arr, int32_t *out, int cap) {
-    int n = 0;
-    cJSON *x;
-    cJSON_ArrayForEach(x, arr) if (n < cap) out[n++] = (int32_t)x->valueint;
-    return n;
-}
-
 static void s_read_cases(void) {
     FILE *f = fopen(LS_DEMO_DIR "/eval.json", "r");
     assert_non_null(f);
@@ -75,8 +70,8 @@ static void s_read_cases(void) {
             case_t *c = &s_cases[m][k++];
             snprintf(c->adapter, sizeof c->adapter, "%s", s_models[m]);
             cJSON *raw = cJSON_GetObjectItem(p, "raw");
-            c->n_prompt = s_ids(cJSON_GetObjectItem(raw, "prompt_ids"), c->prompt, 128);
-            c->n_expected = s_ids(cJSON_GetObjectItem(raw, "output_ids"), c->expected, 48) - 1;  // drop the stop
+            c->n_prompt = tu_json_ids(cJSON_GetObjectItem(raw, "prompt_ids"), c->prompt, 128);
+            c->n_expected = tu_json_ids(cJSON_GetObjectItem(raw, "output_ids"), c->expected, 48) - 1;  // drop the stop
         }
         assert_int_equal(k, 16);
     }
@@ -106,8 +101,7 @@ static pid_t s_spawn(const char *log, char *const argv[]) {
 // extra: flags, NULL-terminated, each "who:--flag=value" with who "s" (the scheduler), "w"
 // (every worker) or a digit (that worker's rank only). tp workers form the group.
 static void s_start_tp(const char *const *extra, int tp) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/ls-serving-XXXXXX");
-    assert_non_null(mkdtemp(s_dir));
+    assert_int_equal(tu_tmpdir(s_dir, sizeof s_dir, "serving"), 0);
     char sep[128], s_bind[160], s_peers[4][160], s_log[128], w_bind[4][160], w_peer[160], w_log[4][128],
         w_name[4][32], w_rank[4][32], tp_flag[32];
     snprintf(sep, sizeof sep, "ipc://%s/scheduler.sock", s_dir);
@@ -158,9 +152,7 @@ static void s_stop(void) {
     waitpid(s_sched_pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);  // a clean stop, no crash
     zsock_destroy(&s_client);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tu_rmrf(s_dir), 0);
 }
 
 static void s_send(const ls_msg_t *m) {

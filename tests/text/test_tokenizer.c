@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 static const char *VOCABS[] = {"qwen3",
                                "llama3",
                                "llama2",
@@ -24,11 +26,6 @@ static const char *VOCABS[] = {"qwen3",
 
 static char errbuf[1024];
 
-#define assert_contains(hay, needle)                                                          \
-    do {                                                                                      \
-        if (!strstr((hay), (needle)))                                                         \
-            fail_msg("\"%s\" does not contain \"%s\"", (hay), (needle));                      \
-    } while (0)
 
 static ls_tokenizer_t *load(const char *name) {
     ls_tokenizer_t *t = refs_load(name, errbuf, sizeof errbuf);

