@@ -1,15 +1,21 @@
 // ls_actor — see ls_actor.h. Messages handled here for every actor (a dispatch table may
 // override them): Heartbeat (answered on the ROUTER: ping → pong), Shutdown, GetMetrics.
 // Emitted: Ready and periodic Heartbeat to the control endpoint, Error for bad input, Metrics.
+#define _GNU_SOURCE  // accept4
 #include "ls_actor.h"
 
 #include <assert.h>
 #include <cjson/cJSON.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ev.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +43,24 @@ struct ls_timer {
     ls_timer_fn fn;
     void *arg;
     ls_timer_t *next;
+};
+
+// One client connection of the listener. Live it has a socket; in replay (fd -1) it is only the
+// id the trace's records name.
+struct ls_stream {
+    ls_actor_t *actor;
+    uint32_t id;
+    int fd;
+    ev_io rio, wio;
+    // One timer, by phase: output waits (the stall limit), a failed write (reported on the
+    // next turn, never from inside the actor's call), or closing (the linger).
+    ev_timer tm;
+    char *out;
+    size_t out_n, out_off, out_cap;
+    int paused, closing, failed, wr_shut;
+    char why[128];
+    void *data;
+    ls_stream_t *prev, *next;
 };
 
 typedef struct {
@@ -118,10 +142,21 @@ struct ls_actor {
     int ncounters;
     int pid;             // reported in Ready: getpid(), or the recorded one in replay
     s_replay_t *replay;  // NULL unless replaying
+    // Raw streams: one listener (listen_fd -1 in replay) and its connections, open or closing.
+    int listening, listen_fd;
+    ev_io accept_io;
+    ev_timer accept_pause;  // out of file descriptors: accepting waits a moment
+    ls_stream_def_t stream_def;
+    void *stream_arg;
+    ls_stream_t *streams;
+    uint32_t next_stream_id;
 };
 
 static void s_replay_socket(ls_actor_t *self, ls_sock_t *sock);
-static int s_replay_out(ls_actor_t *self, ls_sock_t *sock, zmsg_t *zm);
+static int s_replay_out(ls_actor_t *self, ls_sock_t *sock, zmsg_t *zm, size_t *bytes);
+static void s_replay_stream_out(ls_actor_t *self, ls_trace_kind_t kind, uint32_t id, const void *data, size_t len);
+static int s_replay_listen(ls_actor_t *self);
+static void s_replay_diverge(ls_actor_t *self, const char *why, const char *replayed);
 
 uint64_t ls_mono_ns(void) {
     struct timespec ts;
@@ -339,7 +374,7 @@ int ls_actor_send(ls_actor_t *self, ls_sock_t *sock, zframe_t *identity, const l
     size_t bytes = zmsg_content_size(zm);
     int rc;
     if (self->replay) {
-        rc = s_replay_out(self, sock, zm);
+        rc = s_replay_out(self, sock, zm, &bytes);
         zmsg_destroy(&zm);
     } else {
         s_trace_zmsg(self, LS_TRACE_OUT, sock, zm);
@@ -657,6 +692,326 @@ static void s_heartbeat_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// raw streams (ls_actor_stream_listen)
+
+#define S_STREAM_READ_CHUNK 65536
+#define S_STREAM_LINGER_S 2.0  // how long a closed stream drains the client's input
+
+static void s_trace_stream(ls_actor_t *self, ls_trace_kind_t kind, ls_trace_dir_t dir, uint32_t id,
+                           const void *data, size_t len, int has_frame) {
+    ls_frame_ref_t f = {data, len};
+    if (self->trace && ls_trace_write(self->trace, kind, dir, 0, id, self->now_ns, &f, has_frame ? 1 : 0) < 0)
+        ls_actor_count(self, "trace_write_errors", 1);
+}
+
+static ls_stream_t *s_stream_new(ls_actor_t *self, uint32_t id, int fd) {
+    ls_stream_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->actor = self;
+    s->id = id;
+    s->fd = fd;
+    s->next = self->streams;
+    if (self->streams)
+        self->streams->prev = s;
+    self->streams = s;
+    return s;
+}
+
+static void s_stream_free(ls_stream_t *s) {
+    ls_actor_t *self = s->actor;
+    if (s->fd >= 0) {
+        ev_io_stop(self->loop, &s->rio);
+        ev_io_stop(self->loop, &s->wio);
+        ev_timer_stop(self->loop, &s->tm);
+        close(s->fd);
+    }
+    free(s->out);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        self->streams = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    free(s);
+}
+
+static ls_stream_t *s_stream_find(ls_actor_t *self, uint32_t id) {
+    for (ls_stream_t *s = self->streams; s; s = s->next)
+        if (s->id == id && !s->closing)
+            return s;
+    return NULL;
+}
+
+// The client is gone: a recorded event, the actor told, the stream freed.
+static void s_stream_lost(ls_stream_t *s, const char *why) {
+    ls_actor_t *self = s->actor;
+    self->now_ns = ls_mono_ns();
+    s_trace_stream(self, LS_TRACE_STREAM_CLOSE, LS_TRACE_IN, s->id, why, strlen(why), 1);
+    if (!self->stopping)
+        self->stream_def.on_close(self, s, why, self->stream_arg);
+    s_stream_free(s);
+}
+
+// A write failed or overflowed: stop the socket's watchers and report it on the next turn.
+static void s_stream_fail(ls_stream_t *s, const char *why) {
+    ls_actor_t *self = s->actor;
+    s->failed = 1;
+    snprintf(s->why, sizeof s->why, "%s", why);
+    ev_io_stop(self->loop, &s->rio);
+    ev_io_stop(self->loop, &s->wio);
+    ev_timer_stop(self->loop, &s->tm);
+    ev_timer_set(&s->tm, 0, 0);
+    ev_timer_start(self->loop, &s->tm);
+}
+
+// Send what the kernel takes now; the rest waits for the socket to be writable, under the stall
+// limit, which restarts at every progress.
+static void s_stream_flush(ls_stream_t *s) {
+    ls_actor_t *self = s->actor;
+    int progress = 0;
+    while (s->out_off < s->out_n) {
+        ssize_t n = send(s->fd, s->out + s->out_off, s->out_n - s->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            s->out_off += (size_t)n;
+            progress = 1;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            ev_io_start(self->loop, &s->wio);
+            if (progress || !ev_is_active(&s->tm)) {
+                ev_timer_stop(self->loop, &s->tm);
+                ev_timer_set(&s->tm, self->stream_def.stall_ms / 1000.0, 0);
+                ev_timer_start(self->loop, &s->tm);
+            }
+            return;
+        }
+        char why[128];
+        snprintf(why, sizeof why, "writing to the client failed: %s", n < 0 ? strerror(errno) : "no progress");
+        s_stream_fail(s, why);
+        return;
+    }
+    ev_io_stop(self->loop, &s->wio);
+    ev_timer_stop(self->loop, &s->tm);
+    s->out_n = s->out_off = 0;
+    if (s->closing && !s->wr_shut) {
+        shutdown(s->fd, SHUT_WR);
+        s->wr_shut = 1;
+        ev_timer_set(&s->tm, S_STREAM_LINGER_S, 0);
+        ev_timer_start(self->loop, &s->tm);
+    }
+}
+
+static void s_stream_read_cb(struct ev_loop *loop, ev_io *w, int revents) {
+    ls_stream_t *s = w->data;
+    ls_actor_t *self = s->actor;
+    char buf[S_STREAM_READ_CHUNK];
+    for (;;) {
+        ssize_t n = recv(s->fd, buf, sizeof buf, 0);
+        if (n > 0) {
+            if (s->closing)
+                continue;  // draining before close: the actor is done with this stream
+            self->now_ns = ls_mono_ns();
+            s_trace_stream(self, LS_TRACE_STREAM_DATA, LS_TRACE_IN, s->id, buf, (size_t)n, 1);
+            self->stream_def.on_data(self, s, buf, (size_t)n, self->stream_arg);
+            // The actor may have closed, paused or failed it; a closed one is freed only later.
+            if (s->closing || s->paused || s->failed || self->stopping)
+                return;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (s->closing)
+            s_stream_free(s);  // the client closed its side too: the linger is over
+        else
+            s_stream_lost(s, n == 0 ? "the client closed the connection" : strerror(errno));
+        return;
+    }
+}
+
+static void s_stream_write_cb(struct ev_loop *loop, ev_io *w, int revents) { s_stream_flush(w->data); }
+
+static void s_stream_timer_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+    ls_stream_t *s = w->data;
+    if (s->closing)
+        s_stream_free(s);  // lingered enough, or the last answer is not read
+    else
+        s_stream_lost(s, s->failed ? s->why : "the client stopped reading its answer");
+}
+
+static void s_accept_cb(struct ev_loop *loop, ev_io *w, int revents) {
+    ls_actor_t *self = w->data;
+    while (!self->stopping) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(self->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                ls_warn(0, "cannot accept connections: %s; pausing 100 ms", strerror(errno));
+                ev_io_stop(loop, &self->accept_io);
+                ev_timer_set(&self->accept_pause, 0.1, 0);
+                ev_timer_start(loop, &self->accept_pause);
+            }
+            return;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // streamed pieces leave at once
+        ls_stream_t *s = s_stream_new(self, self->next_stream_id + 1, fd);
+        if (!s) {
+            close(fd);
+            continue;
+        }
+        self->next_stream_id++;
+        ev_io_init(&s->rio, s_stream_read_cb, fd, EV_READ);
+        ev_io_init(&s->wio, s_stream_write_cb, fd, EV_WRITE);
+        ev_timer_init(&s->tm, s_stream_timer_cb, 0, 0);
+        s->rio.data = s->wio.data = s->tm.data = s;
+        ev_io_start(loop, &s->rio);
+        char addr[INET6_ADDRSTRLEN + 8] = "?";
+        char host[INET6_ADDRSTRLEN] = "?";
+        int cport = 0;
+        if (ss.ss_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof host);
+            cport = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        } else if (ss.ss_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof host);
+            cport = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        }
+        snprintf(addr, sizeof addr, "%s:%d", host, cport);
+        self->now_ns = ls_mono_ns();
+        s_trace_stream(self, LS_TRACE_STREAM_OPEN, LS_TRACE_IN, s->id, addr, strlen(addr), 1);
+        self->stream_def.on_open(self, s, self->stream_arg);
+    }
+}
+
+static void s_accept_pause_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+    ls_actor_t *self = w->data;
+    ev_io_start(loop, &self->accept_io);
+}
+
+int ls_actor_stream_listen(ls_actor_t *self, const char *host, int port, const ls_stream_def_t *def, void *arg) {
+    if (self->listening) {
+        ls_error(0, "an actor listens on one address only");
+        return -1;
+    }
+    self->stream_def = *def;
+    self->stream_arg = arg;
+    self->listen_fd = -1;
+    char asked[300];
+    snprintf(asked, sizeof asked, "%s:%d", host, port);
+    if (self->replay) {
+        self->listening = 1;
+        return s_replay_listen(self);
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host, service, &hints, &ai);
+    if (rc) {
+        ls_error(0, "cannot listen on %s: %s", host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
+        ls_error(0, "cannot listen on %s: %s", asked, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        return -1;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    int bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    self->listening = 1;
+    self->listen_fd = fd;
+    ev_io_init(&self->accept_io, s_accept_cb, fd, EV_READ);
+    ev_timer_init(&self->accept_pause, s_accept_pause_cb, 0, 0);
+    self->accept_io.data = self->accept_pause.data = self;
+    ev_io_start(self->loop, &self->accept_io);
+    // The port is the kernel's choice with port 0; a replay reports the same one.
+    s_trace_stream(self, LS_TRACE_STREAM_LISTEN, LS_TRACE_IN, (uint32_t)bound, asked, strlen(asked), 1);
+    return bound;
+}
+
+void ls_stream_write(ls_stream_t *s, const void *data, size_t len) {
+    ls_actor_t *self = s->actor;
+    assert(!s->closing);  // the actor let go of it
+    if (self->replay) {
+        s_replay_stream_out(self, LS_TRACE_STREAM_DATA, s->id, data, len);
+        return;
+    }
+    s_trace_stream(self, LS_TRACE_STREAM_DATA, LS_TRACE_OUT, s->id, data, len, 1);
+    if (s->failed || !len)
+        return;
+    if (s->out_n - s->out_off + len > self->stream_def.max_unsent) {
+        char why[96];
+        snprintf(why, sizeof why, "the client leaves more than %zu bytes unread", self->stream_def.max_unsent);
+        s_stream_fail(s, why);
+        return;
+    }
+    if (s->out_n + len > s->out_cap) {
+        // Compact first: what was sent is never needed again.
+        memmove(s->out, s->out + s->out_off, s->out_n - s->out_off);
+        s->out_n -= s->out_off;
+        s->out_off = 0;
+        size_t cap = s->out_cap ? s->out_cap : 4096;
+        while (cap < s->out_n + len)
+            cap *= 2;
+        char *out = realloc(s->out, cap);
+        if (!out) {
+            s_stream_fail(s, "out of memory");
+            return;
+        }
+        s->out = out;
+        s->out_cap = cap;
+    }
+    memcpy(s->out + s->out_n, data, len);
+    s->out_n += len;
+    s_stream_flush(s);
+}
+
+void ls_stream_close(ls_stream_t *s) {
+    ls_actor_t *self = s->actor;
+    assert(!s->closing);
+    if (self->replay) {
+        s_replay_stream_out(self, LS_TRACE_STREAM_CLOSE, s->id, NULL, 0);
+        s_stream_free(s);
+        return;
+    }
+    s_trace_stream(self, LS_TRACE_STREAM_CLOSE, LS_TRACE_OUT, s->id, NULL, 0, 0);
+    s->closing = 1;
+    s->data = NULL;
+    if (s->failed)
+        return;  // its timer frees it
+    s->paused = 0;
+    ev_io_start(self->loop, &s->rio);
+    s_stream_flush(s);
+}
+
+void ls_stream_pause(ls_stream_t *s, int paused) {
+    s->paused = paused;
+    if (s->fd < 0 || s->failed || s->closing)
+        return;
+    if (paused)
+        ev_io_stop(s->actor->loop, &s->rio);
+    else
+        ev_io_start(s->actor->loop, &s->rio);
+}
+
+void ls_stream_set_data(ls_stream_t *s, void *data) { s->data = data; }
+void *ls_stream_data(const ls_stream_t *s) { return s->data; }
+uint32_t ls_stream_id(const ls_stream_t *s) { return s->id; }
+
+// ---------------------------------------------------------------------------------------------
 // jobs
 
 static void *s_job_thread(void *arg) {
@@ -814,9 +1169,15 @@ static void s_describe_msg(const ls_actor_t *self, int is_router, uint16_t sock,
 }
 
 static void s_describe_rec(const ls_actor_t *self, const s_rec_t *rec, char *out, size_t cap) {
-    static const char *kinds[] = {"?", "meta", "socket", "msg", "timer", "signal", "job", "input", "send-failed"};
-    const char *kind = rec->kind <= LS_TRACE_SEND_FAILED ? kinds[rec->kind] : "?";
-    if (rec->kind == LS_TRACE_MSG) {
+    static const char *kinds[] = {"?",   "meta",  "socket",      "msg",           "timer",       "signal",      "job",
+                                  "input", "send-failed", "stream-listen", "stream-open", "stream-data", "stream-close"};
+    const char *kind = rec->kind <= LS_TRACE_STREAM_CLOSE ? kinds[rec->kind] : "?";
+    if (rec->kind == LS_TRACE_STREAM_DATA || rec->kind == LS_TRACE_STREAM_CLOSE || rec->kind == LS_TRACE_STREAM_OPEN) {
+        const char *dir = rec->kind == LS_TRACE_STREAM_OPEN ? "" : rec->dir == LS_TRACE_IN ? " in" : " out";
+        size_t len = rec->nframes ? rec->frames[0].len : 0;
+        snprintf(out, cap, "%s%s #%u (%zu bytes) \"%.*s\"", kind, dir, rec->aux, len, (int)(len < 4000 ? len : 4000),
+                 rec->nframes ? (const char *)rec->frames[0].data : "");
+    } else if (rec->kind == LS_TRACE_MSG) {
         int is_router = rec->sock < self->nsocks && self->socks[rec->sock]->is_router;
         s_describe_msg(self, is_router, rec->sock, rec->dir, rec->frames, rec->nframes, out, cap);
     } else if ((rec->kind == LS_TRACE_SOCKET || rec->kind == LS_TRACE_INPUT) && rec->nframes)
@@ -913,8 +1274,10 @@ static int s_bodies_equal(const ls_frame_ref_t *a, const ls_frame_ref_t *b) {
 }
 
 // A message the replayed actor sends: it must be the next recorded record. 0, or -1 when the
-// recorded send failed (the actor sees the same failure).
-static int s_replay_out(ls_actor_t *self, ls_sock_t *sock, zmsg_t *zm) {
+// recorded send failed (the actor sees the same failure). *bytes becomes the recorded size:
+// a `measured` field's encoding may differ in length, and bytes_out (which GetMetrics
+// reports) must count what the recording sent.
+static int s_replay_out(ls_actor_t *self, ls_sock_t *sock, zmsg_t *zm, size_t *bytes) {
     s_replay_t *r = self->replay;
     ls_frame_ref_t frames[LS_TRACE_MAX_FRAMES];
     uint32_t n = 0;
@@ -960,6 +1323,9 @@ static int s_replay_out(ls_actor_t *self, ls_sock_t *sock, zmsg_t *zm) {
         }
         s_replay_diverge(self, why, replayed);
     }
+    *bytes = 0;
+    for (uint32_t i = 0; i < rec->nframes; i++)
+        *bytes += rec->frames[i].len;
     r->pos++;
     if (r->pos < r->n && r->recs[r->pos].kind == LS_TRACE_SEND_FAILED) {
         errno = (int)r->recs[r->pos].aux;
@@ -967,6 +1333,76 @@ static int s_replay_out(ls_actor_t *self, ls_sock_t *sock, zmsg_t *zm) {
         return -1;
     }
     return 0;
+}
+
+// A write or close of a stream: it must be the next recorded record.
+static void s_replay_stream_out(ls_actor_t *self, ls_trace_kind_t kind, uint32_t id, const void *data, size_t len) {
+    s_replay_t *r = self->replay;
+    if (r->pos >= r->n && (r->torn || !self->stopping)) {
+        r->unrecorded++;  // a cut recording, as for messages
+        return;
+    }
+    const s_rec_t *rec = r->pos < r->n ? &r->recs[r->pos] : NULL;
+    const char *why = NULL;
+    if (!rec || (rec->kind != LS_TRACE_STREAM_DATA && rec->kind != LS_TRACE_STREAM_CLOSE) || rec->dir != LS_TRACE_OUT)
+        why = kind == LS_TRACE_STREAM_DATA ? "the actor wrote to a stream where the recording did not"
+                                           : "the actor closed a stream where the recording did not";
+    else if (rec->aux != id)
+        why = "the actor used another connection";
+    else if (rec->kind != kind)
+        why = kind == LS_TRACE_STREAM_DATA ? "the actor wrote where the recording closed" : "the actor closed where the recording wrote";
+    else if (kind == LS_TRACE_STREAM_DATA && !s_frames_equal(&rec->frames[0], &(ls_frame_ref_t){data, len}))
+        why = "the bytes written differ";
+    if (why) {
+        char replayed[8192];
+        if (kind == LS_TRACE_STREAM_DATA)
+            snprintf(replayed, sizeof replayed, "stream-data out #%u (%zu bytes) \"%.*s\"", id, len,
+                     (int)(len < 4000 ? len : 4000), (const char *)data);
+        else
+            snprintf(replayed, sizeof replayed, "stream-close out #%u", id);
+        s_replay_diverge(self, why, replayed);
+    }
+    r->pos++;
+}
+
+static int s_replay_listen(ls_actor_t *self) {
+    s_replay_t *r = self->replay;
+    const s_rec_t *rec = r->pos < r->n ? &r->recs[r->pos] : NULL;
+    if (!rec || rec->kind != LS_TRACE_STREAM_LISTEN)
+        s_replay_diverge(self, "the actor listens where the recording did not", "stream-listen");
+    r->pos++;
+    return (int)rec->aux;
+}
+
+// A recorded stream event from outside: a connection opened, bytes read, the client gone.
+static void s_replay_stream_in(ls_actor_t *self, const s_rec_t *rec) {
+    char why[160];
+    if (!self->listening) {
+        snprintf(why, sizeof why, "connection %u has an event, but the actor listens nowhere", rec->aux);
+        s_replay_diverge(self, why, NULL);
+    }
+    ls_stream_t *s = rec->kind == LS_TRACE_STREAM_OPEN ? NULL : s_stream_find(self, rec->aux);
+    if (rec->kind != LS_TRACE_STREAM_OPEN && !s) {
+        snprintf(why, sizeof why, "connection %u has an event, but the actor closed it", rec->aux);
+        s_replay_diverge(self, why, NULL);
+    }
+    self->replay->pos++;
+    self->now_ns = rec->t_ns;
+    const ls_stream_def_t *def = &self->stream_def;
+    if (rec->kind == LS_TRACE_STREAM_OPEN) {
+        s = s_stream_new(self, rec->aux, -1);
+        self->next_stream_id = rec->aux;
+        def->on_open(self, s, self->stream_arg);
+    } else if (rec->kind == LS_TRACE_STREAM_DATA) {
+        def->on_data(self, s, rec->nframes ? rec->frames[0].data : "", rec->nframes ? rec->frames[0].len : 0,
+                     self->stream_arg);
+    } else {
+        char text[256];
+        snprintf(text, sizeof text, "%.*s", rec->nframes ? (int)rec->frames[0].len : 0,
+                 rec->nframes ? (const char *)rec->frames[0].data : "");
+        def->on_close(self, s, text, self->stream_arg);
+        s_stream_free(s);
+    }
 }
 
 int ls_actor_replaying(const ls_actor_t *self) { return self->replay != NULL; }
@@ -1172,12 +1608,17 @@ static void s_replay_run(ls_actor_t *self) {
             if (!self->stopping)
                 job->done(self, job->arg);
             free(job);
+        } else if ((rec->kind == LS_TRACE_STREAM_OPEN || rec->kind == LS_TRACE_STREAM_DATA ||
+                    rec->kind == LS_TRACE_STREAM_CLOSE) &&
+                   rec->dir == LS_TRACE_IN) {
+            s_replay_stream_in(self, rec);
         } else if (rec->kind == LS_TRACE_SIGNAL) {
             r->pos++;
             self->now_ns = rec->t_ns;
             ls_actor_shutdown(self, rec->aux == SIGINT ? "SIGINT" : "SIGTERM");
         } else
-            s_replay_diverge(self, rec->kind == LS_TRACE_MSG ? "the recording sent this, the actor did not"
+            s_replay_diverge(self, rec->kind == LS_TRACE_MSG || rec->kind == LS_TRACE_STREAM_DATA
+                                       ? "the recording sent this, the actor did not"
                                                              : "the recording has this here, the actor did not do it",
                              NULL);
     }
@@ -1299,6 +1740,15 @@ void ls_actor_destroy(ls_actor_t **self_p) {
         return;
     ls_actor_t *self = *self_p;
     s_jobs_stop(self);
+    // Connections still open end with the process; that is no decision of the actor's, so
+    // nothing is recorded.
+    while (self->streams)
+        s_stream_free(self->streams);
+    if (self->listening && self->listen_fd >= 0) {
+        ev_io_stop(self->loop, &self->accept_io);
+        ev_timer_stop(self->loop, &self->accept_pause);
+        close(self->listen_fd);
+    }
     while (self->timers)
         ls_actor_timer_stop(self, self->timers);
     for (int i = 0; i < self->nsocks; i++)

@@ -169,6 +169,39 @@ int ls_actor_job(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, voi
 int ls_actor_job_result(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn done, void *arg, void *result,
                         size_t result_size);
 
+// Raw byte streams (the gateway's HTTP clients): the runtime owns the listening socket and its
+// connections, so that everything the actor sees of them is a recorded event. Live: every
+// accepted connection (stream-open), every read (stream-data in) and every loss of the client
+// (stream-close in: EOF, reset, a failed write, output left unread) is recorded and handed to
+// the callbacks; every write and close of the actor is recorded (stream-data out,
+// stream-close out). Replay: no socket; the recorded opens, reads and losses are fed to the
+// callbacks at their recorded times, and writes and closes are compared like sent messages.
+// What the kernel does with the bytes (partial writes, backpressure, the linger before close)
+// stays in the runtime: the actor's decisions never depend on it.
+typedef struct ls_stream ls_stream_t;
+typedef struct {
+    void (*on_open)(ls_actor_t *a, ls_stream_t *s, void *arg);
+    void (*on_data)(ls_actor_t *a, ls_stream_t *s, const char *data, size_t len, void *arg);
+    // The client is gone (why: for the log); the stream is freed when this returns.
+    void (*on_close)(ls_actor_t *a, ls_stream_t *s, const char *why, void *arg);
+    size_t max_unsent;  // written bytes a client may leave unread before it is dropped
+    int stall_ms;       // a client that reads none of its pending output this long is dropped
+} ls_stream_def_t;
+// Listen on host:port (port 0: any free port). One listener per actor. Returns the port bound
+// (the recorded one in replay), or -1 (logged).
+int ls_actor_stream_listen(ls_actor_t *self, const char *host, int port, const ls_stream_def_t *def, void *arg);
+// Queue bytes for the client. Never calls back: a failure is reported later through on_close.
+void ls_stream_write(ls_stream_t *s, const void *data, size_t len);
+// The actor is done with the stream (no callback follows): the runtime sends what is queued,
+// shuts the write side and drains the input a moment, so the client reads the last answer
+// instead of a reset.
+void ls_stream_close(ls_stream_t *s);
+// Stop (1) or resume (0) reading: input the actor cannot take yet waits in the kernel.
+void ls_stream_pause(ls_stream_t *s, int paused);
+void ls_stream_set_data(ls_stream_t *s, void *data);
+void *ls_stream_data(const ls_stream_t *s);
+uint32_t ls_stream_id(const ls_stream_t *s);  // connection id, as in the trace
+
 // Replay. ls_actor_replaying: the actor is being replayed; it must then leave the outside
 // alone (write no journal, bind nothing) and take its inputs from ls_actor_input.
 int ls_actor_replaying(const ls_actor_t *self);

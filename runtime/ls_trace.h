@@ -31,6 +31,10 @@ typedef enum {
                           // frame 0: the job's result (ls_actor_job_result), else no frame
     LS_TRACE_INPUT = 7,   // frame 0: key; then the frames the actor read (ls_actor_input)
     LS_TRACE_SEND_FAILED = 8,  // aux = errno: the message of the previous record was not sent
+    LS_TRACE_STREAM_LISTEN = 9,  // aux = the port bound; frame 0: "host:port" as asked
+    LS_TRACE_STREAM_OPEN = 10,   // aux = connection id (accept order, from 1); frame 0: the client's address
+    LS_TRACE_STREAM_DATA = 11,   // dir in (read) / out (written); aux = connection id; frame 0: the bytes
+    LS_TRACE_STREAM_CLOSE = 12,  // aux = connection id; in: the client left (frame 0: why); out: the actor closed
 } ls_trace_kind_t;
 
 typedef enum { LS_TRACE_IN = 0, LS_TRACE_OUT = 1 } ls_trace_dir_t;

@@ -47,8 +47,11 @@ typedef struct {
 } s_filter_t;
 
 static const char *s_kind_name(int kind) {
-    static const char *names[] = {"?", "meta", "socket", "msg", "timer", "signal", "job", "input", "send-failed"};
-    return kind >= 1 && kind <= LS_TRACE_SEND_FAILED ? names[kind] : "?";
+    static const char *names[] = {"?",      "meta",         "socket",       "msg",
+                                  "timer",  "signal",       "job",          "input",
+                                  "send-failed", "stream-listen", "stream-open", "stream-data",
+                                  "stream-close"};
+    return kind >= 1 && kind <= LS_TRACE_STREAM_CLOSE ? names[kind] : "?";
 }
 
 static int s_filtering(const s_filter_t *f) { return f->has_rid || f->ntypes || f->from_ms > 0 || f->to_ms >= 0; }

@@ -1,29 +1,26 @@
 // http — see http.h.
 //
-// A connection is in one of three states. READ: bytes are parsed as they come; a request's
-// first byte starts its clock (request timeout), and any silence counts against the idle
-// timeout. BUSY: a complete request is with the application; the parser is paused, so a
-// pipelined next request waits in the input buffer, and reading goes on only to notice a client
-// that leaves (EOF or reset means the answer has no one to go to). CLOSING: the last answer is
-// flushed, then the write side is shut and the input drained for a moment before close, so the
-// client reads that answer instead of a reset.
-#define _GNU_SOURCE
+// The sockets are the runtime's (ls_actor_stream_listen): this file sees a connection as
+// recorded events — opened, bytes in, the client gone — and answers with writes and a close,
+// so that a replay of the gateway takes exactly the same decisions. Its clock is the event
+// time (ls_actor_now_ns) and its timeouts are actor timers, recorded when they fire.
+//
+// A connection is in one of two states. READ: bytes are parsed as they come; a request's first
+// byte starts its clock (request timeout), and any silence counts against the idle timeout.
+// BUSY: a complete request is with the application; the parser is paused, so a pipelined next
+// request waits in the input buffer, and reading goes on only to notice a client that leaves
+// (EOF or reset means the answer has no one to go to). A connection that ends is closed with
+// ls_stream_close: the runtime flushes the last answer, shuts the write side and drains the
+// input a moment, so the client reads that answer instead of a reset.
 #include "http.h"
 
-#include <arpa/inet.h>
-#include <errno.h>
 #include <limits.h>
 #include <http_parser.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -31,9 +28,8 @@
 
 #define S_MAX_HEADERS 100
 #define S_READ_CHUNK 65536
-#define S_OUT_CAP (64u << 20)  // answer bytes a client may leave unread before it is dropped
-#define S_LINGER_S 2.0         // how long a closing connection drains input
-#define S_REJECT_EXTRA 256     // connections answered 503 at once beyond max_connections
+#define S_OUT_CAP ((size_t)64 << 20)  // answer bytes a client may leave unread before it is dropped
+#define S_REJECT_EXTRA 256  // connections answered 503 at once beyond max_connections
 
 int gw_buf_add(gw_buf_t *b, const void *data, size_t len) {
     if (b->n + len + 1 > b->cap) {
@@ -91,42 +87,35 @@ struct gw_req {
     gw_buf_t body;
     int http_minor;
     int keep_alive;
-    double start;  // ev_now of its first byte
+    uint64_t start_ns;  // event time of its first byte
     int streaming; // stream answer begun
     int status;
     char tag[256];
     void *data;
 };
 
-typedef enum { S_READ, S_BUSY, S_CLOSING } s_state_t;
+typedef enum { S_READ, S_BUSY } s_state_t;
 
 struct s_conn {
     gw_http_t *srv;
-    int fd;
+    ls_stream_t *stream;
     s_state_t state;
-    ev_io rio, wio;
-    ev_timer timer;
-    ev_idle later;  // work deferred to the next loop turn: resume parsing, or drop a dead connection
+    ls_timer_t *timer;  // the deadline of the state; NULL while there is none
+    ls_timer_t *later;  // parses pipelined input on the next event (s_conn_later)
     http_parser parser;
     gw_buf_t in;
-    size_t in_off;  // parsed up to here
-    gw_buf_t out;
-    size_t out_off; // written up to here
-    gw_req_t *req;  // being received (READ) or answered (BUSY)
-    double last_io;
-    int dead;       // the socket failed: drop on the next turn
-    int too_large;  // the body limit stopped the parser
-    int too_many;   // the header count limit stopped the parser
-    int rejected;   // over max_connections: answered 503 only
-    int wr_shut;
+    size_t in_off;    // parsed up to here
+    gw_req_t *req;    // being received (READ) or answered (BUSY)
+    uint64_t last_io; // event time of the last bytes in, or of the last bytes queued out
+    int too_large;    // the body limit stopped the parser
+    int too_many;     // the header count limit stopped the parser
+    int rejected;     // over max_connections: answered 503 only
     s_conn_t *prev, *next;
 };
 
 struct gw_http {
-    struct ev_loop *loop;
-    int fd, port;
-    ev_io accept_io;
-    ev_timer accept_pause;  // out of file descriptors: accepting waits a moment
+    ls_actor_t *actor;
+    int port;
     gw_http_limits_t lim;
     gw_http_cbs_t cbs;
     http_parser_settings settings;
@@ -195,17 +184,19 @@ static void s_req_free(gw_req_t *req) {
 }
 
 static void s_conn_arm(s_conn_t *c);
+static void s_conn_parse(s_conn_t *c);
 
 static void s_log_answer(gw_req_t *req, int status) {
     gw_http_t *srv = req->conn->srv;
-    double ms = (ev_now(srv->loop) - req->start) * 1000.0;
+    double ms = (double)(ls_actor_now_ns(srv->actor) - req->start_ns) / 1e6;
     ls_info(0, "%s %s %d %.1f ms%s%s", req->method ? req->method : "-", req->url.d ? req->url.d : "-", status, ms,
             req->tag[0] ? " model=" : "", req->tag);
     if (srv->cbs.answered)
         srv->cbs.answered(status, srv->cbs.arg);
 }
 
-static void s_conn_destroy(s_conn_t *c) {
+// Forget the connection; its stream is closed by the caller, or gone already.
+static void s_conn_free(s_conn_t *c) {
     gw_http_t *srv = c->srv;
     if (c->req) {
         // The application still holds the request: the answer has no one to go to.
@@ -216,13 +207,12 @@ static void s_conn_destroy(s_conn_t *c) {
         }
         s_req_free(c->req);
     }
-    ev_io_stop(srv->loop, &c->rio);
-    ev_io_stop(srv->loop, &c->wio);
-    ev_timer_stop(srv->loop, &c->timer);
-    ev_idle_stop(srv->loop, &c->later);
-    close(c->fd);
+    if (c->timer)
+        ls_actor_timer_stop(srv->actor, c->timer);
+    if (c->later)
+        ls_actor_timer_stop(srv->actor, c->later);
+    ls_stream_set_data(c->stream, NULL);
     gw_buf_free(&c->in);
-    gw_buf_free(&c->out);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -236,54 +226,29 @@ static void s_conn_destroy(s_conn_t *c) {
     free(c);
 }
 
-static void s_conn_later(s_conn_t *c) { ev_idle_start(c->srv->loop, &c->later); }
+// No more requests from this connection: the runtime sends what is queued, then closes it.
+static void s_conn_close(s_conn_t *c) {
+    ls_stream_close(c->stream);
+    s_conn_free(c);
+}
 
-// Write what can be written now; the rest waits for the socket to be writable.
-static void s_conn_flush(s_conn_t *c) {
-    while (c->out_off < c->out.n) {
-        ssize_t n = send(c->fd, c->out.d + c->out_off, c->out.n - c->out_off, MSG_NOSIGNAL);
-        if (n > 0) {
-            c->out_off += (size_t)n;
-            c->last_io = ev_now(c->srv->loop);
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            if (errno == EINTR)
-                continue;
-            ev_io_start(c->srv->loop, &c->wio);
-            s_conn_arm(c);
-            return;
-        }
-        c->dead = 1;
-        s_conn_later(c);
-        return;
-    }
-    ev_io_stop(c->srv->loop, &c->wio);
-    c->out.n = c->out_off = 0;
-    if (c->state == S_CLOSING && !c->wr_shut) {
-        shutdown(c->fd, SHUT_WR);
-        c->wr_shut = 1;
-    }
-    s_conn_arm(c);
+static void s_later_cb(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    s_conn_t *c = arg;
+    if (c->state == S_READ)
+        s_conn_parse(c);
+}
+
+// Parse the buffered input on the next event: never from inside the application's own call.
+static void s_conn_later(s_conn_t *c) {
+    if (c->later)
+        ls_actor_timer_again(c->srv->actor, c->later, 0);
+    else
+        c->later = ls_actor_timer_start(c->srv->actor, 0, 0, s_later_cb, c);
 }
 
 static void s_conn_write(s_conn_t *c, const void *data, size_t len) {
-    if (c->dead)
-        return;
-    if (c->out.n - c->out_off + len > S_OUT_CAP || gw_buf_add(&c->out, data, len) < 0) {
-        ls_warn(0, "an HTTP client leaves more than %u MB of answers unread; dropping it", S_OUT_CAP >> 20);
-        c->dead = 1;
-        s_conn_later(c);
-        return;
-    }
-    s_conn_flush(c);
-}
-
-// Closing: no more requests are read from this connection; once the answer is out it is shut.
-static void s_conn_close_after(s_conn_t *c) {
-    c->state = S_CLOSING;
-    ev_io_start(c->srv->loop, &c->rio);
-    s_conn_flush(c);
+    c->last_io = ls_actor_now_ns(c->srv->actor);
+    ls_stream_write(c->stream, data, len);
 }
 
 // An answer from the server itself (parse errors, limits, timeouts), after which the
@@ -292,12 +257,11 @@ static void s_conn_fail(s_conn_t *c, int status, const char *message) {
     if (!c->req) {
         c->req = calloc(1, sizeof *c->req);
         if (!c->req) {
-            c->dead = 1;
-            s_conn_later(c);
+            s_conn_close(c);
             return;
         }
         c->req->conn = c;
-        c->req->start = ev_now(c->srv->loop);
+        c->req->start_ns = ls_actor_now_ns(c->srv->actor);
     }
     char *body = gw_error_json(status, message, NULL, NULL);
     gw_buf_t head = {0};
@@ -309,10 +273,9 @@ static void s_conn_fail(s_conn_t *c, int status, const char *message) {
     s_log_answer(c->req, status);
     s_req_free(c->req);
     c->req = NULL;
-    c->state = S_CLOSING;
     s_conn_write(c, head.d, head.n);
     gw_buf_free(&head);
-    s_conn_close_after(c);
+    s_conn_close(c);
 }
 
 static void s_dispatch(s_conn_t *c) {
@@ -324,7 +287,7 @@ static void s_dispatch(s_conn_t *c) {
 
 // Parse buffered input while the connection takes requests.
 static void s_conn_parse(s_conn_t *c) {
-    if (c->state != S_READ || c->dead || c->in_off == c->in.n)
+    if (c->state != S_READ || c->in_off == c->in.n)
         return;
     size_t avail = c->in.n - c->in_off;
     size_t used = http_parser_execute(&c->parser, &c->srv->settings, c->in.d + c->in_off, avail);
@@ -358,89 +321,62 @@ static size_t s_in_cap(const gw_http_t *srv) {
     return (size_t)srv->lim.max_header_bytes + (size_t)srv->lim.max_body_bytes + S_READ_CHUNK;
 }
 
-static void s_read_cb(struct ev_loop *loop, ev_io *w, int revents) {
-    s_conn_t *c = w->data;
-    char buf[S_READ_CHUNK];
-    for (;;) {
-        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
-        if (n > 0) {
-            c->last_io = ev_now(loop);
-            if (c->state == S_CLOSING)
-                continue;  // draining before close
-            if (gw_buf_add(&c->in, buf, (size_t)n) < 0) {
-                s_conn_destroy(c);
-                return;
-            }
-            if (c->in.n - c->in_off >= s_in_cap(c->srv)) {
-                ev_io_stop(loop, &c->rio);  // resumes when the parser takes the input
-                break;
-            }
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        // EOF or reset: the client is gone (a half-sent request is dropped; an answer being
-        // produced is abandoned, and the application told).
-        s_conn_destroy(c);
+static void s_on_data(ls_actor_t *a, ls_stream_t *s, const char *data, size_t len, void *arg) {
+    s_conn_t *c = ls_stream_data(s);
+    if (!c)
+        return;
+    c->last_io = ls_actor_now_ns(a);
+    if (gw_buf_add(&c->in, data, len) < 0) {
+        s_conn_close(c);
         return;
     }
+    // Reading goes on while a request is answered, to notice a client that leaves; what it
+    // sends meanwhile waits, up to a limit, then in the kernel until the answer is out.
+    if (c->in.n - c->in_off >= s_in_cap(c->srv))
+        ls_stream_pause(s, 1);
     s_conn_parse(c);
 }
 
-static void s_write_cb(struct ev_loop *loop, ev_io *w, int revents) {
-    s_conn_t *c = w->data;
-    s_conn_flush(c);
-    if (c->dead)
-        s_conn_destroy(c);
+// EOF or reset: the client is gone (a half-sent request is dropped; an answer being produced
+// is abandoned, and the application told).
+static void s_on_close(ls_actor_t *a, ls_stream_t *s, const char *why, void *arg) {
+    s_conn_t *c = ls_stream_data(s);
+    if (c)
+        s_conn_free(c);
 }
 
-static void s_later_cb(struct ev_loop *loop, ev_idle *w, int revents) {
-    s_conn_t *c = w->data;
-    ev_idle_stop(loop, w);
-    if (c->dead) {
-        s_conn_destroy(c);
-        return;
-    }
-    if (c->state == S_READ) {
-        if (!ev_is_active(&c->rio))
-            ev_io_start(loop, &c->rio);
-        s_conn_parse(c);
-    }
+static void s_timer_cb(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    s_conn_t *c = arg;
+    if (c->state == S_READ && !c->req)
+        s_conn_close(c);  // a keep-alive connection idle
+    else
+        s_conn_fail(c, 408, "the request did not arrive in time");
 }
 
-static void s_timer_cb(struct ev_loop *loop, ev_timer *w, int revents) {
-    s_conn_t *c = w->data;
-    if (c->state == S_CLOSING || (c->state == S_READ && !c->req) || c->state == S_BUSY) {
-        // Closing done lingering, a keep-alive connection idle, or an answer nobody reads.
-        s_conn_destroy(c);
-        return;
-    }
-    s_conn_fail(c, 408, "the request did not arrive in time");
-}
-
-// Set the one timer for the connection's state (see the top of the file).
+// Set the one timer for the connection's state (see the top of the file). An answer nobody
+// reads is the runtime's to drop (ls_stream_def_t.stall_ms).
 static void s_conn_arm(s_conn_t *c) {
     gw_http_t *srv = c->srv;
-    double now = ev_now(srv->loop), idle = srv->lim.idle_timeout_ms / 1000.0, deadline = 0;
+    uint64_t now = ls_actor_now_ns(srv->actor), deadline = 0;
     if (c->state == S_READ) {
-        deadline = c->last_io + idle;
+        deadline = c->last_io + (uint64_t)srv->lim.idle_timeout_ms * 1000000u;
         if (c->req) {
-            double whole = c->req->start + srv->lim.request_timeout_ms / 1000.0;
+            uint64_t whole = c->req->start_ns + (uint64_t)srv->lim.request_timeout_ms * 1000000u;
             if (whole < deadline)
                 deadline = whole;
         }
-    } else if (c->state == S_BUSY) {
-        if (c->out_off < c->out.n)
-            deadline = c->last_io + idle;  // a client that stops reading its answer
-    } else
-        deadline = c->last_io + (idle < S_LINGER_S ? idle : S_LINGER_S);
-    ev_timer_stop(srv->loop, &c->timer);
-    if (deadline > 0) {
-        ev_timer_set(&c->timer, deadline > now ? deadline - now : 0, 0);
-        ev_timer_start(srv->loop, &c->timer);
     }
+    if (!deadline) {
+        if (c->timer)
+            ls_actor_timer_stop(srv->actor, c->timer);
+        c->timer = NULL;
+        return;
+    }
+    double ms = deadline > now ? (double)(deadline - now) / 1e6 : 0;
+    if (c->timer)
+        ls_actor_timer_again(srv->actor, c->timer, ms);
+    else
+        c->timer = ls_actor_timer_start(srv->actor, ms, 0, s_timer_cb, c);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -452,7 +388,7 @@ static int s_on_begin(http_parser *p) {
     if (!c->req)
         return -1;
     c->req->conn = c;
-    c->req->start = ev_now(c->srv->loop);
+    c->req->start_ns = ls_actor_now_ns(c->srv->actor);
     s_conn_arm(c);
     return 0;
 }
@@ -521,93 +457,42 @@ static int s_on_complete(http_parser *p) {
 // ---------------------------------------------------------------------------------------------
 // accepting
 
-static void s_accept_cb(struct ev_loop *loop, ev_io *w, int revents) {
-    gw_http_t *srv = w->data;
-    for (;;) {
-        int fd = accept4(srv->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                ls_warn(0, "cannot accept HTTP connections: %s; pausing 100 ms", strerror(errno));
-                ev_io_stop(loop, &srv->accept_io);
-                ev_timer_set(&srv->accept_pause, 0.1, 0);
-                ev_timer_start(loop, &srv->accept_pause);
-            }
-            return;
-        }
-        int full = srv->nconns >= srv->lim.max_connections;
-        if (full && srv->nrejected >= S_REJECT_EXTRA) {
-            close(fd);  // far over the limit: not even an answer
-            continue;
-        }
-        s_conn_t *c = calloc(1, sizeof *c);
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // SSE pieces leave at once
-        c->srv = srv;
-        c->fd = fd;
-        c->last_io = ev_now(loop);
-        http_parser_init(&c->parser, HTTP_REQUEST);
-        c->parser.data = c;
-        ev_io_init(&c->rio, s_read_cb, fd, EV_READ);
-        ev_io_init(&c->wio, s_write_cb, fd, EV_WRITE);
-        ev_timer_init(&c->timer, s_timer_cb, 0, 0);
-        ev_idle_init(&c->later, s_later_cb);
-        c->rio.data = c->wio.data = c->timer.data = c->later.data = c;
-        c->next = srv->conns;
-        if (srv->conns)
-            srv->conns->prev = c;
-        srv->conns = c;
-        if (full) {
-            c->rejected = 1;
-            srv->nrejected++;
-            char why[96];
-            snprintf(why, sizeof why, "too many connections (at most %d)", srv->lim.max_connections);
-            s_conn_fail(c, 503, why);
-            continue;
-        }
-        srv->nconns++;
-        ev_io_start(loop, &c->rio);
-        s_conn_arm(c);
+static void s_on_open(ls_actor_t *a, ls_stream_t *s, void *arg) {
+    gw_http_t *srv = arg;
+    int full = srv->nconns >= srv->lim.max_connections;
+    s_conn_t *c = full && srv->nrejected >= S_REJECT_EXTRA ? NULL : calloc(1, sizeof *c);
+    if (!c) {
+        ls_stream_close(s);  // far over the limit (or out of memory): not even an answer
+        return;
     }
+    c->srv = srv;
+    c->stream = s;
+    c->last_io = ls_actor_now_ns(a);
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    ls_stream_set_data(s, c);
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    if (full) {
+        c->rejected = 1;
+        srv->nrejected++;
+        char why[96];
+        snprintf(why, sizeof why, "too many connections (at most %d)", srv->lim.max_connections);
+        s_conn_fail(c, 503, why);
+        return;
+    }
+    srv->nconns++;
+    s_conn_arm(c);
 }
 
-static void s_accept_pause_cb(struct ev_loop *loop, ev_timer *w, int revents) {
-    gw_http_t *srv = w->data;
-    ev_io_start(loop, &srv->accept_io);
-}
-
-gw_http_t *gw_http_new(struct ev_loop *loop, const char *host, int port, const gw_http_limits_t *limits,
+gw_http_t *gw_http_new(ls_actor_t *actor, const char *host, int port, const gw_http_limits_t *limits,
                        const gw_http_cbs_t *cbs) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    int rc = getaddrinfo(host, service, &hints, &ai);
-    if (rc) {
-        ls_error(0, "--host %s: %s", host, gai_strerror(rc));
-        return NULL;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
-    if (fd >= 0)
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
-        ls_error(0, "cannot listen on %s:%d: %s", host, port, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(ai);
-        return NULL;
-    }
-    freeaddrinfo(ai);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
     gw_http_t *self = calloc(1, sizeof *self);
-    self->loop = loop;
-    self->fd = fd;
-    self->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                                : ((struct sockaddr_in *)&ss)->sin_port);
+    if (!self)
+        return NULL;
+    self->actor = actor;
     self->lim = *limits;
     self->cbs = *cbs;
     // The parser's header limit is process-wide; this process has one server.
@@ -619,22 +504,25 @@ gw_http_t *gw_http_new(struct ev_loop *loop, const char *host, int port, const g
     self->settings.on_headers_complete = s_on_headers;
     self->settings.on_body = s_on_body;
     self->settings.on_message_complete = s_on_complete;
-    ev_io_init(&self->accept_io, s_accept_cb, fd, EV_READ);
-    ev_timer_init(&self->accept_pause, s_accept_pause_cb, 0, 0);
-    self->accept_io.data = self->accept_pause.data = self;
-    ev_io_start(loop, &self->accept_io);
+    const ls_stream_def_t def = {.on_open = s_on_open,
+                                 .on_data = s_on_data,
+                                 .on_close = s_on_close,
+                                 .max_unsent = S_OUT_CAP,
+                                 .stall_ms = limits->idle_timeout_ms};
+    if ((self->port = ls_actor_stream_listen(actor, host, port, &def, self)) < 0) {
+        free(self);
+        return NULL;
+    }
     return self;
 }
 
+// The connections' streams end with the actor; the application hears of requests it still holds.
 void gw_http_destroy(gw_http_t **self_p) {
     if (!self_p || !*self_p)
         return;
     gw_http_t *self = *self_p;
     while (self->conns)
-        s_conn_destroy(self->conns);
-    ev_io_stop(self->loop, &self->accept_io);
-    ev_timer_stop(self->loop, &self->accept_pause);
-    close(self->fd);
+        s_conn_free(self->conns);
     free(self);
     *self_p = NULL;
 }
@@ -696,14 +584,16 @@ static void s_req_end(gw_req_t *req) {
     s_req_free(req);
     c->req = NULL;
     if (!keep) {
-        s_conn_close_after(c);
+        s_conn_close(c);
         return;
     }
     c->state = S_READ;
-    c->last_io = ev_now(c->srv->loop);
+    c->last_io = ls_actor_now_ns(c->srv->actor);
     http_parser_pause(&c->parser, 0);
+    ls_stream_pause(c->stream, 0);
     s_conn_arm(c);
-    s_conn_later(c);
+    if (c->in_off < c->in.n)
+        s_conn_later(c);
 }
 
 void gw_req_respond(gw_req_t *req, int status, const char *content_type, const char *extra_headers,

@@ -1,5 +1,5 @@
-// http — the gateway's HTTP/1.1 server: non-blocking sockets on the actor's libev loop, requests
-// parsed by libhttp-parser. Keep-alive, pipelining (one request at a time per connection: the
+// http — the gateway's HTTP/1.1 server: connections are the runtime's recorded streams
+// (ls_actor_stream_listen), requests parsed by libhttp-parser. Keep-alive, pipelining (one request at a time per connection: the
 // parser pauses after a request and resumes once its answer is queued, so answers leave in
 // order), chunked responses for SSE, and the limits a public port needs: header and body size
 // (431, 413), the time to receive a request and idle connections (408), connection count (503).
@@ -11,9 +11,10 @@
 #ifndef GW_HTTP_H
 #define GW_HTTP_H
 
-#include <ev.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ls_actor.h"
 
 // A growing byte buffer, always NUL-terminated (d is NULL while empty).
 typedef struct {
@@ -44,9 +45,10 @@ typedef struct {
 } gw_http_cbs_t;
 
 // Listen on host:port (port 0: any free port). NULL on failure (logged).
-gw_http_t *gw_http_new(struct ev_loop *loop, const char *host, int port, const gw_http_limits_t *limits,
+gw_http_t *gw_http_new(ls_actor_t *actor, const char *host, int port, const gw_http_limits_t *limits,
                        const gw_http_cbs_t *cbs);
-// Close every connection (requests still held are reported `gone`) and the listener.
+// Forget every connection (requests still held are reported `gone`); the actor's end closes
+// the sockets.
 void gw_http_destroy(gw_http_t **self_p);
 int gw_http_port(const gw_http_t *self);
 int gw_http_connections(const gw_http_t *self);

@@ -83,6 +83,8 @@ typedef struct {
     s_call_t *calls;
     int ncalls_gen;
     char id_prefix[12];
+    long unix_start;     // Unix time at start-up (recorded), for OpenAI's `created`
+    uint64_t mono_start; // the event clock then
     // metrics
     uint64_t status_counts[600];
     s_model_stat_t models[S_MAX_MODELS + 1];
@@ -93,6 +95,35 @@ typedef struct {
 static s_gw_t s_g;
 
 static void s_metrics_answer(s_call_t *c);
+
+// OpenAI's `created` is Unix time, which the event clock is not: the wall clock read once at
+// start-up (a recorded input) plus the event time since, so a replay computes the same.
+static long s_unix_time(void) {
+    return s_g.unix_start + (long)((ls_actor_now_ns(s_g.self) - s_g.mono_start) / 1000000000u);
+}
+
+// What start-up takes from outside its messages, through the trace: the wall clock, and the
+// prefix that makes answer ids unique across runs (it mixes in the pid).
+static void s_start_inputs(ls_actor_t *a) {
+    zmsg_t *in = zmsg_new();
+    if (!ls_actor_replaying(a)) {
+        uint64_t now = (uint64_t)time(NULL);
+        char prefix[12];
+        snprintf(prefix, sizeof prefix, "%08x", (unsigned)(getpid() ^ (unsigned)now));
+        zmsg_addmem(in, &now, sizeof now);
+        zmsg_addstr(in, prefix);
+    }
+    ls_actor_input(a, "gateway.start", &in);
+    zframe_t *clock = zmsg_first(in), *prefix = zmsg_next(in);
+    uint64_t now = 0;
+    if (clock && zframe_size(clock) == sizeof now)
+        memcpy(&now, zframe_data(clock), sizeof now);
+    s_g.unix_start = (long)now;
+    s_g.mono_start = ls_actor_now_ns(a);
+    snprintf(s_g.id_prefix, sizeof s_g.id_prefix, "%.*s", prefix ? (int)zframe_size(prefix) : 0,
+             prefix ? (const char *)zframe_data(prefix) : "");
+    zmsg_destroy(&in);
+}
 
 // ---------------------------------------------------------------------------------------------
 // calls
@@ -106,7 +137,7 @@ static s_call_t *s_call_new(s_kind_t kind, gw_req_t *req) {
         return NULL;
     c->kind = kind;
     c->req = req;
-    c->start_ns = ls_mono_ns();
+    c->start_ns = ls_actor_now_ns(s_g.self);
     gw_req_set_data(req, c);
     if (kind == S_GEN)
         s_g.ncalls_gen++;
@@ -387,7 +418,7 @@ static void s_gen_start(gw_req_t *req, gw_api_t api) {
         return;
     }
     c->nopen = total;
-    c->created = (long)time(NULL);  // OpenAI's `created` is Unix time, which the event clock is not
+    c->created = s_unix_time();
     snprintf(c->id, sizeof c->id, "%s-%s%llx", api == GW_CHAT ? "chatcmpl" : "cmpl", s_g.id_prefix,
              (unsigned long long)s_g.next_rid);
     const char *adapter = c->gen.reqs[0].u.generate_req.adapter;
@@ -474,7 +505,7 @@ static int s_on_adapter_list(ls_actor_t *a, ls_in_t *in, void *state) {
     s_call_t *c = s_admin_answer(in, S_MODELS);
     if (!c)
         return 0;
-    long now = (long)time(NULL);
+    long now = s_unix_time();
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
@@ -874,7 +905,7 @@ static int s_on_start(ls_actor_t *a, void *state) {
     s_g.next_rid = 1;
     s_g.ttft = (s_hist_t){.le = s_ttft_le, .n = sizeof s_ttft_le / sizeof *s_ttft_le};
     s_g.itl = (s_hist_t){.le = s_itl_le, .n = sizeof s_itl_le / sizeof *s_itl_le};
-    snprintf(s_g.id_prefix, sizeof s_g.id_prefix, "%08x", (unsigned)(getpid() ^ (unsigned)time(NULL)));
+    s_start_inputs(a);
     if (s_g.served_model_name && *s_g.served_model_name)
         snprintf(s_g.base, sizeof s_g.base, "%s", s_g.served_model_name);
     else if (s_g.model_path && *s_g.model_path) {
@@ -906,7 +937,7 @@ static int s_on_start(ls_actor_t *a, void *state) {
     gw_http_limits_t lim = {s_g.max_connections, s_g.max_header_bytes, s_g.max_body_bytes, s_g.idle_timeout_ms,
                             s_g.request_timeout_ms};
     gw_http_cbs_t cbs = {s_on_request, s_on_gone, s_on_answered, NULL};
-    s_g.http = gw_http_new(ls_actor_loop(a), s_g.host, s_g.port, &lim, &cbs);
+    s_g.http = gw_http_new(a, s_g.host, s_g.port, &lim, &cbs);
     if (!s_g.http)
         return -1;
     ls_info(0, "listening on http://%s:%d (model %s%s)", s_g.host, gw_http_port(s_g.http), s_g.base,

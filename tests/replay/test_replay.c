@@ -5,6 +5,13 @@
 //                       by a client, one on demand), sampling with a seed, an abort, a request
 //                       refused for bad input, an unknown adapter, a listing (a timer fires),
 //                       an unload, metrics: every actor replays with zero divergences
+//   replay_graph      — the whole graph started by launch/loraserve --record-trace --port 0,
+//                       driven over HTTP: concurrent completions over the base model and
+//                       adapters (one streamed, one sampled with n=2), a stream the client
+//                       leaves (an abort), a body that is not JSON and an unknown model
+//                       (refused), an unload and a load through the admin endpoints; after
+//                       SIGINT every actor — gateway, tokenizer, detokenizer, registry,
+//                       scheduler, worker-0 — replays with zero divergences
 //   altered_input     — one inbound TokenizedReq changed in a copy of the scheduler's trace
 //                       (CRC recomputed): the replay diverges exactly at the first StepPlan
 //                       that carries the request, and exits 3
@@ -13,7 +20,9 @@
 //   truncated_trace   — a torn last record: loraserve-trace reads up to the tear with a
 //                       warning (exit 0), and the replay runs up to it
 //   trace_filters     — loraserve-trace --rid / --type / --json select what they say
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -21,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -323,6 +334,143 @@ static void replay_all(void **unused) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// the whole graph through HTTP: launch/loraserve --record-trace, the gateway as the clients' door
+
+// An HTTP/1.1 request on a fresh connection (Connection: close); returns the socket.
+static int s_http_send(int port, const char *method, const char *path, const char *body) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n",
+                     method, path, body ? strlen(body) : 0);
+    assert_int_equal(write(fd, head, (size_t)n), n);
+    if (body)
+        assert_int_equal(write(fd, body, strlen(body)), (ssize_t)strlen(body));
+    return fd;
+}
+
+// Reads the answer to its end (the server closes); returns the status, the whole answer in out.
+static int s_http_recv(int fd, char *out, size_t cap) {
+    struct timeval tv = {20, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t got = 0;
+    ssize_t n;
+    while (got + 1 < cap && (n = read(fd, out + got, cap - 1 - got)) > 0)
+        got += (size_t)n;
+    out[got] = 0;
+    close(fd);
+    int status = 0;
+    sscanf(out, "HTTP/1.%*d %d", &status);
+    return status;
+}
+
+static int s_http(int port, const char *method, const char *path, const char *body, char *out, size_t cap) {
+    return s_http_recv(s_http_send(port, method, path, body), out, cap);
+}
+
+#define PROMPT "input: 5 leaf road 1 red\\noutput:"
+
+static void replay_graph(void **unused) {
+    char gdir[96], trace[128], log[128], launch_log[128];
+    snprintf(gdir, sizeof gdir, "%s/graph", s_dir);
+    snprintf(trace, sizeof trace, "--record-trace=%s/trace", gdir);
+    snprintf(launch_log, sizeof launch_log, "%s/launch.log", s_dir);
+    char run_dir[128];
+    snprintf(run_dir, sizeof run_dir, "--run-dir=%s", gdir);
+    setenv("LORASERVE_BIN", LS_BIN_DIR, 1);
+    char *argv[] = {LS_LAUNCH, run_dir, trace, "--port=0", "--served-model-name=demo", NULL};
+    pid_t launcher = s_spawn(launch_log, argv);
+    char graph[128];
+    snprintf(graph, sizeof graph, "%s/graph.json", gdir);
+    snprintf(log, sizeof log, "%s/logs/gateway.log", gdir);
+    struct stat st;
+    for (int i = 0; i < 600 && stat(graph, &st) != 0; i++)
+        usleep(100000);
+    if (stat(graph, &st) != 0)
+        fail_msg("the graph did not start:\n%s", s_slurp(launch_log));
+    const char *at = strstr(s_slurp(log), "listening on http://127.0.0.1:");
+    assert_non_null(at);
+    int port = atoi(at + strlen("listening on http://127.0.0.1:"));
+    static char out[1 << 16];
+
+    // Concurrent completions over the base model and three adapters (one streamed, one chat).
+    const char *models[] = {"demo", "reverse", "upper", "sort"};
+    int fds[6];
+    char body[512];
+    for (int i = 0; i < 4; i++) {
+        snprintf(body, sizeof body, "{\"model\":\"%s\",\"prompt\":\"" PROMPT "\",\"max_tokens\":24,\"temperature\":0}",
+                 models[i]);
+        fds[i] = s_http_send(port, "POST", "/v1/completions", body);
+    }
+    fds[4] = s_http_send(port, "POST", "/v1/completions",
+                         "{\"model\":\"digits\",\"prompt\":\"" PROMPT "\",\"max_tokens\":24,\"temperature\":0,"
+                         "\"stream\":true}");
+    fds[5] = s_http_send(port, "POST", "/v1/completions",
+                         "{\"model\":\"reverse\",\"prompt\":\"" PROMPT "\",\"max_tokens\":8,\"temperature\":0.8,"
+                         "\"seed\":7,\"n\":2}");
+    const char *want[] = {" 5 leaf road 1 red", " red 1 road leaf 5", " 5 LEAF ROAD 1 RED", " 1 5 leaf red road"};
+    for (int i = 0; i < 6; i++) {
+        int status = s_http_recv(fds[i], out, sizeof out);
+        if (status != 200 || (i < 4 && !strstr(out, want[i])) || (i == 4 && !strstr(out, "data: [DONE]")))
+            fail_msg("request %d: %d\n%s", i, status, out);
+    }
+    // A long stream the client leaves after its first piece: the gateway aborts it upstream.
+    int fd = s_http_send(port, "POST", "/v1/completions",
+                         "{\"model\":\"upper\",\"prompt\":\"" PROMPT "\",\"max_tokens\":200,\"temperature\":0,"
+                         "\"stream\":true,\"ignore_eos\":true}");
+    size_t got = 0;
+    while (!strstr(out, "data: ") && got + 1 < sizeof out) {
+        ssize_t n = read(fd, out + got, sizeof out - 1 - got);
+        assert_true(n > 0);
+        got += (size_t)n;
+        out[got] = 0;
+    }
+    close(fd);
+    // Refused: a body that is not JSON, an unknown model.
+    assert_int_equal(s_http(port, "POST", "/v1/completions", "{bad", out, sizeof out), 400);
+    assert_int_equal(s_http(port, "POST", "/v1/completions", "{\"model\":\"nosuch\",\"prompt\":\"x\"}", out, sizeof out),
+                     404);
+    // An unload and a load through the admin endpoints, then the new name serves.
+    assert_int_equal(s_http(port, "POST", "/v1/unload_lora_adapter", "{\"lora_name\":\"sort\"}", out, sizeof out), 200);
+    snprintf(body, sizeof body, "{\"lora_name\":\"sort2\",\"lora_path\":\"%s/sort\"}", ADAPTERS);
+    assert_int_equal(s_http(port, "POST", "/v1/load_lora_adapter", body, out, sizeof out), 200);
+    assert_int_equal(s_http(port, "POST", "/v1/completions",
+                            "{\"model\":\"sort2\",\"prompt\":\"" PROMPT "\",\"max_tokens\":24,\"temperature\":0}", out,
+                            sizeof out),
+                     200);
+    assert_non_null(strstr(out, want[3]));
+    assert_int_equal(s_http(port, "GET", "/v1/models", NULL, out, sizeof out), 200);
+    assert_int_equal(s_http(port, "GET", "/metrics", NULL, out, sizeof out), 200);
+    assert_non_null(strstr(out, "loraserve_gateway_http_responses_total{code=\"499\"} 1"));  // the one that left
+
+    int status;
+    kill(launcher, SIGINT);
+    assert_int_equal(waitpid(launcher, &status, 0), launcher);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/trace", gdir);
+    const char *actors[] = {"gateway", "tokenizer", "detokenizer", "registry", "scheduler", "worker-0"};
+    for (int i = 0; i < 6; i++) {
+        int rc = s_replay(dir, actors[i], NULL, log, sizeof log);
+        const char *out = s_slurp(log), *report = strstr(out, "replay: ");
+        if (rc != 0)
+            fail_msg("replay of %s: exit %d\n%s", actors[i], rc, report ? report : out);
+        assert_non_null(strstr(out, "no divergence"));
+    }
+    // The gateway's trace holds its HTTP traffic: connections, bytes both ways, closes.
+    snprintf(log, sizeof log, "%s/trace-gateway.log", s_dir);
+    char path[160];
+    snprintf(path, sizeof path, "%s/gateway.trace", dir);
+    char *print[] = {LS_BIN_DIR "/loraserve-trace", path, NULL};
+    assert_int_equal(s_run(log, print), 0);
+}
+
 // Copies scheduler.trace into dir, with the first TokenizedReq of rid `rid` changed (its first
 // prompt token). Returns the record number of the first StepPlan sent after it that carries
 // the request: where the replay must diverge.
@@ -441,7 +589,8 @@ static void trace_filters(void **unused) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(replay_all),     cmocka_unit_test(altered_input), cmocka_unit_test(until_pauses),
+        cmocka_unit_test(replay_all),     cmocka_unit_test(replay_graph), cmocka_unit_test(altered_input),
+        cmocka_unit_test(until_pauses),
         cmocka_unit_test(truncated_trace), cmocka_unit_test(trace_filters),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
