@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <signal.h>
+#include <unistd.h>
 
 char *tu_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -42,6 +45,13 @@ int tu_rmrf(const char *dir) {
     if (rc != 0)
         fprintf(stderr, "could not remove %s\n", dir);
     return rc == 0 ? 0 : -1;
+}
+
+void tu_child_dies_with_parent(void) {
+    pid_t parent = getppid();
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent)  // the test died before prctl took effect
+        _exit(1);
 }
 
 int tu_json_ids(const cJSON *arr, int32_t *out, int cap) {

@@ -14,6 +14,9 @@ char *tu_read_file(const char *path, size_t *len);
 int tu_tmpdir(char *out, size_t cap, const char *tag);
 // Removes dir and everything in it. 0, or -1 (said on stderr).
 int tu_rmrf(const char *dir);
+// In a child the test forked: die with the test (SIGTERM when it exits), so a failed
+// assertion that skips the test's own cleanup leaves no actor behind.
+void tu_child_dies_with_parent(void);
 // The integers of a JSON array into out (at most cap); returns how many.
 int tu_json_ids(const cJSON *arr, int32_t *out, int cap);
 

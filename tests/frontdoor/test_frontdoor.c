@@ -78,6 +78,7 @@ static int s_start(void **unused) {
     snprintf(graph, sizeof graph, "%s/graph.json", s_dir);
     s_launcher = fork();
     if (s_launcher == 0) {
+        tu_child_dies_with_parent();
         int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);

@@ -34,6 +34,8 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "fake_graph.h"
 
 static char s_dir[64];
@@ -63,6 +65,7 @@ static gw_t s_start(const char *tag, const char *const *extra) {
     gw_t g = {0};
     g.pid = fork();
     if (g.pid == 0) {
+        tu_child_dies_with_parent();
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 2);
         const char *argv[32] = {LS_BIN_DIR "/loraserve-gateway", name, tok, sched, "--port=0",

@@ -50,6 +50,7 @@ static void s_launch(launch_t *l, const char *tag, const char *bin_dir, const ch
     l->pid = fork();
     assert_true(l->pid >= 0);
     if (l->pid == 0) {
+        tu_child_dies_with_parent();
         int fd = open(l->out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);

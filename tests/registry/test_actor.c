@@ -60,6 +60,7 @@ static void s_spawn(reg_proc_t *r, const char *const *extra) {
     r->pid = fork();
     assert_true(r->pid >= 0);
     if (r->pid == 0) {
+        tu_child_dies_with_parent();
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }

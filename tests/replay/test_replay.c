@@ -37,6 +37,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "test_util.h"
 #include <czmq.h>
 
 #include "ls_msg.h"
@@ -55,6 +57,7 @@ static uint64_t s_rid = 100;
 static pid_t s_spawn(const char *log, char *const argv[]) {
     pid_t pid = fork();
     if (pid == 0) {
+        tu_child_dies_with_parent();
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(fd, 1);
         dup2(fd, 2);

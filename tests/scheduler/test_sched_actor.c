@@ -169,6 +169,7 @@ static pid_t s_scheduler_start(void) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        tu_child_dies_with_parent();
         execl(LS_SCHEDULER_BIN, LS_SCHEDULER_BIN, "--bind", s_sched_ep, "--peer", peer, "--output", "route",
               "--step-timeout-ms", "400", "--heartbeat-ms", "0", "--log-level", "error", (char *)NULL);
         _exit(127);

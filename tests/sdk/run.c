@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test_util.h"
 #include "run.h"
 
 static void s_read_all(const char *path, char *buf, size_t cap) {
@@ -30,6 +31,7 @@ void run_program(run_t *r, const char *scratch, const char *input, const char *r
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
+        tu_child_dies_with_parent();
         dup2(open(in, O_RDONLY), 0);
         dup2(open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), 1);
         dup2(open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);

@@ -38,6 +38,7 @@ static int s_setup(void **state) {
     snprintf(log, sizeof log, "%s/launcher.out", s_dir);
     s_launcher = fork();
     if (s_launcher == 0) {
+        tu_child_dies_with_parent();
         freopen(log, "w", stdout);
         dup2(1, 2);
         setenv("LORASERVE_BIN", LS_BIN_DIR, 1);

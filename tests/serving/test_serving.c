@@ -90,6 +90,7 @@ static uint64_t s_rid;
 static pid_t s_spawn(const char *log, char *const argv[]) {
     pid_t pid = fork();
     if (pid == 0) {
+        tu_child_dies_with_parent();
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(fd, 2);
         execv(argv[0], argv);

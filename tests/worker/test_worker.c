@@ -85,6 +85,7 @@ static int setup(void **unused) {
     zsock_set_rcvtimeo(s_sched, 30000);
     s_pid = fork();
     if (s_pid == 0) {
+        tu_child_dies_with_parent();
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 2);
         execl(LS_BIN_DIR "/loraserve-worker", "loraserve-worker", "--name=worker-0", bind, peer,
