@@ -453,36 +453,25 @@ void gw_gen_clear(gw_gen_t *g) {
 // ---------------------------------------------------------------------------------------------
 // answers
 
-static int s_append_i32(ls_i32s_t *a, const int32_t *v, size_t n) {
+// Appends n elements of `size` bytes from v to the array (*items, *count): one function for
+// the id and the logprob arrays, whose element types differ only in size.
+static int s_append(void **items, size_t *count, const void *v, size_t n, size_t size) {
     if (!n)
         return 0;
-    int32_t *p = realloc(a->v, (a->n + n) * sizeof *p);
+    char *p = realloc(*items, (*count + n) * size);
     if (!p)
         return -1;
-    memcpy(p + a->n, v, n * sizeof *p);
-    a->v = p;
-    a->n += n;
+    memcpy(p + *count * size, v, n * size);
+    *items = p;
+    *count += n;
     return 0;
 }
-
-static int s_append_f32(ls_f32s_t *a, const float *v, size_t n) {
-    if (!n)
-        return 0;
-    float *p = realloc(a->v, (a->n + n) * sizeof *p);
-    if (!p)
-        return -1;
-    memcpy(p + a->n, v, n * sizeof *p);
-    a->v = p;
-    a->n += n;
-    return 0;
-}
+#define S_APPEND(arr, src) s_append((void **)&(arr)->v, &(arr)->n, (src).v, (src).n, sizeof *(arr)->v)
 
 int gw_choice_add(gw_choice_t *c, const ls_msg_text_out_t *t) {
     if ((t->text && gw_buf_add(&c->text, t->text, strlen(t->text)) < 0) ||
-        s_append_i32(&c->ids, t->token_ids.v, t->token_ids.n) < 0 ||
-        s_append_f32(&c->lps, t->logprobs.v, t->logprobs.n) < 0 ||
-        s_append_i32(&c->top_ids, t->top_ids.v, t->top_ids.n) < 0 ||
-        s_append_f32(&c->top_lps, t->top_logprobs.v, t->top_logprobs.n) < 0)
+        S_APPEND(&c->ids, t->token_ids) < 0 || S_APPEND(&c->lps, t->logprobs) < 0 ||
+        S_APPEND(&c->top_ids, t->top_ids) < 0 || S_APPEND(&c->top_lps, t->top_logprobs) < 0)
         return -1;
     c->finish = t->finish;
     if (t->matched_stop) {
