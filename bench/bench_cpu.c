@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "bench_util.h"
 
 #define RANK 16
 #define BS 16
@@ -29,17 +30,6 @@
 typedef struct {
     int threads, reps, n_adapters, layers, hidden;
 } s_opts_t;
-
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void s_die(const char *what, const char *err) {
-    fprintf(stderr, "bench_cpu: %s: %s\n", what, err);
-    exit(1);
-}
 
 typedef struct {
     ls_model_t *m;
@@ -56,7 +46,7 @@ static void s_run(const s_bench_t *b, int n_seqs, int prompt, int decode, bool l
     int per_seq = (prompt + decode + BS - 1) / BS;
     ls_kv_cache_t *kv = ls_kv_cache_new(b->m, n_seqs * per_seq, BS, err, sizeof err);
     if (!kv)
-        s_die("KV cache", err);
+        bench_die("bench_cpu", "KV cache", err);
     int32_t *tok = malloc((size_t)n_seqs * (prompt + decode) * sizeof *tok);
     int32_t *tables = malloc((size_t)n_seqs * per_seq * sizeof *tables);
     ls_model_seq_t *seqs = malloc((size_t)n_seqs * sizeof *seqs);
@@ -68,10 +58,10 @@ static void s_run(const s_bench_t *b, int n_seqs, int prompt, int decode, bool l
         seqs[s] = (ls_model_seq_t){tok + (size_t)s * (prompt + decode), prompt, 0,
                                    tables + (size_t)s * per_seq, per_seq,
                                    lora ? b->slots[s] : LS_LORA_SLOT_BASE, true};
-    double t0 = s_now();
+    double t0 = bench_now();
     if (ls_model_forward(b->m, kv, b->pool, seqs, n_seqs, err, sizeof err) < 0)
-        s_die("prefill", err);
-    double t1 = s_now();
+        bench_die("bench_cpu", "prefill", err);
+    double t1 = bench_now();
     for (int d = 0; d < decode; d++) {
         for (int s = 0; s < n_seqs; s++) {
             seqs[s].token_ids += seqs[s].n_tokens;
@@ -79,10 +69,10 @@ static void s_run(const s_bench_t *b, int n_seqs, int prompt, int decode, bool l
             seqs[s].n_tokens = 1;
         }
         if (ls_model_forward(b->m, kv, b->pool, seqs, n_seqs, err, sizeof err) < 0)
-            s_die("decode", err);
+            bench_die("bench_cpu", "decode", err);
     }
     *t_prefill = t1 - t0;
-    *t_decode = s_now() - t1;
+    *t_decode = bench_now() - t1;
     ls_kv_cache_destroy(&kv);
     free(tok);
     free(tables);
@@ -130,16 +120,16 @@ int main(int argc, char **argv) {
                     .layers = o.layers, .heads = o.hidden / 64, .kv_heads = o.hidden / 128 > 0
                     ? o.hidden / 128 : 1, .vocab = 8192, .dtype = LS_DTYPE_BF16, .seed = 1};
     if (rm_write_model(dir, &sp, NULL) != 0)
-        s_die("writing the model", dir);
+        bench_die("bench_cpu", "writing the model", dir);
     ls_backend_t *be = ls_backend_cpu_new(o.threads);
     s_bench_t b = {.m = ls_model_load(dir, be, NULL, NULL, NULL, err, sizeof err), .vocab = sp.vocab};
     if (!b.m)
-        s_die("model", err);
+        bench_die("bench_cpu", "model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
     ls_lora_pool_config_t pc = {o.n_adapters, RANK, o.n_adapters, 0, LS_LORA_EVICT_LRU, 0, 1};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
-        s_die("pool", err);
+        bench_die("bench_cpu", "pool", err);
     int *ranks = malloc((size_t)o.layers * LS_TARGET_COUNT * sizeof *ranks);
     rm_ranks_uniform(ranks, o.layers, 0x7f, RANK);
     char **ids = calloc((size_t)o.n_adapters, sizeof *ids);
@@ -150,10 +140,10 @@ int main(int argc, char **argv) {
         if (rm_write_adapter(path, cfg, "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, "
                              "\"target_modules\": \"all-linear\"}", ranks, LS_DTYPE_BF16,
                              (unsigned)a + 1) != 0)
-            s_die("writing an adapter", path);
+            bench_die("bench_cpu", "writing an adapter", path);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, RANK, err, sizeof err);
         if (!ad || ls_lora_pool_add(b.pool, name, &ad, false, NULL, 0, err, sizeof err) != 0)
-            s_die(name, err);
+            bench_die("bench_cpu", name, err);
         ids[a] = strdup(name);
     }
     enum { MAX_SEQS = 32 };
@@ -162,7 +152,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s < MAX_SEQS; s++)
         seq_ids[s] = ids[s % o.n_adapters];
     if (ls_lora_pool_prepare(b.pool, seq_ids, MAX_SEQS, slots, err, sizeof err) != 0)
-        s_die("prepare", err);
+        bench_die("bench_cpu", "prepare", err);
     b.slots = slots;
 
     char threads[32] = "OpenBLAS default";

@@ -31,6 +31,7 @@
 #include "llama3_8b.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "bench_util.h"
 
 #define N_SEQS 64
 #define RANK 16
@@ -39,17 +40,6 @@
 #define N_FILES 8
 
 static const char *s_llama3_8b = LS_BENCH_LLAMA3_8B;
-
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void s_die(const char *what, const char *err) {
-    fprintf(stderr, "bench_decode_cuda: %s: %s\n", what, err);
-    exit(1);
-}
 
 static int s_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -60,15 +50,15 @@ static double s_copy_bw(void) {
     size_t n = (size_t)2 << 30;
     void *a, *b;
     if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess)
-        s_die("copy bandwidth", "cudaMalloc failed");
+        bench_die("bench_decode_cuda", "copy bandwidth", "cudaMalloc failed");
     cudaMemset(a, 1, n);
     double best = 1e30;
     for (int i = 0; i < 8; i++) {
         cudaDeviceSynchronize();
-        double t0 = s_now();
+        double t0 = bench_now();
         cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
         cudaDeviceSynchronize();
-        double t = s_now() - t0;
+        double t = bench_now() - t0;
         best = t < best ? t : best;
     }
     cudaFree(a);
@@ -88,7 +78,7 @@ static double s_decode(const s_bench_t *b, const int32_t *slots) {
     int per_seq = (b->ctx + WARM + b->steps + BS) / BS;
     ls_kv_cache_t *kv = ls_kv_cache_new(b->m, N_SEQS * per_seq, BS, err, sizeof err);
     if (!kv)
-        s_die("KV cache", err);
+        bench_die("bench_decode_cuda", "KV cache", err);
     static int32_t tables[N_SEQS][4096], tok[N_SEQS];
     ls_model_seq_t seqs[N_SEQS];
     ls_sampling_params_t params[N_SEQS];
@@ -103,12 +93,12 @@ static double s_decode(const s_bench_t *b, const int32_t *slots) {
     int n = WARM + b->steps;
     double *t = malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) {
-        double t0 = s_now();
+        double t0 = bench_now();
         if (ls_model_forward(b->m, kv, b->pool, seqs, N_SEQS, err, sizeof err) != N_SEQS)
-            s_die("forward", err);
+            bench_die("bench_decode_cuda", "forward", err);
         if (ls_model_sample(b->m, &sb, tok, NULL, NULL, NULL) != 0)
-            s_die("sample", "failed");
-        t[i] = s_now() - t0;
+            bench_die("bench_decode_cuda", "sample", "failed");
+        t[i] = bench_now() - t0;
         for (int s = 0; s < N_SEQS; s++)
             seqs[s].start_pos++;
     }
@@ -138,28 +128,28 @@ int main(int argc, char **argv) {
     char err[512], path[1024];
     ls_backend_t *be = ls_backend_cuda_new(0, err, sizeof err);
     if (!be)
-        s_die("backend", err);
+        bench_die("bench_decode_cuda", "backend", err);
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
     double bw = s_copy_bw();
-    double t0 = s_now();
+    double t0 = bench_now();
     b.m = ls_model_load_dummy(s_llama3_8b, be, NULL, 1, NULL, NULL, err, sizeof err);
     if (!b.m)
-        s_die("dummy model", err);
+        bench_die("bench_decode_cuda", "dummy model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
     b.vocab = cfg->vocab_size;
     printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB bf16 "
            "weights, loaded in %.1f s), KV %s, batch %d, %d cached tokens each, LoRA rank %d "
            "on all seven targets, median of %d steps\n", prop.name, bw,
-           (double)ls_model_weight_bytes(b.m) / 1e9, s_now() - t0,
+           (double)ls_model_weight_bytes(b.m) / 1e9, bench_now() - t0,
            ls_dtype_name(ls_model_kv_dtype(b.m)), N_SEQS, b.ctx, RANK, b.steps);
     fflush(stdout);
 
-    t0 = s_now();
+    t0 = bench_now();
     ls_lora_pool_config_t pc = {32, RANK, 32, 0, LS_LORA_EVICT_LRU, 0, 1};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
-        s_die("pool", err);
+        bench_die("bench_decode_cuda", "pool", err);
     char *dir = fx_tmpdir();
     int *ranks = malloc((size_t)cfg->num_hidden_layers * LS_TARGET_COUNT * sizeof *ranks);
     rm_ranks_uniform(ranks, cfg->num_hidden_layers, 0x7f, RANK);
@@ -170,7 +160,7 @@ int main(int argc, char **argv) {
                              "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, "
                              "\"target_modules\": \"all-linear\"}", ranks, LS_DTYPE_BF16,
                              (unsigned)f + 1) != 0)
-            s_die("writing an adapter", path);
+            bench_die("bench_decode_cuda", "writing an adapter", path);
     }
     size_t adapter_elems = 0;
     char ids[32][16];
@@ -181,16 +171,16 @@ int main(int argc, char **argv) {
         ls_adapter_t *ad = ls_adapter_load(fx_path(path, sizeof path, dir, name), cfg, RANK,
                                            err, sizeof err);
         if (!ad)
-            s_die(name, err);
+            bench_die("bench_decode_cuda", name, err);
         adapter_elems = ls_adapter_bytes(ad) / sizeof(float);
         if (ls_lora_pool_add(b.pool, ids[a], &ad, false, NULL, 0, err, sizeof err) != 0)
-            s_die(ids[a], err);
+            bench_die("bench_decode_cuda", ids[a], err);
     }
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
     // decode step reads per adapter.
     size_t slot_elem = ls_dtype_size(ls_model_config(b.m)->torch_dtype);
     printf("adapters: %d distinct files, 32 ids, %.1f MB each in the slot pool (%s); set up in %.1f s\n", N_FILES,
-           adapter_elems * (double)slot_elem / 1e6, ls_dtype_name(ls_model_config(b.m)->torch_dtype), s_now() - t0);
+           adapter_elems * (double)slot_elem / 1e6, ls_dtype_name(ls_model_config(b.m)->torch_dtype), bench_now() - t0);
     fflush(stdout);
 
     int32_t base[N_SEQS], s8[N_SEQS], s32[N_SEQS];
@@ -200,13 +190,13 @@ int main(int argc, char **argv) {
         seq_ids[s] = ids[s % 8];
     }
     if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s8, err, sizeof err) != 0)
-        s_die("prepare 8", err);
+        bench_die("bench_decode_cuda", "prepare 8", err);
     double t_base = s_decode(&b, base);
     double t8 = s_decode(&b, s8);
     for (int s = 0; s < N_SEQS; s++)
         seq_ids[s] = ids[s % 32];
     if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s32, err, sizeof err) != 0)
-        s_die("prepare 32", err);
+        bench_die("bench_decode_cuda", "prepare 32", err);
     double t32 = s_decode(&b, s32);
     double t_base2 = s_decode(&b, base); // again, for the spread
 

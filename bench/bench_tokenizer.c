@@ -10,12 +10,7 @@
 #include <time.h>
 
 #include "text_refs.h"
-
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_util.h"
 
 typedef struct {
     cJSON **lines;
@@ -39,29 +34,29 @@ static size_t s_encode_pass(ls_tokenizer_t *t, const s_corpus_t *c, ls_token_ids
 
 static void s_bench(const char *vocab, const s_corpus_t *c, double secs) {
     char err[512];
-    double t0 = s_now();
+    double t0 = bench_now();
     ls_tokenizer_t *t = refs_load(vocab, err, sizeof err);
     if (!t) {
         fprintf(stderr, "bench_tokenizer: %s\n", err);
         exit(1);
     }
-    double load = s_now() - t0;
+    double load = bench_now() - t0;
     ls_token_ids_t ids = {0};
     size_t tokens = s_encode_pass(t, c, &ids);
     size_t passes = 0;
-    t0 = s_now();
+    t0 = bench_now();
     do {
         s_encode_pass(t, c, &ids);
         passes++;
-    } while (s_now() - t0 < secs);
-    double warm = (s_now() - t0) / (double)passes;
+    } while (bench_now() - t0 < secs);
+    double warm = (bench_now() - t0) / (double)passes;
     // Cold: a fresh tokenizer (empty word cache) in a process that has already run, so the
     // figure is the merge work and not first-touch page faults.
     ls_tokenizer_destroy(&t);
     t = refs_load(vocab, err, sizeof err);
-    t0 = s_now();
+    t0 = bench_now();
     s_encode_pass(t, c, &ids);
-    double cold = s_now() - t0;
+    double cold = bench_now() - t0;
 
     // Every line's ids once, for the decoders.
     ls_token_ids_t *per = calloc(c->n, sizeof *per);
@@ -70,7 +65,7 @@ static void s_bench(const char *vocab, const s_corpus_t *c, double secs) {
         ls_tokenizer_encode(t, x, strlen(x), 0, &per[i], err, sizeof err);
     }
     size_t out_bytes = 0, dpasses = 0;
-    t0 = s_now();
+    t0 = bench_now();
     do {
         out_bytes = 0;
         for (size_t i = 0; i < c->n; i++) {
@@ -79,10 +74,10 @@ static void s_bench(const char *vocab, const s_corpus_t *c, double secs) {
             out_bytes += len;
         }
         dpasses++;
-    } while (s_now() - t0 < secs);
-    double dec = (s_now() - t0) / (double)dpasses;
+    } while (bench_now() - t0 < secs);
+    double dec = (bench_now() - t0) / (double)dpasses;
     size_t spasses = 0;
-    t0 = s_now();
+    t0 = bench_now();
     do {
         for (size_t i = 0; i < c->n; i++) {
             ls_detok_t *d = ls_detok_new(t, 0, NULL, 0);
@@ -94,8 +89,8 @@ static void s_bench(const char *vocab, const s_corpus_t *c, double secs) {
             ls_detok_destroy(&d);
         }
         spasses++;
-    } while (s_now() - t0 < secs);
-    double stream = (s_now() - t0) / (double)spasses;
+    } while (bench_now() - t0 < secs);
+    double stream = (bench_now() - t0) / (double)spasses;
     double mb = (double)c->bytes / 1e6;
     printf("%-7s load %6.0f ms | encode %6.1f MB/s (cold %5.1f) %5.2f M tok/s | decode %6.1f MB/s | "
            "stream %5.2f M tok/s | %.2f bytes/token\n",

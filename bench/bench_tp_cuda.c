@@ -28,6 +28,7 @@
 #include "llama3_8b.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "bench_util.h"
 
 #define N_SEQS 64
 #define RANK 16
@@ -49,12 +50,6 @@ typedef struct {
     s_group_t *g;
     int r;
 } s_rank_arg_t;
-
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int s_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -80,7 +75,7 @@ static double s_decode(s_group_t *g, int r, ls_backend_t *be, ls_model_t *m, ls_
     int n = WARM + g->steps;
     double t[256];
     for (int i = 0; i < n; i++) {
-        double t0 = s_now();
+        double t0 = bench_now();
         if (ls_model_forward(m, kv, pool, seqs, N_SEQS, g->err[r], sizeof g->err[r]) != N_SEQS)
             return -1;
         // rank 0 samples (which waits for the step); the others only wait, as their worker
@@ -89,7 +84,7 @@ static double s_decode(s_group_t *g, int r, ls_backend_t *be, ls_model_t *m, ls_
             snprintf(g->err[r], sizeof g->err[r], "sample/synchronize failed");
             return -1;
         }
-        t[i] = s_now() - t0;
+        t[i] = bench_now() - t0;
         for (int s = 0; s < N_SEQS; s++)
             seqs[s].start_pos++;
     }
@@ -108,7 +103,7 @@ static void *s_rank(void *arg) {
     ls_model_t *m = NULL;
     ls_lora_pool_t *pool = NULL;
     ls_kv_cache_t *kv = NULL;
-    double t0 = s_now();
+    double t0 = bench_now();
     if (!be || (g->size > 1 && !(comm = ls_comm_nccl_join(&g->id, r, be, 120000, err, errlen))) ||
         !(m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, be, comm, 1, NULL, NULL, err, errlen)))
         goto out;
@@ -143,7 +138,7 @@ static void *s_rank(void *arg) {
     if (!(kv = ls_kv_cache_new(m, N_SEQS * per_seq, BS, err, errlen)))
         goto out;
     if (r == 0)
-        g->load_s = s_now() - t0;
+        g->load_s = bench_now() - t0;
     for (int w = 0; w < 2; w++) {
         double t = s_decode(g, r, be, m, kv, pool, w ? lora : base, per_seq);
         if (t < 0)
