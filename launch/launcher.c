@@ -70,6 +70,7 @@ typedef struct {
 
 static s_pass_t s_pass[] = {
     {"model-path", 0, K_WORKER | K_REGISTRY | K_TOKENIZER | K_DETOKENIZER | K_GATEWAY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
+    {"load-format", 0, K_WORKER, "auto (the checkpoint) or dummy (random weights of config.json's shapes)", NULL, {0}},
     {"backend", 0, K_WORKER, "compute backend of the workers: cpu or cuda (default cpu)", NULL, {0}},
     {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY, "adapter slots: distinct adapters in one step (default 8)", NULL, {0}},
     {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served (default 64)", NULL, {0}},

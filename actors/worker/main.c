@@ -45,6 +45,7 @@
 typedef struct {
     // flags
     char *model_path;
+    char *load_format;  // auto (the checkpoint) or dummy (random weights of its config.json)
     char *backend_name;
     char *eviction;
     ls_strlist_t target_modules;
@@ -130,7 +131,11 @@ static int s_load_engine(ls_actor_t *a) {
     char err[1024];
     ls_info(0, "loading %s on %s%s", s_w.model_path, s_w.be->name, s_w.comm ? " (tensor-parallel shard)" : "");
     size_t last = (size_t)-1;
-    if (!(s_w.model = ls_model_load(s_w.model_path, s_w.be, s_w.comm, s_progress, &last, err, sizeof err))) {
+    // dummy: the shapes of config.json with random weights and no checkpoint, for benchmarks at
+    // real sizes; the seed is fixed so every rank of a group builds the same model.
+    int dummy = !strcmp(s_w.load_format, "dummy");
+    if (!(s_w.model = dummy ? ls_model_load_dummy(s_w.model_path, s_w.be, s_w.comm, 0, s_progress, &last, err, sizeof err)
+                            : ls_model_load(s_w.model_path, s_w.be, s_w.comm, s_progress, &last, err, sizeof err))) {
         ls_error(0, "cannot load the model: %s", err);
         return -1;
     }
@@ -220,6 +225,10 @@ static int s_start(ls_actor_t *a, void *state) {
     }
     if (s_w.tp_size < 1 || s_w.rank < 0 || s_w.rank >= s_w.tp_size || s_w.tp_timeout_ms < 1) {
         ls_error(0, "--rank %d must be within --tp-size %d, and --tp-timeout-ms positive", s_w.rank, s_w.tp_size);
+        return -1;
+    }
+    if (strcmp(s_w.load_format, "auto") != 0 && strcmp(s_w.load_format, "dummy") != 0) {
+        ls_error(0, "--load-format %s: auto or dummy", s_w.load_format);
         return -1;
     }
     bool cuda = strcmp(s_w.backend_name, "cuda") == 0;
@@ -649,6 +658,8 @@ static const ls_dispatch_t s_dispatch[] = {
 int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_STR("model-path", &s_w.model_path, NULL, "HF model directory (config.json + safetensors)"),
+        LS_FLAG_STR("load-format", &s_w.load_format, "auto",
+                    "auto (the checkpoint) or dummy (random weights of config.json's shapes, no checkpoint)"),
         LS_FLAG_STR("backend", &s_w.backend_name, "cpu", "compute backend: cpu or cuda (builds with nvcc)"),
         LS_FLAG_INT("device", &s_w.device, "-1", "GPU of the cuda backend (-1: the worker's rank)"),
         LS_FLAG_INT("kv-cache-mb", &s_w.kv_cache_mb, "256", "KV cache size when --kv-blocks is not given"),

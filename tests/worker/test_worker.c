@@ -324,6 +324,34 @@ static void test_min_new_tokens(void **unused) {
     assert_memory_equal(r->out, r->expected, sizeof(int32_t) * (size_t)(r->n_expected - 1));
 }
 
+// --load-format dummy: the config's shapes with random weights; a worker comes up on it (here
+// the qwen2 fixture's config: vocabulary 448) and says so with its WorkerInfo.
+static void test_load_format_dummy(void **unused) {
+    char peer[160], log[128];
+    snprintf(peer, sizeof peer, "--peer=scheduler=ipc://%s/sched.sock", s_dir);
+    snprintf(log, sizeof log, "%s/worker-dummy.log", s_dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        tu_child_dies_with_parent();
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        execl(LS_BIN_DIR "/loraserve-worker", "loraserve-worker", "--name=worker-dummy", peer,
+              "--model-path=" LS_FIXTURES_DIR "/qwen2/model", "--load-format=dummy", "--kv-blocks=16", "--threads=1",
+              (char *)NULL);
+        _exit(127);
+    }
+    ls_msg_t m;
+    s_recv(&m, LS_MSG_WORKER_INFO);
+    assert_int_equal(m.u.worker_info.vocab_size, 448);
+    assert_int_equal(m.u.worker_info.kv_blocks, 16);
+    ls_msg_clear(&m);
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_non_null(strstr(tu_read_file(log, NULL), "loading"));
+}
+
 int main(void) {
     alarm(170);
     const struct CMUnitTest tests[] = {
@@ -331,6 +359,7 @@ int main(void) {
         cmocka_unit_test(test_decode_mixed_batch),
         cmocka_unit_test(test_errors_keep_serving),
         cmocka_unit_test(test_min_new_tokens),
+        cmocka_unit_test(test_load_format_dummy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
