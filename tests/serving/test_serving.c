@@ -465,20 +465,27 @@ static void test_abort(void **unused) {
     s_stop();
 }
 
+// Starts a group of tp workers with the demo adapters, puts two long answers (ignore_eos) in
+// flight and SIGKILLs worker `victim` while they decode; their requests come back in r[2].
+static void s_kill_mid_decode(const char *const *extra, int tp, int victim, req_t *r[2]) {
+    s_start_tp(extra, tp);
+    s_load_demo_adapters();
+    r[0] = s_submit(&s_cases[1][0], NULL, 1, 200);
+    r[1] = s_submit(&s_cases[0][1], NULL, 1, 200);
+    while (r[0]->n_out < 2 && !s_done(r[0]))
+        s_pump();
+    assert_false(s_done(r[0]));
+    kill(s_worker_pids[victim], SIGKILL);
+    int status;
+    waitpid(s_worker_pids[victim], &status, 0);
+    s_worker_pids[victim] = -1;
+}
+
 static void test_worker_killed(void **unused) {
     const char *extra[] = {"w:--max-loras-per-batch=4", NULL};
-    s_start(extra);
-    s_load_demo_adapters();
-    // long answers (ignore_eos) that are still decoding when the worker dies
-    req_t *r1 = s_submit(&s_cases[1][0], NULL, 1, 200);
-    req_t *r2 = s_submit(&s_cases[0][1], NULL, 1, 200);
-    while (r1->n_out < 2 && !s_done(r1))
-        s_pump();
-    assert_false(s_done(r1));
-    kill(s_worker_pids[0], SIGKILL);
-    int status;
-    waitpid(s_worker_pids[0], &status, 0);
-    s_worker_pids[0] = -1;
+    req_t *r[2];
+    s_kill_mid_decode(extra, 1, 0, r);
+    req_t *r1 = r[0], *r2 = r[1];
     s_wait_all();  // within the 3 s step timeout, not never
     assert_int_equal(r1->finish, LS_FINISH_REASON_ERROR);
     assert_int_equal(r2->finish, LS_FINISH_REASON_ERROR);
@@ -533,17 +540,9 @@ static void test_tp_mixed_batch(void **unused) {
 
 static void test_tp_rank_killed(void **unused) {
     const char *extra[] = {"w:--max-loras-per-batch=4", "w:--tp-timeout-ms=2000", NULL};
-    s_start_tp(extra, 2);
-    s_load_demo_adapters();
-    req_t *r1 = s_submit(&s_cases[1][0], NULL, 1, 200);
-    req_t *r2 = s_submit(&s_cases[0][1], NULL, 1, 200);
-    while (r1->n_out < 2 && !s_done(r1))
-        s_pump();
-    assert_false(s_done(r1));
-    kill(s_worker_pids[1], SIGKILL);
-    int status;
-    waitpid(s_worker_pids[1], &status, 0);
-    s_worker_pids[1] = -1;
+    req_t *r[2];
+    s_kill_mid_decode(extra, 2, 1, r);
+    req_t *r1 = r[0], *r2 = r[1];
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     s_wait_all();
