@@ -24,6 +24,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "test_msg.h"
 #include "test_util.h"
 #include <czmq.h>
 
@@ -132,21 +133,13 @@ static int s_stop(void **unused) {
 }
 
 static void s_send(ls_msg_t *m) {
-    char *buf;
-    size_t len;
-    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
-    assert_int_equal(zsock_send(s_client, "b", buf, len), 0);
-    free(buf);
+    assert_int_equal(tm_send(s_client, m), 0);
     ls_msg_clear(m);
 }
 
 static int s_recv(ls_msg_t *m) {
-    zframe_t *f = zframe_recv(s_client);
-    if (!f)
+    if (tm_recv(s_client, m) < 0)
         fail_msg("the tokenizer did not answer (logs in %s/logs)", s_dir);
-    int rc = ls_msg_decode(zframe_data(f), zframe_size(f), m, NULL);
-    zframe_destroy(&f);
-    assert_int_equal(rc, 0);
     return m->type;
 }
 

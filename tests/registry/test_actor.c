@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "test_msg.h"
 #include "test_util.h"
 #include <czmq.h>
 
@@ -71,11 +72,7 @@ static void s_spawn(reg_proc_t *r, const char *const *extra) {
 }
 
 static void s_send(zsock_t *s, ls_msg_t *m) {
-    char *buf;
-    size_t len;
-    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
-    assert_int_equal(zsock_send(s, "b", buf, len), 0);
-    free(buf);
+    assert_int_equal(tm_send(s, m), 0);
     ls_msg_clear(m);
 }
 

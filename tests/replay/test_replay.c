@@ -38,6 +38,7 @@
 
 #include <cmocka.h>
 
+#include "test_msg.h"
 #include "test_util.h"
 #include <czmq.h>
 
@@ -84,20 +85,11 @@ static char *s_slurp(const char *path) {
     return buf;
 }
 
-static void s_send(zsock_t *sock, const ls_msg_t *m) {
-    char *buf;
-    size_t len;
-    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
-    assert_int_equal(zsock_send(sock, "b", buf, len), 0);
-    free(buf);
-}
+static void s_send(zsock_t *sock, const ls_msg_t *m) { assert_int_equal(tm_send(sock, m), 0); }
 
 static int s_recv(zsock_t *sock, ls_msg_t *m) {
-    zframe_t *f = zframe_recv(sock);
-    if (!f)
+    if (tm_recv(sock, m) < 0)
         fail_msg("no answer (logs in %s)", s_dir);
-    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), m, NULL), 0);
-    zframe_destroy(&f);
     return m->type;
 }
 

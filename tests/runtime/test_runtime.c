@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "test_msg.h"
 #include "test_util.h"
 
 #include "ls_actor.h"
@@ -60,23 +61,12 @@ static zsock_t *s_client(const char *endpoint) {
     return s;
 }
 
-static void s_client_send(zsock_t *s, const ls_msg_t *m) {
-    char *buf;
-    size_t len;
-    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
-    assert_int_equal(zsock_send(s, "b", buf, len), 0);
-    free(buf);
-}
+static void s_client_send(zsock_t *s, const ls_msg_t *m) { assert_int_equal(tm_send(s, m), 0); }
 
 static void s_client_send_raw(zsock_t *s, const void *data, size_t len) { assert_int_equal(zsock_send(s, "b", data, len), 0); }
 
-static void s_client_recv(zsock_t *s, ls_msg_t *m) {
-    zframe_t *f = zframe_recv(s);
-    assert_non_null(f);  // a timeout here means the actor never answered
-    ls_msgerr_t err;
-    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), m, &err), 0);
-    zframe_destroy(&f);
-}
+// A timeout here means the actor never answered.
+static void s_client_recv(zsock_t *s, ls_msg_t *m) { assert_int_equal(tm_recv(s, m), 0); }
 
 static void s_client_shutdown(zsock_t *s) {
     ls_msg_t m;

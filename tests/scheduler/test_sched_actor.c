@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "test_msg.h"
 #include "test_util.h"
 #include <czmq.h>
 
@@ -28,24 +29,10 @@
 static char s_dir[64];
 static char s_sched_ep[128], s_worker_ep[128];
 
-static void s_send(zsock_t *s, const ls_msg_t *m) {
-    char *buf;
-    size_t len;
-    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
-    assert_int_equal(zsock_send(s, "b", buf, len), 0);
-    free(buf);
-}
+static void s_send(zsock_t *s, const ls_msg_t *m) { assert_int_equal(tm_send(s, m), 0); }
 
 // Next message on a DEALER; 0 on timeout.
-static int s_recv(zsock_t *s, ls_msg_t *m) {
-    zframe_t *f = zframe_recv(s);
-    if (!f)
-        return 0;
-    int rc = ls_msg_decode(zframe_data(f), zframe_size(f), m, NULL);
-    zframe_destroy(&f);
-    assert_int_equal(rc, 0);
-    return 1;
-}
+static int s_recv(zsock_t *s, ls_msg_t *m) { return tm_recv(s, m) == 0; }
 
 // ---------------------------------------------------------------------------------------------
 // the fake worker
