@@ -12,8 +12,14 @@
 
     Printed: tokens/s and step time of each, the "decode ratio" (tokens/s over base), and
     for 32 adapters the bandwidth floor = base step + adapter bytes / copy bandwidth, with
-    the adapter bytes as the slot pool stores them (engine/lora_pool.c: fp32) and, for
-    reference, as bf16. The copy bandwidth is measured in the same run (2 GiB D2D memcpy,
+    the adapter bytes as the slot pool stores them (the model's dtype, bf16).
+
+    Adapter loads (lora_pool.h: pinned slot images, copies on the upload stream): the pinned
+    host-to-device bandwidth (1 GiB cudaMemcpyAsync from cudaMallocHost memory, best of 5),
+    one slot load alone (ls_lora_pool_assign + ls_lora_pool_wait, median of 8) as GB/s and as
+    a fraction of that bandwidth, and the 8-adapter decode step with a load into a slot the
+    step does not read started right before each step (PrefetchAdapter): step time against
+    the step alone, and the time until both the step and the load are done. The copy bandwidth is measured in the same run (2 GiB D2D memcpy,
     read + write). Median step time of STEPS steps after WARM warm-up steps.
 
     Usage: bench_decode_cuda [--steps N] [--ctx N]      Not a ctest; needs a GPU (~26 GB).
@@ -72,8 +78,38 @@ typedef struct {
     int steps, ctx, vocab;
 } s_bench_t;
 
+static double s_h2d_bw(void) {
+    size_t n = (size_t)1 << 30;
+    void *h, *d;
+    if (cudaMallocHost(&h, n) != cudaSuccess || cudaMalloc(&d, n) != cudaSuccess)
+        bench_die("bench_decode_cuda", "pinned bandwidth", "allocation failed");
+    memset(h, 1, n);
+    cudaStream_t st;
+    cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    double best = 1e30;
+    for (int i = 0; i < 5; i++) {
+        double t0 = bench_now();
+        cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, st);
+        cudaStreamSynchronize(st);
+        double t = bench_now() - t0;
+        best = t < best ? t : best;
+    }
+    cudaStreamDestroy(st);
+    cudaFreeHost(h);
+    cudaFree(d);
+    return (double)n / best / 1e9;
+}
+
+// A load into slot up_slot before each step, alternating between the two ids of up_ids
+// (each a full slot load: the adapter moves in); up_slot 0: none.
+typedef struct {
+    int slot;
+    const char *ids[2];
+    double done; // out: median seconds until both the step and the load are done
+} s_upload_t;
+
 // Median seconds per decode step with the sequences on the given slots.
-static double s_decode(const s_bench_t *b, const int32_t *slots) {
+static double s_decode(const s_bench_t *b, const int32_t *slots, s_upload_t *up) {
     char err[512];
     int per_seq = (b->ctx + WARM + b->steps + BS) / BS;
     ls_kv_cache_t *kv = ls_kv_cache_new(b->m, N_SEQS * per_seq, BS, err, sizeof err);
@@ -91,20 +127,29 @@ static double s_decode(const s_bench_t *b, const int32_t *slots) {
     }
     ls_sampling_batch_t sb = {.n_rows = N_SEQS, .params = params};
     int n = WARM + b->steps;
-    double *t = malloc(sizeof(double) * (size_t)n);
+    double *t = malloc(sizeof(double) * (size_t)n), *t_done = malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) {
         double t0 = bench_now();
+        if (up && ls_lora_pool_assign(b->pool, up->ids[i % 2], up->slot, err, sizeof err) != 0)
+            bench_die("bench_decode_cuda", "load during a step", err);
         if (ls_model_forward(b->m, kv, b->pool, seqs, N_SEQS, err, sizeof err) != N_SEQS)
             bench_die("bench_decode_cuda", "forward", err);
         if (ls_model_sample(b->m, &sb, tok, NULL, NULL, NULL) != 0)
             bench_die("bench_decode_cuda", "sample", "failed");
         t[i] = bench_now() - t0;
+        if (ls_lora_pool_wait(b->pool) != 0)
+            bench_die("bench_decode_cuda", "load", "failed");
+        t_done[i] = bench_now() - t0;
         for (int s = 0; s < N_SEQS; s++)
             seqs[s].start_pos++;
     }
     qsort(t + WARM, (size_t)b->steps, sizeof *t, s_cmp);
     double med = t[WARM + b->steps / 2];
+    qsort(t_done + WARM, (size_t)b->steps, sizeof *t_done, s_cmp);
+    if (up)
+        up->done = t_done[WARM + b->steps / 2];
     free(t);
+    free(t_done);
     ls_kv_cache_destroy(&kv);
     return med;
 }
@@ -131,7 +176,7 @@ int main(int argc, char **argv) {
         bench_die("bench_decode_cuda", "backend", err);
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
-    double bw = s_copy_bw();
+    double bw = s_copy_bw(), h2d = s_h2d_bw();
     double t0 = bench_now();
     b.m = ls_model_load_dummy(s_llama3_8b, be, NULL, 1, NULL, NULL, err, sizeof err);
     if (!b.m)
@@ -139,9 +184,9 @@ int main(int argc, char **argv) {
     const ls_model_config_t *cfg = ls_model_config(b.m);
     b.vocab = cfg->vocab_size;
     printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB bf16 "
-           "weights, loaded in %.1f s), KV %s, batch %d, %d cached tokens each, LoRA rank %d "
+           "weights, loaded in %.1f s), pinned host-to-device %.1f GB/s, KV %s, batch %d, %d cached tokens each, LoRA rank %d "
            "on all seven targets, median of %d steps\n", prop.name, bw,
-           (double)ls_model_weight_bytes(b.m) / 1e9, bench_now() - t0,
+           (double)ls_model_weight_bytes(b.m) / 1e9, bench_now() - t0, h2d,
            ls_dtype_name(ls_model_kv_dtype(b.m)), N_SEQS, b.ctx, RANK, b.steps);
     fflush(stdout);
 
@@ -191,14 +236,28 @@ int main(int argc, char **argv) {
     }
     if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s8, err, sizeof err) != 0)
         bench_die("bench_decode_cuda", "prepare 8", err);
-    double t_base = s_decode(&b, base);
-    double t8 = s_decode(&b, s8);
+    double t_base = s_decode(&b, base, NULL);
+    double t8 = s_decode(&b, s8, NULL);
     for (int s = 0; s < N_SEQS; s++)
         seq_ids[s] = ids[s % 32];
     if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s32, err, sizeof err) != 0)
         bench_die("bench_decode_cuda", "prepare 32", err);
-    double t32 = s_decode(&b, s32);
-    double t_base2 = s_decode(&b, base); // again, for the spread
+    double t32 = s_decode(&b, s32, NULL);
+    double t_base2 = s_decode(&b, base, NULL); // again, for the spread
+
+    // slot loads: ids 30 and 31 take turns in id31's slot, which the 8-adapter step (ids
+    // 0..7, their slots unchanged by the 32-adapter prepare) does not read
+    s_upload_t up = {ls_lora_pool_slot_of(b.pool, ids[31]), {ids[30], ids[31]}, 0};
+    double slot_bytes = adapter_elems * (double)slot_elem, tl[8];
+    for (int i = 0; i < 8; i++) {
+        double t1 = bench_now();
+        if (ls_lora_pool_assign(b.pool, up.ids[i % 2], up.slot, err, sizeof err) != 0 ||
+            ls_lora_pool_wait(b.pool) != 0)
+            bench_die("bench_decode_cuda", "slot load", err);
+        tl[i] = bench_now() - t1;
+    }
+    qsort(tl, 8, sizeof *tl, s_cmp);
+    double t_load = tl[4], t8_up = s_decode(&b, s8, &up);
 
     double floor32 = t_base + 32.0 * adapter_elems * (double)slot_elem / (bw * 1e9);
     printf("\n%-34s %9s %10s %8s\n", "workload", "step ms", "tokens/s", "ratio");
@@ -213,6 +272,14 @@ int main(int argc, char **argv) {
     printf("decode ratio, 32 distinct adapters: %.3f; bandwidth floor %.3f ms (base %.3f ms + "
            "%.2f GB of adapter slots / %.0f GB/s): step is %.2fx the floor (target <= 1.10)\n", t_base / t32,
            1e3 * floor32, 1e3 * t_base, 32.0 * adapter_elems * (double)slot_elem / 1e9, bw, t32 / floor32);
+    printf("\nadapter slot load (rank %d, seven targets, %s): %.1f MB in %.3f ms = %.1f GB/s, "
+           "%.0f%% of pinned host-to-device %.1f GB/s (target >= 80%%)\n", RANK,
+           ls_dtype_name(ls_model_config(b.m)->torch_dtype), slot_bytes / 1e6, 1e3 * t_load,
+           slot_bytes / t_load / 1e9, 100.0 * slot_bytes / t_load / 1e9 / h2d, h2d);
+    printf("load overlapping a decode step (8 distinct adapters, load into a slot the step "
+           "does not read): step %.3f ms alone, %.3f ms with the load (%+.1f%%); step and load "
+           "done after %.3f ms (serial would be %.3f ms)\n", 1e3 * t8, 1e3 * t8_up,
+           100.0 * (t8_up / t8 - 1), 1e3 * up.done, 1e3 * (t8 + t_load));
     free(ranks);
     ls_lora_pool_destroy(&b.pool);
     ls_model_destroy(&b.m);

@@ -20,6 +20,8 @@
                  expand per slice (y_seg += tmp . B^T, fp32 accumulate)
       no-pdl     ours without programmatic dependent launch (whole step only)
       u8         ours with 8 loads in flight per lane instead of 4 (shrink and expand)
+      fused      ls_cu_lora_fused under impl 4: shrink and expand in one kernel, a cluster
+                 per tile, tmp on chip (the engine's default fused op is shrink + expand)
       grouped    cublasGemmGroupedBatchedEx: one call for all shrinks, one for all expands
                  (CUDA 13.0 refuses bf16 x bf16 -> fp32 C there, status 15, so its y is a
                  bf16 copy: half the y bytes of the others, counted as for the others)
@@ -259,14 +261,24 @@ static void gdata_free(gdata_t &d) {
 
 // --- implementations -------------------------------------------------------------------------
 
-enum { I_OURS, I_V1, I_LOOP, I_GROUPED, I_NOPDL, I_U8, I_COUNT };
-static const char *IMPL[I_COUNT] = {"ours", "v1", "loop", "grouped", "no-pdl", "u8"};
+enum { I_OURS, I_V1, I_LOOP, I_GROUPED, I_NOPDL, I_U8, I_FUSED, I_COUNT };
+static const char *IMPL[I_COUNT] = {"ours", "v1", "loop", "grouped", "no-pdl", "u8", "fused"};
 static int g_grouped_ok = 1;
 
 static void run_ours(const gdata_t &d, int set, int impl) {
-    ls_cu_lora_set_impl(impl == I_V1 ? 1 : impl == I_NOPDL ? 2 : impl == I_U8 ? 3 : 0);
+    ls_cu_lora_set_impl(impl == I_V1      ? 1
+                        : impl == I_NOPDL ? 2
+                        : impl == I_U8    ? 3
+                        : impl == I_FUSED ? 4
+                                          : 0);
     const group_t &g = *d.g;
     int ns = g.n_slices, r = d.r;
+    if (impl == I_FUSED) {
+        CK(ls_cu_lora_fused(d.y, d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16,
+                            d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles, r, NULL,
+                            d.scal, d.off, g.in, ns, r, g_st));
+        return;
+    }
     CK(ls_cu_lora_shrink(d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16, d.tiles, d.n_tiles, r,
                          NULL, g.in, ns, r, g_st));
     CK(ls_cu_lora_expand(d.y, d.tmp, d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles,
@@ -341,7 +353,7 @@ static void run_grouped(const gdata_t &d, const batch_t &b, int set) {
 }
 
 static void run_impl(const gdata_t &d, const batch_t &b, int set, int impl) {
-    if (impl == I_OURS || impl == I_V1 || impl == I_NOPDL || impl == I_U8)
+    if (impl == I_OURS || impl == I_V1 || impl == I_NOPDL || impl == I_U8 || impl == I_FUSED)
         run_ours(d, set, impl);
     else if (impl == I_LOOP)
         run_loop(d, b, set);
@@ -401,7 +413,8 @@ static void print_row(const char *what, const char *mix, int r, int T, int segs,
 }
 
 struct summary_t {
-    double op_ours, op_v1, step_ours, step_v1, step_grouped, step_us, step_mb;
+    double op_ours, op_v1, op_fused, step_ours, step_v1, step_grouped, step_fused, step_us,
+        step_mb;
 };
 static summary_t g_sum;
 
@@ -427,6 +440,8 @@ static void single_op(int gi, int r, int T, int mix, bool all_impls) {
                 g_sum.op_ours = us;
             if (impl == I_V1)
                 g_sum.op_v1 = us;
+            if (impl == I_FUSED)
+                g_sum.op_fused = us;
         }
     }
     ls_cu_lora_set_impl(0);
@@ -501,6 +516,8 @@ static void whole_step(int r, int T, int mix) {
                 g_sum.step_v1 = us;
             if (impl == I_GROUPED)
                 g_sum.step_grouped = us;
+            if (impl == I_FUSED)
+                g_sum.step_fused = us;
         }
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
@@ -555,11 +572,15 @@ int main(int argc, char **argv) {
     printf("qkv op        ours %.1f us (%.1f%% of bw)   v1 %.1f us (%.1f%%)\n", g_sum.op_ours,
            100 * qb / g_sum.op_ours / 1e3 / g_bw, g_sum.op_v1,
            100 * qb / g_sum.op_v1 / 1e3 / g_bw);
+    printf("qkv op        fused %.1f us (%.1f%% of bw)\n", g_sum.op_fused,
+           100 * qb / g_sum.op_fused / 1e3 / g_bw);
     printf("whole step    ours %.1f us (%.1f%% of bw)   v1 %.1f us (%.1f%%)   grouped %.1f us "
            "(%.1f%%), %.0f MB\n", g_sum.step_ours,
            1e5 * g_sum.step_mb / g_sum.step_ours / g_bw, g_sum.step_v1,
            1e5 * g_sum.step_mb / g_sum.step_v1 / g_bw, g_sum.step_grouped,
            g_sum.step_grouped > 0 ? 1e5 * g_sum.step_mb / g_sum.step_grouped / g_bw : 0.0,
            g_sum.step_mb);
+    printf("whole step    fused %.1f us (%.1f%% of bw)\n", g_sum.step_fused,
+           1e5 * g_sum.step_mb / g_sum.step_fused / g_bw);
     return 0;
 }

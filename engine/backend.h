@@ -20,7 +20,10 @@
 
     Ordering: ops run in call order on one stream. Uploads are complete when they return
     (a device backend may stage them); downloads, sample and synchronize wait for all
-    queued work. Ops report no errors (shape errors are programmer errors and assert);
+    queued work. The one exception is buffer_upload_async (LoRA slot loads): a copy on a
+    second stream, ordered after the ops queued before it and running alongside those queued
+    after it, tracked by an event that later ops wait on (event_wait) only where they read
+    what it wrote; so a slot load overlaps the running step. Ops report no errors (shape errors are programmer errors and assert);
     device faults surface as -1 from synchronize, download or sample.
 */
 #ifndef LS_BACKEND_H
@@ -35,10 +38,14 @@
 
 // A backend buffer. Fields are read-only outside the backend that made it.
 typedef struct {
-    ls_dtype_t dtype; // as requested; storage is the backend's choice (CPU: always f32)
-    size_t n;         // elements
-    void *data;       // backend storage (host memory on CPU, device memory on CUDA)
+    ls_dtype_t dtype;   // as requested
+    size_t n;           // elements
+    void *data;         // backend storage (host memory on CPU, device memory on CUDA)
+    ls_dtype_t storage; // element type of data, the backend's choice (CPU: always f32)
 } ls_buffer_t;
+
+// Completion of asynchronous uploads, made by the backend (opaque).
+typedef struct ls_event ls_event_t;
 
 // A place in a buffer: offsets count elements, never bytes, so they hold whatever the
 // backend's storage type.
@@ -85,6 +92,26 @@ struct ls_backend {
     void (*buffer_zero)(ls_backend_t *self, ls_view_t dst, size_t n);
     int (*synchronize)(ls_backend_t *self);
 
+    // -- asynchronous uploads (the LoRA slot pool) ------------------------------------
+    // Host memory the device copies from at full speed (pinned on CUDA, malloc on CPU);
+    // NULL on failure.
+    void *(*host_alloc)(ls_backend_t *self, size_t bytes);
+    void (*host_free)(ls_backend_t *self, void *p);
+    // NULL on failure. An event never recorded counts as complete.
+    ls_event_t *(*event_new)(ls_backend_t *self);
+    void (*event_free)(ls_backend_t *self, ls_event_t *ev);
+    // Copies rows x n elements from src (host_alloc memory, dst's storage dtype, rows packed)
+    // to dst, rows dst_stride elements apart, then records ev (NULL: none). Ordered after
+    // every op queued before it (it never overwrites what a queued op still reads); ops
+    // queued after it do not wait for it unless they event_wait. src must stay untouched
+    // until ev completes. -1 when the copy could not be queued.
+    int (*buffer_upload_async)(ls_backend_t *self, ls_view_t dst, size_t dst_stride,
+                               const void *src, size_t n, size_t rows, ls_event_t *ev);
+    // Ops queued from now on start after the uploads ev last recorded; the host goes on.
+    void (*event_wait)(ls_backend_t *self, ls_event_t *ev);
+    // The host waits for the uploads ev last recorded; -1 on a device fault.
+    int (*event_sync)(ls_backend_t *self, ls_event_t *ev);
+
     // -- per-step metadata: copied once, read by the "step" ops below ----------------
     int (*step_begin)(ls_backend_t *self, const ls_step_t *step);
 
@@ -124,6 +151,13 @@ struct ls_backend {
     // slice_offsets (n_slices+1) is host memory, small enough to pass by value to a kernel
     void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
                         const int32_t *slice_offsets, int n_slices, int r_max);
+    // step: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
+    // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp. tmp
+    // (T, n_slices*r_max) is scratch the backend may use or leave alone (a device backend
+    // keeps the intermediate on chip): its contents afterwards are unspecified.
+    void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                       ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
+                       int in, int n_slices, int r_max);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued

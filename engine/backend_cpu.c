@@ -78,7 +78,7 @@ static ls_buffer_t *s_buffer_new(ls_backend_t *self, ls_dtype_t dtype, size_t n)
         free(data);
         return NULL;
     }
-    *buf = (ls_buffer_t){dtype, n, data};
+    *buf = (ls_buffer_t){dtype, n, data, LS_DTYPE_F32};
     return buf;
 }
 
@@ -119,6 +119,43 @@ static void s_buffer_zero(ls_backend_t *self, ls_view_t dst, size_t n) {
 }
 
 static int s_synchronize(ls_backend_t *self) {
+    return 0;
+}
+
+// Asynchronous uploads run at once: every op runs when called, so there is nothing to wait
+// for and nothing to overlap; the event is a token that is always complete.
+struct ls_event {
+    char unused;
+};
+
+static void *s_host_alloc(ls_backend_t *self, size_t bytes) {
+    return malloc(bytes ? bytes : 1);
+}
+
+static void s_host_free(ls_backend_t *self, void *p) {
+    free(p);
+}
+
+static ls_event_t *s_event_new(ls_backend_t *self) {
+    return calloc(1, sizeof(ls_event_t));
+}
+
+static void s_event_free(ls_backend_t *self, ls_event_t *ev) {
+    free(ev);
+}
+
+static int s_buffer_upload_async(ls_backend_t *self, ls_view_t dst, size_t dst_stride,
+                                 const void *src, size_t n, size_t rows, ls_event_t *ev) {
+    assert(rows == 0 || dst.off + (rows - 1) * dst_stride + n <= dst.buf->n);
+    for (size_t i = 0; i < rows; i++)
+        memcpy(s_f32(dst) + i * dst_stride, (const float *)src + i * n, n * sizeof(float));
+    return 0;
+}
+
+static void s_event_wait(ls_backend_t *self, ls_event_t *ev) {
+}
+
+static int s_event_sync(ls_backend_t *self, ls_event_t *ev) {
     return 0;
 }
 
@@ -226,6 +263,15 @@ static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_vie
                    r_max);
 }
 
+static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                         ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
+                         int in, int n_slices, int r_max) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    assert(st->lora && n_slices <= LS_LORA_MAX_SLICES);
+    ls_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool), st->lora,
+                  slice_offsets, in, n_slices, r_max);
+}
+
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
     const ls_step_t *st = &s_cpu(self)->step;
     ls_rows_gather(s_f32(out), s_f32(x), st->logit_rows, st->n_logit_rows, C);
@@ -258,6 +304,13 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .buffer_download = s_buffer_download,
         .buffer_zero = s_buffer_zero,
         .synchronize = s_synchronize,
+        .host_alloc = s_host_alloc,
+        .host_free = s_host_free,
+        .event_new = s_event_new,
+        .event_free = s_event_free,
+        .buffer_upload_async = s_buffer_upload_async,
+        .event_wait = s_event_wait,
+        .event_sync = s_event_sync,
         .step_begin = s_step_begin,
         .embedding = s_embedding,
         .matmul = s_matmul,
@@ -270,6 +323,7 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .attention = s_attention,
         .lora_shrink = s_lora_shrink,
         .lora_expand = s_lora_expand,
+        .lora_fused = s_lora_fused,
         .rows_gather = s_rows_gather,
         .sample = s_sample,
     };

@@ -7,10 +7,17 @@
     nothing. Scratch arrays grow on demand; growing one synchronizes the stream first,
     since queued work may still read the old block.
 
+    Asynchronous uploads (the slot pool's loads) go on a second stream, `upload`: each one
+    first waits on an event recorded on the compute stream at the call (so it never
+    overwrites a slot that queued work still reads), then copies with cudaMemcpy2DAsync from
+    pinned memory, then records the caller's event. event_wait puts that event in front of
+    the compute stream's next ops once; an event the compute stream already waited on is
+    not waited on again (one compute stream: its later work is ordered anyway).
+
     Known limits (next session): scratch growth and the per-step grid sizes (tiles, tokens)
-    make steps unfit for CUDA graph capture as is; uploads synchronize the stream (so the
-    caller may reuse pinned sources at once), adapter uploads will get their own stream in
-    the slot pool; one device per process (ls_backend_cuda_new sets the current device).
+    make steps unfit for CUDA graph capture as is; buffer_upload synchronizes the stream (so
+    the caller may reuse its source at once); one device per process (ls_backend_cuda_new
+    sets the current device).
 */
 #include <assert.h>
 #include <math.h>
@@ -38,6 +45,8 @@ typedef struct {
 typedef struct {
     int device;
     cudaStream_t stream;
+    cudaStream_t upload;   // buffer_upload_async
+    cudaEvent_t queued;    // compute work queued before an async upload
     cublasHandle_t blas;
     cudaError_t sticky; // first error seen; cudaSuccess while all is well
     int blas_failed;
@@ -156,6 +165,12 @@ static void s_free(ls_backend_t *self) {
         cudaEventDestroy(c->meta_done);
     if (c->blas)
         cublasDestroy(c->blas);
+    if (c->upload) {
+        cudaStreamSynchronize(c->upload);
+        cudaStreamDestroy(c->upload);
+    }
+    if (c->queued)
+        cudaEventDestroy(c->queued);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);
@@ -177,13 +192,16 @@ static ls_buffer_t *s_buffer_new(ls_backend_t *self, ls_dtype_t dtype, size_t n)
     buf->dtype = dtype;
     buf->n = n;
     buf->data = data;
+    buf->storage = dtype;
     return buf;
 }
 
 static void s_buffer_free(ls_backend_t *self, ls_buffer_t *buf) {
+    s_cuda_t *c = s_ctx(self);
     if (!buf)
         return;
-    s_note(s_ctx(self), cudaStreamSynchronize(s_ctx(self)->stream));
+    s_note(c, cudaStreamSynchronize(c->stream));
+    s_note(c, cudaStreamSynchronize(c->upload)); // an async upload may still write into it
     cudaFree(buf->data);
     free(buf);
 }
@@ -251,6 +269,77 @@ static void s_buffer_zero(ls_backend_t *self, ls_view_t dst, size_t n) {
 static int s_synchronize(ls_backend_t *self) {
     s_cuda_t *c = s_ctx(self);
     s_note(c, cudaStreamSynchronize(c->stream));
+    return c->sticky == cudaSuccess ? 0 : -1;
+}
+
+// -- asynchronous uploads -------------------------------------------------------------------
+
+struct ls_event {
+    cudaEvent_t e;
+    int pending; // recorded since the compute stream last waited on it
+};
+
+static void *s_host_alloc(ls_backend_t *self, size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError(); // an allocation failure is not sticky
+        return NULL;
+    }
+    return p;
+}
+
+static void s_host_free(ls_backend_t *self, void *p) {
+    cudaFreeHost(p);
+}
+
+static ls_event_t *s_event_new(ls_backend_t *self) {
+    ls_event_t *ev = (ls_event_t *)calloc(1, sizeof *ev);
+    if (ev && cudaEventCreateWithFlags(&ev->e, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        free(ev);
+        return NULL;
+    }
+    return ev;
+}
+
+static void s_event_free(ls_backend_t *self, ls_event_t *ev) {
+    if (!ev)
+        return;
+    cudaEventSynchronize(ev->e);
+    cudaEventDestroy(ev->e);
+    free(ev);
+}
+
+static int s_buffer_upload_async(ls_backend_t *self, ls_view_t dst, size_t dst_stride,
+                                 const void *src, size_t n, size_t rows, ls_event_t *ev) {
+    s_cuda_t *c = s_ctx(self);
+    assert(dst.buf && (rows == 0 || dst.off + (rows - 1) * dst_stride + n <= dst.buf->n));
+    size_t es = s_esize(dst.buf->dtype);
+    cudaError_t e;
+    if ((e = cudaEventRecord(c->queued, c->stream)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(c->upload, c->queued, 0)) != cudaSuccess ||
+        (rows && (e = cudaMemcpy2DAsync(s_ptr(dst), dst_stride * es, src, n * es, n * es, rows,
+                                        cudaMemcpyHostToDevice, c->upload)) != cudaSuccess) ||
+        (ev && (e = cudaEventRecord(ev->e, c->upload)) != cudaSuccess)) {
+        s_note(c, e);
+        return -1;
+    }
+    if (ev)
+        ev->pending = 1;
+    return 0;
+}
+
+static void s_event_wait(ls_backend_t *self, ls_event_t *ev) {
+    s_cuda_t *c = s_ctx(self);
+    if (!ev->pending)
+        return;
+    s_note(c, cudaStreamWaitEvent(c->stream, ev->e, 0));
+    ev->pending = 0;
+}
+
+static int s_event_sync(ls_backend_t *self, ls_event_t *ev) {
+    s_cuda_t *c = s_ctx(self);
+    s_note(c, cudaEventSynchronize(ev->e));
     return c->sticky == cudaSuccess ? 0 : -1;
 }
 
@@ -488,6 +577,18 @@ static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_vie
                                 r_max, c->stream));
 }
 
+static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                         ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
+                         int in, int n_slices, int r_max) {
+    s_cuda_t *c = s_ctx(self);
+    assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
+    assert(c->max_rank <= r_max);
+    s_note(c, ls_cu_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool),
+                               s_ptr(b_pool), s_dt(b_pool), c->tiles, c->n_tiles,
+                               c->max_rank, c->perm, c->scalings, slice_offsets, in,
+                               n_slices, r_max, c->stream));
+}
+
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
     s_cuda_t *c = s_ctx(self);
     s_note(c, ls_cu_rows_gather(s_f32(out), s_f32(x), c->logit_rows, c->n_logit_rows, C,
@@ -669,6 +770,8 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     c->device = device;
     if ((e = cudaSetDevice(device)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&c->upload, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->queued, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->meta_done, cudaEventDisableTiming)) != cudaSuccess) {
         ls_err_set(err, errlen, "cuda: device %d: %s", device, cudaGetErrorString(e));
         s_free(self);
@@ -694,6 +797,13 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->buffer_download = s_buffer_download;
     self->buffer_zero = s_buffer_zero;
     self->synchronize = s_synchronize;
+    self->host_alloc = s_host_alloc;
+    self->host_free = s_host_free;
+    self->event_new = s_event_new;
+    self->event_free = s_event_free;
+    self->buffer_upload_async = s_buffer_upload_async;
+    self->event_wait = s_event_wait;
+    self->event_sync = s_event_sync;
     self->step_begin = s_step_begin;
     self->embedding = s_embedding;
     self->matmul = s_matmul;
@@ -706,6 +816,7 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->attention = s_attention;
     self->lora_shrink = s_lora_shrink;
     self->lora_expand = s_lora_expand;
+    self->lora_fused = s_lora_fused;
     self->rows_gather = s_rows_gather;
     self->sample = s_sample;
     return self;

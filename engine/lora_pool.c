@@ -9,9 +9,18 @@
     Time is a tick counter bumped by every add and prepare: LRU compares the tick of last
     use, FIFO the tick of loading (into the slot, or into the CPU tier).
 
-    Known limit: a slot upload sends the whole r_max-padded A and B blocks (zeros past the
-    adapter's rank included), so an adapter of rank r costs r_max/r times its own bytes on
-    the bus; a device backend with 2-D copies could send only the used columns.
+    The CPU tier stores each adapter as its slot image: for every enabled group, A then B,
+    each (L, slot block) in the slots' storage dtype with the r_max padding, the folded
+    scalings and the rank's shard already applied, in host_alloc (pinned) memory. A slot load
+    is then one strided copy per group and A/B (8 with all targets; the slot's block of
+    layer l sits l * n_slots blocks into the buffer) on the backend's upload stream, and the
+    slot's event records its end. The forward waits on the events of the slots its step
+    reads (ls_lora_pool_step_wait), nothing else, so a load into another slot overlaps it.
+    Host copies are freed only after every upload in flight (one of them may read it).
+
+    Known limit: the slot image holds the whole r_max-padded A and B blocks (zeros past the
+    adapter's rank included), so an adapter of rank r costs r_max/r times its own bytes in
+    host memory and on the bus; a 3-D copy could send only the used rows and columns.
 */
 #include "lora_pool.h"
 
@@ -37,9 +46,8 @@ static const struct {
 
 typedef struct {
     char *id;              // NULL: free entry
-    ls_adapter_t *adapter;
+    void *host;            // slot image (host_n elements of the slots' storage dtype)
     bool pinned;
-    bool uniform;          // every module has the same scaling
     int rank;              // the slot rank: the adapter's largest module rank
     float scaling;         // the slot scaling: the common one, or 1 when folded into B
     int slot;              // -1 when not resident
@@ -66,6 +74,12 @@ struct ls_lora_pool {
     ls_lora_group_shape_t shape[LS_LORA_GROUP_COUNT];
     ls_buffer_t *a[LS_LORA_GROUP_COUNT];    // (L, n_slots, n_slices*r_max, in), NULL: off
     ls_buffer_t *b[LS_LORA_GROUP_COUNT];    // (L, n_slots, out_total, r_max)
+    size_t host_a[LS_LORA_GROUP_COUNT];     // element offsets of A (L, a block) and
+    size_t host_b[LS_LORA_GROUP_COUNT];     // B (L, b block) in a slot image
+    size_t host_n;                          // elements of a slot image
+    ls_dtype_t storage;                     // the slots' storage dtype (the backend's)
+    size_t esize;                           // its bytes per element
+    ls_event_t **events;                    // (n_slots) end of each slot's last load
     s_entry_t *entries;                     // (max_loaded_loras)
     s_slot_t *slots;                        // (n_slots)
     int32_t *ranks;                         // (n_slots)
@@ -140,8 +154,11 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
     self->cur = calloc((size_t)n_slots, sizeof *self->cur);
     self->next = calloc((size_t)n_slots, sizeof *self->next);
+    self->events = calloc((size_t)n_slots, sizeof *self->events);
     bool ok = self->entries && self->slots && self->ranks && self->scalings && self->cur &&
-              self->next;
+              self->next && self->events;
+    for (int w = 0; ok && w < n_slots; w++)
+        ok = (self->events[w] = be->event_new(be)) != NULL;
     for (int i = 0; ok && i < pc->max_loaded_loras; i++)
         self->entries[i].slot = -1;
     for (int w = 0; ok && w < n_slots; w++)
@@ -168,6 +185,11 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         self->b[g] = be->buffer_new(be, cfg->torch_dtype, (size_t)L * n_slots * bn);
         ok = self->a[g] && self->b[g];
         if (ok) {
+            self->storage = self->a[g]->storage;
+            self->esize = ls_dtype_size(self->storage);
+            self->host_a[g] = self->host_n;
+            self->host_b[g] = self->host_a[g] + (size_t)L * an;
+            self->host_n = self->host_b[g] + (size_t)L * bn;
             // zero, so that slot 0 and never-filled slots hold finite values a kernel
             // that ignores the rank-0 rule would still read harmlessly
             be->buffer_zero(be, ls_view(self->a[g], 0), self->a[g]->n);
@@ -187,9 +209,21 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     return self;
 }
 
-static void s_entry_clear(s_entry_t *e) {
+int ls_lora_pool_wait(ls_lora_pool_t *self) {
+    int rc = 0;
+    for (int w = 0; self->events && w < self->n_slots; w++)
+        if (self->events[w] && self->be->event_sync(self->be, self->events[w]) != 0)
+            rc = -1;
+    return rc;
+}
+
+// Frees entry e's id and host copy; an upload in flight may still read the copy.
+static void s_entry_clear(ls_lora_pool_t *self, s_entry_t *e) {
+    if (e->host) {
+        ls_lora_pool_wait(self);
+        self->be->host_free(self->be, e->host);
+    }
     free(e->id);
-    ls_adapter_destroy(&e->adapter);
     *e = (s_entry_t){.slot = -1};
 }
 
@@ -197,8 +231,9 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
     if (!self_p || !*self_p)
         return;
     ls_lora_pool_t *self = *self_p;
+    ls_lora_pool_wait(self);
     for (int i = 0; self->entries && i < self->pc.max_loaded_loras; i++)
-        s_entry_clear(&self->entries[i]);
+        s_entry_clear(self, &self->entries[i]);
     for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
         if (self->a[g])
             self->be->buffer_free(self->be, self->a[g]);
@@ -211,6 +246,10 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
     free(self->scalings);
     free(self->cur);
     free(self->next);
+    for (int w = 0; self->events && w < self->n_slots; w++)
+        if (self->events[w])
+            self->be->event_free(self->be, self->events[w]);
+    free(self->events);
     free(self->stage_a);
     free(self->stage_b);
     free(self);
@@ -249,7 +288,7 @@ static void s_entry_drop(ls_lora_pool_t *self, int e) {
     for (int i = 0; i < self->n_cur; i++)
         if (self->cur[i] == e)
             self->cur[i--] = self->cur[--self->n_cur];
-    s_entry_clear(&self->entries[e]);
+    s_entry_clear(self, &self->entries[e]);
 }
 
 // Names the targets in mask, "q_proj, v_proj", into buf.
@@ -261,6 +300,60 @@ static const char *s_target_list(unsigned mask, char *buf, size_t len) {
             n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "",
                                   ls_target_name((ls_target_t)t));
     return buf;
+}
+
+// Narrows n fp32 values to the slots' storage dtype (rounding to nearest even, as a
+// device-side conversion would).
+static void s_store(const ls_lora_pool_t *self, void *dst, const float *src, size_t n) {
+    ls_dtype_t dt = self->storage;
+    if (dt == LS_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++)
+        h[i] = dt == LS_DTYPE_BF16 ? ls_bf16_from_f32(src[i]) : ls_f16_from_f32(src[i]);
+}
+
+// Writes the slot image of adapter (see the top of this file) into host, layer by layer and
+// group by group, through the fp32 staging blocks (zero padding, folded scalings and the
+// rank's shard are made there).
+static void s_image(ls_lora_pool_t *self, char *host, const ls_adapter_t *adapter,
+                    bool uniform) {
+    int r_max = self->pc.max_lora_rank, L = self->cfg.num_hidden_layers;
+    for (int l = 0; l < L; l++) {
+        for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+            if (!self->a[g])
+                continue;
+            const ls_lora_group_shape_t *s = &self->shape[g];
+            size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
+            memset(self->stage_a, 0, an * sizeof(float));
+            memset(self->stage_b, 0, bn * sizeof(float));
+            for (int k = 0; k < s->n_slices; k++) {
+                ls_target_t t = s_group_def[g].t[k];
+                const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
+                const s_window_t *win = &self->win[t];
+                int r = lw->rank, off = s->slice_offsets[k], in_all, out_all;
+                if (r == 0)
+                    continue;
+                ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
+                // A (r, in_all), columns in0.. -> rows k*r_max .. k*r_max + r - 1
+                for (int j = 0; j < r; j++)
+                    memcpy(self->stage_a + ((size_t)k * r_max + j) * s->in,
+                           lw->A + (size_t)j * in_all + win->in0, (size_t)s->in * sizeof(float));
+                // B (out_all, r), rows out0.. -> rows off.., columns 0..r-1 of (out_total, r_max)
+                float fold = uniform ? 1.0f : lw->scaling;
+                for (int o = 0; o < win->n_out; o++)
+                    for (int j = 0; j < r; j++)
+                        self->stage_b[(size_t)(off + o) * r_max + j] =
+                            lw->B[(size_t)(win->out0 + o) * r + j] * fold;
+            }
+            s_store(self, host + (self->host_a[g] + (size_t)l * an) * self->esize,
+                    self->stage_a, an);
+            s_store(self, host + (self->host_b[g] + (size_t)l * bn) * self->esize,
+                    self->stage_b, bn);
+        }
+    }
 }
 
 // A CPU-tier victim: not pinned, not in the batch last prepared; LRU: least recently
@@ -322,6 +415,30 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapte
                    id, self->pc.max_loras_per_batch - 1);
         return -1;
     }
+    bool uniform = true, first = true;
+    float scaling = 0.0f;
+    for (int l = 0; l < self->cfg.num_hidden_layers; l++)
+        for (int t = 0; t < LS_TARGET_COUNT; t++) {
+            const ls_lora_weights_t *w = ls_adapter_layer_target(*adapter, l, t);
+            if (w->rank == 0)
+                continue;
+            if (first)
+                scaling = w->scaling;
+            uniform &= first || w->scaling == scaling;
+            first = false;
+        }
+    // the slot image first: a failed allocation leaves the tier as it was
+    char *copy = strdup(id);
+    void *host = self->be->host_alloc(self->be, self->host_n * self->esize);
+    if (!copy || !host) {
+        free(copy);
+        if (host)
+            self->be->host_free(self->be, host);
+        ls_err_set(err, errlen, "LoRA pool: out of %s host memory for adapter \"%s\" (%.1f MB)",
+                   self->be->name, id, (double)(self->host_n * self->esize) / 1e6);
+        return -1;
+    }
+    s_image(self, host, *adapter, uniform);
     if (free_e < 0) {
         free_e = s_cpu_victim(self);
         if (free_e < 0) {
@@ -329,6 +446,8 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapte
                        "LoRA pool: cannot load adapter \"%s\": the CPU tier holds "
                        "max_loaded_loras (%d) adapters and each is pinned or in the current "
                        "batch", id, self->pc.max_loaded_loras);
+            free(copy);
+            self->be->host_free(self->be, host);
             return -1;
         }
         if (evicted && evicted_len)
@@ -336,29 +455,12 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapte
         s_entry_drop(self, free_e);
         self->stats.cpu_evictions++;
     }
-    char *copy = strdup(id);
-    if (!copy) {
-        ls_err_set(err, errlen, "LoRA pool: out of memory");
-        return -1;
-    }
-    s_entry_t *e = &self->entries[free_e];
-    *e = (s_entry_t){.id = copy, .adapter = *adapter, .pinned = pinned, .uniform = true,
-                     .rank = info.max_rank, .slot = -1};
-    bool first = true;
-    for (int l = 0; l < self->cfg.num_hidden_layers; l++)
-        for (int t = 0; t < LS_TARGET_COUNT; t++) {
-            const ls_lora_weights_t *w = ls_adapter_layer_target(e->adapter, l, t);
-            if (w->rank == 0)
-                continue;
-            if (first)
-                e->scaling = w->scaling;
-            e->uniform &= first || w->scaling == e->scaling;
-            first = false;
-        }
-    if (!e->uniform)
-        e->scaling = 1.0f;
-    e->added = e->used = ++self->tick;
-    *adapter = NULL;
+    self->entries[free_e] = (s_entry_t){.id = copy, .host = host, .pinned = pinned,
+                                        .rank = info.max_rank,
+                                        .scaling = uniform ? scaling : 1.0f, .slot = -1};
+    self->entries[free_e].added = self->entries[free_e].used = ++self->tick;
+    // the slot image is all the pool needs from now on
+    ls_adapter_destroy(adapter);
     return 0;
 }
 
@@ -369,50 +471,6 @@ int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t 
         return -1;
     }
     s_entry_drop(self, e);
-    return 0;
-}
-
-// Uploads entry e into slot w, layer by layer and group by group, through the staging
-// blocks (zero padding, folded scalings and the rank's shard are made on the host).
-static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
-    ls_backend_t *be = self->be;
-    int r_max = self->pc.max_lora_rank;
-    for (int l = 0; l < self->cfg.num_hidden_layers; l++) {
-        for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
-            if (!self->a[g])
-                continue;
-            const ls_lora_group_shape_t *s = &self->shape[g];
-            size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
-            memset(self->stage_a, 0, an * sizeof(float));
-            memset(self->stage_b, 0, bn * sizeof(float));
-            for (int k = 0; k < s->n_slices; k++) {
-                ls_target_t t = s_group_def[g].t[k];
-                const ls_lora_weights_t *lw = ls_adapter_layer_target(e->adapter, l, t);
-                const s_window_t *win = &self->win[t];
-                int r = lw->rank, off = s->slice_offsets[k], in_all, out_all;
-                if (r == 0)
-                    continue;
-                ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
-                // A (r, in_all), columns in0.. -> rows k*r_max .. k*r_max + r - 1
-                for (int j = 0; j < r; j++)
-                    memcpy(self->stage_a + ((size_t)k * r_max + j) * s->in,
-                           lw->A + (size_t)j * in_all + win->in0, (size_t)s->in * sizeof(float));
-                // B (out_all, r), rows out0.. -> rows off.., columns 0..r-1 of (out_total, r_max)
-                float fold = e->uniform ? 1.0f : lw->scaling;
-                for (int o = 0; o < win->n_out; o++)
-                    for (int j = 0; j < r; j++)
-                        self->stage_b[(size_t)(off + o) * r_max + j] =
-                            lw->B[(size_t)(win->out0 + o) * r + j] * fold;
-            }
-            size_t layer_a = (size_t)l * self->n_slots * an,
-                   layer_b = (size_t)l * self->n_slots * bn;
-            if (be->buffer_upload(be, ls_view(self->a[g], layer_a + (size_t)w * an),
-                                  self->stage_a, LS_DTYPE_F32, an) != 0 ||
-                be->buffer_upload(be, ls_view(self->b[g], layer_b + (size_t)w * bn),
-                                  self->stage_b, LS_DTYPE_F32, bn) != 0)
-                return -1;
-        }
-    }
     return 0;
 }
 
@@ -437,7 +495,31 @@ static int s_slot_pick(const ls_lora_pool_t *self, int n_next) {
     return best;
 }
 
-// Uploads entry e into slot w, evicting whatever w held. -1 + err when the upload fails (w is
+// Starts the load of entry e's slot image into slot w: one strided copy per group and A/B
+// on the backend's upload stream, the slot's event recorded after the last. -1 when a copy
+// could not be queued.
+static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
+    ls_backend_t *be = self->be;
+    const char *host = e->host;
+    int last = -1, L = self->cfg.num_hidden_layers;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
+        last = self->a[g] ? g : last;
+    for (int g = 0; g <= last; g++) {
+        if (!self->a[g])
+            continue;
+        size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
+        if (be->buffer_upload_async(be, ls_view(self->a[g], (size_t)w * an), self->n_slots * an,
+                                    host + self->host_a[g] * self->esize, an, (size_t)L,
+                                    NULL) != 0 ||
+            be->buffer_upload_async(be, ls_view(self->b[g], (size_t)w * bn), self->n_slots * bn,
+                                    host + self->host_b[g] * self->esize, bn, (size_t)L,
+                                    g == last ? self->events[w] : NULL) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+// Starts loading entry e into slot w, evicting whatever w held. -1 + err when the upload fails (w is
 // then left empty).
 static int s_slot_load(ls_lora_pool_t *self, int w, int e, uint64_t tick, char *err, size_t errlen) {
     s_entry_t *entry = &self->entries[e];
@@ -448,7 +530,7 @@ static int s_slot_load(ls_lora_pool_t *self, int w, int e, uint64_t tick, char *
     if (entry->slot >= 0)  // moving: its old slot becomes free
         s_slot_free(self, entry->slot);
     if (s_upload(self, w, entry) != 0) {
-        ls_err_set(err, errlen, "LoRA pool: uploading adapter \"%s\" into slot %d failed on the %s backend",
+        ls_err_set(err, errlen, "LoRA pool: starting the upload of adapter \"%s\" into slot %d failed on the %s backend",
                    entry->id, w, self->be->name);
         return -1;
     }
@@ -553,6 +635,11 @@ int ls_lora_pool_prepare(ls_lora_pool_t *self, const char *const *ids, int n,
     memcpy(self->cur, self->next, (size_t)n_next * sizeof *self->cur);
     self->n_cur = n_next;
     return 0;
+}
+
+void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *lora) {
+    for (int i = 0; lora && i < lora->n_segs; i++)
+        self->be->event_wait(self->be, self->events[lora->weight_indices[i]]);
 }
 
 int ls_lora_pool_n_slots(const ls_lora_pool_t *self) {

@@ -2,8 +2,9 @@
 
     SGLang's LoRAMemoryPool, on an ls_backend_t. Two tiers:
 
-    - the CPU tier holds up to max_loaded_loras adapters (ls_adapter_t, fp32 host copies),
-      keyed by an adapter id string (the registry's uuid). Adding one past capacity evicts
+    - the CPU tier holds up to max_loaded_loras adapters, keyed by an adapter id string (the
+      registry's uuid), each as its slot image: the bytes a slot holds, in the slots' dtype,
+      in the backend's host_alloc memory (pinned on CUDA), so a load is a few large copies. Adding one past capacity evicts
       another (same policy as the slots, below), never a pinned one nor one of the batch
       last prepared;
     - the slot pool holds max_loras_per_batch adapters on the backend, plus slot 0
@@ -14,7 +15,13 @@
       batch nor pinned. At most max_loras_per_batch − 1 adapters may be pinned, so one slot
       always stays available to unpinned adapters.
 
-    Slots are stored in the base model's dtype (bf16 for a bf16 model), the CPU tier in fp32.
+    Slots are stored in the base model's dtype (bf16 for a bf16 model), the CPU tier too.
+
+    Loads are asynchronous (backend.h, buffer_upload_async): prepare and assign start them on
+    the backend's upload stream and return; each slot has an event marking the end of its last
+    load. ls_model_forward makes its step wait (on the device, ls_lora_pool_step_wait) for the
+    slots the step reads only, so a load into another slot (PrefetchAdapter) overlaps the
+    running step; a load into a slot that queued work still reads starts after that work.
 
     Backend layout, per stacked target group g and layer l (one buffer per group and A/B
     holding every layer, views at layer offsets), exactly the pools of kernels/ops.h:
@@ -28,7 +35,7 @@
     A rows and zero B columns, which add exactly 0. Scaling is one float per slot (the
     kernels' contract), but PEFT's is per module (alpha_pattern, rank_pattern, rslora): when
     every module of the adapter has the same scaling, the slot carries it and B is uploaded
-    as stored; otherwise each module's scaling is folded into its B at upload (one fp32
+    as stored; otherwise each module's scaling is folded into its B in the slot image (one fp32
     rounding of the product) and the slot's scaling is 1.
 
     Tensor parallelism (tp_size > 1): the slots hold rank tp_rank's shards, matching the
@@ -36,8 +43,8 @@
     gate, up) keep A whole and their rows of B; row-parallel ones (o, down) keep their
     columns of A and B whole. A rank's LoRA output is then exactly its share of the target's
     output: whole columns of a column-parallel one, a partial sum of a row-parallel one that
-    the all-reduce after it completes, so LoRA adds no collective. The CPU tier keeps whole
-    adapters (the shards are cut at slot upload), so every rank loads the same files.
+    the all-reduce after it completes, so LoRA adds no collective. Every rank loads the
+    same adapter files and cuts its own shard into its slot images.
 
     Adapters must have been loaded (ls_adapter_load) against the same model config and a
     max_lora_rank no larger than the pool's. Single-threaded: the worker's loop owns it.
@@ -103,8 +110,8 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
 // Frees the slots and every adapter of the CPU tier; idempotent, clears the pointer.
 void ls_lora_pool_destroy(ls_lora_pool_t **self_p);
 
-// Adds an adapter to the CPU tier under id (copied). On success the pool owns it and
-// *adapter is set to NULL; when the tier was full, the id of the adapter evicted to make
+// Adds an adapter to the CPU tier under id (copied). On success the pool keeps its slot
+// image, destroys the adapter and sets *adapter to NULL; when the tier was full, the id of the adapter evicted to make
 // room is written to evicted (an empty string otherwise; evicted may be NULL). Refused,
 // with *adapter left to the caller: a duplicate id, a rank above max_lora_rank, a target
 // outside lora_target_modules, a pin past max_loras_per_batch − 1, a full tier without an
@@ -121,15 +128,23 @@ bool ls_lora_pool_contains(const ls_lora_pool_t *self, const char *id);
 // slot, written to slots (n), loading missing adapters into slots first. Refused without
 // changing any slot: an id not in the CPU tier, more distinct adapters than
 // max_loras_per_batch, or not enough slots free or evictable (pinned adapters outside the
-// batch hold theirs). -1 + err also when an upload fails (that slot is left empty).
+// batch hold theirs). Loads are started, not finished (see the top). -1 + err also when an
+// upload cannot be started (that slot is left empty).
 int ls_lora_pool_prepare(ls_lora_pool_t *self, const char *const *ids, int n,
                          int32_t *slots, char *err, size_t errlen);
 
 // Puts adapter id into slot (1 .. n_slots-1), evicting what the slot held: the form for a
 // caller that decides slots itself (the scheduler, through the worker). Refused: an id not in
-// the CPU tier, a slot out of range, a slot holding a pinned adapter. -1 + err also when the
-// upload fails (the slot is then empty).
+// the CPU tier, a slot out of range, a slot holding a pinned adapter. The load is started, not
+// finished (PrefetchAdapter: it runs while the current step does). -1 + err also when the
+// upload cannot be started (the slot is then empty).
 int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *err, size_t errlen);
+
+// The backend's next ops wait (on the device) for the loads into the slots of lora's
+// segments; loads into other slots go on. NULL lora: nothing to wait for.
+void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *lora);
+// The host waits for every load in flight; -1 on a device fault.
+int ls_lora_pool_wait(ls_lora_pool_t *self);
 
 // Slot holding id, or -1 when it is not resident (or unknown).
 int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id);

@@ -833,6 +833,20 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     return 0;
 }
 
+// Decode-shaped LoRA step: at most 256 tokens, no segment longer than 16. There a
+// group's LoRA costs launches, not bytes, and the backend's lora_fused may do shrink and
+// expand as it sees fit (the CUDA backend: see ls_cu_lora_fused); long (prefill) segments
+// keep shrink + expand, the path where a GEMM over the segment belongs.
+static bool s_lora_decode_shaped(const ls_step_t *step) {
+    const ls_lora_batch_t *l = step->lora;
+    if (step->n_tokens > 256)
+        return false;
+    for (int s = 0; s < l->n_segs; s++)
+        if (l->seg_indptr[s + 1] - l->seg_indptr[s] > 16)
+            return false;
+    return true;
+}
+
 // y (T, out_total of g) += LoRA of group g on x (T, in of g), when the step has adapters
 // and the pool holds the group.
 static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
@@ -844,6 +858,10 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     int r_max = ls_lora_pool_r_max(pool);
     ls_view_t a, b, tmp = ls_view(self->ws[S_WS_LORA], 0);
     ls_lora_pool_group_views(pool, layer, g, &a, &b);
+    if (be->lora_fused && s_lora_decode_shaped(step)) {
+        be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max);
+        return;
+    }
     be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max);
     be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max);
 }
@@ -897,6 +915,9 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
                    self->be->name);
         return -1;
     }
+    // a slot load may still be running: the step's ops start after those it reads
+    if (pool)
+        ls_lora_pool_step_wait(pool, step->lora);
     return (int)T;
 }
 

@@ -178,6 +178,13 @@ void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
                     const ls_lora_batch_t *batch, const int32_t *slice_offsets,
                     int n_slices, int r_max);
 
+// The fused decode op's reference: ls_lora_shrink into tmp, then ls_lora_expand from it
+// (a device kernel may keep tmp on chip; afterwards tmp is unspecified for the caller).
+// y (T, out_total), x (T, in), tmp (T, n_slices*r_max), pools as above.
+void ls_lora_fused(float *y, float *tmp, const float *x, const float *a_pool,
+                   const float *b_pool, const ls_lora_batch_t *batch,
+                   const int32_t *slice_offsets, int in, int n_slices, int r_max);
+
 // ---------------------------------------------------------------------------------------
 // Sampling
 //

@@ -90,3 +90,11 @@ void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
         }
     }
 }
+
+// y (T, out_total), x (T, in), tmp (T, n_slices*r_max)
+void ls_lora_fused(float *y, float *tmp, const float *x, const float *a_pool,
+                   const float *b_pool, const ls_lora_batch_t *batch,
+                   const int32_t *slice_offsets, int in, int n_slices, int r_max) {
+    ls_lora_shrink(tmp, x, a_pool, batch, in, n_slices, r_max);
+    ls_lora_expand(y, tmp, b_pool, batch, slice_offsets, n_slices, r_max);
+}

@@ -26,6 +26,10 @@
     expand v2: r_max/8 lanes share an output column (one 512-byte run per warp load), 4
       columns per lane group in flight, shuffle reduction;
     both launched with programmatic dependent launch on sm_90 (see s_dep_wait).
+    fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
+      cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
+      measured 2.2x slower than shrink v2 + expand v2 on the whole decode step (NOTES.md,
+      session 3), so ls_cu_lora_fused runs the two v2 kernels by default.
     Measurements, predictions and what is left: kernels/cuda/NOTES.md (session 2).
 
     Known limits: a long prefill segment re-reads A and B once per 4-token tile (from L2):
@@ -34,6 +38,8 @@
 #include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include <cooperative_groups.h>
 
 #include "common.cuh"
 
@@ -257,7 +263,9 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
 
 // Which implementation the launchers use: 0 = the best for the shape (v2 where it applies),
 // 1 = the session-1 kernels (v1), 2 = v2 without programmatic dependent launch, 3 = v2
-// with 8 loads in flight per lane instead of 4 (shrink and expand). For the benchmarks; not thread-safe, set once.
+// with 8 loads in flight per lane instead of 4 (shrink and expand), 4 = as 0 with
+// ls_cu_lora_fused on the cluster kernel (k_lora_fused) instead of shrink + expand. For the
+// benchmarks; not thread-safe, set once.
 static int s_impl = 0;
 extern "C" void ls_cu_lora_set_impl(int impl) {
     s_impl = impl;
@@ -505,5 +513,224 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
             y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max);
         else k_lora_expand<TB, false><<<grid, EX_THREADS, smem, stream>>>(
             y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max));
+    LS_CU_CHECK_LAUNCH();
+}
+
+// -- fused decode shrink + expand (sm_90 thread-block clusters) --------------------------
+// One cluster of cn blocks (8, or 16 when there are few tiles) per tile, one launch per
+// (layer, group) instead of two. Phase 1: block c of the cluster takes every cn-th
+// 256-element chunk of `in` against all n_slices*rank rows of A (warp w: row pairs w,
+// w+8, .. through s_shrink2_rows), and leaves its partial tmp (n, n_slices*r_max) in its
+// own shared memory. After cluster.sync every block sums the cn partials over distributed
+// shared memory in cluster-rank order — the same order in every block, so each holds the
+// same full tmp of the tile (deterministic) — and a second cluster.sync keeps every block
+// alive until the others have read its partials. Phase 2: the block expands its 1/cn of
+// the outputs as expand v2 does (r_max/8 lanes per column, FU_U columns per lane group in
+// flight). tmp never leaves the cluster. Per-slot rank: rows j >= rank are neither read
+// (A) nor used (B); rank-0 slots have no tile.
+namespace cg = cooperative_groups;
+// FU_LD: the largest n_slices*r_max, 3 slices of r_max <= 64 (r_max/8 lanes, at most 8)
+enum { FU_WARPS = 8, FU_U = 4, FU_LD = 3 * 64 };
+
+template <typename T, int L>
+__global__ void __launch_bounds__(FU_WARPS * 32)
+k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
+             const ls_cu_lora_tile_t *tiles, const int32_t *perm, const float *scalings,
+             s_slice_offs_t so, int in, int n_slices, int r_max) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ float part[TT * FU_LD]; // this block's partial tmp, (TT, ld)
+    __shared__ float st[TT * FU_LD];   // the tile's full tmp, (TT, ld)
+    cg::cluster_group cl = cg::this_cluster();
+    int cn = (int)cl.num_blocks(), cr = (int)cl.block_rank();
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x / cn];
+    int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int ppk = (r + 1) / 2, n_pairs = n_slices * ppk; // row pairs per slice, in all
+    int n_chunks = (in + 255) >> 8;
+    const T *a_slot = a_pool + (size_t)tile.slot * ld * in;
+    const T *b_slot = b_pool + (size_t)tile.slot * out_total * r_max;
+    int per = (out_total + cn - 1) / cn;
+    int o_lo = min(cr * per, out_total), o_hi = min(o_lo + per, out_total);
+
+    // before the previous kernel is done: pull this block's A rows and B rows towards L2
+    for (int pr = warp; pr < n_pairs; pr += FU_WARPS) {
+        int k = pr / ppk, j = pr % ppk * 2;
+        for (int q = 0; q < min(2, r - j); q++)
+            for (int c = cr; c < n_chunks; c += cn) {
+                int i = (c << 8) + lane * 8;
+                if (i < in)
+                    s_prefetch_l2(a_slot + (size_t)(k * r_max + j + q) * in + i);
+            }
+    }
+    // B rows o_lo..o_hi are contiguous, r_max wide; lines wholly past the rank are skipped
+    size_t rowb = (size_t)r_max * sizeof(T), nb = (size_t)(o_hi - o_lo) * rowb;
+    const char *b0 = (const char *)(b_slot + (size_t)o_lo * r_max);
+    for (size_t off = (size_t)threadIdx.x * 128; off < nb; off += FU_WARPS * 32 * 128)
+        if (rowb <= 128 || off % rowb < (size_t)r * sizeof(T))
+            s_prefetch_l2(b0 + off);
+    s_dep_launch();
+    s_dep_wait();
+
+    const float *xr[TT];
+#pragma unroll
+    for (int tt = 0; tt < TT; tt++)
+        xr[tt] = x + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * in;
+    for (int pr = warp; pr < n_pairs; pr += FU_WARPS) { // warp-uniform
+        int k = pr / ppk, j = pr % ppk * 2, nq = min(2, r - j);
+        const T *a = a_slot + (size_t)(k * r_max + j) * in;
+        float acc[S2_R][TT];
+#pragma unroll
+        for (int q = 0; q < S2_R; q++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++)
+                acc[q][tt] = 0.0f;
+        if (tile.n == 1)
+            s_shrink2_rows<T, 1, S2_U>(acc, a, in, nq, 1, xr, cr, cn, lane);
+        else
+            s_shrink2_rows<T, TT, 1>(acc, a, in, nq, tile.n, xr, cr, cn, lane);
+#pragma unroll
+        for (int q = 0; q < S2_R; q++)
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                float v = ls_warp_sum(acc[q][tt]);
+                if (lane == 0 && q < nq && tt < tile.n)
+                    part[tt * ld + k * r_max + j + q] = v;
+            }
+    }
+    cl.sync(); // every block's partials written
+    // only columns j < rank of the tile's rows are summed: nothing else was written
+    for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
+        float v = 0.0f;
+        if (idx % ld % r_max < r)
+            for (int p = 0; p < cn; p++)
+                v += cl.map_shared_rank(part, p)[idx];
+        st[idx] = v;
+    }
+    cl.sync(); // no block leaves (freeing its partials) while another still reads them
+
+    constexpr int OPW = 32 / L, OB = FU_WARPS * OPW * FU_U;
+    int sub = lane % L, og = lane / L, j = sub * 8;
+    float s = scalings[tile.slot];
+    for (int ob = o_lo; ob < o_hi; ob += OB) {
+        float bv[FU_U][8];
+        int o[FU_U], kk[FU_U];
+#pragma unroll
+        for (int u = 0; u < FU_U; u++) {
+            o[u] = ob + (u * FU_WARPS + warp) * OPW + og;
+            int k = 0;
+            while (k + 1 < n_slices && o[u] >= so.off[k + 1])
+                k++;
+            kk[u] = k;
+            // elements j..j+7 >= rank are loaded (inside the pool) but never used
+            if (o[u] < o_hi && j < r)
+                ls_load8(b_slot + (size_t)o[u] * r_max + j, bv[u]);
+            else
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    bv[u][e] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < FU_U; u++) {
+            float acc[TT];
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                acc[tt] = 0.0f;
+                if (tt < tile.n) {
+                    const float *sk = st + tt * ld + kk[u] * r_max + j;
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        if (j + e < r)
+                            acc[tt] += bv[u][e] * sk[e];
+                }
+            }
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+#pragma unroll
+                for (int off = L / 2; off > 0; off >>= 1)
+                    acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
+                if (sub == 0 && o[u] < o_hi && tt < tile.n) {
+                    float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o[u];
+                    *yo = __fadd_rn(*yo, __fmul_rn(s, acc[tt]));
+                }
+            }
+        }
+    }
+#endif
+}
+
+// Launches k_lora_fused<T, L> in clusters of cn blocks per tile (with PDL on, as the v2
+// kernels). 16-block clusters are non-portable: allowed once per instantiation, and used
+// only if the occupancy query says at least one such cluster fits; else 8.
+template <typename T, int L>
+static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
+                                  const void *a_pool, const void *b_pool,
+                                  const ls_cu_lora_tile_t *tiles, const int32_t *perm,
+                                  const float *scalings, s_slice_offs_t so, int in,
+                                  int n_slices, int r_max, cudaStream_t stream) {
+    static int ok16 = -1;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.blockDim = dim3(FU_WARPS * 32);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    if (ok16 < 0) {
+        int n = 0;
+        attr[0].val.clusterDim.x = 16, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(16);
+        ok16 = cudaFuncSetAttribute(k_lora_fused<T, L>,
+                                    cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                    1) == cudaSuccess &&
+               cudaOccupancyMaxActiveClusters(&n, k_lora_fused<T, L>, &cfg) == cudaSuccess &&
+               n > 0;
+        cudaGetLastError(); // a refusal above only means 8-block clusters
+    }
+    if (cn > 8 && !ok16)
+        cn = 8;
+    attr[0].val.clusterDim.x = cn, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(n_tiles * cn);
+    return cudaLaunchKernelEx(&cfg, k_lora_fused<T, L>, y, x, (const T *)a_pool,
+                              (const T *)b_pool, tiles, perm, scalings, so, in, n_slices,
+                              r_max);
+}
+
+cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a_pool,
+                             ls_cu_dtype_t a_dt, const void *b_pool, ls_cu_dtype_t b_dt,
+                             const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
+                             const int32_t *perm, const float *scalings,
+                             const int32_t *slice_offsets, int in, int n_slices, int r_max,
+                             cudaStream_t stream) {
+    assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
+    s_props();
+    int L = r_max / 8;
+    int fits = s_cc >= 9 && s_impl == 4 && a_dt == b_dt && in % 8 == 0 &&
+               r_max % 8 == 0 && (L == 1 || L == 2 || L == 4 || L == 8) &&
+               (uintptr_t)x % 16 == 0 && (uintptr_t)a_pool % 16 == 0 &&
+               (uintptr_t)b_pool % 16 == 0;
+    if (!fits) {
+        cudaError_t e = ls_cu_lora_shrink(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm,
+                                          in, n_slices, r_max, stream);
+        return e != cudaSuccess ? e
+                                : ls_cu_lora_expand(y, tmp, b_pool, b_dt, tiles, n_tiles, perm,
+                                                    scalings, slice_offsets, n_slices, r_max,
+                                                    stream);
+    }
+    s_slice_offs_t so = {{0, 0, 0, 0}};
+    for (int k = 0; k <= n_slices; k++)
+        so.off[k] = slice_offsets[k];
+    if (n_tiles == 0 || max_rank == 0 || so.off[n_slices] == 0)
+        return cudaSuccess;
+    // 8-block clusters give >= 2 blocks per SM from ~33 tiles on (132 SMs); below, 16
+    int cn = (long)n_tiles * 8 < 2L * s_sm_count() ? 16 : 8;
+#define S_FU(LL)                                                                              \
+    return s_fused_launch<TA, LL>(cn, n_tiles, y, x, a_pool, b_pool, tiles, perm, scalings,  \
+                                  so, in, n_slices, r_max, stream)
+    LS_CU_DISPATCH(a_dt, TA,
+        if (L == 1) S_FU(1); else if (L == 2) S_FU(2); else if (L == 4) S_FU(4);
+        else S_FU(8));
+#undef S_FU
     LS_CU_CHECK_LAUNCH();
 }

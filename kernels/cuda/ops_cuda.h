@@ -130,9 +130,22 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               cudaStream_t stream);
 
+// Both at once for decode-shaped steps: y (T, out_total) += scaling[slot] * (x · A_kᵀ) · B_kᵀ
+// on the tiles' rows, A and B as above. Shrink into tmp (T, n_slices*r_max) then expand, as
+// the two launchers above; under impl 4 (sm_90, a_dt == b_dt, 16-byte loads, r_max in
+// {8, 16, 32, 64}) one cluster kernel instead, the fp32 intermediate kept in the cluster's
+// shared memory and tmp left untouched — slower today (kernels/cuda/NOTES.md, session 3).
+cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a_pool,
+                             ls_cu_dtype_t a_dt, const void *b_pool, ls_cu_dtype_t b_dt,
+                             const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
+                             const int32_t *perm, const float *scalings,
+                             const int32_t *slice_offsets, int in, int n_slices, int r_max,
+                             cudaStream_t stream);
+
 // 0 (default): the fastest kernels for the shape; 1: the session-1 kernels; 2: as 0 but
 // without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead
-// of 4 (for the benchmarks' before/after).
+// of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path (for the benchmarks'
+// before/after).
 void ls_cu_lora_set_impl(int impl);
 
 // ---------------------------------------------------------------------------------------

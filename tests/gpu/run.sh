@@ -87,6 +87,13 @@ grep -E "FAIL" "$out/test_gpu_ops_impl3.log" | head -20
 grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl3.log" | tail -1
 sed -n '/=== LoRA decode timing/,/^bench:/p' "$out/test_gpu_ops_impl3.log"
 [[ $rc == 0 ]] || status=1
+# the one-kernel fused LoRA (LS_CU_LORA_IMPL=4, not the default: slower today) likewise
+echo "== test_gpu_ops, LS_CU_LORA_IMPL=4"
+LS_CU_LORA_IMPL=4 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl4.log" 2>&1
+rc=$?
+grep -E "FAIL" "$out/test_gpu_ops_impl4.log" | head -20
+grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl4.log" | tail -1
+[[ $rc == 0 ]] || status=1
 if [[ ${LS_GPU_NO_BENCH:-0} != 1 ]]; then
   for b in "${benches[@]}"; do
     echo "== $b"

@@ -13,6 +13,11 @@
        slots for four adapters (slot reuse).
     3. The dummy loader: a small config with random weights on the GPU and on the CPU
        backend, one mixed prefill + decode step, logits compared.
+    4. Asynchronous slot loads (lora_pool.h): with references taken after waiting for each
+       load, the logits must be bit-identical when (a) a step reads a slot whose load was
+       only started, (b) a load is started into the slot that the step queued before it
+       reads (the step must see the old adapter, the next one the new), (c) a load into
+       another slot runs alongside a queued step (PrefetchAdapter).
 
     Tolerance. The reference is fp32 math. The CUDA backend keeps activations in fp32 but
     (backend_cuda.h) rounds them once to the weight dtype at each bf16/f16 matmul, and the
@@ -31,6 +36,8 @@
     backend, with the CPU bound 5e-5 for every dtype: a desk check of the test itself)
     Exit status 0 when every check passed. Not a ctest: tests/gpu/run.sh runs it.
 */
+#include "random_model.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -208,6 +215,134 @@ static void s_dummy(void) {
     ls_backend_destroy(&be[1]);
 }
 
+// --- 4. asynchronous slot loads ---------------------------------------------------------------
+
+typedef struct {
+    ls_model_t *m;
+    ls_kv_cache_t *kv;
+    ls_lora_pool_t *pool;
+    int32_t toks[3][24], tables[3][2];
+    ls_model_seq_t seqs[3];
+    int V;
+} s_async_t;
+
+// Queues a prefill of the three prompts, rows 0 and 2 on slot w, row 1 on the base model.
+static void s_async_forward(s_async_t *a, int w) {
+    for (int s = 0; s < 3; s++)
+        a->seqs[s] = (ls_model_seq_t){a->toks[s], 24, 0, a->tables[s], 2,
+                                      s == 1 ? LS_LORA_SLOT_BASE : w, true};
+    if (ls_model_forward(a->m, a->kv, a->pool, a->seqs, 3, err, sizeof err) != 3)
+        s_die("async forward", err);
+}
+
+static void s_async_logits(s_async_t *a, float *out) {
+    if (ls_model_logits(a->m, out) != 0)
+        s_die("async logits", "download failed");
+}
+
+static void s_assign(s_async_t *a, const char *id, int w) {
+    if (ls_lora_pool_assign(a->pool, id, w, err, sizeof err) != 0)
+        s_die("async assign", err);
+}
+
+static double s_maxdiff(const float *x, const float *y, int n) {
+    double d = 0;
+    for (int i = 0; i < n; i++)
+        d = fmax(d, fabs((double)x[i] - y[i]));
+    return d;
+}
+
+static void s_async(void) {
+    const char *cfg_json =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+        "\"hidden_size\": 1024, \"intermediate_size\": 2816, \"num_hidden_layers\": 8, "
+        "\"num_attention_heads\": 8, \"num_key_value_heads\": 2, \"vocab_size\": 1000, "
+        "\"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000, "
+        "\"torch_dtype\": \"bfloat16\", \"hidden_act\": \"silu\"}";
+    ls_backend_t *be = s_backend();
+    s_async_t a = {.V = 1000};
+    if (!(a.m = ls_model_load_dummy(cfg_json, be, NULL, 11, NULL, NULL, err, sizeof err)))
+        s_die("async model", err);
+    const ls_model_config_t *cfg = ls_model_config(a.m);
+    ls_lora_pool_config_t pc = {2, 16, 2, 0, LS_LORA_EVICT_LRU, 0, 1};
+    if (!(a.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err)) ||
+        !(a.kv = ls_kv_cache_new(a.m, 6, 16, err, sizeof err)))
+        s_die("async pool / kv", err);
+    char *dir = fx_tmpdir(), path[1024];
+    int ranks[8 * LS_TARGET_COUNT];
+    rm_ranks_uniform(ranks, 8, 0x7f, 16);
+    const char *ids[2] = {"x", "y"};
+    for (int i = 0; i < 2; i++) {
+        if (rm_write_adapter(fx_path(path, sizeof path, dir, ids[i]), cfg,
+                             "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, "
+                             "\"target_modules\": \"all-linear\"}", ranks, LS_DTYPE_BF16,
+                             (unsigned)i + 1) != 0)
+            s_die("async adapter", path);
+        ls_adapter_t *ad = ls_adapter_load(path, cfg, 16, err, sizeof err);
+        if (!ad || ls_lora_pool_add(a.pool, ids[i], &ad, false, NULL, 0, err, sizeof err) != 0)
+            s_die("async adapter", err);
+    }
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < 24; i++)
+            a.toks[s][i] = (s * 131 + i * 37 + 5) % a.V;
+        a.tables[s][0] = 2 * s;
+        a.tables[s][1] = 2 * s + 1;
+    }
+    int n = 3 * a.V;
+    float *ref_x = malloc(sizeof(float) * n), *ref_y = malloc(sizeof(float) * n),
+          *got = malloc(sizeof(float) * n), *got2 = malloc(sizeof(float) * n);
+    // references: each load waited for before the step
+    s_assign(&a, "x", 1);
+    ls_lora_pool_wait(a.pool);
+    s_async_forward(&a, 1);
+    s_async_logits(&a, ref_x);
+    s_assign(&a, "y", 1);
+    ls_lora_pool_wait(a.pool);
+    s_async_forward(&a, 1);
+    s_async_logits(&a, ref_y);
+    double xy = s_maxdiff(ref_x, ref_y, a.V); // row 0: adapter x against y
+
+    // (a) the step right after the load's start reads it
+    s_assign(&a, "x", 2);
+    s_async_forward(&a, 2);
+    s_async_logits(&a, got);
+    double da = s_maxdiff(got, ref_x, n);
+    s_check(xy > 1e-2 && da == 0,
+            "async slot load read by the next step: max|Δ| %.3e vs the waited-for load (adapters x "
+            "and y differ by %.2f)", da, xy);
+
+    // (b) slot 1 (y) is read by the queued step while x is loaded into it
+    s_async_forward(&a, 1);
+    s_assign(&a, "x", 1);
+    s_async_logits(&a, got);
+    s_async_forward(&a, 1);
+    s_async_logits(&a, got2);
+    double db = s_maxdiff(got, ref_y, n), db2 = s_maxdiff(got2, ref_x, n);
+    s_check(db == 0 && db2 == 0,
+            "load into the slot a queued step reads: that step max|Δ| %.3e vs the old adapter, "
+            "the next one %.3e vs the new", db, db2);
+
+    // (c) a prefetch into slot 2 runs alongside the queued step on slot 1
+    s_async_forward(&a, 1);
+    s_assign(&a, "y", 2);
+    s_async_logits(&a, got);
+    s_async_forward(&a, 2);
+    s_async_logits(&a, got2);
+    double dc = s_maxdiff(got, ref_x, n), dc2 = s_maxdiff(got2, ref_y, n);
+    s_check(dc == 0 && dc2 == 0,
+            "prefetch into another slot during a step: the step max|Δ| %.3e, the next step on "
+            "the prefetched slot %.3e", dc, dc2);
+    free(ref_x);
+    free(ref_y);
+    free(got);
+    free(got2);
+    ls_kv_cache_destroy(&a.kv);
+    ls_lora_pool_destroy(&a.pool);
+    ls_model_destroy(&a.m);
+    ls_backend_destroy(&be);
+    fx_rmdir(&dir);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu"))
@@ -226,6 +361,7 @@ int main(int argc, char **argv) {
     s_demo(4);
     s_demo(2);
     s_dummy();
+    s_async();
     printf("=== summary (%s): %d checks, %d failed; parity max|Δ| logits: llama %.2e, "
            "qwen2 %.2e, qwen3 %.2e, mistral %.2e\n", g_cpu ? "cpu backend" : "cuda backend",
            g_checks, g_failed, worst[0], worst[1], worst[2], worst[3]);

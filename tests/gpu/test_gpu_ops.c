@@ -628,6 +628,22 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     }
     snprintf(name, sizeof name, "lora expand %s, out=%d", lay->name, out_total);
     s_check(name, g, c, ny, 1e-10, 1e-4);
+    // the fused op from the same poisoned start: y deltas equal, untouched rows still NaN
+    // (tmp is the op's scratch: unspecified afterwards, not compared)
+    s_pb_set(&tmp, 0, tpois, nt);
+    s_pb_set(&y, 0, hy, ny);
+    s_cpu->lora_fused(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0),
+                      s_vc(&b, 0), off, in, n_slices, r_max);
+    s_gpu->lora_fused(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0),
+                      s_vg(&b, 0), off, in, n_slices, r_max);
+    s_pb_get(&y, 0, ny, c, g);
+    for (size_t i = 0; i < ny; i++) {
+        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
+        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
+    }
+    snprintf(name, sizeof name, "lora fused %s, %d slice%s in=%d r_max=%d %s", lay->name,
+             n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+    s_check(name, g, c, ny, 1e-10, 1e-4);
     s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }

@@ -10,6 +10,8 @@
     wherever the contract says the kernels neither read nor write (tmp columns j >= rank,
     rows of rank-0 slots, padding rows), tmp columns j >= rank stay NaN while expand still
     produces finite sums, and NaN rows of y stay NaN. Bound: NMSE <= 1e-10.
+    ls_lora_fused (the fused decode op's reference) must give the very bits of shrink +
+    expand on every layout.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,8 +102,19 @@ static void s_run(const s_layout_t *lay, int n_slices, const int32_t *slice_offs
     for (size_t i = 0; i < (size_t)T * ld; i++)
         tmp[i] = NAN;
 
+    // the fused op starts from the same y and tmp
+    size_t y_bytes = sizeof(float) * T * out_total, tmp_bytes = sizeof(float) * T * ld;
+    float *yf = t_alloc(y_bytes), *tmpf = t_alloc(tmp_bytes);
+    memcpy(yf, y, y_bytes);
+    memcpy(tmpf, tmp, tmp_bytes);
+
     ls_lora_shrink(tmp, x, a, &batch, in, n_slices, R_MAX);
     ls_lora_expand(y, tmp, b, &batch, slice_offsets, n_slices, R_MAX);
+    // ls_lora_fused is defined as shrink then expand: the same bits, NaN poison included
+    ls_lora_fused(yf, tmpf, x, a, b, &batch, slice_offsets, in, n_slices, R_MAX);
+    assert_memory_equal(yf, y, y_bytes);
+    assert_memory_equal(tmpf, tmp, tmp_bytes);
+    free(yf), free(tmpf);
 
     double worst_tmp = 0.0, worst_y = 0.0;
     for (int s = 0; s < lay->n_segs; s++) {
