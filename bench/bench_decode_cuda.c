@@ -10,6 +10,9 @@
     (PEFT files written once to a temporary directory: 8 random adapters, each loaded under
     4 ids for 32 distinct slots), sequence s on adapter s % n_adapters.
 
+    Decode steps run as CUDA step graphs (backend_cuda.cu, the default); base, 8 and 32
+    adapters are also timed with graphs off, for the difference.
+
     Printed: tokens/s and step time of each, the "decode ratio" (tokens/s over base), and
     for 32 adapters the bandwidth floor = base step + adapter bytes / copy bandwidth, with
     the adapter bytes as the slot pool stores them (the model's dtype, bf16).
@@ -76,6 +79,7 @@ typedef struct {
     ls_model_t *m;
     ls_lora_pool_t *pool;
     int steps, ctx, vocab;
+    double first; // out: seconds of the last s_decode's first step (a new step shape)
 } s_bench_t;
 
 static double s_h2d_bw(void) {
@@ -109,7 +113,7 @@ typedef struct {
 } s_upload_t;
 
 // Median seconds per decode step with the sequences on the given slots.
-static double s_decode(const s_bench_t *b, const int32_t *slots, s_upload_t *up) {
+static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up) {
     char err[512];
     int per_seq = (b->ctx + WARM + b->steps + BS) / BS;
     ls_kv_cache_t *kv = ls_kv_cache_new(b->m, N_SEQS * per_seq, BS, err, sizeof err);
@@ -143,6 +147,7 @@ static double s_decode(const s_bench_t *b, const int32_t *slots, s_upload_t *up)
         for (int s = 0; s < N_SEQS; s++)
             seqs[s].start_pos++;
     }
+    b->first = t[0];
     qsort(t + WARM, (size_t)b->steps, sizeof *t, s_cmp);
     double med = t[WARM + b->steps / 2];
     qsort(t_done + WARM, (size_t)b->steps, sizeof *t_done, s_cmp);
@@ -244,6 +249,13 @@ int main(int argc, char **argv) {
         bench_die("bench_decode_cuda", "prepare 32", err);
     double t32 = s_decode(&b, s32, NULL);
     double t_base2 = s_decode(&b, base, NULL); // again, for the spread
+    double first_g = b.first; // each s_decode has a new KV cache: a new graph
+    long n_cap, n_rep;
+    ls_backend_cuda_graph_counts(be, &n_cap, &n_rep);
+    ls_backend_cuda_set_graphs(be, 0);
+    double p_base = s_decode(&b, base, NULL), first_p = b.first;
+    double p8 = s_decode(&b, s8, NULL), p32 = s_decode(&b, s32, NULL);
+    ls_backend_cuda_set_graphs(be, 1);
 
     // slot loads: ids 30 and 31 take turns in id31's slot, which the 8-adapter step (ids
     // 0..7, their slots unchanged by the 32-adapter prepare) does not read
@@ -268,6 +280,17 @@ int main(int argc, char **argv) {
            t_base / t8);
     printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct adapters", 1e3 * t32, N_SEQS / t32,
            t_base / t32);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "base model, no graphs", 1e3 * p_base,
+           N_SEQS / p_base, 1.0);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "8 distinct adapters, no graphs", 1e3 * p8,
+           N_SEQS / p8, p_base / p8);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct adapters, no graphs", 1e3 * p32,
+           N_SEQS / p32, p_base / p32);
+    printf("step graphs: %ld captured, %ld replays (base, 8, 32, base); graphs speed up the "
+           "step %.2fx (base), %.2fx (8), %.2fx (32)\n", n_cap, n_rep, p_base / t_base,
+           p8 / t8, p32 / t32);
+    printf("first step of a new shape (base, fresh KV cache): %.3f ms with graphs (probe, "
+           "capture, instantiate, run), %.3f ms without\n", 1e3 * first_g, 1e3 * first_p);
     printf("\ndecode ratio, 8 distinct adapters: %.3f (target >= 0.92)\n", t_base / t8);
     printf("decode ratio, 32 distinct adapters: %.3f; bandwidth floor %.3f ms (base %.3f ms + "
            "%.2f GB of adapter slots / %.0f GB/s): step is %.2fx the floor (target <= 1.10)\n", t_base / t32,

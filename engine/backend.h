@@ -165,6 +165,16 @@ struct ls_backend {
     int (*sample)(ls_backend_t *self, ls_view_t logits, int V,
                   const ls_sampling_batch_t *batch, int32_t *tokens, float *logprobs,
                   int32_t *top_ids, float *top_logprobs);
+
+    // -- step graphs (NULL on a backend without them: the CPU) ------------------------
+    // Called after step_begin, before the step's ops. 0: issue the ops once, as usual.
+    // 1: the backend takes the step whole — issue the ops, call graph_end, and issue them
+    // again (the same calls with the same arguments) for as long as graph_end returns 1.
+    // Passes may only record the ops, capture them or run them; the step runs exactly once
+    // and gives the same results as without graphs. Nothing else may go to the backend
+    // between graph_begin and the graph_end that returns 0.
+    int (*graph_begin)(ls_backend_t *self);
+    int (*graph_end)(ls_backend_t *self);
 };
 
 // The CPU backend: kernels/ops.h references; n_threads sizes the OpenBLAS pool (<= 0:

@@ -14,10 +14,18 @@
     the compute stream's next ops once; an event the compute stream already waited on is
     not waited on again (one compute stream: its later work is ordered anyway).
 
-    Known limits (next session): scratch growth and the per-step grid sizes (tiles, tokens)
-    make steps unfit for CUDA graph capture as is; buffer_upload synchronizes the stream (so
-    the caller may reuse its source at once); one device per process (ls_backend_cuda_new
-    sets the current device).
+    Step graphs (graph_begin / graph_end, backend.h): a decode step (one token per sequence)
+    is first run as a probe pass that launches nothing and records every op's resolved
+    arguments — device pointers, shapes, dtypes, scalars, the host slice offsets — after the
+    step's own shape and metadata layout. Those words are everything a launch depends on, so
+    a cached graph recorded from an equal list replays the step exactly (its kernels read the
+    metadata from the fixed device block step_begin just refilled). On a miss the ops are
+    issued again under stream capture, the graph is instantiated, kept (a small LRU cache)
+    and launched. Scratch is grown in the probe pass, so the captured pass never allocates
+    or synchronizes; cuBLAS gets its workspace at creation for the same reason.
+
+    Known limits: buffer_upload synchronizes the stream (so the caller may reuse its source
+    at once); one device per process (ls_backend_cuda_new sets the current device).
 */
 #include <assert.h>
 #include <math.h>
@@ -41,6 +49,18 @@ typedef struct {
     void *p;
     size_t cap; // bytes
 } s_dev_t;
+
+// A step graph and the probe record it was captured from.
+typedef struct {
+    uint64_t *sig;
+    size_t n;
+    cudaGraphExec_t exec; // NULL: free entry
+    uint64_t used;        // LRU clock
+} s_graph_t;
+
+enum { S_GRAPHS = 16 };                         // decode batch sizes in use at once
+enum { S_PLAIN, S_PROBE, S_CAPTURE };           // what the ops do with their launches
+enum { S_BLAS_WS = 32 << 20 };                  // cuBLAS's own default on sm_90
 
 typedef struct {
     int device;
@@ -73,6 +93,16 @@ typedef struct {
     size_t h_smp_cap;
     s_dev_t d_smp, lp, mark, sorted_lp, sorted_id, iota, sort_temp;
     int iota_rows, iota_V; // what iota holds
+
+    // step graphs
+    void *blas_ws;
+    int graphs_on, graph_mode, sig_oom;
+    uint64_t *sig; // the probe pass's record
+    size_t sig_n, sig_cap;
+    s_graph_t graphs[S_GRAPHS];
+    s_graph_t *capturing; // the entry the capture fills
+    uint64_t graph_clock;
+    long n_captured, n_replayed;
 } s_cuda_t;
 
 static s_cuda_t *s_ctx(ls_backend_t *self) {
@@ -161,10 +191,17 @@ static void s_free(ls_backend_t *self) {
         cudaFree(devs[i]->p);
     cudaFreeHost(c->h_meta);
     cudaFreeHost(c->h_smp);
+    for (int i = 0; i < S_GRAPHS; i++) {
+        if (c->graphs[i].exec)
+            cudaGraphExecDestroy(c->graphs[i].exec);
+        free(c->graphs[i].sig);
+    }
+    free(c->sig);
     if (c->meta_done)
         cudaEventDestroy(c->meta_done);
     if (c->blas)
         cublasDestroy(c->blas);
+    cudaFree(c->blas_ws);
     if (c->upload) {
         cudaStreamSynchronize(c->upload);
         cudaStreamDestroy(c->upload);
@@ -464,11 +501,165 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     return c->sticky == cudaSuccess ? 0 : -1;
 }
 
+// -- step graphs ------------------------------------------------------------------------------
+
+// Op tags of the probe record.
+enum {
+    S_OP_STEP = 1, S_OP_EMBEDDING, S_OP_MATMUL, S_OP_RMSNORM, S_OP_RMSNORM_HEADS, S_OP_ROPE,
+    S_OP_SILU_MUL, S_OP_ADD, S_OP_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
+    S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER
+};
+
+static uint64_t s_word(const void *p) {
+    return (uint64_t)(uintptr_t)p;
+}
+static uint64_t s_word(int v) {
+    return (uint64_t)(int64_t)v;
+}
+static uint64_t s_word(size_t v) {
+    return (uint64_t)v;
+}
+static uint64_t s_word(float v) {
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    return b;
+}
+
+// In a probe pass: appends the op's arguments to the record and returns true (the op then
+// launches nothing); otherwise false.
+template <typename... A> static bool s_rec(s_cuda_t *c, A... args) {
+    if (c->graph_mode != S_PROBE)
+        return false;
+    const uint64_t w[] = {s_word(args)...};
+    size_t n = sizeof w / sizeof w[0];
+    if (c->sig_n + n > c->sig_cap) {
+        size_t cap = 2 * (c->sig_n + n) + 1024;
+        uint64_t *p = (uint64_t *)realloc(c->sig, cap * sizeof *p);
+        if (!p) {
+            c->sig_oom = 1; // graph_end then runs the step plainly
+            return true;
+        }
+        c->sig = p;
+        c->sig_cap = cap;
+    }
+    memcpy(c->sig + c->sig_n, w, sizeof w);
+    c->sig_n += n;
+    return true;
+}
+
+// The host slice offsets of a LoRA op, four words whatever n_slices (<= 3).
+static void s_rec_slices(s_cuda_t *c, const int32_t *so, int n_slices) {
+    s_rec(c, so[0], so[1], n_slices > 1 ? so[2] : 0, n_slices > 2 ? so[3] : 0);
+}
+
+static int s_graph_begin(ls_backend_t *self) {
+    s_cuda_t *c = s_ctx(self);
+    assert(c->graph_mode == S_PLAIN);
+    // decode steps only: prefill shapes rarely repeat, a capture would not pay off
+    if (!c->graphs_on || c->T == 0 || c->T != c->n_seqs || c->sticky != cudaSuccess)
+        return 0;
+    c->graph_mode = S_PROBE;
+    c->sig_n = 0;
+    c->sig_oom = 0;
+    // the step's shape and where its metadata lies (the contents are the device block's)
+    s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
+          c->has_lora, c->n_tiles, c->max_rank, c->n_slots, ls_cu_lora_impl(), c->token_ids,
+          c->positions, c->slot_mapping, c->tok_seq, c->block_tables, c->logit_rows,
+          c->tiles, c->perm, c->scalings);
+    return 1;
+}
+
+static s_graph_t *s_graph_find(s_cuda_t *c) {
+    for (int i = 0; i < S_GRAPHS; i++) {
+        s_graph_t *g = &c->graphs[i];
+        if (g->exec && g->n == c->sig_n && !memcmp(g->sig, c->sig, c->sig_n * sizeof *c->sig))
+            return g;
+    }
+    return NULL;
+}
+
+// After a probe miss: frees the least recently used entry and gives it the record; NULL
+// when the record cannot be kept.
+static s_graph_t *s_graph_claim(s_cuda_t *c) {
+    s_graph_t *v = &c->graphs[0];
+    for (int i = 1; i < S_GRAPHS && v->exec; i++)
+        if (!c->graphs[i].exec || c->graphs[i].used < v->used)
+            v = &c->graphs[i];
+    if (v->exec) {
+        s_note(c, cudaStreamSynchronize(c->stream)); // a queued step may still run it
+        cudaGraphExecDestroy(v->exec);
+        v->exec = NULL;
+    }
+    free(v->sig);
+    v->sig = (uint64_t *)malloc(c->sig_n * sizeof *v->sig);
+    if (!v->sig)
+        return NULL;
+    memcpy(v->sig, c->sig, c->sig_n * sizeof *v->sig);
+    v->n = c->sig_n;
+    return v;
+}
+
+static int s_graph_end(ls_backend_t *self) {
+    s_cuda_t *c = s_ctx(self);
+    if (c->graph_mode == S_PROBE) {
+        c->graph_mode = S_PLAIN;
+        s_graph_t *g = c->sig_oom ? NULL : s_graph_find(c);
+        if (g) {
+            g->used = ++c->graph_clock;
+            s_note(c, cudaGraphLaunch(g->exec, c->stream));
+            c->n_replayed++;
+            return 0;
+        }
+        if (c->sig_oom || !(c->capturing = s_graph_claim(c)))
+            return 1; // the ops again, launched
+        if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+            cudaGetLastError();
+            return 1;
+        }
+        c->graph_mode = S_CAPTURE;
+        return 1; // the ops again, captured
+    }
+    if (c->graph_mode == S_CAPTURE) {
+        c->graph_mode = S_PLAIN;
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+        if (e == cudaSuccess)
+            e = cudaGraphInstantiate(&exec, graph, 0);
+        if (graph)
+            cudaGraphDestroy(graph);
+        if (e != cudaSuccess) {
+            // nothing of the captured pass ran: once more, launched, and no graphs from now
+            cudaGetLastError();
+            c->graphs_on = 0;
+            return 1;
+        }
+        s_graph_t *g = c->capturing;
+        g->exec = exec;
+        g->used = ++c->graph_clock;
+        s_note(c, cudaGraphLaunch(exec, c->stream));
+        c->n_captured++;
+    }
+    return 0;
+}
+
+void ls_backend_cuda_set_graphs(ls_backend_t *be, int on) {
+    s_ctx(be)->graphs_on = on != 0;
+}
+
+void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replayed) {
+    *captured = s_ctx(be)->n_captured;
+    *replayed = s_ctx(be)->n_replayed;
+}
+
 // -- ops --------------------------------------------------------------------------------------
 
 static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int C,
                         int vocab0, int vocab) {
     s_cuda_t *c = s_ctx(self);
+    if (s_rec(c, (int)S_OP_EMBEDDING, s_f32(out), s_ptr(table), (int)s_dt(table), C, vocab0,
+              vocab))
+        return;
     s_note(c, ls_cu_embedding(s_f32(out), s_ptr(table), s_dt(table), c->token_ids, c->T, C,
                               vocab0, vocab, c->stream));
 }
@@ -482,18 +673,25 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     float *yp = s_f32(y);
     const float *xp = s_f32(x);
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    bool narrow = w.buf->dtype != LS_DTYPE_F32;
+    size_t n = (size_t)T * in;
+    // grown before the op is recorded (a graph holds the pointer) or captured (no allocation
+    // or synchronization inside a capture)
+    if (narrow && s_dev_reserve(c, &c->xconv, n * 2) < 0) {
+        s_note(c, cudaErrorMemoryAllocation);
+        return;
+    }
+    if (s_rec(c, (int)S_OP_MATMUL, yp, xp, s_ptr(w), (int)s_dt(w),
+              bias.buf ? s_ptr(bias) : NULL, bias.buf ? (int)s_dt(bias) : -1, T, in, out,
+              accumulate, narrow ? c->xconv.p : NULL))
+        return;
     // Row-major y (T, out) = x (T, in) · w (out, in)ᵀ, seen column-major by cuBLAS:
     // yᵀ (out, T) = wᵀ... i.e. C (m=out, n=T) = op(A) · B with A = w read as column-major
     // (in, out) and transposed, B = x read as column-major (in, T); ldc = out.
-    if (w.buf->dtype == LS_DTYPE_F32) {
+    if (!narrow) {
         s_note_blas(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha,
                                    (const float *)s_ptr(w), in, xp, in, &beta, yp, out));
     } else {
-        size_t n = (size_t)T * in;
-        if (s_dev_reserve(c, &c->xconv, n * 2) < 0) {
-            s_note(c, cudaErrorMemoryAllocation);
-            return;
-        }
         s_note(c, ls_cu_convert(c->xconv.p, s_dt(w), xp, LS_CU_F32, n, c->stream));
         cudaDataType_t dt = w.buf->dtype == LS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
         s_note_blas(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha,
@@ -507,6 +705,9 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
 static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
                       ls_view_t w, int T, int C, float eps) {
     s_cuda_t *c = s_ctx(self);
+    if (s_rec(c, (int)S_OP_RMSNORM, s_f32(out), residual.buf ? s_f32(residual) : NULL,
+              s_f32(x), s_ptr(w), (int)s_dt(w), T, C, eps))
+        return;
     s_note(c, ls_cu_rmsnorm(s_f32(out), residual.buf ? s_f32(residual) : NULL, s_f32(x),
                             s_ptr(w), s_dt(w), T, C, eps, c->stream));
 }
@@ -514,6 +715,9 @@ static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_
 static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
                             int n_heads, int head_dim, int row_stride, float eps) {
     s_cuda_t *c = s_ctx(self);
+    if (s_rec(c, (int)S_OP_RMSNORM_HEADS, s_f32(x), s_ptr(w), (int)s_dt(w), T, n_heads,
+              head_dim, row_stride, eps))
+        return;
     s_note(c, ls_cu_rmsnorm_heads(s_f32(x), s_ptr(w), s_dt(w), T, n_heads, head_dim,
                                   row_stride, eps, c->stream));
 }
@@ -521,6 +725,9 @@ static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
 static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
                    int head_dim, int row_stride) {
     s_cuda_t *c = s_ctx(self);
+    if (s_rec(c, (int)S_OP_ROPE, s_f32(x), s_ptr(inv_freq), (int)s_dt(inv_freq), n_heads,
+              head_dim, row_stride))
+        return;
     s_note(c, ls_cu_rope(s_f32(x), c->positions, s_ptr(inv_freq), s_dt(inv_freq), c->T,
                          n_heads, head_dim, row_stride, c->stream));
 }
@@ -528,11 +735,15 @@ static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_he
 static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t gate_up, int T,
                        int inter) {
     s_cuda_t *c = s_ctx(self);
+    if (s_rec(c, (int)S_OP_SILU_MUL, s_f32(out), s_f32(gate_up), T, inter))
+        return;
     s_note(c, ls_cu_silu_mul(s_f32(out), s_f32(gate_up), T, inter, c->stream));
 }
 
 static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
     s_cuda_t *c = s_ctx(self);
+    if (s_rec(c, (int)S_OP_ADD, s_f32(y), s_f32(x), n))
+        return;
     s_note(c, ls_cu_add(s_f32(y), s_f32(x), n, c->stream));
 }
 
@@ -541,6 +752,9 @@ static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
                        int row_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
+    if (s_rec(c, (int)S_OP_KV_STORE, s_ptr(k_cache), s_ptr(v_cache), (int)s_dt(k_cache),
+              s_f32(k), s_f32(v), n_kv_heads, head_dim, row_stride))
+        return;
     s_note(c, ls_cu_kv_store(s_ptr(k_cache), s_ptr(v_cache), s_dt(k_cache), s_f32(k),
                              s_f32(v), c->slot_mapping, c->T, n_kv_heads, head_dim,
                              row_stride, c->stream));
@@ -551,6 +765,9 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
                         int block_size, int row_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
+    if (s_rec(c, (int)S_OP_ATTENTION, s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
+              (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride))
+        return;
     s_note(c, ls_cu_attention(s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
                               s_dt(k_cache), c->tok_seq, c->positions, c->block_tables,
                               c->max_blocks, c->T, n_heads, n_kv_heads, head_dim, block_size,
@@ -562,6 +779,9 @@ static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_vie
     s_cuda_t *c = s_ctx(self);
     assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
     assert(c->max_rank <= r_max);
+    if (s_rec(c, (int)S_OP_LORA_SHRINK, s_f32(tmp), s_f32(x), s_ptr(a_pool),
+              (int)s_dt(a_pool), in, n_slices, r_max))
+        return;
     s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool), c->tiles,
                                 c->n_tiles, c->max_rank, c->perm, in, n_slices, r_max,
                                 c->stream));
@@ -572,6 +792,11 @@ static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_vie
     s_cuda_t *c = s_ctx(self);
     assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
     assert(c->max_rank <= r_max);
+    if (s_rec(c, (int)S_OP_LORA_EXPAND, s_f32(y), s_f32(tmp), s_ptr(b_pool),
+              (int)s_dt(b_pool), n_slices, r_max)) {
+        s_rec_slices(c, slice_offsets, n_slices);
+        return;
+    }
     s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), c->tiles,
                                 c->n_tiles, c->perm, c->scalings, slice_offsets, n_slices,
                                 r_max, c->stream));
@@ -583,6 +808,11 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
     s_cuda_t *c = s_ctx(self);
     assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
     assert(c->max_rank <= r_max);
+    if (s_rec(c, (int)S_OP_LORA_FUSED, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a_pool),
+              (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, n_slices, r_max)) {
+        s_rec_slices(c, slice_offsets, n_slices);
+        return;
+    }
     s_note(c, ls_cu_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool),
                                s_ptr(b_pool), s_dt(b_pool), c->tiles, c->n_tiles,
                                c->max_rank, c->perm, c->scalings, slice_offsets, in,
@@ -591,6 +821,8 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
 
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
     s_cuda_t *c = s_ctx(self);
+    if (s_rec(c, (int)S_OP_ROWS_GATHER, s_f32(out), s_f32(x), C))
+        return;
     s_note(c, ls_cu_rows_gather(s_f32(out), s_f32(x), c->logit_rows, c->n_logit_rows, C,
                                 c->stream));
 }
@@ -784,8 +1016,12 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
         s_free(self);
         return NULL;
     }
-    // TF32 stays off: the F32-weight path is a true fp32 GEMM
-    if (cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
+    // TF32 stays off: the F32-weight path is a true fp32 GEMM. The workspace is ours, set
+    // once: cuBLAS would otherwise allocate one at its first call, which may be a capture.
+    if (cudaMalloc(&c->blas_ws, S_BLAS_WS) != cudaSuccess ||
+        cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
+        // after cublasSetStream, which resets the workspace to cuBLAS's own pool
+        cublasSetWorkspace(c->blas, c->blas_ws, S_BLAS_WS) != CUBLAS_STATUS_SUCCESS ||
         cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
         ls_err_set(err, errlen, "cuda: cuBLAS setup failed");
         s_free(self);
@@ -819,5 +1055,8 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->lora_fused = s_lora_fused;
     self->rows_gather = s_rows_gather;
     self->sample = s_sample;
+    self->graph_begin = s_graph_begin;
+    self->graph_end = s_graph_end;
+    c->graphs_on = 1;
     return self;
 }

@@ -38,6 +38,11 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen);
 // The backend's one stream (a cudaStream_t), for work that must queue in order with its ops
 // (the NCCL collectives of comm_nccl.h).
 void *ls_backend_cuda_stream(ls_backend_t *be);
+// Step graphs (backend_cuda.cu): on by default; off runs every step with plain launches
+// (the tests' and benchmarks' comparison).
+void ls_backend_cuda_set_graphs(ls_backend_t *be, int on);
+// Graphs captured and graph replays so far.
+void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replayed);
 
 #ifdef __cplusplus
 }

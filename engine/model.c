@@ -954,21 +954,12 @@ static int s_reduce(ls_model_t *self, ls_view_t y, size_t n, char *err, size_t e
     return -1;
 }
 
-int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
-                     const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
-    assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
-    self->n_rows = 0;
-    ls_step_t step;
-    ls_lora_batch_t lora;
-    int T = s_forward_prepare(self, kv, pool, seqs, n_seqs, &step, &lora, err, errlen);
-    // Every rank checks the same plan, but a rank may still fail alone (memory): all of
-    // them learn it here, before any collective that the failed one would never join.
-    if (self->comm && ls_model_agree(self, T >= 0, T >= 0 ? err : NULL, errlen) != 0)
-        return -1;
-    if (T < 0)
-        return -1;
+// The ops of one step, whose metadata step_begin took: embedding to logits. 0, or -1 + err
+// on a failed collective.
+static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                         const ls_step_t *step, int T, char *err, size_t errlen) {
     const ls_model_config_t *c = &self->cfg;
-    size_t R = (size_t)step.n_logit_rows, TH = (size_t)T * self->H;
+    size_t R = (size_t)step->n_logit_rows, TH = (size_t)T * self->H;
     ls_backend_t *be = self->be;
     int n = T, H = self->H, I = self->I, hd = c->head_dim;
     int nh = self->n_heads, nkv = self->n_kv_heads;
@@ -988,7 +979,7 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
         // x += y (the previous layer's MLP output); h = rmsnorm(x)
         be->rmsnorm(be, h, l ? x : LS_VIEW_NONE, l ? y : x, s_w(w[S_ATTN_NORM]), n, H, eps);
         be->matmul(be, qkv, h, s_w(w[S_QKV]), s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim, 0);
-        s_lora(self, pool, &step, l, LS_LORA_GROUP_QKV, qkv, h);
+        s_lora(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h);
         if (c->qk_norm) {
             be->rmsnorm_heads(be, qkv, s_w(w[S_Q_NORM]), n, nh, hd, self->qkv_dim, eps);
             be->rmsnorm_heads(be, k, s_w(w[S_K_NORM]), n, nkv, hd, self->qkv_dim, eps);
@@ -1000,16 +991,16 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
                       kv->block_size, self->qkv_dim);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
         be->matmul(be, y, attn, s_w(w[S_O]), s_w(w[S_O_BIAS]), n, self->q_dim, H, 0);
-        s_lora(self, pool, &step, l, LS_LORA_GROUP_O, y, attn);
+        s_lora(self, pool, step, l, LS_LORA_GROUP_O, y, attn);
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
         // x += y (attention output); h = rmsnorm(x)
         be->rmsnorm(be, h, x, y, s_w(w[S_MLP_NORM]), n, H, eps);
         be->matmul(be, gate_up, h, s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I, 0);
-        s_lora(self, pool, &step, l, LS_LORA_GROUP_GATE_UP, gate_up, h);
+        s_lora(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h);
         be->silu_mul(be, act, gate_up, n, I);
         be->matmul(be, y, act, s_w(w[S_DOWN]), s_w(w[S_DOWN_BIAS]), n, I, H, 0);
-        s_lora(self, pool, &step, l, LS_LORA_GROUP_DOWN, y, act);
+        s_lora(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act);
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
     }
@@ -1030,8 +1021,33 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
             return -1;
         }
     }
-    self->n_rows = (int)R;
-    return (int)R;
+    return 0;
+}
+
+int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+                     const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
+    assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
+    self->n_rows = 0;
+    ls_step_t step;
+    ls_lora_batch_t lora;
+    int T = s_forward_prepare(self, kv, pool, seqs, n_seqs, &step, &lora, err, errlen);
+    // Every rank checks the same plan, but a rank may still fail alone (memory): all of
+    // them learn it here, before any collective that the failed one would never join.
+    if (self->comm && ls_model_agree(self, T >= 0, T >= 0 ? err : NULL, errlen) != 0)
+        return -1;
+    if (T < 0)
+        return -1;
+    ls_backend_t *be = self->be;
+    // A backend with step graphs may take a decode step whole (backend.h): the ops are then
+    // issued more than once (recorded, captured), always the same calls. Not under tensor
+    // parallelism: its collectives run between the ops, outside the backend.
+    int again = !self->comm && be->graph_begin ? be->graph_begin(be) : 0;
+    do {
+        if (s_forward_ops(self, kv, pool, &step, T, err, errlen) != 0)
+            return -1;
+    } while (again && (again = be->graph_end(be)));
+    self->n_rows = step.n_logit_rows;
+    return step.n_logit_rows;
 }
 
 int ls_model_logits(ls_model_t *self, float *out) {

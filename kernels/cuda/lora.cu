@@ -290,6 +290,10 @@ static int s_sm_count() {
     s_props();
     return s_sms;
 }
+extern "C" int ls_cu_lora_impl(void) {
+    s_props(); // the environment's choice is read there
+    return s_impl;
+}
 
 // A launch that may overlap the previous kernel's tail (sm_90+; see s_dep_wait).
 static cudaLaunchConfig_t s_pdl_config(dim3 grid, int threads, size_t smem,

@@ -147,6 +147,8 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a
 // of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path (for the benchmarks'
 // before/after).
 void ls_cu_lora_set_impl(int impl);
+// The implementation in use (a step graph records it: it chooses the kernels).
+int ls_cu_lora_impl(void);
 
 // ---------------------------------------------------------------------------------------
 // Sampling: ls_sampling_sample on the device. All arrays are device memory.

@@ -18,6 +18,9 @@
        only started, (b) a load is started into the slot that the step queued before it
        reads (the step must see the old adapter, the next one the new), (c) a load into
        another slot runs alongside a queued step (PrefetchAdapter).
+    5. Step graphs (backend_cuda.cu): the same prefill and decode steps with graphs off and
+       on must give bit-identical logits, through captures, replays, a change of batch
+       shape and back (a cached graph found again) and rows changing adapters.
 
     Tolerance. The reference is fp32 math. The CUDA backend keeps activations in fp32 but
     (backend_cuda.h) rounds them once to the weight dtype at each bf16/f16 matmul, and the
@@ -252,42 +255,59 @@ static double s_maxdiff(const float *x, const float *y, int n) {
     return d;
 }
 
-static void s_async(void) {
+// The model of sections 4 and 5 with adapters "x" and "y" in a two-slot pool (nothing
+// loaded yet); *dir holds their files.
+static void s_async_setup(s_async_t *a, ls_backend_t *be, char **dir) {
     const char *cfg_json =
         "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
         "\"hidden_size\": 1024, \"intermediate_size\": 2816, \"num_hidden_layers\": 8, "
         "\"num_attention_heads\": 8, \"num_key_value_heads\": 2, \"vocab_size\": 1000, "
         "\"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000, "
         "\"torch_dtype\": \"bfloat16\", \"hidden_act\": \"silu\"}";
-    ls_backend_t *be = s_backend();
-    s_async_t a = {.V = 1000};
-    if (!(a.m = ls_model_load_dummy(cfg_json, be, NULL, 11, NULL, NULL, err, sizeof err)))
+    *a = (s_async_t){.V = 1000};
+    if (!(a->m = ls_model_load_dummy(cfg_json, be, NULL, 11, NULL, NULL, err, sizeof err)))
         s_die("async model", err);
-    const ls_model_config_t *cfg = ls_model_config(a.m);
+    const ls_model_config_t *cfg = ls_model_config(a->m);
     ls_lora_pool_config_t pc = {2, 16, 2, 0, LS_LORA_EVICT_LRU, 0, 1};
-    if (!(a.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err)) ||
-        !(a.kv = ls_kv_cache_new(a.m, 6, 16, err, sizeof err)))
+    if (!(a->pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err)) ||
+        !(a->kv = ls_kv_cache_new(a->m, 6, 16, err, sizeof err)))
         s_die("async pool / kv", err);
-    char *dir = fx_tmpdir(), path[1024];
+    char path[1024];
+    *dir = fx_tmpdir();
     int ranks[8 * LS_TARGET_COUNT];
     rm_ranks_uniform(ranks, 8, 0x7f, 16);
     const char *ids[2] = {"x", "y"};
     for (int i = 0; i < 2; i++) {
-        if (rm_write_adapter(fx_path(path, sizeof path, dir, ids[i]), cfg,
+        if (rm_write_adapter(fx_path(path, sizeof path, *dir, ids[i]), cfg,
                              "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, "
                              "\"target_modules\": \"all-linear\"}", ranks, LS_DTYPE_BF16,
                              (unsigned)i + 1) != 0)
             s_die("async adapter", path);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, 16, err, sizeof err);
-        if (!ad || ls_lora_pool_add(a.pool, ids[i], &ad, false, NULL, 0, err, sizeof err) != 0)
+        if (!ad || ls_lora_pool_add(a->pool, ids[i], &ad, false, NULL, 0, err, sizeof err) != 0)
             s_die("async adapter", err);
     }
     for (int s = 0; s < 3; s++) {
         for (int i = 0; i < 24; i++)
-            a.toks[s][i] = (s * 131 + i * 37 + 5) % a.V;
-        a.tables[s][0] = 2 * s;
-        a.tables[s][1] = 2 * s + 1;
+            a->toks[s][i] = (s * 131 + i * 37 + 5) % a->V;
+        a->tables[s][0] = 2 * s;
+        a->tables[s][1] = 2 * s + 1;
     }
+}
+
+static void s_async_teardown(s_async_t *a, ls_backend_t **be, char **dir) {
+    ls_kv_cache_destroy(&a->kv);
+    ls_lora_pool_destroy(&a->pool);
+    ls_model_destroy(&a->m);
+    ls_backend_destroy(be);
+    fx_rmdir(dir);
+}
+
+static void s_async(void) {
+    ls_backend_t *be = s_backend();
+    s_async_t a;
+    char *dir;
+    s_async_setup(&a, be, &dir);
     int n = 3 * a.V;
     float *ref_x = malloc(sizeof(float) * n), *ref_y = malloc(sizeof(float) * n),
           *got = malloc(sizeof(float) * n), *got2 = malloc(sizeof(float) * n);
@@ -336,12 +356,73 @@ static void s_async(void) {
     free(ref_y);
     free(got);
     free(got2);
-    ls_kv_cache_destroy(&a.kv);
-    ls_lora_pool_destroy(&a.pool);
-    ls_model_destroy(&a.m);
-    ls_backend_destroy(&be);
-    fx_rmdir(&dir);
+    s_async_teardown(&a, &be, &dir);
 }
+
+// --- 5. step graphs -----------------------------------------------------------------------------
+
+#ifdef LS_HAVE_CUDA
+enum { G_STEPS = 7 };
+
+// The prefill of s_async_forward (adapter x in slot 1), then G_STEPS decode steps: three
+// rows, except step 3 (rows 0 and 1 only, row 2 waits) with rows swapping adapters at
+// steps 2 and 5. Logits of every decode step go to out (G_STEPS x 3 x V).
+static void s_graph_run(s_async_t *a, float *out) {
+    static const int n_rows[G_STEPS] = {3, 3, 3, 2, 3, 3, 3};
+    static const int32_t slot[G_STEPS][3] = {{1, LS_LORA_SLOT_BASE, 2}, {1, LS_LORA_SLOT_BASE, 2},
+                                             {2, 1, 1}, {2, 1, LS_LORA_SLOT_BASE}, {1, LS_LORA_SLOT_BASE, 2},
+                                             {2, 2, LS_LORA_SLOT_BASE}, {1, LS_LORA_SLOT_BASE, 2}};
+    ls_kv_cache_destroy(&a->kv);
+    if (!(a->kv = ls_kv_cache_new(a->m, 6, 16, err, sizeof err)))
+        s_die("graph kv", err);
+    s_async_forward(a, 1);
+    int pos[3] = {24, 24, 24};
+    int32_t tok[3][G_STEPS];
+    for (int i = 0; i < G_STEPS; i++) {
+        ls_model_seq_t seqs[3];
+        for (int s = 0; s < n_rows[i]; s++) {
+            tok[s][i] = (s * 53 + i * 11 + 3) % a->V;
+            seqs[s] = (ls_model_seq_t){&tok[s][i], 1, pos[s]++, a->tables[s], 2, slot[i][s],
+                                       true};
+        }
+        if (ls_model_forward(a->m, a->kv, a->pool, seqs, n_rows[i], err, sizeof err) !=
+            n_rows[i])
+            s_die("graph forward", err);
+        memset(out + (size_t)i * 3 * a->V, 0, sizeof(float) * 3 * (size_t)a->V);
+        s_async_logits(a, out + (size_t)i * 3 * a->V);
+    }
+}
+
+static void s_graphs(void) {
+    ls_backend_t *be = s_backend();
+    s_async_t a;
+    char *dir;
+    s_async_setup(&a, be, &dir);
+    s_assign(&a, "x", 1);
+    s_assign(&a, "y", 2);
+    ls_lora_pool_wait(a.pool);
+    size_t n = (size_t)G_STEPS * 3 * a.V;
+    float *plain = malloc(sizeof(float) * n), *graph = malloc(sizeof(float) * n);
+    ls_backend_cuda_set_graphs(be, 0);
+    s_graph_run(&a, plain);
+    long cap0, rep0, cap, rep;
+    ls_backend_cuda_graph_counts(be, &cap0, &rep0);
+    ls_backend_cuda_set_graphs(be, 1);
+    s_graph_run(&a, graph);
+    ls_backend_cuda_graph_counts(be, &cap, &rep);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff += memcmp(&plain[i], &graph[i], sizeof(float)) != 0;
+    // graphs: one per shape (3 rows, 2 rows; the adapter mix changes the tiles, so more);
+    // replays: the steps whose shape was seen before
+    s_check(diff == 0 && cap0 == 0 && rep0 == 0 && cap >= 2 && rep >= 2,
+            "step graphs: %d decode steps, %zu of %zu logits differ from plain launches "
+            "(bit for bit); %ld graphs captured, %ld replays", G_STEPS, diff, n, cap, rep);
+    free(plain);
+    free(graph);
+    s_async_teardown(&a, &be, &dir);
+}
+#endif
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -362,6 +443,10 @@ int main(int argc, char **argv) {
     s_demo(2);
     s_dummy();
     s_async();
+#ifdef LS_HAVE_CUDA
+    if (!g_cpu)
+        s_graphs();
+#endif
     printf("=== summary (%s): %d checks, %d failed; parity max|Δ| logits: llama %.2e, "
            "qwen2 %.2e, qwen3 %.2e, mistral %.2e\n", g_cpu ? "cpu backend" : "cuda backend",
            g_checks, g_failed, worst[0], worst[1], worst[2], worst[3]);
