@@ -413,44 +413,42 @@ k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_til
 // never used, so whatever they hold (NaN poison too) cannot leak into y.
 enum { E2_WARPS = 8 };
 
-template <typename TB, int L, int E2_U>
-__global__ void __launch_bounds__(E2_WARPS * 32)
-k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
-               const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
-               int r_max) {
-    extern __shared__ float st[]; // (TT, n_slices*r_max)
-    constexpr int OPW = 32 / L, OB = E2_WARPS * OPW * E2_U;
-    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
-    int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int sub = lane % L, og = lane / L, j = sub * 8;
-    float bv[E2_U][8];
-    int o[E2_U], kk[E2_U];
+// The v2 expand's column work, shared by k_lora_expand2 and k_lora_fused. L lanes share one
+// output column (lane `sub` holds its B elements j = sub*8 .. j+7), U columns per lane group.
+// Loads, for column o[u] = base + (u*warps + warp)*(32/L) + og below `end`, its slice kk[u] and
+// its 8 B values (zero at or past the slot's rank r, or past `end`). b_slot is the slot's B,
+// (out_total, r_max).
+template <typename TB, int L, int U>
+__device__ __forceinline__ void s_expand_load(float (&bv)[U][8], int (&o)[U], int (&kk)[U], const TB *b_slot,
+                                              s_slice_offs_t so, int n_slices, int r_max, int r, int base,
+                                              int warps, int warp, int og, int j, int end) {
 #pragma unroll
-    for (int u = 0; u < E2_U; u++) {
-        o[u] = blockIdx.y * OB + (u * E2_WARPS + warp) * OPW + og;
+    for (int u = 0; u < U; u++) {
+        o[u] = base + (u * warps + warp) * (32 / L) + og;
         int k = 0;
         while (k + 1 < n_slices && o[u] >= so.off[k + 1])
             k++;
         kk[u] = k;
-        if (o[u] < out_total && j < r)
-            ls_load8(b_pool + ((size_t)tile.slot * out_total + o[u]) * r_max + j, bv[u]);
+        // elements j..j+7 >= rank are loaded (inside the pool) but never used
+        if (o[u] < end && j < r)
+            ls_load8(b_slot + (size_t)o[u] * r_max + j, bv[u]);
         else
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 bv[u][e] = 0.0f;
     }
-    float s = scalings[tile.slot];
-    // B is in flight; now wait for shrink's tmp and stage it
-    s_dep_launch();
-    s_dep_wait();
-    for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
-        int tt = idx / ld, c = idx % ld;
-        st[idx] = c % r_max < r ? tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + c] : 0.0f;
-    }
-    __syncthreads();
+}
+
+// y[row, o[u]] += s * Σ_{j<r} st[row, kk[u]*r_max + j] * B[o[u], j] for the tile's rows: each lane
+// sums its 8 elements, the L lanes meet by shuffles, lane sub 0 writes. st is (TT, ld) in
+// shared memory; columns at or past `end` are skipped.
+template <int L, int U>
+__device__ __forceinline__ void s_expand_store(float *y, const float (&bv)[U][8], const int (&o)[U],
+                                               const int (&kk)[U], const float *st, int ld, int r_max, int r,
+                                               int j, int sub, int end, const ls_cu_lora_tile_t &tile,
+                                               const int32_t *perm, int out_total, float s) {
 #pragma unroll
-    for (int u = 0; u < E2_U; u++) {
+    for (int u = 0; u < U; u++) {
         float acc[TT];
 #pragma unroll
         for (int tt = 0; tt < TT; tt++) {
@@ -468,12 +466,39 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
 #pragma unroll
             for (int off = L / 2; off > 0; off >>= 1)
                 acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
-            if (sub == 0 && o[u] < out_total && tt < tile.n) {
+            if (sub == 0 && o[u] < end && tt < tile.n) {
                 float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o[u];
                 *yo = __fadd_rn(*yo, __fmul_rn(s, acc[tt]));
             }
         }
     }
+}
+
+template <typename TB, int L, int E2_U>
+__global__ void __launch_bounds__(E2_WARPS * 32)
+k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
+               const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
+               int r_max) {
+    extern __shared__ float st[]; // (TT, n_slices*r_max)
+    constexpr int OPW = 32 / L, OB = E2_WARPS * OPW * E2_U;
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
+    int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int sub = lane % L, og = lane / L, j = sub * 8;
+    float bv[E2_U][8];
+    int o[E2_U], kk[E2_U];
+    s_expand_load<TB, L, E2_U>(bv, o, kk, b_pool + (size_t)tile.slot * out_total * r_max, so, n_slices, r_max, r,
+                               blockIdx.y * OB, E2_WARPS, warp, og, j, out_total);
+    float s = scalings[tile.slot];
+    // B is in flight; now wait for shrink's tmp and stage it
+    s_dep_launch();
+    s_dep_wait();
+    for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
+        int tt = idx / ld, c = idx % ld;
+        st[idx] = c % r_max < r ? tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + c] : 0.0f;
+    }
+    __syncthreads();
+    s_expand_store<L, E2_U>(y, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm, out_total, s);
 }
 
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
@@ -618,46 +643,8 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
     for (int ob = o_lo; ob < o_hi; ob += OB) {
         float bv[FU_U][8];
         int o[FU_U], kk[FU_U];
-#pragma unroll
-        for (int u = 0; u < FU_U; u++) {
-            o[u] = ob + (u * FU_WARPS + warp) * OPW + og;
-            int k = 0;
-            while (k + 1 < n_slices && o[u] >= so.off[k + 1])
-                k++;
-            kk[u] = k;
-            // elements j..j+7 >= rank are loaded (inside the pool) but never used
-            if (o[u] < o_hi && j < r)
-                ls_load8(b_slot + (size_t)o[u] * r_max + j, bv[u]);
-            else
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    bv[u][e] = 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < FU_U; u++) {
-            float acc[TT];
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++) {
-                acc[tt] = 0.0f;
-                if (tt < tile.n) {
-                    const float *sk = st + tt * ld + kk[u] * r_max + j;
-#pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        if (j + e < r)
-                            acc[tt] += bv[u][e] * sk[e];
-                }
-            }
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++) {
-#pragma unroll
-                for (int off = L / 2; off > 0; off >>= 1)
-                    acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
-                if (sub == 0 && o[u] < o_hi && tt < tile.n) {
-                    float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o[u];
-                    *yo = __fadd_rn(*yo, __fmul_rn(s, acc[tt]));
-                }
-            }
-        }
+        s_expand_load<T, L, FU_U>(bv, o, kk, b_slot, so, n_slices, r_max, r, ob, FU_WARPS, warp, og, j, o_hi);
+        s_expand_store<L, FU_U>(y, bv, o, kk, st, ld, r_max, r, j, sub, o_hi, tile, perm, out_total, s);
     }
 #endif
 }
