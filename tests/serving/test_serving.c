@@ -299,6 +299,13 @@ static void s_check_answer(const req_t *r) {
                  (unsigned long long)r->rid, r->adapter_id, r->finish, r->n_out, c->n_expected, r->reason);
 }
 
+// Waits for every request, then checks each answer against the rule's.
+static void s_wait_answers(void) {
+    s_wait_all();
+    for (int i = 0; i < s_nreqs; i++)
+        s_check_answer(&s_reqs[i]);
+}
+
 static void s_load_demo_adapters(void) {
     for (int m = 1; m < 5; m++)
         s_load(s_models[m], s_models[m]);
@@ -319,9 +326,7 @@ static void test_mixed_batch(void **unused) {
     for (int k = 0; k < 16; k++)
         for (int m = 0; m < 5; m++)
             s_submit(&s_cases[m][k], NULL, 0, 0);
-    s_wait_all();
-    for (int i = 0; i < s_nreqs; i++)
-        s_check_answer(&s_reqs[i]);
+    s_wait_answers();
     assert_true(s_metric("steps") < 40);  // batched: one prefill step, then decodes together
     assert_int_equal(s_metric("kv_blocks_used"), 0);  // nothing held (cached blocks are counted apart)
     s_stop();
@@ -340,9 +345,7 @@ static void test_lora_constraint(void **unused) {
         s_submit(&s_cases[1][k], "reverse-b", 0, 0);
     for (int k = 0; k < 4; k++)
         s_submit(&s_cases[0][k], NULL, 0, 0);
-    s_wait_all();
-    for (int i = 0; i < s_nreqs; i++)
-        s_check_answer(&s_reqs[i]);
+    s_wait_answers();
     // Aging: no request was passed over more than --max-skip-steps steps.
     uint64_t skipped = s_metric("max_skipped_steps");
     assert_true(skipped <= 4);
@@ -371,9 +374,7 @@ static void test_preemption(void **unused) {
     for (int k = 0; k < 2; k++)
         for (int m = 1; m < 5; m++)
             s_submit(&s_cases[m][k], NULL, 0, 8);
-    s_wait_all();
-    for (int i = 0; i < s_nreqs; i++)
-        s_check_answer(&s_reqs[i]);
+    s_wait_answers();
     assert_true(s_metric("preemptions") > 0);
     assert_int_equal(s_metric("kv_blocks_used"), 0);
     s_stop();
@@ -516,9 +517,7 @@ static void test_tp_mixed_batch(void **unused) {
     for (int k = 0; k < 16; k++)
         for (int m = 0; m < 5; m++)
             s_submit(&s_cases[m][k], NULL, 0, 0);
-    s_wait_all();
-    for (int i = 0; i < s_nreqs; i++)
-        s_check_answer(&s_reqs[i]);
+    s_wait_answers();
     // and prompts one after another, so that decode-only steps of one sequence run too
     for (int m = 0; m < 5; m++) {
         req_t *r = s_submit(&s_cases[m][5], NULL, 0, 0);
