@@ -10,8 +10,10 @@
     (PEFT files written once to a temporary directory: 8 random adapters, each loaded under
     4 ids for 32 distinct slots), sequence s on adapter s % n_adapters.
 
-    Decode steps run as CUDA step graphs (backend_cuda.cu, the default); base, 8 and 32
-    adapters are also timed with graphs off, for the difference.
+    Decode steps run as CUDA step graphs (backend_cuda.cu, the default), with each LoRA
+    beside its base GEMM on the backend's side queue (the default); 8 and 32 adapters are
+    also timed with the LoRA after each GEMM on one stream, and base, 8 and 32 with graphs
+    off, for the differences.
 
     Printed: tokens/s and step time of each, the "decode ratio" (tokens/s over base), and
     for 32 adapters the bandwidth floor = base step + adapter bytes / copy bandwidth, with
@@ -30,6 +32,7 @@
 #include "random_model.h"
 
 #include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,8 +115,10 @@ typedef struct {
     double done; // out: median seconds until both the step and the load are done
 } s_upload_t;
 
-// Median seconds per decode step with the sequences on the given slots.
-static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up) {
+// Median seconds per decode step with the sequences on the given slots. The steps sit in an
+// NVTX range named `what`, so a profiler (tests/gpu/profile.sh) splits kernel time by workload.
+static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const char *what) {
+    nvtxRangePushA(what);
     char err[512];
     int per_seq = (b->ctx + WARM + b->steps + BS) / BS;
     ls_kv_cache_t *kv = ls_kv_cache_new(b->m, N_SEQS * per_seq, BS, err, sizeof err);
@@ -156,6 +161,7 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up) {
     free(t);
     free(t_done);
     ls_kv_cache_destroy(&kv);
+    nvtxRangePop();
     return med;
 }
 
@@ -241,20 +247,26 @@ int main(int argc, char **argv) {
     }
     if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s8, err, sizeof err) != 0)
         bench_die("bench_decode_cuda", "prepare 8", err);
-    double t_base = s_decode(&b, base, NULL);
-    double t8 = s_decode(&b, s8, NULL);
+    double t_base = s_decode(&b, base, NULL, "base");
+    double t8 = s_decode(&b, s8, NULL, "8 distinct");
     for (int s = 0; s < N_SEQS; s++)
         seq_ids[s] = ids[s % 32];
     if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s32, err, sizeof err) != 0)
         bench_die("bench_decode_cuda", "prepare 32", err);
-    double t32 = s_decode(&b, s32, NULL);
-    double t_base2 = s_decode(&b, base, NULL); // again, for the spread
+    double t32 = s_decode(&b, s32, NULL, "32 distinct");
+    double t_base2 = s_decode(&b, base, NULL, "base again"); // again, for the spread
     double first_g = b.first; // each s_decode has a new KV cache: a new graph
     long n_cap, n_rep;
     ls_backend_cuda_graph_counts(be, &n_cap, &n_rep);
     ls_backend_cuda_set_graphs(be, 0);
-    double p_base = s_decode(&b, base, NULL), first_p = b.first;
-    double p8 = s_decode(&b, s8, NULL), p32 = s_decode(&b, s32, NULL);
+    // the decode LoRA after each GEMM on the one stream, instead of beside it
+    ls_backend_cuda_set_side(be, 0, 0);
+    double q8 = s_decode(&b, s8, NULL, "8 distinct, no side queue"),
+           q32 = s_decode(&b, s32, NULL, "32 distinct, no side queue");
+    ls_backend_cuda_set_side(be, 1, -1);
+    double p_base = s_decode(&b, base, NULL, "base, no graphs"), first_p = b.first;
+    double p8 = s_decode(&b, s8, NULL, "8 distinct, no graphs"),
+           p32 = s_decode(&b, s32, NULL, "32 distinct, no graphs");
     ls_backend_cuda_set_graphs(be, 1);
 
     // slot loads: ids 30 and 31 take turns in id31's slot, which the 8-adapter step (ids
@@ -269,7 +281,7 @@ int main(int argc, char **argv) {
         tl[i] = bench_now() - t1;
     }
     qsort(tl, 8, sizeof *tl, s_cmp);
-    double t_load = tl[4], t8_up = s_decode(&b, s8, &up);
+    double t_load = tl[4], t8_up = s_decode(&b, s8, &up, "8 distinct, slot load");
 
     double floor32 = t_base + 32.0 * adapter_elems * (double)slot_elem / (bw * 1e9);
     printf("\n%-34s %9s %10s %8s\n", "workload", "step ms", "tokens/s", "ratio");
@@ -280,6 +292,10 @@ int main(int argc, char **argv) {
            t_base / t8);
     printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct adapters", 1e3 * t32, N_SEQS / t32,
            t_base / t32);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "8 distinct, LoRA after each GEMM", 1e3 * q8,
+           N_SEQS / q8, t_base / q8);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct, LoRA after each GEMM", 1e3 * q32,
+           N_SEQS / q32, t_base / q32);
     printf("%-34s %9.3f %10.0f %8.3f\n", "base model, no graphs", 1e3 * p_base,
            N_SEQS / p_base, 1.0);
     printf("%-34s %9.3f %10.0f %8.3f\n", "8 distinct adapters, no graphs", 1e3 * p8,

@@ -18,7 +18,7 @@
     copy; the caller may reuse its host arrays as soon as step_begin returns. The ops marked
     "step" below read it; their token count is the step's n_tokens.
 
-    Ordering: ops run in call order on one stream. Uploads are complete when they return
+    Ordering: ops run in call order on one stream (but see side_begin below). Uploads are complete when they return
     (a device backend may stage them); downloads, sample and synchronize wait for all
     queued work. The one exception is buffer_upload_async (LoRA slot loads): a copy on a
     second stream, ordered after the ops queued before it and running alongside those queued
@@ -175,6 +175,19 @@ struct ls_backend {
     // between graph_begin and the graph_end that returns 0.
     int (*graph_begin)(ls_backend_t *self);
     int (*graph_end)(ls_backend_t *self);
+
+    // -- a side queue beside the main one (NULL on a backend without it: the CPU) ------
+    // For short latency-bound work (a decode step's LoRA) that would otherwise wait on, and
+    // be waited on by, the bandwidth-bound op beside it (the base GEMM). side_begin: ops
+    // issued from now on go to the side queue, after everything queued so far. side_end:
+    // ops go to the main queue again and do not wait for the side ops. side_wait: later
+    // main ops wait for every side op queued so far. Only buffer_zero and the lora_* ops
+    // may be issued between side_begin and side_end; every side_begin is closed by
+    // side_end and then side_wait before anything else waits on the backend (sample,
+    // download, synchronize, graph_end, uploads).
+    void (*side_begin)(ls_backend_t *self);
+    void (*side_end)(ls_backend_t *self);
+    void (*side_wait)(ls_backend_t *self);
 };
 
 // The CPU backend: kernels/ops.h references; n_threads sizes the OpenBLAS pool (<= 0:

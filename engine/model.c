@@ -59,6 +59,7 @@ typedef enum {
     S_WS_GATE_UP, // (T, 2*inter)
     S_WS_ACT,     // (T, inter)
     S_WS_LORA,    // (T, LS_LORA_MAX_SLICES*r_max)
+    S_WS_DELTA,   // (T, max(qkv_dim, 2*inter, hidden)) a LoRA delta made beside its GEMM
     S_WS_LAST,    // (R, hidden)
     S_WS_LOGITS,  // (R, vocab) the whole rows (rank 0)
     S_WS_PART,    // (R, vocab_pad) the rank's vocabulary slice of them (tensor parallel)
@@ -847,6 +848,16 @@ static bool s_lora_decode_shaped(const ls_step_t *step) {
     return true;
 }
 
+static ls_view_t s_w(ls_buffer_t *buf) {
+    return buf ? ls_view(buf, 0) : LS_VIEW_NONE;
+}
+
+// Whether the step's LoRA goes beside the base GEMMs (s_proj): decode-shaped steps on a
+// backend with a side queue.
+static bool s_lora_beside(const ls_model_t *self, const ls_step_t *step) {
+    return self->be->side_begin && step->lora && s_lora_decode_shaped(step);
+}
+
 // y (T, out_total of g) += LoRA of group g on x (T, in of g), when the step has adapters
 // and the pool holds the group.
 static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
@@ -866,9 +877,32 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max);
 }
 
-static ls_view_t s_w(ls_buffer_t *buf) {
-    return buf ? ls_view(buf, 0) : LS_VIEW_NONE;
+// A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias, += LoRA of group g.
+// Beside the GEMM when s_lora_beside: the decode LoRA is a few short dependent kernels
+// whose cost is latency, not bytes, so on the side queue it runs while the GEMM streams
+// its weights; the delta lands in the DELTA workspace (zeroed first, so rows without an
+// adapter add nothing) and is added once both are done. y + (0 + δ) rounds as y + δ: the
+// result is bit for bit that of the LoRA added in place.
+static void s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
+                   int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t w,
+                   ls_view_t bias, int T, int in, int out) {
+    ls_backend_t *be = self->be;
+    if (!s_lora_beside(self, step) || !ls_lora_pool_has_group(pool, g)) {
+        be->matmul(be, y, x, w, bias, T, in, out, 0);
+        s_lora(self, pool, step, layer, g, y, x);
+        return;
+    }
+    ls_view_t d = s_w(self->ws[S_WS_DELTA]);
+    size_t n = (size_t)T * out;
+    be->side_begin(be);
+    be->buffer_zero(be, d, n);
+    s_lora(self, pool, step, layer, g, d, x);
+    be->side_end(be);
+    be->matmul(be, y, x, w, bias, T, in, out, 0);
+    be->side_wait(be);
+    be->add(be, y, d, n);
 }
+
 
 // Checks and lays out the step, sizes the workspace and hands the metadata to the backend.
 // Returns T, or -1 + err; nothing has run on the backend's data yet.
@@ -895,12 +929,16 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
     }
     size_t R = (size_t)step->n_logit_rows;
     size_t lora_cols = pool ? (size_t)LS_LORA_MAX_SLICES * ls_lora_pool_r_max(pool) : 1;
+    size_t delta_cols = (size_t)self->qkv_dim;
+    delta_cols = delta_cols > (size_t)2 * self->I ? delta_cols : (size_t)2 * self->I;
+    delta_cols = delta_cols > (size_t)self->H ? delta_cols : (size_t)self->H;
     bool lead = self->shard.rank == 0, tp = self->comm != NULL;
     const size_t need[S_WS_COUNT] = {
         [S_WS_X] = T * self->H,          [S_WS_H] = T * self->H,
         [S_WS_Y] = T * self->H,          [S_WS_QKV] = T * self->qkv_dim,
         [S_WS_ATTN] = T * self->q_dim,   [S_WS_GATE_UP] = T * 2 * self->I,
         [S_WS_ACT] = T * self->I,        [S_WS_LORA] = T * lora_cols,
+        [S_WS_DELTA] = s_lora_beside(self, step) ? T * delta_cols : 0,
         [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = lead ? R * self->V : 0,
         [S_WS_PART] = tp ? R * self->vocab_pad : 0,
     };
@@ -978,8 +1016,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
         // x += y (the previous layer's MLP output); h = rmsnorm(x)
         be->rmsnorm(be, h, l ? x : LS_VIEW_NONE, l ? y : x, s_w(w[S_ATTN_NORM]), n, H, eps);
-        be->matmul(be, qkv, h, s_w(w[S_QKV]), s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim, 0);
-        s_lora(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h);
+        s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_w(w[S_QKV]),
+               s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim);
         if (c->qk_norm) {
             be->rmsnorm_heads(be, qkv, s_w(w[S_Q_NORM]), n, nh, hd, self->qkv_dim, eps);
             be->rmsnorm_heads(be, k, s_w(w[S_K_NORM]), n, nkv, hd, self->qkv_dim, eps);
@@ -990,17 +1028,17 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->attention(be, attn, qkv, s_w(kv->k[l]), s_w(kv->v[l]), nh, nkv, hd,
                       kv->block_size, self->qkv_dim);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
-        be->matmul(be, y, attn, s_w(w[S_O]), s_w(w[S_O_BIAS]), n, self->q_dim, H, 0);
-        s_lora(self, pool, step, l, LS_LORA_GROUP_O, y, attn);
+        s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, s_w(w[S_O]), s_w(w[S_O_BIAS]),
+               n, self->q_dim, H);
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
         // x += y (attention output); h = rmsnorm(x)
         be->rmsnorm(be, h, x, y, s_w(w[S_MLP_NORM]), n, H, eps);
-        be->matmul(be, gate_up, h, s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I, 0);
-        s_lora(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h);
+        s_proj(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h, s_w(w[S_GATE_UP]),
+               s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I);
         be->silu_mul(be, act, gate_up, n, I);
-        be->matmul(be, y, act, s_w(w[S_DOWN]), s_w(w[S_DOWN_BIAS]), n, I, H, 0);
-        s_lora(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act);
+        s_proj(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act, s_w(w[S_DOWN]),
+               s_w(w[S_DOWN_BIAS]), n, I, H);
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
     }

@@ -20,7 +20,9 @@
        another slot runs alongside a queued step (PrefetchAdapter).
     5. Step graphs (backend_cuda.cu): the same prefill and decode steps with graphs off and
        on must give bit-identical logits, through captures, replays, a change of batch
-       shape and back (a cached graph found again) and rows changing adapters.
+       shape and back (a cached graph found again) and rows changing adapters; and the
+       side queue (each decode LoRA beside its GEMM, ls_backend_cuda_set_side) with graphs
+       off and on must give the logits of LoRA after each GEMM, bit for bit.
 
     Tolerance. The reference is fp32 math. The CUDA backend keeps activations in fp32 but
     (backend_cuda.h) rounds them once to the weight dtype at each bf16/f16 matmul, and the
@@ -393,6 +395,18 @@ static void s_graph_run(s_async_t *a, float *out) {
     }
 }
 
+static size_t s_ndiff(const float *x, const float *y, size_t n) {
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d += memcmp(&x[i], &y[i], sizeof(float)) != 0;
+    return d;
+}
+
+// Step graphs and the side queue (the decode LoRA beside each GEMM) against the plainest
+// run: one stream, launches one by one. Graphs must give the same logits bit for bit, and
+// so must the side queue when the GEMMs leave it no SMs (same kernels, LoRA added the same
+// way); with the default SM split cuBLAS may pick other GEMM kernels: fp32 summation order
+// only, bound 1e-4 of the largest logit, and its graphs must equal its plain launches.
 static void s_graphs(void) {
     ls_backend_t *be = s_backend();
     s_async_t a;
@@ -402,24 +416,40 @@ static void s_graphs(void) {
     s_assign(&a, "y", 2);
     ls_lora_pool_wait(a.pool);
     size_t n = (size_t)G_STEPS * 3 * a.V;
-    float *plain = malloc(sizeof(float) * n), *graph = malloc(sizeof(float) * n);
-    ls_backend_cuda_set_graphs(be, 0);
-    s_graph_run(&a, plain);
-    long cap0, rep0, cap, rep;
-    ls_backend_cuda_graph_counts(be, &cap0, &rep0);
-    ls_backend_cuda_set_graphs(be, 1);
-    s_graph_run(&a, graph);
-    ls_backend_cuda_graph_counts(be, &cap, &rep);
-    size_t diff = 0;
+    enum { PLAIN, GRAPH, SIDE0, SIDE0_GRAPH, SIDE, SIDE_GRAPH, RUNS };
+    static const int run_graphs[RUNS] = {0, 1, 0, 1, 0, 1};
+    static const int run_side[RUNS] = {0, 0, 1, 1, 1, 1}, run_leave[RUNS] = {0, 0, 0, 0, -1, -1};
+    float *out[RUNS];
+    long cap[RUNS], rep[RUNS];
+    for (int r = 0; r < RUNS; r++) {
+        out[r] = malloc(sizeof(float) * n);
+        ls_backend_cuda_set_graphs(be, run_graphs[r]);
+        ls_backend_cuda_set_side(be, run_side[r], run_leave[r]);
+        s_graph_run(&a, out[r]);
+        ls_backend_cuda_graph_counts(be, &cap[r], &rep[r]);
+    }
+    ls_backend_cuda_set_side(be, 1, -1);
+    size_t dg = s_ndiff(out[PLAIN], out[GRAPH], n), ds = s_ndiff(out[PLAIN], out[SIDE0], n),
+           dsg = s_ndiff(out[PLAIN], out[SIDE0_GRAPH], n),
+           dss = s_ndiff(out[SIDE], out[SIDE_GRAPH], n);
+    double mag = 0, d = s_maxdiff(out[PLAIN], out[SIDE], (int)n);
     for (size_t i = 0; i < n; i++)
-        diff += memcmp(&plain[i], &graph[i], sizeof(float)) != 0;
+        mag = fmax(mag, fabs(out[PLAIN][i]));
     // graphs: one per shape (3 rows, 2 rows; the adapter mix changes the tiles, so more);
     // replays: the steps whose shape was seen before
-    s_check(diff == 0 && cap0 == 0 && rep0 == 0 && cap >= 2 && rep >= 2,
+    s_check(dg == 0 && cap[PLAIN] == 0 && rep[PLAIN] == 0 && cap[GRAPH] >= 2 && rep[GRAPH] >= 2,
             "step graphs: %d decode steps, %zu of %zu logits differ from plain launches "
-            "(bit for bit); %ld graphs captured, %ld replays", G_STEPS, diff, n, cap, rep);
-    free(plain);
-    free(graph);
+            "(bit for bit); %ld graphs captured, %ld replays", G_STEPS, dg, n, cap[GRAPH],
+            rep[GRAPH]);
+    s_check(ds == 0 && dsg == 0 && cap[SIDE0_GRAPH] - cap[SIDE0] >= 2,
+            "side queue, GEMMs on every SM: %zu (plain launches) and %zu (graphs) of %zu "
+            "logits differ from LoRA after each GEMM (bit for bit)", ds, dsg, n);
+    s_check(dss == 0 && d <= 1e-4 * mag && cap[SIDE_GRAPH] - cap[SIDE] >= 2,
+            "side queue, GEMMs leaving SMs to the LoRA: graphs vs plain %zu of %zu logits "
+            "differ (bit for bit); vs LoRA after each GEMM max|Δ| %.2e (bound 1e-4 x max "
+            "|logit| %.2f)", dss, n, d, mag);
+    for (int r = 0; r < RUNS; r++)
+        free(out[r]);
     s_async_teardown(&a, &be, &dir);
 }
 #endif
