@@ -123,18 +123,20 @@ struct ls_backend {
     // y (T, out) (+)= x (T, in) · w (out, in)ᵀ + bias (out); bias may be LS_VIEW_NONE
     void (*matmul)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
                    ls_view_t bias, int T, int in, int out, int accumulate);
-    // out (T, C) = rmsnorm(x (+ residual)) * w (C); residual (T, C) updated, or NONE
+    // out (T, C) = rmsnorm(x (+ residual)) * w (C); residual (T, C) updated, or NONE;
+    // x2 (T, C), or NONE, is added into x first (as if x were x + x2)
     void (*rmsnorm)(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
-                    ls_view_t w, int T, int C, float eps);
+                    ls_view_t x2, ls_view_t w, int T, int C, float eps);
     // in place on x (T, row_stride) holding (n_heads, head_dim); w (head_dim)
     void (*rmsnorm_heads)(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
                           int n_heads, int head_dim, int row_stride, float eps);
     // step: in place on x (T, row_stride) at positions; inv_freq (head_dim/2)
     void (*rope)(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
                  int head_dim, int row_stride);
-    // out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]
-    void (*silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t gate_up, int T,
-                     int inter);
+    // out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]; delta (T, 2*inter),
+    // or NONE, is added into gate_up first (as if gate_up were gate_up + delta)
+    void (*silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t gate_up, ls_view_t delta,
+                     int T, int inter);
     // y (n) += x (n)
     void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
     // step: caches (slots, n_kv_heads*head_dim)[slot_mapping] = k, v (T, row_stride)

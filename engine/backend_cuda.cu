@@ -787,13 +787,15 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
 }
 
 static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
-                      ls_view_t w, int T, int C, float eps) {
+                      ls_view_t x2, ls_view_t w, int T, int C, float eps) {
     s_cuda_t *c = s_ctx(self);
-    if (s_rec(c, (int)S_OP_RMSNORM, s_f32(out), residual.buf ? s_f32(residual) : NULL,
-              s_f32(x), s_ptr(w), (int)s_dt(w), T, C, eps))
+    float *res = residual.buf ? s_f32(residual) : NULL;
+    const float *add = x2.buf ? s_f32(x2) : NULL;
+    if (s_rec(c, (int)S_OP_RMSNORM, s_f32(out), res, s_f32(x), add, s_ptr(w), (int)s_dt(w), T,
+              C, eps))
         return;
-    s_note(c, ls_cu_rmsnorm(s_f32(out), residual.buf ? s_f32(residual) : NULL, s_f32(x),
-                            s_ptr(w), s_dt(w), T, C, eps, c->stream));
+    s_note(c, ls_cu_rmsnorm(s_f32(out), res, s_f32(x), add, s_ptr(w), s_dt(w), T, C, eps,
+                            c->stream));
 }
 
 static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
@@ -816,12 +818,13 @@ static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_he
                          n_heads, head_dim, row_stride, c->stream));
 }
 
-static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t gate_up, int T,
-                       int inter) {
+static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t gate_up,
+                       ls_view_t delta, int T, int inter) {
     s_cuda_t *c = s_ctx(self);
-    if (s_rec(c, (int)S_OP_SILU_MUL, s_f32(out), s_f32(gate_up), T, inter))
+    const float *d = delta.buf ? s_f32(delta) : NULL;
+    if (s_rec(c, (int)S_OP_SILU_MUL, s_f32(out), s_f32(gate_up), d, T, inter))
         return;
-    s_note(c, ls_cu_silu_mul(s_f32(out), s_f32(gate_up), T, inter, c->stream));
+    s_note(c, ls_cu_silu_mul(s_f32(out), s_f32(gate_up), d, T, inter, c->stream));
 }
 
 static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {

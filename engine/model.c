@@ -877,30 +877,38 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max);
 }
 
-// A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias, += LoRA of group g.
-// Beside the GEMM when s_lora_beside: the decode LoRA is a few short dependent kernels
+// A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias, plus the LoRA of group
+// g, which is either added into y (returns LS_VIEW_NONE) or left as a delta (T, out) for
+// the caller to fold into the next op that reads y (rmsnorm's x2, silu_mul's delta) or to
+// add. Beside the GEMM when s_lora_beside: the decode LoRA is a few short dependent kernels
 // whose cost is latency, not bytes, so on the side queue it runs while the GEMM streams
-// its weights; the delta lands in the DELTA workspace (zeroed first, so rows without an
-// adapter add nothing) and is added once both are done. y + (0 + δ) rounds as y + δ: the
-// result is bit for bit that of the LoRA added in place.
-static void s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
-                   int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t w,
-                   ls_view_t bias, int T, int in, int out) {
+// its weights; the delta lands in the DELTA workspace, zeroed first so rows without an
+// adapter add nothing. y + (0 + δ) rounds as y + δ, and the folding ops add δ into y
+// before anything else: the step is bit for bit that of the LoRA added in place.
+static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
+                        int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t w,
+                        ls_view_t bias, int T, int in, int out) {
     ls_backend_t *be = self->be;
     if (!s_lora_beside(self, step) || !ls_lora_pool_has_group(pool, g)) {
         be->matmul(be, y, x, w, bias, T, in, out, 0);
         s_lora(self, pool, step, layer, g, y, x);
-        return;
+        return LS_VIEW_NONE;
     }
     ls_view_t d = s_w(self->ws[S_WS_DELTA]);
-    size_t n = (size_t)T * out;
     be->side_begin(be);
-    be->buffer_zero(be, d, n);
+    be->buffer_zero(be, d, (size_t)T * out);
     s_lora(self, pool, step, layer, g, d, x);
     be->side_end(be);
     be->matmul(be, y, x, w, bias, T, in, out, 0);
     be->side_wait(be);
-    be->add(be, y, d, n);
+    return d;
+}
+
+// y (n) += d when d is a delta s_proj left (else nothing); returns LS_VIEW_NONE.
+static ls_view_t s_settle(ls_model_t *self, ls_view_t y, ls_view_t d, size_t n) {
+    if (d.buf)
+        self->be->add(self->be, y, d, n);
+    return LS_VIEW_NONE;
 }
 
 
@@ -1008,16 +1016,20 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     ls_view_t k = ls_view(qkv.buf, (size_t)self->q_dim),
               v = ls_view(qkv.buf, (size_t)(self->q_dim + self->kv_dim));
     ls_view_t inv_freq = s_w(self->inv_freq);
+    ls_view_t delta = LS_VIEW_NONE; // a LoRA delta s_proj left for the next op to fold in
 
     be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->shard.vocab0, self->shard.vocab);
     if (s_reduce(self, x, TH, err, errlen) != 0)
         return -1;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
-        // x += y (the previous layer's MLP output); h = rmsnorm(x)
-        be->rmsnorm(be, h, l ? x : LS_VIEW_NONE, l ? y : x, s_w(w[S_ATTN_NORM]), n, H, eps);
-        s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_w(w[S_QKV]),
-               s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim);
+        // x += y (+ its LoRA delta: the previous layer's MLP output); h = rmsnorm(x)
+        be->rmsnorm(be, h, l ? x : LS_VIEW_NONE, l ? y : x, delta, s_w(w[S_ATTN_NORM]), n, H,
+                    eps);
+        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_w(w[S_QKV]),
+                       s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim);
+        // norms, RoPE, the KV store and attention all read qkv: the delta goes in first
+        delta = s_settle(self, qkv, delta, (size_t)n * self->qkv_dim);
         if (c->qk_norm) {
             be->rmsnorm_heads(be, qkv, s_w(w[S_Q_NORM]), n, nh, hd, self->qkv_dim, eps);
             be->rmsnorm_heads(be, k, s_w(w[S_K_NORM]), n, nkv, hd, self->qkv_dim, eps);
@@ -1028,21 +1040,27 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->attention(be, attn, qkv, s_w(kv->k[l]), s_w(kv->v[l]), nh, nkv, hd,
                       kv->block_size, self->qkv_dim);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
-        s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, s_w(w[S_O]), s_w(w[S_O_BIAS]),
-               n, self->q_dim, H);
+        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, s_w(w[S_O]),
+                       s_w(w[S_O_BIAS]), n, self->q_dim, H);
+        // tensor parallel: the delta is a partial sum like y, reduced with it
+        if (self->comm)
+            delta = s_settle(self, y, delta, TH);
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
-        // x += y (attention output); h = rmsnorm(x)
-        be->rmsnorm(be, h, x, y, s_w(w[S_MLP_NORM]), n, H, eps);
-        s_proj(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h, s_w(w[S_GATE_UP]),
-               s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I);
-        be->silu_mul(be, act, gate_up, n, I);
-        s_proj(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act, s_w(w[S_DOWN]),
-               s_w(w[S_DOWN_BIAS]), n, I, H);
+        // x += y (+ delta: attention output); h = rmsnorm(x)
+        be->rmsnorm(be, h, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
+        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h,
+                       s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I);
+        be->silu_mul(be, act, gate_up, delta, n, I);
+        // the down delta goes into the next rmsnorm (the next layer's or the final one)
+        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act, s_w(w[S_DOWN]),
+                       s_w(w[S_DOWN_BIAS]), n, I, H);
+        if (self->comm)
+            delta = s_settle(self, y, delta, TH);
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
     }
-    be->rmsnorm(be, h, x, y, s_w(self->global[S_FINAL_NORM]), n, H, eps);
+    be->rmsnorm(be, h, x, y, delta, s_w(self->global[S_FINAL_NORM]), n, H, eps);
     if (R > 0) {
         ls_buffer_t *head = self->global[S_LM_HEAD] ? self->global[S_LM_HEAD]
                                                     : self->global[S_EMBED];

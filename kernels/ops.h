@@ -47,10 +47,11 @@ void ls_embedding_forward(float *out, const float *table, const int32_t *ids,
 // HF Llama RMSNorm in fp32: out = x * rsqrt(mean(x²) + eps) * w.
 // With residual != NULL it is the fused pre-norm form used between sub-layers:
 // residual += x first, then out = rmsnorm(residual) (vLLM fused_add_rms_norm).
-// out may alias x (not residual).
-// out is (T, C), residual is (T, C) or NULL, x is (T, C), w is (C)
-void ls_rmsnorm_forward(float *out, float *residual, const float *x, const float *w,
-                        int T, int C, float eps);
+// x2 != NULL is added into x before anything else, exactly as if x had been x + x2 (a
+// LoRA delta computed beside the projection that wrote x). out may alias x (not residual).
+// out is (T, C), residual is (T, C) or NULL, x is (T, C), x2 is (T, C) or NULL, w is (C)
+void ls_rmsnorm_forward(float *out, float *residual, const float *x, const float *x2,
+                        const float *w, int T, int C, float eps);
 
 // Per-head RMSNorm in place (Qwen3 q_norm / k_norm): every head_dim-long head vector of
 // every token row is normalized on its own, with one weight vector shared by all heads.
@@ -64,8 +65,10 @@ void ls_add_forward(float *y, const float *x, size_t n);
 
 // out = silu(gate) * up, with gate and up side by side in the output of the stacked
 // gate_up projection (gate first, as PEFT/sgl-jax stack them).
-// out is (T, inter), gate_up is (T, 2*inter)
-void ls_silu_mul_forward(float *out, const float *gate_up, int T, int inter);
+// delta != NULL is added into gate_up first, exactly as if gate_up had been gate_up + delta.
+// out is (T, inter), gate_up is (T, 2*inter), delta is (T, 2*inter) or NULL
+void ls_silu_mul_forward(float *out, const float *gate_up, const float *delta, int T,
+                         int inter);
 
 // out[r] = x[rows[r]]: picks the token rows whose logits are needed (the last token of
 // each sequence that finishes its prefill, every decode token).

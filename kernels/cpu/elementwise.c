@@ -61,13 +61,17 @@ void ls_add_forward(float *y, const float *x, size_t n) {
 }
 
 // out is (T, inter), gate_up is (T, 2*inter)
-void ls_silu_mul_forward(float *out, const float *gate_up, int T, int inter) {
+void ls_silu_mul_forward(float *out, const float *gate_up, const float *delta, int T,
+                         int inter) {
     for (int t = 0; t < T; t++) {
         const float *g = gate_up + (size_t)t * 2 * inter;
         const float *u = g + inter;
+        const float *d = delta ? delta + (size_t)t * 2 * inter : NULL;
         float *o = out + (size_t)t * inter;
-        for (int i = 0; i < inter; i++)
-            o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int i = 0; i < inter; i++) {
+            float gi = d ? g[i] + d[i] : g[i], ui = d ? u[i] + d[inter + i] : u[i];
+            o[i] = gi / (1.0f + expf(-gi)) * ui;
+        }
     }
 }
 

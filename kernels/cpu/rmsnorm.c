@@ -19,18 +19,25 @@ static void s_rmsnorm_row(float *out, const float *x, const float *w, int C, flo
         out[i] = x[i] * inv * w[i];
 }
 
-// out is (T, C), residual is (T, C) or NULL, x is (T, C), w is (C)
-void ls_rmsnorm_forward(float *out, float *residual, const float *x, const float *w,
-                        int T, int C, float eps) {
+// out is (T, C), residual is (T, C) or NULL, x is (T, C), x2 is (T, C) or NULL, w is (C)
+void ls_rmsnorm_forward(float *out, float *residual, const float *x, const float *x2,
+                        const float *w, int T, int C, float eps) {
     assert(out != residual);
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * C;
+        float *ot = out + (size_t)t * C;
         if (residual) {
             float *rt = residual + (size_t)t * C;
-            ls_add_forward(rt, xt, (size_t)C);
+            for (int i = 0; i < C; i++)
+                rt[i] += x2 ? xt[i] + x2[(size_t)t * C + i] : xt[i];
             xt = rt;
+        } else if (x2) {
+            // x + x2 staged in out (which may alias x), normalized in place below
+            for (int i = 0; i < C; i++)
+                ot[i] = xt[i] + x2[(size_t)t * C + i];
+            xt = ot;
         }
-        s_rmsnorm_row(out + (size_t)t * C, xt, w, C, eps);
+        s_rmsnorm_row(ot, xt, w, C, eps);
     }
 }
 

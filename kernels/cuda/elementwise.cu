@@ -97,23 +97,29 @@ cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, in
     LS_CU_CHECK_LAUNCH();
 }
 
-// out is (T, inter), gate_up is (T, 2*inter)
-__global__ void k_silu_mul(float *out, const float *gate_up, int T, int inter) {
+// out is (T, inter), gate_up and delta (or NULL) are (T, 2*inter)
+__global__ void k_silu_mul(float *out, const float *gate_up, const float *delta, int T,
+                           int inter) {
     size_t n = (size_t)T * inter;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t t = i / inter, c = i % inter;
-        float g = gate_up[t * 2 * inter + c], u = gate_up[t * 2 * inter + inter + c];
+        size_t gi = t * 2 * inter + c, ui = gi + inter;
+        float g = gate_up[gi], u = gate_up[ui];
+        if (delta) {
+            g = __fadd_rn(g, delta[gi]);
+            u = __fadd_rn(u, delta[ui]);
+        }
         out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
     }
 }
 
-cudaError_t ls_cu_silu_mul(float *out, const float *gate_up, int T, int inter,
-                           cudaStream_t stream) {
+cudaError_t ls_cu_silu_mul(float *out, const float *gate_up, const float *delta, int T,
+                           int inter, cudaStream_t stream) {
     size_t n = (size_t)T * inter;
     if (n == 0)
         return cudaSuccess;
-    k_silu_mul<<<ls_cu_blocks(n, 256), 256, 0, stream>>>(out, gate_up, T, inter);
+    k_silu_mul<<<ls_cu_blocks(n, 256), 256, 0, stream>>>(out, gate_up, delta, T, inter);
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -136,19 +142,21 @@ cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, i
 // ---------------------------------------------------------------------------------------
 // RMSNorm
 
-// out is (T, C), residual is (T, C) or NULL, x is (T, C), w is (C); one block per row.
-// Each thread reads and writes the same elements in both passes, so out may alias x.
+// out is (T, C), residual is (T, C) or NULL, x is (T, C), x2 is (T, C) or NULL, w is (C);
+// one block per row. Each thread reads and writes the same elements in both passes, so
+// out may alias x.
 template <typename TW>
-__global__ void k_rmsnorm(float *out, float *residual, const float *x, const TW *w, int C,
-                          float eps) {
+__global__ void k_rmsnorm(float *out, float *residual, const float *x, const float *x2,
+                          const TW *w, int C, float eps) {
     __shared__ double scratch[32];
     size_t row = blockIdx.x;
     const float *xr = x + row * C;
+    const float *x2r = x2 ? x2 + row * C : nullptr;
     float *rr = residual ? residual + row * C : nullptr;
     float *orow = out + row * C;
     double ss = 0.0;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float v = xr[i];
+        float v = x2r ? __fadd_rn(xr[i], x2r[i]) : xr[i];
         if (rr) {
             v = __fadd_rn(rr[i], v);
             rr[i] = v;
@@ -157,18 +165,21 @@ __global__ void k_rmsnorm(float *out, float *residual, const float *x, const TW 
     }
     ss = ls_block_sum(ss, scratch);
     float inv = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(ss / C), eps)));
-    const float *src = rr ? rr : xr;
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
-        orow[i] = __fmul_rn(__fmul_rn(src[i], inv), ls_to_f(w[i]));
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = rr ? rr[i] : x2r ? __fadd_rn(xr[i], x2r[i]) : xr[i];
+        orow[i] = __fmul_rn(__fmul_rn(v, inv), ls_to_f(w[i]));
+    }
 }
 
-cudaError_t ls_cu_rmsnorm(float *out, float *residual, const float *x, const void *w,
-                          ls_cu_dtype_t w_dt, int T, int C, float eps, cudaStream_t stream) {
+cudaError_t ls_cu_rmsnorm(float *out, float *residual, const float *x, const float *x2,
+                          const void *w, ls_cu_dtype_t w_dt, int T, int C, float eps,
+                          cudaStream_t stream) {
     if (T == 0)
         return cudaSuccess;
     int threads = C >= 4096 ? 1024 : C >= 1024 ? 512 : 256;
     LS_CU_DISPATCH(w_dt, TW,
-        k_rmsnorm<TW><<<T, threads, 0, stream>>>(out, residual, x, (const TW *)w, C, eps));
+        k_rmsnorm<TW><<<T, threads, 0, stream>>>(out, residual, x, x2, (const TW *)w, C,
+                                                 eps));
     LS_CU_CHECK_LAUNCH();
 }
 

@@ -341,34 +341,39 @@ static void test_embedding_gather(t_rng_t *r) {
     free(ht), free(poison), free(c), free(g);
 }
 
-static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual, int alias) {
+// add2: a second addend x2 folded into x (a LoRA delta left beside its projection)
+static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual, int alias,
+                         int add2) {
     size_t n = (size_t)T * C;
     s_pb_t x = s_pb_new(LS_DTYPE_F32, n), res = s_pb_new(LS_DTYPE_F32, n),
-           out = s_pb_new(LS_DTYPE_F32, n), w = s_pb_new(wdt, C);
+           out = s_pb_new(LS_DTYPE_F32, n), w = s_pb_new(wdt, C), x2 = s_pb_new(LS_DTYPE_F32, n);
     float *hx = s_fill_new(r, n, -2, 2), *hr = s_fill_new(r, n, -2, 2),
-          *hw = s_fill_new(r, C, 0.5f, 1.5f), *poison = s_nan_new(n);
+          *hw = s_fill_new(r, C, 0.5f, 1.5f), *poison = s_nan_new(n),
+          *h2 = s_fill_new(r, n, -0.5f, 0.5f);
     s_pb_set(&x, 0, hx, n);
     s_pb_set(&res, 0, hr, n);
     s_pb_set(&out, 0, poison, n);
     s_pb_set(&w, 0, hw, C);
+    s_pb_set(&x2, 0, h2, n);
     s_pb_t *o = alias ? &x : &out;
     s_cpu->rmsnorm(s_cpu, s_vc(o, 0), residual ? s_vc(&res, 0) : LS_VIEW_NONE, s_vc(&x, 0),
-                   s_vc(&w, 0), T, C, 1e-5f);
+                   add2 ? s_vc(&x2, 0) : LS_VIEW_NONE, s_vc(&w, 0), T, C, 1e-5f);
     s_gpu->rmsnorm(s_gpu, s_vg(o, 0), residual ? s_vg(&res, 0) : LS_VIEW_NONE, s_vg(&x, 0),
-                   s_vg(&w, 0), T, C, 1e-5f);
+                   add2 ? s_vg(&x2, 0) : LS_VIEW_NONE, s_vg(&w, 0), T, C, 1e-5f);
     float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
     char name[96];
     s_pb_get(o, 0, n, c, g);
-    snprintf(name, sizeof name, "rmsnorm w=%s T=%d C=%d%s%s", s_dtn(wdt), T, C,
-             residual ? " +residual" : "", alias ? " out=x" : "");
+    snprintf(name, sizeof name, "rmsnorm w=%s T=%d C=%d%s%s%s", s_dtn(wdt), T, C,
+             residual ? " +residual" : "", add2 ? " +x2" : "", alias ? " out=x" : "");
     s_check(name, g, c, n, 1e-10, 1e-4);
     if (residual) {
         s_pb_get(&res, 0, n, c, g);
-        snprintf(name, sizeof name, "rmsnorm T=%d C=%d: residual += x", T, C);
+        snprintf(name, sizeof name, "rmsnorm T=%d C=%d: residual += x%s", T, C,
+                 add2 ? " + x2" : "");
         s_check(name, g, c, n, 0, 0);
     }
-    s_pb_free(&x), s_pb_free(&res), s_pb_free(&out), s_pb_free(&w);
-    free(hx), free(hr), free(hw), free(poison), free(c), free(g);
+    s_pb_free(&x), s_pb_free(&res), s_pb_free(&out), s_pb_free(&w), s_pb_free(&x2);
+    free(hx), free(hr), free(hw), free(poison), free(h2), free(c), free(g);
 }
 
 static void test_rmsnorm_heads(t_rng_t *r) {
@@ -425,11 +430,22 @@ static void test_silu_add(t_rng_t *r) {
     float *hg = s_fill_new(r, 2 * n, -6, 6), *poison = s_nan_new(n + 5);
     s_pb_set(&gu, 0, hg, 2 * n);
     s_pb_set(&out, 0, poison, n + 5);
-    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&gu, 0), T, inter);
-    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&gu, 0), T, inter);
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&gu, 0), LS_VIEW_NONE, T, inter);
+    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&gu, 0), LS_VIEW_NONE, T, inter);
     float *c = t_alloc((2 * n + 5) * 4), *g = t_alloc((2 * n + 5) * 4);
     s_pb_get(&out, 0, n + 5, c, g);
     s_check("silu_mul T=7 inter=1000 (+5 untouched)", g, c, n + 5, 1e-10, 1e-5);
+    // a LoRA delta folded into gate_up
+    s_pb_t dl = s_pb_new(LS_DTYPE_F32, 2 * n);
+    float *hd = s_fill_new(r, 2 * n, -1, 1);
+    s_pb_set(&dl, 0, hd, 2 * n);
+    s_pb_set(&out, 0, poison, n + 5);
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&gu, 0), s_vc(&dl, 0), T, inter);
+    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&gu, 0), s_vg(&dl, 0), T, inter);
+    s_pb_get(&out, 0, n + 5, c, g);
+    s_check("silu_mul T=7 inter=1000 +delta (+5 untouched)", g, c, n + 5, 1e-10, 1e-5);
+    s_pb_free(&dl);
+    free(hd);
     float *hx = s_fill_new(r, n, -1, 1); // identical inputs: silu's outputs differ by ulps
     s_pb_set(&out, 0, hx, n);
     free(hx);
@@ -926,7 +942,8 @@ static void test_two_steps(t_rng_t *r) {
             ls_buffer_t *A = i ? act.g : act.c;
 #define V_(pb) ls_view(i ? (pb).g : (pb).c, 0)
             B->embedding(B, ls_view(A, o_h), V_(tab), C, 0, VOCAB);
-            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, ls_view(A, o_h), V_(nw), T, C, 1e-5f);
+            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, ls_view(A, o_h), LS_VIEW_NONE, V_(nw),
+                       T, C, 1e-5f);
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
             B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX);
             B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX);
@@ -1067,9 +1084,11 @@ int main(int argc, char **argv) {
     test_matmul(&r, 9, 256, 128, LS_DTYPE_F16, 1, LS_DTYPE_F16, 0);
 
     test_embedding_gather(&r);
-    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0);
-    test_rmsnorm(&r, 13, 4096, LS_DTYPE_F32, 0, 1);
-    test_rmsnorm(&r, 5, 1000, LS_DTYPE_BF16, 1, 1);
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0);
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_F32, 0, 1, 0);
+    test_rmsnorm(&r, 5, 1000, LS_DTYPE_BF16, 1, 1, 0);
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 1);
+    test_rmsnorm(&r, 5, 1000, LS_DTYPE_F32, 0, 1, 1);
     test_rmsnorm_heads(&r);
     test_rope(&r, LS_ROPE_DEFAULT);
     test_rope(&r, LS_ROPE_LLAMA3);

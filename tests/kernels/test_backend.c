@@ -86,7 +86,7 @@ static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st)
     static float h[MAX_T * C], xn[MAX_T * C], tmp[MAX_T * 3 * R_MAX], att[MAX_T * QD];
     int T = st->n_tokens;
     ls_embedding_forward(h, w->table, st->token_ids, T, C, 0, VOCAB);
-    ls_rmsnorm_forward(xn, NULL, h, w->norm_w, T, C, 1e-5f);
+    ls_rmsnorm_forward(xn, NULL, h, NULL, w->norm_w, T, C, 1e-5f);
     ls_matmul_forward(o->qkv, xn, w->wqkv, NULL, T, C, QKV, 0);
     ls_lora_shrink(tmp, xn, w->a_pool, st->lora, C, 3, R_MAX);
     ls_lora_expand(o->qkv, tmp, w->b_pool, st->lora, s_slice_offsets, 3, R_MAX);
@@ -149,7 +149,7 @@ static void s_step_backend(s_out_t *o, ls_backend_t *be, const s_bufs_t *b,
     assert_int_equal(be->step_begin(be, &d->step), 0);
     memset(d, 0x7f, sizeof *d);
     be->embedding(be, b->h, b->table, C, 0, VOCAB);
-    be->rmsnorm(be, b->xn, LS_VIEW_NONE, b->h, b->norm, T, C, 1e-5f);
+    be->rmsnorm(be, b->xn, LS_VIEW_NONE, b->h, LS_VIEW_NONE, b->norm, T, C, 1e-5f);
     be->matmul(be, b->qkv, b->xn, b->wqkv, LS_VIEW_NONE, T, C, QKV, 0);
     be->lora_shrink(be, b->tmp, b->xn, b->a, C, 3, R_MAX);
     be->lora_expand(be, b->qkv, b->tmp, b->b, s_slice_offsets, 3, R_MAX);

@@ -95,7 +95,7 @@ static void test_rmsnorm(void **state) {
     t_fill(&r, res0, (size_t)T * C, -3, 3);
     t_fill(&r, w, C, 0.5f, 1.5f);
 
-    ls_rmsnorm_forward(out, NULL, x, w, T, C, eps); // plain
+    ls_rmsnorm_forward(out, NULL, x, NULL, w, T, C, eps); // plain
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < C; i++)
             sum[i] = x[t * C + i];
@@ -104,7 +104,7 @@ static void test_rmsnorm(void **state) {
     assert_true(t_nmse(out, ref, (size_t)T * C) <= NMSE_MAX);
 
     memcpy(res, res0, sizeof(float) * T * C); // fused: residual += x, out = norm(residual)
-    ls_rmsnorm_forward(out, res, x, w, T, C, eps);
+    ls_rmsnorm_forward(out, res, x, NULL, w, T, C, eps);
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < C; i++) {
             sum[i] = (double)x[t * C + i] + res0[t * C + i];
@@ -115,13 +115,32 @@ static void test_rmsnorm(void **state) {
     assert_true(t_nmse(out, ref, (size_t)T * C) <= NMSE_MAX);
 
     memcpy(out, x, sizeof(float) * T * C); // in place: out aliases x
-    ls_rmsnorm_forward(out, NULL, out, w, T, C, eps);
+    ls_rmsnorm_forward(out, NULL, out, NULL, w, T, C, eps);
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < C; i++)
             sum[i] = x[t * C + i];
         s_rmsnorm_ref(ref + t * C, sum, w, C, eps);
     }
     assert_true(t_nmse(out, ref, (size_t)T * C) <= NMSE_MAX);
+
+    // x2 folded in: bit for bit the same as x2 added into x first, with and without the
+    // residual, and in place (out aliases x)
+    float *x2 = t_alloc(sizeof(float) * T * C), *xs = t_alloc(sizeof(float) * T * C);
+    float *res2 = t_alloc(sizeof(float) * T * C), *want = t_alloc(sizeof(float) * T * C);
+    t_fill(&r, x2, (size_t)T * C, -0.5f, 0.5f);
+    memcpy(xs, x, sizeof(float) * T * C);
+    ls_add_forward(xs, x2, (size_t)T * C);
+    memcpy(res, res0, sizeof(float) * T * C);
+    memcpy(res2, res0, sizeof(float) * T * C);
+    ls_rmsnorm_forward(want, res, xs, NULL, w, T, C, eps);
+    ls_rmsnorm_forward(out, res2, x, x2, w, T, C, eps);
+    assert_memory_equal(out, want, sizeof(float) * T * C);
+    assert_memory_equal(res2, res, sizeof(float) * T * C);
+    ls_rmsnorm_forward(want, NULL, xs, NULL, w, T, C, eps);
+    memcpy(out, x, sizeof(float) * T * C);
+    ls_rmsnorm_forward(out, NULL, out, x2, w, T, C, eps);
+    assert_memory_equal(out, want, sizeof(float) * T * C);
+    free(x2), free(xs), free(res2), free(want);
     free(x), free(res), free(res0), free(out), free(ref), free(sum);
 }
 
@@ -155,7 +174,7 @@ static void test_silu_mul_add(void **state) {
     float gu[T * 2 * INTER], out[T * INTER], y[T * INTER], y0[T * INTER];
     double ref[T * INTER];
     t_fill(&r, gu, T * 2 * INTER, -8, 8);
-    ls_silu_mul_forward(out, gu, T, INTER);
+    ls_silu_mul_forward(out, gu, NULL, T, INTER);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < INTER; i++) {
             double g = gu[t * 2 * INTER + i], u = gu[t * 2 * INTER + INTER + i];
@@ -168,6 +187,15 @@ static void test_silu_mul_add(void **state) {
     ls_add_forward(y, out, T * INTER);
     for (int i = 0; i < T * INTER; i++)
         assert_true(y[i] == y0[i] + out[i]);
+
+    // a delta folded in: bit for bit silu_mul of gate_up + delta
+    float delta[T * 2 * INTER], gu2[T * 2 * INTER], want[T * INTER];
+    t_fill(&r, delta, T * 2 * INTER, -1, 1);
+    memcpy(gu2, gu, sizeof gu);
+    ls_add_forward(gu2, delta, T * 2 * INTER);
+    ls_silu_mul_forward(want, gu2, NULL, T, INTER);
+    ls_silu_mul_forward(out, gu, delta, T, INTER);
+    assert_memory_equal(out, want, sizeof out);
 }
 
 // Hand-picked bit patterns: normals, the largest half, subnormals, signed zero, inf, nan.
