@@ -27,7 +27,10 @@
     the step alone, and the time until both the step and the load are done. The copy bandwidth is measured in the same run (2 GiB D2D memcpy,
     read + write). Median step time of STEPS steps after WARM warm-up steps.
 
-    Usage: bench_decode_cuda [--steps N] [--ctx N]      Not a ctest; needs a GPU (~26 GB).
+    --trace CSV writes every kernel's start, end and stream (CUPTI, kernel_trace.h), labelled
+    with the workload, for timelines (read by tests/gpu/timeline.py).
+
+    Usage: bench_decode_cuda [--steps N] [--ctx N] [--trace CSV]   Not a ctest; needs a GPU.
 */
 #include "random_model.h"
 
@@ -44,6 +47,7 @@
 #include "lora_pool.h"
 #include "model.h"
 #include "bench_util.h"
+#include "kernel_trace.h"
 
 #define N_SEQS 64
 #define RANK 16
@@ -83,6 +87,7 @@ typedef struct {
     ls_lora_pool_t *pool;
     int steps, ctx, vocab;
     double first; // out: seconds of the last s_decode's first step (a new step shape)
+    int trace;    // --trace: kernel timeline (kernel_trace.h)
 } s_bench_t;
 
 static double s_h2d_bw(void) {
@@ -119,6 +124,8 @@ typedef struct {
 // NVTX range named `what`, so a profiler (tests/gpu/profile.sh) splits kernel time by workload.
 static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const char *what) {
     nvtxRangePushA(what);
+    if (b->trace)
+        kt_mark(what);
     char err[512];
     int per_seq = (b->ctx + WARM + b->steps + BS) / BS;
     ls_kv_cache_t *kv = ls_kv_cache_new(b->m, N_SEQS * per_seq, BS, err, sizeof err);
@@ -161,6 +168,8 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
     free(t);
     free(t_done);
     ls_kv_cache_destroy(&kv);
+    if (b->trace)
+        kt_mark("");
     nvtxRangePop();
     return med;
 }
@@ -172,8 +181,12 @@ int main(int argc, char **argv) {
             b.steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ctx"))
             b.ctx = atoi(argv[i + 1]);
-        else {
-            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N]\n");
+        else if (!strcmp(argv[i], "--trace")) {
+            if (kt_start(argv[i + 1]) != 0)
+                bench_die("bench_decode_cuda", "--trace", "CUPTI tracing could not start");
+            b.trace = 1;
+        } else {
+            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--trace CSV]\n");
             return 2;
         }
     }
@@ -320,6 +333,8 @@ int main(int argc, char **argv) {
            "done after %.3f ms (serial would be %.3f ms)\n", 1e3 * t8, 1e3 * t8_up,
            100.0 * (t8_up / t8 - 1), 1e3 * up.done, 1e3 * (t8 + t_load));
     free(ranks);
+    if (b.trace)
+        kt_stop();
     ls_lora_pool_destroy(&b.pool);
     ls_model_destroy(&b.m);
     ls_backend_destroy(&be);
