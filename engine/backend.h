@@ -154,12 +154,14 @@ struct ls_backend {
     void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
                         const int32_t *slice_offsets, int n_slices, int r_max);
     // step: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
-    // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp. tmp
-    // (T, n_slices*r_max) is scratch the backend may use or leave alone (a device backend
-    // keeps the intermediate on chip): its contents afterwards are unspecified.
+    // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp; accumulate 0:
+    // every row of y is written, with what += into a zeroed y would give (rows without an
+    // adapter: 0) — a delta made without clearing y first. tmp (T, n_slices*r_max) is
+    // scratch the backend may use or leave alone (a device backend keeps the intermediate
+    // on chip): its contents afterwards are unspecified.
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
-                       int in, int n_slices, int r_max);
+                       int in, int n_slices, int r_max, int accumulate);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued

@@ -266,9 +266,11 @@ static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_vie
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                          ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
-                         int in, int n_slices, int r_max) {
+                         int in, int n_slices, int r_max, int accumulate) {
     const ls_step_t *st = &s_cpu(self)->step;
     assert(st->lora && n_slices <= LS_LORA_MAX_SLICES);
+    if (!accumulate)
+        memset(s_f32(y), 0, sizeof(float) * (size_t)st->n_tokens * slice_offsets[n_slices]);
     ls_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool), st->lora,
                   slice_offsets, in, n_slices, r_max);
 }

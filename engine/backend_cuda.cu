@@ -107,8 +107,9 @@ typedef struct {
     int T, n_seqs, max_blocks, n_logit_rows;
     const int32_t *token_ids, *positions, *slot_mapping, *tok_seq, *block_tables,
         *logit_rows;
-    int has_lora, n_tiles, max_rank, n_slots;
+    int has_lora, n_tiles, max_rank, n_slots, n_zero_rows;
     const ls_cu_lora_tile_t *tiles;
+    const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
     const int32_t *perm;
     const float *scalings;
 
@@ -428,7 +429,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     size_t i32 = sizeof(int32_t);
 
     // count the LoRA tiles: segments of rank-0 slots get none
-    int n_tiles = 0, max_rank = 0, n_pos = 0;
+    int n_tiles = 0, max_rank = 0, n_pos = 0, n_zero = 0;
     if (lb) {
         n_pos = lb->seg_indptr[lb->n_segs];
         for (int s = 0; s < lb->n_segs; s++) {
@@ -450,7 +451,8 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
            o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
            o_tiles = s_place(&l, (size_t)n_tiles * sizeof(ls_cu_lora_tile_t)),
            o_perm = s_place(&l, lb && lb->permutation ? (size_t)n_pos * i32 : 0),
-           o_scal = s_place(&l, lb ? (size_t)lb->n_slots * sizeof(float) : 0);
+           o_scal = s_place(&l, lb ? (size_t)lb->n_slots * sizeof(float) : 0),
+           o_zero = s_place(&l, lb ? (size_t)T * i32 : 0);
     size_t bytes = l.off ? l.off : 16;
 
     // the previous step's copy must be out of the pinned block before it is rewritten
@@ -501,6 +503,19 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
             memcpy(h + o_perm, lb->permutation, (size_t)n_pos * i32);
         if (lb->n_slots)
             memcpy(h + o_scal, lb->scalings, (size_t)lb->n_slots * sizeof(float));
+        // the rows no tile covers (no adapter, or a rank-0 one): a delta written rather
+        // than added (lora_fused, accumulate 0) gets zeros there
+        unsigned char *covered = (unsigned char *)calloc((size_t)T + 1, 1);
+        if (!covered)
+            return -1;
+        for (int i = 0; i < n_tiles; i++)
+            for (int p = tiles[i].p0; p < tiles[i].p0 + tiles[i].n; p++)
+                covered[lb->permutation ? lb->permutation[p] : p] = 1;
+        int32_t *zr = (int32_t *)(h + o_zero);
+        for (int t = 0; t < T; t++)
+            if (!covered[t])
+                zr[n_zero++] = t;
+        free(covered);
     }
     s_note(c, cudaMemcpyAsync(c->d_meta.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
     s_note(c, cudaEventRecord(c->meta_done, c->stream));
@@ -524,6 +539,8 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->tiles = (const ls_cu_lora_tile_t *)(d + o_tiles);
     c->perm = lb && lb->permutation ? (const int32_t *)(d + o_perm) : NULL;
     c->scalings = (const float *)(d + o_scal);
+    c->zero_rows = (const int32_t *)(d + o_zero);
+    c->n_zero_rows = n_zero;
     return c->sticky == cudaSuccess ? 0 : -1;
 }
 
@@ -592,7 +609,7 @@ static int s_graph_begin(ls_backend_t *self) {
     s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
           c->has_lora, c->n_tiles, c->max_rank, c->n_slots, ls_cu_lora_impl(), c->token_ids,
           c->positions, c->slot_mapping, c->tok_seq, c->block_tables, c->logit_rows,
-          c->tiles, c->perm, c->scalings);
+          c->tiles, c->perm, c->scalings, c->n_zero_rows, c->zero_rows);
     return 1;
 }
 
@@ -886,24 +903,29 @@ static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_vie
     }
     s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), c->tiles,
                                 c->n_tiles, c->perm, c->scalings, slice_offsets, n_slices,
-                                r_max, c->stream));
+                                r_max, 1, c->stream));
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                          ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
-                         int in, int n_slices, int r_max) {
+                         int in, int n_slices, int r_max, int accumulate) {
     s_cuda_t *c = s_ctx(self);
     assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
     assert(c->max_rank <= r_max);
     if (s_rec(c, (int)S_OP_LORA_FUSED, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a_pool),
-              (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, n_slices, r_max)) {
+              (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, n_slices, r_max,
+              accumulate)) {
         s_rec_slices(c, slice_offsets, n_slices);
         return;
     }
+    // written, not added: the tiles' rows get the delta (the kernels store it), the rest 0
+    if (!accumulate)
+        s_note(c, ls_cu_rows_zero(s_f32(y), c->zero_rows, c->n_zero_rows,
+                                  slice_offsets[n_slices], c->stream));
     s_note(c, ls_cu_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool),
                                s_ptr(b_pool), s_dt(b_pool), c->tiles, c->n_tiles,
                                c->max_rank, c->perm, c->scalings, slice_offsets, in,
-                               n_slices, r_max, c->stream));
+                               n_slices, r_max, accumulate, c->stream));
 }
 
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {

@@ -859,9 +859,9 @@ static bool s_lora_beside(const ls_model_t *self, const ls_step_t *step) {
 }
 
 // y (T, out_total of g) += LoRA of group g on x (T, in of g), when the step has adapters
-// and the pool holds the group.
+// and the pool holds the group; accumulate 0: y = that delta (0 on rows without one).
 static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
-                   int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x) {
+                   int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, int accumulate) {
     if (!step->lora || !ls_lora_pool_has_group(pool, g))
         return;
     ls_backend_t *be = self->be;
@@ -870,9 +870,12 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     ls_view_t a, b, tmp = ls_view(self->ws[S_WS_LORA], 0);
     ls_lora_pool_group_views(pool, layer, g, &a, &b);
     if (be->lora_fused && s_lora_decode_shaped(step)) {
-        be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max);
+        be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max,
+                       accumulate);
         return;
     }
+    if (!accumulate)
+        be->buffer_zero(be, y, (size_t)step->n_tokens * sh.slice_offsets[sh.n_slices]);
     be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max);
     be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max);
 }
@@ -882,8 +885,8 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
 // the caller to fold into the next op that reads y (rmsnorm's x2, silu_mul's delta) or to
 // add. Beside the GEMM when s_lora_beside: the decode LoRA is a few short dependent kernels
 // whose cost is latency, not bytes, so on the side queue it runs while the GEMM streams
-// its weights; the delta lands in the DELTA workspace, zeroed first so rows without an
-// adapter add nothing. y + (0 + δ) rounds as y + δ, and the folding ops add δ into y
+// its weights; the delta is written (not added) into the DELTA workspace, 0 on rows
+// without an adapter. y + (0 + δ) rounds as y + δ, and the folding ops add δ into y
 // before anything else: the step is bit for bit that of the LoRA added in place.
 static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
                         int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t w,
@@ -891,13 +894,12 @@ static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_s
     ls_backend_t *be = self->be;
     if (!s_lora_beside(self, step) || !ls_lora_pool_has_group(pool, g)) {
         be->matmul(be, y, x, w, bias, T, in, out, 0);
-        s_lora(self, pool, step, layer, g, y, x);
+        s_lora(self, pool, step, layer, g, y, x, 1);
         return LS_VIEW_NONE;
     }
     ls_view_t d = s_w(self->ws[S_WS_DELTA]);
     be->side_begin(be);
-    be->buffer_zero(be, d, (size_t)T * out);
-    s_lora(self, pool, step, layer, g, d, x);
+    s_lora(self, pool, step, layer, g, d, x, 0);
     be->side_end(be);
     be->matmul(be, y, x, w, bias, T, in, out, 0);
     be->side_wait(be);

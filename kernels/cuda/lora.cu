@@ -441,8 +441,9 @@ __device__ __forceinline__ void s_expand_load(float (&bv)[U][8], int (&o)[U], in
 
 // y[row, o[u]] += s * Σ_{j<r} st[row, kk[u]*r_max + j] * B[o[u], j] for the tile's rows: each lane
 // sums its 8 elements, the L lanes meet by shuffles, lane sub 0 writes. st is (TT, ld) in
-// shared memory; columns at or past `end` are skipped.
-template <int L, int U>
+// shared memory; columns at or past `end` are skipped. ACC false: y = 0 + that instead of
+// y +=, the same bits as adding into a zeroed y, without reading y.
+template <int L, int U, bool ACC = true>
 __device__ __forceinline__ void s_expand_store(float *y, const float (&bv)[U][8], const int (&o)[U],
                                                const int (&kk)[U], const float *st, int ld, int r_max, int r,
                                                int j, int sub, int end, const ls_cu_lora_tile_t &tile,
@@ -468,13 +469,13 @@ __device__ __forceinline__ void s_expand_store(float *y, const float (&bv)[U][8]
                 acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
             if (sub == 0 && o[u] < end && tt < tile.n) {
                 float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o[u];
-                *yo = __fadd_rn(*yo, __fmul_rn(s, acc[tt]));
+                *yo = __fadd_rn(ACC ? *yo : 0.0f, __fmul_rn(s, acc[tt]));
             }
         }
     }
 }
 
-template <typename TB, int L, int E2_U>
+template <typename TB, int L, int E2_U, bool ACC>
 __global__ void __launch_bounds__(E2_WARPS * 32)
 k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
@@ -498,14 +499,49 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
         st[idx] = c % r_max < r ? tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + c] : 0.0f;
     }
     __syncthreads();
-    s_expand_store<L, E2_U>(y, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm, out_total, s);
+    s_expand_store<L, E2_U, ACC>(y, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm, out_total, s);
+}
+
+// y (T, out_total) = 0 on the tiles' rows
+__global__ void k_tile_rows_zero(float *y, const ls_cu_lora_tile_t *tiles, const int32_t *perm,
+                                 int out_total) {
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
+    for (int tt = 0; tt < tile.n; tt++) {
+        float *yr = y + (size_t)s_row(perm, tile.p0 + tt) * out_total;
+        for (int o = blockIdx.y * blockDim.x + threadIdx.x; o < out_total; o += gridDim.y * blockDim.x)
+            yr[o] = 0.0f;
+    }
+}
+
+// For the paths without a storing kernel: the tiles' rows zeroed, then added into.
+static cudaError_t s_tile_rows_zero(float *y, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                                    const int32_t *perm, int out_total, cudaStream_t stream) {
+    if (n_tiles == 0 || out_total == 0)
+        return cudaSuccess;
+    k_tile_rows_zero<<<dim3(n_tiles, (out_total + 1023) / 1024), 256, 0, stream>>>(y, tiles, perm,
+                                                                                  out_total);
+    LS_CU_CHECK_LAUNCH();
+}
+
+__global__ void k_rows_zero(float *y, const int32_t *rows, int C) {
+    float *yr = y + (size_t)rows[blockIdx.x] * C;
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < C; i += gridDim.y * blockDim.x)
+        yr[i] = 0.0f;
+}
+
+cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
+                            cudaStream_t stream) {
+    if (n_rows == 0 || C == 0)
+        return cudaSuccess;
+    k_rows_zero<<<dim3(n_rows, (C + 1023) / 1024), 256, 0, stream>>>(y, rows, C);
+    LS_CU_CHECK_LAUNCH();
 }
 
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
-                              cudaStream_t stream) {
+                              int accumulate, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
     s_slice_offs_t so = {{0, 0, 0, 0}};
     for (int k = 0; k <= n_slices; k++) {
@@ -524,17 +560,29 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
         int u = s_impl == 3 ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
         cudaLaunchConfig_t cfg = s_pdl_config(g2, E2_WARPS * 32, smem, stream);
+#define S_E2U(LL, UU)                                                                         \
+    return accumulate ? cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, true>, y, tmp,   \
+                                           (const TB *)b_pool, tiles, perm, scalings, so,    \
+                                           n_slices, r_max)                                  \
+                      : cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, false>, y, tmp,  \
+                                           (const TB *)b_pool, tiles, perm, scalings, so,    \
+                                           n_slices, r_max)
 #define S_E2(LL)                                                                              \
-    return u == 8 ? cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, 8>, y, tmp,              \
-                                       (const TB *)b_pool, tiles, perm, scalings, so,        \
-                                       n_slices, r_max)                                      \
-                  : cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, 4>, y, tmp,              \
-                                       (const TB *)b_pool, tiles, perm, scalings, so,        \
-                                       n_slices, r_max)
+    do {                                                                                      \
+        if (u == 8)                                                                           \
+            S_E2U(LL, 8);                                                                     \
+        S_E2U(LL, 4);                                                                         \
+    } while (0)
         LS_CU_DISPATCH(b_dt, TB,
             if (L == 1) S_E2(1); else if (L == 2) S_E2(2); else if (L == 4) S_E2(4);
             else S_E2(8));
 #undef S_E2
+#undef S_E2U
+    }
+    if (!accumulate) {
+        cudaError_t e = s_tile_rows_zero(y, tiles, n_tiles, perm, out_total, stream);
+        if (e != cudaSuccess)
+            return e;
     }
     dim3 grid(n_tiles, (out_total + EX_THREADS - 1) / EX_THREADS);
     LS_CU_DISPATCH(b_dt, TB,
@@ -693,7 +741,7 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, const float *scalings,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
-                             cudaStream_t stream) {
+                             int accumulate, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
     s_props();
     int L = r_max / 8;
@@ -707,13 +755,18 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a
         return e != cudaSuccess ? e
                                 : ls_cu_lora_expand(y, tmp, b_pool, b_dt, tiles, n_tiles, perm,
                                                     scalings, slice_offsets, n_slices, r_max,
-                                                    stream);
+                                                    accumulate, stream);
     }
     s_slice_offs_t so = {{0, 0, 0, 0}};
     for (int k = 0; k <= n_slices; k++)
         so.off[k] = slice_offsets[k];
     if (n_tiles == 0 || max_rank == 0 || so.off[n_slices] == 0)
         return cudaSuccess;
+    if (!accumulate) {
+        cudaError_t e = s_tile_rows_zero(y, tiles, n_tiles, perm, so.off[n_slices], stream);
+        if (e != cudaSuccess)
+            return e;
+    }
     // 8-block clusters give >= 2 blocks per SM from ~33 tiles on (132 SMs); below, 16
     int cn = (long)n_tiles * 8 < 2L * s_sm_count() ? 16 : 8;
 #define S_FU(LL)                                                                              \

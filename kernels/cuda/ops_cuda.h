@@ -123,16 +123,22 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
                               int n_slices, int r_max, cudaStream_t stream);
 
-// y (T, out_total) += scaling[slot] * tmp_k · B_kᵀ on the tiles' rows;
+// y (T, out_total) += scaling[slot] * tmp_k · B_kᵀ on the tiles' rows (accumulate 0: =,
+// with the bits of += into zeros; other rows untouched either way);
 // b_pool (n_slots, out_total, r_max); slice_offsets (n_slices+1) host memory
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
-                              cudaStream_t stream);
+                              int accumulate, cudaStream_t stream);
+
+// y (T, C) rows[i] = 0 for i < n_rows (the rows no LoRA tile covers, when a delta is
+// written rather than added)
+cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
+                            cudaStream_t stream);
 
 // Both at once for decode-shaped steps: y (T, out_total) += scaling[slot] * (x · A_kᵀ) · B_kᵀ
-// on the tiles' rows, A and B as above. Shrink into tmp (T, n_slices*r_max) then expand, as
+// on the tiles' rows (accumulate 0: = , as ls_cu_lora_expand), A and B as above. Shrink into tmp (T, n_slices*r_max) then expand, as
 // the two launchers above; under impl 4 (sm_90, a_dt == b_dt, 16-byte loads, r_max in
 // {8, 16, 32, 64}) one cluster kernel instead, the fp32 intermediate kept in the cluster's
 // shared memory and tmp left untouched — slower today (kernels/cuda/NOTES.md, session 3).
@@ -141,7 +147,7 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, const float *scalings,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
-                             cudaStream_t stream);
+                             int accumulate, cudaStream_t stream);
 
 // 0 (default): the fastest kernels for the shape; 1: the session-1 kernels; 2: as 0 but
 // without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead

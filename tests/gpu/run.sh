@@ -29,9 +29,9 @@ if [[ ${1:-} == prepare ]]; then
   ../shared/tools/device-bundle .device-bundle "${tests[@]/#/build-cuda/bin/}" \
     "${benches[@]/#/build-cuda/bin/}"
   # what travels to the device is capped (64 MiB with the tree): strip the binaries and
-  # gzip the big libraries; the run below unpacks them
+  # gzip the big files; the run below unpacks them
   strip .device-bundle/bin/*
-  for f in .device-bundle/lib/*; do
+  for f in .device-bundle/lib/* .device-bundle/bin/*; do
     [[ $(stat -c %s "$f") -gt 4000000 ]] && gzip -9 "$f"
   done
   du -sh .device-bundle
@@ -47,9 +47,10 @@ mkdir -p "$out"
 } | tee "$out/device.txt"
 
 if [[ -x .device-bundle/bin/${tests[0]} ]]; then
-  for f in .device-bundle/lib/*.gz; do
+  for f in .device-bundle/lib/*.gz .device-bundle/bin/*.gz; do
     [[ -e $f ]] && gunzip -f "$f"
   done
+  chmod +x .device-bundle/bin/*
   export LD_LIBRARY_PATH=$root/.device-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   bindir=.device-bundle/bin
 else

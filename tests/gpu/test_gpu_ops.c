@@ -101,6 +101,13 @@ static s_res_t *s_check(const char *name, const float *got, const float *ref, si
     return r;
 }
 
+// A yes/no check: ok passes.
+static void s_check_true(const char *name, int ok) {
+    s_res_t *r = s_add_res(name);
+    r->pass = ok != 0;
+    s_print_res(r);
+}
+
 // -- paired buffers -----------------------------------------------------------------------
 
 typedef struct {
@@ -649,9 +656,9 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     s_pb_set(&tmp, 0, tpois, nt);
     s_pb_set(&y, 0, hy, ny);
     s_cpu->lora_fused(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0),
-                      s_vc(&b, 0), off, in, n_slices, r_max);
+                      s_vc(&b, 0), off, in, n_slices, r_max, 1);
     s_gpu->lora_fused(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0),
-                      s_vg(&b, 0), off, in, n_slices, r_max);
+                      s_vg(&b, 0), off, in, n_slices, r_max, 1);
     s_pb_get(&y, 0, ny, c, g);
     for (size_t i = 0; i < ny; i++) {
         c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
@@ -660,6 +667,29 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     snprintf(name, sizeof name, "lora fused %s, %d slice%s in=%d r_max=%d %s", lay->name,
              n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
+    // written, not added (accumulate 0), over y all NaN: every element must be written —
+    // the delta on covered rows, 0 on the others — and the GPU must match the CPU's
+    // zero-then-add; NaN anywhere (the check counts it) means an element left unwritten
+    float *ynan = s_nan_new(ny);
+    s_pb_set(&tmp, 0, tpois, nt);
+    s_pb_set(&y, 0, ynan, ny);
+    s_cpu->lora_fused(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0),
+                      s_vc(&b, 0), off, in, n_slices, r_max, 0);
+    s_gpu->lora_fused(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0),
+                      s_vg(&b, 0), off, in, n_slices, r_max, 0);
+    s_pb_get(&y, 0, ny, c, g);
+    size_t unwritten = 0, nonzero_untouched = 0;
+    for (size_t i = 0; i < ny; i++) {
+        unwritten += isnan(g[i]) || isnan(c[i]);
+        nonzero_untouched += !touched[i / out_total] && (g[i] != 0.0f || c[i] != 0.0f);
+    }
+    snprintf(name, sizeof name, "lora fused written %s, %d slice%s r_max=%d %s", lay->name,
+             n_slices, n_slices > 1 ? "s" : "", r_max, s_dtn(pdt));
+    s_check(name, g, c, ny, 1e-10, 1e-4);
+    snprintf(name, sizeof name, "lora fused written %s: %zu unwritten, %zu non-zero rows "
+             "without an adapter", lay->name, unwritten, nonzero_untouched);
+    s_check_true(name, unwritten == 0 && nonzero_untouched == 0);
+    free(ynan);
     s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }
@@ -1035,7 +1065,7 @@ static void s_bench(void) {
             if (m != 1)
                 ls_cu_lora_shrink(tmp, x, a, LS_CU_BF16, set, T, R, NULL, IN, NS, R, 0);
             if (m != 0)
-                ls_cu_lora_expand(y, tmp, b, LS_CU_BF16, set, T, NULL, scal, off, NS, R, 0);
+                ls_cu_lora_expand(y, tmp, b, LS_CU_BF16, set, T, NULL, scal, off, NS, R, 1, 0);
         }
         cudaEventRecord(e1, 0);
         cudaEventSynchronize(e1);
