@@ -1,21 +1,75 @@
 /*  kernels/cuda/attention.cu — causal paged attention over the KV cache (prefill chunks
     on a cached prefix and decode alike). CPU reference: kernels/cpu/attention.c.
 
-    One block per (query token, kv head): the block serves all the query heads of that kv
-    head's GQA group (up to 8 per pass), so each K/V row it reads from the paged cache is
-    used group times. Its 4 warps take keys j = warp, warp+4, ...; within a warp the lanes
-    split head_dim (lane holds elements lane + 32e), a score is a warp-shuffle sum, and
-    every warp keeps an online (running-max) softmax per head, exactly the update the
-    reference makes. The 4 partial states are merged through shared memory at the end.
+    Decode reads every K/V row of its context once for a few flops per byte: it is bound
+    by memory bandwidth, so the kernels are built to keep many bytes in flight and to spend
+    few instructions per key. Three kernels, one chosen per call by ls_cu_attention:
 
-    Known limits (correct, not yet fast): a prefill token re-reads its whole prefix (no
-    query tiling, K/V come from L2 rather than shared memory), and a long decode context is
-    walked by one block (no split-KV); both are next session's work.
+    tc (k_attention_tc, default for bf16 caches with head_dim 64 or 128 and block_size % 8
+    == 0): scores and p.v on the tensor cores (mma.sync), still fp32-exact: q and p are
+    split into three bf16 pieces (24 bits, as many as fp32 holds; see the kernel), K and V
+    are bf16 already, so every product is exact and sums stay in fp32. Measured NMSE vs the
+    CPU reference 1e-14 .. 2e-12 (the larger values where long contexts make the output a
+    small difference of large sums), the same as the FFMA kernels. ~24 instructions per
+    (key, kv head) against ~88 for v2: at 64 x 1024 it runs at 96% of copy bandwidth.
+    v2 (k_attention_v2, f32/f16 caches and other head_dims, 16-byte rows): the same plan on
+    FFMA: L lanes (8, 16 or 32; a lane holds at most two 16-byte chunks of a row) share a
+    key, the warp takes 32/L keys per step; scores summed over the L lanes by shuffles.
+    v1 (k_attention_v1, the session-1 kernel): one CTA of 4 warps per (token, kv head),
+    each warp walking keys one dependent load at a time. It remains for rows or cache
+    pointers not 16-byte aligned (e.g. bf16 with head_dim % 8 != 0) and as the benchmark's
+    baseline (ls_cu_attention_set_impl(1)).
+
+    Common to tc and v2:
+    - work item: (query token, kv head, pass of up to GC = 4 query heads of that kv head's
+      GQA group): each K/V row read serves the pass's heads. A CTA of W warps (1..12) takes
+      an item, or — when the items are too few to fill the GPU (long contexts, few
+      sequences; sm_90) — a thread-block cluster of cs CTAs (2..8, 16) takes it and each
+      CTA a contiguous 1/cs of its pages;
+    - a warp takes the CTA's steps (8 keys for tc, 32/L for v2) round-robin; each lane
+      copies its chunks of the step's K and V rows with cp.async into the warp's ring in
+      shared memory (tc 4 stages of 4 KB, v2 8 of up to 2 KB), 3 (7) steps ahead of the
+      one it computes, with no barrier in the loop; block-table entries are read one step
+      further ahead still;
+    - online softmax in base 2 (q pre-scaled by scale*log2(e), p = ex2.approx(s - m)), one
+      running max per head for the whole warp, so the rescale branch is warp-uniform;
+    - partial states (m, l, acc) merge in fixed orders: a warp's lanes by xor butterflies,
+      the warps of a CTA through shared memory in warp order, the CTAs of a cluster
+      through distributed shared memory in rank order. Results are the same bits on every
+      run, whatever the timing;
+    - plan (s_launch): one wave holds 12 warps per SM (<= 168 registers, 16 KB of ring
+      each). Many items: one CTA each, W = as many warps as keep the grid in one wave (>= 4
+      steps each). Few items: cs and W chosen to hold the most warps with every cluster of
+      the grid resident at once, as cudaOccupancyMaxActiveClusters counts them (a cluster
+      sits in one GPC; on the H200 measured here 16-CTA clusters of 12-warp CTAs do not
+      all fit 8 at a time, and 4-CTA clusters for 32 items ran in two waves before this
+      check). No scratch memory, no synchronization: launches can be captured in graphs.
+
+    Known limits: short decode contexts stay latency-bound (64 x 128 keys: 17 us on an
+    H200, 48% of copy bandwidth, against 96% at 64 x 1024): each CTA has ~5 steps per
+    warp behind a chain of dependent loads (positions -> block table -> K/V), not profiled
+    yet. Long contexts with few sequences reach ~78% (clusters of <= 16 CTAs per (token, kv
+    head) leave part of the GPU idle; a split over more CTAs would need a merge through
+    memory). Prefill has no query tiling — each query token of a chunk re-reads its whole
+    prefix (from L2 for tokens of one sequence) and tc uses 12 of the 16 MMA rows for one
+    token's heads; a long prefill wants a flash-attention kernel with queries on the M
+    side. tc only for bf16 caches (f16 pieces would lose bits to the f16 exponent range)
+    and head_dim 64/128 (register budget); groups not a multiple of 4 waste head slots of
+    the last pass (group 1 uses 1 of 4), groups above 4 read K/V once per pass; block
+    sizes that are not a power of two pay an integer division per step; on sm_80 there
+    are no clusters, so a long context with few sequences runs on few SMs.
 */
 #include <assert.h>
 #include <math.h>
+#include <stdint.h>
+
+#include <cooperative_groups.h>
 
 #include "common.cuh"
+
+namespace cg = cooperative_groups;
+
+// -- v1 ------------------------------------------------------------------------------------
 
 enum { ATT_WARPS = 4, ATT_GC = 8 }; // warps per block, query heads per pass
 
@@ -23,7 +77,7 @@ enum { ATT_WARPS = 4, ATT_GC = 8 }; // warps per block, query heads per pass
 // k_cache, v_cache are (slots, n_kv_heads*head_dim); E = elements per lane (head_dim <= 32E)
 template <typename TC, int E>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-k_attention(float *out, const float *q, const TC *k_cache, const TC *v_cache,
+k_attention_v1(float *out, const float *q, const TC *k_cache, const TC *v_cache,
             const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
             int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
             int row_stride, float scale) {
@@ -125,19 +179,707 @@ k_attention(float *out, const float *q, const TC *k_cache, const TC *v_cache,
     }
 }
 
+
+// -- v2 ------------------------------------------------------------------------------------
+
+enum {
+    AT_NST = 8,     // stages of a warp's cp.async ring, one step of keys each
+    AT_GC = 4,      // query heads per work item, at most
+    AT_MAXW = 12,   // warps per SM in one wave (and per CTA, at most): 12 x 32 x 168 regs
+    AT_MINSTEP = 4, // a warp gets at least this many steps of keys, else the CTA gets fewer
+};
+
+// 16 bytes global -> shared, asynchronous; n = 0 fills the 16 bytes with zeros instead
+__device__ __forceinline__ void s_cp16(unsigned dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void s_cp16(void *dst, const void *src, int n) {
+    s_cp16((unsigned)__cvta_generic_to_shared(dst), src, n);
+}
+__device__ __forceinline__ void s_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// waits until at most N of this thread's committed groups are still in flight
+template <int N> __device__ __forceinline__ void s_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// 2^x; relative error ~2^-22, exactly 0 for x = -inf
+__device__ __forceinline__ float s_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// 16 bytes of cache elements widened to fp32 (exact)
+__device__ __forceinline__ void s_widen(uint4 u, float o[8], const __nv_bfloat16 *) {
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) { // element 2i is the low half (little-endian)
+        o[2 * i] = __uint_as_float(w[i] << 16);
+        o[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void s_widen(uint4 u, float o[8], const __half *) {
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        o[2 * i] = f.x, o[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void s_widen(uint4 u, float o[4], const float *) {
+    o[0] = __uint_as_float(u.x), o[1] = __uint_as_float(u.y);
+    o[2] = __uint_as_float(u.z), o[3] = __uint_as_float(u.w);
+}
+
+
+// The end of both kernels: W warp states (GC, head_dim) acc, then m (GC), l (GC), each at
+// the start of its warp's ring (wst floats apart), merged in warp order into the CTA's
+// state; a warp that saw no key has max -inf and weight 0. cs == 1: that is the output.
+// Else the CTA's state goes after the rings, and the cluster's CTAs merge theirs in rank
+// order over distributed shared memory, each CTA writing 1/cs of the output. Every thread
+// of every CTA of the cluster calls this (it holds barriers).
+template <int GC>
+__device__ __forceinline__ void s_merge(float *out, const uint4 *s_sm, int W, int wst, int t,
+                                        int kvh, int group, int g0, int gn, int n_heads,
+                                        int head_dim, int rank, int cs) {
+    const int sd = GC * head_dim; // offset of m in a state
+    const float *ws0 = (const float *)s_sm;
+    float *cst = (float *)(s_sm + (size_t)W * wst / 4);
+    float *orow = out + (size_t)t * n_heads * head_dim + (size_t)(kvh * group + g0) * head_dim;
+    for (int idx = threadIdx.x; idx < gn * head_dim; idx += blockDim.x) {
+        int g = idx / head_dim;
+        float M = -INFINITY;
+        for (int w = 0; w < W; w++)
+            M = fmaxf(M, ws0[w * wst + sd + g]);
+        float Ls = 0.0f, O = 0.0f;
+        for (int w = 0; w < W; w++) {
+            const float *s = ws0 + w * wst;
+            float c = s[sd + g] == -INFINITY ? 0.0f : s_ex2(s[sd + g] - M);
+            Ls += s[sd + GC + g] * c;
+            O += s[idx] * c;
+        }
+        if (cs == 1) {
+            orow[idx] = O / Ls;
+        } else {
+            cst[idx] = O;
+            if (idx % head_dim == 0)
+                cst[sd + g] = M, cst[sd + GC + g] = Ls;
+        }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (cs > 1) {
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync(); // every CTA's state written
+        for (int idx = rank * blockDim.x + threadIdx.x; idx < gn * head_dim;
+             idx += cs * blockDim.x) {
+            int g = idx / head_dim;
+            float M = -INFINITY;
+            for (int r = 0; r < cs; r++)
+                M = fmaxf(M, cl.map_shared_rank(cst, r)[sd + g]);
+            float Ls = 0.0f, O = 0.0f;
+            for (int r = 0; r < cs; r++) {
+                const float *s = cl.map_shared_rank(cst, r);
+                float c = s[sd + g] == -INFINITY ? 0.0f : s_ex2(s[sd + g] - M);
+                Ls += s[sd + GC + g] * c;
+                O += s[idx] * c;
+            }
+            orow[idx] = O / Ls;
+        }
+        cl.sync(); // no CTA leaves (its shared memory) while another still reads it
+    }
+#endif
+}
+
+// out is (T, n_heads*head_dim), q is (T, row_stride), k_cache, v_cache are (slots,
+// n_kv_heads*head_dim) with head_dim*sizeof(TC) % 16 == 0. Grid (T*n_pass*cs, n_kv_heads),
+// clusters of (cs, 1, 1); blockDim W*32. L lanes per key, NC 16-byte chunks per lane and
+// row (chunk c = li + L*k), GC query heads per pass. Dynamic shared memory: W rings of
+// (AT_NST, 2, NC, 32) 16-byte chunks, then the CTA's merged state (GC, head_dim + 2).
+template <typename TC, int L, int NC, int GC>
+__global__ void __launch_bounds__(AT_MAXW * 32, 1)
+k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
+               const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
+               int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
+               int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
+    constexpr int VE = 16 / (int)sizeof(TC), KPS = 32 / L, RING = AT_NST * 2 * NC * 32;
+    extern __shared__ uint4 s_sm[];
+    const TC *k_cache = (const TC *)kc_, *v_cache = (const TC *)vc_;
+    const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int grp = lane / L, li = lane % L; // key of the step, lane within the key
+    const int rank = blockIdx.x % cs, item = blockIdx.x / cs;
+    const int t = item / n_pass, g0 = item % n_pass * GC, kvh = blockIdx.y;
+    const int group = n_heads / n_kv_heads, gn = min(GC, group - g0);
+    const int nch = head_dim / VE; // 16-byte chunks per row
+    const int n_keys = positions[t] + 1; // causal: KV indices 0..p
+    const int32_t *table = block_tables + (size_t)tok_seq[t] * max_blocks;
+    const size_t kv_dim = (size_t)n_kv_heads * head_dim, kv_off = (size_t)kvh * head_dim;
+    // this CTA's keys k0..k1-1: whole pages, the token's pages split evenly over the cluster
+    const int n_pages = (n_keys + block_size - 1) / block_size;
+    const int pa = (int)((long long)rank * n_pages / cs);
+    const int pb = (int)((long long)(rank + 1) * n_pages / cs);
+    const int k0 = pa * block_size, k1 = min(pb * block_size, n_keys);
+    const int n_steps = k1 > k0 ? (k1 - k0 + KPS - 1) / KPS : 0;
+    const int nw = warp < n_steps ? (n_steps - warp + W - 1) / W : 0; // steps of this warp
+    uint4 *ring = s_sm + (size_t)warp * RING;
+
+    float qr[GC][NC][VE], acc[GC][NC][VE], m[GC], l[GC];
+#pragma unroll
+    for (int g = 0; g < GC; g++) {
+        const float *qh =
+            q + (size_t)t * row_stride + (size_t)(kvh * group + g0 + g) * head_dim;
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            int c = li + L * k;
+#pragma unroll
+            for (int v = 0; v < VE; v++) {
+                qr[g][k][v] = g < gn && c < nch ? qh[c * VE + v] * qscale : 0.0f;
+                acc[g][k][v] = 0.0f;
+            }
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+
+    // key of this lane at the warp's step i (the CTA's last key past k1: its score is
+    // masked, the copy stays inside the sequence)
+    auto key_of = [&](int i) { return min(k0 + (warp + i * W) * KPS + grp, k1 - 1); };
+    auto page_of = [&](int i) {
+        int j = key_of(i);
+        return __ldg(table + (bs_shift >= 0 ? j >> bs_shift : j / block_size));
+    };
+    // copies the lane's chunks of K and V of step i into stage i % AT_NST; one commit
+    // group per step, empty past the warp's last step, so that the wait count is fixed
+    auto issue = [&](int i, int page) {
+        if (i < nw) {
+            int j = key_of(i);
+            int off = bs_shift >= 0 ? j & (block_size - 1) : j % block_size;
+            size_t row = ((size_t)page * block_size + off) * kv_dim + kv_off;
+            const char *kr = (const char *)(k_cache + row), *vr = (const char *)(v_cache + row);
+            uint4 *st = ring + (i % AT_NST) * (2 * NC * 32);
+#pragma unroll
+            for (int k = 0; k < NC; k++) {
+                int c = li + L * k, n = c < nch ? 16 : 0; // chunks past the row: zeros
+                c = c < nch ? c : 0;
+                s_cp16(st + k * 32 + lane, kr + c * 16, n);
+                s_cp16(st + (NC + k) * 32 + lane, vr + c * 16, n);
+            }
+        }
+        s_cp_commit();
+    };
+
+    {
+        int pg[AT_NST]; // the first block-table reads, all in flight at once
+#pragma unroll
+        for (int i = 0; i < AT_NST; i++)
+            pg[i] = i < nw ? page_of(i) : 0;
+#pragma unroll
+        for (int i = 0; i < AT_NST - 1; i++)
+            issue(i, pg[i]);
+        int pnext = pg[AT_NST - 1];
+        for (int i = 0; i < nw; i++) {
+            issue(i + AT_NST - 1, pnext);
+            pnext = i + AT_NST < nw ? page_of(i + AT_NST) : 0;
+            s_cp_wait<AT_NST - 1>(); // step i's group has landed
+            const uint4 *st = ring + (i % AT_NST) * (2 * NC * 32);
+            float s[GC];
+#pragma unroll
+            for (int g = 0; g < GC; g++)
+                s[g] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < NC; k++) {
+                float kf[VE];
+                s_widen(st[k * 32 + lane], kf, (const TC *)0);
+#pragma unroll
+                for (int g = 0; g < GC; g++)
+#pragma unroll
+                    for (int v = 0; v < VE; v++)
+                        s[g] = fmaf(qr[g][k][v], kf[v], s[g]);
+            }
+            bool valid = k0 + (warp + i * W) * KPS + grp < k1;
+            float p[GC];
+#pragma unroll
+            for (int g = 0; g < GC; g++) {
+#pragma unroll
+                for (int o = 1; o < L; o <<= 1)
+                    s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+                s[g] = valid ? s[g] : -INFINITY;
+                float mx = s[g]; // the step's max over the warp's keys: same in every lane
+#pragma unroll
+                for (int o = L; o < 32; o <<= 1)
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                if (mx > m[g]) { // rescale what was summed under the old max (warp-uniform)
+                    float c = s_ex2(m[g] - mx);
+                    l[g] *= c;
+#pragma unroll
+                    for (int k = 0; k < NC; k++)
+#pragma unroll
+                        for (int v = 0; v < VE; v++)
+                            acc[g][k][v] *= c;
+                    m[g] = mx;
+                }
+                p[g] = s_ex2(s[g] - m[g]);
+                l[g] += p[g];
+            }
+#pragma unroll
+            for (int k = 0; k < NC; k++) {
+                float vf[VE];
+                s_widen(st[(NC + k) * 32 + lane], vf, (const TC *)0);
+#pragma unroll
+                for (int g = 0; g < GC; g++)
+#pragma unroll
+                    for (int v = 0; v < VE; v++)
+                        acc[g][k][v] = fmaf(p[g], vf[v], acc[g][k][v]);
+            }
+        }
+        s_cp_wait<0>(); // only empty groups were left; the ring is reused below
+        __syncwarp();
+    }
+
+    // the warp's state: sum over its key groups (same max), into the start of its ring:
+    // (GC, head_dim) acc, then m (GC), l (GC)
+#pragma unroll
+    for (int g = 0; g < GC; g++) {
+#pragma unroll
+        for (int o = L; o < 32; o <<= 1) {
+            l[g] += __shfl_xor_sync(0xffffffffu, l[g], o);
+#pragma unroll
+            for (int k = 0; k < NC; k++)
+#pragma unroll
+                for (int v = 0; v < VE; v++)
+                    acc[g][k][v] += __shfl_xor_sync(0xffffffffu, acc[g][k][v], o);
+        }
+    }
+    const int sd = GC * head_dim; // offset of m in a state
+    float *ws = (float *)ring;
+    if (grp == 0) {
+#pragma unroll
+        for (int g = 0; g < GC; g++)
+#pragma unroll
+            for (int k = 0; k < NC; k++) {
+                int c = li + L * k;
+                if (c < nch)
+#pragma unroll
+                    for (int v = 0; v < VE; v++)
+                        ws[g * head_dim + c * VE + v] = acc[g][k][v];
+            }
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int g = 0; g < GC; g++)
+            ws[sd + g] = m[g], ws[sd + GC + g] = l[g];
+    __syncthreads();
+    s_merge<GC>(out, s_sm, W, RING * 4, t, kvh, group, g0, gn, n_heads, head_dim, rank, cs);
+}
+
+// -- tc: tensor cores, bf16 caches -----------------------------------------------------------
+
+enum { TC_KEYS = 8, TC_NST = 4 }; // keys per step (one m16n8 tile), stages of a warp's ring
+
+__device__ __forceinline__ void s_ldsm4(uint32_t r[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void s_ldsm4t(uint32_t r[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+// c += a (16x16, rows) b (16x8, columns); bf16 products, fp32 sums
+__device__ __forceinline__ void s_mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                           uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// c += a (16x8) b (8x8)
+__device__ __forceinline__ void s_mma1688(float c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+// two fp32 rounded to bf16 (nearest even), packed: lo in the low half
+__device__ __forceinline__ uint32_t s_pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ __forceinline__ float s_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float s_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+// k_attention_tc: as k_attention_v2, for bf16 caches with head_dim D (64 or 128) and
+// block_size % 8 == 0, on the tensor cores (mma.sync, sm_80+) and still fp32-exact: an fp32
+// x splits into three bf16 pieces x = x0 + x1 + x2 (each the rounding of what the ones
+// before leave, every difference exact; 24 bits in all, as many as fp32 holds), and a bf16
+// x bf16 product is exact in the fp32 accumulator. The 16 rows of the MMA's A are (piece,
+// head): rows 0-3 piece 0 of the GC = 4 heads, 4-7 piece 1, 8-11 piece 2, 12-15 zero; so
+// one MMA per 16 dims and 8 keys gives all three pieces' partial scores, which one shuffle
+// adds up (rows h, h+8 sit in lane l, row h+4 in lane l^16), and p.v is the same with the
+// pieces of p. A warp step is 8 keys (one n8 tile): QK^T in D/16 m16n8k16 MMAs (K from
+// shared memory by ldmatrix), softmax on the accumulator fragment (lane l holds keys
+// 2(l%4), +1 of head (l/4)%4; the row max over the lane quad), p.v in D/8 m16n8k8 MMAs (V
+// by ldmatrix.trans). K/V tiles come through each warp's cp.async ring, rows swizzled
+// (16-byte chunk c of row r at c ^ (r % 8)) so that ldmatrix reads hit 8 distinct bank
+// groups. Grid, clusters, partial-state merges: as k_attention_v2.
+template <int D>
+__global__ void __launch_bounds__(AT_MAXW * 32, 1)
+k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
+               const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
+               int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
+               int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
+    constexpr int GC = 4, RB = D * 2, NCK = D / 8, NJ = D / 32, KS = D / 16;
+    constexpr int STAGE = 2 * TC_KEYS * RB; // bytes: 8 K rows, then 8 V rows
+    constexpr int RING = TC_NST * STAGE;    // bytes per warp
+    extern __shared__ uint4 s_sm[];
+    const char *kc = (const char *)kc_, *vc = (const char *)vc_;
+    const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, qd = lane & 3, h = g & 3; // fragment row, column pair, head
+    const int ri = lane & 7, mi = lane >> 3;            // ldmatrix: row, matrix
+    const int rank = blockIdx.x % cs, item = blockIdx.x / cs;
+    const int t = item / n_pass, g0 = item % n_pass * GC, kvh = blockIdx.y;
+    const int group = n_heads / n_kv_heads, gn = min(GC, group - g0);
+    const int n_keys = positions[t] + 1; // causal: KV indices 0..p
+    const int32_t *table = block_tables + (size_t)tok_seq[t] * max_blocks;
+    const size_t kv_bytes = (size_t)n_kv_heads * RB, head_off = (size_t)kvh * RB;
+    const int n_pages = (n_keys + block_size - 1) / block_size;
+    const int pa = (int)((long long)rank * n_pages / cs);
+    const int pb = (int)((long long)(rank + 1) * n_pages / cs);
+    const int k0 = pa * block_size, k1 = min(pb * block_size, n_keys);
+    const int n_steps = k1 > k0 ? (k1 - k0 + TC_KEYS - 1) / TC_KEYS : 0;
+    const int nw = warp < n_steps ? (n_steps - warp + W - 1) / W : 0; // steps of this warp
+    char *ring = (char *)s_sm + (size_t)warp * RING;
+    const unsigned ring_s = (unsigned)__cvta_generic_to_shared(ring);
+
+    // A fragments of q (scaled by scale*log2(e)), k-step s = dims 16s..16s+15: a0 (row g,
+    // dims 2qd, +1), a1 (row g+8, same), a2 (row g, dims +8), a3 (row g+8, dims +8); row g
+    // is piece 0 (g < 4) or 1 (g >= 4) of head h, row g+8 piece 2 (g < 4) or zero
+    uint32_t qa[KS][4];
+    {
+        const float *qh = q + (size_t)t * row_stride + (size_t)(kvh * group + g0 + h) * D;
+#pragma unroll
+        for (int s = 0; s < KS; s++)
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                float x[2], pA[2], pB[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    x[e] = h < gn ? qh[16 * s + 8 * half + 2 * qd + e] * qscale : 0.0f;
+                    float x0 = __bfloat162float(__float2bfloat16_rn(x[e]));
+                    float r = x[e] - x0; // exact
+                    float x1 = __bfloat162float(__float2bfloat16_rn(r));
+                    float x2 = r - x1; // exact; rounded to bf16 by s_pack
+                    pA[e] = g < 4 ? x0 : x1;
+                    pB[e] = g < 4 ? x2 : 0.0f;
+                }
+                qa[s][2 * half] = s_pack(pA[0], pA[1]);
+                qa[s][2 * half + 1] = s_pack(pB[0], pB[1]);
+            }
+    }
+    float o[D / 8][4]; // p.v fragments: n-tile j = dims 8j..8j+7
+#pragma unroll
+    for (int j = 0; j < D / 8; j++)
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f; // of head h, over this lane's keys (same in its quad)
+
+    auto page_of = [&](int i) {
+        int j = k0 + (warp + i * W) * TC_KEYS;
+        return __ldg(table + (bs_shift >= 0 ? j >> bs_shift : j / block_size));
+    };
+    // step i's 8 K rows and 8 V rows into stage i % TC_NST: lane copies 16-byte chunks
+    // lane + 32n (row r, chunk c); rows past k1 repeat the last key (same page: the step
+    // starts page-aligned + 8k and block_size % 8 == 0); one commit group per step
+    auto issue = [&](int i, int page) {
+        if (i < nw) {
+            int key0 = k0 + (warp + i * W) * TC_KEYS;
+            int off0 = bs_shift >= 0 ? key0 & (block_size - 1) : key0 % block_size;
+            int last = k1 - 1 - key0;
+            size_t row0 = ((size_t)page * block_size + off0) * kv_bytes + head_off;
+            const char *kb = kc + row0, *vb = vc + row0;
+            unsigned st = ring_s + (i % TC_NST) * STAGE;
+#pragma unroll
+            for (int n = 0; n < NCK / 4; n++) {
+                int qq = lane + 32 * n, r = qq / NCK, c = qq % NCK;
+                size_t so = (size_t)min(r, last) * kv_bytes + c * 16;
+                unsigned d = st + r * RB + ((c ^ (r & 7)) << 4);
+                s_cp16(d, kb + so, 16);
+                s_cp16(d + TC_KEYS * RB, vb + so, 16);
+            }
+        }
+        s_cp_commit();
+    };
+
+    {
+        int pg[TC_NST]; // the first block-table reads, all in flight at once
+#pragma unroll
+        for (int i = 0; i < TC_NST; i++)
+            pg[i] = i < nw ? page_of(i) : 0;
+#pragma unroll
+        for (int i = 0; i < TC_NST - 1; i++)
+            issue(i, pg[i]);
+        int pnext = pg[TC_NST - 1];
+        for (int i = 0; i < nw; i++) {
+            issue(i + TC_NST - 1, pnext);
+            pnext = i + TC_NST < nw ? page_of(i + TC_NST) : 0;
+            s_cp_wait<TC_NST - 1>(); // step i's group has landed
+            const unsigned st = ring_s + (i % TC_NST) * STAGE;
+            // scores: rows (piece, head) x 8 keys, two accumulators for two MMA chains
+            float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int j = 0; j < NJ; j++) { // dims 32j..32j+31: chunks 4j..4j+3
+                uint32_t kr[4];
+                s_ldsm4(kr, st + ri * RB + (((4 * j + mi) ^ ri) << 4));
+                s_mma16816(sa, qa[2 * j], kr[0], kr[1]);
+                s_mma16816(sb, qa[2 * j + 1], kr[2], kr[3]);
+            }
+            // this lane: rows g (c0, c1) and g+8 (c2, c3) at keys 2qd, 2qd+1; lanes l and
+            // l^16 hold the three pieces of one head between them (l^16's second row is 0),
+            // and add them in the same order up to commutation: the same bits in both
+            float u0 = (sa[0] + sb[0]) + (sa[2] + sb[2]), u1 = (sa[1] + sb[1]) + (sa[3] + sb[3]);
+            float s0 = u0 + __shfl_xor_sync(0xffffffffu, u0, 16);
+            float s1 = u1 + __shfl_xor_sync(0xffffffffu, u1, 16);
+            int kk = k0 + (warp + i * W) * TC_KEYS + 2 * qd;
+            s0 = kk < k1 ? s0 : -INFINITY;
+            s1 = kk + 1 < k1 ? s1 : -INFINITY;
+            float mx = fmaxf(s0, s1); // the step's max for head h (key 0 of a step is valid)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mn = fmaxf(m, mx);
+            if (__any_sync(0xffffffffu, mn > m)) { // rescale what was summed under the old max
+                float c = s_ex2(m - mn); // 1 where this head's max did not move
+                l *= c;
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+                    o[j][0] *= c, o[j][1] *= c, o[j][2] *= c, o[j][3] *= c;
+            }
+            m = mn;
+            float p0 = s_ex2(s0 - m), p1 = s_ex2(s1 - m);
+            l += p0 + p1;
+            // p in three bf16 pieces; A of p.v: row g = piece 0 (g < 4) or 1, row g+8 =
+            // piece 2 (g < 4) or zero, columns = keys 2qd, 2qd+1
+            uint32_t b0 = s_pack(p0, p1);
+            float e0 = p0 - s_lo(b0), e1 = p1 - s_hi(b0);
+            uint32_t b1 = s_pack(e0, e1);
+            e0 -= s_lo(b1), e1 -= s_hi(b1);
+            uint32_t b2 = s_pack(e0, e1);
+            uint32_t a0 = g < 4 ? b0 : b1, a1 = g < 4 ? b2 : 0u;
+#pragma unroll
+            for (int j = 0; j < NJ; j++) { // n-tiles 4j..4j+3
+                uint32_t vr[4];
+                s_ldsm4t(vr, st + TC_KEYS * RB + ri * RB + (((4 * j + mi) ^ ri) << 4));
+#pragma unroll
+                for (int n = 0; n < 4; n++)
+                    s_mma1688(o[4 * j + n], a0, a1, vr[n]);
+            }
+        }
+        s_cp_wait<0>(); // only empty groups were left; the ring is reused below
+        __syncwarp();
+    }
+
+    // the warp's state, at the start of its ring: (GC, D) acc, then m (GC), l (GC). Head
+    // h's row sums: pieces 0 + 2 here, piece 1 in lane^16, added as above
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float *ws = (float *)ring;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+        float v0 = o[j][0] + o[j][2], v1 = o[j][1] + o[j][3];
+        v0 += __shfl_xor_sync(0xffffffffu, v0, 16);
+        v1 += __shfl_xor_sync(0xffffffffu, v1, 16);
+        if (g < 4)
+            ws[h * D + 8 * j + 2 * qd] = v0, ws[h * D + 8 * j + 2 * qd + 1] = v1;
+    }
+    if (g < 4 && qd == 0)
+        ws[GC * D + h] = m, ws[GC * D + GC + h] = l;
+    __syncthreads();
+    s_merge<GC>(out, s_sm, W, RING / 4, t, kvh, group, g0, gn, n_heads, D, rank, cs);
+}
+
+// -- launchers -----------------------------------------------------------------------------
+
+// SMs, compute capability and the opt-in shared memory per CTA of the current device, read
+// once (one device per process).
+static int s_sms = 0, s_cc = 0, s_smem = 0;
+static void s_props() {
+    if (!s_sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&s_sms, cudaDevAttrMultiProcessorCount, dev);
+        cudaDeviceGetAttribute(&s_cc, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&s_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (s_sms <= 0)
+            s_sms = 1;
+    }
+}
+
+// 0: tc where it applies, else v2, else v1 (default); 1: always v1; 2: v2 where it applies,
+// else v1. For the benchmark's comparisons: not part of ops_cuda.h's contract, not
+// thread-safe, set once.
+static int s_impl = 0, s_last_w = 0, s_last_cs = 0;
+extern "C" void ls_cu_attention_set_impl(int impl) {
+    s_impl = impl;
+}
+// warps per CTA and CTAs per cluster of the last v2/tc launch (0, 0 after a v1 launch)
+extern "C" void ls_cu_attention_last_plan(int *warps, int *cluster) {
+    *warps = s_last_w, *cluster = s_last_cs;
+}
+
 template <typename TC, int E>
-static cudaError_t s_launch(float *out, const float *q, const void *k_cache,
-                            const void *v_cache, const int32_t *tok_seq,
-                            const int32_t *positions, const int32_t *block_tables,
-                            int max_blocks, int T, int n_heads, int n_kv_heads, int head_dim,
-                            int block_size, int row_stride, cudaStream_t stream) {
+static cudaError_t s_launch_v1(float *out, const float *q, const void *k_cache,
+                               const void *v_cache, const int32_t *tok_seq,
+                               const int32_t *positions, const int32_t *block_tables,
+                               int max_blocks, int T, int n_heads, int n_kv_heads,
+                               int head_dim, int block_size, int row_stride,
+                               cudaStream_t stream) {
     dim3 grid(T, n_kv_heads);
     size_t smem = (size_t)ATT_WARPS * ATT_GC * (head_dim + 2) * sizeof(float);
     float scale = 1.0f / sqrtf((float)head_dim); // as the reference forms it
-    k_attention<TC, E><<<grid, ATT_WARPS * 32, smem, stream>>>(
+    k_attention_v1<TC, E><<<grid, ATT_WARPS * 32, smem, stream>>>(
         out, q, (const TC *)k_cache, (const TC *)v_cache, tok_seq, positions, block_tables,
         max_blocks, n_heads, n_kv_heads, head_dim, block_size, row_stride, scale);
     return cudaGetLastError();
+}
+
+// the arguments of ls_cu_attention
+typedef struct {
+    float *out;
+    const float *q;
+    const void *k_cache, *v_cache;
+    const int32_t *tok_seq, *positions, *block_tables;
+    int max_blocks, T, n_heads, n_kv_heads, head_dim, block_size, row_stride;
+    cudaStream_t stream;
+} s_args_t;
+
+// k_attention_v2 and k_attention_tc share this signature
+typedef void (*s_kern_t)(float *, const float *, const void *, const void *, const int32_t *,
+                         const int32_t *, const int32_t *, int, int, int, int, int, int, int,
+                         float, int, int);
+
+// per kernel: set up once; act[cs][W] = 1 + how many clusters of cs CTAs of W warps run at
+// once (0: not asked yet)
+typedef struct {
+    int ready, bin, np16;
+    short act[17][AT_MAXW + 1];
+} s_kinfo_t;
+
+static int s_active(s_kern_t kern, s_kinfo_t *ki, int cs, int W, size_t smem) {
+    if (!ki->act[cs][W]) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = cs, attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(cs);
+        cfg.blockDim = dim3(W * 32);
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, (const void *)kern, &cfg) != cudaSuccess)
+            n = 0;
+        cudaGetLastError(); // a refusal only means: does not fit
+        ki->act[cs][W] = (short)(1 + (n < 30000 ? n : 30000));
+    }
+    return ki->act[cs][W] - 1;
+}
+
+// Plans and launches kern: `ring` bytes of shared memory per warp, kps keys per warp step,
+// gc query heads per item. Items = (token, kv head, pass of gc heads). Many items (>= 90%
+// of a wave of 12-warp CTAs): one CTA each, with as many warps as keep the grid in one wave
+// (12 per SM), at least AT_MINSTEP steps per warp. Few items (sm_90): the keys of an item
+// split over a cluster of cs CTAs (2..8, or 16), cs and W chosen to hold the most warps
+// with every cluster of the grid resident at once, as the occupancy query counts them
+// (clusters sit inside one GPC: how many fit depends on the GPCs' SM counts); ties go to
+// the larger cluster (more SMs). No memory, no synchronization: capturable.
+static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, int gc,
+                            const s_args_t *a) {
+    size_t state = (size_t)(gc * a->head_dim + 2 * gc) * 4;
+    if (!ki->ready) { // up to 12 warps' rings: past the 48 KB a launch gets by default
+        size_t most = AT_MAXW * ring + (AT_GC * 256 + 2 * AT_GC) * 4; // any head_dim
+        cudaFuncAttributes fa;
+        cudaError_t e = cudaFuncSetAttribute((const void *)kern,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(most < (size_t)s_smem ? most : s_smem));
+        if (e == cudaSuccess)
+            e = cudaFuncGetAttributes(&fa, (const void *)kern);
+        if (e != cudaSuccess)
+            return e;
+        ki->bin = fa.binaryVersion; // the code that runs: the sm_80 one has no cluster merge
+        ki->np16 = ki->bin >= 90 &&
+                   cudaFuncSetAttribute((const void *)kern,
+                                        cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                        1) == cudaSuccess;
+        cudaGetLastError(); // a refusal above only means clusters of at most 8
+        ki->ready = 1;
+    }
+    int group = a->n_heads / a->n_kv_heads, n_pass = (group + gc - 1) / gc;
+    long items = (long)a->T * a->n_kv_heads * n_pass, slots = (long)AT_MAXW * s_sms;
+    long wcap = ((long)s_smem - (long)state) / (long)ring; // sm_80: 9 warps
+    wcap = wcap < AT_MAXW ? wcap : AT_MAXW;
+    // warps a CTA of a 1/cs share of the keys can use (>= AT_MINSTEP steps each)
+    auto keys_of = [&](int cs) { return (long)((a->max_blocks + cs - 1) / cs) * a->block_size; };
+    auto wmax = [&](int cs) {
+        long w = keys_of(cs) / kps / AT_MINSTEP;
+        return (int)(w < 1 ? 1 : w < wcap ? w : wcap);
+    };
+    int cs = 1, W;
+    {
+        long w = slots / items;
+        W = (int)(w < 1 ? 1 : w < wmax(1) ? w : wmax(1));
+    }
+    if (ki->bin >= 90 && items * AT_MAXW * 10 < slots * 9) {
+        long best = items * W;
+        for (int c = 2; c <= 16; c = c < 8 ? c + 1 : 17) { // 2..8, 16
+            if ((c == 16 && !ki->np16) || keys_of(c) < (long)kps * AT_MINSTEP)
+                break;
+            for (int w = wmax(c); w >= 1; w--) {
+                if (items * c * w > slots)
+                    continue;
+                if (s_active(kern, ki, c, w, w * ring + state) >= items) {
+                    if (items * c * w >= best)
+                        best = items * c * w, cs = c, W = w;
+                    break;
+                }
+            }
+        }
+    }
+    int bs_shift = -1;
+    if ((a->block_size & (a->block_size - 1)) == 0)
+        for (bs_shift = 0; (1 << bs_shift) < a->block_size; bs_shift++)
+            ;
+    float qscale = 1.0f / sqrtf((float)a->head_dim) * 1.44269504088896341f; // scale*log2(e)
+    s_last_w = W, s_last_cs = cs;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cs, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(a->T * n_pass * cs), a->n_kv_heads);
+    cfg.blockDim = dim3(W * 32);
+    cfg.dynamicSmemBytes = W * ring + state;
+    cfg.stream = a->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = cs > 1 ? 1 : 0; // no cluster attribute at all for single CTAs (sm_80)
+    return cudaLaunchKernelEx(&cfg, kern, a->out, a->q, a->k_cache, a->v_cache, a->tok_seq,
+                              a->positions, a->block_tables, a->max_blocks, a->n_heads,
+                              a->n_kv_heads, a->head_dim, a->block_size, bs_shift,
+                              a->row_stride, qscale, n_pass, cs);
+}
+
+// one s_kinfo_t per kernel
+template <typename TC, int L, int NC, int GC> static cudaError_t s_run_v2(const s_args_t *a) {
+    static s_kinfo_t ki;
+    return s_launch(k_attention_v2<TC, L, NC, GC>, &ki, (size_t)AT_NST * 2 * NC * 32 * 16,
+                    32 / L, GC, a);
+}
+template <int D> static cudaError_t s_run_tc(const s_args_t *a) {
+    static s_kinfo_t ki;
+    return s_launch(k_attention_tc<D>, &ki, (size_t)TC_NST * 2 * TC_KEYS * D * 2, TC_KEYS,
+                    4, a);
 }
 
 cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
@@ -150,11 +892,43 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     assert(head_dim > 0 && head_dim <= 256);
     if (T == 0)
         return cudaSuccess;
+    s_props();
+    s_args_t a = {out,      q,     k_cache, v_cache,    tok_seq,   positions,  block_tables,
+                  max_blocks, T,   n_heads, n_kv_heads, head_dim, block_size, row_stride,
+                  stream};
+    int esz = cache_dt == LS_CU_F32 ? 4 : 2, row_bytes = head_dim * esz;
+    int aligned = row_bytes % 16 == 0 && (uintptr_t)k_cache % 16 == 0 &&
+                  (uintptr_t)v_cache % 16 == 0;
+    if (s_impl == 0 && aligned && cache_dt == LS_CU_BF16 && block_size % 8 == 0 &&
+        (head_dim == 64 || head_dim == 128) && s_cc >= 8) {
+        cudaError_t e = head_dim == 64 ? s_run_tc<64>(&a) : s_run_tc<128>(&a);
+        return e;
+    }
+    if (s_impl != 1 && aligned) {
+        int nch = row_bytes / 16; // 16-byte chunks per row: L lanes x NC chunks cover them
+        int L = nch <= 16 ? 8 : nch <= 32 ? 16 : 32, NC = nch <= 8 ? 1 : 2;
+        int group = n_heads / n_kv_heads, GC = group >= 3 ? 4 : group;
+#define LS_ATT_V2_G(LL, NN)                                                                   \
+    if (GC == 1)                                                                              \
+        return s_run_v2<TC, LL, NN, 1>(&a);                                                   \
+    else if (GC == 2)                                                                         \
+        return s_run_v2<TC, LL, NN, 2>(&a);                                                   \
+    else                                                                                      \
+        return s_run_v2<TC, LL, NN, 4>(&a)
+        LS_CU_DISPATCH(cache_dt, TC,
+            if (L == 8 && NC == 1) LS_ATT_V2_G(8, 1);
+            else if (L == 8) LS_ATT_V2_G(8, 2);
+            else if (L == 16) LS_ATT_V2_G(16, 2);
+            else LS_ATT_V2_G(32, 2));
+#undef LS_ATT_V2_G
+        return cudaErrorInvalidValue;
+    }
+    s_last_w = 0, s_last_cs = 0;
 #define LS_ATT_E(E)                                                                           \
     LS_CU_DISPATCH(cache_dt, TC,                                                              \
-        return s_launch<TC, E>(out, q, k_cache, v_cache, tok_seq, positions, block_tables,   \
-                               max_blocks, T, n_heads, n_kv_heads, head_dim, block_size,      \
-                               row_stride, stream))
+        return s_launch_v1<TC, E>(out, q, k_cache, v_cache, tok_seq, positions, block_tables,\
+                                  max_blocks, T, n_heads, n_kv_heads, head_dim, block_size,   \
+                                  row_stride, stream))
     if (head_dim <= 64) {
         LS_ATT_E(2);
     } else if (head_dim <= 128) {

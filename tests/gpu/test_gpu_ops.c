@@ -544,6 +544,154 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
         free(go);
 }
 
+// -- attention decode timing (LS_GPU_BENCH=1; not pass/fail) --------------------------------
+
+// Defined beside ls_cu_attention in kernels/cuda/attention.cu, left out of ops_cuda.h: bench
+// switches only. set_impl(1) runs the session-1 kernel (v1, the baseline), 2 the FFMA
+// kernel (v2), 0 the default (tc: tensor cores, for bf16 caches); last_plan gives the warps
+// per CTA and CTAs per cluster of the last v2/tc launch.
+void ls_cu_attention_set_impl(int impl);
+void ls_cu_attention_last_plan(int *warps, int *cluster);
+
+// Llama-3-8B attention at decode: H=32 query heads on KV=8 kv heads, D=128, bf16 cache in
+// 16-token pages; S sequences of ctx cached tokens each, one query per sequence at position
+// ctx-1. Bytes counted: the K/V rows, S x ctx x KV x D x 2 (K, V) x 2 B, each read once
+// (q and out are < 1% of that). The pages come from a pool of 4096 (K and V: 268 MB) filled
+// with random bf16 in [-1, 1]; each shape rotates over as many disjoint, shuffled page sets
+// as the pool holds (up to 8), so that even the 33.5 MB of 64 x 128 is read from memory
+// rather than from the 50 MB L2. Plain launches back to back (launch gaps included), and
+// for tc also one CUDA graph of AB_ITERS launches (what a decode step replays). The last
+// columns compare v2's and tc's outputs with v1's (same inputs).
+static void s_bench_attention(t_rng_t *r) {
+    enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 4096, NSEQ = 64, ROW = (H + 2 * KV) * D,
+           AB_ITERS = 100 };
+    static const int shapes[4][2] = {{64, 128}, {64, 1024}, {4, 8192}, {1, 32768}};
+    size_t nel = (size_t)PAGES * BS * KV * D; // elements of each cache
+    uint16_t *h = t_alloc(nel * 2);
+    float *hq = s_fill_new(r, (size_t)NSEQ * ROW, -1, 1);
+    float *o[3]; // outputs of tc (impl 0), v1, v2 on set 0
+    for (int i = 0; i < 3; i++)
+        o[i] = t_alloc((size_t)NSEQ * H * D * 4);
+    int32_t *perm = t_alloc(PAGES * 4), hs[NSEQ], hp[NSEQ];
+    void *kc, *vc, *q, *out, *tok, *pos, *tab;
+    if (cudaMalloc(&kc, nel * 2) || cudaMalloc(&vc, nel * 2) ||
+        cudaMalloc(&q, (size_t)NSEQ * ROW * 4) || cudaMalloc(&out, (size_t)NSEQ * H * D * 4) ||
+        cudaMalloc(&tok, NSEQ * 4) || cudaMalloc(&pos, NSEQ * 4) || cudaMalloc(&tab, PAGES * 4)) {
+        printf("attention bench: cudaMalloc failed\n");
+        return;
+    }
+    cudaStream_t st;
+    cudaEvent_t e0, e1;
+    cudaStreamCreate(&st);
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    float ms;
+    // copy bandwidth (read + write) between the two pools, before they get their values
+    cudaMemsetAsync(kc, 0x3c, nel * 2, st);
+    for (int i = 0; i < 3; i++)
+        cudaMemcpyAsync(vc, kc, nel * 2, cudaMemcpyDeviceToDevice, st);
+    cudaEventRecord(e0, st);
+    for (int i = 0; i < 20; i++)
+        cudaMemcpyAsync(vc, kc, nel * 2, cudaMemcpyDeviceToDevice, st);
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    double bw = 2.0 * nel * 2 * 20 / (ms * 1e-3) / 1e9;
+    for (int c = 0; c < 2; c++) {
+        for (size_t i = 0; i < nel; i++)
+            h[i] = ls_bf16_from_f32(t_rng_float(r, -1, 1));
+        cudaMemcpy(c ? vc : kc, h, nel * 2, cudaMemcpyHostToDevice);
+    }
+    cudaMemcpy(q, hq, (size_t)NSEQ * ROW * 4, cudaMemcpyHostToDevice);
+    for (int i = 0; i < PAGES; i++)
+        perm[i] = i;
+    t_shuffle(r, perm, PAGES);
+    cudaMemcpy(tab, perm, PAGES * 4, cudaMemcpyHostToDevice);
+    printf("\n=== attention decode timing (H=32 KV=8 D=128, bf16 cache, 16-token pages) ===\n");
+    printf("device-to-device copy: %.0f GB/s\n", bw);
+    printf("%-12s %8s %6s | %7s %6s | %7s %6s %6s %5s | %8s %6s %6s | %8s %8s\n", "S x ctx",
+           "v1 us", "GB/s", "v2 us", "GB/s", "tc us", "GB/s", "%copy", "W,cs", "graph us",
+           "GB/s", "%copy", "nmse v2", "nmse tc");
+    for (int k = 0; k < 4; k++) {
+        int S = shapes[k][0], ctx = shapes[k][1], pp = ctx / BS, need = S * pp;
+        int sets = PAGES / need > 8 ? 8 : PAGES / need;
+        for (int s = 0; s < S; s++)
+            hs[s] = s, hp[s] = ctx - 1;
+        cudaMemcpy(tok, hs, S * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(pos, hp, S * 4, cudaMemcpyHostToDevice);
+        double bytes = (double)S * ctx * KV * D * 2 * 2, us[3];
+        int w = 0, cs = 0;
+        // set j's table is (S, pp) at perm + j*need: disjoint pages, in no order
+#define S_ATT(out_, j)                                                                        \
+    ls_cu_attention((float *)(out_), (const float *)q, kc, vc, LS_CU_BF16,                   \
+                    (const int32_t *)tok, (const int32_t *)pos,                               \
+                    (const int32_t *)tab + (size_t)(j) % sets * need, pp, S, H, KV, D, BS,    \
+                    ROW, st)
+        for (int impl = 1; impl >= 0; impl = impl == 1 ? 2 : impl - 2) { // v1, v2, tc
+            int iters = impl == 1 ? (ctx >= 8192 ? 3 : 20) : AB_ITERS, warm = impl == 1 ? 1 : 10;
+            ls_cu_attention_set_impl(impl);
+            for (int it = -warm; it < iters; it++) {
+                if (it == 0)
+                    cudaEventRecord(e0, st);
+                S_ATT(out, it + warm);
+            }
+            cudaEventRecord(e1, st);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&ms, e0, e1);
+            us[impl] = ms * 1e3 / iters;
+            // one more call on set 0, kept for the comparison of the kernels
+            S_ATT(out, 0);
+            cudaMemcpy(o[impl], out, (size_t)S * H * D * 4, cudaMemcpyDeviceToHost);
+        }
+        ls_cu_attention_last_plan(&w, &cs);
+        cudaGraph_t g = NULL;
+        cudaGraphExec_t ge = NULL;
+        double gus = -1;
+        if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+            for (int it = 0; it < AB_ITERS; it++)
+                S_ATT(out, it);
+            if (cudaStreamEndCapture(st, &g) == cudaSuccess &&
+                cudaGraphInstantiate(&ge, g, 0) == cudaSuccess) {
+                cudaGraphLaunch(ge, st); // warm-up
+                cudaEventRecord(e0, st);
+                cudaGraphLaunch(ge, st);
+                cudaEventRecord(e1, st);
+                cudaEventSynchronize(e1);
+                cudaEventElapsedTime(&ms, e0, e1);
+                gus = ms * 1e3 / AB_ITERS;
+            }
+        }
+#undef S_ATT
+        if (ge)
+            cudaGraphExecDestroy(ge);
+        if (g)
+            cudaGraphDestroy(g);
+        double nm[3] = {0, 0, 0}; // NMSE vs v1 of tc (0) and v2 (2)
+        for (int k2 = 0; k2 < 3; k2 += 2) {
+            double num = 0, den = 0;
+            for (size_t i = 0; i < (size_t)S * H * D; i++) {
+                double d = (double)o[k2][i] - o[1][i];
+                num += d * d, den += (double)o[1][i] * o[1][i];
+            }
+            nm[k2] = den > 0 ? num / den : num;
+        }
+        char sh[32], wc[16];
+        snprintf(sh, sizeof sh, "%d x %d", S, ctx);
+        snprintf(wc, sizeof wc, "%d,%d", w, cs);
+        printf("%-12s %8.1f %6.0f | %7.1f %6.0f | %7.1f %6.0f %5.1f%% %5s | %8.1f %6.0f %5.1f%% | "
+               "%8.2g %8.2g\n",
+               sh, us[1], bytes / us[1] / 1e3, us[2], bytes / us[2] / 1e3, us[0],
+               bytes / us[0] / 1e3, 100.0 * bytes / us[0] / 1e3 / bw, wc, gus,
+               bytes / gus / 1e3, 100.0 * bytes / gus / 1e3 / bw, nm[2], nm[0]);
+    }
+    printf("attention bench: %s\n", cudaGetErrorString(cudaGetLastError()));
+    ls_cu_attention_set_impl(0);
+    cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out), cudaFree(tok), cudaFree(pos);
+    cudaFree(tab);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
+    free(h), free(hq), free(o[0]), free(o[1]), free(o[2]), free(perm);
+}
+
 // -- LoRA ---------------------------------------------------------------------------------
 
 typedef struct {
@@ -1140,6 +1288,27 @@ int main(int argc, char **argv) {
         test_attention(&r, "decode x24 group16", 24, nc, nn, 16, 1, 64, 16, LS_DTYPE_F32, 0);
         test_attention(&r, "decode x24 group7", 24, nc, nn, 14, 2, 80, 32, LS_DTYPE_F32, 0);
         test_attention(&r, "decode x24", 24, nc, nn, 8, 4, 256, 16, LS_DTYPE_BF16, 0);
+        // bf16 rows of 72 B: not 16-byte chunks, so the v1 kernel (fallback) runs
+        test_attention(&r, "decode x24 (v1 path)", 24, nc, nn, 8, 2, 36, 16, LS_DTYPE_BF16, 0);
+        // tensor-core kernel: half the head slots empty (group 2), pages of 24 (no shift);
+        // two passes of 4 heads (group 8); multi-head (group 1)
+        test_attention(&r, "decode x24 group2", 24, nc, nn, 8, 4, 64, 24, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode x24 group8", 24, nc, nn, 16, 2, 128, 32, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode x24 group1", 24, nc, nn, 4, 4, 64, 16, LS_DTYPE_BF16, 0);
+    }
+    {
+        // long contexts: the keys of a (token, kv head) split over a thread-block cluster —
+        // 16 CTAs for one sequence (8 where 16 does not fit), 8 for three, one of which has
+        // a single key, so that 7 CTAs of its cluster see none
+        int nc1[1] = {3100}, nn1[1] = {1}, nc3[3] = {2999, 0, 1533}, nn3[3] = {1, 1, 1};
+        test_attention(&r, "decode long x1", 1, nc1, nn1, 32, 8, 128, 16, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode long x3", 3, nc3, nn3, 32, 8, 128, 16, LS_DTYPE_BF16, 0);
+        // the FFMA kernel (v2) on the same split: bf16 rows of 512 B
+        test_attention(&r, "decode long x1", 1, nc1, nn1, 8, 4, 256, 16, LS_DTYPE_BF16, 0);
+        // a prefill chunk on a long prefix, group 7 in two passes (4 + 3 heads), f32 cache
+        int ncp[1] = {2000}, nnp[1] = {5};
+        test_attention(&r, "prefill 5 on 2000 cached", 1, ncp, nnp, 14, 2, 80, 16,
+                       LS_DTYPE_F32, 0);
     }
     {
         int nc[2] = {100, 3}, nn[2] = {130, 60}; // long chunk, every warp busy
@@ -1164,8 +1333,10 @@ int main(int argc, char **argv) {
     test_sampling(&r, 64, 32000, 8);
     test_sampling(&r, 16, 128256, 2);
 
-    if (argc > 2 || getenv("LS_GPU_BENCH"))
+    if (argc > 2 || getenv("LS_GPU_BENCH")) {
+        s_bench_attention(&r);
         s_bench();
+    }
 
     // the table again, last, for whoever reads only the tail
     int fails = 0;
