@@ -46,7 +46,7 @@ mkdir -p "$out"
     --format=csv 2>&1 || true
 } | tee "$out/device.txt"
 
-if [[ -x .device-bundle/bin/${tests[0]} ]]; then
+if [[ -x .device-bundle/bin/${tests[0]} || -e .device-bundle/bin/${tests[0]}.gz ]]; then
   for f in .device-bundle/lib/*.gz .device-bundle/bin/*.gz; do
     [[ -e $f ]] && gunzip -f "$f"
   done
