@@ -276,13 +276,13 @@ static void run_ours(const gdata_t &d, int set, int impl) {
     if (impl == I_FUSED) {
         CK(ls_cu_lora_fused(d.y, d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16,
                             d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles, r, NULL,
-                            d.scal, d.off, g.in, ns, r, 1, g_st));
+                            d.scal, d.off, g.in, ns, r, LS_CU_LORA_ACC, g_st));
         return;
     }
     CK(ls_cu_lora_shrink(d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16, d.tiles, d.n_tiles, r,
-                         NULL, g.in, ns, r, g_st));
+                         NULL, g.in, ns, r, 0, g_st));
     CK(ls_cu_lora_expand(d.y, d.tmp, d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles,
-                         NULL, d.scal, d.off, ns, r, 1, g_st));
+                         NULL, d.scal, d.off, ns, r, LS_CU_LORA_ACC, g_st));
 }
 
 static void run_loop(const gdata_t &d, const batch_t &b, int set) {

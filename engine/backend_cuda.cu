@@ -33,12 +33,14 @@
     has the device's highest stream priority and `side` its lowest (graphs keep them: node
     priorities are captured from the streams and used), so as SMs free up the GEMM's blocks
     are placed first. And while side work is open, cuBLAS is told to target all but
-    `side_sms` SMs (cublasSetSmCountTarget; default half the device): the decode GEMMs are
-    bandwidth-bound and lose little on fewer SMs, while the LoRA kernels, latency-bound,
-    need SMs to themselves to overlap at all — measured on an H200 (Llama-3-8B, batch 64,
-    8 adapters): step 10.46 ms serial, 10.45 beside with no SMs left, 9.82 with 40, 9.32 with
-    64, 9.42 with 88. A different SM target may pick a different GEMM kernel, so a step with
-    LoRA beside differs from the serial one by fp32 summation order (bit-identical with 0).
+    `side_sms` SMs (cublasSetSmCountTarget; default half the device, a quarter beside a big
+    GEMM): the decode GEMMs are bandwidth-bound and lose little on fewer SMs, while the LoRA
+    kernels, latency-bound, need SMs to themselves to overlap at all — measured on an H200
+    (Llama-3-8B, batch 64, 8 adapters): step 10.46 ms serial, 10.45 beside with no SMs
+    left, 9.82 with 40, 9.32 with 64, 9.42 with 88. Side kernels launch without PDL (see
+    s_lora_flags). A different SM target may pick a different GEMM kernel, so a step with
+    LoRA beside could differ from the serial one by fp32 summation order (bit-identical
+    with 0; test_gpu_model checks both).
 
     Known limits: buffer_upload synchronizes the stream (so the caller may reuse its source
     at once); one device per process (ls_backend_cuda_new sets the current device).
@@ -776,8 +778,11 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
         return;
     }
     // with side work open, the GEMM is asked to leave side_sms SMs to it (cuBLAS picks its
-    // kernel for the smaller count)
-    int sms = c->side_open && c->side_sms > 0 ? c->n_sm - c->side_sms : 0;
+    // kernel for the smaller count), half as many beside a big GEMM (> 64M weights: an
+    // MLP's gate_up), whose own loss on fewer SMs outgrows what its LoRA gains (H200,
+    // Llama-3-8B, 8 distinct adapters: 7.49 -> 7.40 ms a step leaving 32 there, not 66)
+    int leave = (size_t)in * out > ((size_t)64 << 20) ? c->side_sms / 2 : c->side_sms;
+    int sms = c->side_open && leave > 0 ? c->n_sm - leave : 0;
     if (s_rec(c, (int)S_OP_MATMUL, yp, xp, s_ptr(w), (int)s_dt(w),
               bias.buf ? s_ptr(bias) : NULL, bias.buf ? (int)s_dt(bias) : -1, T, in, out,
               accumulate, narrow ? c->xconv.p : NULL, sms))
@@ -878,6 +883,13 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
                               row_stride, c->stream));
 }
 
+// The LoRA launchers' flags: beside a GEMM (the side queue) no programmatic dependent
+// launch — an expand's blocks, started early and waiting on the shrink, would hold SMs the
+// GEMM's blocks are waiting for (H200, 8 distinct adapters: 7.69 -> 7.49 ms a step).
+static unsigned s_lora_flags(const s_cuda_t *c, int accumulate) {
+    return (accumulate ? LS_CU_LORA_ACC : 0) | (c->on_side ? LS_CU_LORA_NO_PDL : 0);
+}
+
 static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
                           int in, int n_slices, int r_max) {
     s_cuda_t *c = s_ctx(self);
@@ -888,7 +900,7 @@ static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_vie
         return;
     s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool), c->tiles,
                                 c->n_tiles, c->max_rank, c->perm, in, n_slices, r_max,
-                                c->stream));
+                                s_lora_flags(c, 1), c->stream));
 }
 
 static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
@@ -903,7 +915,7 @@ static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_vie
     }
     s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), c->tiles,
                                 c->n_tiles, c->perm, c->scalings, slice_offsets, n_slices,
-                                r_max, 1, c->stream));
+                                r_max, s_lora_flags(c, 1), c->stream));
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
@@ -925,7 +937,7 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
     s_note(c, ls_cu_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool),
                                s_ptr(b_pool), s_dt(b_pool), c->tiles, c->n_tiles,
                                c->max_rank, c->perm, c->scalings, slice_offsets, in,
-                               n_slices, r_max, accumulate, c->stream));
+                               n_slices, r_max, s_lora_flags(c, accumulate), c->stream));
 }
 
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {

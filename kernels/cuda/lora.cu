@@ -295,9 +295,10 @@ extern "C" int ls_cu_lora_impl(void) {
     return s_impl;
 }
 
-// A launch that may overlap the previous kernel's tail (sm_90+; see s_dep_wait).
+// A launch that may overlap the previous kernel's tail (sm_90+; see s_dep_wait), unless
+// flags say LS_CU_LORA_NO_PDL.
 static cudaLaunchConfig_t s_pdl_config(dim3 grid, int threads, size_t smem,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, unsigned flags) {
     static cudaLaunchAttribute attr[1];
     s_props();
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -308,14 +309,14 @@ static cudaLaunchConfig_t s_pdl_config(dim3 grid, int threads, size_t smem,
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = attr;
-    cfg.numAttrs = s_cc >= 9 && s_impl != 2 ? 1 : 0;
+    cfg.numAttrs = s_cc >= 9 && s_impl != 2 && !(flags & LS_CU_LORA_NO_PDL) ? 1 : 0;
     return cfg;
 }
 
 cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
                               ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
-                              int n_slices, int r_max, cudaStream_t stream) {
+                              int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
     if (n_tiles == 0 || max_rank == 0)
         return cudaSuccess;
@@ -332,7 +333,7 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
             jb = S2_WARPS / ks * S2_R;
         }
         dim3 g2(n_tiles, n_slices, (max_rank + jb - 1) / jb);
-        cudaLaunchConfig_t cfg = s_pdl_config(g2, S2_WARPS * 32, 0, stream);
+        cudaLaunchConfig_t cfg = s_pdl_config(g2, S2_WARPS * 32, 0, stream, flags);
         LS_CU_DISPATCH(a_dt, TA,
             return s_impl == 3
                 ? cudaLaunchKernelEx(&cfg, k_lora_shrink2<TA, 8>, tmp, x, (const TA *)a_pool,
@@ -541,7 +542,8 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
-                              int accumulate, cudaStream_t stream) {
+                              unsigned flags, cudaStream_t stream) {
+    int accumulate = (flags & LS_CU_LORA_ACC) != 0;
     assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
     s_slice_offs_t so = {{0, 0, 0, 0}};
     for (int k = 0; k <= n_slices; k++) {
@@ -559,7 +561,7 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
     if (vec && s_impl != 1 && (L == 1 || L == 2 || L == 4 || L == 8)) {
         int u = s_impl == 3 ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
-        cudaLaunchConfig_t cfg = s_pdl_config(g2, E2_WARPS * 32, smem, stream);
+        cudaLaunchConfig_t cfg = s_pdl_config(g2, E2_WARPS * 32, smem, stream, flags);
 #define S_E2U(LL, UU)                                                                         \
     return accumulate ? cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, true>, y, tmp,   \
                                            (const TB *)b_pool, tiles, perm, scalings, so,    \
@@ -705,12 +707,12 @@ static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
                                   const void *a_pool, const void *b_pool,
                                   const ls_cu_lora_tile_t *tiles, const int32_t *perm,
                                   const float *scalings, s_slice_offs_t so, int in,
-                                  int n_slices, int r_max, cudaStream_t stream) {
+                                  int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
     static int ok16 = -1;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    attr[1].val.programmaticStreamSerializationAllowed = !(flags & LS_CU_LORA_NO_PDL);
     cudaLaunchConfig_t cfg = {};
     cfg.blockDim = dim3(FU_WARPS * 32);
     cfg.stream = stream;
@@ -741,8 +743,9 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, const float *scalings,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
-                             int accumulate, cudaStream_t stream) {
+                             unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
+    int accumulate = (flags & LS_CU_LORA_ACC) != 0;
     s_props();
     int L = r_max / 8;
     int fits = s_cc >= 9 && s_impl == 4 && a_dt == b_dt && in % 8 == 0 &&
@@ -751,11 +754,11 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a
                (uintptr_t)b_pool % 16 == 0;
     if (!fits) {
         cudaError_t e = ls_cu_lora_shrink(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm,
-                                          in, n_slices, r_max, stream);
+                                          in, n_slices, r_max, flags, stream);
         return e != cudaSuccess ? e
                                 : ls_cu_lora_expand(y, tmp, b_pool, b_dt, tiles, n_tiles, perm,
                                                     scalings, slice_offsets, n_slices, r_max,
-                                                    accumulate, stream);
+                                                    flags, stream);
     }
     s_slice_offs_t so = {{0, 0, 0, 0}};
     for (int k = 0; k <= n_slices; k++)
@@ -771,7 +774,7 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a
     int cn = (long)n_tiles * 8 < 2L * s_sm_count() ? 16 : 8;
 #define S_FU(LL)                                                                              \
     return s_fused_launch<TA, LL>(cn, n_tiles, y, x, a_pool, b_pool, tiles, perm, scalings,  \
-                                  so, in, n_slices, r_max, stream)
+                                  so, in, n_slices, r_max, flags, stream)
     LS_CU_DISPATCH(a_dt, TA,
         if (L == 1) S_FU(1); else if (L == 2) S_FU(2); else if (L == 4) S_FU(4);
         else S_FU(8));

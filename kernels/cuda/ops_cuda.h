@@ -108,6 +108,14 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
 
 #define LS_CU_LORA_TILE 4
 
+// flags of the LoRA launchers
+enum {
+    LS_CU_LORA_ACC = 1,    // expand adds into y (else y = the delta on the tiles' rows)
+    LS_CU_LORA_NO_PDL = 2, // plain launches: no block starts before its predecessor ends.
+                           // For kernels beside a GEMM (the side queue), whose early
+                           // blocks, waiting, would hold SMs the GEMM needs.
+};
+
 typedef struct {
     int32_t p0;   // first segment position of the tile
     int32_t n;    // positions in the tile, 1..LS_CU_LORA_TILE
@@ -121,16 +129,16 @@ typedef struct {
 cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
                               ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
-                              int n_slices, int r_max, cudaStream_t stream);
+                              int n_slices, int r_max, unsigned flags, cudaStream_t stream);
 
-// y (T, out_total) += scaling[slot] * tmp_k · B_kᵀ on the tiles' rows (accumulate 0: =,
-// with the bits of += into zeros; other rows untouched either way);
+// y (T, out_total) += scaling[slot] * tmp_k · B_kᵀ on the tiles' rows (flags without
+// LS_CU_LORA_ACC: =, with the bits of += into zeros; other rows untouched either way);
 // b_pool (n_slots, out_total, r_max); slice_offsets (n_slices+1) host memory
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
-                              int accumulate, cudaStream_t stream);
+                              unsigned flags, cudaStream_t stream);
 
 // y (T, C) rows[i] = 0 for i < n_rows (the rows no LoRA tile covers, when a delta is
 // written rather than added)
@@ -138,7 +146,7 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
                             cudaStream_t stream);
 
 // Both at once for decode-shaped steps: y (T, out_total) += scaling[slot] * (x · A_kᵀ) · B_kᵀ
-// on the tiles' rows (accumulate 0: = , as ls_cu_lora_expand), A and B as above. Shrink into tmp (T, n_slices*r_max) then expand, as
+// on the tiles' rows (without LS_CU_LORA_ACC: =, as ls_cu_lora_expand), A and B as above. Shrink into tmp (T, n_slices*r_max) then expand, as
 // the two launchers above; under impl 4 (sm_90, a_dt == b_dt, 16-byte loads, r_max in
 // {8, 16, 32, 64}) one cluster kernel instead, the fp32 intermediate kept in the cluster's
 // shared memory and tmp left untouched — slower today (kernels/cuda/NOTES.md, session 3).
@@ -147,7 +155,7 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, const float *scalings,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
-                             int accumulate, cudaStream_t stream);
+                             unsigned flags, cudaStream_t stream);
 
 // 0 (default): the fastest kernels for the shape; 1: the session-1 kernels; 2: as 0 but
 // without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead

@@ -1211,9 +1211,9 @@ static void s_bench(void) {
                 cudaEventRecord(e0, 0);
             const ls_cu_lora_tile_t *set = dt + ((it + 20) % SETS) * T;
             if (m != 1)
-                ls_cu_lora_shrink(tmp, x, a, LS_CU_BF16, set, T, R, NULL, IN, NS, R, 0);
+                ls_cu_lora_shrink(tmp, x, a, LS_CU_BF16, set, T, R, NULL, IN, NS, R, 0, 0);
             if (m != 0)
-                ls_cu_lora_expand(y, tmp, b, LS_CU_BF16, set, T, NULL, scal, off, NS, R, 1, 0);
+                ls_cu_lora_expand(y, tmp, b, LS_CU_BF16, set, T, NULL, scal, off, NS, R, LS_CU_LORA_ACC, 0);
         }
         cudaEventRecord(e1, 0);
         cudaEventSynchronize(e1);
