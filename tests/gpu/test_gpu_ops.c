@@ -715,6 +715,18 @@ static const s_layout_t s_layouts[] = {
     {"permutation + base + uncovered", 30, 5, {12, 7, 1, 1, 5}, {4, 0, 2, 11, 31}, 1},
 };
 
+// lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size)
+static void s_fused_both(s_pb_t *y, const float *y0, s_pb_t *x, s_pb_t *tmp, const float *tmp0,
+                         s_pb_t *a, s_pb_t *b, const int32_t *off, int in, int n_slices,
+                         int r_max, int accumulate) {
+    s_pb_set(tmp, 0, tmp0, tmp->n);
+    s_pb_set(y, 0, y0, y->n);
+    s_cpu->lora_fused(s_cpu, s_vc(y, 0), s_vc(x, 0), s_vc(tmp, 0), s_vc(a, 0), s_vc(b, 0), off,
+                      in, n_slices, r_max, accumulate);
+    s_gpu->lora_fused(s_gpu, s_vg(y, 0), s_vg(x, 0), s_vg(tmp, 0), s_vg(a, 0), s_vg(b, 0), off,
+                      in, n_slices, r_max, accumulate);
+}
+
 static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
                       int in, int r_max, ls_dtype_t pdt) {
     enum { SLOTS = 33 };
@@ -801,12 +813,7 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // the fused op from the same poisoned start: y deltas equal, untouched rows still NaN
     // (tmp is the op's scratch: unspecified afterwards, not compared)
-    s_pb_set(&tmp, 0, tpois, nt);
-    s_pb_set(&y, 0, hy, ny);
-    s_cpu->lora_fused(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0),
-                      s_vc(&b, 0), off, in, n_slices, r_max, 1);
-    s_gpu->lora_fused(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0),
-                      s_vg(&b, 0), off, in, n_slices, r_max, 1);
+    s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1);
     s_pb_get(&y, 0, ny, c, g);
     for (size_t i = 0; i < ny; i++) {
         c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
@@ -819,12 +826,7 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     // the delta on covered rows, 0 on the others — and the GPU must match the CPU's
     // zero-then-add; NaN anywhere (the check counts it) means an element left unwritten
     float *ynan = s_nan_new(ny);
-    s_pb_set(&tmp, 0, tpois, nt);
-    s_pb_set(&y, 0, ynan, ny);
-    s_cpu->lora_fused(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0),
-                      s_vc(&b, 0), off, in, n_slices, r_max, 0);
-    s_gpu->lora_fused(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0),
-                      s_vg(&b, 0), off, in, n_slices, r_max, 0);
+    s_fused_both(&y, ynan, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 0);
     s_pb_get(&y, 0, ny, c, g);
     size_t unwritten = 0, nonzero_untouched = 0;
     for (size_t i = 0; i < ny; i++) {
