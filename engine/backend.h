@@ -180,7 +180,8 @@ struct ls_backend {
     int (*graph_begin)(ls_backend_t *self);
     int (*graph_end)(ls_backend_t *self);
 
-    // -- a side queue beside the main one (NULL on a backend without it: the CPU) ------
+    // -- a side queue beside the main one (NULL on a backend without it; the CPU has it,
+    // with nothing to do: it runs every op in call order) ---------------------------------
     // For short latency-bound work (a decode step's LoRA) that would otherwise wait on, and
     // be waited on by, the bandwidth-bound op beside it (the base GEMM). side_begin: ops
     // issued from now on go to the side queue, after everything queued so far. side_end:

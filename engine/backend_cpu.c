@@ -275,6 +275,14 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                   slice_offsets, in, n_slices, r_max);
 }
 
+// The side queue (backend.h): the CPU runs every op when it is called, which already puts
+// side ops after what came before them and before what waits for them — so the hooks have
+// nothing to do. They exist so that the CPU runs the forward the GPU runs (decode LoRA as
+// a delta folded into the next op) and every CI run tests that path, TP included.
+static void s_side_noop(ls_backend_t *self) {
+    (void)self;
+}
+
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
     const ls_step_t *st = &s_cpu(self)->step;
     ls_rows_gather(s_f32(out), s_f32(x), st->logit_rows, st->n_logit_rows, C);
@@ -329,6 +337,9 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .lora_fused = s_lora_fused,
         .rows_gather = s_rows_gather,
         .sample = s_sample,
+        .side_begin = s_side_noop,
+        .side_end = s_side_noop,
+        .side_wait = s_side_noop,
     };
     return self;
 }
