@@ -120,13 +120,18 @@ struct ls_backend {
     // outside [vocab0, vocab0 + vocab) (a tensor-parallel rank's vocabulary range)
     void (*embedding)(ls_backend_t *self, ls_view_t out, ls_view_t table, int C, int vocab0,
                       int vocab);
-    // y (T, out) (+)= x (T, in) · w (out, in)ᵀ + bias (out); bias may be LS_VIEW_NONE
+    // y (T, out) (+)= x (T, in) · w (out, in)ᵀ + bias (out); bias may be LS_VIEW_NONE.
+    // x is an fp32 buffer, or one of w's dtype: a copy an op wrote through its out_lp
+    // (rmsnorm, silu_mul), which a device backend multiplies as is instead of rounding x
+    // to w's dtype itself first
     void (*matmul)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
                    ls_view_t bias, int T, int in, int out, int accumulate);
     // out (T, C) = rmsnorm(x (+ residual)) * w (C); residual (T, C) updated, or NONE;
-    // x2 (T, C), or NONE, is added into x first (as if x were x + x2)
-    void (*rmsnorm)(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
-                    ls_view_t x2, ls_view_t w, int T, int C, float eps);
+    // x2 (T, C), or NONE, is added into x first (as if x were x + x2). out_lp (T, C), or
+    // NONE: out once more, in out_lp's dtype (rounded as buffer_upload would round it) —
+    // the input of the matmul that follows, made here rather than by that matmul
+    void (*rmsnorm)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t residual,
+                    ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C, float eps);
     // in place on x (T, row_stride) holding (n_heads, head_dim); w (head_dim)
     void (*rmsnorm_heads)(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
                           int n_heads, int head_dim, int row_stride, float eps);
@@ -134,9 +139,10 @@ struct ls_backend {
     void (*rope)(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
                  int head_dim, int row_stride);
     // out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]; delta (T, 2*inter),
-    // or NONE, is added into gate_up first (as if gate_up were gate_up + delta)
-    void (*silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t gate_up, ls_view_t delta,
-                     int T, int inter);
+    // or NONE, is added into gate_up first (as if gate_up were gate_up + delta); out_lp
+    // (T, inter), or NONE: out once more in out_lp's dtype, as rmsnorm's
+    void (*silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
+                     ls_view_t delta, int T, int inter);
     // y (n) += x (n)
     void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
     // step: caches (slots, n_kv_heads*head_dim)[slot_mapping] = k, v (T, row_stride)

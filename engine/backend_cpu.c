@@ -206,10 +206,17 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
                       accumulate);
 }
 
-static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
-                      ls_view_t x2, ls_view_t w, int T, int C, float eps) {
+// out_lp: every buffer here stores f32, so the low-precision copy is an exact copy
+static void s_copy_lp(ls_view_t out_lp, ls_view_t out, size_t n) {
+    if (out_lp.buf)
+        memcpy(s_f32(out_lp), s_f32(out), n * sizeof(float));
+}
+
+static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t residual,
+                      ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C, float eps) {
     ls_rmsnorm_forward(s_f32(out), s_f32_opt(residual), s_f32(x), s_f32_opt(x2), s_f32(w), T,
                        C, eps);
+    s_copy_lp(out_lp, out, (size_t)T * C);
 }
 
 static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
@@ -224,9 +231,10 @@ static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_he
                     head_dim, row_stride);
 }
 
-static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t gate_up,
+static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
                        ls_view_t delta, int T, int inter) {
     ls_silu_mul_forward(s_f32(out), s_f32(gate_up), s_f32_opt(delta), T, inter);
+    s_copy_lp(out_lp, out, (size_t)T * inter);
 }
 
 static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {

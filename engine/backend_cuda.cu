@@ -767,13 +767,16 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     if (T == 0)
         return;
     float *yp = s_f32(y);
-    const float *xp = s_f32(x);
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     bool narrow = w.buf->dtype != LS_DTYPE_F32;
+    // x already in w's dtype (an rmsnorm's or silu_mul's out_lp): multiplied as is
+    bool ready = narrow && x.buf->dtype == w.buf->dtype;
+    assert(ready || x.buf->dtype == LS_DTYPE_F32);
+    const void *xp = s_ptr(x);
     size_t n = (size_t)T * in;
     // grown before the op is recorded (a graph holds the pointer) or captured (no allocation
     // or synchronization inside a capture)
-    if (narrow && s_dev_reserve(c, &c->xconv, n * 2) < 0) {
+    if (narrow && !ready && s_dev_reserve(c, &c->xconv, n * 2) < 0) {
         s_note(c, cudaErrorMemoryAllocation);
         return;
     }
@@ -785,7 +788,7 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     int sms = c->side_open && leave > 0 ? c->n_sm - leave : 0;
     if (s_rec(c, (int)S_OP_MATMUL, yp, xp, s_ptr(w), (int)s_dt(w),
               bias.buf ? s_ptr(bias) : NULL, bias.buf ? (int)s_dt(bias) : -1, T, in, out,
-              accumulate, narrow ? c->xconv.p : NULL, sms))
+              accumulate, narrow && !ready ? c->xconv.p : NULL, sms))
         return;
     if (sms != c->blas_sms) {
         s_note_blas(c, cublasSetSmCountTarget(c->blas, sms));
@@ -796,28 +799,34 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     // (in, out) and transposed, B = x read as column-major (in, T); ldc = out.
     if (!narrow) {
         s_note_blas(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha,
-                                   (const float *)s_ptr(w), in, xp, in, &beta, yp, out));
+                                   (const float *)s_ptr(w), in, (const float *)xp, in, &beta,
+                                   yp, out));
     } else {
-        s_note(c, ls_cu_convert(c->xconv.p, s_dt(w), xp, LS_CU_F32, n, c->stream));
+        if (!ready) {
+            s_note(c, ls_cu_convert(c->xconv.p, s_dt(w), xp, LS_CU_F32, n, c->stream));
+            xp = c->xconv.p;
+        }
         cudaDataType_t dt = w.buf->dtype == LS_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
         s_note_blas(c, cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha,
-                                    s_ptr(w), dt, in, c->xconv.p, dt, in, &beta, yp,
-                                    CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                    s_ptr(w), dt, in, xp, dt, in, &beta, yp, CUDA_R_32F, out,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     if (bias.buf)
         s_note(c, ls_cu_bias_add(yp, s_ptr(bias), s_dt(bias), T, out, c->stream));
 }
 
-static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t residual, ls_view_t x,
-                      ls_view_t x2, ls_view_t w, int T, int C, float eps) {
+static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t residual,
+                      ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C, float eps) {
     s_cuda_t *c = s_ctx(self);
     float *res = residual.buf ? s_f32(residual) : NULL;
     const float *add = x2.buf ? s_f32(x2) : NULL;
-    if (s_rec(c, (int)S_OP_RMSNORM, s_f32(out), res, s_f32(x), add, s_ptr(w), (int)s_dt(w), T,
-              C, eps))
+    void *lp = out_lp.buf ? s_ptr(out_lp) : NULL;
+    int lp_dt = out_lp.buf ? (int)s_dt(out_lp) : -1;
+    if (s_rec(c, (int)S_OP_RMSNORM, s_f32(out), lp, lp_dt, res, s_f32(x), add, s_ptr(w),
+              (int)s_dt(w), T, C, eps))
         return;
-    s_note(c, ls_cu_rmsnorm(s_f32(out), res, s_f32(x), add, s_ptr(w), s_dt(w), T, C, eps,
-                            c->stream));
+    s_note(c, ls_cu_rmsnorm(s_f32(out), lp, (ls_cu_dtype_t)lp_dt, res, s_f32(x), add, s_ptr(w),
+                            s_dt(w), T, C, eps, c->stream));
 }
 
 static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
@@ -840,13 +849,16 @@ static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_he
                          n_heads, head_dim, row_stride, c->stream));
 }
 
-static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t gate_up,
+static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
                        ls_view_t delta, int T, int inter) {
     s_cuda_t *c = s_ctx(self);
     const float *d = delta.buf ? s_f32(delta) : NULL;
-    if (s_rec(c, (int)S_OP_SILU_MUL, s_f32(out), s_f32(gate_up), d, T, inter))
+    void *lp = out_lp.buf ? s_ptr(out_lp) : NULL;
+    int lp_dt = out_lp.buf ? (int)s_dt(out_lp) : -1;
+    if (s_rec(c, (int)S_OP_SILU_MUL, s_f32(out), lp, lp_dt, s_f32(gate_up), d, T, inter))
         return;
-    s_note(c, ls_cu_silu_mul(s_f32(out), s_f32(gate_up), d, T, inter, c->stream));
+    s_note(c, ls_cu_silu_mul(s_f32(out), lp, (ls_cu_dtype_t)lp_dt, s_f32(gate_up), d, T, inter,
+                             c->stream));
 }
 
 static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {

@@ -60,6 +60,7 @@ typedef enum {
     S_WS_ACT,     // (T, inter)
     S_WS_LORA,    // (T, LS_LORA_MAX_SLICES*r_max)
     S_WS_DELTA,   // (T, max(qkv_dim, 2*inter, hidden)) a LoRA delta made beside its GEMM
+    S_WS_LP,      // (T, max(hidden, inter)) in the weights' dtype: the next matmul's input
     S_WS_LAST,    // (R, hidden)
     S_WS_LOGITS,  // (R, vocab) the whole rows (rank 0)
     S_WS_PART,    // (R, vocab_pad) the rank's vocabulary slice of them (tensor parallel)
@@ -703,7 +704,8 @@ static int s_ws_reserve(ls_model_t *self, s_ws_t i, size_t n) {
         return 0;
     size_t want = b && 2 * b->n > n ? 2 * b->n : n;
     s_buffer_free(self->be, &self->ws[i]);
-    self->ws[i] = self->be->buffer_new(self->be, LS_DTYPE_F32, want ? want : 1);
+    self->ws[i] = self->be->buffer_new(self->be, i == S_WS_LP ? self->weight_dtype : LS_DTYPE_F32,
+                                       want ? want : 1);
     return self->ws[i] ? 0 : -1;
 }
 
@@ -852,6 +854,18 @@ static ls_view_t s_w(ls_buffer_t *buf) {
     return buf ? ls_view(buf, 0) : LS_VIEW_NONE;
 }
 
+// Whether rmsnorm and silu_mul also write their output in the weights' dtype (the LP
+// workspace) for the matmul after them: so the activations are rounded by the op that
+// makes them, not by a conversion pass of the matmul's own (fp32 weights: no rounding).
+static bool s_lp_on(const ls_model_t *self) {
+    return self->weight_dtype != LS_DTYPE_F32;
+}
+
+// The input of a matmul over weights w: the LP copy when it holds w's dtype, else x.
+static ls_view_t s_mm_in(const ls_buffer_t *w, ls_view_t x, ls_view_t lp) {
+    return lp.buf && w && w->dtype == lp.buf->dtype ? lp : x;
+}
+
 // Whether the step's LoRA goes beside the base GEMMs (s_proj): decode-shaped steps on a
 // backend with a side queue.
 static bool s_lora_beside(const ls_model_t *self, const ls_step_t *step) {
@@ -880,8 +894,9 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max);
 }
 
-// A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias, plus the LoRA of group
-// g, which is either added into y (returns LS_VIEW_NONE) or left as a delta (T, out) for
+// A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias, the matmul reading x_mm
+// (x itself, or its copy in w's dtype: s_mm_in), plus the LoRA of group g on x (fp32),
+// which is either added into y (returns LS_VIEW_NONE) or left as a delta (T, out) for
 // the caller to fold into the next op that reads y (rmsnorm's x2, silu_mul's delta) or to
 // add. Beside the GEMM when s_lora_beside: the decode LoRA is a few short dependent kernels
 // whose cost is latency, not bytes, so on the side queue it runs while the GEMM streams
@@ -889,11 +904,11 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
 // without an adapter. y + (0 + δ) rounds as y + δ, and the folding ops add δ into y
 // before anything else: the step is bit for bit that of the LoRA added in place.
 static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
-                        int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t w,
-                        ls_view_t bias, int T, int in, int out) {
+                        int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t x_mm,
+                        ls_view_t w, ls_view_t bias, int T, int in, int out) {
     ls_backend_t *be = self->be;
     if (!s_lora_beside(self, step) || !ls_lora_pool_has_group(pool, g)) {
-        be->matmul(be, y, x, w, bias, T, in, out, 0);
+        be->matmul(be, y, x_mm, w, bias, T, in, out, 0);
         s_lora(self, pool, step, layer, g, y, x, 1);
         return LS_VIEW_NONE;
     }
@@ -901,7 +916,7 @@ static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_s
     be->side_begin(be);
     s_lora(self, pool, step, layer, g, d, x, 0);
     be->side_end(be);
-    be->matmul(be, y, x, w, bias, T, in, out, 0);
+    be->matmul(be, y, x_mm, w, bias, T, in, out, 0);
     be->side_wait(be);
     return d;
 }
@@ -949,6 +964,7 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
         [S_WS_ATTN] = T * self->q_dim,   [S_WS_GATE_UP] = T * 2 * self->I,
         [S_WS_ACT] = T * self->I,        [S_WS_LORA] = T * lora_cols,
         [S_WS_DELTA] = s_lora_beside(self, step) ? T * delta_cols : 0,
+        [S_WS_LP] = s_lp_on(self) ? T * (size_t)(self->H > self->I ? self->H : self->I) : 0,
         [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = lead ? R * self->V : 0,
         [S_WS_PART] = tp ? R * self->vocab_pad : 0,
     };
@@ -1019,6 +1035,7 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
               v = ls_view(qkv.buf, (size_t)(self->q_dim + self->kv_dim));
     ls_view_t inv_freq = s_w(self->inv_freq);
     ls_view_t delta = LS_VIEW_NONE; // a LoRA delta s_proj left for the next op to fold in
+    ls_view_t lp = s_lp_on(self) ? s_w(self->ws[S_WS_LP]) : LS_VIEW_NONE;
 
     be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->shard.vocab0, self->shard.vocab);
     if (s_reduce(self, x, TH, err, errlen) != 0)
@@ -1026,10 +1043,10 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
         // x += y (+ its LoRA delta: the previous layer's MLP output); h = rmsnorm(x)
-        be->rmsnorm(be, h, l ? x : LS_VIEW_NONE, l ? y : x, delta, s_w(w[S_ATTN_NORM]), n, H,
-                    eps);
-        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_w(w[S_QKV]),
-                       s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim);
+        be->rmsnorm(be, h, lp, l ? x : LS_VIEW_NONE, l ? y : x, delta, s_w(w[S_ATTN_NORM]), n,
+                    H, eps);
+        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_mm_in(w[S_QKV], h, lp),
+                       s_w(w[S_QKV]), s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim);
         // norms, RoPE, the KV store and attention all read qkv: the delta goes in first
         delta = s_settle(self, qkv, delta, (size_t)n * self->qkv_dim);
         if (c->qk_norm) {
@@ -1042,7 +1059,7 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->attention(be, attn, qkv, s_w(kv->k[l]), s_w(kv->v[l]), nh, nkv, hd,
                       kv->block_size, self->qkv_dim);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
-        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, s_w(w[S_O]),
+        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, attn, s_w(w[S_O]),
                        s_w(w[S_O_BIAS]), n, self->q_dim, H);
         // tensor parallel: the delta is a partial sum like y, reduced with it
         if (self->comm)
@@ -1050,19 +1067,21 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
         // x += y (+ delta: attention output); h = rmsnorm(x)
-        be->rmsnorm(be, h, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
+        be->rmsnorm(be, h, lp, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h,
-                       s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I);
-        be->silu_mul(be, act, gate_up, delta, n, I);
+                       s_mm_in(w[S_GATE_UP], h, lp), s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_BIAS]),
+                       n, H, 2 * I);
+        be->silu_mul(be, act, lp, gate_up, delta, n, I);
         // the down delta goes into the next rmsnorm (the next layer's or the final one)
-        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act, s_w(w[S_DOWN]),
-                       s_w(w[S_DOWN_BIAS]), n, I, H);
+        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act,
+                       s_mm_in(w[S_DOWN], act, lp), s_w(w[S_DOWN]), s_w(w[S_DOWN_BIAS]), n, I,
+                       H);
         if (self->comm)
             delta = s_settle(self, y, delta, TH);
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
     }
-    be->rmsnorm(be, h, x, y, delta, s_w(self->global[S_FINAL_NORM]), n, H, eps);
+    be->rmsnorm(be, h, LS_VIEW_NONE, x, y, delta, s_w(self->global[S_FINAL_NORM]), n, H, eps);
     if (R > 0) {
         ls_buffer_t *head = self->global[S_LM_HEAD] ? self->global[S_LM_HEAD]
                                                     : self->global[S_EMBED];

@@ -97,8 +97,10 @@ cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, in
     LS_CU_CHECK_LAUNCH();
 }
 
-// out is (T, inter), gate_up and delta (or NULL) are (T, 2*inter)
-__global__ void k_silu_mul(float *out, const float *gate_up, const float *delta, int T,
+// out and lp (or NULL: TL is then float and unused) are (T, inter), gate_up and delta (or
+// NULL) are (T, 2*inter)
+template <typename TL>
+__global__ void k_silu_mul(float *out, TL *lp, const float *gate_up, const float *delta, int T,
                            int inter) {
     size_t n = (size_t)T * inter;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -110,16 +112,26 @@ __global__ void k_silu_mul(float *out, const float *gate_up, const float *delta,
             g = __fadd_rn(g, delta[gi]);
             u = __fadd_rn(u, delta[ui]);
         }
-        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+        float o = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+        out[i] = o;
+        if (lp)
+            lp[i] = ls_from_f<TL>(o);
     }
 }
 
-cudaError_t ls_cu_silu_mul(float *out, const float *gate_up, const float *delta, int T,
-                           int inter, cudaStream_t stream) {
+cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, const float *gate_up,
+                           const float *delta, int T, int inter, cudaStream_t stream) {
     size_t n = (size_t)T * inter;
     if (n == 0)
         return cudaSuccess;
-    k_silu_mul<<<ls_cu_blocks(n, 256), 256, 0, stream>>>(out, gate_up, delta, T, inter);
+    unsigned blocks = ls_cu_blocks(n, 256);
+    if (!lp) {
+        k_silu_mul<float><<<blocks, 256, 0, stream>>>(out, NULL, gate_up, delta, T, inter);
+    } else {
+        LS_CU_DISPATCH(lp_dt, TL,
+            k_silu_mul<TL><<<blocks, 256, 0, stream>>>(out, (TL *)lp, gate_up, delta, T,
+                                                       inter));
+    }
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -142,11 +154,11 @@ cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, i
 // ---------------------------------------------------------------------------------------
 // RMSNorm
 
-// out is (T, C), residual is (T, C) or NULL, x is (T, C), x2 is (T, C) or NULL, w is (C);
-// one block per row. Each thread reads and writes the same elements in both passes, so
-// out may alias x.
-template <typename TW>
-__global__ void k_rmsnorm(float *out, float *residual, const float *x, const float *x2,
+// out is (T, C), lp (T, C) or NULL (TL then float, unused), residual is (T, C) or NULL,
+// x is (T, C), x2 is (T, C) or NULL, w is (C); one block per row. Each thread reads and
+// writes the same elements in both passes, so out may alias x.
+template <typename TW, typename TL>
+__global__ void k_rmsnorm(float *out, TL *lp, float *residual, const float *x, const float *x2,
                           const TW *w, int C, float eps) {
     __shared__ double scratch[32];
     size_t row = blockIdx.x;
@@ -167,19 +179,28 @@ __global__ void k_rmsnorm(float *out, float *residual, const float *x, const flo
     float inv = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(ss / C), eps)));
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         float v = rr ? rr[i] : x2r ? __fadd_rn(xr[i], x2r[i]) : xr[i];
-        orow[i] = __fmul_rn(__fmul_rn(v, inv), ls_to_f(w[i]));
+        float o = __fmul_rn(__fmul_rn(v, inv), ls_to_f(w[i]));
+        orow[i] = o;
+        if (lp)
+            lp[row * C + i] = ls_from_f<TL>(o);
     }
 }
 
-cudaError_t ls_cu_rmsnorm(float *out, float *residual, const float *x, const float *x2,
-                          const void *w, ls_cu_dtype_t w_dt, int T, int C, float eps,
-                          cudaStream_t stream) {
+cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *residual,
+                          const float *x, const float *x2, const void *w, ls_cu_dtype_t w_dt,
+                          int T, int C, float eps, cudaStream_t stream) {
     if (T == 0)
         return cudaSuccess;
     int threads = C >= 4096 ? 1024 : C >= 1024 ? 512 : 256;
-    LS_CU_DISPATCH(w_dt, TW,
-        k_rmsnorm<TW><<<T, threads, 0, stream>>>(out, residual, x, x2, (const TW *)w, C,
-                                                 eps));
+    if (!lp) {
+        LS_CU_DISPATCH(w_dt, TW,
+            k_rmsnorm<TW, float><<<T, threads, 0, stream>>>(out, NULL, residual, x, x2,
+                                                            (const TW *)w, C, eps));
+    } else {
+        LS_CU_DISPATCH(w_dt, TW, LS_CU_DISPATCH(lp_dt, TL,
+            k_rmsnorm<TW, TL><<<T, threads, 0, stream>>>(out, (TL *)lp, residual, x, x2,
+                                                         (const TW *)w, C, eps)));
+    }
     LS_CU_CHECK_LAUNCH();
 }
 

@@ -313,6 +313,27 @@ static void test_matmul(t_rng_t *r, int T, int in, int out, ls_dtype_t wdt, int 
     double tol = wdt == LS_DTYPE_F32 ? 1e-10 : wdt == LS_DTYPE_BF16 ? 5e-5 : 1e-5;
     double tol_abs = wdt == LS_DTYPE_F32 ? 1e-4 : wdt == LS_DTYPE_BF16 ? 5e-2 : 1e-2;
     s_check(name, g, c, (size_t)T * out, tol, tol_abs);
+    if (wdt != LS_DTYPE_F32 && !acc) {
+        // x handed over already in w's dtype (an rmsnorm's out_lp): the GPU multiplies it
+        // as is, which must give the very bits of its matmul rounding the fp32 x itself.
+        // (GPU only: s_pb_set hands the CPU the rounded values too, and the CPU's out_lp is
+        // an exact f32 copy, checked by s_check_lp.)
+        s_pb_t xl = s_pb_new(wdt, (size_t)T * in), y2 = s_pb_new(LS_DTYPE_F32, (size_t)T * out);
+        s_pb_set(&xl, 0, hx, (size_t)T * in);
+        s_pb_set(&y2, 0, hy, (size_t)T * out);
+        s_gpu->matmul(s_gpu, s_vg(&y2, 0), s_vg(&xl, 0), s_vg(&w, 0),
+                      bias ? s_vg(&b, 0) : LS_VIEW_NONE, T, in, out, 0);
+        float *c2 = t_alloc((size_t)T * out * 4), *g2 = t_alloc((size_t)T * out * 4);
+        s_pb_get(&y2, 0, (size_t)T * out, c2, g2);
+        size_t n = (size_t)T * out, dg = 0;
+        for (size_t i = 0; i < n; i++)
+            dg += memcmp(&g[i], &g2[i], sizeof(float)) != 0;
+        snprintf(name, sizeof name, "matmul w=%s T=%d, x in %s on the GPU: %zu of %zu differ",
+                 s_dtn(wdt), T, s_dtn(wdt), dg, n);
+        s_check_true(name, dg == 0);
+        s_pb_free(&xl), s_pb_free(&y2);
+        free(c2), free(g2);
+    }
     s_pb_free(&w), s_pb_free(&x), s_pb_free(&y), s_pb_free(&b);
     free(hw), free(hx), free(hy), free(hb), free(c), free(g);
 }
@@ -348,12 +369,33 @@ static void test_embedding_gather(t_rng_t *r) {
     free(ht), free(poison), free(c), free(g);
 }
 
-// add2: a second addend x2 folded into x (a LoRA delta left beside its projection)
+// lp (T x C of the pair a, b): the GPU's copy must be exactly its fp32 output rounded to
+// bf16 (the rounding ls_cu_convert does before a matmul), the CPU's exactly its output
+// (CPU buffers store f32); bf16 only, the dtype of the models served
+static void s_check_lp(const char *what, s_pb_t *out, s_pb_t *lp, size_t n) {
+    float *c = t_alloc(n * 4), *g = t_alloc(n * 4), *lc = t_alloc(n * 4), *lg = t_alloc(n * 4);
+    s_pb_get(out, 0, n, c, g);
+    s_pb_get(lp, 0, n, lc, lg);
+    size_t bad_g = 0, bad_c = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad_g += lg[i] != ls_bf16_to_f32(ls_bf16_from_f32(g[i]));
+        bad_c += lc[i] != c[i];
+    }
+    char name[96];
+    snprintf(name, sizeof name, "%s out_lp (bf16): %zu / %zu differ from out rounded", what,
+             bad_g + bad_c, n);
+    s_check_true(name, bad_g == 0 && bad_c == 0);
+    free(c), free(g), free(lc), free(lg);
+}
+
+// add2: a second addend x2 folded into x (a LoRA delta left beside its projection); with
+// it, an out_lp copy is asked for too
 static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual, int alias,
                          int add2) {
     size_t n = (size_t)T * C;
     s_pb_t x = s_pb_new(LS_DTYPE_F32, n), res = s_pb_new(LS_DTYPE_F32, n),
-           out = s_pb_new(LS_DTYPE_F32, n), w = s_pb_new(wdt, C), x2 = s_pb_new(LS_DTYPE_F32, n);
+           out = s_pb_new(LS_DTYPE_F32, n), w = s_pb_new(wdt, C), x2 = s_pb_new(LS_DTYPE_F32, n),
+           lp = s_pb_new(LS_DTYPE_BF16, n);
     float *hx = s_fill_new(r, n, -2, 2), *hr = s_fill_new(r, n, -2, 2),
           *hw = s_fill_new(r, C, 0.5f, 1.5f), *poison = s_nan_new(n),
           *h2 = s_fill_new(r, n, -0.5f, 0.5f);
@@ -363,9 +405,11 @@ static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual,
     s_pb_set(&w, 0, hw, C);
     s_pb_set(&x2, 0, h2, n);
     s_pb_t *o = alias ? &x : &out;
-    s_cpu->rmsnorm(s_cpu, s_vc(o, 0), residual ? s_vc(&res, 0) : LS_VIEW_NONE, s_vc(&x, 0),
+    s_cpu->rmsnorm(s_cpu, s_vc(o, 0), add2 ? s_vc(&lp, 0) : LS_VIEW_NONE,
+                   residual ? s_vc(&res, 0) : LS_VIEW_NONE, s_vc(&x, 0),
                    add2 ? s_vc(&x2, 0) : LS_VIEW_NONE, s_vc(&w, 0), T, C, 1e-5f);
-    s_gpu->rmsnorm(s_gpu, s_vg(o, 0), residual ? s_vg(&res, 0) : LS_VIEW_NONE, s_vg(&x, 0),
+    s_gpu->rmsnorm(s_gpu, s_vg(o, 0), add2 ? s_vg(&lp, 0) : LS_VIEW_NONE,
+                   residual ? s_vg(&res, 0) : LS_VIEW_NONE, s_vg(&x, 0),
                    add2 ? s_vg(&x2, 0) : LS_VIEW_NONE, s_vg(&w, 0), T, C, 1e-5f);
     float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
     char name[96];
@@ -379,7 +423,10 @@ static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual,
                  add2 ? " + x2" : "");
         s_check(name, g, c, n, 0, 0);
     }
-    s_pb_free(&x), s_pb_free(&res), s_pb_free(&out), s_pb_free(&w), s_pb_free(&x2);
+    if (add2)
+        s_check_lp("rmsnorm", o, &lp, n);
+    s_pb_free(&x), s_pb_free(&res), s_pb_free(&out), s_pb_free(&w), s_pb_free(&x2),
+        s_pb_free(&lp);
     free(hx), free(hr), free(hw), free(poison), free(h2), free(c), free(g);
 }
 
@@ -437,8 +484,8 @@ static void test_silu_add(t_rng_t *r) {
     float *hg = s_fill_new(r, 2 * n, -6, 6), *poison = s_nan_new(n + 5);
     s_pb_set(&gu, 0, hg, 2 * n);
     s_pb_set(&out, 0, poison, n + 5);
-    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&gu, 0), LS_VIEW_NONE, T, inter);
-    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&gu, 0), LS_VIEW_NONE, T, inter);
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), LS_VIEW_NONE, s_vc(&gu, 0), LS_VIEW_NONE, T, inter);
+    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), LS_VIEW_NONE, s_vg(&gu, 0), LS_VIEW_NONE, T, inter);
     float *c = t_alloc((2 * n + 5) * 4), *g = t_alloc((2 * n + 5) * 4);
     s_pb_get(&out, 0, n + 5, c, g);
     s_check("silu_mul T=7 inter=1000 (+5 untouched)", g, c, n + 5, 1e-10, 1e-5);
@@ -447,11 +494,13 @@ static void test_silu_add(t_rng_t *r) {
     float *hd = s_fill_new(r, 2 * n, -1, 1);
     s_pb_set(&dl, 0, hd, 2 * n);
     s_pb_set(&out, 0, poison, n + 5);
-    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&gu, 0), s_vc(&dl, 0), T, inter);
-    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&gu, 0), s_vg(&dl, 0), T, inter);
+    s_pb_t lp = s_pb_new(LS_DTYPE_BF16, n);
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&lp, 0), s_vc(&gu, 0), s_vc(&dl, 0), T, inter);
+    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&lp, 0), s_vg(&gu, 0), s_vg(&dl, 0), T, inter);
     s_pb_get(&out, 0, n + 5, c, g);
     s_check("silu_mul T=7 inter=1000 +delta (+5 untouched)", g, c, n + 5, 1e-10, 1e-5);
-    s_pb_free(&dl);
+    s_check_lp("silu_mul", &out, &lp, n);
+    s_pb_free(&dl), s_pb_free(&lp);
     free(hd);
     float *hx = s_fill_new(r, n, -1, 1); // identical inputs: silu's outputs differ by ulps
     s_pb_set(&out, 0, hx, n);
@@ -1122,8 +1171,8 @@ static void test_two_steps(t_rng_t *r) {
             ls_buffer_t *A = i ? act.g : act.c;
 #define V_(pb) ls_view(i ? (pb).g : (pb).c, 0)
             B->embedding(B, ls_view(A, o_h), V_(tab), C, 0, VOCAB);
-            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, ls_view(A, o_h), LS_VIEW_NONE, V_(nw),
-                       T, C, 1e-5f);
+            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, LS_VIEW_NONE, ls_view(A, o_h),
+                       LS_VIEW_NONE, V_(nw), T, C, 1e-5f);
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
             B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX);
             B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX);
