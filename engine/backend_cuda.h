@@ -8,13 +8,15 @@
     - a buffer stores its requested dtype: F32 as fp32, BF16 as bf16, F16 as fp16 (uploads
       convert from any source dtype on the device, rounding to nearest even);
     - activations are fp32: every activation argument (x, y, out, tmp, residual, q, k, v,
-      logits, gate_up) must be an F32 buffer (asserted);
+      logits, gate_up) must be an F32 buffer (asserted), except a matmul's x, which may
+      also be a copy in its weights' dtype (rmsnorm's and silu_mul's out_lp);
     - weights (matmul w and bias, embedding table, norm weights, inv_freq, LoRA A/B pools)
       may be any dtype; values are widened to fp32 when read, accumulation is fp32;
     - matmul: an F32 weight runs cublasSgemm with TF32 off (fp32 exact to summation
       order); a BF16 (F16) weight runs cublasGemmEx bf16 x bf16 (f16 x f16) -> fp32 with
-      fp32 accumulation, the fp32 activations rounded once to bf16 (f16) on the way in —
-      the only place where the CUDA backend rounds activations;
+      fp32 accumulation, the fp32 activations rounded once to bf16 (f16) on the way in, by
+      the matmul or, for an out_lp input, by the op that made it (the same rounding: the
+      same bits) — the only place where the CUDA backend rounds activations;
     - KV cache: the dtype of the cache buffers (BF16 recommended; F32 works too).
 
     Step metadata is packed into one pinned host block and copied to the device with one
