@@ -9,7 +9,8 @@
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
 #                              Tests first (test_gpu_ops: every op vs the CPU backend;
 #                              test_gpu_model: the whole model vs the HF fixtures and the
-#                              demo), then the benchmarks (bench_lora_cuda, bench_decode_cuda)
+#                              demo; test_gpu_tp: TP=2 vs TP=1, on a machine with 2 GPUs),
+#                              then the benchmarks (bench_lora_cuda, bench_decode_cuda)
 #                              unless LS_GPU_NO_BENCH=1.
 #
 # Through the device tool, after `prepare`:
@@ -21,13 +22,18 @@ root=$PWD
 tests=(test_gpu_ops test_gpu_model)
 benches=(bench_lora_cuda bench_decode_cuda)
 
+# tensor parallelism on two GPUs (NCCL): built where NCCL is, run where 2 GPUs are
+tp=test_gpu_tp
+
 if [[ ${1:-} == prepare ]]; then
   set -e
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build-cuda -j"$(nproc)" --target "${tests[@]}" "${benches[@]}"
+  extra=()
+  [[ $(cmake --build build-cuda --target help) == *"$tp"* ]] && extra=("$tp")
+  cmake --build build-cuda -j"$(nproc)" --target "${tests[@]}" "${extra[@]}" "${benches[@]}"
   rm -rf .device-bundle
   ../shared/tools/device-bundle .device-bundle "${tests[@]/#/build-cuda/bin/}" \
-    "${benches[@]/#/build-cuda/bin/}"
+    "${extra[@]/#/build-cuda/bin/}" "${benches[@]/#/build-cuda/bin/}"
   # what travels to the device is capped (64 MiB with the tree): strip the binaries and
   # gzip the big files; the run below unpacks them
   strip .device-bundle/bin/*
@@ -80,6 +86,18 @@ for t in "${tests[@]}"; do
   [[ $rc == 0 ]] || { tail -5 "$out/$t.log"; status=1; }
   echo "$t: exit $rc, $(( (end - start) / 1000000 )) ms"
 done
+# TP=2 against TP=1 on the parity fixtures, when this machine has two GPUs (nvidia-h200-x2)
+n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [[ -x $bindir/$tp && $n_gpus -ge 2 ]]; then
+  echo "== $tp"
+  "$bindir/$tp" >"$out/$tp.log" 2>&1
+  rc=$?
+  grep -E "FAIL|PASSED|FAILED|max" "$out/$tp.log" | tail -12
+  [[ $rc == 0 ]] || { tail -5 "$out/$tp.log"; status=1; }
+  echo "$tp: exit $rc"
+else
+  echo "== $tp: not run here ($n_gpus GPU(s); it needs 2, e.g. kind nvidia-h200-x2)"
+fi
 # the LoRA variant with 8 loads in flight (LS_CU_LORA_IMPL=3) through the same checks
 echo "== test_gpu_ops, LS_CU_LORA_IMPL=3"
 LS_CU_LORA_IMPL=3 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl3.log" 2>&1
