@@ -103,6 +103,13 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
                             int n_kv_heads, int head_dim, int block_size, int row_stride,
                             cudaStream_t stream);
 
+// Benchmark switches (ls_cu_attention's kernel choice is otherwise automatic): impl 1 runs
+// the session-1 kernel (v1, the baseline), 2 the FFMA kernel (v2), 0 the default (tc:
+// tensor cores, for bf16 caches); last_plan gives the warps per CTA and CTAs per cluster
+// of the last v2/tc launch. Not for the engine: a step graph does not record the choice.
+void ls_cu_attention_set_impl(int impl);
+void ls_cu_attention_last_plan(int *warps, int *cluster);
+
 // ---------------------------------------------------------------------------------------
 // LoRA (SGMV): the segment description is flattened on the host, once per step, into
 // tiles of at most LS_CU_LORA_TILE consecutive segment positions of one segment whose slot

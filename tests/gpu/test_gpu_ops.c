@@ -595,13 +595,6 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
 
 // -- attention decode timing (LS_GPU_BENCH=1; not pass/fail) --------------------------------
 
-// Defined beside ls_cu_attention in kernels/cuda/attention.cu, left out of ops_cuda.h: bench
-// switches only. set_impl(1) runs the session-1 kernel (v1, the baseline), 2 the FFMA
-// kernel (v2), 0 the default (tc: tensor cores, for bf16 caches); last_plan gives the warps
-// per CTA and CTAs per cluster of the last v2/tc launch.
-void ls_cu_attention_set_impl(int impl);
-void ls_cu_attention_last_plan(int *warps, int *cluster);
-
 // Llama-3-8B attention at decode: H=32 query heads on KV=8 kv heads, D=128, bf16 cache in
 // 16-token pages; S sequences of ctx cached tokens each, one query per sequence at position
 // ctx-1. Bytes counted: the K/V rows, S x ctx x KV x D x 2 (K, V) x 2 B, each read once
