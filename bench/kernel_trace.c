@@ -28,8 +28,11 @@ static void CUPTIAPI s_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t 
         // names hold commas (template arguments): quoted, quotes doubled
         fprintf(s_out, "%s,%u,%llu,%llu,\"", s_label, k->streamId,
                 (unsigned long long)k->start, (unsigned long long)k->end);
-        for (const char *p = k->name; p && *p; p++)
-            fputs(*p == '"' ? "\"\"" : (char[]){*p, 0}, s_out);
+        for (const char *p = k->name; p && *p; p++) {
+            if (*p == '"')
+                fputc('"', s_out);
+            fputc(*p, s_out);
+        }
         fputs("\"\n", s_out);
     }
     free(buf);

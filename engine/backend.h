@@ -18,13 +18,14 @@
     copy; the caller may reuse its host arrays as soon as step_begin returns. The ops marked
     "step" below read it; their token count is the step's n_tokens.
 
-    Ordering: ops run in call order on one stream (but see side_begin below). Uploads are complete when they return
-    (a device backend may stage them); downloads, sample and synchronize wait for all
-    queued work. The one exception is buffer_upload_async (LoRA slot loads): a copy on a
-    second stream, ordered after the ops queued before it and running alongside those queued
-    after it, tracked by an event that later ops wait on (event_wait) only where they read
-    what it wrote; so a slot load overlaps the running step. Ops report no errors (shape errors are programmer errors and assert);
-    device faults surface as -1 from synchronize, download or sample.
+    Ordering: ops run in call order on one stream (but see side_begin below). Uploads are
+    complete when they return (a device backend may stage them); downloads, sample and
+    synchronize wait for all queued work. The one exception is buffer_upload_async (LoRA
+    slot loads): a copy on a second stream, ordered after the ops queued before it and
+    running alongside those queued after it, tracked by an event that later ops wait on
+    (event_wait) only where they read what it wrote; so a slot load overlaps the running
+    step. Ops report no errors (shape errors are programmer errors and assert); device
+    faults surface as -1 from synchronize, download or sample.
 */
 #ifndef LS_BACKEND_H
 #define LS_BACKEND_H

@@ -506,18 +506,17 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
         if (lb->n_slots)
             memcpy(h + o_scal, lb->scalings, (size_t)lb->n_slots * sizeof(float));
         // the rows no tile covers (no adapter, or a rank-0 one): a delta written rather
-        // than added (lora_fused, accumulate 0) gets zeros there
-        unsigned char *covered = (unsigned char *)calloc((size_t)T + 1, 1);
-        if (!covered)
-            return -1;
+        // than added (lora_fused, accumulate 0) gets zeros there. The array is first the
+        // covered-row marks, then compacted in place (entry n_zero <= t is written only
+        // after entry t was read)
+        int32_t *zr = (int32_t *)(h + o_zero);
+        memset(zr, 0, (size_t)T * i32);
         for (int i = 0; i < n_tiles; i++)
             for (int p = tiles[i].p0; p < tiles[i].p0 + tiles[i].n; p++)
-                covered[lb->permutation ? lb->permutation[p] : p] = 1;
-        int32_t *zr = (int32_t *)(h + o_zero);
+                zr[lb->permutation ? lb->permutation[p] : p] = 1;
         for (int t = 0; t < T; t++)
-            if (!covered[t])
+            if (!zr[t])
                 zr[n_zero++] = t;
-        free(covered);
     }
     s_note(c, cudaMemcpyAsync(c->d_meta.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
     s_note(c, cudaEventRecord(c->meta_done, c->stream));

@@ -928,7 +928,6 @@ static ls_view_t s_settle(ls_model_t *self, ls_view_t y, ls_view_t d, size_t n) 
     return LS_VIEW_NONE;
 }
 
-
 // Checks and lays out the step, sizes the workspace and hands the metadata to the backend.
 // Returns T, or -1 + err; nothing has run on the backend's data yet.
 static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
