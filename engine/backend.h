@@ -136,9 +136,10 @@ struct ls_backend {
     // in place on x (T, row_stride) holding (n_heads, head_dim); w (head_dim)
     void (*rmsnorm_heads)(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
                           int n_heads, int head_dim, int row_stride, float eps);
-    // step: in place on x (T, row_stride) at positions; inv_freq (head_dim/2)
-    void (*rope)(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
-                 int head_dim, int row_stride);
+    // step: in place on x (T, row_stride) at positions; inv_freq (head_dim/2); x2 (T,
+    // row_stride), or NONE, is added into x first (as if x were x + x2)
+    void (*rope)(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
+                 int n_heads, int head_dim, int row_stride);
     // out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]; delta (T, 2*inter),
     // or NONE, is added into gate_up first (as if gate_up were gate_up + delta); out_lp
     // (T, inter), or NONE: out once more in out_lp's dtype, as rmsnorm's
@@ -146,9 +147,10 @@ struct ls_backend {
                      ls_view_t delta, int T, int inter);
     // y (n) += x (n)
     void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
-    // step: caches (slots, n_kv_heads*head_dim)[slot_mapping] = k, v (T, row_stride)
+    // step: caches (slots, n_kv_heads*head_dim)[slot_mapping] = k, v (T, row_stride); v2
+    // (T, row_stride), or NONE: the v cache gets v + v2 (v itself is left as it is)
     void (*kv_store)(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache, ls_view_t k,
-                     ls_view_t v, int n_kv_heads, int head_dim, int row_stride);
+                     ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim, int row_stride);
     // step: out (T, n_heads*head_dim) from q (T, row_stride) and the paged caches
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,

@@ -224,11 +224,11 @@ static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
     ls_rmsnorm_heads_forward(s_f32(x), s_f32(w), T, n_heads, head_dim, row_stride, eps);
 }
 
-static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
-                   int head_dim, int row_stride) {
+static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
+                   int n_heads, int head_dim, int row_stride) {
     const ls_step_t *st = &s_cpu(self)->step;
-    ls_rope_forward(s_f32(x), st->attn.positions, s_f32(inv_freq), st->n_tokens, n_heads,
-                    head_dim, row_stride);
+    ls_rope_forward(s_f32(x), s_f32_opt(x2), st->attn.positions, s_f32(inv_freq),
+                    st->n_tokens, n_heads, head_dim, row_stride);
 }
 
 static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
@@ -242,10 +242,10 @@ static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
 }
 
 static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
-                       ls_view_t k, ls_view_t v, int n_kv_heads, int head_dim,
+                       ls_view_t k, ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim,
                        int row_stride) {
     const ls_step_t *st = &s_cpu(self)->step;
-    ls_kv_cache_store(s_f32(k_cache), s_f32(v_cache), s_f32(k), s_f32(v),
+    ls_kv_cache_store(s_f32(k_cache), s_f32(v_cache), s_f32(k), s_f32(v), s_f32_opt(v2),
                       st->attn.slot_mapping, st->n_tokens, n_kv_heads, head_dim, row_stride);
 }
 

@@ -838,13 +838,14 @@ static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
                                   row_stride, eps, c->stream));
 }
 
-static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t inv_freq, int n_heads,
-                   int head_dim, int row_stride) {
+static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
+                   int n_heads, int head_dim, int row_stride) {
     s_cuda_t *c = s_ctx(self);
-    if (s_rec(c, (int)S_OP_ROPE, s_f32(x), s_ptr(inv_freq), (int)s_dt(inv_freq), n_heads,
+    const float *add = x2.buf ? s_f32(x2) : NULL;
+    if (s_rec(c, (int)S_OP_ROPE, s_f32(x), add, s_ptr(inv_freq), (int)s_dt(inv_freq), n_heads,
               head_dim, row_stride))
         return;
-    s_note(c, ls_cu_rope(s_f32(x), c->positions, s_ptr(inv_freq), s_dt(inv_freq), c->T,
+    s_note(c, ls_cu_rope(s_f32(x), add, c->positions, s_ptr(inv_freq), s_dt(inv_freq), c->T,
                          n_heads, head_dim, row_stride, c->stream));
 }
 
@@ -868,15 +869,16 @@ static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
 }
 
 static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
-                       ls_view_t k, ls_view_t v, int n_kv_heads, int head_dim,
+                       ls_view_t k, ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim,
                        int row_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
+    const float *add = v2.buf ? s_f32(v2) : NULL;
     if (s_rec(c, (int)S_OP_KV_STORE, s_ptr(k_cache), s_ptr(v_cache), (int)s_dt(k_cache),
-              s_f32(k), s_f32(v), n_kv_heads, head_dim, row_stride))
+              s_f32(k), s_f32(v), add, n_kv_heads, head_dim, row_stride))
         return;
     s_note(c, ls_cu_kv_store(s_ptr(k_cache), s_ptr(v_cache), s_dt(k_cache), s_f32(k),
-                             s_f32(v), c->slot_mapping, c->T, n_kv_heads, head_dim,
+                             s_f32(v), add, c->slot_mapping, c->T, n_kv_heads, head_dim,
                              row_stride, c->stream));
 }
 

@@ -105,9 +105,11 @@ void ls_rope_inv_freq_init(float *inv_freq, int head_dim, const ls_rope_config_t
 //   x'[i]       = x[i] * cos - x[i+d/2] * sin
 //   x'[i + d/2] = x[i+d/2] * cos + x[i] * sin
 // x is (T, row_stride) holding (n_heads, head_dim) at the start of each row,
-// positions is (T), inv_freq is (head_dim/2)
-void ls_rope_forward(float *x, const int32_t *positions, const float *inv_freq,
-                     int T, int n_heads, int head_dim, int row_stride);
+// positions is (T), inv_freq is (head_dim/2); x2 (T, row_stride), or NULL, is added into x
+// first, as if x were x + x2 (a LoRA delta folded in: engine/model.c)
+void ls_rope_forward(float *x, const float *x2, const int32_t *positions,
+                     const float *inv_freq, int T, int n_heads, int head_dim,
+                     int row_stride);
 
 // ---------------------------------------------------------------------------------------
 // Paged KV cache and attention
@@ -136,10 +138,11 @@ typedef struct {
 // negative slot (padding) are skipped.
 // k_cache, v_cache are (num_blocks, block_size, n_kv_heads, head_dim), i.e. (slots, kv_dim)
 // k, v are (T, row_stride) holding (n_kv_heads, head_dim) at the start of each row,
-// slot_mapping is (T)
+// slot_mapping is (T); v2 (T, row_stride), or NULL: the cache gets v + v2 (v itself is
+// left as it is)
 void ls_kv_cache_store(float *k_cache, float *v_cache, const float *k, const float *v,
-                       const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
-                       int row_stride);
+                       const float *v2, const int32_t *slot_mapping, int T, int n_kv_heads,
+                       int head_dim, int row_stride);
 
 // Causal paged attention over the layout in meta, keys/values read from the caches only
 // (kv_store must have run first). GQA: query head h uses kv head h / (n_heads/n_kv_heads).

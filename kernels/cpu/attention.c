@@ -15,8 +15,8 @@
 // k_cache, v_cache are (slots, n_kv_heads*head_dim), k, v are (T, row_stride),
 // slot_mapping is (T)
 void ls_kv_cache_store(float *k_cache, float *v_cache, const float *k, const float *v,
-                       const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
-                       int row_stride) {
+                       const float *v2, const int32_t *slot_mapping, int T, int n_kv_heads,
+                       int head_dim, int row_stride) {
     size_t kv_dim = (size_t)n_kv_heads * head_dim;
     assert(row_stride >= (int)kv_dim);
     for (int t = 0; t < T; t++) {
@@ -24,7 +24,14 @@ void ls_kv_cache_store(float *k_cache, float *v_cache, const float *k, const flo
             continue;
         size_t slot = (size_t)slot_mapping[t];
         memcpy(k_cache + slot * kv_dim, k + (size_t)t * row_stride, kv_dim * sizeof(float));
-        memcpy(v_cache + slot * kv_dim, v + (size_t)t * row_stride, kv_dim * sizeof(float));
+        const float *vt = v + (size_t)t * row_stride;
+        if (!v2) {
+            memcpy(v_cache + slot * kv_dim, vt, kv_dim * sizeof(float));
+            continue;
+        }
+        const float *dt = v2 + (size_t)t * row_stride;
+        for (size_t i = 0; i < kv_dim; i++)
+            v_cache[slot * kv_dim + i] = vt[i] + dt[i];
     }
 }
 

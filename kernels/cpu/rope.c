@@ -35,8 +35,9 @@ void ls_rope_inv_freq_init(float *inv_freq, int head_dim, const ls_rope_config_t
 
 // x is (T, row_stride) holding (n_heads, head_dim) per row, positions is (T),
 // inv_freq is (head_dim/2)
-void ls_rope_forward(float *x, const int32_t *positions, const float *inv_freq,
-                     int T, int n_heads, int head_dim, int row_stride) {
+void ls_rope_forward(float *x, const float *x2, const int32_t *positions,
+                     const float *inv_freq, int T, int n_heads, int head_dim,
+                     int row_stride) {
     assert(head_dim % 2 == 0 && row_stride >= n_heads * head_dim);
     int half = head_dim / 2;
     for (int t = 0; t < T; t++) {
@@ -45,8 +46,13 @@ void ls_rope_forward(float *x, const int32_t *positions, const float *inv_freq,
             float angle = pos * inv_freq[i]; // fp32 product, as HF forms it
             float c = cosf(angle), s = sinf(angle);
             for (int h = 0; h < n_heads; h++) {
-                float *xh = x + (size_t)t * row_stride + (size_t)h * head_dim;
+                size_t o = (size_t)t * row_stride + (size_t)h * head_dim;
+                float *xh = x + o;
                 float a = xh[i], b = xh[i + half];
+                if (x2) {
+                    a += x2[o + i];
+                    b += x2[o + i + half];
+                }
                 xh[i] = a * c - b * s;
                 xh[i + half] = b * c + a * s;
             }

@@ -240,8 +240,8 @@ cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int
 // RoPE, HF rotate_half convention: one block per token, threads over (head, i < d/2)
 
 template <typename TI>
-__global__ void k_rope(float *x, const int32_t *positions, const TI *inv_freq, int n_heads,
-                       int head_dim, int row_stride) {
+__global__ void k_rope(float *x, const float *x2, const int32_t *positions, const TI *inv_freq,
+                       int n_heads, int head_dim, int row_stride) {
     int t = blockIdx.x, half = head_dim / 2;
     float pos = (float)positions[t];
     float *xt = x + (size_t)t * row_stride;
@@ -252,19 +252,24 @@ __global__ void k_rope(float *x, const int32_t *positions, const TI *inv_freq, i
         sincosf(angle, &s, &c);
         float *xh = xt + (size_t)h * head_dim;
         float a = xh[i], b = xh[i + half];
+        if (x2) { // the CPU reference's add, unfused
+            const float *dh = x2 + (size_t)t * row_stride + (size_t)h * head_dim;
+            a = __fadd_rn(a, dh[i]);
+            b = __fadd_rn(b, dh[i + half]);
+        }
         xh[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
         xh[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
     }
 }
 
-cudaError_t ls_cu_rope(float *x, const int32_t *positions, const void *inv_freq,
-                       ls_cu_dtype_t inv_dt, int T, int n_heads, int head_dim,
-                       int row_stride, cudaStream_t stream) {
+cudaError_t ls_cu_rope(float *x, const float *x2, const int32_t *positions,
+                       const void *inv_freq, ls_cu_dtype_t inv_dt, int T, int n_heads,
+                       int head_dim, int row_stride, cudaStream_t stream) {
     assert(head_dim % 2 == 0 && row_stride >= n_heads * head_dim);
     if (T == 0)
         return cudaSuccess;
     LS_CU_DISPATCH(inv_dt, TI,
-        k_rope<TI><<<T, 256, 0, stream>>>(x, positions, (const TI *)inv_freq, n_heads,
+        k_rope<TI><<<T, 256, 0, stream>>>(x, x2, positions, (const TI *)inv_freq, n_heads,
                                           head_dim, row_stride));
     LS_CU_CHECK_LAUNCH();
 }
@@ -274,7 +279,8 @@ cudaError_t ls_cu_rope(float *x, const int32_t *positions, const void *inv_freq,
 
 template <typename TC>
 __global__ void k_kv_store(TC *k_cache, TC *v_cache, const float *k, const float *v,
-                           const int32_t *slot_mapping, int kv_dim, int row_stride) {
+                           const float *v2, const int32_t *slot_mapping, int kv_dim,
+                           int row_stride) {
     int t = blockIdx.x;
     int slot = slot_mapping[t];
     if (slot < 0)
@@ -283,20 +289,20 @@ __global__ void k_kv_store(TC *k_cache, TC *v_cache, const float *k, const float
     const float *kt = k + (size_t)t * row_stride, *vt = v + (size_t)t * row_stride;
     for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
         kc[i] = ls_from_f<TC>(kt[i]);
-        vc[i] = ls_from_f<TC>(vt[i]);
+        vc[i] = ls_from_f<TC>(v2 ? __fadd_rn(vt[i], v2[(size_t)t * row_stride + i]) : vt[i]);
     }
 }
 
 cudaError_t ls_cu_kv_store(void *k_cache, void *v_cache, ls_cu_dtype_t cache_dt,
-                           const float *k, const float *v, const int32_t *slot_mapping,
-                           int T, int n_kv_heads, int head_dim, int row_stride,
-                           cudaStream_t stream) {
+                           const float *k, const float *v, const float *v2,
+                           const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
+                           int row_stride, cudaStream_t stream) {
     int kv_dim = n_kv_heads * head_dim;
     assert(row_stride >= kv_dim);
     if (T == 0)
         return cudaSuccess;
     LS_CU_DISPATCH(cache_dt, TC,
-        k_kv_store<TC><<<T, 256, 0, stream>>>((TC *)k_cache, (TC *)v_cache, k, v,
+        k_kv_store<TC><<<T, 256, 0, stream>>>((TC *)k_cache, (TC *)v_cache, k, v, v2,
                                               slot_mapping, kv_dim, row_stride));
     LS_CU_CHECK_LAUNCH();
 }

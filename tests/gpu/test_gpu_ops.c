@@ -455,26 +455,29 @@ static void test_rope(t_rng_t *r, ls_rope_type_t type) {
     ls_rope_config_t cfg = {type, 500000.0, 8.0, 1.0, 4.0, 8192.0};
     float inv[64];
     ls_rope_inv_freq_init(inv, D, &cfg);
-    s_pb_t x = s_pb_new(LS_DTYPE_F32, n), fi = s_pb_new(LS_DTYPE_F32, D / 2);
-    float *hx = s_fill_new(r, n, -1, 1);
+    s_pb_t x = s_pb_new(LS_DTYPE_F32, n), fi = s_pb_new(LS_DTYPE_F32, D / 2),
+           dx = s_pb_new(LS_DTYPE_F32, n);
+    float *hx = s_fill_new(r, n, -1, 1), *hd = s_fill_new(r, n, -0.1f, 0.1f);
     s_pb_set(&x, 0, hx, n);
+    s_pb_set(&dx, 0, hd, n);
     s_pb_set(&fi, 0, inv, D / 2);
     static s_stepd_t d;
     s_step_simple(&d, T);
     for (int t = 0; t < T; t++)
         d.pos[t] = t < 4 ? t : t_rng_int(r, 131072);
     s_step_begin(&d);
-    s_cpu->rope(s_cpu, s_vc(&x, 0), s_vc(&fi, 0), H, D, stride);
-    s_gpu->rope(s_gpu, s_vg(&x, 0), s_vg(&fi, 0), H, D, stride);
-    s_cpu->rope(s_cpu, s_vc(&x, (size_t)H * D), s_vc(&fi, 0), KV, D, stride);
-    s_gpu->rope(s_gpu, s_vg(&x, (size_t)H * D), s_vg(&fi, 0), KV, D, stride);
+    // q with a delta added first (the folded LoRA of engine/model.c), k without
+    s_cpu->rope(s_cpu, s_vc(&x, 0), s_vc(&dx, 0), s_vc(&fi, 0), H, D, stride);
+    s_gpu->rope(s_gpu, s_vg(&x, 0), s_vg(&dx, 0), s_vg(&fi, 0), H, D, stride);
+    s_cpu->rope(s_cpu, s_vc(&x, (size_t)H * D), LS_VIEW_NONE, s_vc(&fi, 0), KV, D, stride);
+    s_gpu->rope(s_gpu, s_vg(&x, (size_t)H * D), LS_VIEW_NONE, s_vg(&fi, 0), KV, D, stride);
     float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
     s_pb_get(&x, 0, n, c, g);
-    s_check(type == LS_ROPE_LLAMA3 ? "rope llama3 q+k in stacked rows, pos < 131072"
-                                   : "rope default q+k in stacked rows, pos < 131072",
+    s_check(type == LS_ROPE_LLAMA3 ? "rope llama3 q (+ delta) and k in stacked rows, pos < 131072"
+                                   : "rope default q (+ delta) and k in stacked rows, pos < 131072",
             g, c, n, 1e-10, 1e-4);
-    s_pb_free(&x), s_pb_free(&fi);
-    free(hx), free(c), free(g);
+    s_pb_free(&x), s_pb_free(&fi), s_pb_free(&dx);
+    free(hx), free(hd), free(c), free(g);
 }
 
 static void test_silu_add(t_rng_t *r) {
@@ -567,10 +570,17 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     s_pb_set(&vc, 0, hv, nc);
     s_pb_set(&out, 0, poison, no);
     size_t ko = (size_t)H * D, vo = ko + kvd;
-    s_cpu->kv_store(s_cpu, s_vc(&kc, 0), s_vc(&vc, 0), s_vc(&qkv, ko), s_vc(&qkv, vo), KV, D,
-                    stride);
-    s_gpu->kv_store(s_gpu, s_vg(&kc, 0), s_vg(&vc, 0), s_vg(&qkv, ko), s_vg(&qkv, vo), KV, D,
-                    stride);
+    // with an f32 cache, v gets a delta added on the way in (the folded LoRA of
+    // engine/model.c); narrower caches round v + delta where the CPU backend's f32 cache
+    // does not, so there the store stays a copy
+    s_pb_t dv = s_pb_new(LS_DTYPE_F32, nq);
+    float *hdv = s_fill_new(r, nq, -0.1f, 0.1f);
+    s_pb_set(&dv, 0, hdv, nq);
+    int with_dv = cdt == LS_DTYPE_F32;
+    s_cpu->kv_store(s_cpu, s_vc(&kc, 0), s_vc(&vc, 0), s_vc(&qkv, ko), s_vc(&qkv, vo),
+                    with_dv ? s_vc(&dv, vo) : LS_VIEW_NONE, KV, D, stride);
+    s_gpu->kv_store(s_gpu, s_vg(&kc, 0), s_vg(&vc, 0), s_vg(&qkv, ko), s_vg(&qkv, vo),
+                    with_dv ? s_vg(&dv, vo) : LS_VIEW_NONE, KV, D, stride);
     s_cpu->attention(s_cpu, s_vc(&out, 0), s_vc(&qkv, 0), s_vc(&kc, 0), s_vc(&vc, 0), H, KV,
                      D, bs, stride);
     s_gpu->attention(s_gpu, s_vg(&out, 0), s_vg(&qkv, 0), s_vg(&kc, 0), s_vg(&vc, 0), H, KV,
@@ -581,16 +591,17 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     snprintf(name, sizeof name, "kv_store %s cache=%s: k", what, s_dtn(cdt));
     s_check(name, g, c, nc, 0, 0);
     s_pb_get(&vc, 0, nc, c, g);
-    snprintf(name, sizeof name, "kv_store %s cache=%s: v", what, s_dtn(cdt));
+    snprintf(name, sizeof name, "kv_store %s cache=%s: v%s", what, s_dtn(cdt),
+             with_dv ? " + delta" : "");
     s_check(name, g, c, nc, 0, 0);
     float *co = t_alloc(no * 4), *go = t_alloc(no * 4);
     s_pb_get(&out, 0, no, co, go);
     snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d bs=%d %s", what, H, KV, D, bs,
              s_dtn(cdt));
     s_check(name, go, co, no, 1e-10, 1e-4);
-    s_pb_free(&qkv), s_pb_free(&kc), s_pb_free(&vc), s_pb_free(&out);
-    free(perm), free(hq), free(hk), free(hv), free(poison), free(c), free(g), free(co),
-        free(go);
+    s_pb_free(&qkv), s_pb_free(&kc), s_pb_free(&vc), s_pb_free(&out), s_pb_free(&dv);
+    free(perm), free(hq), free(hk), free(hv), free(hdv), free(poison), free(c), free(g),
+        free(co), free(go);
 }
 
 // -- attention decode timing (LS_GPU_BENCH=1; not pass/fail) --------------------------------
@@ -1169,10 +1180,10 @@ static void test_two_steps(t_rng_t *r) {
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
             B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX);
             B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX);
-            B->rope(B, ls_view(A, o_qkv), V_(inv), H, D, QKV);
-            B->rope(B, ls_view(A, o_qkv + QD), V_(inv), KV, D, QKV);
+            B->rope(B, ls_view(A, o_qkv), LS_VIEW_NONE, V_(inv), H, D, QKV);
+            B->rope(B, ls_view(A, o_qkv + QD), LS_VIEW_NONE, V_(inv), KV, D, QKV);
             B->kv_store(B, V_(kc), V_(vc), ls_view(A, o_qkv + QD), ls_view(A, o_qkv + QD + KVD),
-                        KV, D, QKV);
+                        LS_VIEW_NONE, KV, D, QKV);
             B->attention(B, ls_view(A, o_att), ls_view(A, o_qkv), V_(kc), V_(vc), H, KV, D, BS,
                          QKV);
             B->rows_gather(B, ls_view(A, o_pick), ls_view(A, o_att), QD);

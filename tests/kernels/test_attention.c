@@ -157,11 +157,11 @@ static void s_run_case(const s_case_t *c, uint64_t seed) {
 
     // step 1: the cached prefixes
     int T = s_pack(&w, 0, qkv, pos, slots, q_indptr, ctx_lens);
-    ls_kv_cache_store(w.k_cache, w.v_cache, qkv + qd, qkv + qd + w.kv_dim, slots, T,
+    ls_kv_cache_store(w.k_cache, w.v_cache, qkv + qd, qkv + qd + w.kv_dim, NULL, slots, T,
                       c->n_kv_heads, c->head_dim, w.qkv_stride);
     // step 2: the chunk (or decode token) of every sequence
     T = s_pack(&w, 1, qkv, pos, slots, q_indptr, ctx_lens);
-    ls_kv_cache_store(w.k_cache, w.v_cache, qkv + qd, qkv + qd + w.kv_dim, slots, T,
+    ls_kv_cache_store(w.k_cache, w.v_cache, qkv + qd, qkv + qd + w.kv_dim, NULL, slots, T,
                       c->n_kv_heads, c->head_dim, w.qkv_stride);
     ls_attn_meta_t meta = {.n_seqs = c->n_seqs, .n_tokens = T, .max_blocks = w.max_blocks,
                            .max_ctx_len = max_ctx, .q_indptr = q_indptr,
@@ -221,7 +221,7 @@ static void test_kv_store_padding(void **state) {
     t_fill(&r, v, T * STRIDE, -1, 1);
     for (int i = 0; i < SLOTS * KV * D; i++)
         kc[i] = vc[i] = NAN;
-    ls_kv_cache_store(kc, vc, k, v, slots, T, KV, D, STRIDE);
+    ls_kv_cache_store(kc, vc, k, v, NULL, slots, T, KV, D, STRIDE);
     for (int s = 0; s < SLOTS; s++) {
         int t = s == 5 ? 0 : s == 0 ? 2 : -1;
         for (int i = 0; i < KV * D; i++) {
@@ -234,11 +234,34 @@ static void test_kv_store_padding(void **state) {
     }
 }
 
+// v2 folded in (a LoRA delta, engine/model.c): the cache gets the bits of v + v2 added
+// first; k and v themselves are left as they were
+static void test_kv_store_v2(void **state) {
+    enum { T = 5, KV = 2, D = 16, SLOTS = 8, STRIDE = 2 * KV * D + 5 };
+    t_rng_t r = {16};
+    float k[T * STRIDE], v[T * STRIDE], v2[T * STRIDE], vs[T * STRIDE], v0[T * STRIDE];
+    float kc[SLOTS * KV * D], vc[SLOTS * KV * D], kc2[SLOTS * KV * D], vc2[SLOTS * KV * D];
+    int32_t slots[T] = {3, 0, -1, 7, 5};
+    t_fill(&r, k, T * STRIDE, -1, 1);
+    t_fill(&r, v, T * STRIDE, -1, 1);
+    t_fill(&r, v2, T * STRIDE, -0.5f, 0.5f);
+    memcpy(v0, v, sizeof v);
+    memcpy(vs, v, sizeof v);
+    ls_add_forward(vs, v2, T * STRIDE);
+    for (int i = 0; i < SLOTS * KV * D; i++)
+        kc[i] = vc[i] = kc2[i] = vc2[i] = 0.0f;
+    ls_kv_cache_store(kc, vc, k, vs, NULL, slots, T, KV, D, STRIDE);
+    ls_kv_cache_store(kc2, vc2, k, v, v2, slots, T, KV, D, STRIDE);
+    assert_memory_equal(kc2, kc, sizeof kc);
+    assert_memory_equal(vc2, vc, sizeof vc);
+    assert_memory_equal(v, v0, sizeof v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill),     cmocka_unit_test(test_chunk_on_prefix),
         cmocka_unit_test(test_decode),      cmocka_unit_test(test_mixed_batch),
-        cmocka_unit_test(test_kv_store_padding),
+        cmocka_unit_test(test_kv_store_padding), cmocka_unit_test(test_kv_store_v2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

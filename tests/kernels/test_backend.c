@@ -90,9 +90,9 @@ static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st)
     ls_matmul_forward(o->qkv, xn, w->wqkv, NULL, T, C, QKV, 0);
     ls_lora_shrink(tmp, xn, w->a_pool, st->lora, C, 3, R_MAX);
     ls_lora_expand(o->qkv, tmp, w->b_pool, st->lora, s_slice_offsets, 3, R_MAX);
-    ls_rope_forward(o->qkv, st->attn.positions, w->inv_freq, T, H, D, QKV);
-    ls_rope_forward(o->qkv + QD, st->attn.positions, w->inv_freq, T, KV, D, QKV);
-    ls_kv_cache_store(o->kc, o->vc, o->qkv + QD, o->qkv + QD + KVD, st->attn.slot_mapping,
+    ls_rope_forward(o->qkv, NULL, st->attn.positions, w->inv_freq, T, H, D, QKV);
+    ls_rope_forward(o->qkv + QD, NULL, st->attn.positions, w->inv_freq, T, KV, D, QKV);
+    ls_kv_cache_store(o->kc, o->vc, o->qkv + QD, o->qkv + QD + KVD, NULL, st->attn.slot_mapping,
                       T, KV, D, QKV);
     ls_attention_forward(att, o->qkv, o->kc, o->vc, &st->attn, H, KV, D, BS, QKV);
     ls_rows_gather(o->picked, att, st->logit_rows, st->n_logit_rows, QD);
@@ -155,9 +155,9 @@ static void s_step_backend(s_out_t *o, ls_backend_t *be, const s_bufs_t *b,
     be->lora_shrink(be, b->tmp, b->xn, b->a, C, 3, R_MAX);
     be->lora_expand(be, b->qkv, b->tmp, b->b, s_slice_offsets, 3, R_MAX);
     ls_view_t k = ls_view(b->act, b->qkv.off + QD), v = ls_view(b->act, b->qkv.off + QD + KVD);
-    be->rope(be, b->qkv, b->inv, H, D, QKV);
-    be->rope(be, k, b->inv, KV, D, QKV);
-    be->kv_store(be, b->kc, b->vc, k, v, KV, D, QKV);
+    be->rope(be, b->qkv, LS_VIEW_NONE, b->inv, H, D, QKV);
+    be->rope(be, k, LS_VIEW_NONE, b->inv, KV, D, QKV);
+    be->kv_store(be, b->kc, b->vc, k, v, LS_VIEW_NONE, KV, D, QKV);
     be->attention(be, b->att, b->qkv, b->kc, b->vc, H, KV, D, BS, QKV);
     be->rows_gather(be, b->pick, b->att, QD);
     assert_int_equal(be->synchronize(be), 0);

@@ -72,7 +72,7 @@ static void test_rope_forward(void **state) {
     ls_rope_inv_freq_init(inv, D, &cfg);
     t_fill(&r, x0, T * STRIDE, -1, 1);
     memcpy(x, x0, sizeof x);
-    ls_rope_forward(x, pos, inv, T, H, D, STRIDE);
+    ls_rope_forward(x, NULL, pos, inv, T, H, D, STRIDE);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < H; h++)
             for (int i = 0; i < D / 2; i++) {
@@ -89,11 +89,31 @@ static void test_rope_forward(void **state) {
     assert_memory_equal(x, x0, H * D * sizeof(float));
 }
 
+// x2 folded in (a LoRA delta, engine/model.c): bit for bit the rotation of x + x2 added
+// first, columns past the heads untouched
+static void test_rope_x2(void **state) {
+    enum { T = 6, H = 2, D = 32, STRIDE = H * D + 8 };
+    t_rng_t r = {8};
+    float x[T * STRIDE], x2[T * STRIDE], want[T * STRIDE], inv[D / 2];
+    int32_t pos[T] = {0, 3, 40, 511, 9000, 100000};
+    ls_rope_config_t cfg = {.type = LS_ROPE_DEFAULT, .theta = 10000.0};
+    ls_rope_inv_freq_init(inv, D, &cfg);
+    t_fill(&r, x, T * STRIDE, -1, 1);
+    t_fill(&r, x2, T * STRIDE, -0.5f, 0.5f);
+    memcpy(want, x, sizeof x);
+    for (int t = 0; t < T; t++) // the heads' columns only: the rest stays x
+        ls_add_forward(want + t * STRIDE, x2 + t * STRIDE, H * D);
+    ls_rope_forward(want, NULL, pos, inv, T, H, D, STRIDE);
+    ls_rope_forward(x, x2, pos, inv, T, H, D, STRIDE);
+    assert_memory_equal(x, want, sizeof x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_inv_freq_default_and_linear),
         cmocka_unit_test(test_inv_freq_llama3),
         cmocka_unit_test(test_rope_forward),
+        cmocka_unit_test(test_rope_x2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
