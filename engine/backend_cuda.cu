@@ -33,9 +33,9 @@
     has the device's highest stream priority and `side` its lowest (graphs keep them: node
     priorities are captured from the streams and used), so as SMs free up the GEMM's blocks
     are placed first. And while side work is open, cuBLAS is told to target all but
-    `side_sms` SMs (cublasSetSmCountTarget; default half the device, a quarter beside a big
-    GEMM): the decode GEMMs are bandwidth-bound and lose little on fewer SMs, while the LoRA
-    kernels, latency-bound, need SMs to themselves to overlap at all — measured on an H200
+    `side_sms` SMs (cublasSetSmCountTarget; default half the device): the decode GEMMs are
+    bandwidth-bound and lose little on fewer SMs, while the LoRA kernels, latency-bound,
+    need SMs to themselves to overlap at all — measured on an H200
     (Llama-3-8B, batch 64, 8 adapters): step 10.46 ms serial, 10.45 beside with no SMs
     left, 9.82 with 40, 9.32 with 64, 9.42 with 88. Side kernels launch without PDL (see
     s_lora_flags). A different SM target may pick a different GEMM kernel, so a step with
@@ -90,6 +90,7 @@ typedef struct {
     int side_open;          // side ops queued and not yet waited for
     int n_sm, side_sms;     // SMs of the device; SMs a GEMM leaves to open side work
     int side_sms_default;
+    int side_sms_big;       // SMs a big GEMM (an MLP's gate_up) leaves; < 0: side_sms
     int blas_sms;           // cuBLAS's SM count target now (0: all)
     cudaStream_t upload;   // buffer_upload_async
     cudaEvent_t queued;    // compute work queued before an async upload
@@ -780,11 +781,14 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
         return;
     }
     // with side work open, the GEMM is asked to leave side_sms SMs to it (cuBLAS picks its
-    // kernel for the smaller count), half as many beside a big GEMM (> 64M weights: an
-    // MLP's gate_up), whose own loss on fewer SMs outgrows what its LoRA gains (H200,
-    // Llama-3-8B, 8 distinct adapters: 7.49 -> 7.40 ms a step leaving 32 there, not 66)
-    int leave = (size_t)in * out > ((size_t)64 << 20) ? c->side_sms / 2 : c->side_sms;
-    int sms = c->side_open && leave > 0 ? c->n_sm - leave : 0;
+    // kernel for the smaller count); a big GEMM (> 64M weights: an MLP's gate_up) as many
+    // unless side_sms_big says otherwise. Half the device for every GEMM was measured best
+    // on an H200 (Llama-3-8B, batch 64, 8 / 32 distinct adapters: 6.99 / 7.58 ms a step,
+    // against 7.08 / 7.79 with gate_up leaving a quarter, and 7.41 / 7.87 leaving 72 SMs
+    // everywhere; kernels/cuda/NOTES.md, session 6)
+    int leave = (size_t)in * out > ((size_t)64 << 20) && c->side_sms_big >= 0 ? c->side_sms_big
+                                                                             : c->side_sms;
+    int sms = c->side_open && leave > 0 && leave < c->n_sm ? c->n_sm - leave : 0;
     if (s_rec(c, (int)S_OP_MATMUL, yp, xp, s_ptr(w), (int)s_dt(w),
               bias.buf ? s_ptr(bias) : NULL, bias.buf ? (int)s_dt(bias) : -1, T, in, out,
               accumulate, narrow && !ready ? c->xconv.p : NULL, sms))
@@ -1200,6 +1204,8 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device);
     const char *ss = getenv("LS_CU_SIDE_SMS"); // for measurements; default half
     c->side_sms_default = ss && atoi(ss) >= 0 ? atoi(ss) : c->n_sm / 2;
+    const char *sb = getenv("LS_CU_SIDE_SMS_BIG"); // likewise; default: as the above
+    c->side_sms_big = sb && *sb ? atoi(sb) : -1;
     ls_backend_cuda_set_side(self, 1, -1);
     c->graphs_on = 1;
     return self;
