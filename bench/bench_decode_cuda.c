@@ -322,7 +322,7 @@ int main(int argc, char **argv) {
            "capture, instantiate, run), %.3f ms without\n", 1e3 * first_g, 1e3 * first_p);
     printf("\ndecode ratio, 8 distinct adapters: %.3f (target >= 0.92)\n", t_base / t8);
     printf("decode ratio, 32 distinct adapters: %.3f; bandwidth floor %.3f ms (base %.3f ms + "
-           "%.2f GB of adapter slots / %.0f GB/s): step is %.2fx the floor (target <= 1.10)\n", t_base / t32,
+           "%.2f GB of adapter slots / %.0f GB/s): step is %.3fx the floor (target <= 1.10)\n", t_base / t32,
            1e3 * floor32, 1e3 * t_base, 32.0 * adapter_elems * (double)slot_elem / 1e9, bw, t32 / floor32);
     printf("\nadapter slot load (rank %d, seven targets, %s): %.1f MB in %.3f ms = %.1f GB/s, "
            "%.0f%% of pinned host-to-device %.1f GB/s (target >= 80%%)\n", RANK,
