@@ -35,7 +35,8 @@
     median of timed batches of repetitions. Whole decode step: 32 layers x 4 groups (all
     seven targets) captured in one CUDA graph, replayed, median of replays.
 
-    Usage: bench_lora_cuda [--quick]      Not a ctest; needs a GPU.
+    Usage: bench_lora_cuda [--quick | --green]   Not a ctest; needs a GPU. --green: only the
+    green-context section (SM partitions for the LoRA beside a GEMM).
 */
 #include <algorithm>
 #include <cmath>
@@ -45,6 +46,7 @@
 #include <vector>
 
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -527,6 +529,127 @@ static void whole_step(int r, int T, int mix) {
         gdata_free(d[gi]);
 }
 
+// --- SM partitions (green contexts) for the decode LoRA beside a GEMM ----------------------------
+// The engine runs each decode LoRA on a side stream beside the base GEMM, with cuBLAS asked to
+// target fewer SMs (cublasSetSmCountTarget) and the side stream at the lowest priority. That
+// is a hint to cuBLAS, not a partition. Here the GEMM's stream and the LoRA's stream belong to
+// two green contexts that split the SMs: each runs only on its own. Timed at the decode shape
+// (T=64, rank 16, 8 adapters of 8 rows each: the engine's 8-distinct step), per group: GEMM
+// alone (all SMs), GEMM alone on the big partition, LoRA alone on the small one, both at once
+// on the partitions, and both at once the engine's way.
+
+static bool green_pair(int n_small, cudaStream_t *big, cudaStream_t *small, int *sm_big,
+                       int *sm_small) {
+    CUdevice dev;
+    CUdevResource all, part[1], rest;
+    CUdevResourceDesc d_small, d_big;
+    CUgreenCtx g_small, g_big;
+    unsigned n = 1;
+    CUstream s_small, s_big;
+    if (cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+        cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS ||
+        cuDevSmResourceSplitByCount(part, &n, &all, &rest, 0, (unsigned)n_small) != CUDA_SUCCESS ||
+        n != 1 || cuDevResourceGenerateDesc(&d_small, part, 1) != CUDA_SUCCESS ||
+        cuDevResourceGenerateDesc(&d_big, &rest, 1) != CUDA_SUCCESS ||
+        cuGreenCtxCreate(&g_small, d_small, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS ||
+        cuGreenCtxCreate(&g_big, d_big, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS ||
+        cuGreenCtxStreamCreate(&s_small, g_small, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
+        cuGreenCtxStreamCreate(&s_big, g_big, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS)
+        return false;
+    *small = (cudaStream_t)s_small, *big = (cudaStream_t)s_big;
+    *sm_small = (int)part[0].sm.smCount, *sm_big = (int)rest.sm.smCount;
+    return true;
+}
+
+static void green_section() {
+    int n_sm = 0;
+    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+    int lo, hi;
+    CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    cudaStream_t lowp;
+    CK(cudaStreamCreateWithPriority(&lowp, cudaStreamNonBlocking, lo));
+    cudaEvent_t fork, j1, j2;
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&j1, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&j2, cudaEventDisableTiming));
+    printf("\n=== green contexts: the decode LoRA (Uniform-8, r=16, T=64) beside its GEMM on split SMs\n");
+    printf("%-8s %5s %9s %9s %9s %9s %9s %12s\n", "group", "small", "gemm all", "gemm big",
+           "lora sml", "both grn", "both eng", "eng leaves");
+    for (int n_small : {16, 32, 48, 66}) {
+        cudaStream_t big, small;
+        int sb = 0, ss = 0;
+        if (!green_pair(n_small, &big, &small, &sb, &ss)) {
+            printf("green contexts with %d SMs: not available\n", n_small);
+            cudaGetLastError();
+            continue;
+        }
+        for (int gi : {0, 1, 2, 3}) {
+            const group_t &g = G[gi];
+            int ot = g.out_total(), r = 16, T = 64;
+            size_t wn = (size_t)ot * g.in;
+            int n_sets = (int)std::min((size_t)8, ((size_t)256 << 20) / (wn * 2) + 1);
+            __nv_bfloat16 *w = (__nv_bfloat16 *)dmalloc(wn * 2 * n_sets);
+            fill_bf16(w, wn * n_sets, 9, 1.0f / sqrtf((float)g.in));
+            batch_t b = make_batch(1, T);
+            gdata_t d;
+            gdata_init(d, g, r, b, n_sets);
+            float *yg = (float *)dmalloc((size_t)T * ot * 4);
+            float one = 1.0f, zero = 0.0f;
+            auto gemm = [&](int set, cudaStream_t st, int sms) {
+                CB(cublasSetStream(g_blas, st));
+                CB(cublasSetSmCountTarget(g_blas, sms));
+                CB(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, ot, T, g.in, &one, w + set * wn,
+                                CUDA_R_16BF, g.in, d.xb, CUDA_R_16BF, g.in, &zero, yg, CUDA_R_32F,
+                                ot, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            };
+            auto lora = [&](int set, cudaStream_t st) {
+                CK(ls_cu_lora_shrink(d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16, d.tiles,
+                                     d.n_tiles, r, NULL, g.in, g.n_slices, r, LS_CU_LORA_NO_PDL,
+                                     st));
+                CK(ls_cu_lora_expand(d.y, d.tmp, d.b + set * d.b_set, LS_CU_BF16, d.tiles,
+                                     d.n_tiles, NULL, d.scal, d.off, g.n_slices, r,
+                                     LS_CU_LORA_NO_PDL, st));
+            };
+            // fork from g_st, the two pieces on s1 / s2, join back on g_st
+            auto both = [&](int set, cudaStream_t s1, cudaStream_t s2, int sms) {
+                CK(cudaEventRecord(fork, g_st));
+                CK(cudaStreamWaitEvent(s1, fork, 0));
+                CK(cudaStreamWaitEvent(s2, fork, 0));
+                gemm(set, s1, sms);
+                lora(set, s2);
+                CK(cudaEventRecord(j1, s1));
+                CK(cudaEventRecord(j2, s2));
+                CK(cudaStreamWaitEvent(g_st, j1, 0));
+                CK(cudaStreamWaitEvent(g_st, j2, 0));
+            };
+            auto on = [&](cudaStream_t s, auto f) { // f on s, ordered inside g_st's timing
+                return [&, s, f](int i) {
+                    CK(cudaEventRecord(fork, g_st));
+                    CK(cudaStreamWaitEvent(s, fork, 0));
+                    f(i % n_sets, s);
+                    CK(cudaEventRecord(j1, s));
+                    CK(cudaStreamWaitEvent(g_st, j1, 0));
+                };
+            };
+            double t_all = time_us(on(g_st, [&](int set, cudaStream_t s) { gemm(set, s, 0); }));
+            double t_big = time_us(on(big, [&](int set, cudaStream_t s) { gemm(set, s, 0); }));
+            double t_lora = time_us(on(small, [&](int set, cudaStream_t s) { lora(set, s); }));
+            double t_green = time_us([&](int i) { both(i % n_sets, big, small, 0); });
+            double t_eng = time_us([&](int i) { both(i % n_sets, g_st, lowp, n_sm - n_small); });
+            printf("%-8s %2d/%-3d %9.1f %9.1f %9.1f %9.1f %9.1f %9d SMs\n", g.name, ss, sb, t_all,
+                   t_big, t_lora, t_green, t_eng, n_small);
+            CB(cublasSetSmCountTarget(g_blas, 0));
+            CB(cublasSetStream(g_blas, g_st));
+            CK(cudaStreamSynchronize(g_st));
+            cudaFree(w);
+            cudaFree(yg);
+            gdata_free(d);
+        }
+    }
+    printf("(us per op; \"both\": from the fork to the join of GEMM and LoRA; \"eng\": the engine's way, "
+           "cuBLAS SM count target with the LoRA on a lowest-priority stream)\n");
+}
+
 int main(int argc, char **argv) {
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
     cudaDeviceProp prop;
@@ -537,6 +660,10 @@ int main(int argc, char **argv) {
     CB(cublasCreate(&g_blas));
     CB(cublasSetStream(g_blas, g_st));
     measure_bw();
+    if (argc > 1 && !strcmp(argv[1], "--green")) {
+        green_section();
+        return 0;
+    }
     cross_check();
 
     printf("\n=== single op, qkv group (4096 -> 6144, 3 slices), plain launches\n");
