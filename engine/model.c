@@ -86,6 +86,10 @@ struct ls_model {
     int32_t *meta;                       // host arena for the step metadata
     size_t meta_cap;                     // int32 elements
     int n_rows;                          // logit rows of the last step
+    // of the step being issued, set once by s_forward_prepare (the ops may be issued more
+    // than once a step: step graphs)
+    bool lora_decode; // it has LoRA and is decode-shaped (s_lora_decode_shaped)
+    bool lora_beside; // and its LoRA goes beside the base GEMMs (s_proj)
 };
 
 struct ls_kv_cache {
@@ -866,12 +870,6 @@ static ls_view_t s_mm_in(const ls_buffer_t *w, ls_view_t x, ls_view_t lp) {
     return lp.buf && w && w->dtype == lp.buf->dtype ? lp : x;
 }
 
-// Whether the step's LoRA goes beside the base GEMMs (s_proj): decode-shaped steps on a
-// backend with a side queue.
-static bool s_lora_beside(const ls_model_t *self, const ls_step_t *step) {
-    return self->be->side_begin && step->lora && s_lora_decode_shaped(step);
-}
-
 // y (T, out_total of g) += LoRA of group g on x (T, in of g), when the step has adapters
 // and the pool holds the group; accumulate 0: y = that delta (0 on rows without one).
 static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
@@ -883,7 +881,7 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     int r_max = ls_lora_pool_r_max(pool);
     ls_view_t a, b, tmp = ls_view(self->ws[S_WS_LORA], 0);
     ls_lora_pool_group_views(pool, layer, g, &a, &b);
-    if (be->lora_fused && s_lora_decode_shaped(step)) {
+    if (be->lora_fused && self->lora_decode) {
         be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max,
                        accumulate);
         return;
@@ -898,16 +896,17 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
 // (x itself, or its copy in w's dtype: s_mm_in), plus the LoRA of group g on x (fp32),
 // which is either added into y (returns LS_VIEW_NONE) or left as a delta (T, out) for
 // the caller to fold into the next op that reads y (rmsnorm's x2, silu_mul's delta) or to
-// add. Beside the GEMM when s_lora_beside: the decode LoRA is a few short dependent kernels
-// whose cost is latency, not bytes, so on the side queue it runs while the GEMM streams
-// its weights; the delta is written (not added) into the DELTA workspace, 0 on rows
-// without an adapter. y + (0 + δ) rounds as y + δ, and the folding ops add δ into y
-// before anything else: the step is bit for bit that of the LoRA added in place.
+// add. Beside the GEMM for decode-shaped steps on a backend with a side queue
+// (lora_beside): the decode LoRA is a few short dependent kernels whose cost is latency,
+// not bytes, so on the side queue it runs while the GEMM streams its weights; the delta
+// is written (not added) into the DELTA workspace, 0 on rows without an adapter.
+// y + (0 + δ) rounds as y + δ, and the folding ops add δ into y before anything else: the
+// step is bit for bit that of the LoRA added in place.
 static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
                         int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t x_mm,
                         ls_view_t w, ls_view_t bias, int T, int in, int out) {
     ls_backend_t *be = self->be;
-    if (!s_lora_beside(self, step) || !ls_lora_pool_has_group(pool, g)) {
+    if (!self->lora_beside || !ls_lora_pool_has_group(pool, g)) {
         be->matmul(be, y, x_mm, w, bias, T, in, out, 0);
         s_lora(self, pool, step, layer, g, y, x, 1);
         return LS_VIEW_NONE;
@@ -951,6 +950,8 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
         ls_err_set(err, errlen, "step: out of memory for the metadata of %zu tokens", T);
         return -1;
     }
+    self->lora_decode = step->lora && s_lora_decode_shaped(step);
+    self->lora_beside = self->lora_decode && self->be->side_begin;
     size_t R = (size_t)step->n_logit_rows;
     size_t lora_cols = pool ? (size_t)LS_LORA_MAX_SLICES * ls_lora_pool_r_max(pool) : 1;
     size_t delta_cols = (size_t)self->qkv_dim;
@@ -962,7 +963,7 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
         [S_WS_Y] = T * self->H,          [S_WS_QKV] = T * self->qkv_dim,
         [S_WS_ATTN] = T * self->q_dim,   [S_WS_GATE_UP] = T * 2 * self->I,
         [S_WS_ACT] = T * self->I,        [S_WS_LORA] = T * lora_cols,
-        [S_WS_DELTA] = s_lora_beside(self, step) ? T * delta_cols : 0,
+        [S_WS_DELTA] = self->lora_beside ? T * delta_cols : 0,
         [S_WS_LP] = s_lp_on(self) ? T * (size_t)(self->H > self->I ? self->H : self->I) : 0,
         [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = lead ? R * self->V : 0,
         [S_WS_PART] = tp ? R * self->vocab_pad : 0,
@@ -1052,15 +1053,13 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         ls_view_t dq = LS_VIEW_NONE, dk = LS_VIEW_NONE, dv = LS_VIEW_NONE;
         if (c->qk_norm) {
             delta = s_settle(self, qkv, delta, (size_t)n * self->qkv_dim);
+            be->rmsnorm_heads(be, qkv, s_w(w[S_Q_NORM]), n, nh, hd, self->qkv_dim, eps);
+            be->rmsnorm_heads(be, k, s_w(w[S_K_NORM]), n, nkv, hd, self->qkv_dim, eps);
         } else if (delta.buf) {
             dq = delta;
             dk = ls_view(delta.buf, (size_t)self->q_dim);
             dv = ls_view(delta.buf, (size_t)(self->q_dim + self->kv_dim));
             delta = LS_VIEW_NONE;
-        }
-        if (c->qk_norm) {
-            be->rmsnorm_heads(be, qkv, s_w(w[S_Q_NORM]), n, nh, hd, self->qkv_dim, eps);
-            be->rmsnorm_heads(be, k, s_w(w[S_K_NORM]), n, nkv, hd, self->qkv_dim, eps);
         }
         be->rope(be, qkv, dq, inv_freq, nh, hd, self->qkv_dim);
         be->rope(be, k, dk, inv_freq, nkv, hd, self->qkv_dim);

@@ -205,6 +205,31 @@ __device__ __forceinline__ void s_cp_commit() {
 template <int N> __device__ __forceinline__ void s_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// A warp's cp.async ring over its nw steps of keys, NST stages deep: the first NST
+// block-table reads in flight at once, each step's copies issued NST - 1 steps before its
+// use, step(i) once step i's group has landed. page_of(i) reads step i's page; issue(i,
+// page) copies step i into stage i % NST and commits one group (empty past the last step),
+// so that the wait count is fixed. Leaves the ring idle (the kernels reuse it after).
+template <int NST, typename P, typename I, typename S>
+__device__ __forceinline__ void s_ring_run(int nw, P page_of, I issue, S step) {
+    int pg[NST];
+#pragma unroll
+    for (int i = 0; i < NST; i++)
+        pg[i] = i < nw ? page_of(i) : 0;
+#pragma unroll
+    for (int i = 0; i < NST - 1; i++)
+        issue(i, pg[i]);
+    int pnext = pg[NST - 1];
+    for (int i = 0; i < nw; i++) {
+        issue(i + NST - 1, pnext);
+        pnext = i + NST < nw ? page_of(i + NST) : 0;
+        s_cp_wait<NST - 1>();
+        step(i);
+    }
+    s_cp_wait<0>(); // only empty groups were left
+    __syncwarp();
+}
+
 // 2^x; relative error ~2^-22, exactly 0 for x = -inf
 __device__ __forceinline__ float s_ex2(float x) {
     float y;
@@ -370,73 +395,58 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
         s_cp_commit();
     };
 
-    {
-        int pg[AT_NST]; // the first block-table reads, all in flight at once
+    s_ring_run<AT_NST>(nw, page_of, issue, [&](int i) {
+        const uint4 *st = ring + (i % AT_NST) * (2 * NC * 32);
+        float s[GC];
 #pragma unroll
-        for (int i = 0; i < AT_NST; i++)
-            pg[i] = i < nw ? page_of(i) : 0;
+        for (int g = 0; g < GC; g++)
+            s[g] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < AT_NST - 1; i++)
-            issue(i, pg[i]);
-        int pnext = pg[AT_NST - 1];
-        for (int i = 0; i < nw; i++) {
-            issue(i + AT_NST - 1, pnext);
-            pnext = i + AT_NST < nw ? page_of(i + AT_NST) : 0;
-            s_cp_wait<AT_NST - 1>(); // step i's group has landed
-            const uint4 *st = ring + (i % AT_NST) * (2 * NC * 32);
-            float s[GC];
+        for (int k = 0; k < NC; k++) {
+            float kf[VE];
+            s_widen(st[k * 32 + lane], kf, (const TC *)0);
 #pragma unroll
             for (int g = 0; g < GC; g++)
-                s[g] = 0.0f;
 #pragma unroll
-            for (int k = 0; k < NC; k++) {
-                float kf[VE];
-                s_widen(st[k * 32 + lane], kf, (const TC *)0);
-#pragma unroll
-                for (int g = 0; g < GC; g++)
-#pragma unroll
-                    for (int v = 0; v < VE; v++)
-                        s[g] = fmaf(qr[g][k][v], kf[v], s[g]);
-            }
-            bool valid = k0 + (warp + i * W) * KPS + grp < k1;
-            float p[GC];
-#pragma unroll
-            for (int g = 0; g < GC; g++) {
-#pragma unroll
-                for (int o = 1; o < L; o <<= 1)
-                    s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
-                s[g] = valid ? s[g] : -INFINITY;
-                float mx = s[g]; // the step's max over the warp's keys: same in every lane
-#pragma unroll
-                for (int o = L; o < 32; o <<= 1)
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-                if (mx > m[g]) { // rescale what was summed under the old max (warp-uniform)
-                    float c = s_ex2(m[g] - mx);
-                    l[g] *= c;
-#pragma unroll
-                    for (int k = 0; k < NC; k++)
-#pragma unroll
-                        for (int v = 0; v < VE; v++)
-                            acc[g][k][v] *= c;
-                    m[g] = mx;
-                }
-                p[g] = s_ex2(s[g] - m[g]);
-                l[g] += p[g];
-            }
-#pragma unroll
-            for (int k = 0; k < NC; k++) {
-                float vf[VE];
-                s_widen(st[(NC + k) * 32 + lane], vf, (const TC *)0);
-#pragma unroll
-                for (int g = 0; g < GC; g++)
-#pragma unroll
-                    for (int v = 0; v < VE; v++)
-                        acc[g][k][v] = fmaf(p[g], vf[v], acc[g][k][v]);
-            }
+                for (int v = 0; v < VE; v++)
+                    s[g] = fmaf(qr[g][k][v], kf[v], s[g]);
         }
-        s_cp_wait<0>(); // only empty groups were left; the ring is reused below
-        __syncwarp();
-    }
+        bool valid = k0 + (warp + i * W) * KPS + grp < k1;
+        float p[GC];
+#pragma unroll
+        for (int g = 0; g < GC; g++) {
+#pragma unroll
+            for (int o = 1; o < L; o <<= 1)
+                s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+            s[g] = valid ? s[g] : -INFINITY;
+            float mx = s[g]; // the step's max over the warp's keys: same in every lane
+#pragma unroll
+            for (int o = L; o < 32; o <<= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            if (mx > m[g]) { // rescale what was summed under the old max (warp-uniform)
+                float c = s_ex2(m[g] - mx);
+                l[g] *= c;
+#pragma unroll
+                for (int k = 0; k < NC; k++)
+#pragma unroll
+                    for (int v = 0; v < VE; v++)
+                        acc[g][k][v] *= c;
+                m[g] = mx;
+            }
+            p[g] = s_ex2(s[g] - m[g]);
+            l[g] += p[g];
+        }
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            float vf[VE];
+            s_widen(st[(NC + k) * 32 + lane], vf, (const TC *)0);
+#pragma unroll
+            for (int g = 0; g < GC; g++)
+#pragma unroll
+                for (int v = 0; v < VE; v++)
+                    acc[g][k][v] = fmaf(p[g], vf[v], acc[g][k][v]);
+        }
+    });
 
     // the warp's state: sum over its key groups (same max), into the start of its ring:
     // (GC, head_dim) acc, then m (GC), l (GC)
@@ -614,72 +624,57 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
         s_cp_commit();
     };
 
-    {
-        int pg[TC_NST]; // the first block-table reads, all in flight at once
+    s_ring_run<TC_NST>(nw, page_of, issue, [&](int i) {
+        const unsigned st = ring_s + (i % TC_NST) * STAGE;
+        // scores: rows (piece, head) x 8 keys, two accumulators for two MMA chains
+        float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int i = 0; i < TC_NST; i++)
-            pg[i] = i < nw ? page_of(i) : 0;
-#pragma unroll
-        for (int i = 0; i < TC_NST - 1; i++)
-            issue(i, pg[i]);
-        int pnext = pg[TC_NST - 1];
-        for (int i = 0; i < nw; i++) {
-            issue(i + TC_NST - 1, pnext);
-            pnext = i + TC_NST < nw ? page_of(i + TC_NST) : 0;
-            s_cp_wait<TC_NST - 1>(); // step i's group has landed
-            const unsigned st = ring_s + (i % TC_NST) * STAGE;
-            // scores: rows (piece, head) x 8 keys, two accumulators for two MMA chains
-            float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int j = 0; j < NJ; j++) { // dims 32j..32j+31: chunks 4j..4j+3
-                uint32_t kr[4];
-                s_ldsm4(kr, st + ri * RB + (((4 * j + mi) ^ ri) << 4));
-                s_mma16816(sa, qa[2 * j], kr[0], kr[1]);
-                s_mma16816(sb, qa[2 * j + 1], kr[2], kr[3]);
-            }
-            // this lane: rows g (c0, c1) and g+8 (c2, c3) at keys 2qd, 2qd+1; lanes l and
-            // l^16 hold the three pieces of one head between them (l^16's second row is 0),
-            // and add them in the same order up to commutation: the same bits in both
-            float u0 = (sa[0] + sb[0]) + (sa[2] + sb[2]), u1 = (sa[1] + sb[1]) + (sa[3] + sb[3]);
-            float s0 = u0 + __shfl_xor_sync(0xffffffffu, u0, 16);
-            float s1 = u1 + __shfl_xor_sync(0xffffffffu, u1, 16);
-            int kk = k0 + (warp + i * W) * TC_KEYS + 2 * qd;
-            s0 = kk < k1 ? s0 : -INFINITY;
-            s1 = kk + 1 < k1 ? s1 : -INFINITY;
-            float mx = fmaxf(s0, s1); // the step's max for head h (key 0 of a step is valid)
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float mn = fmaxf(m, mx);
-            if (__any_sync(0xffffffffu, mn > m)) { // rescale what was summed under the old max
-                float c = s_ex2(m - mn); // 1 where this head's max did not move
-                l *= c;
-#pragma unroll
-                for (int j = 0; j < D / 8; j++)
-                    o[j][0] *= c, o[j][1] *= c, o[j][2] *= c, o[j][3] *= c;
-            }
-            m = mn;
-            float p0 = s_ex2(s0 - m), p1 = s_ex2(s1 - m);
-            l += p0 + p1;
-            // p in three bf16 pieces; A of p.v: row g = piece 0 (g < 4) or 1, row g+8 =
-            // piece 2 (g < 4) or zero, columns = keys 2qd, 2qd+1
-            uint32_t b0 = s_pack(p0, p1);
-            float e0 = p0 - s_lo(b0), e1 = p1 - s_hi(b0);
-            uint32_t b1 = s_pack(e0, e1);
-            e0 -= s_lo(b1), e1 -= s_hi(b1);
-            uint32_t b2 = s_pack(e0, e1);
-            uint32_t a0 = g < 4 ? b0 : b1, a1 = g < 4 ? b2 : 0u;
-#pragma unroll
-            for (int j = 0; j < NJ; j++) { // n-tiles 4j..4j+3
-                uint32_t vr[4];
-                s_ldsm4t(vr, st + TC_KEYS * RB + ri * RB + (((4 * j + mi) ^ ri) << 4));
-#pragma unroll
-                for (int n = 0; n < 4; n++)
-                    s_mma1688(o[4 * j + n], a0, a1, vr[n]);
-            }
+        for (int j = 0; j < NJ; j++) { // dims 32j..32j+31: chunks 4j..4j+3
+            uint32_t kr[4];
+            s_ldsm4(kr, st + ri * RB + (((4 * j + mi) ^ ri) << 4));
+            s_mma16816(sa, qa[2 * j], kr[0], kr[1]);
+            s_mma16816(sb, qa[2 * j + 1], kr[2], kr[3]);
         }
-        s_cp_wait<0>(); // only empty groups were left; the ring is reused below
-        __syncwarp();
-    }
+        // this lane: rows g (c0, c1) and g+8 (c2, c3) at keys 2qd, 2qd+1; lanes l and
+        // l^16 hold the three pieces of one head between them (l^16's second row is 0),
+        // and add them in the same order up to commutation: the same bits in both
+        float u0 = (sa[0] + sb[0]) + (sa[2] + sb[2]), u1 = (sa[1] + sb[1]) + (sa[3] + sb[3]);
+        float s0 = u0 + __shfl_xor_sync(0xffffffffu, u0, 16);
+        float s1 = u1 + __shfl_xor_sync(0xffffffffu, u1, 16);
+        int kk = k0 + (warp + i * W) * TC_KEYS + 2 * qd;
+        s0 = kk < k1 ? s0 : -INFINITY;
+        s1 = kk + 1 < k1 ? s1 : -INFINITY;
+        float mx = fmaxf(s0, s1); // the step's max for head h (key 0 of a step is valid)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float mn = fmaxf(m, mx);
+        if (__any_sync(0xffffffffu, mn > m)) { // rescale what was summed under the old max
+            float c = s_ex2(m - mn); // 1 where this head's max did not move
+            l *= c;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                o[j][0] *= c, o[j][1] *= c, o[j][2] *= c, o[j][3] *= c;
+        }
+        m = mn;
+        float p0 = s_ex2(s0 - m), p1 = s_ex2(s1 - m);
+        l += p0 + p1;
+        // p in three bf16 pieces; A of p.v: row g = piece 0 (g < 4) or 1, row g+8 =
+        // piece 2 (g < 4) or zero, columns = keys 2qd, 2qd+1
+        uint32_t b0 = s_pack(p0, p1);
+        float e0 = p0 - s_lo(b0), e1 = p1 - s_hi(b0);
+        uint32_t b1 = s_pack(e0, e1);
+        e0 -= s_lo(b1), e1 -= s_hi(b1);
+        uint32_t b2 = s_pack(e0, e1);
+        uint32_t a0 = g < 4 ? b0 : b1, a1 = g < 4 ? b2 : 0u;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) { // n-tiles 4j..4j+3
+            uint32_t vr[4];
+            s_ldsm4t(vr, st + TC_KEYS * RB + ri * RB + (((4 * j + mi) ^ ri) << 4));
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+                s_mma1688(o[4 * j + n], a0, a1, vr[n]);
+        }
+    });
 
     // the warp's state, at the start of its ring: (GC, D) acc, then m (GC), l (GC). Head
     // h's row sums: pieces 0 + 2 here, piece 1 in lane^16, added as above

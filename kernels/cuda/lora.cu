@@ -54,6 +54,16 @@ __device__ __forceinline__ int s_row(const int32_t *perm, int p) {
     return perm ? perm[p] : p;
 }
 
+// The tile's x rows, x (T, in): xr[tt] for tt < TT, the last one repeated past tile.n (so
+// every pointer is a valid row)
+__device__ __forceinline__ void s_tile_xrows(const float *(&xr)[TT], const float *x,
+                                             const int32_t *perm, const ls_cu_lora_tile_t &tile,
+                                             int in) {
+#pragma unroll
+    for (int tt = 0; tt < TT; tt++)
+        xr[tt] = x + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * in;
+}
+
 // tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in)
 template <typename TA, bool VEC>
 __global__ void __launch_bounds__(SH_WARPS * 32)
@@ -69,9 +79,7 @@ k_lora_shrink(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_til
     const TA *a = a_pool + ((size_t)tile.slot * ld + (size_t)k * r_max + jw) * in;
     int nq = min(SH_RPW, tile.rank - jw);
     const float *xr[TT];
-#pragma unroll
-    for (int tt = 0; tt < TT; tt++)
-        xr[tt] = x + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * in;
+    s_tile_xrows(xr, x, perm, tile, in);
 
     float acc[SH_RPW][TT];
 #pragma unroll
@@ -198,6 +206,27 @@ __device__ __forceinline__ void s_shrink2_rows(float (&acc)[S2_R][LS_CU_LORA_TIL
     }
 }
 
+// acc = the tile's partial sums of nq (<= S2_R) rows of A from a against its x rows xr,
+// over every ks-th 256-element chunk of `in` from kp: one-token tiles (decode) U chunks
+// deep, longer ones 1 deep over their TT tokens; zeros for nq <= 0.
+template <typename TA, int U>
+__device__ __forceinline__ void s_shrink2_tile(float (&acc)[S2_R][LS_CU_LORA_TILE], const TA *a,
+                                               int in, int nq, const ls_cu_lora_tile_t &tile,
+                                               const float *const (&xr)[LS_CU_LORA_TILE],
+                                               int kp, int ks, int lane) {
+#pragma unroll
+    for (int q = 0; q < S2_R; q++)
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++)
+            acc[q][tt] = 0.0f;
+    if (nq <= 0)
+        return;
+    if (tile.n == 1)
+        s_shrink2_rows<TA, 1, U>(acc, a, in, nq, 1, xr, kp, ks, lane);
+    else
+        s_shrink2_rows<TA, TT, 1>(acc, a, in, nq, tile.n, xr, kp, ks, lane);
+}
+
 template <typename TA, int U>
 __global__ void __launch_bounds__(S2_WARPS * 32)
 k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_tile_t *tiles,
@@ -214,15 +243,7 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
     int ld = n_slices * r_max;
     const TA *a = a_pool + ((size_t)tile.slot * ld + (size_t)k * r_max + jw) * in;
     const float *xr[TT];
-#pragma unroll
-    for (int tt = 0; tt < TT; tt++)
-        xr[tt] = x + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * in;
-    float acc[S2_R][TT];
-#pragma unroll
-    for (int q = 0; q < S2_R; q++)
-#pragma unroll
-        for (int tt = 0; tt < TT; tt++)
-            acc[q][tt] = 0.0f;
+    s_tile_xrows(xr, x, perm, tile, in);
     // before the previous kernel is done: pull this warp's A rows towards L2
     for (int q = 0; q < nq; q++)
         for (int c = kp; c < (in + 255) >> 8; c += ks) {
@@ -232,12 +253,8 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
         }
     s_dep_launch();
     s_dep_wait();
-    if (nq > 0) {
-        if (tile.n == 1)
-            s_shrink2_rows<TA, 1, U>(acc, a, in, nq, 1, xr, kp, ks, lane);
-        else
-            s_shrink2_rows<TA, TT, 1>(acc, a, in, nq, tile.n, xr, kp, ks, lane);
-    }
+    float acc[S2_R][TT];
+    s_shrink2_tile<TA, U>(acc, a, in, nq, tile, xr, kp, ks, lane);
 #pragma unroll
     for (int q = 0; q < S2_R; q++)
 #pragma unroll
@@ -651,22 +668,12 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
     s_dep_wait();
 
     const float *xr[TT];
-#pragma unroll
-    for (int tt = 0; tt < TT; tt++)
-        xr[tt] = x + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * in;
+    s_tile_xrows(xr, x, perm, tile, in);
     for (int pr = warp; pr < n_pairs; pr += FU_WARPS) { // warp-uniform
         int k = pr / ppk, j = pr % ppk * 2, nq = min(2, r - j);
         const T *a = a_slot + (size_t)(k * r_max + j) * in;
         float acc[S2_R][TT];
-#pragma unroll
-        for (int q = 0; q < S2_R; q++)
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++)
-                acc[q][tt] = 0.0f;
-        if (tile.n == 1)
-            s_shrink2_rows<T, 1, S2_U>(acc, a, in, nq, 1, xr, cr, cn, lane);
-        else
-            s_shrink2_rows<T, TT, 1>(acc, a, in, nq, tile.n, xr, cr, cn, lane);
+        s_shrink2_tile<T, S2_U>(acc, a, in, nq, tile, xr, cr, cn, lane);
 #pragma unroll
         for (int q = 0; q < S2_R; q++)
 #pragma unroll
