@@ -14,14 +14,16 @@
       Distinct   every request its own adapter.
 
     Implementations:
-      ours       ls_cu_lora_shrink + ls_cu_lora_expand (the kernels the backend runs)
-      v1         the same launchers with the session-1 kernels (ls_cu_lora_set_impl(1))
+      ours       ls_cu_lora_fused, the backend's decode op: the tensor-core shrink with K
+                 split over blocks, then expand v2 summing the parts (session 7)
+      v2         the same op under impl 5: shrink v2 + expand v2, the default before
+      v1         the same op with the session-1 kernels (ls_cu_lora_set_impl(1))
       loop       one cublasGemmEx per adapter group: shrink (x_seg . A^T, bf16 out) then one
                  expand per slice (y_seg += tmp . B^T, fp32 accumulate)
       no-pdl     ours without programmatic dependent launch (whole step only)
       u8         ours with 8 loads in flight per lane instead of 4 (shrink and expand)
       fused      ls_cu_lora_fused under impl 4: shrink and expand in one kernel, a cluster
-                 per tile, tmp on chip (the engine's default fused op is shrink + expand)
+                 per tile, tmp on chip
       grouped    cublasGemmGroupedBatchedEx: one call for all shrinks, one for all expands
                  (CUDA 13.0 refuses bf16 x bf16 -> fp32 C there, status 15, so its y is a
                  bf16 copy: half the y bytes of the others, counted as for the others)
@@ -169,6 +171,7 @@ struct gdata_t {
     size_t a_set, b_set; // elements of one set (all slots)
     __nv_bfloat16 *a, *b; // n_sets sets
     float *x, *tmp, *y, *scal;
+    size_t tmp_stride; // floats between the parts of ls_cu_lora_fused's scratch
     __nv_bfloat16 *xb, *tmpb, *yb;
     ls_cu_lora_tile_t *tiles;
     int n_tiles;
@@ -203,7 +206,8 @@ static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, in
     d.xb = (__nv_bfloat16 *)dmalloc((size_t)T * g.in * 2);
     fill_f32(d.x, (size_t)T * g.in, 3, 1.0f);
     k_to_bf16<<<1024, 256, 0, g_st>>>(d.xb, d.x, (size_t)T * g.in);
-    d.tmp = (float *)dmalloc((size_t)T * ns * r * 4);
+    d.tmp_stride = (size_t)T * ns * r;
+    d.tmp = (float *)dmalloc(d.tmp_stride * LS_CU_LORA_PARTS * 4);
     d.tmpb = (__nv_bfloat16 *)dmalloc((size_t)T * ns * r * 2);
     d.y = (float *)dmalloc((size_t)T * ot * 4);
     fill_f32(d.y, (size_t)T * ot, 4, 1.0f);
@@ -263,8 +267,8 @@ static void gdata_free(gdata_t &d) {
 
 // --- implementations -------------------------------------------------------------------------
 
-enum { I_OURS, I_V1, I_LOOP, I_GROUPED, I_NOPDL, I_U8, I_FUSED, I_COUNT };
-static const char *IMPL[I_COUNT] = {"ours", "v1", "loop", "grouped", "no-pdl", "u8", "fused"};
+enum { I_OURS, I_V2, I_V1, I_LOOP, I_GROUPED, I_NOPDL, I_U8, I_FUSED, I_COUNT };
+static const char *IMPL[I_COUNT] = {"ours", "v2", "v1", "loop", "grouped", "no-pdl", "u8", "fused"};
 static int g_grouped_ok = 1;
 
 static void run_ours(const gdata_t &d, int set, int impl) {
@@ -272,19 +276,13 @@ static void run_ours(const gdata_t &d, int set, int impl) {
                         : impl == I_NOPDL ? 2
                         : impl == I_U8    ? 3
                         : impl == I_FUSED ? 4
+                        : impl == I_V2    ? 5
                                           : 0);
     const group_t &g = *d.g;
     int ns = g.n_slices, r = d.r;
-    if (impl == I_FUSED) {
-        CK(ls_cu_lora_fused(d.y, d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16,
-                            d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles, r, NULL,
-                            d.scal, d.off, g.in, ns, r, LS_CU_LORA_ACC, g_st));
-        return;
-    }
-    CK(ls_cu_lora_shrink(d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16, d.tiles, d.n_tiles, r,
-                         NULL, g.in, ns, r, 0, g_st));
-    CK(ls_cu_lora_expand(d.y, d.tmp, d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles,
-                         NULL, d.scal, d.off, ns, r, LS_CU_LORA_ACC, g_st));
+    CK(ls_cu_lora_fused(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set, LS_CU_BF16,
+                        d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles, r, NULL, d.scal,
+                        d.off, g.in, ns, r, LS_CU_LORA_ACC, g_st));
 }
 
 static void run_loop(const gdata_t &d, const batch_t &b, int set) {
@@ -355,7 +353,7 @@ static void run_grouped(const gdata_t &d, const batch_t &b, int set) {
 }
 
 static void run_impl(const gdata_t &d, const batch_t &b, int set, int impl) {
-    if (impl == I_OURS || impl == I_V1 || impl == I_NOPDL || impl == I_U8 || impl == I_FUSED)
+    if (impl != I_LOOP && impl != I_GROUPED)
         run_ours(d, set, impl);
     else if (impl == I_LOOP)
         run_loop(d, b, set);
@@ -602,13 +600,11 @@ static void green_section() {
                                 CUDA_R_16BF, g.in, d.xb, CUDA_R_16BF, g.in, &zero, yg, CUDA_R_32F,
                                 ot, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
-            auto lora = [&](int set, cudaStream_t st) {
-                CK(ls_cu_lora_shrink(d.tmp, d.x, d.a + set * d.a_set, LS_CU_BF16, d.tiles,
-                                     d.n_tiles, r, NULL, g.in, g.n_slices, r, LS_CU_LORA_NO_PDL,
-                                     st));
-                CK(ls_cu_lora_expand(d.y, d.tmp, d.b + set * d.b_set, LS_CU_BF16, d.tiles,
-                                     d.n_tiles, NULL, d.scal, d.off, g.n_slices, r,
-                                     LS_CU_LORA_NO_PDL, st));
+            auto lora = [&](int set, cudaStream_t st) { // the backend's decode op, beside
+                CK(ls_cu_lora_fused(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set,
+                                    LS_CU_BF16, d.b + set * d.b_set, LS_CU_BF16, d.tiles,
+                                    d.n_tiles, r, NULL, d.scal, d.off, g.in, g.n_slices, r,
+                                    LS_CU_LORA_NO_PDL, st));
             };
             // fork from g_st, the two pieces on s1 / s2, join back on g_st
             auto both = [&](int set, cudaStream_t s1, cudaStream_t s2, int sms) {

@@ -62,6 +62,8 @@ static inline ls_view_t ls_view(ls_buffer_t *buf, size_t off) {
 
 // Most slices a stacked LoRA target has (qkv).
 #define LS_LORA_MAX_SLICES 3
+// (T, n_slices*r_max) arrays in lora_fused's scratch
+#define LS_LORA_FUSED_PARTS 8
 
 // One forward step, as the scheduler laid it out (see ls_attn_meta_t for the layout).
 typedef struct {
@@ -165,9 +167,10 @@ struct ls_backend {
     // step: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
     // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp; accumulate 0:
     // every row of y is written, with what += into a zeroed y would give (rows without an
-    // adapter: 0) — a delta made without clearing y first. tmp (T, n_slices*r_max) is
-    // scratch the backend may use or leave alone (a device backend keeps the intermediate
-    // on chip): its contents afterwards are unspecified.
+    // adapter: 0) — a delta made without clearing y first. tmp (LS_LORA_FUSED_PARTS, T,
+    // n_slices*r_max) is scratch the backend may use or leave alone (a device backend
+    // splits the shrink over blocks that leave partial sums there): its contents
+    // afterwards are unspecified.
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
                        int in, int n_slices, int r_max, int accumulate);

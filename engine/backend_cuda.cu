@@ -91,6 +91,7 @@ typedef struct {
     int n_sm, side_sms;     // SMs of the device; SMs a GEMM leaves to open side work
     int side_sms_default;
     int side_sms_big;       // SMs a big GEMM (an MLP's gate_up) leaves; < 0: side_sms
+    int side_sms_big_default;
     int blas_sms;           // cuBLAS's SM count target now (0: all)
     cudaStream_t upload;   // buffer_upload_async
     cudaEvent_t queued;    // compute work queued before an async upload
@@ -737,6 +738,7 @@ void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms) {
     be->side_end = on ? s_side_end : NULL;
     be->side_wait = on ? s_side_wait : NULL;
     c->side_sms = leave_sms < 0 ? c->side_sms_default : leave_sms < c->n_sm ? leave_sms : 0;
+    c->side_sms_big = leave_sms < 0 ? c->side_sms_big_default : -1; // a count given: for all
 }
 
 // -- ops --------------------------------------------------------------------------------------
@@ -781,11 +783,11 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
         return;
     }
     // with side work open, the GEMM is asked to leave side_sms SMs to it (cuBLAS picks its
-    // kernel for the smaller count); a big GEMM (> 64M weights: an MLP's gate_up) as many
-    // unless side_sms_big says otherwise. Half the device for every GEMM was measured best
-    // on an H200 (Llama-3-8B, batch 64, 8 / 32 distinct adapters: 6.99 / 7.58 ms a step,
-    // against 7.08 / 7.79 with gate_up leaving a quarter, and 7.41 / 7.87 leaving 72 SMs
-    // everywhere; kernels/cuda/NOTES.md, session 6)
+    // kernel for the smaller count); a big GEMM (> 64M weights: an MLP's gate_up)
+    // side_sms_big. Measured on an H200 (Llama-3-8B, batch 64, 8 distinct adapters, the
+    // session-7 LoRA kernels): half the device for the others and 48 of 132 SMs for
+    // gate_up, 6.67-6.75 ms a step against 6.83-6.86 with half for gate_up too; cuBLAS's
+    // kernel choice moves in steps with the count (40: 6.93, 52: 6.82; NOTES.md, session 7)
     int leave = (size_t)in * out > ((size_t)64 << 20) && c->side_sms_big >= 0 ? c->side_sms_big
                                                                              : c->side_sms;
     int sms = c->side_open && leave > 0 && leave < c->n_sm ? c->n_sm - leave : 0;
@@ -951,10 +953,12 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
     if (!accumulate)
         s_note(c, ls_cu_rows_zero(s_f32(y), c->zero_rows, c->n_zero_rows,
                                   slice_offsets[n_slices], c->stream));
-    s_note(c, ls_cu_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool),
-                               s_ptr(b_pool), s_dt(b_pool), c->tiles, c->n_tiles,
-                               c->max_rank, c->perm, c->scalings, slice_offsets, in,
-                               n_slices, r_max, s_lora_flags(c, accumulate), c->stream));
+    static_assert(LS_LORA_FUSED_PARTS >= LS_CU_LORA_PARTS, "lora_fused's scratch");
+    s_note(c, ls_cu_lora_fused(s_f32(y), s_f32(tmp), (size_t)c->T * n_slices * r_max,
+                               s_f32(x), s_ptr(a_pool), s_dt(a_pool), s_ptr(b_pool),
+                               s_dt(b_pool), c->tiles, c->n_tiles, c->max_rank, c->perm,
+                               c->scalings, slice_offsets, in, n_slices, r_max,
+                               s_lora_flags(c, accumulate), c->stream));
 }
 
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
@@ -1204,8 +1208,8 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device);
     const char *ss = getenv("LS_CU_SIDE_SMS"); // for measurements; default half
     c->side_sms_default = ss && atoi(ss) >= 0 ? atoi(ss) : c->n_sm / 2;
-    const char *sb = getenv("LS_CU_SIDE_SMS_BIG"); // likewise; default: as the above
-    c->side_sms_big = sb && *sb ? atoi(sb) : -1;
+    const char *sb = getenv("LS_CU_SIDE_SMS_BIG"); // likewise; default 48 of 132 SMs
+    c->side_sms_big_default = sb && *sb ? atoi(sb) : (c->n_sm * 48 + 66) / 132;
     ls_backend_cuda_set_side(self, 1, -1);
     c->graphs_on = 1;
     return self;

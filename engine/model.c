@@ -58,7 +58,7 @@ typedef enum {
     S_WS_ATTN,    // (T, q_dim)
     S_WS_GATE_UP, // (T, 2*inter)
     S_WS_ACT,     // (T, inter)
-    S_WS_LORA,    // (T, LS_LORA_MAX_SLICES*r_max)
+    S_WS_LORA,    // (T, LS_LORA_MAX_SLICES*r_max); decode: LS_LORA_FUSED_PARTS of those
     S_WS_DELTA,   // (T, max(qkv_dim, 2*inter, hidden)) a LoRA delta made beside its GEMM
     S_WS_LP,      // (T, max(hidden, inter)) in the weights' dtype: the next matmul's input
     S_WS_LAST,    // (R, hidden)
@@ -954,6 +954,8 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
     self->lora_beside = self->lora_decode && self->be->side_begin;
     size_t R = (size_t)step->n_logit_rows;
     size_t lora_cols = pool ? (size_t)LS_LORA_MAX_SLICES * ls_lora_pool_r_max(pool) : 1;
+    if (self->lora_decode)
+        lora_cols *= LS_LORA_FUSED_PARTS; // lora_fused's scratch (backend.h)
     size_t delta_cols = (size_t)self->qkv_dim;
     delta_cols = delta_cols > (size_t)2 * self->I ? delta_cols : (size_t)2 * self->I;
     delta_cols = delta_cols > (size_t)self->H ? delta_cols : (size_t)self->H;

@@ -17,20 +17,23 @@
       one output column o, finds its slice, streams B[slot, o, 0..rank) and adds
       scaling * dot into y for every row of the tile.
 
-    The launchers run the v2 kernels wherever 16-byte loads apply (in % 8 == 0 and aligned
-    pools for shrink; r_max in {8, 16, 32, 64} for expand) and the kernels above (v1)
-    otherwise:
+    The launchers run the tensor-core shrink for bf16 A pools (rank <= 64) and the v2
+    kernels elsewhere, wherever 16-byte loads apply (in % 8 == 0 and aligned pools for
+    shrink; r_max in {8, 16, 32, 64} for expand), and the kernels above (v1) otherwise:
+    shrink tc: mma.sync over all of a tile's rank rows, K split over blocks (decode) or
+      clusters (see k_lora_shrink_tc);
     shrink v2: 8 warps; K split over ks warps (ks from the grid size, so that small grids
       still fill the GPU), each warp 2 rank rows and 4 chunks of 16-byte loads in flight per
       lane, partial sums meeting in shared memory in a fixed order (deterministic);
     expand v2: r_max/8 lanes share an output column (one 512-byte run per warp load), 4
-      columns per lane group in flight, shuffle reduction;
+      columns per lane group in flight (raw, converted where used), shuffle reduction;
+      stages tmp as the sum of the shrink's K parts where there are several;
     both launched with programmatic dependent launch on sm_90 (see s_dep_wait).
     fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
       cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
       measured 2.2x slower than shrink v2 + expand v2 on the whole decode step (NOTES.md,
-      session 3), so ls_cu_lora_fused runs the two v2 kernels by default.
-    Measurements, predictions and what is left: kernels/cuda/NOTES.md (session 2).
+      session 3), so ls_cu_lora_fused runs shrink tc (K parts) + expand v2 by default.
+    Measurements, predictions and what is left: kernels/cuda/NOTES.md.
 
     Known limits: a long prefill segment re-reads A and B once per 4-token tile (from L2):
     a tensor-core / cuBLAS path for long segments is still to do.
@@ -39,9 +42,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <algorithm>
+
 #include <cooperative_groups.h>
 
 #include "common.cuh"
+
+namespace cg = cooperative_groups;
 
 enum { SH_WARPS = 4, SH_RPW = 4, SH_JB = SH_WARPS * SH_RPW, EX_THREADS = 256 };
 #define TT LS_CU_LORA_TILE
@@ -278,11 +285,207 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
     }
 }
 
-// Which implementation the launchers use: 0 = the best for the shape (v2 where it applies),
-// 1 = the session-1 kernels (v1), 2 = v2 without programmatic dependent launch, 3 = v2
-// with 8 loads in flight per lane instead of 4 (shrink and expand), 4 = as 0 with
-// ls_cu_lora_fused on the cluster kernel (k_lora_fused) instead of shrink + expand. For the
-// benchmarks; not thread-safe, set once.
+// -- tensor-core shrink (bf16 A) --------------------------------------------------------
+// The FMA shrinks above re-read the tile's fp32 x rows for every pair of rank rows they
+// own: four times the bytes of A at decode, from L2, which is what bounds them (~4 GB/s of
+// A per SM beside a GEMM, NOTES.md session 6). Here a warp owns every rank row of the tile
+// (m tiles of 16 rows) for a stretch of K, and mma.sync m16n8k16 (rows = rank rows of A,
+// columns = the tile's tokens, N 8 >= LS_CU_LORA_TILE) reuses each x element over all of
+// them: x is read once per block, A once, and a lane keeps 16-byte loads of A in flight.
+// fp32 x goes in as three bf16 parts (hi + mid + lo = x to fp32's 24 bits; bf16 A times a
+// bf16 part is exact in the fp32 accumulator), so the result is fp32 arithmetic in another
+// summation order, as the FMA kernels.
+// Fragment layout (PTX m16n8k16, g = lane/4, c = lane%4): A regs hold (row g | g+8, k 2c,
+// 2c+1 | 2c+8, 2c+9), B regs (k 2c, 2c+1 | 2c+8, 2c+9; token g), D (row g | g+8, token 2c,
+// 2c+1). The order of k inside a 16-wide step is free as long as A and x agree, so lane c
+// loads memory elements 8c .. 8c+7 of a 32-wide half chunk and feeds elements 0-3 to one
+// k step and 4-7 to the next: one 16-byte load of A per row per half, no shuffles.
+// Block: TC_WARPS warps over a (tile, slice, part of K); warp w takes every (warps over
+// all parts)-th 64-wide chunk of `in`. The warps' sums meet in shared memory in warp
+// order; the parts' sums in fixed order too (deterministic), two ways:
+// - parts in memory (ls_cu_lora_fused, the decode op): kb blocks per (tile, slice) write
+//   their sums to kb arrays of scratch, and expand v2 adds them up as it stages tmp.
+//   Enough parts for one round of loads per warp: each dependent memory round trip costs
+//   microseconds beside a GEMM that keeps HBM busy, so the shrink is one round trip deep.
+// - a cluster of kb blocks (sm_90, ls_cu_lora_shrink), block 0 summing over distributed
+//   shared memory in cluster-rank order. Beside a GEMM, clusters wait to be co-scheduled:
+//   the decode op avoids them (kernels/cuda/NOTES.md, session 7).
+enum { TC_WARPS = 8, TC_CH = 64 };
+
+__device__ __forceinline__ uint32_t s_bf16x2(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+// x (two fp32 values, lower k first) as three bf16x2 parts whose sum is x: hi, mid, lo
+__device__ __forceinline__ void s_split3(float a, float b, uint32_t (&p)[3]) {
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        p[i] = s_bf16x2(a, b);
+        __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162 *>(&p[i]);
+        float2 f = __bfloat1622float2(h);
+        a -= f.x, b -= f.y; // exact: the residual of a rounding to nearest
+    }
+}
+
+__device__ __forceinline__ void s_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                           uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d[m] += rows m*16 .. m*16+15 (below `rank`) of A (row 0 at a) times the lane's x row over
+// this warp's 64-wide chunks of `in` (c_first, then every stride-th), U chunks in flight:
+// the A loads first, then (once, before the first x load) s_dep_wait, then x. xr is token
+// g's row (xok: g is one of the tile's tokens, else zeros go in).
+template <int NMT, int U>
+__device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const __nv_bfloat16 *a, int rank,
+                                           const float *xr, bool xok, int in, int c_first,
+                                           int stride, int lane) {
+    int g = lane >> 2, c = lane & 3, n_chunks = (in + TC_CH - 1) / TC_CH;
+    bool waited = false;
+    for (int c0 = c_first; c0 < n_chunks; c0 += U * stride) {
+        // A first: no kernel of the step writes it, so it may load before s_dep_wait
+        uint4 av[U][2][NMT][2]; // (chunk, half, m tile, row g | g+8)
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int i = (c0 + u * stride) * TC_CH + h * 32 + c * 8;
+                bool ok = c0 + u * stride < n_chunks && i < in;
+#pragma unroll
+                for (int m = 0; m < NMT; m++)
+#pragma unroll
+                    for (int q = 0; q < 2; q++) {
+                        int j = m * 16 + q * 8 + g;
+                        av[u][h][m][q] = ok && j < rank ? __ldg(reinterpret_cast<const uint4 *>(
+                                                              a + (size_t)j * in + i))
+                                                        : make_uint4(0, 0, 0, 0);
+                    }
+            }
+        if (!waited) {
+            s_dep_wait();
+            waited = true;
+        }
+        float4 xv[U][2][2]; // (chunk, half, elements 0-3 | 4-7)
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int i = (c0 + u * stride) * TC_CH + h * 32 + c * 8;
+                bool ok = xok && c0 + u * stride < n_chunks && i < in;
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    xv[u][h][e] = ok ? __ldg(reinterpret_cast<const float4 *>(xr + i) + e)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) { // k step: elements 4e .. 4e+3 of the half
+                    const float4 &xe = xv[u][h][e];
+                    uint32_t b0[3], b1[3];
+                    s_split3(xe.x, xe.y, b0);
+                    s_split3(xe.z, xe.w, b1);
+#pragma unroll
+                    for (int m = 0; m < NMT; m++) {
+                        const uint4 &r0 = av[u][h][m][0], &r8 = av[u][h][m][1];
+                        uint32_t a0 = e ? r0.z : r0.x, a1 = e ? r8.z : r8.x;
+                        uint32_t a2 = e ? r0.w : r0.y, a3 = e ? r8.w : r8.y;
+#pragma unroll
+                        for (int p = 0; p < 3; p++)
+                            s_mma_bf16(d[m], a0, a1, a2, a3, b0[p], b1[p]);
+                    }
+                }
+    }
+    if (!waited)
+        s_dep_wait(); // a warp without chunks must still not write before its predecessor
+}
+
+// The block's partial sums, d of every warp (D: row g | g+8, token 2c, 2c+1; tokens >= TT
+// are padding), summed over the warps in warp order: thread t < NMT*16*TT returns (row,
+// token) t = row*TT + tt. red is (TC_WARPS, NMT*16*TT).
+template <int NMT>
+__device__ __forceinline__ float s_tc_block_sum(const float (&d)[NMT][4], float *red, int warp,
+                                                int lane) {
+    constexpr int NR = NMT * 16 * TT;
+    int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int m = 0; m < NMT; m++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = m * 16 + g + (e >> 1) * 8, tt = 2 * c + (e & 1);
+            if (tt < TT)
+                red[warp * NR + row * TT + tt] = d[m][e];
+        }
+    __syncthreads();
+    float v = 0.0f;
+    if (threadIdx.x < NR)
+        for (int w = 0; w < TC_WARPS; w++)
+            v += red[w * NR + threadIdx.x];
+    return v;
+}
+
+// tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in);
+// NMT m tiles of 16 rank rows (max rank <= 16*NMT), U chunks in flight per warp
+template <int NMT, int U>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
+                 const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
+                 int r_max, int kb, size_t part_stride) {
+    __shared__ float red[TC_WARPS * NMT * 16 * TT];
+    // this block's part of K: blockIdx.z when the parts go to memory, else its cluster rank
+    int cr = part_stride ? (int)blockIdx.z : 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (!part_stride && kb > 1)
+        cr = (int)cg::this_cluster().block_rank();
+#endif
+    ls_cu_lora_tile_t tile = tiles[part_stride ? blockIdx.x : blockIdx.x / kb];
+    int k = blockIdx.y, ld = n_slices * r_max;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const __nv_bfloat16 *a = a_pool + ((size_t)tile.slot * ld + (size_t)k * r_max) * in;
+    const float *xr = x + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * in;
+    s_dep_launch();
+    float d[NMT][4] = {};
+    s_tc_accum<NMT, U>(d, a, tile.rank, xr, g < tile.n, in, cr * TC_WARPS + warp, TC_WARPS * kb,
+                       lane);
+    float v = s_tc_block_sum<NMT>(d, red, warp, lane);
+    int t = threadIdx.x, row = t / TT, tt = t % TT;
+    if (part_stride) { // every part writes all its entries, zero or not
+        if (t < NMT * 16 * TT && row < tile.rank && tt < tile.n)
+            tmp[cr * part_stride + (size_t)s_row(perm, tile.p0 + tt) * ld + (size_t)k * r_max +
+                row] = v;
+        return;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (kb > 1) {
+        cg::cluster_group cl = cg::this_cluster();
+        __syncthreads(); // every warp has read red: it now holds the block's sums
+        if (t < NMT * 16 * TT)
+            red[t] = v;
+        cl.sync();
+        if (cr == 0 && t < NMT * 16 * TT) {
+            v = 0.0f;
+            for (int p = 0; p < kb; p++)
+                v += cl.map_shared_rank(red, p)[t];
+        }
+        cl.sync(); // no block leaves (freeing its sums) while block 0 still reads them
+    }
+#endif
+    if (cr == 0 && t < NMT * 16 * TT && row < tile.rank && tt < tile.n)
+        tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + (size_t)k * r_max + row] = v;
+}
+
+// Which implementation the launchers use: 0 = the best for the shape (the tensor-core
+// shrink for bf16 A, v2 elsewhere where it applies), 1 = the session-1 kernels (v1), 2 = as
+// 0 without programmatic dependent launch, 3 = v2 with 8 loads in flight per lane instead
+// of 4 (shrink and expand), 4 = as 0 with ls_cu_lora_fused on the cluster kernel
+// (k_lora_fused) instead of shrink + expand, 5 = v2 (shrink v2 for bf16 A too). For the
+// benchmarks and tests; not thread-safe, set once.
 static int s_impl = 0;
 extern "C" void ls_cu_lora_set_impl(int impl) {
     s_impl = impl;
@@ -330,6 +533,72 @@ static cudaLaunchConfig_t s_pdl_config(dim3 grid, int threads, size_t smem,
     return cfg;
 }
 
+// Launches k_lora_shrink_tc<NMT, U>: clusters of kb blocks (sm_90) along x, one block per
+// (tile, slice, cluster rank); programmatic dependent launch as the v2 kernels.
+template <int NMT, int U>
+static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, float *tmp,
+                                      const float *x, const void *a_pool,
+                                      const ls_cu_lora_tile_t *tiles, const int32_t *perm,
+                                      int in, int n_slices, int r_max, unsigned flags,
+                                      cudaStream_t stream) {
+    dim3 grid = part_stride ? dim3(n_tiles, n_slices, kb) : dim3(n_tiles * kb, n_slices);
+    cudaLaunchConfig_t cfg = s_pdl_config(grid, TC_WARPS * 32, 0, stream, flags);
+    cudaLaunchAttribute attr[2] = {cfg.numAttrs ? cfg.attrs[0] : cudaLaunchAttribute{}};
+    int na = cfg.numAttrs;
+    if (!part_stride && kb > 1) {
+        attr[na].id = cudaLaunchAttributeClusterDimension;
+        attr[na].val.clusterDim.x = kb, attr[na].val.clusterDim.y = 1;
+        attr[na].val.clusterDim.z = 1;
+        na++;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = na;
+    return cudaLaunchKernelEx(&cfg, k_lora_shrink_tc<NMT, U>, tmp, x,
+                              (const __nv_bfloat16 *)a_pool, tiles, perm, in, n_slices, r_max,
+                              kb, part_stride);
+}
+
+// The tensor-core shrink for this call: m tiles from the largest rank (<= 64), chunks in
+// flight from the m tiles (registers), and how K is split. With part_stride (> 0): over
+// kb <= LS_CU_LORA_PARTS blocks, one round of chunks per warp where 8 parts allow, whose
+// sums go to tmp + part * part_stride (the caller sums them; *parts = kb). Else over
+// clusters of kb blocks (sm_90), kb doubled up to 8 while the blocks fall short of the
+// SMs and every warp keeps at least U chunks, and tmp gets the sums.
+static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const float *x,
+                               const void *a_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                               int max_rank, const int32_t *perm, int in, int n_slices,
+                               int r_max, unsigned flags, cudaStream_t stream) {
+    int nmt = (max_rank + 15) / 16, u = nmt <= 2 ? 2 : 1;
+    int n_chunks = (in + TC_CH - 1) / TC_CH, kb = 1;
+    if (part_stride)
+        kb = std::min((int)LS_CU_LORA_PARTS, (n_chunks + TC_WARPS * u - 1) / (TC_WARPS * u));
+    else
+        while (s_cc >= 9 && kb < 8 && (long)n_tiles * n_slices * kb < s_sm_count() &&
+               n_chunks >= 2 * TC_WARPS * kb * u)
+            kb *= 2;
+    if (parts)
+        *parts = kb;
+#define S_TC(M, UU)                                                                           \
+    return s_shrink_tc_launch<M, UU>(kb, part_stride, n_tiles, tmp, x, a_pool, tiles, perm,   \
+                                     in, n_slices, r_max, flags, stream)
+    switch (nmt) {
+    case 1: S_TC(1, 2);
+    case 2: S_TC(2, 2);
+    case 3: S_TC(3, 1);
+    default: S_TC(4, 1);
+    }
+#undef S_TC
+}
+
+// Whether the tensor-core shrink runs (bf16 A, 16-byte loads, rank <= 64, sm_80+, impl
+// 0 / 2 / 4); s_props must have run
+static bool s_shrink_tc_fits(const float *x, const void *a_pool, ls_cu_dtype_t a_dt, int in,
+                             int max_rank) {
+    return a_dt == LS_CU_BF16 && in % 8 == 0 && (uintptr_t)x % 16 == 0 &&
+           (uintptr_t)a_pool % 16 == 0 && max_rank <= 64 && s_cc >= 8 &&
+           (s_impl == 0 || s_impl == 2 || s_impl == 4);
+}
+
 cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
                               ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
@@ -340,6 +609,9 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
     s_props();
     // 16-byte loads need every row start aligned: x rows (in floats), A rows (in elements)
     int vec = in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a_pool % 16 == 0;
+    if (s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank))
+        return s_shrink_tc(tmp, 0, NULL, x, a_pool, tiles, n_tiles, max_rank, perm, in,
+                           n_slices, r_max, flags, stream);
     if (vec && s_impl != 1) {
         // split K across the warps of a block (fewer rows per block, more blocks) until
         // the grid has >= 2 blocks per SM or every warp owns 2 rows of 1/8 of `in`
@@ -436,8 +708,22 @@ enum { E2_WARPS = 8 };
 // Loads, for column o[u] = base + (u*warps + warp)*(32/L) + og below `end`, its slice kk[u] and
 // its 8 B values (zero at or past the slot's rank r, or past `end`). b_slot is the slot's B,
 // (out_total, r_max).
+// 8 elements of T as loaded (16-byte loads), converted to float only where used: a load
+// issued early stays in flight until then, in half the registers for 16-bit types
+template <typename T> struct s_raw8 {
+    uint4 v[sizeof(T) / 2];
+};
+template <typename T> __device__ __forceinline__ void s_raw_load(s_raw8<T> &r, const T *p) {
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(T) / 2); i++)
+        r.v[i] = __ldg(reinterpret_cast<const uint4 *>(p) + i);
+}
+template <typename T> __device__ __forceinline__ float s_raw_get(const s_raw8<T> &r, int e) {
+    return ls_to_f(reinterpret_cast<const T *>(r.v)[e]);
+}
+
 template <typename TB, int L, int U>
-__device__ __forceinline__ void s_expand_load(float (&bv)[U][8], int (&o)[U], int (&kk)[U], const TB *b_slot,
+__device__ __forceinline__ void s_expand_load(s_raw8<TB> (&bv)[U], int (&o)[U], int (&kk)[U], const TB *b_slot,
                                               s_slice_offs_t so, int n_slices, int r_max, int r, int base,
                                               int warps, int warp, int og, int j, int end) {
 #pragma unroll
@@ -449,11 +735,9 @@ __device__ __forceinline__ void s_expand_load(float (&bv)[U][8], int (&o)[U], in
         kk[u] = k;
         // elements j..j+7 >= rank are loaded (inside the pool) but never used
         if (o[u] < end && j < r)
-            ls_load8(b_slot + (size_t)o[u] * r_max + j, bv[u]);
+            s_raw_load(bv[u], b_slot + (size_t)o[u] * r_max + j);
         else
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                bv[u][e] = 0.0f;
+            bv[u] = s_raw8<TB>{};
     }
 }
 
@@ -461,8 +745,8 @@ __device__ __forceinline__ void s_expand_load(float (&bv)[U][8], int (&o)[U], in
 // sums its 8 elements, the L lanes meet by shuffles, lane sub 0 writes. st is (TT, ld) in
 // shared memory; columns at or past `end` are skipped. ACC false: y = 0 + that instead of
 // y +=, the same bits as adding into a zeroed y, without reading y.
-template <int L, int U, bool ACC = true>
-__device__ __forceinline__ void s_expand_store(float *y, const float (&bv)[U][8], const int (&o)[U],
+template <typename TB, int L, int U, bool ACC = true>
+__device__ __forceinline__ void s_expand_store(float *y, const s_raw8<TB> (&bv)[U], const int (&o)[U],
                                                const int (&kk)[U], const float *st, int ld, int r_max, int r,
                                                int j, int sub, int end, const ls_cu_lora_tile_t &tile,
                                                const int32_t *perm, int out_total, float s) {
@@ -477,7 +761,7 @@ __device__ __forceinline__ void s_expand_store(float *y, const float (&bv)[U][8]
 #pragma unroll
                 for (int e = 0; e < 8; e++)
                     if (j + e < r)
-                        acc[tt] += bv[u][e] * sk[e];
+                        acc[tt] += s_raw_get(bv[u], e) * sk[e];
             }
         }
 #pragma unroll
@@ -497,27 +781,33 @@ template <typename TB, int L, int E2_U, bool ACC>
 __global__ void __launch_bounds__(E2_WARPS * 32)
 k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
-               int r_max) {
+               int r_max, int n_parts, size_t part_stride) {
     extern __shared__ float st[]; // (TT, n_slices*r_max)
     constexpr int OPW = 32 / L, OB = E2_WARPS * OPW * E2_U;
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int sub = lane % L, og = lane / L, j = sub * 8;
-    float bv[E2_U][8];
+    s_raw8<TB> bv[E2_U];
     int o[E2_U], kk[E2_U];
     s_expand_load<TB, L, E2_U>(bv, o, kk, b_pool + (size_t)tile.slot * out_total * r_max, so, n_slices, r_max, r,
                                blockIdx.y * OB, E2_WARPS, warp, og, j, out_total);
     float s = scalings[tile.slot];
-    // B is in flight; now wait for shrink's tmp and stage it
+    // B is in flight; now wait for shrink's tmp and stage it (the sum of its n_parts
+    // partial arrays, part_stride apart, in order)
     s_dep_launch();
     s_dep_wait();
     for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
         int tt = idx / ld, c = idx % ld;
-        st[idx] = c % r_max < r ? tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + c] : 0.0f;
+        const float *t = tmp + (size_t)s_row(perm, tile.p0 + tt) * ld + c;
+        float v = 0.0f;
+        if (c % r_max < r)
+            for (int p = 0; p < n_parts; p++)
+                v += t[p * part_stride];
+        st[idx] = v;
     }
     __syncthreads();
-    s_expand_store<L, E2_U, ACC>(y, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm, out_total, s);
+    s_expand_store<TB, L, E2_U, ACC>(y, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm, out_total, s);
 }
 
 // y (T, out_total) = 0 on the tiles' rows
@@ -555,11 +845,20 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
     LS_CU_CHECK_LAUNCH();
 }
 
-cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
-                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
-                              int n_tiles, const int32_t *perm, const float *scalings,
-                              const int32_t *slice_offsets, int n_slices, int r_max,
-                              unsigned flags, cudaStream_t stream) {
+// Whether expand v2 runs for these pools (else v1)
+static bool s_expand2_fits(const void *b_pool, int r_max) {
+    int L = r_max / 8;
+    return r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 && s_impl != 1 &&
+           (L == 1 || L == 2 || L == 4 || L == 8);
+}
+
+// ls_cu_lora_expand over tmp as the sum of n_parts arrays part_stride apart (> 1 part:
+// s_expand2_fits must hold)
+static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part_stride,
+                            const void *b_pool, ls_cu_dtype_t b_dt,
+                            const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
+                            const float *scalings, const int32_t *slice_offsets, int n_slices,
+                            int r_max, unsigned flags, cudaStream_t stream) {
     int accumulate = (flags & LS_CU_LORA_ACC) != 0;
     assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
     s_slice_offs_t so = {{0, 0, 0, 0}};
@@ -575,17 +874,18 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
     size_t smem = (size_t)TT * n_slices * r_max * sizeof(float);
     int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
     int L = r_max / 8;
-    if (vec && s_impl != 1 && (L == 1 || L == 2 || L == 4 || L == 8)) {
+    assert(n_parts == 1 || s_expand2_fits(b_pool, r_max));
+    if (s_expand2_fits(b_pool, r_max)) {
         int u = s_impl == 3 ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
         cudaLaunchConfig_t cfg = s_pdl_config(g2, E2_WARPS * 32, smem, stream, flags);
 #define S_E2U(LL, UU)                                                                         \
     return accumulate ? cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, true>, y, tmp,   \
                                            (const TB *)b_pool, tiles, perm, scalings, so,    \
-                                           n_slices, r_max)                                  \
+                                           n_slices, r_max, n_parts, part_stride)            \
                       : cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, false>, y, tmp,  \
                                            (const TB *)b_pool, tiles, perm, scalings, so,    \
-                                           n_slices, r_max)
+                                           n_slices, r_max, n_parts, part_stride)
 #define S_E2(LL)                                                                              \
     do {                                                                                      \
         if (u == 8)                                                                           \
@@ -612,6 +912,15 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
     LS_CU_CHECK_LAUNCH();
 }
 
+cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
+                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
+                              int n_tiles, const int32_t *perm, const float *scalings,
+                              const int32_t *slice_offsets, int n_slices, int r_max,
+                              unsigned flags, cudaStream_t stream) {
+    return s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, perm, scalings, slice_offsets,
+                    n_slices, r_max, flags, stream);
+}
+
 // -- fused decode shrink + expand (sm_90 thread-block clusters) --------------------------
 // One cluster of cn blocks (8, or 16 when there are few tiles) per tile, one launch per
 // (layer, group) instead of two. Phase 1: block c of the cluster takes every cn-th
@@ -624,7 +933,6 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
 // the outputs as expand v2 does (r_max/8 lanes per column, FU_U columns per lane group in
 // flight). tmp never leaves the cluster. Per-slot rank: rows j >= rank are neither read
 // (A) nor used (B); rank-0 slots have no tile.
-namespace cg = cooperative_groups;
 // FU_LD: the largest n_slices*r_max, 3 slices of r_max <= 64 (r_max/8 lanes, at most 8)
 enum { FU_WARPS = 8, FU_U = 4, FU_LD = 3 * 64 };
 
@@ -698,10 +1006,10 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
     int sub = lane % L, og = lane / L, j = sub * 8;
     float s = scalings[tile.slot];
     for (int ob = o_lo; ob < o_hi; ob += OB) {
-        float bv[FU_U][8];
+        s_raw8<T> bv[FU_U];
         int o[FU_U], kk[FU_U];
         s_expand_load<T, L, FU_U>(bv, o, kk, b_slot, so, n_slices, r_max, r, ob, FU_WARPS, warp, og, j, o_hi);
-        s_expand_store<L, FU_U>(y, bv, o, kk, st, ld, r_max, r, j, sub, o_hi, tile, perm, out_total, s);
+        s_expand_store<T, L, FU_U>(y, bv, o, kk, st, ld, r_max, r, j, sub, o_hi, tile, perm, out_total, s);
     }
 #endif
 }
@@ -745,15 +1053,28 @@ static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
                               r_max);
 }
 
-cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a_pool,
-                             ls_cu_dtype_t a_dt, const void *b_pool, ls_cu_dtype_t b_dt,
-                             const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
-                             const int32_t *perm, const float *scalings,
+cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const float *x,
+                             const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
+                             ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                             int max_rank, const int32_t *perm, const float *scalings,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
     int accumulate = (flags & LS_CU_LORA_ACC) != 0;
     s_props();
+    // the tensor-core shrink with K split over blocks, its parts summed by expand v2
+    if (part_stride && s_impl != 4 && s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank) &&
+        s_expand2_fits(b_pool, r_max)) {
+        if (n_tiles == 0 || max_rank == 0)
+            return cudaSuccess;
+        int parts = 1;
+        cudaError_t e = s_shrink_tc(tmp, part_stride, &parts, x, a_pool, tiles, n_tiles,
+                                    max_rank, perm, in, n_slices, r_max, flags, stream);
+        return e != cudaSuccess ? e
+                                : s_expand(y, tmp, parts, part_stride, b_pool, b_dt, tiles,
+                                           n_tiles, perm, scalings, slice_offsets, n_slices,
+                                           r_max, flags, stream);
+    }
     int L = r_max / 8;
     int fits = s_cc >= 9 && s_impl == 4 && a_dt == b_dt && in % 8 == 0 &&
                r_max % 8 == 0 && (L == 1 || L == 2 || L == 4 || L == 8) &&

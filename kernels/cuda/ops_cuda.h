@@ -156,21 +156,27 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
                             cudaStream_t stream);
 
 // Both at once for decode-shaped steps: y (T, out_total) += scaling[slot] * (x · A_kᵀ) · B_kᵀ
-// on the tiles' rows (without LS_CU_LORA_ACC: =, as ls_cu_lora_expand), A and B as above. Shrink into tmp (T, n_slices*r_max) then expand, as
-// the two launchers above; under impl 4 (sm_90, a_dt == b_dt, 16-byte loads, r_max in
-// {8, 16, 32, 64}) one cluster kernel instead, the fp32 intermediate kept in the cluster's
-// shared memory and tmp left untouched — slower today (kernels/cuda/NOTES.md, session 3).
-cudaError_t ls_cu_lora_fused(float *y, float *tmp, const float *x, const void *a_pool,
-                             ls_cu_dtype_t a_dt, const void *b_pool, ls_cu_dtype_t b_dt,
-                             const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
-                             const int32_t *perm, const float *scalings,
+// on the tiles' rows (without LS_CU_LORA_ACC: =, as ls_cu_lora_expand), A and B as above.
+// tmp is scratch of LS_CU_LORA_PARTS arrays (T, n_slices*r_max), part_stride (= T *
+// n_slices*r_max) floats apart, or of one array with part_stride 0. Where the tensor-core
+// shrink applies and part_stride > 0, K is split over blocks that leave their partial
+// sums in the parts and the expand sums them (no cluster to co-schedule beside a GEMM);
+// else shrink into tmp then expand, as the two launchers above; under impl 4 (sm_90,
+// a_dt == b_dt, 16-byte loads, r_max in {8, 16, 32, 64}) one cluster kernel instead, the
+// fp32 intermediate kept in the cluster's shared memory and tmp left untouched — slower
+// today (kernels/cuda/NOTES.md, session 3).
+#define LS_CU_LORA_PARTS 8
+cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const float *x,
+                             const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
+                             ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                             int max_rank, const int32_t *perm, const float *scalings,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream);
 
 // 0 (default): the fastest kernels for the shape; 1: the session-1 kernels; 2: as 0 but
 // without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead
-// of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path (for the benchmarks'
-// before/after).
+// of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path; 5: the FMA shrink
+// v2 even where the tensor-core shrink applies (for the benchmarks' before/after).
 void ls_cu_lora_set_impl(int impl);
 // The implementation in use (a step graph records it: it chooses the kernels).
 int ls_cu_lora_impl(void);

@@ -836,12 +836,14 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
             for (int p = d.seg_indptr[s]; p < d.seg_indptr[s + 1]; p++)
                 touched[rows[p]] = 1;
     size_t nx = (size_t)T * in, nt = (size_t)T * ld, ny = (size_t)T * out_total;
-    float *hx = s_fill_new(r, nx, -1, 1), *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
+    // tmp: lora_fused's scratch is LS_LORA_FUSED_PARTS arrays; shrink uses the first
+    size_t ntf = nt * LS_LORA_FUSED_PARTS;
+    float *hx = s_fill_new(r, nx, -1, 1), *tpois = s_nan_new(ntf), *hy = s_nan_new(ny);
     for (int t = 0; t < T; t++)
         if (touched[t])
             t_fill(r, hy + (size_t)t * out_total, out_total, -1, 1);
     s_pb_t a = s_pb_new(pdt, na), b = s_pb_new(pdt, nb), x = s_pb_new(LS_DTYPE_F32, nx),
-           tmp = s_pb_new(LS_DTYPE_F32, nt), y = s_pb_new(LS_DTYPE_F32, ny);
+           tmp = s_pb_new(LS_DTYPE_F32, ntf), y = s_pb_new(LS_DTYPE_F32, ny);
     s_pb_set(&a, 0, ha, na);
     s_pb_set(&b, 0, hb, nb);
     s_pb_set(&x, 0, hx, nx);
@@ -1381,6 +1383,14 @@ int main(int argc, char **argv) {
     test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32);
     test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32);
     test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16);
+    // the tensor-core shrink's other m-tile counts: r_max 32 over 2 slices, 8 over 3
+    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16);
+    // Llama-3-8B's qkv and o shapes on few tiles: the tensor-core shrink splits K over
+    // clusters of 4 (in 4096, 10 tiles x 3 slices) and 8 (in 8192, 8 tiles x 1 slice)
+    static const int szq[3] = {4096, 1024, 1024}, szo[1] = {4096};
+    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16);
     test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16);  // scalar paths
     test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16);
 

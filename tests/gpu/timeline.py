@@ -8,7 +8,11 @@ stream's idle gaps (waiting on a join, or on launches) summed by the kernels aro
 and per kernel name on each stream the time it ran. The main stream is the one running the
 GEMMs (most kernel time).
 
-    python3 tests/gpu/timeline.py trace.csv [label ...]
+    python3 tests/gpu/timeline.py [--layer N] trace.csv [label ...]
+
+--layer N also lists, for the median step, every kernel from the N-th attention kernel to the
+next one (one decoder layer, from its attention on) in start order: start and end in us from
+the window's start, stream, name; so the critical path through a layer can be read off.
 """
 import collections
 import csv
@@ -39,7 +43,18 @@ def steps_of(rows):
     return steps
 
 
-def report(label, rows):
+def layer_window(st, n):
+    att = [r for r in st if "attention" in r[3]]
+    if len(att) <= n + 1:
+        print(f"  (no attention kernel {n + 1} in the step)")
+        return
+    t0, t1 = att[n][1], att[n + 1][1]
+    print(f"  layer window: attention {n} to {n + 1}, {(t1 - t0) / 1e3:.1f} us")
+    for r in sorted((r for r in st if t0 <= r[1] < t1), key=lambda r: r[1]):
+        print(f"    {(r[1] - t0) / 1e3:8.1f} {(r[2] - t0) / 1e3:8.1f}  s{r[0]:<4} {short(r[3])}")
+
+
+def report(label, rows, layer=None):
     steps = steps_of(rows)
     if not steps:
         print(f"== {label}: no complete step")
@@ -69,6 +84,8 @@ def report(label, rows):
             gaps[key] += g
             gap_n[key] += 1
             total_gap += g
+    if layer is not None:
+        layer_window(st, layer)
     print(f"  main-stream gaps: {total_gap / 1e3:.1f} us in all; largest by neighbours:")
     for k, g in gaps.most_common(12):
         print(f"    {g / 1e3:8.1f} us {gap_n[k]:4d}x  {k}")
@@ -84,8 +101,13 @@ def report(label, rows):
 
 
 def main():
-    path = sys.argv[1]
-    want = sys.argv[2:]
+    args = sys.argv[1:]
+    layer = None
+    if args[:1] == ["--layer"]:
+        layer = int(args[1])
+        args = args[2:]
+    path = args[0]
+    want = args[1:]
     by_label = collections.defaultdict(list)
     with open(path) as f:
         for r in csv.DictReader(f):
@@ -94,7 +116,7 @@ def main():
                                              int(r["end_ns"]), r["name"]))
     for label, rows in by_label.items():
         if not want or label in want:
-            report(label, rows)
+            report(label, rows, layer)
 
 
 if __name__ == "__main__":
