@@ -741,15 +741,32 @@ __device__ __forceinline__ void s_expand_load(s_raw8<TB> (&bv)[U], int (&o)[U], 
     }
 }
 
-// y[row, o[u]] += s * Σ_{j<r} st[row, kk[u]*r_max + j] * B[o[u], j] for the tile's rows: each lane
-// sums its 8 elements, the L lanes meet by shuffles, lane sub 0 writes. st is (TT, ld) in
-// shared memory; columns at or past `end` are skipped. ACC false: y = 0 + that instead of
-// y +=, the same bits as adding into a zeroed y, without reading y.
+// y[row, o[u]] = yv[u][row] + s * Σ_{j<r} st[row, kk[u]*r_max + j] * B[o[u], j] for the
+// tile's rows: each lane sums its 8 elements, the L lanes meet by shuffles, lane sub 0
+// writes. st is (TT, ld) in shared memory; columns at or past `end` are skipped. ACC
+// false: y = 0 + that instead, the same bits as adding into a zeroed y (yv unused).
+// yv[u][tt] = y[row tt, o[u]] where s_expand_store will write it (lane sub 0, o[u] < end,
+// tt < tile.n), for ACC: loaded as early as y may be read, so that the read is not a round
+// trip of its own after the sums
+template <int U>
+__device__ __forceinline__ void s_expand_yload(float (&yv)[U][TT], const float *y, const int (&o)[U], int sub,
+                                               int end, const ls_cu_lora_tile_t &tile, const int32_t *perm,
+                                               int out_total) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int tt = 0; tt < TT; tt++)
+            yv[u][tt] = sub == 0 && o[u] < end && tt < tile.n
+                            ? y[(size_t)s_row(perm, tile.p0 + tt) * out_total + o[u]]
+                            : 0.0f;
+}
+
 template <typename TB, int L, int U, bool ACC = true>
-__device__ __forceinline__ void s_expand_store(float *y, const s_raw8<TB> (&bv)[U], const int (&o)[U],
-                                               const int (&kk)[U], const float *st, int ld, int r_max, int r,
-                                               int j, int sub, int end, const ls_cu_lora_tile_t &tile,
-                                               const int32_t *perm, int out_total, float s) {
+__device__ __forceinline__ void s_expand_store(float *y, const float (&yv)[U][TT], const s_raw8<TB> (&bv)[U],
+                                               const int (&o)[U], const int (&kk)[U], const float *st, int ld,
+                                               int r_max, int r, int j, int sub, int end,
+                                               const ls_cu_lora_tile_t &tile, const int32_t *perm,
+                                               int out_total, float s) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         float acc[TT];
@@ -771,7 +788,7 @@ __device__ __forceinline__ void s_expand_store(float *y, const s_raw8<TB> (&bv)[
                 acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
             if (sub == 0 && o[u] < end && tt < tile.n) {
                 float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o[u];
-                *yo = __fadd_rn(ACC ? *yo : 0.0f, __fmul_rn(s, acc[tt]));
+                *yo = __fadd_rn(ACC ? yv[u][tt] : 0.0f, __fmul_rn(s, acc[tt]));
             }
         }
     }
@@ -797,6 +814,9 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
     // partial arrays, part_stride apart, in order)
     s_dep_launch();
     s_dep_wait();
+    float yv[E2_U][TT];
+    if (ACC) // in flight with the staging below
+        s_expand_yload<E2_U>(yv, y, o, sub, out_total, tile, perm, out_total);
     for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
         int tt = idx / ld, c = idx % ld;
         const float *t = tmp + (size_t)s_row(perm, tile.p0 + tt) * ld + c;
@@ -807,7 +827,7 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
         st[idx] = v;
     }
     __syncthreads();
-    s_expand_store<TB, L, E2_U, ACC>(y, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm, out_total, s);
+    s_expand_store<TB, L, E2_U, ACC>(y, yv, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm, out_total, s);
 }
 
 // y (T, out_total) = 0 on the tiles' rows
@@ -1009,7 +1029,9 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
         s_raw8<T> bv[FU_U];
         int o[FU_U], kk[FU_U];
         s_expand_load<T, L, FU_U>(bv, o, kk, b_slot, so, n_slices, r_max, r, ob, FU_WARPS, warp, og, j, o_hi);
-        s_expand_store<T, L, FU_U>(y, bv, o, kk, st, ld, r_max, r, j, sub, o_hi, tile, perm, out_total, s);
+        float yv[FU_U][TT];
+        s_expand_yload<FU_U>(yv, y, o, sub, o_hi, tile, perm, out_total);
+        s_expand_store<T, L, FU_U>(y, yv, bv, o, kk, st, ld, r_max, r, j, sub, o_hi, tile, perm, out_total, s);
     }
 #endif
 }
