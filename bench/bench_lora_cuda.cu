@@ -37,8 +37,9 @@
     median of timed batches of repetitions. Whole decode step: 32 layers x 4 groups (all
     seven targets) captured in one CUDA graph, replayed, median of replays.
 
-    Usage: bench_lora_cuda [--quick | --green]   Not a ctest; needs a GPU. --green: only the
-    green-context section (SM partitions for the LoRA beside a GEMM).
+    Usage: bench_lora_cuda [--quick | --green | --op GROUP]   Not a ctest; needs a GPU.
+    --green: only the green-context section (SM partitions for the LoRA beside a GEMM);
+    --op GROUP: only 8 runs of one group's decode op (r=16, T=64, Distinct), for ncu.
 */
 #include <algorithm>
 #include <cmath>
@@ -656,6 +657,21 @@ int main(int argc, char **argv) {
     CB(cublasCreate(&g_blas));
     CB(cublasSetStream(g_blas, g_st));
     measure_bw();
+    if (argc > 2 && !strcmp(argv[1], "--op")) { // one op a few times, for a profiler
+        for (int gi = 0; gi < 4; gi++)
+            if (!strcmp(argv[2], G[gi].name)) {
+                batch_t b = make_batch(3, 64);
+                gdata_t d;
+                gdata_init(d, G[gi], 16, b, 4);
+                for (int i = 0; i < 8; i++)
+                    run_ours(d, i % 4, I_OURS);
+                CK(cudaStreamSynchronize(g_st));
+                gdata_free(d);
+                return 0;
+            }
+        fprintf(stderr, "bench_lora_cuda: --op qkv|o|gate_up|down\n");
+        return 2;
+    }
     if (argc > 1 && !strcmp(argv[1], "--green")) {
         green_section();
         return 0;

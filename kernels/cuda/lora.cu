@@ -755,41 +755,50 @@ __device__ __forceinline__ void s_expand_load(s_raw8<TB> (&bv)[U], int (&o)[U], 
 // yv[u][tt] = y[row tt, o[u]] where s_expand_store will write it (lane sub 0, o[u] < end,
 // tt < tile.n), for ACC: loaded as early as y may be read, so that the read is not a round
 // trip of its own after the sums
-template <int U>
-__device__ __forceinline__ void s_expand_yload(float (&yv)[U][TT], const float *y, const int (&o)[U], int sub,
+template <int U, int NT = TT>
+__device__ __forceinline__ void s_expand_yload(float (&yv)[U][NT], const float *y, const int (&o)[U], int sub,
                                                int end, const ls_cu_lora_tile_t &tile, const int32_t *perm,
                                                int out_total) {
 #pragma unroll
     for (int u = 0; u < U; u++)
 #pragma unroll
-        for (int tt = 0; tt < TT; tt++)
+        for (int tt = 0; tt < NT; tt++)
             yv[u][tt] = sub == 0 && o[u] < end && tt < tile.n
                             ? y[(size_t)s_row(perm, tile.p0 + tt) * out_total + o[u]]
                             : 0.0f;
 }
 
-template <typename TB, int L, int U, bool ACC = true>
-__device__ __forceinline__ void s_expand_store(float *y, const float (&yv)[U][TT], const s_raw8<TB> (&bv)[U],
+// NT >= tile.n: the tokens the code is unrolled for (a one-token tile must not issue the
+// instructions of four: at 64 distinct adapters the expand was issue-bound, ncu)
+template <typename TB, int L, int U, bool ACC = true, int NT = TT>
+__device__ __forceinline__ void s_expand_store(float *y, const float (&yv)[U][NT], const s_raw8<TB> (&bv)[U],
                                                const int (&o)[U], const int (&kk)[U], const float *st, int ld,
                                                int r_max, int r, int j, int sub, int end,
                                                const ls_cu_lora_tile_t &tile, const int32_t *perm,
                                                int out_total, float s) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-        float acc[TT];
+        float b[8];
 #pragma unroll
-        for (int tt = 0; tt < TT; tt++) {
+        for (int e = 0; e < 8; e++) // elements at or past the rank may hold anything (NaN)
+            b[e] = j + e < r ? s_raw_get(bv[u], e) : 0.0f;
+        float acc[NT];
+#pragma unroll
+        for (int tt = 0; tt < NT; tt++) {
             acc[tt] = 0.0f;
             if (tt < tile.n) {
-                const float *sk = st + tt * ld + kk[u] * r_max + j;
+                // st columns j .. j+7: 32-byte aligned (j = 8*sub, ld and r_max multiples of 8)
+                const float4 *sk = reinterpret_cast<const float4 *>(st + tt * ld + kk[u] * r_max + j);
+                float4 lo = sk[0], hi = sk[1];
+                float sv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
                 for (int e = 0; e < 8; e++)
                     if (j + e < r)
-                        acc[tt] += s_raw_get(bv[u], e) * sk[e];
+                        acc[tt] += b[e] * sv[e];
             }
         }
 #pragma unroll
-        for (int tt = 0; tt < TT; tt++) {
+        for (int tt = 0; tt < NT; tt++) {
 #pragma unroll
             for (int off = L / 2; off > 0; off >>= 1)
                 acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
@@ -801,29 +810,17 @@ __device__ __forceinline__ void s_expand_store(float *y, const float (&yv)[U][TT
     }
 }
 
-template <typename TB, int L, int E2_U, bool ACC>
-__global__ void __launch_bounds__(E2_WARPS * 32)
-k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
-               const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
-               int r_max, int n_parts, size_t part_stride) {
-    extern __shared__ float st[]; // (TT, n_slices*r_max)
-    constexpr int OPW = 32 / L, OB = E2_WARPS * OPW * E2_U;
-    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
-    int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int sub = lane % L, og = lane / L, j = sub * 8;
-    s_raw8<TB> bv[E2_U];
-    int o[E2_U], kk[E2_U];
-    s_expand_load<TB, L, E2_U>(bv, o, kk, b_pool + (size_t)tile.slot * out_total * r_max, so, n_slices, r_max, r,
-                               blockIdx.y * OB, E2_WARPS, warp, og, j, out_total);
-    float s = scalings[tile.slot];
-    // B is in flight; now wait for shrink's tmp and stage it (the sum of its n_parts
-    // partial arrays, part_stride apart, in order)
-    s_dep_launch();
-    s_dep_wait();
-    float yv[E2_U][TT];
-    if (ACC) // in flight with the staging below
-        s_expand_yload<E2_U>(yv, y, o, sub, out_total, tile, perm, out_total);
+// expand v2 after the wait, unrolled for NT tokens: y loads (ACC) in flight with the staging
+// of tmp (the sum of its n_parts partial arrays, part_stride apart, in order), then the sums
+template <typename TB, int L, int U, bool ACC, int NT>
+__device__ __forceinline__ void s_expand2_finish(float *y, const float *tmp, int n_parts, size_t part_stride,
+                                                 float *st, const s_raw8<TB> (&bv)[U], const int (&o)[U],
+                                                 const int (&kk)[U], int ld, int r_max, int r, int j, int sub,
+                                                 int out_total, const ls_cu_lora_tile_t &tile,
+                                                 const int32_t *perm, float s) {
+    float yv[U][NT];
+    if (ACC)
+        s_expand_yload<U, NT>(yv, y, o, sub, out_total, tile, perm, out_total);
     for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
         int tt = idx / ld, c = idx % ld;
         const float *t = tmp + (size_t)s_row(perm, tile.p0 + tt) * ld + c;
@@ -834,7 +831,39 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
         st[idx] = v;
     }
     __syncthreads();
-    s_expand_store<TB, L, E2_U, ACC>(y, yv, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm, out_total, s);
+    s_expand_store<TB, L, U, ACC, NT>(y, yv, bv, o, kk, st, ld, r_max, r, j, sub, out_total, tile, perm,
+                                      out_total, s);
+}
+
+template <typename TB, int L, int E2_U, bool ACC>
+__global__ void __launch_bounds__(E2_WARPS * 32, 3)
+k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
+               const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
+               int r_max, int n_parts, size_t part_stride) {
+    extern __shared__ float4 st4[]; // (TT, n_slices*r_max) floats
+    float *st = reinterpret_cast<float *>(st4);
+    constexpr int OPW = 32 / L, OB = E2_WARPS * OPW * E2_U;
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
+    int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int sub = lane % L, og = lane / L, j = sub * 8;
+    s_raw8<TB> bv[E2_U];
+    int o[E2_U], kk[E2_U];
+    s_expand_load<TB, L, E2_U>(bv, o, kk, b_pool + (size_t)tile.slot * out_total * r_max, so, n_slices, r_max, r,
+                               blockIdx.y * OB, E2_WARPS, warp, og, j, out_total);
+    float s = scalings[tile.slot];
+    // B is in flight; now wait for shrink's tmp
+    s_dep_launch();
+    s_dep_wait();
+    if (tile.n == 1) // block-uniform
+        s_expand2_finish<TB, L, E2_U, ACC, 1>(y, tmp, n_parts, part_stride, st, bv, o, kk, ld, r_max, r, j,
+                                              sub, out_total, tile, perm, s);
+    else if (tile.n == 2)
+        s_expand2_finish<TB, L, E2_U, ACC, 2>(y, tmp, n_parts, part_stride, st, bv, o, kk, ld, r_max, r, j,
+                                              sub, out_total, tile, perm, s);
+    else
+        s_expand2_finish<TB, L, E2_U, ACC, TT>(y, tmp, n_parts, part_stride, st, bv, o, kk, ld, r_max, r, j,
+                                               sub, out_total, tile, perm, s);
 }
 
 // y (T, out_total) = 0 on the tiles' rows
@@ -970,7 +999,7 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
              s_slice_offs_t so, int in, int n_slices, int r_max) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ float part[TT * FU_LD]; // this block's partial tmp, (TT, ld)
-    __shared__ float st[TT * FU_LD];   // the tile's full tmp, (TT, ld)
+    __shared__ __align__(16) float st[TT * FU_LD]; // the tile's full tmp, (TT, ld)
     cg::cluster_group cl = cg::this_cluster();
     int cn = (int)cl.num_blocks(), cr = (int)cl.block_rank();
     ls_cu_lora_tile_t tile = tiles[blockIdx.x / cn];
