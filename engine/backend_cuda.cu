@@ -33,7 +33,8 @@
     has the device's highest stream priority and `side` its lowest (graphs keep them: node
     priorities are captured from the streams and used), so as SMs free up the GEMM's blocks
     are placed first. And while side work is open, cuBLAS is told to target all but
-    `side_sms` SMs (cublasSetSmCountTarget; default half the device): the decode GEMMs are
+    `side_sms` SMs (cublasSetSmCountTarget; default half the device, 48 of 132 for gate_up's
+    GEMM: side_sms_big): the decode GEMMs are
     bandwidth-bound and lose little on fewer SMs, while the LoRA kernels, latency-bound,
     need SMs to themselves to overlap at all — measured on an H200
     (Llama-3-8B, batch 64, 8 adapters): step 10.46 ms serial, 10.45 beside with no SMs
