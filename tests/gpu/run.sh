@@ -2,8 +2,11 @@
 # tests/gpu/run.sh — the GPU tests (CUDA backend vs CPU backend) in one call.
 #
 #   tests/gpu/run.sh prepare   here, on the build machine (nvcc, no GPU): builds the CUDA
-#                              parts into build-cuda/ and bundles the test binaries with the
-#                              libraries a bare GPU machine lacks into .device-bundle/
+#                              parts into build-cuda/ and bundles the test and benchmark
+#                              binaries with the libraries a bare GPU machine lacks into
+#                              .device-bundle/
+#   tests/gpu/run.sh prepare tp  the same with test_gpu_tp alone (for a 2-GPU kind: all
+#                              binaries together outgrow what the device tool carries)
 #   tests/gpu/run.sh           on the GPU machine: runs the bundled binaries (or, without a
 #                              bundle, configures and builds build-gpu/ there first), logs
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
@@ -11,7 +14,8 @@
 #                              test_gpu_model: the whole model vs the HF fixtures and the
 #                              demo; test_gpu_tp: TP=2 vs TP=1, on a machine with 2 GPUs),
 #                              then the benchmarks (bench_lora_cuda, bench_decode_cuda)
-#                              unless LS_GPU_NO_BENCH=1.
+#                              unless LS_GPU_NO_BENCH=1; with a bundle, the binaries it
+#                              holds.
 #
 # Through the device tool, after `prepare`:
 #   run(command="tests/gpu/run.sh", carry=[".device-bundle"])
@@ -28,12 +32,15 @@ tp=test_gpu_tp
 if [[ ${1:-} == prepare ]]; then
   set -e
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  extra=()
-  [[ $(cmake --build build-cuda --target help) == *"$tp"* ]] && extra=("$tp")
-  cmake --build build-cuda -j"$(nproc)" --target "${tests[@]}" "${extra[@]}" "${benches[@]}"
+  bins=("${tests[@]}" "${benches[@]}")
+  if [[ ${2:-} == tp ]]; then
+    [[ $(cmake --build build-cuda --target help) == *"$tp"* ]] ||
+      { echo "no $tp target here (NCCL missing?)"; exit 2; }
+    bins=("$tp")
+  fi
+  cmake --build build-cuda -j"$(nproc)" --target "${bins[@]}"
   rm -rf .device-bundle
-  ../shared/tools/device-bundle .device-bundle "${tests[@]/#/build-cuda/bin/}" \
-    "${extra[@]/#/build-cuda/bin/}" "${benches[@]/#/build-cuda/bin/}"
+  ../shared/tools/device-bundle .device-bundle "${bins[@]/#/build-cuda/bin/}"
   # what travels to the device is capped (64 MiB with the tree): strip the binaries and
   # gzip the big files; the run below unpacks them
   strip .device-bundle/bin/*
@@ -52,7 +59,7 @@ mkdir -p "$out"
     --format=csv 2>&1 || true
 } | tee "$out/device.txt"
 
-if [[ -x .device-bundle/bin/${tests[0]} || -e .device-bundle/bin/${tests[0]}.gz ]]; then
+if compgen -G ".device-bundle/bin/*" >/dev/null; then
   for f in .device-bundle/lib/*.gz .device-bundle/bin/*.gz; do
     [[ -e $f ]] && gunzip -f "$f"
   done
@@ -73,7 +80,9 @@ fi
 
 export LS_FIXTURES_DIR=$root/tests/fixtures LS_DEMO_DIR=$root/examples/demo
 status=0
+have() { [[ -x $bindir/$1 ]] || { echo "== $1: not in the bundle"; return 1; }; }
 for t in "${tests[@]}"; do
+  have "$t" || continue
   echo "== $t"
   start=$(date +%s%N)
   LS_GPU_BENCH=1 "$bindir/$t" >"$out/$t.log" 2>&1
@@ -88,7 +97,9 @@ for t in "${tests[@]}"; do
 done
 # TP=2 against TP=1 on the parity fixtures, when this machine has two GPUs (nvidia-h200-x2)
 n_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if [[ -x $bindir/$tp && $n_gpus -ge 2 ]]; then
+if [[ ! -x $bindir/$tp ]]; then
+  echo "== $tp: not in the bundle (tests/gpu/run.sh prepare tp)"
+elif [[ $n_gpus -ge 2 ]]; then
   echo "== $tp"
   "$bindir/$tp" >"$out/$tp.log" 2>&1
   rc=$?
@@ -99,22 +110,25 @@ else
   echo "== $tp: not run here ($n_gpus GPU(s); it needs 2, e.g. kind nvidia-h200-x2)"
 fi
 # the LoRA variant with 8 loads in flight (LS_CU_LORA_IMPL=3) through the same checks
-echo "== test_gpu_ops, LS_CU_LORA_IMPL=3"
-LS_CU_LORA_IMPL=3 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl3.log" 2>&1
-rc=$?
-grep -E "FAIL" "$out/test_gpu_ops_impl3.log" | head -20
-grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl3.log" | tail -1
-sed -n '/=== LoRA decode timing/,/^bench:/p' "$out/test_gpu_ops_impl3.log"
-[[ $rc == 0 ]] || status=1
-# the one-kernel fused LoRA (LS_CU_LORA_IMPL=4, not the default: slower today) likewise
-echo "== test_gpu_ops, LS_CU_LORA_IMPL=4"
-LS_CU_LORA_IMPL=4 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl4.log" 2>&1
-rc=$?
-grep -E "FAIL" "$out/test_gpu_ops_impl4.log" | head -20
-grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl4.log" | tail -1
-[[ $rc == 0 ]] || status=1
+if [[ -x $bindir/test_gpu_ops ]]; then
+  echo "== test_gpu_ops, LS_CU_LORA_IMPL=3"
+  LS_CU_LORA_IMPL=3 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl3.log" 2>&1
+  rc=$?
+  grep -E "FAIL" "$out/test_gpu_ops_impl3.log" | head -20
+  grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl3.log" | tail -1
+  sed -n '/=== LoRA decode timing/,/^bench:/p' "$out/test_gpu_ops_impl3.log"
+  [[ $rc == 0 ]] || status=1
+  # the one-kernel fused LoRA (LS_CU_LORA_IMPL=4, not the default: slower today) likewise
+  echo "== test_gpu_ops, LS_CU_LORA_IMPL=4"
+  LS_CU_LORA_IMPL=4 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl4.log" 2>&1
+  rc=$?
+  grep -E "FAIL" "$out/test_gpu_ops_impl4.log" | head -20
+  grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl4.log" | tail -1
+  [[ $rc == 0 ]] || status=1
+fi
 if [[ ${LS_GPU_NO_BENCH:-0} != 1 ]]; then
   for b in "${benches[@]}"; do
+    have "$b" || continue
     echo "== $b"
     start=$(date +%s%N)
     timeout 240 "$bindir/$b" >"$out/$b.log" 2>&1
