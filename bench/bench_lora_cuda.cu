@@ -173,6 +173,7 @@ struct gdata_t {
     __nv_bfloat16 *a, *b; // n_sets sets
     float *x, *tmp, *y, *scal;
     size_t tmp_stride; // floats between the parts of ls_cu_lora_fused's scratch
+    bool one;          // every tile one position (LS_CU_LORA_ONE, as the backend sets it)
     __nv_bfloat16 *xb, *tmpb, *yb;
     ls_cu_lora_tile_t *tiles;
     int n_tiles;
@@ -225,6 +226,7 @@ static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, in
         p += b.seg_len[s];
     }
     d.n_tiles = (int)tiles.size();
+    d.one = std::all_of(tiles.begin(), tiles.end(), [](const ls_cu_lora_tile_t &t) { return t.n == 1; });
     d.tiles = (ls_cu_lora_tile_t *)dmalloc(tiles.size() * sizeof tiles[0]);
     CK(cudaMemcpy(d.tiles, tiles.data(), tiles.size() * sizeof tiles[0],
                   cudaMemcpyHostToDevice));
@@ -283,7 +285,8 @@ static void run_ours(const gdata_t &d, int set, int impl) {
     int ns = g.n_slices, r = d.r;
     CK(ls_cu_lora_fused(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set, LS_CU_BF16,
                         d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles, r, NULL, d.scal,
-                        d.off, g.in, ns, r, LS_CU_LORA_ACC, g_st));
+                        d.off, g.in, ns, r, LS_CU_LORA_ACC | (d.one ? LS_CU_LORA_ONE : 0),
+                        g_st));
 }
 
 static void run_loop(const gdata_t &d, const batch_t &b, int set) {

@@ -113,6 +113,7 @@ typedef struct {
     const int32_t *token_ids, *positions, *slot_mapping, *tok_seq, *block_tables,
         *logit_rows;
     int has_lora, n_tiles, max_rank, n_slots, n_zero_rows;
+    int lora_one; // every tile holds one position (LS_CU_LORA_ONE)
     const ls_cu_lora_tile_t *tiles;
     const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
     const int32_t *perm;
@@ -434,7 +435,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     size_t i32 = sizeof(int32_t);
 
     // count the LoRA tiles: segments of rank-0 slots get none
-    int n_tiles = 0, max_rank = 0, n_pos = 0, n_zero = 0;
+    int n_tiles = 0, max_rank = 0, n_pos = 0, n_zero = 0, max_len = 0;
     if (lb) {
         n_pos = lb->seg_indptr[lb->n_segs];
         for (int s = 0; s < lb->n_segs; s++) {
@@ -446,6 +447,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
                 continue;
             n_tiles += (len + LS_CU_LORA_TILE - 1) / LS_CU_LORA_TILE;
             max_rank = r > max_rank ? r : max_rank;
+            max_len = len > max_len ? len : max_len;
         }
     }
 
@@ -539,6 +541,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->has_lora = lb != NULL;
     c->n_tiles = n_tiles;
     c->max_rank = max_rank;
+    c->lora_one = max_len <= 1;
     c->n_slots = lb ? lb->n_slots : 0;
     c->tiles = (const ls_cu_lora_tile_t *)(d + o_tiles);
     c->perm = lb && lb->permutation ? (const int32_t *)(d + o_perm) : NULL;
@@ -611,7 +614,8 @@ static int s_graph_begin(ls_backend_t *self) {
     c->sig_oom = 0;
     // the step's shape and where its metadata lies (the contents are the device block's)
     s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
-          c->has_lora, c->n_tiles, c->max_rank, c->n_slots, ls_cu_lora_impl(), c->token_ids,
+          c->has_lora, c->n_tiles, c->max_rank, c->lora_one, c->n_slots, ls_cu_lora_impl(),
+          c->token_ids,
           c->positions, c->slot_mapping, c->tok_seq, c->block_tables, c->logit_rows,
           c->tiles, c->perm, c->scalings, c->n_zero_rows, c->zero_rows);
     return 1;
@@ -907,7 +911,8 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
 // launch — an expand's blocks, started early and waiting on the shrink, would hold SMs the
 // GEMM's blocks are waiting for (H200, 8 distinct adapters: 7.69 -> 7.49 ms a step).
 static unsigned s_lora_flags(const s_cuda_t *c, int accumulate) {
-    return (accumulate ? LS_CU_LORA_ACC : 0) | (c->on_side ? LS_CU_LORA_NO_PDL : 0);
+    return (accumulate ? LS_CU_LORA_ACC : 0) | (c->on_side ? LS_CU_LORA_NO_PDL : 0) |
+           (c->lora_one ? LS_CU_LORA_ONE : 0);
 }
 
 static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,

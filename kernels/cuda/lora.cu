@@ -835,7 +835,8 @@ __device__ __forceinline__ void s_expand2_finish(float *y, const float *tmp, int
                                       out_total, s);
 }
 
-template <typename TB, int L, int E2_U, bool ACC>
+// NTMAX: the most positions a tile holds (1: LS_CU_LORA_ONE, else LS_CU_LORA_TILE)
+template <typename TB, int L, int E2_U, bool ACC, int NTMAX>
 __global__ void __launch_bounds__(E2_WARPS * 32, 3)
 k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
@@ -855,7 +856,8 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
     // B is in flight; now wait for shrink's tmp
     s_dep_launch();
     s_dep_wait();
-    if (tile.n == 1) // block-uniform
+    // block-uniform; with NTMAX 1 the branches below are dead code, never compiled
+    if (NTMAX == 1 || tile.n == 1)
         s_expand2_finish<TB, L, E2_U, ACC, 1>(y, tmp, n_parts, part_stride, st, bv, o, kk, ld, r_max, r, j,
                                               sub, out_total, tile, perm, s);
     else if (tile.n == 2)
@@ -932,21 +934,27 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     int L = r_max / 8;
     assert(n_parts == 1 || s_expand2_fits(b_pool, r_max));
     if (s_expand2_fits(b_pool, r_max)) {
-        int u = s_impl == 3 ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
+        // one-position tiles: 8 columns per lane group in flight (the registers that
+        // longer tiles' sums need go to B), in 4 elsewhere (impl 3: 8 everywhere)
+        bool one = (flags & LS_CU_LORA_ONE) != 0;
+        int u = s_impl == 3 || one ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
         cudaLaunchConfig_t cfg = s_pdl_config(g2, E2_WARPS * 32, smem, stream, flags);
-#define S_E2U(LL, UU)                                                                         \
-    return accumulate ? cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, true>, y, tmp,   \
-                                           (const TB *)b_pool, tiles, perm, scalings, so,    \
-                                           n_slices, r_max, n_parts, part_stride)            \
-                      : cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, false>, y, tmp,  \
-                                           (const TB *)b_pool, tiles, perm, scalings, so,    \
-                                           n_slices, r_max, n_parts, part_stride)
+#define S_E2U(LL, UU, NTM)                                                                    \
+    return accumulate                                                                         \
+               ? cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, true, NTM>, y, tmp,      \
+                                    (const TB *)b_pool, tiles, perm, scalings, so, n_slices,  \
+                                    r_max, n_parts, part_stride)                              \
+               : cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, false, NTM>, y, tmp,     \
+                                    (const TB *)b_pool, tiles, perm, scalings, so, n_slices,  \
+                                    r_max, n_parts, part_stride)
 #define S_E2(LL)                                                                              \
     do {                                                                                      \
+        if (one)                                                                              \
+            S_E2U(LL, 8, 1);                                                                  \
         if (u == 8)                                                                           \
-            S_E2U(LL, 8);                                                                     \
-        S_E2U(LL, 4);                                                                         \
+            S_E2U(LL, 8, TT);                                                                 \
+        S_E2U(LL, 4, TT);                                                                     \
     } while (0)
         LS_CU_DISPATCH(b_dt, TB,
             if (L == 1) S_E2(1); else if (L == 2) S_E2(2); else if (L == 4) S_E2(4);

@@ -124,6 +124,8 @@ enum {
     LS_CU_LORA_NO_PDL = 2, // plain launches: no block starts before its predecessor ends.
                            // For kernels beside a GEMM (the side queue), whose early
                            // blocks, waiting, would hold SMs the GEMM needs.
+    LS_CU_LORA_ONE = 4,    // every tile holds one position (decode over distinct adapters):
+                           // the expand is built for that and keeps twice the B in flight
 };
 
 typedef struct {
