@@ -34,11 +34,10 @@
     priorities are captured from the streams and used), so as SMs free up the GEMM's blocks
     are placed first. And while side work is open, cuBLAS is told to target all but
     `side_sms` SMs (cublasSetSmCountTarget; default half the device, 48 of 132 for gate_up's
-    GEMM: side_sms_big): the decode GEMMs are
-    bandwidth-bound and lose little on fewer SMs, while the LoRA kernels, latency-bound,
-    need SMs to themselves to overlap at all — measured on an H200
-    (Llama-3-8B, batch 64, 8 adapters): step 10.46 ms serial, 10.45 beside with no SMs
-    left, 9.82 with 40, 9.32 with 64, 9.42 with 88. Side kernels launch without PDL (see
+    GEMM: side_sms_big): the decode GEMMs are bandwidth-bound and lose little on fewer SMs,
+    while the LoRA kernels, latency-bound, need SMs to themselves to overlap at all —
+    measured on an H200 (Llama-3-8B, batch 64, 8 adapters): step 10.46 ms serial, 10.45
+    beside with no SMs left, 9.82 with 40, 9.32 with 64, 9.42 with 88. Side kernels launch without PDL (see
     s_lora_flags). A different SM target may pick a different GEMM kernel, so a step with
     LoRA beside could differ from the serial one by fp32 summation order (bit-identical
     with 0; test_gpu_model checks both).

@@ -311,6 +311,10 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
 //   shared memory in cluster-rank order. Beside a GEMM, clusters wait to be co-scheduled:
 //   the decode op avoids them (kernels/cuda/NOTES.md, session 7).
 enum { TC_WARPS = 8, TC_CH = 64 };
+// chunks a warp keeps in flight for NMT m tiles: 2 while A's registers allow (NMT <= 2)
+__host__ __device__ constexpr int s_tc_u(int nmt) {
+    return nmt <= 2 ? 2 : 1;
+}
 
 __device__ __forceinline__ uint32_t s_bf16x2(float a, float b) {
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
@@ -431,8 +435,8 @@ __device__ __forceinline__ float s_tc_block_sum(const float (&d)[NMT][4], float 
 }
 
 // tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in);
-// NMT m tiles of 16 rank rows (max rank <= 16*NMT), U chunks in flight per warp
-template <int NMT, int U>
+// NMT m tiles of 16 rank rows (max rank <= 16*NMT)
+template <int NMT>
 __global__ void __launch_bounds__(TC_WARPS * 32)
 k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
                  const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
@@ -451,7 +455,7 @@ k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
     const float *xr = x + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * in;
     s_dep_launch();
     float d[NMT][4] = {};
-    s_tc_accum<NMT, U>(d, a, tile.rank, xr, g < tile.n, in, cr * TC_WARPS + warp, TC_WARPS * kb,
+    s_tc_accum<NMT, s_tc_u(NMT)>(d, a, tile.rank, xr, g < tile.n, in, cr * TC_WARPS + warp, TC_WARPS * kb,
                        lane);
     float v = s_tc_block_sum<NMT>(d, red, warp, lane);
     int t = threadIdx.x, row = t / TT, tt = t % TT;
@@ -515,45 +519,50 @@ extern "C" int ls_cu_lora_impl(void) {
     return s_impl;
 }
 
-// A launch that may overlap the previous kernel's tail (sm_90+; see s_dep_wait), unless
-// flags say LS_CU_LORA_NO_PDL.
-static cudaLaunchConfig_t s_pdl_config(dim3 grid, int threads, size_t smem,
-                                       cudaStream_t stream, unsigned flags) {
-    static cudaLaunchAttribute attr[1];
+// A launch configuration and the attributes it points to (so it is filled in place, not
+// returned): a launch that may overlap the previous kernel's tail (sm_90+, see
+// s_dep_wait) unless impl 2 or flags say LS_CU_LORA_NO_PDL, in thread-block clusters of
+// `cluster` blocks along x when > 1 (sm_90).
+struct s_launch_t {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[2];
+};
+static void s_launch_init(s_launch_t &l, dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                          unsigned flags, int cluster = 1) {
     s_props();
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = s_cc >= 9 && s_impl != 2 && !(flags & LS_CU_LORA_NO_PDL) ? 1 : 0;
-    return cfg;
+    l.cfg = {};
+    l.cfg.gridDim = grid;
+    l.cfg.blockDim = dim3(threads);
+    l.cfg.dynamicSmemBytes = smem;
+    l.cfg.stream = stream;
+    l.cfg.attrs = l.attr;
+    int n = 0;
+    if (s_cc >= 9 && s_impl != 2 && !(flags & LS_CU_LORA_NO_PDL)) {
+        l.attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        l.attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        l.attr[n].id = cudaLaunchAttributeClusterDimension;
+        l.attr[n].val.clusterDim.x = cluster, l.attr[n].val.clusterDim.y = 1;
+        l.attr[n++].val.clusterDim.z = 1;
+    }
+    l.cfg.numAttrs = n;
 }
 
-// Launches k_lora_shrink_tc<NMT, U>: clusters of kb blocks (sm_90) along x, one block per
+// Launches k_lora_shrink_tc<NMT>: clusters of kb blocks (sm_90) along x, one block per
 // (tile, slice, cluster rank); programmatic dependent launch as the v2 kernels.
-template <int NMT, int U>
+template <int NMT>
 static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, float *tmp,
                                       const float *x, const void *a_pool,
                                       const ls_cu_lora_tile_t *tiles, const int32_t *perm,
                                       int in, int n_slices, int r_max, unsigned flags,
                                       cudaStream_t stream) {
-    dim3 grid = part_stride ? dim3(n_tiles, n_slices, kb) : dim3(n_tiles * kb, n_slices);
-    cudaLaunchConfig_t cfg = s_pdl_config(grid, TC_WARPS * 32, 0, stream, flags);
-    cudaLaunchAttribute attr[2] = {cfg.numAttrs ? cfg.attrs[0] : cudaLaunchAttribute{}};
-    int na = cfg.numAttrs;
-    if (!part_stride && kb > 1) {
-        attr[na].id = cudaLaunchAttributeClusterDimension;
-        attr[na].val.clusterDim.x = kb, attr[na].val.clusterDim.y = 1;
-        attr[na].val.clusterDim.z = 1;
-        na++;
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = na;
-    return cudaLaunchKernelEx(&cfg, k_lora_shrink_tc<NMT, U>, tmp, x,
+    s_launch_t l;
+    if (part_stride)
+        s_launch_init(l, dim3(n_tiles, n_slices, kb), TC_WARPS * 32, 0, stream, flags);
+    else
+        s_launch_init(l, dim3(n_tiles * kb, n_slices), TC_WARPS * 32, 0, stream, flags, kb);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink_tc<NMT>, tmp, x,
                               (const __nv_bfloat16 *)a_pool, tiles, perm, in, n_slices, r_max,
                               kb, part_stride);
 }
@@ -569,7 +578,7 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
                                const void *a_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
                                int max_rank, const int32_t *perm, int in, int n_slices,
                                int r_max, unsigned flags, cudaStream_t stream) {
-    int nmt = (max_rank + 15) / 16, u = nmt <= 2 ? 2 : 1;
+    int nmt = (max_rank + 15) / 16, u = s_tc_u(nmt);
     int n_chunks = (in + TC_CH - 1) / TC_CH, kb = 1;
     if (part_stride) {
         // one round per warp, but no more blocks than ~2 per SM need: with many tiles
@@ -585,14 +594,14 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
             kb *= 2;
     if (parts)
         *parts = kb;
-#define S_TC(M, UU)                                                                           \
-    return s_shrink_tc_launch<M, UU>(kb, part_stride, n_tiles, tmp, x, a_pool, tiles, perm,   \
-                                     in, n_slices, r_max, flags, stream)
+#define S_TC(M)                                                                               \
+    return s_shrink_tc_launch<M>(kb, part_stride, n_tiles, tmp, x, a_pool, tiles, perm, in,   \
+                                 n_slices, r_max, flags, stream)
     switch (nmt) {
-    case 1: S_TC(1, 2);
-    case 2: S_TC(2, 2);
-    case 3: S_TC(3, 1);
-    default: S_TC(4, 1);
+    case 1: S_TC(1);
+    case 2: S_TC(2);
+    case 3: S_TC(3);
+    default: S_TC(4);
     }
 #undef S_TC
 }
@@ -629,12 +638,13 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
             jb = S2_WARPS / ks * S2_R;
         }
         dim3 g2(n_tiles, n_slices, (max_rank + jb - 1) / jb);
-        cudaLaunchConfig_t cfg = s_pdl_config(g2, S2_WARPS * 32, 0, stream, flags);
+        s_launch_t l;
+        s_launch_init(l, g2, S2_WARPS * 32, 0, stream, flags);
         LS_CU_DISPATCH(a_dt, TA,
             return s_impl == 3
-                ? cudaLaunchKernelEx(&cfg, k_lora_shrink2<TA, 8>, tmp, x, (const TA *)a_pool,
+                ? cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, 8>, tmp, x, (const TA *)a_pool,
                                      tiles, perm, in, n_slices, r_max, ks)
-                : cudaLaunchKernelEx(&cfg, k_lora_shrink2<TA, S2_U>, tmp, x,
+                : cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, S2_U>, tmp, x,
                                      (const TA *)a_pool, tiles, perm, in, n_slices, r_max,
                                      ks));
     }
@@ -939,13 +949,14 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
         bool one = (flags & LS_CU_LORA_ONE) != 0;
         int u = s_impl == 3 || one ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
-        cudaLaunchConfig_t cfg = s_pdl_config(g2, E2_WARPS * 32, smem, stream, flags);
+        s_launch_t l;
+        s_launch_init(l, g2, E2_WARPS * 32, smem, stream, flags);
 #define S_E2U(LL, UU, NTM)                                                                    \
     return accumulate                                                                         \
-               ? cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, true, NTM>, y, tmp,      \
+               ? cudaLaunchKernelEx(&l.cfg, k_lora_expand2<TB, LL, UU, true, NTM>, y, tmp,      \
                                     (const TB *)b_pool, tiles, perm, scalings, so, n_slices,  \
                                     r_max, n_parts, part_stride)                              \
-               : cudaLaunchKernelEx(&cfg, k_lora_expand2<TB, LL, UU, false, NTM>, y, tmp,     \
+               : cudaLaunchKernelEx(&l.cfg, k_lora_expand2<TB, LL, UU, false, NTM>, y, tmp,     \
                                     (const TB *)b_pool, tiles, perm, scalings, so, n_slices,  \
                                     r_max, n_parts, part_stride)
 #define S_E2(LL)                                                                              \
@@ -1090,31 +1101,21 @@ static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
                                   const float *scalings, s_slice_offs_t so, int in,
                                   int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
     static int ok16 = -1;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = !(flags & LS_CU_LORA_NO_PDL);
-    cudaLaunchConfig_t cfg = {};
-    cfg.blockDim = dim3(FU_WARPS * 32);
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 2;
+    s_launch_t l;
     if (ok16 < 0) {
         int n = 0;
-        attr[0].val.clusterDim.x = 16, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(16);
+        s_launch_init(l, dim3(16), FU_WARPS * 32, 0, stream, flags, 16);
         ok16 = cudaFuncSetAttribute(k_lora_fused<T, L>,
                                     cudaFuncAttributeNonPortableClusterSizeAllowed,
                                     1) == cudaSuccess &&
-               cudaOccupancyMaxActiveClusters(&n, k_lora_fused<T, L>, &cfg) == cudaSuccess &&
+               cudaOccupancyMaxActiveClusters(&n, k_lora_fused<T, L>, &l.cfg) == cudaSuccess &&
                n > 0;
         cudaGetLastError(); // a refusal above only means 8-block clusters
     }
     if (cn > 8 && !ok16)
         cn = 8;
-    attr[0].val.clusterDim.x = cn, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(n_tiles * cn);
-    return cudaLaunchKernelEx(&cfg, k_lora_fused<T, L>, y, x, (const T *)a_pool,
+    s_launch_init(l, dim3(n_tiles * cn), FU_WARPS * 32, 0, stream, flags, cn);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_fused<T, L>, y, x, (const T *)a_pool,
                               (const T *)b_pool, tiles, perm, scalings, so, in, n_slices,
                               r_max);
 }
