@@ -1391,6 +1391,14 @@ int main(int argc, char **argv) {
     static const int szq[3] = {4096, 1024, 1024}, szo[1] = {4096};
     test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16);
     test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16);
+    // decode over distinct adapters (one-position tiles, LS_CU_LORA_ONE) at Llama-3-8B's
+    // gate_up and qkv shapes, where the decode op splits K into parts and the one-token
+    // expand covers long outputs; and that layout's f32 and f16 pools (other kernels)
+    static const int szgu[2] = {14336, 14336};
+    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32);
+    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16);
     test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16);  // scalar paths
     test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16);
 
