@@ -37,6 +37,10 @@
     median of timed batches of repetitions. Whole decode step: 32 layers x 4 groups (all
     seven targets) captured in one CUDA graph, replayed, median of replays.
 
+    Read ceiling: a read-only kernel moving each op's byte count, alone and as the whole
+    step's chain of 128 dependent kernels in a graph (LS_READ_BPS, LS_READ_ONESHOT: its
+    blocks per SM, one round per block), to tell the step's shape from our kernels' cost.
+
     Usage: bench_lora_cuda [--quick | --green | --op GROUP]   Not a ctest; needs a GPU.
     --green: only the green-context section (SM partitions for the LoRA beside a GEMM);
     --op GROUP: only 8 runs of one group's decode op (r=16, T=64, Distinct), for ncu.
@@ -418,7 +422,7 @@ static void print_row(const char *what, const char *mix, int r, int T, int segs,
 
 struct summary_t {
     double op_ours, op_v1, op_fused, step_ours, step_v1, step_grouped, step_fused, step_us,
-        step_mb;
+        step_mb, read_step, read_mb;
 };
 static summary_t g_sum;
 
@@ -529,6 +533,107 @@ static void whole_step(int r, int T, int mix) {
     ls_cu_lora_set_impl(0);
     for (int gi = 0; gi < 4; gi++)
         gdata_free(d[gi]);
+}
+
+// --- read ceiling ------------------------------------------------------------------------------
+// What a kernel that only reads reaches with the LoRA ops' byte counts (A, B, x, tmp, y as
+// op_bytes counts them, all as reads): one kernel per op of as many blocks as fit, 16-byte
+// loads 8 deep per thread, the first round issued before the programmatic-launch wait as
+// ours issue their weights. Alone (regions rotated past L2) and as the whole step's chain of
+// 128 dependent kernels in one graph. Not a bound in the strict sense (the LoRA op also has
+// its shrink -> expand dependency inside, and writes y), but what the step's shape leaves
+// when every op streams as well as a pure read does.
+__global__ void __launch_bounds__(256) k_read(const uint4 *p, size_t n, unsigned *sink) {
+    size_t stride = (size_t)gridDim.x * blockDim.x, i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    unsigned acc = 0;
+    for (bool first = true; i < n; i += 8 * stride, first = false) {
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v[u] = i + u * stride < n ? __ldcs(p + i + u * stride) : make_uint4(0, 0, 0, 0);
+        if (first) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+            asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (acc == 0x9e3779b9u) // practically never; keeps the loads
+        *sink = acc;
+}
+
+static void launch_read(const void *p, size_t bytes, unsigned *sink, int grid, bool oneshot) {
+    if (oneshot)
+        grid = (int)((bytes + 256 * 8 * 16 - 1) / (256 * 8 * 16));
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3(grid), cfg.blockDim = dim3(256), cfg.stream = g_st;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    CK(cudaLaunchKernelEx(&cfg, k_read, (const uint4 *)p, bytes / 16, sink));
+}
+
+static void read_ceiling() {
+    printf("\n=== read ceiling: a read-only kernel per op, the decode shape's bytes (r=16, T=64, "
+           "Distinct)\n");
+    int bps = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, k_read, 256, 0));
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    // LS_READ_BPS caps the blocks per SM (each then loops longer); LS_READ_ONESHOT=1 gives
+    // every block one round of loads (a grid of n / 32 KB blocks, as the v2 expand's)
+    const char *cap = getenv("LS_READ_BPS"), *one = getenv("LS_READ_ONESHOT");
+    if (cap && atoi(cap) > 0)
+        bps = std::min(bps, atoi(cap));
+    int grid = std::max(bps, 1) * sms;
+    bool oneshot = one && atoi(one) == 1;
+    batch_t b = make_batch(3, 64);
+    size_t ob[4], layer = 0;
+    for (int gi = 0; gi < 4; gi++) {
+        ob[gi] = ((size_t)op_bytes(G[gi], 16, b) + 255) / 256 * 256;
+        layer += ob[gi];
+    }
+    const int L = 32;
+    char *buf = (char *)dmalloc(layer * L);
+    CK(cudaMemsetAsync(buf, 1, layer * L, g_st));
+    unsigned *sink = (unsigned *)dmalloc(16);
+    double step_mb = 0;
+    for (int gi = 0; gi < 4; gi++) {
+        // rotate over the layers' regions of this op: 32 x its size is past L2
+        size_t off = 0;
+        for (int g2 = 0; g2 < gi; g2++)
+            off += ob[g2];
+        double us = time_us([&](int i) { launch_read(buf + (i % L) * layer + off, ob[gi], sink, grid, oneshot); });
+        printf("read     %-8s alone     %8.1f us %8.1f MB %7.0f GB/s %5.1f%%\n", G[gi].name, us,
+               ob[gi] / 1e6, ob[gi] / us / 1e3, 100.0 * ob[gi] / us / 1e3 / g_bw);
+        step_mb += L * ob[gi] / 1e6;
+    }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < L; l++) {
+        size_t off = 0;
+        for (int gi = 0; gi < 4; gi++) {
+            launch_read(buf + l * layer + off, ob[gi], sink, grid, oneshot);
+            off += ob[gi];
+        }
+    }
+    CK(cudaStreamEndCapture(g_st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    double us = time_us([&](int) { CK(cudaGraphLaunch(exec, g_st)); }, 3, 60);
+    printf("read     step     chain %8.1f us %8.1f MB %7.0f GB/s %5.1f%%  (128 dependent reads, one "
+           "graph, %d blocks each)\n", us, step_mb, step_mb / us * 1e3, 1e5 * step_mb / us / g_bw,
+           grid);
+    g_sum.read_step = us, g_sum.read_mb = step_mb;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaFree(buf);
+    cudaFree(sink);
 }
 
 // --- SM partitions (green contexts) for the decode LoRA beside a GEMM ----------------------------
@@ -708,6 +813,8 @@ int main(int argc, char **argv) {
         for (int T : {1, 16, 256})
             whole_step(16, T, 3);
 
+    read_ceiling();
+
     printf("\n=== summary: decode shape (r=16, T=64, Distinct), copy bandwidth %.0f GB/s\n",
            g_bw);
     double qb = op_bytes(G[0], 16, make_batch(3, 64));
@@ -724,5 +831,8 @@ int main(int argc, char **argv) {
            g_sum.step_mb);
     printf("whole step    fused %.1f us (%.1f%% of bw)\n", g_sum.step_fused,
            1e5 * g_sum.step_mb / g_sum.step_fused / g_bw);
+    printf("whole step    read-only chain of the same bytes %.1f us (%.1f%% of bw): ours takes "
+           "%.2fx its time\n", g_sum.read_step, 1e5 * g_sum.read_mb / g_sum.read_step / g_bw,
+           g_sum.step_ours / g_sum.read_step);
     return 0;
 }
