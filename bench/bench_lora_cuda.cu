@@ -15,7 +15,9 @@
 
     Implementations:
       ours       ls_cu_lora_fused, the backend's decode op: the tensor-core shrink with K
-                 split over blocks, then expand v2 summing the parts (session 7)
+                 split over blocks, then the expand summing the parts: v3 for one-position
+                 tiles (Distinct; session 8), else v2
+      s7         the same op under impl 6: expand v2 everywhere (session 7)
       v2         the same op under impl 5: shrink v2 + expand v2, the default before
       v1         the same op with the session-1 kernels (ls_cu_lora_set_impl(1))
       loop       one cublasGemmEx per adapter group: shrink (x_seg . A^T, bf16 out) then one
@@ -274,8 +276,9 @@ static void gdata_free(gdata_t &d) {
 
 // --- implementations -------------------------------------------------------------------------
 
-enum { I_OURS, I_V2, I_V1, I_LOOP, I_GROUPED, I_NOPDL, I_U8, I_FUSED, I_COUNT };
-static const char *IMPL[I_COUNT] = {"ours", "v2", "v1", "loop", "grouped", "no-pdl", "u8", "fused"};
+enum { I_OURS, I_S7, I_V2, I_V1, I_LOOP, I_GROUPED, I_NOPDL, I_U8, I_FUSED, I_COUNT };
+static const char *IMPL[I_COUNT] = {"ours",    "s7",     "v2", "v1",   "loop",
+                                    "grouped", "no-pdl", "u8", "fused"};
 static int g_grouped_ok = 1;
 
 static void run_ours(const gdata_t &d, int set, int impl) {
@@ -284,6 +287,7 @@ static void run_ours(const gdata_t &d, int set, int impl) {
                         : impl == I_U8    ? 3
                         : impl == I_FUSED ? 4
                         : impl == I_V2    ? 5
+                        : impl == I_S7    ? 6
                                           : 0);
     const group_t &g = *d.g;
     int ns = g.n_slices, r = d.r;

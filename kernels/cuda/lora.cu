@@ -28,11 +28,14 @@
     expand v2: r_max/8 lanes share an output column (one 512-byte run per warp load), 4
       columns per lane group in flight (raw, converted where used), shuffle reduction;
       stages tmp as the sum of the shrink's K parts where there are several;
-    both launched with programmatic dependent launch on sm_90 (see s_dep_wait).
+    expand v3 (one-position tiles, LS_CU_LORA_ONE): a block per (tile, slice, run of
+      columns) looping over its run, the lane's tmp values in registers: few instructions
+      per byte of B (see k_lora_expand3);
+    all launched with programmatic dependent launch on sm_90 (see s_dep_wait).
     fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
       cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
       measured 2.2x slower than shrink v2 + expand v2 on the whole decode step (NOTES.md,
-      session 3), so ls_cu_lora_fused runs shrink tc (K parts) + expand v2 by default.
+      session 3), so ls_cu_lora_fused runs shrink tc (K parts) + expand v2 / v3 by default.
     Measurements, predictions and what is left: kernels/cuda/NOTES.md.
 
     Known limits: a long prefill segment re-reads A and B once per 4-token tile (from L2):
@@ -607,12 +610,12 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
 }
 
 // Whether the tensor-core shrink runs (bf16 A, 16-byte loads, rank <= 64, sm_80+, impl
-// 0 / 2 / 4); s_props must have run
+// 0 / 2 / 4 / 6); s_props must have run
 static bool s_shrink_tc_fits(const float *x, const void *a_pool, ls_cu_dtype_t a_dt, int in,
                              int max_rank) {
     return a_dt == LS_CU_BF16 && in % 8 == 0 && (uintptr_t)x % 16 == 0 &&
            (uintptr_t)a_pool % 16 == 0 && max_rank <= 64 && s_cc >= 8 &&
-           (s_impl == 0 || s_impl == 2 || s_impl == 4);
+           (s_impl == 0 || s_impl == 2 || s_impl == 4 || s_impl == 6);
 }
 
 cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
@@ -878,6 +881,138 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
                                                sub, out_total, tile, perm, s);
 }
 
+// -- expand v3: one-position tiles, lean per byte -------------------------------------------
+// ncu on gate_up's decode op (64 distinct adapters, caches flushed): expand v2 took 38-40 us
+// for 69 MB at ~1.8 TB/s, issuing ~140 warp instructions per 16-byte load of B — the slice
+// search, rank masks and tmp reads done per column, and a one-shot block's setup spread over
+// 8 loads a lane — while a read-only kernel moves the same bytes at ~4.4 TB/s
+// (bench_lora_cuda's read ceiling). Here a block owns one (tile, slice) and a contiguous run
+// of that slice's columns and loops over it; a lane's 8 values of tmp (the parts summed
+// once) stay in registers, so per 16 bytes of B a lane does the load, 8 conversions, 8 FMAs
+// and log2(L) shuffle steps, and lane sub 0 the y update. Each pass's B and y loads are
+// issued together at the end of the pass before (the first pass's B before the wait);
+// occupancy hides the rest, as in the read kernel. Blocks go to the slices in proportion to
+// their columns (so_blocks).
+enum { E3_THREADS = 256, E3_U = 8 };
+
+struct s_e3_blocks_t {
+    int first[4]; // first block (within a tile) of each slice, first[n_slices] = per tile
+};
+
+template <typename TB, int L, bool ACC>
+__global__ void __launch_bounds__(E3_THREADS, 3)
+k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
+               const int32_t *perm, const float *scalings, s_slice_offs_t so, s_e3_blocks_t sb,
+               int n_slices, int r_max, int n_parts, size_t part_stride) {
+    constexpr int CPP = E3_THREADS / L; // columns a pass covers per unroll step
+    int per_tile = sb.first[n_slices];
+    int t = blockIdx.x / per_tile, bl = blockIdx.x - t * per_tile, k = 0;
+    while (k + 1 < n_slices && bl >= sb.first[k + 1])
+        k++;
+    int nbk = sb.first[k + 1] - sb.first[k], part = bl - sb.first[k];
+    int ncol = so.off[k + 1] - so.off[k], per = (ncol + nbk - 1) / nbk;
+    int c0 = so.off[k] + part * per, c1 = min(so.off[k + 1], c0 + per);
+    ls_cu_lora_tile_t tile = tiles[t];
+    int out_total = so.off[n_slices], ld = n_slices * r_max, r = tile.rank;
+    int tid = threadIdx.x, sub = tid % L, j = sub * 8;
+    bool live = j < r; // lanes at or past the rank load nothing and add 0
+    const TB *bs = b_pool + (size_t)tile.slot * out_total * r_max + j;
+    int lc = tid / L; // the lane's column within a pass's unroll step
+    s_raw8<TB> bv[E3_U];
+    float yv[E3_U];
+    // a pass from column pb (block-uniform, so every lane takes the same passes: the
+    // shuffles need all 32): lane columns pb + lc + u * CPP below c1
+    auto load_b = [&](int pb) {
+#pragma unroll
+        for (int u = 0; u < E3_U; u++)
+            if (live && pb + lc + u * CPP < c1)
+                s_raw_load(bv[u], bs + (size_t)(pb + lc + u * CPP) * r_max);
+    };
+    const size_t row = (size_t)s_row(perm, tile.p0);
+    float *yr = y + row * out_total + lc;
+    auto load_y = [&](int pb) {
+#pragma unroll
+        for (int u = 0; u < E3_U; u++)
+            yv[u] = ACC && sub == 0 && pb + lc + u * CPP < c1 ? yr[pb + u * CPP] : 0.0f;
+    };
+    load_b(c0);
+    s_dep_launch();
+    s_dep_wait();
+    load_y(c0);
+    float s = scalings[tile.slot], tv[8];
+    const float *tr = tmp + row * ld + k * r_max + j;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        float v = 0.0f;
+        if (j + e < r)
+            for (int p = 0; p < n_parts; p++)
+                v += tr[p * part_stride + e];
+        tv[e] = v;
+    }
+    bool full = j + 8 <= r; // all 8 of the lane's elements below the rank: no masks
+    for (int pb = c0; pb < c1; pb += E3_U * CPP) {
+        float acc[E3_U];
+#pragma unroll
+        for (int u = 0; u < E3_U; u++) {
+            acc[u] = 0.0f;
+            if (live && pb + lc + u * CPP < c1) {
+                if (full)
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        acc[u] += s_raw_get(bv[u], e) * tv[e];
+                else
+#pragma unroll
+                    for (int e = 0; e < 8; e++) // elements at or past the rank may hold anything
+                        if (j + e < r)
+                            acc[u] += s_raw_get(bv[u], e) * tv[e];
+            }
+        }
+        float yo[E3_U];
+#pragma unroll
+        for (int u = 0; u < E3_U; u++)
+            yo[u] = yv[u];
+        int next = pb + E3_U * CPP;
+        if (next < c1) { // the next pass's loads in flight during this one's stores
+            load_b(next);
+            load_y(next);
+        }
+#pragma unroll
+        for (int u = 0; u < E3_U; u++) {
+#pragma unroll
+            for (int off = L / 2; off > 0; off >>= 1)
+                acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], off);
+            if (sub == 0 && pb + lc + u * CPP < c1)
+                yr[pb + u * CPP] = __fadd_rn(ACC ? yo[u] : 0.0f, __fmul_rn(s, acc[u]));
+        }
+    }
+}
+
+// Launches k_lora_expand3: per tile, blocks over the slices in proportion to their columns,
+// each at least one full pass (E3_U * 256/L columns) and together about two blocks per
+// resident slot (LS_CU_E3_BLOCKS sets the total, for sweeps)
+template <typename TB, int L, bool ACC>
+static cudaError_t s_expand3(float *y, const float *tmp, int n_parts, size_t part_stride,
+                             const void *b_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                             const int32_t *perm, const float *scalings, s_slice_offs_t so,
+                             int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
+    long target = 2L * 3 * s_sm_count();
+    const char *e = getenv("LS_CU_E3_BLOCKS");
+    if (e && atoi(e) > 0)
+        target = atoi(e);
+    long cols = (long)n_tiles * so.off[n_slices];
+    long want = std::max((long)E3_U * (E3_THREADS / L), (cols + target - 1) / target);
+    s_e3_blocks_t sb = {{0, 0, 0, 0}};
+    for (int k = 0; k < n_slices; k++) {
+        long ncol = so.off[k + 1] - so.off[k];
+        sb.first[k + 1] = sb.first[k] + (int)((ncol + want - 1) / want);
+    }
+    s_launch_t l;
+    s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E3_THREADS, 0, stream, flags);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_expand3<TB, L, ACC>, y, tmp, (const TB *)b_pool,
+                              tiles, perm, scalings, so, sb, n_slices, r_max, n_parts,
+                              part_stride);
+}
+
 // y (T, out_total) = 0 on the tiles' rows
 __global__ void k_tile_rows_zero(float *y, const ls_cu_lora_tile_t *tiles, const int32_t *perm,
                                  int out_total) {
@@ -947,6 +1082,19 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
         // one-position tiles: 8 columns per lane group in flight (the registers that
         // longer tiles' sums need go to B), in 4 elsewhere (impl 3: 8 everywhere)
         bool one = (flags & LS_CU_LORA_ONE) != 0;
+        if (one && s_impl != 3 && s_impl != 6) {
+#define S_E3(LL)                                                                              \
+    return accumulate ? s_expand3<TB, LL, true>(y, tmp, n_parts, part_stride, b_pool, tiles,  \
+                                                 n_tiles, perm, scalings, so, n_slices, r_max, \
+                                                 flags, stream)                                \
+                      : s_expand3<TB, LL, false>(y, tmp, n_parts, part_stride, b_pool, tiles, \
+                                                  n_tiles, perm, scalings, so, n_slices,       \
+                                                  r_max, flags, stream)
+            LS_CU_DISPATCH(b_dt, TB,
+                if (L == 1) S_E3(1); else if (L == 2) S_E3(2); else if (L == 4) S_E3(4);
+                else S_E3(8));
+#undef S_E3
+        }
         int u = s_impl == 3 || one ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
         s_launch_t l;

@@ -178,7 +178,8 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
 // 0 (default): the fastest kernels for the shape; 1: the session-1 kernels; 2: as 0 but
 // without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead
 // of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path; 5: the FMA shrink
-// v2 even where the tensor-core shrink applies (for the benchmarks' before/after).
+// v2 even where the tensor-core shrink applies; 6: as 0 but expand v2 for one-position
+// tiles instead of expand v3 (the session-7 default) — for the benchmarks' before/after.
 void ls_cu_lora_set_impl(int impl);
 // The implementation in use (a step graph records it: it chooses the kernels).
 int ls_cu_lora_impl(void);
