@@ -893,14 +893,14 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
 // issued together at the end of the pass before (the first pass's B before the wait);
 // occupancy hides the rest, as in the read kernel. Blocks go to the slices in proportion to
 // their columns (so_blocks).
-enum { E3_THREADS = 256, E3_U = 8 };
+enum { E3_THREADS = 256, E3_U = 8, E3_MINB = 2 };
 
 struct s_e3_blocks_t {
     int first[4]; // first block (within a tile) of each slice, first[n_slices] = per tile
 };
 
 template <typename TB, int L, bool ACC>
-__global__ void __launch_bounds__(E3_THREADS, 3)
+__global__ void __launch_bounds__(E3_THREADS, E3_MINB)
 k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, const float *scalings, s_slice_offs_t so, s_e3_blocks_t sb,
                int n_slices, int r_max, int n_parts, size_t part_stride) {
@@ -939,34 +939,43 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
     s_dep_launch();
     s_dep_wait();
     load_y(c0);
-    float s = scalings[tile.slot], tv[8];
-    const float *tr = tmp + row * ld + k * r_max + j;
+    float s = scalings[tile.slot], tv[8] = {};
+    if (live) { // each part's 8 values as two 16-byte loads (the B loads hold registers)
+        const float4 *tr = reinterpret_cast<const float4 *>(tmp + row * ld + k * r_max + j);
+#pragma unroll 2
+        for (int p = 0; p < n_parts; p++) {
+            float4 lo = tr[p * part_stride / 4], hi = tr[p * part_stride / 4 + 1];
+            tv[0] += lo.x, tv[1] += lo.y, tv[2] += lo.z, tv[3] += lo.w;
+            tv[4] += hi.x, tv[5] += hi.y, tv[6] += hi.z, tv[7] += hi.w;
+        }
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-        float v = 0.0f;
-        if (j + e < r)
-            for (int p = 0; p < n_parts; p++)
-                v += tr[p * part_stride + e];
-        tv[e] = v;
+        for (int e = 0; e < 8; e++)
+            tv[e] = j + e < r ? tv[e] : 0.0f;
     }
-    bool full = j + 8 <= r; // all 8 of the lane's elements below the rank: no masks
+    // all 8 of the lane's elements below the rank: no masks (lane-uniform, outside the
+    // unrolled loop so that the compiler keeps one branch, not one per column)
+    bool full = j + 8 <= r;
     for (int pb = c0; pb < c1; pb += E3_U * CPP) {
         float acc[E3_U];
+        if (full)
 #pragma unroll
-        for (int u = 0; u < E3_U; u++) {
-            acc[u] = 0.0f;
-            if (live && pb + lc + u * CPP < c1) {
-                if (full)
+            for (int u = 0; u < E3_U; u++) {
+                acc[u] = 0.0f;
+                if (pb + lc + u * CPP < c1)
 #pragma unroll
                     for (int e = 0; e < 8; e++)
                         acc[u] += s_raw_get(bv[u], e) * tv[e];
-                else
+            }
+        else
+#pragma unroll
+            for (int u = 0; u < E3_U; u++) {
+                acc[u] = 0.0f;
+                if (live && pb + lc + u * CPP < c1)
 #pragma unroll
                     for (int e = 0; e < 8; e++) // elements at or past the rank may hold anything
                         if (j + e < r)
                             acc[u] += s_raw_get(bv[u], e) * tv[e];
             }
-        }
         float yo[E3_U];
 #pragma unroll
         for (int u = 0; u < E3_U; u++)
@@ -995,7 +1004,7 @@ static cudaError_t s_expand3(float *y, const float *tmp, int n_parts, size_t par
                              const void *b_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              const int32_t *perm, const float *scalings, s_slice_offs_t so,
                              int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
-    long target = 2L * 3 * s_sm_count();
+    long target = 2L * E3_MINB * s_sm_count();
     const char *e = getenv("LS_CU_E3_BLOCKS");
     if (e && atoi(e) > 0)
         target = atoi(e);

@@ -1397,6 +1397,7 @@ int main(int argc, char **argv) {
     static const int szgu[2] = {14336, 14336};
     test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16);
     test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16); // down: K in 7 parts
     test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16);
     test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32);
     test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16);
