@@ -14,10 +14,12 @@
       Distinct   every request its own adapter.
 
     Implementations:
-      ours       ls_cu_lora_fused, the backend's decode op: the tensor-core shrink with K
-                 split over blocks, then the expand summing the parts: v3 for one-position
-                 tiles (Distinct; session 8), else v2
-      s7         the same op under impl 6: expand v2 everywhere (session 7)
+      ours       ls_cu_lora_fused, the backend's decode op: a shrink with K split over
+                 blocks, then the expand summing the parts: shrink v3 and expand v3 for
+                 one-position tiles (Distinct; session 8), else the tensor-core shrink and
+                 expand v2
+      s7         the same op under impl 6: the tensor-core shrink and expand v2 everywhere
+                 (session 7)
       v2         the same op under impl 5: shrink v2 + expand v2, the default before
       v1         the same op with the session-1 kernels (ls_cu_lora_set_impl(1))
       loop       one cublasGemmEx per adapter group: shrink (x_seg . A^T, bf16 out) then one

@@ -28,9 +28,11 @@
     expand v2: r_max/8 lanes share an output column (one 512-byte run per warp load), 4
       columns per lane group in flight (raw, converted where used), shuffle reduction;
       stages tmp as the sum of the shrink's K parts where there are several;
-    expand v3 (one-position tiles, LS_CU_LORA_ONE): a block per (tile, slice, run of
-      columns) looping over its run, the lane's tmp values in registers: few instructions
-      per byte of B (see k_lora_expand3);
+    shrink v3 and expand v3 (one-position tiles, LS_CU_LORA_ONE): few instructions per
+      byte of A / B. Shrink: a thread owns 8 elements of K (x in registers) and 8 rank rows'
+      loads at once, rows summed by a warp butterfly (k_lora_shrink3). Expand: a block per
+      (tile, slice, run of columns) looping over its run, the lane's tmp values in
+      registers (k_lora_expand3);
     all launched with programmatic dependent launch on sm_90 (see s_dep_wait).
     fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
       cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
@@ -1153,6 +1155,110 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                     n_slices, r_max, flags, stream);
 }
 
+// -- shrink v3: one-position tiles, lean per byte -------------------------------------------
+// ncu on gate_up's decode op (caches flushed): the tensor-core shrink moved its 18 MB at
+// 1.5-1.7 TB/s, ~95 warp instructions per 16-byte load of A (its mma tiles are 8 tokens wide
+// for one). Here a block of kp/8 threads takes one (tile, slice, group of S3_RG rank rows, K
+// part of kp elements); a thread owns 8 consecutive elements of K: its x in registers, its
+// rows' 16-byte loads of A all in flight at once (issued before the wait), 8 FMAs each. The
+// rows' sums meet in the warp by a halving butterfly (lane pair R ends with row R: 16
+// shuffles for 16 rows, not 80) and across warps in shared memory in warp order
+// (deterministic), and go to part p of tmp for the expand to sum. Rows at or past the rank
+// are neither read nor written.
+enum { S3_RG = 8 };
+
+template <typename TA>
+__global__ void __launch_bounds__(256, 4)
+k_lora_shrink3(float *tmp, size_t part_stride, const float *x, const TA *a_pool,
+               const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
+               int r_max, int kp) {
+    __shared__ float red[8][S3_RG];
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
+    int k = blockIdx.y % n_slices, j0 = blockIdx.y / n_slices * S3_RG, p = blockIdx.z;
+    int r = tile.rank;
+    if (j0 >= r) // block-uniform
+        return;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, e0 = p * kp + tid * 8;
+    bool live = e0 < in;
+    const TA *a = a_pool + ((size_t)tile.slot * n_slices * r_max + (size_t)k * r_max + j0) * in + e0;
+    s_raw8<TA> av[S3_RG];
+#pragma unroll
+    for (int q = 0; q < S3_RG; q++)
+        if (live && j0 + q < r)
+            s_raw_load(av[q], a + (size_t)q * in);
+    s_dep_launch();
+    s_dep_wait();
+    size_t row = (size_t)s_row(perm, tile.p0);
+    float xv[8] = {};
+    if (live)
+        ls_load8(x + row * in + e0, xv);
+    float acc[S3_RG];
+#pragma unroll
+    for (int q = 0; q < S3_RG; q++) {
+        acc[q] = 0.0f;
+        if (live && j0 + q < r)
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                acc[q] += s_raw_get(av[q], e) * xv[e];
+    }
+    // halving butterfly: at offset h a lane keeps the half of its n values that its bit h
+    // selects and adds its partner's copy of that half; then plain sums over the lanes
+    // below h: the GL lanes of group R then hold row R's warp sum
+    constexpr int LOG_RG = S3_RG == 16 ? 4 : S3_RG == 8 ? 3 : S3_RG == 4 ? 2 : 1;
+    constexpr int GL = 32 >> LOG_RG; // lanes per row after the butterfly
+#pragma unroll
+    for (int n = S3_RG, h = 16; n > 1; n >>= 1, h >>= 1) {
+        bool up = (lane & h) != 0;
+#pragma unroll
+        for (int i = 0; i < n / 2; i++) {
+            float send = up ? acc[i] : acc[i + n / 2], keep = up ? acc[i + n / 2] : acc[i];
+            acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, h);
+        }
+    }
+#pragma unroll
+    for (int h = GL / 2; h > 0; h >>= 1)
+        acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], h);
+    if ((lane & (GL - 1)) == 0)
+        red[warp][lane / GL] = acc[0];
+    __syncthreads();
+    if (tid < S3_RG && j0 + tid < r) {
+        float s = 0.0f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+            s += red[w][tid];
+        tmp[p * part_stride + row * n_slices * r_max + (size_t)k * r_max + j0 + tid] = s;
+    }
+}
+
+// Whether shrink v3 runs: one-position tiles, 16-bit A, 16-byte rows, K in at most
+// LS_CU_LORA_PARTS parts of at most 2048
+static bool s_shrink3_fits(const float *x, const void *a_pool, ls_cu_dtype_t a_dt, int in,
+                           size_t part_stride, unsigned flags) {
+    return (flags & LS_CU_LORA_ONE) && part_stride && (s_impl == 0 || s_impl == 2) &&
+           (a_dt == LS_CU_BF16 || a_dt == LS_CU_F16) && in % 8 == 0 &&
+           in <= 2048 * LS_CU_LORA_PARTS && (uintptr_t)x % 16 == 0 &&
+           (uintptr_t)a_pool % 16 == 0;
+}
+
+// Launches k_lora_shrink3; *parts = the K parts left in tmp. K parts of 1024 (128 threads)
+// up to in = 8192, else of 2048 (256 threads)
+static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const float *x,
+                             const void *a_pool, ls_cu_dtype_t a_dt,
+                             const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
+                             const int32_t *perm, int in, int n_slices, int r_max,
+                             unsigned flags, cudaStream_t stream) {
+    int kp = in <= 1024 * LS_CU_LORA_PARTS ? 1024 : 2048;
+    *parts = (in + kp - 1) / kp;
+    s_launch_t l;
+    s_launch_init(l, dim3(n_tiles, n_slices * ((max_rank + S3_RG - 1) / S3_RG), *parts), kp / 8, 0,
+                  stream, flags);
+    if (a_dt == LS_CU_BF16)
+        return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__nv_bfloat16>, tmp, part_stride, x,
+                                  (const __nv_bfloat16 *)a_pool, tiles, perm, in, n_slices,
+                                  r_max, kp);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__half>, tmp, part_stride, x,
+                              (const __half *)a_pool, tiles, perm, in, n_slices, r_max, kp);
+}
+
 // -- fused decode shrink + expand (sm_90 thread-block clusters) --------------------------
 // One cluster of cn blocks (8, or 16 when there are few tiles) per tile, one launch per
 // (layer, group) instead of two. Phase 1: block c of the cluster takes every cn-th
@@ -1286,14 +1392,18 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
     int accumulate = (flags & LS_CU_LORA_ACC) != 0;
     s_props();
-    // the tensor-core shrink with K split over blocks, its parts summed by expand v2
-    if (part_stride && s_impl != 4 && s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank) &&
+    // shrink v3 (one-position tiles) or the tensor-core shrink, K split over blocks, the
+    // parts summed by the expand
+    bool s3 = s_shrink3_fits(x, a_pool, a_dt, in, part_stride, flags);
+    if (part_stride && s_impl != 4 && (s3 || s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank)) &&
         s_expand2_fits(b_pool, r_max)) {
         if (n_tiles == 0 || max_rank == 0)
             return cudaSuccess;
         int parts = 1;
-        cudaError_t e = s_shrink_tc(tmp, part_stride, &parts, x, a_pool, tiles, n_tiles,
-                                    max_rank, perm, in, n_slices, r_max, flags, stream);
+        cudaError_t e = s3 ? s_shrink3(tmp, part_stride, &parts, x, a_pool, a_dt, tiles, n_tiles,
+                                       max_rank, perm, in, n_slices, r_max, flags, stream)
+                           : s_shrink_tc(tmp, part_stride, &parts, x, a_pool, tiles, n_tiles,
+                                         max_rank, perm, in, n_slices, r_max, flags, stream);
         return e != cudaSuccess ? e
                                 : s_expand(y, tmp, parts, part_stride, b_pool, b_dt, tiles,
                                            n_tiles, perm, scalings, slice_offsets, n_slices,

@@ -160,9 +160,10 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
 // Both at once for decode-shaped steps: y (T, out_total) += scaling[slot] * (x · A_kᵀ) · B_kᵀ
 // on the tiles' rows (without LS_CU_LORA_ACC: =, as ls_cu_lora_expand), A and B as above.
 // tmp is scratch of LS_CU_LORA_PARTS arrays (T, n_slices*r_max), part_stride (= T *
-// n_slices*r_max) floats apart, or of one array with part_stride 0. Where the tensor-core
-// shrink applies and part_stride > 0, K is split over blocks that leave their partial
-// sums in the parts and the expand sums them (no cluster to co-schedule beside a GEMM);
+// n_slices*r_max) floats apart, or of one array with part_stride 0. Where shrink v3
+// (one-position tiles, LS_CU_LORA_ONE, 16-bit A) or the tensor-core shrink applies and
+// part_stride > 0, K is split over blocks that leave their partial sums in the parts and
+// the expand sums them (no cluster to co-schedule beside a GEMM);
 // else shrink into tmp then expand, as the two launchers above; under impl 4 (sm_90,
 // a_dt == b_dt, 16-byte loads, r_max in {8, 16, 32, 64}) one cluster kernel instead, the
 // fp32 intermediate kept in the cluster's shared memory and tmp left untouched — slower
@@ -178,8 +179,9 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
 // 0 (default): the fastest kernels for the shape; 1: the session-1 kernels; 2: as 0 but
 // without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead
 // of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path; 5: the FMA shrink
-// v2 even where the tensor-core shrink applies; 6: as 0 but expand v2 for one-position
-// tiles instead of expand v3 (the session-7 default) — for the benchmarks' before/after.
+// v2 even where the tensor-core shrink applies; 6: as 0 but the tensor-core shrink and
+// expand v2 for one-position tiles instead of shrink v3 and expand v3 (the session-7
+// default) — for the benchmarks' before/after.
 void ls_cu_lora_set_impl(int impl);
 // The implementation in use (a step graph records it: it chooses the kernels).
 int ls_cu_lora_impl(void);
