@@ -61,6 +61,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "common.cuh" // ls_dep_launch / ls_dep_wait, as the kernels use them
 #include "ops_cuda.h"
 
 #define CK(x)                                                                                 \
@@ -558,10 +559,8 @@ __global__ void __launch_bounds__(256) k_read(const uint4 *p, size_t n, unsigned
         for (int u = 0; u < 8; u++)
             v[u] = i + u * stride < n ? __ldcs(p + i + u * stride) : make_uint4(0, 0, 0, 0);
         if (first) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-            asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+            ls_dep_launch();
+            ls_dep_wait();
         }
 #pragma unroll
         for (int u = 0; u < 8; u++)

@@ -55,6 +55,21 @@ __device__ __forceinline__ void ls_load8(const __half *p, float o[8]) {
     }
 }
 
+// Programmatic dependent launch (sm_90): a kernel launched with the attribute may start
+// while the one before it drains; ls_dep_wait() waits for that kernel to complete with its
+// memory visible, ls_dep_launch() lets the next one start early. Without the launch
+// attribute (or before sm_90) both are no-ops.
+__device__ __forceinline__ void ls_dep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ls_dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <typename T> __device__ __forceinline__ T ls_warp_sum(T v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)

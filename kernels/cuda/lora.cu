@@ -33,7 +33,7 @@
       loads at once, rows summed by a warp butterfly (k_lora_shrink3). Expand: a block per
       (tile, slice, run of columns) looping over its run, the lane's tmp values in
       registers (k_lora_expand3);
-    all launched with programmatic dependent launch on sm_90 (see s_dep_wait).
+    all launched with programmatic dependent launch on sm_90 (see ls_dep_wait).
     fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
       cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
       measured 2.2x slower than shrink v2 + expand v2 on the whole decode step (NOTES.md,
@@ -155,22 +155,10 @@ k_lora_shrink(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_til
 // One-token tiles (decode) take the U-deep path; longer tiles a 1-deep path over TT tokens.
 enum { S2_WARPS = 8, S2_R = 2, S2_U = 4 };
 
-// Programmatic dependent launch (Hopper): the v2 kernels are launched so that they may
-// start while the kernel before them drains. Until s_dep_wait() they only read what no
-// kernel of the step writes (the adapter pools, the tiles, the scalings: uploaded and
-// synchronized before the step) and write nothing; s_dep_wait() waits for the previous
-// kernel to complete with its memory visible. Without the launch attribute (or before
-// sm_90) both are no-ops.
-__device__ __forceinline__ void s_dep_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void s_dep_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (ls_dep_wait, common.cuh): the v2/v3 kernels are launched
+// so that they may start while the kernel before them drains. Until ls_dep_wait() they only
+// read what no kernel of the step writes (the adapter pools, the tiles, the scalings:
+// uploaded and synchronized before the step) and write nothing.
 __device__ __forceinline__ void s_prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
@@ -263,8 +251,8 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
             if (i < in)
                 s_prefetch_l2(a + (size_t)q * in + i);
         }
-    s_dep_launch();
-    s_dep_wait();
+    ls_dep_launch();
+    ls_dep_wait();
     float acc[S2_R][TT];
     s_shrink2_tile<TA, U>(acc, a, in, nq, tile, xr, kp, ks, lane);
 #pragma unroll
@@ -347,7 +335,7 @@ __device__ __forceinline__ void s_mma_bf16(float (&d)[4], uint32_t a0, uint32_t 
 
 // d[m] += rows m*16 .. m*16+15 (below `rank`) of A (row 0 at a) times the lane's x row over
 // this warp's 64-wide chunks of `in` (c_first, then every stride-th), U chunks in flight:
-// the A loads first, then (once, before the first x load) s_dep_wait, then x. xr is token
+// the A loads first, then (once, before the first x load) ls_dep_wait, then x. xr is token
 // g's row (xok: g is one of the tile's tokens, else zeros go in).
 template <int NMT, int U>
 __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const __nv_bfloat16 *a, int rank,
@@ -356,7 +344,7 @@ __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const __nv_bfloat
     int g = lane >> 2, c = lane & 3, n_chunks = (in + TC_CH - 1) / TC_CH;
     bool waited = false;
     for (int c0 = c_first; c0 < n_chunks; c0 += U * stride) {
-        // A first: no kernel of the step writes it, so it may load before s_dep_wait
+        // A first: no kernel of the step writes it, so it may load before ls_dep_wait
         uint4 av[U][2][NMT][2]; // (chunk, half, m tile, row g | g+8)
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -375,7 +363,7 @@ __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const __nv_bfloat
                     }
             }
         if (!waited) {
-            s_dep_wait();
+            ls_dep_wait();
             waited = true;
         }
         float4 xv[U][2][2]; // (chunk, half, elements 0-3 | 4-7)
@@ -412,7 +400,7 @@ __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const __nv_bfloat
                 }
     }
     if (!waited)
-        s_dep_wait(); // a warp without chunks must still not write before its predecessor
+        ls_dep_wait(); // a warp without chunks must still not write before its predecessor
 }
 
 // The block's partial sums, d of every warp (D: row g | g+8, token 2c, 2c+1; tokens >= TT
@@ -458,7 +446,7 @@ k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     const __nv_bfloat16 *a = a_pool + ((size_t)tile.slot * ld + (size_t)k * r_max) * in;
     const float *xr = x + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * in;
-    s_dep_launch();
+    ls_dep_launch();
     float d[NMT][4] = {};
     s_tc_accum<NMT, s_tc_u(NMT)>(d, a, tile.rank, xr, g < tile.n, in, cr * TC_WARPS + warp, TC_WARPS * kb,
                        lane);
@@ -493,8 +481,8 @@ k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
 // shrink for bf16 A, v2 elsewhere where it applies), 1 = the session-1 kernels (v1), 2 = as
 // 0 without programmatic dependent launch, 3 = v2 with 8 loads in flight per lane instead
 // of 4 (shrink and expand), 4 = as 0 with ls_cu_lora_fused on the cluster kernel
-// (k_lora_fused) instead of shrink + expand, 5 = v2 (shrink v2 for bf16 A too). For the
-// benchmarks and tests; not thread-safe, set once.
+// (k_lora_fused) instead of shrink + expand, 5 = v2 (shrink v2 for bf16 A too), 6 = as 0
+// without the v3 kernels (s_v3). For the benchmarks and tests; not thread-safe, set once.
 static int s_impl = 0;
 extern "C" void ls_cu_lora_set_impl(int impl) {
     s_impl = impl;
@@ -502,11 +490,14 @@ extern "C" void ls_cu_lora_set_impl(int impl) {
 
 // SMs and compute capability of the current device, read once (one device per process).
 static int s_sms = 0, s_cc = 0;
+static long s_e3_blocks = 0; // LS_CU_E3_BLOCKS (sweeps of expand v3's grid), 0: the default
 static void s_props() {
     if (!s_sms) {
         const char *e = getenv("LS_CU_LORA_IMPL"); // tests run the variants through this
         if (e && *e)
             s_impl = atoi(e);
+        e = getenv("LS_CU_E3_BLOCKS");
+        s_e3_blocks = e && atoi(e) > 0 ? atoi(e) : 0;
         int dev = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&s_sms, cudaDevAttrMultiProcessorCount, dev);
@@ -519,6 +510,12 @@ static int s_sm_count() {
     s_props();
     return s_sms;
 }
+// Whether the v3 kernels (shrink v3 where A is 16-bit, expand v3) run: one-position tiles,
+// impl 0 or 2 (the other impls keep the kernels before them, for the benchmarks' rows)
+static bool s_v3(unsigned flags) {
+    s_props();
+    return (flags & LS_CU_LORA_ONE) && (s_impl == 0 || s_impl == 2);
+}
 extern "C" int ls_cu_lora_impl(void) {
     s_props(); // the environment's choice is read there
     return s_impl;
@@ -526,7 +523,7 @@ extern "C" int ls_cu_lora_impl(void) {
 
 // A launch configuration and the attributes it points to (so it is filled in place, not
 // returned): a launch that may overlap the previous kernel's tail (sm_90+, see
-// s_dep_wait) unless impl 2 or flags say LS_CU_LORA_NO_PDL, in thread-block clusters of
+// ls_dep_wait) unless impl 2 or flags say LS_CU_LORA_NO_PDL, in thread-block clusters of
 // `cluster` blocks along x when > 1 (sm_90).
 struct s_launch_t {
     cudaLaunchConfig_t cfg;
@@ -869,8 +866,8 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
                                blockIdx.y * OB, E2_WARPS, warp, og, j, out_total);
     float s = scalings[tile.slot];
     // B is in flight; now wait for shrink's tmp
-    s_dep_launch();
-    s_dep_wait();
+    ls_dep_launch();
+    ls_dep_wait();
     // block-uniform; with NTMAX 1 the branches below are dead code, never compiled
     if (NTMAX == 1 || tile.n == 1)
         s_expand2_finish<TB, L, E2_U, ACC, 1>(y, tmp, n_parts, part_stride, st, bv, o, kk, ld, r_max, r, j,
@@ -894,7 +891,7 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
 // and log2(L) shuffle steps, and lane sub 0 the y update. Each pass's B and y loads are
 // issued together at the end of the pass before (the first pass's B before the wait);
 // occupancy hides the rest, as in the read kernel. Blocks go to the slices in proportion to
-// their columns (so_blocks).
+// their columns (s_e3_blocks_t).
 enum { E3_THREADS = 256, E3_U = 8, E3_MINB = 2 };
 
 struct s_e3_blocks_t {
@@ -938,8 +935,8 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
             yv[u] = ACC && sub == 0 && pb + lc + u * CPP < c1 ? yr[pb + u * CPP] : 0.0f;
     };
     load_b(c0);
-    s_dep_launch();
-    s_dep_wait();
+    ls_dep_launch();
+    ls_dep_wait();
     load_y(c0);
     float s = scalings[tile.slot], tv[8] = {};
     if (live) { // each part's 8 values as two 16-byte loads (the B loads hold registers)
@@ -1007,10 +1004,7 @@ static cudaError_t s_expand3(float *y, const float *tmp, int n_parts, size_t par
                              const void *b_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              const int32_t *perm, const float *scalings, s_slice_offs_t so,
                              int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
-    long target = 2L * E3_MINB * s_sm_count();
-    const char *e = getenv("LS_CU_E3_BLOCKS");
-    if (e && atoi(e) > 0)
-        target = atoi(e);
+    long target = s_e3_blocks ? s_e3_blocks : 2L * E3_MINB * s_sm_count();
     // blocks of a slice: its share of the target, rounded down (rounding up overshot a
     // whole number of waves: gate_up 640 blocks on 264 slots, 2.4 waves, 30.0 us against
     // 27.4 with 512), at most one per full pass of columns, at least one
@@ -1094,10 +1088,8 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     int L = r_max / 8;
     assert(n_parts == 1 || s_expand2_fits(b_pool, r_max));
     if (s_expand2_fits(b_pool, r_max)) {
-        // one-position tiles: 8 columns per lane group in flight (the registers that
-        // longer tiles' sums need go to B), in 4 elsewhere (impl 3: 8 everywhere)
         bool one = (flags & LS_CU_LORA_ONE) != 0;
-        if (one && s_impl != 3 && s_impl != 6) {
+        if (s_v3(flags)) {
 #define S_E3(LL)                                                                              \
     return accumulate ? s_expand3<TB, LL, true>(y, tmp, n_parts, part_stride, b_pool, tiles,  \
                                                  n_tiles, perm, scalings, so, n_slices, r_max, \
@@ -1110,6 +1102,8 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
                 else S_E3(8));
 #undef S_E3
         }
+        // one-position tiles: 8 columns per lane group in flight (the registers that
+        // longer tiles' sums need go to B), in 4 elsewhere (impl 3: 8 everywhere)
         int u = s_impl == 3 || one ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
         s_launch_t l;
@@ -1162,21 +1156,24 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
 // -- shrink v3: one-position tiles, lean per byte -------------------------------------------
 // ncu on gate_up's decode op (caches flushed): the tensor-core shrink moved its 18 MB at
 // 1.5-1.7 TB/s, ~95 warp instructions per 16-byte load of A (its mma tiles are 8 tokens wide
-// for one). Here a block of kp/8 threads takes one (tile, slice, group of S3_RG rank rows, K
-// part of kp elements); a thread owns 8 consecutive elements of K: its x in registers, its
-// rows' 16-byte loads of A all in flight at once (issued before the wait), 8 FMAs each. The
-// rows' sums meet in the warp by a halving butterfly (lane pair R ends with row R: 16
-// shuffles for 16 rows, not 80) and across warps in shared memory in warp order
-// (deterministic), and go to part p of tmp for the expand to sum. Rows at or past the rank
-// are neither read nor written.
-enum { S3_RG = 8 };
+// for one). Here a block of S3_THREADS takes one (tile, slice, group of S3_RG rank rows, K
+// part of S3_KP elements); a thread owns 8 consecutive elements of K: its x in registers,
+// its rows' 16-byte loads of A all in flight at once (issued before the wait), 8 FMAs each.
+// The rows' sums meet in the warp by a halving butterfly (S3_RG + 1 shuffles for S3_RG
+// rows, not 5 each) and across warps in shared memory in warp order (deterministic), and go
+// to part p of tmp for the expand to sum. Rows at or past the rank are neither read nor
+// written. Swept on an H200 (whole step): 4 rows a thread 11% slower, 16 no faster than the
+// tensor-core shrink (128 registers); parts of 1024 0.5% slower. kp (= S3_KP) stays a
+// kernel parameter: compiled in as a constant, the kernel came out slower (whole step 2625
+// against 2153 us, H200, the same run's other rows unchanged).
+enum { S3_RG = 8, S3_THREADS = 256, S3_KP = S3_THREADS * 8 };
 
 template <typename TA>
-__global__ void __launch_bounds__(256, 4)
+__global__ void __launch_bounds__(S3_THREADS, 4)
 k_lora_shrink3(float *tmp, size_t part_stride, const float *x, const TA *a_pool,
                const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
                int r_max, int kp) {
-    __shared__ float red[8][S3_RG];
+    __shared__ float red[S3_THREADS / 32][S3_RG];
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int k = blockIdx.y % n_slices, j0 = blockIdx.y / n_slices * S3_RG, p = blockIdx.z;
     int r = tile.rank;
@@ -1190,8 +1187,8 @@ k_lora_shrink3(float *tmp, size_t part_stride, const float *x, const TA *a_pool,
     for (int q = 0; q < S3_RG; q++)
         if (live && j0 + q < r)
             s_raw_load(av[q], a + (size_t)q * in);
-    s_dep_launch();
-    s_dep_wait();
+    ls_dep_launch();
+    ls_dep_wait();
     size_t row = (size_t)s_row(perm, tile.p0);
     float xv[8] = {};
     if (live)
@@ -1233,34 +1230,32 @@ k_lora_shrink3(float *tmp, size_t part_stride, const float *x, const TA *a_pool,
     }
 }
 
-// Whether shrink v3 runs: one-position tiles, 16-bit A, 16-byte rows, K in at most
-// LS_CU_LORA_PARTS parts of at most 2048
+// Whether shrink v3 runs: the v3 kernels' case, 16-bit A, 16-byte rows, K in at most
+// LS_CU_LORA_PARTS parts
 static bool s_shrink3_fits(const float *x, const void *a_pool, ls_cu_dtype_t a_dt, int in,
                            size_t part_stride, unsigned flags) {
-    return (flags & LS_CU_LORA_ONE) && part_stride && (s_impl == 0 || s_impl == 2) &&
-           (a_dt == LS_CU_BF16 || a_dt == LS_CU_F16) && in % 8 == 0 &&
-           in <= 2048 * LS_CU_LORA_PARTS && (uintptr_t)x % 16 == 0 &&
+    return s_v3(flags) && part_stride && (a_dt == LS_CU_BF16 || a_dt == LS_CU_F16) &&
+           in % 8 == 0 && in <= S3_KP * LS_CU_LORA_PARTS && (uintptr_t)x % 16 == 0 &&
            (uintptr_t)a_pool % 16 == 0;
 }
 
-// Launches k_lora_shrink3; *parts = the K parts left in tmp, of 2048 elements (256
-// threads; parts of 1024 measured 0.5% slower on the whole step, 4 rows a thread 11%)
+// Launches k_lora_shrink3; *parts = the K parts left in tmp
 static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const float *x,
                              const void *a_pool, ls_cu_dtype_t a_dt,
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
-    int kp = 2048;
-    *parts = (in + kp - 1) / kp;
+    *parts = (in + S3_KP - 1) / S3_KP;
     s_launch_t l;
-    s_launch_init(l, dim3(n_tiles, n_slices * ((max_rank + S3_RG - 1) / S3_RG), *parts), kp / 8, 0,
-                  stream, flags);
+    s_launch_init(l, dim3(n_tiles, n_slices * ((max_rank + S3_RG - 1) / S3_RG), *parts),
+                  S3_THREADS, 0, stream, flags);
     if (a_dt == LS_CU_BF16)
         return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__nv_bfloat16>, tmp, part_stride, x,
                                   (const __nv_bfloat16 *)a_pool, tiles, perm, in, n_slices,
-                                  r_max, kp);
+                                  r_max, (int)S3_KP);
     return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__half>, tmp, part_stride, x,
-                              (const __half *)a_pool, tiles, perm, in, n_slices, r_max, kp);
+                              (const __half *)a_pool, tiles, perm, in, n_slices, r_max,
+                              (int)S3_KP);
 }
 
 // -- fused decode shrink + expand (sm_90 thread-block clusters) --------------------------
@@ -1314,8 +1309,8 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
     for (size_t off = (size_t)threadIdx.x * 128; off < nb; off += FU_WARPS * 32 * 128)
         if (rowb <= 128 || off % rowb < (size_t)r * sizeof(T))
             s_prefetch_l2(b0 + off);
-    s_dep_launch();
-    s_dep_wait();
+    ls_dep_launch();
+    ls_dep_wait();
 
     const float *xr[TT];
     s_tile_xrows(xr, x, perm, tile, in);

@@ -181,7 +181,8 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
 // of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path; 5: the FMA shrink
 // v2 even where the tensor-core shrink applies; 6: as 0 but the tensor-core shrink and
 // expand v2 for one-position tiles instead of shrink v3 and expand v3 (the session-7
-// default) — for the benchmarks' before/after.
+// default) — for the benchmarks' before/after. Shrink v3 and expand v3 run under 0 and 2
+// only.
 void ls_cu_lora_set_impl(int impl);
 // The implementation in use (a step graph records it: it chooses the kernels).
 int ls_cu_lora_impl(void);
