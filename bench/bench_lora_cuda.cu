@@ -45,9 +45,14 @@
     step's chain of 128 dependent kernels in a graph (LS_READ_BPS, LS_READ_ONESHOT: its
     blocks per SM, one round per block), to tell the step's shape from our kernels' cost.
 
-    Usage: bench_lora_cuda [--quick | --green | --op GROUP]   Not a ctest; needs a GPU.
+    Usage: bench_lora_cuda [--quick | --green | --op GROUP | --step [CSV]]
+    Not a ctest; needs a GPU.
     --green: only the green-context section (SM partitions for the LoRA beside a GEMM);
     --op GROUP: only 8 runs of one group's decode op (r=16, T=64, Distinct), for ncu.
+    --step [CSV]: only the whole step at r=16, T=64, Distinct and the read chain; with CSV,
+    each graph then replayed 9 times more under CUPTI (tracing on from the start, so the
+    times printed include its overhead): every kernel's start and end to CSV, labelled by
+    the row's name, for bench/step_timeline.py.
 */
 #include <algorithm>
 #include <cmath>
@@ -63,6 +68,9 @@
 
 #include "common.cuh" // ls_dep_launch / ls_dep_wait, as the kernels use them
 #include "ops_cuda.h"
+extern "C" {
+#include "kernel_trace.h"
+}
 
 #define CK(x)                                                                                 \
     do {                                                                                      \
@@ -100,6 +108,7 @@ static const char *MIX[4] = {"Identical", "Uniform", "Skewed", "Distinct"};
 static cudaStream_t g_st;
 static cublasHandle_t g_blas;
 static double g_bw; // measured copy bandwidth, GB/s
+static bool g_trace; // --trace: the decode step's graphs replayed under CUPTI (kernel_trace.h)
 
 __global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -490,6 +499,16 @@ static void cross_check() {
     gdata_free(d);
 }
 
+// --trace: a few replays of a step's graph, each kernel's start and end recorded under label
+static void trace_graph(cudaGraphExec_t exec, const char *label) {
+    CK(cudaStreamSynchronize(g_st));
+    kt_mark(label);
+    for (int i = 0; i < 9; i++)
+        CK(cudaGraphLaunch(exec, g_st));
+    CK(cudaStreamSynchronize(g_st));
+    kt_mark("");
+}
+
 // One decode step's LoRA work: 32 layers x 4 groups, in a CUDA graph.
 static void whole_step(int r, int T, int mix) {
     const int L = 32;
@@ -523,6 +542,8 @@ static void whole_step(int r, int T, int mix) {
         }
         double us = time_us([&](int) { CK(cudaGraphLaunch(exec, g_st)); }, 3, 60);
         print_row("step", MIX[mix], r, T, S, impl, us, bytes);
+        if (g_trace)
+            trace_graph(exec, IMPL[impl]);
         if (r == 16 && T == 64 && mix == 3) {
             g_sum.step_us = us, g_sum.step_mb = bytes / 1e6;
             if (impl == I_OURS)
@@ -631,6 +652,8 @@ static void read_ceiling() {
     CK(cudaStreamEndCapture(g_st, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
     double us = time_us([&](int) { CK(cudaGraphLaunch(exec, g_st)); }, 3, 60);
+    if (g_trace)
+        trace_graph(exec, "read");
     printf("read     step     chain %8.1f us %8.1f MB %7.0f GB/s %5.1f%%  (128 dependent reads, one "
            "graph, %d blocks each)\n", us, step_mb, step_mb / us * 1e3, 1e5 * step_mb / us / g_bw,
            grid);
@@ -784,6 +807,17 @@ int main(int argc, char **argv) {
             }
         fprintf(stderr, "bench_lora_cuda: --op qkv|o|gate_up|down\n");
         return 2;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--step")) { // the decode step (and its timeline)
+        if (argc > 2 && kt_start(argv[2]) != 0) {
+            fprintf(stderr, "bench_lora_cuda: --step %s: CUPTI tracing could not start\n", argv[2]);
+            return 2;
+        }
+        g_trace = argc > 2;
+        whole_step(16, 64, 3);
+        read_ceiling();
+        kt_stop();
+        return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--green")) {
         green_section();
