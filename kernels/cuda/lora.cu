@@ -901,8 +901,9 @@ struct s_e3_blocks_t {
 template <typename TB, int L, bool ACC>
 __global__ void __launch_bounds__(E3_THREADS, E3_MINB)
 k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
-               const int32_t *perm, const float *scalings, s_slice_offs_t so, s_e3_blocks_t sb,
-               int n_slices, int r_max, int n_parts, size_t part_stride) {
+               const int32_t *perm, const float *scalings, const __grid_constant__ s_slice_offs_t so,
+               const __grid_constant__ s_e3_blocks_t sb, int n_slices, int r_max, int n_parts,
+               size_t part_stride) {
     constexpr int CPP = E3_THREADS / L; // columns a pass covers per unroll step
     int per_tile = sb.first[n_slices];
     int t = blockIdx.x / per_tile, bl = blockIdx.x - t * per_tile, k = 0;
@@ -939,13 +940,22 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
     ls_dep_wait();
     load_y(c0);
     float s = scalings[tile.slot], tv[8] = {};
-    if (live) { // each part's 8 values as two 16-byte loads (the B loads hold registers)
+    if (live) { // each part's 8 values as two 16-byte loads, 4 parts' in flight at once
+        // (2 at a time, down's 7 parts took 4 round trips after the wait)
         const float4 *tr = reinterpret_cast<const float4 *>(tmp + row * ld + k * r_max + j);
-#pragma unroll 2
-        for (int p = 0; p < n_parts; p++) {
-            float4 lo = tr[p * part_stride / 4], hi = tr[p * part_stride / 4 + 1];
-            tv[0] += lo.x, tv[1] += lo.y, tv[2] += lo.z, tv[3] += lo.w;
-            tv[4] += hi.x, tv[5] += hi.y, tv[6] += hi.z, tv[7] += hi.w;
+        for (int p0 = 0; p0 < n_parts; p0 += 4) {
+            float4 lo[4], hi[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                size_t o = (size_t)(p0 + q) * part_stride / 4;
+                lo[q] = p0 + q < n_parts ? tr[o] : make_float4(0, 0, 0, 0);
+                hi[q] = p0 + q < n_parts ? tr[o + 1] : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int q = 0; q < 4; q++) { // in part order: the same sums as one at a time
+                tv[0] += lo[q].x, tv[1] += lo[q].y, tv[2] += lo[q].z, tv[3] += lo[q].w;
+                tv[4] += hi[q].x, tv[5] += hi[q].y, tv[6] += hi[q].z, tv[7] += hi[q].w;
+            }
         }
 #pragma unroll
         for (int e = 0; e < 8; e++)
