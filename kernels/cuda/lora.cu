@@ -737,8 +737,22 @@ template <typename T> __device__ __forceinline__ void s_raw_load(s_raw8<T> &r, c
     for (int i = 0; i < (int)(sizeof(T) / 2); i++)
         r.v[i] = __ldg(reinterpret_cast<const uint4 *>(p) + i);
 }
-template <typename T> __device__ __forceinline__ float s_raw_get(const s_raw8<T> &r, int e) {
-    return ls_to_f(reinterpret_cast<const T *>(r.v)[e]);
+// element e (a constant once unrolled) of the 8: for 16-bit types by shifts and masks on its
+// 32-bit word, not by indexing the registers as an array of halves (which put shrink v3's
+// bf16 rows in a local-memory stack frame)
+__device__ __forceinline__ uint32_t s_raw_word(const uint4 &v, int w) {
+    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ float s_raw_get(const s_raw8<__nv_bfloat16> &r, int e) {
+    uint32_t w = s_raw_word(r.v[0], e >> 1);
+    return __uint_as_float(e & 1 ? w & 0xffff0000u : w << 16);
+}
+__device__ __forceinline__ float s_raw_get(const s_raw8<__half> &r, int e) {
+    uint32_t w = s_raw_word(r.v[0], e >> 1);
+    return __half2float(__ushort_as_half((unsigned short)(e & 1 ? w >> 16 : w & 0xffffu)));
+}
+__device__ __forceinline__ float s_raw_get(const s_raw8<float> &r, int e) {
+    return __uint_as_float(s_raw_word(r.v[e >> 2], e & 3));
 }
 
 template <typename TB, int L, int U>
