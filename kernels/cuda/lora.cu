@@ -33,7 +33,11 @@
       loads at once, rows summed by a warp butterfly (k_lora_shrink3). Expand: a block per
       (tile, slice, run of columns) looping over its run, the lane's tmp values in
       registers (k_lora_expand3);
-    all launched with programmatic dependent launch on sm_90 (see ls_dep_wait).
+    all launched with programmatic dependent launch on sm_90 (see ls_dep_wait). The ones
+    the decode op runs on 16-bit pools keep nothing in local memory (ls_cu_lora_local_bytes,
+    checked by test_gpu_ops): a stack frame there is a memory round trip in every block,
+    and one in shrink v3 (16-bit elements picked by indexing the registers as an array)
+    cost the decode step 10% (NOTES.md, session 9).
     fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
       cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
       measured 2.2x slower than shrink v2 + expand v2 on the whole decode step (NOTES.md,
@@ -1280,6 +1284,42 @@ static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const f
     return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__half>, tmp, part_stride, x,
                               (const __half *)a_pool, tiles, perm, in, n_slices, r_max,
                               (int)S3_KP);
+}
+
+// The most local memory per thread (bytes) of the kernels ls_cu_lora_fused runs on 16-bit
+// pools by default: the tensor-core shrink, shrink v3, expand v2 (4 columns per lane group)
+// and expand v3 for every lane split and both accumulate modes; -1 if the attributes
+// cannot be read
+template <typename TB, int L> static void s_local_expand(size_t &most, bool &ok) {
+    const void *fs[] = {(const void *)k_lora_expand3<TB, L, true>, (const void *)k_lora_expand3<TB, L, false>,
+                        (const void *)k_lora_expand2<TB, L, 4, true, TT>,
+                        (const void *)k_lora_expand2<TB, L, 4, false, TT>};
+    for (const void *f : fs) {
+        cudaFuncAttributes a;
+        ok = ok && cudaFuncGetAttributes(&a, f) == cudaSuccess;
+        most = ok ? std::max(most, a.localSizeBytes) : most;
+    }
+}
+template <typename TB> static void s_local_expands(size_t &most, bool &ok) {
+    s_local_expand<TB, 1>(most, ok);
+    s_local_expand<TB, 2>(most, ok);
+    s_local_expand<TB, 4>(most, ok);
+    s_local_expand<TB, 8>(most, ok);
+}
+extern "C" long ls_cu_lora_local_bytes(void) {
+    size_t most = 0;
+    bool ok = true;
+    const void *fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16>, (const void *)k_lora_shrink3<__half>,
+                        (const void *)k_lora_shrink_tc<1>, (const void *)k_lora_shrink_tc<2>,
+                        (const void *)k_lora_shrink_tc<3>, (const void *)k_lora_shrink_tc<4>};
+    for (const void *f : fs) {
+        cudaFuncAttributes a;
+        ok = ok && cudaFuncGetAttributes(&a, f) == cudaSuccess;
+        most = ok ? std::max(most, a.localSizeBytes) : most;
+    }
+    s_local_expands<__nv_bfloat16>(most, ok);
+    s_local_expands<__half>(most, ok);
+    return ok ? (long)most : -1;
 }
 
 // -- fused decode shrink + expand (sm_90 thread-block clusters) --------------------------

@@ -186,6 +186,9 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
 void ls_cu_lora_set_impl(int impl);
 // The implementation in use (a step graph records it: it chooses the kernels).
 int ls_cu_lora_impl(void);
+// The most local memory per thread (bytes) among the kernels the decode LoRA op runs on
+// 16-bit pools by default (for tests: it must be 0), -1 if it cannot be read.
+long ls_cu_lora_local_bytes(void);
 
 // ---------------------------------------------------------------------------------------
 // Sampling: ls_sampling_sample on the device. All arrays are device memory.

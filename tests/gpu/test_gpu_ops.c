@@ -249,6 +249,17 @@ static const char *s_dtn(ls_dtype_t dt) {
 
 // -- buffers: conversions on upload and download -----------------------------------------
 
+// The decode LoRA kernels keep nothing in local memory: a stack frame there (ptxas spills,
+// or registers indexed as an array) is a memory round trip in every block, and one such
+// frame in shrink v3 cost the decode step 10% on an H200 (kernels/cuda/NOTES.md, session 9)
+static void test_lora_local_memory(void) {
+    s_res_t *r = s_add_res("lora decode kernels: local memory per thread");
+    long bytes = ls_cu_lora_local_bytes();
+    r->pass = bytes == 0;
+    snprintf(r->note, sizeof r->note, "%ld bytes (must be 0; -1: attributes unreadable)", bytes);
+    s_print_res(r);
+}
+
 static void test_buffers(t_rng_t *r) {
     size_t n = 100003;
     float *x = s_fill_new(r, n, -3, 3), *ref = t_alloc(n * 4), *got = t_alloc(n * 4);
@@ -1309,6 +1320,7 @@ int main(int argc, char **argv) {
            "tol_abs", "untch", "nan");
 
     test_buffers(&r);
+    test_lora_local_memory();
 
     test_matmul(&r, 1, 512, 768, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0);
     test_matmul(&r, 37, 512, 384, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0);
