@@ -1290,15 +1290,18 @@ static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const f
 // pools by default: the tensor-core shrink, shrink v3, expand v2 (4 columns per lane group)
 // and expand v3 for every lane split and both accumulate modes; -1 if the attributes
 // cannot be read
-template <typename TB, int L> static void s_local_expand(size_t &most, bool &ok) {
-    const void *fs[] = {(const void *)k_lora_expand3<TB, L, true>, (const void *)k_lora_expand3<TB, L, false>,
-                        (const void *)k_lora_expand2<TB, L, 4, true, TT>,
-                        (const void *)k_lora_expand2<TB, L, 4, false, TT>};
+template <int N> static void s_local_take(const void *const (&fs)[N], size_t &most, bool &ok) {
     for (const void *f : fs) {
         cudaFuncAttributes a;
         ok = ok && cudaFuncGetAttributes(&a, f) == cudaSuccess;
         most = ok ? std::max(most, a.localSizeBytes) : most;
     }
+}
+template <typename TB, int L> static void s_local_expand(size_t &most, bool &ok) {
+    const void *const fs[] = {(const void *)k_lora_expand3<TB, L, true>, (const void *)k_lora_expand3<TB, L, false>,
+                              (const void *)k_lora_expand2<TB, L, 4, true, TT>,
+                              (const void *)k_lora_expand2<TB, L, 4, false, TT>};
+    s_local_take(fs, most, ok);
 }
 template <typename TB> static void s_local_expands(size_t &most, bool &ok) {
     s_local_expand<TB, 1>(most, ok);
@@ -1309,14 +1312,10 @@ template <typename TB> static void s_local_expands(size_t &most, bool &ok) {
 extern "C" long ls_cu_lora_local_bytes(void) {
     size_t most = 0;
     bool ok = true;
-    const void *fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16>, (const void *)k_lora_shrink3<__half>,
-                        (const void *)k_lora_shrink_tc<1>, (const void *)k_lora_shrink_tc<2>,
-                        (const void *)k_lora_shrink_tc<3>, (const void *)k_lora_shrink_tc<4>};
-    for (const void *f : fs) {
-        cudaFuncAttributes a;
-        ok = ok && cudaFuncGetAttributes(&a, f) == cudaSuccess;
-        most = ok ? std::max(most, a.localSizeBytes) : most;
-    }
+    const void *const fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16>, (const void *)k_lora_shrink3<__half>,
+                              (const void *)k_lora_shrink_tc<1>, (const void *)k_lora_shrink_tc<2>,
+                              (const void *)k_lora_shrink_tc<3>, (const void *)k_lora_shrink_tc<4>};
+    s_local_take(fs, most, ok);
     s_local_expands<__nv_bfloat16>(most, ok);
     s_local_expands<__half>(most, ok);
     return ok ? (long)most : -1;
