@@ -52,7 +52,7 @@
     --step [CSV]: only the whole step at r=16, T=64, Distinct and the read chain; with CSV,
     each graph then replayed 9 times more under CUPTI (tracing on from the start, so the
     times printed include its overhead): every kernel's start and end to CSV, labelled by
-    the row's name, for bench/step_timeline.py.
+    the row's name, for `tests/gpu/timeline.py --ops`.
 */
 #include <algorithm>
 #include <cmath>
@@ -108,7 +108,7 @@ static const char *MIX[4] = {"Identical", "Uniform", "Skewed", "Distinct"};
 static cudaStream_t g_st;
 static cublasHandle_t g_blas;
 static double g_bw; // measured copy bandwidth, GB/s
-static bool g_trace; // --trace: the decode step's graphs replayed under CUPTI (kernel_trace.h)
+static bool g_trace; // --step CSV: the decode step's graphs replayed under CUPTI (kernel_trace.h)
 
 __global__ void k_fill_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -499,7 +499,7 @@ static void cross_check() {
     gdata_free(d);
 }
 
-// --trace: a few replays of a step's graph, each kernel's start and end recorded under label
+// --step CSV: a few replays of a step's graph, each kernel's start and end recorded under label
 static void trace_graph(cudaGraphExec_t exec, const char *label) {
     CK(cudaStreamSynchronize(g_st));
     kt_mark(label);
@@ -618,12 +618,14 @@ static void read_ceiling() {
         bps = std::min(bps, atoi(cap));
     int grid = std::max(bps, 1) * sms;
     bool oneshot = one && atoi(one) == 1;
+    // ob: each op's bytes; at[gi]: where op gi's region starts in a layer's, at[4] = a layer
     batch_t b = make_batch(3, 64);
-    size_t ob[4], layer = 0;
+    size_t ob[4], at[5] = {0};
     for (int gi = 0; gi < 4; gi++) {
         ob[gi] = ((size_t)op_bytes(G[gi], 16, b) + 255) / 256 * 256;
-        layer += ob[gi];
+        at[gi + 1] = at[gi] + ob[gi];
     }
+    const size_t layer = at[4];
     const int L = 32;
     char *buf = (char *)dmalloc(layer * L);
     CK(cudaMemsetAsync(buf, 1, layer * L, g_st));
@@ -631,10 +633,7 @@ static void read_ceiling() {
     double step_mb = 0;
     for (int gi = 0; gi < 4; gi++) {
         // rotate over the layers' regions of this op: 32 x its size is past L2
-        size_t off = 0;
-        for (int g2 = 0; g2 < gi; g2++)
-            off += ob[g2];
-        double us = time_us([&](int i) { launch_read(buf + (i % L) * layer + off, ob[gi], sink, grid, oneshot); });
+        double us = time_us([&](int i) { launch_read(buf + (i % L) * layer + at[gi], ob[gi], sink, grid, oneshot); });
         printf("read     %-8s alone     %8.1f us %8.1f MB %7.0f GB/s %5.1f%%\n", G[gi].name, us,
                ob[gi] / 1e6, ob[gi] / us / 1e3, 100.0 * ob[gi] / us / 1e3 / g_bw);
         step_mb += L * ob[gi] / 1e6;
@@ -642,13 +641,9 @@ static void read_ceiling() {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeThreadLocal));
-    for (int l = 0; l < L; l++) {
-        size_t off = 0;
-        for (int gi = 0; gi < 4; gi++) {
-            launch_read(buf + l * layer + off, ob[gi], sink, grid, oneshot);
-            off += ob[gi];
-        }
-    }
+    for (int l = 0; l < L; l++)
+        for (int gi = 0; gi < 4; gi++)
+            launch_read(buf + l * layer + at[gi], ob[gi], sink, grid, oneshot);
     CK(cudaStreamEndCapture(g_st, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
     double us = time_us([&](int) { CK(cudaGraphLaunch(exec, g_st)); }, 3, 60);
@@ -816,7 +811,8 @@ int main(int argc, char **argv) {
         g_trace = argc > 2;
         whole_step(16, 64, 3);
         read_ceiling();
-        kt_stop();
+        if (g_trace)
+            kt_stop();
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--green")) {

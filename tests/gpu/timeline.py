@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""tests/gpu/timeline.py — read a kernel timeline (bench_decode_cuda --trace CSV) and say
-where a decode step's time goes when kernels overlap.
+"""tests/gpu/timeline.py — read a kernel timeline (bench_decode_cuda --trace CSV, or
+bench_lora_cuda --step CSV with --ops) and say where a decode step's time goes when kernels
+overlap.
 
 For each workload label: the steps (each ends with the sampling kernel k_sample_draw), and
 for the median step: its span, the busy time and kernel sum of each stream, the main
@@ -13,6 +14,14 @@ GEMMs (most kernel time).
 --layer N also lists, for the median step, every kernel from the N-th attention kernel to the
 next one (one decoder layer, from its attention on) in start order: start and end in us from
 the window's start, stream, name; so the critical path through a layer can be read off.
+
+    python3 tests/gpu/timeline.py --ops trace.csv [label ...]
+
+--ops reads bench_lora_cuda's trace instead (9 replays of a graph of the LoRA ops alone per
+label, such as "ours" or "read"): the replay of median span cut into 128 ops (32 layers x
+qkv, o, gate_up, down); per group and kernel position within the op, the median duration,
+the median start relative to the previous kernel's end (negative: it overlapped), and the
+op's period (its last kernel's end minus the previous op's). Times in us.
 """
 import collections
 import csv
@@ -100,12 +109,50 @@ def report(label, rows, layer=None):
             print(f"    {t / 1e3:8.1f} us {cnt[k]:4d}x {t / cnt[k] / 1e3:7.2f} us  {k}")
 
 
+GROUPS = ("qkv", "o", "gate_up", "down")
+OPS = 32 * len(GROUPS)
+REPLAYS = 9
+
+
+def ops_report(label, rows):
+    ks = sorted(rows, key=lambda r: r[1])
+    if not ks or len(ks) % (REPLAYS * OPS):
+        print(f"{label}: {len(ks)} kernels, not {REPLAYS} replays of {OPS} ops")
+        return
+    n = len(ks) // REPLAYS
+    steps = [ks[i * n:(i + 1) * n] for i in range(REPLAYS)]
+    spans = [s[-1][2] - s[0][1] for s in steps]
+    step = steps[sorted(range(REPLAYS), key=lambda i: spans[i])[REPLAYS // 2]]
+    per = n // OPS  # kernels per op
+    print(f"\n== {label}: step span {statistics.median(spans) / 1e3:.1f} us (median of "
+          f"{REPLAYS}), {per} kernel(s) per op")
+    print(f"{'group':8} {'kernel':24} {'dur':>7} {'start-prev_end':>15} {'op period':>10}")
+    total = 0.0
+    for g, gname in enumerate(GROUPS):
+        ops = range(g, OPS, len(GROUPS))
+        period = [step[i * per + per - 1][2] - step[i * per - 1][2] for i in ops if i > 0]
+        for q in range(per):
+            dur = [step[i * per + q][2] - step[i * per + q][1] for i in ops]
+            lead = [step[i * per + q][1] - step[i * per + q - 1][2] for i in ops if i * per + q > 0]
+            op = f"{statistics.median(period) / 1e3:10.2f}" if q == per - 1 else ""
+            print(f"{gname:8} {short(step[g * per + q][3])[:24]:24} "
+                  f"{statistics.median(dur) / 1e3:7.2f} {statistics.median(lead) / 1e3:15.2f} {op}")
+        total += statistics.median(period)
+    print(f"sum of the groups' median periods x 32: {total * 32 / 1e3:.1f} us")
+
+
 def main():
     args = sys.argv[1:]
-    layer = None
+    layer, ops = None, False
     if args[:1] == ["--layer"]:
         layer = int(args[1])
         args = args[2:]
+    elif args[:1] == ["--ops"]:
+        ops = True
+        args = args[1:]
+    if not args:
+        print(__doc__)
+        return 2
     path = args[0]
     want = args[1:]
     by_label = collections.defaultdict(list)
@@ -116,8 +163,12 @@ def main():
                                              int(r["end_ns"]), r["name"]))
     for label, rows in by_label.items():
         if not want or label in want:
-            report(label, rows, layer)
+            if ops:
+                ops_report(label, rows)
+            else:
+                report(label, rows, layer)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
