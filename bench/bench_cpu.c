@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
     if (!b.m)
         bench_die("bench_cpu", "model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
-    ls_lora_pool_config_t pc = {o.n_adapters, RANK, o.n_adapters, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {o.n_adapters, RANK, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
         bench_die("bench_cpu", "pool", err);
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
                              (unsigned)a + 1) != 0)
             bench_die("bench_cpu", "writing an adapter", path);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, RANK, err, sizeof err);
-        if (!ad || ls_lora_pool_add(b.pool, name, &ad, false, NULL, 0, err, sizeof err) != 0)
+        if (!ad || ls_lora_pool_add_adapter(b.pool, name, &ad, false, err, sizeof err) != 0)
             bench_die("bench_cpu", name, err);
         ids[a] = strdup(name);
     }

@@ -215,7 +215,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     t0 = bench_now();
-    ls_lora_pool_config_t pc = {32, RANK, 32, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {32, RANK, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
         bench_die("bench_decode_cuda", "pool", err);
@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
         if (!ad)
             bench_die("bench_decode_cuda", name, err);
         adapter_elems = ls_adapter_bytes(ad) / sizeof(float);
-        if (ls_lora_pool_add(b.pool, ids[a], &ad, false, NULL, 0, err, sizeof err) != 0)
+        if (ls_lora_pool_add_adapter(b.pool, ids[a], &ad, false, err, sizeof err) != 0)
             bench_die("bench_decode_cuda", ids[a], err);
     }
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a

@@ -109,7 +109,7 @@ static void *s_rank(void *arg) {
         goto out;
     const ls_model_config_t *cfg = ls_model_config(m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = N_ADAPTERS, .max_lora_rank = RANK,
-                                .max_loaded_loras = N_ADAPTERS, .tp_rank = r, .tp_size = g->size};
+                                .tp_rank = r, .tp_size = g->size};
     if (!(pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
         goto out;
     const char *ids[N_SEQS];
@@ -118,7 +118,7 @@ static void *s_rank(void *arg) {
         snprintf(names[k], sizeof names[k], "id%d", k);
         snprintf(path, sizeof path, "%s/adapter", g->adapter_dir);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, RANK, err, errlen);
-        if (!ad || ls_lora_pool_add(pool, names[k], &ad, false, NULL, 0, err, errlen) != 0) {
+        if (!ad || ls_lora_pool_add_adapter(pool, names[k], &ad, false, err, errlen) != 0) {
             ls_adapter_destroy(&ad);
             goto out;
         }

@@ -45,6 +45,12 @@ typedef struct {
     ls_dtype_t storage; // element type of data, the backend's choice (CPU: always f32)
 } ls_buffer_t;
 
+// A piece of host memory: the source of an upload made of several.
+typedef struct {
+    const void *p;
+    size_t bytes;
+} ls_host_span_t;
+
 // Completion of asynchronous uploads, made by the backend (opaque).
 typedef struct ls_event ls_event_t;
 
@@ -103,13 +109,19 @@ struct ls_backend {
     // NULL on failure. An event never recorded counts as complete.
     ls_event_t *(*event_new)(ls_backend_t *self);
     void (*event_free)(ls_backend_t *self, ls_event_t *ev);
-    // Copies rows x n elements from src (host_alloc memory, dst's storage dtype, rows packed)
-    // to dst, rows dst_stride elements apart, then records ev (NULL: none). Ordered after
-    // every op queued before it (it never overwrites what a queued op still reads); ops
-    // queued after it do not wait for it unless they event_wait. src must stay untouched
-    // until ev completes. -1 when the copy could not be queued.
+    // Copies a packed image into dst with zero padding, as ls_pad_copy (kernels/ops.h): for
+    // row i < rows, chunk j < chunks, c < dst_chunk, dst[i*dst_stride + j*dst_chunk + c] =
+    // c < w ? image[(i*chunks + j)*w + c] : 0. The image (rows*chunks*w elements of dst's
+    // storage dtype) is given as nspan pieces of host_alloc memory, in order; w 0 zero-fills.
+    // Then records ev (NULL: none). Ordered after every op queued before it (it never
+    // overwrites what a queued op still reads); ops queued after it do not wait for it unless
+    // they event_wait. The pieces must stay untouched until ev completes. A device backend
+    // sends only the image over the bus and pads on the device, through a staging area it
+    // grows when an image is larger than any before (a synchronous allocation, rare).
+    // -1 when the copy could not be queued.
     int (*buffer_upload_async)(ls_backend_t *self, ls_view_t dst, size_t dst_stride,
-                               const void *src, size_t n, size_t rows, ls_event_t *ev);
+                               size_t dst_chunk, const ls_host_span_t *src, int nspan, size_t w,
+                               size_t chunks, size_t rows, ls_event_t *ev);
     // Ops queued from now on start after the uploads ev last recorded; the host goes on.
     void (*event_wait)(ls_backend_t *self, ls_event_t *ev);
     // The host waits for the uploads ev last recorded; -1 on a device fault.

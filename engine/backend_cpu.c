@@ -145,10 +145,25 @@ static void s_event_free(ls_backend_t *self, ls_event_t *ev) {
 }
 
 static int s_buffer_upload_async(ls_backend_t *self, ls_view_t dst, size_t dst_stride,
-                                 const void *src, size_t n, size_t rows, ls_event_t *ev) {
-    assert(rows == 0 || dst.off + (rows - 1) * dst_stride + n <= dst.buf->n);
-    for (size_t i = 0; i < rows; i++)
-        memcpy(s_f32(dst) + i * dst_stride, (const float *)src + i * n, n * sizeof(float));
+                                 size_t dst_chunk, const ls_host_span_t *src, int nspan, size_t w,
+                                 size_t chunks, size_t rows, ls_event_t *ev) {
+    assert(rows == 0 || dst.off + (rows - 1) * dst_stride + chunks * dst_chunk <= dst.buf->n);
+    size_t bytes = rows * chunks * w * sizeof(float);
+    const void *image = nspan > 0 ? src[0].p : NULL;
+    void *joined = NULL;
+    if (w && nspan > 1) {  // the reference reads one packed array
+        if (!(joined = malloc(bytes)))
+            return -1;
+        size_t at = 0;
+        for (int i = 0; i < nspan && at < bytes; i++) {
+            size_t n = src[i].bytes < bytes - at ? src[i].bytes : bytes - at;
+            memcpy((char *)joined + at, src[i].p, n);
+            at += n;
+        }
+        image = joined;
+    }
+    ls_pad_copy(s_f32(dst), image, sizeof(float), w, chunks, rows, dst_chunk, dst_stride);
+    free(joined);
     return 0;
 }
 

@@ -9,8 +9,9 @@
 
     Asynchronous uploads (the slot pool's loads) go on a second stream, `upload`: each one
     first waits on an event recorded on the compute stream at the call (so it never
-    overwrites a slot that queued work still reads), then copies with cudaMemcpy2DAsync from
-    pinned memory, then records the caller's event. event_wait puts that event in front of
+    overwrites a slot that queued work still reads), then copies the packed image from pinned
+    memory into a staging area and pads it into the slot's layout there (ls_cu_pad_copy), so
+    the bus carries the adapter's own rank only, then records the caller's event. event_wait puts that event in front of
     the compute stream's next ops once; an event the compute stream already waited on is
     not waited on again (one compute stream: its later work is ordered anyway).
 
@@ -94,6 +95,7 @@ typedef struct {
     int side_sms_big_default;
     int blas_sms;           // cuBLAS's SM count target now (0: all)
     cudaStream_t upload;   // buffer_upload_async
+    s_dev_t up_stage;      // the images of buffer_upload_async, padded from here on the device
     cudaEvent_t queued;    // compute work queued before an async upload
     cublasHandle_t blas;
     cudaError_t sticky; // first error seen; cudaSuccess while all is well
@@ -214,7 +216,7 @@ static float *s_f32(ls_view_t v) {
 static void s_free(ls_backend_t *self) {
     s_cuda_t *c = s_ctx(self);
     cudaStreamSynchronize(c->main);
-    s_dev_t *devs[] = {&c->stage, &c->xconv,     &c->d_meta,    &c->d_smp,
+    s_dev_t *devs[] = {&c->up_stage, &c->stage, &c->xconv,     &c->d_meta,    &c->d_smp,
                        &c->lp,    &c->mark,      &c->sorted_lp, &c->sorted_id,
                        &c->iota,  &c->sort_temp};
     for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++)
@@ -379,16 +381,36 @@ static void s_event_free(ls_backend_t *self, ls_event_t *ev) {
 }
 
 static int s_buffer_upload_async(ls_backend_t *self, ls_view_t dst, size_t dst_stride,
-                                 const void *src, size_t n, size_t rows, ls_event_t *ev) {
+                                 size_t dst_chunk, const ls_host_span_t *src, int nspan, size_t w,
+                                 size_t chunks, size_t rows, ls_event_t *ev) {
     s_cuda_t *c = s_ctx(self);
-    assert(dst.buf && (rows == 0 || dst.off + (rows - 1) * dst_stride + n <= dst.buf->n));
-    size_t es = s_esize(dst.buf->dtype);
+    assert(dst.buf && (rows == 0 || dst.off + (rows - 1) * dst_stride + chunks * dst_chunk <= dst.buf->n));
+    size_t es = s_esize(dst.buf->dtype), bytes = rows * chunks * w * es;
     cudaError_t e;
     assert(!c->on_side);
+    // Growing the staging area frees the old one, which the upload stream may still read:
+    // cudaFree waits for the device, and this happens only for an image larger than any before.
+    if (bytes > c->up_stage.cap &&
+        (s_note(c, cudaStreamSynchronize(c->upload)), s_dev_reserve(c, &c->up_stage, bytes) < 0))
+        return -1;
     if ((e = cudaEventRecord(c->queued, c->stream)) != cudaSuccess ||
-        (e = cudaStreamWaitEvent(c->upload, c->queued, 0)) != cudaSuccess ||
-        (rows && (e = cudaMemcpy2DAsync(s_ptr(dst), dst_stride * es, src, n * es, n * es, rows,
-                                        cudaMemcpyHostToDevice, c->upload)) != cudaSuccess) ||
+        (e = cudaStreamWaitEvent(c->upload, c->queued, 0)) != cudaSuccess) {
+        s_note(c, e);
+        return -1;
+    }
+    size_t at = 0;
+    for (int i = 0; i < nspan && at < bytes; i++) {
+        size_t n = src[i].bytes < bytes - at ? src[i].bytes : bytes - at;
+        if ((e = cudaMemcpyAsync((char *)c->up_stage.p + at, src[i].p, n, cudaMemcpyHostToDevice,
+                                 c->upload)) != cudaSuccess) {
+            s_note(c, e);
+            return -1;
+        }
+        at += n;
+    }
+    assert(at == bytes);
+    if ((e = ls_cu_pad_copy(s_ptr(dst), c->up_stage.p, es, w, chunks, rows, dst_chunk, dst_stride,
+                            c->upload)) != cudaSuccess ||
         (ev && (e = cudaEventRecord(ev->e, c->upload)) != cudaSuccess)) {
         s_note(c, e);
         return -1;

@@ -1,33 +1,30 @@
 /*  engine/lora_pool.c — see lora_pool.h.
 
-    The CPU tier is a fixed array of max_loaded_loras entries (a NULL id marks a free one),
-    so entry indices stay stable and slots can refer to them. Lookups are linear scans:
-    a prepare looks up each distinct id of the batch once (repeats hit the short list of the
-    batch's distinct entries first), which stays cheap for the few thousand adapters a
-    worker holds; a hash would be the next step past that.
+    The host tier is an arena of equal pages made once (host_alloc: pinned on CUDA). An image
+    is a list of pages holding one packed stream of elements in the slots' storage dtype: for
+    each group the adapter targets, in group order, A as (L, n_slices, r, in) then B as
+    (L, out_total, r), r the adapter's rank and in/out the rank's shard. A slot load hands the
+    backend each region as the page pieces it spans (buffer_upload_async), which pads it to
+    r_max on the device; groups the adapter does not target are zero-filled there. Pages
+    make every image fit wherever pages are free (no fragmentation), and a page size of
+    about 1/64 of the largest image keeps the rounding loss small for small adapters.
+
+    Entries (adapters in the tier) sit in an array whose indices stay stable, so slots can
+    refer to them; an open-addressing hash maps ids to entries, since a worker looks up
+    every item of every step and may hold thousands of adapters.
 
     Time is a tick counter bumped by every add and prepare: LRU compares the tick of last
-    use, FIFO the tick of loading (into the slot, or into the CPU tier).
-
-    The CPU tier stores each adapter as its slot image: for every enabled group, A then B,
-    each (L, slot block) in the slots' storage dtype with the r_max padding, the folded
-    scalings and the rank's shard already applied, in host_alloc (pinned) memory. A slot load
-    is then one strided copy per group and A/B (8 with all targets; the slot's block of
-    layer l sits l * n_slots blocks into the buffer) on the backend's upload stream, and the
-    slot's event records its end. The forward waits on the events of the slots its step
-    reads (ls_lora_pool_step_wait), nothing else, so a load into another slot overlaps it.
-    Host copies are freed only after every upload in flight (one of them may read it).
-
-    Known limit: the slot image holds the whole r_max-padded A and B blocks (zeros past the
-    adapter's rank included), so an adapter of rank r costs r_max/r times its own bytes in
-    host memory and on the bus; a 3-D copy could send only the used rows and columns.
+    use, FIFO the tick of loading (into the slot). Pages go back only after every upload in
+    flight (one of them may read them).
 */
 #include "lora_pool.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ls_err.h"
 
@@ -43,15 +40,27 @@ static const struct {
 };
 
 #define S_ALL_TARGETS ((1u << LS_TARGET_COUNT) - 1)
+#define S_PAGE_MIN ((size_t)64 << 10)
+#define S_PAGE_MAX ((size_t)2 << 20)
+#define S_DEFAULT_ADAPTERS 64  // the default tier: this many adapters of max_lora_rank
+
+struct ls_lora_image {
+    int rank;              // the slot rank: the adapter's largest module rank
+    float scaling;         // the slot scaling: the common one, or 1 when folded into B
+    unsigned groups;       // bit g: the image holds group g
+    size_t a_off[LS_LORA_GROUP_COUNT], b_off[LS_LORA_GROUP_COUNT];  // element offsets
+    size_t n;              // elements
+    size_t bytes;          // whole pages
+    int n_pages;
+    int32_t pages[];       // (n_pages) arena pages, in stream order
+};
 
 typedef struct {
     char *id;              // NULL: free entry
-    void *host;            // slot image (host_n elements of the slots' storage dtype)
+    ls_lora_image_t *img;
     bool pinned;
-    int rank;              // the slot rank: the adapter's largest module rank
-    float scaling;         // the slot scaling: the common one, or 1 when folded into B
     int slot;              // -1 when not resident
-    uint64_t added, used;  // ticks
+    uint64_t used;         // tick
 } s_entry_t;
 
 typedef struct {
@@ -74,20 +83,29 @@ struct ls_lora_pool {
     ls_lora_group_shape_t shape[LS_LORA_GROUP_COUNT];
     ls_buffer_t *a[LS_LORA_GROUP_COUNT];    // (L, n_slots, n_slices*r_max, in), NULL: off
     ls_buffer_t *b[LS_LORA_GROUP_COUNT];    // (L, n_slots, out_total, r_max)
-    size_t host_a[LS_LORA_GROUP_COUNT];     // element offsets of A (L, a block) and
-    size_t host_b[LS_LORA_GROUP_COUNT];     // B (L, b block) in a slot image
-    size_t host_n;                          // elements of a slot image
     ls_dtype_t storage;                     // the slots' storage dtype (the backend's)
     size_t esize;                           // its bytes per element
     ls_event_t **events;                    // (n_slots) end of each slot's last load
-    s_entry_t *entries;                     // (max_loaded_loras)
+    // the host tier's arena: image_new/image_destroy may run on another thread
+    char *arena;
+    size_t page;
+    int n_pages;
+    pthread_mutex_t lock;                   // guards free_pages / n_free
+    int32_t *free_pages;                    // (n_pages) a stack
+    int n_free;
+    ls_host_span_t *spans;                  // upload scratch: the pages of one region
+    int max_image_pages;
+    // entries
+    s_entry_t *entries;                     // (cap_entries)
+    int cap_entries, n_live;
+    int *hash;                              // (hash_cap) entry index, -1 empty, -2 deleted
+    int hash_cap, hash_used;                // used: live + deleted
     s_slot_t *slots;                        // (n_slots)
     int32_t *ranks;                         // (n_slots)
     float *scalings;                        // (n_slots)
     int *cur;                               // entries of the batch last prepared
     int n_cur;
     int *next;                              // scratch for the batch being prepared
-    float *stage_a, *stage_b;               // one slot of the largest group's A and B
     uint64_t tick;
     ls_lora_pool_stats_t stats;
 };
@@ -116,6 +134,302 @@ static bool s_in(const int *list, int n, int x) {
     return false;
 }
 
+// Element counts of group g's regions in an image of rank r.
+static size_t s_img_a_n(const ls_lora_pool_t *self, int g, int r) {
+    const ls_lora_group_shape_t *s = &self->shape[g];
+    return (size_t)self->cfg.num_hidden_layers * s->n_slices * r * s->in;
+}
+
+static size_t s_img_b_n(const ls_lora_pool_t *self, int g, int r) {
+    const ls_lora_group_shape_t *s = &self->shape[g];
+    return (size_t)self->cfg.num_hidden_layers * s->slice_offsets[s->n_slices] * r;
+}
+
+// Elements of an image of rank r holding the groups in mask.
+static size_t s_img_n(const ls_lora_pool_t *self, unsigned groups, int r) {
+    size_t n = 0;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
+        if (groups & (1u << g))
+            n += s_img_a_n(self, g, r) + s_img_b_n(self, g, r);
+    return n;
+}
+
+static unsigned s_enabled_groups(const ls_lora_pool_t *self) {
+    unsigned m = 0;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
+        m |= self->a[g] ? 1u << g : 0;
+    return m;
+}
+
+static size_t s_pages_for(const ls_lora_pool_t *self, size_t elements) {
+    return (elements * self->esize + self->page - 1) / self->page;
+}
+
+// -- ids -> entries -----------------------------------------------------------------------
+
+static size_t s_hash_of(const char *id) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (; *id; id++)
+        h = (h ^ (unsigned char)*id) * 1099511628211ull;
+    return (size_t)h;
+}
+
+static int s_find(const ls_lora_pool_t *self, const char *id) {
+    size_t mask = (size_t)self->hash_cap - 1;
+    for (size_t i = s_hash_of(id) & mask;; i = (i + 1) & mask) {
+        int e = self->hash[i];
+        if (e == -1)
+            return -1;
+        if (e >= 0 && strcmp(self->entries[e].id, id) == 0)
+            return e;
+    }
+}
+
+static void s_hash_put(ls_lora_pool_t *self, int e) {
+    size_t mask = (size_t)self->hash_cap - 1;
+    size_t i = s_hash_of(self->entries[e].id) & mask;
+    while (self->hash[i] >= 0)
+        i = (i + 1) & mask;
+    self->hash_used += self->hash[i] == -1;
+    self->hash[i] = e;
+}
+
+// Rebuilds the table with room for twice the live entries plus one; -1 when out of memory.
+static int s_hash_rebuild(ls_lora_pool_t *self) {
+    int cap = 16;
+    while (cap < 4 * (self->n_live + 1))
+        cap *= 2;
+    int *h = malloc((size_t)cap * sizeof *h);
+    if (!h)
+        return -1;
+    free(self->hash);
+    self->hash = h;
+    self->hash_cap = cap;
+    self->hash_used = 0;
+    for (int i = 0; i < cap; i++)
+        h[i] = -1;
+    for (int e = 0; e < self->cap_entries; e++)
+        if (self->entries[e].id)
+            s_hash_put(self, e);
+    return 0;
+}
+
+static void s_hash_del(ls_lora_pool_t *self, int e) {
+    size_t mask = (size_t)self->hash_cap - 1;
+    for (size_t i = s_hash_of(self->entries[e].id) & mask; self->hash[i] != -1; i = (i + 1) & mask)
+        if (self->hash[i] == e) {
+            self->hash[i] = -2;
+            return;
+        }
+}
+
+// -- the arena ------------------------------------------------------------------------------
+
+size_t ls_lora_pool_host_bytes_default(const ls_model_config_t *cfg, const ls_lora_pool_config_t *pc) {
+    unsigned mask = pc->target_mask ? pc->target_mask : S_ALL_TARGETS;
+    int in, out;
+    size_t per_rank = 0;  // elements per unit of rank, whole model (unsharded: the larger case)
+    for (int t = 0; t < LS_TARGET_COUNT; t++)
+        if (mask & (1u << t)) {
+            ls_model_config_target_dims(cfg, (ls_target_t)t, &in, &out);
+            per_rank += (size_t)in + (size_t)out;
+        }
+    size_t want = (size_t)S_DEFAULT_ADAPTERS * per_rank * (size_t)cfg->num_hidden_layers *
+                  (size_t)pc->max_lora_rank * ls_dtype_size(cfg->torch_dtype);
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    size_t cap = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize / 4 : want;
+    return want < cap ? want : cap;
+}
+
+size_t ls_lora_pool_image_max_bytes(const ls_lora_pool_t *self) {
+    return (size_t)self->max_image_pages * self->page;
+}
+
+void ls_lora_pool_image_destroy(ls_lora_pool_t *self, ls_lora_image_t **image_p) {
+    if (!image_p || !*image_p)
+        return;
+    ls_lora_image_t *img = *image_p;
+    pthread_mutex_lock(&self->lock);
+    for (int i = 0; i < img->n_pages; i++)
+        self->free_pages[self->n_free++] = img->pages[i];
+    pthread_mutex_unlock(&self->lock);
+    free(img);
+    *image_p = NULL;
+}
+
+size_t ls_lora_image_bytes(const ls_lora_image_t *image) {
+    return image ? image->bytes : 0;
+}
+
+int ls_lora_image_rank(const ls_lora_image_t *image) {
+    return image ? image->rank : 0;
+}
+
+// Writes bytes into an image's stream at its cursor, across pages.
+typedef struct {
+    ls_lora_pool_t *pool;
+    ls_lora_image_t *img;
+    size_t at;  // bytes written
+} s_writer_t;
+
+static void s_put(s_writer_t *w, const void *src, size_t bytes) {
+    size_t page = w->pool->page;
+    while (bytes) {
+        size_t in = w->at % page, n = page - in < bytes ? page - in : bytes;
+        memcpy(w->pool->arena + (size_t)w->img->pages[w->at / page] * page + in, src, n);
+        src = (const char *)src + n;
+        w->at += n;
+        bytes -= n;
+    }
+}
+
+// Narrows n fp32 values to the slots' storage dtype (rounding to nearest even, as a
+// device-side conversion would) into dst.
+static void s_store(const ls_lora_pool_t *self, void *dst, const float *src, size_t n) {
+    ls_dtype_t dt = self->storage;
+    if (dt == LS_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++)
+        h[i] = dt == LS_DTYPE_BF16 ? ls_bf16_from_f32(src[i]) : ls_f16_from_f32(src[i]);
+}
+
+// Writes group g of adapter into the stream: A (L, n_slices, r, in) then B (L, out_total, r),
+// zero rows / columns for modules of smaller rank and untouched targets. row: scratch of
+// max(in, r) fp32 values and as many storage elements after them.
+static void s_image_group(s_writer_t *w, const ls_adapter_t *adapter, int g, int r, bool uniform,
+                          float *row, void *out) {
+    ls_lora_pool_t *self = w->pool;
+    const ls_lora_group_shape_t *s = &self->shape[g];
+    int L = self->cfg.num_hidden_layers;
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < s->n_slices; k++) {
+            ls_target_t t = s_group_def[g].t[k];
+            const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
+            const s_window_t *win = &self->win[t];
+            int in_all, out_all;
+            ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
+            for (int j = 0; j < r; j++) {
+                if (j < lw->rank)  // A (rank, in_all): columns in0 .. in0 + in - 1
+                    s_store(self, out, lw->A + (size_t)j * in_all + win->in0, (size_t)s->in);
+                else
+                    memset(out, 0, (size_t)s->in * self->esize);
+                s_put(w, out, (size_t)s->in * self->esize);
+            }
+        }
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < s->n_slices; k++) {
+            ls_target_t t = s_group_def[g].t[k];
+            const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
+            const s_window_t *win = &self->win[t];
+            float fold = uniform ? 1.0f : lw->scaling;
+            for (int o = 0; o < win->n_out; o++) {  // B (out_all, rank): rows out0 ..
+                for (int j = 0; j < r; j++)
+                    row[j] = j < lw->rank ? lw->B[(size_t)(win->out0 + o) * lw->rank + j] * fold : 0.0f;
+                s_store(self, out, row, (size_t)r);
+                s_put(w, out, (size_t)r * self->esize);
+            }
+        }
+}
+
+// Names the targets in mask, "q_proj, v_proj", into buf.
+static const char *s_target_list(unsigned mask, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < LS_TARGET_COUNT && n < len; t++)
+        if (mask & (1u << t))
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "",
+                                  ls_target_name((ls_target_t)t));
+    return buf;
+}
+
+ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t *adapter,
+                                        bool *full, char *err, size_t errlen) {
+    if (full)
+        *full = false;
+    ls_adapter_info_t info = ls_adapter_info(adapter);
+    if (info.max_rank > self->pc.max_lora_rank) {
+        ls_err_set(err, errlen, "LoRA pool: the adapter has rank %d, above max_lora_rank %d",
+                   info.max_rank, self->pc.max_lora_rank);
+        return NULL;
+    }
+    if (info.target_mask & ~self->enabled) {
+        char names[128];
+        ls_err_set(err, errlen,
+                   "LoRA pool: the adapter targets %s, which lora_target_modules does not enable",
+                   s_target_list(info.target_mask & ~self->enabled, names, sizeof names));
+        return NULL;
+    }
+    bool uniform = true, first = true;
+    float scaling = 0.0f;
+    for (int l = 0; l < self->cfg.num_hidden_layers; l++)
+        for (int t = 0; t < LS_TARGET_COUNT; t++) {
+            const ls_lora_weights_t *w = ls_adapter_layer_target(adapter, l, t);
+            if (w->rank == 0)
+                continue;
+            if (first)
+                scaling = w->scaling;
+            uniform &= first || w->scaling == scaling;
+            first = false;
+        }
+    unsigned groups = 0;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
+        for (int k = 0; k < s_group_def[g].n; k++)
+            groups |= info.target_mask & (1u << s_group_def[g].t[k]) ? 1u << g : 0;
+    int r = info.max_rank;
+    size_t n = s_img_n(self, groups, r), need = s_pages_for(self, n);
+    ls_lora_image_t *img = calloc(1, sizeof *img + need * sizeof img->pages[0]);
+    int in_max = 1;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
+        in_max = self->shape[g].in > in_max ? self->shape[g].in : in_max;
+    size_t scratch = (size_t)(in_max > r ? in_max : r);
+    float *row = malloc(scratch * (sizeof(float) + self->esize));
+    if (!img || !row) {
+        free(img);
+        free(row);
+        ls_err_set(err, errlen, "LoRA pool: out of memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&self->lock);
+    bool fits = (size_t)self->n_free >= need;
+    size_t free_bytes = (size_t)self->n_free * self->page;
+    for (size_t i = 0; fits && i < need; i++)
+        img->pages[i] = self->free_pages[--self->n_free];
+    pthread_mutex_unlock(&self->lock);
+    if (!fits) {
+        free(img);
+        free(row);
+        if (full)
+            *full = true;
+        ls_err_set(err, errlen,
+                   "LoRA pool: the host tier is full: the adapter needs %.1f MB, %.1f MB of %.1f MB are free",
+                   (double)(need * self->page) / 1e6, (double)free_bytes / 1e6,
+                   (double)((size_t)self->n_pages * self->page) / 1e6);
+        return NULL;
+    }
+    img->n_pages = (int)need;
+    img->bytes = need * self->page;
+    img->rank = r;
+    img->scaling = uniform ? scaling : 1.0f;
+    img->groups = groups;
+    img->n = n;
+    s_writer_t w = {.pool = self, .img = img};
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+        if (!(groups & (1u << g)))
+            continue;
+        img->a_off[g] = w.at / self->esize;
+        img->b_off[g] = img->a_off[g] + s_img_a_n(self, g, r);
+        s_image_group(&w, adapter, g, r, uniform, row, row + scratch);
+    }
+    assert(w.at == n * self->esize);
+    free(row);
+    return img;
+}
+
+// -- the pool -------------------------------------------------------------------------------
+
 ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
                                  const ls_lora_pool_config_t *pc, char *err, size_t errlen) {
     unsigned mask = pc->target_mask ? pc->target_mask : S_ALL_TARGETS;
@@ -123,14 +437,11 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     if (ls_model_config_shard(cfg, pc->tp_size > 1 ? pc->tp_rank : 0,
                               pc->tp_size > 1 ? pc->tp_size : 1, &shard, err, errlen) != 0)
         return NULL;
-    if (pc->max_loras_per_batch < 1 || pc->max_lora_rank < 1 ||
-        pc->max_loaded_loras < pc->max_loras_per_batch || (mask & ~S_ALL_TARGETS)) {
+    if (pc->max_loras_per_batch < 1 || pc->max_lora_rank < 1 || (mask & ~S_ALL_TARGETS)) {
         ls_err_set(err, errlen,
                    "LoRA pool: need max_loras_per_batch >= 1 (got %d), max_lora_rank >= 1 "
-                   "(got %d), max_loaded_loras >= max_loras_per_batch (got %d) and target "
-                   "bits within the seven targets (got 0x%x)",
-                   pc->max_loras_per_batch, pc->max_lora_rank, pc->max_loaded_loras,
-                   pc->target_mask);
+                   "(got %d) and target bits within the seven targets (got 0x%x)",
+                   pc->max_loras_per_batch, pc->max_lora_rank, pc->target_mask);
         return NULL;
     }
     ls_lora_pool_t *self = calloc(1, sizeof *self);
@@ -138,6 +449,7 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         ls_err_set(err, errlen, "LoRA pool: out of memory");
         return NULL;
     }
+    pthread_mutex_init(&self->lock, NULL);
     self->be = be;
     self->cfg = *cfg;
     self->pc = *pc;
@@ -148,23 +460,19 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     }
     self->n_slots = pc->max_loras_per_batch + 1;
     int n_slots = self->n_slots, L = cfg->num_hidden_layers;
-    self->entries = calloc((size_t)pc->max_loaded_loras, sizeof *self->entries);
     self->slots = calloc((size_t)n_slots, sizeof *self->slots);
     self->ranks = calloc((size_t)n_slots, sizeof *self->ranks);
     self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
     self->cur = calloc((size_t)n_slots, sizeof *self->cur);
     self->next = calloc((size_t)n_slots, sizeof *self->next);
     self->events = calloc((size_t)n_slots, sizeof *self->events);
-    bool ok = self->entries && self->slots && self->ranks && self->scalings && self->cur &&
-              self->next && self->events;
+    bool ok = self->slots && self->ranks && self->scalings && self->cur && self->next &&
+              self->events && s_hash_rebuild(self) == 0;
     for (int w = 0; ok && w < n_slots; w++)
         ok = (self->events[w] = be->event_new(be)) != NULL;
-    for (int i = 0; ok && i < pc->max_loaded_loras; i++)
-        self->entries[i].slot = -1;
     for (int w = 0; ok && w < n_slots; w++)
         self->slots[w].entry = -1;
 
-    size_t stage_a = 0, stage_b = 0;
     for (int g = 0; ok && g < LS_LORA_GROUP_COUNT; g++) {
         ls_lora_group_shape_t *s = &self->shape[g];
         s->n_slices = s_group_def[g].n;
@@ -176,8 +484,6 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         if (!(mask & s_group_mask(g)))
             continue;
         size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
-        stage_a = an > stage_a ? an : stage_a;
-        stage_b = bn > stage_b ? bn : stage_b;
         // Slots hold adapters in the base model's dtype (bf16 for a bf16 model, as PEFT runs
         // them with it): on a GPU the decode step reads every slot's A and B, so half the
         // bytes is half the time. The CPU backend stores f32 whatever is asked.
@@ -187,25 +493,50 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         if (ok) {
             self->storage = self->a[g]->storage;
             self->esize = ls_dtype_size(self->storage);
-            self->host_a[g] = self->host_n;
-            self->host_b[g] = self->host_a[g] + (size_t)L * an;
-            self->host_n = self->host_b[g] + (size_t)L * bn;
             // zero, so that slot 0 and never-filled slots hold finite values a kernel
             // that ignores the rank-0 rule would still read harmlessly
             be->buffer_zero(be, ls_view(self->a[g], 0), self->a[g]->n);
             be->buffer_zero(be, ls_view(self->b[g], 0), self->b[g]->n);
         }
     }
-    if (ok) {
-        self->stage_a = malloc(stage_a * sizeof(float));
-        self->stage_b = malloc(stage_b * sizeof(float));
-        ok = self->stage_a && self->stage_b;
-    }
     if (!ok) {
         ls_lora_pool_destroy(&self);
         ls_err_set(err, errlen, "LoRA pool: out of memory for %d slots of rank %d",
                    pc->max_loras_per_batch, pc->max_lora_rank);
+        return NULL;
     }
+    // The arena: pages of about 1/64 of the largest image, a power of two in [64 KiB, 2 MiB].
+    size_t max_bytes = s_img_n(self, s_enabled_groups(self), pc->max_lora_rank) * self->esize;
+    self->page = S_PAGE_MIN;
+    while (self->page < S_PAGE_MAX && self->page * 64 < max_bytes)
+        self->page *= 2;
+    self->max_image_pages = (int)s_pages_for(self, max_bytes / self->esize);
+    size_t host = pc->host_bytes ? pc->host_bytes : ls_lora_pool_host_bytes_default(cfg, pc);
+    size_t n_pages = host / self->page;
+    if (n_pages < (size_t)self->max_image_pages || n_pages > INT32_MAX) {
+        if (n_pages > INT32_MAX)
+            ls_err_set(err, errlen, "LoRA pool: a host tier of %zu bytes is too large (pages of %zu bytes)",
+                       host, self->page);
+        else
+            ls_err_set(err, errlen,
+                       "LoRA pool: a host tier of %zu bytes cannot hold one adapter of rank %d on every "
+                       "enabled target (%zu bytes)", host, pc->max_lora_rank, ls_lora_pool_image_max_bytes(self));
+        ls_lora_pool_destroy(&self);
+        return NULL;
+    }
+    self->n_pages = (int)n_pages;
+    self->arena = be->host_alloc(be, n_pages * self->page);
+    self->free_pages = malloc(n_pages * sizeof *self->free_pages);
+    self->spans = malloc(((size_t)self->max_image_pages + 2) * sizeof *self->spans);
+    if (!self->arena || !self->free_pages || !self->spans) {
+        ls_err_set(err, errlen, "LoRA pool: out of %s host memory for a host tier of %.1f MB",
+                   be->name, (double)(n_pages * self->page) / 1e6);
+        ls_lora_pool_destroy(&self);
+        return NULL;
+    }
+    for (int i = 0; i < self->n_pages; i++)  // popped from the end: page 0 first
+        self->free_pages[i] = self->n_pages - 1 - i;
+    self->n_free = self->n_pages;
     return self;
 }
 
@@ -217,11 +548,11 @@ int ls_lora_pool_wait(ls_lora_pool_t *self) {
     return rc;
 }
 
-// Frees entry e's id and host copy; an upload in flight may still read the copy.
+// Frees entry e's id and image; an upload in flight may still read the image.
 static void s_entry_clear(ls_lora_pool_t *self, s_entry_t *e) {
-    if (e->host) {
+    if (e->img) {
         ls_lora_pool_wait(self);
-        self->be->host_free(self->be, e->host);
+        ls_lora_pool_image_destroy(self, &e->img);
     }
     free(e->id);
     *e = (s_entry_t){.slot = -1};
@@ -232,7 +563,7 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
         return;
     ls_lora_pool_t *self = *self_p;
     ls_lora_pool_wait(self);
-    for (int i = 0; self->entries && i < self->pc.max_loaded_loras; i++)
+    for (int i = 0; self->entries && i < self->cap_entries; i++)
         s_entry_clear(self, &self->entries[i]);
     for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
         if (self->a[g])
@@ -240,7 +571,12 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
         if (self->b[g])
             self->be->buffer_free(self->be, self->b[g]);
     }
+    if (self->arena)
+        self->be->host_free(self->be, self->arena);
+    free(self->free_pages);
+    free(self->spans);
     free(self->entries);
+    free(self->hash);
     free(self->slots);
     free(self->ranks);
     free(self->scalings);
@@ -250,21 +586,22 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
         if (self->events[w])
             self->be->event_free(self->be, self->events[w]);
     free(self->events);
-    free(self->stage_a);
-    free(self->stage_b);
+    pthread_mutex_destroy(&self->lock);
     free(self);
     *self_p = NULL;
 }
 
-static int s_find(const ls_lora_pool_t *self, const char *id) {
-    for (int i = 0; i < self->pc.max_loaded_loras; i++)
-        if (self->entries[i].id && strcmp(self->entries[i].id, id) == 0)
-            return i;
-    return -1;
-}
-
 bool ls_lora_pool_contains(const ls_lora_pool_t *self, const char *id) {
     return id && s_find(self, id) >= 0;
+}
+
+int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *rank, size_t *bytes) {
+    int e = id ? s_find(self, id) : -1;
+    if (e < 0)
+        return -1;
+    *rank = self->entries[e].img->rank;
+    *bytes = self->entries[e].img->bytes;
+    return 0;
 }
 
 int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id) {
@@ -281,105 +618,21 @@ static void s_slot_free(ls_lora_pool_t *self, int w) {
     self->scalings[w] = 0.0f;
 }
 
-// Drops entry e from the CPU tier (and its slot) and from the batch last prepared.
+// Drops entry e from the host tier (and its slot) and from the batch last prepared.
 static void s_entry_drop(ls_lora_pool_t *self, int e) {
     if (self->entries[e].slot >= 0)
         s_slot_free(self, self->entries[e].slot);
     for (int i = 0; i < self->n_cur; i++)
         if (self->cur[i] == e)
             self->cur[i--] = self->cur[--self->n_cur];
+    s_hash_del(self, e);
+    self->n_live--;
     s_entry_clear(self, &self->entries[e]);
 }
 
-// Names the targets in mask, "q_proj, v_proj", into buf.
-static const char *s_target_list(unsigned mask, char *buf, size_t len) {
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int t = 0; t < LS_TARGET_COUNT && n < len; t++)
-        if (mask & (1u << t))
-            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "",
-                                  ls_target_name((ls_target_t)t));
-    return buf;
-}
-
-// Narrows n fp32 values to the slots' storage dtype (rounding to nearest even, as a
-// device-side conversion would).
-static void s_store(const ls_lora_pool_t *self, void *dst, const float *src, size_t n) {
-    ls_dtype_t dt = self->storage;
-    if (dt == LS_DTYPE_F32) {
-        memcpy(dst, src, n * sizeof(float));
-        return;
-    }
-    uint16_t *h = dst;
-    for (size_t i = 0; i < n; i++)
-        h[i] = dt == LS_DTYPE_BF16 ? ls_bf16_from_f32(src[i]) : ls_f16_from_f32(src[i]);
-}
-
-// Writes the slot image of adapter (see the top of this file) into host, layer by layer and
-// group by group, through the fp32 staging blocks (zero padding, folded scalings and the
-// rank's shard are made there).
-static void s_image(ls_lora_pool_t *self, char *host, const ls_adapter_t *adapter,
-                    bool uniform) {
-    int r_max = self->pc.max_lora_rank, L = self->cfg.num_hidden_layers;
-    for (int l = 0; l < L; l++) {
-        for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
-            if (!self->a[g])
-                continue;
-            const ls_lora_group_shape_t *s = &self->shape[g];
-            size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
-            memset(self->stage_a, 0, an * sizeof(float));
-            memset(self->stage_b, 0, bn * sizeof(float));
-            for (int k = 0; k < s->n_slices; k++) {
-                ls_target_t t = s_group_def[g].t[k];
-                const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
-                const s_window_t *win = &self->win[t];
-                int r = lw->rank, off = s->slice_offsets[k], in_all, out_all;
-                if (r == 0)
-                    continue;
-                ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
-                // A (r, in_all), columns in0.. -> rows k*r_max .. k*r_max + r - 1
-                for (int j = 0; j < r; j++)
-                    memcpy(self->stage_a + ((size_t)k * r_max + j) * s->in,
-                           lw->A + (size_t)j * in_all + win->in0, (size_t)s->in * sizeof(float));
-                // B (out_all, r), rows out0.. -> rows off.., columns 0..r-1 of (out_total, r_max)
-                float fold = uniform ? 1.0f : lw->scaling;
-                for (int o = 0; o < win->n_out; o++)
-                    for (int j = 0; j < r; j++)
-                        self->stage_b[(size_t)(off + o) * r_max + j] =
-                            lw->B[(size_t)(win->out0 + o) * r + j] * fold;
-            }
-            s_store(self, host + (self->host_a[g] + (size_t)l * an) * self->esize,
-                    self->stage_a, an);
-            s_store(self, host + (self->host_b[g] + (size_t)l * bn) * self->esize,
-                    self->stage_b, bn);
-        }
-    }
-}
-
-// A CPU-tier victim: not pinned, not in the batch last prepared; LRU: least recently
-// used, FIFO: first added. -1 when every entry is protected.
-static int s_cpu_victim(const ls_lora_pool_t *self) {
-    int best = -1;
-    uint64_t best_key = 0;
-    for (int i = 0; i < self->pc.max_loaded_loras; i++) {
-        const s_entry_t *e = &self->entries[i];
-        if (!e->id || e->pinned || s_in(self->cur, self->n_cur, i))
-            continue;
-        uint64_t key = self->pc.eviction == LS_LORA_EVICT_LRU ? e->used : e->added;
-        if (best < 0 || key < best_key) {
-            best = i;
-            best_key = key;
-        }
-    }
-    return best;
-}
-
-int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
-                     bool pinned, char *evicted, size_t evicted_len, char *err,
-                     size_t errlen) {
-    assert(adapter && *adapter);
-    if (evicted && evicted_len)
-        evicted[0] = '\0';
+int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, bool pinned,
+                     char *err, size_t errlen) {
+    assert(image && *image);
     if (!id || !*id) {
         ls_err_set(err, errlen, "LoRA pool: empty adapter id");
         return -1;
@@ -388,22 +641,8 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapte
         ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is already loaded", id);
         return -1;
     }
-    ls_adapter_info_t info = ls_adapter_info(*adapter);
-    if (info.max_rank > self->pc.max_lora_rank) {
-        ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" has rank %d, above max_lora_rank %d",
-                   id, info.max_rank, self->pc.max_lora_rank);
-        return -1;
-    }
-    if (info.target_mask & ~self->enabled) {
-        char names[128];
-        ls_err_set(err, errlen,
-                   "LoRA pool: adapter \"%s\" targets %s, which lora_target_modules does not "
-                   "enable", id, s_target_list(info.target_mask & ~self->enabled, names,
-                                               sizeof names));
-        return -1;
-    }
     int n_pinned = 0, free_e = -1;
-    for (int i = 0; i < self->pc.max_loaded_loras; i++) {
+    for (int i = 0; i < self->cap_entries; i++) {
         n_pinned += self->entries[i].id && self->entries[i].pinned;
         if (!self->entries[i].id && free_e < 0)
             free_e = i;
@@ -415,51 +654,42 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapte
                    id, self->pc.max_loras_per_batch - 1);
         return -1;
     }
-    bool uniform = true, first = true;
-    float scaling = 0.0f;
-    for (int l = 0; l < self->cfg.num_hidden_layers; l++)
-        for (int t = 0; t < LS_TARGET_COUNT; t++) {
-            const ls_lora_weights_t *w = ls_adapter_layer_target(*adapter, l, t);
-            if (w->rank == 0)
-                continue;
-            if (first)
-                scaling = w->scaling;
-            uniform &= first || w->scaling == scaling;
-            first = false;
-        }
-    // the slot image first: a failed allocation leaves the tier as it was
     char *copy = strdup(id);
-    void *host = self->be->host_alloc(self->be, self->host_n * self->esize);
-    if (!copy || !host) {
+    if (free_e < 0 && copy) {
+        int cap = self->cap_entries ? 2 * self->cap_entries : 16;
+        s_entry_t *grown = realloc(self->entries, (size_t)cap * sizeof *grown);
+        if (grown) {
+            for (int i = self->cap_entries; i < cap; i++)
+                grown[i] = (s_entry_t){.slot = -1};
+            free_e = self->cap_entries;
+            self->entries = grown;
+            self->cap_entries = cap;
+        }
+    }
+    if (!copy || free_e < 0 ||
+        (4 * (self->hash_used + 1) > self->hash_cap && s_hash_rebuild(self) < 0)) {
         free(copy);
-        if (host)
-            self->be->host_free(self->be, host);
-        ls_err_set(err, errlen, "LoRA pool: out of %s host memory for adapter \"%s\" (%.1f MB)",
-                   self->be->name, id, (double)(self->host_n * self->esize) / 1e6);
+        ls_err_set(err, errlen, "LoRA pool: out of memory adding adapter \"%s\"", id);
         return -1;
     }
-    s_image(self, host, *adapter, uniform);
-    if (free_e < 0) {
-        free_e = s_cpu_victim(self);
-        if (free_e < 0) {
-            ls_err_set(err, errlen,
-                       "LoRA pool: cannot load adapter \"%s\": the CPU tier holds "
-                       "max_loaded_loras (%d) adapters and each is pinned or in the current "
-                       "batch", id, self->pc.max_loaded_loras);
-            free(copy);
-            self->be->host_free(self->be, host);
-            return -1;
-        }
-        if (evicted && evicted_len)
-            snprintf(evicted, evicted_len, "%s", self->entries[free_e].id);
-        s_entry_drop(self, free_e);
-        self->stats.cpu_evictions++;
+    self->entries[free_e] = (s_entry_t){.id = copy, .img = *image, .pinned = pinned, .slot = -1,
+                                        .used = ++self->tick};
+    *image = NULL;
+    self->n_live++;
+    s_hash_put(self, free_e);
+    return 0;
+}
+
+int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
+                             bool pinned, char *err, size_t errlen) {
+    assert(adapter && *adapter);
+    ls_lora_image_t *img = ls_lora_pool_image_new(self, *adapter, NULL, err, errlen);
+    if (!img)
+        return -1;
+    if (ls_lora_pool_add(self, id, &img, pinned, err, errlen) != 0) {
+        ls_lora_pool_image_destroy(self, &img);
+        return -1;
     }
-    self->entries[free_e] = (s_entry_t){.id = copy, .host = host, .pinned = pinned,
-                                        .rank = info.max_rank,
-                                        .scaling = uniform ? scaling : 1.0f, .slot = -1};
-    self->entries[free_e].added = self->entries[free_e].used = ++self->tick;
-    // the slot image is all the pool needs from now on
     ls_adapter_destroy(adapter);
     return 0;
 }
@@ -495,27 +725,48 @@ static int s_slot_pick(const ls_lora_pool_t *self, int n_next) {
     return best;
 }
 
-// Starts the load of entry e's slot image into slot w: one strided copy per group and A/B
-// on the backend's upload stream, the slot's event recorded after the last. -1 when a copy
-// could not be queued.
+// The page pieces of the image's bytes [off, off + n) into self->spans; their count.
+static int s_spans(ls_lora_pool_t *self, const ls_lora_image_t *img, size_t off, size_t n) {
+    int k = 0;
+    while (n) {
+        size_t in = off % self->page, take = self->page - in < n ? self->page - in : n;
+        self->spans[k++] = (ls_host_span_t){self->arena + (size_t)img->pages[off / self->page] * self->page + in, take};
+        off += take;
+        n -= take;
+    }
+    return k;
+}
+
+// Starts the load of entry e's image into slot w: per enabled group, A and B sent as the
+// page pieces they span and padded to r_max by the backend (groups the adapter does not
+// target zero-filled), on the upload stream; the slot's event recorded after the last.
+// -1 when a copy could not be queued.
 static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
     ls_backend_t *be = self->be;
-    const char *host = e->host;
-    int last = -1, L = self->cfg.num_hidden_layers;
+    const ls_lora_image_t *img = e->img;
+    int last = -1, L = self->cfg.num_hidden_layers, r = img->rank, r_max = self->pc.max_lora_rank;
     for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
         last = self->a[g] ? g : last;
     for (int g = 0; g <= last; g++) {
         if (!self->a[g])
             continue;
-        size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
+        const ls_lora_group_shape_t *s = &self->shape[g];
+        size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g), es = self->esize;
+        bool has = img->groups & (1u << g);
+        int na = has ? s_spans(self, img, img->a_off[g] * es, s_img_a_n(self, g, r) * es) : 0;
         if (be->buffer_upload_async(be, ls_view(self->a[g], (size_t)w * an), self->n_slots * an,
-                                    host + self->host_a[g] * self->esize, an, (size_t)L,
-                                    NULL) != 0 ||
-            be->buffer_upload_async(be, ls_view(self->b[g], (size_t)w * bn), self->n_slots * bn,
-                                    host + self->host_b[g] * self->esize, bn, (size_t)L,
+                                    (size_t)r_max * s->in, self->spans, na,
+                                    has ? (size_t)r * s->in : 0, (size_t)s->n_slices, (size_t)L,
+                                    NULL) != 0)
+            return -1;
+        int nb = has ? s_spans(self, img, img->b_off[g] * es, s_img_b_n(self, g, r) * es) : 0;
+        if (be->buffer_upload_async(be, ls_view(self->b[g], (size_t)w * bn), self->n_slots * bn,
+                                    (size_t)r_max, self->spans, nb, has ? (size_t)r : 0,
+                                    (size_t)s->slice_offsets[s->n_slices], (size_t)L,
                                     g == last ? self->events[w] : NULL) != 0)
             return -1;
     }
+    self->stats.upload_bytes += img->n * self->esize;
     return 0;
 }
 
@@ -535,8 +786,8 @@ static int s_slot_load(ls_lora_pool_t *self, int w, int e, uint64_t tick, char *
         return -1;
     }
     self->slots[w] = (s_slot_t){.entry = e, .loaded = tick};
-    self->ranks[w] = entry->rank;
-    self->scalings[w] = entry->scaling;
+    self->ranks[w] = entry->img->rank;
+    self->scalings[w] = entry->img->scaling;
     entry->slot = w;
     self->stats.cold_loads++;
     return 0;
@@ -678,5 +929,12 @@ void ls_lora_pool_group_views(const ls_lora_pool_t *self, int layer, ls_lora_gro
 }
 
 ls_lora_pool_stats_t ls_lora_pool_stats(const ls_lora_pool_t *self) {
-    return self->stats;
+    ls_lora_pool_stats_t st = self->stats;
+    ls_lora_pool_t *me = (ls_lora_pool_t *)self;  // the lock only
+    pthread_mutex_lock(&me->lock);
+    st.host_used = (size_t)(self->n_pages - self->n_free) * self->page;
+    pthread_mutex_unlock(&me->lock);
+    st.host_total = (size_t)self->n_pages * self->page;
+    st.host_adapters = self->n_live;
+    return st;
 }

@@ -1,27 +1,37 @@
-/*  engine/lora_pool.h — the LoRA adapter memory of one worker: a CPU tier and backend slots.
+/*  engine/lora_pool.h — the LoRA adapter memory of one worker: a host tier and backend slots.
 
-    SGLang's LoRAMemoryPool, on an ls_backend_t. Two tiers:
+    SGLang's LoRAMemoryPool, on an ls_backend_t, with a host tier sized in bytes:
 
-    - the CPU tier holds up to max_loaded_loras adapters, keyed by an adapter id string (the
+    - the host tier (the "CPU tier") holds adapters keyed by an adapter id string (the
       registry's uuid), each as its slot image: the bytes a slot holds, in the slots' dtype,
-      in the backend's host_alloc memory (pinned on CUDA), so a load is a few large copies. Adding one past capacity evicts
-      another (same policy as the slots, below), never a pinned one nor one of the batch
-      last prepared;
+      with the folded scalings and the rank's shard applied, but only the adapter's own rank
+      (no padding to max_lora_rank) and only the groups it targets. So an adapter of rank 8
+      costs a quarter of one of rank 32 and one of q,v only a fraction of one of all seven.
+      Images live in one arena of host_alloc memory (pinned on CUDA) made once, in pages:
+      building an image takes pages, dropping it gives them back, and no allocation, pinning
+      or freeing of host memory happens while serving. The pool never evicts from this tier
+      by itself: the caller (the scheduler, through the worker) decides what leaves it, and
+      an image that does not fit is refused;
     - the slot pool holds max_loras_per_batch adapters on the backend, plus slot 0
       (LS_LORA_SLOT_BASE), the base-model sentinel: rank 0, so the LoRA kernels do no work
-      for its tokens. ls_lora_pool_prepare maps a batch's adapter ids to slots, uploading
-      missing adapters from the CPU tier into free slots or evicting a victim: the least
-      recently used (LRU) or the first loaded (FIFO) slot whose adapter is neither in this
-      batch nor pinned. At most max_loras_per_batch − 1 adapters may be pinned, so one slot
-      always stays available to unpinned adapters.
+      for its tokens. Slots are padded to max_lora_rank (the kernels' layout below);
+      ls_lora_pool_assign puts an adapter in the slot the caller chose, and
+      ls_lora_pool_prepare (engine tests and benchmarks, which have no scheduler) maps a
+      batch's adapter ids to slots itself, evicting LRU or FIFO, never an adapter of the
+      batch or a pinned one. At most max_loras_per_batch − 1 adapters may be pinned, so one
+      slot always stays available to unpinned adapters.
 
-    Slots are stored in the base model's dtype (bf16 for a bf16 model), the CPU tier too.
+    Images are built off the caller's loop: ls_lora_pool_image_new may run on any thread
+    (the worker's job thread) while the loop uses the pool; only it and image_destroy touch
+    the arena's free list, under a lock.
 
-    Loads are asynchronous (backend.h, buffer_upload_async): prepare and assign start them on
-    the backend's upload stream and return; each slot has an event marking the end of its last
-    load. ls_model_forward makes its step wait (on the device, ls_lora_pool_step_wait) for the
-    slots the step reads only, so a load into another slot (PrefetchAdapter) overlaps the
-    running step; a load into a slot that queued work still reads starts after that work.
+    Loads are asynchronous (backend.h, buffer_upload_async): assign and prepare start them on
+    the backend's upload stream and return; each slot has an event marking the end of its
+    last load. ls_model_forward makes its step wait (on the device, ls_lora_pool_step_wait)
+    for the slots the step reads only, so a load into another slot (PrefetchAdapter) overlaps
+    the running step; a load into a slot that queued work still reads starts after that work.
+    A load sends only the image's bytes over the bus; the backend pads them to the slot's
+    layout on the device (ls_pad_copy).
 
     Backend layout, per stacked target group g and layer l (one buffer per group and A/B
     holding every layer, views at layer offsets), exactly the pools of kernels/ops.h:
@@ -31,12 +41,12 @@
     and the slices of disabled targets in it stay zero.
 
     Ranks and scalings. A slot's rank is the adapter's largest module rank; modules of
-    smaller rank (rank_pattern) and modules the adapter does not touch are padded with zero
-    A rows and zero B columns, which add exactly 0. Scaling is one float per slot (the
-    kernels' contract), but PEFT's is per module (alpha_pattern, rank_pattern, rslora): when
-    every module of the adapter has the same scaling, the slot carries it and B is uploaded
-    as stored; otherwise each module's scaling is folded into its B in the slot image (one fp32
-    rounding of the product) and the slot's scaling is 1.
+    smaller rank (rank_pattern) and targets of a group the adapter does not touch are padded
+    with zero A rows and zero B columns, which add exactly 0. Scaling is one float per slot
+    (the kernels' contract), but PEFT's is per module (alpha_pattern, rank_pattern, rslora):
+    when every module of the adapter has the same scaling, the slot carries it and B is
+    uploaded as stored; otherwise each module's scaling is folded into its B in the slot
+    image (one fp32 rounding of the product) and the slot's scaling is 1.
 
     Tensor parallelism (tp_size > 1): the slots hold rank tp_rank's shards, matching the
     base model's (ls_tp_target_window, S-LoRA / sgl-jax): column-parallel targets (q, k, v,
@@ -47,7 +57,8 @@
     same adapter files and cuts its own shard into its slot images.
 
     Adapters must have been loaded (ls_adapter_load) against the same model config and a
-    max_lora_rank no larger than the pool's. Single-threaded: the worker's loop owns it.
+    max_lora_rank no larger than the pool's. Apart from image_new/image_destroy, the pool is
+    single-threaded: the worker's loop owns it.
 */
 #ifndef LS_LORA_POOL_H
 #define LS_LORA_POOL_H
@@ -80,7 +91,7 @@ typedef enum {
 typedef struct {
     int max_loras_per_batch;  // adapter slots besides the base sentinel, >= 1
     int max_lora_rank;        // r_max of every slot, >= 1
-    int max_loaded_loras;     // CPU tier capacity, >= max_loras_per_batch
+    size_t host_bytes;        // host tier capacity (0: ls_lora_pool_host_bytes_default)
     unsigned target_mask;     // bits (1u << ls_target_t) of lora_target_modules; 0: all seven
     ls_lora_eviction_t eviction;
     int tp_rank, tp_size;     // the shard the slots hold; tp_size 0 or 1: whole adapters
@@ -88,9 +99,11 @@ typedef struct {
 
 typedef struct {
     uint64_t hits;            // adapters of a prepared batch already in a slot
-    uint64_t cold_loads;      // adapters uploaded from the CPU tier into a slot
+    uint64_t cold_loads;      // adapters uploaded from the host tier into a slot
     uint64_t slot_evictions;  // slots taken from another adapter
-    uint64_t cpu_evictions;   // adapters dropped from the CPU tier to make room
+    uint64_t upload_bytes;    // image bytes sent to slots
+    size_t host_used, host_total;  // host tier bytes (whole pages) taken and available
+    int host_adapters;        // adapters in the host tier
 } ls_lora_pool_stats_t;
 
 // The layout of one group, for the forward (the rank's shard: its input columns of o and
@@ -103,26 +116,50 @@ typedef struct {
 
 typedef struct ls_lora_pool ls_lora_pool_t;
 
-// Allocates the slots of every enabled group on be (zeroed). NULL + err on bad settings
-// (including a model that does not split over tp_size ranks) or allocation failure.
+// Allocates the slots of every enabled group on be (zeroed) and the host tier's arena. NULL +
+// err on bad settings (including a model that does not split over tp_size ranks, a host tier
+// that cannot hold one adapter of max_lora_rank) or allocation failure.
 ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
                                  const ls_lora_pool_config_t *pc, char *err, size_t errlen);
-// Frees the slots and every adapter of the CPU tier; idempotent, clears the pointer.
+// Frees the slots and the host tier; idempotent, clears the pointer.
 void ls_lora_pool_destroy(ls_lora_pool_t **self_p);
 
-// Adds an adapter to the CPU tier under id (copied). On success the pool keeps its slot
-// image, destroys the adapter and sets *adapter to NULL; when the tier was full, the id of the adapter evicted to make
-// room is written to evicted (an empty string otherwise; evicted may be NULL). Refused,
-// with *adapter left to the caller: a duplicate id, a rank above max_lora_rank, a target
-// outside lora_target_modules, a pin past max_loras_per_batch − 1, a full tier without an
-// evictable adapter.
-int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
-                     bool pinned, char *evicted, size_t evicted_len, char *err,
-                     size_t errlen);
+// The host tier a config gets when it asks for none (host_bytes 0): room for 64 adapters of
+// max_lora_rank on every enabled target, at most a quarter of the machine's memory.
+size_t ls_lora_pool_host_bytes_default(const ls_model_config_t *cfg, const ls_lora_pool_config_t *pc);
+// Bytes of the host image of an adapter of rank max_lora_rank on every enabled target, whole
+// pages: the most one adapter can take.
+size_t ls_lora_pool_image_max_bytes(const ls_lora_pool_t *self);
+
+// An adapter's slot image in the host tier, not yet added (owned by the caller).
+typedef struct ls_lora_image ls_lora_image_t;
+
+// Builds adapter's slot image in the host tier; any thread. NULL + err: a rank above
+// max_lora_rank, a target outside lora_target_modules, or not enough free bytes in the tier
+// (then *full, when full is given, is set; the message says how many it needs and has).
+ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t *adapter,
+                                        bool *full, char *err, size_t errlen);
+// Gives an image's pages back; any thread, for an image not added. Idempotent.
+void ls_lora_pool_image_destroy(ls_lora_pool_t *self, ls_lora_image_t **image_p);
+// Host bytes the image takes (whole pages).
+size_t ls_lora_image_bytes(const ls_lora_image_t *image);
+int ls_lora_image_rank(const ls_lora_image_t *image);
+
+// Adds an image to the host tier under id (copied); the pool takes it and clears *image.
+// Refused, with *image left to the caller: an empty or duplicate id, a pin past
+// max_loras_per_batch − 1.
+int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, bool pinned,
+                     char *err, size_t errlen);
+// image_new then add, and the adapter destroyed (*adapter cleared) on success: for callers
+// that build on the loop (tests, benchmarks).
+int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
+                             bool pinned, char *err, size_t errlen);
 // Drops the adapter from both tiers (unload). The caller (the registry) has waited until no
 // request uses it. -1 + err for an unknown id.
 int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t errlen);
 bool ls_lora_pool_contains(const ls_lora_pool_t *self, const char *id);
+// The rank and host bytes of adapter id's image; -1 when it is not in the tier.
+int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *rank, size_t *bytes);
 
 // Maps each of the batch's n adapter ids (NULL or "" = base model; repeats allowed) to a
 // slot, written to slots (n), loading missing adapters into slots first. Refused without

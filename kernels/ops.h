@@ -29,6 +29,16 @@
 void ls_convert_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 void ls_convert_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 
+// Scatters a packed image into padded blocks (LoRA slot loads: an adapter of rank r into a
+// slot of r_max, its host image holding only the r rows or columns it has). For row i < rows,
+// chunk j < chunks and c < dst_chunk:
+//   dst[i*dst_stride + j*dst_chunk + c] = c < w ? src[(i*chunks + j)*w + c] : 0
+// Elements are esize bytes (2 or 4) moved as they are, never converted. w may be 0 (zero
+// fill; src unused), w <= dst_chunk, chunks*dst_chunk <= dst_stride.
+// dst is (rows, dst_stride), src is (rows, chunks, w)
+void ls_pad_copy(void *dst, const void *src, size_t esize, size_t w, size_t chunks, size_t rows,
+                 size_t dst_chunk, size_t dst_stride);
+
 // ---------------------------------------------------------------------------------------
 // Dense ops
 

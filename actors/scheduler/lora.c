@@ -120,8 +120,19 @@ void lora_remove(lora_t *self, lora_adapter_t **ad_p) {
 int lora_cpu_count(const lora_t *self) {
     int n = 0;
     for (int i = 0; i < self->n; i++)
-        n += self->v[i]->resident || self->v[i]->loading;
+        n += self->v[i]->resident || (self->v[i]->loading && !self->v[i]->queued);
     return n;
+}
+
+void lora_cpu_bytes(const lora_t *self, uint64_t unknown, uint64_t *used, uint64_t *reserved) {
+    *used = *reserved = 0;
+    for (int i = 0; i < self->n; i++) {
+        const lora_adapter_t *ad = self->v[i];
+        if (ad->resident)
+            *used += ad->bytes;
+        else if (ad->loading && !ad->queued)
+            *reserved += ad->bytes ? ad->bytes : unknown;
+    }
 }
 
 lora_adapter_t *lora_cpu_victim(const lora_t *self) {

@@ -1,8 +1,10 @@
 // lora — the scheduler's adapter table and its GPU slot table.
 //
 // The scheduler decides where adapters live; the workers do what it says. Two tiers:
-//   CPU tier  every worker holds up to max_loaded_loras adapters in host memory (LoadAdapter with
-//             slot -1); `resident` says an adapter is there on every worker.
+//   CPU tier  every worker holds adapters in host memory (LoadAdapter with slot -1), as many as
+//             its bytes allow (each adapter's bytes follow its rank and targets), at most
+//             max_loaded_loras when that is set; `resident` says an adapter is there on every
+//             worker.
 //   GPU slots slots 0..S-1 (S = max_loras_per_batch); a StepItem names the slot its adapter must
 //             be in, and a worker fills the slot from its CPU tier when it holds something else.
 // A slot is locked while any running request uses its adapter (it is in the current batch) and
@@ -23,9 +25,11 @@ typedef struct {
     bool pinned;
     bool confirmed;  // a load succeeded on every worker once: requests may name it
     bool resident;   // in every worker's CPU tier
-    bool loading;    // a LoadAdapter to the workers is in flight
+    bool loading;    // a LoadAdapter to the workers is in flight, or queued
+    bool queued;     // with loading: the load waits for room in the CPU tier (not sent yet)
     bool unloading;  // UnloadAdapter asked for it: no new requests
     uint32_t rank;   // LoRA rank the workers reported
+    uint64_t bytes;  // CPU-tier bytes it takes on a worker (the largest rank's); 0 until first loaded
     int slot;        // GPU slot, or -1
     uint32_t refs;     // waiting + running requests that use it
     uint32_t running;  // running requests that use it: its slot is locked
@@ -50,8 +54,11 @@ lora_adapter_t *lora_add(lora_t *self, const char *id, const char *name, const c
 // Forget an adapter; frees its slot.
 void lora_remove(lora_t *self, lora_adapter_t **ad_p);
 
-// Adapters counted against the CPU tier: resident or loading.
+// Adapters counted against the CPU tier: resident, or loading (a queued load is not yet).
 int lora_cpu_count(const lora_t *self);
+// CPU-tier bytes of resident adapters (*used) and of loads in flight (*reserved; a load of an
+// adapter whose size is not known yet reserves `unknown`).
+void lora_cpu_bytes(const lora_t *self, uint64_t unknown, uint64_t *used, uint64_t *reserved);
 // The CPU-tier victim: least recently used resident adapter that no request uses, not pinned
 // and not loading; NULL when none.
 lora_adapter_t *lora_cpu_victim(const lora_t *self);

@@ -69,6 +69,9 @@ struct op {
     uint64_t asker_rid;
     uint32_t answered, ok;  // bit per rank
     uint32_t lora_rank;
+    uint64_t bytes;     // loads: the most CPU-tier bytes a rank reported
+    uint64_t sent_at;   // loads: when the workers were told (for the load-time counters)
+    uint64_t queued_at; // a load waiting for room in the CPU tier (not sent yet); 0: not queued
     uint32_t code;
     char *reason;       // first failure
     uint64_t deadline;  // 0: not sent yet
@@ -85,6 +88,7 @@ struct pending {
 
 typedef struct {
     uint32_t kv_blocks, block_size, max_context, slots, max_loaded, vocab;
+    uint64_t cpu_bytes, lora_max_bytes;
 } worker_caps_t;
 
 typedef struct {
@@ -102,7 +106,9 @@ struct sched {
     size_t n_eos;
     bool ready;  // every rank reported: serving
     bool down;   // the workers failed (or the actor stops): refuse new work until they are back
-    uint32_t max_context, max_loaded, vocab;
+    uint32_t max_context, max_loaded, vocab;  // max_loaded 0: no count limit on the CPU tier
+    uint64_t cpu_bytes;       // the CPU tier's bytes on the smallest worker (0: not reported, no byte limit)
+    uint64_t lora_max_bytes;  // the most one adapter takes there: reserved for a load of unknown size
     kv_t *kv;
     lora_t *lora;
     zhashx_t *reqs;  // "rid" -> req_t (lookup only)
@@ -328,9 +334,12 @@ static void s_op_free(sched_t *s, op_t *op) {
     free(op);
 }
 
-static void s_send_load(sched_t *s, op_t *op, const lora_adapter_t *ad, uint64_t now) {
+static void s_send_load(sched_t *s, op_t *op, lora_adapter_t *ad, uint64_t now) {
     op->rid = ++s->next_op_rid;
     op->deadline = now + s->cfg.load_timeout_ns;
+    op->sent_at = now;
+    op->queued_at = 0;
+    ad->queued = false;
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
     m.rid = op->rid;
@@ -382,10 +391,25 @@ static void s_answer_unloaded(sched_t *s, void *reply, uint64_t rid, const char 
     ls_msg_clear(&m);
 }
 
-// Make room in the workers' CPU tier for one more adapter: evict least recently used idle
-// ones. -1 when every resident adapter is pinned or in use.
-static int s_cpu_make_room(sched_t *s) {
-    while ((uint32_t)lora_cpu_count(s->lora) >= s->max_loaded) {
+// Whether one more adapter of `need` bytes fits the CPU tier beside the resident ones and the
+// loads in flight (each reserving its size, or the largest adapter's while unknown).
+static bool s_cpu_fits(const sched_t *s, uint64_t need) {
+    if (s->max_loaded && (uint32_t)lora_cpu_count(s->lora) >= s->max_loaded)
+        return false;
+    if (!s->cpu_bytes)
+        return true;
+    uint64_t used, reserved;
+    lora_cpu_bytes(s->lora, s->lora_max_bytes, &used, &reserved);
+    return used + reserved + need <= s->cpu_bytes;
+}
+
+// Make room in the workers' CPU tier for one more adapter of `need` bytes (0: unknown, the
+// largest): evict least recently used idle ones. -1 when every resident adapter is pinned or
+// in use (the caller waits and tries again).
+static int s_cpu_make_room(sched_t *s, uint64_t need) {
+    if (!need)
+        need = s->lora_max_bytes;
+    while (!s_cpu_fits(s, need)) {
         lora_adapter_t *victim = lora_cpu_victim(s->lora);
         if (!victim)
             return -1;
@@ -405,11 +429,33 @@ static int s_cpu_make_room(sched_t *s) {
 // from its path. Does nothing while a load is in flight or the tier has no room yet (retried
 // at the next plan).
 static void s_ensure_resident(sched_t *s, lora_adapter_t *ad, uint64_t now) {
-    if (ad->resident || ad->loading || s_cpu_make_room(s) < 0)
+    if (ad->resident || ad->loading || s_cpu_make_room(s, ad->bytes) < 0)
         return;
     ls_info(0, "reloading adapter %s into the CPU tier", ad->name);
     ad->loading = true;
     s_send_load(s, s_op_new(s, OP_RELOAD, ad, NULL, 0), ad, now);
+}
+
+static const op_t *s_first_queued_load(const sched_t *s) {
+    const op_t *op = s->ops;
+    while (op && !(op->kind == OP_LOAD && op->queued_at))
+        op = op->next;
+    return op;
+}
+
+// First loads that wait for room (every resident adapter pinned or in use when they came), in
+// arrival order: each goes once the tier has room, none overtakes an earlier one.
+static void s_send_queued_loads(sched_t *s) {
+    for (op_t *op = s->ops; op; op = op->next) {
+        if (op->kind != OP_LOAD || !op->queued_at)
+            continue;
+        lora_adapter_t *ad = lora_find(s->lora, op->adapter_id);
+        if (!ad || s_cpu_make_room(s, 0) < 0)
+            return;
+        ls_info(op->asker_rid, "adapter %s: room in the CPU tier after %.1f ms, loading", ad->name,
+                (double)(s->now - op->queued_at) / 1e6);
+        s_send_load(s, op, ad, s->now);
+    }
 }
 
 static void s_finish(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error);
@@ -430,7 +476,9 @@ static void s_op_complete(sched_t *s, op_t *op) {
         if (ok) {
             ad->resident = ad->confirmed = true;
             ad->rank = op->lora_rank;
+            ad->bytes = op->bytes;
             s->stats.adapter_cpu_loads++;
+            s->stats.adapter_cpu_load_us += (s->now - op->sent_at) / 1000;
             ls_info(0, "adapter %s (%s) loaded on every worker", ad->name, ad->id);
         } else {
             // Roll back the ranks that did load it, so the tiers agree.
@@ -496,7 +544,7 @@ static void s_unload_maybe(sched_t *s, lora_adapter_t *ad) {
     lora_slot_clear(s->lora, ad);
 }
 
-static void s_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_rank,
+static void s_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_rank, uint64_t bytes,
                         uint32_t code, const char *reason) {
     op_t *op = s->ops;
     while (op && !(op->rid == rid && op->deadline != 0))
@@ -512,6 +560,7 @@ static void s_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lo
     if (ok) {
         op->ok |= bit;
         op->lora_rank = lora_rank;
+        op->bytes = bytes > op->bytes ? bytes : op->bytes;
     } else if (!op->reason) {
         op->code = code;
         char text[512];
@@ -976,7 +1025,10 @@ static void s_start_serving(sched_t *s, uint64_t now) {
         c.kv_blocks = s_min_u32(c.kv_blocks, w->kv_blocks);
         c.max_context = s_min_u32(c.max_context, w->max_context);
         c.slots = s_min_u32(c.slots, w->slots);
-        c.max_loaded = s_min_u32(c.max_loaded, w->max_loaded);
+        // 0 is "no count limit": the limit of the group is the smallest one set
+        c.max_loaded = !c.max_loaded ? w->max_loaded : !w->max_loaded ? c.max_loaded : s_min_u32(c.max_loaded, w->max_loaded);
+        c.cpu_bytes = c.cpu_bytes < w->cpu_bytes ? c.cpu_bytes : w->cpu_bytes;
+        c.lora_max_bytes = c.lora_max_bytes > w->lora_max_bytes ? c.lora_max_bytes : w->lora_max_bytes;
         c.vocab = s_min_u32(c.vocab, w->vocab);
     }
     kv_t *kv = kv_new(c.kv_blocks, c.block_size);
@@ -989,11 +1041,14 @@ static void s_start_serving(sched_t *s, uint64_t now) {
     s->kv = kv;
     s->max_context = c.max_context;
     s->max_loaded = c.max_loaded;
+    s->cpu_bytes = c.cpu_bytes;
+    s->lora_max_bytes = c.lora_max_bytes;
     s->vocab = c.vocab;
     s->ready = true;
     s->down = false;
-    ls_info(0, "serving: %d worker(s), %u KV blocks of %u tokens, context %u, %u adapter slots, CPU tier %u",
-            s->cfg.tp_size, c.kv_blocks, c.block_size, c.max_context, c.slots, c.max_loaded);
+    ls_info(0, "serving: %d worker(s), %u KV blocks of %u tokens, context %u, %u adapter slots, CPU tier %.1f MB "
+               "(at most %u adapters; 0: no count limit)",
+            s->cfg.tp_size, c.kv_blocks, c.block_size, c.max_context, c.slots, (double)c.cpu_bytes / 1e6, c.max_loaded);
     s_replay_pending(s);
 }
 
@@ -1040,14 +1095,24 @@ static void s_gauges(sched_t *s) {
     s->stats.kv_blocks_used = s->kv ? kv_used(s->kv) : 0;
     s->stats.kv_blocks_total = s->kv ? kv_total(s->kv) : 0;
     s->stats.kv_blocks_cached = s->kv ? kv_cached(s->kv) : 0;
-    uint64_t refs = 0;
-    for (int i = 0; i < lora_count(s->lora); i++)
+    uint64_t refs = 0, resident = 0;
+    for (int i = 0; i < lora_count(s->lora); i++) {
         refs += lora_at(s->lora, i)->refs;
+        resident += lora_at(s->lora, i)->resident;
+    }
     s->stats.adapter_refs = refs;
+    s->stats.adapter_cpu_resident = resident;
+    uint64_t reserved, waiting = 0;
+    lora_cpu_bytes(s->lora, s->lora_max_bytes, &s->stats.adapter_cpu_bytes_used, &reserved);
+    s->stats.adapter_cpu_bytes_total = s->cpu_bytes;
+    for (const op_t *op = s->ops; op; op = op->next)
+        waiting += op->queued_at != 0;
+    s->stats.adapter_loads_waiting = waiting;
 }
 
 // Every event ends here: plan the next step if none is in flight, refresh the gauges.
 static void s_after(sched_t *s, uint64_t now) {
+    s_send_queued_loads(s);
     s_schedule(s, now);
     s_gauges(s);
 }
@@ -1189,9 +1254,6 @@ static void s_load(sched_t *s, ls_msg_t *msg, void *reply) {
     else if (!ad && la->pinned && lora_pinned_count(s->lora) >= slots - 1)
         snprintf(why, sizeof why, "at most %d of the %d slots may be pinned, so unpinned adapters still run",
                  slots - 1, slots);
-    else if (!(ad && ad->resident) && s_cpu_make_room(s) < 0)
-        code = LS_ERROR_CODE_UNAVAILABLE,
-        snprintf(why, sizeof why, "the CPU tier (%u adapters) is full of pinned or busy adapters", s->max_loaded);
     if (*why || (ad && ad->resident)) {
         if (*why)
             ls_warn(msg->rid, "LoadAdapter %s refused: %s", name ? name : "?", why);
@@ -1199,12 +1261,22 @@ static void s_load(sched_t *s, ls_msg_t *msg, void *reply) {
         s_release_reply(s, &reply);
         return;
     }
+    // A tier full of pinned or busy adapters frees up as requests end: the load waits for
+    // room (bounded by the load timeout) rather than being refused; none overtakes another.
+    bool room = !s_first_queued_load(s) && s_cpu_make_room(s, ad ? ad->bytes : 0) == 0;
     if (!ad && !(ad = lora_add(s->lora, id, name, la->path, la->pinned))) {
         ls_error(0, "scheduler out of memory adding an adapter");
         abort();
     }
     ad->loading = true;
-    s_send_load(s, s_op_new(s, OP_LOAD, ad, reply, msg->rid), ad, s->now);
+    op_t *op = s_op_new(s, OP_LOAD, ad, reply, msg->rid);
+    if (room) {
+        s_send_load(s, op, ad, s->now);
+        return;
+    }
+    op->queued_at = s->now;
+    ad->queued = true;
+    ls_info(msg->rid, "adapter %s waits for room in the CPU tier: every adapter there is pinned or in use", name);
 }
 
 static void s_unload(sched_t *s, ls_msg_t *msg, void *reply) {
@@ -1401,7 +1473,8 @@ void sched_on_worker_info(sched_t *s, uint64_t now, const ls_msg_t *msg) {
     s->caps[w->rank] = (worker_caps_t){.kv_blocks = w->kv_blocks, .block_size = w->block_size,
                                        .max_context = w->max_context, .slots = w->max_loras_per_batch,
                                        .vocab = w->vocab_size,
-                                       .max_loaded = w->max_loaded_loras};
+                                       .max_loaded = w->max_loaded_loras, .cpu_bytes = w->cpu_lora_bytes,
+                                       .lora_max_bytes = w->lora_max_bytes};
     if (w->rank == 0) {
         free(s->eos);
         s->eos = s_memdup(w->eos_token_ids.v, w->eos_token_ids.n * sizeof(int32_t));
@@ -1451,10 +1524,10 @@ void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t 
     s->now = now;
     if (msg->type == LS_MSG_ADAPTER_LOADED) {
         const ls_msg_adapter_loaded_t *a = &msg->u.adapter_loaded;
-        s_op_answer(s, rank, msg->rid, a->ok, a->rank, a->code, a->reason);
+        s_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->code, a->reason);
     } else if (msg->type == LS_MSG_ADAPTER_UNLOADED) {
         const ls_msg_adapter_unloaded_t *a = &msg->u.adapter_unloaded;
-        s_op_answer(s, rank, msg->rid, a->ok, 0, a->code, a->reason);
+        s_op_answer(s, rank, msg->rid, a->ok, 0, 0, a->code, a->reason);
     }
     s_after(s, now);
 }
@@ -1471,15 +1544,20 @@ void sched_on_tick(sched_t *s, uint64_t now) {
     }
     // Completing one command can end another: look again from the head each time.
     for (op_t *op = s->ops; op;) {
-        if (op->deadline == 0 || now < op->deadline) {
+        uint64_t due = op->queued_at ? op->queued_at + s->cfg.load_timeout_ns : op->deadline;
+        if (due == 0 || now < due) {
             op = op->next;
             continue;
         }
         uint32_t all = (1u << s->cfg.tp_size) - 1;
         char why[200];
-        snprintf(why, sizeof why, "worker(s) did not answer %s within %" PRIu64 " ms",
-                 op->kind == OP_LOAD || op->kind == OP_RELOAD ? "the load" : "the unload",
-                 s->cfg.load_timeout_ns / 1000000);
+        if (op->queued_at)
+            snprintf(why, sizeof why, "no room in the CPU tier within %" PRIu64 " ms: every adapter there stayed pinned or in use",
+                     s->cfg.load_timeout_ns / 1000000);
+        else
+            snprintf(why, sizeof why, "worker(s) did not answer %s within %" PRIu64 " ms",
+                     op->kind == OP_LOAD || op->kind == OP_RELOAD ? "the load" : "the unload",
+                     s->cfg.load_timeout_ns / 1000000);
         if (!op->reason) {
             op->code = LS_ERROR_CODE_TIMEOUT;
             op->reason = s_strdup(why);
@@ -1532,9 +1610,11 @@ void sched_shutdown(sched_t *s, uint64_t now) {
 
 uint64_t sched_next_wake(const sched_t *s) {
     uint64_t t = s->inflight ? s->step_deadline : UINT64_MAX;
-    for (const op_t *op = s->ops; op; op = op->next)
-        if (op->deadline && op->deadline < t)
-            t = op->deadline;
+    for (const op_t *op = s->ops; op; op = op->next) {
+        uint64_t due = op->queued_at ? op->queued_at + s->cfg.load_timeout_ns : op->deadline;
+        if (due && due < t)
+            t = due;
+    }
     const req_list_t *lists[] = {&s->waiting, &s->running};
     for (int l = 0; l < 2; l++)
         for (const req_t *r = lists[l]->head; r; r = r->next)

@@ -52,9 +52,11 @@ typedef struct {
 // Gauges (set after every event) and counters (only grow).
 typedef struct {
     uint64_t waiting, running, kv_blocks_used, kv_blocks_total, kv_blocks_cached, adapter_refs;
+    uint64_t adapter_cpu_resident, adapter_cpu_bytes_used, adapter_cpu_bytes_total, adapter_loads_waiting;
     uint64_t steps, tokens_generated, prefix_hit_tokens, adapter_residency_hits, adapter_cold_loads,
         adapter_prefetches, adapter_cpu_loads, adapter_cpu_evictions, preemptions, requests_finished,
         requests_aborted, requests_failed, requests_refused, step_timeouts;
+    uint64_t adapter_cpu_load_us;  // summed: LoadAdapter sent to every worker answered (disk -> CPU tier)
     uint64_t max_skipped;  // most steps a request was passed over before admission (aging bound)
 } sched_stats_t;
 

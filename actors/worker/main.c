@@ -50,7 +50,7 @@ typedef struct {
     char *eviction;
     ls_strlist_t target_modules;
     int kv_blocks, kv_cache_mb, block_size;
-    int max_loras_per_batch, max_lora_rank, max_loaded_loras;
+    int max_loras_per_batch, max_lora_rank, max_loaded_loras, max_cpu_lora_mb;
     int threads, tp_size, tp_timeout_ms;
     int device;  // --device; -1: the worker's rank
     int rank;  // from the runtime's --rank
@@ -119,6 +119,9 @@ static void s_send_info(ls_actor_t *a) {
     wi->max_loras_per_batch = (uint32_t)s_w.max_loras_per_batch;
     wi->max_lora_rank = (uint32_t)s_w.max_lora_rank;
     wi->max_loaded_loras = (uint32_t)s_w.max_loaded_loras;
+    ls_lora_pool_stats_t st = ls_lora_pool_stats(s_w.pool);
+    wi->cpu_lora_bytes = st.host_total;
+    wi->lora_max_bytes = ls_lora_pool_image_max_bytes(s_w.pool);
     wi->model = ls_msg_strdup(s_w.model_path);
     wi->backend = ls_msg_strdup(s_w.be->name);
     ls_actor_send_peer(a, "scheduler", &m, NULL);
@@ -154,7 +157,7 @@ static int s_load_engine(ls_actor_t *a) {
     }
     ls_lora_pool_config_t pc = {.max_loras_per_batch = s_w.max_loras_per_batch,
                                 .max_lora_rank = s_w.max_lora_rank,
-                                .max_loaded_loras = s_w.max_loaded_loras,
+                                .host_bytes = (size_t)s_w.max_cpu_lora_mb << 20,
                                 .target_mask = s_w.target_mask,
                                 .eviction = strcmp(s_w.eviction, "fifo") ? LS_LORA_EVICT_LRU : LS_LORA_EVICT_FIFO,
                                 .tp_rank = s_w.rank,
@@ -165,10 +168,11 @@ static int s_load_engine(ls_actor_t *a) {
     }
     s_w.history = ls_history_new();
     ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d; KV cache %d blocks of %d tokens (%s); %d adapter "
-               "slots of rank %d, CPU tier %d; rank %d of %d",
+               "slots of rank %d; CPU tier %.1f MB (an adapter of rank %d on every target: %.1f MB); rank %d of %d",
             ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size, blocks,
             s_w.block_size, ls_dtype_name(ls_kv_cache_dtype(s_w.kv)), s_w.max_loras_per_batch, s_w.max_lora_rank,
-            s_w.max_loaded_loras, s_w.rank, s_w.tp_size);
+            (double)ls_lora_pool_stats(s_w.pool).host_total / 1e6, s_w.max_lora_rank,
+            (double)ls_lora_pool_image_max_bytes(s_w.pool) / 1e6, s_w.rank, s_w.tp_size);
     s_send_info(a);
     return 0;
 }
@@ -502,7 +506,8 @@ static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
 // ---------------------------------------------------------------------------------------------
 // adapters
 
-// A load in flight: the job thread reads the files; the loop adds the result to the pool.
+// A load in flight: the job thread reads the files and builds the adapter's image in the
+// pool's host tier (ls_lora_pool_image_new may run beside the loop); the loop adds it.
 typedef struct {
     ls_route_t *route;
     uint64_t rid;
@@ -510,16 +515,26 @@ typedef struct {
     int pinned, slot;
     ls_model_config_t cfg;
     int max_rank;
-    ls_adapter_t *adapter;  // set by the job
+    ls_lora_pool_t *pool;
+    ls_lora_image_t *image;  // set by the job
+    bool full;               // the job found the CPU tier full
+    uint64_t load_us;        // the job's wall time
     char err[1024];
 } s_load_t;
 
 static void s_load_work(void *arg) {
     s_load_t *l = arg;
-    l->adapter = ls_adapter_load(l->path, &l->cfg, l->max_rank, l->err, sizeof l->err);
+    uint64_t t0 = ls_mono_ns();
+    ls_adapter_t *ad = ls_adapter_load(l->path, &l->cfg, l->max_rank, l->err, sizeof l->err);
+    if (ad)
+        l->image = ls_lora_pool_image_new(l->pool, ad, &l->full, l->err, sizeof l->err);
+    ls_adapter_destroy(&ad);
+    l->load_us = (ls_mono_ns() - t0) / 1000;
 }
 
-static void s_answer_loaded(ls_actor_t *a, s_load_t *l, int ok, uint32_t code, const char *reason) {
+// rank and bytes: the image's, when ok.
+static void s_answer_loaded(ls_actor_t *a, s_load_t *l, int ok, uint32_t code, const char *reason, int rank,
+                            size_t bytes) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
     m.rid = l->rid;
@@ -528,12 +543,15 @@ static void s_answer_loaded(ls_actor_t *a, s_load_t *l, int ok, uint32_t code, c
     m.u.adapter_loaded.adapter_id = ls_msg_strdup(l->adapter_id);
     m.u.adapter_loaded.code = code;
     m.u.adapter_loaded.reason = ls_msg_strdup(reason);
+    m.u.adapter_loaded.rank = (uint32_t)rank;
+    m.u.adapter_loaded.bytes = bytes;
+    m.u.adapter_loaded.load_us = l->load_us;
     ls_actor_send_route(a, l->route, &m, NULL);
     ls_msg_clear(&m);
 }
 
 static void s_load_free(s_load_t *l) {
-    ls_adapter_destroy(&l->adapter);
+    ls_lora_pool_image_destroy(s_w.pool, &l->image);
     ls_route_destroy(&l->route);
     free(l->name);
     free(l->adapter_id);
@@ -543,26 +561,28 @@ static void s_load_free(s_load_t *l) {
 
 static void s_load_done(ls_actor_t *a, void *arg) {
     s_load_t *l = arg;
-    char err[1024], evicted[256] = "";
-    if (!l->adapter) {
+    char err[1024];
+    if (!l->image) {
         ls_warn(l->rid, "adapter %s (%s) not loaded: %s", l->name, l->path, l->err);
-        s_answer_loaded(a, l, 0, LS_ERROR_CODE_BAD_REQUEST, l->err);
+        // a full tier is the scheduler's to fix (it makes room first); anything else is the adapter's fault
+        s_answer_loaded(a, l, 0, l->full ? LS_ERROR_CODE_UNAVAILABLE : LS_ERROR_CODE_BAD_REQUEST, l->err, 0, 0);
     } else {
-        int rank = ls_adapter_info(l->adapter).max_rank;
-        size_t bytes = ls_adapter_bytes(l->adapter);
-        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &l->adapter, l->pinned, evicted, sizeof evicted, err,
-                             sizeof err) < 0 ||
+        int rank = ls_lora_image_rank(l->image);
+        size_t bytes = ls_lora_image_bytes(l->image);
+        ls_lora_image_t *img = l->image;
+        l->image = NULL;  // the pool's once added; the failure path below gives it back
+        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &img, l->pinned, err, sizeof err) < 0 ||
             (l->slot >= 0 && ls_lora_pool_assign(s_w.pool, l->adapter_id, l->slot + 1, err, sizeof err) < 0)) {
             ls_warn(l->rid, "adapter %s not added: %s", l->name, err);
-            if (ls_lora_pool_contains(s_w.pool, l->adapter_id))
+            if (!img)  // added, then the assign failed: the pool owns the image
                 ls_lora_pool_remove(s_w.pool, l->adapter_id, NULL, 0);
-            s_answer_loaded(a, l, 0, LS_ERROR_CODE_UNAVAILABLE, err);
+            l->image = img;
+            s_answer_loaded(a, l, 0, LS_ERROR_CODE_UNAVAILABLE, err, 0, 0);
         } else {
-            if (*evicted)
-                ls_info(l->rid, "CPU tier full: dropped adapter %s", evicted);
-            ls_info(l->rid, "adapter %s loaded from %s: rank %d, %.1f MB", l->name, l->path, rank, (double)bytes / 1e6);
+            ls_info(l->rid, "adapter %s loaded from %s: rank %d, %.1f MB in the CPU tier, %.1f ms", l->name, l->path,
+                    rank, (double)bytes / 1e6, (double)l->load_us / 1e3);
             ls_actor_count(a, "adapters_loaded", 1);
-            s_answer_loaded(a, l, 1, 0, NULL);
+            s_answer_loaded(a, l, 1, 0, NULL, rank, bytes);
         }
     }
     s_load_free(l);
@@ -580,6 +600,7 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     l->slot = req->slot;
     l->cfg = *ls_model_config(s_w.model);
     l->max_rank = s_w.max_lora_rank;
+    l->pool = s_w.pool;
     const char *why = NULL;
     if (!*l->adapter_id)
         why = "LoadAdapter without adapter_id (the registry assigns one)";
@@ -590,20 +611,22 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     else if (l->slot >= ls_lora_pool_n_slots(s_w.pool) - 1)
         why = "slot out of range";
     if (why) {
-        s_answer_loaded(a, l, 0, LS_ERROR_CODE_BAD_REQUEST, why);
+        s_answer_loaded(a, l, 0, LS_ERROR_CODE_BAD_REQUEST, why, 0, 0);
         s_load_free(l);
         return -1;
     }
     // Loads are idempotent: a scheduler that lost track (its restart, a retried rollback) asks
     // again for what this worker holds.
-    if (ls_lora_pool_contains(s_w.pool, l->adapter_id)) {
-        s_answer_loaded(a, l, 1, 0, NULL);
+    int rank;
+    size_t bytes;
+    if (ls_lora_pool_image_info(s_w.pool, l->adapter_id, &rank, &bytes) == 0) {
+        s_answer_loaded(a, l, 1, 0, NULL, rank, bytes);
         s_load_free(l);
         return 0;
     }
     // Disk reads and validation off the loop: steps keep running meanwhile.
     if (ls_actor_job(a, s_load_work, s_load_done, l) < 0) {
-        s_answer_loaded(a, l, 0, LS_ERROR_CODE_INTERNAL, "cannot start the load job");
+        s_answer_loaded(a, l, 0, LS_ERROR_CODE_INTERNAL, "cannot start the load job", 0, 0);
         s_load_free(l);
         return -1;
     }
@@ -667,7 +690,12 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("block-size", &s_w.block_size, "16", "tokens per KV block"),
         LS_FLAG_INT("max-loras-per-batch", &s_w.max_loras_per_batch, "8", "adapter slots (distinct adapters in a step)"),
         LS_FLAG_INT("max-lora-rank", &s_w.max_lora_rank, "64", "largest adapter rank a slot holds"),
-        LS_FLAG_INT("max-loaded-loras", &s_w.max_loaded_loras, "64", "adapters held in the CPU tier"),
+        LS_FLAG_INT("max-loaded-loras", &s_w.max_loaded_loras, "0",
+                    "most adapters the CPU tier holds (0: as many as --max-cpu-lora-mb allows)"),
+        LS_FLAG_INT("max-cpu-lora-mb", &s_w.max_cpu_lora_mb, "0",
+                    "host memory for adapters (the CPU tier), in MB; adapters take it in proportion to their rank "
+                    "and targets (0: room for 64 adapters of --max-lora-rank on every target, at most a quarter "
+                    "of the machine's memory)"),
         LS_FLAG_LIST("lora-target-modules", &s_w.target_modules, "modules adapters may target (default: all seven)"),
         LS_FLAG_STR("lora-eviction-policy", &s_w.eviction, "lru", "lru or fifo (slots the scheduler does not direct)"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),

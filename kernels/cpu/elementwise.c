@@ -1,6 +1,7 @@
 /*  kernels/cpu/elementwise.c — the small row-wise ops of a decoder layer: embedding
     gather, residual add, SiLU·mul of the stacked gate_up output, and the gather of the
-    rows that need logits; plus the bf16/f16 -> f32 weight conversions used at upload.
+    rows that need logits; plus the bf16/f16 -> f32 weight conversions used at upload and the
+    padded scatter of LoRA slot loads.
 */
 #include <assert.h>
 #include <math.h>
@@ -81,4 +82,19 @@ void ls_rows_gather(float *out, const float *x, const int32_t *rows, int n_rows,
         assert(rows[r] >= 0);
         memcpy(out + (size_t)r * C, x + (size_t)rows[r] * C, (size_t)C * sizeof(float));
     }
+}
+
+// dst is (rows, dst_stride), src is (rows, chunks, w); see ops.h
+void ls_pad_copy(void *dst, const void *src, size_t esize, size_t w, size_t chunks, size_t rows,
+                 size_t dst_chunk, size_t dst_stride) {
+    assert(w <= dst_chunk && chunks * dst_chunk <= dst_stride);
+    char *d = dst;
+    const char *s = src;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < chunks; j++) {
+            char *o = d + (i * dst_stride + j * dst_chunk) * esize;
+            if (w)
+                memcpy(o, s + ((i * chunks + j) * w) * esize, w * esize);
+            memset(o + w * esize, 0, (dst_chunk - w) * esize);
+        }
 }

@@ -36,6 +36,38 @@ cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
 
 // ---------------------------------------------------------------------------------------
 
+// dst is (rows, dst_stride), src is (rows, chunks, w); one thread per destination element,
+// grid-stride. A slot load moves a few hundred MB at most once per cold adapter, on the
+// upload stream beside the step: plain coalesced element copies are far from the bottleneck
+// (the host-to-device copy before it is).
+template <typename T>
+__global__ void k_pad_copy(T *dst, const T *src, size_t w, size_t chunks, size_t rows,
+                           size_t dst_chunk, size_t dst_stride) {
+    size_t n = rows * chunks * dst_chunk;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        size_t c = k % dst_chunk, ij = k / dst_chunk, j = ij % chunks, i = ij / chunks;
+        dst[i * dst_stride + j * dst_chunk + c] = c < w ? src[ij * w + c] : T(0);
+    }
+}
+
+cudaError_t ls_cu_pad_copy(void *dst, const void *src, size_t esize, size_t w, size_t chunks,
+                           size_t rows, size_t dst_chunk, size_t dst_stride, cudaStream_t stream) {
+    assert((esize == 2 || esize == 4) && w <= dst_chunk && chunks * dst_chunk <= dst_stride);
+    size_t n = rows * chunks * dst_chunk;
+    if (n == 0)
+        return cudaSuccess;
+    if (esize == 2)
+        k_pad_copy<uint16_t><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
+            (uint16_t *)dst, (const uint16_t *)src, w, chunks, rows, dst_chunk, dst_stride);
+    else
+        k_pad_copy<uint32_t><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
+            (uint32_t *)dst, (const uint32_t *)src, w, chunks, rows, dst_chunk, dst_stride);
+    LS_CU_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------------------------------
+
 // out is (T, C), table is (vocab, C), ids is (T); one block per token
 template <typename TW>
 __global__ void k_embedding(float *out, const TW *table, const int32_t *ids, int C,

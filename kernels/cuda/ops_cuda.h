@@ -44,6 +44,11 @@ size_t ls_cu_dtype_size(ls_cu_dtype_t dt);
 cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
                           ls_cu_dtype_t src_dt, size_t n, cudaStream_t stream);
 
+// dst (rows, dst_stride) from the packed src (rows, chunks, w) with zero padding, as
+// ls_pad_copy (kernels/ops.h); esize 2 or 4, elements moved as they are
+cudaError_t ls_cu_pad_copy(void *dst, const void *src, size_t esize, size_t w, size_t chunks,
+                           size_t rows, size_t dst_chunk, size_t dst_stride, cudaStream_t stream);
+
 // out (T, C) = table (vocab, C) [ids (T) - vocab0]; ids outside [vocab0, vocab0 + vocab)
 // give zero rows (another tensor-parallel rank's vocabulary)
 cudaError_t ls_cu_embedding(float *out, const void *table, ls_cu_dtype_t table_dt,

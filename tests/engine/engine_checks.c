@@ -93,13 +93,13 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, cons
     if (!(f->m = ls_model_load(path, be, NULL, NULL, NULL, err, errlen)))
         return -1;
     const ls_model_config_t *cfg = ls_model_config(f->m);
-    ls_lora_pool_config_t pc = {n_ads, max_rank, n_ads, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {n_ads, max_rank, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
     if (!(f->pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
         return -1;
     for (const cJSON *a = jads->child; a; a = a->next) {
         snprintf(path, sizeof path, "%s/adapters/%s", root, a->string);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, max_rank, err, errlen);
-        int rc = ad ? ls_lora_pool_add(f->pool, a->string, &ad, false, NULL, 0, err, errlen) : -1;
+        int rc = ad ? ls_lora_pool_add_adapter(f->pool, a->string, &ad, false, err, errlen) : -1;
         ls_adapter_destroy(&ad);
         if (rc < 0)
             return -1;
@@ -400,7 +400,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     if (!(model = ls_model_load(demo_dir, be, NULL, NULL, NULL, err, errlen)) ||
         !(kv = ls_kv_cache_new(model, 1200, D_BLOCK, err, errlen)))
         goto done;
-    ls_lora_pool_config_t pc = {.max_loras_per_batch = n_slots, .max_lora_rank = 16, .max_loaded_loras = 4};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = n_slots, .max_lora_rank = 16};
     if (!(pool = ls_lora_pool_new(be, ls_model_config(model), &pc, err, errlen)))
         goto done;
     // eval.json names each adapter by its directory under examples/demo: that is its id here
@@ -408,7 +408,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", demo_dir, names[i]);
         ls_adapter_t *a = ls_adapter_load(path, ls_model_config(model), 16, err, errlen);
-        int added = a ? ls_lora_pool_add(pool, names[i], &a, false, NULL, 0, err, errlen) : -1;
+        int added = a ? ls_lora_pool_add_adapter(pool, names[i], &a, false, err, errlen) : -1;
         ls_adapter_destroy(&a);
         if (added < 0)
             goto done;

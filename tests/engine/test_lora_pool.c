@@ -1,9 +1,12 @@
 // The LoRA slot pool's rules: slot mapping of a batch, LRU vs FIFO victims, pinned and
-// in-batch adapters never evicted, the pin limit, batches with too many adapters, the CPU
-// tier's capacity and eviction, refusals on add, and the exact slot layout (zero padding of
-// rank_pattern modules, per-module scalings folded into B, uniform ones kept per slot).
+// in-batch adapters never evicted, the pin limit, batches with too many adapters, the host
+// tier's byte capacity (rank-proportional images, refused when full, pages given back),
+// images built on another thread, refusals on add, and the exact slot layout (zero padding
+// of rank_pattern modules and of the rank up to r_max, per-module scalings folded into B,
+// uniform ones kept per slot), also for images spanning many pages.
 #include "random_model.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -87,19 +90,19 @@ static ls_adapter_t *load(ctx_t *c, int a) {
     return ad;
 }
 
-static void new_pool(ctx_t *c, int slots, int loaded, int r_max, ls_lora_eviction_t ev,
+// host: the host tier's bytes (0: the default)
+static void new_pool(ctx_t *c, int slots, size_t host, int r_max, ls_lora_eviction_t ev,
                      unsigned mask) {
-    ls_lora_pool_config_t pc = {slots, r_max, loaded, mask, ev, 0, 1};
+    ls_lora_pool_config_t pc = {slots, r_max, host, mask, ev, 0, 1};
     c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, err, sizeof err);
     if (!c->pool)
         fail_msg("pool: %s", err);
 }
 
 // Adds adapter file a under id; returns add's result (0 / -1 with err).
-static int add(ctx_t *c, const char *id, int a, bool pinned, char *evicted) {
+static int add(ctx_t *c, const char *id, int a, bool pinned) {
     ls_adapter_t *ad = load(c, a);
-    int rc = ls_lora_pool_add(c->pool, id, &ad, pinned, evicted, evicted ? 64 : 0, err,
-                              sizeof err);
+    int rc = ls_lora_pool_add_adapter(c->pool, id, &ad, pinned, err, sizeof err);
     assert_true(rc == 0 ? ad == NULL : ad != NULL); // ownership moves only on success
     ls_adapter_destroy(&ad);
     return rc;
@@ -116,10 +119,10 @@ static int prepare(ctx_t *c, int32_t *slots, const char *const *ids) {
 
 static void test_prepare_maps_slots(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 4, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
     assert_int_equal(ls_lora_pool_n_slots(c->pool), 3);
-    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "b", AD_Q8, false, NULL), 0);
+    assert_int_equal(add(c, "a", AD_R4, false), 0);
+    assert_int_equal(add(c, "b", AD_Q8, false), 0);
     int32_t s[4];
     assert_int_equal(PREP(c, s, "a", NULL, "a", "b"), 0);
     assert_int_equal(s[1], LS_LORA_SLOT_BASE);
@@ -148,10 +151,10 @@ static void test_prepare_maps_slots(void **state) {
 static void test_lru_vs_fifo(void **state) {
     ctx_t *c = *state;
     for (int ev = 0; ev < 2; ev++) {
-        new_pool(c, 2, 4, 16, ev, 0);
-        assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
-        assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
-        assert_int_equal(add(c, "c", AD_R4, false, NULL), 0);
+        new_pool(c, 2, 0, 16, ev, 0);
+        assert_int_equal(add(c, "a", AD_R4, false), 0);
+        assert_int_equal(add(c, "b", AD_R4, false), 0);
+        assert_int_equal(add(c, "c", AD_R4, false), 0);
         int32_t s[1];
         assert_int_equal(PREP(c, s, "a"), 0);
         assert_int_equal(PREP(c, s, "b"), 0);
@@ -175,10 +178,10 @@ static void test_lru_vs_fifo(void **state) {
 // FIFO would pick a (loaded first), but a is in the batch: b goes.
 static void test_in_batch_never_evicted(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 4, 16, LS_LORA_EVICT_FIFO, 0);
-    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "c", AD_R4, false, NULL), 0);
+    new_pool(c, 2, 0, 16, LS_LORA_EVICT_FIFO, 0);
+    assert_int_equal(add(c, "a", AD_R4, false), 0);
+    assert_int_equal(add(c, "b", AD_R4, false), 0);
+    assert_int_equal(add(c, "c", AD_R4, false), 0);
     int32_t s[2];
     assert_int_equal(PREP(c, s, "a"), 0);
     assert_int_equal(PREP(c, s, "b"), 0);
@@ -190,14 +193,14 @@ static void test_in_batch_never_evicted(void **state) {
 
 static void test_pinned(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 3, 8, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "p1", AD_R4, true, NULL), 0);
-    assert_int_equal(add(c, "p2", AD_Q8, true, NULL), 0);
-    assert_int_equal(add(c, "p3", AD_R4, true, NULL), -1); // at most slots - 1 = 2 pinned
+    new_pool(c, 3, 0, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "p1", AD_R4, true), 0);
+    assert_int_equal(add(c, "p2", AD_Q8, true), 0);
+    assert_int_equal(add(c, "p3", AD_R4, true), -1); // at most slots - 1 = 2 pinned
     assert_contains(err, "at most 2 adapters can be pinned");
     assert_false(ls_lora_pool_contains(c->pool, "p3"));
-    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
+    assert_int_equal(add(c, "a", AD_R4, false), 0);
+    assert_int_equal(add(c, "b", AD_R4, false), 0);
     int32_t s[2];
     assert_int_equal(PREP(c, s, "p1"), 0);
     assert_int_equal(PREP(c, s, "p2"), 0);
@@ -221,10 +224,10 @@ static void test_pinned(void **state) {
 
 static void test_too_many_and_unknown(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 4, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "c", AD_R4, false, NULL), 0);
+    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "a", AD_R4, false), 0);
+    assert_int_equal(add(c, "b", AD_R4, false), 0);
+    assert_int_equal(add(c, "c", AD_R4, false), 0);
     int32_t s[5];
     assert_int_equal(PREP(c, s, "a", "b", NULL, "a", "c"), -1);
     print_message("refused: %s\n", err);
@@ -243,64 +246,140 @@ static void test_too_many_and_unknown(void **state) {
     assert_int_equal(PREP(c, s, "a"), -1);
 }
 
-static void test_cpu_tier(void **state) {
+// The host tier holds what its bytes allow: images take whole pages in proportion to their
+// rank and targets, a full tier refuses (the pool never evicts by itself), removal gives the
+// pages back. The toy model's images are one 64 KiB page each.
+static void test_host_tier(void **state) {
     ctx_t *c = *state;
-    char evicted[64];
-    // LRU: a is used, so of b and c the least recently used, b, goes
-    new_pool(c, 2, 3, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "b", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "c", AD_R4, false, NULL), 0);
-    int32_t s[2];
-    assert_int_equal(PREP(c, s, "b"), 0);
-    assert_int_equal(PREP(c, s, "a"), 0);
-    assert_int_equal(add(c, "d", AD_R4, false, evicted), 0);
-    assert_string_equal(evicted, "c"); // used least recently (never)
-    assert_int_equal(add(c, "e", AD_R4, false, evicted), 0);
-    assert_string_equal(evicted, "b"); // b resident in a slot, but not in the current batch
-    assert_false(ls_lora_pool_contains(c->pool, "b"));
-    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
-    assert_int_equal(ls_lora_pool_stats(c->pool).cpu_evictions, 2);
-    ls_lora_pool_destroy(&c->pool);
-
-    // FIFO: first added goes, unless it is in the current batch or pinned
-    new_pool(c, 3, 3, 16, LS_LORA_EVICT_FIFO, 0);
-    assert_int_equal(add(c, "p", AD_R4, true, NULL), 0);
-    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "b", AD_R4, false, evicted), 0);
-    assert_string_equal(evicted, "");
-    assert_int_equal(PREP(c, s, "a"), 0);
-    assert_int_equal(add(c, "d", AD_R4, false, evicted), 0);
-    assert_string_equal(evicted, "b");
-    assert_int_equal(PREP(c, s, "a", "d"), 0);
-    assert_int_equal(add(c, "e", AD_R4, false, evicted), -1); // p pinned, a and d in batch
+    new_pool(c, 2, (size_t)3 << 16, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 1 << 16);
+    assert_int_equal(add(c, "a", AD_R4, false), 0);
+    assert_int_equal(add(c, "b", AD_R16, false), 0);
+    assert_int_equal(add(c, "c", AD_Q8, false), 0);
+    ls_lora_pool_stats_t st = ls_lora_pool_stats(c->pool);
+    assert_int_equal(st.host_total, 3 << 16);
+    assert_int_equal(st.host_used, 3 << 16);
+    assert_int_equal(st.host_adapters, 3);
+    assert_int_equal(add(c, "d", AD_R4, false), -1);
     print_message("refused: %s\n", err);
-    assert_contains(err, "max_loaded_loras (3)");
+    assert_contains(err, "host tier is full");
+    bool full = false;
+    ls_adapter_t *d = load(c, AD_R4);
+    assert_null(ls_lora_pool_image_new(c->pool, d, &full, err, sizeof err));
+    assert_true(full);
+    ls_adapter_destroy(&d);
+    int rank;
+    size_t bytes;
+    assert_int_equal(ls_lora_pool_image_info(c->pool, "b", &rank, &bytes), 0);
+    assert_int_equal(rank, 16);
+    assert_int_equal(bytes, 1 << 16);
+    assert_int_equal(ls_lora_pool_image_info(c->pool, "d", &rank, &bytes), -1);
+    assert_false(ls_lora_pool_contains(c->pool, "d"));
+    int32_t s[1];
+    assert_int_equal(PREP(c, s, "b"), 0);
+    assert_int_equal(ls_lora_pool_remove(c->pool, "b", err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_stats(c->pool).host_used, 2 << 16);
+    assert_int_equal(add(c, "d", AD_R4, false), 0);
+    assert_int_equal(ls_lora_pool_stats(c->pool).host_adapters, 3);
+    // a tier that cannot hold one adapter of max_lora_rank is refused at creation
+    ls_lora_pool_destroy(&c->pool);
+    ls_lora_pool_config_t small = {.max_loras_per_batch = 2, .max_lora_rank = 8, .host_bytes = 1000};
+    assert_null(ls_lora_pool_new(c->be, &c->cfg, &small, err, sizeof err));
+    print_message("refused: %s\n", err);
+    assert_contains(err, "cannot hold one adapter of rank 8");
+}
+
+static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded);
+
+// A model large enough for images of many pages: each image's bytes follow its rank and
+// targets, and a slot loaded from an image that spans pages holds exactly the adapter.
+typedef struct {
+    ls_lora_pool_t *pool;
+    ls_adapter_t *ad[N_ADS];
+    ls_lora_image_t *img[N_ADS];
+} s_build_t;
+
+static void *s_build(void *arg) {
+    s_build_t *b = arg;
+    char e[256];
+    for (int a = 0; a < N_ADS; a++)
+        b->img[a] = ls_lora_pool_image_new(b->pool, b->ad[a], NULL, e, sizeof e);
+    return NULL;
+}
+
+static void test_images_across_pages(void **state) {
+    ctx_t *c = *state;
+    const char *j = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 256, "
+                    "\"intermediate_size\": 512, \"num_attention_heads\": 4, "
+                    "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 32}";
+    assert_int_equal(ls_model_config_parse(j, strlen(j), "config.json", &c->cfg, err, sizeof err), 0);
+    for (int a = 0; a < N_ADS; a++) {
+        int ranks[2 * LS_TARGET_COUNT];
+        rm_ranks_uniform(ranks, 2, ADS[a].mask, ADS[a].r);
+        if (a == AD_PATTERN)
+            ranks[LS_TARGET_V] = ranks[LS_TARGET_COUNT + LS_TARGET_V] = 8;
+        char d[1024];
+        fx_path(d, sizeof d, c->dir, ADS[a].name);
+        assert_int_equal(rm_write_adapter(d, &c->cfg, ADS[a].config, ranks, LS_DTYPE_F32,
+                                          (unsigned)a + 7), 0);
+    }
+    new_pool(c, 4, (size_t)64 << 20, 16, LS_LORA_EVICT_LRU, 0);
+    // 8192 elements per unit of rank on all seven targets (2 layers), f32: r16 = 512 KiB,
+    // so 64 KiB pages
+    assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 512 << 10);
+    // images built on another thread while this one uses the pool
+    s_build_t b = {.pool = c->pool};
+    for (int a = 0; a < N_ADS; a++)
+        b.ad[a] = load(c, a);
+    assert_int_equal(add(c, "early", AD_R4, false), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, s_build, &b), 0);
+    int32_t s[4];
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(PREP(c, s, "early"), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    static const size_t want[N_ADS] = {
+        [AD_R4] = 2 << 16,    // 4 x 32 KiB
+        [AD_Q8] = 2 << 16,    // the qkv group at rank 8: (3*256 + 512) * 8 * 2 * 4 bytes = 80 KiB
+        [AD_R16] = 8 << 16,   // 16 x 32 KiB
+        [AD_PATTERN] = 4 << 16,  // rank 8 (v_proj's): 256 KiB
+    };
+    for (int a = 0; a < N_ADS; a++) {
+        assert_non_null(b.img[a]);
+        assert_int_equal(ls_lora_image_bytes(b.img[a]), want[a]);
+        assert_int_equal(ls_lora_pool_add(c->pool, ADS[a].name, &b.img[a], false, err, sizeof err), 0);
+        assert_null(b.img[a]);
+    }
+    assert_int_equal(ls_lora_pool_stats(c->pool).host_used, (2 + 2 + 2 + 8 + 4) << 16);
+    // every image through every slot, twice (a slot refilled by a smaller rank is padded anew)
+    for (int round = 0; round < 2; round++)
+        for (int a = 0; a < N_ADS; a++) {
+            int slot = 1 + (a + round) % 4;
+            assert_int_equal(ls_lora_pool_assign(c->pool, ADS[a].name, slot, err, sizeof err), 0);
+            check_slot(c, b.ad[a], slot, a == AD_PATTERN);
+        }
+    for (int a = 0; a < N_ADS; a++)
+        ls_adapter_destroy(&b.ad[a]);
 }
 
 static void test_add_refusals(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 4, 8, LS_LORA_EVICT_LRU, 1u << LS_TARGET_Q | 1u << LS_TARGET_V);
+    new_pool(c, 2, 0, 8, LS_LORA_EVICT_LRU, 1u << LS_TARGET_Q | 1u << LS_TARGET_V);
     assert_true(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_QKV));
     assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_O));
     assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_GATE_UP));
-    assert_int_equal(add(c, "q", AD_Q8, false, NULL), 0);
-    assert_int_equal(add(c, "q", AD_Q8, false, NULL), -1);
+    assert_int_equal(add(c, "q", AD_Q8, false), 0);
+    assert_int_equal(add(c, "q", AD_Q8, false), -1);
     assert_contains(err, "already loaded");
-    assert_int_equal(add(c, "big", AD_R16, false, NULL), -1);
+    assert_int_equal(add(c, "big", AD_R16, false), -1);
     print_message("refused: %s\n", err);
     assert_contains(err, "rank 16, above max_lora_rank 8");
-    assert_int_equal(add(c, "all", AD_R4, false, NULL), -1);
+    assert_int_equal(add(c, "all", AD_R4, false), -1);
     print_message("refused: %s\n", err);
     assert_contains(err, "targets k_proj, o_proj, gate_proj, up_proj, down_proj, which "
                          "lora_target_modules does not enable");
-    assert_int_equal(add(c, "", AD_R4, false, NULL), -1);
-    ls_lora_pool_destroy(&c->pool);
-    ls_lora_pool_config_t bad = {.max_loras_per_batch = 4, .max_lora_rank = 8,
-                                 .max_loaded_loras = 2};
-    assert_null(ls_lora_pool_new(c->be, &c->cfg, &bad, err, sizeof err));
-    print_message("refused: %s\n", err);
-    assert_contains(err, "max_loaded_loras >= max_loras_per_batch (got 2)");
+    assert_int_equal(add(c, "", AD_R4, false), -1);
+    assert_int_equal(ls_lora_pool_stats(c->pool).host_adapters, 1);
 }
 
 // The slot's A and B blocks hold exactly the adapter: rows/columns past a module's rank
@@ -344,9 +423,9 @@ static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded) 
 
 static void test_slot_layout(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 4, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "pattern", AD_PATTERN, false, NULL), 0);
-    assert_int_equal(add(c, "uniform", AD_R4, false, NULL), 0);
+    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "pattern", AD_PATTERN, false), 0);
+    assert_int_equal(add(c, "uniform", AD_R4, false), 0);
     int32_t s[2];
     assert_int_equal(PREP(c, s, "pattern", "uniform"), 0);
     const int32_t *ranks = ls_lora_pool_slot_ranks(c->pool);
@@ -370,10 +449,10 @@ static void test_slot_layout(void **state) {
 // there, moves when named into another slot, evicts what was there, never a pinned one.
 static void test_assign(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 3, 4, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "a", AD_R4, false, NULL), 0);
-    assert_int_equal(add(c, "b", AD_Q8, false, NULL), 0);
-    assert_int_equal(add(c, "p", AD_R4, true, NULL), 0);
+    new_pool(c, 3, 0, 16, LS_LORA_EVICT_LRU, 0);
+    assert_int_equal(add(c, "a", AD_R4, false), 0);
+    assert_int_equal(add(c, "b", AD_Q8, false), 0);
+    assert_int_equal(add(c, "p", AD_R4, true), 0);
     assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 2);
     assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 4);
@@ -410,7 +489,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_in_batch_never_evicted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pinned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_too_many_and_unknown, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cpu_tier, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_tier, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_images_across_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_assign, setup, teardown),

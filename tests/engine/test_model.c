@@ -285,7 +285,7 @@ static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *c
 
 static ls_lora_pool_t *new_pool(ctx_t *c, const ls_model_config_t *cfg, int slots) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = 16,
-                                .max_loaded_loras = 8};
+                                };
     ls_lora_pool_t *p = ls_lora_pool_new(c->be, cfg, &pc, err, sizeof err);
     if (!p)
         fail_msg("pool: %s", err);
@@ -307,7 +307,7 @@ static void test_lora_equals_merged(void **state) {
         ads[a] = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16 : LS_DTYPE_F32);
         ls_adapter_t *own = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16
                                                                       : LS_DTYPE_F32);
-        assert_int_equal(ls_lora_pool_add(pool, ids[a + 1], &own, false, NULL, 0, err,
+        assert_int_equal(ls_lora_pool_add_adapter(pool, ids[a + 1], &own, false, err,
                                           sizeof err), 0);
         assert_null(own);
     }
@@ -365,7 +365,7 @@ static void test_mixed_batch_equals_alone(void **state) {
     const char *names[N_AD] = {"a0", "a1", "a2"};
     for (int a = 0; a < N_AD; a++) {
         ls_adapter_t *ad = write_and_load_adapter(c, cfg, a, LS_DTYPE_F32);
-        assert_int_equal(ls_lora_pool_add(pool, names[a], &ad, false, NULL, 0, err,
+        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, false, err,
                                           sizeof err), 0);
     }
     static const req_t reqs[] = {

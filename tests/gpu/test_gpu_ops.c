@@ -298,6 +298,56 @@ static void test_buffers(t_rng_t *r) {
     free(x), free(ref), free(got);
 }
 
+// buffer_upload_async (LoRA slot loads): a packed image in host_alloc pieces of random sizes
+// padded into a poisoned (rows, dst_stride) region by the device, against ls_pad_copy on
+// the host; elements past chunks*dst_chunk of each row must stay poisoned. dt: the buffer's
+// storage (bf16 or f32); w 0: zero fill. Exact.
+static void test_upload_padded(t_rng_t *r, ls_dtype_t dt, size_t w, size_t chunks, size_t rows,
+                               size_t dst_chunk, size_t dst_stride, int nspan) {
+    size_t es = ls_dtype_size(dt), n_img = rows * chunks * w, n_dst = rows * dst_stride, off = 5;
+    float *vals = s_fill_new(r, n_img ? n_img : 1, -2, 2), *got = t_alloc(n_dst * 4),
+          *ref = s_nan_new(n_dst), *poison = s_nan_new(n_dst + off);
+    char *img = t_alloc(n_img * es + 1), *padded = t_alloc(n_dst * es);
+    for (size_t i = 0; i < n_img; i++)
+        if (es == 2)
+            ((uint16_t *)img)[i] = ls_bf16_from_f32(vals[i]);
+        else
+            ((float *)img)[i] = vals[i];
+    // the reference: pad on the host, widen the written part of every row
+    ls_pad_copy(padded, img, es, w, chunks, rows, dst_chunk, dst_stride);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t k = 0; k < chunks * dst_chunk; k++) {
+            size_t at = i * dst_stride + k;
+            ref[at] = es == 2 ? ls_bf16_to_f32(((uint16_t *)padded)[at]) : ((float *)padded)[at];
+        }
+    // the image in nspan pieces of pinned memory, cut at random places
+    ls_host_span_t spans[16];
+    size_t bytes = n_img * es, at = 0;
+    for (int k = 0; k < nspan; k++) {
+        size_t left = bytes - at, take = k == nspan - 1 ? left : (size_t)t_rng_int(r, (int)(left / 2 + 1));
+        void *p = s_gpu->host_alloc(s_gpu, take);
+        memcpy(p, img + at, take);
+        spans[k] = (ls_host_span_t){p, take};
+        at += take;
+    }
+    ls_buffer_t *b = s_gpu->buffer_new(s_gpu, dt, n_dst + off);
+    ls_event_t *ev = s_gpu->event_new(s_gpu);
+    if (!b || !ev || s_gpu->buffer_upload(s_gpu, ls_view(b, 0), poison, LS_DTYPE_F32, n_dst + off) ||
+        s_gpu->buffer_upload_async(s_gpu, ls_view(b, off), dst_stride, dst_chunk, spans,
+                                   w ? nspan : 0, w, chunks, rows, ev) ||
+        s_gpu->event_sync(s_gpu, ev) || s_gpu->buffer_download(s_gpu, got, ls_view(b, off), n_dst))
+        exit(2);
+    char name[96];
+    snprintf(name, sizeof name, "upload_async padded %s w%zu x%zu x%zu -> %zu/%zu, %d pieces",
+             s_dtn(dt), w, chunks, rows, dst_chunk, dst_stride, nspan);
+    s_check(name, got, ref, n_dst, 0, 0);
+    for (int k = 0; k < nspan; k++)
+        s_gpu->host_free(s_gpu, (void *)spans[k].p);
+    s_gpu->event_free(s_gpu, ev);
+    s_gpu->buffer_free(s_gpu, b);
+    free(vals), free(got), free(ref), free(poison), free(img), free(padded);
+}
+
 // -- dense ops ----------------------------------------------------------------------------
 
 static void test_matmul(t_rng_t *r, int T, int in, int out, ls_dtype_t wdt, int bias,
@@ -1321,6 +1371,14 @@ int main(int argc, char **argv) {
 
     test_buffers(&r);
     test_lora_local_memory();
+    // LoRA slot loads: A of qkv (3 slices of rank 8 into 16 of 512), B (1536 rows, rank 8 of
+    // 64), an untouched group (zero fill), an f32 pool, and a larger image after a smaller
+    // one (the staging area grows)
+    test_upload_padded(&r, LS_DTYPE_BF16, 8 * 512, 3, 4, 16 * 512, 5 * 3 * 16 * 512, 7);
+    test_upload_padded(&r, LS_DTYPE_BF16, 8, 1536, 4, 64, 3 * 1536 * 64, 3);
+    test_upload_padded(&r, LS_DTYPE_BF16, 0, 1536, 4, 64, 2 * 1536 * 64, 1);
+    test_upload_padded(&r, LS_DTYPE_F32, 3, 100, 6, 12, 1300, 5);
+    test_upload_padded(&r, LS_DTYPE_BF16, 64 * 4096, 2, 32, 64 * 4096, 3 * 2 * 64 * 4096, 16);
 
     test_matmul(&r, 1, 512, 768, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0);
     test_matmul(&r, 37, 512, 384, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0);

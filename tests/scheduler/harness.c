@@ -105,6 +105,8 @@ void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint
     w->vocab_size = H_VOCAB;
     w->max_loras_per_batch = slots;
     w->max_loaded_loras = max_loaded;
+    w->cpu_lora_bytes = h->cpu_bytes;
+    w->lora_max_bytes = h->lora_max_bytes;
     w->eos_token_ids.v = malloc(sizeof(int32_t));
     w->eos_token_ids.v[0] = 2;
     w->eos_token_ids.n = 1;
@@ -168,6 +170,8 @@ static void s_answer_adapter(h_t *h, const h_out_t *o, int rank) {
         a.u.adapter_loaded.ok = rank != h->fail_load_rank;
         a.u.adapter_loaded.adapter_id = ls_msg_strdup(o->msg.u.load_adapter.adapter_id);
         a.u.adapter_loaded.rank = 8;
+        if (h->bytes_of)
+            a.u.adapter_loaded.bytes = h->bytes_of(o->msg.u.load_adapter.adapter_id);
         if (!a.u.adapter_loaded.ok) {
             a.u.adapter_loaded.code = LS_ERROR_CODE_BAD_REQUEST;
             a.u.adapter_loaded.reason = ls_msg_strdup("rank 128 above max_lora_rank 64");

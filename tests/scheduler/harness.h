@@ -49,6 +49,8 @@ typedef struct {
     int32_t eos_token;      // the fake worker samples it at eos_at generated tokens (0: never)
     uint32_t eos_at;
     uint64_t step_ns;       // each answered step advances the clock this much
+    uint64_t cpu_bytes, lora_max_bytes;   // the CPU tier h_info reports (0: no byte limit)
+    uint64_t (*bytes_of)(const char *id);  // CPU-tier bytes a fake worker reports per adapter (NULL: 0)
 } h_t;
 
 // Token the fake worker samples for a request that has `generated` tokens so far.

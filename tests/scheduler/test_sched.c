@@ -664,6 +664,113 @@ static void test_cpu_tier(void **unused) {
     h_free(h);
 }
 
+// Adapters named S* take 10 bytes of the CPU tier, L* 40 (the largest).
+static uint64_t s_bytes_of(const char *id) { return id[0] == 'L' ? 40 : 10; }
+
+// The CPU tier is sized in bytes: adapters take what the workers report for them, a load of an
+// adapter not seen yet reserves the largest size, and eviction frees bytes, not a count.
+static void test_cpu_tier_bytes(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h->cpu_bytes = 100;
+    h->lora_max_bytes = 40;
+    h->bytes_of = s_bytes_of;
+    h_info(h, 0, 64, 4, 1024, 3, 0);
+    char id[8];
+    for (int i = 1; i <= 5; i++) {
+        snprintf(id, sizeof id, "S%d", i);
+        s_load_ok(h, 100 + (uint64_t)i, id, false);
+    }
+    s_load_ok(h, 110, "L1", false);  // 50 + 40: fits
+    assert_int_equal(sched_stats(h->s)->adapter_cpu_evictions, 0);
+    assert_int_equal(sched_stats(h->s)->adapter_cpu_bytes_used, 90);
+    assert_int_equal(sched_stats(h->s)->adapter_cpu_bytes_total, 100);
+    assert_int_equal(sched_stats(h->s)->adapter_cpu_resident, 6);
+    // S6's size is unknown: 40 reserved, so three small idle ones (least recently used) go
+    size_t mark = h->n_out;
+    s_load_ok(h, 111, "S6", false);
+    size_t load = s_find(h, LS_MSG_LOAD_ADAPTER, "S6", mark);
+    for (int i = 1; i <= 3; i++) {
+        snprintf(id, sizeof id, "S%d", i);
+        assert_true(s_find(h, LS_MSG_UNLOAD_ADAPTER, id, mark) < load);
+    }
+    assert_int_equal(s_find(h, LS_MSG_UNLOAD_ADAPTER, "S4", mark), SIZE_MAX);
+    assert_int_equal(sched_stats(h->s)->adapter_cpu_evictions, 3);
+    assert_int_equal(sched_stats(h->s)->adapter_cpu_bytes_used, 70);
+    // A request for S1 reloads it; its 10 bytes are known now, and 80 fits: nothing evicted
+    mark = h->n_out;
+    h_request(h, 1, 6, 0, "S1", 3);
+    h_pump(h, 0);
+    assert_int_equal(h->req[1].tokens, 3);
+    assert_true(s_find(h, LS_MSG_LOAD_ADAPTER, "S1", mark) != SIZE_MAX);
+    assert_int_equal(h_count(h, LS_MSG_UNLOAD_ADAPTER, mark), 0);
+    assert_int_equal(sched_stats(h->s)->adapter_cpu_bytes_used, 80);
+    assert_true(sched_stats(h->s)->adapter_cpu_loads >= 8);
+    h_free(h);
+}
+
+// The index of the AdapterLoaded answering rid, from index from; SIZE_MAX if none.
+static size_t s_find_answer(const h_t *h, uint64_t rid, size_t from) {
+    for (size_t i = from; i < h->n_out; i++)
+        if (h->out[i].msg.type == LS_MSG_ADAPTER_LOADED && h->out[i].msg.rid == rid)
+            return i;
+    return SIZE_MAX;
+}
+
+// A load that finds the tier full of adapters in use waits for room instead of being refused:
+// it goes as soon as a request ends, in arrival order; one that never gets room times out.
+static void test_load_waits_for_room(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 64, 4, 1024, 3, 2);
+    s_load_ok(h, 100, "A", false);
+    s_load_ok(h, 101, "B", false);
+    h->auto_steps = false;
+    h_request(h, 1, 6, 0, "A", 50);
+    h_request(h, 2, 6, 0, "B", 50);
+    size_t mark = h->n_out;
+    h_load(h, 102, "C", false);
+    h_load(h, 103, "D", false);
+    h_pump(h, 0);
+    assert_int_equal(s_find(h, LS_MSG_LOAD_ADAPTER, "C", mark), SIZE_MAX);
+    assert_int_equal(h_count(h, LS_MSG_ADAPTER_LOADED, mark), 0);
+    assert_int_equal(sched_stats(h->s)->adapter_loads_waiting, 2);
+    // r1 ends: A leaves, C (first in line) loads; D still waits
+    h_abort(h, 1);
+    h_pump(h, 0);
+    size_t load_c = s_find(h, LS_MSG_LOAD_ADAPTER, "C", mark);
+    assert_true(s_find(h, LS_MSG_UNLOAD_ADAPTER, "A", mark) < load_c && load_c != SIZE_MAX);
+    size_t at = s_find_answer(h, 102, mark);
+    assert_true(at != SIZE_MAX && h->out[at].msg.u.adapter_loaded.ok);
+    const ls_msg_t *ans;
+    // C is idle until its request comes (a just-loaded adapter is the most recently used, so
+    // the last idle one to go): D, next in line, takes its room
+    size_t unload_c = s_find(h, LS_MSG_UNLOAD_ADAPTER, "C", mark), load_d = s_find(h, LS_MSG_LOAD_ADAPTER, "D", mark);
+    assert_true(load_c < unload_c && unload_c < load_d && load_d != SIZE_MAX);
+    ans = h_last(h, LS_MSG_ADAPTER_LOADED, mark);
+    assert_int_equal(ans->rid, 103);
+    assert_true(ans->u.adapter_loaded.ok);
+    assert_int_equal(sched_stats(h->s)->adapter_loads_waiting, 0);
+    // every resident adapter in use: E waits, and its wait ends with the load timeout
+    h_request(h, 3, 6, 0, "D", 50);
+    mark = h->n_out;
+    h_load(h, 104, "E", false);
+    h_pump(h, 0);
+    assert_int_equal(sched_stats(h->s)->adapter_loads_waiting, 1);
+    h->now += cfg.load_timeout_ns;
+    assert_true(sched_next_wake(h->s) <= h->now);
+    sched_on_tick(h->s, h->now);
+    ans = h_last(h, LS_MSG_ADAPTER_LOADED, mark);
+    assert_non_null(ans);
+    assert_int_equal(ans->rid, 104);
+    assert_false(ans->u.adapter_loaded.ok);
+    assert_int_equal(ans->u.adapter_loaded.code, LS_ERROR_CODE_TIMEOUT);
+    assert_non_null(strstr(ans->u.adapter_loaded.reason, "no room in the CPU tier"));
+    assert_int_equal(sched_stats(h->s)->adapter_loads_waiting, 0);
+    assert_int_equal(s_find(h, LS_MSG_LOAD_ADAPTER, "E", mark), SIZE_MAX);
+    h_free(h);
+}
+
 static void test_pinned_and_prefetch(void **unused) {
     sched_config_t cfg = h_config();
     h_t *h = h_new(&cfg);
@@ -802,6 +909,8 @@ int main(void) {
         cmocka_unit_test(test_stop_conditions),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_cpu_tier),
+        cmocka_unit_test(test_cpu_tier_bytes),
+        cmocka_unit_test(test_load_waits_for_room),
         cmocka_unit_test(test_pinned_and_prefetch),
         cmocka_unit_test(test_step_timeout),
         cmocka_unit_test(test_determinism),

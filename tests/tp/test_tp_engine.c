@@ -305,13 +305,13 @@ static void s_group_load_rank(void *arg, int r) {
     const ls_model_config_t *cfg = ls_model_config(g->m[r]);
     int n_ads = cJSON_GetArraySize(g->adapters);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = g->max_rank,
-                                .max_loaded_loras = n_ads, .tp_rank = r, .tp_size = g->size};
+                                .tp_rank = r, .tp_size = g->size};
     if (!(g->pool[r] = ls_lora_pool_new(g->be[r], cfg, &pc, err, errlen)))
         return;
     for (const cJSON *a = g->adapters->child; a; a = a->next) {
         snprintf(path, sizeof path, "%s/adapters/%s", g->root, a->string);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, g->max_rank, err, errlen);
-        int rc = ad ? ls_lora_pool_add(g->pool[r], a->string, &ad, false, NULL, 0, err, errlen) : -1;
+        int rc = ad ? ls_lora_pool_add_adapter(g->pool[r], a->string, &ad, false, err, errlen) : -1;
         ls_adapter_destroy(&ad);
         if (rc < 0)
             return;
