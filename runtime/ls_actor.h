@@ -220,5 +220,8 @@ void ls_replay_break(void);
 uint64_t *ls_actor_counter(ls_actor_t *self, const char *name);
 void ls_actor_count(ls_actor_t *self, const char *name, uint64_t n);
 uint64_t ls_actor_counter_get(ls_actor_t *self, const char *name);
+// A counter read from the clock (durations): reported in Metrics.measured_*, which replay does
+// not compare. Every actor has busy_us_total, the time its message handlers took.
+void ls_actor_measure(ls_actor_t *self, const char *name, uint64_t n);
 
 #endif

@@ -83,6 +83,7 @@ typedef struct {
     s_call_t *calls;
     int ncalls_gen;
     char id_prefix[12];
+    char *model_info;    // GET /get_model_info's answer, from config.json read at start-up
     long unix_start;     // Unix time at start-up (recorded), for OpenAI's `created`
     uint64_t mono_start; // the event clock then
     // metrics
@@ -102,8 +103,40 @@ static long s_unix_time(void) {
     return s_g.unix_start + (long)((ls_actor_now_ns(s_g.self) - s_g.mono_start) / 1000000000u);
 }
 
-// What start-up takes from outside its messages, through the trace: the wall clock, and the
-// prefix that makes answer ids unique across runs (it mixes in the pid).
+// SGLang's GET /get_model_info from the model's config.json (empty when unreadable): the
+// path, and what a client needs to make valid token ids and lengths without a tokenizer.
+static void s_model_info_build(const char *config, size_t n) {
+    cJSON *cfg = cJSON_ParseWithLength(config, n), *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_path", s_g.model_path ? s_g.model_path : "");
+    cJSON_AddStringToObject(o, "tokenizer_path", s_g.model_path ? s_g.model_path : "");
+    cJSON_AddBoolToObject(o, "is_generation", 1);
+    const char *keys[][2] = {{"vocab_size", "vocab_size"}, {"max_position_embeddings", "max_context"}};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[i][0]);
+        if (cJSON_IsNumber(v))
+            cJSON_AddNumberToObject(o, keys[i][1], v->valuedouble);
+    }
+    s_g.model_info = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    cJSON_Delete(cfg);
+}
+
+// config.json's bytes as a frame (empty when there is none).
+static void s_add_model_config(zmsg_t *in) {
+    char path[4096];
+    zchunk_t *chunk = NULL;
+    snprintf(path, sizeof path, "%s/config.json", s_g.model_path ? s_g.model_path : "");
+    FILE *f = s_g.model_path ? fopen(path, "rb") : NULL;
+    if (f) {
+        chunk = zchunk_read(f, 1 << 20);
+        fclose(f);
+    }
+    zmsg_addmem(in, chunk ? zchunk_data(chunk) : NULL, chunk ? zchunk_size(chunk) : 0);
+    zchunk_destroy(&chunk);
+}
+
+// What start-up takes from outside its messages, through the trace: the wall clock, the
+// prefix that makes answer ids unique across runs (it mixes in the pid), the model's config.json.
 static void s_start_inputs(ls_actor_t *a) {
     zmsg_t *in = zmsg_new();
     if (!ls_actor_replaying(a)) {
@@ -112,9 +145,11 @@ static void s_start_inputs(ls_actor_t *a) {
         snprintf(prefix, sizeof prefix, "%08x", (unsigned)(getpid() ^ (unsigned)now));
         zmsg_addmem(in, &now, sizeof now);
         zmsg_addstr(in, prefix);
+        s_add_model_config(in);
     }
     ls_actor_input(a, "gateway.start", &in);
-    zframe_t *clock = zmsg_first(in), *prefix = zmsg_next(in);
+    zframe_t *clock = zmsg_first(in), *prefix = zmsg_next(in), *config = zmsg_next(in);
+    s_model_info_build(config ? (const char *)zframe_data(config) : "", config ? zframe_size(config) : 0);
     uint64_t now = 0;
     if (clock && zframe_size(clock) == sizeof now)
         memcpy(&now, zframe_data(clock), sizeof now);
@@ -760,13 +795,17 @@ static void s_metrics_answer(s_call_t *c) {
     }
     for (size_t i = 0; i < c->nmetrics; i++) {
         const ls_msg_metrics_t *m = &c->metrics[i].u.metrics;
-        for (size_t k = 0; k < m->names.n && k < m->values.n; k++) {
-            char name[128];
-            s_prom_name(name, sizeof name, m->names.v[k] ? m->names.v[k] : "unnamed");
-            gw_buf_printf(&b, "loraserve_%s{actor=\"", name);
-            s_prom_label(&b, m->actor ? m->actor : "?");
-            gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)m->values.v[k]);
-        }
+        // the counters, then those read from the clock (busy_us_total …), alike
+        const ls_strs_t *names[2] = {&m->names, &m->measured_names};
+        const ls_u64s_t *values[2] = {&m->values, &m->measured_values};
+        for (int set = 0; set < 2; set++)
+            for (size_t k = 0; k < names[set]->n && k < values[set]->n; k++) {
+                char name[128];
+                s_prom_name(name, sizeof name, names[set]->v[k] ? names[set]->v[k] : "unnamed");
+                gw_buf_printf(&b, "loraserve_%s{actor=\"", name);
+                s_prom_label(&b, m->actor ? m->actor : "?");
+                gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)values[set]->v[k]);
+            }
     }
     if (c->req)
         gw_req_respond(c->req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.d, b.n);
@@ -834,12 +873,14 @@ static void s_load_vllm(gw_req_t *r) { s_adapter_start(r, S_LOAD, 0); }
 static void s_unload_vllm(gw_req_t *r) { s_adapter_start(r, S_UNLOAD, 0); }
 static void s_load_sglang(gw_req_t *r) { s_adapter_start(r, S_LOAD, 1); }
 static void s_unload_sglang(gw_req_t *r) { s_adapter_start(r, S_UNLOAD, 1); }
+static void s_model_info(gw_req_t *r) { s_respond_json(r, 200, s_g.model_info ? s_g.model_info : "{}"); }
 
 static const s_route_t s_routes[] = {
     {"POST", "/v1/completions", s_completions},
     {"POST", "/v1/chat/completions", s_chat},
     {"POST", "/generate", s_generate},
     {"GET", "/v1/models", s_models_start},
+    {"GET", "/get_model_info", s_model_info},
     {"POST", "/v1/load_lora_adapter", s_load_vllm},
     {"POST", "/v1/unload_lora_adapter", s_unload_vllm},
     {"POST", "/load_lora_adapter", s_load_sglang},
@@ -964,6 +1005,8 @@ static void s_on_shutdown(ls_actor_t *a, void *state) {
 
 static void s_on_destroy(ls_actor_t *a, void *state) {
     gw_http_destroy(&s_g.http);
+    free(s_g.model_info);
+    s_g.model_info = NULL;
     zhashx_destroy(&s_g.by_rid);
 }
 

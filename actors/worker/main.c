@@ -24,7 +24,6 @@
 // engine pool's slot s + 1 (engine slot 0 is the base-model sentinel). Per-request state is
 // the token history sampling penalties need (prompt and output ids); the scheduler frees it
 // through StepPlan.released.
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +37,7 @@
 #endif
 #include "history.h"
 #include "ls_actor.h"
+#include "step.h"
 #include "lora_pool.h"
 #include "model.h"
 #include "peft.h"
@@ -102,28 +102,15 @@ static int s_target_mask(unsigned *mask) {
     return 0;
 }
 
+static wstep_engine_t s_engine(void) {
+    return (wstep_engine_t){.model = s_w.model, .kv = s_w.kv, .pool = s_w.pool, .history = s_w.history,
+                            .rank = s_w.rank, .backend = s_w.be->name};
+}
+
 static void s_send_info(ls_actor_t *a) {
-    const ls_model_config_t *cfg = ls_model_config(s_w.model);
     ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_WORKER_INFO);
-    ls_msg_worker_info_t *wi = &m.u.worker_info;
-    wi->rank = (uint32_t)s_w.rank;
-    wi->tp_size = (uint32_t)s_w.tp_size;
-    wi->kv_blocks = (uint32_t)ls_kv_cache_num_blocks(s_w.kv);
-    wi->block_size = (uint32_t)ls_kv_cache_block_size(s_w.kv);
-    wi->max_context = (uint32_t)cfg->max_position_embeddings;
-    wi->vocab_size = (uint32_t)cfg->vocab_size;
-    wi->eos_token_ids.v = malloc(sizeof(int32_t) * (size_t)(s_w.n_eos ? s_w.n_eos : 1));
-    memcpy(wi->eos_token_ids.v, s_w.eos_ids, sizeof(int32_t) * (size_t)s_w.n_eos);
-    wi->eos_token_ids.n = (size_t)s_w.n_eos;
-    wi->max_loras_per_batch = (uint32_t)s_w.max_loras_per_batch;
-    wi->max_lora_rank = (uint32_t)s_w.max_lora_rank;
-    wi->max_loaded_loras = (uint32_t)s_w.max_loaded_loras;
-    ls_lora_pool_stats_t st = ls_lora_pool_stats(s_w.pool);
-    wi->cpu_lora_bytes = st.host_total;
-    wi->lora_max_bytes = ls_lora_pool_image_max_bytes(s_w.pool);
-    wi->model = ls_msg_strdup(s_w.model_path);
-    wi->backend = ls_msg_strdup(s_w.be->name);
+    wstep_engine_t e = s_engine();
+    wstep_worker_info(&e, s_w.tp_size, s_w.eos_ids, s_w.n_eos, s_w.max_loaded_loras, s_w.model_path, &m);
     ls_actor_send_peer(a, "scheduler", &m, NULL);
     ls_msg_clear(&m);
 }
@@ -323,184 +310,35 @@ static void s_destroy(ls_actor_t *a, void *state) {
 // ---------------------------------------------------------------------------------------------
 // steps
 
-// Puts the item's adapter in the scheduler's slot. -1 + err when it is not in the CPU tier.
-static int s_ensure_slot(const ls_msg_step_item_t *it, int32_t *engine_slot, char *err, size_t errlen) {
-    if (it->adapter_slot < 0 || !it->adapter_id || !*it->adapter_id) {
-        *engine_slot = LS_LORA_SLOT_BASE;
-        return 0;
-    }
-    *engine_slot = it->adapter_slot + 1;
-    if (ls_lora_pool_slot_of(s_w.pool, it->adapter_id) == *engine_slot)
-        return 0;
-    return ls_lora_pool_assign(s_w.pool, it->adapter_id, *engine_slot, err, errlen);
-}
-
-static ls_sampling_params_t s_params(const ls_msg_sampling_params_t *sp, uint32_t generated) {
-    // The message's zero means "off"; the kernels' off values differ for some fields.
-    return (ls_sampling_params_t){
-        .temperature = sp->temperature,
-        .top_k = sp->top_k,
-        .top_p = sp->top_p > 0 ? sp->top_p : 1.0f,
-        .min_p = sp->min_p,
-        .repetition_penalty = sp->repetition_penalty > 0 ? sp->repetition_penalty : 1.0f,
-        .frequency_penalty = sp->frequency_penalty,
-        .presence_penalty = sp->presence_penalty,
-        .seed = sp->seed,
-        .step = generated,
-        .n_logprobs = (int)sp->top_logprobs,
-    };
-}
-
-// Answers a plan none of whose sampled items could run: each gets finish ERROR.
-static void s_fail_step(ls_actor_t *a, const ls_in_t *in, const ls_msg_step_plan_t *plan, const char *why) {
-    ls_error(0, "step %llu failed: %s", (unsigned long long)plan->step, why);
-    ls_actor_count(a, "steps_failed", 1);
-    if (s_w.rank != 0)
-        return;
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_STEP_RESULT);
-    m.rid = in->msg->rid;
-    m.u.step_result.step = plan->step;
-    m.u.step_result.items.v = calloc(plan->items.n + 1, sizeof(ls_msg_step_output_t));
-    for (size_t i = 0; i < plan->items.n; i++)
-        if (plan->items.v[i].sample) {
-            ls_msg_step_output_t *o = &m.u.step_result.items.v[m.u.step_result.items.n++];
-            o->rid = plan->items.v[i].rid;
-            o->token_id = -1;
-            o->finish = LS_FINISH_REASON_ERROR;
-        }
-    ls_actor_reply(a, in, &m);
-    ls_msg_clear(&m);
-}
-
 static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_step_plan_t *plan = &in->msg->u.step_plan;
     uint64_t t0 = ls_mono_ns();  // a measurement (elapsed_us), not a decision: the clock itself
-    for (size_t i = 0; i < plan->released.n; i++)
-        ls_history_drop(s_w.history, plan->released.v[i]);
-    size_t n = plan->items.n;
-    if (n == 0)
-        return 0;
     char err[1024];
-    ls_model_seq_t *seqs = calloc(n, sizeof *seqs);
-    int32_t **tables = calloc(n, sizeof *tables);
-    int n_rows = 0;
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        const ls_msg_step_item_t *it = &plan->items.v[i];
-        if (s_ensure_slot(it, &seqs[i].lora_slot, err, sizeof err) < 0) {
-            rc = -1;
-            break;
-        }
-        tables[i] = malloc(sizeof(int32_t) * (it->block_table.n + 1));
-        for (size_t b = 0; b < it->block_table.n; b++)
-            tables[i][b] = (int32_t)it->block_table.v[b];
-        seqs[i].token_ids = it->token_ids.v;
-        seqs[i].n_tokens = (int)it->token_ids.n;
-        seqs[i].start_pos = (int)it->position;
-        seqs[i].block_table = tables[i];
-        seqs[i].n_blocks = (int)it->block_table.n;
-        seqs[i].want_logits = it->sample;
-        n_rows += it->sample;
-        // A first chunk (position 0, or a prefix hit bringing context_ids) starts the prompt
-        // history over; decodes run a token already recorded as output.
-        if (it->context_ids.n || (it->is_prefill && it->position == 0))
-            ls_history_clear_prompt(s_w.history, it->rid);
-        ls_history_add_prompt(s_w.history, it->rid, it->context_ids.v, it->context_ids.n);
-        if (it->is_prefill)
-            ls_history_add_prompt(s_w.history, it->rid, it->token_ids.v, it->token_ids.n);
-    }
-    if (rc == 0 && ls_model_forward(s_w.model, s_w.kv, s_w.pool, seqs, (int)n, err, sizeof err) != n_rows)
-        rc = -1;
-    else if (rc != 0)  // the other ranks of the group fail the step with this one
-        ls_model_agree(s_w.model, false, NULL, 0);
-
     ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_STEP_RESULT);
-    // Tensor parallel: the logits, and so the sampling, are rank 0's alone.
-    if (rc == 0 && n_rows > 0 && s_w.rank == 0) {
-        // Sampling inputs, row by row in plan order.
-        ls_sampling_params_t *params = calloc((size_t)n_rows, sizeof *params);
-        ls_sampling_batch_t batch = {.n_rows = n_rows, .params = params};
-        int max_top = 0;
-        for (size_t i = 0; i < n; i++)
-            if (plan->items.v[i].sample && (int)plan->items.v[i].sampling.top_logprobs > max_top)
-                max_top = (int)plan->items.v[i].sampling.top_logprobs;
-        batch.max_top_n = max_top;
-        uint64_t *rids = calloc((size_t)n_rows, sizeof *rids);
-        for (size_t i = 0, r = 0; i < n; i++) {
-            const ls_msg_step_item_t *it = &plan->items.v[i];
-            if (!it->sample)
-                continue;
-            params[r] = s_params(&it->sampling, it->generated);
-            // Before min_new_tokens the stop set (EOS included) cannot be sampled at all.
-            if (it->generated < it->sampling.min_new_tokens &&
-                ls_model_ban_tokens(s_w.model, (int)r, it->sampling.stop_token_ids.v,
-                                    (int)it->sampling.stop_token_ids.n) < 0) {
-                snprintf(err, sizeof err, "masking stop tokens failed on the %s backend", s_w.be->name);
-                rc = -1;
-            }
-            rids[r++] = it->rid;
-        }
-        ls_history_batch(s_w.history, rids, n_rows, &batch);
-        int32_t *tokens = calloc((size_t)n_rows, sizeof *tokens);
-        float *logprobs = calloc((size_t)n_rows, sizeof *logprobs);
-        int32_t *top_ids = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_ids) : NULL;
-        float *top_lps = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_lps) : NULL;
-        if (rc == 0 && ls_model_sample(s_w.model, &batch, tokens, logprobs, top_ids, top_lps) < 0) {
-            snprintf(err, sizeof err, "sampling failed on the %s backend", s_w.be->name);
-            rc = -1;
-        }
-        if (rc == 0) {
-            m.u.step_result.items.v = calloc((size_t)n_rows, sizeof(ls_msg_step_output_t));
-            m.u.step_result.items.n = (size_t)n_rows;
-            for (int r = 0; r < n_rows; r++) {
-                ls_msg_step_output_t *o = &m.u.step_result.items.v[r];
-                const ls_sampling_params_t *p = &params[r];
-                o->rid = rids[r];
-                o->token_id = tokens[r];
-                o->logprob = logprobs[r];
-                // A row whose logits were not finite cannot be trusted: say so, don't emit it.
-                o->finish = isfinite(logprobs[r]) ? LS_FINISH_REASON_NONE : LS_FINISH_REASON_ERROR;
-                if (p->n_logprobs > 0) {
-                    o->top_ids.v = malloc(sizeof(int32_t) * (size_t)p->n_logprobs);
-                    o->top_logprobs.v = malloc(sizeof(float) * (size_t)p->n_logprobs);
-                    memcpy(o->top_ids.v, top_ids + (size_t)r * max_top, sizeof(int32_t) * (size_t)p->n_logprobs);
-                    memcpy(o->top_logprobs.v, top_lps + (size_t)r * max_top, sizeof(float) * (size_t)p->n_logprobs);
-                    o->top_ids.n = o->top_logprobs.n = (size_t)p->n_logprobs;
-                }
-                ls_history_add_output(s_w.history, rids[r], tokens[r]);
-            }
-        }
-        free(params);
-        free(rids);
-        free(tokens);
-        free(logprobs);
-        free(top_ids);
-        free(top_lps);
-        ls_history_batch_free(&batch);
-    }
-    for (size_t i = 0; i < n; i++)
-        free(tables[i]);
-    free(tables);
-    free(seqs);
+    int n_rows;
+    wstep_engine_t e = s_engine();
+    int rc = wstep_run(&e, plan, &m, &n_rows, err, sizeof err);
     if (rc < 0) {
+        ls_error(0, "step %llu failed: %s", (unsigned long long)plan->step, err);
+        ls_actor_count(a, "steps_failed", 1);
+        wstep_fail(plan, &m);
+    } else if (plan->items.n == 0) {
         ls_msg_clear(&m);
-        s_fail_step(a, in, plan, err);
-        return -1;
+        return 0;
+    } else {
+        ls_actor_count(a, "steps", 1);
+        ls_actor_count(a, "tokens_sampled", (uint64_t)n_rows);
     }
-    ls_actor_count(a, "steps", 1);
-    ls_actor_count(a, "tokens_sampled", (uint64_t)n_rows);
+    // Tensor parallel: only rank 0 answers.
     if (s_w.rank == 0) {
         m.rid = in->msg->rid;
-        m.u.step_result.step = plan->step;
         // The loop's clock stands still inside a handler; elapsed time is measured here, and
         // it is a report, not an input to any decision.
         m.u.step_result.elapsed_us = (ls_mono_ns() - t0) / 1000;
         ls_actor_reply(a, in, &m);
     }
     ls_msg_clear(&m);
-    return 0;
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------

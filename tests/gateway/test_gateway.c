@@ -3,6 +3,7 @@
 //   completions, chat, generate  — JSON shapes, SSE framing and [DONE], what reaches the tokenizer
 //   errors_upstream              — unknown adapter 404, prompt too long 413, queues full 429
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
+//   model_info                   — /get_model_info from the model's config.json
 //   health, metrics              — ping relay, Prometheus text that parses, other actors' counters
 //   api_key                      — 401 without the key, /health open
 //   malformed                    — bad request line, headers 431, body 413, bad chunked, bad JSON,
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -510,6 +512,39 @@ static void test_models(void **state) {
     cJSON_Delete(j);
 }
 
+// SGLang's GET /get_model_info from the model directory's config.json; without a model
+// directory, the answer says no vocabulary size.
+static void test_model_info(void **state) {
+    char dir[128], path[160], flag[160];
+    snprintf(dir, sizeof dir, "%s/model", s_dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"vocab_size\": 824, \"max_position_embeddings\": 256, \"model_type\": \"llama\"}", f);
+    fclose(f);
+    snprintf(flag, sizeof flag, "--model-path=%s", dir);
+    const char *extra[] = {flag, NULL};
+    gw_t g = s_start("gateway-info", extra);
+    resp_t r;
+    s_call(g.port, "GET", "/get_model_info", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    cJSON *j = cJSON_Parse(r.body);
+    s_resp_free(&r);
+    assert_int_equal((int)s_at(j, "vocab_size")->valuedouble, 824);
+    assert_int_equal((int)s_at(j, "max_context")->valuedouble, 256);
+    assert_true(cJSON_IsTrue(s_at(j, "is_generation")));
+    assert_string_equal(s_str(j, "model_path"), dir);
+    cJSON_Delete(j);
+    s_stop(&g);
+    s_call(s_gw.port, "GET", "/get_model_info", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    j = cJSON_Parse(r.body);
+    s_resp_free(&r);
+    assert_null(s_at(j, "vocab_size"));
+    cJSON_Delete(j);
+}
+
 static void test_adapters(void **state) {
     resp_t r;
     s_call(s_gw.port, "POST", "/v1/load_lora_adapter", "{\"lora_name\":\"a1\",\"lora_path\":\"/x/a1\"}", NULL, &r);
@@ -834,7 +869,8 @@ static int s_teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completions), cmocka_unit_test(test_chat),      cmocka_unit_test(test_generate),
-        cmocka_unit_test(test_errors_upstream), cmocka_unit_test(test_models), cmocka_unit_test(test_adapters),
+        cmocka_unit_test(test_errors_upstream), cmocka_unit_test(test_models), cmocka_unit_test(test_model_info),
+        cmocka_unit_test(test_adapters),
         cmocka_unit_test(test_health),      cmocka_unit_test(test_metrics),   cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_malformed),   cmocka_unit_test(test_pipelining), cmocka_unit_test(test_concurrency),
         cmocka_unit_test(test_slow_clients), cmocka_unit_test(test_disconnect),

@@ -1,0 +1,193 @@
+// step — runs one StepPlan on the worker's engine; see step.h.
+#include "step.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "lora_pool.h"
+
+// Puts the item's adapter in the scheduler's slot. -1 + err when it is not in the CPU tier.
+static int s_ensure_slot(const wstep_engine_t *e, const ls_msg_step_item_t *it, int32_t *engine_slot, char *err,
+                         size_t errlen) {
+    if (it->adapter_slot < 0 || !it->adapter_id || !*it->adapter_id) {
+        *engine_slot = LS_LORA_SLOT_BASE;
+        return 0;
+    }
+    *engine_slot = it->adapter_slot + 1;
+    if (ls_lora_pool_slot_of(e->pool, it->adapter_id) == *engine_slot)
+        return 0;
+    return ls_lora_pool_assign(e->pool, it->adapter_id, *engine_slot, err, errlen);
+}
+
+static ls_sampling_params_t s_params(const ls_msg_sampling_params_t *sp, uint32_t generated) {
+    // The message's zero means "off"; the kernels' off values differ for some fields.
+    return (ls_sampling_params_t){
+        .temperature = sp->temperature,
+        .top_k = sp->top_k,
+        .top_p = sp->top_p > 0 ? sp->top_p : 1.0f,
+        .min_p = sp->min_p,
+        .repetition_penalty = sp->repetition_penalty > 0 ? sp->repetition_penalty : 1.0f,
+        .frequency_penalty = sp->frequency_penalty,
+        .presence_penalty = sp->presence_penalty,
+        .seed = sp->seed,
+        .step = generated,
+        .n_logprobs = (int)sp->top_logprobs,
+    };
+}
+
+void wstep_worker_info(const wstep_engine_t *e, int tp_size, const int32_t *eos, int n_eos, int max_loaded,
+                       const char *model, ls_msg_t *m) {
+    const ls_model_config_t *cfg = ls_model_config(e->model);
+    ls_msg_init(m, LS_MSG_WORKER_INFO);
+    ls_msg_worker_info_t *wi = &m->u.worker_info;
+    wi->rank = (uint32_t)e->rank;
+    wi->tp_size = (uint32_t)tp_size;
+    wi->kv_blocks = (uint32_t)ls_kv_cache_num_blocks(e->kv);
+    wi->block_size = (uint32_t)ls_kv_cache_block_size(e->kv);
+    wi->max_context = (uint32_t)cfg->max_position_embeddings;
+    wi->vocab_size = (uint32_t)cfg->vocab_size;
+    wi->eos_token_ids.v = malloc(sizeof(int32_t) * (size_t)(n_eos ? n_eos : 1));
+    memcpy(wi->eos_token_ids.v, eos, sizeof(int32_t) * (size_t)n_eos);
+    wi->eos_token_ids.n = (size_t)n_eos;
+    wi->max_loras_per_batch = (uint32_t)(ls_lora_pool_n_slots(e->pool) - 1);
+    wi->max_lora_rank = (uint32_t)ls_lora_pool_r_max(e->pool);
+    wi->max_loaded_loras = (uint32_t)max_loaded;
+    wi->cpu_lora_bytes = ls_lora_pool_stats(e->pool).host_total;
+    wi->lora_max_bytes = ls_lora_pool_image_max_bytes(e->pool);
+    wi->model = ls_msg_strdup(model);
+    wi->backend = ls_msg_strdup(e->backend);
+}
+
+void wstep_fail(const ls_msg_step_plan_t *plan, ls_msg_t *result) {
+    ls_msg_clear(result);
+    ls_msg_init(result, LS_MSG_STEP_RESULT);
+    result->u.step_result.step = plan->step;
+    result->u.step_result.items.v = calloc(plan->items.n + 1, sizeof(ls_msg_step_output_t));
+    for (size_t i = 0; i < plan->items.n; i++)
+        if (plan->items.v[i].sample) {
+            ls_msg_step_output_t *o = &result->u.step_result.items.v[result->u.step_result.items.n++];
+            o->rid = plan->items.v[i].rid;
+            o->token_id = -1;
+            o->finish = LS_FINISH_REASON_ERROR;
+        }
+}
+
+int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t *result, int *n_sampled, char *err,
+              size_t errlen) {
+    ls_msg_init(result, LS_MSG_STEP_RESULT);
+    result->u.step_result.step = plan->step;
+    *n_sampled = 0;
+    for (size_t i = 0; i < plan->released.n; i++)
+        ls_history_drop(e->history, plan->released.v[i]);
+    size_t n = plan->items.n;
+    if (n == 0)
+        return 0;
+    ls_model_seq_t *seqs = calloc(n, sizeof *seqs);
+    int32_t **tables = calloc(n, sizeof *tables);
+    int n_rows = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const ls_msg_step_item_t *it = &plan->items.v[i];
+        if (s_ensure_slot(e, it, &seqs[i].lora_slot, err, errlen) < 0) {
+            rc = -1;
+            break;
+        }
+        tables[i] = malloc(sizeof(int32_t) * (it->block_table.n + 1));
+        for (size_t b = 0; b < it->block_table.n; b++)
+            tables[i][b] = (int32_t)it->block_table.v[b];
+        seqs[i].token_ids = it->token_ids.v;
+        seqs[i].n_tokens = (int)it->token_ids.n;
+        seqs[i].start_pos = (int)it->position;
+        seqs[i].block_table = tables[i];
+        seqs[i].n_blocks = (int)it->block_table.n;
+        seqs[i].want_logits = it->sample;
+        n_rows += it->sample;
+        // A first chunk (position 0, or a prefix hit bringing context_ids) starts the prompt
+        // history over; decodes run a token already recorded as output.
+        if (it->context_ids.n || (it->is_prefill && it->position == 0))
+            ls_history_clear_prompt(e->history, it->rid);
+        ls_history_add_prompt(e->history, it->rid, it->context_ids.v, it->context_ids.n);
+        if (it->is_prefill)
+            ls_history_add_prompt(e->history, it->rid, it->token_ids.v, it->token_ids.n);
+    }
+    if (rc == 0 && ls_model_forward(e->model, e->kv, e->pool, seqs, (int)n, err, errlen) != n_rows)
+        rc = -1;
+    else if (rc != 0)  // the other ranks of the group fail the step with this one
+        ls_model_agree(e->model, false, NULL, 0);
+
+    ls_msg_t *m = result;
+    // Tensor parallel: the logits, and so the sampling, are rank 0's alone.
+    if (rc == 0 && n_rows > 0 && e->rank == 0) {
+        // Sampling inputs, row by row in plan order.
+        ls_sampling_params_t *params = calloc((size_t)n_rows, sizeof *params);
+        ls_sampling_batch_t batch = {.n_rows = n_rows, .params = params};
+        int max_top = 0;
+        for (size_t i = 0; i < n; i++)
+            if (plan->items.v[i].sample && (int)plan->items.v[i].sampling.top_logprobs > max_top)
+                max_top = (int)plan->items.v[i].sampling.top_logprobs;
+        batch.max_top_n = max_top;
+        uint64_t *rids = calloc((size_t)n_rows, sizeof *rids);
+        for (size_t i = 0, r = 0; i < n; i++) {
+            const ls_msg_step_item_t *it = &plan->items.v[i];
+            if (!it->sample)
+                continue;
+            params[r] = s_params(&it->sampling, it->generated);
+            // Before min_new_tokens the stop set (EOS included) cannot be sampled at all.
+            if (it->generated < it->sampling.min_new_tokens &&
+                ls_model_ban_tokens(e->model, (int)r, it->sampling.stop_token_ids.v,
+                                    (int)it->sampling.stop_token_ids.n) < 0) {
+                snprintf(err, errlen, "masking stop tokens failed on the %s backend", e->backend);
+                rc = -1;
+            }
+            rids[r++] = it->rid;
+        }
+        ls_history_batch(e->history, rids, n_rows, &batch);
+        int32_t *tokens = calloc((size_t)n_rows, sizeof *tokens);
+        float *logprobs = calloc((size_t)n_rows, sizeof *logprobs);
+        int32_t *top_ids = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_ids) : NULL;
+        float *top_lps = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_lps) : NULL;
+        if (rc == 0 && ls_model_sample(e->model, &batch, tokens, logprobs, top_ids, top_lps) < 0) {
+            snprintf(err, errlen, "sampling failed on the %s backend", e->backend);
+            rc = -1;
+        }
+        if (rc == 0) {
+            m->u.step_result.items.v = calloc((size_t)n_rows, sizeof(ls_msg_step_output_t));
+            m->u.step_result.items.n = (size_t)n_rows;
+            for (int r = 0; r < n_rows; r++) {
+                ls_msg_step_output_t *o = &m->u.step_result.items.v[r];
+                const ls_sampling_params_t *p = &params[r];
+                o->rid = rids[r];
+                o->token_id = tokens[r];
+                o->logprob = logprobs[r];
+                // A row whose logits were not finite cannot be trusted: say so, don't emit it.
+                o->finish = isfinite(logprobs[r]) ? LS_FINISH_REASON_NONE : LS_FINISH_REASON_ERROR;
+                if (p->n_logprobs > 0) {
+                    o->top_ids.v = malloc(sizeof(int32_t) * (size_t)p->n_logprobs);
+                    o->top_logprobs.v = malloc(sizeof(float) * (size_t)p->n_logprobs);
+                    memcpy(o->top_ids.v, top_ids + (size_t)r * max_top, sizeof(int32_t) * (size_t)p->n_logprobs);
+                    memcpy(o->top_logprobs.v, top_lps + (size_t)r * max_top, sizeof(float) * (size_t)p->n_logprobs);
+                    o->top_ids.n = o->top_logprobs.n = (size_t)p->n_logprobs;
+                }
+                ls_history_add_output(e->history, rids[r], tokens[r]);
+            }
+        }
+        free(params);
+        free(rids);
+        free(tokens);
+        free(logprobs);
+        free(top_ids);
+        free(top_lps);
+        ls_history_batch_free(&batch);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(tables[i]);
+    free(tables);
+    free(seqs);
+    if (rc < 0)
+        return -1;
+    *n_sampled = n_rows;
+    return 0;
+}

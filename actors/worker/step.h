@@ -1,0 +1,41 @@
+// step — one StepPlan run on a worker's engine, apart from the actor so that a driver
+// without sockets (bench/bench_serve_engine.c: the scheduler's core and the engine in one
+// process) runs plans exactly as the worker does.
+//
+// For each item: its adapter into the slot the plan names (from the CPU tier), its tokens at
+// its position in its block table, its prompt and outputs recorded for the sampling penalties;
+// one ls_model_forward for the whole plan; then, on rank 0, sampling row by row in plan order
+// (stop tokens banned before min_new_tokens). StepPlan.released drops finished requests'
+// history first.
+#ifndef LS_WORKER_STEP_H
+#define LS_WORKER_STEP_H
+
+#include <stddef.h>
+
+#include "history.h"
+#include "ls_msg.h"
+#include "model.h"
+
+typedef struct {
+    ls_model_t *model;
+    ls_kv_cache_t *kv;
+    ls_lora_pool_t *pool;
+    ls_history_t *history;
+    int rank;             // tensor-parallel rank: only rank 0 samples
+    const char *backend;  // for messages
+} wstep_engine_t;
+
+// Runs plan; result becomes a StepResult (step set, one output per sampled item on rank 0, in
+// plan order; rid and elapsed_us are the caller's) and *n_sampled its rows. -1 + err when the
+// step could not run (the caller answers with wstep_fail).
+int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t *result, int *n_sampled, char *err,
+              size_t errlen);
+// Makes result the answer to a plan that failed: every sampled item finishes ERROR.
+void wstep_fail(const ls_msg_step_plan_t *plan, ls_msg_t *result);
+
+// Makes m the WorkerInfo of this engine: its KV cache, context, vocabulary, EOS ids (n_eos of
+// eos), adapter slots and CPU tier; max_loaded 0: no count limit on the tier.
+void wstep_worker_info(const wstep_engine_t *e, int tp_size, const int32_t *eos, int n_eos, int max_loaded,
+                       const char *model, ls_msg_t *m);
+
+#endif
