@@ -119,7 +119,8 @@ static void s_finish(size_t i, uint64_t now, bool ok) {
 // Handles what the core emitted; runs plans on the engine.
 static void s_drain(void) {
     for (size_t k = 0; k < s_d.nq; k++) {
-        ls_msg_t *m = &s_d.q[k];
+        // handling one may emit more, which moves the queue: work on a copy of the struct
+        ls_msg_t cur = s_d.q[k], *m = &cur;
         uint64_t now = ls_mono_ns();
         char err[1024];
         if (m->type == LS_MSG_STEP_PLAN) {

@@ -66,6 +66,8 @@ static const struct {
     C("adapter_cpu_bytes_total", adapter_cpu_bytes_total),
     C("adapter_loads_waiting", adapter_loads_waiting),
     C("steps", steps),
+    C("step_roundtrip_us_total", step_roundtrip_us),
+    C("step_worker_us_total", step_worker_us),
     C("tokens_generated", tokens_generated),
     C("prefix_hit_tokens", prefix_hit_tokens),
     C("adapter_residency_hits", adapter_residency_hits),

@@ -117,6 +117,7 @@ struct sched {
     uint64_t step;  // number of the last plan
     uint64_t now;   // time of the event being handled
     bool inflight;
+    uint64_t step_sent_at;  // event time the plan in flight went out
     uint64_t step_deadline;
     planned_t *plan;  // the in-flight step, in plan order
     size_t n_plan, cap_plan;
@@ -950,6 +951,7 @@ static void s_schedule(sched_t *s, uint64_t now) {
     s_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
     ls_msg_clear(&m);
     s->inflight = true;
+    s->step_sent_at = now;
     s->step_deadline = now + s->cfg.step_timeout_ns;
     s->stats.steps++;
     s_prefetch(s);
@@ -1495,6 +1497,10 @@ void sched_on_step_result(sched_t *s, uint64_t now, const ls_msg_t *msg) {
         return;
     }
     s->inflight = false;
+    // Where a step's time goes: the workers' own time (forward and sampling) and the rest of
+    // the round trip (messages both ways, the workers' handling of them).
+    s->stats.step_roundtrip_us += (now - s->step_sent_at) / 1000;
+    s->stats.step_worker_us += sr->elapsed_us;
     size_t k = 0;
     for (size_t i = 0; i < s->n_plan; i++) {
         const planned_t *p = &s->plan[i];

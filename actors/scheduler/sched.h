@@ -57,6 +57,8 @@ typedef struct {
         adapter_prefetches, adapter_cpu_loads, adapter_cpu_evictions, preemptions, requests_finished,
         requests_aborted, requests_failed, requests_refused, step_timeouts;
     uint64_t adapter_cpu_load_us;  // summed: LoadAdapter sent to every worker answered (disk -> CPU tier)
+    uint64_t step_roundtrip_us;    // summed: plan sent -> result in (event times)
+    uint64_t step_worker_us;       // summed: the workers' reported step time (StepResult.elapsed_us)
     uint64_t max_skipped;  // most steps a request was passed over before admission (aging bound)
 } sched_stats_t;
 

@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# tests/gpu/serve.sh — the whole actor graph on a GPU, measured end to end, in one call.
+#
+#   tests/gpu/serve.sh prepare   here (nvcc, no GPU): builds the CUDA build ($LS_BUILD_DIR,
+#                                default build-cuda), bundles every actor, the launcher,
+#                                loraserve-bench, loraserve-make-adapters and
+#                                bench_serve_engine with the libraries a bare GPU machine lacks,
+#                                and a Llama-3-8B directory without weights
+#                                (tools/make_dummy_model.py: config.json and a 128K tokenizer),
+#                                into .device-serve/
+#   tests/gpu/serve.sh [STAGE…]  on the GPU machine: runs the stages (default: all), logs and
+#                                JSON reports to $OUT (default ./serve-logs), the summary last.
+#
+# Stages (each prints its rows as it ends; the summary table repeats them):
+#   overhead  the same closed-loop workload (128 prompt + 128 new tokens, greedy, ignore_eos)
+#             on the engine alone (bench_serve_engine: the scheduler core and the worker's step
+#             in one process) and through the graph over HTTP (loraserve-bench), at 64 and 128
+#             concurrent requests, base model and 8 adapters: graph / engine; and where the
+#             graph's time goes (each actor's busy time, the scheduler's step round trips
+#             against the workers' step time)
+#   adapters  Zipf(1) over 1, 8, 100, 1000 and 2000 adapters (ranks 8, 16, 32, 64 mixed;
+#             q,k,v,o and, separately, all seven targets), loaded on demand from --lora-dirs,
+#             closed loop at 128 concurrent (saturating) and Poisson at 70% of the base
+#             model's request rate: throughput / base, p99 TTFT, cold loads
+#
+# The model is Llama-3-8B shaped with random weights (--load-format dummy); outputs are
+# meaningless, timings are real. Adapter names beyond the distinct adapters written are hard
+# links to them (2,000 distinct files of mixed ranks need ~100 GB, more than the machine's
+# disk): the server has no content dedupe, so each name is loaded, held and uploaded on its own.
+#
+# Through the device tool, after `prepare`:
+#   run(command="tests/gpu/serve.sh", carry=[".device-serve"])
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+root=$PWD
+bundle=.device-serve
+bins=(loraserve-launch loraserve-gateway loraserve-tokenizer loraserve-registry loraserve-scheduler
+      loraserve-worker loraserve-detokenizer loraserve-bench loraserve-make-adapters bench_serve_engine)
+
+if [[ ${1:-} == prepare ]]; then
+  set -e
+  build=${LS_BUILD_DIR:-build-cuda}
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  # LS_SERVE_TESTS=1: test_gpu_ops too (run first on the device), to check the kernels the
+  # serving run depends on in the same call
+  [[ ${LS_SERVE_TESTS:-0} == 1 ]] && bins+=(test_gpu_ops)
+  cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
+  rm -rf "$bundle"
+  ../shared/tools/device-bundle "$bundle" "${bins[@]/#/$build/bin/}"
+  python3 tools/make_dummy_model.py "$bundle/model"
+  # what travels to the device is capped (64 MiB with the tree)
+  strip "$bundle"/bin/*
+  for f in "$bundle"/lib/* "$bundle"/bin/* "$bundle"/model/tokenizer.json; do
+    [[ $(stat -c %s "$f") -gt 2000000 ]] && xz -9 -T0 "$f"
+  done
+  du -sh "$bundle"
+  exit 0
+fi
+
+out=${OUT:-$root/serve-logs}
+mkdir -p "$out"
+# xz may be missing there; Python's lzma is not
+python3 - "$bundle" <<'EOF'
+import glob, lzma, os, sys
+for f in glob.glob(sys.argv[1] + "/*/*.xz"):
+    with lzma.open(f) as src, open(f[:-3], "wb") as dst:
+        dst.write(src.read())
+    os.remove(f)
+EOF
+chmod +x "$bundle"/bin/*
+export LD_LIBRARY_PATH=$root/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+bin=$root/$bundle/bin
+# LS_SERVE_MODEL / _BACKEND / _LOAD_FORMAT / _PROMPTS_PER_SLOT: a smoke run of this script on a
+# machine without a GPU (the demo model on the CPU backend, few prompts)
+model=${LS_SERVE_MODEL:-$root/$bundle/model}
+backend=${LS_SERVE_BACKEND:-cuda}
+format=${LS_SERVE_LOAD_FORMAT:-dummy}
+per_slot=${LS_SERVE_PROMPTS_PER_SLOT:-6}
+kv_mb=${LS_SERVE_KV_MB:-16384}
+cpu_lora_mb=${LS_SERVE_CPU_LORA_MB:-16384}
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+card=${card:-$backend}
+echo "date: $(date -u +%FT%TZ); card: $card" | tee "$out/device.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv >>"$out/device.txt" 2>&1
+
+stages=("$@")
+[[ ${#stages[@]} == 0 ]] && stages=(overhead adapters)
+summary=$out/summary.txt
+: >"$summary"
+row() { printf '%s\n' "$*" | tee -a "$summary"; }
+
+# The graph's common flags: a Llama-3-8B with random weights on GPU 0, room for 128 requests
+# of 256 tokens and 64 adapter slots of rank 64.
+graph_flags=(--model-path "$model" --load-format "$format" --backend "$backend" --port 30000 --kv-cache-mb "$kv_mb"
+             --max-loras-per-batch 64 --max-lora-rank 64 --max-cpu-lora-mb "$cpu_lora_mb" --max-running-requests 256
+             --ready-timeout 600 --actor-log-level warn)
+url=http://127.0.0.1:30000
+gpid=
+
+graph_start() {  # RUN_DIR [extra flags]
+  local rd=$1
+  shift
+  rm -rf "$rd"
+  "$bin/loraserve-launch" --bin-dir "$bin" --run-dir "$rd" "${graph_flags[@]}" "$@" >"$rd.launch.log" 2>&1 &
+  gpid=$!
+  for _ in $(seq 1200); do
+    [[ -f $rd/graph.json ]] && return 0
+    kill -0 "$gpid" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "the graph did not start:"; tail -20 "$rd.launch.log"; tail -n 5 "$rd"/logs/*.log
+  return 1
+}
+
+graph_stop() {
+  [[ -n $gpid ]] && { kill -INT "$gpid" 2>/dev/null; wait "$gpid" 2>/dev/null; }
+  gpid=
+}
+trap graph_stop EXIT
+
+# Each actor's busy time and the scheduler's step accounting over a run: the change of their
+# /metrics series between two snapshots, over the run's wall time.
+snap() { curl -s "$url/metrics" >"$1"; }
+graph_time() {  # LABEL BEFORE AFTER WALL_S
+  python3 - "$@" <<'EOF'
+import re, sys
+label, before, after, wall = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def read(path):
+    v = {}
+    for line in open(path):
+        m = re.match(r"loraserve_(\w+)\{actor=\"([\w-]+)\"\} (\d+)", line)
+        if m:
+            v[(m.group(1), m.group(2))] = int(m.group(3))
+    return v
+b, a = read(before), read(after)
+d = {k: a[k] - b.get(k, 0) for k in a}
+busy = " ".join("%s %.0f%%" % (actor, 100 * d[(n, actor)] / 1e6 / wall)
+                for (n, actor) in sorted(d) if n == "busy_us_total")
+rt, wk, st = (d.get((k, "scheduler"), 0) for k in ("step_roundtrip_us_total", "step_worker_us_total", "steps"))
+st = max(st, 1)
+print("%s: busy (share of %.1f s) %s; %d steps: round trip %.3f ms = worker %.3f + hops %.3f ms"
+      % (label, wall, busy, st, rt / st / 1e3, wk / st / 1e3, (rt - wk) / st / 1e3))
+EOF
+}
+
+jget() {  # FILE KEY: the key of the last JSON line
+  python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]).get(sys.argv[2], "nan"))' "$1" "$2"
+}
+
+common=(--input-len 128 --output-len 128 --range-ratio 1 --seed 7)
+
+stage_overhead() {
+  row "== overhead: engine alone vs the graph over HTTP ($card; 128+128 tokens, greedy, closed loop)"
+  mkdir -p /tmp/ad-ov
+  "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 --ranks 16 \
+    --targets all --seed 3 --quiet --overwrite
+  row "$(printf '%-22s %10s %10s %8s %14s %14s' workload engine graph ratio 'p99ttft eng' 'p99ttft graph')"
+  for adapters in base 8; do
+    local sel=(--adapter-dist base)
+    [[ $adapters == 8 ]] && sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora)
+    for c in 64 128; do
+      local np=$((c * per_slot)) tag=${adapters}_c$c
+      "$bin/bench_serve_engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
+        --max-loras-per-batch 64 --max-lora-rank 64 --max-cpu-lora-mb 8192 --lora-dir /tmp/ad-ov \
+        "${sel[@]}" --num-prompts $np --warmup-requests $c --max-concurrency $c \
+        "${common[@]}" --output-file "$out/engine_$tag.json" >"$out/engine_$tag.log" 2>&1 ||
+        { tail -5 "$out/engine_$tag.log"; }
+      graph_start /tmp/ls-ov --lora-dirs /tmp/ad-ov || return 1
+      snap "$out/m0"
+      local t0=$(date +%s.%N)
+      "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts $np --warmup-requests $c --max-concurrency $c --request-rate inf "${common[@]}" \
+        --disable-tqdm --output-file "$out/graph_$tag.json" >"$out/graph_$tag.log" 2>&1 ||
+        { tail -5 "$out/graph_$tag.log"; }
+      local t1=$(date +%s.%N)
+      snap "$out/m1"
+      local e g
+      e=$(jget "$out/engine_$tag.json" output_throughput)
+      g=$(jget "$out/graph_$tag.json" output_throughput)
+      row "$(printf '%-22s %10.1f %10.1f %8.3f %14.1f %14.1f' "$adapters c=$c tok/s" "$e" "$g" \
+        "$(python3 -c "print($g / $e)")" "$(jget "$out/engine_$tag.json" p99_ttft_ms)" \
+        "$(jget "$out/graph_$tag.json" p99_ttft_ms)")"
+      row "  $(graph_time "graph $tag" "$out/m0" "$out/m1" "$(python3 -c "print($t1 - $t0)")")"
+      graph_stop
+    done
+  done
+}
+
+make_set() {  # PREFIX TARGETS DISTINCT NAMES
+  local prefix=$1 targets=$2 distinct=$3 names=$4 dir=/tmp/ad-$1
+  rm -rf "$dir"
+  "$bin/loraserve-make-adapters" --model-path "$model" --output "$dir" --num-adapters "$distinct" \
+    --ranks 8,16,32,64 --targets "$targets" --prefix "$prefix" --seed 11 --quiet || return 1
+  for ((i = distinct; i < names; i++)); do
+    mkdir "$dir/$prefix-$i"
+    ln "$dir/$prefix-$((i % distinct))"/* "$dir/$prefix-$i/"
+  done
+  echo "$dir: $names names over $distinct distinct adapters, $(du -sh "$dir" | cut -f1)"
+}
+
+stage_adapters() {
+  row "== adapters: Zipf(1) over N adapters, ranks 8-64 mixed, on demand from disk ($card)"
+  make_set qkvo q,k,v,o 400 2000 || return 1
+  make_set all all 120 2000 || return 1
+  row "$(printf '%-26s %10s %8s %10s %10s %8s' workload tok/s 'vs base' 'p99 ttft' 'cold ld' failed)"
+  graph_start /tmp/ls-ad --lora-dirs /tmp/ad-qkvo /tmp/ad-all || return 1
+  local base_tok base_rps
+  for load in sat below; do
+    local rate=(--request-rate inf)
+    [[ $load == below ]] && rate=(--request-rate "$(python3 -c "print(0.7 * $base_rps)")")
+    for spec in base:0 qkvo:1 qkvo:8 qkvo:100 qkvo:1000 qkvo:2000 all:8 all:100 all:1000 all:2000; do
+      local prefix=${spec%%:*} n=${spec##*:} tag=${load}_${spec/:/_}
+      local sel=(--adapter-dist zipf:1 --num-adapters "$n" --adapter-prefix "$prefix")
+      [[ $prefix == base ]] && sel=(--adapter-dist base)
+      "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" \
+        --num-prompts $((128 * per_slot)) --warmup-requests 0 --max-concurrency 128 "${rate[@]}" "${common[@]}" \
+        --disable-tqdm --output-file "$out/adapters_$tag.json" >"$out/adapters_$tag.log" 2>&1 ||
+        { tail -5 "$out/adapters_$tag.log"; }
+      local tok
+      tok=$(jget "$out/adapters_$tag.json" output_throughput)
+      if [[ $prefix == base ]]; then
+        base_tok=$tok
+        [[ $load == sat ]] && base_rps=$(jget "$out/adapters_$tag.json" request_throughput)
+      fi
+      row "$(printf '%-26s %10.1f %8.3f %10.1f %10s %8s' "$load $spec" "$tok" "$(python3 -c "print($tok / $base_tok)")" \
+        "$(jget "$out/adapters_$tag.json" p99_ttft_ms)" "$(jget "$out/adapters_$tag.json" adapter_cpu_loads)" \
+        "$(jget "$out/adapters_$tag.json" failed)")"
+    done
+  done
+  graph_stop
+}
+
+status=0
+if [[ -x $bin/test_gpu_ops ]]; then
+  "$bin/test_gpu_ops" >"$out/test_gpu_ops.log" 2>&1 || status=1
+  grep -E "FAIL|upload_async" "$out/test_gpu_ops.log" | head -20
+  row "test_gpu_ops: $(grep -E '^[0-9]+ tests, [0-9]+ failed' "$out/test_gpu_ops.log" | tail -1)"
+fi
+for s in "${stages[@]}"; do
+  "stage_$s" || status=1
+done
+echo
+echo "=== summary ($card) ==="
+cat "$summary"
+exit $status
