@@ -24,6 +24,7 @@
 #include "backend.h"
 #ifdef LS_HAVE_CUDA
 #include "backend_cuda.h"
+#include "kernel_trace.h"
 #endif
 #include "history.h"
 #include "lora_pool.h"
@@ -38,7 +39,7 @@
 
 typedef struct {
     // flags
-    char *model_path, *load_format, *backend, *dist, *adapter_dir, *prefix, *output_file;
+    char *model_path, *load_format, *backend, *dist, *adapter_dir, *prefix, *output_file, *trace;
     int device, num_prompts, concurrency, input_len, output_len, warmup, num_adapters;
     int kv_cache_mb, block_size, slots, max_rank, cpu_lora_mb, max_batched, chunk, max_running;
     double range_ratio;
@@ -62,6 +63,8 @@ typedef struct {
     uint32_t *out_tokens;
     uint64_t out_sum, in_sum;
     uint64_t step_ns, sched_ns, steps;
+    uint64_t prefill_ns, prefill_steps, prefill_tokens;  // steps with prompt tokens in them
+    int no_graphs;
 } s_drv_t;
 
 static s_drv_t s_d;
@@ -126,6 +129,14 @@ static void s_drain(void) {
         if (m->type == LS_MSG_STEP_PLAN) {
             ls_msg_t res;
             int n_rows;
+#ifdef LS_HAVE_CUDA
+            if (s_d.trace) {  // the kernels of steps with prompt tokens apart from decode-only ones
+                bool pf = false;
+                for (size_t j = 0; j < m->u.step_plan.items.n; j++)
+                    pf |= m->u.step_plan.items.v[j].is_prefill;
+                kt_mark(pf ? "prefill" : "decode");
+            }
+#endif
             if (wstep_run(&s_d.eng, &m->u.step_plan, &res, &n_rows, err, sizeof err) < 0) {
                 fprintf(stderr, "step %" PRIu64 " failed: %s\n", m->u.step_plan.step, err);
                 wstep_fail(&m->u.step_plan, &res);
@@ -134,6 +145,15 @@ static void s_drain(void) {
             uint64_t t1 = ls_mono_ns();
             s_d.step_ns += t1 - now;
             s_d.steps++;
+            uint64_t prompt = 0;
+            for (size_t j = 0; j < m->u.step_plan.items.n; j++)
+                if (m->u.step_plan.items.v[j].is_prefill)
+                    prompt += m->u.step_plan.items.v[j].token_ids.n;
+            if (prompt) {
+                s_d.prefill_ns += t1 - now;
+                s_d.prefill_steps++;
+                s_d.prefill_tokens += prompt;
+            }
             sched_on_step_result(s_d.sched, t1, &res);
             s_d.sched_ns += ls_mono_ns() - t1;
             ls_msg_clear(&res);
@@ -251,6 +271,8 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("chunked-prefill-size", &s_d.chunk, "512", "prompt tokens of one request per step"),
         LS_FLAG_INT("max-running-requests", &s_d.max_running, "256", "requests decoded at once"),
         LS_FLAG_STR("output-file", &s_d.output_file, NULL, "append the results as one JSON line"),
+        LS_FLAG_BOOL("no-graphs", &s_d.no_graphs, "run every step with plain launches (no CUDA graphs)"),
+        LS_FLAG_STR("trace", &s_d.trace, NULL, "CSV of every kernel of the measured steps (CUDA; kernel_trace.h)"),
         LS_FLAG_END,
     };
     ls_flag_t *tables[] = {flags, NULL};
@@ -280,6 +302,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "backend: %s\n", err);
         return 1;
     }
+#ifdef LS_HAVE_CUDA
+    if (s_d.no_graphs && !strcmp(s_d.backend, "cuda"))
+        ls_backend_cuda_set_graphs(s_d.be, 0);
+#endif
     s_d.model = !strcmp(s_d.load_format, "dummy")
                     ? ls_model_load_dummy(s_d.model_path, s_d.be, NULL, 0, NULL, NULL, err, sizeof err)
                     : ls_model_load(s_d.model_path, s_d.be, NULL, NULL, NULL, err, sizeof err);
@@ -341,14 +367,19 @@ int main(int argc, char **argv) {
         return 1;
 
     // closed loop: warm-up, then the measured requests
-    uint64_t t_start = 0, step0 = 0, sched0 = 0, steps0 = 0;
+    uint64_t t_start = 0, step0 = 0, sched0 = 0, steps0 = 0, pf0 = 0, pfs0 = 0, pft0 = 0;
     while (s_d.done < total) {
         if (s_d.done == (size_t)s_d.warmup && !t_start) {
             if (s_d.warmup)  // the measured ones start from an idle engine, as in the graph
                 while (s_d.inflight)
                     s_drain();
+#ifdef LS_HAVE_CUDA
+            if (s_d.trace && kt_start(s_d.trace) != 0)
+                fprintf(stderr, "--trace: CUPTI is not available\n");
+#endif
             t_start = ls_mono_ns();
             step0 = s_d.step_ns, sched0 = s_d.sched_ns, steps0 = s_d.steps;
+            pf0 = s_d.prefill_ns, pfs0 = s_d.prefill_steps, pft0 = s_d.prefill_tokens;
         }
         size_t limit = s_d.done < (size_t)s_d.warmup ? (size_t)s_d.warmup : total;
         while (s_d.inflight < (size_t)s_d.concurrency && s_d.next < limit)
@@ -365,6 +396,10 @@ int main(int argc, char **argv) {
         s_drain();
     }
     uint64_t t_end = ls_mono_ns();
+#ifdef LS_HAVE_CUDA
+    if (s_d.trace)
+        kt_stop();
+#endif
     double dur = (double)(t_end - t_start) / 1e9;
     size_t n = (size_t)s_d.num_prompts, w0 = (size_t)s_d.warmup;
     uint64_t in_tok = 0, out_tok = 0;
@@ -382,7 +417,13 @@ int main(int argc, char **argv) {
     qsort(ttft, n, sizeof *ttft, s_cmp_u64);
     qsort(e2e, n, sizeof *e2e, s_cmp_u64);
     double step_s = (double)(s_d.step_ns - step0) / 1e9, sched_s = (double)(s_d.sched_ns - sched0) / 1e9;
-    uint64_t steps = s_d.steps - steps0;
+    uint64_t steps = s_d.steps - steps0, pf_steps = s_d.prefill_steps - pfs0, pf_tokens = s_d.prefill_tokens - pft0;
+    double pf_s = (double)(s_d.prefill_ns - pf0) / 1e9;
+    long captured = 0, replayed = 0;
+#ifdef LS_HAVE_CUDA
+    if (!strcmp(s_d.backend, "cuda"))
+        ls_backend_cuda_graph_counts(s_d.be, &captured, &replayed);
+#endif
     printf("engine alone: %s on %s, %zu requests (%zu failed), concurrency %d, %d+%d tokens, adapters %s over %d\n",
            cfg->arch == LS_ARCH_LLAMA ? "Llama" : "model", s_d.be->name, n, s_d.failed, s_d.concurrency, s_d.input_len,
            s_d.output_len, s_d.dist, s_d.num_adapters);
@@ -391,6 +432,10 @@ int main(int argc, char **argv) {
     printf("  steps %" PRIu64 " (%.3f ms each); time in steps %.1f%%, scheduler %.1f%%, driver %.1f%%\n", steps,
            steps ? step_s * 1e3 / steps : 0, 100 * step_s / dur, 100 * sched_s / dur,
            100 * (dur - step_s - sched_s) / dur);
+    printf("  steps with prompt tokens: %" PRIu64 " (%.3f ms each, %.0f prompt tokens each); decode-only steps %.3f ms "
+           "each; step graphs captured %ld, replayed %ld\n",
+           pf_steps, pf_steps ? pf_s * 1e3 / pf_steps : 0, pf_steps ? (double)pf_tokens / pf_steps : 0,
+           steps > pf_steps ? (step_s - pf_s) * 1e3 / (steps - pf_steps) : 0, captured, replayed);
     printf("  TTFT mean/p50/p99 %.1f/%.1f/%.1f ms; TPOT mean %.2f ms; E2E p50/p99 %.1f/%.1f ms\n",
            ttft_sum / n / 1e6, (double)ttft[n / 2] / 1e6, (double)ttft[(n * 99) / 100] / 1e6, tpot_sum / n / 1e6,
            (double)e2e[n / 2] / 1e6, (double)e2e[(n * 99) / 100] / 1e6);
@@ -407,11 +452,12 @@ int main(int argc, char **argv) {
                 "\"request_throughput\": %.4f, \"input_throughput\": %.3f, \"output_throughput\": %.3f, "
                 "\"total_throughput\": %.3f, \"mean_ttft_ms\": %.3f, \"median_ttft_ms\": %.3f, \"p99_ttft_ms\": %.3f, \"mean_tpot_ms\": %.4f, "
                 "\"p99_e2e_latency_ms\": %.3f, \"steps\": %" PRIu64 ", \"step_s\": %.6f, \"sched_s\": %.6f, "
-                "\"other_s\": %.6f}\n",
+                "\"other_s\": %.6f, \"prefill_steps\": %" PRIu64 ", \"prefill_s\": %.6f, \"prefill_tokens\": %" PRIu64 ", "
+                "\"graphs_captured\": %ld, \"graphs_replayed\": %ld}\n",
                 s_d.be->name, n - s_d.failed, s_d.failed, s_d.concurrency, s_d.dist, s_d.num_adapters, dur, in_tok,
                 out_tok, n / dur, in_tok / dur, out_tok / dur, (in_tok + out_tok) / dur, ttft_sum / n / 1e6,
                 (double)ttft[n / 2] / 1e6, (double)ttft[(n * 99) / 100] / 1e6, tpot_sum / n / 1e6, (double)e2e[(n * 99) / 100] / 1e6, steps,
-                step_s, sched_s, dur - step_s - sched_s);
+                step_s, sched_s, dur - step_s - sched_s, pf_steps, pf_s, pf_tokens, captured, replayed);
         fclose(f);
     }
     return s_d.failed ? 1 : 0;

@@ -960,7 +960,7 @@ static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_vie
         return;
     }
     s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), c->tiles,
-                                c->n_tiles, c->perm, c->scalings, slice_offsets, n_slices,
+                                c->n_tiles, c->max_rank, c->perm, c->scalings, slice_offsets, n_slices,
                                 r_max, s_lora_flags(c, 1), c->stream));
 }
 

@@ -21,12 +21,14 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ls_err.h"
+#include "ls_par.h"
 
 // Which targets each group stacks, as slices in this order.
 static const struct {
@@ -51,6 +53,7 @@ struct ls_lora_image {
     size_t a_off[LS_LORA_GROUP_COUNT], b_off[LS_LORA_GROUP_COUNT];  // element offsets
     size_t n;              // elements
     size_t bytes;          // whole pages
+    atomic_bool broken;    // a block could not be written (out of memory while building)
     int n_pages;
     int32_t pages[];       // (n_pages) arena pages, in stream order
 };
@@ -296,42 +299,67 @@ static void s_store(const ls_lora_pool_t *self, void *dst, const float *src, siz
         h[i] = dt == LS_DTYPE_BF16 ? ls_bf16_from_f32(src[i]) : ls_f16_from_f32(src[i]);
 }
 
-// Writes group g of adapter into the stream: A (L, n_slices, r, in) then B (L, out_total, r),
-// zero rows / columns for modules of smaller rank and untouched targets. row: scratch of
-// max(in, r) fp32 values and as many storage elements after them.
-static void s_image_group(s_writer_t *w, const ls_adapter_t *adapter, int g, int r, bool uniform,
-                          float *row, void *out) {
-    ls_lora_pool_t *self = w->pool;
+// Writes layer l of group g of adapter into its places in the stream (A (n_slices, r, in) at
+// the group's A region, B (out_total, r) at its B region), with zero rows / columns for
+// modules of smaller rank and untouched targets. row: scratch of max(in, r) fp32 values;
+// out: as many storage elements.
+static void s_image_layer(ls_lora_pool_t *self, ls_lora_image_t *img, const ls_adapter_t *adapter, int g, int l,
+                          bool uniform, float *row, void *out) {
     const ls_lora_group_shape_t *s = &self->shape[g];
-    int L = self->cfg.num_hidden_layers;
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < s->n_slices; k++) {
-            ls_target_t t = s_group_def[g].t[k];
-            const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
-            const s_window_t *win = &self->win[t];
-            int in_all, out_all;
-            ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
-            for (int j = 0; j < r; j++) {
-                if (j < lw->rank)  // A (rank, in_all): columns in0 .. in0 + in - 1
-                    s_store(self, out, lw->A + (size_t)j * in_all + win->in0, (size_t)s->in);
-                else
-                    memset(out, 0, (size_t)s->in * self->esize);
-                s_put(w, out, (size_t)s->in * self->esize);
-            }
+    int r = img->rank;
+    s_writer_t w = {.pool = self, .img = img,
+                    .at = (img->a_off[g] + (size_t)l * s->n_slices * r * s->in) * self->esize};
+    for (int k = 0; k < s->n_slices; k++) {
+        ls_target_t t = s_group_def[g].t[k];
+        const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
+        const s_window_t *win = &self->win[t];
+        int in_all, out_all;
+        ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
+        for (int j = 0; j < r; j++) {
+            if (j < lw->rank)  // A (rank, in_all): columns in0 .. in0 + in - 1
+                s_store(self, out, lw->A + (size_t)j * in_all + win->in0, (size_t)s->in);
+            else
+                memset(out, 0, (size_t)s->in * self->esize);
+            s_put(&w, out, (size_t)s->in * self->esize);
         }
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < s->n_slices; k++) {
-            ls_target_t t = s_group_def[g].t[k];
-            const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
-            const s_window_t *win = &self->win[t];
-            float fold = uniform ? 1.0f : lw->scaling;
-            for (int o = 0; o < win->n_out; o++) {  // B (out_all, rank): rows out0 ..
-                for (int j = 0; j < r; j++)
-                    row[j] = j < lw->rank ? lw->B[(size_t)(win->out0 + o) * lw->rank + j] * fold : 0.0f;
-                s_store(self, out, row, (size_t)r);
-                s_put(w, out, (size_t)r * self->esize);
-            }
+    }
+    w.at = (img->b_off[g] + (size_t)l * s->slice_offsets[s->n_slices] * r) * self->esize;
+    for (int k = 0; k < s->n_slices; k++) {
+        ls_target_t t = s_group_def[g].t[k];
+        const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
+        const s_window_t *win = &self->win[t];
+        float fold = uniform ? 1.0f : lw->scaling;
+        for (int o = 0; o < win->n_out; o++) {  // B (out_all, rank): rows out0 ..
+            for (int j = 0; j < r; j++)
+                row[j] = j < lw->rank ? lw->B[(size_t)(win->out0 + o) * lw->rank + j] * fold : 0.0f;
+            s_store(self, out, row, (size_t)r);
+            s_put(&w, out, (size_t)r * self->esize);
         }
+    }
+}
+
+// The (group, layer) blocks of an image, built on several threads (each block has its own
+// places in the stream).
+typedef struct {
+    ls_lora_pool_t *pool;
+    ls_lora_image_t *img;
+    const ls_adapter_t *adapter;
+    bool uniform;
+    int groups[LS_LORA_GROUP_COUNT], n_groups;
+    size_t scratch;  // fp32 values of a row's scratch
+} s_build_t;
+
+static void s_build_block(void *arg, size_t i) {
+    s_build_t *b = arg;
+    int L = b->pool->cfg.num_hidden_layers;
+    float *row = malloc(b->scratch * (sizeof(float) + b->pool->esize));
+    if (!row) {  // out of memory on a helper thread: the image is marked broken
+        atomic_store(&b->img->broken, true);
+        return;
+    }
+    s_image_layer(b->pool, b->img, b->adapter, b->groups[i / (size_t)L], (int)(i % (size_t)L), b->uniform, row,
+                  row + b->scratch);
+    free(row);
 }
 
 // Names the targets in mask, "q_proj, v_proj", into buf.
@@ -381,14 +409,7 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     int r = info.max_rank;
     size_t n = s_img_n(self, groups, r), need = s_pages_for(self, n);
     ls_lora_image_t *img = calloc(1, sizeof *img + need * sizeof img->pages[0]);
-    int in_max = 1;
-    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
-        in_max = self->shape[g].in > in_max ? self->shape[g].in : in_max;
-    size_t scratch = (size_t)(in_max > r ? in_max : r);
-    float *row = malloc(scratch * (sizeof(float) + self->esize));
-    if (!img || !row) {
-        free(img);
-        free(row);
+    if (!img) {
         ls_err_set(err, errlen, "LoRA pool: out of memory");
         return NULL;
     }
@@ -400,7 +421,6 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     pthread_mutex_unlock(&self->lock);
     if (!fits) {
         free(img);
-        free(row);
         if (full)
             *full = true;
         ls_err_set(err, errlen,
@@ -415,16 +435,25 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     img->scaling = uniform ? scaling : 1.0f;
     img->groups = groups;
     img->n = n;
-    s_writer_t w = {.pool = self, .img = img};
+    atomic_init(&img->broken, false);
+    s_build_t b = {.pool = self, .img = img, .adapter = adapter, .uniform = uniform, .scratch = (size_t)r};
+    size_t at = 0;
     for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
         if (!(groups & (1u << g)))
             continue;
-        img->a_off[g] = w.at / self->esize;
-        img->b_off[g] = img->a_off[g] + s_img_a_n(self, g, r);
-        s_image_group(&w, adapter, g, r, uniform, row, row + scratch);
+        img->a_off[g] = at;
+        img->b_off[g] = at + s_img_a_n(self, g, r);
+        at = img->b_off[g] + s_img_b_n(self, g, r);
+        b.groups[b.n_groups++] = g;
+        b.scratch = (size_t)self->shape[g].in > b.scratch ? (size_t)self->shape[g].in : b.scratch;
     }
-    assert(w.at == n * self->esize);
-    free(row);
+    assert(at == n);
+    ls_par_for((size_t)b.n_groups * self->cfg.num_hidden_layers, 0, s_build_block, &b);
+    if (atomic_load(&img->broken)) {
+        ls_lora_pool_image_destroy(self, &img);
+        ls_err_set(err, errlen, "LoRA pool: out of memory building an adapter's image");
+        return NULL;
+    }
     return img;
 }
 

@@ -8,7 +8,9 @@
 #include <math.h>
 #include <regex.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "ls_err.h"
+#include "ls_par.h"
 #include "safetensors.h"
 
 #define S_MAX_JSON_BYTES (16u << 20)
@@ -943,13 +946,32 @@ static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_c
     else
         w->A = buf;
     a->bytes += t->numel * sizeof(float);
-    if (ls_st_tensor_to_f32(t, buf) != 0) {
-        ls_err_set(err, errlen, "%s: tensor \"%s\": holds NaN or infinite values", t->file, t->name);
-        return -1;
-    }
     w->rank = pe->rank;
     w->scaling = pe->scaling;
     return 0;
+}
+
+// The conversion of every tensor (the bulk of a load: its values widened and checked), on
+// several threads; tensor i goes to the buffer s_load_tensor made for it.
+typedef struct {
+    ls_adapter_t *a;
+    const ls_st_t *st;
+    const ls_model_config_t *cfg;
+    _Atomic size_t bad;  // first tensor found holding NaN or infinities, or SIZE_MAX
+} s_convert_t;
+
+static void s_convert(void *arg, size_t i) {
+    s_convert_t *c = arg;
+    const ls_st_tensor_t *t = ls_st_at(c->st, i);
+    int layer, target, which;
+    if (s_parse_name(t->name, c->cfg->num_hidden_layers, &layer, &target, &which) != 0)
+        return;
+    const ls_lora_weights_t *w = &c->a->w[layer * LS_TARGET_COUNT + target];
+    if (ls_st_tensor_to_f32(t, (float *)(which ? w->B : w->A)) != 0) {
+        size_t cur = atomic_load(&c->bad);
+        while (i < cur && !atomic_compare_exchange_weak(&c->bad, &cur, i))
+            ;
+    }
 }
 
 ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int max_lora_rank,
@@ -976,6 +998,14 @@ ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int
     for (size_t i = 0; i < ls_st_count(st); i++)
         if (s_load_tensor(a, &plan, cfg, ls_st_at(st, i), err, errlen) != 0)
             goto fail;
+    s_convert_t conv = {.a = a, .st = st, .cfg = cfg};
+    atomic_init(&conv.bad, SIZE_MAX);
+    ls_par_for(ls_st_count(st), 0, s_convert, &conv);
+    if (conv.bad != SIZE_MAX) {
+        const ls_st_tensor_t *t = ls_st_at(st, conv.bad);
+        ls_err_set(err, errlen, "%s: tensor \"%s\": holds NaN or infinite values", t->file, t->name);
+        goto fail;
+    }
     for (int l = 0; l < plan.nl; l++) {
         for (int t = 0; t < LS_TARGET_COUNT; t++) {
             const ls_lora_weights_t *w = &a->w[l * LS_TARGET_COUNT + t];

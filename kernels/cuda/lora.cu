@@ -25,7 +25,8 @@
     shrink v2: 8 warps; K split over ks warps (ks from the grid size, so that small grids
       still fill the GPU), each warp 2 rank rows and 4 chunks of 16-byte loads in flight per
       lane, partial sums meeting in shared memory in a fixed order (deterministic);
-    expand v2: r_max/8 lanes share an output column (one 512-byte run per warp load), 4
+    expand v2: L lanes share an output column (8 elements of its B row each, L*8 covering the
+      launch's largest rank, s_expand_lanes), 4
       columns per lane group in flight (raw, converted where used), shuffle reduction;
       stages tmp as the sum of the shrink's K parts where there are several;
     shrink v3 and expand v3 (one-position tiles, LS_CU_LORA_ONE): few instructions per
@@ -720,8 +721,8 @@ k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_til
 }
 
 // -- expand (v2) -------------------------------------------------------------------------
-// L = r_max/8 lanes share one output column, each loading 16 bytes of its B row (so a warp
-// load is one contiguous 512-byte run), U columns per lane group in flight; the L partial
+// L lanes share one output column, each loading 16 bytes of its B row (s_expand_lanes: enough
+// for the launch's largest rank), U columns per lane group in flight; the L partial
 // dots meet by shuffles. Elements j >= the slot's rank are loaded (inside the pool) but
 // never used, so whatever they hold (NaN poison too) cannot leak into y.
 enum { E2_WARPS = 8 };
@@ -1092,11 +1093,23 @@ static bool s_expand2_fits(const void *b_pool, int r_max) {
            (L == 1 || L == 2 || L == 4 || L == 8);
 }
 
+// Lanes sharing an output column in expand v2 / v3: enough 8-element loads to cover the
+// largest rank of the launch, not the slot width r_max. Slots are padded to r_max (the
+// server's --max-lora-rank, 64 for mixed ranks) while most adapters are smaller: lanes past
+// every tile's rank would only idle, and a column needs r_max/8 of them (the kernels are
+// issue-bound, NOTES.md), so an r16 adapter in r64 slots took 2.2x its r16-slot time (H200).
+static int s_expand_lanes(int max_rank, int r_max) {
+    int L = 1;
+    while (8 * L < max_rank && 8 * L < r_max)
+        L *= 2;
+    return L;
+}
+
 // ls_cu_lora_expand over tmp as the sum of n_parts arrays part_stride apart (> 1 part:
 // s_expand2_fits must hold)
 static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part_stride,
                             const void *b_pool, ls_cu_dtype_t b_dt,
-                            const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
+                            const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank, const int32_t *perm,
                             const float *scalings, const int32_t *slice_offsets, int n_slices,
                             int r_max, unsigned flags, cudaStream_t stream) {
     int accumulate = (flags & LS_CU_LORA_ACC) != 0;
@@ -1113,8 +1126,8 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     s_props();
     size_t smem = (size_t)TT * n_slices * r_max * sizeof(float);
     int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
-    int L = r_max / 8;
-    assert(n_parts == 1 || s_expand2_fits(b_pool, r_max));
+    int L = s_expand_lanes(max_rank, r_max);
+    assert(max_rank <= r_max && (n_parts == 1 || s_expand2_fits(b_pool, r_max)));
     if (s_expand2_fits(b_pool, r_max)) {
         bool one = (flags & LS_CU_LORA_ONE) != 0;
         if (s_v3(flags)) {
@@ -1174,10 +1187,10 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
 
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
-                              int n_tiles, const int32_t *perm, const float *scalings,
+                              int n_tiles, int max_rank, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               unsigned flags, cudaStream_t stream) {
-    return s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, perm, scalings, slice_offsets,
+    return s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm, scalings, slice_offsets,
                     n_slices, r_max, flags, stream);
 }
 
@@ -1468,7 +1481,7 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
                                          max_rank, perm, in, n_slices, r_max, flags, stream);
         return e != cudaSuccess ? e
                                 : s_expand(y, tmp, parts, part_stride, b_pool, b_dt, tiles,
-                                           n_tiles, perm, scalings, slice_offsets, n_slices,
+                                           n_tiles, max_rank, perm, scalings, slice_offsets, n_slices,
                                            r_max, flags, stream);
     }
     int L = r_max / 8;
@@ -1480,7 +1493,7 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
         cudaError_t e = ls_cu_lora_shrink(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm,
                                           in, n_slices, r_max, flags, stream);
         return e != cudaSuccess ? e
-                                : ls_cu_lora_expand(y, tmp, b_pool, b_dt, tiles, n_tiles, perm,
+                                : ls_cu_lora_expand(y, tmp, b_pool, b_dt, tiles, n_tiles, max_rank, perm,
                                                     scalings, slice_offsets, n_slices, r_max,
                                                     flags, stream);
     }

@@ -150,10 +150,11 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
 
 // y (T, out_total) += scaling[slot] * tmp_k · B_kᵀ on the tiles' rows (flags without
 // LS_CU_LORA_ACC: =, with the bits of += into zeros; other rows untouched either way);
-// b_pool (n_slots, out_total, r_max); slice_offsets (n_slices+1) host memory
+// b_pool (n_slots, out_total, r_max); slice_offsets (n_slices+1) host memory; max_rank: the
+// tiles' largest rank (<= r_max)
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
-                              int n_tiles, const int32_t *perm, const float *scalings,
+                              int n_tiles, int max_rank, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               unsigned flags, cudaStream_t stream);
 

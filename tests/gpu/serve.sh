@@ -57,8 +57,12 @@ if [[ ${1:-} == prepare ]]; then
   exit 0
 fi
 
-out=${OUT:-$root/serve-logs}
-mkdir -p "$out"
+# Logs and reports go to a work directory; $OUT gets the summary, every JSON report in one
+# file and the logs as one archive (the device tool brings back few files).
+dest=${OUT:-$root/serve-logs}
+out=/tmp/serve-work
+rm -rf "$out"
+mkdir -p "$out" "$dest"
 # xz may be missing there; Python's lzma is not
 python3 - "$bundle" <<'EOF'
 import glob, lzma, os, sys
@@ -77,7 +81,11 @@ backend=${LS_SERVE_BACKEND:-cuda}
 format=${LS_SERVE_LOAD_FORMAT:-dummy}
 per_slot=${LS_SERVE_PROMPTS_PER_SLOT:-6}
 kv_mb=${LS_SERVE_KV_MB:-16384}
-cpu_lora_mb=${LS_SERVE_CPU_LORA_MB:-16384}
+cpu_lora_mb=${LS_SERVE_CPU_LORA_MB:-49152}
+# adapter slots: as many as requests run at once (128), so the LoRA constraint never holds a
+# request back; 128 slots of rank 64 on all seven targets take 43 GB (an H200; on an H100
+# LS_SERVE_SLOTS=64)
+slots=${LS_SERVE_SLOTS:-128}
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 card=${card:-$backend}
 echo "date: $(date -u +%FT%TZ); card: $card" | tee "$out/device.txt"
@@ -90,9 +98,9 @@ summary=$out/summary.txt
 row() { printf '%s\n' "$*" | tee -a "$summary"; }
 
 # The graph's common flags: a Llama-3-8B with random weights on GPU 0, room for 128 requests
-# of 256 tokens and 64 adapter slots of rank 64.
+# of 256 tokens, $slots adapter slots of rank 64 and a host tier of $cpu_lora_mb MB.
 graph_flags=(--model-path "$model" --load-format "$format" --backend "$backend" --port 30000 --kv-cache-mb "$kv_mb"
-             --max-loras-per-batch 64 --max-lora-rank 64 --max-cpu-lora-mb "$cpu_lora_mb" --max-running-requests 256
+             --max-loras-per-batch "$slots" --max-lora-rank 64 --max-cpu-lora-mb "$cpu_lora_mb" --max-running-requests 256
              --ready-timeout 600 --actor-log-level warn)
 url=http://127.0.0.1:30000
 gpid=
@@ -120,7 +128,7 @@ trap graph_stop EXIT
 
 # Each actor's busy time and the scheduler's step accounting over a run: the change of their
 # /metrics series between two snapshots, over the run's wall time.
-snap() { curl -s "$url/metrics" >"$1"; }
+snap() { env -u LD_LIBRARY_PATH curl -s "$url/metrics" >"$1"; }
 graph_time() {  # LABEL BEFORE AFTER WALL_S
   python3 - "$@" <<'EOF'
 import re, sys
@@ -161,16 +169,19 @@ stage_overhead() {
     for c in 64 128; do
       local np=$((c * per_slot)) tag=${adapters}_c$c
       "$bin/bench_serve_engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
-        --max-loras-per-batch 64 --max-lora-rank 64 --max-cpu-lora-mb 8192 --lora-dir /tmp/ad-ov \
+        --max-loras-per-batch "$slots" --max-lora-rank 64 --max-cpu-lora-mb 8192 --lora-dir /tmp/ad-ov \
         "${sel[@]}" --num-prompts $np --warmup-requests $c --max-concurrency $c \
         "${common[@]}" --output-file "$out/engine_$tag.json" >"$out/engine_$tag.log" 2>&1 ||
-        { tail -5 "$out/engine_$tag.log"; }
+        { tail -n 5 "$out/engine_$tag.log"; }
       graph_start /tmp/ls-ov --lora-dirs /tmp/ad-ov || return 1
+      # the engine loads its adapters before the clock starts: so does the graph here
+      [[ $adapters == 8 ]] && "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts 32 \
+        --max-concurrency 32 --input-len 16 --output-len 2 --disable-tqdm >/dev/null 2>&1
       snap "$out/m0"
       local t0=$(date +%s.%N)
       "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts $np --warmup-requests $c --max-concurrency $c --request-rate inf "${common[@]}" \
         --disable-tqdm --output-file "$out/graph_$tag.json" >"$out/graph_$tag.log" 2>&1 ||
-        { tail -5 "$out/graph_$tag.log"; }
+        { tail -n 5 "$out/graph_$tag.log"; }
       local t1=$(date +%s.%N)
       snap "$out/m1"
       local e g
@@ -182,6 +193,63 @@ stage_overhead() {
       row "  $(graph_time "graph $tag" "$out/m0" "$out/m1" "$(python3 -c "print($t1 - $t0)")")"
       graph_stop
     done
+  done
+}
+
+# The engine alone, base and 8 adapters, with and without step graphs, and how its step time
+# splits between steps with prompt tokens and decode-only steps.
+stage_probe() {
+  row "== probe: the engine alone at 64 concurrent ($card)"
+  mkdir -p /tmp/ad-ov
+  "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 --ranks 16 \
+    --targets all --seed 3 --quiet --overwrite
+  for adapters in base 8; do
+    local sel=(--adapter-dist base)
+    [[ $adapters == 8 ]] && sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora)
+    for g in "" --no-graphs; do
+      local tag=probe_${adapters}${g:+_nographs}
+      "$bin/bench_serve_engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
+        --max-loras-per-batch 64 --max-lora-rank 64 --max-cpu-lora-mb 8192 --lora-dir /tmp/ad-ov \
+        "${sel[@]}" --num-prompts $((64 * per_slot)) --warmup-requests 64 --max-concurrency 64 $g \
+        "${common[@]}" --output-file "$out/$tag.json" >"$out/$tag.log" 2>&1 || tail -n 5 "$out/$tag.log"
+      row "$adapters ${g:-graphs}: $(grep -E 'output|prompt tokens' "$out/$tag.log" | tr -s ' ' | tr '\n' ' ')"
+    done
+  done
+}
+
+# Kernel time by kind of step and kernel (CUPTI trace of the engine alone), base and 8
+# adapters, slots of rank 64 and 16.
+stage_probe2() {
+  row "== probe2: kernel time per step kind ($card)"
+  mkdir -p /tmp/ad-ov
+  "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 --ranks 16 \
+    --targets all --seed 3 --quiet --overwrite
+  for v in base:64 8:64 8:16; do
+    local adapters=${v%%:*} rmax=${v##*:} tag=probe2_${v/:/_r}
+    local sel=(--adapter-dist base)
+    [[ $adapters == 8 ]] && sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora)
+    "$bin/bench_serve_engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
+      --max-loras-per-batch 64 --max-lora-rank "$rmax" --max-cpu-lora-mb 8192 --lora-dir /tmp/ad-ov \
+      "${sel[@]}" --num-prompts 128 --warmup-requests 64 --max-concurrency 64 --trace "$out/$tag.csv" \
+      "${common[@]}" --output-file "$out/$tag.json" >"$out/$tag.log" 2>&1 || tail -n 5 "$out/$tag.log"
+    row "$v: $(grep -E 'prompt tokens' "$out/$tag.log" | tr -s ' ')"
+    python3 - "$out/$tag.csv" <<'EOF' | tee -a "$summary"
+import collections, csv, re, sys
+def short(n):
+    m = re.match(r"_Z(\d+)", n)
+    return n[m.end():m.end() + int(m.group(1))] if m else re.sub(r"<.*|\(.*|^void ", "", n)
+tot = collections.defaultdict(float); cnt = collections.Counter(); lab = collections.defaultdict(float)
+for row in csv.reader(open(sys.argv[1])):
+    if len(row) < 5 or not row[2].isdigit():
+        continue
+    d = (int(row[3]) - int(row[2])) / 1e6
+    tot[(row[0], short(row[4]))] += d; cnt[(row[0], short(row[4]))] += 1; lab[row[0]] += d
+for l in sorted(lab):
+    print("  %s: kernels %.1f ms in all" % (l, lab[l]))
+    for (ll, k), t in sorted(tot.items(), key=lambda x: -x[1])[:40]:
+        if ll == l and t > 0.02 * lab[l]:
+            print("    %-40s %8.1f ms %6d launches %7.1f us each" % (k, t, cnt[(ll, k)], 1e3 * t / cnt[(ll, k)]))
+EOF
   done
 }
 
@@ -198,32 +266,45 @@ make_set() {  # PREFIX TARGETS DISTINCT NAMES
 }
 
 stage_adapters() {
-  row "== adapters: Zipf(1) over N adapters, ranks 8-64 mixed, on demand from disk ($card)"
-  make_set qkvo q,k,v,o 400 2000 || return 1
-  make_set all all 120 2000 || return 1
-  row "$(printf '%-26s %10s %8s %10s %10s %8s' workload tok/s 'vs base' 'p99 ttft' 'cold ld' failed)"
+  row "== adapters: Zipf(1) over N adapters, ranks 8/16/32/64 mixed, on demand from disk ($card)"
+  make_set qkvo q,k,v,o 200 2000 || return 1
+  make_set all all 80 2000 || return 1
+  row "$(printf '%-22s %9s %8s %9s %9s %7s %9s %6s' workload tok/s 'vs base' 'p99 ttft' 'p50 tpot' 'disk ld' 'ms/ld' failed)"
   graph_start /tmp/ls-ad --lora-dirs /tmp/ad-qkvo /tmp/ad-all || return 1
-  local base_tok base_rps
+  local base_tok base_rps specs
   for load in sat below; do
     local rate=(--request-rate inf)
-    [[ $load == below ]] && rate=(--request-rate "$(python3 -c "print(0.7 * $base_rps)")")
-    for spec in base:0 qkvo:1 qkvo:8 qkvo:100 qkvo:1000 qkvo:2000 all:8 all:100 all:1000 all:2000; do
+    specs=(base:0 qkvo:1 qkvo:8 qkvo:100 qkvo:1000 qkvo:2000 all:8 all:100 all:1000 all:2000)
+    if [[ $load == below ]]; then
+      rate=(--request-rate "$(python3 -c "print(0.7 * $base_rps)")")
+      specs=(base:0 qkvo:1 qkvo:100 qkvo:1000 qkvo:2000 all:1000)
+    fi
+    for spec in "${specs[@]}"; do
       local prefix=${spec%%:*} n=${spec##*:} tag=${load}_${spec/:/_}
       local sel=(--adapter-dist zipf:1 --num-adapters "$n" --adapter-prefix "$prefix")
       [[ $prefix == base ]] && sel=(--adapter-dist base)
+      snap "$out/m0"
+      local t0=$(date +%s.%N)
       "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" \
-        --num-prompts $((128 * per_slot)) --warmup-requests 0 --max-concurrency 128 "${rate[@]}" "${common[@]}" \
+        --num-prompts $((128 * per_slot * 2 / 3)) --warmup-requests 0 --max-concurrency 128 "${rate[@]}" "${common[@]}" \
         --disable-tqdm --output-file "$out/adapters_$tag.json" >"$out/adapters_$tag.log" 2>&1 ||
-        { tail -5 "$out/adapters_$tag.log"; }
+        { tail -n 5 "$out/adapters_$tag.log"; }
       local tok
       tok=$(jget "$out/adapters_$tag.json" output_throughput)
       if [[ $prefix == base ]]; then
         base_tok=$tok
         [[ $load == sat ]] && base_rps=$(jget "$out/adapters_$tag.json" request_throughput)
       fi
-      row "$(printf '%-26s %10.1f %8.3f %10.1f %10s %8s' "$load $spec" "$tok" "$(python3 -c "print($tok / $base_tok)")" \
-        "$(jget "$out/adapters_$tag.json" p99_ttft_ms)" "$(jget "$out/adapters_$tag.json" adapter_cpu_loads)" \
+      local loads us
+      loads=$(jget "$out/adapters_$tag.json" adapter_cpu_loads)
+      us=$(jget "$out/adapters_$tag.json" adapter_cpu_load_us_total)
+      row "$(printf '%-22s %9.1f %8.3f %9.1f %9.2f %7s %9s %6s' "$load $spec" "$tok" "$(python3 -c "print($tok / $base_tok)")" \
+        "$(jget "$out/adapters_$tag.json" p99_ttft_ms)" "$(jget "$out/adapters_$tag.json" median_tpot_ms)" "$loads" \
+        "$(python3 -c "print('%.1f' % ($us / 1e3 / $loads) if $loads not in (0, 'nan') and '$loads' != 'nan' else '-')" 2>/dev/null || echo -)" \
         "$(jget "$out/adapters_$tag.json" failed)")"
+      local t1=$(date +%s.%N)
+      snap "$out/m1"
+      graph_time "  $tag" "$out/m0" "$out/m1" "$(python3 -c "print($t1 - $t0)")" >>"$summary"
     done
   done
   graph_stop
@@ -238,6 +319,9 @@ fi
 for s in "${stages[@]}"; do
   "stage_$s" || status=1
 done
+cat "$out"/*.json >"$dest/reports.jsonl" 2>/dev/null
+cp "$summary" "$out/device.txt" "$dest/"
+tar -czf "$dest/logs.tar.gz" -C "$out" . 2>/dev/null
 echo
 echo "=== summary ($card) ==="
 cat "$summary"

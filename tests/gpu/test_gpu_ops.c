@@ -827,6 +827,10 @@ static const s_layout_t s_layouts[] = {
     {"skewed", 60, 8, {40, 9, 4, 3, 1, 1, 1, 1}, {5, 1, 2, 3, 4, 6, 7, 8}, 0},
     {"base rows + uncovered", 24, 6, {5, 3, 1, 4, 2, 6}, {0, 2, 0, 9, 0, 17}, 0},
     {"permutation + base + uncovered", 30, 5, {12, 7, 1, 1, 5}, {4, 0, 2, 11, 31}, 1},
+    // ranks 8 and 16 only (slots 1, 2 mod 4): in slots of r_max 64 the expand's lanes follow
+    // the largest rank, not the slot width
+    {"distinct, small ranks", 16, 16, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+     {1, 2, 5, 6, 9, 10, 13, 14, 17, 18, 21, 22, 25, 26, 29, 30}, 0},
 };
 
 // lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size)
@@ -1331,7 +1335,7 @@ static void s_bench(void) {
             if (m != 1)
                 ls_cu_lora_shrink(tmp, x, a, LS_CU_BF16, set, T, R, NULL, IN, NS, R, 0, 0);
             if (m != 0)
-                ls_cu_lora_expand(y, tmp, b, LS_CU_BF16, set, T, NULL, scal, off, NS, R, LS_CU_LORA_ACC, 0);
+                ls_cu_lora_expand(y, tmp, b, LS_CU_BF16, set, T, R, NULL, scal, off, NS, R, LS_CU_LORA_ACC, 0);
         }
         cudaEventRecord(e1, 0);
         cudaEventSynchronize(e1);
@@ -1473,6 +1477,11 @@ int main(int argc, char **argv) {
     test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16);
     test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16);  // scalar paths
     test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16);
+    // small ranks in wide slots (the server's mixed-rank setting; the loop above has the
+    // multi-position tiles of layout 3 so): decode, one-position tiles, at Llama-3-8B's qkv
+    // and gate_up
+    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16);
 
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);
