@@ -9,7 +9,7 @@ set -euo pipefail
 bin=$1 launch=$2
 bench=$bin/loraserve-bench
 run=$(mktemp -d /tmp/ls-bench-e2e-XXXXXX)
-. "$(dirname "$0")/graph.sh"
+. "$(dirname "$0")/../common/graph.sh"
 trap graph_cleanup EXIT
 graph_start "$bin" "$launch" "$run"
 fail() { echo "FAIL: $*" >&2; tail -n 20 "$run/graph/logs/gateway.log" >&2; exit 1; }

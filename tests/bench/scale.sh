@@ -9,7 +9,7 @@
 set -euo pipefail
 bin=$1 launch=$2
 run=$(mktemp -d /tmp/ls-bench-scale-XXXXXX)
-. "$(dirname "$0")/graph.sh"
+. "$(dirname "$0")/../common/graph.sh"
 trap graph_cleanup EXIT
 demo=$(cd "$(dirname "$launch")/../examples/demo" && pwd)
 "$bin/loraserve-make-adapters" --model-path "$demo" --output "$run/adapters" --num-adapters 200 --ranks 8,16 \

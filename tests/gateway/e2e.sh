@@ -4,23 +4,9 @@
 set -euo pipefail
 bin=$1 launch=$2 client=$3
 run=$(mktemp -d /tmp/ls-gw-e2e-XXXXXX)
-cleanup() {
-    if [ -n "${pid:-}" ]; then kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$run"
-}
-trap cleanup EXIT
-# --port 0: the gateway takes a free port (tests run in parallel) and logs it.
-LORASERVE_BIN=$bin "$launch" --run-dir "$run/graph" --port 0 --served-model-name demo >"$run/launch.out" 2>&1 &
-pid=$!
-for _ in $(seq 600); do
-    [ -f "$run/graph/graph.json" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$run/launch.out"; echo "the graph did not start" >&2; exit 1; }
-    sleep 0.1
-done
-[ -f "$run/graph/graph.json" ] || { cat "$run/launch.out"; echo "the graph was not ready in 60 s" >&2; exit 1; }
-port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$run/graph/logs/gateway.log" | head -1 | cut -d: -f3)
-url=http://127.0.0.1:$port
-echo "gateway at $url"
+. "$(dirname "$0")/../common/graph.sh"
+trap graph_cleanup EXIT
+graph_start "$bin" "$launch" "$run"
 fail() { echo "FAIL: $*" >&2; tail -n 20 "$run/graph/logs/gateway.log" "$run/graph/logs/tokenizer.log" >&2; exit 1; }
 
 # curl: /health, and the README's completion for the base model and each adapter.

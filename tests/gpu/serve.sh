@@ -22,6 +22,9 @@
 #             q,k,v,o and, separately, all seven targets), loaded on demand from --lora-dirs,
 #             closed loop at 128 concurrent (saturating) and Poisson at 70% of the base
 #             model's request rate: throughput / base, p99 TTFT, cold loads
+#   kernels   (not in the default set) the engine alone at 64 concurrent, base and 8 adapters
+#             in slots of rank 64 and 16, with a CUPTI trace: kernel time per kind of step
+#             (with prompt tokens, decode only) and kernel
 #
 # The model is Llama-3-8B shaped with random weights (--load-format dummy); outputs are
 # meaningless, timings are real. Adapter names beyond the distinct adapters written are hard
@@ -196,36 +199,15 @@ stage_overhead() {
   done
 }
 
-# The engine alone, base and 8 adapters, with and without step graphs, and how its step time
-# splits between steps with prompt tokens and decode-only steps.
-stage_probe() {
-  row "== probe: the engine alone at 64 concurrent ($card)"
-  mkdir -p /tmp/ad-ov
-  "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 --ranks 16 \
-    --targets all --seed 3 --quiet --overwrite
-  for adapters in base 8; do
-    local sel=(--adapter-dist base)
-    [[ $adapters == 8 ]] && sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora)
-    for g in "" --no-graphs; do
-      local tag=probe_${adapters}${g:+_nographs}
-      "$bin/bench_serve_engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
-        --max-loras-per-batch 64 --max-lora-rank 64 --max-cpu-lora-mb 8192 --lora-dir /tmp/ad-ov \
-        "${sel[@]}" --num-prompts $((64 * per_slot)) --warmup-requests 64 --max-concurrency 64 $g \
-        "${common[@]}" --output-file "$out/$tag.json" >"$out/$tag.log" 2>&1 || tail -n 5 "$out/$tag.log"
-      row "$adapters ${g:-graphs}: $(grep -E 'output|prompt tokens' "$out/$tag.log" | tr -s ' ' | tr '\n' ' ')"
-    done
-  done
-}
-
 # Kernel time by kind of step and kernel (CUPTI trace of the engine alone), base and 8
 # adapters, slots of rank 64 and 16.
-stage_probe2() {
-  row "== probe2: kernel time per step kind ($card)"
+stage_kernels() {
+  row "== kernels: kernel time per step kind, the engine alone at 64 concurrent ($card)"
   mkdir -p /tmp/ad-ov
   "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 --ranks 16 \
     --targets all --seed 3 --quiet --overwrite
   for v in base:64 8:64 8:16; do
-    local adapters=${v%%:*} rmax=${v##*:} tag=probe2_${v/:/_r}
+    local adapters=${v%%:*} rmax=${v##*:} tag=kernels_${v/:/_r}
     local sel=(--adapter-dist base)
     [[ $adapters == 8 ]] && sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora)
     "$bin/bench_serve_engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \

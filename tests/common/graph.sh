@@ -1,4 +1,4 @@
-# Sourced by the loraserve-bench tests. graph_start BIN_DIR LAUNCH_SCRIPT RUN [launcher flags...]
+# Sourced by the tests that run the whole graph (gateway, loraserve-bench). graph_start BIN_DIR LAUNCH_SCRIPT RUN [launcher flags...]
 # starts launch/loraserve (the demo model, served as "demo") in RUN/graph on a free port and
 # sets pid (the launcher's) and url; graph_cleanup, the scripts' EXIT trap, stops it and
 # removes RUN.
