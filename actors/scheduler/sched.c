@@ -123,6 +123,16 @@ struct sched {
     size_t n_plan, cap_plan;
     uint64_t *released;
     size_t n_released, cap_released;
+    // A step's outputs wait until the next plan is out: the workers start on it while the
+    // outputs (a message per request) and their releases go to the detokenizer.
+    bool deferring;
+    struct {
+        sched_dest_t dest;
+        ls_msg_t msg;  // owned
+    } *deferred;
+    size_t n_deferred, cap_deferred;
+    void **deferred_releases;
+    size_t n_deferred_releases, cap_deferred_releases;
     op_t *ops;  // creation order
     uint64_t next_op_rid;
     pending_t *pending, *pending_tail;
@@ -176,10 +186,47 @@ static void s_emit(sched_t *s, sched_dest_kind_t kind, int rank, void *reply, co
     s->io.emit(s->io.arg, &dest, msg);
 }
 
+// Emits a request's output and clears *msg, or (while a step's result is handled) keeps it,
+// taking *msg over, until s_flush_deferred.
+static void s_emit_output(sched_t *s, void *reply, ls_msg_t *msg) {
+    if (!s->deferring) {
+        s_emit(s, SCHED_TO_OUTPUT, 0, reply, msg);
+        ls_msg_clear(msg);
+        return;
+    }
+    if (s->n_deferred == s->cap_deferred) {
+        s->cap_deferred = s->cap_deferred ? 2 * s->cap_deferred : 64;
+        s->deferred = s_alloc(s->deferred, s->cap_deferred * sizeof *s->deferred);
+    }
+    s->deferred[s->n_deferred].dest = (sched_dest_t){.kind = SCHED_TO_OUTPUT, .reply = reply};
+    s->deferred[s->n_deferred++].msg = *msg;
+    ls_msg_init(msg, msg->type);  // the copy owns the contents now
+}
+
 static void s_release_reply(sched_t *s, void **reply) {
-    if (*reply && s->io.release)
-        s->io.release(s->io.arg, *reply);
+    if (*reply && s->io.release) {
+        if (s->deferring) {  // after the outputs that still name it
+            if (s->n_deferred_releases == s->cap_deferred_releases) {
+                s->cap_deferred_releases = s->cap_deferred_releases ? 2 * s->cap_deferred_releases : 64;
+                s->deferred_releases =
+                    s_alloc(s->deferred_releases, s->cap_deferred_releases * sizeof *s->deferred_releases);
+            }
+            s->deferred_releases[s->n_deferred_releases++] = *reply;
+        } else
+            s->io.release(s->io.arg, *reply);
+    }
     *reply = NULL;
+}
+
+static void s_flush_deferred(sched_t *s) {
+    s->deferring = false;
+    for (size_t i = 0; i < s->n_deferred; i++) {
+        s->io.emit(s->io.arg, &s->deferred[i].dest, &s->deferred[i].msg);
+        ls_msg_clear(&s->deferred[i].msg);
+    }
+    for (size_t i = 0; i < s->n_deferred_releases; i++)
+        s->io.release(s->io.arg, s->deferred_releases[i]);
+    s->n_deferred = s->n_deferred_releases = 0;
 }
 
 static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, uint32_t ref_type,
@@ -297,8 +344,7 @@ static void s_emit_out(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint
     t->completion_tokens = r->n_out;
     t->cached_tokens = r->cached_tokens;
     t->error = s_strdup(error);
-    s_emit(s, SCHED_TO_OUTPUT, 0, r->reply, &m);
-    ls_msg_clear(&m);
+    s_emit_output(s, r->reply, &m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1116,6 +1162,7 @@ static void s_gauges(sched_t *s) {
 static void s_after(sched_t *s, uint64_t now) {
     s_send_queued_loads(s);
     s_schedule(s, now);
+    s_flush_deferred(s);
     s_gauges(s);
 }
 
@@ -1413,6 +1460,8 @@ void sched_destroy(sched_t **self_p) {
         }
     while (s->ops)
         s_op_free(s, s->ops);
+    free(s->deferred);  // emptied by every event that fills it
+    free(s->deferred_releases);
     while (s->pending) {
         pending_t *next = s->pending->next;
         ls_msg_clear(&s->pending->msg);
@@ -1497,6 +1546,7 @@ void sched_on_step_result(sched_t *s, uint64_t now, const ls_msg_t *msg) {
         return;
     }
     s->inflight = false;
+    s->deferring = true;  // the outputs go after the next plan (s_after)
     // Where a step's time goes: the workers' own time (forward and sampling) and the rest of
     // the round trip (messages both ways, the workers' handling of them).
     s->stats.step_roundtrip_us += (now - s->step_sent_at) / 1000;
