@@ -38,7 +38,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
 bundle=.device-serve
 bins=(loraserve-launch loraserve-gateway loraserve-tokenizer loraserve-registry loraserve-scheduler
-      loraserve-worker loraserve-detokenizer loraserve-bench loraserve-make-adapters bench_serve_engine)
+      loraserve-worker loraserve-detokenizer loraserve-bench loraserve-make-adapters bench_serve_engine
+      loraserve-trace)
 
 if [[ ${1:-} == prepare ]]; then
   set -e
@@ -206,11 +207,13 @@ stage_kernels() {
   mkdir -p /tmp/ad-ov
   "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 --ranks 16 \
     --targets all --seed 3 --quiet --overwrite
+  # LS_SERVE_ENGINE: another build of bench_serve_engine to compare (a kernel experiment)
+  local engine=${LS_SERVE_ENGINE:-$bin/bench_serve_engine}
   for v in base:64 8:64 8:16; do
     local adapters=${v%%:*} rmax=${v##*:} tag=kernels_${v/:/_r}
     local sel=(--adapter-dist base)
     [[ $adapters == 8 ]] && sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora)
-    "$bin/bench_serve_engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
+    "$engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
       --max-loras-per-batch 64 --max-lora-rank "$rmax" --max-cpu-lora-mb 8192 --lora-dir /tmp/ad-ov \
       "${sel[@]}" --num-prompts 128 --warmup-requests 64 --max-concurrency 64 --trace "$out/$tag.csv" \
       "${common[@]}" --output-file "$out/$tag.json" >"$out/$tag.log" 2>&1 || tail -n 5 "$out/$tag.log"
@@ -245,6 +248,46 @@ make_set() {  # PREFIX TARGETS DISTINCT NAMES
     ln "$dir/$prefix-$((i % distinct))"/* "$dir/$prefix-$i/"
   done
   echo "$dir: $names names over $distinct distinct adapters, $(du -sh "$dir" | cut -f1)"
+}
+
+# Where a hop goes: the graph at 64 concurrent (base model) with --record-trace, and from the
+# scheduler's and the worker's traces (one clock) per step: result in at the scheduler -> plan
+# in at the worker (the scheduler's work and the way there), the worker's step (elapsed_us),
+# its end -> result in at the scheduler (the way back); medians. Tracing itself costs a write
+# per message, so the figures are upper bounds.
+stage_hops() {
+  row "== hops: a step's way between the scheduler and the worker, traced ($card)"
+  graph_start /tmp/ls-hops --record-trace "$out/trace" || return 1
+  "$bin/loraserve-bench" --base-url "$url" --adapter-dist base --num-prompts 192 --warmup-requests 64 \
+    --max-concurrency 64 --request-rate inf "${common[@]}" --disable-tqdm >"$out/hops.log" 2>&1 || tail -n 5 "$out/hops.log"
+  graph_stop
+  "$bin/loraserve-trace" --json --type StepPlan --type StepResult "$out/trace" >"$out/hops.jsonl" 2>/dev/null
+  python3 - "$out/hops.jsonl" <<'EOF' | tee -a "$summary"
+import json, statistics, sys
+plan_in, res_in, elapsed, items = {}, {}, {}, []
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    m = r.get("msg") or {}
+    if r.get("dir") != "in" or "type" not in m:
+        continue
+    body = m["body"]
+    if m["type"] == "StepPlan" and r["actor"].startswith("worker"):
+        plan_in[body["step"]] = r["t_ns"]
+        items.append(len(body["items"]))
+    elif m["type"] == "StepResult" and r["actor"] == "scheduler":
+        res_in[body["step"]] = r["t_ns"]
+        elapsed[body["step"]] = body.get("elapsed_us", 0) * 1000
+steps = sorted(s for s in res_in if s in plan_in and s + 1 in plan_in)
+there = [(plan_in[s + 1] - res_in[s]) / 1e3 for s in steps]
+back = [(res_in[s] - plan_in[s] - elapsed[s]) / 1e3 for s in steps]
+work = [elapsed[s] / 1e3 for s in steps]
+if steps:
+    print("%d steps of %.0f items (median): result in -> next plan in at the worker %.0f us; the worker's step %.0f "
+          "us; its end -> result in at the scheduler %.0f us" % (len(steps), statistics.median(items),
+          statistics.median(there), statistics.median(work), statistics.median(back)))
+else:
+    print("no steps found in the traces")
+EOF
 }
 
 stage_adapters() {
