@@ -22,6 +22,11 @@
 #             q,k,v,o and, separately, all seven targets), loaded on demand from --lora-dirs,
 #             closed loop at 128 concurrent (saturating) and Poisson at 70% of the base
 #             model's request rate: throughput / base, p99 TTFT, cold loads
+#   coldload  rank-16 adapters on all seven targets (84 MB) loaded on demand one at a time
+#             while 64 base-model requests decode: their time to first token, the worker's
+#             load time, the base requests' TPOT with and without the loads
+#   hops      (not in the default set) a traced run: where a step's hop between the
+#             scheduler and the worker goes
 #   kernels   (not in the default set) the engine alone at 64 concurrent, base and 8 adapters
 #             in slots of rank 64 and 16, with a CUPTI trace: kernel time per kind of step
 #             (with prompt tokens, decode only) and kernel
@@ -96,7 +101,7 @@ echo "date: $(date -u +%FT%TZ); card: $card" | tee "$out/device.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv >>"$out/device.txt" 2>&1
 
 stages=("$@")
-[[ ${#stages[@]} == 0 ]] && stages=(overhead adapters)
+[[ ${#stages[@]} == 0 ]] && stages=(overhead coldload adapters)
 summary=$out/summary.txt
 : >"$summary"
 row() { printf '%s\n' "$*" | tee -a "$summary"; }
@@ -287,6 +292,53 @@ if steps:
           statistics.median(there), statistics.median(work), statistics.median(back)))
 else:
     print("no steps found in the traces")
+EOF
+}
+
+# A cold adapter's way to its GPU slot, and what loads cost the decode steps beside them:
+# rank-16 adapters on all seven targets (84 MB each, in the page cache), requested one at a
+# time (one token each) while 64 base-model requests decode; each one's time to first token
+# (the registry's check, the worker's read and image build, the slot upload, a one-token
+# prefill) and the worker's own load time from its log; the base requests' TPOT with and
+# without the loads.
+stage_coldload() {
+  row "== cold loads: rank-16 adapters on all seven targets (84 MB), from the page cache ($card)"
+  local dir=/tmp/ad-cold
+  rm -rf "$dir"
+  "$bin/loraserve-make-adapters" --model-path "$model" --output "$dir" --num-adapters 4 --ranks 16 \
+    --targets all --prefix cold --seed 5 --quiet || return 1
+  for ((i = 4; i < 40; i++)); do mkdir "$dir/cold-$i"; ln "$dir/cold-$((i % 4))"/* "$dir/cold-$i/"; done
+  cat "$dir"/cold-*/adapter_model.safetensors >/dev/null
+  graph_start /tmp/ls-cold --lora-dirs "$dir" --actor-log-level info || return 1
+  local base=(--base-url "$url" --adapter-dist base --num-prompts 640 --warmup-requests 64 --max-concurrency 64
+              --request-rate inf "${common[@]}" --disable-tqdm)
+  "$bin/loraserve-bench" "${base[@]}" --output-file "$out/cold_quiet.json" >/dev/null 2>&1
+  "$bin/loraserve-bench" "${base[@]}" --output-file "$out/cold_loads.json" >/dev/null 2>&1 &
+  local bpid=$!
+  sleep 3
+  : >"$out/cold_ttft.txt"
+  for ((i = 0; i < 32; i++)); do
+    kill -0 $bpid 2>/dev/null || break
+    env -u LD_LIBRARY_PATH curl -s -o /dev/null -w '%{time_total}\n' "$url/generate" \
+      -d "{\"input_ids\":[1000,1001,1002,1003],\"lora_path\":\"cold-$i\",\"sampling_params\":{\"max_new_tokens\":1,\"temperature\":0}}" \
+      >>"$out/cold_ttft.txt"
+    sleep 0.2
+  done
+  wait $bpid
+  graph_stop
+  grep -ho 'adapter cold-[0-9]* loaded from [^:]*: rank [0-9]*, [0-9.]* MB in the CPU tier, [0-9.]* ms' \
+    /tmp/ls-cold/logs/worker-0.log | sed 's/.* \([0-9.]*\) ms$/\1/' >"$out/cold_worker_ms.txt"
+  python3 - "$out" <<'EOF' | tee -a "$summary"
+import json, statistics, sys
+out = sys.argv[1]
+ttft = [1e3 * float(x) for x in open(out + "/cold_ttft.txt") if x.strip()]
+work = [float(x) for x in open(out + "/cold_worker_ms.txt") if x.strip()]
+q, l = (json.loads(open(out + "/cold_%s.json" % k).read().splitlines()[-1]) for k in ("quiet", "loads"))
+print("%d cold requests: time to first token median %.1f ms (max %.1f); the worker's read + image build median %.1f ms "
+      "(max %.1f); base decode beside them: median TPOT %.2f ms against %.2f without loads (%+.1f%%), p99 %.2f / %.2f"
+      % (len(ttft), statistics.median(ttft), max(ttft), statistics.median(work) if work else -1,
+         max(work) if work else -1, l["median_tpot_ms"], q["median_tpot_ms"],
+         100 * (l["median_tpot_ms"] / q["median_tpot_ms"] - 1), l["p99_tpot_ms"], q["p99_tpot_ms"]))
 EOF
 }
 
