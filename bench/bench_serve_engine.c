@@ -402,11 +402,12 @@ int main(int argc, char **argv) {
 #endif
     double dur = (double)(t_end - t_start) / 1e9;
     size_t n = (size_t)s_d.num_prompts, w0 = (size_t)s_d.warmup;
-    uint64_t in_tok = 0, out_tok = 0;
+    uint64_t in_tok = 0, out_tok = 0, asked = 0;
     uint64_t *ttft = calloc(n, sizeof *ttft), *e2e = calloc(n, sizeof *e2e);
     double tpot_sum = 0, ttft_sum = 0;
     for (size_t i = 0; i < n; i++) {
         in_tok += bs_workload_req(s_d.wl, w0 + i)->nids;
+        asked += (uint64_t)bs_workload_req(s_d.wl, w0 + i)->output_len;
         out_tok += s_d.out_tokens[w0 + i];
         ttft[i] = s_d.first_ns[w0 + i] - s_d.start_ns[w0 + i];
         e2e[i] = s_d.end_ns[w0 + i] - s_d.start_ns[w0 + i];
@@ -448,14 +449,14 @@ int main(int argc, char **argv) {
         fprintf(f,
                 "{\"backend\": \"engine\", \"device\": \"%s\", \"completed\": %zu, \"failed\": %zu, "
                 "\"max_concurrency\": %d, \"adapter_dist\": \"%s\", \"num_adapters\": %d, \"duration\": %.6f, "
-                "\"total_input_tokens\": %" PRIu64 ", \"total_output_tokens\": %" PRIu64 ", "
+                "\"total_input_tokens\": %" PRIu64 ", \"total_output_tokens\": %" PRIu64 ", \"requested_output_tokens\": %" PRIu64 ", "
                 "\"request_throughput\": %.4f, \"input_throughput\": %.3f, \"output_throughput\": %.3f, "
                 "\"total_throughput\": %.3f, \"mean_ttft_ms\": %.3f, \"median_ttft_ms\": %.3f, \"p99_ttft_ms\": %.3f, \"mean_tpot_ms\": %.4f, "
                 "\"p99_e2e_latency_ms\": %.3f, \"steps\": %" PRIu64 ", \"step_s\": %.6f, \"sched_s\": %.6f, "
                 "\"other_s\": %.6f, \"prefill_steps\": %" PRIu64 ", \"prefill_s\": %.6f, \"prefill_tokens\": %" PRIu64 ", "
                 "\"graphs_captured\": %ld, \"graphs_replayed\": %ld}\n",
                 s_d.be->name, n - s_d.failed, s_d.failed, s_d.concurrency, s_d.dist, s_d.num_adapters, dur, in_tok,
-                out_tok, n / dur, in_tok / dur, out_tok / dur, (in_tok + out_tok) / dur, ttft_sum / n / 1e6,
+                out_tok, asked, n / dur, in_tok / dur, out_tok / dur, (in_tok + out_tok) / dur, ttft_sum / n / 1e6,
                 (double)ttft[n / 2] / 1e6, (double)ttft[(n * 99) / 100] / 1e6, tpot_sum / n / 1e6, (double)e2e[(n * 99) / 100] / 1e6, steps,
                 step_s, sched_s, dur - step_s - sched_s, pf_steps, pf_s, pf_tokens, captured, replayed);
         fclose(f);
