@@ -116,6 +116,10 @@ typedef struct {
     int has_lora, n_tiles, max_rank, n_slots, n_zero_rows;
     int lora_one; // every tile holds one position (LS_CU_LORA_ONE)
     const ls_cu_lora_tile_t *tiles;
+    // the expand's tiles apart from the decode op's: those of segments of at most
+    // LS_CU_LORA_TILE positions (as tiles), then the long segments' in LS_CU_LORA_LONG
+    const ls_cu_lora_tile_t *exp_tiles;
+    int n_exp_short, n_exp_long;
     const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
     const int32_t *perm;
     const float *scalings;
@@ -456,7 +460,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     size_t i32 = sizeof(int32_t);
 
     // count the LoRA tiles: segments of rank-0 slots get none
-    int n_tiles = 0, max_rank = 0, n_pos = 0, n_zero = 0, max_len = 0;
+    int n_tiles = 0, max_rank = 0, n_pos = 0, n_zero = 0, max_len = 0, n_short = 0, n_long = 0;
     if (lb) {
         n_pos = lb->seg_indptr[lb->n_segs];
         for (int s = 0; s < lb->n_segs; s++) {
@@ -467,6 +471,10 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
             if (r == 0)
                 continue;
             n_tiles += (len + LS_CU_LORA_TILE - 1) / LS_CU_LORA_TILE;
+            if (len <= LS_CU_LORA_TILE)
+                n_short += len > 0;
+            else
+                n_long += (len + LS_CU_LORA_LONG - 1) / LS_CU_LORA_LONG;
             max_rank = r > max_rank ? r : max_rank;
             max_len = len > max_len ? len : max_len;
         }
@@ -478,6 +486,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
            o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
            o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
            o_tiles = s_place(&l, (size_t)n_tiles * sizeof(ls_cu_lora_tile_t)),
+           o_exp = s_place(&l, (size_t)(n_short + n_long) * sizeof(ls_cu_lora_tile_t)),
            o_perm = s_place(&l, lb && lb->permutation ? (size_t)n_pos * i32 : 0),
            o_scal = s_place(&l, lb ? (size_t)lb->n_slots * sizeof(float) : 0),
            o_zero = s_place(&l, lb ? (size_t)T * i32 : 0);
@@ -527,6 +536,22 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
             }
         }
         assert(k == n_tiles);
+        ls_cu_lora_tile_t *et = (ls_cu_lora_tile_t *)(h + o_exp);
+        int ks = 0, kl = n_short;
+        for (int s = 0; s < lb->n_segs; s++) {
+            int w = lb->weight_indices[s], r = lb->lora_ranks[w];
+            int p0 = lb->seg_indptr[s], len = lb->seg_indptr[s + 1] - p0;
+            if (r == 0 || len == 0)
+                continue;
+            if (len <= LS_CU_LORA_TILE)
+                et[ks++] = (ls_cu_lora_tile_t){p0, len, w, r};
+            else
+                for (int p = p0; p < p0 + len; p += LS_CU_LORA_LONG) {
+                    int n = p0 + len - p;
+                    et[kl++] = (ls_cu_lora_tile_t){p, n < LS_CU_LORA_LONG ? n : LS_CU_LORA_LONG, w, r};
+                }
+        }
+        assert(ks == n_short && kl == n_short + n_long);
         if (lb->permutation && n_pos)
             memcpy(h + o_perm, lb->permutation, (size_t)n_pos * i32);
         if (lb->n_slots)
@@ -565,6 +590,9 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->lora_one = max_len <= 1;
     c->n_slots = lb ? lb->n_slots : 0;
     c->tiles = (const ls_cu_lora_tile_t *)(d + o_tiles);
+    c->exp_tiles = (const ls_cu_lora_tile_t *)(d + o_exp);
+    c->n_exp_short = n_short;
+    c->n_exp_long = n_long;
     c->perm = lb && lb->permutation ? (const int32_t *)(d + o_perm) : NULL;
     c->scalings = (const float *)(d + o_scal);
     c->zero_rows = (const int32_t *)(d + o_zero);
@@ -638,7 +666,8 @@ static int s_graph_begin(ls_backend_t *self) {
           c->has_lora, c->n_tiles, c->max_rank, c->lora_one, c->n_slots, ls_cu_lora_impl(),
           c->token_ids,
           c->positions, c->slot_mapping, c->tok_seq, c->block_tables, c->logit_rows,
-          c->tiles, c->perm, c->scalings, c->n_zero_rows, c->zero_rows);
+          c->tiles, c->perm, c->scalings, c->n_zero_rows, c->zero_rows, c->exp_tiles, c->n_exp_short,
+          c->n_exp_long);
     return 1;
 }
 
@@ -959,9 +988,14 @@ static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_vie
         s_rec_slices(c, slice_offsets, n_slices);
         return;
     }
-    s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), c->tiles,
-                                c->n_tiles, c->max_rank, c->perm, c->scalings, slice_offsets, n_slices,
-                                r_max, s_lora_flags(c, 1), c->stream));
+    // short segments as the decode kernels take them; long ones (prefill) in long tiles, each
+    // column's B row read once per LS_CU_LORA_LONG positions instead of per LS_CU_LORA_TILE
+    s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), c->exp_tiles,
+                                c->n_exp_short, c->max_rank, c->perm, c->scalings, slice_offsets,
+                                n_slices, r_max, s_lora_flags(c, 1), c->stream));
+    s_note(c, ls_cu_lora_expand_long(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool),
+                                     c->exp_tiles + c->n_exp_short, c->n_exp_long, c->perm,
+                                     c->scalings, slice_offsets, n_slices, r_max, c->stream));
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,

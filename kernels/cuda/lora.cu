@@ -664,13 +664,14 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
     LS_CU_CHECK_LAUNCH();
 }
 
-// y is (T, out_total), tmp is (T, n_slices*r_max), b_pool is (n_slots, out_total, r_max)
-template <typename TB, bool VEC>
+// y is (T, out_total), tmp is (T, n_slices*r_max), b_pool is (n_slots, out_total, r_max);
+// tiles of up to NT positions (LS_CU_LORA_TILE, or LS_CU_LORA_LONG for long segments)
+template <typename TB, bool VEC, int NT = TT>
 __global__ void __launch_bounds__(EX_THREADS)
 k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
               const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
               int r_max) {
-    extern __shared__ float st[]; // (TT, n_slices*r_max)
+    extern __shared__ float st[]; // (NT, n_slices*r_max)
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
     for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
@@ -687,9 +688,9 @@ k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_til
         k++;
     const TB *b = b_pool + ((size_t)tile.slot * out_total + o) * r_max;
     const float *sk = st + k * r_max;
-    float acc[TT];
+    float acc[NT];
 #pragma unroll
-    for (int tt = 0; tt < TT; tt++)
+    for (int tt = 0; tt < NT; tt++)
         acc[tt] = 0.0f;
     int j = 0;
     if (VEC) {
@@ -697,7 +698,7 @@ k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_til
             float bv[8];
             ls_load8(b + j, bv);
 #pragma unroll
-            for (int tt = 0; tt < TT; tt++)
+            for (int tt = 0; tt < NT; tt++)
                 if (tt < tile.n)
 #pragma unroll
                     for (int e = 0; e < 8; e++)
@@ -707,13 +708,13 @@ k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_til
     for (; j < r; j++) {
         float bv = ls_to_f(b[j]);
 #pragma unroll
-        for (int tt = 0; tt < TT; tt++)
+        for (int tt = 0; tt < NT; tt++)
             if (tt < tile.n)
                 acc[tt] += bv * sk[tt * ld + j];
     }
     float s = scalings[tile.slot];
 #pragma unroll
-    for (int tt = 0; tt < TT; tt++)
+    for (int tt = 0; tt < NT; tt++)
         if (tt < tile.n) {
             float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o;
             *yo = __fadd_rn(*yo, __fmul_rn(s, acc[tt])); // scaling on the product
@@ -1181,6 +1182,30 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
         if (vec) k_lora_expand<TB, true><<<grid, EX_THREADS, smem, stream>>>(
             y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max);
         else k_lora_expand<TB, false><<<grid, EX_THREADS, smem, stream>>>(
+            y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max));
+    LS_CU_CHECK_LAUNCH();
+}
+
+cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_pool,
+                                   ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
+                                   int n_tiles, const int32_t *perm, const float *scalings,
+                                   const int32_t *slice_offsets, int n_slices, int r_max,
+                                   cudaStream_t stream) {
+    assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
+    s_slice_offs_t so = {{0, 0, 0, 0}};
+    for (int k = 0; k <= n_slices; k++)
+        so.off[k] = slice_offsets[k];
+    int out_total = so.off[n_slices];
+    if (n_tiles == 0 || out_total == 0)
+        return cudaSuccess;
+    constexpr int NT = LS_CU_LORA_LONG;
+    size_t smem = (size_t)NT * n_slices * r_max * sizeof(float);
+    int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
+    dim3 grid(n_tiles, (out_total + EX_THREADS - 1) / EX_THREADS);
+    LS_CU_DISPATCH(b_dt, TB,
+        if (vec) k_lora_expand<TB, true, NT><<<grid, EX_THREADS, smem, stream>>>(
+            y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max);
+        else k_lora_expand<TB, false, NT><<<grid, EX_THREADS, smem, stream>>>(
             y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max));
     LS_CU_CHECK_LAUNCH();
 }

@@ -122,6 +122,10 @@ void ls_cu_attention_last_plan(int *warps, int *cluster);
 // has rank > 0. Segments of rank-0 slots get no tile, so they cost nothing at all.
 
 #define LS_CU_LORA_TILE 4
+// Positions of a long tile: the expand of a segment longer than LS_CU_LORA_TILE (a prefill,
+// or many requests on one adapter outside decode-shaped steps) goes over tiles of this many,
+// so that a column's B row is read once per LS_CU_LORA_LONG positions
+#define LS_CU_LORA_LONG 32
 
 // flags of the LoRA launchers
 enum {
@@ -157,6 +161,15 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               int n_tiles, int max_rank, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               unsigned flags, cudaStream_t stream);
+
+// ls_cu_lora_expand (with LS_CU_LORA_ACC) over long tiles: tiles of up to LS_CU_LORA_LONG
+// positions of one segment, a block per (tile, 256 columns), the tile's tmp rows in shared
+// memory and each thread's B row read once for all of them
+cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_pool,
+                                   ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
+                                   int n_tiles, const int32_t *perm, const float *scalings,
+                                   const int32_t *slice_offsets, int n_slices, int r_max,
+                                   cudaStream_t stream);
 
 // y (T, C) rows[i] = 0 for i < n_rows (the rows no LoRA tile covers, when a delta is
 // written rather than added)

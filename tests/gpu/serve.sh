@@ -50,9 +50,10 @@ if [[ ${1:-} == prepare ]]; then
   set -e
   build=${LS_BUILD_DIR:-build-cuda}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  # LS_SERVE_TESTS=1: test_gpu_ops too (run first on the device), to check the kernels the
-  # serving run depends on in the same call
-  [[ ${LS_SERVE_TESTS:-0} == 1 ]] && bins+=(test_gpu_ops)
+  # LS_SERVE_TESTS="test_gpu_ops test_gpu_model": GPU tests too (run first on the device), to
+  # check what the serving run depends on in the same call
+  read -r -a extra <<<"${LS_SERVE_TESTS:-}"
+  bins+=("${extra[@]}")
   cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
   rm -rf "$bundle"
   ../shared/tools/device-bundle "$bundle" "${bins[@]/#/$build/bin/}"
@@ -388,11 +389,13 @@ stage_adapters() {
 }
 
 status=0
-if [[ -x $bin/test_gpu_ops ]]; then
-  "$bin/test_gpu_ops" >"$out/test_gpu_ops.log" 2>&1 || status=1
-  grep -E "FAIL|upload_async" "$out/test_gpu_ops.log" | head -20
-  row "test_gpu_ops: $(grep -E '^[0-9]+ tests, [0-9]+ failed' "$out/test_gpu_ops.log" | tail -1)"
-fi
+export LS_FIXTURES_DIR=$root/tests/fixtures LS_DEMO_DIR=$root/examples/demo
+for t in test_gpu_ops test_gpu_model; do
+  [[ -x $bin/$t ]] || continue
+  "$bin/$t" >"$out/$t.log" 2>&1 || { status=1; tail -n 5 "$out/$t.log"; }
+  grep -E "FAIL" "$out/$t.log" | head -20
+  row "$t: $(grep -E '^[0-9]+ tests, [0-9]+ failed|PASSED|FAILED' "$out/$t.log" | tail -2 | tr '\n' ' ')"
+done
 for s in "${stages[@]}"; do
   "stage_$s" || status=1
 done
