@@ -161,6 +161,11 @@ print("%s: busy (share of %.1f s) %s; %d steps: round trip %.3f ms = worker %.3f
 EOF
 }
 
+per_load() {  # LOADS US_TOTAL: mean ms per load, "-" without loads
+  python3 -c 'import sys; n = float(sys.argv[1]); print("%.1f" % (float(sys.argv[2]) / 1e3 / n) if n > 0 else "-")' \
+    "$1" "$2" 2>/dev/null || echo -
+}
+
 jget() {  # FILE KEY: the key of the last JSON line
   python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]).get(sys.argv[2], "nan"))' "$1" "$2"
 }
@@ -378,7 +383,7 @@ stage_adapters() {
       us=$(jget "$out/adapters_$tag.json" adapter_cpu_load_us_total)
       row "$(printf '%-22s %9.1f %8.3f %9.1f %9.2f %7s %9s %6s' "$load $spec" "$tok" "$(python3 -c "print($tok / $base_tok)")" \
         "$(jget "$out/adapters_$tag.json" p99_ttft_ms)" "$(jget "$out/adapters_$tag.json" median_tpot_ms)" "$loads" \
-        "$(python3 -c "print('%.1f' % ($us / 1e3 / $loads) if $loads not in (0, 'nan') and '$loads' != 'nan' else '-')" 2>/dev/null || echo -)" \
+        "$(per_load "$loads" "$us")" \
         "$(jget "$out/adapters_$tag.json" failed)")"
       local t1=$(date +%s.%N)
       snap "$out/m1"
