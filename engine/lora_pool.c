@@ -733,6 +733,13 @@ int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t 
     return 0;
 }
 
+void ls_lora_pool_clear(ls_lora_pool_t *self) {
+    ls_lora_pool_wait(self);  // no upload may still read an image being freed
+    for (int e = 0; e < self->cap_entries; e++)
+        if (self->entries[e].id)
+            s_entry_drop(self, e);
+}
+
 // A slot for a missing adapter of the batch being prepared (entries next[0..n_next)): a
 // free one, else the LRU/FIFO victim among slots whose adapter is neither pinned nor in the
 // batch. -1 when none.

@@ -158,6 +158,9 @@ int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t 
 // request uses it. -1 + err for an unknown id.
 int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t errlen);
 bool ls_lora_pool_contains(const ls_lora_pool_t *self, const char *id);
+// Drops every adapter from both tiers: the scheduler that placed them is gone, and its restart
+// places them again.
+void ls_lora_pool_clear(ls_lora_pool_t *self);
 // The rank and host bytes of adapter id's image; -1 when it is not in the tier.
 int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *rank, size_t *bytes);
 

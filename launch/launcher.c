@@ -2,18 +2,29 @@
 //
 // It is an actor itself ("launcher"): it binds the control endpoint that every actor connects
 // to. Accepts: Ready (an actor finished init), Heartbeat (liveness). Emits: Shutdown (to each
-// actor when the graph stops). It writes RUN_DIR/graph.json once every actor is Ready, and stops
-// the whole graph — Shutdown, then SIGTERM, then SIGKILL — on Ctrl-C/SIGTERM, on a Ready
-// timeout (naming the actors that did not come up), or when any actor dies (naming it and how).
+// actor when the graph stops), PeerStatus (to every Ready actor when one goes down or is Ready
+// again). It writes RUN_DIR/graph.json once every actor is Ready (again after each restart).
+//
+// Supervision, one-for-one as an OTP supervisor: once the graph is up, an actor that dies, or
+// that sends no Heartbeat for --hang-timeout-ms (it is then killed), is restarted alone, after
+// a back-off that doubles with each failure in a row; the others hear PeerStatus and answer or
+// re-send what depended on it. More than --max-restarts restarts within --restart-window
+// seconds stops the whole graph with that reason, as does a death before the graph was first
+// up (a broken configuration restarts no better). It stops the graph — Shutdown, then SIGTERM,
+// then SIGKILL — on Ctrl-C/SIGTERM and on a Ready timeout (naming the actors that did not come
+// up) too.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ev.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,14 +46,27 @@ typedef struct {
     int ready;
     int exited;
     uint64_t last_heartbeat_ns;
-    int silent_warned;
     ev_child child;
+    // supervision
+    int restarts;          // times restarted
+    int streak;            // failures in a row (the back-off's exponent); 0 once it stays up
+    int hung;              // killed for its silence: its death says so
+    int collateral;        // killed because its tensor-parallel group lost a rank: no budget
+    uint64_t spawned_ns;   // the loop time of its (re)start
+    uint64_t ready_ns;     // the loop time of its last Ready
+    uint64_t down_ns;      // when it was found dead, for the recovery time in the log
+    ls_timer_t *restart;   // the back-off's timer, while waiting to restart
 } s_actor_t;
+
+#define S_BACKOFF_MIN_MS 250   // first restart of an actor that was up
+#define S_BACKOFF_MAX_MS 8000  // the back-off doubles per failure in a row up to this
+#define S_MAX_BUDGET 1024
 
 typedef struct {
     // flags
     char *run_dir, *transport, *tcp_host, *record_trace, *bin_dir, *log_level;
     int tp_size, tcp_base_port, ready_timeout_s, shutdown_timeout_s, heartbeat_ms;
+    int hang_timeout_ms, max_restarts, restart_window_s;
     // state
     ls_actor_t *self;
     char control[256];
@@ -51,6 +75,8 @@ typedef struct {
     int up;          // every actor was Ready
     int exit_status; // the launcher's own exit status
     int stopping;
+    uint64_t restart_ns[S_MAX_BUDGET];  // loop times of the restarts within the window, a ring
+    int nrestart_times, restart_head;
 } s_launcher_t;
 
 static s_launcher_t s_l;
@@ -342,23 +368,34 @@ static void s_print_log_tail(const s_actor_t *a, int lines) {
         fputs(ring[i % 8], stderr);
 }
 
+static void s_actor_down(s_actor_t *a, const char *how);
+
 static void s_child_cb(struct ev_loop *loop, ev_child *w, int revents) {
     s_actor_t *a = w->data;
     ev_child_stop(loop, w);
     a->exited = 1;
     if (s_l.stopping)
         return;
-    char how[128];
-    if (WIFSIGNALED(w->rstatus))
+    char how[160];
+    if (a->hung)
+        snprintf(how, sizeof how, "hung (no heartbeat for %d ms) and was killed", s_l.hang_timeout_ms);
+    else if (a->collateral)
+        snprintf(how, sizeof how, "was stopped with its tensor-parallel group");
+    else if (WIFSIGNALED(w->rstatus))
         snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(w->rstatus), strsignal(WTERMSIG(w->rstatus)));
     else
         snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(w->rstatus));
-    ls_error(0, "actor %s (pid %d) %s%s; stopping the graph", a->name, (int)a->pid, how,
-             a->ready ? "" : " before it was ready");
-    s_print_log_tail(a, 5);
-    char why[256];
-    snprintf(why, sizeof why, "actor %s %s", a->name, how);
-    s_stop(1, why);
+    if (!a->collateral)
+        s_print_log_tail(a, 5);
+    if (!s_l.up) {
+        // Before the graph was ever up, a death is a configuration problem a restart repeats.
+        ls_error(0, "actor %s (pid %d) %s before the graph was up; stopping the graph", a->name, (int)a->pid, how);
+        char why[256];
+        snprintf(why, sizeof why, "actor %s %s", a->name, how);
+        s_stop(1, why);
+        return;
+    }
+    s_actor_down(a, how);
 }
 
 static int s_write_graph(void) {
@@ -375,6 +412,7 @@ static int s_write_graph(void) {
         cJSON_AddStringToObject(o, "kind", a->binary);
         cJSON_AddNumberToObject(o, "pid", a->pid);
         cJSON_AddNumberToObject(o, "rank", a->rank);
+        cJSON_AddNumberToObject(o, "restarts", a->restarts);
         cJSON *eps = cJSON_AddObjectToObject(o, "endpoints");
         cJSON_AddStringToObject(eps, "router", a->endpoint);
         cJSON_AddStringToObject(o, "log", a->log_path);
@@ -405,14 +443,46 @@ static const char *s_pass_value(const char *name) {
     return NULL;
 }
 
+// --port 0 is resolved here, once, to a free port: a restarted gateway must listen where the
+// clients already connect.
+static int s_fix_port(void) {
+    s_pass_t *port = NULL;
+    for (size_t i = 0; i < S_NPASS; i++)
+        if (!strcmp(s_pass[i].name, "port"))
+            port = &s_pass[i];
+    if (!port->value || strcmp(port->value, "0") != 0)
+        return 0;
+    const char *host = s_pass_value("host") ? s_pass_value("host") : "127.0.0.1";
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+    if (getaddrinfo(host, "0", &hints, &ai) != 0) {
+        ls_error(0, "--host %s: cannot resolve it", host);
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), bound = -1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (fd >= 0 && bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    if (bound <= 0) {
+        ls_error(0, "--port 0: cannot find a free port on %s: %s", host, strerror(errno));
+        return -1;
+    }
+    free(port->value);
+    if (asprintf(&port->value, "%d", bound) < 0)
+        return -1;
+    return 0;
+}
+
 static void s_print_banner(void) {
     s_actor_t *tok = s_find("tokenizer");
     // The gateway's own defaults when the flags were not given; with --port 0 the port it took
     // is in its log ("listening on ...").
     const char *host = s_pass_value("host") ? s_pass_value("host") : "127.0.0.1";
     const char *port = s_pass_value("port") ? s_pass_value("port") : "30000";
-    if (!strcmp(port, "0"))
-        port = "PORT";
     fprintf(stderr,
             "\nloraserve is up: %d actors ready.\n"
             "  HTTP (OpenAI and SGLang APIs): http://%s:%s/v1   (try: curl http://%s:%s/v1/models)\n"
@@ -422,36 +492,44 @@ static void s_print_banner(void) {
             s_l.nactors, host, port, host, port, tok ? tok->endpoint : "?", s_l.run_dir, s_l.run_dir);
 }
 
+static void s_broadcast_status(const s_actor_t *a, int up, const char *reason);
+
 static int s_on_ready(ls_actor_t *self, ls_in_t *in, void *state) {
     const char *name = in->msg->u.ready.actor ? in->msg->u.ready.actor : "";
     s_actor_t *a = s_find(name);
-    if (!a || strcmp(in->from, name) != 0) {
-        ls_warn(0, "Ready from unknown actor \"%s\" (identity %s) ignored", name, in->from);
+    if (!a || strcmp(in->from, name) != 0 || a->exited || (in->msg->u.ready.pid && (pid_t)in->msg->u.ready.pid != a->pid)) {
+        ls_warn(0, "Ready from unknown actor \"%s\" (identity %s, pid %u) ignored", name, in->from, in->msg->u.ready.pid);
         return 0;
     }
-    if (!a->ready) {
-        a->ready = 1;
-        a->last_heartbeat_ns = in->now_ns;
-        s_l.nready++;
+    if (a->ready)
+        return 0;
+    a->ready = 1;
+    a->ready_ns = a->last_heartbeat_ns = in->now_ns;
+    s_l.nready++;
+    if (a->restarts)
+        ls_info(0, "%s is ready again after restart %d, %.2f s after it went down (%d/%d)", a->name, a->restarts,
+                (double)(in->now_ns - a->down_ns) / 1e9, s_l.nready, s_l.nactors);
+    else
         ls_info(0, "%s is ready (%d/%d)", a->name, s_l.nready, s_l.nactors);
-    }
-    if (s_l.nready == s_l.nactors && !s_l.up) {
-        s_l.up = 1;
+    if (s_l.nready == s_l.nactors) {
         if (s_write_graph() < 0) {
             s_stop(1, "cannot write graph.json");
             return 0;
         }
-        s_print_banner();
+        if (!s_l.up)
+            s_print_banner();
+        else
+            ls_info(0, "the graph is whole again");
+        s_l.up = 1;
     }
+    s_broadcast_status(a, 1, NULL);
     return 0;
 }
 
 static int s_on_heartbeat(ls_actor_t *self, ls_in_t *in, void *state) {
     s_actor_t *a = s_find(in->from);
-    if (a) {
+    if (a)
         a->last_heartbeat_ns = in->now_ns;
-        a->silent_warned = 0;
-    }
     return 0;
 }
 
@@ -469,14 +547,121 @@ static void s_ready_timeout_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
     s_stop(1, "actors did not become ready in time");
 }
 
-// An actor that stops sending Heartbeats is stuck (or its loop is blocked): say so once.
+// ---------------------------------------------------------------------------------------------
+// supervision
+
+static void s_broadcast_status(const s_actor_t *a, int up, const char *reason) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_PEER_STATUS);
+    m.u.peer_status.actor = ls_msg_strdup(a->name);
+    m.u.peer_status.up = up;
+    m.u.peer_status.restarts = (uint32_t)a->restarts;
+    m.u.peer_status.graph_ready = s_l.nready == s_l.nactors;
+    m.u.peer_status.reason = ls_msg_strdup(reason);
+    for (int i = 0; i < s_l.nactors; i++) {
+        s_actor_t *to = &s_actors[i];
+        if (to->ready && !to->exited) {
+            zframe_t *id = zframe_new(to->name, strlen(to->name));
+            ls_actor_send(s_l.self, ls_actor_router(s_l.self), id, &m, NULL);
+            zframe_destroy(&id);
+        }
+    }
+    ls_msg_clear(&m);
+}
+
+// The restart budget (OTP's intensity and period): at most --max-restarts within the window.
+// Returns 0 and spends one, or -1 when it is spent.
+static int s_budget_take(uint64_t now) {
+    uint64_t window = (uint64_t)s_l.restart_window_s * 1000000000ull;
+    while (s_l.nrestart_times > 0) {
+        int oldest = (s_l.restart_head - s_l.nrestart_times + S_MAX_BUDGET) % S_MAX_BUDGET;
+        if (now - s_l.restart_ns[oldest] < window)
+            break;
+        s_l.nrestart_times--;
+    }
+    if (s_l.nrestart_times >= s_l.max_restarts)
+        return -1;
+    s_l.restart_ns[s_l.restart_head] = now;
+    s_l.restart_head = (s_l.restart_head + 1) % S_MAX_BUDGET;
+    s_l.nrestart_times++;
+    return 0;
+}
+
+static void s_restart_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
+    s_actor_t *a = arg;
+    a->restart = NULL;
+    if (s_l.stopping)
+        return;
+    a->exited = a->ready = a->hung = a->collateral = 0;
+    a->restarts++;
+    if (s_spawn(a) < 0) {
+        s_stop(1, "an actor could not be restarted");
+        return;
+    }
+    a->spawned_ns = ls_actor_now_ns(self);
+}
+
+// A dead actor of a graph that was up: tell the others, then restart it after the back-off,
+// unless the budget is spent.
+static void s_actor_down(s_actor_t *a, const char *how) {
+    uint64_t now = ls_actor_now_ns(s_l.self);
+    if (a->ready) {
+        a->ready = 0;
+        s_l.nready--;
+    }
+    a->down_ns = now;
+    // Up for a whole window since its last start: this failure starts a new streak.
+    if (a->ready_ns && now - a->ready_ns >= (uint64_t)s_l.restart_window_s * 1000000000ull)
+        a->streak = 0;
+    if (!a->collateral && s_budget_take(now) < 0) {
+        char why[320];
+        snprintf(why, sizeof why, "restart budget spent (%d restarts within %d s); last: actor %s %s", s_l.max_restarts,
+                 s_l.restart_window_s, a->name, how);
+        ls_error(0, "%s; stopping the graph", why);
+        s_stop(1, why);
+        return;
+    }
+    int delay_ms = S_BACKOFF_MIN_MS << (a->streak < 5 ? a->streak : 5);
+    if (delay_ms > S_BACKOFF_MAX_MS)
+        delay_ms = S_BACKOFF_MAX_MS;
+    a->streak++;
+    ls_error(0, "actor %s (pid %d) %s; restarting it in %d ms (restart %d; %d of %d within %d s)", a->name, (int)a->pid,
+             how, delay_ms, a->restarts + 1, s_l.nrestart_times, s_l.max_restarts, s_l.restart_window_s);
+    char reason[200];
+    snprintf(reason, sizeof reason, "%s %s", a->name, how);
+    s_broadcast_status(a, 0, reason);
+    a->restart = ls_actor_timer_start(s_l.self, delay_ms, 0, s_restart_cb, a);
+    // The ranks of a tensor-parallel group meet at every collective: the others would wait on
+    // the lost one, so the group restarts together.
+    if (!strcmp(a->binary, "worker") && s_l.tp_size > 1)
+        for (int i = 0; i < s_l.nactors; i++) {
+            s_actor_t *w = &s_actors[i];
+            if (w != a && !strcmp(w->binary, "worker") && !w->exited && w->pid > 0) {
+                w->collateral = 1;
+                kill(w->pid, SIGKILL);
+            }
+        }
+}
+
+// Every heartbeat period: a Ready actor silent past --hang-timeout-ms is hung (a stopped
+// process, a blocked loop) and is killed, which restarts it; a restarted actor that is not Ready
+// within --ready-timeout is killed the same way.
 static void s_liveness_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
-    uint64_t now = ls_actor_now_ns(self), limit = (uint64_t)s_l.heartbeat_ms * 10 * 1000000ull;
+    uint64_t now = ls_actor_now_ns(self), hang = (uint64_t)s_l.hang_timeout_ms * 1000000ull;
     for (int i = 0; i < s_l.nactors; i++) {
         s_actor_t *a = &s_actors[i];
-        if (a->ready && !a->exited && !a->silent_warned && now - a->last_heartbeat_ns > limit) {
-            ls_warn(0, "no heartbeat from %s for %.1f s", a->name, (double)(now - a->last_heartbeat_ns) / 1e9);
-            a->silent_warned = 1;
+        if (a->exited || a->pid <= 0 || a->hung || s_l.stopping)
+            continue;
+        if (a->ready && now - a->last_heartbeat_ns > hang) {
+            ls_error(0, "no heartbeat from %s (pid %d) for %.1f s: it is hung; killing it", a->name, (int)a->pid,
+                     (double)(now - a->last_heartbeat_ns) / 1e9);
+            a->hung = 1;
+            kill(a->pid, SIGKILL);
+        } else if (!a->ready && a->restarts && now - a->spawned_ns > (uint64_t)s_l.ready_timeout_s * 1000000000ull) {
+            ls_error(0, "restarted %s (pid %d) is not ready after %d s; killing it", a->name, (int)a->pid,
+                     s_l.ready_timeout_s);
+            a->hung = 1;
+            kill(a->pid, SIGKILL);
         }
     }
 }
@@ -489,7 +674,7 @@ static int s_on_start(ls_actor_t *self, void *state) {
             return -1;
         }
     ls_actor_timer_start(self, s_l.ready_timeout_s * 1000.0, 0, s_ready_timeout_cb, NULL);
-    if (s_l.heartbeat_ms > 0)
+    if (s_l.heartbeat_ms > 0 && s_l.hang_timeout_ms > 0)
         ls_actor_timer_start(self, s_l.heartbeat_ms, s_l.heartbeat_ms, s_liveness_cb, NULL);
     return 0;
 }
@@ -555,7 +740,12 @@ int main(int argc, char **argv) {
         LS_FLAG_STR("record-trace", &s_l.record_trace, NULL, "every actor records its messages to DIR/<actor>.trace"),
         LS_FLAG_INT("ready-timeout", &s_l.ready_timeout_s, "120", "seconds to wait for every actor to be Ready"),
         LS_FLAG_INT("shutdown-timeout", &s_l.shutdown_timeout_s, "10", "seconds actors get to stop before being killed"),
-        LS_FLAG_INT("actor-heartbeat-ms", &s_l.heartbeat_ms, "1000", "actors' Heartbeat period"),
+        LS_FLAG_INT("actor-heartbeat-ms", &s_l.heartbeat_ms, "500", "actors' Heartbeat period"),
+        LS_FLAG_INT("hang-timeout-ms", &s_l.hang_timeout_ms, "3000",
+                    "a Ready actor with no Heartbeat this long is hung: killed and restarted (0: never)"),
+        LS_FLAG_INT("max-restarts", &s_l.max_restarts, "5",
+                    "restarts allowed within --restart-window; one more stops the graph (0: any death stops it)"),
+        LS_FLAG_INT("restart-window", &s_l.restart_window_s, "60", "seconds over which --max-restarts counts"),
         LS_FLAG_STR("actor-log-level", &s_l.log_level, "info", "log level passed to every actor"),
         LS_FLAG_STR("bin-dir", &s_l.bin_dir, NULL, "where the loraserve-<actor> binaries are (default: beside this one)"),
         LS_FLAG_END,
@@ -590,9 +780,15 @@ int main(int argc, char **argv) {
         ls_error(0, "--transport must be ipc or tcp, not \"%s\"", s_l.transport);
         return 2;
     }
+    if (s_l.max_restarts < 0 || s_l.max_restarts > S_MAX_BUDGET || s_l.restart_window_s < 1 || s_l.hang_timeout_ms < 0 ||
+        (s_l.hang_timeout_ms > 0 && s_l.hang_timeout_ms < 2 * s_l.heartbeat_ms)) {
+        ls_error(0, "--max-restarts must be 0..%d, --restart-window at least 1, and --hang-timeout-ms 0 or at least "
+                    "two --actor-heartbeat-ms periods", S_MAX_BUDGET);
+        return 2;
+    }
     if (!s_l.bin_dir)
         s_l.bin_dir = s_exe_dir();
-    if (s_make_dirs() < 0 || s_plan() < 0)
+    if (s_make_dirs() < 0 || s_plan() < 0 || s_fix_port() < 0)
         return 1;
     ls_info(0, "run dir %s, %d actors, transport %s", s_l.run_dir, s_l.nactors, s_l.transport);
 

@@ -267,6 +267,8 @@ static void s_idle_cb(struct ev_loop *loop, ev_idle *w, int revents) {
     // check watcher runs again next turn.
 }
 
+static zsock_t *s_zsock_open(ls_actor_t *self, int is_router, const char *endpoint);
+
 static ls_sock_t *s_sock_new(ls_actor_t *self, int is_router, const char *peer, const char *endpoint) {
     if (self->nsocks >= LS_MAX_PEERS + 2) {
         ls_error(0, "too many sockets");
@@ -284,6 +286,27 @@ static ls_sock_t *s_sock_new(ls_actor_t *self, int is_router, const char *peer, 
         s_replay_socket(self, sock);
         return sock;
     }
+    zsock_t *zs = s_zsock_open(self, is_router, endpoint);
+    if (!zs)
+        return NULL;
+    ls_sock_t *sock = calloc(1, sizeof *sock);
+    sock->actor = self;
+    sock->zs = zs;
+    sock->is_router = is_router;
+    sock->peer = peer ? strdup(peer) : NULL;
+    sock->index = (uint16_t)self->nsocks;
+    self->socks[self->nsocks++] = sock;
+    ev_io_init(&sock->io, s_io_cb, zsock_fd(zs), EV_READ);
+    sock->io.data = sock;
+    ev_io_start(self->loop, &sock->io);
+    s_trace_socket(self, sock, endpoint);
+    // Messages may already be queued before the first edge; look once.
+    s_mark_more(sock);
+    return sock;
+}
+
+// A ZeroMQ socket with the runtime's options, bound (ROUTER) or connected (DEALER).
+static zsock_t *s_zsock_open(ls_actor_t *self, int is_router, const char *endpoint) {
     zsock_t *zs = zsock_new(is_router ? ZMQ_ROUTER : ZMQ_DEALER);
     if (!zs)
         return NULL;
@@ -311,20 +334,7 @@ static ls_sock_t *s_sock_new(ls_actor_t *self, int is_router, const char *peer, 
         zsock_destroy(&zs);
         return NULL;
     }
-    ls_sock_t *sock = calloc(1, sizeof *sock);
-    sock->actor = self;
-    sock->zs = zs;
-    sock->is_router = is_router;
-    sock->peer = peer ? strdup(peer) : NULL;
-    sock->index = (uint16_t)self->nsocks;
-    self->socks[self->nsocks++] = sock;
-    ev_io_init(&sock->io, s_io_cb, zsock_fd(zs), EV_READ);
-    sock->io.data = sock;
-    ev_io_start(self->loop, &sock->io);
-    s_trace_socket(self, sock, endpoint);
-    // Messages may already be queued before the first edge; look once.
-    s_mark_more(sock);
-    return sock;
+    return zs;
 }
 
 static void s_sock_destroy(ls_actor_t *self, ls_sock_t **sock_p) {
@@ -557,6 +567,53 @@ static int s_on_shutdown(ls_actor_t *self, ls_in_t *in) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// supervision
+
+// A peer went down: what is queued for it was meant for the dead process, and the restarted
+// one must not take it (a step plan for a KV cache it does not have, a load it will be sent
+// again). The DEALER is reopened empty, in place (the trace keeps its index); what is sent from
+// now on waits for the restarted peer.
+static void s_peer_reset(ls_actor_t *self, const char *peer) {
+    for (int i = 0; i < self->nsocks; i++) {
+        ls_sock_t *sock = self->socks[i];
+        if (!sock->zs || !sock->peer || strcmp(sock->peer, peer) != 0 || sock == self->control)
+            continue;
+        for (int k = 0; k < self->npeers; k++)
+            if (!strcmp(self->peer_names[k], peer)) {
+                zsock_t *zs = s_zsock_open(self, 0, self->peer_endpoints[k]);
+                if (!zs)
+                    return;  // logged; the old socket stays
+                ev_io_stop(self->loop, &sock->io);
+                zsock_set_linger(sock->zs, 0);
+                zsock_destroy(&sock->zs);
+                sock->zs = zs;
+                ev_io_init(&sock->io, s_io_cb, zsock_fd(zs), EV_READ);
+                ev_io_start(self->loop, &sock->io);
+                s_mark_more(sock);
+                ls_info(0, "%s went down: messages queued for it dropped", peer);
+            }
+        return;
+    }
+}
+
+// PeerStatus makes actors fail requests and reset state, so only the launcher may send it:
+// from anyone else (a client on the ROUTER, a peer) it is dropped, counted and logged. One
+// that says a peer is down empties the queue to that peer first.
+static int s_peer_status_ok(ls_actor_t *self, const ls_in_t *in) {
+    if (in->sock != self->control) {
+        ls_actor_count(self, "msgs_refused", 1);
+        ls_warn(0, "PeerStatus from %s dropped: only the launcher's control socket may send it", in->from);
+        return 0;
+    }
+    const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
+    if (!ps->up && ps->actor)
+        s_peer_reset(self, ps->actor);
+    return 1;
+}
+
+int ls_actor_supervised(const ls_actor_t *self) { return self->control != NULL; }
+
+// ---------------------------------------------------------------------------------------------
 // inbound path
 
 static void s_format_identity(zframe_t *id, char *out, size_t cap) {
@@ -620,6 +677,8 @@ static void s_handle(ls_sock_t *sock, zmsg_t *zm, uint64_t now_ns) {
         goto done;
     }
     in.msg = &msg;
+    if (msg.type == LS_MSG_PEER_STATUS && !s_peer_status_ok(self, &in))
+        goto cleared;
     ls_handler_fn fn = s_lookup(self->def->dispatch, msg.type);
     if (fn) {
         // Where each actor's time goes (the serving benchmark prints it): a measurement,
@@ -634,6 +693,8 @@ static void s_handle(ls_sock_t *sock, zmsg_t *zm, uint64_t now_ns) {
         s_on_shutdown(self, &in);
     else if (msg.type == LS_MSG_GET_METRICS)
         s_on_get_metrics(self, &in);
+    else if (msg.type == LS_MSG_PEER_STATUS)
+        ;  // news of the graph this actor has no use for
     else {
         ls_actor_count(self, "msgs_unhandled", 1);
         ls_warn(msg.rid, "%s does not handle %s (from %s)", self->name, ls_msg_type_name(msg.type), from);
@@ -642,6 +703,7 @@ static void s_handle(ls_sock_t *sock, zmsg_t *zm, uint64_t now_ns) {
             ls_actor_reply_error(self, &in, LS_ERROR_CODE_UNKNOWN_TYPE, "%s does not handle %s", self->name,
                                  ls_msg_type_name(msg.type));
     }
+cleared:
     ls_msg_clear(&msg);
 done:
     zframe_destroy(&body);

@@ -115,6 +115,11 @@ void ls_actor_ready(ls_actor_t *self);
 // Begin a graceful shutdown from inside the actor (as if Shutdown had arrived).
 void ls_actor_shutdown(ls_actor_t *self, const char *reason);
 
+// Supervision. The launcher tells every Ready actor when another goes down or is Ready again
+// (PeerStatus, accepted only on the control socket; an actor without a handler ignores it).
+// ls_actor_supervised: this actor has a launcher (--control), so PeerStatus will come.
+int ls_actor_supervised(const ls_actor_t *self);
+
 const char *ls_actor_name(const ls_actor_t *self);
 int ls_actor_rank(const ls_actor_t *self);  // --rank: a worker's place in its group
 uint64_t ls_actor_now_ns(const ls_actor_t *self);

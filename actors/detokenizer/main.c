@@ -6,6 +6,7 @@
 // Accepts on its ROUTER, from the scheduler:
 //   TokenOut {token_ids, logprobs, top_*, finish, first (+ sampling: stop, skip_special_tokens)}
 //            state is created on `first` and freed at the request's end
+// Accepts on its control DEALER: PeerStatus (the scheduler or tokenizer went down: streams dropped).
 // Accepts on its DEALER to the scheduler: Error (an Abort for a request that had ended): logged.
 // Emits to the tokenizer peer: TextOut (rid = the tokenizer's request id) per TokenOut: the text
 //   now final, the tokens it came from, their logprobs; the last one has finish (+ error,
@@ -67,7 +68,22 @@ static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
+// The launcher's news of the graph: with the scheduler or the tokenizer gone, no stream here
+// will be finished or read (the tokenizer has answered their clients).
+static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
+    detok_app_t *app = state;
+    const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
+    if (!ps->up && ps->actor && (!strcmp(ps->actor, "scheduler") || !strcmp(ps->actor, "tokenizer"))) {
+        ls_warn(0, "%s went down: dropping %llu streams", ps->actor,
+                (unsigned long long)dstream_stats(app->stream)->active);
+        dstream_drop_all(app->stream);
+        s_publish(app);
+    }
+    return 0;
+}
+
 static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_PEER_STATUS, s_on_peer_status},
     {LS_MSG_TOKEN_OUT, s_on_token_out},
     {LS_MSG_ERROR, s_on_error},
     {0, NULL},

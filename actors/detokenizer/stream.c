@@ -244,3 +244,8 @@ void dstream_shutdown(dstream_t *self) {
     zhashx_purge(self->reqs);
     self->stats.active = 0;
 }
+
+void dstream_drop_all(dstream_t *self) {
+    zhashx_purge(self->reqs);
+    self->stats.active = 0;
+}

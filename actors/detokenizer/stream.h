@@ -35,6 +35,9 @@ void dstream_destroy(dstream_t **self_p);
 void dstream_on_token_out(dstream_t *self, const ls_msg_t *msg);
 // The actor is stopping: every request still here gets a final TextOut ERROR SHUTTING_DOWN.
 void dstream_shutdown(dstream_t *self);
+// Forget every request without a word: the scheduler or the tokenizer went down, and the
+// tokenizer answers the requests' clients itself.
+void dstream_drop_all(dstream_t *self);
 const dstream_stats_t *dstream_stats(const dstream_t *self);
 
 #endif

@@ -5,8 +5,8 @@
 //
 // Accepts: TextOut (the answers to its GenerateReqs), AdapterList, AdapterLoaded,
 // AdapterUnloaded, Heartbeat (a ping to it, or the tokenizer's answer to its health ping),
-// Metrics (answers to its GetMetrics), Error (a request refused upstream), plus the lifecycle
-// messages. Emits: GenerateReq, Abort (a client left, or the gateway stops), ListAdapters,
+// Metrics (answers to its GetMetrics), Error (a request refused upstream), PeerStatus (the
+// launcher: readiness, and a tokenizer that went down), plus the lifecycle messages. Emits: GenerateReq, Abort (a client left, or the gateway stops), ListAdapters,
 // LoadAdapter, UnloadAdapter, Heartbeat to the tokenizer; GetMetrics to every peer.
 #include <ctype.h>
 #include <stdlib.h>
@@ -82,6 +82,9 @@ typedef struct {
     zhashx_t *by_rid;  // upstream rid -> s_call_t
     s_call_t *calls;
     int ncalls_gen;
+    // readiness (/health): the launcher's last word on the graph (PeerStatus)
+    int graph_ready;
+    char graph_why[200];
     char id_prefix[12];
     char *model_info;    // GET /get_model_info's answer, from config.json read at start-up
     long unix_start;     // Unix time at start-up (recorded), for OpenAI's `created`
@@ -655,7 +658,16 @@ static int s_on_adapter_unloaded(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
+// GET /health is readiness: 503 until the launcher says every actor is Ready (the workers only
+// are once the model is loaded) and again while one is down; then the tokenizer must answer a
+// ping. Without a launcher (an actor run by hand) the ping alone decides.
 static void s_health_start(gw_req_t *req) {
+    if (ls_actor_supervised(s_g.self) && !s_g.graph_ready) {
+        char *body = gw_error_json(503, s_g.graph_why[0] ? s_g.graph_why : "the graph is starting", NULL, "not_ready");
+        gw_req_respond(req, 503, "application/json", "Retry-After: 1\r\n", body, strlen(body));
+        free(body);
+        return;
+    }
     s_call_t *c = s_call_new(S_HEALTH, req);
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_HEARTBEAT);
@@ -665,6 +677,37 @@ static void s_health_start(gw_req_t *req) {
     else
         s_respond_error(req, 500, "out of memory", NULL, NULL);
     ls_msg_clear(&m);
+}
+
+// GET /health/live is liveness: this process and its loop run (no other actor is asked).
+static void s_live_start(gw_req_t *req) { s_respond_json(req, 200, "{\"status\":\"alive\"}"); }
+
+// The launcher's news of the graph: readiness follows it, and when the tokenizer went down
+// every request waiting on it is answered now (it will not be by the restarted one).
+static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
+    s_g.graph_ready = ps->graph_ready;
+    if (!ps->up)
+        snprintf(s_g.graph_why, sizeof s_g.graph_why, "%s is down and being restarted", ps->actor ? ps->actor : "an actor");
+    else if (!ps->graph_ready)
+        snprintf(s_g.graph_why, sizeof s_g.graph_why, "the graph is starting: not every actor is ready");
+    if (ps->up || !ps->actor || strcmp(ps->actor, S_TOKENIZER) != 0)
+        return 0;
+    const char *why = "the tokenizer went down and is being restarted; retry the request";
+    for (s_call_t *c = s_g.calls, *next; c; c = next) {
+        next = c->next;
+        if (c->kind == S_METRICS)
+            continue;  // asks every actor; its timer answers with those that replied
+        if (c->kind == S_GEN && c->req)
+            s_gen_fail(c, 503, why, NULL, "unavailable");
+        else {
+            if (c->req)
+                s_respond_error(c->req, 503, why, NULL, "unavailable");
+            c->req = NULL;
+            s_call_free(c);
+        }
+    }
+    return 0;
 }
 
 // A Heartbeat on the ROUTER is a ping to this actor (answered, as the runtime would); one on a
@@ -886,6 +929,7 @@ static const s_route_t s_routes[] = {
     {"POST", "/load_lora_adapter", s_load_sglang},
     {"POST", "/unload_lora_adapter", s_unload_sglang},
     {"GET", "/health", s_health_start},
+    {"GET", "/health/live", s_live_start},
     {"GET", "/metrics", s_metrics_start},
 };
 
@@ -912,7 +956,8 @@ static void s_on_request(gw_req_t *req, void *arg) {
             if (!strcmp(s_routes[i].method, method))
                 route = &s_routes[i];
         }
-    if (s_g.api_key && *s_g.api_key && strcmp(path, "/health") && !s_key_ok(gw_req_header(req, "Authorization"))) {
+    int open_path = !strcmp(path, "/health") || !strcmp(path, "/health/live");  // probes carry no key
+    if (s_g.api_key && *s_g.api_key && !open_path && !s_key_ok(gw_req_header(req, "Authorization"))) {
         s_respond_error(req, 401, "Incorrect API key provided", NULL, "invalid_api_key");
         return;
     }
@@ -1011,6 +1056,7 @@ static void s_on_destroy(ls_actor_t *a, void *state) {
 }
 
 static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_PEER_STATUS, s_on_peer_status},
     {LS_MSG_TEXT_OUT, s_on_text_out},
     {LS_MSG_ADAPTER_LIST, s_on_adapter_list},
     {LS_MSG_ADAPTER_LOADED, s_on_adapter_loaded},

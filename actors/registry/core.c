@@ -580,6 +580,68 @@ void reg_release(reg_t *self, const char *id, const char *name) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// supervision (the launcher restarted a peer; docs/operations.md, "Supervision")
+
+void reg_holders_lost(reg_t *self) {
+    for (ref_t *r = zlistx_first(self->order); r; r = zlistx_next(self->order)) {
+        if (!r->in_flight)
+            continue;
+        ls_warn(0, "the tokenizer went down: its %u holds of %s are gone", r->in_flight, r->name);
+        self->stats.in_flight -= r->in_flight;
+        r->in_flight = 0;
+    }
+    // Unloads that waited for those requests go ahead (dispatching may end ops: look again).
+    for (bool again = true; again;) {
+        again = false;
+        for (op_t *op = self->ops; op; op = op->next)
+            if (op->kind == OP_UNLOAD && op->phase == PH_DRAINING) {
+                s_dispatch_unload(self, op);
+                again = true;
+                break;
+            }
+    }
+}
+
+void reg_scheduler_restarted(reg_t *self, uint64_t now_ns) {
+    // The workers dropped every adapter when the scheduler went down: an unload it had taken
+    // is done.
+    for (bool again = true; again;) {
+        again = false;
+        for (op_t *op = self->ops; op; op = op->next)
+            if (op->kind != OP_LOAD && op->phase == PH_DISPATCHED) {
+                ls_msg_t m;
+                ls_msg_init(&m, LS_MSG_ADAPTER_UNLOADED);
+                m.rid = op->id;
+                m.u.adapter_unloaded.ok = true;
+                reg_answered(self, now_ns, &m);
+                ls_msg_clear(&m);
+                again = true;
+                break;
+            }
+    }
+    // What the scheduler must know again: every adapter that is (or is becoming) loaded; a
+    // dispatched load keeps its op, whose answer now comes from the new scheduler.
+    unsigned n = 0;
+    for (ref_t *r = zlistx_first(self->order); r; r = zlistx_next(self->order)) {
+        op_t *op = r->op;
+        if (op && op->kind == OP_LOAD && op->phase != PH_DISPATCHED)
+            continue;  // still being checked: it is dispatched when the check ends
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
+        m.u.load_adapter.name = s_strdup(r->name);
+        m.u.load_adapter.path = s_strdup(r->path);
+        m.u.load_adapter.pinned = r->pinned;
+        m.u.load_adapter.adapter_id = s_strdup(r->id);
+        m.u.load_adapter.slot = -1;
+        bool pending_load = op && op->kind == OP_LOAD;
+        if (s_send(self, &m, pending_load ? op->id : REG_RESEND_RID | ++self->next_op) < 0)
+            ls_error(0, "cannot re-send adapter %s to the restarted scheduler", r->name);
+        n++;
+    }
+    ls_info(0, "the scheduler restarted: re-sent %u adapters", n);
+}
+
+// ---------------------------------------------------------------------------------------------
 // the scheduler's answers and timeouts
 
 // A late "loaded" for a load already answered TIMEOUT: undo it on the workers.
@@ -651,6 +713,16 @@ static void s_unloaded(reg_t *self, op_t *op, bool ok, uint32_t code, const char
 }
 
 void reg_answered(reg_t *self, uint64_t now_ns, const ls_msg_t *msg) {
+    if (msg->rid & REG_RESEND_RID) {  // a re-sent adapter: nobody waits; a refusal is logged
+        bool ok = msg->type == LS_MSG_ADAPTER_LOADED && msg->u.adapter_loaded.ok;
+        if (!ok)
+            ls_error(0, "the restarted scheduler refused adapter %s: %s",
+                     msg->type == LS_MSG_ADAPTER_LOADED && msg->u.adapter_loaded.name ? msg->u.adapter_loaded.name : "?",
+                     msg->type == LS_MSG_ADAPTER_LOADED   ? (msg->u.adapter_loaded.reason ? msg->u.adapter_loaded.reason : "")
+                     : msg->type == LS_MSG_ERROR          ? (msg->u.error.message ? msg->u.error.message : "")
+                                                          : "an unexpected answer");
+        return;
+    }
     op_t *op = s_op_find(self, msg->rid);
     bool is_load = op && op->kind == OP_LOAD;
     bool fits = op && op->phase == PH_DISPATCHED &&

@@ -113,6 +113,15 @@ void reg_startup_seal(reg_t *self);
 // Answer every waiting client SHUTTING_DOWN; refuse new work the same way from now on.
 void reg_shutdown(reg_t *self);
 
+// Supervision. The tokenizer went down: every hold it had is gone (its requests ended with it),
+// so in-flight counts drop to zero and unloads waiting on them go ahead.
+void reg_holders_lost(reg_t *self);
+// The scheduler was restarted and knows no adapter: every registered one is sent again (a load
+// in flight keeps its op and waiter), and unloads it had taken are confirmed (the workers drop
+// every adapter when the scheduler goes down). Re-sends carry REG_RESEND_RID in their rid.
+void reg_scheduler_restarted(reg_t *self, uint64_t now_ns);
+#define REG_RESEND_RID (1ull << 62)
+
 // Is a ref with this name registered (in any state)?
 bool reg_has(const reg_t *self, const char *name);
 // Fill an AdapterList (initialised by the caller) with every ref, in load order.

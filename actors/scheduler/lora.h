@@ -28,6 +28,7 @@ typedef struct {
     bool loading;    // a LoadAdapter to the workers is in flight, or queued
     bool queued;     // with loading: the load waits for room in the CPU tier (not sent yet)
     bool unloading;  // UnloadAdapter asked for it: no new requests
+    bool restore;    // resident when a worker restarted: loaded again once the group is back
     uint32_t rank;   // LoRA rank the workers reported
     uint64_t bytes;  // CPU-tier bytes it takes on a worker (the largest rank's); 0 until first loaded
     int slot;        // GPU slot, or -1

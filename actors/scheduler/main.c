@@ -6,6 +6,7 @@
 //          WorkerInfo, StepResult, AdapterLoaded, AdapterUnloaded (from worker-0 … worker-N-1);
 //          TpComm (from worker-0: the tensor-parallel group's communicator, relayed to every
 //          worker of the group, worker-0 included);
+//          PeerStatus (the launcher: a worker, the tokenizer or the detokenizer went down);
 //          and the lifecycle messages every actor handles (Heartbeat, Shutdown, GetMetrics).
 // Emits:   StepPlan, LoadAdapter, UnloadAdapter, PrefetchAdapter (to every worker);
 //          TokenOut (to the detokenizer, or with --output route back on the request's route);
@@ -229,7 +230,26 @@ static int s_on_list(ls_actor_t *a, ls_in_t *in, void *state) {
     return rc;
 }
 
+// The launcher's news of the graph (docs/operations.md, "Supervision"). A restarted worker
+// sends WorkerInfo by itself; what matters here is who went down.
+static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
+    app_t *app = state;
+    const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
+    if (ps->up || !ps->actor)
+        return 0;
+    char why[300];
+    snprintf(why, sizeof why, "%s went down (%s)", ps->actor, ps->reason ? ps->reason : "");
+    int rank = -1, n = -1;
+    if (sscanf(ps->actor, "worker-%d%n", &rank, &n) == 1 && n == (int)strlen(ps->actor) && rank < app->tp_size)
+        sched_on_worker_down(app->core, in->now_ns, why);
+    else if (!strcmp(ps->actor, "tokenizer") || (!app->output_route && !strcmp(ps->actor, "detokenizer")))
+        sched_abort_all(app->core, in->now_ns, why);
+    s_sync(app);
+    return 0;
+}
+
 static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_PEER_STATUS, s_on_peer_status},
     {LS_MSG_LIST_ADAPTERS, s_on_list},
     {LS_MSG_TOKENIZED_REQ, s_on_request},
     {LS_MSG_ABORT, s_on_abort},

@@ -965,9 +965,23 @@ static void s_prefetch(sched_t *s) {
     free(order);
 }
 
+// After a worker restart the CPU tier is refilled with what it held, so the first requests
+// for those adapters find them there (one try each; a request reloads on its own otherwise).
+static void s_restore_upkeep(sched_t *s, uint64_t now) {
+    for (int i = 0; i < lora_count(s->lora); i++) {
+        lora_adapter_t *ad = lora_at(s->lora, i);
+        if (!ad->restore)
+            continue;
+        ad->restore = false;
+        if (ad->confirmed && !ad->unloading)
+            s_ensure_resident(s, ad, now);
+    }
+}
+
 static void s_schedule(sched_t *s, uint64_t now) {
     if (!s->ready || s->inflight)
         return;
+    s_restore_upkeep(s, now);
     s_pin_upkeep(s, now);
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_STEP_PLAN);
@@ -1019,8 +1033,11 @@ static void s_group_reset(sched_t *s, bool fail, const char *why) {
     s->inflight = false;
     // Nothing is resident any more; clear that first so the requests ended below start no
     // unload towards the lost workers.
-    for (int i = 0; i < lora_count(s->lora); i++)
-        lora_at(s->lora, i)->resident = false;
+    for (int i = 0; i < lora_count(s->lora); i++) {
+        lora_adapter_t *ad = lora_at(s->lora, i);
+        ad->restore = ad->resident && !fail;
+        ad->resident = false;
+    }
     lora_slots_reset(s->lora, lora_slots(s->lora));
     if (fail) {
         while (s->running.head)
@@ -1534,6 +1551,27 @@ void sched_on_worker_info(sched_t *s, uint64_t now, const ls_msg_t *msg) {
     s->have_caps |= 1u << w->rank;
     if (s->have_caps == (1u << s->cfg.tp_size) - 1)
         s_start_serving(s, now);
+    s_after(s, now);
+}
+
+void sched_on_worker_down(sched_t *s, uint64_t now, const char *why) {
+    s->now = now;
+    if (s->ready) {
+        ls_warn(0, "%s: running requests are recomputed once every worker has reported again", why);
+        s_group_reset(s, false, why);
+    }
+    // Not ready, not down: new work waits (s_held) until every worker's WorkerInfo is in.
+    s->ready = false;
+    s->have_caps = 0;
+    s_after(s, now);
+}
+
+void sched_abort_all(sched_t *s, uint64_t now, const char *why) {
+    s->now = now;
+    while (s->running.head)
+        s_finish(s, s->running.head, NULL, LS_FINISH_REASON_ABORT, why);
+    while (s->waiting.head)
+        s_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ABORT, why);
     s_after(s, now);
 }
 

@@ -80,6 +80,12 @@ void sched_on_worker_info(sched_t *self, uint64_t now, const ls_msg_t *msg);    
 void sched_on_step_result(sched_t *self, uint64_t now, const ls_msg_t *msg);            // StepResult
 // AdapterLoaded / AdapterUnloaded from worker `rank`.
 void sched_on_adapter_answer(sched_t *self, uint64_t now, int rank, const ls_msg_t *msg);
+// Supervision (the launcher's PeerStatus). A worker went down: the step in flight is lost, the
+// running requests are recomputed once every worker has sent WorkerInfo again; new work waits
+// meanwhile. The tokenizer or the detokenizer went down: nobody can take the requests' output
+// any more (the tokenizer answers their clients), so every request is aborted.
+void sched_on_worker_down(sched_t *self, uint64_t now, const char *why);
+void sched_abort_all(sched_t *self, uint64_t now, const char *why);
 // Time passed: deadlines, the step timeout, adapter command timeouts.
 void sched_on_tick(sched_t *self, uint64_t now);
 // The actor is stopping: answer every request and command now.

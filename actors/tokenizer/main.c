@@ -10,6 +10,7 @@
 //   Abort                   → Abort to the scheduler for each of the request's completions
 //   LoadAdapter, UnloadAdapter, ListAdapters → relayed to the registry; its answer relayed back
 // Accepts on its ROUTER, from the detokenizer: TextOut (rid = a completion's rid here).
+// Accepts on its control DEALER: PeerStatus (an actor went down: answer what waited on it).
 // Accepts on its DEALERs: AdapterAcquired, AdapterLoaded, AdapterUnloaded, AdapterList, Error
 //   (registry); Error (scheduler: a TokenizedReq it refused).
 // Emits: AcquireAdapter, ReleaseAdapter (registry; one release for every acquire that
@@ -578,8 +579,82 @@ static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// supervision: the launcher says an actor went down (docs/operations.md, "Supervision")
+
+// The scheduler or the detokenizer went down: the outputs of every completion at the scheduler
+// are lost (a restarted detokenizer has no stream for them; the scheduler aborts them itself,
+// and a restarted one knows none of them). Each is answered now with an error.
+static void s_fail_running(const char *why) {
+    for (greq_t *g = s_tok.groups, *next; g; g = next) {
+        next = g->next;
+        for (uint32_t i = 0; g->comps && i < g->n; i++) {
+            comp_t *c = &g->comps[i];
+            if (!c->running)
+                continue;
+            s_comp_ended(c);
+            s_comp_fail(c, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, why);
+        }
+        s_maybe_free(g);
+    }
+}
+
+// The registry went down: acquires and relays waiting on it will never be answered.
+static void s_fail_registry_waits(const char *why) {
+    for (greq_t *g = zhashx_first(s_tok.acquires); g; g = zhashx_next(s_tok.acquires)) {
+        g->acquiring = false;
+        if (!g->closed)
+            s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, why);
+    }
+    zhashx_purge(s_tok.acquires);
+    for (relay_t *r = zhashx_first(s_tok.relays); r; r = zhashx_next(s_tok.relays)) {
+        ls_actor_route_error(s_tok.actor, r->route, r->client_rid, LS_ERROR_CODE_UNAVAILABLE, 0, "%s", why);
+        ls_route_destroy(&r->route);
+        free(r);
+    }
+    zhashx_purge(s_tok.relays);
+    for (greq_t *g = s_tok.groups, *next; g; g = next) {
+        next = g->next;
+        s_maybe_free(g);
+    }
+}
+
+// A client actor (the gateway) went down: its requests have nobody to answer; stop them.
+static void s_drop_client(const char *name) {
+    char prefix[2 * 64 + 2];
+    size_t n = strlen(name);
+    if (n > 64)
+        return;
+    for (size_t i = 0; i < n; i++)
+        snprintf(prefix + 2 * i, 3, "%02x", (unsigned char)name[i]);
+    snprintf(prefix + 2 * n, 2, ":");
+    for (greq_t *g = s_tok.groups, *next; g; g = next) {
+        next = g->next;
+        if (!g->closed && g->key && !strncmp(g->key, prefix, 2 * n + 1))
+            s_client_gone(g);
+        s_maybe_free(g);
+    }
+}
+
+static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
+    if (ps->up || !ps->actor)
+        return 0;
+    char why[300];
+    snprintf(why, sizeof why, "the %s went down (%s); retry the request", ps->actor, ps->reason ? ps->reason : "");
+    ls_warn(0, "%s is down: answering what waited on it", ps->actor);
+    if (!strcmp(ps->actor, "scheduler") || !strcmp(ps->actor, "detokenizer"))
+        s_fail_running(why);
+    else if (!strcmp(ps->actor, "registry"))
+        s_fail_registry_waits(why);
+    else
+        s_drop_client(ps->actor);
+    s_gauge();
+    return 0;
+}
 
 static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_PEER_STATUS, s_on_peer_status},
     {LS_MSG_GENERATE_REQ, s_on_generate},
     {LS_MSG_ABORT, s_on_client_abort},
     {LS_MSG_LOAD_ADAPTER, s_on_relay},

@@ -8,6 +8,8 @@
 //   UnloadAdapter    drop an adapter from both tiers; answered by AdapterUnloaded
 //   PrefetchAdapter  copy an adapter from the CPU tier into a slot now, ahead of its step
 //   TpComm           (--tp-size > 1) the group's communicator: join it, then load the shard
+//   PeerStatus       (the launcher) the scheduler went down: drop every adapter and request;
+//                    it is Ready again: WorkerInfo to it
 //   + the lifecycle messages every actor handles
 // Emits: WorkerInfo (to the scheduler once the model is loaded), TpComm (rank 0, to the
 //   scheduler, which hands it to every rank), StepResult, AdapterLoaded, AdapterUnloaded,
@@ -506,8 +508,29 @@ static int s_on_prefetch_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// supervision
+
+// The launcher's news of the graph. The scheduler went down: the adapters it placed and the
+// requests it ran are forgotten (a restarted scheduler knows none of them and places the
+// registry's adapters again). It is Ready again: it learns what this worker holds (WorkerInfo).
+static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
+    const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
+    if (!ps->actor || strcmp(ps->actor, "scheduler") != 0 || !s_w.pool)
+        return 0;
+    if (!ps->up) {
+        ls_warn(0, "the scheduler went down: dropping every adapter and request");
+        ls_lora_pool_clear(s_w.pool);
+        ls_history_destroy(&s_w.history);
+        s_w.history = ls_history_new();
+    } else if (ps->restarts > 0)
+        s_send_info(a);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 static const ls_dispatch_t s_dispatch[] = {
+    {LS_MSG_PEER_STATUS, s_on_peer_status},
     {LS_MSG_STEP_PLAN, s_on_step_plan},
     {LS_MSG_LOAD_ADAPTER, s_on_load_adapter},
     {LS_MSG_UNLOAD_ADAPTER, s_on_unload_adapter},

@@ -1,7 +1,11 @@
 // Launcher tests: the real graph, started through launch/loraserve as a user would.
 //   graph      — every actor Ready, graph.json right, each actor survives malformed input and
 //                answers a ping, Ctrl-C (SIGINT) stops everything with exit 0, no process left
-//   death      — killing one actor brings the graph down with a message naming it
+//   death      — with no restart budget, killing one actor brings the graph down with a
+//                message naming it
+//   restart    — supervision: a killed scheduler and a stopped (hung) worker are restarted, the
+//                graph converges (the adapters are back at the new scheduler and in the
+//                workers), and the restart budget, once spent, stops the graph with that reason
 //   timeout    — an actor that never gets Ready is named, and the graph is stopped
 //   tcp        — the same graph over tcp:// endpoints
 //   trace      — --record-trace writes a trace per actor that loraserve-trace reads
@@ -167,7 +171,36 @@ static void s_poke(const char *endpoint, const char *name) {
 }
 
 // The launcher script's default: the demo model and its four adapters, loaded through the
-// registry, the scheduler and both workers before the graph counts as up.
+// registry, the scheduler and both workers before the graph counts as up. 0 when the
+// registry lists all four READY and, by the scheduler's residency, in the workers' CPU tier.
+static int s_demo_adapters_placed(const char *registry) {
+    zsock_t *s = zsock_new_dealer(registry);
+    zsock_set_rcvtimeo(s, 5000);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LIST_ADAPTERS);
+    m.rid = 6;
+    char *buf;
+    size_t len;
+    assert_int_equal(ls_msg_encode(&m, &buf, &len), 0);
+    assert_int_equal(zsock_send(s, "b", buf, len), 0);
+    free(buf);
+    zframe_t *f = zframe_recv(s);
+    zsock_destroy(&s);
+    if (!f)
+        return -1;
+    int rc = ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL);
+    zframe_destroy(&f);
+    if (rc < 0)
+        return -1;
+    int placed = 0;
+    for (size_t k = 0; m.type == LS_MSG_ADAPTER_LIST && k < m.u.adapter_list.adapters.n; k++) {
+        const ls_msg_adapter_info_t *ai = &m.u.adapter_list.adapters.v[k];
+        placed += ai->state == LS_ADAPTER_STATE_READY && ai->residency_known && ai->cpu_resident;
+    }
+    ls_msg_clear(&m);
+    return placed == 4 ? 0 : -1;
+}
+
 static void s_check_demo_adapters(const char *registry) {
     zsock_t *s = zsock_new_dealer(registry);
     zsock_set_rcvtimeo(s, 5000);
@@ -257,7 +290,8 @@ static void test_graph(void **unused) {
 
 static void test_death(void **unused) {
     launch_t l;
-    s_launch(&l, "death", LS_BIN_DIR, NULL);
+    const char *extra[] = {"--max-restarts", "0", NULL};
+    s_launch(&l, "death", LS_BIN_DIR, extra);
     cJSON *g = s_wait_graph(&l, 30);
     assert_non_null(g);
     pid_t victim = (pid_t)cJSON_GetObjectItem(s_actor(g, "scheduler"), "pid")->valueint;
@@ -266,8 +300,87 @@ static void test_death(void **unused) {
     assert_true(status > 0);
     s_assert_all_gone(g);
     char *out = tu_read_file(l.out_path, NULL);
-    assert_non_null(strstr(out, "actor scheduler"));
+    assert_non_null(strstr(out, "restart budget spent (0 restarts within 60 s); last: actor scheduler"));
     assert_non_null(strstr(out, "signal 9"));
+    free(out);
+    cJSON_Delete(g);
+}
+
+// Re-read graph.json until `name` has been restarted `restarts` times and the graph is whole
+// again (the launcher rewrites it then); the actor's new pid, or -1.
+static pid_t s_wait_restarted(launch_t *l, const char *name, int restarts, double seconds) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/graph.json", l->run_dir);
+    for (double t0 = s_now(); s_now() - t0 < seconds; usleep(50000)) {
+        char *text = tu_read_file(path, NULL);
+        cJSON *g = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        cJSON *a = g ? s_actor(g, name) : NULL;
+        pid_t pid = a && cJSON_GetObjectItem(a, "restarts")->valueint == restarts
+                        ? (pid_t)cJSON_GetObjectItem(a, "pid")->valueint
+                        : -1;
+        cJSON_Delete(g);
+        if (pid > 0)
+            return pid;
+    }
+    return -1;
+}
+
+static pid_t s_pid_of(launch_t *l, const char *name) {
+    return (pid_t)cJSON_GetObjectItem(s_actor(l->graph, name), "pid")->valueint;
+}
+
+static void test_restart(void **unused) {
+    launch_t l;
+    const char *extra[] = {"--max-restarts", "3", "--hang-timeout-ms", "1000", NULL};
+    s_launch(&l, "restart", LS_BIN_DIR, extra);
+    cJSON *g = s_wait_graph(&l, 30);
+    if (!g)
+        fail_msg("graph never came up; launcher output:\n%s", tu_read_file(l.out_path, NULL));
+    const char *registry = s_router(s_actor(g, "registry"));
+
+    // A dead scheduler is restarted alone; the registry sends it the adapters again, and it
+    // places them in the worker (which dropped them when the scheduler went down).
+    pid_t old = s_pid_of(&l, "scheduler"), worker = s_pid_of(&l, "worker-0");
+    kill(old, SIGKILL);
+    pid_t now = s_wait_restarted(&l, "scheduler", 1, 15);
+    assert_true(now > 0 && now != old);
+    assert_true(s_alive(worker));
+    int placed = -1;
+    for (double t0 = s_now(); s_now() - t0 < 10 && (placed = s_demo_adapters_placed(registry)) < 0;)
+        usleep(100000);
+    if (placed < 0)
+        fail_msg("the adapters did not come back to the restarted scheduler:\n%s", tu_read_file(l.out_path, NULL));
+
+    // A stopped worker sends no heartbeat: found hung within about the hang timeout, killed,
+    // restarted, and the scheduler places the adapters in the new one.
+    double t0 = s_now();
+    kill(worker, SIGSTOP);
+    pid_t w2 = s_wait_restarted(&l, "worker-0", 1, 20);
+    assert_true(w2 > 0 && w2 != worker);
+    double back = s_now() - t0;
+    if (back > 6)
+        fail_msg("a hung worker took %.1f s to be replaced (hang timeout 1 s)", back);
+    for (t0 = s_now(); s_now() - t0 < 10 && (placed = s_demo_adapters_placed(registry)) < 0;)
+        usleep(100000);
+    assert_int_equal(placed, 0);
+    s_poke(s_router(s_actor(g, "worker-0")), "worker-0");
+
+    // The third restart is within the budget of 3; the fourth stops the graph, saying why.
+    kill(s_pid_of(&l, "detokenizer"), SIGKILL);
+    assert_true(s_wait_restarted(&l, "detokenizer", 1, 15) > 0);
+    char path[300];
+    snprintf(path, sizeof path, "%s/graph.json", l.run_dir);
+    char *text = tu_read_file(path, NULL);
+    cJSON *g2 = cJSON_Parse(text);
+    free(text);
+    kill((pid_t)cJSON_GetObjectItem(s_actor(g2, "tokenizer"), "pid")->valueint, SIGKILL);
+    assert_int_equal(s_wait_exit(&l, 30), 1);
+    s_assert_all_gone(g2);
+    cJSON_Delete(g2);
+    char *out = tu_read_file(l.out_path, NULL);
+    assert_non_null(strstr(out, "no heartbeat from worker-0"));
+    assert_non_null(strstr(out, "restart budget spent (3 restarts within 60 s); last: actor tokenizer"));
     free(out);
     cJSON_Delete(g);
 }
@@ -363,6 +476,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graph),
         cmocka_unit_test(test_death),
+        cmocka_unit_test(test_restart),
         cmocka_unit_test(test_ready_timeout),
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_trace),

@@ -815,6 +815,62 @@ static void test_list_lru(void **unused) {
 
 // ---------------------------------------------------------------------------------------------
 
+// Supervision: a restarted scheduler hears every registered adapter again (a load it had in
+// flight under its own op, so its waiter gets the new scheduler's answer; an unload it had
+// taken is confirmed, the workers having dropped every adapter); a tokenizer that went down
+// leaves no holds, and the unload that waited on them goes ahead.
+static void test_peer_restarts(void **unused) {
+    s_new(8, false);
+    char ida[64], idb[64];
+    snprintf(ida, sizeof ida, "%s", s_load_ok("a", s_adapter("a"), false));
+    snprintf(idb, sizeof idb, "%s", s_load_ok("b", s_adapter("b"), true));
+    // oproj: dispatched, not answered yet. b: an unload the scheduler has taken.
+    void *lw = s_w(), *uw = s_w();
+    reg_load(R.reg, 1000, REG_FROM_CLIENT, "oproj", s_adapter("oproj"), false, NULL, lw);
+    s_checks();
+    uint64_t load_op = s_last_sent(LS_MSG_LOAD_ADAPTER)->rid;
+    reg_unload(R.reg, 1100, "b", uw);
+    s_last_sent(LS_MSG_UNLOAD_ADAPTER);
+    int journal = R.n_journal, sent = R.n_sent;
+
+    reg_scheduler_restarted(R.reg, 5000);
+    assert_true(s_ans(uw)->u.adapter_unloaded.ok);
+    assert_false(reg_has(R.reg, "b"));
+    assert_int_equal(R.journal[journal].type, LS_MSG_UNLOAD_ADAPTER);  // the unload is kept
+    assert_int_equal(R.n_sent, sent + 2);  // a and oproj; b is gone
+    const ls_msg_t *ra = &R.sent[sent], *ro = &R.sent[sent + 1];
+    assert_int_equal(ra->type, LS_MSG_LOAD_ADAPTER);
+    assert_string_equal(ra->u.load_adapter.adapter_id, ida);
+    assert_string_equal(ra->u.load_adapter.path, s_adapter("a"));
+    assert_true(ra->rid & REG_RESEND_RID);
+    assert_int_equal(ro->rid, load_op);
+    assert_false(s_answered(lw));
+    // The answers: the re-send's needs nobody; the pending load's reaches its waiter.
+    uint64_t unknown = reg_stats(R.reg)->answers_unknown;
+    s_sched(ra->rid, LS_MSG_ADAPTER_LOADED, false, LS_ERROR_CODE_UNAVAILABLE, "tier full");
+    assert_int_equal(reg_stats(R.reg)->answers_unknown, unknown);
+    assert_true(reg_has(R.reg, "a"));
+    s_sched(load_op, LS_MSG_ADAPTER_LOADED, true, 0, NULL);
+    assert_true(s_ans(lw)->u.adapter_loaded.ok);
+
+    // Two holds of a; an unload waits for them; the tokenizer goes down.
+    assert_true(s_acquire("a")->u.adapter_acquired.ok);
+    assert_true(s_acquire("a")->u.adapter_acquired.ok);
+    void *uw2 = s_w();
+    sent = R.n_sent;
+    reg_unload(R.reg, 6000, "a", uw2);
+    assert_int_equal(R.n_sent, sent);
+    reg_holders_lost(R.reg);
+    assert_int_equal(reg_stats(R.reg)->in_flight, 0);
+    assert_int_equal(R.n_sent, sent + 1);
+    s_sched(s_last_sent(LS_MSG_UNLOAD_ADAPTER)->rid, LS_MSG_ADAPTER_UNLOADED, true, 0, NULL);
+    assert_true(s_ans(uw2)->u.adapter_unloaded.ok);
+    // A late release from a request of the old tokenizer is counted, not fatal.
+    reg_release(R.reg, ida, "a");
+    assert_int_equal(reg_stats(R.reg)->releases_unknown, 1);
+    s_reset();
+}
+
 static void s_fixtures(void) {
     fx_tmpdir(D, sizeof D);
     char p[256], cfg[512];
@@ -869,6 +925,7 @@ int main(void) {
         cmocka_unit_test(test_journal),
         cmocka_unit_test(test_startup),
         cmocka_unit_test(test_list_lru),
+        cmocka_unit_test(test_peer_restarts),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fx_rmdir(D);
