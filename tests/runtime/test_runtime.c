@@ -7,6 +7,8 @@
 //   timers     — timers fire, repeat, and are recorded
 //   jobs       — background work completes on the loop in submission order, recorded
 //   ready      — an actor can defer Ready until it is really ready
+//   peer status — PeerStatus counts only from the launcher; a peer reported down loses what
+//                was queued for it, and what is sent after reaches its restart
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -601,6 +603,109 @@ static void test_ready_later(void **unused) {
     zsock_destroy(&control);
 }
 
+// ---------------------------------------------------------------------------------------------
+// supervision: PeerStatus only from the launcher; a peer that went down loses its queue
+
+typedef struct {
+    int statuses;  // PeerStatus messages the handler saw
+} sup_t;
+
+static int s_sup_status(ls_actor_t *a, ls_in_t *in, void *state) {
+    ((sup_t *)state)->statuses++;
+    return 0;
+}
+
+// Whatever a client sends on the ROUTER goes on to the peer "victim".
+static int s_sup_forward(ls_actor_t *a, ls_in_t *in, void *state) { return ls_actor_send_peer(a, "victim", in->msg, NULL); }
+
+static zmsg_t *s_recv_msg(zsock_t *s, ls_msg_t *m, int type) {
+    zmsg_t *zm = zmsg_recv(s);
+    assert_non_null(zm);
+    zframe_t *body = zmsg_last(zm);
+    assert_int_equal(ls_msg_decode(zframe_data(body), zframe_size(body), m, NULL), 0);
+    assert_int_equal(m->type, type);
+    return zm;
+}
+
+static void test_peer_status(void **unused) {
+    char cep[128], bind[128], vep[128];
+    s_endpoint(cep, sizeof cep, "sup-control");
+    s_endpoint(bind, sizeof bind, "sup");
+    s_endpoint(vep, sizeof vep, "victim");
+    zsock_t *control = zsock_new_router(cep);
+    assert_non_null(control);
+    zsock_set_rcvtimeo(control, 5000);
+    static const ls_dispatch_t table[] = {{LS_MSG_PEER_STATUS, s_sup_status}, {LS_MSG_GENERATE_REQ, s_sup_forward}, {0, NULL}};
+    sup_t st = {0};
+    ls_actor_def_t def = {.name = "sup", .dispatch = table, .state = &st};
+    char peer[200];
+    snprintf(peer, sizeof peer, "victim=%s", vep);
+    char *pv[] = {peer};
+    ls_strlist_t peers = {.v = pv, .n = 1};
+    ls_actor_opts_t opts = {.name = "sup", .bind = bind, .control = cep, .peers = &peers};
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+    ls_msg_t m;
+    zmsg_destroy((zmsg_t *[]){s_recv_msg(control, &m, LS_MSG_READY)});
+    ls_msg_clear(&m);
+
+    // A client on the ROUTER cannot pass for the launcher: its PeerStatus is dropped.
+    zsock_t *c = s_client(bind);
+    ls_msg_t ps;
+    ls_msg_init(&ps, LS_MSG_PEER_STATUS);
+    ps.u.peer_status.actor = ls_msg_strdup("victim");
+    s_client_send(c, &ps);
+    ls_msg_t ping;
+    ls_msg_init(&ping, LS_MSG_HEARTBEAT);
+    ping.rid = 7;
+    s_client_send(c, &ping);
+    s_client_recv(c, &m);  // the pong: the PeerStatus before it was handled
+    assert_int_equal(m.type, LS_MSG_HEARTBEAT);
+    ls_msg_clear(&m);
+    assert_int_equal(st.statuses, 0);
+
+    // Three requests queue for the victim, which is not there; then the launcher says it went
+    // down; a fourth goes after that. The restarted victim gets only the fourth.
+    for (uint64_t rid = 1; rid <= 4; rid++) {
+        if (rid == 4) {
+            zmsg_t *zm = zmsg_new();
+            zmsg_addstr(zm, "sup");
+            char *buf;
+            size_t len;
+            assert_int_equal(ls_msg_encode(&ps, &buf, &len), 0);
+            zmsg_addmem(zm, buf, len);
+            free(buf);
+            assert_int_equal(zmsg_send(&zm, control), 0);
+        }
+        ls_msg_t g;
+        s_random_request(&g, rid);
+        g.rid = rid;
+        s_client_send(c, &g);
+        ls_msg_clear(&g);
+        s_client_send(c, &ping);
+        s_client_recv(c, &m);
+        ls_msg_clear(&m);
+    }
+    assert_int_equal(st.statuses, 1);
+    zsock_t *victim = zsock_new_router(vep);
+    assert_non_null(victim);
+    zsock_set_rcvtimeo(victim, 5000);
+    zmsg_t *zm = s_recv_msg(victim, &m, LS_MSG_GENERATE_REQ);
+    assert_int_equal(m.rid, 4);
+    ls_msg_clear(&m);
+    zmsg_destroy(&zm);
+    zsock_set_rcvtimeo(victim, 300);
+    assert_null(zmsg_recv(victim));
+
+    s_client_shutdown(c);
+    s_join(&r);
+    ls_msg_clear(&ps);
+    ls_msg_clear(&ping);
+    zsock_destroy(&c);
+    zsock_destroy(&victim);
+    zsock_destroy(&control);
+}
+
 int main(void) {
     if (tu_tmpdir(s_dir, sizeof s_dir, "runtime") < 0)
         return 1;
@@ -616,6 +721,7 @@ int main(void) {
         cmocka_unit_test(test_timers),
         cmocka_unit_test(test_jobs),
         cmocka_unit_test(test_ready_later),
+        cmocka_unit_test(test_peer_status),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tu_rmrf(s_dir);
