@@ -1811,6 +1811,9 @@ ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts)
     // A replay takes its signals from the trace; a real one simply ends it.
     if (opts->process && !self->replay) {
         signal(SIGPIPE, SIG_IGN);
+        // A file size limit (RLIMIT_FSIZE, a quota) fails the write with EFBIG, which the
+        // writer handles, instead of killing the actor.
+        signal(SIGXFSZ, SIG_IGN);
         ev_signal_init(&self->sigint, s_signal_cb, SIGINT);
         ev_signal_init(&self->sigterm, s_signal_cb, SIGTERM);
         self->sigint.data = self->sigterm.data = self;

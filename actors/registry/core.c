@@ -318,7 +318,8 @@ static void s_fail_waiters(reg_t *self, op_t *op, uint32_t code, const char *rea
 // ---------------------------------------------------------------------------------------------
 // journal records
 
-static void s_journal(reg_t *self, const ref_t *r, bool load) {
+// 0, or -1 when the record could not be written (the disk is full, say).
+static int s_journal(reg_t *self, const ref_t *r, bool load) {
     ls_msg_t m;
     ls_msg_init(&m, load ? LS_MSG_LOAD_ADAPTER : LS_MSG_UNLOAD_ADAPTER);
     if (load) {
@@ -330,8 +331,9 @@ static void s_journal(reg_t *self, const ref_t *r, bool load) {
         m.u.unload_adapter.name = s_strdup(r->name);
         m.u.unload_adapter.adapter_id = s_strdup(r->id);
     }
-    self->host.journal(self->host.host, &m);
+    int rc = self->host.journal(self->host.host, &m);
     ls_msg_clear(&m);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -667,11 +669,18 @@ static void s_loaded(reg_t *self, uint64_t now_ns, op_t *op, bool ok, uint32_t c
         return;
     }
     ref_t *r = op->ref;
+    // A load is acknowledged only once it is in the journal (a restored adapter already is):
+    // one the journal cannot take would vanish at the next restart, so it is undone instead.
+    if (op->origin != REG_FROM_JOURNAL && s_journal(self, r, true) < 0) {
+        s_load_fail(self, op, LS_ERROR_CODE_UNAVAILABLE,
+                    "the registry could not record the load in its journal (is the disk full?); it is undone");
+        s_cleanup(self, op);
+        s_op_end(self, op);
+        return;
+    }
     r->state = LS_ADAPTER_STATE_READY;
     self->stats.loads++;
     self->stats.demand_loads += op->origin == REG_FROM_DEMAND;
-    if (op->origin != REG_FROM_JOURNAL)  // a restored adapter is already in the journal
-        s_journal(self, r, true);
     ls_info(0, "loaded %s (id %s, rank %u)", r->name, r->id, r->rank);
     for (size_t i = 0; i < op->nw; i++) {
         if (op->w[i].kind == W_LOAD)

@@ -69,8 +69,9 @@ typedef struct {
     // Call reg_timeout(op) once after ms; the handle goes to cancel.
     void *(*arm)(void *host, uint64_t op, uint32_t ms);
     void (*cancel)(void *host, void *timer);
-    // Persist a LoadAdapter (now READY) or UnloadAdapter (now gone) record.
-    void (*journal)(void *host, const ls_msg_t *record);
+    // Persist a LoadAdapter (now READY) or UnloadAdapter (now gone) record; -1 when it could
+    // not be written (a load is then undone, not acknowledged).
+    int (*journal)(void *host, const ls_msg_t *record);
     // Every startup load (journal, --lora-paths) has been answered.
     void (*ready)(void *host);
 } reg_host_t;

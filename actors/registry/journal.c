@@ -329,13 +329,18 @@ int journal_append(journal_t *self, const ls_msg_t *record) {
     size_t len;
     uint8_t *rec = s_frame(record, &len);
     ls_msg_t copy;
-    int rc = rec && self->fd >= 0 ? s_write_all(self->fd, rec, len) : -1;
+    off_t end = self->fd >= 0 ? lseek(self->fd, 0, SEEK_END) : -1;
+    int rc = rec && end >= 0 ? s_write_all(self->fd, rec, len) : -1;
     if (rc == 0)
         rc = fsync(self->fd);
     free(rec);
     if (rc < 0) {
-        ls_error(0, "journal: cannot append to %s: %s; this change may not survive a restart", self->path,
-                 strerror(errno));
+        int err = errno;
+        // Half a record (the disk filled up mid-write) would make every later one unreadable:
+        // the file goes back to its last whole record.
+        if (end >= 0 && ftruncate(self->fd, end) < 0)
+            ls_error(0, "journal: cannot cut %s back to its last whole record: %s", self->path, strerror(errno));
+        ls_error(0, "journal: cannot append to %s: %s", self->path, strerror(err));
         return -1;
     }
     self->records++;

@@ -185,10 +185,13 @@ static void s_host_cancel(void *host, void *timer) {
     ls_actor_timer_stop(r->actor, timer);
 }
 
-static void s_host_journal(void *host, const ls_msg_t *record) {
+static int s_host_journal(void *host, const ls_msg_t *record) {
     registry_t *r = host;
-    if (r->journal && journal_append(r->journal, record) < 0)
+    if (r->journal && journal_append(r->journal, record) < 0) {
         r->journal_errors++;
+        return -1;
+    }
+    return 0;
 }
 
 static void s_host_ready(void *host) {

@@ -55,6 +55,7 @@ typedef struct {
     ls_msg_t journal[MAXR];
     int n_journal;
     int armed, cancelled, ready;
+    bool journal_full;  // h_journal fails, as on a full disk
     uint64_t last_armed;  // op of the latest timer
 } rec_t;
 
@@ -101,9 +102,12 @@ static void *h_arm(void *h, uint64_t op, uint32_t ms) {
 
 static void h_cancel(void *h, void *t) { R.cancelled++; }
 
-static void h_journal(void *h, const ls_msg_t *m) {
+static int h_journal(void *h, const ls_msg_t *m) {
+    if (R.journal_full)
+        return -1;
     assert_true(R.n_journal < MAXR);
     s_copy(m, &R.journal[R.n_journal++]);
+    return 0;
 }
 
 static void h_ready(void *h) { R.ready++; }
@@ -871,6 +875,29 @@ static void test_peer_restarts(void **unused) {
     s_reset();
 }
 
+// A full disk: the journal cannot take a load's record, so the load is not acknowledged
+// (it would vanish at the next restart) and is undone at the scheduler.
+static void test_journal_full(void **unused) {
+    s_new(8, false);
+    R.journal_full = true;
+    void *w = s_w();
+    reg_load(R.reg, 1000, REG_FROM_CLIENT, "a", s_adapter("a"), false, NULL, w);
+    s_checks();
+    const ls_msg_t *la = s_last_sent(LS_MSG_LOAD_ADAPTER);
+    s_sched(la->rid, LS_MSG_ADAPTER_LOADED, true, 0, NULL);
+    const ls_msg_t *a = s_ans(w);
+    assert_false(a->u.adapter_loaded.ok);
+    assert_int_equal(a->u.adapter_loaded.code, LS_ERROR_CODE_UNAVAILABLE);
+    assert_contains(a->u.adapter_loaded.reason, "journal");
+    assert_false(reg_has(R.reg, "a"));
+    assert_string_equal(s_last_sent(LS_MSG_UNLOAD_ADAPTER)->u.unload_adapter.adapter_id, la->u.load_adapter.adapter_id);
+    // With room again, the same load goes through.
+    R.journal_full = false;
+    s_load_ok("a", s_adapter("a"), false);
+    assert_int_equal(R.n_journal, 1);
+    s_reset();
+}
+
 static void s_fixtures(void) {
     fx_tmpdir(D, sizeof D);
     char p[256], cfg[512];
@@ -926,6 +953,7 @@ int main(void) {
         cmocka_unit_test(test_startup),
         cmocka_unit_test(test_list_lru),
         cmocka_unit_test(test_peer_restarts),
+        cmocka_unit_test(test_journal_full),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fx_rmdir(D);

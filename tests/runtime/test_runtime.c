@@ -611,7 +611,7 @@ typedef struct {
 } sup_t;
 
 static int s_sup_status(ls_actor_t *a, ls_in_t *in, void *state) {
-    ((sup_t *)state)->statuses++;
+    __atomic_add_fetch(&((sup_t *)state)->statuses, 1, __ATOMIC_SEQ_CST);
     return 0;
 }
 
@@ -676,6 +676,9 @@ static void test_peer_status(void **unused) {
             zmsg_addmem(zm, buf, len);
             free(buf);
             assert_int_equal(zmsg_send(&zm, control), 0);
+            // The control socket is not ordered with the client's: wait until it was handled.
+            for (int i = 0; i < 500 && !__atomic_load_n(&st.statuses, __ATOMIC_SEQ_CST); i++)
+                usleep(10000);
         }
         ls_msg_t g;
         s_random_request(&g, rid);
