@@ -663,7 +663,7 @@ static int s_on_adapter_unloaded(ls_actor_t *a, ls_in_t *in, void *state) {
 // ping. Without a launcher (an actor run by hand) the ping alone decides.
 static void s_health_start(gw_req_t *req) {
     if (ls_actor_supervised(s_g.self) && !s_g.graph_ready) {
-        char *body = gw_error_json(503, s_g.graph_why[0] ? s_g.graph_why : "the graph is starting", NULL, "not_ready");
+        char *body = gw_error_json(503, s_g.graph_why[0] ? s_g.graph_why : "the graph is starting: not every actor is ready", NULL, "not_ready");
         gw_req_respond(req, 503, "application/json", "Retry-After: 1\r\n", body, strlen(body));
         free(body);
         return;

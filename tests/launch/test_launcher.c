@@ -6,7 +6,10 @@
 //   restart    — supervision: a killed scheduler and a stopped (hung) worker are restarted, the
 //                graph converges (the adapters are back at the new scheduler and in the
 //                workers), and the restart budget, once spent, stops the graph with that reason
-//   timeout    — an actor that never gets Ready is named, and the graph is stopped
+//   readiness  — /health is 503 while an actor is down (a restart that never gets Ready, killed
+//                after --ready-timeout), /health/live 200 all along
+//   timeout    — an actor that never gets Ready is named, and the graph is stopped; /health is
+//                503 meanwhile
 //   tcp        — the same graph over tcp:// endpoints
 //   trace      — --record-trace writes a trace per actor that loraserve-trace reads
 #include <errno.h>
@@ -385,6 +388,90 @@ static void test_restart(void **unused) {
     cJSON_Delete(g);
 }
 
+// The gateway's HTTP port, from its log ("listening on http://HOST:PORT"); 0 until it is there.
+static int s_gateway_port(const char *run_dir) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/logs/gateway.log", run_dir);
+    char *text = tu_read_file(path, NULL);
+    const char *at = text ? strstr(text, "listening on http://127.0.0.1:") : NULL;
+    int port = at ? atoi(at + strlen("listening on http://127.0.0.1:")) : 0;
+    free(text);
+    return port;
+}
+
+// GET path on the gateway: the HTTP status (curl's; 0 when nothing answered); the body in
+// body (cap bytes) when given.
+static int s_http_get(int port, const char *path, char *body, size_t cap) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 -w '\\n%%{http_code}' http://127.0.0.1:%d%s", port, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char out[4096];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    pclose(p);
+    out[n] = 0;
+    char *nl = strrchr(out, '\n');
+    if (!nl)
+        return 0;
+    *nl = 0;
+    if (body)
+        snprintf(body, cap, "%s", out);
+    return atoi(nl + 1);
+}
+
+// Readiness and liveness: /health is 503 while the graph is not whole, /health/live 200 as long
+// as the gateway runs. A restarted scheduler that never gets Ready keeps /health at 503 and is
+// killed after --ready-timeout, which (the budget being 1) stops the graph.
+static void test_readiness(void **unused) {
+    char bin[200], path[300], target[300], mark[300];
+    snprintf(bin, sizeof bin, "%s/readybin", s_dir);
+    mkdir(bin, 0755);
+    const char *real[] = {"launch", "gateway", "tokenizer", "registry", "worker", "detokenizer"};
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/loraserve-%s", bin, real[i]);
+        snprintf(target, sizeof target, "%s/loraserve-%s", LS_BIN_DIR, real[i]);
+        assert_int_equal(symlink(target, path), 0);
+    }
+    // The real scheduler the first time; a process that never says Ready after that.
+    snprintf(mark, sizeof mark, "%s/started-once", s_dir);
+    snprintf(path, sizeof path, "%s/loraserve-scheduler", bin);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "#!/bin/sh\nif [ -e %s ]; then exec sleep 301; fi\ntouch %s\nexec %s/loraserve-scheduler \"$@\"\n", mark,
+            mark, LS_BIN_DIR);
+    fclose(f);
+    chmod(path, 0755);
+
+    launch_t l;
+    const char *extra[] = {"--ready-timeout", "3", "--max-restarts", "1", NULL};
+    s_launch(&l, "readiness", bin, extra);
+    cJSON *g = s_wait_graph(&l, 30);
+    assert_non_null(g);
+    int port = s_gateway_port(l.run_dir);
+    assert_true(port > 0);
+    char body[4096];
+    assert_int_equal(s_http_get(port, "/health", body, sizeof body), 200);
+    assert_int_equal(s_http_get(port, "/health/live", NULL, 0), 200);
+
+    kill(s_pid_of(&l, "scheduler"), SIGKILL);
+    int status = 0;
+    for (double t0 = s_now(); s_now() - t0 < 3 && (status = s_http_get(port, "/health", body, sizeof body)) != 503;)
+        usleep(50000);
+    assert_int_equal(status, 503);
+    assert_contains(body, "scheduler");
+    assert_int_equal(s_http_get(port, "/health/live", NULL, 0), 200);
+    assert_int_equal(s_http_get(port, "/health", NULL, 0), 503);  // still: the new one is not Ready
+
+    assert_int_equal(s_wait_exit(&l, 30), 1);
+    s_assert_all_gone(g);
+    char *out = tu_read_file(l.out_path, NULL);
+    assert_contains(out, "restarted scheduler");
+    assert_contains(out, "is not ready after 3 s; killing it");
+    assert_contains(out, "restart budget spent (1 restarts within 60 s)");
+    free(out);
+    cJSON_Delete(g);
+    assert_int_not_equal(system("pgrep -f '[s]leep 301' >/dev/null"), 0);
+}
+
 static void test_ready_timeout(void **unused) {
     // A bin dir where the scheduler is a process that never says Ready.
     char bin[200], path[300], target[300];
@@ -405,6 +492,15 @@ static void test_ready_timeout(void **unused) {
     launch_t l;
     const char *extra[] = {"--ready-timeout", "2", "--shutdown-timeout", "4", NULL};
     s_launch(&l, "timeout", bin, extra);
+    // Meanwhile the gateway runs but the graph is not ready: /health says so, /health/live not.
+    int port = 0;
+    for (double t0 = s_now(); s_now() - t0 < 1.5 && !(port = s_gateway_port(l.run_dir));)
+        usleep(20000);
+    assert_true(port > 0);
+    char body[4096];
+    assert_int_equal(s_http_get(port, "/health", body, sizeof body), 503);
+    assert_contains(body, "not every actor is ready");
+    assert_int_equal(s_http_get(port, "/health/live", NULL, 0), 200);
     int status = s_wait_exit(&l, 30);
     assert_true(status > 0);
     char *out = tu_read_file(l.out_path, NULL);
@@ -477,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_graph),
         cmocka_unit_test(test_death),
         cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_readiness),
         cmocka_unit_test(test_ready_timeout),
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_trace),
