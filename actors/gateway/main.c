@@ -21,6 +21,7 @@
 #include "ls_actor.h"
 
 #define S_TOKENIZER "tokenizer"
+#define S_STARTING "the graph is starting: not every actor is ready"  // /health's 503 until told more
 #define S_HEALTH_MS 1000      // the tokenizer answers a ping this fast, or /health says 503
 #define S_METRICS_MS 1000     // actors that have not answered GetMetrics by then are left out
 #define S_LIST_MS 10000       // ListAdapters
@@ -663,7 +664,7 @@ static int s_on_adapter_unloaded(ls_actor_t *a, ls_in_t *in, void *state) {
 // ping. Without a launcher (an actor run by hand) the ping alone decides.
 static void s_health_start(gw_req_t *req) {
     if (ls_actor_supervised(s_g.self) && !s_g.graph_ready) {
-        char *body = gw_error_json(503, s_g.graph_why[0] ? s_g.graph_why : "the graph is starting: not every actor is ready", NULL, "not_ready");
+        char *body = gw_error_json(503, s_g.graph_why[0] ? s_g.graph_why : S_STARTING, NULL, "not_ready");
         gw_req_respond(req, 503, "application/json", "Retry-After: 1\r\n", body, strlen(body));
         free(body);
         return;
@@ -690,7 +691,7 @@ static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
     if (!ps->up)
         snprintf(s_g.graph_why, sizeof s_g.graph_why, "%s is down and being restarted", ps->actor ? ps->actor : "an actor");
     else if (!ps->graph_ready)
-        snprintf(s_g.graph_why, sizeof s_g.graph_why, "the graph is starting: not every actor is ready");
+        snprintf(s_g.graph_why, sizeof s_g.graph_why, S_STARTING);
     if (ps->up || !ps->actor || strcmp(ps->actor, S_TOKENIZER) != 0)
         return 0;
     const char *why = "the tokenizer went down and is being restarted; retry the request";
