@@ -15,6 +15,7 @@
 // up) too.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <ev.h>
 #include <limits.h>
 #include <netdb.h>
@@ -32,6 +33,7 @@
 #include <cjson/cJSON.h>
 
 #include "ls_actor.h"
+#include "ls_curve.h"
 
 #define S_MAX_ACTORS 72
 #define S_IPC_PATH_MAX 107  // sun_path in sockaddr_un, less the NUL
@@ -70,6 +72,7 @@ typedef struct {
     // state
     ls_actor_t *self;
     char control[256];
+    char curve_dir[PATH_MAX];  // tcp: the CURVE keys (RUN_DIR/keys), else empty
     int nactors;
     int nready;
     int up;          // every actor was Ready
@@ -118,7 +121,9 @@ static s_pass_t s_pass[] = {
     {"step-timeout-ms", 0, K_SCHEDULER, "a step not answered by then fails its requests (default 30000)", NULL, {0}},
     {"port", 0, K_GATEWAY, "HTTP port of the gateway (default 30000; 0: any free port, in logs/gateway.log)", NULL, {0}},
     {"host", 0, K_GATEWAY, "address the gateway listens on (default 127.0.0.1)", NULL, {0}},
-    {"api-key", 0, K_GATEWAY, "require Authorization: Bearer KEY on every HTTP endpoint but /health", NULL, {0}},
+    {"api-key", 0, K_GATEWAY, "require Authorization: Bearer KEY on every HTTP endpoint but /health (visible in ps: "
+                              "prefer --api-key-file or LORASERVE_API_KEY)", NULL, {0}},
+    {"api-key-file", 0, K_GATEWAY, "the API key is this file's first line", NULL, {0}},
     {"served-model-name", 0, K_GATEWAY, "the base model's name in the APIs (default: --model-path's basename)", NULL, {0}},
     {"max-connections", 0, K_GATEWAY, "open HTTP connections; more are answered 503 (default 1024)", NULL, {0}},
     {"max-header-bytes", 0, K_GATEWAY, "HTTP request line and headers; more is answered 431 (default 32768)", NULL, {0}},
@@ -204,6 +209,8 @@ static char **s_argv(const s_actor_t *a) {
     PUSH("--heartbeat-ms=%d", s_l.heartbeat_ms);
     if (s_l.record_trace)
         PUSH("--record-trace=%s", s_l.record_trace);
+    if (s_l.curve_dir[0])  // the directory only: no key is ever on a command line
+        PUSH("--curve-dir=%s", s_l.curve_dir);
     unsigned kind = s_kind_bit(a->binary);
     if (kind & (K_WORKER | K_SCHEDULER))
         PUSH("--tp-size=%d", s_l.tp_size);
@@ -477,6 +484,63 @@ static int s_fix_port(void) {
     return 0;
 }
 
+// tcp: a fresh CURVE keypair for every actor, the launcher and clients (the SDK), in
+// RUN_DIR/keys; a bind beyond loopback is said out loud.
+static int s_make_keys(void) {
+    if (strcmp(s_l.transport, "tcp") != 0)
+        return 0;
+    if (strncmp(s_l.tcp_host, "127.", 4) && strcmp(s_l.tcp_host, "localhost") && strcmp(s_l.tcp_host, "::1"))
+        ls_warn(0, "--tcp-host %s is not a loopback address: the actors' ports are open to the network (CURVE "
+                   "keeps out peers without the graph's keys; firewall them all the same)", s_l.tcp_host);
+    snprintf(s_l.curve_dir, sizeof s_l.curve_dir, "%s/keys", s_l.run_dir);
+    const char *names[S_MAX_ACTORS + 2];
+    int n = 0;
+    for (int i = 0; i < s_l.nactors; i++)
+        names[n++] = s_actors[i].name;
+    names[n++] = "launcher";
+    names[n++] = "client";
+    char err[512];
+    if (ls_curve_make(s_l.curve_dir, names, n, err, sizeof err) < 0) {
+        ls_error(0, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+// An --api-key given to the launcher goes to the gateway in a file (RUN_DIR/keys/api-key,
+// 0600), so that at least the gateway's command line does not show it.
+static int s_hide_api_key(void) {
+    s_pass_t *key = NULL, *file = NULL;
+    for (size_t i = 0; i < S_NPASS; i++) {
+        if (!strcmp(s_pass[i].name, "api-key"))
+            key = &s_pass[i];
+        if (!strcmp(s_pass[i].name, "api-key-file"))
+            file = &s_pass[i];
+    }
+    if (!key->value)
+        return 0;
+    ls_warn(0, "--api-key on the command line is visible in ps; use --api-key-file or LORASERVE_API_KEY");
+    if (file->value) {
+        ls_error(0, "give --api-key or --api-key-file, not both");
+        return -1;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/keys/api-key", s_l.run_dir);
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    size_t n = strlen(key->value);
+    if (fd < 0 || write(fd, key->value, n) != (ssize_t)n || close(fd) < 0) {
+        ls_error(0, "cannot write %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    free(key->value);
+    key->value = NULL;
+    file->value = strdup(path);
+    return file->value ? 0 : -1;
+}
+
 static void s_print_banner(void) {
     s_actor_t *tok = s_find("tokenizer");
     // The gateway's own defaults when the flags were not given; with --port 0 the port it took
@@ -696,12 +760,15 @@ static int s_make_dirs(void) {
         free(s_l.run_dir);
         s_l.run_dir = real;
     }
-    const char *subs[] = {"logs", "sock", "state"};
-    for (size_t i = 0; i < 3; i++) {
+    // Sockets, journals and keys are this user's alone: another local user can neither
+    // connect to an ipc socket nor read a key or the journal.
+    const char *subs[] = {"logs", "sock", "state", "keys"};
+    const mode_t modes[] = {0755, 0700, 0700, 0700};
+    for (size_t i = 0; i < 4; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", s_l.run_dir, subs[i]);
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-            ls_error(0, "cannot create %s: %s", path, strerror(errno));
+        if ((mkdir(path, modes[i]) < 0 && errno != EEXIST) || chmod(path, modes[i]) < 0) {
+            ls_error(0, "cannot create %s (mode %03o): %s", path, modes[i], strerror(errno));
             return -1;
         }
     }
@@ -788,11 +855,12 @@ int main(int argc, char **argv) {
     }
     if (!s_l.bin_dir)
         s_l.bin_dir = s_exe_dir();
-    if (s_make_dirs() < 0 || s_plan() < 0 || s_fix_port() < 0)
+    if (s_make_dirs() < 0 || s_plan() < 0 || s_fix_port() < 0 || s_make_keys() < 0 || s_hide_api_key() < 0)
         return 1;
     ls_info(0, "run dir %s, %d actors, transport %s", s_l.run_dir, s_l.nactors, s_l.transport);
 
-    ls_actor_opts_t opts = {.name = "launcher", .bind = s_l.control, .heartbeat_ms = 0, .process = 1};
+    ls_actor_opts_t opts = {.name = "launcher", .bind = s_l.control, .heartbeat_ms = 0, .process = 1,
+                            .curve_dir = s_l.curve_dir[0] ? s_l.curve_dir : NULL};
     zsys_handler_set(NULL);
     ls_actor_t *self = ls_actor_new(&def, &opts);
     if (!self)

@@ -3,6 +3,7 @@
 // Emitted: Ready and periodic Heartbeat to the control endpoint, Error for bad input, Metrics.
 #define _GNU_SOURCE  // accept4
 #include "ls_actor.h"
+#include "ls_curve.h"
 
 #include <assert.h>
 #include <cjson/cJSON.h>
@@ -112,6 +113,7 @@ struct ls_actor {
     struct ev_loop *loop;
     ls_sock_t *router;
     ls_sock_t *control;
+    ls_curve_t *curve;  // tcp endpoints: CURVE keys and the authenticator
     ls_sock_t *socks[LS_MAX_PEERS + 2];  // every socket, by trace index
     int nsocks;
     char *peer_names[LS_MAX_PEERS];
@@ -267,7 +269,7 @@ static void s_idle_cb(struct ev_loop *loop, ev_idle *w, int revents) {
     // check watcher runs again next turn.
 }
 
-static zsock_t *s_zsock_open(ls_actor_t *self, int is_router, const char *endpoint);
+static zsock_t *s_zsock_open(ls_actor_t *self, int is_router, const char *peer, const char *endpoint);
 
 static ls_sock_t *s_sock_new(ls_actor_t *self, int is_router, const char *peer, const char *endpoint) {
     if (self->nsocks >= LS_MAX_PEERS + 2) {
@@ -286,7 +288,7 @@ static ls_sock_t *s_sock_new(ls_actor_t *self, int is_router, const char *peer, 
         s_replay_socket(self, sock);
         return sock;
     }
-    zsock_t *zs = s_zsock_open(self, is_router, endpoint);
+    zsock_t *zs = s_zsock_open(self, is_router, peer, endpoint);
     if (!zs)
         return NULL;
     ls_sock_t *sock = calloc(1, sizeof *sock);
@@ -305,11 +307,38 @@ static ls_sock_t *s_sock_new(ls_actor_t *self, int is_router, const char *peer, 
     return sock;
 }
 
+// tcp: CURVE, the server's side on a ROUTER, the client's (of `peer`) on a DEALER. -1 when the
+// keys are missing: an actor never talks tcp unauthenticated when it was given keys.
+static int s_zsock_secure(ls_actor_t *self, zsock_t *zs, int is_router, const char *peer, const char *endpoint) {
+    if (!ls_curve_wanted(endpoint))
+        return 0;
+    if (!self->curve) {
+        ls_warn(0, "%s: tcp without --curve-dir: anyone who reaches the port can talk to this actor", endpoint);
+        return 0;
+    }
+    if (is_router) {
+        ls_curve_server(self->curve, zs);
+        return 0;
+    }
+    char err[512];
+    // The control socket's server is the launcher (its key is named so).
+    const char *server = peer && strcmp(peer, "control") ? peer : "launcher";
+    if (ls_curve_client(self->curve, zs, server, err, sizeof err) < 0) {
+        ls_error(0, "cannot connect to %s: %s", endpoint, err);
+        return -1;
+    }
+    return 0;
+}
+
 // A ZeroMQ socket with the runtime's options, bound (ROUTER) or connected (DEALER).
-static zsock_t *s_zsock_open(ls_actor_t *self, int is_router, const char *endpoint) {
+static zsock_t *s_zsock_open(ls_actor_t *self, int is_router, const char *peer, const char *endpoint) {
     zsock_t *zs = zsock_new(is_router ? ZMQ_ROUTER : ZMQ_DEALER);
     if (!zs)
         return NULL;
+    if (s_zsock_secure(self, zs, is_router, peer, endpoint) < 0) {
+        zsock_destroy(&zs);
+        return NULL;
+    }
     // Never block the loop on a send: a full queue or an absent peer is an error we report.
     zsock_set_sndtimeo(zs, 0);
     // Give in-flight replies a moment to leave when the actor closes.
@@ -580,7 +609,7 @@ static void s_peer_reset(ls_actor_t *self, const char *peer) {
             continue;
         for (int k = 0; k < self->npeers; k++)
             if (!strcmp(self->peer_names[k], peer)) {
-                zsock_t *zs = s_zsock_open(self, 0, self->peer_endpoints[k]);
+                zsock_t *zs = s_zsock_open(self, 0, peer, self->peer_endpoints[k]);
                 if (!zs)
                     return;  // logged; the old socket stays
                 ev_io_stop(self->loop, &sock->io);
@@ -1802,6 +1831,13 @@ ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts)
     }
     if (s_parse_peers(self, opts->peers) < 0)
         goto fail;
+    if (opts->curve_dir && !self->replay) {
+        char err[512];
+        if (!(self->curve = ls_curve_new(opts->curve_dir, self->name, err, sizeof err))) {
+            ls_error(0, "--curve-dir: %s", err);
+            goto fail;
+        }
+    }
     if (opts->bind && !(self->router = s_sock_new(self, 1, NULL, opts->bind)))
         goto fail;
     if (opts->control && !(self->control = s_sock_new(self, 0, "control", opts->control)))
@@ -1844,6 +1880,7 @@ void ls_actor_destroy(ls_actor_t **self_p) {
         ls_actor_timer_stop(self, self->timers);
     for (int i = 0; i < self->nsocks; i++)
         s_sock_destroy(self, &self->socks[i]);
+    ls_curve_destroy(&self->curve);  // after the sockets: the authenticator serves them to the end
     for (int i = 0; i < self->npeers; i++) {
         free(self->peer_names[i]);
         free(self->peer_endpoints[i]);
@@ -1903,6 +1940,7 @@ int ls_actor_run(ls_actor_t *self) {
 
 int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def) {
     char *name = NULL, *bind = NULL, *control = NULL, *trace_dir = NULL, *log_level = NULL, *replay = NULL;
+    char *curve_dir = NULL;
     int heartbeat_ms = 0, rank = 0, replay_run = 0, replay_until = 0;
     ls_strlist_t peers = {0};
     ls_flag_t common[] = {
@@ -1910,6 +1948,8 @@ int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def) {
         LS_FLAG_STR("bind", &bind, NULL, "endpoint to bind this actor's ROUTER socket on"),
         LS_FLAG_STR("control", &control, NULL, "launcher's control endpoint (Ready, Heartbeat)"),
         LS_FLAG_LIST("peer", &peers, "name=endpoint of an actor this one sends to (repeatable)"),
+        LS_FLAG_STR("curve-dir", &curve_dir, NULL,
+                    "CURVE keys for tcp endpoints: DIR/secret/<name>.key, peers' DIR/public/<peer>.pub"),
         LS_FLAG_STR("record-trace", &trace_dir, NULL, "append every message to DIR/<name>.trace"),
         LS_FLAG_STR("log-level", &log_level, "info", "debug, info, warn or error"),
         LS_FLAG_INT("heartbeat-ms", &heartbeat_ms, "1000", "Heartbeat period to the launcher (0: off)"),
@@ -1941,7 +1981,7 @@ int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def) {
         return 2;
     }
     ls_actor_opts_t opts = {.name = name, .bind = bind, .control = control, .peers = &peers,
-                            .trace_dir = trace_dir, .heartbeat_ms = heartbeat_ms, .rank = rank, .process = 1,
+                            .trace_dir = trace_dir, .curve_dir = curve_dir, .heartbeat_ms = heartbeat_ms, .rank = rank, .process = 1,
                             .argc = argc, .argv = (const char *const *)argv, .replay = replay,
                             .replay_run = replay_run, .replay_until = (uint64_t)(replay_until > 0 ? replay_until : 0)};
     // czmq installs its own SIGINT handler by default; the loop handles signals instead.

@@ -85,6 +85,7 @@ typedef struct {
     const char *control;       // launcher's control endpoint, or NULL
     const ls_strlist_t *peers; // "name=endpoint" entries
     const char *trace_dir;     // record a trace there, or NULL
+    const char *curve_dir;     // CURVE keys for tcp endpoints (ls_curve.h), or NULL
     int heartbeat_ms;          // period of Heartbeat to the control endpoint (0: none)
     int rank;                  // reported in Ready
     int process;               // 1: own the process: default loop, SIGINT/SIGTERM handlers

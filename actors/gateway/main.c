@@ -9,6 +9,7 @@
 // launcher: readiness, and a tokenizer that went down), plus the lifecycle messages. Emits: GenerateReq, Abort (a client left, or the gateway stops), ListAdapters,
 // LoadAdapter, UnloadAdapter, Heartbeat to the tokenizer; GetMetrics to every peer.
 #include <ctype.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,7 +74,7 @@ static const double s_itl_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 
 typedef struct {
     // flags
-    char *host, *api_key, *served_model_name, *model_path;
+    char *host, *api_key, *api_key_file, *served_model_name, *model_path;
     int port, max_connections, max_header_bytes, max_body_bytes, idle_timeout_ms, request_timeout_ms;
     // state
     ls_actor_t *self;
@@ -987,8 +988,45 @@ static void s_on_gone(gw_req_t *req, void *arg) {
 // ---------------------------------------------------------------------------------------------
 // lifecycle
 
+// The API key from --api-key-file (its first line) or LORASERVE_API_KEY, which ps does not
+// show, or --api-key, which it does. At most one of them. -1 (logged) on a bad setting.
+static int s_api_key_resolve(void) {
+    const char *env = getenv("LORASERVE_API_KEY");
+    int given = (s_g.api_key != NULL) + (s_g.api_key_file != NULL) + (env && *env);
+    if (given > 1) {
+        ls_error(0, "give one of --api-key, --api-key-file and LORASERVE_API_KEY");
+        return -1;
+    }
+    if (env && *env)
+        s_g.api_key = strdup(env);
+    if (!s_g.api_key_file)
+        return 0;
+    struct stat st;
+    FILE *f = fopen(s_g.api_key_file, "r");
+    char line[4096] = "";
+    if (!f || fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || !fgets(line, sizeof line, f)) {
+        ls_error(0, "--api-key-file %s: cannot read a key from it", s_g.api_key_file);
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    fclose(f);
+    if (st.st_mode & 077)
+        ls_warn(0, "--api-key-file %s is readable by other users (mode %03o); chmod 600 it", s_g.api_key_file,
+                st.st_mode & 0777);
+    line[strcspn(line, "\r\n")] = 0;
+    if (!*line) {
+        ls_error(0, "--api-key-file %s: the first line is empty", s_g.api_key_file);
+        return -1;
+    }
+    s_g.api_key = strdup(line);
+    return s_g.api_key ? 0 : -1;
+}
+
 static int s_on_start(ls_actor_t *a, void *state) {
     s_g.self = a;
+    if (s_api_key_resolve() < 0)
+        return -1;
     s_g.next_rid = 1;
     s_g.ttft = (s_hist_t){.le = s_ttft_le, .n = sizeof s_ttft_le / sizeof *s_ttft_le};
     s_g.itl = (s_hist_t){.le = s_itl_le, .n = sizeof s_itl_le / sizeof *s_itl_le};
@@ -1072,7 +1110,10 @@ int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_INT("port", &s_g.port, "30000", "HTTP port (0: any free port, logged)"),
         LS_FLAG_STR("host", &s_g.host, "127.0.0.1", "address to listen on (0.0.0.0: every interface)"),
-        LS_FLAG_STR("api-key", &s_g.api_key, NULL, "require Authorization: Bearer KEY on every endpoint but /health"),
+        LS_FLAG_STR("api-key", &s_g.api_key, NULL,
+                    "require Authorization: Bearer KEY on every endpoint but /health (visible in ps: prefer "
+                    "--api-key-file or the LORASERVE_API_KEY environment variable)"),
+        LS_FLAG_STR("api-key-file", &s_g.api_key_file, NULL, "the API key is this file's first line"),
         LS_FLAG_STR("served-model-name", &s_g.served_model_name, NULL, "the base model's name (default: --model-path's basename)"),
         LS_FLAG_STR("model-path", &s_g.model_path, NULL, "the base model's directory (its name in the APIs)"),
         LS_FLAG_INT("max-connections", &s_g.max_connections, "1024", "open HTTP connections; more are answered 503"),

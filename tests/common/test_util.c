@@ -13,11 +13,22 @@ char *tu_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    // Read to the end rather than trust the size: /proc files say 0.
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap + 1);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        if (n == cap) {
+            char *more = realloc(buf, 2 * cap + 1);
+            if (!more) {
+                free(buf);
+                buf = NULL;
+            }
+            buf = more;
+            cap *= 2;
+        }
+    }
+    if (buf && ferror(f)) {
         free(buf);
         buf = NULL;
     }
@@ -25,7 +36,7 @@ char *tu_read_file(const char *path, size_t *len) {
     if (buf) {
         buf[n] = 0;
         if (len)
-            *len = (size_t)n;
+            *len = n;
     }
     return buf;
 }

@@ -5,7 +5,9 @@
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
 //   health, metrics              — ping relay, Prometheus text that parses, other actors' counters
-//   api_key                      — 401 without the key, /health open
+//   api_key                      — 401 without the key, /health and /health/live open; the key
+//                                  from --api-key, --api-key-file or LORASERVE_API_KEY, the
+//                                  last two never on the command line; two at once refused
 //   malformed                    — bad request line, headers 431, body 413, bad chunked, bad JSON,
 //                                  wrong types, unknown paths: 4xx, and the gateway keeps serving
 //   pipelining, concurrency      — answers in order on one connection; many connections at once
@@ -620,9 +622,10 @@ static void test_metrics(void **state) {
     s_resp_free(&r);
 }
 
-static void test_api_key(void **state) {
-    const char *extra[] = {"--api-key=sekret", NULL};
-    gw_t g = s_start("keyed", extra);
+// A gateway whose key is "sekret", however it was given: the key is required everywhere but
+// the health probes.
+static void s_check_keyed(const char *tag, const char *const *extra) {
+    gw_t g = s_start(tag, extra);
     resp_t r;
     const char *body = "{\"prompt\":\"x\"}";
     s_call(g.port, "POST", "/v1/completions", body, NULL, &r);
@@ -641,7 +644,55 @@ static void test_api_key(void **state) {
     s_call(g.port, "GET", "/health", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
     s_resp_free(&r);
+    s_call(g.port, "GET", "/health/live", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    s_resp_free(&r);
+    // Only the --api-key form may show the key on the command line (ps).
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)g.pid);
+    size_t n;
+    char *cmd = tu_read_file(path, &n);
+    assert_non_null(cmd);
+    for (size_t i = 0; i < n; i++)
+        cmd[i] = cmd[i] ? cmd[i] : ' ';
+    if (strstr(tag, "flag") == NULL && strstr(cmd, "sekret"))
+        fail_msg("the key is on the command line: %s", cmd);
+    free(cmd);
     s_stop(&g);
+}
+
+static void test_api_key(void **state) {
+    const char *flag[] = {"--api-key=sekret", NULL};
+    s_check_keyed("keyed-flag", flag);
+    char file[128], arg[160];
+    snprintf(file, sizeof file, "%s/api-key", s_dir);
+    FILE *f = fopen(file, "w");
+    fputs("sekret\n", f);
+    fclose(f);
+    chmod(file, 0600);
+    snprintf(arg, sizeof arg, "--api-key-file=%s", file);
+    const char *from_file[] = {arg, NULL};
+    s_check_keyed("keyed-file", from_file);
+    setenv("LORASERVE_API_KEY", "sekret", 1);
+    s_check_keyed("keyed-env", NULL);
+    // Two sources at once (the environment and a file) are refused: the gateway does not start.
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *argv[] = {LS_BIN_DIR "/loraserve-gateway", "--name=both", "--port=0", arg, NULL};
+        snprintf(file, sizeof file, "%s/both.log", s_dir);
+        int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        execv(argv[0], (char **)argv);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    snprintf(file, sizeof file, "%s/both.log", s_dir);
+    char *log = tu_read_file(file, NULL);
+    assert_contains(log, "give one of --api-key, --api-key-file and LORASERVE_API_KEY");
+    free(log);
+    unsetenv("LORASERVE_API_KEY");
 }
 
 static void s_raw_expect(const char *raw, size_t len, int status) {

@@ -10,7 +10,10 @@
 //                after --ready-timeout), /health/live 200 all along
 //   timeout    — an actor that never gets Ready is named, and the graph is stopped; /health is
 //                503 meanwhile
-//   tcp        — the same graph over tcp:// endpoints
+//   tcp        — the same graph over tcp:// endpoints, every one CURVE: a client without the
+//                graph's keys is not answered (not even Shutdown), one with the client key is;
+//                keys 0600 in a 0700 directory, never on a command line; a non-loopback
+//                --tcp-host is warned about
 //   trace      — --record-trace writes a trace per actor that loraserve-trace reads
 #include <errno.h>
 #include <fcntl.h>
@@ -112,6 +115,11 @@ static int s_alive(pid_t pid) {
         state = '?';
     fclose(f);
     return state != 'Z';
+}
+
+static int s_mode(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (int)(st.st_mode & 0777) : -1;
 }
 
 static void s_assert_all_gone(cJSON *graph) {
@@ -276,6 +284,9 @@ static void test_graph(void **unused) {
     char prefix[300];
     snprintf(prefix, sizeof prefix, "ipc://%s/sock/", cJSON_GetObjectItem(g, "run_dir")->valuestring);
     s_check_graph(g, 2, prefix);
+    char sock[300];
+    snprintf(sock, sizeof sock, "%s/sock", cJSON_GetObjectItem(g, "run_dir")->valuestring);
+    assert_int_equal(s_mode(sock), 0700);  // other users cannot reach the ipc sockets
     cJSON *a;
     cJSON_ArrayForEach(a, cJSON_GetObjectItem(g, "actors"))
         s_poke(s_router(a), cJSON_GetObjectItem(a, "name")->valuestring);
@@ -515,6 +526,97 @@ static void test_ready_timeout(void **unused) {
     assert_int_not_equal(system(cmd), 0);
 }
 
+// A DEALER that speaks CURVE with the graph's client key, to `server`'s public key.
+static zsock_t *s_curve_dealer(const char *run_dir, const char *endpoint, const char *server) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/keys/secret/client.key", run_dir);
+    zcert_t *mine = zcert_load(path);
+    snprintf(path, sizeof path, "%s/keys/public/%s.pub", run_dir, server);
+    zcert_t *theirs = zcert_load(path);
+    assert_non_null(mine);
+    assert_non_null(theirs);
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    zcert_apply(mine, s);
+    zsock_set_curve_serverkey(s, zcert_public_txt(theirs));
+    assert_int_equal(zsock_connect(s, "%s", endpoint), 0);
+    zcert_destroy(&mine);
+    zcert_destroy(&theirs);
+    return s;
+}
+
+static void s_send_msg(zsock_t *s, int type, uint64_t rid) {
+    ls_msg_t m;
+    ls_msg_init(&m, type);
+    m.rid = rid;
+    if (type == LS_MSG_SHUTDOWN)
+        m.u.shutdown.reason = ls_msg_strdup("an intruder");
+    char *buf;
+    size_t len;
+    assert_int_equal(ls_msg_encode(&m, &buf, &len), 0);
+    ls_msg_clear(&m);
+    zsock_set_sndtimeo(s, 1000);
+    zsock_send(s, "b", buf, len);
+    free(buf);
+}
+
+// Over tcp every socket is CURVE: a plain client (no keys) cannot ask the tokenizer, the
+// registry or the launcher anything, nor stop them; a client with the graph's client key can.
+// The keys are the owner's alone, and no key is on any command line.
+static void s_check_curve(launch_t *l, cJSON *g) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/keys", l->run_dir);
+    assert_int_equal(s_mode(path), 0700);
+    snprintf(path, sizeof path, "%s/keys/secret/tokenizer.key", l->run_dir);
+    assert_int_equal(s_mode(path), 0600);
+    snprintf(path, sizeof path, "%s/keys/secret/client.key", l->run_dir);
+    zcert_t *client = zcert_load(path);
+    assert_non_null(client);
+    cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItem(g, "actors")) {
+        snprintf(path, sizeof path, "/proc/%d/cmdline", cJSON_GetObjectItem(a, "pid")->valueint);
+        size_t n;
+        char *cmd = tu_read_file(path, &n);
+        assert_non_null(cmd);
+        for (size_t i = 0; i < n; i++)
+            cmd[i] = cmd[i] ? cmd[i] : ' ';
+        assert_contains(cmd, "--curve-dir=");
+        assert_null(strstr(cmd, zcert_secret_txt(client)));
+        free(cmd);
+    }
+    zcert_destroy(&client);
+
+    const char *targets[] = {s_router(s_actor(g, "tokenizer")), s_router(s_actor(g, "registry")),
+                             cJSON_GetObjectItem(g, "control")->valuestring};
+    for (int t = 0; t < 3; t++) {
+        zsock_t *plain = zsock_new_dealer(targets[t]);
+        assert_non_null(plain);
+        zsock_set_rcvtimeo(plain, 1000);
+        s_send_msg(plain, LS_MSG_GET_METRICS, 1);
+        s_send_msg(plain, LS_MSG_HEARTBEAT, 2);
+        s_send_msg(plain, LS_MSG_SHUTDOWN, 3);
+        zframe_t *f = zframe_recv(plain);
+        if (f)
+            fail_msg("%s answered a client without keys", targets[t]);
+        zsock_destroy(&plain);
+    }
+    // Still up: the launcher and every actor.
+    assert_int_equal(waitpid(l->pid, NULL, WNOHANG), 0);
+    cJSON_ArrayForEach(a, cJSON_GetObjectItem(g, "actors")) assert_true(s_alive(cJSON_GetObjectItem(a, "pid")->valueint));
+    zsock_t *keyed = s_curve_dealer(l->run_dir, targets[0], "tokenizer");
+    zsock_set_rcvtimeo(keyed, 5000);
+    s_send_msg(keyed, LS_MSG_HEARTBEAT, 9);
+    zframe_t *f = zframe_recv(keyed);
+    if (!f)
+        fail_msg("the tokenizer did not answer a client with the graph's key");
+    ls_msg_t m;
+    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+    assert_int_equal(m.type, LS_MSG_HEARTBEAT);
+    assert_int_equal(m.rid, 9);
+    ls_msg_clear(&m);
+    zframe_destroy(&f);
+    zsock_destroy(&keyed);
+}
+
 static void test_tcp(void **unused) {
     // Ports from this test's pid so parallel runs on one machine do not collide, below Linux's
     // ephemeral range (32768+), where other tests' connections would take them at random.
@@ -527,11 +629,19 @@ static void test_tcp(void **unused) {
     if (!g)
         fail_msg("tcp graph never came up:\n%s", tu_read_file(l.out_path, NULL));
     s_check_graph(g, 1, "tcp://127.0.0.1:");
-    s_poke(s_router(s_actor(g, "tokenizer")), "tokenizer");
+    s_check_curve(&l, g);
     kill(l.pid, SIGTERM);
     assert_int_equal(s_wait_exit(&l, 20), 0);
     s_assert_all_gone(g);
     cJSON_Delete(g);
+
+    // A bind beyond loopback is said out loud (this one, a documentation address, then fails).
+    const char *wide[] = {"--transport", "tcp", "--tcp-base-port", base, "--tcp-host", "192.0.2.1", NULL};
+    s_launch(&l, "tcp-wide", LS_BIN_DIR, wide);
+    assert_true(s_wait_exit(&l, 20) > 0);
+    char *out = tu_read_file(l.out_path, NULL);
+    assert_contains(out, "--tcp-host 192.0.2.1 is not a loopback address");
+    free(out);
 }
 
 static void test_trace(void **unused) {
