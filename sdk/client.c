@@ -44,6 +44,7 @@ struct _ls_call_t {
 
 struct _ls_client_t {
     char *endpoint;
+    zcert_t *curve_mine, *curve_server;  // tcp to a launched graph: CURVE with its client key
     zactor_t *io;
     pthread_mutex_t send_lock;  // one caller at a time on the actor pipe
     pthread_mutex_t lock;       // the calls list and every call's fields
@@ -223,6 +224,10 @@ static void s_io_actor(zsock_t *pipe, void *arg) {
         if (monitor && zsock_connect(monitor, "%s", monitor_ep) < 0)
             zsock_destroy(&monitor);
     }
+    if (dealer && self->curve_mine) {
+        zcert_apply(self->curve_mine, dealer);
+        zsock_set_curve_serverkey(dealer, zcert_public_txt(self->curve_server));
+    }
     if (!dealer || !monitor || zsock_connect(dealer, "%s", self->endpoint) < 0) {
         atomic_store(&self->io_errno, zmq_errno());
         zsock_destroy(&monitor);
@@ -268,13 +273,23 @@ static void s_czmq_setup(void) {
     zsys_handler_set(NULL);
 }
 
-ls_client_t *ls_client_new(const char *endpoint, const char **err) {
+// keys: a launched graph's key directory (RUN_DIR/keys) for a tcp endpoint, else NULL.
+static ls_client_t *s_client_new(const char *endpoint, const char *keys, const char **err) {
     int rc = LS_OK;
     ls_client_t *self = NULL;
+    char path[4200];
     if (!endpoint || !*endpoint)
         rc = ls_sdk_fail(LS_ERR_BAD_REQUEST, "no endpoint given");
     else if (!(self = calloc(1, sizeof *self)) || !(self->endpoint = strdup(endpoint)))
         rc = ls_sdk_fail(LS_ERR_NO_MEMORY, "out of memory");
+    if (rc == LS_OK && keys) {
+        snprintf(path, sizeof path, "%s/secret/client.key", keys);
+        self->curve_mine = zcert_load(path);
+        snprintf(path, sizeof path, "%s/public/tokenizer.pub", keys);
+        self->curve_server = zcert_load(path);
+        if (!self->curve_mine || !self->curve_server)
+            rc = ls_sdk_fail(LS_ERR_UNAVAILABLE, "cannot read the graph's CURVE keys in %s (tcp needs them)", keys);
+    }
     if (rc == LS_OK) {
         pthread_once(&s_czmq_once, s_czmq_setup);
         pthread_mutex_init(&self->send_lock, NULL);
@@ -295,6 +310,8 @@ ls_client_t *ls_client_new(const char *endpoint, const char **err) {
         *err = s_last_error;
     return NULL;
 }
+
+ls_client_t *ls_client_new(const char *endpoint, const char **err) { return s_client_new(endpoint, NULL, err); }
 
 ls_client_t *ls_client_new_run_dir(const char *run_dir, const char **err) {
     char path[4096];
@@ -327,8 +344,11 @@ ls_client_t *ls_client_new_run_dir(const char *run_dir, const char **err) {
         ls_sdk_fail(LS_ERR_PROTOCOL, "%s is not valid JSON", path);
     else if (!endpoint)
         ls_sdk_fail(LS_ERR_PROTOCOL, "%s names no tokenizer router endpoint", path);
-    else
-        self = ls_client_new(endpoint, err);
+    else {
+        // Over tcp the graph speaks CURVE only: the launcher left a client key in the run dir.
+        snprintf(path, sizeof path, "%s/keys", run_dir);
+        self = s_client_new(endpoint, strncmp(endpoint, "tcp://", 6) == 0 ? path : NULL, err);
+    }
     cJSON_Delete(graph);
     if (!self && err)
         *err = s_last_error;
@@ -340,6 +360,8 @@ void ls_client_destroy(ls_client_t **self_p) {
         return;
     ls_client_t *self = *self_p;
     zactor_destroy(&self->io);
+    zcert_destroy(&self->curve_mine);
+    zcert_destroy(&self->curve_server);
     pthread_mutex_destroy(&self->send_lock);
     pthread_mutex_destroy(&self->lock);
     free(self->endpoint);

@@ -7,7 +7,8 @@
 //                graph converges (the adapters are back at the new scheduler and in the
 //                workers), and the restart budget, once spent, stops the graph with that reason
 //   readiness  — /health is 503 while an actor is down (a restart that never gets Ready, killed
-//                after --ready-timeout), /health/live 200 all along
+//                after --ready-timeout), /health/live 200 all along, neither needing the API
+//                key, which reaches the gateway in a 0600 file, not on its command line
 //   timeout    — an actor that never gets Ready is named, and the graph is stopped; /health is
 //                503 meanwhile
 //   tcp        — the same graph over tcp:// endpoints, every one CURVE: a client without the
@@ -453,10 +454,23 @@ static void test_readiness(void **unused) {
     chmod(path, 0755);
 
     launch_t l;
-    const char *extra[] = {"--ready-timeout", "3", "--max-restarts", "1", NULL};
+    const char *extra[] = {"--ready-timeout", "3", "--max-restarts", "1", "--api-key", "key-not-for-ps", NULL};
     s_launch(&l, "readiness", bin, extra);
     cJSON *g = s_wait_graph(&l, 30);
     assert_non_null(g);
+    // The launcher hands the API key to the gateway in a file of the run dir, not on its command line.
+    char path[400];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)s_pid_of(&l, "gateway"));
+    size_t n;
+    char *cmd = tu_read_file(path, &n);
+    assert_non_null(cmd);
+    for (size_t i = 0; i < n; i++)
+        cmd[i] = cmd[i] ? cmd[i] : ' ';
+    assert_contains(cmd, "--api-key-file=");
+    assert_null(strstr(cmd, "key-not-for-ps"));
+    free(cmd);
+    snprintf(path, sizeof path, "%s/keys/api-key", l.run_dir);
+    assert_int_equal(s_mode(path), 0600);
     int port = s_gateway_port(l.run_dir);
     assert_true(port > 0);
     char body[4096];
@@ -630,6 +644,11 @@ static void test_tcp(void **unused) {
         fail_msg("tcp graph never came up:\n%s", tu_read_file(l.out_path, NULL));
     s_check_graph(g, 1, "tcp://127.0.0.1:");
     s_check_curve(&l, g);
+    // The SDK given the run directory finds the client key there, and generates over CURVE.
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s/loraserve-cli --run-dir %s --timeout-ms 10000 generate --adapter reverse --max-tokens 3 "
+             "hello >/dev/null", LS_BIN_DIR, l.run_dir);
+    assert_int_equal(system(cmd), 0);
     kill(l.pid, SIGTERM);
     assert_int_equal(s_wait_exit(&l, 20), 0);
     s_assert_all_gone(g);
