@@ -459,7 +459,6 @@ static void test_readiness(void **unused) {
     cJSON *g = s_wait_graph(&l, 30);
     assert_non_null(g);
     // The launcher hands the API key to the gateway in a file of the run dir, not on its command line.
-    char path[400];
     snprintf(path, sizeof path, "/proc/%d/cmdline", (int)s_pid_of(&l, "gateway"));
     size_t n;
     char *cmd = tu_read_file(path, &n);
