@@ -109,9 +109,11 @@ static s_pass_t s_pass[] = {
     {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker (default 256)", NULL, {0}},
     {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}},
     {"block-size", 0, K_WORKER, "tokens per KV block (default 16)", NULL, {0}},
-    {"lora-paths", 1, K_REGISTRY, "adapters loaded at start: name=path or name=path:pinned", NULL, {0}},
-    {"lora-dirs", 1, K_REGISTRY, "directories whose DIR/name adapters load on their first request", NULL, {0}},
-    {"lora-roots", 1, K_REGISTRY, "where client-given adapter paths may point (default: the --lora-dirs)", NULL, {0}},
+    // The scheduler and the workers take these three as well: each checks an adapter's path
+    // itself rather than trust whoever sent the load.
+    {"lora-paths", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "adapters loaded at start: name=path or name=path:pinned", NULL, {0}},
+    {"lora-dirs", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "directories whose DIR/name adapters load on their first request", NULL, {0}},
+    {"lora-roots", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "where client-given adapter paths may point (default: the --lora-dirs)", NULL, {0}},
     {"lora-eviction-policy", 0, K_WORKER | K_SCHEDULER, "adapter slot victim: lru or fifo (default lru)", NULL, {0}},
     {"max-num-batched-tokens", 0, K_SCHEDULER, "token budget of one step (default 2048)", NULL, {0}},
     {"max-running-requests", 0, K_SCHEDULER, "requests decoded at once (default 256)", NULL, {0}},

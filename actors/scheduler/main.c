@@ -19,12 +19,15 @@
 #include <string.h>
 
 #include "ls_actor.h"
+#include "ls_confine.h"
 #include "sched.h"
 
 typedef struct {
     int tp_size, max_batched, max_running, chunk, max_skip, default_max_new, step_timeout_ms, load_timeout_ms;
     char *output, *eviction;
     int output_route;  // TokenOut back on the request's route instead of to the detokenizer
+    ls_strlist_t lora_roots, lora_dirs, lora_paths;
+    ls_confine_t *confine;  // where adapter paths may point: checked here too, not only at the registry
     ls_actor_t *actor;
     sched_t *core;
     ls_timer_t *wake;
@@ -47,6 +50,9 @@ static ls_flag_t s_flags[] = {
                 "no StepResult this long after a plan: the workers are declared down"),
     LS_FLAG_INT("load-timeout-ms", &s_app.load_timeout_ms, "120000",
                 "no answer to an adapter load/unload this long: it failed"),
+    LS_FLAG_LIST("lora-roots", &s_app.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
+    LS_FLAG_LIST("lora-dirs", &s_app.lora_dirs, "... or under one of these"),
+    LS_FLAG_LIST("lora-paths", &s_app.lora_paths, "... or be one of these name=path[:pinned] directories"),
     LS_FLAG_END,
 };
 
@@ -173,7 +179,38 @@ static int s_on_abort(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
+// A LoadAdapter's path is checked here as at the registry: whoever reached this socket may
+// have sent it. The verdict reads the filesystem, so it is a recorded input (replay takes it
+// from the trace).
+static int s_path_refused(app_t *app, const ls_in_t *in) {
+    char err[768] = "";
+    ls_confine_check(app->confine, in->msg->u.load_adapter.path, err, sizeof err);
+    zmsg_t *verdict = zmsg_new();
+    zmsg_addstr(verdict, err);
+    ls_actor_input(app->actor, "scheduler.confine", &verdict);
+    char *why = zmsg_popstr(verdict);
+    zmsg_destroy(&verdict);
+    int refused = why && *why;
+    if (refused) {
+        ls_warn(in->msg->rid, "LoadAdapter %s refused: %s", in->msg->u.load_adapter.name ? in->msg->u.load_adapter.name : "?",
+                why);
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
+        m.rid = in->msg->rid;
+        m.u.adapter_loaded.name = ls_msg_strdup(in->msg->u.load_adapter.name);
+        m.u.adapter_loaded.adapter_id = ls_msg_strdup(in->msg->u.load_adapter.adapter_id);
+        m.u.adapter_loaded.code = LS_ERROR_CODE_BAD_REQUEST;
+        m.u.adapter_loaded.reason = ls_msg_strdup(why);
+        ls_actor_reply(app->actor, in, &m);
+        ls_msg_clear(&m);
+    }
+    free(why);
+    return refused;
+}
+
 static int s_on_load(ls_actor_t *a, ls_in_t *in, void *state) {
+    if (!ls_confine_open(((app_t *)state)->confine) && s_path_refused(state, in))
+        return 0;
     sched_on_load_adapter(((app_t *)state)->core, in->now_ns, in->msg, ls_route_new(in));
     s_sync(state);
     return 0;
@@ -295,6 +332,12 @@ static int s_start(ls_actor_t *a, void *state) {
         .step_timeout_ns = (uint64_t)app->step_timeout_ms * 1000000u,
         .load_timeout_ns = (uint64_t)app->load_timeout_ms * 1000000u,
     };
+    if (!(app->confine = ls_confine_new(&app->lora_roots, &app->lora_dirs, &app->lora_paths))) {
+        ls_error(0, "scheduler out of memory");
+        return -1;
+    }
+    if (ls_confine_open(app->confine))
+        ls_warn(0, "no --lora-roots, --lora-dirs or --lora-paths: adapter paths are not checked here");
     const sched_io_t io = {.emit = s_emit, .release = s_release, .arg = app};
     app->core = sched_new(&cfg, &io);
     if (!app->core) {
@@ -311,7 +354,10 @@ static void s_shutdown(ls_actor_t *a, void *state) {
         sched_shutdown(app->core, ls_actor_now_ns(a));
 }
 
-static void s_destroy(ls_actor_t *a, void *state) { sched_destroy(&((app_t *)state)->core); }
+static void s_destroy(ls_actor_t *a, void *state) {
+    sched_destroy(&((app_t *)state)->core);
+    ls_confine_destroy(&((app_t *)state)->confine);
+}
 
 int main(int argc, char **argv) {
     const ls_actor_def_t def = {

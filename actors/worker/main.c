@@ -39,6 +39,7 @@
 #endif
 #include "history.h"
 #include "ls_actor.h"
+#include "ls_confine.h"
 #include "step.h"
 #include "lora_pool.h"
 #include "model.h"
@@ -51,6 +52,8 @@ typedef struct {
     char *backend_name;
     char *eviction;
     ls_strlist_t target_modules;
+    ls_strlist_t lora_roots, lora_dirs, lora_paths;
+    ls_confine_t *confine;  // where adapter paths may point: checked here, whatever the scheduler says
     int kv_blocks, kv_cache_mb, block_size;
     int max_loras_per_batch, max_lora_rank, max_loaded_loras, max_cpu_lora_mb;
     int threads, tp_size, tp_timeout_ms;
@@ -237,6 +240,10 @@ static int s_start(ls_actor_t *a, void *state) {
 #endif
     if (s_target_mask(&s_w.target_mask) < 0)
         return -1;
+    if (!(s_w.confine = ls_confine_new(&s_w.lora_roots, &s_w.lora_dirs, &s_w.lora_paths))) {
+        ls_error(0, "worker out of memory");
+        return -1;
+    }
     if (cuda) {
 #ifdef LS_HAVE_CUDA
         int device = s_w.device >= 0 ? s_w.device : s_w.rank;
@@ -301,6 +308,7 @@ static int s_on_tp_comm(ls_actor_t *a, ls_in_t *in, void *state) {
 }
 
 static void s_destroy(ls_actor_t *a, void *state) {
+    ls_confine_destroy(&s_w.confine);
     ls_history_destroy(&s_w.history);
     ls_lora_pool_destroy(&s_w.pool);
     ls_kv_cache_destroy(&s_w.kv);
@@ -365,6 +373,9 @@ typedef struct {
 static void s_load_work(void *arg) {
     s_load_t *l = arg;
     uint64_t t0 = ls_mono_ns();
+    // On the job thread: the check reads the filesystem, and the confinement never changes.
+    if (ls_confine_check(s_w.confine, l->path, l->err, sizeof l->err) < 0)
+        return;
     ls_adapter_t *ad = ls_adapter_load(l->path, &l->cfg, l->max_rank, l->err, sizeof l->err);
     if (ad)
         l->image = ls_lora_pool_image_new(l->pool, ad, &l->full, l->err, sizeof l->err);
@@ -558,6 +569,9 @@ int main(int argc, char **argv) {
                     "and targets (0: room for 64 adapters of --max-lora-rank on every target, at most a quarter "
                     "of the machine's memory)"),
         LS_FLAG_LIST("lora-target-modules", &s_w.target_modules, "modules adapters may target (default: all seven)"),
+        LS_FLAG_LIST("lora-roots", &s_w.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
+        LS_FLAG_LIST("lora-dirs", &s_w.lora_dirs, "... or under one of these"),
+        LS_FLAG_LIST("lora-paths", &s_w.lora_paths, "... or be one of these name=path[:pinned] directories"),
         LS_FLAG_STR("lora-eviction-policy", &s_w.eviction, "lru", "lru or fifo (slots the scheduler does not direct)"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
         LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),

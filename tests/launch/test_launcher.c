@@ -1,6 +1,7 @@
 // Launcher tests: the real graph, started through launch/loraserve as a user would.
 //   graph      — every actor Ready, graph.json right, each actor survives malformed input and
-//                answers a ping, Ctrl-C (SIGINT) stops everything with exit 0, no process left
+//                answers a ping, the scheduler and a worker refuse a LoadAdapter sent to them
+//                directly for a path outside the roots, Ctrl-C (SIGINT) stops everything with exit 0, no process left
 //   death      — with no restart budget, killing one actor brings the graph down with a
 //                message naming it
 //   restart    — supervision: a killed scheduler and a stopped (hung) worker are restarted, the
@@ -251,6 +252,42 @@ static void s_check_demo_adapters(const char *registry) {
     zsock_destroy(&s);
 }
 
+// A LoadAdapter sent straight to an actor (as anyone who reaches its socket could) for an
+// adapter copied outside the roots: the actor itself refuses it.
+static void s_load_outside(const char *endpoint, const char *name) {
+    char dir[200], cmd[600];
+    snprintf(dir, sizeof dir, "%s/outside-%s", s_dir, name);
+    snprintf(cmd, sizeof cmd, "cp -r %s/adapters/reverse %s", LS_DEMO_DIR, dir);
+    assert_int_equal(system(cmd), 0);
+    zsock_t *s = zsock_new_dealer(endpoint);
+    zsock_set_rcvtimeo(s, 10000);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
+    m.rid = 77;
+    m.u.load_adapter.name = ls_msg_strdup("intruder");
+    m.u.load_adapter.adapter_id = ls_msg_strdup("00000000-0000-4000-8000-000000000077");
+    m.u.load_adapter.path = ls_msg_strdup(dir);
+    m.u.load_adapter.slot = -1;
+    char *buf;
+    size_t len;
+    assert_int_equal(ls_msg_encode(&m, &buf, &len), 0);
+    ls_msg_clear(&m);
+    assert_int_equal(zsock_send(s, "b", buf, len), 0);
+    free(buf);
+    zframe_t *f = zframe_recv(s);
+    if (!f)
+        fail_msg("%s did not answer a LoadAdapter", name);
+    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+    zframe_destroy(&f);
+    assert_int_equal(m.type, LS_MSG_ADAPTER_LOADED);
+    assert_int_equal(m.rid, 77);
+    assert_false(m.u.adapter_loaded.ok);
+    assert_int_equal(m.u.adapter_loaded.code, LS_ERROR_CODE_BAD_REQUEST);
+    assert_contains(m.u.adapter_loaded.reason, "outside --lora-roots");
+    ls_msg_clear(&m);
+    zsock_destroy(&s);
+}
+
 static void s_check_graph(cJSON *graph, int tp, const char *prefix) {
     assert_non_null(graph);
     const char *expect[] = {"registry", "scheduler", "detokenizer", "tokenizer", "gateway"};
@@ -292,6 +329,12 @@ static void test_graph(void **unused) {
     cJSON_ArrayForEach(a, cJSON_GetObjectItem(g, "actors"))
         s_poke(s_router(a), cJSON_GetObjectItem(a, "name")->valuestring);
     s_check_demo_adapters(s_router(s_actor(g, "registry")));
+    s_load_outside(s_router(s_actor(g, "scheduler")), "scheduler");
+    // The scheduler refused it itself: nothing went on to the workers.
+    char *log = tu_read_file(cJSON_GetObjectItem(s_actor(g, "scheduler"), "log")->valuestring, NULL);
+    assert_contains(log, "LoadAdapter intruder refused: adapter path");
+    free(log);
+    s_load_outside(s_router(s_actor(g, "worker-1")), "worker-1");
 
     kill(l.pid, SIGINT);
     assert_int_equal(s_wait_exit(&l, 20), 0);
