@@ -237,8 +237,7 @@ def main():
     worst = max(b for _, b in recoveries)
     print(f"load: {stats['sent']} requests, {stats['ok']} ok, {stats['answered_error']} answered with an error, "
           f"{stats['conn_error']} cut by the gateway's death, {stats['hung']} hung")
-    print(f"adapter loads acknowledged: {len(acknowledged)}, lost: "
-          f"{sum(1 for v in violations if 'acknowledged adapter' in v)}")
+    print(f"adapter loads acknowledged: {len(acknowledged)}, lost: {sum(1 for v in violations if v.endswith(' is gone'))}")
     print(f"recovery: worst {worst:.2f} s, mean {sum(b for _, b in recoveries) / len(recoveries):.2f} s "
           f"over {len(recoveries)} faults")
     print(f"faults tried: {tried}, survived: {survived}, lost requests: {stats['hung']}, "
