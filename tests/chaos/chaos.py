@@ -128,15 +128,16 @@ def wait_restarted(name, before, timeout=30):
     return False
 
 
-tried = survived = 0
+tried = survived = injected = 0  # injected: deaths the suite caused (each one restart)
 recoveries = []
 
 
 def fault(label, act, victim=None):
     """One fault: act() does it; if an actor is the victim, its restart is awaited. Then the
     service must answer again in time and every acknowledged adapter must still be there."""
-    global tried, survived
+    global tried, survived, injected
     tried += 1
+    injected += victim is not None
     before = graph()[victim]["restarts"] if victim else 0
     t0 = time.monotonic()
     act()
@@ -234,6 +235,10 @@ def main():
         if status != 200:
             violate(f"the acknowledged adapter {name} answered {status}")
 
+    # Every restart is one the suite caused: no actor died of what it was sent.
+    crashes = sum(a["restarts"] for a in graph().values()) - injected
+    if crashes:
+        violate(f"{crashes} actor restarts the suite did not cause: an actor died of its input")
     worst = max(b for _, b in recoveries)
     print(f"load: {stats['sent']} requests, {stats['ok']} ok, {stats['answered_error']} answered with an error, "
           f"{stats['conn_error']} cut by the gateway's death, {stats['hung']} hung")
@@ -241,7 +246,7 @@ def main():
     print(f"recovery: worst {worst:.2f} s, mean {sum(b for _, b in recoveries) / len(recoveries):.2f} s "
           f"over {len(recoveries)} faults")
     print(f"faults tried: {tried}, survived: {survived}, lost requests: {stats['hung']}, "
-          f"violations: {len(violations)}")
+          f"crashes from input: {crashes}, violations: {len(violations)}")
     return 1 if violations else 0
 
 
