@@ -346,8 +346,10 @@ int journal_append(journal_t *self, const ls_msg_t *record) {
     self->records++;
     if (s_copy(record, &copy) == 0)
         s_live_apply(self, &copy);
-    if (self->records > 2 * self->n_live + JOURNAL_SLACK)
-        return s_compact(self);
+    // The record is written: a compaction that fails (the disk is full) leaves the file whole
+    // and is tried again at the next append; it does not undo what is already recorded.
+    if (self->records > 2 * self->n_live + JOURNAL_SLACK && s_compact(self) < 0)
+        ls_warn(0, "journal: %s keeps its %zu records until a compaction succeeds", self->path, self->records);
     return 0;
 }
 
