@@ -545,8 +545,7 @@ static int s_hide_api_key(void) {
 
 static void s_print_banner(void) {
     s_actor_t *tok = s_find("tokenizer");
-    // The gateway's own defaults when the flags were not given; with --port 0 the port it took
-    // is in its log ("listening on ...").
+    // The gateway's own defaults when the flags were not given (--port 0 was resolved at start).
     const char *host = s_pass_value("host") ? s_pass_value("host") : "127.0.0.1";
     const char *port = s_pass_value("port") ? s_pass_value("port") : "30000";
     fprintf(stderr,
