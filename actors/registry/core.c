@@ -342,6 +342,8 @@ static int s_journal(reg_t *self, const ref_t *r, bool load) {
 static void s_log_refusal(reg_origin_t origin, const char *what, const char *reason) {
     if (origin == REG_FROM_STARTUP || origin == REG_FROM_JOURNAL)
         ls_error(0, "startup adapter %s not loaded: %s", what, reason);
+    else if (origin == REG_FROM_RESTORE)
+        ls_error(0, "adapter %s could not be loaded into the restarted scheduler, and is dropped: %s", what, reason);
     else
         ls_info(0, "%s refused: %s", what, reason);
 }
@@ -361,7 +363,7 @@ static void s_load_fail(reg_t *self, op_t *op, uint32_t code, const char *reason
     // names its path for whoever wants it back. A transient failure (workers down, timeout,
     // shutdown) keeps it for the next start.
     bool permanent = code == LS_ERROR_CODE_BAD_REQUEST || code == LS_ERROR_CODE_NOT_FOUND;
-    if (op->ref && op->origin == REG_FROM_JOURNAL && permanent)
+    if (op->ref && (op->origin == REG_FROM_JOURNAL || op->origin == REG_FROM_RESTORE) && permanent)
         s_journal(self, op->ref, false);
     if (op->ref) {
         op->ref->op = NULL;
@@ -604,13 +606,12 @@ void reg_holders_lost(reg_t *self) {
     }
 }
 
-void reg_scheduler_restarted(reg_t *self, uint64_t now_ns) {
-    // The workers dropped every adapter when the scheduler went down: an unload it had taken
-    // is done.
-    for (bool again = true; again;) {
+void reg_scheduler_lost(reg_t *self, uint64_t now_ns) {
+    for (bool again = true; again;) {  // completing an op may end others: look again each time
         again = false;
         for (op_t *op = self->ops; op; op = op->next)
-            if (op->kind != OP_LOAD && op->phase == PH_DISPATCHED) {
+            if (op->kind != OP_LOAD && (op->phase == PH_DISPATCHED || op->phase == PH_DRAINING)) {
+                op->phase = PH_DISPATCHED;
                 ls_msg_t m;
                 ls_msg_init(&m, LS_MSG_ADAPTER_UNLOADED);
                 m.rid = op->id;
@@ -621,26 +622,28 @@ void reg_scheduler_restarted(reg_t *self, uint64_t now_ns) {
                 break;
             }
     }
-    // What the scheduler must know again: every adapter that is (or is becoming) loaded; a
-    // dispatched load keeps its op, whose answer now comes from the new scheduler.
-    unsigned n = 0;
-    for (ref_t *r = zlistx_first(self->order); r; r = zlistx_next(self->order)) {
-        op_t *op = r->op;
-        if (op && op->kind == OP_LOAD && op->phase != PH_DISPATCHED)
-            continue;  // still being checked: it is dispatched when the check ends
-        ls_msg_t m;
-        ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
-        m.u.load_adapter.name = s_strdup(r->name);
-        m.u.load_adapter.path = s_strdup(r->path);
-        m.u.load_adapter.pinned = r->pinned;
-        m.u.load_adapter.adapter_id = s_strdup(r->id);
-        m.u.load_adapter.slot = -1;
-        bool pending_load = op && op->kind == OP_LOAD;
-        if (s_send(self, &m, pending_load ? op->id : REG_RESEND_RID | ++self->next_op) < 0)
-            ls_error(0, "cannot re-send adapter %s to the restarted scheduler", r->name);
-        n++;
+    // The refs first (a failed send ends an op and removes its ref from the list).
+    size_t n = zlistx_size(self->order), k = 0;
+    ref_t **refs = calloc(n ? n : 1, sizeof *refs);
+    if (!refs) {
+        ls_error(0, "registry out of memory");
+        abort();
     }
-    ls_info(0, "the scheduler restarted: re-sent %u adapters", n);
+    for (ref_t *r = zlistx_first(self->order); r; r = zlistx_next(self->order))
+        if (!r->op || r->op->phase == PH_DISPATCHED)  // one being checked is dispatched after
+            refs[k++] = r;
+    for (size_t i = 0; i < k; i++) {
+        ref_t *r = refs[i];
+        op_t *op = r->op;
+        if (!op) {
+            op = s_op_new(self, OP_LOAD, REG_FROM_RESTORE, r, r->name, r->id);
+            r->state = LS_ADAPTER_STATE_LOADING;
+            op->timer = self->host.arm(self->host.host, op->id, self->cfg.load_timeout_ms);
+        }
+        s_dispatch_load(self, op);
+    }
+    free(refs);
+    ls_info(0, "the scheduler went down: %zu adapters are loaded again into its restart", k);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -669,9 +672,9 @@ static void s_loaded(reg_t *self, uint64_t now_ns, op_t *op, bool ok, uint32_t c
         return;
     }
     ref_t *r = op->ref;
-    // A load is acknowledged only once it is in the journal (a restored adapter already is):
+    // A load is acknowledged only once it is in the journal (a restored one already is):
     // one the journal cannot take would vanish at the next restart, so it is undone instead.
-    if (op->origin != REG_FROM_JOURNAL && s_journal(self, r, true) < 0) {
+    if (op->origin != REG_FROM_JOURNAL && op->origin != REG_FROM_RESTORE && s_journal(self, r, true) < 0) {
         s_load_fail(self, op, LS_ERROR_CODE_UNAVAILABLE,
                     "the registry could not record the load in its journal (is the disk full?); it is undone");
         s_cleanup(self, op);
@@ -722,16 +725,6 @@ static void s_unloaded(reg_t *self, op_t *op, bool ok, uint32_t code, const char
 }
 
 void reg_answered(reg_t *self, uint64_t now_ns, const ls_msg_t *msg) {
-    if (msg->rid & REG_RESEND_RID) {  // a re-sent adapter: nobody waits; a refusal is logged
-        bool ok = msg->type == LS_MSG_ADAPTER_LOADED && msg->u.adapter_loaded.ok;
-        if (!ok)
-            ls_error(0, "the restarted scheduler refused adapter %s: %s",
-                     msg->type == LS_MSG_ADAPTER_LOADED && msg->u.adapter_loaded.name ? msg->u.adapter_loaded.name : "?",
-                     msg->type == LS_MSG_ADAPTER_LOADED   ? (msg->u.adapter_loaded.reason ? msg->u.adapter_loaded.reason : "")
-                     : msg->type == LS_MSG_ERROR          ? (msg->u.error.message ? msg->u.error.message : "")
-                                                          : "an unexpected answer");
-        return;
-    }
     op_t *op = s_op_find(self, msg->rid);
     bool is_load = op && op->kind == OP_LOAD;
     bool fits = op && op->phase == PH_DISPATCHED &&

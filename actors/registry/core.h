@@ -45,6 +45,7 @@ typedef enum {
     REG_FROM_STARTUP,     // --lora-paths: trusted; counts toward Ready
     REG_FROM_JOURNAL,     // the journal's live set: trusted, keeps its id; counts toward Ready
     REG_FROM_DEMAND,      // an acquire of an unregistered name found under --lora-dirs
+    REG_FROM_RESTORE,     // a registered adapter loaded again into a restarted scheduler
 } reg_origin_t;
 
 typedef struct {
@@ -117,11 +118,12 @@ void reg_shutdown(reg_t *self);
 // Supervision. The tokenizer went down: every hold it had is gone (its requests ended with it),
 // so in-flight counts drop to zero and unloads waiting on them go ahead.
 void reg_holders_lost(reg_t *self);
-// The scheduler was restarted and knows no adapter: every registered one is sent again (a load
-// in flight keeps its op and waiter), and unloads it had taken are confirmed (the workers drop
-// every adapter when the scheduler goes down). Re-sends carry REG_RESEND_RID in their rid.
-void reg_scheduler_restarted(reg_t *self, uint64_t now_ns);
-#define REG_RESEND_RID (1ull << 62)
+// The scheduler went down; its restart will know no adapter. Every registered adapter is
+// loaded again at once (queued for the restart): it is LOADING until the restarted scheduler
+// confirms it, so acquires wait for that instead of reaching a scheduler that does not know it
+// yet; a load in flight keeps its op and waiter. Unloads are done: the workers drop every
+// adapter when the scheduler goes down, and the requests an unload waited for end with it.
+void reg_scheduler_lost(reg_t *self, uint64_t now_ns);
 
 // Is a ref with this name registered (in any state)?
 bool reg_has(const reg_t *self, const char *name);

@@ -14,8 +14,8 @@
 // residency a listing asked for).
 // Emits to the scheduler: LoadAdapter {name, path, pinned, adapter_id, slot -1} and
 // UnloadAdapter {name, adapter_id}, each with a rid of the registry's own.
-// Accepts on its control DEALER: PeerStatus (a restarted scheduler: every adapter is sent to it
-// again; a tokenizer that went down: its holds are dropped).
+// Accepts on its control DEALER: PeerStatus (a scheduler that went down: every adapter is queued
+// for its restart; a tokenizer that went down: its holds are dropped).
 // Emits to the launcher: Ready once every startup adapter (journal, --lora-paths) is answered;
 // plus the runtime's Heartbeat, Metrics and Error.
 //
@@ -340,16 +340,16 @@ static int s_on_answer(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
-// The launcher's news of the graph: a restarted scheduler is told every adapter again; a
-// tokenizer that went down took its requests' holds with it.
+// The launcher's news of the graph: a scheduler that went down will be told every adapter
+// again when it is back; a tokenizer that went down took its requests' holds with it.
 static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
     registry_t *r = state;
     const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
-    if (!ps->actor)
+    if (!ps->actor || ps->up)
         return 0;
-    if (ps->up && ps->restarts > 0 && !strcmp(ps->actor, "scheduler"))
-        reg_scheduler_restarted(r->reg, in->now_ns);
-    else if (!ps->up && !strcmp(ps->actor, "tokenizer"))
+    if (!strcmp(ps->actor, "scheduler"))
+        reg_scheduler_lost(r->reg, in->now_ns);
+    else if (!strcmp(ps->actor, "tokenizer"))
         reg_holders_lost(r->reg);
     s_publish(r);
     return 0;

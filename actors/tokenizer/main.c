@@ -71,6 +71,7 @@ typedef struct {
     zhashx_t *clients;   // client key → greq_t, until closed
     zhashx_t *relays;    // rid → relay_t
     greq_t *groups;
+    bool scheduler_down;  // the launcher said so, and not yet that it is back
 } tok_t;
 
 static tok_t s_tok;
@@ -278,6 +279,13 @@ static void s_comp_ended(comp_t *c) {
 // fires first, and a timeout is reported as TIMEOUT.
 static void s_dispatch_group(greq_t *g) {
     const ls_msg_generate_req_t *req = &g->req.u.generate_req;
+    // Nothing waits for a restarting scheduler: what reaches it first must be the registry's
+    // adapters (queued when it went down), not a request naming one of them.
+    if (s_tok.scheduler_down) {
+        s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE,
+                    "the scheduler is restarting; retry the request");
+        return;
+    }
     if (!(g->comps = calloc(g->n, sizeof *g->comps)))
         s_oom();
     uint64_t now_ms = ls_actor_now_ns(s_tok.actor) / 1000000;
@@ -638,6 +646,8 @@ static void s_drop_client(const char *name) {
 
 static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
+    if (ps->actor && !strcmp(ps->actor, "scheduler"))
+        s_tok.scheduler_down = !ps->up;
     if (ps->up || !ps->actor)
         return 0;
     char why[300];

@@ -79,6 +79,9 @@ def client(seed):
                 violate(f"a request for {model} was not answered within {CLIENT_TIMEOUT:.0f} s")
             elif status == 0:
                 stats["conn_error"] += 1  # the gateway itself died: the connection is closed at once
+            elif status == 404:
+                stats["answered_error"] += 1
+                violate(f"a request for {model}, which exists, was answered 404")
             else:
                 stats["answered_error"] += 1
         if status != 200:

@@ -819,59 +819,92 @@ static void test_list_lru(void **unused) {
 
 // ---------------------------------------------------------------------------------------------
 
-// Supervision: a restarted scheduler hears every registered adapter again (a load it had in
-// flight under its own op, so its waiter gets the new scheduler's answer; an unload it had
-// taken is confirmed, the workers having dropped every adapter); a tokenizer that went down
-// leaves no holds, and the unload that waited on them goes ahead.
+// Supervision: the scheduler goes down. Every registered adapter is loaded again into its
+// restart and is LOADING until that confirms it (an acquire waits meanwhile instead of reaching
+// a scheduler that does not know it); a load in flight keeps its op, so its waiter gets the new
+// scheduler's answer; unloads are done (the workers dropped every adapter), whether already
+// dispatched or still waiting for requests. A restore that fails drops the adapter, which the
+// journal keeps. A tokenizer that went down leaves no holds, and the unload that waited on
+// them goes ahead.
 static void test_peer_restarts(void **unused) {
     s_new(8, false);
     char ida[64], idb[64];
     snprintf(ida, sizeof ida, "%s", s_load_ok("a", s_adapter("a"), false));
     snprintf(idb, sizeof idb, "%s", s_load_ok("b", s_adapter("b"), true));
-    // oproj: dispatched, not answered yet. b: an unload the scheduler has taken.
-    void *lw = s_w(), *uw = s_w();
+    s_load_ok("rank32x", s_adapter("oproj"), false);
+    // oproj: dispatched, not answered yet. b: an unload the scheduler has taken. rank32x: an
+    // unload waiting for the request that holds it.
+    void *lw = s_w(), *uw = s_w(), *uw2 = s_w();
     reg_load(R.reg, 1000, REG_FROM_CLIENT, "oproj", s_adapter("oproj"), false, NULL, lw);
     s_checks();
     uint64_t load_op = s_last_sent(LS_MSG_LOAD_ADAPTER)->rid;
     reg_unload(R.reg, 1100, "b", uw);
     s_last_sent(LS_MSG_UNLOAD_ADAPTER);
+    assert_true(s_acquire("rank32x")->u.adapter_acquired.ok);
+    reg_unload(R.reg, 1100, "rank32x", uw2);
     int journal = R.n_journal, sent = R.n_sent;
 
-    reg_scheduler_restarted(R.reg, 5000);
+    reg_scheduler_lost(R.reg, 5000);
     assert_true(s_ans(uw)->u.adapter_unloaded.ok);
+    assert_true(s_ans(uw2)->u.adapter_unloaded.ok);
     assert_false(reg_has(R.reg, "b"));
-    assert_int_equal(R.journal[journal].type, LS_MSG_UNLOAD_ADAPTER);  // the unload is kept
-    assert_int_equal(R.n_sent, sent + 2);  // a and oproj; b is gone
-    const ls_msg_t *ra = &R.sent[sent], *ro = &R.sent[sent + 1];
-    assert_int_equal(ra->type, LS_MSG_LOAD_ADAPTER);
+    assert_false(reg_has(R.reg, "rank32x"));
+    assert_int_equal(R.journal[journal].type, LS_MSG_UNLOAD_ADAPTER);  // the unloads are kept
+    assert_int_equal(R.journal[journal + 1].type, LS_MSG_UNLOAD_ADAPTER);
+    assert_int_equal(R.n_sent, sent + 2);  // a and oproj
+    const ls_msg_t *ra = NULL, *ro = NULL;
+    for (int i = sent; i < R.n_sent; i++) {
+        assert_int_equal(R.sent[i].type, LS_MSG_LOAD_ADAPTER);
+        if (!strcmp(R.sent[i].u.load_adapter.name, "a"))
+            ra = &R.sent[i];
+        else
+            ro = &R.sent[i];
+    }
+    assert_non_null(ra);
+    assert_non_null(ro);
     assert_string_equal(ra->u.load_adapter.adapter_id, ida);
     assert_string_equal(ra->u.load_adapter.path, s_adapter("a"));
-    assert_true(ra->rid & REG_RESEND_RID);
     assert_int_equal(ro->rid, load_op);
     assert_false(s_answered(lw));
-    // The answers: the re-send's needs nobody; the pending load's reaches its waiter.
-    uint64_t unknown = reg_stats(R.reg)->answers_unknown;
-    s_sched(ra->rid, LS_MSG_ADAPTER_LOADED, false, LS_ERROR_CODE_UNAVAILABLE, "tier full");
-    assert_int_equal(reg_stats(R.reg)->answers_unknown, unknown);
-    assert_true(reg_has(R.reg, "a"));
+    // a is LOADING: an acquire waits for the restarted scheduler's answer.
+    void *aw = s_w();
+    reg_acquire(R.reg, 6000, "a", aw);
+    assert_false(s_answered(aw));
+    s_sched(ra->rid, LS_MSG_ADAPTER_LOADED, true, 0, NULL);
+    assert_true(s_ans(aw)->u.adapter_acquired.ok);
+    assert_string_equal(s_ans(aw)->u.adapter_acquired.adapter_id, ida);
+    assert_int_equal(R.n_journal, journal + 2);  // a restore writes no record
     s_sched(load_op, LS_MSG_ADAPTER_LOADED, true, 0, NULL);
     assert_true(s_ans(lw)->u.adapter_loaded.ok);
+
+    // Down again; this time oproj's restore is refused for good: it is dropped, and the
+    // journal says so; a stays.
+    sent = R.n_sent;
+    reg_scheduler_lost(R.reg, 7000);
+    assert_int_equal(R.n_sent, sent + 2);
+    for (int i = sent; i < R.n_sent; i++)
+        s_sched(R.sent[i].rid, LS_MSG_ADAPTER_LOADED, strcmp(R.sent[i].u.load_adapter.name, "oproj") != 0,
+                LS_ERROR_CODE_BAD_REQUEST, "the files are gone");
+    assert_false(reg_has(R.reg, "oproj"));
+    assert_true(reg_has(R.reg, "a"));
+    assert_int_equal(R.journal[R.n_journal - 1].type, LS_MSG_UNLOAD_ADAPTER);
 
     // Two holds of a; an unload waits for them; the tokenizer goes down.
     assert_true(s_acquire("a")->u.adapter_acquired.ok);
     assert_true(s_acquire("a")->u.adapter_acquired.ok);
-    void *uw2 = s_w();
+    void *uw3 = s_w();
     sent = R.n_sent;
-    reg_unload(R.reg, 6000, "a", uw2);
+    reg_unload(R.reg, 8000, "a", uw3);
     assert_int_equal(R.n_sent, sent);
     reg_holders_lost(R.reg);
     assert_int_equal(reg_stats(R.reg)->in_flight, 0);
     assert_int_equal(R.n_sent, sent + 1);
     s_sched(s_last_sent(LS_MSG_UNLOAD_ADAPTER)->rid, LS_MSG_ADAPTER_UNLOADED, true, 0, NULL);
-    assert_true(s_ans(uw2)->u.adapter_unloaded.ok);
+    assert_true(s_ans(uw3)->u.adapter_unloaded.ok);
     // A late release from a request of the old tokenizer is counted, not fatal.
+    uint64_t unknown = reg_stats(R.reg)->releases_unknown;
     reg_release(R.reg, ida, "a");
-    assert_int_equal(reg_stats(R.reg)->releases_unknown, 1);
+    assert_int_equal(reg_stats(R.reg)->releases_unknown, unknown + 1);
     s_reset();
 }
 
