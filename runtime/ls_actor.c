@@ -588,6 +588,15 @@ void ls_actor_shutdown(ls_actor_t *self, const char *reason) {
 }
 
 static int s_on_shutdown(ls_actor_t *self, ls_in_t *in) {
+    // A supervised actor is stopped by its launcher only: a client (even one with the graph's
+    // client key) that sends Shutdown is refused. An actor run alone stops for anyone who can
+    // reach it, as its only way to be told.
+    if (self->control && in->sock != self->control) {
+        ls_actor_count(self, "msgs_refused", 1);
+        ls_warn(0, "Shutdown from %s refused: only the launcher stops this actor", in->from);
+        ls_actor_reply_error(self, in, LS_ERROR_CODE_BAD_REQUEST, "only the launcher stops %s", self->name);
+        return -1;
+    }
     char reason[300];
     snprintf(reason, sizeof reason, "Shutdown from %s%s%s", in->from,
              in->msg->u.shutdown.reason ? ": " : "", in->msg->u.shutdown.reason ? in->msg->u.shutdown.reason : "");

@@ -670,6 +670,16 @@ static void s_check_curve(launch_t *l, cJSON *g) {
     assert_int_equal(m.rid, 9);
     ls_msg_clear(&m);
     zframe_destroy(&f);
+    // Even with the client key, Shutdown is the launcher's alone: refused, the actor stays.
+    s_send_msg(keyed, LS_MSG_SHUTDOWN, 10);
+    f = zframe_recv(keyed);
+    assert_non_null(f);
+    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+    assert_int_equal(m.type, LS_MSG_ERROR);
+    ls_msg_clear(&m);
+    zframe_destroy(&f);
+    usleep(200000);
+    assert_true(s_alive(cJSON_GetObjectItem(s_actor(g, "tokenizer"), "pid")->valueint));
     zsock_destroy(&keyed);
 }
 

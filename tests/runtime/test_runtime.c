@@ -7,8 +7,9 @@
 //   timers     — timers fire, repeat, and are recorded
 //   jobs       — background work completes on the loop in submission order, recorded
 //   ready      — an actor can defer Ready until it is really ready
-//   peer status — PeerStatus counts only from the launcher; a peer reported down loses what
-//                was queued for it, and what is sent after reaches its restart
+//   peer status — PeerStatus and Shutdown count only from the launcher when there is one; a
+//                peer reported down loses what was queued for it, and what is sent after
+//                reaches its restart
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -627,6 +628,18 @@ static zmsg_t *s_recv_msg(zsock_t *s, ls_msg_t *m, int type) {
     return zm;
 }
 
+// As the launcher: msg to the actor `name` on the control ROUTER.
+static void s_control_send(zsock_t *control, const char *name, const ls_msg_t *msg) {
+    zmsg_t *zm = zmsg_new();
+    zmsg_addstr(zm, name);
+    char *buf;
+    size_t len;
+    assert_int_equal(ls_msg_encode(msg, &buf, &len), 0);
+    zmsg_addmem(zm, buf, len);
+    free(buf);
+    assert_int_equal(zmsg_send(&zm, control), 0);
+}
+
 static void test_peer_status(void **unused) {
     char cep[128], bind[128], vep[128];
     s_endpoint(cep, sizeof cep, "sup-control");
@@ -668,14 +681,7 @@ static void test_peer_status(void **unused) {
     // down; a fourth goes after that. The restarted victim gets only the fourth.
     for (uint64_t rid = 1; rid <= 4; rid++) {
         if (rid == 4) {
-            zmsg_t *zm = zmsg_new();
-            zmsg_addstr(zm, "sup");
-            char *buf;
-            size_t len;
-            assert_int_equal(ls_msg_encode(&ps, &buf, &len), 0);
-            zmsg_addmem(zm, buf, len);
-            free(buf);
-            assert_int_equal(zmsg_send(&zm, control), 0);
+            s_control_send(control, "sup", &ps);
             // The control socket is not ordered with the client's: wait until it was handled.
             for (int i = 0; i < 500 && !__atomic_load_n(&st.statuses, __ATOMIC_SEQ_CST); i++)
                 usleep(10000);
@@ -700,7 +706,15 @@ static void test_peer_status(void **unused) {
     zsock_set_rcvtimeo(victim, 300);
     assert_null(zmsg_recv(victim));
 
+    // A supervised actor takes Shutdown from its launcher only: a client's is refused.
     s_client_shutdown(c);
+    s_client_recv(c, &m);
+    assert_int_equal(m.type, LS_MSG_ERROR);
+    assert_contains(m.u.error.message, "only the launcher stops sup");
+    ls_msg_clear(&m);
+    ls_msg_t stop;
+    ls_msg_init(&stop, LS_MSG_SHUTDOWN);
+    s_control_send(control, "sup", &stop);
     s_join(&r);
     ls_msg_clear(&ps);
     ls_msg_clear(&ping);
