@@ -390,7 +390,7 @@ static pid_t s_pid_of(launch_t *l, const char *name) {
 
 static void test_restart(void **unused) {
     launch_t l;
-    const char *extra[] = {"--max-restarts", "3", "--hang-timeout-ms", "1000", NULL};
+    const char *extra[] = {"--max-restarts", "3", "--hang-timeout-ms", "1500", NULL};
     s_launch(&l, "restart", LS_BIN_DIR, extra);
     cJSON *g = s_wait_graph(&l, 30);
     if (!g)
@@ -418,7 +418,7 @@ static void test_restart(void **unused) {
     assert_true(w2 > 0 && w2 != worker);
     double back = s_now() - t0;
     if (back > 6)
-        fail_msg("a hung worker took %.1f s to be replaced (hang timeout 1 s)", back);
+        fail_msg("a hung worker took %.1f s to be replaced (hang timeout 1.5 s)", back);
     for (t0 = s_now(); s_now() - t0 < 10 && (placed = s_demo_adapters_placed(registry)) < 0;)
         usleep(100000);
     assert_int_equal(placed, 0);
