@@ -9,8 +9,8 @@ bin=$1 launch=$2
 run=$(mktemp -d /tmp/ls-chaos-XXXXXX)
 . "$(dirname "$0")/../common/graph.sh"
 trap graph_cleanup EXIT
-# Faults come faster than a production budget allows; hangs are found within 1.5 s.
-graph_start "$bin" "$launch" "$run" --max-restarts 100 --actor-heartbeat-ms 250 --hang-timeout-ms 1500
+# Faults come faster than a production budget allows; hangs are found within 2 s.
+graph_start "$bin" "$launch" "$run" --max-restarts 100 --actor-heartbeat-ms 250 --hang-timeout-ms 2000
 DEMO_ADAPTERS=$(cd "$(dirname "$launch")/../examples/demo/adapters" && pwd) \
     python3 "$(dirname "$0")/chaos.py" "$url" "$run/graph" || {
     echo "--- launcher output ---" >&2
