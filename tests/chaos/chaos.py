@@ -230,8 +230,9 @@ def main():
     print(f"DoS request: another request answered after {back:.2f} s", flush=True)
 
     stop_load.set()
+    deadline = time.monotonic() + CLIENT_TIMEOUT + 5  # each client ends its last request by then
     for t in threads:
-        t.join(CLIENT_TIMEOUT + 5)
+        t.join(max(0.0, deadline - time.monotonic()))
     check_acknowledged("the end")
     failed = 0
     for name in acknowledged:
