@@ -70,6 +70,7 @@ typedef struct {
     ls_history_t *history;
     int32_t eos_ids[LS_MAX_EOS_TOKENS * 2];
     int n_eos;
+    uint32_t scheduler_epoch;  // counts the scheduler's deaths: a load begun before one is void
 } worker_t;
 
 static worker_t s_w;
@@ -367,6 +368,7 @@ typedef struct {
     ls_lora_image_t *image;  // set by the job
     bool full;               // the job found the CPU tier full
     uint64_t load_us;        // the job's wall time
+    uint32_t epoch;          // s_w.scheduler_epoch when it began
     char err[1024];
 } s_load_t;
 
@@ -413,6 +415,13 @@ static void s_load_free(s_load_t *l) {
 static void s_load_done(ls_actor_t *a, void *arg) {
     s_load_t *l = arg;
     char err[1024];
+    if (l->epoch != s_w.scheduler_epoch) {
+        // The scheduler that asked went down meanwhile; its restart knows nothing of this load
+        // and will ask again for what it wants.
+        ls_info(l->rid, "adapter %s read, but the scheduler that asked for it is gone: dropped", l->name);
+        s_load_free(l);
+        return;
+    }
     if (!l->image) {
         ls_warn(l->rid, "adapter %s (%s) not loaded: %s", l->name, l->path, l->err);
         // a full tier is the scheduler's to fix (it makes room first); anything else is the adapter's fault
@@ -452,6 +461,7 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     l->cfg = *ls_model_config(s_w.model);
     l->max_rank = s_w.max_lora_rank;
     l->pool = s_w.pool;
+    l->epoch = s_w.scheduler_epoch;
     const char *why = NULL;
     if (!*l->adapter_id)
         why = "LoadAdapter without adapter_id (the registry assigns one)";
@@ -530,6 +540,7 @@ static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
         return 0;
     if (!ps->up) {
         ls_warn(0, "the scheduler went down: dropping every adapter and request");
+        s_w.scheduler_epoch++;  // and the loads still on the job thread
         ls_lora_pool_clear(s_w.pool);
         ls_history_destroy(&s_w.history);
         s_w.history = ls_history_new();
