@@ -47,6 +47,10 @@ typedef struct {
     lora_evict_t eviction;       // GPU slot victim policy
     uint64_t step_timeout_ns;    // no StepResult this long after a plan: the workers are gone
     uint64_t load_timeout_ns;    // no answer to an adapter load/unload this long: it failed
+    // Admission (docs/scheduling.md): more is refused at once with OVERLOADED.
+    uint32_t max_waiting_requests;  // waiting requests of all tenants (and those held until the workers are ready)
+    uint32_t max_tenant_waiting;    // waiting requests of one tenant (an adapter, or the base model)
+    uint64_t max_queued_tokens;     // tokens of the waiting requests; a prompt longer than this is TOO_LARGE
 } sched_config_t;
 
 // Gauges (set after every event) and counters (only grow).
