@@ -209,6 +209,17 @@ static size_t s_tenant_add(const char *tenant, ptrdiff_t d) {
     return n;
 }
 
+// The call an answer from upstream belongs to, or NULL. Our rids start at 1: a 0 answers nothing
+// of ours (and would be a NULL key, which zhashx asserts on), so it is logged and dropped.
+static s_call_t *s_call_of(const ls_in_t *in) {
+    if (!in->msg->rid) {
+        ls_warn(0, "%s with rid 0 from %s answers no request: dropped", ls_msg_type_name(in->msg->type), in->from);
+        ls_actor_count(s_g.self, "answers_rid0", 1);
+        return NULL;
+    }
+    return zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+}
+
 static void s_call_free(s_call_t *c) {
     if (c->tenant_held)
         s_tenant_add(c->label, -(ptrdiff_t)c->tenant_held);
@@ -378,7 +389,7 @@ static void s_gen_done(s_call_t *c) {
 
 static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_text_out_t *t = &in->msg->u.text_out;
-    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    s_call_t *c = s_call_of(in);
     if (!c || c->kind != S_GEN) {
         ls_actor_count(a, "text_out_stray", 1);  // its client left, or a late piece after a failure
         return 0;
@@ -554,7 +565,7 @@ static int s_admin_send(s_call_t *c, ls_msg_t *m, int timeout_ms) {
 }
 
 static s_call_t *s_admin_answer(ls_in_t *in, s_kind_t kind) {
-    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    s_call_t *c = s_call_of(in);
     return c && c->kind == kind ? c : NULL;
 }
 
@@ -876,7 +887,7 @@ static int s_on_metrics(ls_actor_t *a, ls_in_t *in, void *state) {
 // An upstream refusal of one of our messages (e.g. a tokenizer that does not serve it).
 static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_error_t *e = &in->msg->u.error;
-    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    s_call_t *c = s_call_of(in);
     ls_warn(in->msg->rid, "Error from %s: %s: %s", in->from, ls_error_code_name(e->code) ? ls_error_code_name(e->code) : "?",
             e->message ? e->message : "");
     if (!c)
