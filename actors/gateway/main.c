@@ -1056,7 +1056,15 @@ static void s_on_shutdown(ls_actor_t *a, void *state) {
         else {
             if (c->kind == S_GEN)
                 s_abort_open(c, "the gateway is stopping");
-            if (c->req)
+            if (c->req && (c->kind == S_LOAD || c->kind == S_UNLOAD)) {
+                // The registry goes on with it: saying it failed could be false.
+                char msg[512];
+                snprintf(msg, sizeof msg,
+                         "the gateway is stopping before the registry answered; the %s of adapter %s may still "
+                         "complete: GET /v1/models tells whether it did",
+                         c->kind == S_LOAD ? "load" : "unload", c->label);
+                s_respond_error(c->req, 503, msg, "lora_name", "outcome_unknown");
+            } else if (c->req)
                 s_respond_error(c->req, 503, "the server is shutting down", NULL, "shutting_down");
             c->req = NULL;
             s_call_free(c);

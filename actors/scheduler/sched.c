@@ -622,13 +622,32 @@ static void s_unload_maybe(sched_t *s, lora_adapter_t *ad) {
     lora_slot_clear(s->lora, ad);
 }
 
+// A worker loaded an adapter after its command was over (timed out, or the workers were
+// declared down): unless the adapter is resident or loading again, that rank holds bytes the
+// CPU tier's accounting does not count, so it is told to drop them.
+static void s_late_load(sched_t *s, int rank, uint64_t rid, const char *adapter_id) {
+    const lora_adapter_t *ad = adapter_id ? lora_find(s->lora, adapter_id) : NULL;
+    if (!adapter_id || (ad && (ad->resident || ad->loading)))
+        return;
+    ls_warn(rid, "worker %d loaded adapter %s after its load was over; unloading it there", rank, adapter_id);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
+    m.rid = ++s->next_op_rid;
+    m.u.unload_adapter.adapter_id = s_strdup(adapter_id);
+    m.u.unload_adapter.name = s_strdup(ad ? ad->name : adapter_id);
+    s_emit(s, SCHED_TO_WORKER, rank, NULL, &m);
+    ls_msg_clear(&m);
+}
+
 static void s_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_rank, uint64_t bytes,
-                        uint32_t code, const char *reason) {
+                        uint32_t code, const char *reason, const char *late_load_id) {
     op_t *op = s->ops;
     while (op && !(op->rid == rid && op->deadline != 0))
         op = op->next;
     if (!op || rank < 0 || rank >= s->cfg.tp_size) {
         ls_debug(rid, "adapter answer from rank %d matches no command (a rollback's, or late)", rank);
+        if (ok && late_load_id && rank >= 0 && rank < s->cfg.tp_size)
+            s_late_load(s, rank, rid, late_load_id);
         return;
     }
     uint32_t bit = 1u << rank;
@@ -1647,10 +1666,10 @@ void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t 
     s->now = now;
     if (msg->type == LS_MSG_ADAPTER_LOADED) {
         const ls_msg_adapter_loaded_t *a = &msg->u.adapter_loaded;
-        s_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->code, a->reason);
+        s_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->code, a->reason, a->adapter_id);
     } else if (msg->type == LS_MSG_ADAPTER_UNLOADED) {
         const ls_msg_adapter_unloaded_t *a = &msg->u.adapter_unloaded;
-        s_op_answer(s, rank, msg->rid, a->ok, 0, 0, a->code, a->reason);
+        s_op_answer(s, rank, msg->rid, a->ok, 0, 0, a->code, a->reason, NULL);
     }
     s_after(s, now);
 }

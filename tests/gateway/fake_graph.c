@@ -173,6 +173,8 @@ static void s_admin(zsock_t *router, zframe_t *id, const ls_msg_t *req) {
         s_adapter(&m.u.adapter_list.adapters.v[2], "gone", LS_ADAPTER_STATE_UNLOADING);
         break;
     case LS_MSG_LOAD_ADAPTER: {
+        if (!strcmp(req->u.load_adapter.name, "hang"))
+            return;  // still loading
         int bad = !strcmp(req->u.load_adapter.name, "bad");
         ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
         m.u.adapter_loaded.ok = !bad;

@@ -9,7 +9,7 @@
 // finish ABORT); "long" is refused TOO_LARGE, "busy" UNAVAILABLE; "rid0" is preceded by one
 // message of every answer type with rid 0; adapter "missing" NOT_FOUND.
 // Admin: ListAdapters lists reverse and upper (READY) and gone (UNLOADING); LoadAdapter "bad"
-// fails BAD_REQUEST; UnloadAdapter "nope" fails NOT_FOUND; Heartbeat is answered unless muted.
+// fails BAD_REQUEST, "hang" is never answered; UnloadAdapter "nope" fails NOT_FOUND; Heartbeat is answered unless muted.
 #ifndef FAKE_GRAPH_H
 #define FAKE_GRAPH_H
 

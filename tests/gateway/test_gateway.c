@@ -15,6 +15,8 @@
 //   disconnect                   — a client that leaves mid-stream makes the gateway send Abort
 //   admission                    — fan-out over the request cap 400; over the tenant's share 429
 //                                  with Retry-After while other tenants are served
+//   shutdown_admin               — a load in flight when the gateway stops: 503 outcome_unknown,
+//                                  not a failure the registry may contradict
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -896,6 +898,28 @@ static void test_admission(void **state) {
     s_stop(&g);
 }
 
+// A load still in flight when the gateway stops is not called failed: the registry may still
+// complete it.
+static void test_shutdown_admin(void **state) {
+    gw_t g = s_start("stopping", NULL);
+    conn_t c;
+    s_conn_open(&c, g.port);
+    static const char body[] = "{\"lora_name\":\"hang\",\"lora_path\":\"/x/hang\"}";
+    char raw[256];
+    int n = snprintf(raw, sizeof raw, "POST /v1/load_lora_adapter HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof body - 1, body);
+    s_write(c.fd, raw, (size_t)n);
+    usleep(200000);
+    s_stop(&g);
+    resp_t r;
+    s_read(&c, &r);
+    assert_int_equal(r.status, 503);
+    assert_contains(r.body, "\"code\":\"outcome_unknown\"");
+    assert_contains(r.body, "may still complete");
+    s_resp_free(&r);
+    close(c.fd);
+}
+
 static int s_setup(void **state) {
     signal(SIGPIPE, SIG_IGN);
     snprintf(s_dir, sizeof s_dir, "/tmp/ls-gateway-XXXXXX");
@@ -925,6 +949,7 @@ int main(void) {
         cmocka_unit_test(test_health),      cmocka_unit_test(test_metrics),   cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_malformed),   cmocka_unit_test(test_pipelining), cmocka_unit_test(test_concurrency),
         cmocka_unit_test(test_slow_clients), cmocka_unit_test(test_disconnect), cmocka_unit_test(test_admission),
+        cmocka_unit_test(test_shutdown_admin),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }

@@ -14,6 +14,7 @@
 //   admission_limits                 — waiting queue, per-tenant share, queued tokens, held
 //                                      commands: OVERLOADED at once; the accepted all finish
 //   fair_share                       — one tenant floods: another's requests go next, not last
+//   late_load                        — a load a worker finishes after it timed out is undone there
 //   cpu_tier                         — load, eviction, reload on demand, rollback, unload
 //   pinned_and_prefetch              — pinned slots, the pinned limit, prefetch while a step runs
 //   step_timeout                     — workers silent: every request errors, then recovery
@@ -687,6 +688,32 @@ static void test_fair_share(void **unused) {
     s_flood("A", "B");
 }
 
+// The load timed out (answered TIMEOUT, forgotten); the worker then says it loaded it: told to
+// drop it, so its CPU tier holds nothing the scheduler does not count.
+static void test_late_load(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 4096, 4, 1024, 2, 8);
+    h_load(h, 7, "L", false);
+    h->now += cfg.load_timeout_ns + 1;
+    sched_on_tick(h->s, h->now);
+    const ls_msg_t *m = h_last(h, LS_MSG_ADAPTER_LOADED, 0);
+    assert_non_null(m);
+    assert_false(m->u.adapter_loaded.ok);
+    assert_int_equal(m->u.adapter_loaded.code, LS_ERROR_CODE_TIMEOUT);
+    size_t mark = h->n_out;
+    h_pump(h, 0);  // the worker's late "loaded"
+    const ls_msg_t *u = NULL;
+    for (size_t i = mark; i < h->n_out; i++)
+        if (h->out[i].msg.type == LS_MSG_UNLOAD_ADAPTER) {
+            assert_int_equal(h->out[i].dest.kind, SCHED_TO_WORKER);
+            u = &h->out[i].msg;
+        }
+    assert_non_null(u);
+    assert_string_equal(u->u.unload_adapter.adapter_id, "L");
+    h_free(h);
+}
+
 static size_t s_find(const h_t *h, int type, const char *id, size_t from) {
     for (size_t i = from; i < h->n_out; i++) {
         const ls_msg_t *m = &h->out[i].msg;
@@ -1002,6 +1029,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_admission_limits),
         cmocka_unit_test(test_fair_share),
+        cmocka_unit_test(test_late_load),
         cmocka_unit_test(test_cpu_tier),
         cmocka_unit_test(test_cpu_tier_bytes),
         cmocka_unit_test(test_load_waits_for_room),
