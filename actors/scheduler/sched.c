@@ -111,7 +111,7 @@ struct sched {
     bool down;   // the workers failed (or the actor stops): refuse new work until they are back
     uint32_t max_context, max_loaded, vocab;  // max_loaded 0: no count limit on the CPU tier
     uint32_t base_refs, base_running;  // the base model's tenant: as lora_adapter_t's refs, running
-    uint32_t n_pending;
+    uint32_t n_pending;  // commands held until the workers report (bounded by max_waiting_requests)
     uint64_t cpu_bytes;       // the CPU tier's bytes on the smallest worker (0: not reported, no byte limit)
     uint64_t lora_max_bytes;  // the most one adapter takes there: reserved for a load of unknown size
     kv_t *kv;
