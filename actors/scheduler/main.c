@@ -89,6 +89,7 @@ static const struct {
     C("requests_aborted", requests_aborted),
     C("requests_failed", requests_failed),
     C("requests_refused", requests_refused),
+    C("requests_overloaded", requests_overloaded),
     C("step_timeouts", step_timeouts),
 #undef C
 };

@@ -244,6 +244,7 @@ static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, 
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     ls_warn(rid, "refused: %s", text);
+    s->stats.requests_overloaded += code == LS_ERROR_CODE_OVERLOADED;
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_ERROR);
     m.rid = rid;

@@ -60,6 +60,7 @@ typedef struct {
     uint64_t steps, tokens_generated, prefix_hit_tokens, adapter_residency_hits, adapter_cold_loads,
         adapter_prefetches, adapter_cpu_loads, adapter_cpu_evictions, preemptions, requests_finished,
         requests_aborted, requests_failed, requests_refused, step_timeouts;
+    uint64_t requests_overloaded;  // refused by an admission bound (also in requests_refused)
     uint64_t adapter_cpu_load_us;  // summed: LoadAdapter sent to every worker answered (disk -> CPU tier)
     uint64_t step_roundtrip_us;    // summed: plan sent -> result in (event times)
     uint64_t step_worker_us;       // summed: the workers' reported step time (StepResult.elapsed_us)

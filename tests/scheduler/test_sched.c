@@ -636,6 +636,7 @@ static void test_admission_limits(void **unused) {
         assert_int_equal(h->req[r].error_code, want[r]);
     }
     assert_int_equal(sched_stats(h->s)->waiting, 5);
+    assert_int_equal(sched_stats(h->s)->requests_overloaded, 3 + 3);  // and 6, 4, 5 above
     h_pump(h, 0);
     for (uint64_t r = 10; r <= 19; r++) {
         assert_int_equal(h->req[r].done, !want[r]);
