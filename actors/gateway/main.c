@@ -487,8 +487,9 @@ static void s_gen_start(gw_req_t *req, gw_api_t api) {
                  "(--max-request-completions)",
                  total, c->gen.nreqs, c->gen.n, s_g.max_request_completions);
         ls_warn(0, "refused a request for %s: %s", c->label, msg);
+        const char *field = c->gen.n > 1 ? "n" : api == GW_GENERATE ? "text" : "prompt";
         s_call_free(c);
-        s_respond_error(req, 400, msg, "n", "too_many_completions");
+        s_respond_error(req, 400, msg, field, "too_many_completions");
         return;
     }
     size_t held = s_tenant_add(c->label, 0);
