@@ -318,7 +318,9 @@ static void s_fail_waiters(reg_t *self, op_t *op, uint32_t code, const char *rea
 // ---------------------------------------------------------------------------------------------
 // journal records
 
-static void s_journal(reg_t *self, const ref_t *r, bool load) {
+// A load, an unload, or (dropped) a restored adapter that no longer loads leaving the journal,
+// which unlike a client's unload does not keep a --lora-paths adapter unloaded.
+static void s_journal(reg_t *self, const ref_t *r, bool load, bool dropped) {
     ls_msg_t m;
     ls_msg_init(&m, load ? LS_MSG_LOAD_ADAPTER : LS_MSG_UNLOAD_ADAPTER);
     if (load) {
@@ -327,6 +329,7 @@ static void s_journal(reg_t *self, const ref_t *r, bool load) {
         m.u.load_adapter.pinned = r->pinned;
         m.u.load_adapter.adapter_id = s_strdup(r->id);
     } else {
+        m.u.unload_adapter.dropped = dropped;
         m.u.unload_adapter.name = s_strdup(r->name);
         m.u.unload_adapter.adapter_id = s_strdup(r->id);
     }
@@ -360,7 +363,7 @@ static void s_load_fail(reg_t *self, op_t *op, uint32_t code, const char *reason
     // shutdown) keeps it for the next start.
     bool permanent = code == LS_ERROR_CODE_BAD_REQUEST || code == LS_ERROR_CODE_NOT_FOUND;
     if (op->ref && op->origin == REG_FROM_JOURNAL && permanent)
-        s_journal(self, op->ref, false);
+        s_journal(self, op->ref, false, true);
     if (op->ref) {
         op->ref->op = NULL;
         s_ref_remove(self, op->ref);
@@ -609,7 +612,7 @@ static void s_loaded(reg_t *self, uint64_t now_ns, op_t *op, bool ok, uint32_t c
     self->stats.loads++;
     self->stats.demand_loads += op->origin == REG_FROM_DEMAND;
     if (op->origin != REG_FROM_JOURNAL)  // a restored adapter is already in the journal
-        s_journal(self, r, true);
+        s_journal(self, r, true, false);
     ls_info(0, "loaded %s (id %s, rank %u)", r->name, r->id, r->rank);
     for (size_t i = 0; i < op->nw; i++) {
         if (op->w[i].kind == W_LOAD)
@@ -639,7 +642,7 @@ static void s_unloaded(reg_t *self, op_t *op, bool ok, uint32_t code, const char
         return;
     }
     self->stats.unloads++;
-    s_journal(self, r, false);
+    s_journal(self, r, false, false);
     ls_info(0, "unloaded %s (id %s)", r->name, r->id);
     for (size_t i = 0; i < op->nw; i++)
         s_answer_unloaded(self, op->w[i].w, true, r->name, r->id, 0, NULL);

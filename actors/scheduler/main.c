@@ -22,6 +22,7 @@
 
 typedef struct {
     int tp_size, max_batched, max_running, chunk, max_skip, default_max_new, step_timeout_ms, load_timeout_ms;
+    int max_waiting, max_tenant_waiting, max_queued_tokens;
     char *output, *eviction;
     int output_route;  // TokenOut back on the request's route instead of to the detokenizer
     ls_actor_t *actor;
@@ -46,6 +47,12 @@ static ls_flag_t s_flags[] = {
                 "no StepResult this long after a plan: the workers are declared down"),
     LS_FLAG_INT("load-timeout-ms", &s_app.load_timeout_ms, "120000",
                 "no answer to an adapter load/unload this long: it failed"),
+    LS_FLAG_INT("max-waiting-requests", &s_app.max_waiting, "4096",
+                "requests waiting to run, all tenants together; more are refused at once (HTTP 429)"),
+    LS_FLAG_INT("max-tenant-waiting", &s_app.max_tenant_waiting, "1024",
+                "requests waiting to run for one tenant (an adapter, or the base model); more: 429"),
+    LS_FLAG_INT("max-queued-tokens", &s_app.max_queued_tokens, "4194304",
+                "prompt tokens of the waiting requests together; more: 429 (a longer prompt: 413)"),
     LS_FLAG_END,
 };
 
@@ -82,6 +89,7 @@ static const struct {
     C("requests_aborted", requests_aborted),
     C("requests_failed", requests_failed),
     C("requests_refused", requests_refused),
+    C("requests_overloaded", requests_overloaded),
     C("step_timeouts", step_timeouts),
 #undef C
 };
@@ -250,7 +258,8 @@ static int s_start(ls_actor_t *a, void *state) {
     int bad_policy = strcmp(app->eviction, "lru") != 0 && strcmp(app->eviction, "fifo") != 0;
     if (bad_output || bad_policy || app->tp_size < 1 || app->tp_size > 32 || app->max_batched < 1 ||
         app->max_running < 1 || app->chunk < 1 || app->max_skip < 0 || app->default_max_new < 1 ||
-        app->step_timeout_ms < 1 || app->load_timeout_ms < 1) {
+        app->step_timeout_ms < 1 || app->load_timeout_ms < 1 || app->max_waiting < 1 || app->max_tenant_waiting < 1 ||
+        app->max_queued_tokens < 1) {
         ls_error(0, "bad flags: --output detokenizer|route, --lora-eviction-policy lru|fifo, --tp-size 1..32, "
                     "and positive sizes and timeouts");
         return -1;
@@ -274,6 +283,9 @@ static int s_start(ls_actor_t *a, void *state) {
         .eviction = strcmp(app->eviction, "fifo") == 0 ? LORA_EVICT_FIFO : LORA_EVICT_LRU,
         .step_timeout_ns = (uint64_t)app->step_timeout_ms * 1000000u,
         .load_timeout_ns = (uint64_t)app->load_timeout_ms * 1000000u,
+        .max_waiting_requests = (uint32_t)app->max_waiting,
+        .max_tenant_waiting = (uint32_t)app->max_tenant_waiting,
+        .max_queued_tokens = (uint64_t)app->max_queued_tokens,
     };
     const sched_io_t io = {.emit = s_emit, .release = s_release, .arg = app};
     app->core = sched_new(&cfg, &io);
