@@ -350,7 +350,10 @@ int main(int argc, char **argv) {
     sched_config_t sc = {.tp_size = 1, .max_num_batched_tokens = s_d.max_batched,
                          .max_running_requests = s_d.max_running, .chunked_prefill_size = s_d.chunk,
                          .max_skip_steps = 8, .default_max_new_tokens = 128, .eviction = LORA_EVICT_LRU,
-                         .step_timeout_ns = 600000000000ull, .load_timeout_ns = 600000000000ull};
+                         .step_timeout_ns = 600000000000ull, .load_timeout_ns = 600000000000ull,
+                         // the workload may be queued whole: no admission bound refuses any of it
+                         .max_waiting_requests = UINT32_MAX, .max_tenant_waiting = UINT32_MAX,
+                         .max_queued_tokens = UINT64_MAX};
     const sched_io_t io = {.emit = s_emit, .arg = NULL};
     if (!(s_d.sched = sched_new(&sc, &io))) {
         fprintf(stderr, "cannot create the scheduler core\n");

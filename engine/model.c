@@ -840,14 +840,18 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     return 0;
 }
 
-// Decode-shaped LoRA step: at most 256 tokens, no segment longer than 16. There a
-// group's LoRA costs launches, not bytes, and the backend's lora_fused may do shrink and
-// expand as it sees fit (the CUDA backend: see ls_cu_lora_fused); long (prefill) segments
-// keep shrink + expand, the path where a GEMM over the segment belongs.
+// Decode-shaped LoRA step: at most 256 tokens, each sequence's one token or no segment
+// longer than 16. There a group's LoRA costs launches, not bytes, and the backend's
+// lora_fused may do shrink and expand as it sees fit (the CUDA backend: see
+// ls_cu_lora_fused), beside the GEMM; long (prefill) segments keep shrink + expand. A decode
+// step is decode-shaped however many of its requests share an adapter: one adapter under
+// 128 requests, 10.1 -> 9.3 ms a step that way (H200, engine alone, Llama-3-8B).
 static bool s_lora_decode_shaped(const ls_step_t *step) {
     const ls_lora_batch_t *l = step->lora;
     if (step->n_tokens > 256)
         return false;
+    if (step->attn.n_seqs == step->n_tokens)
+        return true;
     for (int s = 0; s < l->n_segs; s++)
         if (l->seg_indptr[s + 1] - l->seg_indptr[s] > 16)
             return false;

@@ -115,12 +115,15 @@ static s_pass_t s_pass[] = {
     {"lora-dirs", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "directories whose DIR/name adapters load on their first request", NULL, {0}},
     {"lora-roots", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "where client-given adapter paths may point (default: the --lora-dirs)", NULL, {0}},
     {"lora-eviction-policy", 0, K_WORKER | K_SCHEDULER, "adapter slot victim: lru or fifo (default lru)", NULL, {0}},
-    {"max-num-batched-tokens", 0, K_SCHEDULER, "token budget of one step (default 2048)", NULL, {0}},
-    {"max-running-requests", 0, K_SCHEDULER, "requests decoded at once (default 256)", NULL, {0}},
+    {"max-num-batched-tokens", 0, K_SCHEDULER | K_WORKER, "token budget of one step; workers refuse bigger plans (default 2048)", NULL, {0}},
+    {"max-running-requests", 0, K_SCHEDULER | K_WORKER, "requests decoded at once; workers refuse bigger plans (default 256)", NULL, {0}},
     {"chunked-prefill-size", 0, K_SCHEDULER, "prompt tokens of one request per step (default 512)", NULL, {0}},
     {"max-skip-steps", 0, K_SCHEDULER, "steps a request may be passed over for residency (default 8)", NULL, {0}},
     {"default-max-new-tokens", 0, K_SCHEDULER, "max_new_tokens when a request gives none (default 128)", NULL, {0}},
     {"step-timeout-ms", 0, K_SCHEDULER, "a step not answered by then fails its requests (default 30000)", NULL, {0}},
+    {"max-waiting-requests", 0, K_SCHEDULER, "requests waiting to run, all tenants; more are answered 429 (default 4096)", NULL, {0}},
+    {"max-tenant-waiting", 0, K_SCHEDULER, "requests waiting to run for one adapter or the base model; more: 429 (default 1024)", NULL, {0}},
+    {"max-queued-tokens", 0, K_SCHEDULER, "prompt tokens of the waiting requests together; more: 429 (default 4194304)", NULL, {0}},
     {"port", 0, K_GATEWAY, "HTTP port of the gateway (default 30000; 0: any free port, in logs/gateway.log)", NULL, {0}},
     {"host", 0, K_GATEWAY, "address the gateway listens on (default 127.0.0.1)", NULL, {0}},
     {"api-key", 0, K_GATEWAY, "require Authorization: Bearer KEY on every HTTP endpoint but /health (visible in ps: "
@@ -132,6 +135,8 @@ static s_pass_t s_pass[] = {
     {"max-body-bytes", 0, K_GATEWAY, "HTTP request body; more is answered 413 (default 16 MiB)", NULL, {0}},
     {"idle-timeout-ms", 0, K_GATEWAY, "a silent HTTP connection is closed (default 60000)", NULL, {0}},
     {"request-timeout-ms", 0, K_GATEWAY, "an HTTP request must arrive whole within this, else 408 (default 30000)", NULL, {0}},
+    {"max-request-completions", 0, K_GATEWAY, "completions one request may ask for (prompts x n); more: 400 (default 256)", NULL, {0}},
+    {"max-tenant-completions", 0, K_GATEWAY, "HTTP completions in flight for one adapter or the base model; more: 429 (default 1024)", NULL, {0}},
 };
 #define S_NPASS (sizeof s_pass / sizeof *s_pass)
 

@@ -93,8 +93,9 @@ int ls_sdk_err_from_server(uint32_t code) {
     case LS_ERROR_CODE_NOT_FOUND: return LS_ERR_NOT_FOUND;
     case LS_ERROR_CODE_TOO_LARGE: return LS_ERR_TOO_LARGE;
     case LS_ERROR_CODE_TIMEOUT: return LS_ERR_TIMEOUT;
-    // Both mean "not now": a retry later (or on a restarted graph) may succeed.
+    // All mean "not now": a retry later (or on a restarted graph) may succeed.
     case LS_ERROR_CODE_UNAVAILABLE:
+    case LS_ERROR_CODE_OVERLOADED:
     case LS_ERROR_CODE_SHUTTING_DOWN: return LS_ERR_UNAVAILABLE;
     // The server could not read our message or does not handle it: a version mismatch, or
     // an actor that is not serving requests yet.

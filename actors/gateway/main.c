@@ -10,6 +10,7 @@
 // LoadAdapter, UnloadAdapter, Heartbeat to the tokenizer; GetMetrics to every peer.
 #include <ctype.h>
 #include <sys/stat.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +30,7 @@
 #define S_ADAPTER_MS 300000   // a load waits for every worker; an unload for in-flight requests
 #define S_MAX_MODELS 256      // model labels in /metrics; later ones count under "other"
 #define S_MAX_PEERS 72
+#define S_RETRY_AFTER_S "1"   // a 429's Retry-After: queues here drain in steps of tens of ms
 
 typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS } s_kind_t;
 
@@ -40,7 +42,8 @@ typedef struct s_call {
     size_t nrids;
     size_t nopen;     // answers still awaited (generation: completions not finished)
     ls_timer_t *timer;
-    char label[256];  // the model, for the log line and the metrics
+    char label[256];  // the model, for the log line and the metrics; a generation's tenant
+    size_t tenant_held;  // completions counted against the tenant's share while the call lives
     // generation
     gw_gen_t gen;
     gw_choice_t *choices;
@@ -76,12 +79,14 @@ typedef struct {
     // flags
     char *host, *api_key, *api_key_file, *served_model_name, *model_path;
     int port, max_connections, max_header_bytes, max_body_bytes, idle_timeout_ms, request_timeout_ms;
+    int max_request_completions, max_tenant_completions;
     // state
     ls_actor_t *self;
     gw_http_t *http;
     char base[256];  // the base model's name
     uint64_t next_rid;
     zhashx_t *by_rid;  // upstream rid -> s_call_t
+    zhashx_t *tenants; // tenant (model name) -> completions in flight, as a pointer-sized count
     s_call_t *calls;
     int ncalls_gen;
     // readiness (/health): the launcher's last word on the graph (PeerStatus)
@@ -199,7 +204,30 @@ static uint64_t s_call_rid(s_call_t *c) {
     return rid;
 }
 
+// The completions in flight of a tenant; adding d (taken back: negative) to them.
+static size_t s_tenant_add(const char *tenant, ptrdiff_t d) {
+    size_t n = (size_t)(uintptr_t)zhashx_lookup(s_g.tenants, tenant) + (size_t)d;
+    if (n)
+        zhashx_update(s_g.tenants, tenant, (void *)(uintptr_t)n);
+    else
+        zhashx_delete(s_g.tenants, tenant);
+    return n;
+}
+
+// The call an answer from upstream belongs to, or NULL. Our rids start at 1: a 0 answers nothing
+// of ours (and would be a NULL key, which zhashx asserts on), so it is logged and dropped.
+static s_call_t *s_call_of(const ls_in_t *in) {
+    if (!in->msg->rid) {
+        ls_warn(0, "%s with rid 0 from %s answers no request: dropped", ls_msg_type_name(in->msg->type), in->from);
+        ls_actor_count(s_g.self, "answers_rid0", 1);
+        return NULL;
+    }
+    return zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+}
+
 static void s_call_free(s_call_t *c) {
+    if (c->tenant_held)
+        s_tenant_add(c->label, -(ptrdiff_t)c->tenant_held);
     for (size_t i = 0; i < c->nrids; i++)
         zhashx_delete(s_g.by_rid, (void *)(uintptr_t)c->rids[i]);
     if (c->timer)
@@ -233,8 +261,10 @@ static void s_respond_json(gw_req_t *req, int status, const char *json) {
 
 static void s_respond_error(gw_req_t *req, int status, const char *message, const char *param, const char *code) {
     char *body = gw_error_json(status, message, param, code);
-    gw_req_respond(req, status, "application/json", status == 401 ? "WWW-Authenticate: Bearer\r\n" : NULL, body,
-                   strlen(body));
+    const char *extra = status == 401   ? "WWW-Authenticate: Bearer\r\n"
+                        : status == 429 ? "Retry-After: " S_RETRY_AFTER_S "\r\n"
+                                        : NULL;
+    gw_req_respond(req, status, "application/json", extra, body, strlen(body));
     free(body);
 }
 
@@ -245,7 +275,8 @@ static int s_status_of(uint32_t code) {
     case LS_ERROR_CODE_MALFORMED: return 400;
     case LS_ERROR_CODE_NOT_FOUND: return 404;
     case LS_ERROR_CODE_TOO_LARGE: return 413;
-    case LS_ERROR_CODE_UNAVAILABLE: return 429;  // queues full: retry later
+    case LS_ERROR_CODE_UNAVAILABLE:              // not now: retry later
+    case LS_ERROR_CODE_OVERLOADED: return 429;   // a queue is full
     case LS_ERROR_CODE_TIMEOUT: return 504;
     case LS_ERROR_CODE_UNKNOWN_TYPE:             // the graph does not serve this (yet)
     case LS_ERROR_CODE_SHUTTING_DOWN: return 503;
@@ -363,7 +394,7 @@ static void s_gen_done(s_call_t *c) {
 
 static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_text_out_t *t = &in->msg->u.text_out;
-    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    s_call_t *c = s_call_of(in);
     if (!c || c->kind != S_GEN) {
         ls_actor_count(a, "text_out_stray", 1);  // its client left, or a late piece after a failure
         return 0;
@@ -449,7 +480,38 @@ static void s_gen_start(gw_req_t *req, gw_api_t api) {
         s_respond_error(req, 400, err, param, NULL);
         return;
     }
+    // The request's fan-out and its tenant's share, before anything goes upstream.
     size_t total = c->gen.nreqs * (size_t)c->gen.n;
+    const char *adapter = c->gen.reqs[0].u.generate_req.adapter;
+    snprintf(c->label, sizeof c->label, "%s", adapter && *adapter ? adapter : s_g.base);
+    gw_req_set_tag(req, c->label);
+    if (total > (size_t)s_g.max_request_completions) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "the request asks for %zu completions (%zu prompts, n = %d); at most %d are served per request "
+                 "(--max-request-completions)",
+                 total, c->gen.nreqs, c->gen.n, s_g.max_request_completions);
+        ls_warn(0, "refused a request for %s: %s", c->label, msg);
+        const char *field = c->gen.n > 1 ? "n" : api == GW_GENERATE ? "text" : "prompt";
+        s_call_free(c);
+        s_respond_error(req, 400, msg, field, "too_many_completions");
+        return;
+    }
+    size_t held = s_tenant_add(c->label, 0);
+    if (held + total > (size_t)s_g.max_tenant_completions) {
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "model %s has %zu completions in flight; %zu more exceed its share of %d (--max-tenant-completions): "
+                 "retry later",
+                 c->label, held, total, s_g.max_tenant_completions);
+        ls_warn(0, "refused a request: %s", msg);
+        ls_actor_count(s_g.self, "tenant_refusals", 1);
+        s_call_free(c);
+        s_respond_error(req, 429, msg, NULL, "overloaded");
+        return;
+    }
+    c->tenant_held = total;
+    s_tenant_add(c->label, (ptrdiff_t)total);
     c->choices = calloc(total, sizeof *c->choices);
     c->prompt_open = calloc(c->gen.nreqs, sizeof *c->prompt_open);
     c->sent = calloc(total, 1);
@@ -461,9 +523,6 @@ static void s_gen_start(gw_req_t *req, gw_api_t api) {
     c->created = s_unix_time();
     snprintf(c->id, sizeof c->id, "%s-%s%llx", api == GW_CHAT ? "chatcmpl" : "cmpl", s_g.id_prefix,
              (unsigned long long)s_g.next_rid);
-    const char *adapter = c->gen.reqs[0].u.generate_req.adapter;
-    snprintf(c->label, sizeof c->label, "%s", adapter && *adapter ? adapter : s_g.base);
-    gw_req_set_tag(req, c->label);
     s_model_stat(c->label)->requests++;
     for (size_t p = 0; p < c->gen.nreqs; p++) {
         ls_msg_t *m = &c->gen.reqs[p];
@@ -512,7 +571,7 @@ static int s_admin_send(s_call_t *c, ls_msg_t *m, int timeout_ms) {
 }
 
 static s_call_t *s_admin_answer(ls_in_t *in, s_kind_t kind) {
-    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    s_call_t *c = s_call_of(in);
     return c && c->kind == kind ? c : NULL;
 }
 
@@ -874,7 +933,7 @@ static int s_on_metrics(ls_actor_t *a, ls_in_t *in, void *state) {
 // An upstream refusal of one of our messages (e.g. a tokenizer that does not serve it).
 static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_error_t *e = &in->msg->u.error;
-    s_call_t *c = zhashx_lookup(s_g.by_rid, (void *)(uintptr_t)in->msg->rid);
+    s_call_t *c = s_call_of(in);
     ls_warn(in->msg->rid, "Error from %s: %s: %s", in->from, ls_error_code_name(e->code) ? ls_error_code_name(e->code) : "?",
             e->message ? e->message : "");
     if (!c)
@@ -1045,9 +1104,11 @@ static int s_on_start(ls_actor_t *a, void *state) {
     } else
         snprintf(s_g.base, sizeof s_g.base, "default");
     if (s_g.max_connections < 1 || s_g.max_header_bytes < 256 || s_g.max_body_bytes < 1 || s_g.idle_timeout_ms < 1 ||
-        s_g.request_timeout_ms < 1 || s_g.port < 0 || s_g.port > 65535) {
-        ls_error(0, "--port must be 0..65535; --max-connections, --max-body-bytes and the timeouts above 0; "
-                    "--max-header-bytes at least 256");
+        s_g.request_timeout_ms < 1 || s_g.port < 0 || s_g.port > 65535 || s_g.max_request_completions < 1 ||
+        s_g.max_tenant_completions < s_g.max_request_completions) {
+        ls_error(0, "--port must be 0..65535; --max-connections, --max-body-bytes, --max-request-completions and the "
+                    "timeouts above 0; --max-header-bytes at least 256; --max-tenant-completions at least "
+                    "--max-request-completions");
         return -1;
     }
     if (!ls_actor_has_peer(a, S_TOKENIZER)) {
@@ -1059,6 +1120,7 @@ static int s_on_start(ls_actor_t *a, void *state) {
     zhashx_set_key_comparator(s_g.by_rid, s_rid_cmp);
     zhashx_set_key_duplicator(s_g.by_rid, NULL);
     zhashx_set_key_destructor(s_g.by_rid, NULL);
+    s_g.tenants = zhashx_new();  // string keys, copied; the counts are not pointers
     gw_http_limits_t lim = {s_g.max_connections, s_g.max_header_bytes, s_g.max_body_bytes, s_g.idle_timeout_ms,
                             s_g.request_timeout_ms};
     gw_http_cbs_t cbs = {s_on_request, s_on_gone, s_on_answered, NULL};
@@ -1079,7 +1141,15 @@ static void s_on_shutdown(ls_actor_t *a, void *state) {
         else {
             if (c->kind == S_GEN)
                 s_abort_open(c, "the gateway is stopping");
-            if (c->req)
+            if (c->req && (c->kind == S_LOAD || c->kind == S_UNLOAD)) {
+                // The registry goes on with it: saying it failed could be false.
+                char msg[512];
+                snprintf(msg, sizeof msg,
+                         "the gateway is stopping before the registry answered; the %s of adapter %s may still "
+                         "complete: GET /v1/models tells whether it did",
+                         c->kind == S_LOAD ? "load" : "unload", c->label);
+                s_respond_error(c->req, 503, msg, "lora_name", "outcome_unknown");
+            } else if (c->req)
                 s_respond_error(c->req, 503, "the server is shutting down", NULL, "shutting_down");
             c->req = NULL;
             s_call_free(c);
@@ -1092,6 +1162,7 @@ static void s_on_destroy(ls_actor_t *a, void *state) {
     free(s_g.model_info);
     s_g.model_info = NULL;
     zhashx_destroy(&s_g.by_rid);
+    zhashx_destroy(&s_g.tenants);
 }
 
 static const ls_dispatch_t s_dispatch[] = {
@@ -1121,6 +1192,10 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("max-body-bytes", &s_g.max_body_bytes, "16777216", "request body; more is answered 413"),
         LS_FLAG_INT("idle-timeout-ms", &s_g.idle_timeout_ms, "60000", "a silent connection is closed (408 mid-request)"),
         LS_FLAG_INT("request-timeout-ms", &s_g.request_timeout_ms, "30000", "a request must arrive whole within this (408)"),
+        LS_FLAG_INT("max-request-completions", &s_g.max_request_completions, "256",
+                    "completions one generation request may ask for (prompts x n); more is answered 400"),
+        LS_FLAG_INT("max-tenant-completions", &s_g.max_tenant_completions, "1024",
+                    "completions in flight for one model (adapter or base); more is answered 429"),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {

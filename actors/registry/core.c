@@ -318,8 +318,10 @@ static void s_fail_waiters(reg_t *self, op_t *op, uint32_t code, const char *rea
 // ---------------------------------------------------------------------------------------------
 // journal records
 
-// 0, or -1 when the record could not be written (the disk is full, say).
-static int s_journal(reg_t *self, const ref_t *r, bool load) {
+// A load, an unload, or (dropped) a restored adapter that no longer loads leaving the journal,
+// which unlike a client's unload does not keep a --lora-paths adapter unloaded. 0, or -1 when
+// the record could not be written (the disk is full, say).
+static int s_journal(reg_t *self, const ref_t *r, bool load, bool dropped) {
     ls_msg_t m;
     ls_msg_init(&m, load ? LS_MSG_LOAD_ADAPTER : LS_MSG_UNLOAD_ADAPTER);
     if (load) {
@@ -328,6 +330,7 @@ static int s_journal(reg_t *self, const ref_t *r, bool load) {
         m.u.load_adapter.pinned = r->pinned;
         m.u.load_adapter.adapter_id = s_strdup(r->id);
     } else {
+        m.u.unload_adapter.dropped = dropped;
         m.u.unload_adapter.name = s_strdup(r->name);
         m.u.unload_adapter.adapter_id = s_strdup(r->id);
     }
@@ -364,7 +367,7 @@ static void s_load_fail(reg_t *self, op_t *op, uint32_t code, const char *reason
     // shutdown) keeps it for the next start.
     bool permanent = code == LS_ERROR_CODE_BAD_REQUEST || code == LS_ERROR_CODE_NOT_FOUND;
     if (op->ref && (op->origin == REG_FROM_JOURNAL || op->origin == REG_FROM_RESTORE) && permanent)
-        s_journal(self, op->ref, false);
+        s_journal(self, op->ref, false, true);
     if (op->ref) {
         op->ref->op = NULL;
         s_ref_remove(self, op->ref);
@@ -674,7 +677,7 @@ static void s_loaded(reg_t *self, uint64_t now_ns, op_t *op, bool ok, uint32_t c
     ref_t *r = op->ref;
     // A load is acknowledged only once it is in the journal (a restored one already is):
     // one the journal cannot take would vanish at the next restart, so it is undone instead.
-    if (op->origin != REG_FROM_JOURNAL && op->origin != REG_FROM_RESTORE && s_journal(self, r, true) < 0) {
+    if (op->origin != REG_FROM_JOURNAL && op->origin != REG_FROM_RESTORE && s_journal(self, r, true, false) < 0) {
         s_load_fail(self, op, LS_ERROR_CODE_UNAVAILABLE,
                     "the registry could not record the load in its journal (is the disk full?); it is undone");
         s_cleanup(self, op);
@@ -713,7 +716,7 @@ static void s_unloaded(reg_t *self, op_t *op, bool ok, uint32_t code, const char
         return;
     }
     self->stats.unloads++;
-    s_journal(self, r, false);
+    s_journal(self, r, false, false);
     ls_info(0, "unloaded %s (id %s)", r->name, r->id);
     for (size_t i = 0; i < op->nw; i++)
         s_answer_unloaded(self, op->w[i].w, true, r->name, r->id, 0, NULL);

@@ -23,6 +23,8 @@ struct journal {
     int fd;
     ls_msg_t *live;  // LoadAdapter records of the registered adapters, in load order
     size_t n_live, cap_live;
+    ls_msg_t *gone;  // UnloadAdapter records of names unloaded and not loaded since
+    size_t n_gone, cap_gone;
     size_t records;  // in the file
 };
 
@@ -90,21 +92,53 @@ static ls_msg_t *s_live_find(journal_t *self, const char *key, bool by_name) {
     return NULL;
 }
 
-static void s_live_remove(journal_t *self, ls_msg_t *m) {
+static ls_msg_t *s_gone_find(journal_t *self, const char *name) {
+    for (size_t i = 0; i < self->n_gone; i++)
+        if (name && !strcmp(self->gone[i].u.unload_adapter.name, name))
+            return &self->gone[i];
+    return NULL;
+}
+
+// Remove m from the set (live or gone) it is in.
+static void s_set_remove(ls_msg_t *set, size_t *n, ls_msg_t *m) {
     ls_msg_clear(m);
-    size_t i = (size_t)(m - self->live);
-    memmove(m, m + 1, (self->n_live - i - 1) * sizeof *m);
-    self->n_live--;
+    size_t i = (size_t)(m - set);
+    memmove(m, m + 1, (*n - i - 1) * sizeof *m);
+    (*n)--;
+}
+
+// Append m (taking its contents) to a set.
+static void s_set_add(ls_msg_t **set, size_t *n, size_t *cap, ls_msg_t *m) {
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        ls_msg_t *v = realloc(*set, *cap * sizeof *v);
+        if (!v) {
+            ls_error(0, "registry out of memory");
+            abort();
+        }
+        *set = v;
+    }
+    (*set)[(*n)++] = *m;
+    ls_msg_init(m, (ls_msg_type_t)m->type);
 }
 
 // Apply one record to the live set (takes m's contents). -1 for a record that is not a
 // LoadAdapter or UnloadAdapter with an id.
+// An unload leaves its name in the gone set (so a --lora-paths adapter a client unloaded stays
+// unloaded across restarts); a later load of the name takes it out.
 static int s_live_apply(journal_t *self, ls_msg_t *m) {
-    if (m->type == LS_MSG_UNLOAD_ADAPTER && m->u.unload_adapter.adapter_id) {
+    if (m->type == LS_MSG_UNLOAD_ADAPTER && m->u.unload_adapter.adapter_id && m->u.unload_adapter.name) {
         ls_msg_t *have = s_live_find(self, m->u.unload_adapter.adapter_id, false);
         if (have)
-            s_live_remove(self, have);
-        ls_msg_clear(m);
+            s_set_remove(self->live, &self->n_live, have);
+        if (m->u.unload_adapter.dropped) {
+            ls_msg_clear(m);
+            return 0;
+        }
+        ls_msg_t *was = s_gone_find(self, m->u.unload_adapter.name);
+        if (was)
+            s_set_remove(self->gone, &self->n_gone, was);
+        s_set_add(&self->gone, &self->n_gone, &self->cap_gone, m);
         return 0;
     }
     if (m->type != LS_MSG_LOAD_ADAPTER || !m->u.load_adapter.adapter_id || !m->u.load_adapter.name) {
@@ -114,19 +148,12 @@ static int s_live_apply(journal_t *self, ls_msg_t *m) {
     ls_msg_t *same = s_live_find(self, m->u.load_adapter.name, true);
     if (same) {  // the registry never registers a name twice; should a file say so, the later wins
         ls_warn(0, "journal: %s loaded twice without an unload; keeping the later load", m->u.load_adapter.name);
-        s_live_remove(self, same);
+        s_set_remove(self->live, &self->n_live, same);
     }
-    if (self->n_live == self->cap_live) {
-        self->cap_live = self->cap_live ? self->cap_live * 2 : 16;
-        ls_msg_t *v = realloc(self->live, self->cap_live * sizeof *v);
-        if (!v) {
-            ls_error(0, "registry out of memory");
-            abort();
-        }
-        self->live = v;
-    }
-    self->live[self->n_live++] = *m;
-    ls_msg_init(m, LS_MSG_LOAD_ADAPTER);
+    ls_msg_t *was = s_gone_find(self, m->u.load_adapter.name);
+    if (was)
+        s_set_remove(self->gone, &self->n_gone, was);
+    s_set_add(&self->live, &self->n_live, &self->cap_live, m);
     return 0;
 }
 
@@ -145,6 +172,27 @@ static bool s_record_at(const uint8_t *buf, size_t len, size_t off, size_t *next
         return false;
     *next = off + S_HEADER + plen;
     return true;
+}
+
+// Name what a damaged stretch at off recorded, when its header is whole and its payload still
+// decodes (the checksum failed, so nothing in it is trusted): "the load of NAME from PATH".
+static void s_damage_what(const uint8_t *buf, size_t len, size_t off, char *out, size_t cap) {
+    snprintf(out, cap, "what it recorded cannot be read");
+    if (len - off < S_HEADER || s_get32(buf + off) != JOURNAL_MAGIC)
+        return;
+    uint32_t plen = s_get32(buf + off + 4);
+    ls_msg_t m;
+    if (plen > JOURNAL_MAX_RECORD || plen > len - off - S_HEADER || ls_msg_decode(buf + off + S_HEADER, plen, &m, NULL) < 0)
+        return;
+    if (m.type == LS_MSG_LOAD_ADAPTER && m.u.load_adapter.name)
+        snprintf(out, cap, "it seems to record the load of adapter %s from %s", m.u.load_adapter.name,
+                 m.u.load_adapter.path ? m.u.load_adapter.path : "?");
+    else if (m.type == LS_MSG_UNLOAD_ADAPTER && m.u.unload_adapter.name)
+        snprintf(out, cap, "it seems to record the unload of adapter %s", m.u.unload_adapter.name);
+    ls_msg_clear(&m);
+    for (char *c = out; *c; c++)  // damaged bytes stay out of the log line
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+            *c = '?';
 }
 
 // Replay buf; returns the number of damaged stretches skipped.
@@ -168,13 +216,18 @@ static int s_replay(journal_t *self, const uint8_t *buf, size_t len) {
         while (resync < len && !s_record_at(buf, len, resync, &next, &m))
             resync++;
         damaged++;
+        char what[600];
+        s_damage_what(buf, len, off, what, sizeof what);
         if (resync >= len) {
-            ls_warn(0, "journal %s: torn or corrupt last %zu bytes at offset %zu ignored", self->path, len - off, off);
+            // A crash mid-append tears the last record: the change was never answered as done.
+            ls_warn(0, "journal %s: torn or corrupt last %zu bytes at offset %zu ignored (%s)", self->path, len - off,
+                    off, what);
             break;
         }
         ls_msg_clear(&m);
-        ls_warn(0, "journal %s: corrupt record of %zu bytes at offset %zu skipped (a load or unload there is lost)",
-                self->path, resync - off, off);
+        ls_error(0, "journal %s: corrupt record of %zu bytes at offset %zu is not restored (%s); the records after it "
+                    "are; an adapter it loaded is gone until loaded again (a --lora-paths one loads from its flag)",
+                 self->path, resync - off, off, what);
         off = resync;
     }
     return damaged;
@@ -195,9 +248,9 @@ static int s_compact(journal_t *self) {
     if (fd < 0)
         return -1;
     int rc = 0;
-    for (size_t i = 0; i < self->n_live && rc == 0; i++) {
+    for (size_t i = 0; i < self->n_live + self->n_gone && rc == 0; i++) {
         size_t len;
-        uint8_t *rec = s_frame(&self->live[i], &len);
+        uint8_t *rec = s_frame(i < self->n_live ? &self->live[i] : &self->gone[i - self->n_live], &len);
         rc = rec ? s_write_all(fd, rec, len) : -1;
         free(rec);
     }
@@ -216,7 +269,7 @@ static int s_compact(journal_t *self) {
     if (self->fd >= 0)
         close(self->fd);
     self->fd = open(self->path, O_WRONLY | O_APPEND | O_CLOEXEC);
-    self->records = self->n_live;
+    self->records = self->n_live + self->n_gone;
     return self->fd < 0 ? -1 : 0;
 }
 
@@ -249,6 +302,22 @@ static uint8_t *s_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+// Before a damaged file is rewritten clean, its bytes are kept beside it (the last damaged one
+// only), so that what the damage took can still be looked for.
+static void s_keep_damaged(const journal_t *self, const uint8_t *buf, size_t len) {
+    char *copy;
+    if (asprintf(&copy, "%s.damaged", self->path) < 0)
+        return;
+    int fd = open(copy, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || s_write_all(fd, buf, len) < 0 || fsync(fd) < 0)
+        ls_error(0, "journal: cannot keep the damaged journal as %s: %s", copy, strerror(errno));
+    else
+        ls_warn(0, "journal: the damaged journal is kept as %s", copy);
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+}
+
 journal_t *journal_open(const char *dir, ls_msg_t **live, size_t *n_live, char *err, size_t errlen) {
     *live = NULL;
     *n_live = 0;
@@ -274,9 +343,11 @@ journal_t *journal_open(const char *dir, ls_msg_t **live, size_t *n_live, char *
         return NULL;
     }
     int damaged = s_replay(self, buf, len);
+    if (damaged)
+        s_keep_damaged(self, buf, len);
     free(buf);
     // Damage is rewritten away so that appends follow intact records; a bloated file is trimmed.
-    if (damaged || self->records > 2 * self->n_live + JOURNAL_SLACK) {
+    if (damaged || self->records > 2 * (self->n_live + self->n_gone) + JOURNAL_SLACK) {
         if (s_compact(self) < 0) {
             snprintf(err, errlen, "cannot rewrite the journal %s: %s", self->path, strerror(errno));
             journal_destroy(&self);
@@ -318,6 +389,9 @@ void journal_destroy(journal_t **self_p) {
     for (size_t i = 0; i < self->n_live; i++)
         ls_msg_clear(&self->live[i]);
     free(self->live);
+    for (size_t i = 0; i < self->n_gone; i++)
+        ls_msg_clear(&self->gone[i]);
+    free(self->gone);
     free(self->dir);
     free(self->path);
     free(self->tmp);
@@ -348,9 +422,19 @@ int journal_append(journal_t *self, const ls_msg_t *record) {
         s_live_apply(self, &copy);
     // The record is written: a compaction that fails (the disk is full) leaves the file whole
     // and is tried again at the next append; it does not undo what is already recorded.
-    if (self->records > 2 * self->n_live + JOURNAL_SLACK && s_compact(self) < 0)
+    if (self->records > 2 * (self->n_live + self->n_gone) + JOURNAL_SLACK && s_compact(self) < 0)
         ls_warn(0, "journal: %s keeps its %zu records until a compaction succeeds", self->path, self->records);
     return 0;
+}
+
+const char *journal_unloaded(const journal_t *self, size_t i) {
+    return i < self->n_gone ? self->gone[i].u.unload_adapter.name : NULL;
+}
+
+void journal_forget(journal_t *self, const char *name) {
+    ls_msg_t *was = s_gone_find(self, name);
+    if (was)
+        s_set_remove(self->gone, &self->n_gone, was);
 }
 
 size_t journal_records(const journal_t *self) { return self->records; }

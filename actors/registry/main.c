@@ -48,6 +48,7 @@ typedef struct {
     journal_t *journal;
     bool started, ready_due;
     uint64_t journal_errors;
+    zlistx_t *unloaded;  // names the journal says a client unloaded (and nobody loaded since)
 } registry_t;
 
 static registry_t s_r;
@@ -422,6 +423,10 @@ static void s_startup_path(registry_t *r, const char *entry) {
         path[len - 7] = 0;
     if (reg_has(r->reg, name))
         ls_info(0, "--lora-paths %s: restored from the journal, which wins; unload and load it to change it", name);
+    else if (zlistx_find(r->unloaded, name))
+        ls_warn(0, "--lora-paths %s: not loaded, because a client unloaded it (the journal remembers); load it "
+                   "through the API to serve it again",
+                name);
     else
         reg_load(r->reg, ls_actor_now_ns(r->actor), REG_FROM_STARTUP, name, path, pinned, NULL, NULL);
     free(name);
@@ -429,8 +434,9 @@ static void s_startup_path(registry_t *r, const char *entry) {
 }
 
 // The adapters the journal restores, as the actor's recorded input "registry.journal" (one
-// encoded LoadAdapter per frame). A replay takes them from the trace and opens no journal, so
-// it writes nothing to the state directory.
+// encoded LoadAdapter per frame, then an UnloadAdapter per name unloaded since its last load).
+// A replay takes them from the trace and opens no journal, so it writes nothing to the state
+// directory.
 static int s_journal_restore(registry_t *r, ls_actor_t *a) {
     zmsg_t *frames = zmsg_new();
     if (!ls_actor_replaying(a)) {
@@ -452,18 +458,45 @@ static int s_journal_restore(registry_t *r, ls_actor_t *a) {
             ls_msg_clear(&live[i]);
         }
         free(live);
+        for (size_t i = 0; journal_unloaded(r->journal, i); i++) {
+            ls_msg_t m;
+            ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
+            m.u.unload_adapter.name = (char *)journal_unloaded(r->journal, i);
+            char *buf;
+            size_t len;
+            if (ls_msg_encode(&m, &buf, &len) == 0) {
+                zmsg_addmem(frames, buf, len);
+                free(buf);
+            }
+        }
     }
     ls_actor_input(a, "registry.journal", &frames);
     for (zframe_t *f = zmsg_first(frames); f; f = zmsg_next(frames)) {
         ls_msg_t m;
-        if (ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL) < 0 || m.type != LS_MSG_LOAD_ADAPTER)
+        if (ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL) < 0)
             continue;
         const ls_msg_load_adapter_t *la = &m.u.load_adapter;
-        reg_load(r->reg, ls_actor_now_ns(a), REG_FROM_JOURNAL, la->name, la->path, la->pinned, la->adapter_id, NULL);
+        if (m.type == LS_MSG_LOAD_ADAPTER)
+            reg_load(r->reg, ls_actor_now_ns(a), REG_FROM_JOURNAL, la->name, la->path, la->pinned, la->adapter_id, NULL);
+        else if (m.type == LS_MSG_UNLOAD_ADAPTER && m.u.unload_adapter.name)
+            zlistx_add_end(r->unloaded, m.u.unload_adapter.name);
         ls_msg_clear(&m);
     }
     zmsg_destroy(&frames);
     return 0;
+}
+
+// An unloaded name matters only while --lora-paths lists it: the others are forgotten, so the
+// journal does not keep every name ever unloaded.
+static void s_forget_unloaded(registry_t *r) {
+    for (const char *name = zlistx_first(r->unloaded); name; name = zlistx_next(r->unloaded)) {
+        bool listed = false;
+        size_t n = strlen(name);
+        for (size_t i = 0; i < r->lora_paths.n && !listed; i++)
+            listed = !strncmp(r->lora_paths.v[i], name, n) && r->lora_paths.v[i][n] == '=';
+        if (!listed && r->journal)
+            journal_forget(r->journal, name);
+    }
 }
 
 static int s_start(ls_actor_t *a, void *state) {
@@ -499,8 +532,11 @@ static int s_start(ls_actor_t *a, void *state) {
     const reg_host_t host = {.host = r, .check = s_host_check, .send = s_host_send, .answer = s_host_answer,
                              .arm = s_host_arm, .cancel = s_host_cancel, .journal = s_host_journal,
                              .ready = s_host_ready};
-    if (!(r->reg = reg_new(&cfg, &host)))
+    if (!(r->reg = reg_new(&cfg, &host)) || !(r->unloaded = zlistx_new()))
         return -1;
+    zlistx_set_duplicator(r->unloaded, (zlistx_duplicator_fn *)strdup);
+    zlistx_set_destructor(r->unloaded, (zlistx_destructor_fn *)zstr_free);
+    zlistx_set_comparator(r->unloaded, (zlistx_comparator_fn *)strcmp);
     if (r->state_dir) {
         if (s_journal_restore(r, a) < 0)
             return -1;
@@ -508,6 +544,7 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_warn(0, "no --state-dir: adapter registrations will not survive a restart");
     for (size_t i = 0; i < r->lora_paths.n; i++)
         s_startup_path(r, r->lora_paths.v[i]);
+    s_forget_unloaded(r);
     reg_startup_seal(r->reg);
     r->started = true;
     s_publish(r);
@@ -533,6 +570,7 @@ static void s_destroy(ls_actor_t *a, void *state) {
     registry_t *r = state;
     reg_destroy(&r->reg);
     journal_destroy(&r->journal);
+    zlistx_destroy(&r->unloaded);
     s_free_resolved(&r->dirs, r->lora_dirs.n);
     s_free_resolved(&r->roots, r->lora_roots.n ? r->lora_roots.n : r->lora_dirs.n);
 }

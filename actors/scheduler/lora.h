@@ -35,6 +35,7 @@ typedef struct {
     uint32_t refs;     // waiting + running requests that use it
     uint32_t running;  // running requests that use it: its slot is locked
     uint64_t used_at;  // CPU-tier LRU clock: last time a request took it
+    uint32_t turn_seen;  // the scheduler's scratch while it orders the waiting requests
 } lora_adapter_t;
 
 typedef struct lora lora_t;

@@ -24,6 +24,7 @@
 
 typedef struct {
     int tp_size, max_batched, max_running, chunk, max_skip, default_max_new, step_timeout_ms, load_timeout_ms;
+    int max_waiting, max_tenant_waiting, max_queued_tokens;
     char *output, *eviction;
     int output_route;  // TokenOut back on the request's route instead of to the detokenizer
     ls_strlist_t lora_roots, lora_dirs, lora_paths;
@@ -53,6 +54,12 @@ static ls_flag_t s_flags[] = {
     LS_FLAG_LIST("lora-roots", &s_app.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
     LS_FLAG_LIST("lora-dirs", &s_app.lora_dirs, "... or under one of these"),
     LS_FLAG_LIST("lora-paths", &s_app.lora_paths, "... or be one of these name=path[:pinned] directories"),
+    LS_FLAG_INT("max-waiting-requests", &s_app.max_waiting, "4096",
+                "requests waiting to run, all tenants together; more are refused at once (HTTP 429)"),
+    LS_FLAG_INT("max-tenant-waiting", &s_app.max_tenant_waiting, "1024",
+                "requests waiting to run for one tenant (an adapter, or the base model); more: 429"),
+    LS_FLAG_INT("max-queued-tokens", &s_app.max_queued_tokens, "4194304",
+                "prompt tokens of the waiting requests together; more: 429 (a longer prompt: 413)"),
     LS_FLAG_END,
 };
 
@@ -89,6 +96,7 @@ static const struct {
     C("requests_aborted", requests_aborted),
     C("requests_failed", requests_failed),
     C("requests_refused", requests_refused),
+    C("requests_overloaded", requests_overloaded),
     C("step_timeouts", step_timeouts),
 #undef C
 };
@@ -307,7 +315,8 @@ static int s_start(ls_actor_t *a, void *state) {
     int bad_policy = strcmp(app->eviction, "lru") != 0 && strcmp(app->eviction, "fifo") != 0;
     if (bad_output || bad_policy || app->tp_size < 1 || app->tp_size > 32 || app->max_batched < 1 ||
         app->max_running < 1 || app->chunk < 1 || app->max_skip < 0 || app->default_max_new < 1 ||
-        app->step_timeout_ms < 1 || app->load_timeout_ms < 1) {
+        app->step_timeout_ms < 1 || app->load_timeout_ms < 1 || app->max_waiting < 1 || app->max_tenant_waiting < 1 ||
+        app->max_queued_tokens < 1) {
         ls_error(0, "bad flags: --output detokenizer|route, --lora-eviction-policy lru|fifo, --tp-size 1..32, "
                     "and positive sizes and timeouts");
         return -1;
@@ -331,6 +340,9 @@ static int s_start(ls_actor_t *a, void *state) {
         .eviction = strcmp(app->eviction, "fifo") == 0 ? LORA_EVICT_FIFO : LORA_EVICT_LRU,
         .step_timeout_ns = (uint64_t)app->step_timeout_ms * 1000000u,
         .load_timeout_ns = (uint64_t)app->load_timeout_ms * 1000000u,
+        .max_waiting_requests = (uint32_t)app->max_waiting,
+        .max_tenant_waiting = (uint32_t)app->max_tenant_waiting,
+        .max_queued_tokens = (uint64_t)app->max_queued_tokens,
     };
     if (!(app->confine = ls_confine_new(&app->lora_roots, &app->lora_dirs, &app->lora_paths))) {
         ls_error(0, "scheduler out of memory");

@@ -25,6 +25,7 @@ typedef struct req req_t;
 typedef struct {
     req_t *head, *tail;
     uint32_t n;
+    uint64_t tokens;  // sum of the members' listed_tokens
 } req_list_t;
 
 struct req {
@@ -53,6 +54,8 @@ struct req {
     bool preempted;  // waiting again after preemption: first in line
     bool in_plan;    // part of the plan being built
     uint32_t skipped;  // steps it was passed over while waiting
+    uint32_t turn;     // fair-share rank among the waiting, set for each admission order
+    uint32_t listed_tokens;  // its sequence length when it joined its list (the list's sum)
     uint64_t deadline; // ns; 0: none
 };
 
@@ -107,6 +110,8 @@ struct sched {
     bool ready;  // every rank reported: serving
     bool down;   // the workers failed (or the actor stops): refuse new work until they are back
     uint32_t max_context, max_loaded, vocab;  // max_loaded 0: no count limit on the CPU tier
+    uint32_t base_refs, base_running;  // the base model's tenant: as lora_adapter_t's refs, running
+    uint32_t n_pending;  // commands held until the workers report (bounded by max_waiting_requests)
     uint64_t cpu_bytes;       // the CPU tier's bytes on the smallest worker (0: not reported, no byte limit)
     uint64_t lora_max_bytes;  // the most one adapter takes there: reserved for a load of unknown size
     kv_t *kv;
@@ -239,6 +244,7 @@ static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, 
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     ls_warn(rid, "refused: %s", text);
+    s->stats.requests_overloaded += code == LS_ERROR_CODE_OVERLOADED;
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_ERROR);
     m.rid = rid;
@@ -282,6 +288,16 @@ static void s_list_remove(req_t *r) {
     r->prev = r->next = NULL;
     r->list = NULL;
     l->n--;
+    l->tokens -= r->listed_tokens;
+}
+
+static uint32_t s_seq_len(const req_t *r);
+
+static void s_list_joined(req_list_t *l, req_t *r) {
+    r->list = l;
+    r->listed_tokens = s_seq_len(r);
+    l->tokens += r->listed_tokens;
+    l->n++;
 }
 
 static void s_list_push_back(req_list_t *l, req_t *r) {
@@ -292,8 +308,7 @@ static void s_list_push_back(req_list_t *l, req_t *r) {
     else
         l->head = r;
     l->tail = r;
-    r->list = l;
-    l->n++;
+    s_list_joined(l, r);
 }
 
 static void s_list_push_front(req_list_t *l, req_t *r) {
@@ -304,12 +319,29 @@ static void s_list_push_front(req_list_t *l, req_t *r) {
     else
         l->tail = r;
     l->head = r;
-    r->list = l;
-    l->n++;
+    s_list_joined(l, r);
 }
 
 static uint32_t s_seq_len(const req_t *r) { return r->n_prompt + r->n_out; }
 static const char *s_key(const req_t *r) { return r->ad ? r->ad->id : ""; }
+
+// A request's tenant is its adapter, the base model being one more (ad NULL): the queue bound
+// per tenant and the fair share count by it (docs/scheduling.md, "Admission and fair share").
+static uint32_t s_tenant_running(const sched_t *s, const lora_adapter_t *ad) {
+    return ad ? ad->running : s->base_running;
+}
+
+static uint32_t s_tenant_waiting(const sched_t *s, const lora_adapter_t *ad) {
+    return ad ? ad->refs - ad->running : s->base_refs - s->base_running;
+}
+
+// r joins (d = 1) or leaves (d = -1) the running list.
+static void s_tenant_run(sched_t *s, const req_t *r, int d) {
+    if (r->ad)
+        r->ad->running += (uint32_t)d;
+    else
+        s->base_running += (uint32_t)d;
+}
 
 // ---------------------------------------------------------------------------------------------
 // outputs
@@ -591,13 +623,32 @@ static void s_unload_maybe(sched_t *s, lora_adapter_t *ad) {
     lora_slot_clear(s->lora, ad);
 }
 
+// A worker loaded an adapter after its command was over (timed out, or the workers were
+// declared down): unless the adapter is resident or loading again, that rank holds bytes the
+// CPU tier's accounting does not count, so it is told to drop them.
+static void s_late_load(sched_t *s, int rank, uint64_t rid, const char *adapter_id) {
+    const lora_adapter_t *ad = adapter_id ? lora_find(s->lora, adapter_id) : NULL;
+    if (!adapter_id || (ad && (ad->resident || ad->loading)))
+        return;
+    ls_warn(rid, "worker %d loaded adapter %s after its load was over; unloading it there", rank, adapter_id);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
+    m.rid = ++s->next_op_rid;
+    m.u.unload_adapter.adapter_id = s_strdup(adapter_id);
+    m.u.unload_adapter.name = s_strdup(ad ? ad->name : adapter_id);
+    s_emit(s, SCHED_TO_WORKER, rank, NULL, &m);
+    ls_msg_clear(&m);
+}
+
 static void s_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_rank, uint64_t bytes,
-                        uint32_t code, const char *reason) {
+                        uint32_t code, const char *reason, const char *late_load_id) {
     op_t *op = s->ops;
     while (op && !(op->rid == rid && op->deadline != 0))
         op = op->next;
     if (!op || rank < 0 || rank >= s->cfg.tp_size) {
         ls_debug(rid, "adapter answer from rank %d matches no command (a rollback's, or late)", rank);
+        if (ok && late_load_id && rank >= 0 && rank < s->cfg.tp_size)
+            s_late_load(s, rank, rid, late_load_id);
         return;
     }
     uint32_t bit = 1u << rank;
@@ -649,8 +700,7 @@ static void s_preempt(sched_t *s, req_t *r) {
     ls_info(r->rid, "preempted: KV blocks ran out (%u tokens will be recomputed)", s_seq_len(r));
     s_free_blocks(s, r);
     s_list_remove(r);
-    if (r->ad)
-        r->ad->running--;
+    s_tenant_run(s, r, -1);
     r->preempted = true;
     s_list_push_front(&s->waiting, r);
     s->stats.preemptions++;
@@ -711,8 +761,8 @@ static void s_retire(sched_t *s, req_t *r, uint32_t finish) {
     default: s->stats.requests_finished++; break;
     }
     s_free_blocks(s, r);
-    if (r->list == &s->running && r->ad)
-        r->ad->running--;
+    if (r->list == &s->running)
+        s_tenant_run(s, r, -1);
     s_list_remove(r);
     if (r->admitted) {
         s_grow_array((void **)&s->released, &s->cap_released, s->n_released + 1, sizeof *s->released);
@@ -723,7 +773,8 @@ static void s_retire(sched_t *s, req_t *r, uint32_t finish) {
     if (ad) {
         ad->refs--;
         s_unload_maybe(s, ad);
-    }
+    } else
+        s->base_refs--;
 }
 
 static void s_finish(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error) {
@@ -739,28 +790,41 @@ static bool s_first_class(const sched_t *s, const req_t *r) {
 }
 
 // Admission order class: 0 preempted or aged past the bound, 1 residency hit (base model or
-// adapter in a slot), 2 the rest. FIFO within a class.
+// adapter in a slot), 2 the rest.
 static int s_class(const sched_t *s, const req_t *r) {
     if (s_first_class(s, r))
         return 0;
     return !r->ad || r->ad->slot >= 0 ? 1 : 2;
 }
 
+// Class 0 first, FIFO; then by turn (tenants take turns), then class, then FIFO.
 static const sched_t *s_sort_ctx;  // qsort has no context argument; single-threaded use only
 static int s_order_cmp(const void *a, const void *b) {
     const req_t *x = *(req_t *const *)a, *y = *(req_t *const *)b;
     int cx = s_class(s_sort_ctx, x), cy = s_class(s_sort_ctx, y);
+    if ((cx == 0) != (cy == 0))
+        return cx - cy;
+    if (cx != 0 && x->turn != y->turn)
+        return x->turn < y->turn ? -1 : 1;
     if (cx != cy)
         return cx - cy;
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-// The waiting requests in admission order (caller frees).
-static req_t **s_waiting_order(const sched_t *s, size_t *n) {
+// The waiting requests in admission order (caller frees). A request's turn is its tenant's
+// running requests plus the tenant's requests waiting ahead of it: the tenant with the fewest
+// running goes next, so a flood from one tenant queues behind every other tenant's next request.
+static req_t **s_waiting_order(sched_t *s, size_t *n) {
+    for (int i = 0; i < lora_count(s->lora); i++)
+        lora_at(s->lora, i)->turn_seen = 0;
+    uint32_t base_seen = 0;
     req_t **v = s_alloc(NULL, (s->waiting.n ? s->waiting.n : 1) * sizeof *v);
     size_t k = 0;
-    for (req_t *r = s->waiting.head; r; r = r->next)
+    for (req_t *r = s->waiting.head; r; r = r->next) {
+        uint32_t *seen = r->ad ? &r->ad->turn_seen : &base_seen;
+        r->turn = s_tenant_running(s, r->ad) + (*seen)++;
         v[k++] = r;
+    }
     s_sort_ctx = s;
     qsort(v, k, sizeof *v, s_order_cmp);
     s_sort_ctx = NULL;
@@ -874,8 +938,8 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
     size_t n;
     req_t **order = s_waiting_order(s, &n);
     uint32_t bs = kv_block_size(s->kv);
-    bool gate = false;       // an aged request waits for a slot: no newer request may take one
-    uint64_t passed_by = 0;  // highest seq admitted that holds an unpinned slot
+    bool gate = false;       // an aged request waits for a slot: no later request may take one
+    size_t passed_by = 0;    // 1 + the last place in the order admitted that holds an unpinned slot
     for (size_t i = 0; i < n; i++) {
         req_t *r = order[i];
         if (s->running.n >= (uint32_t)s->cfg.max_running_requests || *budget == 0)
@@ -916,23 +980,24 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
             r->cached_tokens = r->computed;
         s_list_remove(r);
         s_list_push_back(&s->running, r);
-        if (ad)
-            ad->running++;
+        s_tenant_run(s, r, 1);
         r->preempted = false;
         if (r->skipped > s->stats.max_skipped)
             s->stats.max_skipped = r->skipped;
         r->skipped = 0;
-        if (competes && r->seq > passed_by)
-            passed_by = r->seq;
+        if (competes)
+            passed_by = i + 1;
         s_plan_add(s, items, r, chunk);
         *budget -= chunk;
     }
-    free(order);
-    // A request whose adapter is still loading is not "passed over": the scheduler is not
-    // choosing against it.
-    for (req_t *r = s->waiting.head; r; r = r->next)
-        if ((!r->ad || r->ad->resident) && r->seq < passed_by)
+    // Those still waiting ahead of a slot user admitted after them were passed over. One whose
+    // adapter is still loading is not: the scheduler is not choosing against it.
+    for (size_t i = 0; i < passed_by; i++) {
+        req_t *r = order[i];
+        if (r->list == &s->waiting && (!r->ad || r->ad->resident))
             r->skipped++;
+    }
+    free(order);
 }
 
 // While the step runs, fill free or idle slots with the adapters of the requests next in line.
@@ -1127,6 +1192,7 @@ static void s_pend(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     p->reply = reply;
     p->now = now;
     p->next = NULL;
+    s->n_pending++;
     if (s->pending_tail)
         s->pending_tail->next = p;
     else
@@ -1141,6 +1207,9 @@ static bool s_held(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
         return false;
     if (s->down)
         s_refuse(s, msg, reply, LS_ERROR_CODE_UNAVAILABLE, "the workers are down");
+    else if (s->n_pending >= s->cfg.max_waiting_requests)
+        s_refuse(s, msg, reply, LS_ERROR_CODE_OVERLOADED,
+                 "the workers are not ready and --max-waiting-requests commands already wait for them");
     else
         s_pend(s, now, msg, reply);
     return true;
@@ -1222,8 +1291,23 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
                       "prompt of %" PRIu64 " tokens plus max_new_tokens %u needs %" PRIu64
                       " KV blocks; the whole cache has %u",
                       n_prompt, max_new, need_blocks, kv_total(s->kv));
+    else if (n_prompt > s->cfg.max_queued_tokens)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_TOO_LARGE, ref,
+                      "prompt of %" PRIu64 " tokens is longer than the whole queue may hold (--max-queued-tokens %" PRIu64 ")",
+                      n_prompt, s->cfg.max_queued_tokens);
     else if (tr->deadline_ms && tr->deadline_ms <= tr->arrival_ms)
         s_error_reply(s, reply, rid, LS_ERROR_CODE_TIMEOUT, ref, "the deadline passed before scheduling");
+    else if (s->waiting.n >= s->cfg.max_waiting_requests)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_OVERLOADED, ref,
+                      "the scheduler's queue is full: %u requests waiting (--max-waiting-requests)", s->waiting.n);
+    else if (s_tenant_waiting(s, ad) >= s->cfg.max_tenant_waiting)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_OVERLOADED, ref,
+                      "%s%s has %u requests waiting, its share of the queue (--max-tenant-waiting)",
+                      ad ? "adapter " : "the base model", ad ? ad->name : "", s_tenant_waiting(s, ad));
+    else if (s->waiting.tokens + n_prompt > s->cfg.max_queued_tokens)
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_OVERLOADED, ref,
+                      "the scheduler's queue holds %" PRIu64 " tokens; %" PRIu64 " more exceed --max-queued-tokens",
+                      s->waiting.tokens, n_prompt);
     else
         return 0;
     s->stats.requests_refused++;
@@ -1281,7 +1365,8 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
         ad->refs++;
         ad->used_at = ++s->clock;
         s_ensure_resident(s, ad, now);
-    }
+    } else
+        s->base_refs++;
     ls_debug(rid, "queued: %u prompt tokens, max_new_tokens %u, adapter %s", r->n_prompt, max_new, ad ? ad->name : "-");
 }
 
@@ -1408,6 +1493,7 @@ static void s_replay_pending(sched_t *s) {
     uint64_t now = s->now;
     pending_t *p = s->pending;
     s->pending = s->pending_tail = NULL;
+    s->n_pending = 0;
     while (p) {
         pending_t *next = p->next;
         s->now = p->now;  // as if it had been handled when it arrived
@@ -1449,6 +1535,7 @@ static void s_take_token(sched_t *s, req_t *r, const ls_msg_step_output_t *o) {
 sched_t *sched_new(const sched_config_t *cfg, const sched_io_t *io) {
     assert(cfg->tp_size >= 1 && cfg->tp_size <= SCHED_MAX_RANKS && io->emit);
     assert(cfg->max_num_batched_tokens > 0 && cfg->chunked_prefill_size > 0 && cfg->max_running_requests > 0);
+    assert(cfg->max_waiting_requests > 0 && cfg->max_tenant_waiting > 0 && cfg->max_queued_tokens > 0);
     sched_t *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
@@ -1618,10 +1705,10 @@ void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t 
     s->now = now;
     if (msg->type == LS_MSG_ADAPTER_LOADED) {
         const ls_msg_adapter_loaded_t *a = &msg->u.adapter_loaded;
-        s_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->code, a->reason);
+        s_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->code, a->reason, a->adapter_id);
     } else if (msg->type == LS_MSG_ADAPTER_UNLOADED) {
         const ls_msg_adapter_unloaded_t *a = &msg->u.adapter_unloaded;
-        s_op_answer(s, rank, msg->rid, a->ok, 0, 0, a->code, a->reason);
+        s_op_answer(s, rank, msg->rid, a->ok, 0, 0, a->code, a->reason, NULL);
     }
     s_after(s, now);
 }
@@ -1697,6 +1784,7 @@ void sched_shutdown(sched_t *s, uint64_t now) {
         free(p);
     }
     s->pending_tail = NULL;
+    s->n_pending = 0;
     s->ready = s->inflight = false;
     s->down = true;
     s_gauges(s);

@@ -47,6 +47,10 @@ typedef struct {
     lora_evict_t eviction;       // GPU slot victim policy
     uint64_t step_timeout_ns;    // no StepResult this long after a plan: the workers are gone
     uint64_t load_timeout_ns;    // no answer to an adapter load/unload this long: it failed
+    // Admission (docs/scheduling.md): more is refused at once with OVERLOADED.
+    uint32_t max_waiting_requests;  // waiting requests of all tenants (and those held until the workers are ready)
+    uint32_t max_tenant_waiting;    // waiting requests of one tenant (an adapter, or the base model)
+    uint64_t max_queued_tokens;     // tokens of the waiting requests; a prompt longer than this is TOO_LARGE
 } sched_config_t;
 
 // Gauges (set after every event) and counters (only grow).
@@ -56,6 +60,7 @@ typedef struct {
     uint64_t steps, tokens_generated, prefix_hit_tokens, adapter_residency_hits, adapter_cold_loads,
         adapter_prefetches, adapter_cpu_loads, adapter_cpu_evictions, preemptions, requests_finished,
         requests_aborted, requests_failed, requests_refused, step_timeouts;
+    uint64_t requests_overloaded;  // refused by an admission bound (also in requests_refused)
     uint64_t adapter_cpu_load_us;  // summed: LoadAdapter sent to every worker answered (disk -> CPU tier)
     uint64_t step_roundtrip_us;    // summed: plan sent -> result in (event times)
     uint64_t step_worker_us;       // summed: the workers' reported step time (StepResult.elapsed_us)

@@ -57,6 +57,7 @@ typedef struct {
     int kv_blocks, kv_cache_mb, block_size;
     int max_loras_per_batch, max_lora_rank, max_loaded_loras, max_cpu_lora_mb;
     int threads, tp_size, tp_timeout_ms;
+    int max_running, max_batched;  // the scheduler's step bounds: a bigger plan is refused
     int device;  // --device; -1: the worker's rank
     int rank;  // from the runtime's --rank
     unsigned target_mask;
@@ -110,7 +111,8 @@ static int s_target_mask(unsigned *mask) {
 
 static wstep_engine_t s_engine(void) {
     return (wstep_engine_t){.model = s_w.model, .kv = s_w.kv, .pool = s_w.pool, .history = s_w.history,
-                            .rank = s_w.rank, .backend = s_w.be->name};
+                            .rank = s_w.rank, .backend = s_w.be->name, .max_items = (uint32_t)s_w.max_running,
+                            .max_tokens = (uint32_t)s_w.max_batched};
 }
 
 static void s_send_info(ls_actor_t *a) {
@@ -220,8 +222,10 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "--model-path is required");
         return -1;
     }
-    if (s_w.tp_size < 1 || s_w.rank < 0 || s_w.rank >= s_w.tp_size || s_w.tp_timeout_ms < 1) {
-        ls_error(0, "--rank %d must be within --tp-size %d, and --tp-timeout-ms positive", s_w.rank, s_w.tp_size);
+    if (s_w.tp_size < 1 || s_w.rank < 0 || s_w.rank >= s_w.tp_size || s_w.tp_timeout_ms < 1 || s_w.max_running < 1 ||
+        s_w.max_batched < 1) {
+        ls_error(0, "--rank %d must be within --tp-size %d; --tp-timeout-ms, --max-running-requests and "
+                    "--max-num-batched-tokens positive", s_w.rank, s_w.tp_size);
         return -1;
     }
     if (strcmp(s_w.load_format, "auto") != 0 && strcmp(s_w.load_format, "dummy") != 0) {
@@ -586,6 +590,10 @@ int main(int argc, char **argv) {
         LS_FLAG_STR("lora-eviction-policy", &s_w.eviction, "lru", "lru or fifo (slots the scheduler does not direct)"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
         LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),
+        LS_FLAG_INT("max-running-requests", &s_w.max_running, "256",
+                    "requests one step may carry, as the scheduler's flag; a bigger StepPlan is refused"),
+        LS_FLAG_INT("max-num-batched-tokens", &s_w.max_batched, "2048",
+                    "tokens one step may carry, as the scheduler's flag; a bigger StepPlan is refused"),
         LS_FLAG_INT("tp-timeout-ms", &s_w.tp_timeout_ms, "60000",
                     "tensor parallel: longest wait for the group to form, and for the other ranks at a collective"),
         LS_FLAG_END,

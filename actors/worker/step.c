@@ -75,11 +75,47 @@ void wstep_fail(const ls_msg_step_plan_t *plan, ls_msg_t *result) {
         }
 }
 
+int wstep_check(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, char *err, size_t errlen) {
+    const ls_model_config_t *cfg = ls_model_config(e->model);
+    const uint64_t ctx = (uint64_t)cfg->max_position_embeddings, vocab = (uint64_t)cfg->vocab_size;
+    const uint64_t bs = (uint64_t)ls_kv_cache_block_size(e->kv);
+    if (e->max_items && plan->items.n > e->max_items) {
+        snprintf(err, errlen, "the plan has %zu requests; this worker takes at most %u (--max-running-requests)",
+                 plan->items.n, e->max_items);
+        return -1;
+    }
+    uint64_t tokens = 0;
+    for (size_t i = 0; i < plan->items.n; i++) {
+        const ls_msg_step_item_t *it = &plan->items.v[i];
+        tokens += it->token_ids.n;
+        const char *bad = (uint64_t)it->position + it->token_ids.n > ctx ? "runs past the model's context"
+                          : it->block_table.n > (ctx + bs - 1) / bs    ? "has more blocks than the context needs"
+                          : it->context_ids.n > ctx                    ? "has more context ids than the context holds"
+                          : it->sampling.stop_token_ids.n > vocab      ? "has more stop ids than the vocabulary"
+                          : it->sampling.top_logprobs > vocab          ? "asks for more alternatives than the vocabulary"
+                                                                       : NULL;
+        if (bad) {
+            snprintf(err, errlen, "item %zu (rid %llu) %s (position %u, %zu tokens, %zu blocks; context %llu)", i,
+                     (unsigned long long)it->rid, bad, it->position, it->token_ids.n, it->block_table.n,
+                     (unsigned long long)ctx);
+            return -1;
+        }
+    }
+    if (e->max_tokens && tokens > e->max_tokens) {
+        snprintf(err, errlen, "the plan has %llu tokens; this worker takes at most %u (--max-num-batched-tokens)",
+                 (unsigned long long)tokens, e->max_tokens);
+        return -1;
+    }
+    return 0;
+}
+
 int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t *result, int *n_sampled, char *err,
               size_t errlen) {
     ls_msg_init(result, LS_MSG_STEP_RESULT);
     result->u.step_result.step = plan->step;
     *n_sampled = 0;
+    if (wstep_check(e, plan, err, errlen) < 0)
+        return -1;
     for (size_t i = 0; i < plan->released.n; i++)
         ls_history_drop(e->history, plan->released.v[i]);
     size_t n = plan->items.n;

@@ -23,7 +23,14 @@ typedef struct {
     ls_history_t *history;
     int rank;             // tensor-parallel rank: only rank 0 samples
     const char *backend;  // for messages
+    uint32_t max_items, max_tokens;  // the most requests and tokens one plan may carry (0: no limit)
 } wstep_engine_t;
+
+// Whether plan fits what this worker was configured for: its items and tokens, each item's
+// context, block table and sampling arrays against the model and the KV cache. -1 + err when it
+// does not; wstep_run checks it first, before any tensor-parallel collective, so every rank of
+// a group refuses the same plan alike.
+int wstep_check(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, char *err, size_t errlen);
 
 // Runs plan; result becomes a StepResult (step set, one output per sampled item on rank 0, in
 // plan order; rid and elapsed_us are the caller's) and *n_sampled its rows. -1 + err when the

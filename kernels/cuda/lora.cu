@@ -46,8 +46,9 @@
     Measurements, predictions and what is left: kernels/cuda/NOTES.md.
 
     Long segments (a prefill, or many requests of one adapter) expand over tiles of
-    LS_CU_LORA_LONG positions: on tensor cores for bf16 B pools (k_lora_expand_tc), else by
-    the FMA kernel with NT = LS_CU_LORA_LONG.
+    LS_CU_LORA_LONG positions: on tensor cores for bf16 B pools (k_lora_expand_tc, which also
+    takes the multi-position tiles of ls_cu_lora_expand outside the decode op), else by the
+    FMA kernel with NT = LS_CU_LORA_LONG.
 
     Known limits: the shrink of a long segment re-reads A once per 4-token tile (from L2).
 */
@@ -1120,6 +1121,140 @@ static int s_expand_lanes(int max_rank, int r_max) {
     return L;
 }
 
+// -- expand over multi-position tiles on tensor cores (bf16 B) ---------------------------
+// The FMA expand above issues a shared-memory load and an FMA per (position, column, rank
+// element): over a prefill it is bound by instruction issue (a 1,638-token q launch of rank 32
+// took 75 us, its y traffic alone 11 us; H200). Here mma.sync m16n8k16 does the products: a
+// warp owns 16 output columns (the mma's rows: B rows, read as A fragments with 16-byte loads)
+// by the tile's LS_CU_LORA_LONG positions (n tiles of 8 tokens); K is the rank in 32-wide
+// halves, lane c taking elements 8c .. 8c+7 of a half for both operands (the k order of
+// k_lora_shrink_tc). tmp is fp32 and goes in as three bf16 parts (s_split3), B is bf16: the
+// products are exact in the fp32 accumulator, so the sums are fp32 arithmetic in another
+// order, as the FMA kernels'. Elements at or past the rank are zeroed after loading (the
+// pools' tails and tmp's may hold anything, NaN too). The warp's y values load before its
+// sums; warps leave as soon as their columns end (no block-wide synchronization).
+enum { EL_WARPS = 4, EL_NQ = LS_CU_LORA_LONG / 8 };
+
+// the first n (0..8) of the 8 bf16 elements v holds, the rest zero
+__device__ __forceinline__ uint4 s_keep8(uint4 v, int n) {
+    if (n >= 8)
+        return v;
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = 2 * i + 1 < n ? w[i] : 2 * i < n ? w[i] & 0xffffu : 0u;
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ float4 s_keep4(float4 v, int n) {
+    return make_float4(n > 0 ? v.x : 0.0f, n > 1 ? v.y : 0.0f, n > 2 ? v.z : 0.0f,
+                       n > 3 ? v.w : 0.0f);
+}
+
+__global__ void __launch_bounds__(EL_WARPS * 32, 1)
+k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
+                 const __nv_bfloat16 *__restrict__ b_pool, const ls_cu_lora_tile_t *__restrict__ tiles,
+                 const int32_t *__restrict__ perm, const float *__restrict__ scalings,
+                 s_slice_offs_t so, int n_slices, int r_max) {
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    int out_total = so.off[n_slices], ld = n_slices * r_max, r = tile.rank;
+    int o0 = (blockIdx.y * EL_WARPS + warp) * 16; // slices and out_total are multiples of 16
+    if (o0 >= out_total)
+        return;
+    int k = 0;
+    while (k + 1 < n_slices && o0 >= so.off[k + 1])
+        k++;
+    // rows this lane writes: tokens 8q + 2c and 8q + 2c + 1 (-1: past the tile); their y first
+    int wr[EL_NQ][2];
+    float yv[EL_NQ][4];
+#pragma unroll
+    for (int q = 0; q < EL_NQ; q++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int tt = 8 * q + 2 * c + e;
+            wr[q][e] = tt < tile.n ? s_row(perm, tile.p0 + tt) : -1;
+        }
+#pragma unroll
+    for (int q = 0; q < EL_NQ; q++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = wr[q][e & 1];
+            yv[q][e] = row >= 0 ? y[(size_t)row * out_total + o0 + g + (e >> 1) * 8] : 0.0f;
+        }
+    // the tmp row this lane feeds for n tile q: token 8q + g
+    const float *tr[EL_NQ];
+    bool tok[EL_NQ];
+#pragma unroll
+    for (int q = 0; q < EL_NQ; q++) {
+        int tt = 8 * q + g;
+        tok[q] = tt < tile.n;
+        tr[q] = tmp + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * ld + (size_t)k * r_max;
+    }
+    const __nv_bfloat16 *b0 = b_pool + ((size_t)tile.slot * out_total + o0 + g) * r_max;
+    const __nv_bfloat16 *b8 = b0 + (size_t)8 * r_max;
+    float d[EL_NQ][4] = {};
+    for (int h = 0; h * 32 < r; h++) {
+        int j = h * 32 + c * 8, nv = min(max(r - j, 0), 8); // this lane's elements below r
+        uint4 r0 = make_uint4(0, 0, 0, 0), r8 = r0;
+        if (nv > 0) {
+            r0 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b0 + j)), nv);
+            r8 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b8 + j)), nv);
+        }
+#pragma unroll
+        for (int q = 0; q < EL_NQ; q++) {
+            if (8 * q >= tile.n) // warp-uniform: n tiles past the tile's tokens do nothing
+                continue;
+            float4 xv[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                xv[e] = nv > 0 && tok[q] ? s_keep4(__ldg(reinterpret_cast<const float4 *>(tr[q] + j) + e), nv - 4 * e)
+                                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int e = 0; e < 2; e++) { // k step: elements 4e .. 4e+3 of the lane's 8
+                uint32_t p0[3], p1[3];
+                s_split3(xv[e].x, xv[e].y, p0);
+                s_split3(xv[e].z, xv[e].w, p1);
+#pragma unroll
+                for (int p = 0; p < 3; p++)
+                    s_mma_bf16(d[q], e ? r0.z : r0.x, e ? r8.z : r8.x, e ? r0.w : r0.y, e ? r8.w : r8.y,
+                               p0[p], p1[p]);
+            }
+        }
+    }
+    float s = scalings[tile.slot];
+#pragma unroll
+    for (int q = 0; q < EL_NQ; q++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) { // D: column g | g+8, token 2c + (e & 1) of n tile q
+            int row = wr[q][e & 1];
+            if (row >= 0) // scaling on the product
+                y[(size_t)row * out_total + o0 + g + (e >> 1) * 8] =
+                    __fadd_rn(yv[q][e], __fmul_rn(s, d[q][e]));
+        }
+}
+
+// Whether k_lora_expand_tc applies: bf16 B, 16-byte rows of B and tmp, slices of whole
+// warps (16 columns), sm_80+, not the session-1 kernels (impl 1); s_props must have run
+static bool s_expand_tc_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t b_dt,
+                             const s_slice_offs_t &so, int n_slices, int r_max) {
+    bool ok = b_dt == LS_CU_BF16 && s_cc >= 8 && r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 &&
+              (uintptr_t)tmp % 16 == 0 && s_impl != 1;
+    for (int k = 1; k <= n_slices; k++)
+        ok = ok && so.off[k] % 16 == 0;
+    return ok;
+}
+
+// k_lora_expand_tc over the tiles (y += the deltas)
+static cudaError_t s_expand_tc(float *y, const float *tmp, const void *b_pool,
+                               const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
+                               const float *scalings, s_slice_offs_t so, int n_slices, int r_max,
+                               cudaStream_t stream) {
+    dim3 g(n_tiles, (so.off[n_slices] + 16 * EL_WARPS - 1) / (16 * EL_WARPS));
+    k_lora_expand_tc<<<g, EL_WARPS * 32, 0, stream>>>(y, tmp, (const __nv_bfloat16 *)b_pool, tiles, perm,
+                                                      scalings, so, n_slices, r_max);
+    LS_CU_CHECK_LAUNCH();
+}
+
 // ls_cu_lora_expand over tmp as the sum of n_parts arrays part_stride apart (> 1 part:
 // s_expand2_fits must hold)
 static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part_stride,
@@ -1200,120 +1335,6 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     LS_CU_CHECK_LAUNCH();
 }
 
-// -- expand over long tiles on tensor cores (bf16 B) ----------------------------------------
-// The FMA expand above issues a shared-memory load and an FMA per (position, column, rank
-// element): over a prefill it is bound by instruction issue (a 1,638-token q launch of rank 32
-// took 75 us, its y traffic alone 11 us; H200). Here mma.sync m16n8k16 does the products: a
-// warp owns 16 output columns (the mma's rows: B rows, read as A fragments with 16-byte loads)
-// by the tile's LS_CU_LORA_LONG positions (n tiles of 8 tokens); K is the rank in 32-wide
-// halves, lane c taking elements 8c .. 8c+7 of a half for both operands (the k order of
-// k_lora_shrink_tc). tmp is fp32 and goes in as three bf16 parts (s_split3), B is bf16: the
-// products are exact in the fp32 accumulator, so the sums are fp32 arithmetic in another
-// order, as the FMA kernels'. Elements at or past the rank are zeroed after loading (the
-// pools' tails and tmp's may hold anything, NaN too). The warp's y values load before its
-// sums; warps leave as soon as their columns end (no block-wide synchronization).
-enum { EL_WARPS = 4, EL_NQ = LS_CU_LORA_LONG / 8 };
-
-// the first n (0..8) of the 8 bf16 elements v holds, the rest zero
-__device__ __forceinline__ uint4 s_keep8(uint4 v, int n) {
-    if (n >= 8)
-        return v;
-    uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        w[i] = 2 * i + 1 < n ? w[i] : 2 * i < n ? w[i] & 0xffffu : 0u;
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-__device__ __forceinline__ float4 s_keep4(float4 v, int n) {
-    return make_float4(n > 0 ? v.x : 0.0f, n > 1 ? v.y : 0.0f, n > 2 ? v.z : 0.0f,
-                       n > 3 ? v.w : 0.0f);
-}
-
-__global__ void __launch_bounds__(EL_WARPS * 32)
-k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
-                 const __nv_bfloat16 *__restrict__ b_pool, const ls_cu_lora_tile_t *__restrict__ tiles,
-                 const int32_t *__restrict__ perm, const float *__restrict__ scalings,
-                 s_slice_offs_t so, int n_slices, int r_max) {
-    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    int out_total = so.off[n_slices], ld = n_slices * r_max, r = tile.rank;
-    int o0 = (blockIdx.y * EL_WARPS + warp) * 16; // slices and out_total are multiples of 16
-    if (o0 >= out_total)
-        return;
-    int k = 0;
-    while (k + 1 < n_slices && o0 >= so.off[k + 1])
-        k++;
-    // rows this lane writes: tokens 8q + 2c and 8q + 2c + 1 (-1: past the tile); their y first
-    int wr[EL_NQ][2];
-    float yv[EL_NQ][4];
-#pragma unroll
-    for (int q = 0; q < EL_NQ; q++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            int tt = 8 * q + 2 * c + e;
-            wr[q][e] = tt < tile.n ? s_row(perm, tile.p0 + tt) : -1;
-        }
-#pragma unroll
-    for (int q = 0; q < EL_NQ; q++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int row = wr[q][e & 1];
-            yv[q][e] = row >= 0 ? y[(size_t)row * out_total + o0 + g + (e >> 1) * 8] : 0.0f;
-        }
-    // the tmp row this lane feeds for n tile q: token 8q + g
-    const float *tr[EL_NQ];
-    bool tok[EL_NQ];
-#pragma unroll
-    for (int q = 0; q < EL_NQ; q++) {
-        int tt = 8 * q + g;
-        tok[q] = tt < tile.n;
-        tr[q] = tmp + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * ld + (size_t)k * r_max;
-    }
-    const __nv_bfloat16 *b0 = b_pool + ((size_t)tile.slot * out_total + o0 + g) * r_max;
-    const __nv_bfloat16 *b8 = b0 + (size_t)8 * r_max;
-    float d[EL_NQ][4] = {};
-    for (int h = 0; h * 32 < r; h++) {
-        int j = h * 32 + c * 8, nv = min(max(r - j, 0), 8); // this lane's elements below r
-        uint4 r0 = make_uint4(0, 0, 0, 0), r8 = r0;
-        if (nv > 0) {
-            r0 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b0 + j)), nv);
-            r8 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b8 + j)), nv);
-        }
-        float4 xv[EL_NQ][2];
-#pragma unroll
-        for (int q = 0; q < EL_NQ; q++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                xv[q][e] = nv > 0 && tok[q]
-                               ? s_keep4(__ldg(reinterpret_cast<const float4 *>(tr[q] + j) + e), nv - 4 * e)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int e = 0; e < 2; e++) { // k step: elements 4e .. 4e+3 of the lane's 8
-            uint32_t a0 = e ? r0.z : r0.x, a1 = e ? r8.z : r8.x;
-            uint32_t a2 = e ? r0.w : r0.y, a3 = e ? r8.w : r8.y;
-#pragma unroll
-            for (int q = 0; q < EL_NQ; q++) {
-                uint32_t p0[3], p1[3];
-                s_split3(xv[q][e].x, xv[q][e].y, p0);
-                s_split3(xv[q][e].z, xv[q][e].w, p1);
-#pragma unroll
-                for (int p = 0; p < 3; p++)
-                    s_mma_bf16(d[q], a0, a1, a2, a3, p0[p], p1[p]);
-            }
-        }
-    }
-    float s = scalings[tile.slot];
-#pragma unroll
-    for (int q = 0; q < EL_NQ; q++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) { // D: column g | g+8, token 2c + (e & 1) of n tile q
-            int row = wr[q][e & 1];
-            if (row >= 0) // scaling on the product
-                y[(size_t)row * out_total + o0 + g + (e >> 1) * 8] =
-                    __fadd_rn(yv[q][e], __fmul_rn(s, d[q][e]));
-        }
-}
-
 cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_pool,
                                    ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                                    int n_tiles, const int32_t *perm, const float *scalings,
@@ -1327,17 +1348,8 @@ cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_poo
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
     s_props();
-    // the tensor-core kernel: bf16 B, 16-byte rows of B and tmp, slices of whole warps
-    bool tc = b_dt == LS_CU_BF16 && s_cc >= 8 && r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 &&
-              (uintptr_t)tmp % 16 == 0 && s_impl != 1;
-    for (int kk = 1; kk <= n_slices; kk++)
-        tc = tc && so.off[kk] % 16 == 0;
-    if (tc) {
-        dim3 g(n_tiles, (out_total + 16 * EL_WARPS - 1) / (16 * EL_WARPS));
-        k_lora_expand_tc<<<g, EL_WARPS * 32, 0, stream>>>(y, tmp, (const __nv_bfloat16 *)b_pool, tiles,
-                                                          perm, scalings, so, n_slices, r_max);
-        LS_CU_CHECK_LAUNCH();
-    }
+    if (s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max))
+        return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, scalings, so, n_slices, r_max, stream);
     constexpr int NT = LS_CU_LORA_LONG;
     size_t smem = (size_t)NT * n_slices * r_max * sizeof(float);
     int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
@@ -1355,6 +1367,19 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               int n_tiles, int max_rank, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               unsigned flags, cudaStream_t stream) {
+    // multi-position tiles added into y on tensor cores: v2 sizes its lanes by the launch's
+    // largest rank, so beside rank 64 a rank-8 tile ran on an eighth of them (steps with
+    // prompt tokens, Zipf over 1,000 adapters of mixed ranks: expands 18.2 -> 15.8 ms a step,
+    // H200). The decode op (ls_cu_lora_fused) keeps v2 / v3 whether it adds or writes, so
+    // that a step with its LoRA beside the GEMM is bit for bit the one with it after; this
+    // kernel summing the op's K parts also measured slower there (100 against 61 us)
+    s_slice_offs_t so = {{0, 0, 0, 0}};
+    for (int k = 0; k <= n_slices; k++)
+        so.off[k] = slice_offsets[k];
+    s_props();
+    if (n_tiles > 0 && so.off[n_slices] > 0 && !(flags & LS_CU_LORA_ONE) && (flags & LS_CU_LORA_ACC) &&
+        s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max))
+        return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, scalings, so, n_slices, r_max, stream);
     return s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm, scalings, slice_offsets,
                     n_slices, r_max, flags, stream);
 }

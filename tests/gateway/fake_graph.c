@@ -94,6 +94,16 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
         return s_refuse(router, id, req->rid, LS_ERROR_CODE_UNAVAILABLE);
     uint32_t prompt = g->chat ? 7 : g->text ? (uint32_t)strlen(g->text) : (uint32_t)g->input_ids.n;
     uint32_t k = g->sampling.top_logprobs;
+    if (g->text && !strcmp(g->text, "rid0")) {
+        // Answers to nothing, with rid 0, of every type the gateway takes; then the real one.
+        static const int types[] = {LS_MSG_TEXT_OUT, LS_MSG_ADAPTER_LIST, LS_MSG_ADAPTER_LOADED,
+                                    LS_MSG_ADAPTER_UNLOADED, LS_MSG_METRICS, LS_MSG_ERROR, LS_MSG_HEARTBEAT};
+        for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+            ls_msg_t m;
+            ls_msg_init(&m, (ls_msg_type_t)types[i]);
+            s_send(router, id, &m);
+        }
+    }
     if (g->text && !strcmp(g->text, "hang")) {
         s_text(router, id, req->rid, 0, " hi", 1, 0, k, LS_FINISH_REASON_NONE, prompt, 1);
         *hang_rid = req->rid;
@@ -163,6 +173,8 @@ static void s_admin(zsock_t *router, zframe_t *id, const ls_msg_t *req) {
         s_adapter(&m.u.adapter_list.adapters.v[2], "gone", LS_ADAPTER_STATE_UNLOADING);
         break;
     case LS_MSG_LOAD_ADAPTER: {
+        if (!strcmp(req->u.load_adapter.name, "hang"))
+            return;  // still loading
         int bad = !strcmp(req->u.load_adapter.name, "bad");
         ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
         m.u.adapter_loaded.ok = !bad;

@@ -6,9 +6,10 @@
 // id, id+1, ...), cut at max_new_tokens (finish LENGTH, else STOP); streamed piece by piece,
 // else whole; n completions with their index. Prompt counts: the text's bytes, the ids, or 7
 // for a chat. Scripted prompts: "hang" streams one piece and waits for an Abort (answered with
-// finish ABORT); "long" is refused TOO_LARGE, "busy" UNAVAILABLE; adapter "missing" NOT_FOUND.
+// finish ABORT); "long" is refused TOO_LARGE, "busy" UNAVAILABLE; "rid0" is preceded by one
+// message of every answer type with rid 0; adapter "missing" NOT_FOUND.
 // Admin: ListAdapters lists reverse and upper (READY) and gone (UNLOADING); LoadAdapter "bad"
-// fails BAD_REQUEST; UnloadAdapter "nope" fails NOT_FOUND; Heartbeat is answered unless muted.
+// fails BAD_REQUEST, "hang" is never answered; UnloadAdapter "nope" fails NOT_FOUND; Heartbeat is answered unless muted.
 #ifndef FAKE_GRAPH_H
 #define FAKE_GRAPH_H
 

@@ -1,7 +1,8 @@
 // Gateway tests at the HTTP level: the real loraserve-gateway process against fake_graph (a
 // tokenizer and a scheduler without a model), driven by raw HTTP over TCP.
 //   completions, chat, generate  — JSON shapes, SSE framing and [DONE], what reaches the tokenizer
-//   errors_upstream              — unknown adapter 404, prompt too long 413, queues full 429
+//   errors_upstream              — unknown adapter 404, prompt too long 413, queues full 429;
+//                                  answers with rid 0 dropped
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
 //   health, metrics              — ping relay, Prometheus text that parses, other actors' counters
@@ -14,6 +15,10 @@
 //   slow_clients                 — with --max-connections 4, half-sent requests are answered 408
 //                                  and new clients are served again
 //   disconnect                   — a client that leaves mid-stream makes the gateway send Abort
+//   admission                    — fan-out over the request cap 400; over the tenant's share 429
+//                                  with Retry-After while other tenants are served
+//   shutdown_admin               — a load in flight when the gateway stops: 503 outcome_unknown,
+//                                  not a failure the registry may contradict
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -112,8 +117,9 @@ typedef struct {
     char *body;  // decoded (chunked framing removed)
     size_t len;
     int complete;
+    char retry_after[16];  // the Retry-After header
     char field[64];
-    int in_ct;
+    int in_ct, in_retry;
 } resp_t;
 
 static int s_on_status(http_parser *p, const char *at, size_t len) {
@@ -123,12 +129,15 @@ static int s_on_status(http_parser *p, const char *at, size_t len) {
 static int s_on_field(http_parser *p, const char *at, size_t len) {
     resp_t *r = p->data;
     r->in_ct = len == 12 && !strncasecmp(at, "Content-Type", 12);
+    r->in_retry = len == 11 && !strncasecmp(at, "Retry-After", 11);
     return 0;
 }
 static int s_on_value(http_parser *p, const char *at, size_t len) {
     resp_t *r = p->data;
     if (r->in_ct)
         snprintf(r->content_type, sizeof r->content_type, "%.*s", (int)len, at);
+    if (r->in_retry)
+        snprintf(r->retry_after, sizeof r->retry_after, "%.*s", (int)len, at);
     return 0;
 }
 static int s_on_body(http_parser *p, const char *at, size_t len) {
@@ -495,6 +504,14 @@ static void test_errors_upstream(void **state) {
     s_expect_error("/generate", "{\"text\":[\"a\",\"b\"],\"lora_path\":[null,\"missing\"]}", 404, "lora_path");
     s_expect_error("/v1/completions", "{\"prompt\":\"long\"}", 413, "prompt");
     s_expect_error("/v1/completions", "{\"prompt\":\"busy\"}", 429, NULL);
+    resp_t r;
+    s_call(s_gw.port, "POST", "/v1/completions", "{\"prompt\":\"busy\"}", NULL, &r);
+    assert_string_equal(r.retry_after, "1");  // a 429 says when to come back
+    s_resp_free(&r);
+    // Answers with rid 0 answer nothing: dropped with a log line, the request still served.
+    cJSON *j = s_post("/v1/completions", "{\"prompt\":\"rid0\"}", 200);
+    assert_string_equal(s_str(j, "choices.0.text"), " base ok");
+    cJSON_Delete(j);
 }
 
 static void test_models(void **state) {
@@ -866,16 +883,15 @@ static void test_slow_clients(void **state) {
     s_stop(&g);
 }
 
-static void test_disconnect(void **state) {
-    int before = fake_graph_aborts();
+// A streamed request the fake graph holds open (its prompt is "hang"): the connection, once
+// the first piece arrived.
+static int s_hang_open(int port, const char *body) {
     conn_t c;
-    s_conn_open(&c, s_gw.port);
-    static const char body[] = "{\"prompt\":\"hang\",\"stream\":true}";
+    s_conn_open(&c, port);
     char raw[256];
-    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s", sizeof body - 1,
+    int n = snprintf(raw, sizeof raw, "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s", strlen(body),
                      body);
     s_write(c.fd, raw, (size_t)n);
-    // Wait for the first piece of the stream, then leave.
     char buf[4096];
     size_t got = 0;
     for (double t0 = s_now(); s_now() - t0 < 5 && !memmem(buf, got, " hi", 3);) {
@@ -885,15 +901,74 @@ static void test_disconnect(void **state) {
         got += (size_t)k;
     }
     assert_non_null(memmem(buf, got, " hi", 3));
-    close(c.fd);
+    return c.fd;
+}
+
+// The client of a hanging request leaves: the gateway sends the Abort.
+static void s_hang_close(int fd) {
+    int before = fake_graph_aborts();
+    close(fd);
     for (double t0 = s_now(); s_now() - t0 < 5 && fake_graph_aborts() == before;)
         usleep(20000);
     assert_int_equal(fake_graph_aborts(), before + 1);
+}
+
+static void test_disconnect(void **state) {
+    s_hang_close(s_hang_open(s_gw.port, "{\"prompt\":\"hang\",\"stream\":true}"));
     // The gateway is fine.
     resp_t r;
     s_call(s_gw.port, "GET", "/health", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
     s_resp_free(&r);
+}
+
+// --max-request-completions: more prompts x n is a 400 at once. --max-tenant-completions: while
+// the base model's requests hold its share, its next one is a 429 with Retry-After and an
+// adapter's request is served; the share is back once the holder's client left.
+static void test_admission(void **state) {
+    const char *extra[] = {"--max-request-completions=4", "--max-tenant-completions=4", NULL};
+    gw_t g = s_start("admission", extra);
+    resp_t r;
+    s_call(g.port, "POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":2}", NULL, &r);
+    assert_int_equal(r.status, 400);
+    assert_contains(r.body, "\"code\":\"too_many_completions\"");
+    s_resp_free(&r);
+    int fd = s_hang_open(g.port, "{\"prompt\":\"hang\",\"n\":4,\"stream\":true}");
+    s_call(g.port, "POST", "/v1/completions", "{\"prompt\":\"x\"}", NULL, &r);
+    assert_int_equal(r.status, 429);
+    assert_string_equal(r.retry_after, "1");
+    assert_contains(r.body, "\"code\":\"overloaded\"");
+    s_resp_free(&r);
+    s_call(g.port, "POST", "/v1/completions", "{\"model\":\"reverse\",\"prompt\":\"x\"}", NULL, &r);
+    assert_int_equal(r.status, 200);
+    s_resp_free(&r);
+    s_hang_close(fd);
+    s_call(g.port, "POST", "/v1/completions", "{\"prompt\":\"x\",\"n\":4}", NULL, &r);
+    assert_int_equal(r.status, 200);
+    s_resp_free(&r);
+    s_stop(&g);
+}
+
+// A load still in flight when the gateway stops is not called failed: the registry may still
+// complete it.
+static void test_shutdown_admin(void **state) {
+    gw_t g = s_start("stopping", NULL);
+    conn_t c;
+    s_conn_open(&c, g.port);
+    static const char body[] = "{\"lora_name\":\"hang\",\"lora_path\":\"/x/hang\"}";
+    char raw[256];
+    int n = snprintf(raw, sizeof raw, "POST /v1/load_lora_adapter HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof body - 1, body);
+    s_write(c.fd, raw, (size_t)n);
+    usleep(200000);
+    s_stop(&g);
+    resp_t r;
+    s_read(&c, &r);
+    assert_int_equal(r.status, 503);
+    assert_contains(r.body, "\"code\":\"outcome_unknown\"");
+    assert_contains(r.body, "may still complete");
+    s_resp_free(&r);
+    close(c.fd);
 }
 
 static int s_setup(void **state) {
@@ -924,7 +999,8 @@ int main(void) {
         cmocka_unit_test(test_adapters),
         cmocka_unit_test(test_health),      cmocka_unit_test(test_metrics),   cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_malformed),   cmocka_unit_test(test_pipelining), cmocka_unit_test(test_concurrency),
-        cmocka_unit_test(test_slow_clients), cmocka_unit_test(test_disconnect),
+        cmocka_unit_test(test_slow_clients), cmocka_unit_test(test_disconnect), cmocka_unit_test(test_admission),
+        cmocka_unit_test(test_shutdown_admin),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }

@@ -7,6 +7,8 @@
 //                    registered), timeout (TIMEOUT, then the late load is unloaded), on-demand
 //                    load, counters
 //   restart        — the journal restores the adapter set, ids included, across a restart
+//   restart_unload — a --lora-paths adapter a client unloaded stays unloaded across restarts,
+//                    until a client loads it again
 #include "fixtures.h"
 
 #include <setjmp.h>
@@ -424,6 +426,61 @@ static void test_restart(void **unused) {
     s_stop(&r);
 }
 
+// Start a registry with --lora-paths x and y; answer the loads the scheduler gets (their names,
+// joined by ',', into got) and wait for Ready.
+static void s_spawn_xy(reg_proc_t *r, char *got, size_t cap) {
+    static char x[200], y[200];
+    snprintf(x, sizeof x, "x=%s", s_path("adapters/a"));
+    snprintf(y, sizeof y, "y=%s", s_path("adapters/b"));
+    const char *extra[] = {"--state-dir", s_path("st4"), "--lora-paths", x, y, NULL};
+    s_spawn(r, extra);
+    got[0] = 0;
+    while (s_ready_within(300) == 0) {
+        ls_msg_t req;
+        s_sched_recv(&req, LS_MSG_LOAD_ADAPTER);
+        snprintf(got + strlen(got), cap - strlen(got), "%s%s", *got ? "," : "", req.u.load_adapter.name);
+        s_sched_answer(&req, true, 0, NULL);
+        ls_msg_clear(&req);
+    }
+}
+
+static void test_restart_unload(void **unused) {
+    reg_proc_t r;
+    char got[64], names[256];
+    s_spawn_xy(&r, got, sizeof got);
+    assert_string_equal(got, "x,y");
+    ls_msg_t req, m;
+    s_client_simple(&r, LS_MSG_UNLOAD_ADAPTER, 30, "x");
+    s_sched_recv(&req, LS_MSG_UNLOAD_ADAPTER);
+    s_sched_answer(&req, true, 0, NULL);
+    s_recv(&r, &m, LS_MSG_ADAPTER_UNLOADED, 30);
+    assert_true(m.u.adapter_unloaded.ok);
+    ls_msg_clear(&m);
+    ls_msg_clear(&req);
+    s_stop(&r);
+    // Twice: the journal remembers, whatever the flag says.
+    for (int i = 0; i < 2; i++) {
+        s_spawn_xy(&r, got, sizeof got);
+        assert_string_equal(got, "y");
+        s_list(&r, names, sizeof names, NULL);
+        assert_string_equal(names, "y");
+        s_stop(&r);
+    }
+    // A client loads it again: registered, and restored from the journal from then on.
+    s_spawn_xy(&r, got, sizeof got);
+    s_client_load(&r, 31, "x", s_path("adapters/a"), false);
+    s_sched_recv(&req, LS_MSG_LOAD_ADAPTER);
+    s_sched_answer(&req, true, 0, NULL);
+    s_recv(&r, &m, LS_MSG_ADAPTER_LOADED, 31);
+    assert_true(m.u.adapter_loaded.ok);
+    ls_msg_clear(&m);
+    ls_msg_clear(&req);
+    s_stop(&r);
+    s_spawn_xy(&r, got, sizeof got);
+    assert_string_equal(got, "y,x");  // the journal's, in load order
+    s_stop(&r);
+}
+
 int main(void) {
     ls_log_init("test", LS_LOG_ERROR);
     fx_tmpdir(D, sizeof D);
@@ -450,6 +507,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_startup_ready, s_teardown),
         cmocka_unit_test_teardown(test_load_paths, s_teardown),
         cmocka_unit_test_teardown(test_restart, s_teardown),
+        cmocka_unit_test_teardown(test_restart_unload, s_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     zsock_destroy(&s_control);

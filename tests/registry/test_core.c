@@ -684,6 +684,39 @@ static void test_journal(void **unused) {
     j = s_open(dir, names, sizeof names);
     assert_string_equal(names, "b,pinned,c");
     assert_int_equal(journal_records(j), 5);
+    // a was unloaded and not loaded since: remembered (a --lora-paths adapter stays unloaded).
+    assert_string_equal(journal_unloaded(j, 0), "a");
+    assert_null(journal_unloaded(j, 1));
+    s_append(j, true, "a", "id-a2");  // loaded again: no longer unloaded
+    assert_null(journal_unloaded(j, 0));
+    s_append(j, false, "a", "id-a2");
+    s_append(j, true, "e", "id-e");
+    s_append(j, false, "e", "id-e");
+    assert_string_equal(journal_unloaded(j, 1), "e");
+    journal_forget(j, "e");  // in memory; the file forgets it at its next rewrite
+    assert_null(journal_unloaded(j, 1));
+    journal_destroy(&j);
+    j = s_open(dir, names, sizeof names);
+    assert_string_equal(names, "b,pinned,c");
+    assert_string_equal(journal_unloaded(j, 0), "a");
+    assert_string_equal(journal_unloaded(j, 1), "e");
+    // A restored adapter that no longer loads leaves the journal without being "unloaded".
+    for (int k = 0; k < 3; k++) {
+        const char *name = k == 0 ? "a" : k == 1 ? "e" : "c";
+        if (k < 2)
+            s_append(j, true, name, "id-c");
+        ls_msg_t drop;
+        s_rec(&drop, false, name, "id-c");
+        drop.u.unload_adapter.dropped = true;
+        assert_int_equal(journal_append(j, &drop), 0);
+        ls_msg_clear(&drop);
+    }
+    assert_null(journal_unloaded(j, 0));
+    s_append(j, true, "c", "id-c");  // c's load is the last record again, for what follows
+    journal_destroy(&j);
+    j = s_open(dir, names, sizeof names);
+    assert_string_equal(names, "b,pinned,c");
+    assert_null(journal_unloaded(j, 0));
     journal_destroy(&j);
 
     // Torn last record (a crash mid-append): c is lost, the rest restored, the file rewritten.
@@ -697,7 +730,11 @@ static void test_journal(void **unused) {
     assert_string_equal(names, "b,pinned,d");
     journal_destroy(&j);
 
-    // A corrupt record in the middle: skipped with a warning, the ones after it still count.
+    // A corrupt record in the middle: skipped with an error, the ones after it still count,
+    // and the damaged file is kept beside the clean one.
+    char damaged[220];
+    snprintf(damaged, sizeof damaged, "%s.damaged", path);
+    unlink(damaged);
     long size = s_size(path);
     FILE *f = fopen(path, "r+b");
     assert_non_null(f);
@@ -707,6 +744,7 @@ static void test_journal(void **unused) {
     j = s_open(dir, names, sizeof names);
     assert_string_equal(names, "b,d");
     journal_destroy(&j);
+    assert_int_equal(s_size(damaged), size);
 
     // Garbage only: an empty registry, never a failure.
     fx_write(path, "not a journal at all");
@@ -720,7 +758,7 @@ static void test_journal(void **unused) {
         snprintf(id, sizeof id, "id-%d", i);
         s_append(j, true, "churn", id);
         s_append(j, false, "churn", id);
-        assert_true(journal_records(j) <= 2 * 1 + JOURNAL_SLACK + 1);
+        assert_true(journal_records(j) <= 2 * 2 + JOURNAL_SLACK + 1);  // keep, and churn unloaded
     }
     journal_destroy(&j);
     j = s_open(dir, names, sizeof names);

@@ -15,6 +15,9 @@ sched_config_t h_config(void) {
         .eviction = LORA_EVICT_LRU,
         .step_timeout_ns = 1000000000ull,
         .load_timeout_ns = 5000000000ull,
+        .max_waiting_requests = 4096,
+        .max_tenant_waiting = 1024,
+        .max_queued_tokens = 1u << 22,
     };
 }
 

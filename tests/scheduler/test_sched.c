@@ -11,6 +11,10 @@
 //   abort_*                          — in queue, mid-prefill, mid-decode, step in flight: all freed
 //   stop_conditions                  — EOS after min_new_tokens, max_new_tokens, the context
 //   refusals                         — too large, unknown adapter, empty prompt
+//   admission_limits                 — waiting queue, per-tenant share, queued tokens, held
+//                                      commands: OVERLOADED at once; the accepted all finish
+//   fair_share                       — one tenant floods: another's requests go next, not last
+//   late_load                        — a load a worker finishes after it timed out is undone there
 //   cpu_tier                         — load, eviction, reload on demand, rollback, unload
 //   pinned_and_prefetch              — pinned slots, the pinned limit, prefetch while a step runs
 //   step_timeout                     — workers silent: every request errors, then recovery
@@ -595,6 +599,122 @@ static void test_refusals(void **unused) {
     h_free(h);
 }
 
+// Every bound of the waiting queue refuses at once with OVERLOADED (a prompt that can never fit:
+// TOO_LARGE); what was accepted still runs to its end.
+static void test_admission_limits(void **unused) {
+    sched_config_t cfg = h_config();
+    cfg.max_waiting_requests = 5;
+    cfg.max_tenant_waiting = 3;
+    cfg.max_queued_tokens = 40;
+    h_t *h = h_new(&cfg);
+    // Before the workers report, held requests are bounded by the same queue size.
+    for (uint64_t r = 1; r <= 6; r++)
+        h_request(h, r, 2, 0, NULL, 2);
+    assert_int_equal(h->req[6].error_code, LS_ERROR_CODE_OVERLOADED);
+    for (uint64_t r = 1; r <= 5; r++)
+        assert_int_equal(h->req[r].errors, 0);
+    // Replayed once they do, in order: the fourth and fifth are over the base model's share.
+    h_info(h, 0, 4096, 4, 1024, 2, 8);
+    h_pump(h, 0);
+    for (uint64_t r = 1; r <= 5; r++) {
+        assert_int_equal(h->req[r].done, r <= 3);
+        assert_int_equal(h->req[r].error_code, r <= 3 ? 0 : LS_ERROR_CODE_OVERLOADED);
+    }
+    s_load_ok(h, 100, "A", false);
+    h_request(h, 10, 6, 0, NULL, 4);  // admitted into the step left in flight
+    for (uint64_t r = 11; r <= 14; r++)
+        h_request(h, r, 6, 0, NULL, 4);  // 11..13 wait; 14 is over the base model's share of 3
+    h_request(h, 15, 6, 0, "A", 4);     // another tenant still gets in: 4 waiting, 24 tokens
+    h_request(h, 16, 20, 0, "A", 4);    // 44 tokens would exceed 40
+    h_request(h, 17, 6, 0, "A", 4);     // 5 waiting, 30 tokens
+    h_request(h, 18, 6, 0, "A", 4);     // the whole queue is full
+    h_request(h, 19, 50, 0, NULL, 4);   // longer than the queue may ever hold
+    const uint32_t want[] = {[14] = LS_ERROR_CODE_OVERLOADED, [16] = LS_ERROR_CODE_OVERLOADED,
+                             [18] = LS_ERROR_CODE_OVERLOADED, [19] = LS_ERROR_CODE_TOO_LARGE};
+    for (uint64_t r = 10; r <= 19; r++) {
+        assert_int_equal(h->req[r].errors, want[r] ? 1 : 0);
+        assert_int_equal(h->req[r].error_code, want[r]);
+    }
+    assert_int_equal(sched_stats(h->s)->waiting, 5);
+    assert_int_equal(sched_stats(h->s)->requests_overloaded, 3 + 3);  // and 6, 4, 5 above
+    h_pump(h, 0);
+    for (uint64_t r = 10; r <= 19; r++) {
+        assert_int_equal(h->req[r].done, !want[r]);
+        assert_int_equal(h->req[r].tokens, want[r] ? 0 : 4);
+    }
+    assert_int_equal(sched_stats(h->s)->waiting, 0);
+    assert_int_equal(sched_stats(h->s)->adapter_refs, 0);
+    h_free(h);
+}
+
+// The base model's tenant floods (60 requests, 4 may run at once); adapter B's requests come
+// after the flood and still go at the next free place, one after another, instead of after
+// the whole flood. Then the roles swap: an adapter floods, the base model's request goes next.
+static void s_flood(const char *flooder, const char *victim) {
+    sched_config_t cfg = h_config();
+    cfg.max_running_requests = 4;
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 4096, 4, 1024, 2, 8);
+    s_load_ok(h, 500, "A", false);
+    s_load_ok(h, 501, "B", false);
+    enum { FLOOD = 60, MAX_NEW = 6 };
+    for (uint64_t r = 1; r <= FLOOD; r++)
+        h_request(h, r, 4, (int32_t)r, flooder, MAX_NEW);
+    h_pump(h, 2);  // the flood runs
+    for (uint64_t r = 101; r <= 103; r++)
+        h_request(h, r, 4, (int32_t)r, victim, MAX_NEW);
+    int steps = 0;
+    while (!(h->req[101].done && h->req[102].done && h->req[103].done) && steps < 200)
+        steps += h_pump(h, 1);
+    // Each victim request needs a running place (one frees every MAX_NEW steps or so) and then
+    // MAX_NEW steps of its own; behind the flood it would wait for 60 / 4 * MAX_NEW steps.
+    assert_true(steps <= 4 * (MAX_NEW + 1));
+    int flood_done = 0;
+    for (uint64_t r = 1; r <= FLOOD; r++)
+        flood_done += h->req[r].done;
+    assert_true(flood_done < FLOOD / 2);
+    h_pump(h, 0);
+    for (uint64_t r = 1; r <= FLOOD; r++)
+        assert_int_equal(h->req[r].tokens, MAX_NEW);
+    for (uint64_t r = 101; r <= 103; r++) {
+        assert_int_equal(h->req[r].tokens, MAX_NEW);
+        assert_false(h->req[r].bad_sequence);
+    }
+    h_free(h);
+}
+
+static void test_fair_share(void **unused) {
+    s_flood(NULL, "B");
+    s_flood("A", NULL);
+    s_flood("A", "B");
+}
+
+// The load timed out (answered TIMEOUT, forgotten); the worker then says it loaded it: told to
+// drop it, so its CPU tier holds nothing the scheduler does not count.
+static void test_late_load(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 4096, 4, 1024, 2, 8);
+    h_load(h, 7, "L", false);
+    h->now += cfg.load_timeout_ns + 1;
+    sched_on_tick(h->s, h->now);
+    const ls_msg_t *m = h_last(h, LS_MSG_ADAPTER_LOADED, 0);
+    assert_non_null(m);
+    assert_false(m->u.adapter_loaded.ok);
+    assert_int_equal(m->u.adapter_loaded.code, LS_ERROR_CODE_TIMEOUT);
+    size_t mark = h->n_out;
+    h_pump(h, 0);  // the worker's late "loaded"
+    const ls_msg_t *u = NULL;
+    for (size_t i = mark; i < h->n_out; i++)
+        if (h->out[i].msg.type == LS_MSG_UNLOAD_ADAPTER) {
+            assert_int_equal(h->out[i].dest.kind, SCHED_TO_WORKER);
+            u = &h->out[i].msg;
+        }
+    assert_non_null(u);
+    assert_string_equal(u->u.unload_adapter.adapter_id, "L");
+    h_free(h);
+}
+
 static size_t s_find(const h_t *h, int type, const char *id, size_t from) {
     for (size_t i = from; i < h->n_out; i++) {
         const ls_msg_t *m = &h->out[i].msg;
@@ -956,6 +1076,9 @@ int main(void) {
         cmocka_unit_test(test_abort_mid_decode),
         cmocka_unit_test(test_stop_conditions),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_admission_limits),
+        cmocka_unit_test(test_fair_share),
+        cmocka_unit_test(test_late_load),
         cmocka_unit_test(test_cpu_tier),
         cmocka_unit_test(test_cpu_tier_bytes),
         cmocka_unit_test(test_load_waits_for_room),

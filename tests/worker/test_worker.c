@@ -4,6 +4,8 @@
 //   decode    — step plans for base + every adapter in one batch reproduce eval.json exactly
 //   errors    — a step naming an adapter not in the CPU tier, or a bad token id, is answered
 //               with finish ERROR and the worker keeps serving; unload then refuses its use
+//   plan_bounds — plans bigger than the worker was configured for (20,000 requests, too many
+//               tokens, past the context) are refused at once, and the worker keeps serving
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -90,7 +92,8 @@ static int setup(void **unused) {
         dup2(fd, 2);
         execl(LS_BIN_DIR "/loraserve-worker", "loraserve-worker", "--name=worker-0", bind, peer,
               "--model-path=" LS_DEMO_DIR, "--kv-blocks=512", "--block-size=16", "--max-loras-per-batch=4",
-              "--max-lora-rank=16", "--max-loaded-loras=4", "--threads=1", (char *)NULL);
+              "--max-lora-rank=16", "--max-loaded-loras=4", "--threads=1", "--max-running-requests=64",
+              "--max-num-batched-tokens=1024", (char *)NULL);
         _exit(127);
     }
     return 0;
@@ -290,6 +293,54 @@ static void test_errors_keep_serving(void **unused) {
     assert_int_equal(s_single_step(&gone, 1003), LS_FINISH_REASON_ERROR);
 }
 
+// A plan of n items of `tokens` tokens each from `position` (ids 0, blocks enough, all sampled):
+// how long its answer took, every output checked to be an ERROR.
+static double s_bad_plan(size_t n, uint32_t tokens, uint32_t position, uint64_t step) {
+    ls_msg_t plan;
+    ls_msg_init(&plan, LS_MSG_STEP_PLAN);
+    plan.u.step_plan.step = step;
+    plan.u.step_plan.items.v = calloc(n, sizeof(ls_msg_step_item_t));
+    plan.u.step_plan.items.n = n;
+    uint32_t blocks = (position + tokens + 15) / 16;
+    for (size_t i = 0; i < n; i++) {
+        ls_msg_step_item_t *it = &plan.u.step_plan.items.v[i];
+        it->rid = 10000 + i;
+        it->adapter_slot = -1;
+        it->token_ids.v = calloc(tokens, sizeof(int32_t));
+        it->token_ids.n = tokens;
+        it->position = position;
+        it->block_table.v = calloc(blocks, sizeof(uint32_t));
+        for (uint32_t b = 0; b < blocks; b++)
+            it->block_table.v[b] = (uint32_t)((i * blocks + b) % 512);
+        it->block_table.n = blocks;
+        it->is_prefill = true;
+        it->sample = true;
+    }
+    double t0 = (double)zclock_mono();
+    s_send(&plan);
+    ls_msg_clear(&plan);
+    ls_msg_t res;
+    s_recv(&res, LS_MSG_STEP_RESULT);
+    double ms = (double)zclock_mono() - t0;
+    assert_int_equal(res.u.step_result.step, step);
+    assert_int_equal(res.u.step_result.items.n, n);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(res.u.step_result.items.v[i].finish, LS_FINISH_REASON_ERROR);
+    ls_msg_clear(&res);
+    return ms;
+}
+
+static void test_plan_bounds(void **unused) {
+    // 20,000 requests in one plan (the worker takes 64): refused at once, not run.
+    double ms = s_bad_plan(20000, 1, 0, 2000);
+    assert_true(ms < 5000);
+    s_bad_plan(9, 120, 0, 2001);  // 1,080 tokens; it takes 1,024
+    s_bad_plan(1, 10, 250, 2002);  // past the context of 256
+    req_t ok = {.prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 504};
+    assert_int_equal(s_single_step(&ok, 2003), LS_FINISH_REASON_NONE);
+    print_message("a plan of 20,000 requests refused in %.0f ms\n", ms);
+}
+
 // min_new_tokens: the stop set cannot be sampled before it, although the demo model ends
 // this answer (" 5 leaf road 1 red" + EOS) after six tokens.
 static void test_min_new_tokens(void **unused) {
@@ -358,6 +409,7 @@ int main(void) {
         cmocka_unit_test(test_info_and_adapters),
         cmocka_unit_test(test_decode_mixed_batch),
         cmocka_unit_test(test_errors_keep_serving),
+        cmocka_unit_test(test_plan_bounds),
         cmocka_unit_test(test_min_new_tokens),
         cmocka_unit_test(test_load_format_dummy),
     };
