@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "ls_err.h"
+#include "ls_file.h"
 #include "text_utf8.h"
 
 struct ls_chat_template {
@@ -139,28 +140,17 @@ ls_chat_template_t *ls_chat_template_parse(const char *json, size_t len, const c
 }
 
 ls_chat_template_t *ls_chat_template_load(const char *path, char *err, size_t errlen) {
-    char file[4096];
     struct stat st;
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    snprintf(file, sizeof file, dir ? "%s/tokenizer_config.json" : "%s", path);
-    FILE *fp = fopen(file, "rb");
-    if (!fp) {
-        ls_err_set(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+    size_t len;
+    char *text = dir ? ls_file_read(path, "tokenizer_config.json", LS_FILE_JSON, &len, err, errlen)
+                     : ls_file_read_path(path, LS_FILE_JSON, &len, err, errlen);
+    if (!text)
         return NULL;
-    }
-    ls_buf_t text = {0};
-    char chunk[1 << 14];
-    size_t got;
-    int rc = 0;
-    while (rc == 0 && (got = fread(chunk, 1, sizeof chunk, fp)) > 0)
-        rc = ls_buf_append(&text, chunk, got);
-    fclose(fp);
-    ls_chat_template_t *ct = NULL;
-    if (rc < 0)
-        ls_err_set(err, errlen, "%s: out of memory", file);
-    else
-        ct = ls_chat_template_parse(text.s ? text.s : "", text.n, file, err, errlen);
-    ls_buf_free(&text);
+    char file[4096];
+    snprintf(file, sizeof file, dir ? "%s/tokenizer_config.json" : "%s", path);
+    ls_chat_template_t *ct = ls_chat_template_parse(text, len, file, err, errlen);
+    free(text);
     return ct;
 }
 
