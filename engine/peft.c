@@ -182,12 +182,34 @@ static int s_bracket(const char **pp, s_str_t *o, const char **why)
     return 0;
 }
 
+// glibc's regcomp copies a repeated subexpression once per repeat ("x{3}" is "xxx", "x+" is
+// "xx*"), so nested or stacked repeats grow its tree exponentially: "m+++...+" or
+// "((x{200}){200}){200}" in an adapter_config.json would exhaust the registry's memory. Module
+// names are short, and no real target pattern comes near these bounds.
+#define S_RE_MAX_LEN 1024        // characters of one pattern
+#define S_RE_MAX_DEPTH 8         // nested groups
+#define S_RE_MAX_COPIES 1024     // product of the {m,n} repeat bounds in a pattern
+
 // Translates Python regex py into POSIX ERE appended to o; *why explains a refusal.
 static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
 {
     const char *p = py;
+    int depth = 0;
+    bool after_repeat = false;  // the last item was a quantifier
+    unsigned long copies = 1;
+    if (strlen(py) > S_RE_MAX_LEN) {
+        *why = "a pattern longer than 1024 characters";
+        return -1;
+    }
     while (*p) {
         char c = *p;
+        bool repeat = c == '*' || c == '+' || c == '?' || c == '{';
+        if (repeat && after_repeat && (c != '{' || isdigit((unsigned char)p[1]) || p[1] == ',')) {
+            *why = "a repeat of a repeat (Python's \"multiple repeat\"; possessive quantifiers are not "
+                   "supported)";
+            return -1;
+        }
+        after_repeat = false;
         if (c == '\\') {
             char e = p[1];
             bool set[256] = {false};
@@ -223,12 +245,21 @@ static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
             } else {
                 p++;
             }
+            if (++depth > S_RE_MAX_DEPTH) {
+                *why = "groups nested more than 8 deep";
+                return -1;
+            }
             s_puts(o, "(");
+        } else if (c == ')') {
+            depth -= depth > 0;
+            s_put(o, p, 1);
+            p++;
         } else if (c == '*' || c == '+' || c == '?') {
             s_put(o, p, 1);
             p++;
             if (*p == '?')  // lazy: same language, so the same whole-name answer
                 p++;
+            after_repeat = true;
         } else if (c == '{') {
             // Python reads {m}, {m,}, {,n}, {m,n} as a repeat and any other '{' as a literal.
             const char *q = p + 1;
@@ -250,6 +281,11 @@ static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
                 p++;
                 continue;
             }
+            unsigned long bound = nhi ? strtoul(hi, NULL, 10) : nlo ? strtoul(lo, NULL, 10) : 1;
+            if (nlo > 4 || nhi > 4 || (copies *= bound ? bound : 1) > S_RE_MAX_COPIES) {
+                *why = "repeat counts whose product is above 1024";
+                return -1;
+            }
             s_puts(o, "{");
             if (nlo)
                 s_put(o, lo, nlo);
@@ -263,6 +299,7 @@ static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
             p = q + 1;
             if (*p == '?')
                 p++;
+            after_repeat = true;
         } else if (c == '}') {
             s_ere_literal(o, '}');
             p++;

@@ -379,6 +379,14 @@ static void test_config_rejections(void **state)
                   NULL, true, 3, "target_modules", "regex", "not supported");
     expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \".*q_proj(\"}",
                   NULL, true, 2, "target_modules", "invalid");
+    // Patterns that would make regcomp's tree grow exponentially (found by fuzz_adapter_config).
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"m++++++++++++++++++++q\"}",
+                  NULL, true, 2, "target_modules", "multiple repeat");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"((q{100}){100}){100}\"}",
+                  NULL, true, 2, "target_modules", "product is above 1024");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"(((((((((q)+)+)+)+)+)+)+)+)+\"}",
+                  NULL, true, 2, "target_modules", "nested more than 8 deep");
+    expect_reject(CFG(", \"rank_pattern\": {\"q**\": 2}"), NULL, true, 2, "rank_pattern", "multiple repeat");
     expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"foo.*\"}", NULL,
                   true, 1, "selects no module");
     expect_reject(CFG(", \"rank_pattern\": {\"q_proj\": 0}"), NULL, true, 2, "rank_pattern",
