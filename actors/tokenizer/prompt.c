@@ -247,7 +247,8 @@ int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const l
     // The complete stop set: the request's ids, then the model's EOS ids unless ignore_eos.
     size_t n_stop = g->sampling.stop_token_ids.n + (sp->ignore_eos ? 0 : self->n_eos);
     if (n_stop && (t->stop_token_ids.v = malloc(n_stop * sizeof(int32_t)))) {
-        memcpy(t->stop_token_ids.v, g->sampling.stop_token_ids.v, g->sampling.stop_token_ids.n * sizeof(int32_t));
+        if (g->sampling.stop_token_ids.n)  // the request's ids may be none (v NULL)
+            memcpy(t->stop_token_ids.v, g->sampling.stop_token_ids.v, g->sampling.stop_token_ids.n * sizeof(int32_t));
         if (!sp->ignore_eos)
             memcpy(t->stop_token_ids.v + g->sampling.stop_token_ids.n, self->eos, self->n_eos * sizeof(int32_t));
         t->stop_token_ids.n = n_stop;
