@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz_scratch.h"
+#include "fuzz_common.h"
 #include "peft.h"
 #include "safetensors.h"
 
@@ -16,13 +16,6 @@
 #define S_RANK 4
 
 static ls_model_config_t s_cfg;
-
-static void
-s_die (const char *what)
-{
-    fprintf (stderr, "fuzz_adapter_config: %s\n", what);
-    abort ();
-}
 
 //  The tiny base model and the adapter's weights, once.
 static void

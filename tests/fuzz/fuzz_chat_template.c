@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_common.h"
 #include "chat_template.h"
 
 #define S_MAX_TEMPLATES 16
@@ -19,13 +20,6 @@
 
 static ls_chat_template_t *s_templates [S_MAX_TEMPLATES];
 static int s_n_templates;
-
-static void
-s_die (const char *what)
-{
-    fprintf (stderr, "fuzz_chat_template: %s\n", what);
-    abort ();
-}
 
 static void
 s_load_templates (void)

@@ -10,14 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_common.h"
 #include "api.h"
-
-static void
-s_die (const char *what)
-{
-    fprintf (stderr, "fuzz_gen_parse: %s\n", what);
-    abort ();
-}
 
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)

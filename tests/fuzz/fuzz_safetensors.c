@@ -7,15 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz_scratch.h"
+#include "fuzz_common.h"
 #include "safetensors.h"
-
-static void
-s_die (const char *what)
-{
-    fprintf (stderr, "fuzz_safetensors: %s\n", what);
-    abort ();
-}
 
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)

@@ -9,14 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_common.h"
 #include "tokenizer.h"
-
-static void
-s_die (const char *what)
-{
-    fprintf (stderr, "fuzz_tokenizer: %s\n", what);
-    abort ();
-}
 
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
