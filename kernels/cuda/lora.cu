@@ -45,8 +45,11 @@
       session 3), so ls_cu_lora_fused runs shrink tc (K parts) + expand v2 / v3 by default.
     Measurements, predictions and what is left: kernels/cuda/NOTES.md.
 
-    Known limits: a long prefill segment re-reads A and B once per 4-token tile (from L2):
-    a tensor-core / cuBLAS path for long segments is still to do.
+    Long segments (a prefill, or many requests of one adapter) expand over tiles of
+    LS_CU_LORA_LONG positions: on tensor cores for bf16 B pools (k_lora_expand_tc), else by
+    the FMA kernel with NT = LS_CU_LORA_LONG.
+
+    Known limits: the shrink of a long segment re-reads A once per 4-token tile (from L2).
 */
 #include <assert.h>
 #include <stdint.h>
@@ -665,23 +668,36 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
 }
 
 // y is (T, out_total), tmp is (T, n_slices*r_max), b_pool is (n_slots, out_total, r_max);
-// tiles of up to NT positions (LS_CU_LORA_TILE, or LS_CU_LORA_LONG for long segments)
+// tiles of up to NT positions (LS_CU_LORA_TILE, or LS_CU_LORA_LONG for long segments).
+// A thread's y reads are all issued before its sums and its writes come last: read, add and
+// write row by row, each row was a dependent round trip (the row index, then y) that the
+// compiler could not overlap with the previous row's write (y may alias perm), 35 us a
+// launch at decode for 32 rows (H200)
 template <typename TB, bool VEC, int NT = TT>
 __global__ void __launch_bounds__(EX_THREADS)
-k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
-              const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
-              int r_max) {
+k_lora_expand(float *__restrict__ y, const float *__restrict__ tmp, const TB *__restrict__ b_pool,
+              const ls_cu_lora_tile_t *__restrict__ tiles, const int32_t *__restrict__ perm,
+              const float *__restrict__ scalings, s_slice_offs_t so, int n_slices, int r_max) {
     extern __shared__ float st[]; // (NT, n_slices*r_max)
+    __shared__ int rows[NT];
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
+    if (threadIdx.x < NT)
+        rows[threadIdx.x] = s_row(perm, tile.p0 + min((int)threadIdx.x, tile.n - 1));
+    __syncthreads();
+    int o = blockIdx.y * blockDim.x + threadIdx.x;
+    bool live = o < out_total;
+    float yv[NT];
+#pragma unroll
+    for (int tt = 0; tt < NT; tt++)
+        yv[tt] = live && tt < tile.n ? y[(size_t)rows[tt] * out_total + o] : 0.0f;
     for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
         int tt = idx / ld, c = idx % ld;
         // only columns j < rank are read: the rest of tmp may hold anything, even NaN
-        st[idx] = c % r_max < r ? tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + c] : 0.0f;
+        st[idx] = c % r_max < r ? tmp[(size_t)rows[tt] * ld + c] : 0.0f;
     }
     __syncthreads();
-    int o = blockIdx.y * blockDim.x + threadIdx.x;
-    if (o >= out_total)
+    if (!live)
         return;
     int k = 0;
     while (k + 1 < n_slices && o >= so.off[k + 1])
@@ -715,10 +731,8 @@ k_lora_expand(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_til
     float s = scalings[tile.slot];
 #pragma unroll
     for (int tt = 0; tt < NT; tt++)
-        if (tt < tile.n) {
-            float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o;
-            *yo = __fadd_rn(*yo, __fmul_rn(s, acc[tt])); // scaling on the product
-        }
+        if (tt < tile.n) // scaling on the product
+            y[(size_t)rows[tt] * out_total + o] = __fadd_rn(yv[tt], __fmul_rn(s, acc[tt]));
 }
 
 // -- expand (v2) -------------------------------------------------------------------------
@@ -1186,6 +1200,120 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     LS_CU_CHECK_LAUNCH();
 }
 
+// -- expand over long tiles on tensor cores (bf16 B) ----------------------------------------
+// The FMA expand above issues a shared-memory load and an FMA per (position, column, rank
+// element): over a prefill it is bound by instruction issue (a 1,638-token q launch of rank 32
+// took 75 us, its y traffic alone 11 us; H200). Here mma.sync m16n8k16 does the products: a
+// warp owns 16 output columns (the mma's rows: B rows, read as A fragments with 16-byte loads)
+// by the tile's LS_CU_LORA_LONG positions (n tiles of 8 tokens); K is the rank in 32-wide
+// halves, lane c taking elements 8c .. 8c+7 of a half for both operands (the k order of
+// k_lora_shrink_tc). tmp is fp32 and goes in as three bf16 parts (s_split3), B is bf16: the
+// products are exact in the fp32 accumulator, so the sums are fp32 arithmetic in another
+// order, as the FMA kernels'. Elements at or past the rank are zeroed after loading (the
+// pools' tails and tmp's may hold anything, NaN too). The warp's y values load before its
+// sums; warps leave as soon as their columns end (no block-wide synchronization).
+enum { EL_WARPS = 4, EL_NQ = LS_CU_LORA_LONG / 8 };
+
+// the first n (0..8) of the 8 bf16 elements v holds, the rest zero
+__device__ __forceinline__ uint4 s_keep8(uint4 v, int n) {
+    if (n >= 8)
+        return v;
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = 2 * i + 1 < n ? w[i] : 2 * i < n ? w[i] & 0xffffu : 0u;
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ float4 s_keep4(float4 v, int n) {
+    return make_float4(n > 0 ? v.x : 0.0f, n > 1 ? v.y : 0.0f, n > 2 ? v.z : 0.0f,
+                       n > 3 ? v.w : 0.0f);
+}
+
+__global__ void __launch_bounds__(EL_WARPS * 32)
+k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
+                 const __nv_bfloat16 *__restrict__ b_pool, const ls_cu_lora_tile_t *__restrict__ tiles,
+                 const int32_t *__restrict__ perm, const float *__restrict__ scalings,
+                 s_slice_offs_t so, int n_slices, int r_max) {
+    ls_cu_lora_tile_t tile = tiles[blockIdx.x];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    int out_total = so.off[n_slices], ld = n_slices * r_max, r = tile.rank;
+    int o0 = (blockIdx.y * EL_WARPS + warp) * 16; // slices and out_total are multiples of 16
+    if (o0 >= out_total)
+        return;
+    int k = 0;
+    while (k + 1 < n_slices && o0 >= so.off[k + 1])
+        k++;
+    // rows this lane writes: tokens 8q + 2c and 8q + 2c + 1 (-1: past the tile); their y first
+    int wr[EL_NQ][2];
+    float yv[EL_NQ][4];
+#pragma unroll
+    for (int q = 0; q < EL_NQ; q++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int tt = 8 * q + 2 * c + e;
+            wr[q][e] = tt < tile.n ? s_row(perm, tile.p0 + tt) : -1;
+        }
+#pragma unroll
+    for (int q = 0; q < EL_NQ; q++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int row = wr[q][e & 1];
+            yv[q][e] = row >= 0 ? y[(size_t)row * out_total + o0 + g + (e >> 1) * 8] : 0.0f;
+        }
+    // the tmp row this lane feeds for n tile q: token 8q + g
+    const float *tr[EL_NQ];
+    bool tok[EL_NQ];
+#pragma unroll
+    for (int q = 0; q < EL_NQ; q++) {
+        int tt = 8 * q + g;
+        tok[q] = tt < tile.n;
+        tr[q] = tmp + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * ld + (size_t)k * r_max;
+    }
+    const __nv_bfloat16 *b0 = b_pool + ((size_t)tile.slot * out_total + o0 + g) * r_max;
+    const __nv_bfloat16 *b8 = b0 + (size_t)8 * r_max;
+    float d[EL_NQ][4] = {};
+    for (int h = 0; h * 32 < r; h++) {
+        int j = h * 32 + c * 8, nv = min(max(r - j, 0), 8); // this lane's elements below r
+        uint4 r0 = make_uint4(0, 0, 0, 0), r8 = r0;
+        if (nv > 0) {
+            r0 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b0 + j)), nv);
+            r8 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b8 + j)), nv);
+        }
+        float4 xv[EL_NQ][2];
+#pragma unroll
+        for (int q = 0; q < EL_NQ; q++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                xv[q][e] = nv > 0 && tok[q]
+                               ? s_keep4(__ldg(reinterpret_cast<const float4 *>(tr[q] + j) + e), nv - 4 * e)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int e = 0; e < 2; e++) { // k step: elements 4e .. 4e+3 of the lane's 8
+            uint32_t a0 = e ? r0.z : r0.x, a1 = e ? r8.z : r8.x;
+            uint32_t a2 = e ? r0.w : r0.y, a3 = e ? r8.w : r8.y;
+#pragma unroll
+            for (int q = 0; q < EL_NQ; q++) {
+                uint32_t p0[3], p1[3];
+                s_split3(xv[q][e].x, xv[q][e].y, p0);
+                s_split3(xv[q][e].z, xv[q][e].w, p1);
+#pragma unroll
+                for (int p = 0; p < 3; p++)
+                    s_mma_bf16(d[q], a0, a1, a2, a3, p0[p], p1[p]);
+            }
+        }
+    }
+    float s = scalings[tile.slot];
+#pragma unroll
+    for (int q = 0; q < EL_NQ; q++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) { // D: column g | g+8, token 2c + (e & 1) of n tile q
+            int row = wr[q][e & 1];
+            if (row >= 0) // scaling on the product
+                y[(size_t)row * out_total + o0 + g + (e >> 1) * 8] =
+                    __fadd_rn(yv[q][e], __fmul_rn(s, d[q][e]));
+        }
+}
+
 cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_pool,
                                    ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                                    int n_tiles, const int32_t *perm, const float *scalings,
@@ -1198,6 +1326,18 @@ cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_poo
     int out_total = so.off[n_slices];
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
+    s_props();
+    // the tensor-core kernel: bf16 B, 16-byte rows of B and tmp, slices of whole warps
+    bool tc = b_dt == LS_CU_BF16 && s_cc >= 8 && r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 &&
+              (uintptr_t)tmp % 16 == 0 && s_impl != 1;
+    for (int kk = 1; kk <= n_slices; kk++)
+        tc = tc && so.off[kk] % 16 == 0;
+    if (tc) {
+        dim3 g(n_tiles, (out_total + 16 * EL_WARPS - 1) / (16 * EL_WARPS));
+        k_lora_expand_tc<<<g, EL_WARPS * 32, 0, stream>>>(y, tmp, (const __nv_bfloat16 *)b_pool, tiles,
+                                                          perm, scalings, so, n_slices, r_max);
+        LS_CU_CHECK_LAUNCH();
+    }
     constexpr int NT = LS_CU_LORA_LONG;
     size_t smem = (size_t)NT * n_slices * r_max * sizeof(float);
     int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
@@ -1352,7 +1492,8 @@ extern "C" long ls_cu_lora_local_bytes(void) {
     bool ok = true;
     const void *const fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16>, (const void *)k_lora_shrink3<__half>,
                               (const void *)k_lora_shrink_tc<1>, (const void *)k_lora_shrink_tc<2>,
-                              (const void *)k_lora_shrink_tc<3>, (const void *)k_lora_shrink_tc<4>};
+                              (const void *)k_lora_shrink_tc<3>, (const void *)k_lora_shrink_tc<4>,
+                              (const void *)k_lora_expand_tc};
     s_local_take(fs, most, ok);
     s_local_expands<__nv_bfloat16>(most, ok);
     s_local_expands<__half>(most, ok);

@@ -27,7 +27,8 @@
 #             load time, the base requests' TPOT with and without the loads
 #   hops      (not in the default set) a traced run: where a step's hop between the
 #             scheduler and the worker goes
-#   kernels   (not in the default set) the engine alone at 64 concurrent, base and 8 adapters
+#   kernels   (not in the default set) the engine alone (LS_SERVE_KERNEL_SPECS), by default at
+#             64 concurrent, base and 8 adapters
 #             in slots of rank 64 and 16, with a CUPTI trace: kernel time per kind of step
 #             (with prompt tokens, decode only) and kernel
 #
@@ -211,22 +212,27 @@ stage_overhead() {
   done
 }
 
-# Kernel time by kind of step and kernel (CUPTI trace of the engine alone), base and 8
-# adapters, slots of rank 64 and 16.
+# Kernel time by kind of step and kernel (CUPTI trace of the engine alone). Each spec of
+# LS_SERVE_KERNEL_SPECS (default: base, then 8 adapters of rank 16 on all seven targets in
+# slots of rank 64 and 16, at 64 concurrent) is ADAPTERS:RMAX[:RANK[:TARGETS[:CONCURRENCY]]]
+# (ADAPTERS "base" or a count, uniform over them).
 stage_kernels() {
-  row "== kernels: kernel time per step kind, the engine alone at 64 concurrent ($card)"
-  mkdir -p /tmp/ad-ov
-  "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 --ranks 16 \
-    --targets all --seed 3 --quiet --overwrite
-  # LS_SERVE_ENGINE: another build of bench_serve_engine to compare (a kernel experiment)
-  local engine=${LS_SERVE_ENGINE:-$bin/bench_serve_engine}
-  for v in base:64 8:64 8:16; do
-    local adapters=${v%%:*} rmax=${v##*:} tag=kernels_${v/:/_r}
+  local specs
+  read -r -a specs <<<"${LS_SERVE_KERNEL_SPECS:-base:64 8:64 8:16}"
+  row "== kernels: kernel time per step kind, the engine alone ($card)"
+  local engine=${LS_SERVE_ENGINE:-$bin/bench_serve_engine}  # another build, to compare
+  for v in "${specs[@]}"; do
+    local adapters rmax rank targets conc
+    IFS=: read -r adapters rmax rank targets conc <<<"$v"
+    rank=${rank:-16} targets=${targets:-all} conc=${conc:-64}
+    local tag=kernels_${v//[:,]/_} dir=/tmp/ad-k-$rank-${targets//,/}
+    [[ -d $dir ]] || "$bin/loraserve-make-adapters" --model-path "$model" --output "$dir" --num-adapters 8 \
+      --ranks "$rank" --targets "$targets" --seed 3 --quiet --overwrite
     local sel=(--adapter-dist base)
-    [[ $adapters == 8 ]] && sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora)
+    [[ $adapters != base ]] && sel=(--adapter-dist uniform --num-adapters "$adapters" --adapter-prefix lora)
     "$engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
-      --max-loras-per-batch 64 --max-lora-rank "$rmax" --max-cpu-lora-mb 8192 --lora-dir /tmp/ad-ov \
-      "${sel[@]}" --num-prompts 128 --warmup-requests 64 --max-concurrency 64 --trace "$out/$tag.csv" \
+      --max-loras-per-batch 64 --max-lora-rank "$rmax" --max-cpu-lora-mb 8192 --lora-dir "$dir" \
+      "${sel[@]}" --num-prompts $((2 * conc)) --warmup-requests "$conc" --max-concurrency "$conc" --trace "$out/$tag.csv" \
       "${common[@]}" --output-file "$out/$tag.json" >"$out/$tag.log" 2>&1 || tail -n 5 "$out/$tag.log"
     row "$v: $(grep -E 'prompt tokens' "$out/$tag.log" | tr -s ' ')"
     python3 - "$out/$tag.csv" <<'EOF' | tee -a "$summary"
