@@ -589,8 +589,12 @@ static uint32_t s_error_code(ls_msgerr_code_t code) {
     }
 }
 
-// One inbound message at time `now_ns` (the clock, or the recorded time in replay).
-static void s_handle(ls_sock_t *sock, zmsg_t *zm, uint64_t now_ns) {
+// One inbound message at time `now_ns` (the clock, or the recorded time in replay). Takes the
+// frames (*zm_p = NULL): those after the body become in.bulk, which a handler may take
+// (in->bulk = NULL, ls_in_t's rule); what is left of them is destroyed here, once.
+static void s_handle(ls_sock_t *sock, zmsg_t **zm_p, uint64_t now_ns) {
+    zmsg_t *zm = *zm_p;
+    *zm_p = NULL;
     ls_actor_t *self = sock->actor;
     self->now_ns = now_ns;
     s_trace_zmsg(self, LS_TRACE_IN, sock, zm);
@@ -606,7 +610,10 @@ static void s_handle(ls_sock_t *sock, zmsg_t *zm, uint64_t now_ns) {
         snprintf(from, sizeof from, "%s", sock->peer);
     in.from = from;
     zframe_t *body = zmsg_pop(zm);
-    in.bulk = zmsg_size(zm) ? zm : NULL;
+    if (zmsg_size(zm))
+        in.bulk = zm;  // owned by in.bulk from here
+    else
+        zmsg_destroy(&zm);
 
     ls_msg_t msg;
     ls_msgerr_t err = {0};
@@ -644,6 +651,7 @@ static void s_handle(ls_sock_t *sock, zmsg_t *zm, uint64_t now_ns) {
     }
     ls_msg_clear(&msg);
 done:
+    zmsg_destroy(&in.bulk);
     zframe_destroy(&body);
     zframe_destroy(&in.identity);
 }
@@ -656,8 +664,7 @@ static void s_sock_drain(ls_sock_t *sock) {
         zmsg_t *zm = zmsg_recv(sock->zs);
         if (!zm)
             return;
-        s_handle(sock, zm, ls_mono_ns());
-        zmsg_destroy(&zm);
+        s_handle(sock, &zm, ls_mono_ns());
     }
     // Cap reached: let the other sockets and timers have this turn; continue on the next.
     s_mark_more(sock);
@@ -1613,8 +1620,7 @@ static void s_replay_run(ls_actor_t *self) {
             zmsg_t *zm = zmsg_new();
             for (uint32_t i = 0; i < rec->nframes; i++)
                 zmsg_addmem(zm, rec->frames[i].data, rec->frames[i].len);
-            s_handle(self->socks[rec->sock], zm, rec->t_ns);
-            zmsg_destroy(&zm);
+            s_handle(self->socks[rec->sock], &zm, rec->t_ns);
         } else if (rec->kind == LS_TRACE_TIMER) {
             ls_timer_t *t = s_timer_find(self, rec->aux);
             if (!t) {

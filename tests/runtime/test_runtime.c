@@ -7,6 +7,8 @@
 //   timers     — timers fire, repeat, and are recorded
 //   jobs       — background work completes on the loop in submission order, recorded
 //   ready      — an actor can defer Ready until it is really ready
+//   bulk       — frames after the body: a handler that takes them and one that leaves them,
+//                each freed once (a message with an extra frame was a use-after-free)
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -372,6 +374,77 @@ static void test_malformed(void **unused) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// bulk frames: ls_in_t's rule (the handler may take in->bulk; the runtime frees what is left)
+
+// Takes the bulk frames and frees them, as a relay that forwards them does; answers with their
+// number in `rank`.
+static int s_bulk_take(ls_actor_t *a, ls_in_t *in, void *state) {
+    zmsg_t *bulk = in->bulk;
+    in->bulk = NULL;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
+    m.rid = in->msg->rid;
+    m.u.adapter_loaded.rank = bulk ? (uint32_t)zmsg_size(bulk) : 0;
+    zmsg_destroy(&bulk);
+    int rc = ls_actor_reply(a, in, &m);
+    ls_msg_clear(&m);
+    return rc;
+}
+
+// Leaves them to the runtime.
+static int s_bulk_leave(ls_actor_t *a, ls_in_t *in, void *state) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_LIST);
+    m.rid = in->msg->rid;
+    int rc = ls_actor_reply(a, in, &m);
+    ls_msg_clear(&m);
+    return rc;
+}
+
+static void s_send_with_frames(zsock_t *c, int type, uint64_t rid, int frames) {
+    ls_msg_t m;
+    ls_msg_init(&m, (ls_msg_type_t)type);
+    m.rid = rid;
+    char *body;
+    size_t len;
+    assert_int_equal(ls_msg_encode(&m, &body, &len), 0);
+    ls_msg_clear(&m);
+    zmsg_t *zm = zmsg_new();
+    zmsg_addmem(zm, body, len);
+    free(body);
+    for (int i = 0; i < frames; i++)
+        zmsg_addstr(zm, "extra frame");
+    assert_int_equal(zmsg_send(&zm, c), 0);
+}
+
+static void test_bulk(void **unused) {
+    char ep[128];
+    s_endpoint(ep, sizeof ep, "bulk");
+    static const ls_dispatch_t table[] = {{LS_MSG_LOAD_ADAPTER, s_bulk_take},
+                                          {LS_MSG_LIST_ADAPTERS, s_bulk_leave},
+                                          {0, NULL}};
+    ls_actor_def_t def = {.name = "bulk", .dispatch = table};
+    ls_actor_opts_t opts = {.name = "bulk", .bind = ep};
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = s_client(ep);
+    for (uint64_t i = 1; i <= 100; i++) {
+        int take = i % 2;
+        s_send_with_frames(c, take ? LS_MSG_LOAD_ADAPTER : LS_MSG_LIST_ADAPTERS, i, (int)(i % 3));
+        ls_msg_t m;
+        s_client_recv(c, &m);
+        assert_int_equal(m.rid, i);
+        assert_int_equal(m.type, take ? LS_MSG_ADAPTER_LOADED : LS_MSG_ADAPTER_LIST);
+        if (take)
+            assert_int_equal(m.u.adapter_loaded.rank, i % 3);
+        ls_msg_clear(&m);
+    }
+    s_client_shutdown(c);
+    s_join(&r);
+    zsock_destroy(&c);
+}
+
+// ---------------------------------------------------------------------------------------------
 // trace recording
 
 static void test_trace(void **unused) {
@@ -616,6 +689,7 @@ int main(void) {
         cmocka_unit_test(test_timers),
         cmocka_unit_test(test_jobs),
         cmocka_unit_test(test_ready_later),
+        cmocka_unit_test(test_bulk),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tu_rmrf(s_dir);
