@@ -69,12 +69,16 @@ static int s_bool(s_ctx_t *x, const json_t *o, const char *name, bool *out) {
     return 1;
 }
 
+// A JSON string that names something (a model, an adapter, a role): text may hold a NUL,
+// a name may not (it would be cut at it, and name something else).
+static bool s_is_name(const json_t *v) { return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v); }
+
 static int s_str(s_ctx_t *x, const json_t *o, const char *name, const char **out) {
     const json_t *v = json_object_get(o, name);
     if (!v || json_is_null(v))
         return 0;
-    if (!json_is_string(v))
-        return s_fail(x, name, "'%s' must be a string", name);
+    if (!s_is_name(v))
+        return s_fail(x, name, "'%s' must be a string (without NUL characters)", name);
     *out = json_string_value(v);
     return 1;
 }
@@ -215,7 +219,7 @@ static char *s_chat_messages(s_ctx_t *x, const json_t *msgs) {
     json_array_foreach(msgs, i, m) {
         const json_t *role = json_object_get(m, "role");
         const json_t *content = json_object_get(m, "content");
-        if (!json_is_object(m) || !json_is_string(role)) {
+        if (!json_is_object(m) || !s_is_name(role)) {
             json_decref(out);
             s_fail(x, "messages", "each of '%s' must be an object with a string 'role'", "messages");
             return NULL;
@@ -406,7 +410,7 @@ static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const json_t *root, const c
             q->text = ls_msg_textdup(json_string_value(in), json_string_length(in));
         } else if (!s_ids(in, &q->input_ids) || !q->input_ids.n)
             return s_fail(x, "input_ids", "'%s' must be a list of token ids or a list of those", "input_ids");
-        if (lp && !json_is_null(lp) && !json_is_string(lp))
+        if (lp && !json_is_null(lp) && !s_is_name(lp))
             return s_fail(x, "lora_path", "'%s' must be an adapter name, null, or a list of those", "lora_path");
         q->adapter = ls_msg_strdup(json_is_string(lp) ? gw_adapter_of(json_string_value(lp), base_model) : "");
         if (pp && !json_is_null(pp) && !json_is_object(pp))

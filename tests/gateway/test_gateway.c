@@ -359,6 +359,11 @@ static void test_completions(void **state) {
     assert_int_equal(m.u.generate_req.sampling.stop.v[0].len, 1);
     assert_memory_equal(m.u.generate_req.sampling.stop.v[1].s, "x\0y", 4);
     ls_msg_clear(&m);
+    // A name may not hold one: it would be cut there and name another adapter.
+    j = s_post("/v1/completions", "{\"model\":\"reverse\\u0000x\",\"prompt\":\"a\"}", 400);
+    assert_string_equal(s_str(j, "error.param"), "model");
+    assert_contains(s_str(j, "error.message"), "without NUL characters");
+    cJSON_Delete(j);
 
     // Streaming: SSE chunks, finish in the last chunk of the choice, usage chunk, [DONE].
     resp_t r;
