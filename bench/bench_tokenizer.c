@@ -13,7 +13,7 @@
 #include "bench_util.h"
 
 typedef struct {
-    cJSON **lines;
+    json_t **lines;
     size_t n, bytes;
 } s_corpus_t;
 
@@ -21,9 +21,10 @@ static size_t s_encode_pass(ls_tokenizer_t *t, const s_corpus_t *c, ls_token_ids
     char err[256];
     size_t tokens = 0;
     for (size_t i = 0; i < c->n; i++) {
-        const char *x = c->lines[i]->valuestring;
+        size_t n;
+        const char *x = refs_str(c->lines[i], NULL, &n);
         ids->n = 0;
-        if (ls_tokenizer_encode(t, x, strlen(x), 0, ids, err, sizeof err) < 0) {
+        if (ls_tokenizer_encode(t, x, n, 0, ids, err, sizeof err) < 0) {
             fprintf(stderr, "bench_tokenizer: %s\n", err);
             exit(1);
         }
@@ -61,8 +62,9 @@ static void s_bench(const char *vocab, const s_corpus_t *c, double secs) {
     // Every line's ids once, for the decoders.
     ls_token_ids_t *per = calloc(c->n, sizeof *per);
     for (size_t i = 0; i < c->n; i++) {
-        const char *x = c->lines[i]->valuestring;
-        ls_tokenizer_encode(t, x, strlen(x), 0, &per[i], err, sizeof err);
+        size_t n;
+        const char *x = refs_str(c->lines[i], NULL, &n);
+        ls_tokenizer_encode(t, x, n, 0, &per[i], err, sizeof err);
     }
     size_t out_bytes = 0, dpasses = 0;
     t0 = bench_now();
@@ -80,7 +82,7 @@ static void s_bench(const char *vocab, const s_corpus_t *c, double secs) {
     t0 = bench_now();
     do {
         for (size_t i = 0; i < c->n; i++) {
-            ls_detok_t *d = ls_detok_new(t, 0, NULL, 0);
+            ls_detok_t *d = ls_detok_new(t, 0, NULL, NULL, 0);
             const char *p;
             size_t k;
             for (size_t j = 0; j < per[i].n; j++)
@@ -112,7 +114,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (size_t i = 0; i < c.n; i++)
-        c.bytes += strlen(c.lines[i]->valuestring);
+        c.bytes += json_string_length(c.lines[i]);
     printf("corpus: %zu lines, %.1f KB; each figure is the mean of passes over %.1f s\n", c.n,
            (double)c.bytes / 1e3, secs);
     const char *vocabs[] = {"qwen3", "llama3", "llama2"};

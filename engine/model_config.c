@@ -2,6 +2,7 @@
 #include "model_config.h"
 
 #include "ls_err.h"
+#include "ls_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -17,7 +18,6 @@
 #define S_MAX_DIM (1 << 20)
 #define S_MAX_LAYERS 4096
 #define S_MAX_VOCAB (1 << 24)
-#define S_MAX_CONFIG_BYTES (16u << 20)
 
 static const char *const s_arch_names[] = {
     [LS_ARCH_LLAMA] = "LlamaForCausalLM",
@@ -457,28 +457,16 @@ int ls_model_config_parse(const char *json, size_t len, const char *what, ls_mod
 
 int ls_model_config_load(const char *path, ls_model_config_t *cfg, char *err, size_t errlen)
 {
-    char file[4096];
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(file, sizeof file, "%s/config.json", path);
-    else
-        snprintf(file, sizeof file, "%s", path);
-    FILE *fp = fopen(file, "rb");
-    if (!fp) {
-        ls_err_set(err, errlen, "%s: cannot open: %s", file, strerror(errno));
-        return -1;
-    }
-    char *buf = malloc(S_MAX_CONFIG_BYTES);
-    size_t n = buf ? fread(buf, 1, S_MAX_CONFIG_BYTES, fp) : 0;
-    bool too_big = buf && n == S_MAX_CONFIG_BYTES;
-    fclose(fp);
-    int rc = -1;
+    bool dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    size_t n;
+    char *buf = dir ? ls_file_read(path, "config.json", LS_FILE_JSON, &n, err, errlen)
+                    : ls_file_read_path(path, LS_FILE_JSON, &n, err, errlen);
     if (!buf)
-        ls_err_set(err, errlen, "%s: out of memory", file);
-    else if (too_big)
-        ls_err_set(err, errlen, "%s: larger than %u bytes", file, S_MAX_CONFIG_BYTES);
-    else
-        rc = ls_model_config_parse(buf, n, file, cfg, err, errlen);
+        return -1;
+    char file[4096];
+    snprintf(file, sizeof file, dir ? "%s/config.json" : "%s", path);
+    int rc = ls_model_config_parse(buf, n, file, cfg, err, errlen);
     free(buf);
     return rc;
 }
@@ -615,20 +603,17 @@ int ls_model_eos_ids(const char *dir, const ls_model_config_t *cfg, int32_t *out
     int n = 0;
     for (int i = 0; i < cfg->n_eos_token_ids; i++)
         n = s_eos_add(out, n, cap, cfg->eos_token_ids[i]);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    // Optional: a missing or unreadable file leaves the config's ids.
+    size_t len;
+    char *buf = ls_file_read(dir, "generation_config.json", LS_FILE_JSON, &len, NULL, 0);
+    if (!buf)
         return n;
-    char buf[65536];
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = 0;
-    cJSON *root = cJSON_Parse(buf), *eos = cJSON_GetObjectItem(root, "eos_token_id"), *item;
+    cJSON *root = cJSON_ParseWithLength(buf, len), *eos = cJSON_GetObjectItem(root, "eos_token_id"), *item;
     if (cJSON_IsNumber(eos))
         n = s_eos_add(out, n, cap, eos->valueint);
     else if (cJSON_IsArray(eos))
         cJSON_ArrayForEach(item, eos) if (cJSON_IsNumber(item)) n = s_eos_add(out, n, cap, item->valueint);
     cJSON_Delete(root);
+    free(buf);
     return n;
 }

@@ -16,12 +16,12 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ls_err.h"
+#include "ls_file.h"
 #include "ls_par.h"
 #include "safetensors.h"
-
-#define S_MAX_JSON_BYTES (16u << 20)
 
 // --- small growable string -------------------------------------------------------------------
 
@@ -182,12 +182,34 @@ static int s_bracket(const char **pp, s_str_t *o, const char **why)
     return 0;
 }
 
+// glibc's regcomp copies a repeated subexpression once per repeat ("x{3}" is "xxx", "x+" is
+// "xx*"), so nested or stacked repeats grow its tree exponentially: "m+++...+" or
+// "((x{200}){200}){200}" in an adapter_config.json would exhaust the registry's memory. Module
+// names are short, and no real target pattern comes near these bounds.
+#define S_RE_MAX_LEN 1024        // characters of one pattern
+#define S_RE_MAX_DEPTH 8         // nested groups
+#define S_RE_MAX_COPIES 1024     // product of the {m,n} repeat bounds in a pattern
+
 // Translates Python regex py into POSIX ERE appended to o; *why explains a refusal.
 static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
 {
     const char *p = py;
+    int depth = 0;
+    bool after_repeat = false;  // the last item was a quantifier
+    unsigned long copies = 1;
+    if (strlen(py) > S_RE_MAX_LEN) {
+        *why = "a pattern longer than 1024 characters";
+        return -1;
+    }
     while (*p) {
         char c = *p;
+        bool repeat = c == '*' || c == '+' || c == '?' || c == '{';
+        if (repeat && after_repeat && (c != '{' || isdigit((unsigned char)p[1]) || p[1] == ',')) {
+            *why = "a repeat of a repeat (Python's \"multiple repeat\"; possessive quantifiers are not "
+                   "supported)";
+            return -1;
+        }
+        after_repeat = false;
         if (c == '\\') {
             char e = p[1];
             bool set[256] = {false};
@@ -223,12 +245,21 @@ static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
             } else {
                 p++;
             }
+            if (++depth > S_RE_MAX_DEPTH) {
+                *why = "groups nested more than 8 deep";
+                return -1;
+            }
             s_puts(o, "(");
+        } else if (c == ')') {
+            depth -= depth > 0;
+            s_put(o, p, 1);
+            p++;
         } else if (c == '*' || c == '+' || c == '?') {
             s_put(o, p, 1);
             p++;
             if (*p == '?')  // lazy: same language, so the same whole-name answer
                 p++;
+            after_repeat = true;
         } else if (c == '{') {
             // Python reads {m}, {m,}, {,n}, {m,n} as a repeat and any other '{' as a literal.
             const char *q = p + 1;
@@ -250,6 +281,11 @@ static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
                 p++;
                 continue;
             }
+            unsigned long bound = nhi ? strtoul(hi, NULL, 10) : nlo ? strtoul(lo, NULL, 10) : 1;
+            if (nlo > 4 || nhi > 4 || (copies *= bound ? bound : 1) > S_RE_MAX_COPIES) {
+                *why = "repeat counts whose product is above 1024";
+                return -1;
+            }
             s_puts(o, "{");
             if (nlo)
                 s_put(o, lo, nlo);
@@ -263,6 +299,7 @@ static int s_pyre_to_ere(const char *py, s_str_t *o, const char **why)
             p = q + 1;
             if (*p == '?')
                 p++;
+            after_repeat = true;
         } else if (c == '}') {
             s_ere_literal(o, '}');
             p++;
@@ -504,25 +541,6 @@ static double s_pattern_value(const s_patterns_t *p, const char *module, double 
     return def;
 }
 
-static char *s_read_file(const char *path, size_t *len, char *err, size_t errlen)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        ls_err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc(S_MAX_JSON_BYTES);
-    size_t n = buf ? fread(buf, 1, S_MAX_JSON_BYTES, fp) : 0;
-    fclose(fp);
-    if (!buf || n == S_MAX_JSON_BYTES) {
-        ls_err_set(err, errlen, "%s: %s", path, buf ? "larger than 16 MB" : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 static bool s_exists(const char *dir, const char *name)
 {
     char path[4096];
@@ -531,11 +549,14 @@ static bool s_exists(const char *dir, const char *name)
     return stat(path, &sb) == 0;
 }
 
-// Checks the files next to the config: the weights must be safetensors, and no added
+// Checks the files next to the config: the weights must be a safetensors file that ls_file
+// would open (so a link or a FIFO is refused here, before a load is dispatched), and no added
 // vocabulary may come with the adapter.
 static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *err, size_t errlen)
 {
-    if (!s_exists(dir, "adapter_model.safetensors")) {
+    uint64_t size;
+    int fd = ls_file_open(dir, "adapter_model.safetensors", LS_FILE_SAFETENSORS, &size, err, errlen);
+    if (fd < 0 && errno == ENOENT) {
         if (s_exists(dir, "adapter_model.bin"))
             ls_err_set(err, errlen,
                   "%s/adapter_model.bin: pickled .bin adapters are not loaded; convert to "
@@ -543,8 +564,10 @@ static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *er
                   dir);
         else
             ls_err_set(err, errlen, "%s/adapter_model.safetensors: file is missing", dir);
-        return -1;
     }
+    if (fd < 0)
+        return -1;
+    close(fd);
     if (s_exists(dir, "new_embeddings.safetensors")) {
         ls_err_set(err, errlen,
               "%s/new_embeddings.safetensors: adapters with added vocabulary are not supported",
@@ -553,19 +576,15 @@ static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *er
     }
     // Tokenizers save added_tokens.json even for special tokens already in the base vocabulary
     // (Qwen does), so only ids at or past vocab_size are added vocabulary.
-    char path[4096];
-    snprintf(path, sizeof path, "%s/added_tokens.json", dir);
-    if (!s_exists(dir, "added_tokens.json"))
-        return 0;
     size_t len;
-    char *text = s_read_file(path, &len, err, errlen);
+    char *text = ls_file_read(dir, "added_tokens.json", LS_FILE_JSON, &len, err, errlen);
     if (!text)
-        return -1;
+        return errno == ENOENT ? 0 : -1;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     int rc = 0;
     if (!cJSON_IsObject(root)) {
-        ls_err_set(err, errlen, "%s: not a JSON object of token -> id", path);
+        ls_err_set(err, errlen, "%s/added_tokens.json: not a JSON object of token -> id", dir);
         rc = -1;
     } else {
         const cJSON *it;
@@ -573,9 +592,9 @@ static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *er
             if (!cJSON_IsNumber(it) || it->valuedouble < 0 ||
                 it->valuedouble >= cfg->vocab_size) {
                 ls_err_set(err, errlen,
-                      "%s: token \"%s\" is added vocabulary (id outside the base vocab_size "
-                      "%d); adapters with added vocabulary are not supported",
-                      path, it->string, cfg->vocab_size);
+                      "%s/added_tokens.json: token \"%s\" is added vocabulary (id outside the base "
+                      "vocab_size %d); adapters with added vocabulary are not supported",
+                      dir, it->string, cfg->vocab_size);
                 rc = -1;
                 break;
             }
@@ -693,7 +712,7 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
     char file[4096];
     snprintf(file, sizeof file, "%s/adapter_config.json", dir);
     size_t len;
-    char *text = s_read_file(file, &len, err, errlen);
+    char *text = ls_file_read(dir, "adapter_config.json", LS_FILE_JSON, &len, err, errlen);
     if (!text)
         return -1;
     int rc = -1;
@@ -732,6 +751,7 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
         goto out;
     }
     bool rslora = cJSON_IsTrue(jrs);
+    plan->info.alpha = (float)alpha;
     const cJSON *jt = cJSON_GetObjectItemCaseSensitive(root, "target_modules");
     if (s_selector_parse(file, jt, "target_modules", true, &tgt, err, errlen) != 0 ||
         s_selector_parse(file, cJSON_GetObjectItemCaseSensitive(root, "exclude_modules"),

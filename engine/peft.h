@@ -42,6 +42,7 @@ typedef struct {
     int max_rank;          // largest rank over the touched modules
     unsigned target_mask;  // bit (1u << t) set when some layer has target t
     int num_modules;       // number of (layer, target) pairs touched
+    float alpha;           // lora_alpha (PEFT's default 8 when absent), before alpha_pattern
 } ls_adapter_info_t;
 
 // Validates the adapter directory without reading weights: the config rules above, the

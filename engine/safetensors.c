@@ -2,6 +2,7 @@
 #include "safetensors.h"
 
 #include "ls_err.h"
+#include "ls_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -383,36 +384,30 @@ out:
     return rc;
 }
 
-// Maps one file and appends its tensors. The file is recorded in st before parsing so that
-// ls_st_destroy unmaps it whatever happens.
-static int s_add_file(ls_st_t *st, const char *path, char *err, size_t errlen)
+// Maps dir/name (opened by ls_file's rules) and appends its tensors. The file is recorded in
+// st before parsing so that ls_st_destroy unmaps it whatever happens. ENOENT stays in errno
+// when the file does not exist.
+static int s_add_file(ls_st_t *st, const char *dir, const char *name, char *err, size_t errlen)
 {
+    uint64_t size;
+    int fd = ls_file_open(dir, name, LS_FILE_SAFETENSORS, &size, err, errlen);
+    if (fd < 0)
+        return -1;
     s_file_t *nf = realloc(st->files, (st->nfiles + 1) * sizeof *nf);
-    if (!nf) {
-        ls_err_set(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    st->files = nf;
-    s_file_t *f = &st->files[st->nfiles];
-    memset(f, 0, sizeof *f);
-    f->path = strdup(path);
-    if (!f->path) {
-        ls_err_set(err, errlen, "%s: out of memory", path);
-        return -1;
-    }
-    st->nfiles++;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ls_err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        ls_err_set(err, errlen, "%s: not a regular file", path);
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *path = nf ? malloc(n) : NULL;
+    if (nf)
+        st->files = nf;
+    if (!path) {
+        ls_err_set(err, errlen, "%s/%s: out of memory", dir, name);
         close(fd);
         return -1;
     }
-    f->size = (size_t)sb.st_size;
+    snprintf(path, n, "%s/%s", dir, name);
+    s_file_t *f = &st->files[st->nfiles++];
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    f->size = (size_t)size;
     if (f->size > 0) {
         void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -456,118 +451,30 @@ static int s_sort_and_check(ls_st_t *st, char *err, size_t errlen)
     return 0;
 }
 
-static char *s_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-static bool s_is_regular(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-// A shard name must be relative, free of ".." components, and (after resolving symlinks) name
-// a file inside the directory: the index is input, and must not make us read elsewhere.
-static int s_check_shard_name(const char *index, const char *realdir, const char *dir,
-                              const char *shard, const char *tensor, char *err, size_t errlen)
-{
-    if (shard[0] == '\0' || shard[0] == '/') {
-        ls_err_set(err, errlen, "%s: tensor \"%s\": shard \"%s\" is not a relative file name", index,
-              tensor, shard);
-        return -1;
-    }
-    for (const char *p = shard; *p;) {
-        size_t len = strcspn(p, "/");
-        if (len == 2 && p[0] == '.' && p[1] == '.') {
-            ls_err_set(err, errlen, "%s: tensor \"%s\": shard \"%s\" leaves the model directory",
-                  index, tensor, shard);
-            return -1;
-        }
-        p += len;
-        if (*p == '/')
-            p++;
-    }
-    char *full = s_join(dir, shard);
-    char *real = full ? realpath(full, NULL) : NULL;
-    if (!real) {
-        ls_err_set(err, errlen, "%s: tensor \"%s\": shard \"%s\" cannot be opened: %s", index, tensor,
-              shard, full ? strerror(errno) : "out of memory");
-        free(full);
-        return -1;
-    }
-    size_t dl = strlen(realdir);
-    bool inside = strncmp(real, realdir, dl) == 0 && (real[dl] == '/' || dl == 1);
-    free(real);
-    free(full);
-    if (!inside) {
-        ls_err_set(err, errlen,
-              "%s: tensor \"%s\": shard \"%s\" is a link that resolves outside the model "
-              "directory",
-              index, tensor, shard);
-        return -1;
-    }
-    return 0;
-}
-
-static char *s_read_small(const char *path, size_t *len, char *err, size_t errlen)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        ls_err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    long sz = -1;
-    if (fseek(fp, 0, SEEK_END) == 0)
-        sz = ftell(fp);
-    if (sz < 0 || (uint64_t)sz > S_MAX_HEADER || fseek(fp, 0, SEEK_SET) != 0) {
-        ls_err_set(err, errlen, "%s: cannot read, or larger than 100 MB", path);
-        goto out;
-    }
-    buf = malloc((size_t)sz + 1);
-    if (!buf || fread(buf, 1, (size_t)sz, fp) != (size_t)sz) {
-        ls_err_set(err, errlen, "%s: cannot read", path);
-        free(buf);
-        buf = NULL;
-        goto out;
-    }
-    buf[sz] = '\0';
-    *len = (size_t)sz;
-out:
-    fclose(fp);
-    return buf;
-}
-
+// The index is input: its shard names go through ls_file, which keeps them inside the
+// directory (no absolute names, "..", or links).
 static int s_load_index(ls_st_t *st, const char *dir, const char *index, char *err,
                         size_t errlen)
 {
     size_t len;
-    char *text = s_read_small(index, &len, err, errlen);
+    char *text = ls_file_read(dir, index, LS_FILE_JSON, &len, err, errlen);
+    if (!text && errno == ENOENT)
+        ls_err_set(err, errlen, "%s: directory holds neither model.safetensors nor %s", dir, index);
     if (!text)
         return -1;
     int rc = -1;
-    char *realdir = NULL;
     cJSON *root = cJSON_ParseWithLength(text, len);
     const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(map)) {
-        ls_err_set(err, errlen, "%s: not valid JSON with a \"weight_map\" object", index);
-        goto out;
-    }
-    realdir = realpath(dir, NULL);
-    if (!realdir) {
-        ls_err_set(err, errlen, "%s: cannot resolve the directory: %s", dir, strerror(errno));
+        ls_err_set(err, errlen, "%s/%s: not valid JSON with a \"weight_map\" object", dir, index);
         goto out;
     }
     const cJSON *e;
     // Open each distinct shard once, in first-mention order.
     cJSON_ArrayForEach(e, map) {
         if (!cJSON_IsString(e)) {
-            ls_err_set(err, errlen, "%s: tensor \"%s\": shard name is not a string", index, e->string);
+            ls_err_set(err, errlen, "%s/%s: tensor \"%s\": shard name is not a string", dir, index,
+                       e->string);
             goto out;
         }
         bool seen = false;
@@ -575,15 +482,13 @@ static int s_load_index(ls_st_t *st, const char *dir, const char *index, char *e
             seen = strcmp(p->valuestring, e->valuestring) == 0;
         if (seen)
             continue;
-        if (s_check_shard_name(index, realdir, dir, e->valuestring, e->string, err, errlen) != 0)
+        if (s_add_file(st, dir, e->valuestring, err, errlen) != 0) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", err ? err : "");
+            ls_err_set(err, errlen, "%s/%s: tensor \"%s\": shard \"%s\": %s", dir, index, e->string,
+                       e->valuestring, why);
             goto out;
-        char *full = s_join(dir, e->valuestring);
-        int r = full ? s_add_file(st, full, err, errlen) : -1;
-        if (!full)
-            ls_err_set(err, errlen, "%s: out of memory", index);
-        free(full);
-        if (r != 0)
-            goto out;
+        }
     }
     if (s_sort_and_check(st, err, errlen) != 0)
         goto out;
@@ -594,14 +499,13 @@ static int s_load_index(ls_st_t *st, const char *dir, const char *index, char *e
         bool ok = t && strncmp(t->file, dir, dl) == 0 && t->file[dl] == '/' &&
                   strcmp(t->file + dl + 1, e->valuestring) == 0;
         if (!ok) {
-            ls_err_set(err, errlen, "%s: tensor \"%s\": not found in its shard \"%s\"", index,
-                  e->string, e->valuestring);
+            ls_err_set(err, errlen, "%s/%s: tensor \"%s\": not found in its shard \"%s\"", dir,
+                       index, e->string, e->valuestring);
             goto out;
         }
     }
     rc = 0;
 out:
-    free(realdir);
     cJSON_Delete(root);
     free(text);
     return rc;
@@ -615,39 +519,26 @@ ls_st_t *ls_st_open(const char *path, char *err, size_t errlen)
         return NULL;
     }
     ls_st_t *st = calloc(1, sizeof *st);
-    if (!st) {
+    if (!st || !(st->path = strdup(path))) {
         ls_err_set(err, errlen, "%s: out of memory", path);
+        ls_st_destroy(&st);
         return NULL;
     }
     int rc;
-    st->path = strdup(path);
-    if (!st->path) {
-        ls_err_set(err, errlen, "%s: out of memory", path);
-        rc = -1;
-    } else if (S_ISDIR(sb.st_mode)) {
+    if (S_ISDIR(sb.st_mode)) {
         // Same preference as transformers: the single file first, then the sharded index.
-        char *single = s_join(path, "model.safetensors");
-        char *index = s_join(path, "model.safetensors.index.json");
-        if (!single || !index) {
-            ls_err_set(err, errlen, "%s: out of memory", path);
-            rc = -1;
-        } else if (s_is_regular(single)) {
-            rc = s_add_file(st, single, err, errlen);
-            if (rc == 0)
-                rc = s_sort_and_check(st, err, errlen);
-        } else if (s_is_regular(index)) {
-            rc = s_load_index(st, path, index, err, errlen);
-        } else {
-            ls_err_set(err, errlen,
-                  "%s: directory holds neither model.safetensors nor "
-                  "model.safetensors.index.json",
-                  path);
-            rc = -1;
+        // nfiles stays 0 when model.safetensors could not be opened at all.
+        rc = s_add_file(st, path, "model.safetensors", err, errlen);
+        if (rc != 0 && st->nfiles == 0 && errno == ENOENT)
+            rc = s_load_index(st, path, "model.safetensors.index.json", err, errlen);
+        else if (rc == 0) {
+            rc = s_sort_and_check(st, err, errlen);
         }
-        free(single);
-        free(index);
     } else {
-        rc = s_add_file(st, path, err, errlen);
+        char dir[4096];
+        const char *slash = strrchr(path, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+        rc = s_add_file(st, slash == path ? "/" : dir, slash ? slash + 1 : path, err, errlen);
         if (rc == 0)
             rc = s_sort_and_check(st, err, errlen);
     }

@@ -47,8 +47,8 @@ typedef struct {
 typedef struct ls_st ls_st_t;
 
 // Opens a .safetensors file, or a directory holding model.safetensors or (when that is absent)
-// model.safetensors.index.json and its shards. Shard names in the index must stay inside the
-// directory: absolute paths, ".." and symlinks that resolve outside it are refused.
+// model.safetensors.index.json and its shards. Every file is opened by ls_file's rules (a
+// regular file, no symbolic link, no ".." or absolute shard name, within the size limit).
 // Returns NULL and writes one sentence naming the file (and the tensor or key) into err.
 ls_st_t *ls_st_open(const char *path, char *err, size_t errlen);
 void ls_st_destroy(ls_st_t **st);

@@ -52,6 +52,7 @@ s_elem_kind (lsm_kind_t kind)
         case LSM_U64S: return LSM_U64;
         case LSM_F32S: return LSM_F32;
         case LSM_STRS: return LSM_STR;
+        case LSM_TEXTS: return LSM_TEXT;
         case LSM_RECORDS: return LSM_RECORD;
         default: return kind;
     }
@@ -67,6 +68,7 @@ s_value_size (const lsm_field_t *f, lsm_kind_t kind)
         case LSM_U64: case LSM_I64: case LSM_F64: return 8;
         case LSM_STR: return sizeof (char *);
         case LSM_BYTES: return sizeof (ls_bytes_t);
+        case LSM_TEXT: return sizeof (ls_text_t);
         case LSM_RECORD: return f->record->size;
         default: return sizeof (lsm_array_t);
     }
@@ -98,6 +100,9 @@ s_free_value (const lsm_field_t *f, lsm_kind_t kind, void *p)
     else
     if (kind == LSM_BYTES)
         free (((ls_bytes_t *) p)->data);
+    else
+    if (kind == LSM_TEXT)
+        free (((ls_text_t *) p)->s);
     else
     if (kind == LSM_RECORD)
         s_free_struct (f->record, p);
@@ -134,6 +139,18 @@ ls_msg_clear (ls_msg_t *m)
     if (st)
         s_free_struct (st, &m->u);
     memset (m, 0, sizeof *m);
+}
+
+ls_text_t
+ls_msg_textdup (const char *s, size_t len)
+{
+    ls_text_t t = { NULL, 0 };
+    if (s && (t.s = malloc (len + 1))) {
+        memcpy (t.s, s, len);
+        t.s [len] = 0;
+        t.len = len;
+    }
+    return t;
 }
 
 char *
@@ -198,6 +215,8 @@ s_is_zero (const lsm_field_t *f, const void *p)
             return *(char *const *) p == NULL;
         case LSM_BYTES:
             return ((const ls_bytes_t *) p)->len == 0;
+        case LSM_TEXT:
+            return ((const ls_text_t *) p)->s == NULL;
         case LSM_RECORD:
             return s_is_zero_struct (f->record, p);
         default:
@@ -242,6 +261,12 @@ s_pack_value (msgpack_packer *pk, const lsm_field_t *f, lsm_kind_t kind, const v
                 return msgpack_pack_nil (pk);   // a NULL inside str[]
             size_t len = strlen (s);
             return msgpack_pack_str (pk, len) | msgpack_pack_str_body (pk, s, len);
+        }
+        case LSM_TEXT: {
+            const ls_text_t *t = p;
+            if (!t->s)
+                return msgpack_pack_nil (pk);   // a NULL inside text[]
+            return msgpack_pack_str (pk, t->len) | msgpack_pack_str_body (pk, t->s, t->len);
         }
         case LSM_BYTES: {
             const ls_bytes_t *bytes = p;
@@ -453,9 +478,9 @@ s_kind_name (lsm_kind_t kind)
 {
     static const char *names [] = {
         "bool", "int32", "uint32", "uint64", "int64", "float", "float", "str", "bin",
-        "enum (uint)", "map"
+        "enum (uint)", "map", "str"
     };
-    return kind <= LSM_RECORD? names [kind]: "array";
+    return kind <= LSM_TEXT? names [kind]: "array";
 }
 
 //  o as an integer in [min, max], returned as its uint64_t bit pattern.
@@ -546,6 +571,19 @@ s_unpack_value (s_dec_t *d, const lsm_field_t *f, lsm_kind_t kind, const msgpack
             if (len)
                 memcpy (s, o->via.str.ptr, len);
             *(char **) p = s;
+            return 0;
+        }
+        case LSM_TEXT: {
+            if (o->type != MSGPACK_OBJECT_STR)
+                return s_bad (d, "expected str, got %s", s_obj_name (o));
+            //  NUL bytes are kept: len says where the text ends
+            uint32_t len = o->via.str.size;
+            ls_text_t *t = p;
+            if (!(t->s = s_dec_alloc (d, (size_t) len + 1, 1)))
+                return -1;
+            if (len)
+                memcpy (t->s, o->via.str.ptr, len);
+            t->len = len;
             return 0;
         }
         case LSM_BYTES: {
@@ -713,6 +751,11 @@ s_equal_value (const lsm_field_t *f, lsm_kind_t kind, const void *a, const void 
             const ls_bytes_t *x = a, *y = b;
             return x->len == y->len && (x->len == 0 || memcmp (x->data, y->data, x->len) == 0);
         }
+        case LSM_TEXT: {
+            const ls_text_t *x = a, *y = b;
+            return (!x->s && !y->s)
+                || (x->s && y->s && x->len == y->len && memcmp (x->s, y->s, x->len) == 0);
+        }
         case LSM_RECORD:
             return s_equal_struct (f->record, a, b, measured);
         default:
@@ -786,9 +829,8 @@ s_put (s_line_t *line, const char *fmt, ...)
 }
 
 static void
-s_put_quoted (s_line_t *line, const char *s)
+s_put_quoted (s_line_t *line, const char *s, size_t len)
 {
-    size_t len = strlen (s);
     s_put (line, "\"");
     for (size_t i = 0; i < len && i < FORMAT_MAX_CHARS; i++) {
         unsigned char c = s [i];
@@ -831,7 +873,15 @@ s_format_value (s_line_t *line, const lsm_field_t *f, lsm_kind_t kind, const voi
         case LSM_STR: {
             const char *s = *(char *const *) p;
             if (s)
-                s_put_quoted (line, s);
+                s_put_quoted (line, s, strlen (s));
+            else
+                s_put (line, "null");
+            break;
+        }
+        case LSM_TEXT: {
+            const ls_text_t *t = p;
+            if (t->s)
+                s_put_quoted (line, t->s, t->len);
             else
                 s_put (line, "null");
             break;
@@ -984,6 +1034,11 @@ s_json_value (const lsm_field_t *f, lsm_kind_t kind, const void *p)
             const char *s = *(char *const *) p;
             return s? cJSON_CreateString (s): cJSON_CreateNull ();
         }
+        case LSM_TEXT: {
+            //  cJSON strings end at a NUL: the JSON view shows text up to its first one
+            const char *s = ((const ls_text_t *) p)->s;
+            return s? cJSON_CreateString (s): cJSON_CreateNull ();
+        }
         case LSM_BYTES:
             return s_json_base64 (((const ls_bytes_t *) p)->data, ((const ls_bytes_t *) p)->len);
         case LSM_RECORD:
@@ -1097,6 +1152,19 @@ s_fill_value (uint64_t *state, const lsm_field_t *f, lsm_kind_t kind, void *p)
             if (s)
                 s [len] = 0;
             *(char **) p = s;
+            break;
+        }
+        case LSM_TEXT: {
+            if (s_rand (state) % 8 == 0)
+                break;          // NULL, also inside text[]
+            ls_text_t *t = p;
+            size_t len = s_rand (state) % 24;
+            t->s = malloc (len + 1);
+            for (size_t i = 0; t->s && i < len; i++)
+                t->s [i] = (char) (s_rand (state) % 256);      // NUL bytes too
+            if (t->s)
+                t->s [len] = 0;
+            t->len = t->s? len: 0;
             break;
         }
         case LSM_BYTES: {

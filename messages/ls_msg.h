@@ -13,7 +13,7 @@
     extra ZeroMQ frames next to the body and is not handled here.
 
     Ownership: every pointer inside a filled or decoded ls_msg_t is owned by the message
-    (malloc) and freed by ls_msg_clear. Fill string fields with ls_msg_strdup.
+    (malloc) and freed by ls_msg_clear. Fill string fields with ls_msg_strdup, text fields with ls_msg_textdup.
 */
 #ifndef LS_MSG_H
 #define LS_MSG_H
@@ -37,6 +37,10 @@ typedef struct { uint32_t *v; size_t n; } ls_u32s_t;
 typedef struct { uint64_t *v; size_t n; } ls_u64s_t;
 typedef struct { float *v; size_t n; } ls_f32s_t;
 typedef struct { char **v; size_t n; } ls_strs_t;
+//  Text that may hold NUL bytes (a prompt, a stop string): len bytes at s, then a NUL that
+//  len does not count, so s also reads as a C string up to its first NUL. s NULL: absent.
+typedef struct { char *s; size_t len; } ls_text_t;
+typedef struct { ls_text_t *v; size_t n; } ls_texts_t;
 
 //  Generated: LS_SCHEMA_VERSION, enums, one struct per record and message, the
 //  ls_msg_type_t constants (LS_MSG_<NAME>) and ls_msg_t with its union.
@@ -105,6 +109,8 @@ void ls_msg_fill_random (ls_msg_t *m, ls_msg_type_t type, uint64_t seed);
 
 //  malloc'd copy of s, NULL for NULL (or out of memory).
 char *ls_msg_strdup (const char *s);
+//  malloc'd copy of len bytes at s (NUL-terminated after them); {NULL, 0} for NULL.
+ls_text_t ls_msg_textdup (const char *s, size_t len);
 
 #ifdef __cplusplus
 }

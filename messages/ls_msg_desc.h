@@ -4,7 +4,7 @@
 
     A record or message body is described by an lsm_struct_t: its C size and its fields,
     each with its wire id, name, kind and byte offset in the C struct. Every array type
-    (ls_i32s_t, ls_strs_t, ls_<record>s_t ...) has the layout {T *v; size_t n;}, so the
+    (ls_i32s_t, ls_strs_t, ls_texts_t, ls_<record>s_t ...) has the layout {T *v; size_t n;}, so the
     codec reaches all of them as lsm_array_t.
 */
 #ifndef LS_MSG_DESC_H
@@ -16,9 +16,9 @@
 
 typedef enum {
     LSM_BOOL, LSM_I32, LSM_U32, LSM_U64, LSM_I64, LSM_F32, LSM_F64,
-    LSM_STR, LSM_BYTES, LSM_ENUM, LSM_RECORD,
+    LSM_STR, LSM_BYTES, LSM_ENUM, LSM_RECORD, LSM_TEXT,
     //  arrays: LSM_I32S holds LSM_I32 values, and so on (s_elem_kind in ls_msg.c)
-    LSM_I32S, LSM_U32S, LSM_U64S, LSM_F32S, LSM_STRS, LSM_RECORDS
+    LSM_I32S, LSM_U32S, LSM_U64S, LSM_F32S, LSM_STRS, LSM_RECORDS, LSM_TEXTS
 } lsm_kind_t;
 
 typedef struct { uint32_t value; const char *name; } lsm_enum_value_t;

@@ -51,7 +51,7 @@ typedef enum { B_ENUM, B_RECORD, B_MESSAGE, B_RETIRED } s_what_t;
 //  reference to another block (or none, for a retired id).
 typedef enum {
     K_BOOL, K_I32, K_U32, K_U64, K_I64, K_F32, K_F64, K_STR, K_BYTES,
-    K_I32S, K_U32S, K_U64S, K_F32S, K_STRS,
+    K_I32S, K_U32S, K_U64S, K_F32S, K_STRS, K_TEXT, K_TEXTS,
     K_ENUM, K_RECORD, K_RECORDS, K_RETIRED
 } s_kind_t;
 
@@ -68,6 +68,7 @@ static const struct {
     { "i32[]", "ls_i32s_t", "LSM_I32S" }, { "u32[]", "ls_u32s_t", "LSM_U32S" },
     { "u64[]", "ls_u64s_t", "LSM_U64S" }, { "f32[]", "ls_f32s_t", "LSM_F32S" },
     { "str[]", "ls_strs_t", "LSM_STRS" },
+    { "text", "ls_text_t", "LSM_TEXT" }, { "text[]", "ls_texts_t", "LSM_TEXTS" },
     { "enum", "uint32_t", "LSM_ENUM" },   // uint32_t, not the C enum: unknown values survive
     { NULL, NULL, "LSM_RECORD" }, { NULL, NULL, "LSM_RECORDS" }, { NULL, NULL, NULL }
 };
@@ -270,7 +271,7 @@ s_parse_type (s_schema_t *schema, s_member_t *member, char **cursor, int line)
     char *type = s_token (cursor);
     if (!type)
         s_fail (line, "field '%s' needs a type", member->name);
-    for (int k = K_BOOL; k <= K_STRS; k++)
+    for (int k = K_BOOL; k <= K_TEXTS; k++)
         if (strcmp (type, s_kinds [k].schema) == 0) {
             member->kind = k;
             return;
@@ -458,7 +459,7 @@ s_check_names (s_schema_t *schema)
 {
     static const char *reserved [] = {
         "ls_msg_t", "ls_msg_type_t", "ls_msgerr_t", "ls_msgerr_code_t", "ls_bytes_t",
-        "ls_i32s_t", "ls_u32s_t", "ls_u64s_t", "ls_f32s_t", "ls_strs_t", NULL
+        "ls_i32s_t", "ls_u32s_t", "ls_u64s_t", "ls_f32s_t", "ls_strs_t", "ls_text_t", "ls_texts_t", NULL
     };
     size_t total = 16;
     for (size_t b = 0; b < schema->count; b++)
@@ -728,7 +729,10 @@ s_emit_docs (s_schema_t *schema, FILE *out)
         "  field ids are skipped. Enums travel as unsigned integers, records as nested maps.\n\n"
         "Bodies above 64 MiB (`LS_MSG_MAX_BYTES`) are refused. Bulk data (adapter weights\n"
         "sent as tensors) travels in extra ZeroMQ frames after the body, never inside it.\n"
-        "Strings are UTF-8 without NUL bytes.\n\n"
+        "`str` values are UTF-8 without NUL bytes (names, ids, paths: a NUL is refused as\n"
+        "malformed). `text` values (prompts, stop strings, generated text) are the same msgpack\n"
+        "str on the wire but may hold NUL bytes: in C they are `ls_text_t` {`s`, `len`}, `s`\n"
+        "NUL-terminated after its `len` bytes.\n\n"
         "## Compatibility rules\n\n"
         "- Message type ids, field ids and enum values only grow. A removed one is kept in\n"
         "  the schema as `retired` so it is never reused (msggen refuses duplicates).\n"

@@ -851,14 +851,21 @@ static ls_stream_t *s_stream_new(ls_actor_t *self, uint32_t id, int fd) {
     return s;
 }
 
-static void s_stream_free(ls_stream_t *s) {
+// Stop the stream's watchers and close its socket; the struct stays.
+static void s_stream_shut(ls_stream_t *s) {
     ls_actor_t *self = s->actor;
     if (s->fd >= 0) {
         ev_io_stop(self->loop, &s->rio);
         ev_io_stop(self->loop, &s->wio);
         ev_timer_stop(self->loop, &s->tm);
         close(s->fd);
+        s->fd = -1;
     }
+}
+
+static void s_stream_free(ls_stream_t *s) {
+    ls_actor_t *self = s->actor;
+    s_stream_shut(s);
     free(s->out);
     if (s->prev)
         s->prev->next = s->next;
@@ -881,8 +888,15 @@ static void s_stream_lost(ls_stream_t *s, const char *why) {
     ls_actor_t *self = s->actor;
     self->now_ns = ls_mono_ns();
     s_trace_stream(self, LS_TRACE_STREAM_CLOSE, LS_TRACE_IN, s->id, why, strlen(why), 1);
-    if (!self->stopping)
-        self->stream_def.on_close(self, s, why, self->stream_arg);
+    if (self->stopping) {
+        // The actor is not told while it stops, so it may still hold the stream (its
+        // on_destroy walks its connections): keep the struct, writes dropped, for
+        // ls_actor_destroy to free.
+        s->failed = 1;
+        s_stream_shut(s);
+        return;
+    }
+    self->stream_def.on_close(self, s, why, self->stream_arg);
     s_stream_free(s);
 }
 
@@ -1092,10 +1106,13 @@ void ls_stream_write(ls_stream_t *s, const void *data, size_t len) {
         return;
     }
     if (s->out_n + len > s->out_cap) {
-        // Compact first: what was sent is never needed again.
-        memmove(s->out, s->out + s->out_off, s->out_n - s->out_off);
-        s->out_n -= s->out_off;
-        s->out_off = 0;
+        // Compact first: what was sent is never needed again (nothing to move while out is
+        // still unallocated).
+        if (s->out_off) {
+            memmove(s->out, s->out + s->out_off, s->out_n - s->out_off);
+            s->out_n -= s->out_off;
+            s->out_off = 0;
+        }
         size_t cap = s->out_cap ? s->out_cap : 4096;
         while (cap < s->out_n + len)
             cap *= 2;

@@ -72,7 +72,7 @@ static int s_request_encode(const ls_request_t *r, uint64_t rid, bool stream, ls
     ls_msg_sampling_params_t *s = &g->sampling;
     bool ok = true;
     if (r->prompt)
-        ok = (g->text = ls_msg_strdup(r->prompt)) != NULL;
+        ok = (g->text = ls_msg_textdup(r->prompt, strlen(r->prompt))).s != NULL;
     if (r->n_messages) {
         g->chat = true;
         ok = (g->messages = s_messages_json(r->messages, r->n_messages)) != NULL;
@@ -97,9 +97,9 @@ static int s_request_encode(const ls_request_t *r, uint64_t rid, bool stream, ls
     s->seed = r->seed;
     ok = ok && s_copy_i32s(&s->stop_token_ids, r->stop_token_ids, r->n_stop_token_ids) == 0;
     if (ok && r->n_stop) {
-        ok = (s->stop.v = calloc(r->n_stop, sizeof(char *))) != NULL;
+        ok = (s->stop.v = calloc(r->n_stop, sizeof *s->stop.v)) != NULL;
         for (size_t i = 0; ok && i < r->n_stop; i++, s->stop.n++)
-            ok = r->stop[i] && (s->stop.v[i] = ls_msg_strdup(r->stop[i])) != NULL;
+            ok = r->stop[i] && (s->stop.v[i] = ls_msg_textdup(r->stop[i], strlen(r->stop[i]))).s != NULL;
     }
     s->ignore_eos = r->ignore_eos;
     // Users want the words, not the end-of-text marker: skipping is the default (as in

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "ls_err.h"
+#include "ls_file.h"
 #include "text_utf8.h"
 
 struct ls_chat_template {
@@ -139,28 +140,17 @@ ls_chat_template_t *ls_chat_template_parse(const char *json, size_t len, const c
 }
 
 ls_chat_template_t *ls_chat_template_load(const char *path, char *err, size_t errlen) {
-    char file[4096];
     struct stat st;
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    snprintf(file, sizeof file, dir ? "%s/tokenizer_config.json" : "%s", path);
-    FILE *fp = fopen(file, "rb");
-    if (!fp) {
-        ls_err_set(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+    size_t len;
+    char *text = dir ? ls_file_read(path, "tokenizer_config.json", LS_FILE_JSON, &len, err, errlen)
+                     : ls_file_read_path(path, LS_FILE_JSON, &len, err, errlen);
+    if (!text)
         return NULL;
-    }
-    ls_buf_t text = {0};
-    char chunk[1 << 14];
-    size_t got;
-    int rc = 0;
-    while (rc == 0 && (got = fread(chunk, 1, sizeof chunk, fp)) > 0)
-        rc = ls_buf_append(&text, chunk, got);
-    fclose(fp);
-    ls_chat_template_t *ct = NULL;
-    if (rc < 0)
-        ls_err_set(err, errlen, "%s: out of memory", file);
-    else
-        ct = ls_chat_template_parse(text.s ? text.s : "", text.n, file, err, errlen);
-    ls_buf_free(&text);
+    char file[4096];
+    snprintf(file, sizeof file, dir ? "%s/tokenizer_config.json" : "%s", path);
+    ls_chat_template_t *ct = ls_chat_template_parse(text, len, file, err, errlen);
+    free(text);
     return ct;
 }
 
@@ -197,10 +187,20 @@ static s_str_t s_of(const char *s) {
     return (s_str_t){s, strlen(s)};
 }
 
+// A message's content with its length: it may hold NUL bytes (ls_chat_message_t).
+static s_str_t s_content(const ls_chat_message_t *m) {
+    return (s_str_t){m->content, m->content_len ? m->content_len : strlen(m->content)};
+}
+
 // Python's str.isspace, which Jinja's trim and str.strip() use: Unicode White_Space plus the
 // information separators U+001C..U+001F.
 static bool s_py_space(uint32_t cp) {
     return ls_utf8_is_space(cp) || (cp >= 0x1C && cp <= 0x1F);
+}
+
+// Whether cp is one of the ASCII characters in chars (never NUL: strchr would match the end).
+static bool s_in(const char *chars, uint32_t cp) {
+    return cp > 0 && cp < 0x80 && strchr(chars, (int)cp);
 }
 
 // Strips Python whitespace (chars == NULL) or the given ASCII characters from the chosen ends.
@@ -210,7 +210,7 @@ static s_str_t s_strip(s_str_t x, const char *chars, bool left, bool right) {
     while (left && a < z) {
         int k = ls_utf8_seq(p + a, z - a, &bad);
         uint32_t cp = k > 0 ? ls_utf8_cp(p + a, k) : 0xFFFD;
-        if (!(chars ? cp < 0x80 && strchr(chars, (int)cp) : s_py_space(cp)))
+        if (!(chars ? s_in(chars, cp) : s_py_space(cp)))
             break;
         a += (size_t)(k > 0 ? k : 1);
     }
@@ -220,7 +220,7 @@ static s_str_t s_strip(s_str_t x, const char *chars, bool left, bool right) {
             b--;
         int k = ls_utf8_seq(p + b, z - b, &bad);
         uint32_t cp = k > 0 ? ls_utf8_cp(p + b, k) : 0xFFFD;
-        if (!(chars ? cp < 0x80 && strchr(chars, (int)cp) : s_py_space(cp)))
+        if (!(chars ? s_in(chars, cp) : s_py_space(cp)))
             break;
         z = b;
     }
@@ -259,7 +259,7 @@ static int s_llama3(const ls_chat_template_t *ct, const ls_chat_message_t *m, si
     //    message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content =
     //    bos_token + content %}{% endif %}
     for (size_t i = 0; i < n; i++) {
-        s_str_t role = s_of(m[i].role), content = s_strip(s_of(m[i].content), NULL, true, true);
+        s_str_t role = s_of(m[i].role), content = s_strip(s_content(&m[i]), NULL, true, true);
         if ((i == 0 && CAT(b, STR(ct->bos)) < 0) ||
             CAT(b, LIT("<|start_header_id|>"), &role, LIT("<|end_header_id|>\n\n"), &content, LIT("<|eot_id|>")) < 0)
             return -1;
@@ -272,14 +272,15 @@ static int s_llama3(const ls_chat_template_t *ct, const ls_chat_message_t *m, si
 // Qwen3's assistant turn: reasoning split off "<think>...</think>" in the content, shown only
 // for turns after the last user query.
 static int s_qwen3_assistant(const ls_chat_message_t *msg, bool after_query, bool last, ls_buf_t *b) {
-    s_str_t content = s_of(msg->content), reasoning = {"", 0};
-    const char *close = strstr(msg->content, "</think>");
+    s_str_t content = s_content(msg), reasoning = {"", 0};
+    const char *end = content.s + content.n;
+    const char *close = memmem(content.s, content.n, "</think>", 8);
     if (close) {
         // content.split('</think>')[-1].lstrip('\n')
         const char *lastc = close;
-        for (const char *p = close; (p = strstr(p + 1, "</think>"));)
+        for (const char *p = close; (p = memmem(p + 1, (size_t)(end - p - 1), "</think>", 8));)
             lastc = p;
-        content = s_strip(s_of(lastc + 8), "\n", true, false);
+        content = s_strip((s_str_t){lastc + 8, (size_t)(end - lastc - 8)}, "\n", true, false);
         // content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')
         s_str_t head = s_strip((s_str_t){msg->content, (size_t)(close - msg->content)}, "\n", false, true);
         const char *open = NULL;
@@ -301,14 +302,14 @@ static int s_chatml(const ls_chat_template_t *ct, const ls_chat_message_t *m, si
     // Qwen3: the last user message that is not a wrapped tool response.
     size_t last_query = n ? n - 1 : 0;
     for (size_t i = n; ct->qwen3_think && i-- > 0;) {
-        s_str_t c = s_of(m[i].content);
+        s_str_t c = s_content(&m[i]);
         if (strcmp(m[i].role, "user") == 0 && !(s_starts(c, "<tool_response>") && s_ends(c, "</tool_response>"))) {
             last_query = i;
             break;
         }
     }
     for (size_t i = 0; i < n; i++) {
-        s_str_t role = s_of(m[i].role), content = s_of(m[i].content);
+        s_str_t role = s_of(m[i].role), content = s_content(&m[i]);
         // Qwen2/2.5: {% if loop.first and messages[0]['role'] != 'system' %} default system
         if (i == 0 && !has_system && ct->default_system &&
             CAT(b, LIT("<|im_start|>system\n"), STR(ct->default_system), LIT("<|im_end|>\n")) < 0)
@@ -327,7 +328,7 @@ static const char *ALTERNATE = "Conversation roles must alternate user/assistant
 static int s_llama2(const ls_chat_template_t *ct, const ls_chat_message_t *m, size_t n, ls_buf_t *b,
                     char *err, size_t errlen) {
     // {% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %} ...
-    const char *system = n > 0 && strcmp(m[0].role, "system") == 0 ? m[0].content : NULL;
+    const ls_chat_message_t *system = n > 0 && strcmp(m[0].role, "system") == 0 ? &m[0] : NULL;
     const ls_chat_message_t *loop = system ? m + 1 : m;
     size_t ln = system ? n - 1 : n;
     for (size_t i = 0; i < ln; i++) {
@@ -337,9 +338,9 @@ static int s_llama2(const ls_chat_template_t *ct, const ls_chat_message_t *m, si
             return -1;
         }
         ls_buf_t content = {0};
-        int rc = i == 0 && system ? CAT(&content, LIT("<<SYS>>\n"), STR(system), LIT("\n<</SYS>>\n\n"),
-                                        STR(loop[i].content))
-                                  : CAT(&content, STR(loop[i].content));
+        s_str_t sys = system ? s_content(system) : (s_str_t){"", 0}, own = s_content(&loop[i]);
+        int rc = i == 0 && system ? CAT(&content, LIT("<<SYS>>\n"), &sys, LIT("\n<</SYS>>\n\n"), &own)
+                                  : CAT(&content, &own);
         s_str_t c = s_strip((s_str_t){content.s ? content.s : "", content.n}, NULL, true, true);
         if (rc == 0 && user)
             rc = CAT(b, STR(ct->bos), LIT("[INST] "), &c, LIT(" [/INST]"));
@@ -363,10 +364,11 @@ static int s_mistral(const ls_chat_template_t *ct, const ls_chat_message_t *m, s
             return -1;
         }
         int rc;
+        s_str_t content = s_content(&m[i]);
         if (user)
-            rc = CAT(b, LIT("[INST] "), STR(m[i].content), LIT(" [/INST]"));
+            rc = CAT(b, LIT("[INST] "), &content, LIT(" [/INST]"));
         else if (strcmp(m[i].role, "assistant") == 0)
-            rc = CAT(b, STR(m[i].content), STR(ct->eos), ct->eos_space ? LIT(" ") : LIT(""));
+            rc = CAT(b, &content, STR(ct->eos), ct->eos_space ? LIT(" ") : LIT(""));
         else {
             ls_err_set(err, errlen, "Only user and assistant roles are supported!");
             return -1;

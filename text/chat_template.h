@@ -37,6 +37,7 @@ typedef struct ls_chat_template ls_chat_template_t;
 typedef struct {
     const char *role;  // "system", "user" or "assistant"
     const char *content;
+    size_t content_len;  // bytes of content, NUL bytes included; 0: strlen(content)
 } ls_chat_message_t;
 
 // Reads tokenizer_config.json (a file, or a model directory holding one). NULL + err when the

@@ -128,6 +128,8 @@ static int s_stop_filter(ls_detok_t *d, bool final) {
     ls_buf_t *x = &d->text;
     size_t best = SIZE_MAX;
     for (size_t k = 0; k < d->n_stops; k++) {
+        if (!d->stop_len[k])
+            continue;  // an empty stop string never matches
         const char *p = memmem(x->s ? x->s : "", x->n, d->stops[k], d->stop_len[k]);
         if (p && (size_t)(p - x->s) < best) {
             best = (size_t)(p - x->s);
@@ -142,6 +144,8 @@ static int s_stop_filter(ls_detok_t *d, bool final) {
     }
     size_t hold = 0;
     for (size_t k = 0; !final && k < d->n_stops; k++) {
+        if (!d->stop_len[k])
+            continue;
         size_t max = d->stop_len[k] - 1 < x->n ? d->stop_len[k] - 1 : x->n;
         for (size_t h = max; h > hold; h--)
             if (memcmp(x->s + x->n - h, d->stops[k], h) == 0) {
@@ -158,7 +162,7 @@ static int s_stop_filter(ls_detok_t *d, bool final) {
 }
 
 ls_detok_t *ls_detok_new(const ls_tokenizer_t *t, unsigned flags, const char *const *stops,
-                         size_t nstops) {
+                         const size_t *stop_lens, size_t nstops) {
     ls_detok_t *d = malloc(sizeof *d);
     if (!d)
         return NULL;
@@ -167,12 +171,17 @@ ls_detok_t *ls_detok_new(const ls_tokenizer_t *t, unsigned flags, const char *co
     d->stop_len = calloc(nstops + 1, sizeof *d->stop_len);
     if (!d->stops || !d->stop_len)
         goto fail;
+    // Every stop keeps its index (ls_detok_stop_index answers in the caller's numbering);
+    // empty ones are kept too and never match.
     for (size_t i = 0; i < nstops; i++) {
-        if (!stops[i] || !*stops[i])
-            continue;
-        if (!(d->stops[d->n_stops] = strdup(stops[i])))
+        size_t n = !stops[i] ? 0 : stop_lens ? stop_lens[i] : strlen(stops[i]);
+        if (!(d->stops[i] = malloc(n + 1)))
             goto fail;
-        d->stop_len[d->n_stops++] = strlen(stops[i]);
+        if (n)
+            memcpy(d->stops[i], stops[i], n);
+        d->stops[i][n] = 0;
+        d->stop_len[i] = n;
+        d->n_stops = i + 1;
     }
     if (ls_buf_append(&d->out, "", 0) < 0)
         goto fail;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ls_err.h"
+#include "ls_file.h"
 #include "tok_internal.h"
 
 #define NO_TOKEN UINT32_MAX
@@ -883,30 +884,12 @@ ls_tokenizer_t *ls_tokenizer_parse(const char *json, size_t len, const char *wha
 }
 
 ls_tokenizer_t *ls_tokenizer_load(const char *path, char *err, size_t errlen) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        ls_err_set(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    size_t len;
+    char *text = ls_file_read_path(path, LS_FILE_TOKENIZER, &len, err, errlen);
+    if (!text)
         return NULL;
-    }
-    ls_buf_t text = {0};
-    char chunk[1 << 16];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, fp)) > 0) {
-        if (ls_buf_append(&text, chunk, got) < 0) {
-            fclose(fp);
-            ls_buf_free(&text);
-            ls_err_set(err, errlen, "%s: out of memory", path);
-            return NULL;
-        }
-    }
-    bool failed = ferror(fp);
-    fclose(fp);
-    ls_tokenizer_t *t = NULL;
-    if (failed)
-        ls_err_set(err, errlen, "%s: read error", path);
-    else
-        t = ls_tokenizer_parse(text.s ? text.s : "", text.n, path, err, errlen);
-    ls_buf_free(&text);
+    ls_tokenizer_t *t = ls_tokenizer_parse(text, len, path, err, errlen);
+    free(text);
     return t;
 }
 

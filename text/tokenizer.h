@@ -91,9 +91,10 @@ const int32_t *ls_tokenizer_suffix_ids(const ls_tokenizer_t *t, size_t *n);
 // piece and the detokenizer is stopped (later pushes return nothing).
 typedef struct ls_detok ls_detok_t;
 
-// stops: nstops UTF-8 strings (copied; empty ones ignored). NULL on out of memory.
+// stops: nstops strings of stop_lens[i] bytes each (NUL bytes included), or C strings when
+// stop_lens is NULL; copied, empty ones ignored. NULL on out of memory.
 ls_detok_t *ls_detok_new(const ls_tokenizer_t *t, unsigned flags, const char *const *stops,
-                         size_t nstops);
+                         const size_t *stop_lens, size_t nstops);
 void ls_detok_destroy(ls_detok_t **d);
 // Takes one id. *piece/*len: the newly final text (len may be 0); it stays valid until the
 // next call on d. Returns 0, or -1 for an id outside the vocabulary (state unchanged) or out

@@ -9,8 +9,10 @@
 //       stdout: the text (raw), or with --jsonl one JSON string per line.
 // Exit status 0, 1 on a bad input line (reported on stderr with its line number; with --jsonl
 // its output line is `null`, so lines stay aligned), 2 on usage.
-// Known limit: JSON strings are read with cJSON, so a "\u0000" in the input ends that string.
+// JSON strings are read with jansson, which keeps their length: "a\u0000b" is three bytes, as
+// HF tokenizers see it (cJSON would end the string at the NUL).
 #include <cjson/cJSON.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,14 +186,14 @@ int main(int argc, char **argv) {
             if (!encode) {
                 rc = s_decode(t, line, (size_t)n, dec_flags, true, no);
             } else {
-                cJSON *j = cJSON_ParseWithLength(line, (size_t)n);
-                if (!cJSON_IsString(j)) {
+                json_t *j = json_loadb(line, (size_t)n, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+                if (!json_is_string(j)) {
                     fprintf(stderr, "loraserve-tokenize: line %ld: not a JSON string\n", no);
                     rc = -1;
                 } else {
-                    rc = s_encode(t, j->valuestring, strlen(j->valuestring), enc_flags, no);
+                    rc = s_encode(t, json_string_value(j), json_string_length(j), enc_flags, no);
                 }
-                cJSON_Delete(j);
+                json_decref(j);
             }
             if (rc < 0) {
                 puts("null");

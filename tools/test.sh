@@ -6,3 +6,5 @@ tools/install-deps.sh
 tools/install-test-deps.sh
 tools/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+# Again under ASan and UBSan, with the fuzz targets (docs/testing.md).
+tools/test-sanitize.sh

@@ -15,7 +15,7 @@
 typedef struct {
     uint64_t rid;
     ls_detok_t *detok;
-    ls_strs_t stops;  // copies of sampling.stop, for TextOut.matched_stop
+    ls_texts_t stops;  // copies of sampling.stop, for TextOut.matched_stop
 } req_t;
 
 struct dstream {
@@ -35,7 +35,7 @@ static void s_req_free(void **item) {
         return;
     ls_detok_destroy(&r->detok);
     for (size_t i = 0; i < r->stops.n; i++)
-        free(r->stops.v[i]);
+        free(r->stops.v[i].s);
     free(r->stops.v);
     free(r);
     *item = NULL;
@@ -90,16 +90,28 @@ static req_t *s_req_new(dstream_t *self, uint64_t rid, const ls_msg_sampling_par
     if (!r)
         return NULL;
     r->rid = rid;
-    if (sp->stop.n && !(r->stops.v = calloc(sp->stop.n, sizeof *r->stops.v))) {
+    size_t n = sp->stop.n;
+    const char **texts = n ? calloc(n, sizeof *texts) : NULL;
+    size_t *lens = n ? calloc(n, sizeof *lens) : NULL;
+    if (n && (!texts || !lens || !(r->stops.v = calloc(n, sizeof *r->stops.v)))) {
+        free(texts);
+        free(lens);
         free(r);
         return NULL;
     }
-    for (size_t i = 0; i < sp->stop.n; i++)
-        if ((r->stops.v[r->stops.n] = strdup(sp->stop.v[i] ? sp->stop.v[i] : "")))
+    // Stop strings are text: a NUL inside one is part of it.
+    for (size_t i = 0; i < n; i++)
+        if ((r->stops.v[r->stops.n] = ls_msg_textdup(sp->stop.v[i].s ? sp->stop.v[i].s : "", sp->stop.v[i].len)).s) {
+            texts[i] = r->stops.v[i].s;
+            lens[i] = r->stops.v[i].len;
             r->stops.n++;
-    r->detok = ls_detok_new(self->tok, sp->skip_special_tokens ? LS_DETOK_SKIP_SPECIAL : 0,
-                            (const char *const *)r->stops.v, r->stops.n);
-    if (r->stops.n != sp->stop.n || !r->detok) {
+        }
+    r->detok = r->stops.n == n ? ls_detok_new(self->tok, sp->skip_special_tokens ? LS_DETOK_SKIP_SPECIAL : 0, texts,
+                                              lens, n)
+                               : NULL;
+    free(texts);
+    free(lens);
+    if (!r->detok) {
         void *item = r;
         s_req_free(&item);
         return NULL;
@@ -210,7 +222,8 @@ void dstream_on_token_out(dstream_t *self, const ls_msg_t *msg) {
     } else if (stopped) {
         int i = ls_detok_stop_index(r->detok);
         o->finish = LS_FINISH_REASON_STOP;
-        o->matched_stop = ls_msg_strdup(i >= 0 && (size_t)i < r->stops.n ? r->stops.v[i] : "");
+        // TextOut.matched_stop is a str: a stop string with a NUL is reported up to it.
+        o->matched_stop = ls_msg_strdup(i >= 0 && (size_t)i < r->stops.n ? r->stops.v[i].s : "");
         self->stats.stop_matches++;
         // The scheduler is still generating unless this TokenOut was its last.
         if (t->finish == LS_FINISH_REASON_NONE)

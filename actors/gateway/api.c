@@ -2,6 +2,10 @@
 //
 // Logprobs name tokens as "token_id:<id>" (vLLM's --return-tokens-as-token-ids form): the
 // tokenizer's TextOut carries ids, not each token's text.
+//
+// Requests are parsed with jansson, which keeps each string's length: a prompt, stop string or
+// chat content with a NUL ("a\u0000b") reaches the tokenizer whole, as HF tokenizers see it.
+// Answers are built with cJSON (their text comes from TextOut, a NUL-free str).
 #include "api.h"
 
 #include <math.h>
@@ -10,6 +14,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <jansson.h>
 
 #define S_MAX_N 128           // completions per prompt
 #define S_MAX_PROMPTS 1024    // prompts in one request
@@ -29,22 +34,22 @@ static int s_fail(s_ctx_t *x, const char *param, const char *fmt, const char *wh
 }
 
 // Field readers: 0 when absent or null, 1 when read, -1 (error set) for a wrong type or range.
-static int s_num(s_ctx_t *x, const cJSON *o, const char *name, double lo, double hi, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v))
+static int s_num(s_ctx_t *x, const json_t *o, const char *name, double lo, double hi, double *out) {
+    const json_t *v = json_object_get(o, name);
+    if (!v || json_is_null(v))
         return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+    if (!json_is_number(v) || !isfinite(json_number_value(v)))
         return s_fail(x, name, "'%s' must be a number", name);
-    if (v->valuedouble < lo || v->valuedouble > hi) {
+    if (json_number_value(v) < lo || json_number_value(v) > hi) {
         snprintf(x->err, x->errlen, "'%s' must be between %g and %g", name, lo, hi);
         *x->param = name;
         return -1;
     }
-    *out = v->valuedouble;
+    *out = json_number_value(v);
     return 1;
 }
 
-static int s_int(s_ctx_t *x, const cJSON *o, const char *name, double lo, double hi, int64_t *out) {
+static int s_int(s_ctx_t *x, const json_t *o, const char *name, double lo, double hi, int64_t *out) {
     double d;
     int rc = s_num(x, o, name, lo, hi, &d);
     if (rc == 1 && d != floor(d))
@@ -54,42 +59,47 @@ static int s_int(s_ctx_t *x, const cJSON *o, const char *name, double lo, double
     return rc;
 }
 
-static int s_bool(s_ctx_t *x, const cJSON *o, const char *name, bool *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v))
+static int s_bool(s_ctx_t *x, const json_t *o, const char *name, bool *out) {
+    const json_t *v = json_object_get(o, name);
+    if (!v || json_is_null(v))
         return 0;
-    if (!cJSON_IsBool(v))
+    if (!json_is_boolean(v))
         return s_fail(x, name, "'%s' must be a boolean", name);
-    *out = cJSON_IsTrue(v);
+    *out = json_is_true(v);
     return 1;
 }
 
-static int s_str(s_ctx_t *x, const cJSON *o, const char *name, const char **out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v))
+// A JSON string that names something (a model, an adapter, a role): text may hold a NUL,
+// a name may not (it would be cut at it, and name something else).
+static bool s_is_name(const json_t *v) { return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v); }
+
+static int s_str(s_ctx_t *x, const json_t *o, const char *name, const char **out) {
+    const json_t *v = json_object_get(o, name);
+    if (!v || json_is_null(v))
         return 0;
-    if (!cJSON_IsString(v))
-        return s_fail(x, name, "'%s' must be a string", name);
-    *out = v->valuestring;
+    if (!s_is_name(v))
+        return s_fail(x, name, "'%s' must be a string (without NUL characters)", name);
+    *out = json_string_value(v);
     return 1;
 }
 
 // An array of ints (token ids): 1 when it is one, 0 when v is not an array of numbers.
-static int s_ids(const cJSON *v, ls_i32s_t *out) {
-    if (!cJSON_IsArray(v))
+static int s_ids(const json_t *v, ls_i32s_t *out) {
+    if (!json_is_array(v))
         return 0;
-    int n = cJSON_GetArraySize(v);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, v) if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
-                                 e->valuedouble > INT32_MAX) return 0;
+    int n = (int)json_array_size(v);
+    const json_t *e;
+    size_t i;
+    json_array_foreach(v, i, e) if (!json_is_number(e) || json_number_value(e) != floor(json_number_value(e)) ||
+                                    json_number_value(e) < 0 || json_number_value(e) > INT32_MAX) return 0;
     out->v = n ? malloc((size_t)n * sizeof *out->v) : NULL;
     out->n = 0;
-    cJSON_ArrayForEach(e, v) out->v[out->n++] = (int32_t)e->valuedouble;
+    json_array_foreach(v, i, e) out->v[out->n++] = (int32_t)json_number_value(e);
     return 1;
 }
 
 // Sampling parameters, by OpenAI's names (sglang = 0) or SGLang's sampling_params (sglang = 1).
-static int s_sampling(s_ctx_t *x, const cJSON *o, int sglang, gw_api_t api, ls_msg_sampling_params_t *sp, int *n) {
+static int s_sampling(s_ctx_t *x, const json_t *o, int sglang, gw_api_t api, ls_msg_sampling_params_t *sp, int *n) {
     double d;
     int64_t i;
     int rc;
@@ -156,23 +166,24 @@ static int s_sampling(s_ctx_t *x, const cJSON *o, int sglang, gw_api_t api, ls_m
     if ((rc = s_int(x, o, "n", 1, S_MAX_N, &i)) < 0)
         return -1;
     *n = rc ? (int)i : 1;
-    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
-    if (cJSON_IsString(stop)) {
+    const json_t *stop = json_object_get(o, "stop");
+    if (json_is_string(stop)) {
         sp->stop.v = malloc(sizeof *sp->stop.v);
-        sp->stop.v[0] = ls_msg_strdup(stop->valuestring);
+        sp->stop.v[0] = ls_msg_textdup(json_string_value(stop), json_string_length(stop));
         sp->stop.n = 1;
-    } else if (cJSON_IsArray(stop)) {
-        int k = cJSON_GetArraySize(stop);
+    } else if (json_is_array(stop)) {
+        int k = (int)json_array_size(stop);
         if (k > S_MAX_STOPS)
             return s_fail(x, "stop", "'%s' holds at most 32 strings", "stop");
-        const cJSON *e;
-        cJSON_ArrayForEach(e, stop) if (!cJSON_IsString(e)) return s_fail(x, "stop", "'%s' must be a string or a list of strings", "stop");
+        const json_t *e;
+        size_t i;
+        json_array_foreach(stop, i, e) if (!json_is_string(e)) return s_fail(x, "stop", "'%s' must be a string or a list of strings", "stop");
         sp->stop.v = k ? calloc((size_t)k, sizeof *sp->stop.v) : NULL;
-        cJSON_ArrayForEach(e, stop) sp->stop.v[sp->stop.n++] = ls_msg_strdup(e->valuestring);
-    } else if (stop && !cJSON_IsNull(stop))
+        json_array_foreach(stop, i, e) sp->stop.v[sp->stop.n++] = ls_msg_textdup(json_string_value(e), json_string_length(e));
+    } else if (stop && !json_is_null(stop))
         return s_fail(x, "stop", "'%s' must be a string or a list of strings", "stop");
-    const cJSON *stop_ids = cJSON_GetObjectItemCaseSensitive(o, "stop_token_ids");
-    if (stop_ids && !cJSON_IsNull(stop_ids) && !s_ids(stop_ids, &sp->stop_token_ids))
+    const json_t *stop_ids = json_object_get(o, "stop_token_ids");
+    if (stop_ids && !json_is_null(stop_ids) && !s_ids(stop_ids, &sp->stop_token_ids))
         return s_fail(x, "stop_token_ids", "'%s' must be a list of token ids", "stop_token_ids");
     return 0;
 }
@@ -196,55 +207,54 @@ static ls_msg_t *s_add_req(gw_gen_t *g) {
 }
 
 // Chat messages as the tokenizer takes them: role and content strings (content parts of type
-// "text" joined), everything else left out.
-static char *s_chat_messages(s_ctx_t *x, const cJSON *msgs) {
-    if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs)) {
+// "text" joined), everything else left out. jansson writes a NUL in a content as \u0000.
+static char *s_chat_messages(s_ctx_t *x, const json_t *msgs) {
+    if (!json_is_array(msgs) || !json_array_size(msgs)) {
         s_fail(x, "messages", "'%s' must be a non-empty list of messages", "messages");
         return NULL;
     }
-    cJSON *out = cJSON_CreateArray();
-    const cJSON *m;
-    cJSON_ArrayForEach(m, msgs) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-            cJSON_Delete(out);
+    json_t *out = json_array();
+    const json_t *m;
+    size_t i;
+    json_array_foreach(msgs, i, m) {
+        const json_t *role = json_object_get(m, "role");
+        const json_t *content = json_object_get(m, "content");
+        if (!json_is_object(m) || !s_is_name(role)) {
+            json_decref(out);
             s_fail(x, "messages", "each of '%s' must be an object with a string 'role'", "messages");
             return NULL;
         }
         gw_buf_t text = {0};
-        if (cJSON_IsString(content))
-            gw_buf_add(&text, content->valuestring, strlen(content->valuestring));
-        else if (cJSON_IsArray(content)) {
-            const cJSON *part;
-            cJSON_ArrayForEach(part, content) {
-                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
+        if (json_is_string(content))
+            gw_buf_add(&text, json_string_value(content), json_string_length(content));
+        else if (json_is_array(content)) {
+            const json_t *part;
+            size_t j;
+            json_array_foreach(content, j, part) {
+                const json_t *type = json_object_get(part, "type");
+                const json_t *t = json_object_get(part, "text");
+                if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(t)) {
                     gw_buf_free(&text);
-                    cJSON_Delete(out);
+                    json_decref(out);
                     s_fail(x, "messages", "'%s' content parts must be {\"type\": \"text\", \"text\": ...}", "messages");
                     return NULL;
                 }
-                gw_buf_add(&text, t->valuestring, strlen(t->valuestring));
+                gw_buf_add(&text, json_string_value(t), json_string_length(t));
             }
-        } else if (content && !cJSON_IsNull(content)) {
-            cJSON_Delete(out);
+        } else if (content && !json_is_null(content)) {
+            json_decref(out);
             s_fail(x, "messages", "a message's content in '%s' must be a string or a list of parts", "messages");
             return NULL;
         }
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "role", role->valuestring);
-        cJSON_AddStringToObject(o, "content", text.d ? text.d : "");
-        cJSON_AddItemToArray(out, o);
+        json_array_append_new(out, json_pack("{s:O, s:s%}", "role", role, "content", text.d ? text.d : "", text.n));
         gw_buf_free(&text);
     }
-    char *s = cJSON_PrintUnformatted(out);
-    cJSON_Delete(out);
+    char *s = json_dumps(out, JSON_COMPACT);
+    json_decref(out);
     return s;
 }
 
-static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char *base_model) {
+static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const char *base_model) {
     const char *model = NULL;
     if (s_str(x, root, "model", &model) < 0)
         return -1;
@@ -255,10 +265,10 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char
     if (echo)
         return s_fail(x, "echo", "'%s' is not supported", "echo");
     g->stream = stream;
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
-    if (so && !cJSON_IsNull(so)) {
+    const json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
         bool usage = false;
-        if (!cJSON_IsObject(so))
+        if (!json_is_object(so))
             return s_fail(x, "stream_options", "'%s' must be an object", "stream_options");
         if (s_bool(x, so, "include_usage", &usage) < 0)
             return -1;
@@ -305,7 +315,7 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char
     ls_msg_clear(&tmpl);
     int ok = 0;
     if (g->api == GW_CHAT) {
-        char *msgs = s_chat_messages(x, cJSON_GetObjectItemCaseSensitive(root, "messages"));
+        char *msgs = s_chat_messages(x, json_object_get(root, "messages"));
         ls_msg_t *r = msgs ? s_add_req(g) : NULL;
         if (r && ls_msg_decode(enc, enc_len, r, NULL) == 0) {
             r->u.generate_req.chat = true;
@@ -316,15 +326,16 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char
         free(enc);
         return ok ? 0 : -1;
     }
-    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    const cJSON *items[S_MAX_PROMPTS];
+    const json_t *prompt = json_object_get(root, "prompt");
+    const json_t *items[S_MAX_PROMPTS];
     int nitems = 0;
     ls_i32s_t ids = {0};
-    if (cJSON_IsString(prompt) || (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) && s_ids(prompt, &ids)))
+    if (json_is_string(prompt) || (json_is_array(prompt) && (int)json_array_size(prompt) && s_ids(prompt, &ids)))
         items[nitems++] = prompt;  // one text, or one token id list
-    else if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) && cJSON_GetArraySize(prompt) <= S_MAX_PROMPTS) {
-        const cJSON *e;
-        cJSON_ArrayForEach(e, prompt) items[nitems++] = e;
+    else if (json_is_array(prompt) && (int)json_array_size(prompt) && (int)json_array_size(prompt) <= S_MAX_PROMPTS) {
+        const json_t *e;
+        size_t i;
+        json_array_foreach(prompt, i, e) items[nitems++] = e;
     }
     free(ids.v);
     if (!nitems) {
@@ -338,8 +349,8 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char
             free(enc);
             return s_fail(x, NULL, "%s", "out of memory");
         }
-        if (cJSON_IsString(items[k]))
-            r->u.generate_req.text = ls_msg_strdup(items[k]->valuestring);
+        if (json_is_string(items[k]))
+            r->u.generate_req.text = ls_msg_textdup(json_string_value(items[k]), json_string_length(items[k]));
         else if (!s_ids(items[k], &r->u.generate_req.input_ids) || !r->u.generate_req.input_ids.n) {
             free(enc);
             return s_fail(x, "prompt", "'%s' must be a string, a list of strings, a list of token ids or a list of those",
@@ -350,7 +361,7 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char
     return 0;
 }
 
-static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const char *base_model) {
+static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const json_t *root, const char *base_model) {
     g->model = strdup(base_model);
     bool stream = false, logprob = false;
     if (s_bool(x, root, "stream", &stream) < 0 || s_bool(x, root, "return_logprob", &logprob) < 0)
@@ -361,52 +372,54 @@ static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const cJSON *root, const ch
     g->stream = stream;
     g->logprobs = logprob;
     g->top_logprobs = logprob ? (int)top : 0;
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
-    const cJSON *input_ids = cJSON_GetObjectItemCaseSensitive(root, "input_ids");
-    const cJSON *lora = cJSON_GetObjectItemCaseSensitive(root, "lora_path");
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "sampling_params");
-    const cJSON *input = input_ids && !cJSON_IsNull(input_ids) ? input_ids : text;
+    const json_t *text = json_object_get(root, "text");
+    const json_t *input_ids = json_object_get(root, "input_ids");
+    const json_t *lora = json_object_get(root, "lora_path");
+    const json_t *params = json_object_get(root, "sampling_params");
+    const json_t *input = input_ids && !json_is_null(input_ids) ? input_ids : text;
     const char *what = input && input == input_ids ? "input_ids" : "text";
     int n_in = 0, list = 0;
     ls_i32s_t probe = {0};
-    if (input == text && cJSON_IsString(text))
+    if (input == text && json_is_string(text))
         n_in = 1;
     else if (input == input_ids && s_ids(input_ids, &probe) && probe.n)
         n_in = 1;
-    else if (cJSON_IsArray(input) && cJSON_GetArraySize(input) && cJSON_GetArraySize(input) <= S_MAX_PROMPTS) {
-        n_in = cJSON_GetArraySize(input);
+    else if (json_is_array(input) && (int)json_array_size(input) && (int)json_array_size(input) <= S_MAX_PROMPTS) {
+        n_in = (int)json_array_size(input);
         list = 1;
     }
     free(probe.v);
     if (!n_in)
         return s_fail(x, what, "'%s' must be given: a string or list of strings (text), a list of token ids or a list of "
                                "those (input_ids)", what);
-    if (cJSON_IsArray(lora) && (!list || cJSON_GetArraySize(lora) != n_in))
+    if (json_is_array(lora) && (!list || (int)json_array_size(lora) != n_in))
         return s_fail(x, "lora_path", "'%s' as a list must have one entry per input", "lora_path");
-    if (cJSON_IsArray(params) && (!list || cJSON_GetArraySize(params) != n_in))
+    if (json_is_array(params) && (!list || (int)json_array_size(params) != n_in))
         return s_fail(x, "sampling_params", "'%s' as a list must have one entry per input", "sampling_params");
     for (int k = 0; k < n_in; k++) {
-        const cJSON *in = list ? cJSON_GetArrayItem(input, k) : input;
-        const cJSON *lp = cJSON_IsArray(lora) ? cJSON_GetArrayItem(lora, k) : lora;
-        const cJSON *pp = cJSON_IsArray(params) ? cJSON_GetArrayItem(params, k) : params;
+        const json_t *in = list ? json_array_get(input, k) : input;
+        const json_t *lp = json_is_array(lora) ? json_array_get(lora, k) : lora;
+        const json_t *pp = json_is_array(params) ? json_array_get(params, k) : params;
         ls_msg_t *r = s_add_req(g);
         if (!r)
             return s_fail(x, NULL, "%s", "out of memory");
         ls_msg_generate_req_t *q = &r->u.generate_req;
         if (input == text) {
-            if (!cJSON_IsString(in))
+            if (!json_is_string(in))
                 return s_fail(x, "text", "'%s' must be a string or a list of strings", "text");
-            q->text = ls_msg_strdup(in->valuestring);
+            q->text = ls_msg_textdup(json_string_value(in), json_string_length(in));
         } else if (!s_ids(in, &q->input_ids) || !q->input_ids.n)
             return s_fail(x, "input_ids", "'%s' must be a list of token ids or a list of those", "input_ids");
-        if (lp && !cJSON_IsNull(lp) && !cJSON_IsString(lp))
+        if (lp && !json_is_null(lp) && !s_is_name(lp))
             return s_fail(x, "lora_path", "'%s' must be an adapter name, null, or a list of those", "lora_path");
-        q->adapter = ls_msg_strdup(cJSON_IsString(lp) ? gw_adapter_of(lp->valuestring, base_model) : "");
-        if (pp && !cJSON_IsNull(pp) && !cJSON_IsObject(pp))
+        q->adapter = ls_msg_strdup(json_is_string(lp) ? gw_adapter_of(json_string_value(lp), base_model) : "");
+        if (pp && !json_is_null(pp) && !json_is_object(pp))
             return s_fail(x, "sampling_params", "'%s' must be an object or a list of objects", "sampling_params");
         int n = 1;
-        static const cJSON empty = {0};
-        if (s_sampling(x, pp && cJSON_IsObject(pp) ? pp : &empty, 1, GW_GENERATE, &q->sampling, &n) < 0)
+        json_t *empty = json_object();
+        int rc = s_sampling(x, pp && json_is_object(pp) ? pp : empty, 1, GW_GENERATE, &q->sampling, &n);
+        json_decref(empty);
+        if (rc < 0)
             return -1;
         if (k && n != g->n)
             return s_fail(x, "sampling_params", "'%s' must ask for the same n for every input", "sampling_params");
@@ -428,17 +441,21 @@ int gw_gen_parse(gw_gen_t *g, gw_api_t api, const char *body, size_t len, const 
     g->n = 1;
     *param = NULL;
     s_ctx_t x = {err, errlen, param};
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    // Numbers as doubles, as JavaScript and cJSON read them (a seed of 2^64 is a range error,
+    // not a parse error); strings keep their NUL bytes.
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
     if (!root) {
-        snprintf(err, errlen, "the body is not valid JSON");
+        snprintf(err, errlen, "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+                 jerr.column);
         return -1;
     }
     int rc;
-    if (!cJSON_IsObject(root))
+    if (!json_is_object(root))
         rc = s_fail(&x, NULL, "%s", "the body must be a JSON object");
     else
         rc = api == GW_GENERATE ? s_parse_generate(&x, g, root, base_model) : s_parse_openai(&x, g, root, base_model);
-    cJSON_Delete(root);
+    json_decref(root);
     return rc;
 }
 

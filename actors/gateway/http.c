@@ -228,8 +228,9 @@ static void s_conn_free(s_conn_t *c) {
 
 // No more requests from this connection: the runtime sends what is queued, then closes it.
 static void s_conn_close(s_conn_t *c) {
-    ls_stream_close(c->stream);
-    s_conn_free(c);
+    ls_stream_t *s = c->stream;
+    s_conn_free(c);  // first: it unlinks the stream, which the close may free at once (replay)
+    ls_stream_close(s);
 }
 
 static void s_later_cb(ls_actor_t *a, ls_timer_t *t, void *arg) {

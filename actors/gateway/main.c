@@ -9,6 +9,7 @@
 // launcher: readiness, and a tokenizer that went down), plus the lifecycle messages. Emits: GenerateReq, Abort (a client left, or the gateway stops), ListAdapters,
 // LoadAdapter, UnloadAdapter, Heartbeat to the tokenizer; GetMetrics to every peer.
 #include <ctype.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "api.h"
+#include "ls_file.h"
 #include "http.h"
 #include "ls_actor.h"
 
@@ -131,18 +133,17 @@ static void s_model_info_build(const char *config, size_t n) {
     cJSON_Delete(cfg);
 }
 
-// config.json's bytes as a frame (empty when there is none).
+// config.json's bytes as a frame (empty when there is none, or it is not a file ls_file
+// opens: a link out of the model directory, a FIFO, a device, a huge file).
 static void s_add_model_config(zmsg_t *in) {
-    char path[4096];
-    zchunk_t *chunk = NULL;
-    snprintf(path, sizeof path, "%s/config.json", s_g.model_path ? s_g.model_path : "");
-    FILE *f = s_g.model_path ? fopen(path, "rb") : NULL;
-    if (f) {
-        chunk = zchunk_read(f, 1 << 20);
-        fclose(f);
-    }
-    zmsg_addmem(in, chunk ? zchunk_data(chunk) : NULL, chunk ? zchunk_size(chunk) : 0);
-    zchunk_destroy(&chunk);
+    size_t n = 0;
+    char err[512];
+    char *text = s_g.model_path ? ls_file_read(s_g.model_path, "config.json", LS_FILE_JSON, &n, err, sizeof err)
+                                : NULL;
+    if (s_g.model_path && !text && errno != ENOENT)
+        ls_warn(0, "model info without config.json: %s", err);
+    zmsg_addmem(in, text, text ? n : 0);
+    free(text);
 }
 
 // What start-up takes from outside its messages, through the trace: the wall clock, the

@@ -2,9 +2,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -160,26 +158,6 @@ static int s_find(const check_env_t *env, const char *name, check_result_t *out)
     return -1;
 }
 
-// lora_alpha is not part of ls_adapter_info_t; the file was just validated, so read only it.
-static float s_alpha(const char *dir) {
-    char p[PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/adapter_config.json", dir);
-    float alpha = 8.0f;  // PEFT's LoraConfig default
-    FILE *f = fopen(p, "rb");
-    if (!f)
-        return alpha;
-    char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *root = cJSON_Parse(buf);
-    const cJSON *ja = cJSON_GetObjectItemCaseSensitive(root, "lora_alpha");
-    if (cJSON_IsNumber(ja) && isfinite(ja->valuedouble))
-        alpha = (float)ja->valuedouble;
-    cJSON_Delete(root);
-    return alpha;
-}
-
 void check_adapter(const check_env_t *env, check_mode_t mode, const char *name, const char *path,
                    check_result_t *out) {
     memset(out, 0, sizeof *out);
@@ -223,5 +201,5 @@ void check_adapter(const check_env_t *env, check_mode_t mode, const char *name, 
     }
     out->rank = (uint32_t)info.max_rank;
     out->targets = info.target_mask;
-    out->alpha = s_alpha(out->path);
+    out->alpha = info.alpha;
 }

@@ -259,15 +259,15 @@ static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, 
 static void s_sampling_copy(ls_msg_sampling_params_t *dst, const ls_msg_sampling_params_t *src) {
     *dst = *src;
     dst->stop_token_ids.v = s_memdup(src->stop_token_ids.v, src->stop_token_ids.n * sizeof(int32_t));
-    dst->stop.v = src->stop.n ? s_alloc(NULL, src->stop.n * sizeof(char *)) : NULL;
-    for (size_t i = 0; i < src->stop.n; i++)
-        dst->stop.v[i] = s_strdup(src->stop.v[i]);
+    dst->stop.v = s_memdup(src->stop.v, src->stop.n * sizeof *src->stop.v);
+    for (size_t i = 0; i < src->stop.n; i++)  // text: len bytes and the NUL after them
+        dst->stop.v[i].s = src->stop.v[i].s ? s_memdup(src->stop.v[i].s, src->stop.v[i].len + 1) : NULL;
 }
 
 static void s_sampling_free(ls_msg_sampling_params_t *sp) {
     free(sp->stop_token_ids.v);
     for (size_t i = 0; i < sp->stop.n; i++)
-        free(sp->stop.v[i]);
+        free(sp->stop.v[i].s);
     free(sp->stop.v);
     memset(sp, 0, sizeof *sp);
 }

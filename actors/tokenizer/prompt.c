@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
+#include <jansson.h>
 
 #include "chat_template.h"
 #include "model_config.h"
@@ -60,68 +60,77 @@ const ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self) { return self->tok;
 uint32_t tmodel_n(const ls_msg_generate_req_t *g) { return g->sampling.n ? g->sampling.n : 1; }
 
 // OpenAI content: a string, null (an assistant turn with no text), or an array of parts of
-// which only {"type": "text", "text": ...} can be rendered. Returns a malloc'ed string or NULL
-// + err.
-static char *s_content(const cJSON *c, size_t k, char *err, size_t errlen) {
-    if (!c || cJSON_IsNull(c))
+// which only {"type": "text", "text": ...} can be rendered. Returns a malloc'ed string (its
+// length, NUL bytes included, in *len) or NULL + err.
+static char *s_content(const json_t *c, size_t k, size_t *len, char *err, size_t errlen) {
+    *len = 0;
+    if (!c || json_is_null(c))
         return strdup("");
-    if (cJSON_IsString(c))
-        return strdup(c->valuestring);
-    if (!cJSON_IsArray(c)) {
+    if (json_is_string(c)) {
+        ls_text_t t = ls_msg_textdup(json_string_value(c), *len = json_string_length(c));
+        return t.s;
+    }
+    if (!json_is_array(c)) {
         snprintf(err, errlen, "messages[%zu].content must be a string or an array of text parts", k);
         return NULL;
     }
-    size_t len = 0;
-    const cJSON *part;
-    cJSON_ArrayForEach(part, c) {
-        const cJSON *type = cJSON_GetObjectItem(part, "type"), *text = cJSON_GetObjectItem(part, "text");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
+    const json_t *part;
+    size_t i;
+    json_array_foreach(c, i, part) {
+        const json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
             snprintf(err, errlen, "messages[%zu].content: only text parts ({\"type\": \"text\", \"text\": ...}) are "
                                   "supported", k);
             return NULL;
         }
-        len += strlen(text->valuestring);
+        *len += json_string_length(text);
     }
-    char *s = malloc(len + 1);
+    char *s = malloc(*len + 1);
     if (!s)
         return NULL;
-    s[0] = 0;
-    cJSON_ArrayForEach(part, c) strcat(s, cJSON_GetObjectItem(part, "text")->valuestring);
+    size_t at = 0;
+    json_array_foreach(c, i, part) {
+        const json_t *text = json_object_get(part, "text");
+        memcpy(s + at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    s[at] = 0;
     return s;
 }
 
-// Renders the chat of g->messages into a malloc'ed prompt; NULL + err.
+// Renders the chat of g->messages into a malloc'ed prompt; NULL + err. The messages are JSON
+// (the gateway writes a NUL in a content as \u0000), read with jansson so contents keep
+// their NUL bytes.
 static char *s_render_chat(tmodel_t *m, const char *messages, size_t *len, char *err, size_t errlen) {
     if (!m->chat) {
         snprintf(err, errlen, "this model's chat template cannot be used: %s", m->chat_why);
         return NULL;
     }
-    cJSON *root = cJSON_Parse(messages);
-    if (!cJSON_IsArray(root) || cJSON_GetArraySize(root) == 0) {
+    json_t *root = json_loads(messages, JSON_ALLOW_NUL, NULL);
+    if (!json_is_array(root) || json_array_size(root) == 0) {
         snprintf(err, errlen, "messages must be a non-empty JSON array of {\"role\", \"content\"} objects");
-        cJSON_Delete(root);
+        json_decref(root);
         return NULL;
     }
-    size_t n = (size_t)cJSON_GetArraySize(root), k = 0;
+    size_t n = json_array_size(root), k;
     ls_chat_message_t *msgs = calloc(n, sizeof *msgs);
     char **contents = calloc(n, sizeof *contents);
     char *prompt = NULL;
-    const cJSON *item;
+    const json_t *item;
     if (!msgs || !contents) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
-    cJSON_ArrayForEach(item, root) {
-        const cJSON *role = cJSON_GetObjectItem(item, "role");
-        if (!cJSON_IsString(role)) {
+    json_array_foreach(root, k, item) {
+        const json_t *role = json_object_get(item, "role");
+        if (!json_is_string(role)) {
             snprintf(err, errlen, "messages[%zu] has no string \"role\"", k);
             goto done;
         }
-        if (!(contents[k] = s_content(cJSON_GetObjectItem(item, "content"), k, err, errlen)))
+        if (!(contents[k] = s_content(json_object_get(item, "content"), k, &msgs[k].content_len, err, errlen)))
             goto done;
-        msgs[k].role = role->valuestring;
+        msgs[k].role = json_string_value(role);
         msgs[k].content = contents[k];
-        k++;
     }
     prompt = ls_chat_template_render(m->chat, msgs, n, true, len, err, errlen);
 done:
@@ -129,13 +138,13 @@ done:
         free(contents[i]);
     free(contents);
     free(msgs);
-    cJSON_Delete(root);
+    json_decref(root);
     return prompt;
 }
 
 uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err,
                        size_t errlen) {
-    const bool text = g->text != NULL, input = g->input_ids.n > 0, messages = g->messages != NULL;
+    const bool text = g->text.s != NULL, input = g->input_ids.n > 0, messages = g->messages != NULL;
     if (g->sampling.n > TMODEL_MAX_N) {
         snprintf(err, errlen, "n = %u: at most %d completions per request", g->sampling.n, TMODEL_MAX_N);
         return LS_ERROR_CODE_BAD_REQUEST;
@@ -160,7 +169,7 @@ uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_
             return LS_ERROR_CODE_BAD_REQUEST;
     } else if (text) {
         // Completions add the post-processor's BOS, as HF's add_special_tokens=True.
-        if (ls_tokenizer_encode(self->tok, g->text, strlen(g->text), LS_TOKENIZE_ADD_SPECIAL, ids, err, errlen) < 0)
+        if (ls_tokenizer_encode(self->tok, g->text.s, g->text.len, LS_TOKENIZE_ADD_SPECIAL, ids, err, errlen) < 0)
             return LS_ERROR_CODE_BAD_REQUEST;
     } else {
         int32_t vocab = ls_tokenizer_vocab_size(self->tok);
@@ -231,14 +240,15 @@ int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const l
              s_i32s_set(&sp->stop_token_ids, g->sampling.stop_token_ids.v, g->sampling.stop_token_ids.n);
     if (g->sampling.stop.n && (sp->stop.v = calloc(g->sampling.stop.n, sizeof *sp->stop.v)))
         for (; sp->stop.n < g->sampling.stop.n; sp->stop.n++)
-            if (!(sp->stop.v[sp->stop.n] = ls_msg_strdup(g->sampling.stop.v[sp->stop.n] ? g->sampling.stop.v[sp->stop.n]
-                                                                                         : "")))
+            if (!(sp->stop.v[sp->stop.n] = ls_msg_textdup(g->sampling.stop.v[sp->stop.n].s ? g->sampling.stop.v[sp->stop.n].s : "",
+                                                          g->sampling.stop.v[sp->stop.n].len)).s)
                 break;
     rc |= sp->stop.n == g->sampling.stop.n ? 0 : -1;
     // The complete stop set: the request's ids, then the model's EOS ids unless ignore_eos.
     size_t n_stop = g->sampling.stop_token_ids.n + (sp->ignore_eos ? 0 : self->n_eos);
     if (n_stop && (t->stop_token_ids.v = malloc(n_stop * sizeof(int32_t)))) {
-        memcpy(t->stop_token_ids.v, g->sampling.stop_token_ids.v, g->sampling.stop_token_ids.n * sizeof(int32_t));
+        if (g->sampling.stop_token_ids.n)  // the request's ids may be none (v NULL)
+            memcpy(t->stop_token_ids.v, g->sampling.stop_token_ids.v, g->sampling.stop_token_ids.n * sizeof(int32_t));
         if (!sp->ignore_eos)
             memcpy(t->stop_token_ids.v + g->sampling.stop_token_ids.n, self->eos, self->n_eos * sizeof(int32_t));
         t->stop_token_ids.n = n_stop;

@@ -22,6 +22,8 @@ struct ls_history {
 };
 
 static void s_push(s_ids_t *ids, const int32_t *v, size_t n) {
+    if (!n)
+        return;  // v and ids->v may both be NULL: nothing to copy
     if (ids->n + n > ids->cap) {
         size_t cap = ids->cap ? ids->cap : 64;
         while (cap < ids->n + n)

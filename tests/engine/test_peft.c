@@ -2,7 +2,10 @@
 // first-match rule, rslora scaling, exclusions, and every rejection rule with its message.
 #include "fixtures.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -376,6 +379,14 @@ static void test_config_rejections(void **state)
                   NULL, true, 3, "target_modules", "regex", "not supported");
     expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \".*q_proj(\"}",
                   NULL, true, 2, "target_modules", "invalid");
+    // Patterns that would make regcomp's tree grow exponentially (found by fuzz_adapter_config).
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"m++++++++++++++++++++q\"}",
+                  NULL, true, 2, "target_modules", "multiple repeat");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"((q{100}){100}){100}\"}",
+                  NULL, true, 2, "target_modules", "product is above 1024");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"(((((((((q)+)+)+)+)+)+)+)+)+\"}",
+                  NULL, true, 2, "target_modules", "nested more than 8 deep");
+    expect_reject(CFG(", \"rank_pattern\": {\"q**\": 2}"), NULL, true, 2, "rank_pattern", "multiple repeat");
     expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"foo.*\"}", NULL,
                   true, 1, "selects no module");
     expect_reject(CFG(", \"rank_pattern\": {\"q_proj\": 0}"), NULL, true, 2, "rank_pattern",
@@ -525,6 +536,54 @@ static void test_tensor_rejections(void **state)
     fx_rmdir(&dir);
 }
 
+// The files of an adapter directory, not only the directory, are confined (ls_file.h): links
+// out of it, FIFOs and huge files are refused, by the registry's check and by the loader, and
+// at once (main's alarm turns a blocked open into a failure).
+static void test_hostile_files(void **state)
+{
+    (void)state;
+    char p[4096], q[4096];
+    adapter_t a = {.dtype = LS_DTYPE_F32};
+    set_targets(&a, 1u << LS_TARGET_Q, 4);
+    char *outside = fx_tmpdir();
+    write_adapter(outside, CFG(""), &a);
+    // Both files are links to a valid adapter outside the directory.
+    char *dir = fx_tmpdir();
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "adapter_model.safetensors" : "adapter_config.json";
+        assert_int_equal(symlink(fx_path(q, sizeof q, outside, name), fx_path(p, sizeof p, dir, name)), 0);
+    }
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "adapter_config.json: \"adapter_config.json\" is a symbolic link");
+    // Only the weights are a link: the registry's check refuses it before a worker opens it.
+    unlink(fx_path(p, sizeof p, dir, "adapter_config.json"));
+    fx_write_str(dir, "adapter_config.json", CFG(""));
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "adapter_model.safetensors\" is a symbolic link");
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "is a symbolic link");
+    // A link to /etc/shadow reveals nothing about it.
+    unlink(fx_path(p, sizeof p, dir, "adapter_config.json"));
+    assert_int_equal(symlink("/etc/shadow", p), 0);
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "is a symbolic link");
+    unlink(p);
+    // A FIFO named adapter_config.json: refused without waiting for a writer.
+    assert_int_equal(mkfifo(p, 0644), 0);
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "adapter_config.json: is a FIFO; only regular files are read");
+    unlink(p);
+    // A huge (sparse) config is refused by its size, before a byte is read.
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)1 << 40), 0);
+    close(fd);
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
+    assert_contains(errbuf, "larger than the 16777216-byte limit");
+    fx_rmdir(&dir);
+    fx_rmdir(&outside);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -535,6 +594,8 @@ int main(void)
         cmocka_unit_test(test_config_rejections),
         cmocka_unit_test(test_file_rejections),
         cmocka_unit_test(test_tensor_rejections),
+        cmocka_unit_test(test_hostile_files),
     };
+    alarm(60);  // a blocked open is a failure, not a stuck CI job
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -390,10 +390,10 @@ static void test_malformed_shards(void **state)
     const char *idx = "model.safetensors.index.json";
 
     fx_write_str(dir, idx, "{\"weight_map\": {\"a\": \"s1.safetensors\", \"z\": \"gone.safetensors\"}}");
-    expect_fail(dir, NULL, 4, idx, "\"z\"", "gone.safetensors", "cannot be opened");
+    expect_fail(dir, NULL, 4, idx, "\"z\"", "gone.safetensors", "cannot open");
 
     fx_write_str(dir, idx, "{\"weight_map\": {\"a\": \"../s1.safetensors\"}}");
-    expect_fail(dir, NULL, 3, idx, "\"a\"", "leaves the model directory");
+    expect_fail(dir, NULL, 3, idx, "\"a\"", "\"..\" components are not allowed");
 
     fx_write_str(dir, idx, "{\"weight_map\": {\"a\": \"/etc/passwd\"}}");
     expect_fail(dir, NULL, 3, idx, "\"a\"", "not a relative file name");
@@ -405,7 +405,7 @@ static void test_malformed_shards(void **state)
     assert_int_equal(symlink(fx_path(target, sizeof target, outside, "evil.safetensors"),
                              fx_path(p, sizeof p, dir, "link.safetensors")), 0);
     fx_write_str(dir, idx, "{\"weight_map\": {\"a\": \"link.safetensors\"}}");
-    expect_fail(dir, NULL, 3, idx, "\"a\"", "resolves outside");
+    expect_fail(dir, NULL, 3, idx, "\"a\"", "is a symbolic link");
     fx_rmdir(&outside);
 
     fx_write_str(dir, idx, "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s2.safetensors\"}}");

@@ -1,6 +1,6 @@
 // Randomized corruption of a valid safetensors file: flipped bytes, rewritten digits,
 // truncations and bogus header lengths. The reader must never crash or read out of bounds
-// (the _asan build of this test checks the latter); when it accepts a file, every tensor it
+// (tools/test-sanitize.sh runs it under ASan for the latter); when it accepts a file, every tensor it
 // exposes must lie inside the file and convert cleanly.
 #include "fixtures.h"
 

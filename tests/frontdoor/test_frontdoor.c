@@ -172,7 +172,8 @@ static out_t *s_gen(const gen_t *q) {
     ls_msg_init(&m, LS_MSG_GENERATE_REQ);
     m.rid = o->rid;
     ls_msg_generate_req_t *g = &m.u.generate_req;
-    g->text = ls_msg_strdup(q->text);
+    if (q->text)
+        g->text = ls_msg_textdup(q->text, strlen(q->text));
     g->adapter = ls_msg_strdup(q->adapter);
     if (q->messages) {
         g->chat = true;
@@ -185,8 +186,8 @@ static out_t *s_gen(const gen_t *q) {
     g->sampling.ignore_eos = q->ignore_eos;
     g->sampling.skip_special_tokens = true;
     if (q->stop) {
-        g->sampling.stop.v = calloc(1, sizeof(char *));
-        g->sampling.stop.v[0] = ls_msg_strdup(q->stop);
+        g->sampling.stop.v = calloc(1, sizeof *g->sampling.stop.v);
+        g->sampling.stop.v[0] = ls_msg_textdup(q->stop, strlen(q->stop));
         g->sampling.stop.n = 1;
     }
     s_send(&m);

@@ -17,6 +17,9 @@
 #include "prompt.h"
 #include "stream.h"
 
+// A text field from a literal (a test never frees it).
+#define TXT(lit) ((ls_text_t){(char *)(lit), sizeof(lit) - 1})
+
 static tmodel_t *s_model;
 
 static ls_msg_generate_req_t s_req(void) { return (ls_msg_generate_req_t){0}; }
@@ -33,7 +36,7 @@ static void test_prompt_sources(void **unused) {
     ls_token_ids_t ids = {0};
     char err[512];
     ls_msg_generate_req_t g = s_req();
-    g.text = "input: 5 leaf road 1 red\noutput:";
+    g.text = TXT("input: 5 leaf road 1 red\noutput:");
     assert_int_equal(s_prompt(&g, &ids, err), 0);  // raw: BOS added
     assert_int_equal(ids.n, sizeof raw / sizeof *raw);
     assert_memory_equal(ids.ids, raw, sizeof raw);
@@ -65,18 +68,18 @@ static void test_prompt_refusals(void **unused) {
         uint32_t code;
         const char *says;
     } cases[] = {
-        {{.text = NULL}, LS_ERROR_CODE_BAD_REQUEST, "no prompt"},
-        {{.text = "x", .input_ids = {given, 3}}, LS_ERROR_CODE_BAD_REQUEST, "not both"},
+        {{.text = {NULL, 0}}, LS_ERROR_CODE_BAD_REQUEST, "no prompt"},
+        {{.text = TXT("x"), .input_ids = {given, 3}}, LS_ERROR_CODE_BAD_REQUEST, "not both"},
         {{.chat = true, .messages = "[{\"role\": \"user\""}, LS_ERROR_CODE_BAD_REQUEST, "JSON array"},
         {{.chat = true, .messages = "[]"}, LS_ERROR_CODE_BAD_REQUEST, "non-empty"},
         {{.chat = true, .messages = "[{\"content\": \"hi\"}]"}, LS_ERROR_CODE_BAD_REQUEST, "role"},
         {{.chat = true, .messages = "[{\"role\": \"user\", \"content\": 5}]"}, LS_ERROR_CODE_BAD_REQUEST, "content"},
-        {{.chat = true, .messages = "[{\"role\": \"user\", \"content\": \"a\"}]", .text = "x"},
+        {{.chat = true, .messages = "[{\"role\": \"user\", \"content\": \"a\"}]", .text = TXT("x")},
          LS_ERROR_CODE_BAD_REQUEST, "neither"},
-        {{.messages = "[]", .text = "x"}, LS_ERROR_CODE_BAD_REQUEST, "need chat"},
+        {{.messages = "[]", .text = TXT("x")}, LS_ERROR_CODE_BAD_REQUEST, "need chat"},
         {{.input_ids = {bad, 2}}, LS_ERROR_CODE_BAD_REQUEST, "outside the vocabulary"},
-        {{.text = "x", .sampling = {.n = TMODEL_MAX_N + 1}}, LS_ERROR_CODE_BAD_REQUEST, "completions"},
-        {{.text = "cup", .sampling = {.max_new_tokens = 255}}, LS_ERROR_CODE_TOO_LARGE, "context of 256"},
+        {{.text = TXT("x"), .sampling = {.n = TMODEL_MAX_N + 1}}, LS_ERROR_CODE_BAD_REQUEST, "completions"},
+        {{.text = TXT("cup"), .sampling = {.max_new_tokens = 255}}, LS_ERROR_CODE_TOO_LARGE, "context of 256"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         err[0] = 0;
@@ -89,10 +92,10 @@ static void test_prompt_refusals(void **unused) {
     for (int i = 0; i < 300; i++)
         strcat(text, " cup");
     ls_msg_generate_req_t g = s_req();
-    g.text = text;
+    g.text = (ls_text_t){text, strlen(text)};
     assert_int_equal(s_prompt(&g, &ids, err), LS_ERROR_CODE_TOO_LARGE);
     assert_non_null(strstr(err, "no room to generate"));
-    g.text = "cup";
+    g.text = TXT("cup");
     assert_int_equal(s_prompt(&g, &ids, err), 0);
     g.sampling.max_new_tokens = 256 - (uint32_t)ids.n;  // fits exactly
     assert_int_equal(s_prompt(&g, &ids, err), 0);
@@ -104,10 +107,10 @@ static void test_prompt_refusals(void **unused) {
 static void test_prompt_request(void **unused) {
     ls_token_ids_t ids = {0};
     char err[512];
-    char *stops[] = {"road"};
+    ls_text_t stops[] = {TXT("road")};
     int32_t stop_ids[] = {42};
     ls_msg_generate_req_t g = s_req();
-    g.text = "cup";
+    g.text = TXT("cup");
     g.adapter = "reverse";
     g.sampling = (ls_msg_sampling_params_t){.n = 3, .seed = 7, .has_seed = true, .stop = {stops, 1},
                                             .stop_token_ids = {stop_ids, 1}, .temperature = 0.5f};
@@ -122,7 +125,7 @@ static void test_prompt_request(void **unused) {
         assert_int_equal(t->sampling.seed, 7 + i);
         assert_int_equal(t->sampling.n, 1);
         assert_true(t->sampling.temperature == 0.5f);
-        assert_string_equal(t->sampling.stop.v[0], "road");
+        assert_string_equal(t->sampling.stop.v[0].s, "road");
         assert_string_equal(t->adapter_id, "uuid-1");
         assert_string_equal(t->adapter_name, "reverse");
         assert_int_equal(t->arrival_ms, 100);
@@ -201,7 +204,7 @@ static void s_sent_clear(sent_t *s) {
 }
 
 static void s_token_out(dstream_t *d, uint64_t rid, const int32_t *ids, size_t n, bool first, uint32_t finish,
-                        char **stops, size_t nstops, bool skip) {
+                        ls_text_t *stops, size_t nstops, bool skip) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_TOKEN_OUT);
     m.rid = rid;
@@ -211,7 +214,7 @@ static void s_token_out(dstream_t *d, uint64_t rid, const int32_t *ids, size_t n
     t->logprobs = (ls_f32s_t){lps, n};
     t->first = first;
     t->finish = finish;
-    t->sampling.stop = (ls_strs_t){stops, nstops};
+    t->sampling.stop = (ls_texts_t){stops, nstops};
     t->sampling.skip_special_tokens = skip;
     t->prompt_tokens = 11;
     t->completion_tokens = 3;
@@ -249,7 +252,7 @@ static void test_stream_text(void **unused) {
 static void test_stream_stop(void **unused) {
     sent_t sent = {0};
     dstream_t *d = dstream_new(tmodel_tokenizer(s_model), &(dstream_host_t){&sent, s_host_send});
-    char *stops[] = {"road 1", "zzz"};
+    ls_text_t stops[] = {TXT("road 1"), TXT("zzz")};
     const int32_t a[] = {329, 470}, b[] = {471}, c[] = {331, 488};
     s_token_out(d, 5, a, 2, true, 0, stops, 2, true);
     s_token_out(d, 5, b, 1, false, 0, stops, 2, true);  // " road" may start "road 1": held
@@ -276,7 +279,7 @@ static void test_stream_stop(void **unused) {
     s_sent_clear(&sent);
     // a stop string in the scheduler's last TokenOut: no Abort
     s_token_out(d, 6, c, 2, true, LS_FINISH_REASON_LENGTH, stops + 1, 1, true);
-    s_token_out(d, 7, a, 2, true, LS_FINISH_REASON_LENGTH, (char *[]){"leaf"}, 1, true);
+    s_token_out(d, 7, a, 2, true, LS_FINISH_REASON_LENGTH, (ls_text_t[]){TXT("leaf")}, 1, true);
     assert_int_equal(sent.n, 2);
     assert_int_equal(sent.msgs[0].u.text_out.finish, LS_FINISH_REASON_LENGTH);
     assert_string_equal(sent.msgs[0].u.text_out.text, " 1 red");

@@ -88,13 +88,13 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
     const char *adapter = g->adapter && *g->adapter ? g->adapter : "base";
     if (!strcmp(adapter, "missing"))
         return s_refuse(router, id, req->rid, LS_ERROR_CODE_NOT_FOUND);
-    if (g->text && !strcmp(g->text, "long"))
+    if (g->text.s && !strcmp(g->text.s, "long"))
         return s_refuse(router, id, req->rid, LS_ERROR_CODE_TOO_LARGE);
-    if (g->text && !strcmp(g->text, "busy"))
+    if (g->text.s && !strcmp(g->text.s, "busy"))
         return s_refuse(router, id, req->rid, LS_ERROR_CODE_UNAVAILABLE);
-    uint32_t prompt = g->chat ? 7 : g->text ? (uint32_t)strlen(g->text) : (uint32_t)g->input_ids.n;
+    uint32_t prompt = g->chat ? 7 : g->text.s ? (uint32_t)g->text.len : (uint32_t)g->input_ids.n;
     uint32_t k = g->sampling.top_logprobs;
-    if (g->text && !strcmp(g->text, "rid0")) {
+    if (g->text.s && !strcmp(g->text.s, "rid0")) {
         // Answers to nothing, with rid 0, of every type the gateway takes; then the real one.
         static const int types[] = {LS_MSG_TEXT_OUT, LS_MSG_ADAPTER_LIST, LS_MSG_ADAPTER_LOADED,
                                     LS_MSG_ADAPTER_UNLOADED, LS_MSG_METRICS, LS_MSG_ERROR, LS_MSG_HEARTBEAT};
@@ -104,7 +104,7 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
             s_send(router, id, &m);
         }
     }
-    if (g->text && !strcmp(g->text, "hang")) {
+    if (g->text.s && !strcmp(g->text.s, "hang")) {
         s_text(router, id, req->rid, 0, " hi", 1, 0, k, LS_FINISH_REASON_NONE, prompt, 1);
         *hang_rid = req->rid;
         return;

@@ -309,7 +309,7 @@ static void test_completions(void **state) {
     cJSON_Delete(j);
     ls_msg_t m;
     s_last_req(&m);
-    assert_string_equal(m.u.generate_req.text, "hello");
+    assert_string_equal(m.u.generate_req.text.s, "hello");
     assert_true(!m.u.generate_req.adapter || !*m.u.generate_req.adapter);
     assert_int_equal(m.u.generate_req.sampling.max_new_tokens, 5);
     assert_true(m.u.generate_req.sampling.temperature == 0);
@@ -340,11 +340,11 @@ static void test_completions(void **state) {
     s_last_req(&m);
     const ls_msg_sampling_params_t *sp = &m.u.generate_req.sampling;
     assert_string_equal(m.u.generate_req.adapter, "reverse");
-    assert_string_equal(m.u.generate_req.text, "bc");
+    assert_string_equal(m.u.generate_req.text.s, "bc");
     assert_int_equal(sp->n, 2);
     assert_true(sp->top_p == 0.5f && sp->temperature == 1.0f && sp->min_p == 0.1f);
     assert_int_equal(sp->stop.n, 2);
-    assert_string_equal(sp->stop.v[1], "y");
+    assert_string_equal(sp->stop.v[1].s, "y");
     assert_true(sp->has_seed && sp->seed == 7);
     assert_true(sp->presence_penalty == 0.5f && sp->frequency_penalty == -1.0f && sp->repetition_penalty == 1.2f);
     assert_int_equal(sp->top_k, 3);
@@ -359,6 +359,22 @@ static void test_completions(void **state) {
     assert_int_equal(m.u.generate_req.sampling.max_new_tokens, 16);  // OpenAI's default
     assert_int_equal(m.u.generate_req.sampling.stop.n, 1);
     ls_msg_clear(&m);
+
+    // A NUL inside JSON text is kept, in the prompt and in stop strings.
+    j = s_post("/v1/completions", "{\"prompt\":\"a\\u0000b nul inside\",\"stop\":[\"\\u0000\",\"x\\u0000y\"]}", 200);
+    cJSON_Delete(j);
+    s_last_req(&m);
+    assert_int_equal(m.u.generate_req.text.len, 14);
+    assert_memory_equal(m.u.generate_req.text.s, "a\0b nul inside", 14);
+    assert_int_equal(m.u.generate_req.sampling.stop.n, 2);
+    assert_int_equal(m.u.generate_req.sampling.stop.v[0].len, 1);
+    assert_memory_equal(m.u.generate_req.sampling.stop.v[1].s, "x\0y", 4);
+    ls_msg_clear(&m);
+    // A name may not hold one: it would be cut there and name another adapter.
+    j = s_post("/v1/completions", "{\"model\":\"reverse\\u0000x\",\"prompt\":\"a\"}", 400);
+    assert_string_equal(s_str(j, "error.param"), "model");
+    assert_contains(s_str(j, "error.message"), "without NUL characters");
+    cJSON_Delete(j);
 
     // Streaming: SSE chunks, finish in the last chunk of the choice, usage chunk, [DONE].
     resp_t r;

@@ -329,7 +329,7 @@ test_too_large (void **state)
     ls_msg_t m;
     ls_msg_init (&m, LS_MSG_GENERATE_REQ);
     memset (big, 'a', len - 1);
-    m.u.generate_req.text = big;
+    m.u.generate_req.text = (ls_text_t) { big, len - 1 };
     char *buf;
     size_t out;
     assert_int_equal (ls_msg_encode (&m, &buf, &out), -1);
@@ -431,7 +431,7 @@ test_format (void **state)
     ls_msg_t m;
     ls_msg_init (&m, LS_MSG_GENERATE_REQ);
     m.rid = 7;
-    m.u.generate_req.text = ls_msg_strdup ("hi \"you\"\n");
+    m.u.generate_req.text = ls_msg_textdup ("hi \"you\"\n", 9);
     int32_t ids [] = { 1, 2, 3 };
     m.u.generate_req.input_ids.v = malloc (sizeof ids);
     memcpy (m.u.generate_req.input_ids.v, ids, sizeof ids);
@@ -468,6 +468,39 @@ test_format (void **state)
     assert_non_null (strstr (line, "code=77 message=\"xxxx"));
     assert_non_null (strstr (line, "xxx\"...+52}"));
     ls_msg_clear (&m);
+}
+
+//  text fields keep NUL bytes through encode and decode; str fields still refuse them
+static void
+test_text_keeps_nul (void **state)
+{
+    ls_msg_t m, back;
+    ls_msg_init (&m, LS_MSG_GENERATE_REQ);
+    m.u.generate_req.text = ls_msg_textdup ("a\0b nul inside", 14);
+    m.u.generate_req.sampling.stop.v = calloc (2, sizeof (ls_text_t));
+    m.u.generate_req.sampling.stop.v [0] = ls_msg_textdup ("\0", 1);
+    m.u.generate_req.sampling.stop.v [1] = ls_msg_textdup ("x\0", 2);
+    m.u.generate_req.sampling.stop.n = 2;
+    char *buf;
+    size_t len;
+    assert_int_equal (ls_msg_encode (&m, &buf, &len), 0);
+    assert_int_equal (ls_msg_decode (buf, len, &back, NULL), 0);
+    assert_true (ls_msg_equal (&m, &back));
+    assert_int_equal (back.u.generate_req.text.len, 14);
+    assert_memory_equal (back.u.generate_req.text.s, "a\0b nul inside", 15);
+    assert_int_equal (back.u.generate_req.sampling.stop.v [1].len, 2);
+    assert_memory_equal (back.u.generate_req.sampling.stop.v [1].s, "x\0", 3);
+    //  the printer shows the NUL and what follows it
+    char line [256];
+    ls_msg_format (&back, line, sizeof line);
+    if (!strstr (line, "text=\"a\\x00b nul inside\""))
+        fail_msg ("%s", line);
+    //  a different byte after the NUL is a different message
+    back.u.generate_req.text.s [2] = 'c';
+    assert_false (ls_msg_equal (&m, &back));
+    free (buf);
+    ls_msg_clear (&m);
+    ls_msg_clear (&back);
 }
 
 static void
@@ -510,6 +543,7 @@ main (void)
         cmocka_unit_test (test_random_bytes),
         cmocka_unit_test (test_bit_flips),
         cmocka_unit_test (test_format),
+        cmocka_unit_test (test_text_keeps_nul),
         cmocka_unit_test (test_json),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);

@@ -9,6 +9,7 @@
 //   restart        — the journal restores the adapter set, ids included, across a restart
 //   restart_unload — a --lora-paths adapter a client unloaded stays unloaded across restarts,
 //                    until a client loads it again
+//   hostile_files  — a FIFO config and linked files are refused at once; the next load works
 #include "fixtures.h"
 
 #include <setjmp.h>
@@ -481,6 +482,35 @@ static void test_restart_unload(void **unused) {
     s_stop(&r);
 }
 
+// The loader thread is never blocked by a file: a FIFO named adapter_config.json, and an
+// adapter whose files are links out of the roots, are refused within the client's receive
+// timeout, and the next load goes through.
+static void test_hostile_files(void **unused) {
+    const char *extra[] = {"--state-dir", s_path("st5"), NULL};
+    reg_proc_t r;
+    s_spawn(&r, extra);
+    assert_int_equal(s_ready_within(5000), 1);
+    ls_msg_t req, m;
+    s_client_load(&r, 1, "fifo", s_path("adapters/fifo"), false);
+    s_recv(&r, &m, LS_MSG_ADAPTER_LOADED, 1);
+    assert_false(m.u.adapter_loaded.ok);
+    assert_contains(m.u.adapter_loaded.reason, "adapter_config.json: is a FIFO");
+    ls_msg_clear(&m);
+    s_client_load(&r, 2, "links", s_path("adapters/links"), false);
+    s_recv(&r, &m, LS_MSG_ADAPTER_LOADED, 2);
+    assert_false(m.u.adapter_loaded.ok);
+    assert_contains(m.u.adapter_loaded.reason, "is a symbolic link");
+    ls_msg_clear(&m);
+    s_client_load(&r, 3, "a", s_path("adapters/a"), false);
+    s_sched_recv(&req, LS_MSG_LOAD_ADAPTER);
+    s_sched_answer(&req, true, 0, NULL);
+    s_recv(&r, &m, LS_MSG_ADAPTER_LOADED, 3);
+    assert_true(m.u.adapter_loaded.ok);
+    ls_msg_clear(&m);
+    ls_msg_clear(&req);
+    s_stop(&r);
+}
+
 int main(void) {
     ls_log_init("test", LS_LOG_ERROR);
     fx_tmpdir(D, sizeof D);
@@ -491,6 +521,14 @@ int main(void) {
     fx_adapter_ok(s_path("adapters/b"));
     fx_adapter(s_path("adapters/oproj"), fx_config(cfg, sizeof cfg, 8, "[\"o_proj\"]", NULL));
     fx_adapter(s_path("adapters/rank99"), fx_config(cfg, sizeof cfg, 99, "[\"q_proj\"]", NULL));
+    fx_mkdir(s_path("adapters/fifo"));
+    fx_mkdir(s_path("adapters/links"));
+    fx_mkdir(s_path("outside"));
+    fx_adapter_ok(s_path("outside/x"));
+    if (mkfifo(s_path("adapters/fifo/adapter_config.json"), 0644) < 0 ||
+        symlink(s_path("outside/x/adapter_config.json"), s_path("adapters/links/adapter_config.json")) < 0 ||
+        symlink(s_path("outside/x/adapter_model.safetensors"), s_path("adapters/links/adapter_model.safetensors")) < 0)
+        return 1;
     char ep[128];
     snprintf(ep, sizeof ep, "ipc://%s/control.sock", D);
     s_control = zsock_new_router(ep);
@@ -508,6 +546,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_load_paths, s_teardown),
         cmocka_unit_test_teardown(test_restart, s_teardown),
         cmocka_unit_test_teardown(test_restart_unload, s_teardown),
+        cmocka_unit_test_teardown(test_hostile_files, s_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     zsock_destroy(&s_control);

@@ -105,7 +105,7 @@ static void s_refuse(zsock_t *router, zframe_t *identity, uint64_t rid, uint32_t
 
 static gen_t *s_generate(zsock_t *router, zframe_t *identity, ls_msg_t *req) {
     ls_msg_generate_req_t *r = &req->u.generate_req;
-    const char *prompt = r->text ? r->text : "";
+    const char *prompt = r->text.s ? r->text.s : "";
     char why[128];
     if (r->adapter && !strcmp(r->adapter, "missing")) {
         snprintf(why, sizeof why, "unknown adapter '%s'", r->adapter);

@@ -122,7 +122,7 @@ static void test_encoding(void **state) {
     assert_int_equal(fake_tokenizer_last_request(&m), 0);
     ls_msg_generate_req_t *g = &m.u.generate_req;
     ls_msg_sampling_params_t *s = &g->sampling;
-    assert_null(g->text);
+    assert_null(g->text.s);
     assert_int_equal(g->input_ids.n, 3);
     assert_int_equal(g->input_ids.v[2], 3);
     assert_string_equal(g->adapter, "reverse");
@@ -137,7 +137,7 @@ static void test_encoding(void **state) {
     assert_float_equal(s->presence_penalty, 0.3, 1e-6);
     assert_true(s->has_seed);
     assert_int_equal(s->stop.n, 2);
-    assert_string_equal(s->stop.v[1], "END");
+    assert_string_equal(s->stop.v[1].s, "END");
     assert_int_equal(s->stop_token_ids.n, 2);
     assert_int_equal(s->stop_token_ids.v[1], 9);
     assert_true(s->ignore_eos && s->skip_special_tokens && s->logprobs);

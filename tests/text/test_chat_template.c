@@ -20,36 +20,38 @@ static char errbuf[1024];
 static void test_renderings(void **state) {
     (void)state;
     size_t n;
-    cJSON **cases = refs_jsonl("expected/chat.jsonl", &n);
+    json_t **cases = refs_jsonl("expected/chat.jsonl", &n);
     assert_non_null(cases);
     size_t matched = 0, refused = 0;
     for (size_t i = 0; i < n; i++) {
-        const cJSON *c = cases[i];
-        const char *file = cJSON_GetObjectItemCaseSensitive(c, "template")->valuestring;
-        const char *conv = cJSON_GetObjectItemCaseSensitive(c, "conversation")->valuestring;
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(c, "text");
-        bool gen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "add_generation_prompt"));
+        const json_t *c = cases[i];
+        size_t len;
+        const char *file = refs_str(c, "template", &len);
+        const char *conv = refs_str(c, "conversation", &len);
+        const json_t *text = json_object_get(c, "text");
+        bool gen = json_is_true(json_object_get(c, "add_generation_prompt"));
         char path[4096];
         snprintf(path, sizeof path, "%s/templates/%s", LS_REFS_DIR, file);
         ls_chat_template_t *ct = ls_chat_template_load(path, errbuf, sizeof errbuf);
         if (!ct)
             fail_msg("%s: %s", file, errbuf);
-        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(c, "messages"), *m;
+        const json_t *msgs = json_object_get(c, "messages"), *m;
         ls_chat_message_t mv[16];
-        size_t k = 0;
-        cJSON_ArrayForEach(m, msgs) {
-            mv[k].role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
-            mv[k++].content = cJSON_GetObjectItemCaseSensitive(m, "content")->valuestring;
+        size_t k;
+        json_array_foreach(msgs, k, m) {
+            mv[k].role = refs_str(m, "role", &len);
+            mv[k].content = refs_str(m, "content", &mv[k].content_len);
         }
-        char *got = ls_chat_template_render(ct, mv, k, gen, NULL, errbuf, sizeof errbuf);
-        if (cJSON_IsString(text)) {
+        size_t got_len;
+        char *got = ls_chat_template_render(ct, mv, k, gen, &got_len, errbuf, sizeof errbuf);
+        if (json_is_string(text)) {
             if (!got)
                 fail_msg("%s / %s: refused (%s), Jinja renders it", file, conv, errbuf);
-            if (strcmp(got, text->valuestring) != 0)
-                fail_msg("%s / %s (gen %d):\n got  %s\n want %s", file, conv, gen, got, text->valuestring);
+            if (got_len != json_string_length(text) || memcmp(got, json_string_value(text), got_len) != 0)
+                fail_msg("%s / %s (gen %d):\n got  %s\n want %s", file, conv, gen, got, json_string_value(text));
             matched++;
         } else {
-            const char *why = cJSON_GetObjectItemCaseSensitive(c, "error")->valuestring;
+            const char *why = refs_str(c, "error", &len);
             if (got)
                 fail_msg("%s / %s: rendered, but Jinja raises \"%s\"", file, conv, why);
             assert_string_equal(errbuf, why);
@@ -117,7 +119,7 @@ static void test_refusals(void **state) {
     ls_chat_template_t *ct = parse("{\"chat_template\": \"{% for message in messages %}{{'<|im_start|>' + "
                                    "message['role'] + '\\n' + message['content'] + '<|im_end|>\\n'}}{% endfor %}\"}");
     assert_non_null(ct);
-    ls_chat_message_t tool[] = {{"user", "hi"}, {"tool", "{}"}};
+    ls_chat_message_t tool[] = {{"user", "hi", 0}, {"tool", "{}", 0}};
     assert_null(ls_chat_template_render(ct, tool, 2, true, NULL, errbuf, sizeof errbuf));
     assert_contains(errbuf, "role \"tool\" is not supported");
     ls_chat_template_destroy(&ct);

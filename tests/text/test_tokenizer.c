@@ -45,13 +45,13 @@ static bool valid_utf8(const char *s, size_t n) {
     return true;
 }
 
-// Feeds ids one by one; the concatenated pieces must be `want`, each piece valid UTF-8.
+// Feeds ids one by one; the concatenated pieces must be `want` (wn bytes), each piece valid UTF-8.
 static void check_stream(const ls_tokenizer_t *t, const int32_t *ids, size_t n, unsigned flags,
-                         const char *want, const char *what) {
-    ls_detok_t *d = ls_detok_new(t, flags, NULL, 0);
+                         const char *want, size_t wn, const char *what) {
+    ls_detok_t *d = ls_detok_new(t, flags, NULL, NULL, 0);
     assert_non_null(d);
-    char *all = calloc(1, strlen(want) * 2 + 64);
-    size_t cap = strlen(want) * 2 + 63, len = 0;
+    char *all = calloc(1, wn * 2 + 64);
+    size_t cap = wn * 2 + 63, len = 0;
     const char *p;
     size_t k;
     for (size_t i = 0; i <= n; i++) {
@@ -66,55 +66,65 @@ static void check_stream(const ls_tokenizer_t *t, const int32_t *ids, size_t n, 
         memcpy(all + len, p, k);
         len += k;
     }
-    if (len != strlen(want) || memcmp(all, want, len) != 0)
+    if (len != wn || memcmp(all, want, len) != 0)
         fail_msg("%s: streamed \"%.*s\" != decoded \"%s\"", what, (int)len, all, want);
     free(all);
     ls_detok_destroy(&d);
     ls_detok_destroy(&d);  // idempotent
 }
 
-static void json_ids(const cJSON *a, ls_token_ids_t *v) {
+static void json_ids(const json_t *a, ls_token_ids_t *v) {
     v->n = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, a) {
+    const json_t *it;
+    size_t i;
+    json_array_foreach(a, i, it) {
         if (v->n == v->cap) {
             v->cap = v->cap ? v->cap * 2 : 64;
             v->ids = realloc(v->ids, v->cap * sizeof *v->ids);
         }
-        v->ids[v->n++] = (int32_t)it->valuedouble;
+        v->ids[v->n++] = (int32_t)json_integer_value(it);
     }
 }
 
-static void check_decode(const ls_tokenizer_t *t, const ls_token_ids_t *ids, const cJSON *ref, const char *what) {
+static void check_decode(const ls_tokenizer_t *t, const ls_token_ids_t *ids, const json_t *ref, const char *what) {
     static const struct {
         const char *key;
         unsigned flags;
     } modes[] = {{"text", 0}, {"text_skip", LS_DETOK_SKIP_SPECIAL}};
     for (int m = 0; m < 2; m++) {
-        const char *want = cJSON_GetObjectItemCaseSensitive(ref, modes[m].key)->valuestring;
-        size_t len;
+        size_t wn, len;
+        const char *want = refs_str(ref, modes[m].key, &wn);
         char *got = ls_tokenizer_decode(t, ids->ids, ids->n, modes[m].flags, &len, errbuf, sizeof errbuf);
         if (!got)
             fail_msg("%s: decode failed: %s", what, errbuf);
-        if (strcmp(got, want) != 0)
+        if (len != wn || memcmp(got, want, len) != 0)
             fail_msg("%s (%s): decoded \"%s\", HF \"%s\"", what, modes[m].key, got, want);
         free(got);
-        check_stream(t, ids->ids, ids->n, modes[m].flags, want, what);
+        check_stream(t, ids->ids, ids->n, modes[m].flags, want, wn, what);
     }
 }
 
 // Whether decode(encode(x)) == x is expected: byte-level vocabularies are lossless except for
 // Qwen3's NFC (x comes back normalized); Llama-2 prepends "▁" to the text after an added token
 // (<s>, </s>, <unk> in the text), which the decoder does not strip, and decodes a literal "▁"
-// in the text as a space.
-static char *expected_roundtrip(const char *vocab, const char *x) {
-    if (strcmp(vocab, "qwen3") == 0)
-        return (char *)utf8proc_NFC((const utf8proc_uint8_t *)x);
+// in the text as a space. x is n bytes (NUL bytes included); the result's length goes to *rn.
+static char *expected_roundtrip(const char *vocab, const char *x, size_t n, size_t *rn) {
+    *rn = n;
+    if (strcmp(vocab, "qwen3") == 0) {
+        utf8proc_uint8_t *nfc = NULL;
+        utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)x, (utf8proc_ssize_t)n, &nfc,
+                                          UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+        *rn = k > 0 ? (size_t)k : 0;
+        return k >= 0 ? (char *)nfc : NULL;
+    }
     if (strcmp(vocab, "llama2") == 0 &&
         (strstr(x, "<s>") || strstr(x, "</s>") || strstr(x, "<unk>") || strstr(x, "\xE2\x96\x81")))
         return NULL;
-    if (strcmp(vocab, "llama3") == 0 || strcmp(vocab, "llama2") == 0)
-        return strdup(x);
+    if (strcmp(vocab, "llama3") == 0 || strcmp(vocab, "llama2") == 0) {
+        char *copy = malloc(n + 1);
+        memcpy(copy, x, n + 1);
+        return copy;
+    }
     return NULL;  // the variants change text on purpose (lowercase, removed delimiters ...)
 }
 
@@ -123,11 +133,11 @@ static void test_vocab(void **state) {
     ls_tokenizer_t *t = load(vocab);
     char name[256];
     size_t nc, ne, nd;
-    cJSON **corpus = refs_jsonl("corpus.jsonl", &nc);
+    json_t **corpus = refs_jsonl("corpus.jsonl", &nc);
     snprintf(name, sizeof name, "expected/%s.jsonl", vocab);
-    cJSON **exp = refs_jsonl(name, &ne);
+    json_t **exp = refs_jsonl(name, &ne);
     snprintf(name, sizeof name, "expected/%s-decode.jsonl", vocab);
-    cJSON **dec = refs_jsonl(name, &nd);
+    json_t **dec = refs_jsonl(name, &nd);
     assert_non_null(corpus);
     assert_non_null(exp);
     assert_non_null(dec);
@@ -135,33 +145,35 @@ static void test_vocab(void **state) {
     ls_token_ids_t got = {0}, want = {0};
     size_t exact = 0, roundtrips = 0, lossy = 0;
     for (size_t i = 0; i < nc; i++) {
-        const char *x = corpus[i]->valuestring;
+        size_t xn;
+        const char *x = refs_str(corpus[i], NULL, &xn);  // NUL bytes included
         got.n = 0;
-        if (ls_tokenizer_encode(t, x, strlen(x), 0, &got, errbuf, sizeof errbuf) < 0)
+        if (ls_tokenizer_encode(t, x, xn, 0, &got, errbuf, sizeof errbuf) < 0)
             fail_msg("%s line %zu: %s", vocab, i + 1, errbuf);
-        json_ids(cJSON_GetObjectItemCaseSensitive(exp[i], "ids"), &want);
+        json_ids(json_object_get(exp[i], "ids"), &want);
         if (got.n != want.n || memcmp(got.ids, want.ids, got.n * sizeof *got.ids) != 0) {
             for (size_t k = 0; k < got.n || k < want.n; k++)
                 fprintf(stderr, "  %zu: got %d want %d\n", k, k < got.n ? got.ids[k] : -1,
                         k < want.n ? want.ids[k] : -1);
-            fail_msg("%s line %zu: ids differ from HF for %s", vocab, i + 1, cJSON_PrintUnformatted(corpus[i]));
+            fail_msg("%s line %zu: ids differ from HF for %s", vocab, i + 1, json_dumps(corpus[i], JSON_ENCODE_ANY));
         }
         exact++;
         snprintf(name, sizeof name, "%s line %zu", vocab, i + 1);
         check_decode(t, &want, exp[i], name);
-        char *rt = expected_roundtrip(vocab, x);
-        const char *text = cJSON_GetObjectItemCaseSensitive(exp[i], "text")->valuestring;
+        size_t rn, tn;
+        char *rt = expected_roundtrip(vocab, x, xn, &rn);
+        const char *text = refs_str(exp[i], "text", &tn);
         if (rt) {
-            if (strcmp(text, rt) != 0)
+            if (tn != rn || memcmp(text, rt, rn) != 0)
                 fail_msg("%s: decode(encode(x)) = \"%s\", want \"%s\"", name, text, rt);
             roundtrips++;
         } else {
-            lossy += strcmp(text, x) != 0;
+            lossy += tn != xn || memcmp(text, x, xn) != 0;
         }
         free(rt);
     }
     for (size_t i = 0; i < nd; i++) {
-        json_ids(cJSON_GetObjectItemCaseSensitive(dec[i], "ids"), &want);
+        json_ids(json_object_get(dec[i], "ids"), &want);
         snprintf(name, sizeof name, "%s random sequence %zu", vocab, i + 1);
         check_decode(t, &want, dec[i], name);
     }
@@ -178,14 +190,15 @@ static void test_vocab(void **state) {
     assert_null(t);
 }
 
-// Streams ids through a detokenizer with stop strings; returns the concatenated text.
-static char *stream_with_stops(const ls_tokenizer_t *t, const char *text, const char *const *stops, size_t ns,
-                               bool *stopped, int *index) {
+// Streams the ids of text (tn bytes) through a detokenizer with stop strings (lens[i] bytes
+// each); returns the concatenated text, its length in *out_len.
+static char *stream_with_stops_n(const ls_tokenizer_t *t, const char *text, size_t tn, const char *const *stops,
+                                 const size_t *lens, size_t ns, bool *stopped, int *index, size_t *out_len) {
     ls_token_ids_t v = {0};
-    assert_int_equal(ls_tokenizer_encode((ls_tokenizer_t *)t, text, strlen(text), 0, &v, errbuf, sizeof errbuf), 0);
-    ls_detok_t *d = ls_detok_new(t, 0, stops, ns);
+    assert_int_equal(ls_tokenizer_encode((ls_tokenizer_t *)t, text, tn, 0, &v, errbuf, sizeof errbuf), 0);
+    ls_detok_t *d = ls_detok_new(t, 0, stops, lens, ns);
     assert_non_null(d);
-    char *out = calloc(1, strlen(text) + 64);
+    char *out = calloc(1, tn + 64);
     size_t len = 0, k;
     const char *p;
     for (size_t i = 0; i <= v.n; i++) {
@@ -198,13 +211,24 @@ static char *stream_with_stops(const ls_tokenizer_t *t, const char *text, const 
         len += k;
         // Nothing streamed may be (the start of) a stop string that later completes.
         for (size_t s = 0; s < ns && !ls_detok_stopped(d); s++)
-            assert_null(strstr(out, stops[s]));
+            assert_null(memmem(out, len, stops[s], lens[s]));
     }
     *stopped = ls_detok_stopped(d);
     *index = ls_detok_stop_index(d);
+    *out_len = len;
     ls_detok_destroy(&d);
     ls_token_ids_free(&v);
     return out;
+}
+
+// The same on C strings.
+static char *stream_with_stops(const ls_tokenizer_t *t, const char *text, const char *const *stops, size_t ns,
+                               bool *stopped, int *index) {
+    size_t lens[8], len;
+    assert_true(ns <= 8);
+    for (size_t i = 0; i < ns; i++)
+        lens[i] = strlen(stops[i]);
+    return stream_with_stops_n(t, text, strlen(text), stops, lens, ns, stopped, index, &len);
 }
 
 static void test_stop_strings(void **state) {
@@ -256,12 +280,12 @@ static void test_stop_strings_corpus(void **state) {
     (void)state;
     ls_tokenizer_t *t = load("llama3");
     size_t nc;
-    cJSON **corpus = refs_jsonl("corpus.jsonl", &nc);
+    json_t **corpus = refs_jsonl("corpus.jsonl", &nc);
     unsigned seed = 1;
     size_t n_stopped = 0;
     for (size_t i = 0; i < nc; i++) {
-        const char *x = corpus[i]->valuestring;
-        size_t n = strlen(x);
+        size_t n;
+        const char *x = refs_str(corpus[i], NULL, &n);  // NUL bytes included, in stops too
         if (n < 4)
             continue;
         seed = seed * 1103515245u + 12345u;
@@ -271,18 +295,17 @@ static void test_stop_strings_corpus(void **state) {
         size_t b = a + len < n ? a + len : n;
         while (b < n && ((unsigned char)x[b] & 0xC0) == 0x80)
             b++;
-        char *stop = strndup(x + a, b - a);
-        const char *stops[] = {stop};
+        const char *stops[] = {x + a};
+        size_t lens[] = {b - a}, out_len;
         bool stopped;
         int idx;
-        char *out = stream_with_stops(t, x, stops, 1, &stopped, &idx);
-        const char *first = strstr(x, stop);
+        char *out = stream_with_stops_n(t, x, n, stops, lens, 1, &stopped, &idx, &out_len);
+        const char *first = memmem(x, n, x + a, b - a);
         assert_true(stopped);
-        if (strlen(out) != (size_t)(first - x) || memcmp(out, x, strlen(out)) != 0)
-            fail_msg("line %zu stop \"%s\": streamed \"%s\"", i + 1, stop, out);
+        if (out_len != (size_t)(first - x) || memcmp(out, x, out_len) != 0)
+            fail_msg("line %zu stop \"%.*s\": streamed \"%s\"", i + 1, (int)(b - a), x + a, out);
         n_stopped++;
         free(out);
-        free(stop);
     }
     printf("[ stop strings ] %zu corpus lines stopped exactly at their stop string\n", n_stopped);
     refs_jsonl_free(corpus);
@@ -314,7 +337,7 @@ static void test_api(void **state) {
     int32_t bad[] = {5, 99999};
     assert_null(ls_tokenizer_decode(t, bad, 2, 0, NULL, errbuf, sizeof errbuf));
     assert_contains(errbuf, "99999");
-    ls_detok_t *d = ls_detok_new(t, 0, NULL, 0);
+    ls_detok_t *d = ls_detok_new(t, 0, NULL, NULL, 0);
     const char *p;
     size_t k;
     assert_int_equal(ls_detok_push(d, -1, &p, &k), -1);

@@ -10,6 +10,7 @@
 
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,15 +47,16 @@ static inline const char *refs_tokenizer_path(const char *base) {
     return path;
 }
 
-// Every line of a committed JSONL file under LS_REFS_DIR, parsed (NULL-terminated array).
-static inline cJSON **refs_jsonl(const char *name, size_t *count) {
+// Every line of a committed JSONL file under LS_REFS_DIR, parsed (NULL-terminated array). jansson,
+// not cJSON: corpus lines and HF's decodes may hold "\u0000", which must survive whole.
+static inline json_t **refs_jsonl(const char *name, size_t *count) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", LS_REFS_DIR, name);
     *count = 0;
     FILE *fp = fopen(path, "r");
     if (!fp)
         return NULL;
-    cJSON **v = NULL;
+    json_t **v = NULL;
     size_t n = 0, cap = 0;
     char *line = NULL;
     size_t lcap = 0;
@@ -64,7 +66,7 @@ static inline cJSON **refs_jsonl(const char *name, size_t *count) {
             cap = cap ? cap * 2 : 256;
             v = realloc(v, cap * sizeof *v);
         }
-        v[n++] = cJSON_ParseWithLength(line, (size_t)got);
+        v[n++] = json_loadb(line, (size_t)got, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     }
     free(line);
     fclose(fp);
@@ -74,10 +76,17 @@ static inline cJSON **refs_jsonl(const char *name, size_t *count) {
     return v;
 }
 
-static inline void refs_jsonl_free(cJSON **v) {
+static inline void refs_jsonl_free(json_t **v) {
     for (size_t i = 0; v && v[i]; i++)
-        cJSON_Delete(v[i]);
+        json_decref(v[i]);
     free(v);
+}
+
+// A string member of a parsed line, with its length (NUL bytes included).
+static inline const char *refs_str(const json_t *o, const char *key, size_t *len) {
+    const json_t *s = key ? json_object_get(o, key) : o;
+    *len = json_string_length(s);
+    return json_string_value(s);
 }
 
 // Sets each [path, value] of patch in json (object keys, array indices; an index equal to the

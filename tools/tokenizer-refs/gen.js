@@ -104,6 +104,8 @@ const conversations = {
   'think-last': [{ role: 'user', content: 'Q1' }, { role: 'assistant', content: '<think>\nplan\n</think>\n\nA1' }],
   'system-only': [{ role: 'system', content: 'Only a system prompt.' }],
   'empty-content': [{ role: 'user', content: '' }],
+  'nul-inside': [{ role: 'system', content: 'sys\u0000tem' }, { role: 'user', content: 'a\u0000b nul inside' },
+    { role: 'assistant', content: '<think>\nx\u0000</think>\n\n\u0000ok ' }, { role: 'user', content: '\u0000' }],
 };
 
 function chat() {
