@@ -184,30 +184,39 @@ static void s_poke(const char *endpoint, const char *name) {
     zsock_destroy(&s);
 }
 
-// The launcher script's default: the demo model and its four adapters, loaded through the
-// registry, the scheduler and both workers before the graph counts as up. 0 when the
-// registry lists all four READY and, by the scheduler's residency, in the workers' CPU tier.
-static int s_demo_adapters_placed(const char *registry) {
+// The registry's adapter list into *m (an AdapterList); 0, or -1 with no answer in 5 s.
+static int s_list_adapters(const char *registry, uint64_t rid, ls_msg_t *m) {
     zsock_t *s = zsock_new_dealer(registry);
     zsock_set_rcvtimeo(s, 5000);
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_LIST_ADAPTERS);
-    m.rid = 6;
+    ls_msg_init(m, LS_MSG_LIST_ADAPTERS);
+    m->rid = rid;
     char *buf;
     size_t len;
-    assert_int_equal(ls_msg_encode(&m, &buf, &len), 0);
+    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
     assert_int_equal(zsock_send(s, "b", buf, len), 0);
     free(buf);
     zframe_t *f = zframe_recv(s);
     zsock_destroy(&s);
     if (!f)
         return -1;
-    int rc = ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL);
+    int rc = ls_msg_decode(zframe_data(f), zframe_size(f), m, NULL);
     zframe_destroy(&f);
-    if (rc < 0)
+    if (rc == 0 && m->type != LS_MSG_ADAPTER_LIST) {
+        ls_msg_clear(m);
+        rc = -1;
+    }
+    return rc < 0 ? -1 : 0;
+}
+
+// The launcher script's default: the demo model and its four adapters, loaded through the
+// registry, the scheduler and both workers before the graph counts as up. 0 when the
+// registry lists all four READY and, by the scheduler's residency, in the workers' CPU tier.
+static int s_demo_adapters_placed(const char *registry) {
+    ls_msg_t m;
+    if (s_list_adapters(registry, 6, &m) < 0)
         return -1;
     int placed = 0;
-    for (size_t k = 0; m.type == LS_MSG_ADAPTER_LIST && k < m.u.adapter_list.adapters.n; k++) {
+    for (size_t k = 0; k < m.u.adapter_list.adapters.n; k++) {
         const ls_msg_adapter_info_t *ai = &m.u.adapter_list.adapters.v[k];
         placed += ai->state == LS_ADAPTER_STATE_READY && ai->residency_known && ai->cpu_resident;
     }
@@ -216,21 +225,8 @@ static int s_demo_adapters_placed(const char *registry) {
 }
 
 static void s_check_demo_adapters(const char *registry) {
-    zsock_t *s = zsock_new_dealer(registry);
-    zsock_set_rcvtimeo(s, 5000);
     ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_LIST_ADAPTERS);
-    m.rid = 5;
-    char *buf;
-    size_t len;
-    assert_int_equal(ls_msg_encode(&m, &buf, &len), 0);
-    assert_int_equal(zsock_send(s, "b", buf, len), 0);
-    free(buf);
-    zframe_t *f = zframe_recv(s);
-    assert_non_null(f);
-    assert_int_equal(ls_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
-    zframe_destroy(&f);
-    assert_int_equal(m.type, LS_MSG_ADAPTER_LIST);
+    assert_int_equal(s_list_adapters(registry, 5, &m), 0);
     const char *want[] = {"reverse", "upper", "sort", "digits"};
     assert_int_equal(m.u.adapter_list.adapters.n, 4);
     for (int i = 0; i < 4; i++) {
@@ -250,7 +246,6 @@ static void s_check_demo_adapters(const char *registry) {
         assert_true(found);
     }
     ls_msg_clear(&m);
-    zsock_destroy(&s);
 }
 
 // A LoadAdapter sent straight to an actor (as anyone who reaches its socket could) for an
