@@ -29,6 +29,9 @@ extern "C" {
 
 //  Larger bodies are refused by both the encoder and the decoder.
 #define LS_MSG_MAX_BYTES (64u << 20)
+//  Completions one GenerateReq may ask for (SamplingParams.n), OpenAI's own bound: the
+//  tokenizer refuses more from any client, the gateway before anything goes upstream.
+#define LS_MSG_MAX_N 128
 
 //  Field value types shared by every message. Arrays are {v, n}; v is NULL when n is 0.
 typedef struct { uint8_t *data; size_t len; } ls_bytes_t;

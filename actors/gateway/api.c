@@ -16,7 +16,6 @@
 #include <cjson/cJSON.h>
 #include <jansson.h>
 
-#define S_MAX_N 128           // completions per prompt
 #define S_MAX_PROMPTS 1024    // prompts in one request
 #define S_MAX_STOPS 32
 #define S_MAX_TOP_LOGPROBS 20
@@ -163,7 +162,7 @@ static int s_sampling(s_ctx_t *x, const json_t *o, int sglang, gw_api_t api, ls_
         sp->min_new_tokens = (uint32_t)i;
     if (s_bool(x, o, "ignore_eos", &sp->ignore_eos) < 0 || s_bool(x, o, "skip_special_tokens", &sp->skip_special_tokens) < 0)
         return -1;
-    if ((rc = s_int(x, o, "n", 1, S_MAX_N, &i)) < 0)
+    if ((rc = s_int(x, o, "n", 1, LS_MSG_MAX_N, &i)) < 0)
         return -1;
     *n = rc ? (int)i : 1;
     const json_t *stop = json_object_get(o, "stop");

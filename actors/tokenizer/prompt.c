@@ -145,8 +145,8 @@ done:
 uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err,
                        size_t errlen) {
     const bool text = g->text.s != NULL, input = g->input_ids.n > 0, messages = g->messages != NULL;
-    if (g->sampling.n > TMODEL_MAX_N) {
-        snprintf(err, errlen, "n = %u: at most %d completions per request", g->sampling.n, TMODEL_MAX_N);
+    if (g->sampling.n > LS_MSG_MAX_N) {
+        snprintf(err, errlen, "n = %u: at most %d completions per request", g->sampling.n, LS_MSG_MAX_N);
         return LS_ERROR_CODE_BAD_REQUEST;
     }
     if (g->chat ? text || input || !messages : messages || text == input) {

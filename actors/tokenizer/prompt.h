@@ -11,8 +11,6 @@
 #include "ls_msg.h"
 #include "tokenizer.h"
 
-#define TMODEL_MAX_N 64  // completions one request may ask for (sampling.n)
-
 typedef struct tmodel tmodel_t;
 
 // Loads dir/tokenizer.json, dir/config.json (max_position_embeddings, eos_token_id),

@@ -78,7 +78,7 @@ static void test_prompt_refusals(void **unused) {
          LS_ERROR_CODE_BAD_REQUEST, "neither"},
         {{.messages = "[]", .text = TXT("x")}, LS_ERROR_CODE_BAD_REQUEST, "need chat"},
         {{.input_ids = {bad, 2}}, LS_ERROR_CODE_BAD_REQUEST, "outside the vocabulary"},
-        {{.text = TXT("x"), .sampling = {.n = TMODEL_MAX_N + 1}}, LS_ERROR_CODE_BAD_REQUEST, "completions"},
+        {{.text = TXT("x"), .sampling = {.n = LS_MSG_MAX_N + 1}}, LS_ERROR_CODE_BAD_REQUEST, "completions"},
         {{.text = TXT("cup"), .sampling = {.max_new_tokens = 255}}, LS_ERROR_CODE_TOO_LARGE, "context of 256"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
