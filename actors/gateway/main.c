@@ -32,7 +32,7 @@
 #define S_ADAPTER_MS 300000   // a load waits for every worker; an unload for in-flight requests
 #define S_MAX_MODELS 256      // model labels in /metrics; later ones count under "other"
 #define S_MAX_PEERS 72
-#define S_RETRY_AFTER_S "1"   // a 429's Retry-After: queues here drain in steps of tens of ms
+#define S_RETRY_AFTER_S "1"   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
 
 typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS } s_kind_t;
 
@@ -262,9 +262,9 @@ static void s_respond_json(gw_req_t *req, int status, const char *json) {
 
 static void s_respond_error(gw_req_t *req, int status, const char *message, const char *param, const char *code) {
     char *body = gw_error_json(status, message, param, code);
-    const char *extra = status == 401   ? "WWW-Authenticate: Bearer\r\n"
-                        : status == 429 ? "Retry-After: " S_RETRY_AFTER_S "\r\n"
-                                        : NULL;
+    const char *extra = status == 401                    ? "WWW-Authenticate: Bearer\r\n"
+                        : status == 429 || status == 503 ? "Retry-After: " S_RETRY_AFTER_S "\r\n"
+                                                         : NULL;
     gw_req_respond(req, status, "application/json", extra, body, strlen(body));
     free(body);
 }
@@ -276,9 +276,9 @@ static int s_status_of(uint32_t code) {
     case LS_ERROR_CODE_MALFORMED: return 400;
     case LS_ERROR_CODE_NOT_FOUND: return 404;
     case LS_ERROR_CODE_TOO_LARGE: return 413;
-    case LS_ERROR_CODE_UNAVAILABLE:              // not now: retry later
-    case LS_ERROR_CODE_OVERLOADED: return 429;   // a queue is full
+    case LS_ERROR_CODE_OVERLOADED: return 429;   // a queue is full: this client, slow down
     case LS_ERROR_CODE_TIMEOUT: return 504;
+    case LS_ERROR_CODE_UNAVAILABLE:              // the server cannot now (a peer down, no room)
     case LS_ERROR_CODE_UNKNOWN_TYPE:             // the graph does not serve this (yet)
     case LS_ERROR_CODE_SHUTTING_DOWN: return 503;
     default: return 500;

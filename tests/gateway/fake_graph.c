@@ -92,6 +92,8 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
         return s_refuse(router, id, req->rid, LS_ERROR_CODE_TOO_LARGE);
     if (g->text.s && !strcmp(g->text.s, "busy"))
         return s_refuse(router, id, req->rid, LS_ERROR_CODE_UNAVAILABLE);
+    if (g->text.s && !strcmp(g->text.s, "full"))
+        return s_refuse(router, id, req->rid, LS_ERROR_CODE_OVERLOADED);
     uint32_t prompt = g->chat ? 7 : g->text.s ? (uint32_t)g->text.len : (uint32_t)g->input_ids.n;
     uint32_t k = g->sampling.top_logprobs;
     if (g->text.s && !strcmp(g->text.s, "rid0")) {

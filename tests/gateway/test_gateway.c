@@ -1,7 +1,8 @@
 // Gateway tests at the HTTP level: the real loraserve-gateway process against fake_graph (a
 // tokenizer and a scheduler without a model), driven by raw HTTP over TCP.
 //   completions, chat, generate  — JSON shapes, SSE framing and [DONE], what reaches the tokenizer
-//   errors_upstream              — unknown adapter 404, prompt too long 413, queues full 429;
+//   errors_upstream              — unknown adapter 404, prompt too long 413, queues full 429,
+//                                  the graph unable now 503 (both with Retry-After);
 //                                  answers with rid 0 dropped
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
@@ -519,11 +520,16 @@ static void test_errors_upstream(void **state) {
                    404, "model");
     s_expect_error("/generate", "{\"text\":[\"a\",\"b\"],\"lora_path\":[null,\"missing\"]}", 404, "lora_path");
     s_expect_error("/v1/completions", "{\"prompt\":\"long\"}", 413, "prompt");
-    s_expect_error("/v1/completions", "{\"prompt\":\"busy\"}", 429, NULL);
-    resp_t r;
-    s_call(s_gw.port, "POST", "/v1/completions", "{\"prompt\":\"busy\"}", NULL, &r);
-    assert_string_equal(r.retry_after, "1");  // a 429 says when to come back
-    s_resp_free(&r);
+    s_expect_error("/v1/completions", "{\"prompt\":\"full\"}", 429, NULL);
+    s_expect_error("/v1/completions", "{\"prompt\":\"busy\"}", 503, NULL);
+    // both say when to come back
+    for (int i = 0; i < 2; i++) {
+        resp_t r;
+        s_call(s_gw.port, "POST", "/v1/completions", i ? "{\"prompt\":\"busy\"}" : "{\"prompt\":\"full\"}",
+               NULL, &r);
+        assert_string_equal(r.retry_after, "1");
+        s_resp_free(&r);
+    }
     // Answers with rid 0 answer nothing: dropped with a log line, the request still served.
     cJSON *j = s_post("/v1/completions", "{\"prompt\":\"rid0\"}", 200);
     assert_string_equal(s_str(j, "choices.0.text"), " base ok");
