@@ -71,6 +71,17 @@ struct s_slice_offs_t {
     int off[4];
 };
 
+// The launchers' slice offsets (n_slices + 1 of them, host memory) as a kernel parameter.
+static s_slice_offs_t s_slice_offs(const int32_t *slice_offsets, int n_slices) {
+    assert(n_slices >= 1 && n_slices <= 3 && slice_offsets[0] == 0);
+    s_slice_offs_t so = {{0, 0, 0, 0}};
+    for (int k = 0; k <= n_slices; k++) {
+        so.off[k] = slice_offsets[k];
+        assert(k == 0 || so.off[k] >= so.off[k - 1]);
+    }
+    return so;
+}
+
 __device__ __forceinline__ int s_row(const int32_t *perm, int p) {
     return perm ? perm[p] : p;
 }
@@ -1234,7 +1245,8 @@ k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
 }
 
 // Whether k_lora_expand_tc applies: bf16 B, 16-byte rows of B and tmp, slices of whole
-// warps (16 columns), sm_80+, not the session-1 kernels (impl 1); s_props must have run
+// warps (16 columns), sm_80+, not impl 1 (the baseline kernels the benchmarks keep); s_props
+// must have run
 static bool s_expand_tc_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t b_dt,
                              const s_slice_offs_t &so, int n_slices, int r_max) {
     bool ok = b_dt == LS_CU_BF16 && s_cc >= 8 && r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 &&
@@ -1264,12 +1276,7 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
                             int r_max, unsigned flags, cudaStream_t stream) {
     int accumulate = (flags & LS_CU_LORA_ACC) != 0;
     assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
-    s_slice_offs_t so = {{0, 0, 0, 0}};
-    for (int k = 0; k <= n_slices; k++) {
-        so.off[k] = slice_offsets[k];
-        assert(k == 0 || so.off[k] >= so.off[k - 1]);
-    }
-    assert(so.off[0] == 0);
+    s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
     int out_total = so.off[n_slices];
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
@@ -1341,9 +1348,7 @@ cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_poo
                                    const int32_t *slice_offsets, int n_slices, int r_max,
                                    cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
-    s_slice_offs_t so = {{0, 0, 0, 0}};
-    for (int k = 0; k <= n_slices; k++)
-        so.off[k] = slice_offsets[k];
+    s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
     int out_total = so.off[n_slices];
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
@@ -1373,9 +1378,7 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
     // H200). The decode op (ls_cu_lora_fused) keeps v2 / v3 whether it adds or writes, so
     // that a step with its LoRA beside the GEMM is bit for bit the one with it after; this
     // kernel summing the op's K parts also measured slower there (100 against 61 us)
-    s_slice_offs_t so = {{0, 0, 0, 0}};
-    for (int k = 0; k <= n_slices; k++)
-        so.off[k] = slice_offsets[k];
+    s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
     s_props();
     if (n_tiles > 0 && so.off[n_slices] > 0 && !(flags & LS_CU_LORA_ONE) && (flags & LS_CU_LORA_ACC) &&
         s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max))
@@ -1683,14 +1686,13 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
     if (!fits) {
         cudaError_t e = ls_cu_lora_shrink(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm,
                                           in, n_slices, r_max, flags, stream);
+        // s_expand, not ls_cu_lora_expand: the decode op runs the same expand whether it
+        // adds or writes (see ls_cu_lora_expand)
         return e != cudaSuccess ? e
-                                : ls_cu_lora_expand(y, tmp, b_pool, b_dt, tiles, n_tiles, max_rank, perm,
-                                                    scalings, slice_offsets, n_slices, r_max,
-                                                    flags, stream);
+                                : s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm,
+                                           scalings, slice_offsets, n_slices, r_max, flags, stream);
     }
-    s_slice_offs_t so = {{0, 0, 0, 0}};
-    for (int k = 0; k <= n_slices; k++)
-        so.off[k] = slice_offsets[k];
+    s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
     if (n_tiles == 0 || max_rank == 0 || so.off[n_slices] == 0)
         return cudaSuccess;
     if (!accumulate) {

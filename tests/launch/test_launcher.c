@@ -474,27 +474,37 @@ static int s_http_get(int port, const char *path, char *body, size_t cap) {
     return atoi(nl + 1);
 }
 
-// Readiness and liveness: /health is 503 while the graph is not whole, /health/live 200 as long
-// as the gateway runs. A restarted scheduler that never gets Ready keeps /health at 503 and is
-// killed after --ready-timeout, which (the budget being 1) stops the graph.
-static void test_readiness(void **unused) {
-    char bin[200], path[300], target[300], mark[300];
-    snprintf(bin, sizeof bin, "%s/readybin", s_dir);
+// A bin dir NAME under the test dir (its path into bin) of the real actors, but for a scheduler
+// that is the shell script SCRIPT.
+static void s_bin_with_scheduler(char *bin, size_t cap, const char *name, const char *script) {
+    char path[300], target[300];
+    snprintf(bin, cap, "%s/%s", s_dir, name);
     mkdir(bin, 0755);
     const char *real[] = {"launch", "gateway", "tokenizer", "registry", "worker", "detokenizer"};
-    for (size_t i = 0; i < 6; i++) {
+    for (size_t i = 0; i < sizeof real / sizeof *real; i++) {
         snprintf(path, sizeof path, "%s/loraserve-%s", bin, real[i]);
         snprintf(target, sizeof target, "%s/loraserve-%s", LS_BIN_DIR, real[i]);
         assert_int_equal(symlink(target, path), 0);
     }
-    // The real scheduler the first time; a process that never says Ready after that.
-    snprintf(mark, sizeof mark, "%s/started-once", s_dir);
     snprintf(path, sizeof path, "%s/loraserve-scheduler", bin);
     FILE *f = fopen(path, "w");
-    fprintf(f, "#!/bin/sh\nif [ -e %s ]; then exec sleep 301; fi\ntouch %s\nexec %s/loraserve-scheduler \"$@\"\n", mark,
-            mark, LS_BIN_DIR);
+    assert_non_null(f);
+    fputs(script, f);
     fclose(f);
     chmod(path, 0755);
+}
+
+// Readiness and liveness: /health is 503 while the graph is not whole, /health/live 200 as long
+// as the gateway runs. A restarted scheduler that never gets Ready keeps /health at 503 and is
+// killed after --ready-timeout, which (the budget being 1) stops the graph.
+static void test_readiness(void **unused) {
+    char bin[200], path[300], mark[300], script[1024];
+    // The real scheduler the first time; a process that never says Ready after that.
+    snprintf(mark, sizeof mark, "%s/started-once", s_dir);
+    snprintf(script, sizeof script,
+             "#!/bin/sh\nif [ -e %s ]; then exec sleep 301; fi\ntouch %s\nexec %s/loraserve-scheduler \"$@\"\n", mark,
+             mark, LS_BIN_DIR);
+    s_bin_with_scheduler(bin, sizeof bin, "readybin", script);
 
     launch_t l;
     const char *extra[] = {"--ready-timeout", "3", "--max-restarts", "1", "--api-key", "key-not-for-ps", NULL};
@@ -541,20 +551,8 @@ static void test_readiness(void **unused) {
 
 static void test_ready_timeout(void **unused) {
     // A bin dir where the scheduler is a process that never says Ready.
-    char bin[200], path[300], target[300];
-    snprintf(bin, sizeof bin, "%s/fakebin", s_dir);
-    mkdir(bin, 0755);
-    const char *real[] = {"launch", "gateway", "tokenizer", "registry", "worker", "detokenizer"};
-    for (size_t i = 0; i < 6; i++) {
-        snprintf(path, sizeof path, "%s/loraserve-%s", bin, real[i]);
-        snprintf(target, sizeof target, "%s/loraserve-%s", LS_BIN_DIR, real[i]);
-        assert_int_equal(symlink(target, path), 0);
-    }
-    snprintf(path, sizeof path, "%s/loraserve-scheduler", bin);
-    FILE *f = fopen(path, "w");
-    fputs("#!/bin/sh\nexec sleep 300\n", f);
-    fclose(f);
-    chmod(path, 0755);
+    char bin[200];
+    s_bin_with_scheduler(bin, sizeof bin, "fakebin", "#!/bin/sh\nexec sleep 300\n");
 
     launch_t l;
     const char *extra[] = {"--ready-timeout", "2", "--shutdown-timeout", "4", NULL};
