@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,6 +68,7 @@ struct ls_stream {
 typedef struct {
     char name[48];
     uint64_t value;
+    bool gauge;  // a level (ls_actor_gauge), not a count
 } s_counter_t;
 
 typedef struct s_job {
@@ -171,10 +173,10 @@ uint64_t ls_mono_ns(void) {
 // ---------------------------------------------------------------------------------------------
 // counters
 
-uint64_t *ls_actor_counter(ls_actor_t *self, const char *name) {
+static s_counter_t *s_counter_slot(ls_actor_t *self, const char *name) {
     for (int i = 0; i < self->ncounters; i++)
         if (!strcmp(self->counters[i].name, name))
-            return &self->counters[i].value;
+            return &self->counters[i];
     if (self->ncounters == LS_MAX_COUNTERS) {
         ls_error(0, "counter table full, dropping counter %s", name);
         return NULL;
@@ -182,6 +184,20 @@ uint64_t *ls_actor_counter(ls_actor_t *self, const char *name) {
     s_counter_t *c = &self->counters[self->ncounters++];
     snprintf(c->name, sizeof c->name, "%s", name);
     c->value = 0;
+    c->gauge = false;
+    return c;
+}
+
+uint64_t *ls_actor_counter(ls_actor_t *self, const char *name) {
+    s_counter_t *c = s_counter_slot(self, name);
+    return c ? &c->value : NULL;
+}
+
+uint64_t *ls_actor_gauge(ls_actor_t *self, const char *name) {
+    s_counter_t *c = s_counter_slot(self, name);
+    if (!c)
+        return NULL;
+    c->gauge = true;
     return &c->value;
 }
 
@@ -564,6 +580,10 @@ static int s_on_get_metrics(ls_actor_t *self, ls_in_t *in) {
         m.u.metrics.values.v[i] = self->counters[i].value;
     }
     m.u.metrics.names.n = m.u.metrics.values.n = (size_t)self->ncounters;
+    m.u.metrics.gauges.v = calloc((size_t)self->ncounters + 1, sizeof(char *));
+    for (int i = 0; i < self->ncounters; i++)
+        if (self->counters[i].gauge)
+            m.u.metrics.gauges.v[m.u.metrics.gauges.n++] = ls_msg_strdup(self->counters[i].name);
     m.u.metrics.measured_names.v = calloc((size_t)self->nmeasured + 1, sizeof(char *));
     m.u.metrics.measured_values.v = calloc((size_t)self->nmeasured + 1, sizeof(uint64_t));
     for (int i = 0; i < self->nmeasured; i++) {

@@ -224,6 +224,9 @@ void ls_replay_break(void);
 // Counters exposed through GetMetrics (and later /metrics). The pointer stays valid for the
 // actor's life; NULL only when the table is full (logged once).
 uint64_t *ls_actor_counter(ls_actor_t *self, const char *name);
+// The same for a gauge: a level that moves both ways (a queue's length, bytes in use), which
+// /metrics types as such, so that a reader takes its value rather than its increase.
+uint64_t *ls_actor_gauge(ls_actor_t *self, const char *name);
 void ls_actor_count(ls_actor_t *self, const char *name, uint64_t n);
 uint64_t ls_actor_counter_get(ls_actor_t *self, const char *name);
 // A counter read from the clock (durations): reported in Metrics.measured_*, which replay does

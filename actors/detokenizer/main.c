@@ -36,15 +36,18 @@ static void s_publish(detok_app_t *app) {
         const char *name;
         uint64_t v;
     } c[] = {
-        {"requests_active", st->active},          {"requests_total", st->requests},
-        {"tokens_total", st->tokens},             {"stop_string_matches_total", st->stop_matches},
-        {"token_outs_dropped_total", st->dropped}, {"requests_failed_total", st->failed},
+        {"requests_total", st->requests},          {"tokens_total", st->tokens},
+        {"stop_string_matches_total", st->stop_matches}, {"token_outs_dropped_total", st->dropped},
+        {"requests_failed_total", st->failed},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         uint64_t *p = ls_actor_counter(app->actor, c[i].name);
         if (p)
             *p = c[i].v;
     }
+    uint64_t *g = ls_actor_gauge(app->actor, "requests_active");
+    if (g)
+        *g = st->active;
 }
 
 static void s_send(void *host, const char *peer, const ls_msg_t *msg) {

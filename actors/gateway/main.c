@@ -856,6 +856,32 @@ static void s_prom_hist(gw_buf_t *b, const char *name, const char *help, const s
                   name, h->sum, name, (unsigned long long)h->count);
 }
 
+// An actor's counter names (set 0) or its clock-read ones (set 1): how many have a value (a
+// malformed answer's names past its values are dropped), the names in *names.
+static size_t s_metric_names(const ls_msg_metrics_t *m, int set, char ***names) {
+    const ls_strs_t *n = set ? &m->measured_names : &m->names;
+    size_t nv = set ? m->measured_values.n : m->values.n;
+    *names = n->v;
+    return n->n < nv ? n->n : nv;
+}
+
+static bool s_strs_has(const ls_strs_t *l, const char *s) {
+    for (size_t i = 0; i < l->n; i++)
+        if (l->v[i] && !strcmp(l->v[i], s))
+            return true;
+    return false;
+}
+
+// Where `name` is among an actor's names of that set (with a value), else -1.
+static long s_metric_find(const ls_msg_metrics_t *m, int set, const char *name) {
+    char **v;
+    size_t n = s_metric_names(m, set, &v);
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(v[k] ? v[k] : "unnamed", name))
+            return (long)k;
+    return -1;
+}
+
 static void s_metrics_answer(s_call_t *c) {
     gw_buf_t b = {0};
     gw_buf_printf(&b, "# HELP loraserve_gateway_http_responses_total HTTP answers by status code\n"
@@ -898,20 +924,35 @@ static void s_metrics_answer(s_call_t *c) {
         s_prom_label(&b, m->actor ? m->actor : "?");
         gw_buf_printf(&b, "\"} 1\n");
     }
-    for (size_t i = 0; i < c->nmetrics; i++) {
-        const ls_msg_metrics_t *m = &c->metrics[i].u.metrics;
-        // the counters, then those read from the clock (busy_us_total …), alike
-        const ls_strs_t *names[2] = {&m->names, &m->measured_names};
-        const ls_u64s_t *values[2] = {&m->values, &m->measured_values};
-        for (int set = 0; set < 2; set++)
-            for (size_t k = 0; k < names[set]->n && k < values[set]->n; k++) {
+    // The counters, then those read from the clock (busy_us_total …), alike; each name's
+    // samples together (the text format wants a metric's lines in one group), from the first
+    // actor that reports it on, typed gauge where that actor says it is one.
+    for (size_t i = 0; i < c->nmetrics; i++)
+        for (int set = 0; set < 2; set++) {
+            char **names;
+            size_t nn = s_metric_names(&c->metrics[i].u.metrics, set, &names);
+            for (size_t k = 0; k < nn; k++) {
+                const char *n = names[k] ? names[k] : "unnamed";
+                bool seen = s_metric_find(&c->metrics[i].u.metrics, set, n) < (long)k; // listed twice
+                for (size_t j = 0; j < i && !seen; j++)
+                    seen = s_metric_find(&c->metrics[j].u.metrics, set, n) >= 0;
+                if (seen)
+                    continue;
                 char name[128];
-                s_prom_name(name, sizeof name, names[set]->v[k] ? names[set]->v[k] : "unnamed");
-                gw_buf_printf(&b, "loraserve_%s{actor=\"", name);
-                s_prom_label(&b, m->actor ? m->actor : "?");
-                gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)values[set]->v[k]);
+                s_prom_name(name, sizeof name, n);
+                if (set == 0 && s_strs_has(&c->metrics[i].u.metrics.gauges, n))
+                    gw_buf_printf(&b, "# TYPE loraserve_%s gauge\n", name);
+                for (size_t j = i; j < c->nmetrics; j++) {
+                    const ls_msg_metrics_t *m = &c->metrics[j].u.metrics;
+                    long at = s_metric_find(m, set, n);
+                    if (at < 0)
+                        continue;
+                    gw_buf_printf(&b, "loraserve_%s{actor=\"", name);
+                    s_prom_label(&b, m->actor ? m->actor : "?");
+                    gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)(set ? m->measured_values.v : m->values.v)[at]);
+                }
             }
-    }
+        }
     if (c->req)
         gw_req_respond(c->req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.d, b.n);
     c->req = NULL;

@@ -80,7 +80,6 @@ static const struct {
     {"adapter_demand_loads_total", offsetof(reg_stats_t, demand_loads)},
     {"adapter_releases_unknown_total", offsetof(reg_stats_t, releases_unknown)},
     {"adapter_answers_unknown_total", offsetof(reg_stats_t, answers_unknown)},
-    {"adapters_in_flight", offsetof(reg_stats_t, in_flight)},
 };
 
 // Copy the core's counters into the actor's after every event.
@@ -91,6 +90,9 @@ static void s_publish(registry_t *r) {
         if (c)
             *c = *(const uint64_t *)((const char *)st + s_counters[i].off);
     }
+    uint64_t *g = ls_actor_gauge(r->actor, "adapters_in_flight");
+    if (g)
+        *g = st->in_flight;
     uint64_t *c = ls_actor_counter(r->actor, "journal_errors_total");
     if (c)
         *c = r->journal_errors;

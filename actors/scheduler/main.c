@@ -63,22 +63,25 @@ static ls_flag_t s_flags[] = {
     LS_FLAG_END,
 };
 
-// Counters for GetMetrics, copied from the core's stats after every event.
+// Counters for GetMetrics, copied from the core's stats after every event; G: a gauge (a
+// level that moves both ways), C: a count.
 static const struct {
     const char *name;
     size_t offset;
+    bool gauge;
 } s_counters[] = {
-#define C(name, field) {name, offsetof(sched_stats_t, field)}
-    C("queue_length", waiting),
-    C("running_requests", running),
-    C("kv_blocks_used", kv_blocks_used),
-    C("kv_blocks_total", kv_blocks_total),
-    C("kv_blocks_cached", kv_blocks_cached),
-    C("adapter_request_refs", adapter_refs),
-    C("adapter_cpu_resident", adapter_cpu_resident),
-    C("adapter_cpu_bytes_used", adapter_cpu_bytes_used),
-    C("adapter_cpu_bytes_total", adapter_cpu_bytes_total),
-    C("adapter_loads_waiting", adapter_loads_waiting),
+#define C(name, field) {name, offsetof(sched_stats_t, field), false}
+#define G(name, field) {name, offsetof(sched_stats_t, field), true}
+    G("queue_length", waiting),
+    G("running_requests", running),
+    G("kv_blocks_used", kv_blocks_used),
+    G("kv_blocks_total", kv_blocks_total),
+    G("kv_blocks_cached", kv_blocks_cached),
+    G("adapter_request_refs", adapter_refs),
+    G("adapter_cpu_resident", adapter_cpu_resident),
+    G("adapter_cpu_bytes_used", adapter_cpu_bytes_used),
+    G("adapter_cpu_bytes_total", adapter_cpu_bytes_total),
+    G("adapter_loads_waiting", adapter_loads_waiting),
     C("steps", steps),
     C("step_roundtrip_us_total", step_roundtrip_us),
     C("step_worker_us_total", step_worker_us),
@@ -91,7 +94,7 @@ static const struct {
     C("adapter_cpu_load_us_total", adapter_cpu_load_us),
     C("adapter_cpu_evictions", adapter_cpu_evictions),
     C("preemptions", preemptions),
-    C("max_skipped_steps", max_skipped),
+    G("max_skipped_steps", max_skipped),
     C("requests_finished", requests_finished),
     C("requests_aborted", requests_aborted),
     C("requests_failed", requests_failed),
@@ -99,6 +102,7 @@ static const struct {
     C("requests_overloaded", requests_overloaded),
     C("step_timeouts", step_timeouts),
 #undef C
+#undef G
 };
 
 static void s_worker_name(int rank, char *out, size_t cap) { snprintf(out, cap, "worker-%d", rank); }
@@ -143,7 +147,8 @@ static void s_on_wake(ls_actor_t *a, ls_timer_t *t, void *arg);
 static void s_sync(app_t *app) {
     const sched_stats_t *st = sched_stats(app->core);
     for (size_t i = 0; i < sizeof s_counters / sizeof s_counters[0]; i++) {
-        uint64_t *c = ls_actor_counter(app->actor, s_counters[i].name);
+        uint64_t *c = s_counters[i].gauge ? ls_actor_gauge(app->actor, s_counters[i].name)
+                                          : ls_actor_counter(app->actor, s_counters[i].name);
         if (c)
             *c = *(const uint64_t *)((const char *)st + s_counters[i].offset);
     }

@@ -1,6 +1,7 @@
 #include "prom.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,8 @@ struct bs_prom_t {
     char **series;
     double *values;
     size_t n, cap_series, cap_values;
+    char **gauges; // metric names a "# TYPE NAME gauge" line declared
+    size_t n_gauges, cap_gauges;
 };
 
 static int s_name_char(int c, int first) { return isalpha(c) || c == '_' || c == ':' || (!first && isdigit(c)); }
@@ -30,11 +33,34 @@ static int s_add(bs_prom_t *p, const char *series, size_t n, double v) {
     return 0;
 }
 
+// "# TYPE NAME gauge": NAME noted as a gauge. 0, or -1 out of memory.
+static int s_type_line(bs_prom_t *p, const char *s, const char *e) {
+    static const char tag[] = "# TYPE ";
+    size_t tl = sizeof tag - 1;
+    if ((size_t)(e - s) <= tl || memcmp(s, tag, tl))
+        return 0;
+    const char *name = s + tl, *q = name;
+    while (q < e && s_name_char((unsigned char)*q, q == name))
+        q++;
+    const char *t = q;
+    while (t < e && (*t == ' ' || *t == '\t'))
+        t++;
+    if (q == name || t == q || (size_t)(e - t) < 5 || memcmp(t, "gauge", 5) || (e - t > 5 && t[5] != ' ' && t[5] != '\t'))
+        return 0;
+    if (bs_grow(&p->gauges, &p->cap_gauges, p->n_gauges + 1, sizeof *p->gauges) < 0 ||
+        !(p->gauges[p->n_gauges] = strndup(name, (size_t)(q - name))))
+        return -1;
+    p->n_gauges++;
+    return 0;
+}
+
 // One line (without its end): 0 when it is a sample (added) or not one (skipped), -1 out of memory.
 static int s_line(bs_prom_t *p, const char *s, const char *e) {
     while (s < e && (*s == ' ' || *s == '\t'))
         s++;
-    if (s == e || *s == '#')
+    if (s < e && *s == '#')
+        return s_type_line(p, s, e);
+    if (s == e)
         return 0;
     const char *q = s;
     while (q < e && s_name_char((unsigned char)*q, q == s))
@@ -93,8 +119,11 @@ void bs_prom_destroy(bs_prom_t **pp) {
         return;
     for (size_t i = 0; i < p->n; i++)
         free(p->series[i]);
+    for (size_t i = 0; i < p->n_gauges; i++)
+        free(p->gauges[i]);
     free(p->series);
     free(p->values);
+    free(p->gauges);
     free(p);
     *pp = NULL;
 }
@@ -102,6 +131,14 @@ void bs_prom_destroy(bs_prom_t **pp) {
 size_t bs_prom_size(const bs_prom_t *p) { return p->n; }
 const char *bs_prom_series(const bs_prom_t *p, size_t i) { return p->series[i]; }
 double bs_prom_value(const bs_prom_t *p, size_t i) { return p->values[i]; }
+
+bool bs_prom_is_gauge(const bs_prom_t *p, const char *series) {
+    size_t len = bs_prom_name_len(series);
+    for (size_t i = 0; i < p->n_gauges; i++)
+        if (strlen(p->gauges[i]) == len && !memcmp(p->gauges[i], series, len))
+            return true;
+    return false;
+}
 
 int bs_prom_get(const bs_prom_t *p, const char *series, double *value) {
     for (size_t i = 0; i < p->n; i++)

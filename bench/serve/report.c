@@ -25,8 +25,9 @@ static double s_tpot(const bs_result_t *r) {
     return r->output_tokens > 1 ? (r->e2e_ms - r->ttft_ms) / (double)(r->output_tokens - 1) : -1;
 }
 
-// Each loraserve_adapter_* series' delta over the run, by series, and summed per metric name
-// (without "loraserve_") at the top level: adapter_cold_loads and whatever else the server counts.
+// Each loraserve_adapter_* series' delta over the run (a gauge's value at its end: a level's
+// change says nothing), by series, and summed per metric name (without "loraserve_") at the
+// top level: adapter_cold_loads and whatever else the server counts.
 static void s_add_adapter_metrics(cJSON *o, const bs_prom_t *before, const bs_prom_t *after) {
     if (!before || !after) {
         cJSON_AddNullToObject(o, "adapter_metrics");
@@ -39,7 +40,8 @@ static void s_add_adapter_metrics(cJSON *o, const bs_prom_t *before, const bs_pr
         if (strncmp(s, S_ADAPTER_PREFIX, strlen(S_ADAPTER_PREFIX)))
             continue;
         double b = 0;
-        bs_prom_get(before, s, &b);  // a series born during the run started at 0
+        if (!bs_prom_is_gauge(after, s))
+            bs_prom_get(before, s, &b);  // a series born during the run started at 0
         double delta = bs_prom_value(after, i) - b;
         cJSON_AddNumberToObject(series, s, delta);
         char name[128];

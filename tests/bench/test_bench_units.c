@@ -544,6 +544,9 @@ static void test_stats(void **state) {
 static const char s_metrics[] =
     "# HELP loraserve_adapter_cold_loads loads\n# TYPE loraserve_adapter_cold_loads counter\n"
     "loraserve_adapter_cold_loads{actor=\"scheduler\"} 4\r\n"
+    "# TYPE loraserve_adapter_cpu_bytes_used gauge\n"
+    "#TYPE not_a_type_line gauge\n"
+    "# TYPE loraserve_adapter_cpu_loads gaugeish\n"
     "loraserve_adapter_cpu_loads{actor=\"scheduler\"} 2\n"
     "loraserve_adapter_demand_loads_total{actor=\"registry\"} 1 1712345678000\n"
     "loraserve_gateway_requests_total{model=\"a \\\"q}\\\" b\"} 7\n"
@@ -577,6 +580,14 @@ static void test_prom(void **state) {
     assert_int_equal(bs_prom_get(p, "bad_value", &v), -1);
     assert_int_equal(bs_prom_get(p, "loraserve_adapter_cold_loads", &v), -1);  // labels are part of the series
     assert_int_equal(bs_prom_name_len("loraserve_adapter_cold_loads{actor=\"x\"}"), strlen("loraserve_adapter_cold_loads"));
+    // gauges by their TYPE line, whatever the labels; a counter's, a misspelt type or a
+    // malformed line declare none
+    assert_true(bs_prom_is_gauge(p, "loraserve_adapter_cpu_bytes_used{actor=\"scheduler\"}"));
+    assert_true(bs_prom_is_gauge(p, "loraserve_adapter_cpu_bytes_used"));
+    assert_false(bs_prom_is_gauge(p, "loraserve_adapter_cpu_bytes"));
+    assert_false(bs_prom_is_gauge(p, "loraserve_adapter_cold_loads{actor=\"scheduler\"}"));
+    assert_false(bs_prom_is_gauge(p, "loraserve_adapter_cpu_loads{actor=\"scheduler\"}"));
+    assert_false(bs_prom_is_gauge(p, "not_a_type_line"));
     bs_prom_destroy(&p);
     assert_null(p);
 }
@@ -593,10 +604,15 @@ static void test_report(void **state) {
         {.ok = 0, .err_kind = "http_404", .err_msg = "adapter nope is not loaded", .ttft_ms = -1, .e2e_ms = 3},
         {.ok = 0, .err_kind = "http_404", .err_msg = "again", .ttft_ms = -1, .e2e_ms = 4},
     };
-    const char before_text[] = "loraserve_adapter_cold_loads{actor=\"scheduler\"} 4\n"
+    const char before_text[] = "# TYPE loraserve_adapter_cpu_bytes_used gauge\n"
+                               "loraserve_adapter_cpu_bytes_used{actor=\"scheduler\"} 500\n"
+                               "loraserve_adapter_cold_loads{actor=\"scheduler\"} 4\n"
                                "loraserve_adapter_cold_loads{actor=\"scheduler-1\"} 1\n"
                                "loraserve_gateway_requests_total 9\n";
-    const char after_text[] = "loraserve_adapter_cold_loads{actor=\"scheduler\"} 10\n"
+    // a gauge that fell during the run is reported at its end value, not as a negative change
+    const char after_text[] = "# TYPE loraserve_adapter_cpu_bytes_used gauge\n"
+                              "loraserve_adapter_cpu_bytes_used{actor=\"scheduler\"} 300\n"
+                              "loraserve_adapter_cold_loads{actor=\"scheduler\"} 10\n"
                               "loraserve_adapter_cold_loads{actor=\"scheduler-1\"} 3\n"
                               "loraserve_adapter_cold_load_seconds_count{actor=\"worker-0\"} 5\n"
                               "loraserve_gateway_requests_total 19\n";
@@ -620,6 +636,7 @@ static void test_report(void **state) {
         {"mean_e2e_latency_ms", 230}, {"concurrency", 0.23},
         {"slo_attainment", 0.25},  // one of four: ttft 100 <= 200 and tpot 10 <= 50
         {"adapter_cold_loads", 8}, {"adapter_cold_load_seconds_count", 5},
+        {"adapter_cpu_bytes_used", 300},
         {"total_chunks", 5},       {"max_inflight", 3},
         {"bench_cpu_us_per_request", 1000}, {"bench_cpu_us_per_chunk", 800},
     };
@@ -643,7 +660,7 @@ static void test_report(void **state) {
                             ->valuestring,
                         "adapter nope is not loaded");
     const cJSON *am = cJSON_GetObjectItemCaseSensitive(o, "adapter_metrics");
-    assert_int_equal(cJSON_GetArraySize(am), 3);  // the gateway's series are not adapter counters
+    assert_int_equal(cJSON_GetArraySize(am), 4);  // the gateway's series are not adapter counters
     assert_true(cJSON_GetObjectItemCaseSensitive(am, "loraserve_adapter_cold_loads{actor=\"scheduler-1\"}")->valuedouble == 2);
     // The table comes from the same object.
     char *table = NULL;

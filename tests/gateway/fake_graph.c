@@ -131,17 +131,25 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
     }
 }
 
+// An actor's Metrics: `name` = value (a gauge when gauge is set) and the gauge requests_active
+// = value + 1, which every fake actor reports (the gateway groups a name's samples).
 static void s_metrics(zsock_t *router, zframe_t *id, uint64_t rid, const char *actor, const char *name,
-                      uint64_t value) {
+                      uint64_t value, bool gauge) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_METRICS);
     m.rid = rid;
     m.u.metrics.actor = ls_msg_strdup(actor);
-    m.u.metrics.names.v = calloc(1, sizeof(char *));
+    m.u.metrics.names.v = calloc(2, sizeof(char *));
     m.u.metrics.names.v[0] = ls_msg_strdup(name);
-    m.u.metrics.values.v = calloc(1, sizeof(uint64_t));
+    m.u.metrics.names.v[1] = ls_msg_strdup("requests_active");
+    m.u.metrics.values.v = calloc(2, sizeof(uint64_t));
     m.u.metrics.values.v[0] = value;
-    m.u.metrics.names.n = m.u.metrics.values.n = 1;
+    m.u.metrics.values.v[1] = value + 1;
+    m.u.metrics.names.n = m.u.metrics.values.n = 2;
+    m.u.metrics.gauges.v = calloc(2, sizeof(char *));
+    m.u.metrics.gauges.v[m.u.metrics.gauges.n++] = ls_msg_strdup("requests_active");
+    if (gauge)
+        m.u.metrics.gauges.v[m.u.metrics.gauges.n++] = ls_msg_strdup(name);
     s_send(router, id, &m);
 }
 
@@ -224,7 +232,7 @@ static void s_actor(zsock_t *pipe, void *arg) {
         if (id && body && ls_msg_decode(zframe_data(body), zframe_size(body), &req, NULL) == 0) {
             if (which == sched) {
                 if (req.type == LS_MSG_GET_METRICS)
-                    s_metrics(sched, id, req.rid, "scheduler", "queue_length", 3);
+                    s_metrics(sched, id, req.rid, "scheduler", "queue_length", 3, true);
             } else if (req.type == LS_MSG_GENERATE_REQ) {
                 pthread_mutex_lock(&s_lock);
                 free(s_last);
@@ -245,7 +253,7 @@ static void s_actor(zsock_t *pipe, void *arg) {
                     hang_rid = 0;
                 }
             } else if (req.type == LS_MSG_GET_METRICS)
-                s_metrics(tok, id, req.rid, "tokenizer", "kv_used_blocks", 7);
+                s_metrics(tok, id, req.rid, "tokenizer", "kv_used_blocks", 7, false);
             else
                 s_admin(tok, id, &req);
             ls_msg_clear(&req);

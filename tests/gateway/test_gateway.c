@@ -658,6 +658,19 @@ static void test_metrics(void **state) {
     assert_non_null(strstr(r.body, "loraserve_gateway_inter_token_latency_seconds_bucket{le=\"+Inf\"} "));
     assert_non_null(strstr(r.body, "loraserve_queue_length{actor=\"scheduler\"} 3"));
     assert_non_null(strstr(r.body, "loraserve_kv_used_blocks{actor=\"tokenizer\"} 7"));
+    // gauges typed as the actors said, before their samples; counters untyped
+    const char *qt = strstr(r.body, "# TYPE loraserve_queue_length gauge\n");
+    assert_non_null(qt);
+    assert_true(qt < strstr(r.body, "loraserve_queue_length{"));
+    assert_null(strstr(r.body, "# TYPE loraserve_kv_used_blocks"));
+    // a name that several actors report: one TYPE line, then all its samples together
+    const char *at = strstr(r.body, "# TYPE loraserve_requests_active gauge\n");
+    assert_non_null(at);
+    assert_null(strstr(at + 1, "# TYPE loraserve_requests_active"));
+    const char *s1 = at + strlen("# TYPE loraserve_requests_active gauge\n"), *s2 = strchr(s1, '\n') + 1;
+    assert_true(!strncmp(s1, "loraserve_requests_active{actor=\"", 33) && !strncmp(s2, "loraserve_requests_active{actor=\"", 33));
+    assert_true(strstr(r.body, "loraserve_requests_active{actor=\"scheduler\"} 4\n") &&
+                strstr(r.body, "loraserve_requests_active{actor=\"tokenizer\"} 8\n"));
     s_resp_free(&r);
 }
 
