@@ -25,6 +25,8 @@
 #   coldload  rank-16 adapters on all seven targets (84 MB) loaded on demand one at a time
 #             while 64 base-model requests decode: their time to first token, the worker's
 #             load time, the base requests' TPOT with and without the loads
+#   recovery  (not in the default set) the worker SIGKILLed under load: time until it is Ready
+#             and /health answers again, the requests in flight answered, none hanging
 #   hops      (not in the default set) a traced run: where a step's hop between the
 #             scheduler and the worker goes
 #   kernels   (not in the default set) the engine alone (LS_SERVE_KERNEL_SPECS), by default at
@@ -275,6 +277,54 @@ make_set() {  # PREFIX TARGETS DISTINCT NAMES
     ln "$dir/$prefix-$((i % distinct))"/* "$dir/$prefix-$i/"
   done
   echo "$dir: $names names over $distinct distinct adapters, $(du -sh "$dir" | cut -f1)"
+}
+
+# The worker killed under load: 64 concurrent base-model requests, SIGKILL to the worker 5 s
+# in; how long until the launcher has it Ready again and /health answers 200, what became of
+# the requests in flight (answered with an error, none hanging: the benchmark ends), and that
+# the requests after it complete.
+stage_recovery() {
+  row "== recovery: the worker killed under load ($card)"
+  graph_start /tmp/ls-rec || return 1
+  "$bin/loraserve-bench" --base-url "$url" --adapter-dist base --num-prompts 1200 --max-concurrency 64 \
+    --request-rate inf "${common[@]}" --disable-tqdm --output-file "$out/recovery.json" >"$out/recovery.log" 2>&1 &
+  local bench=$!
+  sleep 5
+  local wpid
+  wpid=$(pgrep -f "$bin/loraserve-worker" | head -1)
+  [[ -n $wpid ]] || { echo "recovery: no worker process"; graph_stop; return 1; }
+  kill -9 "$wpid"
+  python3 - "$url" <<'EOF2' | tee -a "$summary"
+import sys, time, urllib.request
+url, t0, down = sys.argv[1], time.monotonic(), None
+while time.monotonic() - t0 < 120:
+    try:
+        ok = urllib.request.urlopen(url + "/health", timeout=2).status == 200
+    except Exception:
+        ok = False
+    if not ok and down is None:
+        down = time.monotonic() - t0
+    if ok and down is not None:
+        print("worker SIGKILLed: /health not ready %.2f s after the kill, ready again %.2f s after it"
+              % (down, time.monotonic() - t0))
+        break
+    time.sleep(0.05)
+else:
+    print("worker SIGKILLed: /health %s within 120 s" % ("never went down" if down is None else "not ready again"))
+EOF2
+  local waited=0
+  while kill -0 "$bench" 2>/dev/null && ((waited < 240)); do sleep 1; waited=$((waited + 1)); done
+  kill "$bench" 2>/dev/null && row "recovery: the benchmark was still running 240 s later (a request hangs)"
+  wait "$bench" 2>/dev/null
+  grep -h "is ready again after restart" /tmp/ls-rec.launch.log /tmp/ls-rec/logs/*.log 2>/dev/null | head -2 |
+    sed 's/.*msg="//; s/"$//' | while read -r l; do row "launcher: $l"; done
+  row "requests under the kill: $(jget "$out/recovery.json" completed) completed, $(jget "$out/recovery.json" failed) failed of 1200 (those in flight at the kill or sent while it was down fail, with an error)"
+  "$bin/loraserve-bench" --base-url "$url" --adapter-dist base --num-prompts 128 --max-concurrency 64 \
+    --request-rate inf "${common[@]}" --disable-tqdm --output-file "$out/recovery_after.json" >"$out/recovery_after.log" 2>&1
+  row "requests after it: $(jget "$out/recovery_after.json" completed) completed, $(jget "$out/recovery_after.json" failed) failed of 128"
+  graph_stop
+  cp /tmp/ls-rec.launch.log "$out/recovery_launcher.log"
+  cp /tmp/ls-rec/logs/worker-0.log "$out/recovery_worker.log" 2>/dev/null
 }
 
 # Where a hop goes: the graph at 64 concurrent (base model) with --record-trace, and from the
