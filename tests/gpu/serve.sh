@@ -286,10 +286,14 @@ make_set() {  # PREFIX TARGETS DISTINCT NAMES
 stage_recovery() {
   row "== recovery: the worker killed under load ($card)"
   graph_start /tmp/ls-rec || return 1
-  "$bin/loraserve-bench" --base-url "$url" --adapter-dist base --num-prompts 1200 --max-concurrency 64 \
+  # LS_SERVE_KILL_AFTER_S (default 5): when the kill comes; later, the worker has pinned more of
+  # its host tier (its maker thread pins 1 GiB at a time from the start), which its exit unpins
+  local after=${LS_SERVE_KILL_AFTER_S:-5} np
+  np=$((240 * (after + 5)))
+  "$bin/loraserve-bench" --base-url "$url" --adapter-dist base --num-prompts "$np" --max-concurrency 64 \
     --request-rate inf "${common[@]}" --disable-tqdm --output-file "$out/recovery.json" >"$out/recovery.log" 2>&1 &
   local bench=$!
-  sleep 5
+  sleep "$after"
   local wpid
   wpid=$(pgrep -f "$bin/loraserve-worker" | head -1)
   [[ -n $wpid ]] || { echo "recovery: no worker process"; graph_stop; return 1; }
@@ -318,7 +322,7 @@ EOF2
   wait "$bench" 2>/dev/null
   grep -h "is ready again after restart" /tmp/ls-rec.launch.log /tmp/ls-rec/logs/*.log 2>/dev/null | head -2 |
     sed 's/.*msg="//; s/"$//' | while read -r l; do row "launcher: $l"; done
-  row "requests under the kill: $(jget "$out/recovery.json" completed) completed, $(jget "$out/recovery.json" failed) failed of 1200 (those in flight at the kill or sent while it was down fail, with an error)"
+  row "requests under the kill ($after s in): $(jget "$out/recovery.json" completed) completed, $(jget "$out/recovery.json" failed) failed of $np (those in flight at the kill or sent while it was down fail, with an error)"
   "$bin/loraserve-bench" --base-url "$url" --adapter-dist base --num-prompts 128 --max-concurrency 64 \
     --request-rate inf "${common[@]}" --disable-tqdm --output-file "$out/recovery_after.json" >"$out/recovery_after.log" 2>&1
   row "requests after it: $(jget "$out/recovery_after.json" completed) completed, $(jget "$out/recovery_after.json" failed) failed of 128"
