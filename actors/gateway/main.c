@@ -450,7 +450,7 @@ static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
         // A piece with neither text nor an ending says nothing (a token held back by the
         // detokenizer); a chat choice's first chunk still carries the assistant role.
         int first = !c->sent[ci];
-        if ((t->text && *t->text) || t->finish != LS_FINISH_REASON_NONE || (first && c->gen.api == GW_CHAT)) {
+        if (t->text.len || t->finish != LS_FINISH_REASON_NONE || (first && c->gen.api == GW_CHAT)) {
             char *chunk = gw_answer_chunk(&c->gen, c->id, c->created, t->index + p * (size_t)c->gen.n, t, ch, first);
             if (chunk)
                 s_sse(c->req, chunk);

@@ -201,7 +201,7 @@ static void s_end_whole(greq_t *g, uint32_t finish, uint32_t code, const char *w
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
     m.rid = g->client_rid;
     ls_msg_text_out_t *t = &m.u.text_out;
-    t->text = ls_msg_strdup("");
+    t->text = ls_msg_textdup("", 0);
     t->finish = finish;
     t->error_code = code;
     t->error = ls_msg_strdup(why);
@@ -229,7 +229,7 @@ static void s_comp_output(comp_t *c, ls_msg_t *msg) {
         if (!final)
             return;
         tcollect_take(&c->collect, t);
-    } else if (!final && !(t->text && *t->text) && !(req->return_token_ids && t->token_ids.n) && !t->logprobs.n) {
+    } else if (!final && !t->text.len && !(req->return_token_ids && t->token_ids.n) && !t->logprobs.n) {
         return;  // an empty piece (text held back) the client has no use for
     }
     if (!req->return_token_ids) {
@@ -257,7 +257,7 @@ static void s_comp_output(comp_t *c, ls_msg_t *msg) {
 static void s_comp_fail(comp_t *c, uint32_t finish, uint32_t code, const char *why) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
-    m.u.text_out.text = ls_msg_strdup("");
+    m.u.text_out.text = ls_msg_textdup("", 0);
     m.u.text_out.finish = finish;
     m.u.text_out.error_code = code;
     m.u.text_out.error = ls_msg_strdup(why);
@@ -326,7 +326,7 @@ static void s_refuse(ls_actor_t *a, const ls_in_t *in, uint32_t code, const char
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
     m.rid = in->msg->rid;
-    m.u.text_out.text = ls_msg_strdup("");
+    m.u.text_out.text = ls_msg_textdup("", 0);
     m.u.text_out.finish = LS_FINISH_REASON_ERROR;
     m.u.text_out.error_code = code;
     m.u.text_out.error = ls_msg_strdup(why);

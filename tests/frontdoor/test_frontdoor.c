@@ -211,13 +211,13 @@ static out_t *s_pump(ls_msg_t *other) {
         const ls_msg_text_out_t *t = &m.u.text_out;
         assert_true(t->index < 2);
         assert_false(o->last);  // nothing after the last
-        strncat(o->text[t->index], t->text ? t->text : "", sizeof o->text[0] - strlen(o->text[t->index]) - 1);
+        strncat(o->text[t->index], t->text.s ? t->text.s : "", sizeof o->text[0] - strlen(o->text[t->index]) - 1);
         o->pieces[t->index]++;
         if (t->finish) {
             o->finals++;
             o->finish[t->index] = t->finish;
             o->code[t->index] = t->error_code;
-            snprintf(o->matched[t->index], sizeof o->matched[0], "%s", t->matched_stop ? t->matched_stop : "");
+            snprintf(o->matched[t->index], sizeof o->matched[0], "%s", t->matched_stop.s ? t->matched_stop.s : "");
         }
         o->last = t->last;
         ls_msg_clear(&m);

@@ -46,7 +46,7 @@ static void s_text(zsock_t *router, zframe_t *id, uint64_t rid, uint32_t index, 
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
     m.rid = rid;
     ls_msg_text_out_t *t = &m.u.text_out;
-    t->text = ls_msg_strdup(text);
+    t->text = ls_msg_textdup(text, strlen(text));
     t->index = index;
     t->finish = finish;
     t->prompt_tokens = prompt;
@@ -105,6 +105,19 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
             ls_msg_init(&m, (ls_msg_type_t)types[i]);
             s_send(router, id, &m);
         }
+    }
+    if ((g->text.s && !strcmp(g->text.s, "nul")) || (g->messages && strstr(g->messages, "\"nul\""))) {
+        // Generated text and a matched stop string holding NUL bytes, in one final TextOut.
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_TEXT_OUT);
+        m.rid = req->rid;
+        m.u.text_out.text = ls_msg_textdup("a\0b", 3);
+        m.u.text_out.finish = LS_FINISH_REASON_STOP;
+        m.u.text_out.matched_stop = ls_msg_textdup("\0x", 2);
+        m.u.text_out.prompt_tokens = prompt;
+        m.u.text_out.completion_tokens = 3;
+        s_send(router, id, &m);
+        return;
     }
     if (g->text.s && !strcmp(g->text.s, "hang")) {
         s_text(router, id, req->rid, 0, " hi", 1, 0, k, LS_FINISH_REASON_NONE, prompt, 1);

@@ -377,8 +377,28 @@ static void test_completions(void **state) {
     assert_contains(s_str(j, "error.message"), "without NUL characters");
     cJSON_Delete(j);
 
-    // Streaming: SSE chunks, finish in the last chunk of the choice, usage chunk, [DONE].
+    // Generated text and the matched stop string keep their NUL bytes (\u0000), whole and
+    // streamed, in every API's shape.
     resp_t r;
+    const struct {
+        const char *path, *body, *want[2];
+    } nul[] = {
+        {"/v1/completions", "{\"prompt\":\"nul\"}", {"\"text\":\"a\\u0000b\"", "\"stop_reason\":\"\\u0000x\""}},
+        {"/v1/completions", "{\"prompt\":\"nul\",\"stream\":true}", {"\"text\":\"a\\u0000b\"", "\"finish_reason\":\"stop\""}},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"nul\"}],\"stream\":true}",
+         {"\"content\":\"a\\u0000b\"", "\"finish_reason\":\"stop\""}},
+        {"/generate", "{\"text\":\"nul\"}", {"\"text\":\"a\\u0000b\"", "\"matched\":\"\\u0000x\""}},
+    };
+    for (size_t i = 0; i < sizeof nul / sizeof *nul; i++) {
+        s_call(s_gw.port, "POST", nul[i].path, nul[i].body, NULL, &r);
+        assert_int_equal(r.status, 200);
+        for (int k = 0; k < 2; k++)
+            if (!strstr(r.body, nul[i].want[k]))
+                fail_msg("POST %s %s: no %s in %s", nul[i].path, nul[i].body, nul[i].want[k], r.body);
+        s_resp_free(&r);
+    }
+
+    // Streaming: SSE chunks, finish in the last chunk of the choice, usage chunk, [DONE].
     s_call(s_gw.port, "POST", "/v1/completions",
            "{\"model\":\"demo\",\"prompt\":\"hi\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", NULL, &r);
     assert_int_equal(r.status, 200);
