@@ -43,6 +43,7 @@ struct greq {
     uint64_t client_rid;
     ls_route_t *route;
     char *key;      // in s_tok.clients while the client may still hear from it
+    char *client;   // the client's identity (hex), counted in s_tok.open_by_client until closed
     ls_msg_t req;   // the GenerateReq, moved out of the inbound message
     ls_token_ids_t ids;
     char *adapter_id;  // held from the registry (NULL: the base model, or not held)
@@ -70,6 +71,8 @@ typedef struct {
     zhashx_t *acquires;  // group id → greq_t, while acquiring
     zhashx_t *clients;   // client key → greq_t, until closed
     zhashx_t *relays;    // rid → relay_t
+    zhashx_t *open_by_client;  // client identity (hex) → its requests not closed (uintptr_t)
+    int max_client_requests;   // --max-client-requests: more are refused OVERLOADED
     greq_t *groups;
     bool scheduler_down;  // the launcher said so, and not yet that it is back
 } tok_t;
@@ -78,18 +81,25 @@ static tok_t s_tok;
 
 static void s_key(uint64_t id, char key[24]) { snprintf(key, 24, "%" PRIu64, id); }
 
-// identity (hex) + ":" + rid: what a client's Abort names.
-static char *s_client_key(const ls_in_t *in) {
+// The client's identity (hex), and with `rid` its key: identity + ":" + rid, what a client's
+// Abort names.
+static char *s_client_id(const ls_in_t *in, bool rid) {
     size_t n = in->identity ? zframe_size(in->identity) : 0;
     const uint8_t *d = in->identity ? zframe_data(in->identity) : NULL;
     char *key = malloc(2 * n + 24);
     if (!key)
         return NULL;
+    key[0] = 0;
     for (size_t i = 0; i < n; i++)
         snprintf(key + 2 * i, 3, "%02x", d[i]);
-    snprintf(key + 2 * n, 24, ":%" PRIu64, in->msg->rid);
+    if (rid)
+        snprintf(key + 2 * n, 24, ":%" PRIu64, in->msg->rid);
     return key;
 }
+
+static char *s_client_key(const ls_in_t *in) { return s_client_id(in, true); }
+
+static uintptr_t s_client_open(const char *client) { return (uintptr_t)zhashx_lookup(s_tok.open_by_client, client); }
 
 static void s_count(const char *name, uint64_t n) { ls_actor_count(s_tok.actor, name, n); }
 
@@ -137,6 +147,15 @@ static void s_release(greq_t *g) {
 // Nothing more goes to the client: forget its key, give the adapter back.
 static void s_close(greq_t *g) {
     g->closed = true;
+    if (g->client) {
+        uintptr_t open = s_client_open(g->client) - 1;
+        if (open)
+            zhashx_update(s_tok.open_by_client, g->client, (void *)open);
+        else
+            zhashx_delete(s_tok.open_by_client, g->client);
+        free(g->client);
+        g->client = NULL;
+    }
     if (g->key) {
         zhashx_delete(s_tok.clients, g->key);
         free(g->key);
@@ -153,6 +172,7 @@ static void s_maybe_free(greq_t *g) {
     if (g->key)
         zhashx_delete(s_tok.clients, g->key);
     free(g->key);
+    free(g->client);
     free(g->adapter_id);
     for (uint32_t i = 0; g->comps && i < g->n; i++)
         tcollect_free(&g->comps[i].collect);
@@ -374,11 +394,27 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
         s_refuse(a, in, LS_ERROR_CODE_BAD_REQUEST, "request id already in use by a request of this client");
         return -1;
     }
+    // Each client's share of this actor: its open requests are bounded, so one client's flood
+    // is answered at once and costs the others nothing.
+    char *client = s_client_id(in, false);
+    if (!client)
+        s_oom();
+    uintptr_t open = s_client_open(client);
+    if (open >= (uintptr_t)s->max_client_requests) {
+        char why[128];
+        snprintf(why, sizeof why, "client %s has %" PRIuPTR " requests open (--max-client-requests)", in->from, open);
+        ls_warn(in->msg->rid, "%s", why);
+        free(key);
+        free(client);
+        s_refuse(a, in, LS_ERROR_CODE_OVERLOADED, why);
+        return -1;
+    }
     char err[512];
     ls_token_ids_t ids = {0};
     uint32_t code = tmodel_prompt(s->model, req, &ids, err, sizeof err);
     if (code) {
         free(key);
+        free(client);
         ls_token_ids_free(&ids);
         s_refuse(a, in, code, err);
         return -1;
@@ -389,6 +425,8 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
     g->id = ++s->next_id;
     g->client_rid = in->msg->rid;
     g->key = key;
+    g->client = client;
+    zhashx_update(s->open_by_client, client, (void *)(open + 1));
     memcpy(&g->req, in->msg, sizeof g->req);  // moved: the runtime's copy is emptied
     ls_msg_init(in->msg, LS_MSG_GENERATE_REQ);
     req = &g->req.u.generate_req;
@@ -689,6 +727,10 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "--model-path is required: the model directory (tokenizer.json, tokenizer_config.json, config.json)");
         return -1;
     }
+    if (s->max_client_requests < 1) {
+        ls_error(0, "--max-client-requests must be at least 1");
+        return -1;
+    }
     char err[512];
     if (!(s->model = tmodel_load(s->model_path, err, sizeof err))) {
         ls_error(0, "--model-path: %s", err);
@@ -698,7 +740,8 @@ static int s_start(ls_actor_t *a, void *state) {
     s->acquires = zhashx_new();
     s->clients = zhashx_new();
     s->relays = zhashx_new();
-    if (!s->comps || !s->acquires || !s->clients || !s->relays)
+    s->open_by_client = zhashx_new();
+    if (!s->comps || !s->acquires || !s->clients || !s->relays || !s->open_by_client)
         s_oom();
     for (const char *const *p = (const char *const[]){"registry", "scheduler", NULL}; *p; p++)
         if (!ls_actor_has_peer(a, *p))
@@ -750,6 +793,7 @@ static void s_destroy(ls_actor_t *a, void *state) {
     zhashx_destroy(&s->acquires);
     zhashx_destroy(&s->clients);
     zhashx_destroy(&s->relays);
+    zhashx_destroy(&s->open_by_client);
     tmodel_destroy(&s->model);
 }
 
@@ -757,6 +801,8 @@ int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_STR("model-path", &s_tok.model_path, NULL,
                     "model directory: tokenizer.json, tokenizer_config.json (chat template), config.json"),
+        LS_FLAG_INT("max-client-requests", &s_tok.max_client_requests, "4096",
+                    "requests one client (the gateway, an SDK client) may have open; more are refused OVERLOADED"),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {.name = "tokenizer",
