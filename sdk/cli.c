@@ -63,7 +63,8 @@ static int s_exit_code(int rc) {
     case LS_ERR_NOT_FOUND: return EXIT_NOT_FOUND;
     case LS_ERR_BAD_REQUEST:
     case LS_ERR_TOO_LARGE: return EXIT_REQUEST;
-    case LS_ERR_UNAVAILABLE: return EXIT_UNAVAILABLE;
+    case LS_ERR_UNAVAILABLE:
+    case LS_ERR_OUTCOME_UNKNOWN: return EXIT_UNAVAILABLE;
     case LS_ERR_TIMEOUT: return EXIT_TIMEOUT;
     case LS_ERR_ABORTED: return EXIT_ABORTED;
     case LS_ERR_INTERNAL:

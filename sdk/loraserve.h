@@ -42,7 +42,8 @@ typedef enum {
     LS_ERR_ABORTED = -6,        // the request was aborted (ls_client_abort, ls_stream_abort, a callback)
     LS_ERR_INTERNAL = -7,       // the server failed while serving the request (its logs say why)
     LS_ERR_PROTOCOL = -8,       // an answer the SDK cannot use, or a server that does not handle the request
-    LS_ERR_NO_MEMORY = -9       // out of memory in the client
+    LS_ERR_NO_MEMORY = -9,      // out of memory in the client
+    LS_ERR_OUTCOME_UNKNOWN = -10  // a load or unload whose answer was lost: it may have taken effect; list to know
 } ls_err_t;
 
 //  A short fixed description of code: "adapter or request not found" for LS_ERR_NOT_FOUND.

@@ -60,6 +60,7 @@ struct greq {
 typedef struct {
     ls_route_t *route;
     uint64_t client_rid;
+    uint16_t type;  // what was relayed: a load or unload changes state, a listing does not
 } relay_t;
 
 typedef struct {
@@ -496,6 +497,7 @@ static int s_on_relay(ls_actor_t *a, ls_in_t *in, void *state) {
     if (!r || !(r->route = ls_route_new(in)))
         s_oom();
     r->client_rid = in->msg->rid;
+    r->type = in->msg->type;
     in->msg->rid = ++s->next_id;
     zmsg_t *bulk = in->bulk;
     in->bulk = NULL;
@@ -645,6 +647,22 @@ static void s_fail_running(const char *why) {
     }
 }
 
+// A relayed request whose answer will not come through here (why). A listing is refused with
+// code; a load or unload went on to the registry and may take effect all the same (a registry
+// that went down may have written it to its journal, which its restart restores; a registry
+// still up completes it), so saying it failed could be false: its outcome is unknown.
+static void s_relay_lost(relay_t *r, uint32_t code, const char *why) {
+    if (r->type == LS_MSG_LIST_ADAPTERS)
+        ls_actor_route_error(s_tok.actor, r->route, r->client_rid, code, r->type, "%s", why);
+    else
+        ls_actor_route_error(s_tok.actor, r->route, r->client_rid, LS_ERROR_CODE_OUTCOME_UNKNOWN, r->type,
+                             "no answer from the registry for this %s (%s); it may take effect all the same: list the "
+                             "adapters to know",
+                             r->type == LS_MSG_LOAD_ADAPTER ? "load" : "unload", why);
+    ls_route_destroy(&r->route);
+    free(r);
+}
+
 // The registry went down: acquires and relays waiting on it will never be answered.
 static void s_fail_registry_waits(const char *why) {
     for (greq_t *g = zhashx_first(s_tok.acquires); g; g = zhashx_next(s_tok.acquires)) {
@@ -653,11 +671,8 @@ static void s_fail_registry_waits(const char *why) {
             s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, why);
     }
     zhashx_purge(s_tok.acquires);
-    for (relay_t *r = zhashx_first(s_tok.relays); r; r = zhashx_next(s_tok.relays)) {
-        ls_actor_route_error(s_tok.actor, r->route, r->client_rid, LS_ERROR_CODE_UNAVAILABLE, 0, "%s", why);
-        ls_route_destroy(&r->route);
-        free(r);
-    }
+    for (relay_t *r = zhashx_first(s_tok.relays); r; r = zhashx_next(s_tok.relays))
+        s_relay_lost(r, LS_ERROR_CODE_UNAVAILABLE, why);
     zhashx_purge(s_tok.relays);
     for (greq_t *g = s_tok.groups, *next; g; g = next) {
         next = g->next;
@@ -772,11 +787,8 @@ static void s_shutdown(ls_actor_t *a, void *state) {
                         "the tokenizer is shutting down");
         }
     }
-    for (relay_t *r = zhashx_first(s->relays); r; r = zhashx_next(s->relays)) {
-        ls_actor_route_error(a, r->route, r->client_rid, LS_ERROR_CODE_SHUTTING_DOWN, 0, "the tokenizer is shutting down");
-        ls_route_destroy(&r->route);
-        free(r);
-    }
+    for (relay_t *r = zhashx_first(s->relays); r; r = zhashx_next(s->relays))
+        s_relay_lost(r, LS_ERROR_CODE_SHUTTING_DOWN, "the tokenizer is shutting down");
     zhashx_purge(s->relays);
 }
 

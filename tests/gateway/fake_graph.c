@@ -190,6 +190,14 @@ static void s_admin(zsock_t *router, zframe_t *id, const ls_msg_t *req) {
     case LS_MSG_LOAD_ADAPTER: {
         if (!strcmp(req->u.load_adapter.name, "hang"))
             return;  // still loading
+        if (!strcmp(req->u.load_adapter.name, "lost")) {
+            // The tokenizer's answer when the registry went down with the load.
+            ls_msg_init(&m, LS_MSG_ERROR);
+            m.u.error.code = LS_ERROR_CODE_OUTCOME_UNKNOWN;
+            m.u.error.ref_type = LS_MSG_LOAD_ADAPTER;
+            m.u.error.message = ls_msg_strdup("no answer from the registry for this load; list the adapters to know");
+            break;
+        }
         int bad = !strcmp(req->u.load_adapter.name, "bad");
         ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
         m.u.adapter_loaded.ok = !bad;

@@ -618,6 +618,11 @@ static void test_adapters(void **state) {
     assert_int_equal(r.status, 200);
     s_resp_free(&r);
     s_expect_error("/v1/unload_lora_adapter", "{\"lora_name\":\"nope\"}", 404, "lora_name");
+    // A load whose answer was lost upstream may have taken effect: 503 outcome_unknown, no failure.
+    cJSON *lost = s_post("/v1/load_lora_adapter", "{\"lora_name\":\"lost\",\"lora_path\":\"/x/lost\"}", 503);
+    assert_string_equal(s_str(lost, "error.code"), "outcome_unknown");
+    assert_contains(s_str(lost, "error.message"), "list the adapters");
+    cJSON_Delete(lost);
 
     cJSON *j = s_post("/load_lora_adapter", "{\"lora_name\":\"a2\",\"lora_path\":\"/x/a2\",\"pinned\":true}", 200);
     assert_true(cJSON_IsTrue(s_at(j, "success")));
