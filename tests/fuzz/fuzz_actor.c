@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "fuzz_frames.h"
 #include "ls_actor.h"
 
 int ls_fuzz_actor_main (int argc, char **argv);
@@ -372,20 +373,6 @@ s_bits_next (void *arg)
     return v;
 }
 
-//  Splits data at each "\xff\xfe" and appends the pieces to zm as frames (at most 8).
-static void
-s_add_frames (zmsg_t *zm, const uint8_t *p, const uint8_t *end)
-{
-    for (int frames = 0; frames < 8; frames++) {
-        const uint8_t *sep = memmem (p, (size_t) (end - p), "\xff\xfe", 2);
-        const uint8_t *stop = sep? sep: end;
-        zmsg_addmem (zm, p, (size_t) (stop - p));
-        if (!sep)
-            break;
-        p = sep + 2;
-    }
-}
-
 //  The frames a record sends: its payload split at each "\xff\xfe" (raw), or the message it
 //  makes (ls_msg_fill) followed by bulk frames; rid, when given, replaces the message's.
 //  NULL for a Shutdown, which would end the actor rather than test it.
@@ -396,10 +383,14 @@ s_make (const uint8_t *p, size_t len, uint8_t op, const uint64_t *rid)
     zmsg_t *zm = zmsg_new ();
     ls_msg_t m;
     if (op & S_RAW) {
-        s_add_frames (zm, p, end);
+        fuzz_frames_add (zm, p, end);
         zframe_t *body = zmsg_first (zm);
         if (ls_msg_decode (zframe_data (body), zframe_size (body), &m, NULL) != 0)
             return zm;          // garbage goes as it is
+        if (m.type != LS_MSG_SHUTDOWN && !rid) {
+            ls_msg_clear (&m);
+            return zm;          // and a message as it is spelled (unknown fields and all)
+        }
     }
     else {
         const uint8_t *sep = op & S_BULK? memmem (p, len, "\xff\xfe", 2): NULL;
@@ -407,7 +398,7 @@ s_make (const uint8_t *p, size_t len, uint8_t op, const uint64_t *rid)
         ls_msg_fill (&m, s.types [(len? p [0]: 0) % s.ntypes], s_bits_next, &bits);
         zmsg_addmem (zm, NULL, 0);
         if (sep)
-            s_add_frames (zm, sep + 2, end);
+            fuzz_frames_add (zm, sep + 2, end);
     }
     if (rid)
         m.rid = *rid;
