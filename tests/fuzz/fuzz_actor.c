@@ -851,8 +851,14 @@ s_seeds_scheduler (s_seed_t *sd, int i)
 static void
 s_seeds_worker (s_seed_t *sd, int i)
 {
-    if (i > 1)
+    if (i == 2) {
+        //  A request id 0 in a plan and in its releases: once lost in the history, leaking.
+        ls_msg_t m = s_step_plan (1, 0, NULL, -1, 3, 0);
+        m.u.step_plan.released.v = calloc (2, sizeof (uint64_t));
+        m.u.step_plan.released.n = 2;
+        s_from (sd, "scheduler", &m);
         return;
+    }
     const char *id = i == 1? "id-r": NULL;
     int32_t slot = i == 1? 1: -1;
     ls_msg_t m = s_load ("r", "id-r", "reverse");
