@@ -45,9 +45,11 @@
     step's chain of 128 dependent kernels in a graph (LS_READ_BPS, LS_READ_ONESHOT: its
     blocks per SM, one round per block), to tell the step's shape from our kernels' cost.
 
-    Usage: bench_lora_cuda [--quick | --green | --op GROUP | --step [CSV]]
+    Usage: bench_lora_cuda [--quick | --green | --serve [CSV] | --op GROUP | --step [CSV]]
     Not a ctest; needs a GPU.
     --green: only the green-context section (SM partitions for the LoRA beside a GEMM);
+    --serve [CSV]: only the serving shape (make_serve_batch) at 1 to 2,000 adapters, per group;
+    with CSV, every kernel's start and end (labelled "n=N GROUP") for a per-kernel summary;
     --op GROUP: only 8 runs of one group's decode op (r=16, T=64, Distinct), for ncu.
     --step [CSV]: only the whole step at r=16, T=64, Distinct and the read chain; with CSV,
     each graph then replayed 9 times more under CUPTI (tracing on from the start, so the
@@ -150,11 +152,12 @@ static void fill_f32(void *p, size_t n, uint32_t seed, float scale) {
 
 struct batch_t {
     int T;
-    std::vector<int> seg_len; // segment s uses slot s + 1
+    std::vector<int> seg_len;  // segment s uses slot s + 1
+    std::vector<int> seg_rank; // its adapter's rank (empty: every segment the launch's r)
 };
 
 static batch_t make_batch(int mix, int T) {
-    batch_t b{T, {}};
+    batch_t b{T, {}, {}};
     if (mix == 0) {
         b.seg_len.push_back(T);
     } else if (mix == 1) {
@@ -182,11 +185,38 @@ static batch_t make_batch(int mix, int T) {
     return b;
 }
 
+// The serving shape (bench_serve_engine's, serve.sh's matrix): T requests whose adapters are
+// drawn from a Zipf(1) popularity over n adapters, adapter i of rank 8, 16, 32, 64 by i % 4
+// (loraserve-make-adapters --ranks 8,16,32,64), in slots of rank 64 (--max-lora-rank 64);
+// segments are the distinct adapters, each split into tiles of LS_CU_LORA_TILE positions.
+static batch_t make_serve_batch(int n, int T) {
+    static const int ranks[4] = {8, 16, 32, 64};
+    std::vector<double> cdf(n);
+    double s = 0;
+    for (int a = 0; a < n; a++)
+        cdf[a] = (s += 1.0 / (a + 1));
+    std::vector<int> cnt(n, 0);
+    uint64_t x = 777;
+    for (int i = 0; i < T; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(x >> 11) * 0x1.0p-53 * s;
+        cnt[std::min((int)(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin()), n - 1)]++;
+    }
+    batch_t b{T, {}, {}};
+    for (int a = 0; a < n; a++)
+        if (cnt[a]) {
+            b.seg_len.push_back(cnt[a]);
+            b.seg_rank.push_back(ranks[a % 4]);
+        }
+    return b;
+}
+
 // --- one group's data ------------------------------------------------------------------------
 
 struct gdata_t {
     const group_t *g;
-    int r, n_sets, n_slots;
+    int r, n_sets, n_slots; // r: the slots' rank (r_max)
+    int max_rank;           // the largest rank of a tile
     size_t a_set, b_set; // elements of one set (all slots)
     __nv_bfloat16 *a, *b; // n_sets sets
     float *x, *tmp, *y, *scal;
@@ -204,9 +234,16 @@ static size_t adapter_bytes(const group_t &g, int r) {
     return ((size_t)g.n_slices * r * g.in + (size_t)g.out_total() * r) * 2;
 }
 
+// segment s's rank: its adapter's in a serving batch, else the launch's r
+static int seg_rank(const batch_t &b, size_t s, int r) {
+    return b.seg_rank.empty() ? r : b.seg_rank[s];
+}
+
 static double op_bytes(const group_t &g, int r, const batch_t &b) {
-    return (double)b.seg_len.size() * adapter_bytes(g, r) + (double)b.T * g.in * 4 +
-           2.0 * b.T * g.n_slices * r * 4 + 2.0 * b.T * g.out_total() * 4;
+    double ab = 0;
+    for (size_t s = 0; s < b.seg_len.size(); s++)
+        ab += adapter_bytes(g, seg_rank(b, s, r));
+    return ab + (double)b.T * g.in * 4 + 2.0 * b.T * g.n_slices * r * 4 + 2.0 * b.T * g.out_total() * 4;
 }
 
 static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, int n_sets) {
@@ -240,10 +277,12 @@ static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, in
     int p = 0;
     for (size_t s = 0; s < b.seg_len.size(); s++) {
         for (int q = 0; q < b.seg_len[s]; q += LS_CU_LORA_TILE)
-            tiles.push_back({p + q, std::min(LS_CU_LORA_TILE, b.seg_len[s] - q), (int)s + 1, r});
+            tiles.push_back({p + q, std::min(LS_CU_LORA_TILE, b.seg_len[s] - q), (int)s + 1, seg_rank(b, s, r)});
         p += b.seg_len[s];
     }
     d.n_tiles = (int)tiles.size();
+    for (const ls_cu_lora_tile_t &t : tiles)
+        d.max_rank = std::max(d.max_rank, t.rank);
     d.one = std::all_of(tiles.begin(), tiles.end(), [](const ls_cu_lora_tile_t &t) { return t.n == 1; });
     d.tiles = (ls_cu_lora_tile_t *)dmalloc(tiles.size() * sizeof tiles[0]);
     CK(cudaMemcpy(d.tiles, tiles.data(), tiles.size() * sizeof tiles[0],
@@ -304,7 +343,7 @@ static void run_ours(const gdata_t &d, int set, int impl) {
     const group_t &g = *d.g;
     int ns = g.n_slices, r = d.r;
     CK(ls_cu_lora_fused(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set, LS_CU_BF16,
-                        d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles, r, NULL, d.scal,
+                        d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles, d.max_rank, NULL, d.scal,
                         d.off, g.in, ns, r, LS_CU_LORA_ACC | (d.one ? LS_CU_LORA_ONE : 0),
                         g_st));
 }
@@ -778,6 +817,57 @@ static void green_section() {
            "cuBLAS SM count target with the LoRA on a lowest-priority stream)\n");
 }
 
+// --- the serving shape ---------------------------------------------------------------------------
+// The decode op at the serving benchmark's shape (make_serve_batch: 128 requests, Zipf(1) over
+// n adapters of ranks 8-64 in rank-64 slots), per group, against a read-only kernel moving the
+// same bytes (launch_read), pools rotated past L2; and the layer's qkvo and all-seven sums.
+static void serve_section(const std::vector<int> &ns) {
+    printf("\n=== serving shape: 128 requests, Zipf(1) over n adapters, ranks 8/16/32/64 by index, "
+           "rank-64 slots\n");
+    int bps = 0, sms = 0, dev = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, k_read, 256, 0));
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    unsigned *sink = (unsigned *)dmalloc(16);
+    for (int n : ns) {
+        batch_t b = make_serve_batch(n, 128);
+        double t_ours[4], t_read[4];
+        for (int gi = 0; gi < 4; gi++) {
+            const group_t &g = G[gi];
+            double set_b = (double)(b.seg_len.size() + 1) * adapter_bytes(g, 64);
+            int n_sets = (int)std::min(8.0, std::max(2.0, 512e6 / set_b + 1));
+            gdata_t d;
+            gdata_init(d, g, 64, b, n_sets);
+            double bytes = op_bytes(g, 64, b);
+            if (g_trace) {
+                char label[64];
+                snprintf(label, sizeof label, "n=%d %s", n, g.name);
+                CK(cudaStreamSynchronize(g_st));
+                kt_mark(label);
+            }
+            t_ours[gi] = time_us([&](int i) { run_ours(d, i % n_sets, I_OURS); });
+            if (g_trace) {
+                CK(cudaStreamSynchronize(g_st));
+                kt_mark("");
+            }
+            size_t rb = ((size_t)bytes + 255) / 256 * 256;
+            char *buf = (char *)dmalloc(rb * 8);
+            CK(cudaMemsetAsync(buf, 1, rb * 8, g_st));
+            t_read[gi] = time_us([&](int i) { launch_read(buf + (i % 8) * rb, rb, sink, bps * sms, false); });
+            printf("serve n=%-5d %-8s segs=%-3d tiles=%-3d %8.1f us (read %6.1f us) %7.1f MB %5.1f%% of bw\n",
+                   n, g.name, (int)b.seg_len.size(), d.n_tiles, t_ours[gi], t_read[gi], bytes / 1e6,
+                   100.0 * bytes / t_ours[gi] / 1e3 / g_bw);
+            cudaFree(buf);
+            gdata_free(d);
+        }
+        printf("serve n=%-5d layer: qkvo %.1f us (read %.1f), all seven %.1f us (read %.1f); x32 layers: "
+               "qkvo %.2f ms, all %.2f ms\n", n, t_ours[0] + t_ours[1], t_read[0] + t_read[1],
+               t_ours[0] + t_ours[1] + t_ours[2] + t_ours[3], t_read[0] + t_read[1] + t_read[2] + t_read[3],
+               32e-3 * (t_ours[0] + t_ours[1]), 32e-3 * (t_ours[0] + t_ours[1] + t_ours[2] + t_ours[3]));
+    }
+    cudaFree(sink);
+}
+
 int main(int argc, char **argv) {
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
     cudaDeviceProp prop;
@@ -811,6 +901,17 @@ int main(int argc, char **argv) {
         g_trace = argc > 2;
         whole_step(16, 64, 3);
         read_ceiling();
+        if (g_trace)
+            kt_stop();
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--serve")) {
+        if (argc > 2 && kt_start(argv[2]) != 0) {
+            fprintf(stderr, "bench_lora_cuda: --serve %s: CUPTI tracing could not start\n", argv[2]);
+            return 2;
+        }
+        g_trace = argc > 2;
+        serve_section({1, 8, 100, 1000, 2000});
         if (g_trace)
             kt_stop();
         return 0;

@@ -29,6 +29,10 @@
       launch's largest rank, s_expand_lanes), 4
       columns per lane group in flight (raw, converted where used), shuffle reduction;
       stages tmp as the sum of the shrink's K parts where there are several;
+    expand v4 (the decode op's multi-position tiles, bf16 B): mma.sync over each tile's own
+      rank, blocks per (tile, slice, run of columns) looping over 16-column groups
+      (k_lora_expand4); the tensor-core shrink likewise runs the m tiles of the tile's own
+      rank, so a mix of ranks in wide slots costs each tile its own work;
     shrink v3 and expand v3 (one-position tiles, LS_CU_LORA_ONE): few instructions per
       byte of A / B. Shrink: a thread owns 8 elements of K (x in registers) and 8 rank rows'
       loads at once, rows summed by a warp butterfly (k_lora_shrink3). Expand: a block per
@@ -42,7 +46,7 @@
     fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
       cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
       measured 2.2x slower than shrink v2 + expand v2 on the whole decode step (NOTES.md,
-      session 3), so ls_cu_lora_fused runs shrink tc (K parts) + expand v2 / v3 by default.
+      session 3), so ls_cu_lora_fused runs shrink tc (K parts) + expand v4 / v3 by default.
     Measurements, predictions and what is left: kernels/cuda/NOTES.md.
 
     Long segments (a prefill, or many requests of one adapter) expand over tiles of
@@ -50,7 +54,7 @@
     takes the multi-position tiles of ls_cu_lora_expand outside the decode op), else by the
     FMA kernel with NT = LS_CU_LORA_LONG.
 
-    Known limits: the shrink of a long segment re-reads A once per 4-token tile (from L2).
+    Known limits: the shrink of a long segment re-reads A once per 8-token tile (from L2).
 */
 #include <assert.h>
 #include <stdint.h>
@@ -423,13 +427,12 @@ __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const __nv_bfloat
         ls_dep_wait(); // a warp without chunks must still not write before its predecessor
 }
 
-// The block's partial sums, d of every warp (D: row g | g+8, token 2c, 2c+1; tokens >= TT
-// are padding), summed over the warps in warp order: thread t < NMT*16*TT returns (row,
-// token) t = row*TT + tt. red is (TC_WARPS, NMT*16*TT).
+// The block's partial sums, d of every warp (D: row g | g+8, token 2c, 2c+1), summed over
+// the warps in warp order into red[t], t = row*TT + tt < NMT*16*TT (more entries than the
+// block has threads: each thread sums every blockDim-th). red is (TC_WARPS, NMT*16*TT).
 template <int NMT>
-__device__ __forceinline__ float s_tc_block_sum(const float (&d)[NMT][4], float *red, int warp,
-                                                int lane) {
-    constexpr int NR = NMT * 16 * TT;
+__device__ __forceinline__ void s_tc_block_sum(const float (&d)[NMT][4], float *red, int warp, int lane) {
+    constexpr int NR = NMT * 16 * TT, PER = (NR + TC_WARPS * 32 - 1) / (TC_WARPS * 32);
     int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int m = 0; m < NMT; m++)
@@ -440,11 +443,23 @@ __device__ __forceinline__ float s_tc_block_sum(const float (&d)[NMT][4], float 
                 red[warp * NR + row * TT + tt] = d[m][e];
         }
     __syncthreads();
-    float v = 0.0f;
-    if (threadIdx.x < NR)
-        for (int w = 0; w < TC_WARPS; w++)
-            v += red[w * NR + threadIdx.x];
-    return v;
+    float v[PER];
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int t = threadIdx.x + i * TC_WARPS * 32;
+        v[i] = 0.0f;
+        if (t < NR)
+            for (int w = 0; w < TC_WARPS; w++)
+                v[i] += red[w * NR + t];
+    }
+    __syncthreads(); // every warp's partials read before the sums overwrite them
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        int t = threadIdx.x + i * TC_WARPS * 32;
+        if (t < NR)
+            red[t] = v[i];
+    }
+    __syncthreads();
 }
 
 // tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in);
@@ -468,33 +483,57 @@ k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
     const float *xr = x + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * in;
     ls_dep_launch();
     float d[NMT][4] = {};
-    s_tc_accum<NMT, s_tc_u(NMT)>(d, a, tile.rank, xr, g < tile.n, in, cr * TC_WARPS + warp, TC_WARPS * kb,
-                       lane);
-    float v = s_tc_block_sum<NMT>(d, red, warp, lane);
-    int t = threadIdx.x, row = t / TT, tt = t % TT;
+    int c_first = cr * TC_WARPS + warp, stride = TC_WARPS * kb;
+    // m tiles by the tile's own rank, not the launch's largest: a rank-8 tile beside a
+    // rank-64 one would keep one chunk in flight and run four m tiles' mma (block-uniform)
+    if (NMT > 1 && tile.rank <= 16) {
+        float d1[1][4] = {};
+        s_tc_accum<1, s_tc_u(1)>(d1, a, tile.rank, xr, g < tile.n, in, c_first, stride, lane);
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            d[0][e] = d1[0][e];
+    } else if (NMT > 2 && tile.rank <= 32) {
+        float d2[2][4] = {};
+        s_tc_accum<2, s_tc_u(2)>(d2, a, tile.rank, xr, g < tile.n, in, c_first, stride, lane);
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                d[m][e] = d2[m][e];
+    } else
+        s_tc_accum<NMT, s_tc_u(NMT)>(d, a, tile.rank, xr, g < tile.n, in, c_first, stride, lane);
+    s_tc_block_sum<NMT>(d, red, warp, lane);
+    constexpr int NR = NMT * 16 * TT;
     if (part_stride) { // every part writes all its entries, zero or not
-        if (t < NMT * 16 * TT && row < tile.rank && tt < tile.n)
-            tmp[cr * part_stride + (size_t)s_row(perm, tile.p0 + tt) * ld + (size_t)k * r_max +
-                row] = v;
+        for (int t = threadIdx.x; t < NR; t += blockDim.x) {
+            int row = t / TT, tt = t % TT;
+            if (row < tile.rank && tt < tile.n)
+                tmp[cr * part_stride + (size_t)s_row(perm, tile.p0 + tt) * ld + (size_t)k * r_max + row] = red[t];
+        }
         return;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (kb > 1) {
+    if (kb > 1) { // block 0 sums the cluster's blocks in rank order
         cg::cluster_group cl = cg::this_cluster();
-        __syncthreads(); // every warp has read red: it now holds the block's sums
-        if (t < NMT * 16 * TT)
-            red[t] = v;
         cl.sync();
-        if (cr == 0 && t < NMT * 16 * TT) {
-            v = 0.0f;
-            for (int p = 0; p < kb; p++)
-                v += cl.map_shared_rank(red, p)[t];
-        }
+        if (cr == 0)
+            for (int t = threadIdx.x; t < NR; t += blockDim.x) {
+                int row = t / TT, tt = t % TT;
+                float v = 0.0f;
+                for (int p = 0; p < kb; p++)
+                    v += cl.map_shared_rank(red, p)[t];
+                if (row < tile.rank && tt < tile.n)
+                    tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + (size_t)k * r_max + row] = v;
+            }
         cl.sync(); // no block leaves (freeing its sums) while block 0 still reads them
+        return;
     }
 #endif
-    if (cr == 0 && t < NMT * 16 * TT && row < tile.rank && tt < tile.n)
-        tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + (size_t)k * r_max + row] = v;
+    for (int t = threadIdx.x; t < NR; t += blockDim.x) {
+        int row = t / TT, tt = t % TT;
+        if (row < tile.rank && tt < tile.n)
+            tmp[(size_t)s_row(perm, tile.p0 + tt) * ld + (size_t)k * r_max + row] = red[t];
+    }
 }
 
 // Which implementation the launchers use: 0 = the best for the shape (the tensor-core
@@ -752,7 +791,9 @@ k_lora_expand(float *__restrict__ y, const float *__restrict__ tmp, const TB *__
 // for the launch's largest rank), U columns per lane group in flight; the L partial
 // dots meet by shuffles. Elements j >= the slot's rank are loaded (inside the pool) but
 // never used, so whatever they hold (NaN poison too) cannot leak into y.
-enum { E2_WARPS = 8 };
+// E2_UT: columns per lane group in flight for multi-position tiles, whose y values (TT per
+// column) take the registers: at 4 with tiles of 8 the kernels spilled
+enum { E2_WARPS = 8, E2_UT = 2 };
 
 // The v2 expand's column work, shared by k_lora_expand2 and k_lora_fused. L lanes share one
 // output column (lane `sub` holds its B elements j = sub*8 .. j+7), U columns per lane group.
@@ -944,6 +985,36 @@ struct s_e3_blocks_t {
     int first[4]; // first block (within a tile) of each slice, first[n_slices] = per tile
 };
 
+// Block blockIdx.x of a grid split by s_e3_blocks_t: its tile t, slice k and columns
+// [c0, c1) of that slice (runs of a multiple of `align` columns, the last one shorter)
+__device__ __forceinline__ void s_e3_block(const s_e3_blocks_t &sb, const s_slice_offs_t &so, int n_slices,
+                                           int align, int &t, int &k, int &c0, int &c1) {
+    int per_tile = sb.first[n_slices], bl;
+    t = blockIdx.x / per_tile, bl = blockIdx.x - t * per_tile, k = 0;
+    while (k + 1 < n_slices && bl >= sb.first[k + 1])
+        k++;
+    int nbk = sb.first[k + 1] - sb.first[k], part = bl - sb.first[k];
+    int ncol = so.off[k + 1] - so.off[k], per = ((ncol + nbk - 1) / nbk + align - 1) / align * align;
+    c0 = so.off[k] + part * per, c1 = min(so.off[k + 1], c0 + per);
+}
+
+// Blocks of an expand grid per tile: over the slices in proportion to their columns, each
+// at least one full pass of `pass` columns where the slice has that many, together about
+// `target` blocks over the n_tiles tiles
+static s_e3_blocks_t s_e3_split(const s_slice_offs_t &so, int n_slices, int n_tiles, long target, long pass) {
+    // a slice's share of the target, rounded down (rounding up overshot a whole number of
+    // waves in expand v3: gate_up 640 blocks on 264 slots, 2.4 waves, 30.0 us against 27.4
+    // with 512), at most one per full pass of columns, at least one
+    long out_total = so.off[n_slices];
+    s_e3_blocks_t sb = {{0, 0, 0, 0}};
+    for (int k = 0; k < n_slices; k++) {
+        long ncol = so.off[k + 1] - so.off[k];
+        long nb = std::min(ncol * target / ((long)n_tiles * out_total), ncol / pass);
+        sb.first[k + 1] = sb.first[k] + (ncol > 0 ? (int)std::max(1L, nb) : 0);
+    }
+    return sb;
+}
+
 template <typename TB, int L, bool ACC>
 __global__ void __launch_bounds__(E3_THREADS, E3_MINB)
 k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
@@ -951,13 +1022,8 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
                const __grid_constant__ s_e3_blocks_t sb, int n_slices, int r_max, int n_parts,
                size_t part_stride) {
     constexpr int CPP = E3_THREADS / L; // columns a pass covers per unroll step
-    int per_tile = sb.first[n_slices];
-    int t = blockIdx.x / per_tile, bl = blockIdx.x - t * per_tile, k = 0;
-    while (k + 1 < n_slices && bl >= sb.first[k + 1])
-        k++;
-    int nbk = sb.first[k + 1] - sb.first[k], part = bl - sb.first[k];
-    int ncol = so.off[k + 1] - so.off[k], per = (ncol + nbk - 1) / nbk;
-    int c0 = so.off[k] + part * per, c1 = min(so.off[k + 1], c0 + per);
+    int t, k, c0, c1;
+    s_e3_block(sb, so, n_slices, 1, t, k, c0, c1);
     ls_cu_lora_tile_t tile = tiles[t];
     int out_total = so.off[n_slices], ld = n_slices * r_max, r = tile.rank;
     int tid = threadIdx.x, sub = tid % L, j = sub * 8;
@@ -1061,16 +1127,7 @@ static cudaError_t s_expand3(float *y, const float *tmp, int n_parts, size_t par
                              const int32_t *perm, const float *scalings, s_slice_offs_t so,
                              int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
     long target = s_e3_blocks ? s_e3_blocks : 2L * E3_MINB * s_sm_count();
-    // blocks of a slice: its share of the target, rounded down (rounding up overshot a
-    // whole number of waves: gate_up 640 blocks on 264 slots, 2.4 waves, 30.0 us against
-    // 27.4 with 512), at most one per full pass of columns, at least one
-    long pass = E3_U * (E3_THREADS / L), out_total = so.off[n_slices];
-    s_e3_blocks_t sb = {{0, 0, 0, 0}};
-    for (int k = 0; k < n_slices; k++) {
-        long ncol = so.off[k + 1] - so.off[k];
-        long nb = std::min(ncol * target / ((long)n_tiles * out_total), ncol / pass);
-        sb.first[k + 1] = sb.first[k] + (ncol > 0 ? (int)std::max(1L, nb) : 0);
-    }
+    s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E3_U * (E3_THREADS / L));
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E3_THREADS, 0, stream, flags);
     return cudaLaunchKernelEx(&l.cfg, k_lora_expand3<TB, L, ACC>, y, tmp, (const TB *)b_pool,
@@ -1267,6 +1324,161 @@ static cudaError_t s_expand_tc(float *y, const float *tmp, const void *b_pool,
     LS_CU_CHECK_LAUNCH();
 }
 
+// -- expand v4: the decode op's multi-position tiles on tensor cores --------------------
+// Serving traffic puts several requests on a popular adapter (tiles of several positions) and
+// mixes ranks 8-64 in slots of rank 64. Expand v2 sizes its lanes by the launch's largest
+// rank, so beside one rank-64 adapter a rank-8 tile issued eight times its instructions
+// (lanes past its rank idle): Zipf(1) over 1,000 adapters, 128 requests, gate_up's expand
+// took 196 us for 193 MB of the op (bench_lora_cuda --serve, H200). Here the mma does the
+// products of k_lora_expand_tc, and every tile does its own rank's work: a warp owns 16
+// output columns at a time (B rows as A fragments), K is the tile's rank in 32-wide halves
+// (NH = 1 for rank <= 32, else 2; lanes past the rank load nothing), N the tile's <= 8
+// tokens. The tile's tmp (the sum of the shrink's K parts, in part order) goes into B
+// fragments once per block, as three bf16 parts (exact products, fp32 sums). A block takes
+// one (tile, slice, run of columns) as expand v3's blocks do, its warps looping over the
+// run's 16-column groups, U groups' B loads in flight (U * NH = 4). The same kernel adds or
+// writes (ACC), so the decode op beside the GEMM and after it stay bit for bit one step.
+enum { E4_WARPS = 4, E4_MINB = 4, E4_SLOTS = 4 };
+
+template <int NH, bool ACC>
+__device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_parts, size_t part_stride,
+                                              const __nv_bfloat16 *b_slot, const ls_cu_lora_tile_t &tile,
+                                              const int32_t *perm, float s, int k, int c0, int c1,
+                                              int out_total, int ld, int r_max) {
+    constexpr int U = E4_SLOTS / NH;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, r = tile.rank;
+    int nv[NH]; // this lane's elements below the rank in half h (0..8)
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+        nv[h] = min(max(r - (h * 32 + c * 8), 0), 8);
+    uint4 b0[U][NH], b8[U][NH]; // columns o + g, o + g + 8 of group u
+    auto load_b = [&](int gb) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int o = gb + u * E4_WARPS * 16;
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                const __nv_bfloat16 *p = b_slot + (size_t)(o + g) * r_max + h * 32 + c * 8;
+                bool ok = o < c1 && nv[h] > 0;
+                b0[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
+                b8[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p + (size_t)8 * r_max)) : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    int gb = c0 + warp * 16;
+    load_b(gb); // B first: no kernel of the step writes it
+    ls_dep_launch();
+    ls_dep_wait();
+    // rows this lane writes (D: tokens 2c, 2c+1), -1 past the tile
+    int wr[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        wr[e] = 2 * c + e < tile.n ? s_row(perm, tile.p0 + 2 * c + e) : -1;
+    // token g's tmp as B fragments: tf[h][e][0 | 1][part] for elements 4e .. 4e+3 of the half
+    uint32_t tf[NH][2][2][3];
+    {
+        const float *tr = tmp + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * ld + (size_t)k * r_max;
+#pragma unroll
+        for (int h = 0; h < NH; h++) {
+            float v[8] = {};
+            if (g < tile.n && nv[h] > 0) {
+                const float4 *t4 = reinterpret_cast<const float4 *>(tr + h * 32 + c * 8);
+                for (int p = 0; p < n_parts; p++) { // in part order
+                    float4 lo = t4[(size_t)p * part_stride / 4], hi = t4[(size_t)p * part_stride / 4 + 1];
+                    v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
+                    v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) // tmp past the rank may hold anything
+                v[e] = e < nv[h] ? v[e] : 0.0f;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                s_split3(v[4 * e], v[4 * e + 1], tf[h][e][0]);
+                s_split3(v[4 * e + 2], v[4 * e + 3], tf[h][e][1]);
+            }
+        }
+    }
+    for (; gb < c1; gb += U * E4_WARPS * 16) {
+        float yv[U][4];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int o = gb + u * E4_WARPS * 16;
+#pragma unroll
+            for (int e = 0; e < 4; e++) // D: column g | g+8 (e >> 1), token 2c + (e & 1)
+                yv[u][e] = ACC && o < c1 && wr[e & 1] >= 0
+                               ? y[(size_t)wr[e & 1] * out_total + o + g + (e >> 1) * 8]
+                               : 0.0f;
+        }
+        float d[U][4] = {};
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                uint4 q0 = s_keep8(b0[u][h], nv[h]), q8 = s_keep8(b8[u][h], nv[h]); // pools' tails: NaN too
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+#pragma unroll
+                    for (int p = 0; p < 3; p++)
+                        s_mma_bf16(d[u], e ? q0.z : q0.x, e ? q8.z : q8.x, e ? q0.w : q0.y, e ? q8.w : q8.y,
+                                   tf[h][e][0][p], tf[h][e][1][p]);
+            }
+        int next = gb + U * E4_WARPS * 16;
+        if (next < c1) // the next groups' B in flight during this one's stores
+            load_b(next);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int o = gb + u * E4_WARPS * 16;
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (o < c1 && wr[e & 1] >= 0) // scaling on the product
+                    y[(size_t)wr[e & 1] * out_total + o + g + (e >> 1) * 8] =
+                        __fadd_rn(ACC ? yv[u][e] : 0.0f, __fmul_rn(s, d[u][e]));
+        }
+    }
+}
+
+template <bool ACC>
+__global__ void __launch_bounds__(E4_WARPS * 32, E4_MINB)
+k_lora_expand4(float *y, const float *tmp, const __nv_bfloat16 *b_pool, const ls_cu_lora_tile_t *tiles,
+               const int32_t *perm, const float *scalings, const __grid_constant__ s_slice_offs_t so,
+               const __grid_constant__ s_e3_blocks_t sb, int n_slices, int r_max, int n_parts,
+               size_t part_stride) {
+    int t, k, c0, c1;
+    s_e3_block(sb, so, n_slices, 16, t, k, c0, c1);
+    ls_cu_lora_tile_t tile = tiles[t];
+    int out_total = so.off[n_slices], ld = n_slices * r_max;
+    const __nv_bfloat16 *b_slot = b_pool + (size_t)tile.slot * out_total * r_max;
+    float s = scalings[tile.slot];
+    if (tile.rank <= 32) // block-uniform
+        s_expand4_run<1, ACC>(y, tmp, n_parts, part_stride, b_slot, tile, perm, s, k, c0, c1, out_total, ld, r_max);
+    else
+        s_expand4_run<2, ACC>(y, tmp, n_parts, part_stride, b_slot, tile, perm, s, k, c0, c1, out_total, ld, r_max);
+}
+
+// Whether expand v4 runs: the decode op's multi-position tiles (not LS_CU_LORA_ONE) under
+// impl 0 / 2, where the tensor-core expand applies and the rank fits two halves
+static bool s_expand4_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t b_dt, const s_slice_offs_t &so,
+                           int n_slices, int r_max, int max_rank, unsigned flags) {
+    return !(flags & LS_CU_LORA_ONE) && (s_impl == 0 || s_impl == 2) && max_rank <= 64 &&
+           s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max);
+}
+
+// Launches k_lora_expand4: blocks split as expand v3's, a full pass being E4_WARPS * U
+// groups of 16 columns
+template <bool ACC>
+static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t part_stride, const void *b_pool,
+                             const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
+                             const float *scalings, s_slice_offs_t so, int n_slices, int r_max, unsigned flags,
+                             cudaStream_t stream) {
+    long target = 2L * E4_MINB * s_sm_count();
+    s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E4_WARPS * 16 * E4_SLOTS);
+    s_launch_t l;
+    s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E4_WARPS * 32, 0, stream, flags);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_expand4<ACC>, y, tmp, (const __nv_bfloat16 *)b_pool, tiles, perm,
+                              scalings, so, sb, n_slices, r_max, n_parts, part_stride);
+}
+
 // ls_cu_lora_expand over tmp as the sum of n_parts arrays part_stride apart (> 1 part:
 // s_expand2_fits must hold)
 static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part_stride,
@@ -1285,6 +1497,11 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
     int L = s_expand_lanes(max_rank, r_max);
     assert(max_rank <= r_max && (n_parts == 1 || s_expand2_fits(b_pool, r_max)));
+    if (s_expand4_fits(tmp, b_pool, b_dt, so, n_slices, r_max, max_rank, flags))
+        return accumulate ? s_expand4<true>(y, tmp, n_parts, part_stride, b_pool, tiles, n_tiles, perm, scalings,
+                                            so, n_slices, r_max, flags, stream)
+                          : s_expand4<false>(y, tmp, n_parts, part_stride, b_pool, tiles, n_tiles, perm,
+                                             scalings, so, n_slices, r_max, flags, stream);
     if (s_expand2_fits(b_pool, r_max)) {
         bool one = (flags & LS_CU_LORA_ONE) != 0;
         if (s_v3(flags)) {
@@ -1301,8 +1518,8 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
 #undef S_E3
         }
         // one-position tiles: 8 columns per lane group in flight (the registers that
-        // longer tiles' sums need go to B), in 4 elsewhere (impl 3: 8 everywhere)
-        int u = s_impl == 3 || one ? 8 : 4, ob = E2_WARPS * (32 / L) * u;
+        // longer tiles' sums need go to B), E2_UT elsewhere (impl 3: 8 everywhere)
+        int u = s_impl == 3 || one ? 8 : E2_UT, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
         s_launch_t l;
         s_launch_init(l, g2, E2_WARPS * 32, smem, stream, flags);
@@ -1320,7 +1537,7 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
             S_E2U(LL, 8, 1);                                                                  \
         if (u == 8)                                                                           \
             S_E2U(LL, 8, TT);                                                                 \
-        S_E2U(LL, 4, TT);                                                                     \
+        S_E2U(LL, E2_UT, TT);                                                                 \
     } while (0)
         LS_CU_DISPATCH(b_dt, TB,
             if (L == 1) S_E2(1); else if (L == 2) S_E2(2); else if (L == 4) S_E2(4);
@@ -1505,8 +1722,8 @@ template <int N> static void s_local_take(const void *const (&fs)[N], size_t &mo
 }
 template <typename TB, int L> static void s_local_expand(size_t &most, bool &ok) {
     const void *const fs[] = {(const void *)k_lora_expand3<TB, L, true>, (const void *)k_lora_expand3<TB, L, false>,
-                              (const void *)k_lora_expand2<TB, L, 4, true, TT>,
-                              (const void *)k_lora_expand2<TB, L, 4, false, TT>};
+                              (const void *)k_lora_expand2<TB, L, E2_UT, true, TT>,
+                              (const void *)k_lora_expand2<TB, L, E2_UT, false, TT>};
     s_local_take(fs, most, ok);
 }
 template <typename TB> static void s_local_expands(size_t &most, bool &ok) {
@@ -1521,7 +1738,8 @@ extern "C" long ls_cu_lora_local_bytes(void) {
     const void *const fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16>, (const void *)k_lora_shrink3<__half>,
                               (const void *)k_lora_shrink_tc<1>, (const void *)k_lora_shrink_tc<2>,
                               (const void *)k_lora_shrink_tc<3>, (const void *)k_lora_shrink_tc<4>,
-                              (const void *)k_lora_expand_tc};
+                              (const void *)k_lora_expand_tc, (const void *)k_lora_expand4<true>,
+                              (const void *)k_lora_expand4<false>};
     s_local_take(fs, most, ok);
     s_local_expands<__nv_bfloat16>(most, ok);
     s_local_expands<__half>(most, ok);

@@ -121,7 +121,9 @@ void ls_cu_attention_last_plan(int *warps, int *cluster);
 // tiles of at most LS_CU_LORA_TILE consecutive segment positions of one segment whose slot
 // has rank > 0. Segments of rank-0 slots get no tile, so they cost nothing at all.
 
-#define LS_CU_LORA_TILE 4
+// (8: the tensor-core kernels' mma is 8 tokens wide, so a popular adapter's tiles fill it and
+// its A and B are read once per 8 of its requests)
+#define LS_CU_LORA_TILE 8
 // Positions of a long tile: the expand of a segment longer than LS_CU_LORA_TILE (a prefill,
 // or many requests on one adapter outside decode-shaped steps) goes over tiles of this many,
 // so that a column's B row is read once per LS_CU_LORA_LONG positions

@@ -215,7 +215,8 @@ stage_overhead() {
 # Kernel time by kind of step and kernel (CUPTI trace of the engine alone). Each spec of
 # LS_SERVE_KERNEL_SPECS (default: base, then 8 adapters of rank 16 on all seven targets in
 # slots of rank 64 and 16, at 64 concurrent) is ADAPTERS:RMAX[:RANK[:TARGETS[:CONCURRENCY]]]
-# (ADAPTERS "base" or a count, uniform over them).
+# (ADAPTERS "base", a count (uniform over them), or qkvoN / allN: Zipf(1) over N names of the
+# adapters stage's mixed-rank sets, in $slots slots; RANK and TARGETS are then unused).
 stage_kernels() {
   local specs
   read -r -a specs <<<"${LS_SERVE_KERNEL_SPECS:-base:64 8:64 8:16}"
@@ -225,13 +226,22 @@ stage_kernels() {
     local adapters rmax rank targets conc
     IFS=: read -r adapters rmax rank targets conc <<<"$v"
     rank=${rank:-16} targets=${targets:-all} conc=${conc:-64}
-    local tag=kernels_${v//[:,]/_} dir=/tmp/ad-k-$rank-${targets//,/}
-    [[ -d $dir ]] || "$bin/loraserve-make-adapters" --model-path "$model" --output "$dir" --num-adapters 8 \
-      --ranks "$rank" --targets "$targets" --seed 3 --quiet --overwrite
+    local tag=kernels_${v//[:,]/_} dir=/tmp/ad-k-$rank-${targets//,/} n_slots=64 cpu_mb=8192
     local sel=(--adapter-dist base)
-    [[ $adapters != base ]] && sel=(--adapter-dist uniform --num-adapters "$adapters" --adapter-prefix lora)
+    if [[ $adapters =~ ^(qkvo|all)([0-9]+)$ ]]; then
+      local prefix=${BASH_REMATCH[1]}
+      dir=/tmp/ad-$prefix n_slots=$slots cpu_mb=$cpu_lora_mb
+      sel=(--adapter-dist zipf:1 --num-adapters "${BASH_REMATCH[2]}" --adapter-prefix "$prefix")
+      if [[ ! -d $dir ]]; then
+        if [[ $prefix == qkvo ]]; then make_set qkvo q,k,v,o 200 2000; else make_set all all 80 2000; fi || return 1
+      fi
+    else
+      [[ -d $dir ]] || "$bin/loraserve-make-adapters" --model-path "$model" --output "$dir" --num-adapters 8 \
+        --ranks "$rank" --targets "$targets" --seed 3 --quiet --overwrite
+      [[ $adapters != base ]] && sel=(--adapter-dist uniform --num-adapters "$adapters" --adapter-prefix lora)
+    fi
     "$engine" --model-path "$model" --load-format "$format" --backend "$backend" --kv-cache-mb "$kv_mb" \
-      --max-loras-per-batch 64 --max-lora-rank "$rmax" --max-cpu-lora-mb 8192 --lora-dir "$dir" \
+      --max-loras-per-batch "$n_slots" --max-lora-rank "$rmax" --max-cpu-lora-mb "$cpu_mb" --lora-dir "$dir" \
       "${sel[@]}" --num-prompts $((2 * conc)) --warmup-requests "$conc" --max-concurrency "$conc" --trace "$out/$tag.csv" \
       "${common[@]}" --output-file "$out/$tag.json" >"$out/$tag.log" 2>&1 || tail -n 5 "$out/$tag.log"
     row "$v: $(grep -E 'prompt tokens' "$out/$tag.log" | tr -s ' ')"
@@ -405,7 +415,7 @@ for t in test_gpu_ops test_gpu_model; do
   [[ -x $bin/$t ]] || continue
   "$bin/$t" >"$out/$t.log" 2>&1 || { status=1; tail -n 5 "$out/$t.log"; }
   grep -E "FAIL" "$out/$t.log" | head -20
-  row "$t: $(grep -E '^[0-9]+ tests, [0-9]+ failed|PASSED|FAILED' "$out/$t.log" | tail -2 | tr '\n' ' ')"
+  row "$t: $(grep -oE '[0-9]+ (tests|checks), [0-9]+ failed|PASSED|FAILED' "$out/$t.log" | tail -2 | tr '\n' ' ')"
 done
 for s in "${stages[@]}"; do
   "stage_$s" || status=1

@@ -831,6 +831,9 @@ static const s_layout_t s_layouts[] = {
     // the largest rank, not the slot width
     {"distinct, small ranks", 16, 16, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
      {1, 2, 5, 6, 9, 10, 13, 14, 17, 18, 21, 22, 25, 26, 29, 30}, 0},
+    // the serving shape: a Zipf-like count of requests per adapter, ranks 8-64 mixed in
+    // slots of r_max 64, rows shuffled (tiles of every length, each its own rank's work)
+    {"serving mix", 52, 12, {17, 9, 6, 4, 3, 3, 2, 2, 1, 1, 1, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 1},
 };
 
 // lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size)
