@@ -130,6 +130,7 @@ static s_pass_t s_pass[] = {
                               "prefer --api-key-file or LORASERVE_API_KEY)", NULL, {0}},
     {"api-key-file", 0, K_GATEWAY, "the API key is this file's first line", NULL, {0}},
     {"served-model-name", 0, K_GATEWAY, "the base model's name in the APIs (default: --model-path's basename)", NULL, {0}},
+    {"max-client-requests", 0, K_TOKENIZER, "requests one client (the gateway, an SDK client) may have open at the tokenizer; more: 429 (default 4096)", NULL, {0}},
     {"max-connections", 0, K_GATEWAY, "open HTTP connections; more are answered 503 (default 1024)", NULL, {0}},
     {"max-header-bytes", 0, K_GATEWAY, "HTTP request line and headers; more is answered 431 (default 32768)", NULL, {0}},
     {"max-body-bytes", 0, K_GATEWAY, "HTTP request body; more is answered 413 (default 16 MiB)", NULL, {0}},

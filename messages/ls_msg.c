@@ -1106,10 +1106,20 @@ ls_msg_to_json (const ls_msg_t *m)
 //  --------------------------------------------------------------------------
 //  Random fill, for round-trip tests and fuzz seeds
 
+//  Where a fill takes its bits: next(arg) returns the next 64 of them.
+typedef struct { ls_msg_bits_fn next; void *arg; } s_source_t;
+
+static uint64_t
+s_rand (s_source_t *src)
+{
+    return src->next (src->arg);
+}
+
 //  splitmix64: tiny, and the same sequence on every platform.
 static uint64_t
-s_rand (uint64_t *state)
+s_splitmix (void *arg)
 {
+    uint64_t *state = arg;
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -1119,16 +1129,16 @@ s_rand (uint64_t *state)
 //  Random bits of random width, so small and large integers both occur (msgpack
 //  encodes them differently).
 static uint64_t
-s_rand_int (uint64_t *state)
+s_rand_int (s_source_t *state)
 {
     uint64_t v = s_rand (state);
     return v >> (s_rand (state) % 64);
 }
 
-static void s_fill_struct (uint64_t *state, const lsm_struct_t *st, void *base);
+static void s_fill_struct (s_source_t *state, const lsm_struct_t *st, void *base);
 
 static void
-s_fill_value (uint64_t *state, const lsm_field_t *f, lsm_kind_t kind, void *p)
+s_fill_value (s_source_t *state, const lsm_field_t *f, lsm_kind_t kind, void *p)
 {
     uint64_t sign = s_rand (state) & 1? ~0ull: 0;
     switch (kind) {
@@ -1147,8 +1157,10 @@ s_fill_value (uint64_t *state, const lsm_field_t *f, lsm_kind_t kind, void *p)
                 break;          // NULL, also inside str[]
             size_t len = s_rand (state) % 24;
             char *s = malloc (len + 1);
-            for (size_t i = 0; s && i < len; i++)
-                s [i] = (char) (1 + s_rand (state) % 255);     // any byte but NUL
+            for (size_t i = 0; s && i < len; i++) {
+                uint8_t c = (uint8_t) s_rand (state);
+                s [i] = (char) (c? c: 1);                       // any byte but NUL
+            }
             if (s)
                 s [len] = 0;
             *(char **) p = s;
@@ -1193,20 +1205,26 @@ s_fill_value (uint64_t *state, const lsm_field_t *f, lsm_kind_t kind, void *p)
 }
 
 static void
-s_fill_struct (uint64_t *state, const lsm_struct_t *st, void *base)
+s_fill_struct (s_source_t *state, const lsm_struct_t *st, void *base)
 {
     for (size_t i = 0; i < st->count; i++)
         s_fill_value (state, &st->fields [i], st->fields [i].kind, S_AT (base, st->fields [i].offset));
 }
 
 void
-ls_msg_fill_random (ls_msg_t *m, ls_msg_type_t type, uint64_t seed)
+ls_msg_fill (ls_msg_t *m, ls_msg_type_t type, ls_msg_bits_fn next, void *arg)
 {
     ls_msg_init (m, type);
-    uint64_t state = seed;
-    m->group = (uint32_t) s_rand_int (&state);
-    m->rid = s_rand_int (&state);
+    s_source_t src = { next, arg };
+    m->group = (uint32_t) s_rand_int (&src);
+    m->rid = s_rand_int (&src);
     const lsm_struct_t *st = s_message (type);
     if (st)
-        s_fill_struct (&state, st, &m->u);
+        s_fill_struct (&src, st, &m->u);
+}
+
+void
+ls_msg_fill_random (ls_msg_t *m, ls_msg_type_t type, uint64_t seed)
+{
+    ls_msg_fill (m, type, s_splitmix, &seed);
 }

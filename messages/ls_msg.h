@@ -109,6 +109,10 @@ bool ls_msg_equal_unmeasured (const ls_msg_t *a, const ls_msg_t *b);
 //  For tests and fuzz corpora: ls_msg_init(m, type), then fill every field with
 //  pseudo-random values derived from seed (same seed, same message).
 void ls_msg_fill_random (ls_msg_t *m, ls_msg_type_t type, uint64_t seed);
+//  The same fill with the bits taken from next(arg), 64 a call (a fuzzer's input): every
+//  field is set from them, so any value of every field can be reached.
+typedef uint64_t (*ls_msg_bits_fn) (void *arg);
+void ls_msg_fill (ls_msg_t *m, ls_msg_type_t type, ls_msg_bits_fn next, void *arg);
 
 //  malloc'd copy of s, NULL for NULL (or out of memory).
 char *ls_msg_strdup (const char *s);

@@ -63,7 +63,8 @@ static int s_exit_code(int rc) {
     case LS_ERR_NOT_FOUND: return EXIT_NOT_FOUND;
     case LS_ERR_BAD_REQUEST:
     case LS_ERR_TOO_LARGE: return EXIT_REQUEST;
-    case LS_ERR_UNAVAILABLE: return EXIT_UNAVAILABLE;
+    case LS_ERR_UNAVAILABLE:
+    case LS_ERR_OUTCOME_UNKNOWN: return EXIT_UNAVAILABLE;
     case LS_ERR_TIMEOUT: return EXIT_TIMEOUT;
     case LS_ERR_ABORTED: return EXIT_ABORTED;
     case LS_ERR_INTERNAL:
@@ -84,8 +85,8 @@ static int s_usage_error(const char *fmt, const char *arg) {
     return EXIT_USAGE;
 }
 
-// All of stdin, NUL-terminated; NULL when out of memory.
-static char *s_read_stdin(void) {
+// All of stdin, NUL bytes included (its length in *len_p), NUL-terminated; NULL when out of memory.
+static char *s_read_stdin(size_t *len_p) {
     size_t len = 0, cap = 4096;
     char *buf = malloc(cap);
     size_t got;
@@ -100,16 +101,17 @@ static char *s_read_stdin(void) {
     }
     if (buf)
         buf[len] = 0;
+    *len_p = len;
     return buf;
 }
 
 static int s_print_piece(const ls_piece_t *piece, void *arg) {
-    fputs(piece->text, stdout);
+    fwrite(piece->text, 1, piece->text_len, stdout);
     fflush(stdout);
     return 0;
 }
 
-static int s_generate(ls_client_t *client, opts_t *o, const char *text) {
+static int s_generate(ls_client_t *client, opts_t *o, const char *text, size_t len) {
     ls_chat_message_t chat[2];
     if (o->chat) {
         size_t n = 0;
@@ -119,13 +121,13 @@ static int s_generate(ls_client_t *client, opts_t *o, const char *text) {
         o->req.messages = chat;
         o->req.n_messages = n;
     } else
-        o->req.prompt = text;
+        o->req.prompt = text, o->req.prompt_len = len;
     o->req.timeout_ms = o->timeout_ms;
     ls_result_t *result = NULL;
     int rc = o->stream ? ls_client_generate_stream(client, &o->req, s_print_piece, NULL, &result)
                        : ls_client_generate(client, &o->req, &result);
     if (result && result->n_completions && !o->stream)
-        fputs(result->completions[0].text, stdout);
+        fwrite(result->completions[0].text, 1, result->completions[0].text_len, stdout);
     // End the output line, unless nothing was printed (a refused request).
     if (result && result->n_completions && (rc == LS_OK || *result->completions[0].text))
         putchar('\n');
@@ -158,11 +160,12 @@ static int s_run(ls_client_t *client, opts_t *o, int argc, char **argv) {
         if (argc > 2)
             return s_usage_error("generate takes one TEXT argument (quote it)%s", "");
         if (argc == 2 && strcmp(argv[1], "-"))
-            return s_generate(client, o, argv[1]);
-        char *text = s_read_stdin();
+            return s_generate(client, o, argv[1], strlen(argv[1]));
+        size_t len;
+        char *text = s_read_stdin(&len);
         if (!text)
             return s_fail("reading stdin", LS_ERR_NO_MEMORY);
-        int code = s_generate(client, o, text);
+        int code = s_generate(client, o, text, len);
         free(text);
         return code;
     }

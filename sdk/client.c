@@ -83,6 +83,7 @@ const char *ls_strerror(int code) {
     case LS_ERR_INTERNAL: return "server error";
     case LS_ERR_PROTOCOL: return "protocol error";
     case LS_ERR_NO_MEMORY: return "out of memory";
+    case LS_ERR_OUTCOME_UNKNOWN: return "the outcome is unknown: list the adapters";
     default: return "unknown error";
     }
 }
@@ -101,6 +102,7 @@ int ls_sdk_err_from_server(uint32_t code) {
     // an actor that is not serving requests yet.
     case LS_ERROR_CODE_MALFORMED:
     case LS_ERROR_CODE_UNKNOWN_TYPE: return LS_ERR_PROTOCOL;
+    case LS_ERROR_CODE_OUTCOME_UNKNOWN: return LS_ERR_OUTCOME_UNKNOWN;
     default: return LS_ERR_INTERNAL;
     }
 }

@@ -72,7 +72,7 @@ static int s_request_encode(const ls_request_t *r, uint64_t rid, bool stream, ls
     ls_msg_sampling_params_t *s = &g->sampling;
     bool ok = true;
     if (r->prompt)
-        ok = (g->text = ls_msg_textdup(r->prompt, strlen(r->prompt))).s != NULL;
+        ok = (g->text = ls_msg_textdup(r->prompt, r->prompt_len ? r->prompt_len : strlen(r->prompt))).s != NULL;
     if (r->n_messages) {
         g->chat = true;
         ok = (g->messages = s_messages_json(r->messages, r->n_messages)) != NULL;
@@ -178,7 +178,8 @@ static int s_stream_over(ls_stream_t *self, int rc, const char *why) {
 static void s_piece_fill(ls_piece_t *p, const ls_msg_text_out_t *t, int code, const char *why) {
     uint32_t n_top = t->token_ids.n ? (uint32_t)(t->top_ids.n / t->token_ids.n) : 0;
     *p = (ls_piece_t){.index = t->index,
-                      .text = t->text ? t->text : "",
+                      .text = t->text.s ? t->text.s : "",
+                      .text_len = t->text.len,
                       .token_ids = t->token_ids.v,
                       .n_tokens = t->token_ids.n,
                       .logprobs = t->logprobs.n ? t->logprobs.v : NULL,
@@ -186,7 +187,8 @@ static void s_piece_fill(ls_piece_t *p, const ls_msg_text_out_t *t, int code, co
                       .top_logprobs = n_top ? t->top_logprobs.v : NULL,
                       .n_top = n_top,
                       .finish = (ls_finish_t)t->finish,
-                      .matched_stop = t->matched_stop,
+                      .matched_stop = t->matched_stop.s,
+                      .matched_stop_len = t->matched_stop.len,
                       .prompt_tokens = t->prompt_tokens,
                       .completion_tokens = t->completion_tokens,
                       .cached_tokens = t->cached_tokens,
@@ -291,21 +293,26 @@ static int s_result_add(ls_result_t *r, const ls_piece_t *p) {
         r->n_completions = p->index + 1;
     }
     ls_completion_t *c = &r->completions[p->index];
-    size_t len = c->text ? strlen(c->text) : 0;
     size_t top = (size_t)p->n_top;
-    if (s_append((void **)&c->text, len, p->text, strlen(p->text) + 1, 1) < 0 ||
+    if (s_append((void **)&c->text, c->text_len, p->text, p->text_len + 1, 1) < 0 ||
         (p->logprobs && s_append((void **)&c->logprobs, c->n_tokens, p->logprobs, p->n_tokens, sizeof(float)) < 0) ||
         (top && (s_append((void **)&c->top_ids, c->n_tokens * top, p->top_ids, p->n_tokens * top, 4) < 0 ||
                  s_append((void **)&c->top_logprobs, c->n_tokens * top, p->top_logprobs, p->n_tokens * top, 4) < 0)) ||
         s_append((void **)&c->token_ids, c->n_tokens, p->token_ids, p->n_tokens, sizeof(int32_t)) < 0)
         return -1;
+    c->text_len += p->text_len;
     c->n_tokens += p->n_tokens;
     if (top)
         c->n_top = p->n_top;
     c->finish = p->finish;
     c->completion_tokens = p->completion_tokens;
-    if (p->matched_stop && !(c->matched_stop = s_strdup(p->matched_stop)))
-        return -1;
+    if (p->matched_stop) {
+        free(c->matched_stop);
+        if (!(c->matched_stop = malloc(p->matched_stop_len + 1)))
+            return -1;
+        memcpy(c->matched_stop, p->matched_stop, p->matched_stop_len + 1);
+        c->matched_stop_len = p->matched_stop_len;
+    }
     if (p->error) {
         c->error = p->error;
         if (!(c->error_message = s_strdup(p->error_message)))

@@ -42,7 +42,8 @@ typedef enum {
     LS_ERR_ABORTED = -6,        // the request was aborted (ls_client_abort, ls_stream_abort, a callback)
     LS_ERR_INTERNAL = -7,       // the server failed while serving the request (its logs say why)
     LS_ERR_PROTOCOL = -8,       // an answer the SDK cannot use, or a server that does not handle the request
-    LS_ERR_NO_MEMORY = -9       // out of memory in the client
+    LS_ERR_NO_MEMORY = -9,      // out of memory in the client
+    LS_ERR_OUTCOME_UNKNOWN = -10  // a load or unload whose answer was lost: it may have taken effect; list to know
 } ls_err_t;
 
 //  A short fixed description of code: "adapter or request not found" for LS_ERR_NOT_FOUND.
@@ -113,6 +114,7 @@ typedef struct {
     //  The prompt: messages (a chat, rendered with the model's chat template), else
     //  input_ids (pre-tokenized), else prompt (text). Exactly one must be given.
     const char *prompt;
+    size_t prompt_len;              // bytes of prompt, NUL bytes included; 0: up to its first NUL
     const int32_t *input_ids;
     size_t n_input_ids;
     const ls_chat_message_t *messages;
@@ -152,7 +154,8 @@ typedef struct {
 
 //  One completion of a result (one per n).
 typedef struct {
-    char *text;                     // the whole generated text, NUL-terminated
+    char *text;                     // the whole generated text, NUL-terminated after text_len
+    size_t text_len;                // its bytes, NUL bytes the model generated included
     int32_t *token_ids;             // the generated token ids, n_tokens of them
     size_t n_tokens;
     float *logprobs;                // n_tokens logprobs, with request.logprobs; else NULL
@@ -161,6 +164,7 @@ typedef struct {
     uint32_t n_top;                 // alternatives per token (request.top_logprobs)
     ls_finish_t finish;
     char *matched_stop;             // the stop string that ended it, or NULL
+    size_t matched_stop_len;        // its bytes, NUL bytes included
     uint32_t completion_tokens;
     int error;                      // LS_OK, or why this completion failed
     char *error_message;            // the server's text with error, else NULL
@@ -189,6 +193,7 @@ int ls_client_generate (ls_client_t *self, const ls_request_t *request, ls_resul
 typedef struct {
     uint32_t index;                 // which completion (0 .. n-1)
     const char *text;               // new text since this completion's previous piece
+    size_t text_len;                // its bytes, NUL bytes included (NUL-terminated after them)
     const int32_t *token_ids;       // the tokens it came from
     size_t n_tokens;
     const float *logprobs;          // with request.logprobs; else NULL
@@ -197,6 +202,7 @@ typedef struct {
     uint32_t n_top;
     ls_finish_t finish;             // LS_FINISH_NONE until this completion's last piece
     const char *matched_stop;       // with finish STOP on a stop string; else NULL
+    size_t matched_stop_len;        // its bytes, NUL bytes included
     uint32_t prompt_tokens;
     uint32_t completion_tokens;     // this completion's tokens so far
     uint32_t cached_tokens;

@@ -201,7 +201,7 @@ void dstream_on_token_out(dstream_t *self, const ls_msg_t *msg) {
     if (!fail && !stopped && t->finish != LS_FINISH_REASON_NONE &&
         (ls_detok_finish(r->detok, &piece, &plen) < 0 || s_append(self, piece, plen) < 0))
         fail = "out of memory flushing the text";
-    o->text = strdup(self->buf);
+    o->text = ls_msg_textdup(self->buf, self->len);  // NUL bytes of the text included
     s_i32s(&o->token_ids, &t->token_ids, used);
     s_f32s(&o->logprobs, &t->logprobs, used);
     // top_ids is [len(token_ids)][k]: keep the rows of the tokens used.
@@ -222,8 +222,8 @@ void dstream_on_token_out(dstream_t *self, const ls_msg_t *msg) {
     } else if (stopped) {
         int i = ls_detok_stop_index(r->detok);
         o->finish = LS_FINISH_REASON_STOP;
-        // TextOut.matched_stop is a str: a stop string with a NUL is reported up to it.
-        o->matched_stop = ls_msg_strdup(i >= 0 && (size_t)i < r->stops.n ? r->stops.v[i].s : "");
+        const ls_text_t *stop = i >= 0 && (size_t)i < r->stops.n ? &r->stops.v[i] : NULL;
+        o->matched_stop = ls_msg_textdup(stop ? stop->s : "", stop ? stop->len : 0);
         self->stats.stop_matches++;
         // The scheduler is still generating unless this TokenOut was its last.
         if (t->finish == LS_FINISH_REASON_NONE)

@@ -485,14 +485,15 @@ static int s_append(void **items, size_t *count, const void *v, size_t n, size_t
 #define S_APPEND(arr, src) s_append((void **)&(arr)->v, &(arr)->n, (src).v, (src).n, sizeof *(arr)->v)
 
 int gw_choice_add(gw_choice_t *c, const ls_msg_text_out_t *t) {
-    if ((t->text && gw_buf_add(&c->text, t->text, strlen(t->text)) < 0) ||
+    if ((t->text.len && gw_buf_add(&c->text, t->text.s, t->text.len) < 0) ||
         S_APPEND(&c->ids, t->token_ids) < 0 || S_APPEND(&c->lps, t->logprobs) < 0 ||
         S_APPEND(&c->top_ids, t->top_ids) < 0 || S_APPEND(&c->top_lps, t->top_logprobs) < 0)
         return -1;
     c->finish = t->finish;
-    if (t->matched_stop) {
-        free(c->matched_stop);
-        c->matched_stop = strdup(t->matched_stop);
+    if (t->matched_stop.s) {
+        free(c->matched_stop.s);
+        if (!(c->matched_stop = ls_msg_textdup(t->matched_stop.s, t->matched_stop.len)).s)
+            return -1;
     }
     c->prompt_tokens = t->prompt_tokens;
     c->completion_tokens = t->completion_tokens;
@@ -506,9 +507,38 @@ void gw_choice_clear(gw_choice_t *c) {
     free(c->lps.v);
     free(c->top_ids.v);
     free(c->top_lps.v);
-    free(c->matched_stop);
+    free(c->matched_stop.s);
     memset(c, 0, sizeof *c);
 }
+
+// Generated text may hold NUL bytes, which cJSON's strings end at: it is written as a JSON
+// string literal of its own (NUL as \u0000), put in as raw JSON. Other bytes are escaped as cJSON
+// escapes them (quotes, backslashes, control characters) or copied as they are.
+static void s_add_text(cJSON *o, const char *key, const char *s, size_t len) {
+    char *lit = malloc(6 * len + 3), *p = lit;
+    if (!lit) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    *p++ = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t"
+                        : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (esc)
+            p += sprintf(p, "%s", esc);
+        else if (c < 0x20)
+            p += sprintf(p, "\\u%04x", c);
+        else
+            *p++ = (char)c;
+    }
+    *p++ = '"';
+    *p = 0;
+    cJSON_AddRawToObject(o, key, lit);
+    free(lit);
+}
+
+static void s_add_buf(cJSON *o, const char *key, const gw_buf_t *b) { s_add_text(o, key, b->d, b->d ? b->n : 0); }
 
 static const char *s_finish_name(uint32_t finish) {
     switch (finish) {
@@ -621,7 +651,7 @@ static cJSON *s_openai_head(const gw_gen_t *g, const char *id, long created, int
 // SGLang's answer for one completion: cumulative text, ids and meta_info.
 static cJSON *s_generate_item(const gw_gen_t *g, const char *id, size_t index, const gw_choice_t *c) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "text", c->text.d ? c->text.d : "");
+    s_add_buf(o, "text", &c->text);
     cJSON_AddItemToObject(o, "output_ids", cJSON_CreateIntArray(c->ids.v ? (const int *)c->ids.v : (const int[]){0},
                                                                 (int)c->ids.n));
     cJSON *m = cJSON_AddObjectToObject(o, "meta_info");
@@ -637,8 +667,8 @@ static cJSON *s_generate_item(const gw_gen_t *g, const char *id, size_t index, c
         cJSON_AddStringToObject(fr, "type", f);
         if (c->finish == LS_FINISH_REASON_LENGTH)
             cJSON_AddNumberToObject(fr, "length", c->completion_tokens);
-        else if (c->finish == LS_FINISH_REASON_STOP && c->matched_stop)
-            cJSON_AddStringToObject(fr, "matched", c->matched_stop);
+        else if (c->finish == LS_FINISH_REASON_STOP && c->matched_stop.s)
+            s_add_text(fr, "matched", c->matched_stop.s, c->matched_stop.len);
         else if (c->finish == LS_FINISH_REASON_STOP)
             cJSON_AddNullToObject(fr, "matched");
     } else
@@ -695,13 +725,13 @@ char *gw_answer_json(const gw_gen_t *g, const char *id, long created, const gw_c
         if (g->api == GW_CHAT) {
             cJSON *m = cJSON_AddObjectToObject(e, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", c->text.d ? c->text.d : "");
+            s_add_buf(m, "content", &c->text);
         } else
-            cJSON_AddStringToObject(e, "text", c->text.d ? c->text.d : "");
+            s_add_buf(e, "text", &c->text);
         cJSON_AddItemToObject(e, "logprobs", s_logprobs_of(g, &c->ids, &c->lps, &c->top_ids, &c->top_lps));
         s_add_finish(e, c->finish);
-        if (c->matched_stop)
-            cJSON_AddStringToObject(e, "stop_reason", c->matched_stop);
+        if (c->matched_stop.s)
+            s_add_text(e, "stop_reason", c->matched_stop.s, c->matched_stop.len);
         cJSON_AddItemToArray(choices, e);
     }
     cJSON_AddItemToObject(o, "usage", s_usage(g, ch));
@@ -723,10 +753,10 @@ char *gw_answer_chunk(const gw_gen_t *g, const char *id, long created, size_t in
         cJSON *d = cJSON_AddObjectToObject(e, "delta");
         if (first)
             cJSON_AddStringToObject(d, "role", "assistant");
-        if ((t->text && *t->text) || first)
-            cJSON_AddStringToObject(d, "content", t->text ? t->text : "");
+        if (t->text.len || first)
+            s_add_text(d, "content", t->text.s, t->text.len);
     } else
-        cJSON_AddStringToObject(e, "text", t->text ? t->text : "");
+        s_add_text(e, "text", t->text.s, t->text.len);
     cJSON_AddItemToObject(e, "logprobs", s_logprobs_of(g, &t->token_ids, &t->logprobs, &t->top_ids, &t->top_logprobs));
     s_add_finish(e, t->finish);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), e);

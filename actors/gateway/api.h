@@ -45,7 +45,7 @@ typedef struct {
     ls_i32s_t top_ids;
     ls_f32s_t top_lps;
     uint32_t finish;  // FinishReason; NONE while it runs
-    char *matched_stop;
+    ls_text_t matched_stop;  // s NULL: none
     uint32_t prompt_tokens, completion_tokens, cached_tokens;
 } gw_choice_t;
 

@@ -29,7 +29,7 @@
 #define S_HEALTH_MS 1000      // the tokenizer answers a ping this fast, or /health says 503
 #define S_METRICS_MS 1000     // actors that have not answered GetMetrics by then are left out
 #define S_LIST_MS 10000       // ListAdapters
-#define S_ADAPTER_MS 300000   // a load waits for every worker; an unload for in-flight requests
+#define S_ADAPTER_MS 300000   // the net for a load or unload answer lost upstream (503 outcome_unknown)
 #define S_MAX_MODELS 256      // model labels in /metrics; later ones count under "other"
 #define S_MAX_PEERS 72
 #define S_RETRY_AFTER_S "1"   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
@@ -280,7 +280,8 @@ static int s_status_of(uint32_t code) {
     case LS_ERROR_CODE_TIMEOUT: return 504;
     case LS_ERROR_CODE_UNAVAILABLE:              // the server cannot now (a peer down, no room)
     case LS_ERROR_CODE_UNKNOWN_TYPE:             // the graph does not serve this (yet)
-    case LS_ERROR_CODE_SHUTTING_DOWN: return 503;
+    case LS_ERROR_CODE_SHUTTING_DOWN:
+    case LS_ERROR_CODE_OUTCOME_UNKNOWN: return 503;  // a load or unload may have taken effect: not a 5xx "failed"
     default: return 500;
     }
 }
@@ -450,7 +451,7 @@ static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
         // A piece with neither text nor an ending says nothing (a token held back by the
         // detokenizer); a chat choice's first chunk still carries the assistant role.
         int first = !c->sent[ci];
-        if ((t->text && *t->text) || t->finish != LS_FINISH_REASON_NONE || (first && c->gen.api == GW_CHAT)) {
+        if (t->text.len || t->finish != LS_FINISH_REASON_NONE || (first && c->gen.api == GW_CHAT)) {
             char *chunk = gw_answer_chunk(&c->gen, c->id, c->created, t->index + p * (size_t)c->gen.n, t, ch, first);
             if (chunk)
                 s_sse(c->req, chunk);
@@ -541,6 +542,15 @@ static void s_gen_start(gw_req_t *req, gw_api_t api) {
 // ---------------------------------------------------------------------------------------------
 // models, adapters, health
 
+// A load or unload that went upstream and whose answer will not come here (why): the registry
+// goes on with it, so saying it failed could be false.
+static void s_respond_outcome_unknown(s_call_t *c, const char *why) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s; the %s of adapter %s may still complete: GET /v1/models tells whether it did", why,
+             c->kind == S_LOAD ? "load" : "unload", c->label);
+    s_respond_error(c->req, 503, msg, "lora_name", "outcome_unknown");
+}
+
 static void s_admin_timeout_cb(ls_actor_t *a, ls_timer_t *timer, void *arg) {
     s_call_t *c = arg;
     c->timer = NULL;
@@ -549,7 +559,10 @@ static void s_admin_timeout_cb(ls_actor_t *a, ls_timer_t *timer, void *arg) {
         s_metrics_answer(c);  // with the actors that answered
         return;
     }
-    if (c->req) {
+    if (c->req && (c->kind == S_LOAD || c->kind == S_UNLOAD)) {
+        s_respond_outcome_unknown(c, "no answer from the graph in time");
+        c->req = NULL;
+    } else if (c->req) {
         const char *why = c->kind == S_HEALTH ? "the tokenizer does not answer" : "no answer from the graph in time";
         s_respond_error(c->req, c->kind == S_HEALTH ? 503 : 504, why, NULL, "timeout");
         c->req = NULL;
@@ -981,7 +994,10 @@ static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
     if (!c)
         return 0;
     char msg[512], code[32];
-    snprintf(msg, sizeof msg, "%s refused the request: %s", in->from, e->message ? e->message : "no reason given");
+    if (e->code == LS_ERROR_CODE_OUTCOME_UNKNOWN)  // not a refusal: it may have taken effect
+        snprintf(msg, sizeof msg, "%s", e->message ? e->message : "the outcome is unknown");
+    else
+        snprintf(msg, sizeof msg, "%s refused the request: %s", in->from, e->message ? e->message : "no reason given");
     s_lower(code, sizeof code, ls_error_code_name(e->code));
     int status = s_status_of(e->code);
     if (c->kind == S_GEN) {
@@ -1184,13 +1200,7 @@ static void s_on_shutdown(ls_actor_t *a, void *state) {
             if (c->kind == S_GEN)
                 s_abort_open(c, "the gateway is stopping");
             if (c->req && (c->kind == S_LOAD || c->kind == S_UNLOAD)) {
-                // The registry goes on with it: saying it failed could be false.
-                char msg[512];
-                snprintf(msg, sizeof msg,
-                         "the gateway is stopping before the registry answered; the %s of adapter %s may still "
-                         "complete: GET /v1/models tells whether it did",
-                         c->kind == S_LOAD ? "load" : "unload", c->label);
-                s_respond_error(c->req, 503, msg, "lora_name", "outcome_unknown");
+                s_respond_outcome_unknown(c, "the gateway is stopping before the registry answered");
             } else if (c->req)
                 s_respond_error(c->req, 503, "the server is shutting down", NULL, "shutting_down");
             c->req = NULL;

@@ -779,12 +779,14 @@ void reg_timeout(reg_t *self, uint64_t now_ns, uint64_t opid) {
         s_fail_waiters(self, op, LS_ERROR_CODE_TIMEOUT, why);
         s_op_end(self, op);
     } else if (op->kind == OP_UNLOAD) {
+        // The workers may still free it, and the journal then records the unload: a TIMEOUT
+        // would be contradicted, so the caller hears that the outcome is unknown.
         snprintf(why, sizeof why,
                  "the workers did not confirm unloading %s within %u ms (--unload-timeout-ms); it takes no new "
-                 "requests until they answer",
+                 "requests until they answer, and may still be unloaded: list the adapters to know",
                  op->name, self->cfg.unload_timeout_ms);
         ls_warn(0, "%s", why);
-        s_fail_waiters(self, op, LS_ERROR_CODE_TIMEOUT, why);
+        s_fail_waiters(self, op, LS_ERROR_CODE_OUTCOME_UNKNOWN, why);
         op->timed_out = true;
     }
 }

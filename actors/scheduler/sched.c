@@ -1267,7 +1267,9 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
     for (size_t i = 0; i < n_prompt && bad_at == n_prompt; i++)
         if (tr->input_ids.v[i] < 0 || (uint32_t)tr->input_ids.v[i] >= s->vocab)
             bad_at = i;
-    if (n_prompt == 0)
+    if (rid == 0)  // the workers' per-request state knows no request 0
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "request id 0 names no request");
+    else if (n_prompt == 0)
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "the prompt is empty");
     else if (bad_at < n_prompt)
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref,

@@ -43,6 +43,7 @@ struct greq {
     uint64_t client_rid;
     ls_route_t *route;
     char *key;      // in s_tok.clients while the client may still hear from it
+    char *client;   // the client's identity (hex), counted in s_tok.open_by_client until closed
     ls_msg_t req;   // the GenerateReq, moved out of the inbound message
     ls_token_ids_t ids;
     char *adapter_id;  // held from the registry (NULL: the base model, or not held)
@@ -59,6 +60,7 @@ struct greq {
 typedef struct {
     ls_route_t *route;
     uint64_t client_rid;
+    uint16_t type;  // what was relayed: a load or unload changes state, a listing does not
 } relay_t;
 
 typedef struct {
@@ -70,6 +72,8 @@ typedef struct {
     zhashx_t *acquires;  // group id → greq_t, while acquiring
     zhashx_t *clients;   // client key → greq_t, until closed
     zhashx_t *relays;    // rid → relay_t
+    zhashx_t *open_by_client;  // client identity (hex) → its requests not closed (uintptr_t)
+    int max_client_requests;   // --max-client-requests: more are refused OVERLOADED
     greq_t *groups;
     bool scheduler_down;  // the launcher said so, and not yet that it is back
 } tok_t;
@@ -78,18 +82,25 @@ static tok_t s_tok;
 
 static void s_key(uint64_t id, char key[24]) { snprintf(key, 24, "%" PRIu64, id); }
 
-// identity (hex) + ":" + rid: what a client's Abort names.
-static char *s_client_key(const ls_in_t *in) {
+// The client's identity (hex), and with `rid` its key: identity + ":" + rid, what a client's
+// Abort names.
+static char *s_client_id(const ls_in_t *in, bool rid) {
     size_t n = in->identity ? zframe_size(in->identity) : 0;
     const uint8_t *d = in->identity ? zframe_data(in->identity) : NULL;
     char *key = malloc(2 * n + 24);
     if (!key)
         return NULL;
+    key[0] = 0;
     for (size_t i = 0; i < n; i++)
         snprintf(key + 2 * i, 3, "%02x", d[i]);
-    snprintf(key + 2 * n, 24, ":%" PRIu64, in->msg->rid);
+    if (rid)
+        snprintf(key + 2 * n, 24, ":%" PRIu64, in->msg->rid);
     return key;
 }
+
+static char *s_client_key(const ls_in_t *in) { return s_client_id(in, true); }
+
+static uintptr_t s_client_open(const char *client) { return (uintptr_t)zhashx_lookup(s_tok.open_by_client, client); }
 
 static void s_count(const char *name, uint64_t n) { ls_actor_count(s_tok.actor, name, n); }
 
@@ -137,6 +148,15 @@ static void s_release(greq_t *g) {
 // Nothing more goes to the client: forget its key, give the adapter back.
 static void s_close(greq_t *g) {
     g->closed = true;
+    if (g->client) {
+        uintptr_t open = s_client_open(g->client) - 1;
+        if (open)
+            zhashx_update(s_tok.open_by_client, g->client, (void *)open);
+        else
+            zhashx_delete(s_tok.open_by_client, g->client);
+        free(g->client);
+        g->client = NULL;
+    }
     if (g->key) {
         zhashx_delete(s_tok.clients, g->key);
         free(g->key);
@@ -153,6 +173,7 @@ static void s_maybe_free(greq_t *g) {
     if (g->key)
         zhashx_delete(s_tok.clients, g->key);
     free(g->key);
+    free(g->client);
     free(g->adapter_id);
     for (uint32_t i = 0; g->comps && i < g->n; i++)
         tcollect_free(&g->comps[i].collect);
@@ -201,7 +222,7 @@ static void s_end_whole(greq_t *g, uint32_t finish, uint32_t code, const char *w
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
     m.rid = g->client_rid;
     ls_msg_text_out_t *t = &m.u.text_out;
-    t->text = ls_msg_strdup("");
+    t->text = ls_msg_textdup("", 0);
     t->finish = finish;
     t->error_code = code;
     t->error = ls_msg_strdup(why);
@@ -229,7 +250,7 @@ static void s_comp_output(comp_t *c, ls_msg_t *msg) {
         if (!final)
             return;
         tcollect_take(&c->collect, t);
-    } else if (!final && !(t->text && *t->text) && !(req->return_token_ids && t->token_ids.n) && !t->logprobs.n) {
+    } else if (!final && !t->text.len && !(req->return_token_ids && t->token_ids.n) && !t->logprobs.n) {
         return;  // an empty piece (text held back) the client has no use for
     }
     if (!req->return_token_ids) {
@@ -257,7 +278,7 @@ static void s_comp_output(comp_t *c, ls_msg_t *msg) {
 static void s_comp_fail(comp_t *c, uint32_t finish, uint32_t code, const char *why) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
-    m.u.text_out.text = ls_msg_strdup("");
+    m.u.text_out.text = ls_msg_textdup("", 0);
     m.u.text_out.finish = finish;
     m.u.text_out.error_code = code;
     m.u.text_out.error = ls_msg_strdup(why);
@@ -326,7 +347,7 @@ static void s_refuse(ls_actor_t *a, const ls_in_t *in, uint32_t code, const char
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
     m.rid = in->msg->rid;
-    m.u.text_out.text = ls_msg_strdup("");
+    m.u.text_out.text = ls_msg_textdup("", 0);
     m.u.text_out.finish = LS_FINISH_REASON_ERROR;
     m.u.text_out.error_code = code;
     m.u.text_out.error = ls_msg_strdup(why);
@@ -374,11 +395,27 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
         s_refuse(a, in, LS_ERROR_CODE_BAD_REQUEST, "request id already in use by a request of this client");
         return -1;
     }
+    // Each client's share of this actor: its open requests are bounded, so one client's flood
+    // is answered at once and costs the others nothing.
+    char *client = s_client_id(in, false);
+    if (!client)
+        s_oom();
+    uintptr_t open = s_client_open(client);
+    if (open >= (uintptr_t)s->max_client_requests) {
+        char why[128];
+        snprintf(why, sizeof why, "client %s has %" PRIuPTR " requests open (--max-client-requests)", in->from, open);
+        ls_warn(in->msg->rid, "%s", why);
+        free(key);
+        free(client);
+        s_refuse(a, in, LS_ERROR_CODE_OVERLOADED, why);
+        return -1;
+    }
     char err[512];
     ls_token_ids_t ids = {0};
     uint32_t code = tmodel_prompt(s->model, req, &ids, err, sizeof err);
     if (code) {
         free(key);
+        free(client);
         ls_token_ids_free(&ids);
         s_refuse(a, in, code, err);
         return -1;
@@ -389,6 +426,8 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
     g->id = ++s->next_id;
     g->client_rid = in->msg->rid;
     g->key = key;
+    g->client = client;
+    zhashx_update(s->open_by_client, client, (void *)(open + 1));
     memcpy(&g->req, in->msg, sizeof g->req);  // moved: the runtime's copy is emptied
     ls_msg_init(in->msg, LS_MSG_GENERATE_REQ);
     req = &g->req.u.generate_req;
@@ -458,6 +497,7 @@ static int s_on_relay(ls_actor_t *a, ls_in_t *in, void *state) {
     if (!r || !(r->route = ls_route_new(in)))
         s_oom();
     r->client_rid = in->msg->rid;
+    r->type = in->msg->type;
     in->msg->rid = ++s->next_id;
     zmsg_t *bulk = in->bulk;
     in->bulk = NULL;
@@ -607,6 +647,22 @@ static void s_fail_running(const char *why) {
     }
 }
 
+// A relayed request whose answer will not come through here (why). A listing is refused with
+// code; a load or unload went on to the registry and may take effect all the same (a registry
+// that went down may have written it to its journal, which its restart restores; a registry
+// still up completes it), so saying it failed could be false: its outcome is unknown.
+static void s_relay_lost(relay_t *r, uint32_t code, const char *why) {
+    if (r->type == LS_MSG_LIST_ADAPTERS)
+        ls_actor_route_error(s_tok.actor, r->route, r->client_rid, code, r->type, "%s", why);
+    else
+        ls_actor_route_error(s_tok.actor, r->route, r->client_rid, LS_ERROR_CODE_OUTCOME_UNKNOWN, r->type,
+                             "no answer from the registry for this %s (%s); it may take effect all the same: list the "
+                             "adapters to know",
+                             r->type == LS_MSG_LOAD_ADAPTER ? "load" : "unload", why);
+    ls_route_destroy(&r->route);
+    free(r);
+}
+
 // The registry went down: acquires and relays waiting on it will never be answered.
 static void s_fail_registry_waits(const char *why) {
     for (greq_t *g = zhashx_first(s_tok.acquires); g; g = zhashx_next(s_tok.acquires)) {
@@ -615,11 +671,8 @@ static void s_fail_registry_waits(const char *why) {
             s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, why);
     }
     zhashx_purge(s_tok.acquires);
-    for (relay_t *r = zhashx_first(s_tok.relays); r; r = zhashx_next(s_tok.relays)) {
-        ls_actor_route_error(s_tok.actor, r->route, r->client_rid, LS_ERROR_CODE_UNAVAILABLE, 0, "%s", why);
-        ls_route_destroy(&r->route);
-        free(r);
-    }
+    for (relay_t *r = zhashx_first(s_tok.relays); r; r = zhashx_next(s_tok.relays))
+        s_relay_lost(r, LS_ERROR_CODE_UNAVAILABLE, why);
     zhashx_purge(s_tok.relays);
     for (greq_t *g = s_tok.groups, *next; g; g = next) {
         next = g->next;
@@ -689,6 +742,10 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "--model-path is required: the model directory (tokenizer.json, tokenizer_config.json, config.json)");
         return -1;
     }
+    if (s->max_client_requests < 1) {
+        ls_error(0, "--max-client-requests must be at least 1");
+        return -1;
+    }
     char err[512];
     if (!(s->model = tmodel_load(s->model_path, err, sizeof err))) {
         ls_error(0, "--model-path: %s", err);
@@ -698,7 +755,8 @@ static int s_start(ls_actor_t *a, void *state) {
     s->acquires = zhashx_new();
     s->clients = zhashx_new();
     s->relays = zhashx_new();
-    if (!s->comps || !s->acquires || !s->clients || !s->relays)
+    s->open_by_client = zhashx_new();
+    if (!s->comps || !s->acquires || !s->clients || !s->relays || !s->open_by_client)
         s_oom();
     for (const char *const *p = (const char *const[]){"registry", "scheduler", NULL}; *p; p++)
         if (!ls_actor_has_peer(a, *p))
@@ -729,11 +787,8 @@ static void s_shutdown(ls_actor_t *a, void *state) {
                         "the tokenizer is shutting down");
         }
     }
-    for (relay_t *r = zhashx_first(s->relays); r; r = zhashx_next(s->relays)) {
-        ls_actor_route_error(a, r->route, r->client_rid, LS_ERROR_CODE_SHUTTING_DOWN, 0, "the tokenizer is shutting down");
-        ls_route_destroy(&r->route);
-        free(r);
-    }
+    for (relay_t *r = zhashx_first(s->relays); r; r = zhashx_next(s->relays))
+        s_relay_lost(r, LS_ERROR_CODE_SHUTTING_DOWN, "the tokenizer is shutting down");
     zhashx_purge(s->relays);
 }
 
@@ -750,6 +805,7 @@ static void s_destroy(ls_actor_t *a, void *state) {
     zhashx_destroy(&s->acquires);
     zhashx_destroy(&s->clients);
     zhashx_destroy(&s->relays);
+    zhashx_destroy(&s->open_by_client);
     tmodel_destroy(&s->model);
 }
 
@@ -757,6 +813,8 @@ int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_STR("model-path", &s_tok.model_path, NULL,
                     "model directory: tokenizer.json, tokenizer_config.json (chat template), config.json"),
+        LS_FLAG_INT("max-client-requests", &s_tok.max_client_requests, "4096",
+                    "requests one client (the gateway, an SDK client) may have open; more are refused OVERLOADED"),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {.name = "tokenizer",

@@ -291,11 +291,13 @@ static int s_grow(void **v, size_t *cap, size_t need, size_t elem) {
          : ((src).n ? memcpy((dst).v + (dst).n, (src).v, (src).n * sizeof *(dst).v) : NULL, (dst).n += (src).n, 0))
 
 int tcollect_add(tcollect_t *c, const ls_msg_text_out_t *piece) {
-    size_t n = piece->text ? strlen(piece->text) : 0;
+    size_t n = piece->text.len;  // NUL bytes of the text included
     if (s_grow((void **)&c->text, &c->cap, c->len + n + 1, 1) < 0)
         return -1;
-    memcpy(c->text + c->len, piece->text ? piece->text : "", n + 1);
+    if (n)
+        memcpy(c->text + c->len, piece->text.s, n);
     c->len += n;
+    c->text[c->len] = 0;
     if (S_APPEND(c->ids, c->ids_cap, piece->token_ids) < 0 || S_APPEND(c->logprobs, c->lp_cap, piece->logprobs) < 0 ||
         S_APPEND(c->top_ids, c->tid_cap, piece->top_ids) < 0 ||
         S_APPEND(c->top_logprobs, c->tlp_cap, piece->top_logprobs) < 0)
@@ -304,12 +306,12 @@ int tcollect_add(tcollect_t *c, const ls_msg_text_out_t *piece) {
 }
 
 void tcollect_take(tcollect_t *c, ls_msg_text_out_t *final) {
-    free(final->text);
+    free(final->text.s);
     free(final->token_ids.v);
     free(final->logprobs.v);
     free(final->top_ids.v);
     free(final->top_logprobs.v);
-    final->text = c->text ? c->text : ls_msg_strdup("");
+    final->text = c->text ? (ls_text_t){c->text, c->len} : ls_msg_textdup("", 0);
     final->token_ids = c->ids;
     final->logprobs = c->logprobs;
     final->top_ids = c->top_ids;

@@ -42,13 +42,14 @@ static size_t s_hash(uint64_t rid, size_t cap) {
     return (size_t)rid & (cap - 1);
 }
 
+// rid's entry, or NULL. An empty slot ends the probe before it could be taken for rid 0.
 static s_entry_t *s_find(const ls_history_t *self, uint64_t rid) {
     for (size_t i = s_hash(rid, self->cap), k = 0; k < self->cap; i = (i + 1) & (self->cap - 1), k++) {
         s_entry_t *e = &self->slots[i];
-        if (e->rid == rid && !e->tomb)
-            return e;
         if (!e->rid && !e->tomb)
             return NULL;
+        if (e->rid == rid && !e->tomb)
+            return e;
     }
     return NULL;
 }
@@ -110,8 +111,11 @@ void ls_history_destroy(ls_history_t **self_p) {
     *self_p = NULL;
 }
 
+// rid 0 marks an empty slot, so it is no request: whatever names it is ignored (an entry under
+// it would be taken for empty, its memory lost; a drop of it would count a live entry less).
 void ls_history_add_prompt(ls_history_t *self, uint64_t rid, const int32_t *ids, size_t n) {
-    s_push(&s_get(self, rid)->prompt, ids, n);
+    if (rid)
+        s_push(&s_get(self, rid)->prompt, ids, n);
 }
 
 void ls_history_clear_prompt(ls_history_t *self, uint64_t rid) {
@@ -120,7 +124,10 @@ void ls_history_clear_prompt(ls_history_t *self, uint64_t rid) {
         e->prompt.n = 0;
 }
 
-void ls_history_add_output(ls_history_t *self, uint64_t rid, int32_t id) { s_push(&s_get(self, rid)->output, &id, 1); }
+void ls_history_add_output(ls_history_t *self, uint64_t rid, int32_t id) {
+    if (rid)
+        s_push(&s_get(self, rid)->output, &id, 1);
+}
 
 void ls_history_drop(ls_history_t *self, uint64_t rid) {
     s_entry_t *e = s_find(self, rid);

@@ -16,6 +16,7 @@ typedef struct ls_history ls_history_t;
 ls_history_t *ls_history_new(void);
 void ls_history_destroy(ls_history_t **self_p);
 
+// Request ids start at 1: rid 0 is recorded nowhere, and dropping it does nothing.
 void ls_history_add_prompt(ls_history_t *self, uint64_t rid, const int32_t *ids, size_t n);
 // Forgets the prompt tokens of rid (its outputs stay): a request starting over (first chunk
 // after a preemption) sends its whole context again.

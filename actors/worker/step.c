@@ -88,12 +88,13 @@ int wstep_check(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, char *e
     for (size_t i = 0; i < plan->items.n; i++) {
         const ls_msg_step_item_t *it = &plan->items.v[i];
         tokens += it->token_ids.n;
-        const char *bad = (uint64_t)it->position + it->token_ids.n > ctx ? "runs past the model's context"
-                          : it->block_table.n > (ctx + bs - 1) / bs    ? "has more blocks than the context needs"
-                          : it->context_ids.n > ctx                    ? "has more context ids than the context holds"
-                          : it->sampling.stop_token_ids.n > vocab      ? "has more stop ids than the vocabulary"
-                          : it->sampling.top_logprobs > vocab          ? "asks for more alternatives than the vocabulary"
-                                                                       : NULL;
+        const char *bad = it->rid == 0                                      ? "has request id 0, which names no request"
+                          : (uint64_t)it->position + it->token_ids.n > ctx ? "runs past the model's context"
+                          : it->block_table.n > (ctx + bs - 1) / bs        ? "has more blocks than the context needs"
+                          : it->context_ids.n > ctx                        ? "has more context ids than the context holds"
+                          : it->sampling.stop_token_ids.n > vocab          ? "has more stop ids than the vocabulary"
+                          : it->sampling.top_logprobs > vocab              ? "asks for more alternatives than the vocabulary"
+                                                                           : NULL;
         if (bad) {
             snprintf(err, errlen, "item %zu (rid %llu) %s (position %u, %zu tokens, %zu blocks; context %llu)", i,
                      (unsigned long long)it->rid, bad, it->position, it->token_ids.n, it->block_table.n,

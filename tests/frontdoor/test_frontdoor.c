@@ -62,7 +62,12 @@ static void s_read_cases(void) {
 static char s_dir[64];
 static pid_t s_launcher;
 static zsock_t *s_client;
+static char s_endpoint[256];  // the tokenizer's ROUTER
 static uint64_t s_rid;
+// --max-client-requests of the graph: above what test_mixed has open at once (40).
+#define MAX_CLIENT_REQUESTS 48
+#define S_STR(x) #x
+#define S_XSTR(x) S_STR(x)
 
 static double s_now(void) {
     struct timespec ts;
@@ -86,7 +91,8 @@ static int s_start(void **unused) {
         setenv("LORASERVE_BIN", LS_BIN_DIR, 0);  // an outer LORASERVE_BIN wins
         // --lora-roots lets clients load from the demo's adapters (admin test)
         execl(LS_LAUNCH_SCRIPT, LS_LAUNCH_SCRIPT, "--run-dir", s_dir, "--lora-roots", LS_DEMO_DIR "/adapters",
-              "--max-loras-per-batch", "6", "--port", "0", (char *)NULL);  // any free port: tests run in parallel
+              "--max-loras-per-batch", "6", "--max-client-requests", S_XSTR(MAX_CLIENT_REQUESTS), "--port", "0",
+              (char *)NULL);  // any free port: tests run in parallel
         _exit(127);
     }
     cJSON *g = NULL;
@@ -108,8 +114,9 @@ static int s_start(void **unused) {
     cJSON *a;
     cJSON_ArrayForEach(a, cJSON_GetObjectItem(g, "actors")) if (!strcmp(cJSON_GetObjectItem(a, "name")->valuestring,
                                                                           "tokenizer")) {
-        s_client = zsock_new_dealer(
-            cJSON_GetObjectItem(cJSON_GetObjectItem(a, "endpoints"), "router")->valuestring);
+        snprintf(s_endpoint, sizeof s_endpoint, "%s",
+                 cJSON_GetObjectItem(cJSON_GetObjectItem(a, "endpoints"), "router")->valuestring);
+        s_client = zsock_new_dealer(s_endpoint);
     }
     cJSON_Delete(g);
     if (!s_client)
@@ -211,13 +218,13 @@ static out_t *s_pump(ls_msg_t *other) {
         const ls_msg_text_out_t *t = &m.u.text_out;
         assert_true(t->index < 2);
         assert_false(o->last);  // nothing after the last
-        strncat(o->text[t->index], t->text ? t->text : "", sizeof o->text[0] - strlen(o->text[t->index]) - 1);
+        strncat(o->text[t->index], t->text.s ? t->text.s : "", sizeof o->text[0] - strlen(o->text[t->index]) - 1);
         o->pieces[t->index]++;
         if (t->finish) {
             o->finals++;
             o->finish[t->index] = t->finish;
             o->code[t->index] = t->error_code;
-            snprintf(o->matched[t->index], sizeof o->matched[0], "%s", t->matched_stop ? t->matched_stop : "");
+            snprintf(o->matched[t->index], sizeof o->matched[0], "%s", t->matched_stop.s ? t->matched_stop.s : "");
         }
         o->last = t->last;
         ls_msg_clear(&m);
@@ -412,12 +419,56 @@ static void test_admin(void **unused) {
     assert_int_equal(o->code[0], LS_ERROR_CODE_NOT_FOUND);
 }
 
+// One client's open requests are bounded (--max-client-requests): the one over is refused
+// OVERLOADED at once, while another client is served; once the client's requests end, it is
+// served again.
+static void test_client_bound(void **unused) {
+    out_t *open[MAX_CLIENT_REQUESTS];
+    for (int i = 0; i < MAX_CLIENT_REQUESTS; i++)
+        open[i] = s_gen(&(gen_t){.text = s_prompts[1], .stream = true, .ignore_eos = true, .max_new = 200});
+    out_t *over = s_gen(&(gen_t){.text = s_prompts[0]});
+    s_wait(over);
+    assert_int_equal(over->finish[0], LS_FINISH_REASON_ERROR);
+    assert_int_equal(over->code[0], LS_ERROR_CODE_OVERLOADED);
+
+    zsock_t *other = zsock_new_dealer(s_endpoint);
+    assert_non_null(other);
+    zsock_set_rcvtimeo(other, 20000);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_GENERATE_REQ);
+    m.rid = 1;
+    m.u.generate_req.text = ls_msg_textdup(s_prompts[0], strlen(s_prompts[0]));
+    m.u.generate_req.sampling.skip_special_tokens = true;
+    assert_int_equal(tm_send(other, &m), 0);
+    ls_msg_clear(&m);
+    assert_int_equal(tm_recv(other, &m), 0);
+    assert_int_equal(m.type, LS_MSG_TEXT_OUT);
+    assert_true(m.u.text_out.last);
+    assert_int_equal(m.u.text_out.finish, LS_FINISH_REASON_STOP);
+    assert_string_equal(m.u.text_out.text.s, s_expected[0][0]);
+    ls_msg_clear(&m);
+    zsock_destroy(&other);
+
+    for (int i = 0; i < MAX_CLIENT_REQUESTS; i++) {
+        ls_msg_init(&m, LS_MSG_ABORT);
+        m.rid = open[i]->rid;
+        s_send(&m);
+    }
+    for (int i = 0; i < MAX_CLIENT_REQUESTS; i++) {
+        s_wait(open[i]);
+        assert_int_equal(open[i]->finish[0], LS_FINISH_REASON_ABORT);
+    }
+    out_t *again = s_gen(&(gen_t){.text = s_prompts[0]});
+    s_wait(again);
+    assert_string_equal(again->text[0], s_expected[0][0]);
+}
+
 int main(void) {
     alarm(170);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refusals), cmocka_unit_test(test_mixed),  cmocka_unit_test(test_chat),
         cmocka_unit_test(test_abort),  cmocka_unit_test(test_stop), cmocka_unit_test(test_n2),
-        cmocka_unit_test(test_timeout), cmocka_unit_test(test_admin),
+        cmocka_unit_test(test_timeout), cmocka_unit_test(test_admin), cmocka_unit_test(test_client_bound),
     };
     return cmocka_run_group_tests(tests, s_start, s_stop);
 }

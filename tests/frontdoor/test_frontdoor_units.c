@@ -153,11 +153,11 @@ static void test_collect(void **unused) {
     tcollect_t c = {0};
     int32_t a[] = {5, 6}, b[] = {7};
     float la[] = {-0.5f, -1.0f}, lb[] = {-2.0f};
-    ls_msg_text_out_t p1 = {.text = "he", .token_ids = {a, 2}, .logprobs = {la, 2}};
+    ls_msg_text_out_t p1 = {.text = {"h\0", 2}, .token_ids = {a, 2}, .logprobs = {la, 2}};
     assert_int_equal(tcollect_add(&c, &p1), 0);
     ls_msg_t fin;
     ls_msg_init(&fin, LS_MSG_TEXT_OUT);
-    fin.u.text_out.text = ls_msg_strdup("llo");
+    fin.u.text_out.text = ls_msg_textdup("llo", 3);
     fin.u.text_out.token_ids.v = malloc(sizeof b);
     memcpy(fin.u.text_out.token_ids.v, b, sizeof b);
     fin.u.text_out.token_ids.n = 1;
@@ -167,7 +167,8 @@ static void test_collect(void **unused) {
     fin.u.text_out.finish = LS_FINISH_REASON_STOP;
     assert_int_equal(tcollect_add(&c, &fin.u.text_out), 0);
     tcollect_take(&c, &fin.u.text_out);
-    assert_string_equal(fin.u.text_out.text, "hello");
+    assert_int_equal(fin.u.text_out.text.len, 5);  // a NUL inside is kept
+    assert_memory_equal(fin.u.text_out.text.s, "h\0llo", 6);
     assert_int_equal(fin.u.text_out.token_ids.n, 3);
     assert_int_equal(fin.u.text_out.token_ids.v[2], 7);
     assert_int_equal(fin.u.text_out.logprobs.n, 3);
@@ -234,7 +235,7 @@ static void test_stream_text(void **unused) {
     for (int i = 0; i < 3; i++) {
         assert_string_equal(sent.peers[i], "tokenizer");
         assert_int_equal(sent.msgs[i].rid, 9);
-        strcat(text, sent.msgs[i].u.text_out.text);
+        strcat(text, sent.msgs[i].u.text_out.text.s);
     }
     assert_string_equal(text, " 5 leaf road 1 red");  // skip_special_tokens drops the EOS
     assert_int_equal(sent.msgs[2].u.text_out.finish, LS_FINISH_REASON_STOP);
@@ -244,7 +245,7 @@ static void test_stream_text(void **unused) {
     s_sent_clear(&sent);
     // without skip_special_tokens the EOS is text
     s_token_out(d, 10, c, 3, true, LS_FINISH_REASON_STOP, NULL, 0, false);
-    assert_string_equal(sent.msgs[0].u.text_out.text, " 1 red<|end_of_text|>");
+    assert_string_equal(sent.msgs[0].u.text_out.text.s, " 1 red<|end_of_text|>");
     s_sent_clear(&sent);
     dstream_destroy(&d);
 }
@@ -257,8 +258,8 @@ static void test_stream_stop(void **unused) {
     s_token_out(d, 5, a, 2, true, 0, stops, 2, true);
     s_token_out(d, 5, b, 1, false, 0, stops, 2, true);  // " road" may start "road 1": held
     assert_int_equal(sent.n, 2);
-    assert_string_equal(sent.msgs[0].u.text_out.text, " 5 leaf");
-    assert_string_equal(sent.msgs[1].u.text_out.text, " ");
+    assert_string_equal(sent.msgs[0].u.text_out.text.s, " 5 leaf");
+    assert_string_equal(sent.msgs[1].u.text_out.text.s, " ");
     s_token_out(d, 5, c, 2, false, 0, stops, 2, true);  // " 1" completes it
     assert_int_equal(sent.n, 4);
     // the Abort STOP to the scheduler, then the final piece: nothing (the stop is cut)
@@ -266,9 +267,9 @@ static void test_stream_stop(void **unused) {
     assert_int_equal(sent.msgs[2].type, LS_MSG_ABORT);
     assert_int_equal(sent.msgs[2].u.abort.finish, LS_FINISH_REASON_STOP);
     const ls_msg_text_out_t *fin = &sent.msgs[3].u.text_out;
-    assert_string_equal(fin->text, "");
+    assert_string_equal(fin->text.s, "");
     assert_int_equal(fin->finish, LS_FINISH_REASON_STOP);
-    assert_string_equal(fin->matched_stop, "road 1");
+    assert_string_equal(fin->matched_stop.s, "road 1");
     assert_int_equal(fin->token_ids.n, 1);  // up to the token that completed the match
     assert_int_equal(fin->completion_tokens, 2);
     // the scheduler's later TokenOuts for it are dropped
@@ -282,9 +283,33 @@ static void test_stream_stop(void **unused) {
     s_token_out(d, 7, a, 2, true, LS_FINISH_REASON_LENGTH, (ls_text_t[]){TXT("leaf")}, 1, true);
     assert_int_equal(sent.n, 2);
     assert_int_equal(sent.msgs[0].u.text_out.finish, LS_FINISH_REASON_LENGTH);
-    assert_string_equal(sent.msgs[0].u.text_out.text, " 1 red");
+    assert_string_equal(sent.msgs[0].u.text_out.text.s, " 1 red");
     assert_int_equal(sent.msgs[1].u.text_out.finish, LS_FINISH_REASON_STOP);
-    assert_string_equal(sent.msgs[1].u.text_out.text, " 5 ");
+    assert_string_equal(sent.msgs[1].u.text_out.text.s, " 5 ");
+    s_sent_clear(&sent);
+    dstream_destroy(&d);
+}
+
+// Text is bytes with a length: a token whose text is a NUL byte (ByteLevel "Ā" is byte 0x00)
+// reaches the TextOut whole, and a stop string around a NUL matches and is reported whole.
+static void test_stream_nul(void **unused) {
+    sent_t sent = {0};
+    dstream_t *d = dstream_new(tmodel_tokenizer(s_model), &(dstream_host_t){&sent, s_host_send});
+    const int32_t ids[] = {68, 192, 69};  // "a", NUL, "b"
+    s_token_out(d, 1, ids, 3, true, LS_FINISH_REASON_LENGTH, NULL, 0, true);
+    assert_int_equal(sent.n, 1);
+    assert_int_equal(sent.msgs[0].u.text_out.text.len, 3);
+    assert_memory_equal(sent.msgs[0].u.text_out.text.s, "a\0b", 3);
+    s_sent_clear(&sent);
+    ls_text_t stops[] = {TXT("\0b")};
+    s_token_out(d, 2, ids, 3, true, 0, stops, 1, true);
+    assert_int_equal(sent.n, 2);  // the Abort STOP, then the final piece
+    const ls_msg_text_out_t *fin = &sent.msgs[1].u.text_out;
+    assert_int_equal(fin->finish, LS_FINISH_REASON_STOP);
+    assert_int_equal(fin->text.len, 1);
+    assert_string_equal(fin->text.s, "a");
+    assert_int_equal(fin->matched_stop.len, 2);
+    assert_memory_equal(fin->matched_stop.s, "\0b", 2);
     s_sent_clear(&sent);
     dstream_destroy(&d);
 }
@@ -333,7 +358,7 @@ int main(void) {
         cmocka_unit_test(test_prompt_sources), cmocka_unit_test(test_prompt_refusals),
         cmocka_unit_test(test_prompt_request), cmocka_unit_test(test_collect),
         cmocka_unit_test(test_stream_text),    cmocka_unit_test(test_stream_stop),
-        cmocka_unit_test(test_stream_errors),
+        cmocka_unit_test(test_stream_nul),     cmocka_unit_test(test_stream_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tmodel_destroy(&s_model);

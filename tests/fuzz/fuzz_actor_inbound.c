@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
+#include "fuzz_frames.h"
 #include "ls_actor.h"
 
 #define S_PING_RID 0x70696e67u
@@ -113,15 +114,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     if (!s_client)
         s_start ();
     zmsg_t *zm = zmsg_new ();
-    const uint8_t *p = data, *end = data + size;
-    for (int frames = 0; frames < 8; frames++) {
-        const uint8_t *sep = memmem (p, (size_t) (end - p), "\xff\xfe", 2);
-        const uint8_t *stop = sep? sep: end;
-        zmsg_addmem (zm, p, (size_t) (stop - p));
-        if (!sep)
-            break;
-        p = sep + 2;
-    }
+    fuzz_frames_add (zm, data, data + size);
     if (zmsg_send (&zm, s_client) != 0)
         s_die ("cannot send");
     ls_msg_t ping;

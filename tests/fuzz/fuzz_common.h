@@ -12,7 +12,7 @@
 
 //  A broken promise of the code under test: report it (with the target's file) and abort.
 #define s_die(what) fuzz_die (__FILE__, (what))
-static inline void
+static inline void __attribute__ ((noreturn))
 fuzz_die (const char *file, const char *what)
 {
     fprintf (stderr, "%s: %s\n", file, what);

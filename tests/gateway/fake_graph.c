@@ -46,7 +46,7 @@ static void s_text(zsock_t *router, zframe_t *id, uint64_t rid, uint32_t index, 
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
     m.rid = rid;
     ls_msg_text_out_t *t = &m.u.text_out;
-    t->text = ls_msg_strdup(text);
+    t->text = ls_msg_textdup(text, strlen(text));
     t->index = index;
     t->finish = finish;
     t->prompt_tokens = prompt;
@@ -105,6 +105,19 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
             ls_msg_init(&m, (ls_msg_type_t)types[i]);
             s_send(router, id, &m);
         }
+    }
+    if ((g->text.s && !strcmp(g->text.s, "nul")) || (g->messages && strstr(g->messages, "\"nul\""))) {
+        // Generated text and a matched stop string holding NUL bytes, in one final TextOut.
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_TEXT_OUT);
+        m.rid = req->rid;
+        m.u.text_out.text = ls_msg_textdup("a\0b", 3);
+        m.u.text_out.finish = LS_FINISH_REASON_STOP;
+        m.u.text_out.matched_stop = ls_msg_textdup("\0x", 2);
+        m.u.text_out.prompt_tokens = prompt;
+        m.u.text_out.completion_tokens = 3;
+        s_send(router, id, &m);
+        return;
     }
     if (g->text.s && !strcmp(g->text.s, "hang")) {
         s_text(router, id, req->rid, 0, " hi", 1, 0, k, LS_FINISH_REASON_NONE, prompt, 1);
@@ -185,6 +198,14 @@ static void s_admin(zsock_t *router, zframe_t *id, const ls_msg_t *req) {
     case LS_MSG_LOAD_ADAPTER: {
         if (!strcmp(req->u.load_adapter.name, "hang"))
             return;  // still loading
+        if (!strcmp(req->u.load_adapter.name, "lost")) {
+            // The tokenizer's answer when the registry went down with the load.
+            ls_msg_init(&m, LS_MSG_ERROR);
+            m.u.error.code = LS_ERROR_CODE_OUTCOME_UNKNOWN;
+            m.u.error.ref_type = LS_MSG_LOAD_ADAPTER;
+            m.u.error.message = ls_msg_strdup("no answer from the registry for this load; list the adapters to know");
+            break;
+        }
         int bad = !strcmp(req->u.load_adapter.name, "bad");
         ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
         m.u.adapter_loaded.ok = !bad;

@@ -377,8 +377,28 @@ static void test_completions(void **state) {
     assert_contains(s_str(j, "error.message"), "without NUL characters");
     cJSON_Delete(j);
 
-    // Streaming: SSE chunks, finish in the last chunk of the choice, usage chunk, [DONE].
+    // Generated text and the matched stop string keep their NUL bytes (\u0000), whole and
+    // streamed, in every API's shape.
     resp_t r;
+    const struct {
+        const char *path, *body, *want[2];
+    } nul[] = {
+        {"/v1/completions", "{\"prompt\":\"nul\"}", {"\"text\":\"a\\u0000b\"", "\"stop_reason\":\"\\u0000x\""}},
+        {"/v1/completions", "{\"prompt\":\"nul\",\"stream\":true}", {"\"text\":\"a\\u0000b\"", "\"finish_reason\":\"stop\""}},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"nul\"}],\"stream\":true}",
+         {"\"content\":\"a\\u0000b\"", "\"finish_reason\":\"stop\""}},
+        {"/generate", "{\"text\":\"nul\"}", {"\"text\":\"a\\u0000b\"", "\"matched\":\"\\u0000x\""}},
+    };
+    for (size_t i = 0; i < sizeof nul / sizeof *nul; i++) {
+        s_call(s_gw.port, "POST", nul[i].path, nul[i].body, NULL, &r);
+        assert_int_equal(r.status, 200);
+        for (int k = 0; k < 2; k++)
+            if (!strstr(r.body, nul[i].want[k]))
+                fail_msg("POST %s %s: no %s in %s", nul[i].path, nul[i].body, nul[i].want[k], r.body);
+        s_resp_free(&r);
+    }
+
+    // Streaming: SSE chunks, finish in the last chunk of the choice, usage chunk, [DONE].
     s_call(s_gw.port, "POST", "/v1/completions",
            "{\"model\":\"demo\",\"prompt\":\"hi\",\"stream\":true,\"stream_options\":{\"include_usage\":true}}", NULL, &r);
     assert_int_equal(r.status, 200);
@@ -598,6 +618,11 @@ static void test_adapters(void **state) {
     assert_int_equal(r.status, 200);
     s_resp_free(&r);
     s_expect_error("/v1/unload_lora_adapter", "{\"lora_name\":\"nope\"}", 404, "lora_name");
+    // A load whose answer was lost upstream may have taken effect: 503 outcome_unknown, no failure.
+    cJSON *lost = s_post("/v1/load_lora_adapter", "{\"lora_name\":\"lost\",\"lora_path\":\"/x/lost\"}", 503);
+    assert_string_equal(s_str(lost, "error.code"), "outcome_unknown");
+    assert_contains(s_str(lost, "error.message"), "list the adapters");
+    cJSON_Delete(lost);
 
     cJSON *j = s_post("/load_lora_adapter", "{\"lora_name\":\"a2\",\"lora_path\":\"/x/a2\",\"pinned\":true}", 200);
     assert_true(cJSON_IsTrue(s_at(j, "success")));

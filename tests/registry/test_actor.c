@@ -5,7 +5,7 @@
 //                    logged and skipped without holding Ready
 //   load_paths     — load success, rollback (the scheduler's failure reaches the client, nothing
 //                    registered), timeout (TIMEOUT, then the late load is unloaded), on-demand
-//                    load, counters
+//                    load, counters; a restart restores exactly the loads answered ok
 //   restart        — the journal restores the adapter set, ids included, across a restart
 //   restart_unload — a --lora-paths adapter a client unloaded stays unloaded across restarts,
 //                    until a client loads it again
@@ -372,6 +372,23 @@ static void test_load_paths(void **unused) {
     }
     assert_int_equal(seen, 5);
     ls_msg_clear(&m);
+    s_stop(&r);
+
+    // What the journal committed is exactly what was answered ok: a restart restores a and
+    // oproj, not c (answered TIMEOUT, its late load undone) nor b (refused).
+    s_spawn(&r, extra);
+    char restored[64] = "";
+    for (int i = 0; i < 2; i++) {
+        s_sched_recv(&req, LS_MSG_LOAD_ADAPTER);
+        strcat(restored, i ? "," : "");
+        strcat(restored, req.u.load_adapter.name);
+        s_sched_answer(&req, true, 0, NULL);
+        ls_msg_clear(&req);
+    }
+    assert_string_equal(restored, "a,oproj");
+    assert_int_equal(s_ready_within(5000), 1);
+    s_list(&r, names, sizeof names, NULL);
+    assert_string_equal(names, "a,oproj");
     s_stop(&r);
 }
 

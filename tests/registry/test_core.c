@@ -2,14 +2,14 @@
 // run synchronously when the test says so, the scheduler's answers are made up here.
 //   acquire_unload   — acquires/releases against an unload: it waits for the last release,
 //                      acquires after it are refused, unknown releases are counted
-//   unload_timeouts  — drain timeout → READY; dispatched timeout → stays UNLOADING until answered
+//   unload_timeouts  — drain timeout → READY; dispatched timeout → OUTCOME_UNKNOWN, UNLOADING until answered
 //   validation       — every load rule with its code and message, pinned limit included
 //   confinement      — client paths: "..", relative, absolute outside, symlink escape
 //   confinement_names — resolved paths reach the workers; no roots, no client paths; startup
 //                      paths trusted; on-demand names with '/' or escaping symlinks refused
 //   on_demand        — acquires of DIR/name share one load; failures answer all of them
 //   rollback         — the scheduler's failure reaches the client, nothing stays registered
-//   load_timeout     — TIMEOUT to the client, a late success is unloaded
+//   load_timeout     — TIMEOUT to the client, a late success is unloaded and never journaled
 //   ids              — same inputs, same ids; uuid v4 layout
 //   journal          — replay, torn tail, corrupt middle record, compaction
 //   startup          — Ready only after every startup load is answered; a failed restore
@@ -339,14 +339,14 @@ static void test_unload_timeouts(void **unused) {
     reg_release(R.reg, id, "a");
     reg_release(R.reg, id, "a");
 
-    // Dispatched and unconfirmed: TIMEOUT to the caller, but a takes no requests until the
-    // scheduler says what happened.
+    // Dispatched and unconfirmed: OUTCOME_UNKNOWN to the caller (the workers may still free it),
+    // and a takes no requests until the scheduler says what happened.
     void *uw2 = s_w();
     reg_unload(R.reg, 4000, "a", uw2);
     const ls_msg_t *ua = s_last_sent(LS_MSG_UNLOAD_ADAPTER);
     uint64_t rid = ua->rid;
     reg_timeout(R.reg, 5000, rid);
-    assert_int_equal(s_ans(uw2)->u.adapter_unloaded.code, LS_ERROR_CODE_TIMEOUT);
+    assert_int_equal(s_ans(uw2)->u.adapter_unloaded.code, LS_ERROR_CODE_OUTCOME_UNKNOWN);
     assert_int_equal(s_acquire("a")->u.adapter_acquired.code, LS_ERROR_CODE_UNAVAILABLE);
     void *uw3 = s_w();
     reg_unload(R.reg, 5100, "a", uw3);
@@ -358,7 +358,8 @@ static void test_unload_timeouts(void **unused) {
     reg_unload(R.reg, 6000, "a", uw4);
     rid = s_last_sent(LS_MSG_UNLOAD_ADAPTER)->rid;
     reg_timeout(R.reg, 7000, rid);
-    s_sched(rid, LS_MSG_ADAPTER_UNLOADED, true, 0, NULL);  // late, but freed: gone
+    assert_int_equal(s_ans(uw4)->u.adapter_unloaded.code, LS_ERROR_CODE_OUTCOME_UNKNOWN);  // not "failed":
+    s_sched(rid, LS_MSG_ADAPTER_UNLOADED, true, 0, NULL);  // late, but freed: gone, and journaled
     assert_false(reg_has(R.reg, "a"));
     assert_int_equal(R.journal[R.n_journal - 1].type, LS_MSG_UNLOAD_ADAPTER);
     // An answer to nothing pending is counted and ignored.

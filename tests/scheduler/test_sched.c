@@ -586,13 +586,15 @@ static void test_refusals(void **unused) {
     h_request(h, 4, 0, 0, NULL, 2);
     h_request(h, 5, 10, 0, NULL, 7);  // 16 tokens: fits exactly
     h_request(h, 6, 3, H_VOCAB - 1, NULL, 2);  // ids 31999, 32000, 32001: past the vocabulary
+    h_request(h, 0, 10, 0, NULL, 2);  // request id 0 names no request (the workers' state has none)
     assert_int_equal(h->req[6].error_code, LS_ERROR_CODE_BAD_REQUEST);
+    assert_int_equal(h->req[0].error_code, LS_ERROR_CODE_BAD_REQUEST);
     assert_int_equal(h->req[1].error_code, LS_ERROR_CODE_TOO_LARGE);
     assert_int_equal(h->req[2].error_code, LS_ERROR_CODE_TOO_LARGE);
     assert_int_equal(h->req[3].error_code, LS_ERROR_CODE_NOT_FOUND);
     assert_int_equal(h->req[4].error_code, LS_ERROR_CODE_BAD_REQUEST);
-    assert_int_equal(h->releases, 5);
-    assert_int_equal(sched_stats(h->s)->requests_refused, 5);
+    assert_int_equal(h->releases, 6);
+    assert_int_equal(sched_stats(h->s)->requests_refused, 6);
     h_pump(h, 0);
     assert_int_equal(h->req[5].tokens, 7);
     assert_int_equal(h->req[5].errors, 0);

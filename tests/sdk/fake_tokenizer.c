@@ -54,9 +54,7 @@ static void s_emit(zsock_t *router, gen_t *g, uint32_t i, uint32_t finish) {
     m.rid = g->rid;
     ls_msg_text_out_t *t = &m.u.text_out;
     t->index = i;
-    t->text = malloc(to - from + 1);
-    memcpy(t->text, g->out[i] + from, to - from);
-    t->text[to - from] = 0;
+    t->text = ls_msg_textdup(g->out[i] + from, to - from);
     size_t n = to - from;
     if (n) {
         t->token_ids.v = malloc(n * sizeof(int32_t));

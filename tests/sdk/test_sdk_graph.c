@@ -3,7 +3,10 @@
 // loraserve-cli, as a user would.
 //   examples  — each example prints the demo's rule answers for base and every adapter
 //   stream    — a streaming generate's pieces add up to the blocking answer (text and ids)
+//   nul_prompt — a prompt with a NUL inside (prompt_len) is tokenized whole, as over HTTP
 //   cli       — generate, list, unload (then the adapter is unknown), load back, health
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -11,11 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include <cJSON.h>
 
 #include "test_util.h"
 
@@ -152,6 +158,69 @@ static void test_stream(void **state) {
     ls_client_destroy(&client);
 }
 
+// The gateway's answer to one POST (Connection: close), its body parsed; NULL if it is not JSON.
+static cJSON *s_http_post(const char *path, const char *body) {
+    char log[256], line[512];
+    snprintf(log, sizeof log, "%s/logs/gateway.log", s_run_dir);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    int port = 0;
+    while (!port && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "listening on http://127.0.0.1:");
+        if (at)
+            port = atoi(at + strlen("listening on http://127.0.0.1:"));
+    }
+    fclose(f);
+    assert_true(port > 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[1024];
+    int n = snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                     path, strlen(body), body);
+    assert_int_equal(write(fd, req, (size_t)n), n);
+    static char resp[65536];
+    size_t have = 0;
+    for (ssize_t got; have < sizeof resp - 1 && (got = read(fd, resp + have, sizeof resp - 1 - have)) > 0;)
+        have += (size_t)got;
+    close(fd);
+    resp[have] = 0;
+    const char *json = strstr(resp, "\r\n\r\n");
+    assert_non_null(json);
+    return cJSON_Parse(json + 4);
+}
+
+// A prompt is bytes with a length: with a NUL inside, the SDK's prompt (prompt_len) is tokenized
+// whole and exactly as the same text over HTTP (\u0000 in its JSON): the same prompt length and
+// the same greedy tokens, where the text cut at the NUL is shorter.
+static void test_nul_prompt(void **state) {
+    static const char text[] = "input: 5 leaf\0 road 1 red\noutput:";
+    const char *err;
+    ls_client_t *client = ls_client_new_run_dir(s_run_dir, &err);
+    assert_non_null(client);
+    ls_request_t req = {.prompt = text, .prompt_len = sizeof text - 1, .max_tokens = 8, .timeout_ms = 20000};
+    ls_result_t *whole = NULL, *cut = NULL;
+    assert_int_equal(ls_client_generate(client, &req, &whole), LS_OK);
+    req.prompt_len = 0;  // up to the first NUL
+    assert_int_equal(ls_client_generate(client, &req, &cut), LS_OK);
+    assert_true(whole->prompt_tokens > cut->prompt_tokens);
+
+    cJSON *j = s_http_post("/generate", "{\"text\":\"input: 5 leaf\\u0000 road 1 red\\noutput:\","
+                                        "\"sampling_params\":{\"max_new_tokens\":8,\"temperature\":0}}");
+    assert_non_null(j);
+    cJSON *meta = cJSON_GetObjectItem(j, "meta_info"), *ids = cJSON_GetObjectItem(j, "output_ids");
+    assert_non_null(meta);
+    assert_int_equal((int)cJSON_GetObjectItem(meta, "prompt_tokens")->valuedouble, (int)whole->prompt_tokens);
+    const ls_completion_t *c = &whole->completions[0];
+    assert_int_equal(cJSON_GetArraySize(ids), (int)c->n_tokens);
+    for (size_t i = 0; i < c->n_tokens; i++)
+        assert_int_equal(cJSON_GetArrayItem(ids, (int)i)->valueint, c->token_ids[i]);
+    cJSON_Delete(j);
+    ls_result_destroy(&whole);
+    ls_result_destroy(&cut);
+    ls_client_destroy(&client);
+}
+
 static void test_cli(void **state) {
     const char *cli = LS_BIN_DIR "/loraserve-cli";
     run_t r = s_run(PROMPT, cli, "--run-dir", s_run_dir, "--timeout-ms", "20000", "generate", "--adapter", "upper", NULL);
@@ -179,6 +248,6 @@ static void test_cli(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_examples), cmocka_unit_test(test_stream),
-                                       cmocka_unit_test(test_cli)};
+                                       cmocka_unit_test(test_nul_prompt), cmocka_unit_test(test_cli)};
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }

@@ -6,6 +6,8 @@
 //               with finish ERROR and the worker keeps serving; unload then refuses its use
 //   plan_bounds — plans bigger than the worker was configured for (20,000 requests, too many
 //               tokens, past the context) are refused at once, and the worker keeps serving
+//   rid_zero  — request id 0 is refused in a plan, and releasing it changes nothing (a leak
+//               found by fuzz_actor_worker)
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -341,6 +343,61 @@ static void test_plan_bounds(void **unused) {
     print_message("a plan of 20,000 requests refused in %.0f ms\n", ms);
 }
 
+// Request id 0 names no request: an item with it is refused with the plan, and releasing it
+// (a hundred times) changes nothing for the requests that follow. An item with rid 0 once ran,
+// its tokens recorded in the history under a slot taken for empty and never freed (a leak per
+// plan, found by fuzz_actor_worker; tests/worker/test_history.c has the history's side).
+static void test_rid_zero(void **unused) {
+    ls_msg_t plan, res;
+    ls_msg_init(&plan, LS_MSG_STEP_PLAN);
+    plan.u.step_plan.step = 3000;
+    plan.u.step_plan.released.v = calloc(100, sizeof(uint64_t));
+    plan.u.step_plan.released.n = 100;
+    s_send(&plan);  // a plan of releases alone is not answered
+    ls_msg_clear(&plan);
+    // 40 new requests grow the history's table: answered, none failed.
+    ls_msg_init(&plan, LS_MSG_STEP_PLAN);
+    plan.u.step_plan.step = 3003;
+    plan.u.step_plan.items.v = calloc(40, sizeof(ls_msg_step_item_t));
+    plan.u.step_plan.items.n = 40;
+    for (size_t i = 0; i < 40; i++) {
+        ls_msg_step_item_t *it = &plan.u.step_plan.items.v[i];
+        it->rid = 20000 + i;
+        it->adapter_slot = -1;
+        it->token_ids.v = calloc(1, sizeof(int32_t));
+        it->token_ids.n = 1;
+        it->block_table.v = calloc(1, sizeof(uint32_t));
+        it->block_table.v[0] = (uint32_t)(100 + i);
+        it->block_table.n = 1;
+        it->is_prefill = it->sample = true;
+    }
+    s_send(&plan);
+    ls_msg_clear(&plan);
+    s_recv(&res, LS_MSG_STEP_RESULT);
+    assert_int_equal(res.u.step_result.step, 3003);
+    assert_int_equal(res.u.step_result.items.n, 40);
+    for (size_t i = 0; i < 40; i++)
+        assert_int_equal(res.u.step_result.items.v[i].finish, LS_FINISH_REASON_NONE);
+    ls_msg_clear(&res);
+    ls_msg_init(&plan, LS_MSG_STEP_PLAN);
+    plan.u.step_plan.step = 3004;
+    plan.u.step_plan.items.v = calloc(1, sizeof(ls_msg_step_item_t));
+    plan.u.step_plan.items.n = 1;
+    ls_msg_step_item_t *it = &plan.u.step_plan.items.v[0];
+    it->adapter_slot = -1;
+    it->token_ids.v = calloc(1, sizeof(int32_t));
+    it->token_ids.n = 1;
+    it->block_table.v = calloc(1, sizeof(uint32_t));
+    it->block_table.n = 1;
+    it->is_prefill = it->sample = true;  // rid 0
+    s_send(&plan);
+    ls_msg_clear(&plan);
+    s_recv(&res, LS_MSG_STEP_RESULT);
+    assert_int_equal(res.u.step_result.items.n, 1);
+    assert_int_equal(res.u.step_result.items.v[0].finish, LS_FINISH_REASON_ERROR);
+    ls_msg_clear(&res);
+}
+
 // min_new_tokens: the stop set cannot be sampled before it, although the demo model ends
 // this answer (" 5 leaf road 1 red" + EOS) after six tokens.
 static void test_min_new_tokens(void **unused) {
@@ -409,7 +466,7 @@ int main(void) {
         cmocka_unit_test(test_info_and_adapters),
         cmocka_unit_test(test_decode_mixed_batch),
         cmocka_unit_test(test_errors_keep_serving),
-        cmocka_unit_test(test_plan_bounds),
+        cmocka_unit_test(test_plan_bounds), cmocka_unit_test(test_rid_zero),
         cmocka_unit_test(test_min_new_tokens),
         cmocka_unit_test(test_load_format_dummy),
     };
