@@ -216,7 +216,6 @@ static int s_send_comm_id(ls_actor_t *a) {
 }
 
 static int s_start(ls_actor_t *a, void *state) {
-    char err[1024];
     s_w.rank = ls_actor_rank(a);
     if (!s_w.model_path) {
         ls_error(0, "--model-path is required");
@@ -252,6 +251,7 @@ static int s_start(ls_actor_t *a, void *state) {
     if (cuda) {
 #ifdef LS_HAVE_CUDA
         int device = s_w.device >= 0 ? s_w.device : s_w.rank;
+        char err[1024];
         if (!(s_w.be = ls_backend_cuda_new(device, err, sizeof err))) {
             ls_error(0, "--backend cuda: cannot use GPU %d: %s", device, err);
             return -1;
