@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config git python3
       libzmq3-dev libczmq-dev libmsgpack-dev libev-dev libhttp-parser-dev libcjson-dev libjansson-dev
-      libpcre2-dev libutf8proc-dev libopenblas-dev uuid-dev libcmocka-dev libcurl4-openssl-dev
+      libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev libcurl4-openssl-dev
       clang libclang-rt-14-dev procps)
 missing=()
 for p in "${pkgs[@]}"; do

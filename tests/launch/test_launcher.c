@@ -494,16 +494,31 @@ static void s_bin_with_scheduler(char *bin, size_t cap, const char *name, const 
     chmod(path, 0755);
 }
 
+// A stand-in for an actor that never says Ready: `sleep` for a time no other process on the
+// machine uses (this test's pid in the fraction), so that looking for leftovers finds only ours.
+static void s_sleeper(char *out, size_t cap) {
+    snprintf(out, cap, "sleep 300.%d", (int)getpid());
+}
+
+// True when a process of ours runs `sleeper` (the bracket keeps pgrep from matching the shell
+// that runs it).
+static bool s_sleeper_left(const char *sleeper) {
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "pgrep -f '[%c]%s' >/dev/null", sleeper[0], sleeper + 1);
+    return system(cmd) == 0;
+}
+
 // Readiness and liveness: /health is 503 while the graph is not whole, /health/live 200 as long
 // as the gateway runs. A restarted scheduler that never gets Ready keeps /health at 503 and is
 // killed after --ready-timeout, which (the budget being 1) stops the graph.
 static void test_readiness(void **unused) {
-    char bin[200], path[300], mark[300], script[1024];
+    char bin[200], path[300], mark[300], script[1024], sleeper[64];
     // The real scheduler the first time; a process that never says Ready after that.
+    s_sleeper(sleeper, sizeof sleeper);
     snprintf(mark, sizeof mark, "%s/started-once", s_dir);
     snprintf(script, sizeof script,
-             "#!/bin/sh\nif [ -e %s ]; then exec sleep 301; fi\ntouch %s\nexec %s/loraserve-scheduler \"$@\"\n", mark,
-             mark, LS_BIN_DIR);
+             "#!/bin/sh\nif [ -e %s ]; then exec %s; fi\ntouch %s\nexec %s/loraserve-scheduler \"$@\"\n", mark,
+             sleeper, mark, LS_BIN_DIR);
     s_bin_with_scheduler(bin, sizeof bin, "readybin", script);
 
     launch_t l;
@@ -546,13 +561,15 @@ static void test_readiness(void **unused) {
     assert_contains(out, "restart budget spent (1 restarts within 60 s)");
     free(out);
     cJSON_Delete(g);
-    assert_int_not_equal(system("pgrep -f '[s]leep 301' >/dev/null"), 0);
+    assert_false(s_sleeper_left(sleeper));
 }
 
 static void test_ready_timeout(void **unused) {
     // A bin dir where the scheduler is a process that never says Ready.
-    char bin[200];
-    s_bin_with_scheduler(bin, sizeof bin, "fakebin", "#!/bin/sh\nexec sleep 300\n");
+    char bin[200], sleeper[64], script[128];
+    s_sleeper(sleeper, sizeof sleeper);
+    snprintf(script, sizeof script, "#!/bin/sh\nexec %s\n", sleeper);
+    s_bin_with_scheduler(bin, sizeof bin, "fakebin", script);
 
     launch_t l;
     const char *extra[] = {"--ready-timeout", "2", "--shutdown-timeout", "4", NULL};
@@ -574,10 +591,7 @@ static void test_ready_timeout(void **unused) {
     assert_non_null(strstr(out, "scheduler is not ready; its log: "));
     free(out);
     // Nothing may be left: not the fake scheduler, not the real actors.
-    char cmd[400];
-    // The bracket keeps pgrep from matching the shell that runs it.
-    snprintf(cmd, sizeof cmd, "pgrep -f '[s]leep 300' >/dev/null");
-    assert_int_not_equal(system(cmd), 0);
+    assert_false(s_sleeper_left(sleeper));
 }
 
 // A DEALER that speaks CURVE with the graph's client key, to `server`'s public key.
