@@ -16,12 +16,12 @@
     Implementations:
       ours       ls_cu_lora_fused, the backend's decode op: a shrink with K split over
                  blocks, then the expand summing the parts: shrink v3 and expand v3 for
-                 one-position tiles (Distinct; session 8), else the tensor-core shrink and
-                 expand v2
-      s7         the same op under impl 6: the tensor-core shrink and expand v2 everywhere
-                 (session 7)
+                 one-position tiles (Distinct), expand v4 for multi-position ones on bf16
+                 pools, else the tensor-core shrink and expand v2
+      s7         the same op under impl 6: the tensor-core shrink and expand v2 for
+                 one-position tiles (the default before shrink v3 and expand v3)
       v2         the same op under impl 5: shrink v2 + expand v2, the default before
-      v1         the same op with the session-1 kernels (ls_cu_lora_set_impl(1))
+      v1         the same op with the first kernels (ls_cu_lora_set_impl(1))
       loop       one cublasGemmEx per adapter group: shrink (x_seg . A^T, bf16 out) then one
                  expand per slice (y_seg += tmp . B^T, fp32 accumulate)
       no-pdl     ours without programmatic dependent launch (whole step only)

@@ -839,10 +839,11 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     }
     // with side work open, the GEMM is asked to leave side_sms SMs to it (cuBLAS picks its
     // kernel for the smaller count); a big GEMM (> 64M weights: an MLP's gate_up)
-    // side_sms_big. Measured on an H200 (Llama-3-8B, batch 64, 8 distinct adapters, the
-    // session-7 LoRA kernels): half the device for the others and 48 of 132 SMs for
-    // gate_up, 6.67-6.75 ms a step against 6.83-6.86 with half for gate_up too; cuBLAS's
-    // kernel choice moves in steps with the count (40: 6.93, 52: 6.82; NOTES.md, session 7)
+    // side_sms_big. Measured on an H200 (Llama-3-8B, batch 64, 8 distinct adapters, rank 16
+    // on seven targets): half the device for the others and 48 of 132 SMs for gate_up,
+    // 6.67-6.75 ms a step against 6.83-6.86 with half for gate_up too; cuBLAS's kernel
+    // choice moves in steps with the count (40: 6.93, 52: 6.82; the sweep is in
+    // kernels/cuda/NOTES.md)
     int leave = (size_t)in * out > ((size_t)64 << 20) && c->side_sms_big >= 0 ? c->side_sms_big
                                                                              : c->side_sms;
     int sms = c->side_open && leave > 0 && leave < c->n_sm ? c->n_sm - leave : 0;

@@ -15,7 +15,7 @@
     v2 (k_attention_v2, f32/f16 caches and other head_dims, 16-byte rows): the same plan on
     FFMA: L lanes (8, 16 or 32; a lane holds at most two 16-byte chunks of a row) share a
     key, the warp takes 32/L keys per step; scores summed over the L lanes by shuffles.
-    v1 (k_attention_v1, the session-1 kernel): one CTA of 4 warps per (token, kv head),
+    v1 (k_attention_v1, the first kernel): one CTA of 4 warps per (token, kv head),
     each warp walking keys one dependent load at a time. It remains for rows or cache
     pointers not 16-byte aligned (e.g. bf16 with head_dim % 8 != 0) and as the benchmark's
     baseline (ls_cu_attention_set_impl(1)).

@@ -42,11 +42,11 @@
     the decode op runs on 16-bit pools keep nothing in local memory (ls_cu_lora_local_bytes,
     checked by test_gpu_ops): a stack frame there is a memory round trip in every block,
     and one in shrink v3 (16-bit elements picked by indexing the registers as an array)
-    cost the decode step 10% (NOTES.md, session 9).
+    cost the decode step 10% (H200; NOTES.md, "local memory was the cost").
     fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
       cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
       measured 2.2x slower than shrink v2 + expand v2 on the whole decode step (NOTES.md,
-      session 3), so ls_cu_lora_fused runs shrink tc (K parts) + expand v4 / v3 by default.
+      "Fused decode LoRA op"), so ls_cu_lora_fused runs shrink tc (K parts) + expand v4 / v3 by default.
     Measurements, predictions and what is left: kernels/cuda/NOTES.md.
 
     Long segments (a prefill, or many requests of one adapter) expand over tiles of
@@ -305,7 +305,7 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
 // -- tensor-core shrink (bf16 A) --------------------------------------------------------
 // The FMA shrinks above re-read the tile's fp32 x rows for every pair of rank rows they
 // own: four times the bytes of A at decode, from L2, which is what bounds them (~4 GB/s of
-// A per SM beside a GEMM, NOTES.md session 6). Here a warp owns every rank row of the tile
+// A per SM beside a GEMM: NOTES.md, the green-context table). Here a warp owns every rank row of the tile
 // (m tiles of 16 rows) for a stretch of K, and mma.sync m16n8k16 (rows = rank rows of A,
 // columns = the tile's tokens, N 8 >= LS_CU_LORA_TILE) reuses each x element over all of
 // them: x is read once per block, A once, and a lane keeps 16-byte loads of A in flight.
@@ -326,7 +326,7 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
 //   microseconds beside a GEMM that keeps HBM busy, so the shrink is one round trip deep.
 // - a cluster of kb blocks (sm_90, ls_cu_lora_shrink), block 0 summing over distributed
 //   shared memory in cluster-rank order. Beside a GEMM, clusters wait to be co-scheduled:
-//   the decode op avoids them (kernels/cuda/NOTES.md, session 7).
+//   the decode op avoids them (beside the GEMMs they measured no gain; kernels/cuda/NOTES.md).
 enum { TC_WARPS = 8, TC_CH = 64 };
 // chunks a warp keeps in flight for NMT m tiles: 2 while A's registers allow (NMT <= 2)
 __host__ __device__ constexpr int s_tc_u(int nmt) {
@@ -537,7 +537,7 @@ k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
 }
 
 // Which implementation the launchers use: 0 = the best for the shape (the tensor-core
-// shrink for bf16 A, v2 elsewhere where it applies), 1 = the session-1 kernels (v1), 2 = as
+// shrink for bf16 A, v2 elsewhere where it applies), 1 = the first kernels (v1), 2 = as
 // 0 without programmatic dependent launch, 3 = v2 with 8 loads in flight per lane instead
 // of 4 (shrink and expand), 4 = as 0 with ls_cu_lora_fused on the cluster kernel
 // (k_lora_fused) instead of shrink + expand, 5 = v2 (shrink v2 for bf16 A too), 6 = as 0

@@ -110,7 +110,7 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
                             cudaStream_t stream);
 
 // Benchmark switches (ls_cu_attention's kernel choice is otherwise automatic): impl 1 runs
-// the session-1 kernel (v1, the baseline), 2 the FFMA kernel (v2), 0 the default (tc:
+// the first kernel (v1, one dependent load per key: the baseline), 2 the FFMA kernel (v2), 0 the default (tc:
 // tensor cores, for bf16 caches); last_plan gives the warps per CTA and CTAs per cluster
 // of the last v2/tc launch. Not for the engine: a step graph does not record the choice.
 void ls_cu_attention_set_impl(int impl);
@@ -187,8 +187,8 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
 // the expand sums them (no cluster to co-schedule beside a GEMM);
 // else shrink into tmp then expand, as the two launchers above; under impl 4 (sm_90,
 // a_dt == b_dt, 16-byte loads, r_max in {8, 16, 32, 64}) one cluster kernel instead, the
-// fp32 intermediate kept in the cluster's shared memory and tmp left untouched — slower
-// today (kernels/cuda/NOTES.md, session 3).
+// fp32 intermediate kept in the cluster's shared memory and tmp left untouched — 2.2x
+// slower on the whole decode step (kernels/cuda/NOTES.md, "Fused decode LoRA op").
 #define LS_CU_LORA_PARTS 8
 cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const float *x,
                              const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
@@ -197,12 +197,12 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream);
 
-// 0 (default): the fastest kernels for the shape; 1: the session-1 kernels; 2: as 0 but
+// 0 (default): the fastest kernels for the shape; 1: the first kernels (v1); 2: as 0 but
 // without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead
 // of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path; 5: the FMA shrink
 // v2 even where the tensor-core shrink applies; 6: as 0 but the tensor-core shrink and
-// expand v2 for one-position tiles instead of shrink v3 and expand v3 (the session-7
-// default) — for the benchmarks' before/after. Shrink v3 and expand v3 run under 0 and 2
+// expand v2 for one-position tiles instead of shrink v3 and expand v3 (the default before
+// those) — for the benchmarks' before/after. Shrink v3 and expand v3 run under 0 and 2
 // only.
 void ls_cu_lora_set_impl(int impl);
 // The implementation in use (a step graph records it: it chooses the kernels).

@@ -251,7 +251,7 @@ static const char *s_dtn(ls_dtype_t dt) {
 
 // The decode LoRA kernels keep nothing in local memory: a stack frame there (ptxas spills,
 // or registers indexed as an array) is a memory round trip in every block, and one such
-// frame in shrink v3 cost the decode step 10% on an H200 (kernels/cuda/NOTES.md, session 9)
+// frame in shrink v3 cost the decode step 10% on an H200 (kernels/cuda/NOTES.md)
 static void test_lora_local_memory(void) {
     s_res_t *r = s_add_res("lora decode kernels: local memory per thread");
     long bytes = ls_cu_lora_local_bytes();
