@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-// Storage dtypes; the values are those of ls_dtype_t (engine/safetensors.h).
+// Storage dtypes; the values are those of ls_dtype_t (formats/safetensors.h).
 typedef enum {
     LS_CU_F32 = 0,
     LS_CU_F16 = 1,

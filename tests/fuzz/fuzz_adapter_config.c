@@ -1,4 +1,4 @@
-/*  fuzz_adapter_config.c — libFuzzer target for adapter_config.json (engine/peft.c): the input
+/*  fuzz_adapter_config.c — libFuzzer target for adapter_config.json (formats/peft.c): the input
     is the config of an adapter directory whose adapter_model.safetensors holds rank-4 q_proj
     and v_proj weights for a tiny Llama. Refused with a reason, or the adapter validates and
     then loads (or is refused with a reason: the weights need not fit what the config says).

@@ -1,4 +1,4 @@
-/*  fuzz_safetensors.c — libFuzzer target for safetensors header parsing (engine/safetensors.c):
+/*  fuzz_safetensors.c — libFuzzer target for safetensors header parsing (formats/safetensors.c):
     the input is a .safetensors file. Refused with a reason, or every tensor it exposes lies
     inside the file and converts to f32 (the largest are skipped to bound the run).
 */

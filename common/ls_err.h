@@ -1,4 +1,4 @@
-// ls_err — the engine's one way to report an error: a sentence into the caller's buffer.
+// ls_err — the project's one way to report an error: a sentence into the caller's buffer.
 // Engine functions take (char *err, size_t errlen) and fill it on failure; err may be NULL.
 #ifndef LS_ERR_H
 #define LS_ERR_H
