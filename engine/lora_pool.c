@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ls_err.h"
+#include "ls_limits.h"
 #include "ls_par.h"
 
 // Which targets each group stacks, as slices in this order.
@@ -676,11 +677,11 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **ima
         if (!self->entries[i].id && free_e < 0)
             free_e = i;
     }
-    if (pinned && n_pinned >= self->pc.max_loras_per_batch - 1) {
+    if (pinned && n_pinned >= ls_pinned_max(self->pc.max_loras_per_batch)) {
         ls_err_set(err, errlen,
                    "LoRA pool: cannot pin adapter \"%s\": at most %d adapters can be pinned "
                    "(max_loras_per_batch - 1, so that one slot stays for unpinned ones)",
-                   id, self->pc.max_loras_per_batch - 1);
+                   id, ls_pinned_max(self->pc.max_loras_per_batch));
         return -1;
     }
     char *copy = strdup(id);

@@ -33,6 +33,7 @@
 #include <cjson/cJSON.h>
 
 #include "ls_actor.h"
+#include "ls_limits.h"
 #include "ls_curve.h"
 
 #define S_MAX_ACTORS 72
@@ -101,7 +102,8 @@ static s_pass_t s_pass[] = {
     {"model-path", 0, K_WORKER | K_REGISTRY | K_TOKENIZER | K_DETOKENIZER | K_GATEWAY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
     {"load-format", 0, K_WORKER, "auto (the checkpoint) or dummy (random weights of config.json's shapes)", NULL, {0}},
     {"backend", 0, K_WORKER, "compute backend of the workers: cpu or cuda (default cpu)", NULL, {0}},
-    {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY, "adapter slots: distinct adapters in one step (default 8)", NULL, {0}},
+    {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY,
+     "adapter slots: distinct adapters in one step (default " LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH) ")", NULL, {0}},
     {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served (default 64)", NULL, {0}},
     {"max-loaded-loras", 0, K_WORKER, "most adapters in each worker's CPU tier (default 0: as many as its bytes allow)", NULL, {0}},
     {"max-cpu-lora-mb", 0, K_WORKER, "host memory for adapters per worker, in MB (default: 64 adapters of --max-lora-rank, at most 1/4 of RAM)", NULL, {0}},

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ls_log.h"
+#include "ls_limits.h"
 
 typedef struct op op_t;
 
@@ -416,11 +417,11 @@ static uint32_t s_load_refusal(const reg_t *self, reg_origin_t origin, const cha
         return snprintf(why, cap, "adapter %s is already %s (id %s); unload it first or choose another name", name,
                         taken->state == LS_ADAPTER_STATE_LOADING ? "being loaded" : "loaded", taken->id),
                LS_ERROR_CODE_BAD_REQUEST;
-    if (pinned && self->pinned >= self->cfg.max_loras_per_batch - 1)
+    if (pinned && self->pinned >= ls_pinned_max(self->cfg.max_loras_per_batch))
         return snprintf(why, cap,
                         "cannot pin %s: %d adapters are pinned and at most %d (--max-loras-per-batch %d minus one) "
                         "may be, so unpinned adapters and the base model always have a slot",
-                        name, self->pinned, self->cfg.max_loras_per_batch - 1, self->cfg.max_loras_per_batch),
+                        name, self->pinned, ls_pinned_max(self->cfg.max_loras_per_batch), self->cfg.max_loras_per_batch),
                LS_ERROR_CODE_BAD_REQUEST;
     return 0;
 }

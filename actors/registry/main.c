@@ -33,6 +33,7 @@
 #include "core.h"
 #include "journal.h"
 #include "ls_actor.h"
+#include "ls_limits.h"
 
 typedef struct {
     // flags
@@ -582,7 +583,7 @@ int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_STR("model-path", &r->model_path, NULL, "base model directory or config.json, to validate adapters"),
         LS_FLAG_INT("max-lora-rank", &r->max_lora_rank, "64", "largest adapter rank accepted"),
-        LS_FLAG_INT("max-loras-per-batch", &r->max_loras_per_batch, "8",
+        LS_FLAG_INT("max-loras-per-batch", &r->max_loras_per_batch, LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH),
                     "GPU adapter slots; at most this - 1 adapters may be pinned"),
         LS_FLAG_LIST("lora-target-modules", &r->target_modules,
                      "modules adapters may target (q_proj ... down_proj, or all; default all seven)"),

@@ -18,6 +18,7 @@
 
 #include "kv.h"
 #include "ls_log.h"
+#include "ls_limits.h"
 
 #define SCHED_MAX_RANKS 32
 
@@ -1404,9 +1405,9 @@ static void s_load(sched_t *s, ls_msg_t *msg, void *reply) {
     else if (ad && (ad->unloading || ad->loading))
         code = LS_ERROR_CODE_UNAVAILABLE,
         snprintf(why, sizeof why, "adapter %s is being %s", name, ad->unloading ? "unloaded" : "loaded");
-    else if (!ad && la->pinned && lora_pinned_count(s->lora) >= slots - 1)
+    else if (!ad && la->pinned && lora_pinned_count(s->lora) >= ls_pinned_max(slots))
         snprintf(why, sizeof why, "at most %d of the %d slots may be pinned, so unpinned adapters still run",
-                 slots - 1, slots);
+                 ls_pinned_max(slots), slots);
     if (*why || (ad && ad->resident)) {
         if (*why)
             ls_warn(msg->rid, "LoadAdapter %s refused: %s", name ? name : "?", why);

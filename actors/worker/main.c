@@ -39,6 +39,7 @@
 #endif
 #include "history.h"
 #include "ls_actor.h"
+#include "ls_limits.h"
 #include "ls_confine.h"
 #include "step.h"
 #include "lora_pool.h"
@@ -575,7 +576,8 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("kv-cache-mb", &s_w.kv_cache_mb, "256", "KV cache size when --kv-blocks is not given"),
         LS_FLAG_INT("kv-blocks", &s_w.kv_blocks, "0", "KV cache blocks (0: from --kv-cache-mb)"),
         LS_FLAG_INT("block-size", &s_w.block_size, "16", "tokens per KV block"),
-        LS_FLAG_INT("max-loras-per-batch", &s_w.max_loras_per_batch, "8", "adapter slots (distinct adapters in a step)"),
+        LS_FLAG_INT("max-loras-per-batch", &s_w.max_loras_per_batch, LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH),
+                    "adapter slots (distinct adapters in a step)"),
         LS_FLAG_INT("max-lora-rank", &s_w.max_lora_rank, "64", "largest adapter rank a slot holds"),
         LS_FLAG_INT("max-loaded-loras", &s_w.max_loaded_loras, "0",
                     "most adapters the CPU tier holds (0: as many as --max-cpu-lora-mb allows)"),

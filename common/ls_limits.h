@@ -1,0 +1,19 @@
+// ls_limits — the limits and defaults that more than one process applies, declared once.
+#ifndef LS_LIMITS_H
+#define LS_LIMITS_H
+
+#define LS_LIMITS_STR_(x) #x
+#define LS_LIMITS_STR(x) LS_LIMITS_STR_(x)  // a limit as the string a flag's default is
+
+// Adapter slots (distinct adapters in one step) when --max-loras-per-batch is not given: the
+// worker and the registry take the flag, the launcher passes it to both.
+#define LS_DEFAULT_MAX_LORAS_PER_BATCH 8
+
+// The most adapters that may be pinned among `slots` adapter slots: one slot always stays for
+// unpinned adapters. The registry refuses a pin past it; the scheduler and the worker's pool
+// check it again against what they hold.
+static inline int ls_pinned_max(int slots) {
+    return slots - 1;
+}
+
+#endif
