@@ -9,6 +9,12 @@
 // worker and the registry take the flag, the launcher passes it to both.
 #define LS_DEFAULT_MAX_LORAS_PER_BATCH 8
 
+// A step's bounds when --max-running-requests / --max-num-batched-tokens are not given: the
+// scheduler plans within them and the workers refuse a bigger plan (the launcher passes both
+// flags to both).
+#define LS_DEFAULT_MAX_RUNNING_REQUESTS 256
+#define LS_DEFAULT_MAX_NUM_BATCHED_TOKENS 2048
+
 // The most adapters that may be pinned among `slots` adapter slots: one slot always stays for
 // unpinned adapters. The registry refuses a pin past it; the scheduler and the worker's pool
 // check it again against what they hold.

@@ -20,6 +20,7 @@
 
 #include "ls_actor.h"
 #include "ls_confine.h"
+#include "ls_limits.h"
 #include "sched.h"
 
 typedef struct {
@@ -40,8 +41,10 @@ static ls_flag_t s_flags[] = {
     LS_FLAG_INT("tp-size", &s_app.tp_size, "1", "workers in the group: worker-0 … worker-(N-1)"),
     LS_FLAG_STR("output", &s_app.output, "detokenizer",
                 "where TokenOut goes: detokenizer (the peer) or route (back to the request's sender)"),
-    LS_FLAG_INT("max-num-batched-tokens", &s_app.max_batched, "2048", "token budget of one step"),
-    LS_FLAG_INT("max-running-requests", &s_app.max_running, "256", "requests decoded at once"),
+    LS_FLAG_INT("max-num-batched-tokens", &s_app.max_batched, LS_LIMITS_STR(LS_DEFAULT_MAX_NUM_BATCHED_TOKENS),
+                "token budget of one step"),
+    LS_FLAG_INT("max-running-requests", &s_app.max_running, LS_LIMITS_STR(LS_DEFAULT_MAX_RUNNING_REQUESTS),
+                "requests decoded at once"),
     LS_FLAG_INT("chunked-prefill-size", &s_app.chunk, "512", "prompt tokens of one request in one step"),
     LS_FLAG_INT("max-skip-steps", &s_app.max_skip, "8",
                 "aging bound: steps a waiting request may be passed over before it goes first"),
