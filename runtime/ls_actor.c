@@ -109,15 +109,17 @@ static void s_io_cb(struct ev_loop *loop, ev_io *w, int revents) { s_sock_drain(
 
 static void s_check_cb(struct ev_loop *loop, ev_check *w, int revents) {
     ls_actor_t *self = w->data;
-    int any = 0;
     for (int i = 0; i < self->nsocks && !self->stopping; i++)
         if (self->socks[i]->more) {
             self->socks[i]->more = 0;
             s_sock_drain(self->socks[i]);
-            any |= self->socks[i]->more;
         }
-    if (!any)
-        ev_idle_stop(loop, &self->idle);
+    // A handler run by a later socket's drain may have sent on an earlier one, marking it (a
+    // send can swallow its ZMQ_FD edge): the loop must not block while any socket is marked.
+    for (int i = 0; i < self->nsocks; i++)
+        if (self->socks[i]->more)
+            return;
+    ev_idle_stop(loop, &self->idle);
 }
 
 static void s_idle_cb(struct ev_loop *loop, ev_idle *w, int revents) {

@@ -12,7 +12,10 @@
 //                reaches its restart
 //   bulk       — frames after the body: a handler that takes them and one that leaves them,
 //                each freed once (a message with an extra frame was a use-after-free)
+//   wakeup     — a ping that arrives while the actor relays a burst from one socket to another
+//                is answered with no timer to wake the loop (it once slept on it for good)
 #include <pthread.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -796,6 +799,95 @@ static void test_peer_status(void **unused) {
     zsock_destroy(&control);
 }
 
+// ---------------------------------------------------------------------------------------------
+// wakeup
+
+#define WAKE_ROUNDS 200
+#define WAKE_BURST 626 // the last drain of the burst has 50 (LS_DRAIN_CAP 64)
+
+typedef struct {
+    zframe_t *client;  // identity of the client on the ROUTER
+} wake_t;
+
+// On the ROUTER: a client's request, fanned out to the backend. On the DEALER: the backend's
+// answers, each relayed to the client on the ROUTER (a send on an earlier socket while a
+// later one is drained).
+static int s_wake_relay(ls_actor_t *a, ls_in_t *in, void *state) {
+    wake_t *w = state;
+    if (in->sock == ls_actor_router(a)) {
+        zframe_destroy(&w->client);
+        w->client = zframe_dup(in->identity);
+        for (uint64_t i = 0; i < WAKE_BURST; i++) {
+            ls_msg_t m;
+            s_random_request(&m, i);
+            int rc = ls_actor_send_peer(a, "backend", &m, NULL);
+            ls_msg_clear(&m);
+            if (rc < 0)
+                return -1;
+        }
+        return 0;
+    }
+    return ls_actor_send(a, ls_actor_router(a), w->client, in->msg, NULL);
+}
+
+// With no timer to wake it, an actor must still answer a ping that arrives while it relays a
+// burst from one socket to another: the loop may not block while a socket is marked for more.
+static void test_wakeup(void **unused) {
+    char ep[128], bep[128], peer[160];
+    s_endpoint(ep, sizeof ep, "relay");
+    s_endpoint(bep, sizeof bep, "backend");
+    snprintf(peer, sizeof peer, "backend=%s", bep);
+    char *pv[] = {peer};
+    ls_strlist_t peers = {pv, 1};
+    zsock_t *backend = zsock_new(ZMQ_ROUTER);
+    assert_non_null(backend);
+    // Every answer of a burst must leave: a ROUTER drops silently at its high-water mark.
+    zsock_set_sndhwm(backend, 100000);
+    zsock_set_router_mandatory(backend, 1);
+    assert_int_equal(zsock_bind(backend, "%s", bep), 0);
+    zsock_set_rcvtimeo(backend, 10000);
+    static const ls_dispatch_t table[] = {{LS_MSG_GENERATE_REQ, s_wake_relay}, {0, NULL}};
+    wake_t w = {0};
+    ls_actor_def_t def = {.name = "relay", .dispatch = table, .state = &w};
+    ls_actor_opts_t opts = {.name = "relay", .bind = ep, .peers = &peers};
+    runner_t r;
+    s_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = s_client(ep);
+    zsock_set_rcvtimeo(c, 5000);
+    ls_msg_t go, ping, m;
+    s_random_request(&go, 0);
+    ls_msg_init(&ping, LS_MSG_HEARTBEAT);
+    for (int round = 0; round < WAKE_ROUNDS; round++) {
+        s_client_send(c, &go);
+        zmsg_t *burst[WAKE_BURST];
+        for (int i = 0; i < WAKE_BURST; i++)
+            assert_non_null(burst[i] = zmsg_recv(backend));
+        for (int i = 0; i < WAKE_BURST; i++)
+            assert_int_equal(zmsg_send(&burst[i], backend), 0);
+        ping.rid = 1000 + (uint64_t)round;
+        int relayed = 0, pongs = 0;
+        bool pinged = false;
+        while (relayed < WAKE_BURST || !pongs) {
+            // The ping goes while the relay is in its last drain of the backend's answers.
+            if (relayed == WAKE_BURST - 40 && !pinged) {
+                s_client_send(c, &ping);
+                pinged = true;
+            }
+            s_client_recv(c, &m);  // a timeout: the actor slept on a message it had
+            relayed += m.type == LS_MSG_GENERATE_REQ;
+            pongs += m.type == LS_MSG_HEARTBEAT && m.rid == ping.rid;
+            ls_msg_clear(&m);
+        }
+    }
+    s_client_shutdown(c);
+    s_join(&r);
+    zframe_destroy(&w.client);
+    ls_msg_clear(&go);
+    ls_msg_clear(&ping);
+    zsock_destroy(&c);
+    zsock_destroy(&backend);
+}
+
 int main(void) {
     if (tu_tmpdir(s_dir, sizeof s_dir, "runtime") < 0)
         return 1;
@@ -813,6 +905,7 @@ int main(void) {
         cmocka_unit_test(test_ready_later),
         cmocka_unit_test(test_peer_status),
         cmocka_unit_test(test_bulk),
+        cmocka_unit_test(test_wakeup),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tu_rmrf(s_dir);
