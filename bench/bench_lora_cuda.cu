@@ -13,21 +13,15 @@
       Skewed     requests drawn from a Zipf(1.5) popularity over T adapters (fixed seed);
       Distinct   every request its own adapter.
 
-    Implementations:
-      ours       ls_cu_lora_fused, the backend's decode op: a shrink with K split over
+    Implementations (the kernel versions that lost are compared in kernels/cuda/dev):
+      ours       ls_cu_lora_apply, the backend's decode op: a shrink with K split over
                  blocks, then the expand summing the parts: shrink v3 and expand v3 for
                  one-position tiles (Distinct), expand v4 for multi-position ones on bf16
                  pools, else the tensor-core shrink and expand v2
-      s7         the same op under impl 6: the tensor-core shrink and expand v2 for
-                 one-position tiles (the default before shrink v3 and expand v3)
-      v2         the same op under impl 5: shrink v2 + expand v2, the default before
-      v1         the same op with the first kernels (ls_cu_lora_set_impl(1))
       loop       one cublasGemmEx per adapter group: shrink (x_seg . A^T, bf16 out) then one
                  expand per slice (y_seg += tmp . B^T, fp32 accumulate)
-      no-pdl     ours without programmatic dependent launch (whole step only)
-      u8         ours with 8 loads in flight per lane instead of 4 (shrink and expand)
-      fused      ls_cu_lora_fused under impl 4: shrink and expand in one kernel, a cluster
-                 per tile, tmp on chip
+      no-pdl     ours without programmatic dependent launch (LS_CU_LORA_NO_PDL, as beside
+                 a GEMM; whole step only)
       grouped    cublasGemmGroupedBatchedEx: one call for all shrinks, one for all expands
                  (CUDA 13.0 refuses bf16 x bf16 -> fp32 C there, status 15, so its y is a
                  bf16 copy: half the y bytes of the others, counted as for the others)
@@ -220,7 +214,7 @@ struct gdata_t {
     size_t a_set, b_set; // elements of one set (all slots)
     __nv_bfloat16 *a, *b; // n_sets sets
     float *x, *tmp, *y, *scal;
-    size_t tmp_stride; // floats between the parts of ls_cu_lora_fused's scratch
+    size_t tmp_stride; // floats between the parts of ls_cu_lora_apply's scratch
     bool one;          // every tile one position (LS_CU_LORA_ONE, as the backend sets it)
     __nv_bfloat16 *xb, *tmpb, *yb;
     ls_cu_lora_tile_t *tiles;
@@ -327,24 +321,16 @@ static void gdata_free(gdata_t &d) {
 
 // --- implementations -------------------------------------------------------------------------
 
-enum { I_OURS, I_S7, I_V2, I_V1, I_LOOP, I_GROUPED, I_NOPDL, I_U8, I_FUSED, I_COUNT };
-static const char *IMPL[I_COUNT] = {"ours",    "s7",     "v2", "v1",   "loop",
-                                    "grouped", "no-pdl", "u8", "fused"};
+enum { I_OURS, I_LOOP, I_GROUPED, I_NOPDL, I_COUNT };
+static const char *IMPL[I_COUNT] = {"ours", "loop", "grouped", "no-pdl"};
 static int g_grouped_ok = 1;
 
 static void run_ours(const gdata_t &d, int set, int impl) {
-    ls_cu_lora_set_impl(impl == I_V1      ? 1
-                        : impl == I_NOPDL ? 2
-                        : impl == I_U8    ? 3
-                        : impl == I_FUSED ? 4
-                        : impl == I_V2    ? 5
-                        : impl == I_S7    ? 6
-                                          : 0);
     const group_t &g = *d.g;
     int ns = g.n_slices, r = d.r;
-    CK(ls_cu_lora_fused(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set, LS_CU_BF16,
-                        d.b + set * d.b_set, LS_CU_BF16, d.tiles, d.n_tiles, d.max_rank, NULL, d.scal,
-                        d.off, g.in, ns, r, LS_CU_LORA_ACC | (d.one ? LS_CU_LORA_ONE : 0),
+    unsigned flags = LS_CU_LORA_ACC | (d.one ? LS_CU_LORA_ONE : 0) | (impl == I_NOPDL ? LS_CU_LORA_NO_PDL : 0);
+    CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set, LS_CU_BF16, d.b + set * d.b_set,
+                        LS_CU_BF16, d.tiles, d.n_tiles, d.max_rank, NULL, d.scal, d.off, g.in, ns, r, flags,
                         g_st));
 }
 
@@ -476,7 +462,7 @@ static void print_row(const char *what, const char *mix, int r, int T, int segs,
 }
 
 struct summary_t {
-    double op_ours, op_v1, op_fused, step_ours, step_v1, step_grouped, step_fused, step_us,
+    double op_ours, step_ours, step_grouped, step_us,
         step_mb, read_step, read_mb;
 };
 static summary_t g_sum;
@@ -501,13 +487,8 @@ static void single_op(int gi, int r, int T, int mix, bool all_impls) {
         if (gi == 0 && r == 16 && T == 64 && mix == 3) {
             if (impl == I_OURS)
                 g_sum.op_ours = us;
-            if (impl == I_V1)
-                g_sum.op_v1 = us;
-            if (impl == I_FUSED)
-                g_sum.op_fused = us;
         }
     }
-    ls_cu_lora_set_impl(0);
     gdata_free(d);
 }
 
@@ -587,17 +568,12 @@ static void whole_step(int r, int T, int mix) {
             g_sum.step_us = us, g_sum.step_mb = bytes / 1e6;
             if (impl == I_OURS)
                 g_sum.step_ours = us;
-            if (impl == I_V1)
-                g_sum.step_v1 = us;
             if (impl == I_GROUPED)
                 g_sum.step_grouped = us;
-            if (impl == I_FUSED)
-                g_sum.step_fused = us;
         }
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);
     }
-    ls_cu_lora_set_impl(0);
     for (int gi = 0; gi < 4; gi++)
         gdata_free(d[gi]);
 }
@@ -772,7 +748,7 @@ static void green_section() {
                                 ot, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
             auto lora = [&](int set, cudaStream_t st) { // the backend's decode op, beside
-                CK(ls_cu_lora_fused(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set,
+                CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set,
                                     LS_CU_BF16, d.b + set * d.b_set, LS_CU_BF16, d.tiles,
                                     d.n_tiles, r, NULL, d.scal, d.off, g.in, g.n_slices, r,
                                     LS_CU_LORA_NO_PDL, st));
@@ -954,19 +930,10 @@ int main(int argc, char **argv) {
     printf("\n=== summary: decode shape (r=16, T=64, Distinct), copy bandwidth %.0f GB/s\n",
            g_bw);
     double qb = op_bytes(G[0], 16, make_batch(3, 64));
-    printf("qkv op        ours %.1f us (%.1f%% of bw)   v1 %.1f us (%.1f%%)\n", g_sum.op_ours,
-           100 * qb / g_sum.op_ours / 1e3 / g_bw, g_sum.op_v1,
-           100 * qb / g_sum.op_v1 / 1e3 / g_bw);
-    printf("qkv op        fused %.1f us (%.1f%% of bw)\n", g_sum.op_fused,
-           100 * qb / g_sum.op_fused / 1e3 / g_bw);
-    printf("whole step    ours %.1f us (%.1f%% of bw)   v1 %.1f us (%.1f%%)   grouped %.1f us "
-           "(%.1f%%), %.0f MB\n", g_sum.step_ours,
-           1e5 * g_sum.step_mb / g_sum.step_ours / g_bw, g_sum.step_v1,
-           1e5 * g_sum.step_mb / g_sum.step_v1 / g_bw, g_sum.step_grouped,
-           g_sum.step_grouped > 0 ? 1e5 * g_sum.step_mb / g_sum.step_grouped / g_bw : 0.0,
-           g_sum.step_mb);
-    printf("whole step    fused %.1f us (%.1f%% of bw)\n", g_sum.step_fused,
-           1e5 * g_sum.step_mb / g_sum.step_fused / g_bw);
+    printf("qkv op        ours %.1f us (%.1f%% of bw)\n", g_sum.op_ours, 100 * qb / g_sum.op_ours / 1e3 / g_bw);
+    printf("whole step    ours %.1f us (%.1f%% of bw)   grouped %.1f us (%.1f%%), %.0f MB\n", g_sum.step_ours,
+           1e5 * g_sum.step_mb / g_sum.step_ours / g_bw, g_sum.step_grouped,
+           g_sum.step_grouped > 0 ? 1e5 * g_sum.step_mb / g_sum.step_grouped / g_bw : 0.0, g_sum.step_mb);
     printf("whole step    read-only chain of the same bytes %.1f us (%.1f%% of bw): ours takes "
            "%.2fx its time\n", g_sum.read_step, 1e5 * g_sum.read_mb / g_sum.read_step / g_bw,
            g_sum.step_ours / g_sum.read_step);

@@ -663,9 +663,7 @@ static int s_graph_begin(ls_backend_t *self) {
     c->sig_oom = 0;
     // the step's shape and where its metadata lies (the contents are the device block's)
     s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
-          c->has_lora, c->n_tiles, c->max_rank, c->lora_one, c->n_slots, ls_cu_lora_impl(),
-          c->token_ids,
-          c->positions, c->slot_mapping, c->tok_seq, c->block_tables, c->logit_rows,
+          c->has_lora, c->n_tiles, c->max_rank, c->lora_one, c->n_slots, c->token_ids, c->positions, c->slot_mapping, c->tok_seq, c->block_tables, c->logit_rows,
           c->tiles, c->perm, c->scalings, c->n_zero_rows, c->zero_rows, c->exp_tiles, c->n_exp_short,
           c->n_exp_long);
     return 1;
@@ -843,7 +841,7 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     // on seven targets): half the device for the others and 48 of 132 SMs for gate_up,
     // 6.67-6.75 ms a step against 6.83-6.86 with half for gate_up too; cuBLAS's kernel
     // choice moves in steps with the count (40: 6.93, 52: 6.82; the sweep is in
-    // kernels/cuda/NOTES.md)
+    // kernels/cuda/dev/README.md)
     int leave = (size_t)in * out > ((size_t)64 << 20) && c->side_sms_big >= 0 ? c->side_sms_big
                                                                              : c->side_sms;
     int sms = c->side_open && leave > 0 && leave < c->n_sm ? c->n_sm - leave : 0;
@@ -1016,7 +1014,7 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
         s_note(c, ls_cu_rows_zero(s_f32(y), c->zero_rows, c->n_zero_rows,
                                   slice_offsets[n_slices], c->stream));
     static_assert(LS_LORA_FUSED_PARTS >= LS_CU_LORA_PARTS, "lora_fused's scratch");
-    s_note(c, ls_cu_lora_fused(s_f32(y), s_f32(tmp), (size_t)c->T * n_slices * r_max,
+    s_note(c, ls_cu_lora_apply(s_f32(y), s_f32(tmp), (size_t)c->T * n_slices * r_max,
                                s_f32(x), s_ptr(a_pool), s_dt(a_pool), s_ptr(b_pool),
                                s_dt(b_pool), c->tiles, c->n_tiles, c->max_rank, c->perm,
                                c->scalings, slice_offsets, in, n_slices, r_max,
@@ -1268,10 +1266,9 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->graph_begin = s_graph_begin;
     self->graph_end = s_graph_end;
     cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device);
-    const char *ss = getenv("LS_CU_SIDE_SMS"); // for measurements; default half
-    c->side_sms_default = ss && atoi(ss) >= 0 ? atoi(ss) : c->n_sm / 2;
-    const char *sb = getenv("LS_CU_SIDE_SMS_BIG"); // likewise; default 48 of 132 SMs
-    c->side_sms_big_default = sb && *sb ? atoi(sb) : (c->n_sm * 48 + 66) / 132;
+    // SMs a GEMM leaves to the LoRA beside it: half, and 48 of 132 beside gate_up (s_matmul)
+    c->side_sms_default = c->n_sm / 2;
+    c->side_sms_big_default = (c->n_sm * 48 + 66) / 132;
     ls_backend_cuda_set_side(self, 1, -1);
     c->graphs_on = 1;
     return self;

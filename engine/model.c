@@ -843,7 +843,7 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
 // Decode-shaped LoRA step: at most 256 tokens, each sequence's one token or no segment
 // longer than 16. There a group's LoRA costs launches, not bytes, and the backend's
 // lora_fused may do shrink and expand as it sees fit (the CUDA backend: see
-// ls_cu_lora_fused), beside the GEMM; long (prefill) segments keep shrink + expand. A decode
+// ls_cu_lora_apply), beside the GEMM; long (prefill) segments keep shrink + expand. A decode
 // step is decode-shaped however many of its requests share an adapter: one adapter under
 // 128 requests, 10.1 -> 9.3 ms a step that way (H200, engine alone, Llama-3-8B).
 static bool s_lora_decode_shaped(const ls_step_t *step) {

@@ -17,8 +17,8 @@
     key, the warp takes 32/L keys per step; scores summed over the L lanes by shuffles.
     v1 (k_attention_v1, the first kernel): one CTA of 4 warps per (token, kv head),
     each warp walking keys one dependent load at a time. It remains for rows or cache
-    pointers not 16-byte aligned (e.g. bf16 with head_dim % 8 != 0) and as the benchmark's
-    baseline (ls_cu_attention_set_impl(1)).
+    pointers not 16-byte aligned (e.g. bf16 with head_dim % 8 != 0). The dev bench
+    (kernels/cuda/dev/dev_attention.cu) runs all three on the same shapes.
 
     Common to tc and v2:
     - work item: (query token, kv head, pass of up to GC = 4 query heads of that kv head's
@@ -712,13 +712,7 @@ static void s_props() {
     }
 }
 
-// 0: tc where it applies, else v2, else v1 (default); 1: always v1; 2: v2 where it applies,
-// else v1. For the benchmark's comparisons: not part of ops_cuda.h's contract, not
-// thread-safe, set once.
-static int s_impl = 0, s_last_w = 0, s_last_cs = 0;
-extern "C" void ls_cu_attention_set_impl(int impl) {
-    s_impl = impl;
-}
+static int s_last_w = 0, s_last_cs = 0;
 // warps per CTA and CTAs per cluster of the last v2/tc launch (0, 0 after a v1 launch)
 extern "C" void ls_cu_attention_last_plan(int *warps, int *cluster) {
     *warps = s_last_w, *cluster = s_last_cs;
@@ -894,12 +888,12 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     int esz = cache_dt == LS_CU_F32 ? 4 : 2, row_bytes = head_dim * esz;
     int aligned = row_bytes % 16 == 0 && (uintptr_t)k_cache % 16 == 0 &&
                   (uintptr_t)v_cache % 16 == 0;
-    if (s_impl == 0 && aligned && cache_dt == LS_CU_BF16 && block_size % 8 == 0 &&
+    if (aligned && cache_dt == LS_CU_BF16 && block_size % 8 == 0 &&
         (head_dim == 64 || head_dim == 128) && s_cc >= 8) {
         cudaError_t e = head_dim == 64 ? s_run_tc<64>(&a) : s_run_tc<128>(&a);
         return e;
     }
-    if (s_impl != 1 && aligned) {
+    if (aligned) {
         int nch = row_bytes / 16; // 16-byte chunks per row: L lanes x NC chunks cover them
         int L = nch <= 16 ? 8 : nch <= 32 ? 16 : 32, NC = nch <= 8 ? 1 : 2;
         int group = n_heads / n_kv_heads, GC = group >= 3 ? 4 : group;

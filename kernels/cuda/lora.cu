@@ -5,54 +5,46 @@
     one segment, built on the host once per step and only for slots of rank > 0, so base
     rows cost no block at all and padding rows are never addressed. The shape in mind is
     decode: one token per request and many distinct adapters, where the A and B reads
-    dominate and every byte of them is read exactly once per tile.
+    dominate and every byte of them is read exactly once per tile. Rows at or past a slot's
+    rank are neither read nor written.
 
-    shrink: grid (tile, slice, rank/16). A block of 4 warps owns 16 consecutive rank rows
-      j of A_k; each warp 4 of them. A warp streams its rows of A (16-byte loads, 8
-      elements per lane) against the tile's x rows, accumulates in fp32 registers, and
-      reduces by shuffles. Blocks and warps whose rows lie at or past the slot's rank return
-      at once: no work, and no write, for j >= rank.
-    expand: grid (tile, out_total/256). The tile's tmp rows (columns j < rank only, so the
-      untouched garbage beyond the rank is never read) go to shared memory; each thread owns
-      one output column o, finds its slice, streams B[slot, o, 0..rank) and adds
-      scaling * dot into y for every row of the tile.
+    Which kernel runs is decided here, by the shape and the pools, and nowhere else:
 
-    The launchers run the tensor-core shrink for bf16 A pools (rank <= 64) and the v2
-    kernels elsewhere, wherever 16-byte loads apply (in % 8 == 0 and aligned pools for
-    shrink; r_max in {8, 16, 32, 64} for expand), and the kernels above (v1) otherwise:
-    shrink tc: mma.sync over all of a tile's rank rows, K split over blocks (decode) or
-      clusters (see k_lora_shrink_tc);
-    shrink v2: 8 warps; K split over ks warps (ks from the grid size, so that small grids
-      still fill the GPU), each warp 2 rank rows and 4 chunks of 16-byte loads in flight per
-      lane, partial sums meeting in shared memory in a fixed order (deterministic);
-    expand v2: L lanes share an output column (8 elements of its B row each, L*8 covering the
-      launch's largest rank, s_expand_lanes), 4
-      columns per lane group in flight (raw, converted where used), shuffle reduction;
-      stages tmp as the sum of the shrink's K parts where there are several;
-    expand v4 (the decode op's multi-position tiles, bf16 B): mma.sync over each tile's own
-      rank, blocks per (tile, slice, run of columns) looping over 16-column groups
-      (k_lora_expand4); the tensor-core shrink likewise runs the m tiles of the tile's own
-      rank, so a mix of ranks in wide slots costs each tile its own work;
-    shrink v3 and expand v3 (one-position tiles, LS_CU_LORA_ONE): few instructions per
-      byte of A / B. Shrink: a thread owns 8 elements of K (x in registers) and 8 rank rows'
-      loads at once, rows summed by a warp butterfly (k_lora_shrink3). Expand: a block per
-      (tile, slice, run of columns) looping over its run, the lane's tmp values in
-      registers (k_lora_expand3);
-    all launched with programmatic dependent launch on sm_90 (see ls_dep_wait). The ones
-    the decode op runs on 16-bit pools keep nothing in local memory (ls_cu_lora_local_bytes,
-    checked by test_gpu_ops): a stack frame there is a memory round trip in every block,
-    and one in shrink v3 (16-bit elements picked by indexing the registers as an array)
-    cost the decode step 10% (H200; NOTES.md, "local memory was the cost").
-    fused (sm_90, impl 4 only): shrink and expand of a tile in one kernel, a thread-block
-      cluster per tile, tmp kept in the cluster's shared memory (k_lora_fused). Correct, but
-      measured 2.2x slower than shrink v2 + expand v2 on the whole decode step (NOTES.md,
-      "Fused decode LoRA op"), so ls_cu_lora_fused runs shrink tc (K parts) + expand v4 / v3 by default.
-    Measurements, predictions and what is left: kernels/cuda/NOTES.md.
+    shrink (ls_cu_lora_shrink, and the decode op's first half)
+      tc   bf16 A, rank <= 64, 16-byte rows, sm_80+: mma.sync over a tile's own rank rows, K
+           split over blocks (the decode op: parts summed by the expand) or clusters
+           (k_lora_shrink_tc);
+      v3   the decode op's one-position tiles (LS_CU_LORA_ONE) on 16-bit A: a thread owns 8
+           elements of K and 8 rank rows' loads at once, few instructions per byte
+           (k_lora_shrink3);
+      v2   other pools with 16-byte rows: 8 warps, K split over ks warps so that small grids
+           still fill the GPU, 4 chunks of 16-byte loads in flight per lane, partial sums
+           meeting in shared memory in a fixed order (k_lora_shrink2);
+      v1   rows or pools not 16-byte aligned: one element per lane (k_lora_shrink).
+    expand (ls_cu_lora_expand, ls_cu_lora_expand_long, the decode op's second half)
+      v4   the decode op's multi-position tiles, bf16 B: mma.sync over each tile's own rank,
+           blocks per (tile, slice, run of columns), so a mix of ranks in wide slots costs each
+           tile its own work (k_lora_expand4);
+      v3   one-position tiles: a block per (tile, slice, run of columns), the lane's tmp values
+           in registers (k_lora_expand3);
+      v2   other tiles with r_max in {8, 16, 32, 64}: L lanes share an output column (L*8
+           covering the launch's largest rank, s_expand_lanes), E2_UT columns per lane group
+           in flight (8 for one-position tiles), shuffle reduction; sums the shrink's K parts
+           as it stages tmp (k_lora_expand2);
+      tc   long segments (a prefill, many requests of one adapter: tiles of LS_CU_LORA_LONG
+           positions) and ls_cu_lora_expand's accumulating multi-position tiles, bf16 B
+           (k_lora_expand_tc);
+      v1   everything else: one output column per thread, B rows streamed (k_lora_expand; with
+           NT = LS_CU_LORA_LONG for long segments).
+    The v2/v3/v4/tc kernels launch with programmatic dependent launch on sm_90 (ls_dep_wait)
+    unless the caller says LS_CU_LORA_NO_PDL. The ones the decode op runs on 16-bit pools keep
+    nothing in local memory (ls_cu_lora_local_bytes, checked by test_gpu_ops): a stack frame
+    there is a memory round trip in every block, and one in shrink v3 (16-bit elements picked
+    by indexing the registers as an array) cost the decode step 10% (H200).
 
-    Long segments (a prefill, or many requests of one adapter) expand over tiles of
-    LS_CU_LORA_LONG positions: on tensor cores for bf16 B pools (k_lora_expand_tc, which also
-    takes the multi-position tiles of ls_cu_lora_expand outside the decode op), else by the
-    FMA kernel with NT = LS_CU_LORA_LONG.
+    The versions that lost (a one-kernel fused op, v2 with 8 loads in flight everywhere, the
+    first kernels' 16-byte path, ...) live in the dev bench, kernels/cuda/dev/ (dev_shrink.cu,
+    dev_expand.cu, dev_fused.cu), with their measurements in its README.md.
 
     Known limits: the shrink of a long segment re-reads A once per 8-token tile (from L2).
 */
@@ -100,8 +92,9 @@ __device__ __forceinline__ void s_tile_xrows(const float *(&xr)[TT], const float
         xr[tt] = x + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * in;
 }
 
-// tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in)
-template <typename TA, bool VEC>
+// tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in). The
+// fallback for rows or pools not 16-byte aligned: one element per lane and load.
+template <typename TA>
 __global__ void __launch_bounds__(SH_WARPS * 32)
 k_lora_shrink(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_tile_t *tiles,
               const int32_t *perm, int in, int n_slices, int r_max) {
@@ -124,42 +117,19 @@ k_lora_shrink(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_til
         for (int tt = 0; tt < TT; tt++)
             acc[q][tt] = 0.0f;
 
-    if (VEC) {
-        for (int i = lane * 8; i < in; i += 32 * 8) {
-            float xv[TT][8];
+    for (int i = lane; i < in; i += 32) {
+        float xv[TT];
 #pragma unroll
-            for (int tt = 0; tt < TT; tt++)
-                if (tt < tile.n)
-                    ls_load8(xr[tt] + i, xv[tt]);
+        for (int tt = 0; tt < TT; tt++)
+            xv[tt] = tt < tile.n ? xr[tt][i] : 0.0f;
 #pragma unroll
-            for (int q = 0; q < SH_RPW; q++) {
-                if (q < nq) {
-                    float av[8];
-                    ls_load8(a + (size_t)q * in + i, av);
+        for (int q = 0; q < SH_RPW; q++)
+            if (q < nq) {
+                float av = ls_to_f(a[(size_t)q * in + i]);
 #pragma unroll
-                    for (int tt = 0; tt < TT; tt++)
-                        if (tt < tile.n)
-#pragma unroll
-                            for (int e = 0; e < 8; e++)
-                                acc[q][tt] += av[e] * xv[tt][e];
-                }
+                for (int tt = 0; tt < TT; tt++)
+                    acc[q][tt] += av * xv[tt];
             }
-        }
-    } else {
-        for (int i = lane; i < in; i += 32) {
-            float xv[TT];
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++)
-                xv[tt] = tt < tile.n ? xr[tt][i] : 0.0f;
-#pragma unroll
-            for (int q = 0; q < SH_RPW; q++)
-                if (q < nq) {
-                    float av = ls_to_f(a[(size_t)q * in + i]);
-#pragma unroll
-                    for (int tt = 0; tt < TT; tt++)
-                        acc[q][tt] += av * xv[tt];
-                }
-        }
     }
 #pragma unroll
     for (int q = 0; q < SH_RPW; q++)
@@ -305,10 +275,10 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
 // -- tensor-core shrink (bf16 A) --------------------------------------------------------
 // The FMA shrinks above re-read the tile's fp32 x rows for every pair of rank rows they
 // own: four times the bytes of A at decode, from L2, which is what bounds them (~4 GB/s of
-// A per SM beside a GEMM: NOTES.md, the green-context table). Here a warp owns every rank row of the tile
-// (m tiles of 16 rows) for a stretch of K, and mma.sync m16n8k16 (rows = rank rows of A,
-// columns = the tile's tokens, N 8 >= LS_CU_LORA_TILE) reuses each x element over all of
-// them: x is read once per block, A once, and a lane keeps 16-byte loads of A in flight.
+// A per SM beside a GEMM: kernels/cuda/dev/README.md, the green-context table). Here a warp
+// owns every rank row of the tile (m tiles of 16 rows) for a stretch of K, and mma.sync
+// m16n8k16 (rows = rank rows of A, columns = the tile's tokens, N 8 >= LS_CU_LORA_TILE)
+// reuses each x element over all of them: x is read once per block, A once, and a lane keeps 16-byte loads of A in flight.
 // fp32 x goes in as three bf16 parts (hi + mid + lo = x to fp32's 24 bits; bf16 A times a
 // bf16 part is exact in the fp32 accumulator), so the result is fp32 arithmetic in another
 // summation order, as the FMA kernels.
@@ -320,13 +290,13 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
 // Block: TC_WARPS warps over a (tile, slice, part of K); warp w takes every (warps over
 // all parts)-th 64-wide chunk of `in`. The warps' sums meet in shared memory in warp
 // order; the parts' sums in fixed order too (deterministic), two ways:
-// - parts in memory (ls_cu_lora_fused, the decode op): kb blocks per (tile, slice) write
+// - parts in memory (ls_cu_lora_apply, the decode op): kb blocks per (tile, slice) write
 //   their sums to kb arrays of scratch, and expand v2 adds them up as it stages tmp.
 //   Enough parts for one round of loads per warp: each dependent memory round trip costs
 //   microseconds beside a GEMM that keeps HBM busy, so the shrink is one round trip deep.
 // - a cluster of kb blocks (sm_90, ls_cu_lora_shrink), block 0 summing over distributed
 //   shared memory in cluster-rank order. Beside a GEMM, clusters wait to be co-scheduled:
-//   the decode op avoids them (beside the GEMMs they measured no gain; kernels/cuda/NOTES.md).
+//   the decode op avoids them (beside the GEMMs they measured no gain; kernels/cuda/dev/README.md).
 enum { TC_WARPS = 8, TC_CH = 64 };
 // chunks a warp keeps in flight for NMT m tiles: 2 while A's registers allow (NMT <= 2)
 __host__ __device__ constexpr int s_tc_u(int nmt) {
@@ -536,27 +506,10 @@ k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
     }
 }
 
-// Which implementation the launchers use: 0 = the best for the shape (the tensor-core
-// shrink for bf16 A, v2 elsewhere where it applies), 1 = the first kernels (v1), 2 = as
-// 0 without programmatic dependent launch, 3 = v2 with 8 loads in flight per lane instead
-// of 4 (shrink and expand), 4 = as 0 with ls_cu_lora_fused on the cluster kernel
-// (k_lora_fused) instead of shrink + expand, 5 = v2 (shrink v2 for bf16 A too), 6 = as 0
-// without the v3 kernels (s_v3). For the benchmarks and tests; not thread-safe, set once.
-static int s_impl = 0;
-extern "C" void ls_cu_lora_set_impl(int impl) {
-    s_impl = impl;
-}
-
 // SMs and compute capability of the current device, read once (one device per process).
 static int s_sms = 0, s_cc = 0;
-static long s_e3_blocks = 0; // LS_CU_E3_BLOCKS (sweeps of expand v3's grid), 0: the default
 static void s_props() {
     if (!s_sms) {
-        const char *e = getenv("LS_CU_LORA_IMPL"); // tests run the variants through this
-        if (e && *e)
-            s_impl = atoi(e);
-        e = getenv("LS_CU_E3_BLOCKS");
-        s_e3_blocks = e && atoi(e) > 0 ? atoi(e) : 0;
         int dev = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&s_sms, cudaDevAttrMultiProcessorCount, dev);
@@ -569,20 +522,14 @@ static int s_sm_count() {
     s_props();
     return s_sms;
 }
-// Whether the v3 kernels (shrink v3 where A is 16-bit, expand v3) run: one-position tiles,
-// impl 0 or 2 (the other impls keep the kernels before them, for the benchmarks' rows)
+// Whether the v3 kernels (shrink v3 where A is 16-bit, expand v3) run: one-position tiles
 static bool s_v3(unsigned flags) {
-    s_props();
-    return (flags & LS_CU_LORA_ONE) && (s_impl == 0 || s_impl == 2);
-}
-extern "C" int ls_cu_lora_impl(void) {
-    s_props(); // the environment's choice is read there
-    return s_impl;
+    return (flags & LS_CU_LORA_ONE) != 0;
 }
 
 // A launch configuration and the attributes it points to (so it is filled in place, not
 // returned): a launch that may overlap the previous kernel's tail (sm_90+, see
-// ls_dep_wait) unless impl 2 or flags say LS_CU_LORA_NO_PDL, in thread-block clusters of
+// ls_dep_wait) unless flags say LS_CU_LORA_NO_PDL, in thread-block clusters of
 // `cluster` blocks along x when > 1 (sm_90).
 struct s_launch_t {
     cudaLaunchConfig_t cfg;
@@ -598,7 +545,7 @@ static void s_launch_init(s_launch_t &l, dim3 grid, int threads, size_t smem, cu
     l.cfg.stream = stream;
     l.cfg.attrs = l.attr;
     int n = 0;
-    if (s_cc >= 9 && s_impl != 2 && !(flags & LS_CU_LORA_NO_PDL)) {
+    if (s_cc >= 9 && !(flags & LS_CU_LORA_NO_PDL)) {
         l.attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         l.attr[n++].val.programmaticStreamSerializationAllowed = 1;
     }
@@ -667,13 +614,34 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
 #undef S_TC
 }
 
-// Whether the tensor-core shrink runs (bf16 A, 16-byte loads, rank <= 64, sm_80+, impl
-// 0 / 2 / 4 / 6); s_props must have run
+// Whether the tensor-core shrink runs (bf16 A, 16-byte loads, rank <= 64, sm_80+); s_props
+// must have run
 static bool s_shrink_tc_fits(const float *x, const void *a_pool, ls_cu_dtype_t a_dt, int in,
                              int max_rank) {
     return a_dt == LS_CU_BF16 && in % 8 == 0 && (uintptr_t)x % 16 == 0 &&
-           (uintptr_t)a_pool % 16 == 0 && max_rank <= 64 && s_cc >= 8 &&
-           (s_impl == 0 || s_impl == 2 || s_impl == 4 || s_impl == 6);
+           (uintptr_t)a_pool % 16 == 0 && max_rank <= 64 && s_cc >= 8;
+}
+
+// Launches shrink v2 with U chunks of loads in flight per lane (S2_U; the dev bench's
+// variants take others). K splits across the warps of a block (fewer rows per block, more
+// blocks) until the grid has >= 2 blocks per SM or every warp owns 2 rows of 1/8 of `in`.
+template <int U>
+static cudaError_t s_shrink2(float *tmp, const float *x, const void *a_pool, ls_cu_dtype_t a_dt,
+                             const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
+                             const int32_t *perm, int in, int n_slices, int r_max, unsigned flags,
+                             cudaStream_t stream) {
+    int ks = 1, jb = S2_WARPS * S2_R;
+    while (ks < 8 && (long)n_tiles * n_slices * ((max_rank + jb - 1) / jb) < 2L * s_sm_count()) {
+        ks *= 2;
+        jb = S2_WARPS / ks * S2_R;
+    }
+    dim3 g2(n_tiles, n_slices, (max_rank + jb - 1) / jb);
+    s_launch_t l;
+    s_launch_init(l, g2, S2_WARPS * 32, 0, stream, flags);
+    LS_CU_DISPATCH(a_dt, TA,
+        return cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, U>, tmp, x, (const TA *)a_pool, tiles,
+                                  perm, in, n_slices, r_max, ks));
+    return cudaErrorInvalidValue;
 }
 
 cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
@@ -684,36 +652,16 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
     if (n_tiles == 0 || max_rank == 0)
         return cudaSuccess;
     s_props();
-    // 16-byte loads need every row start aligned: x rows (in floats), A rows (in elements)
-    int vec = in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a_pool % 16 == 0;
     if (s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank))
         return s_shrink_tc(tmp, 0, NULL, x, a_pool, tiles, n_tiles, max_rank, perm, in,
                            n_slices, r_max, flags, stream);
-    if (vec && s_impl != 1) {
-        // split K across the warps of a block (fewer rows per block, more blocks) until
-        // the grid has >= 2 blocks per SM or every warp owns 2 rows of 1/8 of `in`
-        int ks = 1, jb = S2_WARPS * S2_R;
-        while (ks < 8 &&
-               (long)n_tiles * n_slices * ((max_rank + jb - 1) / jb) < 2L * s_sm_count()) {
-            ks *= 2;
-            jb = S2_WARPS / ks * S2_R;
-        }
-        dim3 g2(n_tiles, n_slices, (max_rank + jb - 1) / jb);
-        s_launch_t l;
-        s_launch_init(l, g2, S2_WARPS * 32, 0, stream, flags);
-        LS_CU_DISPATCH(a_dt, TA,
-            return s_impl == 3
-                ? cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, 8>, tmp, x, (const TA *)a_pool,
-                                     tiles, perm, in, n_slices, r_max, ks)
-                : cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, S2_U>, tmp, x,
-                                     (const TA *)a_pool, tiles, perm, in, n_slices, r_max,
-                                     ks));
-    }
+    // 16-byte loads need every row start aligned: x rows (in floats), A rows (in elements)
+    if (in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a_pool % 16 == 0)
+        return s_shrink2<S2_U>(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm, in, n_slices, r_max,
+                               flags, stream);
     dim3 grid(n_tiles, n_slices, (max_rank + SH_JB - 1) / SH_JB);
     LS_CU_DISPATCH(a_dt, TA,
-        if (vec) k_lora_shrink<TA, true><<<grid, SH_WARPS * 32, 0, stream>>>(
-            tmp, x, (const TA *)a_pool, tiles, perm, in, n_slices, r_max);
-        else k_lora_shrink<TA, false><<<grid, SH_WARPS * 32, 0, stream>>>(
+        k_lora_shrink<TA><<<grid, SH_WARPS * 32, 0, stream>>>(
             tmp, x, (const TA *)a_pool, tiles, perm, in, n_slices, r_max));
     LS_CU_CHECK_LAUNCH();
 }
@@ -1119,14 +1067,13 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
 
 // Launches k_lora_expand3: per tile, blocks over the slices in proportion to their columns,
 // each at least one full pass (E3_U * 256/L columns) where the slice has that many, and
-// together at most about two blocks per resident slot (LS_CU_E3_BLOCKS sets that total,
-// for sweeps)
+// together at most about two blocks per resident slot
 template <typename TB, int L, bool ACC>
 static cudaError_t s_expand3(float *y, const float *tmp, int n_parts, size_t part_stride,
                              const void *b_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              const int32_t *perm, const float *scalings, s_slice_offs_t so,
                              int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
-    long target = s_e3_blocks ? s_e3_blocks : 2L * E3_MINB * s_sm_count();
+    long target = 2L * E3_MINB * s_sm_count();
     s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E3_U * (E3_THREADS / L));
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E3_THREADS, 0, stream, flags);
@@ -1173,15 +1120,14 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
 // Whether expand v2 runs for these pools (else v1)
 static bool s_expand2_fits(const void *b_pool, int r_max) {
     int L = r_max / 8;
-    return r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 && s_impl != 1 &&
-           (L == 1 || L == 2 || L == 4 || L == 8);
+    return r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 && (L == 1 || L == 2 || L == 4 || L == 8);
 }
 
 // Lanes sharing an output column in expand v2 / v3: enough 8-element loads to cover the
 // largest rank of the launch, not the slot width r_max. Slots are padded to r_max (the
 // server's --max-lora-rank, 64 for mixed ranks) while most adapters are smaller: lanes past
 // every tile's rank would only idle, and a column needs r_max/8 of them (the kernels are
-// issue-bound, NOTES.md), so an r16 adapter in r64 slots took 2.2x its r16-slot time (H200).
+// issue-bound, kernels/cuda/dev/README.md), so an r16 adapter in r64 slots took 2.2x its r16-slot time (H200).
 static int s_expand_lanes(int max_rank, int r_max) {
     int L = 1;
     while (8 * L < max_rank && 8 * L < r_max)
@@ -1302,12 +1248,11 @@ k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
 }
 
 // Whether k_lora_expand_tc applies: bf16 B, 16-byte rows of B and tmp, slices of whole
-// warps (16 columns), sm_80+, not impl 1 (the baseline kernels the benchmarks keep); s_props
-// must have run
+// warps (16 columns), sm_80+; s_props must have run
 static bool s_expand_tc_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t b_dt,
                              const s_slice_offs_t &so, int n_slices, int r_max) {
     bool ok = b_dt == LS_CU_BF16 && s_cc >= 8 && r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 &&
-              (uintptr_t)tmp % 16 == 0 && s_impl != 1;
+              (uintptr_t)tmp % 16 == 0;
     for (int k = 1; k <= n_slices; k++)
         ok = ok && so.off[k] % 16 == 0;
     return ok;
@@ -1456,11 +1401,11 @@ k_lora_expand4(float *y, const float *tmp, const __nv_bfloat16 *b_pool, const ls
         s_expand4_run<2, ACC>(y, tmp, n_parts, part_stride, b_slot, tile, perm, s, k, c0, c1, out_total, ld, r_max);
 }
 
-// Whether expand v4 runs: the decode op's multi-position tiles (not LS_CU_LORA_ONE) under
-// impl 0 / 2, where the tensor-core expand applies and the rank fits two halves
+// Whether expand v4 runs: the decode op's multi-position tiles (not LS_CU_LORA_ONE), where
+// the tensor-core expand applies and the rank fits two halves
 static bool s_expand4_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t b_dt, const s_slice_offs_t &so,
                            int n_slices, int r_max, int max_rank, unsigned flags) {
-    return !(flags & LS_CU_LORA_ONE) && (s_impl == 0 || s_impl == 2) && max_rank <= 64 &&
+    return !(flags & LS_CU_LORA_ONE) && max_rank <= 64 &&
            s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max);
 }
 
@@ -1518,8 +1463,8 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
 #undef S_E3
         }
         // one-position tiles: 8 columns per lane group in flight (the registers that
-        // longer tiles' sums need go to B), E2_UT elsewhere (impl 3: 8 everywhere)
-        int u = s_impl == 3 || one ? 8 : E2_UT, ob = E2_WARPS * (32 / L) * u;
+        // longer tiles' sums need go to B), E2_UT elsewhere
+        int u = one ? 8 : E2_UT, ob = E2_WARPS * (32 / L) * u;
         dim3 g2(n_tiles, (out_total + ob - 1) / ob);
         s_launch_t l;
         s_launch_init(l, g2, E2_WARPS * 32, smem, stream, flags);
@@ -1535,8 +1480,6 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     do {                                                                                      \
         if (one)                                                                              \
             S_E2U(LL, 8, 1);                                                                  \
-        if (u == 8)                                                                           \
-            S_E2U(LL, 8, TT);                                                                 \
         S_E2U(LL, E2_UT, TT);                                                                 \
     } while (0)
         LS_CU_DISPATCH(b_dt, TB,
@@ -1592,7 +1535,7 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
     // multi-position tiles added into y on tensor cores: v2 sizes its lanes by the launch's
     // largest rank, so beside rank 64 a rank-8 tile ran on an eighth of them (steps with
     // prompt tokens, Zipf over 1,000 adapters of mixed ranks: expands 18.2 -> 15.8 ms a step,
-    // H200). The decode op (ls_cu_lora_fused) keeps v2 / v3 whether it adds or writes, so
+    // H200). The decode op (ls_cu_lora_apply) keeps v2 / v3 whether it adds or writes, so
     // that a step with its LoRA beside the GEMM is bit for bit the one with it after; this
     // kernel summing the op's K parts also measured slower there (100 against 61 us)
     s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
@@ -1709,7 +1652,7 @@ static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const f
                               (int)S3_KP);
 }
 
-// The most local memory per thread (bytes) of the kernels ls_cu_lora_fused runs on 16-bit
+// The most local memory per thread (bytes) of the kernels ls_cu_lora_apply runs on 16-bit
 // pools by default: the tensor-core shrink, shrink v3, expand v2 (4 columns per lane group)
 // and expand v3 for every lane split and both accumulate modes; -1 if the attributes
 // cannot be read
@@ -1746,143 +1689,21 @@ extern "C" long ls_cu_lora_local_bytes(void) {
     return ok ? (long)most : -1;
 }
 
-// -- fused decode shrink + expand (sm_90 thread-block clusters) --------------------------
-// One cluster of cn blocks (8, or 16 when there are few tiles) per tile, one launch per
-// (layer, group) instead of two. Phase 1: block c of the cluster takes every cn-th
-// 256-element chunk of `in` against all n_slices*rank rows of A (warp w: row pairs w,
-// w+8, .. through s_shrink2_rows), and leaves its partial tmp (n, n_slices*r_max) in its
-// own shared memory. After cluster.sync every block sums the cn partials over distributed
-// shared memory in cluster-rank order — the same order in every block, so each holds the
-// same full tmp of the tile (deterministic) — and a second cluster.sync keeps every block
-// alive until the others have read its partials. Phase 2: the block expands its 1/cn of
-// the outputs as expand v2 does (r_max/8 lanes per column, FU_U columns per lane group in
-// flight). tmp never leaves the cluster. Per-slot rank: rows j >= rank are neither read
-// (A) nor used (B); rank-0 slots have no tile.
-// FU_LD: the largest n_slices*r_max, 3 slices of r_max <= 64 (r_max/8 lanes, at most 8)
-enum { FU_WARPS = 8, FU_U = 4, FU_LD = 3 * 64 };
-
-template <typename T, int L>
-__global__ void __launch_bounds__(FU_WARPS * 32)
-k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
-             const ls_cu_lora_tile_t *tiles, const int32_t *perm, const float *scalings,
-             s_slice_offs_t so, int in, int n_slices, int r_max) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __shared__ float part[TT * FU_LD]; // this block's partial tmp, (TT, ld)
-    __shared__ __align__(16) float st[TT * FU_LD]; // the tile's full tmp, (TT, ld)
-    cg::cluster_group cl = cg::this_cluster();
-    int cn = (int)cl.num_blocks(), cr = (int)cl.block_rank();
-    ls_cu_lora_tile_t tile = tiles[blockIdx.x / cn];
-    int ld = n_slices * r_max, out_total = so.off[n_slices], r = tile.rank;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int ppk = (r + 1) / 2, n_pairs = n_slices * ppk; // row pairs per slice, in all
-    int n_chunks = (in + 255) >> 8;
-    const T *a_slot = a_pool + (size_t)tile.slot * ld * in;
-    const T *b_slot = b_pool + (size_t)tile.slot * out_total * r_max;
-    int per = (out_total + cn - 1) / cn;
-    int o_lo = min(cr * per, out_total), o_hi = min(o_lo + per, out_total);
-
-    // before the previous kernel is done: pull this block's A rows and B rows towards L2
-    for (int pr = warp; pr < n_pairs; pr += FU_WARPS) {
-        int k = pr / ppk, j = pr % ppk * 2;
-        for (int q = 0; q < min(2, r - j); q++)
-            for (int c = cr; c < n_chunks; c += cn) {
-                int i = (c << 8) + lane * 8;
-                if (i < in)
-                    s_prefetch_l2(a_slot + (size_t)(k * r_max + j + q) * in + i);
-            }
-    }
-    // B rows o_lo..o_hi are contiguous, r_max wide; lines wholly past the rank are skipped
-    size_t rowb = (size_t)r_max * sizeof(T), nb = (size_t)(o_hi - o_lo) * rowb;
-    const char *b0 = (const char *)(b_slot + (size_t)o_lo * r_max);
-    for (size_t off = (size_t)threadIdx.x * 128; off < nb; off += FU_WARPS * 32 * 128)
-        if (rowb <= 128 || off % rowb < (size_t)r * sizeof(T))
-            s_prefetch_l2(b0 + off);
-    ls_dep_launch();
-    ls_dep_wait();
-
-    const float *xr[TT];
-    s_tile_xrows(xr, x, perm, tile, in);
-    for (int pr = warp; pr < n_pairs; pr += FU_WARPS) { // warp-uniform
-        int k = pr / ppk, j = pr % ppk * 2, nq = min(2, r - j);
-        const T *a = a_slot + (size_t)(k * r_max + j) * in;
-        float acc[S2_R][TT];
-        s_shrink2_tile<T, S2_U>(acc, a, in, nq, tile, xr, cr, cn, lane);
-#pragma unroll
-        for (int q = 0; q < S2_R; q++)
-#pragma unroll
-            for (int tt = 0; tt < TT; tt++) {
-                float v = ls_warp_sum(acc[q][tt]);
-                if (lane == 0 && q < nq && tt < tile.n)
-                    part[tt * ld + k * r_max + j + q] = v;
-            }
-    }
-    cl.sync(); // every block's partials written
-    // only columns j < rank of the tile's rows are summed: nothing else was written
-    for (int idx = threadIdx.x; idx < tile.n * ld; idx += blockDim.x) {
-        float v = 0.0f;
-        if (idx % ld % r_max < r)
-            for (int p = 0; p < cn; p++)
-                v += cl.map_shared_rank(part, p)[idx];
-        st[idx] = v;
-    }
-    cl.sync(); // no block leaves (freeing its partials) while another still reads them
-
-    constexpr int OPW = 32 / L, OB = FU_WARPS * OPW * FU_U;
-    int sub = lane % L, og = lane / L, j = sub * 8;
-    float s = scalings[tile.slot];
-    for (int ob = o_lo; ob < o_hi; ob += OB) {
-        s_raw8<T> bv[FU_U];
-        int o[FU_U], kk[FU_U];
-        s_expand_load<T, L, FU_U>(bv, o, kk, b_slot, so, n_slices, r_max, r, ob, FU_WARPS, warp, og, j, o_hi);
-        float yv[FU_U][TT];
-        s_expand_yload<FU_U>(yv, y, o, sub, o_hi, tile, perm, out_total);
-        s_expand_store<T, L, FU_U>(y, yv, bv, o, kk, st, ld, r_max, r, j, sub, o_hi, tile, perm, out_total, s);
-    }
-#endif
-}
-
-// Launches k_lora_fused<T, L> in clusters of cn blocks per tile (with PDL on, as the v2
-// kernels). 16-block clusters are non-portable: allowed once per instantiation, and used
-// only if the occupancy query says at least one such cluster fits; else 8.
-template <typename T, int L>
-static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
-                                  const void *a_pool, const void *b_pool,
-                                  const ls_cu_lora_tile_t *tiles, const int32_t *perm,
-                                  const float *scalings, s_slice_offs_t so, int in,
-                                  int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
-    static int ok16 = -1;
-    s_launch_t l;
-    if (ok16 < 0) {
-        int n = 0;
-        s_launch_init(l, dim3(16), FU_WARPS * 32, 0, stream, flags, 16);
-        ok16 = cudaFuncSetAttribute(k_lora_fused<T, L>,
-                                    cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                    1) == cudaSuccess &&
-               cudaOccupancyMaxActiveClusters(&n, k_lora_fused<T, L>, &l.cfg) == cudaSuccess &&
-               n > 0;
-        cudaGetLastError(); // a refusal above only means 8-block clusters
-    }
-    if (cn > 8 && !ok16)
-        cn = 8;
-    s_launch_init(l, dim3(n_tiles * cn), FU_WARPS * 32, 0, stream, flags, cn);
-    return cudaLaunchKernelEx(&l.cfg, k_lora_fused<T, L>, y, x, (const T *)a_pool,
-                              (const T *)b_pool, tiles, perm, scalings, so, in, n_slices,
-                              r_max);
-}
-
-cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const float *x,
+// The decode op: shrink then expand. Where the K-split shrink applies (shrink v3 for
+// one-position tiles, else the tensor-core shrink) its parts go to tmp, part_stride apart, and
+// the expand sums them as it stages tmp; elsewhere a plain shrink and expand. A one-kernel
+// version (shrink and expand of a tile in one thread-block cluster, tmp on chip) measured 2.2x
+// slower on the whole decode step: kernels/cuda/dev/README.md.
+cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const float *x,
                              const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              int max_rank, const int32_t *perm, const float *scalings,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
-    int accumulate = (flags & LS_CU_LORA_ACC) != 0;
     s_props();
-    // shrink v3 (one-position tiles) or the tensor-core shrink, K split over blocks, the
-    // parts summed by the expand
     bool s3 = s_shrink3_fits(x, a_pool, a_dt, in, part_stride, flags);
-    if (part_stride && s_impl != 4 && (s3 || s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank)) &&
+    if (part_stride && (s3 || s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank)) &&
         s_expand2_fits(b_pool, r_max)) {
         if (n_tiles == 0 || max_rank == 0)
             return cudaSuccess;
@@ -1896,36 +1717,11 @@ cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const flo
                                            n_tiles, max_rank, perm, scalings, slice_offsets, n_slices,
                                            r_max, flags, stream);
     }
-    int L = r_max / 8;
-    int fits = s_cc >= 9 && s_impl == 4 && a_dt == b_dt && in % 8 == 0 &&
-               r_max % 8 == 0 && (L == 1 || L == 2 || L == 4 || L == 8) &&
-               (uintptr_t)x % 16 == 0 && (uintptr_t)a_pool % 16 == 0 &&
-               (uintptr_t)b_pool % 16 == 0;
-    if (!fits) {
-        cudaError_t e = ls_cu_lora_shrink(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm,
-                                          in, n_slices, r_max, flags, stream);
-        // s_expand, not ls_cu_lora_expand: the decode op runs the same expand whether it
-        // adds or writes (see ls_cu_lora_expand)
-        return e != cudaSuccess ? e
-                                : s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm,
-                                           scalings, slice_offsets, n_slices, r_max, flags, stream);
-    }
-    s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
-    if (n_tiles == 0 || max_rank == 0 || so.off[n_slices] == 0)
-        return cudaSuccess;
-    if (!accumulate) {
-        cudaError_t e = s_tile_rows_zero(y, tiles, n_tiles, perm, so.off[n_slices], stream);
-        if (e != cudaSuccess)
-            return e;
-    }
-    // 8-block clusters give >= 2 blocks per SM from ~33 tiles on (132 SMs); below, 16
-    int cn = (long)n_tiles * 8 < 2L * s_sm_count() ? 16 : 8;
-#define S_FU(LL)                                                                              \
-    return s_fused_launch<TA, LL>(cn, n_tiles, y, x, a_pool, b_pool, tiles, perm, scalings,  \
-                                  so, in, n_slices, r_max, flags, stream)
-    LS_CU_DISPATCH(a_dt, TA,
-        if (L == 1) S_FU(1); else if (L == 2) S_FU(2); else if (L == 4) S_FU(4);
-        else S_FU(8));
-#undef S_FU
-    LS_CU_CHECK_LAUNCH();
+    cudaError_t e = ls_cu_lora_shrink(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm,
+                                      in, n_slices, r_max, flags, stream);
+    // s_expand, not ls_cu_lora_expand: the decode op runs the same expand whether it
+    // adds or writes (see ls_cu_lora_expand)
+    return e != cudaSuccess ? e
+                            : s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm,
+                                       scalings, slice_offsets, n_slices, r_max, flags, stream);
 }

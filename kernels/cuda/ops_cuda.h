@@ -109,11 +109,8 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
                             int n_kv_heads, int head_dim, int block_size, int row_stride,
                             cudaStream_t stream);
 
-// Benchmark switches (ls_cu_attention's kernel choice is otherwise automatic): impl 1 runs
-// the first kernel (v1, one dependent load per key: the baseline), 2 the FFMA kernel (v2), 0 the default (tc:
-// tensor cores, for bf16 caches); last_plan gives the warps per CTA and CTAs per cluster
-// of the last v2/tc launch. Not for the engine: a step graph does not record the choice.
-void ls_cu_attention_set_impl(int impl);
+// The warps per CTA and CTAs per cluster of the last v2/tc launch of ls_cu_attention (0, 0
+// after a v1 launch): for tests of the plan. Not thread-safe.
 void ls_cu_attention_last_plan(int *warps, int *cluster);
 
 // ---------------------------------------------------------------------------------------
@@ -185,28 +182,15 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
 // (one-position tiles, LS_CU_LORA_ONE, 16-bit A) or the tensor-core shrink applies and
 // part_stride > 0, K is split over blocks that leave their partial sums in the parts and
 // the expand sums them (no cluster to co-schedule beside a GEMM);
-// else shrink into tmp then expand, as the two launchers above; under impl 4 (sm_90,
-// a_dt == b_dt, 16-byte loads, r_max in {8, 16, 32, 64}) one cluster kernel instead, the
-// fp32 intermediate kept in the cluster's shared memory and tmp left untouched — 2.2x
-// slower on the whole decode step (kernels/cuda/NOTES.md, "Fused decode LoRA op").
+// else shrink into tmp then expand, as the two launchers above.
 #define LS_CU_LORA_PARTS 8
-cudaError_t ls_cu_lora_fused(float *y, float *tmp, size_t part_stride, const float *x,
+cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const float *x,
                              const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              int max_rank, const int32_t *perm, const float *scalings,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream);
 
-// 0 (default): the fastest kernels for the shape; 1: the first kernels (v1); 2: as 0 but
-// without programmatic dependent launch; 3: as 0 with 8 loads in flight per lane instead
-// of 4; 4: as 0 but ls_cu_lora_fused runs the one-kernel cluster path; 5: the FMA shrink
-// v2 even where the tensor-core shrink applies; 6: as 0 but the tensor-core shrink and
-// expand v2 for one-position tiles instead of shrink v3 and expand v3 (the default before
-// those) — for the benchmarks' before/after. Shrink v3 and expand v3 run under 0 and 2
-// only.
-void ls_cu_lora_set_impl(int impl);
-// The implementation in use (a step graph records it: it chooses the kernels).
-int ls_cu_lora_impl(void);
 // The most local memory per thread (bytes) among the kernels the decode LoRA op runs on
 // 16-bit pools by default (for tests: it must be 0), -1 if it cannot be read.
 long ls_cu_lora_local_bytes(void);

@@ -12,10 +12,11 @@
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
 #                              Tests first (test_gpu_ops: every op vs the CPU backend;
 #                              test_gpu_model: the whole model vs the HF fixtures and the
-#                              demo; test_gpu_tp: TP=2 vs TP=1, on a machine with 2 GPUs),
-#                              then the benchmarks (bench_lora_cuda, bench_decode_cuda)
-#                              unless LS_GPU_NO_BENCH=1; with a bundle, the binaries it
-#                              holds.
+#                              demo; test_gpu_tp: TP=2 vs TP=1, on a machine with 2 GPUs;
+#                              the dev bench's programs, whose versions of each kernel must
+#                              match the CPU references), then the benchmarks
+#                              (bench_lora_cuda, bench_decode_cuda) unless
+#                              LS_GPU_NO_BENCH=1; with a bundle, the binaries it holds.
 #
 # Through the device tool, after `prepare`:
 #   run(command="tests/gpu/run.sh", carry=[".device-bundle"])
@@ -24,6 +25,8 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
 tests=(test_gpu_ops test_gpu_model)
+# kernels/cuda/dev: every version of each op checked against the CPU reference, then timed
+devs=(dev_shrink dev_expand dev_fused dev_attention)
 benches=(bench_lora_cuda bench_decode_cuda)
 
 # tensor parallelism on two GPUs (NCCL): built where NCCL is, run where 2 GPUs are
@@ -32,7 +35,7 @@ tp=test_gpu_tp
 if [[ ${1:-} == prepare ]]; then
   set -e
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  bins=("${tests[@]}" "${benches[@]}")
+  bins=("${tests[@]}" "${devs[@]}" "${benches[@]}")
   if [[ ${2:-} == tp ]]; then
     [[ $(cmake --build build-cuda --target help) == *"$tp"* ]] ||
       { echo "no $tp target here (NCCL missing?)"; exit 2; }
@@ -69,7 +72,7 @@ if compgen -G ".device-bundle/bin/*" >/dev/null; then
 else
   echo "no .device-bundle: building here" | tee -a "$out/build.log"
   if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
-         cmake --build build-gpu -j"$(nproc)" --target "${tests[@]}" "${benches[@]}"; } \
+         cmake --build build-gpu -j"$(nproc)" --target "${tests[@]}" "${devs[@]}" "${benches[@]}"; } \
        >>"$out/build.log" 2>&1; then
     tail -30 "$out/build.log"
     echo "BUILD FAILED"
@@ -85,12 +88,11 @@ for t in "${tests[@]}"; do
   have "$t" || continue
   echo "== $t"
   start=$(date +%s%N)
-  LS_GPU_BENCH=1 "$bindir/$t" >"$out/$t.log" 2>&1
+  "$bindir/$t" >"$out/$t.log" 2>&1
   rc=$?
   end=$(date +%s%N)
-  # the rows that failed first, then the timing table and the summary
+  # the rows that failed first, then the summary
   grep -E "FAIL|mismatch|failed" "$out/$t.log" | grep -v "^===" | head -40
-  sed -n '/=== LoRA decode timing/,/^bench:/p' "$out/$t.log"
   sed -n '/=== summary/,$p' "$out/$t.log"
   [[ $rc == 0 ]] || { tail -5 "$out/$t.log"; status=1; }
   echo "$t: exit $rc, $(( (end - start) / 1000000 )) ms"
@@ -109,23 +111,16 @@ elif [[ $n_gpus -ge 2 ]]; then
 else
   echo "== $tp: not run here ($n_gpus GPU(s); it needs 2, e.g. kind nvidia-h200-x2)"
 fi
-# the LoRA variant with 8 loads in flight (LS_CU_LORA_IMPL=3) through the same checks
-if [[ -x $bindir/test_gpu_ops ]]; then
-  echo "== test_gpu_ops, LS_CU_LORA_IMPL=3"
-  LS_CU_LORA_IMPL=3 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl3.log" 2>&1
+for d in "${devs[@]}"; do
+  have "$d" || continue
+  echo "== $d"
+  timeout 300 "$bindir/$d" >"$out/$d.log" 2>&1
   rc=$?
-  grep -E "FAIL" "$out/test_gpu_ops_impl3.log" | head -20
-  grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl3.log" | tail -1
-  sed -n '/=== LoRA decode timing/,/^bench:/p' "$out/test_gpu_ops_impl3.log"
-  [[ $rc == 0 ]] || status=1
-  # the one-kernel fused LoRA (LS_CU_LORA_IMPL=4, not the default: slower today) likewise
-  echo "== test_gpu_ops, LS_CU_LORA_IMPL=4"
-  LS_CU_LORA_IMPL=4 "$bindir/test_gpu_ops" >"$out/test_gpu_ops_impl4.log" 2>&1
-  rc=$?
-  grep -E "FAIL" "$out/test_gpu_ops_impl4.log" | head -20
-  grep -E "^[0-9]+ tests, [0-9]+ failed" "$out/test_gpu_ops_impl4.log" | tail -1
-  [[ $rc == 0 ]] || status=1
-fi
+  grep -E "FAIL" "$out/$d.log" | head -20
+  tail -1 "$out/$d.log"
+  [[ $rc == 0 ]] || { tail -5 "$out/$d.log"; status=1; }
+  echo "$d: exit $rc"
+done
 if [[ ${LS_GPU_NO_BENCH:-0} != 1 ]]; then
   for b in "${benches[@]}"; do
     have "$b" || continue

@@ -251,7 +251,7 @@ static const char *s_dtn(ls_dtype_t dt) {
 
 // The decode LoRA kernels keep nothing in local memory: a stack frame there (ptxas spills,
 // or registers indexed as an array) is a memory round trip in every block, and one such
-// frame in shrink v3 cost the decode step 10% on an H200 (kernels/cuda/NOTES.md)
+// frame in shrink v3 cost the decode step 10% on an H200 (kernels/cuda/dev/README.md)
 static void test_lora_local_memory(void) {
     s_res_t *r = s_add_res("lora decode kernels: local memory per thread");
     long bytes = ls_cu_lora_local_bytes();
@@ -663,147 +663,6 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     s_pb_free(&qkv), s_pb_free(&kc), s_pb_free(&vc), s_pb_free(&out), s_pb_free(&dv);
     free(perm), free(hq), free(hk), free(hv), free(hdv), free(poison), free(c), free(g),
         free(co), free(go);
-}
-
-// -- attention decode timing (LS_GPU_BENCH=1; not pass/fail) --------------------------------
-
-// Llama-3-8B attention at decode: H=32 query heads on KV=8 kv heads, D=128, bf16 cache in
-// 16-token pages; S sequences of ctx cached tokens each, one query per sequence at position
-// ctx-1. Bytes counted: the K/V rows, S x ctx x KV x D x 2 (K, V) x 2 B, each read once
-// (q and out are < 1% of that). The pages come from a pool of 4096 (K and V: 268 MB) filled
-// with random bf16 in [-1, 1]; each shape rotates over as many disjoint, shuffled page sets
-// as the pool holds (up to 8), so that even the 33.5 MB of 64 x 128 is read from memory
-// rather than from the 50 MB L2. Plain launches back to back (launch gaps included), and
-// for tc also one CUDA graph of AB_ITERS launches (what a decode step replays). The last
-// columns compare v2's and tc's outputs with v1's (same inputs).
-static void s_bench_attention(t_rng_t *r) {
-    enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 4096, NSEQ = 64, ROW = (H + 2 * KV) * D,
-           AB_ITERS = 100 };
-    static const int shapes[4][2] = {{64, 128}, {64, 1024}, {4, 8192}, {1, 32768}};
-    size_t nel = (size_t)PAGES * BS * KV * D; // elements of each cache
-    uint16_t *h = t_alloc(nel * 2);
-    float *hq = s_fill_new(r, (size_t)NSEQ * ROW, -1, 1);
-    float *o[3]; // outputs of tc (impl 0), v1, v2 on set 0
-    for (int i = 0; i < 3; i++)
-        o[i] = t_alloc((size_t)NSEQ * H * D * 4);
-    int32_t *perm = t_alloc(PAGES * 4), hs[NSEQ], hp[NSEQ];
-    void *kc, *vc, *q, *out, *tok, *pos, *tab;
-    if (cudaMalloc(&kc, nel * 2) || cudaMalloc(&vc, nel * 2) ||
-        cudaMalloc(&q, (size_t)NSEQ * ROW * 4) || cudaMalloc(&out, (size_t)NSEQ * H * D * 4) ||
-        cudaMalloc(&tok, NSEQ * 4) || cudaMalloc(&pos, NSEQ * 4) || cudaMalloc(&tab, PAGES * 4)) {
-        printf("attention bench: cudaMalloc failed\n");
-        return;
-    }
-    cudaStream_t st;
-    cudaEvent_t e0, e1;
-    cudaStreamCreate(&st);
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    float ms;
-    // copy bandwidth (read + write) between the two pools, before they get their values
-    cudaMemsetAsync(kc, 0x3c, nel * 2, st);
-    for (int i = 0; i < 3; i++)
-        cudaMemcpyAsync(vc, kc, nel * 2, cudaMemcpyDeviceToDevice, st);
-    cudaEventRecord(e0, st);
-    for (int i = 0; i < 20; i++)
-        cudaMemcpyAsync(vc, kc, nel * 2, cudaMemcpyDeviceToDevice, st);
-    cudaEventRecord(e1, st);
-    cudaEventSynchronize(e1);
-    cudaEventElapsedTime(&ms, e0, e1);
-    double bw = 2.0 * nel * 2 * 20 / (ms * 1e-3) / 1e9;
-    for (int c = 0; c < 2; c++) {
-        for (size_t i = 0; i < nel; i++)
-            h[i] = ls_bf16_from_f32(t_rng_float(r, -1, 1));
-        cudaMemcpy(c ? vc : kc, h, nel * 2, cudaMemcpyHostToDevice);
-    }
-    cudaMemcpy(q, hq, (size_t)NSEQ * ROW * 4, cudaMemcpyHostToDevice);
-    for (int i = 0; i < PAGES; i++)
-        perm[i] = i;
-    t_shuffle(r, perm, PAGES);
-    cudaMemcpy(tab, perm, PAGES * 4, cudaMemcpyHostToDevice);
-    printf("\n=== attention decode timing (H=32 KV=8 D=128, bf16 cache, 16-token pages) ===\n");
-    printf("device-to-device copy: %.0f GB/s\n", bw);
-    printf("%-12s %8s %6s | %7s %6s | %7s %6s %6s %5s | %8s %6s %6s | %8s %8s\n", "S x ctx",
-           "v1 us", "GB/s", "v2 us", "GB/s", "tc us", "GB/s", "%copy", "W,cs", "graph us",
-           "GB/s", "%copy", "nmse v2", "nmse tc");
-    for (int k = 0; k < 4; k++) {
-        int S = shapes[k][0], ctx = shapes[k][1], pp = ctx / BS, need = S * pp;
-        int sets = PAGES / need > 8 ? 8 : PAGES / need;
-        for (int s = 0; s < S; s++)
-            hs[s] = s, hp[s] = ctx - 1;
-        cudaMemcpy(tok, hs, S * 4, cudaMemcpyHostToDevice);
-        cudaMemcpy(pos, hp, S * 4, cudaMemcpyHostToDevice);
-        double bytes = (double)S * ctx * KV * D * 2 * 2, us[3];
-        int w = 0, cs = 0;
-        // set j's table is (S, pp) at perm + j*need: disjoint pages, in no order
-#define S_ATT(out_, j)                                                                        \
-    ls_cu_attention((float *)(out_), (const float *)q, kc, vc, LS_CU_BF16,                   \
-                    (const int32_t *)tok, (const int32_t *)pos,                               \
-                    (const int32_t *)tab + (size_t)(j) % sets * need, pp, S, H, KV, D, BS,    \
-                    ROW, st)
-        for (int impl = 1; impl >= 0; impl = impl == 1 ? 2 : impl - 2) { // v1, v2, tc
-            int iters = impl == 1 ? (ctx >= 8192 ? 3 : 20) : AB_ITERS, warm = impl == 1 ? 1 : 10;
-            ls_cu_attention_set_impl(impl);
-            for (int it = -warm; it < iters; it++) {
-                if (it == 0)
-                    cudaEventRecord(e0, st);
-                S_ATT(out, it + warm);
-            }
-            cudaEventRecord(e1, st);
-            cudaEventSynchronize(e1);
-            cudaEventElapsedTime(&ms, e0, e1);
-            us[impl] = ms * 1e3 / iters;
-            // one more call on set 0, kept for the comparison of the kernels
-            S_ATT(out, 0);
-            cudaMemcpy(o[impl], out, (size_t)S * H * D * 4, cudaMemcpyDeviceToHost);
-        }
-        ls_cu_attention_last_plan(&w, &cs);
-        cudaGraph_t g = NULL;
-        cudaGraphExec_t ge = NULL;
-        double gus = -1;
-        if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-            for (int it = 0; it < AB_ITERS; it++)
-                S_ATT(out, it);
-            if (cudaStreamEndCapture(st, &g) == cudaSuccess &&
-                cudaGraphInstantiate(&ge, g, 0) == cudaSuccess) {
-                cudaGraphLaunch(ge, st); // warm-up
-                cudaEventRecord(e0, st);
-                cudaGraphLaunch(ge, st);
-                cudaEventRecord(e1, st);
-                cudaEventSynchronize(e1);
-                cudaEventElapsedTime(&ms, e0, e1);
-                gus = ms * 1e3 / AB_ITERS;
-            }
-        }
-#undef S_ATT
-        if (ge)
-            cudaGraphExecDestroy(ge);
-        if (g)
-            cudaGraphDestroy(g);
-        double nm[3] = {0, 0, 0}; // NMSE vs v1 of tc (0) and v2 (2)
-        for (int k2 = 0; k2 < 3; k2 += 2) {
-            double num = 0, den = 0;
-            for (size_t i = 0; i < (size_t)S * H * D; i++) {
-                double d = (double)o[k2][i] - o[1][i];
-                num += d * d, den += (double)o[1][i] * o[1][i];
-            }
-            nm[k2] = den > 0 ? num / den : num;
-        }
-        char sh[32], wc[16];
-        snprintf(sh, sizeof sh, "%d x %d", S, ctx);
-        snprintf(wc, sizeof wc, "%d,%d", w, cs);
-        printf("%-12s %8.1f %6.0f | %7.1f %6.0f | %7.1f %6.0f %5.1f%% %5s | %8.1f %6.0f %5.1f%% | "
-               "%8.2g %8.2g\n",
-               sh, us[1], bytes / us[1] / 1e3, us[2], bytes / us[2] / 1e3, us[0],
-               bytes / us[0] / 1e3, 100.0 * bytes / us[0] / 1e3 / bw, wc, gus,
-               bytes / gus / 1e3, 100.0 * bytes / gus / 1e3 / bw, nm[2], nm[0]);
-    }
-    printf("attention bench: %s\n", cudaGetErrorString(cudaGetLastError()));
-    ls_cu_attention_set_impl(0);
-    cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out), cudaFree(tok), cudaFree(pos);
-    cudaFree(tab);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    cudaStreamDestroy(st);
-    free(h), free(hq), free(o[0]), free(o[1]), free(o[2]), free(perm);
 }
 
 // -- LoRA ---------------------------------------------------------------------------------
@@ -1282,87 +1141,6 @@ static void test_two_steps(t_rng_t *r) {
 }
 
 
-// -- a first timing of the LoRA decode shape (not pass/fail; next session's baseline) ------
-
-// Llama-3-8B qkv at decode: 64 tokens, each its own adapter of rank 16 (r_max 16), x (64,
-// 4096) -> tmp (64, 48) -> y (64, 4096+1024+1024), bf16 pools. Four rotating sets of 64
-// slots keep the 150 MB of pools out of the 50 MB L2. Bytes counted: each adapter's A and B
-// read once, x read, y read and written. Against a device-to-device copy's bandwidth.
-static void s_bench(void) {
-    enum { T = 64, IN = 4096, R = 16, NS = 3, LD = NS * R, OUT = 6144, SETS = 4,
-           SLOTS = 1 + SETS * T, ITERS = 200 };
-    static const int32_t off[4] = {0, 4096, 5120, 6144};
-    size_t na = (size_t)SLOTS * LD * IN, nb = (size_t)SLOTS * OUT * R;
-    void *a, *b, *x, *tmp, *y, *tiles, *scal, *big;
-    size_t big_bytes = (size_t)1 << 30;
-    if (cudaMalloc(&a, na * 2) || cudaMalloc(&b, nb * 2) || cudaMalloc(&x, T * IN * 4) ||
-        cudaMalloc(&tmp, T * LD * 4) || cudaMalloc(&y, (size_t)T * OUT * 4) ||
-        cudaMalloc(&tiles, SETS * T * sizeof(ls_cu_lora_tile_t)) ||
-        cudaMalloc(&scal, SLOTS * 4) || cudaMalloc(&big, 2 * big_bytes)) {
-        printf("bench: cudaMalloc failed\n");
-        return;
-    }
-    cudaMemset(a, 0x3c, na * 2), cudaMemset(b, 0x3c, nb * 2); // bf16 ~0.0115, not zeros
-    cudaMemset(x, 0x3c, T * IN * 4), cudaMemset(y, 0, (size_t)T * OUT * 4);
-    cudaMemset(big, 0x3c, 2 * big_bytes);
-    ls_cu_lora_tile_t ht[SETS * T];
-    float hs[SLOTS];
-    for (int k = 0; k < SETS; k++)
-        for (int t = 0; t < T; t++)
-            ht[k * T + t] = (ls_cu_lora_tile_t){t, 1, 1 + k * T + t, R};
-    for (int s = 0; s < SLOTS; s++)
-        hs[s] = 1.0f / 64;
-    cudaMemcpy(tiles, ht, sizeof ht, cudaMemcpyHostToDevice);
-    cudaMemcpy(scal, hs, sizeof hs, cudaMemcpyHostToDevice);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    float ms;
-    // copy bandwidth: read + write
-    for (int i = 0; i < 3; i++)
-        cudaMemcpyAsync((char *)big + big_bytes, big, big_bytes, cudaMemcpyDeviceToDevice, 0);
-    cudaEventRecord(e0, 0);
-    for (int i = 0; i < 10; i++)
-        cudaMemcpyAsync((char *)big + big_bytes, big, big_bytes, cudaMemcpyDeviceToDevice, 0);
-    cudaEventRecord(e1, 0);
-    cudaEventSynchronize(e1);
-    cudaEventElapsedTime(&ms, e0, e1);
-    double bw = 2.0 * big_bytes * 10 / (ms * 1e-3) / 1e9;
-    const ls_cu_lora_tile_t *dt = tiles;
-    double us[3];
-    const char *what[3] = {"shrink", "expand", "shrink+expand"};
-    for (int m = 0; m < 3; m++) {
-        for (int it = -20; it < ITERS; it++) {
-            if (it == 0)
-                cudaEventRecord(e0, 0);
-            const ls_cu_lora_tile_t *set = dt + ((it + 20) % SETS) * T;
-            if (m != 1)
-                ls_cu_lora_shrink(tmp, x, a, LS_CU_BF16, set, T, R, NULL, IN, NS, R, 0, 0);
-            if (m != 0)
-                ls_cu_lora_expand(y, tmp, b, LS_CU_BF16, set, T, R, NULL, scal, off, NS, R, LS_CU_LORA_ACC, 0);
-        }
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms, e0, e1);
-        us[m] = ms * 1e3 / ITERS;
-    }
-    double ba = (double)T * LD * IN * 2 + (double)T * IN * 4,     // A + x
-        bb = (double)T * OUT * R * 2 + (double)T * OUT * 4 * 2; // B + y read and written
-    double bytes[3] = {ba, bb, ba + bb};
-    printf("\n=== LoRA decode timing (qkv 4096->6144, T=64 distinct adapters, r=16, bf16; "
-           "launch gaps included) ===\n");
-    printf("device-to-device copy: %.0f GB/s\n", bw);
-    for (int m = 0; m < 3; m++)
-        printf("%-14s %8.1f us %8.1f MB %8.0f GB/s %5.1f%% of copy bw\n", what[m], us[m],
-               bytes[m] / 1e6, bytes[m] / (us[m] * 1e-6) / 1e9,
-               100.0 * bytes[m] / (us[m] * 1e-6) / 1e9 / bw);
-    printf("bench: %s\n", cudaGetErrorString(cudaGetLastError()));
-    cudaFree(a), cudaFree(b), cudaFree(x), cudaFree(tmp), cudaFree(y), cudaFree(tiles);
-    cudaFree(scal), cudaFree(big);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-}
-
-// -----------------------------------------------------------------------------------------
-
 int main(int argc, char **argv) {
     char err[256] = "";
     int device = argc > 1 ? atoi(argv[1]) : 0;
@@ -1489,11 +1267,6 @@ int main(int argc, char **argv) {
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);
     test_sampling(&r, 16, 128256, 2);
-
-    if (argc > 2 || getenv("LS_GPU_BENCH")) {
-        s_bench_attention(&r);
-        s_bench();
-    }
 
     // the table again, last, for whoever reads only the tail
     int fails = 0;

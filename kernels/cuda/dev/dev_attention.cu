@@ -1,0 +1,147 @@
+/*  kernels/cuda/dev/dev_attention.cu — decode attention's three kernels side by side on the
+    same shapes: validated against the CPU reference (ls_attention_forward), then timed.
+
+    Llama-3-8B attention at decode: H=32 query heads on KV=8 kv heads, D=128, bf16 cache in
+    16-token pages; S sequences of ctx cached tokens each, one query per sequence at position
+    ctx-1. Bytes counted: the K/V rows, S x ctx x KV x D x 2 (K, V) x 2 B, each read once (q and
+    out are < 1% of that). The pages come from a pool of 4096 (K and V: 268 MB) filled with
+    random bf16 in [-1, 1]; each shape rotates over as many disjoint, shuffled page sets as
+    the pool holds (up to 8), so that even the 33.5 MB of 64 x 128 is read from memory rather
+    than from L2. Plain launches back to back (dev_common.cuh's method), and for tc also one
+    CUDA graph of 100 launches (what a decode step replays).
+
+    Versions (ls_cu_attention picks one by the cache and the shape; attention.cu says how):
+      v1  k_attention_v1: one CTA per (token, kv head), a dependent load per key (production:
+          rows or caches not 16-byte aligned);
+      v2  k_attention_v2: FFMA, L lanes per key, cp.async ring (production: f32/f16 caches,
+          other head sizes);
+      tc  k_attention_tc: tensor cores, q and p split into three bf16 pieces (production: bf16
+          caches with head_dim 64 or 128).
+
+    Usage: dev_attention. Exit 1 if a version fails its check.
+*/
+#include "../attention.cu"
+
+#include "dev_common.cuh"
+
+#include <cstring>
+
+extern "C" {
+#include "ops.h"
+}
+
+enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 4096, NSEQ = 64, ROW = (H + 2 * KV) * D };
+static const char *s_names[3] = {"v1", "v2", "tc"};
+
+static cudaError_t s_run(int v, const s_args_t *a) {
+    if (v == 0)
+        return s_launch_v1<__nv_bfloat16, 4>(a->out, a->q, a->k_cache, a->v_cache, a->tok_seq, a->positions,
+                                            a->block_tables, a->max_blocks, a->T, a->n_heads, a->n_kv_heads,
+                                            a->head_dim, a->block_size, a->row_stride, a->stream);
+    if (v == 1)
+        return s_run_v2<__nv_bfloat16, 8, 2, 4>(a); // 16 chunks of 16 bytes a row: L = 8, NC = 2
+    return s_run_tc<D>(a);
+}
+
+int main() {
+    cudaStream_t st;
+    DEV_CK(cudaStreamCreate(&st));
+    s_props();
+    double bw = dev_copy_bandwidth(st);
+    cudaDeviceProp prop;
+    DEV_CK(cudaGetDeviceProperties(&prop, 0));
+    printf("dev_attention on %s: copy bandwidth %.0f GB/s; H=%d KV=%d D=%d, bf16 cache, %d-token pages\n",
+           prop.name, bw, H, KV, D, BS);
+    dev_rng_t rng = {42};
+    size_t nel = (size_t)PAGES * BS * KV * D; // elements of each cache
+    std::vector<float> hk, hv, hq;
+    __nv_bfloat16 *kc = dev_bf16_fill(rng, nel, 1.0f, hk), *vc = dev_bf16_fill(rng, nel, 1.0f, hv);
+    float *q = dev_f32_fill(rng, (size_t)NSEQ * ROW, 1.0f, hq), *out;
+    int32_t *tok, *pos, *tab;
+    DEV_CK(cudaMalloc(&out, (size_t)NSEQ * H * D * 4));
+    DEV_CK(cudaMalloc(&tok, NSEQ * 4));
+    DEV_CK(cudaMalloc(&pos, NSEQ * 4));
+    DEV_CK(cudaMalloc(&tab, PAGES * 4));
+    std::vector<int32_t> perm(PAGES), hs(NSEQ), hp(NSEQ);
+    for (int i = 0; i < PAGES; i++)
+        perm[i] = i;
+    for (int i = PAGES - 1; i > 0; i--) // page tables are never contiguous
+        std::swap(perm[i], perm[rng.next() % (i + 1)]);
+    DEV_CK(cudaMemcpy(tab, perm.data(), PAGES * 4, cudaMemcpyHostToDevice));
+
+    // validation: 8 sequences of 37 .. 1,500 cached tokens, one query each, against the CPU
+    // reference on the same (bf16) values; fp32-exact products, so only the order differs
+    {
+        enum { S = 8 };
+        int ctx[S] = {37, 128, 129, 300, 640, 1000, 1024, 1500}, mb = 0;
+        for (int s = 0; s < S; s++)
+            mb = std::max(mb, (ctx[s] + BS - 1) / BS);
+        std::vector<int32_t> table((size_t)S * mb), qind(S + 1), lens(S), slots(S, -1);
+        for (int s = 0; s < S; s++) {
+            hs[s] = s, hp[s] = ctx[s] - 1, qind[s + 1] = s + 1, lens[s] = ctx[s];
+            for (int j = 0; j < mb; j++)
+                table[(size_t)s * mb + j] = perm[s * mb + j];
+        }
+        int32_t *dtab;
+        DEV_CK(cudaMalloc(&dtab, table.size() * 4));
+        DEV_CK(cudaMemcpy(dtab, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+        DEV_CK(cudaMemcpy(tok, hs.data(), S * 4, cudaMemcpyHostToDevice));
+        DEV_CK(cudaMemcpy(pos, hp.data(), S * 4, cudaMemcpyHostToDevice));
+        ls_attn_meta_t meta = {S, S, mb, ctx[S - 1], qind.data(), lens.data(), hp.data(), slots.data(), table.data()};
+        std::vector<float> want((size_t)S * H * D), got(want.size());
+        ls_attention_forward(want.data(), hq.data(), hk.data(), hv.data(), &meta, H, KV, D, BS, ROW);
+        s_args_t a = {out, q, kc, vc, tok, pos, dtab, mb, S, H, KV, D, BS, ROW, st};
+        for (int v = 0; v < 3; v++) {
+            DEV_CK(s_run(v, &a));
+            DEV_CK(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost));
+            dev_check("decode, 8 contexts", s_names[v], dev_nmse(got.data(), want.data(), got.size()), 1e-10);
+        }
+        cudaFree(dtab);
+    }
+
+    static const int shapes[4][2] = {{64, 128}, {64, 1024}, {4, 8192}, {1, 32768}};
+    printf("%-12s %8s %6s | %7s %6s | %7s %6s %6s %5s | %8s %6s %6s\n", "S x ctx", "v1 us", "GB/s", "v2 us",
+           "GB/s", "tc us", "GB/s", "%copy", "W,cs", "graph us", "GB/s", "%copy");
+    for (int k = 0; k < 4; k++) {
+        int S = shapes[k][0], ctx = shapes[k][1], pp = ctx / BS, need = S * pp;
+        int sets = PAGES / need > 8 ? 8 : PAGES / need;
+        for (int s = 0; s < S; s++)
+            hs[s] = s, hp[s] = ctx - 1;
+        DEV_CK(cudaMemcpy(tok, hs.data(), S * 4, cudaMemcpyHostToDevice));
+        DEV_CK(cudaMemcpy(pos, hp.data(), S * 4, cudaMemcpyHostToDevice));
+        double bytes = (double)S * ctx * KV * D * 2 * 2, us[3];
+        // set j's table is (S, pp) at tab + j*need: disjoint pages, in no order
+        auto args = [&](long j) {
+            return s_args_t{out, q, kc, vc, tok, pos, tab + (size_t)(j % sets) * need, pp, S, H, KV, D, BS, ROW, st};
+        };
+        for (int v = 0; v < 3; v++)
+            us[v] = dev_time_us(st, v == 0 && ctx >= 8192 ? 3 : 50, [&](long j) {
+                s_args_t a = args(j);
+                return s_run(v, &a);
+            });
+        int w = s_last_w, cs = s_last_cs;
+        cudaGraph_t g = NULL;
+        cudaGraphExec_t ge = NULL;
+        double gus = -1;
+        DEV_CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int it = 0; it < 100; it++) {
+            s_args_t a = args(it);
+            DEV_CK(s_run(2, &a));
+        }
+        DEV_CK(cudaStreamEndCapture(st, &g));
+        DEV_CK(cudaGraphInstantiate(&ge, g, 0));
+        DEV_CK(cudaGraphLaunch(ge, st)); // warm-up
+        gus = dev_time_us(st, 1, [&](long) { return cudaGraphLaunch(ge, st); }) / 100;
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        char sh[32], wc[16];
+        snprintf(sh, sizeof sh, "%d x %d", S, ctx);
+        snprintf(wc, sizeof wc, "%d,%d", w, cs);
+        printf("%-12s %8.1f %6.0f | %7.1f %6.0f | %7.1f %6.0f %5.1f%% %5s | %8.1f %6.0f %5.1f%%\n", sh, us[0],
+               bytes / us[0] / 1e3, us[1], bytes / us[1] / 1e3, us[2], bytes / us[2] / 1e3,
+               100.0 * bytes / us[2] / 1e3 / bw, wc, gus, bytes / gus / 1e3, 100.0 * bytes / gus / 1e3 / bw);
+    }
+    cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out), cudaFree(tok), cudaFree(pos), cudaFree(tab);
+    printf("%s\n", dev_failures ? "FAILED" : "all versions match the CPU reference");
+    return dev_failures ? 1 : 0;
+}

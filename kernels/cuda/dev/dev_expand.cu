@@ -1,0 +1,124 @@
+/*  kernels/cuda/dev/dev_expand.cu — the LoRA expand's versions side by side: y += scaling ·
+    tmp · Bᵀ per tile, validated against the CPU reference (ls_lora_expand, on the reference
+    shrink's tmp), then timed (dev_common.cuh's method) on Llama-3-8B's four groups at decode
+    (dev_lora.cuh's problems).
+
+    Versions:
+      v1     k_lora_expand: a thread per output column (production: r_max outside
+             {8, 16, 32, 64} or unaligned pools)
+      v2     k_lora_expand2: L lanes per column, E2_UT columns per lane group in flight (8 for
+             one-position tiles) (production: 16-bit/fp32 pools where v3/v4/tc do not apply)
+      v2-u8  the same with 8 columns in flight on multi-position tiles: slower there (the
+             registers go to the tile's sums)
+      v3     k_lora_expand3, one-position tiles (production: the decode op over distinct
+             adapters)
+      v4     k_lora_expand4, tensor cores over each tile's own rank, multi-position tiles
+             (production: the decode op over shared adapters)
+      tc     k_lora_expand_tc, tensor cores over long tiles (production: prefill segments and
+             ls_cu_lora_expand's accumulating multi-position tiles)
+
+    Usage: dev_expand [GROUP]   (qkv, o, gate_up, down; all by default). Exit 1 if a version
+    fails its check.
+*/
+#include "../lora.cu"
+
+#include "dev_lora.cuh"
+
+#include <cstring>
+
+struct s_version_t {
+    const char *name;
+    int only; // 0: every problem; 1: one-position tiles only; 2: multi-position tiles only
+};
+static const s_version_t s_versions[] = {{"v1", 0}, {"v2", 0}, {"v2-u8", 2}, {"v3", 1}, {"v4", 2}, {"tc", 0}};
+
+template <int L>
+static cudaError_t s_run_l(const dev_lora_t &p, int v, long i, const s_slice_offs_t &so, cudaStream_t st) {
+    const ls_cu_lora_tile_t *tiles = p.tiles[i % DEV_SETS];
+    int ns = p.g.n_slices, rm = p.r_max, nt = p.n_tiles;
+    size_t smem = (size_t)TT * ns * rm * sizeof(float);
+    if (v == 1 || v == 2) {
+        int u = p.distinct || v == 2 ? 8 : E2_UT, ob = E2_WARPS * (32 / L) * u;
+        s_launch_t l;
+        s_launch_init(l, dim3(nt, (p.out_total + ob - 1) / ob), E2_WARPS * 32, smem, st, p.flags);
+        auto k = p.distinct ? k_lora_expand2<__nv_bfloat16, L, 8, true, 1>
+                 : v == 2   ? k_lora_expand2<__nv_bfloat16, L, 8, true, TT>
+                            : k_lora_expand2<__nv_bfloat16, L, E2_UT, true, TT>;
+        return cudaLaunchKernelEx(&l.cfg, k, p.y, (const float *)p.tmp, (const __nv_bfloat16 *)p.b, tiles,
+                                  (const int32_t *)NULL, (const float *)p.scal, so, ns, rm, 1, (size_t)0);
+    }
+    if (v == 3)
+        return s_expand3<__nv_bfloat16, L, true>(p.y, p.tmp, 1, 0, p.b, tiles, nt, NULL, p.scal, so, ns, rm,
+                                                 p.flags, st);
+    return cudaErrorInvalidValue;
+}
+
+static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
+    const ls_cu_lora_tile_t *tiles = p.tiles[i % DEV_SETS];
+    int ns = p.g.n_slices, rm = p.r_max, nt = p.n_tiles;
+    s_slice_offs_t so = s_slice_offs(p.offs, ns);
+    switch (v) {
+    case 0: {
+        dim3 grid(nt, (p.out_total + EX_THREADS - 1) / EX_THREADS);
+        k_lora_expand<__nv_bfloat16, true><<<grid, EX_THREADS, (size_t)TT * ns * rm * 4, st>>>(
+            p.y, p.tmp, p.b, tiles, NULL, p.scal, so, ns, rm);
+        return cudaGetLastError();
+    }
+    case 4:
+        return s_expand4<true>(p.y, p.tmp, 1, 0, p.b, tiles, nt, NULL, p.scal, so, ns, rm, p.flags, st);
+    case 5: return s_expand_tc(p.y, p.tmp, p.b, tiles, nt, NULL, p.scal, so, ns, rm, st);
+    default:
+        switch (s_expand_lanes(p.r, rm)) {
+        case 1: return s_run_l<1>(p, v, i, so, st);
+        case 2: return s_run_l<2>(p, v, i, so, st);
+        case 4: return s_run_l<4>(p, v, i, so, st);
+        default: return s_run_l<8>(p, v, i, so, st);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    cudaStream_t st;
+    DEV_CK(cudaStreamCreate(&st));
+    s_props();
+    double bw = dev_copy_bandwidth(st);
+    cudaDeviceProp prop;
+    DEV_CK(cudaGetDeviceProperties(&prop, 0));
+    printf("dev_expand on %s: copy bandwidth %.0f GB/s; T=%d, rank %d, bf16 pools\n", prop.name, bw, DEV_T,
+           DEV_R);
+    for (int gi = 0; gi < 4; gi++) {
+        if (argc > 1 && strcmp(argv[1], dev_groups[gi].name))
+            continue;
+        for (int distinct = 1; distinct >= 0; distinct--) {
+            dev_lora_t p;
+            dev_lora_init(p, dev_groups[gi], distinct, 2000 + gi);
+            char name[64];
+            dev_lora_name(p, name, sizeof name);
+            std::vector<float> want_tmp, want_y, got(p.hy0.size());
+            dev_lora_reference(p, want_tmp, want_y);
+            DEV_CK(cudaMemcpy(p.tmp, want_tmp.data(), p.part_stride * 4, cudaMemcpyHostToDevice));
+            // the check compares deltas: y0 would hide them
+            std::vector<float> want_d(got.size()), got_d(got.size());
+            for (size_t e = 0; e < got.size(); e++)
+                want_d[e] = want_y[e] - p.hy0[e];
+            printf("%s (%d adapters, %d tiles):\n", name, p.n_ad, p.n_tiles);
+            double bytes = dev_expand_bytes(p);
+            for (int v = 0; v < (int)(sizeof s_versions / sizeof *s_versions); v++) {
+                if ((s_versions[v].only == 1 && !distinct) || (s_versions[v].only == 2 && distinct))
+                    continue;
+                DEV_CK(cudaMemcpy(p.y, p.hy0.data(), got.size() * 4, cudaMemcpyHostToDevice));
+                DEV_CK(s_run(p, v, 0, st));
+                DEV_CK(cudaMemcpy(got.data(), p.y, got.size() * 4, cudaMemcpyDeviceToHost));
+                for (size_t e = 0; e < got.size(); e++)
+                    got_d[e] = got[e] - p.hy0[e];
+                dev_check(name, s_versions[v].name, dev_nmse(got_d.data(), want_d.data(), got.size()), 1e-10);
+                double us = dev_time_us(st, 50, [&](long i) { return s_run(p, v, i, st); });
+                printf("    %-10s %8.1f us %7.0f GB/s %5.1f%% copy\n", s_versions[v].name, us, bytes / us / 1e3,
+                       100.0 * bytes / us / 1e3 / bw);
+            }
+            dev_lora_free(p);
+        }
+    }
+    printf("%s\n", dev_failures ? "FAILED" : "all versions match the CPU reference");
+    return dev_failures ? 1 : 0;
+}

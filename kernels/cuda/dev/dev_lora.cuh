@@ -1,0 +1,146 @@
+/*  kernels/cuda/dev/dev_lora.cuh — the LoRA problems of the dev bench (dev_shrink.cu,
+    dev_expand.cu, dev_fused.cu): Llama-3-8B's four stacked groups at decode, bf16 pools, and
+    the CPU reference's view of the same values. Include after ../lora.cu.
+
+    A problem is T requests of one token over the group's shape, rank r in slots of r_max = r:
+      distinct  every request its own adapter: one-position tiles (LS_CU_LORA_ONE), as a
+                decode step over many tenants;
+      shared    8 requests per adapter: full tiles of LS_CU_LORA_TILE positions.
+    The pools hold DEV_SETS sets of adapters (slot 0 is the base model, rank 0); launch i
+    uses set i % DEV_SETS, so that the weights of consecutive launches come from memory.
+*/
+#ifndef LS_DEV_LORA_CUH
+#define LS_DEV_LORA_CUH
+
+#include <cstring>
+
+#include "dev_common.cuh"
+
+extern "C" {
+#include "ops.h"
+}
+
+enum { DEV_SETS = 6, DEV_T = 64, DEV_R = 16 };
+
+struct dev_group_t {
+    const char *name;
+    int in, n_slices, outs[3];
+};
+static const dev_group_t dev_groups[4] = {{"qkv", 4096, 3, {4096, 1024, 1024}},
+                                          {"o", 4096, 1, {4096, 0, 0}},
+                                          {"gate_up", 4096, 2, {14336, 14336, 0}},
+                                          {"down", 14336, 1, {4096, 0, 0}}};
+
+struct dev_lora_t {
+    dev_group_t g;
+    bool distinct;
+    int T, r, r_max, n_ad, n_slots, out_total, n_tiles;
+    int32_t offs[4];
+    // device
+    __nv_bfloat16 *a, *b;              // pools, n_slots slots
+    float *x, *tmp, *y, *scal;         // tmp: LS_CU_LORA_PARTS arrays of part_stride floats
+    size_t part_stride;
+    ls_cu_lora_tile_t *tiles[DEV_SETS];
+    // host: set 0's adapters (slots 0..n_ad) in fp32, the inputs, and the batch over them
+    std::vector<float> ha, hb, hx, hy0;
+    std::vector<int32_t> seg_indptr, weight_indices, ranks;
+    std::vector<float> scalings;
+    ls_lora_batch_t batch;
+    unsigned flags; // LS_CU_LORA_ONE for distinct
+};
+
+static size_t dev_a_slot(const dev_lora_t &p) { return (size_t)p.g.n_slices * p.r_max * p.g.in; }
+static size_t dev_b_slot(const dev_lora_t &p) { return (size_t)p.out_total * p.r_max; }
+
+static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, bool distinct, uint64_t seed) {
+    dev_rng_t rng = {seed};
+    p.g = g, p.distinct = distinct, p.T = DEV_T, p.r = DEV_R, p.r_max = DEV_R;
+    p.n_ad = distinct ? p.T : p.T / LS_CU_LORA_TILE;
+    p.n_slots = 1 + DEV_SETS * p.n_ad;
+    p.offs[0] = 0;
+    for (int k = 0; k < g.n_slices; k++)
+        p.offs[k + 1] = p.offs[k] + g.outs[k];
+    p.out_total = p.offs[g.n_slices];
+    p.flags = distinct ? LS_CU_LORA_ONE : 0;
+    // set 0 on the host (slot 0 zero), copied to every set's slots on the device
+    size_t as = dev_a_slot(p), bs = dev_b_slot(p), na = (size_t)(1 + p.n_ad) * as, nb = (size_t)(1 + p.n_ad) * bs;
+    std::vector<float> ha1, hb1;
+    __nv_bfloat16 *a1 = dev_bf16_fill(rng, na, 0.05f, ha1), *b1 = dev_bf16_fill(rng, nb, 0.05f, hb1);
+    std::fill(ha1.begin(), ha1.begin() + as, 0.0f);
+    std::fill(hb1.begin(), hb1.begin() + bs, 0.0f);
+    p.ha = ha1, p.hb = hb1;
+    DEV_CK(cudaMalloc(&p.a, (size_t)p.n_slots * as * 2));
+    DEV_CK(cudaMalloc(&p.b, (size_t)p.n_slots * bs * 2));
+    DEV_CK(cudaMemset(p.a, 0, as * 2));
+    DEV_CK(cudaMemset(p.b, 0, bs * 2));
+    for (int s = 0; s < DEV_SETS; s++) {
+        DEV_CK(cudaMemcpy(p.a + (1 + (size_t)s * p.n_ad) * as, a1 + as, (size_t)p.n_ad * as * 2,
+                          cudaMemcpyDeviceToDevice));
+        DEV_CK(cudaMemcpy(p.b + (1 + (size_t)s * p.n_ad) * bs, b1 + bs, (size_t)p.n_ad * bs * 2,
+                          cudaMemcpyDeviceToDevice));
+    }
+    cudaFree(a1), cudaFree(b1);
+    p.x = dev_f32_fill(rng, (size_t)p.T * g.in, 1.0f, p.hx);
+    p.y = dev_f32_fill(rng, (size_t)p.T * p.out_total, 1.0f, p.hy0);
+    p.part_stride = (size_t)p.T * g.n_slices * p.r_max;
+    DEV_CK(cudaMalloc(&p.tmp, LS_CU_LORA_PARTS * p.part_stride * 4));
+    // ranks and scalings per slot; every adapter rank r
+    std::vector<float> sc(p.n_slots, 0.5f);
+    sc[0] = 0.0f;
+    DEV_CK(cudaMalloc(&p.scal, p.n_slots * 4));
+    DEV_CK(cudaMemcpy(p.scal, sc.data(), p.n_slots * 4, cudaMemcpyHostToDevice));
+    // tiles: adapter i of set s is slot 1 + s*n_ad + i, its requests T/n_ad consecutive rows
+    int per = p.T / p.n_ad;
+    p.n_tiles = p.n_ad * ((per + LS_CU_LORA_TILE - 1) / LS_CU_LORA_TILE);
+    for (int s = 0; s < DEV_SETS; s++) {
+        std::vector<ls_cu_lora_tile_t> t;
+        for (int i = 0; i < p.n_ad; i++)
+            for (int p0 = i * per; p0 < (i + 1) * per; p0 += LS_CU_LORA_TILE)
+                t.push_back({p0, std::min(LS_CU_LORA_TILE, (i + 1) * per - p0), 1 + s * p.n_ad + i, p.r});
+        DEV_CK(cudaMalloc(&p.tiles[s], t.size() * sizeof t[0]));
+        DEV_CK(cudaMemcpy(p.tiles[s], t.data(), t.size() * sizeof t[0], cudaMemcpyHostToDevice));
+    }
+    // the CPU reference's batch: set 0, one segment per adapter
+    p.seg_indptr.assign(p.n_ad + 1, 0);
+    p.weight_indices.assign(p.n_ad, 0);
+    for (int i = 0; i < p.n_ad; i++)
+        p.seg_indptr[i + 1] = (i + 1) * per, p.weight_indices[i] = 1 + i;
+    p.ranks.assign(1 + p.n_ad, p.r);
+    p.ranks[0] = 0;
+    p.scalings.assign(sc.begin(), sc.begin() + 1 + p.n_ad);
+    p.batch = {p.n_ad, 1 + p.n_ad, p.seg_indptr.data(), p.weight_indices.data(), NULL, p.ranks.data(),
+               p.scalings.data()};
+}
+
+static void dev_lora_free(dev_lora_t &p) {
+    cudaFree(p.a), cudaFree(p.b), cudaFree(p.x), cudaFree(p.tmp), cudaFree(p.y), cudaFree(p.scal);
+    for (int s = 0; s < DEV_SETS; s++)
+        cudaFree(p.tiles[s]);
+}
+
+// "qkv distinct" and the like
+static const char *dev_lora_name(const dev_lora_t &p, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s %s", p.g.name, p.distinct ? "distinct" : "shared");
+    return buf;
+}
+
+// The CPU reference's tmp (T, n_slices*r_max; columns past the rank 0) and y (y0 + delta)
+static void dev_lora_reference(const dev_lora_t &p, std::vector<float> &tmp, std::vector<float> &y) {
+    tmp.assign(p.part_stride, 0.0f);
+    y = p.hy0;
+    ls_lora_shrink(tmp.data(), p.hx.data(), p.ha.data(), &p.batch, p.g.in, p.g.n_slices, p.r_max);
+    ls_lora_expand(y.data(), tmp.data(), p.hb.data(), &p.batch, p.offs, p.g.n_slices, p.r_max);
+}
+
+// Bytes the shrink must move: the used A rows, x, tmp written; the expand: the used B
+// columns, tmp read, y read and written
+static double dev_shrink_bytes(const dev_lora_t &p) {
+    return (double)p.n_ad * p.g.n_slices * p.r * p.g.in * 2 + (double)p.T * p.g.in * 4 +
+           (double)p.T * p.g.n_slices * p.r * 4;
+}
+static double dev_expand_bytes(const dev_lora_t &p) {
+    return (double)p.n_ad * p.out_total * p.r * 2 + (double)p.T * p.g.n_slices * p.r * 4 +
+           (double)p.T * p.out_total * 8;
+}
+
+#endif
