@@ -1,11 +1,17 @@
 // rt_support — see rt_support.h.
 #include "rt_support.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -89,3 +95,72 @@ void rt_random_request(ls_msg_t *m, uint64_t i) {
 }
 
 int rt_echo(ls_actor_t *a, ls_in_t *in, void *state) { return ls_actor_reply(a, in, in->msg); }
+
+static int s_tcp_connect(int port, int rcvbuf) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    if (rcvbuf)  // before connect: the window is agreed in the handshake
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+        fail_msg("connect to 127.0.0.1:%d: %s", port, strerror(errno));
+    return fd;
+}
+
+int rt_tcp_connect(int port) { return s_tcp_connect(port, 0); }
+
+int rt_tcp_connect_small(int port) { return s_tcp_connect(port, 4096); }
+
+void rt_tcp_send(int fd, const void *data, size_t len) {
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            fail_msg("send: %s", n < 0 ? strerror(errno) : "no progress");
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+void rt_tcp_recv(int fd, void *buf, size_t len) {
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            fail_msg("recv: %s, %zu bytes short", n < 0 ? strerror(errno) : "the server closed", len);
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+void rt_tcp_recv_line(int fd, char *out, size_t cap) {
+    size_t n = 0;
+    for (;;) {
+        char c;
+        rt_tcp_recv(fd, &c, 1);
+        if (c == '\n')
+            break;
+        assert_true(n + 1 < cap);
+        out[n++] = c;
+    }
+    out[n] = 0;
+}
+
+ssize_t rt_tcp_recv_end(int fd) {
+    char c;
+    ssize_t n;
+    do
+        n = recv(fd, &c, 1, 0);
+    while (n < 0 && errno == EINTR);
+    return n;
+}

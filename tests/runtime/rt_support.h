@@ -1,13 +1,14 @@
-// rt_support — what the runtime's test programs (one a room: test_actor, test_job) share: a
-// scratch directory, ipc endpoints in it, an actor run in a thread of the test, a raw ZeroMQ
-// client, and the traces the actors record. The helpers assert (cmocka): a failure fails the
-// test that called them.
+// rt_support — what the runtime's test programs (one a room: test_actor, test_job, test_stream)
+// share: a scratch directory, ipc endpoints in it, an actor run in a thread of the test, a raw
+// ZeroMQ client, a TCP client, and the traces the actors record. The helpers assert (cmocka):
+// a failure fails the test that called them.
 #ifndef LS_RT_SUPPORT_H
 #define LS_RT_SUPPORT_H
 
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <czmq.h>
 
@@ -52,5 +53,19 @@ void rt_client_shutdown(zsock_t *s);
 void rt_random_request(ls_msg_t *m, uint64_t i);
 // A handler that answers every message with itself.
 int rt_echo(ls_actor_t *a, ls_in_t *in, void *state);
+
+// A blocking TCP client of 127.0.0.1:port; its reads and writes time out after 10 s.
+int rt_tcp_connect(int port);
+// The same with a receive buffer of a few KiB, so that output it leaves unread backs up into
+// the server soon.
+int rt_tcp_connect_small(int port);
+void rt_tcp_send(int fd, const void *data, size_t len);
+// Exactly len bytes (asserted: the peer closing or a timeout first fails the test).
+void rt_tcp_recv(int fd, void *buf, size_t len);
+// One line, up to and without its '\n', into out (cap bytes, NUL-terminated).
+void rt_tcp_recv_line(int fd, char *out, size_t cap);
+// What recv returns once the peer is expected to be gone: 0 for an orderly close; -1 with
+// errno for a reset or a timeout (EAGAIN: the peer is still there).
+ssize_t rt_tcp_recv_end(int fd);
 
 #endif
