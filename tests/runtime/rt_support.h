@@ -1,7 +1,7 @@
-// rt_support — what the runtime's test programs (one a room: test_actor, test_job, test_stream)
-// share: a scratch directory, ipc endpoints in it, an actor run in a thread of the test, a raw
-// ZeroMQ client, a TCP client, and the traces the actors record. The helpers assert (cmocka):
-// a failure fails the test that called them.
+// rt_support — what the runtime's test programs (one a room: test_actor, test_job, test_stream,
+// test_replay_engine) share: a scratch directory, ipc endpoints in it, an actor run in a thread
+// of the test, a raw ZeroMQ client, a TCP client, and the traces the actors record. The
+// helpers assert (cmocka): a failure fails the test that called them.
 #ifndef LS_RT_SUPPORT_H
 #define LS_RT_SUPPORT_H
 
