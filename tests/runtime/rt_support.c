@@ -29,7 +29,10 @@ int rt_init(const char *tag, unsigned alarm_s) {
     return 0;
 }
 
-void rt_fini(void) { tu_rmrf(s_dir); }
+int rt_fini(int failed) {
+    tu_rmrf(s_dir);
+    return failed;
+}
 
 const char *rt_dir(void) { return s_dir; }
 

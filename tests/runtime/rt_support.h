@@ -19,8 +19,9 @@
 // and an alarm after alarm_s seconds, so that a hang fails the program instead of stalling CI.
 // 0, or -1 when the directory cannot be made.
 int rt_init(const char *tag, unsigned alarm_s);
-// Removes the scratch directory.
-void rt_fini(void);
+// A program's end: removes the scratch directory; returns `failed` (cmocka's count), the exit
+// status.
+int rt_fini(int failed);
 const char *rt_dir(void);
 // ipc://<dir>/<name>.sock
 void rt_endpoint(char *out, size_t cap, const char *name);

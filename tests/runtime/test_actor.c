@@ -675,7 +675,5 @@ int main(void) {
         cmocka_unit_test(test_peer_status),
         cmocka_unit_test(test_bulk),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    rt_fini();
-    return failed;
+    return rt_fini(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -300,7 +300,5 @@ int main(void) {
         cmocka_unit_test(test_done_after_stop),
         cmocka_unit_test(test_dropped_at_stop),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    rt_fini();
-    return failed;
+    return rt_fini(cmocka_run_group_tests(tests, NULL, NULL));
 }

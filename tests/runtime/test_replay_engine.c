@@ -358,7 +358,5 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_diverges),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    rt_fini();
-    return failed;
+    return rt_fini(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -417,30 +417,32 @@ static void test_clients(void **unused) {
 // ---------------------------------------------------------------------------------------------
 // lost: a client gone mid-line, by close and by reset
 
+// A client that sends a line and half of another, has the line answered, and goes: by an
+// orderly close, or by a reset (SO_LINGER 0).
+static void s_leave_mid_line(int port, int reset) {
+    int fd = rt_tcp_connect(port);
+    rt_tcp_send(fd, "whole\nhalf a li", 15);
+    s_expect_answer(fd, "whole", 5, NULL);
+    if (reset) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    close(fd);
+}
+
 static void test_lost(void **unused) {
     server_run_t run;
     int port = s_server_start(&run, "lost", 1 << 20, 10000, NULL);
     char why[256];
-
-    int fd = rt_tcp_connect(port);
-    rt_tcp_send(fd, "whole\nhalf a li", 15);
-    s_expect_answer(fd, "whole", 5, NULL);
-    close(fd);
+    s_leave_mid_line(port, 0);
     s_wait_closes(port, 1, why, sizeof why);
     assert_string_equal(why, "the client closed the connection");
-
-    // A reset (SO_LINGER 0): the reason is the socket's error.
-    fd = rt_tcp_connect(port);
-    rt_tcp_send(fd, "whole\nthe other half", 20);
-    s_expect_answer(fd, "whole", 5, NULL);
-    struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-    close(fd);
+    s_leave_mid_line(port, 1);  // the reason is then the socket's error
     s_wait_closes(port, 2, why, sizeof why);
     assert_contains(why, "reset");
 
     // Still serving.
-    fd = rt_tcp_connect(port);
+    int fd = rt_tcp_connect(port);
     rt_tcp_send(fd, "after\n", 6);
     s_expect_answer(fd, "after", 5, NULL);
     close(fd);
@@ -630,7 +632,5 @@ int main(void) {
         cmocka_unit_test(test_close),     cmocka_unit_test(test_pause), cmocka_unit_test(test_shutdown),
         cmocka_unit_test(test_trace),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    rt_fini();
-    return failed;
+    return rt_fini(cmocka_run_group_tests(tests, NULL, NULL));
 }
