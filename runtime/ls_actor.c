@@ -1,7 +1,13 @@
-// ls_actor — see ls_actor.h. Messages handled here for every actor (a dispatch table may
-// override them): Heartbeat (answered on the ROUTER: ping → pong), Shutdown, GetMetrics.
-// Emitted: Ready and periodic Heartbeat to the control endpoint, Error for bad input, Metrics.
-#define _GNU_SOURCE  // accept4
+// ls_actor — the runtime's main room (contract in ls_actor.h): the loop and its ZeroMQ sockets,
+// sending, the inbound path (decode, dispatch, error answers), the built-in handlers, counters,
+// supervision, timers and the lifecycle. The rooms beside it hold what has a life of its own
+// on the same actor: ls_stream.c (raw TCP streams), ls_job.c (the job thread), ls_replay.c
+// (the trace standing in for all of this); they share ls_actor_impl.h.
+//
+// Messages handled here for every actor (a dispatch table may override them): Heartbeat
+// (answered on the ROUTER: ping → pong), Shutdown, GetMetrics. Emitted: Ready and periodic
+// Heartbeat to the control endpoint, Error for bad input, Metrics.
+#define _GNU_SOURCE  // as in every room: ls_actor_impl.h is read with one feature set
 #include "ls_actor_impl.h"
 
 uint64_t ls_mono_ns(void) {

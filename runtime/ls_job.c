@@ -1,5 +1,7 @@
-// ls_job — the runtime's job thread (ls_actor_job_submit, ls_actor.h): work off the loop, run in
-// order on one thread and completed on the loop in the same order.
+// ls_job — the runtime's job thread (ls_actor_job, ls_actor_job_result, ls_actor.h): work off
+// the loop, run in order on one thread and completed on the loop in the same order. A room of
+// its own because it is the runtime's only second thread: everything here that both sides
+// touch is under job_lock, and no other part of an actor's state needs a lock.
 #define _GNU_SOURCE
 #include "ls_actor_impl.h"
 

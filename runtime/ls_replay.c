@@ -1,11 +1,13 @@
 // ls_replay — replay of a recorded run (--replay, docs/debugging.md): the trace stands in for
-// the sockets, the clock and the job thread.
+// the sockets, the clock, the job thread and the streams. A room of its own because it is the
+// other side of every recording the rooms beside it make: what they write live, this reads
+// back and checks, and it never touches the outside.
+//
+// The recorded run is read whole, then consumed in order. Inbound records are dispatched with
+// their recorded time; every record the actor's own behaviour produces (sockets opened,
+// messages sent, inputs taken, stream writes and closes) must be the next one in the trace.
 #define _GNU_SOURCE
 #include "ls_actor_impl.h"
-
-// The recorded run is read whole, then consumed in order. Inbound
-// records are dispatched with their recorded time; every record the actor's own behaviour
-// produces (sockets opened, messages sent, inputs taken) must be the next one in the trace.
 
 __attribute__((noinline)) void ls_replay_break(void) {
     // gdb's breakpoint for loraserve-replay --gdb; the asm keeps the call from being folded away.

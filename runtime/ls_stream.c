@@ -1,5 +1,8 @@
 // ls_stream — the runtime's raw byte streams (ls_actor_stream_listen, ls_actor.h): one listener
-// on the actor's loop and its connections, recorded for replay like messages.
+// on the actor's loop and its connections, recorded for replay like messages. A room of its
+// own because plain sockets have their own life beside the ZeroMQ ones: partial writes,
+// backpressure (max_unsent, stall_ms), the linger of a close, and clients lost at any moment;
+// only the gateway listens.
 #define _GNU_SOURCE
 #include "ls_actor_impl.h"
 

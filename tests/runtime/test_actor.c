@@ -1,11 +1,10 @@
-// Runtime tests: actors in threads of one process, talking over ipc.
+// The runtime's main room, ls_actor.c: actors in threads of one process, talking over ipc.
 //   exchange   — two actors trade 200 messages through a peer DEALER and a ROUTER
 //   fairness   — a flooded socket does not starve a second one (capped drain)
 //   shutdown   — Shutdown makes the actor answer every in-flight request, then exit 0
 //   malformed  — garbage, unknown types, newer versions, unhandled types: Error, still alive
 //   trace      — every message in and out is recorded and reads back; a torn tail is reported
 //   timers     — timers fire, repeat, and are recorded
-//   jobs       — background work completes on the loop in submission order, recorded
 //   ready      — an actor can defer Ready until it is really ready
 //   peer status — PeerStatus and Shutdown count only from the launcher when there is one; a
 //                peer reported down loses what was queued for it, and what is sent after
@@ -14,6 +13,7 @@
 //                each freed once (a message with an extra frame was a use-after-free)
 //   wakeup     — a ping that arrives while the actor relays a burst from one socket to another
 //                is answered with no timer to wake the loop (it once slept on it for good)
+// The other rooms have their own programs: test_job, test_stream, test_replay_engine.
 #include <pthread.h>
 #include <stdbool.h>
 #include <setjmp.h>
@@ -26,76 +26,13 @@
 
 #include <cmocka.h>
 
-#include "test_msg.h"
+#include "rt_support.h"
 #include "test_util.h"
-
-#include "ls_actor.h"
-#include "ls_trace.h"
-
-static char s_dir[64];
-
-static void s_endpoint(char *out, size_t cap, const char *name) { snprintf(out, cap, "ipc://%s/%s.sock", s_dir, name); }
-
-typedef struct {
-    ls_actor_t *actor;
-    pthread_t thread;
-    int rc;
-} runner_t;
-
-static void *s_run(void *arg) {
-    runner_t *r = arg;
-    r->rc = ls_actor_run(r->actor);
-    return NULL;
-}
-
-static void s_start(runner_t *r, ls_actor_t *a) {
-    assert_non_null(a);
-    r->actor = a;
-    r->rc = -2;
-    assert_int_equal(pthread_create(&r->thread, NULL, s_run, r), 0);
-}
-
-static void s_join(runner_t *r) {
-    pthread_join(r->thread, NULL);
-    assert_int_equal(r->rc, 0);
-    ls_actor_destroy(&r->actor);
-}
-
-// A raw client socket, as the SDK or a foreign process would have.
-static zsock_t *s_client(const char *endpoint) {
-    zsock_t *s = zsock_new_dealer(endpoint);
-    assert_non_null(s);
-    zsock_set_rcvtimeo(s, 10000);
-    return s;
-}
-
-static void s_client_send(zsock_t *s, const ls_msg_t *m) { assert_int_equal(tm_send(s, m), 0); }
-
-static void s_client_send_raw(zsock_t *s, const void *data, size_t len) { assert_int_equal(zsock_send(s, "b", data, len), 0); }
-
-// A timeout here means the actor never answered.
-static void s_client_recv(zsock_t *s, ls_msg_t *m) { assert_int_equal(tm_recv(s, m), 0); }
-
-static void s_client_shutdown(zsock_t *s) {
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_SHUTDOWN);
-    m.u.shutdown.reason = ls_msg_strdup("test over");
-    s_client_send(s, &m);
-    ls_msg_clear(&m);
-}
 
 // ---------------------------------------------------------------------------------------------
 // exchange
 
 #define EXCHANGE_N 200
-
-static int s_echo(ls_actor_t *a, ls_in_t *in, void *state) { return ls_actor_reply(a, in, in->msg); }
-
-static void s_random_request(ls_msg_t *m, uint64_t i) {
-    ls_msg_fill_random(m, LS_MSG_GENERATE_REQ, 1000 + i);
-    m->rid = i + 1;
-    m->group = 0;
-}
 
 typedef struct {
     int received, mismatched;
@@ -104,7 +41,7 @@ typedef struct {
 static int s_exchange_start(ls_actor_t *a, void *state) {
     for (uint64_t i = 0; i < EXCHANGE_N; i++) {
         ls_msg_t m;
-        s_random_request(&m, i);
+        rt_random_request(&m, i);
         int rc = ls_actor_send_peer(a, "echo", &m, NULL);
         ls_msg_clear(&m);
         if (rc < 0)
@@ -116,7 +53,7 @@ static int s_exchange_start(ls_actor_t *a, void *state) {
 static int s_exchange_reply(ls_actor_t *a, ls_in_t *in, void *state) {
     exchange_t *x = state;
     ls_msg_t want;
-    s_random_request(&want, in->msg->rid - 1);
+    rt_random_request(&want, in->msg->rid - 1);
     x->mismatched += !ls_msg_equal(&want, in->msg) || strcmp(in->from, "echo") != 0;
     ls_msg_clear(&want);
     if (++x->received == EXCHANGE_N) {
@@ -130,12 +67,12 @@ static int s_exchange_reply(ls_actor_t *a, ls_in_t *in, void *state) {
 
 static void test_exchange(void **unused) {
     char ep[128], peer[160];
-    s_endpoint(ep, sizeof ep, "echo");
+    rt_endpoint(ep, sizeof ep, "echo");
     snprintf(peer, sizeof peer, "echo=%s", ep);
     char *pv[] = {peer};
     ls_strlist_t peers = {pv, 1};
 
-    static const ls_dispatch_t echo_table[] = {{LS_MSG_GENERATE_REQ, s_echo}, {0, NULL}};
+    static const ls_dispatch_t echo_table[] = {{LS_MSG_GENERATE_REQ, rt_echo}, {0, NULL}};
     ls_actor_def_t echo_def = {.name = "echo", .dispatch = echo_table};
     ls_actor_opts_t echo_opts = {.name = "echo", .bind = ep};
 
@@ -144,11 +81,11 @@ static void test_exchange(void **unused) {
     ls_actor_def_t client_def = {.name = "client", .dispatch = client_table, .state = &x, .on_start = s_exchange_start};
     ls_actor_opts_t client_opts = {.name = "client", .peers = &peers};
 
-    runner_t echo, client;
-    s_start(&echo, ls_actor_new(&echo_def, &echo_opts));
-    s_start(&client, ls_actor_new(&client_def, &client_opts));
-    s_join(&client);
-    s_join(&echo);
+    rt_runner_t echo, client;
+    rt_start(&echo, ls_actor_new(&echo_def, &echo_opts));
+    rt_start(&client, ls_actor_new(&client_def, &client_opts));
+    rt_join(&client);
+    rt_join(&echo);
     assert_int_equal(x.received, EXCHANGE_N);
     assert_int_equal(x.mismatched, 0);
 }
@@ -184,8 +121,8 @@ static int s_fair_marker(ls_actor_t *a, ls_in_t *in, void *state) {
 
 static void test_fairness(void **unused) {
     char ep[128], tep[128], peer[160];
-    s_endpoint(ep, sizeof ep, "fair");
-    s_endpoint(tep, sizeof tep, "tester");
+    rt_endpoint(ep, sizeof ep, "fair");
+    rt_endpoint(tep, sizeof tep, "tester");
     snprintf(peer, sizeof peer, "tester=%s", tep);
     char *pv[] = {peer};
     ls_strlist_t peers = {pv, 1};
@@ -203,11 +140,11 @@ static void test_fairness(void **unused) {
 
     // Queue everything before the actor's loop runs: the flood on its ROUTER, then one marker
     // on its DEALER. A fair drain handles the marker long before the flood is through.
-    zsock_t *flooder = s_client(ep);
+    zsock_t *flooder = rt_client(ep);
     ls_msg_t m;
     ls_msg_fill_random(&m, LS_MSG_ABORT, 7);
     for (int i = 0; i < FLOOD_N; i++)
-        s_client_send(flooder, &m);
+        rt_client_send(flooder, &m);
     ls_msg_clear(&m);
     ls_msg_fill_random(&m, LS_MSG_PREFETCH_ADAPTER, 8);
     char *buf;
@@ -224,9 +161,9 @@ static void test_fairness(void **unused) {
     assert_int_equal(sent, 0);
     usleep(300000);
 
-    runner_t r;
-    s_start(&r, a);
-    s_join(&r);
+    rt_runner_t r;
+    rt_start(&r, a);
+    rt_join(&r);
     assert_int_equal(f.flood, FLOOD_N);
     assert_true(f.marker);
     // The marker waits for at most one capped turn of the flood (and one more if the ROUTER
@@ -266,31 +203,31 @@ static void s_hold_shutdown(ls_actor_t *a, void *state) {
 
 static void test_shutdown_answers_inflight(void **unused) {
     char ep[128];
-    s_endpoint(ep, sizeof ep, "holder");
+    rt_endpoint(ep, sizeof ep, "holder");
     holder_t h = {0};
     static const ls_dispatch_t table[] = {{LS_MSG_GENERATE_REQ, s_hold}, {0, NULL}};
     ls_actor_def_t def = {.name = "holder", .dispatch = table, .state = &h, .on_shutdown = s_hold_shutdown};
     ls_actor_opts_t opts = {.name = "holder", .bind = ep};
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
 
-    zsock_t *c = s_client(ep);
+    zsock_t *c = rt_client(ep);
     for (uint64_t i = 0; i < 3; i++) {
         ls_msg_t m;
-        s_random_request(&m, i);
-        s_client_send(c, &m);
+        rt_random_request(&m, i);
+        rt_client_send(c, &m);
         ls_msg_clear(&m);
     }
-    s_client_shutdown(c);
+    rt_client_shutdown(c);
     for (uint64_t i = 0; i < 3; i++) {
         ls_msg_t m;
-        s_client_recv(c, &m);
+        rt_client_recv(c, &m);
         assert_int_equal(m.type, LS_MSG_ERROR);
         assert_int_equal(m.u.error.code, LS_ERROR_CODE_SHUTTING_DOWN);
         assert_int_equal(m.rid, i + 1);
         ls_msg_clear(&m);
     }
-    s_join(&r);
+    rt_join(&r);
     zsock_destroy(&c);
 }
 
@@ -299,7 +236,7 @@ static void test_shutdown_answers_inflight(void **unused) {
 
 static void s_expect_error(zsock_t *c, uint32_t code) {
     ls_msg_t m;
-    s_client_recv(c, &m);
+    rt_client_recv(c, &m);
     assert_int_equal(m.type, LS_MSG_ERROR);
     assert_int_equal(m.u.error.code, code);
     assert_non_null(m.u.error.message);
@@ -309,13 +246,13 @@ static void s_expect_error(zsock_t *c, uint32_t code) {
 
 static void test_malformed(void **unused) {
     char ep[128];
-    s_endpoint(ep, sizeof ep, "robust");
+    rt_endpoint(ep, sizeof ep, "robust");
     static const ls_dispatch_t table[] = {{0, NULL}};
     ls_actor_def_t def = {.name = "robust", .dispatch = table};
     ls_actor_opts_t opts = {.name = "robust", .bind = ep};
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
-    zsock_t *c = s_client(ep);
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = rt_client(ep);
 
     // Random bytes: each is answered (malformed, or by luck an unknown type), none is fatal.
     unsigned seed = 42;
@@ -324,34 +261,34 @@ static void test_malformed(void **unused) {
         size_t n = (size_t)(rand_r(&seed) % 64);
         for (size_t k = 0; k < n; k++)
             junk[k] = (unsigned char)rand_r(&seed);
-        s_client_send_raw(c, junk, n);
+        rt_client_send_raw(c, junk, n);
         ls_msg_t m;
-        s_client_recv(c, &m);
+        rt_client_recv(c, &m);
         assert_int_equal(m.type, LS_MSG_ERROR);
         assert_true(m.u.error.code == LS_ERROR_CODE_MALFORMED || m.u.error.code == LS_ERROR_CODE_UNKNOWN_TYPE);
         ls_msg_clear(&m);
     }
     // msgpack [1, 9999, 0, 5, {}]: well formed, unknown type.
     const unsigned char unknown[] = {0x95, 0x01, 0xcd, 0x27, 0x0f, 0x00, 0x05, 0x80};
-    s_client_send_raw(c, unknown, sizeof unknown);
+    rt_client_send_raw(c, unknown, sizeof unknown);
     s_expect_error(c, LS_ERROR_CODE_UNKNOWN_TYPE);
     // msgpack [99, 1, 0, 5, {}]: a schema version from the future.
     const unsigned char future[] = {0x95, 0x63, 0x01, 0x00, 0x05, 0x80};
-    s_client_send_raw(c, future, sizeof future);
+    rt_client_send_raw(c, future, sizeof future);
     s_expect_error(c, LS_ERROR_CODE_MALFORMED);
     // A well-formed message this actor has no handler for.
     ls_msg_t m;
-    s_random_request(&m, 0);
-    s_client_send(c, &m);
+    rt_random_request(&m, 0);
+    rt_client_send(c, &m);
     ls_msg_clear(&m);
     s_expect_error(c, LS_ERROR_CODE_UNKNOWN_TYPE);
 
     // Still alive: a Heartbeat ping gets a pong carrying the actor's name and the ping's rid.
     ls_msg_init(&m, LS_MSG_HEARTBEAT);
     m.rid = 77;
-    s_client_send(c, &m);
+    rt_client_send(c, &m);
     ls_msg_clear(&m);
-    s_client_recv(c, &m);
+    rt_client_recv(c, &m);
     assert_int_equal(m.type, LS_MSG_HEARTBEAT);
     assert_int_equal(m.rid, 77);
     assert_string_equal(m.u.heartbeat.actor, "robust");
@@ -359,9 +296,9 @@ static void test_malformed(void **unused) {
 
     // And it counted what it dropped.
     ls_msg_init(&m, LS_MSG_GET_METRICS);
-    s_client_send(c, &m);
+    rt_client_send(c, &m);
     ls_msg_clear(&m);
-    s_client_recv(c, &m);
+    rt_client_recv(c, &m);
     assert_int_equal(m.type, LS_MSG_METRICS);
     uint64_t bad = 0, unhandled = 0;
     for (size_t i = 0; i < m.u.metrics.names.n; i++) {
@@ -374,8 +311,8 @@ static void test_malformed(void **unused) {
     assert_int_equal(unhandled, 1);
     ls_msg_clear(&m);
 
-    s_client_shutdown(c);
-    s_join(&r);
+    rt_client_shutdown(c);
+    rt_join(&r);
     zsock_destroy(&c);
 }
 
@@ -425,28 +362,28 @@ static void s_send_with_frames(zsock_t *c, int type, uint64_t rid, int frames) {
 
 static void test_bulk(void **unused) {
     char ep[128];
-    s_endpoint(ep, sizeof ep, "bulk");
+    rt_endpoint(ep, sizeof ep, "bulk");
     static const ls_dispatch_t table[] = {{LS_MSG_LOAD_ADAPTER, s_bulk_take},
                                           {LS_MSG_LIST_ADAPTERS, s_bulk_leave},
                                           {0, NULL}};
     ls_actor_def_t def = {.name = "bulk", .dispatch = table};
     ls_actor_opts_t opts = {.name = "bulk", .bind = ep};
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
-    zsock_t *c = s_client(ep);
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = rt_client(ep);
     for (uint64_t i = 1; i <= 100; i++) {
         int take = i % 2;
         s_send_with_frames(c, take ? LS_MSG_LOAD_ADAPTER : LS_MSG_LIST_ADAPTERS, i, (int)(i % 3));
         ls_msg_t m;
-        s_client_recv(c, &m);
+        rt_client_recv(c, &m);
         assert_int_equal(m.rid, i);
         assert_int_equal(m.type, take ? LS_MSG_ADAPTER_LOADED : LS_MSG_ADAPTER_LIST);
         if (take)
             assert_int_equal(m.u.adapter_loaded.rank, i % 3);
         ls_msg_clear(&m);
     }
-    s_client_shutdown(c);
-    s_join(&r);
+    rt_client_shutdown(c);
+    rt_join(&r);
     zsock_destroy(&c);
 }
 
@@ -455,30 +392,29 @@ static void test_bulk(void **unused) {
 
 static void test_trace(void **unused) {
     char ep[128], tdir[128];
-    s_endpoint(ep, sizeof ep, "traced");
-    snprintf(tdir, sizeof tdir, "%s/trace", s_dir);
-    static const ls_dispatch_t table[] = {{LS_MSG_GENERATE_REQ, s_echo}, {0, NULL}};
+    rt_endpoint(ep, sizeof ep, "traced");
+    rt_trace_dir(tdir, sizeof tdir);
+    static const ls_dispatch_t table[] = {{LS_MSG_GENERATE_REQ, rt_echo}, {0, NULL}};
     ls_actor_def_t def = {.name = "traced", .dispatch = table};
     ls_actor_opts_t opts = {.name = "traced", .bind = ep, .trace_dir = tdir};
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
-    zsock_t *c = s_client(ep);
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = rt_client(ep);
     for (uint64_t i = 0; i < 5; i++) {
         ls_msg_t m;
-        s_random_request(&m, i);
-        s_client_send(c, &m);
+        rt_random_request(&m, i);
+        rt_client_send(c, &m);
         ls_msg_clear(&m);
-        s_client_recv(c, &m);
+        rt_client_recv(c, &m);
         ls_msg_clear(&m);
     }
-    s_client_shutdown(c);
-    s_join(&r);
+    rt_client_shutdown(c);
+    rt_join(&r);
     zsock_destroy(&c);
 
     char path[256], err[512];
-    snprintf(path, sizeof path, "%s/traced.trace", tdir);
-    ls_trace_reader_t *rd = ls_trace_reader_new(path, err, sizeof err);
-    assert_non_null(rd);
+    rt_trace_path(path, sizeof path, "traced");
+    ls_trace_reader_t *rd = rt_trace_open("traced");
     static ls_trace_record_t rec;
     int n = 0, ins = 0, outs = 0, shutdowns = 0, sockets = 0;
     uint64_t last_t = 0;
@@ -500,7 +436,7 @@ static void test_trace(void **unused) {
             shutdowns++;
         else {
             ls_msg_t want;
-            s_random_request(&want, m.rid - 1);
+            rt_random_request(&want, m.rid - 1);
             assert_true(ls_msg_equal(&want, &m));
             ls_msg_clear(&want);
             ins += rec.dir == LS_TRACE_IN;
@@ -545,20 +481,18 @@ static int s_timer_start(ls_actor_t *a, void *state) {
 
 static void test_timers(void **unused) {
     char tdir[128];
-    snprintf(tdir, sizeof tdir, "%s/trace", s_dir);
+    rt_trace_dir(tdir, sizeof tdir);
     int ticks = 0;
     static const ls_dispatch_t table[] = {{0, NULL}};
     ls_actor_def_t def = {.name = "ticker", .dispatch = table, .state = &ticks, .on_start = s_timer_start};
     ls_actor_opts_t opts = {.name = "ticker", .trace_dir = tdir};
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
-    s_join(&r);
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
+    rt_join(&r);
     assert_int_equal(ticks, 5);
 
-    char path[256], err[512];
-    snprintf(path, sizeof path, "%s/ticker.trace", tdir);
-    ls_trace_reader_t *rd = ls_trace_reader_new(path, err, sizeof err);
-    assert_non_null(rd);
+    char err[512];
+    ls_trace_reader_t *rd = rt_trace_open("ticker");
     static ls_trace_record_t rec;
     int timers = 0;
     while (ls_trace_read(rd, &rec, err, sizeof err) == 1)
@@ -568,75 +502,6 @@ static void test_timers(void **unused) {
         }
     ls_trace_reader_destroy(&rd);
     assert_int_equal(timers, 5);
-}
-
-// ---------------------------------------------------------------------------------------------
-// jobs: work on the background thread, completions on the loop in submission order
-
-typedef struct {
-    int index;
-    int sleep_ms;
-    pthread_t worked_on;
-    int *order;
-    int *n_done;
-    pthread_t loop_thread;
-    int on_loop;
-} job_t;
-
-static void s_job_work(void *arg) {
-    job_t *j = arg;
-    usleep((useconds_t)j->sleep_ms * 1000);
-    j->worked_on = pthread_self();
-}
-
-static void s_job_done(ls_actor_t *a, void *arg) {
-    job_t *j = arg;
-    j->on_loop = pthread_equal(pthread_self(), j->loop_thread);
-    j->order[(*j->n_done)++] = j->index;
-    if (*j->n_done == 5)
-        ls_actor_shutdown(a, "jobs done");
-}
-
-static job_t s_jobs[5];
-static int s_job_order[5], s_jobs_done;
-
-static int s_jobs_start(ls_actor_t *a, void *state) {
-    for (int i = 0; i < 5; i++) {
-        // Earlier jobs take longer: completion order must still be submission order.
-        s_jobs[i] = (job_t){.index = i, .sleep_ms = 50 - 10 * i, .order = s_job_order, .n_done = &s_jobs_done,
-                            .loop_thread = pthread_self()};
-        if (ls_actor_job(a, s_job_work, s_job_done, &s_jobs[i]) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static void test_jobs(void **unused) {
-    char tdir[128];
-    snprintf(tdir, sizeof tdir, "%s/trace", s_dir);
-    static const ls_dispatch_t table[] = {{0, NULL}};
-    ls_actor_def_t def = {.name = "jobber", .dispatch = table, .on_start = s_jobs_start};
-    ls_actor_opts_t opts = {.name = "jobber", .trace_dir = tdir};
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
-    s_join(&r);
-    assert_int_equal(s_jobs_done, 5);
-    for (int i = 0; i < 5; i++) {
-        assert_int_equal(s_job_order[i], i);
-        assert_true(s_jobs[i].on_loop);
-        assert_false(pthread_equal(s_jobs[i].worked_on, s_jobs[i].loop_thread));
-    }
-    char path[256], err[512];
-    snprintf(path, sizeof path, "%s/jobber.trace", tdir);
-    ls_trace_reader_t *rd = ls_trace_reader_new(path, err, sizeof err);
-    assert_non_null(rd);
-    static ls_trace_record_t rec;
-    uint32_t next = 1;
-    while (ls_trace_read(rd, &rec, err, sizeof err) == 1)
-        if (rec.kind == LS_TRACE_JOB)
-            assert_int_equal(rec.aux, next++);
-    ls_trace_reader_destroy(&rd);
-    assert_int_equal(next, 6);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -653,7 +518,7 @@ static int s_later_start(ls_actor_t *a, void *state) {
 
 static void test_ready_later(void **unused) {
     char cep[128];
-    s_endpoint(cep, sizeof cep, "control");
+    rt_endpoint(cep, sizeof cep, "control");
     zsock_t *control = zsock_new_router(cep);
     assert_non_null(control);
     zsock_set_rcvtimeo(control, 5000);
@@ -661,8 +526,8 @@ static void test_ready_later(void **unused) {
     ls_actor_def_t def = {.name = "late", .dispatch = table, .on_start = s_later_start};
     ls_actor_opts_t opts = {.name = "late", .control = cep};
     uint64_t t0 = ls_mono_ns();
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
     zmsg_t *zm = zmsg_recv(control);
     assert_non_null(zm);
     uint64_t waited_ms = (ls_mono_ns() - t0) / 1000000;
@@ -676,7 +541,7 @@ static void test_ready_later(void **unused) {
     zframe_destroy(&id);
     zframe_destroy(&body);
     zmsg_destroy(&zm);
-    s_join(&r);
+    rt_join(&r);
     zsock_destroy(&control);
 }
 
@@ -718,9 +583,9 @@ static void s_control_send(zsock_t *control, const char *name, const ls_msg_t *m
 
 static void test_peer_status(void **unused) {
     char cep[128], bind[128], vep[128];
-    s_endpoint(cep, sizeof cep, "sup-control");
-    s_endpoint(bind, sizeof bind, "sup");
-    s_endpoint(vep, sizeof vep, "victim");
+    rt_endpoint(cep, sizeof cep, "sup-control");
+    rt_endpoint(bind, sizeof bind, "sup");
+    rt_endpoint(vep, sizeof vep, "victim");
     zsock_t *control = zsock_new_router(cep);
     assert_non_null(control);
     zsock_set_rcvtimeo(control, 5000);
@@ -732,23 +597,23 @@ static void test_peer_status(void **unused) {
     char *pv[] = {peer};
     ls_strlist_t peers = {.v = pv, .n = 1};
     ls_actor_opts_t opts = {.name = "sup", .bind = bind, .control = cep, .peers = &peers};
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
     ls_msg_t m;
     zmsg_destroy((zmsg_t *[]){s_recv_msg(control, &m, LS_MSG_READY)});
     ls_msg_clear(&m);
 
     // A client on the ROUTER cannot pass for the launcher: its PeerStatus is dropped.
-    zsock_t *c = s_client(bind);
+    zsock_t *c = rt_client(bind);
     ls_msg_t ps;
     ls_msg_init(&ps, LS_MSG_PEER_STATUS);
     ps.u.peer_status.actor = ls_msg_strdup("victim");
-    s_client_send(c, &ps);
+    rt_client_send(c, &ps);
     ls_msg_t ping;
     ls_msg_init(&ping, LS_MSG_HEARTBEAT);
     ping.rid = 7;
-    s_client_send(c, &ping);
-    s_client_recv(c, &m);  // the pong: the PeerStatus before it was handled
+    rt_client_send(c, &ping);
+    rt_client_recv(c, &m);  // the pong: the PeerStatus before it was handled
     assert_int_equal(m.type, LS_MSG_HEARTBEAT);
     ls_msg_clear(&m);
     assert_int_equal(st.statuses, 0);
@@ -763,12 +628,12 @@ static void test_peer_status(void **unused) {
                 usleep(10000);
         }
         ls_msg_t g;
-        s_random_request(&g, rid);
+        rt_random_request(&g, rid);
         g.rid = rid;
-        s_client_send(c, &g);
+        rt_client_send(c, &g);
         ls_msg_clear(&g);
-        s_client_send(c, &ping);
-        s_client_recv(c, &m);
+        rt_client_send(c, &ping);
+        rt_client_recv(c, &m);
         ls_msg_clear(&m);
     }
     assert_int_equal(st.statuses, 1);
@@ -783,15 +648,15 @@ static void test_peer_status(void **unused) {
     assert_null(zmsg_recv(victim));
 
     // A supervised actor takes Shutdown from its launcher only: a client's is refused.
-    s_client_shutdown(c);
-    s_client_recv(c, &m);
+    rt_client_shutdown(c);
+    rt_client_recv(c, &m);
     assert_int_equal(m.type, LS_MSG_ERROR);
     assert_contains(m.u.error.message, "only the launcher stops sup");
     ls_msg_clear(&m);
     ls_msg_t stop;
     ls_msg_init(&stop, LS_MSG_SHUTDOWN);
     s_control_send(control, "sup", &stop);
-    s_join(&r);
+    rt_join(&r);
     ls_msg_clear(&ps);
     ls_msg_clear(&ping);
     zsock_destroy(&c);
@@ -819,7 +684,7 @@ static int s_wake_relay(ls_actor_t *a, ls_in_t *in, void *state) {
         w->client = zframe_dup(in->identity);
         for (uint64_t i = 0; i < WAKE_BURST; i++) {
             ls_msg_t m;
-            s_random_request(&m, i);
+            rt_random_request(&m, i);
             int rc = ls_actor_send_peer(a, "backend", &m, NULL);
             ls_msg_clear(&m);
             if (rc < 0)
@@ -834,8 +699,8 @@ static int s_wake_relay(ls_actor_t *a, ls_in_t *in, void *state) {
 // burst from one socket to another: the loop may not block while a socket is marked for more.
 static void test_wakeup(void **unused) {
     char ep[128], bep[128], peer[160];
-    s_endpoint(ep, sizeof ep, "relay");
-    s_endpoint(bep, sizeof bep, "backend");
+    rt_endpoint(ep, sizeof ep, "relay");
+    rt_endpoint(bep, sizeof bep, "backend");
     snprintf(peer, sizeof peer, "backend=%s", bep);
     char *pv[] = {peer};
     ls_strlist_t peers = {pv, 1};
@@ -850,15 +715,15 @@ static void test_wakeup(void **unused) {
     wake_t w = {0};
     ls_actor_def_t def = {.name = "relay", .dispatch = table, .state = &w};
     ls_actor_opts_t opts = {.name = "relay", .bind = ep, .peers = &peers};
-    runner_t r;
-    s_start(&r, ls_actor_new(&def, &opts));
-    zsock_t *c = s_client(ep);
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = rt_client(ep);
     zsock_set_rcvtimeo(c, 5000);
     ls_msg_t go, ping, m;
-    s_random_request(&go, 0);
+    rt_random_request(&go, 0);
     ls_msg_init(&ping, LS_MSG_HEARTBEAT);
     for (int round = 0; round < WAKE_ROUNDS; round++) {
-        s_client_send(c, &go);
+        rt_client_send(c, &go);
         zmsg_t *burst[WAKE_BURST];
         for (int i = 0; i < WAKE_BURST; i++)
             assert_non_null(burst[i] = zmsg_recv(backend));
@@ -870,17 +735,17 @@ static void test_wakeup(void **unused) {
         while (relayed < WAKE_BURST || !pongs) {
             // The ping goes while the relay is in its last drain of the backend's answers.
             if (relayed == WAKE_BURST - 40 && !pinged) {
-                s_client_send(c, &ping);
+                rt_client_send(c, &ping);
                 pinged = true;
             }
-            s_client_recv(c, &m);  // a timeout: the actor slept on a message it had
+            rt_client_recv(c, &m);  // a timeout: the actor slept on a message it had
             relayed += m.type == LS_MSG_GENERATE_REQ;
             pongs += m.type == LS_MSG_HEARTBEAT && m.rid == ping.rid;
             ls_msg_clear(&m);
         }
     }
-    s_client_shutdown(c);
-    s_join(&r);
+    rt_client_shutdown(c);
+    rt_join(&r);
     zframe_destroy(&w.client);
     ls_msg_clear(&go);
     ls_msg_clear(&ping);
@@ -889,11 +754,8 @@ static void test_wakeup(void **unused) {
 }
 
 int main(void) {
-    if (tu_tmpdir(s_dir, sizeof s_dir, "runtime") < 0)
+    if (rt_init("runtime-actor", 100) < 0)
         return 1;
-    ls_log_init("test", LS_LOG_WARN);
-    // A hang is a failure, not a stuck CI job.
-    alarm(100);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchange),
         cmocka_unit_test(test_fairness),
@@ -901,13 +763,10 @@ int main(void) {
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_timers),
-        cmocka_unit_test(test_jobs),
         cmocka_unit_test(test_ready_later),
         cmocka_unit_test(test_peer_status),
         cmocka_unit_test(test_bulk),
         cmocka_unit_test(test_wakeup),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    tu_rmrf(s_dir);
-    return failed;
+    return rt_fini(cmocka_run_group_tests(tests, NULL, NULL));
 }
