@@ -42,11 +42,14 @@ void actor_job_async_cb(struct ev_loop *loop, ev_async *w, int revents) {
         if (!self->jobs)
             self->jobs_tail = NULL;
         pthread_mutex_unlock(&self->job_lock);
-        self->now_ns = ls_mono_ns();
-        ls_frame_ref_t result = {job->result, job->result_size};
-        actor_trace_event(self, LS_TRACE_JOB, job->id, &result, job->result ? 1 : 0);
-        if (!self->stopping)
+        // A job finished after an earlier `done` stopped the actor completes nothing, and so
+        // is not recorded either: a replay stops where the actor did.
+        if (!self->stopping) {
+            self->now_ns = ls_mono_ns();
+            ls_frame_ref_t result = {job->result, job->result_size};
+            actor_trace_event(self, LS_TRACE_JOB, job->id, &result, job->result ? 1 : 0);
             job->done(self, job->arg);
+        }
         free(job);
     }
 }

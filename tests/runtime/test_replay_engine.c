@@ -12,6 +12,9 @@
 //   diverges       — the actor replayed as itself matches (exit 0); made to answer a message,
 //                    write a stream, start its timer or take its input otherwise, it stops at
 //                    that record with exit 3 and says why (run as a child: divergence exits)
+//   stop_in_job    — a job's `done` stops the actor while the next job has finished: the
+//                    replay of that run matches (the finished job was once recorded after the
+//                    stop, and its replay failed: "the recording goes on")
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -296,14 +299,14 @@ static int s_child(const char *mode, const char *trace) {
     return rc == 0 ? 0 : 1;
 }
 
-// Runs this program as the child in `mode`; returns its exit status, its output in *out.
-static int s_run_child(const char *mode, char **out) {
-    char exe[4096], trace[256], log[256];
+// Runs this program with arguments a1 a2 (and a3 unless NULL) as a child, its output in
+// rt_dir()/child-<tag>.log; returns its exit status, its output in *out.
+static int s_run_child_args(const char *tag, const char *a1, const char *a2, const char *a3, char **out) {
+    char exe[4096], log[256];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     assert_true(n > 0);
     exe[n] = 0;
-    rt_trace_path(trace, sizeof trace, "rec");
-    snprintf(log, sizeof log, "%s/child-%s.log", rt_dir(), mode);
+    snprintf(log, sizeof log, "%s/child-%s.log", rt_dir(), tag);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -311,7 +314,7 @@ static int s_run_child(const char *mode, char **out) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(exe, exe, "--replay-child", mode, trace, (char *)NULL);
+        execl(exe, exe, a1, a2, a3, (char *)NULL);
         _exit(127);
     }
     int status;
@@ -319,6 +322,13 @@ static int s_run_child(const char *mode, char **out) {
     *out = tu_read_file(log, NULL);
     assert_non_null(*out);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Runs this program as the replay child of rec's trace in `mode`.
+static int s_run_child(const char *mode, char **out) {
+    char trace[256];
+    rt_trace_path(trace, sizeof trace, "rec");
+    return s_run_child_args(mode, "--replay-child", mode, trace, out);
 }
 
 static void test_diverges(void **unused) {
@@ -347,9 +357,68 @@ static void test_diverges(void **unused) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// stop_in_job: the actor "stopper" submits two jobs; the first one's `done` waits (live) until
+// the second has finished, then stops the actor
+
+static int s_second_finished;
+
+static void s_nothing(void *arg) {}
+static void s_second_work(void *arg) { __atomic_store_n(&s_second_finished, 1, __ATOMIC_SEQ_CST); }
+
+static void s_first_done(ls_actor_t *a, void *arg) {
+    for (int i = 0; i < 500 && !ls_actor_replaying(a) && !__atomic_load_n(&s_second_finished, __ATOMIC_SEQ_CST); i++)
+        usleep(10000);
+    usleep(50000);  // the job thread marks it finished after its work returns
+    ls_actor_shutdown(a, "the first job said so");
+}
+
+static void s_second_done(ls_actor_t *a, void *arg) { fail_msg("the second job completed after the stop"); }
+
+static int s_stopper_start(ls_actor_t *a, void *state) {
+    if (ls_actor_job(a, s_nothing, s_first_done, NULL) < 0)
+        return -1;
+    return ls_actor_job(a, s_second_work, s_second_done, NULL);
+}
+
+static const ls_dispatch_t s_stopper_table[] = {{0, NULL}};
+static ls_actor_def_t s_stopper_def = {.name = "stopper", .dispatch = s_stopper_table, .on_start = s_stopper_start};
+
+// The child: replays the stopper's trace; 0 when it matches
+static int s_stopper_child(const char *trace) {
+    ls_log_init("stopper", LS_LOG_WARN);
+    ls_actor_opts_t opts = {.name = "stopper", .bind = "ipc://@never-bound", .replay = trace};
+    ls_actor_t *a = ls_actor_new(&s_stopper_def, &opts);
+    if (!a)
+        return 1;
+    int rc = ls_actor_run(a);
+    ls_actor_destroy(&a);
+    return rc == 0 ? 0 : 1;
+}
+
+static void test_stop_in_job(void **unused) {
+    char ep[128], tdir[128], trace[256];
+    rt_endpoint(ep, sizeof ep, "stopper");
+    rt_trace_dir(tdir, sizeof tdir);
+    ls_actor_opts_t opts = {.name = "stopper", .bind = ep, .trace_dir = tdir};
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&s_stopper_def, &opts));
+    rt_join(&r);
+    assert_int_equal(__atomic_load_n(&s_second_finished, __ATOMIC_SEQ_CST), 1);
+    rt_trace_path(trace, sizeof trace, "stopper");
+    char *out;
+    int rc = s_run_child_args("stopper", "--replay-stopper", trace, NULL, &out);
+    if (rc != 0)
+        fail_msg("the replay exited %d; it said:\n%s", rc, out);
+    assert_contains(out, "replay: stopper matches");
+    free(out);
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--replay-child"))
         return s_child(argv[2], argv[3]);
+    if (argc == 3 && !strcmp(argv[1], "--replay-stopper"))
+        return s_stopper_child(argv[2]);
     if (rt_init("runtime-replay", 100) < 0)
         return 1;
     // In order: each test's trace is the next one's.
@@ -357,6 +426,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_replay_matches),
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_diverges),
+        cmocka_unit_test(test_stop_in_job),
     };
     return rt_fini(cmocka_run_group_tests(tests, NULL, NULL));
 }
