@@ -45,13 +45,8 @@ static cudaError_t s_run(int v, const s_args_t *a) {
 
 int main() {
     cudaStream_t st;
-    DEV_CK(cudaStreamCreate(&st));
     s_props();
-    double bw = dev_copy_bandwidth(st);
-    cudaDeviceProp prop;
-    DEV_CK(cudaGetDeviceProperties(&prop, 0));
-    printf("dev_attention on %s: copy bandwidth %.0f GB/s; H=%d KV=%d D=%d, bf16 cache, %d-token pages\n",
-           prop.name, bw, H, KV, D, BS);
+    double bw = dev_begin("dev_attention", "H=32 KV=8 D=128, bf16 cache, 16-token pages", &st);
     dev_rng_t rng = {42};
     size_t nel = (size_t)PAGES * BS * KV * D; // elements of each cache
     std::vector<float> hk, hv, hq;
@@ -142,6 +137,5 @@ int main() {
                100.0 * bytes / us[2] / 1e3 / bw, wc, gus, bytes / gus / 1e3, 100.0 * bytes / gus / 1e3 / bw);
     }
     cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out), cudaFree(tok), cudaFree(pos), cudaFree(tab);
-    printf("%s\n", dev_failures ? "FAILED" : "all versions match the CPU reference");
-    return dev_failures ? 1 : 0;
+    return dev_end();
 }

@@ -128,7 +128,23 @@ static double dev_nmse(const float *got, const float *want, size_t n) {
     return den > 0 ? num / den : num;
 }
 
+// A program's start: its stream, the card's name and copy bandwidth printed with `what`
+static double dev_begin(const char *prog, const char *what, cudaStream_t *st) {
+    DEV_CK(cudaStreamCreate(st));
+    double bw = dev_copy_bandwidth(*st);
+    cudaDeviceProp prop;
+    DEV_CK(cudaGetDeviceProperties(&prop, 0));
+    printf("%s on %s: copy bandwidth %.0f GB/s; %s\n", prog, prop.name, bw, what);
+    return bw;
+}
+
 static int dev_failures = 0;
+
+// A program's end: exit status 1 when a version failed its check
+static int dev_end(void) {
+    printf("%s\n", dev_failures ? "FAILED" : "all versions match the CPU reference");
+    return dev_failures ? 1 : 0;
+}
 
 // One validation line; a version whose NMSE exceeds tol (or is not a number) fails
 static void dev_check(const char *what, const char *version, double nmse, double tol) {

@@ -79,46 +79,21 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
 
 int main(int argc, char **argv) {
     cudaStream_t st;
-    DEV_CK(cudaStreamCreate(&st));
     s_props();
-    double bw = dev_copy_bandwidth(st);
-    cudaDeviceProp prop;
-    DEV_CK(cudaGetDeviceProperties(&prop, 0));
-    printf("dev_expand on %s: copy bandwidth %.0f GB/s; T=%d, rank %d, bf16 pools\n", prop.name, bw, DEV_T,
-           DEV_R);
-    for (int gi = 0; gi < 4; gi++) {
-        if (argc > 1 && strcmp(argv[1], dev_groups[gi].name))
-            continue;
-        for (int distinct = 1; distinct >= 0; distinct--) {
-            dev_lora_t p;
-            dev_lora_init(p, dev_groups[gi], distinct, 2000 + gi);
-            char name[64];
-            dev_lora_name(p, name, sizeof name);
-            std::vector<float> want_tmp, want_y, got(p.hy0.size());
-            dev_lora_reference(p, want_tmp, want_y);
-            DEV_CK(cudaMemcpy(p.tmp, want_tmp.data(), p.part_stride * 4, cudaMemcpyHostToDevice));
-            // the check compares deltas: y0 would hide them
-            std::vector<float> want_d(got.size()), got_d(got.size());
-            for (size_t e = 0; e < got.size(); e++)
-                want_d[e] = want_y[e] - p.hy0[e];
-            printf("%s (%d adapters, %d tiles):\n", name, p.n_ad, p.n_tiles);
-            double bytes = dev_expand_bytes(p);
-            for (int v = 0; v < (int)(sizeof s_versions / sizeof *s_versions); v++) {
-                if ((s_versions[v].only == 1 && !distinct) || (s_versions[v].only == 2 && distinct))
-                    continue;
-                DEV_CK(cudaMemcpy(p.y, p.hy0.data(), got.size() * 4, cudaMemcpyHostToDevice));
-                DEV_CK(s_run(p, v, 0, st));
-                DEV_CK(cudaMemcpy(got.data(), p.y, got.size() * 4, cudaMemcpyDeviceToHost));
-                for (size_t e = 0; e < got.size(); e++)
-                    got_d[e] = got[e] - p.hy0[e];
-                dev_check(name, s_versions[v].name, dev_nmse(got_d.data(), want_d.data(), got.size()), 1e-10);
-                double us = dev_time_us(st, 50, [&](long i) { return s_run(p, v, i, st); });
-                printf("    %-10s %8.1f us %7.0f GB/s %5.1f%% copy\n", s_versions[v].name, us, bytes / us / 1e3,
-                       100.0 * bytes / us / 1e3 / bw);
-            }
-            dev_lora_free(p);
+    double bw = dev_begin("dev_expand", "T=64, rank 16, bf16 pools", &st);
+    dev_lora_each(argc, argv, 2000, [&](const dev_lora_t &p, const char *name) {
+        std::vector<float> want_tmp, want_y;
+        dev_lora_reference(p, want_tmp, want_y);
+        DEV_CK(cudaMemcpy(p.tmp, want_tmp.data(), p.part_stride * 4, cudaMemcpyHostToDevice));
+        double bytes = dev_expand_bytes(p);
+        for (int v = 0; v < (int)(sizeof s_versions / sizeof *s_versions); v++) {
+            if ((s_versions[v].only == 1 && !p.distinct) || (s_versions[v].only == 2 && p.distinct))
+                continue;
+            dev_check(name, s_versions[v].name, dev_lora_delta_nmse(p, want_y, [&] { return s_run(p, v, 0, st); }),
+                      1e-10);
+            double us = dev_time_us(st, 50, [&](long i) { return s_run(p, v, i, st); });
+            dev_lora_row(s_versions[v].name, us, bytes, bw, "");
         }
-    }
-    printf("%s\n", dev_failures ? "FAILED" : "all versions match the CPU reference");
-    return dev_failures ? 1 : 0;
+    });
+    return dev_end();
 }

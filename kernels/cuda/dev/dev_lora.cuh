@@ -118,12 +118,6 @@ static void dev_lora_free(dev_lora_t &p) {
         cudaFree(p.tiles[s]);
 }
 
-// "qkv distinct" and the like
-static const char *dev_lora_name(const dev_lora_t &p, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s %s", p.g.name, p.distinct ? "distinct" : "shared");
-    return buf;
-}
-
 // The CPU reference's tmp (T, n_slices*r_max; columns past the rank 0) and y (y0 + delta)
 static void dev_lora_reference(const dev_lora_t &p, std::vector<float> &tmp, std::vector<float> &y) {
     tmp.assign(p.part_stride, 0.0f);
@@ -141,6 +135,43 @@ static double dev_shrink_bytes(const dev_lora_t &p) {
 static double dev_expand_bytes(const dev_lora_t &p) {
     return (double)p.n_ad * p.out_total * p.r * 2 + (double)p.T * p.g.n_slices * p.r * 4 +
            (double)p.T * p.out_total * 8;
+}
+
+// Runs fn(problem, its name) over the groups (the one argv names, or all) and both mixes,
+// pools seeded by seed + the group's index
+template <typename F> static void dev_lora_each(int argc, char **argv, uint64_t seed, F fn) {
+    for (int gi = 0; gi < 4; gi++) {
+        if (argc > 1 && strcmp(argv[1], dev_groups[gi].name))
+            continue;
+        for (int distinct = 1; distinct >= 0; distinct--) {
+            dev_lora_t p;
+            dev_lora_init(p, dev_groups[gi], distinct, seed + gi);
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", p.g.name, p.distinct ? "distinct" : "shared");
+            printf("%s (%d adapters, %d tiles):\n", name, p.n_ad, p.n_tiles);
+            fn(p, name);
+            dev_lora_free(p);
+        }
+    }
+}
+
+// NMSE of the delta a launch (run(), on y = y0) adds to y against the reference's (y0 would
+// hide a wrong delta)
+template <typename F> static double dev_lora_delta_nmse(const dev_lora_t &p, const std::vector<float> &want_y, F run) {
+    size_t n = p.hy0.size();
+    std::vector<float> got(n), got_d(n), want_d(n);
+    DEV_CK(cudaMemcpy(p.y, p.hy0.data(), n * 4, cudaMemcpyHostToDevice));
+    DEV_CK(run());
+    DEV_CK(cudaMemcpy(got.data(), p.y, n * 4, cudaMemcpyDeviceToHost));
+    for (size_t e = 0; e < n; e++)
+        got_d[e] = got[e] - p.hy0[e], want_d[e] = want_y[e] - p.hy0[e];
+    return dev_nmse(got_d.data(), want_d.data(), n);
+}
+
+// One version's line of the timing table
+static void dev_lora_row(const char *version, double us, double bytes, double bw, const char *note) {
+    printf("    %-10s %8.1f us %7.0f GB/s %5.1f%% copy%s\n", version, us, bytes / us / 1e3, 100.0 * bytes / us / 1e3 / bw,
+           note);
 }
 
 #endif

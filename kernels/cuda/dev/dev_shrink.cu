@@ -54,47 +54,29 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, int *parts, cudaStr
 
 int main(int argc, char **argv) {
     cudaStream_t st;
-    DEV_CK(cudaStreamCreate(&st));
     s_props();
-    double bw = dev_copy_bandwidth(st);
-    cudaDeviceProp prop;
-    DEV_CK(cudaGetDeviceProperties(&prop, 0));
-    printf("dev_shrink on %s: copy bandwidth %.0f GB/s; T=%d, rank %d, bf16 pools\n", prop.name, bw, DEV_T,
-           DEV_R);
-    for (int gi = 0; gi < 4; gi++) {
-        if (argc > 1 && strcmp(argv[1], dev_groups[gi].name))
-            continue;
-        for (int distinct = 1; distinct >= 0; distinct--) {
-            dev_lora_t p;
-            dev_lora_init(p, dev_groups[gi], distinct, 1000 + gi);
-            char name[64];
-            dev_lora_name(p, name, sizeof name);
-            std::vector<float> want_tmp, want_y, got(p.part_stride), part(p.part_stride);
-            dev_lora_reference(p, want_tmp, want_y);
-            printf("%s (%d adapters, %d tiles):\n", name, p.n_ad, p.n_tiles);
-            double bytes = dev_shrink_bytes(p);
-            for (int v = 0; v < (int)(sizeof s_versions / sizeof *s_versions); v++) {
-                if (s_versions[v].one_only && !distinct)
-                    continue;
-                int parts = 1;
-                DEV_CK(s_run(p, v, 0, &parts, st));
-                DEV_CK(cudaStreamSynchronize(st));
-                std::fill(got.begin(), got.end(), 0.0f);
-                for (int k = 0; k < parts; k++) {
-                    DEV_CK(cudaMemcpy(part.data(), p.tmp + k * p.part_stride, p.part_stride * 4,
-                                      cudaMemcpyDeviceToHost));
-                    for (size_t e = 0; e < p.part_stride; e++)
-                        got[e] += part[e];
-                }
-                // fp32 sums in another order (tc: fp32 x as three exact bf16 parts)
-                dev_check(name, s_versions[v].name, dev_nmse(got.data(), want_tmp.data(), p.part_stride), 1e-10);
-                double us = dev_time_us(st, 50, [&](long i) { return s_run(p, v, i, &parts, st); });
-                printf("    %-10s %8.1f us %7.0f GB/s %5.1f%% copy%s\n", s_versions[v].name, us, bytes / us / 1e3,
-                       100.0 * bytes / us / 1e3 / bw, s_versions[v].parts ? " (parts left to the expand)" : "");
+    double bw = dev_begin("dev_shrink", "T=64, rank 16, bf16 pools", &st);
+    dev_lora_each(argc, argv, 1000, [&](const dev_lora_t &p, const char *name) {
+        std::vector<float> want_tmp, want_y, got(p.part_stride), part(p.part_stride);
+        dev_lora_reference(p, want_tmp, want_y);
+        double bytes = dev_shrink_bytes(p);
+        for (int v = 0; v < (int)(sizeof s_versions / sizeof *s_versions); v++) {
+            if (s_versions[v].one_only && !p.distinct)
+                continue;
+            int parts = 1;
+            DEV_CK(s_run(p, v, 0, &parts, st));
+            DEV_CK(cudaStreamSynchronize(st));
+            std::fill(got.begin(), got.end(), 0.0f);
+            for (int k = 0; k < parts; k++) {
+                DEV_CK(cudaMemcpy(part.data(), p.tmp + k * p.part_stride, p.part_stride * 4, cudaMemcpyDeviceToHost));
+                for (size_t e = 0; e < p.part_stride; e++)
+                    got[e] += part[e];
             }
-            dev_lora_free(p);
+            // fp32 sums in another order (tc: fp32 x as three exact bf16 parts)
+            dev_check(name, s_versions[v].name, dev_nmse(got.data(), want_tmp.data(), p.part_stride), 1e-10);
+            double us = dev_time_us(st, 50, [&](long i) { return s_run(p, v, i, &parts, st); });
+            dev_lora_row(s_versions[v].name, us, bytes, bw, s_versions[v].parts ? " (parts left to the expand)" : "");
         }
-    }
-    printf("%s\n", dev_failures ? "FAILED" : "all versions match the CPU reference");
-    return dev_failures ? 1 : 0;
+    });
+    return dev_end();
 }
