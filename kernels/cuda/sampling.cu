@@ -22,7 +22,7 @@
     (expf/logf, 1 ulp apart from glibc) flip a near-tie of race keys or of a truncation
     boundary; tests/gpu counts those.
 
-    Known limits (next session): the sort is a full segmented radix sort of each truncated
+    Known limits: the sort is a full segmented radix sort of each truncated
     row (a radix select of the top-k / top-p prefix is the fast path), and the scratch is
     (n_rows, V) arrays several times over.
 */
