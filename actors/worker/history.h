@@ -1,7 +1,7 @@
 // history — the tokens each running request has seen, for the sampling penalties.
 //
 // Repetition penalty looks at prompt and output tokens, frequency and presence penalties at
-// output tokens only (kernels/ops.h). The worker records prompt chunks as it prefills them and
+// output tokens only (ls_sampling_sample's semantics, kernels/ops.h). The worker records prompt chunks as it prefills them and
 // each token it samples; the scheduler says when a request is over (StepPlan.released).
 #ifndef LS_HISTORY_H
 #define LS_HISTORY_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops.h"
+#include "model.h" // ls_sampling_batch_t, as ls_model_sample takes it
 
 typedef struct ls_history ls_history_t;
 
