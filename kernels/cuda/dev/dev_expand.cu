@@ -12,10 +12,12 @@
              registers go to the tile's sums)
       v3     k_lora_expand3, one-position tiles (production: the decode op over distinct
              adapters)
-      v4     k_lora_expand4, tensor cores over each tile's own rank, multi-position tiles
-             (production: the decode op over shared adapters)
-      tc     k_lora_expand_tc, tensor cores over long tiles (production: prefill segments and
-             ls_cu_lora_expand's accumulating multi-position tiles)
+      v4     k_lora_expand4, tensor cores over each tile's own rank, tiles of any length
+             (production: the decode op over shared adapters, and short tiles beside a prompt)
+      tc     k_lora_expand_tc, tensor cores over long tiles (production: prefill segments,
+             and short tiles of rank > 64 beside them)
+      step   ls_cu_lora_expand with LS_CU_LORA_ACC, as a step that is not decode-shaped (a
+             prompt chunk beside the decodes) runs its short tiles: the version it picks
 
     Usage: dev_expand [GROUP]   (qkv, o, gate_up, down; all by default). Exit 1 if a version
     fails its check.
@@ -30,7 +32,8 @@ struct s_version_t {
     const char *name;
     int only; // 0: every problem; 1: one-position tiles only; 2: multi-position tiles only
 };
-static const s_version_t s_versions[] = {{"v1", 0}, {"v2", 0}, {"v2-u8", 2}, {"v3", 1}, {"v4", 2}, {"tc", 0}};
+static const s_version_t s_versions[] = {{"v1", 0}, {"v2", 0}, {"v2-u8", 2}, {"v3", 1},
+                                         {"v4", 0}, {"tc", 0},   {"step", 0}};
 
 template <int L>
 static cudaError_t s_run_l(const dev_lora_t &p, int v, long i, const s_slice_offs_t &so, cudaStream_t st) {
@@ -67,6 +70,9 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
     case 4:
         return s_expand4<true>(p.y, p.tmp, 1, 0, p.b, tiles, nt, NULL, p.scal, so, ns, rm, p.flags, st);
     case 5: return s_expand_tc(p.y, p.tmp, p.b, tiles, nt, NULL, p.scal, so, ns, rm, st);
+    case 6:
+        return ls_cu_lora_expand(p.y, p.tmp, p.b, LS_CU_BF16, tiles, nt, p.r, NULL, p.scal, p.offs, ns, rm,
+                                 p.flags | LS_CU_LORA_ACC, st);
     default:
         switch (s_expand_lanes(p.r, rm)) {
         case 1: return s_run_l<1>(p, v, i, so, st);

@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
         std::vector<float> want_tmp, want_y;
         dev_lora_reference(p, want_tmp, want_y);
         // no tmp traffic for the one kernel; production's parts are counted nowhere either
-        double bytes = dev_shrink_bytes(p) + dev_expand_bytes(p) - 2.0 * p.T * p.g.n_slices * p.r * 4;
+        double bytes = dev_shrink_bytes(p) + dev_expand_bytes(p) - 2.0 * dev_tmp_bytes(p);
         for (int v = 0; v < 2; v++) {
             dev_check(name, names[v], dev_lora_delta_nmse(p, want_y, [&] { return s_run(p, v, 0, st); }), 1e-10);
             double us = dev_time_us(st, 50, [&](long i) { return s_run(p, v, i, st); });

@@ -2,10 +2,13 @@
     dev_expand.cu, dev_fused.cu): Llama-3-8B's four stacked groups at decode, bf16 pools, and
     the CPU reference's view of the same values. Include after ../lora.cu.
 
-    A problem is T requests of one token over the group's shape, rank r in slots of r_max = r:
-      distinct  every request its own adapter: one-position tiles (LS_CU_LORA_ONE), as a
-                decode step over many tenants;
-      shared    8 requests per adapter: full tiles of LS_CU_LORA_TILE positions.
+    A problem is T requests of one token over the group's shape:
+      distinct  every request its own adapter of rank 16 (slots of rank 16): one-position tiles
+                (LS_CU_LORA_ONE), as a decode step over many tenants;
+      shared    8 requests per adapter of rank 16: full tiles of LS_CU_LORA_TILE positions;
+      zipf      requests drawn from a Zipf(1) popularity over 64 adapters of ranks 8, 16, 32,
+                64 (by index) in slots of rank 64: tiles of 1 to 8 positions and mixed ranks,
+                as the decode tokens of a serving step beside a prompt chunk.
     The pools hold DEV_SETS sets of adapters (slot 0 is the base model, rank 0); launch i
     uses set i % DEV_SETS, so that the weights of consecutive launches come from memory.
 */
@@ -21,6 +24,8 @@ extern "C" {
 }
 
 enum { DEV_SETS = 6, DEV_T = 64, DEV_R = 16 };
+typedef enum { DEV_DISTINCT, DEV_SHARED, DEV_ZIPF } dev_mix_t;
+static const char *dev_mix_names[3] = {"distinct", "shared", "zipf"};
 
 struct dev_group_t {
     const char *name;
@@ -33,8 +38,10 @@ static const dev_group_t dev_groups[4] = {{"qkv", 4096, 3, {4096, 1024, 1024}},
 
 struct dev_lora_t {
     dev_group_t g;
-    bool distinct;
-    int T, r, r_max, n_ad, n_slots, out_total, n_tiles;
+    dev_mix_t mix;
+    bool distinct; // one-position tiles
+    int T, r, r_max, n_ad, n_slots, out_total, n_tiles; // r: the largest rank
+    std::vector<int> ad_rank, ad_tokens; // per adapter of a set
     int32_t offs[4];
     // device
     __nv_bfloat16 *a, *b;              // pools, n_slots slots
@@ -52,16 +59,39 @@ struct dev_lora_t {
 static size_t dev_a_slot(const dev_lora_t &p) { return (size_t)p.g.n_slices * p.r_max * p.g.in; }
 static size_t dev_b_slot(const dev_lora_t &p) { return (size_t)p.out_total * p.r_max; }
 
-static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, bool distinct, uint64_t seed) {
+static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, uint64_t seed) {
     dev_rng_t rng = {seed};
-    p.g = g, p.distinct = distinct, p.T = DEV_T, p.r = DEV_R, p.r_max = DEV_R;
-    p.n_ad = distinct ? p.T : p.T / LS_CU_LORA_TILE;
+    p.g = g, p.mix = mix, p.distinct = mix == DEV_DISTINCT, p.T = DEV_T;
+    // the adapters of a set: their ranks and how many of the T requests each has
+    if (mix == DEV_ZIPF) {
+        std::vector<int> count(64, 0);
+        double h = 0;
+        for (int i = 1; i <= 64; i++)
+            h += 1.0 / i;
+        for (int t = 0; t < p.T; t++) {
+            double u = (double)(rng.next() >> 11) / 9007199254740992.0 * h, c = 0;
+            int i = 0;
+            while (i < 63 && (c += 1.0 / (i + 1)) < u)
+                i++;
+            count[i]++;
+        }
+        for (int i = 0; i < 64; i++)
+            if (count[i])
+                p.ad_tokens.push_back(count[i]), p.ad_rank.push_back(8 << (i % 4));
+        p.r_max = 64;
+    } else {
+        int n = mix == DEV_DISTINCT ? p.T : p.T / LS_CU_LORA_TILE;
+        p.ad_tokens.assign(n, p.T / n), p.ad_rank.assign(n, DEV_R);
+        p.r_max = DEV_R;
+    }
+    p.n_ad = (int)p.ad_rank.size();
+    p.r = *std::max_element(p.ad_rank.begin(), p.ad_rank.end());
     p.n_slots = 1 + DEV_SETS * p.n_ad;
     p.offs[0] = 0;
     for (int k = 0; k < g.n_slices; k++)
         p.offs[k + 1] = p.offs[k] + g.outs[k];
     p.out_total = p.offs[g.n_slices];
-    p.flags = distinct ? LS_CU_LORA_ONE : 0;
+    p.flags = p.distinct ? LS_CU_LORA_ONE : 0;
     // set 0 on the host (slot 0 zero), copied to every set's slots on the device
     size_t as = dev_a_slot(p), bs = dev_b_slot(p), na = (size_t)(1 + p.n_ad) * as, nb = (size_t)(1 + p.n_ad) * bs;
     std::vector<float> ha1, hb1;
@@ -84,29 +114,29 @@ static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, bool distinct, ui
     p.y = dev_f32_fill(rng, (size_t)p.T * p.out_total, 1.0f, p.hy0);
     p.part_stride = (size_t)p.T * g.n_slices * p.r_max;
     DEV_CK(cudaMalloc(&p.tmp, LS_CU_LORA_PARTS * p.part_stride * 4));
-    // ranks and scalings per slot; every adapter rank r
     std::vector<float> sc(p.n_slots, 0.5f);
     sc[0] = 0.0f;
     DEV_CK(cudaMalloc(&p.scal, p.n_slots * 4));
     DEV_CK(cudaMemcpy(p.scal, sc.data(), p.n_slots * 4, cudaMemcpyHostToDevice));
-    // tiles: adapter i of set s is slot 1 + s*n_ad + i, its requests T/n_ad consecutive rows
-    int per = p.T / p.n_ad;
-    p.n_tiles = p.n_ad * ((per + LS_CU_LORA_TILE - 1) / LS_CU_LORA_TILE);
+    // tiles: adapter i of set s is slot 1 + s*n_ad + i, its requests consecutive rows
+    p.seg_indptr.assign(p.n_ad + 1, 0);
+    for (int i = 0; i < p.n_ad; i++)
+        p.seg_indptr[i + 1] = p.seg_indptr[i] + p.ad_tokens[i];
     for (int s = 0; s < DEV_SETS; s++) {
         std::vector<ls_cu_lora_tile_t> t;
         for (int i = 0; i < p.n_ad; i++)
-            for (int p0 = i * per; p0 < (i + 1) * per; p0 += LS_CU_LORA_TILE)
-                t.push_back({p0, std::min(LS_CU_LORA_TILE, (i + 1) * per - p0), 1 + s * p.n_ad + i, p.r});
+            for (int p0 = p.seg_indptr[i]; p0 < p.seg_indptr[i + 1]; p0 += LS_CU_LORA_TILE)
+                t.push_back({p0, std::min(LS_CU_LORA_TILE, p.seg_indptr[i + 1] - p0), 1 + s * p.n_ad + i,
+                             p.ad_rank[i]});
+        p.n_tiles = (int)t.size();
         DEV_CK(cudaMalloc(&p.tiles[s], t.size() * sizeof t[0]));
         DEV_CK(cudaMemcpy(p.tiles[s], t.data(), t.size() * sizeof t[0], cudaMemcpyHostToDevice));
     }
     // the CPU reference's batch: set 0, one segment per adapter
-    p.seg_indptr.assign(p.n_ad + 1, 0);
     p.weight_indices.assign(p.n_ad, 0);
+    p.ranks.assign(1 + p.n_ad, 0);
     for (int i = 0; i < p.n_ad; i++)
-        p.seg_indptr[i + 1] = (i + 1) * per, p.weight_indices[i] = 1 + i;
-    p.ranks.assign(1 + p.n_ad, p.r);
-    p.ranks[0] = 0;
+        p.weight_indices[i] = 1 + i, p.ranks[1 + i] = p.ad_rank[i];
     p.scalings.assign(sc.begin(), sc.begin() + 1 + p.n_ad);
     p.batch = {p.n_ad, 1 + p.n_ad, p.seg_indptr.data(), p.weight_indices.data(), NULL, p.ranks.data(),
                p.scalings.data()};
@@ -128,13 +158,18 @@ static void dev_lora_reference(const dev_lora_t &p, std::vector<float> &tmp, std
 
 // Bytes the shrink must move: the used A rows, x, tmp written; the expand: the used B
 // columns, tmp read, y read and written
+static double dev_rank_tokens(const dev_lora_t &p, bool per_token) {
+    double n = 0;
+    for (int i = 0; i < p.n_ad; i++)
+        n += (double)p.ad_rank[i] * (per_token ? p.ad_tokens[i] : 1);
+    return n;
+}
+static double dev_tmp_bytes(const dev_lora_t &p) { return dev_rank_tokens(p, true) * p.g.n_slices * 4; }
 static double dev_shrink_bytes(const dev_lora_t &p) {
-    return (double)p.n_ad * p.g.n_slices * p.r * p.g.in * 2 + (double)p.T * p.g.in * 4 +
-           (double)p.T * p.g.n_slices * p.r * 4;
+    return dev_rank_tokens(p, false) * p.g.n_slices * p.g.in * 2 + (double)p.T * p.g.in * 4 + dev_tmp_bytes(p);
 }
 static double dev_expand_bytes(const dev_lora_t &p) {
-    return (double)p.n_ad * p.out_total * p.r * 2 + (double)p.T * p.g.n_slices * p.r * 4 +
-           (double)p.T * p.out_total * 8;
+    return dev_rank_tokens(p, false) * p.out_total * 2 + dev_tmp_bytes(p) + (double)p.T * p.out_total * 8;
 }
 
 // Runs fn(problem, its name) over the groups (the one argv names, or all) and both mixes,
@@ -143,11 +178,11 @@ template <typename F> static void dev_lora_each(int argc, char **argv, uint64_t 
     for (int gi = 0; gi < 4; gi++) {
         if (argc > 1 && strcmp(argv[1], dev_groups[gi].name))
             continue;
-        for (int distinct = 1; distinct >= 0; distinct--) {
+        for (int mix = DEV_DISTINCT; mix <= DEV_ZIPF; mix++) {
             dev_lora_t p;
-            dev_lora_init(p, dev_groups[gi], distinct, seed + gi);
+            dev_lora_init(p, dev_groups[gi], (dev_mix_t)mix, seed + gi);
             char name[64];
-            snprintf(name, sizeof name, "%s %s", p.g.name, p.distinct ? "distinct" : "shared");
+            snprintf(name, sizeof name, "%s %s", p.g.name, dev_mix_names[mix]);
             printf("%s (%d adapters, %d tiles):\n", name, p.n_ad, p.n_tiles);
             fn(p, name);
             dev_lora_free(p);
