@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "slot_plan.h"
 #include "bench_util.h"
 
 #define RANK 16
@@ -151,8 +152,8 @@ int main(int argc, char **argv) {
     int32_t slots[MAX_SEQS];
     for (int s = 0; s < MAX_SEQS; s++)
         seq_ids[s] = ids[s % o.n_adapters];
-    if (ls_lora_pool_prepare(b.pool, seq_ids, MAX_SEQS, slots, err, sizeof err) != 0)
-        bench_die("bench_cpu", "prepare", err);
+    if (slot_plan_map_once(b.pool, seq_ids, MAX_SEQS, slots, err, sizeof err) != 0)
+        bench_die("bench_cpu", "slots", err);
     b.slots = slots;
 
     char threads[32] = "OpenBLAS default";

@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "slot_plan.h"
 
 #define TOL_BATCH 1e-5
 #define TOL_MERGED 2e-4
@@ -312,7 +313,7 @@ static void test_lora_equals_merged(void **state) {
         assert_null(own);
     }
     int32_t slots[N_AD + 1];
-    assert_int_equal(ls_lora_pool_prepare(pool, ids, N_AD + 1, slots, err, sizeof err), 0);
+    assert_int_equal(slot_plan_map_once(pool, ids, N_AD + 1, slots, err, sizeof err), 0);
     ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
     enum { P = 13 };
     int V = sp.vocab;
@@ -376,7 +377,7 @@ static void test_mixed_batch_equals_alone(void **state) {
     int32_t slots[R], tok[R][MAXT], tables[R][8];
     for (int i = 0; i < R; i++)
         ids[i] = reqs[i].adapter < 0 ? NULL : names[reqs[i].adapter];
-    assert_int_equal(ls_lora_pool_prepare(pool, ids, R, slots, err, sizeof err), 0);
+    assert_int_equal(slot_plan_map_once(pool, ids, R, slots, err, sizeof err), 0);
     int V = SPECS[2].vocab;
     ls_kv_cache_t *kv[2];
     float got[R * 64], alone[64];
