@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
     if (!b.m)
         bench_die("bench_cpu", "model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
-    ls_lora_pool_config_t pc = {o.n_adapters, RANK, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = o.n_adapters, .max_lora_rank = RANK};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
         bench_die("bench_cpu", "pool", err);

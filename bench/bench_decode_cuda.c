@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     t0 = bench_now();
-    ls_lora_pool_config_t pc = {32, RANK, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = 32, .max_lora_rank = RANK};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
         bench_die("bench_decode_cuda", "pool", err);

@@ -51,7 +51,6 @@ typedef struct {
     char *model_path;
     char *load_format;  // auto (the checkpoint) or dummy (random weights of its config.json)
     char *backend_name;
-    char *eviction;
     ls_strlist_t target_modules;
     ls_strlist_t lora_roots, lora_dirs, lora_paths;
     ls_confine_t *confine;  // where adapter paths may point: checked here, whatever the scheduler says
@@ -155,7 +154,6 @@ static int s_load_engine(ls_actor_t *a) {
                                 .max_lora_rank = s_w.max_lora_rank,
                                 .host_bytes = (size_t)s_w.max_cpu_lora_mb << 20,
                                 .target_mask = s_w.target_mask,
-                                .eviction = strcmp(s_w.eviction, "fifo") ? LS_LORA_EVICT_LRU : LS_LORA_EVICT_FIFO,
                                 .tp_rank = s_w.rank,
                                 .tp_size = s_w.tp_size};
     if (!(s_w.pool = ls_lora_pool_new(s_w.be, cfg, &pc, err, sizeof err))) {
@@ -589,7 +587,6 @@ int main(int argc, char **argv) {
         LS_FLAG_LIST("lora-roots", &s_w.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
         LS_FLAG_LIST("lora-dirs", &s_w.lora_dirs, "... or under one of these"),
         LS_FLAG_LIST("lora-paths", &s_w.lora_paths, "... or be one of these name=path[:pinned] directories"),
-        LS_FLAG_STR("lora-eviction-policy", &s_w.eviction, "lru", "lru or fifo (slots the scheduler does not direct)"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
         LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),
         LS_FLAG_INT("max-running-requests", &s_w.max_running, LS_LIMITS_STR(LS_DEFAULT_MAX_RUNNING_REQUESTS),

@@ -94,7 +94,7 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, cons
     if (!(f->m = ls_model_load(path, be, NULL, NULL, NULL, err, errlen)))
         return -1;
     const ls_model_config_t *cfg = ls_model_config(f->m);
-    ls_lora_pool_config_t pc = {n_ads, max_rank, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = max_rank};
     if (!(f->pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
         return -1;
     for (const cJSON *a = jads->child; a; a = a->next) {

@@ -96,9 +96,9 @@ static ls_adapter_t *load(ctx_t *c, int a) {
 }
 
 // host: the host tier's bytes (0: the default)
-static void new_pool(ctx_t *c, int slots, size_t host, int r_max, ls_lora_eviction_t ev,
-                     unsigned mask) {
-    ls_lora_pool_config_t pc = {slots, r_max, host, mask, ev, 0, 1};
+static void new_pool(ctx_t *c, int slots, size_t host, int r_max, unsigned mask) {
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = r_max, .host_bytes = host,
+                                .target_mask = mask};
     c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, err, sizeof err);
     if (!c->pool)
         fail_msg("pool: %s", err);
@@ -116,7 +116,7 @@ static int add(ctx_t *c, const char *id, int a, bool pinned) {
 // Each adapter in the slot it is assigned; assigning it there again is a hit, not a load.
 static void test_assign_fills_slots(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 2, 0, 16, 0);
     assert_int_equal(ls_lora_pool_n_slots(c->pool), 3);
     assert_int_equal(add(c, "a", AD_R4, false), 0);
     assert_int_equal(add(c, "b", AD_Q8, false), 0);
@@ -145,7 +145,7 @@ static void test_assign_fills_slots(void **state) {
 // The pin limit: at most slots - 1 pinned adapters in the tier.
 static void test_pinned(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 3, 0, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 3, 0, 16, 0);
     assert_int_equal(add(c, "p1", AD_R4, true), 0);
     assert_int_equal(add(c, "p2", AD_Q8, true), 0);
     assert_int_equal(add(c, "p3", AD_R4, true), -1); // at most slots - 1 = 2 pinned
@@ -156,7 +156,7 @@ static void test_pinned(void **state) {
 // remove drops an adapter from both tiers; unknown ids are refused.
 static void test_remove(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 2, 0, 16, 0);
     assert_int_equal(add(c, "a", AD_R4, false), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "nope", err, sizeof err), -1);
     assert_contains(err, "\"nope\" is not loaded");
@@ -183,7 +183,7 @@ static int plan_map(slot_plan_t *p, int32_t *slots, const char *const *ids) {
 // refused before any slot changes.
 static void test_plan(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 2, 0, 16, 0);
     assert_int_equal(add(c, "a", AD_R4, false), 0);
     assert_int_equal(add(c, "b", AD_Q8, false), 0);
     assert_int_equal(add(c, "c", AD_R4, false), 0);
@@ -230,7 +230,7 @@ static void test_plan(void **state) {
 // pages back. The toy model's images are one 64 KiB page each.
 static void test_host_tier(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, (size_t)3 << 16, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 2, (size_t)3 << 16, 16, 0);
     assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 1 << 16);
     assert_int_equal(add(c, "a", AD_R4, false), 0);
     assert_int_equal(add(c, "b", AD_R16, false), 0);
@@ -301,7 +301,7 @@ static void test_images_across_pages(void **state) {
         assert_int_equal(rm_write_adapter(d, &c->cfg, ADS[a].config, ranks, LS_DTYPE_F32,
                                           (unsigned)a + 7), 0);
     }
-    new_pool(c, 4, (size_t)64 << 20, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 4, (size_t)64 << 20, 16, 0);
     // 8192 elements per unit of rank on all seven targets (2 layers), f32: r16 = 512 KiB,
     // so 64 KiB pages
     assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 512 << 10);
@@ -341,7 +341,7 @@ static void test_images_across_pages(void **state) {
 
 static void test_add_refusals(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 0, 8, LS_LORA_EVICT_LRU, 1u << LS_TARGET_Q | 1u << LS_TARGET_V);
+    new_pool(c, 2, 0, 8, 1u << LS_TARGET_Q | 1u << LS_TARGET_V);
     assert_true(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_QKV));
     assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_O));
     assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_GATE_UP));
@@ -400,7 +400,7 @@ static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded) 
 
 static void test_slot_layout(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 2, 0, 16, 0);
     assert_int_equal(add(c, "pattern", AD_PATTERN, false), 0);
     assert_int_equal(add(c, "uniform", AD_R4, false), 0);
     int32_t s[2] = {1, 2};
@@ -427,7 +427,7 @@ static void test_slot_layout(void **state) {
 // there, moves when named into another slot, evicts what was there, never a pinned one.
 static void test_assign(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 3, 0, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 3, 0, 16, 0);
     assert_int_equal(add(c, "a", AD_R4, false), 0);
     assert_int_equal(add(c, "b", AD_Q8, false), 0);
     assert_int_equal(add(c, "p", AD_R4, true), 0);
