@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
                              (unsigned)a + 1) != 0)
             bench_die("bench_cpu", "writing an adapter", path);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, RANK, err, sizeof err);
-        if (!ad || ls_lora_pool_add_adapter(b.pool, name, &ad, false, err, sizeof err) != 0)
+        if (!ad || ls_lora_pool_add_adapter(b.pool, name, &ad, err, sizeof err) != 0)
             bench_die("bench_cpu", name, err);
         ids[a] = strdup(name);
     }

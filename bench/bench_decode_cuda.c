@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
         if (!ad)
             bench_die("bench_decode_cuda", name, err);
         adapter_elems = ls_adapter_bytes(ad) / sizeof(float);
-        if (ls_lora_pool_add_adapter(b.pool, ids[a], &ad, false, err, sizeof err) != 0)
+        if (ls_lora_pool_add_adapter(b.pool, ids[a], &ad, err, sizeof err) != 0)
             bench_die("bench_decode_cuda", ids[a], err);
     }
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a

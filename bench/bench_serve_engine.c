@@ -197,7 +197,7 @@ static int s_load_adapters(void) {
         snprintf(path, sizeof path, "%s/%s", s_d.adapter_dir ? s_d.adapter_dir : ".", name);
         s_d.adapter_ids[a] = strdup(name);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, s_d.max_rank, err, sizeof err);
-        if (!ad || ls_lora_pool_add_adapter(s_d.pool, name, &ad, false, err, sizeof err) < 0) {
+        if (!ad || ls_lora_pool_add_adapter(s_d.pool, name, &ad, err, sizeof err) < 0) {
             fprintf(stderr, "adapter %s: %s\n", path, err);
             ls_adapter_destroy(&ad);
             return -1;

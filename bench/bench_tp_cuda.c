@@ -119,7 +119,7 @@ static void *s_rank(void *arg) {
         snprintf(names[k], sizeof names[k], "id%d", k);
         snprintf(path, sizeof path, "%s/adapter", g->adapter_dir);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, RANK, err, errlen);
-        if (!ad || ls_lora_pool_add_adapter(pool, names[k], &ad, false, err, errlen) != 0) {
+        if (!ad || ls_lora_pool_add_adapter(pool, names[k], &ad, err, errlen) != 0) {
             ls_adapter_destroy(&ad);
             goto out;
         }

@@ -16,8 +16,9 @@
 #define LS_DEFAULT_MAX_NUM_BATCHED_TOKENS 2048
 
 // The most adapters that may be pinned among `slots` adapter slots: one slot always stays for
-// unpinned adapters. The registry refuses a pin past it; the scheduler and the worker's pool
-// check it again against what they hold.
+// unpinned adapters. The registry refuses a pin past it (against its --max-loras-per-batch);
+// the scheduler, which alone keeps pinned adapters in their slots, refuses it again against
+// the slots the workers reported. The workers' pools know nothing of pinning.
 static inline int ls_pinned_max(int slots) {
     return slots - 1;
 }

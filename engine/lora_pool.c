@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "ls_err.h"
-#include "ls_limits.h"
 #include "ls_par.h"
 
 // Which targets each group stacks, as slices in this order.
@@ -60,7 +59,6 @@ struct ls_lora_image {
 typedef struct {
     char *id;              // NULL: free entry
     ls_lora_image_t *img;
-    bool pinned;
     int slot;              // -1 when not resident
 } s_entry_t;
 
@@ -633,8 +631,7 @@ static void s_entry_drop(ls_lora_pool_t *self, int e) {
     s_entry_clear(self, &self->entries[e]);
 }
 
-int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, bool pinned,
-                     char *err, size_t errlen) {
+int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, char *err, size_t errlen) {
     assert(image && *image);
     if (!id || !*id) {
         ls_err_set(err, errlen, "LoRA pool: empty adapter id");
@@ -644,19 +641,10 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **ima
         ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is already loaded", id);
         return -1;
     }
-    int n_pinned = 0, free_e = -1;
-    for (int i = 0; i < self->cap_entries; i++) {
-        n_pinned += self->entries[i].id && self->entries[i].pinned;
-        if (!self->entries[i].id && free_e < 0)
+    int free_e = -1;
+    for (int i = 0; i < self->cap_entries && free_e < 0; i++)
+        if (!self->entries[i].id)
             free_e = i;
-    }
-    if (pinned && n_pinned >= ls_pinned_max(self->pc.max_loras_per_batch)) {
-        ls_err_set(err, errlen,
-                   "LoRA pool: cannot pin adapter \"%s\": at most %d adapters can be pinned "
-                   "(max_loras_per_batch - 1, so that one slot stays for unpinned ones)",
-                   id, ls_pinned_max(self->pc.max_loras_per_batch));
-        return -1;
-    }
     char *copy = strdup(id);
     if (free_e < 0 && copy) {
         int cap = self->cap_entries ? 2 * self->cap_entries : 16;
@@ -675,20 +663,20 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **ima
         ls_err_set(err, errlen, "LoRA pool: out of memory adding adapter \"%s\"", id);
         return -1;
     }
-    self->entries[free_e] = (s_entry_t){.id = copy, .img = *image, .pinned = pinned, .slot = -1};
+    self->entries[free_e] = (s_entry_t){.id = copy, .img = *image, .slot = -1};
     *image = NULL;
     self->n_live++;
     s_hash_put(self, free_e);
     return 0;
 }
 
-int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
-                             bool pinned, char *err, size_t errlen) {
+int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter, char *err,
+                             size_t errlen) {
     assert(adapter && *adapter);
     ls_lora_image_t *img = ls_lora_pool_image_new(self, *adapter, NULL, err, errlen);
     if (!img)
         return -1;
-    if (ls_lora_pool_add(self, id, &img, pinned, err, errlen) != 0) {
+    if (ls_lora_pool_add(self, id, &img, err, errlen) != 0) {
         ls_lora_pool_image_destroy(self, &img);
         return -1;
     }
@@ -794,11 +782,6 @@ int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *er
     if (self->entries[e].slot == slot) {
         self->stats.hits++;
         return 0;
-    }
-    int held = self->slot_entry[slot];
-    if (held >= 0 && self->entries[held].pinned) {
-        ls_err_set(err, errlen, "LoRA pool: slot %d holds pinned adapter \"%s\"", slot, self->entries[held].id);
-        return -1;
     }
     return s_slot_load(self, slot, e, err, errlen);
 }

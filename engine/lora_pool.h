@@ -19,8 +19,8 @@
       slot and which one leaves (actors/scheduler/lora.h), and ls_lora_pool_assign loads an
       adapter into the slot it names, replacing what was there. Engine tests and benchmarks,
       which run no scheduler, place their batches with the scheduler's own policy code
-      (tests/engine/slot_plan.h). At most max_loras_per_batch − 1 adapters may be pinned, so
-      one slot always stays available to unpinned adapters.
+      (tests/engine/slot_plan.h). Pinning is the scheduler's too: it never names a pinned
+      adapter's slot for another adapter, so the pool has no notion of it.
 
     Images are built off the caller's loop: ls_lora_pool_image_new may run on any thread
     (the worker's job thread) while the loop uses the pool; only it and image_destroy touch
@@ -141,14 +141,12 @@ size_t ls_lora_image_bytes(const ls_lora_image_t *image);
 int ls_lora_image_rank(const ls_lora_image_t *image);
 
 // Adds an image to the host tier under id (copied); the pool takes it and clears *image.
-// Refused, with *image left to the caller: an empty or duplicate id, a pin past
-// max_loras_per_batch − 1.
-int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, bool pinned,
-                     char *err, size_t errlen);
+// Refused, with *image left to the caller: an empty or duplicate id.
+int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, char *err, size_t errlen);
 // image_new then add, and the adapter destroyed (*adapter cleared) on success: for callers
 // that build on the loop (tests, benchmarks).
-int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
-                             bool pinned, char *err, size_t errlen);
+int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter, char *err,
+                             size_t errlen);
 // Drops the adapter from both tiers (unload). The caller (the registry) has waited until no
 // request uses it. -1 + err for an unknown id.
 int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t errlen);
@@ -162,9 +160,9 @@ int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *ran
 // Puts adapter id into slot (1 .. n_slots-1), evicting what the slot held, as the scheduler
 // decided (through the worker's StepItem or PrefetchAdapter). An adapter already there is a
 // hit; one in another slot moves (its old slot is left empty). Refused: an id not in the CPU
-// tier, a slot out of range, a slot holding a pinned adapter. The load is started, not
-// finished (PrefetchAdapter: it runs while the current step does). -1 + err also when the
-// upload cannot be started (the slot is then empty).
+// tier, a slot out of range. The load is started, not finished (PrefetchAdapter: it runs while
+// the current step does). -1 + err also when the upload cannot be started (the slot is then
+// empty).
 int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *err, size_t errlen);
 
 // The backend's next ops wait (on the device) for the loads into the slots of lora's

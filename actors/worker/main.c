@@ -23,9 +23,10 @@
 // answers StepResult.
 //
 // Slots are the scheduler's decision: StepItem.adapter_slot s (-1 for the base model) is the
-// engine pool's slot s + 1 (engine slot 0 is the base-model sentinel). Per-request state is
-// the token history sampling penalties need (prompt and output ids); the scheduler frees it
-// through StepPlan.released.
+// engine pool's slot s + 1 (engine slot 0 is the base-model sentinel). Pinning is too: the
+// scheduler never names a pinned adapter's slot for another, so LoadAdapter.pinned is not
+// used here. Per-request state is the token history sampling penalties need (prompt and
+// output ids); the scheduler frees it through StepPlan.released.
 #include <stdlib.h>
 #include <string.h>
 
@@ -364,7 +365,7 @@ typedef struct {
     ls_route_t *route;
     uint64_t rid;
     char *name, *adapter_id, *path;
-    int pinned, slot;
+    int slot;
     ls_model_config_t cfg;
     int max_rank;
     ls_lora_pool_t *pool;
@@ -434,7 +435,7 @@ static void s_load_done(ls_actor_t *a, void *arg) {
         size_t bytes = ls_lora_image_bytes(l->image);
         ls_lora_image_t *img = l->image;
         l->image = NULL;  // the pool's once added; the failure path below gives it back
-        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &img, l->pinned, err, sizeof err) < 0 ||
+        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &img, err, sizeof err) < 0 ||
             (l->slot >= 0 && ls_lora_pool_assign(s_w.pool, l->adapter_id, l->slot + 1, err, sizeof err) < 0)) {
             ls_warn(l->rid, "adapter %s not added: %s", l->name, err);
             if (!img)  // added, then the assign failed: the pool owns the image
@@ -459,7 +460,6 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     l->name = ls_msg_strdup(req->name ? req->name : "");
     l->adapter_id = ls_msg_strdup(req->adapter_id ? req->adapter_id : "");
     l->path = ls_msg_strdup(req->path ? req->path : "");
-    l->pinned = req->pinned;
     l->slot = req->slot;
     l->cfg = *ls_model_config(s_w.model);
     l->max_rank = s_w.max_lora_rank;

@@ -100,7 +100,7 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, cons
     for (const cJSON *a = jads->child; a; a = a->next) {
         snprintf(path, sizeof path, "%s/adapters/%s", root, a->string);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, max_rank, err, errlen);
-        int rc = ad ? ls_lora_pool_add_adapter(f->pool, a->string, &ad, false, err, errlen) : -1;
+        int rc = ad ? ls_lora_pool_add_adapter(f->pool, a->string, &ad, err, errlen) : -1;
         ls_adapter_destroy(&ad);
         if (rc < 0)
             return -1;
@@ -414,7 +414,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", demo_dir, names[i]);
         ls_adapter_t *a = ls_adapter_load(path, ls_model_config(model), 16, err, errlen);
-        int added = a ? ls_lora_pool_add_adapter(pool, names[i], &a, false, err, errlen) : -1;
+        int added = a ? ls_lora_pool_add_adapter(pool, names[i], &a, err, errlen) : -1;
         ls_adapter_destroy(&a);
         if (added < 0)
             goto done;

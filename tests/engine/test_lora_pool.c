@@ -1,6 +1,6 @@
 // The LoRA slot pool's rules: adapters loaded into the slots they are assigned (hits, loads,
-// evictions counted), moved and evicted only when told, removal from both tiers, the pin
-// limit, the host tier's byte capacity (rank-proportional images, refused when full, pages
+// evictions counted), moved and evicted only when told, removal from both tiers, the host
+// tier's byte capacity (rank-proportional images, refused when full, pages
 // given back), images built on another thread, refusals on add and assign, and the exact slot
 // layout (zero padding of rank_pattern modules and of the rank up to r_max, per-module
 // scalings folded into B, uniform ones kept per slot), also for images spanning many pages.
@@ -105,9 +105,9 @@ static void new_pool(ctx_t *c, int slots, size_t host, int r_max, unsigned mask)
 }
 
 // Adds adapter file a under id; returns add's result (0 / -1 with err).
-static int add(ctx_t *c, const char *id, int a, bool pinned) {
+static int add(ctx_t *c, const char *id, int a) {
     ls_adapter_t *ad = load(c, a);
-    int rc = ls_lora_pool_add_adapter(c->pool, id, &ad, pinned, err, sizeof err);
+    int rc = ls_lora_pool_add_adapter(c->pool, id, &ad, err, sizeof err);
     assert_true(rc == 0 ? ad == NULL : ad != NULL); // ownership moves only on success
     ls_adapter_destroy(&ad);
     return rc;
@@ -118,8 +118,8 @@ static void test_assign_fills_slots(void **state) {
     ctx_t *c = *state;
     new_pool(c, 2, 0, 16, 0);
     assert_int_equal(ls_lora_pool_n_slots(c->pool), 3);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_Q8, false), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_Q8), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);  // in the host tier only
     assert_int_equal(ls_lora_pool_assign(c->pool, "a", 1, err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_assign(c->pool, "b", 2, err, sizeof err), 0);
@@ -142,22 +142,11 @@ static void test_assign_fills_slots(void **state) {
         assert_true(ls_lora_pool_has_group(c->pool, g));
 }
 
-// The pin limit: at most slots - 1 pinned adapters in the tier.
-static void test_pinned(void **state) {
-    ctx_t *c = *state;
-    new_pool(c, 3, 0, 16, 0);
-    assert_int_equal(add(c, "p1", AD_R4, true), 0);
-    assert_int_equal(add(c, "p2", AD_Q8, true), 0);
-    assert_int_equal(add(c, "p3", AD_R4, true), -1); // at most slots - 1 = 2 pinned
-    assert_contains(err, "at most 2 adapters can be pinned");
-    assert_false(ls_lora_pool_contains(c->pool, "p3"));
-}
-
 // remove drops an adapter from both tiers; unknown ids are refused.
 static void test_remove(void **state) {
     ctx_t *c = *state;
     new_pool(c, 2, 0, 16, 0);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "nope", err, sizeof err), -1);
     assert_contains(err, "\"nope\" is not loaded");
     assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
@@ -184,9 +173,9 @@ static int plan_map(slot_plan_t *p, int32_t *slots, const char *const *ids) {
 static void test_plan(void **state) {
     ctx_t *c = *state;
     new_pool(c, 2, 0, 16, 0);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_Q8, false), 0);
-    assert_int_equal(add(c, "c", AD_R4, false), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_Q8), 0);
+    assert_int_equal(add(c, "c", AD_R4), 0);
     slot_plan_t *p = slot_plan_new(c->pool, LORA_EVICT_LRU);
     assert_non_null(p);
     int32_t s[5];
@@ -217,7 +206,7 @@ static void test_plan(void **state) {
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
     // an adapter removed and added again is loaded again where the plan puts it
     assert_int_equal(ls_lora_pool_remove(c->pool, "a", err, sizeof err), 0);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
     assert_int_equal(MAP(p, s, "a"), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), s[0]);
     assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[s[0]], 4);
@@ -232,14 +221,14 @@ static void test_host_tier(void **state) {
     ctx_t *c = *state;
     new_pool(c, 2, (size_t)3 << 16, 16, 0);
     assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 1 << 16);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_R16, false), 0);
-    assert_int_equal(add(c, "c", AD_Q8, false), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_R16), 0);
+    assert_int_equal(add(c, "c", AD_Q8), 0);
     ls_lora_pool_stats_t st = ls_lora_pool_stats(c->pool);
     assert_int_equal(st.host_total, 3 << 16);
     assert_int_equal(st.host_used, 3 << 16);
     assert_int_equal(st.host_adapters, 3);
-    assert_int_equal(add(c, "d", AD_R4, false), -1);
+    assert_int_equal(add(c, "d", AD_R4), -1);
     print_message("refused: %s\n", err);
     assert_contains(err, "host tier is full");
     bool full = false;
@@ -257,7 +246,7 @@ static void test_host_tier(void **state) {
     assert_int_equal(ls_lora_pool_assign(c->pool, "b", 1, err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "b", err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_stats(c->pool).host_used, 2 << 16);
-    assert_int_equal(add(c, "d", AD_R4, false), 0);
+    assert_int_equal(add(c, "d", AD_R4), 0);
     assert_int_equal(ls_lora_pool_stats(c->pool).host_adapters, 3);
     // a tier that cannot hold one adapter of max_lora_rank is refused at creation
     ls_lora_pool_destroy(&c->pool);
@@ -309,7 +298,7 @@ static void test_images_across_pages(void **state) {
     s_build_t b = {.pool = c->pool};
     for (int a = 0; a < N_ADS; a++)
         b.ad[a] = load(c, a);
-    assert_int_equal(add(c, "early", AD_R4, false), 0);
+    assert_int_equal(add(c, "early", AD_R4), 0);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, s_build, &b), 0);
     for (int i = 0; i < 50; i++)
@@ -324,7 +313,7 @@ static void test_images_across_pages(void **state) {
     for (int a = 0; a < N_ADS; a++) {
         assert_non_null(b.img[a]);
         assert_int_equal(ls_lora_image_bytes(b.img[a]), want[a]);
-        assert_int_equal(ls_lora_pool_add(c->pool, ADS[a].name, &b.img[a], false, err, sizeof err), 0);
+        assert_int_equal(ls_lora_pool_add(c->pool, ADS[a].name, &b.img[a], err, sizeof err), 0);
         assert_null(b.img[a]);
     }
     assert_int_equal(ls_lora_pool_stats(c->pool).host_used, (2 + 2 + 2 + 8 + 4) << 16);
@@ -345,17 +334,17 @@ static void test_add_refusals(void **state) {
     assert_true(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_QKV));
     assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_O));
     assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_GATE_UP));
-    assert_int_equal(add(c, "q", AD_Q8, false), 0);
-    assert_int_equal(add(c, "q", AD_Q8, false), -1);
+    assert_int_equal(add(c, "q", AD_Q8), 0);
+    assert_int_equal(add(c, "q", AD_Q8), -1);
     assert_contains(err, "already loaded");
-    assert_int_equal(add(c, "big", AD_R16, false), -1);
+    assert_int_equal(add(c, "big", AD_R16), -1);
     print_message("refused: %s\n", err);
     assert_contains(err, "rank 16, above max_lora_rank 8");
-    assert_int_equal(add(c, "all", AD_R4, false), -1);
+    assert_int_equal(add(c, "all", AD_R4), -1);
     print_message("refused: %s\n", err);
     assert_contains(err, "targets k_proj, o_proj, gate_proj, up_proj, down_proj, which "
                          "lora_target_modules does not enable");
-    assert_int_equal(add(c, "", AD_R4, false), -1);
+    assert_int_equal(add(c, "", AD_R4), -1);
     assert_int_equal(ls_lora_pool_stats(c->pool).host_adapters, 1);
 }
 
@@ -401,8 +390,8 @@ static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded) 
 static void test_slot_layout(void **state) {
     ctx_t *c = *state;
     new_pool(c, 2, 0, 16, 0);
-    assert_int_equal(add(c, "pattern", AD_PATTERN, false), 0);
-    assert_int_equal(add(c, "uniform", AD_R4, false), 0);
+    assert_int_equal(add(c, "pattern", AD_PATTERN), 0);
+    assert_int_equal(add(c, "uniform", AD_R4), 0);
     int32_t s[2] = {1, 2};
     assert_int_equal(ls_lora_pool_assign(c->pool, "pattern", s[0], err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_assign(c->pool, "uniform", s[1], err, sizeof err), 0);
@@ -424,13 +413,12 @@ static void test_slot_layout(void **state) {
 }
 
 // assign: the caller (the scheduler, through the worker) names the slot; the adapter lands
-// there, moves when named into another slot, evicts what was there, never a pinned one.
+// there, moves when named into another slot, evicts what was there.
 static void test_assign(void **state) {
     ctx_t *c = *state;
     new_pool(c, 3, 0, 16, 0);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_Q8, false), 0);
-    assert_int_equal(add(c, "p", AD_R4, true), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_Q8), 0);
     assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 2);
     assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 4);
@@ -449,10 +437,7 @@ static void test_assign(void **state) {
     check_slot(c, ad, 1, false);
     ls_adapter_destroy(&ad);
     assert_int_equal(ls_lora_pool_stats(c->pool).slot_evictions, 1);
-    // a pinned adapter's slot is not given away; bad ids and slots are refused
-    assert_int_equal(ls_lora_pool_assign(c->pool, "p", 3, err, sizeof err), 0);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 3, err, sizeof err), -1);
-    assert_non_null(strstr(err, "pinned"));
+    // bad ids and slots are refused
     assert_int_equal(ls_lora_pool_assign(c->pool, "nope", 2, err, sizeof err), -1);
     assert_non_null(strstr(err, "not loaded"));
     assert_int_equal(ls_lora_pool_assign(c->pool, "a", LS_LORA_SLOT_BASE, err, sizeof err), -1);
@@ -463,7 +448,6 @@ static void test_assign(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_assign_fills_slots, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pinned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_tier, setup, teardown),

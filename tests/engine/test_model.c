@@ -308,8 +308,7 @@ static void test_lora_equals_merged(void **state) {
         ads[a] = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16 : LS_DTYPE_F32);
         ls_adapter_t *own = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16
                                                                       : LS_DTYPE_F32);
-        assert_int_equal(ls_lora_pool_add_adapter(pool, ids[a + 1], &own, false, err,
-                                          sizeof err), 0);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, ids[a + 1], &own, err, sizeof err), 0);
         assert_null(own);
     }
     int32_t slots[N_AD + 1];
@@ -366,8 +365,7 @@ static void test_mixed_batch_equals_alone(void **state) {
     const char *names[N_AD] = {"a0", "a1", "a2"};
     for (int a = 0; a < N_AD; a++) {
         ls_adapter_t *ad = write_and_load_adapter(c, cfg, a, LS_DTYPE_F32);
-        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, false, err,
-                                          sizeof err), 0);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, err, sizeof err), 0);
     }
     static const req_t reqs[] = {
         {-1, 5, 7}, {0, 0, 9}, {1, 11, 1}, {-1, 3, 1}, {2, 6, 4}, {0, 8, 1}, {1, 0, 1},

@@ -286,7 +286,7 @@ static void s_async_setup(s_async_t *a, ls_backend_t *be, char **dir) {
                              (unsigned)i + 1) != 0)
             s_die("async adapter", path);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, 16, err, sizeof err);
-        if (!ad || ls_lora_pool_add_adapter(a->pool, ids[i], &ad, false, err, sizeof err) != 0)
+        if (!ad || ls_lora_pool_add_adapter(a->pool, ids[i], &ad, err, sizeof err) != 0)
             s_die("async adapter", err);
     }
     for (int s = 0; s < 3; s++) {

@@ -478,7 +478,7 @@ static void test_changes_demo_outputs(void **unused)
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s", tmp, names[i]);
         ls_adapter_t *a = ls_adapter_load(path, cfg, 16, err, sizeof err);
-        if (!a || ls_lora_pool_add_adapter(pool, names[i], &a, false, err, sizeof err) < 0)
+        if (!a || ls_lora_pool_add_adapter(pool, names[i], &a, err, sizeof err) < 0)
             fail_msg("%s", err);
         ls_adapter_destroy(&a);
     }

@@ -312,7 +312,7 @@ static void s_group_load_rank(void *arg, int r) {
     for (const cJSON *a = g->adapters->child; a; a = a->next) {
         snprintf(path, sizeof path, "%s/adapters/%s", g->root, a->string);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, g->max_rank, err, errlen);
-        int rc = ad ? ls_lora_pool_add_adapter(g->pool[r], a->string, &ad, false, err, errlen) : -1;
+        int rc = ad ? ls_lora_pool_add_adapter(g->pool[r], a->string, &ad, err, errlen) : -1;
         ls_adapter_destroy(&ad);
         if (rc < 0)
             return;
