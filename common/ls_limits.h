@@ -6,7 +6,8 @@
 #define LS_LIMITS_STR(x) LS_LIMITS_STR_(x)  // a limit as the string a flag's default is
 
 // Adapter slots (distinct adapters in one step) when --max-loras-per-batch is not given: the
-// worker and the registry take the flag, the launcher passes it to both.
+// worker and the registry take the flag, the launcher passes it to both (bench_serve_engine,
+// the scheduler and worker in one process, takes it too).
 #define LS_DEFAULT_MAX_LORAS_PER_BATCH 8
 
 // A step's bounds when --max-running-requests / --max-num-batched-tokens are not given: the
