@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "slot_plan.h"
 #include "bench_util.h"
 
 #define RANK 16
@@ -126,7 +127,7 @@ int main(int argc, char **argv) {
     if (!b.m)
         bench_die("bench_cpu", "model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
-    ls_lora_pool_config_t pc = {o.n_adapters, RANK, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = o.n_adapters, .max_lora_rank = RANK};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
         bench_die("bench_cpu", "pool", err);
@@ -142,7 +143,7 @@ int main(int argc, char **argv) {
                              (unsigned)a + 1) != 0)
             bench_die("bench_cpu", "writing an adapter", path);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, RANK, err, sizeof err);
-        if (!ad || ls_lora_pool_add_adapter(b.pool, name, &ad, false, err, sizeof err) != 0)
+        if (!ad || ls_lora_pool_add_adapter(b.pool, name, &ad, err, sizeof err) != 0)
             bench_die("bench_cpu", name, err);
         ids[a] = strdup(name);
     }
@@ -151,8 +152,8 @@ int main(int argc, char **argv) {
     int32_t slots[MAX_SEQS];
     for (int s = 0; s < MAX_SEQS; s++)
         seq_ids[s] = ids[s % o.n_adapters];
-    if (ls_lora_pool_prepare(b.pool, seq_ids, MAX_SEQS, slots, err, sizeof err) != 0)
-        bench_die("bench_cpu", "prepare", err);
+    if (slot_plan_map_once(b.pool, seq_ids, MAX_SEQS, slots, err, sizeof err) != 0)
+        bench_die("bench_cpu", "slots", err);
     b.slots = slots;
 
     char threads[32] = "OpenBLAS default";

@@ -46,6 +46,7 @@
 #include "llama3_8b.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "slot_plan.h"
 #include "bench_util.h"
 #include "kernel_trace.h"
 
@@ -215,7 +216,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     t0 = bench_now();
-    ls_lora_pool_config_t pc = {32, RANK, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = 32, .max_lora_rank = RANK};
     b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
     if (!b.pool)
         bench_die("bench_decode_cuda", "pool", err);
@@ -242,7 +243,7 @@ int main(int argc, char **argv) {
         if (!ad)
             bench_die("bench_decode_cuda", name, err);
         adapter_elems = ls_adapter_bytes(ad) / sizeof(float);
-        if (ls_lora_pool_add_adapter(b.pool, ids[a], &ad, false, err, sizeof err) != 0)
+        if (ls_lora_pool_add_adapter(b.pool, ids[a], &ad, err, sizeof err) != 0)
             bench_die("bench_decode_cuda", ids[a], err);
     }
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
@@ -258,14 +259,17 @@ int main(int argc, char **argv) {
         base[s] = LS_LORA_SLOT_BASE;
         seq_ids[s] = ids[s % 8];
     }
-    if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s8, err, sizeof err) != 0)
-        bench_die("bench_decode_cuda", "prepare 8", err);
+    // one plan for both batches, so the 32-adapter one keeps ids 0..7 where the 8-adapter one put them
+    slot_plan_t *plan = slot_plan_new(b.pool, LORA_EVICT_LRU);
+    if (!plan || slot_plan_map(plan, seq_ids, N_SEQS, s8, err, sizeof err) != 0)
+        bench_die("bench_decode_cuda", "slots for 8", plan ? err : "out of memory");
     double t_base = s_decode(&b, base, NULL, "base");
     double t8 = s_decode(&b, s8, NULL, "8 distinct");
     for (int s = 0; s < N_SEQS; s++)
         seq_ids[s] = ids[s % 32];
-    if (ls_lora_pool_prepare(b.pool, seq_ids, N_SEQS, s32, err, sizeof err) != 0)
-        bench_die("bench_decode_cuda", "prepare 32", err);
+    if (slot_plan_map(plan, seq_ids, N_SEQS, s32, err, sizeof err) != 0)
+        bench_die("bench_decode_cuda", "slots for 32", err);
+    slot_plan_destroy(&plan);
     double t32 = s_decode(&b, s32, NULL, "32 distinct");
     double t_base2 = s_decode(&b, base, NULL, "base again"); // again, for the spread
     double first_g = b.first; // each s_decode has a new KV cache: a new graph
@@ -283,7 +287,7 @@ int main(int argc, char **argv) {
     ls_backend_cuda_set_graphs(be, 1);
 
     // slot loads: ids 30 and 31 take turns in id31's slot, which the 8-adapter step (ids
-    // 0..7, their slots unchanged by the 32-adapter prepare) does not read
+    // 0..7, their slots unchanged by the 32-adapter batch) does not read
     s_upload_t up = {ls_lora_pool_slot_of(b.pool, ids[31]), {ids[30], ids[31]}, 0};
     double slot_bytes = adapter_elems * (double)slot_elem, tl[8];
     for (int i = 0; i < 8; i++) {

@@ -30,6 +30,7 @@
 #include "lora_pool.h"
 #include "ls_actor.h"
 #include "ls_flags.h"
+#include "ls_limits.h"
 #include "ls_msg.h"
 #include "model.h"
 #include "peft.h"
@@ -197,7 +198,7 @@ static int s_load_adapters(void) {
         snprintf(path, sizeof path, "%s/%s", s_d.adapter_dir ? s_d.adapter_dir : ".", name);
         s_d.adapter_ids[a] = strdup(name);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, s_d.max_rank, err, sizeof err);
-        if (!ad || ls_lora_pool_add_adapter(s_d.pool, name, &ad, false, err, sizeof err) < 0) {
+        if (!ad || ls_lora_pool_add_adapter(s_d.pool, name, &ad, err, sizeof err) < 0) {
             fprintf(stderr, "adapter %s: %s\n", path, err);
             ls_adapter_destroy(&ad);
             return -1;
@@ -262,14 +263,16 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("num-adapters", &s_d.num_adapters, "0", "adapters the distribution draws from"),
         LS_FLAG_STR("adapter-prefix", &s_d.prefix, "lora", "adapter names PREFIX-0 .. PREFIX-(N-1)"),
         LS_FLAG_STR("lora-dir", &s_d.adapter_dir, NULL, "directory holding the adapters"),
-        LS_FLAG_INT("max-loras-per-batch", &s_d.slots, "8", "adapter slots"),
+        LS_FLAG_INT("max-loras-per-batch", &s_d.slots, LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH), "adapter slots"),
         LS_FLAG_INT("max-lora-rank", &s_d.max_rank, "64", "largest adapter rank"),
         LS_FLAG_INT("max-cpu-lora-mb", &s_d.cpu_lora_mb, "0", "CPU tier (0: the worker's default)"),
         LS_FLAG_INT("kv-cache-mb", &s_d.kv_cache_mb, "256", "KV cache"),
         LS_FLAG_INT("block-size", &s_d.block_size, "16", "tokens per KV block"),
-        LS_FLAG_INT("max-num-batched-tokens", &s_d.max_batched, "2048", "token budget of one step"),
+        LS_FLAG_INT("max-num-batched-tokens", &s_d.max_batched, LS_LIMITS_STR(LS_DEFAULT_MAX_NUM_BATCHED_TOKENS),
+                    "token budget of one step"),
         LS_FLAG_INT("chunked-prefill-size", &s_d.chunk, "512", "prompt tokens of one request per step"),
-        LS_FLAG_INT("max-running-requests", &s_d.max_running, "256", "requests decoded at once"),
+        LS_FLAG_INT("max-running-requests", &s_d.max_running, LS_LIMITS_STR(LS_DEFAULT_MAX_RUNNING_REQUESTS),
+                    "requests decoded at once"),
         LS_FLAG_STR("output-file", &s_d.output_file, NULL, "append the results as one JSON line"),
         LS_FLAG_BOOL("no-graphs", &s_d.no_graphs, "run every step with plain launches (no CUDA graphs)"),
         LS_FLAG_STR("trace", &s_d.trace, NULL, "CSV of every kernel of the measured steps (CUDA; kernel_trace.h)"),

@@ -28,6 +28,7 @@
 #include "llama3_8b.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "slot_plan.h"
 #include "bench_util.h"
 
 #define N_SEQS 64
@@ -118,7 +119,7 @@ static void *s_rank(void *arg) {
         snprintf(names[k], sizeof names[k], "id%d", k);
         snprintf(path, sizeof path, "%s/adapter", g->adapter_dir);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, RANK, err, errlen);
-        if (!ad || ls_lora_pool_add_adapter(pool, names[k], &ad, false, err, errlen) != 0) {
+        if (!ad || ls_lora_pool_add_adapter(pool, names[k], &ad, err, errlen) != 0) {
             ls_adapter_destroy(&ad);
             goto out;
         }
@@ -128,7 +129,7 @@ static void *s_rank(void *arg) {
         base[s] = LS_LORA_SLOT_BASE;
         ids[s] = names[s % N_ADAPTERS];
     }
-    if (ls_lora_pool_prepare(pool, ids, N_SEQS, lora, err, errlen) != 0)
+    if (slot_plan_map_once(pool, ids, N_SEQS, lora, err, errlen) != 0)
         goto out;
     int per_seq = (g->ctx + WARM + g->steps + BS) / BS;
     if (per_seq > 64) {

@@ -6,7 +6,8 @@
 #define LS_LIMITS_STR(x) LS_LIMITS_STR_(x)  // a limit as the string a flag's default is
 
 // Adapter slots (distinct adapters in one step) when --max-loras-per-batch is not given: the
-// worker and the registry take the flag, the launcher passes it to both.
+// worker and the registry take the flag, the launcher passes it to both (bench_serve_engine,
+// the scheduler and worker in one process, takes it too).
 #define LS_DEFAULT_MAX_LORAS_PER_BATCH 8
 
 // A step's bounds when --max-running-requests / --max-num-batched-tokens are not given: the
@@ -16,8 +17,9 @@
 #define LS_DEFAULT_MAX_NUM_BATCHED_TOKENS 2048
 
 // The most adapters that may be pinned among `slots` adapter slots: one slot always stays for
-// unpinned adapters. The registry refuses a pin past it; the scheduler and the worker's pool
-// check it again against what they hold.
+// unpinned adapters. The registry refuses a pin past it (against its --max-loras-per-batch);
+// the scheduler, which alone keeps pinned adapters in their slots, refuses it again against
+// the slots the workers reported. The workers' pools know nothing of pinning.
 static inline int ls_pinned_max(int slots) {
     return slots - 1;
 }

@@ -13,9 +13,7 @@
     refer to them; an open-addressing hash maps ids to entries, since a worker looks up
     every item of every step and may hold thousands of adapters.
 
-    Time is a tick counter bumped by every add and prepare: LRU compares the tick of last
-    use, FIFO the tick of loading (into the slot). Pages go back only after every upload in
-    flight (one of them may read them).
+    Pages go back only after every upload in flight (one of them may read them).
 */
 #include "lora_pool.h"
 
@@ -28,7 +26,6 @@
 #include <unistd.h>
 
 #include "ls_err.h"
-#include "ls_limits.h"
 #include "ls_par.h"
 
 // Which targets each group stacks, as slices in this order.
@@ -62,15 +59,8 @@ struct ls_lora_image {
 typedef struct {
     char *id;              // NULL: free entry
     ls_lora_image_t *img;
-    bool pinned;
     int slot;              // -1 when not resident
-    uint64_t used;         // tick
 } s_entry_t;
-
-typedef struct {
-    int entry;             // -1: free
-    uint64_t loaded, used; // ticks
-} s_slot_t;
 
 // The part of a target's (out, in) weight the pool's shard holds (ls_tp_target_window).
 typedef struct {
@@ -104,13 +94,9 @@ struct ls_lora_pool {
     int cap_entries, n_live;
     int *hash;                              // (hash_cap) entry index, -1 empty, -2 deleted
     int hash_cap, hash_used;                // used: live + deleted
-    s_slot_t *slots;                        // (n_slots)
+    int *slot_entry;                        // (n_slots) the entry each slot holds, -1: empty
     int32_t *ranks;                         // (n_slots)
     float *scalings;                        // (n_slots)
-    int *cur;                               // entries of the batch last prepared
-    int n_cur;
-    int *next;                              // scratch for the batch being prepared
-    uint64_t tick;
     ls_lora_pool_stats_t stats;
 };
 
@@ -129,13 +115,6 @@ static unsigned s_group_mask(int g) {
     for (int k = 0; k < s_group_def[g].n; k++)
         m |= 1u << s_group_def[g].t[k];
     return m;
-}
-
-static bool s_in(const int *list, int n, int x) {
-    for (int i = 0; i < n; i++)
-        if (list[i] == x)
-            return true;
-    return false;
 }
 
 // Element counts of group g's regions in an image of rank r.
@@ -490,18 +469,15 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     }
     self->n_slots = pc->max_loras_per_batch + 1;
     int n_slots = self->n_slots, L = cfg->num_hidden_layers;
-    self->slots = calloc((size_t)n_slots, sizeof *self->slots);
+    self->slot_entry = calloc((size_t)n_slots, sizeof *self->slot_entry);
     self->ranks = calloc((size_t)n_slots, sizeof *self->ranks);
     self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
-    self->cur = calloc((size_t)n_slots, sizeof *self->cur);
-    self->next = calloc((size_t)n_slots, sizeof *self->next);
     self->events = calloc((size_t)n_slots, sizeof *self->events);
-    bool ok = self->slots && self->ranks && self->scalings && self->cur && self->next &&
-              self->events && s_hash_rebuild(self) == 0;
+    bool ok = self->slot_entry && self->ranks && self->scalings && self->events && s_hash_rebuild(self) == 0;
     for (int w = 0; ok && w < n_slots; w++)
         ok = (self->events[w] = be->event_new(be)) != NULL;
     for (int w = 0; ok && w < n_slots; w++)
-        self->slots[w].entry = -1;
+        self->slot_entry[w] = -1;
 
     for (int g = 0; ok && g < LS_LORA_GROUP_COUNT; g++) {
         ls_lora_group_shape_t *s = &self->shape[g];
@@ -607,11 +583,9 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
     free(self->spans);
     free(self->entries);
     free(self->hash);
-    free(self->slots);
+    free(self->slot_entry);
     free(self->ranks);
     free(self->scalings);
-    free(self->cur);
-    free(self->next);
     for (int w = 0; self->events && w < self->n_slots; w++)
         if (self->events[w])
             self->be->event_free(self->be, self->events[w]);
@@ -640,28 +614,24 @@ int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id) {
 }
 
 static void s_slot_free(ls_lora_pool_t *self, int w) {
-    int e = self->slots[w].entry;
+    int e = self->slot_entry[w];
     if (e >= 0)
         self->entries[e].slot = -1;
-    self->slots[w].entry = -1;
+    self->slot_entry[w] = -1;
     self->ranks[w] = 0;
     self->scalings[w] = 0.0f;
 }
 
-// Drops entry e from the host tier (and its slot) and from the batch last prepared.
+// Drops entry e from the host tier and its slot.
 static void s_entry_drop(ls_lora_pool_t *self, int e) {
     if (self->entries[e].slot >= 0)
         s_slot_free(self, self->entries[e].slot);
-    for (int i = 0; i < self->n_cur; i++)
-        if (self->cur[i] == e)
-            self->cur[i--] = self->cur[--self->n_cur];
     s_hash_del(self, e);
     self->n_live--;
     s_entry_clear(self, &self->entries[e]);
 }
 
-int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, bool pinned,
-                     char *err, size_t errlen) {
+int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, char *err, size_t errlen) {
     assert(image && *image);
     if (!id || !*id) {
         ls_err_set(err, errlen, "LoRA pool: empty adapter id");
@@ -671,19 +641,10 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **ima
         ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is already loaded", id);
         return -1;
     }
-    int n_pinned = 0, free_e = -1;
-    for (int i = 0; i < self->cap_entries; i++) {
-        n_pinned += self->entries[i].id && self->entries[i].pinned;
-        if (!self->entries[i].id && free_e < 0)
+    int free_e = -1;
+    for (int i = 0; i < self->cap_entries && free_e < 0; i++)
+        if (!self->entries[i].id)
             free_e = i;
-    }
-    if (pinned && n_pinned >= ls_pinned_max(self->pc.max_loras_per_batch)) {
-        ls_err_set(err, errlen,
-                   "LoRA pool: cannot pin adapter \"%s\": at most %d adapters can be pinned "
-                   "(max_loras_per_batch - 1, so that one slot stays for unpinned ones)",
-                   id, ls_pinned_max(self->pc.max_loras_per_batch));
-        return -1;
-    }
     char *copy = strdup(id);
     if (free_e < 0 && copy) {
         int cap = self->cap_entries ? 2 * self->cap_entries : 16;
@@ -702,21 +663,20 @@ int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **ima
         ls_err_set(err, errlen, "LoRA pool: out of memory adding adapter \"%s\"", id);
         return -1;
     }
-    self->entries[free_e] = (s_entry_t){.id = copy, .img = *image, .pinned = pinned, .slot = -1,
-                                        .used = ++self->tick};
+    self->entries[free_e] = (s_entry_t){.id = copy, .img = *image, .slot = -1};
     *image = NULL;
     self->n_live++;
     s_hash_put(self, free_e);
     return 0;
 }
 
-int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
-                             bool pinned, char *err, size_t errlen) {
+int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter, char *err,
+                             size_t errlen) {
     assert(adapter && *adapter);
     ls_lora_image_t *img = ls_lora_pool_image_new(self, *adapter, NULL, err, errlen);
     if (!img)
         return -1;
-    if (ls_lora_pool_add(self, id, &img, pinned, err, errlen) != 0) {
+    if (ls_lora_pool_add(self, id, &img, err, errlen) != 0) {
         ls_lora_pool_image_destroy(self, &img);
         return -1;
     }
@@ -739,27 +699,6 @@ void ls_lora_pool_clear(ls_lora_pool_t *self) {
     for (int e = 0; e < self->cap_entries; e++)
         if (self->entries[e].id)
             s_entry_drop(self, e);
-}
-
-// A slot for a missing adapter of the batch being prepared (entries next[0..n_next)): a
-// free one, else the LRU/FIFO victim among slots whose adapter is neither pinned nor in the
-// batch. -1 when none.
-static int s_slot_pick(const ls_lora_pool_t *self, int n_next) {
-    int best = -1;
-    uint64_t best_key = 0;
-    for (int w = 1; w < self->n_slots; w++) {
-        const s_slot_t *s = &self->slots[w];
-        if (s->entry < 0)
-            return w;
-        if (self->entries[s->entry].pinned || s_in(self->next, n_next, s->entry))
-            continue;
-        uint64_t key = self->pc.eviction == LS_LORA_EVICT_LRU ? s->used : s->loaded;
-        if (best < 0 || key < best_key) {
-            best = w;
-            best_key = key;
-        }
-    }
-    return best;
 }
 
 // The page pieces of the image's bytes [off, off + n) into self->spans; their count.
@@ -809,9 +748,9 @@ static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
 
 // Starts loading entry e into slot w, evicting whatever w held. -1 + err when the upload fails (w is
 // then left empty).
-static int s_slot_load(ls_lora_pool_t *self, int w, int e, uint64_t tick, char *err, size_t errlen) {
+static int s_slot_load(ls_lora_pool_t *self, int w, int e, char *err, size_t errlen) {
     s_entry_t *entry = &self->entries[e];
-    if (self->slots[w].entry >= 0) {
+    if (self->slot_entry[w] >= 0) {
         s_slot_free(self, w);
         self->stats.slot_evictions++;
     }
@@ -822,7 +761,7 @@ static int s_slot_load(ls_lora_pool_t *self, int w, int e, uint64_t tick, char *
                    entry->id, w, self->be->name);
         return -1;
     }
-    self->slots[w] = (s_slot_t){.entry = e, .loaded = tick};
+    self->slot_entry[w] = e;
     self->ranks[w] = entry->img->rank;
     self->scalings[w] = entry->img->scaling;
     entry->slot = w;
@@ -840,89 +779,11 @@ int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *er
         ls_err_set(err, errlen, "LoRA pool: slot %d is not an adapter slot (1..%d)", slot, self->n_slots - 1);
         return -1;
     }
-    uint64_t tick = ++self->tick;
     if (self->entries[e].slot == slot) {
         self->stats.hits++;
-    } else {
-        int held = self->slots[slot].entry;
-        if (held >= 0 && self->entries[held].pinned) {
-            ls_err_set(err, errlen, "LoRA pool: slot %d holds pinned adapter \"%s\"", slot,
-                       self->entries[held].id);
-            return -1;
-        }
-        if (s_slot_load(self, slot, e, tick, err, errlen) != 0)
-            return -1;
+        return 0;
     }
-    self->entries[e].used = tick;
-    self->slots[slot].used = tick;
-    return 0;
-}
-
-int ls_lora_pool_prepare(ls_lora_pool_t *self, const char *const *ids, int n,
-                         int32_t *slots, char *err, size_t errlen) {
-    int max = self->pc.max_loras_per_batch, n_next = 0;
-    // pass 1: entry of each id into slots[i] (-1: base), distinct entries into next
-    for (int i = 0; i < n; i++) {
-        slots[i] = -1;
-        if (!ids[i] || !*ids[i])
-            continue;
-        for (int j = 0; j < n_next && slots[i] < 0; j++)
-            if (strcmp(self->entries[self->next[j]].id, ids[i]) == 0)
-                slots[i] = self->next[j];
-        if (slots[i] >= 0)
-            continue;
-        int e = s_find(self, ids[i]);
-        if (e < 0) {
-            ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is not loaded", ids[i]);
-            return -1;
-        }
-        if (n_next == max) {
-            ls_err_set(err, errlen,
-                       "LoRA pool: the batch uses more than max_loras_per_batch (%d) distinct "
-                       "adapters", max);
-            return -1;
-        }
-        self->next[n_next++] = e;
-        slots[i] = e;
-    }
-    // pass 2: enough slots free or evictable for the missing ones?
-    int missing = 0, available = 0, held = 0;
-    for (int j = 0; j < n_next; j++)
-        missing += self->entries[self->next[j]].slot < 0;
-    for (int w = 1; w < self->n_slots; w++) {
-        int e = self->slots[w].entry;
-        if (e < 0 || (!self->entries[e].pinned && !s_in(self->next, n_next, e)))
-            available++;
-        else if (self->entries[e].pinned && !s_in(self->next, n_next, e))
-            held++;
-    }
-    if (missing > available) {
-        ls_err_set(err, errlen,
-                   "LoRA pool: the batch needs %d more adapter slots but only %d can be freed "
-                   "(%d slots, %d held by pinned adapters outside the batch)",
-                   missing, available, max, held);
-        return -1;
-    }
-    // pass 3: load the missing ones, stamp the batch's use
-    uint64_t tick = ++self->tick;
-    for (int j = 0; j < n_next; j++) {
-        s_entry_t *e = &self->entries[self->next[j]];
-        if (e->slot >= 0) {
-            self->stats.hits++;
-        } else {
-            int w = s_slot_pick(self, n_next);
-            assert(w > 0); // pass 2 counted it
-            if (s_slot_load(self, w, self->next[j], tick, err, errlen) != 0)
-                return -1;
-        }
-        e->used = tick;
-        self->slots[e->slot].used = tick;
-    }
-    for (int i = 0; i < n; i++)
-        slots[i] = slots[i] < 0 ? LS_LORA_SLOT_BASE : self->entries[slots[i]].slot;
-    memcpy(self->cur, self->next, (size_t)n_next * sizeof *self->cur);
-    self->n_cur = n_next;
-    return 0;
+    return s_slot_load(self, slot, e, err, errlen);
 }
 
 void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *lora) {

@@ -14,19 +14,20 @@
       an image that does not fit is refused;
     - the slot pool holds max_loras_per_batch adapters on the backend, plus slot 0
       (LS_LORA_SLOT_BASE), the base-model sentinel: rank 0, so the LoRA kernels do no work
-      for its tokens. Slots are padded to max_lora_rank (the kernels' layout below);
-      ls_lora_pool_assign puts an adapter in the slot the caller chose, and
-      ls_lora_pool_prepare (engine tests and benchmarks, which have no scheduler) maps a
-      batch's adapter ids to slots itself, evicting LRU or FIFO, never an adapter of the
-      batch or a pinned one. At most max_loras_per_batch − 1 adapters may be pinned, so one
-      slot always stays available to unpinned adapters.
+      for its tokens. Slots are padded to max_lora_rank (the kernels' layout below). The
+      pool chooses no slot and no victim: the scheduler decides which adapter goes in which
+      slot and which one leaves (actors/scheduler/lora.h), and ls_lora_pool_assign loads an
+      adapter into the slot it names, replacing what was there. Engine tests and benchmarks,
+      which run no scheduler, place their batches with the scheduler's own policy code
+      (tests/engine/slot_plan.h). Pinning is the scheduler's too: it never names a pinned
+      adapter's slot for another adapter, so the pool has no notion of it.
 
     Images are built off the caller's loop: ls_lora_pool_image_new may run on any thread
     (the worker's job thread) while the loop uses the pool; only it and image_destroy touch
     the arena's free list, under a lock.
 
-    Loads are asynchronous (backend.h, buffer_upload_async): assign and prepare start them on
-    the backend's upload stream and return; each slot has an event marking the end of its
+    Loads are asynchronous (backend.h, buffer_upload_async): assign starts them on the
+    backend's upload stream and returns; each slot has an event marking the end of its
     last load. ls_model_forward makes its step wait (on the device, ls_lora_pool_step_wait)
     for the slots the step reads only, so a load into another slot (PrefetchAdapter) overlaps
     the running step; a load into a slot that queued work still reads starts after that work.
@@ -80,11 +81,6 @@ typedef enum {
     LS_LORA_GROUP_COUNT,
 } ls_lora_group_t;
 
-typedef enum {
-    LS_LORA_EVICT_LRU = 0,
-    LS_LORA_EVICT_FIFO,
-} ls_lora_eviction_t;
-
 // Slot of the base model: rank 0, no LoRA work.
 #define LS_LORA_SLOT_BASE 0
 
@@ -93,12 +89,11 @@ typedef struct {
     int max_lora_rank;        // r_max of every slot, >= 1
     size_t host_bytes;        // host tier capacity (0: ls_lora_pool_host_bytes_default)
     unsigned target_mask;     // bits (1u << ls_target_t) of lora_target_modules; 0: all seven
-    ls_lora_eviction_t eviction;
     int tp_rank, tp_size;     // the shard the slots hold; tp_size 0 or 1: whole adapters
 } ls_lora_pool_config_t;
 
 typedef struct {
-    uint64_t hits;            // adapters of a prepared batch already in a slot
+    uint64_t hits;            // assigns of an adapter to the slot it is already in
     uint64_t cold_loads;      // adapters uploaded from the host tier into a slot
     uint64_t slot_evictions;  // slots taken from another adapter
     uint64_t upload_bytes;    // image bytes sent to slots
@@ -146,14 +141,12 @@ size_t ls_lora_image_bytes(const ls_lora_image_t *image);
 int ls_lora_image_rank(const ls_lora_image_t *image);
 
 // Adds an image to the host tier under id (copied); the pool takes it and clears *image.
-// Refused, with *image left to the caller: an empty or duplicate id, a pin past
-// max_loras_per_batch − 1.
-int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, bool pinned,
-                     char *err, size_t errlen);
+// Refused, with *image left to the caller: an empty or duplicate id.
+int ls_lora_pool_add(ls_lora_pool_t *self, const char *id, ls_lora_image_t **image, char *err, size_t errlen);
 // image_new then add, and the adapter destroyed (*adapter cleared) on success: for callers
 // that build on the loop (tests, benchmarks).
-int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter,
-                             bool pinned, char *err, size_t errlen);
+int ls_lora_pool_add_adapter(ls_lora_pool_t *self, const char *id, ls_adapter_t **adapter, char *err,
+                             size_t errlen);
 // Drops the adapter from both tiers (unload). The caller (the registry) has waited until no
 // request uses it. -1 + err for an unknown id.
 int ls_lora_pool_remove(ls_lora_pool_t *self, const char *id, char *err, size_t errlen);
@@ -164,20 +157,12 @@ void ls_lora_pool_clear(ls_lora_pool_t *self);
 // The rank and host bytes of adapter id's image; -1 when it is not in the tier.
 int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *rank, size_t *bytes);
 
-// Maps each of the batch's n adapter ids (NULL or "" = base model; repeats allowed) to a
-// slot, written to slots (n), loading missing adapters into slots first. Refused without
-// changing any slot: an id not in the CPU tier, more distinct adapters than
-// max_loras_per_batch, or not enough slots free or evictable (pinned adapters outside the
-// batch hold theirs). Loads are started, not finished (see the top). -1 + err also when an
-// upload cannot be started (that slot is left empty).
-int ls_lora_pool_prepare(ls_lora_pool_t *self, const char *const *ids, int n,
-                         int32_t *slots, char *err, size_t errlen);
-
-// Puts adapter id into slot (1 .. n_slots-1), evicting what the slot held: the form for a
-// caller that decides slots itself (the scheduler, through the worker). Refused: an id not in
-// the CPU tier, a slot out of range, a slot holding a pinned adapter. The load is started, not
-// finished (PrefetchAdapter: it runs while the current step does). -1 + err also when the
-// upload cannot be started (the slot is then empty).
+// Puts adapter id into slot (1 .. n_slots-1), evicting what the slot held, as the scheduler
+// decided (through the worker's StepItem or PrefetchAdapter). An adapter already there is a
+// hit; one in another slot moves (its old slot is left empty). Refused: an id not in the CPU
+// tier, a slot out of range. The load is started, not finished (PrefetchAdapter: it runs while
+// the current step does). -1 + err also when the upload cannot be started (the slot is then
+// empty).
 int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *err, size_t errlen);
 
 // The backend's next ops wait (on the device) for the loads into the slots of lora's
@@ -192,7 +177,7 @@ int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id);
 int ls_lora_pool_n_slots(const ls_lora_pool_t *self);  // max_loras_per_batch + 1
 int ls_lora_pool_r_max(const ls_lora_pool_t *self);
 // Per slot, for ls_lora_batch_t: ranks (n_slots) and scalings (n_slots); slot 0 and empty
-// slots have rank 0. Valid until the next prepare/add/remove.
+// slots have rank 0. Valid until the next assign/remove.
 const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self);
 const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self);
 

@@ -17,7 +17,7 @@
 
     The forward step. One call runs a batch of sequences; each brings the token ids it runs
     now (a prefill chunk on top of start_pos cached tokens, or one decode token), its block
-    table, its LoRA slot (from ls_lora_pool_prepare; LS_LORA_SLOT_BASE for the base model)
+    table, its LoRA slot (ls_lora_pool_assign's; LS_LORA_SLOT_BASE for the base model)
     and whether it wants the logits of its last token. Tokens are packed sequence after
     sequence in the order given; for LoRA they are grouped by slot with a permutation
     (ls_lora_batch_t.permutation), one segment per distinct adapter slot in slot order and
@@ -109,7 +109,7 @@ typedef struct {
     int start_pos;               // tokens of this sequence already in the KV cache
     const int32_t *block_table;  // (n_blocks) physical blocks covering start_pos + n_tokens
     int n_blocks;
-    int lora_slot;               // ls_lora_pool_prepare's slot, or LS_LORA_SLOT_BASE
+    int lora_slot;               // ls_lora_pool_assign's slot, or LS_LORA_SLOT_BASE
     bool want_logits;            // logits of the last token (a logit row of this step)
 } ls_model_seq_t;
 

@@ -116,7 +116,7 @@ static s_pass_t s_pass[] = {
     {"lora-paths", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "adapters loaded at start: name=path or name=path:pinned", NULL, {0}},
     {"lora-dirs", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "directories whose DIR/name adapters load on their first request", NULL, {0}},
     {"lora-roots", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "where client-given adapter paths may point (default: the --lora-dirs)", NULL, {0}},
-    {"lora-eviction-policy", 0, K_WORKER | K_SCHEDULER, "adapter slot victim: lru or fifo (default lru)", NULL, {0}},
+    {"lora-eviction-policy", 0, K_SCHEDULER, "adapter slot victim: lru or fifo (default lru)", NULL, {0}},
     {"max-num-batched-tokens", 0, K_SCHEDULER | K_WORKER,
      "token budget of one step; workers refuse bigger plans (default " LS_LIMITS_STR(LS_DEFAULT_MAX_NUM_BATCHED_TOKENS) ")",
      NULL, {0}},

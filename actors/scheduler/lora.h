@@ -1,6 +1,10 @@
 // lora — the scheduler's adapter table and its GPU slot table.
 //
-// The scheduler decides where adapters live; the workers do what it says. Two tiers:
+// The scheduler decides where adapters live; the workers do what it says. This table is the
+// one place slots and their victims are chosen: a worker's pool loads an adapter into the slot
+// it is told and chooses nothing, pinning included (engine/lora_pool.h). It needs no sockets
+// (library ls_sched_lora), so the engine tests and benchmarks, which run no scheduler, place
+// their batches with it too (tests/engine/slot_plan.h). Two tiers:
 //   CPU tier  every worker holds adapters in host memory (LoadAdapter with slot -1), as many as
 //             its bytes allow (each adapter's bytes follow its rank and targets), at most
 //             max_loaded_loras when that is set; `resident` says an adapter is there on every

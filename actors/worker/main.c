@@ -23,9 +23,10 @@
 // answers StepResult.
 //
 // Slots are the scheduler's decision: StepItem.adapter_slot s (-1 for the base model) is the
-// engine pool's slot s + 1 (engine slot 0 is the base-model sentinel). Per-request state is
-// the token history sampling penalties need (prompt and output ids); the scheduler frees it
-// through StepPlan.released.
+// engine pool's slot s + 1 (engine slot 0 is the base-model sentinel). Pinning is too: the
+// scheduler never names a pinned adapter's slot for another, so LoadAdapter.pinned is not
+// used here. Per-request state is the token history sampling penalties need (prompt and
+// output ids); the scheduler frees it through StepPlan.released.
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,7 +52,6 @@ typedef struct {
     char *model_path;
     char *load_format;  // auto (the checkpoint) or dummy (random weights of its config.json)
     char *backend_name;
-    char *eviction;
     ls_strlist_t target_modules;
     ls_strlist_t lora_roots, lora_dirs, lora_paths;
     ls_confine_t *confine;  // where adapter paths may point: checked here, whatever the scheduler says
@@ -155,7 +155,6 @@ static int s_load_engine(ls_actor_t *a) {
                                 .max_lora_rank = s_w.max_lora_rank,
                                 .host_bytes = (size_t)s_w.max_cpu_lora_mb << 20,
                                 .target_mask = s_w.target_mask,
-                                .eviction = strcmp(s_w.eviction, "fifo") ? LS_LORA_EVICT_LRU : LS_LORA_EVICT_FIFO,
                                 .tp_rank = s_w.rank,
                                 .tp_size = s_w.tp_size};
     if (!(s_w.pool = ls_lora_pool_new(s_w.be, cfg, &pc, err, sizeof err))) {
@@ -366,7 +365,7 @@ typedef struct {
     ls_route_t *route;
     uint64_t rid;
     char *name, *adapter_id, *path;
-    int pinned, slot;
+    int slot;
     ls_model_config_t cfg;
     int max_rank;
     ls_lora_pool_t *pool;
@@ -436,7 +435,7 @@ static void s_load_done(ls_actor_t *a, void *arg) {
         size_t bytes = ls_lora_image_bytes(l->image);
         ls_lora_image_t *img = l->image;
         l->image = NULL;  // the pool's once added; the failure path below gives it back
-        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &img, l->pinned, err, sizeof err) < 0 ||
+        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &img, err, sizeof err) < 0 ||
             (l->slot >= 0 && ls_lora_pool_assign(s_w.pool, l->adapter_id, l->slot + 1, err, sizeof err) < 0)) {
             ls_warn(l->rid, "adapter %s not added: %s", l->name, err);
             if (!img)  // added, then the assign failed: the pool owns the image
@@ -461,7 +460,6 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     l->name = ls_msg_strdup(req->name ? req->name : "");
     l->adapter_id = ls_msg_strdup(req->adapter_id ? req->adapter_id : "");
     l->path = ls_msg_strdup(req->path ? req->path : "");
-    l->pinned = req->pinned;
     l->slot = req->slot;
     l->cfg = *ls_model_config(s_w.model);
     l->max_rank = s_w.max_lora_rank;
@@ -589,7 +587,6 @@ int main(int argc, char **argv) {
         LS_FLAG_LIST("lora-roots", &s_w.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
         LS_FLAG_LIST("lora-dirs", &s_w.lora_dirs, "... or under one of these"),
         LS_FLAG_LIST("lora-paths", &s_w.lora_paths, "... or be one of these name=path[:pinned] directories"),
-        LS_FLAG_STR("lora-eviction-policy", &s_w.eviction, "lru", "lru or fifo (slots the scheduler does not direct)"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
         LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),
         LS_FLAG_INT("max-running-requests", &s_w.max_running, LS_LIMITS_STR(LS_DEFAULT_MAX_RUNNING_REQUESTS),

@@ -9,6 +9,7 @@
 
 #include "model.h"
 #include "peft.h"
+#include "slot_plan.h"
 #include "test_util.h"
 
 #define MAX_ROWS 16
@@ -93,13 +94,13 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, cons
     if (!(f->m = ls_model_load(path, be, NULL, NULL, NULL, err, errlen)))
         return -1;
     const ls_model_config_t *cfg = ls_model_config(f->m);
-    ls_lora_pool_config_t pc = {n_ads, max_rank, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = max_rank};
     if (!(f->pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
         return -1;
     for (const cJSON *a = jads->child; a; a = a->next) {
         snprintf(path, sizeof path, "%s/adapters/%s", root, a->string);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, max_rank, err, errlen);
-        int rc = ad ? ls_lora_pool_add_adapter(f->pool, a->string, &ad, false, err, errlen) : -1;
+        int rc = ad ? ls_lora_pool_add_adapter(f->pool, a->string, &ad, err, errlen) : -1;
         ls_adapter_destroy(&ad);
         if (rc < 0)
             return -1;
@@ -107,7 +108,7 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, cons
     const char *ids[MAX_ROWS];
     for (int i = 0; i < R; i++)
         ids[i] = rows[i].adapter;
-    if (ls_lora_pool_prepare(f->pool, ids, R, f->slots, err, errlen) != 0)
+    if (slot_plan_map_once(f->pool, ids, R, f->slots, err, errlen) != 0)
         return -1;
     int bpr = MAX_LEN / BS;
     if (!(f->kv = ls_kv_cache_new(f->m, (MAX_ROWS + MAX_LEN) * bpr, BS, err, errlen)))
@@ -319,8 +320,8 @@ static int s_demo_requests(cJSON *root, req_t *reqs, char *err, size_t errlen) {
 }
 
 // Greedy-decodes reqs[0..n) together; returns the number of mismatches, -1 on failure.
-static int s_demo_batch(ls_model_t *model, ls_kv_cache_t *kv, ls_lora_pool_t *pool, req_t *batch, int m, char *err,
-                        size_t errlen) {
+static int s_demo_batch(ls_model_t *model, ls_kv_cache_t *kv, ls_lora_pool_t *pool, slot_plan_t *plan, req_t *batch,
+                        int m, char *err, size_t errlen) {
     int V = ls_model_config(model)->vocab_size, next_block = 0, rc = -1;
     const char *ids[D_MAX_REQS];
     int32_t slots[D_MAX_REQS];
@@ -335,7 +336,7 @@ static int s_demo_batch(ls_model_t *model, ls_kv_cache_t *kv, ls_lora_pool_t *po
         snprintf(err, errlen, "the demo batch needs %d KV blocks", next_block);
         return -1;
     }
-    if (ls_lora_pool_prepare(pool, ids, m, slots, err, errlen) < 0)
+    if (slot_plan_map(plan, ids, m, slots, err, errlen) < 0)
         return -1;
     ls_model_seq_t *seqs = calloc((size_t)m, sizeof *seqs);
     float *logits = malloc(sizeof(float) * (size_t)m * V);
@@ -394,6 +395,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     ls_model_t *model = NULL;
     ls_kv_cache_t *kv = NULL;
     ls_lora_pool_t *pool = NULL;
+    slot_plan_t *plan = NULL;
     int rc = -1, n = s_demo_requests(root, reqs, err, errlen);
     if (n < 5 * 32)
         goto done;
@@ -403,12 +405,16 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_slots, .max_lora_rank = 16};
     if (!(pool = ls_lora_pool_new(be, ls_model_config(model), &pc, err, errlen)))
         goto done;
+    if (!(plan = slot_plan_new(pool, LORA_EVICT_LRU))) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
     // eval.json names each adapter by its directory under examples/demo: that is its id here
     const char *names[] = {"adapters/reverse", "adapters/upper", "adapters/sort", "adapters/digits"};
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", demo_dir, names[i]);
         ls_adapter_t *a = ls_adapter_load(path, ls_model_config(model), 16, err, errlen);
-        int added = a ? ls_lora_pool_add_adapter(pool, names[i], &a, false, err, errlen) : -1;
+        int added = a ? ls_lora_pool_add_adapter(pool, names[i], &a, err, errlen) : -1;
         ls_adapter_destroy(&a);
         if (added < 0)
             goto done;
@@ -433,7 +439,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     }
     for (int start = 0; start < k; start += per_batch) {
         int m = k - start < per_batch ? k - start : per_batch;
-        int bad = s_demo_batch(model, kv, pool, order + start, m, err, errlen);
+        int bad = s_demo_batch(model, kv, pool, plan, order + start, m, err, errlen);
         if (bad < 0)
             goto done;
         out->mismatches += bad;
@@ -442,6 +448,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     out->pool = ls_lora_pool_stats(pool);
     rc = 0;
 done:
+    slot_plan_destroy(&plan);
     ls_lora_pool_destroy(&pool);
     ls_kv_cache_destroy(&kv);
     ls_model_destroy(&model);

@@ -1,9 +1,13 @@
-// The LoRA slot pool's rules: slot mapping of a batch, LRU vs FIFO victims, pinned and
-// in-batch adapters never evicted, the pin limit, batches with too many adapters, the host
-// tier's byte capacity (rank-proportional images, refused when full, pages given back),
-// images built on another thread, refusals on add, and the exact slot layout (zero padding
-// of rank_pattern modules and of the rank up to r_max, per-module scalings folded into B,
-// uniform ones kept per slot), also for images spanning many pages.
+// The LoRA slot pool's rules: adapters loaded into the slots they are assigned (hits, loads,
+// evictions counted), moved and evicted only when told, removal from both tiers, the host
+// tier's byte capacity (rank-proportional images, refused when full, pages
+// given back), images built on another thread, refusals on add and assign, and the exact slot
+// layout (zero padding of rank_pattern modules and of the rank up to r_max, per-module
+// scalings folded into B, uniform ones kept per slot), also for images spanning many pages.
+// And the slot plan (slot_plan.h) the engine tests and benchmarks use in place of a scheduler:
+// a batch's rows mapped to slots, its victims reaching the pool, its refusals. The victim
+// policies themselves (LRU, FIFO, pinned and in-batch slots kept) are the scheduler's, tested
+// in tests/scheduler (slot_victims).
 #include "random_model.h"
 
 #include <pthread.h>
@@ -18,6 +22,7 @@
 
 #include "backend.h"
 #include "lora_pool.h"
+#include "slot_plan.h"
 
 static char err[1024];
 
@@ -91,52 +96,43 @@ static ls_adapter_t *load(ctx_t *c, int a) {
 }
 
 // host: the host tier's bytes (0: the default)
-static void new_pool(ctx_t *c, int slots, size_t host, int r_max, ls_lora_eviction_t ev,
-                     unsigned mask) {
-    ls_lora_pool_config_t pc = {slots, r_max, host, mask, ev, 0, 1};
+static void new_pool(ctx_t *c, int slots, size_t host, int r_max, unsigned mask) {
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = r_max, .host_bytes = host,
+                                .target_mask = mask};
     c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, err, sizeof err);
     if (!c->pool)
         fail_msg("pool: %s", err);
 }
 
 // Adds adapter file a under id; returns add's result (0 / -1 with err).
-static int add(ctx_t *c, const char *id, int a, bool pinned) {
+static int add(ctx_t *c, const char *id, int a) {
     ls_adapter_t *ad = load(c, a);
-    int rc = ls_lora_pool_add_adapter(c->pool, id, &ad, pinned, err, sizeof err);
+    int rc = ls_lora_pool_add_adapter(c->pool, id, &ad, err, sizeof err);
     assert_true(rc == 0 ? ad == NULL : ad != NULL); // ownership moves only on success
     ls_adapter_destroy(&ad);
     return rc;
 }
 
-// prepare on a list of ids terminated by a "." sentinel (NULL entries are base requests).
-static int prepare(ctx_t *c, int32_t *slots, const char *const *ids) {
-    int n = 0;
-    while (!ids[n] || strcmp(ids[n], ".") != 0)
-        n++;
-    return ls_lora_pool_prepare(c->pool, ids, n, slots, err, sizeof err);
-}
-#define PREP(c, slots, ...) prepare((c), (slots), (const char *const[]){__VA_ARGS__, "."})
-
-static void test_prepare_maps_slots(void **state) {
+// Each adapter in the slot it is assigned; assigning it there again is a hit, not a load.
+static void test_assign_fills_slots(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 2, 0, 16, 0);
     assert_int_equal(ls_lora_pool_n_slots(c->pool), 3);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_Q8, false), 0);
-    int32_t s[4];
-    assert_int_equal(PREP(c, s, "a", NULL, "a", "b"), 0);
-    assert_int_equal(s[1], LS_LORA_SLOT_BASE);
-    assert_int_equal(s[0], s[2]);
-    assert_true(s[0] > 0 && s[3] > 0 && s[0] != s[3]);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_Q8), 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);  // in the host tier only
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 1, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 2, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 1);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), 2);
     const int32_t *ranks = ls_lora_pool_slot_ranks(c->pool);
     const float *sc = ls_lora_pool_slot_scalings(c->pool);
-    assert_int_equal(ranks[0], 0);
-    assert_int_equal(ranks[s[0]], 4);
-    assert_int_equal(ranks[s[3]], 8);
-    assert_float_equal(sc[s[0]], 2.0f, 0);  // 8 / 4
-    assert_float_equal(sc[s[3]], 0.5f, 0);  // 4 / 8
-    assert_int_equal(PREP(c, s, "b", ""), 0); // "" is the base model too
-    assert_int_equal(s[1], LS_LORA_SLOT_BASE);
+    assert_int_equal(ranks[LS_LORA_SLOT_BASE], 0);
+    assert_int_equal(ranks[1], 4);
+    assert_int_equal(ranks[2], 8);
+    assert_float_equal(sc[1], 2.0f, 0);  // 8 / 4
+    assert_float_equal(sc[2], 0.5f, 0);  // 4 / 8
+    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 2, err, sizeof err), 0);
     ls_lora_pool_stats_t st = ls_lora_pool_stats(c->pool);
     assert_int_equal(st.cold_loads, 2);
     assert_int_equal(st.hits, 1);
@@ -146,104 +142,76 @@ static void test_prepare_maps_slots(void **state) {
         assert_true(ls_lora_pool_has_group(c->pool, g));
 }
 
-// slots 2; a then b loaded; a used again. LRU evicts b (least recently used), FIFO evicts a
-// (first loaded).
-static void test_lru_vs_fifo(void **state) {
+// remove drops an adapter from both tiers; unknown ids are refused.
+static void test_remove(void **state) {
     ctx_t *c = *state;
-    for (int ev = 0; ev < 2; ev++) {
-        new_pool(c, 2, 0, 16, ev, 0);
-        assert_int_equal(add(c, "a", AD_R4, false), 0);
-        assert_int_equal(add(c, "b", AD_R4, false), 0);
-        assert_int_equal(add(c, "c", AD_R4, false), 0);
-        int32_t s[1];
-        assert_int_equal(PREP(c, s, "a"), 0);
-        assert_int_equal(PREP(c, s, "b"), 0);
-        assert_int_equal(PREP(c, s, "a"), 0);
-        int slot_a = ls_lora_pool_slot_of(c->pool, "a"), slot_b = ls_lora_pool_slot_of(c->pool, "b");
-        assert_int_equal(PREP(c, s, "c"), 0);
-        if (ev == LS_LORA_EVICT_LRU) {
-            assert_int_equal(s[0], slot_b);
-            assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
-            assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), slot_a);
-        } else {
-            assert_int_equal(s[0], slot_a);
-            assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);
-            assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), slot_b);
-        }
-        assert_int_equal(ls_lora_pool_stats(c->pool).slot_evictions, 1);
-        ls_lora_pool_destroy(&c->pool);
-    }
-}
-
-// FIFO would pick a (loaded first), but a is in the batch: b goes.
-static void test_in_batch_never_evicted(void **state) {
-    ctx_t *c = *state;
-    new_pool(c, 2, 0, 16, LS_LORA_EVICT_FIFO, 0);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_R4, false), 0);
-    assert_int_equal(add(c, "c", AD_R4, false), 0);
-    int32_t s[2];
-    assert_int_equal(PREP(c, s, "a"), 0);
-    assert_int_equal(PREP(c, s, "b"), 0);
-    int slot_b = ls_lora_pool_slot_of(c->pool, "b");
-    assert_int_equal(PREP(c, s, "a", "c"), 0);
-    assert_int_equal(s[1], slot_b);
-    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
-}
-
-static void test_pinned(void **state) {
-    ctx_t *c = *state;
-    new_pool(c, 3, 0, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "p1", AD_R4, true), 0);
-    assert_int_equal(add(c, "p2", AD_Q8, true), 0);
-    assert_int_equal(add(c, "p3", AD_R4, true), -1); // at most slots - 1 = 2 pinned
-    assert_contains(err, "at most 2 adapters can be pinned");
-    assert_false(ls_lora_pool_contains(c->pool, "p3"));
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_R4, false), 0);
-    int32_t s[2];
-    assert_int_equal(PREP(c, s, "p1"), 0);
-    assert_int_equal(PREP(c, s, "p2"), 0);
-    assert_int_equal(PREP(c, s, "a"), 0);
-    int slot_a = s[0], slot_p1 = ls_lora_pool_slot_of(c->pool, "p1");
-    // p1 and p2 are least recently used, but pinned: a is the victim
-    assert_int_equal(PREP(c, s, "b"), 0);
-    assert_int_equal(s[0], slot_a);
-    assert_int_equal(ls_lora_pool_slot_of(c->pool, "p1"), slot_p1);
-    assert_true(ls_lora_pool_slot_of(c->pool, "p2") > 0);
-    // a and b together need two slots; the pinned ones hold the other two: refused, and
-    // nothing moved
-    assert_int_equal(PREP(c, s, "a", "b"), -1);
-    print_message("refused: %s\n", err);
-    assert_contains(err, "needs 1 more adapter slots but only 0 can be freed");
-    assert_contains(err, "2 held by pinned adapters outside the batch");
-    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), slot_a);
-    // with a pinned one in the batch it fits
-    assert_int_equal(PREP(c, s, "p1", "a"), 0);
-}
-
-static void test_too_many_and_unknown(void **state) {
-    ctx_t *c = *state;
-    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_R4, false), 0);
-    assert_int_equal(add(c, "c", AD_R4, false), 0);
-    int32_t s[5];
-    assert_int_equal(PREP(c, s, "a", "b", NULL, "a", "c"), -1);
-    print_message("refused: %s\n", err);
-    assert_contains(err, "more than max_loras_per_batch (2)");
-    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1); // nothing loaded
-    assert_int_equal(PREP(c, s, "a", "nope"), -1);
-    print_message("refused: %s\n", err);
-    assert_contains(err, "adapter \"nope\" is not loaded");
+    new_pool(c, 2, 0, 16, 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "nope", err, sizeof err), -1);
     assert_contains(err, "\"nope\" is not loaded");
-    // remove drops it from both tiers
-    assert_int_equal(PREP(c, s, "a"), 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "a", err, sizeof err), 0);
     assert_false(ls_lora_pool_contains(c->pool, "a"));
-    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[s[0]], 0);
-    assert_int_equal(PREP(c, s, "a"), -1);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), -1);
+    assert_contains(err, "\"a\" is not loaded");
+}
+
+// on a list of ids terminated by a "." sentinel (NULL entries are base requests)
+static int plan_map(slot_plan_t *p, int32_t *slots, const char *const *ids) {
+    int n = 0;
+    while (!ids[n] || strcmp(ids[n], ".") != 0)
+        n++;
+    return slot_plan_map(p, ids, n, slots, err, sizeof err);
+}
+#define MAP(p, slots, ...) plan_map((p), (slots), (const char *const[]){__VA_ARGS__, "."})
+
+// The slot plan: rows of one adapter share its slot, base rows get the sentinel, the
+// scheduler's victim (LRU here) is what the pool evicts, and a batch it cannot place is
+// refused before any slot changes.
+static void test_plan(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 2, 0, 16, 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_Q8), 0);
+    assert_int_equal(add(c, "c", AD_R4), 0);
+    slot_plan_t *p = slot_plan_new(c->pool, LORA_EVICT_LRU);
+    assert_non_null(p);
+    int32_t s[5];
+    assert_int_equal(MAP(p, s, "a", NULL, "a", "b", ""), 0);  // "" is the base model too
+    assert_int_equal(s[1], LS_LORA_SLOT_BASE);
+    assert_int_equal(s[4], LS_LORA_SLOT_BASE);
+    assert_int_equal(s[0], s[2]);
+    assert_true(s[0] > 0 && s[3] > 0 && s[0] != s[3]);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), s[0]);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), s[3]);
+    int slot_a = s[0], slot_b = s[3];
+    // a used last: c takes b's slot
+    assert_int_equal(MAP(p, s, "a"), 0);
+    assert_int_equal(MAP(p, s, "c", "a"), 0);
+    assert_int_equal(s[0], slot_b);
+    assert_int_equal(s[1], slot_a);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
+    assert_int_equal(ls_lora_pool_stats(c->pool).slot_evictions, 1);
+    // refused, nothing moved: three adapters for two slots, an id the pool does not hold
+    assert_int_equal(MAP(p, s, "a", "b", NULL, "a", "c"), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "more distinct adapters than the 2 slots");
+    assert_int_equal(MAP(p, s, "b", "nope"), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "adapter \"nope\" is not in the pool");
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), slot_a);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "c"), slot_b);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
+    // an adapter removed and added again is loaded again where the plan puts it
+    assert_int_equal(ls_lora_pool_remove(c->pool, "a", err, sizeof err), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(MAP(p, s, "a"), 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), s[0]);
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[s[0]], 4);
+    slot_plan_destroy(&p);
+    slot_plan_destroy(&p);  // idempotent
 }
 
 // The host tier holds what its bytes allow: images take whole pages in proportion to their
@@ -251,16 +219,16 @@ static void test_too_many_and_unknown(void **state) {
 // pages back. The toy model's images are one 64 KiB page each.
 static void test_host_tier(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, (size_t)3 << 16, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 2, (size_t)3 << 16, 16, 0);
     assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 1 << 16);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_R16, false), 0);
-    assert_int_equal(add(c, "c", AD_Q8, false), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_R16), 0);
+    assert_int_equal(add(c, "c", AD_Q8), 0);
     ls_lora_pool_stats_t st = ls_lora_pool_stats(c->pool);
     assert_int_equal(st.host_total, 3 << 16);
     assert_int_equal(st.host_used, 3 << 16);
     assert_int_equal(st.host_adapters, 3);
-    assert_int_equal(add(c, "d", AD_R4, false), -1);
+    assert_int_equal(add(c, "d", AD_R4), -1);
     print_message("refused: %s\n", err);
     assert_contains(err, "host tier is full");
     bool full = false;
@@ -275,11 +243,10 @@ static void test_host_tier(void **state) {
     assert_int_equal(bytes, 1 << 16);
     assert_int_equal(ls_lora_pool_image_info(c->pool, "d", &rank, &bytes), -1);
     assert_false(ls_lora_pool_contains(c->pool, "d"));
-    int32_t s[1];
-    assert_int_equal(PREP(c, s, "b"), 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 1, err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "b", err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_stats(c->pool).host_used, 2 << 16);
-    assert_int_equal(add(c, "d", AD_R4, false), 0);
+    assert_int_equal(add(c, "d", AD_R4), 0);
     assert_int_equal(ls_lora_pool_stats(c->pool).host_adapters, 3);
     // a tier that cannot hold one adapter of max_lora_rank is refused at creation
     ls_lora_pool_destroy(&c->pool);
@@ -323,7 +290,7 @@ static void test_images_across_pages(void **state) {
         assert_int_equal(rm_write_adapter(d, &c->cfg, ADS[a].config, ranks, LS_DTYPE_F32,
                                           (unsigned)a + 7), 0);
     }
-    new_pool(c, 4, (size_t)64 << 20, 16, LS_LORA_EVICT_LRU, 0);
+    new_pool(c, 4, (size_t)64 << 20, 16, 0);
     // 8192 elements per unit of rank on all seven targets (2 layers), f32: r16 = 512 KiB,
     // so 64 KiB pages
     assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 512 << 10);
@@ -331,12 +298,11 @@ static void test_images_across_pages(void **state) {
     s_build_t b = {.pool = c->pool};
     for (int a = 0; a < N_ADS; a++)
         b.ad[a] = load(c, a);
-    assert_int_equal(add(c, "early", AD_R4, false), 0);
+    assert_int_equal(add(c, "early", AD_R4), 0);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, s_build, &b), 0);
-    int32_t s[4];
     for (int i = 0; i < 50; i++)
-        assert_int_equal(PREP(c, s, "early"), 0);
+        assert_int_equal(ls_lora_pool_assign(c->pool, "early", 1 + i % 4, err, sizeof err), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
     static const size_t want[N_ADS] = {
         [AD_R4] = 2 << 16,    // 4 x 32 KiB
@@ -347,7 +313,7 @@ static void test_images_across_pages(void **state) {
     for (int a = 0; a < N_ADS; a++) {
         assert_non_null(b.img[a]);
         assert_int_equal(ls_lora_image_bytes(b.img[a]), want[a]);
-        assert_int_equal(ls_lora_pool_add(c->pool, ADS[a].name, &b.img[a], false, err, sizeof err), 0);
+        assert_int_equal(ls_lora_pool_add(c->pool, ADS[a].name, &b.img[a], err, sizeof err), 0);
         assert_null(b.img[a]);
     }
     assert_int_equal(ls_lora_pool_stats(c->pool).host_used, (2 + 2 + 2 + 8 + 4) << 16);
@@ -364,21 +330,21 @@ static void test_images_across_pages(void **state) {
 
 static void test_add_refusals(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 0, 8, LS_LORA_EVICT_LRU, 1u << LS_TARGET_Q | 1u << LS_TARGET_V);
+    new_pool(c, 2, 0, 8, 1u << LS_TARGET_Q | 1u << LS_TARGET_V);
     assert_true(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_QKV));
     assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_O));
     assert_false(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_GATE_UP));
-    assert_int_equal(add(c, "q", AD_Q8, false), 0);
-    assert_int_equal(add(c, "q", AD_Q8, false), -1);
+    assert_int_equal(add(c, "q", AD_Q8), 0);
+    assert_int_equal(add(c, "q", AD_Q8), -1);
     assert_contains(err, "already loaded");
-    assert_int_equal(add(c, "big", AD_R16, false), -1);
+    assert_int_equal(add(c, "big", AD_R16), -1);
     print_message("refused: %s\n", err);
     assert_contains(err, "rank 16, above max_lora_rank 8");
-    assert_int_equal(add(c, "all", AD_R4, false), -1);
+    assert_int_equal(add(c, "all", AD_R4), -1);
     print_message("refused: %s\n", err);
     assert_contains(err, "targets k_proj, o_proj, gate_proj, up_proj, down_proj, which "
                          "lora_target_modules does not enable");
-    assert_int_equal(add(c, "", AD_R4, false), -1);
+    assert_int_equal(add(c, "", AD_R4), -1);
     assert_int_equal(ls_lora_pool_stats(c->pool).host_adapters, 1);
 }
 
@@ -423,11 +389,12 @@ static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded) 
 
 static void test_slot_layout(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 2, 0, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "pattern", AD_PATTERN, false), 0);
-    assert_int_equal(add(c, "uniform", AD_R4, false), 0);
-    int32_t s[2];
-    assert_int_equal(PREP(c, s, "pattern", "uniform"), 0);
+    new_pool(c, 2, 0, 16, 0);
+    assert_int_equal(add(c, "pattern", AD_PATTERN), 0);
+    assert_int_equal(add(c, "uniform", AD_R4), 0);
+    int32_t s[2] = {1, 2};
+    assert_int_equal(ls_lora_pool_assign(c->pool, "pattern", s[0], err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "uniform", s[1], err, sizeof err), 0);
     const int32_t *ranks = ls_lora_pool_slot_ranks(c->pool);
     const float *sc = ls_lora_pool_slot_scalings(c->pool);
     assert_int_equal(ranks[s[0]], 8); // the largest module rank (v_proj)
@@ -446,13 +413,12 @@ static void test_slot_layout(void **state) {
 }
 
 // assign: the caller (the scheduler, through the worker) names the slot; the adapter lands
-// there, moves when named into another slot, evicts what was there, never a pinned one.
+// there, moves when named into another slot, evicts what was there.
 static void test_assign(void **state) {
     ctx_t *c = *state;
-    new_pool(c, 3, 0, 16, LS_LORA_EVICT_LRU, 0);
-    assert_int_equal(add(c, "a", AD_R4, false), 0);
-    assert_int_equal(add(c, "b", AD_Q8, false), 0);
-    assert_int_equal(add(c, "p", AD_R4, true), 0);
+    new_pool(c, 3, 0, 16, 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_Q8), 0);
     assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 2);
     assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 4);
@@ -471,10 +437,7 @@ static void test_assign(void **state) {
     check_slot(c, ad, 1, false);
     ls_adapter_destroy(&ad);
     assert_int_equal(ls_lora_pool_stats(c->pool).slot_evictions, 1);
-    // a pinned adapter's slot is not given away; bad ids and slots are refused
-    assert_int_equal(ls_lora_pool_assign(c->pool, "p", 3, err, sizeof err), 0);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 3, err, sizeof err), -1);
-    assert_non_null(strstr(err, "pinned"));
+    // bad ids and slots are refused
     assert_int_equal(ls_lora_pool_assign(c->pool, "nope", 2, err, sizeof err), -1);
     assert_non_null(strstr(err, "not loaded"));
     assert_int_equal(ls_lora_pool_assign(c->pool, "a", LS_LORA_SLOT_BASE, err, sizeof err), -1);
@@ -484,11 +447,9 @@ static void test_assign(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_prepare_maps_slots, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lru_vs_fifo, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_in_batch_never_evicted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pinned, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_too_many_and_unknown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_assign_fills_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_tier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_images_across_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_refusals, setup, teardown),

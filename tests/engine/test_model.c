@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "slot_plan.h"
 
 #define TOL_BATCH 1e-5
 #define TOL_MERGED 2e-4
@@ -307,12 +308,11 @@ static void test_lora_equals_merged(void **state) {
         ads[a] = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16 : LS_DTYPE_F32);
         ls_adapter_t *own = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16
                                                                       : LS_DTYPE_F32);
-        assert_int_equal(ls_lora_pool_add_adapter(pool, ids[a + 1], &own, false, err,
-                                          sizeof err), 0);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, ids[a + 1], &own, err, sizeof err), 0);
         assert_null(own);
     }
     int32_t slots[N_AD + 1];
-    assert_int_equal(ls_lora_pool_prepare(pool, ids, N_AD + 1, slots, err, sizeof err), 0);
+    assert_int_equal(slot_plan_map_once(pool, ids, N_AD + 1, slots, err, sizeof err), 0);
     ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
     enum { P = 13 };
     int V = sp.vocab;
@@ -365,8 +365,7 @@ static void test_mixed_batch_equals_alone(void **state) {
     const char *names[N_AD] = {"a0", "a1", "a2"};
     for (int a = 0; a < N_AD; a++) {
         ls_adapter_t *ad = write_and_load_adapter(c, cfg, a, LS_DTYPE_F32);
-        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, false, err,
-                                          sizeof err), 0);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, err, sizeof err), 0);
     }
     static const req_t reqs[] = {
         {-1, 5, 7}, {0, 0, 9}, {1, 11, 1}, {-1, 3, 1}, {2, 6, 4}, {0, 8, 1}, {1, 0, 1},
@@ -376,7 +375,7 @@ static void test_mixed_batch_equals_alone(void **state) {
     int32_t slots[R], tok[R][MAXT], tables[R][8];
     for (int i = 0; i < R; i++)
         ids[i] = reqs[i].adapter < 0 ? NULL : names[reqs[i].adapter];
-    assert_int_equal(ls_lora_pool_prepare(pool, ids, R, slots, err, sizeof err), 0);
+    assert_int_equal(slot_plan_map_once(pool, ids, R, slots, err, sizeof err), 0);
     int V = SPECS[2].vocab;
     ls_kv_cache_t *kv[2];
     float got[R * 64], alone[64];

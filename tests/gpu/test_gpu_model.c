@@ -270,7 +270,7 @@ static void s_async_setup(s_async_t *a, ls_backend_t *be, char **dir) {
     if (!(a->m = ls_model_load_dummy(cfg_json, be, NULL, 11, NULL, NULL, err, sizeof err)))
         s_die("async model", err);
     const ls_model_config_t *cfg = ls_model_config(a->m);
-    ls_lora_pool_config_t pc = {2, 16, 0, 0, LS_LORA_EVICT_LRU, 0, 1};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 16};
     if (!(a->pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err)) ||
         !(a->kv = ls_kv_cache_new(a->m, 6, 16, err, sizeof err)))
         s_die("async pool / kv", err);
@@ -286,7 +286,7 @@ static void s_async_setup(s_async_t *a, ls_backend_t *be, char **dir) {
                              (unsigned)i + 1) != 0)
             s_die("async adapter", path);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, 16, err, sizeof err);
-        if (!ad || ls_lora_pool_add_adapter(a->pool, ids[i], &ad, false, err, sizeof err) != 0)
+        if (!ad || ls_lora_pool_add_adapter(a->pool, ids[i], &ad, err, sizeof err) != 0)
             s_die("async adapter", err);
     }
     for (int s = 0; s < 3; s++) {

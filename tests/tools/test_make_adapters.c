@@ -33,6 +33,7 @@
 #include "model.h"
 #include "peft.h"
 #include "safetensors.h"
+#include "slot_plan.h"
 #include "test_util.h"
 
 #define ALL_TARGETS ((1u << LS_TARGET_COUNT) - 1)
@@ -477,13 +478,13 @@ static void test_changes_demo_outputs(void **unused)
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s", tmp, names[i]);
         ls_adapter_t *a = ls_adapter_load(path, cfg, 16, err, sizeof err);
-        if (!a || ls_lora_pool_add_adapter(pool, names[i], &a, false, err, sizeof err) < 0)
+        if (!a || ls_lora_pool_add_adapter(pool, names[i], &a, err, sizeof err) < 0)
             fail_msg("%s", err);
         ls_adapter_destroy(&a);
     }
     const char *ids[E_ROWS] = {NULL, "lora-0", "lora-1"};
     int32_t slots[E_ROWS];
-    if (ls_lora_pool_prepare(pool, ids, E_ROWS, slots, err, sizeof err) < 0)
+    if (slot_plan_map_once(pool, ids, E_ROWS, slots, err, sizeof err) < 0)
         fail_msg("%s", err);
 
     snprintf(path, sizeof path, "%s/eval.json", LS_DEMO_DIR);

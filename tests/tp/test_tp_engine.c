@@ -47,6 +47,7 @@
 #include "comm.h"
 #include "lora_pool.h"
 #include "model.h"
+#include "slot_plan.h"
 #ifdef LS_TP_CUDA
 #include <cuda_runtime_api.h>
 
@@ -311,7 +312,7 @@ static void s_group_load_rank(void *arg, int r) {
     for (const cJSON *a = g->adapters->child; a; a = a->next) {
         snprintf(path, sizeof path, "%s/adapters/%s", g->root, a->string);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, g->max_rank, err, errlen);
-        int rc = ad ? ls_lora_pool_add_adapter(g->pool[r], a->string, &ad, false, err, errlen) : -1;
+        int rc = ad ? ls_lora_pool_add_adapter(g->pool[r], a->string, &ad, err, errlen) : -1;
         ls_adapter_destroy(&ad);
         if (rc < 0)
             return;
@@ -321,7 +322,7 @@ static void s_group_load_rank(void *arg, int r) {
     for (int i = 0; i < g->R; i++)
         ids[i] = g->rows[i].adapter;
     // the same ids in the same order: every rank (and TP=1) picks the same slots
-    if (ls_lora_pool_prepare(g->pool[r], ids, g->R, slots, err, errlen) != 0)
+    if (slot_plan_map_once(g->pool[r], ids, g->R, slots, err, errlen) != 0)
         return;
     if (r == 0)
         memcpy(g->slots, slots, sizeof slots);
