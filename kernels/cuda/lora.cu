@@ -1532,16 +1532,14 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               int n_tiles, int max_rank, const int32_t *perm, const float *scalings,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               unsigned flags, cudaStream_t stream) {
-    // The short tiles of a step that is not decode-shaped (decodes beside a prompt chunk):
-    // tiles of 1 to 8 positions, mixed ranks in wide slots. Expand v4 takes each tile at its
-    // own rank and length (s_expand); the long-tile tensor-core kernel only where v4 does not
-    // fit (ranks past 64). Measured (dev_expand, H200, 64 requests, Zipf over 64 adapters of
-    // ranks 8-64 in rank-64 slots, µs): kernels/cuda/dev/README.md. v2 sizes its lanes by the
-    // launch's largest rank, so beside rank 64 a rank-8 tile runs on an eighth of them.
+    // multi-position tiles added into y on tensor cores: v2 sizes its lanes by the launch's
+    // largest rank, so beside rank 64 a rank-8 tile ran on an eighth of them (steps with
+    // prompt tokens, Zipf over 1,000 adapters of mixed ranks: expands 18.2 -> 15.8 ms a step,
+    // H200). The decode op (ls_cu_lora_apply) does not take it: summing the op's K parts it
+    // measured slower there (100 against 61 us)
     s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
     s_props();
     if (n_tiles > 0 && so.off[n_slices] > 0 && !(flags & LS_CU_LORA_ONE) && (flags & LS_CU_LORA_ACC) &&
-        !s_expand4_fits(tmp, b_pool, b_dt, so, n_slices, r_max, max_rank, flags) &&
         s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max))
         return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, scalings, so, n_slices, r_max, stream);
     return s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm, scalings, slice_offsets,

@@ -13,9 +13,9 @@
       v3     k_lora_expand3, one-position tiles (production: the decode op over distinct
              adapters)
       v4     k_lora_expand4, tensor cores over each tile's own rank, tiles of any length
-             (production: the decode op over shared adapters, and short tiles beside a prompt)
+             (production: the decode op's launches that are not all one-position tiles)
       tc     k_lora_expand_tc, tensor cores over long tiles (production: prefill segments,
-             and short tiles of rank > 64 beside them)
+             and the short tiles of a step beside a prompt chunk unless all are one position)
       step   ls_cu_lora_expand with LS_CU_LORA_ACC, as a step that is not decode-shaped (a
              prompt chunk beside the decodes) runs its short tiles: the version it picks
 
