@@ -101,49 +101,49 @@ typedef struct {
 static s_pass_t s_pass[] = {
     {"model-path", 0, K_WORKER | K_REGISTRY | K_TOKENIZER | K_DETOKENIZER | K_GATEWAY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
     {"load-format", 0, K_WORKER, "auto (the checkpoint) or dummy (random weights of config.json's shapes)", NULL, {0}},
-    {"backend", 0, K_WORKER, "compute backend of the workers: cpu or cuda (default cpu)", NULL, {0}},
+    {"backend", 0, K_WORKER, "compute backend of the workers: cpu or cuda", NULL, {0}},
     {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY,
-     "adapter slots: distinct adapters in one step (default " LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH) ")", NULL, {0}},
-    {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served (default 64)", NULL, {0}},
-    {"max-loaded-loras", 0, K_WORKER, "most adapters in each worker's CPU tier (default 0: as many as its bytes allow)", NULL, {0}},
-    {"max-cpu-lora-mb", 0, K_WORKER, "host memory for adapters per worker, in MB (default: 64 adapters of --max-lora-rank, at most 1/4 of RAM)", NULL, {0}},
-    {"lora-target-modules", 1, K_WORKER | K_REGISTRY, "modules adapters may target (default: all seven)", NULL, {0}},
-    {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker (default 256)", NULL, {0}},
+     "adapter slots: distinct adapters in one step", NULL, {0}},
+    {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served", NULL, {0}},
+    {"max-loaded-loras", 0, K_WORKER, "most adapters in each worker's CPU tier; 0: as many as its bytes allow", NULL, {0}},
+    {"max-cpu-lora-mb", 0, K_WORKER, "host memory for adapters per worker, in MB; 0: 64 adapters of --max-lora-rank, at most 1/4 of RAM", NULL, {0}},
+    {"lora-target-modules", 1, K_WORKER | K_REGISTRY, "modules adapters may target (none given: all seven)", NULL, {0}},
+    {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker", NULL, {0}},
     {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}},
-    {"block-size", 0, K_WORKER, "tokens per KV block (default 16)", NULL, {0}},
+    {"block-size", 0, K_WORKER, "tokens per KV block", NULL, {0}},
     // The scheduler and the workers take these three as well: each checks an adapter's path
     // itself rather than trust whoever sent the load.
     {"lora-paths", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "adapters loaded at start: name=path or name=path:pinned", NULL, {0}},
     {"lora-dirs", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "directories whose DIR/name adapters load on their first request", NULL, {0}},
-    {"lora-roots", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "where client-given adapter paths may point (default: the --lora-dirs)", NULL, {0}},
-    {"lora-eviction-policy", 0, K_SCHEDULER, "adapter slot victim: lru or fifo (default lru)", NULL, {0}},
+    {"lora-roots", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "where client-given adapter paths may point", NULL, {0}},
+    {"lora-eviction-policy", 0, K_SCHEDULER, "adapter slot victim: lru or fifo", NULL, {0}},
     {"max-num-batched-tokens", 0, K_SCHEDULER | K_WORKER,
-     "token budget of one step; workers refuse bigger plans (default " LS_LIMITS_STR(LS_DEFAULT_MAX_NUM_BATCHED_TOKENS) ")",
+     "token budget of one step; workers refuse bigger plans",
      NULL, {0}},
     {"max-running-requests", 0, K_SCHEDULER | K_WORKER,
-     "requests decoded at once; workers refuse bigger plans (default " LS_LIMITS_STR(LS_DEFAULT_MAX_RUNNING_REQUESTS) ")",
+     "requests decoded at once; workers refuse bigger plans",
      NULL, {0}},
-    {"chunked-prefill-size", 0, K_SCHEDULER, "prompt tokens of one request per step (default 512)", NULL, {0}},
-    {"max-skip-steps", 0, K_SCHEDULER, "steps a request may be passed over for residency (default 8)", NULL, {0}},
-    {"default-max-new-tokens", 0, K_SCHEDULER, "max_new_tokens when a request gives none (default 128)", NULL, {0}},
-    {"step-timeout-ms", 0, K_SCHEDULER, "a step not answered by then fails its requests (default 30000)", NULL, {0}},
-    {"max-waiting-requests", 0, K_SCHEDULER, "requests waiting to run, all tenants; more are answered 429 (default 4096)", NULL, {0}},
-    {"max-tenant-waiting", 0, K_SCHEDULER, "requests waiting to run for one adapter or the base model; more: 429 (default 1024)", NULL, {0}},
-    {"max-queued-tokens", 0, K_SCHEDULER, "prompt tokens of the waiting requests together; more: 429 (default 4194304)", NULL, {0}},
-    {"port", 0, K_GATEWAY, "HTTP port of the gateway (default 30000; 0: any free port, in logs/gateway.log)", NULL, {0}},
-    {"host", 0, K_GATEWAY, "address the gateway listens on (default 127.0.0.1)", NULL, {0}},
+    {"chunked-prefill-size", 0, K_SCHEDULER, "prompt tokens of one request per step", NULL, {0}},
+    {"max-skip-steps", 0, K_SCHEDULER, "steps a request may be passed over for residency", NULL, {0}},
+    {"default-max-new-tokens", 0, K_SCHEDULER, "max_new_tokens when a request gives none", NULL, {0}},
+    {"step-timeout-ms", 0, K_SCHEDULER, "a step not answered by then fails its requests", NULL, {0}},
+    {"max-waiting-requests", 0, K_SCHEDULER, "requests waiting to run, all tenants; more are answered 429", NULL, {0}},
+    {"max-tenant-waiting", 0, K_SCHEDULER, "requests waiting to run for one adapter or the base model; more: 429", NULL, {0}},
+    {"max-queued-tokens", 0, K_SCHEDULER, "prompt tokens of the waiting requests together; more: 429", NULL, {0}},
+    {"port", 0, K_GATEWAY, "HTTP port of the gateway; 0: any free port, in logs/gateway.log", NULL, {0}},
+    {"host", 0, K_GATEWAY, "address the gateway listens on", NULL, {0}},
     {"api-key", 0, K_GATEWAY, "require Authorization: Bearer KEY on every HTTP endpoint but /health (visible in ps: "
                               "prefer --api-key-file or LORASERVE_API_KEY)", NULL, {0}},
     {"api-key-file", 0, K_GATEWAY, "the API key is this file's first line", NULL, {0}},
-    {"served-model-name", 0, K_GATEWAY, "the base model's name in the APIs (default: --model-path's basename)", NULL, {0}},
-    {"max-client-requests", 0, K_TOKENIZER, "requests one client (the gateway, an SDK client) may have open at the tokenizer; more: 429 (default 4096)", NULL, {0}},
-    {"max-connections", 0, K_GATEWAY, "open HTTP connections; more are answered 503 (default 1024)", NULL, {0}},
-    {"max-header-bytes", 0, K_GATEWAY, "HTTP request line and headers; more is answered 431 (default 32768)", NULL, {0}},
-    {"max-body-bytes", 0, K_GATEWAY, "HTTP request body; more is answered 413 (default 16 MiB)", NULL, {0}},
-    {"idle-timeout-ms", 0, K_GATEWAY, "a silent HTTP connection is closed (default 60000)", NULL, {0}},
-    {"request-timeout-ms", 0, K_GATEWAY, "an HTTP request must arrive whole within this, else 408 (default 30000)", NULL, {0}},
-    {"max-request-completions", 0, K_GATEWAY, "completions one request may ask for (prompts x n); more: 400 (default 256)", NULL, {0}},
-    {"max-tenant-completions", 0, K_GATEWAY, "HTTP completions in flight for one adapter or the base model; more: 429 (default 1024)", NULL, {0}},
+    {"served-model-name", 0, K_GATEWAY, "the base model's name in the APIs", NULL, {0}},
+    {"max-client-requests", 0, K_TOKENIZER, "requests one client (the gateway, an SDK client) may have open at the tokenizer; more: 429", NULL, {0}},
+    {"max-connections", 0, K_GATEWAY, "open HTTP connections; more are answered 503", NULL, {0}},
+    {"max-header-bytes", 0, K_GATEWAY, "HTTP request line and headers; more is answered 431", NULL, {0}},
+    {"max-body-bytes", 0, K_GATEWAY, "HTTP request body; more is answered 413", NULL, {0}},
+    {"idle-timeout-ms", 0, K_GATEWAY, "a silent HTTP connection is closed", NULL, {0}},
+    {"request-timeout-ms", 0, K_GATEWAY, "an HTTP request must arrive whole within this, else 408", NULL, {0}},
+    {"max-request-completions", 0, K_GATEWAY, "completions one request may ask for (prompts x n); more: 400", NULL, {0}},
+    {"max-tenant-completions", 0, K_GATEWAY, "HTTP completions in flight for one adapter or the base model; more: 429", NULL, {0}},
 };
 #define S_NPASS (sizeof s_pass / sizeof *s_pass)
 
@@ -804,6 +804,59 @@ static char *s_exe_dir(void) {
     return strdup(exe);
 }
 
+// The launcher hands these flags on as text; their type and default belong to the actor that
+// takes them (its flag table, shown by its --help). --help asks the actors, so each default is
+// written once. Fills shown[i] (kind, def) for s_pass[i], def in defs[i].
+enum { S_KINDS = 6 };
+static void s_pass_usage(const char *bin_dir, ls_flag_t *shown, char *help[S_KINDS], char (*defs)[160]) {
+    static const char *kinds[S_KINDS] = {"registry", "worker", "scheduler", "detokenizer", "tokenizer", "gateway"};
+    for (int k = 0; k < S_KINDS; k++) {
+        char cmd[PATH_MAX + 64];
+        snprintf(cmd, sizeof cmd, "'%s/loraserve-%s' --help 2>/dev/null", bin_dir, kinds[k]);
+        FILE *p = popen(cmd, "r");
+        size_t n = 0, cap = 1 << 16;
+        help[k] = calloc(cap, 1);
+        while (p && help[k] && n + 1 < cap) {
+            size_t got = fread(help[k] + n, 1, cap - 1 - n, p);
+            if (!got)
+                break;
+            n += got;
+        }
+        if (p)
+            pclose(p);
+    }
+    static const struct {
+        const char *type;
+        ls_flag_kind_t kind;
+    } types[] = {{"N ", LS_FLAG_KIND_INT}, {"X ", LS_FLAG_KIND_DOUBLE}, {"TEXT ", LS_FLAG_KIND_STR},
+                 {"VALUE... ", LS_FLAG_KIND_LIST}, {" ", LS_FLAG_KIND_BOOL}};
+    for (size_t i = 0; i < S_NPASS; i++)
+        for (int k = 0; k < S_KINDS; k++) {
+            char key[80];
+            snprintf(key, sizeof key, "\n  --%s ", s_pass[i].name);
+            char *line = (s_pass[i].kinds >> k & 1) && help[k] ? strstr(help[k], key) : NULL;
+            if (!line)
+                continue;
+            line += strlen(key);
+            char one[1024];
+            snprintf(one, sizeof one, "%.*s", (int)strcspn(line, "\n"), line);
+            line = one;
+            for (size_t t = 0; t < sizeof types / sizeof *types; t++)
+                if (!strncmp(line, types[t].type, strlen(types[t].type))) {
+                    shown[i].kind = types[t].kind;
+                    break;
+                }
+            char *def = strstr(line, " (default: ");
+            size_t len = def ? strlen(def) : 0;
+            if (def && def[len - 1] == ')') {
+                snprintf(defs[i], sizeof defs[i], "%.*s", (int)(len - 1 - strlen(" (default: ")),
+                         def + strlen(" (default: "));
+                shown[i].def = defs[i];
+            }
+            break;
+        }
+}
+
 static const ls_dispatch_t s_dispatch[] = {
     {LS_MSG_READY, s_on_ready},
     {LS_MSG_HEARTBEAT, s_on_heartbeat},
@@ -849,7 +902,16 @@ int main(int argc, char **argv) {
     ls_log_init("launcher", LS_LOG_INFO);
     int rc = ls_flags_parse(tables, argc, argv, err, sizeof err);
     if (rc == 1) {
-        ls_flags_usage(tables, "loraserve", def.about);
+        ls_flag_t shown[S_NPASS + 1];
+        memcpy(shown, passed, sizeof shown);
+        char *help[S_KINDS], defs[S_NPASS][160];
+        char *dir = s_l.bin_dir ? strdup(s_l.bin_dir) : s_exe_dir();
+        s_pass_usage(dir, shown, help, defs);
+        ls_flag_t *usage[] = {flags, shown, NULL};
+        ls_flags_usage(usage, "loraserve", def.about);
+        for (int k = 0; k < S_KINDS; k++)
+            free(help[k]);
+        free(dir);
         return 0;
     }
     if (rc < 0) {

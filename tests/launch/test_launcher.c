@@ -18,6 +18,8 @@
 //                keys 0600 in a 0700 directory, never on a command line; a non-loopback
 //                --tcp-host is warned about
 //   trace      — --record-trace writes a trace per actor that loraserve-trace reads
+//   help       — --help shows each flag it hands on with the type and default of the actor
+//                that takes it (the actor's flag table is the one place a default is written)
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -742,6 +744,50 @@ static void test_trace(void **unused) {
     assert_int_equal(system(cmd), 0);
 }
 
+// The line of flag --name in cmd's output ("--name TYPE   help (default: X)"), or "".
+static void s_help_line(const char *cmd, const char *name, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char line[1024], key[96];
+    snprintf(key, sizeof key, "  --%s ", name);
+    out[0] = 0;
+    while (fgets(line, sizeof line, p))
+        if (!strncmp(line, key, strlen(key)))
+            snprintf(out, cap, "%s", line);
+    pclose(p);
+}
+
+// "TYPE" and "(default: X)" of a help line, as "TYPE|X" ("|" without a default).
+static void s_type_default(const char *line, char *out, size_t cap) {
+    const char *type = line + strspn(line, " ");
+    type += strcspn(type, " ") + 1;
+    const char *def = strstr(line, "(default: ");
+    snprintf(out, cap, "%.*s|%.*s", (int)strcspn(type, " "), type, def ? (int)strcspn(def + 10, ")\n") : 0,
+             def ? def + 10 : "");
+}
+
+static void test_help(void **unused) {
+    static const struct {
+        const char *flag, *actor;
+    } cases[] = {{"max-running-requests", "scheduler"}, {"chunked-prefill-size", "scheduler"},
+                 {"lora-eviction-policy", "scheduler"}, {"max-loras-per-batch", "worker"},
+                 {"kv-cache-mb", "worker"},             {"port", "gateway"},
+                 {"max-body-bytes", "gateway"},         {"max-client-requests", "tokenizer"}};
+    char cmd[600], launcher[1024], actor[1024], lt[160], at[160];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(cmd, sizeof cmd, "%s/loraserve-launch --help", LS_BIN_DIR);
+        s_help_line(cmd, cases[i].flag, launcher, sizeof launcher);
+        snprintf(cmd, sizeof cmd, "%s/loraserve-%s --help", LS_BIN_DIR, cases[i].actor);
+        s_help_line(cmd, cases[i].flag, actor, sizeof actor);
+        if (!launcher[0] || !actor[0])
+            fail_msg("--%s: launcher line \"%s\", %s line \"%s\"", cases[i].flag, launcher, cases[i].actor, actor);
+        s_type_default(launcher, lt, sizeof lt);
+        s_type_default(actor, at, sizeof at);
+        if (strcmp(lt, at) || !strchr(at, '|')[1])
+            fail_msg("--%s: the launcher shows %s, the %s declares %s", cases[i].flag, lt, cases[i].actor, at);
+    }
+}
+
 int main(void) {
     if (tu_tmpdir(s_dir, sizeof s_dir, "launch") < 0)
         return 1;
@@ -754,6 +800,7 @@ int main(void) {
         cmocka_unit_test(test_ready_timeout),
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_trace),
+        cmocka_unit_test(test_help),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tu_rmrf(s_dir);
