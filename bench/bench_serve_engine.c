@@ -270,7 +270,7 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("block-size", &s_d.block_size, "16", "tokens per KV block"),
         LS_FLAG_INT("max-num-batched-tokens", &s_d.max_batched, LS_LIMITS_STR(LS_DEFAULT_MAX_NUM_BATCHED_TOKENS),
                     "token budget of one step"),
-        LS_FLAG_INT("chunked-prefill-size", &s_d.chunk, "512", "prompt tokens of one request per step"),
+        LS_FLAG_INT("chunked-prefill-size", &s_d.chunk, LS_LIMITS_STR(LS_DEFAULT_CHUNKED_PREFILL_SIZE), "prompt tokens of one request per step"),
         LS_FLAG_INT("max-running-requests", &s_d.max_running, LS_LIMITS_STR(LS_DEFAULT_MAX_RUNNING_REQUESTS),
                     "requests decoded at once"),
         LS_FLAG_STR("output-file", &s_d.output_file, NULL, "append the results as one JSON line"),
@@ -352,7 +352,8 @@ int main(int argc, char **argv) {
 
     sched_config_t sc = {.tp_size = 1, .max_num_batched_tokens = s_d.max_batched,
                          .max_running_requests = s_d.max_running, .chunked_prefill_size = s_d.chunk,
-                         .max_skip_steps = 8, .default_max_new_tokens = 128, .eviction = LORA_EVICT_LRU,
+                         .max_skip_steps = LS_DEFAULT_MAX_SKIP_STEPS, .default_max_new_tokens = LS_DEFAULT_MAX_NEW_TOKENS,
+                         .eviction = LORA_EVICT_LRU,
                          .step_timeout_ns = 600000000000ull, .load_timeout_ns = 600000000000ull,
                          // the workload may be queued whole: no admission bound refuses any of it
                          .max_waiting_requests = UINT32_MAX, .max_tenant_waiting = UINT32_MAX,

@@ -16,6 +16,12 @@
 #define LS_DEFAULT_MAX_RUNNING_REQUESTS 256
 #define LS_DEFAULT_MAX_NUM_BATCHED_TOKENS 2048
 
+// The scheduler's step policy when its flags are not given; bench_serve_engine, which runs the
+// scheduler's core with the engine in one process, applies the same.
+#define LS_DEFAULT_CHUNKED_PREFILL_SIZE 512  // prompt tokens of one request in one step
+#define LS_DEFAULT_MAX_SKIP_STEPS 8          // steps a waiting request may be passed over
+#define LS_DEFAULT_MAX_NEW_TOKENS 128        // when a request gives no max_new_tokens
+
 // The most adapters that may be pinned among `slots` adapter slots: one slot always stays for
 // unpinned adapters. The registry refuses a pin past it (against its --max-loras-per-batch);
 // the scheduler, which alone keeps pinned adapters in their slots, refuses it again against
