@@ -66,6 +66,30 @@ void ls_actor_measure(ls_actor_t *self, const char *name, uint64_t n) {
     c->value = n;
 }
 
+int ls_actor_info(ls_actor_t *self, const char *name, const char *value) {
+    s_info_t *f = NULL;
+    for (int i = 0; i < self->ninfo && !f; i++)
+        if (!strcmp(self->info[i].name, name))
+            f = &self->info[i];
+    if (!f) {
+        if (self->ninfo == LS_MAX_INFO) {
+            ls_error(0, "info table full, dropping %s", name);
+            return -1;
+        }
+        f = &self->info[self->ninfo++];
+        snprintf(f->name, sizeof f->name, "%s", name);
+        f->value = NULL;
+    }
+    if (f->value && !strcmp(f->value, value))
+        return 0;
+    char *v = strdup(value);
+    if (!v)
+        return -1;
+    free(f->value);
+    f->value = v;
+    return 0;
+}
+
 uint64_t ls_actor_counter_get(ls_actor_t *self, const char *name) {
     uint64_t *c = ls_actor_counter(self, name);
     return c ? *c : 0;
@@ -417,6 +441,8 @@ static int s_on_heartbeat(ls_actor_t *self, ls_in_t *in) {
 }
 
 static int s_on_get_metrics(ls_actor_t *self, ls_in_t *in) {
+    if (self->def->on_metrics)
+        self->def->on_metrics(self, self->def->state);
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_METRICS);
     m.rid = in->msg->rid;
@@ -439,6 +465,13 @@ static int s_on_get_metrics(ls_actor_t *self, ls_in_t *in) {
         m.u.metrics.measured_values.v[i] = self->measured[i].value;
     }
     m.u.metrics.measured_names.n = m.u.metrics.measured_values.n = (size_t)self->nmeasured;
+    m.u.metrics.info_names.v = calloc((size_t)self->ninfo + 1, sizeof(char *));
+    m.u.metrics.info_values.v = calloc((size_t)self->ninfo + 1, sizeof(char *));
+    for (int i = 0; i < self->ninfo; i++) {
+        m.u.metrics.info_names.v[i] = ls_msg_strdup(self->info[i].name);
+        m.u.metrics.info_values.v[i] = ls_msg_strdup(self->info[i].value);
+    }
+    m.u.metrics.info_names.n = m.u.metrics.info_values.n = (size_t)self->ninfo;
     int rc = ls_actor_reply(self, in, &m);
     ls_msg_clear(&m);
     return rc;
@@ -829,6 +862,8 @@ void ls_actor_destroy(ls_actor_t **self_p) {
         free(self->peer_names[i]);
         free(self->peer_endpoints[i]);
     }
+    for (int i = 0; i < self->ninfo; i++)
+        free(self->info[i].value);
     ev_check_stop(self->loop, &self->check);
     ev_idle_stop(self->loop, &self->idle);
     if (self->process) {

@@ -34,6 +34,7 @@
 
 #define LS_DRAIN_CAP 64
 #define LS_MAX_COUNTERS 128
+#define LS_MAX_INFO 16
 #define LS_MAX_PEERS 64
 
 typedef struct ls_actor ls_actor_t;
@@ -77,6 +78,9 @@ typedef struct {
     void (*on_shutdown)(ls_actor_t *a, void *state);
     // Release what on_start acquired; called once, after the loop ends.
     void (*on_destroy)(ls_actor_t *a, void *state);
+    // GetMetrics is about to be answered: set what costs too much to keep current after every
+    // event (a list built by walking the queues, ls_actor_info). May be NULL.
+    void (*on_metrics)(ls_actor_t *a, void *state);
 } ls_actor_def_t;
 
 typedef struct {
@@ -229,6 +233,10 @@ uint64_t *ls_actor_counter(ls_actor_t *self, const char *name);
 uint64_t *ls_actor_gauge(ls_actor_t *self, const char *name);
 void ls_actor_count(ls_actor_t *self, const char *name, uint64_t n);
 uint64_t ls_actor_counter_get(ls_actor_t *self, const char *name);
+// A fact that is text, not a number (the scheduler's running_lora_adapters), reported in
+// Metrics.info_*: set to value, replacing the last one. -1 when the table (LS_MAX_INFO) is full
+// (logged) or memory is.
+int ls_actor_info(ls_actor_t *self, const char *name, const char *value);
 // A counter read from the clock (durations): reported in Metrics.measured_*, which replay does
 // not compare. Every actor has busy_us_total, the time its message handlers took.
 void ls_actor_measure(ls_actor_t *self, const char *name, uint64_t n);

@@ -74,6 +74,11 @@ typedef struct {
     bool gauge;  // a level (ls_actor_gauge), not a count
 } s_counter_t;
 
+typedef struct {
+    char name[48];
+    char *value;  // malloc'd
+} s_info_t;
+
 typedef struct s_job {
     uint32_t id;
     ls_job_work_fn work;
@@ -149,6 +154,8 @@ struct ls_actor {
     int ncounters;
     s_counter_t measured[LS_MAX_COUNTERS];  // read from the clock: reported apart, not replayed
     int nmeasured;
+    s_info_t info[LS_MAX_INFO];  // text facts (ls_actor_info)
+    int ninfo;
     int pid;             // reported in Ready: getpid(), or the recorded one in replay
     s_replay_t *replay;  // NULL unless replaying
     // Raw streams: one listener (listen_fd -1 in replay) and its connections, open or closing.

@@ -22,6 +22,7 @@
 #include "api.h"
 #include "ls_file.h"
 #include "http.h"
+#include "prom.h"
 #include "ls_actor.h"
 
 #define S_TOKENIZER "tokenizer"
@@ -113,6 +114,12 @@ static void s_metrics_answer(s_call_t *c);
 // start-up (a recorded input) plus the event time since, so a replay computes the same.
 static long s_unix_time(void) {
     return s_g.unix_start + (long)((ls_actor_now_ns(s_g.self) - s_g.mono_start) / 1000000000u);
+}
+
+// The same with the milliseconds since (the stamp of vllm:lora_requests_info, by which the
+// endpoint picker orders answers, some less than a second apart).
+static double s_unix_now(void) {
+    return (double)s_g.unix_start + (double)((ls_actor_now_ns(s_g.self) - s_g.mono_start) / 1000000u) / 1e3;
 }
 
 // SGLang's GET /get_model_info from the model's config.json (empty when unreadable): the
@@ -842,57 +849,12 @@ static void s_metrics_start(gw_req_t *req) {
         s_metrics_answer(c);
 }
 
-static void s_prom_name(char *out, size_t cap, const char *name) {
-    size_t i = 0;
-    for (; name[i] && i + 1 < cap; i++)
-        out[i] = isalnum((unsigned char)name[i]) || name[i] == '_' || name[i] == ':' ? name[i] : '_';
-    out[i] = 0;
-}
-
-// A label value with Prometheus' escapes.
-static void s_prom_label(gw_buf_t *b, const char *v) {
-    for (; *v; v++) {
-        if (*v == '\\' || *v == '"')
-            gw_buf_printf(b, "\\%c", *v);
-        else if (*v == '\n')
-            gw_buf_add(b, "\\n", 2);
-        else
-            gw_buf_add(b, v, 1);
-    }
-}
-
 static void s_prom_hist(gw_buf_t *b, const char *name, const char *help, const s_hist_t *h) {
     gw_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (int i = 0; i < h->n; i++)
         gw_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)h->counts[i]);
     gw_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->count,
                   name, h->sum, name, (unsigned long long)h->count);
-}
-
-// An actor's counter names (set 0) or its clock-read ones (set 1): how many have a value (a
-// malformed answer's names past its values are dropped), the names in *names.
-static size_t s_metric_names(const ls_msg_metrics_t *m, int set, char ***names) {
-    const ls_strs_t *n = set ? &m->measured_names : &m->names;
-    size_t nv = set ? m->measured_values.n : m->values.n;
-    *names = n->v;
-    return n->n < nv ? n->n : nv;
-}
-
-static bool s_strs_has(const ls_strs_t *l, const char *s) {
-    for (size_t i = 0; i < l->n; i++)
-        if (l->v[i] && !strcmp(l->v[i], s))
-            return true;
-    return false;
-}
-
-// Where `name` is among an actor's names of that set (with a value), else -1.
-static long s_metric_find(const ls_msg_metrics_t *m, int set, const char *name) {
-    char **v;
-    size_t n = s_metric_names(m, set, &v);
-    for (size_t k = 0; k < n; k++)
-        if (!strcmp(v[k] ? v[k] : "unnamed", name))
-            return (long)k;
-    return -1;
 }
 
 static void s_metrics_answer(s_call_t *c) {
@@ -914,7 +876,7 @@ static void s_metrics_answer(s_call_t *c) {
             const s_model_stat_t *m = i < s_g.nmodels ? &s_g.models[i] : &s_g.models[S_MAX_MODELS];
             uint64_t v = k == 0 ? m->requests : k == 1 ? m->prompt_tokens : m->completion_tokens;
             gw_buf_printf(&b, "%s{model=\"", per_model[k][0]);
-            s_prom_label(&b, m->name);
+            gw_prom_label(&b, m->name);
             gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)v);
         }
     }
@@ -927,45 +889,9 @@ static void s_metrics_answer(s_call_t *c) {
                   "# HELP loraserve_gateway_requests_running generation requests in flight\n"
                   "# TYPE loraserve_gateway_requests_running gauge\nloraserve_gateway_requests_running %d\n",
                   s_g.http ? gw_http_connections(s_g.http) : 0, s_g.ncalls_gen);
-    // Every other actor's counters as it reported them, labelled with the actor (the gateway's
-    // own carry loraserve_gateway_, so no name is shared with a different label set).
-    gw_buf_printf(&b, "# HELP loraserve_actor_up the actor answered GetMetrics in time\n"
-                      "# TYPE loraserve_actor_up gauge\n");
-    for (size_t i = 0; i < c->nmetrics; i++) {
-        const ls_msg_metrics_t *m = &c->metrics[i].u.metrics;
-        gw_buf_printf(&b, "loraserve_actor_up{actor=\"");
-        s_prom_label(&b, m->actor ? m->actor : "?");
-        gw_buf_printf(&b, "\"} 1\n");
-    }
-    // The counters, then those read from the clock (busy_us_total …), alike; each name's
-    // samples together (the text format wants a metric's lines in one group), from the first
-    // actor that reports it on, typed gauge where that actor says it is one.
-    for (size_t i = 0; i < c->nmetrics; i++)
-        for (int set = 0; set < 2; set++) {
-            char **names;
-            size_t nn = s_metric_names(&c->metrics[i].u.metrics, set, &names);
-            for (size_t k = 0; k < nn; k++) {
-                const char *n = names[k] ? names[k] : "unnamed";
-                bool seen = s_metric_find(&c->metrics[i].u.metrics, set, n) < (long)k; // listed twice
-                for (size_t j = 0; j < i && !seen; j++)
-                    seen = s_metric_find(&c->metrics[j].u.metrics, set, n) >= 0;
-                if (seen)
-                    continue;
-                char name[128];
-                s_prom_name(name, sizeof name, n);
-                if (set == 0 && s_strs_has(&c->metrics[i].u.metrics.gauges, n))
-                    gw_buf_printf(&b, "# TYPE loraserve_%s gauge\n", name);
-                for (size_t j = i; j < c->nmetrics; j++) {
-                    const ls_msg_metrics_t *m = &c->metrics[j].u.metrics;
-                    long at = s_metric_find(m, set, n);
-                    if (at < 0)
-                        continue;
-                    gw_buf_printf(&b, "loraserve_%s{actor=\"", name);
-                    s_prom_label(&b, m->actor ? m->actor : "?");
-                    gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)(set ? m->measured_values.v : m->values.v)[at]);
-                }
-            }
-        }
+    // Every other actor's counters as it reported them, then the inference gateway's series.
+    gw_prom_actors(&b, c->metrics, c->nmetrics);
+    gw_prom_epp(&b, c->metrics, c->nmetrics, s_unix_now());
     if (c->req)
         gw_req_respond(c->req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.d, b.n);
     c->req = NULL;

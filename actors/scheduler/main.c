@@ -85,6 +85,8 @@ static const struct {
     G("adapter_cpu_bytes_used", adapter_cpu_bytes_used),
     G("adapter_cpu_bytes_total", adapter_cpu_bytes_total),
     G("adapter_loads_waiting", adapter_loads_waiting),
+    G("kv_block_size", kv_block_size),
+    G("lora_slots", lora_slots),
     C("steps", steps),
     C("step_roundtrip_us_total", step_roundtrip_us),
     C("step_worker_us_total", step_worker_us),
@@ -167,6 +169,23 @@ static void s_sync(app_t *app) {
         ls_actor_timer_again(app->actor, app->wake, after_ms);
     else
         app->wake = ls_actor_timer_start(app->actor, after_ms, 0, s_on_wake, app);
+}
+
+// The adapters of the running and of the waiting requests, for the gateway's
+// vllm:lora_requests_info (docs/api.md): built when asked, since they take a walk of the
+// queues. Each list names at most the slot count (and SCHED_MAX_LISTED): no more adapters can
+// run at once, and the waiting ones listed are those first in line. The buffer holds that
+// many names of the registry's longest (128 bytes) with their commas.
+static void s_on_metrics(ls_actor_t *a, void *state) {
+    app_t *app = state;
+    static char list[SCHED_MAX_LISTED * 129];
+    if (!app->core)
+        return;
+    int max = (int)sched_stats(app->core)->lora_slots;
+    sched_adapter_names(app->core, true, max, list, sizeof list);
+    ls_actor_info(a, "running_lora_adapters", list);
+    sched_adapter_names(app->core, false, max, list, sizeof list);
+    ls_actor_info(a, "waiting_lora_adapters", list);
 }
 
 static void s_on_wake(ls_actor_t *a, ls_timer_t *t, void *arg) {
@@ -389,6 +408,7 @@ int main(int argc, char **argv) {
         .on_start = s_start,
         .on_shutdown = s_shutdown,
         .on_destroy = s_destroy,
+        .on_metrics = s_on_metrics,
     };
     return ls_actor_main(argc, argv, &def);
 }

@@ -1230,6 +1230,8 @@ static void s_gauges(sched_t *s) {
     s->stats.kv_blocks_used = s->kv ? kv_used(s->kv) : 0;
     s->stats.kv_blocks_total = s->kv ? kv_total(s->kv) : 0;
     s->stats.kv_blocks_cached = s->kv ? kv_cached(s->kv) : 0;
+    s->stats.kv_block_size = s->kv ? kv_block_size(s->kv) : 0;
+    s->stats.lora_slots = (uint64_t)lora_slots(s->lora);
     uint64_t refs = 0, resident = 0;
     for (int i = 0; i < lora_count(s->lora); i++) {
         refs += lora_at(s->lora, i)->refs;
@@ -1809,6 +1811,31 @@ uint64_t sched_next_wake(const sched_t *s) {
 }
 
 const sched_stats_t *sched_stats(const sched_t *s) { return &s->stats; }
+
+int sched_adapter_names(const sched_t *s, bool running, int max, char *out, size_t cap) {
+    const lora_adapter_t *seen[SCHED_MAX_LISTED];  // the names written
+    int n = 0;
+    size_t len = 0;
+    if (max > SCHED_MAX_LISTED)
+        max = SCHED_MAX_LISTED;
+    if (cap)
+        out[0] = 0;
+    for (const req_t *r = (running ? &s->running : &s->waiting)->head; r && n < max; r = r->next) {
+        const lora_adapter_t *ad = r->ad;
+        if (!ad || !ad->name || strchr(ad->name, ','))
+            continue;
+        bool dup = false;
+        for (int i = 0; i < n && !dup; i++)
+            dup = seen[i] == ad;
+        size_t need = strlen(ad->name) + (n > 0);
+        if (dup || len + need >= cap)
+            continue;
+        snprintf(out + len, cap - len, "%s%s", n > 0 ? "," : "", ad->name);
+        len += need;
+        seen[n++] = ad;
+    }
+    return n;
+}
 
 void sched_list_adapters(const sched_t *s, ls_msg_t *list) {
     int n = lora_count(s->lora);

@@ -13,6 +13,7 @@
 #ifndef LS_SCHED_H
 #define LS_SCHED_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "lora.h"
@@ -65,6 +66,8 @@ typedef struct {
     uint64_t step_roundtrip_us;    // summed: plan sent -> result in (event times)
     uint64_t step_worker_us;       // summed: the workers' reported step time (StepResult.elapsed_us)
     uint64_t max_skipped;  // most steps a request was passed over before admission (aging bound)
+    uint64_t kv_block_size;  // tokens per KV block (0 until the workers report)
+    uint64_t lora_slots;     // GPU adapter slots: the most distinct adapters in one step
 } sched_stats_t;
 
 typedef struct sched sched_t;
@@ -99,5 +102,13 @@ void sched_shutdown(sched_t *self, uint64_t now);
 // When the core next needs sched_on_tick (ns, same clock as now); 0 when it needs none.
 uint64_t sched_next_wake(const sched_t *self);
 const sched_stats_t *sched_stats(const sched_t *self);
+#define SCHED_MAX_LISTED 64
+// The names of the adapters of the running (running true) or waiting requests, each once, in
+// queue order, joined by ',' into out (cap bytes, always terminated): at most `max` names (and
+// SCHED_MAX_LISTED), and
+// only whole names that fit. A name with a ',' in it is left out, since a comma-separated list
+// cannot hold it. Returns the number of names written. It walks the queue: for /metrics, not
+// for every event.
+int sched_adapter_names(const sched_t *self, bool running, int max, char *out, size_t cap);
 
 #endif

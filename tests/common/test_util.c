@@ -2,10 +2,12 @@
 #define _GNU_SOURCE
 #include "test_util.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -63,6 +65,60 @@ void tu_child_dies_with_parent(void) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent)  // the test died before prctl took effect
         _exit(1);
+}
+
+pid_t tu_graph_start(const char *launch_script, const char *bin_dir, const char *run_dir, const char *log,
+                     const char *const args[], double seconds) {
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        tu_child_dies_with_parent();
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        setenv("LORASERVE_BIN", bin_dir, 1);
+        const char *argv[64] = {launch_script, "--run-dir", run_dir};
+        int n = 3;
+        for (int i = 0; args && args[i] && n < 63; i++)
+            argv[n++] = args[i];
+        execv(launch_script, (char **)argv);
+        _exit(127);
+    }
+    char graph[512];
+    snprintf(graph, sizeof graph, "%s/graph.json", run_dir);
+    for (int i = 0; i < (int)(seconds * 10) && access(graph, R_OK) != 0; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            fprintf(stderr, "the launcher exited before the graph was ready (see %s)\n", log);
+            return -1;
+        }
+        usleep(100000);
+    }
+    if (access(graph, R_OK) != 0) {
+        fprintf(stderr, "no graph.json after %.0f s (see %s)\n", seconds, log);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+int tu_graph_stop(pid_t launcher) {
+    int status;
+    if (kill(launcher, SIGINT) < 0 || waitpid(launcher, &status, 0) != launcher)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int tu_gateway_port(const char *run_dir) {
+    static const char at_text[] = "listening on http://127.0.0.1:";
+    char path[512];
+    snprintf(path, sizeof path, "%s/logs/gateway.log", run_dir);
+    char *text = tu_read_file(path, NULL);
+    const char *at = text ? strstr(text, at_text) : NULL;
+    int port = at ? atoi(at + sizeof at_text - 1) : 0;
+    free(text);
+    return port;
 }
 
 int tu_json_ids(const cJSON *arr, int32_t *out, int cap) {

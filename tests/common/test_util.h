@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <cjson/cJSON.h>
 
@@ -17,6 +18,17 @@ int tu_rmrf(const char *dir);
 // In a child the test forked: die with the test (SIGTERM when it exits), so a failed
 // assertion that skips the test's own cleanup leaves no actor behind.
 void tu_child_dies_with_parent(void);
+// The whole graph: launch_script --run-dir run_dir ARGS… (args NULL-terminated, may be NULL)
+// with LORASERVE_BIN=bin_dir, its output into log, in a child that dies with the test; then
+// wait up to `seconds` for RUN_DIR/graph.json, which the launcher writes once every actor is
+// Ready. The launcher's pid, or -1 (said on stderr: it exited first, or time ran out).
+pid_t tu_graph_start(const char *launch_script, const char *bin_dir, const char *run_dir, const char *log,
+                     const char *const args[], double seconds);
+// Stop it as Ctrl-C does: its exit status (0: every actor stopped cleanly), or -1.
+int tu_graph_stop(pid_t launcher);
+// The gateway's HTTP port, from RUN_DIR/logs/gateway.log ("listening on http://127.0.0.1:PORT",
+// as --port 0 logs it); 0 until it is there.
+int tu_gateway_port(const char *run_dir);
 // The integers of a JSON array into out (at most cap); returns how many.
 int tu_json_ids(const cJSON *arr, int32_t *out, int cap);
 

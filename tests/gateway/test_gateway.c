@@ -6,7 +6,8 @@
 //                                  answers with rid 0 dropped
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
-//   health, metrics              — ping relay, Prometheus text that parses, other actors' counters
+//   health, metrics              — ping relay, Prometheus text that parses, other actors' counters; the
+//                                  inference gateway's vllm:* series (escaped, capped lists)
 //   api_key                      — 401 without the key, /health and /health/live open; the key
 //                                  from --api-key, --api-key-file or LORASERVE_API_KEY, the
 //                                  last two never on the command line; two at once refused
@@ -660,7 +661,7 @@ static void test_metrics(void **state) {
     assert_true(!strncmp(r.content_type, "text/plain", 10));
     regex_t line;
     assert_int_equal(regcomp(&line,
-                             "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"]*\"(,[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"]*\")*\\})? "
+                             "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\"(,[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\")*\\})? "
                              "[-+0-9.eE]+|\\+Inf$",
                              REG_EXTENDED | REG_NOSUB),
                      0);
@@ -696,6 +697,17 @@ static void test_metrics(void **state) {
     assert_true(!strncmp(s1, "loraserve_requests_active{actor=\"", 33) && !strncmp(s2, "loraserve_requests_active{actor=\"", 33));
     assert_true(strstr(r.body, "loraserve_requests_active{actor=\"scheduler\"} 4\n") &&
                 strstr(r.body, "loraserve_requests_active{actor=\"tokenizer\"} 8\n"));
+    // the inference gateway's series, from the scheduler's answer: names escaped, each list
+    // cut at max_lora names, a name listed once
+    assert_contains(r.body, "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 3\n");
+    assert_contains(r.body, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2\n");
+    assert_contains(r.body, "# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc 0.25\n");
+    assert_contains(r.body, "# TYPE vllm:lora_requests_info gauge\nvllm:lora_requests_info{max_lora=\"3\","
+                            "running_lora_adapters=\"q\\\"x,b\\\\s,n\\nl\",waiting_lora_adapters=\"a,b,c\"} ");
+    assert_contains(r.body, "# TYPE vllm:cache_config_info gauge\n"
+                            "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"4\"} 1\n");
+    double stamp = atof(strstr(r.body, "waiting_lora_adapters=\"a,b,c\"} ") + strlen("waiting_lora_adapters=\"a,b,c\"} "));
+    assert_true(stamp > (double)time(NULL) - 60 && stamp < (double)time(NULL) + 60);
     s_resp_free(&r);
 }
 

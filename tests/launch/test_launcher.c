@@ -440,17 +440,6 @@ static void test_restart(void **unused) {
     cJSON_Delete(g);
 }
 
-// The gateway's HTTP port, from its log ("listening on http://HOST:PORT"); 0 until it is there.
-static int s_gateway_port(const char *run_dir) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/logs/gateway.log", run_dir);
-    char *text = tu_read_file(path, NULL);
-    const char *at = text ? strstr(text, "listening on http://127.0.0.1:") : NULL;
-    int port = at ? atoi(at + strlen("listening on http://127.0.0.1:")) : 0;
-    free(text);
-    return port;
-}
-
 // GET path on the gateway: the HTTP status (curl's; 0 when nothing answered); the body in
 // body (cap bytes) when given.
 static int s_http_get(int port, const char *path, char *body, size_t cap) {
@@ -535,7 +524,7 @@ static void test_readiness(void **unused) {
     free(cmd);
     snprintf(path, sizeof path, "%s/keys/api-key", l.run_dir);
     assert_int_equal(s_mode(path), 0600);
-    int port = s_gateway_port(l.run_dir);
+    int port = tu_gateway_port(l.run_dir);
     assert_true(port > 0);
     char body[4096];
     assert_int_equal(s_http_get(port, "/health", body, sizeof body), 200);
@@ -573,7 +562,7 @@ static void test_ready_timeout(void **unused) {
     s_launch(&l, "timeout", bin, extra);
     // Meanwhile the gateway runs but the graph is not ready: /health says so, /health/live not.
     int port = 0;
-    for (double t0 = s_now(); s_now() - t0 < 1.5 && !(port = s_gateway_port(l.run_dir));)
+    for (double t0 = s_now(); s_now() - t0 < 1.5 && !(port = tu_gateway_port(l.run_dir));)
         usleep(20000);
     assert_true(port > 0);
     char body[4096];

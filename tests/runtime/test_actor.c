@@ -11,6 +11,8 @@
 //                reaches its restart
 //   bulk       — frames after the body: a handler that takes them and one that leaves them,
 //                each freed once (a message with an extra frame was a use-after-free)
+//   metrics info — the on_metrics hook runs before each Metrics answer; text facts
+//                (ls_actor_info) travel in it, set again rather than added again
 //   wakeup     — a ping that arrives while the actor relays a burst from one socket to another
 //                is answered with no timer to wake the loop (it once slept on it for good)
 // The other rooms have their own programs: test_job, test_stream, test_replay_engine.
@@ -311,6 +313,57 @@ static void test_malformed(void **unused) {
     assert_int_equal(unhandled, 1);
     ls_msg_clear(&m);
 
+    rt_client_shutdown(c);
+    rt_join(&r);
+    zsock_destroy(&c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// metrics: on_metrics runs before each answer; text facts travel in Metrics.info_*
+
+static void s_info_hook(ls_actor_t *a, void *state) {
+    int *asked = state;
+    char text[32];
+    snprintf(text, sizeof text, "asked %d", ++*asked);
+    ls_actor_info(a, "asked", text);
+    ls_actor_info(a, "fixed", "a,b");
+}
+
+// The value of info `name` in a Metrics answer; NULL when absent.
+static const char *s_info_of(const ls_msg_t *m, const char *name) {
+    assert_int_equal(m->u.metrics.info_names.n, m->u.metrics.info_values.n);
+    for (size_t i = 0; i < m->u.metrics.info_names.n; i++)
+        if (!strcmp(m->u.metrics.info_names.v[i], name))
+            return m->u.metrics.info_values.v[i];
+    return NULL;
+}
+
+static void test_metrics_info(void **unused) {
+    char ep[128];
+    rt_endpoint(ep, sizeof ep, "facts");
+    static const ls_dispatch_t table[] = {{0, NULL}};
+    int asked = 0;
+    ls_actor_def_t def = {.name = "facts", .dispatch = table, .state = &asked, .on_metrics = s_info_hook};
+    ls_actor_opts_t opts = {.name = "facts", .bind = ep};
+    rt_runner_t r;
+    rt_start(&r, ls_actor_new(&def, &opts));
+    zsock_t *c = rt_client(ep);
+    for (int k = 1; k <= 2; k++) {
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_GET_METRICS);
+        m.rid = (uint64_t)k;
+        rt_client_send(c, &m);
+        ls_msg_clear(&m);
+        rt_client_recv(c, &m);
+        assert_int_equal(m.type, LS_MSG_METRICS);
+        assert_int_equal(m.rid, (uint64_t)k);
+        char want[32];
+        snprintf(want, sizeof want, "asked %d", k);
+        assert_string_equal(s_info_of(&m, "asked"), want);  // set by the hook for this answer
+        assert_string_equal(s_info_of(&m, "fixed"), "a,b");
+        assert_int_equal(m.u.metrics.info_names.n, 2);      // set again, not added again
+        ls_msg_clear(&m);
+    }
     rt_client_shutdown(c);
     rt_join(&r);
     zsock_destroy(&c);
@@ -766,6 +819,7 @@ int main(void) {
         cmocka_unit_test(test_ready_later),
         cmocka_unit_test(test_peer_status),
         cmocka_unit_test(test_bulk),
+        cmocka_unit_test(test_metrics_info),
         cmocka_unit_test(test_wakeup),
     };
     return rt_fini(cmocka_run_group_tests(tests, NULL, NULL));

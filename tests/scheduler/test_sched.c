@@ -4,6 +4,7 @@
 //   pending_until_ready              — nothing is planned before every rank reported
 //   chunked_prefill                  — chunks, sample flags, the token budget, released rids
 //   prefix_cache                     — hit under the same adapter, miss under another / base
+//   adapter_names                    — the running and waiting adapter lists of /metrics
 //   lora_constraint                  — 2 slots, 5 adapters: all finish, distinct adapters per
 //                                      step <= 2, aging bound, base requests never held back
 //   aging                            — a steady stream for resident adapters cannot starve another
@@ -280,6 +281,44 @@ static void s_load_ok(h_t *h, uint64_t rid, const char *id, bool pinned) {
     assert_non_null(m);
     assert_int_equal(m->rid, rid);
     assert_true(m->u.adapter_loaded.ok);
+}
+
+// The adapter lists behind /metrics' vllm:lora_requests_info: distinct names in queue order,
+// capped by count and bytes, a name with a comma left out, empty once everything finished.
+static void test_adapter_names(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 4096, 4, 1024, 2, 8);
+    const char *ids[] = {"A", "B", "C", "x,y"};
+    for (int i = 0; i < 4; i++)
+        s_load_ok(h, 100 + (uint64_t)i, ids[i], false);
+    h->auto_steps = false;  // the first request's step stays in flight: the rest wait
+    const char *order[] = {"B", NULL, "B", "A", "x,y", "C", "A"};
+    for (int r = 0; r < 7; r++)
+        h_request(h, 1 + (uint64_t)r, 6, 10 * r, order[r], 4);
+    h_pump(h, 0);
+    assert_int_equal(sched_stats(h->s)->running, 1);
+    assert_int_equal(sched_stats(h->s)->lora_slots, 2);
+    char out[64];
+    assert_int_equal(sched_adapter_names(h->s, true, 8, out, sizeof out), 1);
+    assert_string_equal(out, "B");
+    assert_int_equal(sched_adapter_names(h->s, false, 8, out, sizeof out), 3);
+    assert_string_equal(out, "B,A,C");
+    assert_int_equal(sched_adapter_names(h->s, false, 2, out, sizeof out), 2);
+    assert_string_equal(out, "B,A");
+    assert_int_equal(sched_adapter_names(h->s, false, 8, out, 4), 2);  // "B,A" and its NUL
+    assert_string_equal(out, "B,A");
+    assert_int_equal(sched_adapter_names(h->s, false, 8, out, 3), 1);
+    assert_string_equal(out, "B");
+    h->auto_steps = true;
+    h_answer_plan(h, h_last(h, LS_MSG_STEP_PLAN, 0));
+    h_pump(h, 0);
+    assert_int_equal(sched_stats(h->s)->running + sched_stats(h->s)->waiting, 0);
+    assert_int_equal(sched_adapter_names(h->s, true, 8, out, sizeof out), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(sched_adapter_names(h->s, false, 8, out, sizeof out), 0);
+    assert_string_equal(out, "");
+    h_free(h);
 }
 
 static void test_prefix_cache(void **unused) {
@@ -1070,6 +1109,7 @@ int main(void) {
         cmocka_unit_test(test_pending_until_ready),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_adapter_names),
         cmocka_unit_test(test_lora_constraint),
         cmocka_unit_test(test_aging),
         cmocka_unit_test(test_preemption),

@@ -42,35 +42,16 @@ static int s_setup(void **state) {
     snprintf(s_run_dir, sizeof s_run_dir, "%s/run", s_dir);
     char log[160];
     snprintf(log, sizeof log, "%s/launcher.out", s_dir);
-    s_launcher = fork();
-    if (s_launcher == 0) {
-        tu_child_dies_with_parent();
-        freopen(log, "w", stdout);
-        dup2(1, 2);
-        setenv("LORASERVE_BIN", LS_BIN_DIR, 1);
-        // --lora-roots: clients may load adapters from the demo's folder (load by path).
-        // --port 0: tests run in parallel, each graph's gateway takes any free port
-        execl(LS_LAUNCH_SCRIPT, LS_LAUNCH_SCRIPT, "--run-dir", s_run_dir, "--lora-roots", LS_DEMO_DIR "/adapters",
-              "--port", "0", (char *)NULL);
-        _exit(127);
-    }
-    char graph[192];
-    snprintf(graph, sizeof graph, "%s/graph.json", s_run_dir);
-    for (int i = 0; i < 1200 && access(graph, R_OK) != 0; i++) {
-        if (waitpid(s_launcher, NULL, WNOHANG) == s_launcher)
-            fail_msg("the launcher exited before the graph was ready (see %s)", log);
-        usleep(100000);
-    }
-    if (access(graph, R_OK) != 0)
-        fail_msg("no graph.json after 120 s (see %s)", log);
+    // --lora-roots: clients may load adapters from the demo's folder (load by path).
+    // --port 0: tests run in parallel, each graph's gateway takes any free port
+    const char *args[] = {"--lora-roots", LS_DEMO_DIR "/adapters", "--port", "0", NULL};
+    s_launcher = tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, s_run_dir, log, args, 120);
+    assert_true(s_launcher > 0);
     return 0;
 }
 
 static int s_teardown(void **state) {
-    kill(s_launcher, SIGINT);
-    int status;
-    waitpid(s_launcher, &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(tu_graph_stop(s_launcher), 0);
     assert_int_equal(tu_rmrf(s_dir), 0);
     return 0;
 }
