@@ -26,6 +26,13 @@
 // unpinned adapters. The registry refuses a pin past it (against its --max-loras-per-batch);
 // the scheduler, which alone keeps pinned adapters in their slots, refuses it again against
 // the slots the workers reported. The workers' pools know nothing of pinning.
+// The peer that schedules, for the actors that send it requests or adapter commands (tokenizer,
+// registry, detokenizer, worker): "scheduler" in a one-group graph; with --dp-size N the
+// launcher passes --scheduler=dispatcher to the front actors and --scheduler=scheduler-G to
+// group G's workers (docs/architecture.md). Expands to a flag of ls_flags.h.
+#define LS_SCHEDULER_FLAG(var) \
+    LS_FLAG_STR("scheduler", (var), "scheduler", "the peer that schedules (dispatcher with --dp-size > 1)")
+
 static inline int ls_pinned_max(int slots) {
     return slots - 1;
 }

@@ -286,6 +286,12 @@ int ls_actor_has_peer(const ls_actor_t *self, const char *peer) {
     return 0;
 }
 
+int ls_actor_peer_count(const ls_actor_t *self) { return self->npeers; }
+
+const char *ls_actor_peer_name(const ls_actor_t *self, int i) {
+    return i >= 0 && i < self->npeers ? self->peer_names[i] : NULL;
+}
+
 // ---------------------------------------------------------------------------------------------
 // sending
 

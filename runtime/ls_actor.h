@@ -150,6 +150,9 @@ ls_sock_t *ls_actor_peer(ls_actor_t *self, const char *peer);
 // The actor's own ROUTER (NULL without --bind); send to a peer on it by its identity.
 ls_sock_t *ls_actor_router(ls_actor_t *self);
 int ls_actor_has_peer(const ls_actor_t *self, const char *peer);
+// The i-th peer's name in --peer order, for i < ls_actor_peer_count; NULL past the end.
+int ls_actor_peer_count(const ls_actor_t *self);
+const char *ls_actor_peer_name(const ls_actor_t *self, int i);
 
 // Routes: copy where `in` came from, to answer later.
 ls_route_t *ls_route_new(const ls_in_t *in);

@@ -19,10 +19,12 @@
 #include <sys/stat.h>
 
 #include "ls_actor.h"
+#include "ls_limits.h"
 #include "stream.h"
 
 typedef struct {
     char *model_path;
+    char *scheduler;  // --scheduler: the peer that plays the scheduler's role
     ls_actor_t *actor;
     ls_tokenizer_t *tok;
     dstream_t *stream;
@@ -50,9 +52,10 @@ static void s_publish(detok_app_t *app) {
         *g = st->active;
 }
 
+// The stream names roles ("tokenizer", "scheduler"); the scheduler's role is --scheduler's peer.
 static void s_send(void *host, const char *peer, const ls_msg_t *msg) {
     detok_app_t *app = host;
-    ls_actor_send_peer(app->actor, peer, msg, NULL);
+    ls_actor_send_peer(app->actor, strcmp(peer, "scheduler") ? peer : app->scheduler, msg, NULL);
 }
 
 static int s_on_token_out(ls_actor_t *a, ls_in_t *in, void *state) {
@@ -76,7 +79,7 @@ static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
 static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
     detok_app_t *app = state;
     const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
-    if (!ps->up && ps->actor && (!strcmp(ps->actor, "scheduler") || !strcmp(ps->actor, "tokenizer"))) {
+    if (!ps->up && ps->actor && (!strcmp(ps->actor, app->scheduler) || !strcmp(ps->actor, "tokenizer"))) {
         ls_warn(0, "%s went down: dropping %llu streams", ps->actor,
                 (unsigned long long)dstream_stats(app->stream)->active);
         dstream_drop_all(app->stream);
@@ -114,8 +117,8 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "detokenizer out of memory");
         return -1;
     }
-    if (!ls_actor_has_peer(a, "tokenizer") || !ls_actor_has_peer(a, "scheduler"))
-        ls_warn(0, "no --peer tokenizer=… or scheduler=…: text or stop-string aborts have nowhere to go");
+    if (!ls_actor_has_peer(a, "tokenizer") || !ls_actor_has_peer(a, app->scheduler))
+        ls_warn(0, "no --peer tokenizer=… or %s=…: text or stop-string aborts have nowhere to go", app->scheduler);
     s_publish(app);
     return 0;
 }
@@ -135,6 +138,7 @@ static void s_destroy(ls_actor_t *a, void *state) {
 int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_STR("model-path", &s_app.model_path, NULL, "model directory holding tokenizer.json, or that file"),
+        LS_SCHEDULER_FLAG(&s_app.scheduler),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {.name = "detokenizer",

@@ -32,7 +32,6 @@
 #define S_LIST_MS 10000       // ListAdapters
 #define S_ADAPTER_MS 300000   // the net for a load or unload answer lost upstream (503 outcome_unknown)
 #define S_MAX_MODELS 256      // model labels in /metrics; later ones count under "other"
-#define S_MAX_PEERS 72
 #define S_RETRY_AFTER_S "1"   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
 
 typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS } s_kind_t;
@@ -822,25 +821,15 @@ static void s_metrics_start(gw_req_t *req) {
         s_respond_error(req, 500, "out of memory", NULL, NULL);
         return;
     }
-    // Every actor the launcher named as a peer.
-    const char *fixed[] = {"tokenizer", "detokenizer", "registry", "scheduler"};
-    char names[S_MAX_PEERS][32];
-    int n = 0;
-    for (int i = 0; i < 4; i++)
-        if (ls_actor_has_peer(s_g.self, fixed[i]))
-            snprintf(names[n++], sizeof names[0], "%s", fixed[i]);
-    for (int r = 0; n < S_MAX_PEERS; r++) {
-        snprintf(names[n], sizeof names[0], "worker-%d", r);
-        if (!ls_actor_has_peer(s_g.self, names[n]))
-            break;
-        n++;
-    }
+    // Every actor the launcher named as a peer, by its name: with --dp-size the groups'
+    // scheduler-G and worker-G-R answer each for itself (per-group series).
+    int n = ls_actor_peer_count(s_g.self);
     c->metrics = calloc((size_t)n + 1, sizeof *c->metrics);
     for (int i = 0; i < n; i++) {
         ls_msg_t m;
         ls_msg_init(&m, LS_MSG_GET_METRICS);
         m.rid = s_call_rid(c);
-        if (ls_actor_send_peer(s_g.self, names[i], &m, NULL) == 0)
+        if (ls_actor_send_peer(s_g.self, ls_actor_peer_name(s_g.self, i), &m, NULL) == 0)
             c->nopen++;
         ls_msg_clear(&m);
     }

@@ -38,6 +38,7 @@
 typedef struct {
     // flags
     char *model_path, *state_dir;
+    char *scheduler;  // --scheduler: the peer adapters are loaded through
     int max_lora_rank, max_loras_per_batch, load_timeout_ms, unload_timeout_ms;
     ls_strlist_t target_modules, lora_paths, lora_dirs, lora_roots;
     // state
@@ -156,11 +157,11 @@ static void s_host_check(void *host, uint64_t op, check_mode_t mode, const char 
 
 static int s_host_send(void *host, const ls_msg_t *msg) {
     registry_t *r = host;
-    if (!ls_actor_has_peer(r->actor, "scheduler")) {
-        ls_error(msg->rid, "no scheduler peer (--peer scheduler=ENDPOINT): adapters cannot be loaded or unloaded");
+    if (!ls_actor_has_peer(r->actor, r->scheduler)) {
+        ls_error(msg->rid, "no scheduler peer (--peer %s=ENDPOINT): adapters cannot be loaded or unloaded", r->scheduler);
         return -1;
     }
-    return ls_actor_send_peer(r->actor, "scheduler", msg, NULL);
+    return ls_actor_send_peer(r->actor, r->scheduler, msg, NULL);
 }
 
 static void s_host_answer(void *host, void *waiter, ls_msg_t *msg) {
@@ -313,14 +314,14 @@ static int s_on_list(ls_actor_t *a, ls_in_t *in, void *state) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_LIST_ADAPTERS);
     m.rid = l->rid;
-    if (ls_actor_send_peer(a, "scheduler", &m, NULL) < 0)
+    if (ls_actor_send_peer(a, r->scheduler, &m, NULL) < 0)
         s_listing_answer(r, l, NULL);
     return 0;
 }
 
 // The scheduler's AdapterList: the residency a waiting listing asked for.
 static int s_on_residency(ls_actor_t *a, ls_in_t *in, void *state) {
-    if (in->identity || strcmp(in->from, "scheduler") != 0)
+    if (in->identity || strcmp(in->from, ((registry_t *)state)->scheduler) != 0)
         return 0;
     for (s_listing_t *l = s_listings; l; l = l->next)
         if (l->rid == in->msg->rid) {
@@ -334,7 +335,7 @@ static int s_on_residency(ls_actor_t *a, ls_in_t *in, void *state) {
 // confirm a load.
 static int s_on_answer(ls_actor_t *a, ls_in_t *in, void *state) {
     registry_t *r = state;
-    if (in->identity || strcmp(in->from, "scheduler") != 0) {
+    if (in->identity || strcmp(in->from, r->scheduler) != 0) {
         ls_warn(in->msg->rid, "%s from %s ignored: only the scheduler's answers count", ls_msg_type_name(in->msg->type),
                 in->from);
         return 0;
@@ -351,7 +352,7 @@ static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
     if (!ps->actor || ps->up)
         return 0;
-    if (!strcmp(ps->actor, "scheduler"))
+    if (!strcmp(ps->actor, r->scheduler))
         reg_scheduler_lost(r->reg, in->now_ns);
     else if (!strcmp(ps->actor, "tokenizer"))
         reg_holders_lost(r->reg);
@@ -591,6 +592,7 @@ int main(int argc, char **argv) {
         LS_FLAG_LIST("lora-dirs", &r->lora_dirs, "directories whose DIR/name adapters are loaded on first request"),
         LS_FLAG_LIST("lora-roots", &r->lora_roots,
                      "directories clients' LoadAdapter paths must lie under (default: the --lora-dirs; none: refused)"),
+        LS_SCHEDULER_FLAG(&r->scheduler),
         LS_FLAG_STR("state-dir", &r->state_dir, NULL, "directory of the journal (registry.journal)"),
         LS_FLAG_INT("load-timeout-ms", &r->load_timeout_ms, "300000",
                     "answer a load TIMEOUT after this long (a late load is undone)"),

@@ -3,14 +3,17 @@
 // Accepts: TokenizedReq, Abort (tokenizer, detokenizer, or a test client, on the ROUTER);
 //          LoadAdapter, UnloadAdapter (registry, tokenizer or a test client); ListAdapters
 //          (the registry, for residency: answered with AdapterList);
-//          WorkerInfo, StepResult, AdapterLoaded, AdapterUnloaded (from worker-0 … worker-N-1);
+//          WorkerInfo, StepResult, AdapterLoaded, AdapterUnloaded (from its workers: worker-0 …
+//          worker-N-1, or P0 … P(N-1) with --worker-prefix P);
 //          TpComm (from worker-0: the tensor-parallel group's communicator, relayed to every
 //          worker of the group, worker-0 included);
 //          PeerStatus (the launcher: a worker, the tokenizer or the detokenizer went down);
 //          and the lifecycle messages every actor handles (Heartbeat, Shutdown, GetMetrics).
 // Emits:   StepPlan, LoadAdapter, UnloadAdapter, PrefetchAdapter (to every worker);
 //          TokenOut (to the detokenizer, or with --output route back on the request's route);
-//          AdapterLoaded, AdapterUnloaded, Error (to whoever asked); Ready, Heartbeat, Metrics.
+//          AdapterLoaded, AdapterUnloaded, Error (to whoever asked); with --report-ends,
+//          RequestEnded to a request's sender once the request is done (the dispatcher counts
+//          its groups' load with it); Ready, Heartbeat, Metrics.
 //
 // Every decision is the core's (sched.c, which has no sockets, so its tests need none); this
 // file wires the sockets, flags, a wake-up timer and the counters to it.
@@ -27,6 +30,8 @@ typedef struct {
     int tp_size, max_batched, max_running, chunk, max_skip, default_max_new, step_timeout_ms, load_timeout_ms;
     int max_waiting, max_tenant_waiting, max_queued_tokens;
     char *output, *eviction;
+    char *worker_prefix;  // its workers are <prefix>0 … <prefix>(tp-1)
+    int report_ends;      // RequestEnded to each request's sender when it is done
     int output_route;  // TokenOut back on the request's route instead of to the detokenizer
     ls_strlist_t lora_roots, lora_dirs, lora_paths;
     ls_confine_t *confine;  // where adapter paths may point: checked here too, not only at the registry
@@ -39,6 +44,10 @@ static app_t s_app;
 
 static ls_flag_t s_flags[] = {
     LS_FLAG_INT("tp-size", &s_app.tp_size, "1", "workers in the group: worker-0 … worker-(N-1)"),
+    LS_FLAG_STR("worker-prefix", &s_app.worker_prefix, "worker-",
+                "its workers' names less the rank (worker-G- for data-parallel group G)"),
+    LS_FLAG_BOOL("report-ends", &s_app.report_ends,
+                 "tell each request's sender when the request is done (RequestEnded; the dispatcher needs it)"),
     LS_FLAG_STR("output", &s_app.output, "detokenizer",
                 "where TokenOut goes: detokenizer (the peer) or route (back to the request's sender)"),
     LS_FLAG_INT("max-num-batched-tokens", &s_app.max_batched, LS_LIMITS_STR(LS_DEFAULT_MAX_NUM_BATCHED_TOKENS),
@@ -110,11 +119,29 @@ static const struct {
 #undef G
 };
 
-static void s_worker_name(int rank, char *out, size_t cap) { snprintf(out, cap, "worker-%d", rank); }
+static void s_worker_name(int rank, char *out, size_t cap) { snprintf(out, cap, "%s%d", s_app.worker_prefix, rank); }
+
+// A reply handle given to the core: the route back to the asker and, for a request, its rid,
+// which RequestEnded names when the core releases the handle (the request is done).
+typedef struct {
+    ls_route_t *route;
+    uint64_t rid;
+    bool request;
+} reply_t;
+
+static reply_t *s_reply_new(const ls_in_t *in, bool request) {
+    reply_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;  // the core answers nobody
+    r->route = ls_route_new(in);
+    r->rid = in->msg->rid;
+    r->request = request;
+    return r;
+}
 
 static void s_emit(void *arg, const sched_dest_t *d, const ls_msg_t *msg) {
     app_t *app = arg;
-    char name[32];
+    char name[64];
     switch (d->kind) {
     case SCHED_TO_WORKERS:
         for (int r = 0; r < app->tp_size; r++) {
@@ -136,14 +163,23 @@ static void s_emit(void *arg, const sched_dest_t *d, const ls_msg_t *msg) {
         break;
     }
     if (d->reply)
-        ls_actor_send_route(app->actor, d->reply, msg, NULL);
+        ls_actor_send_route(app->actor, ((reply_t *)d->reply)->route, msg, NULL);
     else
         ls_debug(msg->rid, "%s has nobody to go to", ls_msg_type_name(msg->type));
 }
 
 static void s_release(void *arg, void *reply) {
-    ls_route_t *route = reply;
-    ls_route_destroy(&route);
+    app_t *app = arg;
+    reply_t *r = reply;
+    if (r->request && app->report_ends) {
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_REQUEST_ENDED);
+        m.rid = r->rid;
+        ls_actor_send_route(app->actor, r->route, &m, NULL);
+        ls_msg_clear(&m);
+    }
+    ls_route_destroy(&r->route);
+    free(r);
 }
 
 static void s_on_wake(ls_actor_t *a, ls_timer_t *t, void *arg);
@@ -194,16 +230,21 @@ static void s_on_wake(ls_actor_t *a, ls_timer_t *t, void *arg) {
     s_sync(app);
 }
 
-// The sender's rank from its name (worker-N); -1 for anyone else.
-static int s_rank_of(const ls_in_t *in) {
+// A worker's rank from its name (<prefix>N, N < --tp-size); -1 for anyone else.
+static int s_rank_of_name(const char *name) {
+    size_t k = strlen(s_app.worker_prefix);
     int rank, n = -1;
-    if (sscanf(in->from, "worker-%d%n", &rank, &n) == 1 && n == (int)strlen(in->from) && rank >= 0)
+    if (strncmp(name, s_app.worker_prefix, k) != 0)
+        return -1;
+    if (sscanf(name + k, "%d%n", &rank, &n) == 1 && n == (int)strlen(name + k) && rank >= 0 && rank < s_app.tp_size)
         return rank;
     return -1;
 }
 
+static int s_rank_of(const ls_in_t *in) { return s_rank_of_name(in->from); }
+
 static int s_on_request(ls_actor_t *a, ls_in_t *in, void *state) {
-    sched_on_request(((app_t *)state)->core, in->now_ns, in->msg, ls_route_new(in));
+    sched_on_request(((app_t *)state)->core, in->now_ns, in->msg, s_reply_new(in, true));
     s_sync(state);
     return 0;
 }
@@ -246,13 +287,13 @@ static int s_path_refused(app_t *app, const ls_in_t *in) {
 static int s_on_load(ls_actor_t *a, ls_in_t *in, void *state) {
     if (!ls_confine_open(((app_t *)state)->confine) && s_path_refused(state, in))
         return 0;
-    sched_on_load_adapter(((app_t *)state)->core, in->now_ns, in->msg, ls_route_new(in));
+    sched_on_load_adapter(((app_t *)state)->core, in->now_ns, in->msg, s_reply_new(in, false));
     s_sync(state);
     return 0;
 }
 
 static int s_on_unload(ls_actor_t *a, ls_in_t *in, void *state) {
-    sched_on_unload_adapter(((app_t *)state)->core, in->now_ns, in->msg, ls_route_new(in));
+    sched_on_unload_adapter(((app_t *)state)->core, in->now_ns, in->msg, s_reply_new(in, false));
     s_sync(state);
     return 0;
 }
@@ -265,7 +306,7 @@ static int s_on_worker_info(ls_actor_t *a, ls_in_t *in, void *state) {
 
 static int s_on_step_result(ls_actor_t *a, ls_in_t *in, void *state) {
     if (s_rank_of(in) != 0) {
-        ls_warn(in->msg->rid, "StepResult from %s ignored: results come from worker-0", in->from);
+        ls_warn(in->msg->rid, "StepResult from %s ignored: results come from %s0", in->from, s_app.worker_prefix);
         return 0;
     }
     sched_on_step_result(((app_t *)state)->core, in->now_ns, in->msg);
@@ -283,7 +324,7 @@ static int s_on_adapter_answer(ls_actor_t *a, ls_in_t *in, void *state) {
 static int s_on_tp_comm(ls_actor_t *a, ls_in_t *in, void *state) {
     app_t *app = state;
     if (s_rank_of(in) != 0) {
-        ls_warn(0, "TpComm from %s ignored: the group's id comes from worker-0", in->from);
+        ls_warn(0, "TpComm from %s ignored: the group's id comes from %s0", in->from, app->worker_prefix);
         return 0;
     }
     ls_info(0, "relaying the tensor-parallel group's %s id to %d workers",
@@ -311,10 +352,12 @@ static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
         return 0;
     char why[300];
     snprintf(why, sizeof why, "%s went down (%s)", ps->actor, ps->reason ? ps->reason : "");
-    int rank = -1, n = -1;
-    if (sscanf(ps->actor, "worker-%d%n", &rank, &n) == 1 && n == (int)strlen(ps->actor) && rank < app->tp_size)
+    // Requests come from the tokenizer, or through the dispatcher with --dp-size > 1: either
+    // gone, nobody reads their answers (the tokenizer answers the clients).
+    if (s_rank_of_name(ps->actor) >= 0)
         sched_on_worker_down(app->core, in->now_ns, why);
-    else if (!strcmp(ps->actor, "tokenizer") || (!app->output_route && !strcmp(ps->actor, "detokenizer")))
+    else if (!strcmp(ps->actor, "tokenizer") || !strcmp(ps->actor, "dispatcher") ||
+             (!app->output_route && !strcmp(ps->actor, "detokenizer")))
         sched_abort_all(app->core, in->now_ns, why);
     s_sync(app);
     return 0;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ls_actor.h"
+#include "ls_limits.h"
 #include "prompt.h"
 
 typedef struct greq greq_t;
@@ -65,6 +66,7 @@ typedef struct {
 
 typedef struct {
     char *model_path;
+    char *scheduler;  // the peer requests go to: "scheduler", or "dispatcher" with --dp-size > 1
     ls_actor_t *actor;
     tmodel_t *model;
     uint64_t next_id;
@@ -196,7 +198,7 @@ static void s_abort_comp(comp_t *c, uint32_t finish, const char *why) {
     m.rid = c->rid;
     m.u.abort.finish = finish;
     m.u.abort.reason = ls_msg_strdup(why);
-    ls_actor_send_peer(s_tok.actor, "scheduler", &m, NULL);
+    ls_actor_send_peer(s_tok.actor, s_tok.scheduler, &m, NULL);
     ls_msg_clear(&m);
 }
 
@@ -323,7 +325,7 @@ static void s_dispatch_group(greq_t *g) {
             s_oom();
         m.rid = c->rid;
         s_count("prompt_tokens_total", g->ids.n);
-        int rc = ls_actor_send_peer(s_tok.actor, "scheduler", &m, NULL);
+        int rc = ls_actor_send_peer(s_tok.actor, s_tok.scheduler, &m, NULL);
         ls_msg_clear(&m);
         if (rc < 0) {
             s_comp_fail(c, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, "the scheduler cannot be reached");
@@ -611,7 +613,7 @@ static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
         }
         return 0;
     }
-    comp_t *c = !in->identity && !strcmp(in->from, "scheduler") && e->ref_type != LS_MSG_ABORT
+    comp_t *c = !in->identity && !strcmp(in->from, s_tok.scheduler) && e->ref_type != LS_MSG_ABORT
                     ? zhashx_lookup(s->comps, key)
                     : NULL;
     if (!c) {
@@ -699,14 +701,14 @@ static void s_drop_client(const char *name) {
 
 static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
-    if (ps->actor && !strcmp(ps->actor, "scheduler"))
+    if (ps->actor && !strcmp(ps->actor, s_tok.scheduler))
         s_tok.scheduler_down = !ps->up;
     if (ps->up || !ps->actor)
         return 0;
     char why[300];
     snprintf(why, sizeof why, "the %s went down (%s); retry the request", ps->actor, ps->reason ? ps->reason : "");
     ls_warn(0, "%s is down: answering what waited on it", ps->actor);
-    if (!strcmp(ps->actor, "scheduler") || !strcmp(ps->actor, "detokenizer"))
+    if (!strcmp(ps->actor, s_tok.scheduler) || !strcmp(ps->actor, "detokenizer"))
         s_fail_running(why);
     else if (!strcmp(ps->actor, "registry"))
         s_fail_registry_waits(why);
@@ -758,7 +760,7 @@ static int s_start(ls_actor_t *a, void *state) {
     s->open_by_client = zhashx_new();
     if (!s->comps || !s->acquires || !s->clients || !s->relays || !s->open_by_client)
         s_oom();
-    for (const char *const *p = (const char *const[]){"registry", "scheduler", NULL}; *p; p++)
+    for (const char *const *p = (const char *const[]){"registry", s->scheduler, NULL}; *p; p++)
         if (!ls_actor_has_peer(a, *p))
             ls_warn(0, "no --peer %s=…: requests that need it will be refused", *p);
     s_gauge();
@@ -815,6 +817,7 @@ int main(int argc, char **argv) {
                     "model directory: tokenizer.json, tokenizer_config.json (chat template), config.json"),
         LS_FLAG_INT("max-client-requests", &s_tok.max_client_requests, "4096",
                     "requests one client (the gateway, an SDK client) may have open; more are refused OVERLOADED"),
+        LS_SCHEDULER_FLAG(&s_tok.scheduler),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {.name = "tokenizer",

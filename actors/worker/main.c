@@ -52,6 +52,7 @@ typedef struct {
     char *model_path;
     char *load_format;  // auto (the checkpoint) or dummy (random weights of its config.json)
     char *backend_name;
+    char *scheduler;  // --scheduler: its group's scheduler (scheduler-G with --dp-size > 1)
     ls_strlist_t target_modules;
     ls_strlist_t lora_roots, lora_dirs, lora_paths;
     ls_confine_t *confine;  // where adapter paths may point: checked here, whatever the scheduler says
@@ -120,7 +121,7 @@ static void s_send_info(ls_actor_t *a) {
     ls_msg_t m;
     wstep_engine_t e = s_engine();
     wstep_worker_info(&e, s_w.tp_size, s_w.eos_ids, s_w.n_eos, s_w.max_loaded_loras, s_w.model_path, &m);
-    ls_actor_send_peer(a, "scheduler", &m, NULL);
+    ls_actor_send_peer(a, s_w.scheduler, &m, NULL);
     ls_msg_clear(&m);
 }
 
@@ -210,7 +211,7 @@ static int s_send_comm_id(ls_actor_t *a) {
     memcpy(m.u.tp_comm.id.data, id.bytes, id.len);
     m.u.tp_comm.id.len = id.len;
     m.u.tp_comm.tp_size = (uint32_t)s_w.tp_size;
-    rc = ls_actor_send_peer(a, "scheduler", &m, NULL);
+    rc = ls_actor_send_peer(a, s_w.scheduler, &m, NULL);
     ls_msg_clear(&m);
     return rc;
 }
@@ -539,7 +540,7 @@ static int s_on_prefetch_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
 // registry's adapters again). It is Ready again: it learns what this worker holds (WorkerInfo).
 static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_peer_status_t *ps = &in->msg->u.peer_status;
-    if (!ps->actor || strcmp(ps->actor, "scheduler") != 0 || !s_w.pool)
+    if (!ps->actor || strcmp(ps->actor, s_w.scheduler) != 0 || !s_w.pool)
         return 0;
     if (!ps->up) {
         ls_warn(0, "the scheduler went down: dropping every adapter and request");
@@ -589,6 +590,7 @@ int main(int argc, char **argv) {
         LS_FLAG_LIST("lora-paths", &s_w.lora_paths, "... or be one of these name=path[:pinned] directories"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
         LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),
+        LS_SCHEDULER_FLAG(&s_w.scheduler),
         LS_FLAG_INT("max-running-requests", &s_w.max_running, LS_LIMITS_STR(LS_DEFAULT_MAX_RUNNING_REQUESTS),
                     "requests one step may carry, as the scheduler's flag; a bigger StepPlan is refused"),
         LS_FLAG_INT("max-num-batched-tokens", &s_w.max_batched, LS_LIMITS_STR(LS_DEFAULT_MAX_NUM_BATCHED_TOKENS),
