@@ -45,6 +45,7 @@ typedef struct {
     char endpoint[256];
     char log_path[PATH_MAX];
     int rank;
+    int group;  // --dp-size > 1: the data-parallel group of a scheduler or worker; else -1
     pid_t pid;
     int ready;
     int exited;
@@ -68,7 +69,7 @@ typedef struct {
 typedef struct {
     // flags
     char *run_dir, *transport, *tcp_host, *record_trace, *bin_dir, *log_level;
-    int tp_size, tcp_base_port, ready_timeout_s, shutdown_timeout_s, heartbeat_ms;
+    int tp_size, dp_size, tcp_base_port, ready_timeout_s, shutdown_timeout_s, heartbeat_ms;
     int hang_timeout_ms, max_restarts, restart_window_s;
     // state
     ls_actor_t *self;
@@ -88,7 +89,7 @@ static s_launcher_t s_l;
 // Flags the launcher hands on, unchanged, to the actors that take them (SGLang names). Unset
 // ones are not passed: each actor's own default applies (the same default wherever a flag is
 // shared, e.g. --max-loras-per-batch).
-enum { K_REGISTRY = 1, K_WORKER = 2, K_SCHEDULER = 4, K_DETOKENIZER = 8, K_TOKENIZER = 16, K_GATEWAY = 32 };
+enum { K_REGISTRY = 1, K_WORKER = 2, K_SCHEDULER = 4, K_DETOKENIZER = 8, K_TOKENIZER = 16, K_GATEWAY = 32, K_DISPATCHER = 64 };
 typedef struct {
     const char *name;
     int list;
@@ -110,7 +111,7 @@ static s_pass_t s_pass[] = {
     {"lora-target-modules", 1, K_WORKER | K_REGISTRY, "modules adapters may target (none given: all seven)", NULL, {0}},
     {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker", NULL, {0}},
     {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}},
-    {"block-size", 0, K_WORKER, "tokens per KV block", NULL, {0}},
+    {"block-size", 0, K_WORKER | K_DISPATCHER, "tokens per KV block", NULL, {0}},
     // The scheduler and the workers take these three as well: each checks an adapter's path
     // itself rather than trust whoever sent the load.
     {"lora-paths", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "adapters loaded at start: name=path or name=path:pinned", NULL, {0}},
@@ -148,8 +149,8 @@ static s_pass_t s_pass[] = {
 #define S_NPASS (sizeof s_pass / sizeof *s_pass)
 
 static unsigned s_kind_bit(const char *binary) {
-    static const char *kinds[] = {"registry", "worker", "scheduler", "detokenizer", "tokenizer", "gateway"};
-    for (unsigned i = 0; i < 6; i++)
+    static const char *kinds[] = {"registry", "worker", "scheduler", "detokenizer", "tokenizer", "gateway", "dispatcher"};
+    for (unsigned i = 0; i < 7; i++)
         if (!strcmp(binary, kinds[i]))
             return 1u << i;
     return 0;
@@ -177,25 +178,41 @@ static int s_endpoint(char *out, size_t cap, const char *name, int index) {
     return 0;
 }
 
+// The graph: the front actors once; per data-parallel group a scheduler and its --tp-size
+// workers. With --dp-size 1 the group's actors are "scheduler" and "worker-R", as always; with
+// N > 1 they are "scheduler-G" and "worker-G-R", and a dispatcher fronts the groups.
 static int s_plan(void) {
-    const char *order[] = {"registry", "worker", "scheduler", "detokenizer", "tokenizer", "gateway"};
-    if (s_l.tp_size < 1 || s_l.tp_size > S_MAX_ACTORS - 6) {
-        ls_error(0, "--tp-size must be between 1 and %d", S_MAX_ACTORS - 6);
+    const char *order[] = {"registry", "worker", "scheduler", "dispatcher", "detokenizer", "tokenizer", "gateway"};
+    int dp = s_l.dp_size, total = 5 + dp * (1 + s_l.tp_size) + (dp > 1);
+    // Every actor has every other as a peer.
+    if (s_l.tp_size < 1 || dp < 1 || total > S_MAX_ACTORS || total - 1 > LS_MAX_PEERS) {
+        ls_error(0, "--tp-size and --dp-size must be at least 1, and the graph at most %d actors (it would have %d)",
+                 LS_MAX_PEERS + 1, total);
         return -1;
     }
     for (size_t k = 0; k < sizeof order / sizeof *order; k++) {
-        int copies = strcmp(order[k], "worker") ? 1 : s_l.tp_size;
-        for (int r = 0; r < copies; r++) {
+        bool grouped = !strcmp(order[k], "worker") || !strcmp(order[k], "scheduler");
+        if (!strcmp(order[k], "dispatcher") && dp == 1)
+            continue;
+        int copies = !strcmp(order[k], "worker") ? dp * s_l.tp_size : grouped ? dp : 1;
+        for (int i = 0; i < copies; i++) {
             s_actor_t *a = &s_actors[s_l.nactors];
             snprintf(a->binary, sizeof a->binary, "%s", order[k]);
-            // Workers always carry their rank; other actors are unique.
+            int r = strcmp(order[k], "worker") ? 0 : i % s_l.tp_size, g = strcmp(order[k], "worker") ? i : i / s_l.tp_size;
+            // Workers always carry their rank, and with groups everything grouped its group;
+            // other actors are unique.
             char name[sizeof a->name];
-            if (!strcmp(order[k], "worker"))
+            if (grouped && dp > 1 && !strcmp(order[k], "worker"))
+                snprintf(name, sizeof name, "%s-%d-%d", order[k], g, r);
+            else if (!strcmp(order[k], "worker"))
                 snprintf(name, sizeof name, "%s-%d", order[k], r);
+            else if (grouped && dp > 1)
+                snprintf(name, sizeof name, "%s-%d", order[k], g);
             else
                 snprintf(name, sizeof name, "%s", order[k]);
             memcpy(a->name, name, sizeof name);
             a->rank = r;
+            a->group = grouped && dp > 1 ? g : -1;
             if (s_endpoint(a->endpoint, sizeof a->endpoint, name, s_l.nactors + 1) < 0)
                 return -1;
             snprintf(a->log_path, sizeof a->log_path, "%s/logs/%s.log", s_l.run_dir, name);
@@ -228,6 +245,22 @@ static char **s_argv(const s_actor_t *a) {
     unsigned kind = s_kind_bit(a->binary);
     if (kind & (K_WORKER | K_SCHEDULER))
         PUSH("--tp-size=%d", s_l.tp_size);
+    // Data-parallel groups: each actor names its own group's peers; the front names the
+    // dispatcher as its scheduler; each group's GPUs follow the previous group's.
+    if (s_l.dp_size > 1) {
+        if (kind & (K_TOKENIZER | K_REGISTRY | K_DETOKENIZER))
+            PUSH("--scheduler=dispatcher");
+        if (kind & K_SCHEDULER) {
+            PUSH("--worker-prefix=worker-%d-", a->group);
+            PUSH("--report-ends=true");
+        }
+        if (kind & K_WORKER) {
+            PUSH("--scheduler=scheduler-%d", a->group);
+            PUSH("--device=%d", a->group * s_l.tp_size + a->rank);
+        }
+        if (kind & K_DISPATCHER)
+            PUSH("--dp-size=%d", s_l.dp_size);
+    }
     if (kind & K_REGISTRY)  // its journal survives restarts of the graph in the same run dir
         PUSH("--state-dir=%s/state", s_l.run_dir);
     for (size_t i = 0; i < S_NPASS; i++) {
@@ -433,6 +466,8 @@ static int s_write_graph(void) {
         cJSON_AddStringToObject(o, "kind", a->binary);
         cJSON_AddNumberToObject(o, "pid", a->pid);
         cJSON_AddNumberToObject(o, "rank", a->rank);
+        if (a->group >= 0)
+            cJSON_AddNumberToObject(o, "group", a->group);
         cJSON_AddNumberToObject(o, "restarts", a->restarts);
         cJSON *eps = cJSON_AddObjectToObject(o, "endpoints");
         cJSON_AddStringToObject(eps, "router", a->endpoint);
@@ -709,11 +744,11 @@ static void s_actor_down(s_actor_t *a, const char *how) {
     s_broadcast_status(a, 0, reason);
     a->restart = ls_actor_timer_start(s_l.self, delay_ms, 0, s_restart_cb, a);
     // The ranks of a tensor-parallel group meet at every collective: the others would wait on
-    // the lost one, so the group restarts together.
+    // the lost one, so the group restarts together (its own group only, with --dp-size).
     if (!strcmp(a->binary, "worker") && s_l.tp_size > 1)
         for (int i = 0; i < s_l.nactors; i++) {
             s_actor_t *w = &s_actors[i];
-            if (w != a && !strcmp(w->binary, "worker") && !w->exited && w->pid > 0) {
+            if (w != a && !strcmp(w->binary, "worker") && w->group == a->group && !w->exited && w->pid > 0) {
                 w->collateral = 1;
                 kill(w->pid, SIGKILL);
             }
@@ -807,9 +842,9 @@ static char *s_exe_dir(void) {
 // The launcher hands these flags on as text; their type and default belong to the actor that
 // takes them (its flag table, shown by its --help). --help asks the actors, so each default is
 // written once. Fills shown[i] (kind, def) for s_pass[i], def in defs[i].
-enum { S_KINDS = 6 };
+enum { S_KINDS = 7 };
 static void s_pass_usage(const char *bin_dir, ls_flag_t *shown, char *help[S_KINDS], char (*defs)[160]) {
-    static const char *kinds[S_KINDS] = {"registry", "worker", "scheduler", "detokenizer", "tokenizer", "gateway"};
+    static const char *kinds[S_KINDS] = {"registry", "worker", "scheduler", "detokenizer", "tokenizer", "gateway", "dispatcher"};
     for (int k = 0; k < S_KINDS; k++) {
         char cmd[PATH_MAX + 64];
         snprintf(cmd, sizeof cmd, "'%s/loraserve-%s' --help 2>/dev/null", bin_dir, kinds[k]);
@@ -867,6 +902,9 @@ int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_STR("run-dir", &s_l.run_dir, NULL, "sockets, logs and state go here (default: a new /tmp/loraserve-*)"),
         LS_FLAG_INT("tp-size", &s_l.tp_size, "1", "tensor-parallel size: one worker process per GPU"),
+        LS_FLAG_INT("dp-size", &s_l.dp_size, "1",
+                    "data-parallel groups, each a scheduler and --tp-size workers (GPUs G*tp … G*tp+tp-1), "
+                    "behind one dispatcher that routes by adapter, prefix and load"),
         LS_FLAG_STR("transport", &s_l.transport, "ipc", "ipc (one host, sockets in RUN_DIR/sock) or tcp"),
         LS_FLAG_STR("tcp-host", &s_l.tcp_host, "127.0.0.1", "address actors bind with --transport tcp"),
         LS_FLAG_INT("tcp-base-port", &s_l.tcp_base_port, "25500", "first port with --transport tcp (control; actors follow)"),
