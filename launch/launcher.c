@@ -183,7 +183,7 @@ static int s_endpoint(char *out, size_t cap, const char *name, int index) {
 // N > 1 they are "scheduler-G" and "worker-G-R", and a dispatcher fronts the groups.
 static int s_plan(void) {
     const char *order[] = {"registry", "worker", "scheduler", "dispatcher", "detokenizer", "tokenizer", "gateway"};
-    int dp = s_l.dp_size, total = 5 + dp * (1 + s_l.tp_size) + (dp > 1);
+    int dp = s_l.dp_size, total = 4 + dp * (1 + s_l.tp_size) + (dp > 1);
     // Every actor has every other as a peer.
     if (s_l.tp_size < 1 || dp < 1 || total > S_MAX_ACTORS || total - 1 > LS_MAX_PEERS) {
         ls_error(0, "--tp-size and --dp-size must be at least 1, and the graph at most %d actors (it would have %d)",

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -65,6 +66,27 @@ void tu_child_dies_with_parent(void) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent)  // the test died before prctl took effect
         _exit(1);
+}
+
+double tu_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+pid_t tu_curl_start(const char *out_path, const char *const args[]) {
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    tu_child_dies_with_parent();
+    int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    const char *argv[24] = {"curl", "-s", "-m", "60"};
+    int n = 4;
+    for (int i = 0; args[i] && n < 23; i++)
+        argv[n++] = args[i];
+    execvp("curl", (char **)argv);
+    _exit(127);
 }
 
 pid_t tu_graph_start(const char *launch_script, const char *bin_dir, const char *run_dir, const char *log,

@@ -18,6 +18,11 @@ int tu_rmrf(const char *dir);
 // In a child the test forked: die with the test (SIGTERM when it exits), so a failed
 // assertion that skips the test's own cleanup leaves no actor behind.
 void tu_child_dies_with_parent(void);
+// `curl -s -m 60 ARGS…` (curl is a test dependency; no shell, so bodies need no quoting) in
+// the background, its stdout to out_path (NULL: nowhere); -1 when it cannot fork.
+pid_t tu_curl_start(const char *out_path, const char *const args[]);
+// Seconds on the monotonic clock.
+double tu_now_s(void);
 // The whole graph: launch_script --run-dir run_dir ARGS… (args NULL-terminated, may be NULL)
 // with LORASERVE_BIN=bin_dir, its output into log, in a child that dies with the test; then
 // wait up to `seconds` for RUN_DIR/graph.json, which the launcher writes once every actor is

@@ -30,27 +30,10 @@ static char s_dir[64], s_run_dir[128];
 static pid_t s_launcher;
 static int s_port;
 
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 // curl with args, its stdout to out_path, in the background.
 static pid_t s_curl_start(const char *out_path, const char *const args[]) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        tu_child_dies_with_parent();
-        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        const char *argv[24] = {"curl", "-s", "-m", "60"};
-        int n = 4;
-        for (int i = 0; args[i] && n < 23; i++)
-            argv[n++] = args[i];
-        execvp("curl", (char **)argv);
-        _exit(127);
-    }
+    pid_t pid = tu_curl_start(out_path, args);
+    assert_true(pid > 0);
     return pid;
 }
 
@@ -129,8 +112,8 @@ static double s_metric(const char *name, const char *actor) {
 }
 
 static void s_wait_metric(const char *name, const char *actor, double want, double seconds) {
-    double t0 = s_now(), v = -1;
-    while (s_now() - t0 < seconds && (v = s_metric(name, actor)) != want)
+    double t0 = tu_now_s(), v = -1;
+    while (tu_now_s() - t0 < seconds && (v = s_metric(name, actor)) != want)
         usleep(100000);
     if (v != want)
         fail_msg("%s of %s is %g after %g s, want %g", name, actor, v, seconds, want);
@@ -197,13 +180,13 @@ static void test_group_restart(void **state) {
     assert_int_equal(kill(victim, SIGKILL), 0);
     s_wait_metric("group_deaths", "dispatcher", 1, 10);
     // Every request in flight is answered: a completion (group 0's) or an error (group 1's).
-    double t0 = s_now();
+    double t0 = tu_now_s();
     for (int i = 0; i < 4; i++) {
         char out[128];
         snprintf(out, sizeof out, "%s/%d.json", s_dir, 100 + i);
         free(s_curl_wait(pids[i], out));
     }
-    assert_true(s_now() - t0 < 60);
+    assert_true(tu_now_s() - t0 < 60);
     // While group 1 is down or reloading, requests complete on group 0; after, on both.
     s_all_models("up2");
     s_wait_metric("groups_dead", "dispatcher", 0, 30);

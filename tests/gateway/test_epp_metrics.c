@@ -38,30 +38,13 @@ static char s_dir[64], s_run_dir[128];
 static pid_t s_launcher;
 static int s_port;
 
-static double s_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 // ---------------------------------------------------------------------------------------------
 // HTTP through curl (a test dependency): no shell, so bodies need no quoting
 
 // Start curl with args (after the common ones); its stdout goes to out_path (NULL: nowhere).
 static pid_t s_curl_start(const char *out_path, const char *const args[]) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        tu_child_dies_with_parent();
-        int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        const char *argv[24] = {"curl", "-s", "-m", "60"};
-        int n = 4;
-        for (int i = 0; args[i] && n < 23; i++)
-            argv[n++] = args[i];
-        execvp("curl", (char **)argv);
-        _exit(127);
-    }
+    pid_t pid = tu_curl_start(out_path, args);
+    assert_true(pid > 0);
     return pid;
 }
 
@@ -407,9 +390,9 @@ static void test_load(void **state) {
     enum { N = sizeof models / sizeof *models };
     pid_t pids[N] = {0};
     bool running = false, waiting = false, quoted = false, kv = false;
-    double last = 0, t0 = s_now();
+    double last = 0, t0 = tu_now_s();
     while (!(running && waiting && quoted && kv)) {
-        if (s_now() - t0 > 90)
+        if (tu_now_s() - t0 > 90)
             fail_msg("the load was not seen: running %d, waiting %d, q\"x listed %d, KV in use %d", running, waiting,
                      quoted, kv);
         // A new round of generations once the last one is over: the demo model is fast.
