@@ -122,7 +122,7 @@ static int s_group_of(const app_t *app, const char *name, int *worker) {
 
 // A message on the DEALER to a group's scheduler: its answer or news of a request.
 static int s_from_group(const app_t *app, const ls_in_t *in) {
-    int worker;
+    int worker = -1;
     int g = in->identity ? -1 : s_group_of(app, in->from, &worker);
     return worker < 0 ? g : -1;
 }

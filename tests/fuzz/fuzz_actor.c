@@ -61,11 +61,21 @@ int ls_fuzz_actor_main(int argc, char **argv);
 #define S_BULK 0x40 // op: frames follow the message
 #define S_RAW 0x80  // op: the payload is the frames themselves
 
-static const char *s_senders[S_SENDERS] = {"client",    "gateway",     "tokenizer", "registry",
-                                           "scheduler", "detokenizer", "worker-0",  "worker-1"};
-//  Every actor gets every other as a --peer; the target is all of them.
-static const char *s_all[] = {"gateway", "tokenizer", "registry", "scheduler", "detokenizer", "worker-0"};
-#define S_ALL (sizeof s_all / sizeof *s_all)
+//  Every actor gets every other as a --peer; the target is all of them. The dispatcher's graph
+//  (--dp-size 2) has its groups' schedulers, scheduler-0 and scheduler-1, where the others have
+//  one scheduler and its worker.
+#define S_DISPATCHER (!strcmp(LS_FUZZ_ACTOR, "dispatcher"))
+static const char *const s_senders_one[S_SENDERS] = {"client",    "gateway",     "tokenizer", "registry",
+                                                     "scheduler", "detokenizer", "worker-0",  "worker-1"};
+static const char *const s_senders_dp[S_SENDERS] = {"client",      "gateway",     "tokenizer",   "registry",
+                                                    "scheduler-0", "detokenizer", "scheduler-1", "worker-0-0"};
+#define s_senders (S_DISPATCHER ? s_senders_dp : s_senders_one)
+static const char *const s_all_one[] = {"gateway", "tokenizer", "registry", "scheduler", "detokenizer", "worker-0"};
+static const char *const s_all_dp[] = {"gateway",     "tokenizer",  "registry",   "detokenizer",
+                                       "dispatcher",  "scheduler-0", "scheduler-1"};
+#define S_ALL_MAX 7
+#define s_all (S_DISPATCHER ? s_all_dp : s_all_one)
+#define S_ALL (S_DISPATCHER ? sizeof s_all_dp / sizeof *s_all_dp : sizeof s_all_one / sizeof *s_all_one)
 
 typedef struct {
     const char *name;
@@ -78,7 +88,7 @@ static struct {
     char ep[256]; // the actor's ROUTER
     zsock_t *dealers[S_SENDERS];
     bool pinged[S_SENDERS]; // sent to since the last sync
-    s_peer_t peers[S_ALL];
+    s_peer_t peers[S_ALL_MAX];
     size_t npeers;
     zsock_t *control;
     int http_port;
@@ -127,7 +137,7 @@ static void s_argv(char **argv) {
     for (size_t i = 0; i < S_ALL; i++)
         if (strcmp(s_all[i], name))
             s_arg(argv, &n, "--peer=%s=ipc://%s/peer-%s.sock", s_all[i], dir, s_all[i]);
-    if (strcmp(name, "scheduler"))
+    if (strcmp(name, "scheduler") && strcmp(name, "dispatcher"))
         s_arg(argv, &n, "--model-path=%s", demo);
     if (!strcmp(name, "worker") || !strcmp(name, "registry") || !strcmp(name, "scheduler"))
         s_arg(argv, &n, "--lora-roots=%s/adapters", demo);
@@ -220,7 +230,7 @@ static int s_drain(uint64_t ping) {
 //  Waits for whatever the actor has to say, up to ms; stops early when one of the sockets is
 //  readable (the caller drains).
 static void s_wait(int ms) {
-    zmq_pollitem_t items[S_SENDERS + S_ALL + 1 + S_MAX_HTTP];
+    zmq_pollitem_t items[S_SENDERS + S_ALL_MAX + 1 + S_MAX_HTTP];
     int n = 0;
     for (size_t i = 0; i < S_SENDERS; i++)
         if (s.dealers[i])
@@ -844,6 +854,45 @@ static void s_seeds_gateway(s_seed_t *sd, int i) {
     }
 }
 
+static void s_seeds_dispatcher(s_seed_t *sd, int i) {
+    ls_msg_t m;
+    if (i == 0) {
+        //  two requests of one adapter (one group), one ends, an abort of the other
+        for (uint64_t rid = 5; rid <= 6; rid++) {
+            m = s_msg(LS_MSG_TOKENIZED_REQ, rid);
+            s_ids(&m.u.tokenized_req.input_ids, 40, 5);
+            m.u.tokenized_req.adapter_id = ls_msg_strdup("id-a");
+            m.u.tokenized_req.sampling.max_new_tokens = 3;
+            s_from(sd, "tokenizer", &m);
+        }
+        s_reply(sd, "scheduler-0", (m = s_msg(LS_MSG_REQUEST_ENDED, 0), &m));
+        s_from(sd, "detokenizer", (m = s_msg(LS_MSG_ABORT, 6), &m));
+    } else if (i == 1) {
+        //  a load fanned out: one group agrees, the other refuses; then a listing
+        s_from(sd, "registry", (m = s_load("a", "id-a", "reverse"), &m));
+        s_reply(sd, "scheduler-0", (m = s_loaded(true, "a", "id-a"), &m));
+        s_reply(sd, "scheduler-1", (m = s_loaded(false, "a", "id-a"), &m));
+        s_from(sd, "registry", (m = s_msg(LS_MSG_LIST_ADAPTERS, 7), &m));
+        s_reply(sd, "scheduler-0", (m = s_msg(LS_MSG_ADAPTER_LIST, 0), &m));
+        s_reply(sd, "scheduler-1", (m = s_msg(LS_MSG_ADAPTER_LIST, 0), &m));
+    } else if (i == 2) {
+        //  a request refused by its group, relayed; an unload fanned out
+        m = s_msg(LS_MSG_TOKENIZED_REQ, 8);
+        s_ids(&m.u.tokenized_req.input_ids, 3, 1);
+        s_from(sd, "tokenizer", &m);
+        m = s_msg(LS_MSG_ERROR, 0);
+        m.u.error.code = LS_ERROR_CODE_OVERLOADED;
+        m.u.error.message = ls_msg_strdup("fuzz: busy");
+        m.u.error.ref_type = LS_MSG_TOKENIZED_REQ;
+        s_reply(sd, "scheduler-0", &m);
+        m = s_named(LS_MSG_UNLOAD_ADAPTER, 9, "a");
+        m.u.unload_adapter.adapter_id = ls_msg_strdup("id-a");
+        s_from(sd, "registry", &m);
+        s_reply(sd, "scheduler-0", (m = s_unloaded("a"), &m));
+        s_reply(sd, "scheduler-1", (m = s_unloaded("a"), &m));
+    }
+}
+
 static void s_seed_write(const char *dir, const char *name, const void *data, size_t len) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -864,6 +913,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                                     : !strcmp(name, "registry")  ? s_seeds_registry
                                     : !strcmp(name, "scheduler") ? s_seeds_scheduler
                                     : !strcmp(name, "worker")    ? s_seeds_worker
+                                    : S_DISPATCHER               ? s_seeds_dispatcher
                                                                  : s_seeds_gateway;
     static s_seed_t sd;
     for (int i = 0; i < 3; i++) {
