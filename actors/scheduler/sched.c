@@ -1,11 +1,12 @@
 // sched — the scheduler's decision core; the policy and its invariants are in
-// docs/scheduling.md, the interface in sched.h.
+// docs/scheduling.md, the interface in sched.h. This file holds the requests, their KV, the
+// step plan and the events; the adapters are sched_adapters.c's (sched_impl.h).
 //
 // One step is in flight at a time: a plan is built only when the previous step's result is
 // in, so between plans nothing the workers read (block tables, slots) can change under them.
 // That is also why freeing an aborted request's blocks at once is safe even while a step that
 // contains it runs: nobody can be given those blocks before that step is over.
-#include "sched.h"
+#include "sched_impl.h"
 
 #include <assert.h>
 #include <czmq.h>
@@ -20,137 +21,12 @@
 #include "ls_log.h"
 #include "ls_limits.h"
 
-#define SCHED_MAX_RANKS 32
-
-typedef struct req req_t;
-typedef struct {
-    req_t *head, *tail;
-    uint32_t n;
-    uint64_t tokens;  // sum of the members' listed_tokens
-} req_list_t;
-
-struct req {
-    uint64_t rid, seq;  // seq: arrival order, the FIFO key
-    void *reply;
-    req_t *prev, *next;
-    req_list_t *list;  // &waiting or &running
-    lora_adapter_t *ad;  // NULL: the base model
-    ls_msg_sampling_params_t sampling;  // as asked; goes out with the first TokenOut
-    int32_t *stop;  // token ids that end it: EOS and stop ids (none with ignore_eos)
-    size_t n_stop;
-    uint64_t seed;
-    int32_t *tokens;  // the prompt, then every generated token
-    uint32_t n_prompt, n_out, cap_tokens;
-    uint32_t max_new, min_new;
-    uint32_t *blocks;  // KV blocks of the sequence, in order
-    uint32_t n_blocks, cap_blocks;
-    uint32_t computed;     // tokens whose KV is in blocks
-    uint32_t n_published;  // leading blocks that are in the prefix tree (matched or inserted)
-    kv_node_t *cache_node; // tree node of the last of them
-    bool cache_done;       // a duplicate stopped publishing for this residency
-    uint32_t cached_tokens;  // prefix-cache hit at its first admission
-    bool admitted;   // has been in a plan: workers know its rid
-    bool chunked;    // a chunk ran since its blocks were allocated (else the next is its first)
-    bool sent_first; // its first TokenOut is out
-    bool preempted;  // waiting again after preemption: first in line
-    bool in_plan;    // part of the plan being built
-    uint32_t skipped;  // steps it was passed over while waiting
-    uint32_t turn;     // fair-share rank among the waiting, set for each admission order
-    uint32_t listed_tokens;  // its sequence length when it joined its list (the list's sum)
-    uint64_t deadline; // ns; 0: none
-};
-
-typedef enum { OP_LOAD, OP_RELOAD, OP_UNLOAD, OP_EVICT } op_kind_t;
-
-// An adapter command to the workers, or (UNLOAD not yet sent) one waiting for its requests.
-typedef struct op op_t;
-struct op {
-    op_t *next;
-    op_kind_t kind;
-    uint64_t rid;  // correlation id of the worker messages
-    char *adapter_id, *name;
-    void *reply;  // the asker (LOAD, UNLOAD from a client); NULL otherwise
-    uint64_t asker_rid;
-    uint32_t answered, ok;  // bit per rank
-    uint32_t lora_rank;
-    uint64_t bytes;     // loads: the most CPU-tier bytes a rank reported
-    uint64_t sent_at;   // loads: when the workers were told (for the load-time counters)
-    uint64_t queued_at; // a load waiting for room in the CPU tier (not sent yet); 0: not queued
-    uint32_t code;
-    char *reason;       // first failure
-    uint64_t deadline;  // 0: not sent yet
-};
-
-// A command that arrived before the workers were ready, replayed in order when they are.
-typedef struct pending pending_t;
-struct pending {
-    pending_t *next;
-    ls_msg_t msg;
-    void *reply;
-    uint64_t now;
-};
-
-typedef struct {
-    uint32_t kv_blocks, block_size, max_context, slots, max_loaded, vocab;
-    uint64_t cpu_bytes, lora_max_bytes;
-} worker_caps_t;
-
-typedef struct {
-    uint64_t rid;
-    uint32_t chunk;
-    bool sample;
-} planned_t;
-
-struct sched {
-    sched_config_t cfg;
-    sched_io_t io;
-    worker_caps_t caps[SCHED_MAX_RANKS];
-    uint32_t have_caps;  // bit per rank
-    int32_t *eos;
-    size_t n_eos;
-    bool ready;  // every rank reported: serving
-    bool down;   // the workers failed (or the actor stops): refuse new work until they are back
-    uint32_t max_context, max_loaded, vocab;  // max_loaded 0: no count limit on the CPU tier
-    uint32_t base_refs, base_running;  // the base model's tenant: as lora_adapter_t's refs, running
-    uint32_t n_pending;  // commands held until the workers report (bounded by max_waiting_requests)
-    uint64_t cpu_bytes;       // the CPU tier's bytes on the smallest worker (0: not reported, no byte limit)
-    uint64_t lora_max_bytes;  // the most one adapter takes there: reserved for a load of unknown size
-    kv_t *kv;
-    lora_t *lora;
-    zhashx_t *reqs;  // "rid" -> req_t (lookup only)
-    req_list_t waiting, running;
-    uint64_t next_seq, clock;
-    uint64_t step;  // number of the last plan
-    uint64_t now;   // time of the event being handled
-    bool inflight;
-    uint64_t step_sent_at;  // event time the plan in flight went out
-    uint64_t step_deadline;
-    planned_t *plan;  // the in-flight step, in plan order
-    size_t n_plan, cap_plan;
-    uint64_t *released;
-    size_t n_released, cap_released;
-    // A step's outputs wait until the next plan is out: the workers start on it while the
-    // outputs (a message per request) and their releases go to the detokenizer.
-    bool deferring;
-    struct {
-        sched_dest_t dest;
-        ls_msg_t msg;  // owned
-    } *deferred;
-    size_t n_deferred, cap_deferred;
-    void **deferred_releases;
-    size_t n_deferred_releases, cap_deferred_releases;
-    op_t *ops;  // creation order
-    uint64_t next_op_rid;
-    pending_t *pending, *pending_tail;
-    sched_stats_t stats;
-};
-
 // ---------------------------------------------------------------------------------------------
 // small helpers
 
 // Out of memory is fatal here, as in Redis: a scheduler that cannot hold its own state cannot
 // answer its requests correctly, and a crash is answered by the launcher's supervision.
-static void *s_alloc(void *p, size_t n) {
+void *sched_alloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
     if (!q) {
         ls_error(0, "scheduler out of memory (%zu bytes)", n);
@@ -165,15 +41,15 @@ static void s_grow_array(void **v, size_t *cap, size_t need, size_t elem) {
     size_t cap2 = *cap ? *cap : 8;
     while (cap2 < need)
         cap2 *= 2;
-    *v = s_alloc(*v, cap2 * elem);
+    *v = sched_alloc(*v, cap2 * elem);
     *cap = cap2;
 }
 
-static char *s_strdup(const char *s) {
-    return s ? strcpy(s_alloc(NULL, strlen(s) + 1), s) : NULL;
+char *sched_strdup(const char *s) {
+    return s ? strcpy(sched_alloc(NULL, strlen(s) + 1), s) : NULL;
 }
 
-static void *s_memdup(const void *p, size_t n) { return n ? memcpy(s_alloc(NULL, n), p, n) : NULL; }
+static void *s_memdup(const void *p, size_t n) { return n ? memcpy(sched_alloc(NULL, n), p, n) : NULL; }
 
 static uint32_t s_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
@@ -187,7 +63,7 @@ static uint64_t s_seed_of(uint64_t rid) {
 
 static void s_rid_key(uint64_t rid, char key[24]) { snprintf(key, 24, "%" PRIu64, rid); }
 
-static void s_emit(sched_t *s, sched_dest_kind_t kind, int rank, void *reply, const ls_msg_t *msg) {
+void sched_emit(sched_t *s, sched_dest_kind_t kind, int rank, void *reply, const ls_msg_t *msg) {
     const sched_dest_t dest = {.kind = kind, .rank = rank, .reply = reply};
     s->io.emit(s->io.arg, &dest, msg);
 }
@@ -196,26 +72,26 @@ static void s_emit(sched_t *s, sched_dest_kind_t kind, int rank, void *reply, co
 // taking *msg over, until s_flush_deferred.
 static void s_emit_output(sched_t *s, void *reply, ls_msg_t *msg) {
     if (!s->deferring) {
-        s_emit(s, SCHED_TO_OUTPUT, 0, reply, msg);
+        sched_emit(s, SCHED_TO_OUTPUT, 0, reply, msg);
         ls_msg_clear(msg);
         return;
     }
     if (s->n_deferred == s->cap_deferred) {
         s->cap_deferred = s->cap_deferred ? 2 * s->cap_deferred : 64;
-        s->deferred = s_alloc(s->deferred, s->cap_deferred * sizeof *s->deferred);
+        s->deferred = sched_alloc(s->deferred, s->cap_deferred * sizeof *s->deferred);
     }
     s->deferred[s->n_deferred].dest = (sched_dest_t){.kind = SCHED_TO_OUTPUT, .reply = reply};
     s->deferred[s->n_deferred++].msg = *msg;
     ls_msg_init(msg, msg->type);  // the copy owns the contents now
 }
 
-static void s_release_reply(sched_t *s, void **reply) {
+void sched_reply_release(sched_t *s, void **reply) {
     if (*reply && s->io.release) {
         if (s->deferring) {  // after the outputs that still name it
             if (s->n_deferred_releases == s->cap_deferred_releases) {
                 s->cap_deferred_releases = s->cap_deferred_releases ? 2 * s->cap_deferred_releases : 64;
                 s->deferred_releases =
-                    s_alloc(s->deferred_releases, s->cap_deferred_releases * sizeof *s->deferred_releases);
+                    sched_alloc(s->deferred_releases, s->cap_deferred_releases * sizeof *s->deferred_releases);
             }
             s->deferred_releases[s->n_deferred_releases++] = *reply;
         } else
@@ -250,9 +126,9 @@ static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, 
     ls_msg_init(&m, LS_MSG_ERROR);
     m.rid = rid;
     m.u.error.code = code;
-    m.u.error.message = s_strdup(text);
+    m.u.error.message = sched_strdup(text);
     m.u.error.ref_type = ref_type;
-    s_emit(s, SCHED_TO_REPLY, 0, reply, &m);
+    sched_emit(s, SCHED_TO_REPLY, 0, reply, &m);
     ls_msg_clear(&m);
 }
 
@@ -376,298 +252,8 @@ static void s_emit_out(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint
     t->prompt_tokens = r->n_prompt;
     t->completion_tokens = r->n_out;
     t->cached_tokens = r->cached_tokens;
-    t->error = s_strdup(error);
+    t->error = sched_strdup(error);
     s_emit_output(s, r->reply, &m);
-}
-
-// ---------------------------------------------------------------------------------------------
-// adapter commands to the workers
-
-static void s_unload_maybe(sched_t *s, lora_adapter_t *ad);
-static void s_schedule(sched_t *s, uint64_t now);
-
-static op_t *s_op_new(sched_t *s, op_kind_t kind, const lora_adapter_t *ad, void *reply, uint64_t asker_rid) {
-    op_t *op = s_alloc(NULL, sizeof *op);
-    memset(op, 0, sizeof *op);
-    op->kind = kind;
-    op->adapter_id = s_strdup(ad->id);
-    op->name = s_strdup(ad->name);
-    op->reply = reply;
-    op->asker_rid = asker_rid;
-    op_t **p = &s->ops;
-    while (*p)
-        p = &(*p)->next;
-    *p = op;
-    return op;
-}
-
-static void s_op_free(sched_t *s, op_t *op) {
-    for (op_t **p = &s->ops; *p; p = &(*p)->next)
-        if (*p == op) {
-            *p = op->next;
-            break;
-        }
-    s_release_reply(s, &op->reply);
-    free(op->adapter_id);
-    free(op->name);
-    free(op->reason);
-    free(op);
-}
-
-static void s_send_load(sched_t *s, op_t *op, lora_adapter_t *ad, uint64_t now) {
-    op->rid = ++s->next_op_rid;
-    op->deadline = now + s->cfg.load_timeout_ns;
-    op->sent_at = now;
-    op->queued_at = 0;
-    ad->queued = false;
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
-    m.rid = op->rid;
-    m.u.load_adapter.name = s_strdup(ad->name);
-    m.u.load_adapter.path = s_strdup(ad->path);
-    m.u.load_adapter.adapter_id = s_strdup(ad->id);
-    m.u.load_adapter.pinned = ad->pinned;
-    m.u.load_adapter.slot = -1;  // the CPU tier; slots are filled by StepItems and prefetches
-    s_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
-    ls_msg_clear(&m);
-}
-
-static void s_send_unload(sched_t *s, sched_dest_kind_t kind, int rank, uint64_t rid, const lora_adapter_t *ad) {
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
-    m.rid = rid;
-    m.u.unload_adapter.name = s_strdup(ad->name);
-    m.u.unload_adapter.adapter_id = s_strdup(ad->id);
-    s_emit(s, kind, rank, NULL, &m);
-    ls_msg_clear(&m);
-}
-
-static void s_answer_loaded(sched_t *s, void *reply, uint64_t rid, const char *name, const char *id, bool ok,
-                            uint32_t lora_rank, uint32_t code, const char *reason) {
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
-    m.rid = rid;
-    m.u.adapter_loaded.ok = ok;
-    m.u.adapter_loaded.name = s_strdup(name);
-    m.u.adapter_loaded.adapter_id = s_strdup(id);
-    m.u.adapter_loaded.rank = lora_rank;
-    m.u.adapter_loaded.code = ok ? 0 : code;
-    m.u.adapter_loaded.reason = ok ? NULL : s_strdup(reason);
-    s_emit(s, SCHED_TO_REPLY, 0, reply, &m);
-    ls_msg_clear(&m);
-}
-
-static void s_answer_unloaded(sched_t *s, void *reply, uint64_t rid, const char *name, const char *id, bool ok,
-                              uint32_t code, const char *reason) {
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_ADAPTER_UNLOADED);
-    m.rid = rid;
-    m.u.adapter_unloaded.ok = ok;
-    m.u.adapter_unloaded.name = s_strdup(name);
-    m.u.adapter_unloaded.adapter_id = s_strdup(id);
-    m.u.adapter_unloaded.code = ok ? 0 : code;
-    m.u.adapter_unloaded.reason = ok ? NULL : s_strdup(reason);
-    s_emit(s, SCHED_TO_REPLY, 0, reply, &m);
-    ls_msg_clear(&m);
-}
-
-// Whether one more adapter of `need` bytes fits the CPU tier beside the resident ones and the
-// loads in flight (each reserving its size, or the largest adapter's while unknown).
-static bool s_cpu_fits(const sched_t *s, uint64_t need) {
-    if (s->max_loaded && (uint32_t)lora_cpu_count(s->lora) >= s->max_loaded)
-        return false;
-    if (!s->cpu_bytes)
-        return true;
-    uint64_t used, reserved;
-    lora_cpu_bytes(s->lora, s->lora_max_bytes, &used, &reserved);
-    return used + reserved + need <= s->cpu_bytes;
-}
-
-// Make room in the workers' CPU tier for one more adapter of `need` bytes (0: unknown, the
-// largest): evict least recently used idle ones. -1 when every resident adapter is pinned or
-// in use (the caller waits and tries again).
-static int s_cpu_make_room(sched_t *s, uint64_t need) {
-    if (!need)
-        need = s->lora_max_bytes;
-    while (!s_cpu_fits(s, need)) {
-        lora_adapter_t *victim = lora_cpu_victim(s->lora);
-        if (!victim)
-            return -1;
-        ls_info(0, "CPU tier full: evicting adapter %s (%s)", victim->name, victim->id);
-        op_t *op = s_op_new(s, OP_EVICT, victim, NULL, 0);
-        op->rid = ++s->next_op_rid;
-        op->deadline = s->now + s->cfg.load_timeout_ns;
-        s_send_unload(s, SCHED_TO_WORKERS, 0, op->rid, victim);
-        victim->resident = false;
-        lora_slot_clear(s->lora, victim);
-        s->stats.adapter_cpu_evictions++;
-    }
-    return 0;
-}
-
-// A request needs ad in the CPU tier and it was evicted (or the workers restarted): reload it
-// from its path. Does nothing while a load is in flight or the tier has no room yet (retried
-// at the next plan).
-static void s_ensure_resident(sched_t *s, lora_adapter_t *ad, uint64_t now) {
-    if (ad->resident || ad->loading || s_cpu_make_room(s, ad->bytes) < 0)
-        return;
-    ls_info(0, "reloading adapter %s into the CPU tier", ad->name);
-    ad->loading = true;
-    s_send_load(s, s_op_new(s, OP_RELOAD, ad, NULL, 0), ad, now);
-}
-
-static const op_t *s_first_queued_load(const sched_t *s) {
-    const op_t *op = s->ops;
-    while (op && !(op->kind == OP_LOAD && op->queued_at))
-        op = op->next;
-    return op;
-}
-
-// First loads that wait for room (every resident adapter pinned or in use when they came), in
-// arrival order: each goes once the tier has room, none overtakes an earlier one.
-static void s_send_queued_loads(sched_t *s) {
-    for (op_t *op = s->ops; op; op = op->next) {
-        if (op->kind != OP_LOAD || !op->queued_at)
-            continue;
-        lora_adapter_t *ad = lora_find(s->lora, op->adapter_id);
-        if (!ad || s_cpu_make_room(s, 0) < 0)
-            return;
-        ls_info(op->asker_rid, "adapter %s: room in the CPU tier after %.1f ms, loading", ad->name,
-                (double)(s->now - op->queued_at) / 1e6);
-        s_send_load(s, op, ad, s->now);
-    }
-}
-
-static void s_finish(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error);
-
-// Every rank answered (or the command timed out): act on the outcome.
-static void s_op_complete(sched_t *s, op_t *op) {
-    uint32_t all = (1u << s->cfg.tp_size) - 1;
-    bool ok = op->ok == all;
-    lora_adapter_t *ad = lora_find(s->lora, op->adapter_id);
-    const char *reason = op->reason ? op->reason : "a worker failed";
-    switch (op->kind) {
-    case OP_LOAD:
-    case OP_RELOAD:
-        if (!ad)
-            break;
-        // ad->loading stays set until the end: failing its requests below must not let an
-        // asked-for unload free ad under us.
-        if (ok) {
-            ad->resident = ad->confirmed = true;
-            ad->rank = op->lora_rank;
-            ad->bytes = op->bytes;
-            s->stats.adapter_cpu_loads++;
-            s->stats.adapter_cpu_load_us += (s->now - op->sent_at) / 1000;
-            ls_info(0, "adapter %s (%s) loaded on every worker", ad->name, ad->id);
-        } else {
-            // Roll back the ranks that did load it, so the tiers agree.
-            for (int r = 0; r < s->cfg.tp_size; r++)
-                if (op->ok & (1u << r))
-                    s_send_unload(s, SCHED_TO_WORKER, r, ++s->next_op_rid, ad);
-            ls_warn(op->asker_rid, "adapter %s failed to load: %s", ad->name, reason);
-        }
-        if (op->kind == OP_LOAD)
-            s_answer_loaded(s, op->reply, op->asker_rid, ad->name, ad->id, ok, ad->rank,
-                            op->code ? op->code : LS_ERROR_CODE_INTERNAL, reason);
-        if (!ok && op->kind == OP_RELOAD) {
-            // Its waiting requests cannot run: fail them rather than retry a load that fails.
-            char why[600];
-            snprintf(why, sizeof why, "adapter %s could not be reloaded: %s", ad->name, reason);
-            for (req_t *r = s->waiting.head, *next; r; r = next) {
-                next = r->next;
-                if (r->ad == ad)
-                    s_finish(s, r, NULL, LS_FINISH_REASON_ERROR, why);
-            }
-        }
-        ad->loading = false;
-        if (!ok && !ad->confirmed) {
-            // A first load that failed leaves nothing behind (no request can name it yet).
-            assert(ad->refs == 0);
-            lora_remove(s->lora, &ad);
-        } else
-            s_unload_maybe(s, ad);
-        break;
-    case OP_UNLOAD:
-        s_answer_unloaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, ok,
-                          op->code ? op->code : LS_ERROR_CODE_INTERNAL, reason);
-        if (ad) {
-            kv_drop_key(s->kv, ad->id);
-            lora_remove(s->lora, &ad);
-        }
-        break;
-    case OP_EVICT:
-        if (!ok)
-            ls_warn(0, "evicting adapter %s from the CPU tier failed on a worker: %s", op->name, reason);
-        break;
-    }
-    s_op_free(s, op);
-}
-
-// Start an asked-for unload once nothing uses the adapter.
-static void s_unload_maybe(sched_t *s, lora_adapter_t *ad) {
-    if (!ad->unloading || ad->refs > 0 || ad->loading)
-        return;
-    op_t *op = s->ops;
-    while (op && !(op->kind == OP_UNLOAD && op->deadline == 0 && strcmp(op->adapter_id, ad->id) == 0))
-        op = op->next;
-    assert(op);  // unloading is set only together with its op
-    if (!ad->resident) {
-        op->ok = op->answered = (1u << s->cfg.tp_size) - 1;
-        s_op_complete(s, op);
-        return;
-    }
-    op->rid = ++s->next_op_rid;
-    op->deadline = s->now + s->cfg.load_timeout_ns;
-    s_send_unload(s, SCHED_TO_WORKERS, 0, op->rid, ad);
-    ad->resident = false;
-    lora_slot_clear(s->lora, ad);
-}
-
-// A worker loaded an adapter after its command was over (timed out, or the workers were
-// declared down): unless the adapter is resident or loading again, that rank holds bytes the
-// CPU tier's accounting does not count, so it is told to drop them.
-static void s_late_load(sched_t *s, int rank, uint64_t rid, const char *adapter_id) {
-    const lora_adapter_t *ad = adapter_id ? lora_find(s->lora, adapter_id) : NULL;
-    if (!adapter_id || (ad && (ad->resident || ad->loading)))
-        return;
-    ls_warn(rid, "worker %d loaded adapter %s after its load was over; unloading it there", rank, adapter_id);
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
-    m.rid = ++s->next_op_rid;
-    m.u.unload_adapter.adapter_id = s_strdup(adapter_id);
-    m.u.unload_adapter.name = s_strdup(ad ? ad->name : adapter_id);
-    s_emit(s, SCHED_TO_WORKER, rank, NULL, &m);
-    ls_msg_clear(&m);
-}
-
-static void s_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_rank, uint64_t bytes,
-                        uint32_t code, const char *reason, const char *late_load_id) {
-    op_t *op = s->ops;
-    while (op && !(op->rid == rid && op->deadline != 0))
-        op = op->next;
-    if (!op || rank < 0 || rank >= s->cfg.tp_size) {
-        ls_debug(rid, "adapter answer from rank %d matches no command (a rollback's, or late)", rank);
-        if (ok && late_load_id && rank >= 0 && rank < s->cfg.tp_size)
-            s_late_load(s, rank, rid, late_load_id);
-        return;
-    }
-    uint32_t bit = 1u << rank;
-    if (op->answered & bit)
-        return;
-    op->answered |= bit;
-    if (ok) {
-        op->ok |= bit;
-        op->lora_rank = lora_rank;
-        op->bytes = bytes > op->bytes ? bytes : op->bytes;
-    } else if (!op->reason) {
-        op->code = code;
-        char text[512];
-        snprintf(text, sizeof text, "worker %d: %s", rank, reason ? reason : "failed");
-        op->reason = s_strdup(text);
-    }
-    if (op->answered == (1u << s->cfg.tp_size) - 1)
-        s_op_complete(s, op);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -747,7 +333,7 @@ static void s_req_free(sched_t *s, req_t *r) {
     char key[24];
     s_rid_key(r->rid, key);
     zhashx_delete(s->reqs, key);
-    s_release_reply(s, &r->reply);
+    sched_reply_release(s, &r->reply);
     s_sampling_free(&r->sampling);
     free(r->stop);
     free(r->tokens);
@@ -773,12 +359,12 @@ static void s_retire(sched_t *s, req_t *r, uint32_t finish) {
     s_req_free(s, r);
     if (ad) {
         ad->refs--;
-        s_unload_maybe(s, ad);
+        sched_adapter_unload_maybe(s, ad);
     } else
         s->base_refs--;
 }
 
-static void s_finish(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error) {
+void sched_req_finish(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error) {
     s_emit_out(s, r, o, finish, error);
     s_retire(s, r, finish);
 }
@@ -819,7 +405,7 @@ static req_t **s_waiting_order(sched_t *s, size_t *n) {
     for (int i = 0; i < lora_count(s->lora); i++)
         lora_at(s->lora, i)->turn_seen = 0;
     uint32_t base_seen = 0;
-    req_t **v = s_alloc(NULL, (s->waiting.n ? s->waiting.n : 1) * sizeof *v);
+    req_t **v = sched_alloc(NULL, (s->waiting.n ? s->waiting.n : 1) * sizeof *v);
     size_t k = 0;
     for (req_t *r = s->waiting.head; r; r = r->next) {
         uint32_t *seen = r->ad ? &r->ad->turn_seen : &base_seen;
@@ -842,10 +428,10 @@ static void s_slot_fill(sched_t *s, lora_adapter_t *ad, int slot, bool prefetch)
     s->stats.adapter_prefetches++;
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_PREFETCH_ADAPTER);
-    m.u.prefetch_adapter.adapter_id = s_strdup(ad->id);
+    m.u.prefetch_adapter.adapter_id = sched_strdup(ad->id);
     m.u.prefetch_adapter.slot = slot;
-    m.u.prefetch_adapter.name = s_strdup(ad->name);
-    s_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
+    m.u.prefetch_adapter.name = sched_strdup(ad->name);
+    sched_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
     ls_msg_clear(&m);
 }
 
@@ -857,7 +443,7 @@ static void s_pin_upkeep(sched_t *s, uint64_t now) {
         if (!ad->pinned || ad->unloading || !ad->confirmed)
             continue;
         if (!ad->resident)
-            s_ensure_resident(s, ad, now);
+            sched_adapter_ensure_resident(s, ad, now);
         else if (ad->slot < 0) {
             int slot = lora_slot_pick(s->lora, NULL, 0);
             if (slot >= 0)
@@ -886,7 +472,7 @@ static void s_plan_add(sched_t *s, ls_msg_step_items_t *items, req_t *r, uint32_
     uint32_t len = s_seq_len(r);
     it->rid = r->rid;
     it->adapter_slot = r->ad ? r->ad->slot : -1;
-    it->adapter_id = r->ad ? s_strdup(r->ad->id) : NULL;
+    it->adapter_id = r->ad ? sched_strdup(r->ad->id) : NULL;
     it->token_ids.v = s_memdup(r->tokens + r->computed, chunk * sizeof *r->tokens);
     it->token_ids.n = chunk;
     it->position = r->computed;
@@ -947,7 +533,7 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
             break;
         lora_adapter_t *ad = r->ad;
         if (ad && !ad->resident) {
-            s_ensure_resident(s, ad, now);
+            sched_adapter_ensure_resident(s, ad, now);
             continue;
         }
         bool competes = ad && !(ad->pinned && ad->slot >= 0);
@@ -1008,7 +594,7 @@ static void s_prefetch(sched_t *s) {
         return;
     size_t n;
     req_t **order = s_waiting_order(s, &n);
-    lora_adapter_t **keep = s_alloc(NULL, (size_t)slots * sizeof *keep);
+    lora_adapter_t **keep = sched_alloc(NULL, (size_t)slots * sizeof *keep);
     int nkeep = 0;
     for (size_t i = 0; i < n && nkeep < slots; i++) {
         lora_adapter_t *ad = order[i]->ad;
@@ -1040,7 +626,7 @@ static void s_restore_upkeep(sched_t *s, uint64_t now) {
             continue;
         ad->restore = false;
         if (ad->confirmed && !ad->unloading)
-            s_ensure_resident(s, ad, now);
+            sched_adapter_ensure_resident(s, ad, now);
     }
 }
 
@@ -1052,7 +638,7 @@ static void s_schedule(sched_t *s, uint64_t now) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_STEP_PLAN);
     ls_msg_step_items_t *items = &m.u.step_plan.items;
-    items->v = s_alloc(NULL, (s->running.n + s->waiting.n + 1) * sizeof *items->v);
+    items->v = sched_alloc(NULL, (s->running.n + s->waiting.n + 1) * sizeof *items->v);
     s->n_plan = 0;
     uint32_t budget = (uint32_t)s->cfg.max_num_batched_tokens;
     s_plan_running(s, items, &budget, true);
@@ -1074,7 +660,7 @@ static void s_schedule(sched_t *s, uint64_t now) {
         if (ad)
             lora_slot_touch(s->lora, ad, s->step);
     }
-    s_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
+    sched_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
     ls_msg_clear(&m);
     s->inflight = true;
     s->step_sent_at = now;
@@ -1107,9 +693,9 @@ static void s_group_reset(sched_t *s, bool fail, const char *why) {
     lora_slots_reset(s->lora, lora_slots(s->lora));
     if (fail) {
         while (s->running.head)
-            s_finish(s, s->running.head, NULL, LS_FINISH_REASON_ERROR, why);
+            sched_req_finish(s, s->running.head, NULL, LS_FINISH_REASON_ERROR, why);
         while (s->waiting.head)
-            s_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ERROR, why);
+            sched_req_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ERROR, why);
     } else
         while (s->running.tail)
             s_preempt(s, s->running.tail);  // newest first, so the oldest ends up first in line
@@ -1123,17 +709,17 @@ static void s_group_reset(sched_t *s, bool fail, const char *why) {
             // Nobody asked: a request that still needs the adapter reloads it.
             if (ad && op->kind == OP_RELOAD)
                 ad->loading = false;
-            s_op_free(s, op);
+            sched_op_free(s, op);
             if (ad)
-                s_unload_maybe(s, ad);
+                sched_adapter_unload_maybe(s, ad);
             continue;
         }
         // An unload is done (the workers lost the adapter); a load failed.
         op->ok = op->kind == OP_UNLOAD ? op->answered : 0;
         op->code = LS_ERROR_CODE_UNAVAILABLE;
         free(op->reason);
-        op->reason = s_strdup(why);
-        s_op_complete(s, op);
+        op->reason = sched_strdup(why);
+        sched_op_complete(s, op);
     }
     if (fail) {
         s->ready = false;
@@ -1187,7 +773,7 @@ static void s_start_serving(sched_t *s, uint64_t now) {
 // events
 
 static void s_pend(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
-    pending_t *p = s_alloc(NULL, sizeof *p);
+    pending_t *p = sched_alloc(NULL, sizeof *p);
     memcpy(&p->msg, msg, sizeof *msg);
     ls_msg_init(msg, (ls_msg_type_t)msg->type);
     p->reply = reply;
@@ -1220,7 +806,7 @@ static void s_stop_add(req_t *r, int32_t id) {
     for (size_t i = 0; i < r->n_stop; i++)
         if (r->stop[i] == id)
             return;
-    r->stop = s_alloc(r->stop, (r->n_stop + 1) * sizeof *r->stop);
+    r->stop = sched_alloc(r->stop, (r->n_stop + 1) * sizeof *r->stop);
     r->stop[r->n_stop++] = id;
 }
 
@@ -1249,7 +835,7 @@ static void s_gauges(sched_t *s) {
 
 // Every event ends here: plan the next step if none is in flight, refresh the gauges.
 static void s_after(sched_t *s, uint64_t now) {
-    s_send_queued_loads(s);
+    sched_loads_send_queued(s);
     s_schedule(s, now);
     s_flush_deferred(s);
     s_gauges(s);
@@ -1332,10 +918,10 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
             max_new = s->max_context - (uint32_t)n_prompt;
     }
     if (s_request_check(s, msg, reply, ad, max_new) < 0) {
-        s_release_reply(s, &reply);
+        sched_reply_release(s, &reply);
         return;
     }
-    req_t *r = s_alloc(NULL, sizeof *r);
+    req_t *r = sched_alloc(NULL, sizeof *r);
     memset(r, 0, sizeof *r);
     r->rid = rid;
     r->seq = ++s->next_seq;
@@ -1346,7 +932,7 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     r->seed = r->sampling.has_seed ? r->sampling.seed : s_seed_of(rid);
     r->n_prompt = (uint32_t)n_prompt;  // below max_context, checked
     r->cap_tokens = r->n_prompt + max_new;
-    r->tokens = s_alloc(NULL, (size_t)r->cap_tokens * sizeof *r->tokens);
+    r->tokens = sched_alloc(NULL, (size_t)r->cap_tokens * sizeof *r->tokens);
     memcpy(r->tokens, tr->input_ids.v, (size_t)n_prompt * sizeof *r->tokens);
     r->max_new = max_new;
     r->min_new = r->sampling.min_new_tokens;
@@ -1369,7 +955,7 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     if (ad) {
         ad->refs++;
         ad->used_at = ++s->clock;
-        s_ensure_resident(s, ad, now);
+        sched_adapter_ensure_resident(s, ad, now);
     } else
         s->base_refs++;
     ls_debug(rid, "queued: %u prompt tokens, max_new_tokens %u, adapter %s", r->n_prompt, max_new, ad ? ad->name : "-");
@@ -1385,84 +971,7 @@ static void s_abort(sched_t *s, const ls_msg_t *msg) {
     }
     uint32_t finish = msg->u.abort.finish == LS_FINISH_REASON_STOP ? LS_FINISH_REASON_STOP : LS_FINISH_REASON_ABORT;
     ls_info(msg->rid, "aborted (%s): %s", ls_finish_reason_name(finish), msg->u.abort.reason ? msg->u.abort.reason : "");
-    s_finish(s, r, NULL, finish, NULL);
-}
-
-static void s_load(sched_t *s, ls_msg_t *msg, void *reply) {
-    const ls_msg_load_adapter_t *la = &msg->u.load_adapter;
-    const char *id = la->adapter_id && *la->adapter_id ? la->adapter_id : la->name;
-    const char *name = la->name && *la->name ? la->name : id;
-    lora_adapter_t *ad = id ? lora_find(s->lora, id) : NULL;
-    int slots = lora_slots(s->lora);
-    uint32_t code = LS_ERROR_CODE_BAD_REQUEST;
-    char why[300] = "";
-    if (!id || !*id)
-        snprintf(why, sizeof why, "LoadAdapter names no adapter");
-    else if (la->from_tensors)
-        snprintf(why, sizeof why, "the scheduler loads adapters from a path only, not from tensors");
-    else if (!la->path || !*la->path)
-        snprintf(why, sizeof why, "LoadAdapter has no path");
-    else if (slots == 0)
-        code = LS_ERROR_CODE_UNAVAILABLE, snprintf(why, sizeof why, "the workers have no adapter slots");
-    else if (ad && (ad->unloading || ad->loading))
-        code = LS_ERROR_CODE_UNAVAILABLE,
-        snprintf(why, sizeof why, "adapter %s is being %s", name, ad->unloading ? "unloaded" : "loaded");
-    else if (!ad && la->pinned && lora_pinned_count(s->lora) >= ls_pinned_max(slots))
-        snprintf(why, sizeof why, "at most %d of the %d slots may be pinned, so unpinned adapters still run",
-                 ls_pinned_max(slots), slots);
-    if (*why || (ad && ad->resident)) {
-        if (*why)
-            ls_warn(msg->rid, "LoadAdapter %s refused: %s", name ? name : "?", why);
-        s_answer_loaded(s, reply, msg->rid, name, id, !*why, ad ? ad->rank : 0, code, why);
-        s_release_reply(s, &reply);
-        return;
-    }
-    // A tier full of pinned or busy adapters frees up as requests end: the load waits for
-    // room (bounded by the load timeout) rather than being refused; none overtakes another.
-    bool room = !s_first_queued_load(s) && s_cpu_make_room(s, ad ? ad->bytes : 0) == 0;
-    if (!ad && !(ad = lora_add(s->lora, id, name, la->path, la->pinned))) {
-        ls_error(0, "scheduler out of memory adding an adapter");
-        abort();
-    }
-    ad->loading = true;
-    op_t *op = s_op_new(s, OP_LOAD, ad, reply, msg->rid);
-    if (room) {
-        s_send_load(s, op, ad, s->now);
-        return;
-    }
-    op->queued_at = s->now;
-    ad->queued = true;
-    ls_info(msg->rid, "adapter %s waits for room in the CPU tier: every adapter there is pinned or in use", name);
-}
-
-static void s_unload(sched_t *s, ls_msg_t *msg, void *reply) {
-    const ls_msg_unload_adapter_t *ua = &msg->u.unload_adapter;
-    lora_adapter_t *ad = NULL;
-    if (ua->adapter_id && *ua->adapter_id)
-        ad = lora_find(s->lora, ua->adapter_id);
-    else
-        for (int i = 0; i < lora_count(s->lora) && ua->name && !ad; i++)
-            if (strcmp(lora_at(s->lora, i)->name, ua->name) == 0)
-                ad = lora_at(s->lora, i);
-    const char *label = ua->name ? ua->name : ua->adapter_id ? ua->adapter_id : "?";
-    uint32_t code = 0;
-    const char *why = NULL;
-    if (!ad)
-        code = LS_ERROR_CODE_NOT_FOUND, why = "no such adapter is loaded";
-    else if (!ad->confirmed)
-        code = LS_ERROR_CODE_UNAVAILABLE, why = "its first load is still in flight";
-    else if (ad->unloading)
-        code = LS_ERROR_CODE_BAD_REQUEST, why = "it is already being unloaded";
-    if (why) {
-        ls_warn(msg->rid, "UnloadAdapter %s refused: %s", label, why);
-        s_answer_unloaded(s, reply, msg->rid, ad ? ad->name : ua->name, ad ? ad->id : ua->adapter_id, false, code, why);
-        s_release_reply(s, &reply);
-        return;
-    }
-    // From now on requests naming it are refused; it goes once its last request ends.
-    ad->unloading = true;
-    s_op_new(s, OP_UNLOAD, ad, reply, msg->rid);
-    s_unload_maybe(s, ad);
+    sched_req_finish(s, r, NULL, finish, NULL);
 }
 
 static void s_refuse(sched_t *s, ls_msg_t *msg, void *reply, uint32_t code, const char *why) {
@@ -1472,24 +981,24 @@ static void s_refuse(sched_t *s, ls_msg_t *msg, void *reply, uint32_t code, cons
         s->stats.requests_refused++;
         break;
     case LS_MSG_LOAD_ADAPTER:
-        s_answer_loaded(s, reply, msg->rid, msg->u.load_adapter.name, msg->u.load_adapter.adapter_id, false, 0, code, why);
+        sched_answer_loaded(s, reply, msg->rid, msg->u.load_adapter.name, msg->u.load_adapter.adapter_id, false, 0, code, why);
         break;
     case LS_MSG_UNLOAD_ADAPTER:
-        s_answer_unloaded(s, reply, msg->rid, msg->u.unload_adapter.name, msg->u.unload_adapter.adapter_id, false, code,
+        sched_answer_unloaded(s, reply, msg->rid, msg->u.unload_adapter.name, msg->u.unload_adapter.adapter_id, false, code,
                           why);
         break;
     default:
         break;  // an Abort needs no answer
     }
-    s_release_reply(s, &reply);
+    sched_reply_release(s, &reply);
 }
 
 static void s_dispatch(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     switch (msg->type) {
     case LS_MSG_TOKENIZED_REQ: s_request(s, now, msg, reply); break;
     case LS_MSG_ABORT: s_abort(s, msg); break;
-    case LS_MSG_LOAD_ADAPTER: s_load(s, msg, reply); break;
-    case LS_MSG_UNLOAD_ADAPTER: s_unload(s, msg, reply); break;
+    case LS_MSG_LOAD_ADAPTER: sched_adapter_load(s, msg, reply); break;
+    case LS_MSG_UNLOAD_ADAPTER: sched_adapter_unload(s, msg, reply); break;
     default: assert(!"only the commands s_held keeps are replayed");
     }
 }
@@ -1513,7 +1022,7 @@ static void s_replay_pending(sched_t *s) {
 // One sampled token for r: append it, check the stop conditions, send it on.
 static void s_take_token(sched_t *s, req_t *r, const ls_msg_step_output_t *o) {
     if (o->finish == LS_FINISH_REASON_ERROR) {
-        s_finish(s, r, NULL, LS_FINISH_REASON_ERROR, "the worker could not produce a token");
+        sched_req_finish(s, r, NULL, LS_FINISH_REASON_ERROR, "the worker could not produce a token");
         return;
     }
     assert(s_seq_len(r) < r->cap_tokens);  // a request at max_new_tokens has finished
@@ -1529,7 +1038,7 @@ static void s_take_token(sched_t *s, req_t *r, const ls_msg_step_output_t *o) {
     else if (r->n_out >= r->max_new || s_seq_len(r) >= s->max_context)
         finish = LS_FINISH_REASON_LENGTH;
     if (finish != LS_FINISH_REASON_NONE)
-        s_finish(s, r, o, finish, NULL);
+        sched_req_finish(s, r, o, finish, NULL);
     else
         s_emit_out(s, r, o, finish, NULL);
 }
@@ -1568,7 +1077,7 @@ void sched_destroy(sched_t **self_p) {
             s_req_free(s, r);
         }
     while (s->ops)
-        s_op_free(s, s->ops);
+        sched_op_free(s, s->ops);
     free(s->deferred);  // emptied by every event that fills it
     free(s->deferred_releases);
     while (s->pending) {
@@ -1604,14 +1113,14 @@ void sched_on_abort(sched_t *s, uint64_t now, ls_msg_t *msg) {
 void sched_on_load_adapter(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     s->now = now;
     if (!s_held(s, now, msg, reply))
-        s_load(s, msg, reply);
+        sched_adapter_load(s, msg, reply);
     s_after(s, now);
 }
 
 void sched_on_unload_adapter(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     s->now = now;
     if (!s_held(s, now, msg, reply))
-        s_unload(s, msg, reply);
+        sched_adapter_unload(s, msg, reply);
     s_after(s, now);
 }
 
@@ -1661,9 +1170,9 @@ void sched_on_worker_down(sched_t *s, uint64_t now, const char *why) {
 void sched_abort_all(sched_t *s, uint64_t now, const char *why) {
     s->now = now;
     while (s->running.head)
-        s_finish(s, s->running.head, NULL, LS_FINISH_REASON_ABORT, why);
+        sched_req_finish(s, s->running.head, NULL, LS_FINISH_REASON_ABORT, why);
     while (s->waiting.head)
-        s_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ABORT, why);
+        sched_req_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ABORT, why);
     s_after(s, now);
 }
 
@@ -1697,7 +1206,7 @@ void sched_on_step_result(sched_t *s, uint64_t now, const ls_msg_t *msg) {
         if (!p->sample)
             continue;
         if (!o || o->rid != r->rid)
-            s_finish(s, r, NULL, LS_FINISH_REASON_ERROR, "the worker's result does not match its plan");
+            sched_req_finish(s, r, NULL, LS_FINISH_REASON_ERROR, "the worker's result does not match its plan");
         else
             s_take_token(s, r, o);
     }
@@ -1710,10 +1219,10 @@ void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t 
     s->now = now;
     if (msg->type == LS_MSG_ADAPTER_LOADED) {
         const ls_msg_adapter_loaded_t *a = &msg->u.adapter_loaded;
-        s_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->code, a->reason, a->adapter_id);
+        sched_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->code, a->reason, a->adapter_id);
     } else if (msg->type == LS_MSG_ADAPTER_UNLOADED) {
         const ls_msg_adapter_unloaded_t *a = &msg->u.adapter_unloaded;
-        s_op_answer(s, rank, msg->rid, a->ok, 0, 0, a->code, a->reason, NULL);
+        sched_op_answer(s, rank, msg->rid, a->ok, 0, 0, a->code, a->reason, NULL);
     }
     s_after(s, now);
 }
@@ -1746,10 +1255,10 @@ void sched_on_tick(sched_t *s, uint64_t now) {
                      s->cfg.load_timeout_ns / 1000000);
         if (!op->reason) {
             op->code = LS_ERROR_CODE_TIMEOUT;
-            op->reason = s_strdup(why);
+            op->reason = sched_strdup(why);
         }
         op->answered = all;
-        s_op_complete(s, op);
+        sched_op_complete(s, op);
         op = s->ops;
     }
     req_list_t *lists[] = {&s->waiting, &s->running};
@@ -1758,7 +1267,7 @@ void sched_on_tick(sched_t *s, uint64_t now) {
             next = r->next;
             if (r->deadline && now >= r->deadline) {
                 ls_info(r->rid, "deadline passed: aborted");
-                s_finish(s, r, NULL, LS_FINISH_REASON_ABORT, NULL);
+                sched_req_finish(s, r, NULL, LS_FINISH_REASON_ABORT, NULL);
             }
         }
     s_after(s, now);
@@ -1768,18 +1277,18 @@ void sched_shutdown(sched_t *s, uint64_t now) {
     s->now = now;
     const char *why = "the scheduler is shutting down";
     while (s->running.head)
-        s_finish(s, s->running.head, NULL, LS_FINISH_REASON_ERROR, why);
+        sched_req_finish(s, s->running.head, NULL, LS_FINISH_REASON_ERROR, why);
     while (s->waiting.head)
-        s_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ERROR, why);
+        sched_req_finish(s, s->waiting.head, NULL, LS_FINISH_REASON_ERROR, why);
     while (s->ops) {
         op_t *op = s->ops;
         if (op->kind == OP_LOAD)
-            s_answer_loaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false, 0,
+            sched_answer_loaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false, 0,
                             LS_ERROR_CODE_SHUTTING_DOWN, why);
         else if (op->kind == OP_UNLOAD)
-            s_answer_unloaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false,
+            sched_answer_unloaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false,
                               LS_ERROR_CODE_SHUTTING_DOWN, why);
-        s_op_free(s, op);
+        sched_op_free(s, op);
     }
     while (s->pending) {
         pending_t *p = s->pending;
@@ -1811,48 +1320,3 @@ uint64_t sched_next_wake(const sched_t *s) {
 }
 
 const sched_stats_t *sched_stats(const sched_t *s) { return &s->stats; }
-
-int sched_adapter_names(const sched_t *s, bool running, int max, char *out, size_t cap) {
-    const lora_adapter_t *seen[SCHED_MAX_LISTED];  // the names written
-    int n = 0;
-    size_t len = 0;
-    if (max > SCHED_MAX_LISTED)
-        max = SCHED_MAX_LISTED;
-    if (cap)
-        out[0] = 0;
-    for (const req_t *r = (running ? &s->running : &s->waiting)->head; r && n < max; r = r->next) {
-        const lora_adapter_t *ad = r->ad;
-        if (!ad || !ad->name || strchr(ad->name, ','))
-            continue;
-        bool dup = false;
-        for (int i = 0; i < n && !dup; i++)
-            dup = seen[i] == ad;
-        size_t need = strlen(ad->name) + (n > 0);
-        if (dup || len + need >= cap)
-            continue;
-        snprintf(out + len, cap - len, "%s%s", n > 0 ? "," : "", ad->name);
-        len += need;
-        seen[n++] = ad;
-    }
-    return n;
-}
-
-void sched_list_adapters(const sched_t *s, ls_msg_t *list) {
-    int n = lora_count(s->lora);
-    ls_msg_adapter_infos_t *out = &list->u.adapter_list.adapters;
-    out->v = s_alloc(NULL, (size_t)(n ? n : 1) * sizeof *out->v);
-    memset(out->v, 0, (size_t)(n ? n : 1) * sizeof *out->v);
-    for (int i = 0; i < n; i++) {
-        const lora_adapter_t *ad = lora_at(s->lora, i);
-        ls_msg_adapter_info_t *ai = &out->v[out->n++];
-        ai->name = s_strdup(ad->name);
-        ai->adapter_id = s_strdup(ad->id);
-        ai->path = s_strdup(ad->path);
-        ai->pinned = ad->pinned;
-        ai->rank = ad->rank;
-        ai->residency_known = true;
-        ai->cpu_resident = ad->resident;
-        ai->in_gpu_slot = ad->slot >= 0;
-        ai->gpu_slot = ad->slot;
-    }
-}
