@@ -852,7 +852,9 @@ static int s_on_actor_status(ls_actor_t *self, ls_in_t *in, void *state) {
         return 0;
     a->ready = 1;
     a->remote_pid = (pid_t)st->pid;
-    a->restarts = (int)st->restarts;
+    // Back after being down counts as a restart, whoever restarted it: a new launcher on its
+    // node counts from 0, and the actors re-send what a restarted peer lost (restarts > 0).
+    a->restarts = a->ready_ns ? a->restarts + 1 : (int)st->restarts;
     a->ready_ns = in->now_ns;
     s_l.nready++;
     ls_info(0, "%s on node %d (%s) is ready (%d/%d)", a->name, k, s_nodes[k].addr, s_l.nready, s_l.nwant);
