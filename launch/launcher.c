@@ -13,6 +13,14 @@
 // up (a broken configuration restarts no better). It stops the graph — Shutdown, then SIGTERM,
 // then SIGKILL — on Ctrl-C/SIGTERM and on a Ready timeout (naming the actors that did not come
 // up) too.
+//
+// Several hosts (--nnodes M, one launcher per host, all given the same graph flags): each
+// launcher starts and supervises the actors placed on its node (s_plan), exactly as above.
+// Node 0's launcher holds the graph's readiness: node K's launcher ("launcher-K") connects to
+// node 0's control endpoint (--dist-init-addr) as its own control, reports each of its actors
+// Ready or down (ActorStatus) and heartbeats; node 0 sends PeerStatus to its actors and to
+// launcher-K, which forwards it to node K's. A node silent for --hang-timeout-ms, or whose
+// launcher starts anew, has its actors down until they report Ready again.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -46,7 +54,9 @@ typedef struct {
     char log_path[PATH_MAX];
     int rank;
     int group;  // --dp-size > 1: the data-parallel group of a scheduler or worker; else -1
-    pid_t pid;
+    int node;   // the node (--node-rank) that runs it
+    pid_t pid;  // this node's actors only: a remote actor is never signalled from here
+    pid_t remote_pid;  // node 0: a remote actor's pid on its node, for graph.json
     int ready;
     int exited;
     uint64_t last_heartbeat_ns;
@@ -65,17 +75,30 @@ typedef struct {
 #define S_BACKOFF_MIN_MS 250   // first restart of an actor that was up
 #define S_BACKOFF_MAX_MS 8000  // the back-off doubles per failure in a row up to this
 #define S_MAX_BUDGET 1024
+#define S_MAX_NODES 16
+
+typedef struct {
+    char addr[128];             // --node-addrs: where this node's actors bind
+    char launcher[32];          // "launcher" on node 0, "launcher-K" on node K
+    int alive;                  // node 0: heard from its launcher within --hang-timeout-ms
+    uint32_t pid;               // node 0: its launcher's pid (from its Ready): a new one is a restart
+    uint64_t last_heartbeat_ns;
+} s_node_t;
 
 typedef struct {
     // flags
     char *run_dir, *transport, *tcp_host, *record_trace, *bin_dir, *log_level;
     int tp_size, dp_size, tcp_base_port, ready_timeout_s, shutdown_timeout_s, heartbeat_ms;
     int hang_timeout_ms, max_restarts, restart_window_s;
+    int nnodes, node_rank, make_keys;
+    char *dist_init_addr, *curve_dir_flag;
+    ls_strlist_t node_addrs;
     // state
     ls_actor_t *self;
     char control[256];
     char curve_dir[PATH_MAX];  // tcp: the CURVE keys (RUN_DIR/keys), else empty
     int nactors;
+    int nwant;       // actors whose Ready this launcher counts: node 0 all, node K its own
     int nready;
     int up;          // every actor was Ready
     int exit_status; // the launcher's own exit status
@@ -85,6 +108,11 @@ typedef struct {
 } s_launcher_t;
 
 static s_launcher_t s_l;
+static s_node_t s_nodes[S_MAX_NODES];
+
+static int s_local(const void *actor);
+static void s_send_to(const char *identity, const ls_msg_t *m);
+static void s_forward_status(const ls_msg_t *m);
 
 // Flags the launcher hands on, unchanged, to the actors that take them (SGLang names). Unset
 // ones are not passed: each actor's own default applies (the same default wherever a flag is
@@ -164,9 +192,11 @@ static s_actor_t *s_find(const char *name) {
     return NULL;
 }
 
-static int s_endpoint(char *out, size_t cap, const char *name, int index) {
+// An endpoint of the plan: with tcp, on its node's address at the base port plus the actor's
+// index in the plan, the same on every node.
+static int s_endpoint(char *out, size_t cap, const char *name, int node, int index) {
     if (!strcmp(s_l.transport, "tcp")) {
-        snprintf(out, cap, "tcp://%s:%d", s_l.tcp_host, s_l.tcp_base_port + index);
+        snprintf(out, cap, "tcp://%s:%d", s_nodes[node].addr, s_l.tcp_base_port + index);
         return 0;
     }
     int n = snprintf(out, cap, "ipc://%s/sock/%s.sock", s_l.run_dir, name);
@@ -181,6 +211,9 @@ static int s_endpoint(char *out, size_t cap, const char *name, int index) {
 // The graph: the front actors once; per data-parallel group a scheduler and its --tp-size
 // workers. With --dp-size 1 the group's actors are "scheduler" and "worker-R", as always; with
 // N > 1 they are "scheduler-G" and "worker-G-R", and a dispatcher fronts the groups.
+// Placement over --nnodes M (every node computes the same): the front on node 0, group G with
+// its scheduler and tensor-parallel workers on node G % M (round-robin: the groups spread
+// evenly, node 0 takes the extra ones).
 static int s_plan(void) {
     const char *order[] = {"registry", "worker", "scheduler", "dispatcher", "detokenizer", "tokenizer", "gateway"};
     int dp = s_l.dp_size, total = 4 + dp * (1 + s_l.tp_size) + (dp > 1);
@@ -188,6 +221,11 @@ static int s_plan(void) {
     if (s_l.tp_size < 1 || dp < 1 || total > S_MAX_ACTORS || total - 1 > LS_MAX_PEERS) {
         ls_error(0, "--tp-size and --dp-size must be at least 1, and the graph at most %d actors (it would have %d)",
                  LS_MAX_PEERS + 1, total);
+        return -1;
+    }
+    if (s_l.nnodes > dp) {
+        ls_error(0, "--nnodes %d with --dp-size %d leaves node(s) %d..%d with nothing to run: a node runs whole "
+                    "data-parallel groups (give --dp-size at least --nnodes)", s_l.nnodes, dp, dp, s_l.nnodes - 1);
         return -1;
     }
     for (size_t k = 0; k < sizeof order / sizeof *order; k++) {
@@ -213,14 +251,19 @@ static int s_plan(void) {
             memcpy(a->name, name, sizeof name);
             a->rank = r;
             a->group = grouped && dp > 1 ? g : -1;
-            if (s_endpoint(a->endpoint, sizeof a->endpoint, name, s_l.nactors + 1) < 0)
+            a->node = grouped ? g % s_l.nnodes : 0;
+            if (s_endpoint(a->endpoint, sizeof a->endpoint, name, a->node, s_l.nactors + 1) < 0)
                 return -1;
             snprintf(a->log_path, sizeof a->log_path, "%s/logs/%s.log", s_l.run_dir, name);
             s_l.nactors++;
+            s_l.nwant += s_l.node_rank == 0 || a->node == s_l.node_rank;
         }
     }
-    return s_endpoint(s_l.control, sizeof s_l.control, "control", 0);
+    // Each node's launcher binds its own control endpoint at the base port of its address.
+    return s_endpoint(s_l.control, sizeof s_l.control, "control", s_l.node_rank, 0);
 }
+
+static int s_local(const void *actor) { return ((const s_actor_t *)actor)->node == s_l.node_rank; }
 
 static void s_child_cb(struct ev_loop *loop, ev_child *w, int revents);
 
@@ -235,6 +278,8 @@ static char **s_argv(const s_actor_t *a) {
     PUSH("--name=%s", a->name);
     PUSH("--bind=%s", a->endpoint);
     PUSH("--control=%s", s_l.control);
+    if (s_l.node_rank > 0)
+        PUSH("--control-key=%s", s_nodes[s_l.node_rank].launcher);
     PUSH("--rank=%d", a->rank);
     PUSH("--log-level=%s", s_l.log_level);
     PUSH("--heartbeat-ms=%d", s_l.heartbeat_ms);
@@ -256,7 +301,8 @@ static char **s_argv(const s_actor_t *a) {
         }
         if (kind & K_WORKER) {
             PUSH("--scheduler=scheduler-%d", a->group);
-            PUSH("--device=%d", a->group * s_l.tp_size + a->rank);
+            // The groups of a node number its GPUs from 0.
+            PUSH("--device=%d", a->group / s_l.nnodes * s_l.tp_size + a->rank);
         }
         if (kind & K_DISPATCHER)
             PUSH("--dp-size=%d", s_l.dp_size);
@@ -368,11 +414,13 @@ static void s_on_shutdown(ls_actor_t *self, void *state) {
     for (int i = 0; i < s_l.nactors; i++) {
         s_actor_t *a = &s_actors[i];
         if (a->pid > 0 && !a->exited && a->ready) {
-            zframe_t *id = zframe_new(a->name, strlen(a->name));
-            ls_actor_send(self, ls_actor_router(self), id, &m, NULL);
-            zframe_destroy(&id);
+            s_send_to(a->name, &m);
         }
     }
+    // Node 0 stops the whole graph: every node's launcher stops its own actors.
+    for (int k = 1; k < s_l.nnodes; k++)
+        if (s_nodes[k].alive)
+            s_send_to(s_nodes[k].launcher, &m);
     ls_msg_clear(&m);
     // Actors that never said Ready have no control route yet: they get SIGTERM at once.
     for (int i = 0; i < s_l.nactors; i++)
@@ -464,7 +512,8 @@ static int s_write_graph(void) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", a->name);
         cJSON_AddStringToObject(o, "kind", a->binary);
-        cJSON_AddNumberToObject(o, "pid", a->pid);
+        cJSON_AddNumberToObject(o, "pid", s_local(a) ? a->pid : a->remote_pid);
+        cJSON_AddNumberToObject(o, "node", a->node);
         cJSON_AddNumberToObject(o, "rank", a->rank);
         if (a->group >= 0)
             cJSON_AddNumberToObject(o, "group", a->group);
@@ -533,25 +582,104 @@ static int s_fix_port(void) {
     return 0;
 }
 
-// tcp: a fresh CURVE keypair for every actor, the launcher and clients (the SDK), in
-// RUN_DIR/keys; a bind beyond loopback is said out loud.
+// tcp: a CURVE keypair for every actor, each node's launcher and clients (the SDK). Fresh ones
+// in RUN_DIR/keys by default; with --curve-dir the ones there (made once by --make-keys and
+// copied to every node: the nodes of one graph share them). A bind beyond loopback is said out
+// loud.
 static int s_make_keys(void) {
     if (strcmp(s_l.transport, "tcp") != 0)
         return 0;
-    if (strncmp(s_l.tcp_host, "127.", 4) && strcmp(s_l.tcp_host, "localhost") && strcmp(s_l.tcp_host, "::1"))
+    const char *host = s_nodes[s_l.node_rank].addr;
+    if (strncmp(host, "127.", 4) && strcmp(host, "localhost") && strcmp(host, "::1") && !s_l.make_keys)
         ls_warn(0, "--tcp-host %s is not a loopback address: the actors' ports are open to the network (CURVE "
-                   "keeps out peers without the graph's keys; firewall them all the same)", s_l.tcp_host);
-    snprintf(s_l.curve_dir, sizeof s_l.curve_dir, "%s/keys", s_l.run_dir);
-    const char *names[S_MAX_ACTORS + 2];
+                   "keeps out peers without the graph's keys; firewall them all the same)", host);
+    const char *names[S_MAX_ACTORS + S_MAX_NODES + 1];
     int n = 0;
     for (int i = 0; i < s_l.nactors; i++)
         names[n++] = s_actors[i].name;
-    names[n++] = "launcher";
+    for (int k = 0; k < s_l.nnodes; k++)
+        names[n++] = s_nodes[k].launcher;
     names[n++] = "client";
     char err[512];
-    if (ls_curve_make(s_l.curve_dir, names, n, err, sizeof err) < 0) {
-        ls_error(0, "%s", err);
+    if (!s_l.curve_dir_flag || s_l.make_keys) {
+        if (s_l.curve_dir_flag)
+            snprintf(s_l.curve_dir, sizeof s_l.curve_dir, "%s", s_l.curve_dir_flag);
+        else
+            snprintf(s_l.curve_dir, sizeof s_l.curve_dir, "%s/keys", s_l.run_dir);
+        if (ls_curve_make(s_l.curve_dir, names, n, err, sizeof err) < 0) {
+            ls_error(0, "%s", err);
+            return -1;
+        }
+        if (s_l.make_keys)
+            fprintf(stderr, "made %d CURVE keypairs in %s; copy the directory (mode 0700) to every node and give "
+                            "each launcher --curve-dir\n", n, s_l.curve_dir);
+        return 0;
+    }
+    char *real = realpath(s_l.curve_dir_flag, NULL);
+    snprintf(s_l.curve_dir, sizeof s_l.curve_dir, "%s", real ? real : s_l.curve_dir_flag);
+    free(real);
+    for (int i = 0; i < n; i++) {
+        char sec[PATH_MAX + 64], pub[PATH_MAX + 64];
+        snprintf(sec, sizeof sec, "%s/secret/%s.key", s_l.curve_dir, names[i]);
+        snprintf(pub, sizeof pub, "%s/public/%s.pub", s_l.curve_dir, names[i]);
+        if (access(sec, R_OK) < 0 || access(pub, R_OK) < 0) {
+            ls_error(0, "--curve-dir %s has no key for %s: make the graph's keys with loraserve --make-keys "
+                        "--curve-dir DIR and the same --dp-size, --tp-size and --nnodes", s_l.curve_dir, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// --nnodes, --node-rank, --node-addrs, --dist-init-addr: each node's address and launcher.
+static int s_nodes_setup(void) {
+    int m = s_l.nnodes;
+    if (m < 1 || m > S_MAX_NODES || s_l.node_rank < 0 || s_l.node_rank >= m) {
+        ls_error(0, "--nnodes must be 1..%d and --node-rank 0..nnodes-1", S_MAX_NODES);
         return -1;
+    }
+    for (int k = 0; k < m; k++)
+        snprintf(s_nodes[k].launcher, sizeof s_nodes[k].launcher, k ? "launcher-%d" : "launcher", k);
+    if (m == 1) {
+        snprintf(s_nodes[0].addr, sizeof s_nodes[0].addr, "%s", s_l.tcp_host ? s_l.tcp_host : "127.0.0.1");
+        return 0;
+    }
+    if (strcmp(s_l.transport, "tcp")) {
+        ls_error(0, "--nnodes %d needs --transport tcp: the links between hosts are tcp, CURVE-authenticated "
+                    "(ipc sockets reach one host only)", m);
+        return -1;
+    }
+    // "A B" or "A,B": split every value at its commas.
+    int naddrs = 0;
+    for (size_t i = 0; i < s_l.node_addrs.n; i++)
+        for (char *save = NULL, *tok = strtok_r(s_l.node_addrs.v[i], ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            if (naddrs < S_MAX_NODES)
+                snprintf(s_nodes[naddrs++].addr, sizeof s_nodes[0].addr, "%s", tok);
+    if (naddrs != m) {
+        ls_error(0, "--nnodes %d needs --node-addrs with %d addresses, node 0's first (the same list on every node; "
+                    "node K's actors bind on its address)", m, m);
+        return -1;
+    }
+    if (!s_l.curve_dir_flag) {
+        ls_error(0, "--nnodes %d needs --curve-dir: the nodes share one set of CURVE keys (loraserve --make-keys)", m);
+        return -1;
+    }
+    if (s_l.tcp_host && strcmp(s_l.tcp_host, s_nodes[s_l.node_rank].addr)) {
+        ls_error(0, "--tcp-host %s is not node %d's address in --node-addrs (%s)", s_l.tcp_host, s_l.node_rank,
+                 s_nodes[s_l.node_rank].addr);
+        return -1;
+    }
+    // --dist-init-addr is node 0's launcher: its address and the base port every node uses.
+    if (s_l.dist_init_addr) {
+        const char *colon = strrchr(s_l.dist_init_addr, ':');
+        int port = colon ? atoi(colon + 1) : 0;
+        if (!colon || port <= 0 || port > 65535 || (size_t)(colon - s_l.dist_init_addr) != strlen(s_nodes[0].addr) ||
+            strncmp(s_l.dist_init_addr, s_nodes[0].addr, (size_t)(colon - s_l.dist_init_addr))) {
+            ls_error(0, "--dist-init-addr %s must be HOST:PORT with HOST node 0's address in --node-addrs (%s)",
+                     s_l.dist_init_addr, s_nodes[0].addr);
+            return -1;
+        }
+        s_l.tcp_base_port = port;
     }
     return 0;
 }
@@ -605,11 +733,86 @@ static void s_print_banner(void) {
 }
 
 static void s_broadcast_status(const s_actor_t *a, int up, const char *reason);
+static void s_report(const s_actor_t *a, int up, const char *reason);
+static void s_announce(const s_actor_t *a, int up, const char *reason);
+
+// Every actor this launcher counts is Ready: node 0's graph is whole; node K's share is up.
+static void s_whole(void) {
+    if (s_l.nready != s_l.nwant)
+        return;
+    if (s_write_graph() < 0) {
+        s_stop(1, "cannot write graph.json");
+        return;
+    }
+    if (s_l.up)
+        ls_info(0, "the graph is whole again");
+    else if (s_l.node_rank > 0)
+        fprintf(stderr, "\nloraserve node %d is up: its %d actors ready; the graph is Ready once node 0 (%s) has "
+                        "every node's.\n  graph: %s/graph.json   logs: %s/logs/\n\n",
+                s_l.node_rank, s_l.nwant, s_nodes[0].addr, s_l.run_dir, s_l.run_dir);
+    else
+        s_print_banner();
+    s_l.up = 1;
+}
+
+static int s_node_of(const char *launcher) {
+    for (int k = 1; k < s_l.nnodes; k++)
+        if (!strcmp(s_nodes[k].launcher, launcher))
+            return k;
+    return -1;
+}
+
+// Node 0: a remote actor is down (its node said so, went silent, or started anew).
+static void s_remote_down(s_actor_t *a, const char *reason, uint64_t now) {
+    if (!a->ready)
+        return;
+    a->ready = 0;
+    a->down_ns = now;
+    s_l.nready--;
+    ls_error(0, "%s on node %d (%s) is down: %s", a->name, a->node, s_nodes[a->node].addr, reason);
+    s_broadcast_status(a, 0, reason);
+}
+
+static void s_node_down(int k, const char *why, uint64_t now) {
+    ls_error(0, "node %d (%s) %s: its actors are down until it reports them Ready again", k, s_nodes[k].addr, why);
+    char reason[200];
+    snprintf(reason, sizeof reason, "node %d (%s) %s", k, s_nodes[k].addr, why);
+    for (int i = 0; i < s_l.nactors; i++)
+        if (s_actors[i].node == k)
+            s_remote_down(&s_actors[i], reason, now);
+}
+
+// Node 0 heard from node K's launcher. The first word after silence asks it (a Heartbeat) for
+// the state of its actors, which it answers with an ActorStatus for each Ready one.
+static void s_node_heard(int k, uint64_t now) {
+    s_nodes[k].last_heartbeat_ns = now;
+    if (s_nodes[k].alive)
+        return;
+    s_nodes[k].alive = 1;
+    ls_info(0, "node %d (%s) is connected (its launcher: pid %u)", k, s_nodes[k].addr, s_nodes[k].pid);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_HEARTBEAT);
+    m.u.heartbeat.actor = ls_msg_strdup("launcher");
+    s_send_to(s_nodes[k].launcher, &m);
+    ls_msg_clear(&m);
+}
 
 static int s_on_ready(ls_actor_t *self, ls_in_t *in, void *state) {
     const char *name = in->msg->u.ready.actor ? in->msg->u.ready.actor : "";
+    int k = s_l.node_rank == 0 ? s_node_of(in->from) : -1;
+    if (k > 0 && !strcmp(name, in->from)) {
+        // Node K's launcher (re)started: whatever its earlier one ran is gone.
+        if (s_nodes[k].pid && s_nodes[k].pid != in->msg->u.ready.pid) {
+            s_nodes[k].alive = 0;
+            s_node_down(k, "has a new launcher", in->now_ns);
+        }
+        s_nodes[k].pid = in->msg->u.ready.pid;
+        s_node_heard(k, in->now_ns);
+        return 0;
+    }
     s_actor_t *a = s_find(name);
-    if (!a || strcmp(in->from, name) != 0 || a->exited || (in->msg->u.ready.pid && (pid_t)in->msg->u.ready.pid != a->pid)) {
+    if (!a || !s_local(a) || strcmp(in->from, name) != 0 || a->exited ||
+        (in->msg->u.ready.pid && (pid_t)in->msg->u.ready.pid != a->pid)) {
         ls_warn(0, "Ready from unknown actor \"%s\" (identity %s, pid %u) ignored", name, in->from, in->msg->u.ready.pid);
         return 0;
     }
@@ -620,28 +823,68 @@ static int s_on_ready(ls_actor_t *self, ls_in_t *in, void *state) {
     s_l.nready++;
     if (a->restarts)
         ls_info(0, "%s is ready again after restart %d, %.2f s after it went down (%d/%d)", a->name, a->restarts,
-                (double)(in->now_ns - a->down_ns) / 1e9, s_l.nready, s_l.nactors);
+                (double)(in->now_ns - a->down_ns) / 1e9, s_l.nready, s_l.nwant);
     else
-        ls_info(0, "%s is ready (%d/%d)", a->name, s_l.nready, s_l.nactors);
-    if (s_l.nready == s_l.nactors) {
-        if (s_write_graph() < 0) {
-            s_stop(1, "cannot write graph.json");
-            return 0;
-        }
-        if (!s_l.up)
-            s_print_banner();
-        else
-            ls_info(0, "the graph is whole again");
-        s_l.up = 1;
+        ls_info(0, "%s is ready (%d/%d)", a->name, s_l.nready, s_l.nwant);
+    s_whole();
+    s_announce(a, 1, NULL);
+    return 0;
+}
+
+// Node 0: node K's launcher reports one of its actors.
+static int s_on_actor_status(ls_actor_t *self, ls_in_t *in, void *state) {
+    const ls_msg_actor_status_t *st = &in->msg->u.actor_status;
+    int k = s_l.node_rank == 0 ? s_node_of(in->from) : -1;
+    s_actor_t *a = st->actor ? s_find(st->actor) : NULL;
+    if (k < 0 || !a || a->node != k) {
+        ls_warn(0, "ActorStatus from %s about \"%s\" ignored: not an actor of that node", in->from,
+                st->actor ? st->actor : "");
+        return 0;
     }
+    s_node_heard(k, in->now_ns);
+    if (st->up && a->ready && (pid_t)st->pid != a->remote_pid)
+        s_remote_down(a, "restarted on its node", in->now_ns);
+    if (!st->up) {
+        s_remote_down(a, st->reason ? st->reason : "down on its node", in->now_ns);
+        return 0;
+    }
+    if (a->ready)
+        return 0;
+    a->ready = 1;
+    a->remote_pid = (pid_t)st->pid;
+    // Back after being down counts as a restart, whoever restarted it: a new launcher on its
+    // node counts from 0, and the actors re-send what a restarted peer lost (restarts > 0).
+    a->restarts = a->ready_ns ? a->restarts + 1 : (int)st->restarts;
+    a->ready_ns = in->now_ns;
+    s_l.nready++;
+    ls_info(0, "%s on node %d (%s) is ready (%d/%d)", a->name, k, s_nodes[k].addr, s_l.nready, s_l.nwant);
+    s_whole();
     s_broadcast_status(a, 1, NULL);
+    return 0;
+}
+
+// Node K: PeerStatus from node 0 (the runtime takes it from the control socket only), for
+// this node's actors.
+static int s_on_peer_status(ls_actor_t *self, ls_in_t *in, void *state) {
+    if (s_l.node_rank > 0)
+        s_forward_status(in->msg);
     return 0;
 }
 
 static int s_on_heartbeat(ls_actor_t *self, ls_in_t *in, void *state) {
     s_actor_t *a = s_find(in->from);
-    if (a)
+    if (a && s_local(a)) {
         a->last_heartbeat_ns = in->now_ns;
+        return 0;
+    }
+    int k = s_l.node_rank == 0 ? s_node_of(in->from) : -1;
+    if (k > 0)
+        s_node_heard(k, in->now_ns);
+    else if (s_l.node_rank > 0 && !strcmp(in->from, "control"))
+        // Node 0 asks for this node's actors: each Ready one again (it ignores what it knows).
+        for (int i = 0; i < s_l.nactors; i++)
+            if (s_local(&s_actors[i]) && s_actors[i].ready)
+                s_report(&s_actors[i], 1, NULL);
     return 0;
 }
 
@@ -650,10 +893,16 @@ static void s_ready_timeout_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
         return;
     char missing[1024] = "";
     for (int i = 0; i < s_l.nactors; i++)
-        if (!s_actors[i].ready) {
+        if (!s_actors[i].ready && (s_l.node_rank == 0 || s_local(&s_actors[i]))) {
+            const s_actor_t *a = &s_actors[i];
             size_t len = strlen(missing);
-            snprintf(missing + len, sizeof missing - len, "%s%.31s", len ? ", " : "", s_actors[i].name);
-            ls_error(0, "%s is not ready; its log: %s", s_actors[i].name, s_actors[i].log_path);
+            snprintf(missing + len, sizeof missing - len, "%s%.31s", len ? ", " : "", a->name);
+            if (s_local(a))
+                ls_error(0, "%s is not ready; its log: %s", a->name, a->log_path);
+            else
+                ls_error(0, "%s on node %d (%s) is not ready%s; its log there: %s", a->name, a->node,
+                         s_nodes[a->node].addr, s_nodes[a->node].pid ? "" : ": that node's launcher never connected",
+                         a->log_path);
         }
     ls_error(0, "not ready after %d s: %s", s_l.ready_timeout_s, missing);
     s_stop(1, "actors did not become ready in time");
@@ -661,6 +910,21 @@ static void s_ready_timeout_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
 
 // ---------------------------------------------------------------------------------------------
 // supervision
+
+static void s_send_to(const char *identity, const ls_msg_t *m) {
+    zframe_t *id = zframe_new(identity, strlen(identity));
+    ls_actor_send(s_l.self, ls_actor_router(s_l.self), id, m, NULL);
+    zframe_destroy(&id);
+}
+
+// PeerStatus to this node's Ready actors.
+static void s_forward_status(const ls_msg_t *m) {
+    for (int i = 0; i < s_l.nactors; i++) {
+        s_actor_t *to = &s_actors[i];
+        if (to->ready && !to->exited && s_local(to))
+            s_send_to(to->name, m);
+    }
+}
 
 static void s_broadcast_status(const s_actor_t *a, int up, const char *reason) {
     ls_msg_t m;
@@ -670,15 +934,33 @@ static void s_broadcast_status(const s_actor_t *a, int up, const char *reason) {
     m.u.peer_status.restarts = (uint32_t)a->restarts;
     m.u.peer_status.graph_ready = s_l.nready == s_l.nactors;
     m.u.peer_status.reason = ls_msg_strdup(reason);
-    for (int i = 0; i < s_l.nactors; i++) {
-        s_actor_t *to = &s_actors[i];
-        if (to->ready && !to->exited) {
-            zframe_t *id = zframe_new(to->name, strlen(to->name));
-            ls_actor_send(s_l.self, ls_actor_router(s_l.self), id, &m, NULL);
-            zframe_destroy(&id);
-        }
-    }
+    s_forward_status(&m);
+    // The other nodes' launchers hand it on to their actors.
+    for (int k = 1; k < s_l.nnodes; k++)
+        if (s_nodes[k].alive)
+            s_send_to(s_nodes[k].launcher, &m);
     ls_msg_clear(&m);
+}
+
+// Node K: one of its actors is Ready or down, told to node 0's launcher, which tells the graph.
+static void s_report(const s_actor_t *a, int up, const char *reason) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ACTOR_STATUS);
+    m.u.actor_status.actor = ls_msg_strdup(a->name);
+    m.u.actor_status.up = up;
+    m.u.actor_status.pid = (uint32_t)a->pid;
+    m.u.actor_status.restarts = (uint32_t)a->restarts;
+    m.u.actor_status.reason = ls_msg_strdup(reason);
+    ls_actor_send_control(s_l.self, &m);
+    ls_msg_clear(&m);
+}
+
+// An actor of this node is Ready or down: node 0 tells every actor; node K tells node 0.
+static void s_announce(const s_actor_t *a, int up, const char *reason) {
+    if (s_l.node_rank > 0)
+        s_report(a, up, reason);
+    else
+        s_broadcast_status(a, up, reason);
 }
 
 // The restart budget (OTP's intensity and period): at most --max-restarts within the window.
@@ -741,7 +1023,7 @@ static void s_actor_down(s_actor_t *a, const char *how) {
              how, delay_ms, a->restarts + 1, s_l.nrestart_times, s_l.max_restarts, s_l.restart_window_s);
     char reason[200];
     snprintf(reason, sizeof reason, "%s %s", a->name, how);
-    s_broadcast_status(a, 0, reason);
+    s_announce(a, 0, reason);
     a->restart = ls_actor_timer_start(s_l.self, delay_ms, 0, s_restart_cb, a);
     // The ranks of a tensor-parallel group meet at every collective: the others would wait on
     // the lost one, so the group restarts together (its own group only, with --dp-size).
@@ -776,12 +1058,20 @@ static void s_liveness_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
             kill(a->pid, SIGKILL);
         }
     }
+    // Node 0: a node whose launcher is silent as long is gone (stopped, crashed, cut off).
+    for (int k = 1; k < s_l.nnodes && !s_l.stopping; k++)
+        if (s_nodes[k].alive && now - s_nodes[k].last_heartbeat_ns > hang) {
+            s_nodes[k].alive = 0;
+            char why[96];
+            snprintf(why, sizeof why, "is silent for %.1f s", (double)(now - s_nodes[k].last_heartbeat_ns) / 1e9);
+            s_node_down(k, why, now);
+        }
 }
 
 static int s_on_start(ls_actor_t *self, void *state) {
     s_l.self = self;
     for (int i = 0; i < s_l.nactors; i++)
-        if (s_spawn(&s_actors[i]) < 0) {
+        if (s_local(&s_actors[i]) && s_spawn(&s_actors[i]) < 0) {
             s_l.exit_status = 1;
             return -1;
         }
@@ -895,6 +1185,8 @@ static void s_pass_usage(const char *bin_dir, ls_flag_t *shown, char *help[S_KIN
 static const ls_dispatch_t s_dispatch[] = {
     {LS_MSG_READY, s_on_ready},
     {LS_MSG_HEARTBEAT, s_on_heartbeat},
+    {LS_MSG_ACTOR_STATUS, s_on_actor_status},
+    {LS_MSG_PEER_STATUS, s_on_peer_status},
     {0, NULL},
 };
 
@@ -906,8 +1198,23 @@ int main(int argc, char **argv) {
                     "data-parallel groups, each a scheduler and --tp-size workers (GPUs G*tp … G*tp+tp-1), "
                     "behind one dispatcher that routes by adapter, prefix and load"),
         LS_FLAG_STR("transport", &s_l.transport, "ipc", "ipc (one host, sockets in RUN_DIR/sock) or tcp"),
-        LS_FLAG_STR("tcp-host", &s_l.tcp_host, "127.0.0.1", "address actors bind with --transport tcp"),
+        LS_FLAG_STR("tcp-host", &s_l.tcp_host, NULL, "address actors bind with --transport tcp (default: 127.0.0.1; "
+                                                     "with --nnodes, this node's in --node-addrs)"),
         LS_FLAG_INT("tcp-base-port", &s_l.tcp_base_port, "25500", "first port with --transport tcp (control; actors follow)"),
+        LS_FLAG_INT("nnodes", &s_l.nnodes, "1",
+                    "hosts the graph spans, one launcher each with the same graph flags (needs --transport tcp, "
+                    "--node-addrs, --curve-dir): the front and groups G % nnodes == 0 on node 0, group G on node "
+                    "G % nnodes"),
+        LS_FLAG_INT("node-rank", &s_l.node_rank, "0", "this host's node, 0..nnodes-1"),
+        LS_FLAG_LIST("node-addrs", &s_l.node_addrs,
+                     "every node's address (A B ... or A,B,...), node 0's first, the same on every node: node K's actors bind there"),
+        LS_FLAG_STR("dist-init-addr", &s_l.dist_init_addr, NULL,
+                    "node 0's launcher, HOST:PORT (default: the first --node-addrs at --tcp-base-port): the other "
+                    "nodes report to it; PORT is every node's base port"),
+        LS_FLAG_STR("curve-dir", &s_l.curve_dir_flag, NULL,
+                    "tcp: the graph's CURVE keys, made by --make-keys (default: fresh ones in RUN_DIR/keys)"),
+        LS_FLAG_BOOL("make-keys", &s_l.make_keys,
+                     "write the graph's CURVE keys into --curve-dir (for these --dp-size, --tp-size, --nnodes) and exit"),
         LS_FLAG_STR("record-trace", &s_l.record_trace, NULL, "every actor records its messages to DIR/<actor>.trace"),
         LS_FLAG_INT("ready-timeout", &s_l.ready_timeout_s, "120", "seconds to wait for every actor to be Ready"),
         LS_FLAG_INT("shutdown-timeout", &s_l.shutdown_timeout_s, "10", "seconds actors get to stop before being killed"),
@@ -968,12 +1275,34 @@ int main(int argc, char **argv) {
     }
     if (!s_l.bin_dir)
         s_l.bin_dir = s_exe_dir();
+    if (s_l.make_keys) {
+        // The plan names the keys; nothing is started.
+        if (!s_l.curve_dir_flag || strcmp(s_l.transport, "tcp")) {
+            ls_error(0, "--make-keys needs --curve-dir DIR and --transport tcp");
+            return 2;
+        }
+        return s_nodes_setup() < 0 || s_plan() < 0 || s_make_keys() < 0;
+    }
+    if (s_nodes_setup() < 0)
+        return 2;
     if (s_make_dirs() < 0 || s_plan() < 0 || s_fix_port() < 0 || s_make_keys() < 0 || s_hide_api_key() < 0)
         return 1;
-    ls_info(0, "run dir %s, %d actors, transport %s", s_l.run_dir, s_l.nactors, s_l.transport);
+    if (s_l.nnodes > 1)
+        ls_log_init(s_nodes[s_l.node_rank].launcher, LS_LOG_INFO);
+    int nlocal = 0;
+    for (int i = 0; i < s_l.nactors; i++)
+        nlocal += s_local(&s_actors[i]);
+    ls_info(0, "run dir %s, %d actors (%d on this node, %d of %d), transport %s", s_l.run_dir, s_l.nactors, nlocal,
+            s_l.node_rank, s_l.nnodes, s_l.transport);
 
-    ls_actor_opts_t opts = {.name = "launcher", .bind = s_l.control, .heartbeat_ms = 0, .process = 1,
-                            .curve_dir = s_l.curve_dir[0] ? s_l.curve_dir : NULL};
+    // Node K's launcher is launcher-K, and node 0's launcher its control: Ready, Heartbeat and
+    // ActorStatus go there; PeerStatus and Shutdown come from there.
+    char upstream[300];
+    snprintf(upstream, sizeof upstream, "tcp://%s:%d", s_nodes[0].addr, s_l.tcp_base_port);
+    int remote = s_l.node_rank > 0;
+    ls_actor_opts_t opts = {.name = s_nodes[s_l.node_rank].launcher, .bind = s_l.control,
+                            .control = remote ? upstream : NULL, .heartbeat_ms = remote ? s_l.heartbeat_ms : 0,
+                            .process = 1, .curve_dir = s_l.curve_dir[0] ? s_l.curve_dir : NULL};
     zsys_handler_set(NULL);
     ls_actor_t *self = ls_actor_new(&def, &opts);
     if (!self)

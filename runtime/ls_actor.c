@@ -209,8 +209,9 @@ static int s_zsock_secure(ls_actor_t *self, zsock_t *zs, int is_router, const ch
         return 0;
     }
     char err[512];
-    // The control socket's server is the launcher (its key is named so).
-    const char *server = peer && strcmp(peer, "control") ? peer : "launcher";
+    // The control socket's server is this node's launcher: "launcher", or with --nnodes the
+    // launcher-K of node K.
+    const char *server = peer && strcmp(peer, "control") ? peer : self->control_key ? self->control_key : "launcher";
     if (ls_curve_client(self->curve, zs, server, err, sizeof err) < 0) {
         ls_error(0, "cannot connect to %s: %s", endpoint, err);
         return -1;
@@ -762,6 +763,7 @@ ls_actor_t *ls_actor_new(const ls_actor_def_t *def, const ls_actor_opts_t *opts)
     self->def = def;
     self->name = strdup(opts->name ? opts->name : def->name);
     self->bind = opts->bind ? strdup(opts->bind) : NULL;
+    self->control_key = opts->control_key ? strdup(opts->control_key) : NULL;
     self->rank = opts->rank;
     self->process = opts->process;
     self->pid = (int)getpid();
@@ -881,6 +883,7 @@ void ls_actor_destroy(ls_actor_t **self_p) {
     actor_replay_destroy(&self->replay);
     free(self->name);
     free(self->bind);
+    free(self->control_key);
     free(self);
     *self_p = NULL;
 }
@@ -925,13 +928,15 @@ int ls_actor_run(ls_actor_t *self) {
 
 int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def) {
     char *name = NULL, *bind = NULL, *control = NULL, *trace_dir = NULL, *log_level = NULL, *replay = NULL;
-    char *curve_dir = NULL;
+    char *curve_dir = NULL, *control_key = NULL;
     int heartbeat_ms = 0, rank = 0, replay_run = 0, replay_until = 0;
     ls_strlist_t peers = {0};
     ls_flag_t common[] = {
         LS_FLAG_STR("name", &name, NULL, "actor name (log field, trace file, identity)"),
         LS_FLAG_STR("bind", &bind, NULL, "endpoint to bind this actor's ROUTER socket on"),
         LS_FLAG_STR("control", &control, NULL, "launcher's control endpoint (Ready, Heartbeat)"),
+        LS_FLAG_STR("control-key", &control_key, NULL,
+                    "tcp: the name of the control server's CURVE key (default: launcher)"),
         LS_FLAG_LIST("peer", &peers, "name=endpoint of an actor this one sends to (repeatable)"),
         LS_FLAG_STR("curve-dir", &curve_dir, NULL,
                     "CURVE keys for tcp endpoints: DIR/secret/<name>.key, peers' DIR/public/<peer>.pub"),
@@ -965,8 +970,8 @@ int ls_actor_main(int argc, char **argv, const ls_actor_def_t *def) {
         ls_flags_free(tables);
         return 2;
     }
-    ls_actor_opts_t opts = {.name = name, .bind = bind, .control = control, .peers = &peers,
-                            .trace_dir = trace_dir, .curve_dir = curve_dir, .heartbeat_ms = heartbeat_ms, .rank = rank, .process = 1,
+    ls_actor_opts_t opts = {.name = name, .bind = bind, .control = control, .control_key = control_key,
+                            .peers = &peers, .trace_dir = trace_dir, .curve_dir = curve_dir, .heartbeat_ms = heartbeat_ms, .rank = rank, .process = 1,
                             .argc = argc, .argv = (const char *const *)argv, .replay = replay,
                             .replay_run = replay_run, .replay_until = (uint64_t)(replay_until > 0 ? replay_until : 0)};
     // czmq installs its own SIGINT handler by default; the loop handles signals instead.

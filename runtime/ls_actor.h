@@ -87,6 +87,7 @@ typedef struct {
     const char *name;          // actor name: log field, trace file name, DEALER identity
     const char *bind;          // ROUTER endpoint to bind, or NULL for none
     const char *control;       // launcher's control endpoint, or NULL
+    const char *control_key;   // tcp: the name of its CURVE key (NULL: "launcher"; node K's: launcher-K)
     const ls_strlist_t *peers; // "name=endpoint" entries
     const char *trace_dir;     // record a trace there, or NULL
     const char *curve_dir;     // CURVE keys for tcp endpoints (ls_curve.h), or NULL

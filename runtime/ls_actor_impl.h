@@ -118,6 +118,7 @@ struct ls_actor {
     const ls_actor_def_t *def;
     char *name;
     char *bind;
+    char *control_key;  // the control server's key name (ls_actor_opts_t.control_key)
     int rank;
     int process;
     struct ev_loop *loop;

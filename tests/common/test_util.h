@@ -26,7 +26,8 @@ double tu_now_s(void);
 // The whole graph: launch_script --run-dir run_dir ARGS… (args NULL-terminated, may be NULL)
 // with LORASERVE_BIN=bin_dir, its output into log, in a child that dies with the test; then
 // wait up to `seconds` for RUN_DIR/graph.json, which the launcher writes once every actor is
-// Ready. The launcher's pid, or -1 (said on stderr: it exited first, or time ran out).
+// Ready (seconds <= 0: no wait). The launcher's pid, or -1 (said on stderr: it exited first, or
+// time ran out).
 pid_t tu_graph_start(const char *launch_script, const char *bin_dir, const char *run_dir, const char *log,
                      const char *const args[], double seconds);
 // Stop it as Ctrl-C does: its exit status (0: every actor stopped cleanly), or -1.

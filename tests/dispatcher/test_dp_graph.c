@@ -8,6 +8,12 @@
 //   group_restart   — scheduler-1 killed: requests in flight are answered (none waits), new
 //                     ones complete on group 0; once it is back it holds every adapter again
 //                     (re-loaded by the dispatcher) and serves the API-loaded one
+// With --nnodes 2 (ctest multinode_graph) the same graph runs as two hosts on this machine, one
+// launcher each: node 0 on 127.0.0.1 (the front and group 0), node 1 on 127.0.0.2 (group 1),
+// tcp with one shared set of CURVE keys (--make-keys). The tests above run on it, and
+//   nodes           — scheduler-1 is node 1's, bound on 127.0.0.2, and answers no client without
+//                     the keys; node 1's launcher stopped: /health on node 0 is 503 and its log
+//                     names node 1; node 1 started again: /health 200 and every model's text
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -21,14 +27,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <cmocka.h>
+#include <czmq.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "test_util.h"
 
 static char s_dir[64], s_run_dir[128];
-static pid_t s_launcher;
-static int s_port;
+static pid_t s_launcher, s_node1;
+static int s_port, s_nnodes = 1;
+static char s_base[16], s_keys[128];
 
 // curl with args, its stdout to out_path, in the background.
 static pid_t s_curl_start(const char *out_path, const char *const args[]) {
@@ -119,22 +130,33 @@ static void s_wait_metric(const char *name, const char *actor, double want, doub
         fail_msg("%s of %s is %g after %g s, want %g", name, actor, v, seconds, want);
 }
 
-// The pid of an actor, from RUN_DIR/graph.json.
-static pid_t s_actor_pid(const char *name) {
+// A field of an actor in node 0's graph.json (malloc'd text).
+static char *s_actor_field(const char *name, const char *field) {
     char path[192];
     snprintf(path, sizeof path, "%s/graph.json", s_run_dir);
     char *text = tu_read_file(path, NULL);
     assert_non_null(text);
     cJSON *j = cJSON_Parse(text);
     free(text);
-    pid_t pid = 0;
+    char *r = NULL;
     const cJSON *a;
     cJSON_ArrayForEach(a, cJSON_GetObjectItem(j, "actors")) {
         const cJSON *n = cJSON_GetObjectItem(a, "name");
-        if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
-            pid = (pid_t)cJSON_GetObjectItem(a, "pid")->valuedouble;
+        const cJSON *f = !strcmp(field, "router") ? cJSON_GetObjectItem(cJSON_GetObjectItem(a, "endpoints"), "router")
+                                                 : cJSON_GetObjectItem(a, field);
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name) && f)
+            r = cJSON_IsString(f) ? strdup(f->valuestring) : cJSON_PrintUnformatted(f);
     }
     cJSON_Delete(j);
+    assert_non_null(r);
+    return r;
+}
+
+// The pid of an actor, from graph.json (node 0's: a remote actor's pid on its node).
+static pid_t s_actor_pid(const char *name) {
+    char *text = s_actor_field(name, "pid");
+    pid_t pid = (pid_t)atoi(text);
+    free(text);
     return pid;
 }
 
@@ -198,13 +220,114 @@ static void test_group_restart(void **state) {
     assert_true(s_metric("group_1_dispatched", "dispatcher") > before);
 }
 
+// The HTTP status of GET /health on node 0.
+static int s_health(void) {
+    char url[64], out[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/health", s_port);
+    snprintf(out, sizeof out, "%s/health.out", s_dir);
+    char *code = s_curl_wait(s_curl_start(out, (const char *[]){"-o", "/dev/null", "-w", "%{http_code}", url, NULL}), out);
+    int c = atoi(code);
+    free(code);
+    return c;
+}
+
+static void s_wait_health(int want, double seconds) {
+    double t0 = tu_now_s();
+    int c = 0;
+    while (tu_now_s() - t0 < seconds && (c = s_health()) != want)
+        usleep(200000);
+    if (c != want)
+        fail_msg("/health is %d after %g s, want %d", c, seconds, want);
+}
+
+// Node K's launcher: the same graph flags, its rank, the shared keys; no wait for its graph.
+static pid_t s_node_start(int rank, const char *run_dir, double seconds) {
+    char log[160], r[8];
+    snprintf(log, sizeof log, "%s/node%d.out", s_dir, rank);
+    snprintf(r, sizeof r, "%d", rank);
+    const char *args[] = {"--port", "0", "--dp-size", "2", "--transport", "tcp", "--nnodes", "2",
+                          "--node-addrs", "127.0.0.1,127.0.0.2", "--tcp-base-port", s_base, "--curve-dir", s_keys,
+                          "--node-rank", r, "--actor-heartbeat-ms", "300", "--hang-timeout-ms", "4000", NULL};
+    return tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, run_dir, log, args, seconds);
+}
+
+static void test_nodes(void **state) {
+    if (s_nnodes < 2)
+        skip();
+    char *node = s_actor_field("scheduler-1", "node"), *ep = s_actor_field("scheduler-1", "router");
+    assert_string_equal(node, "1");
+    assert_true(!strncmp(ep, "tcp://127.0.0.2:", 16));
+    // A client without the graph's keys gets nothing from a node-1 actor, not even an Error.
+    zsock_t *plain = zsock_new_dealer(ep);
+    assert_non_null(plain);
+    zsock_set_rcvtimeo(plain, 1500);
+    zstr_send(plain, "hello");
+    zframe_t *f = zframe_recv(plain);
+    if (f)
+        fail_msg("%s answered a client without keys", ep);
+    zsock_destroy(&plain);
+    free(node);
+    free(ep);
+
+    // Node 1 stops: node 0 finds it silent and the graph is not ready.
+    assert_int_equal(tu_graph_stop(s_node1), 0);
+    s_wait_health(503, 30);
+    char log[160];
+    snprintf(log, sizeof log, "%s/node0.out", s_dir);
+    char *out = tu_read_file(log, NULL);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "node 1 (127.0.0.2) is silent"));
+    free(out);
+    // Back: its actors report Ready, node 0's graph is whole again and serves every model.
+    char run1[160];
+    snprintf(run1, sizeof run1, "%s/run1", s_dir);
+    s_node1 = s_node_start(1, run1, 0);
+    assert_true(s_node1 > 0);
+    s_wait_health(200, 150);
+    s_all_models(NULL);
+}
+
+// --nnodes 2: ports free on both addresses from a base this process picks.
+static int s_free_base(void) {
+    for (int base = 20005 + (int)(getpid() % 1000) * 10, tries = 0; tries < 200; tries++, base = 20005 + (base - 20000 + 10) % 10000) {
+        int ok = 1;
+        for (int p = 0; p < 10 && ok; p++)
+            for (int h = 1; h <= 2 && ok; h++) {
+                struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(base + p))};
+                sa.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)h);
+                int fd = socket(AF_INET, SOCK_STREAM, 0);
+                ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+                if (fd >= 0)
+                    close(fd);
+            }
+        if (ok)
+            return base;
+    }
+    return -1;
+}
+
 static int s_setup(void **state) {
     assert_int_equal(tu_tmpdir(s_dir, sizeof s_dir, "dp"), 0);
     snprintf(s_run_dir, sizeof s_run_dir, "%s/run", s_dir);
     char log[160];
     snprintf(log, sizeof log, "%s/launcher.out", s_dir);
-    const char *args[] = {"--port", "0", "--dp-size", "2", NULL};
-    s_launcher = tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, s_run_dir, log, args, 120);
+    if (s_nnodes > 1) {
+        int base = s_free_base();
+        assert_true(base > 0);
+        snprintf(s_base, sizeof s_base, "%d", base);
+        snprintf(s_keys, sizeof s_keys, "%s/keys", s_dir);
+        char cmd[512], run1[160];
+        snprintf(cmd, sizeof cmd, "LORASERVE_BIN=%s %s --make-keys --curve-dir %s --transport tcp --dp-size 2 --nnodes 2 "
+                 "--node-addrs 127.0.0.1,127.0.0.2 2>/dev/null", LS_BIN_DIR, LS_LAUNCH_SCRIPT, s_keys);
+        assert_int_equal(system(cmd), 0);
+        snprintf(run1, sizeof run1, "%s/run1", s_dir);
+        s_node1 = s_node_start(1, run1, 0);
+        assert_true(s_node1 > 0);
+        s_launcher = s_node_start(0, s_run_dir, 180);
+    } else {
+        const char *args[] = {"--port", "0", "--dp-size", "2", NULL};
+        s_launcher = tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, s_run_dir, log, args, 120);
+    }
     assert_true(s_launcher > 0);
     s_port = tu_gateway_port(s_run_dir);
     assert_true(s_port > 0);
@@ -213,15 +336,21 @@ static int s_setup(void **state) {
 
 static int s_teardown(void **state) {
     assert_int_equal(tu_graph_stop(s_launcher), 0);
+    // Node 0 stopping stops node 1's launcher too (Shutdown).
+    if (s_node1 > 0)
+        assert_int_equal(waitpid(s_node1, NULL, 0), s_node1);
     assert_int_equal(tu_rmrf(s_dir), 0);
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[1], "--nnodes"))
+        s_nnodes = atoi(argv[2]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests),
         cmocka_unit_test(test_api_adapter),
         cmocka_unit_test(test_group_restart),
+        cmocka_unit_test(test_nodes),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
