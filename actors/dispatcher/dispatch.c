@@ -425,11 +425,6 @@ static void s_adapter_forget(disp_t *self, const char *id) {
 }
 
 static void s_adapter_keep(disp_t *self, const ls_msg_t *cmd) {
-    if (cmd->u.load_adapter.from_tensors) {
-        ls_warn(cmd->rid, "adapter %s came as tensors: a restarted group will not have it",
-                cmd->u.load_adapter.name ? cmd->u.load_adapter.name : "?");
-        return;
-    }
     s_adapter_forget(self, cmd->u.load_adapter.adapter_id);
     ls_msg_t *v = realloc(self->adapters, (self->nadapters + 1) * sizeof *v);
     if (!v || s_copy(&v[self->nadapters], cmd) < 0) {
@@ -593,6 +588,14 @@ void disp_on_adapter_command(disp_t *self, uint64_t now, ls_msg_t *msg, void *re
     op->cmd = *msg;  // moved: kept for the answer, the rollback and the list of adapters
     ls_msg_init(msg, msg->type);
     op->cmd.rid = op->rid;
+    // A restarted group gets its adapters again from what the dispatcher kept of each load; it
+    // keeps no weights, so a load from tensors could not be repeated: refused, none loads it.
+    if (kind == S_OP_LOAD && op->cmd.u.load_adapter.from_tensors) {
+        op->pending = 0;
+        s_op_fail(op, LS_ERROR_CODE_BAD_REQUEST,
+                  "with data-parallel groups adapters load from a path only, not from tensors: the dispatcher "
+                  "re-loads a restarted group from the path");
+    }
     if (!op->pending && kind != S_OP_LIST)
         s_op_fail(op, LS_ERROR_CODE_UNAVAILABLE, "no data-parallel group is up");
     for (int g = 0; g < self->cfg.groups; g++)

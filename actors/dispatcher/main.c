@@ -29,7 +29,6 @@ typedef struct {
     int output_route;  // a dead group's TokenOut ERROR goes back on the request's route
     ls_actor_t *actor;
     disp_t *core;
-    zmsg_t *bulk;  // the frames after the adapter command being fanned out (from_tensors)
 } app_t;
 
 static app_t s_app;
@@ -48,9 +47,7 @@ static void s_emit(void *arg, const disp_dest_t *d, const ls_msg_t *msg) {
     case DISP_TO_GROUP: {
         char name[32];
         snprintf(name, sizeof name, "scheduler-%d", d->group);
-        zmsg_t *bulk = app->bulk && msg->type == LS_MSG_LOAD_ADAPTER ? zmsg_dup(app->bulk) : NULL;
-        ls_actor_send_peer(app->actor, name, msg, bulk ? &bulk : NULL);
-        zmsg_destroy(&bulk);
+        ls_actor_send_peer(app->actor, name, msg, NULL);
         return;
     }
     case DISP_TO_OUTPUT:
@@ -142,9 +139,8 @@ static int s_on_abort(ls_actor_t *a, ls_in_t *in, void *state) {
 
 static int s_on_adapter_command(ls_actor_t *a, ls_in_t *in, void *state) {
     app_t *app = state;
-    app->bulk = in->bulk;
+    // A load from tensors is refused by the core: its frames go nowhere.
     disp_on_adapter_command(app->core, in->now_ns, in->msg, ls_route_new(in));
-    app->bulk = NULL;
     s_sync(app);
     return 0;
 }

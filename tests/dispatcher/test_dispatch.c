@@ -10,6 +10,8 @@
 //   dead_group        — its requests are answered (TokenOut ERROR), new ones avoid it, a
 //                       fan-out stops waiting for it; none live: UNAVAILABLE at once
 //   reload_on_restart — a restarted group gets every adapter before it takes requests
+//   tensors_refused   — a load from tensors is answered BAD_REQUEST at once, reaches no group
+//                       and is not kept for a restarted group
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -352,6 +354,32 @@ static void test_reload_on_restart(void **unused) {
     disp_destroy(&d);
 }
 
+static void test_tensors_refused(void **unused) {
+    disp_t *d = s_new(2);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
+    m.rid = 80;
+    m.u.load_adapter.name = ls_msg_strdup("T");
+    m.u.load_adapter.adapter_id = ls_msg_strdup("T");
+    m.u.load_adapter.from_tensors = true;
+    disp_on_adapter_command(d, 0, &m, &s_handle);
+    ls_msg_clear(&m);
+    assert_int_equal(s_nout, 1);
+    assert_int_equal(s_out[0].dest.kind, DISP_TO_REPLY);
+    assert_int_equal(s_out[0].type, LS_MSG_ADAPTER_LOADED);
+    assert_int_equal(s_out[0].rid, 80);
+    assert_false(s_out[0].ok);
+    assert_int_equal(s_out[0].code, LS_ERROR_CODE_BAD_REQUEST);
+    assert_int_equal(s_released, 1);
+    assert_int_equal(disp_stats(d)->adapters, 0);
+    disp_on_group_status(d, 0, 1, -1, false, 0, "killed");
+    disp_on_group_status(d, 0, 1, -1, true, 1, NULL);
+    assert_int_equal(s_nout, 1);  // nothing to re-load
+    assert_true(disp_group_live(d, 1));
+    disp_shutdown(d, 0);
+    disp_destroy(&d);
+}
+
 int main(void) {
     ls_log_init("test_dispatch", LS_LOG_WARN);
     const struct CMUnitTest tests[] = {
@@ -359,6 +387,7 @@ int main(void) {
         cmocka_unit_test(test_imbalance_bound),  cmocka_unit_test(test_relay_and_ends),
         cmocka_unit_test(test_fan_out),          cmocka_unit_test(test_dead_group),
         cmocka_unit_test(test_reload_on_restart),
+        cmocka_unit_test(test_tensors_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
