@@ -20,7 +20,9 @@
 // node 0's control endpoint (--dist-init-addr) as its own control, reports each of its actors
 // Ready or down (ActorStatus) and heartbeats; node 0 sends PeerStatus to its actors and to
 // launcher-K, which forwards it to node K's. A node silent for --hang-timeout-ms, or whose
-// launcher starts anew, has its actors down until they report Ready again.
+// launcher starts anew, has its actors down until they report Ready again. Node 0 answers each
+// of node K's heartbeats; node K finding node 0 silent as long, or started anew, stops its
+// actors and exits 1, for the host's supervisor to start it again.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -105,6 +107,10 @@ typedef struct {
     int stopping;
     uint64_t restart_ns[S_MAX_BUDGET];  // loop times of the restarts within the window, a ring
     int nrestart_times, restart_head;
+    uint64_t start_ns;      // the loop time at start: node 0's uptime in its heartbeats
+    uint64_t pings;         // node 0: heartbeats sent to the other nodes' launchers
+    uint64_t upstream_ns;   // node K: when node 0's launcher was last heard from (0: never yet)
+    uint64_t upstream_up_ms;  // node K: node 0's launcher's uptime in its last heartbeat
 } s_launcher_t;
 
 static s_launcher_t s_l;
@@ -782,19 +788,53 @@ static void s_node_down(int k, const char *why, uint64_t now) {
             s_remote_down(&s_actors[i], reason, now);
 }
 
-// Node 0 heard from node K's launcher. The first word after silence asks it (a Heartbeat) for
-// the state of its actors, which it answers with an ActorStatus for each Ready one.
+// Node 0's Heartbeat to node K's launcher: seq 0 asks for the state of its actors; seq > 0
+// answers one of its heartbeats, so node K hears node 0's silence too. The uptime tells node K
+// a new launcher from the one its actors joined.
+static void s_ping(int k, uint64_t seq, uint64_t now) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_HEARTBEAT);
+    m.u.heartbeat.actor = ls_msg_strdup("launcher");
+    m.u.heartbeat.seq = seq;
+    m.u.heartbeat.uptime_ms = (now - s_l.start_ns) / 1000000;
+    s_send_to(s_nodes[k].launcher, &m);
+    ls_msg_clear(&m);
+}
+
+// Node 0 heard from node K's launcher. The first word after silence asks it for the state of
+// its actors, which it answers with an ActorStatus for each Ready one.
 static void s_node_heard(int k, uint64_t now) {
     s_nodes[k].last_heartbeat_ns = now;
     if (s_nodes[k].alive)
         return;
     s_nodes[k].alive = 1;
     ls_info(0, "node %d (%s) is connected (its launcher: pid %u)", k, s_nodes[k].addr, s_nodes[k].pid);
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_HEARTBEAT);
-    m.u.heartbeat.actor = ls_msg_strdup("launcher");
-    s_send_to(s_nodes[k].launcher, &m);
-    ls_msg_clear(&m);
+    s_ping(k, 0, now);
+}
+
+// Node K: node 0's launcher is gone (silent, or a new one). This node's actors joined a graph
+// that no longer exists, so they stop, and this launcher exits 1 for the host's supervisor
+// (systemd, Kubernetes) to start it again; the new one starts its actors and waits for node 0,
+// whose new graph counts them once they report Ready.
+static void s_upstream_lost(const char *why) {
+    char reason[256];
+    snprintf(reason, sizeof reason, "node 0's launcher (%s) %s", s_nodes[0].addr, why);
+    ls_error(0, "%s: stopping this node's actors and exiting 1 (a supervisor starts this launcher again, which "
+                "then waits for node 0)", reason);
+    s_stop(1, reason);
+}
+
+// Node K heard node 0's launcher: a Heartbeat (whose uptime going back means a new launcher)
+// or PeerStatus.
+static void s_upstream_heard(const ls_msg_t *m, uint64_t now) {
+    if (m->type == LS_MSG_HEARTBEAT) {
+        if (s_l.upstream_ns && m->u.heartbeat.uptime_ms < s_l.upstream_up_ms) {
+            s_upstream_lost("started anew");
+            return;
+        }
+        s_l.upstream_up_ms = m->u.heartbeat.uptime_ms;
+    }
+    s_l.upstream_ns = now;
 }
 
 static int s_on_ready(ls_actor_t *self, ls_in_t *in, void *state) {
@@ -866,8 +906,10 @@ static int s_on_actor_status(ls_actor_t *self, ls_in_t *in, void *state) {
 // Node K: PeerStatus from node 0 (the runtime takes it from the control socket only), for
 // this node's actors.
 static int s_on_peer_status(ls_actor_t *self, ls_in_t *in, void *state) {
-    if (s_l.node_rank > 0)
+    if (s_l.node_rank > 0) {
+        s_upstream_heard(in->msg, in->now_ns);
         s_forward_status(in->msg);
+    }
     return 0;
 }
 
@@ -878,13 +920,17 @@ static int s_on_heartbeat(ls_actor_t *self, ls_in_t *in, void *state) {
         return 0;
     }
     int k = s_l.node_rank == 0 ? s_node_of(in->from) : -1;
-    if (k > 0)
+    if (k > 0) {
         s_node_heard(k, in->now_ns);
-    else if (s_l.node_rank > 0 && !strcmp(in->from, "control"))
-        // Node 0 asks for this node's actors: each Ready one again (it ignores what it knows).
-        for (int i = 0; i < s_l.nactors; i++)
+        s_ping(k, ++s_l.pings, in->now_ns);
+    } else if (s_l.node_rank > 0 && !strcmp(in->from, "control")) {
+        s_upstream_heard(in->msg, in->now_ns);
+        // seq 0: node 0 asks for this node's actors: each Ready one again (it ignores what it
+        // knows).
+        for (int i = 0; i < s_l.nactors && !in->msg->u.heartbeat.seq && !s_l.stopping; i++)
             if (s_local(&s_actors[i]) && s_actors[i].ready)
                 s_report(&s_actors[i], 1, NULL);
+    }
     return 0;
 }
 
@@ -1066,10 +1112,18 @@ static void s_liveness_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
             snprintf(why, sizeof why, "is silent for %.1f s", (double)(now - s_nodes[k].last_heartbeat_ns) / 1e9);
             s_node_down(k, why, now);
         }
+    // Node K: node 0's launcher silent as long (killed, its host down, cut off). Before its first
+    // word this node waits for it, however long.
+    if (s_l.node_rank > 0 && s_l.upstream_ns && !s_l.stopping && now - s_l.upstream_ns > hang) {
+        char why[96];
+        snprintf(why, sizeof why, "is silent for %.1f s", (double)(now - s_l.upstream_ns) / 1e9);
+        s_upstream_lost(why);
+    }
 }
 
 static int s_on_start(ls_actor_t *self, void *state) {
     s_l.self = self;
+    s_l.start_ns = ls_actor_now_ns(self);
     for (int i = 0; i < s_l.nactors; i++)
         if (s_local(&s_actors[i]) && s_spawn(&s_actors[i]) < 0) {
             s_l.exit_status = 1;

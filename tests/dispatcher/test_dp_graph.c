@@ -14,6 +14,10 @@
 //   nodes           — scheduler-1 is node 1's, bound on 127.0.0.2, and answers no client without
 //                     the keys; node 1's launcher stopped: /health on node 0 is 503 and its log
 //                     names node 1; node 1 started again: /health 200 and every model's text
+//   node0_dies      — node 0's launcher SIGKILLed (its actors die with it): node 1's launcher
+//                     finds it silent, stops node 1's actors (none left, by pid, within 20 s)
+//                     and exits 1 saying why; started again (as a supervisor would) before
+//                     node 0 is back, it waits for node 0, and the graph serves every model
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -287,6 +291,85 @@ static void test_nodes(void **state) {
     s_all_models(NULL);
 }
 
+// Whether pid is a live process (a zombie is dead: its parent may be gone).
+static bool s_alive(pid_t pid) {
+    char path[64], stat[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = 0;
+    const char *paren = strrchr(stat, ')');
+    return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
+// Every actor's pid from node 0's graph.json (node 1's actors: their pids on node 1).
+static int s_all_pids(pid_t *out, int cap) {
+    char path[192];
+    snprintf(path, sizeof path, "%s/graph.json", s_run_dir);
+    char *text = tu_read_file(path, NULL);
+    assert_non_null(text);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    int n = 0;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItem(j, "actors")) if (n < cap) out[n++] =
+        (pid_t)cJSON_GetObjectItem(a, "pid")->valuedouble;
+    cJSON_Delete(j);
+    return n;
+}
+
+static void test_node0_dies(void **state) {
+    if (s_nnodes < 2)
+        skip();
+    pid_t pids[16];
+    int n = s_all_pids(pids, 16);
+    assert_true(n >= 9);
+    assert_int_equal(kill(s_launcher, SIGKILL), 0);
+    assert_int_equal(waitpid(s_launcher, NULL, 0), s_launcher);
+    // Node 1's launcher stops its actors once node 0 is silent for --hang-timeout-ms (4 s),
+    // then exits 1; node 0's actors are gone with their launcher.
+    int status;
+    double t0 = tu_now_s();
+    while (waitpid(s_node1, &status, WNOHANG) == 0 && tu_now_s() - t0 < 20)
+        usleep(100000);
+    assert_true(tu_now_s() - t0 < 20);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+    for (int i = 0; i < n; i++)
+        while (s_alive(pids[i]) && tu_now_s() - t0 < 20)
+            usleep(100000);
+    for (int i = 0; i < n; i++)
+        if (s_alive(pids[i]))
+            fail_msg("actor pid %d outlived node 0's launcher by %.0f s", (int)pids[i], tu_now_s() - t0);
+    char log[160];
+    snprintf(log, sizeof log, "%s/node1.out", s_dir);
+    char *out = tu_read_file(log, NULL);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "node 0's launcher (127.0.0.1) is silent"));
+    free(out);
+    // A supervisor starts node 1 again: it waits for node 0. Node 0 back (its gateway on a new
+    // port): the graph is whole and serves.
+    char run1[160], gw[192];
+    snprintf(run1, sizeof run1, "%s/run1", s_dir);
+    s_node1 = s_node_start(1, run1, 0);
+    assert_true(s_node1 > 0);
+    usleep(2000000);
+    assert_int_equal(waitpid(s_node1, NULL, WNOHANG), 0);
+    // The dead graph's files must not pass for the new one's: its graph.json, its port.
+    snprintf(gw, sizeof gw, "%s/logs/gateway.log", s_run_dir);
+    unlink(gw);
+    snprintf(gw, sizeof gw, "%s/graph.json", s_run_dir);
+    unlink(gw);
+    s_launcher = s_node_start(0, s_run_dir, 180);
+    assert_true(s_launcher > 0);
+    s_port = tu_gateway_port(s_run_dir);
+    assert_true(s_port > 0);
+    s_wait_health(200, 60);
+    s_all_models(NULL);
+}
+
 // --nnodes 2: ports free on both addresses from a base this process picks.
 static int s_free_base(void) {
     for (int base = 20005 + (int)(getpid() % 1000) * 10, tries = 0; tries < 200; tries++, base = 20005 + (base - 20000 + 10) % 10000) {
@@ -351,6 +434,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_api_adapter),
         cmocka_unit_test(test_group_restart),
         cmocka_unit_test(test_nodes),
+        cmocka_unit_test(test_node0_dies),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
