@@ -8,6 +8,10 @@
 //   group_restart   — scheduler-1 killed: requests in flight are answered (none waits), new
 //                     ones complete on group 0; once it is back it holds every adapter again
 //                     (re-loaded by the dispatcher) and serves the API-loaded one
+//   dispatcher_restart — the dispatcher killed (one host): requests in flight are answered;
+//                     once the launcher has it back, /health is 200, it knows the 5 adapters
+//                     again (the registry re-sends them, the dispatcher being its scheduler)
+//                     and the base model, the demo adapters and the API-loaded one complete
 // With --nnodes 2 (ctest multinode_graph) the same graph runs as two hosts on this machine, one
 // launcher each: node 0 on 127.0.0.1 (the front and group 0), node 1 on 127.0.0.2 (group 1),
 // tcp with one shared set of CURVE keys (--make-keys). The tests above run on it, and
@@ -224,6 +228,35 @@ static void test_group_restart(void **state) {
     assert_true(s_metric("group_1_dispatched", "dispatcher") > before);
 }
 
+static int s_health(void);
+static void s_wait_health(int want, double seconds);
+
+static void test_dispatcher_restart(void **state) {
+    if (s_nnodes > 1)
+        skip();
+    pid_t pids[4];
+    for (int i = 0; i < 4; i++)
+        pids[i] = s_complete_start(200 + i, i % 2 ? "reverse" : "demo", PROMPT, 240);
+    usleep(300000);
+    pid_t victim = s_actor_pid("dispatcher");
+    assert_true(victim > 0);
+    assert_int_equal(kill(victim, SIGKILL), 0);
+    double t0 = tu_now_s();
+    for (int i = 0; i < 4; i++) {
+        char out[128];
+        snprintf(out, sizeof out, "%s/%d.json", s_dir, 200 + i);
+        free(s_curl_wait(pids[i], out));
+    }
+    assert_true(tu_now_s() - t0 < 60);
+    // graph.json is written anew once the graph is whole again: the new dispatcher is in it.
+    while (s_actor_pid("dispatcher") == victim && tu_now_s() - t0 < 60)
+        usleep(100000);
+    assert_true(s_actor_pid("dispatcher") != victim);
+    s_wait_health(200, 30);
+    s_wait_metric("adapters_kept", "dispatcher", 5, 30);
+    s_all_models("up2");
+}
+
 // The HTTP status of GET /health on node 0.
 static int s_health(void) {
     char url[64], out[128];
@@ -433,6 +466,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_requests),
         cmocka_unit_test(test_api_adapter),
         cmocka_unit_test(test_group_restart),
+        cmocka_unit_test(test_dispatcher_restart),
         cmocka_unit_test(test_nodes),
         cmocka_unit_test(test_node0_dies),
     };
