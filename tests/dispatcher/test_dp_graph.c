@@ -138,14 +138,21 @@ static void s_wait_metric(const char *name, const char *actor, double want, doub
         fail_msg("%s of %s is %g after %g s, want %g", name, actor, v, seconds, want);
 }
 
-// A field of an actor in node 0's graph.json (malloc'd text).
-static char *s_actor_field(const char *name, const char *field) {
+// Node 0's graph.json, parsed.
+static cJSON *s_graph(void) {
     char path[192];
     snprintf(path, sizeof path, "%s/graph.json", s_run_dir);
     char *text = tu_read_file(path, NULL);
     assert_non_null(text);
     cJSON *j = cJSON_Parse(text);
     free(text);
+    assert_non_null(j);
+    return j;
+}
+
+// A field of an actor in node 0's graph.json (malloc'd text).
+static char *s_actor_field(const char *name, const char *field) {
+    cJSON *j = s_graph();
     char *r = NULL;
     const cJSON *a;
     cJSON_ArrayForEach(a, cJSON_GetObjectItem(j, "actors")) {
@@ -199,24 +206,34 @@ static void test_api_adapter(void **state) {
     s_all_models("up2");
 }
 
-static void test_group_restart(void **state) {
-    // Long generations in flight, then scheduler-1 dies.
-    pid_t pids[4];
+// Long generations in flight (OUT/<slot>…<slot+3>.json), then actor dies (SIGKILL); its pid.
+static pid_t s_kill_under_load(const char *actor, int slot, pid_t pids[4]) {
     for (int i = 0; i < 4; i++)
-        pids[i] = s_complete_start(100 + i, i % 2 ? "reverse" : "demo", PROMPT, 240);
+        pids[i] = s_complete_start(slot + i, i % 2 ? "reverse" : "demo", PROMPT, 240);
     usleep(300000);
-    pid_t victim = s_actor_pid("scheduler-1");
+    pid_t victim = s_actor_pid(actor);
     assert_true(victim > 0);
     assert_int_equal(kill(victim, SIGKILL), 0);
-    s_wait_metric("group_deaths", "dispatcher", 1, 10);
-    // Every request in flight is answered: a completion (group 0's) or an error (group 1's).
+    return victim;
+}
+
+// Every request in flight is answered (a completion or an error), within a minute.
+static void s_all_answered(const pid_t pids[4], int slot) {
     double t0 = tu_now_s();
     for (int i = 0; i < 4; i++) {
         char out[128];
-        snprintf(out, sizeof out, "%s/%d.json", s_dir, 100 + i);
+        snprintf(out, sizeof out, "%s/%d.json", s_dir, slot + i);
         free(s_curl_wait(pids[i], out));
     }
     assert_true(tu_now_s() - t0 < 60);
+}
+
+static void test_group_restart(void **state) {
+    pid_t pids[4];
+    s_kill_under_load("scheduler-1", 100, pids);
+    s_wait_metric("group_deaths", "dispatcher", 1, 10);
+    // A completion (group 0's) or an error (group 1's).
+    s_all_answered(pids, 100);
     // While group 1 is down or reloading, requests complete on group 0; after, on both.
     s_all_models("up2");
     s_wait_metric("groups_dead", "dispatcher", 0, 30);
@@ -234,20 +251,9 @@ static void s_wait_health(int want, double seconds);
 static void test_dispatcher_restart(void **state) {
     if (s_nnodes > 1)
         skip();
-    pid_t pids[4];
-    for (int i = 0; i < 4; i++)
-        pids[i] = s_complete_start(200 + i, i % 2 ? "reverse" : "demo", PROMPT, 240);
-    usleep(300000);
-    pid_t victim = s_actor_pid("dispatcher");
-    assert_true(victim > 0);
-    assert_int_equal(kill(victim, SIGKILL), 0);
+    pid_t pids[4], victim = s_kill_under_load("dispatcher", 200, pids);
+    s_all_answered(pids, 200);
     double t0 = tu_now_s();
-    for (int i = 0; i < 4; i++) {
-        char out[128];
-        snprintf(out, sizeof out, "%s/%d.json", s_dir, 200 + i);
-        free(s_curl_wait(pids[i], out));
-    }
-    assert_true(tu_now_s() - t0 < 60);
     // graph.json is written anew once the graph is whole again: the new dispatcher is in it.
     while (s_actor_pid("dispatcher") == victim && tu_now_s() - t0 < 60)
         usleep(100000);
@@ -288,6 +294,17 @@ static pid_t s_node_start(int rank, const char *run_dir, double seconds) {
     return tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, run_dir, log, args, seconds);
 }
 
+// Node K's launcher's console has what.
+static void s_node_said(int rank, const char *what) {
+    char log[160];
+    snprintf(log, sizeof log, "%s/node%d.out", s_dir, rank);
+    char *out = tu_read_file(log, NULL);
+    assert_non_null(out);
+    if (!strstr(out, what))
+        fail_msg("%s does not say '%s'", log, what);
+    free(out);
+}
+
 static void test_nodes(void **state) {
     if (s_nnodes < 2)
         skip();
@@ -309,12 +326,7 @@ static void test_nodes(void **state) {
     // Node 1 stops: node 0 finds it silent and the graph is not ready.
     assert_int_equal(tu_graph_stop(s_node1), 0);
     s_wait_health(503, 30);
-    char log[160];
-    snprintf(log, sizeof log, "%s/node0.out", s_dir);
-    char *out = tu_read_file(log, NULL);
-    assert_non_null(out);
-    assert_non_null(strstr(out, "node 1 (127.0.0.2) is silent"));
-    free(out);
+    s_node_said(0, "node 1 (127.0.0.2) is silent");
     // Back: its actors report Ready, node 0's graph is whole again and serves every model.
     char run1[160];
     snprintf(run1, sizeof run1, "%s/run1", s_dir);
@@ -340,12 +352,7 @@ static bool s_alive(pid_t pid) {
 
 // Every actor's pid from node 0's graph.json (node 1's actors: their pids on node 1).
 static int s_all_pids(pid_t *out, int cap) {
-    char path[192];
-    snprintf(path, sizeof path, "%s/graph.json", s_run_dir);
-    char *text = tu_read_file(path, NULL);
-    assert_non_null(text);
-    cJSON *j = cJSON_Parse(text);
-    free(text);
+    cJSON *j = s_graph();
     int n = 0;
     const cJSON *a;
     cJSON_ArrayForEach(a, cJSON_GetObjectItem(j, "actors")) if (n < cap) out[n++] =
@@ -376,12 +383,7 @@ static void test_node0_dies(void **state) {
     for (int i = 0; i < n; i++)
         if (s_alive(pids[i]))
             fail_msg("actor pid %d outlived node 0's launcher by %.0f s", (int)pids[i], tu_now_s() - t0);
-    char log[160];
-    snprintf(log, sizeof log, "%s/node1.out", s_dir);
-    char *out = tu_read_file(log, NULL);
-    assert_non_null(out);
-    assert_non_null(strstr(out, "node 0's launcher (127.0.0.1) is silent"));
-    free(out);
+    s_node_said(1, "node 0's launcher (127.0.0.1) is silent");
     // A supervisor starts node 1 again: it waits for node 0. Node 0 back (its gateway on a new
     // port): the graph is whole and serves.
     char run1[160], gw[192];
