@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lora_spec.h"
 #include "ls_log.h"
 
 struct ls_confine {
@@ -43,13 +44,15 @@ ls_confine_t *ls_confine_new(const ls_strlist_t *roots, const ls_strlist_t *dirs
     for (size_t i = 0; dirs && i < dirs->n && rc == 0; i++)
         rc = s_add(&self->under, &self->n_under, dirs->v[i], "--lora-dirs");
     for (size_t i = 0; lora_paths && i < lora_paths->n && rc == 0; i++) {
-        const char *eq = strchr(lora_paths->v[i], '=');
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s", eq ? eq + 1 : lora_paths->v[i]);
-        size_t len = strlen(path);
-        if (len > 7 && !strcmp(path + len - 7, ":pinned"))
-            path[len - 7] = 0;
-        rc = s_add(&self->exact, &self->n_exact, path, "--lora-paths");
+        lora_spec_t spec;
+        char err[1024];
+        if (lora_spec_parse(lora_paths->v[i], &spec, err, sizeof err) < 0) {
+            ls_error(0, "--lora-paths: %s", err);
+            rc = -1;
+            break;
+        }
+        rc = s_add(&self->exact, &self->n_exact, spec.path, "--lora-paths");
+        lora_spec_clear(&spec);
     }
     if (rc < 0)
         ls_confine_destroy(&self);

@@ -12,8 +12,9 @@
 
 typedef struct ls_confine ls_confine_t;
 
-// From the flags as given (--lora-paths entries are name=path[:pinned]). Entries that do not
-// exist are left out with a warning. NULL only when out of memory.
+// From the flags as given (--lora-paths entries in lora_spec's forms). Entries that do not
+// exist are left out with a warning. NULL when out of memory or when a --lora-paths value is
+// malformed (logged, naming it).
 ls_confine_t *ls_confine_new(const ls_strlist_t *roots, const ls_strlist_t *dirs, const ls_strlist_t *lora_paths);
 void ls_confine_destroy(ls_confine_t **self_p);
 // Nothing was configured: the actor runs alone (tests, by hand) and checks no path.

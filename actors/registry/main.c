@@ -32,6 +32,7 @@
 #include "check.h"
 #include "core.h"
 #include "journal.h"
+#include "lora_spec.h"
 #include "ls_actor.h"
 #include "ls_limits.h"
 
@@ -408,33 +409,48 @@ static int s_targets(const ls_strlist_t *list, unsigned *mask) {
     return 0;
 }
 
-// --lora-paths name=path[:pinned]: trusted operator input, skipped when the journal restored
-// the name (the journal knows the adapter's id, and a later load/unload may have changed it).
+// A --lora-paths value (lora_spec's forms): trusted operator input, skipped when the journal
+// restored the name (the journal knows the adapter's id, and a later load/unload may have
+// changed it). s_start has checked every value's form.
 static void s_startup_path(registry_t *r, const char *entry) {
-    const char *eq = strchr(entry, '=');
-    if (!eq || eq == entry || !eq[1]) {
-        ls_error(0, "--lora-paths %s: expected name=path or name=path:pinned; skipped", entry);
+    lora_spec_t spec;
+    char err[1024];
+    if (lora_spec_parse(entry, &spec, err, sizeof err) < 0)
         return;
-    }
-    char *name = strndup(entry, (size_t)(eq - entry)), *path = strdup(eq + 1);
-    if (!name || !path) {
-        ls_error(0, "registry out of memory");
-        abort();
-    }
-    size_t len = strlen(path);
-    bool pinned = len > 7 && !strcmp(path + len - 7, ":pinned");
-    if (pinned)
-        path[len - 7] = 0;
-    if (reg_has(r->reg, name))
-        ls_info(0, "--lora-paths %s: restored from the journal, which wins; unload and load it to change it", name);
-    else if (zlistx_find(r->unloaded, name))
+    if (reg_has(r->reg, spec.name))
+        ls_info(0, "--lora-paths %s: restored from the journal, which wins; unload and load it to change it", spec.name);
+    else if (zlistx_find(r->unloaded, spec.name))
         ls_warn(0, "--lora-paths %s: not loaded, because a client unloaded it (the journal remembers); load it "
                    "through the API to serve it again",
-                name);
+                spec.name);
     else
-        reg_load(r->reg, ls_actor_now_ns(r->actor), REG_FROM_STARTUP, name, path, pinned, NULL, NULL);
-    free(name);
-    free(path);
+        reg_load(r->reg, ls_actor_now_ns(r->actor), REG_FROM_STARTUP, spec.name, spec.path, spec.pinned, NULL, NULL);
+    lora_spec_clear(&spec);
+}
+
+// Every --lora-paths value well formed, and no name given twice: else the registry does not
+// start (a launch never goes on without an adapter the operator named).
+static int s_check_startup_paths(const ls_strlist_t *paths) {
+    int rc = 0;
+    for (size_t i = 0; i < paths->n && rc == 0; i++) {
+        lora_spec_t spec, other;
+        char err[1024];
+        if (lora_spec_parse(paths->v[i], &spec, err, sizeof err) < 0) {
+            ls_error(0, "--lora-paths: %s", err);
+            return -1;
+        }
+        for (size_t j = 0; j < i && rc == 0; j++)
+            if (lora_spec_parse(paths->v[j], &other, err, sizeof err) == 0) {
+                if (!strcmp(other.name, spec.name)) {
+                    ls_error(0, "--lora-paths: the name %s is given twice (\"%s\" and \"%s\")", spec.name, paths->v[j],
+                             paths->v[i]);
+                    rc = -1;
+                }
+                lora_spec_clear(&other);
+            }
+        lora_spec_clear(&spec);
+    }
+    return rc;
 }
 
 // The adapters the journal restores, as the actor's recorded input "registry.journal" (one
@@ -495,9 +511,13 @@ static int s_journal_restore(registry_t *r, ls_actor_t *a) {
 static void s_forget_unloaded(registry_t *r) {
     for (const char *name = zlistx_first(r->unloaded); name; name = zlistx_next(r->unloaded)) {
         bool listed = false;
-        size_t n = strlen(name);
-        for (size_t i = 0; i < r->lora_paths.n && !listed; i++)
-            listed = !strncmp(r->lora_paths.v[i], name, n) && r->lora_paths.v[i][n] == '=';
+        for (size_t i = 0; i < r->lora_paths.n && !listed; i++) {
+            lora_spec_t spec;
+            char err[1024];
+            if (lora_spec_parse(r->lora_paths.v[i], &spec, err, sizeof err) == 0)
+                listed = !strcmp(spec.name, name);
+            lora_spec_clear(&spec);
+        }
         if (!listed && r->journal)
             journal_forget(r->journal, name);
     }
@@ -512,7 +532,7 @@ static int s_start(ls_actor_t *a, void *state) {
         return -1;
     }
     unsigned targets;
-    if (s_targets(&r->target_modules, &targets) < 0 || s_resolve(&r->lora_dirs, "--lora-dirs", &r->dirs) < 0 ||
+    if (s_check_startup_paths(&r->lora_paths) < 0 || s_targets(&r->target_modules, &targets) < 0 || s_resolve(&r->lora_dirs, "--lora-dirs", &r->dirs) < 0 ||
         s_resolve(r->lora_roots.n ? &r->lora_roots : &r->lora_dirs, "--lora-roots", &r->roots) < 0)
         return -1;
     char err[512];
@@ -588,7 +608,7 @@ int main(int argc, char **argv) {
                     "GPU adapter slots; at most this - 1 adapters may be pinned"),
         LS_FLAG_LIST("lora-target-modules", &r->target_modules,
                      "modules adapters may target (q_proj ... down_proj, or all; default all seven)"),
-        LS_FLAG_LIST("lora-paths", &r->lora_paths, "startup adapters: name=path or name=path:pinned"),
+        LS_FLAG_LIST("lora-paths", &r->lora_paths, "startup adapters: name=path[:pinned], a path (named by its basename), or JSON {\"lora_name\", \"lora_path\", \"pinned\"}"),
         LS_FLAG_LIST("lora-dirs", &r->lora_dirs, "directories whose DIR/name adapters are loaded on first request"),
         LS_FLAG_LIST("lora-roots", &r->lora_roots,
                      "directories clients' LoadAdapter paths must lie under (default: the --lora-dirs; none: refused)"),

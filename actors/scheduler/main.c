@@ -65,7 +65,7 @@ static ls_flag_t s_flags[] = {
                 "no answer to an adapter load/unload this long: it failed"),
     LS_FLAG_LIST("lora-roots", &s_app.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
     LS_FLAG_LIST("lora-dirs", &s_app.lora_dirs, "... or under one of these"),
-    LS_FLAG_LIST("lora-paths", &s_app.lora_paths, "... or be one of these name=path[:pinned] directories"),
+    LS_FLAG_LIST("lora-paths", &s_app.lora_paths, "... or be one of these adapters (name=path[:pinned], a path, or JSON: see docs/adapters.md)"),
     LS_FLAG_INT("max-waiting-requests", &s_app.max_waiting, "4096",
                 "requests waiting to run, all tenants together; more are refused at once (HTTP 429)"),
     LS_FLAG_INT("max-tenant-waiting", &s_app.max_tenant_waiting, "1024",
@@ -415,7 +415,7 @@ static int s_start(ls_actor_t *a, void *state) {
         .max_queued_tokens = (uint64_t)app->max_queued_tokens,
     };
     if (!(app->confine = ls_confine_new(&app->lora_roots, &app->lora_dirs, &app->lora_paths))) {
-        ls_error(0, "scheduler out of memory");
+        ls_error(0, "scheduler: cannot set up the adapter paths (out of memory or a malformed --lora-paths, above)");
         return -1;
     }
     if (ls_confine_open(app->confine))

@@ -246,7 +246,7 @@ static int s_start(ls_actor_t *a, void *state) {
     if (s_target_mask(&s_w.target_mask) < 0)
         return -1;
     if (!(s_w.confine = ls_confine_new(&s_w.lora_roots, &s_w.lora_dirs, &s_w.lora_paths))) {
-        ls_error(0, "worker out of memory");
+        ls_error(0, "worker: cannot set up the adapter paths (out of memory or a malformed --lora-paths, above)");
         return -1;
     }
     if (cuda) {
@@ -587,7 +587,7 @@ int main(int argc, char **argv) {
         LS_FLAG_LIST("lora-target-modules", &s_w.target_modules, "modules adapters may target (default: all seven)"),
         LS_FLAG_LIST("lora-roots", &s_w.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
         LS_FLAG_LIST("lora-dirs", &s_w.lora_dirs, "... or under one of these"),
-        LS_FLAG_LIST("lora-paths", &s_w.lora_paths, "... or be one of these name=path[:pinned] directories"),
+        LS_FLAG_LIST("lora-paths", &s_w.lora_paths, "... or be one of these adapters (name=path[:pinned], a path, or JSON: see docs/adapters.md)"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
         LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),
         LS_SCHEDULER_FLAG(&s_w.scheduler),
