@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "launcher_impl.h"
+#include "lora_spec.h"
 #include "ls_actor.h"
 
 #define S_BACKOFF_MIN_MS 250   // first restart of an actor that was up
@@ -58,7 +59,9 @@ launcher_actor_t launcher_actors[LAUNCHER_MAX_ACTORS];
 
 // Flags the launcher hands on, unchanged, to the actors that take them (SGLang names). Unset
 // ones are not passed: each actor's own default applies (the same default wherever a flag is
-// shared, e.g. --max-loras-per-batch).
+// shared, e.g. --max-loras-per-batch). Their types are the actors' too: a value not of its type
+// (--max-loras-per-batch abc) stops the actor at once, before Ready, and with it the launch,
+// the actor's message on the console (s_print_log_tail).
 launcher_pass_t launcher_pass[] = {
     {"model-path", 0, K_WORKER | K_REGISTRY | K_TOKENIZER | K_DETOKENIZER | K_GATEWAY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
     {"load-format", 0, K_WORKER, "auto (the checkpoint) or dummy (random weights of config.json's shapes)", NULL, {0}},
@@ -74,7 +77,9 @@ launcher_pass_t launcher_pass[] = {
     {"block-size", 0, K_WORKER | K_DISPATCHER, "tokens per KV block", NULL, {0}},
     // The scheduler and the workers take these three as well: each checks an adapter's path
     // itself rather than trust whoever sent the load.
-    {"lora-paths", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "adapters loaded at start: name=path or name=path:pinned", NULL, {0}},
+    {"lora-paths", 1, K_REGISTRY | K_SCHEDULER | K_WORKER,
+     "adapters loaded at start: name=path, name=path:pinned, a path (named by its basename) or JSON "
+     "{\"lora_name\": N, \"lora_path\": P, \"pinned\": B}", NULL, {0}},
     {"lora-dirs", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "directories whose DIR/name adapters load on their first request", NULL, {0}},
     {"lora-roots", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "where client-given adapter paths may point", NULL, {0}},
     {"lora-eviction-policy", 0, K_SCHEDULER, "adapter slot victim: lru or fifo", NULL, {0}},
@@ -108,6 +113,25 @@ launcher_pass_t launcher_pass[] = {
 };
 #define S_NPASS (sizeof launcher_pass / sizeof *launcher_pass)
 const size_t launcher_npass = S_NPASS;
+
+// vLLM's and SGLang's names for flags above: each alias sets its target, the one flag that owns
+// the setting (a list alias adds to its target's values; a value alias given with a different
+// target value stops the launch).
+static struct {
+    const char *alias, *target, *help;
+    char *value;
+    ls_strlist_t values;
+} s_alias[] = {
+    {"max-loras", "max-loras-per-batch", "vLLM's name for --max-loras-per-batch (LoRAs in one batch)", NULL, {0}},
+    {"max-cpu-loras", "max-loaded-loras", "vLLM's name for --max-loaded-loras (LoRAs held in CPU memory)", NULL, {0}},
+    {"lora-modules", "lora-paths",
+     "vLLM's name for --lora-paths: name=path or JSON {\"name\": N, \"path\": P, \"base_model_name\": M} (M is not used: "
+     "one base model is served)", NULL, {0}},
+};
+#define S_NALIAS (sizeof s_alias / sizeof *s_alias)
+// Accepted for vLLM's and SGLang's command lines, with no effect (their --help says why).
+static int s_enable_lora;
+static char *s_lora_backend;
 
 static void s_child_cb(struct ev_loop *loop, ev_child *w, int revents);
 
@@ -292,6 +316,65 @@ static const char *s_pass_value(const char *name) {
         if (!strcmp(launcher_pass[i].name, name))
             return launcher_pass[i].value;
     return NULL;
+}
+
+static launcher_pass_t *s_pass_find(const char *name) {
+    for (size_t i = 0; i < S_NPASS; i++)
+        if (!strcmp(launcher_pass[i].name, name))
+            return &launcher_pass[i];
+    return NULL;
+}
+
+// Each alias onto its target. -1 (said) when an alias and its target disagree.
+static int s_apply_aliases(void) {
+    for (size_t i = 0; i < S_NALIAS; i++) {
+        launcher_pass_t *t = s_pass_find(s_alias[i].target);
+        if (t->list) {
+            for (size_t k = 0; k < s_alias[i].values.n; k++) {
+                char **v = realloc(t->values.v, (t->values.n + 1) * sizeof *v);
+                if (!v)
+                    return -1;
+                t->values.v = v;
+                t->values.v[t->values.n++] = s_alias[i].values.v[k];
+            }
+            free(s_alias[i].values.v);
+            s_alias[i].values = (ls_strlist_t){0};
+        } else if (s_alias[i].value) {
+            if (t->value && strcmp(t->value, s_alias[i].value)) {
+                ls_error(0, "--%s %s and --%s %s disagree (--%s is vLLM's name for --%s): give one", s_alias[i].alias,
+                         s_alias[i].value, t->name, t->value, s_alias[i].alias, t->name);
+                return -1;
+            }
+            free(t->value);
+            t->value = s_alias[i].value;
+            s_alias[i].value = NULL;
+        }
+    }
+    return 0;
+}
+
+// Every startup adapter well formed and named once, checked before anything starts (with the
+// parser the registry, the scheduler and the workers use).
+static int s_check_lora_paths(void) {
+    const ls_strlist_t *l = &s_pass_find("lora-paths")->values;
+    lora_spec_t *specs = calloc(l->n + 1, sizeof *specs);
+    int rc = specs ? 0 : -1;
+    for (size_t i = 0; specs && i < l->n && rc == 0; i++) {
+        char err[1024];
+        if (lora_spec_parse(l->v[i], &specs[i], err, sizeof err) < 0) {
+            ls_error(0, "--lora-paths: %s", err);
+            rc = -1;
+        }
+        for (size_t j = 0; j < i && rc == 0; j++)
+            if (!strcmp(specs[j].name, specs[i].name)) {
+                ls_error(0, "--lora-paths: the name %s is given twice (\"%s\" and \"%s\")", specs[i].name, l->v[j], l->v[i]);
+                rc = -1;
+            }
+    }
+    for (size_t i = 0; specs && i < l->n; i++)
+        lora_spec_clear(&specs[i]);
+    free(specs);
+    return rc;
 }
 
 // --port 0 is resolved here, once, to a free port: a restarted gateway must listen where the
@@ -751,6 +834,15 @@ int main(int argc, char **argv) {
         passed[i] = launcher_pass[i].list ? (ls_flag_t)LS_FLAG_LIST(launcher_pass[i].name, &launcher_pass[i].values, launcher_pass[i].help)
                                    : (ls_flag_t)LS_FLAG_STR(launcher_pass[i].name, &launcher_pass[i].value, NULL, launcher_pass[i].help);
     passed[S_NPASS] = (ls_flag_t)LS_FLAG_END;
+    ls_flag_t aliased[S_NALIAS + 3];
+    for (size_t i = 0; i < S_NALIAS; i++)
+        aliased[i] = s_pass_find(s_alias[i].target)->list ? (ls_flag_t)LS_FLAG_LIST(s_alias[i].alias, &s_alias[i].values, s_alias[i].help)
+                                                         : (ls_flag_t)LS_FLAG_STR(s_alias[i].alias, &s_alias[i].value, NULL, s_alias[i].help);
+    aliased[S_NALIAS] = (ls_flag_t)LS_FLAG_BOOL("enable-lora", &s_enable_lora, "accepted for vLLM's command lines; no effect: LoRA is always on");
+    aliased[S_NALIAS + 1] = (ls_flag_t)LS_FLAG_STR("lora-backend", &s_lora_backend, NULL,
+                                                   "accepted for SGLang's command lines (triton, csgmv, ...); no effect: "
+                                                   "loraserve's own kernels are its only LoRA backend");
+    aliased[S_NALIAS + 2] = (ls_flag_t)LS_FLAG_END;
     const ls_actor_def_t def = {
         .name = "launcher",
         .about = "loraserve launcher: starts the actor graph, waits until it is ready, stops it on Ctrl-C.",
@@ -760,7 +852,7 @@ int main(int argc, char **argv) {
     };
     // The launcher parses its own flags (not ls_actor_main): the run directory and every
     // endpoint must be planned before its control socket binds.
-    ls_flag_t *tables[] = {flags, passed, NULL};
+    ls_flag_t *tables[] = {flags, passed, aliased, NULL};
     char err[512];
     ls_log_init("launcher", LS_LOG_INFO);
     int rc = ls_flags_parse(tables, argc, argv, err, sizeof err);
@@ -770,7 +862,10 @@ int main(int argc, char **argv) {
         char *help[S_KINDS], defs[S_NPASS][160];
         char *dir = launcher_state.bin_dir ? strdup(launcher_state.bin_dir) : s_exe_dir();
         s_pass_usage(dir, shown, help, defs);
-        ls_flag_t *usage[] = {flags, shown, NULL};
+        // An alias shows its target's type.
+        for (size_t i = 0; i < S_NALIAS; i++)
+            aliased[i].kind = shown[s_pass_find(s_alias[i].target) - launcher_pass].kind;
+        ls_flag_t *usage[] = {flags, shown, aliased, NULL};
         ls_flags_usage(usage, "loraserve", def.about);
         for (int k = 0; k < S_KINDS; k++)
             free(help[k]);
@@ -793,6 +888,8 @@ int main(int argc, char **argv) {
     }
     if (!launcher_state.bin_dir)
         launcher_state.bin_dir = s_exe_dir();
+    if (s_apply_aliases() < 0 || s_check_lora_paths() < 0)
+        return 2;
     if (launcher_state.make_keys) {
         // The plan names the keys; nothing is started.
         if (!launcher_state.curve_dir_flag || strcmp(launcher_state.transport, "tcp")) {

@@ -20,6 +20,14 @@
 //   trace      — --record-trace writes a trace per actor that loraserve-trace reads
 //   help       — --help shows each flag it hands on with the type and default of the actor
 //                that takes it (the actor's flag table is the one place a default is written)
+//   their_flags — vLLM's and SGLang's flags: every --lora-paths form (name=path:pinned, a plain
+//                path, SGLang's JSON) and --lora-modules' JSON load their demo adapter, which
+//                then serves a completion; --max-loras 3 reaches the actors (max_lora="3" in
+//                /metrics); --enable-lora and --lora-backend are accepted
+//   bad_flags  — a malformed --lora-paths JSON, a name given twice and an alias that disagrees
+//                with its target each stop the launch before anything starts (exit 2); a
+//                non-number stops the actor that takes it at once, and so the launch (exit 1);
+//                each with a message naming the value
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -447,7 +455,7 @@ static int s_http_get(int port, const char *path, char *body, size_t cap) {
     snprintf(cmd, sizeof cmd, "curl -s -m 5 -w '\\n%%{http_code}' http://127.0.0.1:%d%s", port, path);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
-    char out[4096];
+    static char out[1 << 17];  // /metrics is larger than a page
     size_t n = fread(out, 1, sizeof out - 1, p);
     pclose(p);
     out[n] = 0;
@@ -777,6 +785,112 @@ static void test_help(void **unused) {
     }
 }
 
+// POST a JSON body to the gateway: the HTTP status (curl's), the body in body.
+static int s_http_post(int port, const char *path, const char *json, char *body, size_t cap) {
+    char file[300], cmd[700];
+    snprintf(file, sizeof file, "%s/post.json", s_dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "curl -s -m 10 -H 'Content-Type: application/json' --data-binary @%s -w '\\n%%{http_code}' "
+             "http://127.0.0.1:%d%s",
+             file, port, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char out[8192];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    pclose(p);
+    out[n] = 0;
+    char *nl = strrchr(out, '\n');
+    if (!nl)
+        return 0;
+    *nl = 0;
+    snprintf(body, cap, "%s", out);
+    return atoi(nl + 1);
+}
+
+static void test_their_flags(void **unused) {
+    char plain[300], pinned[300], sglang[400], vllm[400];
+    snprintf(plain, sizeof plain, "%s/adapters/reverse", LS_DEMO_DIR);
+    snprintf(pinned, sizeof pinned, "upper=%s/adapters/upper:pinned", LS_DEMO_DIR);
+    snprintf(sglang, sizeof sglang, "{\"lora_name\": \"sorter\", \"lora_path\": \"%s/adapters/sort\", \"pinned\": false}",
+             LS_DEMO_DIR);
+    snprintf(vllm, sizeof vllm, "{\"name\": \"dig\", \"path\": \"%s/adapters/digits\", \"base_model_name\": \"demo\"}",
+             LS_DEMO_DIR);
+    const char *extra[] = {"--model-path", LS_DEMO_DIR, "--max-lora-rank", "16", "--lora-roots", LS_DEMO_DIR "/adapters",
+                           "--lora-paths", plain, pinned, sglang, "--lora-modules", vllm, "--max-loras", "3",
+                           "--max-cpu-loras", "6", "--enable-lora", "--lora-backend", "triton", NULL};
+    launch_t l;
+    s_launch(&l, "their", LS_BIN_DIR, extra);
+    cJSON *g = s_wait_graph(&l, 30);
+    if (!g)
+        fail_msg("graph never came up; launcher output:\n%s", tu_read_file(l.out_path, NULL));
+    int port = tu_gateway_port(l.run_dir);
+    assert_true(port > 0);
+    char body[8192];
+    assert_int_equal(s_http_get(port, "/v1/models", body, sizeof body), 200);
+    cJSON *models = cJSON_Parse(body), *m;
+    assert_non_null(models);
+    const char *want[] = {"reverse", "upper", "sorter", "dig"};
+    for (int i = 0; i < 4; i++) {
+        int found = 0;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItem(models, "data")) if (!strcmp(cJSON_GetObjectItem(m, "id")->valuestring, want[i])) {
+            found = 1;
+            assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItem(m, "pinned")), i == 1);
+        }
+        if (!found)
+            fail_msg("adapter %s not served: /v1/models is %s", want[i], body);
+        char req[200];
+        snprintf(req, sizeof req, "{\"model\": \"%s\", \"prompt\": \"abc\", \"max_tokens\": 3}", want[i]);
+        if (s_http_post(port, "/v1/completions", req, body, sizeof body) != 200)
+            fail_msg("completion with %s: %s", want[i], body);
+    }
+    cJSON_Delete(models);
+    static char metrics[1 << 17];
+    assert_int_equal(s_http_get(port, "/metrics", metrics, sizeof metrics), 200);
+    assert_contains(metrics, "vllm:lora_requests_info{max_lora=\"3\"");
+    kill(l.pid, SIGINT);
+    assert_int_equal(s_wait_exit(&l, 20), 0);
+    s_assert_all_gone(g);
+    cJSON_Delete(g);
+}
+
+static void test_bad_flags(void **unused) {
+    static const struct {
+        const char *flags[4], *said;
+        int status;  // 2: the launcher refused it before starting anything; 1: an actor did, at once
+    } cases[] = {
+        {{"--lora-paths", "{\"lora_name\": \"x\"", NULL}, "lora_name\\\": \\\"x\\\"\\\": not a JSON object", 2},
+        {{"--lora-modules", "{\"name\": \"x\", \"path\": \"/p\", \"rank\": 8}", NULL}, "unknown key", 2},
+        {{"--lora-paths", "reverse=/elsewhere", NULL}, "the name reverse is given twice", 2},
+        {{"--max-loras-per-batch", "abc", NULL}, "--max-loras-per-batch expects an integer, got \\\"abc\\\"", 1},
+        {{"--max-loras", "3", "--max-loras-per-batch", "4"}, "--max-loras 3 and --max-loras-per-batch 4 disagree", 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *extra[6] = {0};
+        memcpy(extra, cases[i].flags, sizeof cases[i].flags);
+        char tag[32];
+        snprintf(tag, sizeof tag, "bad%zu", i);
+        launch_t l;
+        s_launch(&l, tag, LS_BIN_DIR, extra);
+        int status = s_wait_exit(&l, 30);
+        char *out = tu_read_file(l.out_path, NULL);
+        if (status != cases[i].status || !strstr(out, cases[i].said))
+            fail_msg("%s %s: exit %d, want %d and \"%s\"; output:\n%s", cases[i].flags[0], cases[i].flags[1], status,
+                     cases[i].status, cases[i].said, out);
+        if (cases[i].status == 1)
+            assert_contains(out, "before the graph was up; stopping the graph");
+        else {
+            char path[400];  // nothing was started: no actor log
+            snprintf(path, sizeof path, "%s/logs/registry.log", l.run_dir);
+            assert_int_not_equal(access(path, F_OK), 0);
+        }
+        free(out);
+    }
+}
+
 int main(void) {
     if (tu_tmpdir(s_dir, sizeof s_dir, "launch") < 0)
         return 1;
@@ -790,6 +904,8 @@ int main(void) {
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_trace),
         cmocka_unit_test(test_help),
+        cmocka_unit_test(test_their_flags),
+        cmocka_unit_test(test_bad_flags),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     tu_rmrf(s_dir);
