@@ -448,11 +448,9 @@ static void test_restart(void **unused) {
     cJSON_Delete(g);
 }
 
-// GET path on the gateway: the HTTP status (curl's; 0 when nothing answered); the body in
-// body (cap bytes) when given.
-static int s_http_get(int port, const char *path, char *body, size_t cap) {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "curl -s -m 5 -w '\\n%%{http_code}' http://127.0.0.1:%d%s", port, path);
+// Run a curl command whose output ends in "\n%{http_code}": the HTTP status (0 when nothing
+// answered); the body in body (cap bytes) when given.
+static int s_curl(const char *cmd, char *body, size_t cap) {
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     static char out[1 << 17];  // /metrics is larger than a page
@@ -466,6 +464,13 @@ static int s_http_get(int port, const char *path, char *body, size_t cap) {
     if (body)
         snprintf(body, cap, "%s", out);
     return atoi(nl + 1);
+}
+
+// GET path on the gateway (s_curl).
+static int s_http_get(int port, const char *path, char *body, size_t cap) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "curl -s -m 5 -w '\\n%%{http_code}' http://127.0.0.1:%d%s", port, path);
+    return s_curl(cmd, body, cap);
 }
 
 // A bin dir NAME under the test dir (its path into bin) of the real actors, but for a scheduler
@@ -785,7 +790,7 @@ static void test_help(void **unused) {
     }
 }
 
-// POST a JSON body to the gateway: the HTTP status (curl's), the body in body.
+// POST a JSON body to the gateway (s_curl).
 static int s_http_post(int port, const char *path, const char *json, char *body, size_t cap) {
     char file[300], cmd[700];
     snprintf(file, sizeof file, "%s/post.json", s_dir);
@@ -797,18 +802,7 @@ static int s_http_post(int port, const char *path, const char *json, char *body,
              "curl -s -m 10 -H 'Content-Type: application/json' --data-binary @%s -w '\\n%%{http_code}' "
              "http://127.0.0.1:%d%s",
              file, port, path);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    pclose(p);
-    out[n] = 0;
-    char *nl = strrchr(out, '\n');
-    if (!nl)
-        return 0;
-    *nl = 0;
-    snprintf(body, cap, "%s", out);
-    return atoi(nl + 1);
+    return s_curl(cmd, body, cap);
 }
 
 static void test_their_flags(void **unused) {
