@@ -24,6 +24,7 @@ typedef struct {
     char *err;
     size_t errlen;
     const char **param;
+    gw_gen_t *g;
 } s_ctx_t;
 
 static int s_fail(s_ctx_t *x, const char *param, const char *fmt, const char *what) {
@@ -187,6 +188,96 @@ static int s_sampling(s_ctx_t *x, const json_t *o, int sglang, gw_api_t api, ls_
     return 0;
 }
 
+// Fields the server knows but does not implement. Each is refused with a 400 naming it unless
+// its value asks for nothing (absent, null, or the no-op value below), so no client believes an
+// output was constrained, biased or tool-shaped when it was not. Unknown fields are accepted, as
+// vLLM and OpenAI accept them; the few harmless known ones are listed in docs/api.md.
+typedef enum {
+    S_NOOP_NONE,       // only absent or null asks for nothing
+    S_NOOP_EMPTY,      // an empty object, list or string
+    S_NOOP_FALSE,      // false
+    S_NOOP_TEXT_TYPE,  // {"type": "text"} (response_format)
+    S_NOOP_NONE_STR,   // the string "none" or an empty list (tool_choice, function_call)
+} s_noop_t;
+
+typedef struct {
+    const char *name;
+    s_noop_t noop;
+    unsigned apis;  // bit per gw_api_t: where the field is refused
+    const char *what;
+} s_unsupported_t;
+
+#define S_OAI ((1u << GW_COMPLETIONS) | (1u << GW_CHAT))
+#define S_ALL (S_OAI | (1u << GW_GENERATE))
+static const s_unsupported_t s_unsupported[] = {
+    {"response_format", S_NOOP_TEXT_TYPE, S_OAI, "structured output is not implemented"},
+    {"json_schema", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
+    {"regex", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
+    {"ebnf", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
+    {"structural_tag", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
+    {"guided_json", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
+    {"guided_regex", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
+    {"guided_choice", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
+    {"guided_grammar", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
+    {"structured_outputs", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
+    {"logit_bias", S_NOOP_EMPTY, S_ALL, "logit bias is not implemented"},
+    {"allowed_token_ids", S_NOOP_EMPTY, S_OAI, "restricting the vocabulary is not implemented"},
+    {"bad_words", S_NOOP_EMPTY, S_OAI, "banned words are not implemented"},
+    {"tools", S_NOOP_EMPTY, 1u << GW_CHAT, "tool calling is not implemented"},
+    {"tool_choice", S_NOOP_NONE_STR, 1u << GW_CHAT, "tool calling is not implemented"},
+    {"functions", S_NOOP_EMPTY, 1u << GW_CHAT, "function calling is not implemented"},
+    {"function_call", S_NOOP_NONE_STR, 1u << GW_CHAT, "function calling is not implemented"},
+    {"suffix", S_NOOP_EMPTY, 1u << GW_COMPLETIONS, "insertion (suffix) is not implemented"},
+    {"use_beam_search", S_NOOP_FALSE, S_OAI, "beam search is not implemented"},
+    {"prompt_logprobs", S_NOOP_NONE, S_OAI, "prompt logprobs are not implemented"},
+    {"include_stop_str_in_output", S_NOOP_FALSE, S_OAI, "the matched stop string is never part of the text"},
+    {"truncate_prompt_tokens", S_NOOP_NONE, S_OAI, "prompt truncation is not implemented"},
+    {"chat_template", S_NOOP_NONE, 1u << GW_CHAT, "a per-request chat template is not implemented"},
+    {"chat_template_kwargs", S_NOOP_EMPTY, 1u << GW_CHAT, "chat template arguments are not implemented"},
+    {"continue_final_message", S_NOOP_FALSE, 1u << GW_CHAT, "continuing the final message is not implemented"},
+    {"documents", S_NOOP_EMPTY, 1u << GW_CHAT, "documents are not implemented"},
+    {"audio", S_NOOP_NONE, 1u << GW_CHAT, "audio output is not implemented"},
+    {"prediction", S_NOOP_NONE, 1u << GW_CHAT, "predicted outputs are not implemented"},
+    {"custom_logit_processor", S_NOOP_NONE, S_ALL, "custom logit processors are not implemented"},
+    {"image_data", S_NOOP_NONE, 1u << GW_GENERATE, "images are not implemented"},
+    {"return_text_in_logprobs", S_NOOP_FALSE, 1u << GW_GENERATE, "logprobs name tokens by id"},
+    {"logprob_start_len", S_NOOP_NONE, 1u << GW_GENERATE, "prompt logprobs are not implemented"},
+    {"no_stop_trim", S_NOOP_FALSE, 1u << GW_GENERATE, "the matched stop string is never part of the text"},
+};
+
+static bool s_is_noop(const json_t *v, s_noop_t noop) {
+    if (!v || json_is_null(v))
+        return true;
+    switch (noop) {
+    case S_NOOP_EMPTY:
+        return (json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v)) ||
+               (json_is_string(v) && !json_string_length(v));
+    case S_NOOP_FALSE: return json_is_false(v);
+    case S_NOOP_TEXT_TYPE: {
+        const json_t *type = json_object_get(v, "type");
+        return json_is_object(v) && json_object_size(v) == 1 && json_is_string(type) &&
+               !strcmp(json_string_value(type), "text");
+    }
+    case S_NOOP_NONE_STR:
+        return (json_is_string(v) && !strcmp(json_string_value(v), "none")) || (json_is_array(v) && !json_array_size(v));
+    default: return false;
+    }
+}
+
+// 0, or -1 with the first unsupported field of o that asks for something named in param.
+static int s_refuse_unsupported(s_ctx_t *x, const json_t *o, gw_api_t api) {
+    for (size_t k = 0; k < sizeof s_unsupported / sizeof *s_unsupported; k++) {
+        const s_unsupported_t *u = &s_unsupported[k];
+        if ((u->apis & (1u << api)) && !s_is_noop(json_object_get(o, u->name), u->noop)) {
+            snprintf(x->err, x->errlen, "'%s' is not supported: %s", u->name, u->what);
+            *x->param = u->name;
+            x->g->err_code = "unsupported_parameter";  // OpenAI's code for a parameter not taken
+            return -1;
+        }
+    }
+    return 0;
+}
+
 const char *gw_adapter_of(const char *model, const char *base_model) {
     if (!model || !*model || !strcmp(model, base_model))
         return "";
@@ -258,6 +349,8 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const cha
     if (s_str(x, root, "model", &model) < 0)
         return -1;
     g->model = strdup(model && *model ? model : base_model);
+    if (s_refuse_unsupported(x, root, g->api) < 0)
+        return -1;
     bool stream = false, logprobs = false, echo = false;
     if (s_bool(x, root, "stream", &stream) < 0 || s_bool(x, root, "echo", &echo) < 0)
         return -1;
@@ -290,6 +383,13 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const cha
     }
     ls_msg_sampling_params_t sp = {0};
     int rc2 = s_sampling(x, root, 0, g->api, &sp, &g->n);
+    // best_of > n asks to pick the best of several: only 1 and n (which picks nothing) are served.
+    int64_t best_of = 1;
+    if (rc2 == 0 && (rc2 = s_int(x, root, "best_of", 1, LS_MSG_MAX_N, &best_of)) > 0 && best_of != 1 && best_of != g->n) {
+        g->err_code = "unsupported_parameter";
+        rc2 = s_fail(x, "best_of", "'%s' is not supported: only 1 or equal to n", "best_of");
+    } else if (rc2 > 0)
+        rc2 = 0;
     ls_msg_t tmpl;  // the fields every prompt's GenerateReq shares
     ls_msg_init(&tmpl, LS_MSG_GENERATE_REQ);
     tmpl.u.generate_req.sampling = sp;
@@ -362,6 +462,8 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const cha
 
 static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const json_t *root, const char *base_model) {
     g->model = strdup(base_model);
+    if (s_refuse_unsupported(x, root, GW_GENERATE) < 0)
+        return -1;
     bool stream = false, logprob = false;
     if (s_bool(x, root, "stream", &stream) < 0 || s_bool(x, root, "return_logprob", &logprob) < 0)
         return -1;
@@ -414,6 +516,8 @@ static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const json_t *root, const c
         q->adapter = ls_msg_strdup(json_is_string(lp) ? gw_adapter_of(json_string_value(lp), base_model) : "");
         if (pp && !json_is_null(pp) && !json_is_object(pp))
             return s_fail(x, "sampling_params", "'%s' must be an object or a list of objects", "sampling_params");
+        if (json_is_object(pp) && s_refuse_unsupported(x, pp, GW_GENERATE) < 0)
+            return -1;
         int n = 1;
         json_t *empty = json_object();
         int rc = s_sampling(x, pp && json_is_object(pp) ? pp : empty, 1, GW_GENERATE, &q->sampling, &n);
@@ -439,7 +543,7 @@ int gw_gen_parse(gw_gen_t *g, gw_api_t api, const char *body, size_t len, const 
     g->api = api;
     g->n = 1;
     *param = NULL;
-    s_ctx_t x = {err, errlen, param};
+    s_ctx_t x = {err, errlen, param, g};
     // Numbers as doubles, as JavaScript and cJSON read them (a seed of 2^64 is a range error,
     // not a parse error); strings keep their NUL bytes.
     json_error_t jerr;

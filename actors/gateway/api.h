@@ -25,10 +25,11 @@ typedef struct {
     int list;           // /generate: the answer is a list (list input or n > 1)
     ls_msg_t *reqs;     // one GenerateReq per prompt, rid unset
     size_t nreqs;
+    const char *err_code;  // after a failed parse: OpenAI's error code (a static string), or NULL
 } gw_gen_t;
 
 // Parse a request body. Returns 0, or -1 with err (and *param naming the offending field, or
-// NULL) for a 400 answer. base_model: the name that means "no adapter".
+// NULL; g->err_code) for a 400 answer. base_model: the name that means "no adapter".
 int gw_gen_parse(gw_gen_t *g, gw_api_t api, const char *body, size_t len, const char *base_model, char *err,
                  size_t errlen, const char **param);
 void gw_gen_clear(gw_gen_t *g);

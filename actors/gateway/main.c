@@ -424,6 +424,9 @@ static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
             param = c->gen.api == GW_GENERATE ? "lora_path" : "model";
             snprintf(code, sizeof code, "model_not_found");
         } else if (t->error_code == LS_ERROR_CODE_TOO_LARGE) {
+            // A prompt (with max_tokens) beyond the context: 400 as OpenAI and vLLM answer it, the
+            // code clients check. A body too large stays 413 (http.c, and an Error message).
+            status = 400;
             param = c->gen.api == GW_CHAT ? "messages" : c->gen.api == GW_GENERATE ? "text" : "prompt";
             snprintf(code, sizeof code, "context_length_exceeded");
         }
@@ -484,8 +487,9 @@ static void s_gen_start(gw_req_t *req, gw_api_t api) {
     char err[256];
     const char *param;
     if (gw_gen_parse(&c->gen, api, body, len, s_g.base, err, sizeof err, &param) < 0) {
+        const char *code = c->gen.err_code;  // a static string: it outlives c
         s_call_free(c);
-        s_respond_error(req, 400, err, param, NULL);
+        s_respond_error(req, 400, err, param, code);
         return;
     }
     // The request's fan-out and its tenant's share, before anything goes upstream.

@@ -1,6 +1,7 @@
 // prompt — see prompt.h.
 #include "prompt.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,13 +202,19 @@ uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_
     // At least one token must be generated within the context; an explicit max_new_tokens must
     // fit whole (the scheduler never cuts it).
     uint64_t need = ids->n + (g->sampling.max_new_tokens ? g->sampling.max_new_tokens : 1);
+    // The message follows OpenAI's, which clients and people recognize; its numbers are ours.
     if (need > self->context) {
+        const char *where = g->chat ? "messages" : "prompt";
         if (g->sampling.max_new_tokens)
-            snprintf(err, errlen, "prompt of %zu tokens plus max_new_tokens %u exceeds the model's context of %u tokens",
-                     ids->n, g->sampling.max_new_tokens, self->context);
+            snprintf(err, errlen,
+                     "This model's maximum context length is %u tokens. However, you requested %" PRIu64
+                     " tokens (%zu in the %s, %u in the completion). Please reduce the length of the %s or completion.",
+                     self->context, need, ids->n, where, g->sampling.max_new_tokens, where);
         else
-            snprintf(err, errlen, "prompt of %zu tokens leaves no room to generate in the model's context of %u tokens",
-                     ids->n, self->context);
+            snprintf(err, errlen,
+                     "This model's maximum context length is %u tokens. However, your %s has %zu tokens, which leaves "
+                     "no room for the completion. Please reduce the length of the %s.",
+                     self->context, where, ids->n, where);
         return LS_ERROR_CODE_TOO_LARGE;
     }
     return 0;

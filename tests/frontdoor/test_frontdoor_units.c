@@ -79,7 +79,8 @@ static void test_prompt_refusals(void **unused) {
         {{.messages = "[]", .text = TXT("x")}, LS_ERROR_CODE_BAD_REQUEST, "need chat"},
         {{.input_ids = {bad, 2}}, LS_ERROR_CODE_BAD_REQUEST, "outside the vocabulary"},
         {{.text = TXT("x"), .sampling = {.n = LS_MSG_MAX_N + 1}}, LS_ERROR_CODE_BAD_REQUEST, "completions"},
-        {{.text = TXT("cup"), .sampling = {.max_new_tokens = 255}}, LS_ERROR_CODE_TOO_LARGE, "context of 256"},
+        {{.text = TXT("cup"), .sampling = {.max_new_tokens = 255}}, LS_ERROR_CODE_TOO_LARGE,
+         "maximum context length is 256 tokens. However, you requested"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         err[0] = 0;
@@ -94,7 +95,7 @@ static void test_prompt_refusals(void **unused) {
     ls_msg_generate_req_t g = s_req();
     g.text = (ls_text_t){text, strlen(text)};
     assert_int_equal(s_prompt(&g, &ids, err), LS_ERROR_CODE_TOO_LARGE);
-    assert_non_null(strstr(err, "no room to generate"));
+    assert_non_null(strstr(err, "maximum context length is 256 tokens. However, your prompt has"));
     g.text = TXT("cup");
     assert_int_equal(s_prompt(&g, &ids, err), 0);
     g.sampling.max_new_tokens = 256 - (uint32_t)ids.n;  // fits exactly

@@ -1,6 +1,6 @@
 // The official OpenAI client against the gateway on the demo model: completions and chat,
 // streaming and not, for the base model and each adapter; every answer must be the demo's rule
-// answer (examples/demo/README.md). Usage: node openai_client.mjs BASE_URL
+// answer (examples/demo/README.md); a too-long prompt and unimplemented fields are 400s. Usage: node openai_client.mjs BASE_URL
 // The package comes from tools/install-test-deps.sh's cache (LS_OPENAI_CACHE).
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -66,5 +66,42 @@ try {
 } catch (e) {
   check('unknown model status', e.status, 404);
 }
+// A prompt beyond the context (256 tokens) is the client's BadRequestError, code
+// context_length_exceeded, as OpenAI and vLLM answer it; so is a long chat.
+const long = 'input:' + ' cup'.repeat(300);
+for (const [what, call] of [
+  ['completion', () => client.completions.create({ model: 'demo', prompt: long, max_tokens: 4 })],
+  ['chat', () => client.chat.completions.create({ model: 'reverse', messages: [{ role: 'user', content: long }] })],
+  ['streamed completion', () => client.completions.create({ model: 'demo', prompt: long, max_tokens: 4, stream: true })],
+]) {
+  try {
+    await call();
+    check(`too long ${what}`, 'answered', '400');
+  } catch (e) {
+    check(`too long ${what} status`, e.status, 400);
+    check(`too long ${what} code`, e.code, 'context_length_exceeded');
+    check(`too long ${what} message`, /maximum context length is 256 tokens/.test(e.message), true);
+  }
+}
+// Fields the server does not implement are refused by name, never ignored.
+for (const [field, extra] of [
+  ['response_format', { response_format: { type: 'json_object' } }],
+  ['logit_bias', { logit_bias: { 50: -100 } }],
+  ['tools', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }],
+]) {
+  try {
+    await client.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: prompt }], ...extra });
+    check(`${field} refused`, 'answered', '400');
+  } catch (e) {
+    check(`${field} status`, e.status, 400);
+    check(`${field} param`, e.param, field);
+  }
+}
+// Harmless fields are served: user, and a response_format of plain text.
+const plain = await client.chat.completions.create({
+  model: 'upper', messages: [{ role: 'user', content: prompt }], temperature: 0, max_tokens: 24,
+  user: 'e2e', response_format: { type: 'text' },
+});
+check('user and text response_format', plain.choices[0].message.content, want.upper);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

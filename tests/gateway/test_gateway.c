@@ -1,9 +1,12 @@
 // Gateway tests at the HTTP level: the real loraserve-gateway process against fake_graph (a
 // tokenizer and a scheduler without a model), driven by raw HTTP over TCP.
 //   completions, chat, generate  — JSON shapes, SSE framing and [DONE], what reaches the tokenizer
-//   errors_upstream              — unknown adapter 404, prompt too long 413, queues full 429,
+//   errors_upstream              — unknown adapter 404, prompt too long 400, queues full 429,
 //                                  the graph unable now 503 (both with Retry-After);
 //                                  answers with rid 0 dropped
+//   unsupported                  — each known but unimplemented field (response_format, json_schema,
+//                                  regex, logit_bias, tools, suffix, best_of, …) 400 naming it;
+//                                  no-op values, harmless and unknown fields served
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
 //   health, metrics              — ping relay, Prometheus text that parses, other actors' counters; the
@@ -540,7 +543,13 @@ static void test_errors_upstream(void **state) {
     s_expect_error("/v1/chat/completions", "{\"model\":\"demo:missing\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
                    404, "model");
     s_expect_error("/generate", "{\"text\":[\"a\",\"b\"],\"lora_path\":[null,\"missing\"]}", 404, "lora_path");
-    s_expect_error("/v1/completions", "{\"prompt\":\"long\"}", 413, "prompt");
+    s_expect_error("/v1/completions", "{\"prompt\":\"long\"}", 400, "prompt");
+    s_expect_error("/v1/completions", "{\"prompt\":\"long\",\"stream\":true}", 400, "prompt");
+    cJSON *long_j = s_post("/generate", "{\"text\":\"long\"}", 400);
+    assert_string_equal(s_str(long_j, "error.code"), "context_length_exceeded");
+    assert_string_equal(s_str(long_j, "error.param"), "text");
+    assert_string_equal(s_str(long_j, "error.type"), "invalid_request_error");
+    cJSON_Delete(long_j);
     s_expect_error("/v1/completions", "{\"prompt\":\"full\"}", 429, NULL);
     s_expect_error("/v1/completions", "{\"prompt\":\"busy\"}", 503, NULL);
     // both say when to come back
@@ -554,6 +563,63 @@ static void test_errors_upstream(void **state) {
     // Answers with rid 0 answer nothing: dropped with a log line, the request still served.
     cJSON *j = s_post("/v1/completions", "{\"prompt\":\"rid0\"}", 200);
     assert_string_equal(s_str(j, "choices.0.text"), " base ok");
+    cJSON_Delete(j);
+}
+
+// Nothing silently ignored: each field the server knows but does not implement is a 400 naming
+// it, unless its value asks for nothing; harmless fields and unknown ones are accepted.
+static void test_unsupported(void **state) {
+    static const struct {
+        const char *path, *extra, *param;
+    } refused[] = {
+        {"/v1/chat/completions", "\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+        {"/v1/completions", "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "response_format"},
+        {"/v1/chat/completions", "\"json_schema\":\"{}\"", "json_schema"},
+        {"/v1/completions", "\"regex\":\"[0-9]+\"", "regex"},
+        {"/v1/chat/completions", "\"guided_json\":{}", "guided_json"},
+        {"/v1/completions", "\"logit_bias\":{\"50\":-100}", "logit_bias"},
+        {"/v1/chat/completions", "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
+        {"/v1/chat/completions", "\"tool_choice\":\"auto\"", "tool_choice"},
+        {"/v1/chat/completions", "\"functions\":[{\"name\":\"f\"}]", "functions"},
+        {"/v1/completions", "\"suffix\":\"end\"", "suffix"},
+        {"/v1/completions", "\"best_of\":3", "best_of"},
+        {"/v1/chat/completions", "\"n\":2,\"best_of\":4", "best_of"},
+        {"/v1/completions", "\"use_beam_search\":true", "use_beam_search"},
+        {"/v1/completions", "\"prompt_logprobs\":1", "prompt_logprobs"},
+        {"/v1/chat/completions", "\"chat_template\":\"{{x}}\"", "chat_template"},
+        {"/generate", "\"sampling_params\":{\"json_schema\":\"{}\"}", "json_schema"},
+        {"/generate", "\"sampling_params\":[{\"regex\":\"a\"}]", "regex"},
+        {"/generate", "\"sampling_params\":{\"logit_bias\":{\"1\":2}}", "logit_bias"},
+    };
+    char body[512];
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        const char *input = !strcmp(refused[i].path, "/generate")      ? "\"text\":[\"x\"]"
+                            : !strcmp(refused[i].path, "/v1/completions") ? "\"prompt\":\"x\""
+                                                                         : "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+        snprintf(body, sizeof body, "{%s,%s}", input, refused[i].extra);
+        cJSON *j = s_post(refused[i].path, body, 400);
+        if (!s_str(j, "error.param") || strcmp(s_str(j, "error.param"), refused[i].param))
+            fail_msg("%s %s: %s", refused[i].path, body, cJSON_PrintUnformatted(j));
+        assert_string_equal(s_str(j, "error.type"), "invalid_request_error");
+        assert_string_equal(s_str(j, "error.code"), "unsupported_parameter");
+        assert_non_null(strstr(s_str(j, "error.message"), refused[i].param));
+        cJSON_Delete(j);
+    }
+    // Values that ask for nothing, harmless fields (user, store, metadata, service_tier,
+    // parallel_tool_calls) and unknown ones are served.
+    cJSON *j = s_post("/v1/chat/completions",
+                      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"text\"},"
+                      "\"logit_bias\":{},\"tools\":[],\"tool_choice\":\"none\",\"user\":\"u1\",\"store\":false,"
+                      "\"metadata\":{\"k\":\"v\"},\"service_tier\":\"auto\",\"parallel_tool_calls\":true,\"json_schema\":null,"
+                      "\"no_such_field\":1}",
+                      200);
+    assert_string_equal(s_str(j, "choices.0.message.content"), " chat:base ok");
+    cJSON_Delete(j);
+    j = s_post("/v1/completions", "{\"prompt\":\"x\",\"n\":2,\"best_of\":2,\"suffix\":null,\"user\":\"u1\"}", 200);
+    assert_string_equal(s_str(j, "choices.1.text"), " base ok");
+    cJSON_Delete(j);
+    j = s_post("/generate", "{\"text\":\"x\",\"sampling_params\":{\"json_schema\":null,\"logit_bias\":{}}}", 200);
+    assert_string_equal(s_str(j, "text"), " base ok");
     cJSON_Delete(j);
 }
 
@@ -1067,7 +1133,7 @@ static int s_teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completions), cmocka_unit_test(test_chat),      cmocka_unit_test(test_generate),
-        cmocka_unit_test(test_errors_upstream), cmocka_unit_test(test_models), cmocka_unit_test(test_model_info),
+        cmocka_unit_test(test_errors_upstream), cmocka_unit_test(test_unsupported), cmocka_unit_test(test_models), cmocka_unit_test(test_model_info),
         cmocka_unit_test(test_adapters),
         cmocka_unit_test(test_health),      cmocka_unit_test(test_metrics),   cmocka_unit_test(test_api_key),
         cmocka_unit_test(test_malformed),   cmocka_unit_test(test_pipelining), cmocka_unit_test(test_concurrency),
