@@ -405,11 +405,15 @@ static void test_node0_dies(void **state) {
     s_all_models(NULL);
 }
 
-// --nnodes 2: ports free on both addresses from a base this process picks.
+// --nnodes 2: ports free on both addresses from a base this process picks, in 26000..31999:
+// below Linux's ephemeral range, and apart from the launcher test's tcp graph (20000..25999),
+// which may start at the same moment under ctest -j (a free-port check cannot see a port the
+// other test is about to bind).
 static int s_free_base(void) {
-    for (int base = 20005 + (int)(getpid() % 1000) * 10, tries = 0; tries < 200; tries++, base = 20005 + (base - 20000 + 10) % 10000) {
+    for (int base = 26000 + (int)(getpid() % 300) * 20, tries = 0; tries < 300;
+         tries++, base = 26000 + (base - 26000 + 20) % 6000) {
         int ok = 1;
-        for (int p = 0; p < 10 && ok; p++)
+        for (int p = 0; p < 20 && ok; p++)
             for (int h = 1; h <= 2 && ok; h++) {
                 struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(base + p))};
                 sa.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)h);
