@@ -9,7 +9,8 @@
 // Accepts on its control DEALER: PeerStatus (the scheduler or tokenizer went down: streams dropped).
 // Accepts on its DEALER to the scheduler: Error (an Abort for a request that had ended): logged.
 // Emits to the tokenizer peer: TextOut (rid = the tokenizer's request id) per TokenOut: the text
-//   now final, the tokens it came from, their logprobs; the last one has finish (+ error,
+//   now final, the tokens it came from, their logprobs and (with logprobs) each token's and
+//   alternative's text decoded alone; the last one has finish (+ error,
 //   error_code for ERROR), or finish STOP + matched_stop when a stop string ended it.
 // Emits to the scheduler peer: Abort {finish STOP} when a stop string matched while it was still
 //   generating (its later TokenOuts for that request are dropped), Abort {finish ABORT} when a

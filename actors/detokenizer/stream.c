@@ -16,6 +16,7 @@ typedef struct {
     uint64_t rid;
     ls_detok_t *detok;
     ls_texts_t stops;  // copies of sampling.stop, for TextOut.matched_stop
+    unsigned flags;    // LS_DETOK_SKIP_SPECIAL with sampling.skip_special_tokens
 } req_t;
 
 struct dstream {
@@ -106,9 +107,8 @@ static req_t *s_req_new(dstream_t *self, uint64_t rid, const ls_msg_sampling_par
             lens[i] = r->stops.v[i].len;
             r->stops.n++;
         }
-    r->detok = r->stops.n == n ? ls_detok_new(self->tok, sp->skip_special_tokens ? LS_DETOK_SKIP_SPECIAL : 0, texts,
-                                              lens, n)
-                               : NULL;
+    r->flags = sp->skip_special_tokens ? LS_DETOK_SKIP_SPECIAL : 0;
+    r->detok = r->stops.n == n ? ls_detok_new(self->tok, r->flags, texts, lens, n) : NULL;
     free(texts);
     free(lens);
     if (!r->detok) {
@@ -133,6 +133,27 @@ static void s_f32s(ls_f32s_t *dst, const ls_f32s_t *src, size_t n) {
     if (n && (dst->v = malloc(n * sizeof *dst->v))) {
         memcpy(dst->v, src->v, n * sizeof *dst->v);
         dst->n = n;
+    }
+}
+
+// Fills dst with the texts of ids[0, n), each decoded alone with flags, for the logprobs: the
+// gateway names tokens by these. The sampled tokens are decoded as the text shows them (a
+// skipped special token is "", so they concatenate to the text, as vLLM's); alternatives with
+// special tokens named, so that each reads as itself. An id outside the vocabulary gets "" (as
+// a sampled token it has already failed the request). On out of memory dst stays shorter
+// than n and the gateway falls back to naming tokens by id.
+static void s_token_texts(const ls_tokenizer_t *tok, unsigned flags, ls_texts_t *dst, const int32_t *ids, size_t n) {
+    if (!n || !(dst->v = calloc(n, sizeof *dst->v)))
+        return;
+    char err[64];
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        char *s = ls_tokenizer_decode(tok, &ids[i], 1, flags, &len, err, sizeof err);
+        ls_text_t t = ls_msg_textdup(s ? s : "", s ? len : 0);
+        free(s);
+        if (!t.s)
+            return;
+        dst->v[dst->n++] = t;
     }
 }
 
@@ -208,6 +229,10 @@ void dstream_on_token_out(dstream_t *self, const ls_msg_t *msg) {
     size_t k = t->token_ids.n ? t->top_ids.n / t->token_ids.n : 0;
     s_i32s(&o->top_ids, &t->top_ids, used * k);
     s_f32s(&o->top_logprobs, &t->top_logprobs, used * k);
+    if (t->logprobs.n) {
+        s_token_texts(self->tok, r->flags, &o->token_texts, o->token_ids.v, o->token_ids.n);
+        s_token_texts(self->tok, 0, &o->top_texts, o->top_ids.v, o->top_ids.n);
+    }
     o->prompt_tokens = t->prompt_tokens;
     o->completion_tokens = t->completion_tokens - (uint32_t)(t->token_ids.n - used);
     o->cached_tokens = t->cached_tokens;

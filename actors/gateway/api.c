@@ -1,7 +1,11 @@
 // api — see api.h.
 //
-// Logprobs name tokens as "token_id:<id>" (vLLM's --return-tokens-as-token-ids form): the
-// tokenizer's TextOut carries ids, not each token's text.
+// Logprobs name tokens by their text, TextOut.token_texts / top_texts: each token decoded alone
+// by the detokenizer, so a token that is part of a UTF-8 character reads U+FFFD (vLLM's form, not
+// OpenAI's "bytes:\xNN"); chat's `bytes` are that text's UTF-8 bytes, as vLLM gives them. Without
+// texts (an older detokenizer, out of memory) a token is "token_id:<id>" (vLLM's
+// --return-tokens-as-token-ids form). Known limit: a completions top_logprobs key ends at a NUL
+// byte of the token's text (object keys are C strings here).
 //
 // Requests are parsed with jansson, which keeps each string's length: a prompt, stop string or
 // chat content with a NUL ("a\u0000b") reaches the tokenizer whole, as HF tokenizers see it.
@@ -588,7 +592,35 @@ static int s_append(void **items, size_t *count, const void *v, size_t n, size_t
 }
 #define S_APPEND(arr, src) s_append((void **)&(arr)->v, &(arr)->n, (src).v, (src).n, sizeof *(arr)->v)
 
+static void s_texts_free(ls_texts_t *t) {
+    for (size_t i = 0; i < t->n; i++)
+        free(t->v[i].s);
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+// Appends copies of src's texts (the TextOut keeps its own). 0, or -1 out of memory.
+static int s_texts_add(ls_texts_t *dst, const ls_texts_t *src) {
+    if (!src->n)
+        return 0;
+    ls_text_t *v = realloc(dst->v, (dst->n + src->n) * sizeof *v);
+    if (!v)
+        return -1;
+    dst->v = v;
+    for (size_t i = 0; i < src->n; i++) {
+        if (!(v[dst->n] = ls_msg_textdup(src->v[i].s ? src->v[i].s : "", src->v[i].len)).s)
+            return -1;
+        dst->n++;
+    }
+    return 0;
+}
+
 int gw_choice_add(gw_choice_t *c, const ls_msg_text_out_t *t) {
+    // Texts name tokens only while every piece had one per id.
+    if (t->token_texts.n != t->token_ids.n || t->top_texts.n != t->top_ids.n)
+        c->texts_partial = true;
+    if (!c->texts_partial && (s_texts_add(&c->texts, &t->token_texts) < 0 || s_texts_add(&c->top_texts, &t->top_texts) < 0))
+        return -1;
     if ((t->text.len && gw_buf_add(&c->text, t->text.s, t->text.len) < 0) ||
         S_APPEND(&c->ids, t->token_ids) < 0 || S_APPEND(&c->lps, t->logprobs) < 0 ||
         S_APPEND(&c->top_ids, t->top_ids) < 0 || S_APPEND(&c->top_lps, t->top_logprobs) < 0)
@@ -611,6 +643,8 @@ void gw_choice_clear(gw_choice_t *c) {
     free(c->lps.v);
     free(c->top_ids.v);
     free(c->top_lps.v);
+    s_texts_free(&c->texts);
+    s_texts_free(&c->top_texts);
     free(c->matched_stop.s);
     memset(c, 0, sizeof *c);
 }
@@ -618,12 +652,11 @@ void gw_choice_clear(gw_choice_t *c) {
 // Generated text may hold NUL bytes, which cJSON's strings end at: it is written as a JSON
 // string literal of its own (NUL as \u0000), put in as raw JSON. Other bytes are escaped as cJSON
 // escapes them (quotes, backslashes, control characters) or copied as they are.
-static void s_add_text(cJSON *o, const char *key, const char *s, size_t len) {
+// The JSON string literal of len bytes of s (malloc'ed), or NULL out of memory.
+static char *s_text_literal(const char *s, size_t len) {
     char *lit = malloc(6 * len + 3), *p = lit;
-    if (!lit) {
-        cJSON_AddNullToObject(o, key);
-        return;
-    }
+    if (!lit)
+        return NULL;
     *p++ = '"';
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -638,8 +671,25 @@ static void s_add_text(cJSON *o, const char *key, const char *s, size_t len) {
     }
     *p++ = '"';
     *p = 0;
+    return lit;
+}
+
+static void s_add_text(cJSON *o, const char *key, const char *s, size_t len) {
+    char *lit = s_text_literal(s, len);
+    if (!lit) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
     cJSON_AddRawToObject(o, key, lit);
     free(lit);
+}
+
+// A JSON string item of len bytes of s (NUL bytes kept), for arrays.
+static cJSON *s_text_item(const char *s, size_t len) {
+    char *lit = s_text_literal(s, len);
+    cJSON *item = lit ? cJSON_CreateRaw(lit) : cJSON_CreateNull();
+    free(lit);
+    return item;
 }
 
 static void s_add_buf(cJSON *o, const char *key, const gw_buf_t *b) { s_add_text(o, key, b->d, b->d ? b->n : 0); }
@@ -662,29 +712,66 @@ static void s_add_finish(cJSON *o, uint32_t finish) {
         cJSON_AddNullToObject(o, "finish_reason");
 }
 
-static void s_token_name(char *out, size_t cap, int32_t id) { snprintf(out, cap, "token_id:%d", (int)id); }
+// One token's name: its text when the detokenizer gave one, else "token_id:<id>".
+typedef struct {
+    const char *s;
+    size_t len;
+    char id[32];
+} s_name_t;
 
-// OpenAI logprobs of tokens [0, n): completions' or chat's shape.
-static cJSON *s_openai_logprobs(const gw_gen_t *g, const int32_t *ids, const float *lps, const int32_t *top_ids,
-                                const float *top_lps, size_t n) {
-    size_t k = (size_t)g->top_logprobs;
-    char name[32];
+static void s_token_name(s_name_t *out, int32_t id, const ls_text_t *text) {
+    if (text && text->s) {
+        out->s = text->s;
+        out->len = text->len;
+        return;
+    }
+    out->len = (size_t)snprintf(out->id, sizeof out->id, "token_id:%d", (int)id);
+    out->s = out->id;
+}
+
+// Chat's `bytes`: the UTF-8 bytes of the token's text; null when the token is named by id.
+static cJSON *s_token_bytes(const ls_text_t *text) {
+    if (!text || !text->s)
+        return cJSON_CreateNull();
+    cJSON *b = cJSON_CreateArray();
+    for (size_t i = 0; i < text->len; i++)
+        cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)text->s[i]));
+    return b;
+}
+
+// The tokens of one answer or piece: ids[n], their logprobs, the top k alternatives of each
+// (flattened [n][k]) and everyone's texts (NULL: named by id).
+typedef struct {
+    size_t n, k;
+    const int32_t *ids;
+    const float *lps;  // NULL: 0
+    const int32_t *top_ids;  // NULL: no alternatives
+    const float *top_lps;
+    const ls_text_t *texts, *top_texts;
+} s_lp_view_t;
+
+// OpenAI logprobs of a view: completions' or chat's shape.
+static cJSON *s_openai_logprobs(const gw_gen_t *g, const s_lp_view_t *v) {
+    size_t k = v->k;
+    s_name_t name;
     cJSON *lp = cJSON_CreateObject();
     if (g->api == GW_CHAT) {
         cJSON *content = cJSON_AddArrayToObject(lp, "content");
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < v->n; i++) {
             cJSON *e = cJSON_CreateObject();
-            s_token_name(name, sizeof name, ids[i]);
-            cJSON_AddStringToObject(e, "token", name);
-            cJSON_AddNumberToObject(e, "logprob", lps ? lps[i] : 0);
-            cJSON_AddNullToObject(e, "bytes");
+            const ls_text_t *text = v->texts ? &v->texts[i] : NULL;
+            s_token_name(&name, v->ids[i], text);
+            s_add_text(e, "token", name.s, name.len);
+            cJSON_AddNumberToObject(e, "logprob", v->lps ? v->lps[i] : 0);
+            cJSON_AddItemToObject(e, "bytes", s_token_bytes(text));
             cJSON *tops = cJSON_AddArrayToObject(e, "top_logprobs");
-            for (size_t j = 0; top_ids && j < k; j++) {
+            for (size_t j = 0; v->top_ids && j < k; j++) {
                 cJSON *t = cJSON_CreateObject();
-                s_token_name(name, sizeof name, top_ids[i * k + j]);
-                cJSON_AddStringToObject(t, "token", name);
-                cJSON_AddNumberToObject(t, "logprob", top_lps[i * k + j]);
-                cJSON_AddNullToObject(t, "bytes");
+                const ls_text_t *tt = v->top_texts ? &v->top_texts[i * k + j] : NULL;
+                s_token_name(&name, v->top_ids[i * k + j], tt);
+                s_add_text(t, "token", name.s, name.len);
+                cJSON_AddNumberToObject(t, "logprob", v->top_lps[i * k + j]);
+                cJSON_AddItemToObject(t, "bytes", s_token_bytes(tt));
                 cJSON_AddItemToArray(tops, t);
             }
             cJSON_AddItemToArray(content, e);
@@ -697,15 +784,16 @@ static cJSON *s_openai_logprobs(const gw_gen_t *g, const int32_t *ids, const flo
     cJSON *tops = k ? cJSON_AddArrayToObject(lp, "top_logprobs") : NULL;
     if (!k)
         cJSON_AddNullToObject(lp, "top_logprobs");
-    for (size_t i = 0; i < n; i++) {
-        s_token_name(name, sizeof name, ids[i]);
-        cJSON_AddItemToArray(tokens, cJSON_CreateString(name));
-        cJSON_AddItemToArray(token_lps, cJSON_CreateNumber(lps ? lps[i] : 0));
+    for (size_t i = 0; i < v->n; i++) {
+        s_token_name(&name, v->ids[i], v->texts ? &v->texts[i] : NULL);
+        cJSON_AddItemToArray(tokens, s_text_item(name.s, name.len));
+        cJSON_AddItemToArray(token_lps, cJSON_CreateNumber(v->lps ? v->lps[i] : 0));
         if (tops) {
             cJSON *t = cJSON_CreateObject();
-            for (size_t j = 0; top_ids && j < k; j++) {
-                s_token_name(name, sizeof name, top_ids[i * k + j]);
-                cJSON_AddNumberToObject(t, name, top_lps[i * k + j]);
+            for (size_t j = 0; v->top_ids && j < k; j++) {
+                s_token_name(&name, v->top_ids[i * k + j], v->top_texts ? &v->top_texts[i * k + j] : NULL);
+                // cJSON escapes keys; one ends at a NUL byte of the text (the header's known limit).
+                cJSON_AddNumberToObject(t, name.s, v->top_lps[i * k + j]);
             }
             cJSON_AddItemToArray(tops, t);
         }
@@ -713,15 +801,19 @@ static cJSON *s_openai_logprobs(const gw_gen_t *g, const int32_t *ids, const flo
     return lp;
 }
 
-// The logprobs of a choice, or of one TextOut's piece; JSON null when not asked for.
+// The logprobs of a choice, or of one TextOut's piece; JSON null when not asked for. Texts are
+// used only when there is one per id.
 static cJSON *s_logprobs_of(const gw_gen_t *g, const ls_i32s_t *ids, const ls_f32s_t *lps, const ls_i32s_t *top_ids,
-                            const ls_f32s_t *top_lps) {
+                            const ls_f32s_t *top_lps, const ls_texts_t *texts, const ls_texts_t *top_texts) {
     if (!g->logprobs)
         return cJSON_CreateNull();
-    size_t n = ids->n;
-    size_t k = (size_t)g->top_logprobs;
-    const int32_t *ti = k && top_ids->n >= n * k ? top_ids->v : NULL;
-    return s_openai_logprobs(g, ids->v, lps->n >= n ? lps->v : NULL, ti, ti ? top_lps->v : NULL, n);
+    s_lp_view_t v = {.n = ids->n, .k = (size_t)g->top_logprobs, .ids = ids->v};
+    v.lps = lps->n >= v.n ? lps->v : NULL;
+    v.top_ids = v.k && top_ids->n >= v.n * v.k ? top_ids->v : NULL;
+    v.top_lps = v.top_ids ? top_lps->v : NULL;
+    v.texts = texts->n == v.n ? texts->v : NULL;
+    v.top_texts = v.top_ids && top_texts->n == top_ids->n ? top_texts->v : NULL;
+    return s_openai_logprobs(g, &v);
 }
 
 static cJSON *s_usage(const gw_gen_t *g, const gw_choice_t *ch) {
@@ -832,7 +924,9 @@ char *gw_answer_json(const gw_gen_t *g, const char *id, long created, const gw_c
             s_add_buf(m, "content", &c->text);
         } else
             s_add_buf(e, "text", &c->text);
-        cJSON_AddItemToObject(e, "logprobs", s_logprobs_of(g, &c->ids, &c->lps, &c->top_ids, &c->top_lps));
+        cJSON_AddItemToObject(e, "logprobs", s_logprobs_of(g, &c->ids, &c->lps, &c->top_ids, &c->top_lps,
+                                                           c->texts_partial ? &(ls_texts_t){0} : &c->texts,
+                                                           c->texts_partial ? &(ls_texts_t){0} : &c->top_texts));
         s_add_finish(e, c->finish);
         if (c->matched_stop.s)
             s_add_text(e, "stop_reason", c->matched_stop.s, c->matched_stop.len);
@@ -861,7 +955,8 @@ char *gw_answer_chunk(const gw_gen_t *g, const char *id, long created, size_t in
             s_add_text(d, "content", t->text.s, t->text.len);
     } else
         s_add_text(e, "text", t->text.s, t->text.len);
-    cJSON_AddItemToObject(e, "logprobs", s_logprobs_of(g, &t->token_ids, &t->logprobs, &t->top_ids, &t->top_logprobs));
+    cJSON_AddItemToObject(e, "logprobs", s_logprobs_of(g, &t->token_ids, &t->logprobs, &t->top_ids, &t->top_logprobs,
+                                                       &t->token_texts, &t->top_texts));
     s_add_finish(e, t->finish);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), e);
     if (g->include_usage)

@@ -45,6 +45,8 @@ typedef struct {
     ls_f32s_t lps;
     ls_i32s_t top_ids;
     ls_f32s_t top_lps;
+    ls_texts_t texts, top_texts;  // the tokens' texts (TextOut.token_texts, top_texts); names by id when short
+    bool texts_partial;           // a piece came without texts: the arrays no longer line up with ids
     uint32_t finish;  // FinishReason; NONE while it runs
     ls_text_t matched_stop;  // s NULL: none
     uint32_t prompt_tokens, completion_tokens, cached_tokens;

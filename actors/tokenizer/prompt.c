@@ -297,6 +297,25 @@ static int s_grow(void **v, size_t *cap, size_t need, size_t elem) {
          ? -1                                                                                             \
          : ((src).n ? memcpy((dst).v + (dst).n, (src).v, (src).n * sizeof *(dst).v) : NULL, (dst).n += (src).n, 0))
 
+static void s_texts_free(ls_texts_t *t) {
+    for (size_t i = 0; i < t->n; i++)
+        free(t->v[i].s);
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+// Appends copies of src's texts: the piece keeps its own.
+static int s_texts_add(ls_texts_t *dst, size_t *cap, const ls_texts_t *src) {
+    if (s_grow((void **)&dst->v, cap, dst->n + src->n, sizeof *dst->v) < 0)
+        return -1;
+    for (size_t i = 0; i < src->n; i++) {
+        if (!(dst->v[dst->n] = ls_msg_textdup(src->v[i].s ? src->v[i].s : "", src->v[i].len)).s)
+            return -1;
+        dst->n++;
+    }
+    return 0;
+}
+
 int tcollect_add(tcollect_t *c, const ls_msg_text_out_t *piece) {
     size_t n = piece->text.len;  // NUL bytes of the text included
     if (s_grow((void **)&c->text, &c->cap, c->len + n + 1, 1) < 0)
@@ -309,6 +328,12 @@ int tcollect_add(tcollect_t *c, const ls_msg_text_out_t *piece) {
         S_APPEND(c->top_ids, c->tid_cap, piece->top_ids) < 0 ||
         S_APPEND(c->top_logprobs, c->tlp_cap, piece->top_logprobs) < 0)
         return -1;
+    // Texts name tokens only when every piece had one per id: the arrays stay aligned.
+    if (piece->token_texts.n != piece->token_ids.n || piece->top_texts.n != piece->top_ids.n)
+        c->texts_partial = true;
+    if (!c->texts_partial && (s_texts_add(&c->token_texts, &c->tt_cap, &piece->token_texts) < 0 ||
+                              s_texts_add(&c->top_texts, &c->tpt_cap, &piece->top_texts) < 0))
+        return -1;
     return 0;
 }
 
@@ -318,6 +343,14 @@ void tcollect_take(tcollect_t *c, ls_msg_text_out_t *final) {
     free(final->logprobs.v);
     free(final->top_ids.v);
     free(final->top_logprobs.v);
+    s_texts_free(&final->token_texts);
+    s_texts_free(&final->top_texts);
+    if (c->texts_partial) {
+        s_texts_free(&c->token_texts);
+        s_texts_free(&c->top_texts);
+    }
+    final->token_texts = c->token_texts;
+    final->top_texts = c->top_texts;
     final->text = c->text ? (ls_text_t){c->text, c->len} : ls_msg_textdup("", 0);
     final->token_ids = c->ids;
     final->logprobs = c->logprobs;
@@ -332,5 +365,7 @@ void tcollect_free(tcollect_t *c) {
     free(c->logprobs.v);
     free(c->top_ids.v);
     free(c->top_logprobs.v);
+    s_texts_free(&c->token_texts);
+    s_texts_free(&c->top_texts);
     memset(c, 0, sizeof *c);
 }

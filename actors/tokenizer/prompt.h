@@ -42,10 +42,12 @@ typedef struct {
     size_t len, cap;
     ls_i32s_t ids, top_ids;
     ls_f32s_t logprobs, top_logprobs;
-    size_t ids_cap, lp_cap, tid_cap, tlp_cap;
+    ls_texts_t token_texts, top_texts;  // copies; dropped (ids named by number) if a piece lacked them
+    size_t ids_cap, lp_cap, tid_cap, tlp_cap, tt_cap, tpt_cap;
+    bool texts_partial;
 } tcollect_t;
 
-// Appends piece's text, token ids, logprobs and top alternatives. 0, or -1 out of memory.
+// Appends piece's text, token ids, logprobs, top alternatives and their texts. 0, or -1 out of memory.
 int tcollect_add(tcollect_t *c, const ls_msg_text_out_t *piece);
 // Moves everything collected into *final (replacing its text and arrays) and empties c.
 void tcollect_take(tcollect_t *c, ls_msg_text_out_t *final);

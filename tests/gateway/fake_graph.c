@@ -40,8 +40,16 @@ static void s_send(zsock_t *router, zframe_t *identity, ls_msg_t *m) {
     ls_msg_clear(m);
 }
 
+// The fake vocabulary: token id N reads "tN" (TextOut.token_texts, top_texts).
+static ls_text_t s_tok_text(int32_t id) {
+    char b[32];
+    return ls_msg_textdup(b, (size_t)snprintf(b, sizeof b, "t%d", (int)id));
+}
+
+// With texts false the tokens come without their texts, as from a detokenizer that could not
+// decode them: the gateway names them by id.
 static void s_text(zsock_t *router, zframe_t *id, uint64_t rid, uint32_t index, const char *text, int ntok,
-                   int first_tok, uint32_t k, uint32_t finish, uint32_t prompt, uint32_t done) {
+                   int first_tok, uint32_t k, uint32_t finish, uint32_t prompt, uint32_t done, bool texts) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_TEXT_OUT);
     m.rid = rid;
@@ -67,6 +75,14 @@ static void s_text(zsock_t *router, zframe_t *id, uint64_t rid, uint32_t index, 
                 t->top_ids.v[i * k + j] = 100 + first_tok + i + (int)j;
                 t->top_logprobs.v[i * k + j] = t->logprobs.v[i] - (float)j;
             }
+        }
+        if (texts) {
+            t->token_texts.v = calloc(t->token_ids.n, sizeof(ls_text_t));
+            t->top_texts.v = t->top_ids.n ? calloc(t->top_ids.n, sizeof(ls_text_t)) : NULL;
+            for (size_t i = 0; i < t->token_ids.n; i++)
+                t->token_texts.v[t->token_texts.n++] = s_tok_text(t->token_ids.v[i]);
+            for (size_t i = 0; i < t->top_ids.n; i++)
+                t->top_texts.v[t->top_texts.n++] = s_tok_text(t->top_ids.v[i]);
         }
     }
     s_send(router, id, &m);
@@ -120,7 +136,7 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
         return;
     }
     if (g->text.s && !strcmp(g->text.s, "hang")) {
-        s_text(router, id, req->rid, 0, " hi", 1, 0, k, LS_FINISH_REASON_NONE, prompt, 1);
+        s_text(router, id, req->rid, 0, " hi", 1, 0, k, LS_FINISH_REASON_NONE, prompt, 1, true);
         *hang_rid = req->rid;
         return;
     }
@@ -131,15 +147,17 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
     int ntok = max < 2 ? (int)max : 2;
     uint32_t finish = ntok < 2 ? LS_FINISH_REASON_LENGTH : LS_FINISH_REASON_STOP;
     uint32_t n = g->sampling.n ? g->sampling.n : 1;
+    bool texts = !(g->text.s && !strcmp(g->text.s, "bc"));  // prompt "bc": tokens without texts
     for (uint32_t i = 0; i < n; i++) {
         if (g->stream) {
             for (int p = 0; p < ntok; p++)
-                s_text(router, id, req->rid, i, pieces[p], 1, p, k, LS_FINISH_REASON_NONE, prompt, (uint32_t)p + 1);
-            s_text(router, id, req->rid, i, "", 0, 0, 0, finish, prompt, (uint32_t)ntok);
+                s_text(router, id, req->rid, i, pieces[p], 1, p, k, LS_FINISH_REASON_NONE, prompt, (uint32_t)p + 1,
+                       texts);
+            s_text(router, id, req->rid, i, "", 0, 0, 0, finish, prompt, (uint32_t)ntok, texts);
         } else {
             char all[200];
             snprintf(all, sizeof all, "%s%s", ntok > 0 ? pieces[0] : "", ntok > 1 ? pieces[1] : "");
-            s_text(router, id, req->rid, i, all, ntok, 0, k, finish, prompt, (uint32_t)ntok);
+            s_text(router, id, req->rid, i, all, ntok, 0, k, finish, prompt, (uint32_t)ntok, texts);
         }
     }
 }
@@ -301,7 +319,7 @@ static void s_actor(zsock_t *pipe, void *arg) {
                 s_aborts++;
                 pthread_mutex_unlock(&s_lock);
                 if (req.rid == hang_rid && hang_id) {
-                    s_text(tok, hang_id, hang_rid, 0, "", 0, 0, 0, LS_FINISH_REASON_ABORT, 4, 1);
+                    s_text(tok, hang_id, hang_rid, 0, "", 0, 0, 0, LS_FINISH_REASON_ABORT, 4, 1, true);
                     hang_rid = 0;
                 }
             } else if (req.type == LS_MSG_GET_METRICS)

@@ -56,6 +56,35 @@ for (const [model, expected] of Object.entries(want)) {
   for await (const chunk of await client.chat.completions.create({ ...common, messages, stream: true })) text += chunk.choices[0]?.delta?.content ?? '';
   check(`${model} streamed chat`, text, expected);
 }
+// Logprobs name tokens by their text, as OpenAI and vLLM do: the tokens, concatenated, are the
+// generated text (ASCII on the demo model), and the alternatives are texts too, never ids.
+const isText = (t) => typeof t === 'string' && !t.startsWith('token_id:');
+for (const model of ['demo', 'reverse']) {
+  const expected = want[model];
+  const common = { model, temperature: 0, max_tokens: 24 };
+  const c = await client.completions.create({ ...common, prompt, logprobs: 2 });
+  const lp = c.choices[0].logprobs;
+  check(`${model} logprobs tokens`, lp.tokens.join(''), expected);
+  check(`${model} logprobs top keys`, lp.top_logprobs.every((o) => Object.keys(o).length >= 1 && Object.keys(o).every(isText)), true);
+  let text = '', toks = '';
+  for await (const chunk of await client.completions.create({ ...common, prompt, logprobs: 2, stream: true })) {
+    text += chunk.choices[0]?.text ?? '';
+    toks += (chunk.choices[0]?.logprobs?.tokens ?? []).join('');
+  }
+  check(`${model} streamed logprobs tokens`, toks, text);
+  check(`${model} streamed logprobs text`, text, expected);
+
+  const messages = [{ role: 'user', content: prompt }];
+  const chat = await client.chat.completions.create({ ...common, messages, logprobs: true, top_logprobs: 2 });
+  const content = chat.choices[0].logprobs.content;
+  check(`${model} chat logprobs tokens`, content.map((e) => e.token).join(''), expected);
+  check(`${model} chat logprobs bytes`, content.every((e) => Buffer.from(e.bytes).toString('utf8') === e.token), true);
+  check(`${model} chat top_logprobs`, content.every((e) => e.top_logprobs.length === 2 && e.top_logprobs.every((t) => isText(t.token))), true);
+  toks = '';
+  for await (const chunk of await client.chat.completions.create({ ...common, messages, logprobs: true, top_logprobs: 1, stream: true }))
+    toks += (chunk.choices[0]?.logprobs?.content ?? []).map((e) => e.token).join('');
+  check(`${model} streamed chat logprobs tokens`, toks, expected);
+}
 // "base:adapter" names an adapter too.
 const c = await client.completions.create({ model: 'demo:upper', prompt, temperature: 0, max_tokens: 24 });
 check('demo:upper completion', c.choices[0].text, want.upper);

@@ -336,9 +336,12 @@ static void test_completions(void **state) {
         snprintf(path, sizeof path, "choices.%d.finish_reason", i);
         assert_string_equal(s_str(j, path), "length");
     }
-    assert_string_equal(s_str(j, "choices.0.logprobs.tokens.0"), "token_id:100");
+    // Tokens are named by the detokenizer's texts ("tN" in the fake graph), by id without them.
+    assert_string_equal(s_str(j, "choices.0.logprobs.tokens.0"), "t100");
     assert_true(s_num(j, "choices.0.logprobs.token_logprobs.0") == -0.5);
-    assert_true(s_num(j, "choices.0.logprobs.top_logprobs.0.token_id:101") == -1.5);
+    assert_true(s_num(j, "choices.0.logprobs.top_logprobs.0.t101") == -1.5);
+    assert_string_equal(s_str(j, "choices.2.logprobs.tokens.0"), "token_id:100");
+    assert_true(s_num(j, "choices.2.logprobs.top_logprobs.0.token_id:101") == -1.5);
     assert_int_equal((int)s_num(j, "usage.prompt_tokens"), 3);
     assert_int_equal((int)s_num(j, "usage.completion_tokens"), 4);
     cJSON_Delete(j);
@@ -392,6 +395,12 @@ static void test_completions(void **state) {
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"nul\"}],\"stream\":true}",
          {"\"content\":\"a\\u0000b\"", "\"finish_reason\":\"stop\""}},
         {"/generate", "{\"text\":\"nul\"}", {"\"text\":\"a\\u0000b\"", "\"matched\":\"\\u0000x\""}},
+        // Streamed logprobs name each piece's tokens by their texts too.
+        {"/v1/completions", "{\"prompt\":\"p\",\"stream\":true,\"logprobs\":1}",
+         {"\"tokens\":[\"t100\"]", "\"top_logprobs\":[{\"t101\":"}},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"p\"}],\"stream\":true,\"logprobs\":true,\"top_logprobs\":1}",
+         {"\"token\":\"t101\",\"logprob\":-1,\"bytes\":[116,49,48,49]", "\"top_logprobs\":[{\"token\":\"t100\""}},
     };
     for (size_t i = 0; i < sizeof nul / sizeof *nul; i++) {
         s_call(s_gw.port, "POST", nul[i].path, nul[i].body, NULL, &r);
@@ -441,8 +450,12 @@ static void test_chat(void **state) {
     assert_true(!strncmp(s_str(j, "id"), "chatcmpl-", 9));
     assert_string_equal(s_str(j, "choices.0.message.role"), "assistant");
     assert_string_equal(s_str(j, "choices.0.message.content"), " chat:reverse ok");
-    assert_string_equal(s_str(j, "choices.0.logprobs.content.1.token"), "token_id:101");
-    assert_string_equal(s_str(j, "choices.0.logprobs.content.1.top_logprobs.0.token"), "token_id:101");
+    assert_string_equal(s_str(j, "choices.0.logprobs.content.1.token"), "t101");
+    assert_string_equal(s_str(j, "choices.0.logprobs.content.1.top_logprobs.0.token"), "t101");
+    // bytes: the UTF-8 bytes of the token's text, "t101".
+    assert_int_equal(cJSON_GetArraySize(s_at(j, "choices.0.logprobs.content.1.bytes")), 4);
+    assert_int_equal((int)s_num(j, "choices.0.logprobs.content.1.bytes.0"), 't');
+    assert_int_equal((int)s_num(j, "choices.0.logprobs.content.1.top_logprobs.0.bytes.3"), '1');
     assert_int_equal((int)s_num(j, "usage.prompt_tokens"), 7);
     cJSON_Delete(j);
     ls_msg_t m;
