@@ -685,6 +685,18 @@ int ls_msg_decode(const void *buf, size_t len, ls_msg_t *m, ls_msgerr_t *err) {
     return status;
 }
 
+int ls_msg_copy(ls_msg_t *dst, const ls_msg_t *src) {
+    char *buf;
+    size_t len;
+    if (ls_msg_encode(src, &buf, &len) < 0) {
+        memset(dst, 0, sizeof *dst);
+        return -1;
+    }
+    int rc = ls_msg_decode(buf, len, dst, NULL);
+    free(buf);
+    return rc;
+}
+
 //  --------------------------------------------------------------------------
 //  Compare
 

@@ -78,6 +78,11 @@ int ls_msg_encode (const ls_msg_t *m, char **buf, size_t *len);
 //  asserts; allocations stay below a small multiple of len (see ls_msg.c).
 int ls_msg_decode (const void *buf, size_t len, ls_msg_t *m, ls_msgerr_t *err);
 
+//  A deep copy of src into dst (an output only, as for ls_msg_decode), through the codec, which
+//  owns every field's layout. Returns 0, or -1 (out of memory, or src not encodable) with dst
+//  cleared.
+int ls_msg_copy (ls_msg_t *dst, const ls_msg_t *src);
+
 //  "GenerateReq" for LS_MSG_GENERATE_REQ; NULL if unknown.
 const char *ls_msg_type_name (int type);
 //  LS_MSG_GENERATE_REQ for "GenerateReq"; -1 if unknown.

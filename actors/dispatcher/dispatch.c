@@ -3,12 +3,14 @@
 
 #include <czmq.h>
 
-#include "ls_log.h"
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ls_hash.h"
+#include "ls_log.h"
 
 // Fan-out rids (the dispatcher's own, one per command sent to the groups) carry this bit, so
 // an answer is told from a request's Error by its rid alone; the tokenizer's request rids
@@ -177,38 +179,18 @@ static void s_error(disp_t *self, void *reply, uint64_t rid, uint32_t code, uint
     ls_msg_clear(&m);
 }
 
-// A deep copy through the codec: the messages have no copy function of their own.
-static int s_copy(ls_msg_t *dst, const ls_msg_t *src) {
-    char *buf;
-    size_t len;
-    ls_msgerr_t err;
-    ls_msg_init(dst, src->type);
-    if (ls_msg_encode(src, &buf, &len) < 0)
-        return -1;
-    int rc = ls_msg_decode(buf, len, dst, &err);
-    free(buf);
-    return rc;
-}
-
 // ---------------------------------------------------------------------------------------------
 // requests
-
-static uint64_t s_fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
 
 // The prefix keys of a prompt: one per whole block up to S_PREFIX_BLOCKS, each covering the
 // adapter and every token before its block's end (KV depends on every earlier token, and
 // KV is never shared between adapters). Returns how many.
 static int s_prefix_keys(const disp_t *self, const char *adapter_id, const ls_i32s_t *ids, uint64_t *keys) {
-    uint64_t h = s_fnv(0xcbf29ce484222325ull, adapter_id ? adapter_id : "", adapter_id ? strlen(adapter_id) + 1 : 1);
+    uint64_t h = ls_hash_fnv1a(LS_HASH_FNV_BASIS, adapter_id ? adapter_id : "", adapter_id ? strlen(adapter_id) + 1 : 1);
     size_t bs = (size_t)self->cfg.block_size;
     int n = 0;
     for (size_t end = bs; end <= ids->n && n < S_PREFIX_BLOCKS; end += bs) {
-        h = s_fnv(h, ids->v + end - bs, bs * sizeof *ids->v);
+        h = ls_hash_fnv1a(h, ids->v + end - bs, bs * sizeof *ids->v);
         keys[n++] = h;
     }
     return n;
@@ -400,7 +382,7 @@ static void s_send_untracked(disp_t *self, int g, const ls_msg_t *cmd, ls_msg_ty
     } else {
         uint64_t rid = m.rid;
         ls_msg_clear(&m);
-        if (s_copy(&m, cmd) == 0) {
+        if (ls_msg_copy(&m, cmd) == 0) {
             m.rid = rid;
             s_emit(self, DISP_TO_GROUP, g, NULL, &m);
         }
@@ -427,7 +409,7 @@ static void s_adapter_forget(disp_t *self, const char *id) {
 static void s_adapter_keep(disp_t *self, const ls_msg_t *cmd) {
     s_adapter_forget(self, cmd->u.load_adapter.adapter_id);
     ls_msg_t *v = realloc(self->adapters, (self->nadapters + 1) * sizeof *v);
-    if (!v || s_copy(&v[self->nadapters], cmd) < 0) {
+    if (!v || ls_msg_copy(&v[self->nadapters], cmd) < 0) {
         if (v)
             self->adapters = v;
         ls_error(cmd->rid, "out of memory: a restarted group will not have adapter %s", cmd->u.load_adapter.name);
@@ -679,7 +661,7 @@ static void s_group_lost(disp_t *self, uint64_t now, int g, const char *why) {
 static void s_group_reload(disp_t *self, int g) {
     for (size_t i = 0; i < self->nadapters; i++) {
         op_t *op = s_op_new(self, S_OP_RELOAD, NULL, 0);
-        if (!op || s_copy(&op->cmd, &self->adapters[i]) < 0) {
+        if (!op || ls_msg_copy(&op->cmd, &self->adapters[i]) < 0) {
             ls_error(0, "out of memory reloading group %d", g);
             continue;
         }

@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ls_log.h"
+#include "ls_hash.h"
 #include "ls_limits.h"
+#include "ls_log.h"
 
 typedef struct op op_t;
 
@@ -88,22 +89,15 @@ static uint64_t s_mix(uint64_t h) {
     return h ^ (h >> 31);
 }
 
-static uint64_t s_hash(uint64_t h, const void *data, size_t len) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;  // FNV-1a
-    return h;
-}
-
 void reg_id_derive(const char *name, const char *path, uint64_t counter, uint64_t now_ns, char *out) {
-    uint64_t h[2] = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
+    uint64_t h[2] = {LS_HASH_FNV_BASIS, 0x84222325cbf29ce4ull};
     unsigned char b[16];
     for (int k = 0; k < 2; k++) {
         // NUL terminators separate the fields so ("ab","c") and ("a","bc") differ.
-        h[k] = s_hash(h[k], name ? name : "", strlen(name ? name : "") + 1);
-        h[k] = s_hash(h[k], path ? path : "", strlen(path ? path : "") + 1);
-        h[k] = s_hash(h[k], &counter, sizeof counter);
-        h[k] = s_mix(s_hash(h[k], &now_ns, sizeof now_ns));
+        h[k] = ls_hash_fnv1a(h[k], name ? name : "", strlen(name ? name : "") + 1);
+        h[k] = ls_hash_fnv1a(h[k], path ? path : "", strlen(path ? path : "") + 1);
+        h[k] = ls_hash_fnv1a(h[k], &counter, sizeof counter);
+        h[k] = s_mix(ls_hash_fnv1a(h[k], &now_ns, sizeof now_ns));
         for (int i = 0; i < 8; i++)
             b[k * 8 + i] = (unsigned char)(h[k] >> (8 * i));
     }

@@ -68,17 +68,6 @@ static uint8_t *s_frame(const ls_msg_t *m, size_t *len) {
     return rec;
 }
 
-// A deep copy of a small record, through the codec.
-static int s_copy(const ls_msg_t *m, ls_msg_t *out) {
-    char *body;
-    size_t blen;
-    if (ls_msg_encode(m, &body, &blen) < 0)
-        return -1;
-    int rc = ls_msg_decode(body, blen, out, NULL);
-    free(body);
-    return rc;
-}
-
 // ---------------------------------------------------------------------------------------------
 // the live set
 
@@ -368,7 +357,7 @@ journal_t *journal_open(const char *dir, ls_msg_t **live, size_t *n_live, char *
         return NULL;
     }
     for (size_t i = 0; i < self->n_live; i++)
-        if (s_copy(&self->live[i], &(*live)[i]) < 0) {
+        if (ls_msg_copy(&(*live)[i], &self->live[i]) < 0) {
             for (size_t k = 0; k < i; k++)
                 ls_msg_clear(&(*live)[k]);
             free(*live);
@@ -418,7 +407,7 @@ int journal_append(journal_t *self, const ls_msg_t *record) {
         return -1;
     }
     self->records++;
-    if (s_copy(record, &copy) == 0)
+    if (ls_msg_copy(&copy, record) == 0)
         s_live_apply(self, &copy);
     // The record is written: a compaction that fails (the disk is full) leaves the file whole
     // and is tried again at the next append; it does not undo what is already recorded.

@@ -1,0 +1,19 @@
+// ls_hash — FNV-1a over bytes, for keys that need no more than a good spread (prefix
+// affinity, derived ids): the same value on every run and machine, so replay decides alike.
+#ifndef LS_HASH_H
+#define LS_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LS_HASH_FNV_BASIS 0xcbf29ce484222325ull
+
+// h extended by the n bytes at p (start from LS_HASH_FNV_BASIS)
+static inline uint64_t ls_hash_fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#endif
