@@ -45,6 +45,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "test_msg.h"
 #include "test_util.h"
 
 #include "ls_msg.h"
@@ -157,25 +158,10 @@ static const char *s_router(cJSON *actor) {
     return cJSON_GetObjectItem(cJSON_GetObjectItem(actor, "endpoints"), "router")->valuestring;
 }
 
-// m, encoded, as one frame on s (m is cleared); zsock_send's result.
+// m as one frame on s (tm_send), then cleared: the sends here build a message only to send it.
 static int s_send(zsock_t *s, ls_msg_t *m) {
-    char *buf;
-    size_t len;
-    assert_int_equal(ls_msg_encode(m, &buf, &len), 0);
+    int rc = tm_send(s, m);
     ls_msg_clear(m);
-    int rc = zsock_send(s, "b", buf, len);
-    free(buf);
-    return rc;
-}
-
-// The next frame on s decoded into *m: 0, or -1 when none came within the socket's timeout or
-// it does not decode.
-static int s_recv(zsock_t *s, ls_msg_t *m) {
-    zframe_t *f = zframe_recv(s);
-    if (!f)
-        return -1;
-    int rc = ls_msg_decode(zframe_data(f), zframe_size(f), m, NULL);
-    zframe_destroy(&f);
     return rc;
 }
 
@@ -187,7 +173,7 @@ static void s_poke(const char *endpoint, const char *name) {
     const char junk[] = "\xc1\xff this is not msgpack";
     assert_int_equal(zsock_send(s, "b", junk, sizeof junk), 0);
     ls_msg_t m;
-    if (s_recv(s, &m) != 0)
+    if (tm_recv(s, &m) != 0)
         fail_msg("%s did not answer a malformed message", name);
     assert_int_equal(m.type, LS_MSG_ERROR);
     assert_int_equal(m.u.error.code, LS_ERROR_CODE_MALFORMED);
@@ -196,7 +182,7 @@ static void s_poke(const char *endpoint, const char *name) {
     ls_msg_init(&m, LS_MSG_HEARTBEAT);
     m.rid = 9;
     assert_int_equal(s_send(s, &m), 0);
-    if (s_recv(s, &m) != 0)
+    if (tm_recv(s, &m) != 0)
         fail_msg("%s did not answer a ping after malformed input", name);
     assert_int_equal(m.type, LS_MSG_HEARTBEAT);
     assert_int_equal(m.rid, 9);
@@ -212,7 +198,7 @@ static int s_list_adapters(const char *registry, uint64_t rid, ls_msg_t *m) {
     ls_msg_init(m, LS_MSG_LIST_ADAPTERS);
     m->rid = rid;
     assert_int_equal(s_send(s, m), 0);
-    int rc = s_recv(s, m);
+    int rc = tm_recv(s, m);
     zsock_destroy(&s);
     if (rc == 0 && m->type != LS_MSG_ADAPTER_LIST) {
         ls_msg_clear(m);
@@ -278,7 +264,7 @@ static void s_load_outside(const char *endpoint, const char *name) {
     m.u.load_adapter.path = ls_msg_strdup(dir);
     m.u.load_adapter.slot = -1;
     assert_int_equal(s_send(s, &m), 0);
-    if (s_recv(s, &m) != 0)
+    if (tm_recv(s, &m) != 0)
         fail_msg("%s did not answer a LoadAdapter", name);
     assert_int_equal(m.type, LS_MSG_ADAPTER_LOADED);
     assert_int_equal(m.rid, 77);
@@ -668,14 +654,14 @@ static void s_check_curve(launch_t *l, cJSON *g) {
     zsock_set_rcvtimeo(keyed, 5000);
     s_send_msg(keyed, LS_MSG_HEARTBEAT, 9);
     ls_msg_t m;
-    if (s_recv(keyed, &m) != 0)
+    if (tm_recv(keyed, &m) != 0)
         fail_msg("the tokenizer did not answer a client with the graph's key");
     assert_int_equal(m.type, LS_MSG_HEARTBEAT);
     assert_int_equal(m.rid, 9);
     ls_msg_clear(&m);
     // Even with the client key, Shutdown is the launcher's alone: refused, the actor stays.
     s_send_msg(keyed, LS_MSG_SHUTDOWN, 10);
-    assert_int_equal(s_recv(keyed, &m), 0);
+    assert_int_equal(tm_recv(keyed, &m), 0);
     assert_int_equal(m.type, LS_MSG_ERROR);
     ls_msg_clear(&m);
     usleep(200000);
