@@ -11,12 +11,12 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
+source tests/gpu/bundle.sh
 out=${OUT:-$root/gpu-logs}
 mkdir -p "$out"
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 [[ -n $ncu ]] || { echo "profile.sh: no ncu on this machine"; exit 2; }
-for f in .device-bundle/lib/*.gz .device-bundle/bin/*.gz; do [[ -e $f ]] && gunzip -f "$f"; done
-chmod +x .device-bundle/bin/*
+bundle_unpack .device-bundle
 export LD_LIBRARY_PATH=$root/.device-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 ranges=${LS_PROFILE_RANGES:-base/,8 distinct/}
 args=()

@@ -2,7 +2,7 @@
 # tests/gpu/run.sh — the GPU tests (CUDA backend vs CPU backend) in one call.
 #
 #   tests/gpu/run.sh prepare   here, on the build machine (nvcc, no GPU): builds the CUDA
-#                              parts into build-cuda/ and bundles the test and benchmark
+#                              parts into $LS_BUILD_DIR (default build-cuda/) and bundles the test and benchmark
 #                              binaries with the libraries a bare GPU machine lacks into
 #                              .device-bundle/
 #   tests/gpu/run.sh prepare tp  the same with test_gpu_tp alone (for a 2-GPU kind: all
@@ -24,6 +24,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
+source tests/gpu/bundle.sh
 tests=(test_gpu_ops test_gpu_model)
 # kernels/cuda/dev: every version of each op checked against the CPU reference, then timed
 devs=(dev_shrink dev_expand dev_fused dev_attention)
@@ -34,23 +35,18 @@ tp=test_gpu_tp
 
 if [[ ${1:-} == prepare ]]; then
   set -e
-  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  build=${LS_BUILD_DIR:-build-cuda}
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   bins=("${tests[@]}" "${devs[@]}" "${benches[@]}")
   if [[ ${2:-} == tp ]]; then
-    [[ $(cmake --build build-cuda --target help) == *"$tp"* ]] ||
+    [[ $(cmake --build "$build" --target help) == *"$tp"* ]] ||
       { echo "no $tp target here (NCCL missing?)"; exit 2; }
     bins=("$tp")
   fi
-  cmake --build build-cuda -j"$(nproc)" --target "${bins[@]}"
+  cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
   rm -rf .device-bundle
-  ../shared/tools/device-bundle .device-bundle "${bins[@]/#/build-cuda/bin/}"
-  # what travels to the device is capped (64 MiB with the tree): strip the binaries and
-  # gzip the big files; the run below unpacks them
-  strip .device-bundle/bin/*
-  for f in .device-bundle/lib/* .device-bundle/bin/*; do
-    [[ $(stat -c %s "$f") -gt 4000000 ]] && gzip -9 "$f"
-  done
-  du -sh .device-bundle
+  ../shared/tools/device-bundle .device-bundle "${bins[@]/#/$build/bin/}"
+  bundle_pack .device-bundle
   exit 0
 fi
 
@@ -63,10 +59,7 @@ mkdir -p "$out"
 } | tee "$out/device.txt"
 
 if compgen -G ".device-bundle/bin/*" >/dev/null; then
-  for f in .device-bundle/lib/*.gz .device-bundle/bin/*.gz; do
-    [[ -e $f ]] && gunzip -f "$f"
-  done
-  chmod +x .device-bundle/bin/*
+  bundle_unpack .device-bundle
   export LD_LIBRARY_PATH=$root/.device-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   bindir=.device-bundle/bin
 else

@@ -44,6 +44,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 root=$PWD
+source tests/gpu/bundle.sh
 bundle=.device-serve
 bins=(loraserve-launch loraserve-gateway loraserve-tokenizer loraserve-registry loraserve-scheduler
       loraserve-worker loraserve-detokenizer loraserve-bench loraserve-make-adapters bench_serve_engine
@@ -61,12 +62,7 @@ if [[ ${1:-} == prepare ]]; then
   rm -rf "$bundle"
   ../shared/tools/device-bundle "$bundle" "${bins[@]/#/$build/bin/}"
   python3 tools/make_dummy_model.py "$bundle/model"
-  # what travels to the device is capped (64 MiB with the tree)
-  strip "$bundle"/bin/*
-  for f in "$bundle"/lib/* "$bundle"/bin/* "$bundle"/model/tokenizer.json; do
-    [[ $(stat -c %s "$f") -gt 2000000 ]] && xz -9 -T0 "$f"
-  done
-  du -sh "$bundle"
+  bundle_pack "$bundle"
   exit 0
 fi
 
@@ -76,15 +72,7 @@ dest=${OUT:-$root/serve-logs}
 out=/tmp/serve-work
 rm -rf "$out"
 mkdir -p "$out" "$dest"
-# xz may be missing there; Python's lzma is not
-python3 - "$bundle" <<'EOF'
-import glob, lzma, os, sys
-for f in glob.glob(sys.argv[1] + "/*/*.xz"):
-    with lzma.open(f) as src, open(f[:-3], "wb") as dst:
-        dst.write(src.read())
-    os.remove(f)
-EOF
-chmod +x "$bundle"/bin/*
+bundle_unpack "$bundle"
 export LD_LIBRARY_PATH=$root/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=$root/$bundle/bin
 # LS_SERVE_MODEL / _BACKEND / _LOAD_FORMAT / _PROMPTS_PER_SLOT: a smoke run of this script on a
