@@ -15,7 +15,9 @@
 // up) too.
 //
 // Several hosts (--nnodes M, one launcher per host, all given the same graph flags): each
-// launcher starts and supervises the actors placed on its node (plan_build), exactly as above.
+// launcher starts and supervises the actors placed on its node (plan_build), exactly as above;
+// a tensor-parallel group split over nodes restarts together, each launcher stopping its own
+// ranks when it hears that another node's rank is down (nodes.c).
 // Node 0's launcher holds the graph's readiness: node K's launcher ("launcher-K") connects to
 // node 0's control endpoint (--dist-init-addr) as its own control, reports each of its actors
 // Ready or down (ActorStatus) and heartbeats; node 0 sends PeerStatus to its actors and to
@@ -618,16 +620,26 @@ static void s_actor_down(launcher_actor_t *a, const char *how) {
     snprintf(reason, sizeof reason, "%s %s", a->name, how);
     nodes_announce(a, 0, reason);
     a->restart = ls_actor_timer_start(launcher_state.self, delay_ms, 0, s_restart_cb, a);
-    // The ranks of a tensor-parallel group meet at every collective: the others would wait on
-    // the lost one, so the group restarts together (its own group only, with --dp-size).
-    if (!strcmp(a->binary, "worker") && launcher_state.tp_size > 1)
-        for (int i = 0; i < launcher_state.nactors; i++) {
-            launcher_actor_t *w = &launcher_actors[i];
-            if (w != a && !strcmp(w->binary, "worker") && w->group == a->group && !w->exited && w->pid > 0) {
-                w->collateral = 1;
-                kill(w->pid, SIGKILL);
-            }
+    if (!a->collateral)
+        launcher_group_stop(a);
+}
+
+// The ranks of a tensor-parallel group meet at every collective: the others would wait on the
+// lost one, so the group restarts together (its own group only, with --dp-size). This stops
+// this node's ranks; a group across nodes loses the others when their launchers hear of the
+// loss (nodes.c). Ranks stopped so are collateral: their deaths stop nothing more.
+void launcher_group_stop(const launcher_actor_t *lost) {
+    if (strcmp(lost->binary, "worker") || launcher_state.tp_size < 2)
+        return;
+    for (int i = 0; i < launcher_state.nactors; i++) {
+        launcher_actor_t *w = &launcher_actors[i];
+        if (w != lost && !strcmp(w->binary, "worker") && w->group == lost->group && plan_local(w) && !w->exited &&
+            w->pid > 0 && !w->collateral) {
+            w->collateral = 1;
+            ls_info(0, "stopping %s (pid %d): %s of its tensor-parallel group is down", w->name, (int)w->pid, lost->name);
+            kill(w->pid, SIGKILL);
         }
+    }
 }
 
 // Every heartbeat period: a Ready actor silent past --hang-timeout-ms is hung (a stopped
@@ -805,7 +817,8 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("nnodes", &launcher_state.nnodes, "1",
                     "hosts the graph spans, one launcher each with the same graph flags (needs --transport tcp, "
                     "--node-addrs, --curve-dir): the front and groups G % nnodes == 0 on node 0, group G on node "
-                    "G % nnodes"),
+                    "G % nnodes; with more nodes than --dp-size, each group's --tp-size ranks split evenly over "
+                    "nnodes / dp-size nodes"),
         LS_FLAG_INT("node-rank", &launcher_state.node_rank, "0", "this host's node, 0..nnodes-1"),
         LS_FLAG_LIST("node-addrs", &launcher_state.node_addrs,
                      "every node's address (A B ... or A,B,...), node 0's first, the same on every node: node K's actors bind there"),
@@ -900,7 +913,11 @@ int main(int argc, char **argv) {
     }
     if (nodes_setup() < 0)
         return 2;
-    if (s_make_dirs() < 0 || plan_build() < 0 || s_fix_port() < 0 || plan_make_keys() < 0 || s_hide_api_key() < 0)
+    if (s_make_dirs() < 0)
+        return 1;
+    if (plan_build() < 0)  // a graph that cannot be placed: refused, nothing started
+        return 2;
+    if (s_fix_port() < 0 || plan_make_keys() < 0 || s_hide_api_key() < 0)
         return 1;
     if (launcher_state.nnodes > 1)
         ls_log_init(launcher_nodes[launcher_state.node_rank].launcher, LS_LOG_INFO);

@@ -24,6 +24,7 @@ typedef struct {
     int rank;
     int group;  // --dp-size > 1: the data-parallel group of a scheduler or worker; else -1
     int node;   // the node (--node-rank) that runs it
+    int device; // a worker's GPU on its node
     pid_t pid;  // this node's actors only: a remote actor is never signalled from here
     pid_t remote_pid;  // node 0: a remote actor's pid on its node, for graph.json
     int ready;
@@ -99,6 +100,7 @@ extern const size_t launcher_npass;  // entries of launcher_pass
 // launcher.c
 void launcher_stop(int status, const char *why);  // stop the graph; the launcher exits with the worst status
 void launcher_whole(void);                        // every actor this launcher counts is Ready: say so
+void launcher_group_stop(const launcher_actor_t *lost);  // a worker is lost: stop this node's other ranks of its group
 
 // plan.c
 int plan_build(void);

@@ -24,7 +24,7 @@ static void s_forward_status(const ls_msg_t *m) {
     }
 }
 
-static void s_broadcast_status(const launcher_actor_t *a, int up, const char *reason) {
+static void s_broadcast_status(const launcher_actor_t *a, int up, int collateral, const char *reason) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_PEER_STATUS);
     m.u.peer_status.actor = ls_msg_strdup(a->name);
@@ -32,6 +32,7 @@ static void s_broadcast_status(const launcher_actor_t *a, int up, const char *re
     m.u.peer_status.restarts = (uint32_t)a->restarts;
     m.u.peer_status.graph_ready = launcher_state.nready == launcher_state.nactors;
     m.u.peer_status.reason = ls_msg_strdup(reason);
+    m.u.peer_status.collateral = collateral;
     s_forward_status(&m);
     // The other nodes' launchers hand it on to their actors.
     for (int k = 1; k < launcher_state.nnodes; k++)
@@ -49,6 +50,7 @@ void nodes_report(const launcher_actor_t *a, int up, const char *reason) {
     m.u.actor_status.pid = (uint32_t)a->pid;
     m.u.actor_status.restarts = (uint32_t)a->restarts;
     m.u.actor_status.reason = ls_msg_strdup(reason);
+    m.u.actor_status.collateral = a->collateral;
     ls_actor_send_control(launcher_state.self, &m);
     ls_msg_clear(&m);
 }
@@ -58,7 +60,7 @@ void nodes_announce(const launcher_actor_t *a, int up, const char *reason) {
     if (launcher_state.node_rank > 0)
         nodes_report(a, up, reason);
     else
-        s_broadcast_status(a, up, reason);
+        s_broadcast_status(a, up, !up && a->collateral, reason);
 }
 
 // --nnodes, --node-rank, --node-addrs, --dist-init-addr: each node's address and launcher.
@@ -121,15 +123,18 @@ int nodes_of(const char *launcher) {
     return -1;
 }
 
-// Node 0: a remote actor is down (its node said so, went silent, or started anew).
-static void s_remote_down(launcher_actor_t *a, const char *reason, uint64_t now) {
+// Node 0: a remote actor is down (its node said so, went silent, or started anew). A worker's
+// tensor-parallel ranks here stop with it unless it was itself stopped for its group.
+static void s_remote_down(launcher_actor_t *a, const char *reason, int collateral, uint64_t now) {
+    if (!collateral)
+        launcher_group_stop(a);
     if (!a->ready)
         return;
     a->ready = 0;
     a->down_ns = now;
     launcher_state.nready--;
     ls_error(0, "%s on node %d (%s) is down: %s", a->name, a->node, launcher_nodes[a->node].addr, reason);
-    s_broadcast_status(a, 0, reason);
+    s_broadcast_status(a, 0, collateral, reason);
 }
 
 void nodes_down(int k, const char *why, uint64_t now) {
@@ -138,7 +143,7 @@ void nodes_down(int k, const char *why, uint64_t now) {
     snprintf(reason, sizeof reason, "node %d (%s) %s", k, launcher_nodes[k].addr, why);
     for (int i = 0; i < launcher_state.nactors; i++)
         if (launcher_actors[i].node == k)
-            s_remote_down(&launcher_actors[i], reason, now);
+            s_remote_down(&launcher_actors[i], reason, 0, now);
 }
 
 // Node 0's Heartbeat to node K's launcher: seq 0 asks for the state of its actors; seq > 0
@@ -202,9 +207,9 @@ int nodes_on_actor_status(ls_actor_t *self, ls_in_t *in, void *state) {
     }
     nodes_heard(k, in->now_ns);
     if (st->up && a->ready && (pid_t)st->pid != a->remote_pid)
-        s_remote_down(a, "restarted on its node", in->now_ns);
+        s_remote_down(a, "restarted on its node", 0, in->now_ns);
     if (!st->up) {
-        s_remote_down(a, st->reason ? st->reason : "down on its node", in->now_ns);
+        s_remote_down(a, st->reason ? st->reason : "down on its node", st->collateral, in->now_ns);
         return 0;
     }
     if (a->ready)
@@ -218,15 +223,19 @@ int nodes_on_actor_status(ls_actor_t *self, ls_in_t *in, void *state) {
     launcher_state.nready++;
     ls_info(0, "%s on node %d (%s) is ready (%d/%d)", a->name, k, launcher_nodes[k].addr, launcher_state.nready, launcher_state.nwant);
     launcher_whole();
-    s_broadcast_status(a, 1, NULL);
+    s_broadcast_status(a, 1, 0, NULL);
     return 0;
 }
 
 // Node K: PeerStatus from node 0 (the runtime takes it from the control socket only), for
-// this node's actors.
+// this node's actors; a worker of another node lost stops this node's ranks of its group.
 int nodes_on_peer_status(ls_actor_t *self, ls_in_t *in, void *state) {
+    const ls_msg_peer_status_t *st = &in->msg->u.peer_status;
     if (launcher_state.node_rank > 0) {
         nodes_upstream_heard(in->msg, in->now_ns);
+        launcher_actor_t *a = st->actor ? plan_find(st->actor) : NULL;
+        if (a && !st->up && !st->collateral && !plan_local(a))
+            launcher_group_stop(a);
         s_forward_status(in->msg);
     }
     return 0;

@@ -53,9 +53,11 @@ static int s_endpoint(char *out, size_t cap, const char *name, int node, int ind
 // The graph: the front actors once; per data-parallel group a scheduler and its --tp-size
 // workers. With --dp-size 1 the group's actors are "scheduler" and "worker-R", as always; with
 // N > 1 they are "scheduler-G" and "worker-G-R", and a dispatcher fronts the groups.
-// Placement over --nnodes M (every node computes the same): the front on node 0, group G with
-// its scheduler and tensor-parallel workers on node G % M (round-robin: the groups spread
-// evenly, node 0 takes the extra ones).
+// Placement over --nnodes M (every node computes the same): the front on node 0. With M at
+// most the number of groups, group G with its scheduler and tensor-parallel workers on node
+// G % M (round-robin: the groups spread evenly, node 0 takes the extra ones). With more nodes
+// than groups, each group spans M / --dp-size nodes, its ranks split evenly in order over them
+// (tensor parallelism across hosts, through NCCL's own bootstrap), its scheduler beside rank 0.
 int plan_build(void) {
     const char *order[] = {"registry", "worker", "scheduler", "dispatcher", "detokenizer", "tokenizer", "gateway"};
     int dp = launcher_state.dp_size, total = 4 + dp * (1 + launcher_state.tp_size) + (dp > 1);
@@ -65,11 +67,15 @@ int plan_build(void) {
                  LS_MAX_PEERS + 1, total);
         return -1;
     }
-    if (launcher_state.nnodes > dp) {
-        ls_error(0, "--nnodes %d with --dp-size %d leaves node(s) %d..%d with nothing to run: a node runs whole "
-                    "data-parallel groups (give --dp-size at least --nnodes)", launcher_state.nnodes, dp, dp, launcher_state.nnodes - 1);
+    int tp = launcher_state.tp_size, spread = launcher_state.nnodes > dp ? launcher_state.nnodes / dp : 1;
+    if (launcher_state.nnodes > dp && (launcher_state.nnodes % dp || tp % spread)) {
+        ls_error(0, "--nnodes %d with --dp-size %d and --tp-size %d: a node runs whole data-parallel groups, or with "
+                    "more nodes than groups each group's ranks split evenly over --nnodes / --dp-size nodes (give "
+                    "--nnodes a multiple of --dp-size that divides the groups' ranks evenly)",
+                 launcher_state.nnodes, dp, tp);
         return -1;
     }
+    int per_node = tp / spread;  // a group's ranks on each of its nodes
     for (size_t k = 0; k < sizeof order / sizeof *order; k++) {
         bool grouped = !strcmp(order[k], "worker") || !strcmp(order[k], "scheduler");
         if (!strcmp(order[k], "dispatcher") && dp == 1)
@@ -93,7 +99,14 @@ int plan_build(void) {
             memcpy(a->name, name, sizeof name);
             a->rank = r;
             a->group = grouped && dp > 1 ? g : -1;
-            a->node = grouped ? g % launcher_state.nnodes : 0;
+            if (spread > 1) {
+                a->node = grouped ? g * spread + r / per_node : 0;
+                a->device = r % per_node;
+            } else {
+                a->node = grouped ? g % launcher_state.nnodes : 0;
+                // The groups of a node number its GPUs from 0.
+                a->device = g / launcher_state.nnodes * tp + r;
+            }
             if (s_endpoint(a->endpoint, sizeof a->endpoint, name, a->node, launcher_state.nactors + 1) < 0)
                 return -1;
             snprintf(a->log_path, sizeof a->log_path, "%s/logs/%s.log", launcher_state.run_dir, name);
@@ -139,14 +152,13 @@ char **plan_argv(const launcher_actor_t *a) {
             PUSH("--worker-prefix=worker-%d-", a->group);
             PUSH("--report-ends=true");
         }
-        if (kind & K_WORKER) {
+        if (kind & K_WORKER)
             PUSH("--scheduler=scheduler-%d", a->group);
-            // The groups of a node number its GPUs from 0.
-            PUSH("--device=%d", a->group / launcher_state.nnodes * launcher_state.tp_size + a->rank);
-        }
         if (kind & K_DISPATCHER)
             PUSH("--dp-size=%d", launcher_state.dp_size);
     }
+    if (kind & K_WORKER)
+        PUSH("--device=%d", a->device);
     if (kind & K_REGISTRY)  // its journal survives restarts of the graph in the same run dir
         PUSH("--state-dir=%s/state", launcher_state.run_dir);
     for (size_t i = 0; i < launcher_npass; i++) {

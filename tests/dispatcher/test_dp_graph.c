@@ -22,6 +22,13 @@
 //                     finds it silent, stops node 1's actors (none left, by pid, within 20 s)
 //                     and exits 1 saying why; started again (as a supervisor would) before
 //                     node 0 is back, it waits for node 0, and the graph serves every model
+// With --nnodes 2 --tp-across (ctest multinode_tp) one group of --tp-size 2 spans the two
+// hosts: worker-0 with the front on node 0, worker-1 on node 1 (CPU tensor parallelism meets
+// in shared memory, so the two hosts must be one machine, as here), and
+//   tp_requests     — worker-1 is node 1's; every model answers the text one worker gives
+//   tp_rank_restart — worker-1 SIGKILLed under load: requests in flight are answered, node 0's
+//                     launcher stops worker-0 with its group, both come back (a new pid for
+//                     worker-0), /health is 200 and every model answers its text again
 #include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -48,6 +55,8 @@ static char s_dir[64], s_run_dir[128];
 static pid_t s_launcher, s_node1;
 static int s_port, s_nnodes = 1;
 static char s_base[16], s_keys[128];
+// the graph's shape: two groups of one worker, or (--tp-across) one group of two
+static const char *s_dp = "2", *s_tp = "1";
 
 // curl with args, its stdout to out_path, in the background.
 static pid_t s_curl_start(const char *out_path, const char *const args[]) {
@@ -288,7 +297,7 @@ static pid_t s_node_start(int rank, const char *run_dir, double seconds) {
     char log[160], r[8];
     snprintf(log, sizeof log, "%s/node%d.out", s_dir, rank);
     snprintf(r, sizeof r, "%d", rank);
-    const char *args[] = {"--port", "0", "--dp-size", "2", "--transport", "tcp", "--nnodes", "2",
+    const char *args[] = {"--port", "0", "--dp-size", s_dp, "--tp-size", s_tp, "--transport", "tcp", "--nnodes", "2",
                           "--node-addrs", "127.0.0.1,127.0.0.2", "--tcp-base-port", s_base, "--curve-dir", s_keys,
                           "--node-rank", r, "--actor-heartbeat-ms", "300", "--hang-timeout-ms", "4000", NULL};
     return tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, run_dir, log, args, seconds);
@@ -405,13 +414,14 @@ static void test_node0_dies(void **state) {
     s_all_models(NULL);
 }
 
-// --nnodes 2: ports free on both addresses from a base this process picks, in 26000..31999:
-// below Linux's ephemeral range, and apart from the launcher test's tcp graph (20000..25999),
-// which may start at the same moment under ctest -j (a free-port check cannot see a port the
-// other test is about to bind).
+// --nnodes 2: ports free on both addresses from a base this process picks, in 26000..28999
+// (29000..31999 with --tp-across): below Linux's ephemeral range, and apart from the launcher
+// test's tcp graph (20000..25999) and the other mode's, which may start at the same moment
+// under ctest -j (a free-port check cannot see a port the other test is about to bind).
 static int s_free_base(void) {
-    for (int base = 26000 + (int)(getpid() % 300) * 20, tries = 0; tries < 300;
-         tries++, base = 26000 + (base - 26000 + 20) % 6000) {
+    int lo = strcmp(s_tp, "2") ? 26000 : 29000;
+    for (int base = lo + (int)(getpid() % 150) * 20, tries = 0; tries < 150;
+         tries++, base = lo + (base - lo + 20) % 3000) {
         int ok = 1;
         for (int p = 0; p < 20 && ok; p++)
             for (int h = 1; h <= 2 && ok; h++) {
@@ -439,8 +449,9 @@ static int s_setup(void **state) {
         snprintf(s_base, sizeof s_base, "%d", base);
         snprintf(s_keys, sizeof s_keys, "%s/keys", s_dir);
         char cmd[512], run1[160];
-        snprintf(cmd, sizeof cmd, "LORASERVE_BIN=%s %s --make-keys --curve-dir %s --transport tcp --dp-size 2 --nnodes 2 "
-                 "--node-addrs 127.0.0.1,127.0.0.2 2>/dev/null", LS_BIN_DIR, LS_LAUNCH_SCRIPT, s_keys);
+        snprintf(cmd, sizeof cmd, "LORASERVE_BIN=%s %s --make-keys --curve-dir %s --transport tcp --dp-size %s "
+                 "--tp-size %s --nnodes 2 --node-addrs 127.0.0.1,127.0.0.2 2>/dev/null", LS_BIN_DIR, LS_LAUNCH_SCRIPT,
+                 s_keys, s_dp, s_tp);
         assert_int_equal(system(cmd), 0);
         snprintf(run1, sizeof run1, "%s/run1", s_dir);
         s_node1 = s_node_start(1, run1, 0);
@@ -465,9 +476,39 @@ static int s_teardown(void **state) {
     return 0;
 }
 
+static void test_tp_requests(void **state) {
+    char *node = s_actor_field("worker-1", "node"), *ep = s_actor_field("worker-1", "router");
+    assert_string_equal(node, "1");
+    assert_true(!strncmp(ep, "tcp://127.0.0.2:", 16));
+    free(node);
+    free(ep);
+    s_all_models(NULL);
+}
+
+static void test_tp_rank_restart(void **state) {
+    pid_t pids[4], rank0 = s_actor_pid("worker-0");
+    s_kill_under_load("worker-1", 300, pids);
+    s_all_answered(pids, 300);
+    // graph.json is written anew once the graph is whole again: worker-0 is a new process.
+    double t0 = tu_now_s();
+    while (s_actor_pid("worker-0") == rank0 && tu_now_s() - t0 < 90)
+        usleep(200000);
+    assert_true(s_actor_pid("worker-0") != rank0);
+    s_node_said(0, "stopping worker-0");
+    s_wait_health(200, 60);
+    s_all_models(NULL);
+}
+
 int main(int argc, char **argv) {
-    if (argc > 2 && !strcmp(argv[1], "--nnodes"))
-        s_nnodes = atoi(argv[2]);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--nnodes") && i + 1 < argc)
+            s_nnodes = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tp-across"))
+            s_dp = "1", s_tp = "2";
+    if (s_nnodes > 1 && !strcmp(s_tp, "2")) {
+        const struct CMUnitTest tp[] = {cmocka_unit_test(test_tp_requests), cmocka_unit_test(test_tp_rank_restart)};
+        return cmocka_run_group_tests(tp, s_setup, s_teardown);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests),
         cmocka_unit_test(test_api_adapter),

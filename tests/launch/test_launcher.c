@@ -24,8 +24,9 @@
 //                path, SGLang's JSON) and --lora-modules' JSON load their demo adapter, which
 //                then serves a completion; --max-loras 3 reaches the actors (max_lora="3" in
 //                /metrics); --enable-lora and --lora-backend are accepted
-//   bad_flags  — a malformed --lora-paths JSON, a name given twice and an alias that disagrees
-//                with its target each stop the launch before anything starts (exit 2); a
+//   bad_flags  — a malformed --lora-paths JSON, a name given twice, an alias that disagrees
+//                with its target and a tensor-parallel group that does not split evenly over
+//                --nnodes each stop the launch before anything starts (exit 2); a
 //                non-number stops the actor that takes it at once, and so the launch (exit 1);
 //                each with a message naming the value
 #include <errno.h>
@@ -672,7 +673,7 @@ static void s_check_curve(launch_t *l, cJSON *g) {
 static void test_tcp(void **unused) {
     // Ports from this test's pid so parallel runs on one machine do not collide, below Linux's
     // ephemeral range (32768+), where other tests' connections would take them at random, and
-    // in 20000..25999, apart from the multi-node graph test's (26000..31999).
+    // in 20000..25999, apart from the multi-node graph tests' (26000..31999).
     char base[16];
     snprintf(base, sizeof base, "%d", 20000 + (int)(getpid() % 600) * 10);
     launch_t l;
@@ -840,7 +841,7 @@ static void test_their_flags(void **unused) {
 
 static void test_bad_flags(void **unused) {
     static const struct {
-        const char *flags[4], *said;
+        const char *flags[10], *said;
         int status;  // 2: the launcher refused it before starting anything; 1: an actor did, at once
     } cases[] = {
         {{"--lora-paths", "{\"lora_name\": \"x\"", NULL}, "lora_name\\\": \\\"x\\\"\\\": not a JSON object", 2},
@@ -848,9 +849,13 @@ static void test_bad_flags(void **unused) {
         {{"--lora-paths", "reverse=/elsewhere", NULL}, "the name reverse is given twice", 2},
         {{"--max-loras-per-batch", "abc", NULL}, "--max-loras-per-batch expects an integer, got \\\"abc\\\"", 1},
         {{"--max-loras", "3", "--max-loras-per-batch", "4"}, "--max-loras 3 and --max-loras-per-batch 4 disagree", 2},
+        // a tensor-parallel group split unevenly over the nodes
+        {{"--transport", "tcp", "--nnodes", "2", "--node-addrs", "127.0.0.1,127.0.0.2", "--curve-dir", "/nonexistent",
+          "--tp-size", "3"},
+         "--nnodes 2 with --dp-size 1 and --tp-size 3", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        const char *extra[6] = {0};
+        const char *extra[12] = {0};
         memcpy(extra, cases[i].flags, sizeof cases[i].flags);
         char tag[32];
         snprintf(tag, sizeof tag, "bad%zu", i);
