@@ -33,6 +33,13 @@
 #             64 concurrent, base and 8 adapters
 #             in slots of rank 64 and 16, with a CUPTI trace: kernel time per kind of step
 #             (with prompt tokens, decode only) and kernel
+#   dp        (not in the default set; 2 GPUs, e.g. kind nvidia-h100-x2) --dp-size 2 against
+#             one group: Zipf(1) over 100 q,k,v,o adapters, closed loop at 128 concurrent per
+#             group, then Poisson at 70% of one group's rate per group: throughput ratio, p99
+#             TTFT and median TPOT of each
+#   tpnodes   (not in the default set; 2 GPUs) the demo model with --tp-size 2 over two
+#             launchers as two hosts on this machine (127.0.0.1 and 127.0.0.2, tcp, CURVE)
+#             against one worker: the greedy text of the base model and each demo adapter
 #
 # The model is Llama-3-8B shaped with random weights (--load-format dummy); outputs are
 # meaningless, timings are real. Adapter names beyond the distinct adapters written are hard
@@ -47,7 +54,7 @@ root=$PWD
 source tests/gpu/bundle.sh
 bundle=.device-serve
 bins=(loraserve-launch loraserve-gateway loraserve-tokenizer loraserve-registry loraserve-scheduler
-      loraserve-worker loraserve-detokenizer loraserve-bench loraserve-make-adapters bench_serve_engine
+      loraserve-worker loraserve-detokenizer loraserve-dispatcher loraserve-bench loraserve-make-adapters bench_serve_engine
       loraserve-trace)
 
 if [[ ${1:-} == prepare ]]; then
@@ -119,6 +126,15 @@ graph_start() {  # RUN_DIR [extra flags]
   done
   echo "the graph did not start:"; tail -20 "$rd.launch.log"; tail -n 5 "$rd"/logs/*.log
   return 1
+}
+
+graph_start_with() {  # RUN_DIR FLAGS…: the same, with only the given flags (another model)
+  local saved=("${graph_flags[@]}")
+  graph_flags=()
+  graph_start "$@"
+  local rc=$?
+  graph_flags=("${saved[@]}")
+  return $rc
 }
 
 graph_stop() {
@@ -449,6 +465,89 @@ stage_adapters() {
     done
   done
   graph_stop
+}
+
+# GPUs here; a smoke run on the CPU backend (LS_SERVE_BACKEND=cpu) counts as two
+ngpus() { [[ $backend == cpu ]] && echo 2 || nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
+
+stage_dp() {
+  row "== dp: --dp-size 2 against one group, Zipf(1) over 100 q,k,v,o adapters ($card)"
+  row "   closed loop at 128 concurrent a group, then Poisson at 70% of one group's rate a group"
+  [[ $(ngpus) -ge 2 ]] || { row "not run: $(ngpus) GPU(s), it needs 2"; return 0; }
+  [[ -d /tmp/ad-qkvo ]] || make_set qkvo q,k,v,o 200 2000 || return 1
+  row "$(printf '%-16s %9s %8s %9s %9s %6s' load tok/s ratio 'p99 ttft' 'p50 tpot' failed)"
+  local one one_rps one_below dp load
+  for dp in 1 2; do
+    graph_start /tmp/ls-dp$dp --lora-dirs /tmp/ad-qkvo --dp-size $dp || return 1
+    for load in sat below; do
+      local c=$((128 * dp)) f=$out/dp_${dp}_$load.json rate=(--request-rate inf)
+      [[ $load == below ]] && rate=(--request-rate "$(python3 -c "print(0.7 * $one_rps * $dp)")")
+      "$bin/loraserve-bench" --base-url "$url" --adapter-dist zipf:1 --num-adapters 100 --adapter-prefix qkvo \
+        --num-prompts $((c * per_slot * 2 / 3)) --warmup-requests $c --max-concurrency $c "${rate[@]}" "${common[@]}" \
+        --disable-tqdm --output-file "$f" >"$out/dp_${dp}_$load.log" 2>&1 || tail -n 5 "$out/dp_${dp}_$load.log"
+      local tok
+      tok=$(jget "$f" output_throughput)
+      if [[ $dp == 1 ]]; then
+        [[ $load == sat ]] && { one=$tok; one_rps=$(jget "$f" request_throughput); }
+        [[ $load == below ]] && one_below=$tok
+      fi
+      local ref=$one
+      [[ $load == below ]] && ref=$one_below
+      row "$(printf '%-16s %9.1f %8.3f %9.1f %9.2f %6s' "dp $dp $load" "$tok" "$(python3 -c "print($tok / $ref)")" \
+        "$(jget "$f" p99_ttft_ms)" "$(jget "$f" median_tpot_ms)" "$(jget "$f" failed)")"
+    done
+    graph_stop
+  done
+}
+
+# The demo's prompt for the base model and each demo adapter, greedy: "model<TAB>text" lines.
+demo_texts() {  # PORT
+  python3 - "$1" <<'EOF'
+import json, sys, urllib.request
+for model in ("demo", "reverse", "upper", "sort", "digits"):
+    body = json.dumps({"model": model, "prompt": "input: 5 leaf road 1 red\noutput:", "max_tokens": 12,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % sys.argv[1], body,
+                                 {"Content-Type": "application/json"})
+    try:
+        print("%s\t%r" % (model, json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["text"]))
+    except Exception as e:
+        print("%s\t(no completion: %s)" % (model, e))
+EOF
+}
+
+stage_tpnodes() {
+  row "== tpnodes: the demo model, --tp-size 2 over two launchers (two hosts on one machine) against one worker ($card)"
+  [[ $(ngpus) -ge 2 ]] || { row "not run: $(ngpus) GPU(s), it needs 2"; return 0; }
+  local demo=$root/examples/demo
+  local flags=(--model-path "$demo" --backend "$backend" --max-lora-rank 16 --lora-roots "$demo/adapters" --lora-paths
+               "reverse=$demo/adapters/reverse" "upper=$demo/adapters/upper" "sort=$demo/adapters/sort"
+               "digits=$demo/adapters/digits" --ready-timeout 300 --actor-log-level warn)
+  graph_start_with /tmp/ls-tp1 --port 30100 "${flags[@]}" || return 1
+  demo_texts 30100 >"$out/tp1.txt"
+  graph_stop
+  local nodes=(--transport tcp --tp-size 2 --nnodes 2 --node-addrs 127.0.0.1,127.0.0.2 --curve-dir /tmp/ls-tp-keys)
+  rm -rf /tmp/ls-tp-keys /tmp/ls-tp2-n1
+  "$bin/loraserve-launch" --bin-dir "$bin" --make-keys "${nodes[@]}" >"$out/tp_keys.log" 2>&1 || { cat "$out/tp_keys.log"; return 1; }
+  CUDA_VISIBLE_DEVICES=1 "$bin/loraserve-launch" --bin-dir "$bin" --run-dir /tmp/ls-tp2-n1 --port 30101 "${flags[@]}" \
+    "${nodes[@]}" --node-rank 1 \
+    >/tmp/ls-tp2-n1.launch.log 2>&1 &
+  local n1=$!
+  # two hosts of one GPU each: each launcher's workers see their own GPU as device 0
+  CUDA_VISIBLE_DEVICES=0 graph_start_with /tmp/ls-tp2 --port 30102 "${flags[@]}" "${nodes[@]}" --node-rank 0 ||
+    { kill -INT $n1; return 1; }
+  demo_texts 30102 >"$out/tp2.txt"
+  local where
+  where=$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1])); print(" ".join("%s@node%s" % (a["name"], a["node"]) for a in g["actors"] if a["name"].startswith("worker")))' /tmp/ls-tp2/graph.json)
+  graph_stop
+  wait $n1 2>/dev/null
+  row "tp 2 over two launchers: $where"
+  paste "$out/tp1.txt" "$out/tp2.txt" | while IFS=$'\t' read -r m a _ b; do
+    row "$(printf '  %-8s tp1 %-30s tp2 %-30s %s' "$m" "$a" "$b" "$([[ $a == "$b" ]] && echo same || echo DIFFERENT)")"
+  done
+  cp /tmp/ls-tp2.launch.log "$out/tp2_node0.log"
+  cp /tmp/ls-tp2-n1.launch.log "$out/tp2_node1.log"
+  cmp -s "$out/tp1.txt" "$out/tp2.txt"
 }
 
 status=0
