@@ -36,56 +36,26 @@
 // The demo's context is 256 tokens; the prompt takes 11 of them.
 #define LONG_TOKENS 240
 
-static char s_dir[64], s_run_dir[128];
-static pid_t s_launcher;
-static int s_port;
-
-// ---------------------------------------------------------------------------------------------
-// HTTP through curl (a test dependency): no shell, so bodies need no quoting
-
-// Start curl with args (after the common ones); its stdout goes to out_path (NULL: nowhere).
-static pid_t s_curl_start(const char *out_path, const char *const args[]) {
-    pid_t pid = tu_curl_start(out_path, args);
-    assert_true(pid > 0);
-    return pid;
-}
-
-// Run curl to the end; its stdout (malloc'd) is returned.
-static char *s_curl(const char *const args[]) {
-    char out[128];
-    snprintf(out, sizeof out, "%s/curl.out", s_dir);
-    int status;
-    waitpid(s_curl_start(out, args), &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char *text = tu_read_file(out, NULL);
-    assert_non_null(text);
-    return text;
-}
+static tu_http_graph_t s_g;
 
 static char *s_get_metrics(void) {
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", s_port);
-    return s_curl((const char *[]){url, NULL});
-}
-
-// POST body to path; the HTTP status.
-static int s_post(const char *path, const char *body) {
-    char url[96];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s_port, path);
-    char *code = s_curl((const char *[]){"-o", "/dev/null", "-w", "%{http_code}", "-d", body, url, NULL});
-    int status = atoi(code);
-    free(code);
-    return status;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", s_g.port);
+    char *text = tu_curl(s_g.dir, (const char *[]){url, NULL});
+    assert_non_null(text);
+    return text;
 }
 
 // A generation of LONG_TOKENS tokens for model (a JSON string's inside), in the background.
 static pid_t s_generate_start(const char *model) {
     char url[96], body[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", s_port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", s_g.port);
     snprintf(body, sizeof body,
              "{\"model\":\"%s\",\"prompt\":\"" PROMPT "\",\"max_tokens\":%d,\"ignore_eos\":true,\"temperature\":0}", model,
              LONG_TOKENS);
-    return s_curl_start(NULL, (const char *[]){"-d", body, url, NULL});
+    pid_t pid = tu_curl_start(NULL, (const char *[]){"-d", body, url, NULL});
+    assert_true(pid > 0);
+    return pid;
 }
 
 // Whether a comma-separated list (split as the picker splits it) has name.
@@ -151,22 +121,13 @@ static epp_t s_scrape(void) {
 
 static int s_setup(void **state) {
     s_page = tp_page_new();
-    assert_int_equal(tu_tmpdir(s_dir, sizeof s_dir, "epp"), 0);
-    snprintf(s_run_dir, sizeof s_run_dir, "%s/run", s_dir);
-    char log[160];
-    snprintf(log, sizeof log, "%s/launcher.out", s_dir);
-    // --port 0: tests run in parallel, each graph's gateway takes any free port
-    const char *args[] = {"--port", "0", "--max-running-requests", "2", NULL};
-    s_launcher = tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, s_run_dir, log, args, 120);
-    assert_true(s_launcher > 0);
-    s_port = tu_gateway_port(s_run_dir);
-    assert_true(s_port > 0);
+    const char *args[] = {"--max-running-requests", "2", NULL};
+    assert_int_equal(tu_http_graph_up(&s_g, LS_LAUNCH_SCRIPT, LS_BIN_DIR, "epp", args), 0);
     return 0;
 }
 
 static int s_teardown(void **state) {
-    assert_int_equal(tu_graph_stop(s_launcher), 0);
-    assert_int_equal(tu_rmrf(s_dir), 0);
+    assert_int_equal(tu_http_graph_down(&s_g), 0);
     tp_page_destroy(&s_page);
     return 0;
 }
@@ -191,10 +152,10 @@ static void test_idle(void **state) {
 static void test_load(void **state) {
     // Two adapters whose names the lists must treat with care, from the demo's directories
     // (launch/loraserve lets clients load from there).
-    assert_int_equal(s_post("/v1/load_lora_adapter",
+    assert_int_equal(tu_http_post(s_g.port, s_g.dir, "/v1/load_lora_adapter",
                             "{\"lora_name\":\"q\\\"x\",\"lora_path\":\"" LS_DEMO_DIR "/adapters/upper\"}"),
                      200);
-    assert_int_equal(s_post("/v1/load_lora_adapter",
+    assert_int_equal(tu_http_post(s_g.port, s_g.dir, "/v1/load_lora_adapter",
                             "{\"lora_name\":\"c,d\",\"lora_path\":\"" LS_DEMO_DIR "/adapters/sort\"}"),
                      200);
     static const char *models[] = {"reverse", "reverse", "reverse", "q\\\"x", "q\\\"x", "c,d", "demo"};

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -28,34 +27,8 @@
 
 static const char *const s_families[] = {"time_to_first_token_seconds", "inter_token_latency_seconds",
                                          "e2e_request_latency_seconds"};
-static char s_dir[64], s_run_dir[128];
-static pid_t s_launcher;
-static int s_port;
+static tu_http_graph_t s_g;
 static tp_page_t *s_page;
-
-// curl with args; its stdout (malloc'd).
-static char *s_curl(const char *const args[]) {
-    char out[128];
-    snprintf(out, sizeof out, "%s/curl.out", s_dir);
-    pid_t pid = tu_curl_start(out, args);
-    assert_true(pid > 0);
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char *text = tu_read_file(out, NULL);
-    assert_non_null(text);
-    return text;
-}
-
-// POST body to path; the HTTP status.
-static int s_post(const char *path, const char *body) {
-    char url[96];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s_port, path);
-    char *code = s_curl((const char *[]){"-o", "/dev/null", "-w", "%{http_code}", "-d", body, url, NULL});
-    int status = atoi(code);
-    free(code);
-    return status;
-}
 
 // A completion of 8 tokens for model; the HTTP status.
 static int s_generate(const char *model, int stream) {
@@ -64,13 +37,14 @@ static int s_generate(const char *model, int stream) {
              "{\"model\":\"%s\",\"prompt\":\"" PROMPT "\",\"max_tokens\":8,\"ignore_eos\":true,\"temperature\":0,"
              "\"stream\":%s}",
              model, stream ? "true" : "false");
-    return s_post("/v1/completions", body);
+    return tu_http_post(s_g.port, s_g.dir, "/v1/completions", body);
 }
 
 static void s_scrape(void) {
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", s_port);
-    char *text = s_curl((const char *[]){url, NULL});
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", s_g.port);
+    char *text = tu_curl(s_g.dir, (const char *[]){url, NULL});
+    assert_non_null(text);
     tp_parse(s_page, text);
     free(text);
     tp_check_histograms(s_page);
@@ -119,21 +93,13 @@ static void s_expect(const char *value, int requests) {
 
 static int s_setup(void **state) {
     s_page = tp_page_new();
-    assert_int_equal(tu_tmpdir(s_dir, sizeof s_dir, "latency"), 0);
-    snprintf(s_run_dir, sizeof s_run_dir, "%s/run", s_dir);
-    char log[160];
-    snprintf(log, sizeof log, "%s/launcher.out", s_dir);
-    const char *args[] = {"--port", "0", "--metrics-max-adapters", "2", NULL};
-    s_launcher = tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, s_run_dir, log, args, 120);
-    assert_true(s_launcher > 0);
-    s_port = tu_gateway_port(s_run_dir);
-    assert_true(s_port > 0);
+    const char *args[] = {"--metrics-max-adapters", "2", NULL};
+    assert_int_equal(tu_http_graph_up(&s_g, LS_LAUNCH_SCRIPT, LS_BIN_DIR, "latency", args), 0);
     return 0;
 }
 
 static int s_teardown(void **state) {
-    assert_int_equal(tu_graph_stop(s_launcher), 0);
-    assert_int_equal(tu_rmrf(s_dir), 0);
+    assert_int_equal(tu_http_graph_down(&s_g), 0);
     tp_page_destroy(&s_page);
     return 0;
 }
@@ -165,7 +131,7 @@ static void test_cap(void **state) {
     s_expect("upper", 1);
     s_expect("sort", 1);
     // An adapter unloaded keeps no series: upper's counts go to "other" too.
-    assert_int_equal(s_post("/v1/unload_lora_adapter", "{\"lora_name\":\"upper\"}"), 200);
+    assert_int_equal(tu_http_post(s_g.port, s_g.dir, "/v1/unload_lora_adapter", "{\"lora_name\":\"upper\"}"), 200);
     s_scrape();
     s_expect("upper", 0);
     s_expect("other", 4);
