@@ -22,10 +22,15 @@
 #define LS_DEFAULT_MAX_SKIP_STEPS 8          // steps a waiting request may be passed over
 #define LS_DEFAULT_MAX_NEW_TOKENS 128        // when a request gives no max_new_tokens
 
-// The most adapters that may be pinned among `slots` adapter slots: one slot always stays for
-// unpinned adapters. The registry refuses a pin past it (against its --max-loras-per-batch);
-// the scheduler, which alone keeps pinned adapters in their slots, refuses it again against
-// the slots the workers reported. The workers' pools know nothing of pinning.
+// Adapters with latency series of their own at /metrics when --metrics-max-adapters is not
+// given (common/ls_series.h has the policy): the tokenizer measures, the gateway counts requests
+// by model, both with this cap; the launcher passes the flag to both. Expands to a flag of
+// ls_flags.h.
+#define LS_DEFAULT_METRICS_MAX_ADAPTERS 32
+#define LS_METRICS_MAX_ADAPTERS_FLAG(var)                                                          \
+    LS_FLAG_INT("metrics-max-adapters", (var), LS_LIMITS_STR(LS_DEFAULT_METRICS_MAX_ADAPTERS),     \
+                "adapters with /metrics series of their own (the least recently used beyond it count as \"other\")")
+
 // The peer that schedules, for the actors that send it requests or adapter commands (tokenizer,
 // registry, detokenizer, worker): "scheduler" in a one-group graph; with --dp-size N the
 // launcher passes --scheduler=dispatcher to the front actors and --scheduler=scheduler-G to
@@ -33,6 +38,10 @@
 #define LS_SCHEDULER_FLAG(var) \
     LS_FLAG_STR("scheduler", (var), "scheduler", "the peer that schedules (dispatcher with --dp-size > 1)")
 
+// The most adapters that may be pinned among `slots` adapter slots: one slot always stays for
+// unpinned adapters. The registry refuses a pin past it (against its --max-loras-per-batch);
+// the scheduler, which alone keeps pinned adapters in their slots, refuses it again against
+// the slots the workers reported. The workers' pools know nothing of pinning.
 static inline int ls_pinned_max(int slots) {
     return slots - 1;
 }

@@ -1,7 +1,8 @@
 // loraserve-launch — spawns and supervises the actor graph (run through launch/loraserve).
 //
 // It is an actor itself ("launcher"): it binds the control endpoint that every actor connects
-// to. Accepts: Ready (an actor finished init), Heartbeat (liveness). Emits: Shutdown (to each
+// to. Accepts: Ready (an actor finished init), Heartbeat (liveness), LoadProgress (a worker's
+// loads, shown on the console: progress.h). Emits: Shutdown (to each
 // actor when the graph stops), PeerStatus (to every Ready actor when one goes down or is Ready
 // again). It writes RUN_DIR/graph.json once every actor is Ready (again after each restart).
 //
@@ -51,6 +52,7 @@
 #include "launcher_impl.h"
 #include "lora_spec.h"
 #include "ls_actor.h"
+#include "progress.h"
 
 #define S_BACKOFF_MIN_MS 250   // first restart of an actor that was up
 #define S_BACKOFF_MAX_MS 8000  // the back-off doubles per failure in a row up to this
@@ -112,6 +114,7 @@ launcher_pass_t launcher_pass[] = {
     {"request-timeout-ms", 0, K_GATEWAY, "an HTTP request must arrive whole within this, else 408", NULL, {0}},
     {"max-request-completions", 0, K_GATEWAY, "completions one request may ask for (prompts x n); more: 400", NULL, {0}},
     {"max-tenant-completions", 0, K_GATEWAY, "HTTP completions in flight for one adapter or the base model; more: 429", NULL, {0}},
+    {"metrics-max-adapters", 0, K_TOKENIZER | K_GATEWAY, "adapters with /metrics series of their own; the least recently used beyond it count as \"other\"", NULL, {0}},
 };
 #define S_NPASS (sizeof launcher_pass / sizeof *launcher_pass)
 const size_t launcher_npass = S_NPASS;
@@ -133,6 +136,7 @@ static struct {
 #define S_NALIAS (sizeof s_alias / sizeof *s_alias)
 // Accepted for vLLM's and SGLang's command lines, with no effect (their --help says why).
 static int s_enable_lora;
+static progress_t *s_progress;  // the loads shown on the console
 static char *s_lora_backend;
 
 static void s_child_cb(struct ev_loop *loop, ev_child *w, int revents);
@@ -683,6 +687,9 @@ static void s_liveness_cb(ls_actor_t *self, ls_timer_t *t, void *arg) {
 static int s_on_start(ls_actor_t *self, void *state) {
     launcher_state.self = self;
     launcher_state.start_ns = ls_actor_now_ns(self);
+    if (!(s_progress = progress_new(stderr, isatty(STDERR_FILENO))))
+        ls_warn(0, "out of memory: load progress not shown");
+    ls_log_set_before(progress_break, s_progress);
     for (int i = 0; i < launcher_state.nactors; i++)
         if (plan_local(&launcher_actors[i]) && s_spawn(&launcher_actors[i]) < 0) {
             launcher_state.exit_status = 1;
@@ -795,8 +802,24 @@ static void s_pass_usage(const char *bin_dir, ls_flag_t *shown, char *help[S_KIN
         }
 }
 
+// An actor's load (the worker's weights and adapters) on the console (progress.h). Adapters only
+// until the graph is up: after that, loads are the registry's everyday work, in the logs.
+static int s_on_load_progress(ls_actor_t *self, ls_in_t *in, void *state) {
+    const ls_msg_load_progress_t *lp = &in->msg->u.load_progress;
+    launcher_actor_t *a = plan_find(in->from);
+    if (!a || !plan_local(a) || !s_progress)
+        return 0;  // not one of this node's actors: its word is not shown
+    if (launcher_state.up && (!lp->what || strncmp(lp->what, "weights", 8)))
+        return 0;
+    if (progress_note(s_progress, a->name, lp->what, lp->done_bytes, lp->total_bytes, in->now_ns) < 0)
+        ls_warn(0, "LoadProgress from %s out of range (%llu of %llu bytes) ignored", a->name,
+                (unsigned long long)lp->done_bytes, (unsigned long long)lp->total_bytes);
+    return 0;
+}
+
 static const ls_dispatch_t s_dispatch[] = {
     {LS_MSG_READY, s_on_ready},
+    {LS_MSG_LOAD_PROGRESS, s_on_load_progress},
     {LS_MSG_HEARTBEAT, s_on_heartbeat},
     {LS_MSG_ACTOR_STATUS, nodes_on_actor_status},
     {LS_MSG_PEER_STATUS, nodes_on_peer_status},
@@ -942,5 +965,7 @@ int main(int argc, char **argv) {
     if (ls_actor_run(self) < 0)
         s_on_shutdown(self, NULL);  // a spawn failed: stop whatever did start
     ls_actor_destroy(&self);
+    ls_log_set_before(NULL, NULL);
+    progress_destroy(&s_progress);
     return launcher_state.exit_status;
 }

@@ -448,10 +448,10 @@ static int s_on_heartbeat(ls_actor_t *self, ls_in_t *in) {
 }
 
 static int s_on_get_metrics(ls_actor_t *self, ls_in_t *in) {
-    if (self->def->on_metrics)
-        self->def->on_metrics(self, self->def->state);
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_METRICS);
+    if (self->def->on_metrics)
+        self->def->on_metrics(self, &m.u.metrics, self->def->state);
     m.rid = in->msg->rid;
     m.u.metrics.actor = ls_msg_strdup(self->name);
     m.u.metrics.names.v = calloc((size_t)self->ncounters + 1, sizeof(char *));

@@ -79,8 +79,10 @@ typedef struct {
     // Release what on_start acquired; called once, after the loop ends.
     void (*on_destroy)(ls_actor_t *a, void *state);
     // GetMetrics is about to be answered: set what costs too much to keep current after every
-    // event (a list built by walking the queues, ls_actor_info). May be NULL.
-    void (*on_metrics)(ls_actor_t *a, void *state);
+    // event (a list built by walking the queues, ls_actor_info), and fill the answer's fields
+    // that the runtime does not (histograms); the runtime then adds its counters, gauges and
+    // facts to m. May be NULL.
+    void (*on_metrics)(ls_actor_t *a, ls_msg_metrics_t *m, void *state);
 } ls_actor_def_t;
 
 typedef struct {

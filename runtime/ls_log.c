@@ -48,6 +48,14 @@ static void s_put_quoted(FILE *f, const char *text) {
     fputc('"', f);
 }
 
+static void (*s_before)(void *arg);
+static void *s_before_arg;
+
+void ls_log_set_before(void (*fn)(void *arg), void *arg) {
+    s_before = fn;
+    s_before_arg = arg;
+}
+
 void ls_log(ls_log_level_t level, uint64_t rid, const char *fmt, ...) {
     if (level < s_level)
         return;
@@ -65,6 +73,8 @@ void ls_log(ls_log_level_t level, uint64_t rid, const char *fmt, ...) {
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
 
     pthread_mutex_lock(&s_lock);
+    if (s_before)
+        s_before(s_before_arg);
     fprintf(stderr, "ts=%s.%03dZ level=%s actor=%s pid=%d", ts, (int)(tv.tv_usec / 1000),
             s_names[level], s_actor, (int)getpid());
     if (rid)

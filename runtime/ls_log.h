@@ -21,6 +21,11 @@ ls_log_level_t ls_log_level(void);
 void ls_log(ls_log_level_t level, uint64_t rid, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+// fn(arg) runs before each line is written (NULL: nothing): a console that keeps a line open
+// (the launcher's load progress, updated in place on a terminal) ends it first. Set it before
+// other threads log.
+void ls_log_set_before(void (*fn)(void *arg), void *arg);
+
 #define ls_debug(rid, ...) ls_log(LS_LOG_DEBUG, (rid), __VA_ARGS__)
 #define ls_info(rid, ...) ls_log(LS_LOG_INFO, (rid), __VA_ARGS__)
 #define ls_warn(rid, ...) ls_log(LS_LOG_WARN, (rid), __VA_ARGS__)

@@ -24,6 +24,8 @@
 #include "http.h"
 #include "prom.h"
 #include "ls_actor.h"
+#include "ls_limits.h"
+#include "ls_series.h"
 
 #define S_TOKENIZER "tokenizer"
 #define S_STARTING "the graph is starting: not every actor is ready"  // /health's 503 until told more
@@ -31,7 +33,6 @@
 #define S_METRICS_MS 1000     // actors that have not answered GetMetrics by then are left out
 #define S_LIST_MS 10000       // ListAdapters
 #define S_ADAPTER_MS 300000   // the net for a load or unload answer lost upstream (503 outcome_unknown)
-#define S_MAX_MODELS 256      // model labels in /metrics; later ones count under "other"
 #define S_RETRY_AFTER_S "1"   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
 
 typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS } s_kind_t;
@@ -54,7 +55,7 @@ typedef struct s_call {
     char id[48];
     long created;
     int streaming;
-    uint64_t start_ns, first_ns, last_ns;
+    uint64_t start_ns;
     // metrics
     ls_msg_t *metrics;
     size_t nmetrics;
@@ -62,26 +63,14 @@ typedef struct s_call {
 } s_call_t;
 
 typedef struct {
-    const double *le;
-    int n;
-    uint64_t counts[16];
-    double sum;
-    uint64_t count;
-} s_hist_t;
-
-typedef struct {
-    char name[128];
     uint64_t requests, prompt_tokens, completion_tokens;
 } s_model_stat_t;
-
-static const double s_ttft_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-static const double s_itl_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
 
 typedef struct {
     // flags
     char *host, *api_key, *api_key_file, *served_model_name, *model_path;
     int port, max_connections, max_header_bytes, max_body_bytes, idle_timeout_ms, request_timeout_ms;
-    int max_request_completions, max_tenant_completions;
+    int max_request_completions, max_tenant_completions, metrics_max_adapters;
     // state
     ls_actor_t *self;
     gw_http_t *http;
@@ -100,9 +89,8 @@ typedef struct {
     uint64_t mono_start; // the event clock then
     // metrics
     uint64_t status_counts[600];
-    s_model_stat_t models[S_MAX_MODELS + 1];
-    int nmodels;
-    s_hist_t ttft, itl;
+    ls_series_t *series;     // which models have series of their own (ls_series.h)
+    s_model_stat_t *models;  // per series
 } s_gw_t;
 
 static s_gw_t s_g;
@@ -302,25 +290,22 @@ static void s_lower(char *out, size_t cap, const char *s) {
 // ---------------------------------------------------------------------------------------------
 // metrics of the gateway itself
 
-static void s_observe(s_hist_t *h, double v) {
-    for (int i = 0; i < h->n; i++)
-        if (v <= h->le[i])
-            h->counts[i]++;
-    h->sum += v;
-    h->count++;
+// Series i's counts into "other"'s: its model gave the series up (ls_series.h).
+static void s_model_fold(int i) {
+    s_model_stat_t *o = &s_g.models[LS_SERIES_OTHER];
+    o->requests += s_g.models[i].requests;
+    o->prompt_tokens += s_g.models[i].prompt_tokens;
+    o->completion_tokens += s_g.models[i].completion_tokens;
+    memset(&s_g.models[i], 0, sizeof s_g.models[i]);
 }
 
+// The counts of a model (the base's name, or an adapter's) that was answered: only then does it
+// get a series, so a name nobody serves (404) never makes one.
 static s_model_stat_t *s_model_stat(const char *name) {
-    for (int i = 0; i < s_g.nmodels; i++)
-        if (!strcmp(s_g.models[i].name, name))
-            return &s_g.models[i];
-    if (s_g.nmodels == S_MAX_MODELS) {
-        snprintf(s_g.models[S_MAX_MODELS].name, sizeof s_g.models[0].name, "other");
-        return &s_g.models[S_MAX_MODELS];
-    }
-    s_model_stat_t *m = &s_g.models[s_g.nmodels++];
-    snprintf(m->name, sizeof m->name, "%s", name);
-    return m;
+    int fold, i = ls_series_take(s_g.series, strcmp(name, s_g.base) ? name : "", &fold);
+    if (fold >= 0)
+        s_model_fold(fold);
+    return &s_g.models[i];
 }
 
 static void s_on_answered(int status, void *arg) {
@@ -375,6 +360,7 @@ static void s_gen_fail(s_call_t *c, int status, const char *message, const char 
 
 static void s_gen_done(s_call_t *c) {
     s_model_stat_t *m = s_model_stat(c->label);
+    m->requests++;
     for (size_t i = 0; i < c->gen.nreqs * (size_t)c->gen.n; i++) {
         m->completion_tokens += c->choices[i].completion_tokens;
         if (i % (size_t)c->gen.n == 0)
@@ -436,21 +422,9 @@ static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
     }
     size_t ci = p * (size_t)c->gen.n + t->index;
     gw_choice_t *ch = &c->choices[ci];
-    uint32_t before = ch->completion_tokens;
     if (gw_choice_add(ch, t) < 0) {
         s_gen_fail(c, 500, "out of memory", NULL, NULL);
         return 0;
-    }
-    uint64_t now = in->now_ns;
-    if (c->gen.stream && t->completion_tokens > before) {
-        uint32_t k = t->completion_tokens - before;
-        if (!c->first_ns) {
-            c->first_ns = now;
-            s_observe(&s_g.ttft, (double)(now - c->start_ns) / 1e9);
-        } else
-            for (uint32_t i = 0; i < k; i++)
-                s_observe(&s_g.itl, (double)(now - c->last_ns) / 1e9 / k);
-        c->last_ns = now;
     }
     if (c->gen.stream) {
         if (!c->streaming) {
@@ -535,7 +509,6 @@ static void s_gen_start(gw_req_t *req, gw_api_t api) {
     c->created = s_unix_time();
     snprintf(c->id, sizeof c->id, "%s-%s%llx", api == GW_CHAT ? "chatcmpl" : "cmpl", s_g.id_prefix,
              (unsigned long long)s_g.next_rid);
-    s_model_stat(c->label)->requests++;
     for (size_t p = 0; p < c->gen.nreqs; p++) {
         ls_msg_t *m = &c->gen.reqs[p];
         m->rid = s_call_rid(c);
@@ -738,6 +711,9 @@ static int s_on_adapter_loaded(ls_actor_t *a, ls_in_t *in, void *state) {
 static int s_on_adapter_unloaded(ls_actor_t *a, ls_in_t *in, void *state) {
     s_call_t *c = s_admin_answer(in, S_UNLOAD);
     const ls_msg_adapter_unloaded_t *r = &in->msg->u.adapter_unloaded;
+    int i = r->ok && c ? ls_series_drop(s_g.series, c->label) : -1;
+    if (i >= 0)
+        s_model_fold(i);  // an adapter gone keeps no series (ls_series.h)
     if (c)
         s_adapter_done(c, r->ok, r->code, r->reason);
     return 0;
@@ -842,14 +818,6 @@ static void s_metrics_start(gw_req_t *req) {
         s_metrics_answer(c);
 }
 
-static void s_prom_hist(gw_buf_t *b, const char *name, const char *help, const s_hist_t *h) {
-    gw_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (int i = 0; i < h->n; i++)
-        gw_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)h->counts[i]);
-    gw_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, (unsigned long long)h->count,
-                  name, h->sum, name, (unsigned long long)h->count);
-}
-
 static void s_metrics_answer(s_call_t *c) {
     gw_buf_t b = {0};
     gw_buf_printf(&b, "# HELP loraserve_gateway_http_responses_total HTTP answers by status code\n"
@@ -859,23 +827,23 @@ static void s_metrics_answer(s_call_t *c) {
             gw_buf_printf(&b, "loraserve_gateway_http_responses_total{code=\"%d\"} %llu\n", s,
                           (unsigned long long)s_g.status_counts[s]);
     const char *per_model[][3] = {
-        {"loraserve_gateway_requests_total", "generation requests by model (base or adapter)", "r"},
+        {"loraserve_gateway_requests_total", "generation requests answered, by model (base or adapter)", "r"},
         {"loraserve_gateway_prompt_tokens_total", "prompt tokens of finished requests by model", "p"},
         {"loraserve_gateway_generation_tokens_total", "generated tokens of finished requests by model", "g"},
     };
     for (int k = 0; k < 3; k++) {
         gw_buf_printf(&b, "# HELP %s %s\n# TYPE %s counter\n", per_model[k][0], per_model[k][1], per_model[k][0]);
-        for (int i = 0; i < s_g.nmodels + (s_g.models[S_MAX_MODELS].name[0] != 0); i++) {
-            const s_model_stat_t *m = i < s_g.nmodels ? &s_g.models[i] : &s_g.models[S_MAX_MODELS];
+        for (int i = 0; i < ls_series_slots(s_g.series); i++) {
+            const s_model_stat_t *m = &s_g.models[i];
+            const char *name = ls_series_name(s_g.series, i);
+            if (!name || !m->requests)
+                continue;
             uint64_t v = k == 0 ? m->requests : k == 1 ? m->prompt_tokens : m->completion_tokens;
             gw_buf_printf(&b, "%s{model=\"", per_model[k][0]);
-            gw_prom_label(&b, m->name);
+            gw_prom_label(&b, *name ? name : s_g.base);
             gw_buf_printf(&b, "\"} %llu\n", (unsigned long long)v);
         }
     }
-    s_prom_hist(&b, "loraserve_gateway_time_to_first_token_seconds", "time to the first token of streamed requests",
-                &s_g.ttft);
-    s_prom_hist(&b, "loraserve_gateway_inter_token_latency_seconds", "time between tokens of streamed requests", &s_g.itl);
     gw_buf_printf(&b,
                   "# HELP loraserve_gateway_http_connections open HTTP connections\n# TYPE loraserve_gateway_http_connections gauge\n"
                   "loraserve_gateway_http_connections %d\n"
@@ -884,6 +852,7 @@ static void s_metrics_answer(s_call_t *c) {
                   s_g.http ? gw_http_connections(s_g.http) : 0, s_g.ncalls_gen);
     // Every other actor's counters as it reported them, then the inference gateway's series.
     gw_prom_actors(&b, c->metrics, c->nmetrics);
+    gw_prom_histograms(&b, c->metrics, c->nmetrics, s_g.base);
     gw_prom_epp(&b, c->metrics, c->nmetrics, s_unix_now());
     if (c->req)
         gw_req_respond(c->req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.d, b.n);
@@ -1064,8 +1033,15 @@ static int s_on_start(ls_actor_t *a, void *state) {
     if (s_api_key_resolve() < 0)
         return -1;
     s_g.next_rid = 1;
-    s_g.ttft = (s_hist_t){.le = s_ttft_le, .n = sizeof s_ttft_le / sizeof *s_ttft_le};
-    s_g.itl = (s_hist_t){.le = s_itl_le, .n = sizeof s_itl_le / sizeof *s_itl_le};
+    if (s_g.metrics_max_adapters < 0) {
+        ls_error(0, "--metrics-max-adapters must be 0 or more");
+        return -1;
+    }
+    if (!(s_g.series = ls_series_new(s_g.metrics_max_adapters)) ||
+        !(s_g.models = calloc((size_t)ls_series_slots(s_g.series), sizeof *s_g.models))) {
+        ls_error(0, "out of memory");
+        return -1;
+    }
     s_start_inputs(a);
     if (s_g.served_model_name && *s_g.served_model_name)
         snprintf(s_g.base, sizeof s_g.base, "%s", s_g.served_model_name);
@@ -1134,6 +1110,9 @@ static void s_on_destroy(ls_actor_t *a, void *state) {
     s_g.model_info = NULL;
     zhashx_destroy(&s_g.by_rid);
     zhashx_destroy(&s_g.tenants);
+    ls_series_destroy(&s_g.series);
+    free(s_g.models);
+    s_g.models = NULL;
 }
 
 static const ls_dispatch_t s_dispatch[] = {
@@ -1167,6 +1146,7 @@ int main(int argc, char **argv) {
                     "completions one generation request may ask for (prompts x n); more is answered 400"),
         LS_FLAG_INT("max-tenant-completions", &s_g.max_tenant_completions, "1024",
                     "completions in flight for one model (adapter or base); more is answered 429"),
+        LS_METRICS_MAX_ADAPTERS_FLAG(&s_g.metrics_max_adapters),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {

@@ -13,15 +13,20 @@ static void s_prom_name(char *out, size_t cap, const char *name) {
     out[i] = 0;
 }
 
-void gw_prom_label(gw_buf_t *b, const char *v) {
+// v with the text format's escapes: \\ and \n, and \" in a label value (quoted).
+static void s_escape(gw_buf_t *b, const char *v, bool quoted) {
     for (; *v; v++) {
-        if (*v == '\\' || *v == '"')
+        if (*v == '\\' || (quoted && *v == '"'))
             gw_buf_printf(b, "\\%c", *v);
         else if (*v == '\n')
             gw_buf_add(b, "\\n", 2);
         else
             gw_buf_add(b, v, 1);
     }
+}
+
+void gw_prom_label(gw_buf_t *b, const char *v) {
+    s_escape(b, v, true);
 }
 
 // An actor's counter names (set 0) or its clock-read ones (set 1): how many have a value (a
@@ -50,6 +55,17 @@ static long s_metric_find(const ls_msg_metrics_t *m, int set, const char *name) 
     return -1;
 }
 
+// Where answer i reports `name` in either set (a counter, or one read from the clock): *set and
+// the index; -1 when it does not.
+static long s_metric_any(const ls_msg_metrics_t *m, const char *name, int *set) {
+    for (*set = 0; *set < 2; ++*set) {
+        long at = s_metric_find(m, *set, name);
+        if (at >= 0)
+            return at;
+    }
+    return -1;
+}
+
 void gw_prom_actors(gw_buf_t *b, const ls_msg_t *answers, size_t n) {
     // The gateway's own series carry loraserve_gateway_, so no name here is shared with a
     // different label set.
@@ -61,35 +77,118 @@ void gw_prom_actors(gw_buf_t *b, const ls_msg_t *answers, size_t n) {
         gw_prom_label(b, m->actor ? m->actor : "?");
         gw_buf_printf(b, "\"} 1\n");
     }
-    // The counters, then those read from the clock (busy_us_total …), alike; each name's
-    // samples from the first actor that reports it on, typed gauge where that actor says it is
-    // one.
+    // Each name once, at its first report, with its samples from every actor that reports it,
+    // in either set (the counters, and those read from the clock: busy_us_total …), so that a
+    // family's lines come together; typed gauge where that first actor says it is one, else
+    // counter.
     for (size_t i = 0; i < n; i++)
         for (int set = 0; set < 2; set++) {
             char **names;
             size_t nn = s_metric_names(&answers[i].u.metrics, set, &names);
             for (size_t k = 0; k < nn; k++) {
                 const char *nm = names[k] ? names[k] : "unnamed";
-                bool seen = s_metric_find(&answers[i].u.metrics, set, nm) < (long)k;  // listed twice
+                int first_set;
+                long first = s_metric_any(&answers[i].u.metrics, nm, &first_set);
+                bool seen = first_set < set || first < (long)k;  // listed before in this answer
                 for (size_t j = 0; j < i && !seen; j++)
-                    seen = s_metric_find(&answers[j].u.metrics, set, nm) >= 0;
+                    seen = s_metric_any(&answers[j].u.metrics, nm, &first_set) >= 0;
                 if (seen)
                     continue;
                 char name[128];
                 s_prom_name(name, sizeof name, nm);
-                if (set == 0 && s_strs_has(&answers[i].u.metrics.gauges, nm))
-                    gw_buf_printf(b, "# TYPE loraserve_%s gauge\n", name);
+                bool gauge = set == 0 && s_strs_has(&answers[i].u.metrics.gauges, nm);
+                gw_buf_printf(b, "# TYPE loraserve_%s %s\n", name, gauge ? "gauge" : "counter");
                 for (size_t j = i; j < n; j++) {
                     const ls_msg_metrics_t *m = &answers[j].u.metrics;
-                    long at = s_metric_find(m, set, nm);
+                    int at_set;
+                    long at = s_metric_any(m, nm, &at_set);
                     if (at < 0)
                         continue;
                     gw_buf_printf(b, "loraserve_%s{actor=\"", name);
                     gw_prom_label(b, m->actor ? m->actor : "?");
-                    gw_buf_printf(b, "\"} %llu\n", (unsigned long long)(set ? m->measured_values.v : m->values.v)[at]);
+                    gw_buf_printf(b, "\"} %llu\n",
+                                  (unsigned long long)(at_set ? m->measured_values.v : m->values.v)[at]);
                 }
             }
         }
+}
+
+// ---------------------------------------------------------------------------------------------
+// latency histograms
+
+static bool s_hist_ok(const ls_msg_histogram_t *h) {
+    if (!h->name || !*h->name || h->counts.n != h->le_us.n + 1)
+        return false;
+    for (size_t i = 1; i < h->le_us.n; i++)
+        if (h->le_us.v[i] <= h->le_us.v[i - 1])
+            return false;
+    return true;
+}
+
+// The j-th histogram of answer i, when it is well-formed and of family `name`.
+static const ls_msg_histogram_t *s_hist(const ls_msg_t *answers, size_t i, size_t j, const char *name) {
+    const ls_msg_histogram_t *h = &answers[i].u.metrics.histograms.v[j];
+    return s_hist_ok(h) && (!name || !strcmp(h->name, name)) ? h : NULL;
+}
+
+static const char *s_hist_label(const ls_msg_histogram_t *h, const char *base) {
+    return h->adapter && *h->adapter ? h->adapter : base;
+}
+
+// Whether a well-formed histogram before (i, j) is of the same family and, with label, the same
+// label: the family or the series was shown with that one.
+static bool s_hist_before(const ls_msg_t *answers, size_t i, size_t j, bool label, const char *base) {
+    const ls_msg_histogram_t *h = &answers[i].u.metrics.histograms.v[j];
+    for (size_t p = 0; p <= i; p++)
+        for (size_t q = 0; q < (p == i ? j : answers[p].u.metrics.histograms.n); q++) {
+            const ls_msg_histogram_t *o = s_hist(answers, p, q, h->name);
+            if (o && (!label || !strcmp(s_hist_label(o, base), s_hist_label(h, base))))
+                return true;
+        }
+    return false;
+}
+
+static void s_hist_series(gw_buf_t *b, const char *family, const char *label, const char *value,
+                          const ls_msg_histogram_t *h) {
+    uint64_t total = 0;
+    for (size_t k = 0; k <= h->le_us.n; k++) {
+        total += h->counts.v[k];
+        gw_buf_printf(b, "%s_bucket{%s=\"", family, label);
+        gw_prom_label(b, value);
+        if (k < h->le_us.n)
+            gw_buf_printf(b, "\",le=\"%.6g\"} %llu\n", (double)h->le_us.v[k] / 1e6, (unsigned long long)total);
+        else
+            gw_buf_printf(b, "\",le=\"+Inf\"} %llu\n", (unsigned long long)total);
+    }
+    gw_buf_printf(b, "%s_sum{%s=\"", family, label);
+    gw_prom_label(b, value);
+    gw_buf_printf(b, "\"} %.6f\n%s_count{%s=\"", (double)h->sum_us / 1e6, family, label);
+    gw_prom_label(b, value);
+    gw_buf_printf(b, "\"} %llu\n", (unsigned long long)total);
+}
+
+void gw_prom_histograms(gw_buf_t *b, const ls_msg_t *answers, size_t n, const char *base) {
+    static const char *const forms[][2] = {{"loraserve_", "adapter"}, {"vllm:", "model_name"}};
+    for (int f = 0; f < 2; f++)
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < answers[i].u.metrics.histograms.n; j++) {
+                // A family at its first well-formed series: its header, then each of its series.
+                const ls_msg_histogram_t *first = s_hist(answers, i, j, NULL);
+                if (!first || s_hist_before(answers, i, j, false, base))
+                    continue;
+                char family[160];
+                snprintf(family, sizeof family, "%s", forms[f][0]);
+                s_prom_name(family + strlen(family), sizeof family - strlen(family), first->name);
+                gw_buf_printf(b, "# HELP %s ", family);
+                s_escape(b, first->help && *first->help ? first->help : first->name, false);
+                gw_buf_printf(b, "\n# TYPE %s histogram\n", family);
+                for (size_t p = i; p < n; p++)
+                    for (size_t q = p == i ? j : 0; q < answers[p].u.metrics.histograms.n; q++) {
+                        const ls_msg_histogram_t *h = s_hist(answers, p, q, first->name);
+                        if (h && !s_hist_before(answers, p, q, true, base))
+                            s_hist_series(b, family, forms[f][1], s_hist_label(h, base), h);
+                    }
+            }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,6 +18,14 @@ void gw_prom_label(gw_buf_t *b, const char *v);
 // samples together (the text format wants a family's lines in one group) under one TYPE line.
 void gw_prom_actors(gw_buf_t *b, const ls_msg_t *answers, size_t n);
 
+// The latency histograms of the answers (the tokenizer's, per adapter: docs/operations.md,
+// "Metrics"), each family twice: loraserve_<name>{adapter} and vLLM's vllm:<name>{model_name},
+// so that dashboards made for vLLM read them. The base model's series is labelled `base` (the
+// served model name). A series given twice (a family and label in two answers) is shown once,
+// the first; a malformed one (bounds not ascending, counts not one more than the bounds) not at
+// all.
+void gw_prom_histograms(gw_buf_t *b, const ls_msg_t *answers, size_t n, const char *base);
+
 // The endpoint picker's series (docs/api.md, "Kubernetes inference gateway") from the answers
 // of the schedulers, the actors that report running_requests: counts and blocks add up over
 // them. Nothing when no scheduler answered: the picker keeps its last values rather than read a

@@ -212,7 +212,7 @@ static void s_sync(app_t *app) {
 // queues. Each list names at most the slot count (and SCHED_MAX_LISTED): no more adapters can
 // run at once, and the waiting ones listed are those first in line. The buffer holds that
 // many names of the registry's longest (128 bytes) with their commas.
-static void s_on_metrics(ls_actor_t *a, void *state) {
+static void s_on_metrics(ls_actor_t *a, ls_msg_metrics_t *m, void *state) {
     app_t *app = state;
     static char list[SCHED_MAX_LISTED * 129];
     if (!app->core)

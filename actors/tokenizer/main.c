@@ -15,13 +15,14 @@
 //   (registry); Error (scheduler: a TokenizedReq it refused).
 // Emits: AcquireAdapter, ReleaseAdapter (registry; one release for every acquire that
 //   succeeded, whatever the ending); TokenizedReq, Abort (scheduler); TextOut and the relayed
-//   answers (clients).
+//   answers (clients). Its Metrics carry the latency histograms per adapter (latency.h).
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ls_actor.h"
+#include "latency.h"
 #include "ls_limits.h"
 #include "prompt.h"
 
@@ -35,6 +36,8 @@ typedef struct {
     bool running;  // at the scheduler: no final TextOut or Error for it yet
     bool done;     // its final TextOut went to the client, or never will
     tcollect_t collect;  // not streaming: the text so far
+    uint32_t tokens;     // generated so far, as its last TextOut said
+    uint64_t last_ns;    // when its last token came (0: none yet)
 } comp_t;
 
 // One GenerateReq.
@@ -55,6 +58,7 @@ struct greq {
     comp_t *comps;     // n, once dispatched
     ls_timer_t *timer;
     uint64_t deadline_ms;  // this actor's clock; 0: none
+    uint64_t arrival_ns;   // this actor's clock when the request came
 };
 
 // A LoadAdapter, UnloadAdapter or ListAdapters relayed to the registry.
@@ -76,6 +80,8 @@ typedef struct {
     zhashx_t *relays;    // rid → relay_t
     zhashx_t *open_by_client;  // client identity (hex) → its requests not closed (uintptr_t)
     int max_client_requests;   // --max-client-requests: more are refused OVERLOADED
+    int metrics_max_adapters;  // --metrics-max-adapters: adapters with latency series of their own
+    latency_t *latency;
     greq_t *groups;
     bool scheduler_down;  // the launcher said so, and not yet that it is back
 } tok_t;
@@ -236,6 +242,29 @@ static void s_end_whole(greq_t *g, uint32_t finish, uint32_t code, const char *w
     ls_msg_clear(&m);
 }
 
+// The latency histograms' share of a TextOut of completion c: its first token, the tokens after
+// it (a piece of k tokens is k observations of its gap / k; tokens that come with the first one
+// came at no interval), its end when it stopped or reached its length. Only a completion that
+// the scheduler took gets here, so its adapter exists: a name the registry refused never makes a
+// series.
+static void s_latency_note(comp_t *c, const ls_msg_text_out_t *t) {
+    const greq_t *g = c->g;
+    const char *adapter = g->adapter_id ? g->req.u.generate_req.adapter : NULL;
+    uint64_t now = ls_actor_now_ns(s_tok.actor);
+    if (t->completion_tokens > c->tokens) {
+        uint32_t k = t->completion_tokens - c->tokens;
+        if (!c->last_ns) {
+            latency_observe(s_tok.latency, adapter, LATENCY_TTFT, (now - g->arrival_ns) / 1000, 1);
+            latency_observe(s_tok.latency, adapter, LATENCY_ITL, 0, k - 1);
+        } else
+            latency_observe(s_tok.latency, adapter, LATENCY_ITL, (now - c->last_ns) / 1000 / k, k);
+        c->tokens = t->completion_tokens;
+        c->last_ns = now;
+    }
+    if (t->finish == LS_FINISH_REASON_STOP || t->finish == LS_FINISH_REASON_LENGTH)
+        latency_observe(s_tok.latency, adapter, LATENCY_E2E, (now - g->arrival_ns) / 1000, 1);
+}
+
 // One TextOut of completion c (t: from the detokenizer, or made here), to the client: collected
 // when not streaming, rid and index rewritten, the request's last marked. msg stays the caller's.
 static void s_comp_output(comp_t *c, ls_msg_t *msg) {
@@ -244,6 +273,7 @@ static void s_comp_output(comp_t *c, ls_msg_t *msg) {
     bool final = t->finish != LS_FINISH_REASON_NONE;
     if (c->done || g->closed)
         return;
+    s_latency_note(c, t);
     s_count("completion_tokens_total", t->token_ids.n);
     const ls_msg_generate_req_t *req = &g->req.u.generate_req;
     if (!req->stream) {
@@ -427,6 +457,7 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
         s_oom();
     g->id = ++s->next_id;
     g->client_rid = in->msg->rid;
+    g->arrival_ns = in->now_ns;
     g->key = key;
     g->client = client;
     zhashx_update(s->open_by_client, client, (void *)(open + 1));
@@ -579,6 +610,8 @@ static int s_on_relayed_answer(ls_actor_t *a, ls_in_t *in, void *state) {
         return 0;
     }
     zhashx_delete(s->relays, key);
+    if (in->msg->type == LS_MSG_ADAPTER_UNLOADED && in->msg->u.adapter_unloaded.ok)
+        latency_forget(s->latency, in->msg->u.adapter_unloaded.name);
     in->msg->rid = r->client_rid;
     zmsg_t *bulk = in->bulk;
     in->bulk = NULL;
@@ -753,6 +786,12 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "--model-path: %s", err);
         return -1;
     }
+    if (s->metrics_max_adapters < 0) {
+        ls_error(0, "--metrics-max-adapters must be 0 or more");
+        return -1;
+    }
+    if (!(s->latency = latency_new(s->metrics_max_adapters)))
+        s_oom();
     s->comps = zhashx_new();
     s->acquires = zhashx_new();
     s->clients = zhashx_new();
@@ -809,6 +848,13 @@ static void s_destroy(ls_actor_t *a, void *state) {
     zhashx_destroy(&s->relays);
     zhashx_destroy(&s->open_by_client);
     tmodel_destroy(&s->model);
+    latency_destroy(&s->latency);
+}
+
+static void s_metrics(ls_actor_t *a, ls_msg_metrics_t *m, void *state) {
+    tok_t *s = state;
+    if (s->latency && latency_export(s->latency, m) < 0)
+        ls_warn(0, "out of memory: latency histograms left out of this Metrics");
 }
 
 int main(int argc, char **argv) {
@@ -818,6 +864,7 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("max-client-requests", &s_tok.max_client_requests, "4096",
                     "requests one client (the gateway, an SDK client) may have open; more are refused OVERLOADED"),
         LS_SCHEDULER_FLAG(&s_tok.scheduler),
+        LS_METRICS_MAX_ADAPTERS_FLAG(&s_tok.metrics_max_adapters),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {.name = "tokenizer",
@@ -827,6 +874,7 @@ int main(int argc, char **argv) {
                                 .state = &s_tok,
                                 .on_start = s_start,
                                 .on_shutdown = s_shutdown,
-                                .on_destroy = s_destroy};
+                                .on_destroy = s_destroy,
+                                .on_metrics = s_metrics};
     return ls_actor_main(argc, argv, &def);
 }

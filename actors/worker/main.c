@@ -13,7 +13,7 @@
 //   + the lifecycle messages every actor handles
 // Emits: WorkerInfo (to the scheduler once the model is loaded), TpComm (rank 0, to the
 //   scheduler, which hands it to every rank), StepResult, AdapterLoaded, AdapterUnloaded,
-//   Error.
+//   Error; LoadProgress (to the launcher, for its console: the weights, each adapter).
 //
 // Tensor parallelism (docs/engine.md): with --tp-size N every rank holds its shard of the
 // model and of every adapter slot and runs every step; the ranks meet at the collectives of
@@ -81,14 +81,40 @@ static worker_t s_w;
 // ---------------------------------------------------------------------------------------------
 // start-up
 
+// The launcher's console shows what loads (LoadProgress; a worker run by hand has no launcher
+// and sends nothing).
+static void s_progress_send(ls_actor_t *a, const char *what, uint64_t done, uint64_t total) {
+    if (!ls_actor_supervised(a))
+        return;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LOAD_PROGRESS);
+    m.u.load_progress.actor = ls_msg_strdup(ls_actor_name(a));
+    m.u.load_progress.what = ls_msg_strdup(what);
+    m.u.load_progress.done_bytes = done;
+    m.u.load_progress.total_bytes = total;
+    ls_actor_send_control(a, &m);
+    ls_msg_clear(&m);
+}
+
+typedef struct {
+    ls_actor_t *actor;
+    size_t tenth, percent;  // the last logged and sent; (size_t)-1 before the first
+} s_weights_seen_t;
+
 static void s_progress(void *arg, const char *what, size_t done, size_t total) {
-    // One line per tenth of the weights, so a long load shows it is moving.
-    size_t *last = arg;
-    size_t tenth = total ? done * 10 / total : 10;
-    if (tenth != *last || done == total) {
-        *last = tenth;
-        ls_info(0, "loading weights: %zu%% (%.1f of %.1f MB, %s)", total ? done * 100 / total : 100,
-                (double)done / 1e6, (double)total / 1e6, what);
+    // A log line per tenth of the weights, so a long load shows it is moving; the launcher's
+    // console a message per whole percent: by bytes, not the clock, so few enough for any
+    // model and the same in a replay.
+    s_weights_seen_t *seen = arg;
+    size_t percent = total ? done * 100 / total : 100;
+    if (percent / 10 != seen->tenth || done == total) {
+        seen->tenth = percent / 10;
+        ls_info(0, "loading weights: %zu%% (%.1f of %.1f MB, %s)", percent, (double)done / 1e6, (double)total / 1e6,
+                what);
+    }
+    if (percent != seen->percent) {
+        seen->percent = percent;
+        s_progress_send(seen->actor, "weights", done, total);
     }
 }
 
@@ -130,12 +156,13 @@ static void s_send_info(ls_actor_t *a) {
 static int s_load_engine(ls_actor_t *a) {
     char err[1024];
     ls_info(0, "loading %s on %s%s", s_w.model_path, s_w.be->name, s_w.comm ? " (tensor-parallel shard)" : "");
-    size_t last = (size_t)-1;
+    s_progress_send(a, "weights", 0, 0);
+    s_weights_seen_t seen = {a, (size_t)-1, (size_t)-1};
     // dummy: the shapes of config.json with random weights and no checkpoint, for benchmarks at
     // real sizes; the seed is fixed so every rank of a group builds the same model.
     int dummy = !strcmp(s_w.load_format, "dummy");
-    if (!(s_w.model = dummy ? ls_model_load_dummy(s_w.model_path, s_w.be, s_w.comm, 0, s_progress, &last, err, sizeof err)
-                            : ls_model_load(s_w.model_path, s_w.be, s_w.comm, s_progress, &last, err, sizeof err))) {
+    if (!(s_w.model = dummy ? ls_model_load_dummy(s_w.model_path, s_w.be, s_w.comm, 0, s_progress, &seen, err, sizeof err)
+                            : ls_model_load(s_w.model_path, s_w.be, s_w.comm, s_progress, &seen, err, sizeof err))) {
         ls_error(0, "cannot load the model: %s", err);
         return -1;
     }
@@ -417,6 +444,14 @@ static void s_load_free(s_load_t *l) {
     free(l);
 }
 
+// An adapter's load for the launcher's console: its start (bytes 0, the size not known yet) and
+// its end (bytes in the CPU tier).
+static void s_adapter_progress(ls_actor_t *a, const s_load_t *l, size_t bytes) {
+    char what[160];
+    snprintf(what, sizeof what, "adapter %s", l->name);
+    s_progress_send(a, what, bytes, bytes);
+}
+
 static void s_load_done(ls_actor_t *a, void *arg) {
     s_load_t *l = arg;
     char err[1024];
@@ -447,6 +482,7 @@ static void s_load_done(ls_actor_t *a, void *arg) {
             ls_info(l->rid, "adapter %s loaded from %s: rank %d, %.1f MB in the CPU tier, %.1f ms", l->name, l->path,
                     rank, (double)bytes / 1e6, (double)l->load_us / 1e3);
             ls_actor_count(a, "adapters_loaded", 1);
+            s_adapter_progress(a, l, bytes);
             s_answer_loaded(a, l, 1, 0, NULL, rank, bytes);
         }
     }
@@ -490,6 +526,7 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
         return 0;
     }
     // Disk reads and validation off the loop: steps keep running meanwhile.
+    s_adapter_progress(a, l, 0);
     if (ls_actor_job(a, s_load_work, s_load_done, l) < 0) {
         s_answer_loaded(a, l, 0, LS_ERROR_CODE_INTERNAL, "cannot start the load job", 0, 0);
         s_load_free(l);

@@ -151,3 +151,52 @@ int tu_json_ids(const cJSON *arr, int32_t *out, int cap) {
     cJSON_ArrayForEach(x, arr) if (n < cap) out[n++] = (int32_t)x->valuedouble;
     return n;
 }
+
+int tu_http_graph_up(tu_http_graph_t *g, const char *launch_script, const char *bin_dir, const char *tag,
+                     const char *const args[]) {
+    memset(g, 0, sizeof *g);
+    g->launcher = -1;
+    if (tu_tmpdir(g->dir, sizeof g->dir, tag) < 0)
+        return -1;
+    snprintf(g->run_dir, sizeof g->run_dir, "%s/run", g->dir);
+    char log[160];
+    snprintf(log, sizeof log, "%s/launcher.out", g->dir);
+    const char *all[64] = {"--port", "0"};
+    int n = 2;
+    for (int i = 0; args && args[i] && n < 63; i++)
+        all[n++] = args[i];
+    g->launcher = tu_graph_start(launch_script, bin_dir, g->run_dir, log, all, 120);
+    if (g->launcher < 0)
+        return -1;
+    g->port = tu_gateway_port(g->run_dir);
+    if (g->port <= 0) {
+        fprintf(stderr, "no gateway port in %s/logs/gateway.log\n", g->run_dir);
+        return -1;
+    }
+    return 0;
+}
+
+int tu_http_graph_down(tu_http_graph_t *g) {
+    int rc = g->launcher > 0 ? tu_graph_stop(g->launcher) : 0;
+    g->launcher = -1;
+    return rc == 0 && tu_rmrf(g->dir) == 0 ? 0 : -1;
+}
+
+char *tu_curl(const char *dir, const char *const args[]) {
+    char out[256];
+    snprintf(out, sizeof out, "%s/curl.out", dir);
+    pid_t pid = tu_curl_start(out, args);
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return NULL;
+    return tu_read_file(out, NULL);
+}
+
+int tu_http_post(int port, const char *dir, const char *path, const char *body) {
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    char *code = tu_curl(dir, (const char *[]){"-o", "/dev/null", "-w", "%{http_code}", "-d", body, url, NULL});
+    int status = code ? atoi(code) : -1;
+    free(code);
+    return status;
+}

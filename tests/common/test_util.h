@@ -35,6 +35,24 @@ int tu_graph_stop(pid_t launcher);
 // The gateway's HTTP port, from RUN_DIR/logs/gateway.log ("listening on http://127.0.0.1:PORT",
 // as --port 0 logs it); 0 until it is there.
 int tu_gateway_port(const char *run_dir);
+// A graph for a test that speaks HTTP to it: a fresh directory /tmp/ls-<tag>-*, the graph in
+// its run/ (tu_graph_start with --port 0, so that tests in parallel never share a port, then
+// args; 120 s to be Ready), the gateway's port.
+typedef struct {
+    char dir[64], run_dir[128];
+    pid_t launcher;
+    int port;
+} tu_http_graph_t;
+// 0, or -1 (said on stderr).
+int tu_http_graph_up(tu_http_graph_t *g, const char *launch_script, const char *bin_dir, const char *tag,
+                     const char *const args[]);
+// Stops it (as Ctrl-C does) and removes its directory: 0 when both went cleanly, else -1.
+int tu_http_graph_down(tu_http_graph_t *g);
+// `curl -s -m 60 ARGS…` to its end: its stdout (malloc'd; through dir/curl.out), or NULL when
+// curl failed.
+char *tu_curl(const char *dir, const char *const args[]);
+// POST body to http://127.0.0.1:port/path: the HTTP status, or -1.
+int tu_http_post(int port, const char *dir, const char *path, const char *body);
 // The integers of a JSON array into out (at most cap); returns how many.
 int tu_json_ids(const cJSON *arr, int32_t *out, int cap);
 

@@ -162,29 +162,53 @@ static void s_generate(zsock_t *router, zframe_t *id, const ls_msg_t *req, uint6
     }
 }
 
-// An actor's Metrics: `name` = value (a gauge when gauge is set) and the gauge requests_active
-// = value + 1, which every fake actor reports (the gateway groups a name's samples).
-static void s_metrics(zsock_t *router, zframe_t *id, uint64_t rid, const char *actor, const char *name,
-                      uint64_t value, bool gauge) {
+// One histogram of the fake tokenizer's: bounds 1 ms and 10 ms, counts per bucket as given.
+static void s_histogram(ls_msg_histogram_t *h, const char *name, const char *adapter, uint64_t c0, uint64_t c1,
+                        uint64_t c2, size_t ncounts) {
+    h->name = ls_msg_strdup(name);
+    h->adapter = ls_msg_strdup(adapter);
+    h->help = ls_msg_strdup("latency \\ of \"tests\"\nsecond line");
+    h->le_us.v = calloc(2, sizeof(uint64_t));
+    h->le_us.v[0] = 1000;
+    h->le_us.v[1] = 10000;
+    h->le_us.n = 2;
+    h->counts.v = calloc(3, sizeof(uint64_t));
+    h->counts.v[0] = c0;
+    h->counts.v[1] = c1;
+    h->counts.v[2] = c2;
+    h->counts.n = ncounts;
+    h->sum_us = 1500 * c0 + 5000 * c1 + 20000 * c2;
+}
+
+// The tokenizer's Metrics: kv_used_blocks 7, requests_active 8 (a gauge), and latency
+// histograms as the tokenizer sends them, for the base model (adapter ""), reverse and a name
+// that needs escaping, plus what the gateway must leave out: a series given twice, and one
+// whose counts do not fit its bounds.
+static void s_tok_metrics(zsock_t *router, zframe_t *id, uint64_t rid) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_METRICS);
     m.rid = rid;
-    m.u.metrics.actor = ls_msg_strdup(actor);
+    m.u.metrics.actor = ls_msg_strdup("tokenizer");
     m.u.metrics.names.v = calloc(2, sizeof(char *));
-    m.u.metrics.names.v[0] = ls_msg_strdup(name);
+    m.u.metrics.names.v[0] = ls_msg_strdup("kv_used_blocks");
     m.u.metrics.names.v[1] = ls_msg_strdup("requests_active");
     m.u.metrics.values.v = calloc(2, sizeof(uint64_t));
-    m.u.metrics.values.v[0] = value;
-    m.u.metrics.values.v[1] = value + 1;
+    m.u.metrics.values.v[0] = 7;
+    m.u.metrics.values.v[1] = 8;
     m.u.metrics.names.n = m.u.metrics.values.n = 2;
-    m.u.metrics.gauges.v = calloc(2, sizeof(char *));
+    m.u.metrics.gauges.v = calloc(1, sizeof(char *));
     m.u.metrics.gauges.v[m.u.metrics.gauges.n++] = ls_msg_strdup("requests_active");
-    if (gauge)
-        m.u.metrics.gauges.v[m.u.metrics.gauges.n++] = ls_msg_strdup(name);
+    ls_msg_histograms_t *h = &m.u.metrics.histograms;
+    h->v = calloc(5, sizeof *h->v);
+    s_histogram(&h->v[h->n++], "time_to_first_token_seconds", "", 1, 2, 0, 3);
+    s_histogram(&h->v[h->n++], "time_to_first_token_seconds", "reverse", 0, 1, 1, 3);
+    s_histogram(&h->v[h->n++], "time_to_first_token_seconds", "q\"x", 1, 0, 0, 3);
+    s_histogram(&h->v[h->n++], "time_to_first_token_seconds", "reverse", 9, 9, 9, 3);  // again: left out
+    s_histogram(&h->v[h->n++], "e2e_request_latency_seconds", "reverse", 1, 1, 1, 2);  // malformed
     s_send(router, id, &m);
 }
 
-// The scheduler's Metrics: queue_length 3 and requests_active 4 as s_metrics gives them, plus
+// The scheduler's Metrics: queue_length 3 and requests_active 4 (which the tokenizer reports too), plus
 // what the endpoint picker's series come from, with adapter names that need escaping and more
 // waiting adapters than the 3 slots.
 static void s_sched_metrics(zsock_t *router, zframe_t *id, uint64_t rid) {
@@ -323,7 +347,7 @@ static void s_actor(zsock_t *pipe, void *arg) {
                     hang_rid = 0;
                 }
             } else if (req.type == LS_MSG_GET_METRICS)
-                s_metrics(tok, id, req.rid, "tokenizer", "kv_used_blocks", 7, false);
+                s_tok_metrics(tok, id, req.rid);
             else
                 s_admin(tok, id, &req);
             ls_msg_clear(&req);

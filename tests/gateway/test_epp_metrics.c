@@ -1,7 +1,8 @@
 // The model-server protocol of Kubernetes' inference gateway (Gateway API Inference Extension),
 // as its endpoint picker reads it: the real graph (launch/loraserve on the demo model, on the
 // CPU, --max-running-requests 2 so that requests queue) scraped at /metrics, the text parsed
-// here as a Prometheus client parses it (families, TYPE lines, labels with their escapes).
+// as a Prometheus client parses it (tests/common/test_prom.h: families, TYPE lines, labels with
+// their escapes, histograms).
 //   exposition — the whole page parses: every TYPE line once and before its samples, no family
 //                split, no label twice
 //   idle       — each vllm:* series exists with the picker's labels: waiting and running 0, KV
@@ -28,253 +29,33 @@
 
 #include <cmocka.h>
 
+#include "test_prom.h"
 #include "test_util.h"
 
 #define PROMPT "input: 5 leaf road 1 red\\noutput:"
 // The demo's context is 256 tokens; the prompt takes 11 of them.
 #define LONG_TOKENS 240
 
-static char s_dir[64], s_run_dir[128];
-static pid_t s_launcher;
-static int s_port;
-
-// ---------------------------------------------------------------------------------------------
-// HTTP through curl (a test dependency): no shell, so bodies need no quoting
-
-// Start curl with args (after the common ones); its stdout goes to out_path (NULL: nowhere).
-static pid_t s_curl_start(const char *out_path, const char *const args[]) {
-    pid_t pid = tu_curl_start(out_path, args);
-    assert_true(pid > 0);
-    return pid;
-}
-
-// Run curl to the end; its stdout (malloc'd) is returned.
-static char *s_curl(const char *const args[]) {
-    char out[128];
-    snprintf(out, sizeof out, "%s/curl.out", s_dir);
-    int status;
-    waitpid(s_curl_start(out, args), &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char *text = tu_read_file(out, NULL);
-    assert_non_null(text);
-    return text;
-}
+static tu_http_graph_t s_g;
 
 static char *s_get_metrics(void) {
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", s_port);
-    return s_curl((const char *[]){url, NULL});
-}
-
-// POST body to path; the HTTP status.
-static int s_post(const char *path, const char *body) {
-    char url[96];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s_port, path);
-    char *code = s_curl((const char *[]){"-o", "/dev/null", "-w", "%{http_code}", "-d", body, url, NULL});
-    int status = atoi(code);
-    free(code);
-    return status;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", s_g.port);
+    char *text = tu_curl(s_g.dir, (const char *[]){url, NULL});
+    assert_non_null(text);
+    return text;
 }
 
 // A generation of LONG_TOKENS tokens for model (a JSON string's inside), in the background.
 static pid_t s_generate_start(const char *model) {
     char url[96], body[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", s_port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", s_g.port);
     snprintf(body, sizeof body,
              "{\"model\":\"%s\",\"prompt\":\"" PROMPT "\",\"max_tokens\":%d,\"ignore_eos\":true,\"temperature\":0}", model,
              LONG_TOKENS);
-    return s_curl_start(NULL, (const char *[]){"-d", body, url, NULL});
-}
-
-// ---------------------------------------------------------------------------------------------
-// the text format, parsed as a Prometheus client does
-
-#define MAX_LABELS 4
-#define MAX_SAMPLES 2048
-#define MAX_FAMILIES 1024
-
-typedef struct {
-    char name[128];
-    char label[MAX_LABELS][2][1024];  // name, value (unescaped)
-    int nlabels;
-    double value;
-} sample_t;
-
-typedef struct {
-    char name[128];
-    char type[32];  // "" until a TYPE line
-    bool has_samples, closed;
-} family_t;
-
-typedef struct {
-    sample_t *s;
-    int n;
-    family_t f[MAX_FAMILIES];
-    int nf;
-} page_t;
-
-static family_t *s_family(page_t *p, const char *name, bool add) {
-    for (int i = 0; i < p->nf; i++)
-        if (!strcmp(p->f[i].name, name))
-            return &p->f[i];
-    if (!add)
-        return NULL;
-    assert_true(p->nf < MAX_FAMILIES);
-    family_t *f = &p->f[p->nf++];
-    memset(f, 0, sizeof *f);
-    snprintf(f->name, sizeof f->name, "%s", name);
-    return f;
-}
-
-// The family a sample belongs to: a histogram's or summary's _bucket, _sum, _count are its own.
-static family_t *s_family_of(page_t *p, const char *sample) {
-    static const char *suffixes[] = {"_bucket", "_sum", "_count"};
-    for (int k = 0; k < 3; k++) {
-        size_t n = strlen(sample), m = strlen(suffixes[k]);
-        if (n > m && !strcmp(sample + n - m, suffixes[k])) {
-            char base[128];
-            snprintf(base, sizeof base, "%.*s", (int)(n - m), sample);
-            family_t *f = s_family(p, base, false);
-            if (f && (!strcmp(f->type, "histogram") || !strcmp(f->type, "summary")))
-                return f;
-        }
-    }
-    return s_family(p, sample, true);
-}
-
-static bool s_name_char(char c, bool first, bool colon) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':') ||
-           (!first && c >= '0' && c <= '9');
-}
-
-// A metric or label name at *at, into out; fails the test when there is none.
-static void s_parse_name(const char **at, char *out, size_t cap, bool colon, const char *line) {
-    size_t n = 0;
-    while (s_name_char((*at)[n], n == 0, colon) && n + 1 < cap) {
-        out[n] = (*at)[n];
-        n++;
-    }
-    out[n] = 0;
-    if (!n)
-        fail_msg("no name at '%s' in: %s", *at, line);
-    *at += n;
-}
-
-static void s_parse_sample(page_t *p, const char *line) {
-    assert_true(p->n < MAX_SAMPLES);
-    sample_t *s = &p->s[p->n++];
-    memset(s, 0, sizeof *s);
-    const char *at = line;
-    s_parse_name(&at, s->name, sizeof s->name, true, line);
-    if (*at == '{') {
-        at++;
-        while (*at != '}') {
-            if (s->nlabels == MAX_LABELS)
-                fail_msg("too many labels: %s", line);
-            char *name = s->label[s->nlabels][0], *value = s->label[s->nlabels][1];
-            s_parse_name(&at, name, sizeof s->label[0][0], false, line);
-            for (int i = 0; i < s->nlabels; i++)
-                if (!strcmp(s->label[i][0], name))
-                    fail_msg("label %s twice: %s", name, line);
-            if (at[0] != '=' || at[1] != '"')
-                fail_msg("no =\" after label %s: %s", name, line);
-            at += 2;
-            size_t n = 0;
-            for (; *at != '"'; at++) {
-                char c = *at;
-                if (!c)
-                    fail_msg("unterminated label value: %s", line);
-                if (c == '\\') {
-                    at++;
-                    if (*at == 'n')
-                        c = '\n';
-                    else if (*at == '\\' || *at == '"')
-                        c = *at;
-                    else
-                        fail_msg("bad escape \\%c: %s", *at, line);
-                }
-                assert_true(n + 1 < sizeof s->label[0][1]);
-                value[n++] = c;
-            }
-            value[n] = 0;
-            at++;
-            s->nlabels++;
-            if (*at == ',')
-                at++;
-            else if (*at != '}')
-                fail_msg("no , or } after a label: %s", line);
-        }
-        at++;
-    }
-    if (*at != ' ')
-        fail_msg("no value: %s", line);
-    char *end;
-    s->value = strtod(at + 1, &end);
-    if (end == at + 1 || (*end && *end != ' '))
-        fail_msg("bad value: %s", line);
-    family_t *f = s_family_of(p, s->name);
-    if (f->closed)
-        fail_msg("family %s split: its samples are not together (at %s)", f->name, line);
-    // Every other family that had samples is over.
-    for (int i = 0; i < p->nf; i++)
-        if (&p->f[i] != f && p->f[i].has_samples)
-            p->f[i].closed = true;
-    f->has_samples = true;
-}
-
-static void s_parse(page_t *p, const char *text) {
-    memset(p->f, 0, sizeof p->f);
-    p->nf = p->n = 0;
-    char *copy = strdup(text), *save;
-    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (line[0] == '#') {
-            char name[128], type[32];
-            if (sscanf(line, "# TYPE %127s %31s", name, type) == 2) {
-                family_t *f = s_family(p, name, true);
-                if (f->type[0])
-                    fail_msg("a second TYPE line for %s", name);
-                if (f->has_samples)
-                    fail_msg("TYPE line for %s after its samples", name);
-                if (strcmp(type, "counter") && strcmp(type, "gauge") && strcmp(type, "histogram") &&
-                    strcmp(type, "summary") && strcmp(type, "untyped"))
-                    fail_msg("unknown type %s of %s", type, name);
-                snprintf(f->type, sizeof f->type, "%s", type);
-            }
-            continue;
-        }
-        s_parse_sample(p, line);
-    }
-    free(copy);
-}
-
-// The one sample of a family with no other; fails unless it is a gauge with exactly one sample.
-static const sample_t *s_only(const page_t *p, const char *name) {
-    const family_t *f = NULL;
-    for (int i = 0; i < p->nf && !f; i++)
-        if (!strcmp(p->f[i].name, name))
-            f = &p->f[i];
-    if (!f)
-        fail_msg("no family %s", name);
-    if (strcmp(f->type, "gauge"))
-        fail_msg("%s is typed '%s', not gauge", name, f->type);
-    const sample_t *one = NULL;
-    for (int i = 0; i < p->n; i++)
-        if (!strcmp(p->s[i].name, name)) {
-            if (one)
-                fail_msg("%s has more than one series", name);
-            one = &p->s[i];
-        }
-    if (!one)
-        fail_msg("%s has no sample", name);
-    return one;
-}
-
-static const char *s_label(const sample_t *s, const char *name) {
-    for (int i = 0; i < s->nlabels; i++)
-        if (!strcmp(s->label[i][0], name))
-            return s->label[i][1];
-    fail_msg("%s has no label %s", s->name, name);
-    return NULL;
+    pid_t pid = tu_curl_start(NULL, (const char *[]){"-d", body, url, NULL});
+    assert_true(pid > 0);
+    return pid;
 }
 
 // Whether a comma-separated list (split as the picker splits it) has name.
@@ -302,27 +83,28 @@ typedef struct {
     int block_size, blocks;
 } epp_t;
 
-static page_t s_page;
+static tp_page_t *s_page;
 
 static epp_t s_scrape(void) {
     char *text = s_get_metrics();
-    s_parse(&s_page, text);
+    tp_parse(s_page, text);
+    tp_check_histograms(s_page);
     free(text);
     epp_t e;
-    e.waiting = s_only(&s_page, "vllm:num_requests_waiting")->value;
-    e.running = s_only(&s_page, "vllm:num_requests_running")->value;
-    e.kv = s_only(&s_page, "vllm:kv_cache_usage_perc")->value;
-    const sample_t *lora = s_only(&s_page, "vllm:lora_requests_info");
+    e.waiting = tp_only(s_page, "vllm:num_requests_waiting")->value;
+    e.running = tp_only(s_page, "vllm:num_requests_running")->value;
+    e.kv = tp_only(s_page, "vllm:kv_cache_usage_perc")->value;
+    const tp_sample_t *lora = tp_only(s_page, "vllm:lora_requests_info");
     assert_int_equal(lora->nlabels, 3);
-    e.max_lora = atoi(s_label(lora, "max_lora"));
-    snprintf(e.run, sizeof e.run, "%s", s_label(lora, "running_lora_adapters"));
-    snprintf(e.wait, sizeof e.wait, "%s", s_label(lora, "waiting_lora_adapters"));
+    e.max_lora = atoi(tp_label(lora, "max_lora"));
+    snprintf(e.run, sizeof e.run, "%s", tp_label(lora, "running_lora_adapters"));
+    snprintf(e.wait, sizeof e.wait, "%s", tp_label(lora, "waiting_lora_adapters"));
     e.stamp = lora->value;
-    const sample_t *cache = s_only(&s_page, "vllm:cache_config_info");
+    const tp_sample_t *cache = tp_only(s_page, "vllm:cache_config_info");
     assert_int_equal(cache->nlabels, 2);
     assert_true(cache->value == 1);
-    e.block_size = atoi(s_label(cache, "block_size"));
-    e.blocks = atoi(s_label(cache, "num_gpu_blocks"));
+    e.block_size = atoi(tp_label(cache, "block_size"));
+    e.blocks = atoi(tp_label(cache, "num_gpu_blocks"));
     // What holds in every scrape.
     assert_true(e.waiting >= 0 && e.running >= 0 && e.running <= 2);  // --max-running-requests 2
     assert_true(e.kv >= 0 && e.kv <= 1);
@@ -338,25 +120,15 @@ static epp_t s_scrape(void) {
 // ---------------------------------------------------------------------------------------------
 
 static int s_setup(void **state) {
-    s_page.s = calloc(MAX_SAMPLES, sizeof *s_page.s);
-    assert_non_null(s_page.s);
-    assert_int_equal(tu_tmpdir(s_dir, sizeof s_dir, "epp"), 0);
-    snprintf(s_run_dir, sizeof s_run_dir, "%s/run", s_dir);
-    char log[160];
-    snprintf(log, sizeof log, "%s/launcher.out", s_dir);
-    // --port 0: tests run in parallel, each graph's gateway takes any free port
-    const char *args[] = {"--port", "0", "--max-running-requests", "2", NULL};
-    s_launcher = tu_graph_start(LS_LAUNCH_SCRIPT, LS_BIN_DIR, s_run_dir, log, args, 120);
-    assert_true(s_launcher > 0);
-    s_port = tu_gateway_port(s_run_dir);
-    assert_true(s_port > 0);
+    s_page = tp_page_new();
+    const char *args[] = {"--max-running-requests", "2", NULL};
+    assert_int_equal(tu_http_graph_up(&s_g, LS_LAUNCH_SCRIPT, LS_BIN_DIR, "epp", args), 0);
     return 0;
 }
 
 static int s_teardown(void **state) {
-    assert_int_equal(tu_graph_stop(s_launcher), 0);
-    assert_int_equal(tu_rmrf(s_dir), 0);
-    free(s_page.s);
+    assert_int_equal(tu_http_graph_down(&s_g), 0);
+    tp_page_destroy(&s_page);
     return 0;
 }
 
@@ -372,18 +144,18 @@ static void test_idle(void **state) {
     assert_true(e.blocks > 0);
     // Our own names stay beside the picker's.
     bool own = false;
-    for (int i = 0; i < s_page.n && !own; i++)
-        own = !strcmp(s_page.s[i].name, "loraserve_queue_length");
+    for (int i = 0; i < tp_count(s_page) && !own; i++)
+        own = !strcmp(tp_sample(s_page, i)->name, "loraserve_queue_length");
     assert_true(own);
 }
 
 static void test_load(void **state) {
     // Two adapters whose names the lists must treat with care, from the demo's directories
     // (launch/loraserve lets clients load from there).
-    assert_int_equal(s_post("/v1/load_lora_adapter",
+    assert_int_equal(tu_http_post(s_g.port, s_g.dir, "/v1/load_lora_adapter",
                             "{\"lora_name\":\"q\\\"x\",\"lora_path\":\"" LS_DEMO_DIR "/adapters/upper\"}"),
                      200);
-    assert_int_equal(s_post("/v1/load_lora_adapter",
+    assert_int_equal(tu_http_post(s_g.port, s_g.dir, "/v1/load_lora_adapter",
                             "{\"lora_name\":\"c,d\",\"lora_path\":\"" LS_DEMO_DIR "/adapters/sort\"}"),
                      200);
     static const char *models[] = {"reverse", "reverse", "reverse", "q\\\"x", "q\\\"x", "c,d", "demo"};

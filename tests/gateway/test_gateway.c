@@ -9,8 +9,11 @@
 //                                  no-op values, harmless and unknown fields served
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
-//   health, metrics              — ping relay, Prometheus text that parses, other actors' counters; the
-//                                  inference gateway's vllm:* series (escaped, capped lists)
+//   health, metrics              — ping relay, Prometheus text that parses (tests/common/test_prom),
+//                                  other actors' counters typed; the tokenizer's histograms (the
+//                                  base under its served name, a series given twice shown once,
+//                                  a malformed one left out); the inference gateway's vllm:*
+//                                  series (escaped, capped lists)
 //   api_key                      — 401 without the key, /health and /health/live open; the key
 //                                  from --api-key, --api-key-file or LORASERVE_API_KEY, the
 //                                  last two never on the command line; two at once refused
@@ -31,7 +34,6 @@
 #include <http_parser.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <regex.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -48,6 +50,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "test_prom.h"
 #include "test_util.h"
 
 #include "fake_graph.h"
@@ -738,36 +741,39 @@ static void test_metrics(void **state) {
     s_call(s_gw.port, "GET", "/metrics", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
     assert_true(!strncmp(r.content_type, "text/plain", 10));
-    regex_t line;
-    assert_int_equal(regcomp(&line,
-                             "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\"(,[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\")*\\})? "
-                             "[-+0-9.eE]+|\\+Inf$",
-                             REG_EXTENDED | REG_NOSUB),
-                     0);
-    char *save, *copy = strdup(r.body);
-    int lines = 0;
-    for (char *l = strtok_r(copy, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        if (l[0] == '#')
-            continue;
-        if (regexec(&line, l, 0, NULL, 0))
-            fail_msg("not a Prometheus sample line: %s", l);
-        lines++;
-    }
-    free(copy);
-    regfree(&line);
-    assert_true(lines > 20);
+    // The page parses as a Prometheus client parses it, histograms included.
+    tp_page_t *page = tp_page_new();
+    tp_parse(page, r.body);
+    tp_check_histograms(page);
+    assert_true(tp_count(page) > 20);
     assert_non_null(strstr(r.body, "loraserve_gateway_requests_total{model=\"reverse\"} "));
     assert_non_null(strstr(r.body, "loraserve_gateway_generation_tokens_total{model=\"reverse\"} "));
     assert_non_null(strstr(r.body, "loraserve_gateway_http_responses_total{code=\"200\"} "));
-    assert_non_null(strstr(r.body, "loraserve_gateway_time_to_first_token_seconds_count "));
-    assert_non_null(strstr(r.body, "loraserve_gateway_inter_token_latency_seconds_bucket{le=\"+Inf\"} "));
+    // the tokenizer's histograms: cumulative buckets in seconds, the base under its served name,
+    // both forms; the series given twice once, the malformed one not at all
+    assert_contains(r.body, "# HELP loraserve_time_to_first_token_seconds latency \\\\ of \"tests\"\\nsecond line\n"
+                            "# TYPE loraserve_time_to_first_token_seconds histogram\n"
+                            "loraserve_time_to_first_token_seconds_bucket{adapter=\"demo\",le=\"0.001\"} 1\n"
+                            "loraserve_time_to_first_token_seconds_bucket{adapter=\"demo\",le=\"0.01\"} 3\n"
+                            "loraserve_time_to_first_token_seconds_bucket{adapter=\"demo\",le=\"+Inf\"} 3\n"
+                            "loraserve_time_to_first_token_seconds_sum{adapter=\"demo\"} 0.011500\n"
+                            "loraserve_time_to_first_token_seconds_count{adapter=\"demo\"} 3\n");
+    assert_contains(r.body, "loraserve_time_to_first_token_seconds_count{adapter=\"reverse\"} 2\n");
+    assert_contains(r.body, "loraserve_time_to_first_token_seconds_count{adapter=\"q\\\"x\"} 1\n");
+    assert_contains(r.body, "vllm:time_to_first_token_seconds_count{model_name=\"reverse\"} 2\n");
+    assert_null(strstr(r.body, "_count{adapter=\"reverse\"} 27"));
+    assert_null(strstr(r.body, "e2e_request_latency_seconds"));
+    double count, sum;
+    assert_true(tp_histogram(page, "vllm:time_to_first_token_seconds", "model_name", "demo", &count, &sum));
+    assert_true(count == 3 && sum == 0.0115);
+    tp_page_destroy(&page);
     assert_non_null(strstr(r.body, "loraserve_queue_length{actor=\"scheduler\"} 3"));
     assert_non_null(strstr(r.body, "loraserve_kv_used_blocks{actor=\"tokenizer\"} 7"));
-    // gauges typed as the actors said, before their samples; counters untyped
+    // gauges typed as the actors said, before their samples; the others counters
     const char *qt = strstr(r.body, "# TYPE loraserve_queue_length gauge\n");
     assert_non_null(qt);
     assert_true(qt < strstr(r.body, "loraserve_queue_length{"));
-    assert_null(strstr(r.body, "# TYPE loraserve_kv_used_blocks"));
+    assert_contains(r.body, "# TYPE loraserve_kv_used_blocks counter\nloraserve_kv_used_blocks{actor=\"tokenizer\"} 7\n");
     // a name that several actors report: one TYPE line, then all its samples together
     const char *at = strstr(r.body, "# TYPE loraserve_requests_active gauge\n");
     assert_non_null(at);

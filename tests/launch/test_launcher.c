@@ -1,7 +1,10 @@
 // Launcher tests: the real graph, started through launch/loraserve as a user would.
 //   graph      — every actor Ready, graph.json right, each actor survives malformed input and
 //                answers a ping, the scheduler and a worker refuse a LoadAdapter sent to them
-//                directly for a path outside the roots, Ctrl-C (SIGINT) stops everything with exit 0, no process left
+//                directly for a path outside the roots, Ctrl-C (SIGINT) stops everything with exit 0, no process left;
+//                the console showed each worker's weights loading (percent and bytes going up, to
+//                100%) and each demo adapter loaded; a LoadProgress out of range from a stranger
+//                on the control socket changes nothing
 //   death      — with no restart budget, killing one actor brings the graph down with a
 //                message naming it
 //   restart    — supervision: a killed scheduler and a stopped (hung) worker are restarted, the
@@ -300,6 +303,56 @@ static void s_check_graph(cJSON *graph, int tp, const char *prefix) {
     }
 }
 
+// The console's load lines of one worker (launch/progress.h, not a terminal): its weights from
+// the first to 100%, bytes and percent never going back, then each demo adapter at 100%.
+static void s_check_progress(const char *out, const char *worker) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "\n%s: loading weights ", worker);
+    int lines = 0, last_pct = -1;
+    double last_done = -1, total0 = -1;
+    for (const char *at = out; (at = strstr(at, prefix)); at++) {
+        double done, total;
+        int pct;
+        char unit[8];
+        if (sscanf(at + strlen(prefix), "%lf/%lf %7s (%d%%)", &done, &total, unit, &pct) != 4)
+            fail_msg("not a progress line: %.80s", at + 1);
+        assert_string_equal(unit, "MB");  // the demo's 6 MB
+        if (total0 < 0)
+            total0 = total;
+        assert_true(total == total0 && done <= total && done >= last_done && pct > last_pct);
+        last_done = done;
+        last_pct = pct;
+        lines++;
+    }
+    if (lines < 2 || last_pct != 100 || last_done != total0)
+        fail_msg("%s: %d weights lines, the last at %d%%:\n%s", worker, lines, last_pct, out);
+    for (const char *const *a = (const char *const[]){"reverse", "upper", "sort", "digits", NULL}; *a; a++) {
+        char line[96];
+        snprintf(line, sizeof line, "\n%s: loading adapter %s ", worker, *a);
+        const char *at = strstr(out, line);
+        if (!at || !strstr(at, "(100%)") || strchr(at + 1, '\n') < strstr(at, "(100%)"))
+            fail_msg("no line for %s's adapter %s at 100%%:\n%s", worker, *a, out);
+    }
+}
+
+// LoadProgress the launcher must drop: from an identity that is no actor, and out of range.
+static void s_stranger_progress(const char *run_dir) {
+    char endpoint[300];
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/sock/control.sock", run_dir);
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    assert_non_null(s);
+    zsock_set_identity(s, "stranger");
+    assert_int_equal(zsock_connect(s, "%s", endpoint), 0);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_LOAD_PROGRESS);
+    m.u.load_progress.what = ls_msg_strdup("weights\x1b[2J");
+    m.u.load_progress.done_bytes = UINT64_MAX;
+    m.u.load_progress.total_bytes = 1;
+    assert_int_equal(s_send(s, &m), 0);
+    ls_msg_clear(&m);
+    zsock_destroy(&s);
+}
+
 static void test_graph(void **unused) {
     launch_t l;
     const char *extra[] = {"--tp-size", "2", NULL};
@@ -323,6 +376,7 @@ static void test_graph(void **unused) {
     assert_contains(log, "LoadAdapter intruder refused: adapter path");
     free(log);
     s_load_outside(s_router(s_actor(g, "worker-1")), "worker-1");
+    s_stranger_progress(cJSON_GetObjectItem(g, "run_dir")->valuestring);
 
     kill(l.pid, SIGINT);
     assert_int_equal(s_wait_exit(&l, 20), 0);
@@ -330,6 +384,9 @@ static void test_graph(void **unused) {
     char *out = tu_read_file(l.out_path, NULL);
     assert_non_null(strstr(out, "loraserve is up"));
     assert_non_null(strstr(out, "graph stopped"));
+    s_check_progress(out, "worker-0");
+    s_check_progress(out, "worker-1");
+    assert_null(strchr(out, '\x1b'));
     free(out);
     cJSON_Delete(g);
 }

@@ -321,7 +321,7 @@ static void test_malformed(void **unused) {
 // ---------------------------------------------------------------------------------------------
 // metrics: on_metrics runs before each answer; text facts travel in Metrics.info_*
 
-static void s_info_hook(ls_actor_t *a, void *state) {
+static void s_info_hook(ls_actor_t *a, ls_msg_metrics_t *m, void *state) {
     int *asked = state;
     char text[32];
     snprintf(text, sizeof text, "asked %d", ++*asked);
