@@ -5,7 +5,7 @@
 //                                  the graph unable now 503 (both with Retry-After);
 //                                  answers with rid 0 dropped
 //   unsupported                  — each known but unimplemented field (response_format, json_schema,
-//                                  regex, logit_bias, tools, suffix, best_of, …) 400 naming it;
+//                                  regex, logit_bias, tool_choice, suffix, best_of, …) 400 naming it;
 //                                  no-op values, harmless and unknown fields served
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
@@ -591,8 +591,8 @@ static void test_unsupported(void **state) {
         {"/v1/completions", "\"regex\":\"[0-9]+\"", "regex"},
         {"/v1/chat/completions", "\"guided_json\":{}", "guided_json"},
         {"/v1/completions", "\"logit_bias\":{\"50\":-100}", "logit_bias"},
-        {"/v1/chat/completions", "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
         {"/v1/chat/completions", "\"tool_choice\":\"auto\"", "tool_choice"},
+        {"/v1/chat/completions", "\"tools\":{}", "tools"},
         {"/v1/chat/completions", "\"functions\":[{\"name\":\"f\"}]", "functions"},
         {"/v1/completions", "\"suffix\":\"end\"", "suffix"},
         {"/v1/completions", "\"best_of\":3", "best_of"},
