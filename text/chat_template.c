@@ -247,11 +247,20 @@ char *ls_chat_template_render(const ls_chat_template_t *ct, const ls_chat_args_t
         goto done;
     if (a->tools && !(tools = s_load_arg(a->tools, a->tools_len, "tools", true, err, errlen)))
         goto done;
+    if (!json_array_size(messages)) {
+        ls_err_set(err, errlen, "messages must be a non-empty JSON array");
+        goto done;
+    }
     size_t k;
     json_t *m;
     json_array_foreach(messages, k, m) {
-        if (!json_is_object(m)) {
-            ls_err_set(err, errlen, "messages[%zu] is not a JSON object", k);
+        const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            ls_err_set(err, errlen, "messages[%zu] is not a JSON object with a string \"role\"", k);
+            goto done;
+        }
+        if (content && !json_is_null(content) && !json_is_string(content) && !json_is_array(content)) {
+            ls_err_set(err, errlen, "messages[%zu].content must be a string, null or a list of parts", k);
             goto done;
         }
         if (s_flatten_content(m, k, err, errlen) < 0)

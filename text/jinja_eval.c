@@ -41,11 +41,18 @@ static jv_t s_lookup(jrun_t *r, jscope_t *s, const char *k, size_t kn) {
     return jbuiltin_global(r, name);
 }
 
+void jrun_charge(jrun_t *r, uint64_t n, uint32_t pos) {
+    r->steps += n;
+    if (r->steps > LS_JINJA_MAX_STEPS)
+        jx_fail(r->x, pos, "the template runs too long (more than %d steps)", LS_JINJA_MAX_STEPS);
+}
+
+static void s_step(jrun_t *r, uint32_t pos) { jrun_charge(r, 1, pos); }
+
 static void s_enter(jrun_t *r, uint32_t pos) {
     if (++r->depth > LS_JINJA_MAX_DEPTH)
         jx_fail(r->x, pos, "the template nests or recurses deeper than %d levels", LS_JINJA_MAX_DEPTH);
-    if (++r->steps > LS_JINJA_MAX_STEPS)
-        jx_fail(r->x, pos, "the template runs too long (more than %d steps)", LS_JINJA_MAX_STEPS);
+    s_step(r, pos);
 }
 
 static sflow_t s_exec_block(jrun_t *r, const jnodes_t *body, jscope_t *sc, ls_buf_t *out);
@@ -169,6 +176,7 @@ static jv_t s_slice(jrun_t *r, jv_t obj, const jnode_t *e, jscope_t *sc) {
     // the items: a list's values, or a string's code points as offsets
     size_t n;
     size_t *offs = NULL;
+    jrun_charge(r, (obj.t == JV_LIST ? obj.u.l->n : obj.u.s.n) / 16, e->pos);
     if (obj.t == JV_LIST) {
         n = obj.u.l->n;
     } else {
@@ -202,7 +210,8 @@ static jv_t s_slice(jrun_t *r, jv_t obj, const jnode_t *e, jscope_t *sc) {
 }
 
 // The code point at index i of a string (negative: from the end), or undefined.
-static jv_t s_str_index(jrun_t *r, jv_t s, int64_t i) {
+static jv_t s_str_index(jrun_t *r, jv_t s, int64_t i, uint32_t pos) {
+    jrun_charge(r, s.u.s.n / 64, pos);
     size_t n = 0, off = 0;
     for (size_t k = 0; k < s.u.s.n; n++)
         jstr_next(s.u.s.p, s.u.s.n, &k);
@@ -239,7 +248,7 @@ static jv_t s_member(jrun_t *r, const jnode_t *e, jscope_t *sc) {
     if (obj.t == JV_LIST || obj.t == JV_STR) {
         if (prop.t == JV_INT) {
             if (obj.t == JV_STR)
-                return s_str_index(r, obj, prop.u.i);
+                return s_str_index(r, obj, prop.u.i, e->pos);
             int64_t i = prop.u.i < 0 ? prop.u.i + (int64_t)obj.u.l->n : prop.u.i;
             return i >= 0 && i < (int64_t)obj.u.l->n ? obj.u.l->v[i] : jv_undef();
         }
@@ -375,6 +384,7 @@ static jv_t s_binary(jrun_t *r, const jnode_t *e, jscope_t *sc) {
         }
     }
     if (b.t == JV_LIST && (op == OP_IN || op == OP_NOTIN)) {
+        jrun_charge(r, b.u.l->n, e->pos);
         bool found = false;
         for (size_t i = 0; i < b.u.l->n && !found; i++)
             found = jv_strict_eq(b.u.l->v[i], a);
@@ -528,21 +538,22 @@ static void s_for(jrun_t *r, const jnode_t *e, jscope_t *sc, ls_buf_t *out) {
     }
     if (it.t != JV_LIST)
         jx_fail(r->x, e->b->pos, "Expected iterable or object type in for loop: got %s", jv_type_name(it.t));
-    jlist_t *items = jv_list_new(r->x, it.u.l->n);
-    for (size_t i = 0; i < it.u.l->n; i++) {
-        if (cond) {
-            jscope_t *ls = s_scope_new(r, scope);
-            s_bind_loopvar(r, e->a, it.u.l->v[i], ls);
-            if (!jv_truthy(jeval(r, cond, ls)))
-                continue;
-        }
-        jv_list_push(r->x, items, it.u.l->v[i]);
+    // Without a condition the list itself is iterated (no template can change a list in place).
+    jlist_t *items = cond ? jv_list_new(r->x, it.u.l->n) : it.u.l;
+    for (size_t i = 0; cond && i < it.u.l->n; i++) {
+        jscope_t *ls = s_scope_new(r, scope);
+        s_bind_loopvar(r, e->a, it.u.l->v[i], ls);
+        if (jv_truthy(jeval(r, cond, ls)))
+            jv_list_push(r->x, items, it.u.l->v[i]);
     }
     bool none_ran = true;
     size_t n = items->n;
+    // One loop object updated in place: an iteration allocates nothing of its own, so a long
+    // loop meets the step bound, not the memory bound.
+    jv_t loop = {.t = JV_DICT, .u.d = jv_dict_new(r->x)};
+    jdict_t *d = loop.u.d;
     for (size_t i = 0; i < n; i++) {
-        jv_t loop = {.t = JV_DICT, .u.d = jv_dict_new(r->x)};
-        jdict_t *d = loop.u.d;
+        s_step(r, e->pos);  // an empty body is work too
         jv_dict_set(r->x, d, "index", 5, jv_int((int64_t)i + 1));
         jv_dict_set(r->x, d, "index0", 6, jv_int((int64_t)i));
         jv_dict_set(r->x, d, "revindex", 8, jv_int((int64_t)(n - i)));

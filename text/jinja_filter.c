@@ -255,6 +255,7 @@ static void s_sort(ssort_t *c, jv_t *v, jv_t *keys, size_t n, jv_t *tv, jv_t *tk
 }
 
 static jv_t s_sorted(jrun_t *r, const jlist_t *in, jv_t *keys, bool case_sensitive, bool reverse, uint32_t pos) {
+    jrun_charge(r, (uint64_t)in->n * (uint64_t)(log2((double)in->n + 1) + 1), pos);
     jv_t out = s_list(r, in->n);
     memcpy(out.u.l->v, in->v, in->n * sizeof *in->v);
     out.u.l->n = in->n;
@@ -801,6 +802,7 @@ static jv_t s_list_filter(jrun_t *r, jv_t v, const char *name, size_t n, jargs_t
     if (s_is(name, n, "unique")) {
         jv_t out = s_list(r, l->n);
         for (size_t i = 0; i < l->n; i++) {
+            jrun_charge(r, out.u.l->n + 1, pos);
             bool seen = false;
             for (size_t k = 0; k < out.u.l->n && !seen; k++)
                 seen = jv_strict_eq(out.u.l->v[k], l->v[i]);
@@ -866,6 +868,8 @@ static jv_t s_str_filter(jrun_t *r, jv_t v, const char *name, size_t n, jargs_t 
 static jv_t s_filter(jrun_t *r, jv_t v, const char *name, size_t n, jargs_t *a, bool called, uint32_t pos) {
     bool done = false;
     jv_t out;
+    // a filter's work is its items, or its bytes scanned
+    jrun_charge(r, 1 + (v.t == JV_LIST ? v.u.l->n : v.t == JV_STR ? v.u.s.n / 64 : 0), pos);
     if (s_is(name, n, "safe"))
         return v;
     if (s_is(name, n, "tojson"))

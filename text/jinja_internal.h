@@ -219,6 +219,9 @@ typedef struct {
 } jargs_t;
 
 jv_t jeval(jrun_t *r, const jnode_t *e, jscope_t *sc);
+// Counts n steps of work against LS_JINJA_MAX_STEPS (work inside one built-in: comparisons of
+// a sort, items of a filter, bytes scanned), failing past it.
+void jrun_charge(jrun_t *r, uint64_t n, uint32_t pos);
 void jargs_eval(jrun_t *r, const jnodes_t *args, jscope_t *sc, jargs_t *out);
 // The value of a keyword argument or of positional i; NULL when neither is given.
 jv_t *jargs_get(jargs_t *a, size_t i, const char *kw);

@@ -597,7 +597,7 @@ static jnode_t *s_member(sparse_t *p, jnode_t *obj);
 
 static jnode_t *s_call(sparse_t *p, jnode_t *callee) {
     for (;;) {
-        jnode_t *e = s_node(p, N_CALL, s_peek(p)->pos);
+        jnode_t *e = s_node(p, N_CALL, callee->pos);  // errors point at the name called
         e->a = callee;
         s_args(p, &e->list, false);
         callee = s_member(p, e);

@@ -46,9 +46,9 @@ static void test_prompt_sources(void **unused) {
     assert_int_equal(s_prompt(&g, &ids, err), 0);  // ChatML with the default system prompt
     assert_int_equal(ids.n, sizeof chat / sizeof *chat);
     assert_memory_equal(ids.ids, chat, sizeof chat);
-    g.messages = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"input: 5 leaf \"}, "
-                 "{\"type\": \"text\", \"text\": \"road 1 red\\noutput:\"}]}]";
-    assert_int_equal(s_prompt(&g, &ids, err), 0);  // text parts joined
+    g.messages = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"input: 5 leaf road 1 red\"}, "
+                 "{\"type\": \"text\", \"text\": \"output:\"}]}]";
+    assert_int_equal(s_prompt(&g, &ids, err), 0);  // text parts joined by "\n", as vLLM
     assert_memory_equal(ids.ids, chat, sizeof chat);
     g = s_req();
     int32_t given[] = {0, 277, 29};

@@ -461,8 +461,11 @@ static void test_chat(void **state) {
     ls_msg_t m;
     s_last_req(&m);
     assert_true(m.u.generate_req.chat);
+    // the messages whole: the chat template reads the parts (and any other key)
     assert_string_equal(m.u.generate_req.messages,
-                        "[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"hi there\"}]");
+                        "[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+                        "\"text\":\"hi \"},{\"type\":\"text\",\"text\":\"there\"}]}]");
+    assert_null(m.u.generate_req.tools);
     assert_int_equal(m.u.generate_req.sampling.max_new_tokens, 9);
     ls_msg_clear(&m);
 
@@ -592,7 +595,6 @@ static void test_unsupported(void **state) {
         {"/v1/chat/completions", "\"guided_json\":{}", "guided_json"},
         {"/v1/completions", "\"logit_bias\":{\"50\":-100}", "logit_bias"},
         {"/v1/chat/completions", "\"tool_choice\":\"auto\"", "tool_choice"},
-        {"/v1/chat/completions", "\"tools\":{}", "tools"},
         {"/v1/chat/completions", "\"functions\":[{\"name\":\"f\"}]", "functions"},
         {"/v1/completions", "\"suffix\":\"end\"", "suffix"},
         {"/v1/completions", "\"best_of\":3", "best_of"},

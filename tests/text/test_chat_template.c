@@ -227,6 +227,12 @@ static void test_arguments(void **state) {
     assert_contains(errbuf, "messages must be a JSON array");
     assert_null(s_render(ct, "[1]", NULL, NULL));
     assert_contains(errbuf, "messages[0] is not a JSON object");
+    assert_null(s_render(ct, "[]", NULL, NULL));
+    assert_contains(errbuf, "non-empty");
+    assert_null(s_render(ct, "[{\"content\": \"hi\"}]", NULL, NULL));
+    assert_contains(errbuf, "string \"role\"");
+    assert_null(s_render(ct, "[{\"role\": \"user\", \"content\": 5}]", NULL, NULL));
+    assert_contains(errbuf, "messages[0].content must be");
     assert_null(s_render(ct, s_hi, "{}", NULL));
     assert_contains(errbuf, "tools must be a JSON array");
     assert_null(s_render(ct, s_hi, NULL, "[]"));
