@@ -576,6 +576,16 @@ static void s_for(jrun_t *r, const jnode_t *e, jscope_t *sc, ls_buf_t *out) {
         jx_fail(r->x, e->pos, "break or continue outside a loop");
 }
 
+// A macro (its N_MACRO) or a call block's caller (its N_CALLBLOCK and the scope it runs in).
+static jv_t s_func_new(jrun_t *r, jfunc_kind_t kind, const jnode_t *node, jscope_t *env) {
+    jfunc_t *f = jx_alloc(r->x, sizeof *f);
+    memset(f, 0, sizeof *f);
+    f->kind = (uint8_t)kind;
+    f->node = node;
+    f->env = env;
+    return (jv_t){.t = JV_FUNC, .u.fn = f};
+}
+
 static sflow_t s_exec(jrun_t *r, const jnode_t *e, jscope_t *sc, ls_buf_t *out) {
     switch (e->kind) {
     case N_STR:
@@ -595,25 +605,16 @@ static sflow_t s_exec(jrun_t *r, const jnode_t *e, jscope_t *sc, ls_buf_t *out) 
     case N_SET:
         s_assign(r, e->a, e->b ? jeval(r, e->b, sc) : s_capture(r, &e->list, sc, e->pos), sc);
         return S_NORMAL;
-    case N_MACRO: {
-        jfunc_t *f = jx_alloc(r->x, sizeof *f);
-        memset(f, 0, sizeof *f);
-        f->kind = JF_MACRO;
-        f->node = e;
-        s_scope_set(r, sc, e->s, e->n, (jv_t){.t = JV_FUNC, .u.fn = f});
+    case N_MACRO:
+        s_scope_set(r, sc, e->s, e->n, s_func_new(r, JF_MACRO, e, NULL));
         return S_NORMAL;
-    }
     case N_CALLBLOCK: {
-        jfunc_t *caller = jx_alloc(r->x, sizeof *caller);
-        memset(caller, 0, sizeof *caller);
-        caller->kind = JF_CALLER;
-        caller->node = e;
-        caller->env = sc;
+        jv_t caller = s_func_new(r, JF_CALLER, e, sc);
         jargs_t a;
         jargs_eval(r, &e->a->list, sc, &a);
         jv_t fn = jeval(r, e->a->a, sc);
         jscope_t *with_caller = s_scope_new(r, sc);
-        s_scope_set(r, with_caller, "caller", 6, (jv_t){.t = JV_FUNC, .u.fn = caller});
+        s_scope_set(r, with_caller, "caller", 6, caller);
         jv_t v = s_call(r, fn, &a, with_caller, e->pos);
         if (v.t != JV_UNDEF && v.t != JV_NONE)
             jv_print(r->x, out, v);

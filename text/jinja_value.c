@@ -433,10 +433,8 @@ void jv_to_json(jx_t *x, ls_buf_t *out, jv_t v, const jjson_opts_t *o, int depth
         s_puts(x, out, "null");
         return;
     case JV_BOOL:
-        s_puts(x, out, v.u.b ? "true" : "false");
-        return;
     case JV_INT:
-        s_put_int(x, out, v.u.i);
+        jv_print_raw(x, out, v);
         return;
     case JV_FLOAT:
         if (isfinite(v.u.f))

@@ -29,6 +29,24 @@ static char *s_dump(const json_t *v) {
     return v && !json_is_null(v) ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 }
 
+// Renders messages (with tools and kwargs: JSON texts or NULL); NULL + errbuf.
+static char *s_render_at(const ls_chat_template_t *ct, const char *messages, const char *tools, const char *kwargs,
+                         bool gen, size_t *len) {
+    ls_chat_args_t a = {.messages = messages,
+                        .messages_len = strlen(messages),
+                        .tools = tools,
+                        .tools_len = tools ? strlen(tools) : 0,
+                        .kwargs = kwargs,
+                        .kwargs_len = kwargs ? strlen(kwargs) : 0,
+                        .add_generation_prompt = gen,
+                        .now_s = S_NOW};
+    return ls_chat_template_render(ct, &a, len, errbuf, sizeof errbuf);
+}
+
+static char *s_render(const ls_chat_template_t *ct, const char *messages, const char *tools, const char *kwargs) {
+    return s_render_at(ct, messages, tools, kwargs, true, NULL);
+}
+
 static void test_renderings(void **state) {
     (void)state;
     setenv("TZ", "UTC", 1);
@@ -52,22 +70,15 @@ static void test_renderings(void **state) {
             fail_msg("%s: %s", file, errbuf);
         char *messages = s_dump(json_object_get(c, "messages")), *tools = s_dump(json_object_get(c, "tools")),
              *kwargs = s_dump(json_object_get(c, "kwargs"));
-        ls_chat_args_t a = {.messages = messages,
-                            .messages_len = strlen(messages),
-                            .tools = tools,
-                            .tools_len = tools ? strlen(tools) : 0,
-                            .kwargs = kwargs,
-                            .kwargs_len = kwargs ? strlen(kwargs) : 0,
-                            .add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
-                            .now_s = S_NOW};
+        bool gen = json_is_true(json_object_get(c, "add_generation_prompt"));
         size_t got_len = 0;
-        char *got = ls_chat_template_render(ct, &a, &got_len, errbuf, sizeof errbuf);
+        char *got = s_render_at(ct, messages, tools, kwargs, gen, &got_len);
         if (json_is_string(text)) {
             if (!got)
                 fail_msg("%s / %s: refused: %s", file, conv, errbuf);
             if (got_len != json_string_length(text) || memcmp(got, json_string_value(text), got_len) != 0)
                 fail_msg("%s / %s (gen=%d): rendering differs from @huggingface/jinja\n got: %.*s\nwant: %s", file,
-                         conv, a.add_generation_prompt, (int)got_len, got, json_string_value(text));
+                         conv, gen, (int)got_len, got, json_string_value(text));
             matched++;
         } else {
             const char *want = refs_str(c, "error", &len);
@@ -94,17 +105,6 @@ static void test_renderings(void **state) {
 
 static ls_chat_template_t *s_parse(const char *json) {
     return ls_chat_template_parse(json, strlen(json), NULL, 0, "tokenizer_config.json", errbuf, sizeof errbuf);
-}
-
-static char *s_render(const ls_chat_template_t *ct, const char *messages, const char *tools, const char *kwargs) {
-    ls_chat_args_t a = {.messages = messages,
-                        .messages_len = strlen(messages),
-                        .tools = tools,
-                        .tools_len = tools ? strlen(tools) : 0,
-                        .kwargs = kwargs,
-                        .kwargs_len = kwargs ? strlen(kwargs) : 0,
-                        .add_generation_prompt = true};
-    return ls_chat_template_render(ct, &a, NULL, errbuf, sizeof errbuf);
 }
 
 static const char *s_hi = "[{\"role\": \"user\", \"content\": \"hi\"}]";
@@ -219,25 +219,25 @@ static void test_arguments(void **state) {
                          NULL, "{\"enable_thinking\": false, \"messages\": \"overridden\"}");
     assert_string_equal(out, "[user:a\nb][assistant:1]false");
     free(out);
-    assert_null(s_render(ct, "[{\"role\": \"a\"}, {\"role\": \"b\"}, {\"role\": \"c\"}]", NULL, NULL));
-    assert_contains(errbuf, "chat template: too many: 3 (line 1, column");
-    assert_null(s_render(ct, "[{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]", NULL, NULL));
-    assert_contains(errbuf, "only text parts");
-    assert_null(s_render(ct, "{\"role\": \"user\"}", NULL, NULL));
-    assert_contains(errbuf, "messages must be a JSON array");
-    assert_null(s_render(ct, "[1]", NULL, NULL));
-    assert_contains(errbuf, "messages[0] is not a JSON object");
-    assert_null(s_render(ct, "[]", NULL, NULL));
-    assert_contains(errbuf, "non-empty");
-    assert_null(s_render(ct, "[{\"content\": \"hi\"}]", NULL, NULL));
-    assert_contains(errbuf, "string \"role\"");
-    assert_null(s_render(ct, "[{\"role\": \"user\", \"content\": 5}]", NULL, NULL));
-    assert_contains(errbuf, "messages[0].content must be");
-    assert_null(s_render(ct, s_hi, "{}", NULL));
-    assert_contains(errbuf, "tools must be a JSON array");
-    assert_null(s_render(ct, s_hi, NULL, "[]"));
-    assert_contains(errbuf, "chat_template_kwargs must be a JSON object");
-    assert_null(s_render(ct, "[{\"role\": \"user\", \"content\": \"x\"", NULL, NULL));
+    static const struct {
+        const char *messages, *tools, *kwargs, *says;
+    } bad[] = {
+        {"[{\"role\": \"a\"}, {\"role\": \"b\"}, {\"role\": \"c\"}]", NULL, NULL,
+         "chat template: too many: 3 (line 1, column"},
+        {"[{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]", NULL, NULL, "only text parts"},
+        {"{\"role\": \"user\"}", NULL, NULL, "messages must be a JSON array"},
+        {"[1]", NULL, NULL, "messages[0] is not a JSON object"},
+        {"[]", NULL, NULL, "non-empty"},
+        {"[{\"content\": \"hi\"}]", NULL, NULL, "string \"role\""},
+        {"[{\"role\": \"user\", \"content\": 5}]", NULL, NULL, "messages[0].content must be"},
+        {"[{\"role\": \"user\", \"content\": \"hi\"}]", "{}", NULL, "tools must be a JSON array"},
+        {"[{\"role\": \"user\", \"content\": \"hi\"}]", NULL, "[]", "chat_template_kwargs must be a JSON object"},
+        {"[{\"role\": \"user\", \"content\": \"x\"", NULL, NULL, "messages must be a JSON array"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_null(s_render(ct, bad[i].messages, bad[i].tools, bad[i].kwargs));
+        assert_contains(errbuf, bad[i].says);
+    }
     ls_chat_template_destroy(&ct);
     ls_chat_template_destroy(NULL);
 }
