@@ -106,6 +106,7 @@ launcher_pass_t launcher_pass[] = {
                               "prefer --api-key-file or LORASERVE_API_KEY)", NULL, {0}},
     {"api-key-file", 0, K_GATEWAY, "the API key is this file's first line", NULL, {0}},
     {"served-model-name", 0, K_GATEWAY, "the base model's name in the APIs", NULL, {0}},
+    {"chat-template", 0, K_TOKENIZER, "a Jinja chat template file used instead of the model's", NULL, {0}},
     {"max-client-requests", 0, K_TOKENIZER, "requests one client (the gateway, an SDK client) may have open at the tokenizer; more: 429", NULL, {0}},
     {"max-connections", 0, K_GATEWAY, "open HTTP connections; more are answered 503", NULL, {0}},
     {"max-header-bytes", 0, K_GATEWAY, "HTTP request line and headers; more is answered 431", NULL, {0}},

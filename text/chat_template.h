@@ -1,63 +1,61 @@
-// chat_template: builds a chat prompt the way the model's Jinja chat_template would, for the
-// template families loraserve knows, detected from tokenizer_config.json. Not a Jinja engine:
-// each family is rendered by C code that matches the real templates byte for byte on ordinary
-// conversations (system / user / assistant messages with string content), checked against
-// @huggingface/jinja renderings of the real templates (tools/tokenizer-refs/).
+// chat_template: a model's own chat template (Jinja, rendered by text/jinja.h) and the context
+// Hugging Face's apply_chat_template gives it.
 //
-// Families and the variants recognized inside them:
-//   LLAMA3   "<|start_header_id|>": bos_token first, "<|start_header_id|>ROLE<|end_header_id|>\n\n"
-//            + trimmed content + "<|eot_id|>" per message; the assistant header at the end when
-//            add_generation_prompt (or always, for templates that do not test it). Llama-3.1+
-//            templates (tools, "Cutting Knowledge Date" system block) are refused.
-//   CHATML   "<|im_start|>": "<|im_start|>ROLE\n" + content + "<|im_end|>\n"; Qwen2/2.5's default
-//            system prompt when the template carries one and the conversation has no system
-//            message; Qwen3's <think> handling (reasoning stripped from earlier assistant turns, an
-//            empty think block on an assistant turn after the last user turn).
-//   LLAMA2   "[INST]" with "<<SYS>>": the system prompt folded into the first user turn,
-//            bos_token before each "[INST]", contents stripped, eos_token after each answer.
-//   MISTRAL  "[INST]" without "<<SYS>>" (Mistral-7B-Instruct v0.1/v0.2): bos_token once,
-//            "[INST] content [/INST]", answer + eos_token (+ " " in v0.1). No system role.
-// Templates with roles out of turn raise in Jinja; here they are refused with the same message.
-// Anything else (tool messages, other templates) is refused with a sentence naming it.
+// Where the template comes from, as transformers reads it: `chat_template.jinja` beside
+// tokenizer_config.json when there is one, else tokenizer_config.json's `chat_template` — a
+// string, or a list of {"name", "template"} of which "default" is used, or "tool_use" when the
+// request gives tools and the list has one. An explicit template file (--chat-template)
+// replaces both.
+//
+// What a render sees: messages (the request's JSON array, passed through: roles, content as a
+// string or a list of parts, tool_calls, tool_call_id, name, reasoning_content, ...), tools
+// (the request's JSON array, or none), documents (none), add_generation_prompt, bos_token,
+// eos_token and the other special tokens of tokenizer_config.json (unk, pad, sep, cls, mask,
+// additional_special_tokens), and any extra variables the request names
+// (chat_template_kwargs, e.g. enable_thinking). A content that is a list of text parts only is
+// joined into one string (with "\n", as vLLM does for templates that print content as a string)
+// so that string-only templates accept it; a list with other parts is refused.
 #ifndef LS_CHAT_TEMPLATE_H
 #define LS_CHAT_TEMPLATE_H
 
 #include <stdbool.h>
 #include <stddef.h>
-
-typedef enum {
-    LS_CHAT_LLAMA3 = 0,
-    LS_CHAT_CHATML,
-    LS_CHAT_LLAMA2,
-    LS_CHAT_MISTRAL,
-} ls_chat_family_t;
+#include <stdint.h>
 
 typedef struct ls_chat_template ls_chat_template_t;
 
-typedef struct {
-    const char *role;  // "system", "user" or "assistant"
-    const char *content;
-    size_t content_len;  // bytes of content, NUL bytes included; 0: strlen(content)
-} ls_chat_message_t;
-
-// Reads tokenizer_config.json (a file, or a model directory holding one). NULL + err when the
-// file is unreadable, has no chat_template, or the template is not one of the families above.
-ls_chat_template_t *ls_chat_template_load(const char *path, char *err, size_t errlen);
-ls_chat_template_t *ls_chat_template_parse(const char *json, size_t len, const char *what, char *err,
-                                           size_t errlen);
+// Reads tokenizer_config.json (path is the file, or the model directory holding it) and the
+// template (template_file when not NULL, else chat_template.jinja beside the config, else the
+// config's chat_template). NULL + err when a file is unreadable, there is no template, or the
+// template does not parse (the error names the file, line and column).
+ls_chat_template_t *ls_chat_template_load(const char *path, const char *template_file, char *err, size_t errlen);
+// The same from memory: config is tokenizer_config.json's text (what names it in errors);
+// template, when not NULL, replaces the config's chat_template.
+ls_chat_template_t *ls_chat_template_parse(const char *config, size_t len, const char *template_src,
+                                           size_t template_len, const char *what, char *err, size_t errlen);
 void ls_chat_template_destroy(ls_chat_template_t **ct);
 
-ls_chat_family_t ls_chat_template_family(const ls_chat_template_t *ct);
-const char *ls_chat_family_name(ls_chat_family_t f);
 // bos_token / eos_token of tokenizer_config.json (strings or AddedToken objects); "" when unset.
 const char *ls_chat_template_bos(const ls_chat_template_t *ct);
 const char *ls_chat_template_eos(const ls_chat_template_t *ct);
 
-// Renders n messages into a malloc'ed NUL-terminated prompt (its length in *len when len is
-// not NULL). The prompt holds the special-token strings (BOS included), so encode it with
-// special-token matching and without LS_TOKENIZE_ADD_SPECIAL. NULL + err for a conversation the
-// template would reject (roles out of turn, an unknown role).
-char *ls_chat_template_render(const ls_chat_template_t *ct, const ls_chat_message_t *msgs, size_t n,
-                              bool add_generation_prompt, size_t *len, char *err, size_t errlen);
+typedef struct {
+    const char *messages;  // a JSON array of message objects (required)
+    size_t messages_len;
+    const char *tools;     // a JSON array of tool definitions; NULL: none
+    size_t tools_len;
+    const char *kwargs;    // a JSON object of extra template variables; NULL: none
+    size_t kwargs_len;
+    bool add_generation_prompt;
+    int64_t now_s;         // the clock strftime_now reads (seconds since the epoch)
+} ls_chat_args_t;
+
+// Renders into a malloc'ed NUL-terminated prompt (its length, NUL bytes included, in *len when
+// len is not NULL). The prompt holds the special-token strings (BOS included), so encode it
+// with special-token matching and without LS_TOKENIZE_ADD_SPECIAL. NULL + err for malformed
+// arguments or a template error (raise_exception, a type error, an undefined call): err then
+// starts with "chat template: ".
+char *ls_chat_template_render(const ls_chat_template_t *ct, const ls_chat_args_t *args, size_t *len, char *err,
+                              size_t errlen);
 
 #endif

@@ -7,6 +7,13 @@
 //   loraserve-tokenize decode --tokenizer FILE [--jsonl] [--skip-special-tokens]
 //       stdin: a JSON array of ids, or with --jsonl one array per line.
 //       stdout: the text (raw), or with --jsonl one JSON string per line.
+//   loraserve-tokenize chat --tokenizer-config FILE [--chat-template FILE] [--add-generation-prompt]
+//                           [--now SECONDS]
+//       stdin: the messages, a JSON array; or an object {"messages", "tools",
+//       "chat_template_kwargs"} for the other parts of a chat request.
+//       stdout: the prompt the model's chat template renders (raw). FILE is tokenizer_config.json
+//       or the model directory; --chat-template replaces its template; strftime_now reads
+//       --now (seconds since the epoch; default: the clock).
 // Exit status 0, 1 on a bad input line (reported on stderr with its line number; with --jsonl
 // its output line is `null`, so lines stay aligned), 2 on usage.
 // JSON strings are read with jansson, which keeps their length: "a\u0000b" is three bytes, as
@@ -16,13 +23,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "chat_template.h"
 #include "tokenizer.h"
 
 static int s_usage(void) {
     fprintf(stderr,
             "usage: loraserve-tokenize encode --tokenizer FILE [--jsonl] [--add-special-tokens]\n"
-            "       loraserve-tokenize decode --tokenizer FILE [--jsonl] [--skip-special-tokens]\n");
+            "       loraserve-tokenize decode --tokenizer FILE [--jsonl] [--skip-special-tokens]\n"
+            "       loraserve-tokenize chat --tokenizer-config FILE [--chat-template FILE] [--add-generation-prompt]\n"
+            "                               [--now SECONDS] < messages.json\n");
     return 2;
 }
 
@@ -138,9 +149,70 @@ static int s_decode(const ls_tokenizer_t *t, const char *json, size_t len, unsig
     return 0;
 }
 
+// A JSON field of the request object as text for ls_chat_args_t; NULL when absent or null.
+static char *s_field(const json_t *req, const char *name) {
+    const json_t *v = json_object_get(req, name);
+    return v && !json_is_null(v) ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+}
+
+static int s_chat(int argc, char **argv) {
+    const char *config = NULL, *tpl = NULL;
+    ls_chat_args_t a = {.now_s = (int64_t)time(NULL)};
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--tokenizer-config") == 0 && i + 1 < argc)
+            config = argv[++i];
+        else if (strcmp(argv[i], "--chat-template") == 0 && i + 1 < argc)
+            tpl = argv[++i];
+        else if (strcmp(argv[i], "--add-generation-prompt") == 0)
+            a.add_generation_prompt = true;
+        else if (strcmp(argv[i], "--now") == 0 && i + 1 < argc)
+            a.now_s = strtoll(argv[++i], NULL, 10);
+        else
+            return s_usage();
+    }
+    if (!config)
+        return s_usage();
+    char err[1024];
+    ls_chat_template_t *ct = ls_chat_template_load(config, tpl, err, sizeof err);
+    if (!ct) {
+        fprintf(stderr, "loraserve-tokenize: %s\n", err);
+        return 1;
+    }
+    size_t len;
+    char *in = s_read_all(stdin, &len), *messages = NULL, *tools = NULL, *kwargs = NULL, *out = NULL;
+    json_t *req = in ? json_loadb(in, len, JSON_ALLOW_NUL, NULL) : NULL;
+    if (json_is_object(req)) {
+        messages = s_field(req, "messages");
+        tools = s_field(req, "tools");
+        kwargs = s_field(req, "chat_template_kwargs");
+    }
+    a.messages = messages ? messages : in;
+    a.messages_len = messages ? strlen(messages) : len;
+    a.tools = tools;
+    a.tools_len = tools ? strlen(tools) : 0;
+    a.kwargs = kwargs;
+    a.kwargs_len = kwargs ? strlen(kwargs) : 0;
+    size_t n = 0;
+    if (in && (out = ls_chat_template_render(ct, &a, &n, err, sizeof err)))
+        fwrite(out, 1, n, stdout);
+    else
+        fprintf(stderr, "loraserve-tokenize: %s\n", in ? err : "cannot read stdin");
+    int status = out ? 0 : 1;
+    free(out);
+    free(messages);
+    free(tools);
+    free(kwargs);
+    json_decref(req);
+    free(in);
+    ls_chat_template_destroy(&ct);
+    return status;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
         return s_usage();
+    if (strcmp(argv[1], "chat") == 0)
+        return s_chat(argc, argv);
     bool encode = strcmp(argv[1], "encode") == 0;
     if (!encode && strcmp(argv[1], "decode") != 0)
         return s_usage();

@@ -227,8 +227,8 @@ static const s_unsupported_t s_unsupported[] = {
     {"logit_bias", S_NOOP_EMPTY, S_ALL, "logit bias is not implemented"},
     {"allowed_token_ids", S_NOOP_EMPTY, S_OAI, "restricting the vocabulary is not implemented"},
     {"bad_words", S_NOOP_EMPTY, S_OAI, "banned words are not implemented"},
-    {"tools", S_NOOP_EMPTY, 1u << GW_CHAT, "tool calling is not implemented"},
-    {"tool_choice", S_NOOP_NONE_STR, 1u << GW_CHAT, "tool calling is not implemented"},
+    // tools reach the chat template; the model's tool calls come back as text, not parsed
+    {"tool_choice", S_NOOP_NONE_STR, 1u << GW_CHAT, "tool calls are not parsed from the output"},
     {"functions", S_NOOP_EMPTY, 1u << GW_CHAT, "function calling is not implemented"},
     {"function_call", S_NOOP_NONE_STR, 1u << GW_CHAT, "function calling is not implemented"},
     {"suffix", S_NOOP_EMPTY, 1u << GW_COMPLETIONS, "insertion (suffix) is not implemented"},
@@ -237,7 +237,6 @@ static const s_unsupported_t s_unsupported[] = {
     {"include_stop_str_in_output", S_NOOP_FALSE, S_OAI, "the matched stop string is never part of the text"},
     {"truncate_prompt_tokens", S_NOOP_NONE, S_OAI, "prompt truncation is not implemented"},
     {"chat_template", S_NOOP_NONE, 1u << GW_CHAT, "a per-request chat template is not implemented"},
-    {"chat_template_kwargs", S_NOOP_EMPTY, 1u << GW_CHAT, "chat template arguments are not implemented"},
     {"continue_final_message", S_NOOP_FALSE, 1u << GW_CHAT, "continuing the final message is not implemented"},
     {"documents", S_NOOP_EMPTY, 1u << GW_CHAT, "documents are not implemented"},
     {"audio", S_NOOP_NONE, 1u << GW_CHAT, "audio output is not implemented"},
@@ -300,52 +299,41 @@ static ls_msg_t *s_add_req(gw_gen_t *g) {
     return &r[g->nreqs++];
 }
 
-// Chat messages as the tokenizer takes them: role and content strings (content parts of type
-// "text" joined), everything else left out. jansson writes a NUL in a content as \u0000.
+// Chat messages as the tokenizer takes them: the request's objects whole (roles, contents,
+// tool calls, ...), for the chat template to read. jansson writes a NUL in a string as \u0000.
 static char *s_chat_messages(s_ctx_t *x, const json_t *msgs) {
     if (!json_is_array(msgs) || !json_array_size(msgs)) {
         s_fail(x, "messages", "'%s' must be a non-empty list of messages", "messages");
         return NULL;
     }
-    json_t *out = json_array();
     const json_t *m;
     size_t i;
     json_array_foreach(msgs, i, m) {
-        const json_t *role = json_object_get(m, "role");
         const json_t *content = json_object_get(m, "content");
-        if (!json_is_object(m) || !s_is_name(role)) {
-            json_decref(out);
+        if (!json_is_object(m) || !s_is_name(json_object_get(m, "role"))) {
             s_fail(x, "messages", "each of '%s' must be an object with a string 'role'", "messages");
             return NULL;
         }
-        gw_buf_t text = {0};
-        if (json_is_string(content))
-            gw_buf_add(&text, json_string_value(content), json_string_length(content));
-        else if (json_is_array(content)) {
-            const json_t *part;
-            size_t j;
-            json_array_foreach(content, j, part) {
-                const json_t *type = json_object_get(part, "type");
-                const json_t *t = json_object_get(part, "text");
-                if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(t)) {
-                    gw_buf_free(&text);
-                    json_decref(out);
-                    s_fail(x, "messages", "'%s' content parts must be {\"type\": \"text\", \"text\": ...}", "messages");
-                    return NULL;
-                }
-                gw_buf_add(&text, json_string_value(t), json_string_length(t));
-            }
-        } else if (content && !json_is_null(content)) {
-            json_decref(out);
+        if (content && !json_is_null(content) && !json_is_string(content) && !json_is_array(content)) {
             s_fail(x, "messages", "a message's content in '%s' must be a string or a list of parts", "messages");
             return NULL;
         }
-        json_array_append_new(out, json_pack("{s:O, s:s%}", "role", role, "content", text.d ? text.d : "", text.n));
-        gw_buf_free(&text);
     }
-    char *s = json_dumps(out, JSON_COMPACT);
-    json_decref(out);
-    return s;
+    return json_dumps(msgs, JSON_COMPACT);
+}
+
+// An optional JSON field handed to the chat template as text: 0 (absent or null: *out NULL),
+// or -1 when it is not of its kind (an array, or an object).
+static int s_chat_json(s_ctx_t *x, const json_t *root, const char *name, bool array, char **out) {
+    const json_t *v = json_object_get(root, name);
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (array ? !json_is_array(v) : !json_is_object(v))
+        return s_fail(x, name, array ? "'%s' must be a list" : "'%s' must be an object", name);
+    if (!(*out = json_dumps(v, JSON_COMPACT)))
+        return s_fail(x, NULL, "%s", "out of memory");
+    return 0;
 }
 
 static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const char *base_model) {
@@ -418,14 +406,22 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const cha
     ls_msg_clear(&tmpl);
     int ok = 0;
     if (g->api == GW_CHAT) {
-        char *msgs = s_chat_messages(x, json_object_get(root, "messages"));
-        ls_msg_t *r = msgs ? s_add_req(g) : NULL;
+        char *msgs = s_chat_messages(x, json_object_get(root, "messages")), *tools = NULL, *kwargs = NULL;
+        ls_msg_t *r = msgs && s_chat_json(x, root, "tools", true, &tools) == 0 &&
+                              s_chat_json(x, root, "chat_template_kwargs", false, &kwargs) == 0
+                          ? s_add_req(g)
+                          : NULL;
         if (r && ls_msg_decode(enc, enc_len, r, NULL) == 0) {
             r->u.generate_req.chat = true;
             r->u.generate_req.messages = msgs;
+            r->u.generate_req.tools = tools;
+            r->u.generate_req.chat_template_kwargs = kwargs;
             ok = 1;
-        } else
+        } else {
             free(msgs);
+            free(tools);
+            free(kwargs);
+        }
         free(enc);
         return ok ? 0 : -1;
     }

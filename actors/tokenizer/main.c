@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ls_actor.h"
 #include "latency.h"
@@ -82,6 +83,9 @@ typedef struct {
     int max_client_requests;   // --max-client-requests: more are refused OVERLOADED
     int metrics_max_adapters;  // --metrics-max-adapters: adapters with latency series of their own
     latency_t *latency;
+    const char *chat_template; // --chat-template: a Jinja file replacing the model's template
+    int64_t unix_start;        // the wall clock at start (recorded), for strftime_now
+    uint64_t mono_start;
     greq_t *groups;
     bool scheduler_down;  // the launcher said so, and not yet that it is back
 } tok_t;
@@ -444,7 +448,8 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
     }
     char err[512];
     ls_token_ids_t ids = {0};
-    uint32_t code = tmodel_prompt(s->model, req, &ids, err, sizeof err);
+    int64_t now_s = s->unix_start + (int64_t)((ls_actor_now_ns(a) - s->mono_start) / 1000000000u);
+    uint32_t code = tmodel_prompt(s->model, req, now_s, &ids, err, sizeof err);
     if (code) {
         free(key);
         free(client);
@@ -781,9 +786,10 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "--max-client-requests must be at least 1");
         return -1;
     }
-    char err[512];
-    if (!(s->model = tmodel_load(s->model_path, err, sizeof err))) {
-        ls_error(0, "--model-path: %s", err);
+    char err[1024];
+    if (!(s->model = tmodel_load(s->model_path, s->chat_template, err, sizeof err))) {
+        ls_error(0, "%s: %s", s->chat_template && strstr(err, s->chat_template) ? "--chat-template" : "--model-path",
+                 err);
         return -1;
     }
     if (s->metrics_max_adapters < 0) {
@@ -792,6 +798,18 @@ static int s_start(ls_actor_t *a, void *state) {
     }
     if (!(s->latency = latency_new(s->metrics_max_adapters)))
         s_oom();
+    // The wall clock goes through the trace, so a replayed chat template dates its prompt alike.
+    zmsg_t *in = zmsg_new();
+    if (!ls_actor_replaying(a)) {
+        int64_t now = (int64_t)time(NULL);
+        zmsg_addmem(in, &now, sizeof now);
+    }
+    ls_actor_input(a, "tokenizer.clock", &in);
+    zframe_t *clock = zmsg_first(in);
+    if (clock && zframe_size(clock) == sizeof s->unix_start)
+        memcpy(&s->unix_start, zframe_data(clock), sizeof s->unix_start);
+    s->mono_start = ls_actor_now_ns(a);
+    zmsg_destroy(&in);
     s->comps = zhashx_new();
     s->acquires = zhashx_new();
     s->clients = zhashx_new();
@@ -863,6 +881,9 @@ int main(int argc, char **argv) {
                     "model directory: tokenizer.json, tokenizer_config.json (chat template), config.json"),
         LS_FLAG_INT("max-client-requests", &s_tok.max_client_requests, "4096",
                     "requests one client (the gateway, an SDK client) may have open; more are refused OVERLOADED"),
+        LS_FLAG_STR("chat-template", &s_tok.chat_template, NULL,
+                    "a Jinja chat template file used instead of the model's (chat_template.jinja, "
+                    "tokenizer_config.json's chat_template)"),
         LS_SCHEDULER_FLAG(&s_tok.scheduler),
         LS_METRICS_MAX_ADAPTERS_FLAG(&s_tok.metrics_max_adapters),
         LS_FLAG_END,

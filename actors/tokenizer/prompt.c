@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
 
 #include "chat_template.h"
 #include "model_config.h"
@@ -22,7 +21,7 @@ struct tmodel {
     size_t n_eos;
 };
 
-tmodel_t *tmodel_load(const char *dir, char *err, size_t errlen) {
+tmodel_t *tmodel_load(const char *dir, const char *chat_template_file, char *err, size_t errlen) {
     tmodel_t *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "out of memory");
@@ -42,7 +41,11 @@ tmodel_t *tmodel_load(const char *dir, char *err, size_t errlen) {
     }
     m->context = (uint32_t)cfg.max_position_embeddings;
     m->n_eos = (size_t)ls_model_eos_ids(dir, &cfg, m->eos, S_MAX_EOS);
-    m->chat = ls_chat_template_load(dir, m->chat_why, sizeof m->chat_why);
+    m->chat = ls_chat_template_load(dir, chat_template_file, m->chat_why, sizeof m->chat_why);
+    if (!m->chat && chat_template_file) {
+        snprintf(err, errlen, "%s", m->chat_why);
+        tmodel_destroy(&m);
+    }
     return m;
 }
 
@@ -60,91 +63,27 @@ uint32_t tmodel_context(const tmodel_t *self) { return self->context; }
 const ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self) { return self->tok; }
 uint32_t tmodel_n(const ls_msg_generate_req_t *g) { return g->sampling.n ? g->sampling.n : 1; }
 
-// OpenAI content: a string, null (an assistant turn with no text), or an array of parts of
-// which only {"type": "text", "text": ...} can be rendered. Returns a malloc'ed string (its
-// length, NUL bytes included, in *len) or NULL + err.
-static char *s_content(const json_t *c, size_t k, size_t *len, char *err, size_t errlen) {
-    *len = 0;
-    if (!c || json_is_null(c))
-        return strdup("");
-    if (json_is_string(c)) {
-        ls_text_t t = ls_msg_textdup(json_string_value(c), *len = json_string_length(c));
-        return t.s;
-    }
-    if (!json_is_array(c)) {
-        snprintf(err, errlen, "messages[%zu].content must be a string or an array of text parts", k);
-        return NULL;
-    }
-    const json_t *part;
-    size_t i;
-    json_array_foreach(c, i, part) {
-        const json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0 || !json_is_string(text)) {
-            snprintf(err, errlen, "messages[%zu].content: only text parts ({\"type\": \"text\", \"text\": ...}) are "
-                                  "supported", k);
-            return NULL;
-        }
-        *len += json_string_length(text);
-    }
-    char *s = malloc(*len + 1);
-    if (!s)
-        return NULL;
-    size_t at = 0;
-    json_array_foreach(c, i, part) {
-        const json_t *text = json_object_get(part, "text");
-        memcpy(s + at, json_string_value(text), json_string_length(text));
-        at += json_string_length(text);
-    }
-    s[at] = 0;
-    return s;
-}
-
-// Renders the chat of g->messages into a malloc'ed prompt; NULL + err. The messages are JSON
-// (the gateway writes a NUL in a content as \u0000), read with jansson so contents keep
-// their NUL bytes.
-static char *s_render_chat(tmodel_t *m, const char *messages, size_t *len, char *err, size_t errlen) {
+// Renders the chat of g (messages, tools, chat_template_kwargs: JSON texts) into a malloc'ed
+// prompt; NULL + err.
+static char *s_render_chat(tmodel_t *m, const ls_msg_generate_req_t *g, int64_t now_s, size_t *len, char *err,
+                           size_t errlen) {
     if (!m->chat) {
         snprintf(err, errlen, "this model's chat template cannot be used: %s", m->chat_why);
         return NULL;
     }
-    json_t *root = json_loads(messages, JSON_ALLOW_NUL, NULL);
-    if (!json_is_array(root) || json_array_size(root) == 0) {
-        snprintf(err, errlen, "messages must be a non-empty JSON array of {\"role\", \"content\"} objects");
-        json_decref(root);
-        return NULL;
-    }
-    size_t n = json_array_size(root), k;
-    ls_chat_message_t *msgs = calloc(n, sizeof *msgs);
-    char **contents = calloc(n, sizeof *contents);
-    char *prompt = NULL;
-    const json_t *item;
-    if (!msgs || !contents) {
-        snprintf(err, errlen, "out of memory");
-        goto done;
-    }
-    json_array_foreach(root, k, item) {
-        const json_t *role = json_object_get(item, "role");
-        if (!json_is_string(role)) {
-            snprintf(err, errlen, "messages[%zu] has no string \"role\"", k);
-            goto done;
-        }
-        if (!(contents[k] = s_content(json_object_get(item, "content"), k, &msgs[k].content_len, err, errlen)))
-            goto done;
-        msgs[k].role = json_string_value(role);
-        msgs[k].content = contents[k];
-    }
-    prompt = ls_chat_template_render(m->chat, msgs, n, true, len, err, errlen);
-done:
-    for (size_t i = 0; contents && i < n; i++)
-        free(contents[i]);
-    free(contents);
-    free(msgs);
-    json_decref(root);
-    return prompt;
+    ls_chat_args_t a = {.messages = g->messages,
+                        .messages_len = strlen(g->messages),
+                        .tools = g->tools,
+                        .tools_len = g->tools ? strlen(g->tools) : 0,
+                        .kwargs = g->chat_template_kwargs,
+                        .kwargs_len = g->chat_template_kwargs ? strlen(g->chat_template_kwargs) : 0,
+                        .add_generation_prompt = true,
+                        .now_s = now_s};
+    return ls_chat_template_render(m->chat, &a, len, err, errlen);
 }
 
-uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err,
-                       size_t errlen) {
+uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t now_s, ls_token_ids_t *ids,
+                       char *err, size_t errlen) {
     const bool text = g->text.s != NULL, input = g->input_ids.n > 0, messages = g->messages != NULL;
     if (g->sampling.n > LS_MSG_MAX_N) {
         snprintf(err, errlen, "n = %u: at most %d completions per request", g->sampling.n, LS_MSG_MAX_N);
@@ -159,7 +98,7 @@ uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_
     }
     if (g->chat) {
         size_t len;
-        char *prompt = s_render_chat(self, g->messages, &len, err, errlen);
+        char *prompt = s_render_chat(self, g, now_s, &len, err, errlen);
         if (!prompt)
             return LS_ERROR_CODE_BAD_REQUEST;
         // The rendered prompt holds the template's special tokens (BOS included), as HF's

@@ -14,18 +14,20 @@
 typedef struct tmodel tmodel_t;
 
 // Loads dir/tokenizer.json, dir/config.json (max_position_embeddings, eos_token_id),
-// dir/generation_config.json (more EOS ids, optional) and dir/tokenizer_config.json's chat
-// template (optional: without one, or with one of an unknown family, chat requests are refused
-// with the reason). NULL + err when the tokenizer or config cannot be used.
-tmodel_t *tmodel_load(const char *dir, char *err, size_t errlen);
+// dir/generation_config.json (more EOS ids, optional) and the chat template (text/chat_template.h:
+// chat_template_file when not NULL, else dir's chat_template.jinja or tokenizer_config.json; it
+// is optional: without a usable one, chat requests are refused with the reason). NULL + err
+// when the tokenizer, the config or an explicit chat_template_file cannot be used.
+tmodel_t *tmodel_load(const char *dir, const char *chat_template_file, char *err, size_t errlen);
 void tmodel_destroy(tmodel_t **self_p);
 uint32_t tmodel_context(const tmodel_t *self);
 const ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self);
 
-// Validates g and builds its prompt ids into *ids (appended; the caller frees). Returns 0, or the
-// ErrorCode that refuses it (BAD_REQUEST, TOO_LARGE) with one sentence in err.
-uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err,
-                       size_t errlen);
+// Validates g and builds its prompt ids into *ids (appended; the caller frees). now_s is the
+// wall clock a chat template's strftime_now reads. Returns 0, or the ErrorCode that refuses it
+// (BAD_REQUEST, TOO_LARGE) with one sentence in err (a chat template's error among them).
+uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t now_s, ls_token_ids_t *ids,
+                       char *err, size_t errlen);
 
 // The number of completions g asks for (sampling.n, 0 meaning 1).
 uint32_t tmodel_n(const ls_msg_generate_req_t *g);

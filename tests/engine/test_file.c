@@ -89,7 +89,7 @@ static void test_links(void **state)
     assert_contains(errbuf, "\"config.json\" is a symbolic link");
     assert_null(ls_tokenizer_load(fx_path(p, sizeof p, dir, "tokenizer.json"), errbuf, sizeof errbuf));
     assert_contains(errbuf, "\"tokenizer.json\" is a symbolic link");
-    assert_null(ls_chat_template_load(dir, errbuf, sizeof errbuf));
+    assert_null(ls_chat_template_load(dir, NULL, errbuf, sizeof errbuf));
     assert_contains(errbuf, "\"tokenizer_config.json\" is a symbolic link");
     assert_null(ls_st_open(dir, errbuf, sizeof errbuf));
     assert_contains(errbuf, "\"model.safetensors\" is a symbolic link");

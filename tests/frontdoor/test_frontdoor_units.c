@@ -26,7 +26,7 @@ static ls_msg_generate_req_t s_req(void) { return (ls_msg_generate_req_t){0}; }
 
 static uint32_t s_prompt(const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err) {
     ids->n = 0;
-    return tmodel_prompt(s_model, g, ids, err, 512);
+    return tmodel_prompt(s_model, g, 0, ids, err, 512);
 }
 
 static void test_prompt_sources(void **unused) {
@@ -46,9 +46,9 @@ static void test_prompt_sources(void **unused) {
     assert_int_equal(s_prompt(&g, &ids, err), 0);  // ChatML with the default system prompt
     assert_int_equal(ids.n, sizeof chat / sizeof *chat);
     assert_memory_equal(ids.ids, chat, sizeof chat);
-    g.messages = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"input: 5 leaf \"}, "
-                 "{\"type\": \"text\", \"text\": \"road 1 red\\noutput:\"}]}]";
-    assert_int_equal(s_prompt(&g, &ids, err), 0);  // text parts joined
+    g.messages = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"input: 5 leaf road 1 red\"}, "
+                 "{\"type\": \"text\", \"text\": \"output:\"}]}]";
+    assert_int_equal(s_prompt(&g, &ids, err), 0);  // text parts joined by "\n", as vLLM
     assert_memory_equal(ids.ids, chat, sizeof chat);
     g = s_req();
     int32_t given[] = {0, 277, 29};
@@ -350,7 +350,7 @@ static void test_stream_errors(void **unused) {
 
 int main(void) {
     char err[512];
-    if (!(s_model = tmodel_load(LS_DEMO_DIR, err, sizeof err))) {
+    if (!(s_model = tmodel_load(LS_DEMO_DIR, NULL, err, sizeof err))) {
         fprintf(stderr, "demo model: %s\n", err);
         return 1;
     }

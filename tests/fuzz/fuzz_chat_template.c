@@ -1,10 +1,14 @@
-/*  fuzz_chat_template.c — libFuzzer target for chat templates (text/chat_template.c).
+/*  fuzz_chat_template.c — libFuzzer target for chat templates (text/chat_template.c and the
+    Jinja engine under it, text/jinja*).
 
-    The first byte picks what the rest is. Even: a tokenizer_config.json, parsed; one that is
-    accepted renders a fixed conversation. Odd: a conversation for one of the real templates
-    of tools/tokenizer-refs/templates (byte 1 picks it): parts split at 0xff bytes, each a role
-    (its first byte) and a content of any bytes, NULs included. Refusals need a reason; a
-    rendering must be as long as it says.
+    The first byte picks what the rest is, by its value modulo 3:
+      0  a tokenizer_config.json, parsed; one that is accepted renders a fixed conversation;
+      1  a template's source, rendered on a fixed conversation with tools;
+      2  a request for one of the real templates of tools/tokenizer-refs/templates (byte 1
+         picks it): the rest is a JSON object {"messages", "tools", "chat_template_kwargs"},
+         or a messages array.
+    Nothing may crash or hang (the engine bounds depth, steps, memory and output); a refusal
+    needs a reason; a rendering must be as long as it says.
 */
 #include <dirent.h>
 #include <stdint.h>
@@ -12,14 +16,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "fuzz_common.h"
 #include "chat_template.h"
 
-#define S_MAX_TEMPLATES 16
-#define S_MAX_MESSAGES 16
+#define S_MAX_TEMPLATES 32
 
 static ls_chat_template_t *s_templates[S_MAX_TEMPLATES];
 static int s_n_templates;
+
+static const char s_messages[] =
+    "[{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"hi\\u0000there\"},"
+    "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"abcdefghi\", \"type\": \"function\","
+    "\"function\": {\"name\": \"f\", \"arguments\": {\"x\": 1}}}]},"
+    "{\"role\": \"tool\", \"tool_call_id\": \"abcdefghi\", \"content\": \"42\"},"
+    "{\"role\": \"assistant\", \"content\": \"<think>x</think>ok\"}, {\"role\": \"user\", \"content\": \"\"}]";
+static const char s_tools[] = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}]";
 
 static void s_load_templates(void) {
     DIR *dir = opendir(LS_REFS_DIR "/templates");
@@ -29,7 +42,7 @@ static void s_load_templates(void) {
         if (!strstr(e->d_name, ".json"))
             continue;
         snprintf(path, sizeof path, "%s/templates/%s", LS_REFS_DIR, e->d_name);
-        ls_chat_template_t *ct = ls_chat_template_load(path, err, sizeof err);
+        ls_chat_template_t *ct = ls_chat_template_load(path, NULL, err, sizeof err);
         if (ct)
             s_templates[s_n_templates++] = ct;
     }
@@ -39,11 +52,12 @@ static void s_load_templates(void) {
         s_die("no template under " LS_REFS_DIR "/templates");
 }
 
-static void s_render(const ls_chat_template_t *ct, const ls_chat_message_t *msgs, size_t n) {
+static void s_render(const ls_chat_template_t *ct, ls_chat_args_t *a) {
     char err[512] = "";
     for (int gen = 0; gen < 2; gen++) {
         size_t len;
-        char *out = ls_chat_template_render(ct, msgs, n, gen, &len, err, sizeof err);
+        a->add_generation_prompt = gen;
+        char *out = ls_chat_template_render(ct, a, &len, err, sizeof err);
         if (!out && !err[0])
             s_die("refused a conversation without a reason");
         if (out && out[len] != 0)
@@ -52,46 +66,51 @@ static void s_render(const ls_chat_template_t *ct, const ls_chat_message_t *msgs
     }
 }
 
+static char *s_field(const json_t *req, const char *name) {
+    const json_t *v = json_object_get(req, name);
+    return v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!s_n_templates)
         s_load_templates();
     if (size < 2)
         return 0;
-    static const char *const roles[] = {"system", "user", "assistant", "tool"};
-    if (data[0] % 2 == 0) {
-        char err[512] = "";
+    ls_chat_args_t a = {.messages = s_messages, .messages_len = sizeof s_messages - 1, .now_s = 1700000000};
+    char err[512] = "";
+    if (data[0] % 3 < 2) {
+        static const char cfg[] = "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}";
         ls_chat_template_t *ct =
-            ls_chat_template_parse((const char *)data + 1, size - 1, "fuzz", err, sizeof err);
+            data[0] % 3 == 0
+                ? ls_chat_template_parse((const char *)data + 1, size - 1, NULL, 0, "fuzz", err, sizeof err)
+                : ls_chat_template_parse(cfg, sizeof cfg - 1, (const char *)data + 1, size - 1, "fuzz", err, sizeof err);
         if (!ct) {
             if (!err[0])
-                s_die("refused a config without a reason");
+                s_die("refused a template without a reason");
             return 0;
         }
-        ls_chat_message_t msgs[] = {{"system", "be brief", 0},
-                                    {"user", "hi\0there", 8},
-                                    {"assistant", "<think>x</think>ok", 0},
-                                    {"user", "", 0}};
-        s_render(ct, msgs, 4);
+        s_render(ct, &a);
+        a.tools = s_tools;
+        a.tools_len = sizeof s_tools - 1;
+        s_render(ct, &a);
         ls_chat_template_destroy(&ct);
         return 0;
     }
     const ls_chat_template_t *ct = s_templates[data[1] % s_n_templates];
-    ls_chat_message_t msgs[S_MAX_MESSAGES];
-    size_t n = 0;
-    const uint8_t *p = data + 2, *end = data + size;
-    while (p < end && n < S_MAX_MESSAGES) {
-        const uint8_t *stop = memchr(p, 0xff, (size_t)(end - p));
-        if (!stop)
-            stop = end;
-        msgs[n].role = roles[p < stop ? *p % 4 : 1];
-        msgs[n].content = p < stop ? (const char *)p + 1 : "";
-        msgs[n].content_len = p < stop ? (size_t)(stop - p - 1) : 0;
-        //  content_len 0 means strlen: give an empty content a pointer to an empty string
-        if (!msgs[n].content_len)
-            msgs[n].content = "";
-        n++;
-        p = stop + 1;
-    }
-    s_render(ct, msgs, n);
+    json_t *req = json_loadb((const char *)data + 2, size - 2, JSON_ALLOW_NUL, NULL);
+    char *messages = json_is_object(req) ? s_field(req, "messages") : NULL;
+    char *tools = json_is_object(req) ? s_field(req, "tools") : NULL;
+    char *kwargs = json_is_object(req) ? s_field(req, "chat_template_kwargs") : NULL;
+    a.messages = messages ? messages : (const char *)data + 2;
+    a.messages_len = messages ? strlen(messages) : size - 2;
+    a.tools = tools;
+    a.tools_len = tools ? strlen(tools) : 0;
+    a.kwargs = kwargs;
+    a.kwargs_len = kwargs ? strlen(kwargs) : 0;
+    s_render(ct, &a);
+    free(messages);
+    free(tools);
+    free(kwargs);
+    json_decref(req);
     return 0;
 }

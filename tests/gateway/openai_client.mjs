@@ -116,7 +116,7 @@ for (const [what, call] of [
 for (const [field, extra] of [
   ['response_format', { response_format: { type: 'json_object' } }],
   ['logit_bias', { logit_bias: { 50: -100 } }],
-  ['tools', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }],
+  ['tool_choice', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }], tool_choice: 'auto' }],
 ]) {
   try {
     await client.chat.completions.create({ model: 'demo', messages: [{ role: 'user', content: prompt }], ...extra });
@@ -132,5 +132,12 @@ const plain = await client.chat.completions.create({
   user: 'e2e', response_format: { type: 'text' },
 });
 check('user and text response_format', plain.choices[0].message.content, want.upper);
+// Tools and chat_template_kwargs reach the chat template (the demo's ChatML template prints no
+// tools, so the answer is the same).
+const withTools = await client.chat.completions.create({
+  model: 'upper', messages: [{ role: 'user', content: prompt }], temperature: 0, max_tokens: 24,
+  tools: [{ type: 'function', function: { name: 'f', parameters: {} } }], chat_template_kwargs: { enable_thinking: false },
+});
+check('tools served', withTools.choices[0].message.content, want.upper);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

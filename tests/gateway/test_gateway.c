@@ -5,7 +5,7 @@
 //                                  the graph unable now 503 (both with Retry-After);
 //                                  answers with rid 0 dropped
 //   unsupported                  — each known but unimplemented field (response_format, json_schema,
-//                                  regex, logit_bias, tools, suffix, best_of, …) 400 naming it;
+//                                  regex, logit_bias, tool_choice, suffix, best_of, …) 400 naming it;
 //                                  no-op values, harmless and unknown fields served
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
@@ -464,8 +464,11 @@ static void test_chat(void **state) {
     ls_msg_t m;
     s_last_req(&m);
     assert_true(m.u.generate_req.chat);
+    // the messages whole: the chat template reads the parts (and any other key)
     assert_string_equal(m.u.generate_req.messages,
-                        "[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"hi there\"}]");
+                        "[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+                        "\"text\":\"hi \"},{\"type\":\"text\",\"text\":\"there\"}]}]");
+    assert_null(m.u.generate_req.tools);
     assert_int_equal(m.u.generate_req.sampling.max_new_tokens, 9);
     ls_msg_clear(&m);
 
@@ -594,7 +597,6 @@ static void test_unsupported(void **state) {
         {"/v1/completions", "\"regex\":\"[0-9]+\"", "regex"},
         {"/v1/chat/completions", "\"guided_json\":{}", "guided_json"},
         {"/v1/completions", "\"logit_bias\":{\"50\":-100}", "logit_bias"},
-        {"/v1/chat/completions", "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", "tools"},
         {"/v1/chat/completions", "\"tool_choice\":\"auto\"", "tool_choice"},
         {"/v1/chat/completions", "\"functions\":[{\"name\":\"f\"}]", "functions"},
         {"/v1/completions", "\"suffix\":\"end\"", "suffix"},

@@ -22,3 +22,23 @@ while IFS=$'\t' read -r line ids; do
     n=$((n + 1))
 done <<<"$want"
 echo "$n NUL lines: loraserve-tokenize gives HF's ids (--jsonl and raw stdin)"
+
+# chat: the prompt a real template renders for a request with tools, as @huggingface/jinja's
+# (expected/chat.jsonl), read from stdin as {"messages", "tools", "chat_template_kwargs"}.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for conv in tools-ask tools-result-last parts kwargs-no-think; do
+    for tpl in llama3.2-instruct.json qwen3.json; do
+        node -e '
+const fs = require("fs"), [r, tpl, conv, dir] = process.argv.slice(1);
+const c = fs.readFileSync(r + "/expected/chat.jsonl", "utf8").split("\n").filter(Boolean).map(JSON.parse)
+  .find((c) => c.template === tpl && c.conversation === conv && c.add_generation_prompt);
+fs.writeFileSync(dir + "/req", JSON.stringify({ messages: c.messages, tools: c.tools, chat_template_kwargs: c.kwargs }));
+fs.writeFileSync(dir + "/want", c.text);
+' "$refs" "$tpl" "$conv" "$tmp"
+        TZ=UTC "$bin" chat --tokenizer-config "$refs/templates/$tpl" --add-generation-prompt --now 1738573500 \
+            < "$tmp/req" > "$tmp/got"
+        cmp -s "$tmp/got" "$tmp/want" || { echo "FAIL: chat $tpl $conv differs from @huggingface/jinja's" >&2; exit 1; }
+    done
+done
+echo "chat: loraserve-tokenize renders 8 requests as @huggingface/jinja does"

