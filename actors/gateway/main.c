@@ -35,7 +35,19 @@
 #define S_METRICS_MS 1000     // actors that have not answered GetMetrics by then are left out
 #define S_LIST_MS 10000       // ListAdapters
 #define S_ADAPTER_MS 300000   // the net for a load or unload answer lost upstream (503 outcome_unknown)
-#define S_RETRY_AFTER_S "1"   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
+#define S_RETRY_AFTER_S "1"
+// The playground page's headers: it may run its own inline script and style and talk to this
+// origin, nothing else (no external asset, no framing, no form posts elsewhere); the browser
+// must not sniff another type into it.
+#define S_PAGE_HEADERS                                                                                     \
+    "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " \
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n"  \
+    "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"      \
+    "Cache-Control: no-cache\r\n"
+
+// playground.html's bytes, built in by embed.cmake.
+extern const unsigned char gw_playground_page[];
+extern const size_t gw_playground_page_len;   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
 
 typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS, S_TOKENIZE } s_kind_t;
 
@@ -1015,9 +1027,14 @@ static void s_load_sglang(gw_req_t *r) { s_adapter_start(r, S_LOAD, 1); }
 static void s_unload_sglang(gw_req_t *r) { s_adapter_start(r, S_UNLOAD, 1); }
 static void s_tokenize(gw_req_t *r) { s_tokenize_start(r, false); }
 static void s_detokenize(gw_req_t *r) { s_tokenize_start(r, true); }
+static void s_playground(gw_req_t *r) {
+    gw_req_respond(r, 200, "text/html; charset=utf-8", S_PAGE_HEADERS, (const char *)gw_playground_page,
+                   gw_playground_page_len);
+}
 static void s_model_info(gw_req_t *r) { s_respond_json(r, 200, s_g.model_info ? s_g.model_info : "{}"); }
 
 static const s_route_t s_routes[] = {
+    {"GET", "/", s_playground},
     {"POST", "/v1/completions", s_completions},
     {"POST", "/v1/chat/completions", s_chat},
     {"POST", "/generate", s_generate},
@@ -1057,7 +1074,9 @@ static void s_on_request(gw_req_t *req, void *arg) {
             if (!strcmp(s_routes[i].method, method))
                 route = &s_routes[i];
         }
-    int open_path = !strcmp(path, "/health") || !strcmp(path, "/health/live");  // probes carry no key
+    // Probes carry no key. Nor can a browser's visit to the playground page: the page holds no
+    // secret and asks for the key, which every call it makes then carries.
+    int open_path = !strcmp(path, "/health") || !strcmp(path, "/health/live") || !strcmp(path, "/");
     if (s_g.api_key && *s_g.api_key && !open_path && !s_key_ok(gw_req_header(req, "Authorization"))) {
         s_respond_error(req, 401, "Incorrect API key provided", NULL, "invalid_api_key");
         return;
