@@ -1246,7 +1246,7 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("port", &s_g.port, "30000", "HTTP port (0: any free port, logged)"),
         LS_FLAG_STR("host", &s_g.host, "127.0.0.1", "address to listen on (0.0.0.0: every interface)"),
         LS_FLAG_STR("api-key", &s_g.api_key, NULL,
-                    "require Authorization: Bearer KEY on every endpoint but /health (visible in ps: prefer "
+                    "require Authorization: Bearer KEY on every endpoint but /health and the page at / (visible in ps: prefer "
                     "--api-key-file or the LORASERVE_API_KEY environment variable)"),
         LS_FLAG_STR("api-key-file", &s_g.api_key_file, NULL, "the API key is this file's first line"),
         LS_FLAG_STR("served-model-name", &s_g.served_model_name, NULL, "the base model's name (default: --model-path's basename)"),
