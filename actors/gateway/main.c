@@ -35,7 +35,7 @@
 #define S_METRICS_MS 1000     // actors that have not answered GetMetrics by then are left out
 #define S_LIST_MS 10000       // ListAdapters
 #define S_ADAPTER_MS 300000   // the net for a load or unload answer lost upstream (503 outcome_unknown)
-#define S_RETRY_AFTER_S "1"
+#define S_RETRY_AFTER_S "1"   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
 // The playground page's headers: it may run its own inline script and style and talk to this
 // origin, nothing else (no external asset, no framing, no form posts elsewhere); the browser
 // must not sniff another type into it.
@@ -47,7 +47,7 @@
 
 // playground.html's bytes, built in by embed.cmake.
 extern const unsigned char gw_playground_page[];
-extern const size_t gw_playground_page_len;   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
+extern const size_t gw_playground_page_len;
 
 typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS, S_TOKENIZE } s_kind_t;
 
@@ -75,7 +75,6 @@ typedef struct s_call {
     size_t nmetrics;
     // tokenize: the TokenizeReq, sent once the model it names is known to exist
     ls_msg_t tokenize;
-    bool token_strs;
     struct s_call *prev, *next;
 } s_call_t;
 
@@ -626,8 +625,10 @@ static void s_tokenize_listed(s_call_t *c, const ls_msg_adapter_infos_t *list);
 
 static int s_on_adapter_list(ls_actor_t *a, ls_in_t *in, void *state) {
     s_call_t *c = s_call_of(in);
-    if (c && c->kind == S_TOKENIZE)
-        s_tokenize_listed(c, &in->msg->u.adapter_list.adapters);
+    if (c && c->kind == S_TOKENIZE) {
+        s_tokenize_listed(c, &in->msg->u.adapter_list.adapters);  // c may be gone after
+        return 0;
+    }
     if (!c || c->kind != S_MODELS)
         return 0;
     long now = s_unix_time();
@@ -853,7 +854,6 @@ static void s_tokenize_start(gw_req_t *req, bool detokenize) {
     snprintf(c->label, sizeof c->label, "%s", gw_adapter_of(model, s_g.base));
     free(model);
     c->tokenize = m;
-    c->token_strs = m.u.tokenize_req.return_token_strs;
     if (!c->label[0]) {
         s_admin_send(c, &c->tokenize, S_LIST_MS);
         return;
@@ -881,7 +881,8 @@ static int s_on_tokenize_resp(ls_actor_t *a, ls_in_t *in, void *state) {
     s_call_t *c = s_admin_answer(in, S_TOKENIZE);
     if (!c)
         return 0;
-    char *body = gw_tokenize_answer(&in->msg->u.tokenize_resp, c->tokenize.u.tokenize_req.detokenize, c->token_strs);
+    const ls_msg_tokenize_req_t *q = &c->tokenize.u.tokenize_req;
+    char *body = gw_tokenize_answer(&in->msg->u.tokenize_resp, q->detokenize, q->return_token_strs);
     if (body)
         s_respond_json(c->req, 200, body);
     else

@@ -25,18 +25,26 @@ const browser = spawn(process.env.CHROMIUM || "chromium",
   ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
    "--disable-extensions", "--disable-background-networking", "--remote-debugging-pipe",
    `--user-data-dir=${profile}`, "about:blank"],
-  { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"] });
+  // detached: its own process group, so that the renderers and helpers go with it at the end.
+  { stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"], detached: true });
 let browserErr = "";
 browser.stderr.on("data", (d) => { browserErr = (browserErr + d).slice(-4000); });
 
 let finished = false;
+// The browser's whole group killed; its profile removed once it is gone (it writes there until then).
 function finish(code, why) {
   if (finished) return;
   finished = true;
   if (why) console.error(why);
-  browser.kill("SIGKILL");
-  rmSync(profile, { recursive: true, force: true });
-  process.exit(code);
+  const done = () => {
+    try { rmSync(profile, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 }); }
+    catch (e) { console.error(`note: ${profile} is left behind: ${e.message}`); }
+    process.exit(code);
+  };
+  if (browser.exitCode !== null || browser.signalCode !== null || !browser.pid) return done();
+  browser.once("exit", done);
+  try { process.kill(-browser.pid, "SIGKILL"); } catch (e) { browser.kill("SIGKILL"); }
+  setTimeout(done, 3000);
 }
 browser.on("error", (e) => finish(1, `FAIL: cannot start Chromium (${e.message}): tools/install-test-deps.sh installs it`));
 browser.on("exit", (code) => finish(1, `FAIL: Chromium exited (${code}) before the test ended:\n${browserErr}`));
