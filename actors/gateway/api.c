@@ -213,6 +213,7 @@ typedef struct {
 
 #define S_OAI ((1u << GW_COMPLETIONS) | (1u << GW_CHAT))
 #define S_ALL (S_OAI | (1u << GW_GENERATE))
+#define S_CHATS ((1u << GW_CHAT) | (1u << GW_TOKENIZE))  // the fields of a chat, also in /tokenize
 static const s_unsupported_t s_unsupported[] = {
     {"response_format", S_NOOP_TEXT_TYPE, S_OAI, "structured output is not implemented"},
     {"json_schema", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
@@ -236,9 +237,9 @@ static const s_unsupported_t s_unsupported[] = {
     {"prompt_logprobs", S_NOOP_NONE, S_OAI, "prompt logprobs are not implemented"},
     {"include_stop_str_in_output", S_NOOP_FALSE, S_OAI, "the matched stop string is never part of the text"},
     {"truncate_prompt_tokens", S_NOOP_NONE, S_OAI, "prompt truncation is not implemented"},
-    {"chat_template", S_NOOP_NONE, 1u << GW_CHAT, "a per-request chat template is not implemented"},
-    {"continue_final_message", S_NOOP_FALSE, 1u << GW_CHAT, "continuing the final message is not implemented"},
-    {"documents", S_NOOP_EMPTY, 1u << GW_CHAT, "documents are not implemented"},
+    {"chat_template", S_NOOP_NONE, S_CHATS, "a per-request chat template is not implemented"},
+    {"continue_final_message", S_NOOP_FALSE, S_CHATS, "continuing the final message is not implemented"},
+    {"documents", S_NOOP_EMPTY, S_CHATS, "documents are not implemented"},
     {"audio", S_NOOP_NONE, 1u << GW_CHAT, "audio output is not implemented"},
     {"prediction", S_NOOP_NONE, 1u << GW_CHAT, "predicted outputs are not implemented"},
     {"custom_logit_processor", S_NOOP_NONE, S_ALL, "custom logit processors are not implemented"},
@@ -568,6 +569,88 @@ void gw_gen_clear(gw_gen_t *g) {
     free(g->reqs);
     free(g->model);
     memset(g, 0, sizeof *g);
+}
+
+// ---------------------------------------------------------------------------------------------
+// /tokenize and /detokenize
+
+static int s_parse_tokenize(s_ctx_t *x, const json_t *root, bool detokenize, ls_msg_tokenize_req_t *q) {
+    if (detokenize) {
+        q->detokenize = true;
+        if (!s_ids(json_object_get(root, "tokens"), &q->input_ids))
+            return s_fail(x, "tokens", "'%s' must be a list of token ids", "tokens");
+        return 0;
+    }
+    if (s_refuse_unsupported(x, root, GW_TOKENIZE) < 0)
+        return -1;
+    const json_t *prompt = json_object_get(root, "prompt"), *msgs = json_object_get(root, "messages");
+    q->chat = msgs && !json_is_null(msgs);
+    if (q->chat == (prompt && !json_is_null(prompt)))
+        return s_fail(x, q->chat ? "prompt" : "messages", "give exactly one of 'prompt' and '%s'", "messages");
+    bool add_special = !q->chat, add_gen = true, strs = false;  // vLLM's defaults
+    if (s_bool(x, root, "add_special_tokens", &add_special) < 0 || s_bool(x, root, "add_generation_prompt", &add_gen) < 0 ||
+        s_bool(x, root, "return_token_strs", &strs) < 0)
+        return -1;
+    q->add_special_tokens = add_special;
+    q->add_generation_prompt = add_gen;
+    q->return_token_strs = strs;
+    if (!q->chat) {
+        if (!json_is_string(prompt))
+            return s_fail(x, "prompt", "'%s' must be a string", "prompt");
+        q->text = ls_msg_textdup(json_string_value(prompt), json_string_length(prompt));
+        return 0;
+    }
+    if (!(q->messages = s_chat_messages(x, msgs)) || s_chat_json(x, root, "tools", true, &q->tools) < 0 ||
+        s_chat_json(x, root, "chat_template_kwargs", false, &q->chat_template_kwargs) < 0)
+        return -1;
+    return 0;
+}
+
+int gw_tokenize_parse(ls_msg_t *out, bool detokenize, const char *body, size_t len, const char *base_model,
+                      char **model, char *err, size_t errlen, const char **param, const char **code) {
+    gw_gen_t g = {.api = GW_TOKENIZE};  // takes the error code of a refused field
+    s_ctx_t x = {err, errlen, param, &g};
+    ls_msg_init(out, LS_MSG_TOKENIZE_REQ);
+    *model = NULL;
+    *param = *code = NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
+    if (!root) {
+        snprintf(err, errlen, "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+        return -1;
+    }
+    const char *name = NULL;
+    int rc = !json_is_object(root)                 ? s_fail(&x, NULL, "%s", "the body must be a JSON object")
+             : s_str(&x, root, "model", &name) < 0 ? -1
+                                                   : s_parse_tokenize(&x, root, detokenize, &out->u.tokenize_req);
+    if (rc == 0 && !(*model = strdup(name && *name ? name : base_model)))
+        rc = s_fail(&x, NULL, "%s", "out of memory");
+    json_decref(root);
+    *code = g.err_code;
+    if (rc < 0)
+        ls_msg_clear(out);
+    return rc;
+}
+
+char *gw_tokenize_answer(const ls_msg_tokenize_resp_t *r, bool detokenize, bool token_strs) {
+    json_t *o = json_object();
+    int bad = !o;
+    if (detokenize)
+        bad |= json_object_set_new(o, "prompt", json_stringn(r->text.s ? r->text.s : "", r->text.len));
+    else {
+        json_t *ids = json_array(), *strs = token_strs ? json_array() : json_null();
+        for (size_t i = 0; i < r->token_ids.n; i++)
+            bad |= json_array_append_new(ids, json_integer(r->token_ids.v[i]));
+        for (size_t i = 0; token_strs && i < r->token_strs.n; i++)
+            bad |= json_array_append_new(strs, json_stringn(r->token_strs.v[i].s ? r->token_strs.v[i].s : "",
+                                                           r->token_strs.v[i].len));
+        bad |= json_object_set_new(o, "count", json_integer((json_int_t)r->token_ids.n)) |
+               json_object_set_new(o, "max_model_len", json_integer(r->max_model_len)) |
+               json_object_set_new(o, "tokens", ids) | json_object_set_new(o, "token_strs", strs);
+    }
+    char *s = bad ? NULL : json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    return s;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@
 #include "http.h"
 #include "ls_msg.h"
 
-typedef enum { GW_COMPLETIONS, GW_CHAT, GW_GENERATE } gw_api_t;
+// The API a body belongs to (GW_TOKENIZE: vLLM's /tokenize, parsed by gw_tokenize_parse).
+typedef enum { GW_COMPLETIONS, GW_CHAT, GW_GENERATE, GW_TOKENIZE } gw_api_t;
 
 // A parsed generation request.
 typedef struct {
@@ -37,6 +38,17 @@ void gw_gen_clear(gw_gen_t *g);
 // The adapter a model name asks for: "" for the base model (its name, empty, or NULL), the part
 // after "base:" for "base:adapter", otherwise the name itself.
 const char *gw_adapter_of(const char *model, const char *base_model);
+
+// vLLM's /tokenize body ({"model", "prompt"} or {"model", "messages", "add_generation_prompt",
+// "tools", "chat_template_kwargs"}, with "add_special_tokens", "return_token_strs"), or with
+// detokenize its /detokenize body ({"model", "tokens"}), into a TokenizeReq (*out, initialised
+// here) and the model named (*model, malloc'd: base_model when absent). 0, or -1 with err,
+// *param (the field, or NULL) and *code (OpenAI's error code, a static string, or NULL) for a 400.
+int gw_tokenize_parse(ls_msg_t *out, bool detokenize, const char *body, size_t len, const char *base_model,
+                      char **model, char *err, size_t errlen, const char **param, const char **code);
+// The answer to it: {"count", "max_model_len", "tokens", "token_strs"} (token_strs null unless
+// asked for), or {"prompt"} for a detokenize. NULL when out of memory or the text is not UTF-8.
+char *gw_tokenize_answer(const ls_msg_tokenize_resp_t *r, bool detokenize, bool token_strs);
 
 // What one completion produced so far.
 typedef struct {

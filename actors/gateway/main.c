@@ -4,10 +4,12 @@
 // (docs/client-protocol.md) spoken to the tokenizer. Holds no model state.
 //
 // Accepts: TextOut (the answers to its GenerateReqs), AdapterList, AdapterLoaded,
-// AdapterUnloaded, Heartbeat (a ping to it, or the tokenizer's answer to its health ping),
+// AdapterUnloaded, TokenizeResp, Heartbeat (a ping to it, or the tokenizer's answer to its health ping),
 // Metrics (answers to its GetMetrics), Error (a request refused upstream), PeerStatus (the
-// launcher: readiness, and a tokenizer that went down), plus the lifecycle messages. Emits: GenerateReq, Abort (a client left, or the gateway stops), ListAdapters,
-// LoadAdapter, UnloadAdapter, Heartbeat to the tokenizer; GetMetrics to every peer.
+// launcher: readiness, and a tokenizer that went down), plus the lifecycle messages. Emits:
+// GenerateReq, Abort (a client left, or the gateway stops), ListAdapters, LoadAdapter,
+// UnloadAdapter, TokenizeReq, Heartbeat to the tokenizer; GetMetrics to every peer. Serves the
+// playground page (playground.html, built into the binary) at GET /.
 #include <ctype.h>
 #include <errno.h>
 #include <sys/stat.h>
@@ -34,8 +36,20 @@
 #define S_LIST_MS 10000       // ListAdapters
 #define S_ADAPTER_MS 300000   // the net for a load or unload answer lost upstream (503 outcome_unknown)
 #define S_RETRY_AFTER_S "1"   // a 429's or 503's Retry-After: queues here drain in steps of tens of ms
+// The playground page's headers: it may run its own inline script and style and talk to this
+// origin, nothing else (no external asset, no framing, no form posts elsewhere); the browser
+// must not sniff another type into it.
+#define S_PAGE_HEADERS                                                                                     \
+    "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " \
+    "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n"  \
+    "X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"      \
+    "Cache-Control: no-cache\r\n"
 
-typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS } s_kind_t;
+// playground.html's bytes, built in by embed.cmake.
+extern const unsigned char gw_playground_page[];
+extern const size_t gw_playground_page_len;
+
+typedef enum { S_GEN, S_MODELS, S_LOAD, S_UNLOAD, S_HEALTH, S_METRICS, S_TOKENIZE } s_kind_t;
 
 typedef struct s_call {
     s_kind_t kind;
@@ -59,6 +73,8 @@ typedef struct s_call {
     // metrics
     ls_msg_t *metrics;
     size_t nmetrics;
+    // tokenize: the TokenizeReq, sent once the model it names is known to exist
+    ls_msg_t tokenize;
     struct s_call *prev, *next;
 } s_call_t;
 
@@ -239,6 +255,7 @@ static void s_call_free(s_call_t *c) {
     gw_gen_clear(&c->gen);
     for (size_t i = 0; i < c->nmetrics; i++)
         ls_msg_clear(&c->metrics[i]);
+    ls_msg_clear(&c->tokenize);
     free(c->metrics);
     free(c->rids);
     if (c->prev)
@@ -557,6 +574,8 @@ static void s_admin_timeout_cb(ls_actor_t *a, ls_timer_t *timer, void *arg) {
 static int s_admin_send(s_call_t *c, ls_msg_t *m, int timeout_ms) {
     m->rid = s_call_rid(c);
     c->nopen = 1;
+    if (c->timer)  // a call's second message (a tokenize after its model check) starts afresh
+        ls_actor_timer_stop(s_g.self, c->timer);
     c->timer = ls_actor_timer_start(s_g.self, timeout_ms, 0, s_admin_timeout_cb, c);
     if (ls_actor_send_peer(s_g.self, S_TOKENIZER, m, NULL) < 0) {
         s_respond_error(c->req, 503, "the tokenizer is unavailable", NULL, "unavailable");
@@ -597,9 +616,20 @@ static cJSON *s_model_entry(const char *id, const char *root, const char *parent
     return o;
 }
 
+// An adapter that requests may name: listed in /v1/models, tokenized by /tokenize.
+static bool s_servable(const ls_msg_adapter_info_t *info) {
+    return info->name && info->state != LS_ADAPTER_STATE_FAILED && info->state != LS_ADAPTER_STATE_UNLOADING;
+}
+
+static void s_tokenize_listed(s_call_t *c, const ls_msg_adapter_infos_t *list);
+
 static int s_on_adapter_list(ls_actor_t *a, ls_in_t *in, void *state) {
-    s_call_t *c = s_admin_answer(in, S_MODELS);
-    if (!c)
+    s_call_t *c = s_call_of(in);
+    if (c && c->kind == S_TOKENIZE) {
+        s_tokenize_listed(c, &in->msg->u.adapter_list.adapters);  // c may be gone after
+        return 0;
+    }
+    if (!c || c->kind != S_MODELS)
         return 0;
     long now = s_unix_time();
     cJSON *root = cJSON_CreateObject();
@@ -609,8 +639,8 @@ static int s_on_adapter_list(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_adapter_infos_t *list = &in->msg->u.adapter_list.adapters;
     for (size_t i = 0; i < list->n; i++) {
         const ls_msg_adapter_info_t *info = &list->v[i];
-        if (!info->name || info->state == LS_ADAPTER_STATE_FAILED || info->state == LS_ADAPTER_STATE_UNLOADING)
-            continue;  // not servable
+        if (!s_servable(info))
+            continue;
         cJSON *e = s_model_entry(info->name, info->path ? info->path : info->name, s_g.base, now);
         cJSON_AddNumberToObject(e, "lora_rank", info->rank);
         cJSON_AddBoolToObject(e, "pinned", info->pinned);
@@ -793,6 +823,78 @@ static int s_on_heartbeat(ls_actor_t *a, ls_in_t *in, void *state) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// /tokenize, /detokenize (vLLM's)
+
+// The field a refusal of the tokenizer names: what it was given to read.
+static const char *s_tokenize_param(const s_call_t *c) {
+    const ls_msg_tokenize_req_t *q = &c->tokenize.u.tokenize_req;
+    return q->detokenize ? "tokens" : q->chat ? "messages" : "prompt";
+}
+
+// The tokenizer is the base model's for every model name (adapters add no vocabulary), but an
+// unknown name is a 404 as vLLM answers it: a name other than the base's is looked up first.
+static void s_tokenize_start(gw_req_t *req, bool detokenize) {
+    size_t len;
+    const char *body = gw_req_body(req, &len);
+    char err[256], *model;
+    const char *param, *code;
+    ls_msg_t m;
+    if (gw_tokenize_parse(&m, detokenize, body, len, s_g.base, &model, err, sizeof err, &param, &code) < 0) {
+        s_respond_error(req, 400, err, param, code);
+        return;
+    }
+    gw_req_set_tag(req, model);
+    s_call_t *c = s_call_new(S_TOKENIZE, req);
+    if (!c) {
+        free(model);
+        ls_msg_clear(&m);
+        s_respond_error(req, 500, "out of memory", NULL, NULL);
+        return;
+    }
+    snprintf(c->label, sizeof c->label, "%s", gw_adapter_of(model, s_g.base));
+    free(model);
+    c->tokenize = m;
+    if (!c->label[0]) {
+        s_admin_send(c, &c->tokenize, S_LIST_MS);
+        return;
+    }
+    ls_msg_t list;
+    ls_msg_init(&list, LS_MSG_LIST_ADAPTERS);
+    s_admin_send(c, &list, S_LIST_MS);
+    ls_msg_clear(&list);
+}
+
+static void s_tokenize_listed(s_call_t *c, const ls_msg_adapter_infos_t *list) {
+    for (size_t i = 0; i < list->n; i++)
+        if (s_servable(&list->v[i]) && !strcmp(list->v[i].name, c->label)) {
+            s_admin_send(c, &c->tokenize, S_LIST_MS);
+            return;
+        }
+    char msg[400];
+    snprintf(msg, sizeof msg, "The model `%s` does not exist.", c->label);
+    s_respond_error(c->req, 404, msg, "model", "model_not_found");
+    c->req = NULL;
+    s_call_free(c);
+}
+
+static int s_on_tokenize_resp(ls_actor_t *a, ls_in_t *in, void *state) {
+    s_call_t *c = s_admin_answer(in, S_TOKENIZE);
+    if (!c)
+        return 0;
+    const ls_msg_tokenize_req_t *q = &c->tokenize.u.tokenize_req;
+    char *body = gw_tokenize_answer(&in->msg->u.tokenize_resp, q->detokenize, q->return_token_strs);
+    if (body)
+        s_respond_json(c->req, 200, body);
+    else
+        s_respond_error(c->req, 500, "the answer cannot be written as JSON (out of memory, or text not UTF-8)", NULL,
+                        NULL);
+    free(body);
+    c->req = NULL;
+    s_call_free(c);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 // /metrics
 
 static void s_metrics_start(gw_req_t *req) {
@@ -900,8 +1002,9 @@ static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
         if (!--c->nopen)
             s_metrics_answer(c);
     } else {
+        const char *param = c->kind == S_TOKENIZE && status == 400 ? s_tokenize_param(c) : NULL;
         if (c->req)
-            s_respond_error(c->req, c->kind == S_HEALTH ? 503 : status, msg, NULL, code[0] ? code : NULL);
+            s_respond_error(c->req, c->kind == S_HEALTH ? 503 : status, msg, param, code[0] ? code : NULL);
         c->req = NULL;
         s_call_free(c);
     }
@@ -923,14 +1026,23 @@ static void s_load_vllm(gw_req_t *r) { s_adapter_start(r, S_LOAD, 0); }
 static void s_unload_vllm(gw_req_t *r) { s_adapter_start(r, S_UNLOAD, 0); }
 static void s_load_sglang(gw_req_t *r) { s_adapter_start(r, S_LOAD, 1); }
 static void s_unload_sglang(gw_req_t *r) { s_adapter_start(r, S_UNLOAD, 1); }
+static void s_tokenize(gw_req_t *r) { s_tokenize_start(r, false); }
+static void s_detokenize(gw_req_t *r) { s_tokenize_start(r, true); }
+static void s_playground(gw_req_t *r) {
+    gw_req_respond(r, 200, "text/html; charset=utf-8", S_PAGE_HEADERS, (const char *)gw_playground_page,
+                   gw_playground_page_len);
+}
 static void s_model_info(gw_req_t *r) { s_respond_json(r, 200, s_g.model_info ? s_g.model_info : "{}"); }
 
 static const s_route_t s_routes[] = {
+    {"GET", "/", s_playground},
     {"POST", "/v1/completions", s_completions},
     {"POST", "/v1/chat/completions", s_chat},
     {"POST", "/generate", s_generate},
     {"GET", "/v1/models", s_models_start},
     {"GET", "/get_model_info", s_model_info},
+    {"POST", "/tokenize", s_tokenize},
+    {"POST", "/detokenize", s_detokenize},
     {"POST", "/v1/load_lora_adapter", s_load_vllm},
     {"POST", "/v1/unload_lora_adapter", s_unload_vllm},
     {"POST", "/load_lora_adapter", s_load_sglang},
@@ -963,7 +1075,9 @@ static void s_on_request(gw_req_t *req, void *arg) {
             if (!strcmp(s_routes[i].method, method))
                 route = &s_routes[i];
         }
-    int open_path = !strcmp(path, "/health") || !strcmp(path, "/health/live");  // probes carry no key
+    // Probes carry no key. Nor can a browser's visit to the playground page: the page holds no
+    // secret and asks for the key, which every call it makes then carries.
+    int open_path = !strcmp(path, "/health") || !strcmp(path, "/health/live") || !strcmp(path, "/");
     if (s_g.api_key && *s_g.api_key && !open_path && !s_key_ok(gw_req_header(req, "Authorization"))) {
         s_respond_error(req, 401, "Incorrect API key provided", NULL, "invalid_api_key");
         return;
@@ -1122,6 +1236,7 @@ static const ls_dispatch_t s_dispatch[] = {
     {LS_MSG_ADAPTER_LOADED, s_on_adapter_loaded},
     {LS_MSG_ADAPTER_UNLOADED, s_on_adapter_unloaded},
     {LS_MSG_HEARTBEAT, s_on_heartbeat},
+    {LS_MSG_TOKENIZE_RESP, s_on_tokenize_resp},
     {LS_MSG_METRICS, s_on_metrics},
     {LS_MSG_ERROR, s_on_error},
     {0, NULL},
@@ -1132,7 +1247,7 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("port", &s_g.port, "30000", "HTTP port (0: any free port, logged)"),
         LS_FLAG_STR("host", &s_g.host, "127.0.0.1", "address to listen on (0.0.0.0: every interface)"),
         LS_FLAG_STR("api-key", &s_g.api_key, NULL,
-                    "require Authorization: Bearer KEY on every endpoint but /health (visible in ps: prefer "
+                    "require Authorization: Bearer KEY on every endpoint but /health and the page at / (visible in ps: prefer "
                     "--api-key-file or the LORASERVE_API_KEY environment variable)"),
         LS_FLAG_STR("api-key-file", &s_g.api_key_file, NULL, "the API key is this file's first line"),
         LS_FLAG_STR("served-model-name", &s_g.served_model_name, NULL, "the base model's name (default: --model-path's basename)"),

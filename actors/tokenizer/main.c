@@ -8,6 +8,7 @@
 //   GenerateReq             → TextOut pieces (stream) or one TextOut per completion; the last
 //                             has `last`. Refusals: one TextOut {finish ERROR, error_code, last}.
 //   Abort                   → Abort to the scheduler for each of the request's completions
+//   TokenizeReq             → TokenizeResp (vLLM's /tokenize and /detokenize), or Error BAD_REQUEST
 //   LoadAdapter, UnloadAdapter, ListAdapters → relayed to the registry; its answer relayed back
 // Accepts on its ROUTER, from the detokenizer: TextOut (rid = a completion's rid here).
 // Accepts on its control DEALER: PeerStatus (an actor went down: answer what waited on it).
@@ -419,6 +420,11 @@ static void s_on_deadline(ls_actor_t *a, ls_timer_t *t, void *arg) {
     s_gauge();
 }
 
+// The wall clock a chat template's strftime_now reads: the recorded start plus the event time.
+static int64_t s_unix_now(ls_actor_t *a) {
+    return s_tok.unix_start + (int64_t)((ls_actor_now_ns(a) - s_tok.mono_start) / 1000000000u);
+}
+
 static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
     tok_t *s = state;
     const ls_msg_generate_req_t *req = &in->msg->u.generate_req;
@@ -448,8 +454,7 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
     }
     char err[512];
     ls_token_ids_t ids = {0};
-    int64_t now_s = s->unix_start + (int64_t)((ls_actor_now_ns(a) - s->mono_start) / 1000000000u);
-    uint32_t code = tmodel_prompt(s->model, req, now_s, &ids, err, sizeof err);
+    uint32_t code = tmodel_prompt(s->model, req, s_unix_now(a), &ids, err, sizeof err);
     if (code) {
         free(key);
         free(client);
@@ -525,6 +530,22 @@ static int s_on_client_abort(ls_actor_t *a, ls_in_t *in, void *state) {
     }
     s_gauge();
     return 0;
+}
+
+// TokenizeReq: answered at once, from the model's text side alone (no adapter, no scheduler).
+static int s_on_tokenize(ls_actor_t *a, ls_in_t *in, void *state) {
+    tok_t *s = state;
+    char err[512];
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TOKENIZE_RESP);
+    m.rid = in->msg->rid;
+    s_count("tokenize_requests_total", 1);
+    uint32_t code = tmodel_tokenize(s->model, &in->msg->u.tokenize_req, s_unix_now(a), &m.u.tokenize_resp, err, sizeof err);
+    int rc = code ? ls_actor_reply_error(a, in, code, "%s", err) : ls_actor_reply(a, in, &m);
+    if (code)
+        s_count_refusal(code);
+    ls_msg_clear(&m);
+    return code ? -1 : rc;
 }
 
 // LoadAdapter, UnloadAdapter, ListAdapters: to the registry under a rid of ours, bulk frames
@@ -760,6 +781,7 @@ static const ls_dispatch_t s_dispatch[] = {
     {LS_MSG_PEER_STATUS, s_on_peer_status},
     {LS_MSG_GENERATE_REQ, s_on_generate},
     {LS_MSG_ABORT, s_on_client_abort},
+    {LS_MSG_TOKENIZE_REQ, s_on_tokenize},
     {LS_MSG_LOAD_ADAPTER, s_on_relay},
     {LS_MSG_UNLOAD_ADAPTER, s_on_relay},
     {LS_MSG_LIST_ADAPTERS, s_on_relay},

@@ -63,23 +63,50 @@ uint32_t tmodel_context(const tmodel_t *self) { return self->context; }
 const ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self) { return self->tok; }
 uint32_t tmodel_n(const ls_msg_generate_req_t *g) { return g->sampling.n ? g->sampling.n : 1; }
 
-// Renders the chat of g (messages, tools, chat_template_kwargs: JSON texts) into a malloc'ed
-// prompt; NULL + err.
-static char *s_render_chat(tmodel_t *m, const ls_msg_generate_req_t *g, int64_t now_s, size_t *len, char *err,
-                           size_t errlen) {
+// Renders a chat (messages, tools, chat_template_kwargs: JSON texts; tools and kwargs may be
+// NULL) into a malloc'ed prompt; NULL + err.
+static char *s_render_chat(tmodel_t *m, const char *messages, const char *tools, const char *kwargs,
+                           bool add_generation_prompt, int64_t now_s, size_t *len, char *err, size_t errlen) {
     if (!m->chat) {
         snprintf(err, errlen, "this model's chat template cannot be used: %s", m->chat_why);
         return NULL;
     }
-    ls_chat_args_t a = {.messages = g->messages,
-                        .messages_len = strlen(g->messages),
-                        .tools = g->tools,
-                        .tools_len = g->tools ? strlen(g->tools) : 0,
-                        .kwargs = g->chat_template_kwargs,
-                        .kwargs_len = g->chat_template_kwargs ? strlen(g->chat_template_kwargs) : 0,
-                        .add_generation_prompt = true,
+    ls_chat_args_t a = {.messages = messages,
+                        .messages_len = strlen(messages),
+                        .tools = tools,
+                        .tools_len = tools ? strlen(tools) : 0,
+                        .kwargs = kwargs,
+                        .kwargs_len = kwargs ? strlen(kwargs) : 0,
+                        .add_generation_prompt = add_generation_prompt,
                         .now_s = now_s};
     return ls_chat_template_render(m->chat, &a, len, err, errlen);
+}
+
+// A chat rendered and encoded, appended to ids. The rendered prompt holds the template's special
+// tokens (BOS included), as HF's apply_chat_template(tokenize=True) encodes it, so no more are
+// added unless add_special asks (vLLM's /tokenize add_special_tokens). 0, or -1 + err.
+static int s_chat_ids(tmodel_t *m, const char *messages, const char *tools, const char *kwargs,
+                      bool add_generation_prompt, bool add_special, int64_t now_s, ls_token_ids_t *ids, char *err,
+                      size_t errlen) {
+    size_t len;
+    char *prompt = s_render_chat(m, messages, tools, kwargs, add_generation_prompt, now_s, &len, err, errlen);
+    if (!prompt)
+        return -1;
+    int rc = ls_tokenizer_encode(m->tok, prompt, len, add_special ? LS_TOKENIZE_ADD_SPECIAL : 0, ids, err, errlen);
+    free(prompt);
+    return rc;
+}
+
+// Every id of ids inside the vocabulary: 0, or -1 + err naming the first that is not (as the
+// client's field `what` holds it).
+static int s_ids_check(const tmodel_t *m, const ls_i32s_t *ids, const char *what, char *err, size_t errlen) {
+    int32_t vocab = ls_tokenizer_vocab_size(m->tok);
+    for (size_t i = 0; i < ids->n; i++)
+        if (ids->v[i] < 0 || ids->v[i] >= vocab) {
+            snprintf(err, errlen, "%s[%zu] = %d is outside the vocabulary (0..%d)", what, i, ids->v[i], vocab - 1);
+            return -1;
+        }
+    return 0;
 }
 
 uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t now_s, ls_token_ids_t *ids,
@@ -97,28 +124,15 @@ uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t n
         return LS_ERROR_CODE_BAD_REQUEST;
     }
     if (g->chat) {
-        size_t len;
-        char *prompt = s_render_chat(self, g, now_s, &len, err, errlen);
-        if (!prompt)
-            return LS_ERROR_CODE_BAD_REQUEST;
-        // The rendered prompt holds the template's special tokens (BOS included), as HF's
-        // apply_chat_template(tokenize=True) encodes it.
-        int rc = ls_tokenizer_encode(self->tok, prompt, len, 0, ids, err, errlen);
-        free(prompt);
-        if (rc < 0)
+        if (s_chat_ids(self, g->messages, g->tools, g->chat_template_kwargs, true, false, now_s, ids, err, errlen) < 0)
             return LS_ERROR_CODE_BAD_REQUEST;
     } else if (text) {
         // Completions add the post-processor's BOS, as HF's add_special_tokens=True.
         if (ls_tokenizer_encode(self->tok, g->text.s, g->text.len, LS_TOKENIZE_ADD_SPECIAL, ids, err, errlen) < 0)
             return LS_ERROR_CODE_BAD_REQUEST;
     } else {
-        int32_t vocab = ls_tokenizer_vocab_size(self->tok);
-        for (size_t i = 0; i < g->input_ids.n; i++)
-            if (g->input_ids.v[i] < 0 || g->input_ids.v[i] >= vocab) {
-                snprintf(err, errlen, "input_ids[%zu] = %d is outside the vocabulary (0..%d)", i, g->input_ids.v[i],
-                         vocab - 1);
-                return LS_ERROR_CODE_BAD_REQUEST;
-            }
+        if (s_ids_check(self, &g->input_ids, "input_ids", err, errlen) < 0)
+            return LS_ERROR_CODE_BAD_REQUEST;
         ls_token_ids_t *v = ids;
         for (size_t i = 0; i < g->input_ids.n; i++) {
             if (v->n == v->cap) {
@@ -157,6 +171,51 @@ uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t n
         return LS_ERROR_CODE_TOO_LARGE;
     }
     return 0;
+}
+
+uint32_t tmodel_tokenize(tmodel_t *self, const ls_msg_tokenize_req_t *q, int64_t now_s, ls_msg_tokenize_resp_t *out,
+                        char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->max_model_len = self->context;
+    if (q->detokenize) {
+        size_t len = 0;
+        if (s_ids_check(self, &q->input_ids, "tokens", err, errlen) < 0)
+            return LS_ERROR_CODE_BAD_REQUEST;
+        // Special tokens kept: vLLM's /detokenize is HF's decode with its defaults.
+        char *text = ls_tokenizer_decode(self->tok, q->input_ids.v, q->input_ids.n, 0, &len, err, errlen);
+        if (!text)
+            return LS_ERROR_CODE_BAD_REQUEST;
+        out->text = (ls_text_t){text, len};
+        return 0;
+    }
+    if (q->chat != (q->messages != NULL)) {
+        snprintf(err, errlen, "%s", q->chat ? "a chat to tokenize needs messages" : "messages need chat set");
+        return LS_ERROR_CODE_BAD_REQUEST;
+    }
+    ls_token_ids_t ids = {0};
+    int rc = q->chat ? s_chat_ids(self, q->messages, q->tools, q->chat_template_kwargs, q->add_generation_prompt,
+                                  q->add_special_tokens, now_s, &ids, err, errlen)
+                     : ls_tokenizer_encode(self->tok, q->text.s ? q->text.s : "", q->text.len,
+                                           q->add_special_tokens ? LS_TOKENIZE_ADD_SPECIAL : 0, &ids, err, errlen);
+    if (rc < 0) {
+        ls_token_ids_free(&ids);
+        return LS_ERROR_CODE_BAD_REQUEST;
+    }
+    // The ids move into the answer; a token's text is the vocabulary's (HF's convert_ids_to_tokens).
+    out->token_ids = (ls_i32s_t){ids.ids, ids.n};
+    if (q->return_token_strs && ids.n) {
+        if (!(out->token_strs.v = calloc(ids.n, sizeof *out->token_strs.v)))
+            goto oom;
+        for (; out->token_strs.n < ids.n; out->token_strs.n++) {
+            const char *t = ls_tokenizer_id_to_token(self->tok, ids.ids[out->token_strs.n]);
+            if (!(out->token_strs.v[out->token_strs.n] = ls_msg_textdup(t ? t : "", t ? strlen(t) : 0)).s)
+                goto oom;
+        }
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory");
+    return LS_ERROR_CODE_INTERNAL;
 }
 
 static int s_i32s_set(ls_i32s_t *dst, const int32_t *v, size_t n) {

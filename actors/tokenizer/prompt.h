@@ -29,6 +29,14 @@ const ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self);
 uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t now_s, ls_token_ids_t *ids,
                        char *err, size_t errlen);
 
+// Answers a TokenizeReq into *out (zeroed here; the caller clears it as a TokenizeResp's body):
+// the ids of its text or rendered chat (their vocabulary strings with return_token_strs), or
+// the text of its ids (detokenize), and the context length. now_s as for tmodel_prompt. Returns
+// 0, or the ErrorCode that refuses it (BAD_REQUEST: an id outside the vocabulary, invalid
+// UTF-8, a chat template's error) with one sentence in err.
+uint32_t tmodel_tokenize(tmodel_t *self, const ls_msg_tokenize_req_t *q, int64_t now_s, ls_msg_tokenize_resp_t *out,
+                        char *err, size_t errlen);
+
 // The number of completions g asks for (sampling.n, 0 meaning 1).
 uint32_t tmodel_n(const ls_msg_generate_req_t *g);
 
