@@ -38,6 +38,7 @@
 // the gateway). The launcher passes the flag to both. 128 MiB holds a rank-16 adapter of every
 // projection of an 8B model (84 MB). Expands to a flag of ls_flags.h.
 #define LS_DEFAULT_MAX_LORA_TENSOR_MB 128
+#define LS_MAX_LORA_TENSOR_MB_CAP 1024  // the flag's largest value: the gateway holds it in memory, in base64
 #define LS_MAX_LORA_TENSOR_MB_FLAG(var)                                                            \
     LS_FLAG_INT("max-lora-tensor-mb", (var), LS_LIMITS_STR(LS_DEFAULT_MAX_LORA_TENSOR_MB),         \
                 "largest adapter_model.safetensors a load from tensors may send, in MiB")

@@ -38,6 +38,7 @@
 #include "lora_spec.h"
 #include "tensors.h"
 #include "ls_actor.h"
+#include "ls_confine.h"
 #include "ls_limits.h"
 
 typedef struct {
@@ -534,7 +535,7 @@ static int s_check_startup_paths(const ls_strlist_t *paths) {
 // once the journal is open; a replay, which opens none, takes the path as given).
 static void s_tensors_root(registry_t *r) {
     char *state = realpath(r->state_dir, NULL);
-    if (asprintf(&r->tensors_root, "%s/" TENSORS_DIR, state ? state : r->state_dir) < 0) {
+    if (asprintf(&r->tensors_root, "%s/" LS_CONFINE_TENSORS_DIR, state ? state : r->state_dir) < 0) {
         ls_error(0, "registry out of memory");
         abort();
     }
@@ -629,9 +630,9 @@ static int s_start(ls_actor_t *a, void *state) {
     registry_t *r = state;
     r->actor = a;
     if (r->max_lora_rank < 1 || r->max_loras_per_batch < 1 || r->load_timeout_ms < 1 || r->unload_timeout_ms < 1 ||
-        r->max_lora_tensor_mb < 1 || r->max_lora_tensor_mb > (1 << 20)) {
-        ls_error(0, "--max-lora-rank, --max-loras-per-batch, --load-timeout-ms, --unload-timeout-ms and "
-                    "--max-lora-tensor-mb (up to 1048576) must be positive");
+        r->max_lora_tensor_mb < 1 || r->max_lora_tensor_mb > LS_MAX_LORA_TENSOR_MB_CAP) {
+        ls_error(0, "--max-lora-rank, --max-loras-per-batch, --load-timeout-ms and --unload-timeout-ms must be "
+                    "positive; --max-lora-tensor-mb 1.." LS_LIMITS_STR(LS_MAX_LORA_TENSOR_MB_CAP));
         return -1;
     }
     unsigned targets;

@@ -25,9 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TENSORS_DIR "tensors"
-
-// root = STATE/tensors. The directory for a load: root/<16 hex> from a hash of its inputs
+// root = STATE/tensors (LS_CONFINE_TENSORS_DIR, where the scheduler and workers may read). The directory for a load: root/<16 hex> from a hash of its inputs
 // (the name, the event time, a per-registry counter), so a replay derives the same path.
 void tensors_path(const char *root, const char *name, uint64_t now_ns, uint64_t counter, char *out, size_t cap);
 
