@@ -204,3 +204,32 @@ char *ls_file_read_path(const char *path, ls_file_kind_t kind, size_t *len, char
         return NULL;
     return ls_file_read(dir, name, kind, len, err, errlen);
 }
+
+int ls_file_write_all(int fd, const void *p, size_t len)
+{
+    const char *b = p;
+    while (len) {
+        ssize_t n = write(fd, b, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            errno = n == 0 ? EIO : errno;
+            return -1;
+        }
+        b += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int ls_file_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}

@@ -46,4 +46,11 @@ char *ls_file_read(const char *dir, const char *name, ls_file_kind_t kind, size_
 char *ls_file_read_path(const char *path, ls_file_kind_t kind, size_t *len, char *err,
                         size_t errlen);
 
+// Durable writes, for the files the registry itself keeps (its journal, its copies of adapters
+// sent as tensors). All of p to fd, through short writes and EINTR: 0, or -1 with errno.
+int ls_file_write_all(int fd, const void *p, size_t len);
+// fsync directory dir, so that names created or renamed in it survive a crash: 0, or -1 with
+// errno.
+int ls_file_sync_dir(const char *dir);
+
 #endif

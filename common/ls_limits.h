@@ -31,6 +31,18 @@
     LS_FLAG_INT("metrics-max-adapters", (var), LS_LIMITS_STR(LS_DEFAULT_METRICS_MAX_ADAPTERS),     \
                 "adapters with /metrics series of their own (the least recently used beyond it count as \"other\")")
 
+// A load from tensors (/v1/load_lora_adapter with lora_tensors: adapter_model.safetensors sent
+// in the request) carries at most this many MiB of safetensors when --max-lora-tensor-mb is not
+// given. The gateway refuses a larger one before anything goes upstream and sizes the load
+// routes' HTTP body limit from it; the registry refuses it again (the SDK reaches it without
+// the gateway). The launcher passes the flag to both. 128 MiB holds a rank-16 adapter of every
+// projection of an 8B model (84 MB). Expands to a flag of ls_flags.h.
+#define LS_DEFAULT_MAX_LORA_TENSOR_MB 128
+#define LS_MAX_LORA_TENSOR_MB_CAP 1024  // the flag's largest value: the gateway holds it in memory, in base64
+#define LS_MAX_LORA_TENSOR_MB_FLAG(var)                                                            \
+    LS_FLAG_INT("max-lora-tensor-mb", (var), LS_LIMITS_STR(LS_DEFAULT_MAX_LORA_TENSOR_MB),         \
+                "largest adapter_model.safetensors a load from tensors may send, in MiB")
+
 // The peer that schedules, for the actors that send it requests or adapter commands (tokenizer,
 // registry, detokenizer, worker): "scheduler" in a one-group graph; with --dp-size N the
 // launcher passes --scheduler=dispatcher to the front actors and --scheduler=scheduler-G to

@@ -115,6 +115,7 @@ launcher_pass_t launcher_pass[] = {
     {"request-timeout-ms", 0, K_GATEWAY, "an HTTP request must arrive whole within this, else 408", NULL, {0}},
     {"max-request-completions", 0, K_GATEWAY, "completions one request may ask for (prompts x n); more: 400", NULL, {0}},
     {"max-tenant-completions", 0, K_GATEWAY, "HTTP completions in flight for one adapter or the base model; more: 429", NULL, {0}},
+    {"max-lora-tensor-mb", 0, K_GATEWAY | K_REGISTRY, "largest adapter_model.safetensors a load from tensors may send, in MiB", NULL, {0}},
     {"metrics-max-adapters", 0, K_TOKENIZER | K_GATEWAY, "adapters with /metrics series of their own; the least recently used beyond it count as \"other\"", NULL, {0}},
 };
 #define S_NPASS (sizeof launcher_pass / sizeof *launcher_pass)

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "launcher_impl.h"
+#include "ls_confine.h"
 #include "ls_curve.h"
 #include "ls_limits.h"
 
@@ -161,6 +162,8 @@ char **plan_argv(const launcher_actor_t *a) {
         PUSH("--device=%d", a->device);
     if (kind & K_REGISTRY)  // its journal survives restarts of the graph in the same run dir
         PUSH("--state-dir=%s/state", launcher_state.run_dir);
+    if (kind & (K_SCHEDULER | K_WORKER))  // the registry's copies of adapters sent as tensors
+        PUSH("--lora-tensors-dir=%s/state/" LS_CONFINE_TENSORS_DIR, launcher_state.run_dir);
     for (size_t i = 0; i < launcher_npass; i++) {
         if (!(launcher_pass[i].kinds & kind))
             continue;

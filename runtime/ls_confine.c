@@ -15,6 +15,7 @@ struct ls_confine {
     size_t n_under;
     char **exact;  // real paths of the operator's --lora-paths
     size_t n_exact;
+    char *tensors;  // --lora-tensors-dir as given, resolved when checked; NULL when none
 };
 
 static int s_add(char ***list, size_t *n, const char *path, const char *flag) {
@@ -34,11 +35,12 @@ static int s_add(char ***list, size_t *n, const char *path, const char *flag) {
     return 0;
 }
 
-ls_confine_t *ls_confine_new(const ls_strlist_t *roots, const ls_strlist_t *dirs, const ls_strlist_t *lora_paths) {
+ls_confine_t *ls_confine_new(const ls_strlist_t *roots, const ls_strlist_t *dirs, const ls_strlist_t *lora_paths,
+                             const char *tensors_dir) {
     ls_confine_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
-    int rc = 0;
+    int rc = tensors_dir && *tensors_dir && !(self->tensors = strdup(tensors_dir)) ? -1 : 0;
     for (size_t i = 0; roots && i < roots->n && rc == 0; i++)
         rc = s_add(&self->under, &self->n_under, roots->v[i], "--lora-roots");
     for (size_t i = 0; dirs && i < dirs->n && rc == 0; i++)
@@ -69,11 +71,14 @@ void ls_confine_destroy(ls_confine_t **self_p) {
         free(self->exact[i]);
     free(self->under);
     free(self->exact);
+    free(self->tensors);
     free(self);
     *self_p = NULL;
 }
 
-int ls_confine_open(const ls_confine_t *self) { return !self || (self->n_under == 0 && self->n_exact == 0); }
+int ls_confine_open(const ls_confine_t *self) {
+    return !self || (self->n_under == 0 && self->n_exact == 0 && !self->tensors);
+}
 
 // Is path root itself or inside it, comparing whole components?
 static int s_under(const char *path, const char *root) {
@@ -98,7 +103,12 @@ int ls_confine_check(const ls_confine_t *self, const char *path, char *err, size
     for (size_t i = 0; i < self->n_exact; i++)
         if (!strcmp(real, self->exact[i]))
             return 0;
-    snprintf(err, errlen, "adapter path \"%s\" (%s) is outside --lora-roots, --lora-dirs and --lora-paths: refused",
+    char tensors[PATH_MAX];
+    if (self->tensors && realpath(self->tensors, tensors) && s_under(real, tensors))
+        return 0;
+    snprintf(err, errlen,
+             "adapter path \"%s\" (%s) is outside --lora-roots, --lora-dirs, --lora-paths and --lora-tensors-dir: "
+             "refused",
              path, real);
     return -1;
 }

@@ -20,6 +20,8 @@
 #include <cjson/cJSON.h>
 #include <jansson.h>
 
+#include "ls_base64.h"
+
 #define S_MAX_PROMPTS 1024    // prompts in one request
 #define S_MAX_STOPS 32
 #define S_MAX_TOP_LOGPROBS 20
@@ -99,6 +101,81 @@ static int s_ids(const json_t *v, ls_i32s_t *out) {
     out->v = n ? malloc((size_t)n * sizeof *out->v) : NULL;
     out->n = 0;
     json_array_foreach(v, i, e) out->v[out->n++] = (int32_t)json_number_value(e);
+    return 1;
+}
+
+int gw_tensors_parse(const cJSON *root, size_t max_bytes, char **config, uint8_t **weights, size_t *weights_len,
+                     char *err, size_t errlen, const char **param, const char **code) {
+    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(root, "lora_tensors");
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "lora_config");
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(root, "lora_path");
+    *code = NULL;
+    if (!cfg)
+        cfg = cJSON_GetObjectItemCaseSensitive(root, "config_dict");
+    // SGLang's serialized_tensors are pickled torch tensors: unpickling runs code, so they are
+    // never read. The same weights come as the adapter's safetensors.
+    if (cJSON_GetObjectItemCaseSensitive(root, "serialized_tensors")) {
+        *param = "serialized_tensors";
+        snprintf(err, errlen, "'serialized_tensors' (pickled tensors) is not accepted; send the adapter's "
+                              "adapter_model.safetensors in base64 as 'lora_tensors', with 'lora_config'");
+        return -1;
+    }
+    if (!tensors || cJSON_IsNull(tensors)) {
+        if (cfg && !cJSON_IsNull(cfg)) {
+            *param = "lora_tensors";
+            snprintf(err, errlen, "'lora_config' comes with 'lora_tensors' (a load from tensors), not alone");
+            return -1;
+        }
+        return 0;
+    }
+    *param = "lora_tensors";
+    if (path && !cJSON_IsNull(path)) {
+        snprintf(err, errlen, "give 'lora_path' or 'lora_tensors', not both");
+        return -1;
+    }
+    if (!cJSON_IsString(tensors) || !*tensors->valuestring) {
+        snprintf(err, errlen, "'lora_tensors' must be adapter_model.safetensors in base64 (a non-empty string)");
+        return -1;
+    }
+    size_t n = strlen(tensors->valuestring), bad;
+    // The exact size is known once decoded; an encoding this long is over the limit whatever
+    // its padding, and is refused before any memory is taken for it.
+    if (ls_base64_decoded_max(n) > max_bytes + 2) {
+        snprintf(err, errlen, "'lora_tensors' is too large: about %zu bytes of safetensors, more than the %zu MiB limit "
+                              "(--max-lora-tensor-mb)", ls_base64_decoded_max(n), max_bytes >> 20);
+        *code = "too_large";
+        return -1;
+    }
+    uint8_t *w = malloc(ls_base64_decoded_max(n) + 1);
+    if (!w) {
+        snprintf(err, errlen, "out of memory for 'lora_tensors'");
+        return -1;
+    }
+    if (ls_base64_decode(tensors->valuestring, n, w, weights_len, &bad) < 0) {
+        free(w);
+        snprintf(err, errlen, "'lora_tensors' is not valid base64 (standard alphabet, padded, no whitespace): %s at "
+                              "character %zu", bad == n ? "its length is not a multiple of 4" : "bad character", bad);
+        return -1;
+    }
+    if (*weights_len > max_bytes) {
+        free(w);
+        snprintf(err, errlen, "'lora_tensors' is too large: %zu bytes of safetensors, more than the %zu MiB limit "
+                              "(--max-lora-tensor-mb)", *weights_len, max_bytes >> 20);
+        *code = "too_large";
+        return -1;
+    }
+    if (!cJSON_IsObject(cfg)) {
+        free(w);
+        *param = "lora_config";
+        snprintf(err, errlen, "'lora_config' must be the adapter_config.json object");
+        return -1;
+    }
+    if (!(*config = cJSON_PrintUnformatted(cfg))) {
+        free(w);
+        snprintf(err, errlen, "out of memory for 'lora_config'");
+        return -1;
+    }
+    *weights = w;
     return 1;
 }
 

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "http.h"
 #include "ls_msg.h"
 
@@ -49,6 +51,13 @@ int gw_tokenize_parse(ls_msg_t *out, bool detokenize, const char *body, size_t l
 // The answer to it: {"count", "max_model_len", "tokens", "token_strs"} (token_strs null unless
 // asked for), or {"prompt"} for a detokenize. NULL when out of memory or the text is not UTF-8.
 char *gw_tokenize_answer(const ls_msg_tokenize_resp_t *r, bool detokenize, bool token_strs);
+// A load from tensors in an adapter admin body (root): lora_config (SGLang's name: config_dict),
+// the adapter_config.json object, and lora_tensors, the adapter_model.safetensors bytes in
+// strict base64 (common/ls_base64.h), at most max_bytes of them. 0 when the body has no
+// lora_tensors (a load from lora_path); 1 with *config (its JSON text) and *weights, both the
+// caller's to free; -1 with err, *param and *code (an OpenAI error code, or NULL) for a 400.
+int gw_tensors_parse(const cJSON *root, size_t max_bytes, char **config, uint8_t **weights, size_t *weights_len,
+                     char *err, size_t errlen, const char **param, const char **code);
 
 // What one completion produced so far.
 typedef struct {

@@ -85,6 +85,7 @@ struct gw_req {
     int nheaders;
     int in_value;  // the parser's last header callback was a value
     gw_buf_t body;
+    size_t body_max;  // its limit (gw_http_cbs_t.body_limit)
     int http_minor;
     int keep_alive;
     uint64_t start_ns;  // event time of its first byte
@@ -107,7 +108,7 @@ struct s_conn {
     size_t in_off;    // parsed up to here
     gw_req_t *req;    // being received (READ) or answered (BUSY)
     uint64_t last_io; // event time of the last bytes in, or of the last bytes queued out
-    int too_large;    // the body limit stopped the parser
+    int too_large;    // the body limit stopped the parser (the request stays, for its limit)
     int too_many;     // the header count limit stopped the parser
     int rejected;     // over max_connections: answered 503 only
     s_conn_t *prev, *next;
@@ -307,7 +308,7 @@ static void s_conn_parse(s_conn_t *c) {
     char why[160];
     snprintf(why, sizeof why, "malformed HTTP request: %s", http_errno_description(e));
     if (c->too_large) {
-        snprintf(why, sizeof why, "request body larger than %d bytes", c->srv->lim.max_body_bytes);
+        snprintf(why, sizeof why, "request body larger than %zu bytes", c->req->body_max);
         s_conn_fail(c, 413, why);
     } else if (e == HPE_HEADER_OVERFLOW || c->too_many) {
         snprintf(why, sizeof why, "request line and headers larger than %d bytes (or more than %d headers)",
@@ -421,7 +422,13 @@ static int s_on_value(http_parser *p, const char *at, size_t len) {
 static int s_on_headers(http_parser *p) {
     s_conn_t *c = p->data;
     gw_req_t *r = c->req;
-    if (p->content_length != ULLONG_MAX && p->content_length > (uint64_t)c->srv->lim.max_body_bytes) {
+    if (!r->url.d)
+        gw_buf_add(&r->url, "", 0);
+    r->body_max = (size_t)c->srv->lim.max_body_bytes;
+    if (c->srv->cbs.body_limit)
+        r->body_max = c->srv->cbs.body_limit(http_method_str((enum http_method)p->method), gw_req_path(r),
+                                             c->srv->cbs.arg);
+    if (p->content_length != ULLONG_MAX && p->content_length > (uint64_t)r->body_max) {
         c->too_large = 1;
         return -1;
     }
@@ -436,7 +443,7 @@ static int s_on_headers(http_parser *p) {
 
 static int s_on_body(http_parser *p, const char *at, size_t len) {
     s_conn_t *c = p->data;
-    if (c->req->body.n + len > (size_t)c->srv->lim.max_body_bytes) {
+    if (c->req->body.n + len > c->req->body_max) {
         c->too_large = 1;
         return -1;
     }

@@ -32,7 +32,7 @@ typedef struct gw_req gw_req_t;
 typedef struct {
     int max_connections;
     int max_header_bytes;   // request line and headers
-    int max_body_bytes;     // after chunked decoding
+    int max_body_bytes;     // after chunked decoding (unless body_limit says otherwise)
     int idle_timeout_ms;    // no bytes from a client between or inside requests
     int request_timeout_ms; // from a request's first byte to its last
 } gw_http_limits_t;
@@ -41,6 +41,9 @@ typedef struct {
     void (*request)(gw_req_t *req, void *arg);  // a complete request: answer it, now or later
     void (*gone)(gw_req_t *req, void *arg);     // its client left before the answer ended
     void (*answered)(int status, void *arg);    // every answer's status (499: the client left)
+    // The body limit of one request, from its method and path (known before its body); NULL:
+    // max_body_bytes for every request.
+    size_t (*body_limit)(const char *method, const char *path, void *arg);
     void *arg;
 } gw_http_cbs_t;
 

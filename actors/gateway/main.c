@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "api.h"
+#include "ls_base64.h"
 #include "ls_file.h"
 #include "http.h"
 #include "prom.h"
@@ -86,7 +87,7 @@ typedef struct {
     // flags
     char *host, *api_key, *api_key_file, *served_model_name, *model_path;
     int port, max_connections, max_header_bytes, max_body_bytes, idle_timeout_ms, request_timeout_ms;
-    int max_request_completions, max_tenant_completions, metrics_max_adapters;
+    int max_request_completions, max_tenant_completions, metrics_max_adapters, max_lora_tensor_mb;
     // state
     ls_actor_t *self;
     gw_http_t *http;
@@ -570,14 +571,15 @@ static void s_admin_timeout_cb(ls_actor_t *a, ls_timer_t *timer, void *arg) {
     s_call_free(c);
 }
 
-// Send one admin message to the tokenizer for call c; -1 (answered 503) when it cannot go.
-static int s_admin_send(s_call_t *c, ls_msg_t *m, int timeout_ms) {
+// Send one admin message (and its bulk frames, or NULL) to the tokenizer for call c; -1
+// (answered 503) when it cannot go.
+static int s_admin_send(s_call_t *c, ls_msg_t *m, zmsg_t **bulk_p, int timeout_ms) {
     m->rid = s_call_rid(c);
     c->nopen = 1;
     if (c->timer)  // a call's second message (a tokenize after its model check) starts afresh
         ls_actor_timer_stop(s_g.self, c->timer);
     c->timer = ls_actor_timer_start(s_g.self, timeout_ms, 0, s_admin_timeout_cb, c);
-    if (ls_actor_send_peer(s_g.self, S_TOKENIZER, m, NULL) < 0) {
+    if (ls_actor_send_peer(s_g.self, S_TOKENIZER, m, bulk_p) < 0) {
         s_respond_error(c->req, 503, "the tokenizer is unavailable", NULL, "unavailable");
         c->req = NULL;
         s_call_free(c);
@@ -596,7 +598,7 @@ static void s_models_start(gw_req_t *req) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_LIST_ADAPTERS);
     if (c)
-        s_admin_send(c, &m, S_LIST_MS);
+        s_admin_send(c, &m, NULL, S_LIST_MS);
     else
         s_respond_error(req, 500, "out of memory", NULL, NULL);
     ls_msg_clear(&m);
@@ -655,7 +657,8 @@ static int s_on_adapter_list(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
-// Load and unload bodies, vLLM's and SGLang's alike: {"lora_name", "lora_path", "pinned"}.
+// Load and unload bodies, vLLM's and SGLang's alike: {"lora_name", "lora_path", "pinned"}, or
+// for a load from tensors {"lora_name", "lora_config", "lora_tensors", "pinned"} (gw_tensors_parse).
 static void s_adapter_start(gw_req_t *req, s_kind_t kind, int sglang) {
     size_t len;
     const char *body = gw_req_body(req, &len);
@@ -663,43 +666,66 @@ static void s_adapter_start(gw_req_t *req, s_kind_t kind, int sglang) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "lora_name");
     const cJSON *path = cJSON_GetObjectItemCaseSensitive(root, "lora_path");
     const cJSON *pinned = cJSON_GetObjectItemCaseSensitive(root, "pinned");
-    const char *bad = NULL, *param = NULL;
+    const char *bad = NULL, *param = NULL, *code = NULL;
+    char err[300];
+    char *config = NULL;
+    uint8_t *weights = NULL;
+    size_t weights_len = 0;
+    int tensors = 0;
     if (!root)
         bad = "the body is not valid JSON";
     else if (!cJSON_IsObject(root))
         bad = "the body must be a JSON object";
     else if (!cJSON_IsString(name) || !*name->valuestring)
         bad = "'lora_name' must be a non-empty string", param = "lora_name";
-    else if (kind == S_LOAD && (!cJSON_IsString(path) || !*path->valuestring))
-        bad = "'lora_path' must be a non-empty string", param = "lora_path";
+    else if (kind == S_LOAD && (tensors = gw_tensors_parse(root, (size_t)s_g.max_lora_tensor_mb << 20, &config, &weights,
+                                                            &weights_len, err, sizeof err, &param, &code)) < 0)
+        bad = err;
+    else if (kind == S_LOAD && !tensors && (!cJSON_IsString(path) || !*path->valuestring))
+        bad = "'lora_path' must be a non-empty string (or load from tensors: 'lora_config' and 'lora_tensors')",
+        param = "lora_path";
     else if (pinned && !cJSON_IsBool(pinned) && !cJSON_IsNull(pinned))
         bad = "'pinned' must be a boolean", param = "pinned";
     if (bad) {
         cJSON_Delete(root);
-        s_respond_error(req, 400, bad, param, NULL);
+        free(config);
+        free(weights);
+        s_respond_error(req, 400, bad, param, code);
         return;
     }
     gw_req_set_tag(req, name->valuestring);
     s_call_t *c = s_call_new(kind, req);
     if (!c) {
         cJSON_Delete(root);
+        free(config);
+        free(weights);
         s_respond_error(req, 500, "out of memory", NULL, NULL);
         return;
     }
     c->sglang = sglang;
     snprintf(c->label, sizeof c->label, "%s", name->valuestring);
     ls_msg_t m;
+    zmsg_t *bulk = NULL;
     if (kind == S_LOAD) {
         ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
         m.u.load_adapter.name = ls_msg_strdup(name->valuestring);
-        m.u.load_adapter.path = ls_msg_strdup(path->valuestring);
         m.u.load_adapter.pinned = cJSON_IsTrue(pinned);
+        if (tensors) {  // the registry keeps the adapter as files (docs/adapters.md)
+            m.u.load_adapter.from_tensors = true;
+            m.u.load_adapter.config_json = ls_msg_strdup(config);
+            bulk = zmsg_new();
+            zmsg_addmem(bulk, weights, weights_len);
+        } else
+            m.u.load_adapter.path = ls_msg_strdup(path->valuestring);
     } else {
         ls_msg_init(&m, LS_MSG_UNLOAD_ADAPTER);
         m.u.unload_adapter.name = ls_msg_strdup(name->valuestring);
     }
     cJSON_Delete(root);
-    s_admin_send(c, &m, S_ADAPTER_MS);
+    free(config);
+    free(weights);
+    s_admin_send(c, &m, bulk ? &bulk : NULL, S_ADAPTER_MS);
+    zmsg_destroy(&bulk);
     ls_msg_clear(&m);
 }
 
@@ -764,7 +790,7 @@ static void s_health_start(gw_req_t *req) {
     ls_msg_init(&m, LS_MSG_HEARTBEAT);
     m.u.heartbeat.actor = ls_msg_strdup(ls_actor_name(s_g.self));
     if (c)
-        s_admin_send(c, &m, S_HEALTH_MS);
+        s_admin_send(c, &m, NULL, S_HEALTH_MS);
     else
         s_respond_error(req, 500, "out of memory", NULL, NULL);
     ls_msg_clear(&m);
@@ -855,19 +881,19 @@ static void s_tokenize_start(gw_req_t *req, bool detokenize) {
     free(model);
     c->tokenize = m;
     if (!c->label[0]) {
-        s_admin_send(c, &c->tokenize, S_LIST_MS);
+        s_admin_send(c, &c->tokenize, NULL, S_LIST_MS);
         return;
     }
     ls_msg_t list;
     ls_msg_init(&list, LS_MSG_LIST_ADAPTERS);
-    s_admin_send(c, &list, S_LIST_MS);
+    s_admin_send(c, &list, NULL, S_LIST_MS);
     ls_msg_clear(&list);
 }
 
 static void s_tokenize_listed(s_call_t *c, const ls_msg_adapter_infos_t *list) {
     for (size_t i = 0; i < list->n; i++)
         if (s_servable(&list->v[i]) && !strcmp(list->v[i].name, c->label)) {
-            s_admin_send(c, &c->tokenize, S_LIST_MS);
+            s_admin_send(c, &c->tokenize, NULL, S_LIST_MS);
             return;
         }
     char msg[400];
@@ -1017,6 +1043,7 @@ static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
 typedef struct {
     const char *method, *path;
     void (*fn)(gw_req_t *req);
+    int tensors;  // takes an adapter's safetensors in its body (a load from tensors)
 } s_route_t;
 
 static void s_completions(gw_req_t *r) { s_gen_start(r, GW_COMPLETIONS); }
@@ -1035,22 +1062,34 @@ static void s_playground(gw_req_t *r) {
 static void s_model_info(gw_req_t *r) { s_respond_json(r, 200, s_g.model_info ? s_g.model_info : "{}"); }
 
 static const s_route_t s_routes[] = {
-    {"GET", "/", s_playground},
-    {"POST", "/v1/completions", s_completions},
-    {"POST", "/v1/chat/completions", s_chat},
-    {"POST", "/generate", s_generate},
-    {"GET", "/v1/models", s_models_start},
-    {"GET", "/get_model_info", s_model_info},
-    {"POST", "/tokenize", s_tokenize},
-    {"POST", "/detokenize", s_detokenize},
-    {"POST", "/v1/load_lora_adapter", s_load_vllm},
-    {"POST", "/v1/unload_lora_adapter", s_unload_vllm},
-    {"POST", "/load_lora_adapter", s_load_sglang},
-    {"POST", "/unload_lora_adapter", s_unload_sglang},
-    {"GET", "/health", s_health_start},
-    {"GET", "/health/live", s_live_start},
-    {"GET", "/metrics", s_metrics_start},
+    {"GET", "/", s_playground, 0},
+    {"POST", "/v1/completions", s_completions, 0},
+    {"POST", "/v1/chat/completions", s_chat, 0},
+    {"POST", "/generate", s_generate, 0},
+    {"GET", "/v1/models", s_models_start, 0},
+    {"GET", "/get_model_info", s_model_info, 0},
+    {"POST", "/tokenize", s_tokenize, 0},
+    {"POST", "/detokenize", s_detokenize, 0},
+    {"POST", "/v1/load_lora_adapter", s_load_vllm, 1},
+    {"POST", "/v1/unload_lora_adapter", s_unload_vllm, 0},
+    {"POST", "/load_lora_adapter", s_load_sglang, 1},
+    {"POST", "/load_lora_adapter_from_tensors", s_load_sglang, 1},  // SGLang's name for loads from tensors
+    {"POST", "/unload_lora_adapter", s_unload_sglang, 0},
+    {"GET", "/health", s_health_start, 0},
+    {"GET", "/health/live", s_live_start, 0},
+    {"GET", "/metrics", s_metrics_start, 0},
 };
+
+// Every body may hold --max-body-bytes; a load route's may hold an adapter's safetensors in
+// base64 besides (--max-lora-tensor-mb), so the one limit on those is also where the body
+// limit comes from.
+static size_t s_body_limit(const char *method, const char *path, void *arg) {
+    size_t limit = (size_t)s_g.max_body_bytes;
+    for (size_t i = 0; i < sizeof s_routes / sizeof *s_routes; i++)
+        if (s_routes[i].tensors && !strcmp(s_routes[i].method, method) && !strcmp(s_routes[i].path, path))
+            limit += ls_base64_encoded_len((size_t)s_g.max_lora_tensor_mb << 20);
+    return limit;
+}
 
 // Constant-time, so the key cannot be guessed byte by byte from answer times.
 static int s_key_ok(const char *auth) {
@@ -1172,10 +1211,11 @@ static int s_on_start(ls_actor_t *a, void *state) {
         snprintf(s_g.base, sizeof s_g.base, "default");
     if (s_g.max_connections < 1 || s_g.max_header_bytes < 256 || s_g.max_body_bytes < 1 || s_g.idle_timeout_ms < 1 ||
         s_g.request_timeout_ms < 1 || s_g.port < 0 || s_g.port > 65535 || s_g.max_request_completions < 1 ||
-        s_g.max_tenant_completions < s_g.max_request_completions) {
+        s_g.max_tenant_completions < s_g.max_request_completions || s_g.max_lora_tensor_mb < 1 ||
+        s_g.max_lora_tensor_mb > LS_MAX_LORA_TENSOR_MB_CAP) {
         ls_error(0, "--port must be 0..65535; --max-connections, --max-body-bytes, --max-request-completions and the "
                     "timeouts above 0; --max-header-bytes at least 256; --max-tenant-completions at least "
-                    "--max-request-completions");
+                    "--max-request-completions; --max-lora-tensor-mb 1.." LS_LIMITS_STR(LS_MAX_LORA_TENSOR_MB_CAP));
         return -1;
     }
     if (!ls_actor_has_peer(a, S_TOKENIZER)) {
@@ -1190,7 +1230,8 @@ static int s_on_start(ls_actor_t *a, void *state) {
     s_g.tenants = zhashx_new();  // string keys, copied; the counts are not pointers
     gw_http_limits_t lim = {s_g.max_connections, s_g.max_header_bytes, s_g.max_body_bytes, s_g.idle_timeout_ms,
                             s_g.request_timeout_ms};
-    gw_http_cbs_t cbs = {s_on_request, s_on_gone, s_on_answered, NULL};
+    gw_http_cbs_t cbs = {.request = s_on_request, .gone = s_on_gone, .answered = s_on_answered,
+                         .body_limit = s_body_limit};
     s_g.http = gw_http_new(a, s_g.host, s_g.port, &lim, &cbs);
     if (!s_g.http)
         return -1;
@@ -1262,6 +1303,7 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("max-tenant-completions", &s_g.max_tenant_completions, "1024",
                     "completions in flight for one model (adapter or base); more is answered 429"),
         LS_METRICS_MAX_ADAPTERS_FLAG(&s_g.metrics_max_adapters),
+        LS_MAX_LORA_TENSOR_MB_FLAG(&s_g.max_lora_tensor_mb),
         LS_FLAG_END,
     };
     const ls_actor_def_t def = {

@@ -42,6 +42,8 @@ typedef enum {
     CHECK_TRUSTED = 0,  // operator input (--lora-paths, the journal): the path as given
     CHECK_CONFINED,     // a client's path: must lie under a root
     CHECK_DEMAND,       // a client's adapter name: DIR/name under one of the dirs
+    CHECK_TENSORS,      // the registry's copy of an adapter a client sent as tensors: the host
+                        // writes it to path first; then checked as given, like CHECK_TRUSTED
 } check_mode_t;
 
 typedef struct {

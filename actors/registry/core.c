@@ -361,8 +361,11 @@ static void s_load_fail(reg_t *self, op_t *op, uint32_t code, const char *reason
     // names its path for whoever wants it back. A transient failure (workers down, timeout,
     // shutdown) keeps it for the next start.
     bool permanent = code == LS_ERROR_CODE_BAD_REQUEST || code == LS_ERROR_CODE_NOT_FOUND;
-    if (op->ref && (op->origin == REG_FROM_JOURNAL || op->origin == REG_FROM_RESTORE) && permanent)
+    bool journaled = op->origin == REG_FROM_JOURNAL || op->origin == REG_FROM_RESTORE;
+    if (op->ref && journaled && permanent)
         s_journal(self, op->ref, false, true);
+    if (op->ref && (!journaled || permanent))
+        self->host.forget(self->host.host, op->ref->path);
     if (op->ref) {
         op->ref->op = NULL;
         s_ref_remove(self, op->ref);
@@ -451,9 +454,10 @@ void reg_load(reg_t *self, uint64_t now_ns, reg_origin_t origin, const char *nam
     op->timer = self->host.arm(self->host.host, op->id, self->cfg.load_timeout_ms);
     ls_info(0, "loading %s from %s (id %s%s)", name, origin == REG_FROM_DEMAND ? "--lora-dirs" : path, id,
             pinned ? ", pinned" : "");
-    check_mode_t mode = origin == REG_FROM_CLIENT   ? CHECK_CONFINED
-                        : origin == REG_FROM_DEMAND ? CHECK_DEMAND
-                                                    : CHECK_TRUSTED;
+    check_mode_t mode = origin == REG_FROM_CLIENT    ? CHECK_CONFINED
+                        : origin == REG_FROM_DEMAND  ? CHECK_DEMAND
+                        : origin == REG_FROM_TENSORS ? CHECK_TENSORS
+                                                     : CHECK_TRUSTED;
     self->host.check(self->host.host, op->id, mode, name, path);
 }
 
@@ -462,6 +466,9 @@ void reg_load_checked(reg_t *self, uint64_t now_ns, uint64_t opid, const check_r
     if (!op || op->kind != OP_LOAD || op->phase != PH_CHECKING)
         return;
     if (op->timed_out || !op->ref) {  // answered TIMEOUT while on disk; nothing was dispatched
+        // The check may have written the host's copy after the timeout forgot the path.
+        if (!res->code)
+            self->host.forget(self->host.host, res->path);
         s_op_end(self, op);
         return;
     }
@@ -712,6 +719,7 @@ static void s_unloaded(reg_t *self, op_t *op, bool ok, uint32_t code, const char
     }
     self->stats.unloads++;
     s_journal(self, r, false, false);
+    self->host.forget(self->host.host, r->path);  // after the record: a crash between leaves a copy the next start sweeps
     ls_info(0, "unloaded %s (id %s)", r->name, r->id);
     for (size_t i = 0; i < op->nw; i++)
         s_answer_unloaded(self, op->w[i].w, true, r->name, r->id, 0, NULL);

@@ -46,6 +46,8 @@ typedef enum {
     REG_FROM_JOURNAL,     // the journal's live set: trusted, keeps its id; counts toward Ready
     REG_FROM_DEMAND,      // an acquire of an unregistered name found under --lora-dirs
     REG_FROM_RESTORE,     // a registered adapter loaded again into a restarted scheduler
+    REG_FROM_TENSORS,     // LoadAdapter from a client with the adapter in it: path is the host's
+                          // copy, written during the check (CHECK_TENSORS)
 } reg_origin_t;
 
 typedef struct {
@@ -75,6 +77,11 @@ typedef struct {
     int (*journal)(void *host, const ls_msg_t *record);
     // Every startup load (journal, --lora-paths) has been answered.
     void (*ready)(void *host);
+    // The adapter at path left the registry for good: unloaded, dropped from the journal, or a
+    // load that failed (never journaled). The host removes the directory if it is its own copy
+    // (REG_FROM_TENSORS); any other path it leaves alone. A restored adapter that failed
+    // transiently stays in the journal, so it is not forgotten.
+    void (*forget)(void *host, const char *path);
 } reg_host_t;
 
 typedef struct {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ls_file.h"
 #include "ls_log.h"
 #include "ls_trace.h"
 
@@ -35,19 +36,6 @@ static void s_put32(uint8_t *p, uint32_t v) {
 
 static uint32_t s_get32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static int s_write_all(int fd, const uint8_t *p, size_t len) {
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
 }
 
 // One framed record of m, malloc'd; NULL when m does not encode or is too large.
@@ -222,15 +210,6 @@ static int s_replay(journal_t *self, const uint8_t *buf, size_t len) {
     return damaged;
 }
 
-static int s_fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 // Rewrite the file with the live set only.
 static int s_compact(journal_t *self) {
     int fd = open(self->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -240,7 +219,7 @@ static int s_compact(journal_t *self) {
     for (size_t i = 0; i < self->n_live + self->n_gone && rc == 0; i++) {
         size_t len;
         uint8_t *rec = s_frame(i < self->n_live ? &self->live[i] : &self->gone[i - self->n_live], &len);
-        rc = rec ? s_write_all(fd, rec, len) : -1;
+        rc = rec ? ls_file_write_all(fd, rec, len) : -1;
         free(rec);
     }
     if (rc == 0)
@@ -249,7 +228,7 @@ static int s_compact(journal_t *self) {
     if (rc == 0)
         rc = rename(self->tmp, self->path);
     if (rc == 0)
-        rc = s_fsync_dir(self->dir);
+        rc = ls_file_sync_dir(self->dir);
     if (rc < 0) {
         ls_error(0, "journal: cannot rewrite %s: %s", self->path, strerror(errno));
         unlink(self->tmp);
@@ -298,7 +277,7 @@ static void s_keep_damaged(const journal_t *self, const uint8_t *buf, size_t len
     if (asprintf(&copy, "%s.damaged", self->path) < 0)
         return;
     int fd = open(copy, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || s_write_all(fd, buf, len) < 0 || fsync(fd) < 0)
+    if (fd < 0 || ls_file_write_all(fd, buf, len) < 0 || fsync(fd) < 0)
         ls_error(0, "journal: cannot keep the damaged journal as %s: %s", copy, strerror(errno));
     else
         ls_warn(0, "journal: the damaged journal is kept as %s", copy);
@@ -344,7 +323,7 @@ journal_t *journal_open(const char *dir, ls_msg_t **live, size_t *n_live, char *
         }
     } else {
         self->fd = open(self->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-        if (self->fd < 0 || s_fsync_dir(dir) < 0) {
+        if (self->fd < 0 || ls_file_sync_dir(dir) < 0) {
             snprintf(err, errlen, "cannot open the journal %s: %s", self->path, strerror(errno));
             journal_destroy(&self);
             return NULL;
@@ -393,7 +372,7 @@ int journal_append(journal_t *self, const ls_msg_t *record) {
     uint8_t *rec = s_frame(record, &len);
     ls_msg_t copy;
     off_t end = self->fd >= 0 ? lseek(self->fd, 0, SEEK_END) : -1;
-    int rc = rec && end >= 0 ? s_write_all(self->fd, rec, len) : -1;
+    int rc = rec && end >= 0 ? ls_file_write_all(self->fd, rec, len) : -1;
     if (rc == 0)
         rc = fsync(self->fd);
     free(rec);

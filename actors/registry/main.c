@@ -7,6 +7,8 @@
 //   AcquireAdapter {name}             → AdapterAcquired (same rid; NOT_FOUND for unknown names)
 //   ReleaseAdapter {adapter_id, name}   no answer
 //   LoadAdapter {name, path, pinned}  → AdapterLoaded, once the scheduler confirmed (or TIMEOUT)
+//   LoadAdapter {name, from_tensors, config_json, pinned} + one frame (adapter_model.safetensors)
+//                                     → the same, once the registry's copy (tensors.c) is loaded
 //   UnloadAdapter {name}              → AdapterUnloaded, once drained and confirmed (or TIMEOUT)
 //   ListAdapters                      → AdapterList (with the scheduler's residency view)
 // Accepts on its DEALER to the scheduler: AdapterLoaded, AdapterUnloaded, Error — the answers
@@ -20,7 +22,8 @@
 // plus the runtime's Heartbeat, Metrics and Error.
 //
 // The decisions are in core.c (pure, unit-tested); this file wires them to the sockets, the
-// job thread (check.c: disk reads never block the loop), timers and the journal.
+// job thread (check.c: disk reads never block the loop; tensors.c: copies of adapters sent as
+// tensors are written there too), timers and the journal.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -33,14 +36,16 @@
 #include "core.h"
 #include "journal.h"
 #include "lora_spec.h"
+#include "tensors.h"
 #include "ls_actor.h"
+#include "ls_confine.h"
 #include "ls_limits.h"
 
 typedef struct {
     // flags
     char *model_path, *state_dir;
     char *scheduler;  // --scheduler: the peer adapters are loaded through
-    int max_lora_rank, max_loras_per_batch, load_timeout_ms, unload_timeout_ms;
+    int max_lora_rank, max_loras_per_batch, load_timeout_ms, unload_timeout_ms, max_lora_tensor_mb;
     ls_strlist_t target_modules, lora_paths, lora_dirs, lora_roots;
     // state
     ls_actor_t *actor;
@@ -52,6 +57,12 @@ typedef struct {
     bool started, ready_due;
     uint64_t journal_errors;
     zlistx_t *unloaded;  // names the journal says a client unloaded (and nobody loaded since)
+    char *tensors_root;  // STATE/tensors, resolved: where copies of adapters sent as tensors go
+    uint64_t tensors_loads;
+    // The adapter of the LoadAdapter being handled, for its check job to write (reg_load asks
+    // for the check synchronously); NULL outside s_load_tensors.
+    zframe_t *pending_weights;
+    char *pending_config;
 } registry_t;
 
 static registry_t s_r;
@@ -68,6 +79,8 @@ typedef struct {
     uint64_t op;
     check_mode_t mode;
     char *name, *path;
+    zframe_t *weights;  // CHECK_TENSORS: written with config to path before the check
+    char *config;
     check_result_t res;
 } check_job_t;
 
@@ -118,6 +131,13 @@ static waiter_t *s_waiter_new(const ls_in_t *in) {
 
 static void s_check_work(void *arg) {
     check_job_t *j = arg;
+    if (j->mode == CHECK_TENSORS &&
+        tensors_write(j->path, j->config, strlen(j->config), zframe_data(j->weights), zframe_size(j->weights),
+                      j->res.reason, sizeof j->res.reason) < 0) {
+        // A full disk may clear; anything else here is the registry's own fault.
+        j->res.code = errno == ENOSPC || errno == EDQUOT ? LS_ERROR_CODE_UNAVAILABLE : LS_ERROR_CODE_INTERNAL;
+        return;
+    }
     check_adapter(j->env, j->mode, j->name, j->path, &j->res);
 }
 
@@ -126,6 +146,8 @@ static void s_check_done(ls_actor_t *a, void *arg) {
     reg_load_checked(s_r.reg, ls_actor_now_ns(a), j->op, &j->res);
     free(j->name);
     free(j->path);
+    zframe_destroy(&j->weights);
+    free(j->config);
     free(j);
     s_publish(&s_r);
 }
@@ -148,6 +170,12 @@ static void s_host_check(void *host, uint64_t op, check_mode_t mode, const char 
     j->env = &r->env;
     j->op = op;
     j->mode = mode;
+    if (mode == CHECK_TENSORS) {
+        j->weights = r->pending_weights;
+        j->config = r->pending_config;
+        r->pending_weights = NULL;
+        r->pending_config = NULL;
+    }
     // The verdict is all the loop uses of what the check read from disk: recorded, it lets a
     // replay skip the disk.
     if (ls_actor_job_result(r->actor, s_check_work, s_check_done, j, &j->res, sizeof j->res) < 0) {
@@ -200,6 +228,15 @@ static int s_host_journal(void *host, const ls_msg_t *record) {
     return 0;
 }
 
+// Only the registry's own copies are removed, and never in a replay (it writes nothing).
+static void s_host_forget(void *host, const char *path) {
+    registry_t *r = host;
+    if (r->tensors_root && !ls_actor_replaying(r->actor) && tensors_owns(r->tensors_root, path)) {
+        ls_info(0, "removing %s, the copy of an adapter sent as tensors", path);
+        tensors_remove(path);
+    }
+}
+
 static void s_host_ready(void *host) {
     registry_t *r = host;
     ls_info(0, "every startup adapter has been answered");
@@ -225,22 +262,63 @@ static int s_on_release(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
+static void s_load_refuse(ls_actor_t *a, ls_in_t *in, uint32_t code, const char *reason) {
+    ls_info(in->msg->rid, "load of %s from tensors refused: %s", in->msg->u.load_adapter.name, reason);
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
+    m.rid = in->msg->rid;
+    m.u.adapter_loaded.name = ls_msg_strdup(in->msg->u.load_adapter.name);
+    m.u.adapter_loaded.code = code;
+    m.u.adapter_loaded.reason = ls_msg_strdup(reason);
+    ls_actor_reply(a, in, &m);
+    ls_msg_clear(&m);
+    ls_actor_count(a, "adapter_load_failures_total", 1);
+}
+
+// A load from tensors: the message's adapter becomes the registry's copy under STATE/tensors
+// (written by the check job), then loads like any adapter with a path (tensors.h).
+static void s_load_tensors(registry_t *r, ls_actor_t *a, ls_in_t *in) {
+    const ls_msg_load_adapter_t *la = &in->msg->u.load_adapter;
+    char why[256];
+    zframe_t *weights = in->bulk && zmsg_size(in->bulk) == 1 ? zmsg_first(in->bulk) : NULL;
+    uint64_t limit = (uint64_t)r->max_lora_tensor_mb << 20;
+    if (!r->tensors_root)
+        s_load_refuse(a, in, LS_ERROR_CODE_UNAVAILABLE,
+                      "loading adapters from tensors needs the registry's --state-dir, where it keeps them as files");
+    else if (la->path && *la->path)
+        s_load_refuse(a, in, LS_ERROR_CODE_BAD_REQUEST, "a load gives a path or tensors, not both");
+    else if (!la->config_json || !*la->config_json)
+        s_load_refuse(a, in, LS_ERROR_CODE_BAD_REQUEST, "a load from tensors needs config_json (adapter_config.json)");
+    else if (!weights || zframe_size(weights) == 0)
+        s_load_refuse(a, in, LS_ERROR_CODE_BAD_REQUEST,
+                      "a load from tensors needs exactly one frame after the message: adapter_model.safetensors");
+    else if (zframe_size(weights) > limit) {
+        snprintf(why, sizeof why, "adapter_model.safetensors of %zu bytes is larger than %d MiB (--max-lora-tensor-mb)",
+                 zframe_size(weights), r->max_lora_tensor_mb);
+        s_load_refuse(a, in, LS_ERROR_CODE_TOO_LARGE, why);
+    } else {
+        char dir[PATH_MAX];
+        tensors_path(r->tensors_root, la->name ? la->name : "", in->now_ns, r->tensors_loads++, dir, sizeof dir);
+        r->pending_weights = zmsg_pop(in->bulk);
+        r->pending_config = strdup(la->config_json);
+        if (!r->pending_config) {
+            ls_error(0, "registry out of memory");
+            abort();
+        }
+        reg_load(r->reg, in->now_ns, REG_FROM_TENSORS, la->name, dir, la->pinned, NULL, s_waiter_new(in));
+        zframe_destroy(&r->pending_weights);  // refused before its check: nothing was written
+        free(r->pending_config);
+        r->pending_config = NULL;
+    }
+}
+
 static int s_on_load(ls_actor_t *a, ls_in_t *in, void *state) {
     registry_t *r = state;
     const ls_msg_load_adapter_t *la = &in->msg->u.load_adapter;
-    if (la->from_tensors) {
-        ls_msg_t m;
-        ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
-        m.rid = in->msg->rid;
-        m.u.adapter_loaded.name = ls_msg_strdup(la->name);
-        m.u.adapter_loaded.code = LS_ERROR_CODE_BAD_REQUEST;
-        m.u.adapter_loaded.reason =
-            ls_msg_strdup("the registry loads adapters from a path; from_tensors is not supported");
-        ls_actor_reply(a, in, &m);
-        ls_msg_clear(&m);
-        return 0;
-    }
-    reg_load(r->reg, in->now_ns, REG_FROM_CLIENT, la->name, la->path, la->pinned, NULL, s_waiter_new(in));
+    if (la->from_tensors)
+        s_load_tensors(r, a, in);
+    else
+        reg_load(r->reg, in->now_ns, REG_FROM_CLIENT, la->name, la->path, la->pinned, NULL, s_waiter_new(in));
     s_publish(r);
     return 0;
 }
@@ -453,6 +531,17 @@ static int s_check_startup_paths(const ls_strlist_t *paths) {
     return rc;
 }
 
+// STATE/tensors, resolved as the paths of checked adapters are (the state directory exists
+// once the journal is open; a replay, which opens none, takes the path as given).
+static void s_tensors_root(registry_t *r) {
+    char *state = realpath(r->state_dir, NULL);
+    if (asprintf(&r->tensors_root, "%s/" LS_CONFINE_TENSORS_DIR, state ? state : r->state_dir) < 0) {
+        ls_error(0, "registry out of memory");
+        abort();
+    }
+    free(state);
+}
+
 // The adapters the journal restores, as the actor's recorded input "registry.journal" (one
 // encoded LoadAdapter per frame, then an UnloadAdapter per name unloaded since its last load).
 // A replay takes them from the trace and opens no journal, so it writes nothing to the state
@@ -468,6 +557,18 @@ static int s_journal_restore(registry_t *r, ls_actor_t *a) {
             zmsg_destroy(&frames);
             return -1;
         }
+        s_tensors_root(r);
+        // Copies of adapters sent as tensors that no record names are a crash's leftovers
+        // (tensors.h); gone before the journal's adapters load.
+        const char **keep = calloc(n ? n : 1, sizeof *keep);
+        if (!keep) {
+            ls_error(0, "registry out of memory");
+            abort();
+        }
+        for (size_t i = 0; i < n; i++)
+            keep[i] = live[i].u.load_adapter.path;
+        tensors_sweep(r->tensors_root, keep, n);
+        free(keep);
         for (size_t i = 0; i < n; i++) {
             char *buf;
             size_t len;
@@ -490,6 +591,8 @@ static int s_journal_restore(registry_t *r, ls_actor_t *a) {
             }
         }
     }
+    if (!r->tensors_root)
+        s_tensors_root(r);
     ls_actor_input(a, "registry.journal", &frames);
     for (zframe_t *f = zmsg_first(frames); f; f = zmsg_next(frames)) {
         ls_msg_t m;
@@ -526,9 +629,10 @@ static void s_forget_unloaded(registry_t *r) {
 static int s_start(ls_actor_t *a, void *state) {
     registry_t *r = state;
     r->actor = a;
-    if (r->max_lora_rank < 1 || r->max_loras_per_batch < 1 || r->load_timeout_ms < 1 || r->unload_timeout_ms < 1) {
+    if (r->max_lora_rank < 1 || r->max_loras_per_batch < 1 || r->load_timeout_ms < 1 || r->unload_timeout_ms < 1 ||
+        r->max_lora_tensor_mb < 1 || r->max_lora_tensor_mb > LS_MAX_LORA_TENSOR_MB_CAP) {
         ls_error(0, "--max-lora-rank, --max-loras-per-batch, --load-timeout-ms and --unload-timeout-ms must be "
-                    "positive");
+                    "positive; --max-lora-tensor-mb 1.." LS_LIMITS_STR(LS_MAX_LORA_TENSOR_MB_CAP));
         return -1;
     }
     unsigned targets;
@@ -555,7 +659,7 @@ static int s_start(ls_actor_t *a, void *state) {
                               .unload_timeout_ms = (uint32_t)r->unload_timeout_ms};
     const reg_host_t host = {.host = r, .check = s_host_check, .send = s_host_send, .answer = s_host_answer,
                              .arm = s_host_arm, .cancel = s_host_cancel, .journal = s_host_journal,
-                             .ready = s_host_ready};
+                             .ready = s_host_ready, .forget = s_host_forget};
     if (!(r->reg = reg_new(&cfg, &host)) || !(r->unloaded = zlistx_new()))
         return -1;
     zlistx_set_duplicator(r->unloaded, (zlistx_duplicator_fn *)strdup);
@@ -595,6 +699,7 @@ static void s_destroy(ls_actor_t *a, void *state) {
     reg_destroy(&r->reg);
     journal_destroy(&r->journal);
     zlistx_destroy(&r->unloaded);
+    free(r->tensors_root);
     s_free_resolved(&r->dirs, r->lora_dirs.n);
     s_free_resolved(&r->roots, r->lora_roots.n ? r->lora_roots.n : r->lora_dirs.n);
 }
@@ -613,7 +718,9 @@ int main(int argc, char **argv) {
         LS_FLAG_LIST("lora-roots", &r->lora_roots,
                      "directories clients' LoadAdapter paths must lie under (default: the --lora-dirs; none: refused)"),
         LS_SCHEDULER_FLAG(&r->scheduler),
-        LS_FLAG_STR("state-dir", &r->state_dir, NULL, "directory of the journal (registry.journal)"),
+        LS_FLAG_STR("state-dir", &r->state_dir, NULL,
+                    "directory of the journal (registry.journal) and of adapters loaded from tensors (tensors/)"),
+        LS_MAX_LORA_TENSOR_MB_FLAG(&r->max_lora_tensor_mb),
         LS_FLAG_INT("load-timeout-ms", &r->load_timeout_ms, "300000",
                     "answer a load TIMEOUT after this long (a late load is undone)"),
         LS_FLAG_INT("unload-timeout-ms", &r->unload_timeout_ms, "300000",

@@ -34,6 +34,7 @@ typedef struct {
     int report_ends;      // RequestEnded to each request's sender when it is done
     int output_route;  // TokenOut back on the request's route instead of to the detokenizer
     ls_strlist_t lora_roots, lora_dirs, lora_paths;
+    char *lora_tensors_dir;
     ls_confine_t *confine;  // where adapter paths may point: checked here too, not only at the registry
     ls_actor_t *actor;
     sched_t *core;
@@ -64,6 +65,7 @@ static ls_flag_t s_flags[] = {
     LS_FLAG_INT("load-timeout-ms", &s_app.load_timeout_ms, "120000",
                 "no answer to an adapter load/unload this long: it failed"),
     LS_FLAG_LIST("lora-roots", &s_app.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
+    LS_LORA_TENSORS_DIR_FLAG(&s_app.lora_tensors_dir),
     LS_FLAG_LIST("lora-dirs", &s_app.lora_dirs, "... or under one of these"),
     LS_FLAG_LIST("lora-paths", &s_app.lora_paths, "... or be one of these adapters (name=path[:pinned], a path, or JSON: see docs/adapters.md)"),
     LS_FLAG_INT("max-waiting-requests", &s_app.max_waiting, "4096",
@@ -414,7 +416,7 @@ static int s_start(ls_actor_t *a, void *state) {
         .max_tenant_waiting = (uint32_t)app->max_tenant_waiting,
         .max_queued_tokens = (uint64_t)app->max_queued_tokens,
     };
-    if (!(app->confine = ls_confine_new(&app->lora_roots, &app->lora_dirs, &app->lora_paths))) {
+    if (!(app->confine = ls_confine_new(&app->lora_roots, &app->lora_dirs, &app->lora_paths, app->lora_tensors_dir))) {
         ls_error(0, "scheduler: cannot set up the adapter paths (out of memory or a malformed --lora-paths, above)");
         return -1;
     }

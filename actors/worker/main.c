@@ -55,6 +55,7 @@ typedef struct {
     char *scheduler;  // --scheduler: its group's scheduler (scheduler-G with --dp-size > 1)
     ls_strlist_t target_modules;
     ls_strlist_t lora_roots, lora_dirs, lora_paths;
+    char *lora_tensors_dir;
     ls_confine_t *confine;  // where adapter paths may point: checked here, whatever the scheduler says
     int kv_blocks, kv_cache_mb, block_size;
     int max_loras_per_batch, max_lora_rank, max_loaded_loras, max_cpu_lora_mb;
@@ -272,7 +273,7 @@ static int s_start(ls_actor_t *a, void *state) {
 #endif
     if (s_target_mask(&s_w.target_mask) < 0)
         return -1;
-    if (!(s_w.confine = ls_confine_new(&s_w.lora_roots, &s_w.lora_dirs, &s_w.lora_paths))) {
+    if (!(s_w.confine = ls_confine_new(&s_w.lora_roots, &s_w.lora_dirs, &s_w.lora_paths, s_w.lora_tensors_dir))) {
         ls_error(0, "worker: cannot set up the adapter paths (out of memory or a malformed --lora-paths, above)");
         return -1;
     }
@@ -623,6 +624,7 @@ int main(int argc, char **argv) {
                     "of the machine's memory)"),
         LS_FLAG_LIST("lora-target-modules", &s_w.target_modules, "modules adapters may target (default: all seven)"),
         LS_FLAG_LIST("lora-roots", &s_w.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
+        LS_LORA_TENSORS_DIR_FLAG(&s_w.lora_tensors_dir),
         LS_FLAG_LIST("lora-dirs", &s_w.lora_dirs, "... or under one of these"),
         LS_FLAG_LIST("lora-paths", &s_w.lora_paths, "... or be one of these adapters (name=path[:pinned], a path, or JSON: see docs/adapters.md)"),
         LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),

@@ -569,6 +569,22 @@ static void s_seed_msg(s_seed_t *sd, int kind, size_t who, const char *from, ls_
 static void s_from(s_seed_t *sd, const char *sender, ls_msg_t *m) {
     s_seed_msg(sd, 0, s_sender(sender), NULL, m);
 }
+
+//  A message from sender with one bulk frame after it (a raw record: the frames split at
+//  "\xff\xfe"); cleared.
+static void s_from_bulk(s_seed_t *sd, const char *sender, ls_msg_t *m, const void *bulk, size_t n) {
+    char *buf;
+    size_t len;
+    uint8_t rec[255];
+    if (ls_msg_encode(m, &buf, &len) != 0 || len + 2 + n > sizeof rec)
+        s_die("a seed message does not encode, or is too long");
+    memcpy(rec, buf, len);
+    memcpy(rec + len, "\xff\xfe", 2);
+    memcpy(rec + len + 2, bulk, n);
+    s_seed_add(sd, (uint8_t)(0 | s_sender(sender) << 3 | S_RAW), NULL, 0, rec, len + 2 + n);
+    free(buf);
+    ls_msg_clear(m);
+}
 static void s_reply(s_seed_t *sd, const char *peer, ls_msg_t *m) {
     s_seed_msg(sd, 4, s_peer(peer), NULL, m);
 }
@@ -752,6 +768,17 @@ static void s_seeds_registry(s_seed_t *sd, int i) {
         s_from(sd, "tokenizer", (m = s_load("r2", NULL, "sort"), &m));
         s_reply(sd, "scheduler", (m = s_loaded(false, "r2", NULL), &m));
         s_from(sd, "tokenizer", (m = s_load("r3", NULL, "digits"), &m));
+        //  A load from tensors: a valid config and a safetensors whose header promises more
+        //  than the file holds; the registry writes its copy, the scheduler refuses it, the
+        //  copy goes; then its unload.
+        m = s_load("t1", NULL, NULL);
+        m.u.load_adapter.from_tensors = true;
+        m.u.load_adapter.config_json =
+            ls_msg_strdup("{\"peft_type\":\"LORA\",\"r\":8,\"lora_alpha\":16,\"target_modules\":[\"q_proj\"]}");
+        static const char st[] = "\x40\0\0\0\0\0\0\0{\"a\":{\"dtype\":\"F32\",\"shape\":[9],\"data_offsets\":[0,36]}}";
+        s_from_bulk(sd, "tokenizer", &m, st, sizeof st - 1);
+        s_reply(sd, "scheduler", (m = s_loaded(false, "t1", NULL), &m));
+        s_from(sd, "tokenizer", (m = s_named(LS_MSG_UNLOAD_ADAPTER, 9, "t1"), &m));
     }
 }
 
@@ -851,6 +878,10 @@ static void s_seeds_gateway(s_seed_t *sd, int i) {
         s_reply(sd, "tokenizer", (m = s_msg(LS_MSG_ADAPTER_LIST, 0), &m));
         s_http_seed(sd, "GET", "/metrics", NULL);
         s_http_seed(sd, "POST", "/generate", "{\"text\":[\"a\",\"b\"],\"sampling_params\":{\"n\":2}}");
+        //  A load from tensors: a config object and a tiny safetensors in base64.
+        s_http_seed(sd, "POST", "/load_lora_adapter_from_tensors",
+                    "{\"lora_name\":\"t\",\"config_dict\":{\"r\":8},\"lora_tensors\":\"AgAAAAAAAAB7fQ==\"}");
+        s_reply(sd, "tokenizer", (m = s_loaded(false, "t", NULL), &m));
     }
 }
 

@@ -15,6 +15,9 @@
 //   startup          — Ready only after every startup load is answered; a failed restore
 //                      leaves the journal
 //   list_lru         — ListAdapters fields and LRU order
+//   forget           — what leaves for good is forgotten (the host removes its copies of
+//                      adapters sent as tensors), after its journal record; a restore that
+//                      failed transiently is not
 #include "fixtures.h"
 
 #include <setjmp.h>
@@ -55,6 +58,11 @@ typedef struct {
     ls_msg_t journal[MAXR];
     int n_journal;
     int armed, cancelled, ready;
+    struct {
+        char path[512];
+        int journal;  // records written before it was forgotten
+    } forgot[MAXR];
+    int n_forgot;
     bool journal_full;  // h_journal fails, as on a full disk
     uint64_t last_armed;  // op of the latest timer
 } rec_t;
@@ -112,6 +120,12 @@ static int h_journal(void *h, const ls_msg_t *m) {
 
 static void h_ready(void *h) { R.ready++; }
 
+static void h_forget(void *h, const char *path) {
+    assert_true(R.n_forgot < MAXR);
+    snprintf(R.forgot[R.n_forgot].path, sizeof R.forgot[0].path, "%s", path ? path : "");
+    R.forgot[R.n_forgot++].journal = R.n_journal;
+}
+
 static void s_reset(void) {
     reg_destroy(&R.reg);
     for (int i = 0; i < R.n_sent; i++)
@@ -136,7 +150,7 @@ static void s_new(int max_loras_per_batch, bool on_demand) {
     reg_config_t cfg = {.max_loras_per_batch = max_loras_per_batch, .on_demand = on_demand,
                         .load_timeout_ms = 1000, .unload_timeout_ms = 1000};
     reg_host_t host = {.check = h_check, .send = h_send, .answer = h_answer, .arm = h_arm, .cancel = h_cancel,
-                       .journal = h_journal, .ready = h_ready};
+                       .journal = h_journal, .ready = h_ready, .forget = h_forget};
     R.reg = reg_new(&cfg, &host);
     assert_non_null(R.reg);
 }
@@ -1008,6 +1022,68 @@ static void s_fixtures(void) {
         abort();
 }
 
+static void test_forget(void **unused) {
+    s_new(8, false);
+    char *real = realpath(s_adapter("a"), NULL);
+    // A load from tensors: its check is the host's (CHECK_TENSORS); journaled, kept.
+    void *w = s_w();
+    reg_load(R.reg, 1000, REG_FROM_TENSORS, "t", s_adapter("a"), false, NULL, w);
+    assert_int_equal(R.chk[R.n_chk - 1].mode, CHECK_TENSORS);
+    s_checks();
+    s_sched(s_last_sent(LS_MSG_LOAD_ADAPTER)->rid, LS_MSG_ADAPTER_LOADED, true, 0, NULL);
+    assert_true(s_ans(w)->u.adapter_loaded.ok);
+    assert_int_equal(R.n_journal, 1);
+    assert_int_equal(R.n_forgot, 0);
+    // Unloaded: forgotten once the unload is in the journal.
+    w = s_w();
+    reg_unload(R.reg, 1000, "t", w);
+    s_sched(s_last_sent(LS_MSG_UNLOAD_ADAPTER)->rid, LS_MSG_ADAPTER_UNLOADED, true, 0, NULL);
+    assert_true(s_ans(w)->u.adapter_unloaded.ok);
+    assert_int_equal(R.n_forgot, 1);
+    assert_int_equal(R.forgot[0].journal, 2);
+    assert_string_equal(R.forgot[0].path, real);
+    // Refused by the workers (a hostile safetensors): forgotten, never journaled.
+    w = s_w();
+    reg_load(R.reg, 1000, REG_FROM_TENSORS, "t2", s_adapter("a"), false, NULL, w);
+    s_checks();
+    s_sched(s_last_sent(LS_MSG_LOAD_ADAPTER)->rid, LS_MSG_ADAPTER_LOADED, false, LS_ERROR_CODE_BAD_REQUEST, "bad");
+    assert_false(s_ans(w)->u.adapter_loaded.ok);
+    assert_int_equal(R.n_forgot, 2);
+    assert_int_equal(R.n_journal, 2);
+    // Refused by its check: forgotten.
+    w = s_w();
+    reg_load(R.reg, 1000, REG_FROM_TENSORS, "t3", s_adapter("missing"), false, NULL, w);
+    s_checks();
+    assert_int_equal(s_ans(w)->u.adapter_loaded.code, LS_ERROR_CODE_NOT_FOUND);
+    assert_int_equal(R.n_forgot, 3);
+    assert_string_equal(R.forgot[2].path, s_adapter("missing"));
+    // Timed out while its check writes it: forgotten at the timeout and again once the check
+    // is done, since the copy may have been written after the first.
+    w = s_w();
+    reg_load(R.reg, 1000, REG_FROM_TENSORS, "t4", s_adapter("a"), false, NULL, w);
+    reg_timeout(R.reg, 1000, R.last_armed);
+    assert_int_equal(s_ans(w)->u.adapter_loaded.code, LS_ERROR_CODE_TIMEOUT);
+    assert_int_equal(R.n_forgot, 4);
+    s_checks();
+    assert_int_equal(R.n_forgot, 5);
+    assert_string_equal(R.forgot[4].path, real);
+    // A journal restore that fails transiently stays in the journal: not forgotten.
+    reg_load(R.reg, 1000, REG_FROM_JOURNAL, "j", s_adapter("a"), false, NULL, NULL);
+    s_checks();
+    s_sched(s_last_sent(LS_MSG_LOAD_ADAPTER)->rid, LS_MSG_ADAPTER_LOADED, false, LS_ERROR_CODE_UNAVAILABLE, "down");
+    assert_int_equal(R.n_forgot, 5);
+    assert_int_equal(R.n_journal, 2);
+    // One that fails for good leaves the journal (dropped), then is forgotten.
+    reg_load(R.reg, 1000, REG_FROM_JOURNAL, "j", s_adapter("a"), false, NULL, NULL);
+    s_checks();
+    s_sched(s_last_sent(LS_MSG_LOAD_ADAPTER)->rid, LS_MSG_ADAPTER_LOADED, false, LS_ERROR_CODE_BAD_REQUEST, "bad");
+    assert_int_equal(R.n_journal, 3);
+    assert_true(R.journal[2].u.unload_adapter.dropped);
+    assert_int_equal(R.n_forgot, 6);
+    assert_int_equal(R.forgot[5].journal, 3);
+    free(real);
+}
+
 int main(void) {
     ls_log_init("test", LS_LOG_ERROR);
     s_fixtures();
@@ -1026,6 +1102,7 @@ int main(void) {
         cmocka_unit_test(test_list_lru),
         cmocka_unit_test(test_peer_restarts),
         cmocka_unit_test(test_journal_full),
+        cmocka_unit_test(test_forget),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fx_rmdir(D);
