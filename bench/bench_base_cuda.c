@@ -42,8 +42,6 @@
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. Points left when
     --max-seconds (default 300) have passed are skipped, saying so. Not a ctest; needs a GPU.
 */
-#include "fixtures.h"
-
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -51,10 +49,8 @@
 #include <string.h>
 
 #include "backend.h"
-#include "backend_cuda.h"
 #include "bench_engine.h"
 #include "bench_util.h"
-#include "llama3_8b.h"
 #include "lora_pool.h"
 #include "ls_limits.h"
 #include "model.h"
@@ -464,10 +460,14 @@ int main(int argc, char **argv) {
     if (out && !(b.json = fopen(out, "w")))
         bench_die(PROG, "--output-file", out);
     b.t_start = bench_now();
-    char err[512];
-    ls_backend_t *be = ls_backend_cuda_new(0, err, sizeof err);
-    if (!be)
-        bench_die(PROG, "backend", err);
+    char err[512], ids[N_ADAPTERS][16];
+    printf("[%6.1f s] " PROG ": loading the dummy Llama-3-8B, writing %d adapters\n",
+           bench_now() - b.t_start, N_ADAPTERS);
+    fflush(stdout);
+    bench_engine_t e;
+    bench_engine_open(&e, PROG, N_ADAPTERS, RANK, N_ADAPTERS, N_ADAPTERS, ids);
+    b.m = e.m;
+    b.pool = e.pool;
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
     b.card = prop.name;
@@ -475,20 +475,10 @@ int main(int argc, char **argv) {
     printf("[%6.1f s] %s: copy bandwidth %.0f GB/s, bf16 tensor-core rate %.0f TFLOP/s "
            "(cuBLAS GEMM %d^3)\n", bench_now() - b.t_start, prop.name, bw, tflops, GEMM_N);
     fflush(stdout);
-
-    b.m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, be, NULL, 1, NULL, NULL, err, sizeof err);
-    if (!b.m)
-        bench_die(PROG, "dummy model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
     b.vocab = cfg->vocab_size;
     b.block_bytes = ls_kv_cache_block_bytes(b.m, BS, ls_model_kv_dtype(b.m));
     b.batch = bench_batch_new(MAX_BATCH + 1, PROG);
-    ls_lora_pool_config_t pc = {.max_loras_per_batch = N_ADAPTERS, .max_lora_rank = RANK};
-    b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
-    if (!b.pool)
-        bench_die(PROG, "pool", err);
-    char *dir, ids[N_ADAPTERS][16];
-    size_t elems = bench_adapters_load(b.pool, cfg, RANK, N_ADAPTERS, N_ADAPTERS, ids, &dir, PROG);
     const char *seq_ids[MAX_BATCH];
     for (int s = 0; s < MAX_BATCH; s++)
         seq_ids[s] = ids[s % N_ADAPTERS];
@@ -496,12 +486,13 @@ int main(int argc, char **argv) {
         bench_die(PROG, "adapter slots", err);
     s_cost_init(&b, bw, tflops);
     // the slot pool stores adapters in the model's dtype (engine/lora_pool.h)
-    b.c.adapter_bytes = (double)elems * ls_dtype_size(cfg->torch_dtype);
-    printf("[%6.1f s] Llama-3-8B dummy: %.2f GB of weights stored, %.2f GB read a step (all but "
-           "the embedding table); KV %s, %.0f KB a position; %d adapters of %.1f MB; median of %d "
-           "steps after %d\n", bench_now() - b.t_start, ls_model_weight_bytes(b.m) / 1e9,
+    b.c.adapter_bytes = (double)e.adapter_elems * ls_dtype_size(cfg->torch_dtype);
+    printf("[%6.1f s] Llama-3-8B dummy (loaded in %.1f s): %.2f GB of weights stored, %.2f GB read "
+           "a step (all but the embedding table); KV %s, %.0f KB a position; %d adapters of %.1f MB "
+           "(set up in %.1f s); median of %d steps after %d\n", bench_now() - b.t_start, e.load_s,
+           ls_model_weight_bytes(b.m) / 1e9,
            b.c.weight_bytes / 1e9, ls_dtype_name(ls_model_kv_dtype(b.m)), b.c.kv_pos / 1e3,
-           N_ADAPTERS, b.c.adapter_bytes / 1e6, b.steps, WARM);
+           N_ADAPTERS, b.c.adapter_bytes / 1e6, e.adapters_s, b.steps, WARM);
     fflush(stdout);
 
     const int *batches = quick ? s_quick_batches : s_batches, *ctxs = quick ? s_quick_ctxs : s_ctxs;
@@ -522,9 +513,6 @@ int main(int argc, char **argv) {
         bench_die(PROG, "--output-file", "write failed");
     printf("[%6.1f s] done\n", bench_now() - b.t_start);
     bench_batch_destroy(&b.batch);
-    ls_lora_pool_destroy(&b.pool);
-    ls_model_destroy(&b.m);
-    ls_backend_destroy(&be);
-    fx_rmdir(&dir);
+    bench_engine_close(&e);
     return 0;
 }

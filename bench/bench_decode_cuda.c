@@ -32,8 +32,6 @@
 
     Usage: bench_decode_cuda [--steps N] [--ctx N] [--trace CSV]   Not a ctest; needs a GPU.
 */
-#include "fixtures.h"
-
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
@@ -43,7 +41,6 @@
 
 #include "backend.h"
 #include "backend_cuda.h"
-#include "llama3_8b.h"
 #include "lora_pool.h"
 #include "model.h"
 #include "slot_plan.h"
@@ -56,8 +53,6 @@
 #define BS 16
 #define WARM 3
 #define N_FILES 8
-
-static const char *s_llama3_8b = LS_BENCH_LLAMA3_8B;
 
 typedef struct {
     ls_model_t *m;
@@ -157,40 +152,28 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_decode_cuda: steps and ctx must be >= 1\n");
         return 2;
     }
-    char err[512];
-    ls_backend_t *be = ls_backend_cuda_new(0, err, sizeof err);
-    if (!be)
-        bench_die("bench_decode_cuda", "backend", err);
+    char err[512], ids[32][16];
+    bench_engine_t e;
+    bench_engine_open(&e, "bench_decode_cuda", 32, RANK, N_FILES, 32, ids);
+    ls_backend_t *be = e.be;
+    b.m = e.m;
+    b.pool = e.pool;
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
     double bw = bench_copy_bw("bench_decode_cuda"), h2d = s_h2d_bw();
-    double t0 = bench_now();
-    b.m = ls_model_load_dummy(s_llama3_8b, be, NULL, 1, NULL, NULL, err, sizeof err);
-    if (!b.m)
-        bench_die("bench_decode_cuda", "dummy model", err);
-    const ls_model_config_t *cfg = ls_model_config(b.m);
-    b.vocab = cfg->vocab_size;
+    b.vocab = ls_model_config(b.m)->vocab_size;
     b.batch = bench_batch_new(N_SEQS, "bench_decode_cuda");
     printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB bf16 "
            "weights, loaded in %.1f s), pinned host-to-device %.1f GB/s, KV %s, batch %d, %d cached tokens each, LoRA rank %d "
            "on all seven targets, median of %d steps\n", prop.name, bw,
-           (double)ls_model_weight_bytes(b.m) / 1e9, bench_now() - t0, h2d,
+           (double)ls_model_weight_bytes(b.m) / 1e9, e.load_s, h2d,
            ls_dtype_name(ls_model_kv_dtype(b.m)), N_SEQS, b.ctx, RANK, b.steps);
-    fflush(stdout);
-
-    t0 = bench_now();
-    ls_lora_pool_config_t pc = {.max_loras_per_batch = 32, .max_lora_rank = RANK};
-    b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
-    if (!b.pool)
-        bench_die("bench_decode_cuda", "pool", err);
-    char *dir, ids[32][16];
-    size_t adapter_elems = bench_adapters_load(b.pool, cfg, RANK, N_FILES, 32, ids, &dir,
-                                               "bench_decode_cuda");
+    size_t adapter_elems = e.adapter_elems;
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
     // decode step reads per adapter.
     size_t slot_elem = ls_dtype_size(ls_model_config(b.m)->torch_dtype);
     printf("adapters: %d distinct files, 32 ids, %.1f MB each in the slot pool (%s); set up in %.1f s\n", N_FILES,
-           adapter_elems * (double)slot_elem / 1e6, ls_dtype_name(ls_model_config(b.m)->torch_dtype), bench_now() - t0);
+           adapter_elems * (double)slot_elem / 1e6, ls_dtype_name(ls_model_config(b.m)->torch_dtype), e.adapters_s);
     fflush(stdout);
 
     int32_t base[N_SEQS], s8[N_SEQS], s32[N_SEQS];
@@ -278,9 +261,6 @@ int main(int argc, char **argv) {
     if (b.trace)
         kt_stop();
     bench_batch_destroy(&b.batch);
-    ls_lora_pool_destroy(&b.pool);
-    ls_model_destroy(&b.m);
-    ls_backend_destroy(&be);
-    fx_rmdir(&dir);
+    bench_engine_close(&e);
     return 0;
 }

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cuda.h"
 #include "bench_engine.h"
 #include "bench_util.h"
+#include "llama3_8b.h"
 
 double bench_copy_bw(const char *prog) {
     size_t n = (size_t)2 << 30;
@@ -147,34 +149,59 @@ double bench_step(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool, 
     return t;
 }
 
-size_t bench_adapters_load(ls_lora_pool_t *pool, const ls_model_config_t *cfg, int rank,
-                           int n_files, int n_ids, char (*ids)[16], char **dir, const char *prog) {
+// Writes n_files adapters into a fresh e->dir and adds n_ids ids of them to e->pool.
+static void s_adapters_load(bench_engine_t *e, const char *prog, int rank, int n_files, int n_ids,
+                            char (*ids)[16]) {
+    const ls_model_config_t *cfg = ls_model_config(e->m);
     char err[512], path[1024], config[256], name[32];
-    *dir = fx_tmpdir();
+    e->dir = fx_tmpdir();
     int *ranks = malloc((size_t)cfg->num_hidden_layers * LS_TARGET_COUNT * sizeof *ranks);
-    if (!*dir || !ranks)
+    if (!e->dir || !ranks)
         bench_die(prog, "adapters", "no temporary directory or out of memory");
     rm_ranks_uniform(ranks, cfg->num_hidden_layers, 0x7f, rank);
     snprintf(config, sizeof config, "{\"peft_type\": \"LORA\", \"r\": %d, \"lora_alpha\": %d, "
              "\"target_modules\": \"all-linear\"}", rank, 2 * rank);
     for (int f = 0; f < n_files; f++) {
         snprintf(name, sizeof name, "adapter%d", f);
-        if (rm_write_adapter(fx_path(path, sizeof path, *dir, name), cfg, config, ranks,
+        if (rm_write_adapter(fx_path(path, sizeof path, e->dir, name), cfg, config, ranks,
                              LS_DTYPE_BF16, (unsigned)f + 1) != 0)
             bench_die(prog, "writing an adapter", path);
     }
     free(ranks);
-    size_t elems = 0;
     for (int a = 0; a < n_ids; a++) {
         snprintf(name, sizeof name, "adapter%d", a % n_files);
         snprintf(ids[a], sizeof ids[a], "id%d", a);
-        ls_adapter_t *ad = ls_adapter_load(fx_path(path, sizeof path, *dir, name), cfg, rank,
+        ls_adapter_t *ad = ls_adapter_load(fx_path(path, sizeof path, e->dir, name), cfg, rank,
                                            err, sizeof err);
         if (!ad)
             bench_die(prog, name, err);
-        elems = ls_adapter_bytes(ad) / sizeof(float);
-        if (ls_lora_pool_add_adapter(pool, ids[a], &ad, err, sizeof err) != 0)
+        e->adapter_elems = ls_adapter_bytes(ad) / sizeof(float);
+        if (ls_lora_pool_add_adapter(e->pool, ids[a], &ad, err, sizeof err) != 0)
             bench_die(prog, ids[a], err);
     }
-    return elems;
+}
+
+void bench_engine_open(bench_engine_t *e, const char *prog, int slots, int rank, int n_files,
+                       int n_ids, char (*ids)[16]) {
+    char err[512];
+    *e = (bench_engine_t){0};
+    if (!(e->be = ls_backend_cuda_new(0, err, sizeof err)))
+        bench_die(prog, "backend", err);
+    double t0 = bench_now();
+    if (!(e->m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, e->be, NULL, 1, NULL, NULL, err, sizeof err)))
+        bench_die(prog, "dummy model", err);
+    e->load_s = bench_now() - t0;
+    t0 = bench_now();
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = rank};
+    if (!(e->pool = ls_lora_pool_new(e->be, ls_model_config(e->m), &pc, err, sizeof err)))
+        bench_die(prog, "pool", err);
+    s_adapters_load(e, prog, rank, n_files, n_ids, ids);
+    e->adapters_s = bench_now() - t0;
+}
+
+void bench_engine_close(bench_engine_t *e) {
+    ls_lora_pool_destroy(&e->pool);
+    ls_model_destroy(&e->m);
+    ls_backend_destroy(&e->be);
+    fx_rmdir(&e->dir);
 }

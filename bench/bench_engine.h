@@ -1,7 +1,7 @@
 /*  bench/bench_engine.h — what the benchmarks of the engine on the CUDA backend share: the
-    card's measured limits (copy bandwidth, bf16 tensor-core rate), a batch of sequences
-    stepped through ls_model_forward + ls_model_sample as the worker steps them, and random
-    PEFT adapters loaded into a slot pool.
+    card's measured limits (copy bandwidth, bf16 tensor-core rate), the engine set up at
+    Llama-3-8B shapes with random adapters, and a batch of sequences stepped through
+    ls_model_forward + ls_model_sample as the worker steps them.
 
     Every function names the calling program in its errors and exits 1 on a failure
     (bench_die): a benchmark that cannot set up has nothing to report.
@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "lora_pool.h"
 #include "model.h"
 
@@ -51,10 +52,23 @@ void bench_batch_decode(bench_batch_t *b, int n, int ctx, int first_block, int n
 // each checked to be in the vocabulary. Returns the seconds forward and sample took.
 double bench_step(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool, bench_batch_t *b);
 
-// Writes n_files random PEFT adapters of rank `rank` on all seven targets (bf16, seeds 1..)
-// into a fresh temporary directory (*dir, for fx_rmdir) and adds n_ids of them to pool's CPU
-// tier as ids[a] = "id<a>", from file a % n_files. Returns the elements of one adapter.
-size_t bench_adapters_load(ls_lora_pool_t *pool, const ls_model_config_t *cfg, int rank,
-                           int n_files, int n_ids, char (*ids)[16], char **dir, const char *prog);
+// The engine as the benchmarks run it: the CUDA backend on device 0, the dummy Llama-3-8B
+// (llama3_8b.h) on it, a slot pool, and random PEFT adapters in the pool's CPU tier.
+typedef struct {
+    ls_backend_t *be;
+    ls_model_t *m;
+    ls_lora_pool_t *pool;
+    char *dir;                 // the adapters' files, a temporary directory
+    size_t adapter_elems;      // elements of one adapter
+    double load_s, adapters_s; // seconds to load the model; to write and add the adapters
+} bench_engine_t;
+
+// Opens e: a pool of `slots` slots of rank `rank`, and n_files random adapters of that rank
+// on all seven targets (bf16, seeds 1..) written to e->dir and added as n_ids ids,
+// ids[a] = "id<a>" from file a % n_files.
+void bench_engine_open(bench_engine_t *e, const char *prog, int slots, int rank, int n_files,
+                       int n_ids, char (*ids)[16]);
+// Frees what bench_engine_open made and removes its directory.
+void bench_engine_close(bench_engine_t *e);
 
 #endif
