@@ -498,14 +498,16 @@ int main(int argc, char **argv) {
     const int *batches = quick ? s_quick_batches : s_batches, *ctxs = quick ? s_quick_ctxs : s_ctxs;
     const int *prompts = quick ? s_quick_prompts : s_prompts;
     int n_b = quick ? 3 : 6, n_c = quick ? 2 : 4, n_p = quick ? 1 : 3;
-    // decode first: a prefill grows the model's workspace, which stays (model.h)
+    // the few bounded points first, the decode grid (the longest part) last, so --max-seconds
+    // cuts its largest points; the workspace a prefill grows stays (model.h) and counts as used
+    // memory in the decode points' check
+    for (int i = 0; i < n_p; i++)
+        s_prefill_point(&b, prompts[i]);
+    for (int i = 0; i < n_p; i++)
+        s_chunked_point(&b, prompts[i]);
     for (int c = 0; c < n_c; c++)
         for (int i = 0; i < n_b; i++)
             s_decode_point(&b, batches[i], ctxs[c]);
-    for (int i = 0; i < n_p; i++)
-        s_chunked_point(&b, prompts[i]);
-    for (int i = 0; i < n_p; i++)
-        s_prefill_point(&b, prompts[i]);
 
     printf("\n%s: copy bandwidth %.0f GB/s, bf16 tensor-core rate %.0f TFLOP/s\n", prop.name, bw, tflops);
     s_print_tables(&b);

@@ -389,11 +389,12 @@ def run(args):
         del cache
         return ms, prompt
 
+    # as bench_base_cuda: prefill first, the decode grid last, so --max-seconds cuts its largest points
+    for prompt in prompts:
+        point("prefill", 1, 0, prompt, prompt * kv_pos, lambda: prefill(prompt))
     for ctx in ctxs:
         for batch in batches:
             point("decode", batch, ctx, 0, batch * (ctx + 1) * kv_pos, lambda: decode(batch, ctx))
-    for prompt in prompts:
-        point("prefill", 1, 0, prompt, prompt * kv_pos, lambda: prefill(prompt))
     if out:
         out.close()
     log(t0, "done" + (f"; {len(failed)} point(s) failed" if failed else ""))
