@@ -32,8 +32,6 @@
 
     Usage: bench_decode_cuda [--steps N] [--ctx N] [--trace CSV]   Not a ctest; needs a GPU.
 */
-#include "random_model.h"
-
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
@@ -43,10 +41,10 @@
 
 #include "backend.h"
 #include "backend_cuda.h"
-#include "llama3_8b.h"
 #include "lora_pool.h"
 #include "model.h"
 #include "slot_plan.h"
+#include "bench_engine.h"
 #include "bench_util.h"
 #include "kernel_trace.h"
 
@@ -56,36 +54,10 @@
 #define WARM 3
 #define N_FILES 8
 
-static const char *s_llama3_8b = LS_BENCH_LLAMA3_8B;
-
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double s_copy_bw(void) {
-    size_t n = (size_t)2 << 30;
-    void *a, *b;
-    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess)
-        bench_die("bench_decode_cuda", "copy bandwidth", "cudaMalloc failed");
-    cudaMemset(a, 1, n);
-    double best = 1e30;
-    for (int i = 0; i < 8; i++) {
-        cudaDeviceSynchronize();
-        double t0 = bench_now();
-        cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-        cudaDeviceSynchronize();
-        double t = bench_now() - t0;
-        best = t < best ? t : best;
-    }
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * (double)n / best / 1e9;
-}
-
 typedef struct {
     ls_model_t *m;
     ls_lora_pool_t *pool;
+    bench_batch_t *batch; // (N_SEQS) the decode rows
     int steps, ctx, vocab;
     double first; // out: seconds of the last s_decode's first step (a new step shape)
     int trace;    // --trace: kernel timeline (kernel_trace.h)
@@ -132,40 +104,25 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
     ls_kv_cache_t *kv = ls_kv_cache_new(b->m, N_SEQS * per_seq, BS, err, sizeof err);
     if (!kv)
         bench_die("bench_decode_cuda", "KV cache", err);
-    static int32_t tables[N_SEQS][4096], tok[N_SEQS];
-    ls_model_seq_t seqs[N_SEQS];
-    ls_sampling_params_t params[N_SEQS];
-    for (int s = 0; s < N_SEQS; s++) {
-        for (int i = 0; i < per_seq; i++)
-            tables[s][i] = s * per_seq + i;
-        tok[s] = (int32_t)((unsigned)(s + 1) * 2654435761u % (unsigned)b->vocab);
-        seqs[s] = (ls_model_seq_t){&tok[s], 1, b->ctx, tables[s], per_seq, slots[s], true};
-        params[s] = (ls_sampling_params_t){.top_p = 1, .repetition_penalty = 1};
-    }
-    ls_sampling_batch_t sb = {.n_rows = N_SEQS, .params = params};
+    bench_batch_decode(b->batch, N_SEQS, b->ctx, 0, per_seq, slots, b->vocab);
     int n = WARM + b->steps;
     double *t = malloc(sizeof(double) * (size_t)n), *t_done = malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) {
         double t0 = bench_now();
         if (up && ls_lora_pool_assign(b->pool, up->ids[i % 2], up->slot, err, sizeof err) != 0)
             bench_die("bench_decode_cuda", "load during a step", err);
-        if (ls_model_forward(b->m, kv, b->pool, seqs, N_SEQS, err, sizeof err) != N_SEQS)
-            bench_die("bench_decode_cuda", "forward", err);
-        if (ls_model_sample(b->m, &sb, tok, NULL, NULL, NULL) != 0)
-            bench_die("bench_decode_cuda", "sample", "failed");
+        bench_step(b->m, kv, b->pool, b->batch);
         t[i] = bench_now() - t0;
         if (ls_lora_pool_wait(b->pool) != 0)
             bench_die("bench_decode_cuda", "load", "failed");
         t_done[i] = bench_now() - t0;
         for (int s = 0; s < N_SEQS; s++)
-            seqs[s].start_pos++;
+            b->batch->seqs[s].start_pos++;
     }
     b->first = t[0];
-    qsort(t + WARM, (size_t)b->steps, sizeof *t, s_cmp);
-    double med = t[WARM + b->steps / 2];
-    qsort(t_done + WARM, (size_t)b->steps, sizeof *t_done, s_cmp);
+    double med = bench_median(t + WARM, b->steps);
     if (up)
-        up->done = t_done[WARM + b->steps / 2];
+        up->done = bench_median(t_done + WARM, b->steps);
     free(t);
     free(t_done);
     ls_kv_cache_destroy(&kv);
@@ -195,62 +152,28 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_decode_cuda: steps and ctx must be >= 1\n");
         return 2;
     }
-    char err[512], path[1024];
-    ls_backend_t *be = ls_backend_cuda_new(0, err, sizeof err);
-    if (!be)
-        bench_die("bench_decode_cuda", "backend", err);
+    char err[512], ids[32][16];
+    bench_engine_t e;
+    bench_engine_open(&e, "bench_decode_cuda", 32, RANK, N_FILES, 32, ids);
+    ls_backend_t *be = e.be;
+    b.m = e.m;
+    b.pool = e.pool;
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
-    double bw = s_copy_bw(), h2d = s_h2d_bw();
-    double t0 = bench_now();
-    b.m = ls_model_load_dummy(s_llama3_8b, be, NULL, 1, NULL, NULL, err, sizeof err);
-    if (!b.m)
-        bench_die("bench_decode_cuda", "dummy model", err);
-    const ls_model_config_t *cfg = ls_model_config(b.m);
-    b.vocab = cfg->vocab_size;
+    double bw = bench_copy_bw("bench_decode_cuda"), h2d = s_h2d_bw();
+    b.vocab = ls_model_config(b.m)->vocab_size;
+    b.batch = bench_batch_new(N_SEQS, "bench_decode_cuda");
     printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB bf16 "
            "weights, loaded in %.1f s), pinned host-to-device %.1f GB/s, KV %s, batch %d, %d cached tokens each, LoRA rank %d "
            "on all seven targets, median of %d steps\n", prop.name, bw,
-           (double)ls_model_weight_bytes(b.m) / 1e9, bench_now() - t0, h2d,
+           (double)ls_model_weight_bytes(b.m) / 1e9, e.load_s, h2d,
            ls_dtype_name(ls_model_kv_dtype(b.m)), N_SEQS, b.ctx, RANK, b.steps);
-    fflush(stdout);
-
-    t0 = bench_now();
-    ls_lora_pool_config_t pc = {.max_loras_per_batch = 32, .max_lora_rank = RANK};
-    b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
-    if (!b.pool)
-        bench_die("bench_decode_cuda", "pool", err);
-    char *dir = fx_tmpdir();
-    int *ranks = malloc((size_t)cfg->num_hidden_layers * LS_TARGET_COUNT * sizeof *ranks);
-    rm_ranks_uniform(ranks, cfg->num_hidden_layers, 0x7f, RANK);
-    for (int f = 0; f < N_FILES; f++) {
-        char name[32];
-        snprintf(name, sizeof name, "adapter%d", f);
-        if (rm_write_adapter(fx_path(path, sizeof path, dir, name), cfg,
-                             "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, "
-                             "\"target_modules\": \"all-linear\"}", ranks, LS_DTYPE_BF16,
-                             (unsigned)f + 1) != 0)
-            bench_die("bench_decode_cuda", "writing an adapter", path);
-    }
-    size_t adapter_elems = 0;
-    char ids[32][16];
-    for (int a = 0; a < 32; a++) {
-        char name[32];
-        snprintf(name, sizeof name, "adapter%d", a % N_FILES);
-        snprintf(ids[a], sizeof ids[a], "id%d", a);
-        ls_adapter_t *ad = ls_adapter_load(fx_path(path, sizeof path, dir, name), cfg, RANK,
-                                           err, sizeof err);
-        if (!ad)
-            bench_die("bench_decode_cuda", name, err);
-        adapter_elems = ls_adapter_bytes(ad) / sizeof(float);
-        if (ls_lora_pool_add_adapter(b.pool, ids[a], &ad, err, sizeof err) != 0)
-            bench_die("bench_decode_cuda", ids[a], err);
-    }
+    size_t adapter_elems = e.adapter_elems;
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
     // decode step reads per adapter.
     size_t slot_elem = ls_dtype_size(ls_model_config(b.m)->torch_dtype);
     printf("adapters: %d distinct files, 32 ids, %.1f MB each in the slot pool (%s); set up in %.1f s\n", N_FILES,
-           adapter_elems * (double)slot_elem / 1e6, ls_dtype_name(ls_model_config(b.m)->torch_dtype), bench_now() - t0);
+           adapter_elems * (double)slot_elem / 1e6, ls_dtype_name(ls_model_config(b.m)->torch_dtype), e.adapters_s);
     fflush(stdout);
 
     int32_t base[N_SEQS], s8[N_SEQS], s32[N_SEQS];
@@ -297,8 +220,7 @@ int main(int argc, char **argv) {
             bench_die("bench_decode_cuda", "slot load", err);
         tl[i] = bench_now() - t1;
     }
-    qsort(tl, 8, sizeof *tl, s_cmp);
-    double t_load = tl[4], t8_up = s_decode(&b, s8, &up, "8 distinct, slot load");
+    double t_load = bench_median(tl, 8), t8_up = s_decode(&b, s8, &up, "8 distinct, slot load");
 
     double floor32 = t_base + 32.0 * adapter_elems * (double)slot_elem / (bw * 1e9);
     printf("\n%-34s %9s %10s %8s\n", "workload", "step ms", "tokens/s", "ratio");
@@ -336,12 +258,9 @@ int main(int argc, char **argv) {
            "does not read): step %.3f ms alone, %.3f ms with the load (%+.1f%%); step and load "
            "done after %.3f ms (serial would be %.3f ms)\n", 1e3 * t8, 1e3 * t8_up,
            100.0 * (t8_up / t8 - 1), 1e3 * up.done, 1e3 * (t8 + t_load));
-    free(ranks);
     if (b.trace)
         kt_stop();
-    ls_lora_pool_destroy(&b.pool);
-    ls_model_destroy(&b.m);
-    ls_backend_destroy(&be);
-    fx_rmdir(&dir);
+    bench_batch_destroy(&b.batch);
+    bench_engine_close(&e);
     return 0;
 }

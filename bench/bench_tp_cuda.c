@@ -52,11 +52,6 @@ typedef struct {
     int r;
 } s_rank_arg_t;
 
-static int s_cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 // Median seconds per step (rank 0's clock) of the batch on slots; -1 on failure.
 static double s_decode(s_group_t *g, int r, ls_backend_t *be, ls_model_t *m, ls_kv_cache_t *kv,
                        ls_lora_pool_t *pool, const int32_t *slots, int per_seq) {
@@ -89,8 +84,7 @@ static double s_decode(s_group_t *g, int r, ls_backend_t *be, ls_model_t *m, ls_
         for (int s = 0; s < N_SEQS; s++)
             seqs[s].start_pos++;
     }
-    qsort(t + WARM, (size_t)g->steps, sizeof *t, s_cmp);
-    return t[WARM + g->steps / 2];
+    return bench_median(t + WARM, g->steps);
 }
 
 static void *s_rank(void *arg) {

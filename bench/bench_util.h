@@ -1,5 +1,5 @@
-// bench_util — what every benchmark program needs: a monotonic clock in seconds and a fatal
-// error exit that names the program.
+// bench_util — what every benchmark program needs: a monotonic clock in seconds, the median
+// of timings and a fatal error exit that names the program.
 #ifndef LS_BENCH_UTIL_H
 #define LS_BENCH_UTIL_H
 
@@ -11,6 +11,17 @@ static inline double bench_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+// The median of t (n >= 1), which is sorted in place.
+static inline double bench_median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
+    return t[n / 2];
 }
 
 // Prints "prog: what: err" and exits 1: a benchmark that cannot set up has nothing to report.
