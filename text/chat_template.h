@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct ls_chat_template ls_chat_template_t;
 
@@ -49,6 +50,19 @@ typedef struct {
     bool add_generation_prompt;
     int64_t now_s;         // the clock strftime_now reads (seconds since the epoch)
 } ls_chat_args_t;
+
+// The arguments of NUL-terminated JSON texts (tools and kwargs may be NULL).
+static inline ls_chat_args_t ls_chat_args(const char *messages, const char *tools, const char *kwargs,
+                                          bool add_generation_prompt, int64_t now_s) {
+    return (ls_chat_args_t){.messages = messages,
+                            .messages_len = strlen(messages),
+                            .tools = tools,
+                            .tools_len = tools ? strlen(tools) : 0,
+                            .kwargs = kwargs,
+                            .kwargs_len = kwargs ? strlen(kwargs) : 0,
+                            .add_generation_prompt = add_generation_prompt,
+                            .now_s = now_s};
+}
 
 // Renders into a malloc'ed NUL-terminated prompt (its length, NUL bytes included, in *len when
 // len is not NULL). The prompt holds the special-token strings (BOS included), so encode it

@@ -9,7 +9,8 @@
 //
 // Requests are parsed with jansson, which keeps each string's length: a prompt, stop string or
 // chat content with a NUL ("a\u0000b") reaches the tokenizer whole, as HF tokenizers see it.
-// Answers are built with cJSON (their text comes from TextOut, a NUL-free str).
+// Answers are built with cJSON; generated text and stop strings (TextOut's `text` fields) go in
+// as raw JSON literals written from their bytes and length (s_text_literal), so a NUL stays \u0000.
 #include "api.h"
 
 #include <math.h>

@@ -71,14 +71,7 @@ static char *s_render_chat(tmodel_t *m, const char *messages, const char *tools,
         snprintf(err, errlen, "this model's chat template cannot be used: %s", m->chat_why);
         return NULL;
     }
-    ls_chat_args_t a = {.messages = messages,
-                        .messages_len = strlen(messages),
-                        .tools = tools,
-                        .tools_len = tools ? strlen(tools) : 0,
-                        .kwargs = kwargs,
-                        .kwargs_len = kwargs ? strlen(kwargs) : 0,
-                        .add_generation_prompt = add_generation_prompt,
-                        .now_s = now_s};
+    ls_chat_args_t a = ls_chat_args(messages, tools, kwargs, add_generation_prompt, now_s);
     return ls_chat_template_render(m->chat, &a, len, err, errlen);
 }
 

@@ -32,14 +32,7 @@ static char *s_dump(const json_t *v) {
 // Renders messages (with tools and kwargs: JSON texts or NULL); NULL + errbuf.
 static char *s_render_at(const ls_chat_template_t *ct, const char *messages, const char *tools, const char *kwargs,
                          bool gen, size_t *len) {
-    ls_chat_args_t a = {.messages = messages,
-                        .messages_len = strlen(messages),
-                        .tools = tools,
-                        .tools_len = tools ? strlen(tools) : 0,
-                        .kwargs = kwargs,
-                        .kwargs_len = kwargs ? strlen(kwargs) : 0,
-                        .add_generation_prompt = gen,
-                        .now_s = S_NOW};
+    ls_chat_args_t a = ls_chat_args(messages, tools, kwargs, gen, S_NOW);
     return ls_chat_template_render(ct, &a, len, errbuf, sizeof errbuf);
 }
 
