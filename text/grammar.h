@@ -33,13 +33,13 @@ enum {
     LS_GRAMMAR_SCHEMA_DEPTH = 16,       // nesting of a schema's subschemas ($ref included)
 };
 
-// What a grammar source is: the values of SamplingParams.grammar_kind (messages/schema.msg).
+// What a grammar source is; the values are those of GrammarKind (messages/schema.msg).
 typedef enum {
-    LS_GRAMMAR_NONE = 0,
-    LS_GRAMMAR_REGEX = 1,        // source: the regex
-    LS_GRAMMAR_JSON_SCHEMA = 2,  // source: a JSON schema (JSON text)
-    LS_GRAMMAR_JSON_OBJECT = 3,  // source ignored: any JSON object (OpenAI's json_object)
-} ls_grammar_kind_t;
+    LS_GRAMMAR_SRC_NONE = 0,
+    LS_GRAMMAR_SRC_REGEX = 1,        // source: the regex
+    LS_GRAMMAR_SRC_JSON_SCHEMA = 2,  // source: a JSON schema (JSON text)
+    LS_GRAMMAR_SRC_JSON_OBJECT = 3,  // source ignored: any JSON object (OpenAI's json_object)
+} ls_grammar_src_t;
 
 typedef struct ls_grammar ls_grammar_t;
 
@@ -57,7 +57,7 @@ char *ls_grammar_regex_escape(const char *s, size_t n);
 // outside the subset or over a bound.
 ls_grammar_t *ls_grammar_compile(const char *regex, size_t len, char *err, size_t errlen);
 // Compiles a source of kind (the regex of a schema, of json_object, or the regex itself).
-ls_grammar_t *ls_grammar_compile_kind(ls_grammar_kind_t kind, const char *src, size_t len, char *err,
+ls_grammar_t *ls_grammar_compile_kind(ls_grammar_src_t kind, const char *src, size_t len, char *err,
                                       size_t errlen);
 void ls_grammar_destroy(ls_grammar_t **self_p);
 

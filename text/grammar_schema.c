@@ -104,9 +104,11 @@ static int s_count(s_ctx_t *x, const json_t *schema, const char *key, long long 
     const json_t *k = json_object_get(schema, key);
     if (!k)
         return 0;
-    if (!json_is_integer(k) || json_integer_value(k) < 0)
+    // a client's parser may have read it as a real (JSON has one number type): 3.0 is 3
+    double d = json_number_value(k);
+    if (!json_is_number(k) || d < 0 || d != (double)(long long)d)
         return s_fail(x, "'%s' must be a non-negative integer", key);
-    *v = json_integer_value(k);
+    *v = (long long)d;
     return 1;
 }
 
@@ -478,13 +480,13 @@ char *ls_grammar_json_object_regex(void) {
     return x.out.s;
 }
 
-ls_grammar_t *ls_grammar_compile_kind(ls_grammar_kind_t kind, const char *src, size_t len, char *err,
+ls_grammar_t *ls_grammar_compile_kind(ls_grammar_src_t kind, const char *src, size_t len, char *err,
                                       size_t errlen) {
     char *re = NULL;
     switch (kind) {
-    case LS_GRAMMAR_REGEX: return ls_grammar_compile(src, len, err, errlen);
-    case LS_GRAMMAR_JSON_SCHEMA: re = ls_grammar_schema_regex(src, len, err, errlen); break;
-    case LS_GRAMMAR_JSON_OBJECT:
+    case LS_GRAMMAR_SRC_REGEX: return ls_grammar_compile(src, len, err, errlen);
+    case LS_GRAMMAR_SRC_JSON_SCHEMA: re = ls_grammar_schema_regex(src, len, err, errlen); break;
+    case LS_GRAMMAR_SRC_JSON_OBJECT:
         if (!(re = ls_grammar_json_object_regex()))
             snprintf(err, errlen, "out of memory");
         break;

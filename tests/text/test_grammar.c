@@ -297,7 +297,7 @@ static void test_schema_instances(void **state) {
     (void)state;
     for (size_t k = 0; k < sizeof s_schemas / sizeof *s_schemas; k++) {
         char err[256] = "";
-        ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_JSON_SCHEMA, s_schemas[k], strlen(s_schemas[k]), err, sizeof err);
+        ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_SRC_JSON_SCHEMA, s_schemas[k], strlen(s_schemas[k]), err, sizeof err);
         if (!g)
             fprintf(stderr, "schema %zu: %s\n", k, err);
         assert_non_null(g);
@@ -353,7 +353,7 @@ static void test_schema_matches(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *s = s_schemas[cases[i].schema];
         char err[256];
-        ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_JSON_SCHEMA, s, strlen(s), err, sizeof err);
+        ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_SRC_JSON_SCHEMA, s, strlen(s), err, sizeof err);
         assert_non_null(g);
         if (ls_grammar_matches(g, cases[i].text, strlen(cases[i].text)) != cases[i].ok)
             fprintf(stderr, "case %zu: %s\n", i, cases[i].text);
@@ -366,7 +366,7 @@ static void test_json_object(void **state) {
     (void)state;
     char err[256];
     clock_t t0 = clock();
-    ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_JSON_OBJECT, NULL, 0, err, sizeof err);
+    ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_SRC_JSON_OBJECT, NULL, 0, err, sizeof err);
     printf("json_object: %d DFA states, compiled in %.1f ms\n", g ? ls_grammar_n_states(g) : -1,
            1e3 * (double)(clock() - t0) / CLOCKS_PER_SEC);
     assert_non_null(g);
@@ -404,7 +404,7 @@ static void test_schema_refused(void **state) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char err[256] = "";
         clock_t t0 = clock();
-        ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_JSON_SCHEMA, bad[i].schema, strlen(bad[i].schema), err, sizeof err);
+        ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_SRC_JSON_SCHEMA, bad[i].schema, strlen(bad[i].schema), err, sizeof err);
         if (g || !strstr(err, bad[i].says))
             fprintf(stderr, "schema %s: %s\n", bad[i].schema, g ? "accepted" : err);
         assert_null(g);
@@ -431,7 +431,7 @@ static void test_masks_vs_brute_force(void **state) {
     assert_non_null(m);
     const char *sch = s_schemas[1];
     char err[256];
-    ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_JSON_SCHEMA, sch, strlen(sch), err, sizeof err);
+    ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_SRC_JSON_SCHEMA, sch, strlen(sch), err, sizeof err);
     assert_non_null(g);
     for (int st = 0; st < ls_grammar_n_states(g); st++) {
         const uint32_t *mask = ls_token_masker_mask(m, g, st);
@@ -474,7 +474,7 @@ static void test_mask_cost(void **state) {
     }
     assert_int_equal(lens[0], 0);  // <|begin_of_text|> is special
     assert_true(lens[ls_tokenizer_token_to_id(t, "{")] == 1);
-    ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_JSON_OBJECT, NULL, 0, err, sizeof err);
+    ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_SRC_JSON_OBJECT, NULL, 0, err, sizeof err);
     assert_non_null(g);
     for (int big = 0; big < 2; big++) {
         int32_t n = V;
