@@ -50,28 +50,29 @@ static int s_fail(s_parser_t *ps, const char *what) {
     return -1;
 }
 
+// Room for one more element of size bytes in *v (n used of *cap); 0, or -1 out of memory.
+static int s_grow(void **v, int n, int *cap, size_t size) {
+    if (n < *cap)
+        return 0;
+    int c = *cap ? *cap * 2 : 64;
+    void *p = realloc(*v, (size_t)c * size);
+    if (!p)
+        return -1;
+    *v = p;
+    *cap = c;
+    return 0;
+}
+
 static int s_node(s_parser_t *ps, s_node_type_t type) {
-    if (ps->n_nodes == ps->cap_nodes) {
-        int cap = ps->cap_nodes ? ps->cap_nodes * 2 : 64;
-        s_node_t *n = realloc(ps->nodes, (size_t)cap * sizeof *n);
-        if (!n)
-            return s_fail(ps, "out of memory");
-        ps->nodes = n;
-        ps->cap_nodes = cap;
-    }
+    if (s_grow((void **)&ps->nodes, ps->n_nodes, &ps->cap_nodes, sizeof *ps->nodes) < 0)
+        return s_fail(ps, "out of memory");
     ps->nodes[ps->n_nodes] = (s_node_t){.type = type, .set = -1, .first = -1, .next = -1};
     return ps->n_nodes++;
 }
 
 static int s_set_node(s_parser_t *ps, const s_bset_t *b) {
-    if (ps->n_sets == ps->cap_sets) {
-        int cap = ps->cap_sets ? ps->cap_sets * 2 : 64;
-        s_bset_t *n = realloc(ps->sets, (size_t)cap * sizeof *n);
-        if (!n)
-            return s_fail(ps, "out of memory");
-        ps->sets = n;
-        ps->cap_sets = cap;
-    }
+    if (s_grow((void **)&ps->sets, ps->n_sets, &ps->cap_sets, sizeof *ps->sets) < 0)
+        return s_fail(ps, "out of memory");
     int k = s_node(ps, N_SET);
     if (k < 0)
         return -1;
@@ -487,14 +488,8 @@ typedef struct {
 static int s_nnew(s_nfa_t *f) {
     if (f->n >= LS_GRAMMAR_MAX_NFA)
         return s_fail(f->ps, "the pattern expands past 200000 NFA states (counted repetitions are expanded)");
-    if (f->n == f->cap) {
-        int cap = f->cap ? f->cap * 2 : 256;
-        s_nstate_t *s = realloc(f->st, (size_t)cap * sizeof *s);
-        if (!s)
-            return s_fail(f->ps, "out of memory");
-        f->st = s;
-        f->cap = cap;
-    }
+    if (s_grow((void **)&f->st, f->n, &f->cap, sizeof *f->st) < 0)
+        return s_fail(f->ps, "out of memory");
     f->st[f->n] = (s_nstate_t){.set = -1, .to = -1, .eps = {-1, -1}};
     return f->n++;
 }

@@ -154,45 +154,42 @@ int ls_token_masker_words(const ls_token_masker_t *self) {
     return self->words;
 }
 
-// Walks the trie from its root beside the DFA from state, setting the bits of every token whose
-// bytes keep the DFA alive. -1 on out of memory.
+// Pushes (node, state) on the walk's stack; -1 out of memory.
+static int s_push(ls_token_masker_t *m, size_t *sp, int32_t node, int state) {
+    if (*sp + 2 > m->stack_cap) {
+        size_t cap = m->stack_cap ? m->stack_cap * 2 : 1024;
+        int32_t *s = realloc(m->stack, cap * sizeof *s);
+        if (!s)
+            return -1;
+        m->stack = s;
+        m->stack_cap = cap;
+    }
+    m->stack[(*sp)++] = node;
+    m->stack[(*sp)++] = state;
+    return 0;
+}
+
+// Walks the trie beside the DFA from state, setting the bits of every token whose bytes keep
+// the DFA alive. -1 on out of memory.
 static int s_walk(ls_token_masker_t *m, const ls_grammar_t *g, int state, uint32_t *bits) {
     size_t sp = 0;
-    for (int32_t c = m->nodes[0].child; c >= 0; c = m->nodes[c].next) {
-        if (sp + 2 > m->stack_cap) {
-            size_t cap = m->stack_cap ? m->stack_cap * 2 : 1024;
-            int32_t *s = realloc(m->stack, cap * sizeof *s);
-            if (!s)
+    for (int32_t c = m->nodes[0].child; c >= 0; c = m->nodes[c].next)
+        if (s_push(m, &sp, c, state) < 0)
+            return -1;
+    while (sp > 0) {
+        int st = m->stack[--sp];
+        int32_t node = m->stack[--sp];
+        const s_tnode_t *n = &m->nodes[node];
+        int to = g->trans[(size_t)st * g->n_cls + g->cls[n->byte]];
+        if (to < 0)
+            continue;
+        for (int32_t i = 0; i < n->ntok; i++) {
+            int32_t v = m->tok_ids[n->tok0 + i];
+            bits[v >> 5] |= 1u << (v & 31);
+        }
+        for (int32_t k = n->child; k >= 0; k = m->nodes[k].next)
+            if (s_push(m, &sp, k, to) < 0)
                 return -1;
-            m->stack = s;
-            m->stack_cap = cap;
-        }
-        m->stack[sp++] = c;
-        m->stack[sp++] = state;
-        while (sp > 0) {
-            int st = m->stack[--sp];
-            int32_t node = m->stack[--sp];
-            const s_tnode_t *n = &m->nodes[node];
-            int to = g->trans[(size_t)st * g->n_cls + g->cls[n->byte]];
-            if (to < 0)
-                continue;
-            for (int32_t i = 0; i < n->ntok; i++) {
-                int32_t v = m->tok_ids[n->tok0 + i];
-                bits[v >> 5] |= 1u << (v & 31);
-            }
-            for (int32_t k = n->child; k >= 0; k = m->nodes[k].next) {
-                if (sp + 2 > m->stack_cap) {
-                    size_t cap = m->stack_cap * 2;
-                    int32_t *s = realloc(m->stack, cap * sizeof *s);
-                    if (!s)
-                        return -1;
-                    m->stack = s;
-                    m->stack_cap = cap;
-                }
-                m->stack[sp++] = k;
-                m->stack[sp++] = to;
-            }
-        }
     }
     return 0;
 }

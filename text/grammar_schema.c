@@ -60,6 +60,16 @@ static int s_put(s_ctx_t *x, const char *s) {
     return 0;
 }
 
+// The regex written since offset at, taken out of x (malloc'd; NULL + the error on out of memory),
+// for parts that are repeated or rearranged.
+static char *s_cut(s_ctx_t *x, size_t at) {
+    char *part = strndup(x->out.s + at, x->out.n - at);
+    if (!part)
+        s_fail(x, "out of memory");
+    x->out.n = at;
+    return part;
+}
+
 static int s_value(s_ctx_t *x, const json_t *schema, int depth);
 
 // Any JSON value nested at most depth deep (0: scalars only).
@@ -164,10 +174,9 @@ static int s_array(s_ctx_t *x, const json_t *schema, int depth) {
     s_path_pop(x, p, rc);
     if (rc < 0)
         return -1;
-    char *item = strndup(x->out.s + at, x->out.n - at);
+    char *item = s_cut(x, at);
     if (!item)
-        return s_fail(x, "out of memory");
-    x->out.n = at;
+        return -1;
     // lo == 0: [(item(,item){0,hi-1})?]; else [item(,item){lo-1,hi-1}]
     char q[64];
     if (hi < 0)
@@ -221,10 +230,9 @@ static int s_object(s_ctx_t *x, const json_t *schema, int depth) {
                                         : s_any(x, depth - 1 < LS_GRAMMAR_JSON_DEPTH - 1 ? depth - 1 : LS_GRAMMAR_JSON_DEPTH - 1);
         if (rc < 0)
             return -1;
-        char *v = strndup(x->out.s + at, x->out.n - at);
+        char *v = s_cut(x, at);
         if (!v)
-            return s_fail(x, "out of memory");
-        x->out.n = at;
+            return -1;
         rc = s_put(x, "\\{(" S_STRING ":" S_WS "(");
         if (rc == 0)
             rc = s_put(x, v);
@@ -264,9 +272,8 @@ static int s_object(s_ctx_t *x, const json_t *schema, int depth) {
         size_t at = x->out.n;
         size_t p = s_path_push(x, "properties");
         rc = s_path_pop(x, p, s_property(x, names[i], json_object_get(props, names[i]), depth));
-        if (rc == 0 && !(regex[i] = strndup(x->out.s + at, x->out.n - at)))
-            rc = s_fail(x, "out of memory");
-        x->out.n = at;
+        if (rc == 0 && !(regex[i] = s_cut(x, at)))
+            rc = -1;
     }
     // Alternatives by the first property present (every one before it optional), each followed
     // by the later ones, each of those ",prop" and optional unless required.
