@@ -312,8 +312,10 @@ static int s_grammar(s_ctx_t *x, const json_t *o, gw_api_t api, ls_msg_sampling_
             return 0;
         }
         const json_t *js = json_object_get(v, "json_schema"), *schema = json_object_get(js, "schema");
-        if (strcmp(type, "json_schema"))
-            return s_fail(x, field, "'%s' type must be text, json_object or json_schema", field);
+        if (strcmp(type, "json_schema")) {
+            x->g->err_code = "unsupported_parameter";
+            return s_fail(x, field, "'%s' is not supported with this type: text, json_object and json_schema are", field);
+        }
         if (!json_is_object(js) || !json_is_object(schema))
             return s_fail(x, field, "'%s' of type json_schema needs json_schema.schema, an object", field);
         sp->grammar_kind = LS_GRAMMAR_KIND_JSON_SCHEMA;
