@@ -1043,6 +1043,12 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
     const int32_t *pi = batch->prompt_indptr, *oi = batch->output_indptr;
     size_t n_prompt = pi ? (size_t)pi[n] : 0, n_output = oi ? (size_t)oi[n] : 0;
     size_t i32 = sizeof(int32_t);
+    // grammar masks: the rows' indices and the masks they name (at most one per row), staged
+    // with the rest of the inputs in the pinned buffer and copied in the same transfer
+    size_t words = (size_t)(V + 31) / 32, n_masks = 0;
+    for (int r = 0; batch->mask_index && r < n; r++)
+        if (batch->mask_index[r] >= 0 && (size_t)batch->mask_index[r] + 1 > n_masks)
+            n_masks = (size_t)batch->mask_index[r] + 1;
 
     int n_sort = 0;
     for (int r = 0; r < n; r++) {
@@ -1061,6 +1067,7 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
            o_oi = s_place(&l, oi ? (size_t)(n + 1) * i32 : 0),
            o_oids = s_place(&l, n_output * i32),
            o_sb = s_place(&l, (size_t)n_sort * i32), o_se = s_place(&l, (size_t)n_sort * i32),
+           o_mi = s_place(&l, n_masks ? (size_t)n * i32 : 0), o_mk = s_place(&l, n_masks * words * 4),
            in_bytes = l.off,
            o_tok = s_place(&l, (size_t)n * i32), o_lp = s_place(&l, (size_t)n * 4),
            o_tid = s_place(&l, (size_t)n * max_top * i32),
@@ -1104,6 +1111,11 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
             memcpy(h + o_oids, batch->output_ids, n_output * i32);
     }
 
+    if (n_masks) {
+        memcpy(h + o_mi, batch->mask_index, (size_t)n * i32);
+        memcpy(h + o_mk, batch->masks, n_masks * words * 4);
+    }
+
     // scratch
     size_t rv = (size_t)n * V;
     int grew_mark = s_dev_reserve(c, &c->mark, rv * i32);
@@ -1142,6 +1154,8 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
     args.prompt_ids = (const int32_t *)(d + o_pids);
     args.output_indptr = oi ? (const int32_t *)(d + o_oi) : NULL;
     args.output_ids = (const int32_t *)(d + o_oids);
+    args.mask_index = n_masks ? (const int32_t *)(d + o_mi) : NULL;
+    args.masks = n_masks ? (const uint32_t *)(d + o_mk) : NULL;
     args.lp = (float *)c->lp.p;
     args.mark = (int32_t *)c->mark.p;
     args.sorted_lp = (float *)c->sorted_lp.p;

@@ -205,6 +205,10 @@ void ls_lora_fused(float *y, float *tmp, const float *x, const float *a_pool,
 // Sampling
 //
 // Per row, in this order:
+// 0. grammar mask (structured output, text/grammar.h): on a row with a mask, the logits of the
+//    tokens whose bit is clear are -inf from here on, so penalties, temperature, the logprobs
+//    (normalized over the allowed tokens only, as vLLM's and SGLang's masks before the sampler
+//    do), greedy and the draw all see the allowed tokens only;
 // 1. penalties on a copy of the raw logits:
 //    repetition (HF): for each DISTINCT token in prompt ∪ output, l > 0 ? l / rp : l * rp;
 //    frequency and presence (OpenAI): l -= freq * count + pres * (count > 0), count =
@@ -249,6 +253,9 @@ typedef struct {
     const int32_t *prompt_ids;
     const int32_t *output_indptr;       // (n_rows+1) into output_ids; NULL: no output
     const int32_t *output_ids;
+    const int32_t *mask_index;          // (n_rows) row r's mask in masks, -1 none; NULL: no masks
+    const uint32_t *masks;              // (n_masks, (V + 31) / 32): bit v % 32 of word v / 32
+                                        // set = token v allowed; a mask allows at least one token
 } ls_sampling_batch_t;
 
 // tokens is (n_rows), logprobs is (n_rows) or NULL, top_ids and top_logprobs are

@@ -78,6 +78,12 @@ int32_t ls_tokenizer_vocab_size(const ls_tokenizer_t *t);  // highest id + 1
 int32_t ls_tokenizer_token_to_id(const ls_tokenizer_t *t, const char *token);  // -1 when absent
 const char *ls_tokenizer_id_to_token(const ls_tokenizer_t *t, int32_t id);     // NULL when absent
 bool ls_tokenizer_is_special(const ls_tokenizer_t *t, int32_t id);
+// The bytes token id stands for in the middle of a decoded text (ByteLevel bytes, a byte
+// fallback's byte, a piece with its Metaspace replaced), for grammars that walk tokens as bytes
+// (grammar.h). *len 0 (and NULL) for a special token or an id outside the vocabulary: no text.
+// Known limit: a decoder that strips the first character of the output (SentencePiece's leading
+// space) removes it from the first token's text only, which these bytes do not show.
+const char *ls_tokenizer_token_bytes(const ls_tokenizer_t *t, int32_t id, size_t *len);
 // The post-processor's ids before (BOS) and after (EOS) a single sequence; n may be 0.
 const int32_t *ls_tokenizer_prefix_ids(const ls_tokenizer_t *t, size_t *n);
 const int32_t *ls_tokenizer_suffix_ids(const ls_tokenizer_t *t, size_t *n);

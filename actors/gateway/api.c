@@ -21,7 +21,9 @@
 #include <cjson/cJSON.h>
 #include <jansson.h>
 
+#include "grammar.h"
 #include "ls_base64.h"
+#include "text_utf8.h"
 
 #define S_MAX_PROMPTS 1024    // prompts in one request
 #define S_MAX_STOPS 32
@@ -270,6 +272,97 @@ static int s_sampling(s_ctx_t *x, const json_t *o, int sglang, gw_api_t api, ls_
     return 0;
 }
 
+// Structured output (docs/structured-output.md): at most one of OpenAI's response_format,
+// SGLang's json_schema (a JSON string, or an object) and regex, vLLM's guided_json,
+// guided_regex and guided_choice. The source goes to the tokenizer as it is (a schema as compact
+// JSON, choices as the regex of their alternation); the tokenizer compiles it, so a schema
+// outside the subset is its 400, named after the field by grammar_param.
+static int s_grammar(s_ctx_t *x, const json_t *o, gw_api_t api, ls_msg_sampling_params_t *sp) {
+    static const char *const fields[] = {"response_format", "guided_json", "guided_regex", "guided_choice",
+                                         "json_schema", "regex"};
+    const char *field = NULL;
+    const json_t *v = NULL;
+    for (size_t k = api == GW_GENERATE ? 4 : 0; k < sizeof fields / sizeof *fields; k++) {
+        const json_t *f = json_object_get(o, fields[k]);
+        if (!f || json_is_null(f))
+            continue;
+        if (!strcmp(fields[k], "response_format")) {  // {"type": "text"} asks for nothing
+            const json_t *type = json_object_get(f, "type");
+            if (!json_is_object(f) || !json_is_string(type))
+                return s_fail(x, "response_format", "'%s' must be an object with a string 'type'", "response_format");
+            if (!strcmp(json_string_value(type), "text"))
+                continue;
+        }
+        if (field) {
+            snprintf(x->err, x->errlen, "'%s' cannot be given with '%s': one structured output at a time", fields[k],
+                     field);
+            *x->param = fields[k];
+            return -1;
+        }
+        field = fields[k];
+        v = f;
+    }
+    if (!field)
+        return 0;
+    x->g->grammar_param = field;
+    char *text = NULL;
+    if (!strcmp(field, "response_format")) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        if (!strcmp(type, "json_object")) {
+            sp->grammar_kind = LS_GRAMMAR_KIND_JSON_OBJECT;
+            return 0;
+        }
+        const json_t *js = json_object_get(v, "json_schema"), *schema = json_object_get(js, "schema");
+        if (strcmp(type, "json_schema")) {
+            x->g->err_code = "unsupported_parameter";
+            return s_fail(x, field, "'%s' is not supported with this type: text, json_object and json_schema are", field);
+        }
+        if (!json_is_object(js) || !json_is_object(schema))
+            return s_fail(x, field, "'%s' of type json_schema needs json_schema.schema, an object", field);
+        sp->grammar_kind = LS_GRAMMAR_KIND_JSON_SCHEMA;
+        text = json_dumps(schema, JSON_COMPACT);
+    } else if (!strcmp(field, "guided_json") || !strcmp(field, "json_schema")) {
+        sp->grammar_kind = LS_GRAMMAR_KIND_JSON_SCHEMA;
+        if (json_is_string(v))
+            text = strndup(json_string_value(v), json_string_length(v));
+        else if (json_is_object(v))
+            text = json_dumps(v, JSON_COMPACT);
+        else
+            return s_fail(x, field, "'%s' must be a JSON schema (an object, or a string holding one)", field);
+    } else if (!strcmp(field, "guided_choice")) {
+        if (!json_is_array(v) || !json_array_size(v))
+            return s_fail(x, field, "'%s' must be a non-empty list of strings", field);
+        ls_buf_t re = {0};
+        const json_t *e;
+        size_t i;
+        json_array_foreach(v, i, e) {
+            if (!json_is_string(e)) {
+                ls_buf_free(&re);
+                return s_fail(x, field, "'%s' must be a non-empty list of strings", field);
+            }
+            char *lit = ls_grammar_regex_escape(json_string_value(e), json_string_length(e));
+            if (!lit || (i && ls_buf_append(&re, "|", 1) < 0) || ls_buf_append(&re, lit, strlen(lit)) < 0) {
+                free(lit);
+                ls_buf_free(&re);
+                return s_fail(x, NULL, "%s", "out of memory");
+            }
+            free(lit);
+        }
+        sp->grammar_kind = LS_GRAMMAR_KIND_REGEX;
+        text = re.s;
+    } else {
+        if (!json_is_string(v))
+            return s_fail(x, field, "'%s' must be a string", field);
+        sp->grammar_kind = LS_GRAMMAR_KIND_REGEX;
+        text = strndup(json_string_value(v), json_string_length(v));
+    }
+    if (!text)
+        return s_fail(x, NULL, "%s", "out of memory");
+    sp->grammar = ls_msg_textdup(text, strlen(text));
+    free(text);
+    return sp->grammar.s ? 0 : s_fail(x, NULL, "%s", "out of memory");
+}
+
 // Fields the server knows but does not implement. Each is refused with a 400 naming it unless
 // its value asks for nothing (absent, null, or the no-op value below), so no client believes an
 // output was constrained, biased or tool-shaped when it was not. Unknown fields are accepted, as
@@ -278,7 +371,6 @@ typedef enum {
     S_NOOP_NONE,       // only absent or null asks for nothing
     S_NOOP_EMPTY,      // an empty object, list or string
     S_NOOP_FALSE,      // false
-    S_NOOP_TEXT_TYPE,  // {"type": "text"} (response_format)
     S_NOOP_NONE_STR,   // the string "none" or an empty list (tool_choice, function_call)
 } s_noop_t;
 
@@ -293,16 +385,11 @@ typedef struct {
 #define S_ALL (S_OAI | (1u << GW_GENERATE))
 #define S_CHATS ((1u << GW_CHAT) | (1u << GW_TOKENIZE))  // the fields of a chat, also in /tokenize
 static const s_unsupported_t s_unsupported[] = {
-    {"response_format", S_NOOP_TEXT_TYPE, S_OAI, "structured output is not implemented"},
-    {"json_schema", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
-    {"regex", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
-    {"ebnf", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
-    {"structural_tag", S_NOOP_NONE, S_ALL, "structured output is not implemented"},
-    {"guided_json", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
-    {"guided_regex", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
-    {"guided_choice", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
-    {"guided_grammar", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
-    {"structured_outputs", S_NOOP_NONE, S_OAI, "structured output is not implemented"},
+    // structured output takes regexes and JSON schemas (docs/structured-output.md), not grammars
+    {"ebnf", S_NOOP_NONE, S_ALL, "EBNF grammars are not supported (regex and json_schema are)"},
+    {"structural_tag", S_NOOP_NONE, S_ALL, "structural tags are not supported (regex and json_schema are)"},
+    {"guided_grammar", S_NOOP_NONE, S_OAI, "grammars are not supported (guided_regex and guided_json are)"},
+    {"structured_outputs", S_NOOP_NONE, S_OAI, "use response_format, guided_json, guided_regex or guided_choice"},
     {"logit_bias", S_NOOP_EMPTY, S_ALL, "logit bias is not implemented"},
     {"allowed_token_ids", S_NOOP_EMPTY, S_OAI, "restricting the vocabulary is not implemented"},
     {"bad_words", S_NOOP_EMPTY, S_OAI, "banned words are not implemented"},
@@ -335,11 +422,6 @@ static bool s_is_noop(const json_t *v, s_noop_t noop) {
         return (json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v)) ||
                (json_is_string(v) && !json_string_length(v));
     case S_NOOP_FALSE: return json_is_false(v);
-    case S_NOOP_TEXT_TYPE: {
-        const json_t *type = json_object_get(v, "type");
-        return json_is_object(v) && json_object_size(v) == 1 && json_is_string(type) &&
-               !strcmp(json_string_value(type), "text");
-    }
     case S_NOOP_NONE_STR:
         return (json_is_string(v) && !strcmp(json_string_value(v), "none")) || (json_is_array(v) && !json_array_size(v));
     default: return false;
@@ -454,6 +536,8 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const cha
     }
     ls_msg_sampling_params_t sp = {0};
     int rc2 = s_sampling(x, root, 0, g->api, &sp, &g->n);
+    if (rc2 == 0)
+        rc2 = s_grammar(x, root, g->api, &sp);
     // best_of > n asks to pick the best of several: only 1 and n (which picks nothing) are served.
     int64_t best_of = 1;
     if (rc2 == 0 && (rc2 = s_int(x, root, "best_of", 1, LS_MSG_MAX_N, &best_of)) > 0 && best_of != 1 && best_of != g->n) {
@@ -601,7 +685,7 @@ static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const json_t *root, const c
         json_t *empty = json_object();
         int rc = s_sampling(x, pp && json_is_object(pp) ? pp : empty, 1, GW_GENERATE, &q->sampling, &n);
         json_decref(empty);
-        if (rc < 0)
+        if (rc < 0 || s_grammar(x, pp && json_is_object(pp) ? pp : root, GW_GENERATE, &q->sampling) < 0)
             return -1;
         if (k && n != g->n)
             return s_fail(x, "sampling_params", "'%s' must ask for the same n for every input", "sampling_params");

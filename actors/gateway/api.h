@@ -29,6 +29,8 @@ typedef struct {
     ls_msg_t *reqs;     // one GenerateReq per prompt, rid unset
     size_t nreqs;
     const char *err_code;  // after a failed parse: OpenAI's error code (a static string), or NULL
+    const char *grammar_param;  // the field a structured-output grammar came from (a static
+                                // string), named by a 400 when the tokenizer refuses it; or NULL
 } gw_gen_t;
 
 // Parse a request body. Returns 0, or -1 with err (and *param naming the offending field, or

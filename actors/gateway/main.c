@@ -433,7 +433,9 @@ static int s_on_text_out(ls_actor_t *a, ls_in_t *in, void *state) {
             status = 400;
             param = c->gen.api == GW_CHAT ? "messages" : c->gen.api == GW_GENERATE ? "text" : "prompt";
             snprintf(code, sizeof code, "context_length_exceeded");
-        }
+        } else if (t->error_code == LS_ERROR_CODE_BAD_REQUEST && c->gen.grammar_param && t->error &&
+                   (!strncmp(t->error, "regex", 5) || !strncmp(t->error, "json_schema", 11)))
+            param = c->gen.grammar_param;  // the tokenizer refused the structured output's source
         c->prompt_open[p]--;  // this one is over upstream
         s_gen_fail(c, status, t->error && *t->error ? t->error : "the request failed", param, code);
         return 0;

@@ -133,8 +133,10 @@ static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, 
 }
 
 // Deep copy of sampling parameters (the arrays are owned by each copy).
+// For the detokenizer's first TokenOut: everything but the grammar, which it has no use for.
 static void s_sampling_copy(ls_msg_sampling_params_t *dst, const ls_msg_sampling_params_t *src) {
     *dst = *src;
+    dst->grammar = (ls_text_t){0};
     dst->stop_token_ids.v = s_memdup(src->stop_token_ids.v, src->stop_token_ids.n * sizeof(int32_t));
     dst->stop.v = s_memdup(src->stop.v, src->stop.n * sizeof *src->stop.v);
     for (size_t i = 0; i < src->stop.n; i++)  // text: len bytes and the NUL after them
@@ -146,6 +148,7 @@ static void s_sampling_free(ls_msg_sampling_params_t *sp) {
     for (size_t i = 0; i < sp->stop.n; i++)
         free(sp->stop.v[i].s);
     free(sp->stop.v);
+    free(sp->grammar.s);
     memset(sp, 0, sizeof *sp);
 }
 
@@ -453,11 +456,16 @@ static void s_pin_upkeep(sched_t *s, uint64_t now) {
 }
 
 // The sampling parameters a worker needs: the effective stop set (masked until min_new_tokens),
-// the effective max_new_tokens and a seed always set; stop strings stay here.
+// the effective max_new_tokens and a seed always set; stop strings stay here. The grammar text
+// goes with a request's first chunk only (grammar_kind on every step): the worker keeps the
+// request's automaton state from then on, across preemptions too, until the rid is released.
 static void s_plan_sampling(const req_t *r, ls_msg_sampling_params_t *sp) {
     *sp = r->sampling;
     sp->stop.v = NULL;
     sp->stop.n = 0;
+    sp->grammar = (ls_text_t){0};
+    if (!r->chunked && r->sampling.grammar.s)
+        sp->grammar = ls_msg_textdup(r->sampling.grammar.s, r->sampling.grammar.len);
     sp->stop_token_ids.v = s_memdup(r->stop, r->n_stop * sizeof *r->stop);
     sp->stop_token_ids.n = r->n_stop;
     sp->seed = r->seed;

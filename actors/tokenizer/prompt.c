@@ -8,6 +8,7 @@
 
 
 #include "chat_template.h"
+#include "grammar_cache.h"
 #include "model_config.h"
 
 #define S_MAX_EOS 16
@@ -19,7 +20,12 @@ struct tmodel {
     uint32_t context;
     int32_t eos[S_MAX_EOS];
     size_t n_eos;
+    // structured output: every request's grammar is compiled here first, so a bad one is a 400
+    // before any work; distinct sources stay compiled (the workers compile them again, once)
+    ls_grammar_cache_t *grammars;
 };
+
+enum { S_GRAMMARS_KEPT = 32 };
 
 tmodel_t *tmodel_load(const char *dir, const char *chat_template_file, char *err, size_t errlen) {
     tmodel_t *m = calloc(1, sizeof *m);
@@ -55,6 +61,7 @@ void tmodel_destroy(tmodel_t **self_p) {
         return;
     ls_tokenizer_destroy(&m->tok);
     ls_chat_template_destroy(&m->chat);
+    ls_grammar_cache_destroy(&m->grammars);
     free(m);
     *self_p = NULL;
 }
@@ -108,6 +115,17 @@ uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t n
     if (g->sampling.n > LS_MSG_MAX_N) {
         snprintf(err, errlen, "n = %u: at most %d completions per request", g->sampling.n, LS_MSG_MAX_N);
         return LS_ERROR_CODE_BAD_REQUEST;
+    }
+    if (g->sampling.grammar_kind) {
+        if (!self->grammars && !(self->grammars = ls_grammar_cache_new(S_GRAMMARS_KEPT, NULL))) {
+            snprintf(err, errlen, "out of memory");
+            return LS_ERROR_CODE_INTERNAL;
+        }
+        ls_grammar_t *gr = ls_grammar_cache_get(self->grammars, (ls_grammar_src_t)g->sampling.grammar_kind,
+                                                g->sampling.grammar.s, g->sampling.grammar.len, err, errlen);
+        if (!gr)
+            return LS_ERROR_CODE_BAD_REQUEST;
+        ls_grammar_cache_release(self->grammars, gr);
     }
     if (g->chat ? text || input || !messages : messages || text == input) {
         snprintf(err, errlen, "%s", g->chat ? "a chat request gives messages, and neither text nor input_ids"
@@ -231,6 +249,7 @@ int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const l
     ls_msg_sampling_params_t *sp = &t->sampling;
     sp->stop.v = NULL;
     sp->stop.n = 0;
+    sp->grammar = (ls_text_t){0};
     sp->n = 1;
     if (sp->has_seed)
         sp->seed = g->sampling.seed + index;
@@ -242,6 +261,8 @@ int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const l
                                                           g->sampling.stop.v[sp->stop.n].len)).s)
                 break;
     rc |= sp->stop.n == g->sampling.stop.n ? 0 : -1;
+    if (g->sampling.grammar.s && !(sp->grammar = ls_msg_textdup(g->sampling.grammar.s, g->sampling.grammar.len)).s)
+        rc = -1;
     // The complete stop set: the request's ids, then the model's EOS ids unless ignore_eos.
     size_t n_stop = g->sampling.stop_token_ids.n + (sp->ignore_eos ? 0 : self->n_eos);
     if (n_stop && (t->stop_token_ids.v = malloc(n_stop * sizeof(int32_t)))) {

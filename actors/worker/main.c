@@ -38,6 +38,7 @@
 #ifdef LS_HAVE_NCCL
 #include "comm_nccl.h"
 #endif
+#include "constrain.h"
 #include "history.h"
 #include "ls_actor.h"
 #include "ls_limits.h"
@@ -72,6 +73,7 @@ typedef struct {
     ls_kv_cache_t *kv;
     ls_lora_pool_t *pool;
     ls_history_t *history;
+    wcon_t *constrain;  // structured output (rank 0 samples)
     int32_t eos_ids[LS_MAX_EOS_TOKENS * 2];
     int n_eos;
     uint32_t scheduler_epoch;  // counts the scheduler's deaths: a load begun before one is void
@@ -140,7 +142,7 @@ static int s_target_mask(unsigned *mask) {
 
 static wstep_engine_t s_engine(void) {
     return (wstep_engine_t){.model = s_w.model, .kv = s_w.kv, .pool = s_w.pool, .history = s_w.history,
-                            .rank = s_w.rank, .backend = s_w.be->name, .max_items = (uint32_t)s_w.max_running,
+                            .constrain = s_w.constrain, .rank = s_w.rank, .backend = s_w.be->name, .max_items = (uint32_t)s_w.max_running,
                             .max_tokens = (uint32_t)s_w.max_batched};
 }
 
@@ -191,6 +193,7 @@ static int s_load_engine(ls_actor_t *a) {
         return -1;
     }
     s_w.history = ls_history_new();
+    s_w.constrain = wcon_new(s_w.model_path, cfg->vocab_size);
     ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d; KV cache %d blocks of %d tokens (%s); %d adapter "
                "slots of rank %d; CPU tier %.1f MB (an adapter of rank %d on every target: %.1f MB); rank %d of %d",
             ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size, blocks,
@@ -344,6 +347,7 @@ static int s_on_tp_comm(ls_actor_t *a, ls_in_t *in, void *state) {
 static void s_destroy(ls_actor_t *a, void *state) {
     ls_confine_destroy(&s_w.confine);
     ls_history_destroy(&s_w.history);
+    wcon_destroy(&s_w.constrain);
     ls_lora_pool_destroy(&s_w.pool);
     ls_kv_cache_destroy(&s_w.kv);
     ls_model_destroy(&s_w.model);
@@ -586,6 +590,8 @@ static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
         ls_lora_pool_clear(s_w.pool);
         ls_history_destroy(&s_w.history);
         s_w.history = ls_history_new();
+        wcon_destroy(&s_w.constrain);
+        s_w.constrain = wcon_new(s_w.model_path, ls_model_config(s_w.model)->vocab_size);
     } else if (ps->restarts > 0)
         s_send_info(a);
     return 0;

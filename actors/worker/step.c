@@ -117,13 +117,18 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
     *n_sampled = 0;
     if (wstep_check(e, plan, err, errlen) < 0)
         return -1;
-    for (size_t i = 0; i < plan->released.n; i++)
+    for (size_t i = 0; i < plan->released.n; i++) {
         ls_history_drop(e->history, plan->released.v[i]);
+        if (e->constrain)
+            wcon_drop(e->constrain, plan->released.v[i]);
+    }
     size_t n = plan->items.n;
     if (n == 0)
         return 0;
     ls_model_seq_t *seqs = calloc(n, sizeof *seqs);
     int32_t **tables = calloc(n, sizeof *tables);
+    // items whose grammar could not be taken: they run, and their sampled row fails alone
+    bool *con_bad = calloc(n, sizeof *con_bad);
     int n_rows = 0;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -149,6 +154,13 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         ls_history_add_prompt(e->history, it->rid, it->context_ids.v, it->context_ids.n);
         if (it->is_prefill)
             ls_history_add_prompt(e->history, it->rid, it->token_ids.v, it->token_ids.n);
+        if (e->rank == 0 && it->sampling.grammar_kind) {
+            char why[512] = "no grammar support on this worker";
+            if (!e->constrain || wcon_begin(e->constrain, it, why, sizeof why) < 0) {
+                fprintf(stderr, "worker: rid %llu: %s\n", (unsigned long long)it->rid, why);
+                con_bad[i] = true;
+            }
+        }
     }
     if (rc == 0 && ls_model_forward(e->model, e->kv, e->pool, seqs, (int)n, err, errlen) != n_rows)
         rc = -1;
@@ -167,10 +179,14 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
                 max_top = (int)plan->items.v[i].sampling.top_logprobs;
         batch.max_top_n = max_top;
         uint64_t *rids = calloc((size_t)n_rows, sizeof *rids);
+        const ls_msg_step_item_t **row_items = calloc((size_t)n_rows, sizeof *row_items);
+        bool *row_bad = calloc((size_t)n_rows, sizeof *row_bad);
         for (size_t i = 0, r = 0; i < n; i++) {
             const ls_msg_step_item_t *it = &plan->items.v[i];
             if (!it->sample)
                 continue;
+            row_items[r] = it;
+            row_bad[r] = con_bad[i];
             params[r] = s_params(&it->sampling, it->generated);
             // Before min_new_tokens the stop set (EOS included) cannot be sampled at all.
             if (it->generated < it->sampling.min_new_tokens &&
@@ -182,6 +198,9 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
             rids[r++] = it->rid;
         }
         ls_history_batch(e->history, rids, n_rows, &batch);
+        if (rc == 0 && e->constrain &&
+            wcon_masks(e->constrain, row_items, n_rows, &batch.mask_index, &batch.masks, err, errlen) < 0)
+            rc = -1;
         int32_t *tokens = calloc((size_t)n_rows, sizeof *tokens);
         float *logprobs = calloc((size_t)n_rows, sizeof *logprobs);
         int32_t *top_ids = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_ids) : NULL;
@@ -201,6 +220,9 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
                 o->logprob = logprobs[r];
                 // A row whose logits were not finite cannot be trusted: say so, don't emit it.
                 o->finish = isfinite(logprobs[r]) ? LS_FINISH_REASON_NONE : LS_FINISH_REASON_ERROR;
+                // A constrained row whose grammar was lost, or whose token left it, fails alone.
+                if (row_bad[r] || (e->constrain && wcon_advance(e->constrain, row_items[r], tokens[r]) < 0))
+                    o->finish = LS_FINISH_REASON_ERROR;
                 if (p->n_logprobs > 0) {
                     o->top_ids.v = malloc(sizeof(int32_t) * (size_t)p->n_logprobs);
                     o->top_logprobs.v = malloc(sizeof(float) * (size_t)p->n_logprobs);
@@ -213,6 +235,8 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         }
         free(params);
         free(rids);
+        free(row_items);
+        free(row_bad);
         free(tokens);
         free(logprobs);
         free(top_ids);
@@ -223,6 +247,7 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         free(tables[i]);
     free(tables);
     free(seqs);
+    free(con_bad);
     if (rc < 0)
         return -1;
     *n_sampled = n_rows;

@@ -5,13 +5,15 @@
 // For each item: its adapter into the slot the plan names (from the CPU tier), its tokens at
 // its position in its block table, its prompt and outputs recorded for the sampling penalties;
 // one ls_model_forward for the whole plan; then, on rank 0, sampling row by row in plan order
-// (stop tokens banned before min_new_tokens). StepPlan.released drops finished requests'
+// (stop tokens banned before min_new_tokens, grammar masks on constrained rows, whose automata
+// then take the sampled tokens: constrain.h). StepPlan.released drops finished requests'
 // history first.
 #ifndef LS_WORKER_STEP_H
 #define LS_WORKER_STEP_H
 
 #include <stddef.h>
 
+#include "constrain.h"
 #include "history.h"
 #include "ls_msg.h"
 #include "model.h"
@@ -21,6 +23,7 @@ typedef struct {
     ls_kv_cache_t *kv;
     ls_lora_pool_t *pool;
     ls_history_t *history;
+    wcon_t *constrain;    // structured output's states and masks (rank 0); NULL: constrained requests fail
     int rank;             // tensor-parallel rank: only rank 0 samples
     const char *backend;  // for messages
     uint32_t max_items, max_tokens;  // the most requests and tokens one plan may carry (0: no limit)

@@ -149,6 +149,12 @@ int ls_sampling_sample(int32_t *tokens, float *logprobs, int32_t *top_ids,
         const ls_sampling_params_t *sp = &batch->params[row];
         const int32_t *pi = batch->prompt_indptr, *oi = batch->output_indptr;
         memcpy(l, logits + (size_t)row * V, (size_t)V * sizeof *l);
+        if (batch->mask_index && batch->mask_index[row] >= 0) {  // step 0
+            const uint32_t *m = batch->masks + (size_t)batch->mask_index[row] * (size_t)((V + 31) / 32);
+            for (int v = 0; v < V; v++)
+                if (!((m[v >> 5] >> (v & 31)) & 1))
+                    l[v] = -INFINITY;
+        }
         s_apply_penalties(l, mark, sp, pi ? batch->prompt_ids + pi[row] : NULL,
                           pi ? pi[row + 1] - pi[row] : 0,
                           oi ? batch->output_ids + oi[row] : NULL,

@@ -223,6 +223,8 @@ typedef struct {
     const ls_cu_sample_params_t *params;      // (n_rows)
     const int32_t *prompt_indptr, *prompt_ids; // NULL: no prompt
     const int32_t *output_indptr, *output_ids; // NULL: no output
+    const int32_t *mask_index;                 // (n_rows) -1: no mask; NULL: no masks
+    const uint32_t *masks;                     // (n_masks, (V + 31) / 32) allowed-token bits
     // scratch, (n_rows, V) each; mark must be all zero and is left all zero
     float *lp;
     int32_t *mark;

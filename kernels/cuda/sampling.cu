@@ -4,7 +4,8 @@
     and kernels/ops.h.
 
     Three launches per call, one block of 1024 threads per row:
-    1. prep: copy the row, penalties (repetition once per distinct token through atomicExch
+    1. prep: copy the row (a grammar mask turns the disallowed tokens' logits into -inf as
+       they are copied: no launch of its own, one coalesced word read per 32 tokens), penalties (repetition once per distinct token through atomicExch
        on a zeroed mark row, frequency/presence through atomic counts; the mark row is left
        zeroed), temperature, argmax (ties to the lower id), the log-sum-exp in double as the
        reference forms it, the logprob row, the top-n list by repeated block arg-max over
@@ -73,8 +74,11 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_prep(ls_cu_sample_args_t
     size_t base = (size_t)row * V;
     float *l = a.lp + base;
     int32_t *mark = a.mark + base;
+    const uint32_t *mask = a.mask_index && a.mask_index[row] >= 0
+                               ? a.masks + (size_t)a.mask_index[row] * (size_t)((V + 31) / 32)
+                               : NULL;
     for (int v = tid; v < V; v += bd)
-        l[v] = a.logits[base + v];
+        l[v] = mask && !((mask[v >> 5] >> (v & 31)) & 1u) ? -INFINITY : a.logits[base + v];
     const int32_t *prompt = NULL, *output = NULL;
     int n_prompt = 0, n_output = 0;
     if (a.prompt_indptr) {

@@ -114,7 +114,7 @@ for (const [what, call] of [
 }
 // Fields the server does not implement are refused by name, never ignored.
 for (const [field, extra] of [
-  ['response_format', { response_format: { type: 'json_object' } }],
+  ['response_format', { response_format: { type: 'grammar' } }],  // json_object and json_schema are served
   ['logit_bias', { logit_bias: { 50: -100 } }],
   ['tool_choice', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }], tool_choice: 'auto' }],
 ]) {

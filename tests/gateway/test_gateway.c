@@ -4,8 +4,8 @@
 //   errors_upstream              — unknown adapter 404, prompt too long 400, queues full 429,
 //                                  the graph unable now 503 (both with Retry-After);
 //                                  answers with rid 0 dropped
-//   unsupported                  — each known but unimplemented field (response_format, json_schema,
-//                                  regex, logit_bias, tool_choice, suffix, best_of, …) 400 naming it;
+//   unsupported                  — each known but unimplemented field (ebnf, structural_tag, a bad
+//                                  response_format, logit_bias, tool_choice, suffix, best_of, …) 400 naming it;
 //                                  no-op values, harmless and unknown fields served
 //   models, adapters             — /v1/models, load/unload under vLLM's and SGLang's names
 //   model_info                   — /get_model_info from the model's config.json
@@ -591,11 +591,10 @@ static void test_unsupported(void **state) {
     static const struct {
         const char *path, *extra, *param;
     } refused[] = {
-        {"/v1/chat/completions", "\"response_format\":{\"type\":\"json_object\"}", "response_format"},
-        {"/v1/completions", "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}", "response_format"},
-        {"/v1/chat/completions", "\"json_schema\":\"{}\"", "json_schema"},
-        {"/v1/completions", "\"regex\":\"[0-9]+\"", "regex"},
-        {"/v1/chat/completions", "\"guided_json\":{}", "guided_json"},
+        // structured output beyond regexes and JSON schemas (bad ones: test_structured.c)
+        {"/v1/chat/completions", "\"response_format\":{\"type\":\"grammar\"}", "response_format"},
+        {"/v1/chat/completions", "\"ebnf\":\"root ::= x\"", "ebnf"},
+        {"/v1/completions", "\"guided_grammar\":\"x\"", "guided_grammar"},
         {"/v1/completions", "\"logit_bias\":{\"50\":-100}", "logit_bias"},
         {"/v1/chat/completions", "\"tool_choice\":\"auto\"", "tool_choice"},
         {"/v1/chat/completions", "\"functions\":[{\"name\":\"f\"}]", "functions"},
@@ -605,8 +604,7 @@ static void test_unsupported(void **state) {
         {"/v1/completions", "\"use_beam_search\":true", "use_beam_search"},
         {"/v1/completions", "\"prompt_logprobs\":1", "prompt_logprobs"},
         {"/v1/chat/completions", "\"chat_template\":\"{{x}}\"", "chat_template"},
-        {"/generate", "\"sampling_params\":{\"json_schema\":\"{}\"}", "json_schema"},
-        {"/generate", "\"sampling_params\":[{\"regex\":\"a\"}]", "regex"},
+        {"/generate", "\"sampling_params\":{\"structural_tag\":\"{}\"}", "structural_tag"},
         {"/generate", "\"sampling_params\":{\"logit_bias\":{\"1\":2}}", "logit_bias"},
     };
     char body[512];

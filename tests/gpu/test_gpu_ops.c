@@ -830,9 +830,13 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
 
 // The processed logprob row of ops.h steps 1-3, as kernels/cpu/sampling.c forms it (to
 // measure how close a disagreement is to a tie).
-static void s_lp_row(float *l, const float *logits, const ls_sampling_params_t *sp,
-                     const int32_t *prompt, int np, const int32_t *output, int no, int V) {
+static void s_lp_row(float *l, const float *logits, const uint32_t *mask,
+                     const ls_sampling_params_t *sp, const int32_t *prompt, int np,
+                     const int32_t *output, int no, int V) {
     memcpy(l, logits, (size_t)V * 4);
+    for (int v = 0; mask && v < V; v++)
+        if (!((mask[v >> 5] >> (v & 31)) & 1))
+            l[v] = -INFINITY;
     int32_t *mark = calloc((size_t)V, 4);
     if (sp->repetition_penalty != 1.0f) {
         for (int pass = 0; pass < 2; pass++) {
@@ -932,7 +936,24 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
             lr[7] = lr[3] = 40.0f;
         }
     }
-    ls_sampling_batch_t batch = {n_rows, TOPN, sp, pi, pids, oi, oids};
+    // grammar masks on every fourth row (ops.h step 0): about a third of the tokens allowed,
+    // the boosted ones included at random, so masked greedy and seeded rows both differ from
+    // their unmasked picks
+    int words = (V + 31) / 32, n_masks = 0;
+    int32_t *mask_index = t_alloc(n_rows * 4);
+    uint32_t *masks = t_alloc((size_t)n_rows * words * 4);
+    for (int row = 0; row < n_rows; row++) {
+        mask_index[row] = row % 4 == 1 ? n_masks++ : -1;
+        if (mask_index[row] < 0)
+            continue;
+        uint32_t *m = masks + (size_t)mask_index[row] * words;
+        for (int w = 0; w < words; w++)
+            m[w] = (uint32_t)t_rng_next(r) & (uint32_t)t_rng_next(r);
+        if (V % 32)
+            m[words - 1] &= (1u << (V % 32)) - 1;
+        m[0] |= 1u << 9;  // never empty
+    }
+    ls_sampling_batch_t batch = {n_rows, TOPN, sp, pi, pids, oi, oids, mask_index, masks};
     s_pb_t lg = s_pb_new(LS_DTYPE_F32, n + 3);
     s_pb_set(&lg, 3, logits, n);
 
@@ -956,8 +977,14 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
         }
         for (int row = 0; row < n_rows; row++) {
             const ls_sampling_params_t *p = &sp[row];
+            const uint32_t *m = mask_index[row] >= 0 ? masks + (size_t)mask_index[row] * words : NULL;
             int greedy = p->temperature <= 0.0f;
             greedy_n += greedy, seeded_n += !greedy;
+            if (m && (!((m[tg[row] >> 5] >> (tg[row] & 31)) & 1) ||
+                      !((m[tc[row] >> 5] >> (tc[row] & 31)) & 1))) {
+                bad++;
+                printf("  row %d picked a masked token: cpu %d gpu %d\n", row, tc[row], tg[row]);
+            }
             if (tc[row] == tg[row]) {
                 greedy_same += greedy, seeded_same += !greedy;
                 double d = fabs((double)lc[row] - lgp[row]);
@@ -966,7 +993,7 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
                 bad++;
                 printf("  greedy mismatch row %d: cpu %d gpu %d\n", row, tc[row], tg[row]);
             } else {
-                s_lp_row(lp, logits + (size_t)row * V, p, pids + pi[row], pi[row + 1] - pi[row],
+                s_lp_row(lp, logits + (size_t)row * V, m, p, pids + pi[row], pi[row + 1] - pi[row],
                          oids + oi[row], oi[row + 1] - oi[row], V);
                 float ka = s_key(lp, p, tc[row]), kb = s_key(lp, p, tg[row]);
                 double gap = fabs((double)ka - kb);
@@ -1030,7 +1057,7 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
     snprintf(res->note, sizeof res->note, "id mismatches %ld", top_bad);
     s_print_res(res);
     s_pb_free(&lg);
-    free(logits), free(sp), free(pi), free(oi), free(pids), free(oids), free(tc), free(tg),
+    free(logits), free(mask_index), free(masks), free(sp), free(pi), free(oi), free(pids), free(oids), free(tc), free(tg),
         free(lc), free(lgp), free(ic), free(ig), free(vc), free(vg), free(lp);
 }
 

@@ -234,6 +234,41 @@ static void test_batch_rows_independent(void **state) {
     assert_true(top_ids[0] == toks[0]); // greedy row: the top entry is the chosen token
 }
 
+// A grammar mask (ops.h step 0): greedy and seeded rows pick allowed tokens only, and the
+// logprob is normalized over the allowed tokens; an unmasked row beside it is unaffected.
+static void test_mask(void **state) {
+    (void)state;
+    enum { V = 70 };
+    float logits[2 * V];
+    for (int v = 0; v < V; v++)
+        logits[v] = logits[V + v] = (float)(v % 7) - (v == 5 ? -10.0f : 0.0f);  // 5 is the best
+    uint32_t mask[3] = {0};
+    for (int v = 40; v < 70; v += 3)
+        mask[v >> 5] |= 1u << (v & 31);
+    for (int seeded = 0; seeded < 2; seeded++) {
+        ls_sampling_params_t sp[2] = {s_params(seeded ? 1.0f : 0.0f, 7, 3), s_params(seeded ? 1.0f : 0.0f, 7, 3)};
+        int32_t index[2] = {0, -1}, tok[2];
+        float lp[2];
+        ls_sampling_batch_t b = {.n_rows = 2, .params = sp, .mask_index = index, .masks = mask};
+        for (int trial = 0; trial < 50; trial++) {
+            sp[0].step = sp[1].step = (uint64_t)trial;
+            assert_int_equal(ls_sampling_sample(tok, lp, NULL, NULL, logits, &b, V), 0);
+            assert_true(tok[0] >= 40 && (tok[0] - 40) % 3 == 0);
+            ls_sampling_batch_t bare = {.n_rows = 1, .params = &sp[1]};
+            int32_t alone;
+            assert_int_equal(ls_sampling_sample(&alone, NULL, NULL, NULL, logits + V, &bare, V), 0);
+            assert_int_equal(tok[1], alone);
+            if (!seeded)
+                assert_int_equal(tok[1], 5);
+            // the logprob over the allowed tokens only
+            double sum = 0;
+            for (int v = 40; v < 70; v += 3)
+                sum += exp(logits[v] - logits[tok[0]]);
+            assert_float_equal(lp[0], -log(sum), 1e-5);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
@@ -242,6 +277,7 @@ int main(void) {
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_penalties_and_logprobs),
         cmocka_unit_test(test_batch_rows_independent),
+        cmocka_unit_test(test_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
