@@ -314,12 +314,18 @@ static int s_body(bs_client_t *c, bs_buf_t *b, const bs_req_t *req, const char *
         }
         rc |= bs_buf_add(b, "]", 1);
     }
-    const char *ignore_eos = cfg->ignore_eos ? "true" : "false";
+    int constrained = req->constrained && (cfg->json_schema || cfg->regex);
+    const char *ignore_eos = cfg->ignore_eos && !constrained ? "true" : "false";
     if (gen) {
         rc |= s_buf_str(b, ",\"sampling_params\":{\"max_new_tokens\":");
         rc |= s_buf_uint(b, (unsigned)req->output_len);
         rc |= s_buf_str(b, ",\"temperature\":0,\"ignore_eos\":");
         rc |= s_buf_str(b, ignore_eos);
+        // SGLang's fields: json_schema as a JSON string, regex
+        if (constrained) {
+            rc |= s_buf_str(b, cfg->json_schema ? ",\"json_schema\":" : ",\"regex\":");
+            rc |= s_buf_json_str(b, cfg->json_schema ? cfg->json_schema : cfg->regex);
+        }
         rc |= s_buf_str(b, "},\"lora_path\":");
         rc |= adapter ? s_buf_json_str(b, adapter) : s_buf_str(b, "null");
         rc |= s_buf_str(b, cfg->stream ? ",\"stream\":true}" : ",\"stream\":false}");
@@ -330,6 +336,15 @@ static int s_body(bs_client_t *c, bs_buf_t *b, const bs_req_t *req, const char *
         rc |= s_buf_uint(b, (unsigned)req->output_len);
         rc |= s_buf_str(b, ",\"temperature\":0,\"ignore_eos\":");
         rc |= s_buf_str(b, ignore_eos);
+        // OpenAI's response_format for a schema, vLLM's guided_regex for a regex
+        if (constrained && cfg->json_schema) {
+            rc |= s_buf_str(b, ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"bench\",\"schema\":");
+            rc |= s_buf_str(b, cfg->json_schema);
+            rc |= s_buf_str(b, "}}");
+        } else if (constrained) {
+            rc |= s_buf_str(b, ",\"guided_regex\":");
+            rc |= s_buf_json_str(b, cfg->regex);
+        }
         rc |= s_buf_str(b, cfg->stream ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
                                        : ",\"stream\":false}");
     }

@@ -19,6 +19,10 @@ typedef struct {
     double timeout_s;      // a request not over by then fails as "timeout"
     int save_outputs;      // keep each answer's ids and text
     const char *model;     // openai: the `model` of requests for the base model
+    // structured output of the requests marked constrained: a JSON schema (compact JSON text)
+    // or a regex, at most one; such requests may stop at EOS (the grammar ends them)
+    const char *json_schema;
+    const char *regex;
 } bs_client_cfg_t;
 
 // One request's outcome. Times are milliseconds; send_ms counts from the run's start.

@@ -49,6 +49,11 @@ static const char s_usage[] =
     "  --dataset FILE            JSONL: {\"prompt\": text | \"input_ids\": [...], \"output_len\": n,\n"
     "                            \"adapter\": name | null} per line, instead of random prompts\n"
     "  --disable-ignore-eos      let requests stop at EOS (default: exactly the output length)\n"
+    "structured output (a request with it stops where its grammar ends, EOS allowed)\n"
+    "  --json-schema FILE        the JSON schema in FILE: response_format on /v1/completions, SGLang's\n"
+    "                            json_schema on /generate\n"
+    "  --regex RE                the regex RE: guided_regex on /v1/completions, regex on /generate\n"
+    "  --structured-output-ratio X  the share of requests that ask for it, drawn by the seed (default 1)\n"
     "adapters\n"
     "  --adapter-dist D          uniform (default), zipf:ALPHA, single (the first adapter) or base\n"
     "  --num-adapters N          how many adapters the distribution covers\n"
@@ -67,10 +72,11 @@ static const char s_usage[] =
 
 typedef struct {
     const char *base_url, *host, *backend, *model, *api_key, *dataset, *dist_str, *prefix, *adapters;
-    const char *output_file, *save_outputs;
+    const char *output_file, *save_outputs, *json_schema_file, *regex;
+    char *json_schema;  // the file's schema as compact JSON
     int port, input_len, output_len, warmup, stream, ignore_eos, progress;
     long num_prompts, num_adapters, max_concurrency;
-    double request_rate, range_ratio, slo_ttft_ms, slo_tpot_ms, timeout_s;
+    double request_rate, range_ratio, slo_ttft_ms, slo_tpot_ms, timeout_s, structured_ratio;
     unsigned long long seed;
     long vocab_size;
     bs_dist_t dist;
@@ -106,10 +112,28 @@ static double s_double(const char *flag, const char *v, double min) {
     return x;
 }
 
+// The whole of a small file (at most 1 MiB: a schema), malloc'd; NULL with errno set.
+static char *s_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc((1 << 20) + 1);
+    *n = buf ? fread(buf, 1, (1 << 20) + 1, f) : 0;
+    int bad = !buf || ferror(f) || *n > (1 << 20);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = buf ? EFBIG : ENOMEM;
+        return NULL;
+    }
+    return buf;
+}
+
 enum {
     O_BASE_URL = 256, O_HOST, O_PORT, O_BACKEND, O_MODEL, O_API_KEY, O_TIMEOUT, O_NUM_PROMPTS, O_RATE, O_CONC,
     O_WARMUP, O_SEED, O_INPUT_LEN, O_OUTPUT_LEN, O_RANGE, O_VOCAB, O_DATASET, O_NO_EOS, O_DIST, O_NUM_ADAPTERS,
-    O_PREFIX, O_ADAPTERS, O_OUTPUT_FILE, O_SAVE, O_SLO_TTFT, O_SLO_TPOT, O_NO_STREAM, O_NO_TQDM, O_HELP
+    O_PREFIX, O_ADAPTERS, O_OUTPUT_FILE, O_SAVE, O_SLO_TTFT, O_SLO_TPOT, O_NO_STREAM, O_NO_TQDM, O_HELP,
+    O_JSON_SCHEMA, O_REGEX, O_STRUCTURED_RATIO
 };
 
 static void s_parse(int argc, char **argv, s_opts_t *o) {
@@ -130,12 +154,14 @@ static void s_parse(int argc, char **argv, s_opts_t *o) {
         {"save-outputs", 1, 0, O_SAVE},       {"slo-ttft-ms", 1, 0, O_SLO_TTFT},
         {"slo-tpot-ms", 1, 0, O_SLO_TPOT},    {"disable-stream", 0, 0, O_NO_STREAM},
         {"disable-tqdm", 0, 0, O_NO_TQDM},    {"help", 0, 0, O_HELP},
+        {"json-schema", 1, 0, O_JSON_SCHEMA}, {"regex", 1, 0, O_REGEX},
+        {"structured-output-ratio", 1, 0, O_STRUCTURED_RATIO},
         {0, 0, 0, 0},
     };
     *o = (s_opts_t){.host = "127.0.0.1", .port = 30000, .backend = "loraserve", .input_len = 1024,
                     .output_len = 1024, .warmup = 1, .stream = 1, .ignore_eos = 1, .progress = 1,
                     .num_prompts = -1, .num_adapters = -1, .request_rate = INFINITY, .timeout_s = 21600,
-                    .seed = 1, .dist_str = "uniform"};
+                    .seed = 1, .dist_str = "uniform", .structured_ratio = 1};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -178,6 +204,12 @@ static void s_parse(int argc, char **argv, s_opts_t *o) {
         case O_SLO_TPOT: o->slo_tpot_ms = s_double("--slo-tpot-ms", optarg, 1e-9); break;
         case O_NO_STREAM: o->stream = 0; break;
         case O_NO_TQDM: o->progress = 0; break;
+        case O_JSON_SCHEMA: o->json_schema_file = optarg; break;
+        case O_REGEX: o->regex = optarg; break;
+        case O_STRUCTURED_RATIO:
+            if ((o->structured_ratio = s_double("--structured-output-ratio", optarg, 0)) > 1)
+                s_die(EXIT_USAGE, "--structured-output-ratio is a fraction in [0, 1], not '%s'", optarg);
+            break;
         case 'h':
         case O_HELP: fputs(s_usage, stdout); exit(0);
         default: s_die(EXIT_USAGE, "unknown flag or missing value: %s", flag);
@@ -195,6 +227,17 @@ static void s_parse(int argc, char **argv, s_opts_t *o) {
         s_die(EXIT_USAGE, "--adapter-prefix needs --num-adapters");
     if (!o->api_key)
         o->api_key = getenv("LORASERVE_API_KEY") ? getenv("LORASERVE_API_KEY") : getenv("OPENAI_API_KEY");
+    if (o->json_schema_file && o->regex)
+        s_die(EXIT_USAGE, "--json-schema and --regex both give the structured output: give one");
+    if (o->json_schema_file) {
+        size_t n;
+        char *text = s_read_file(o->json_schema_file, &n);
+        cJSON *j = text ? cJSON_ParseWithLength(text, n) : NULL;
+        if (!cJSON_IsObject(j) || !(o->json_schema = cJSON_PrintUnformatted(j)))
+            s_die(EXIT_USAGE, "--json-schema %s: %s", o->json_schema_file, text ? "not a JSON object" : strerror(errno));
+        cJSON_Delete(j);
+        free(text);
+    }
 }
 
 // The adapters requests are drawn from: the list, the prefix's names, or the server's.
@@ -399,6 +442,11 @@ static cJSON *s_config_json(const s_opts_t *o, const char *base_url, const char 
     cJSON_AddNumberToObject(j, "warmup_requests", o->warmup);
     cJSON_AddBoolToObject(j, "stream", o->stream);
     cJSON_AddBoolToObject(j, "ignore_eos", o->ignore_eos);
+    if (o->json_schema || o->regex) {
+        cJSON_AddStringToObject(j, "structured_output", o->json_schema ? "json_schema" : "regex");
+        cJSON_AddNumberToObject(j, "structured_output_ratio", o->structured_ratio);
+    } else
+        cJSON_AddNullToObject(j, "structured_output");
     if (o->slo_ttft_ms > 0)
         cJSON_AddNumberToObject(j, "slo_ttft_ms", o->slo_ttft_ms);
     else
@@ -448,7 +496,8 @@ int main(int argc, char **argv) {
         snprintf(base_url, sizeof base_url, "http://%s:%d", o.host, o.port);
 
     bs_client_cfg_t ccfg = {base_url, o.api_key, strcmp(o.backend, "openai") ? BS_API_GENERATE : BS_API_OPENAI,
-                            o.stream, o.ignore_eos, o.timeout_s, o.save_outputs != NULL, NULL};
+                            o.stream, o.ignore_eos, o.timeout_s, o.save_outputs != NULL, NULL,
+                            o.json_schema, o.regex};
     bs_client_t *c = bs_client_new(&ccfg);
     if (!c)
         s_die(EXIT_RUN, "cannot start libcurl");
@@ -475,6 +524,7 @@ int main(int argc, char **argv) {
         .dataset = o.dataset,
         .dist = o.dist,
         .request_rate = o.request_rate,
+        .constrained_ratio = o.json_schema || o.regex ? o.structured_ratio : 0,
         .seed = o.seed,
     };
     bs_workload_t *w = bs_workload_new(&wcfg, (const char *const *)names.v, names.n, err, sizeof err);

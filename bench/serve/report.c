@@ -276,6 +276,7 @@ int bs_report_save_outputs(const char *path, const bs_run_data_t *d, char *err, 
         else
             cJSON_AddItemToObject(o, "input_ids", s_ids(q->ids, q->nids));
         cJSON_AddNumberToObject(o, "output_len", q->output_len);
+        cJSON_AddBoolToObject(o, "constrained", q->constrained);
         if (r->output_ids)
             cJSON_AddItemToObject(o, "output_ids", s_ids(r->output_ids, r->noutput_ids));
         if (r->text)

@@ -53,7 +53,7 @@ static int64_t s_rng_range(s_rng_t *r, int64_t lo, int64_t hi) {
     return lo + (int64_t)(s_rng_next(r) % (uint64_t)(hi - lo + 1));
 }
 
-enum { S_STREAM_PROMPT = 1, S_STREAM_ADAPTER, S_STREAM_ARRIVAL };
+enum { S_STREAM_PROMPT = 1, S_STREAM_ADAPTER, S_STREAM_ARRIVAL, S_STREAM_CONSTRAINED };
 
 struct bs_workload_t {
     bs_req_t *reqs;
@@ -364,9 +364,10 @@ bs_workload_t *bs_workload_new(const bs_workload_cfg_t *cfg, const char *const *
         s_err(err, errcap, "out of memory");
         goto fail;
     }
-    s_rng_t ra, rt;
+    s_rng_t ra, rt, rc;
     s_rng_seed(&ra, cfg->seed, S_STREAM_ADAPTER);
     s_rng_seed(&rt, cfg->seed, S_STREAM_ARRIVAL);
+    s_rng_seed(&rc, cfg->seed, S_STREAM_CONSTRAINED);
     // Poisson arrivals: exponential gaps; the first request at 0, as SGLang sends it.
     int paced = cfg->request_rate > 0 && isfinite(cfg->request_rate);
     double t = 0;
@@ -376,6 +377,7 @@ bs_workload_t *bs_workload_new(const bs_workload_cfg_t *cfg, const char *const *
         if (req->adapter == -2)
             req->adapter = drawn;
         req->arrival_s = t;
+        req->constrained = s_rng_unit(&rc) < cfg->constrained_ratio;
         if (paced)
             t += -log(1.0 - s_rng_unit(&rt)) / cfg->request_rate;
     }

@@ -30,6 +30,7 @@ typedef struct {
     int output_len;     // new tokens asked for
     int adapter;        // index into the workload's adapter names; -1: the base model
     double arrival_s;   // when the request arrives, seconds after the run's start
+    int constrained;    // asks for the run's structured output (--json-schema, --regex)
 } bs_req_t;
 
 typedef struct {
@@ -40,6 +41,7 @@ typedef struct {
     const char *dataset;   // JSONL file instead of random prompts (NULL: random)
     bs_dist_t dist;
     double request_rate;   // requests per second, Poisson arrivals; <= 0 or infinite: all at 0
+    double constrained_ratio;  // the share of requests with structured output, drawn by the seed
     uint64_t seed;
 } bs_workload_cfg_t;
 

@@ -63,6 +63,34 @@ for r in rows(f"{run}/dataset-out.jsonl"):
 print("reports and answers: ok")
 EOF
 
+# Structured output: half the requests under a JSON schema, on both backends; each constrained
+# answer parses and fits the schema, and the report says it.
+echo '{"type":"object","properties":{"w":{"type":"string","maxLength":12}},"required":["w"]}' >"$run/schema.json"
+for b in loraserve openai; do
+    "$bench" --base-url "$url" --input-len 24 --output-len 40 --range-ratio 1 --disable-tqdm --output-file "$run/structured.jsonl" \
+        --backend $b --adapter-dist zipf:1 --num-prompts 16 --max-concurrency 8 --json-schema "$run/schema.json" \
+        --structured-output-ratio 0.5 --save-outputs "$run/structured-$b.jsonl" >/dev/null || fail "structured output, $b"
+done
+PYTHONPATH=$(dirname "$0") python3 - "$run" <<'EOF' || fail "structured output"
+import json, sys
+from bench_check import check_clean, reports, rows
+run = sys.argv[1]
+for i, r in enumerate(reports(f"{run}/structured.jsonl")):
+    check_clean(r, f"structured report {i}")
+    assert r["structured_output"] == "json_schema" and r["structured_output_ratio"] == 0.5, r
+for b in ("loraserve", "openai"):
+    saved = rows(f"{run}/structured-{b}.jsonl")
+    constrained = [r for r in saved if r["constrained"]]
+    assert 0 < len(constrained) < len(saved), (b, len(constrained), len(saved))
+    for r in constrained:
+        try:
+            v = json.loads(r["text"])
+        except ValueError as e:
+            raise AssertionError(f"{b} request {r['index']}: {r['text']!r} does not parse: {e}")
+        assert list(v) == ["w"] and isinstance(v["w"], str) and len(v["w"]) <= 12, (b, r["text"])
+print("structured output: ok")
+EOF
+
 # Bad cases.
 out=$("$bench" --port 1 --vocab-size 824 --num-prompts 2 --adapter-dist base 2>&1) && fail "an unreachable server exited 0"
 case $out in *"cannot reach the server at http://127.0.0.1:1"*) ;; *) fail "unreachable: $out" ;; esac

@@ -37,6 +37,10 @@
 #             one group: Zipf(1) over 100 q,k,v,o adapters, closed loop at 128 concurrent per
 #             group, then Poisson at 70% of one group's rate per group: throughput ratio, p99
 #             TTFT and median TPOT of each
+#   structured (not in the default set) the grammar masks' cost: 64 concurrent base-model
+#             requests plain, then each under a JSON schema (a string of 200-300 characters)
+#             twice — the first run computes the masks of the states it reaches, the second finds
+#             them cached: median TPOT against the plain run's
 #   tpnodes   (not in the default set; 2 GPUs) the demo model with --tp-size 2 over two
 #             launchers as two hosts on this machine (127.0.0.1 and 127.0.0.2, tcp, CURVE)
 #             against one worker: the greedy text of the base model and each demo adapter
@@ -498,6 +502,28 @@ stage_dp() {
     done
     graph_stop
   done
+}
+
+stage_structured() {
+  row "== structured: grammar masks, 64 concurrent base-model requests, a JSON schema on each ($card)"
+  local schema=$out/schema.json
+  echo '{"type":"object","properties":{"text":{"type":"string","minLength":200,"maxLength":300}},"required":["text"]}' >"$schema"
+  graph_start /tmp/ls-structured || return 1
+  row "$(printf '%-22s %9s %9s %9s %6s' run tok/s 'p50 tpot' 'vs plain' failed)"
+  local plain run
+  for run in plain cold warm; do
+    local f=$out/structured_$run.json grammar=()
+    [[ $run != plain ]] && grammar=(--json-schema "$schema")
+    "$bin/loraserve-bench" --base-url "$url" --adapter-dist base --num-prompts 256 --warmup-requests 0 \
+      --max-concurrency 64 --request-rate inf "${common[@]}" "${grammar[@]}" --disable-tqdm --output-file "$f" \
+      >"$out/structured_$run.log" 2>&1 || tail -n 5 "$out/structured_$run.log"
+    local tpot
+    tpot=$(jget "$f" median_tpot_ms)
+    [[ $run == plain ]] && plain=$tpot
+    row "$(printf '%-22s %9.1f %9.2f %9.3f %6s' "$run" "$(jget "$f" output_throughput)" "$tpot" \
+      "$(python3 -c "print($tpot / $plain)")" "$(jget "$f" failed)")"
+  done
+  graph_stop
 }
 
 # The demo's prompt for the base model and each demo adapter, greedy: "model<TAB>text" lines.
