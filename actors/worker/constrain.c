@@ -207,3 +207,8 @@ int wcon_advance(wcon_t *self, const ls_msg_step_item_t *it, int32_t token) {
     q->state = next;
     return 0;
 }
+
+void wcon_mask_counts(const wcon_t *self, uint64_t *hits, uint64_t *misses) {
+    *hits = self->masker ? ls_token_masker_hits(self->masker) : 0;
+    *misses = self->masker ? ls_token_masker_misses(self->masker) : 0;
+}

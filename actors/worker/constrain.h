@@ -38,5 +38,7 @@ int wcon_masks(wcon_t *self, const ls_msg_step_item_t *const *items, int n, cons
 // Walks rid's automaton over the sampled token. -1 when the token leaves the grammar (it
 // cannot, with the masks applied, unless a backend ignored them): the row then fails.
 int wcon_advance(wcon_t *self, const ls_msg_step_item_t *it, int32_t token);
+// Masks found cached and masks computed, since the start.
+void wcon_mask_counts(const wcon_t *self, uint64_t *hits, uint64_t *misses);
 
 #endif

@@ -77,6 +77,7 @@ typedef struct {
     int32_t eos_ids[LS_MAX_EOS_TOKENS * 2];
     int n_eos;
     uint32_t scheduler_epoch;  // counts the scheduler's deaths: a load begun before one is void
+    wstep_times_t times;       // where the steps' time went (step.h), reported by s_report_step
 } worker_t;
 
 static worker_t s_w;
@@ -141,7 +142,7 @@ static int s_target_mask(unsigned *mask) {
 }
 
 static wstep_engine_t s_engine(void) {
-    return (wstep_engine_t){.model = s_w.model, .kv = s_w.kv, .pool = s_w.pool, .history = s_w.history,
+    return (wstep_engine_t){.times = &s_w.times, .model = s_w.model, .kv = s_w.kv, .pool = s_w.pool, .history = s_w.history,
                             .constrain = s_w.constrain, .rank = s_w.rank, .backend = s_w.be->name, .max_items = (uint32_t)s_w.max_running,
                             .max_tokens = (uint32_t)s_w.max_batched};
 }
@@ -358,6 +359,21 @@ static void s_destroy(ls_actor_t *a, void *state) {
 // ---------------------------------------------------------------------------------------------
 // steps
 
+// A step's share of the time split (measured: /metrics, replay does not compare them) and the
+// grammar masks' cache, as counters.
+static void s_report_step(ls_actor_t *a) {
+    ls_actor_measure(a, "step_forward_us_total", s_w.times.forward_ns / 1000);
+    ls_actor_measure(a, "step_masks_us_total", s_w.times.masks_ns / 1000);
+    ls_actor_measure(a, "step_sample_us_total", s_w.times.sample_ns / 1000);
+    s_w.times = (wstep_times_t){0};
+    uint64_t hits, misses, *h = ls_actor_counter(a, "grammar_mask_hits"), *m = ls_actor_counter(a, "grammar_mask_misses");
+    if (s_w.constrain && h && m) {
+        wcon_mask_counts(s_w.constrain, &hits, &misses);
+        *h = hits;
+        *m = misses;
+    }
+}
+
 static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_step_plan_t *plan = &in->msg->u.step_plan;
     uint64_t t0 = ls_mono_ns();  // a measurement (elapsed_us), not a decision: the clock itself
@@ -377,6 +393,7 @@ static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
         ls_actor_count(a, "steps", 1);
         ls_actor_count(a, "tokens_sampled", (uint64_t)n_rows);
     }
+    s_report_step(a);
     // Tensor parallel: only rank 0 answers.
     if (s_w.rank == 0) {
         m.rid = in->msg->rid;

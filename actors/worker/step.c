@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "ls_actor.h"
 #include "lora_pool.h"
 
 // Puts the item's adapter in the scheduler's slot. -1 + err when it is not in the CPU tier.
@@ -162,8 +163,11 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
             }
         }
     }
+    uint64_t t0 = e->times ? ls_mono_ns() : 0;
     if (rc == 0 && ls_model_forward(e->model, e->kv, e->pool, seqs, (int)n, err, errlen) != n_rows)
         rc = -1;
+    if (e->times)
+        e->times->forward_ns += ls_mono_ns() - t0;
     else if (rc != 0)  // the other ranks of the group fail the step with this one
         ls_model_agree(e->model, false, NULL, 0);
 
@@ -198,9 +202,11 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
             rids[r++] = it->rid;
         }
         ls_history_batch(e->history, rids, n_rows, &batch);
+        uint64_t t1 = e->times ? ls_mono_ns() : 0;
         if (rc == 0 && e->constrain &&
             wcon_masks(e->constrain, row_items, n_rows, &batch.mask_index, &batch.masks, err, errlen) < 0)
             rc = -1;
+        uint64_t t2 = e->times ? ls_mono_ns() : 0;
         int32_t *tokens = calloc((size_t)n_rows, sizeof *tokens);
         float *logprobs = calloc((size_t)n_rows, sizeof *logprobs);
         int32_t *top_ids = max_top ? calloc((size_t)n_rows * max_top, sizeof *top_ids) : NULL;
@@ -208,6 +214,10 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         if (rc == 0 && ls_model_sample(e->model, &batch, tokens, logprobs, top_ids, top_lps) < 0) {
             snprintf(err, errlen, "sampling failed on the %s backend", e->backend);
             rc = -1;
+        }
+        if (e->times) {
+            e->times->masks_ns += t2 - t1;
+            e->times->sample_ns += ls_mono_ns() - t2;
         }
         if (rc == 0) {
             m->u.step_result.items.v = calloc((size_t)n_rows, sizeof(ls_msg_step_output_t));

@@ -18,7 +18,15 @@
 #include "ls_msg.h"
 #include "model.h"
 
+// Where a step's time went on this host's clock, added up over steps: the forward's call (on
+// the GPU it only queues the work), the grammar masks built for constrained rows, and the
+// sampling call (on the GPU it waits for the forward first). Measurements, never decisions.
 typedef struct {
+    uint64_t forward_ns, masks_ns, sample_ns;
+} wstep_times_t;
+
+typedef struct {
+    wstep_times_t *times; // NULL: not measured
     ls_model_t *model;
     ls_kv_cache_t *kv;
     ls_lora_pool_t *pool;
