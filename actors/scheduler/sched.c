@@ -1,6 +1,6 @@
 // sched — the scheduler's decision core; the policy and its invariants are in
-// docs/scheduling.md, the interface in sched.h. This file holds the requests, their KV, the
-// step plan and the events; the adapters are sched_adapters.c's (sched_impl.h).
+// docs/scheduling.md, the interface in sched.h. This file holds the requests, their KV and the
+// events; the step plan is sched_plan.c's, the adapters sched_adapters.c's (sched_impl.h).
 //
 // One step is in flight at a time: a plan is built only when the previous step's result is
 // in, so between plans nothing the workers read (block tables, slots) can change under them.
@@ -35,7 +35,7 @@ void *sched_alloc(void *p, size_t n) {
     return q;
 }
 
-static void s_grow_array(void **v, size_t *cap, size_t need, size_t elem) {
+void sched_grow_array(void **v, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap)
         return;
     size_t cap2 = *cap ? *cap : 8;
@@ -49,9 +49,8 @@ char *sched_strdup(const char *s) {
     return s ? strcpy(sched_alloc(NULL, strlen(s) + 1), s) : NULL;
 }
 
-static void *s_memdup(const void *p, size_t n) { return n ? memcpy(sched_alloc(NULL, n), p, n) : NULL; }
+void *sched_memdup(const void *p, size_t n) { return n ? memcpy(sched_alloc(NULL, n), p, n) : NULL; }
 
-static uint32_t s_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 // A request without a seed gets one derived from its rid (splitmix64), so replay samples alike.
 static uint64_t s_seed_of(uint64_t rid) {
@@ -137,10 +136,10 @@ static void s_error_reply(sched_t *s, void *reply, uint64_t rid, uint32_t code, 
 static void s_sampling_copy(ls_msg_sampling_params_t *dst, const ls_msg_sampling_params_t *src) {
     *dst = *src;
     dst->grammar = (ls_text_t){0};
-    dst->stop_token_ids.v = s_memdup(src->stop_token_ids.v, src->stop_token_ids.n * sizeof(int32_t));
-    dst->stop.v = s_memdup(src->stop.v, src->stop.n * sizeof *src->stop.v);
+    dst->stop_token_ids.v = sched_memdup(src->stop_token_ids.v, src->stop_token_ids.n * sizeof(int32_t));
+    dst->stop.v = sched_memdup(src->stop.v, src->stop.n * sizeof *src->stop.v);
     for (size_t i = 0; i < src->stop.n; i++)  // text: len bytes and the NUL after them
-        dst->stop.v[i].s = src->stop.v[i].s ? s_memdup(src->stop.v[i].s, src->stop.v[i].len + 1) : NULL;
+        dst->stop.v[i].s = src->stop.v[i].s ? sched_memdup(src->stop.v[i].s, src->stop.v[i].len + 1) : NULL;
 }
 
 static void s_sampling_free(ls_msg_sampling_params_t *sp) {
@@ -155,7 +154,7 @@ static void s_sampling_free(ls_msg_sampling_params_t *sp) {
 // ---------------------------------------------------------------------------------------------
 // request lists
 
-static void s_list_remove(req_t *r) {
+void sched_list_remove(req_t *r) {
     req_list_t *l = r->list;
     if (r->prev)
         r->prev->next = r->next;
@@ -171,16 +170,15 @@ static void s_list_remove(req_t *r) {
     l->tokens -= r->listed_tokens;
 }
 
-static uint32_t s_seq_len(const req_t *r);
 
 static void s_list_joined(req_list_t *l, req_t *r) {
     r->list = l;
-    r->listed_tokens = s_seq_len(r);
+    r->listed_tokens = sched_seq_len(r);
     l->tokens += r->listed_tokens;
     l->n++;
 }
 
-static void s_list_push_back(req_list_t *l, req_t *r) {
+void sched_list_push_back(req_list_t *l, req_t *r) {
     r->prev = l->tail;
     r->next = NULL;
     if (l->tail)
@@ -202,12 +200,10 @@ static void s_list_push_front(req_list_t *l, req_t *r) {
     s_list_joined(l, r);
 }
 
-static uint32_t s_seq_len(const req_t *r) { return r->n_prompt + r->n_out; }
-static const char *s_key(const req_t *r) { return r->ad ? r->ad->id : ""; }
 
 // A request's tenant is its adapter, the base model being one more (ad NULL): the queue bound
 // per tenant and the fair share count by it (docs/scheduling.md, "Admission and fair share").
-static uint32_t s_tenant_running(const sched_t *s, const lora_adapter_t *ad) {
+uint32_t sched_tenant_running(const sched_t *s, const lora_adapter_t *ad) {
     return ad ? ad->running : s->base_running;
 }
 
@@ -216,7 +212,7 @@ static uint32_t s_tenant_waiting(const sched_t *s, const lora_adapter_t *ad) {
 }
 
 // r joins (d = 1) or leaves (d = -1) the running list.
-static void s_tenant_run(sched_t *s, const req_t *r, int d) {
+void sched_tenant_run(sched_t *s, const req_t *r, int d) {
     if (r->ad)
         r->ad->running += (uint32_t)d;
     else
@@ -233,16 +229,16 @@ static void s_emit_out(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint
     m.rid = r->rid;
     ls_msg_token_out_t *t = &m.u.token_out;
     if (o) {
-        t->token_ids.v = s_memdup(&o->token_id, sizeof o->token_id);
+        t->token_ids.v = sched_memdup(&o->token_id, sizeof o->token_id);
         t->token_ids.n = 1;
         if (r->sampling.logprobs) {
-            t->logprobs.v = s_memdup(&o->logprob, sizeof o->logprob);
+            t->logprobs.v = sched_memdup(&o->logprob, sizeof o->logprob);
             t->logprobs.n = 1;
         }
         if (r->sampling.top_logprobs) {
             size_t n = o->top_ids.n < o->top_logprobs.n ? o->top_ids.n : o->top_logprobs.n;
-            t->top_ids.v = s_memdup(o->top_ids.v, n * sizeof(int32_t));
-            t->top_logprobs.v = s_memdup(o->top_logprobs.v, n * sizeof(float));
+            t->top_ids.v = sched_memdup(o->top_ids.v, n * sizeof(int32_t));
+            t->top_logprobs.v = sched_memdup(o->top_logprobs.v, n * sizeof(float));
             t->top_ids.n = t->top_logprobs.n = n;
         }
     }
@@ -262,7 +258,7 @@ static void s_emit_out(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint
 // ---------------------------------------------------------------------------------------------
 // KV of one request
 
-static void s_free_blocks(sched_t *s, req_t *r) {
+void sched_free_blocks(sched_t *s, req_t *r) {
     while (r->n_blocks > 0)
         kv_release(s->kv, r->blocks[--r->n_blocks]);  // last to first: leaves go idle first
     r->computed = r->n_published = 0;
@@ -275,7 +271,7 @@ static void s_free_blocks(sched_t *s, req_t *r) {
 static void s_publish(sched_t *s, req_t *r) {
     uint32_t bs = kv_block_size(s->kv);
     while (!r->cache_done && r->n_published < r->computed / bs) {
-        kv_node_t *node = kv_insert(s->kv, s_key(r), r->cache_node, r->tokens + (size_t)r->n_published * bs,
+        kv_node_t *node = kv_insert(s->kv, sched_key(r), r->cache_node, r->tokens + (size_t)r->n_published * bs,
                                     r->blocks[r->n_published]);
         if (!node) {
             r->cache_done = true;
@@ -287,28 +283,28 @@ static void s_publish(sched_t *s, req_t *r) {
 }
 
 static void s_preempt(sched_t *s, req_t *r) {
-    ls_info(r->rid, "preempted: KV blocks ran out (%u tokens will be recomputed)", s_seq_len(r));
-    s_free_blocks(s, r);
-    s_list_remove(r);
-    s_tenant_run(s, r, -1);
+    ls_info(r->rid, "preempted: KV blocks ran out (%u tokens will be recomputed)", sched_seq_len(r));
+    sched_free_blocks(s, r);
+    sched_list_remove(r);
+    sched_tenant_run(s, r, -1);
     r->preempted = true;
     s_list_push_front(&s->waiting, r);
     s->stats.preemptions++;
 }
 
-static void s_blocks_cap(req_t *r, uint32_t need) {
+void sched_blocks_cap(req_t *r, uint32_t need) {
     size_t cap = r->cap_blocks;
-    s_grow_array((void **)&r->blocks, &cap, need, sizeof *r->blocks);
+    sched_grow_array((void **)&r->blocks, &cap, need, sizeof *r->blocks);
     r->cap_blocks = (uint32_t)cap;
 }
 
 // Give r blocks for its first `tokens` tokens (it keeps those it got on failure). When none are
 // free and may_preempt, preempt the newest running request not in the plan being built; r
 // itself is one, so with may_preempt -1 means r was preempted.
-static int s_reserve(sched_t *s, req_t *r, uint32_t tokens, bool may_preempt) {
+int sched_reserve(sched_t *s, req_t *r, uint32_t tokens, bool may_preempt) {
     uint32_t bs = kv_block_size(s->kv);
     uint32_t need = (tokens + bs - 1) / bs;
-    s_blocks_cap(r, need);
+    sched_blocks_cap(r, need);
     while (r->n_blocks < need) {
         uint32_t b;
         if (kv_alloc(s->kv, &b) == 0) {
@@ -350,12 +346,12 @@ static void s_retire(sched_t *s, req_t *r, uint32_t finish) {
     case LS_FINISH_REASON_ERROR: s->stats.requests_failed++; break;
     default: s->stats.requests_finished++; break;
     }
-    s_free_blocks(s, r);
+    sched_free_blocks(s, r);
     if (r->list == &s->running)
-        s_tenant_run(s, r, -1);
-    s_list_remove(r);
+        sched_tenant_run(s, r, -1);
+    sched_list_remove(r);
     if (r->admitted) {
-        s_grow_array((void **)&s->released, &s->cap_released, s->n_released + 1, sizeof *s->released);
+        sched_grow_array((void **)&s->released, &s->cap_released, s->n_released + 1, sizeof *s->released);
         s->released[s->n_released++] = r->rid;
     }
     lora_adapter_t *ad = r->ad;
@@ -370,311 +366,6 @@ static void s_retire(sched_t *s, req_t *r, uint32_t finish) {
 void sched_req_finish(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint32_t finish, const char *error) {
     s_emit_out(s, r, o, finish, error);
     s_retire(s, r, finish);
-}
-
-// ---------------------------------------------------------------------------------------------
-// the step plan
-
-static bool s_first_class(const sched_t *s, const req_t *r) {
-    return r->preempted || r->skipped > (uint32_t)s->cfg.max_skip_steps;
-}
-
-// Admission order class: 0 preempted or aged past the bound, 1 residency hit (base model or
-// adapter in a slot), 2 the rest.
-static int s_class(const sched_t *s, const req_t *r) {
-    if (s_first_class(s, r))
-        return 0;
-    return !r->ad || r->ad->slot >= 0 ? 1 : 2;
-}
-
-// Class 0 first, FIFO; then by turn (tenants take turns), then class, then FIFO.
-static const sched_t *s_sort_ctx;  // qsort has no context argument; single-threaded use only
-static int s_order_cmp(const void *a, const void *b) {
-    const req_t *x = *(req_t *const *)a, *y = *(req_t *const *)b;
-    int cx = s_class(s_sort_ctx, x), cy = s_class(s_sort_ctx, y);
-    if ((cx == 0) != (cy == 0))
-        return cx - cy;
-    if (cx != 0 && x->turn != y->turn)
-        return x->turn < y->turn ? -1 : 1;
-    if (cx != cy)
-        return cx - cy;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-// The waiting requests in admission order (caller frees). A request's turn is its tenant's
-// running requests plus the tenant's requests waiting ahead of it: the tenant with the fewest
-// running goes next, so a flood from one tenant queues behind every other tenant's next request.
-static req_t **s_waiting_order(sched_t *s, size_t *n) {
-    for (int i = 0; i < lora_count(s->lora); i++)
-        lora_at(s->lora, i)->turn_seen = 0;
-    uint32_t base_seen = 0;
-    req_t **v = sched_alloc(NULL, (s->waiting.n ? s->waiting.n : 1) * sizeof *v);
-    size_t k = 0;
-    for (req_t *r = s->waiting.head; r; r = r->next) {
-        uint32_t *seen = r->ad ? &r->ad->turn_seen : &base_seen;
-        r->turn = s_tenant_running(s, r->ad) + (*seen)++;
-        v[k++] = r;
-    }
-    s_sort_ctx = s;
-    qsort(v, k, sizeof *v, s_order_cmp);
-    s_sort_ctx = NULL;
-    *n = k;
-    return v;
-}
-
-static void s_slot_fill(sched_t *s, lora_adapter_t *ad, int slot, bool prefetch) {
-    lora_slot_assign(s->lora, ad, slot, s->step + 1);
-    s->stats.adapter_cold_loads++;
-    if (!prefetch)
-        return;
-    // Tell the workers now, so the copy overlaps the step in flight.
-    s->stats.adapter_prefetches++;
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_PREFETCH_ADAPTER);
-    m.u.prefetch_adapter.adapter_id = sched_strdup(ad->id);
-    m.u.prefetch_adapter.slot = slot;
-    m.u.prefetch_adapter.name = sched_strdup(ad->name);
-    sched_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
-    ls_msg_clear(&m);
-}
-
-// Pinned adapters hold a slot for good: give one to any that has none (after a load or a
-// worker restart), and reload pinned adapters the workers lost.
-static void s_pin_upkeep(sched_t *s, uint64_t now) {
-    for (int i = 0; i < lora_count(s->lora); i++) {
-        lora_adapter_t *ad = lora_at(s->lora, i);
-        if (!ad->pinned || ad->unloading || !ad->confirmed)
-            continue;
-        if (!ad->resident)
-            sched_adapter_ensure_resident(s, ad, now);
-        else if (ad->slot < 0) {
-            int slot = lora_slot_pick(s->lora, NULL, 0);
-            if (slot >= 0)
-                s_slot_fill(s, ad, slot, true);
-        }
-    }
-}
-
-// The sampling parameters a worker needs: the effective stop set (masked until min_new_tokens),
-// the effective max_new_tokens and a seed always set; stop strings stay here. The grammar text
-// goes with a request's first chunk only (grammar_kind on every step): the worker keeps the
-// request's automaton state from then on, across preemptions too, until the rid is released.
-static void s_plan_sampling(const req_t *r, ls_msg_sampling_params_t *sp) {
-    *sp = r->sampling;
-    sp->stop.v = NULL;
-    sp->stop.n = 0;
-    sp->grammar = (ls_text_t){0};
-    if (!r->chunked && r->sampling.grammar.s)
-        sp->grammar = ls_msg_textdup(r->sampling.grammar.s, r->sampling.grammar.len);
-    sp->stop_token_ids.v = s_memdup(r->stop, r->n_stop * sizeof *r->stop);
-    sp->stop_token_ids.n = r->n_stop;
-    sp->seed = r->seed;
-    sp->has_seed = true;
-    sp->max_new_tokens = r->max_new;
-    sp->min_new_tokens = r->min_new;
-}
-
-static void s_plan_add(sched_t *s, ls_msg_step_items_t *items, req_t *r, uint32_t chunk) {
-    ls_msg_step_item_t *it = &items->v[items->n++];
-    memset(it, 0, sizeof *it);
-    uint32_t len = s_seq_len(r);
-    it->rid = r->rid;
-    it->adapter_slot = r->ad ? r->ad->slot : -1;
-    it->adapter_id = r->ad ? sched_strdup(r->ad->id) : NULL;
-    it->token_ids.v = s_memdup(r->tokens + r->computed, chunk * sizeof *r->tokens);
-    it->token_ids.n = chunk;
-    it->position = r->computed;
-    it->block_table.v = s_memdup(r->blocks, r->n_blocks * sizeof *r->blocks);
-    it->block_table.n = r->n_blocks;
-    s_plan_sampling(r, &it->sampling);
-    it->is_prefill = !(r->n_out > 0 && r->computed + 1 == len);
-    it->sample = r->computed + chunk == len;
-    it->generated = r->n_out;
-    if (!r->chunked && r->computed > 0) {
-        // A prefix hit: the worker runs only the rest, but its penalties need all the tokens.
-        it->context_ids.v = s_memdup(r->tokens, r->computed * sizeof *r->tokens);
-        it->context_ids.n = r->computed;
-    }
-    r->chunked = true;
-    r->in_plan = true;
-    r->admitted = true;
-    s_grow_array((void **)&s->plan, &s->cap_plan, s->n_plan + 1, sizeof *s->plan);
-    s->plan[s->n_plan++] = (planned_t){.rid = r->rid, .chunk = chunk, .sample = it->sample};
-}
-
-// Running requests, oldest first: decodes (one token each) when `decodes`, else the rest of
-// their prompts (chunks). Preemption takes the newest not yet planned, so it never takes an
-// older request's place for a newer one.
-static void s_plan_running(sched_t *s, ls_msg_step_items_t *items, uint32_t *budget, bool decodes) {
-    uint32_t bs = kv_block_size(s->kv);
-    for (req_t *r = s->running.head, *next; r && *budget > 0; r = next) {
-        next = r->next;
-        uint32_t left = s_seq_len(r) - r->computed;
-        if (r->in_plan || (left == 1) != decodes)
-            continue;
-        uint32_t chunk = s_min_u32(s_min_u32(left, (uint32_t)s->cfg.chunked_prefill_size), *budget);
-        if (s_reserve(s, r, r->computed + chunk, false) < 0) {
-            // Short of blocks: a prompt chunk shrinks to what fits. When nothing fits (always
-            // the case for a decode), preempt until one token fits; failing that, r was the
-            // newest unplanned request and preempted itself, so every newer one is planned.
-            if (r->n_blocks * bs == r->computed && s_reserve(s, r, r->computed + 1, true) < 0)
-                break;
-            chunk = s_min_u32(chunk, r->n_blocks * bs - r->computed);
-        }
-        next = r->next;  // preemption removed requests from the tail
-        s_plan_add(s, items, r, chunk);
-        *budget -= chunk;
-    }
-}
-
-// Waiting requests in admission order, within the budget, the running cap, free KV blocks and
-// the slot constraint; then age those that were passed over.
-static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budget, uint64_t now) {
-    size_t n;
-    req_t **order = s_waiting_order(s, &n);
-    uint32_t bs = kv_block_size(s->kv);
-    bool gate = false;       // an aged request waits for a slot: no later request may take one
-    size_t passed_by = 0;    // 1 + the last place in the order admitted that holds an unpinned slot
-    for (size_t i = 0; i < n; i++) {
-        req_t *r = order[i];
-        if (s->running.n >= (uint32_t)s->cfg.max_running_requests || *budget == 0)
-            break;
-        lora_adapter_t *ad = r->ad;
-        if (ad && !ad->resident) {
-            sched_adapter_ensure_resident(s, ad, now);
-            continue;
-        }
-        bool competes = ad && !(ad->pinned && ad->slot >= 0);
-        if (gate && competes)
-            continue;
-        int slot = -1;
-        if (ad && ad->slot < 0) {
-            slot = lora_slot_pick(s->lora, NULL, 0);
-            if (slot < 0) {
-                // Not blocking: the requests behind it whose adapters fit still go.
-                gate |= s_first_class(s, r);
-                continue;
-            }
-        }
-        uint32_t len = s_seq_len(r);
-        s_blocks_cap(r, len / bs + 1);
-        uint32_t hit = kv_match(s->kv, s_key(r), r->tokens, len, r->blocks, &r->cache_node);
-        r->n_blocks = r->n_published = hit;
-        r->computed = hit * bs;
-        uint32_t chunk = s_min_u32(s_min_u32(len - r->computed, (uint32_t)s->cfg.chunked_prefill_size), *budget);
-        if (s_reserve(s, r, r->computed + chunk, false) < 0) {
-            s_free_blocks(s, r);
-            break;  // the cache is full: admitting later requests instead would starve this one
-        }
-        if (slot >= 0)
-            s_slot_fill(s, ad, slot, false);
-        else if (ad)
-            s->stats.adapter_residency_hits++;
-        s->stats.prefix_hit_tokens += r->computed;
-        if (!r->admitted)
-            r->cached_tokens = r->computed;
-        s_list_remove(r);
-        s_list_push_back(&s->running, r);
-        s_tenant_run(s, r, 1);
-        r->preempted = false;
-        if (r->skipped > s->stats.max_skipped)
-            s->stats.max_skipped = r->skipped;
-        r->skipped = 0;
-        if (competes)
-            passed_by = i + 1;
-        s_plan_add(s, items, r, chunk);
-        *budget -= chunk;
-    }
-    // Those still waiting ahead of a slot user admitted after them were passed over. One whose
-    // adapter is still loading is not: the scheduler is not choosing against it.
-    for (size_t i = 0; i < passed_by; i++) {
-        req_t *r = order[i];
-        if (r->list == &s->waiting && (!r->ad || r->ad->resident))
-            r->skipped++;
-    }
-    free(order);
-}
-
-// While the step runs, fill free or idle slots with the adapters of the requests next in line.
-static void s_prefetch(sched_t *s) {
-    int slots = lora_slots(s->lora);
-    if (slots == 0)
-        return;
-    size_t n;
-    req_t **order = s_waiting_order(s, &n);
-    lora_adapter_t **keep = sched_alloc(NULL, (size_t)slots * sizeof *keep);
-    int nkeep = 0;
-    for (size_t i = 0; i < n && nkeep < slots; i++) {
-        lora_adapter_t *ad = order[i]->ad;
-        if (!ad || !ad->resident)
-            continue;
-        bool kept = false;
-        for (int k = 0; k < nkeep && !kept; k++)
-            kept = keep[k] == ad;
-        if (kept)
-            continue;
-        if (ad->slot < 0) {
-            int slot = lora_slot_pick(s->lora, keep, nkeep);
-            if (slot < 0)
-                break;
-            s_slot_fill(s, ad, slot, true);
-        }
-        keep[nkeep++] = ad;
-    }
-    free(keep);
-    free(order);
-}
-
-// After a worker restart the CPU tier is refilled with what it held, so the first requests
-// for those adapters find them there (one try each; a request reloads on its own otherwise).
-static void s_restore_upkeep(sched_t *s, uint64_t now) {
-    for (int i = 0; i < lora_count(s->lora); i++) {
-        lora_adapter_t *ad = lora_at(s->lora, i);
-        if (!ad->restore)
-            continue;
-        ad->restore = false;
-        if (ad->confirmed && !ad->unloading)
-            sched_adapter_ensure_resident(s, ad, now);
-    }
-}
-
-static void s_schedule(sched_t *s, uint64_t now) {
-    if (!s->ready || s->inflight)
-        return;
-    s_restore_upkeep(s, now);
-    s_pin_upkeep(s, now);
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_STEP_PLAN);
-    ls_msg_step_items_t *items = &m.u.step_plan.items;
-    items->v = sched_alloc(NULL, (s->running.n + s->waiting.n + 1) * sizeof *items->v);
-    s->n_plan = 0;
-    uint32_t budget = (uint32_t)s->cfg.max_num_batched_tokens;
-    s_plan_running(s, items, &budget, true);
-    s_plan_running(s, items, &budget, false);
-    s_plan_admit(s, items, &budget, now);
-    for (req_t *r = s->running.head; r; r = r->next)
-        r->in_plan = false;
-    if (items->n == 0) {
-        ls_msg_clear(&m);
-        return;
-    }
-    m.rid = m.u.step_plan.step = ++s->step;
-    m.u.step_plan.released.v = s->released;
-    m.u.step_plan.released.n = s->n_released;
-    s->released = NULL;
-    s->n_released = s->cap_released = 0;
-    for (size_t i = 0; i < items->n; i++) {
-        lora_adapter_t *ad = lora_find(s->lora, items->v[i].adapter_id);
-        if (ad)
-            lora_slot_touch(s->lora, ad, s->step);
-    }
-    sched_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
-    ls_msg_clear(&m);
-    s->inflight = true;
-    s->step_sent_at = now;
-    s->step_deadline = now + s->cfg.step_timeout_ns;
-    s->stats.steps++;
-    s_prefetch(s);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -747,14 +438,14 @@ static void s_start_serving(sched_t *s, uint64_t now) {
             ls_error(0, "worker %d has block_size %u, worker 0 has %u: not serving", r, w->block_size, c.block_size);
             return;
         }
-        c.kv_blocks = s_min_u32(c.kv_blocks, w->kv_blocks);
-        c.max_context = s_min_u32(c.max_context, w->max_context);
-        c.slots = s_min_u32(c.slots, w->slots);
+        c.kv_blocks = sched_min_u32(c.kv_blocks, w->kv_blocks);
+        c.max_context = sched_min_u32(c.max_context, w->max_context);
+        c.slots = sched_min_u32(c.slots, w->slots);
         // 0 is "no count limit": the limit of the group is the smallest one set
-        c.max_loaded = !c.max_loaded ? w->max_loaded : !w->max_loaded ? c.max_loaded : s_min_u32(c.max_loaded, w->max_loaded);
+        c.max_loaded = !c.max_loaded ? w->max_loaded : !w->max_loaded ? c.max_loaded : sched_min_u32(c.max_loaded, w->max_loaded);
         c.cpu_bytes = c.cpu_bytes < w->cpu_bytes ? c.cpu_bytes : w->cpu_bytes;
         c.lora_max_bytes = c.lora_max_bytes > w->lora_max_bytes ? c.lora_max_bytes : w->lora_max_bytes;
-        c.vocab = s_min_u32(c.vocab, w->vocab);
+        c.vocab = sched_min_u32(c.vocab, w->vocab);
     }
     kv_t *kv = kv_new(c.kv_blocks, c.block_size);
     if (!kv || lora_slots_reset(s->lora, (int)c.slots) < 0) {
@@ -844,7 +535,7 @@ static void s_gauges(sched_t *s) {
 // Every event ends here: plan the next step if none is in flight, refresh the gauges.
 static void s_after(sched_t *s, uint64_t now) {
     sched_loads_send_queued(s);
-    s_schedule(s, now);
+    sched_schedule(s, now);
     s_flush_deferred(s);
     s_gauges(s);
 }
@@ -959,7 +650,7 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     char key[24];
     s_rid_key(rid, key);
     zhashx_insert(s->reqs, key, r);
-    s_list_push_back(&s->waiting, r);
+    sched_list_push_back(&s->waiting, r);
     if (ad) {
         ad->refs++;
         ad->used_at = ++s->clock;
@@ -1033,7 +724,7 @@ static void s_take_token(sched_t *s, req_t *r, const ls_msg_step_output_t *o) {
         sched_req_finish(s, r, NULL, LS_FINISH_REASON_ERROR, "the worker could not produce a token");
         return;
     }
-    assert(s_seq_len(r) < r->cap_tokens);  // a request at max_new_tokens has finished
+    assert(sched_seq_len(r) < r->cap_tokens);  // a request at max_new_tokens has finished
     r->tokens[r->n_prompt + r->n_out++] = o->token_id;
     s->stats.tokens_generated++;
     uint32_t finish = LS_FINISH_REASON_NONE;
@@ -1043,7 +734,7 @@ static void s_take_token(sched_t *s, req_t *r, const ls_msg_step_output_t *o) {
     // EOS and stop ids count only after min_new_tokens (the workers mask them until then).
     if (stop && r->n_out > r->min_new)
         finish = LS_FINISH_REASON_STOP;
-    else if (r->n_out >= r->max_new || s_seq_len(r) >= s->max_context)
+    else if (r->n_out >= r->max_new || sched_seq_len(r) >= s->max_context)
         finish = LS_FINISH_REASON_LENGTH;
     if (finish != LS_FINISH_REASON_NONE)
         sched_req_finish(s, r, o, finish, NULL);
@@ -1081,7 +772,7 @@ void sched_destroy(sched_t **self_p) {
     for (int l = 0; l < 2; l++)
         while (lists[l]->head) {
             req_t *r = lists[l]->head;
-            s_list_remove(r);
+            sched_list_remove(r);
             s_req_free(s, r);
         }
     while (s->ops)
@@ -1154,7 +845,7 @@ void sched_on_worker_info(sched_t *s, uint64_t now, const ls_msg_t *msg) {
                                        .lora_max_bytes = w->lora_max_bytes};
     if (w->rank == 0) {
         free(s->eos);
-        s->eos = s_memdup(w->eos_token_ids.v, w->eos_token_ids.n * sizeof(int32_t));
+        s->eos = sched_memdup(w->eos_token_ids.v, w->eos_token_ids.n * sizeof(int32_t));
         s->n_eos = w->eos_token_ids.n;
     }
     s->have_caps |= 1u << w->rank;

@@ -1,6 +1,6 @@
 // sched_impl — what the scheduler core's rooms share: its state and the functions one room
-// calls in another. sched.c holds the requests, the KV, the step plan and the events;
-// sched_adapters.c the adapters: their commands to the workers, the CPU tier, loads and
+// calls in another. sched.c holds the requests, the KV and the events; sched_plan.c the step
+// plan; sched_adapters.c the adapters: their commands to the workers, the CPU tier, loads and
 // unloads asked for, and the listings. Only the core's own files include this.
 #ifndef LS_SCHED_IMPL_H
 #define LS_SCHED_IMPL_H
@@ -137,9 +137,32 @@ struct sched {
     sched_stats_t stats;
 };
 
+static inline uint32_t sched_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+static inline uint32_t sched_seq_len(const req_t *r) { return r->n_prompt + r->n_out; }
+// The prefix cache's key of r: its adapter's id, "" for the base model.
+static inline const char *sched_key(const req_t *r) { return r->ad ? r->ad->id : ""; }
+
 // sched.c
 void *sched_alloc(void *p, size_t n);  // realloc that stops the process when memory is out
 char *sched_strdup(const char *s);     // NULL stays NULL
+void *sched_memdup(const void *p, size_t n);  // NULL for n 0
+// *v grows (doubling) to hold need elements of elem bytes
+void sched_grow_array(void **v, size_t *cap, size_t need, size_t elem);
+void sched_list_remove(req_t *r);
+void sched_list_push_back(req_list_t *l, req_t *r);
+// A request's tenant is its adapter, the base model one more (ad NULL): its running requests,
+// and r joining (d = 1) or leaving (d = -1) the running list.
+uint32_t sched_tenant_running(const sched_t *s, const lora_adapter_t *ad);
+void sched_tenant_run(sched_t *s, const req_t *r, int d);
+// r's KV blocks: all freed; room for need of them in its table; blocks for its first `tokens`
+// tokens (-1 when none are free, or with may_preempt when r itself was preempted for them).
+void sched_free_blocks(sched_t *s, req_t *r);
+void sched_blocks_cap(req_t *r, uint32_t need);
+int sched_reserve(sched_t *s, req_t *r, uint32_t tokens, bool may_preempt);
+
+// sched_plan.c
+// Plans and sends the next step when the workers are ready and none is in flight.
+void sched_schedule(sched_t *s, uint64_t now);
 void sched_emit(sched_t *s, sched_dest_kind_t kind, int rank, void *reply, const ls_msg_t *msg);
 void sched_reply_release(sched_t *s, void **reply);
 // r is over: its last TokenOut (o's token, if any, with finish or the error), then retired.
