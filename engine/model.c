@@ -1056,19 +1056,19 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         // norms, RoPE, the KV store and attention all read qkv: the delta goes in first —
         // added by RoPE (q, k) and the KV store (v), which read it first, unless the head
         // norms read it before them (attention reads q and the caches, never qkv's v)
-        ls_view_t dq = LS_VIEW_NONE, dk = LS_VIEW_NONE, dv = LS_VIEW_NONE;
+        ls_view_t dq = LS_VIEW_NONE, dv = LS_VIEW_NONE;
         if (c->qk_norm) {
             delta = s_settle(self, qkv, delta, (size_t)n * self->qkv_dim);
             be->rmsnorm_heads(be, qkv, s_w(w[S_Q_NORM]), n, nh, hd, self->qkv_dim, eps);
             be->rmsnorm_heads(be, k, s_w(w[S_K_NORM]), n, nkv, hd, self->qkv_dim, eps);
         } else if (delta.buf) {
             dq = delta;
-            dk = ls_view(delta.buf, (size_t)self->q_dim);
             dv = ls_view(delta.buf, (size_t)(self->q_dim + self->kv_dim));
             delta = LS_VIEW_NONE;
         }
-        be->rope(be, qkv, dq, inv_freq, nh, hd, self->qkv_dim);
-        be->rope(be, k, dk, inv_freq, nkv, hd, self->qkv_dim);
+        // q's heads and k's lie side by side in a qkv row (and their deltas in delta's), so one
+        // pass rotates both
+        be->rope(be, qkv, dq, inv_freq, nh + nkv, hd, self->qkv_dim);
         be->kv_store(be, s_w(kv->k[l]), s_w(kv->v[l]), k, v, dv, nkv, hd, self->qkv_dim);
         be->attention(be, attn, qkv, s_w(kv->k[l]), s_w(kv->v[l]), nh, nkv, hd,
                       kv->block_size, self->qkv_dim);
