@@ -1206,6 +1206,10 @@ int main(int argc, char **argv) {
     test_rmsnorm(&r, 5, 1000, LS_DTYPE_BF16, 1, 1, 0);
     test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 1);
     test_rmsnorm(&r, 5, 1000, LS_DTYPE_F32, 0, 1, 1);
+    // the register kernel at other widths (2,048: 256 threads; 5,120: 640), and 4,096 with its
+    // rows 16-byte aligned (the cases above) or not (an odd row count does not unalign them)
+    test_rmsnorm(&r, 7, 2048, LS_DTYPE_BF16, 1, 1, 1);
+    test_rmsnorm(&r, 64, 5120, LS_DTYPE_BF16, 1, 0, 1);
     test_rmsnorm_heads(&r);
     test_rope(&r, LS_ROPE_DEFAULT);
     test_rope(&r, LS_ROPE_LLAMA3);
