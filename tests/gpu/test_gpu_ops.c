@@ -541,9 +541,11 @@ static void test_rope(t_rng_t *r, ls_rope_type_t type) {
     free(hx), free(hd), free(c), free(g);
 }
 
-static void test_silu_add(t_rng_t *r) {
-    int T = 7, inter = 1000;
+// inter: a multiple of 4 (the float4 kernel) or not (the scalar one)
+static void test_silu_add(t_rng_t *r, int inter) {
+    int T = 7;
     size_t n = (size_t)T * inter;
+    char name[96];
     s_pb_t gu = s_pb_new(LS_DTYPE_F32, 2 * n), out = s_pb_new(LS_DTYPE_F32, n + 5);
     float *hg = s_fill_new(r, 2 * n, -6, 6), *poison = s_nan_new(n + 5);
     s_pb_set(&gu, 0, hg, 2 * n);
@@ -552,7 +554,8 @@ static void test_silu_add(t_rng_t *r) {
     s_gpu->silu_mul(s_gpu, s_vg(&out, 0), LS_VIEW_NONE, s_vg(&gu, 0), LS_VIEW_NONE, T, inter);
     float *c = t_alloc((2 * n + 5) * 4), *g = t_alloc((2 * n + 5) * 4);
     s_pb_get(&out, 0, n + 5, c, g);
-    s_check("silu_mul T=7 inter=1000 (+5 untouched)", g, c, n + 5, 1e-10, 1e-5);
+    snprintf(name, sizeof name, "silu_mul T=7 inter=%d (+5 untouched)", inter);
+    s_check(name, g, c, n + 5, 1e-10, 1e-5);
     // a LoRA delta folded into gate_up
     s_pb_t dl = s_pb_new(LS_DTYPE_F32, 2 * n);
     float *hd = s_fill_new(r, 2 * n, -1, 1);
@@ -562,7 +565,8 @@ static void test_silu_add(t_rng_t *r) {
     s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&lp, 0), s_vc(&gu, 0), s_vc(&dl, 0), T, inter);
     s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&lp, 0), s_vg(&gu, 0), s_vg(&dl, 0), T, inter);
     s_pb_get(&out, 0, n + 5, c, g);
-    s_check("silu_mul T=7 inter=1000 +delta (+5 untouched)", g, c, n + 5, 1e-10, 1e-5);
+    snprintf(name, sizeof name, "silu_mul T=7 inter=%d +delta (+5 untouched)", inter);
+    s_check(name, g, c, n + 5, 1e-10, 1e-5);
     s_check_lp("silu_mul", &out, &lp, n);
     s_pb_free(&dl), s_pb_free(&lp);
     free(hd);
@@ -572,7 +576,8 @@ static void test_silu_add(t_rng_t *r) {
     s_cpu->add(s_cpu, s_vc(&gu, 3), s_vc(&out, 0), n);
     s_gpu->add(s_gpu, s_vg(&gu, 3), s_vg(&out, 0), n);
     s_pb_get(&gu, 0, 2 * n, c, g);
-    s_check("add n=7000 at offset", g, c, 2 * n, 0, 0);
+    snprintf(name, sizeof name, "add n=%zu at offset", n);
+    s_check(name, g, c, 2 * n, 0, 0);
     s_pb_free(&gu), s_pb_free(&out);
     free(hg), free(poison), free(c), free(g);
 }
@@ -1213,7 +1218,8 @@ int main(int argc, char **argv) {
     test_rmsnorm_heads(&r);
     test_rope(&r, LS_ROPE_DEFAULT);
     test_rope(&r, LS_ROPE_LLAMA3);
-    test_silu_add(&r);
+    test_silu_add(&r, 1000);
+    test_silu_add(&r, 1002);
 
     {
         int nc[3] = {0, 21, 40}, nn[3] = {17, 5, 9};
