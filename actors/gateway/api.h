@@ -1,7 +1,8 @@
 // api — the gateway's translation between HTTP bodies and messages: OpenAI completions and chat
 // completions and SGLang's /generate requests become GenerateReq messages (one per prompt), and
 // the TextOut answers become OpenAI or SGLang JSON, whole or as SSE chunks. Pure functions over
-// JSON text and messages; the actor (main.c) does the I/O.
+// JSON text and messages; the actor (main.c) does the I/O. Requests are parsed in api_req.c,
+// answers built in api_resp.c.
 #ifndef GW_API_H
 #define GW_API_H
 

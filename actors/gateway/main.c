@@ -1,6 +1,6 @@
 // gateway — the HTTP front end: OpenAI completions and chat completions, SGLang's /generate,
 // models and adapter admin (vLLM and SGLang names), /health and Prometheus /metrics, served by
-// http.c on this actor's loop and translated by api.c into the client protocol
+// http.c on this actor's loop and translated by api_req.c and api_resp.c into the client protocol
 // (docs/client-protocol.md) spoken to the tokenizer. Holds no model state.
 //
 // Accepts: TextOut (the answers to its GenerateReqs), AdapterList, AdapterLoaded,

@@ -1,5 +1,5 @@
 /*  fuzz_gen_parse.c — libFuzzer target for JSON → message conversion: OpenAI completions and
-    chat completions and SGLang /generate bodies (gw_gen_parse, actors/gateway/api.c) into
+    chat completions and SGLang /generate bodies (gw_gen_parse, actors/gateway/api_req.c) into
     GenerateReq messages, and vLLM's /tokenize and /detokenize bodies (gw_tokenize_parse) into a
     TokenizeReq. The first byte picks the API; the rest is the body.
 
