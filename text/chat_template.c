@@ -128,7 +128,7 @@ ls_chat_template_t *ls_chat_template_load(const char *path, const char *template
     struct stat st;
     bool dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
     char file[4096], dirname[4096];
-    snprintf(file, sizeof file, dir ? "%s/tokenizer_config.json" : "%s", path);
+    snprintf(file, sizeof file, "%s%s", path, dir ? "/tokenizer_config.json" : "");
     snprintf(dirname, sizeof dirname, "%s", dir ? path : ".");
     if (!dir) {
         const char *slash = strrchr(path, '/');
