@@ -53,6 +53,18 @@ void ls_actor_count(ls_actor_t *self, const char *name, uint64_t n) {
         *c += n;
 }
 
+void ls_actor_counter_set(ls_actor_t *self, const char *name, uint64_t value) {
+    uint64_t *c = ls_actor_counter(self, name);
+    if (c)
+        *c = value;
+}
+
+void ls_actor_gauge_set(ls_actor_t *self, const char *name, uint64_t value) {
+    uint64_t *g = ls_actor_gauge(self, name);
+    if (g)
+        *g = value;
+}
+
 void ls_actor_measure(ls_actor_t *self, const char *name, uint64_t n) {
     for (int i = 0; i < self->nmeasured; i++)
         if (!strcmp(self->measured[i].name, name)) {

@@ -238,6 +238,9 @@ uint64_t *ls_actor_counter(ls_actor_t *self, const char *name);
 // /metrics types as such, so that a reader takes its value rather than its increase.
 uint64_t *ls_actor_gauge(ls_actor_t *self, const char *name);
 void ls_actor_count(ls_actor_t *self, const char *name, uint64_t n);
+// A counter or a gauge set to value: for a core that keeps its own counts, published as they are.
+void ls_actor_counter_set(ls_actor_t *self, const char *name, uint64_t value);
+void ls_actor_gauge_set(ls_actor_t *self, const char *name, uint64_t value);
 uint64_t ls_actor_counter_get(ls_actor_t *self, const char *name);
 // A fact that is text, not a number (the scheduler's running_lora_adapters), reported in
 // Metrics.info_*: set to value, replacing the last one. -1 when the table (LS_MAX_INFO) is full

@@ -44,13 +44,9 @@ static void s_publish(detok_app_t *app) {
         {"requests_failed_total", st->failed},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
-        uint64_t *p = ls_actor_counter(app->actor, c[i].name);
-        if (p)
-            *p = c[i].v;
+        ls_actor_counter_set(app->actor, c[i].name, c[i].v);
     }
-    uint64_t *g = ls_actor_gauge(app->actor, "requests_active");
-    if (g)
-        *g = st->active;
+    ls_actor_gauge_set(app->actor, "requests_active", st->active);
 }
 
 // The stream names roles ("tokenizer", "scheduler"); the scheduler's role is --scheduler's peer.

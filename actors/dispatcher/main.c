@@ -74,12 +74,9 @@ static void s_sync(app_t *app) {
     char name[64];
     for (int g = 0; g < app->groups; g++) {
         snprintf(name, sizeof name, "group_%d_load", g);
-        uint64_t *p = ls_actor_gauge(app->actor, name);
-        if (p)
-            *p = st->load[g];
+        ls_actor_gauge_set(app->actor, name, st->load[g]);
         snprintf(name, sizeof name, "group_%d_dispatched", g);
-        if ((p = ls_actor_counter(app->actor, name)))
-            *p = st->dispatched[g];
+        ls_actor_counter_set(app->actor, name, st->dispatched[g]);
     }
     const struct {
         const char *name;
@@ -97,9 +94,7 @@ static void s_sync(app_t *app) {
         {"adapter_reloads", st->reloads, false},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
-        uint64_t *p = c[i].gauge ? ls_actor_gauge(app->actor, c[i].name) : ls_actor_counter(app->actor, c[i].name);
-        if (p)
-            *p = c[i].v;
+        (c[i].gauge ? ls_actor_gauge_set : ls_actor_counter_set)(app->actor, c[i].name, c[i].v);
     }
 }
 

@@ -102,16 +102,10 @@ static const struct {
 static void s_publish(registry_t *r) {
     const reg_stats_t *st = reg_stats(r->reg);
     for (size_t i = 0; i < sizeof s_counters / sizeof *s_counters; i++) {
-        uint64_t *c = ls_actor_counter(r->actor, s_counters[i].name);
-        if (c)
-            *c = *(const uint64_t *)((const char *)st + s_counters[i].off);
+        ls_actor_counter_set(r->actor, s_counters[i].name, *(const uint64_t *)((const char *)st + s_counters[i].off));
     }
-    uint64_t *g = ls_actor_gauge(r->actor, "adapters_in_flight");
-    if (g)
-        *g = st->in_flight;
-    uint64_t *c = ls_actor_counter(r->actor, "journal_errors_total");
-    if (c)
-        *c = r->journal_errors;
+    ls_actor_gauge_set(r->actor, "adapters_in_flight", st->in_flight);
+    ls_actor_counter_set(r->actor, "journal_errors_total", r->journal_errors);
 }
 
 static waiter_t *s_waiter_new(const ls_in_t *in) {

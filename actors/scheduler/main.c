@@ -190,10 +190,8 @@ static void s_on_wake(ls_actor_t *a, ls_timer_t *t, void *arg);
 static void s_sync(app_t *app) {
     const sched_stats_t *st = sched_stats(app->core);
     for (size_t i = 0; i < sizeof s_counters / sizeof s_counters[0]; i++) {
-        uint64_t *c = s_counters[i].gauge ? ls_actor_gauge(app->actor, s_counters[i].name)
-                                          : ls_actor_counter(app->actor, s_counters[i].name);
-        if (c)
-            *c = *(const uint64_t *)((const char *)st + s_counters[i].offset);
+        uint64_t v = *(const uint64_t *)((const char *)st + s_counters[i].offset);
+        (s_counters[i].gauge ? ls_actor_gauge_set : ls_actor_counter_set)(app->actor, s_counters[i].name, v);
     }
     uint64_t when = sched_next_wake(app->core), now = ls_actor_now_ns(app->actor);
     if (!when) {

@@ -130,9 +130,7 @@ static void s_gauge(void) {
     uint64_t active = 0;
     for (greq_t *g = s_tok.groups; g; g = g->next)
         active += !g->closed;
-    uint64_t *c = ls_actor_gauge(s_tok.actor, "requests_active");
-    if (c)
-        *c = active;
+    ls_actor_gauge_set(s_tok.actor, "requests_active", active);
 }
 
 static void s_oom(void) {

@@ -366,12 +366,11 @@ static void s_report_step(ls_actor_t *a) {
     ls_actor_measure(a, "step_masks_us_total", s_w.times.masks_ns / 1000);
     ls_actor_measure(a, "step_sample_us_total", s_w.times.sample_ns / 1000);
     s_w.times = (wstep_times_t){0};
-    uint64_t hits, misses, *h = ls_actor_counter(a, "grammar_mask_hits"), *m = ls_actor_counter(a, "grammar_mask_misses");
-    if (s_w.constrain && h && m) {
+    uint64_t hits = 0, misses = 0;
+    if (s_w.constrain)
         wcon_mask_counts(s_w.constrain, &hits, &misses);
-        *h = hits;
-        *m = misses;
-    }
+    ls_actor_counter_set(a, "grammar_mask_hits", hits);
+    ls_actor_counter_set(a, "grammar_mask_misses", misses);
 }
 
 static int s_on_step_plan(ls_actor_t *a, ls_in_t *in, void *state) {
