@@ -262,6 +262,7 @@ void sched_free_blocks(sched_t *s, req_t *r) {
     while (r->n_blocks > 0)
         kv_release(s->kv, r->blocks[--r->n_blocks]);  // last to first: leaves go idle first
     r->computed = r->n_published = 0;
+    r->ahead = r->ahead_out = 0;  // the steps in flight for it run on blocks it no longer has
     r->chunked = false;
     r->cache_node = NULL;
     r->cache_done = false;
@@ -381,7 +382,7 @@ static op_t *s_first_sent_op(const sched_t *s) {
 }
 
 static void s_group_reset(sched_t *s, bool fail, const char *why) {
-    s->inflight = false;
+    s->n_flight = 0;
     // Nothing is resident any more; clear that first so the requests ended below start no
     // unload towards the lost workers.
     for (int i = 0; i < lora_count(s->lora); i++) {
@@ -754,6 +755,7 @@ sched_t *sched_new(const sched_config_t *cfg, const sched_io_t *io) {
         return NULL;
     s->cfg = *cfg;
     s->io = *io;
+    s->max_flight = cfg->overlap && cfg->tp_size == 1 ? 2 : 1;
     s->lora = lora_new(0, cfg->eviction);
     s->reqs = zhashx_new();
     if (!s->lora || !s->reqs) {
@@ -789,7 +791,8 @@ void sched_destroy(sched_t **self_p) {
     lora_destroy(&s->lora);
     zhashx_destroy(&s->reqs);
     free(s->eos);
-    free(s->plan);
+    for (int i = 0; i < SCHED_MAX_FLIGHT; i++)
+        free(s->flight[i].v);
     free(s->released);
     free(s);
     *self_p = NULL;
@@ -878,29 +881,35 @@ void sched_abort_all(sched_t *s, uint64_t now, const char *why) {
 void sched_on_step_result(sched_t *s, uint64_t now, const ls_msg_t *msg) {
     s->now = now;
     const ls_msg_step_result_t *sr = &msg->u.step_result;
-    if (!s->inflight || sr->step != s->step) {
+    // Results come in plan order: only the oldest step in flight can answer.
+    if (s->n_flight == 0 || sr->step != s->flight[0].step) {
         ls_warn(0, "ignoring StepResult for step %" PRIu64 " (%s)", sr->step,
-                s->inflight ? "another step is in flight" : "no step is in flight");
+                s->n_flight ? "it is not the oldest step in flight" : "no step is in flight");
         return;
     }
-    s->inflight = false;
+    flight_t f = s->flight[0];
+    memmove(&s->flight[0], &s->flight[1], sizeof s->flight - sizeof s->flight[0]);
+    s->flight[--s->n_flight] = (flight_t){.v = f.v, .cap = f.cap};  // its array, for reuse
     s->deferring = true;  // the outputs go after the next plan (s_after)
     // Where a step's time goes: the workers' own time (forward and sampling) and the rest of
-    // the round trip (messages both ways, the workers' handling of them).
-    s->stats.step_roundtrip_us += (now - s->step_sent_at) / 1000;
+    // the round trip (messages both ways, the workers' handling of them, and with overlap
+    // scheduling the step before it, which the plan waited behind).
+    s->stats.step_roundtrip_us += (now - f.sent_at) / 1000;
     s->stats.step_worker_us += sr->elapsed_us;
     size_t k = 0;
-    for (size_t i = 0; i < s->n_plan; i++) {
-        const planned_t *p = &s->plan[i];
+    for (size_t i = 0; i < f.n; i++) {
+        const planned_t *p = &f.v[i];
         const ls_msg_step_output_t *o = NULL;
         if (p->sample)
             o = k < sr->items.n ? &sr->items.v[k++] : NULL;
         char key[24];
         s_rid_key(p->rid, key);
         req_t *r = zhashx_lookup(s->reqs, key);
-        if (!r || r->list != &s->running)
-            continue;  // aborted while the step ran: its output is dropped
+        if (!r || r->list != &s->running || r->ahead < p->chunk)
+            continue;  // ended, or preempted and planned again, while the step ran: dropped
         r->computed += p->chunk;
+        r->ahead -= p->chunk;
+        r->ahead_out -= p->sample;
         s_publish(s, r);
         if (!p->sample)
             continue;
@@ -928,10 +937,10 @@ void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t 
 
 void sched_on_tick(sched_t *s, uint64_t now) {
     s->now = now;
-    if (s->inflight && now >= s->step_deadline) {
+    if (s->n_flight && now >= s->flight[0].deadline) {
         char why[200];
         snprintf(why, sizeof why, "no result for step %" PRIu64 " within %" PRIu64 " ms: the workers are down",
-                 s->step, s->cfg.step_timeout_ns / 1000000);
+                 s->flight[0].step, s->cfg.step_timeout_ns / 1000000);
         ls_error(0, "%s", why);
         s->stats.step_timeouts++;
         s_group_reset(s, true, why);
@@ -998,13 +1007,14 @@ void sched_shutdown(sched_t *s, uint64_t now) {
     }
     s->pending_tail = NULL;
     s->n_pending = 0;
-    s->ready = s->inflight = false;
+    s->ready = false;
+    s->n_flight = 0;
     s->down = true;
     s_gauges(s);
 }
 
 uint64_t sched_next_wake(const sched_t *s) {
-    uint64_t t = s->inflight ? s->step_deadline : UINT64_MAX;
+    uint64_t t = s->n_flight ? s->flight[0].deadline : UINT64_MAX;
     for (const op_t *op = s->ops; op; op = op->next) {
         uint64_t due = op->queued_at ? op->queued_at + s->cfg.load_timeout_ns : op->deadline;
         if (due && due < t)

@@ -95,6 +95,7 @@ int wstep_check(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, char *e
                           : it->context_ids.n > ctx                        ? "has more context ids than the context holds"
                           : it->sampling.stop_token_ids.n > vocab          ? "has more stop ids than the vocabulary"
                           : it->sampling.top_logprobs > vocab              ? "asks for more alternatives than the vocabulary"
+                          : it->follows && (it->token_ids.n != 1 || !it->sample) ? "follows a sampled token but is no one-token decode"
                                                                            : NULL;
         if (bad) {
             snprintf(err, errlen, "item %zu (rid %llu) %s (position %u, %zu tokens, %zu blocks; context %llu)", i,
@@ -128,8 +129,10 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         return 0;
     ls_model_seq_t *seqs = calloc(n, sizeof *seqs);
     int32_t **tables = calloc(n, sizeof *tables);
-    // items whose grammar could not be taken: they run, and their sampled row fails alone
-    bool *con_bad = calloc(n, sizeof *con_bad);
+    // items that run but whose sampled row fails alone: a grammar that could not be taken, a
+    // decode following a token this worker never sampled
+    bool *bad = calloc(n, sizeof *bad);
+    int32_t *follow_ids = calloc(n, sizeof *follow_ids);
     int n_rows = 0;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -142,6 +145,15 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         for (size_t b = 0; b < it->block_table.n; b++)
             tables[i][b] = (int32_t)it->block_table.v[b];
         seqs[i].token_ids = it->token_ids.v;
+        if (it->follows) {
+            // Overlap scheduling: the plan left before the token it runs was sampled here.
+            if (ls_history_last_output(e->history, it->rid, &follow_ids[i]) < 0) {
+                fprintf(stderr, "worker: rid %llu: a decode follows a token this worker never sampled\n",
+                        (unsigned long long)it->rid);
+                bad[i] = true;
+            }
+            seqs[i].token_ids = &follow_ids[i];
+        }
         seqs[i].n_tokens = (int)it->token_ids.n;
         seqs[i].start_pos = (int)it->position;
         seqs[i].block_table = tables[i];
@@ -159,7 +171,7 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
             char why[512] = "no grammar support on this worker";
             if (!e->constrain || wcon_begin(e->constrain, it, why, sizeof why) < 0) {
                 fprintf(stderr, "worker: rid %llu: %s\n", (unsigned long long)it->rid, why);
-                con_bad[i] = true;
+                bad[i] = true;
             }
         }
     }
@@ -190,7 +202,7 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
             if (!it->sample)
                 continue;
             row_items[r] = it;
-            row_bad[r] = con_bad[i];
+            row_bad[r] = bad[i];
             params[r] = s_params(&it->sampling, it->generated);
             // Before min_new_tokens the stop set (EOS included) cannot be sampled at all.
             if (it->generated < it->sampling.min_new_tokens &&
@@ -257,7 +269,8 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         free(tables[i]);
     free(tables);
     free(seqs);
-    free(con_bad);
+    free(bad);
+    free(follow_ids);
     if (rc < 0)
         return -1;
     *n_sampled = n_rows;
