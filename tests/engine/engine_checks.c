@@ -139,13 +139,20 @@ static double s_max_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
+// The fixture's directory (root) and its reference.json, parsed (path: where it is); NULL +
+// err when it is missing or not JSON.
+static cJSON *s_ref_open(const char *fixtures_dir, const char *arch, char *root, size_t root_cap, char *path,
+                         size_t path_cap, char *err, size_t errlen) {
+    snprintf(root, root_cap, "%s/%s", fixtures_dir, arch);
+    snprintf(path, path_cap, "%s/reference.json", root);
+    return s_read_json(path, err, errlen);
+}
+
 int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min, ec_parity_t *out,
               char *err, size_t errlen) {
     char root[1024], path[2048];
     memset(out, 0, sizeof *out);
-    snprintf(root, sizeof root, "%s/%s", fixtures_dir, arch);
-    snprintf(path, sizeof path, "%s/reference.json", root);
-    cJSON *ref = s_read_json(path, err, errlen);
+    cJSON *ref = s_ref_open(fixtures_dir, arch, root, sizeof root, path, sizeof path, err, errlen);
     if (!ref)
         return -1;
     const cJSON *jrows = cJSON_GetObjectItemCaseSensitive(ref, "rows");
@@ -378,9 +385,7 @@ int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, ec_mix_
     static const float w1[2] = {0.7f, 0.3f}, w2[2] = {0.25f, 0.5f};
     char root[1024], path[2048], tmp[1024] = "";
     memset(out, 0, sizeof *out);
-    snprintf(root, sizeof root, "%s/%s", fixtures_dir, arch);
-    snprintf(path, sizeof path, "%s/reference.json", root);
-    cJSON *ref = s_read_json(path, err, errlen);
+    cJSON *ref = s_ref_open(fixtures_dir, arch, root, sizeof root, path, sizeof path, err, errlen);
     if (!ref)
         return -1;
     const cJSON *jrows = cJSON_GetObjectItemCaseSensitive(ref, "rows");
