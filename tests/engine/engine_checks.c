@@ -377,7 +377,8 @@ static int32_t s_argmax(const float *row, int V) {
     return best;
 }
 
-int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, ec_mix_t *out, char *err, size_t errlen) {
+int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min, ec_mix_t *out, char *err,
+           size_t errlen) {
     static const char *names[2] = {"all_r8", "attn_r4_bf16"};
     // the mixed batch: a mix, the base model, a one-component mix (= adapter a), adapter b and
     // a second mix of the two in the other order; the reference batch has the "cat" adapters
@@ -394,7 +395,8 @@ int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, ec_mix_
     ls_kv_cache_t *kv = NULL;
     ls_lora_pool_t *pool = NULL;
     ls_adapter_t *ads[2] = {NULL, NULL};
-    float *logits[2] = {NULL, NULL};
+    float *logits[2] = {NULL, NULL}, *peft = NULL;
+    cJSON *peft_json = NULL;
     int rc = -1;
     for (int i = 0; i < M_ROWS; i++) {
         const cJSON *jr = cJSON_GetArrayItem(jrows, i);
@@ -409,6 +411,22 @@ int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, ec_mix_
         goto done;
     const ls_model_config_t *cfg = ls_model_config(m);
     int V = cfg->vocab_size, bpr = MAX_LEN / BS;
+    // PEFT's mixes: rows 0 and 4 below, in this order (tools/make_fixtures.py MIXES)
+    int64_t pshape[2];
+    snprintf(path, sizeof path, "%s/mix.safetensors", root);
+    if (!(peft = s_ref_f32(path, "last_logits", pshape)) || pshape[0] != 2 || pshape[1] != V) {
+        snprintf(err, errlen, "%s: no F32 last_logits of shape (2, %d) (tools/make_fixtures.py --mix)", path, V);
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/mix.json", root);
+    char *pj = tu_read_file(path, NULL);
+    peft_json = pj ? cJSON_Parse(pj) : NULL;
+    free(pj);
+    const cJSON *pmixes = cJSON_GetObjectItemCaseSensitive(peft_json, "mixes");
+    if (cJSON_GetArraySize(pmixes) != 2) {
+        snprintf(err, errlen, "%s: no two mixes", path);
+        goto done;
+    }
     ls_lora_pool_config_t pc = {.max_loras_per_batch = 4, .max_lora_rank = 16};
     if (!(pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
         goto done;
@@ -480,6 +498,13 @@ int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, ec_mix_
             }
             for (int i = 0; i < M_ROWS; i++)
                 tok[b][i][step] = s_argmax(logits[b] + (size_t)i * V, V);
+            if (b == 0 && step == 0)
+                for (int k = 0; k < 2; k++) {
+                    const float *x = logits[0] + (size_t)(k ? 4 : 0) * V, *y = peft + (size_t)k * V;
+                    out->peft_max = fmax(out->peft_max, s_max_diff(x, y, (size_t)V));
+                    for (int v = 0; v < V; v++)
+                        out->peft_mag = fmax(out->peft_mag, fabs((double)y[v]));
+                }
         }
         bool same_tokens = true;
         for (int i = 0; i < M_ROWS; i++) {
@@ -499,6 +524,22 @@ int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, ec_mix_
         out->steps_compared++;
     }
 
+    // PEFT's greedy tokens, up to the first near tie of the reference (either token is right there)
+    for (int k = 0; k < 2; k++) {
+        const cJSON *pm = cJSON_GetArrayItem(pmixes, k);
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(pm, "greedy_ids");
+        const cJSON *gaps = cJSON_GetObjectItemCaseSensitive(pm, "top2_gaps");
+        for (int t = 0; t < out->steps_compared && t < cJSON_GetArraySize(ids) && t < cJSON_GetArraySize(gaps); t++) {
+            if (cJSON_GetArrayItem(gaps, t)->valuedouble < gap_min)
+                break;
+            out->peft_greedy_compared++;
+            if (tok[0][k ? 4 : 0][t] != cJSON_GetArrayItem(ids, t)->valueint) {
+                out->peft_greedy_mismatched++;
+                break;  // the inputs part from here on
+            }
+        }
+    }
+
     // bad mixes are refused as a malformed step
     const ls_model_lora_part_t bad[4][2] = {{{1, 0.0f}, {2, 1.0f}}, {{1, -0.5f}, {2, 1.0f}},
                                             {{1, NAN}, {2, 1.0f}}, {{1, 1.0f}, {7, 1.0f}}};
@@ -515,6 +556,8 @@ done:
         ls_adapter_destroy(&ads[i]);
         free(logits[i]);
     }
+    free(peft);
+    cJSON_Delete(peft_json);
     ls_kv_cache_destroy(&kv);
     ls_lora_pool_destroy(&pool);
     ls_model_destroy(&m);

@@ -17,7 +17,10 @@
 //               in the other order] against the same batch with the cat adapters in the
 //               mixes' places, prefill then greedy decode steps (the decode-shaped LoRA op),
 //               logits compared at every step while the greedy tokens agree; then malformed
-//               mixes, each of which the step must refuse.
+//               mixes, each of which the step must refuse. The two mixed rows also against
+//               PEFT's own "cat" mixes (mix.safetensors, mix.json): their last prompt
+//               position's logits, and their greedy tokens while the reference's top-2 gap is
+//               at least gap_min.
 // All return -1 with err for a setup failure (missing files, a load that fails), 0 with the
 // measurements otherwise.
 #ifndef LS_TEST_ENGINE_CHECKS_H
@@ -49,9 +52,14 @@ typedef struct {
     int single_identical;   // the other rows' logits equal the reference batch's bit for bit
     double single_max;      // max |Δ| there (0 when identical)
     int refused;            // malformed mixes refused with a message (of 5)
+    // against PEFT's add_weighted_adapter(combination_type="cat") (<arch>/mix.safetensors and
+    // mix.json, tools/make_fixtures.py --mix): the two mixed rows' last prompt positions, and
+    // their greedy tokens while the reference's top-2 gap is at least gap_min
+    double peft_max, peft_mag;
+    int peft_greedy_compared, peft_greedy_mismatched;
 } ec_mix_t;
 
-int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, ec_mix_t *out, char *err,
+int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min, ec_mix_t *out, char *err,
            size_t errlen);
 
 typedef struct {

@@ -27,13 +27,14 @@
 #error "LS_FIXTURES_DIR must name tests/fixtures"
 #endif
 
-#define TOL_LOGITS 5e-5
+#define TOL_LOGITS 5e-5  // as test_parity's: fp32 math on both sides
+#define GAP_MIN 1e-3     // as test_parity's: a closer top-2 may go either way within TOL_LOGITS
 
 static void test_mix_llama(void **state) {
     char err[1024] = "";
     ls_backend_t *be = ls_backend_cpu_new(1);
     ec_mix_t r;
-    if (ec_mix(be, LS_FIXTURES_DIR, "llama", &r, err, sizeof err) < 0)
+    if (ec_mix(be, LS_FIXTURES_DIR, "llama", GAP_MIN, &r, err, sizeof err) < 0)
         fail_msg("%s", err);
     ls_backend_destroy(&be);
     print_message("llama: %d rows, %d steps compared (prefill + decode): mixed rows max|Δ| %.3e against the "
@@ -46,6 +47,13 @@ static void test_mix_llama(void **state) {
     assert_true(r.mix_mag > 1.0);          // not vacuous: real logits were compared
     assert_true(r.single_identical);
     assert_int_equal(r.refused, 5);
+    print_message("llama: against PEFT's add_weighted_adapter(cat): last-position logits max|Δ| %.3e (up to %.2f, "
+                  "bound %.0e); greedy tokens %d compared, %d mismatched\n",
+                  r.peft_max, r.peft_mag, TOL_LOGITS, r.peft_greedy_compared, r.peft_greedy_mismatched);
+    assert_true(r.peft_max <= TOL_LOGITS);
+    assert_true(r.peft_mag > 1.0);
+    assert_int_equal(r.peft_greedy_compared, 18);  // both mixes, the prefill's token and 8 decodes
+    assert_int_equal(r.peft_greedy_mismatched, 0);
 }
 
 int main(void) {
