@@ -678,15 +678,18 @@ done:
 
 static void s_sock_drain(ls_sock_t *sock) {
     ls_actor_t *self = sock->actor;
-    for (int n = 0; n < LS_DRAIN_CAP; n++) {
+    uint64_t t0 = ls_mono_ns(), now = t0;
+    for (int n = 0; n < LS_DRAIN_CAP && now - t0 < LS_DRAIN_BUDGET_NS; n++) {
         if (self->stopping || !(zsock_events(sock->zs) & ZMQ_POLLIN))
             return;
         zmsg_t *zm = zmsg_recv(sock->zs);
         if (!zm)
             return;
-        actor_handle(sock, &zm, ls_mono_ns());
+        actor_handle(sock, &zm, now);
+        now = ls_mono_ns();
     }
-    // Cap reached: let the other sockets and timers have this turn; continue on the next.
+    // Cap or budget reached: let the other sockets, timers and jobs have this turn; continue
+    // on the next.
     s_mark_more(sock);
 }
 

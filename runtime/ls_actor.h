@@ -8,9 +8,10 @@
 // override. Unknown or malformed messages are counted, logged and answered with an Error.
 //
 // ZeroMQ signals readiness through ZMQ_FD, which is edge-triggered: the runtime drains a
-// socket while ZMQ_EVENTS says POLLIN, at most LS_DRAIN_CAP messages per loop turn so one
-// busy socket cannot starve the others, and re-checks after every send (a send can consume the
-// edge). Lifecycle: on_start, then Ready to the launcher, Heartbeat on a timer, and on Shutdown
+// socket while ZMQ_EVENTS says POLLIN, at most LS_DRAIN_CAP messages, or messages for
+// LS_DRAIN_BUDGET_NS, per loop turn so one busy socket cannot starve the others, the timers and
+// the job completions (a worker with the next plan always waiting runs one step a turn), and
+// re-checks after every send (a send can consume the edge). Lifecycle: on_start, then Ready to the launcher, Heartbeat on a timer, and on Shutdown
 // or SIGTERM/SIGINT: on_shutdown (which answers every in-flight request), close, exit 0.
 //
 // Determinism for replay: handlers read time only through ls_actor_now_ns(), the time of the
@@ -33,6 +34,7 @@
 #include "ls_msg.h"
 
 #define LS_DRAIN_CAP 64
+#define LS_DRAIN_BUDGET_NS 1000000
 #define LS_MAX_COUNTERS 128
 #define LS_MAX_INFO 16
 #define LS_MAX_PEERS 64

@@ -114,6 +114,9 @@ row() { printf '%s\n' "$*" | tee -a "$summary"; }
 graph_flags=(--model-path "$model" --load-format "$format" --backend "$backend" --port 30000 --kv-cache-mb "$kv_mb"
              --max-loras-per-batch "$slots" --max-lora-rank 64 --max-cpu-lora-mb "$cpu_lora_mb" --max-running-requests 256
              --ready-timeout 600 --actor-log-level warn)
+# LS_SERVE_GRAPH_FLAGS: more launcher flags for every graph of the run (e.g. --disable-overlap-schedule)
+read -r -a more_flags <<<"${LS_SERVE_GRAPH_FLAGS:-}"
+graph_flags+=("${more_flags[@]}")
 url=http://127.0.0.1:30000
 gpid=
 

@@ -1,6 +1,7 @@
 // The runtime's main room, ls_actor.c: actors in threads of one process, talking over ipc.
 //   exchange   — two actors trade 200 messages through a peer DEALER and a ROUTER
 //   fairness   — a flooded socket does not starve a second one (capped drain)
+//   slow_handlers — a timer due while slow messages queue runs after one or two of them
 //   shutdown   — Shutdown makes the actor answer every in-flight request, then exit 0
 //   malformed  — garbage, unknown types, newer versions, unhandled types: Error, still alive
 //   trace      — every message in and out is recorded and reads back; a torn tail is reported
@@ -173,6 +174,69 @@ static void test_fairness(void **unused) {
     assert_true(f.flood_before_marker <= 2 * LS_DRAIN_CAP);
     zsock_destroy(&flooder);
     zsock_destroy(&tester);
+}
+
+// ---------------------------------------------------------------------------------------------
+// slow handlers: a drain yields after LS_DRAIN_BUDGET_NS, so a timer due meanwhile runs between
+// two slow messages, not after the whole queue (a worker's next plan is always waiting)
+
+#define SLOW_N 40
+#define SLOW_MS 5
+
+typedef struct {
+    int handled, handled_before_timer, timer_fired;
+} slow_t;
+
+static void s_slow_maybe_done(ls_actor_t *a, slow_t *s) {
+    if (s->timer_fired && s->handled == SLOW_N)
+        ls_actor_shutdown(a, "slow queue drained");
+}
+
+static int s_slow_msg(ls_actor_t *a, ls_in_t *in, void *state) {
+    slow_t *s = state;
+    usleep(SLOW_MS * 1000);
+    s->handled++;
+    s_slow_maybe_done(a, s);
+    return 0;
+}
+
+static void s_slow_timer(ls_actor_t *a, ls_timer_t *t, void *arg) {
+    slow_t *s = arg;
+    s->timer_fired = 1;
+    s->handled_before_timer = s->handled;
+    s_slow_maybe_done(a, s);
+}
+
+static slow_t s_slow;
+
+static int s_slow_start(ls_actor_t *a, void *state) {
+    ls_actor_timer_start(a, 1, 0, s_slow_timer, state);
+    return 0;
+}
+
+static void test_slow_handlers(void **unused) {
+    char ep[128];
+    rt_endpoint(ep, sizeof ep, "slow");
+    static const ls_dispatch_t table[] = {{LS_MSG_ABORT, s_slow_msg}, {0, NULL}};
+    ls_actor_def_t def = {.name = "slow", .dispatch = table, .state = &s_slow, .on_start = s_slow_start};
+    ls_actor_opts_t opts = {.name = "slow", .bind = ep};
+    ls_actor_t *a = ls_actor_new(&def, &opts);
+    assert_non_null(a);
+    zsock_t *client = rt_client(ep);
+    ls_msg_t m;
+    ls_msg_fill_random(&m, LS_MSG_ABORT, 9);
+    for (int i = 0; i < SLOW_N; i++)
+        rt_client_send(client, &m);
+    ls_msg_clear(&m);
+    usleep(200000);  // all queued before the loop's first turn
+    rt_runner_t r;
+    rt_start(&r, a);
+    rt_join(&r);
+    assert_int_equal(s_slow.handled, SLOW_N);
+    assert_true(s_slow.timer_fired);
+    // Without the time budget the timer would wait for a whole capped drain (all 40, 200 ms).
+    assert_true(s_slow.handled_before_timer <= 2);
+    zsock_destroy(&client);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -812,6 +876,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exchange),
         cmocka_unit_test(test_fairness),
+        cmocka_unit_test(test_slow_handlers),
         cmocka_unit_test(test_shutdown_answers_inflight),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_trace),
