@@ -79,6 +79,9 @@ typedef struct {
     const ls_lora_batch_t *lora;  // NULL: no adapter in this step, LoRA ops must not run
     int n_logit_rows;
     const int32_t *logit_rows;    // (n_logit_rows) token rows whose logits are wanted
+    // (n_logit_rows) the slot whose lm_head LoRA applies to each logit row (rank-0 slot 0:
+    // none), read by lora_rows; NULL when the step runs no lm_head LoRA
+    const int32_t *logit_slots;
 } ls_step_t;
 
 typedef struct ls_backend ls_backend_t;
@@ -186,6 +189,15 @@ struct ls_backend {
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
                        int in, int n_slices, int r_max, int accumulate);
+    // step: tmp (T, r_max) from a_pool (n_slots, r_max, vocab) at the step's token ids, as
+    // ls_lora_embed_shrink (the embedding's LoRA shrink: a gather; lora_expand follows)
+    void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+                              int r_max);
+    // step: y (n_logit_rows, out) += the LoRA of each logit row's slot (logit_slots) on x
+    // (n_logit_rows, in), as ls_lora_rows with the step's slot ranks and scalings; tmp
+    // (n_logit_rows, r_max) scratch, a_pool (n_slots, r_max, in), b_pool (n_slots, out, r_max)
+    void (*lora_rows)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                      ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued

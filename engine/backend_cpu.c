@@ -24,7 +24,7 @@ typedef struct {
     ls_step_t step;
     ls_lora_batch_t lora;
     s_array_t token_ids, positions, slot_mapping, q_indptr, ctx_lens, block_tables,
-        logit_rows, seg_indptr, weight_indices, permutation, lora_ranks, scalings;
+        logit_rows, logit_slots, seg_indptr, weight_indices, permutation, lora_ranks, scalings;
 } s_cpu_t;
 
 // Returns a copy of n bytes of src kept in a (grown as needed); NULL for NULL src or an
@@ -62,8 +62,9 @@ static void s_free(ls_backend_t *self) {
     s_cpu_t *c = s_cpu(self);
     s_array_t *arrays[] = {&c->token_ids,   &c->positions,      &c->slot_mapping,
                            &c->q_indptr,    &c->ctx_lens,       &c->block_tables,
-                           &c->logit_rows,  &c->seg_indptr,     &c->weight_indices,
-                           &c->permutation, &c->lora_ranks,     &c->scalings};
+                           &c->logit_rows,  &c->logit_slots,    &c->seg_indptr,
+                           &c->weight_indices, &c->permutation, &c->lora_ranks,
+                           &c->scalings};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]->p);
     free(c);
@@ -191,6 +192,8 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
                                     S * (size_t)a->max_blocks * i32, &failed);
     c->step.logit_rows = s_array_copy(&c->logit_rows, step->logit_rows,
                                       (size_t)step->n_logit_rows * i32, &failed);
+    c->step.logit_slots = s_array_copy(&c->logit_slots, step->logit_slots,
+                                       (size_t)step->n_logit_rows * i32, &failed);
     const ls_lora_batch_t *l = step->lora;
     if (l) {
         size_t G = (size_t)l->n_segs, W = (size_t)l->n_slots;
@@ -298,6 +301,21 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                   slice_offsets, in, n_slices, r_max);
 }
 
+static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+                                int r_max) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    assert(st->lora);
+    ls_lora_embed_shrink(s_f32(tmp), st->token_ids, s_f32(a_pool), st->lora, vocab, r_max);
+}
+
+static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                        ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    assert(st->lora && st->logit_slots);
+    ls_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool), st->logit_slots,
+                 st->lora->lora_ranks, st->lora->scalings, st->n_logit_rows, in, out, r_max);
+}
+
 // The side queue (backend.h): the CPU runs every op when it is called, which already puts
 // side ops after what came before them and before what waits for them — so the hooks have
 // nothing to do. They exist so that the CPU runs the forward the GPU runs (decode LoRA as
@@ -358,6 +376,8 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .lora_shrink = s_lora_shrink,
         .lora_expand = s_lora_expand,
         .lora_fused = s_lora_fused,
+        .lora_embed_shrink = s_lora_embed_shrink,
+        .lora_rows = s_lora_rows,
         .rows_gather = s_rows_gather,
         .sample = s_sample,
         .side_begin = s_side_noop,

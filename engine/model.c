@@ -773,9 +773,9 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
         max_ctx = ctx > max_ctx ? ctx : max_ctx;
     }
     // token_ids, positions, slot_mapping, permutation (T each); q_indptr (S+1), ctx_lens
-    // (S), block_tables (S*max_blocks); logit_rows (R); seg_indptr (n_slots+1),
-    // weight_indices (n_slots)
-    size_t need = 4 * (size_t)T + 2 * (size_t)S + 1 + (size_t)S * max_blocks + (size_t)R +
+    // (S), block_tables (S*max_blocks); logit_rows, logit_slots (R each); seg_indptr
+    // (n_slots+1), weight_indices (n_slots)
+    size_t need = 4 * (size_t)T + 2 * (size_t)S + 1 + (size_t)S * max_blocks + 2 * (size_t)R +
                   2 * (size_t)n_slots + 1;
     if (need > self->meta_cap) {
         int32_t *m = realloc(self->meta, need * sizeof *m);
@@ -786,8 +786,11 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     }
     int32_t *tok = self->meta, *pos = tok + T, *slot_map = pos + T, *perm = slot_map + T,
             *q_indptr = perm + T, *ctx_lens = q_indptr + S + 1, *tables = ctx_lens + S,
-            *rows = tables + (size_t)S * max_blocks, *seg_indptr = rows + R,
-            *widx = seg_indptr + n_slots + 1;
+            *rows = tables + (size_t)S * max_blocks, *logit_slots = rows + R,
+            *seg_indptr = logit_slots + R, *widx = seg_indptr + n_slots + 1;
+    const int32_t *ranks = pool ? ls_lora_pool_slot_ranks(pool) : NULL;
+    const unsigned *targets = pool ? ls_lora_pool_slot_targets(pool) : NULL;
+    bool head_lora = false;
     q_indptr[0] = 0;
     int r = 0;
     for (int s = 0; s < S; s++) {
@@ -807,12 +810,16 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
         // padding entries are never read (attention stops at the context length); 0 keeps
         // them valid block ids for a kernel that prefetches
         memset(row + q->n_blocks, 0, (size_t)(max_blocks - q->n_blocks) * sizeof *row);
-        if (q->want_logits)
+        if (q->want_logits) {
+            // lm_head's LoRA: the rows of adapters that target it, the others on slot 0
+            bool head = pool && ranks[q->lora_slot] && (targets[q->lora_slot] >> LS_TARGET_LM_HEAD & 1);
+            logit_slots[r] = head ? q->lora_slot : LS_LORA_SLOT_BASE;
+            head_lora |= head;
             rows[r++] = q_indptr[s + 1] - 1;
+        }
     }
     // LoRA segments: one per slot with rank > 0, in slot order, its sequences' rows in
     // batch order; base rows are left out
-    const int32_t *ranks = pool ? ls_lora_pool_slot_ranks(pool) : NULL;
     int n_segs = 0, p = 0;
     seg_indptr[0] = 0;
     for (int w = 1; w < n_slots; w++) {
@@ -836,6 +843,7 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
         .lora = n_segs ? lora : NULL,
         .n_logit_rows = R,
         .logit_rows = rows,
+        .logit_slots = head_lora ? logit_slots : NULL,
     };
     return 0;
 }
@@ -894,6 +902,29 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
         be->buffer_zero(be, y, (size_t)step->n_tokens * sh.slice_offsets[sh.n_slices]);
     be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max);
     be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max);
+}
+
+// x (T, hidden) += the embedding's LoRA (after the embedding's all-reduce: every rank holds
+// it whole), when some segment's adapter targets the embedding: a gather of A's columns at
+// the token ids, then the usual expand. Slots of adapters without it hold zeros there.
+static void s_lora_embed(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
+                         ls_view_t x) {
+    const ls_lora_batch_t *l = step->lora;
+    if (!l || !ls_lora_pool_has_group(pool, LS_LORA_GROUP_EMBED))
+        return;
+    const unsigned *targets = ls_lora_pool_slot_targets(pool);
+    bool any = false;
+    for (int s = 0; s < l->n_segs && !any; s++)
+        any = targets[l->weight_indices[s]] >> LS_TARGET_EMBED & 1;
+    if (!any)
+        return;
+    ls_backend_t *be = self->be;
+    ls_lora_group_shape_t sh = ls_lora_pool_group_shape(pool, LS_LORA_GROUP_EMBED);
+    int r_max = ls_lora_pool_r_max(pool);
+    ls_view_t a, b, tmp = s_w(self->ws[S_WS_LORA]);
+    ls_lora_pool_group_views(pool, 0, LS_LORA_GROUP_EMBED, &a, &b);
+    be->lora_embed_shrink(be, tmp, a, sh.in, r_max);
+    be->lora_expand(be, x, tmp, b, sh.slice_offsets, 1, r_max);
 }
 
 // A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias, the matmul reading x_mm
@@ -1046,6 +1077,7 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->shard.vocab0, self->shard.vocab);
     if (s_reduce(self, x, TH, err, errlen) != 0)
         return -1;
+    s_lora_embed(self, pool, step, x);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
         // x += y (+ its LoRA delta: the previous layer's MLP output); h = rmsnorm(x)
@@ -1104,6 +1136,12 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->rows_gather(be, s_w(self->ws[S_WS_LAST]), h, H);
         be->matmul(be, out, s_w(self->ws[S_WS_LAST]), s_w(head), LS_VIEW_NONE, (int)R, H,
                    self->vocab_pad, 0);
+        if (step->logit_slots) {  // lm_head's LoRA on the logit rows of adapters with it
+            ls_view_t a, b;
+            ls_lora_pool_group_views(pool, 0, LS_LORA_GROUP_LM_HEAD, &a, &b);
+            be->lora_rows(be, out, s_w(self->ws[S_WS_LAST]), s_w(self->ws[S_WS_LORA]), a, b, H,
+                          self->vocab_pad, ls_lora_pool_r_max(pool));
+        }
         char why[512];
         if (self->comm &&
             ls_comm_gather_cols(self->comm, s_w(self->ws[S_WS_LOGITS]), out, (int)R,

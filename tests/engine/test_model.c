@@ -242,9 +242,10 @@ static void test_chunked_prefill_and_decode(void **state) {
 
 // --- LoRA -------------------------------------------------------------------------------
 
-// Three adapters of the Llama spec: uniform all-seven rank 8; rank/alpha patterns
-// (per-module scalings, folded into B); rslora on a regex subset.
-#define N_AD 3
+// Four adapters of the Llama spec: uniform all-seven rank 8; rank/alpha patterns
+// (per-module scalings, folded into B); rslora on a regex subset; q, v, the embedding and
+// lm_head with their own ranks and scalings (folded).
+#define N_AD 4
 static const char *AD_CFG[N_AD] = {
     "{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 16, \"target_modules\": "
     "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]}",
@@ -254,7 +255,12 @@ static const char *AD_CFG[N_AD] = {
     "\"alpha_pattern\": {\"o_proj\": 3, \"gate_proj\": 40}}",
     "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 8, \"use_rslora\": true, "
     "\"target_modules\": \".*\\\\.layers\\\\.[01]\\\\.(self_attn\\\\.(q_proj|v_proj)|mlp\\\\.down_proj)\"}",
+    "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+    "[\"q_proj\", \"v_proj\", \"embed_tokens\", \"lm_head\"], \"rank_pattern\": {\"embed_tokens\": 6}, "
+    "\"alpha_pattern\": {\"lm_head\": 2}}",
 };
+// The embedding's and lm_head's ranks of adapter a (0: not targeted).
+static const int AD_EMBED_RANK[N_AD] = {0, 0, 0, 6}, AD_HEAD_RANK[N_AD] = {0, 0, 0, 4};
 
 static void ad_ranks(int a, int L, int *ranks) {
     if (a == 0)
@@ -268,6 +274,8 @@ static void ad_ranks(int a, int L, int *ranks) {
     if (a == 2)
         rm_ranks_uniform(ranks, L, 1u << LS_TARGET_Q | 1u << LS_TARGET_V | 1u << LS_TARGET_DOWN,
                          16);
+    if (a == 3)
+        rm_ranks_uniform(ranks, L, 1u << LS_TARGET_Q | 1u << LS_TARGET_V, 4);
 }
 
 static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *cfg, int a,
@@ -277,16 +285,18 @@ static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *c
     snprintf(name, sizeof name, "adapter%d", a);
     fx_path(d, sizeof d, c->dir, name);
     ad_ranks(a, cfg->num_hidden_layers, ranks);
-    assert_int_equal(rm_write_adapter(d, cfg, AD_CFG[a], ranks, dtype, 100u + (unsigned)a), 0);
+    assert_int_equal(rm_write_adapter_globals(d, cfg, AD_CFG[a], ranks, AD_EMBED_RANK[a],
+                                              AD_HEAD_RANK[a], dtype, 100u + (unsigned)a), 0);
     ls_adapter_t *ad = ls_adapter_load(d, cfg, 16, err, sizeof err);
     if (!ad)
         fail_msg("adapter %d: %s", a, err);
     return ad;
 }
 
+// Every target enabled: the embedding and lm_head too.
 static ls_lora_pool_t *new_pool(ctx_t *c, const ls_model_config_t *cfg, int slots) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = 16,
-                                };
+                                .target_mask = (1u << LS_TARGET_ALL) - 1};
     ls_lora_pool_t *p = ls_lora_pool_new(c->be, cfg, &pc, err, sizeof err);
     if (!p)
         fail_msg("pool: %s", err);
@@ -301,9 +311,9 @@ static void test_lora_equals_merged(void **state) {
     sp.dtype = LS_DTYPE_F32;
     c->m = load_spec(c, "lora_base", &sp, NULL);
     const ls_model_config_t *cfg = ls_model_config(c->m);
-    ls_lora_pool_t *pool = new_pool(c, cfg, 4);
+    ls_lora_pool_t *pool = new_pool(c, cfg, N_AD);
     ls_adapter_t *ads[N_AD];
-    const char *ids[N_AD + 1] = {NULL, "a0", "a1", "a2"};
+    const char *ids[N_AD + 1] = {NULL, "a0", "a1", "a2", "a3"};
     for (int a = 0; a < N_AD; a++) {
         ads[a] = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16 : LS_DTYPE_F32);
         ls_adapter_t *own = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16
@@ -361,14 +371,15 @@ static void test_mixed_batch_equals_alone(void **state) {
     ctx_t *c = *state;
     c->m = load_spec(c, "mixed", &SPECS[2], NULL); // Qwen3: q/k norm, head_dim != hidden/heads
     const ls_model_config_t *cfg = ls_model_config(c->m);
-    ls_lora_pool_t *pool = new_pool(c, cfg, 3);
-    const char *names[N_AD] = {"a0", "a1", "a2"};
+    ls_lora_pool_t *pool = new_pool(c, cfg, N_AD);
+    const char *names[N_AD] = {"a0", "a1", "a2", "a3"};
     for (int a = 0; a < N_AD; a++) {
         ls_adapter_t *ad = write_and_load_adapter(c, cfg, a, LS_DTYPE_F32);
         assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, err, sizeof err), 0);
     }
     static const req_t reqs[] = {
         {-1, 5, 7}, {0, 0, 9}, {1, 11, 1}, {-1, 3, 1}, {2, 6, 4}, {0, 8, 1}, {1, 0, 1},
+        {3, 0, 6}, {3, 9, 1},  // the embedding's and lm_head's LoRA beside the others'
     };
     enum { R = sizeof reqs / sizeof reqs[0], MAXT = 20 };
     const char *ids[R];
