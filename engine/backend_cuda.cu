@@ -123,6 +123,8 @@ typedef struct {
     const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
     const int32_t *perm;
     const float *scalings;
+    const int32_t *lora_ranks;  // (n_slots)
+    const int32_t *logit_slots; // (n_logit_rows) lm_head's LoRA slots, NULL: none
 
     // sampling
     char *h_smp;
@@ -489,6 +491,8 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
            o_exp = s_place(&l, (size_t)(n_short + n_long) * sizeof(ls_cu_lora_tile_t)),
            o_perm = s_place(&l, lb && lb->permutation ? (size_t)n_pos * i32 : 0),
            o_scal = s_place(&l, lb ? (size_t)lb->n_slots * sizeof(float) : 0),
+           o_ranks = s_place(&l, lb ? (size_t)lb->n_slots * i32 : 0),
+           o_lslots = s_place(&l, lb && step->logit_slots ? (size_t)step->n_logit_rows * i32 : 0),
            o_zero = s_place(&l, lb ? (size_t)T * i32 : 0);
     size_t bytes = l.off ? l.off : 16;
 
@@ -554,8 +558,12 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
         assert(ks == n_short && kl == n_short + n_long);
         if (lb->permutation && n_pos)
             memcpy(h + o_perm, lb->permutation, (size_t)n_pos * i32);
-        if (lb->n_slots)
+        if (lb->n_slots) {
             memcpy(h + o_scal, lb->scalings, (size_t)lb->n_slots * sizeof(float));
+            memcpy(h + o_ranks, lb->lora_ranks, (size_t)lb->n_slots * i32);
+        }
+        if (step->logit_slots && step->n_logit_rows)
+            memcpy(h + o_lslots, step->logit_slots, (size_t)step->n_logit_rows * i32);
         // the rows no tile covers (no adapter, or a rank-0 one): a delta written rather
         // than added (lora_fused, accumulate 0) gets zeros there. The array is first the
         // covered-row marks, then compacted in place (entry n_zero <= t is written only
@@ -595,6 +603,8 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->n_exp_long = n_long;
     c->perm = lb && lb->permutation ? (const int32_t *)(d + o_perm) : NULL;
     c->scalings = (const float *)(d + o_scal);
+    c->lora_ranks = (const int32_t *)(d + o_ranks);
+    c->logit_slots = lb && step->logit_slots ? (const int32_t *)(d + o_lslots) : NULL;
     c->zero_rows = (const int32_t *)(d + o_zero);
     c->n_zero_rows = n_zero;
     return c->sticky == cudaSuccess ? 0 : -1;
@@ -607,7 +617,7 @@ enum {
     S_OP_STEP = 1, S_OP_EMBEDDING, S_OP_MATMUL, S_OP_RMSNORM, S_OP_RMSNORM_HEADS, S_OP_ROPE,
     S_OP_SILU_MUL, S_OP_ADD, S_OP_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
-    S_OP_SIDE_END, S_OP_SIDE_WAIT
+    S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS
 };
 
 static uint64_t s_word(const void *p) {
@@ -665,7 +675,7 @@ static int s_graph_begin(ls_backend_t *self) {
     s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
           c->has_lora, c->n_tiles, c->max_rank, c->lora_one, c->n_slots, c->token_ids, c->positions, c->slot_mapping, c->tok_seq, c->block_tables, c->logit_rows,
           c->tiles, c->perm, c->scalings, c->n_zero_rows, c->zero_rows, c->exp_tiles, c->n_exp_short,
-          c->n_exp_long);
+          c->n_exp_long, c->lora_ranks, c->logit_slots);
     return 1;
 }
 
@@ -1021,6 +1031,29 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                                s_lora_flags(c, accumulate), c->stream));
 }
 
+static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+                                int r_max) {
+    s_cuda_t *c = s_ctx(self);
+    assert(c->has_lora && c->max_rank <= r_max);
+    if (s_rec(c, (int)S_OP_LORA_EMBED_SHRINK, s_f32(tmp), s_ptr(a_pool), (int)s_dt(a_pool), vocab,
+              r_max))
+        return;
+    s_note(c, ls_cu_lora_embed_shrink(s_f32(tmp), c->token_ids, s_ptr(a_pool), s_dt(a_pool),
+                                      c->tiles, c->n_tiles, c->perm, vocab, r_max, c->stream));
+}
+
+static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                        ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max) {
+    s_cuda_t *c = s_ctx(self);
+    assert(c->has_lora && c->logit_slots);
+    if (s_rec(c, (int)S_OP_LORA_ROWS, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a_pool),
+              (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, out, r_max))
+        return;
+    s_note(c, ls_cu_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool),
+                              s_ptr(b_pool), s_dt(b_pool), c->logit_slots, c->lora_ranks,
+                              c->scalings, c->n_logit_rows, in, out, r_max, c->stream));
+}
+
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
     s_cuda_t *c = s_ctx(self);
     if (s_rec(c, (int)S_OP_ROWS_GATHER, s_f32(out), s_f32(x), C))
@@ -1275,6 +1308,8 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->lora_shrink = s_lora_shrink;
     self->lora_expand = s_lora_expand;
     self->lora_fused = s_lora_fused;
+    self->lora_embed_shrink = s_lora_embed_shrink;
+    self->lora_rows = s_lora_rows;
     self->rows_gather = s_rows_gather;
     self->sample = s_sample;
     self->graph_begin = s_graph_begin;

@@ -200,7 +200,9 @@ enum { MAXT = 512, MAXS = 64, MAXTAB = 64 * 64, MAXSEG = 64, MAXSLOT = 64 };
 typedef struct {
     int T, S, max_blocks, max_ctx, n_logit, has_lora, n_segs, n_slots, has_perm;
     int32_t ids[MAXT], pos[MAXT], slot[MAXT], q_indptr[MAXS + 1], ctx[MAXS], tables[MAXTAB],
-        logit_rows[MAXT], seg_indptr[MAXSEG + 1], wi[MAXSEG], perm[MAXT], ranks[MAXSLOT];
+        logit_rows[MAXT], logit_slots[MAXT], seg_indptr[MAXSEG + 1], wi[MAXSEG], perm[MAXT],
+        ranks[MAXSLOT];
+    int has_logit_slots;
     float scal[MAXSLOT];
     ls_lora_batch_t lora;
     ls_step_t step;
@@ -236,7 +238,8 @@ static void s_step_begin(s_stepd_t *d) {
                                    .block_tables = d->tables},
                           .lora = d->has_lora ? &d->lora : NULL,
                           .n_logit_rows = d->n_logit,
-                          .logit_rows = d->logit_rows};
+                          .logit_rows = d->logit_rows,
+                          .logit_slots = d->has_logit_slots ? d->logit_slots : NULL};
     if (s_cpu->step_begin(s_cpu, &d->step) || s_gpu->step_begin(s_gpu, &d->step)) {
         fprintf(stderr, "step_begin failed\n");
         exit(2);
@@ -712,37 +715,66 @@ static void s_fused_both(s_pb_t *y, const float *y0, s_pb_t *x, s_pb_t *tmp, con
                       in, n_slices, r_max, accumulate);
 }
 
-static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
-                      int in, int r_max, ls_dtype_t pdt) {
-    enum { SLOTS = 33 };
-    static s_stepd_t d;
-    s_step_simple(&d, lay->T);
-    d.has_lora = 1;
-    d.n_segs = lay->n_segs;
-    d.n_slots = SLOTS;
+enum { SLOTS = 33 };
+
+// The LoRA batch of layout lay in d (not yet begun): SLOTS slots of ranks 8..64 (at most
+// r_max; slot 0 rank 0), random scalings; rows (lay->T) the segment positions' rows; touched
+// (lay->T) marks the rows a rank > 0 segment covers.
+static void s_lora_step(t_rng_t *r, const s_layout_t *lay, int r_max, s_stepd_t *d,
+                        int32_t *rows, int32_t *touched) {
+    s_step_simple(d, lay->T);
+    d->has_lora = 1;
+    d->n_segs = lay->n_segs;
+    d->n_slots = SLOTS;
     static const int rank_list[4] = {8, 16, 32, 64};
-    d.ranks[0] = 0;
-    d.scal[0] = 0.0f;
+    d->ranks[0] = 0;
+    d->scal[0] = 0.0f;
     for (int s = 1; s < SLOTS; s++) {
         int rk = rank_list[(s - 1) % 4];
-        d.ranks[s] = rk < r_max ? rk : r_max;
-        d.scal[s] = t_rng_float(r, 0.25f, 2.0f);
+        d->ranks[s] = rk < r_max ? rk : r_max;
+        d->scal[s] = t_rng_float(r, 0.25f, 2.0f);
     }
     int covered = 0;
     for (int s = 0; s < lay->n_segs; s++) {
-        d.seg_indptr[s] = covered;
+        d->seg_indptr[s] = covered;
         covered += lay->sizes[s];
-        d.wi[s] = lay->slots[s];
+        d->wi[s] = lay->slots[s];
     }
-    d.seg_indptr[lay->n_segs] = covered;
-    int32_t rows[MAXT];
+    d->seg_indptr[lay->n_segs] = covered;
     for (int t = 0; t < lay->T; t++)
         rows[t] = t;
     if (lay->perm) {
         t_shuffle(r, rows, lay->T);
-        memcpy(d.perm, rows, sizeof(int32_t) * covered);
-        d.has_perm = 1;
+        memcpy(d->perm, rows, sizeof(int32_t) * covered);
+        d->has_perm = 1;
     }
+    memset(touched, 0, sizeof(int32_t) * lay->T);
+    for (int s = 0; s < lay->n_segs; s++)
+        if (d->ranks[lay->slots[s]] > 0)
+            for (int p = d->seg_indptr[s]; p < d->seg_indptr[s + 1]; p++)
+                touched[rows[p]] = 1;
+}
+
+// A pool (SLOTS, n_slices*r_max, in) or (SLOTS, out, r_max) of U(-0.1, 0.1), NaN past each
+// slot's rank: reading one would show. b: the B layout (rank along the rows' last axis).
+static float *s_lora_pool_new(t_rng_t *r, const s_stepd_t *d, int b, int n_slices, int r_max,
+                              int width) {
+    size_t n = (size_t)SLOTS * n_slices * r_max * width;
+    float *h = s_fill_new(r, n, -0.1f, 0.1f);
+    for (int s = 0; s < SLOTS; s++)
+        for (size_t e = 0; e < (size_t)n_slices * r_max * width; e++) {
+            int j = b ? (int)(e % (size_t)r_max) : (int)(e / (size_t)width % (size_t)r_max);
+            if (j >= d->ranks[s])
+                h[(size_t)s * n_slices * r_max * width + e] = NAN;
+        }
+    return h;
+}
+
+static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
+                      int in, int r_max, ls_dtype_t pdt) {
+    static s_stepd_t d;
+    int32_t rows[MAXT], touched[MAXT];
+    s_lora_step(r, lay, r_max, &d, rows, touched);
     s_step_begin(&d);
 
     int ld = n_slices * r_max, off[4] = {0};
@@ -750,23 +782,9 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
         off[k + 1] = off[k] + sizes[k];
     int out_total = off[n_slices], T = lay->T;
     size_t na = (size_t)SLOTS * ld * in, nb = (size_t)SLOTS * out_total * r_max;
-    float *ha = s_fill_new(r, na, -0.1f, 0.1f), *hb = s_fill_new(r, nb, -0.1f, 0.1f);
-    // pool entries past each slot's rank are NaN: reading one would show
-    for (int s = 0; s < SLOTS; s++) {
-        for (int k = 0; k < n_slices; k++)
-            for (int j = d.ranks[s]; j < r_max; j++)
-                for (int i = 0; i < in; i++)
-                    ha[(((size_t)s * ld) + (size_t)k * r_max + j) * in + i] = NAN;
-        for (int o = 0; o < out_total; o++)
-            for (int j = d.ranks[s]; j < r_max; j++)
-                hb[((size_t)s * out_total + o) * r_max + j] = NAN;
-    }
+    float *ha = s_lora_pool_new(r, &d, 0, n_slices, r_max, in);
+    float *hb = s_lora_pool_new(r, &d, 1, 1, r_max, out_total);
     // rows that rank>0 segments cover get random y; the others are poison that must stay
-    int32_t touched[MAXT] = {0};
-    for (int s = 0; s < lay->n_segs; s++)
-        if (d.ranks[lay->slots[s]] > 0)
-            for (int p = d.seg_indptr[s]; p < d.seg_indptr[s + 1]; p++)
-                touched[rows[p]] = 1;
     size_t nx = (size_t)T * in, nt = (size_t)T * ld, ny = (size_t)T * out_total;
     // tmp: lora_fused's scratch is LS_LORA_FUSED_PARTS arrays; shrink uses the first
     size_t ntf = nt * LS_LORA_FUSED_PARTS;
@@ -827,6 +845,97 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
              "without an adapter", lay->name, unwritten, nonzero_untouched);
     s_check_true(name, unwritten == 0 && nonzero_untouched == 0);
     free(ynan);
+    s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
+    free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
+}
+
+// The embedding's LoRA: the gather shrink at the step's token ids (exact: a copy of A's
+// elements), then the usual expand with one slice of H outputs, from poisoned tmp and y.
+static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H, int r_max,
+                            ls_dtype_t pdt) {
+    static s_stepd_t d;
+    int32_t rows[MAXT], touched[MAXT];
+    s_lora_step(r, lay, r_max, &d, rows, touched);
+    for (int t = 0; t < lay->T; t++)
+        d.ids[t] = t_rng_int(r, vocab);
+    d.ids[0] = vocab - 1;  // the last column
+    s_step_begin(&d);
+    int T = lay->T, off[2] = {0, H};
+    size_t na = (size_t)SLOTS * r_max * vocab, nb = (size_t)SLOTS * H * r_max;
+    size_t nt = (size_t)T * r_max, ny = (size_t)T * H;
+    float *ha = s_lora_pool_new(r, &d, 0, 1, r_max, vocab), *hb = s_lora_pool_new(r, &d, 1, 1, r_max, H);
+    float *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
+    for (int t = 0; t < T; t++)
+        if (touched[t])
+            t_fill(r, hy + (size_t)t * H, H, -1, 1);
+    s_pb_t a = s_pb_new(pdt, na), b = s_pb_new(pdt, nb), tmp = s_pb_new(LS_DTYPE_F32, nt),
+           y = s_pb_new(LS_DTYPE_F32, ny);
+    s_pb_set(&a, 0, ha, na);
+    s_pb_set(&b, 0, hb, nb);
+    s_pb_set(&tmp, 0, tpois, nt);
+    s_pb_set(&y, 0, hy, ny);
+    s_cpu->lora_embed_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&a, 0), vocab, r_max);
+    s_gpu->lora_embed_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&a, 0), vocab, r_max);
+    s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, 1, r_max);
+    s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, 1, r_max);
+    float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
+    char name[96];
+    s_pb_get(&tmp, 0, nt, c, g);
+    snprintf(name, sizeof name, "lora embed shrink %s, vocab=%d r_max=%d %s", lay->name, vocab,
+             r_max, s_dtn(pdt));
+    s_check(name, g, c, nt, 0, 0);
+    s_pb_get(&y, 0, ny, c, g);
+    for (size_t i = 0; i < ny; i++) {  // compare the deltas
+        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
+        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
+    }
+    snprintf(name, sizeof name, "lora embed expand %s, hidden=%d", lay->name, H);
+    s_check(name, g, c, ny, 1e-10, 1e-4);
+    s_pb_free(&a), s_pb_free(&b), s_pb_free(&tmp), s_pb_free(&y);
+    free(ha), free(hb), free(tpois), free(hy), free(c), free(g);
+}
+
+// lm_head's LoRA on R logit rows, each with its own slot (slot 0, rank 0, on some: those
+// rows stay poisoned), y (R, out) vocabulary-wide.
+static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dtype_t pdt) {
+    static s_stepd_t d;
+    static const s_layout_t one = {"rows", 1, 1, {1}, {1}, 0};
+    int32_t rows[MAXT], touched[MAXT];
+    s_lora_step(r, &one, r_max, &d, rows, touched);
+    int used = 5;  // slots 0..4: ranks 0, 8, 16, 32, 64 (capped at r_max)
+    for (int i = 0; i < R; i++)
+        d.logit_slots[i] = i < used ? i : t_rng_int(r, used);
+    d.n_logit = R;
+    d.has_logit_slots = 1;
+    s_step_begin(&d);
+    size_t na = (size_t)SLOTS * r_max * in, nb = (size_t)SLOTS * out * r_max;
+    size_t nx = (size_t)R * in, nt = (size_t)R * r_max, ny = (size_t)R * out;
+    float *ha = s_lora_pool_new(r, &d, 0, 1, r_max, in), *hb = s_lora_pool_new(r, &d, 1, 1, r_max, out);
+    float *hx = s_fill_new(r, nx, -1, 1), *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
+    for (int i = 0; i < R; i++)
+        if (d.ranks[d.logit_slots[i]])
+            t_fill(r, hy + (size_t)i * out, out, -1, 1);
+    s_pb_t a = s_pb_new(pdt, na), b = s_pb_new(pdt, nb), x = s_pb_new(LS_DTYPE_F32, nx),
+           tmp = s_pb_new(LS_DTYPE_F32, nt), y = s_pb_new(LS_DTYPE_F32, ny);
+    s_pb_set(&a, 0, ha, na);
+    s_pb_set(&b, 0, hb, nb);
+    s_pb_set(&x, 0, hx, nx);
+    s_pb_set(&tmp, 0, tpois, nt);
+    s_pb_set(&y, 0, hy, ny);
+    s_cpu->lora_rows(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0), s_vc(&b, 0), in,
+                     out, r_max);
+    s_gpu->lora_rows(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0), s_vg(&b, 0), in,
+                     out, r_max);
+    float *c = t_alloc(ny * 4), *g = t_alloc(ny * 4);
+    s_pb_get(&y, 0, ny, c, g);
+    for (size_t i = 0; i < ny; i++) {
+        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
+        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "lora rows (lm_head) R=%d in=%d out=%d r_max=%d %s", R, in, out,
+             r_max, s_dtn(pdt));
+    s_check(name, g, c, ny, 1e-10, 1e-4);
     s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }
@@ -1300,6 +1409,15 @@ int main(int argc, char **argv) {
     // and gate_up
     test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16);
     test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16);
+    // the embedding's LoRA (a gather, then the expand) and lm_head's on the logit rows
+    test_lora_embed(&r, &s_layouts[0], 1000, 512, 16, LS_DTYPE_BF16);
+    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16);
+    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32);
+    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16);
+    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16);
+    test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16);
+    test_lora_rows(&r, 3, 100, 1001, 12, LS_DTYPE_F32);
+    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16);
 
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);
