@@ -770,6 +770,42 @@ static float *s_lora_pool_new(t_rng_t *r, const s_stepd_t *d, int b, int n_slice
     return h;
 }
 
+// A LoRA op's buffers on both backends: pools a (na) and b (nb) in pdt, x (nx; none when
+// 0), tmp (nt, its first nt_set elements from tmp0), y (ny, from y0).
+typedef struct {
+    s_pb_t a, b, x, tmp, y;
+} s_lora_bufs_t;
+
+static s_lora_bufs_t s_lora_bufs_new(ls_dtype_t pdt, const float *ha, size_t na, const float *hb,
+                                     size_t nb, const float *hx, size_t nx, const float *tmp0,
+                                     size_t nt, size_t nt_set, const float *y0, size_t ny) {
+    s_lora_bufs_t u = {s_pb_new(pdt, na), s_pb_new(pdt, nb), {0}, s_pb_new(LS_DTYPE_F32, nt),
+                       s_pb_new(LS_DTYPE_F32, ny)};
+    s_pb_set(&u.a, 0, ha, na);
+    s_pb_set(&u.b, 0, hb, nb);
+    if (nx) {
+        u.x = s_pb_new(LS_DTYPE_F32, nx);
+        s_pb_set(&u.x, 0, hx, nx);
+    }
+    s_pb_set(&u.tmp, 0, tmp0, nt_set);
+    s_pb_set(&u.y, 0, y0, ny);
+    return u;
+}
+
+static void s_lora_bufs_free(s_lora_bufs_t *u) {
+    s_pb_free(&u->a), s_pb_free(&u->b), s_pb_free(&u->tmp), s_pb_free(&u->y);
+    if (u->x.c)
+        s_pb_free(&u->x);
+}
+
+// c and g (n) become what the op added to y0 (NaN stays NaN: an untouched poisoned element)
+static void s_deltas(float *c, float *g, const float *y0, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - y0[i]);
+        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - y0[i]);
+    }
+}
+
 static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
                       int in, int r_max, ls_dtype_t pdt) {
     static s_stepd_t d;
@@ -792,13 +828,8 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     for (int t = 0; t < T; t++)
         if (touched[t])
             t_fill(r, hy + (size_t)t * out_total, out_total, -1, 1);
-    s_pb_t a = s_pb_new(pdt, na), b = s_pb_new(pdt, nb), x = s_pb_new(LS_DTYPE_F32, nx),
-           tmp = s_pb_new(LS_DTYPE_F32, ntf), y = s_pb_new(LS_DTYPE_F32, ny);
-    s_pb_set(&a, 0, ha, na);
-    s_pb_set(&b, 0, hb, nb);
-    s_pb_set(&x, 0, hx, nx);
-    s_pb_set(&tmp, 0, tpois, nt);
-    s_pb_set(&y, 0, hy, ny);
+    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, hx, nx, tpois, ntf, nt, hy, ny);
+    s_pb_t a = u.a, b = u.b, x = u.x, tmp = u.tmp, y = u.y;
     s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), s_vc(&a, 0), in, n_slices, r_max);
     s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), s_vg(&a, 0), in, n_slices, r_max);
     s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, n_slices, r_max);
@@ -810,20 +841,14 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
              n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
     s_check(name, g, c, nt, 1e-10, 1e-4);
     s_pb_get(&y, 0, ny, c, g);
-    for (size_t i = 0; i < ny; i++) { // compare the LoRA deltas
-        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
-        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
-    }
+    s_deltas(c, g, hy, ny); // compare the LoRA deltas
     snprintf(name, sizeof name, "lora expand %s, out=%d", lay->name, out_total);
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // the fused op from the same poisoned start: y deltas equal, untouched rows still NaN
     // (tmp is the op's scratch: unspecified afterwards, not compared)
     s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1);
     s_pb_get(&y, 0, ny, c, g);
-    for (size_t i = 0; i < ny; i++) {
-        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
-        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
-    }
+    s_deltas(c, g, hy, ny);
     snprintf(name, sizeof name, "lora fused %s, %d slice%s in=%d r_max=%d %s", lay->name,
              n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
@@ -845,7 +870,7 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
              "without an adapter", lay->name, unwritten, nonzero_untouched);
     s_check_true(name, unwritten == 0 && nonzero_untouched == 0);
     free(ynan);
-    s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
+    s_lora_bufs_free(&u);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }
 
@@ -868,12 +893,8 @@ static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H,
     for (int t = 0; t < T; t++)
         if (touched[t])
             t_fill(r, hy + (size_t)t * H, H, -1, 1);
-    s_pb_t a = s_pb_new(pdt, na), b = s_pb_new(pdt, nb), tmp = s_pb_new(LS_DTYPE_F32, nt),
-           y = s_pb_new(LS_DTYPE_F32, ny);
-    s_pb_set(&a, 0, ha, na);
-    s_pb_set(&b, 0, hb, nb);
-    s_pb_set(&tmp, 0, tpois, nt);
-    s_pb_set(&y, 0, hy, ny);
+    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, NULL, 0, tpois, nt, nt, hy, ny);
+    s_pb_t a = u.a, b = u.b, tmp = u.tmp, y = u.y;
     s_cpu->lora_embed_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&a, 0), vocab, r_max);
     s_gpu->lora_embed_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&a, 0), vocab, r_max);
     s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, 1, r_max);
@@ -885,13 +906,10 @@ static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H,
              r_max, s_dtn(pdt));
     s_check(name, g, c, nt, 0, 0);
     s_pb_get(&y, 0, ny, c, g);
-    for (size_t i = 0; i < ny; i++) {  // compare the deltas
-        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
-        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
-    }
+    s_deltas(c, g, hy, ny);
     snprintf(name, sizeof name, "lora embed expand %s, hidden=%d", lay->name, H);
     s_check(name, g, c, ny, 1e-10, 1e-4);
-    s_pb_free(&a), s_pb_free(&b), s_pb_free(&tmp), s_pb_free(&y);
+    s_lora_bufs_free(&u);
     free(ha), free(hb), free(tpois), free(hy), free(c), free(g);
 }
 
@@ -915,28 +933,20 @@ static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dty
     for (int i = 0; i < R; i++)
         if (d.ranks[d.logit_slots[i]])
             t_fill(r, hy + (size_t)i * out, out, -1, 1);
-    s_pb_t a = s_pb_new(pdt, na), b = s_pb_new(pdt, nb), x = s_pb_new(LS_DTYPE_F32, nx),
-           tmp = s_pb_new(LS_DTYPE_F32, nt), y = s_pb_new(LS_DTYPE_F32, ny);
-    s_pb_set(&a, 0, ha, na);
-    s_pb_set(&b, 0, hb, nb);
-    s_pb_set(&x, 0, hx, nx);
-    s_pb_set(&tmp, 0, tpois, nt);
-    s_pb_set(&y, 0, hy, ny);
+    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, hx, nx, tpois, nt, nt, hy, ny);
+    s_pb_t a = u.a, b = u.b, x = u.x, tmp = u.tmp, y = u.y;
     s_cpu->lora_rows(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0), s_vc(&b, 0), in,
                      out, r_max);
     s_gpu->lora_rows(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0), s_vg(&b, 0), in,
                      out, r_max);
     float *c = t_alloc(ny * 4), *g = t_alloc(ny * 4);
     s_pb_get(&y, 0, ny, c, g);
-    for (size_t i = 0; i < ny; i++) {
-        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
-        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
-    }
+    s_deltas(c, g, hy, ny);
     char name[96];
     snprintf(name, sizeof name, "lora rows (lm_head) R=%d in=%d out=%d r_max=%d %s", R, in, out,
              r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
-    s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
+    s_lora_bufs_free(&u);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }
 
