@@ -76,12 +76,21 @@ typedef struct {
     int n_tokens;                 // T
     const int32_t *token_ids;     // (T) embedding input
     ls_attn_meta_t attn;          // attn.n_tokens == n_tokens
-    const ls_lora_batch_t *lora;  // NULL: no adapter in this step, LoRA ops must not run
+    // LoRA passes: lora[0 .. n_lora_passes) (NULL, 0: no adapter in this step, LoRA ops must
+    // not run). Pass 0 covers every row with an adapter; a row of a mix of k adapters is in
+    // passes 0 .. k-1, its i-th component in pass i (a batch covers a row at most once, as
+    // the LoRA ops add into y without atomics). The LoRA ops name the pass they run.
+    const ls_lora_batch_t *lora;
+    int n_lora_passes;
     int n_logit_rows;
     const int32_t *logit_rows;    // (n_logit_rows) token rows whose logits are wanted
-    // (n_logit_rows) the slot whose lm_head LoRA applies to each logit row (rank-0 slot 0:
-    // none), read by lora_rows; NULL when the step runs no lm_head LoRA
-    const int32_t *logit_slots;
+    // lm_head's LoRA on the logit rows, pass by pass as the other targets' (a mix's i-th
+    // component in pass i): entry k * n_logit_rows + i is the slot whose lm_head LoRA pass k
+    // adds to logit row i (slot 0, rank 0: none in that pass) and its factor, scalings[slot]
+    // times the component's weight, one fp32 product as a segment's in lora_expand. Read by
+    // lora_rows; both NULL when no logit row of the step has lm_head LoRA.
+    const int32_t *logit_slots;   // (n_lora_passes, n_logit_rows)
+    const float *logit_scales;    // (n_lora_passes, n_logit_rows)
 } ls_step_t;
 
 typedef struct ls_backend ls_backend_t;
@@ -172,32 +181,37 @@ struct ls_backend {
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
                       int block_size, int row_stride);
-    // step: tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots, n_slices*r_max, in)
+    // step: over the step's LoRA pass `pass` (< n_lora_passes), as the kernels over
+    // lora[pass]. tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots,
+    // n_slices*r_max, in)
     void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
-                        int in, int n_slices, int r_max);
-    // step: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
+                        int in, int n_slices, int r_max, int pass);
+    // step, pass: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
     // slice_offsets (n_slices+1) is host memory, small enough to pass by value to a kernel
     void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
-                        const int32_t *slice_offsets, int n_slices, int r_max);
-    // step: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
+                        const int32_t *slice_offsets, int n_slices, int r_max, int pass);
+    // step, pass: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
     // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp; accumulate 0:
-    // every row of y is written, with what += into a zeroed y would give (rows without an
-    // adapter: 0) — a delta made without clearing y first. tmp (LS_LORA_FUSED_PARTS, T,
-    // n_slices*r_max) is scratch the backend may use or leave alone (a device backend
-    // splits the shrink over blocks that leave partial sums there): its contents
-    // afterwards are unspecified.
+    // every row of y is written, with what += into a zeroed y would give (rows without a
+    // segment in the pass: 0) — a delta made without clearing y first. tmp
+    // (LS_LORA_FUSED_PARTS, T, n_slices*r_max) is scratch the backend may use or leave
+    // alone (a device backend splits the shrink over blocks that leave partial sums
+    // there): its contents afterwards are unspecified.
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
-                       int in, int n_slices, int r_max, int accumulate);
-    // step: tmp (T, r_max) from a_pool (n_slots, r_max, vocab) at the step's token ids, as
-    // ls_lora_embed_shrink (the embedding's LoRA shrink: a gather; lora_expand follows)
+                       int in, int n_slices, int r_max, int accumulate, int pass);
+    // step, pass: tmp (T, r_max) from a_pool (n_slots, r_max, vocab) at the step's token
+    // ids, as ls_lora_embed_shrink over lora[pass] (the embedding's LoRA shrink: a gather;
+    // lora_expand of the same pass follows)
     void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
-                              int r_max);
-    // step: y (n_logit_rows, out) += the LoRA of each logit row's slot (logit_slots) on x
-    // (n_logit_rows, in), as ls_lora_rows with the step's slot ranks and scalings; tmp
-    // (n_logit_rows, r_max) scratch, a_pool (n_slots, r_max, in), b_pool (n_slots, out, r_max)
+                              int r_max, int pass);
+    // step, pass: y (n_logit_rows, out) += the LoRA of each logit row's slot in that pass on
+    // x (n_logit_rows, in), as ls_lora_rows with the pass's rows of logit_slots and
+    // logit_scales; tmp (n_logit_rows, r_max) scratch, a_pool (n_slots, r_max, in), b_pool
+    // (n_slots, out, r_max)
     void (*lora_rows)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                      ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max);
+                      ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
+                      int pass);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued

@@ -178,8 +178,10 @@ void ls_attention_forward(float *out, const float *q, const float *k_cache,
 // - touch only rows covered by a segment whose slot has rank r > 0;
 // - in such a row, shrink writes tmp columns k*r_max + j for j < r only and leaves the
 //   columns j >= r UNTOUCHED (they may hold garbage, even NaN); expand reads only j < r;
-// - expand accumulates: y += scaling[w] * (tmp_k · B_kᵀ), scaling applied to the product
-//   (never folded into A or B), into y columns off_k .. off_{k+1}-1 only;
+// - expand accumulates: y += scale_s * (tmp_k · B_kᵀ), scale_s = scaling[w] times the
+//   segment's weight (seg_weights[s], 1 without them) computed as that one fp32 product and
+//   applied to the matrix product (never folded into A or B), into y columns
+//   off_k .. off_{k+1}-1 only;
 // - rows of rank-0 slots and uncovered rows of tmp and y are not read nor written.
 
 // tmp[t, k*r_max + j] = Σ_i x[t, i] · A[w, k*r_max + j, i]   for j < rank[w]
@@ -187,7 +189,7 @@ void ls_attention_forward(float *out, const float *q, const float *k_cache,
 void ls_lora_shrink(float *tmp, const float *x, const float *a_pool,
                     const ls_lora_batch_t *batch, int in, int n_slices, int r_max);
 
-// y[t, off_k + o] += scaling[w] · Σ_{j<rank[w]} tmp[t, k*r_max + j] · B[w, off_k + o, j]
+// y[t, off_k + o] += scale_s · Σ_{j<rank[w]} tmp[t, k*r_max + j] · B[w, off_k + o, j]
 // y is (T, out_total), tmp is (T, n_slices*r_max), b_pool is (n_slots, out_total, r_max),
 // slice_offsets is (n_slices+1): off_0 = 0 .. off_{n_slices} = out_total
 void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
@@ -210,15 +212,16 @@ void ls_lora_fused(float *y, float *tmp, const float *x, const float *a_pool,
 void ls_lora_embed_shrink(float *tmp, const int32_t *ids, const float *a_pool,
                           const ls_lora_batch_t *batch, int vocab, int r_max);
 
-// LoRA on rows each with its own slot (lm_head on the logit rows: few rows, a vocabulary-wide
-// output): for each row i whose slot w = slots[i] has rank r = ranks[w] > 0,
-// y[i, o] += scalings[w] · Σ_{j<r} B[w, o, j] · tmp[i, j],  tmp[i, j] = Σ_k A[w, j, k] · x[i, k];
-// rows of rank-0 slots are not read nor written.
-// y is (R, out), tmp is (R, r_max) scratch, x is (R, in), slots is (R), a_pool is
-// (n_slots, r_max, in), b_pool is (n_slots, out, r_max), ranks and scalings are (n_slots)
+// LoRA on rows each with its own slot and factor (lm_head on the logit rows: few rows, a
+// vocabulary-wide output): for each row i whose slot w = slots[i] has rank r = ranks[w] > 0,
+// y[i, o] += scales[i] · Σ_{j<r} B[w, o, j] · tmp[i, j],  tmp[i, j] = Σ_k A[w, j, k] · x[i, k]
+// (scales[i]: the slot's scaling times the row's weight, as scale_s above); rows of rank-0
+// slots are not read nor written.
+// y is (R, out), tmp is (R, r_max) scratch, x is (R, in), slots and scales are (R), a_pool
+// is (n_slots, r_max, in), b_pool is (n_slots, out, r_max), ranks is (n_slots)
 void ls_lora_rows(float *y, float *tmp, const float *x, const float *a_pool,
-                  const float *b_pool, const int32_t *slots, const int32_t *ranks,
-                  const float *scalings, int R, int in, int out, int r_max);
+                  const float *b_pool, const int32_t *slots, const float *scales,
+                  const int32_t *ranks, int R, int in, int out, int r_max);
 
 // ---------------------------------------------------------------------------------------
 // Sampling

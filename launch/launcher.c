@@ -67,56 +67,58 @@ launcher_actor_t launcher_actors[LAUNCHER_MAX_ACTORS];
 // (--max-loras-per-batch abc) stops the actor at once, before Ready, and with it the launch,
 // the actor's message on the console (s_print_log_tail).
 launcher_pass_t launcher_pass[] = {
-    {"model-path", 0, K_WORKER | K_REGISTRY | K_TOKENIZER | K_DETOKENIZER | K_GATEWAY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}},
-    {"load-format", 0, K_WORKER, "auto (the checkpoint) or dummy (random weights of config.json's shapes)", NULL, {0}},
-    {"backend", 0, K_WORKER, "compute backend of the workers: cpu or cuda", NULL, {0}},
+    {"model-path", 0, K_WORKER | K_REGISTRY | K_TOKENIZER | K_DETOKENIZER | K_GATEWAY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}, 0},
+    {"load-format", 0, K_WORKER, "auto (the checkpoint) or dummy (random weights of config.json's shapes)", NULL, {0}, 0},
+    {"backend", 0, K_WORKER, "compute backend of the workers: cpu or cuda", NULL, {0}, 0},
     {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY,
-     "adapter slots: distinct adapters in one step", NULL, {0}},
-    {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served", NULL, {0}},
-    {"max-loaded-loras", 0, K_WORKER, "most adapters in each worker's CPU tier; 0: as many as its bytes allow", NULL, {0}},
-    {"max-cpu-lora-mb", 0, K_WORKER, "host memory for adapters per worker, in MB; 0: 64 adapters of --max-lora-rank, at most 1/4 of RAM", NULL, {0}},
-    {"lora-target-modules", 1, K_WORKER | K_REGISTRY, "modules adapters may target (none given or all: the seven of a layer; embed_tokens, lm_head when named)", NULL, {0}},
-    {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker", NULL, {0}},
-    {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}},
-    {"block-size", 0, K_WORKER | K_DISPATCHER, "tokens per KV block", NULL, {0}},
+     "adapter slots: distinct adapters in one step", NULL, {0}, 0},
+    {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served", NULL, {0}, 0},
+    {"max-loaded-loras", 0, K_WORKER, "most adapters in each worker's CPU tier; 0: as many as its bytes allow", NULL, {0}, 0},
+    {"max-cpu-lora-mb", 0, K_WORKER, "host memory for adapters per worker, in MB; 0: 64 adapters of --max-lora-rank, at most 1/4 of RAM", NULL, {0}, 0},
+    {"lora-target-modules", 1, K_WORKER | K_REGISTRY, "modules adapters may target (none given or all: the seven of a layer; embed_tokens, lm_head when named)", NULL, {0}, 0},
+    {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker", NULL, {0}, 0},
+    {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}, 0},
+    {"block-size", 0, K_WORKER | K_DISPATCHER, "tokens per KV block", NULL, {0}, 0},
     // The scheduler and the workers take these three as well: each checks an adapter's path
     // itself rather than trust whoever sent the load.
     {"lora-paths", 1, K_REGISTRY | K_SCHEDULER | K_WORKER,
      "adapters loaded at start: name=path, name=path:pinned, a path (named by its basename) or JSON "
-     "{\"lora_name\": N, \"lora_path\": P, \"pinned\": B}", NULL, {0}},
-    {"lora-dirs", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "directories whose DIR/name adapters load on their first request", NULL, {0}},
-    {"lora-roots", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "where client-given adapter paths may point", NULL, {0}},
-    {"lora-eviction-policy", 0, K_SCHEDULER, "adapter slot victim: lru or fifo", NULL, {0}},
+     "{\"lora_name\": N, \"lora_path\": P, \"pinned\": B}", NULL, {0}, 0},
+    {"lora-dirs", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "directories whose DIR/name adapters load on their first request", NULL, {0}, 0},
+    {"lora-roots", 1, K_REGISTRY | K_SCHEDULER | K_WORKER, "where client-given adapter paths may point", NULL, {0}, 0},
+    {"lora-eviction-policy", 0, K_SCHEDULER, "adapter slot victim: lru or fifo", NULL, {0}, 0},
     {"max-num-batched-tokens", 0, K_SCHEDULER | K_WORKER,
      "token budget of one step; workers refuse bigger plans",
-     NULL, {0}},
+     NULL, {0}, 0},
     {"max-running-requests", 0, K_SCHEDULER | K_WORKER,
      "requests decoded at once; workers refuse bigger plans",
-     NULL, {0}},
-    {"chunked-prefill-size", 0, K_SCHEDULER, "prompt tokens of one request per step", NULL, {0}},
-    {"max-skip-steps", 0, K_SCHEDULER, "steps a request may be passed over for residency", NULL, {0}},
-    {"default-max-new-tokens", 0, K_SCHEDULER, "max_new_tokens when a request gives none", NULL, {0}},
-    {"step-timeout-ms", 0, K_SCHEDULER, "a step not answered by then fails its requests", NULL, {0}},
-    {"max-waiting-requests", 0, K_SCHEDULER, "requests waiting to run, all tenants; more are answered 429", NULL, {0}},
-    {"max-tenant-waiting", 0, K_SCHEDULER, "requests waiting to run for one adapter or the base model; more: 429", NULL, {0}},
-    {"max-queued-tokens", 0, K_SCHEDULER, "prompt tokens of the waiting requests together; more: 429", NULL, {0}},
-    {"port", 0, K_GATEWAY, "HTTP port of the gateway; 0: any free port, in logs/gateway.log", NULL, {0}},
-    {"host", 0, K_GATEWAY, "address the gateway listens on", NULL, {0}},
+     NULL, {0}, 0},
+    {"chunked-prefill-size", 0, K_SCHEDULER, "prompt tokens of one request per step", NULL, {0}, 0},
+    {"max-skip-steps", 0, K_SCHEDULER, "steps a request may be passed over for residency", NULL, {0}, 0},
+    {"default-max-new-tokens", 0, K_SCHEDULER, "max_new_tokens when a request gives none", NULL, {0}, 0},
+    {"step-timeout-ms", 0, K_SCHEDULER, "a step not answered by then fails its requests", NULL, {0}, 0},
+    {"disable-overlap-schedule", PASS_SWITCH, K_SCHEDULER,
+     "one step in flight: the worker waits a round trip for each plan (overlap is on by default, one worker a group)", NULL, {0}, 0},
+    {"max-waiting-requests", 0, K_SCHEDULER, "requests waiting to run, all tenants; more are answered 429", NULL, {0}, 0},
+    {"max-tenant-waiting", 0, K_SCHEDULER, "requests waiting to run for one adapter or the base model; more: 429", NULL, {0}, 0},
+    {"max-queued-tokens", 0, K_SCHEDULER, "prompt tokens of the waiting requests together; more: 429", NULL, {0}, 0},
+    {"port", 0, K_GATEWAY, "HTTP port of the gateway; 0: any free port, in logs/gateway.log", NULL, {0}, 0},
+    {"host", 0, K_GATEWAY, "address the gateway listens on", NULL, {0}, 0},
     {"api-key", 0, K_GATEWAY, "require Authorization: Bearer KEY on every HTTP endpoint but /health (visible in ps: "
-                              "prefer --api-key-file or LORASERVE_API_KEY)", NULL, {0}},
-    {"api-key-file", 0, K_GATEWAY, "the API key is this file's first line", NULL, {0}},
-    {"served-model-name", 0, K_GATEWAY, "the base model's name in the APIs", NULL, {0}},
-    {"chat-template", 0, K_TOKENIZER, "a Jinja chat template file used instead of the model's", NULL, {0}},
-    {"max-client-requests", 0, K_TOKENIZER, "requests one client (the gateway, an SDK client) may have open at the tokenizer; more: 429", NULL, {0}},
-    {"max-connections", 0, K_GATEWAY, "open HTTP connections; more are answered 503", NULL, {0}},
-    {"max-header-bytes", 0, K_GATEWAY, "HTTP request line and headers; more is answered 431", NULL, {0}},
-    {"max-body-bytes", 0, K_GATEWAY, "HTTP request body; more is answered 413", NULL, {0}},
-    {"idle-timeout-ms", 0, K_GATEWAY, "a silent HTTP connection is closed", NULL, {0}},
-    {"request-timeout-ms", 0, K_GATEWAY, "an HTTP request must arrive whole within this, else 408", NULL, {0}},
-    {"max-request-completions", 0, K_GATEWAY, "completions one request may ask for (prompts x n); more: 400", NULL, {0}},
-    {"max-tenant-completions", 0, K_GATEWAY, "HTTP completions in flight for one adapter or the base model; more: 429", NULL, {0}},
-    {"max-lora-tensor-mb", 0, K_GATEWAY | K_REGISTRY, "largest adapter_model.safetensors a load from tensors may send, in MiB", NULL, {0}},
-    {"metrics-max-adapters", 0, K_TOKENIZER | K_GATEWAY, "adapters with /metrics series of their own; the least recently used beyond it count as \"other\"", NULL, {0}},
+                              "prefer --api-key-file or LORASERVE_API_KEY)", NULL, {0}, 0},
+    {"api-key-file", 0, K_GATEWAY, "the API key is this file's first line", NULL, {0}, 0},
+    {"served-model-name", 0, K_GATEWAY, "the base model's name in the APIs", NULL, {0}, 0},
+    {"chat-template", 0, K_TOKENIZER, "a Jinja chat template file used instead of the model's", NULL, {0}, 0},
+    {"max-client-requests", 0, K_TOKENIZER, "requests one client (the gateway, an SDK client) may have open at the tokenizer; more: 429", NULL, {0}, 0},
+    {"max-connections", 0, K_GATEWAY, "open HTTP connections; more are answered 503", NULL, {0}, 0},
+    {"max-header-bytes", 0, K_GATEWAY, "HTTP request line and headers; more is answered 431", NULL, {0}, 0},
+    {"max-body-bytes", 0, K_GATEWAY, "HTTP request body; more is answered 413", NULL, {0}, 0},
+    {"idle-timeout-ms", 0, K_GATEWAY, "a silent HTTP connection is closed", NULL, {0}, 0},
+    {"request-timeout-ms", 0, K_GATEWAY, "an HTTP request must arrive whole within this, else 408", NULL, {0}, 0},
+    {"max-request-completions", 0, K_GATEWAY, "completions one request may ask for (prompts x n); more: 400", NULL, {0}, 0},
+    {"max-tenant-completions", 0, K_GATEWAY, "HTTP completions in flight for one adapter or the base model; more: 429", NULL, {0}, 0},
+    {"max-lora-tensor-mb", 0, K_GATEWAY | K_REGISTRY, "largest adapter_model.safetensors a load from tensors may send, in MiB", NULL, {0}, 0},
+    {"metrics-max-adapters", 0, K_TOKENIZER | K_GATEWAY, "adapters with /metrics series of their own; the least recently used beyond it count as \"other\"", NULL, {0}, 0},
 };
 #define S_NPASS (sizeof launcher_pass / sizeof *launcher_pass)
 const size_t launcher_npass = S_NPASS;
@@ -337,7 +339,7 @@ static launcher_pass_t *s_pass_find(const char *name) {
 static int s_apply_aliases(void) {
     for (size_t i = 0; i < S_NALIAS; i++) {
         launcher_pass_t *t = s_pass_find(s_alias[i].target);
-        if (t->list) {
+        if (t->form == PASS_LIST) {
             for (size_t k = 0; k < s_alias[i].values.n; k++) {
                 char **v = realloc(t->values.v, (t->values.n + 1) * sizeof *v);
                 if (!v)
@@ -869,12 +871,15 @@ int main(int argc, char **argv) {
     };
     ls_flag_t passed[S_NPASS + 1];
     for (size_t i = 0; i < S_NPASS; i++)
-        passed[i] = launcher_pass[i].list ? (ls_flag_t)LS_FLAG_LIST(launcher_pass[i].name, &launcher_pass[i].values, launcher_pass[i].help)
-                                   : (ls_flag_t)LS_FLAG_STR(launcher_pass[i].name, &launcher_pass[i].value, NULL, launcher_pass[i].help);
+        passed[i] = launcher_pass[i].form == PASS_LIST
+                        ? (ls_flag_t)LS_FLAG_LIST(launcher_pass[i].name, &launcher_pass[i].values, launcher_pass[i].help)
+                    : launcher_pass[i].form == PASS_SWITCH
+                        ? (ls_flag_t)LS_FLAG_BOOL(launcher_pass[i].name, &launcher_pass[i].on, launcher_pass[i].help)
+                        : (ls_flag_t)LS_FLAG_STR(launcher_pass[i].name, &launcher_pass[i].value, NULL, launcher_pass[i].help);
     passed[S_NPASS] = (ls_flag_t)LS_FLAG_END;
     ls_flag_t aliased[S_NALIAS + 3];
     for (size_t i = 0; i < S_NALIAS; i++)
-        aliased[i] = s_pass_find(s_alias[i].target)->list ? (ls_flag_t)LS_FLAG_LIST(s_alias[i].alias, &s_alias[i].values, s_alias[i].help)
+        aliased[i] = s_pass_find(s_alias[i].target)->form == PASS_LIST ? (ls_flag_t)LS_FLAG_LIST(s_alias[i].alias, &s_alias[i].values, s_alias[i].help)
                                                          : (ls_flag_t)LS_FLAG_STR(s_alias[i].alias, &s_alias[i].value, NULL, s_alias[i].help);
     aliased[S_NALIAS] = (ls_flag_t)LS_FLAG_BOOL("enable-lora", &s_enable_lora, "accepted for vLLM's command lines; no effect: LoRA is always on");
     aliased[S_NALIAS + 1] = (ls_flag_t)LS_FLAG_STR("lora-backend", &s_lora_backend, NULL,

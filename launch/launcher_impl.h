@@ -82,13 +82,15 @@ typedef struct {
 // A flag handed on to the actors (the table is in launcher.c); kinds: the K_ bits of those that
 // take it.
 enum { K_REGISTRY = 1, K_WORKER = 2, K_SCHEDULER = 4, K_DETOKENIZER = 8, K_TOKENIZER = 16, K_GATEWAY = 32, K_DISPATCHER = 64 };
+enum { PASS_VALUE, PASS_LIST, PASS_SWITCH };  // --name=V; --name=V for each V given; --name alone
 typedef struct {
     const char *name;
-    int list;
+    int form;  // PASS_*
     unsigned kinds;
     const char *help;
     char *value;          // set with a value
     ls_strlist_t values;  // list flags
+    int on;               // switches: given
 } launcher_pass_t;
 
 extern launcher_t launcher_state;

@@ -169,6 +169,8 @@ char **plan_argv(const launcher_actor_t *a) {
             continue;
         if (launcher_pass[i].value)
             PUSH("--%s=%s", launcher_pass[i].name, launcher_pass[i].value);
+        if (launcher_pass[i].on)
+            PUSH("--%s", launcher_pass[i].name);
         for (size_t k = 0; k < launcher_pass[i].values.n; k++)
             PUSH("--%s=%s", launcher_pass[i].name, launcher_pass[i].values.v[k]);
     }

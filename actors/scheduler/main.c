@@ -32,6 +32,7 @@ typedef struct {
     char *output, *eviction;
     char *worker_prefix;  // its workers are <prefix>0 … <prefix>(tp-1)
     int report_ends;      // RequestEnded to each request's sender when it is done
+    int no_overlap;       // one step in flight
     int output_route;  // TokenOut back on the request's route instead of to the detokenizer
     ls_strlist_t lora_roots, lora_dirs, lora_paths;
     char *lora_tensors_dir;
@@ -60,6 +61,9 @@ static ls_flag_t s_flags[] = {
                 "aging bound: steps a waiting request may be passed over before it goes first"),
     LS_FLAG_INT("default-max-new-tokens", &s_app.default_max_new, LS_LIMITS_STR(LS_DEFAULT_MAX_NEW_TOKENS), "max_new_tokens when a request gives none"),
     LS_FLAG_STR("lora-eviction-policy", &s_app.eviction, "lru", "GPU slot victim: lru or fifo"),
+    LS_FLAG_BOOL("disable-overlap-schedule", &s_app.no_overlap,
+                 "send each plan only once the step before it has answered (SGLang's flag); by default the next plan "
+                 "goes out while a step runs, with one worker in the group"),
     LS_FLAG_INT("step-timeout-ms", &s_app.step_timeout_ms, "30000",
                 "no StepResult this long after a plan: the workers are declared down"),
     LS_FLAG_INT("load-timeout-ms", &s_app.load_timeout_ms, "120000",
@@ -413,6 +417,7 @@ static int s_start(ls_actor_t *a, void *state) {
         .max_waiting_requests = (uint32_t)app->max_waiting,
         .max_tenant_waiting = (uint32_t)app->max_tenant_waiting,
         .max_queued_tokens = (uint64_t)app->max_queued_tokens,
+        .overlap = !app->no_overlap,
     };
     if (!(app->confine = ls_confine_new(&app->lora_roots, &app->lora_dirs, &app->lora_paths, app->lora_tensors_dir))) {
         ls_error(0, "scheduler: cannot set up the adapter paths (out of memory or a malformed --lora-paths, above)");

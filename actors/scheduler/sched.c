@@ -213,9 +213,9 @@ static uint32_t s_tenant_waiting(const sched_t *s, const lora_adapter_t *ad) {
 
 // r joins (d = 1) or leaves (d = -1) the running list.
 void sched_tenant_run(sched_t *s, const req_t *r, int d) {
-    if (r->ad)
-        r->ad->running += (uint32_t)d;
-    else
+    for (uint32_t i = 0; i < r->n_ads; i++)
+        r->ads[i]->running += (uint32_t)d;
+    if (!r->ad)
         s->base_running += (uint32_t)d;
 }
 
@@ -262,6 +262,7 @@ void sched_free_blocks(sched_t *s, req_t *r) {
     while (r->n_blocks > 0)
         kv_release(s->kv, r->blocks[--r->n_blocks]);  // last to first: leaves go idle first
     r->computed = r->n_published = 0;
+    r->ahead = r->ahead_out = 0;  // the steps in flight for it run on blocks it no longer has
     r->chunked = false;
     r->cache_node = NULL;
     r->cache_done = false;
@@ -337,6 +338,7 @@ static void s_req_free(sched_t *s, req_t *r) {
     free(r->stop);
     free(r->tokens);
     free(r->blocks);
+    free(r->mix_key);
     free(r);
 }
 
@@ -354,12 +356,15 @@ static void s_retire(sched_t *s, req_t *r, uint32_t finish) {
         sched_grow_array((void **)&s->released, &s->cap_released, s->n_released + 1, sizeof *s->released);
         s->released[s->n_released++] = r->rid;
     }
-    lora_adapter_t *ad = r->ad;
+    lora_adapter_t *ads[LS_LORA_MIX_MAX];
+    uint32_t n = r->n_ads;
+    memcpy(ads, r->ads, n * sizeof *ads);
     s_req_free(s, r);
-    if (ad) {
-        ad->refs--;
-        sched_adapter_unload_maybe(s, ad);
-    } else
+    for (uint32_t i = 0; i < n; i++) {
+        ads[i]->refs--;
+        sched_adapter_unload_maybe(s, ads[i]);
+    }
+    if (n == 0)
         s->base_refs--;
 }
 
@@ -381,7 +386,7 @@ static op_t *s_first_sent_op(const sched_t *s) {
 }
 
 static void s_group_reset(sched_t *s, bool fail, const char *why) {
-    s->inflight = false;
+    s->n_flight = 0;
     // Nothing is resident any more; clear that first so the requests ended below start no
     // unload towards the lost workers.
     for (int i = 0; i < lora_count(s->lora); i++) {
@@ -540,12 +545,50 @@ static void s_after(sched_t *s, uint64_t now) {
     s_gauges(s);
 }
 
+// A mix's components into ads (their adapters, NULL where unknown). 0, or -1 with why: a
+// broken rule (ls_msg_mix_check), an adapter as well, an id twice, an adapter not loaded or
+// being unloaded (*code NOT_FOUND), more components than slots.
+static int s_mix_find(const sched_t *s, const ls_msg_tokenized_req_t *tr, lora_adapter_t **ads, uint32_t *code,
+                      char *why, size_t whylen) {
+    *code = LS_ERROR_CODE_BAD_REQUEST;
+    if (ls_msg_mix_check(&tr->mix, true, why, whylen) < 0)
+        return -1;
+    if (tr->adapter_id && *tr->adapter_id) {
+        snprintf(why, whylen, "an adapter and a mix of adapters: give one");
+        return -1;
+    }
+    if (tr->mix.n > (size_t)lora_slots(s->lora)) {
+        snprintf(why, whylen, "a mix of %zu adapters needs as many GPU slots at once; the workers have %d "
+                 "(--max-loras-per-batch)", tr->mix.n, lora_slots(s->lora));
+        return -1;
+    }
+    for (size_t i = 0; i < tr->mix.n; i++) {
+        const ls_msg_mix_part_t *p = &tr->mix.v[i];
+        lora_adapter_t *ad = ads[i] = lora_find(s->lora, p->adapter_id);
+        for (size_t j = 0; j < i; j++)
+            if (ads[j] == ad && ad) {
+                snprintf(why, whylen, "adapters '%.64s' and '%.64s' of the mix are the same adapter",
+                         tr->mix.v[j].name, p->name);
+                return -1;
+            }
+        if (!ad || !ad->confirmed || ad->unloading) {
+            *code = LS_ERROR_CODE_NOT_FOUND;
+            snprintf(why, whylen, "adapter %.64s (%.64s) of the mix is not loaded%s", p->name, p->adapter_id,
+                     ad && ad->unloading ? ": it is being unloaded" : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 // 0, or -1 after telling the asker why the request is refused.
 static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const lora_adapter_t *ad, uint32_t max_new) {
     const ls_msg_tokenized_req_t *tr = &msg->u.tokenized_req;
     const uint64_t rid = msg->rid;
     const uint32_t ref = LS_MSG_TOKENIZED_REQ;
-    char key[24];
+    char key[24], mix_why[320];
+    lora_adapter_t *mix_ads[LS_LORA_MIX_MAX];
+    uint32_t mix_code;
     s_rid_key(rid, key);
     uint64_t n_prompt = tr->input_ids.n, bs = kv_block_size(s->kv);
     uint64_t need_blocks = (n_prompt + max_new - 1 + bs - 1) / bs;
@@ -568,6 +611,8 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
                       "n = %u: the tokenizer expands n > 1 into separate requests", tr->sampling.n);
     else if (zhashx_lookup(s->reqs, key))
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "request id %" PRIu64 " is already in use", rid);
+    else if (tr->mix.n && s_mix_find(s, tr, mix_ads, &mix_code, mix_why, sizeof mix_why) < 0)
+        s_error_reply(s, reply, rid, mix_code, ref, "%s", mix_why);
     else if (tr->adapter_id && *tr->adapter_id && (!ad || !ad->confirmed || ad->unloading))
         s_error_reply(s, reply, rid, LS_ERROR_CODE_NOT_FOUND, ref, "adapter %s (%s) is not loaded%s",
                       tr->adapter_name ? tr->adapter_name : "?", tr->adapter_id,
@@ -607,7 +652,9 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
 static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     ls_msg_tokenized_req_t *tr = &msg->u.tokenized_req;
     uint64_t rid = msg->rid;
-    lora_adapter_t *ad = tr->adapter_id && *tr->adapter_id ? lora_find(s->lora, tr->adapter_id) : NULL;
+    // a mix's tenant is its first component (checked with the rest in s_request_check)
+    const char *first = tr->mix.n ? tr->mix.v[0].adapter_id : tr->adapter_id;
+    lora_adapter_t *ad = first && *first ? lora_find(s->lora, first) : NULL;
     uint64_t n_prompt = tr->input_ids.n;
     uint32_t max_new = tr->sampling.max_new_tokens;
     if (max_new == 0) {
@@ -626,6 +673,24 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     r->seq = ++s->next_seq;
     r->reply = reply;
     r->ad = ad;
+    r->mixed = tr->mix.n > 0;
+    if (r->mixed) {
+        // the key: "mix", then " id*weight" per component in order, the weight in hex (exact)
+        size_t len = 0, cap = 4;
+        for (size_t i = 0; i < tr->mix.n; i++) {
+            r->ads[i] = lora_find(s->lora, tr->mix.v[i].adapter_id);  // found: checked
+            r->weights[i] = tr->mix.v[i].weight;
+            cap += strlen(r->ads[i]->id) + 32;
+        }
+        r->mix_key = sched_alloc(NULL, cap);
+        len += (size_t)snprintf(r->mix_key, cap, "mix");
+        for (size_t i = 0; i < tr->mix.n; i++)
+            len += (size_t)snprintf(r->mix_key + len, cap - len, " %s*%a", r->ads[i]->id, (double)r->weights[i]);
+        r->n_ads = (uint32_t)tr->mix.n;
+    } else if (ad) {
+        r->ads[0] = ad;
+        r->n_ads = 1;
+    }
     r->sampling = tr->sampling;  // moved: the message no longer owns its arrays
     memset(&tr->sampling, 0, sizeof tr->sampling);
     r->seed = r->sampling.has_seed ? r->sampling.seed : s_seed_of(rid);
@@ -651,13 +716,15 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     s_rid_key(rid, key);
     zhashx_insert(s->reqs, key, r);
     sched_list_push_back(&s->waiting, r);
-    if (ad) {
-        ad->refs++;
-        ad->used_at = ++s->clock;
-        sched_adapter_ensure_resident(s, ad, now);
-    } else
+    for (uint32_t i = 0; i < r->n_ads; i++) {
+        r->ads[i]->refs++;
+        r->ads[i]->used_at = ++s->clock;
+        sched_adapter_ensure_resident(s, r->ads[i], now);
+    }
+    if (!ad)
         s->base_refs++;
-    ls_debug(rid, "queued: %u prompt tokens, max_new_tokens %u, adapter %s", r->n_prompt, max_new, ad ? ad->name : "-");
+    ls_debug(rid, "queued: %u prompt tokens, max_new_tokens %u, adapter %s%s", r->n_prompt, max_new,
+             ad ? ad->name : "-", r->mixed ? " (first of a mix)" : "");
 }
 
 static void s_abort(sched_t *s, const ls_msg_t *msg) {
@@ -754,6 +821,7 @@ sched_t *sched_new(const sched_config_t *cfg, const sched_io_t *io) {
         return NULL;
     s->cfg = *cfg;
     s->io = *io;
+    s->max_flight = cfg->overlap && cfg->tp_size == 1 ? 2 : 1;
     s->lora = lora_new(0, cfg->eviction);
     s->reqs = zhashx_new();
     if (!s->lora || !s->reqs) {
@@ -789,7 +857,8 @@ void sched_destroy(sched_t **self_p) {
     lora_destroy(&s->lora);
     zhashx_destroy(&s->reqs);
     free(s->eos);
-    free(s->plan);
+    for (int i = 0; i < SCHED_MAX_FLIGHT; i++)
+        free(s->flight[i].v);
     free(s->released);
     free(s);
     *self_p = NULL;
@@ -878,29 +947,35 @@ void sched_abort_all(sched_t *s, uint64_t now, const char *why) {
 void sched_on_step_result(sched_t *s, uint64_t now, const ls_msg_t *msg) {
     s->now = now;
     const ls_msg_step_result_t *sr = &msg->u.step_result;
-    if (!s->inflight || sr->step != s->step) {
+    // Results come in plan order: only the oldest step in flight can answer.
+    if (s->n_flight == 0 || sr->step != s->flight[0].step) {
         ls_warn(0, "ignoring StepResult for step %" PRIu64 " (%s)", sr->step,
-                s->inflight ? "another step is in flight" : "no step is in flight");
+                s->n_flight ? "it is not the oldest step in flight" : "no step is in flight");
         return;
     }
-    s->inflight = false;
+    flight_t f = s->flight[0];
+    memmove(&s->flight[0], &s->flight[1], sizeof s->flight - sizeof s->flight[0]);
+    s->flight[--s->n_flight] = (flight_t){.v = f.v, .cap = f.cap};  // its array, for reuse
     s->deferring = true;  // the outputs go after the next plan (s_after)
     // Where a step's time goes: the workers' own time (forward and sampling) and the rest of
-    // the round trip (messages both ways, the workers' handling of them).
-    s->stats.step_roundtrip_us += (now - s->step_sent_at) / 1000;
+    // the round trip (messages both ways, the workers' handling of them, and with overlap
+    // scheduling the step before it, which the plan waited behind).
+    s->stats.step_roundtrip_us += (now - f.sent_at) / 1000;
     s->stats.step_worker_us += sr->elapsed_us;
     size_t k = 0;
-    for (size_t i = 0; i < s->n_plan; i++) {
-        const planned_t *p = &s->plan[i];
+    for (size_t i = 0; i < f.n; i++) {
+        const planned_t *p = &f.v[i];
         const ls_msg_step_output_t *o = NULL;
         if (p->sample)
             o = k < sr->items.n ? &sr->items.v[k++] : NULL;
         char key[24];
         s_rid_key(p->rid, key);
         req_t *r = zhashx_lookup(s->reqs, key);
-        if (!r || r->list != &s->running)
-            continue;  // aborted while the step ran: its output is dropped
+        if (!r || r->list != &s->running || r->ahead < p->chunk)
+            continue;  // ended, or preempted and planned again, while the step ran: dropped
         r->computed += p->chunk;
+        r->ahead -= p->chunk;
+        r->ahead_out -= p->sample;
         s_publish(s, r);
         if (!p->sample)
             continue;
@@ -928,10 +1003,10 @@ void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t 
 
 void sched_on_tick(sched_t *s, uint64_t now) {
     s->now = now;
-    if (s->inflight && now >= s->step_deadline) {
+    if (s->n_flight && now >= s->flight[0].deadline) {
         char why[200];
         snprintf(why, sizeof why, "no result for step %" PRIu64 " within %" PRIu64 " ms: the workers are down",
-                 s->step, s->cfg.step_timeout_ns / 1000000);
+                 s->flight[0].step, s->cfg.step_timeout_ns / 1000000);
         ls_error(0, "%s", why);
         s->stats.step_timeouts++;
         s_group_reset(s, true, why);
@@ -998,13 +1073,14 @@ void sched_shutdown(sched_t *s, uint64_t now) {
     }
     s->pending_tail = NULL;
     s->n_pending = 0;
-    s->ready = s->inflight = false;
+    s->ready = false;
+    s->n_flight = 0;
     s->down = true;
     s_gauges(s);
 }
 
 uint64_t sched_next_wake(const sched_t *s) {
-    uint64_t t = s->inflight ? s->step_deadline : UINT64_MAX;
+    uint64_t t = s->n_flight ? s->flight[0].deadline : UINT64_MAX;
     for (const op_t *op = s->ops; op; op = op->next) {
         uint64_t due = op->queued_at ? op->queued_at + s->cfg.load_timeout_ns : op->deadline;
         if (due && due < t)

@@ -52,6 +52,10 @@ typedef struct {
     uint32_t max_waiting_requests;  // waiting requests of all tenants (and those held until the workers are ready)
     uint32_t max_tenant_waiting;    // waiting requests of one tenant (an adapter, or the base model)
     uint64_t max_queued_tokens;     // tokens of the waiting requests; a prompt longer than this is TOO_LARGE
+    // Overlap scheduling (docs/scheduling.md): the next plan goes out while a step runs, its
+    // decodes running the tokens the step samples (StepItem.follows). One worker only: the
+    // ranks of a tensor-parallel group other than 0 do not know the sampled tokens.
+    bool overlap;
 } sched_config_t;
 
 // Gauges (set after every event) and counters (only grow).

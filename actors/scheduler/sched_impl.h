@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kv.h"
+#include "ls_limits.h"
 #include "sched.h"
 
 #define SCHED_MAX_RANKS 32
@@ -26,7 +27,14 @@ struct req {
     void *reply;
     req_t *prev, *next;
     req_list_t *list;  // &waiting or &running
-    lora_adapter_t *ad;  // NULL: the base model
+    lora_adapter_t *ad;  // NULL: the base model; a mix's first component (its tenant)
+    // the adapters it uses: ad alone, or a mix's components (docs/lora-mixing.md), ads[0] == ad.
+    // Each is counted in refs and, while it runs, running (its slot locked)
+    lora_adapter_t *ads[LS_LORA_MIX_MAX];
+    float weights[LS_LORA_MIX_MAX];  // a mix's weights
+    uint32_t n_ads;
+    bool mixed;  // ads and weights are a mix (StepItem.mix), one adapter at another weight included
+    char *mix_key;  // a mix's prefix-cache key: its components' ids and weights, in order
     ls_msg_sampling_params_t sampling;  // as asked; goes out with the first TokenOut
     int32_t *stop;  // token ids that end it: EOS and stop ids (none with ignore_eos)
     size_t n_stop;
@@ -37,6 +45,9 @@ struct req {
     uint32_t *blocks;  // KV blocks of the sequence, in order
     uint32_t n_blocks, cap_blocks;
     uint32_t computed;     // tokens whose KV is in blocks
+    // Steps in flight (overlap scheduling): the tokens they run for it and the tokens they
+    // sample for it, not yet known here. The next plan starts where they end.
+    uint32_t ahead, ahead_out;
     uint32_t n_published;  // leading blocks that are in the prefix tree (matched or inserted)
     kv_node_t *cache_node; // tree node of the last of them
     bool cache_done;       // a duplicate stopped publishing for this residency
@@ -93,6 +104,17 @@ typedef struct {
     bool sample;
 } planned_t;
 
+// A plan sent and not yet answered. With overlap scheduling two are in flight: the workers
+// find the next plan waiting when a step ends, instead of waiting a round trip for it.
+#define SCHED_MAX_FLIGHT 2
+typedef struct {
+    uint64_t step;
+    uint64_t sent_at;   // event time it went out
+    uint64_t deadline;  // no result by then: the workers are gone
+    planned_t *v;       // its requests, in plan order
+    size_t n, cap;
+} flight_t;
+
 struct sched {
     sched_config_t cfg;
     sched_io_t io;
@@ -114,11 +136,9 @@ struct sched {
     uint64_t next_seq, clock;
     uint64_t step;  // number of the last plan
     uint64_t now;   // time of the event being handled
-    bool inflight;
-    uint64_t step_sent_at;  // event time the plan in flight went out
-    uint64_t step_deadline;
-    planned_t *plan;  // the in-flight step, in plan order
-    size_t n_plan, cap_plan;
+    flight_t flight[SCHED_MAX_FLIGHT];  // oldest first
+    int n_flight;
+    int max_flight;  // 2 with overlap scheduling, else 1
     uint64_t *released;
     size_t n_released, cap_released;
     // A step's outputs wait until the next plan is out: the workers start on it while the
@@ -139,8 +159,18 @@ struct sched {
 
 static inline uint32_t sched_min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 static inline uint32_t sched_seq_len(const req_t *r) { return r->n_prompt + r->n_out; }
-// The prefix cache's key of r: its adapter's id, "" for the base model.
-static inline const char *sched_key(const req_t *r) { return r->ad ? r->ad->id : ""; }
+// Where the next plan finds r: its length and computed tokens once the steps in flight are in.
+static inline uint32_t sched_plan_len(const req_t *r) { return sched_seq_len(r) + r->ahead_out; }
+static inline uint32_t sched_plan_computed(const req_t *r) { return r->computed + r->ahead; }
+// The prefix cache's key of r: its adapter's id, its mix's key, "" for the base model.
+static inline const char *sched_key(const req_t *r) { return r->mix_key ? r->mix_key : r->ad ? r->ad->id : ""; }
+// Whether r uses ad (as its adapter or in its mix).
+static inline bool sched_req_uses(const req_t *r, const lora_adapter_t *ad) {
+    for (uint32_t i = 0; i < r->n_ads; i++)
+        if (r->ads[i] == ad)
+            return true;
+    return false;
+}
 
 // sched.c
 void *sched_alloc(void *p, size_t n);  // realloc that stops the process when memory is out
@@ -161,7 +191,8 @@ void sched_blocks_cap(req_t *r, uint32_t need);
 int sched_reserve(sched_t *s, req_t *r, uint32_t tokens, bool may_preempt);
 
 // sched_plan.c
-// Plans and sends the next step when the workers are ready and none is in flight.
+// Plans and sends the next steps while the workers are ready and fewer than max_flight are in
+// flight.
 void sched_schedule(sched_t *s, uint64_t now);
 void sched_emit(sched_t *s, sched_dest_kind_t kind, int rank, void *reply, const ls_msg_t *msg);
 void sched_reply_release(sched_t *s, void **reply);

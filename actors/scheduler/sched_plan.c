@@ -5,6 +5,7 @@
 // policy is docs/scheduling.md's; sched.c holds the requests, their KV and the events.
 #include "sched_impl.h"
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,7 +22,10 @@ static bool s_first_class(const sched_t *s, const req_t *r) {
 static int s_class(const sched_t *s, const req_t *r) {
     if (s_first_class(s, r))
         return 0;
-    return !r->ad || r->ad->slot >= 0 ? 1 : 2;
+    for (uint32_t i = 0; i < r->n_ads; i++)
+        if (r->ads[i]->slot < 0)
+            return 2;
+    return 1;
 }
 
 // Class 0 first, FIFO; then by turn (tenants take turns), then class, then FIFO.
@@ -85,7 +89,7 @@ static void s_pin_upkeep(sched_t *s, uint64_t now) {
         if (!ad->resident)
             sched_adapter_ensure_resident(s, ad, now);
         else if (ad->slot < 0) {
-            int slot = lora_slot_pick(s->lora, NULL, 0);
+            int slot = lora_slot_pick(s->lora, NULL, 0, NULL, 0);
             if (slot >= 0)
                 s_slot_fill(s, ad, slot, true);
         }
@@ -111,57 +115,98 @@ static void s_plan_sampling(const req_t *r, ls_msg_sampling_params_t *sp) {
     sp->min_new_tokens = r->min_new;
 }
 
+// r's next chunk: from where the steps in flight leave it. A decode after a step in flight
+// that samples r runs that step's token, which only the workers know yet (follows).
 static void s_plan_add(sched_t *s, ls_msg_step_items_t *items, req_t *r, uint32_t chunk) {
     ls_msg_step_item_t *it = &items->v[items->n++];
     memset(it, 0, sizeof *it);
-    uint32_t len = sched_seq_len(r);
+    uint32_t len = sched_plan_len(r), at = sched_plan_computed(r);
     it->rid = r->rid;
-    it->adapter_slot = r->ad ? r->ad->slot : -1;
-    it->adapter_id = r->ad ? sched_strdup(r->ad->id) : NULL;
-    it->token_ids.v = sched_memdup(r->tokens + r->computed, chunk * sizeof *r->tokens);
+    it->adapter_slot = r->ad && !r->mixed ? r->ad->slot : -1;
+    it->adapter_id = r->ad && !r->mixed ? sched_strdup(r->ad->id) : NULL;
+    if (r->mixed) {
+        it->mix.v = sched_alloc(NULL, r->n_ads * sizeof *it->mix.v);
+        for (uint32_t i = 0; i < r->n_ads; i++)
+            it->mix.v[i] = (ls_msg_mix_part_t){.name = sched_strdup(r->ads[i]->name), .weight = r->weights[i],
+                                               .adapter_id = sched_strdup(r->ads[i]->id), .slot = r->ads[i]->slot};
+        it->mix.n = r->n_ads;
+    }
+    it->follows = r->ahead_out > 0;
+    if (it->follows) {
+        assert(chunk == 1 && at + 1 == len);
+        it->token_ids.v = sched_memdup(&(int32_t){-1}, sizeof(int32_t));
+    } else
+        it->token_ids.v = sched_memdup(r->tokens + at, chunk * sizeof *r->tokens);
     it->token_ids.n = chunk;
-    it->position = r->computed;
+    it->position = at;
     it->block_table.v = sched_memdup(r->blocks, r->n_blocks * sizeof *r->blocks);
     it->block_table.n = r->n_blocks;
     s_plan_sampling(r, &it->sampling);
-    it->is_prefill = !(r->n_out > 0 && r->computed + 1 == len);
-    it->sample = r->computed + chunk == len;
-    it->generated = r->n_out;
-    if (!r->chunked && r->computed > 0) {
+    it->generated = r->n_out + r->ahead_out;
+    it->is_prefill = !(it->generated > 0 && at + 1 == len);
+    it->sample = at + chunk == len;
+    if (!r->chunked && at > 0) {
         // A prefix hit: the worker runs only the rest, but its penalties need all the tokens.
-        it->context_ids.v = sched_memdup(r->tokens, r->computed * sizeof *r->tokens);
-        it->context_ids.n = r->computed;
+        it->context_ids.v = sched_memdup(r->tokens, at * sizeof *r->tokens);
+        it->context_ids.n = at;
     }
     r->chunked = true;
     r->in_plan = true;
     r->admitted = true;
-    sched_grow_array((void **)&s->plan, &s->cap_plan, s->n_plan + 1, sizeof *s->plan);
-    s->plan[s->n_plan++] = (planned_t){.rid = r->rid, .chunk = chunk, .sample = it->sample};
+    r->ahead += chunk;
+    r->ahead_out += it->sample;
+    flight_t *f = &s->flight[s->n_flight];
+    sched_grow_array((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v);
+    f->v[f->n++] = (planned_t){.rid = r->rid, .chunk = chunk, .sample = it->sample};
+}
+
+// Whether r may go in the plan being built at all: a step in flight may end it (its last
+// token by max_new_tokens or the context), and then r has nothing left to run.
+static bool s_plan_has_more(const sched_t *s, const req_t *r) {
+    return r->n_out + r->ahead_out < r->max_new && sched_plan_len(r) < s->max_context;
 }
 
 // Running requests, oldest first: decodes (one token each) when `decodes`, else the rest of
 // their prompts (chunks). Preemption takes the newest not yet planned, so it never takes an
-// older request's place for a newer one.
+// older request's place for a newer one; with a step in flight nothing is preempted (its
+// requests' blocks are in use), and a request whose blocks are short waits for the next plan.
 static void s_plan_running(sched_t *s, ls_msg_step_items_t *items, uint32_t *budget, bool decodes) {
     uint32_t bs = kv_block_size(s->kv);
+    bool may_preempt = s->n_flight == 0;
     for (req_t *r = s->running.head, *next; r && *budget > 0; r = next) {
         next = r->next;
-        uint32_t left = sched_seq_len(r) - r->computed;
-        if (r->in_plan || (left == 1) != decodes)
+        uint32_t at = sched_plan_computed(r), left = sched_plan_len(r) - at;
+        if (r->in_plan || (left == 1) != decodes || !s_plan_has_more(s, r))
             continue;
         uint32_t chunk = sched_min_u32(sched_min_u32(left, (uint32_t)s->cfg.chunked_prefill_size), *budget);
-        if (sched_reserve(s, r, r->computed + chunk, false) < 0) {
+        if (sched_reserve(s, r, at + chunk, false) < 0) {
             // Short of blocks: a prompt chunk shrinks to what fits. When nothing fits (always
             // the case for a decode), preempt until one token fits; failing that, r was the
             // newest unplanned request and preempted itself, so every newer one is planned.
-            if (r->n_blocks * bs == r->computed && sched_reserve(s, r, r->computed + 1, true) < 0)
-                break;
-            chunk = sched_min_u32(chunk, r->n_blocks * bs - r->computed);
+            if (r->n_blocks * bs == at) {
+                if (!may_preempt)
+                    continue;
+                if (sched_reserve(s, r, at + 1, true) < 0)
+                    break;
+            }
+            chunk = sched_min_u32(chunk, r->n_blocks * bs - at);
         }
         next = r->next;  // preemption removed requests from the tail
         s_plan_add(s, items, r, chunk);
         *budget -= chunk;
     }
+}
+
+// The slots r's adapters would take (slot[k] for r->ads[k]; -1: it has one already), or -1
+// when they do not all fit; nothing is assigned here. A mix's components are kept out of each
+// other's way (keep), and each pick leaves out the slots promised to those before it.
+static int s_slots_pick(sched_t *s, const req_t *r, int *slot) {
+    for (uint32_t k = 0; k < r->n_ads; k++) {
+        slot[k] = -1;
+        if (r->ads[k]->slot < 0 && (slot[k] = lora_slot_pick(s->lora, r->ads, (int)r->n_ads, slot, (int)k)) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 // Waiting requests in admission order, within the budget, the running cap, free KV blocks and
@@ -176,22 +221,23 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
         req_t *r = order[i];
         if (s->running.n >= (uint32_t)s->cfg.max_running_requests || *budget == 0)
             break;
-        lora_adapter_t *ad = r->ad;
-        if (ad && !ad->resident) {
-            sched_adapter_ensure_resident(s, ad, now);
-            continue;
-        }
-        bool competes = ad && !(ad->pinned && ad->slot >= 0);
-        if (gate && competes)
-            continue;
-        int slot = -1;
-        if (ad && ad->slot < 0) {
-            slot = lora_slot_pick(s->lora, NULL, 0);
-            if (slot < 0) {
-                // Not blocking: the requests behind it whose adapters fit still go.
-                gate |= s_first_class(s, r);
-                continue;
+        // every adapter it uses (a mix's components) resident, then in a slot
+        bool resident = true, competes = false;
+        for (uint32_t k = 0; k < r->n_ads; k++) {
+            lora_adapter_t *ad = r->ads[k];
+            if (!ad->resident) {
+                sched_adapter_ensure_resident(s, ad, now);
+                resident = false;
             }
+            competes |= !(ad->pinned && ad->slot >= 0);
+        }
+        if (!resident || (gate && competes))
+            continue;
+        int slot[LS_LORA_MIX_MAX];
+        if (s_slots_pick(s, r, slot) < 0) {
+            // Not blocking: the requests behind it whose adapters fit still go.
+            gate |= s_first_class(s, r);
+            continue;
         }
         uint32_t len = sched_seq_len(r);
         sched_blocks_cap(r, len / bs + 1);
@@ -203,10 +249,11 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
             sched_free_blocks(s, r);
             break;  // the cache is full: admitting later requests instead would starve this one
         }
-        if (slot >= 0)
-            s_slot_fill(s, ad, slot, false);
-        else if (ad)
-            s->stats.adapter_residency_hits++;
+        for (uint32_t k = 0; k < r->n_ads; k++)
+            if (slot[k] >= 0)
+                s_slot_fill(s, r->ads[k], slot[k], false);
+            else
+                s->stats.adapter_residency_hits++;
         s->stats.prefix_hit_tokens += r->computed;
         if (!r->admitted)
             r->cached_tokens = r->computed;
@@ -226,7 +273,10 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
     // adapter is still loading is not: the scheduler is not choosing against it.
     for (size_t i = 0; i < passed_by; i++) {
         req_t *r = order[i];
-        if (r->list == &s->waiting && (!r->ad || r->ad->resident))
+        bool resident = true;
+        for (uint32_t k = 0; k < r->n_ads; k++)
+            resident &= r->ads[k]->resident;
+        if (r->list == &s->waiting && resident)
             r->skipped++;
     }
     free(order);
@@ -241,23 +291,27 @@ static void s_prefetch(sched_t *s) {
     req_t **order = s_waiting_order(s, &n);
     lora_adapter_t **keep = sched_alloc(NULL, (size_t)slots * sizeof *keep);
     int nkeep = 0;
-    for (size_t i = 0; i < n && nkeep < slots; i++) {
-        lora_adapter_t *ad = order[i]->ad;
-        if (!ad || !ad->resident)
-            continue;
-        bool kept = false;
-        for (int k = 0; k < nkeep && !kept; k++)
-            kept = keep[k] == ad;
-        if (kept)
-            continue;
-        if (ad->slot < 0) {
-            int slot = lora_slot_pick(s->lora, keep, nkeep);
-            if (slot < 0)
-                break;
-            s_slot_fill(s, ad, slot, true);
+    bool full = false;
+    for (size_t i = 0; i < n && nkeep < slots && !full; i++)
+        for (uint32_t c = 0; c < order[i]->n_ads && nkeep < slots && !full; c++) {
+            lora_adapter_t *ad = order[i]->ads[c];
+            if (!ad->resident)
+                continue;
+            bool kept = false;
+            for (int k = 0; k < nkeep && !kept; k++)
+                kept = keep[k] == ad;
+            if (kept)
+                continue;
+            if (ad->slot < 0) {
+                int slot = lora_slot_pick(s->lora, keep, nkeep, NULL, 0);
+                if (slot < 0) {
+                    full = true;
+                    break;
+                }
+                s_slot_fill(s, ad, slot, true);
+            }
+            keep[nkeep++] = ad;
         }
-        keep[nkeep++] = ad;
-    }
     free(keep);
     free(order);
 }
@@ -275,16 +329,26 @@ static void s_restore_upkeep(sched_t *s, uint64_t now) {
     }
 }
 
-void sched_schedule(sched_t *s, uint64_t now) {
-    if (!s->ready || s->inflight)
-        return;
-    s_restore_upkeep(s, now);
-    s_pin_upkeep(s, now);
+// With a step in flight nothing is preempted, so a request whose blocks are full waits for a
+// plan that may preempt: plan ahead only when every running request with more to run can take
+// its next token's block, else wait for the step in flight and plan then.
+static bool s_ahead_fits(const sched_t *s) {
+    uint32_t bs = kv_block_size(s->kv), need = 0;
+    for (const req_t *r = s->running.head; r; r = r->next)
+        need += s_plan_has_more(s, r) && r->n_blocks * bs == sched_plan_computed(r);
+    return need <= kv_available(s->kv);
+}
+
+// One plan: built, sent and recorded in flight; false when there was nothing to run.
+static bool s_plan_one(sched_t *s, uint64_t now) {
+    if (s->n_flight > 0 && !s_ahead_fits(s))
+        return false;
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_STEP_PLAN);
     ls_msg_step_items_t *items = &m.u.step_plan.items;
     items->v = sched_alloc(NULL, (s->running.n + s->waiting.n + 1) * sizeof *items->v);
-    s->n_plan = 0;
+    flight_t *f = &s->flight[s->n_flight];
+    f->n = 0;
     uint32_t budget = (uint32_t)s->cfg.max_num_batched_tokens;
     s_plan_running(s, items, &budget, true);
     s_plan_running(s, items, &budget, false);
@@ -293,7 +357,7 @@ void sched_schedule(sched_t *s, uint64_t now) {
         r->in_plan = false;
     if (items->n == 0) {
         ls_msg_clear(&m);
-        return;
+        return false;
     }
     m.rid = m.u.step_plan.step = ++s->step;
     m.u.step_plan.released.v = s->released;
@@ -304,12 +368,28 @@ void sched_schedule(sched_t *s, uint64_t now) {
         lora_adapter_t *ad = lora_find(s->lora, items->v[i].adapter_id);
         if (ad)
             lora_slot_touch(s->lora, ad, s->step);
+        for (size_t k = 0; k < items->v[i].mix.n; k++)
+            if ((ad = lora_find(s->lora, items->v[i].mix.v[k].adapter_id)))
+                lora_slot_touch(s->lora, ad, s->step);
     }
     sched_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
     ls_msg_clear(&m);
-    s->inflight = true;
-    s->step_sent_at = now;
-    s->step_deadline = now + s->cfg.step_timeout_ns;
+    f->step = s->step;
+    f->sent_at = now;
+    f->deadline = now + s->cfg.step_timeout_ns;
+    s->n_flight++;
     s->stats.steps++;
-    s_prefetch(s);
+    return true;
+}
+
+void sched_schedule(sched_t *s, uint64_t now) {
+    if (!s->ready || s->n_flight >= s->max_flight)
+        return;
+    s_restore_upkeep(s, now);
+    s_pin_upkeep(s, now);
+    bool sent = false;
+    while (s->n_flight < s->max_flight && s_plan_one(s, now))
+        sent = true;
+    if (sent)
+        s_prefetch(s);
 }

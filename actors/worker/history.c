@@ -129,6 +129,14 @@ void ls_history_add_output(ls_history_t *self, uint64_t rid, int32_t id) {
         s_push(&s_get(self, rid)->output, &id, 1);
 }
 
+int ls_history_last_output(const ls_history_t *self, uint64_t rid, int32_t *id) {
+    const s_entry_t *e = rid ? s_find(self, rid) : NULL;
+    if (!e || !e->output.n)
+        return -1;
+    *id = e->output.v[e->output.n - 1];
+    return 0;
+}
+
 void ls_history_drop(ls_history_t *self, uint64_t rid) {
     s_entry_t *e = s_find(self, rid);
     if (!e)

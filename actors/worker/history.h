@@ -23,6 +23,8 @@ void ls_history_add_prompt(ls_history_t *self, uint64_t rid, const int32_t *ids,
 void ls_history_clear_prompt(ls_history_t *self, uint64_t rid);
 void ls_history_add_output(ls_history_t *self, uint64_t rid, int32_t id);
 void ls_history_drop(ls_history_t *self, uint64_t rid);
+// The last token recorded as rid's output: 0, or -1 when it has none.
+int ls_history_last_output(const ls_history_t *self, uint64_t rid, int32_t *id);
 size_t ls_history_size(const ls_history_t *self);
 
 // Fills batch's prompt/output CSR arrays for the rows' requests (rids is (n_rows)); free them

@@ -73,6 +73,7 @@ void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
         if (r == 0)
             continue;
         int w = batch->weight_indices[s];
+        float scale = batch->scalings[w] * (batch->seg_weights ? batch->seg_weights[s] : 1.0f);
         const float *b = b_pool + (size_t)w * out_total * r_max;
         int p = batch->seg_indptr[s], end = batch->seg_indptr[s + 1];
         while (p < end) {
@@ -80,10 +81,10 @@ void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
             for (int k = 0; k < n_slices; k++) {
                 int off = slice_offsets[k], out_k = slice_offsets[k + 1] - off;
                 assert(out_k >= 0);
-                // y[run, off..off+out_k) += scaling · tmp_k[run] · B_kᵀ, B_k is (out_k, r)
+                // y[run, off..off+out_k) += scale · tmp_k[run] · B_kᵀ, B_k is (out_k, r)
                 // with leading dimension r_max
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, run.n, out_k, r,
-                            batch->scalings[w], tmp + (size_t)run.row * ld_tmp +
+                            scale, tmp + (size_t)run.row * ld_tmp +
                             (size_t)k * r_max, ld_tmp, b + (size_t)off * r_max, r_max,
                             1.0f, y + (size_t)run.row * out_total + off, out_total);
             }
@@ -116,18 +117,18 @@ void ls_lora_embed_shrink(float *tmp, const int32_t *ids, const float *a_pool,
 
 // y (R, out), tmp (R, r_max), x (R, in), slots (R)
 void ls_lora_rows(float *y, float *tmp, const float *x, const float *a_pool,
-                  const float *b_pool, const int32_t *slots, const int32_t *ranks,
-                  const float *scalings, int R, int in, int out, int r_max) {
+                  const float *b_pool, const int32_t *slots, const float *scales,
+                  const int32_t *ranks, int R, int in, int out, int r_max) {
     for (int i = 0; i < R; i++) {
         int w = slots[i], r = ranks[w];
         assert(r >= 0 && r <= r_max);
         if (r == 0)
             continue;
         float *t = tmp + (size_t)i * r_max;
-        // t (r) = A_w (r, in) · x_i; y_i (out) += scaling · B_w (out, r; ld r_max) · t
+        // t (r) = A_w (r, in) · x_i; y_i (out) += scale · B_w (out, r; ld r_max) · t
         cblas_sgemv(CblasRowMajor, CblasNoTrans, r, in, 1.0f, a_pool + (size_t)w * r_max * in,
                     in, x + (size_t)i * in, 1, 0.0f, t, 1);
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, r, scalings[w],
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, r, scales[i],
                     b_pool + (size_t)w * out * r_max, r_max, t, 1, 1.0f, y + (size_t)i * out, 1);
     }
 }

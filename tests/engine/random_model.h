@@ -10,9 +10,11 @@
 
 #include "fixtures.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdbool.h>
 
+#include "ls_limits.h"
 #include "model_config.h"
 #include "peft.h"
 #include "safetensors.h"
@@ -60,11 +62,14 @@ static inline float rm_weight_value(const ls_weight_spec_t *ws, unsigned seed, s
     }
 }
 
-// Writes config.json and the weights into dir (which exists). With merge != NULL the
-// seven target weights become W + scaling·B·A of that adapter, and the embedding and lm_head
-// likewise, computed in double and rounded once (the dense reference of a LoRA forward); use
-// dtype F32 and an untied model then. 0 or -1.
-static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_adapter_t *merge)
+// Writes config.json and the weights into dir (which exists). With n_merge > 0 the seven
+// target weights become W + Σ_i w_i·scaling_i·B_i·A_i of adapters merge[i] at weights w[i]
+// (a mix's dense form, docs/lora-mixing.md), and the embedding and lm_head likewise, computed
+// in double and rounded once (the dense reference of a LoRA forward); use dtype F32 and an
+// untied model then. 0 or -1.
+static inline int rm_write_model_mix(const char *dir, const rm_spec_t *sp,
+                                     const ls_adapter_t *const *merge, const float *w,
+                                     int n_merge)
 {
     static const char *arch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                  "MistralForCausalLM"};
@@ -114,35 +119,33 @@ static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_
         for (size_t i = 0; i < numel; i++)
             f[i] = rm_weight_value(&ws[k], sp->seed, k, i);
         const ls_target_t *tg = rm_role_target(ws[k].role);
-        const ls_lora_weights_t *lw = merge && tg ? ls_adapter_layer_target(merge, ws[k].layer, *tg)
-                                                  : NULL;
-        if (merge && (ws[k].role == LS_W_EMBED || ws[k].role == LS_W_LM_HEAD)) {
-            // both (vocab, hidden): lm_head's W + s·B·A, the embedding's table + s·(B·A)ᵀ
-            // (an untied model: tied, the one table would get both)
-            lw = ls_adapter_global_target(merge, ws[k].role == LS_W_EMBED ? LS_TARGET_EMBED
-                                                                          : LS_TARGET_LM_HEAD);
-            size_t V = (size_t)ws[k].shape[0], H = (size_t)ws[k].shape[1];
-            for (size_t v = 0; lw->rank && v < V; v++)
-                for (size_t h = 0; h < H; h++) {
+        bool global = ws[k].role == LS_W_EMBED || ws[k].role == LS_W_LM_HEAD;
+        const ls_lora_weights_t *lw[LS_LORA_MIX_MAX] = {NULL};
+        bool any = false;
+        assert(n_merge <= LS_LORA_MIX_MAX);
+        for (int m = 0; m < n_merge && (tg || global); m++) {
+            lw[m] = global ? ls_adapter_global_target(merge[m], ws[k].role == LS_W_EMBED
+                                                                    ? LS_TARGET_EMBED
+                                                                    : LS_TARGET_LM_HEAD)
+                           : ls_adapter_layer_target(merge[m], ws[k].layer, *tg);
+            any = any || lw[m]->rank;
+        }
+        // both globals are (vocab, hidden): lm_head's W + s·B·A as a projection's, the
+        // embedding's table + s·(B·A)ᵀ (an untied model: tied, the one table would get both)
+        size_t out = (size_t)ws[k].shape[0], in = ws[k].ndim == 2 ? (size_t)ws[k].shape[1] : 1;
+        for (size_t o = 0; any && o < out; o++)
+            for (size_t i = 0; i < in; i++) {
+                double acc = f[o * in + i];
+                for (int m = 0; m < n_merge; m++) {
                     double d = 0;
-                    for (int j = 0; j < lw->rank; j++)
+                    for (int j = 0; j < lw[m]->rank; j++)
                         d += ws[k].role == LS_W_EMBED
-                                 ? (double)lw->B[h * lw->rank + j] * lw->A[(size_t)j * V + v]
-                                 : (double)lw->B[v * lw->rank + j] * lw->A[(size_t)j * H + h];
-                    f[v * H + h] = (float)((double)f[v * H + h] + (double)lw->scaling * d);
+                                 ? (double)lw[m]->B[i * lw[m]->rank + j] * lw[m]->A[(size_t)j * out + o]
+                                 : (double)lw[m]->B[o * lw[m]->rank + j] * lw[m]->A[(size_t)j * in + i];
+                    acc += (double)w[m] * lw[m]->scaling * d;
                 }
-            lw = NULL;
-        }
-        if (lw && lw->rank) {
-            size_t out = (size_t)ws[k].shape[0], in = (size_t)ws[k].shape[1];
-            for (size_t o = 0; o < out; o++)
-                for (size_t i = 0; i < in; i++) {
-                    double d = 0;
-                    for (int j = 0; j < lw->rank; j++)
-                        d += (double)lw->B[o * lw->rank + j] * lw->A[(size_t)j * in + i];
-                    f[o * in + i] = (float)((double)f[o * in + i] + (double)lw->scaling * d);
-                }
-        }
+                f[o * in + i] = (float)acc;
+            }
         if (sp->dtype != LS_DTYPE_F32) {  // narrow in place: 2-byte values fit the floats
             uint16_t *h = (uint16_t *)f;
             for (size_t i = 0; i < numel; i++)
@@ -188,6 +191,13 @@ static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_
     free(ws);
     free(t);
     return rc;
+}
+
+// rm_write_model_mix with one adapter at weight 1 (merge NULL: none).
+static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_adapter_t *merge)
+{
+    const float one = 1.0f;
+    return rm_write_model_mix(dir, sp, &merge, &one, merge ? 1 : 0);
 }
 
 // Element i of an adapter tensor (which: 0 = A, 1 = B) of module key (l*100 + t*10 for a

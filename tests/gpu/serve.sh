@@ -167,8 +167,11 @@ busy = " ".join("%s %.0f%%" % (actor, 100 * d[(n, actor)] / 1e6 / wall)
                 for (n, actor) in sorted(d) if n == "busy_us_total")
 rt, wk, st = (d.get((k, "scheduler"), 0) for k in ("step_roundtrip_us_total", "step_worker_us_total", "steps"))
 st = max(st, 1)
-print("%s: busy (share of %.1f s) %s; %d steps: round trip %.3f ms = worker %.3f + hops %.3f ms"
-      % (label, wall, busy, st, rt / st / 1e3, wk / st / 1e3, (rt - wk) / st / 1e3))
+# A step's round trip (with overlap scheduling it holds the step before it too) and the worker's
+# own time; a step every wall/steps, and the gap between steps (the hops a step waits for, what
+# overlap scheduling leaves of them; the run's ramp up and down included)
+print("%s: busy (share of %.1f s) %s; %d steps: round trip %.3f ms, worker %.3f ms; one every %.3f ms (gap %.3f)"
+      % (label, wall, busy, st, rt / st / 1e3, wk / st / 1e3, wall * 1e3 / st, wall * 1e3 / st - wk / st / 1e3))
 EOF
 }
 
@@ -188,7 +191,8 @@ stage_overhead() {
   mkdir -p /tmp/ad-ov
   "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 --ranks 16 \
     --targets all --seed 3 --quiet --overwrite
-  row "$(printf '%-22s %10s %10s %8s %14s %14s' workload engine graph ratio 'p99ttft eng' 'p99ttft graph')"
+  # the graph as it runs by default (overlap scheduling) and with one step in flight
+  row "$(printf '%-22s %10s %10s %8s %10s %8s %14s %14s' workload engine graph ratio 'graph-1' ratio-1 'p99ttft eng' 'p99ttft graph')"
   for adapters in base 8; do
     local sel=(--adapter-dist base)
     [[ $adapters == 8 ]] && sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora)
@@ -199,25 +203,33 @@ stage_overhead() {
         "${sel[@]}" --num-prompts $np --warmup-requests $c --max-concurrency $c \
         "${common[@]}" --output-file "$out/engine_$tag.json" >"$out/engine_$tag.log" 2>&1 ||
         { tail -n 5 "$out/engine_$tag.log"; }
-      graph_start /tmp/ls-ov --lora-dirs /tmp/ad-ov || return 1
-      # the engine loads its adapters before the clock starts: so does the graph here
-      [[ $adapters == 8 ]] && "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts 32 \
-        --max-concurrency 32 --input-len 16 --output-len 2 --disable-tqdm >/dev/null 2>&1
-      snap "$out/m0"
-      local t0=$(date +%s.%N)
-      "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts $np --warmup-requests $c --max-concurrency $c --request-rate inf "${common[@]}" \
-        --disable-tqdm --output-file "$out/graph_$tag.json" >"$out/graph_$tag.log" 2>&1 ||
-        { tail -n 5 "$out/graph_$tag.log"; }
-      local t1=$(date +%s.%N)
-      snap "$out/m1"
-      local e g
+      local mode
+      for mode in overlap one; do
+        local flags=(--lora-dirs /tmp/ad-ov) suffix=
+        [[ $mode == one ]] && flags+=(--disable-overlap-schedule) suffix=_one
+        graph_start /tmp/ls-ov "${flags[@]}" || return 1
+        # the engine loads its adapters before the clock starts: so does the graph here
+        [[ $adapters == 8 ]] && "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts 32 \
+          --max-concurrency 32 --input-len 16 --output-len 2 --disable-tqdm >/dev/null 2>&1
+        snap "$out/m0"
+        local t0=$(date +%s.%N)
+        "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts $np --warmup-requests $c --max-concurrency $c --request-rate inf "${common[@]}" \
+          --disable-tqdm --output-file "$out/graph_$tag$suffix.json" >"$out/graph_$tag$suffix.log" 2>&1 ||
+          { tail -n 5 "$out/graph_$tag$suffix.log"; }
+        local t1=$(date +%s.%N)
+        snap "$out/m1"
+        graph_time "graph $tag $mode" "$out/m0" "$out/m1" "$(python3 -c "print($t1 - $t0)")" >"$out/time_$tag$suffix.txt"
+        graph_stop
+      done
+      local e g g1
       e=$(jget "$out/engine_$tag.json" output_throughput)
       g=$(jget "$out/graph_$tag.json" output_throughput)
-      row "$(printf '%-22s %10.1f %10.1f %8.3f %14.1f %14.1f' "$adapters c=$c tok/s" "$e" "$g" \
-        "$(python3 -c "print($g / $e)")" "$(jget "$out/engine_$tag.json" p99_ttft_ms)" \
+      g1=$(jget "$out/graph_${tag}_one.json" output_throughput)
+      row "$(printf '%-22s %10.1f %10.1f %8.3f %10.1f %8.3f %14.1f %14.1f' "$adapters c=$c tok/s" "$e" "$g" \
+        "$(python3 -c "print($g / $e)")" "$g1" "$(python3 -c "print($g1 / $e)")" "$(jget "$out/engine_$tag.json" p99_ttft_ms)" \
         "$(jget "$out/graph_$tag.json" p99_ttft_ms)")"
-      row "  $(graph_time "graph $tag" "$out/m0" "$out/m1" "$(python3 -c "print($t1 - $t0)")")"
-      graph_stop
+      row "  $(cat "$out/time_$tag.txt")"
+      row "  $(cat "$out/time_${tag}_one.txt")"
     done
   done
 }

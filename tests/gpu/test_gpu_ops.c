@@ -38,7 +38,7 @@ static ls_backend_t *s_cpu, *s_gpu;
 // -- results --------------------------------------------------------------------------------
 
 typedef struct {
-    char name[96];
+    char name[128];
     size_t n;
     double nmse, tol, maxabs, tol_abs;
     long untouched_bad, nan_bad;
@@ -200,11 +200,15 @@ enum { MAXT = 512, MAXS = 64, MAXTAB = 64 * 64, MAXSEG = 64, MAXSLOT = 64 };
 typedef struct {
     int T, S, max_blocks, max_ctx, n_logit, has_lora, n_segs, n_slots, has_perm;
     int32_t ids[MAXT], pos[MAXT], slot[MAXT], q_indptr[MAXS + 1], ctx[MAXS], tables[MAXTAB],
-        logit_rows[MAXT], logit_slots[MAXT], seg_indptr[MAXSEG + 1], wi[MAXSEG], perm[MAXT],
-        ranks[MAXSLOT];
+        logit_rows[MAXT], logit_slots[2 * MAXT], seg_indptr[MAXSEG + 1], wi[MAXSEG],
+        perm[MAXT], ranks[MAXSLOT];
     int has_logit_slots;
-    float scal[MAXSLOT];
-    ls_lora_batch_t lora;
+    float scal[MAXSLOT], logit_scales[2 * MAXT];
+    // a second LoRA pass (a mix's second components), and per-segment weights of both
+    int n_passes, n_segs2, has_segw;
+    int32_t seg_indptr2[MAXSEG + 1], wi2[MAXSEG], perm2[MAXT];
+    float segw[MAXSEG], segw2[MAXSEG];
+    ls_lora_batch_t lora[2];
     ls_step_t step;
 } s_stepd_t;
 
@@ -223,8 +227,11 @@ static void s_step_simple(s_stepd_t *d, int T) {
 }
 
 static void s_step_begin(s_stepd_t *d) {
-    d->lora = (ls_lora_batch_t){d->n_segs, d->n_slots, d->seg_indptr, d->wi,
-                                d->has_perm ? d->perm : NULL, d->ranks, d->scal};
+    d->lora[0] = (ls_lora_batch_t){d->n_segs, d->n_slots, d->seg_indptr, d->wi,
+                                   d->has_perm ? d->perm : NULL, d->ranks, d->scal,
+                                   d->has_segw ? d->segw : NULL};
+    d->lora[1] = (ls_lora_batch_t){d->n_segs2, d->n_slots, d->seg_indptr2, d->wi2, d->perm2,
+                                   d->ranks, d->scal, d->segw2};
     d->step = (ls_step_t){.n_tokens = d->T,
                           .token_ids = d->ids,
                           .attn = {.n_seqs = d->S,
@@ -236,10 +243,12 @@ static void s_step_begin(s_stepd_t *d) {
                                    .positions = d->pos,
                                    .slot_mapping = d->slot,
                                    .block_tables = d->tables},
-                          .lora = d->has_lora ? &d->lora : NULL,
+                          .lora = d->has_lora ? d->lora : NULL,
+                          .n_lora_passes = d->has_lora ? (d->n_passes > 1 ? 2 : 1) : 0,
                           .n_logit_rows = d->n_logit,
                           .logit_rows = d->logit_rows,
-                          .logit_slots = d->has_logit_slots ? d->logit_slots : NULL};
+                          .logit_slots = d->has_logit_slots ? d->logit_slots : NULL,
+                          .logit_scales = d->has_logit_slots ? d->logit_scales : NULL};
     if (s_cpu->step_begin(s_cpu, &d->step) || s_gpu->step_begin(s_gpu, &d->step)) {
         fprintf(stderr, "step_begin failed\n");
         exit(2);
@@ -703,25 +712,50 @@ static const s_layout_t s_layouts[] = {
     {"serving mix", 52, 12, {17, 9, 6, 4, 3, 3, 2, 2, 1, 1, 1, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 1},
 };
 
-// lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size)
+// lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size),
+// over every pass of the step, the later ones adding (as engine/model.c runs a mix)
 static void s_fused_both(s_pb_t *y, const float *y0, s_pb_t *x, s_pb_t *tmp, const float *tmp0,
                          s_pb_t *a, s_pb_t *b, const int32_t *off, int in, int n_slices,
-                         int r_max, int accumulate) {
+                         int r_max, int accumulate, int n_passes) {
     s_pb_set(tmp, 0, tmp0, tmp->n);
     s_pb_set(y, 0, y0, y->n);
-    s_cpu->lora_fused(s_cpu, s_vc(y, 0), s_vc(x, 0), s_vc(tmp, 0), s_vc(a, 0), s_vc(b, 0), off,
-                      in, n_slices, r_max, accumulate);
-    s_gpu->lora_fused(s_gpu, s_vg(y, 0), s_vg(x, 0), s_vg(tmp, 0), s_vg(a, 0), s_vg(b, 0), off,
-                      in, n_slices, r_max, accumulate);
+    for (int k = 0; k < n_passes; k++, accumulate = 1) {
+        s_cpu->lora_fused(s_cpu, s_vc(y, 0), s_vc(x, 0), s_vc(tmp, 0), s_vc(a, 0), s_vc(b, 0),
+                          off, in, n_slices, r_max, accumulate, k);
+        s_gpu->lora_fused(s_gpu, s_vg(y, 0), s_vg(x, 0), s_vg(tmp, 0), s_vg(a, 0), s_vg(b, 0),
+                          off, in, n_slices, r_max, accumulate, k);
+    }
 }
 
 enum { SLOTS = 33 };
 
+// The step's second LoRA pass, as a mix of two adapters makes it (docs/lora-mixing.md): the
+// rows of every other segment of pass 0 again, each under another slot, and random weights
+// on the segments of both passes.
+static void s_mix_pass(t_rng_t *r, s_stepd_t *d, const int32_t *rows) {
+    d->n_passes = 2;
+    d->has_segw = 1;
+    d->n_segs2 = 0;
+    d->seg_indptr2[0] = 0;
+    int p2 = 0;
+    for (int s = 0; s < d->n_segs; s++) {
+        d->segw[s] = t_rng_float(r, 0.05f, 1.5f);
+        if (s % 2)
+            continue;
+        for (int p = d->seg_indptr[s]; p < d->seg_indptr[s + 1]; p++)
+            d->perm2[p2++] = rows[p];
+        d->wi2[d->n_segs2] = d->wi[s] % 32 + 1;
+        d->segw2[d->n_segs2] = t_rng_float(r, 0.05f, 1.5f);
+        d->seg_indptr2[++d->n_segs2] = p2;
+    }
+}
+
 // The LoRA batch of layout lay in d (not yet begun): SLOTS slots of ranks 8..64 (at most
-// r_max; slot 0 rank 0), random scalings; rows (lay->T) the segment positions' rows; touched
-// (lay->T) marks the rows a rank > 0 segment covers.
-static void s_lora_step(t_rng_t *r, const s_layout_t *lay, int r_max, s_stepd_t *d,
-                        int32_t *rows, int32_t *touched) {
+// r_max; slot 0 rank 0), random scalings; mix: a second pass and per-segment weights
+// (s_mix_pass); rows (lay->T) the segment positions' rows; touched (lay->T) marks the rows
+// a rank > 0 segment of either pass covers. Returns the step's passes.
+static int s_lora_step(t_rng_t *r, const s_layout_t *lay, int r_max, int mix, s_stepd_t *d,
+                       int32_t *rows, int32_t *touched) {
     s_step_simple(d, lay->T);
     d->has_lora = 1;
     d->n_segs = lay->n_segs;
@@ -748,11 +782,17 @@ static void s_lora_step(t_rng_t *r, const s_layout_t *lay, int r_max, s_stepd_t 
         memcpy(d->perm, rows, sizeof(int32_t) * covered);
         d->has_perm = 1;
     }
+    if (mix)
+        s_mix_pass(r, d, rows);
     memset(touched, 0, sizeof(int32_t) * lay->T);
     for (int s = 0; s < lay->n_segs; s++)
         if (d->ranks[lay->slots[s]] > 0)
             for (int p = d->seg_indptr[s]; p < d->seg_indptr[s + 1]; p++)
                 touched[rows[p]] = 1;
+    for (int s = 0; mix && s < d->n_segs2; s++) // second-pass slots all have rank > 0
+        for (int p = d->seg_indptr2[s]; p < d->seg_indptr2[s + 1]; p++)
+            touched[d->perm2[p]] = 1;
+    return mix ? 2 : 1;
 }
 
 // A pool (SLOTS, n_slices*r_max, in) or (SLOTS, out, r_max) of U(-0.1, 0.1), NaN past each
@@ -806,11 +846,13 @@ static void s_deltas(float *c, float *g, const float *y0, size_t n) {
     }
 }
 
+// The LoRA ops over layout lay, on both backends; mix: with a second pass (s_mix_pass) and
+// per-segment weights, every op run over both passes as engine/model.c runs a step with mixes.
 static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
-                      int in, int r_max, ls_dtype_t pdt) {
+                      int in, int r_max, ls_dtype_t pdt, int mix) {
     static s_stepd_t d;
     int32_t rows[MAXT], touched[MAXT];
-    s_lora_step(r, lay, r_max, &d, rows, touched);
+    int P = s_lora_step(r, lay, r_max, mix, &d, rows, touched);
     s_step_begin(&d);
 
     int ld = n_slices * r_max, off[4] = {0};
@@ -830,44 +872,55 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
             t_fill(r, hy + (size_t)t * out_total, out_total, -1, 1);
     s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, hx, nx, tpois, ntf, nt, hy, ny);
     s_pb_t a = u.a, b = u.b, x = u.x, tmp = u.tmp, y = u.y;
-    s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), s_vc(&a, 0), in, n_slices, r_max);
-    s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), s_vg(&a, 0), in, n_slices, r_max);
-    s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, n_slices, r_max);
-    s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, n_slices, r_max);
+    // shrink then expand, pass after pass (tmp compared after the last pass's shrink: what
+    // it wrote over the first's, the first's elsewhere)
     float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
-    char name[96];
-    s_pb_get(&tmp, 0, nt, c, g);
-    snprintf(name, sizeof name, "lora shrink %s, %d slice%s in=%d r_max=%d %s", lay->name,
-             n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
-    s_check(name, g, c, nt, 1e-10, 1e-4);
+    char name[128];
+    const char *mixed = mix ? " + mix pass, weights" : "";
+    for (int k = 0; k < P; k++) {
+        s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), s_vc(&a, 0), in, n_slices, r_max,
+                           k);
+        s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), s_vg(&a, 0), in, n_slices, r_max,
+                           k);
+        if (k == P - 1) {
+            s_pb_get(&tmp, 0, nt, c, g);
+            snprintf(name, sizeof name, "lora shrink %s%s, %d slice%s in=%d r_max=%d %s",
+                     lay->name, mixed, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+            s_check(name, g, c, nt, 1e-10, 1e-4);
+        }
+        s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, n_slices, r_max,
+                           k);
+        s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, n_slices, r_max,
+                           k);
+    }
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny); // compare the LoRA deltas
-    snprintf(name, sizeof name, "lora expand %s, out=%d", lay->name, out_total);
+    snprintf(name, sizeof name, "lora expand %s%s, out=%d", lay->name, mixed, out_total);
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // the fused op from the same poisoned start: y deltas equal, untouched rows still NaN
     // (tmp is the op's scratch: unspecified afterwards, not compared)
-    s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1);
+    s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1, P);
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny);
-    snprintf(name, sizeof name, "lora fused %s, %d slice%s in=%d r_max=%d %s", lay->name,
-             n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+    snprintf(name, sizeof name, "lora fused %s%s, %d slice%s in=%d r_max=%d %s", lay->name,
+             mixed, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // written, not added (accumulate 0), over y all NaN: every element must be written —
     // the delta on covered rows, 0 on the others — and the GPU must match the CPU's
     // zero-then-add; NaN anywhere (the check counts it) means an element left unwritten
     float *ynan = s_nan_new(ny);
-    s_fused_both(&y, ynan, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 0);
+    s_fused_both(&y, ynan, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 0, P);
     s_pb_get(&y, 0, ny, c, g);
     size_t unwritten = 0, nonzero_untouched = 0;
     for (size_t i = 0; i < ny; i++) {
         unwritten += isnan(g[i]) || isnan(c[i]);
         nonzero_untouched += !touched[i / out_total] && (g[i] != 0.0f || c[i] != 0.0f);
     }
-    snprintf(name, sizeof name, "lora fused written %s, %d slice%s r_max=%d %s", lay->name,
-             n_slices, n_slices > 1 ? "s" : "", r_max, s_dtn(pdt));
+    snprintf(name, sizeof name, "lora fused written %s%s, %d slice%s r_max=%d %s", lay->name,
+             mixed, n_slices, n_slices > 1 ? "s" : "", r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
-    snprintf(name, sizeof name, "lora fused written %s: %zu unwritten, %zu non-zero rows "
-             "without an adapter", lay->name, unwritten, nonzero_untouched);
+    snprintf(name, sizeof name, "lora fused written %s%s: %zu unwritten, %zu non-zero rows "
+             "without an adapter", lay->name, mixed, unwritten, nonzero_untouched);
     s_check_true(name, unwritten == 0 && nonzero_untouched == 0);
     free(ynan);
     s_lora_bufs_free(&u);
@@ -875,12 +928,13 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
 }
 
 // The embedding's LoRA: the gather shrink at the step's token ids (exact: a copy of A's
-// elements), then the usual expand with one slice of H outputs, from poisoned tmp and y.
+// elements), then the usual expand with one slice of H outputs, from poisoned tmp and y;
+// mix: over both passes of s_mix_pass, the tiles' scales carrying the segments' weights.
 static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H, int r_max,
-                            ls_dtype_t pdt) {
+                            ls_dtype_t pdt, int mix) {
     static s_stepd_t d;
     int32_t rows[MAXT], touched[MAXT];
-    s_lora_step(r, lay, r_max, &d, rows, touched);
+    int P = s_lora_step(r, lay, r_max, mix, &d, rows, touched);
     for (int t = 0; t < lay->T; t++)
         d.ids[t] = t_rng_int(r, vocab);
     d.ids[0] = vocab - 1;  // the last column
@@ -895,34 +949,45 @@ static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H,
             t_fill(r, hy + (size_t)t * H, H, -1, 1);
     s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, NULL, 0, tpois, nt, nt, hy, ny);
     s_pb_t a = u.a, b = u.b, tmp = u.tmp, y = u.y;
-    s_cpu->lora_embed_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&a, 0), vocab, r_max);
-    s_gpu->lora_embed_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&a, 0), vocab, r_max);
-    s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, 1, r_max);
-    s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, 1, r_max);
     float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
-    char name[96];
-    s_pb_get(&tmp, 0, nt, c, g);
-    snprintf(name, sizeof name, "lora embed shrink %s, vocab=%d r_max=%d %s", lay->name, vocab,
-             r_max, s_dtn(pdt));
-    s_check(name, g, c, nt, 0, 0);
+    char name[128];
+    const char *mixed = mix ? " + mix pass, weights" : "";
+    for (int k = 0; k < P; k++) {
+        s_cpu->lora_embed_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&a, 0), vocab, r_max, k);
+        s_gpu->lora_embed_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&a, 0), vocab, r_max, k);
+        if (k == P - 1) { // as test_lora: the last pass's rows over the first's
+            s_pb_get(&tmp, 0, nt, c, g);
+            snprintf(name, sizeof name, "lora embed shrink %s%s, vocab=%d r_max=%d %s",
+                     lay->name, mixed, vocab, r_max, s_dtn(pdt));
+            s_check(name, g, c, nt, 0, 0);
+        }
+        s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, 1, r_max, k);
+        s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, 1, r_max, k);
+    }
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny);
-    snprintf(name, sizeof name, "lora embed expand %s, hidden=%d", lay->name, H);
+    snprintf(name, sizeof name, "lora embed expand %s%s, hidden=%d", lay->name, mixed, H);
     s_check(name, g, c, ny, 1e-10, 1e-4);
     s_lora_bufs_free(&u);
     free(ha), free(hb), free(tpois), free(hy), free(c), free(g);
 }
 
 // lm_head's LoRA on R logit rows, each with its own slot (slot 0, rank 0, on some: those
-// rows stay poisoned), y (R, out) vocabulary-wide.
-static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dtype_t pdt) {
+// rows stay poisoned) and factor, y (R, out) vocabulary-wide; mix: a second pass whose rows
+// get other slots (slot 0 on some) and every factor a weight besides the slot's scaling.
+static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dtype_t pdt,
+                           int mix) {
     static s_stepd_t d;
     static const s_layout_t one = {"rows", 1, 1, {1}, {1}, 0};
     int32_t rows[MAXT], touched[MAXT];
-    s_lora_step(r, &one, r_max, &d, rows, touched);
+    int P = s_lora_step(r, &one, r_max, mix, &d, rows, touched);
     int used = 5;  // slots 0..4: ranks 0, 8, 16, 32, 64 (capped at r_max)
-    for (int i = 0; i < R; i++)
-        d.logit_slots[i] = i < used ? i : t_rng_int(r, used);
+    for (int k = 0; k < P; k++)
+        for (int i = 0; i < R; i++) {
+            int w = k == 0 && i < used ? i : t_rng_int(r, used);
+            d.logit_slots[k * R + i] = w;
+            d.logit_scales[k * R + i] = d.scal[w] * (mix ? t_rng_float(r, 0.05f, 1.5f) : 1.0f);
+        }
     d.n_logit = R;
     d.has_logit_slots = 1;
     s_step_begin(&d);
@@ -930,21 +995,27 @@ static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dty
     size_t nx = (size_t)R * in, nt = (size_t)R * r_max, ny = (size_t)R * out;
     float *ha = s_lora_pool_new(r, &d, 0, 1, r_max, in), *hb = s_lora_pool_new(r, &d, 1, 1, r_max, out);
     float *hx = s_fill_new(r, nx, -1, 1), *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
-    for (int i = 0; i < R; i++)
-        if (d.ranks[d.logit_slots[i]])
+    for (int i = 0; i < R; i++) {
+        int any = 0;
+        for (int k = 0; k < P; k++)
+            any = any || d.ranks[d.logit_slots[k * R + i]];
+        if (any)
             t_fill(r, hy + (size_t)i * out, out, -1, 1);
+    }
     s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, hx, nx, tpois, nt, nt, hy, ny);
     s_pb_t a = u.a, b = u.b, x = u.x, tmp = u.tmp, y = u.y;
-    s_cpu->lora_rows(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0), s_vc(&b, 0), in,
-                     out, r_max);
-    s_gpu->lora_rows(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0), s_vg(&b, 0), in,
-                     out, r_max);
+    for (int k = 0; k < P; k++) {
+        s_cpu->lora_rows(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0),
+                         s_vc(&b, 0), in, out, r_max, k);
+        s_gpu->lora_rows(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0),
+                         s_vg(&b, 0), in, out, r_max, k);
+    }
     float *c = t_alloc(ny * 4), *g = t_alloc(ny * 4);
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny);
-    char name[96];
-    snprintf(name, sizeof name, "lora rows (lm_head) R=%d in=%d out=%d r_max=%d %s", R, in, out,
-             r_max, s_dtn(pdt));
+    char name[128];
+    snprintf(name, sizeof name, "lora rows (lm_head)%s R=%d in=%d out=%d r_max=%d %s",
+             mix ? " + mix pass, weights" : "", R, in, out, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
     s_lora_bufs_free(&u);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
@@ -1258,8 +1329,8 @@ static void test_two_steps(t_rng_t *r) {
             B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, LS_VIEW_NONE, ls_view(A, o_h),
                        LS_VIEW_NONE, V_(nw), T, C, 1e-5f);
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
-            B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX);
-            B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX);
+            B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX, 0);
+            B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX, 0);
             B->rope(B, ls_view(A, o_qkv), LS_VIEW_NONE, V_(inv), H, D, QKV);
             B->rope(B, ls_view(A, o_qkv + QD), LS_VIEW_NONE, V_(inv), KV, D, QKV);
             B->kv_store(B, V_(kc), V_(vc), ls_view(A, o_qkv + QD), ls_view(A, o_qkv + QD + KVD),
@@ -1387,47 +1458,60 @@ int main(int argc, char **argv) {
                      szodd[3] = {300, 0, 77};
     int n_layouts = (int)(sizeof s_layouts / sizeof s_layouts[0]);
     for (int l = 0; l < n_layouts; l++) {
-        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16);
-        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16);
-        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16);
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 0);
+        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16, 0);
+        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16, 0);
     }
-    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32);
-    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32);
-    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32, 0);
+    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32, 0);
+    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16, 0);
     // the tensor-core shrink's other m-tile counts: r_max 32 over 2 slices, 8 over 3
-    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16, 0);
     // Llama-3-8B's qkv and o shapes on few tiles: the tensor-core shrink splits K over
     // clusters of 4 (in 4096, 10 tiles x 3 slices) and 8 (in 8192, 8 tiles x 1 slice)
     static const int szq[3] = {4096, 1024, 1024}, szo[1] = {4096};
-    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16, 0);
     // decode over distinct adapters (one-position tiles, LS_CU_LORA_ONE) at Llama-3-8B's
     // gate_up and qkv shapes, where the decode op splits K into parts and the one-token
     // expand covers long outputs; and that layout's f32 and f16 pools (other kernels)
     static const int szgu[2] = {14336, 14336};
-    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16); // down: K in 7 parts
-    test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32);
-    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16);
-    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16);  // scalar paths
-    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16);
+    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0); // down: K in 7 parts
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32, 0);
+    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0);
+    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16, 0);  // scalar paths
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 0);
     // small ranks in wide slots (the server's mixed-rank setting; the loop above has the
     // multi-position tiles of layout 3 so): decode, one-position tiles, at Llama-3-8B's qkv
     // and gate_up
-    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16);
-    // the embedding's LoRA (a gather, then the expand) and lm_head's on the logit rows
-    test_lora_embed(&r, &s_layouts[0], 1000, 512, 16, LS_DTYPE_BF16);
-    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16);
-    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32);
-    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16);
-    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16);
-    test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16);
-    test_lora_rows(&r, 3, 100, 1001, 12, LS_DTYPE_F32);
-    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16);
+    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 0);
+    // mixes of adapters: a second pass over some of the rows and weights on every segment
+    // (the tiles' scales), each layout's ops over both passes; and the decode shapes
+    for (int l = 0; l < n_layouts; l++)
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 1);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 16, LS_DTYPE_BF16, 1);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 1);
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1);
+    // the embedding's LoRA (a gather, then the expand) and lm_head's on the logit rows, alone
+    // and in mixes (a second pass, the tiles' scales with the weights)
+    test_lora_embed(&r, &s_layouts[0], 1000, 512, 16, LS_DTYPE_BF16, 0);
+    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 0);
+    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32, 0);
+    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 0);
+    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 1);
+    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32, 1);
+    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 1);
+    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 0);
+    test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16, 0);
+    test_lora_rows(&r, 3, 100, 1001, 12, LS_DTYPE_F32, 0);
+    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 0);
+    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 1);
+    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 1);
 
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);

@@ -63,6 +63,8 @@ static void s_emit(void *arg, const sched_dest_t *dest, const ls_msg_t *msg) {
         h->cap_out = h->cap_out ? 2 * h->cap_out : 256;
         h->out = realloc(h->out, h->cap_out * sizeof *h->out);
     }
+    if (msg->type == LS_MSG_STEP_PLAN && ++h->outstanding > h->max_outstanding)
+        h->max_outstanding = h->outstanding;
     h_out_t *o = &h->out[h->n_out++];
     o->dest = *dest;
     rc = ls_msg_decode(buf, len, &o->msg, NULL);
@@ -97,6 +99,10 @@ void h_free(h_t *h) {
 
 void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint32_t max_context, uint32_t slots,
             uint32_t max_loaded) {
+    memset(h->wpos, 0, sizeof h->wpos);
+    memset(h->wsampled, 0, sizeof h->wsampled);
+    h->void_before = h->n_out;
+    h->outstanding = 0;
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_WORKER_INFO);
     ls_msg_worker_info_t *w = &m.u.worker_info;
@@ -195,13 +201,35 @@ void h_answer_plan(h_t *h, const ls_msg_t *plan) {
     r.rid = plan->rid;
     r.u.step_result.step = plan->u.step_plan.step;
     const ls_msg_step_items_t *items = &plan->u.step_plan.items;
+    for (size_t i = 0; i < plan->u.step_plan.released.n; i++) {
+        uint64_t rid = plan->u.step_plan.released.v[i];
+        if (rid < H_MAX_RID)
+            h->wpos[rid] = 0, h->wsampled[rid] = false;
+    }
     r.u.step_result.items.v = calloc(items->n ? items->n : 1, sizeof(ls_msg_step_output_t));
-    for (size_t i = 0; i < items->n; i++)
-        if (items->v[i].sample) {
-            ls_msg_step_output_t *o = &r.u.step_result.items.v[r.u.step_result.items.n++];
-            o->rid = items->v[i].rid;
-            o->token_id = h_token(h, o->rid, items->v[i].generated);
+    for (size_t i = 0; i < items->n; i++) {
+        const ls_msg_step_item_t *it = &items->v[i];
+        if (it->rid < H_MAX_RID) {
+            bool restart = it->is_prefill && (it->position == 0 || it->context_ids.n);
+            bool ok = restart || it->position == h->wpos[it->rid];
+            h->follows += it->follows;
+            if (it->follows)  // the token sampled last, which only this worker knows
+                ok &= h->wsampled[it->rid] && it->token_ids.n == 1 && it->token_ids.v[0] == -1 && it->sample;
+            else if (!it->is_prefill)  // the scheduler's copy of that token
+                ok &= it->generated > 0 && it->token_ids.n == 1 &&
+                      it->token_ids.v[0] == h_token(h, it->rid, it->generated - 1);
+            h->bad_items += !ok;
+            h->wpos[it->rid] = it->position + (uint32_t)it->token_ids.n;
         }
+        if (it->sample) {
+            ls_msg_step_output_t *o = &r.u.step_result.items.v[r.u.step_result.items.n++];
+            o->rid = it->rid;
+            o->token_id = h_token(h, o->rid, it->generated);
+            if (it->rid < H_MAX_RID)
+                h->wsampled[it->rid] = true;
+        }
+    }
+    h->outstanding--;
     h->now += h->step_ns;
     sched_on_step_result(h->s, h->now, &r);
     ls_msg_clear(&r);
@@ -221,6 +249,8 @@ int h_pump(h_t *h, int max_steps) {
             else
                 for (int r = 0; r < h->cfg.tp_size; r++)
                     s_answer_adapter(h, &o, r);
+        } else if (type == LS_MSG_STEP_PLAN && h->pumped <= h->void_before) {
+            continue;  // lost with the workers it went to
         } else if (type == LS_MSG_STEP_PLAN && h->auto_steps) {
             if (max_steps && steps == max_steps) {
                 h->pumped--;  // left for the next pump

@@ -51,6 +51,15 @@ typedef struct {
     uint64_t step_ns;       // each answered step advances the clock this much
     uint64_t cpu_bytes, lora_max_bytes;   // the CPU tier h_info reports (0: no byte limit)
     uint64_t (*bytes_of)(const char *id);  // CPU-tier bytes a fake worker reports per adapter (NULL: 0)
+    // What the fake workers check in the plans they run: each request's next position (its
+    // chunks continue one another unless one starts it over), the last token they sampled for
+    // it (a follows item runs it), and plans sent and not yet answered.
+    uint32_t wpos[H_MAX_RID];
+    bool wsampled[H_MAX_RID];
+    int bad_items;  // items that break those rules
+    int follows;    // follows items run
+    int outstanding, max_outstanding;
+    size_t void_before;  // plans emitted before the last WorkerInfo went to workers that are gone
 } h_t;
 
 // Token the fake worker samples for a request that has `generated` tokens so far.
@@ -63,7 +72,8 @@ static inline int32_t h_token(const h_t *h, uint64_t rid, uint32_t generated) {
 sched_config_t h_config(void);
 h_t *h_new(const sched_config_t *cfg);
 void h_free(h_t *h);
-// WorkerInfo from `rank`, with EOS id 2.
+// WorkerInfo from `rank`, with EOS id 2: a worker that starts (or restarts) knows no request,
+// and the plans sent before it are never answered.
 void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint32_t max_context, uint32_t slots,
             uint32_t max_loaded);
 // TokenizedReq: prompt of n tokens (token i = base + i), adapter id or NULL, max_new (0: default).
