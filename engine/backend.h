@@ -84,6 +84,13 @@ typedef struct {
     int n_lora_passes;
     int n_logit_rows;
     const int32_t *logit_rows;    // (n_logit_rows) token rows whose logits are wanted
+    // lm_head's LoRA on the logit rows, pass by pass as the other targets' (a mix's i-th
+    // component in pass i): entry k * n_logit_rows + i is the slot whose lm_head LoRA pass k
+    // adds to logit row i (slot 0, rank 0: none in that pass) and its factor, scalings[slot]
+    // times the component's weight, one fp32 product as a segment's in lora_expand. Read by
+    // lora_rows; both NULL when no logit row of the step has lm_head LoRA.
+    const int32_t *logit_slots;   // (n_lora_passes, n_logit_rows)
+    const float *logit_scales;    // (n_lora_passes, n_logit_rows)
 } ls_step_t;
 
 typedef struct ls_backend ls_backend_t;
@@ -193,6 +200,18 @@ struct ls_backend {
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
                        int in, int n_slices, int r_max, int accumulate, int pass);
+    // step, pass: tmp (T, r_max) from a_pool (n_slots, r_max, vocab) at the step's token
+    // ids, as ls_lora_embed_shrink over lora[pass] (the embedding's LoRA shrink: a gather;
+    // lora_expand of the same pass follows)
+    void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+                              int r_max, int pass);
+    // step, pass: y (n_logit_rows, out) += the LoRA of each logit row's slot in that pass on
+    // x (n_logit_rows, in), as ls_lora_rows with the pass's rows of logit_slots and
+    // logit_scales; tmp (n_logit_rows, r_max) scratch, a_pool (n_slots, r_max, in), b_pool
+    // (n_slots, out, r_max)
+    void (*lora_rows)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                      ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
+                      int pass);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued

@@ -29,7 +29,7 @@ typedef struct {
     ls_step_t step;
     ls_lora_batch_t lora[LS_LORA_MIX_MAX];
     s_array_t token_ids, positions, slot_mapping, q_indptr, ctx_lens, block_tables,
-        logit_rows;
+        logit_rows, logit_slots, logit_scales;
     s_array_t lora_arrays[LS_LORA_MIX_MAX][S_LORA_ARRAYS];
 } s_cpu_t;
 
@@ -66,8 +66,9 @@ static s_cpu_t *s_cpu(ls_backend_t *self) {
 
 static void s_free(ls_backend_t *self) {
     s_cpu_t *c = s_cpu(self);
-    s_array_t *arrays[] = {&c->token_ids, &c->positions,    &c->slot_mapping, &c->q_indptr,
-                           &c->ctx_lens,  &c->block_tables, &c->logit_rows};
+    s_array_t *arrays[] = {&c->token_ids,  &c->positions,   &c->slot_mapping,
+                           &c->q_indptr,   &c->ctx_lens,    &c->block_tables,
+                           &c->logit_rows, &c->logit_slots, &c->logit_scales};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]->p);
     for (int k = 0; k < LS_LORA_MIX_MAX; k++)
@@ -200,6 +201,10 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
                                       (size_t)step->n_logit_rows * i32, &failed);
     assert(step->n_lora_passes >= 0 && step->n_lora_passes <= LS_LORA_MIX_MAX);
     assert((step->lora != NULL) == (step->n_lora_passes > 0));
+    size_t PR = (size_t)step->n_lora_passes * step->n_logit_rows;
+    c->step.logit_slots = s_array_copy(&c->logit_slots, step->logit_slots, PR * i32, &failed);
+    c->step.logit_scales = s_array_copy(&c->logit_scales, step->logit_scales,
+                                        PR * sizeof(float), &failed);
     for (int k = 0; k < step->n_lora_passes; k++) {
         const ls_lora_batch_t *l = &step->lora[k];
         size_t G = (size_t)l->n_segs, W = (size_t)l->n_slots, f32 = sizeof(float);
@@ -313,6 +318,24 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                   slice_offsets, in, n_slices, r_max);
 }
 
+static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+                                int r_max, int pass) {
+    ls_lora_embed_shrink(s_f32(tmp), s_cpu(self)->step.token_ids, s_f32(a_pool),
+                         s_pass(self, pass, 1), vocab, r_max);
+}
+
+static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                        ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
+                        int pass) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    const ls_lora_batch_t *l = s_pass(self, pass, 1);
+    assert(st->logit_slots && st->logit_scales);
+    size_t at = (size_t)pass * st->n_logit_rows;
+    ls_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool),
+                 st->logit_slots + at, st->logit_scales + at, l->lora_ranks, st->n_logit_rows,
+                 in, out, r_max);
+}
+
 // The side queue (backend.h): the CPU runs every op when it is called, which already puts
 // side ops after what came before them and before what waits for them — so the hooks have
 // nothing to do. They exist so that the CPU runs the forward the GPU runs (decode LoRA as
@@ -373,6 +396,8 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .lora_shrink = s_lora_shrink,
         .lora_expand = s_lora_expand,
         .lora_fused = s_lora_fused,
+        .lora_embed_shrink = s_lora_embed_shrink,
+        .lora_rows = s_lora_rows,
         .rows_gather = s_rows_gather,
         .sample = s_sample,
         .side_begin = s_side_noop,

@@ -89,6 +89,10 @@ typedef struct {
     int n_exp_short, n_exp_long;
     const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
     const int32_t *perm;
+    // lm_head's LoRA in this pass (ls_step_t.logit_slots): a tile per logit row that has
+    // one, p0 the row, n 1, scale the row's logit_scales entry
+    const ls_cu_lora_tile_t *row_tiles;
+    int n_row_tiles;
 } s_pass_t;
 
 enum { S_GRAPHS = 16 };                         // decode batch sizes in use at once
@@ -459,13 +463,19 @@ static size_t s_place(s_layout_t *l, size_t bytes) {
 
 // A LoRA pass's place in the metadata block and its counts, before the block is filled.
 typedef struct {
-    size_t o_tiles, o_exp, o_perm, o_zero;
-    int n_tiles, max_rank, n_pos, max_len, n_short, n_long;
+    size_t o_tiles, o_exp, o_perm, o_zero, o_row_tiles;
+    int n_tiles, max_rank, n_pos, max_len, n_short, n_long, n_row_tiles;
 } s_pass_plan_t;
 
-// Counts pass lb's tiles (segments of rank-0 slots get none) and places its arrays.
-static s_pass_plan_t s_pass_plan(const ls_lora_batch_t *lb, int T, s_layout_t *l) {
+// Counts pass lb's tiles (segments of rank-0 slots get none) and its logit rows' tiles
+// (lslots: the pass's R entries of ls_step_t.logit_slots, NULL: none) and places its arrays.
+static s_pass_plan_t s_pass_plan(const ls_lora_batch_t *lb, const int32_t *lslots, int R, int T,
+                                 s_layout_t *l) {
     s_pass_plan_t pp = {};
+    for (int i = 0; lslots && i < R; i++) {
+        assert(lslots[i] >= 0 && lslots[i] < lb->n_slots);
+        pp.n_row_tiles += lb->lora_ranks[lslots[i]] > 0;
+    }
     pp.n_pos = lb->seg_indptr[lb->n_segs];
     for (int s = 0; s < lb->n_segs; s++) {
         int w = lb->weight_indices[s];
@@ -487,13 +497,15 @@ static s_pass_plan_t s_pass_plan(const ls_lora_batch_t *lb, int T, s_layout_t *l
     pp.o_exp = s_place(l, (size_t)(pp.n_short + pp.n_long) * sizeof(ls_cu_lora_tile_t));
     pp.o_perm = s_place(l, lb->permutation ? (size_t)pp.n_pos * i32 : 0);
     pp.o_zero = s_place(l, (size_t)T * i32);
+    pp.o_row_tiles = s_place(l, (size_t)pp.n_row_tiles * sizeof(ls_cu_lora_tile_t));
     return pp;
 }
 
-// Fills pass lb's arrays into the host block h (as planned) and points *ps at the device
+// Fills pass lb's arrays into the host block h (as planned; lslots and lscales: the pass's R
+// entries of ls_step_t.logit_slots and logit_scales, NULL: none) and points *ps at the device
 // block d's copy of them.
-static void s_pass_fill(const ls_lora_batch_t *lb, const s_pass_plan_t *pp, int T, char *h,
-                        char *d, s_pass_t *ps) {
+static void s_pass_fill(const ls_lora_batch_t *lb, const int32_t *lslots, const float *lscales,
+                        int R, const s_pass_plan_t *pp, int T, char *h, char *d, s_pass_t *ps) {
     size_t i32 = sizeof(int32_t);
     ls_cu_lora_tile_t *tiles = (ls_cu_lora_tile_t *)(h + pp->o_tiles);
     int k = 0;
@@ -542,11 +554,20 @@ static void s_pass_fill(const ls_lora_batch_t *lb, const s_pass_plan_t *pp, int 
     for (int t = 0; t < T; t++)
         if (!zr[t])
             zr[n_zero++] = t;
+    ls_cu_lora_tile_t *rt = (ls_cu_lora_tile_t *)(h + pp->o_row_tiles);
+    int kr = 0;
+    for (int i = 0; lslots && i < R; i++) {
+        int w = lslots[i], r = lb->lora_ranks[w];
+        if (r > 0)
+            rt[kr++] = (ls_cu_lora_tile_t){i, 1, w, r, lscales[i]};
+    }
+    assert(kr == pp->n_row_tiles);
     *ps = (s_pass_t){pp->n_tiles, pp->max_rank, n_zero, pp->max_len <= 1,
                      (const ls_cu_lora_tile_t *)(d + pp->o_tiles),
                      (const ls_cu_lora_tile_t *)(d + pp->o_exp), pp->n_short, pp->n_long,
                      (const int32_t *)(d + pp->o_zero),
-                     lb->permutation ? (const int32_t *)(d + pp->o_perm) : NULL};
+                     lb->permutation ? (const int32_t *)(d + pp->o_perm) : NULL,
+                     (const ls_cu_lora_tile_t *)(d + pp->o_row_tiles), pp->n_row_tiles};
 }
 
 static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
@@ -564,8 +585,15 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
            o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
            o_rows = s_place(&l, (size_t)step->n_logit_rows * i32);
     s_pass_plan_t plan[LS_LORA_MIX_MAX];
-    for (int k = 0; k < P; k++)
-        plan[k] = s_pass_plan(&step->lora[k], T, &l);
+    const int32_t *lslots[LS_LORA_MIX_MAX];
+    const float *lscales[LS_LORA_MIX_MAX];
+    int R = step->n_logit_rows;
+    assert((step->logit_slots != NULL) == (step->logit_scales != NULL));
+    for (int k = 0; k < P; k++) {
+        lslots[k] = step->logit_slots ? step->logit_slots + (size_t)k * R : NULL;
+        lscales[k] = step->logit_scales ? step->logit_scales + (size_t)k * R : NULL;
+        plan[k] = s_pass_plan(&step->lora[k], lslots[k], R, T, &l);
+    }
     size_t bytes = l.off ? l.off : 16;
 
     // the previous step's copy must be out of the pinned block before it is rewritten
@@ -599,7 +627,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     if (step->n_logit_rows)
         memcpy(h + o_rows, step->logit_rows, (size_t)step->n_logit_rows * i32);
     for (int k = 0; k < P; k++)
-        s_pass_fill(&step->lora[k], &plan[k], T, h, d, &c->pass[k]);
+        s_pass_fill(&step->lora[k], lslots[k], lscales[k], R, &plan[k], T, h, d, &c->pass[k]);
     s_note(c, cudaMemcpyAsync(c->d_meta.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
     s_note(c, cudaEventRecord(c->meta_done, c->stream));
     c->meta_pending = 1;
@@ -625,7 +653,7 @@ enum {
     S_OP_STEP = 1, S_OP_EMBEDDING, S_OP_MATMUL, S_OP_RMSNORM, S_OP_RMSNORM_HEADS, S_OP_ROPE,
     S_OP_SILU_MUL, S_OP_ADD, S_OP_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
-    S_OP_SIDE_END, S_OP_SIDE_WAIT
+    S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS
 };
 
 static uint64_t s_word(const void *p) {
@@ -688,7 +716,8 @@ static int s_graph_begin(ls_backend_t *self) {
     for (int k = 0; k < c->n_passes; k++) {
         const s_pass_t *p = &c->pass[k];
         s_rec(c, p->n_tiles, p->max_rank, p->lora_one, p->tiles, p->perm, p->n_zero_rows,
-              p->zero_rows, p->exp_tiles, p->n_exp_short, p->n_exp_long);
+              p->zero_rows, p->exp_tiles, p->n_exp_short, p->n_exp_long, p->row_tiles,
+              p->n_row_tiles);
     }
     return 1;
 }
@@ -1049,6 +1078,30 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                                s_lora_flags(c, p, accumulate), c->stream));
 }
 
+static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+                                int r_max, int pass) {
+    s_cuda_t *c = s_ctx(self);
+    const s_pass_t *p = s_pass(c, pass, 1, r_max);
+    if (s_rec(c, (int)S_OP_LORA_EMBED_SHRINK, s_f32(tmp), s_ptr(a_pool), (int)s_dt(a_pool), vocab,
+              r_max, pass))
+        return;
+    s_note(c, ls_cu_lora_embed_shrink(s_f32(tmp), c->token_ids, s_ptr(a_pool), s_dt(a_pool),
+                                      p->tiles, p->n_tiles, p->perm, vocab, r_max, c->stream));
+}
+
+static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                        ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
+                        int pass) {
+    s_cuda_t *c = s_ctx(self);
+    const s_pass_t *p = s_pass(c, pass, 1, r_max);
+    if (s_rec(c, (int)S_OP_LORA_ROWS, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a_pool),
+              (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, out, r_max, pass))
+        return;
+    s_note(c, ls_cu_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool),
+                              s_ptr(b_pool), s_dt(b_pool), p->row_tiles, p->n_row_tiles, in,
+                              out, r_max, c->stream));
+}
+
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
     s_cuda_t *c = s_ctx(self);
     if (s_rec(c, (int)S_OP_ROWS_GATHER, s_f32(out), s_f32(x), C))
@@ -1303,6 +1356,8 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->lora_shrink = s_lora_shrink;
     self->lora_expand = s_lora_expand;
     self->lora_fused = s_lora_fused;
+    self->lora_embed_shrink = s_lora_embed_shrink;
+    self->lora_rows = s_lora_rows;
     self->rows_gather = s_rows_gather;
     self->sample = s_sample;
     self->graph_begin = s_graph_begin;

@@ -37,15 +37,19 @@ static const struct {
     [LS_LORA_GROUP_O] = {1, {LS_TARGET_O}},
     [LS_LORA_GROUP_GATE_UP] = {2, {LS_TARGET_GATE, LS_TARGET_UP}},
     [LS_LORA_GROUP_DOWN] = {1, {LS_TARGET_DOWN}},
+    [LS_LORA_GROUP_EMBED] = {1, {LS_TARGET_EMBED}},
+    [LS_LORA_GROUP_LM_HEAD] = {1, {LS_TARGET_LM_HEAD}},
 };
 
-#define S_ALL_TARGETS ((1u << LS_TARGET_COUNT) - 1)
+#define S_LAYER_TARGETS ((1u << LS_TARGET_COUNT) - 1)  // the default: the seven of a layer
+#define S_ALL_TARGETS ((1u << LS_TARGET_ALL) - 1)
 #define S_PAGE_MIN ((size_t)64 << 10)
 #define S_PAGE_MAX ((size_t)2 << 20)
 #define S_DEFAULT_ADAPTERS 64  // the default tier: this many adapters of max_lora_rank
 
 struct ls_lora_image {
     int rank;              // the slot rank: the adapter's largest module rank
+    unsigned targets;      // the adapter's targets (ls_adapter_info_t.target_mask)
     float scaling;         // the slot scaling: the common one, or 1 when folded into B
     unsigned groups;       // bit g: the image holds group g
     size_t a_off[LS_LORA_GROUP_COUNT], b_off[LS_LORA_GROUP_COUNT];  // element offsets
@@ -71,12 +75,12 @@ struct ls_lora_pool {
     ls_backend_t *be;
     ls_model_config_t cfg;
     ls_lora_pool_config_t pc;
-    s_window_t win[LS_TARGET_COUNT];
+    s_window_t win[LS_TARGET_ALL];
     unsigned enabled;                       // target mask
     int n_slots;                            // max_loras_per_batch + 1
     ls_lora_group_shape_t shape[LS_LORA_GROUP_COUNT];
-    ls_buffer_t *a[LS_LORA_GROUP_COUNT];    // (L, n_slots, n_slices*r_max, in), NULL: off
-    ls_buffer_t *b[LS_LORA_GROUP_COUNT];    // (L, n_slots, out_total, r_max)
+    ls_buffer_t *a[LS_LORA_GROUP_COUNT];    // (L_g, n_slots, n_slices*r_max, in), NULL: off
+    ls_buffer_t *b[LS_LORA_GROUP_COUNT];    // (L_g, n_slots, out_total, r_max)
     ls_dtype_t storage;                     // the slots' storage dtype (the backend's)
     size_t esize;                           // its bytes per element
     ls_event_t **events;                    // (n_slots) end of each slot's last load
@@ -97,6 +101,7 @@ struct ls_lora_pool {
     int *slot_entry;                        // (n_slots) the entry each slot holds, -1: empty
     int32_t *ranks;                         // (n_slots)
     float *scalings;                        // (n_slots)
+    unsigned *targets;                      // (n_slots) targets of the adapter in each slot
     ls_lora_pool_stats_t stats;
 };
 
@@ -110,6 +115,21 @@ static size_t s_b_slot_n(const ls_lora_pool_t *self, int g) {
     return (size_t)s->slice_offsets[s->n_slices] * self->pc.max_lora_rank;
 }
 
+// L_g: the layers group g has, one for the global groups (embedding, lm_head).
+static int s_layers(const ls_lora_pool_t *self, int g) {
+    return g >= LS_LORA_GROUP_EMBED ? 1 : self->cfg.num_hidden_layers;
+}
+
+// Output rows of group g the pool's shard holds (the image's B rows per layer): out_total,
+// but for lm_head under tensor parallelism the rank's vocabulary rows of its vocab_max
+// (rows past them stay zero in the slots).
+static int s_out_rows(const ls_lora_pool_t *self, int g) {
+    int n = 0;
+    for (int k = 0; k < s_group_def[g].n; k++)
+        n += self->win[s_group_def[g].t[k]].n_out;
+    return n;
+}
+
 static unsigned s_group_mask(int g) {
     unsigned m = 0;
     for (int k = 0; k < s_group_def[g].n; k++)
@@ -120,12 +140,11 @@ static unsigned s_group_mask(int g) {
 // Element counts of group g's regions in an image of rank r.
 static size_t s_img_a_n(const ls_lora_pool_t *self, int g, int r) {
     const ls_lora_group_shape_t *s = &self->shape[g];
-    return (size_t)self->cfg.num_hidden_layers * s->n_slices * r * s->in;
+    return (size_t)s_layers(self, g) * s->n_slices * r * s->in;
 }
 
 static size_t s_img_b_n(const ls_lora_pool_t *self, int g, int r) {
-    const ls_lora_group_shape_t *s = &self->shape[g];
-    return (size_t)self->cfg.num_hidden_layers * s->slice_offsets[s->n_slices] * r;
+    return (size_t)s_layers(self, g) * s_out_rows(self, g) * r;
 }
 
 // Elements of an image of rank r holding the groups in mask.
@@ -209,16 +228,17 @@ static void s_hash_del(ls_lora_pool_t *self, int e) {
 // -- the arena ------------------------------------------------------------------------------
 
 size_t ls_lora_pool_host_bytes_default(const ls_model_config_t *cfg, const ls_lora_pool_config_t *pc) {
-    unsigned mask = pc->target_mask ? pc->target_mask : S_ALL_TARGETS;
+    unsigned mask = pc->target_mask ? pc->target_mask : S_LAYER_TARGETS;
     int in, out;
     size_t per_rank = 0;  // elements per unit of rank, whole model (unsharded: the larger case)
-    for (int t = 0; t < LS_TARGET_COUNT; t++)
+    for (int t = 0; t < LS_TARGET_ALL; t++)
         if (mask & (1u << t)) {
             ls_model_config_target_dims(cfg, (ls_target_t)t, &in, &out);
-            per_rank += (size_t)in + (size_t)out;
+            per_rank += ((size_t)in + (size_t)out) *
+                        (t < LS_TARGET_COUNT ? (size_t)cfg->num_hidden_layers : 1);
         }
-    size_t want = (size_t)S_DEFAULT_ADAPTERS * per_rank * (size_t)cfg->num_hidden_layers *
-                  (size_t)pc->max_lora_rank * ls_dtype_size(cfg->torch_dtype);
+    size_t want = (size_t)S_DEFAULT_ADAPTERS * per_rank * (size_t)pc->max_lora_rank *
+                  ls_dtype_size(cfg->torch_dtype);
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     size_t cap = pages > 0 && psize > 0 ? (size_t)pages * (size_t)psize / 4 : want;
     return want < cap ? want : cap;
@@ -279,6 +299,12 @@ static void s_store(const ls_lora_pool_t *self, void *dst, const float *src, siz
         h[i] = dt == LS_DTYPE_BF16 ? ls_bf16_from_f32(src[i]) : ls_f16_from_f32(src[i]);
 }
 
+// The adapter's weights of target t (in layer l for a per-layer target).
+static const ls_lora_weights_t *s_weights(const ls_adapter_t *adapter, int l, ls_target_t t) {
+    return t < LS_TARGET_COUNT ? ls_adapter_layer_target(adapter, l, t)
+                               : ls_adapter_global_target(adapter, t);
+}
+
 // Writes layer l of group g of adapter into its places in the stream (A (n_slices, r, in) at
 // the group's A region, B (out_total, r) at its B region), with zero rows / columns for
 // modules of smaller rank and untouched targets. row: scratch of max(in, r) fp32 values;
@@ -291,7 +317,7 @@ static void s_image_layer(ls_lora_pool_t *self, ls_lora_image_t *img, const ls_a
                     .at = (img->a_off[g] + (size_t)l * s->n_slices * r * s->in) * self->esize};
     for (int k = 0; k < s->n_slices; k++) {
         ls_target_t t = s_group_def[g].t[k];
-        const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
+        const ls_lora_weights_t *lw = s_weights(adapter, l, t);
         const s_window_t *win = &self->win[t];
         int in_all, out_all;
         ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
@@ -303,10 +329,10 @@ static void s_image_layer(ls_lora_pool_t *self, ls_lora_image_t *img, const ls_a
             s_put(&w, out, (size_t)s->in * self->esize);
         }
     }
-    w.at = (img->b_off[g] + (size_t)l * s->slice_offsets[s->n_slices] * r) * self->esize;
+    w.at = (img->b_off[g] + (size_t)l * s_out_rows(self, g) * r) * self->esize;
     for (int k = 0; k < s->n_slices; k++) {
         ls_target_t t = s_group_def[g].t[k];
-        const ls_lora_weights_t *lw = ls_adapter_layer_target(adapter, l, t);
+        const ls_lora_weights_t *lw = s_weights(adapter, l, t);
         const s_window_t *win = &self->win[t];
         float fold = uniform ? 1.0f : lw->scaling;
         for (int o = 0; o < win->n_out; o++) {  // B (out_all, rank): rows out0 ..
@@ -329,16 +355,18 @@ typedef struct {
     size_t scratch;  // fp32 values of a row's scratch
 } s_build_t;
 
+// Block i: layer i % L of the i / L-th group (a global group has its layer 0 only).
 static void s_build_block(void *arg, size_t i) {
     s_build_t *b = arg;
-    int L = b->pool->cfg.num_hidden_layers;
+    int L = b->pool->cfg.num_hidden_layers, g = b->groups[i / (size_t)L], l = (int)(i % (size_t)L);
+    if (l >= s_layers(b->pool, g))
+        return;
     float *row = malloc(b->scratch * (sizeof(float) + b->pool->esize));
     if (!row) {  // out of memory on a helper thread: the image is marked broken
         atomic_store(&b->img->broken, true);
         return;
     }
-    s_image_layer(b->pool, b->img, b->adapter, b->groups[i / (size_t)L], (int)(i % (size_t)L), b->uniform, row,
-                  row + b->scratch);
+    s_image_layer(b->pool, b->img, b->adapter, g, l, b->uniform, row, row + b->scratch);
     free(row);
 }
 
@@ -346,7 +374,7 @@ static void s_build_block(void *arg, size_t i) {
 static const char *s_target_list(unsigned mask, char *buf, size_t len) {
     size_t n = 0;
     buf[0] = '\0';
-    for (int t = 0; t < LS_TARGET_COUNT && n < len; t++)
+    for (int t = 0; t < LS_TARGET_ALL && n < len; t++)
         if (mask & (1u << t))
             n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "",
                                   ls_target_name((ls_target_t)t));
@@ -373,8 +401,10 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     bool uniform = true, first = true;
     float scaling = 0.0f;
     for (int l = 0; l < self->cfg.num_hidden_layers; l++)
-        for (int t = 0; t < LS_TARGET_COUNT; t++) {
-            const ls_lora_weights_t *w = ls_adapter_layer_target(adapter, l, t);
+        for (int t = 0; t < LS_TARGET_ALL; t++) {
+            if (t >= LS_TARGET_COUNT && l > 0)
+                break;  // the global targets: once
+            const ls_lora_weights_t *w = s_weights(adapter, l, t);
             if (w->rank == 0)
                 continue;
             if (first)
@@ -412,6 +442,7 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     img->n_pages = (int)need;
     img->bytes = need * self->page;
     img->rank = r;
+    img->targets = info.target_mask;
     img->scaling = uniform ? scaling : 1.0f;
     img->groups = groups;
     img->n = n;
@@ -441,7 +472,7 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
 
 ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
                                  const ls_lora_pool_config_t *pc, char *err, size_t errlen) {
-    unsigned mask = pc->target_mask ? pc->target_mask : S_ALL_TARGETS;
+    unsigned mask = pc->target_mask ? pc->target_mask : S_LAYER_TARGETS;
     ls_tp_shard_t shard;
     if (ls_model_config_shard(cfg, pc->tp_size > 1 ? pc->tp_rank : 0,
                               pc->tp_size > 1 ? pc->tp_size : 1, &shard, err, errlen) != 0)
@@ -449,7 +480,7 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     if (pc->max_loras_per_batch < 1 || pc->max_lora_rank < 1 || (mask & ~S_ALL_TARGETS)) {
         ls_err_set(err, errlen,
                    "LoRA pool: need max_loras_per_batch >= 1 (got %d), max_lora_rank >= 1 "
-                   "(got %d) and target bits within the seven targets (got 0x%x)",
+                   "(got %d) and target bits within the nine targets (got 0x%x)",
                    pc->max_loras_per_batch, pc->max_lora_rank, pc->target_mask);
         return NULL;
     }
@@ -463,17 +494,19 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     self->cfg = *cfg;
     self->pc = *pc;
     self->enabled = mask;
-    for (int t = 0; t < LS_TARGET_COUNT; t++) {
+    for (int t = 0; t < LS_TARGET_ALL; t++) {
         s_window_t *w = &self->win[t];
         ls_tp_target_window(cfg, &shard, (ls_target_t)t, &w->out0, &w->n_out, &w->in0, &w->n_in);
     }
     self->n_slots = pc->max_loras_per_batch + 1;
-    int n_slots = self->n_slots, L = cfg->num_hidden_layers;
+    int n_slots = self->n_slots;
     self->slot_entry = calloc((size_t)n_slots, sizeof *self->slot_entry);
     self->ranks = calloc((size_t)n_slots, sizeof *self->ranks);
     self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
+    self->targets = calloc((size_t)n_slots, sizeof *self->targets);
     self->events = calloc((size_t)n_slots, sizeof *self->events);
-    bool ok = self->slot_entry && self->ranks && self->scalings && self->events && s_hash_rebuild(self) == 0;
+    bool ok = self->slot_entry && self->ranks && self->scalings && self->targets && self->events &&
+              s_hash_rebuild(self) == 0;
     for (int w = 0; ok && w < n_slots; w++)
         ok = (self->events[w] = be->event_new(be)) != NULL;
     for (int w = 0; ok && w < n_slots; w++)
@@ -487,14 +520,17 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
             s->in = w->n_in;
             s->slice_offsets[k + 1] = s->slice_offsets[k] + w->n_out;
         }
+        if (g == LS_LORA_GROUP_LM_HEAD)  // the rank's logits rows are vocab_max wide
+            s->slice_offsets[1] = shard.vocab_max;
         if (!(mask & s_group_mask(g)))
             continue;
         size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
         // Slots hold adapters in the base model's dtype (bf16 for a bf16 model, as PEFT runs
         // them with it): on a GPU the decode step reads every slot's A and B, so half the
         // bytes is half the time. The CPU backend stores f32 whatever is asked.
-        self->a[g] = be->buffer_new(be, cfg->torch_dtype, (size_t)L * n_slots * an);
-        self->b[g] = be->buffer_new(be, cfg->torch_dtype, (size_t)L * n_slots * bn);
+        size_t L = (size_t)s_layers(self, g);
+        self->a[g] = be->buffer_new(be, cfg->torch_dtype, L * n_slots * an);
+        self->b[g] = be->buffer_new(be, cfg->torch_dtype, L * n_slots * bn);
         ok = self->a[g] && self->b[g];
         if (ok) {
             self->storage = self->a[g]->storage;
@@ -586,6 +622,7 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
     free(self->slot_entry);
     free(self->ranks);
     free(self->scalings);
+    free(self->targets);
     for (int w = 0; self->events && w < self->n_slots; w++)
         if (self->events[w])
             self->be->event_free(self->be, self->events[w]);
@@ -620,6 +657,7 @@ static void s_slot_free(ls_lora_pool_t *self, int w) {
     self->slot_entry[w] = -1;
     self->ranks[w] = 0;
     self->scalings[w] = 0.0f;
+    self->targets[w] = 0;
 }
 
 // Drops entry e from the host tier and its slot.
@@ -720,7 +758,7 @@ static int s_spans(ls_lora_pool_t *self, const ls_lora_image_t *img, size_t off,
 static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
     ls_backend_t *be = self->be;
     const ls_lora_image_t *img = e->img;
-    int last = -1, L = self->cfg.num_hidden_layers, r = img->rank, r_max = self->pc.max_lora_rank;
+    int last = -1, r = img->rank, r_max = self->pc.max_lora_rank;
     for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
         last = self->a[g] ? g : last;
     for (int g = 0; g <= last; g++) {
@@ -728,17 +766,18 @@ static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
             continue;
         const ls_lora_group_shape_t *s = &self->shape[g];
         size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g), es = self->esize;
+        size_t L = (size_t)s_layers(self, g);
         bool has = img->groups & (1u << g);
         int na = has ? s_spans(self, img, img->a_off[g] * es, s_img_a_n(self, g, r) * es) : 0;
         if (be->buffer_upload_async(be, ls_view(self->a[g], (size_t)w * an), self->n_slots * an,
                                     (size_t)r_max * s->in, self->spans, na,
-                                    has ? (size_t)r * s->in : 0, (size_t)s->n_slices, (size_t)L,
+                                    has ? (size_t)r * s->in : 0, (size_t)s->n_slices, L,
                                     NULL) != 0)
             return -1;
         int nb = has ? s_spans(self, img, img->b_off[g] * es, s_img_b_n(self, g, r) * es) : 0;
         if (be->buffer_upload_async(be, ls_view(self->b[g], (size_t)w * bn), self->n_slots * bn,
                                     (size_t)r_max, self->spans, nb, has ? (size_t)r : 0,
-                                    (size_t)s->slice_offsets[s->n_slices], (size_t)L,
+                                    (size_t)s_out_rows(self, g), L,
                                     g == last ? self->events[w] : NULL) != 0)
             return -1;
     }
@@ -764,6 +803,7 @@ static int s_slot_load(ls_lora_pool_t *self, int w, int e, char *err, size_t err
     self->slot_entry[w] = e;
     self->ranks[w] = entry->img->rank;
     self->scalings[w] = entry->img->scaling;
+    self->targets[w] = entry->img->targets;
     entry->slot = w;
     self->stats.cold_loads++;
     return 0;
@@ -809,6 +849,10 @@ const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self) {
     return self->scalings;
 }
 
+const unsigned *ls_lora_pool_slot_targets(const ls_lora_pool_t *self) {
+    return self->targets;
+}
+
 bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g) {
     assert(g >= 0 && g < LS_LORA_GROUP_COUNT);
     return self->a[g] != NULL;
@@ -822,8 +866,7 @@ ls_lora_group_shape_t ls_lora_pool_group_shape(const ls_lora_pool_t *self,
 
 void ls_lora_pool_group_views(const ls_lora_pool_t *self, int layer, ls_lora_group_t g,
                               ls_view_t *a, ls_view_t *b) {
-    assert(ls_lora_pool_has_group(self, g) && layer >= 0 &&
-           layer < self->cfg.num_hidden_layers);
+    assert(ls_lora_pool_has_group(self, g) && layer >= 0 && layer < s_layers(self, g));
     *a = ls_view(self->a[g], (size_t)layer * self->n_slots * s_a_slot_n(self, g));
     *b = ls_view(self->b[g], (size_t)layer * self->n_slots * s_b_slot_n(self, g));
 }

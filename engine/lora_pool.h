@@ -41,6 +41,17 @@
     down (1); a group exists only when one of its targets is enabled (lora_target_modules),
     and the slices of disabled targets in it stay zero.
 
+    The embedding and lm_head are two more groups of one slice and one "layer": embed A
+    (n_slots, r_max, vocab), B (n_slots, hidden, r_max); lm_head A (n_slots, r_max, hidden),
+    B (n_slots, vocab_max, r_max). They are vocabulary-sized — per slot r_max·(vocab + hidden)
+    elements each, 2·64·(128256 + 4096) bytes = 16.9 MB at rank 64 in bf16 on Llama-3-8B —
+    so they exist only when lora_target_modules names embed_tokens / lm_head (the default,
+    0, is the seven per-layer targets). A slot whose adapter does not target one of them
+    holds zeros there, which add exactly 0; the forward runs them only for the slots whose
+    adapter does (ls_lora_pool_slot_targets). Under tensor parallelism every rank holds the
+    whole embedding LoRA (its delta is added after the embedding's all-reduce) and its
+    vocabulary rows of lm_head's B (rows past them up to vocab_max stay zero).
+
     Ranks and scalings. A slot's rank is the adapter's largest module rank; modules of
     smaller rank (rank_pattern) and targets of a group the adapter does not touch are padded
     with zero A rows and zero B columns, which add exactly 0. Scaling is one float per slot
@@ -78,6 +89,8 @@ typedef enum {
     LS_LORA_GROUP_O,
     LS_LORA_GROUP_GATE_UP,
     LS_LORA_GROUP_DOWN,
+    LS_LORA_GROUP_EMBED,    // the model's embedding: one "layer", A (r_max, vocab)
+    LS_LORA_GROUP_LM_HEAD,  // lm_head: one "layer", B (vocab_max, r_max)
     LS_LORA_GROUP_COUNT,
 } ls_lora_group_t;
 
@@ -88,7 +101,8 @@ typedef struct {
     int max_loras_per_batch;  // adapter slots besides the base sentinel, >= 1
     int max_lora_rank;        // r_max of every slot, >= 1
     size_t host_bytes;        // host tier capacity (0: ls_lora_pool_host_bytes_default)
-    unsigned target_mask;     // bits (1u << ls_target_t) of lora_target_modules; 0: all seven
+    unsigned target_mask;     // bits (1u << ls_target_t) of lora_target_modules; 0: the seven
+                              // per-layer ones (embed_tokens and lm_head only when named)
     int tp_rank, tp_size;     // the shard the slots hold; tp_size 0 or 1: whole adapters
 } ls_lora_pool_config_t;
 
@@ -181,12 +195,15 @@ int ls_lora_pool_r_max(const ls_lora_pool_t *self);
 // slots have rank 0. Valid until the next assign/remove.
 const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self);
 const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self);
+// Per slot (n_slots): the targets (bits 1u << ls_target_t) of the adapter it holds, 0 when
+// empty. Valid until the next assign/remove.
+const unsigned *ls_lora_pool_slot_targets(const ls_lora_pool_t *self);
 
 // Whether the pool holds group g (some target of it is enabled).
 bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g);
 ls_lora_group_shape_t ls_lora_pool_group_shape(const ls_lora_pool_t *self, ls_lora_group_t g);
 // Views of layer's A (n_slots, n_slices*r_max, in) and B (n_slots, out_total, r_max) of
-// group g, which the pool must hold.
+// group g, which the pool must hold (layer 0 of the embedding and lm_head groups).
 void ls_lora_pool_group_views(const ls_lora_pool_t *self, int layer, ls_lora_group_t g,
                               ls_view_t *a, ls_view_t *b);
 

@@ -854,10 +854,11 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     }
     // token_ids, positions, slot_mapping (T each); q_indptr (S+1), ctx_lens (S),
     // block_tables (S*max_blocks); logit_rows (R); marks (S); per pass: permutation (T),
-    // seg_indptr (S+1), weight_indices (S)
+    // seg_indptr (S+1), weight_indices (S); logit_slots (P*R). Floats: per pass, the
+    // segments' weights (S); logit_scales (P*R)
     size_t need = 3 * (size_t)T + 3 * (size_t)S + 1 + (size_t)S * max_blocks + (size_t)R +
-                  (size_t)P * ((size_t)T + 2 * (size_t)S + 1);
-    size_t need_w = (size_t)P * S;
+                  (size_t)P * ((size_t)T + 2 * (size_t)S + 1) + (size_t)P * R;
+    size_t need_w = (size_t)P * S + (size_t)P * R;
     if (need > self->meta_cap) {
         int32_t *m = realloc(self->meta, need * sizeof *m);
         if (!m)
@@ -874,7 +875,9 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     }
     int32_t *tok = self->meta, *pos = tok + T, *slot_map = pos + T, *q_indptr = slot_map + T,
             *ctx_lens = q_indptr + S + 1, *tables = ctx_lens + S,
-            *rows = tables + (size_t)S * max_blocks, *mark = rows + R, *passes = mark + S;
+            *rows = tables + (size_t)S * max_blocks, *mark = rows + R, *passes = mark + S,
+            *logit_slots = passes + (size_t)P * (T + 2 * (size_t)S + 1);
+    float *logit_scales = self->meta_w + (size_t)P * S;
     q_indptr[0] = 0;
     int r = 0;
     for (int s = 0; s < S; s++) {
@@ -902,6 +905,26 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
         lora[k] = s_pass_build(pool, seqs, S, q_indptr, k, perm, seg_indptr,
                                seg_indptr + S + 1, self->meta_w + (size_t)k * S, mark);
     }
+    // lm_head's LoRA, pass by pass as s_pass_build's: in pass k a logit row gets the slot and
+    // scale of its sequence's k-th working component where that adapter targets lm_head,
+    // slot 0 otherwise
+    bool head_lora = false;
+    const unsigned *targets = pool ? ls_lora_pool_slot_targets(pool) : NULL;
+    const float *scalings = pool ? ls_lora_pool_slot_scalings(pool) : NULL;
+    for (int k = 0; k < P; k++) {
+        for (int s = 0, i = 0; s < S; s++) {
+            if (!seqs[s].want_logits)
+                continue;
+            int slot;
+            float weight;
+            bool head = s_seq_part(&seqs[s], ranks, k, &slot, &weight) &&
+                        (targets[slot] >> LS_TARGET_LM_HEAD & 1);
+            logit_slots[(size_t)k * R + i] = head ? slot : LS_LORA_SLOT_BASE;
+            logit_scales[(size_t)k * R + i] = head ? scalings[slot] * weight : 0.0f;
+            head_lora |= head;
+            i++;
+        }
+    }
     *step = (ls_step_t){
         .n_tokens = T,
         .token_ids = tok,
@@ -910,6 +933,8 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
         .n_lora_passes = P,
         .n_logit_rows = R,
         .logit_rows = rows,
+        .logit_slots = head_lora ? logit_slots : NULL,
+        .logit_scales = head_lora ? logit_scales : NULL,
     };
     return 0;
 }
@@ -972,6 +997,32 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
             be->buffer_zero(be, y, (size_t)step->n_tokens * sh.slice_offsets[sh.n_slices]);
         be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max, k);
         be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max, k);
+    }
+}
+
+// x (T, hidden) += the embedding's LoRA (after the embedding's all-reduce: every rank holds
+// it whole), pass by pass as the other targets' (a mix's components weighted alike), in the
+// passes where some segment's adapter targets the embedding: a gather of A's columns at the
+// token ids, then the usual expand. Slots of adapters without it hold zeros there.
+static void s_lora_embed(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
+                         ls_view_t x) {
+    if (!step->lora || !ls_lora_pool_has_group(pool, LS_LORA_GROUP_EMBED))
+        return;
+    ls_backend_t *be = self->be;
+    const unsigned *targets = ls_lora_pool_slot_targets(pool);
+    ls_lora_group_shape_t sh = ls_lora_pool_group_shape(pool, LS_LORA_GROUP_EMBED);
+    int r_max = ls_lora_pool_r_max(pool);
+    ls_view_t a, b, tmp = s_w(self->ws[S_WS_LORA]);
+    ls_lora_pool_group_views(pool, 0, LS_LORA_GROUP_EMBED, &a, &b);
+    for (int k = 0; k < step->n_lora_passes; k++) {
+        const ls_lora_batch_t *l = &step->lora[k];
+        bool any = false;
+        for (int s = 0; s < l->n_segs && !any; s++)
+            any = targets[l->weight_indices[s]] >> LS_TARGET_EMBED & 1;
+        if (!any)
+            continue;
+        be->lora_embed_shrink(be, tmp, a, sh.in, r_max, k);
+        be->lora_expand(be, x, tmp, b, sh.slice_offsets, 1, r_max, k);
     }
 }
 
@@ -1125,6 +1176,7 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->shard.vocab0, self->shard.vocab);
     if (s_reduce(self, x, TH, err, errlen) != 0)
         return -1;
+    s_lora_embed(self, pool, step, x);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
         // x += y (+ its LoRA delta: the previous layer's MLP output); h = rmsnorm(x)
@@ -1183,6 +1235,13 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->rows_gather(be, s_w(self->ws[S_WS_LAST]), h, H);
         be->matmul(be, out, s_w(self->ws[S_WS_LAST]), s_w(head), LS_VIEW_NONE, (int)R, H,
                    self->vocab_pad, 0);
+        if (step->logit_slots) {  // lm_head's LoRA on the logit rows of adapters with it
+            ls_view_t a, b;
+            ls_lora_pool_group_views(pool, 0, LS_LORA_GROUP_LM_HEAD, &a, &b);
+            for (int k = 0; k < step->n_lora_passes; k++)
+                be->lora_rows(be, out, s_w(self->ws[S_WS_LAST]), s_w(self->ws[S_WS_LORA]), a,
+                              b, H, self->vocab_pad, ls_lora_pool_r_max(pool), k);
+        }
         char why[512];
         if (self->comm &&
             ls_comm_gather_cols(self->comm, s_w(self->ws[S_WS_LOGITS]), out, (int)R,

@@ -26,8 +26,9 @@ static const char *const s_arch_names[] = {
     [LS_ARCH_MISTRAL] = "MistralForCausalLM",
 };
 
-static const char *const s_target_names[LS_TARGET_COUNT] = {
+static const char *const s_target_names[LS_TARGET_ALL] = {
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    "embed_tokens", "lm_head",
 };
 
 const char *ls_arch_name(ls_arch_t arch)
@@ -47,7 +48,7 @@ const char *ls_target_parent(ls_target_t t)
 
 int ls_target_from_name(const char *name)
 {
-    for (int t = 0; t < LS_TARGET_COUNT; t++)
+    for (int t = 0; t < LS_TARGET_ALL; t++)
         if (strcmp(name, s_target_names[t]) == 0)
             return t;
     return -1;
@@ -65,8 +66,10 @@ void ls_model_config_target_dims(const ls_model_config_t *cfg, ls_target_t t, in
     case LS_TARGET_O: *in_dim = q; *out_dim = cfg->hidden_size; break;
     case LS_TARGET_GATE:
     case LS_TARGET_UP: *in_dim = cfg->hidden_size; *out_dim = cfg->intermediate_size; break;
-    case LS_TARGET_DOWN:
-    case LS_TARGET_COUNT: *in_dim = cfg->intermediate_size; *out_dim = cfg->hidden_size; break;
+    case LS_TARGET_DOWN: *in_dim = cfg->intermediate_size; *out_dim = cfg->hidden_size; break;
+    case LS_TARGET_EMBED: *in_dim = cfg->vocab_size; *out_dim = cfg->hidden_size; break;
+    case LS_TARGET_LM_HEAD:
+    case LS_TARGET_ALL: *in_dim = cfg->hidden_size; *out_dim = cfg->vocab_size; break;
     }
 }
 
@@ -120,7 +123,9 @@ void ls_tp_target_window(const ls_model_config_t *cfg, const ls_tp_shard_t *s, l
     case LS_TARGET_GATE:
     case LS_TARGET_UP: *out0 = s->inter0; *n_out = s->inter; break;
     case LS_TARGET_DOWN: *in0 = s->inter0; *n_in = s->inter; break;
-    case LS_TARGET_COUNT: break;
+    case LS_TARGET_LM_HEAD: *out0 = s->vocab0; *n_out = s->vocab; break;
+    case LS_TARGET_EMBED:
+    case LS_TARGET_ALL: break;
     }
 }
 

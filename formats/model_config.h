@@ -27,7 +27,9 @@ typedef enum {
     LS_ROPE_SCALING_LLAMA3,  // Llama-3.1 frequency-dependent scaling
 } ls_rope_scaling_type_t;
 
-// The seven LoRA targets, in the order the slot pool stacks them (q,k,v -> qkv; gate,up).
+// The LoRA targets: the seven of every decoder layer, in the order the slot pool stacks them
+// (q,k,v -> qkv; gate,up), then the two of the whole model (one module each), which adapters
+// may target only where lora_target_modules names them (their slots are vocabulary-sized).
 typedef enum {
     LS_TARGET_Q = 0,
     LS_TARGET_K,
@@ -36,7 +38,10 @@ typedef enum {
     LS_TARGET_GATE,
     LS_TARGET_UP,
     LS_TARGET_DOWN,
-    LS_TARGET_COUNT,
+    LS_TARGET_COUNT,                    // the per-layer targets
+    LS_TARGET_EMBED = LS_TARGET_COUNT,  // model.embed_tokens, an Embedding (vocab -> hidden)
+    LS_TARGET_LM_HEAD,                  // lm_head (hidden -> vocab)
+    LS_TARGET_ALL,                      // every target
 } ls_target_t;
 
 #define LS_MAX_EOS_TOKENS 8
@@ -86,15 +91,17 @@ int ls_model_eos_ids(const char *dir, const ls_model_config_t *cfg, int32_t *out
 
 const char *ls_arch_name(ls_arch_t arch);  // "LlamaForCausalLM", ...
 
-// "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
+// "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens",
+// "lm_head".
 const char *ls_target_name(ls_target_t t);
-// The HF module that holds the target: "self_attn" (q,k,v,o) or "mlp" (gate,up,down).
+// The HF module that holds a per-layer target: "self_attn" (q,k,v,o) or "mlp" (gate,up,down).
 const char *ls_target_parent(ls_target_t t);
 // Inverse of ls_target_name; -1 for any other name.
 int ls_target_from_name(const char *name);
 
 // The target's linear layer maps in_dim -> out_dim; its HF weight is (out_dim, in_dim), a LoRA
-// A is (r, in_dim) and B is (out_dim, r).
+// A is (r, in_dim) and B is (out_dim, r). The embedding maps vocab -> hidden: PEFT's
+// lora_embedding_A is (r, vocab) and lora_embedding_B (hidden, r), the same shapes.
 void ls_model_config_target_dims(const ls_model_config_t *cfg, ls_target_t t, int *in_dim,
                                  int *out_dim);
 
@@ -120,7 +127,9 @@ int ls_model_config_shard(const ls_model_config_t *cfg, int rank, int size, ls_t
                           char *err, size_t errlen);
 // The window of target t's (out, in) weight the shard holds: rows [*out0, *out0 + *n_out),
 // columns [*in0, *in0 + *n_in). Column-parallel targets keep every column, row-parallel
-// ones every row: the same window slices a LoRA B (rows) and A (columns).
+// ones every row: the same window slices a LoRA B (rows) and A (columns). lm_head keeps the
+// rank's vocabulary rows (its logits slice); the embedding is whole on every rank (its LoRA
+// delta is added after the embedding's all-reduce).
 void ls_tp_target_window(const ls_model_config_t *cfg, const ls_tp_shard_t *shard, ls_target_t t,
                          int *out0, int *n_out, int *in0, int *n_in);
 

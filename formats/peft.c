@@ -339,7 +339,7 @@ static bool s_regex_match(const regex_t *re, const char *s)
 // --- the base model's module names -----------------------------------------------------------
 
 // Every module PEFT would see in model.named_modules() of the base model; target is the LoRA
-// target or -1 for modules we cannot adapt (norms, embeddings, containers, lm_head).
+// target or -1 for modules we cannot adapt (norms, containers, rotary embeddings).
 typedef struct {
     char name[80];
     int layer;
@@ -363,7 +363,9 @@ static int s_modules(const ls_model_config_t *cfg, s_module_t **out, size_t *n)
     for (size_t i = 0; i < ng; i++) {
         snprintf(m[k].name, sizeof m[k].name, "%s", globals[i]);
         m[k].layer = -1;
-        m[k++].target = -1;
+        m[k++].target = !strcmp(globals[i], "model.embed_tokens") ? LS_TARGET_EMBED
+                        : !strcmp(globals[i], "lm_head")          ? LS_TARGET_LM_HEAD
+                                                                  : -1;
     }
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
         for (size_t i = 0; i < nper_other; i++) {
@@ -398,12 +400,25 @@ typedef struct {
     float scaling;
 } s_plan_entry_t;
 
-// The resolved per-(layer, target) rank and scaling; rank 0 = not targeted.
+// The resolved per-module rank and scaling; rank 0 = not targeted.
 typedef struct {
     int nl;
-    s_plan_entry_t *e;  // e[layer * LS_TARGET_COUNT + target]
+    s_plan_entry_t *e;  // e[s_mod_index(nl, layer, target)]
     ls_adapter_info_t info;
 } s_plan_t;
+
+// Modules are indexed layer by layer, target by target, then the global targets (embedding,
+// lm_head; layer ignored).
+static size_t s_mod_index(int nl, int layer, int t)
+{
+    return t < LS_TARGET_COUNT ? (size_t)layer * LS_TARGET_COUNT + (size_t)t
+                               : (size_t)nl * LS_TARGET_COUNT + (size_t)(t - LS_TARGET_COUNT);
+}
+
+static size_t s_mod_count(int nl)
+{
+    return s_mod_index(nl, 0, LS_TARGET_ALL);
+}
 
 // PEFT's list rule: the module name equals the entry or ends with "." + entry.
 static bool s_entry_match(const char *entry, const char *key)
@@ -425,8 +440,8 @@ static bool s_list_match(const cJSON *list, const char *key)
 
 static bool s_selector_match(const s_selector_t *s, const s_module_t *m)
 {
-    if (s->all_linear)
-        return m->target >= 0;
+    if (s->all_linear)  // every linear layer but the output layer: no embedding, no lm_head
+        return m->target >= 0 && m->target < LS_TARGET_COUNT;
     if (s->is_regex)
         return s_regex_match(&s->re, m->name);
     return s->list && s_list_match(s->list, m->name);
@@ -656,8 +671,10 @@ static int s_check_unsupported(const char *file, const cJSON *root, char *err, s
     return 0;
 }
 
+#define S_TARGETS "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, embed_tokens, lm_head"
+
 // Validates target_modules against the base: each list entry must select something, and
-// nothing selected may be a module without LoRA support (lm_head, embed_tokens, norms ...).
+// nothing selected may be a module without LoRA support (norms, containers ...).
 static int s_check_targets(const char *file, const ls_model_config_t *cfg,
                            const s_selector_t *tgt, const s_selector_t *exc,
                            const s_module_t *mods, size_t nmods, char *err, size_t errlen)
@@ -671,7 +688,7 @@ static int s_check_targets(const char *file, const ls_model_config_t *cfg,
             if (!found) {
                 ls_err_set(err, errlen,
                       "%s: \"target_modules\" entry \"%s\" matches no module of %s (supported "
-                      "targets: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                      "targets: " S_TARGETS ")",
                       file, it->valuestring, ls_arch_name(cfg->arch));
                 return -1;
             }
@@ -684,7 +701,7 @@ static int s_check_targets(const char *file, const ls_model_config_t *cfg,
         if (mods[i].target < 0) {
             ls_err_set(err, errlen,
                   "%s: \"target_modules\" selects module \"%s\", which is not a supported LoRA "
-                  "target (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                  "target (" S_TARGETS ")",
                   file, mods[i].name);
             return -1;
         }
@@ -778,7 +795,7 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
     if (s_check_targets(file, cfg, &tgt, &exc, mods, nmods, err, errlen) != 0)
         goto out;
     plan->nl = cfg->num_hidden_layers;
-    plan->e = calloc((size_t)plan->nl * LS_TARGET_COUNT, sizeof *plan->e);
+    plan->e = calloc(s_mod_count(plan->nl), sizeof *plan->e);
     if (!plan->e) {
         ls_err_set(err, errlen, "%s: out of memory", file);
         goto out;
@@ -794,7 +811,7 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
                   m->name, mr, max_lora_rank);
             goto out;
         }
-        s_plan_entry_t *e = &plan->e[m->layer * LS_TARGET_COUNT + m->target];
+        s_plan_entry_t *e = &plan->e[s_mod_index(plan->nl, m->layer, m->target)];
         e->rank = mr;
         e->scaling = (float)(rslora ? ma / sqrt((double)mr) : ma / mr);
         plan->info.num_modules++;
@@ -832,7 +849,7 @@ int ls_adapter_config_read(const char *dir, const ls_model_config_t *cfg, int ma
 
 struct ls_adapter {
     int nl;
-    ls_lora_weights_t *w;  // w[layer * LS_TARGET_COUNT + target]
+    ls_lora_weights_t *w;  // w[s_mod_index(nl, layer, target)]
     ls_adapter_info_t info;
     size_t bytes;
 };
@@ -842,7 +859,7 @@ void ls_adapter_destroy(ls_adapter_t **pa)
     if (!pa || !*pa)
         return;
     ls_adapter_t *a = *pa;
-    for (int i = 0; a->w && i < a->nl * LS_TARGET_COUNT; i++) {
+    for (size_t i = 0; a->w && i < s_mod_count(a->nl); i++) {
         free((float *)a->w[i].A);
         free((float *)a->w[i].B);
     }
@@ -855,7 +872,13 @@ const ls_lora_weights_t *ls_adapter_layer_target(const ls_adapter_t *a, int laye
                                                  ls_target_t t)
 {
     assert(layer >= 0 && layer < a->nl && t >= 0 && t < LS_TARGET_COUNT);
-    return &a->w[layer * LS_TARGET_COUNT + t];
+    return &a->w[s_mod_index(a->nl, layer, t)];
+}
+
+const ls_lora_weights_t *ls_adapter_global_target(const ls_adapter_t *a, ls_target_t t)
+{
+    assert(t >= LS_TARGET_COUNT && t < LS_TARGET_ALL);
+    return &a->w[s_mod_index(a->nl, 0, t)];
 }
 
 ls_adapter_info_t ls_adapter_info(const ls_adapter_t *a)
@@ -868,13 +891,56 @@ size_t ls_adapter_bytes(const ls_adapter_t *a)
     return a->bytes;
 }
 
-// Parses "[base_model.model.]model.layers.{i}.{self_attn|mlp}.{proj}.lora_{A|B}[.{adapter}].weight".
-// Returns 0 with layer, target and which (0 = A, 1 = B), or -1 for any other name.
+// Parses what follows a module name and ".": "{A|B}[.{adapter}]" + tail after `lora_` (or
+// `lora_embedding_`), the adapter-name infix being how older PEFT and some tools save.
+// which: 0 = A, 1 = B. Returns 0, or -1 for anything else.
+static int s_parse_ab(const char *q, const char *prefix, const char *tail, int *which)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(q, prefix, n) != 0 || (q[n] != 'A' && q[n] != 'B'))
+        return -1;
+    *which = q[n] == 'B';
+    q += n + 1;
+    if (strcmp(q, tail) == 0)
+        return 0;
+    const char *dot = q[0] == '.' ? strchr(q + 1, '.') : NULL;
+    if (*tail == '\0')  // ".{adapter}" to the end
+        return q[0] == '.' && q[1] && !dot ? 0 : -1;
+    return dot && dot != q + 1 && strcmp(dot, tail) == 0 ? 0 : -1;
+}
+
+// Which LoRA tensor a name is. Per-layer targets:
+// "[base_model.model.]model.layers.{i}.{self_attn|mlp}.{proj}.lora_{A|B}[.{adapter}].weight";
+// the embedding: "[base_model.model.]model.embed_tokens.lora_embedding_{A|B}[.{adapter}]"
+// (PEFT's Embedding layer keeps them as parameters, not Linear weights); lm_head:
+// "[base_model.model.]lm_head.lora_{A|B}[.{adapter}].weight". which: 0 = A, 1 = B, 2 = the
+// "{module}.base_layer.weight" PEFT saves beside a targeted embed_tokens or lm_head (its
+// save_embedding_layers="auto": a copy of the base weight). Returns 0 with layer (-1 for the
+// global targets), target and which, or -1 for any other name.
 static int s_parse_name(const char *name, int nl, int *layer, int *target, int *which)
 {
     const char *p = name;
     if (strncmp(p, "base_model.model.", 17) == 0)
         p += 17;
+    static const struct {
+        const char *module, *prefix, *tail;
+        ls_target_t t;
+    } globals[] = {
+        {"model.embed_tokens.", "lora_embedding_", "", LS_TARGET_EMBED},
+        {"lm_head.", "lora_", ".weight", LS_TARGET_LM_HEAD},
+    };
+    for (size_t g = 0; g < sizeof globals / sizeof *globals; g++) {
+        size_t n = strlen(globals[g].module);
+        if (strncmp(p, globals[g].module, n) != 0)
+            continue;
+        *layer = -1;
+        *target = globals[g].t;
+        if (strcmp(p + n, "base_layer.weight") == 0) {
+            *which = 2;
+            return 0;
+        }
+        return s_parse_ab(p + n, globals[g].prefix, globals[g].tail, which);
+    }
     if (strncmp(p, "model.layers.", 13) != 0)
         return -1;
     p += 13;
@@ -887,24 +953,13 @@ static int s_parse_name(const char *name, int nl, int *layer, int *target, int *
         return -1;
     for (int t = 0; t < LS_TARGET_COUNT; t++) {
         char mod[48];
-        int n = snprintf(mod, sizeof mod, "%s.%s.lora_", ls_target_parent((ls_target_t)t),
+        int n = snprintf(mod, sizeof mod, "%s.%s.", ls_target_parent((ls_target_t)t),
                          ls_target_name((ls_target_t)t));
         if (strncmp(p, mod, (size_t)n) != 0)
             continue;
-        const char *q = p + n;
-        if (*q != 'A' && *q != 'B')
-            return -1;
-        *which = *q == 'B';
-        q++;
-        if (strcmp(q, ".weight") != 0) {
-            // An adapter-name infix, as older PEFT and some tools save: ".{name}.weight".
-            const char *dot = q[0] == '.' ? strchr(q + 1, '.') : NULL;
-            if (!dot || dot == q + 1 || strcmp(dot, ".weight") != 0)
-                return -1;
-        }
         *layer = (int)l;
         *target = t;
-        return 0;
+        return s_parse_ab(p + n, "lora_", ".weight", which);
     }
     return -1;
 }
@@ -912,17 +967,16 @@ static int s_parse_name(const char *name, int nl, int *layer, int *target, int *
 // Why a tensor that is not a plain LoRA A/B weight of a supported target is refused.
 static const char *s_refusal(const char *name)
 {
-    if (strstr(name, "lora_embedding_"))
-        return "embedding LoRA (added vocabulary) is not supported";
+    if (strstr(name, "trainable_tokens"))
+        return "trainable tokens (trainable_token_indices) are not supported";
     if (strstr(name, "embed_tokens") || strstr(name, "lm_head"))
         return "trained embed_tokens/lm_head weights (added vocabulary, trainable tokens or "
-               "modules_to_save) are not supported";
+               "modules_to_save) are not supported; LoRA on them is (lora_embedding_A/B, lora_A/B)";
     if (strstr(name, "lora_magnitude_vector"))
         return "DoRA magnitude vectors are not supported";
     if (strstr(name, ".lora_B.") && strstr(name, ".bias"))
         return "LoRA bias terms are not supported";
-    return "not a LoRA A/B weight of a supported target (q_proj, k_proj, v_proj, o_proj, "
-           "gate_proj, up_proj, down_proj) in a layer of the base model";
+    return "not a LoRA A/B weight of a supported target (" S_TARGETS ") of the base model";
 }
 
 static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_config_t *cfg,
@@ -933,21 +987,35 @@ static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_c
         ls_err_set(err, errlen, "%s: tensor \"%s\": %s", t->file, t->name, s_refusal(t->name));
         return -1;
     }
-    const s_plan_entry_t *pe = &plan->e[layer * LS_TARGET_COUNT + target];
+    size_t m = s_mod_index(plan->nl, layer, target);
+    const s_plan_entry_t *pe = &plan->e[m];
     if (pe->rank == 0) {
         ls_err_set(err, errlen,
               "%s: tensor \"%s\": adapter_config.json target_modules does not select this module",
               t->file, t->name);
         return -1;
     }
-    ls_lora_weights_t *w = &a->w[layer * LS_TARGET_COUNT + target];
-    if ((which ? w->B : w->A) != NULL) {
-        ls_err_set(err, errlen, "%s: tensor \"%s\": lora_%c of this module is given twice", t->file,
-              t->name, which ? 'B' : 'A');
-        return -1;
-    }
     int in, out;
     ls_model_config_target_dims(cfg, (ls_target_t)target, &in, &out);
+    if (which == 2) {
+        // PEFT's copy of the base weight: the served model's own is used, so only its shape
+        // is checked (a resized vocabulary is added vocabulary)
+        int64_t base[2] = {cfg->vocab_size, cfg->hidden_size};
+        if (ls_st_tensor_check_shape(t, 2, base, err, errlen) != 0) {
+            size_t n = strlen(err);
+            if (n < errlen)
+                snprintf(err + n, errlen - n, " (a copy of the base weight; a resized vocabulary "
+                         "(added tokens) is not supported)");
+            return -1;
+        }
+        return 0;
+    }
+    ls_lora_weights_t *w = &a->w[m];
+    if ((which ? w->B : w->A) != NULL) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\": %s%c of this module is given twice", t->file,
+              t->name, target == LS_TARGET_EMBED ? "lora_embedding_" : "lora_", which ? 'B' : 'A');
+        return -1;
+    }
     int64_t shape[2] = {which ? out : pe->rank, which ? pe->rank : in};  // A (r, in), B (out, r)
     if (ls_st_tensor_check_shape(t, 2, shape, err, errlen) != 0) {
         size_t n = strlen(err);
@@ -984,9 +1052,10 @@ static void s_convert(void *arg, size_t i) {
     s_convert_t *c = arg;
     const ls_st_tensor_t *t = ls_st_at(c->st, i);
     int layer, target, which;
-    if (s_parse_name(t->name, c->cfg->num_hidden_layers, &layer, &target, &which) != 0)
+    if (s_parse_name(t->name, c->cfg->num_hidden_layers, &layer, &target, &which) != 0 ||
+        which == 2)
         return;
-    const ls_lora_weights_t *w = &c->a->w[layer * LS_TARGET_COUNT + target];
+    const ls_lora_weights_t *w = &c->a->w[s_mod_index(c->a->nl, layer, target)];
     if (ls_st_tensor_to_f32(t, (float *)(which ? w->B : w->A)) != 0) {
         size_t cur = atomic_load(&c->bad);
         while (i < cur && !atomic_compare_exchange_weak(&c->bad, &cur, i))
@@ -1010,7 +1079,7 @@ ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int
         goto fail;
     a->nl = plan.nl;
     a->info = plan.info;
-    a->w = calloc((size_t)plan.nl * LS_TARGET_COUNT, sizeof *a->w);
+    a->w = calloc(s_mod_count(plan.nl), sizeof *a->w);
     if (!a->w) {
         ls_err_set(err, errlen, "%s: out of memory", file);
         goto fail;
@@ -1027,15 +1096,22 @@ ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int
         goto fail;
     }
     for (int l = 0; l < plan.nl; l++) {
-        for (int t = 0; t < LS_TARGET_COUNT; t++) {
-            const ls_lora_weights_t *w = &a->w[l * LS_TARGET_COUNT + t];
-            if (plan.e[l * LS_TARGET_COUNT + t].rank == 0 || (w->A && w->B))
+        for (int t = 0; t < LS_TARGET_ALL; t++) {
+            if (t >= LS_TARGET_COUNT && l > 0)
+                break;  // the global targets: once
+            size_t m = s_mod_index(plan.nl, l, t);
+            const ls_lora_weights_t *w = &a->w[m];
+            if (plan.e[m].rank == 0 || (w->A && w->B))
                 continue;
+            char mod[80];
+            if (t < LS_TARGET_COUNT)
+                snprintf(mod, sizeof mod, "model.layers.%d.%s.%s", l,
+                         ls_target_parent((ls_target_t)t), ls_target_name((ls_target_t)t));
+            else
+                snprintf(mod, sizeof mod, "%s", t == LS_TARGET_EMBED ? "model.embed_tokens" : "lm_head");
             ls_err_set(err, errlen,
-                  "%s: module \"model.layers.%d.%s.%s\" is selected by target_modules but its "
-                  "lora_%c weight is missing",
-                  file, l, ls_target_parent((ls_target_t)t), ls_target_name((ls_target_t)t),
-                  w->A ? 'B' : 'A');
+                  "%s: module \"%s\" is selected by target_modules but its %s%c weight is missing",
+                  file, mod, t == LS_TARGET_EMBED ? "lora_embedding_" : "lora_", w->A ? 'B' : 'A');
             goto fail;
         }
     }

@@ -19,9 +19,16 @@
 // lora_bias, fan_in_fan_out, non-empty modules_to_save, layers_to_transform,
 // layer_replication, target_parameters, alora_invocation_tokens, added vocabulary
 // (trainable_token_indices, new_embeddings.safetensors, added_tokens.json ids at or above the
-// base vocab_size, lora_embedding_A/B, embed_tokens or lm_head tensors), modules that are not one
-// of q/k/v/o/gate/up/down_proj (e.g. "fc1"), ranks above max_lora_rank, shapes that do not fit
-// the base or the configured rank, unpaired A/B, and NaN/Inf values.
+// base vocab_size, trained embed_tokens or lm_head weights), modules that are not one of
+// q/k/v/o/gate/up/down_proj, embed_tokens or lm_head (e.g. "fc1"), ranks above max_lora_rank,
+// shapes that do not fit the base or the configured rank, unpaired A/B, and NaN/Inf values.
+//
+// LoRA on the embedding ("embed_tokens" in target_modules: PEFT's lora_embedding_A (r, vocab)
+// and lora_embedding_B (hidden, r), delta[t] = scaling · B · A[:, t]) and on lm_head (lora_A
+// (r, hidden), lora_B (vocab, r)) is read like the per-layer targets. PEFT targets modules by
+// name, so with tied embeddings each applies to its own module only: the input embedding, or
+// the output projection. The copies of the base weights PEFT saves beside them
+// ("….base_layer.weight", save_embedding_layers) are checked for shape and not read.
 #ifndef LS_PEFT_H
 #define LS_PEFT_H
 
@@ -41,7 +48,7 @@ typedef struct {
 typedef struct {
     int max_rank;          // largest rank over the touched modules
     unsigned target_mask;  // bit (1u << t) set when some layer has target t
-    int num_modules;       // number of (layer, target) pairs touched
+    int num_modules;       // number of modules touched ((layer, target) pairs, embedding, lm_head)
     float alpha;           // lora_alpha (PEFT's default 8 when absent), before alpha_pattern
 } ls_adapter_info_t;
 
@@ -60,6 +67,9 @@ void ls_adapter_destroy(ls_adapter_t **a);
 // [0, num_hidden_layers) of the config the adapter was loaded against.
 const ls_lora_weights_t *ls_adapter_layer_target(const ls_adapter_t *a, int layer,
                                                  ls_target_t t);
+// Weights of a global target (LS_TARGET_EMBED: A (rank, vocab), B (hidden, rank);
+// LS_TARGET_LM_HEAD: A (rank, hidden), B (vocab, rank)), as ls_adapter_layer_target.
+const ls_lora_weights_t *ls_adapter_global_target(const ls_adapter_t *a, ls_target_t t);
 ls_adapter_info_t ls_adapter_info(const ls_adapter_t *a);
 // Bytes of fp32 A and B held in host memory.
 size_t ls_adapter_bytes(const ls_adapter_t *a);

@@ -203,6 +203,26 @@ void ls_lora_fused(float *y, float *tmp, const float *x, const float *a_pool,
                    const float *b_pool, const ls_lora_batch_t *batch,
                    const int32_t *slice_offsets, int in, int n_slices, int r_max);
 
+// LoRA on the embedding. Its A pool is (n_slots, r_max, vocab) (PEFT's lora_embedding_A,
+// (r, vocab)); the shrink of token id t is a gather of A's column t, then the usual expand
+// with one slice of hidden outputs (lora_embedding_B, (hidden, r)) adds the delta into the
+// embedding's output. Rows as ls_lora_shrink's: only covered rows of rank > 0 are touched.
+// tmp[t, j] = A[w, j, ids[t]]   for j < rank[w]
+// tmp is (T, r_max), ids is (T) in [0, vocab), a_pool is (n_slots, r_max, vocab)
+void ls_lora_embed_shrink(float *tmp, const int32_t *ids, const float *a_pool,
+                          const ls_lora_batch_t *batch, int vocab, int r_max);
+
+// LoRA on rows each with its own slot and factor (lm_head on the logit rows: few rows, a
+// vocabulary-wide output): for each row i whose slot w = slots[i] has rank r = ranks[w] > 0,
+// y[i, o] += scales[i] · Σ_{j<r} B[w, o, j] · tmp[i, j],  tmp[i, j] = Σ_k A[w, j, k] · x[i, k]
+// (scales[i]: the slot's scaling times the row's weight, as scale_s above); rows of rank-0
+// slots are not read nor written.
+// y is (R, out), tmp is (R, r_max) scratch, x is (R, in), slots and scales are (R), a_pool
+// is (n_slots, r_max, in), b_pool is (n_slots, out, r_max), ranks is (n_slots)
+void ls_lora_rows(float *y, float *tmp, const float *x, const float *a_pool,
+                  const float *b_pool, const int32_t *slots, const float *scales,
+                  const int32_t *ranks, int R, int in, int out, int r_max);
+
 // ---------------------------------------------------------------------------------------
 // Sampling
 //

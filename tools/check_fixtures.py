@@ -111,9 +111,12 @@ def check_arch(arch, rows, root="tests/fixtures"):
         t = load_st(f"{ad}/adapter_model.safetensors")
         out = {}
         for k in t:
-            if ".lora_A." not in k:
+            if ".lora_A." in k:
+                mod = k[len("base_model.model."):-len(".lora_A.weight")]
+            elif k.endswith(".lora_embedding_A"):  # the embedding: A (r, vocab), B (hidden, r)
+                mod = k[len("base_model.model."):-len(".lora_embedding_A")]
+            else:
                 continue
-            mod = k[len("base_model.model."):-len(".lora_A.weight")]
             r, alpha = ac["r"], ac["lora_alpha"]
             for pk, pv in (ac.get("rank_pattern") or {}).items():
                 if re.match(rf"(.*\.)?({pk})$", mod):
@@ -124,7 +127,7 @@ def check_arch(arch, rows, root="tests/fixtures"):
                     alpha = pv
                     break
             sc = alpha / math.sqrt(r) if ac.get("use_rslora") else alpha / r
-            A, B = mat(t[k]), mat(t[k.replace("lora_A", "lora_B")])
+            A, B = mat(t[k]), mat(t[k.replace("lora_A", "lora_B").replace("lora_embedding_A", "lora_embedding_B")])
             assert len(A) == r, (mod, len(A), r)
             want = ref["adapters"][adapter]["modules"][mod]
             assert want["r"] == r and abs(want["scaling"] - sc) < 1e-9, (mod, want, r, sc)
@@ -145,6 +148,9 @@ def check_arch(arch, rows, root="tests/fixtures"):
         L = lora_for(adapter)
         T = len(ids)
         xs = [list(M["model.embed_tokens.weight"][t]) for t in ids]
+        if "model.embed_tokens" in L:  # delta = scaling · B · A[:, t]
+            A, B, sc = L["model.embed_tokens"]
+            xs = [[a + sc * b for a, b in zip(x, mv(B, [row[t] for row in A]))] for x, t in zip(xs, ids)]
         hid = [[list(x) for x in xs]]
         for li in range(cfg["num_hidden_layers"]):
             p = f"model.layers.{li}."
@@ -182,7 +188,7 @@ def check_arch(arch, rows, root="tests/fixtures"):
             hid.append([list(x) for x in xs])
         fn = [rms(x, M["model.norm.weight"]) for x in xs]
         hid.append(fn)
-        return [mv(M["lm_head.weight"], x) for x in fn], hid
+        return [lin("lm_head", x, L) for x in fn], hid
 
     V, Lp = cfg["vocab_size"], ref["prompt_len"]
     al, ll, g = R["all_logits"][1], R["last_logits"][1], R["greedy_ids"][1]

@@ -67,6 +67,12 @@ ARCHS = {
                   rank_pattern={"v_proj": 16, "layers.1.mlp.down_proj": 4},
                   alpha_pattern={"o_proj": 4, "gate_proj": 32}),
              None),
+            # LoRA on the embedding (lora_embedding_A/B) and lm_head beside q, v; saved as
+            # PEFT saves it by default (save_embedding_layers "auto": the base layers' copies too)
+            ("embed_head",
+             dict(r=8, lora_alpha=16, target_modules=["embed_tokens", "lm_head", "q_proj", "v_proj"],
+                  rank_pattern={"embed_tokens": 4}, alpha_pattern={"lm_head": 4}),
+             None),
         ],
     ),
     "qwen2": dict(
@@ -260,14 +266,20 @@ def st_header(path):
 def lora_modules_info(pm, adapter):
     info = {}
     for name, m in pm.named_modules():
-        if hasattr(m, "lora_A") and hasattr(m, "r") and adapter in getattr(m, "lora_A", {}):
-            short = name
-            for pre in ("base_model.model.",):
-                if short.startswith(pre):
-                    short = short[len(pre):]
-            info[short] = {"r": int(m.r[adapter]), "scaling": float(m.scaling[adapter]),
-                           "in": int(m.lora_A[adapter].weight.shape[1]),
-                           "out": int(m.lora_B[adapter].weight.shape[0])}
+        if not hasattr(m, "r"):
+            continue
+        if adapter in getattr(m, "lora_A", {}):
+            a, b = m.lora_A[adapter].weight, m.lora_B[adapter].weight
+        elif adapter in getattr(m, "lora_embedding_A", {}):  # an Embedding: A (r, vocab), B (hidden, r)
+            a, b = m.lora_embedding_A[adapter], m.lora_embedding_B[adapter]
+        else:
+            continue
+        short = name
+        for pre in ("base_model.model.",):
+            if short.startswith(pre):
+                short = short[len(pre):]
+        info[short] = {"r": int(m.r[adapter]), "scaling": float(m.scaling[adapter]),
+                       "in": int(a.shape[1]), "out": int(b.shape[0])}
     return info
 
 
@@ -363,10 +375,13 @@ def build_arch(arch, spec, out_root, device):
         g = torch.Generator().manual_seed(spec["seed"] * 100 + ai)
         with torch.no_grad():
             for pn, p in pm.named_parameters():
-                if "lora_A" in pn or "lora_B" in pn:
+                if "lora_A" in pn or "lora_B" in pn or "lora_embedding_" in pn:
                     p.copy_((LORA_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
         ad = os.path.join(adir_root, name)
-        pm.save_pretrained(ad, save_embedding_layers=False)
+        # PEFT's default ("auto") saves copies of the base embedding/lm_head beside a targeted
+        # one; the loader checks their shape and reads them no further
+        embeds = any(t in ("embed_tokens", "lm_head") for t in lkw["target_modules"])
+        pm.save_pretrained(ad, save_embedding_layers="auto" if embeds else False)
         if os.path.exists(os.path.join(ad, "README.md")):
             os.remove(os.path.join(ad, "README.md"))  # PEFT's empty model card
         # adapter_config: point at the fixture base, relative to the repo root
@@ -407,10 +422,15 @@ def build_arch(arch, spec, out_root, device):
     # verify loaded LoRA weights equal the stored ones
     for n in names:
         sd = load_file(os.path.join(adir_root, n, "adapter_model.safetensors"))
-        psd = {k: v for k, v in pm.state_dict().items() if f".{n}." in k}
+        psd = pm.state_dict()
         for k, v in sd.items():
-            kk = k.replace(".lora_A.weight", f".lora_A.{n}.weight").replace(
-                ".lora_B.weight", f".lora_B.{n}.weight")
+            if k.endswith(".base_layer.weight"):  # save_embedding_layers' copy of the base
+                kk = k
+            else:
+                kk = k.replace(".lora_A.weight", f".lora_A.{n}.weight").replace(
+                    ".lora_B.weight", f".lora_B.{n}.weight")
+                if ".lora_embedding_" in k:
+                    kk = f"{k}.{n}"
             if kk not in psd or not torch.equal(psd[kk].cpu(), v.float()):
                 log(f"WARNING {arch}/{n}: loaded LoRA tensor {k} differs from stored / missing")
                 notes.append(f"WARNING: adapter {n}: loaded LoRA tensor {k} differs from stored or is missing")

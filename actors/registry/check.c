@@ -45,7 +45,7 @@ int check_name(const char *name, char *reason, size_t cap) {
 void check_targets_format(unsigned targets, char *out, size_t cap) {
     size_t n = 0;
     out[0] = 0;
-    for (int t = 0; t < LS_TARGET_COUNT; t++)
+    for (int t = 0; t < LS_TARGET_ALL; t++)
         if (targets >> t & 1) {
             int w = snprintf(out + n, cap - n, "%s%s", n ? ", " : "", ls_target_name((ls_target_t)t));
             if (w < 0 || (size_t)w >= cap - n)

@@ -870,7 +870,7 @@ void reg_list(const reg_t *self, ls_msg_t *list) {
         size_t nt = (size_t)__builtin_popcount(r->targets), k = 0;
         a->target_modules.v = nt ? calloc(nt, sizeof(char *)) : NULL;
         a->target_modules.n = a->target_modules.v ? nt : 0;
-        for (int t = 0; t < LS_TARGET_COUNT && a->target_modules.v; t++)
+        for (int t = 0; t < LS_TARGET_ALL && a->target_modules.v; t++)
             if (r->targets >> t & 1)
                 a->target_modules.v[k++] = s_strdup(ls_target_name((ls_target_t)t));
     }

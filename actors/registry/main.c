@@ -473,7 +473,7 @@ static int s_targets(const ls_strlist_t *list, unsigned *mask) {
             *mask |= 1u << t;
         else {
             ls_error(0, "--lora-target-modules: unknown module %s (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-                        "down_proj or all)",
+                        "down_proj, embed_tokens, lm_head or all)",
                      list->v[i]);
             return -1;
         }
@@ -706,7 +706,7 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("max-loras-per-batch", &r->max_loras_per_batch, LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH),
                     "GPU adapter slots; at most this - 1 adapters may be pinned"),
         LS_FLAG_LIST("lora-target-modules", &r->target_modules,
-                     "modules adapters may target (q_proj ... down_proj, or all; default all seven)"),
+                     "modules adapters may target (q_proj ... down_proj, embed_tokens, lm_head, or all: the seven of a layer, the default)"),
         LS_FLAG_LIST("lora-paths", &r->lora_paths, "startup adapters: name=path[:pinned], a path (named by its basename), or JSON {\"lora_name\", \"lora_path\", \"pinned\"}"),
         LS_FLAG_LIST("lora-dirs", &r->lora_dirs, "directories whose DIR/name adapters are loaded on first request"),
         LS_FLAG_LIST("lora-roots", &r->lora_roots,

@@ -133,7 +133,7 @@ static int s_target_mask(unsigned *mask) {
         int t = ls_target_from_name(name);
         if (t < 0) {
             ls_error(0, "--lora-target-modules: unknown module \"%s\" (q_proj, k_proj, v_proj, o_proj, "
-                        "gate_proj, up_proj, down_proj or all)", name);
+                        "gate_proj, up_proj, down_proj, embed_tokens, lm_head or all)", name);
             return -1;
         }
         *mask |= 1u << t;
@@ -644,7 +644,7 @@ int main(int argc, char **argv) {
                     "host memory for adapters (the CPU tier), in MB; adapters take it in proportion to their rank "
                     "and targets (0: room for 64 adapters of --max-lora-rank on every target, at most a quarter "
                     "of the machine's memory)"),
-        LS_FLAG_LIST("lora-target-modules", &s_w.target_modules, "modules adapters may target (default: all seven)"),
+        LS_FLAG_LIST("lora-target-modules", &s_w.target_modules, "modules adapters may target (default, all: the seven of a layer; embed_tokens, lm_head when named)"),
         LS_FLAG_LIST("lora-roots", &s_w.lora_roots, "adapter paths must resolve under one of these (as the registry's)"),
         LS_LORA_TENSORS_DIR_FLAG(&s_w.lora_tensors_dir),
         LS_FLAG_LIST("lora-dirs", &s_w.lora_dirs, "... or under one of these"),

@@ -99,3 +99,36 @@ void ls_lora_fused(float *y, float *tmp, const float *x, const float *a_pool,
     ls_lora_shrink(tmp, x, a_pool, batch, in, n_slices, r_max);
     ls_lora_expand(y, tmp, b_pool, batch, slice_offsets, n_slices, r_max);
 }
+
+// tmp (T, r_max), ids (T), a_pool (n_slots, r_max, vocab)
+void ls_lora_embed_shrink(float *tmp, const int32_t *ids, const float *a_pool,
+                          const ls_lora_batch_t *batch, int vocab, int r_max) {
+    for (int s = 0; s < batch->n_segs; s++) {
+        int r = s_seg_rank(batch, s, r_max);
+        const float *a = a_pool + (size_t)batch->weight_indices[s] * r_max * vocab;
+        for (int p = batch->seg_indptr[s]; r && p < batch->seg_indptr[s + 1]; p++) {
+            int row = batch->permutation ? batch->permutation[p] : p;
+            assert(ids[row] >= 0 && ids[row] < vocab);
+            for (int j = 0; j < r; j++)
+                tmp[(size_t)row * r_max + j] = a[(size_t)j * vocab + ids[row]];
+        }
+    }
+}
+
+// y (R, out), tmp (R, r_max), x (R, in), slots (R)
+void ls_lora_rows(float *y, float *tmp, const float *x, const float *a_pool,
+                  const float *b_pool, const int32_t *slots, const float *scales,
+                  const int32_t *ranks, int R, int in, int out, int r_max) {
+    for (int i = 0; i < R; i++) {
+        int w = slots[i], r = ranks[w];
+        assert(r >= 0 && r <= r_max);
+        if (r == 0)
+            continue;
+        float *t = tmp + (size_t)i * r_max;
+        // t (r) = A_w (r, in) · x_i; y_i (out) += scale · B_w (out, r; ld r_max) · t
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, r, in, 1.0f, a_pool + (size_t)w * r_max * in,
+                    in, x + (size_t)i * in, 1, 0.0f, t, 1);
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, r, scales[i],
+                    b_pool + (size_t)w * out * r_max, r_max, t, 1, 1.0f, y + (size_t)i * out, 1);
+    }
+}

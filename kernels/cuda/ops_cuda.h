@@ -193,6 +193,24 @@ cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const flo
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream);
 
+// The embedding's LoRA shrink (lora_vocab.cu): tmp (T, r_max) [row, j] = A[slot, j, ids[row]]
+// for the tiles' rows, j < rank; ids (T) token ids in [0, vocab); a_pool (n_slots, r_max,
+// vocab); perm as ls_cu_lora_shrink's. ls_cu_lora_expand follows with one slice.
+cudaError_t ls_cu_lora_embed_shrink(float *tmp, const int32_t *ids, const void *a_pool,
+                                    ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
+                                    int n_tiles, const int32_t *perm, int vocab, int r_max,
+                                    cudaStream_t stream);
+
+// LoRA on rows each with its own slot and factor (lm_head on the logit rows), as
+// ls_lora_rows: y (R, out) [i] += t.scale · B[w] · (A[w] · x[i]) for each tile t (a row i =
+// t.p0 of slot w = t.slot, rank t.rank; t.n is 1), rows without a tile untouched; tmp (R,
+// r_max) scratch; x (R, in); a_pool (n_slots, r_max, in); b_pool (n_slots, out, r_max);
+// tiles (n_tiles) device memory, at most one a row
+cudaError_t ls_cu_lora_rows(float *y, float *tmp, const float *x, const void *a_pool,
+                            ls_cu_dtype_t a_dt, const void *b_pool, ls_cu_dtype_t b_dt,
+                            const ls_cu_lora_tile_t *tiles, int n_tiles, int in, int out,
+                            int r_max, cudaStream_t stream);
+
 // The most local memory per thread (bytes) among the kernels the decode LoRA op runs on
 // 16-bit pools by default (for tests: it must be 0), -1 if it cannot be read.
 long ls_cu_lora_local_bytes(void);

@@ -96,7 +96,10 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, cons
     if (!(f->m = ls_model_load(path, be, NULL, NULL, NULL, err, errlen)))
         return -1;
     const ls_model_config_t *cfg = ls_model_config(f->m);
-    ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = max_rank};
+    // every target, the embedding and lm_head too (their groups run only for the adapters
+    // that target them)
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = max_rank,
+                                .target_mask = (1u << LS_TARGET_ALL) - 1};
     if (!(f->pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
         return -1;
     for (const cJSON *a = jads->child; a; a = a->next) {

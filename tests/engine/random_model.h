@@ -10,9 +10,11 @@
 
 #include "fixtures.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdbool.h>
 
+#include "ls_limits.h"
 #include "model_config.h"
 #include "peft.h"
 #include "safetensors.h"
@@ -60,10 +62,14 @@ static inline float rm_weight_value(const ls_weight_spec_t *ws, unsigned seed, s
     }
 }
 
-// Writes config.json and the weights into dir (which exists). With merge != NULL the
-// seven target weights become W + scaling·B·A of that adapter, computed in double and
-// rounded once (the dense reference of a LoRA forward); use dtype F32 then. 0 or -1.
-static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_adapter_t *merge)
+// Writes config.json and the weights into dir (which exists). With n_merge > 0 the seven
+// target weights become W + Σ_i w_i·scaling_i·B_i·A_i of adapters merge[i] at weights w[i]
+// (a mix's dense form, docs/lora-mixing.md), and the embedding and lm_head likewise, computed
+// in double and rounded once (the dense reference of a LoRA forward); use dtype F32 and an
+// untied model then. 0 or -1.
+static inline int rm_write_model_mix(const char *dir, const rm_spec_t *sp,
+                                     const ls_adapter_t *const *merge, const float *w,
+                                     int n_merge)
 {
     static const char *arch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                  "MistralForCausalLM"};
@@ -113,18 +119,33 @@ static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_
         for (size_t i = 0; i < numel; i++)
             f[i] = rm_weight_value(&ws[k], sp->seed, k, i);
         const ls_target_t *tg = rm_role_target(ws[k].role);
-        const ls_lora_weights_t *lw = merge && tg ? ls_adapter_layer_target(merge, ws[k].layer, *tg)
-                                                  : NULL;
-        if (lw && lw->rank) {
-            size_t out = (size_t)ws[k].shape[0], in = (size_t)ws[k].shape[1];
-            for (size_t o = 0; o < out; o++)
-                for (size_t i = 0; i < in; i++) {
-                    double d = 0;
-                    for (int j = 0; j < lw->rank; j++)
-                        d += (double)lw->B[o * lw->rank + j] * lw->A[(size_t)j * in + i];
-                    f[o * in + i] = (float)((double)f[o * in + i] + (double)lw->scaling * d);
-                }
+        bool global = ws[k].role == LS_W_EMBED || ws[k].role == LS_W_LM_HEAD;
+        const ls_lora_weights_t *lw[LS_LORA_MIX_MAX] = {NULL};
+        bool any = false;
+        assert(n_merge <= LS_LORA_MIX_MAX);
+        for (int m = 0; m < n_merge && (tg || global); m++) {
+            lw[m] = global ? ls_adapter_global_target(merge[m], ws[k].role == LS_W_EMBED
+                                                                    ? LS_TARGET_EMBED
+                                                                    : LS_TARGET_LM_HEAD)
+                           : ls_adapter_layer_target(merge[m], ws[k].layer, *tg);
+            any = any || lw[m]->rank;
         }
+        // both globals are (vocab, hidden): lm_head's W + s·B·A as a projection's, the
+        // embedding's table + s·(B·A)ᵀ (an untied model: tied, the one table would get both)
+        size_t out = (size_t)ws[k].shape[0], in = ws[k].ndim == 2 ? (size_t)ws[k].shape[1] : 1;
+        for (size_t o = 0; any && o < out; o++)
+            for (size_t i = 0; i < in; i++) {
+                double acc = f[o * in + i];
+                for (int m = 0; m < n_merge; m++) {
+                    double d = 0;
+                    for (int j = 0; j < lw[m]->rank; j++)
+                        d += ws[k].role == LS_W_EMBED
+                                 ? (double)lw[m]->B[i * lw[m]->rank + j] * lw[m]->A[(size_t)j * out + o]
+                                 : (double)lw[m]->B[o * lw[m]->rank + j] * lw[m]->A[(size_t)j * in + i];
+                    acc += (double)w[m] * lw[m]->scaling * d;
+                }
+                f[o * in + i] = (float)acc;
+            }
         if (sp->dtype != LS_DTYPE_F32) {  // narrow in place: 2-byte values fit the floats
             uint16_t *h = (uint16_t *)f;
             for (size_t i = 0; i < numel; i++)
@@ -172,41 +193,67 @@ static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_
     return rc;
 }
 
+// rm_write_model_mix with one adapter at weight 1 (merge NULL: none).
+static inline int rm_write_model(const char *dir, const rm_spec_t *sp, const ls_adapter_t *merge)
+{
+    const float one = 1.0f;
+    return rm_write_model_mix(dir, sp, &merge, &one, merge ? 1 : 0);
+}
+
+// Element i of an adapter tensor (which: 0 = A, 1 = B) of module key (l*100 + t*10 for a
+// per-layer target, 9000 + t for a global one): A ~ U(-1, 1)/sqrt(in) (the embedding's A, which
+// is gathered rather than multiplied, U(-1, 1)), B ~ U(-1, 1)·0.3, so LoRA moves the logits
+// visibly without swamping the base.
+static inline float rm_adapter_value(unsigned seed, int key, int which, size_t i, int t, int in)
+{
+    float v = fx_value(seed * 104729u + (unsigned)(key + which), i);
+    return which ? 0.3f * v : t == LS_TARGET_EMBED ? v : v / sqrtf((float)in);
+}
+
 // Writes a PEFT adapter into dir: config is the whole adapter_config.json text, ranks[l*7+t]
-// the rank PEFT will derive from it for each (layer, target) (0: not targeted). A ~ U(-1, 1)/
-// sqrt(in), B ~ U(-1, 1)·0.3, so LoRA moves the logits visibly without swamping the base.
-static inline int rm_write_adapter(const char *dir, const ls_model_config_t *cfg,
-                                   const char *config, const int *ranks, ls_dtype_t dtype,
-                                   unsigned seed)
+// the rank PEFT will derive from it for each (layer, target) (0: not targeted), embed_rank
+// and head_rank those of embed_tokens (lora_embedding_A/B) and lm_head (0: not targeted).
+static inline int rm_write_adapter_globals(const char *dir, const ls_model_config_t *cfg,
+                                           const char *config, const int *ranks, int embed_rank,
+                                           int head_rank, ls_dtype_t dtype, unsigned seed)
 {
     mkdir(dir, 0700);
     if (fx_write_str(dir, "adapter_config.json", config) != 0)
         return -1;
     int L = cfg->num_hidden_layers, n = 0;
-    ls_st_write_tensor_t *t = calloc((size_t)L * LS_TARGET_COUNT * 2, sizeof *t);
-    char (*names)[128] = calloc((size_t)L * LS_TARGET_COUNT * 2, 128);
-    for (int l = 0; l < L; l++)
-        for (int tg = 0; tg < LS_TARGET_COUNT; tg++) {
-            int r = ranks[l * LS_TARGET_COUNT + tg];
+    size_t cap = ((size_t)L * LS_TARGET_COUNT + 2) * 2;
+    ls_st_write_tensor_t *t = calloc(cap, sizeof *t);
+    char (*names)[128] = calloc(cap, 128);
+    for (int l = 0; l <= L; l++)
+        for (int tg = 0; tg < LS_TARGET_ALL; tg++) {
+            bool global = tg >= LS_TARGET_COUNT;
+            if (global != (l == L))
+                continue;  // the layers' targets, then (l == L) the global ones
+            int r = !global ? ranks[l * LS_TARGET_COUNT + tg] : tg == LS_TARGET_EMBED ? embed_rank
+                                                                                       : head_rank;
             if (!r)
                 continue;
-            int in, out;
+            int in, out, key = global ? 9000 + tg : l * 100 + tg * 10;
             ls_model_config_target_dims(cfg, (ls_target_t)tg, &in, &out);
             for (int which = 0; which < 2; which++) {
                 size_t numel = (size_t)r * (size_t)(which ? out : in);
                 float *f = malloc(numel * sizeof *f);
-                for (size_t i = 0; i < numel; i++) {
-                    float v = fx_value(seed * 104729u + (unsigned)(l * 100 + tg * 10 + which), i);
-                    f[i] = which ? 0.3f * v : v / sqrtf((float)in);
-                }
+                for (size_t i = 0; i < numel; i++)
+                    f[i] = rm_adapter_value(seed, key, which, i, tg, in);
                 if (dtype != LS_DTYPE_F32) {
                     uint16_t *h = (uint16_t *)f;
                     for (size_t i = 0; i < numel; i++)
                         h[i] = dtype == LS_DTYPE_BF16 ? ls_bf16_from_f32(f[i]) : ls_f16_from_f32(f[i]);
                 }
-                snprintf(names[n], 128, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
-                         l, ls_target_parent((ls_target_t)tg), ls_target_name((ls_target_t)tg),
-                         which ? 'B' : 'A');
+                if (tg == LS_TARGET_EMBED)
+                    snprintf(names[n], 128, "base_model.model.model.embed_tokens.lora_embedding_%c",
+                             which ? 'B' : 'A');
+                else if (global)
+                    snprintf(names[n], 128, "base_model.model.lm_head.lora_%c.weight", which ? 'B' : 'A');
+                else
+                    snprintf(names[n], 128, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight",
+                             l, ls_target_parent((ls_target_t)tg), ls_target_name((ls_target_t)tg),
+                             which ? 'B' : 'A');
                 t[n] = (ls_st_write_tensor_t){names[n], dtype, 2,
                                               {which ? out : r, which ? r : in}, f};
                 n++;
@@ -222,6 +269,14 @@ static inline int rm_write_adapter(const char *dir, const ls_model_config_t *cfg
     free(t);
     free(names);
     return rc;
+}
+
+// rm_write_adapter_globals for the per-layer targets only.
+static inline int rm_write_adapter(const char *dir, const ls_model_config_t *cfg,
+                                   const char *config, const int *ranks, ls_dtype_t dtype,
+                                   unsigned seed)
+{
+    return rm_write_adapter_globals(dir, cfg, config, ranks, 0, 0, dtype, seed);
 }
 
 // Uniform ranks: rank r on every layer for the targets in mask.

@@ -44,8 +44,13 @@ static const struct {
     // v_proj rank 8, the rest 2; gate_proj alpha 6, the rest 4: scalings 2, 0.5 and 3
     {"pattern", "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4, \"target_modules\": " ALL7
      ", \"rank_pattern\": {\"v_proj\": 8}, \"alpha_pattern\": {\"gate_proj\": 6}}", 0x7f, 2},
+    // q rank 2, the embedding rank 4 (scaling 1), lm_head rank 3 (scaling 4/3): folded
+    {"global", "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4, \"target_modules\": "
+     "[\"q_proj\", \"embed_tokens\", \"lm_head\"], \"rank_pattern\": {\"embed_tokens\": 4, "
+     "\"lm_head\": 3}}", 1u << LS_TARGET_Q, 2},
 };
-enum { AD_R4, AD_Q8, AD_R16, AD_PATTERN, N_ADS };
+// the first N_LAYER_ADS target the layers only
+enum { AD_R4, AD_Q8, AD_R16, AD_PATTERN, N_LAYER_ADS, AD_GLOBAL = N_LAYER_ADS, N_ADS };
 
 typedef struct {
     char *dir;
@@ -69,8 +74,9 @@ static int setup(void **state) {
         if (a == AD_PATTERN)
             ranks[LS_TARGET_V] = ranks[LS_TARGET_COUNT + LS_TARGET_V] = 8;
         fx_path(d, sizeof d, c->dir, ADS[a].name);
-        assert_int_equal(rm_write_adapter(d, &c->cfg, ADS[a].config, ranks, LS_DTYPE_F32,
-                                          (unsigned)a + 1), 0);
+        assert_int_equal(rm_write_adapter_globals(d, &c->cfg, ADS[a].config, ranks,
+                                                  a == AD_GLOBAL ? 4 : 0, a == AD_GLOBAL ? 3 : 0,
+                                                  LS_DTYPE_F32, (unsigned)a + 1), 0);
     }
     *state = c;
     return 0;
@@ -137,9 +143,10 @@ static void test_assign_fills_slots(void **state) {
     assert_int_equal(st.cold_loads, 2);
     assert_int_equal(st.hits, 1);
     assert_int_equal(st.slot_evictions, 0);
-    // the groups exist for every target by default; q8 only uses the qkv one
+    // the groups of the layers' targets exist by default (q8 only uses the qkv one), the
+    // vocabulary-sized ones only when named
     for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
-        assert_true(ls_lora_pool_has_group(c->pool, g));
+        assert_true(ls_lora_pool_has_group(c->pool, g) == (g < LS_LORA_GROUP_EMBED));
 }
 
 // remove drops an adapter from both tiers; unknown ids are refused.
@@ -262,14 +269,14 @@ static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded);
 // targets, and a slot loaded from an image that spans pages holds exactly the adapter.
 typedef struct {
     ls_lora_pool_t *pool;
-    ls_adapter_t *ad[N_ADS];
-    ls_lora_image_t *img[N_ADS];
+    ls_adapter_t *ad[N_LAYER_ADS];
+    ls_lora_image_t *img[N_LAYER_ADS];
 } s_build_t;
 
 static void *s_build(void *arg) {
     s_build_t *b = arg;
     char e[256];
-    for (int a = 0; a < N_ADS; a++)
+    for (int a = 0; a < N_LAYER_ADS; a++)
         b->img[a] = ls_lora_pool_image_new(b->pool, b->ad[a], NULL, e, sizeof e);
     return NULL;
 }
@@ -280,7 +287,7 @@ static void test_images_across_pages(void **state) {
                     "\"intermediate_size\": 512, \"num_attention_heads\": 4, "
                     "\"num_key_value_heads\": 2, \"num_hidden_layers\": 2, \"vocab_size\": 32}";
     assert_int_equal(ls_model_config_parse(j, strlen(j), "config.json", &c->cfg, err, sizeof err), 0);
-    for (int a = 0; a < N_ADS; a++) {
+    for (int a = 0; a < N_LAYER_ADS; a++) {
         int ranks[2 * LS_TARGET_COUNT];
         rm_ranks_uniform(ranks, 2, ADS[a].mask, ADS[a].r);
         if (a == AD_PATTERN)
@@ -296,7 +303,7 @@ static void test_images_across_pages(void **state) {
     assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 512 << 10);
     // images built on another thread while this one uses the pool
     s_build_t b = {.pool = c->pool};
-    for (int a = 0; a < N_ADS; a++)
+    for (int a = 0; a < N_LAYER_ADS; a++)
         b.ad[a] = load(c, a);
     assert_int_equal(add(c, "early", AD_R4), 0);
     pthread_t th;
@@ -304,13 +311,13 @@ static void test_images_across_pages(void **state) {
     for (int i = 0; i < 50; i++)
         assert_int_equal(ls_lora_pool_assign(c->pool, "early", 1 + i % 4, err, sizeof err), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
-    static const size_t want[N_ADS] = {
+    static const size_t want[N_LAYER_ADS] = {
         [AD_R4] = 2 << 16,    // 4 x 32 KiB
         [AD_Q8] = 2 << 16,    // the qkv group at rank 8: (3*256 + 512) * 8 * 2 * 4 bytes = 80 KiB
         [AD_R16] = 8 << 16,   // 16 x 32 KiB
         [AD_PATTERN] = 4 << 16,  // rank 8 (v_proj's): 256 KiB
     };
-    for (int a = 0; a < N_ADS; a++) {
+    for (int a = 0; a < N_LAYER_ADS; a++) {
         assert_non_null(b.img[a]);
         assert_int_equal(ls_lora_image_bytes(b.img[a]), want[a]);
         assert_int_equal(ls_lora_pool_add(c->pool, ADS[a].name, &b.img[a], err, sizeof err), 0);
@@ -319,12 +326,12 @@ static void test_images_across_pages(void **state) {
     assert_int_equal(ls_lora_pool_stats(c->pool).host_used, (2 + 2 + 2 + 8 + 4) << 16);
     // every image through every slot, twice (a slot refilled by a smaller rank is padded anew)
     for (int round = 0; round < 2; round++)
-        for (int a = 0; a < N_ADS; a++) {
+        for (int a = 0; a < N_LAYER_ADS; a++) {
             int slot = 1 + (a + round) % 4;
             assert_int_equal(ls_lora_pool_assign(c->pool, ADS[a].name, slot, err, sizeof err), 0);
             check_slot(c, b.ad[a], slot, a == AD_PATTERN);
         }
-    for (int a = 0; a < N_ADS; a++)
+    for (int a = 0; a < N_LAYER_ADS; a++)
         ls_adapter_destroy(&b.ad[a]);
 }
 
@@ -354,9 +361,11 @@ static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded) 
     int r_max = ls_lora_pool_r_max(c->pool), n_slots = ls_lora_pool_n_slots(c->pool);
     static const ls_target_t tg[LS_LORA_GROUP_COUNT][LS_LORA_MAX_SLICES] = {
         {LS_TARGET_Q, LS_TARGET_K, LS_TARGET_V}, {LS_TARGET_O}, {LS_TARGET_GATE, LS_TARGET_UP},
-        {LS_TARGET_DOWN}};
+        {LS_TARGET_DOWN}, {LS_TARGET_EMBED}, {LS_TARGET_LM_HEAD}};
     for (int l = 0; l < c->cfg.num_hidden_layers; l++)
         for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+            if (!ls_lora_pool_has_group(c->pool, g) || (g >= LS_LORA_GROUP_EMBED && l > 0))
+                continue;  // the global groups: one layer
             ls_lora_group_shape_t sh = ls_lora_pool_group_shape(c->pool, g);
             int out_total = sh.slice_offsets[sh.n_slices];
             size_t an = (size_t)sh.n_slices * r_max * sh.in, bn = (size_t)out_total * r_max;
@@ -369,7 +378,9 @@ static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded) 
                                                     bn), 0);
             assert_true(slot < n_slots);
             for (int k = 0; k < sh.n_slices; k++) {
-                const ls_lora_weights_t *w = ls_adapter_layer_target(ad, l, tg[g][k]);
+                const ls_lora_weights_t *w = g >= LS_LORA_GROUP_EMBED
+                                                 ? ls_adapter_global_target(ad, tg[g][k])
+                                                 : ls_adapter_layer_target(ad, l, tg[g][k]);
                 float fold = folded ? w->scaling : 1.0f;
                 for (int j = 0; j < r_max; j++)
                     for (int i = 0; i < sh.in; i++)
@@ -409,6 +420,41 @@ static void test_slot_layout(void **state) {
     check_slot(c, pattern, s[0], true);
     check_slot(c, uniform, s[1], false);
     ls_adapter_destroy(&pattern);
+    ls_adapter_destroy(&uniform);
+}
+
+// With embed_tokens and lm_head enabled: their groups (one layer each, vocabulary-sized)
+// hold the adapter that targets them, zeros for one that does not, also after a slot changes
+// hands; the slot's targets say which.
+static void test_slot_layout_global(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 2, 0, 16, (1u << LS_TARGET_ALL) - 1);
+    assert_true(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_EMBED));
+    assert_true(ls_lora_pool_has_group(c->pool, LS_LORA_GROUP_LM_HEAD));
+    ls_lora_group_shape_t e = ls_lora_pool_group_shape(c->pool, LS_LORA_GROUP_EMBED);
+    ls_lora_group_shape_t h = ls_lora_pool_group_shape(c->pool, LS_LORA_GROUP_LM_HEAD);
+    assert_int_equal(e.in, c->cfg.vocab_size);
+    assert_int_equal(e.slice_offsets[1], c->cfg.hidden_size);
+    assert_int_equal(h.in, c->cfg.hidden_size);
+    assert_int_equal(h.slice_offsets[1], c->cfg.vocab_size);
+    assert_int_equal(add(c, "global", AD_GLOBAL), 0);
+    assert_int_equal(add(c, "uniform", AD_R4), 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "global", 1, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "uniform", 2, err, sizeof err), 0);
+    const unsigned *targets = ls_lora_pool_slot_targets(c->pool);
+    assert_int_equal(targets[1], 1u << LS_TARGET_Q | 1u << LS_TARGET_EMBED | 1u << LS_TARGET_LM_HEAD);
+    assert_int_equal(targets[2], 0x7fu);
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[1], 4);  // the embedding's rank
+    assert_float_equal(ls_lora_pool_slot_scalings(c->pool)[1], 1.0f, 0);  // folded
+    ls_adapter_t *global = load(c, AD_GLOBAL), *uniform = load(c, AD_R4);
+    assert_float_equal(ls_adapter_global_target(global, LS_TARGET_EMBED)->scaling, 1.0f, 0);
+    assert_float_equal(ls_adapter_global_target(global, LS_TARGET_LM_HEAD)->scaling, 4.0f / 3, 1e-7);
+    check_slot(c, global, 1, true);
+    check_slot(c, uniform, 2, false);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "uniform", 1, err, sizeof err), 0);
+    assert_int_equal(targets[1], 0x7fu);
+    check_slot(c, uniform, 1, false);
+    ls_adapter_destroy(&global);
     ls_adapter_destroy(&uniform);
 }
 
@@ -454,6 +500,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_images_across_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_add_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_layout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slot_layout_global, setup, teardown),
         cmocka_unit_test_setup_teardown(test_assign, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

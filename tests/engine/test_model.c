@@ -55,16 +55,24 @@ typedef struct {
     ls_model_t *m;
 } ctx_t;
 
-static ls_model_t *load_spec(ctx_t *c, const char *sub, const rm_spec_t *sp,
-                             const ls_adapter_t *merge) {
+// The model of sp in c->dir/sub, with adapters merge[0 .. n_merge) merged at weights w
+// (rm_write_model_mix).
+static ls_model_t *load_spec_mix(ctx_t *c, const char *sub, const rm_spec_t *sp,
+                                 const ls_adapter_t *const *merge, const float *w, int n_merge) {
     char d[1024];
     fx_path(d, sizeof d, c->dir, sub);
     mkdir(d, 0700);
-    assert_int_equal(rm_write_model(d, sp, merge), 0);
+    assert_int_equal(rm_write_model_mix(d, sp, merge, w, n_merge), 0);
     ls_model_t *m = ls_model_load(d, c->be, NULL, NULL, NULL, err, sizeof err);
     if (!m)
         fail_msg("load %s: %s", d, err);
     return m;
+}
+
+static ls_model_t *load_spec(ctx_t *c, const char *sub, const rm_spec_t *sp,
+                             const ls_adapter_t *merge) {
+    const float one = 1.0f;
+    return load_spec_mix(c, sub, sp, &merge, &one, merge ? 1 : 0);
 }
 
 static int setup(void **state) {
@@ -242,9 +250,10 @@ static void test_chunked_prefill_and_decode(void **state) {
 
 // --- LoRA -------------------------------------------------------------------------------
 
-// Three adapters of the Llama spec: uniform all-seven rank 8; rank/alpha patterns
-// (per-module scalings, folded into B); rslora on a regex subset.
-#define N_AD 3
+// Four adapters of the Llama spec: uniform all-seven rank 8; rank/alpha patterns
+// (per-module scalings, folded into B); rslora on a regex subset; q, v, the embedding and
+// lm_head with their own ranks and scalings (folded).
+#define N_AD 4
 static const char *AD_CFG[N_AD] = {
     "{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 16, \"target_modules\": "
     "[\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]}",
@@ -254,7 +263,12 @@ static const char *AD_CFG[N_AD] = {
     "\"alpha_pattern\": {\"o_proj\": 3, \"gate_proj\": 40}}",
     "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 8, \"use_rslora\": true, "
     "\"target_modules\": \".*\\\\.layers\\\\.[01]\\\\.(self_attn\\\\.(q_proj|v_proj)|mlp\\\\.down_proj)\"}",
+    "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": "
+    "[\"q_proj\", \"v_proj\", \"embed_tokens\", \"lm_head\"], \"rank_pattern\": {\"embed_tokens\": 6}, "
+    "\"alpha_pattern\": {\"lm_head\": 2}}",
 };
+// The embedding's and lm_head's ranks of adapter a (0: not targeted).
+static const int AD_EMBED_RANK[N_AD] = {0, 0, 0, 6}, AD_HEAD_RANK[N_AD] = {0, 0, 0, 4};
 
 static void ad_ranks(int a, int L, int *ranks) {
     if (a == 0)
@@ -268,42 +282,59 @@ static void ad_ranks(int a, int L, int *ranks) {
     if (a == 2)
         rm_ranks_uniform(ranks, L, 1u << LS_TARGET_Q | 1u << LS_TARGET_V | 1u << LS_TARGET_DOWN,
                          16);
+    if (a == 3)
+        rm_ranks_uniform(ranks, L, 1u << LS_TARGET_Q | 1u << LS_TARGET_V, 4);
 }
 
-static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *cfg, int a,
-                                            ls_dtype_t dtype) {
+// Adapter a of AD_CFG written with weights of seed and loaded.
+static ls_adapter_t *write_and_load_seeded(ctx_t *c, const ls_model_config_t *cfg, int a,
+                                           ls_dtype_t dtype, unsigned seed) {
     char d[1024], name[32];
     int ranks[64 * LS_TARGET_COUNT];
-    snprintf(name, sizeof name, "adapter%d", a);
+    snprintf(name, sizeof name, "adapter%d_%u", a, seed);
     fx_path(d, sizeof d, c->dir, name);
     ad_ranks(a, cfg->num_hidden_layers, ranks);
-    assert_int_equal(rm_write_adapter(d, cfg, AD_CFG[a], ranks, dtype, 100u + (unsigned)a), 0);
+    assert_int_equal(rm_write_adapter_globals(d, cfg, AD_CFG[a], ranks, AD_EMBED_RANK[a],
+                                              AD_HEAD_RANK[a], dtype, seed), 0);
     ls_adapter_t *ad = ls_adapter_load(d, cfg, 16, err, sizeof err);
     if (!ad)
         fail_msg("adapter %d: %s", a, err);
     return ad;
 }
 
+static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *cfg, int a,
+                                            ls_dtype_t dtype) {
+    return write_and_load_seeded(c, cfg, a, dtype, 100u + (unsigned)a);
+}
+
+// Every target enabled: the embedding and lm_head too.
 static ls_lora_pool_t *new_pool(ctx_t *c, const ls_model_config_t *cfg, int slots) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = 16,
-                                };
+                                .target_mask = (1u << LS_TARGET_ALL) - 1};
     ls_lora_pool_t *p = ls_lora_pool_new(c->be, cfg, &pc, err, sizeof err);
     if (!p)
         fail_msg("pool: %s", err);
     return p;
 }
 
+// The merged-weights tests' base: the Llama spec in fp32 (*sp) as c->m in c->dir/sub, and a
+// pool of slots for it.
+static ls_lora_pool_t *merged_base(ctx_t *c, const char *sub, rm_spec_t *sp, int slots) {
+    *sp = SPECS[0];
+    sp->dtype = LS_DTYPE_F32;
+    c->m = load_spec(c, sub, sp, NULL);
+    return new_pool(c, ls_model_config(c->m), slots);
+}
+
 // One mixed step with base + the three adapters == each request on the base model with
 // that adapter merged into the weights (in double).
 static void test_lora_equals_merged(void **state) {
     ctx_t *c = *state;
-    rm_spec_t sp = SPECS[0];
-    sp.dtype = LS_DTYPE_F32;
-    c->m = load_spec(c, "lora_base", &sp, NULL);
+    rm_spec_t sp;
+    ls_lora_pool_t *pool = merged_base(c, "lora_base", &sp, N_AD);
     const ls_model_config_t *cfg = ls_model_config(c->m);
-    ls_lora_pool_t *pool = new_pool(c, cfg, 4);
     ls_adapter_t *ads[N_AD];
-    const char *ids[N_AD + 1] = {NULL, "a0", "a1", "a2"};
+    const char *ids[N_AD + 1] = {NULL, "a0", "a1", "a2", "a3"};
     for (int a = 0; a < N_AD; a++) {
         ads[a] = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16 : LS_DTYPE_F32);
         ls_adapter_t *own = write_and_load_adapter(c, cfg, a, a == 1 ? LS_DTYPE_BF16
@@ -350,6 +381,92 @@ static void test_lora_equals_merged(void **state) {
     ls_lora_pool_destroy(&pool);
 }
 
+// Mixes of adapters with the embedding's and lm_head's LoRA (docs/lora-mixing.md): the
+// passes apply to those targets as to the others, so each row of a mixed step (prefill, then
+// a decode step) == the base model with its mix merged into the weights, Σ_i w_i·s_i·B_i·A_i
+// (in double). e1 and e2 target the embedding, lm_head, q and v; a0 the seven of a layer. The
+// mixes put the embedding and lm_head in pass 0 only, pass 1 only, both, and three passes.
+static void test_mix_embed_head_equals_merged(void **state) {
+    ctx_t *c = *state;
+    enum { N = 3, ROWS = 6, P = 11 };
+    rm_spec_t sp;
+    ls_lora_pool_t *pool = merged_base(c, "mix_base", &sp, N);
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    const char *names[N] = {"e1", "e2", "a0"};
+    const int kind[N] = {3, 3, 0};
+    const unsigned seed[N] = {103, 203, 100};
+    ls_adapter_t *ads[N];
+    for (int a = 0; a < N; a++) {
+        ads[a] = write_and_load_seeded(c, cfg, kind[a], LS_DTYPE_F32, seed[a]);
+        ls_adapter_t *own = write_and_load_seeded(c, cfg, kind[a], LS_DTYPE_F32, seed[a]);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &own, err, sizeof err), 0);
+    }
+    int32_t slot[N];
+    assert_int_equal(slot_plan_map_once(pool, names, N, slot, err, sizeof err), 0);
+    // per row: components (adapter index, weight); 0 of them: the base model
+    static const struct {
+        int n, ad[3];
+        float w[3];
+    } rows[ROWS] = {
+        {0, {0}, {0}},                            // base
+        {1, {0}, {1.0f}},                         // e1 alone, as a one-component mix
+        {2, {0, 2}, {0.6f, 0.3f}},                // embedding, lm_head in pass 0
+        {2, {2, 0}, {0.5f, 1.5f}},                // in pass 1
+        {2, {0, 1}, {0.7f, 0.4f}},                // in both
+        {3, {1, 2, 0}, {1.0f, 0.25f, 0.5f}},      // three passes
+    };
+    ls_model_lora_part_t parts[ROWS][3];
+    int V = sp.vocab;
+    int32_t tok[ROWS][P + 1], tables[ROWS][8];
+    ls_model_seq_t pre[ROWS], dec[ROWS];
+    for (int i = 0; i < ROWS; i++) {
+        for (int k = 0; k < rows[i].n; k++)
+            parts[i][k] = (ls_model_lora_part_t){slot[rows[i].ad[k]], rows[i].w[k]};
+        for (int j = 0; j <= P; j++)
+            tok[i][j] = token_at(120u + (unsigned)i, j, V);
+        table_of(tables[i], 8 * i, 8);
+        pre[i] = seq_of(tok[i], P, 0, tables[i], LS_LORA_SLOT_BASE, true);
+        dec[i] = seq_of(tok[i] + P, 1, P, tables[i], LS_LORA_SLOT_BASE, true);
+        pre[i].mix = dec[i].mix = rows[i].n ? parts[i] : NULL;
+        pre[i].n_mix = dec[i].n_mix = rows[i].n;
+    }
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    float got[2][ROWS * 64], want[2][64];
+    step(c->m, kv, pool, pre, ROWS, got[0]);
+    step(c->m, kv, pool, dec, ROWS, got[1]);
+    double worst = 0, moved = INFINITY;
+    for (int i = 0; i < ROWS; i++) {
+        char sub[32];
+        snprintf(sub, sizeof sub, "mix_merged%d", i);
+        const ls_adapter_t *m_ads[3];
+        for (int k = 0; k < rows[i].n; k++)
+            m_ads[k] = ads[rows[i].ad[k]];
+        ls_model_t *ref = load_spec_mix(c, sub, &sp, m_ads, rows[i].w, rows[i].n);
+        ls_model_seq_t s[2] = {pre[i], dec[i]};
+        s[0].mix = s[1].mix = NULL;
+        s[0].n_mix = s[1].n_mix = 0;
+        step(ref, kv, NULL, &s[0], 1, want[0]);
+        step(ref, kv, NULL, &s[1], 1, want[1]);
+        for (int k = 0; k < 2; k++) {
+            double mag, dd = max_abs_diff(got[k] + (size_t)i * V, want[k], (size_t)V, &mag);
+            double mv = i ? max_abs_diff(got[k] + (size_t)i * V, got[k], (size_t)V, NULL) : 0;
+            print_message("row %d (%d component%s) %s: mix vs merged max|d| %.2e (max|logit| "
+                          "%.2f, the mix moves the logits by up to %.2f)\n", i, rows[i].n,
+                          rows[i].n == 1 ? "" : "s", k ? "decode" : "prefill", dd, mag, mv);
+            worst = fmax(worst, dd);
+            if (i)
+                moved = fmin(moved, mv);
+        }
+        ls_model_destroy(&ref);
+    }
+    assert_true(worst <= TOL_MERGED);
+    assert_true(moved > 0.05);  // every mix does something measurable
+    for (int a = 0; a < N; a++)
+        ls_adapter_destroy(&ads[a]);
+    ls_kv_cache_destroy(&kv);
+    ls_lora_pool_destroy(&pool);
+}
+
 // Requests of a mixed step: history tokens already cached, then the tokens of this step.
 typedef struct {
     int adapter; // -1 base, else 0..N_AD-1
@@ -361,14 +478,15 @@ static void test_mixed_batch_equals_alone(void **state) {
     ctx_t *c = *state;
     c->m = load_spec(c, "mixed", &SPECS[2], NULL); // Qwen3: q/k norm, head_dim != hidden/heads
     const ls_model_config_t *cfg = ls_model_config(c->m);
-    ls_lora_pool_t *pool = new_pool(c, cfg, 3);
-    const char *names[N_AD] = {"a0", "a1", "a2"};
+    ls_lora_pool_t *pool = new_pool(c, cfg, N_AD);
+    const char *names[N_AD] = {"a0", "a1", "a2", "a3"};
     for (int a = 0; a < N_AD; a++) {
         ls_adapter_t *ad = write_and_load_adapter(c, cfg, a, LS_DTYPE_F32);
         assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, err, sizeof err), 0);
     }
     static const req_t reqs[] = {
         {-1, 5, 7}, {0, 0, 9}, {1, 11, 1}, {-1, 3, 1}, {2, 6, 4}, {0, 8, 1}, {1, 0, 1},
+        {3, 0, 6}, {3, 9, 1},  // the embedding's and lm_head's LoRA beside the others'
     };
     enum { R = sizeof reqs / sizeof reqs[0], MAXT = 20 };
     const char *ids[R];
@@ -501,6 +619,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_chunked_prefill_and_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_batch_equals_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mix_embed_head_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_greedy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_errors, setup, teardown),
     };

@@ -369,12 +369,12 @@ static void test_config_rejections(void **state)
                   "alora_invocation_tokens");
     expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\", \"fc1\"]}",
                   NULL, true, 3, "target_modules", "\"fc1\" matches no module", "q_proj");
-    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\", \"lm_head\"]}",
-                  NULL, true, 2, "\"lm_head\"", "not a supported LoRA target");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\", \"norm\"]}",
+                  NULL, true, 3, "\"model.norm\"", "not a supported LoRA target", "embed_tokens, lm_head");
     expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\", \"input_layernorm\"]}",
                   NULL, true, 2, "input_layernorm", "not a supported LoRA target");
-    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \".*(q_proj|embed_tokens)\"}",
-                  NULL, true, 2, "\"model.embed_tokens\"", "not a supported LoRA target");
+    expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \".*(q_proj|rotary_emb)\"}",
+                  NULL, true, 2, "\"model.rotary_emb\"", "not a supported LoRA target");
     expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"^(?!.*vision).*q_proj\"}",
                   NULL, true, 3, "target_modules", "regex", "not supported");
     expect_reject("{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \".*q_proj(\"}",
@@ -406,6 +406,112 @@ static void test_config_rejections(void **state)
     expect_reject(CFG(", \"rank_pattern\": {\"layers.2.self_attn.q_proj\": 64}"), NULL, true, 2,
                   "model.layers.2.self_attn.q_proj", "rank 64");
     expect_reject("not json", NULL, true, 2, "adapter_config.json", "not a valid JSON");
+}
+
+// The embedding and lm_head as PEFT writes them: lora_embedding_A (r, vocab) and
+// lora_embedding_B (hidden, r) without ".weight", lm_head's lora_A/B, the base-layer copies
+// save_embedding_layers adds (shape-checked, not read), rank/alpha patterns by module name;
+// "all-linear" selects neither; bad shapes, a resized vocabulary, a missing half, the Linear
+// names on the embedding and trained weights are refused.
+typedef struct {
+    const char *name;
+    int64_t shape[2];
+} glob_tensor_t;
+
+static void write_globals(const char *dir, const char *config, const glob_tensor_t *g, int n)
+{
+    fx_write_str(dir, "adapter_config.json", config);
+    ls_st_write_tensor_t t[8];
+    float *bufs[8];
+    for (int i = 0; i < n; i++) {
+        size_t ne = (size_t)(g[i].shape[0] * g[i].shape[1]);
+        bufs[i] = malloc(ne * sizeof(float));
+        for (size_t k = 0; k < ne; k++)
+            bufs[i][k] = fx_value(700u + (unsigned)i, k);
+        t[i] = (ls_st_write_tensor_t){.name = g[i].name, .dtype = LS_DTYPE_F32, .ndim = 2,
+                                      .shape = {g[i].shape[0], g[i].shape[1]}, .data = bufs[i]};
+    }
+    char p[4096];
+    assert_int_equal(ls_st_write(fx_path(p, sizeof p, dir, "adapter_model.safetensors"), t,
+                                 (size_t)n, errbuf, sizeof errbuf), 0);
+    for (int i = 0; i < n; i++)
+        free(bufs[i]);
+}
+
+#define EMB "base_model.model.model.embed_tokens."
+#define HEAD "base_model.model.lm_head."
+#define GCFG "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, \"target_modules\": " \
+             "[\"embed_tokens\", \"lm_head\"], \"rank_pattern\": {\"embed_tokens\": 2}, " \
+             "\"alpha_pattern\": {\"lm_head\": 2}}"
+
+static void test_embed_and_lm_head(void **state)
+{
+    (void)state;
+    char *dir = fx_tmpdir();
+    glob_tensor_t g[] = {
+        {EMB "lora_embedding_A", {2, 32}},   {EMB "lora_embedding_B", {16, 2}},
+        {HEAD "lora_A.weight", {4, 16}},     {HEAD "lora_B.weight", {32, 4}},
+        {EMB "base_layer.weight", {32, 16}}, {HEAD "base_layer.weight", {32, 16}},
+    };
+    write_globals(dir, GCFG, g, 6);
+    ls_adapter_t *ad = load_ok(dir, 16);
+    ls_adapter_info_t info = ls_adapter_info(ad);
+    assert_int_equal(info.target_mask, 1u << LS_TARGET_EMBED | 1u << LS_TARGET_LM_HEAD);
+    assert_int_equal(info.num_modules, 2);
+    assert_int_equal(info.max_rank, 4);
+    const ls_lora_weights_t *e = ls_adapter_global_target(ad, LS_TARGET_EMBED);
+    const ls_lora_weights_t *h = ls_adapter_global_target(ad, LS_TARGET_LM_HEAD);
+    assert_int_equal(e->rank, 2);
+    assert_float_equal(e->scaling, 4.0f, 0);  // 8 / 2
+    assert_int_equal(h->rank, 4);
+    assert_float_equal(h->scaling, 0.5f, 0);  // 2 / 4
+    assert_true(e->A[31] == fx_value(700u, 31) && e->B[31] == fx_value(701u, 31));
+    assert_true(h->A[63] == fx_value(702u, 63) && h->B[127] == fx_value(703u, 127));
+    assert_int_equal(ls_adapter_bytes(ad), (2 * 32 + 16 * 2 + 4 * 16 + 32 * 4) * 4);
+    assert_int_equal(ls_adapter_layer_target(ad, 0, LS_TARGET_Q)->rank, 0);
+    ls_adapter_destroy(&ad);
+    // an adapter-name infix, as for the layers' targets
+    glob_tensor_t infix[] = {{EMB "lora_embedding_A.default", {2, 32}},
+                             {EMB "lora_embedding_B.default", {16, 2}},
+                             {HEAD "lora_A.default.weight", {4, 16}},
+                             {HEAD "lora_B.default.weight", {32, 4}}};
+    write_globals(dir, GCFG, infix, 4);
+    ad = load_ok(dir, 16);
+    ls_adapter_destroy(&ad);
+    // all-linear: the layers' projections, neither the embedding nor lm_head
+    fx_write_str(dir, "adapter_config.json",
+                 "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": \"all-linear\"}");
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, &info, errbuf, sizeof errbuf), 0);
+    assert_int_equal(info.target_mask, 0x7fu);
+
+    glob_tensor_t bad[6];
+    memcpy(bad, g, sizeof bad);
+    bad[0].shape[1] = 33;  // the embedding's A over a vocabulary of 33
+    write_globals(dir, GCFG, bad, 6);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    print_message("refused: %s\n", errbuf);
+    assert_contains(errbuf, "lora_embedding_A");
+    assert_contains(errbuf, "embed_tokens dims 32 -> 16");
+    memcpy(bad, g, sizeof bad);
+    bad[5].shape[0] = 40;  // a resized vocabulary: added tokens
+    write_globals(dir, GCFG, bad, 6);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    print_message("refused: %s\n", errbuf);
+    assert_contains(errbuf, "lm_head.base_layer.weight");
+    assert_contains(errbuf, "resized vocabulary");
+    write_globals(dir, GCFG, g + 1, 3);  // no lora_embedding_A
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "\"model.embed_tokens\" is selected by target_modules but its "
+                            "lora_embedding_A weight is missing");
+    glob_tensor_t linear[] = {{EMB "lora_A.weight", {2, 32}}};
+    write_globals(dir, GCFG, linear, 1);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "not supported; LoRA on them is");
+    glob_tensor_t trained[] = {{EMB "weight", {32, 16}}};
+    write_globals(dir, GCFG, trained, 1);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "trained embed_tokens/lm_head weights");
+    fx_rmdir(&dir);
 }
 
 static void test_file_rejections(void **state)
@@ -455,11 +561,11 @@ static void test_tensor_rejections(void **state)
     const char *A0 = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight";
 
     a.extra_name = "base_model.model.model.embed_tokens.lora_embedding_A";
-    expect_reject(CFG(""), &a, false, 3, "adapter_model.safetensors", a.extra_name, "embedding");
+    expect_reject(CFG(""), &a, false, 3, "adapter_model.safetensors", a.extra_name, "does not select");
     a.extra_name = "base_model.model.lm_head.weight";
     expect_reject(CFG(""), &a, false, 2, a.extra_name, "embed_tokens/lm_head");
     a.extra_name = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
-    expect_reject(CFG(""), &a, false, 2, a.extra_name, "not supported");
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "trainable tokens");
     a.extra_name = "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector";
     expect_reject(CFG(""), &a, false, 2, a.extra_name, "DoRA");
     a.extra_name = "base_model.model.model.layers.0.mlp.fc1.lora_A.weight";
@@ -592,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_regex_targets),
         cmocka_unit_test(test_patterns_and_rslora),
         cmocka_unit_test(test_config_rejections),
+        cmocka_unit_test(test_embed_and_lm_head),
         cmocka_unit_test(test_file_rejections),
         cmocka_unit_test(test_tensor_rejections),
         cmocka_unit_test(test_hostile_files),

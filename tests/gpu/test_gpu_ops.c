@@ -38,7 +38,7 @@ static ls_backend_t *s_cpu, *s_gpu;
 // -- results --------------------------------------------------------------------------------
 
 typedef struct {
-    char name[96];
+    char name[128];
     size_t n;
     double nmse, tol, maxabs, tol_abs;
     long untouched_bad, nan_bad;
@@ -200,8 +200,10 @@ enum { MAXT = 512, MAXS = 64, MAXTAB = 64 * 64, MAXSEG = 64, MAXSLOT = 64 };
 typedef struct {
     int T, S, max_blocks, max_ctx, n_logit, has_lora, n_segs, n_slots, has_perm;
     int32_t ids[MAXT], pos[MAXT], slot[MAXT], q_indptr[MAXS + 1], ctx[MAXS], tables[MAXTAB],
-        logit_rows[MAXT], seg_indptr[MAXSEG + 1], wi[MAXSEG], perm[MAXT], ranks[MAXSLOT];
-    float scal[MAXSLOT];
+        logit_rows[MAXT], logit_slots[2 * MAXT], seg_indptr[MAXSEG + 1], wi[MAXSEG],
+        perm[MAXT], ranks[MAXSLOT];
+    int has_logit_slots;
+    float scal[MAXSLOT], logit_scales[2 * MAXT];
     // a second LoRA pass (a mix's second components), and per-segment weights of both
     int n_passes, n_segs2, has_segw;
     int32_t seg_indptr2[MAXSEG + 1], wi2[MAXSEG], perm2[MAXT];
@@ -244,7 +246,9 @@ static void s_step_begin(s_stepd_t *d) {
                           .lora = d->has_lora ? d->lora : NULL,
                           .n_lora_passes = d->has_lora ? (d->n_passes > 1 ? 2 : 1) : 0,
                           .n_logit_rows = d->n_logit,
-                          .logit_rows = d->logit_rows};
+                          .logit_rows = d->logit_rows,
+                          .logit_slots = d->has_logit_slots ? d->logit_slots : NULL,
+                          .logit_scales = d->has_logit_slots ? d->logit_scales : NULL};
     if (s_cpu->step_begin(s_cpu, &d->step) || s_gpu->step_begin(s_gpu, &d->step)) {
         fprintf(stderr, "step_begin failed\n");
         exit(2);
@@ -723,6 +727,8 @@ static void s_fused_both(s_pb_t *y, const float *y0, s_pb_t *x, s_pb_t *tmp, con
     }
 }
 
+enum { SLOTS = 33 };
+
 // The step's second LoRA pass, as a mix of two adapters makes it (docs/lora-mixing.md): the
 // rows of every other segment of pass 0 again, each under another slot, and random weights
 // on the segments of both passes.
@@ -744,42 +750,109 @@ static void s_mix_pass(t_rng_t *r, s_stepd_t *d, const int32_t *rows) {
     }
 }
 
-// The LoRA ops over layout lay, on both backends; mix: with a second pass (s_mix_pass) and
-// per-segment weights, every op run over both passes as engine/model.c runs a step with mixes.
-static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
-                      int in, int r_max, ls_dtype_t pdt, int mix) {
-    enum { SLOTS = 33 };
-    static s_stepd_t d;
-    s_step_simple(&d, lay->T);
-    d.has_lora = 1;
-    d.n_segs = lay->n_segs;
-    d.n_slots = SLOTS;
+// The LoRA batch of layout lay in d (not yet begun): SLOTS slots of ranks 8..64 (at most
+// r_max; slot 0 rank 0), random scalings; mix: a second pass and per-segment weights
+// (s_mix_pass); rows (lay->T) the segment positions' rows; touched (lay->T) marks the rows
+// a rank > 0 segment of either pass covers. Returns the step's passes.
+static int s_lora_step(t_rng_t *r, const s_layout_t *lay, int r_max, int mix, s_stepd_t *d,
+                       int32_t *rows, int32_t *touched) {
+    s_step_simple(d, lay->T);
+    d->has_lora = 1;
+    d->n_segs = lay->n_segs;
+    d->n_slots = SLOTS;
     static const int rank_list[4] = {8, 16, 32, 64};
-    d.ranks[0] = 0;
-    d.scal[0] = 0.0f;
+    d->ranks[0] = 0;
+    d->scal[0] = 0.0f;
     for (int s = 1; s < SLOTS; s++) {
         int rk = rank_list[(s - 1) % 4];
-        d.ranks[s] = rk < r_max ? rk : r_max;
-        d.scal[s] = t_rng_float(r, 0.25f, 2.0f);
+        d->ranks[s] = rk < r_max ? rk : r_max;
+        d->scal[s] = t_rng_float(r, 0.25f, 2.0f);
     }
     int covered = 0;
     for (int s = 0; s < lay->n_segs; s++) {
-        d.seg_indptr[s] = covered;
+        d->seg_indptr[s] = covered;
         covered += lay->sizes[s];
-        d.wi[s] = lay->slots[s];
+        d->wi[s] = lay->slots[s];
     }
-    d.seg_indptr[lay->n_segs] = covered;
-    int32_t rows[MAXT];
+    d->seg_indptr[lay->n_segs] = covered;
     for (int t = 0; t < lay->T; t++)
         rows[t] = t;
     if (lay->perm) {
         t_shuffle(r, rows, lay->T);
-        memcpy(d.perm, rows, sizeof(int32_t) * covered);
-        d.has_perm = 1;
+        memcpy(d->perm, rows, sizeof(int32_t) * covered);
+        d->has_perm = 1;
     }
     if (mix)
-        s_mix_pass(r, &d, rows);
-    int P = mix ? 2 : 1;
+        s_mix_pass(r, d, rows);
+    memset(touched, 0, sizeof(int32_t) * lay->T);
+    for (int s = 0; s < lay->n_segs; s++)
+        if (d->ranks[lay->slots[s]] > 0)
+            for (int p = d->seg_indptr[s]; p < d->seg_indptr[s + 1]; p++)
+                touched[rows[p]] = 1;
+    for (int s = 0; mix && s < d->n_segs2; s++) // second-pass slots all have rank > 0
+        for (int p = d->seg_indptr2[s]; p < d->seg_indptr2[s + 1]; p++)
+            touched[d->perm2[p]] = 1;
+    return mix ? 2 : 1;
+}
+
+// A pool (SLOTS, n_slices*r_max, in) or (SLOTS, out, r_max) of U(-0.1, 0.1), NaN past each
+// slot's rank: reading one would show. b: the B layout (rank along the rows' last axis).
+static float *s_lora_pool_new(t_rng_t *r, const s_stepd_t *d, int b, int n_slices, int r_max,
+                              int width) {
+    size_t n = (size_t)SLOTS * n_slices * r_max * width;
+    float *h = s_fill_new(r, n, -0.1f, 0.1f);
+    for (int s = 0; s < SLOTS; s++)
+        for (size_t e = 0; e < (size_t)n_slices * r_max * width; e++) {
+            int j = b ? (int)(e % (size_t)r_max) : (int)(e / (size_t)width % (size_t)r_max);
+            if (j >= d->ranks[s])
+                h[(size_t)s * n_slices * r_max * width + e] = NAN;
+        }
+    return h;
+}
+
+// A LoRA op's buffers on both backends: pools a (na) and b (nb) in pdt, x (nx; none when
+// 0), tmp (nt, its first nt_set elements from tmp0), y (ny, from y0).
+typedef struct {
+    s_pb_t a, b, x, tmp, y;
+} s_lora_bufs_t;
+
+static s_lora_bufs_t s_lora_bufs_new(ls_dtype_t pdt, const float *ha, size_t na, const float *hb,
+                                     size_t nb, const float *hx, size_t nx, const float *tmp0,
+                                     size_t nt, size_t nt_set, const float *y0, size_t ny) {
+    s_lora_bufs_t u = {s_pb_new(pdt, na), s_pb_new(pdt, nb), {0}, s_pb_new(LS_DTYPE_F32, nt),
+                       s_pb_new(LS_DTYPE_F32, ny)};
+    s_pb_set(&u.a, 0, ha, na);
+    s_pb_set(&u.b, 0, hb, nb);
+    if (nx) {
+        u.x = s_pb_new(LS_DTYPE_F32, nx);
+        s_pb_set(&u.x, 0, hx, nx);
+    }
+    s_pb_set(&u.tmp, 0, tmp0, nt_set);
+    s_pb_set(&u.y, 0, y0, ny);
+    return u;
+}
+
+static void s_lora_bufs_free(s_lora_bufs_t *u) {
+    s_pb_free(&u->a), s_pb_free(&u->b), s_pb_free(&u->tmp), s_pb_free(&u->y);
+    if (u->x.c)
+        s_pb_free(&u->x);
+}
+
+// c and g (n) become what the op added to y0 (NaN stays NaN: an untouched poisoned element)
+static void s_deltas(float *c, float *g, const float *y0, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - y0[i]);
+        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - y0[i]);
+    }
+}
+
+// The LoRA ops over layout lay, on both backends; mix: with a second pass (s_mix_pass) and
+// per-segment weights, every op run over both passes as engine/model.c runs a step with mixes.
+static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
+                      int in, int r_max, ls_dtype_t pdt, int mix) {
+    static s_stepd_t d;
+    int32_t rows[MAXT], touched[MAXT];
+    int P = s_lora_step(r, lay, r_max, mix, &d, rows, touched);
     s_step_begin(&d);
 
     int ld = n_slices * r_max, off[4] = {0};
@@ -787,26 +860,9 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
         off[k + 1] = off[k] + sizes[k];
     int out_total = off[n_slices], T = lay->T;
     size_t na = (size_t)SLOTS * ld * in, nb = (size_t)SLOTS * out_total * r_max;
-    float *ha = s_fill_new(r, na, -0.1f, 0.1f), *hb = s_fill_new(r, nb, -0.1f, 0.1f);
-    // pool entries past each slot's rank are NaN: reading one would show
-    for (int s = 0; s < SLOTS; s++) {
-        for (int k = 0; k < n_slices; k++)
-            for (int j = d.ranks[s]; j < r_max; j++)
-                for (int i = 0; i < in; i++)
-                    ha[(((size_t)s * ld) + (size_t)k * r_max + j) * in + i] = NAN;
-        for (int o = 0; o < out_total; o++)
-            for (int j = d.ranks[s]; j < r_max; j++)
-                hb[((size_t)s * out_total + o) * r_max + j] = NAN;
-    }
+    float *ha = s_lora_pool_new(r, &d, 0, n_slices, r_max, in);
+    float *hb = s_lora_pool_new(r, &d, 1, 1, r_max, out_total);
     // rows that rank>0 segments cover get random y; the others are poison that must stay
-    int32_t touched[MAXT] = {0};
-    for (int s = 0; s < lay->n_segs; s++)
-        if (d.ranks[lay->slots[s]] > 0)
-            for (int p = d.seg_indptr[s]; p < d.seg_indptr[s + 1]; p++)
-                touched[rows[p]] = 1;
-    for (int s = 0; mix && s < d.n_segs2; s++) // second-pass slots all have rank > 0
-        for (int p = d.seg_indptr2[s]; p < d.seg_indptr2[s + 1]; p++)
-            touched[d.perm2[p]] = 1;
     size_t nx = (size_t)T * in, nt = (size_t)T * ld, ny = (size_t)T * out_total;
     // tmp: lora_fused's scratch is LS_LORA_FUSED_PARTS arrays; shrink uses the first
     size_t ntf = nt * LS_LORA_FUSED_PARTS;
@@ -814,13 +870,8 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     for (int t = 0; t < T; t++)
         if (touched[t])
             t_fill(r, hy + (size_t)t * out_total, out_total, -1, 1);
-    s_pb_t a = s_pb_new(pdt, na), b = s_pb_new(pdt, nb), x = s_pb_new(LS_DTYPE_F32, nx),
-           tmp = s_pb_new(LS_DTYPE_F32, ntf), y = s_pb_new(LS_DTYPE_F32, ny);
-    s_pb_set(&a, 0, ha, na);
-    s_pb_set(&b, 0, hb, nb);
-    s_pb_set(&x, 0, hx, nx);
-    s_pb_set(&tmp, 0, tpois, nt);
-    s_pb_set(&y, 0, hy, ny);
+    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, hx, nx, tpois, ntf, nt, hy, ny);
+    s_pb_t a = u.a, b = u.b, x = u.x, tmp = u.tmp, y = u.y;
     // shrink then expand, pass after pass (tmp compared after the last pass's shrink: what
     // it wrote over the first's, the first's elsewhere)
     float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
@@ -843,20 +894,14 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
                            k);
     }
     s_pb_get(&y, 0, ny, c, g);
-    for (size_t i = 0; i < ny; i++) { // compare the LoRA deltas
-        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
-        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
-    }
+    s_deltas(c, g, hy, ny); // compare the LoRA deltas
     snprintf(name, sizeof name, "lora expand %s%s, out=%d", lay->name, mixed, out_total);
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // the fused op from the same poisoned start: y deltas equal, untouched rows still NaN
     // (tmp is the op's scratch: unspecified afterwards, not compared)
     s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1, P);
     s_pb_get(&y, 0, ny, c, g);
-    for (size_t i = 0; i < ny; i++) {
-        c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
-        g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
-    }
+    s_deltas(c, g, hy, ny);
     snprintf(name, sizeof name, "lora fused %s%s, %d slice%s in=%d r_max=%d %s", lay->name,
              mixed, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
@@ -878,7 +923,101 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
              "without an adapter", lay->name, mixed, unwritten, nonzero_untouched);
     s_check_true(name, unwritten == 0 && nonzero_untouched == 0);
     free(ynan);
-    s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
+    s_lora_bufs_free(&u);
+    free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
+}
+
+// The embedding's LoRA: the gather shrink at the step's token ids (exact: a copy of A's
+// elements), then the usual expand with one slice of H outputs, from poisoned tmp and y;
+// mix: over both passes of s_mix_pass, the tiles' scales carrying the segments' weights.
+static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H, int r_max,
+                            ls_dtype_t pdt, int mix) {
+    static s_stepd_t d;
+    int32_t rows[MAXT], touched[MAXT];
+    int P = s_lora_step(r, lay, r_max, mix, &d, rows, touched);
+    for (int t = 0; t < lay->T; t++)
+        d.ids[t] = t_rng_int(r, vocab);
+    d.ids[0] = vocab - 1;  // the last column
+    s_step_begin(&d);
+    int T = lay->T, off[2] = {0, H};
+    size_t na = (size_t)SLOTS * r_max * vocab, nb = (size_t)SLOTS * H * r_max;
+    size_t nt = (size_t)T * r_max, ny = (size_t)T * H;
+    float *ha = s_lora_pool_new(r, &d, 0, 1, r_max, vocab), *hb = s_lora_pool_new(r, &d, 1, 1, r_max, H);
+    float *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
+    for (int t = 0; t < T; t++)
+        if (touched[t])
+            t_fill(r, hy + (size_t)t * H, H, -1, 1);
+    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, NULL, 0, tpois, nt, nt, hy, ny);
+    s_pb_t a = u.a, b = u.b, tmp = u.tmp, y = u.y;
+    float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
+    char name[128];
+    const char *mixed = mix ? " + mix pass, weights" : "";
+    for (int k = 0; k < P; k++) {
+        s_cpu->lora_embed_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&a, 0), vocab, r_max, k);
+        s_gpu->lora_embed_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&a, 0), vocab, r_max, k);
+        if (k == P - 1) { // as test_lora: the last pass's rows over the first's
+            s_pb_get(&tmp, 0, nt, c, g);
+            snprintf(name, sizeof name, "lora embed shrink %s%s, vocab=%d r_max=%d %s",
+                     lay->name, mixed, vocab, r_max, s_dtn(pdt));
+            s_check(name, g, c, nt, 0, 0);
+        }
+        s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, 1, r_max, k);
+        s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, 1, r_max, k);
+    }
+    s_pb_get(&y, 0, ny, c, g);
+    s_deltas(c, g, hy, ny);
+    snprintf(name, sizeof name, "lora embed expand %s%s, hidden=%d", lay->name, mixed, H);
+    s_check(name, g, c, ny, 1e-10, 1e-4);
+    s_lora_bufs_free(&u);
+    free(ha), free(hb), free(tpois), free(hy), free(c), free(g);
+}
+
+// lm_head's LoRA on R logit rows, each with its own slot (slot 0, rank 0, on some: those
+// rows stay poisoned) and factor, y (R, out) vocabulary-wide; mix: a second pass whose rows
+// get other slots (slot 0 on some) and every factor a weight besides the slot's scaling.
+static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dtype_t pdt,
+                           int mix) {
+    static s_stepd_t d;
+    static const s_layout_t one = {"rows", 1, 1, {1}, {1}, 0};
+    int32_t rows[MAXT], touched[MAXT];
+    int P = s_lora_step(r, &one, r_max, mix, &d, rows, touched);
+    int used = 5;  // slots 0..4: ranks 0, 8, 16, 32, 64 (capped at r_max)
+    for (int k = 0; k < P; k++)
+        for (int i = 0; i < R; i++) {
+            int w = k == 0 && i < used ? i : t_rng_int(r, used);
+            d.logit_slots[k * R + i] = w;
+            d.logit_scales[k * R + i] = d.scal[w] * (mix ? t_rng_float(r, 0.05f, 1.5f) : 1.0f);
+        }
+    d.n_logit = R;
+    d.has_logit_slots = 1;
+    s_step_begin(&d);
+    size_t na = (size_t)SLOTS * r_max * in, nb = (size_t)SLOTS * out * r_max;
+    size_t nx = (size_t)R * in, nt = (size_t)R * r_max, ny = (size_t)R * out;
+    float *ha = s_lora_pool_new(r, &d, 0, 1, r_max, in), *hb = s_lora_pool_new(r, &d, 1, 1, r_max, out);
+    float *hx = s_fill_new(r, nx, -1, 1), *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
+    for (int i = 0; i < R; i++) {
+        int any = 0;
+        for (int k = 0; k < P; k++)
+            any = any || d.ranks[d.logit_slots[k * R + i]];
+        if (any)
+            t_fill(r, hy + (size_t)i * out, out, -1, 1);
+    }
+    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, hx, nx, tpois, nt, nt, hy, ny);
+    s_pb_t a = u.a, b = u.b, x = u.x, tmp = u.tmp, y = u.y;
+    for (int k = 0; k < P; k++) {
+        s_cpu->lora_rows(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0),
+                         s_vc(&b, 0), in, out, r_max, k);
+        s_gpu->lora_rows(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0),
+                         s_vg(&b, 0), in, out, r_max, k);
+    }
+    float *c = t_alloc(ny * 4), *g = t_alloc(ny * 4);
+    s_pb_get(&y, 0, ny, c, g);
+    s_deltas(c, g, hy, ny);
+    char name[128];
+    snprintf(name, sizeof name, "lora rows (lm_head)%s R=%d in=%d out=%d r_max=%d %s",
+             mix ? " + mix pass, weights" : "", R, in, out, r_max, s_dtn(pdt));
+    s_check(name, g, c, ny, 1e-10, 1e-4);
+    s_lora_bufs_free(&u);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }
 
@@ -1358,6 +1497,21 @@ int main(int argc, char **argv) {
     test_lora(&r, &s_layouts[1], 3, szq, 4096, 16, LS_DTYPE_BF16, 1);
     test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 1);
     test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1);
+    // the embedding's LoRA (a gather, then the expand) and lm_head's on the logit rows, alone
+    // and in mixes (a second pass, the tiles' scales with the weights)
+    test_lora_embed(&r, &s_layouts[0], 1000, 512, 16, LS_DTYPE_BF16, 0);
+    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 0);
+    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32, 0);
+    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 0);
+    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 1);
+    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32, 1);
+    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 1);
+    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 0);
+    test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16, 0);
+    test_lora_rows(&r, 3, 100, 1001, 12, LS_DTYPE_F32, 0);
+    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 0);
+    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 1);
+    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 1);
 
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);
