@@ -84,14 +84,15 @@ static void s_fixture_free(fixture_t *f) {
     ls_model_destroy(&f->m);
 }
 
-static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, const cJSON *ref, const row_t *rows,
+static int s_fixture_load(fixture_t *f, ls_backend_t *be, ls_quant_t quant, const char *root, const cJSON *ref,
+                          const row_t *rows,
                           int R, char *err, size_t errlen) {
     char path[2048];
     const cJSON *jads = cJSON_GetObjectItemCaseSensitive(ref, "adapters");
     int max_rank = (int)cJSON_GetObjectItemCaseSensitive(ref, "max_lora_rank")->valuedouble;
     int n_ads = cJSON_GetArraySize(jads);
     snprintf(path, sizeof path, "%s/model", root);
-    if (!(f->m = ls_model_load(path, be, NULL, NULL, NULL, err, errlen)))
+    if (!(f->m = ls_model_load(path, be, NULL, quant, NULL, NULL, err, errlen)))
         return -1;
     const ls_model_config_t *cfg = ls_model_config(f->m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = max_rank};
@@ -137,8 +138,8 @@ static double s_max_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min, ec_parity_t *out,
-              char *err, size_t errlen) {
+int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min,
+              ec_parity_t *out, char *err, size_t errlen) {
     char root[1024], path[2048];
     memset(out, 0, sizeof *out);
     snprintf(root, sizeof root, "%s/%s", fixtures_dir, arch);
@@ -171,7 +172,7 @@ int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, doub
         for (int t = 0; t < rows[i].n_new; t++)
             rows[i].gaps[t] = cJSON_GetArrayItem(g, t)->valuedouble;
     }
-    if (s_fixture_load(f, be, root, ref, rows, R, err, errlen) < 0)
+    if (s_fixture_load(f, be, quant, root, ref, rows, R, err, errlen) < 0)
         goto done;
     int V = ls_model_config(f->m)->vocab_size, bpr = MAX_LEN / BS;
     out->rows = R;
@@ -257,6 +258,7 @@ int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, doub
                     same, got[i][same], rows[i].greedy[same], rows[i].gaps[same]);
         }
         out->greedy_compared += upto;
+        out->greedy_agreed += same;
         out->greedy_total += rows[i].n_new;
     }
     rc = 0;
@@ -384,7 +386,8 @@ done:
     return rc;
 }
 
-int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out, char *err, size_t errlen) {
+int ec_demo(ls_backend_t *be, ls_quant_t quant, const char *demo_dir, int n_slots, ec_demo_t *out, char *err,
+            size_t errlen) {
     static req_t reqs[D_MAX_REQS], order[D_MAX_REQS];
     memset(out, 0, sizeof *out);
     char path[1024];
@@ -399,7 +402,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     int rc = -1, n = s_demo_requests(root, reqs, err, errlen);
     if (n < 5 * 32)
         goto done;
-    if (!(model = ls_model_load(demo_dir, be, NULL, NULL, NULL, err, errlen)) ||
+    if (!(model = ls_model_load(demo_dir, be, NULL, quant, NULL, NULL, err, errlen)) ||
         !(kv = ls_kv_cache_new(model, 1200, D_BLOCK, err, errlen)))
         goto done;
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_slots, .max_lora_rank = 16};

@@ -135,7 +135,7 @@ static void s_parity(const char *arch, double *worst_out) {
     if (ls_model_config_load(path, &cfg, err, sizeof err) < 0)
         s_die(path, err);
     double tol = s_tol(cfg.torch_dtype), gap_min = 2 * tol > 1e-3 ? 2 * tol : 1e-3;
-    if (ec_parity(be, s_fixtures(), arch, gap_min, &r, err, sizeof err) < 0)
+    if (ec_parity(be, LS_QUANT_NONE, s_fixtures(), arch, gap_min, &r, err, sizeof err) < 0)
         s_die(arch, err);
     s_check(r.last_max <= tol, "%s (%s weights): mixed batch of %d rows, last logits: max|Δ| %.3e, rms %.2e, logits "
             "up to %.2f (bound %.0e)", arch, ls_dtype_name(cfg.torch_dtype), r.rows, r.last_max, r.last_rms,
@@ -152,7 +152,7 @@ static void s_demo(int n_slots) {
     ec_demo_t r;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (ec_demo(be, s_demo_dir(), n_slots, &r, err, sizeof err) < 0)
+    if (ec_demo(be, LS_QUANT_NONE, s_demo_dir(), n_slots, &r, err, sizeof err) < 0)
         s_die("demo", err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     s_check(r.mismatches == 0 && (n_slots >= 4 || r.pool.slot_evictions > 0),
@@ -176,7 +176,7 @@ static void s_dummy(void) {
     float *lg[2];
     int V = 1000;
     for (int b = 0; b < 2; b++) {
-        ls_model_t *m = ls_model_load_dummy(cfg_json, be[b], NULL, 7, NULL, NULL, err, sizeof err);
+        ls_model_t *m = ls_model_load_dummy(cfg_json, be[b], NULL, LS_QUANT_NONE, 7, NULL, NULL, err, sizeof err);
         if (!m)
             s_die("dummy model", err);
         ls_kv_cache_t *kv = ls_kv_cache_new(m, 64, 16, err, sizeof err);
@@ -267,7 +267,7 @@ static void s_async_setup(s_async_t *a, ls_backend_t *be, char **dir) {
         "\"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000, "
         "\"torch_dtype\": \"bfloat16\", \"hidden_act\": \"silu\"}";
     *a = (s_async_t){.V = 1000};
-    if (!(a->m = ls_model_load_dummy(cfg_json, be, NULL, 11, NULL, NULL, err, sizeof err)))
+    if (!(a->m = ls_model_load_dummy(cfg_json, be, NULL, LS_QUANT_NONE, 11, NULL, NULL, err, sizeof err)))
         s_die("async model", err);
     const ls_model_config_t *cfg = ls_model_config(a->m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 16};

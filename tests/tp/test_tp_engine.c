@@ -301,7 +301,7 @@ static void s_group_load_rank(void *arg, int r) {
     if (g->size > 1 && !(g->comm[r] = s_join(&g->id, r, g->be[r], TIMEOUT_MS, err, errlen)))
         return;
     snprintf(path, sizeof path, "%s/model", g->root);
-    if (!(g->m[r] = ls_model_load(path, g->be[r], g->comm[r], NULL, NULL, err, errlen)))
+    if (!(g->m[r] = ls_model_load(path, g->be[r], g->comm[r], LS_QUANT_NONE, NULL, NULL, err, errlen)))
         return;
     const ls_model_config_t *cfg = ls_model_config(g->m[r]);
     int n_ads = cJSON_GetArraySize(g->adapters);
