@@ -9,6 +9,13 @@
     matmul serves each and the multi-slice LoRA expand adds straight into the stacked
     output. Tied embeddings use the embedding table as lm_head.
 
+    FP8 (quant LS_QUANT_FP8, or an FP8 checkpoint: model_config.h): the seven projections
+    are held as E4M3 codes with one fp32 scale per output row (kernels/ops.h), quantized
+    at load from whole rows (a tensor-parallel rank keeps its window of codes and each row's
+    scale), or read as stored with their per-row or per-tensor scales (block scales are
+    requantized per row); the forward runs them through matmul_fp8 (W8A8: activations
+    quantized per token). Everything else keeps its dtype. docs/engine.md says more.
+
     Architectures: Llama (rope_theta, llama3/linear rope_scaling), Qwen2 (qkv bias), Qwen3
     (per-head q/k RMSNorm before RoPE, explicit head_dim), Mistral. GQA throughout.
     Mistral's sliding_window is not implemented as a windowed attention: when it is set
