@@ -428,7 +428,7 @@ typedef struct {
     size_t r;           // first row of the chunk, in the window
     uint8_t *codes;     // (rows of the chunk, w->nc)
     float *scales;      // (w->nr) the window's row scales
-    int failed;         // 1: a value not finite, 2: out of memory (any thread)
+    int failed;         // 1: a value not finite, 2: out of memory (any thread; atomic)
 } s_fp8_chunk_t;
 
 // Row i of the chunk: codes and scale of the window's columns. Quantized rows are
@@ -447,12 +447,12 @@ static void s_fp8_chunk_row(void *arg, size_t i) {
     }
     float *row = malloc(w->ld * (sizeof(float) + 1));
     if (!row) {
-        ch->failed = 2;
+        __atomic_store_n(&ch->failed, 2, __ATOMIC_RELAXED);
         return;
     }
     uint8_t *q = (uint8_t *)(row + w->ld);
     if (s_fp8_row_f32(src, r, w->ld, row) != 0)
-        ch->failed = 1;
+        __atomic_store_n(&ch->failed, 1, __ATOMIC_RELAXED);
     else {
         ls_fp8_quantize_rows(q, &ch->scales[wr], row, 1, (int)w->ld);
         memcpy(dst, q + w->c0, w->nc);
