@@ -274,7 +274,7 @@ static int32_t *s_prompt_tokens(int n, int vocab) {
 static ls_model_seq_t s_prompt_row(const int32_t *tok, int start, int n, int prompt,
                                    const int32_t *table, int n_blocks) {
     return (ls_model_seq_t){tok + start, n, start, table, n_blocks, LS_LORA_SLOT_BASE,
-                            start + n == prompt};
+                            start + n == prompt, NULL, 0};
 }
 
 static void s_prefill_point(s_bench_t *b, int prompt) {

@@ -58,7 +58,7 @@ static void s_run(const s_bench_t *b, int n_seqs, int prompt, int decode, bool l
     for (int s = 0; s < n_seqs; s++)
         seqs[s] = (ls_model_seq_t){tok + (size_t)s * (prompt + decode), prompt, 0,
                                    tables + (size_t)s * per_seq, per_seq,
-                                   lora ? b->slots[s] : LS_LORA_SLOT_BASE, true};
+                                   lora ? b->slots[s] : LS_LORA_SLOT_BASE, true, NULL, 0};
     double t0 = bench_now();
     if (ls_model_forward(b->m, kv, b->pool, seqs, n_seqs, err, sizeof err) < 0)
         bench_die("bench_cpu", "prefill", err);

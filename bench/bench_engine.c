@@ -121,7 +121,7 @@ void bench_batch_decode(bench_batch_t *b, int n, int ctx, int first_block, int n
             t[i] = first_block + s * n_blocks + i;
         b->tok[s] = (int32_t)((unsigned)(s + 1) * 2654435761u % (unsigned)vocab);
         b->seqs[s] = (ls_model_seq_t){&b->tok[s], 1, ctx, t, n_blocks,
-                                      slots ? slots[s] : LS_LORA_SLOT_BASE, true};
+                                      slots ? slots[s] : LS_LORA_SLOT_BASE, true, NULL, 0};
     }
     b->n = n;
 }

@@ -213,7 +213,7 @@ struct gdata_t {
     int max_rank;           // the largest rank of a tile
     size_t a_set, b_set; // elements of one set (all slots)
     __nv_bfloat16 *a, *b; // n_sets sets
-    float *x, *tmp, *y, *scal;
+    float *x, *tmp, *y;
     size_t tmp_stride; // floats between the parts of ls_cu_lora_apply's scratch
     bool one;          // every tile one position (LS_CU_LORA_ONE, as the backend sets it)
     __nv_bfloat16 *xb, *tmpb, *yb;
@@ -264,14 +264,11 @@ static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, in
     fill_f32(d.y, (size_t)T * ot, 4, 1.0f);
     d.yb = (__nv_bfloat16 *)dmalloc((size_t)T * ot * 2);
     fill_bf16(d.yb, (size_t)T * ot, 5, 1.0f);
-    std::vector<float> sc(d.n_slots, 0.5f);
-    d.scal = (float *)dmalloc(d.n_slots * 4);
-    CK(cudaMemcpy(d.scal, sc.data(), d.n_slots * 4, cudaMemcpyHostToDevice));
     std::vector<ls_cu_lora_tile_t> tiles;
     int p = 0;
     for (size_t s = 0; s < b.seg_len.size(); s++) {
         for (int q = 0; q < b.seg_len[s]; q += LS_CU_LORA_TILE)
-            tiles.push_back({p + q, std::min(LS_CU_LORA_TILE, b.seg_len[s] - q), (int)s + 1, seg_rank(b, s, r)});
+            tiles.push_back({p + q, std::min(LS_CU_LORA_TILE, b.seg_len[s] - q), (int)s + 1, seg_rank(b, s, r), 0.5f});
         p += b.seg_len[s];
     }
     d.n_tiles = (int)tiles.size();
@@ -313,7 +310,7 @@ static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, in
 }
 
 static void gdata_free(gdata_t &d) {
-    void *ps[] = {d.a, d.b, d.x, d.xb, d.tmp, d.tmpb, d.y, d.yb, d.scal, d.tiles,
+    void *ps[] = {d.a, d.b, d.x, d.xb, d.tmp, d.tmpb, d.y, d.yb, d.tiles,
                   d.gA, d.gB, d.gC, d.eA, d.eB, d.eC};
     for (void *p : ps)
         cudaFree(p);
@@ -330,7 +327,7 @@ static void run_ours(const gdata_t &d, int set, int impl) {
     int ns = g.n_slices, r = d.r;
     unsigned flags = LS_CU_LORA_ACC | (d.one ? LS_CU_LORA_ONE : 0) | (impl == I_NOPDL ? LS_CU_LORA_NO_PDL : 0);
     CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set, LS_CU_BF16, d.b + set * d.b_set,
-                        LS_CU_BF16, d.tiles, d.n_tiles, d.max_rank, NULL, d.scal, d.off, g.in, ns, r, flags,
+                        LS_CU_BF16, d.tiles, d.n_tiles, d.max_rank, NULL, d.off, g.in, ns, r, flags,
                         g_st));
 }
 
@@ -750,7 +747,7 @@ static void green_section() {
             auto lora = [&](int set, cudaStream_t st) { // the backend's decode op, beside
                 CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set,
                                     LS_CU_BF16, d.b + set * d.b_set, LS_CU_BF16, d.tiles,
-                                    d.n_tiles, r, NULL, d.scal, d.off, g.in, g.n_slices, r,
+                                    d.n_tiles, r, NULL, d.off, g.in, g.n_slices, r,
                                     LS_CU_LORA_NO_PDL, st));
             };
             // fork from g_st, the two pieces on s1 / s2, join back on g_st

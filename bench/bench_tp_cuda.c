@@ -64,7 +64,7 @@ static double s_decode(s_group_t *g, int r, ls_backend_t *be, ls_model_t *m, ls_
         for (int i = 0; i < per_seq; i++)
             tables[s][i] = s * per_seq + i;
         tok[s] = (int32_t)((unsigned)(s + 1) * 2654435761u % (unsigned)V);
-        seqs[s] = (ls_model_seq_t){&tok[s], 1, g->ctx, tables[s], per_seq, slots[s], true};
+        seqs[s] = (ls_model_seq_t){&tok[s], 1, g->ctx, tables[s], per_seq, slots[s], true, NULL, 0};
         params[s] = (ls_sampling_params_t){.top_p = 1, .repetition_penalty = 1};
     }
     ls_sampling_batch_t sb = {.n_rows = N_SEQS, .params = params};

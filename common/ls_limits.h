@@ -50,6 +50,11 @@
 #define LS_SCHEDULER_FLAG(var) \
     LS_FLAG_STR("scheduler", (var), "scheduler", "the peer that schedules (dispatcher with --dp-size > 1)")
 
+// The most adapters one request may mix (docs/lora-mixing.md): the gateway and the SDK refuse a
+// longer mix, the tokenizer and the scheduler again, and the engine runs a step's LoRA in at
+// most this many passes (one per component of its longest mix).
+#define LS_LORA_MIX_MAX 8
+
 // The most adapters that may be pinned among `slots` adapter slots: one slot always stays for
 // unpinned adapters. The registry refuses a pin past it (against its --max-loras-per-batch);
 // the scheduler, which alone keeps pinned adapters in their slots, refuses it again against

@@ -77,7 +77,12 @@ typedef struct {
     int n_tokens;                 // T
     const int32_t *token_ids;     // (T) embedding input
     ls_attn_meta_t attn;          // attn.n_tokens == n_tokens
-    const ls_lora_batch_t *lora;  // NULL: no adapter in this step, LoRA ops must not run
+    // LoRA passes: lora[0 .. n_lora_passes) (NULL, 0: no adapter in this step, LoRA ops must
+    // not run). Pass 0 covers every row with an adapter; a row of a mix of k adapters is in
+    // passes 0 .. k-1, its i-th component in pass i (a batch covers a row at most once, as
+    // the LoRA ops add into y without atomics). The LoRA ops name the pass they run.
+    const ls_lora_batch_t *lora;
+    int n_lora_passes;
     int n_logit_rows;
     const int32_t *logit_rows;    // (n_logit_rows) token rows whose logits are wanted
 } ls_step_t;
@@ -179,23 +184,25 @@ struct ls_backend {
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
                       int block_size, int row_stride);
-    // step: tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots, n_slices*r_max, in)
+    // step: over the step's LoRA pass `pass` (< n_lora_passes), as the kernels over
+    // lora[pass]. tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots,
+    // n_slices*r_max, in)
     void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
-                        int in, int n_slices, int r_max);
-    // step: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
+                        int in, int n_slices, int r_max, int pass);
+    // step, pass: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
     // slice_offsets (n_slices+1) is host memory, small enough to pass by value to a kernel
     void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
-                        const int32_t *slice_offsets, int n_slices, int r_max);
-    // step: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
+                        const int32_t *slice_offsets, int n_slices, int r_max, int pass);
+    // step, pass: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
     // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp; accumulate 0:
-    // every row of y is written, with what += into a zeroed y would give (rows without an
-    // adapter: 0) — a delta made without clearing y first. tmp (LS_LORA_FUSED_PARTS, T,
-    // n_slices*r_max) is scratch the backend may use or leave alone (a device backend
-    // splits the shrink over blocks that leave partial sums there): its contents
-    // afterwards are unspecified.
+    // every row of y is written, with what += into a zeroed y would give (rows without a
+    // segment in the pass: 0) — a delta made without clearing y first. tmp
+    // (LS_LORA_FUSED_PARTS, T, n_slices*r_max) is scratch the backend may use or leave
+    // alone (a device backend splits the shrink over blocks that leave partial sums
+    // there): its contents afterwards are unspecified.
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
-                       int in, int n_slices, int r_max, int accumulate);
+                       int in, int n_slices, int r_max, int accumulate, int pass);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued

@@ -12,19 +12,25 @@
 #include <string.h>
 
 #include "backend.h"
+#include "ls_limits.h"
 
 typedef struct {
     void *p;
     size_t cap; // bytes
 } s_array_t;
 
+// The arrays of one LoRA pass's copy.
+enum { S_SEG_INDPTR, S_WEIGHT_INDICES, S_PERMUTATION, S_LORA_RANKS, S_SCALINGS,
+       S_SEG_WEIGHTS, S_LORA_ARRAYS };
+
 // The backend's copy of the current step. Each array member of step/lora points into one
 // of the s_array_t below.
 typedef struct {
     ls_step_t step;
-    ls_lora_batch_t lora;
+    ls_lora_batch_t lora[LS_LORA_MIX_MAX];
     s_array_t token_ids, positions, slot_mapping, q_indptr, ctx_lens, block_tables,
-        logit_rows, seg_indptr, weight_indices, permutation, lora_ranks, scalings;
+        logit_rows;
+    s_array_t lora_arrays[LS_LORA_MIX_MAX][S_LORA_ARRAYS];
 } s_cpu_t;
 
 // Returns a copy of n bytes of src kept in a (grown as needed); NULL for NULL src or an
@@ -60,12 +66,13 @@ static s_cpu_t *s_cpu(ls_backend_t *self) {
 
 static void s_free(ls_backend_t *self) {
     s_cpu_t *c = s_cpu(self);
-    s_array_t *arrays[] = {&c->token_ids,   &c->positions,      &c->slot_mapping,
-                           &c->q_indptr,    &c->ctx_lens,       &c->block_tables,
-                           &c->logit_rows,  &c->seg_indptr,     &c->weight_indices,
-                           &c->permutation, &c->lora_ranks,     &c->scalings};
+    s_array_t *arrays[] = {&c->token_ids, &c->positions,    &c->slot_mapping, &c->q_indptr,
+                           &c->ctx_lens,  &c->block_tables, &c->logit_rows};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]->p);
+    for (int k = 0; k < LS_LORA_MIX_MAX; k++)
+        for (int i = 0; i < S_LORA_ARRAYS; i++)
+            free(c->lora_arrays[k][i].p);
     free(c);
     free(self);
 }
@@ -195,20 +202,24 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
                                     S * (size_t)a->max_blocks * i32, &failed);
     c->step.logit_rows = s_array_copy(&c->logit_rows, step->logit_rows,
                                       (size_t)step->n_logit_rows * i32, &failed);
-    const ls_lora_batch_t *l = step->lora;
-    if (l) {
-        size_t G = (size_t)l->n_segs, W = (size_t)l->n_slots;
-        ls_lora_batch_t *cl = &c->lora;
+    assert(step->n_lora_passes >= 0 && step->n_lora_passes <= LS_LORA_MIX_MAX);
+    assert((step->lora != NULL) == (step->n_lora_passes > 0));
+    for (int k = 0; k < step->n_lora_passes; k++) {
+        const ls_lora_batch_t *l = &step->lora[k];
+        size_t G = (size_t)l->n_segs, W = (size_t)l->n_slots, f32 = sizeof(float);
+        s_array_t *arr = c->lora_arrays[k];
+        ls_lora_batch_t *cl = &c->lora[k];
         *cl = *l;
-        cl->seg_indptr = s_array_copy(&c->seg_indptr, l->seg_indptr, (G + 1) * i32, &failed);
-        cl->weight_indices = s_array_copy(&c->weight_indices, l->weight_indices, G * i32,
+        cl->seg_indptr = s_array_copy(&arr[S_SEG_INDPTR], l->seg_indptr, (G + 1) * i32, &failed);
+        cl->weight_indices = s_array_copy(&arr[S_WEIGHT_INDICES], l->weight_indices, G * i32,
                                           &failed);
-        cl->permutation = s_array_copy(&c->permutation, l->permutation,
+        cl->permutation = s_array_copy(&arr[S_PERMUTATION], l->permutation,
                                        (size_t)l->seg_indptr[G] * i32, &failed);
-        cl->lora_ranks = s_array_copy(&c->lora_ranks, l->lora_ranks, W * i32, &failed);
-        cl->scalings = s_array_copy(&c->scalings, l->scalings, W * sizeof(float), &failed);
-        c->step.lora = cl;
+        cl->lora_ranks = s_array_copy(&arr[S_LORA_RANKS], l->lora_ranks, W * i32, &failed);
+        cl->scalings = s_array_copy(&arr[S_SCALINGS], l->scalings, W * f32, &failed);
+        cl->seg_weights = s_array_copy(&arr[S_SEG_WEIGHTS], l->seg_weights, G * f32, &failed);
     }
+    c->step.lora = step->n_lora_passes ? c->lora : NULL;
     return failed ? -1 : 0;
 }
 
@@ -283,29 +294,33 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
                          block_size, row_stride);
 }
 
-static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
-                          int in, int n_slices, int r_max) {
+// The step's LoRA pass `pass`, which a LoRA op of n_slices slices runs over.
+static const ls_lora_batch_t *s_pass(ls_backend_t *self, int pass, int n_slices) {
     const ls_step_t *st = &s_cpu(self)->step;
-    assert(st->lora && n_slices <= LS_LORA_MAX_SLICES);
-    ls_lora_shrink(s_f32(tmp), s_f32(x), s_f32(a_pool), st->lora, in, n_slices, r_max);
+    assert(pass >= 0 && pass < st->n_lora_passes && n_slices <= LS_LORA_MAX_SLICES);
+    return &st->lora[pass];
+}
+
+static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+                          int in, int n_slices, int r_max, int pass) {
+    ls_lora_shrink(s_f32(tmp), s_f32(x), s_f32(a_pool), s_pass(self, pass, n_slices), in,
+                   n_slices, r_max);
 }
 
 static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
-                          const int32_t *slice_offsets, int n_slices, int r_max) {
-    const ls_step_t *st = &s_cpu(self)->step;
-    assert(st->lora && n_slices <= LS_LORA_MAX_SLICES);
-    ls_lora_expand(s_f32(y), s_f32(tmp), s_f32(b_pool), st->lora, slice_offsets, n_slices,
-                   r_max);
+                          const int32_t *slice_offsets, int n_slices, int r_max, int pass) {
+    ls_lora_expand(s_f32(y), s_f32(tmp), s_f32(b_pool), s_pass(self, pass, n_slices),
+                   slice_offsets, n_slices, r_max);
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                          ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
-                         int in, int n_slices, int r_max, int accumulate) {
-    const ls_step_t *st = &s_cpu(self)->step;
-    assert(st->lora && n_slices <= LS_LORA_MAX_SLICES);
+                         int in, int n_slices, int r_max, int accumulate, int pass) {
+    const ls_lora_batch_t *l = s_pass(self, pass, n_slices);
     if (!accumulate)
-        memset(s_f32(y), 0, sizeof(float) * (size_t)st->n_tokens * slice_offsets[n_slices]);
-    ls_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool), st->lora,
+        memset(s_f32(y), 0, sizeof(float) * (size_t)s_cpu(self)->step.n_tokens *
+                                slice_offsets[n_slices]);
+    ls_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool), l,
                   slice_offsets, in, n_slices, r_max);
 }
 

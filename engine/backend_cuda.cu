@@ -57,6 +57,7 @@
 #include <cuda_runtime.h>
 
 #include "ls_err.h"
+#include "ls_limits.h"
 #include "backend_cuda.h"
 #include "fp8_gemm.h"
 #include "ops_cuda.h"
@@ -78,6 +79,19 @@ typedef struct {
     cudaGraphExec_t exec; // NULL: free entry
     uint64_t used;        // LRU clock
 } s_graph_t;
+
+// One LoRA pass of the step (ls_step_t.lora[k]) as the kernels read it, in the device block.
+typedef struct {
+    int n_tiles, max_rank, n_zero_rows;
+    int lora_one; // every tile holds one position (LS_CU_LORA_ONE)
+    const ls_cu_lora_tile_t *tiles;
+    // the expand's tiles apart from the decode op's: those of segments of at most
+    // LS_CU_LORA_TILE positions (as tiles), then the long segments' in LS_CU_LORA_LONG
+    const ls_cu_lora_tile_t *exp_tiles;
+    int n_exp_short, n_exp_long;
+    const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
+    const int32_t *perm;
+} s_pass_t;
 
 enum { S_GRAPHS = 16 };                         // decode batch sizes in use at once
 enum { S_PLAIN, S_PROBE, S_CAPTURE };           // what the ops do with their launches
@@ -116,16 +130,8 @@ typedef struct {
     int T, n_seqs, max_blocks, n_logit_rows;
     const int32_t *token_ids, *positions, *slot_mapping, *tok_seq, *block_tables,
         *logit_rows;
-    int has_lora, n_tiles, max_rank, n_slots, n_zero_rows;
-    int lora_one; // every tile holds one position (LS_CU_LORA_ONE)
-    const ls_cu_lora_tile_t *tiles;
-    // the expand's tiles apart from the decode op's: those of segments of at most
-    // LS_CU_LORA_TILE positions (as tiles), then the long segments' in LS_CU_LORA_LONG
-    const ls_cu_lora_tile_t *exp_tiles;
-    int n_exp_short, n_exp_long;
-    const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
-    const int32_t *perm;
-    const float *scalings;
+    int n_passes; // LoRA passes of the step (0: no LoRA)
+    s_pass_t pass[LS_LORA_MIX_MAX];
 
     // sampling
     char *h_smp;
@@ -455,45 +461,115 @@ static size_t s_place(s_layout_t *l, size_t bytes) {
     return at;
 }
 
+// A LoRA pass's place in the metadata block and its counts, before the block is filled.
+typedef struct {
+    size_t o_tiles, o_exp, o_perm, o_zero;
+    int n_tiles, max_rank, n_pos, max_len, n_short, n_long;
+} s_pass_plan_t;
+
+// Counts pass lb's tiles (segments of rank-0 slots get none) and places its arrays.
+static s_pass_plan_t s_pass_plan(const ls_lora_batch_t *lb, int T, s_layout_t *l) {
+    s_pass_plan_t pp = {};
+    pp.n_pos = lb->seg_indptr[lb->n_segs];
+    for (int s = 0; s < lb->n_segs; s++) {
+        int w = lb->weight_indices[s];
+        assert(w >= 0 && w < lb->n_slots);
+        int r = lb->lora_ranks[w], len = lb->seg_indptr[s + 1] - lb->seg_indptr[s];
+        assert(r >= 0 && len >= 0);
+        if (r == 0)
+            continue;
+        pp.n_tiles += (len + LS_CU_LORA_TILE - 1) / LS_CU_LORA_TILE;
+        if (len <= LS_CU_LORA_TILE)
+            pp.n_short += len > 0;
+        else
+            pp.n_long += (len + LS_CU_LORA_LONG - 1) / LS_CU_LORA_LONG;
+        pp.max_rank = r > pp.max_rank ? r : pp.max_rank;
+        pp.max_len = len > pp.max_len ? len : pp.max_len;
+    }
+    size_t i32 = sizeof(int32_t);
+    pp.o_tiles = s_place(l, (size_t)pp.n_tiles * sizeof(ls_cu_lora_tile_t));
+    pp.o_exp = s_place(l, (size_t)(pp.n_short + pp.n_long) * sizeof(ls_cu_lora_tile_t));
+    pp.o_perm = s_place(l, lb->permutation ? (size_t)pp.n_pos * i32 : 0);
+    pp.o_zero = s_place(l, (size_t)T * i32);
+    return pp;
+}
+
+// Fills pass lb's arrays into the host block h (as planned) and points *ps at the device
+// block d's copy of them.
+static void s_pass_fill(const ls_lora_batch_t *lb, const s_pass_plan_t *pp, int T, char *h,
+                        char *d, s_pass_t *ps) {
+    size_t i32 = sizeof(int32_t);
+    ls_cu_lora_tile_t *tiles = (ls_cu_lora_tile_t *)(h + pp->o_tiles);
+    int k = 0;
+    for (int s = 0; s < lb->n_segs; s++) {
+        int w = lb->weight_indices[s], r = lb->lora_ranks[w];
+        if (r == 0)
+            continue;
+        float scale = lb->scalings[w] * (lb->seg_weights ? lb->seg_weights[s] : 1.0f);
+        for (int p = lb->seg_indptr[s]; p < lb->seg_indptr[s + 1]; p += LS_CU_LORA_TILE) {
+            int n = lb->seg_indptr[s + 1] - p;
+            tiles[k++] = (ls_cu_lora_tile_t){p, n < LS_CU_LORA_TILE ? n : LS_CU_LORA_TILE, w, r,
+                                             scale};
+        }
+    }
+    assert(k == pp->n_tiles);
+    ls_cu_lora_tile_t *et = (ls_cu_lora_tile_t *)(h + pp->o_exp);
+    int ks = 0, kl = pp->n_short;
+    for (int s = 0; s < lb->n_segs; s++) {
+        int w = lb->weight_indices[s], r = lb->lora_ranks[w];
+        int p0 = lb->seg_indptr[s], len = lb->seg_indptr[s + 1] - p0;
+        if (r == 0 || len == 0)
+            continue;
+        float scale = lb->scalings[w] * (lb->seg_weights ? lb->seg_weights[s] : 1.0f);
+        if (len <= LS_CU_LORA_TILE)
+            et[ks++] = (ls_cu_lora_tile_t){p0, len, w, r, scale};
+        else
+            for (int p = p0; p < p0 + len; p += LS_CU_LORA_LONG) {
+                int n = p0 + len - p;
+                et[kl++] = (ls_cu_lora_tile_t){p, n < LS_CU_LORA_LONG ? n : LS_CU_LORA_LONG, w, r,
+                                               scale};
+            }
+    }
+    assert(ks == pp->n_short && kl == pp->n_short + pp->n_long);
+    if (lb->permutation && pp->n_pos)
+        memcpy(h + pp->o_perm, lb->permutation, (size_t)pp->n_pos * i32);
+    // the rows no tile covers (no adapter, or a rank-0 one): a delta written rather than
+    // added (lora_fused, accumulate 0) gets zeros there. The array is first the covered-row
+    // marks, then compacted in place (entry n_zero <= t is written only after entry t was
+    // read)
+    int32_t *zr = (int32_t *)(h + pp->o_zero);
+    int n_zero = 0;
+    memset(zr, 0, (size_t)T * i32);
+    for (int i = 0; i < pp->n_tiles; i++)
+        for (int p = tiles[i].p0; p < tiles[i].p0 + tiles[i].n; p++)
+            zr[lb->permutation ? lb->permutation[p] : p] = 1;
+    for (int t = 0; t < T; t++)
+        if (!zr[t])
+            zr[n_zero++] = t;
+    *ps = (s_pass_t){pp->n_tiles, pp->max_rank, n_zero, pp->max_len <= 1,
+                     (const ls_cu_lora_tile_t *)(d + pp->o_tiles),
+                     (const ls_cu_lora_tile_t *)(d + pp->o_exp), pp->n_short, pp->n_long,
+                     (const int32_t *)(d + pp->o_zero),
+                     lb->permutation ? (const int32_t *)(d + pp->o_perm) : NULL};
+}
+
 static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     s_cuda_t *c = s_ctx(self);
     const ls_attn_meta_t *a = &step->attn;
-    const ls_lora_batch_t *lb = step->lora;
     assert(a->n_tokens == step->n_tokens);
-    int T = step->n_tokens, S = a->n_seqs;
+    assert(step->n_lora_passes >= 0 && step->n_lora_passes <= LS_LORA_MIX_MAX);
+    assert((step->lora != NULL) == (step->n_lora_passes > 0));
+    int T = step->n_tokens, S = a->n_seqs, P = step->n_lora_passes;
     size_t i32 = sizeof(int32_t);
-
-    // count the LoRA tiles: segments of rank-0 slots get none
-    int n_tiles = 0, max_rank = 0, n_pos = 0, n_zero = 0, max_len = 0, n_short = 0, n_long = 0;
-    if (lb) {
-        n_pos = lb->seg_indptr[lb->n_segs];
-        for (int s = 0; s < lb->n_segs; s++) {
-            int w = lb->weight_indices[s];
-            assert(w >= 0 && w < lb->n_slots);
-            int r = lb->lora_ranks[w], len = lb->seg_indptr[s + 1] - lb->seg_indptr[s];
-            assert(r >= 0 && len >= 0);
-            if (r == 0)
-                continue;
-            n_tiles += (len + LS_CU_LORA_TILE - 1) / LS_CU_LORA_TILE;
-            if (len <= LS_CU_LORA_TILE)
-                n_short += len > 0;
-            else
-                n_long += (len + LS_CU_LORA_LONG - 1) / LS_CU_LORA_LONG;
-            max_rank = r > max_rank ? r : max_rank;
-            max_len = len > max_len ? len : max_len;
-        }
-    }
 
     s_layout_t l = {0};
     size_t o_ids = s_place(&l, (size_t)T * i32), o_pos = s_place(&l, (size_t)T * i32),
            o_slot = s_place(&l, (size_t)T * i32), o_seq = s_place(&l, (size_t)T * i32),
            o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
-           o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
-           o_tiles = s_place(&l, (size_t)n_tiles * sizeof(ls_cu_lora_tile_t)),
-           o_exp = s_place(&l, (size_t)(n_short + n_long) * sizeof(ls_cu_lora_tile_t)),
-           o_perm = s_place(&l, lb && lb->permutation ? (size_t)n_pos * i32 : 0),
-           o_scal = s_place(&l, lb ? (size_t)lb->n_slots * sizeof(float) : 0),
-           o_zero = s_place(&l, lb ? (size_t)T * i32 : 0);
+           o_rows = s_place(&l, (size_t)step->n_logit_rows * i32);
+    s_pass_plan_t plan[LS_LORA_MIX_MAX];
+    for (int k = 0; k < P; k++)
+        plan[k] = s_pass_plan(&step->lora[k], T, &l);
     size_t bytes = l.off ? l.off : 16;
 
     // the previous step's copy must be out of the pinned block before it is rewritten
@@ -504,7 +580,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     if (s_host_reserve(&c->h_meta, &c->h_meta_cap, bytes) < 0 ||
         s_dev_reserve(c, &c->d_meta, bytes) < 0)
         return -1;
-    char *h = c->h_meta;
+    char *h = c->h_meta, *d = (char *)c->d_meta.p;
     if (T) {
         if (step->token_ids)
             memcpy(h + o_ids, step->token_ids, (size_t)T * i32);
@@ -526,58 +602,12 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
         memcpy(h + o_tab, a->block_tables, (size_t)S * a->max_blocks * i32);
     if (step->n_logit_rows)
         memcpy(h + o_rows, step->logit_rows, (size_t)step->n_logit_rows * i32);
-    if (lb) {
-        ls_cu_lora_tile_t *tiles = (ls_cu_lora_tile_t *)(h + o_tiles);
-        int k = 0;
-        for (int s = 0; s < lb->n_segs; s++) {
-            int w = lb->weight_indices[s], r = lb->lora_ranks[w];
-            if (r == 0)
-                continue;
-            for (int p = lb->seg_indptr[s]; p < lb->seg_indptr[s + 1]; p += LS_CU_LORA_TILE) {
-                int n = lb->seg_indptr[s + 1] - p;
-                tiles[k++] = (ls_cu_lora_tile_t){p, n < LS_CU_LORA_TILE ? n : LS_CU_LORA_TILE,
-                                                 w, r};
-            }
-        }
-        assert(k == n_tiles);
-        ls_cu_lora_tile_t *et = (ls_cu_lora_tile_t *)(h + o_exp);
-        int ks = 0, kl = n_short;
-        for (int s = 0; s < lb->n_segs; s++) {
-            int w = lb->weight_indices[s], r = lb->lora_ranks[w];
-            int p0 = lb->seg_indptr[s], len = lb->seg_indptr[s + 1] - p0;
-            if (r == 0 || len == 0)
-                continue;
-            if (len <= LS_CU_LORA_TILE)
-                et[ks++] = (ls_cu_lora_tile_t){p0, len, w, r};
-            else
-                for (int p = p0; p < p0 + len; p += LS_CU_LORA_LONG) {
-                    int n = p0 + len - p;
-                    et[kl++] = (ls_cu_lora_tile_t){p, n < LS_CU_LORA_LONG ? n : LS_CU_LORA_LONG, w, r};
-                }
-        }
-        assert(ks == n_short && kl == n_short + n_long);
-        if (lb->permutation && n_pos)
-            memcpy(h + o_perm, lb->permutation, (size_t)n_pos * i32);
-        if (lb->n_slots)
-            memcpy(h + o_scal, lb->scalings, (size_t)lb->n_slots * sizeof(float));
-        // the rows no tile covers (no adapter, or a rank-0 one): a delta written rather
-        // than added (lora_fused, accumulate 0) gets zeros there. The array is first the
-        // covered-row marks, then compacted in place (entry n_zero <= t is written only
-        // after entry t was read)
-        int32_t *zr = (int32_t *)(h + o_zero);
-        memset(zr, 0, (size_t)T * i32);
-        for (int i = 0; i < n_tiles; i++)
-            for (int p = tiles[i].p0; p < tiles[i].p0 + tiles[i].n; p++)
-                zr[lb->permutation ? lb->permutation[p] : p] = 1;
-        for (int t = 0; t < T; t++)
-            if (!zr[t])
-                zr[n_zero++] = t;
-    }
+    for (int k = 0; k < P; k++)
+        s_pass_fill(&step->lora[k], &plan[k], T, h, d, &c->pass[k]);
     s_note(c, cudaMemcpyAsync(c->d_meta.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
     s_note(c, cudaEventRecord(c->meta_done, c->stream));
     c->meta_pending = 1;
 
-    char *d = (char *)c->d_meta.p;
     c->T = T;
     c->n_seqs = S;
     c->max_blocks = a->max_blocks;
@@ -588,19 +618,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->tok_seq = (const int32_t *)(d + o_seq);
     c->block_tables = (const int32_t *)(d + o_tab);
     c->logit_rows = (const int32_t *)(d + o_rows);
-    c->has_lora = lb != NULL;
-    c->n_tiles = n_tiles;
-    c->max_rank = max_rank;
-    c->lora_one = max_len <= 1;
-    c->n_slots = lb ? lb->n_slots : 0;
-    c->tiles = (const ls_cu_lora_tile_t *)(d + o_tiles);
-    c->exp_tiles = (const ls_cu_lora_tile_t *)(d + o_exp);
-    c->n_exp_short = n_short;
-    c->n_exp_long = n_long;
-    c->perm = lb && lb->permutation ? (const int32_t *)(d + o_perm) : NULL;
-    c->scalings = (const float *)(d + o_scal);
-    c->zero_rows = (const int32_t *)(d + o_zero);
-    c->n_zero_rows = n_zero;
+    c->n_passes = P;
     return c->sticky == cudaSuccess ? 0 : -1;
 }
 
@@ -665,11 +683,17 @@ static int s_graph_begin(ls_backend_t *self) {
     c->graph_mode = S_PROBE;
     c->sig_n = 0;
     c->sig_oom = 0;
-    // the step's shape and where its metadata lies (the contents are the device block's)
+    // the step's shape and where its metadata lies (the contents are the device block's);
+    // the LoRA passes' counts size the kernels' grids, so a step with other passes (a mix
+    // more or less) records a different list and gets a graph of its own
     s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
-          c->has_lora, c->n_tiles, c->max_rank, c->lora_one, c->n_slots, c->token_ids, c->positions, c->slot_mapping, c->tok_seq, c->block_tables, c->logit_rows,
-          c->tiles, c->perm, c->scalings, c->n_zero_rows, c->zero_rows, c->exp_tiles, c->n_exp_short,
-          c->n_exp_long);
+          c->token_ids, c->positions, c->slot_mapping, c->tok_seq, c->block_tables,
+          c->logit_rows, c->n_passes);
+    for (int k = 0; k < c->n_passes; k++) {
+        const s_pass_t *p = &c->pass[k];
+        s_rec(c, p->n_tiles, p->max_rank, p->lora_one, p->tiles, p->perm, p->n_zero_rows,
+              p->zero_rows, p->exp_tiles, p->n_exp_short, p->n_exp_long);
+    }
     return 1;
 }
 
@@ -1000,66 +1024,70 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
 // The LoRA launchers' flags: beside a GEMM (the side queue) no programmatic dependent
 // launch — an expand's blocks, started early and waiting on the shrink, would hold SMs the
 // GEMM's blocks are waiting for (H200, 8 distinct adapters: 7.69 -> 7.49 ms a step).
-static unsigned s_lora_flags(const s_cuda_t *c, int accumulate) {
+static unsigned s_lora_flags(const s_cuda_t *c, const s_pass_t *p, int accumulate) {
     return (accumulate ? LS_CU_LORA_ACC : 0) | (c->on_side ? LS_CU_LORA_NO_PDL : 0) |
-           (c->lora_one ? LS_CU_LORA_ONE : 0);
+           (p->lora_one ? LS_CU_LORA_ONE : 0);
+}
+
+// The step's LoRA pass `pass`, which a LoRA op of n_slices slices and r_max runs over.
+static const s_pass_t *s_pass(const s_cuda_t *c, int pass, int n_slices, int r_max) {
+    assert(pass >= 0 && pass < c->n_passes && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
+    assert(c->pass[pass].max_rank <= r_max);
+    return &c->pass[pass];
 }
 
 static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
-                          int in, int n_slices, int r_max) {
+                          int in, int n_slices, int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
-    assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
-    assert(c->max_rank <= r_max);
+    const s_pass_t *p = s_pass(c, pass, n_slices, r_max);
     if (s_rec(c, (int)S_OP_LORA_SHRINK, s_f32(tmp), s_f32(x), s_ptr(a_pool),
-              (int)s_dt(a_pool), in, n_slices, r_max))
+              (int)s_dt(a_pool), in, n_slices, r_max, pass))
         return;
-    s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool), c->tiles,
-                                c->n_tiles, c->max_rank, c->perm, in, n_slices, r_max,
-                                s_lora_flags(c, 1), c->stream));
+    s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool), p->tiles,
+                                p->n_tiles, p->max_rank, p->perm, in, n_slices, r_max,
+                                s_lora_flags(c, p, 1), c->stream));
 }
 
 static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
-                          const int32_t *slice_offsets, int n_slices, int r_max) {
+                          const int32_t *slice_offsets, int n_slices, int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
-    assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
-    assert(c->max_rank <= r_max);
+    const s_pass_t *p = s_pass(c, pass, n_slices, r_max);
     if (s_rec(c, (int)S_OP_LORA_EXPAND, s_f32(y), s_f32(tmp), s_ptr(b_pool),
-              (int)s_dt(b_pool), n_slices, r_max)) {
+              (int)s_dt(b_pool), n_slices, r_max, pass)) {
         s_rec_slices(c, slice_offsets, n_slices);
         return;
     }
     // short segments as the decode kernels take them; long ones (prefill) in long tiles, each
     // column's B row read once per LS_CU_LORA_LONG positions instead of per LS_CU_LORA_TILE
-    s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), c->exp_tiles,
-                                c->n_exp_short, c->max_rank, c->perm, c->scalings, slice_offsets,
-                                n_slices, r_max, s_lora_flags(c, 1), c->stream));
+    s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), p->exp_tiles,
+                                p->n_exp_short, p->max_rank, p->perm, slice_offsets, n_slices,
+                                r_max, s_lora_flags(c, p, 1), c->stream));
     s_note(c, ls_cu_lora_expand_long(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool),
-                                     c->exp_tiles + c->n_exp_short, c->n_exp_long, c->perm,
-                                     c->scalings, slice_offsets, n_slices, r_max, c->stream));
+                                     p->exp_tiles + p->n_exp_short, p->n_exp_long, p->perm,
+                                     slice_offsets, n_slices, r_max, c->stream));
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                          ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
-                         int in, int n_slices, int r_max, int accumulate) {
+                         int in, int n_slices, int r_max, int accumulate, int pass) {
     s_cuda_t *c = s_ctx(self);
-    assert(c->has_lora && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
-    assert(c->max_rank <= r_max);
+    const s_pass_t *p = s_pass(c, pass, n_slices, r_max);
     if (s_rec(c, (int)S_OP_LORA_FUSED, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a_pool),
               (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, n_slices, r_max,
-              accumulate)) {
+              accumulate, pass)) {
         s_rec_slices(c, slice_offsets, n_slices);
         return;
     }
     // written, not added: the tiles' rows get the delta (the kernels store it), the rest 0
     if (!accumulate)
-        s_note(c, ls_cu_rows_zero(s_f32(y), c->zero_rows, c->n_zero_rows,
+        s_note(c, ls_cu_rows_zero(s_f32(y), p->zero_rows, p->n_zero_rows,
                                   slice_offsets[n_slices], c->stream));
     static_assert(LS_LORA_FUSED_PARTS >= LS_CU_LORA_PARTS, "lora_fused's scratch");
     s_note(c, ls_cu_lora_apply(s_f32(y), s_f32(tmp), (size_t)c->T * n_slices * r_max,
                                s_f32(x), s_ptr(a_pool), s_dt(a_pool), s_ptr(b_pool),
-                               s_dt(b_pool), c->tiles, c->n_tiles, c->max_rank, c->perm,
-                               c->scalings, slice_offsets, in, n_slices, r_max,
-                               s_lora_flags(c, accumulate), c->stream));
+                               s_dt(b_pool), p->tiles, p->n_tiles, p->max_rank, p->perm,
+                               slice_offsets, in, n_slices, r_max,
+                               s_lora_flags(c, p, accumulate), c->stream));
 }
 
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {

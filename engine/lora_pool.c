@@ -786,9 +786,11 @@ int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *er
     return s_slot_load(self, slot, e, err, errlen);
 }
 
-void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *lora) {
-    for (int i = 0; lora && i < lora->n_segs; i++)
-        self->be->event_wait(self->be, self->events[lora->weight_indices[i]]);
+void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *lora,
+                            int n_passes) {
+    for (int k = 0; k < n_passes; k++)
+        for (int i = 0; i < lora[k].n_segs; i++)
+            self->be->event_wait(self->be, self->events[lora[k].weight_indices[i]]);
 }
 
 int ls_lora_pool_n_slots(const ls_lora_pool_t *self) {

@@ -165,9 +165,10 @@ int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *ran
 // empty).
 int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *err, size_t errlen);
 
-// The backend's next ops wait (on the device) for the loads into the slots of lora's
-// segments; loads into other slots go on. NULL lora: nothing to wait for.
-void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *lora);
+// The backend's next ops wait (on the device) for the loads into the slots of the segments
+// of lora[0 .. n_passes) (a step's LoRA passes); loads into other slots go on.
+void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *lora,
+                            int n_passes);
 // The host waits for every load in flight; -1 on a device fault.
 int ls_lora_pool_wait(ls_lora_pool_t *self);
 

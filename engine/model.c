@@ -96,6 +96,8 @@ struct ls_model {
     ls_buffer_t *ws[S_WS_COUNT];
     int32_t *meta;                       // host arena for the step metadata
     size_t meta_cap;                     // int32 elements
+    float *meta_w;                       // and for its LoRA segments' weights
+    size_t meta_w_cap;                   // float elements
     int n_rows;                          // logit rows of the last step
     // of the step being issued, set once by s_forward_prepare (the ops may be issued more
     // than once a step: step graphs)
@@ -869,6 +871,7 @@ void ls_model_destroy(ls_model_t **self_p) {
     free(self->layer);
     free(self->vocab_off);
     free(self->meta);
+    free(self->meta_w);
     free(self);
     *self_p = NULL;
 }
@@ -1026,33 +1029,111 @@ static int s_seq_check(const ls_model_t *self, const ls_kv_cache_t *kv,
             return -1;
         }
     int n_slots = pool ? ls_lora_pool_n_slots(pool) : 1;
-    if (q->lora_slot < 0 || q->lora_slot >= n_slots) {
-        ls_err_set(err, errlen, "step: sequence %d: LoRA slot %d is outside the pool (%d "
-                   "slots%s)", s, q->lora_slot, n_slots, pool ? "" : ", no pool given");
+    if (q->mix && (q->n_mix < 1 || q->n_mix > LS_LORA_MIX_MAX)) {
+        ls_err_set(err, errlen, "step: sequence %d: a mix of %d adapters (1 .. %d)", s,
+                   q->n_mix, LS_LORA_MIX_MAX);
         return -1;
+    }
+    int n = q->mix ? q->n_mix : 1;
+    for (int i = 0; i < n; i++) {
+        int slot = q->mix ? q->mix[i].slot : q->lora_slot;
+        float weight = q->mix ? q->mix[i].weight : 1.0f;
+        if (slot < 0 || slot >= n_slots) {
+            ls_err_set(err, errlen, "step: sequence %d: LoRA slot %d is outside the pool (%d "
+                       "slots%s)", s, slot, n_slots, pool ? "" : ", no pool given");
+            return -1;
+        }
+        if (!(weight > 0.0f) || !isfinite(weight)) {
+            ls_err_set(err, errlen, "step: sequence %d: mix weight %g is not a positive "
+                       "number", s, (double)weight);
+            return -1;
+        }
     }
     return 0;
 }
 
+// The k-th component of q that does any work (a slot of rank > 0): its slot and weight;
+// false when q has fewer. A sequence without a mix has its lora_slot at weight 1.
+static bool s_seq_part(const ls_model_seq_t *q, const int32_t *ranks, int k, int *slot,
+                       float *weight) {
+    int n = q->mix ? q->n_mix : 1;
+    for (int i = 0; i < n; i++) {
+        int w = q->mix ? q->mix[i].slot : q->lora_slot;
+        if (w == LS_LORA_SLOT_BASE || ranks[w] == 0 || k-- > 0)
+            continue;
+        *slot = w;
+        *weight = q->mix ? q->mix[i].weight : 1.0f;
+        return true;
+    }
+    return false;
+}
+
+// The LoRA batch of pass k of S sequences whose rows q_indptr gives: the k-th working
+// component of each sequence (s_seq_part), one segment per distinct (slot, weight), slots in
+// order and weights in order of first appearance, each segment's sequences in batch order,
+// their rows one consecutive run. Sequences without a k-th component are left out. perm (T),
+// seg_indptr (S+1), widx (S), seg_w (S) and mark (S) are the pass's storage.
+static ls_lora_batch_t s_pass_build(const ls_lora_pool_t *pool, const ls_model_seq_t *seqs,
+                                    int S, const int32_t *q_indptr, int k, int32_t *perm,
+                                    int32_t *seg_indptr, int32_t *widx, float *seg_w,
+                                    int32_t *mark) {
+    int n_slots = ls_lora_pool_n_slots(pool);
+    const int32_t *ranks = ls_lora_pool_slot_ranks(pool);
+    int n_segs = 0, p = 0;
+    seg_indptr[0] = 0;
+    for (int s = 0; s < S; s++)
+        mark[s] = 0;
+    for (int w = 1; w < n_slots; w++)
+        for (int first = 0; first < S; first++) {
+            int slot;
+            float weight;
+            if (mark[first] || !s_seq_part(&seqs[first], ranks, k, &slot, &weight) ||
+                slot != w)
+                continue;
+            // a new segment: every unplaced sequence of this slot and weight
+            for (int s = first; s < S; s++) {
+                int ws;
+                float wt;
+                if (mark[s] || !s_seq_part(&seqs[s], ranks, k, &ws, &wt) || ws != w ||
+                    wt != weight)
+                    continue;
+                mark[s] = 1;
+                for (int t = q_indptr[s]; t < q_indptr[s + 1]; t++)
+                    perm[p++] = t;
+            }
+            widx[n_segs] = w;
+            seg_w[n_segs] = weight;
+            seg_indptr[++n_segs] = p;
+        }
+    return (ls_lora_batch_t){n_segs, n_slots, seg_indptr, widx, perm, ranks,
+                             ls_lora_pool_slot_scalings(pool), seg_w};
+}
+
 // Lays out the step in the host arena: ls_step_t, its attention metadata and, when some
-// sequence uses an adapter, the LoRA batch (tokens grouped by slot with a permutation).
+// sequence uses an adapter, the LoRA passes (lora: LS_LORA_MIX_MAX of them), one per
+// component of the longest mix (s_pass_build).
 static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
                         const ls_model_seq_t *seqs, int S, ls_step_t *step,
                         ls_lora_batch_t *lora) {
-    int T = 0, R = 0, max_blocks = 0, max_ctx = 0;
-    int n_slots = pool ? ls_lora_pool_n_slots(pool) : 1;
+    int T = 0, R = 0, max_blocks = 0, max_ctx = 0, P = 0;
+    const int32_t *ranks = pool ? ls_lora_pool_slot_ranks(pool) : NULL;
     for (int s = 0; s < S; s++) {
         T += seqs[s].n_tokens;
         R += seqs[s].want_logits;
         max_blocks = seqs[s].n_blocks > max_blocks ? seqs[s].n_blocks : max_blocks;
         int ctx = seqs[s].start_pos + seqs[s].n_tokens;
         max_ctx = ctx > max_ctx ? ctx : max_ctx;
+        int slot;
+        float weight;
+        while (pool && s_seq_part(&seqs[s], ranks, P, &slot, &weight))
+            P++;
     }
-    // token_ids, positions, slot_mapping, permutation (T each); q_indptr (S+1), ctx_lens
-    // (S), block_tables (S*max_blocks); logit_rows (R); seg_indptr (n_slots+1),
-    // weight_indices (n_slots)
-    size_t need = 4 * (size_t)T + 2 * (size_t)S + 1 + (size_t)S * max_blocks + (size_t)R +
-                  2 * (size_t)n_slots + 1;
+    // token_ids, positions, slot_mapping (T each); q_indptr (S+1), ctx_lens (S),
+    // block_tables (S*max_blocks); logit_rows (R); marks (S); per pass: permutation (T),
+    // seg_indptr (S+1), weight_indices (S)
+    size_t need = 3 * (size_t)T + 3 * (size_t)S + 1 + (size_t)S * max_blocks + (size_t)R +
+                  (size_t)P * ((size_t)T + 2 * (size_t)S + 1);
+    size_t need_w = (size_t)P * S;
     if (need > self->meta_cap) {
         int32_t *m = realloc(self->meta, need * sizeof *m);
         if (!m)
@@ -1060,10 +1141,16 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
         self->meta = m;
         self->meta_cap = need;
     }
-    int32_t *tok = self->meta, *pos = tok + T, *slot_map = pos + T, *perm = slot_map + T,
-            *q_indptr = perm + T, *ctx_lens = q_indptr + S + 1, *tables = ctx_lens + S,
-            *rows = tables + (size_t)S * max_blocks, *seg_indptr = rows + R,
-            *widx = seg_indptr + n_slots + 1;
+    if (need_w > self->meta_w_cap) {
+        float *m = realloc(self->meta_w, need_w * sizeof *m);
+        if (!m)
+            return -1;
+        self->meta_w = m;
+        self->meta_w_cap = need_w;
+    }
+    int32_t *tok = self->meta, *pos = tok + T, *slot_map = pos + T, *q_indptr = slot_map + T,
+            *ctx_lens = q_indptr + S + 1, *tables = ctx_lens + S,
+            *rows = tables + (size_t)S * max_blocks, *mark = rows + R, *passes = mark + S;
     q_indptr[0] = 0;
     int r = 0;
     for (int s = 0; s < S; s++) {
@@ -1086,30 +1173,17 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
         if (q->want_logits)
             rows[r++] = q_indptr[s + 1] - 1;
     }
-    // LoRA segments: one per slot with rank > 0, in slot order, its sequences' rows in
-    // batch order; base rows are left out
-    const int32_t *ranks = pool ? ls_lora_pool_slot_ranks(pool) : NULL;
-    int n_segs = 0, p = 0;
-    seg_indptr[0] = 0;
-    for (int w = 1; w < n_slots; w++) {
-        if (ranks[w] == 0)
-            continue;
-        for (int s = 0; s < S; s++)
-            if (seqs[s].lora_slot == w)
-                for (int t = q_indptr[s]; t < q_indptr[s + 1]; t++)
-                    perm[p++] = t;
-        if (p > seg_indptr[n_segs]) {
-            widx[n_segs] = w;
-            seg_indptr[++n_segs] = p;
-        }
+    for (int k = 0; k < P; k++) {
+        int32_t *perm = passes + (size_t)k * (T + 2 * (size_t)S + 1), *seg_indptr = perm + T;
+        lora[k] = s_pass_build(pool, seqs, S, q_indptr, k, perm, seg_indptr,
+                               seg_indptr + S + 1, self->meta_w + (size_t)k * S, mark);
     }
-    *lora = (ls_lora_batch_t){n_segs, n_slots, seg_indptr, widx, perm, ranks,
-                              pool ? ls_lora_pool_slot_scalings(pool) : NULL};
     *step = (ls_step_t){
         .n_tokens = T,
         .token_ids = tok,
         .attn = {S, T, max_blocks, max_ctx, q_indptr, ctx_lens, pos, slot_map, tables},
-        .lora = n_segs ? lora : NULL,
+        .lora = P ? lora : NULL,
+        .n_lora_passes = P,
         .n_logit_rows = R,
         .logit_rows = rows,
     };
@@ -1123,14 +1197,16 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
 // step is decode-shaped however many of its requests share an adapter: one adapter under
 // 128 requests, 10.1 -> 9.3 ms a step that way (H200, engine alone, Llama-3-8B).
 static bool s_lora_decode_shaped(const ls_step_t *step) {
-    const ls_lora_batch_t *l = step->lora;
     if (step->n_tokens > 256)
         return false;
     if (step->attn.n_seqs == step->n_tokens)
         return true;
-    for (int s = 0; s < l->n_segs; s++)
-        if (l->seg_indptr[s + 1] - l->seg_indptr[s] > 16)
-            return false;
+    for (int k = 0; k < step->n_lora_passes; k++) {
+        const ls_lora_batch_t *l = &step->lora[k];
+        for (int s = 0; s < l->n_segs; s++)
+            if (l->seg_indptr[s + 1] - l->seg_indptr[s] > 16)
+                return false;
+    }
     return true;
 }
 
@@ -1151,7 +1227,8 @@ static ls_view_t s_mm_in(const ls_buffer_t *w, ls_view_t x, ls_view_t lp) {
 }
 
 // y (T, out_total of g) += LoRA of group g on x (T, in of g), when the step has adapters
-// and the pool holds the group; accumulate 0: y = that delta (0 on rows without one).
+// and the pool holds the group; accumulate 0: y = that delta (0 on rows without one). One
+// pass after the other (a mix's components: backend.h), the later ones adding to y.
 static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
                    int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, int accumulate) {
     if (!step->lora || !ls_lora_pool_has_group(pool, g))
@@ -1161,15 +1238,17 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     int r_max = ls_lora_pool_r_max(pool);
     ls_view_t a, b, tmp = ls_view(self->ws[S_WS_LORA], 0);
     ls_lora_pool_group_views(pool, layer, g, &a, &b);
-    if (be->lora_fused && self->lora_decode) {
-        be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max,
-                       accumulate);
-        return;
+    for (int k = 0; k < step->n_lora_passes; k++, accumulate = 1) {
+        if (be->lora_fused && self->lora_decode) {
+            be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max,
+                           accumulate, k);
+            continue;
+        }
+        if (!accumulate)
+            be->buffer_zero(be, y, (size_t)step->n_tokens * sh.slice_offsets[sh.n_slices]);
+        be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max, k);
+        be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max, k);
     }
-    if (!accumulate)
-        be->buffer_zero(be, y, (size_t)step->n_tokens * sh.slice_offsets[sh.n_slices]);
-    be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max);
-    be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max);
 }
 
 // The base GEMM of a projection: y (T, out) = x (T, in) · wᵀ + bias, reading x_mm (x
@@ -1281,7 +1360,7 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
     }
     // a slot load may still be running: the step's ops start after those it reads
     if (pool)
-        ls_lora_pool_step_wait(pool, step->lora);
+        ls_lora_pool_step_wait(pool, step->lora, step->n_lora_passes);
     return (int)T;
 }
 
@@ -1415,8 +1494,8 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *
     assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
     self->n_rows = 0;
     ls_step_t step;
-    ls_lora_batch_t lora;
-    int T = s_forward_prepare(self, kv, pool, seqs, n_seqs, &step, &lora, err, errlen);
+    ls_lora_batch_t lora[LS_LORA_MIX_MAX];
+    int T = s_forward_prepare(self, kv, pool, seqs, n_seqs, &step, lora, err, errlen);
     // Every rank checks the same plan, but a rank may still fail alone (memory): all of
     // them learn it here, before any collective that the failed one would never join.
     if (self->comm && ls_model_agree(self, T >= 0, T >= 0 ? err : NULL, errlen) != 0)

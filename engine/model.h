@@ -30,7 +30,11 @@
     (ls_lora_batch_t.permutation), one segment per distinct adapter slot in slot order and
     each sequence's rows staying one consecutive run, so a segmented kernel reads each
     adapter's weights once however the batch interleaves adapters; base-model tokens are in
-    no segment, and a step without adapters runs no LoRA op at all.
+    no segment, and a step without adapters runs no LoRA op at all. A sequence may instead
+    mix several adapters (ls_model_seq_t.mix, docs/lora-mixing.md): its i-th component is a
+    segment of the step's LoRA pass i, whose segments carry their weight beside the slot, so
+    the deltas add up pass after pass without merging any weights; a step without mixes has
+    one pass.
 
     Workspace. Activations live in backend buffers owned by the model that grow to the
     largest step seen (doubling) and are reused; one model runs one step at a time.
@@ -57,6 +61,7 @@
 #include "backend.h"
 #include "comm.h"
 #include "lora_pool.h"
+#include "ls_limits.h"
 #include "model_config.h"
 
 typedef struct ls_model ls_model_t;
@@ -111,6 +116,12 @@ void ls_kv_cache_destroy(ls_kv_cache_t **self_p);
 int ls_kv_cache_num_blocks(const ls_kv_cache_t *self);
 int ls_kv_cache_block_size(const ls_kv_cache_t *self);
 
+// One component of a mix of adapters (docs/lora-mixing.md).
+typedef struct {
+    int slot;     // ls_lora_pool_assign's slot (LS_LORA_SLOT_BASE: no delta)
+    float weight; // > 0 and finite: the slot's scaling is multiplied by it
+} ls_model_lora_part_t;
+
 // One sequence of a step.
 typedef struct {
     const int32_t *token_ids;    // (n_tokens) the tokens to run now
@@ -120,6 +131,10 @@ typedef struct {
     int n_blocks;
     int lora_slot;               // ls_lora_pool_assign's slot, or LS_LORA_SLOT_BASE
     bool want_logits;            // logits of the last token (a logit row of this step)
+    // a mix of adapters instead of lora_slot (NULL: lora_slot alone): n_mix components
+    // (1 .. LS_LORA_MIX_MAX), whose deltas, each times its weight, add up
+    const ls_model_lora_part_t *mix;
+    int n_mix;
 } ls_model_seq_t;
 
 // Runs one step of n_seqs sequences (seqs is (n_seqs)): writes their k/v into kv at their

@@ -12,7 +12,10 @@
     (padding, e.g. for a captured CUDA graph) are never read nor written by the LoRA ops.
 
     Slot ranks and scalings are per slot, not per segment: several segments may share a
-    slot. A slot of rank 0 (slot 0 by convention: the base model) does no work at all.
+    slot. A slot of rank 0 (slot 0 by convention: the base model) does no work at all. A
+    segment may carry a weight that multiplies its slot's scaling (seg_weights): a mix of
+    adapters (docs/lora-mixing.md) is one segment per component, each in its own pass (one
+    batch per pass, engine/model.c), since a batch covers each row at most once.
 */
 #ifndef LS_LORA_BATCH_H
 #define LS_LORA_BATCH_H
@@ -27,6 +30,8 @@ typedef struct {
     const int32_t *permutation;    // (seg_indptr[n_segs]) segment position -> row, or NULL
     const int32_t *lora_ranks;     // (n_slots) rank of the adapter in each slot, 0..r_max
     const float *scalings;         // (n_slots) lora_alpha/r (or /sqrt(r) with rslora)
+    const float *seg_weights;      // (n_segs) each segment's factor on its slot's scaling,
+                                   // or NULL: 1 for every segment
 } ls_lora_batch_t;
 
 #endif

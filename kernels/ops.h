@@ -197,8 +197,10 @@ void ls_attention_forward(float *out, const float *q, const float *k_cache,
 // - touch only rows covered by a segment whose slot has rank r > 0;
 // - in such a row, shrink writes tmp columns k*r_max + j for j < r only and leaves the
 //   columns j >= r UNTOUCHED (they may hold garbage, even NaN); expand reads only j < r;
-// - expand accumulates: y += scaling[w] * (tmp_k · B_kᵀ), scaling applied to the product
-//   (never folded into A or B), into y columns off_k .. off_{k+1}-1 only;
+// - expand accumulates: y += scale_s * (tmp_k · B_kᵀ), scale_s = scaling[w] times the
+//   segment's weight (seg_weights[s], 1 without them) computed as that one fp32 product and
+//   applied to the matrix product (never folded into A or B), into y columns
+//   off_k .. off_{k+1}-1 only;
 // - rows of rank-0 slots and uncovered rows of tmp and y are not read nor written.
 
 // tmp[t, k*r_max + j] = Σ_i x[t, i] · A[w, k*r_max + j, i]   for j < rank[w]
@@ -206,7 +208,7 @@ void ls_attention_forward(float *out, const float *q, const float *k_cache,
 void ls_lora_shrink(float *tmp, const float *x, const float *a_pool,
                     const ls_lora_batch_t *batch, int in, int n_slices, int r_max);
 
-// y[t, off_k + o] += scaling[w] · Σ_{j<rank[w]} tmp[t, k*r_max + j] · B[w, off_k + o, j]
+// y[t, off_k + o] += scale_s · Σ_{j<rank[w]} tmp[t, k*r_max + j] · B[w, off_k + o, j]
 // y is (T, out_total), tmp is (T, n_slices*r_max), b_pool is (n_slots, out_total, r_max),
 // slice_offsets is (n_slices+1): off_0 = 0 .. off_{n_slices} = out_total
 void ls_lora_expand(float *y, const float *tmp, const float *b_pool,

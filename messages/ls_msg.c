@@ -21,10 +21,13 @@
 #include "ls_msg_desc.h"
 
 #include <cJSON.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ls_limits.h"
 
 #define DECODE_BYTES_PER_INPUT_BYTE 16
 #define DECODE_SLACK_BYTES (1u << 20)
@@ -1127,4 +1130,33 @@ void ls_msg_fill(ls_msg_t *m, ls_msg_type_t type, ls_msg_bits_fn next, void *arg
 
 void ls_msg_fill_random(ls_msg_t *m, ls_msg_type_t type, uint64_t seed) {
     ls_msg_fill(m, type, s_splitmix, &seed);
+}
+
+int ls_msg_mix_check(const ls_msg_mix_parts_t *mix, bool ids, char *err, size_t errlen) {
+    if (mix->n < 1 || mix->n > LS_LORA_MIX_MAX) {
+        snprintf(err, errlen, "a mix has 1 to %d adapters, not %zu", LS_LORA_MIX_MAX, mix->n);
+        return -1;
+    }
+    for (size_t i = 0; i < mix->n; i++) {
+        const ls_msg_mix_part_t *p = &mix->v[i];
+        if (!p->name || !*p->name) {
+            snprintf(err, errlen, "adapter %zu of the mix has no name", i);
+            return -1;
+        }
+        if (ids && (!p->adapter_id || !*p->adapter_id)) {
+            snprintf(err, errlen, "adapter '%.64s' of the mix has no adapter_id", p->name);
+            return -1;
+        }
+        if (!(p->weight > 0.0f) || !isfinite(p->weight)) {
+            snprintf(err, errlen, "adapter '%.64s' of the mix has weight %g; a weight is a number above 0",
+                     p->name, (double)p->weight);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(mix->v[j].name, p->name)) {
+                snprintf(err, errlen, "adapter '%.64s' is named twice in the mix", p->name);
+                return -1;
+            }
+    }
+    return 0;
 }

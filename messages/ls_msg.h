@@ -124,6 +124,12 @@ char *ls_msg_strdup (const char *s);
 //  malloc'd copy of len bytes at s (NUL-terminated after them); {NULL, 0} for NULL.
 ls_text_t ls_msg_textdup (const char *s, size_t len);
 
+//  The rules of a mix of adapters (MixPart[]: docs/lora-mixing.md), which every actor that
+//  takes one applies: 1 .. LS_LORA_MIX_MAX components, each with a non-empty name (and, with
+//  ids, a non-empty adapter_id), a weight above 0 and finite, no name twice. 0, or -1 with err
+//  naming the first component that breaks a rule.
+int ls_msg_mix_check (const ls_msg_mix_parts_t *mix, bool ids, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

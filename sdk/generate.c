@@ -64,8 +64,11 @@ static int s_request_encode(const ls_request_t *r, uint64_t rid, bool stream, ls
     if (prompts != 1)
         return ls_sdk_fail(LS_ERR_BAD_REQUEST, "give exactly one of prompt, input_ids and messages (got %d)",
                            prompts);
-    if ((r->n_stop && !r->stop) || (r->n_input_ids && !r->input_ids) || (r->n_messages && !r->messages))
+    if ((r->n_stop && !r->stop) || (r->n_input_ids && !r->input_ids) || (r->n_messages && !r->messages) ||
+        (r->n_mix && (!r->mix_adapters || !r->mix_weights)))
         return ls_sdk_fail(LS_ERR_BAD_REQUEST, "a count is set but its array is NULL");
+    if (r->n_mix && r->adapter && *r->adapter)
+        return ls_sdk_fail(LS_ERR_BAD_REQUEST, "give an adapter or a mix of adapters, not both");
     ls_msg_init(m, LS_MSG_GENERATE_REQ);
     m->rid = rid;
     ls_msg_generate_req_t *g = &m->u.generate_req;
@@ -84,6 +87,19 @@ static int s_request_encode(const ls_request_t *r, uint64_t rid, bool stream, ls
     ok = ok && s_copy_i32s(&g->input_ids, r->input_ids, r->n_input_ids) == 0;
     if (r->adapter && *r->adapter)
         ok = ok && (g->adapter = ls_msg_strdup(r->adapter)) != NULL;
+    if (ok && r->n_mix) {
+        ok = (g->mix.v = calloc(r->n_mix, sizeof *g->mix.v)) != NULL;
+        for (; ok && g->mix.n < r->n_mix; g->mix.n++) {
+            const char *name = r->mix_adapters[g->mix.n];
+            g->mix.v[g->mix.n].weight = r->mix_weights[g->mix.n];
+            ok = (g->mix.v[g->mix.n].name = ls_msg_strdup(name ? name : "")) != NULL;
+        }
+        char why[256];
+        if (ok && ls_msg_mix_check(&g->mix, false, why, sizeof why) < 0) {
+            ls_msg_clear(m);
+            return ls_sdk_fail(LS_ERR_BAD_REQUEST, "%s", why);
+        }
+    }
     s->max_new_tokens = r->max_tokens;
     s->min_new_tokens = r->min_tokens;
     s->temperature = r->temperature;

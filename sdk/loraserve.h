@@ -121,6 +121,12 @@ typedef struct {
     size_t n_messages;
 
     const char *adapter;            // LoRA adapter name; NULL or "" is the base model
+    //  A mix of adapters instead of adapter (docs/lora-mixing.md): n_mix (1 .. 8) of them, the
+    //  output that of the base model plus Σ mix_weights[i] · (adapter mix_adapters[i]'s delta);
+    //  weights above 0, no adapter twice.
+    const char *const *mix_adapters;
+    const float *mix_weights;
+    size_t n_mix;
 
     //  Sampling (SGLang / OpenAI meanings).
     uint32_t max_tokens;            // new tokens at most; 0 = the server's default

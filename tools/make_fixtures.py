@@ -550,10 +550,82 @@ def build_arch(arch, spec, out_root, device):
         torch.cuda.empty_cache()
 
 
+# Mixes of adapters (docs/lora-mixing.md): what tests/engine/engine_checks.c's ec_mix runs,
+# (adapter, weight) lists, each on the prompt of one reference row.
+MIXES = [
+    dict(row=0, adapters=[("all_r8", 0.7), ("attn_r4_bf16", 0.3)]),
+    dict(row=4, adapters=[("attn_r4_bf16", 0.5), ("all_r8", 0.25)]),
+]
+
+
+def build_mix(arch, out_root, device):
+    """--mix: PEFT's add_weighted_adapter(combination_type="cat") of the MIXES over the
+    existing fixture of arch (model and adapters as stored, not rebuilt): last-position logits
+    and 16 greedy tokens (full recompute) of each mix on its row's prompt, into
+    <arch>/mix.safetensors ("last_logits" (n_mixes, V), "greedy_ids" (n_mixes, N_NEW)) and
+    <arch>/mix.json (the mixes, top-2 gaps, versions)."""
+    import peft
+    import transformers
+    from peft import PeftModel
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    root = os.path.join(out_root, arch)
+    with open(os.path.join(root, "reference.json")) as f:
+        ref = json.load(f)
+    base = AutoModelForCausalLM.from_pretrained(os.path.join(root, "model"), dtype=torch.float32,
+                                                attn_implementation="eager").float().to(device).eval()
+    names = sorted({a for m in MIXES for a, _ in m["adapters"]})
+    adir = os.path.join(root, "adapters")
+    pm = PeftModel.from_pretrained(base, os.path.join(adir, names[0]), adapter_name=names[0])
+    for n in names[1:]:
+        pm.load_adapter(os.path.join(adir, n), adapter_name=n)
+    last, greedy, gaps = [], [], []
+    for k, mix in enumerate(MIXES):
+        name = f"mix{k}"
+        pm.add_weighted_adapter([a for a, _ in mix["adapters"]], [w for _, w in mix["adapters"]], name,
+                                combination_type="cat")
+        pm.set_adapter(name)
+        pm.eval()
+        seq = torch.tensor([ref["rows"][mix["row"]]["prompt_ids"]], device=device)
+        g = []
+        with torch.no_grad():
+            last.append(pm(input_ids=seq).logits[0, -1].float().cpu())
+            for _ in range(N_NEW):
+                lo = pm(input_ids=seq).logits[0, -1].float()
+                top = torch.topk(lo, 2)
+                g.append(float(top.values[0] - top.values[1]))
+                seq = torch.cat([seq, top.indices[None, :1]], dim=1)
+        greedy.append(seq[0, -N_NEW:].cpu())
+        gaps.append(g)
+        log(f"{arch}: {name} {mix['adapters']} on row {mix['row']}: min top-2 gap {min(g):.4f}")
+    save_file({"last_logits": torch.stack(last).contiguous(),
+               "greedy_ids": torch.stack(greedy).to(torch.int32).contiguous()},
+              os.path.join(root, "mix.safetensors"), metadata={"format": "pt"})
+    out = {
+        "mixes": [{"row": m["row"], "adapters": [{"name": a, "weight": w} for a, w in m["adapters"]],
+                   "greedy_ids": greedy[k].tolist(), "top2_gaps": gaps[k]} for k, m in enumerate(MIXES)],
+        "combination_type": "cat",
+        "math": "fp32 (no TF32), eager attention, device " + (
+            torch.cuda.get_device_name(0) if device == "cuda" else "cpu"),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "peft": peft.__version__, "python": sys.version.split()[0]},
+        "notes": ["PEFT add_weighted_adapter(combination_type='cat') of the stored adapters, one new "
+                  "adapter per mix; last_logits[k] at the last prompt position of mix k's row, "
+                  "greedy_ids[k] 16 greedy tokens (full recompute, no EOS stop)."],
+    }
+    with open(os.path.join(root, "mix.json"), "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures")
     ap.add_argument("--arch", action="append", help="only these archs (default all)")
+    ap.add_argument("--mix", action="store_true",
+                    help="only the mixes' references (mix.safetensors, mix.json) of existing fixtures "
+                         "(default arch: llama)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -564,6 +636,11 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         log("WARNING: no CUDA device; computing references on the CPU")
+    if args.mix:
+        for arch in (args.arch or ["llama"]):
+            build_mix(arch, args.out, device)
+        log("mix references written to", args.out)
+        return
     os.makedirs(args.out, exist_ok=True)
     failed = []
     for arch in (args.arch or list(ARCHS)):

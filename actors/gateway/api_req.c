@@ -15,6 +15,7 @@
 
 #include "grammar.h"
 #include "ls_base64.h"
+#include "ls_limits.h"
 #include "text_utf8.h"
 
 #define S_MAX_PROMPTS 1024    // prompts in one request
@@ -434,6 +435,64 @@ static int s_refuse_unsupported(s_ctx_t *x, const json_t *o, gw_api_t api) {
     return 0;
 }
 
+// A mix of adapters (docs/lora-mixing.md), the object v given as `field` (model, lora_path):
+// {"adapters": [{"name": N, "weight": W}, ...], "combination": "cat"}, into q->mix (the rules:
+// ls_msg_mix_check), or into q->adapter when it is one adapter at weight 1 (that adapter
+// alone). 0, or -1 after s_fail.
+static int s_mix(s_ctx_t *x, const json_t *v, const char *field, const char *base_model,
+                 ls_msg_generate_req_t *q) {
+    const char *key;
+    const json_t *e, *ads = json_object_get(v, "adapters"), *comb = json_object_get(v, "combination");
+    json_object_foreach((json_t *)v, key, e) if (strcmp(key, "adapters") && strcmp(key, "combination")) {
+        snprintf(x->err, x->errlen, "'%s' as a mix takes 'adapters' and 'combination' only, not '%.64s'", field,
+                 key);
+        *x->param = field;
+        return -1;
+    }
+    if (comb && !json_is_null(comb) && !(json_is_string(comb) && !strcmp(json_string_value(comb), "cat"))) {
+        if (json_is_string(comb) && !strcmp(json_string_value(comb), "linear"))
+            return s_fail(x, field, "'%s': the combination \"linear\" (PEFT's sqrt-weighted sums of A and of B, "
+                          "with cross terms between the adapters) would need merged weights; only \"cat\" (the "
+                          "weighted sum of the adapters' deltas) is served", field);
+        return s_fail(x, field, "'%s': 'combination' must be \"cat\"", field);
+    }
+    size_t n = json_is_array(ads) ? json_array_size(ads) : 0;
+    if (n > LS_LORA_MIX_MAX)
+        n = LS_LORA_MIX_MAX + 1;  // ls_msg_mix_check names the bound
+    q->mix.v = calloc(n ? n : 1, sizeof *q->mix.v);
+    if (!q->mix.v)
+        return s_fail(x, NULL, "%s", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        e = json_array_get(ads, i);
+        const json_t *name = json_object_get(e, "name"), *w = json_object_get(e, "weight");
+        const char *k2;
+        const json_t *e2;
+        bool other = false;
+        if (json_is_object(e))
+            json_object_foreach((json_t *)e, k2, e2) other |= strcmp(k2, "name") && strcmp(k2, "weight");
+        if (!json_is_object(e) || other || !s_is_name(name) || !json_is_number(w))
+            return s_fail(x, field, "'%s': each adapter of a mix is {\"name\": a string, \"weight\": a number}",
+                          field);
+        const char *ad = gw_adapter_of(json_string_value(name), base_model);
+        if (!*ad)
+            return s_fail(x, field, "'%s': the base model is not an adapter to mix", field);
+        q->mix.v[q->mix.n++] = (ls_msg_mix_part_t){.name = ls_msg_strdup(ad), .weight = (float)json_number_value(w)};
+    }
+    char why[256];
+    if (ls_msg_mix_check(&q->mix, false, why, sizeof why) < 0) {
+        snprintf(x->err, x->errlen, "'%s': %s", field, why);
+        *x->param = field;
+        return -1;
+    }
+    if (n == 1 && q->mix.v[0].weight == 1.0f) {  // one adapter at weight 1: that adapter alone
+        free(q->adapter);
+        q->adapter = q->mix.v[0].name;
+        free(q->mix.v);
+        q->mix = (ls_msg_mix_parts_t){0};
+    }
+    return 0;
+}
+
 const char *gw_adapter_of(const char *model, const char *base_model) {
     if (!model || !*model || !strcmp(model, base_model))
         return "";
@@ -491,9 +550,12 @@ static int s_chat_json(s_ctx_t *x, const json_t *root, const char *name, bool ar
 
 static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const char *base_model) {
     const char *model = NULL;
-    if (s_str(x, root, "model", &model) < 0)
+    // a mix of adapters (an object): the answers carry it as JSON text
+    const json_t *mix = json_object_get(root, "model");
+    if (!json_is_object(mix) && s_str(x, root, "model", &model) < 0)
         return -1;
-    g->model = strdup(model && *model ? model : base_model);
+    g->model = json_is_object(mix) ? json_dumps(mix, JSON_COMPACT | JSON_SORT_KEYS)
+                                   : strdup(model && *model ? model : base_model);
     if (s_refuse_unsupported(x, root, g->api) < 0)
         return -1;
     bool stream = false, logprobs = false, echo = false;
@@ -550,7 +612,13 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const cha
     t->sampling.top_logprobs = (uint32_t)g->top_logprobs;
     t->return_token_ids = g->logprobs;
     t->stream = g->stream;
-    t->adapter = ls_msg_strdup(gw_adapter_of(g->model, base_model));
+    if (json_is_object(mix)) {
+        if (s_mix(x, mix, "model", base_model, t) < 0) {
+            ls_msg_clear(&tmpl);
+            return -1;
+        }
+    } else
+        t->adapter = ls_msg_strdup(gw_adapter_of(g->model, base_model));
     // Each prompt gets its own copy of the shared fields (a message owns its strings).
     char *enc;
     size_t enc_len;
@@ -666,9 +734,14 @@ static int s_parse_generate(s_ctx_t *x, gw_gen_t *g, const json_t *root, const c
             q->text = ls_msg_textdup(json_string_value(in), json_string_length(in));
         } else if (!s_ids(in, &q->input_ids) || !q->input_ids.n)
             return s_fail(x, "input_ids", "'%s' must be a list of token ids or a list of those", "input_ids");
-        if (lp && !json_is_null(lp) && !s_is_name(lp))
-            return s_fail(x, "lora_path", "'%s' must be an adapter name, null, or a list of those", "lora_path");
-        q->adapter = ls_msg_strdup(json_is_string(lp) ? gw_adapter_of(json_string_value(lp), base_model) : "");
+        if (json_is_object(lp)) {
+            if (s_mix(x, lp, "lora_path", base_model, q) < 0)
+                return -1;
+        } else if (lp && !json_is_null(lp) && !s_is_name(lp))
+            return s_fail(x, "lora_path", "'%s' must be an adapter name, a mix of adapters, null, or a list of "
+                          "those", "lora_path");
+        else
+            q->adapter = ls_msg_strdup(json_is_string(lp) ? gw_adapter_of(json_string_value(lp), base_model) : "");
         if (pp && !json_is_null(pp) && !json_is_object(pp))
             return s_fail(x, "sampling_params", "'%s' must be an object or a list of objects", "sampling_params");
         if (json_is_object(pp) && s_refuse_unsupported(x, pp, GW_GENERATE) < 0)

@@ -154,10 +154,15 @@ int lora_pinned_count(const lora_t *self) {
     return n;
 }
 
-int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep) {
+int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep, const int *taken, int ntaken) {
     int best = -1;
     for (int s = 0; s < self->n_slots; s++) {
         const lora_slot_t *sl = &self->slots[s];
+        bool promised = false;
+        for (int k = 0; k < ntaken && !promised; k++)
+            promised = taken[k] == s;
+        if (promised)
+            continue;
         if (!sl->ad)
             return s;
         if (sl->ad->pinned || sl->ad->running > 0)

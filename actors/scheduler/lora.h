@@ -71,9 +71,10 @@ lora_adapter_t *lora_cpu_victim(const lora_t *self);
 int lora_pinned_count(const lora_t *self);
 
 // The slot an adapter would get now: an empty one, else the policy's victim among unlocked
-// slots whose adapter is not in `keep` (nkeep entries; adapters promised to the coming step).
-// -1 when every slot is locked or kept.
-int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep);
+// slots whose adapter is not in `keep` (nkeep entries; adapters promised to the coming step),
+// never one of taken[0 .. ntaken) (slots promised, not yet assigned: a mix's other components;
+// entries -1 are none). -1 when every slot is locked, kept or taken.
+int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep, const int *taken, int ntaken);
 // Put ad into slot (evicting whoever was there). `now` is the caller's step clock.
 void lora_slot_assign(lora_t *self, lora_adapter_t *ad, int slot, uint64_t now);
 // ad's slot took part in the step numbered now (the LRU clock).

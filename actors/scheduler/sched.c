@@ -213,9 +213,9 @@ static uint32_t s_tenant_waiting(const sched_t *s, const lora_adapter_t *ad) {
 
 // r joins (d = 1) or leaves (d = -1) the running list.
 void sched_tenant_run(sched_t *s, const req_t *r, int d) {
-    if (r->ad)
-        r->ad->running += (uint32_t)d;
-    else
+    for (uint32_t i = 0; i < r->n_ads; i++)
+        r->ads[i]->running += (uint32_t)d;
+    if (!r->ad)
         s->base_running += (uint32_t)d;
 }
 
@@ -338,6 +338,7 @@ static void s_req_free(sched_t *s, req_t *r) {
     free(r->stop);
     free(r->tokens);
     free(r->blocks);
+    free(r->mix_key);
     free(r);
 }
 
@@ -355,12 +356,15 @@ static void s_retire(sched_t *s, req_t *r, uint32_t finish) {
         sched_grow_array((void **)&s->released, &s->cap_released, s->n_released + 1, sizeof *s->released);
         s->released[s->n_released++] = r->rid;
     }
-    lora_adapter_t *ad = r->ad;
+    lora_adapter_t *ads[LS_LORA_MIX_MAX];
+    uint32_t n = r->n_ads;
+    memcpy(ads, r->ads, n * sizeof *ads);
     s_req_free(s, r);
-    if (ad) {
-        ad->refs--;
-        sched_adapter_unload_maybe(s, ad);
-    } else
+    for (uint32_t i = 0; i < n; i++) {
+        ads[i]->refs--;
+        sched_adapter_unload_maybe(s, ads[i]);
+    }
+    if (n == 0)
         s->base_refs--;
 }
 
@@ -541,12 +545,50 @@ static void s_after(sched_t *s, uint64_t now) {
     s_gauges(s);
 }
 
+// A mix's components into ads (their adapters, NULL where unknown). 0, or -1 with why: a
+// broken rule (ls_msg_mix_check), an adapter as well, an id twice, an adapter not loaded or
+// being unloaded (*code NOT_FOUND), more components than slots.
+static int s_mix_find(const sched_t *s, const ls_msg_tokenized_req_t *tr, lora_adapter_t **ads, uint32_t *code,
+                      char *why, size_t whylen) {
+    *code = LS_ERROR_CODE_BAD_REQUEST;
+    if (ls_msg_mix_check(&tr->mix, true, why, whylen) < 0)
+        return -1;
+    if (tr->adapter_id && *tr->adapter_id) {
+        snprintf(why, whylen, "an adapter and a mix of adapters: give one");
+        return -1;
+    }
+    if (tr->mix.n > (size_t)lora_slots(s->lora)) {
+        snprintf(why, whylen, "a mix of %zu adapters needs as many GPU slots at once; the workers have %d "
+                 "(--max-loras-per-batch)", tr->mix.n, lora_slots(s->lora));
+        return -1;
+    }
+    for (size_t i = 0; i < tr->mix.n; i++) {
+        const ls_msg_mix_part_t *p = &tr->mix.v[i];
+        lora_adapter_t *ad = ads[i] = lora_find(s->lora, p->adapter_id);
+        for (size_t j = 0; j < i; j++)
+            if (ads[j] == ad && ad) {
+                snprintf(why, whylen, "adapters '%.64s' and '%.64s' of the mix are the same adapter",
+                         tr->mix.v[j].name, p->name);
+                return -1;
+            }
+        if (!ad || !ad->confirmed || ad->unloading) {
+            *code = LS_ERROR_CODE_NOT_FOUND;
+            snprintf(why, whylen, "adapter %.64s (%.64s) of the mix is not loaded%s", p->name, p->adapter_id,
+                     ad && ad->unloading ? ": it is being unloaded" : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 // 0, or -1 after telling the asker why the request is refused.
 static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const lora_adapter_t *ad, uint32_t max_new) {
     const ls_msg_tokenized_req_t *tr = &msg->u.tokenized_req;
     const uint64_t rid = msg->rid;
     const uint32_t ref = LS_MSG_TOKENIZED_REQ;
-    char key[24];
+    char key[24], mix_why[320];
+    lora_adapter_t *mix_ads[LS_LORA_MIX_MAX];
+    uint32_t mix_code;
     s_rid_key(rid, key);
     uint64_t n_prompt = tr->input_ids.n, bs = kv_block_size(s->kv);
     uint64_t need_blocks = (n_prompt + max_new - 1 + bs - 1) / bs;
@@ -569,6 +611,8 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
                       "n = %u: the tokenizer expands n > 1 into separate requests", tr->sampling.n);
     else if (zhashx_lookup(s->reqs, key))
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "request id %" PRIu64 " is already in use", rid);
+    else if (tr->mix.n && s_mix_find(s, tr, mix_ads, &mix_code, mix_why, sizeof mix_why) < 0)
+        s_error_reply(s, reply, rid, mix_code, ref, "%s", mix_why);
     else if (tr->adapter_id && *tr->adapter_id && (!ad || !ad->confirmed || ad->unloading))
         s_error_reply(s, reply, rid, LS_ERROR_CODE_NOT_FOUND, ref, "adapter %s (%s) is not loaded%s",
                       tr->adapter_name ? tr->adapter_name : "?", tr->adapter_id,
@@ -608,7 +652,9 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
 static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     ls_msg_tokenized_req_t *tr = &msg->u.tokenized_req;
     uint64_t rid = msg->rid;
-    lora_adapter_t *ad = tr->adapter_id && *tr->adapter_id ? lora_find(s->lora, tr->adapter_id) : NULL;
+    // a mix's tenant is its first component (checked with the rest in s_request_check)
+    const char *first = tr->mix.n ? tr->mix.v[0].adapter_id : tr->adapter_id;
+    lora_adapter_t *ad = first && *first ? lora_find(s->lora, first) : NULL;
     uint64_t n_prompt = tr->input_ids.n;
     uint32_t max_new = tr->sampling.max_new_tokens;
     if (max_new == 0) {
@@ -627,6 +673,24 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     r->seq = ++s->next_seq;
     r->reply = reply;
     r->ad = ad;
+    r->mixed = tr->mix.n > 0;
+    if (r->mixed) {
+        // the key: "mix", then " id*weight" per component in order, the weight in hex (exact)
+        size_t len = 0, cap = 4;
+        for (size_t i = 0; i < tr->mix.n; i++) {
+            r->ads[i] = lora_find(s->lora, tr->mix.v[i].adapter_id);  // found: checked
+            r->weights[i] = tr->mix.v[i].weight;
+            cap += strlen(r->ads[i]->id) + 32;
+        }
+        r->mix_key = sched_alloc(NULL, cap);
+        len += (size_t)snprintf(r->mix_key, cap, "mix");
+        for (size_t i = 0; i < tr->mix.n; i++)
+            len += (size_t)snprintf(r->mix_key + len, cap - len, " %s*%a", r->ads[i]->id, (double)r->weights[i]);
+        r->n_ads = (uint32_t)tr->mix.n;
+    } else if (ad) {
+        r->ads[0] = ad;
+        r->n_ads = 1;
+    }
     r->sampling = tr->sampling;  // moved: the message no longer owns its arrays
     memset(&tr->sampling, 0, sizeof tr->sampling);
     r->seed = r->sampling.has_seed ? r->sampling.seed : s_seed_of(rid);
@@ -652,13 +716,15 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     s_rid_key(rid, key);
     zhashx_insert(s->reqs, key, r);
     sched_list_push_back(&s->waiting, r);
-    if (ad) {
-        ad->refs++;
-        ad->used_at = ++s->clock;
-        sched_adapter_ensure_resident(s, ad, now);
-    } else
+    for (uint32_t i = 0; i < r->n_ads; i++) {
+        r->ads[i]->refs++;
+        r->ads[i]->used_at = ++s->clock;
+        sched_adapter_ensure_resident(s, r->ads[i], now);
+    }
+    if (!ad)
         s->base_refs++;
-    ls_debug(rid, "queued: %u prompt tokens, max_new_tokens %u, adapter %s", r->n_prompt, max_new, ad ? ad->name : "-");
+    ls_debug(rid, "queued: %u prompt tokens, max_new_tokens %u, adapter %s%s", r->n_prompt, max_new,
+             ad ? ad->name : "-", r->mixed ? " (first of a mix)" : "");
 }
 
 static void s_abort(sched_t *s, const ls_msg_t *msg) {

@@ -202,7 +202,7 @@ void sched_op_complete(sched_t *s, op_t *op) {
             snprintf(why, sizeof why, "adapter %s could not be reloaded: %s", ad->name, reason);
             for (req_t *r = s->waiting.head, *next; r; r = next) {
                 next = r->next;
-                if (r->ad == ad)
+                if (sched_req_uses(r, ad))
                     sched_req_finish(s, r, NULL, LS_FINISH_REASON_ERROR, why);
             }
         }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kv.h"
+#include "ls_limits.h"
 #include "sched.h"
 
 #define SCHED_MAX_RANKS 32
@@ -26,7 +27,14 @@ struct req {
     void *reply;
     req_t *prev, *next;
     req_list_t *list;  // &waiting or &running
-    lora_adapter_t *ad;  // NULL: the base model
+    lora_adapter_t *ad;  // NULL: the base model; a mix's first component (its tenant)
+    // the adapters it uses: ad alone, or a mix's components (docs/lora-mixing.md), ads[0] == ad.
+    // Each is counted in refs and, while it runs, running (its slot locked)
+    lora_adapter_t *ads[LS_LORA_MIX_MAX];
+    float weights[LS_LORA_MIX_MAX];  // a mix's weights
+    uint32_t n_ads;
+    bool mixed;  // ads and weights are a mix (StepItem.mix), one adapter at another weight included
+    char *mix_key;  // a mix's prefix-cache key: its components' ids and weights, in order
     ls_msg_sampling_params_t sampling;  // as asked; goes out with the first TokenOut
     int32_t *stop;  // token ids that end it: EOS and stop ids (none with ignore_eos)
     size_t n_stop;
@@ -154,8 +162,15 @@ static inline uint32_t sched_seq_len(const req_t *r) { return r->n_prompt + r->n
 // Where the next plan finds r: its length and computed tokens once the steps in flight are in.
 static inline uint32_t sched_plan_len(const req_t *r) { return sched_seq_len(r) + r->ahead_out; }
 static inline uint32_t sched_plan_computed(const req_t *r) { return r->computed + r->ahead; }
-// The prefix cache's key of r: its adapter's id, "" for the base model.
-static inline const char *sched_key(const req_t *r) { return r->ad ? r->ad->id : ""; }
+// The prefix cache's key of r: its adapter's id, its mix's key, "" for the base model.
+static inline const char *sched_key(const req_t *r) { return r->mix_key ? r->mix_key : r->ad ? r->ad->id : ""; }
+// Whether r uses ad (as its adapter or in its mix).
+static inline bool sched_req_uses(const req_t *r, const lora_adapter_t *ad) {
+    for (uint32_t i = 0; i < r->n_ads; i++)
+        if (r->ads[i] == ad)
+            return true;
+    return false;
+}
 
 // sched.c
 void *sched_alloc(void *p, size_t n);  // realloc that stops the process when memory is out

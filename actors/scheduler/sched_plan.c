@@ -22,7 +22,10 @@ static bool s_first_class(const sched_t *s, const req_t *r) {
 static int s_class(const sched_t *s, const req_t *r) {
     if (s_first_class(s, r))
         return 0;
-    return !r->ad || r->ad->slot >= 0 ? 1 : 2;
+    for (uint32_t i = 0; i < r->n_ads; i++)
+        if (r->ads[i]->slot < 0)
+            return 2;
+    return 1;
 }
 
 // Class 0 first, FIFO; then by turn (tenants take turns), then class, then FIFO.
@@ -86,7 +89,7 @@ static void s_pin_upkeep(sched_t *s, uint64_t now) {
         if (!ad->resident)
             sched_adapter_ensure_resident(s, ad, now);
         else if (ad->slot < 0) {
-            int slot = lora_slot_pick(s->lora, NULL, 0);
+            int slot = lora_slot_pick(s->lora, NULL, 0, NULL, 0);
             if (slot >= 0)
                 s_slot_fill(s, ad, slot, true);
         }
@@ -119,8 +122,15 @@ static void s_plan_add(sched_t *s, ls_msg_step_items_t *items, req_t *r, uint32_
     memset(it, 0, sizeof *it);
     uint32_t len = sched_plan_len(r), at = sched_plan_computed(r);
     it->rid = r->rid;
-    it->adapter_slot = r->ad ? r->ad->slot : -1;
-    it->adapter_id = r->ad ? sched_strdup(r->ad->id) : NULL;
+    it->adapter_slot = r->ad && !r->mixed ? r->ad->slot : -1;
+    it->adapter_id = r->ad && !r->mixed ? sched_strdup(r->ad->id) : NULL;
+    if (r->mixed) {
+        it->mix.v = sched_alloc(NULL, r->n_ads * sizeof *it->mix.v);
+        for (uint32_t i = 0; i < r->n_ads; i++)
+            it->mix.v[i] = (ls_msg_mix_part_t){.name = sched_strdup(r->ads[i]->name), .weight = r->weights[i],
+                                               .adapter_id = sched_strdup(r->ads[i]->id), .slot = r->ads[i]->slot};
+        it->mix.n = r->n_ads;
+    }
     it->follows = r->ahead_out > 0;
     if (it->follows) {
         assert(chunk == 1 && at + 1 == len);
@@ -187,6 +197,18 @@ static void s_plan_running(sched_t *s, ls_msg_step_items_t *items, uint32_t *bud
     }
 }
 
+// The slots r's adapters would take (slot[k] for r->ads[k]; -1: it has one already), or -1
+// when they do not all fit; nothing is assigned here. A mix's components are kept out of each
+// other's way (keep), and each pick leaves out the slots promised to those before it.
+static int s_slots_pick(sched_t *s, const req_t *r, int *slot) {
+    for (uint32_t k = 0; k < r->n_ads; k++) {
+        slot[k] = -1;
+        if (r->ads[k]->slot < 0 && (slot[k] = lora_slot_pick(s->lora, r->ads, (int)r->n_ads, slot, (int)k)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 // Waiting requests in admission order, within the budget, the running cap, free KV blocks and
 // the slot constraint; then age those that were passed over.
 static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budget, uint64_t now) {
@@ -199,22 +221,23 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
         req_t *r = order[i];
         if (s->running.n >= (uint32_t)s->cfg.max_running_requests || *budget == 0)
             break;
-        lora_adapter_t *ad = r->ad;
-        if (ad && !ad->resident) {
-            sched_adapter_ensure_resident(s, ad, now);
-            continue;
-        }
-        bool competes = ad && !(ad->pinned && ad->slot >= 0);
-        if (gate && competes)
-            continue;
-        int slot = -1;
-        if (ad && ad->slot < 0) {
-            slot = lora_slot_pick(s->lora, NULL, 0);
-            if (slot < 0) {
-                // Not blocking: the requests behind it whose adapters fit still go.
-                gate |= s_first_class(s, r);
-                continue;
+        // every adapter it uses (a mix's components) resident, then in a slot
+        bool resident = true, competes = false;
+        for (uint32_t k = 0; k < r->n_ads; k++) {
+            lora_adapter_t *ad = r->ads[k];
+            if (!ad->resident) {
+                sched_adapter_ensure_resident(s, ad, now);
+                resident = false;
             }
+            competes |= !(ad->pinned && ad->slot >= 0);
+        }
+        if (!resident || (gate && competes))
+            continue;
+        int slot[LS_LORA_MIX_MAX];
+        if (s_slots_pick(s, r, slot) < 0) {
+            // Not blocking: the requests behind it whose adapters fit still go.
+            gate |= s_first_class(s, r);
+            continue;
         }
         uint32_t len = sched_seq_len(r);
         sched_blocks_cap(r, len / bs + 1);
@@ -226,10 +249,11 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
             sched_free_blocks(s, r);
             break;  // the cache is full: admitting later requests instead would starve this one
         }
-        if (slot >= 0)
-            s_slot_fill(s, ad, slot, false);
-        else if (ad)
-            s->stats.adapter_residency_hits++;
+        for (uint32_t k = 0; k < r->n_ads; k++)
+            if (slot[k] >= 0)
+                s_slot_fill(s, r->ads[k], slot[k], false);
+            else
+                s->stats.adapter_residency_hits++;
         s->stats.prefix_hit_tokens += r->computed;
         if (!r->admitted)
             r->cached_tokens = r->computed;
@@ -249,7 +273,10 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
     // adapter is still loading is not: the scheduler is not choosing against it.
     for (size_t i = 0; i < passed_by; i++) {
         req_t *r = order[i];
-        if (r->list == &s->waiting && (!r->ad || r->ad->resident))
+        bool resident = true;
+        for (uint32_t k = 0; k < r->n_ads; k++)
+            resident &= r->ads[k]->resident;
+        if (r->list == &s->waiting && resident)
             r->skipped++;
     }
     free(order);
@@ -264,23 +291,27 @@ static void s_prefetch(sched_t *s) {
     req_t **order = s_waiting_order(s, &n);
     lora_adapter_t **keep = sched_alloc(NULL, (size_t)slots * sizeof *keep);
     int nkeep = 0;
-    for (size_t i = 0; i < n && nkeep < slots; i++) {
-        lora_adapter_t *ad = order[i]->ad;
-        if (!ad || !ad->resident)
-            continue;
-        bool kept = false;
-        for (int k = 0; k < nkeep && !kept; k++)
-            kept = keep[k] == ad;
-        if (kept)
-            continue;
-        if (ad->slot < 0) {
-            int slot = lora_slot_pick(s->lora, keep, nkeep);
-            if (slot < 0)
-                break;
-            s_slot_fill(s, ad, slot, true);
+    bool full = false;
+    for (size_t i = 0; i < n && nkeep < slots && !full; i++)
+        for (uint32_t c = 0; c < order[i]->n_ads && nkeep < slots && !full; c++) {
+            lora_adapter_t *ad = order[i]->ads[c];
+            if (!ad->resident)
+                continue;
+            bool kept = false;
+            for (int k = 0; k < nkeep && !kept; k++)
+                kept = keep[k] == ad;
+            if (kept)
+                continue;
+            if (ad->slot < 0) {
+                int slot = lora_slot_pick(s->lora, keep, nkeep, NULL, 0);
+                if (slot < 0) {
+                    full = true;
+                    break;
+                }
+                s_slot_fill(s, ad, slot, true);
+            }
+            keep[nkeep++] = ad;
         }
-        keep[nkeep++] = ad;
-    }
     free(keep);
     free(order);
 }
@@ -337,6 +368,9 @@ static bool s_plan_one(sched_t *s, uint64_t now) {
         lora_adapter_t *ad = lora_find(s->lora, items->v[i].adapter_id);
         if (ad)
             lora_slot_touch(s->lora, ad, s->step);
+        for (size_t k = 0; k < items->v[i].mix.n; k++)
+            if ((ad = lora_find(s->lora, items->v[i].mix.v[k].adapter_id)))
+                lora_slot_touch(s->lora, ad, s->step);
     }
     sched_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
     ls_msg_clear(&m);

@@ -53,6 +53,7 @@ struct greq {
     ls_msg_t req;   // the GenerateReq, moved out of the inbound message
     ls_token_ids_t ids;
     char *adapter_id;  // held from the registry (NULL: the base model, or not held)
+    uint32_t n_held;   // a mix: its first n_held components are held (ids in req's mix)
     bool acquiring;    // AcquireAdapter sent, no answer yet
     bool closed;       // the client had its last TextOut, or is gone
     uint32_t n, open;  // completions, and those not done
@@ -141,19 +142,26 @@ static void s_oom(void) {
 // ---------------------------------------------------------------------------------------------
 // groups
 
-static void s_release(greq_t *g) {
-    if (!g->adapter_id)
-        return;
+static void s_release_one(greq_t *g, char **adapter_id, char *name) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_RELEASE_ADAPTER);
     m.rid = g->id;
-    m.u.release_adapter.adapter_id = g->adapter_id;
-    m.u.release_adapter.name = g->req.u.generate_req.adapter;
+    m.u.release_adapter.adapter_id = *adapter_id;
+    m.u.release_adapter.name = name;
     ls_actor_send_peer(s_tok.actor, "registry", &m, NULL);
     m.u.release_adapter.adapter_id = m.u.release_adapter.name = NULL;  // still g's
     ls_msg_clear(&m);
-    free(g->adapter_id);
-    g->adapter_id = NULL;
+    free(*adapter_id);
+    *adapter_id = NULL;
+}
+
+// Gives back what g holds: its adapter, or every component of its mix held so far.
+static void s_release(greq_t *g) {
+    ls_msg_generate_req_t *req = &g->req.u.generate_req;
+    if (g->adapter_id)
+        s_release_one(g, &g->adapter_id, req->adapter);
+    for (; g->n_held > 0; g->n_held--)
+        s_release_one(g, &req->mix.v[g->n_held - 1].adapter_id, req->mix.v[g->n_held - 1].name);
 }
 
 // Nothing more goes to the client: forget its key, give the adapter back.
@@ -252,7 +260,12 @@ static void s_end_whole(greq_t *g, uint32_t finish, uint32_t code, const char *w
 // series.
 static void s_latency_note(comp_t *c, const ls_msg_text_out_t *t) {
     const greq_t *g = c->g;
-    const char *adapter = g->adapter_id ? g->req.u.generate_req.adapter : NULL;
+    const ls_msg_generate_req_t *req = &g->req.u.generate_req;
+    // a mix is measured as one more tenant, its components' names joined by '+'
+    char mix[256] = "";
+    for (size_t i = 0; i < req->mix.n; i++)
+        snprintf(mix + strlen(mix), sizeof mix - strlen(mix), "%s%s", i ? "+" : "", req->mix.v[i].name);
+    const char *adapter = req->mix.n ? mix : g->adapter_id ? req->adapter : NULL;
     uint64_t now = ls_actor_now_ns(s_tok.actor);
     if (t->completion_tokens > c->tokens) {
         uint32_t k = t->completion_tokens - c->tokens;
@@ -423,6 +436,26 @@ static int64_t s_unix_now(ls_actor_t *a) {
     return s_tok.unix_start + (int64_t)((ls_actor_now_ns(a) - s_tok.mono_start) / 1000000000u);
 }
 
+// Asks the registry for g's adapter, or for the next component of its mix (they are acquired
+// one after the other, so a refusal leaves only those before it to give back).
+static void s_acquire_next(greq_t *g) {
+    const ls_msg_generate_req_t *req = &g->req.u.generate_req;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_ACQUIRE_ADAPTER);
+    m.rid = g->id;
+    m.u.acquire_adapter.name = ls_msg_strdup(req->mix.n ? req->mix.v[g->n_held].name : req->adapter);
+    int rc = ls_actor_send_peer(s_tok.actor, "registry", &m, NULL);
+    ls_msg_clear(&m);
+    if (rc < 0) {
+        s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, "the adapter registry cannot be reached");
+        return;
+    }
+    char gkey[24];
+    s_key(g->id, gkey);
+    zhashx_insert(s_tok.acquires, gkey, g);
+    g->acquiring = true;
+}
+
 static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
     tok_t *s = state;
     const ls_msg_generate_req_t *req = &in->msg->u.generate_req;
@@ -460,6 +493,16 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
         s_refuse(a, in, code, err);
         return -1;
     }
+    // a mix: its rules (docs/lora-mixing.md), and the adapter or the mix, not both
+    if (req->mix.n && (ls_msg_mix_check(&req->mix, false, err, sizeof err) < 0 ||
+                       (req->adapter && *req->adapter &&
+                        snprintf(err, sizeof err, "give an adapter or a mix of adapters, not both") > 0))) {
+        free(key);
+        free(client);
+        ls_token_ids_free(&ids);
+        s_refuse(a, in, LS_ERROR_CODE_BAD_REQUEST, err);
+        return -1;
+    }
     greq_t *g = calloc(1, sizeof *g);
     if (!g || !(g->route = ls_route_new(in)))
         s_oom();
@@ -482,24 +525,10 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
         g->deadline_ms = in->now_ns / 1000000 + req->timeout_ms;
         g->timer = ls_actor_timer_start(a, req->timeout_ms, 0, s_on_deadline, g);
     }
-    if (req->adapter && *req->adapter) {
-        ls_msg_t m;
-        ls_msg_init(&m, LS_MSG_ACQUIRE_ADAPTER);
-        m.rid = g->id;
-        m.u.acquire_adapter.name = ls_msg_strdup(req->adapter);
-        int rc = ls_actor_send_peer(a, "registry", &m, NULL);
-        ls_msg_clear(&m);
-        if (rc < 0) {
-            s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, "the adapter registry cannot be reached");
-        } else {
-            char gkey[24];
-            s_key(g->id, gkey);
-            zhashx_insert(s->acquires, gkey, g);
-            g->acquiring = true;
-        }
-    } else {
+    if ((req->adapter && *req->adapter) || req->mix.n)
+        s_acquire_next(g);
+    else
         s_dispatch_group(g);
-    }
     s_maybe_free(g);
     s_gauge();
     return 0;
@@ -609,13 +638,20 @@ static int s_on_acquired(ls_actor_t *a, ls_in_t *in, void *state) {
     }
     zhashx_delete(s->acquires, key);
     g->acquiring = false;
-    if (aa->ok && !(g->adapter_id = strdup(aa->adapter_id ? aa->adapter_id : "")))
-        s_oom();
+    ls_msg_mix_parts_t *mix = &g->req.u.generate_req.mix;
+    char **held = mix->n ? &mix->v[g->n_held].adapter_id : &g->adapter_id;
+    if (aa->ok) {
+        if (!(*held = strdup(aa->adapter_id ? aa->adapter_id : "")))
+            s_oom();
+        g->n_held += mix->n > 0;
+    }
     if (g->closed)
-        s_release(g);  // ended while waiting: the hold goes straight back
+        s_release(g);  // ended while waiting: the holds go straight back
     else if (!aa->ok)
         s_end_whole(g, LS_FINISH_REASON_ERROR, aa->code ? aa->code : LS_ERROR_CODE_UNAVAILABLE,
                     aa->reason && *aa->reason ? aa->reason : "the adapter could not be acquired");
+    else if (g->n_held < mix->n)
+        s_acquire_next(g);
     else
         s_dispatch_group(g);
     s_maybe_free(g);

@@ -278,6 +278,13 @@ int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const l
         t->adapter_name = ls_msg_strdup(g->adapter);
         rc |= t->adapter_id && t->adapter_name ? 0 : -1;
     }
+    if (g->mix.n && (t->mix.v = calloc(g->mix.n, sizeof *t->mix.v)))
+        for (; t->mix.n < g->mix.n; t->mix.n++) {
+            const ls_msg_mix_part_t *p = &g->mix.v[t->mix.n];
+            t->mix.v[t->mix.n] = (ls_msg_mix_part_t){.name = ls_msg_strdup(p->name), .weight = p->weight,
+                                                     .adapter_id = ls_msg_strdup(p->adapter_id)};
+        }
+    rc |= t->mix.n == g->mix.n ? 0 : -1;
     t->arrival_ms = arrival_ms;
     t->deadline_ms = deadline_ms;
     if (rc) {

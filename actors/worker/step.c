@@ -10,17 +10,41 @@
 #include "ls_actor.h"
 #include "lora_pool.h"
 
-// Puts the item's adapter in the scheduler's slot. -1 + err when it is not in the CPU tier.
-static int s_ensure_slot(const wstep_engine_t *e, const ls_msg_step_item_t *it, int32_t *engine_slot, char *err,
+// Puts adapter id in the scheduler's slot (-1 or no id: none, the base model's slot). -1 + err
+// when it is not in the CPU tier.
+static int s_ensure_slot(const wstep_engine_t *e, const char *id, int32_t slot, int *engine_slot, char *err,
                          size_t errlen) {
-    if (it->adapter_slot < 0 || !it->adapter_id || !*it->adapter_id) {
+    if (slot < 0 || !id || !*id) {
         *engine_slot = LS_LORA_SLOT_BASE;
         return 0;
     }
-    *engine_slot = it->adapter_slot + 1;
-    if (ls_lora_pool_slot_of(e->pool, it->adapter_id) == *engine_slot)
+    *engine_slot = slot + 1;
+    if (ls_lora_pool_slot_of(e->pool, id) == *engine_slot)
         return 0;
-    return ls_lora_pool_assign(e->pool, it->adapter_id, *engine_slot, err, errlen);
+    return ls_lora_pool_assign(e->pool, id, *engine_slot, err, errlen);
+}
+
+// The item's adapter, or each component of its mix (parts: LS_LORA_MIX_MAX of them), into
+// its slot, and seq's LoRA fields set to match. -1 + err as s_ensure_slot, or for a mix of
+// more than LS_LORA_MIX_MAX.
+static int s_seq_lora(const wstep_engine_t *e, const ls_msg_step_item_t *it, ls_model_seq_t *seq,
+                      ls_model_lora_part_t *parts, char *err, size_t errlen) {
+    if (!it->mix.n)
+        return s_ensure_slot(e, it->adapter_id, it->adapter_slot, &seq->lora_slot, err, errlen);
+    if (it->mix.n > LS_LORA_MIX_MAX) {
+        snprintf(err, errlen, "rid %llu: a mix of %zu adapters (at most %d)", (unsigned long long)it->rid,
+                 it->mix.n, LS_LORA_MIX_MAX);
+        return -1;
+    }
+    for (size_t k = 0; k < it->mix.n; k++) {
+        parts[k].weight = it->mix.v[k].weight;
+        if (s_ensure_slot(e, it->mix.v[k].adapter_id, it->mix.v[k].slot, &parts[k].slot, err, errlen) < 0)
+            return -1;
+    }
+    seq->lora_slot = LS_LORA_SLOT_BASE;
+    seq->mix = parts;
+    seq->n_mix = (int)it->mix.n;
+    return 0;
 }
 
 static ls_sampling_params_t s_params(const ls_msg_sampling_params_t *sp, uint32_t generated) {
@@ -128,6 +152,7 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
     if (n == 0)
         return 0;
     ls_model_seq_t *seqs = calloc(n, sizeof *seqs);
+    ls_model_lora_part_t (*parts)[LS_LORA_MIX_MAX] = calloc(n, sizeof *parts);
     int32_t **tables = calloc(n, sizeof *tables);
     // items that run but whose sampled row fails alone: a grammar that could not be taken, a
     // decode following a token this worker never sampled
@@ -137,7 +162,7 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const ls_msg_step_item_t *it = &plan->items.v[i];
-        if (s_ensure_slot(e, it, &seqs[i].lora_slot, err, errlen) < 0) {
+        if (s_seq_lora(e, it, &seqs[i], parts[i], err, errlen) < 0) {
             rc = -1;
             break;
         }
@@ -269,6 +294,7 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         free(tables[i]);
     free(tables);
     free(seqs);
+    free(parts);
     free(bad);
     free(follow_ids);
     if (rc < 0)

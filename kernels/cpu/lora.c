@@ -73,6 +73,7 @@ void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
         if (r == 0)
             continue;
         int w = batch->weight_indices[s];
+        float scale = batch->scalings[w] * (batch->seg_weights ? batch->seg_weights[s] : 1.0f);
         const float *b = b_pool + (size_t)w * out_total * r_max;
         int p = batch->seg_indptr[s], end = batch->seg_indptr[s + 1];
         while (p < end) {
@@ -80,10 +81,10 @@ void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
             for (int k = 0; k < n_slices; k++) {
                 int off = slice_offsets[k], out_k = slice_offsets[k + 1] - off;
                 assert(out_k >= 0);
-                // y[run, off..off+out_k) += scaling · tmp_k[run] · B_kᵀ, B_k is (out_k, r)
+                // y[run, off..off+out_k) += scale · tmp_k[run] · B_kᵀ, B_k is (out_k, r)
                 // with leading dimension r_max
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, run.n, out_k, r,
-                            batch->scalings[w], tmp + (size_t)run.row * ld_tmp +
+                            scale, tmp + (size_t)run.row * ld_tmp +
                             (size_t)k * r_max, ld_tmp, b + (size_t)off * r_max, r_max,
                             1.0f, y + (size_t)run.row * out_total + off, out_total);
             }

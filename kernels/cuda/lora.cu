@@ -151,7 +151,7 @@ enum { S2_WARPS = 8, S2_R = 2, S2_U = 4 };
 
 // Programmatic dependent launch (ls_dep_wait, common.cuh): the v2/v3 kernels are launched
 // so that they may start while the kernel before them drains. Until ls_dep_wait() they only
-// read what no kernel of the step writes (the adapter pools, the tiles, the scalings:
+// read what no kernel of the step writes (the adapter pools, the tiles with their scales:
 // uploaded and synchronized before the step) and write nothing.
 __device__ __forceinline__ void s_prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -676,7 +676,7 @@ template <typename TB, bool VEC, int NT = TT>
 __global__ void __launch_bounds__(EX_THREADS)
 k_lora_expand(float *__restrict__ y, const float *__restrict__ tmp, const TB *__restrict__ b_pool,
               const ls_cu_lora_tile_t *__restrict__ tiles, const int32_t *__restrict__ perm,
-              const float *__restrict__ scalings, s_slice_offs_t so, int n_slices, int r_max) {
+              s_slice_offs_t so, int n_slices, int r_max) {
     extern __shared__ float st[]; // (NT, n_slices*r_max)
     __shared__ int rows[NT];
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
@@ -727,7 +727,7 @@ k_lora_expand(float *__restrict__ y, const float *__restrict__ tmp, const TB *__
             if (tt < tile.n)
                 acc[tt] += bv * sk[tt * ld + j];
     }
-    float s = scalings[tile.slot];
+    float s = tile.scale;
 #pragma unroll
     for (int tt = 0; tt < NT; tt++)
         if (tt < tile.n) // scaling on the product
@@ -886,7 +886,7 @@ __device__ __forceinline__ void s_expand2_finish(float *y, const float *tmp, int
 template <typename TB, int L, int E2_U, bool ACC, int NTMAX>
 __global__ void __launch_bounds__(E2_WARPS * 32, 3)
 k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
-               const int32_t *perm, const float *scalings, s_slice_offs_t so, int n_slices,
+               const int32_t *perm, s_slice_offs_t so, int n_slices,
                int r_max, int n_parts, size_t part_stride) {
     extern __shared__ float4 st4[]; // (TT, n_slices*r_max) floats
     float *st = reinterpret_cast<float *>(st4);
@@ -899,7 +899,7 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
     int o[E2_U], kk[E2_U];
     s_expand_load<TB, L, E2_U>(bv, o, kk, b_pool + (size_t)tile.slot * out_total * r_max, so, n_slices, r_max, r,
                                blockIdx.y * OB, E2_WARPS, warp, og, j, out_total);
-    float s = scalings[tile.slot];
+    float s = tile.scale;
     // B is in flight; now wait for shrink's tmp
     ls_dep_launch();
     ls_dep_wait();
@@ -966,7 +966,7 @@ static s_e3_blocks_t s_e3_split(const s_slice_offs_t &so, int n_slices, int n_ti
 template <typename TB, int L, bool ACC>
 __global__ void __launch_bounds__(E3_THREADS, E3_MINB)
 k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
-               const int32_t *perm, const float *scalings, const __grid_constant__ s_slice_offs_t so,
+               const int32_t *perm, const __grid_constant__ s_slice_offs_t so,
                const __grid_constant__ s_e3_blocks_t sb, int n_slices, int r_max, int n_parts,
                size_t part_stride) {
     constexpr int CPP = E3_THREADS / L; // columns a pass covers per unroll step
@@ -999,7 +999,7 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
     ls_dep_launch();
     ls_dep_wait();
     load_y(c0);
-    float s = scalings[tile.slot], tv[8] = {};
+    float s = tile.scale, tv[8] = {};
     if (live) { // each part's 8 values as two 16-byte loads, 4 parts' in flight at once
         // (2 at a time, down's 7 parts took 4 round trips after the wait)
         const float4 *tr = reinterpret_cast<const float4 *>(tmp + row * ld + k * r_max + j);
@@ -1071,14 +1071,14 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
 template <typename TB, int L, bool ACC>
 static cudaError_t s_expand3(float *y, const float *tmp, int n_parts, size_t part_stride,
                              const void *b_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
-                             const int32_t *perm, const float *scalings, s_slice_offs_t so,
+                             const int32_t *perm, s_slice_offs_t so,
                              int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
     long target = 2L * E3_MINB * s_sm_count();
     s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E3_U * (E3_THREADS / L));
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E3_THREADS, 0, stream, flags);
     return cudaLaunchKernelEx(&l.cfg, k_lora_expand3<TB, L, ACC>, y, tmp, (const TB *)b_pool,
-                              tiles, perm, scalings, so, sb, n_slices, r_max, n_parts,
+                              tiles, perm, so, sb, n_slices, r_max, n_parts,
                               part_stride);
 }
 
@@ -1167,8 +1167,7 @@ __device__ __forceinline__ float4 s_keep4(float4 v, int n) {
 __global__ void __launch_bounds__(EL_WARPS * 32, 1)
 k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
                  const __nv_bfloat16 *__restrict__ b_pool, const ls_cu_lora_tile_t *__restrict__ tiles,
-                 const int32_t *__restrict__ perm, const float *__restrict__ scalings,
-                 s_slice_offs_t so, int n_slices, int r_max) {
+                 const int32_t *__restrict__ perm, s_slice_offs_t so, int n_slices, int r_max) {
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     int out_total = so.off[n_slices], ld = n_slices * r_max, r = tile.rank;
@@ -1235,7 +1234,7 @@ k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
             }
         }
     }
-    float s = scalings[tile.slot];
+    float s = tile.scale;
 #pragma unroll
     for (int q = 0; q < EL_NQ; q++)
 #pragma unroll
@@ -1261,11 +1260,11 @@ static bool s_expand_tc_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t
 // k_lora_expand_tc over the tiles (y += the deltas)
 static cudaError_t s_expand_tc(float *y, const float *tmp, const void *b_pool,
                                const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
-                               const float *scalings, s_slice_offs_t so, int n_slices, int r_max,
+                               s_slice_offs_t so, int n_slices, int r_max,
                                cudaStream_t stream) {
     dim3 g(n_tiles, (so.off[n_slices] + 16 * EL_WARPS - 1) / (16 * EL_WARPS));
     k_lora_expand_tc<<<g, EL_WARPS * 32, 0, stream>>>(y, tmp, (const __nv_bfloat16 *)b_pool, tiles, perm,
-                                                      scalings, so, n_slices, r_max);
+                                                      so, n_slices, r_max);
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -1386,7 +1385,7 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
 template <bool ACC>
 __global__ void __launch_bounds__(E4_WARPS * 32, E4_MINB)
 k_lora_expand4(float *y, const float *tmp, const __nv_bfloat16 *b_pool, const ls_cu_lora_tile_t *tiles,
-               const int32_t *perm, const float *scalings, const __grid_constant__ s_slice_offs_t so,
+               const int32_t *perm, const __grid_constant__ s_slice_offs_t so,
                const __grid_constant__ s_e3_blocks_t sb, int n_slices, int r_max, int n_parts,
                size_t part_stride) {
     int t, k, c0, c1;
@@ -1394,7 +1393,7 @@ k_lora_expand4(float *y, const float *tmp, const __nv_bfloat16 *b_pool, const ls
     ls_cu_lora_tile_t tile = tiles[t];
     int out_total = so.off[n_slices], ld = n_slices * r_max;
     const __nv_bfloat16 *b_slot = b_pool + (size_t)tile.slot * out_total * r_max;
-    float s = scalings[tile.slot];
+    float s = tile.scale;
     if (tile.rank <= 32) // block-uniform
         s_expand4_run<1, ACC>(y, tmp, n_parts, part_stride, b_slot, tile, perm, s, k, c0, c1, out_total, ld, r_max);
     else
@@ -1414,14 +1413,14 @@ static bool s_expand4_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t b
 template <bool ACC>
 static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t part_stride, const void *b_pool,
                              const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
-                             const float *scalings, s_slice_offs_t so, int n_slices, int r_max, unsigned flags,
+                             s_slice_offs_t so, int n_slices, int r_max, unsigned flags,
                              cudaStream_t stream) {
     long target = 2L * E4_MINB * s_sm_count();
     s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E4_WARPS * 16 * E4_SLOTS);
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E4_WARPS * 32, 0, stream, flags);
     return cudaLaunchKernelEx(&l.cfg, k_lora_expand4<ACC>, y, tmp, (const __nv_bfloat16 *)b_pool, tiles, perm,
-                              scalings, so, sb, n_slices, r_max, n_parts, part_stride);
+                              so, sb, n_slices, r_max, n_parts, part_stride);
 }
 
 // ls_cu_lora_expand over tmp as the sum of n_parts arrays part_stride apart (> 1 part:
@@ -1429,7 +1428,7 @@ static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t par
 static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part_stride,
                             const void *b_pool, ls_cu_dtype_t b_dt,
                             const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank, const int32_t *perm,
-                            const float *scalings, const int32_t *slice_offsets, int n_slices,
+                            const int32_t *slice_offsets, int n_slices,
                             int r_max, unsigned flags, cudaStream_t stream) {
     int accumulate = (flags & LS_CU_LORA_ACC) != 0;
     assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
@@ -1443,19 +1442,19 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     int L = s_expand_lanes(max_rank, r_max);
     assert(max_rank <= r_max && (n_parts == 1 || s_expand2_fits(b_pool, r_max)));
     if (s_expand4_fits(tmp, b_pool, b_dt, so, n_slices, r_max, max_rank, flags))
-        return accumulate ? s_expand4<true>(y, tmp, n_parts, part_stride, b_pool, tiles, n_tiles, perm, scalings,
-                                            so, n_slices, r_max, flags, stream)
+        return accumulate ? s_expand4<true>(y, tmp, n_parts, part_stride, b_pool, tiles, n_tiles, perm, so, n_slices,
+                                            r_max, flags, stream)
                           : s_expand4<false>(y, tmp, n_parts, part_stride, b_pool, tiles, n_tiles, perm,
-                                             scalings, so, n_slices, r_max, flags, stream);
+                                             so, n_slices, r_max, flags, stream);
     if (s_expand2_fits(b_pool, r_max)) {
         bool one = (flags & LS_CU_LORA_ONE) != 0;
         if (s_v3(flags)) {
 #define S_E3(LL)                                                                              \
     return accumulate ? s_expand3<TB, LL, true>(y, tmp, n_parts, part_stride, b_pool, tiles,  \
-                                                 n_tiles, perm, scalings, so, n_slices, r_max, \
+                                                 n_tiles, perm, so, n_slices, r_max, \
                                                  flags, stream)                                \
                       : s_expand3<TB, LL, false>(y, tmp, n_parts, part_stride, b_pool, tiles, \
-                                                  n_tiles, perm, scalings, so, n_slices,       \
+                                                  n_tiles, perm, so, n_slices,       \
                                                   r_max, flags, stream)
             LS_CU_DISPATCH(b_dt, TB,
                 if (L == 1) S_E3(1); else if (L == 2) S_E3(2); else if (L == 4) S_E3(4);
@@ -1471,10 +1470,10 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
 #define S_E2U(LL, UU, NTM)                                                                    \
     return accumulate                                                                         \
                ? cudaLaunchKernelEx(&l.cfg, k_lora_expand2<TB, LL, UU, true, NTM>, y, tmp,      \
-                                    (const TB *)b_pool, tiles, perm, scalings, so, n_slices,  \
+                                    (const TB *)b_pool, tiles, perm, so, n_slices,  \
                                     r_max, n_parts, part_stride)                              \
                : cudaLaunchKernelEx(&l.cfg, k_lora_expand2<TB, LL, UU, false, NTM>, y, tmp,     \
-                                    (const TB *)b_pool, tiles, perm, scalings, so, n_slices,  \
+                                    (const TB *)b_pool, tiles, perm, so, n_slices,  \
                                     r_max, n_parts, part_stride)
 #define S_E2(LL)                                                                              \
     do {                                                                                      \
@@ -1496,15 +1495,15 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     dim3 grid(n_tiles, (out_total + EX_THREADS - 1) / EX_THREADS);
     LS_CU_DISPATCH(b_dt, TB,
         if (vec) k_lora_expand<TB, true><<<grid, EX_THREADS, smem, stream>>>(
-            y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max);
+            y, tmp, (const TB *)b_pool, tiles, perm, so, n_slices, r_max);
         else k_lora_expand<TB, false><<<grid, EX_THREADS, smem, stream>>>(
-            y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max));
+            y, tmp, (const TB *)b_pool, tiles, perm, so, n_slices, r_max));
     LS_CU_CHECK_LAUNCH();
 }
 
 cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_pool,
                                    ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
-                                   int n_tiles, const int32_t *perm, const float *scalings,
+                                   int n_tiles, const int32_t *perm,
                                    const int32_t *slice_offsets, int n_slices, int r_max,
                                    cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
@@ -1514,22 +1513,22 @@ cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_poo
         return cudaSuccess;
     s_props();
     if (s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max))
-        return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, scalings, so, n_slices, r_max, stream);
+        return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, so, n_slices, r_max, stream);
     constexpr int NT = LS_CU_LORA_LONG;
     size_t smem = (size_t)NT * n_slices * r_max * sizeof(float);
     int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
     dim3 grid(n_tiles, (out_total + EX_THREADS - 1) / EX_THREADS);
     LS_CU_DISPATCH(b_dt, TB,
         if (vec) k_lora_expand<TB, true, NT><<<grid, EX_THREADS, smem, stream>>>(
-            y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max);
+            y, tmp, (const TB *)b_pool, tiles, perm, so, n_slices, r_max);
         else k_lora_expand<TB, false, NT><<<grid, EX_THREADS, smem, stream>>>(
-            y, tmp, (const TB *)b_pool, tiles, perm, scalings, so, n_slices, r_max));
+            y, tmp, (const TB *)b_pool, tiles, perm, so, n_slices, r_max));
     LS_CU_CHECK_LAUNCH();
 }
 
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
-                              int n_tiles, int max_rank, const int32_t *perm, const float *scalings,
+                              int n_tiles, int max_rank, const int32_t *perm,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               unsigned flags, cudaStream_t stream) {
     // multi-position tiles added into y on tensor cores: v2 sizes its lanes by the launch's
@@ -1541,8 +1540,8 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
     s_props();
     if (n_tiles > 0 && so.off[n_slices] > 0 && !(flags & LS_CU_LORA_ONE) && (flags & LS_CU_LORA_ACC) &&
         s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max))
-        return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, scalings, so, n_slices, r_max, stream);
-    return s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm, scalings, slice_offsets,
+        return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, so, n_slices, r_max, stream);
+    return s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm, slice_offsets,
                     n_slices, r_max, flags, stream);
 }
 
@@ -1696,7 +1695,7 @@ extern "C" long ls_cu_lora_local_bytes(void) {
 cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const float *x,
                              const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
-                             int max_rank, const int32_t *perm, const float *scalings,
+                             int max_rank, const int32_t *perm,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
@@ -1713,7 +1712,7 @@ cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const flo
                                          max_rank, perm, in, n_slices, r_max, flags, stream);
         return e != cudaSuccess ? e
                                 : s_expand(y, tmp, parts, part_stride, b_pool, b_dt, tiles,
-                                           n_tiles, max_rank, perm, scalings, slice_offsets, n_slices,
+                                           n_tiles, max_rank, perm, slice_offsets, n_slices,
                                            r_max, flags, stream);
     }
     cudaError_t e = ls_cu_lora_shrink(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm,
@@ -1722,5 +1721,5 @@ cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const flo
     // adds or writes (see ls_cu_lora_expand)
     return e != cudaSuccess ? e
                             : s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm,
-                                       scalings, slice_offsets, n_slices, r_max, flags, stream);
+                                       slice_offsets, n_slices, r_max, flags, stream);
 }

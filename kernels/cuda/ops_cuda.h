@@ -154,6 +154,8 @@ typedef struct {
     int32_t n;    // positions in the tile, 1..LS_CU_LORA_TILE
     int32_t slot; // pool slot
     int32_t rank; // lora_ranks[slot], > 0
+    float scale;  // the expand's factor: scalings[slot] times the segment's weight
+                  // (ls_lora_batch_t.seg_weights), as the CPU reference computes it
 } ls_cu_lora_tile_t;
 
 // tmp (T, n_slices*r_max) columns k*r_max + j, j < rank, of the tiles' rows;
@@ -164,13 +166,13 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
                               int n_slices, int r_max, unsigned flags, cudaStream_t stream);
 
-// y (T, out_total) += scaling[slot] * tmp_k · B_kᵀ on the tiles' rows (flags without
+// y (T, out_total) += tile.scale * tmp_k · B_kᵀ on the tiles' rows (flags without
 // LS_CU_LORA_ACC: =, with the bits of += into zeros; other rows untouched either way);
 // b_pool (n_slots, out_total, r_max); slice_offsets (n_slices+1) host memory; max_rank: the
 // tiles' largest rank (<= r_max)
 cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
-                              int n_tiles, int max_rank, const int32_t *perm, const float *scalings,
+                              int n_tiles, int max_rank, const int32_t *perm,
                               const int32_t *slice_offsets, int n_slices, int r_max,
                               unsigned flags, cudaStream_t stream);
 
@@ -179,7 +181,7 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
 // memory and each thread's B row read once for all of them
 cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_pool,
                                    ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
-                                   int n_tiles, const int32_t *perm, const float *scalings,
+                                   int n_tiles, const int32_t *perm,
                                    const int32_t *slice_offsets, int n_slices, int r_max,
                                    cudaStream_t stream);
 
@@ -188,7 +190,7 @@ cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_poo
 cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
                             cudaStream_t stream);
 
-// Both at once for decode-shaped steps: y (T, out_total) += scaling[slot] * (x · A_kᵀ) · B_kᵀ
+// Both at once for decode-shaped steps: y (T, out_total) += tile.scale * (x · A_kᵀ) · B_kᵀ
 // on the tiles' rows (without LS_CU_LORA_ACC: =, as ls_cu_lora_expand), A and B as above.
 // tmp is scratch of LS_CU_LORA_PARTS arrays (T, n_slices*r_max), part_stride (= T *
 // n_slices*r_max) floats apart, or of one array with part_stride 0. Where shrink v3
@@ -200,7 +202,7 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
 cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const float *x,
                              const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
-                             int max_rank, const int32_t *perm, const float *scalings,
+                             int max_rank, const int32_t *perm,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream);
 

@@ -192,6 +192,23 @@ char *tu_curl(const char *dir, const char *const args[]) {
     return tu_read_file(out, NULL);
 }
 
+char *tu_http_post_body(const tu_http_graph_t *g, const char *path, const char *body, int *status) {
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", g->port, path);
+    char *text = tu_curl(g->dir, (const char *[]){"-H", "Content-Type: application/json", "-d", body, "-w",
+                                                  "\n%{http_code}", url, NULL});
+    char *nl = text ? strrchr(text, '\n') : NULL;
+    if (!nl) {
+        free(text);
+        return NULL;
+    }
+    *status = atoi(nl + 1);
+    *nl = 0;
+    if (*status != 200)
+        printf("%s -> %d: %s\n", path, *status, text);
+    return text;
+}
+
 int tu_http_post(int port, const char *dir, const char *path, const char *body) {
     char url[256];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);

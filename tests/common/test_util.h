@@ -53,6 +53,9 @@ int tu_http_graph_down(tu_http_graph_t *g);
 char *tu_curl(const char *dir, const char *const args[]);
 // POST body to http://127.0.0.1:port/path: the HTTP status, or -1.
 int tu_http_post(int port, const char *dir, const char *path, const char *body);
+// POST body (JSON) to the graph's gateway at path: the answer's body (malloc'd; NULL when curl
+// failed) and *status its HTTP status. A status other than 200 is printed with the body.
+char *tu_http_post_body(const tu_http_graph_t *g, const char *path, const char *body, int *status);
 // The integers of a JSON array into out (at most cap); returns how many.
 int tu_json_ids(const cJSON *arr, int32_t *out, int cap);
 

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model.h"
 #include "peft.h"
+#include "safetensors.h"
 #include "slot_plan.h"
 #include "test_util.h"
 
@@ -138,13 +140,20 @@ static double s_max_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
+// The fixture's directory (root) and its reference.json, parsed (path: where it is); NULL +
+// err when it is missing or not JSON.
+static cJSON *s_ref_open(const char *fixtures_dir, const char *arch, char *root, size_t root_cap, char *path,
+                         size_t path_cap, char *err, size_t errlen) {
+    snprintf(root, root_cap, "%s/%s", fixtures_dir, arch);
+    snprintf(path, path_cap, "%s/reference.json", root);
+    return s_read_json(path, err, errlen);
+}
+
 int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min,
               ec_parity_t *out, char *err, size_t errlen) {
     char root[1024], path[2048];
     memset(out, 0, sizeof *out);
-    snprintf(root, sizeof root, "%s/%s", fixtures_dir, arch);
-    snprintf(path, sizeof path, "%s/reference.json", root);
-    cJSON *ref = s_read_json(path, err, errlen);
+    cJSON *ref = s_ref_open(fixtures_dir, arch, root, sizeof root, path, sizeof path, err, errlen);
     if (!ref)
         return -1;
     const cJSON *jrows = cJSON_GetObjectItemCaseSensitive(ref, "rows");
@@ -182,7 +191,7 @@ int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, cons
 
     // 1. the mixed batch, last positions
     for (int i = 0; i < R; i++)
-        seqs[i] = (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, f->tables[i], bpr, f->slots[i], true};
+        seqs[i] = (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, f->tables[i], bpr, f->slots[i], true, NULL, 0};
     if (s_forward_logits(f, seqs, R, logits, err, errlen) < 0)
         goto done;
     int64_t shape[2];
@@ -213,7 +222,7 @@ int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, cons
             goto done;
         }
         for (int p = 0; p < L; p++)
-            seqs[p] = (ls_model_seq_t){rows[r].prompt, p + 1, 0, f->tables[MAX_ROWS + p], bpr, f->slots[r], true};
+            seqs[p] = (ls_model_seq_t){rows[r].prompt, p + 1, 0, f->tables[MAX_ROWS + p], bpr, f->slots[r], true, NULL, 0};
         if (s_forward_logits(f, seqs, L, logits, err, errlen) < 0)
             goto done;
         out->all_max = fmax(out->all_max, s_max_diff(logits, want, (size_t)L * V));
@@ -228,7 +237,7 @@ int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, cons
     ls_sampling_batch_t sb = {.n_rows = R, .params = params};
     int32_t got[MAX_ROWS][MAX_LEN], next[MAX_ROWS];
     for (int i = 0; i < R; i++)
-        seqs[i] = (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, f->tables[i], bpr, f->slots[i], true};
+        seqs[i] = (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, f->tables[i], bpr, f->slots[i], true, NULL, 0};
     if (ls_model_forward(f->m, f->kv, f->pool, seqs, R, err, errlen) != R)
         goto done;
     int n_new = rows[0].n_new;
@@ -239,7 +248,7 @@ int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, cons
         }
         for (int i = 0; i < R; i++) {
             got[i][t] = next[i];
-            seqs[i] = (ls_model_seq_t){&got[i][t], 1, rows[i].n_prompt + t, f->tables[i], bpr, f->slots[i], true};
+            seqs[i] = (ls_model_seq_t){&got[i][t], 1, rows[i].n_prompt + t, f->tables[i], bpr, f->slots[i], true, NULL, 0};
         }
         if (t + 1 < n_new && ls_model_forward(f->m, f->kv, f->pool, seqs, R, err, errlen) != R)
             goto done;
@@ -268,6 +277,252 @@ done:
     s_fixture_free(f);
     free(f);
     free(rows);
+    cJSON_Delete(ref);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// mix
+
+#define M_ROWS 5
+#define M_STEPS 8
+
+// Writes into dir the PEFT adapter that PEFT's add_weighted_adapter(combination_type="cat")
+// builds from ads[0..n) at weights w: per module, A = concat(w_i·scaling_i·A_i) and
+// B = concat(B_i) along the rank, scaling 1 (alpha = r per module, through rank_pattern and
+// alpha_pattern keyed by the full module name). 0 or -1 + err.
+static int s_write_cat(const char *dir, const ls_model_config_t *cfg, ls_adapter_t *const *ads,
+                       const float *w, int n, char *err, size_t errlen) {
+    int L = cfg->num_hidden_layers, nt = 0;
+    ls_st_write_tensor_t *t = calloc((size_t)L * LS_TARGET_COUNT * 2, sizeof *t);
+    char (*names)[160] = calloc((size_t)L * LS_TARGET_COUNT * 2, 160);
+    size_t jcap = (size_t)L * LS_TARGET_COUNT * 200 + 1024, jn = 0;
+    char *pat = malloc(jcap);
+    unsigned mask = 0;
+    int rc = t && names && pat ? 0 : -1;
+    pat[0] = '\0';
+    for (int l = 0; rc == 0 && l < L; l++)
+        for (int tg = 0; tg < LS_TARGET_COUNT; tg++) {
+            int r = 0, in, out;
+            ls_model_config_target_dims(cfg, (ls_target_t)tg, &in, &out);
+            for (int i = 0; i < n; i++)
+                r += ls_adapter_layer_target(ads[i], l, (ls_target_t)tg)->rank;
+            if (r == 0)
+                continue;
+            float *a = malloc((size_t)r * in * sizeof *a), *b = malloc((size_t)out * r * sizeof *b);
+            int at = 0;
+            for (int i = 0; i < n; i++) {
+                const ls_lora_weights_t *lw = ls_adapter_layer_target(ads[i], l, (ls_target_t)tg);
+                float f = w[i] * lw->scaling;
+                for (size_t k = 0; k < (size_t)lw->rank * in; k++)
+                    a[(size_t)at * in + k] = f * lw->A[k];
+                for (int o = 0; o < out; o++)
+                    memcpy(b + (size_t)o * r + at, lw->B + (size_t)o * lw->rank, (size_t)lw->rank * sizeof *b);
+                at += lw->rank;
+            }
+            for (int which = 0; which < 2; which++) {
+                snprintf(names[nt], 160, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", l,
+                         ls_target_parent((ls_target_t)tg), ls_target_name((ls_target_t)tg), which ? 'B' : 'A');
+                t[nt] = (ls_st_write_tensor_t){names[nt], LS_DTYPE_F32, 2, {which ? out : r, which ? r : in},
+                                               which ? b : a};
+                nt++;
+            }
+            jn += (size_t)snprintf(pat + jn, jcap - jn, "%s\"model.layers.%d.%s.%s\": %d", jn ? ", " : "", l,
+                                   ls_target_parent((ls_target_t)tg), ls_target_name((ls_target_t)tg), r);
+            mask |= 1u << tg;
+        }
+    char path[4096], targets[256] = "";
+    for (int tg = 0; tg < LS_TARGET_COUNT; tg++)
+        if (mask >> tg & 1)
+            snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s\"%s\"", *targets ? ", " : "",
+                     ls_target_name((ls_target_t)tg));
+    size_t clen = 2 * jn + 1024;
+    char *config = rc == 0 ? malloc(clen) : NULL;
+    if (config) {
+        snprintf(config, clen,
+                 "{\"peft_type\": \"LORA\", \"task_type\": \"CAUSAL_LM\", \"r\": 1, \"lora_alpha\": 1, "
+                 "\"target_modules\": [%s], \"rank_pattern\": {%s}, \"alpha_pattern\": {%s}}",
+                 targets, pat, pat);
+        mkdir(dir, 0700);
+        snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+        FILE *fp = fopen(path, "w");
+        rc = fp && fputs(config, fp) >= 0 ? 0 : -1;
+        if (fp && fclose(fp) != 0)
+            rc = -1;
+        if (rc != 0)
+            snprintf(err, errlen, "%s: cannot write", path);
+    } else {
+        rc = -1;
+        snprintf(err, errlen, "out of memory");
+    }
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if (rc == 0)
+        rc = ls_st_write(path, t, (size_t)nt, err, errlen);
+    for (int i = 0; i < nt; i++)
+        if (i % 2 == 0) {
+            free((void *)t[i].data);
+            free((void *)t[i + 1].data);
+        }
+    free(config);
+    free(pat);
+    free(names);
+    free(t);
+    return rc;
+}
+
+// Greedy id of a logit row.
+static int32_t s_argmax(const float *row, int V) {
+    int32_t best = 0;
+    for (int v = 1; v < V; v++)
+        if (row[v] > row[best])
+            best = v;
+    return best;
+}
+
+int ec_mix(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, ec_mix_t *out, char *err,
+           size_t errlen) {
+    static const char *names[2] = {"all_r8", "attn_r4_bf16"};
+    // the mixed batch: a mix, the base model, a one-component mix (= adapter a), adapter b and
+    // a second mix of the two in the other order; the reference batch has the "cat" adapters
+    // in the mixes' places
+    static const float w1[2] = {0.7f, 0.3f}, w2[2] = {0.25f, 0.5f};
+    char root[1024], path[2048], tmp[1024] = "";
+    memset(out, 0, sizeof *out);
+    cJSON *ref = s_ref_open(fixtures_dir, arch, root, sizeof root, path, sizeof path, err, errlen);
+    if (!ref)
+        return -1;
+    const cJSON *jrows = cJSON_GetObjectItemCaseSensitive(ref, "rows");
+    int32_t prompt[M_ROWS][MAX_LEN], n_prompt[M_ROWS];
+    ls_model_t *m = NULL;
+    ls_kv_cache_t *kv = NULL;
+    ls_lora_pool_t *pool = NULL;
+    ls_adapter_t *ads[2] = {NULL, NULL};
+    float *logits[2] = {NULL, NULL};
+    int rc = -1;
+    for (int i = 0; i < M_ROWS; i++) {
+        const cJSON *jr = cJSON_GetArrayItem(jrows, i);
+        n_prompt[i] = tu_json_ids(cJSON_GetObjectItemCaseSensitive(jr, "prompt_ids"), prompt[i], MAX_LEN);
+        if (n_prompt[i] < 1 || n_prompt[i] + M_STEPS > MAX_LEN) {
+            snprintf(err, errlen, "%s: row %d is missing or too long", path, i);
+            goto done;
+        }
+    }
+    snprintf(path, sizeof path, "%s/model", root);
+    if (!(m = ls_model_load(path, be, NULL, quant, NULL, NULL, err, errlen)))
+        goto done;
+    const ls_model_config_t *cfg = ls_model_config(m);
+    int V = cfg->vocab_size, bpr = MAX_LEN / BS;
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = 4, .max_lora_rank = 16};
+    if (!(pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
+        goto done;
+    // adapters a and b in slots 1 and 2, the "cat" forms of the two mixes in 3 and 4
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/adapters/%s", root, names[i]);
+        if (!(ads[i] = ls_adapter_load(path, cfg, pc.max_lora_rank, err, errlen)))
+            goto done;
+    }
+    if (tu_tmpdir(tmp, sizeof tmp, "ec_mix") != 0) {
+        snprintf(err, errlen, "no temporary directory");
+        goto done;
+    }
+    const float *cat_w[2] = {w1, w2};
+    for (int c = 0; c < 2; c++) {
+        char dir[1100], id[8];
+        snprintf(dir, sizeof dir, "%s/cat%d", tmp, c);
+        snprintf(id, sizeof id, "cat%d", c);
+        ls_adapter_t *cat = NULL;
+        if (s_write_cat(dir, cfg, ads, cat_w[c], 2, err, errlen) != 0 ||
+            !(cat = ls_adapter_load(dir, cfg, pc.max_lora_rank, err, errlen)) ||
+            ls_lora_pool_add_adapter(pool, id, &cat, err, errlen) != 0 ||
+            ls_lora_pool_assign(pool, id, 3 + c, err, errlen) != 0) {
+            ls_adapter_destroy(&cat);
+            goto done;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (ls_lora_pool_add_adapter(pool, names[i], &ads[i], err, errlen) != 0 ||
+            ls_lora_pool_assign(pool, names[i], 1 + i, err, errlen) != 0)
+            goto done;
+    if (ls_lora_pool_wait(pool) != 0 || !(kv = ls_kv_cache_new(m, 2 * M_ROWS * bpr, BS, err, errlen)))
+        goto done;
+    int32_t tables[2][M_ROWS][MAX_LEN / BS];
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < M_ROWS; i++)
+            for (int k = 0; k < bpr; k++)
+                tables[b][i][k] = (b * M_ROWS + i) * bpr + k;
+    const ls_model_lora_part_t mix1[2] = {{1, w1[0]}, {2, w1[1]}}, mix2[2] = {{2, w2[1]}, {1, w2[0]}},
+                               one[1] = {{1, 1.0f}};
+    // per batch and row: slot, mix (NULL: the slot alone), components
+    const int slot_of[2][M_ROWS] = {{0, 0, 0, 2, 0}, {3, 0, 1, 2, 4}};
+    const ls_model_lora_part_t *mix_of[M_ROWS] = {mix1, NULL, one, NULL, mix2};
+    const int n_mix_of[M_ROWS] = {2, 0, 1, 0, 2};
+    out->rows = M_ROWS;
+    for (int b = 0; b < 2; b++)
+        if (!(logits[b] = malloc((size_t)M_ROWS * V * sizeof(float)))) {
+            snprintf(err, errlen, "out of memory");
+            goto done;
+        }
+
+    // prefill, then M_STEPS greedy decode steps of each batch, the two compared at every step
+    int32_t tok[2][M_ROWS][M_STEPS + 1];
+    out->single_identical = 1;
+    for (int step = 0; step <= M_STEPS; step++) {
+        for (int b = 0; b < 2; b++) {
+            ls_model_seq_t seqs[M_ROWS];
+            for (int i = 0; i < M_ROWS; i++) {
+                bool pre = step == 0;
+                seqs[i] = (ls_model_seq_t){pre ? prompt[i] : &tok[b][i][step - 1], pre ? n_prompt[i] : 1,
+                                           pre ? 0 : n_prompt[i] + step - 1, tables[b][i], bpr, slot_of[b][i], true,
+                                           b == 0 ? mix_of[i] : NULL, b == 0 ? n_mix_of[i] : 0};
+            }
+            if (ls_model_forward(m, kv, pool, seqs, M_ROWS, err, errlen) != M_ROWS ||
+                ls_model_logits(m, logits[b]) != 0) {
+                if (!*err)
+                    snprintf(err, errlen, "logits download failed");
+                goto done;
+            }
+            for (int i = 0; i < M_ROWS; i++)
+                tok[b][i][step] = s_argmax(logits[b] + (size_t)i * V, V);
+        }
+        bool same_tokens = true;
+        for (int i = 0; i < M_ROWS; i++) {
+            const float *x = logits[0] + (size_t)i * V, *y = logits[1] + (size_t)i * V;
+            if (n_mix_of[i] == 2) {
+                out->mix_max = fmax(out->mix_max, s_max_diff(x, y, (size_t)V));
+                for (int v = 0; v < V; v++)
+                    out->mix_mag = fmax(out->mix_mag, fabs((double)y[v]));
+            } else if (memcmp(x, y, (size_t)V * sizeof *x) != 0) {
+                out->single_identical = 0;
+                out->single_max = fmax(out->single_max, s_max_diff(x, y, (size_t)V));
+            }
+            same_tokens = same_tokens && tok[0][i][step] == tok[1][i][step];
+        }
+        if (!same_tokens)
+            break;  // the batches' inputs part from here on
+        out->steps_compared++;
+    }
+
+    // bad mixes are refused as a malformed step
+    const ls_model_lora_part_t bad[4][2] = {{{1, 0.0f}, {2, 1.0f}}, {{1, -0.5f}, {2, 1.0f}},
+                                            {{1, NAN}, {2, 1.0f}}, {{1, 1.0f}, {7, 1.0f}}};
+    for (int k = 0; k < 5; k++) {
+        ls_model_seq_t s = {prompt[0], n_prompt[0], 0, tables[0][0], bpr, 0, true, k < 4 ? bad[k] : mix1,
+                            k < 4 ? 2 : LS_LORA_MIX_MAX + 1};
+        char why[256] = "";
+        if (ls_model_forward(m, kv, pool, &s, 1, why, sizeof why) < 0 && *why)
+            out->refused++;
+    }
+    rc = 0;
+done:
+    for (int i = 0; i < 2; i++) {
+        ls_adapter_destroy(&ads[i]);
+        free(logits[i]);
+    }
+    ls_kv_cache_destroy(&kv);
+    ls_lora_pool_destroy(&pool);
+    ls_model_destroy(&m);
+    if (*tmp)
+        tu_rmrf(tmp);
     cJSON_Delete(ref);
     return rc;
 }
@@ -350,9 +605,9 @@ static int s_demo_batch(ls_model_t *model, ls_kv_cache_t *kv, ls_lora_pool_t *po
             if (r->done)
                 continue;
             // the whole prompt first, then one token at a time
-            seqs[ns] = step == 0 ? (ls_model_seq_t){r->prompt, r->n_prompt, 0, r->blocks, r->n_blocks, slots[i], true}
+            seqs[ns] = step == 0 ? (ls_model_seq_t){r->prompt, r->n_prompt, 0, r->blocks, r->n_blocks, slots[i], true, NULL, 0}
                                  : (ls_model_seq_t){&r->out[r->n_out - 1], 1, r->n_prompt + r->n_out - 1, r->blocks,
-                                                    r->n_blocks, slots[i], true};
+                                                    r->n_blocks, slots[i], true, NULL, 0};
             row_of[ns++] = i;
         }
         if (!ns)

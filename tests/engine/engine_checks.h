@@ -10,8 +10,16 @@
 //   ec_demo   — the demo model (examples/demo): every held-out prompt of eval.json for the
 //               base model and the four adapters (raw and chat variants), decoded greedily in
 //               mixed batches, against the answers of eval.json, token for token.
-// Both load the model with quant (LS_QUANT_FP8: FP8 projections made at load, measured
-// against the same references). Both return -1 with err for a setup failure (missing files,
+//   ec_mix    — mixes of two of a fixture's adapters (docs/lora-mixing.md) against the
+//               "cat" adapter PEFT's add_weighted_adapter(combination_type="cat") builds
+//               from them, written by the check and loaded as an ordinary adapter: a batch
+//               [mix 0.7/0.3, base, a one-component mix of weight 1, adapter b, mix 0.25/0.5
+//               in the other order] against the same batch with the cat adapters in the
+//               mixes' places, prefill then greedy decode steps (the decode-shaped LoRA op),
+//               logits compared at every step while the greedy tokens agree; then malformed
+//               mixes, each of which the step must refuse.
+// All load the model with quant (LS_QUANT_FP8: FP8 projections made at load, measured
+// against the same references). All return -1 with err for a setup failure (missing files,
 // a load that fails), 0 with the measurements otherwise.
 #ifndef LS_TEST_ENGINE_CHECKS_H
 #define LS_TEST_ENGINE_CHECKS_H
@@ -34,6 +42,19 @@ typedef struct {
 
 int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min,
               ec_parity_t *out, char *err, size_t errlen);
+
+typedef struct {
+    int rows;
+    int steps_compared;     // prefill + decode steps whose logits were compared (<= 9)
+    double mix_max;         // max |Δ| of the mixed rows' logits against the cat adapters'
+    double mix_mag;         // largest |logit| there, for scale
+    int single_identical;   // the other rows' logits equal the reference batch's bit for bit
+    double single_max;      // max |Δ| there (0 when identical)
+    int refused;            // malformed mixes refused with a message (of 5)
+} ec_mix_t;
+
+int ec_mix(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, ec_mix_t *out,
+           char *err, size_t errlen);
 
 typedef struct {
     int requests;    // decoded (base + four adapters × 16 prompts × raw and chat)

@@ -72,7 +72,7 @@ int slot_plan_map(slot_plan_t *self, const char *const *ids, int n, int32_t *slo
         lora_adapter_t *ad = self->batch[j];
         if (ad->slot < 0) {
             // nothing is pinned and the batch is kept, so at most nb - 1 slots are off limits
-            int slot = lora_slot_pick(self->lora, self->batch, nb);
+            int slot = lora_slot_pick(self->lora, self->batch, nb, NULL, 0);
             assert(slot >= 0);
             lora_slot_assign(self->lora, ad, slot, now);
         }

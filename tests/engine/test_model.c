@@ -96,7 +96,7 @@ static void table_of(int32_t *table, int first, int n) {
 
 static ls_model_seq_t seq_of(const int32_t *tok, int n, int start, const int32_t *table,
                              int slot, bool logits) {
-    return (ls_model_seq_t){tok, n, start, table, (start + n + BS - 1) / BS, slot, logits};
+    return (ls_model_seq_t){tok, n, start, table, (start + n + BS - 1) / BS, slot, logits, NULL, 0};
 }
 
 // Runs one step and downloads its logits into out (rows, V).

@@ -26,20 +26,12 @@ static tu_http_graph_t s_g;
 
 // POSTs body to path: the HTTP status, and the answer's body parsed into *out (NULL when not JSON).
 static int s_post(const char *path, const char *body, json_t **out) {
-    char url[128];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s_g.port, path);
-    char *text = tu_curl(s_g.dir, (const char *[]){"-H", "Content-Type: application/json", "-d", body, "-w",
-                                                   "\n%{http_code}", url, NULL});
+    int status;
+    char *text = tu_http_post_body(&s_g, path, body, &status);
     assert_non_null(text);
-    char *nl = strrchr(text, '\n');
-    assert_non_null(nl);
-    int status = atoi(nl + 1);
-    *nl = 0;
     *out = json_loads(text, JSON_DECODE_ANY, NULL);
     if (!*out)
         *out = json_string(text);  // an SSE stream: its text
-    if (status != 200)
-        printf("%s -> %d: %s\n", path, status, text);
     free(text);
     return status;
 }

@@ -17,12 +17,14 @@
        after it, ls_backend_cuda_set_fp8_outer).
     6. FP8 (tests/engine/test_fp8.c on the GPU): the fixtures and the demo loaded with
        LS_QUANT_FP8, against the HF references and eval.json, with test_fp8.c's bounds
-       (FP8 moves logits; the GPU computes the CPU's FP8 math up to summation order).
+       (FP8 moves logits; the GPU computes the CPU's FP8 math up to summation order); and
+       2b's mixes over the FP8 projections.
     4. Asynchronous slot loads (lora_pool.h): with references taken after waiting for each
        load, the logits must be bit-identical when (a) a step reads a slot whose load was
        only started, (b) a load is started into the slot that the step queued before it
        reads (the step must see the old adapter, the next one the new), (c) a load into
        another slot runs alongside a queued step (PrefetchAdapter).
+    2b. Mixes of adapters (tests/engine/test_mix.c on the GPU): ec_mix, with the bf16 bound.
     5. Step graphs (backend_cuda.cu): the same prefill and decode steps with graphs off and
        on must give bit-identical logits, through captures, replays, a change of batch
        shape and back (a cached graph found again) and rows changing adapters; and the
@@ -169,6 +171,26 @@ static void s_demo(int n_slots) {
     ls_backend_destroy(&be);
 }
 
+// Mixes of two adapters (docs/lora-mixing.md) against the "cat" adapters PEFT's
+// add_weighted_adapter builds (tests/engine/test_mix.c on this backend). The cat adapter's
+// A = w·s·A_i is rounded to the pool's bf16 as a whole, the mix rounds A_i and scales the
+// product, so the two differ by bf16 rounding of the LoRA delta: the bf16 bound. The rows
+// beside the mixes run the same kernels on the same data in both batches.
+static void s_mix(void) {
+    ls_backend_t *be = s_backend();
+    ec_mix_t r;
+    if (ec_mix(be, LS_QUANT_NONE, s_fixtures(), "llama", &r, err, sizeof err) < 0)
+        s_die("mix", err);
+    double tol = s_tol(LS_DTYPE_BF16);
+    s_check(r.steps_compared == 9 && r.mix_max <= tol && r.mix_mag > 1.0,
+            "mix llama: %d rows, %d of 9 steps compared (prefill + decode): mixed rows against the cat adapters "
+            "max|Δ| %.3e, logits up to %.2f (bound %.0e)", r.rows, r.steps_compared, r.mix_max, r.mix_mag, tol);
+    s_check(r.single_max <= tol, "mix llama: rows beside the mixes %s (max|Δ| %.3e, bound %.0e)",
+            r.single_identical ? "bit-identical" : "differ", r.single_max, tol);
+    s_check(r.refused == 5, "mix llama: %d of 5 malformed mixes refused", r.refused);
+    ls_backend_destroy(&be);
+}
+
 // --- 3. dummy loader ---------------------------------------------------------------------------
 
 // test_fp8.c's bounds: logits max |Δ| and rms against the references, greedy agreement
@@ -208,7 +230,7 @@ static void s_dummy(ls_quant_t quant) {
                 toks[s][i] = (s * 97 + i * 31) % V;
         ls_model_seq_t seqs[3];
         for (int s = 0; s < 3; s++)
-            seqs[s] = (ls_model_seq_t){toks[s], 20 + 5 * s, 0, tables[s], 4, 0, true};
+            seqs[s] = (ls_model_seq_t){toks[s], 20 + 5 * s, 0, tables[s], 4, 0, true, NULL, 0};
         if (ls_model_forward(m, kv, NULL, seqs, 3, err, sizeof err) != 3)
             s_die("dummy forward", err);
         for (int s = 0; s < 3; s++) { // one decode step on top
@@ -277,6 +299,19 @@ static void s_fp8(void) {
     s_check(d.requests - d.mismatches >= FP8_DEMO * d.requests, "demo fp8: %d of %d requests decode to the "
             "bf16 model's answers (bound %.0f%%)", d.requests - d.mismatches, d.requests, 100 * FP8_DEMO);
     ls_backend_destroy(&be);
+    // mixes over FP8 projections (test_fp8.c's test_mix_fp8): the bf16 difference of s_mix,
+    // plus the next layers' activation quantization, which that difference may round the other
+    // way here and there: twice s_mix's bound
+    be = s_backend();
+    ec_mix_t mx;
+    if (ec_mix(be, LS_QUANT_FP8, s_fixtures(), "llama", &mx, err, sizeof err) < 0)
+        s_die("mix fp8", err);
+    double tol = 2 * s_tol(LS_DTYPE_BF16);
+    s_check(mx.steps_compared == 9 && mx.mix_max <= tol && mx.mix_mag > 1.0 && mx.single_max <= tol &&
+            mx.refused == 5, "mix llama fp8: %d of 9 steps compared: mixed rows against the cat adapters max|Δ| "
+            "%.3e (logits up to %.2f), rows beside them max|Δ| %.3e (bound %.0e); %d of 5 malformed mixes refused",
+            mx.steps_compared, mx.mix_max, mx.mix_mag, mx.single_max, tol, mx.refused);
+    ls_backend_destroy(&be);
 }
 
 // --- 4. asynchronous slot loads ---------------------------------------------------------------
@@ -294,7 +329,7 @@ typedef struct {
 static void s_async_forward(s_async_t *a, int w) {
     for (int s = 0; s < 3; s++)
         a->seqs[s] = (ls_model_seq_t){a->toks[s], 24, 0, a->tables[s], 2,
-                                      s == 1 ? LS_LORA_SLOT_BASE : w, true};
+                                      s == 1 ? LS_LORA_SLOT_BASE : w, true, NULL, 0};
     if (ls_model_forward(a->m, a->kv, a->pool, a->seqs, 3, err, sizeof err) != 3)
         s_die("async forward", err);
 }
@@ -450,7 +485,7 @@ static void s_graph_run(s_async_t *a, float *out) {
         for (int s = 0; s < n_rows[i]; s++) {
             tok[s][i] = (s * 53 + i * 11 + 3) % a->V;
             seqs[s] = (ls_model_seq_t){&tok[s][i], 1, pos[s]++, a->tables[s], 2, slot[i][s],
-                                       true};
+                                       true, NULL, 0};
         }
         if (ls_model_forward(a->m, a->kv, a->pool, seqs, n_rows[i], err, sizeof err) !=
             n_rows[i])
@@ -546,6 +581,7 @@ int main(int argc, char **argv) {
         s_parity(archs[a], &worst[a]);
     s_demo(4);
     s_demo(2);
+    s_mix();
     s_dummy(LS_QUANT_NONE);
     s_dummy(LS_QUANT_FP8);
     s_async();

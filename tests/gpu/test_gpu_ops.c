@@ -205,7 +205,11 @@ typedef struct {
     int32_t ids[MAXT], pos[MAXT], slot[MAXT], q_indptr[MAXS + 1], ctx[MAXS], tables[MAXTAB],
         logit_rows[MAXT], seg_indptr[MAXSEG + 1], wi[MAXSEG], perm[MAXT], ranks[MAXSLOT];
     float scal[MAXSLOT];
-    ls_lora_batch_t lora;
+    // a second LoRA pass (a mix's second components), and per-segment weights of both
+    int n_passes, n_segs2, has_segw;
+    int32_t seg_indptr2[MAXSEG + 1], wi2[MAXSEG], perm2[MAXT];
+    float segw[MAXSEG], segw2[MAXSEG];
+    ls_lora_batch_t lora[2];
     ls_step_t step;
 } s_stepd_t;
 
@@ -224,8 +228,11 @@ static void s_step_simple(s_stepd_t *d, int T) {
 }
 
 static void s_step_begin(s_stepd_t *d) {
-    d->lora = (ls_lora_batch_t){d->n_segs, d->n_slots, d->seg_indptr, d->wi,
-                                d->has_perm ? d->perm : NULL, d->ranks, d->scal};
+    d->lora[0] = (ls_lora_batch_t){d->n_segs, d->n_slots, d->seg_indptr, d->wi,
+                                   d->has_perm ? d->perm : NULL, d->ranks, d->scal,
+                                   d->has_segw ? d->segw : NULL};
+    d->lora[1] = (ls_lora_batch_t){d->n_segs2, d->n_slots, d->seg_indptr2, d->wi2, d->perm2,
+                                   d->ranks, d->scal, d->segw2};
     d->step = (ls_step_t){.n_tokens = d->T,
                           .token_ids = d->ids,
                           .attn = {.n_seqs = d->S,
@@ -237,7 +244,8 @@ static void s_step_begin(s_stepd_t *d) {
                                    .positions = d->pos,
                                    .slot_mapping = d->slot,
                                    .block_tables = d->tables},
-                          .lora = d->has_lora ? &d->lora : NULL,
+                          .lora = d->has_lora ? d->lora : NULL,
+                          .n_lora_passes = d->has_lora ? (d->n_passes > 1 ? 2 : 1) : 0,
                           .n_logit_rows = d->n_logit,
                           .logit_rows = d->logit_rows};
     if (s_cpu->step_begin(s_cpu, &d->step) || s_gpu->step_begin(s_gpu, &d->step)) {
@@ -755,20 +763,46 @@ static const s_layout_t s_layouts[] = {
     {"serving mix", 52, 12, {17, 9, 6, 4, 3, 3, 2, 2, 1, 1, 1, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 1},
 };
 
-// lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size)
+// lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size),
+// over every pass of the step, the later ones adding (as engine/model.c runs a mix)
 static void s_fused_both(s_pb_t *y, const float *y0, s_pb_t *x, s_pb_t *tmp, const float *tmp0,
                          s_pb_t *a, s_pb_t *b, const int32_t *off, int in, int n_slices,
-                         int r_max, int accumulate) {
+                         int r_max, int accumulate, int n_passes) {
     s_pb_set(tmp, 0, tmp0, tmp->n);
     s_pb_set(y, 0, y0, y->n);
-    s_cpu->lora_fused(s_cpu, s_vc(y, 0), s_vc(x, 0), s_vc(tmp, 0), s_vc(a, 0), s_vc(b, 0), off,
-                      in, n_slices, r_max, accumulate);
-    s_gpu->lora_fused(s_gpu, s_vg(y, 0), s_vg(x, 0), s_vg(tmp, 0), s_vg(a, 0), s_vg(b, 0), off,
-                      in, n_slices, r_max, accumulate);
+    for (int k = 0; k < n_passes; k++, accumulate = 1) {
+        s_cpu->lora_fused(s_cpu, s_vc(y, 0), s_vc(x, 0), s_vc(tmp, 0), s_vc(a, 0), s_vc(b, 0),
+                          off, in, n_slices, r_max, accumulate, k);
+        s_gpu->lora_fused(s_gpu, s_vg(y, 0), s_vg(x, 0), s_vg(tmp, 0), s_vg(a, 0), s_vg(b, 0),
+                          off, in, n_slices, r_max, accumulate, k);
+    }
 }
 
+// The step's second LoRA pass, as a mix of two adapters makes it (docs/lora-mixing.md): the
+// rows of every other segment of pass 0 again, each under another slot, and random weights
+// on the segments of both passes.
+static void s_mix_pass(t_rng_t *r, s_stepd_t *d, const int32_t *rows) {
+    d->n_passes = 2;
+    d->has_segw = 1;
+    d->n_segs2 = 0;
+    d->seg_indptr2[0] = 0;
+    int p2 = 0;
+    for (int s = 0; s < d->n_segs; s++) {
+        d->segw[s] = t_rng_float(r, 0.05f, 1.5f);
+        if (s % 2)
+            continue;
+        for (int p = d->seg_indptr[s]; p < d->seg_indptr[s + 1]; p++)
+            d->perm2[p2++] = rows[p];
+        d->wi2[d->n_segs2] = d->wi[s] % 32 + 1;
+        d->segw2[d->n_segs2] = t_rng_float(r, 0.05f, 1.5f);
+        d->seg_indptr2[++d->n_segs2] = p2;
+    }
+}
+
+// The LoRA ops over layout lay, on both backends; mix: with a second pass (s_mix_pass) and
+// per-segment weights, every op run over both passes as engine/model.c runs a step with mixes.
 static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
-                      int in, int r_max, ls_dtype_t pdt) {
+                      int in, int r_max, ls_dtype_t pdt, int mix) {
     enum { SLOTS = 33 };
     static s_stepd_t d;
     s_step_simple(&d, lay->T);
@@ -798,6 +832,9 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
         memcpy(d.perm, rows, sizeof(int32_t) * covered);
         d.has_perm = 1;
     }
+    if (mix)
+        s_mix_pass(r, &d, rows);
+    int P = mix ? 2 : 1;
     s_step_begin(&d);
 
     int ld = n_slices * r_max, off[4] = {0};
@@ -822,6 +859,9 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
         if (d.ranks[lay->slots[s]] > 0)
             for (int p = d.seg_indptr[s]; p < d.seg_indptr[s + 1]; p++)
                 touched[rows[p]] = 1;
+    for (int s = 0; mix && s < d.n_segs2; s++) // second-pass slots all have rank > 0
+        for (int p = d.seg_indptr2[s]; p < d.seg_indptr2[s + 1]; p++)
+            touched[d.perm2[p]] = 1;
     size_t nx = (size_t)T * in, nt = (size_t)T * ld, ny = (size_t)T * out_total;
     // tmp: lora_fused's scratch is LS_LORA_FUSED_PARTS arrays; shrink uses the first
     size_t ntf = nt * LS_LORA_FUSED_PARTS;
@@ -836,50 +876,61 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     s_pb_set(&x, 0, hx, nx);
     s_pb_set(&tmp, 0, tpois, nt);
     s_pb_set(&y, 0, hy, ny);
-    s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), s_vc(&a, 0), in, n_slices, r_max);
-    s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), s_vg(&a, 0), in, n_slices, r_max);
-    s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, n_slices, r_max);
-    s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, n_slices, r_max);
+    // shrink then expand, pass after pass (tmp compared after the last pass's shrink: what
+    // it wrote over the first's, the first's elsewhere)
     float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
-    char name[96];
-    s_pb_get(&tmp, 0, nt, c, g);
-    snprintf(name, sizeof name, "lora shrink %s, %d slice%s in=%d r_max=%d %s", lay->name,
-             n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
-    s_check(name, g, c, nt, 1e-10, 1e-4);
+    char name[128];
+    const char *mixed = mix ? " + mix pass, weights" : "";
+    for (int k = 0; k < P; k++) {
+        s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), s_vc(&a, 0), in, n_slices, r_max,
+                           k);
+        s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), s_vg(&a, 0), in, n_slices, r_max,
+                           k);
+        if (k == P - 1) {
+            s_pb_get(&tmp, 0, nt, c, g);
+            snprintf(name, sizeof name, "lora shrink %s%s, %d slice%s in=%d r_max=%d %s",
+                     lay->name, mixed, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+            s_check(name, g, c, nt, 1e-10, 1e-4);
+        }
+        s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, n_slices, r_max,
+                           k);
+        s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, n_slices, r_max,
+                           k);
+    }
     s_pb_get(&y, 0, ny, c, g);
     for (size_t i = 0; i < ny; i++) { // compare the LoRA deltas
         c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
         g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
     }
-    snprintf(name, sizeof name, "lora expand %s, out=%d", lay->name, out_total);
+    snprintf(name, sizeof name, "lora expand %s%s, out=%d", lay->name, mixed, out_total);
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // the fused op from the same poisoned start: y deltas equal, untouched rows still NaN
     // (tmp is the op's scratch: unspecified afterwards, not compared)
-    s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1);
+    s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1, P);
     s_pb_get(&y, 0, ny, c, g);
     for (size_t i = 0; i < ny; i++) {
         c[i] = isnan(c[i]) ? NAN : (float)((double)c[i] - hy[i]);
         g[i] = isnan(g[i]) ? NAN : (float)((double)g[i] - hy[i]);
     }
-    snprintf(name, sizeof name, "lora fused %s, %d slice%s in=%d r_max=%d %s", lay->name,
-             n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+    snprintf(name, sizeof name, "lora fused %s%s, %d slice%s in=%d r_max=%d %s", lay->name,
+             mixed, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // written, not added (accumulate 0), over y all NaN: every element must be written —
     // the delta on covered rows, 0 on the others — and the GPU must match the CPU's
     // zero-then-add; NaN anywhere (the check counts it) means an element left unwritten
     float *ynan = s_nan_new(ny);
-    s_fused_both(&y, ynan, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 0);
+    s_fused_both(&y, ynan, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 0, P);
     s_pb_get(&y, 0, ny, c, g);
     size_t unwritten = 0, nonzero_untouched = 0;
     for (size_t i = 0; i < ny; i++) {
         unwritten += isnan(g[i]) || isnan(c[i]);
         nonzero_untouched += !touched[i / out_total] && (g[i] != 0.0f || c[i] != 0.0f);
     }
-    snprintf(name, sizeof name, "lora fused written %s, %d slice%s r_max=%d %s", lay->name,
-             n_slices, n_slices > 1 ? "s" : "", r_max, s_dtn(pdt));
+    snprintf(name, sizeof name, "lora fused written %s%s, %d slice%s r_max=%d %s", lay->name,
+             mixed, n_slices, n_slices > 1 ? "s" : "", r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
-    snprintf(name, sizeof name, "lora fused written %s: %zu unwritten, %zu non-zero rows "
-             "without an adapter", lay->name, unwritten, nonzero_untouched);
+    snprintf(name, sizeof name, "lora fused written %s%s: %zu unwritten, %zu non-zero rows "
+             "without an adapter", lay->name, mixed, unwritten, nonzero_untouched);
     s_check_true(name, unwritten == 0 && nonzero_untouched == 0);
     free(ynan);
     s_pb_free(&a), s_pb_free(&b), s_pb_free(&x), s_pb_free(&tmp), s_pb_free(&y);
@@ -1194,8 +1245,8 @@ static void test_two_steps(t_rng_t *r) {
             B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, LS_VIEW_NONE, ls_view(A, o_h),
                        LS_VIEW_NONE, V_(nw), T, C, 1e-5f);
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
-            B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX);
-            B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX);
+            B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX, 0);
+            B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX, 0);
             B->rope(B, ls_view(A, o_qkv), LS_VIEW_NONE, V_(inv), H, D, QKV);
             B->rope(B, ls_view(A, o_qkv + QD), LS_VIEW_NONE, V_(inv), KV, D, QKV);
             B->kv_store(B, V_(kc), V_(vc), ls_view(A, o_qkv + QD), ls_view(A, o_qkv + QD + KVD),
@@ -1333,38 +1384,45 @@ int main(int argc, char **argv) {
                      szodd[3] = {300, 0, 77};
     int n_layouts = (int)(sizeof s_layouts / sizeof s_layouts[0]);
     for (int l = 0; l < n_layouts; l++) {
-        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16);
-        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16);
-        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16);
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 0);
+        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16, 0);
+        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16, 0);
     }
-    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32);
-    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32);
-    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32, 0);
+    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32, 0);
+    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16, 0);
     // the tensor-core shrink's other m-tile counts: r_max 32 over 2 slices, 8 over 3
-    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16, 0);
     // Llama-3-8B's qkv and o shapes on few tiles: the tensor-core shrink splits K over
     // clusters of 4 (in 4096, 10 tiles x 3 slices) and 8 (in 8192, 8 tiles x 1 slice)
     static const int szq[3] = {4096, 1024, 1024}, szo[1] = {4096};
-    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16, 0);
     // decode over distinct adapters (one-position tiles, LS_CU_LORA_ONE) at Llama-3-8B's
     // gate_up and qkv shapes, where the decode op splits K into parts and the one-token
     // expand covers long outputs; and that layout's f32 and f16 pools (other kernels)
     static const int szgu[2] = {14336, 14336};
-    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16); // down: K in 7 parts
-    test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32);
-    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16);
-    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16);  // scalar paths
-    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16);
+    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0); // down: K in 7 parts
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32, 0);
+    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0);
+    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16, 0);  // scalar paths
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 0);
     // small ranks in wide slots (the server's mixed-rank setting; the loop above has the
     // multi-position tiles of layout 3 so): decode, one-position tiles, at Llama-3-8B's qkv
     // and gate_up
-    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16);
-    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16);
+    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 0);
+    // mixes of adapters: a second pass over some of the rows and weights on every segment
+    // (the tiles' scales), each layout's ops over both passes; and the decode shapes
+    for (int l = 0; l < n_layouts; l++)
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 1);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 16, LS_DTYPE_BF16, 1);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 1);
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1);
 
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);

@@ -62,13 +62,13 @@ static void s_step_init(s_step_data_t *d, const int *n_cached, const int *n_new,
         d->weight_indices[s] = slot[s];
     }
     d->lora = (ls_lora_batch_t){n_seqs, SLOTS, d->seg_indptr, d->weight_indices, NULL,
-                                d->ranks, d->scalings};
+                                d->ranks, d->scalings, NULL};
     d->step = (ls_step_t){.n_tokens = T, .token_ids = d->ids,
                           .attn = {.n_seqs = n_seqs, .n_tokens = T, .max_blocks = MAXB,
                                    .max_ctx_len = MAXB * BS, .q_indptr = d->q_indptr,
                                    .ctx_lens = d->ctx_lens, .positions = d->pos,
                                    .slot_mapping = d->slots, .block_tables = d->tables},
-                          .lora = &d->lora, .n_logit_rows = n_seqs,
+                          .lora = &d->lora, .n_lora_passes = 1, .n_logit_rows = n_seqs,
                           .logit_rows = d->logit_rows};
 }
 
@@ -155,8 +155,8 @@ static void s_step_backend(s_out_t *o, ls_backend_t *be, const s_bufs_t *b,
     be->rmsnorm(be, b->xn, LS_VIEW_NONE, LS_VIEW_NONE, b->h, LS_VIEW_NONE, b->norm, T, C,
                 1e-5f);
     be->matmul(be, b->qkv, b->xn, b->wqkv, LS_VIEW_NONE, T, C, QKV, 0);
-    be->lora_shrink(be, b->tmp, b->xn, b->a, C, 3, R_MAX);
-    be->lora_expand(be, b->qkv, b->tmp, b->b, s_slice_offsets, 3, R_MAX);
+    be->lora_shrink(be, b->tmp, b->xn, b->a, C, 3, R_MAX, 0);
+    be->lora_expand(be, b->qkv, b->tmp, b->b, s_slice_offsets, 3, R_MAX, 0);
     ls_view_t k = ls_view(b->act, b->qkv.off + QD), v = ls_view(b->act, b->qkv.off + QD + KVD);
     be->rope(be, b->qkv, LS_VIEW_NONE, b->inv, H, D, QKV);
     be->rope(be, k, LS_VIEW_NONE, b->inv, KV, D, QKV);

@@ -159,20 +159,20 @@ static void test_slot_victims(void **unused) {
         lora_t *l = lora_new(3, policy == 0 ? LORA_EVICT_LRU : LORA_EVICT_FIFO);
         lora_adapter_t *a = lora_add(l, "a", NULL, "/a", false), *b = lora_add(l, "b", NULL, "/b", false),
                        *c = lora_add(l, "c", NULL, "/c", false), *d = lora_add(l, "d", NULL, "/d", false);
-        assert_int_equal(lora_slot_pick(l, NULL, 0), 0);
+        assert_int_equal(lora_slot_pick(l, NULL, 0, NULL, 0), 0);
         lora_slot_assign(l, a, 0, 1);
-        lora_slot_assign(l, b, lora_slot_pick(l, NULL, 0), 2);
-        lora_slot_assign(l, c, lora_slot_pick(l, NULL, 0), 3);
+        lora_slot_assign(l, b, lora_slot_pick(l, NULL, 0, NULL, 0), 2);
+        lora_slot_assign(l, c, lora_slot_pick(l, NULL, 0, NULL, 0), 3);
         assert_int_equal(c->slot, 2);
         lora_slot_touch(l, a, 10);  // a used most recently, filled first
-        int v = lora_slot_pick(l, NULL, 0);
+        int v = lora_slot_pick(l, NULL, 0, NULL, 0);
         assert_int_equal(v, policy == 0 ? b->slot : a->slot);
         // In the batch (running) or pinned: never a victim.
         a->running = 1;
         b->pinned = true;
-        assert_int_equal(lora_slot_pick(l, NULL, 0), c->slot);
+        assert_int_equal(lora_slot_pick(l, NULL, 0, NULL, 0), c->slot);
         lora_adapter_t *keep[] = {c};
-        assert_int_equal(lora_slot_pick(l, keep, 1), -1);
+        assert_int_equal(lora_slot_pick(l, keep, 1, NULL, 0), -1);
         lora_slot_assign(l, d, c->slot, 11);
         assert_int_equal(c->slot, -1);
         assert_ptr_equal(lora_slot_adapter(l, 2), d);

@@ -269,6 +269,17 @@ static void test_errors(void **state) {
     s_expect_error(&(ls_request_t){.prompt = "a", .n_stop = 1}, LS_ERR_BAD_REQUEST, "NULL");
     ls_chat_message_t bad[] = {{"user", NULL}};
     s_expect_error(&(ls_request_t){.messages = bad, .n_messages = 1}, LS_ERR_BAD_REQUEST, "role and a content");
+    // mixes of adapters (docs/lora-mixing.md): the rules every actor applies, here first
+    const char *mix_ads[] = {"reverse", "upper", "reverse"};
+    const float mix_ok[] = {0.7f, 0.3f, 1.0f}, mix_zero[] = {0.7f, 0.0f, 1.0f};
+    s_expect_error(&(ls_request_t){.prompt = "a", .mix_adapters = mix_ads, .mix_weights = mix_zero, .n_mix = 2},
+                   LS_ERR_BAD_REQUEST, "a weight is a number above 0");
+    s_expect_error(&(ls_request_t){.prompt = "a", .mix_adapters = mix_ads, .mix_weights = mix_ok, .n_mix = 3},
+                   LS_ERR_BAD_REQUEST, "named twice");
+    s_expect_error(&(ls_request_t){.prompt = "a", .adapter = "sort", .mix_adapters = mix_ads, .mix_weights = mix_ok,
+                                   .n_mix = 2},
+                   LS_ERR_BAD_REQUEST, "not both");
+    s_expect_error(&(ls_request_t){.prompt = "a", .n_mix = 2}, LS_ERR_BAD_REQUEST, "NULL");
     assert_int_equal(ls_client_generate(s_client, NULL, &r), LS_ERR_BAD_REQUEST);
     assert_null(r);
 

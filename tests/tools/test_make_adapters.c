@@ -427,9 +427,9 @@ static void s_greedy(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *poo
     for (int t = 0; t < E_NEW; t++) {
         for (int i = 0; i < E_ROWS; i++)
             seqs[i] =
-                t == 0 ? (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, blocks[i], nb, slots[i], true}
+                t == 0 ? (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, blocks[i], nb, slots[i], true, NULL, 0}
                        : (ls_model_seq_t){
-                             &rows[i].out[t - 1], 1, rows[i].n_prompt + t - 1, blocks[i], nb, slots[i], true};
+                             &rows[i].out[t - 1], 1, rows[i].n_prompt + t - 1, blocks[i], nb, slots[i], true, NULL, 0};
         if (ls_model_forward(m, kv, pool, seqs, E_ROWS, err, sizeof err) != E_ROWS)
             fail_msg("%s", err);
         assert_int_equal(ls_model_logits(m, logits), 0);

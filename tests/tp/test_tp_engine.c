@@ -373,7 +373,7 @@ static void s_group_free(s_group_t *g) {
 // Runs one step on every rank of g: row i runs toks[i] (n[i] tokens from start[i]).
 static void s_group_step(s_group_t *g, int32_t toks[][MAX_LEN], const int *n, const int *start) {
     for (int i = 0; i < g->R; i++)
-        g->seqs[i] = (ls_model_seq_t){toks[i], n[i], start[i], g->tables[i], MAX_LEN / BS, g->slots[i], true};
+        g->seqs[i] = (ls_model_seq_t){toks[i], n[i], start[i], g->tables[i], MAX_LEN / BS, g->slots[i], true, NULL, 0};
     g->n_seqs = g->R;
     s_on_ranks(s_group_step_rank, g, g->size);
     for (int r = 0; r < g->size; r++)

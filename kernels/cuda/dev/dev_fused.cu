@@ -37,8 +37,7 @@ enum { FU_WARPS = 8, FU_U = 4, FU_LD = 3 * 64 };
 template <typename T, int L>
 __global__ void __launch_bounds__(FU_WARPS * 32)
 k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
-             const ls_cu_lora_tile_t *tiles, const int32_t *perm, const float *scalings,
-             s_slice_offs_t so, int in, int n_slices, int r_max) {
+             const ls_cu_lora_tile_t *tiles, const int32_t *perm, s_slice_offs_t so, int in, int n_slices, int r_max) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ float part[TT * FU_LD]; // this block's partial tmp, (TT, ld)
     __shared__ __align__(16) float st[TT * FU_LD]; // the tile's full tmp, (TT, ld)
@@ -102,7 +101,7 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
 
     constexpr int OPW = 32 / L, OB = FU_WARPS * OPW * FU_U;
     int sub = lane % L, og = lane / L, j = sub * 8;
-    float s = scalings[tile.slot];
+    float s = tile.scale;
     for (int ob = o_lo; ob < o_hi; ob += OB) {
         s_raw8<T> bv[FU_U];
         int o[FU_U], kk[FU_U];
@@ -121,7 +120,7 @@ template <typename T, int L>
 static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
                                   const void *a_pool, const void *b_pool,
                                   const ls_cu_lora_tile_t *tiles, const int32_t *perm,
-                                  const float *scalings, s_slice_offs_t so, int in,
+                                  s_slice_offs_t so, int in,
                                   int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
     static int ok16 = -1;
     s_launch_t l;
@@ -139,7 +138,7 @@ static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
         cn = 8;
     s_launch_init(l, dim3(n_tiles * cn), FU_WARPS * 32, 0, stream, flags, cn);
     return cudaLaunchKernelEx(&l.cfg, k_lora_fused<T, L>, y, x, (const T *)a_pool,
-                              (const T *)b_pool, tiles, perm, scalings, so, in, n_slices,
+                              (const T *)b_pool, tiles, perm, so, in, n_slices,
                               r_max);
 }
 
@@ -151,7 +150,7 @@ static cudaError_t s_fused(const dev_lora_t &p, long i, cudaStream_t st) {
     int cn = (long)p.n_tiles * 8 < 2L * s_sm_count() ? 16 : 8;
 #define S_FU(LL)                                                                                   \
     return s_fused_launch<__nv_bfloat16, LL>(cn, p.n_tiles, p.y, p.x, p.a, p.b, p.tiles[i % DEV_SETS], NULL,  \
-                                             p.scal, so, p.g.in, p.g.n_slices, p.r_max, p.flags, st)
+                                             so, p.g.in, p.g.n_slices, p.r_max, p.flags, st)
     switch (p.r_max / 8) {
     case 1: S_FU(1);
     case 2: S_FU(2);
@@ -165,7 +164,7 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
     if (v == 1)
         return s_fused(p, i, st);
     return ls_cu_lora_apply(p.y, p.tmp, p.part_stride, p.x, p.a, LS_CU_BF16, p.b, LS_CU_BF16, p.tiles[i % DEV_SETS],
-                            p.n_tiles, p.r, NULL, p.scal, p.offs, p.g.in, p.g.n_slices, p.r_max,
+                            p.n_tiles, p.r, NULL, p.offs, p.g.in, p.g.n_slices, p.r_max,
                             p.flags | LS_CU_LORA_ACC, st);
 }
 

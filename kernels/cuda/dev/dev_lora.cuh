@@ -45,7 +45,7 @@ struct dev_lora_t {
     int32_t offs[4];
     // device
     __nv_bfloat16 *a, *b;              // pools, n_slots slots
-    float *x, *tmp, *y, *scal;         // tmp: LS_CU_LORA_PARTS arrays of part_stride floats
+    float *x, *tmp, *y;                // tmp: LS_CU_LORA_PARTS arrays of part_stride floats
     size_t part_stride;
     ls_cu_lora_tile_t *tiles[DEV_SETS];
     // host: set 0's adapters (slots 0..n_ad) in fp32, the inputs, and the batch over them
@@ -116,8 +116,6 @@ static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, ui
     DEV_CK(cudaMalloc(&p.tmp, LS_CU_LORA_PARTS * p.part_stride * 4));
     std::vector<float> sc(p.n_slots, 0.5f);
     sc[0] = 0.0f;
-    DEV_CK(cudaMalloc(&p.scal, p.n_slots * 4));
-    DEV_CK(cudaMemcpy(p.scal, sc.data(), p.n_slots * 4, cudaMemcpyHostToDevice));
     // tiles: adapter i of set s is slot 1 + s*n_ad + i, its requests consecutive rows
     p.seg_indptr.assign(p.n_ad + 1, 0);
     for (int i = 0; i < p.n_ad; i++)
@@ -127,7 +125,7 @@ static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, ui
         for (int i = 0; i < p.n_ad; i++)
             for (int p0 = p.seg_indptr[i]; p0 < p.seg_indptr[i + 1]; p0 += LS_CU_LORA_TILE)
                 t.push_back({p0, std::min(LS_CU_LORA_TILE, p.seg_indptr[i + 1] - p0), 1 + s * p.n_ad + i,
-                             p.ad_rank[i]});
+                             p.ad_rank[i], sc[1 + s * p.n_ad + i]});
         p.n_tiles = (int)t.size();
         DEV_CK(cudaMalloc(&p.tiles[s], t.size() * sizeof t[0]));
         DEV_CK(cudaMemcpy(p.tiles[s], t.data(), t.size() * sizeof t[0], cudaMemcpyHostToDevice));
@@ -143,7 +141,7 @@ static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, ui
 }
 
 static void dev_lora_free(dev_lora_t &p) {
-    cudaFree(p.a), cudaFree(p.b), cudaFree(p.x), cudaFree(p.tmp), cudaFree(p.y), cudaFree(p.scal);
+    cudaFree(p.a), cudaFree(p.b), cudaFree(p.x), cudaFree(p.tmp), cudaFree(p.y);
     for (int s = 0; s < DEV_SETS; s++)
         cudaFree(p.tiles[s]);
 }
