@@ -41,7 +41,7 @@ static ls_backend_t *s_cpu, *s_gpu;
 // -- results --------------------------------------------------------------------------------
 
 typedef struct {
-    char name[96];
+    char name[128];  // the longest names the checks build (lora pass names)
     size_t n;
     double nmse, tol, maxabs, tol_abs;
     long untouched_bad, nan_bad;

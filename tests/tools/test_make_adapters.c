@@ -240,7 +240,7 @@ static void s_layout_case(const char *model, const char *out, int n, const char 
            targets, "--quiet", extra1, extra2);
     want_t wants[16];
     for (int k = 0; k < n; k++) {
-        char dir[PATH_MAX];
+        char dir[PATH_MAX + 16];  // out (< PATH_MAX) then "/lora-<k>"
         wants[k] = *want;
         wants[k].rank = ranks[k % nranks];
         if (want->alpha == 0)
