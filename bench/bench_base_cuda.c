@@ -38,7 +38,14 @@
     adapters; steps, decode_ms, chunk_ms, apart for chunked; skipped instead of the times), which
     bench/peer_torch.py --join reads beside the PyTorch peer's.
 
-    Usage: bench_base_cuda [--quick] [--steps N] [--max-seconds S] [--output-file F]
+    FP8 (--fp8): only the decode step of the bf16 model against the same model with FP8
+    projections (ls_model_load_dummy with LS_QUANT_FP8: E4M3 weights with per-channel scales,
+    activations quantized per token; embeddings, lm_head and the KV cache stay bf16), side by
+    side in one run: batch 1, 8, 32, 64 at FP8_CTX cached positions, base and with 8 adapters
+    (bf16 LoRA on top of either), the fp8/bf16 step ratio of each (target: <= 0.6 at these
+    batches), and which way the FP8 GEMMs applied their scales (engine/fp8_gemm.h).
+
+    Usage: bench_base_cuda [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. Points left when
     --max-seconds (default 300) have passed are skipped, saying so. Not a ctest; needs a GPU.
 */
@@ -49,8 +56,10 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "bench_engine.h"
 #include "bench_util.h"
+#include "llama3_8b.h"
 #include "lora_pool.h"
 #include "ls_limits.h"
 #include "model.h"
@@ -68,6 +77,7 @@
 #define GEMM_N 8192
 #define MAX_BATCH 256
 #define MAX_POINTS 128
+#define FP8_CTX 1024
 // GPU memory a point leaves free beside its KV cache: the step's workspace (an 8K-token
 // prefill's activations take ~2.5 GB, grown by doubling) and the allocator's slack
 #define MARGIN_BYTES ((size_t)6 << 30)
@@ -433,13 +443,51 @@ static void s_print_tables(const s_bench_t *b) {
            "apart = chunked steps / (chunks alone + decodes alone)\n");
 }
 
+// --fp8: decode steps of the bf16 model (b->m) and of the FP8 one side by side.
+static void s_fp8_compare(s_bench_t *b, ls_backend_t *be) {
+    static const int batches[] = {1, 8, 32, 64};
+    char err[512];
+    double t0 = bench_now();
+    ls_model_t *bf16 = b->m, *fp8 = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, be, NULL, LS_QUANT_FP8, 1,
+                                                        NULL, NULL, err, sizeof err);
+    if (!fp8)
+        bench_die(PROG, "FP8 model", err);
+    printf("[%6.1f s] FP8 Llama-3-8B dummy loaded in %.1f s (%.2f GB of weights against %.2f GB bf16); "
+           "context %d, median of %d steps after %d\n", bench_now() - b->t_start, bench_now() - t0,
+           ls_model_weight_bytes(fp8) / 1e9, ls_model_weight_bytes(bf16) / 1e9, FP8_CTX, b->steps, WARM);
+    printf("\n%-6s %10s %10s %7s   %12s %12s %7s\n", "batch", "bf16 ms", "fp8 ms", "ratio", "bf16+LoRA ms",
+           "fp8+LoRA ms", "ratio");
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+        int batch = batches[i], per_seq = (FP8_CTX + b->steps + BS) / BS;
+        double t[2][2];
+        for (int k = 0; k < 2; k++) {
+            b->m = k ? fp8 : bf16;
+            ls_kv_cache_t *kv = s_kv_new(b, batch * per_seq);
+            t[k][0] = s_decode_run(b, kv, batch, FP8_CTX, per_seq, NULL);
+            t[k][1] = s_decode_run(b, kv, batch, FP8_CTX, per_seq, b->slots);
+            ls_kv_cache_destroy(&kv);
+        }
+        printf("%-6d %10.3f %10.3f %7.3f   %12.3f %12.3f %7.3f\n", batch, 1e3 * t[0][0], 1e3 * t[1][0],
+               t[1][0] / t[0][0], 1e3 * t[0][1], 1e3 * t[1][1], t[1][1] / t[0][1]);
+        fflush(stdout);
+    }
+    printf("FP8 GEMMs applied their scales %s (engine/fp8_gemm.h)\n",
+           ls_backend_cuda_fp8_outer(be) ? "themselves (cuBLASLt outer-vector scales)"
+                                         : "after the GEMM (ls_cu_fp8_scale)");
+    b->m = bf16;
+    ls_model_destroy(&fp8);
+}
+
 int main(int argc, char **argv) {
     static s_bench_t b = {.steps = 20, .max_s = 300};
+    bool fp8 = false;
     const char *out = NULL;
     bool quick = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
+        else if (!strcmp(argv[i], "--fp8"))
+            fp8 = true;
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             b.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-seconds") && i + 1 < argc)
@@ -447,7 +495,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--output-file") && i + 1 < argc)
             out = argv[++i];
         else {
-            fprintf(stderr, "usage: " PROG " [--quick] [--steps N] [--max-seconds S] [--output-file F]\n");
+            fprintf(stderr, "usage: " PROG " [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]\n");
             return 2;
         }
     }
@@ -495,6 +543,13 @@ int main(int argc, char **argv) {
            N_ADAPTERS, b.c.adapter_bytes / 1e6, e.adapters_s, b.steps, WARM);
     fflush(stdout);
 
+    if (fp8) {
+        s_fp8_compare(&b, e.be);
+        printf("[%6.1f s] done\n", bench_now() - b.t_start);
+        bench_batch_destroy(&b.batch);
+        bench_engine_close(&e);
+        return 0;
+    }
     const int *batches = quick ? s_quick_batches : s_batches, *ctxs = quick ? s_quick_ctxs : s_ctxs;
     const int *prompts = quick ? s_quick_prompts : s_prompts;
     int n_b = quick ? 3 : 6, n_c = quick ? 2 : 4, n_p = quick ? 1 : 3;

@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
     if (rm_write_model(dir, &sp, NULL) != 0)
         bench_die("bench_cpu", "writing the model", dir);
     ls_backend_t *be = ls_backend_cpu_new(o.threads);
-    s_bench_t b = {.m = ls_model_load(dir, be, NULL, NULL, NULL, err, sizeof err), .vocab = sp.vocab};
+    s_bench_t b = {.m = ls_model_load(dir, be, NULL, LS_QUANT_NONE, NULL, NULL, err, sizeof err), .vocab = sp.vocab};
     if (!b.m)
         bench_die("bench_cpu", "model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);

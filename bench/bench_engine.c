@@ -188,7 +188,7 @@ void bench_engine_open(bench_engine_t *e, const char *prog, int slots, int rank,
     if (!(e->be = ls_backend_cuda_new(0, err, sizeof err)))
         bench_die(prog, "backend", err);
     double t0 = bench_now();
-    if (!(e->m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, e->be, NULL, 1, NULL, NULL, err, sizeof err)))
+    if (!(e->m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, e->be, NULL, LS_QUANT_NONE, 1, NULL, NULL, err, sizeof err)))
         bench_die(prog, "dummy model", err);
     e->load_s = bench_now() - t0;
     t0 = bench_now();

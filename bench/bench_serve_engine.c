@@ -310,8 +310,8 @@ int main(int argc, char **argv) {
         ls_backend_cuda_set_graphs(s_d.be, 0);
 #endif
     s_d.model = !strcmp(s_d.load_format, "dummy")
-                    ? ls_model_load_dummy(s_d.model_path, s_d.be, NULL, 0, NULL, NULL, err, sizeof err)
-                    : ls_model_load(s_d.model_path, s_d.be, NULL, NULL, NULL, err, sizeof err);
+                    ? ls_model_load_dummy(s_d.model_path, s_d.be, NULL, LS_QUANT_NONE, 0, NULL, NULL, err, sizeof err)
+                    : ls_model_load(s_d.model_path, s_d.be, NULL, LS_QUANT_NONE, NULL, NULL, err, sizeof err);
     if (!s_d.model) {
         fprintf(stderr, "model: %s\n", err);
         return 1;

@@ -100,7 +100,7 @@ static void *s_rank(void *arg) {
     ls_kv_cache_t *kv = NULL;
     double t0 = bench_now();
     if (!be || (g->size > 1 && !(comm = ls_comm_nccl_join(&g->id, r, be, 120000, err, errlen))) ||
-        !(m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, be, comm, 1, NULL, NULL, err, errlen)))
+        !(m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, be, comm, LS_QUANT_NONE, 1, NULL, NULL, err, errlen)))
         goto out;
     const ls_model_config_t *cfg = ls_model_config(m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = N_ADAPTERS, .max_lora_rank = RANK,

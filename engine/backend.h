@@ -42,7 +42,8 @@ typedef struct {
     ls_dtype_t dtype;   // as requested
     size_t n;           // elements
     void *data;         // backend storage (host memory on CPU, device memory on CUDA)
-    ls_dtype_t storage; // element type of data, the backend's choice (CPU: always f32)
+    ls_dtype_t storage; // element type of data, the backend's choice (CPU: always f32,
+                        // an F8E4M3 buffer holding the E4M3 values widened)
 } ls_buffer_t;
 
 // A piece of host memory: the source of an upload made of several.
@@ -153,6 +154,15 @@ struct ls_backend {
     // to w's dtype itself first
     void (*matmul)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
                    ls_view_t bias, int T, int in, int out, int accumulate);
+    // y (T, out) = x (T, in) · w (out, in)ᵀ + bias in FP8 (W8A8, kernels/ops.h
+    // ls_matmul_fp8_forward): x (fp32) is quantized row by row into xq (T, in; an F8E4M3
+    // buffer) with x_scale (T, F32) its per-token scales — scratch the caller provides,
+    // holding them afterwards; w is an F8E4M3 buffer with w_scale (out, F32) its
+    // per-channel scales; bias may be LS_VIEW_NONE. in must be a multiple of 16 (the FP8
+    // tensor-core GEMM's alignment; the loader checks it)
+    void (*matmul_fp8)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t xq,
+                       ls_view_t x_scale, ls_view_t w, ls_view_t w_scale, ls_view_t bias, int T,
+                       int in, int out);
     // out (T, C) = rmsnorm(x (+ residual)) * w (C); residual (T, C) updated, or NONE;
     // x2 (T, C), or NONE, is added into x first (as if x were x + x2). out_lp (T, C), or
     // NONE: out once more, in out_lp's dtype (rounded as buffer_upload would round it) —

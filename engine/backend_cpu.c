@@ -111,6 +111,10 @@ static int s_buffer_upload(ls_backend_t *self, ls_view_t dst, const void *src,
     case LS_DTYPE_F16:
         ls_convert_f16_to_f32(d, src, n);
         return 0;
+    case LS_DTYPE_F8E4M3:
+        for (size_t i = 0; i < n; i++)
+            d[i] = ls_e4m3_to_f32(((const uint8_t *)src)[i]);
+        return 0;
     }
     return -1;
 }
@@ -235,6 +239,13 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
                      ls_view_t bias, int T, int in, int out, int accumulate) {
     ls_matmul_forward(s_f32(y), s_f32(x), s_f32(w), s_f32_opt(bias), T, in, out,
                       accumulate);
+}
+
+static void s_matmul_fp8(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t xq,
+                         ls_view_t x_scale, ls_view_t w, ls_view_t w_scale, ls_view_t bias,
+                         int T, int in, int out) {
+    ls_matmul_fp8_forward(s_f32(y), s_f32(xq), s_f32(x_scale), s_f32(x), s_f32(w),
+                          s_f32(w_scale), s_f32_opt(bias), T, in, out);
 }
 
 // out_lp: every buffer here stores f32, so the low-precision copy is an exact copy
@@ -386,6 +397,7 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .step_begin = s_step_begin,
         .embedding = s_embedding,
         .matmul = s_matmul,
+        .matmul_fp8 = s_matmul_fp8,
         .rmsnorm = s_rmsnorm,
         .rmsnorm_heads = s_rmsnorm_heads,
         .rope = s_rope,

@@ -59,10 +59,12 @@
 #include "ls_err.h"
 #include "ls_limits.h"
 #include "backend_cuda.h"
+#include "fp8_gemm.h"
 #include "ops_cuda.h"
 
 static_assert((int)LS_DTYPE_F32 == (int)LS_CU_F32 && (int)LS_DTYPE_F16 == (int)LS_CU_F16 &&
-                  (int)LS_DTYPE_BF16 == (int)LS_CU_BF16,
+                  (int)LS_DTYPE_BF16 == (int)LS_CU_BF16 &&
+                  (int)LS_DTYPE_F8E4M3 == (int)LS_CU_F8E4M3,
               "ls_dtype_t and ls_cu_dtype_t must agree");
 
 typedef struct {
@@ -116,6 +118,7 @@ typedef struct {
     s_dev_t up_stage;      // the images of buffer_upload_async, padded from here on the device
     cudaEvent_t queued;    // compute work queued before an async upload
     cublasHandle_t blas;
+    ls_fp8_gemm_t *fp8;     // matmul_fp8's GEMMs (cuBLASLt)
     cudaError_t sticky; // first error seen; cudaSuccess while all is well
     int blas_failed;
 
@@ -207,7 +210,7 @@ static int s_host_reserve(char **p, size_t *cap, size_t bytes) {
 }
 
 static size_t s_esize(ls_dtype_t dt) {
-    return dt == LS_DTYPE_F32 ? 4 : 2;
+    return ls_dtype_size(dt);
 }
 
 static void *s_ptr(ls_view_t v) {
@@ -247,6 +250,7 @@ static void s_free(ls_backend_t *self) {
         cudaEventDestroy(c->meta_done);
     if (c->blas)
         cublasDestroy(c->blas);
+    ls_fp8_gemm_destroy(&c->fp8);
     cudaFree(c->blas_ws);
     if (c->upload) {
         cudaStreamSynchronize(c->upload);
@@ -653,7 +657,7 @@ enum {
     S_OP_STEP = 1, S_OP_EMBEDDING, S_OP_MATMUL, S_OP_RMSNORM, S_OP_RMSNORM_HEADS, S_OP_ROPE,
     S_OP_SILU_MUL, S_OP_ADD, S_OP_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
-    S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS
+    S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8
 };
 
 static uint64_t s_word(const void *p) {
@@ -806,6 +810,14 @@ void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replay
     *replayed = s_ctx(be)->n_replayed;
 }
 
+void ls_backend_cuda_set_fp8_outer(ls_backend_t *be, int allow) {
+    ls_fp8_gemm_allow_outer(s_ctx(be)->fp8, allow);
+}
+
+int ls_backend_cuda_fp8_outer(ls_backend_t *be) {
+    return ls_fp8_gemm_outer(s_ctx(be)->fp8);
+}
+
 // -- side queue -------------------------------------------------------------------------------
 
 static void s_side_begin(ls_backend_t *self) {
@@ -867,6 +879,19 @@ static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int 
                               vocab0, vocab, c->stream));
 }
 
+// The SM count a GEMM of w (out, in) targets (0: all). With side work open, the GEMM is
+// asked to leave side_sms SMs to it (cuBLAS picks its kernel for the smaller count); a big
+// GEMM (> 64M weights: an MLP's gate_up) side_sms_big. Measured on an H200 (Llama-3-8B,
+// batch 64, 8 distinct adapters, rank 16 on seven targets): half the device for the others
+// and 48 of 132 SMs for gate_up, 6.67-6.75 ms a step against 6.83-6.86 with half for
+// gate_up too; cuBLAS's kernel choice moves in steps with the count (40: 6.93, 52: 6.82;
+// the sweep is in kernels/cuda/dev/README.md)
+static int s_gemm_sms(const s_cuda_t *c, int in, int out) {
+    int leave = (size_t)in * out > ((size_t)64 << 20) && c->side_sms_big >= 0 ? c->side_sms_big
+                                                                             : c->side_sms;
+    return c->side_open && leave > 0 && leave < c->n_sm ? c->n_sm - leave : 0;
+}
+
 static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
                      ls_view_t bias, int T, int in, int out, int accumulate) {
     s_cuda_t *c = s_ctx(self);
@@ -888,16 +913,7 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
         s_note(c, cudaErrorMemoryAllocation);
         return;
     }
-    // with side work open, the GEMM is asked to leave side_sms SMs to it (cuBLAS picks its
-    // kernel for the smaller count); a big GEMM (> 64M weights: an MLP's gate_up)
-    // side_sms_big. Measured on an H200 (Llama-3-8B, batch 64, 8 distinct adapters, rank 16
-    // on seven targets): half the device for the others and 48 of 132 SMs for gate_up,
-    // 6.67-6.75 ms a step against 6.83-6.86 with half for gate_up too; cuBLAS's kernel
-    // choice moves in steps with the count (40: 6.93, 52: 6.82; the sweep is in
-    // kernels/cuda/dev/README.md)
-    int leave = (size_t)in * out > ((size_t)64 << 20) && c->side_sms_big >= 0 ? c->side_sms_big
-                                                                             : c->side_sms;
-    int sms = c->side_open && leave > 0 && leave < c->n_sm ? c->n_sm - leave : 0;
+    int sms = s_gemm_sms(c, in, out);
     if (s_rec(c, (int)S_OP_MATMUL, yp, xp, s_ptr(w), (int)s_dt(w),
               bias.buf ? s_ptr(bias) : NULL, bias.buf ? (int)s_dt(bias) : -1, T, in, out,
               accumulate, narrow && !ready ? c->xconv.p : NULL, sms))
@@ -925,6 +941,31 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     }
     if (bias.buf)
         s_note(c, ls_cu_bias_add(yp, s_ptr(bias), s_dt(bias), T, out, c->stream));
+}
+
+// x quantized per token into xq / x_scale (ls_cu_fp8_quantize_rows), then the FP8 GEMM
+// (fp8_gemm.h) with its scales and bias.
+static void s_matmul_fp8(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t xq,
+                         ls_view_t x_scale, ls_view_t w, ls_view_t w_scale, ls_view_t bias, int T,
+                         int in, int out) {
+    s_cuda_t *c = s_ctx(self);
+    assert(T >= 0 && in > 0 && in % 16 == 0 && out > 0);
+    assert(!c->on_side); // cuBLASLt runs on the main stream, as cuBLAS
+    assert(xq.buf->dtype == LS_DTYPE_F8E4M3 && w.buf->dtype == LS_DTYPE_F8E4M3);
+    assert(xq.off + (size_t)T * in <= xq.buf->n && x_scale.off + (size_t)T <= x_scale.buf->n);
+    if (T == 0)
+        return;
+    int sms = s_gemm_sms(c, in, out);
+    const void *bp = bias.buf ? s_ptr(bias) : NULL;
+    int bdt = bias.buf ? (int)s_dt(bias) : -1;
+    if (s_rec(c, (int)S_OP_MATMUL_FP8, s_f32(y), s_f32(x), s_ptr(xq), s_f32(x_scale), s_ptr(w),
+              s_f32(w_scale), bp, bdt, T, in, out, sms))
+        return;
+    s_note(c, ls_cu_fp8_quantize_rows((uint8_t *)s_ptr(xq), s_f32(x_scale), s_f32(x), T, in,
+                                      c->stream));
+    if (ls_fp8_gemm_run(c->fp8, s_f32(y), s_ptr(xq), s_f32(x_scale), s_ptr(w), s_f32(w_scale),
+                        bp, bdt, T, in, out, sms, c->blas_ws, S_BLAS_WS, c->stream) != 0)
+        s_note_blas(c, CUBLAS_STATUS_EXECUTION_FAILED);
 }
 
 static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t residual,
@@ -1330,6 +1371,10 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
         s_free(self);
         return NULL;
     }
+    if (!(c->fp8 = ls_fp8_gemm_new(err, errlen))) {
+        s_free(self);
+        return NULL;
+    }
     self->buffer_new = s_buffer_new;
     self->buffer_free = s_buffer_free;
     self->buffer_upload = s_buffer_upload;
@@ -1346,6 +1391,7 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->step_begin = s_step_begin;
     self->embedding = s_embedding;
     self->matmul = s_matmul;
+    self->matmul_fp8 = s_matmul_fp8;
     self->rmsnorm = s_rmsnorm;
     self->rmsnorm_heads = s_rmsnorm_heads;
     self->rope = s_rope;

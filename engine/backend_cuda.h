@@ -5,8 +5,9 @@
     op against the CPU backend.
 
     Storage and precision:
-    - a buffer stores its requested dtype: F32 as fp32, BF16 as bf16, F16 as fp16 (uploads
-      convert from any source dtype on the device, rounding to nearest even);
+    - a buffer stores its requested dtype: F32 as fp32, BF16 as bf16, F16 as fp16, F8E4M3 as
+      E4M3 bytes (uploads convert from any source dtype on the device, rounding to nearest
+      even; an F8E4M3 buffer takes E4M3 uploads only, and downloads widen it);
     - activations are fp32: every activation argument (x, y, out, tmp, residual, q, k, v,
       logits, gate_up) must be an F32 buffer (asserted), except a matmul's x, which may
       also be a copy in its weights' dtype (rmsnorm's and silu_mul's out_lp);
@@ -17,6 +18,9 @@
       fp32 accumulation, the fp32 activations rounded once to bf16 (f16) on the way in, by
       the matmul or, for an out_lp input, by the op that made it (the same rounding: the
       same bits) — the only place where the CUDA backend rounds activations;
+    - matmul_fp8: the fp32 activations quantized per token to E4M3 (ls_cu_fp8_quantize_rows,
+      the CPU reference's bits), then an E4M3 x E4M3 -> fp32 GEMM on cuBLASLt with the
+      per-token and per-channel scales (engine/fp8_gemm.h);
     - KV cache: the dtype of the cache buffers (BF16 recommended; F32 works too).
 
     Step metadata is packed into one pinned host block and copied to the device with one
@@ -52,6 +56,11 @@ void ls_backend_cuda_set_graphs(ls_backend_t *be, int on);
 void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms);
 // Graphs captured and graph replays so far.
 void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replayed);
+// FP8 GEMMs (matmul_fp8, engine/fp8_gemm.h): allow 0 makes them apply the scales after an
+// unscaled GEMM (the tests' check of that path); 1, the default, lets the GEMM apply them
+// itself where cuBLASLt can. ls_backend_cuda_fp8_outer: whether the last one did.
+void ls_backend_cuda_set_fp8_outer(ls_backend_t *be, int allow);
+int ls_backend_cuda_fp8_outer(ls_backend_t *be);
 
 #ifdef __cplusplus
 }

@@ -20,10 +20,12 @@
 #include <assert.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ls_err.h"
+#include "ls_par.h"
 
 // Where checkpoint tensors go: the global places, then the places of every layer.
 typedef enum {
@@ -46,6 +48,11 @@ typedef enum {
     S_GATE_UP_BIAS,
     S_DOWN,       // (hidden, inter)
     S_DOWN_BIAS,
+    // FP8: the per-row scales of the four projections, (rows of the weight) each
+    S_QKV_SCALE,
+    S_O_SCALE,
+    S_GATE_UP_SCALE,
+    S_DOWN_SCALE,
     S_LAYER_COUNT,
 } s_layer_place_t;
 
@@ -61,6 +68,8 @@ typedef enum {
     S_WS_LORA,    // (T, LS_LORA_MAX_SLICES*r_max); decode: LS_LORA_FUSED_PARTS of those
     S_WS_DELTA,   // (T, max(qkv_dim, 2*inter, hidden)) a LoRA delta made beside its GEMM
     S_WS_LP,      // (T, max(hidden, inter)) in the weights' dtype: the next matmul's input
+    S_WS_XQ,      // (T, max(hidden, q_dim, inter)) E4M3: an FP8 matmul's quantized input
+    S_WS_XS,      // (T) its per-token scales
     S_WS_LAST,    // (R, hidden)
     S_WS_LOGITS,  // (R, vocab) the whole rows (rank 0)
     S_WS_PART,    // (R, vocab_pad) the rank's vocabulary slice of them (tensor parallel)
@@ -81,7 +90,9 @@ struct ls_model {
     ls_buffer_t **layer;                 // (num_hidden_layers, S_LAYER_COUNT), NULL: absent
     ls_buffer_t *inv_freq;               // (head_dim/2)
     size_t weight_bytes;
-    ls_dtype_t weight_dtype;             // of the stacked projections (qkv) as stored
+    ls_dtype_t weight_dtype;             // of the stacked projections (qkv) as stored; FP8:
+                                         // torch_dtype (the KV cache's, the adapters')
+    bool fp8;                            // the projections are E4M3 + scales (S_*_SCALE)
     ls_buffer_t *ws[S_WS_COUNT];
     int32_t *meta;                       // host arena for the step metadata
     size_t meta_cap;                     // int32 elements
@@ -276,36 +287,268 @@ static void s_rope_config(const ls_model_config_t *cfg, ls_rope_config_t *rc) {
     };
 }
 
-// Allocates every place the checkpoint fills (sized by what goes into it) and uploads.
-static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, char *err,
-                          size_t errlen) {
+// --- FP8 -----------------------------------------------------------------------------------
+
+// The projections an FP8 model holds as E4M3 with per-row scales (kernels/ops.h).
+static bool s_role_fp8(ls_weight_role_t role) {
+    switch (role) {
+    case LS_W_Q: case LS_W_K: case LS_W_V: case LS_W_O:
+    case LS_W_GATE: case LS_W_UP: case LS_W_DOWN:
+        return true;
+    default:
+        return false;
+    }
+}
+
+// The scale place of the projection place `place` of layer `layer`.
+static ls_buffer_t **s_scale_place(ls_model_t *self, ls_buffer_t **place, int layer) {
+    ls_buffer_t **lw = self->layer + (size_t)layer * S_LAYER_COUNT;
+    switch (place - lw) {
+    case S_QKV: return &lw[S_QKV_SCALE];
+    case S_O: return &lw[S_O_SCALE];
+    case S_GATE_UP: return &lw[S_GATE_UP_SCALE];
+    case S_DOWN: return &lw[S_DOWN_SCALE];
+    }
+    assert(!"not a projection place");
+    return NULL;
+}
+
+// The FP8 GEMM reads rows of 16-byte multiples (cuBLASLt's FP8 alignment), so every
+// projection's input width and output height on this rank must be a multiple of 16.
+static int s_fp8_check(const ls_model_t *self, const char *what, char *err, size_t errlen) {
+    const int dims[] = {self->H, self->q_dim, self->kv_dim, self->I};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i] % 16) {
+            ls_err_set(err, errlen, "%s: FP8 weights need hidden_size, the attention widths "
+                       "and intermediate_size (a tensor-parallel rank's share of them) to be "
+                       "multiples of 16; here they are %d, %d, %d and %d", what, self->H,
+                       self->q_dim, self->kv_dim, self->I);
+            return -1;
+        }
+    return 0;
+}
+
+// Where a projection's values come from: an E4M3 tensor and its scales (one, one per row,
+// or one per block of the checkpoint's weight_block_size), or a bf16/f16/f32 tensor that is
+// quantized here, row by row (scales NULL).
+typedef enum { S_PER_TENSOR, S_PER_ROW, S_PER_BLOCK } s_scale_kind_t;
+
+typedef struct {
+    const ls_st_tensor_t *t;
+    float *scales;        // NULL: quantize at load
+    s_scale_kind_t kind;
+    size_t bn, bk, nbk;   // S_PER_BLOCK: block rows and columns, blocks per row
+} s_fp8_src_t;
+
+// Finds and checks spec's scales when t is E4M3. -1 + err for an E4M3 tensor without a
+// quantization_config, without scales, or with scales of the wrong shape or values.
+static int s_fp8_src(const ls_model_t *self, const ls_st_t *st, const ls_weight_spec_t *spec,
+                     const ls_st_tensor_t *t, s_fp8_src_t *src, char *err, size_t errlen) {
+    *src = (s_fp8_src_t){.t = t};
+    if (t->dtype != LS_DTYPE_F8E4M3)
+        return 0;
+    if (self->cfg.quant != LS_QUANT_FP8) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\" is F8_E4M3 but config.json has no FP8 "
+                   "\"quantization_config\"", t->file, t->name);
+        return -1;
+    }
+    char name[sizeof spec->name + 16];
+    snprintf(name, sizeof name, "%s_scale", spec->name);
+    const ls_st_tensor_t *sc = ls_st_find(st, name);
+    if (!sc) {
+        snprintf(name, sizeof name, "%s_scale_inv", spec->name);
+        sc = ls_st_find(st, name);
+    }
+    if (!sc) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\" is F8_E4M3 but neither \"%s_scale\" nor "
+                   "\"%s_scale_inv\" is in the checkpoint", t->file, t->name, spec->name,
+                   spec->name);
+        return -1;
+    }
+    size_t rows = (size_t)spec->shape[0], cols = (size_t)spec->shape[1];
+    const int *blk = self->cfg.quant_block;
+    src->bn = (size_t)blk[0];
+    src->bk = (size_t)blk[1];
+    src->nbk = blk[1] ? (cols + src->bk - 1) / src->bk : 0;
+    bool row_shape = (sc->ndim == 1 && (size_t)sc->shape[0] == rows) ||
+                     (sc->ndim == 2 && (size_t)sc->shape[0] == rows && sc->shape[1] == 1);
+    if (sc->numel == 1)
+        src->kind = S_PER_TENSOR;
+    else if (row_shape)
+        src->kind = S_PER_ROW;
+    else if (blk[0] && sc->ndim == 2 && (size_t)sc->shape[0] == (rows + src->bn - 1) / src->bn &&
+             (size_t)sc->shape[1] == src->nbk)
+        src->kind = S_PER_BLOCK;
+    else {
+        ls_err_set(err, errlen, "%s: tensor \"%s\": %zu scales fit neither one per tensor, nor "
+                   "one per row (%zu)%s", sc->file, sc->name, sc->numel, rows,
+                   blk[0] ? ", nor one per block of weight_block_size" : "");
+        return -1;
+    }
+    if (!(src->scales = malloc(sc->numel * sizeof(float)))) {
+        ls_err_set(err, errlen, "%s: out of memory", sc->file);
+        return -1;
+    }
+    bool ok = ls_st_tensor_to_f32(sc, src->scales) == 0;
+    for (size_t i = 0; ok && i < sc->numel; i++)
+        ok = src->scales[i] >= 0.0f;
+    if (!ok) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\": a scale is negative, NaN or infinite",
+                   sc->file, sc->name);
+        free(src->scales);
+        src->scales = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+// Row r of the tensor (cols values) in fp32: as stored, or E4M3 times its block's scale.
+// -1 when a value is not finite.
+static int s_fp8_row_f32(const s_fp8_src_t *src, size_t r, size_t cols, float *row) {
+    const ls_st_tensor_t *t = src->t;
+    const uint8_t *b = (const uint8_t *)t->data + r * cols * ls_dtype_size(t->dtype);
+    for (size_t c = 0; c < cols; c++) {
+        uint16_t h;
+        switch (t->dtype) {
+        case LS_DTYPE_F32: memcpy(&row[c], b + 4 * c, 4); break;
+        case LS_DTYPE_BF16: memcpy(&h, b + 2 * c, 2); row[c] = ls_bf16_to_f32(h); break;
+        case LS_DTYPE_F16: memcpy(&h, b + 2 * c, 2); row[c] = ls_f16_to_f32(h); break;
+        case LS_DTYPE_F8E4M3:
+            row[c] = ls_e4m3_to_f32(b[c]) * src->scales[(r / src->bn) * src->nbk + c / src->bk];
+            break;
+        }
+        if (!isfinite(row[c]))
+            return -1;
+    }
+    return 0;
+}
+
+// One chunk of rows of an FP8 upload, shared by the threads of ls_par_for.
+typedef struct {
+    const s_fp8_src_t *src;
+    const s_window_t *w;
+    size_t r;           // first row of the chunk, in the window
+    uint8_t *codes;     // (rows of the chunk, w->nc)
+    float *scales;      // (w->nr) the window's row scales
+    int failed;         // 1: a value not finite, 2: out of memory (any thread; atomic)
+} s_fp8_chunk_t;
+
+// Row i of the chunk: codes and scale of the window's columns. Quantized rows are
+// quantized whole, so a tensor-parallel rank's columns of a row-parallel weight keep the
+// row's one scale and every rank holds exactly the single-GPU model's values.
+static void s_fp8_chunk_row(void *arg, size_t i) {
+    s_fp8_chunk_t *ch = arg;
+    const s_fp8_src_t *src = ch->src;
+    const s_window_t *w = ch->w;
+    size_t wr = ch->r + i, r = w->r0 + wr;
+    uint8_t *dst = ch->codes + i * w->nc;
+    if (src->scales && src->kind != S_PER_BLOCK) { // as stored
+        memcpy(dst, (const uint8_t *)src->t->data + r * w->ld + w->c0, w->nc);
+        ch->scales[wr] = src->scales[src->kind == S_PER_TENSOR ? 0 : r];
+        return;
+    }
+    float *row = malloc(w->ld * (sizeof(float) + 1));
+    if (!row) {
+        __atomic_store_n(&ch->failed, 2, __ATOMIC_RELAXED);
+        return;
+    }
+    uint8_t *q = (uint8_t *)(row + w->ld);
+    if (s_fp8_row_f32(src, r, w->ld, row) != 0)
+        __atomic_store_n(&ch->failed, 1, __ATOMIC_RELAXED);
+    else {
+        ls_fp8_quantize_rows(q, &ch->scales[wr], row, 1, (int)w->ld);
+        memcpy(dst, q + w->c0, w->nc);
+    }
+    free(row);
+}
+
+// Uploads window w of a projection into codes (E4M3) and its row scales into scales, in
+// chunks of rows through the staging block.
+static int s_upload_fp8(ls_backend_t *be, ls_view_t codes, ls_view_t scales,
+                        const s_fp8_src_t *src, const s_window_t *w, s_progress_t *p, char *err,
+                        size_t errlen) {
+    const ls_st_tensor_t *t = src->t;
+    size_t rows_per = S_CHUNK_BYTES / w->nc, esz = ls_dtype_size(t->dtype);
+    s_fp8_chunk_t ch = {src, w, 0, p->stage, malloc(w->nr * sizeof(float)), 0};
+    if (!ch.scales) {
+        ls_err_set(err, errlen, "%s: out of memory", t->file);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t r = 0; r < w->nr && rc == 0; r += rows_per) {
+        size_t m = w->nr - r < rows_per ? w->nr - r : rows_per;
+        ch.r = r;
+        ls_par_for(m, 0, s_fp8_chunk_row, &ch);
+        if (ch.failed) {
+            ls_err_set(err, errlen, ch.failed == 1 ? "%s: tensor \"%s\": a value is NaN or "
+                       "infinite" : "%s: tensor \"%s\": out of memory", t->file, t->name);
+            rc = -1;
+        } else if (be->buffer_upload(be, ls_view(codes.buf, codes.off + r * w->nc), ch.codes,
+                                     LS_DTYPE_F8E4M3, m * w->nc) != 0) {
+            rc = -2;
+        }
+        p->done += m * w->nc * esz;
+        if (p->fn)
+            p->fn(p->arg, t->name, p->done, p->total);
+    }
+    if (rc == 0 && be->buffer_upload(be, scales, ch.scales, LS_DTYPE_F32, w->nr) != 0)
+        rc = -2;
+    if (rc == -2)
+        ls_err_set(err, errlen, "%s: tensor \"%s\": upload to the %s backend failed", t->file,
+                   t->name, be->name);
+    free(ch.scales);
+    return rc < 0 ? -1 : 0;
+}
+
+// --- places ----------------------------------------------------------------------------------
+
+// The index of a place: its distance from global[] or layer[].
+static size_t s_place_index(const ls_model_t *self, ls_buffer_t **place, int layer) {
+    return layer < 0 ? (size_t)(place - self->global)
+                     : S_GLOBAL_COUNT + (size_t)(place - self->layer);
+}
+
+// Allocates every place, sized by what goes into it, in the dtype of what goes into it:
+// the tensors' as stored (st), or dt for every tensor (no checkpoint: the dummy weights);
+// FP8 projections in E4M3 with F32 scales. *total: the bytes the weights take as read. -1
+// + err (naming what) for a tensor of a dtype it may not have, or out of memory.
+static int s_places_new(ls_model_t *self, const ls_st_t *st, ls_dtype_t dt, const char *what,
+                        size_t *total, char *err, size_t errlen) {
     ls_backend_t *be = self->be;
-    size_t n_specs = ls_model_config_weight_count(&self->cfg);
     size_t n_places = S_GLOBAL_COUNT + (size_t)self->cfg.num_hidden_layers * S_LAYER_COUNT;
     size_t *sizes = calloc(n_places, sizeof *sizes);
     ls_dtype_t *dtypes = calloc(n_places, sizeof *dtypes);
-    if (!sizes || !dtypes) {
-        free(sizes);
-        free(dtypes);
-        ls_err_set(err, errlen, "%s: out of memory", ls_st_path(st));
-        return -1;
-    }
+    int rc = sizes && dtypes ? 0 : -1;
+    if (rc)
+        ls_err_set(err, errlen, "%s: out of memory", what);
+    *total = 0;
     ls_weight_spec_t spec;
-    // pass 1: sizes (the index of a place is its distance from global[] or layer[])
-    for (size_t i = 0; ls_model_config_weight_spec(&self->cfg, i, &spec) == 0; i++) {
+    for (size_t i = 0; rc == 0 && ls_model_config_weight_spec(&self->cfg, i, &spec) == 0; i++) {
         size_t off;
         ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
-        size_t idx = spec.layer < 0 ? (size_t)(place - self->global)
-                                    : S_GLOBAL_COUNT + (size_t)(place - self->layer);
-        const ls_st_tensor_t *t = ls_st_find(st, spec.name);
+        size_t idx = s_place_index(self, place, spec.layer);
+        const ls_st_tensor_t *t = st ? ls_st_find(st, spec.name) : NULL;
+        ls_dtype_t tdt = t ? t->dtype : dt;
+        bool fp8 = self->fp8 && s_role_fp8(spec.role);
+        if (tdt == LS_DTYPE_F8E4M3 && !s_role_fp8(spec.role)) {
+            ls_err_set(err, errlen, "%s: tensor \"%s\" is F8_E4M3; only the seven projections "
+                       "may be", t->file, t->name);
+            rc = -1;
+            break;
+        }
         s_window_t w = s_window(self, &spec);
         sizes[idx] += s_place_numel(self, &spec, &w);
-        dtypes[idx] = t->dtype; // as stored, so a device backend can keep bf16 as bf16
+        // as stored, so a device backend can keep bf16 as bf16
+        dtypes[idx] = fp8 ? LS_DTYPE_F8E4M3 : tdt;
+        if (fp8) {
+            size_t sidx = s_place_index(self, s_scale_place(self, place, spec.layer), spec.layer);
+            sizes[sidx] += w.nr;
+            dtypes[sidx] = LS_DTYPE_F32;
+        }
         if (spec.role == LS_W_Q && spec.layer == 0)
-            self->weight_dtype = t->dtype;
-        p->total += s_window_numel(&w) * ls_dtype_size(t->dtype);
+            self->weight_dtype = self->fp8 ? self->cfg.torch_dtype : tdt;
+        *total += s_window_numel(&w) * ls_dtype_size(st || !fp8 ? tdt : LS_DTYPE_F8E4M3);
     }
-    int rc = 0;
     for (size_t idx = 0; idx < n_places && rc == 0; idx++) {
         if (!sizes[idx])
             continue;
@@ -313,8 +556,8 @@ static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, 
                                                    : &self->layer[idx - S_GLOBAL_COUNT];
         *place = be->buffer_new(be, dtypes[idx], sizes[idx]);
         if (!*place) {
-            ls_err_set(err, errlen, "%s: out of %s backend memory for %zu weights",
-                       ls_st_path(st), be->name, sizes[idx]);
+            ls_err_set(err, errlen, "%s: out of %s backend memory for %zu weights", what,
+                       be->name, sizes[idx]);
             rc = -1;
         }
     }
@@ -322,14 +565,38 @@ static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, 
     free(dtypes);
     if (rc == 0)
         s_zero_vocab_pad(self);
-    // pass 2: upload
-    for (size_t i = 0; rc == 0 && i < n_specs; i++) {
-        ls_model_config_weight_spec(&self->cfg, i, &spec);
+    return rc;
+}
+
+// Allocates the places and uploads the checkpoint's tensors into them.
+static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, char *err,
+                          size_t errlen) {
+    ls_backend_t *be = self->be;
+    if (s_places_new(self, st, LS_DTYPE_F32, ls_st_path(st), &p->total, err, errlen) != 0)
+        return -1;
+    ls_weight_spec_t spec;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && ls_model_config_weight_spec(&self->cfg, i, &spec) == 0; i++) {
         size_t off;
         ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
         const ls_st_tensor_t *t = ls_st_find(st, spec.name);
         s_window_t w = s_window(self, &spec);
-        if (s_window_numel(&w) && s_upload_tensor(be, ls_view(*place, off), t, &w, p) != 0) {
+        if (!s_window_numel(&w))
+            continue;
+        if (self->fp8 && s_role_fp8(spec.role)) {
+            s_fp8_src_t src;
+            ls_buffer_t *scales = *s_scale_place(self, place, spec.layer);
+            rc = s_fp8_src(self, st, &spec, t, &src, err, errlen);
+            if (rc == 0)
+                rc = s_upload_fp8(be, ls_view(*place, off), ls_view(scales, off / w.nc), &src,
+                                  &w, p, err, errlen);
+            free(src.scales);
+        } else if (t->dtype == LS_DTYPE_F8E4M3) {
+            ls_err_set(err, errlen, "%s: tensor \"%s\" is F8_E4M3 but the model is not loaded "
+                       "as FP8 (config.json has no FP8 \"quantization_config\")", t->file,
+                       t->name);
+            rc = -1;
+        } else if (s_upload_tensor(be, ls_view(*place, off), t, &w, p) != 0) {
             ls_err_set(err, errlen, "%s: tensor \"%s\": upload to the %s backend failed",
                        t->file, t->name, be->name);
             rc = -1;
@@ -340,7 +607,8 @@ static int s_load_weights(ls_model_t *self, const ls_st_t *st, s_progress_t *p, 
 }
 
 // The rank's shard and the sizes that follow from it, the layer table.
-static int s_model_init(ls_model_t *self, const char *what, char *err, size_t errlen) {
+static int s_model_init(ls_model_t *self, const char *what, ls_quant_t quant, char *err,
+                        size_t errlen) {
     const ls_model_config_t *c = &self->cfg;
     int rank = self->comm ? ls_comm_rank(self->comm) : 0;
     int size = self->comm ? ls_comm_size(self->comm) : 1;
@@ -357,6 +625,10 @@ static int s_model_init(ls_model_t *self, const char *what, char *err, size_t er
     self->qkv_dim = self->q_dim + 2 * self->kv_dim;
     self->vocab_pad = s->vocab_max;
     self->weight_dtype = c->torch_dtype;
+    // an FP8 checkpoint runs as stored; --quantization fp8 quantizes any other at load
+    self->fp8 = quant == LS_QUANT_FP8 || c->quant == LS_QUANT_FP8;
+    if (self->fp8 && s_fp8_check(self, what, err, errlen) != 0)
+        return -1;
     self->layer = calloc((size_t)c->num_hidden_layers * S_LAYER_COUNT, sizeof *self->layer);
     self->vocab_off = calloc((size_t)size + 1, sizeof *self->vocab_off);
     if (self->comm) // the step agreement (ls_model_agree) must not depend on an allocation
@@ -393,7 +665,7 @@ static int s_model_rope(ls_model_t *self, const char *what, char *err, size_t er
     return 0;
 }
 
-ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_comm_t *comm,
+ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_comm_t *comm, ls_quant_t quant,
                           ls_model_progress_fn *progress, void *arg, char *err, size_t errlen) {
     ls_model_t *self = calloc(1, sizeof *self);
     ls_st_t *st = NULL;
@@ -406,7 +678,7 @@ ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_comm_t *comm,
     self->comm = comm;
     if (ls_model_config_load(dir, &self->cfg, err, errlen) != 0)
         goto fail;
-    if (s_model_init(self, dir, err, errlen) != 0)
+    if (s_model_init(self, dir, quant, err, errlen) != 0)
         goto fail;
     st = ls_st_open(dir, err, errlen);
     if (!st || ls_model_config_check_weights(&self->cfg, st, err, errlen) != 0)
@@ -431,10 +703,12 @@ fail:
 #define S_DUMMY_CHUNK ((size_t)8 << 20)
 #define S_DUMMY_SPREAD ((size_t)1 << 16)
 
-// One value class of the dummy weights: v*mul + add for v ~ U(-1, 1), stored in the
-// model's dtype, S_DUMMY_CHUNK + S_DUMMY_SPREAD of them.
+// One value class of the dummy weights: v*mul + add for v ~ U(-1, 1), stored in dtype,
+// S_DUMMY_CHUNK + S_DUMMY_SPREAD of them. E4M3 pools hold the values quantized with the
+// one scale s_dummy_scale gives every row of their class.
 typedef struct {
     float mul, add;
+    ls_dtype_t dtype;
     void *data;
 } s_dummy_pool_t;
 
@@ -445,10 +719,16 @@ static uint64_t s_splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
+// The row scale of an E4M3 dummy class: its largest magnitude lands on 448, as
+// ls_fp8_quantize_rows would put it.
+static float s_dummy_scale(float mul, float add) {
+    return (fabsf(mul) + fabsf(add)) / 448.0f;
+}
+
 static const void *s_dummy_values(s_dummy_pool_t *pools, int *n_pools, float mul, float add,
                                   ls_dtype_t dt, uint64_t seed) {
     for (int i = 0; i < *n_pools; i++)
-        if (pools[i].mul == mul && pools[i].add == add)
+        if (pools[i].mul == mul && pools[i].add == add && pools[i].dtype == dt)
             return pools[i].data;
     if (*n_pools == 16)
         return NULL;
@@ -461,25 +741,27 @@ static const void *s_dummy_values(s_dummy_pool_t *pools, int *n_pools, float mul
         float v = (float)((double)(s_splitmix(&x) >> 11) * 0x1.0p-52 - 1.0) * mul + add;
         if (dt == LS_DTYPE_F32)
             memcpy(d + i * 4, &v, 4);
+        else if (dt == LS_DTYPE_F8E4M3)
+            d[i] = (char)ls_e4m3_from_f32(v / s_dummy_scale(mul, add));
         else {
             uint16_t h = dt == LS_DTYPE_BF16 ? ls_bf16_from_f32(v) : ls_f16_from_f32(v);
             memcpy(d + i * 2, &h, 2);
         }
     }
-    pools[*n_pools] = (s_dummy_pool_t){mul, add, d};
+    pools[*n_pools] = (s_dummy_pool_t){mul, add, dt, d};
     (*n_pools)++;
     return d;
 }
 
 ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, ls_comm_t *comm,
-                                uint64_t seed, ls_model_progress_fn *progress, void *arg,
-                                char *err, size_t errlen) {
+                                ls_quant_t quant, uint64_t seed, ls_model_progress_fn *progress,
+                                void *arg, char *err, size_t errlen) {
     ls_model_t *self = calloc(1, sizeof *self);
     const char *what = config && config[strspn(config, " \t\r\n")] == '{' ? "config JSON"
                                                                          : config;
     s_dummy_pool_t pools[16];
     int n_pools = 0;
-    size_t *sizes = NULL;
+    float *row_scales = NULL;
     if (!self || !config) {
         ls_err_set(err, errlen, "dummy model: %s", self ? "no config given" : "out of memory");
         goto fail;
@@ -490,45 +772,22 @@ ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, ls_comm_t 
                         : ls_model_config_parse(config, strlen(config), what, &self->cfg, err,
                                                 errlen)) != 0)
         goto fail;
-    if (s_model_init(self, what, err, errlen) != 0)
+    if (s_model_init(self, what, quant, err, errlen) != 0)
         goto fail;
     const ls_model_config_t *c = &self->cfg;
-    ls_dtype_t dt = c->torch_dtype;
-    size_t n_places = S_GLOBAL_COUNT + (size_t)c->num_hidden_layers * S_LAYER_COUNT, total = 0;
-    sizes = calloc(n_places, sizeof *sizes);
-    if (!sizes) {
-        ls_err_set(err, errlen, "%s: out of memory", what);
+    size_t total;
+    if (s_places_new(self, NULL, c->torch_dtype, what, &total, err, errlen) != 0)
         goto fail;
-    }
-    ls_weight_spec_t spec;
-    for (size_t i = 0; ls_model_config_weight_spec(c, i, &spec) == 0; i++) {
-        size_t off;
-        s_window_t w = s_window(self, &spec);
-        ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
-        sizes[spec.layer < 0 ? (size_t)(place - self->global)
-                             : S_GLOBAL_COUNT + (size_t)(place - self->layer)] +=
-            s_place_numel(self, &spec, &w);
-        total += s_window_numel(&w) * ls_dtype_size(dt);
-    }
-    for (size_t idx = 0; idx < n_places; idx++) {
-        if (!sizes[idx])
-            continue;
-        ls_buffer_t **place = idx < S_GLOBAL_COUNT ? &self->global[idx]
-                                                   : &self->layer[idx - S_GLOBAL_COUNT];
-        if (!(*place = be->buffer_new(be, dt, sizes[idx]))) {
-            ls_err_set(err, errlen, "%s: out of %s backend memory for %zu weights", what,
-                       be->name, sizes[idx]);
-            goto fail;
-        }
-    }
-    s_zero_vocab_pad(self);
     size_t done = 0;
     uint64_t h = seed;
+    ls_weight_spec_t spec;
     for (size_t i = 0; ls_model_config_weight_spec(c, i, &spec) == 0; i++) {
         size_t off;
         s_window_t w = s_window(self, &spec);
         size_t numel = s_window_numel(&w);
         ls_buffer_t **place = s_place(self, spec.role, spec.layer, &off);
+        bool fp8 = self->fp8 && s_role_fp8(spec.role);
+        ls_dtype_t dt = fp8 ? LS_DTYPE_F8E4M3 : c->torch_dtype;
         float mul, add = 0.0f; // as tests/engine/random_model.h scales its random models
         switch (spec.role) {
         case LS_W_ATTN_NORM: case LS_W_MLP_NORM: case LS_W_FINAL_NORM:
@@ -546,9 +805,23 @@ ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, ls_comm_t 
             mul = 1.7f / sqrtf((float)spec.shape[1]);
         }
         const char *vals = s_dummy_values(pools, &n_pools, mul, add, dt, seed);
-        if (!vals) {
+        if (!vals || (fp8 && !(row_scales = malloc(w.nr * sizeof *row_scales)))) {
             ls_err_set(err, errlen, "%s: out of memory", what);
             goto fail;
+        }
+        if (fp8) { // every row of the class has its one scale
+            for (size_t r = 0; r < w.nr; r++)
+                row_scales[r] = s_dummy_scale(mul, add);
+            ls_buffer_t *sp = *s_scale_place(self, place, spec.layer);
+            int up = be->buffer_upload(be, ls_view(sp, off / w.nc), row_scales, LS_DTYPE_F32,
+                                       w.nr);
+            free(row_scales);
+            row_scales = NULL;
+            if (up != 0) {
+                ls_err_set(err, errlen, "%s: tensor \"%s\": upload to the %s backend failed",
+                           what, spec.name, be->name);
+                goto fail;
+            }
         }
         for (size_t k = 0; k < numel; k += S_DUMMY_CHUNK) {
             size_t n = numel - k < S_DUMMY_CHUNK ? numel - k : S_DUMMY_CHUNK;
@@ -569,12 +842,10 @@ ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, ls_comm_t 
         goto fail;
     for (int i = 0; i < n_pools; i++)
         free(pools[i].data);
-    free(sizes);
     return self;
 fail:
     for (int i = 0; i < n_pools; i++)
         free(pools[i].data);
-    free(sizes);
     ls_model_destroy(&self);
     return NULL;
 }
@@ -611,6 +882,10 @@ const ls_model_config_t *ls_model_config(const ls_model_t *self) {
 
 size_t ls_model_weight_bytes(const ls_model_t *self) {
     return self->weight_bytes;
+}
+
+bool ls_model_fp8(const ls_model_t *self) {
+    return self->fp8;
 }
 
 // --- KV cache ------------------------------------------------------------------------------
@@ -711,8 +986,9 @@ static int s_ws_reserve(ls_model_t *self, s_ws_t i, size_t n) {
         return 0;
     size_t want = b && 2 * b->n > n ? 2 * b->n : n;
     s_buffer_free(self->be, &self->ws[i]);
-    self->ws[i] = self->be->buffer_new(self->be, i == S_WS_LP ? self->weight_dtype : LS_DTYPE_F32,
-                                       want ? want : 1);
+    ls_dtype_t dt = i == S_WS_LP ? self->weight_dtype : i == S_WS_XQ ? LS_DTYPE_F8E4M3
+                                                                      : LS_DTYPE_F32;
+    self->ws[i] = self->be->buffer_new(self->be, dt, want ? want : 1);
     return self->ws[i] ? 0 : -1;
 }
 
@@ -967,7 +1243,7 @@ static ls_view_t s_w(ls_buffer_t *buf) {
 // workspace) for the matmul after them: so the activations are rounded by the op that
 // makes them, not by a conversion pass of the matmul's own (fp32 weights: no rounding).
 static bool s_lp_on(const ls_model_t *self) {
-    return self->weight_dtype != LS_DTYPE_F32;
+    return self->weight_dtype != LS_DTYPE_F32 && !self->fp8; // FP8 quantizes fp32 x itself
 }
 
 // The input of a matmul over weights w: the LP copy when it holds w's dtype, else x.
@@ -1026,8 +1302,20 @@ static void s_lora_embed(ls_model_t *self, const ls_lora_pool_t *pool, const ls_
     }
 }
 
-// A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias, the matmul reading x_mm
-// (x itself, or its copy in w's dtype: s_mm_in), plus the LoRA of group g on x (fp32),
+// The base GEMM of a projection: y (T, out) = x (T, in) · wᵀ + bias, reading x_mm (x
+// itself, or its copy in w's dtype: s_mm_in); FP8 (w_scale given): x quantized per token.
+static void s_matmul(ls_model_t *self, ls_view_t y, ls_view_t x, ls_view_t x_mm, ls_view_t w,
+                     ls_view_t w_scale, ls_view_t bias, int T, int in, int out) {
+    ls_backend_t *be = self->be;
+    if (w_scale.buf)
+        be->matmul_fp8(be, y, x, s_w(self->ws[S_WS_XQ]), s_w(self->ws[S_WS_XS]), w, w_scale,
+                       bias, T, in, out);
+    else
+        be->matmul(be, y, x_mm, w, bias, T, in, out, 0);
+}
+
+// A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias as s_matmul computes it
+// (w_scale: LS_VIEW_NONE, or an FP8 weight's scales), plus the LoRA of group g on x (fp32),
 // which is either added into y (returns LS_VIEW_NONE) or left as a delta (T, out) for
 // the caller to fold into the next op that reads y (rmsnorm's x2, silu_mul's delta) or to
 // add. Beside the GEMM for decode-shaped steps on a backend with a side queue
@@ -1038,10 +1326,11 @@ static void s_lora_embed(ls_model_t *self, const ls_lora_pool_t *pool, const ls_
 // step is bit for bit that of the LoRA added in place.
 static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
                         int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t x_mm,
-                        ls_view_t w, ls_view_t bias, int T, int in, int out) {
+                        ls_view_t w, ls_view_t w_scale, ls_view_t bias, int T, int in,
+                        int out) {
     ls_backend_t *be = self->be;
     if (!self->lora_beside || !ls_lora_pool_has_group(pool, g)) {
-        be->matmul(be, y, x_mm, w, bias, T, in, out, 0);
+        s_matmul(self, y, x, x_mm, w, w_scale, bias, T, in, out);
         s_lora(self, pool, step, layer, g, y, x, 1);
         return LS_VIEW_NONE;
     }
@@ -1049,7 +1338,7 @@ static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_s
     be->side_begin(be);
     s_lora(self, pool, step, layer, g, d, x, 0);
     be->side_end(be);
-    be->matmul(be, y, x_mm, w, bias, T, in, out, 0);
+    s_matmul(self, y, x, x_mm, w, w_scale, bias, T, in, out);
     be->side_wait(be);
     return d;
 }
@@ -1094,6 +1383,9 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
     delta_cols = delta_cols > (size_t)2 * self->I ? delta_cols : (size_t)2 * self->I;
     delta_cols = delta_cols > (size_t)self->H ? delta_cols : (size_t)self->H;
     bool lead = self->shard.rank == 0, tp = self->comm != NULL;
+    size_t xq_cols = (size_t)self->H; // the widest input of a projection
+    xq_cols = xq_cols > (size_t)self->q_dim ? xq_cols : (size_t)self->q_dim;
+    xq_cols = xq_cols > (size_t)self->I ? xq_cols : (size_t)self->I;
     const size_t need[S_WS_COUNT] = {
         [S_WS_X] = T * self->H,          [S_WS_H] = T * self->H,
         [S_WS_Y] = T * self->H,          [S_WS_QKV] = T * self->qkv_dim,
@@ -1101,6 +1393,8 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
         [S_WS_ACT] = T * self->I,        [S_WS_LORA] = T * lora_cols,
         [S_WS_DELTA] = self->lora_beside ? T * delta_cols : 0,
         [S_WS_LP] = s_lp_on(self) ? T * (size_t)(self->H > self->I ? self->H : self->I) : 0,
+        [S_WS_XQ] = self->fp8 ? T * xq_cols : 0,
+        [S_WS_XS] = self->fp8 ? T : 0,
         [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = lead ? R * self->V : 0,
         [S_WS_PART] = tp ? R * self->vocab_pad : 0,
     };
@@ -1183,7 +1477,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->rmsnorm(be, h, lp, l ? x : LS_VIEW_NONE, l ? y : x, delta, s_w(w[S_ATTN_NORM]), n,
                     H, eps);
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_mm_in(w[S_QKV], h, lp),
-                       s_w(w[S_QKV]), s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim);
+                       s_w(w[S_QKV]), s_w(w[S_QKV_SCALE]), s_w(w[S_QKV_BIAS]), n, H,
+                       self->qkv_dim);
         // norms, RoPE, the KV store and attention all read qkv: the delta goes in first —
         // added by RoPE (q, k) and the KV store (v), which read it first, unless the head
         // norms read it before them (attention reads q and the caches, never qkv's v)
@@ -1205,7 +1500,7 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
                       kv->block_size, self->qkv_dim);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, attn, s_w(w[S_O]),
-                       s_w(w[S_O_BIAS]), n, self->q_dim, H);
+                       s_w(w[S_O_SCALE]), s_w(w[S_O_BIAS]), n, self->q_dim, H);
         // tensor parallel: the delta is a partial sum like y, reduced with it
         if (self->comm)
             delta = s_settle(self, y, delta, TH);
@@ -1214,13 +1509,13 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         // x += y (+ delta: attention output); h = rmsnorm(x)
         be->rmsnorm(be, h, lp, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h,
-                       s_mm_in(w[S_GATE_UP], h, lp), s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_BIAS]),
-                       n, H, 2 * I);
+                       s_mm_in(w[S_GATE_UP], h, lp), s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_SCALE]),
+                       s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I);
         be->silu_mul(be, act, lp, gate_up, delta, n, I);
         // the down delta goes into the next rmsnorm (the next layer's or the final one)
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act,
-                       s_mm_in(w[S_DOWN], act, lp), s_w(w[S_DOWN]), s_w(w[S_DOWN_BIAS]), n, I,
-                       H);
+                       s_mm_in(w[S_DOWN], act, lp), s_w(w[S_DOWN]), s_w(w[S_DOWN_SCALE]),
+                       s_w(w[S_DOWN_BIAS]), n, I, H);
         if (self->comm)
             delta = s_settle(self, y, delta, TH);
         if (s_reduce(self, y, TH, err, errlen) != 0)

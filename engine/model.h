@@ -9,6 +9,13 @@
     matmul serves each and the multi-slice LoRA expand adds straight into the stacked
     output. Tied embeddings use the embedding table as lm_head.
 
+    FP8 (quant LS_QUANT_FP8, or an FP8 checkpoint: model_config.h): the seven projections
+    are held as E4M3 codes with one fp32 scale per output row (kernels/ops.h), quantized
+    at load from whole rows (a tensor-parallel rank keeps its window of codes and each row's
+    scale), or read as stored with their per-row or per-tensor scales (block scales are
+    requantized per row); the forward runs them through matmul_fp8 (W8A8: activations
+    quantized per token). Everything else keeps its dtype. docs/engine.md says more.
+
     Architectures: Llama (rope_theta, llama3/linear rope_scaling), Qwen2 (qkv bias), Qwen3
     (per-head q/k RMSNorm before RoPE, explicit head_dim), Mistral. GQA throughout.
     Mistral's sliding_window is not implemented as a windowed attention: when it is set
@@ -68,7 +75,7 @@ typedef void ls_model_progress_fn(void *arg, const char *what, size_t done, size
 // the shard of comm's rank (comm, joined on be, must outlive the model too). progress may
 // be NULL. NULL + err (naming the file and tensor) on any failure, or when the model does
 // not split over comm's ranks.
-ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_comm_t *comm,
+ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_comm_t *comm, ls_quant_t quant,
                           ls_model_progress_fn *progress, void *arg, char *err, size_t errlen);
 // A model of the given config with random weights and no checkpoint, for benchmarks at
 // real shapes (--load-format dummy). config: a model directory, a config.json path, or the
@@ -79,14 +86,16 @@ ls_model_t *ls_model_load(const char *dir, ls_backend_t *be, ls_comm_t *comm,
 // an 8B model uploads at the backend's host-to-device speed). comm as ls_model_load.
 // NULL + err on failure.
 ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, ls_comm_t *comm,
-                                uint64_t seed, ls_model_progress_fn *progress, void *arg,
-                                char *err, size_t errlen);
+                                ls_quant_t quant, uint64_t seed, ls_model_progress_fn *progress,
+                                void *arg, char *err, size_t errlen);
 // Frees the weights and workspace; idempotent, clears the pointer.
 void ls_model_destroy(ls_model_t **self_p);
 
 const ls_model_config_t *ls_model_config(const ls_model_t *self);
-// Bytes of the weights as stored in the checkpoint.
+// Bytes of the weights as read: the checkpoint's as stored (the dummy weights': as made).
 size_t ls_model_weight_bytes(const ls_model_t *self);
+// Whether the projections are FP8 (an FP8 checkpoint, or LS_QUANT_FP8 at load).
+bool ls_model_fp8(const ls_model_t *self);
 
 // Per layer K and V caches, each (num_blocks, block_size, n_kv_heads, head_dim), zeroed, on
 // the model's backend. The scheduler allocates blocks; the engine only follows block

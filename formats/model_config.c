@@ -289,6 +289,98 @@ static int s_dtype(const char *what, const cJSON *root, ls_dtype_t *out, char *e
     return -1;
 }
 
+// A string member equal to one of the (NULL-terminated) allowed values; absent: ok when
+// optional. The error names the key, its parent and what is supported.
+static int s_str_in(const char *what, const char *parent, const cJSON *o, const char *key,
+                    bool optional, const char *const *allowed, char *err, size_t errlen)
+{
+    const cJSON *j = s_item(o, key);
+    if (!j && optional)
+        return 0;
+    for (int i = 0; j && cJSON_IsString(j) && allowed[i]; i++)
+        if (strcmp(j->valuestring, allowed[i]) == 0)
+            return 0;
+    char list[128] = "";
+    for (int i = 0; allowed[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? ", " : "",
+                 allowed[i]);
+    ls_err_set(err, errlen, "%s: \"%s.%s\" %s%s is not supported (supported: %s)", what,
+               parent, key, j && cJSON_IsString(j) ? "= " : "",
+               !j ? "(missing)" : cJSON_IsString(j) ? j->valuestring : "(not a string)", list);
+    return -1;
+}
+
+// compressed-tensors: every config group's weights must be 8-bit floats per channel or
+// per tensor (what the FP8 format holds); activation settings are the engine's own.
+static int s_quant_ct(const char *what, const cJSON *q, char *err, size_t errlen)
+{
+    static const char *const formats[] = {"float-quantized", "naive-quantized", NULL};
+    static const char *const types[] = {"float", NULL};
+    static const char *const strategies[] = {"channel", "tensor", NULL};
+    if (s_str_in(what, "quantization_config", q, "format", true, formats, err, errlen))
+        return -1;
+    const cJSON *groups = s_item(q, "config_groups"), *g;
+    if (!cJSON_IsObject(groups) || !groups->child) {
+        ls_err_set(err, errlen, "%s: \"quantization_config.config_groups\" must be a non-empty "
+                   "object", what);
+        return -1;
+    }
+    cJSON_ArrayForEach(g, groups) {
+        const cJSON *w = s_item(g, "weights");
+        int bits = 0;
+        if (!cJSON_IsObject(w)) {
+            ls_err_set(err, errlen, "%s: config group \"%s\" has no \"weights\" object", what,
+                       g->string);
+            return -1;
+        }
+        if (s_req_int(what, w, "num_bits", 1, 64, &bits, err, errlen))
+            return -1;
+        if (bits != 8) {
+            ls_err_set(err, errlen, "%s: config group \"%s\": %d-bit weights are not supported "
+                       "(only 8-bit float, FP8 E4M3)", what, g->string, bits);
+            return -1;
+        }
+        if (s_str_in(what, g->string, w, "type", false, types, err, errlen) ||
+            s_str_in(what, g->string, w, "strategy", false, strategies, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+static int s_quant(const char *what, const cJSON *root, ls_model_config_t *cfg, char *err,
+                   size_t errlen)
+{
+    static const char *const methods[] = {"compressed-tensors", "fp8", NULL};
+    static const char *const fmts[] = {"e4m3", NULL};
+    const cJSON *q = s_item(root, "quantization_config");
+    if (!q)
+        return 0;
+    if (!cJSON_IsObject(q)) {
+        ls_err_set(err, errlen, "%s: \"quantization_config\" must be an object", what);
+        return -1;
+    }
+    if (s_str_in(what, "quantization_config", q, "quant_method", false, methods, err, errlen))
+        return -1;
+    cfg->quant = LS_QUANT_FP8;
+    if (strcmp(s_item(q, "quant_method")->valuestring, "compressed-tensors") == 0)
+        return s_quant_ct(what, q, err, errlen);
+    if (s_str_in(what, "quantization_config", q, "fmt", true, fmts, err, errlen))
+        return -1;
+    const cJSON *b = s_item(q, "weight_block_size");
+    if (!b)
+        return 0;
+    if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2 ||
+        s_int(what, cJSON_GetArrayItem(b, 0), "weight_block_size", 1, S_MAX_DIM,
+              &cfg->quant_block[0], err, errlen) ||
+        s_int(what, cJSON_GetArrayItem(b, 1), "weight_block_size", 1, S_MAX_DIM,
+              &cfg->quant_block[1], err, errlen)) {
+        ls_err_set(err, errlen, "%s: \"quantization_config.weight_block_size\" must be two "
+                   "positive integers", what);
+        return -1;
+    }
+    return 0;
+}
+
 static int s_tokens(const char *what, const cJSON *root, ls_model_config_t *cfg, char *err,
                     size_t errlen)
 {
@@ -371,7 +463,7 @@ static int s_parse(const char *what, const cJSON *root, ls_model_config_t *cfg, 
         s_bool(what, root, "tie_word_embeddings", false, &cfg->tie_word_embeddings, err,
                errlen) ||
         s_dtype(what, root, &cfg->torch_dtype, err, errlen) ||
-        s_tokens(what, root, cfg, err, errlen))
+        s_tokens(what, root, cfg, err, errlen) || s_quant(what, root, cfg, err, errlen))
         return -1;
 
     if (!s_item(root, "head_dim") && cfg->hidden_size % cfg->num_attention_heads != 0) {

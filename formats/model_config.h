@@ -46,6 +46,12 @@ typedef enum {
 
 #define LS_MAX_EOS_TOKENS 8
 
+// How the checkpoint's seven projections are stored (config.json "quantization_config").
+typedef enum {
+    LS_QUANT_NONE = 0, // as torch_dtype says
+    LS_QUANT_FP8,      // E4M3 weights with scales beside them (model.h: the FP8 format)
+} ls_quant_t;
+
 typedef struct {
     ls_arch_t arch;
     int hidden_size;
@@ -75,6 +81,13 @@ typedef struct {
     bool mlp_bias;           // gate/up/down_proj have a bias (Llama mlp_bias)
     bool qk_norm;            // per-head RMSNorm on q and k before RoPE (Qwen3)
     int sliding_window;      // Mistral attention window in tokens; 0 = full attention
+    // "quantization_config": quant_method "compressed-tensors" (float weights of 8 bits,
+    // strategy "channel" or "tensor") or "fp8" (fmt e4m3; weight_block_size optional).
+    // Each projection W then comes as F8_E4M3 with W's name + "_scale" (compressed-tensors,
+    // fp8 per tensor) or "_scale_inv" (fp8 blocks) beside it; input scales are ignored (the
+    // engine quantizes activations per token). Anything else is refused.
+    ls_quant_t quant;
+    int quant_block[2]; // fp8 weight_block_size (rows, cols); 0, 0: per channel or tensor
 } ls_model_config_t;
 
 // Reads path (a model directory or a config.json file). Returns 0, or -1 with one sentence

@@ -40,7 +40,7 @@ struct ls_st {
 
 size_t ls_dtype_size(ls_dtype_t dtype)
 {
-    return dtype == LS_DTYPE_F32 ? 4 : 2;
+    return dtype == LS_DTYPE_F32 ? 4 : dtype == LS_DTYPE_F8E4M3 ? 1 : 2;
 }
 
 const char *ls_dtype_name(ls_dtype_t dtype)
@@ -49,6 +49,7 @@ const char *ls_dtype_name(ls_dtype_t dtype)
     case LS_DTYPE_F32: return "F32";
     case LS_DTYPE_F16: return "F16";
     case LS_DTYPE_BF16: return "BF16";
+    case LS_DTYPE_F8E4M3: return "F8_E4M3";
     }
     return "?";
 }
@@ -61,6 +62,8 @@ static int s_dtype_parse(const char *s, ls_dtype_t *out)
         *out = LS_DTYPE_F16;
     else if (strcmp(s, "BF16") == 0)
         *out = LS_DTYPE_BF16;
+    else if (strcmp(s, "F8_E4M3") == 0)
+        *out = LS_DTYPE_F8E4M3;
     else
         return -1;
     return 0;
@@ -139,6 +142,40 @@ uint16_t ls_f16_from_f32(float f)
     return sign | (uint16_t)(r >> 13);
 }
 
+// E4M3: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m·2^-9),
+// S.1111.111 is NaN, and there are no infinities.
+float ls_e4m3_to_f32(uint8_t q)
+{
+    int e = (q >> 3) & 0xf, m = q & 7;
+    float v;
+    if (e == 0xf && m == 7)
+        v = NAN;
+    else if (e == 0)
+        v = ldexpf((float)m, -9);
+    else
+        v = ldexpf((float)(8 + m), e - 10);
+    return q & 0x80 ? -v : v;
+}
+
+uint8_t ls_e4m3_from_f32(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    uint8_t sign = (uint8_t)((bits >> 24) & 0x80);
+    float a = fabsf(f);
+    if (isnan(f))
+        return sign | 0x7f;
+    if (a >= 448.0f)
+        return sign | 0x7e;
+    if (a < 0x1p-6f) // subnormal (or zero): a multiple of 2^-9; m = 8 is the smallest normal
+        return sign | (uint8_t)nearbyintf(a * 0x1p9f);
+    // normal: round the fp32 mantissa to 3 bits (nearest even; a carry moves into the
+    // exponent), then rebias 127 -> 7. Below 448 nothing rounds past 448 (464 would).
+    uint32_t abits = bits & 0x7fffffffu;
+    uint32_t r = (abits + 0x7ffffu + ((abits >> 20) & 1)) >> 20;
+    return sign | (uint8_t)(r - (120u << 3));
+}
+
 int ls_st_tensor_to_f32(const ls_st_tensor_t *t, float *dst)
 {
     const uint8_t *src = t->data;
@@ -159,6 +196,10 @@ int ls_st_tensor_to_f32(const ls_st_tensor_t *t, float *dst)
             memcpy(&h, src + 2 * i, 2);
             dst[i] = ls_bf16_to_f32(h);
         }
+        break;
+    case LS_DTYPE_F8E4M3:
+        for (size_t i = 0; i < t->numel; i++)
+            dst[i] = ls_e4m3_to_f32(src[i]);
         break;
     }
     int rc = 0;
@@ -242,8 +283,8 @@ static int s_parse_entry(ls_st_t *st, const s_file_t *f, const cJSON *e, const u
     ls_dtype_t dtype;
     if (s_dtype_parse(jd->valuestring, &dtype) != 0) {
         ls_err_set(err, errlen,
-              "%s: tensor \"%s\": dtype \"%s\" is not supported (only BF16, F16 and F32 are "
-              "loaded)",
+              "%s: tensor \"%s\": dtype \"%s\" is not supported (only BF16, F16, F32 "
+              "and F8_E4M3 are loaded)",
               f->path, name, jd->valuestring);
         return -1;
     }

@@ -5,8 +5,8 @@
 // exposed, so callers never see a tensor whose bytes lie outside the mapping. Files are mapped
 // read-only (mmap); tensor data points into the mapping and stays valid until ls_st_destroy.
 //
-// Known limits: only BF16, F16 and F32 tensors are accepted (a checkpoint with an integer or
-// fp8 tensor is refused, naming it); tensor data is not necessarily aligned (the format does
+// Known limits: only BF16, F16, F32 and F8_E4M3 tensors are accepted (a checkpoint with an
+// integer or other fp8 tensor is refused, naming it); tensor data is not necessarily aligned (the format does
 // not require it), so read it with memcpy or ls_st_tensor_to_f32.
 #ifndef LS_SAFETENSORS_H
 #define LS_SAFETENSORS_H
@@ -18,11 +18,12 @@ typedef enum {
     LS_DTYPE_F32 = 0,
     LS_DTYPE_F16,
     LS_DTYPE_BF16,
+    LS_DTYPE_F8E4M3, // float8_e4m3fn: no infinities, 0x7f and 0xff are NaN, ±448 at most
 } ls_dtype_t;
 
-// Bytes per element (4, 2, 2).
+// Bytes per element (4, 2, 2, 1).
 size_t ls_dtype_size(ls_dtype_t dtype);
-// The safetensors spelling: "F32", "F16", "BF16".
+// The safetensors spelling: "F32", "F16", "BF16", "F8_E4M3".
 const char *ls_dtype_name(ls_dtype_t dtype);
 
 // Scalar conversions. The *_from_f32 ones round to nearest even and keep NaN a NaN.
@@ -30,6 +31,11 @@ float ls_bf16_to_f32(uint16_t h);
 float ls_f16_to_f32(uint16_t h);
 uint16_t ls_bf16_from_f32(float f);
 uint16_t ls_f16_from_f32(float f);
+// E4M3 (float8_e4m3fn). ls_e4m3_from_f32 rounds to nearest even and saturates: anything of
+// magnitude >= 448 (infinities too) becomes ±448, as fp8 quantizers clamp before they cast;
+// NaN becomes 0x7f (with the sign).
+float ls_e4m3_to_f32(uint8_t q);
+uint8_t ls_e4m3_from_f32(float f);
 
 #define LS_ST_MAX_DIMS 8
 

@@ -47,6 +47,25 @@ void ls_pad_copy(void *dst, const void *src, size_t esize, size_t w, size_t chun
 void ls_matmul_forward(float *y, const float *x, const float *w, const float *bias,
                        int T, int in, int out, int accumulate);
 
+// FP8 (W8A8). A matrix is held row by row as E4M3 codes q (formats/safetensors.h) and one
+// fp32 scale s per row, value = e4m3(q)·s. Quantizing a row: s = amax|row| / 448 (IEEE
+// division; 1 for an all-zero row), q = e4m3(x / s) to nearest even, saturating at ±448 —
+// the largest magnitude of the row lands on 448 exactly. Weights are quantized per output
+// channel (a row of (out, in)), activations per token (a row of (T, in)), so every product
+// of the GEMM is exact in fp32 and only the scales and the summation round.
+// q is (rows, cols), scale is (rows), x is (rows, cols)
+void ls_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols);
+
+// y = (xq · wqᵀ)[t][o] · x_scale[t] · w_scale[o] (+ bias), x's rows quantized as above
+// first, the products summed in fp32 (OpenBLAS sgemm on the exact E4M3 values).
+// y is (T, out), x is (T, in); w is (out, in) E4M3 values widened to fp32 (as the CPU
+// backend stores an F8E4M3 buffer), w_scale is (out), bias is (out) or NULL; xq (T, in)
+// and x_scale (T) are the caller's scratch and hold x's quantized rows afterwards (as
+// E4M3 values in fp32)
+void ls_matmul_fp8_forward(float *y, float *xq, float *x_scale, const float *x,
+                           const float *w, const float *w_scale, const float *bias, int T,
+                           int in, int out);
+
 // out[t] = table[ids[t] - vocab0] for ids in [vocab0, vocab0 + vocab), 0 for the others:
 // a tensor-parallel rank holds the rows of its vocabulary range only, and the all-reduce
 // of the ranks' outputs assembles the lookup (vocab0 = 0 and the whole vocabulary: plain).

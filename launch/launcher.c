@@ -69,6 +69,7 @@ launcher_actor_t launcher_actors[LAUNCHER_MAX_ACTORS];
 launcher_pass_t launcher_pass[] = {
     {"model-path", 0, K_WORKER | K_REGISTRY | K_TOKENIZER | K_DETOKENIZER | K_GATEWAY, "HF model directory (launch/loraserve defaults to examples/demo)", NULL, {0}, 0},
     {"load-format", 0, K_WORKER, "auto (the checkpoint) or dummy (random weights of config.json's shapes)", NULL, {0}, 0},
+    {"quantization", 0, K_WORKER, "none (the checkpoint as stored) or fp8 (E4M3 projections, made at load)", NULL, {0}, 0},
     {"backend", 0, K_WORKER, "compute backend of the workers: cpu or cuda", NULL, {0}, 0},
     {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY,
      "adapter slots: distinct adapters in one step", NULL, {0}, 0},

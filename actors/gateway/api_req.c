@@ -573,7 +573,7 @@ static int s_parse_openai(s_ctx_t *x, gw_gen_t *g, const json_t *root, const cha
             return -1;
         g->include_usage = usage;
     }
-    int64_t i;
+    int64_t i = 0;  // read only where s_int returned 1 and set it; the optimizer cannot see that
     int rc;
     if (g->api == GW_CHAT) {
         if (s_bool(x, root, "logprobs", &logprobs) < 0)

@@ -44,12 +44,22 @@ bool tensors_owns(const char *root, const char *path) {
     return strspn(base, "0123456789abcdef") == S_HEX;
 }
 
+// dir/name into out; -1 with errno ENAMETOOLONG when it does not fit (a cut path would name
+// another file).
+static int s_join(char *out, size_t cap, const char *dir, const char *name) {
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
 // Remove dir's files and dir; 0, or -1 with errno (a part already gone is not an error).
 static int s_remove(const char *dir) {
     char file[PATH_MAX];
     for (size_t i = 0; i < sizeof s_files / sizeof *s_files; i++) {
-        snprintf(file, sizeof file, "%s/%s", dir, s_files[i]);
-        if (unlink(file) < 0 && errno != ENOENT)
+        if (s_join(file, sizeof file, dir, s_files[i]) < 0 || (unlink(file) < 0 && errno != ENOENT))
             return -1;
     }
     return rmdir(dir) < 0 && errno != ENOENT ? -1 : 0;
@@ -62,7 +72,8 @@ void tensors_remove(const char *dir) {
 
 static int s_write_file(const char *dir, const char *name, const void *p, size_t len) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (s_join(path, sizeof path, dir, name) < 0)
+        return -1;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;

@@ -52,6 +52,8 @@ typedef struct {
     // flags
     char *model_path;
     char *load_format;  // auto (the checkpoint) or dummy (random weights of its config.json)
+    char *quantization; // --quantization: none or fp8
+    ls_quant_t quant;
     char *backend_name;
     char *scheduler;  // --scheduler: its group's scheduler (scheduler-G with --dp-size > 1)
     ls_strlist_t target_modules;
@@ -165,8 +167,8 @@ static int s_load_engine(ls_actor_t *a) {
     // dummy: the shapes of config.json with random weights and no checkpoint, for benchmarks at
     // real sizes; the seed is fixed so every rank of a group builds the same model.
     int dummy = !strcmp(s_w.load_format, "dummy");
-    if (!(s_w.model = dummy ? ls_model_load_dummy(s_w.model_path, s_w.be, s_w.comm, 0, s_progress, &seen, err, sizeof err)
-                            : ls_model_load(s_w.model_path, s_w.be, s_w.comm, s_progress, &seen, err, sizeof err))) {
+    if (!(s_w.model = dummy ? ls_model_load_dummy(s_w.model_path, s_w.be, s_w.comm, s_w.quant, 0, s_progress, &seen, err, sizeof err)
+                            : ls_model_load(s_w.model_path, s_w.be, s_w.comm, s_w.quant, s_progress, &seen, err, sizeof err))) {
         ls_error(0, "cannot load the model: %s", err);
         return -1;
     }
@@ -195,9 +197,10 @@ static int s_load_engine(ls_actor_t *a) {
     }
     s_w.history = ls_history_new();
     s_w.constrain = wcon_new(s_w.model_path, cfg->vocab_size);
-    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d; KV cache %d blocks of %d tokens (%s); %d adapter "
+    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d, projections in %s; KV cache %d blocks of %d tokens (%s); %d adapter "
                "slots of rank %d; CPU tier %.1f MB (an adapter of rank %d on every target: %.1f MB); rank %d of %d",
-            ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size, blocks,
+            ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size,
+            ls_model_fp8(s_w.model) ? "FP8 (E4M3, per-channel scales)" : ls_dtype_name(ls_model_kv_dtype(s_w.model)), blocks,
             s_w.block_size, ls_dtype_name(ls_kv_cache_dtype(s_w.kv)), s_w.max_loras_per_batch, s_w.max_lora_rank,
             (double)ls_lora_pool_stats(s_w.pool).host_total / 1e6, s_w.max_lora_rank,
             (double)ls_lora_pool_image_max_bytes(s_w.pool) / 1e6, s_w.rank, s_w.tp_size);
@@ -264,6 +267,12 @@ static int s_start(ls_actor_t *a, void *state) {
         ls_error(0, "--load-format %s: auto or dummy", s_w.load_format);
         return -1;
     }
+    if (strcmp(s_w.quantization, "none") != 0 && strcmp(s_w.quantization, "fp8") != 0) {
+        ls_error(0, "--quantization %s: none (the checkpoint as stored; an FP8 checkpoint runs in FP8) or fp8",
+                 s_w.quantization);
+        return -1;
+    }
+    s_w.quant = strcmp(s_w.quantization, "fp8") == 0 ? LS_QUANT_FP8 : LS_QUANT_NONE;
     bool cuda = strcmp(s_w.backend_name, "cuda") == 0;
     if (!cuda && strcmp(s_w.backend_name, "cpu") != 0) {
         ls_error(0, "--backend %s: unknown backend (cpu or cuda)", s_w.backend_name);
@@ -630,6 +639,9 @@ int main(int argc, char **argv) {
         LS_FLAG_STR("model-path", &s_w.model_path, NULL, "HF model directory (config.json + safetensors)"),
         LS_FLAG_STR("load-format", &s_w.load_format, "auto",
                     "auto (the checkpoint) or dummy (random weights of config.json's shapes, no checkpoint)"),
+        LS_FLAG_STR("quantization", &s_w.quantization, "none",
+                    "none (the checkpoint as stored; an FP8 checkpoint runs in FP8) or fp8 (the projections "
+                    "quantized to E4M3 at load)"),
         LS_FLAG_STR("backend", &s_w.backend_name, "cpu", "compute backend: cpu or cuda (builds with nvcc)"),
         LS_FLAG_INT("device", &s_w.device, "-1", "GPU of the cuda backend (-1: the worker's rank)"),
         LS_FLAG_INT("kv-cache-mb", &s_w.kv_cache_mb, "256", "KV cache size when --kv-blocks is not given"),

@@ -1,4 +1,6 @@
-/*  kernels/cpu/matmul.c — dense linear layer, y = x · Wᵀ (+ bias), on OpenBLAS.
+/*  kernels/cpu/matmul.c — dense linear layer, y = x · Wᵀ (+ bias), on OpenBLAS; and its
+    FP8 form (ops.h): rows quantized to E4M3 with a scale each, the exact products summed
+    by the same sgemm, the scales applied after.
 
     W keeps the HF layout (out, in), so the product is sgemm(NoTrans, Trans); no transposed
     copy of the weights is ever made. The bias is added after the product so the result
@@ -6,8 +8,21 @@
 */
 #include <assert.h>
 #include <cblas.h>
+#include <math.h>
 
 #include "ops.h"
+#include "safetensors.h" // the E4M3 scalar conversions
+
+// y is (T, out), bias is (out) or NULL
+static void s_bias_add(float *y, const float *bias, int T, int out) {
+    if (!bias)
+        return;
+    for (int t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * out;
+        for (int o = 0; o < out; o++)
+            yt[o] += bias[o];
+    }
+}
 
 // y is (T, out), x is (T, in), w is (out, in), bias is (out) or NULL
 void ls_matmul_forward(float *y, const float *x, const float *w, const float *bias,
@@ -17,11 +32,49 @@ void ls_matmul_forward(float *y, const float *x, const float *w, const float *bi
         return;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in,
                 accumulate ? 1.0f : 0.0f, y, out);
-    if (!bias)
+    s_bias_add(y, bias, T, out);
+}
+
+// The scale of row x (cols): amax / 448, 1 when the row is all zero (its codes are 0 then
+// whatever the scale).
+static float s_fp8_scale(const float *x, int cols) {
+    float amax = 0.0f;
+    for (int c = 0; c < cols; c++)
+        amax = fmaxf(amax, fabsf(x[c]));
+    return amax > 0.0f ? amax / 448.0f : 1.0f;
+}
+
+// q is (rows, cols), scale is (rows), x is (rows, cols)
+void ls_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols) {
+    assert(q && scale && x && rows >= 0 && cols > 0);
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * cols;
+        float s = scale[r] = s_fp8_scale(xr, cols);
+        for (int c = 0; c < cols; c++)
+            q[(size_t)r * cols + c] = ls_e4m3_from_f32(xr[c] / s);
+    }
+}
+
+// y is (T, out), xq is (T, in), x_scale is (T), x is (T, in), w is (out, in), w_scale is
+// (out), bias is (out) or NULL
+void ls_matmul_fp8_forward(float *y, float *xq, float *x_scale, const float *x,
+                           const float *w, const float *w_scale, const float *bias, int T,
+                           int in, int out) {
+    assert(y && xq && x_scale && x && w && w_scale && T >= 0 && in > 0 && out > 0);
+    if (T == 0)
         return;
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * in;
+        float s = x_scale[t] = s_fp8_scale(xt, in);
+        for (int c = 0; c < in; c++)
+            xq[(size_t)t * in + c] = ls_e4m3_to_f32(ls_e4m3_from_f32(xt[c] / s));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, xq, in, w, in,
+                0.0f, y, out);
     for (int t = 0; t < T; t++) {
         float *yt = y + (size_t)t * out;
         for (int o = 0; o < out; o++)
-            yt[o] += bias[o];
+            yt[o] = yt[o] * x_scale[t] * w_scale[o];
     }
+    s_bias_add(y, bias, T, out);
 }

@@ -11,6 +11,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -19,6 +20,7 @@
 __device__ __forceinline__ float ls_to_f(float v) { return v; }
 __device__ __forceinline__ float ls_to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float ls_to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ls_to_f(__nv_fp8_e4m3 v) { return float(v); }
 
 template <typename T> __device__ __forceinline__ T ls_from_f(float v);
 template <> __device__ __forceinline__ float ls_from_f<float>(float v) { return v; }

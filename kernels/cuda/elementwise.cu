@@ -12,7 +12,7 @@
 #include "common.cuh"
 
 size_t ls_cu_dtype_size(ls_cu_dtype_t dt) {
-    return dt == LS_CU_F32 ? 4 : 2;
+    return dt == LS_CU_F32 ? 4 : dt == LS_CU_F8E4M3 ? 1 : 2;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -28,6 +28,13 @@ cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
                           ls_cu_dtype_t src_dt, size_t n, cudaStream_t stream) {
     if (n == 0)
         return cudaSuccess;
+    if (src_dt == LS_CU_F8E4M3) {
+        if (dst_dt != LS_CU_F32)
+            return cudaErrorInvalidValue;
+        k_convert<float, __nv_fp8_e4m3><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
+            (float *)dst, (const __nv_fp8_e4m3 *)src, n);
+        LS_CU_CHECK_LAUNCH();
+    }
     LS_CU_DISPATCH(dst_dt, TD, LS_CU_DISPATCH(src_dt, TS,
         k_convert<TD, TS><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
             (TD *)dst, (const TS *)src, n)));

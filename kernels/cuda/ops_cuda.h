@@ -33,6 +33,7 @@ typedef enum {
     LS_CU_F32 = 0,
     LS_CU_F16 = 1,
     LS_CU_BF16 = 2,
+    LS_CU_F8E4M3 = 3, // FP8 weights and activations (ls_cu_fp8_*); ls_cu_convert widens it
 } ls_cu_dtype_t;
 
 size_t ls_cu_dtype_size(ls_cu_dtype_t dt);
@@ -40,7 +41,8 @@ size_t ls_cu_dtype_size(ls_cu_dtype_t dt);
 // ---------------------------------------------------------------------------------------
 // Elementwise and row ops
 
-// dst (n) = src (n), converting dtypes (round to nearest even when narrowing)
+// dst (n) = src (n), converting dtypes (round to nearest even when narrowing); an F8E4M3
+// src converts to F32 only
 cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
                           ls_cu_dtype_t src_dt, size_t n, cudaStream_t stream);
 
@@ -57,6 +59,17 @@ cudaError_t ls_cu_embedding(float *out, const void *table, ls_cu_dtype_t table_d
 
 // y (n) += x (n)
 cudaError_t ls_cu_add(float *y, const float *x, size_t n, cudaStream_t stream);
+
+// FP8 (W8A8, kernels/ops.h): q (rows, cols) E4M3 and scale (rows) from x (rows, cols) as
+// ls_fp8_quantize_rows makes them (the same bits). cols a multiple of 4, rows 16-byte
+// aligned (the FP8 GEMM's inputs are: cols a multiple of 16)
+cudaError_t ls_cu_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols,
+                                    cudaStream_t stream);
+// y (T, out) = y · x_scale[t] · w_scale[o] (+ bias, or NULL), rounded as
+// ls_matmul_fp8_forward rounds them: the scales of an FP8 GEMM that summed without them
+cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale,
+                            const void *bias, ls_cu_dtype_t bias_dt, int T, int out,
+                            cudaStream_t stream);
 
 // y (T, out) += bias (out)
 cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, int T,

@@ -86,14 +86,15 @@ static void s_fixture_free(fixture_t *f) {
     ls_model_destroy(&f->m);
 }
 
-static int s_fixture_load(fixture_t *f, ls_backend_t *be, const char *root, const cJSON *ref, const row_t *rows,
+static int s_fixture_load(fixture_t *f, ls_backend_t *be, ls_quant_t quant, const char *root, const cJSON *ref,
+                          const row_t *rows,
                           int R, char *err, size_t errlen) {
     char path[2048];
     const cJSON *jads = cJSON_GetObjectItemCaseSensitive(ref, "adapters");
     int max_rank = (int)cJSON_GetObjectItemCaseSensitive(ref, "max_lora_rank")->valuedouble;
     int n_ads = cJSON_GetArraySize(jads);
     snprintf(path, sizeof path, "%s/model", root);
-    if (!(f->m = ls_model_load(path, be, NULL, NULL, NULL, err, errlen)))
+    if (!(f->m = ls_model_load(path, be, NULL, quant, NULL, NULL, err, errlen)))
         return -1;
     const ls_model_config_t *cfg = ls_model_config(f->m);
     // every target, the embedding and lm_head too (their groups run only for the adapters
@@ -151,8 +152,8 @@ static cJSON *s_ref_open(const char *fixtures_dir, const char *arch, char *root,
     return s_read_json(path, err, errlen);
 }
 
-int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min, ec_parity_t *out,
-              char *err, size_t errlen) {
+int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min,
+              ec_parity_t *out, char *err, size_t errlen) {
     char root[1024], path[2048];
     memset(out, 0, sizeof *out);
     cJSON *ref = s_ref_open(fixtures_dir, arch, root, sizeof root, path, sizeof path, err, errlen);
@@ -183,7 +184,7 @@ int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, doub
         for (int t = 0; t < rows[i].n_new; t++)
             rows[i].gaps[t] = cJSON_GetArrayItem(g, t)->valuedouble;
     }
-    if (s_fixture_load(f, be, root, ref, rows, R, err, errlen) < 0)
+    if (s_fixture_load(f, be, quant, root, ref, rows, R, err, errlen) < 0)
         goto done;
     int V = ls_model_config(f->m)->vocab_size, bpr = MAX_LEN / BS;
     out->rows = R;
@@ -269,6 +270,7 @@ int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, doub
                     same, got[i][same], rows[i].greedy[same], rows[i].gaps[same]);
         }
         out->greedy_compared += upto;
+        out->greedy_agreed += same;
         out->greedy_total += rows[i].n_new;
     }
     rc = 0;
@@ -380,8 +382,8 @@ static int32_t s_argmax(const float *row, int V) {
     return best;
 }
 
-int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min, ec_mix_t *out, char *err,
-           size_t errlen) {
+int ec_mix(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min, ec_mix_t *out,
+           char *err, size_t errlen) {
     static const char *names[2] = {"all_r8", "attn_r4_bf16"};
     // the mixed batch: a mix, the base model, a one-component mix (= adapter a), adapter b and
     // a second mix of the two in the other order; the reference batch has the "cat" adapters
@@ -410,7 +412,7 @@ int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, double 
         }
     }
     snprintf(path, sizeof path, "%s/model", root);
-    if (!(m = ls_model_load(path, be, NULL, NULL, NULL, err, errlen)))
+    if (!(m = ls_model_load(path, be, NULL, quant, NULL, NULL, err, errlen)))
         goto done;
     const ls_model_config_t *cfg = ls_model_config(m);
     int V = cfg->vocab_size, bpr = MAX_LEN / BS;
@@ -684,7 +686,8 @@ done:
     return rc;
 }
 
-int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out, char *err, size_t errlen) {
+int ec_demo(ls_backend_t *be, ls_quant_t quant, const char *demo_dir, int n_slots, ec_demo_t *out, char *err,
+            size_t errlen) {
     static req_t reqs[D_MAX_REQS], order[D_MAX_REQS];
     memset(out, 0, sizeof *out);
     char path[1024];
@@ -699,7 +702,7 @@ int ec_demo(ls_backend_t *be, const char *demo_dir, int n_slots, ec_demo_t *out,
     int rc = -1, n = s_demo_requests(root, reqs, err, errlen);
     if (n < 5 * 32)
         goto done;
-    if (!(model = ls_model_load(demo_dir, be, NULL, NULL, NULL, err, errlen)) ||
+    if (!(model = ls_model_load(demo_dir, be, NULL, quant, NULL, NULL, err, errlen)) ||
         !(kv = ls_kv_cache_new(model, 1200, D_BLOCK, err, errlen)))
         goto done;
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_slots, .max_lora_rank = 16};

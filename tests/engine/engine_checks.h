@@ -21,8 +21,9 @@
 //               PEFT's own "cat" mixes (mix.safetensors, mix.json): their last prompt
 //               position's logits, and their greedy tokens while the reference's top-2 gap is
 //               at least gap_min.
-// All return -1 with err for a setup failure (missing files, a load that fails), 0 with the
-// measurements otherwise.
+// All load the model with quant (LS_QUANT_FP8: FP8 projections made at load, measured
+// against the same references). All return -1 with err for a setup failure (missing files,
+// a load that fails), 0 with the measurements otherwise.
 #ifndef LS_TEST_ENGINE_CHECKS_H
 #define LS_TEST_ENGINE_CHECKS_H
 
@@ -38,10 +39,11 @@ typedef struct {
     double last_rms;
     double all_max;    // max |Δ| over every prompt position of rows 0 and 1
     int greedy_compared, greedy_total, greedy_mismatched_rows;
+    int greedy_agreed;        // of the compared steps, those before a row's first mismatch
     double min_gap_compared;  // smallest reference top-2 gap among the compared steps
 } ec_parity_t;
 
-int ec_parity(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min,
+int ec_parity(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min,
               ec_parity_t *out, char *err, size_t errlen);
 
 typedef struct {
@@ -59,8 +61,8 @@ typedef struct {
     int peft_greedy_compared, peft_greedy_mismatched;
 } ec_mix_t;
 
-int ec_mix(ls_backend_t *be, const char *fixtures_dir, const char *arch, double gap_min, ec_mix_t *out, char *err,
-           size_t errlen);
+int ec_mix(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min, ec_mix_t *out,
+           char *err, size_t errlen);
 
 typedef struct {
     int requests;    // decoded (base + four adapters × 16 prompts × raw and chat)
@@ -71,6 +73,7 @@ typedef struct {
 // slots: the pool's max_loras_per_batch. With 4 (every adapter at once) all requests are
 // decoded in one batch, adapters interleaved; with fewer, in batches of base + two adapters
 // in turn, so slots change hands between batches.
-int ec_demo(ls_backend_t *be, const char *demo_dir, int slots, ec_demo_t *out, char *err, size_t errlen);
+int ec_demo(ls_backend_t *be, ls_quant_t quant, const char *demo_dir, int slots, ec_demo_t *out, char *err,
+            size_t errlen);
 
 #endif

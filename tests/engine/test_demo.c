@@ -20,7 +20,7 @@ static void s_demo(int slots) {
     char err[1024];
     ls_backend_t *be = ls_backend_cpu_new(1);
     ec_demo_t r;
-    if (ec_demo(be, LS_DEMO_DIR, slots, &r, err, sizeof err) < 0)
+    if (ec_demo(be, LS_QUANT_NONE, LS_DEMO_DIR, slots, &r, err, sizeof err) < 0)
         fail_msg("%s", err);
     ls_backend_destroy(&be);
     print_message("demo, %d slots: %d requests, %d mismatches, %llu slot evictions\n", slots, r.requests,

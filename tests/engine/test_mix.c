@@ -34,7 +34,7 @@ static void test_mix_llama(void **state) {
     char err[1024] = "";
     ls_backend_t *be = ls_backend_cpu_new(1);
     ec_mix_t r;
-    if (ec_mix(be, LS_FIXTURES_DIR, "llama", GAP_MIN, &r, err, sizeof err) < 0)
+    if (ec_mix(be, LS_QUANT_NONE, LS_FIXTURES_DIR, "llama", GAP_MIN, &r, err, sizeof err) < 0)
         fail_msg("%s", err);
     ls_backend_destroy(&be);
     print_message("llama: %d rows, %d steps compared (prefill + decode): mixed rows max|Δ| %.3e against the "

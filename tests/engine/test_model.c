@@ -63,7 +63,7 @@ static ls_model_t *load_spec_mix(ctx_t *c, const char *sub, const rm_spec_t *sp,
     fx_path(d, sizeof d, c->dir, sub);
     mkdir(d, 0700);
     assert_int_equal(rm_write_model_mix(d, sp, merge, w, n_merge), 0);
-    ls_model_t *m = ls_model_load(d, c->be, NULL, NULL, NULL, err, sizeof err);
+    ls_model_t *m = ls_model_load(d, c->be, NULL, LS_QUANT_NONE, NULL, NULL, err, sizeof err);
     if (!m)
         fail_msg("load %s: %s", d, err);
     return m;
@@ -160,8 +160,8 @@ static void test_load_progress_and_shards(void **state) {
     sp.sharded = true;
     assert_int_equal(rm_write_model(d2, &sp, NULL), 0);
     progress_t p = {.monotone = 1};
-    ls_model_t *a = ls_model_load(d1, c->be, NULL, on_progress, &p, err, sizeof err);
-    ls_model_t *b = ls_model_load(d2, c->be, NULL, NULL, NULL, err, sizeof err);
+    ls_model_t *a = ls_model_load(d1, c->be, NULL, LS_QUANT_NONE, on_progress, &p, err, sizeof err);
+    ls_model_t *b = ls_model_load(d2, c->be, NULL, LS_QUANT_NONE, NULL, NULL, err, sizeof err);
     assert_non_null(a);
     assert_non_null(b);
     assert_true(p.monotone);
@@ -185,7 +185,7 @@ static void test_load_progress_and_shards(void **state) {
     // a missing tensor is named
     char path[4096];
     remove(fx_path(path, sizeof path, d2, "model-00002-of-00002.safetensors"));
-    assert_null(ls_model_load(d2, c->be, NULL, NULL, NULL, err, sizeof err));
+    assert_null(ls_model_load(d2, c->be, NULL, LS_QUANT_NONE, NULL, NULL, err, sizeof err));
     print_message("missing shard: %s\n", err);
     assert_contains(err, "model-00002-of-00002.safetensors");
 }

@@ -41,7 +41,7 @@ static void s_arch(const char *arch) {
     char err[1024];
     ls_backend_t *be = ls_backend_cpu_new(1);
     ec_parity_t r;
-    if (ec_parity(be, LS_FIXTURES_DIR, arch, GAP_MIN, &r, err, sizeof err) < 0)
+    if (ec_parity(be, LS_QUANT_NONE, LS_FIXTURES_DIR, arch, GAP_MIN, &r, err, sizeof err) < 0)
         fail_msg("%s: %s", arch, err);
     ls_backend_destroy(&be);
     print_message("%s: mixed batch of %d rows: last logits max|Δ| %.3e (rms %.2e, logits up to %.2f), all "

@@ -52,7 +52,7 @@ static void s_prompt_json(char *out, size_t cap) {
 static void s_engine_mix(void) {
     char err[1024], path[1024];
     ls_backend_t *be = ls_backend_cpu_new(1);
-    ls_model_t *m = ls_model_load(LS_DEMO_DIR, be, NULL, NULL, NULL, err, sizeof err);
+    ls_model_t *m = ls_model_load(LS_DEMO_DIR, be, NULL, LS_QUANT_NONE, NULL, NULL, err, sizeof err);
     if (!m)
         fail_msg("%s", err);
     const ls_model_config_t *cfg = ls_model_config(m);

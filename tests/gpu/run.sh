@@ -7,6 +7,11 @@
 #                              .device-bundle/
 #   tests/gpu/run.sh prepare tp  the same with test_gpu_tp alone (for a 2-GPU kind: all
 #                              binaries together outgrow what the device tool carries)
+#   tests/gpu/run.sh prepare fp8 the same with the FP8 checks' binaries: test_gpu_ops,
+#                              test_gpu_model, bench_base_cuda
+#   tests/gpu/run.sh fp8       on the GPU machine, after `prepare fp8`: test_gpu_ops (every
+#                              op; its FP8 rows shown), test_gpu_model --fp8 and
+#                              bench_base_cuda --fp8 (bf16 vs FP8 decode steps), ~3 min
 #   tests/gpu/run.sh           on the GPU machine: runs the bundled binaries (or, without a
 #                              bundle, configures and builds build-gpu/ there first), logs
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
@@ -42,6 +47,8 @@ if [[ ${1:-} == prepare ]]; then
     [[ $(cmake --build "$build" --target help) == *"$tp"* ]] ||
       { echo "no $tp target here (NCCL missing?)"; exit 2; }
     bins=("$tp")
+  elif [[ ${2:-} == fp8 ]]; then
+    bins=(test_gpu_ops test_gpu_model bench_base_cuda)
   fi
   cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
   rm -rf .device-bundle
@@ -75,6 +82,20 @@ else
 fi
 
 export LS_FIXTURES_DIR=$root/tests/fixtures LS_DEMO_DIR=$root/examples/demo
+if [[ ${1:-} == fp8 ]]; then
+  status=0
+  echo "== test_gpu_ops"
+  "$bindir/test_gpu_ops" >"$out/test_gpu_ops.log" 2>&1 || status=1
+  grep -E "fp8|FAIL" "$out/test_gpu_ops.log"
+  tail -2 "$out/test_gpu_ops.log"
+  echo "== test_gpu_model --fp8"
+  "$bindir/test_gpu_model" --fp8 >"$out/test_gpu_model_fp8.log" 2>&1 || status=1
+  grep -vE "greedy token" "$out/test_gpu_model_fp8.log"
+  echo "== bench_base_cuda --fp8"
+  timeout 240 "$bindir/bench_base_cuda" --fp8 --steps 10 >"$out/bench_base_cuda_fp8.log" 2>&1 || status=1
+  cat "$out/bench_base_cuda_fp8.log"
+  exit $status
+fi
 status=0
 have() { [[ -x $bindir/$1 ]] || { echo "== $1: not in the bundle"; return 1; }; }
 for t in "${tests[@]}"; do

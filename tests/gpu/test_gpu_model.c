@@ -12,7 +12,13 @@
        one mixed batch, must equal the expected outputs token for token; then again with two
        slots for four adapters (slot reuse).
     3. The dummy loader: a small config with random weights on the GPU and on the CPU
-       backend, one mixed prefill + decode step, logits compared.
+       backend, one mixed prefill + decode step, logits compared; in bf16 and in FP8
+       (--quantization fp8: the FP8 GEMM with its own scales and with the scales applied
+       after it, ls_backend_cuda_set_fp8_outer).
+    6. FP8 (tests/engine/test_fp8.c on the GPU): the fixtures and the demo loaded with
+       LS_QUANT_FP8, against the HF references and eval.json, with test_fp8.c's bounds
+       (FP8 moves logits; the GPU computes the CPU's FP8 math up to summation order); and
+       2b's mixes over the FP8 projections.
     4. Asynchronous slot loads (lora_pool.h): with references taken after waiting for each
        load, the logits must be bit-identical when (a) a step reads a slot whose load was
        only started, (b) a load is started into the slot that the step queued before it
@@ -38,8 +44,9 @@
     twice the bound (a tie within the tolerance may legitimately go either way). The
     measured max |Δ| is printed for every check, and the summary line gives it per arch.
 
-    Usage: test_gpu_model [--cpu] [--device N]   (--cpu runs the same checks on the CPU
-    backend, with the CPU bound 5e-5 for every dtype: a desk check of the test itself)
+    Usage: test_gpu_model [--cpu] [--device N] [--fp8]   (--cpu runs the same checks on the
+    CPU backend, with the CPU bound 5e-5 for every dtype: a desk check of the test itself;
+    --fp8 runs only the FP8 checks, 3 in FP8 and 6)
     Exit status 0 when every check passed. Not a ctest: tests/gpu/run.sh runs it.
 */
 #include "random_model.h"
@@ -136,7 +143,7 @@ static void s_parity(const char *arch, double *worst_out) {
     if (ls_model_config_load(path, &cfg, err, sizeof err) < 0)
         s_die(path, err);
     double tol = s_tol(cfg.torch_dtype), gap_min = 2 * tol > 1e-3 ? 2 * tol : 1e-3;
-    if (ec_parity(be, s_fixtures(), arch, gap_min, &r, err, sizeof err) < 0)
+    if (ec_parity(be, LS_QUANT_NONE, s_fixtures(), arch, gap_min, &r, err, sizeof err) < 0)
         s_die(arch, err);
     s_check(r.last_max <= tol, "%s (%s weights): mixed batch of %d rows, last logits: max|Δ| %.3e, rms %.2e, logits "
             "up to %.2f (bound %.0e)", arch, ls_dtype_name(cfg.torch_dtype), r.rows, r.last_max, r.last_rms,
@@ -153,7 +160,7 @@ static void s_demo(int n_slots) {
     ec_demo_t r;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (ec_demo(be, s_demo_dir(), n_slots, &r, err, sizeof err) < 0)
+    if (ec_demo(be, LS_QUANT_NONE, s_demo_dir(), n_slots, &r, err, sizeof err) < 0)
         s_die("demo", err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     s_check(r.mismatches == 0 && (n_slots >= 4 || r.pool.slot_evictions > 0),
@@ -173,7 +180,7 @@ static void s_mix(void) {
     ls_backend_t *be = s_backend();
     ec_mix_t r;
     double tol = s_tol(LS_DTYPE_BF16);
-    if (ec_mix(be, s_fixtures(), "llama", 2 * tol, &r, err, sizeof err) < 0)  // gap: as the parity check's
+    if (ec_mix(be, LS_QUANT_NONE, s_fixtures(), "llama", 2 * tol, &r, err, sizeof err) < 0)  // gap: as the parity check's
         s_die("mix", err);
     s_check(r.peft_max <= tol && r.peft_mag > 1.0 && r.peft_greedy_mismatched == 0,
             "mix llama against PEFT's add_weighted_adapter(cat): last-position logits max|Δ| %.3e (bound %.0e); "
@@ -189,18 +196,32 @@ static void s_mix(void) {
 
 // --- 3. dummy loader ---------------------------------------------------------------------------
 
-static void s_dummy(void) {
+// test_fp8.c's bounds: logits max |Δ| and rms against the references, greedy agreement
+// over the four fixtures, demo answers unchanged
+#define FP8_MAX 0.75
+#define FP8_RMS 0.15
+#define FP8_AGREE 0.35
+#define FP8_DEMO 0.95
+
+// quant LS_QUANT_FP8: FP8 on both backends; the GPU runs it twice, with the GEMM's own
+// scales (where cuBLASLt has them) and with them applied after (allow_outer 0)
+static void s_dummy(ls_quant_t quant) {
     const char *cfg_json =
         "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
         "\"hidden_size\": 256, \"intermediate_size\": 704, \"num_hidden_layers\": 3, "
         "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 1000, "
         "\"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000, "
         "\"torch_dtype\": \"bfloat16\", \"hidden_act\": \"silu\"}";
-    ls_backend_t *be[2] = {ls_backend_cpu_new(1), s_backend()};
-    float *lg[2];
-    int V = 1000;
-    for (int b = 0; b < 2; b++) {
-        ls_model_t *m = ls_model_load_dummy(cfg_json, be[b], NULL, 7, NULL, NULL, err, sizeof err);
+    int fp8 = quant == LS_QUANT_FP8, nb = fp8 ? 3 : 2;
+    ls_backend_t *be[3] = {ls_backend_cpu_new(1), s_backend(), fp8 ? s_backend() : NULL};
+    float *lg[3];
+    int V = 1000, outer[3] = {0, 0, 0};
+#ifdef LS_HAVE_CUDA
+    if (fp8 && !g_cpu)
+        ls_backend_cuda_set_fp8_outer(be[2], 0);
+#endif
+    for (int b = 0; b < nb; b++) {
+        ls_model_t *m = ls_model_load_dummy(cfg_json, be[b], NULL, quant, 7, NULL, NULL, err, sizeof err);
         if (!m)
             s_die("dummy model", err);
         ls_kv_cache_t *kv = ls_kv_cache_new(m, 64, 16, err, sizeof err);
@@ -225,23 +246,75 @@ static void s_dummy(void) {
         lg[b] = malloc(sizeof(float) * 3 * V);
         if (ls_model_logits(m, lg[b]) != 0)
             s_die("dummy logits", "download failed");
+#ifdef LS_HAVE_CUDA
+        if (fp8 && b > 0 && !g_cpu)
+            outer[b] = ls_backend_cuda_fp8_outer(be[b]);
+#endif
         ls_kv_cache_destroy(&kv);
         ls_model_destroy(&m);
     }
-    double d = 0, mag = 0;
-    int finite = 1;
-    for (int i = 0; i < 3 * V; i++) {
-        finite &= isfinite(lg[0][i]) && isfinite(lg[1][i]);
-        d = fmax(d, fabs((double)lg[0][i] - lg[1][i]));
-        mag = fmax(mag, fabs((double)lg[0][i]));
+    // FP8: the backends quantize the same activations up to summation order, and a value
+    // near a rounding midpoint of E4M3 may land on either side (2^-4 relative), so the bf16
+    // bound applies here too
+    for (int b = 1; b < nb; b++) {
+        double d = 0, mag = 0;
+        int finite = 1;
+        for (int i = 0; i < 3 * V; i++) {
+            finite &= isfinite(lg[0][i]) && isfinite(lg[b][i]);
+            d = fmax(d, fabs((double)lg[0][i] - lg[b][i]));
+            mag = fmax(mag, fabs((double)lg[0][i]));
+        }
+        s_check(finite && d <= s_tol(LS_DTYPE_BF16) * fmax(1.0, mag / 4),
+                "dummy loader (bf16 config JSON%s): %s vs cpu backend, prefill + decode logits: "
+                "max|Δ| %.3e over logits up to %.2f", !fp8 ? "" : g_cpu ? ", fp8"
+                : outer[b] ? ", fp8, GEMM's own scales" : ", fp8, scales after the GEMM", be[b]->name, d, mag);
     }
-    s_check(finite && d <= s_tol(LS_DTYPE_BF16) * fmax(1.0, mag / 4),
-            "dummy loader (bf16 config JSON): %s vs cpu backend, prefill + decode logits: "
-            "max|Δ| %.3e over logits up to %.2f", be[1]->name, d, mag);
-    free(lg[0]);
-    free(lg[1]);
-    ls_backend_destroy(&be[0]);
-    ls_backend_destroy(&be[1]);
+    for (int b = 0; b < nb; b++) {
+        free(lg[b]);
+        ls_backend_destroy(&be[b]);
+    }
+}
+
+// --- 6. FP8 ------------------------------------------------------------------------------------
+
+static void s_fp8(void) {
+    const char *archs[] = {"llama", "qwen2", "qwen3", "mistral"};
+    int compared = 0, agreed = 0;
+    for (int a = 0; a < 4; a++) {
+        ls_backend_t *be = s_backend();
+        ec_parity_t r;
+        if (ec_parity(be, LS_QUANT_FP8, s_fixtures(), archs[a], 1e-3, &r, err, sizeof err) < 0)
+            s_die(archs[a], err);
+        s_check(r.last_max <= FP8_MAX && r.all_max <= FP8_MAX && r.last_rms <= FP8_RMS,
+                "%s fp8 vs HF fp32: last logits max|Δ| %.3f rms %.3f, rows 0-1 all positions max|Δ| %.3f "
+                "(bounds %.2f, rms %.2f); greedy %d of %d compared steps agree", archs[a], r.last_max,
+                r.last_rms, r.all_max, FP8_MAX, FP8_RMS, r.greedy_agreed, r.greedy_compared);
+        compared += r.greedy_compared;
+        agreed += r.greedy_agreed;
+        ls_backend_destroy(&be);
+    }
+    s_check(agreed >= FP8_AGREE * compared, "fp8 greedy agreement over the fixtures: %d of %d steps (%.1f%%, "
+            "bound %.0f%%)", agreed, compared, 100.0 * agreed / compared, 100 * FP8_AGREE);
+    ls_backend_t *be = s_backend();
+    ec_demo_t d;
+    if (ec_demo(be, LS_QUANT_FP8, s_demo_dir(), 4, &d, err, sizeof err) < 0)
+        s_die("demo fp8", err);
+    s_check(d.requests - d.mismatches >= FP8_DEMO * d.requests, "demo fp8: %d of %d requests decode to the "
+            "bf16 model's answers (bound %.0f%%)", d.requests - d.mismatches, d.requests, 100 * FP8_DEMO);
+    ls_backend_destroy(&be);
+    // mixes over FP8 projections (test_fp8.c's test_mix_fp8): the bf16 difference of s_mix,
+    // plus the next layers' activation quantization, which that difference may round the other
+    // way here and there: twice s_mix's bound
+    be = s_backend();
+    ec_mix_t mx;
+    double tol = 2 * s_tol(LS_DTYPE_BF16);
+    if (ec_mix(be, LS_QUANT_FP8, s_fixtures(), "llama", tol, &mx, err, sizeof err) < 0)
+        s_die("mix fp8", err);
+    s_check(mx.steps_compared == 9 && mx.mix_max <= tol && mx.mix_mag > 1.0 && mx.single_max <= tol &&
+            mx.refused == 5, "mix llama fp8: %d of 9 steps compared: mixed rows against the cat adapters max|Δ| "
+            "%.3e (logits up to %.2f), rows beside them max|Δ| %.3e (bound %.0e); %d of 5 malformed mixes refused",
+            mx.steps_compared, mx.mix_max, mx.mix_mag, mx.single_max, tol, mx.refused);
+    ls_backend_destroy(&be);
 }
 
 // --- 4. asynchronous slot loads ---------------------------------------------------------------
@@ -291,7 +364,7 @@ static void s_async_setup(s_async_t *a, ls_backend_t *be, char **dir) {
         "\"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, \"rope_theta\": 500000, "
         "\"torch_dtype\": \"bfloat16\", \"hidden_act\": \"silu\"}";
     *a = (s_async_t){.V = 1000};
-    if (!(a->m = ls_model_load_dummy(cfg_json, be, NULL, 11, NULL, NULL, err, sizeof err)))
+    if (!(a->m = ls_model_load_dummy(cfg_json, be, NULL, LS_QUANT_NONE, 11, NULL, NULL, err, sizeof err)))
         s_die("async model", err);
     const ls_model_config_t *cfg = ls_model_config(a->m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 16};
@@ -485,15 +558,25 @@ static void s_graphs(void) {
 #endif
 
 int main(int argc, char **argv) {
+    int only_fp8 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu"))
             g_cpu = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc)
             g_device = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fp8"))
+            only_fp8 = 1;
         else {
-            fprintf(stderr, "usage: test_gpu_model [--cpu] [--device N]\n");
+            fprintf(stderr, "usage: test_gpu_model [--cpu] [--device N] [--fp8]\n");
             return 2;
         }
+    }
+    if (only_fp8) {
+        s_dummy(LS_QUANT_FP8);
+        s_fp8();
+        printf("=== summary (%s, fp8 only): %d checks, %d failed\n", g_cpu ? "cpu backend" : "cuda backend",
+               g_checks, g_failed);
+        return g_failed ? 1 : 0;
     }
     const char *archs[] = {"llama", "qwen2", "qwen3", "mistral"};
     double worst[4];
@@ -502,12 +585,14 @@ int main(int argc, char **argv) {
     s_demo(4);
     s_demo(2);
     s_mix();
-    s_dummy();
+    s_dummy(LS_QUANT_NONE);
+    s_dummy(LS_QUANT_FP8);
     s_async();
 #ifdef LS_HAVE_CUDA
     if (!g_cpu)
         s_graphs();
 #endif
+    s_fp8();
     printf("=== summary (%s): %d checks, %d failed; parity max|Δ| logits: llama %.2e, "
            "qwen2 %.2e, qwen3 %.2e, mistral %.2e\n", g_cpu ? "cpu backend" : "cuda backend",
            g_checks, g_failed, worst[0], worst[1], worst[2], worst[3]);

@@ -15,6 +15,9 @@
     - copies and gathers (embedding, rows_gather, kv_store, add, uploads): exact;
     - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS, a
       relative error up to 2^-8 (2^-11) per product: NMSE <= 5e-5 (1e-5);
+    - FP8 matmul: the quantized activations and their scales are the CPU's bit for bit
+      (exact); the products of E4M3 values are exact, so y differs by summation order and
+      the order the two scales are applied in: NMSE <= 1e-10, as fp32;
     - sampling: greedy tokens identical; seeded tokens identical except near-ties of the
       race keys (|key_a - key_b| <= 1e-4), which are counted and bounded (<= 1%);
       logprobs within 1e-5 absolute; top-n ids identical, values within 1e-5.
@@ -38,7 +41,7 @@ static ls_backend_t *s_cpu, *s_gpu;
 // -- results --------------------------------------------------------------------------------
 
 typedef struct {
-    char name[128];
+    char name[128];  // the longest names the checks build (lora pass names)
     size_t n;
     double nmse, tol, maxabs, tol_abs;
     long untouched_bad, nan_bad;
@@ -409,6 +412,58 @@ static void test_matmul(t_rng_t *r, int T, int in, int out, ls_dtype_t wdt, int 
     }
     s_pb_free(&w), s_pb_free(&x), s_pb_free(&y), s_pb_free(&b);
     free(hw), free(hx), free(hy), free(hb), free(c), free(g);
+}
+
+// FP8 (W8A8): the same E4M3 weights and scales on both, x quantized per token by each
+// backend (compared bit for bit), then y. allow_outer 0: the GPU applies the scales after an
+// unscaled GEMM; the row name says which path ran.
+static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dtype_t bdt,
+                            int allow_outer) {
+    size_t nw = (size_t)out * in, nx = (size_t)T * in, ny = (size_t)T * out;
+    s_pb_t w = s_pb_new(LS_DTYPE_F8E4M3, nw), ws = s_pb_new(LS_DTYPE_F32, out),
+           x = s_pb_new(LS_DTYPE_F32, nx), xq = s_pb_new(LS_DTYPE_F8E4M3, nx),
+           xs = s_pb_new(LS_DTYPE_F32, T), y = s_pb_new(LS_DTYPE_F32, ny),
+           b = s_pb_new(bdt, out);
+    float *hw = s_fill_new(r, nw, -0.1f, 0.1f), *hws = t_alloc(out * sizeof(float));
+    float *hx = s_fill_new(r, nx, -1, 1), *hb = s_fill_new(r, out, -0.5f, 0.5f);
+    hx[nx / 2] = 30; // an outlier in one row, as activations have
+    uint8_t *codes = t_alloc(nw);
+    ls_fp8_quantize_rows(codes, hws, hw, out, (int)in);
+    if (s_cpu->buffer_upload(s_cpu, s_vc(&w, 0), codes, LS_DTYPE_F8E4M3, nw) ||
+        s_gpu->buffer_upload(s_gpu, s_vg(&w, 0), codes, LS_DTYPE_F8E4M3, nw)) {
+        fprintf(stderr, "upload failed\n");
+        exit(2);
+    }
+    s_pb_set(&ws, 0, hws, out);
+    s_pb_set(&x, 0, hx, nx);
+    s_pb_set(&b, 0, hb, out);
+    float *nan = s_nan_new(ny);
+    s_pb_set(&y, 0, nan, ny);
+    ls_backend_cuda_set_fp8_outer(s_gpu, allow_outer);
+    ls_view_t bc = bias ? s_vc(&b, 0) : LS_VIEW_NONE, bg = bias ? s_vg(&b, 0) : LS_VIEW_NONE;
+    s_cpu->matmul_fp8(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&xq, 0), s_vc(&xs, 0), s_vc(&w, 0),
+                      s_vc(&ws, 0), bc, T, in, out);
+    s_gpu->matmul_fp8(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&xq, 0), s_vg(&xs, 0), s_vg(&w, 0),
+                      s_vg(&ws, 0), bg, T, in, out);
+    float *c = t_alloc(nx * 4), *g = t_alloc(nx * 4);
+    char name[96];
+    s_pb_get(&xq, 0, nx, c, g);
+    snprintf(name, sizeof name, "matmul_fp8 T=%d in=%d: quantized x", T, in);
+    s_check(name, g, c, nx, 0, 0);
+    s_pb_get(&xs, 0, T, c, g);
+    snprintf(name, sizeof name, "matmul_fp8 T=%d in=%d: x scales", T, in);
+    s_check(name, g, c, T, 0, 0);
+    free(c), free(g);
+    c = t_alloc(ny * 4), g = t_alloc(ny * 4);
+    s_pb_get(&y, 0, ny, c, g);
+    int outer = ls_backend_cuda_fp8_outer(s_gpu);
+    ls_backend_cuda_set_fp8_outer(s_gpu, 1);
+    snprintf(name, sizeof name, "matmul_fp8 T=%d %dx%d%s%s, %s", T, in, out,
+             bias ? " +bias:" : "", bias ? s_dtn(bdt) : "", outer ? "GEMM scales" : "scales after");
+    s_check(name, g, c, ny, 1e-10, 1e-4);
+    s_pb_free(&w), s_pb_free(&ws), s_pb_free(&x), s_pb_free(&xq), s_pb_free(&xs);
+    s_pb_free(&y), s_pb_free(&b);
+    free(hw), free(hws), free(hx), free(hb), free(codes), free(nan), free(c), free(g);
 }
 
 static void test_embedding_gather(t_rng_t *r) {
@@ -1394,6 +1449,16 @@ int main(int argc, char **argv) {
     test_matmul(&r, 5, 256, 320, LS_DTYPE_F32, 1, LS_DTYPE_F32, 1);
     test_matmul(&r, 33, 300, 130, LS_DTYPE_F32, 0, LS_DTYPE_F32, 0);
     test_matmul(&r, 9, 256, 128, LS_DTYPE_F16, 1, LS_DTYPE_F16, 0);
+    // FP8: Llama-3-8B's decode shapes (qkv, o, gate_up, down) at batch 1, 8, 64, a prefill
+    // chunk, odd widths and biases; both ways of applying the scales
+    for (int allow = 1; allow >= 0; allow--) {
+        test_matmul_fp8(&r, 1, 4096, 6144, 0, LS_DTYPE_BF16, allow);
+        test_matmul_fp8(&r, 8, 4096, 4096, 1, LS_DTYPE_BF16, allow);
+        test_matmul_fp8(&r, 64, 4096, 28672, 0, LS_DTYPE_BF16, allow);
+        test_matmul_fp8(&r, 64, 14336, 4096, 1, LS_DTYPE_F32, allow);
+        test_matmul_fp8(&r, 300, 1024, 1000, 0, LS_DTYPE_BF16, allow);
+        test_matmul_fp8(&r, 5, 80, 48, 1, LS_DTYPE_F16, allow);
+    }
 
     test_embedding_gather(&r);
     test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0);

@@ -240,7 +240,7 @@ static void s_layout_case(const char *model, const char *out, int n, const char 
            targets, "--quiet", extra1, extra2);
     want_t wants[16];
     for (int k = 0; k < n; k++) {
-        char dir[PATH_MAX];
+        char dir[PATH_MAX + 16];  // out (< PATH_MAX) then "/lora-<k>"
         wants[k] = *want;
         wants[k].rank = ranks[k % nranks];
         if (want->alpha == 0)
@@ -464,7 +464,7 @@ static void test_changes_demo_outputs(void **unused)
     RUN_OK("--model-path", LS_DEMO_DIR, "--output", tmp, "--num-adapters", "2", "--quiet");
 
     ls_backend_t *be = ls_backend_cpu_new(1);
-    ls_model_t *m = ls_model_load(LS_DEMO_DIR, be, NULL, NULL, NULL, err, sizeof err);
+    ls_model_t *m = ls_model_load(LS_DEMO_DIR, be, NULL, LS_QUANT_NONE, NULL, NULL, err, sizeof err);
     if (!m)
         fail_msg("%s", err);
     const ls_model_config_t *cfg = ls_model_config(m);

@@ -71,6 +71,10 @@ static void s_fill(void *dst, ls_dtype_t dtype, size_t n, uint64_t key, float bo
             for (size_t j = 0; j < m; j++)
                 ((uint16_t *)dst)[i0 + j] = ls_f16_from_f32(block[j]);
             break;
+        case LS_DTYPE_F8E4M3:
+            for (size_t j = 0; j < m; j++)
+                ((uint8_t *)dst)[i0 + j] = ls_e4m3_from_f32(block[j]);
+            break;
         }
     }
 }

@@ -1,0 +1,55 @@
+/*  engine/fp8_gemm.h — the CUDA backend's FP8 GEMM (matmul_fp8 of backend.h) on cuBLASLt.
+
+    y (T, out) = (xq · wqᵀ)[t][o] · x_scale[t] · w_scale[o]: E4M3 inputs on Hopper's FP8
+    tensor cores, fp32 accumulation and output. Row-major y = x·wᵀ is column-major
+    yᵀ (out, T) = op(A)·B with A = w read as (in, out) and transposed, B = xq as (in, T):
+    the "TN" layout cuBLASLt's FP8 GEMMs require, with in (the leading dimension of both) a
+    multiple of 16.
+
+    The scales are applied by the GEMM itself where cuBLASLt has a kernel for per-row A and
+    per-column B scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS >= 12.9 on
+    sm_90: the scales of A's M rows and B's N columns are w_scale and x_scale); where it has
+    none for a shape (the heuristic finds no algorithm), the GEMM runs unscaled and
+    ls_cu_fp8_scale applies them after — the same values up to the rounding order of the
+    two multiplications, at the cost of one pass over y. Which one ran is reported, and
+    tests force the second to check it too.
+
+    Algorithms are looked up once per (T, in, out, SM target) and kept in a small table.
+*/
+#ifndef LS_FP8_GEMM_H
+#define LS_FP8_GEMM_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ls_fp8_gemm ls_fp8_gemm_t;
+
+// NULL + err when cuBLASLt cannot be set up.
+ls_fp8_gemm_t *ls_fp8_gemm_new(char *err, size_t errlen);
+void ls_fp8_gemm_destroy(ls_fp8_gemm_t **self_p);
+
+// Enqueues y = (xq · wqᵀ) · x_scale[t] · w_scale[o] (+ bias, or NULL) on stream. y (T, out)
+// fp32; xq (T, in) and w (out, in) E4M3; x_scale (T), w_scale (out) fp32; bias (out) of
+// bias_dt (an ls_cu_dtype_t). sms: the SM count the GEMM targets (0: all). workspace: bytes
+// cuBLASLt may use, queued work on stream only. Returns 0, or -1 when cuBLASLt fails.
+int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *x_scale,
+                    const void *w, const float *w_scale, const void *bias, int bias_dt, int T,
+                    int in, int out, int sms, void *workspace, size_t workspace_bytes,
+                    cudaStream_t stream);
+
+// Whether the last run applied the scales in the GEMM (1) or after it (0).
+int ls_fp8_gemm_outer(const ls_fp8_gemm_t *self);
+// Tests: 0 makes every later run take the unscaled GEMM + ls_cu_fp8_scale; 1 (the default)
+// lets runs use the GEMM's own scales where cuBLASLt has them.
+void ls_fp8_gemm_allow_outer(ls_fp8_gemm_t *self, int allow);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
