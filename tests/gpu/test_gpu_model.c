@@ -202,6 +202,7 @@ static void s_mix(void) {
 #define FP8_RMS 0.15
 #define FP8_AGREE 0.35
 #define FP8_DEMO 0.95
+#define FP8_FLIP 0.1  // FP8 on two backends, or beside a bf16 difference: of the logits' size
 
 // quant LS_QUANT_FP8: FP8 on both backends; the GPU runs it twice, with the GEMM's own
 // scales (where cuBLASLt has them) and with them applied after (allow_outer 0)
@@ -253,9 +254,11 @@ static void s_dummy(ls_quant_t quant) {
         ls_kv_cache_destroy(&kv);
         ls_model_destroy(&m);
     }
-    // FP8: the backends quantize the same activations up to summation order, and a value
-    // near a rounding midpoint of E4M3 may land on either side (2^-4 relative), so the bf16
-    // bound applies here too
+    // FP8: the backends quantize activations that differ by their GEMMs' summation (Hopper's
+    // FP8 tensor cores add with ~14 bits, test_gpu_ops matmul_fp8), so a value near a rounding
+    // midpoint of E4M3 lands on either side (a step of 2^-3 relative) here and there, and 32
+    // layers carry those flips on: FP8_FLIP of the logits' size (measured on an H100: 0.21 on
+    // logits up to 4). A wrong scale or layout moves logits by their own size.
     for (int b = 1; b < nb; b++) {
         double d = 0, mag = 0;
         int finite = 1;
@@ -264,7 +267,7 @@ static void s_dummy(ls_quant_t quant) {
             d = fmax(d, fabs((double)lg[0][i] - lg[b][i]));
             mag = fmax(mag, fabs((double)lg[0][i]));
         }
-        s_check(finite && d <= s_tol(LS_DTYPE_BF16) * fmax(1.0, mag / 4),
+        s_check(finite && d <= (fp8 && !g_cpu ? FP8_FLIP * mag : s_tol(LS_DTYPE_BF16) * fmax(1.0, mag / 4)),
                 "dummy loader (bf16 config JSON%s): %s vs cpu backend, prefill + decode logits: "
                 "max|Δ| %.3e over logits up to %.2f", !fp8 ? "" : g_cpu ? ", fp8"
                 : outer[b] ? ", fp8, GEMM's own scales" : ", fp8, scales after the GEMM", be[b]->name, d, mag);
@@ -303,13 +306,14 @@ static void s_fp8(void) {
             "bf16 model's answers (bound %.0f%%)", d.requests - d.mismatches, d.requests, 100 * FP8_DEMO);
     ls_backend_destroy(&be);
     // mixes over FP8 projections (test_fp8.c's test_mix_fp8): the bf16 difference of s_mix,
-    // plus the next layers' activation quantization, which that difference may round the other
-    // way here and there: twice s_mix's bound
+    // which the next layers' activation quantization rounds the other way here and there, as
+    // the dummy model's GPU-vs-CPU check: FP8_FLIP of the logits' size (measured on an H100:
+    // 0.13 on logits up to 3.8)
     be = s_backend();
     ec_mix_t mx;
-    double tol = 2 * s_tol(LS_DTYPE_BF16);
-    if (ec_mix(be, LS_QUANT_FP8, s_fixtures(), "llama", tol, &mx, err, sizeof err) < 0)
+    if (ec_mix(be, LS_QUANT_FP8, s_fixtures(), "llama", 1e-3, &mx, err, sizeof err) < 0)  // PEFT's mixes: not compared
         s_die("mix fp8", err);
+    double tol = FP8_FLIP * mx.mix_mag;
     s_check(mx.steps_compared == 9 && mx.mix_max <= tol && mx.mix_mag > 1.0 && mx.single_max <= tol &&
             mx.refused == 5, "mix llama fp8: %d of 9 steps compared: mixed rows against the cat adapters max|Δ| "
             "%.3e (logits up to %.2f), rows beside them max|Δ| %.3e (bound %.0e); %d of 5 malformed mixes refused",

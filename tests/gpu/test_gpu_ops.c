@@ -460,7 +460,12 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     ls_backend_cuda_set_fp8_outer(s_gpu, 1);
     snprintf(name, sizeof name, "matmul_fp8 T=%d %dx%d%s%s, %s", T, in, out,
              bias ? " +bias:" : "", bias ? s_dtn(bdt) : "", outer ? "GEMM scales" : "scales after");
-    s_check(name, g, c, ny, 1e-10, 1e-4);
+    // The products of E4M3 codes are exact, but Hopper's FP8 tensor cores add them with fewer
+    // bits than fp32 (about 14: DeepSeek-V3's report measures it on H800s), where the CPU
+    // reference sums in fp32: measured on an H100, NMSE 1e-8 to 3e-8 and the largest error
+    // 0.05% to 0.34% of the row's largest |y|, whichever path applies the scales. A wrong
+    // scale, code or layout is off by the size of y itself.
+    s_check(name, g, c, ny, 1e-6, 1e-2);
     s_pb_free(&w), s_pb_free(&ws), s_pb_free(&x), s_pb_free(&xq), s_pb_free(&xs);
     s_pb_free(&y), s_pb_free(&b);
     free(hw), free(hws), free(hx), free(hb), free(codes), free(nan), free(c), free(g);
