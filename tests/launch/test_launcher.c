@@ -860,7 +860,8 @@ static void test_their_flags(void **unused) {
              LS_DEMO_DIR);
     const char *extra[] = {"--model-path", LS_DEMO_DIR, "--max-lora-rank", "16", "--lora-roots", LS_DEMO_DIR "/adapters",
                            "--lora-paths", plain, pinned, sglang, "--lora-modules", vllm, "--max-loras", "3",
-                           "--max-cpu-loras", "6", "--enable-lora", "--lora-backend", "triton", NULL};
+                           "--max-cpu-loras", "6", "--enable-lora", "--lora-backend", "triton",
+                           "--disable-overlap-schedule", NULL};
     launch_t l;
     s_launch(&l, "their", LS_BIN_DIR, extra);
     cJSON *g = s_wait_graph(&l, 30);
@@ -887,6 +888,20 @@ static void test_their_flags(void **unused) {
             fail_msg("completion with %s: %s", want[i], body);
     }
     cJSON_Delete(models);
+    // A switch reaches the actors that take it, as a bare flag, and no other.
+    const char *kinds[] = {"scheduler", "worker-0"};
+    for (int i = 0; i < 2; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", cJSON_GetObjectItem(s_actor(g, kinds[i]), "pid")->valueint);
+        size_t len = 0;
+        char *cmd = tu_read_file(path, &len);
+        assert_non_null(cmd);
+        bool has = false;
+        for (size_t k = 0; k < len; k += strlen(cmd + k) + 1)
+            has |= !strcmp(cmd + k, "--disable-overlap-schedule");
+        assert_int_equal(has, i == 0);
+        free(cmd);
+    }
     static char metrics[1 << 17];
     assert_int_equal(s_http_get(port, "/metrics", metrics, sizeof metrics), 200);
     assert_contains(metrics, "vllm:lora_requests_info{max_lora=\"3\"");
