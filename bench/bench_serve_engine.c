@@ -340,7 +340,11 @@ int main(int argc, char **argv) {
     bs_workload_cfg_t wc = {.num_prompts = total, .input_len = s_d.input_len, .output_len = s_d.output_len,
                             .range_ratio = s_d.range_ratio, .vocab_size = (uint32_t)cfg->vocab_size, .dist = dist,
                             .request_rate = 0, .seed = (uint64_t)s_d.seed};
-    if (!(s_d.wl = bs_workload_new(&wc, (const char *const *)names, (size_t)s_d.num_adapters, err, sizeof err))) {
+    s_d.wl = bs_workload_new(&wc, (const char *const *)names, (size_t)s_d.num_adapters, err, sizeof err);
+    for (int a = 0; a < s_d.num_adapters; a++)  // the workload keeps copies
+        free(names[a]);
+    free(names);
+    if (!s_d.wl) {
         fprintf(stderr, "workload: %s\n", err);
         return 2;
     }
@@ -451,6 +455,7 @@ int main(int argc, char **argv) {
         FILE *f = fopen(s_d.output_file, "a");
         if (!f) {
             fprintf(stderr, "--output-file %s: cannot open\n", s_d.output_file);
+            free(ttft), free(e2e);
             return 1;
         }
         fprintf(f,
@@ -468,5 +473,6 @@ int main(int argc, char **argv) {
                 step_s, sched_s, dur - step_s - sched_s, pf_steps, pf_s, pf_tokens, captured, replayed);
         fclose(f);
     }
+    free(ttft), free(e2e);
     return s_d.failed ? 1 : 0;
 }

@@ -1153,7 +1153,7 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
             *ctx_lens = q_indptr + S + 1, *tables = ctx_lens + S,
             *rows = tables + (size_t)S * max_blocks, *mark = rows + R, *passes = mark + S,
             *logit_slots = passes + (size_t)P * (T + 2 * (size_t)S + 1);
-    float *logit_scales = self->meta_w + (size_t)P * S;
+    float *logit_scales = self->meta_w ? self->meta_w + (size_t)P * S : NULL;  // NULL: no sequence yet
     q_indptr[0] = 0;
     int r = 0;
     for (int s = 0; s < S; s++) {

@@ -316,6 +316,8 @@ static int s_write_cat(const char *dir, const ls_model_config_t *cfg, ls_adapter
             int at = 0;
             for (int i = 0; i < n; i++) {
                 const ls_lora_weights_t *lw = ls_adapter_layer_target(ads[i], l, (ls_target_t)tg);
+                if (!lw->rank)
+                    continue;  // this adapter leaves the target alone: no A or B
                 float f = w[i] * lw->scaling;
                 for (size_t k = 0; k < (size_t)lw->rank * in; k++)
                     a[(size_t)at * in + k] = f * lw->A[k];
