@@ -44,26 +44,30 @@ static float s_fp8_scale(const float *x, int cols) {
     return amax > 0.0f ? amax / 448.0f : 1.0f;
 }
 
-// q is (rows, cols), scale is (rows), x is (rows, cols)
-void ls_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols) {
-    assert(q && scale && x && rows >= 0 && cols > 0);
+// The two forms of ls_fp8_quantize_rows: codes into q, or (q NULL) their values into wide.
+// q or wide is (rows, cols), scale is (rows), x is (rows, cols)
+static void s_fp8_quantize(uint8_t *q, float *wide, float *scale, const float *x, int rows,
+                           int cols) {
+    assert((q || wide) && scale && x && rows >= 0 && cols > 0);
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * cols;
         float s = scale[r] = s_fp8_scale(xr, cols);
-        for (int c = 0; c < cols; c++)
-            q[(size_t)r * cols + c] = ls_e4m3_from_f32(xr[c] / s);
+        for (int c = 0; c < cols; c++) {
+            uint8_t code = ls_e4m3_from_f32(xr[c] / s);
+            if (q)
+                q[(size_t)r * cols + c] = code;
+            else
+                wide[(size_t)r * cols + c] = ls_e4m3_to_f32(code);
+        }
     }
 }
 
-// xq is (rows, cols), scale is (rows), x is (rows, cols)
+void ls_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols) {
+    s_fp8_quantize(q, NULL, scale, x, rows, cols);
+}
+
 void ls_fp8_quantize_rows_f32(float *xq, float *scale, const float *x, int rows, int cols) {
-    assert(xq && scale && x && rows >= 0 && cols > 0);
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * cols;
-        float s = scale[r] = s_fp8_scale(xr, cols);
-        for (int c = 0; c < cols; c++)
-            xq[(size_t)r * cols + c] = ls_e4m3_to_f32(ls_e4m3_from_f32(xr[c] / s));
-    }
+    s_fp8_quantize(NULL, xq, scale, x, rows, cols);
 }
 
 // y is (T, out), xq is (T, in), x_scale is (T), x is (T, in) or NULL, w is (out, in),

@@ -398,13 +398,12 @@ cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_s
     if (C % (32 * S_RMS_EPT) == 0 && reg_threads <= 1024 && aligned) {
         if (!lp) {
             LS_CU_DISPATCH(w_dt, TW,
-                k_rmsnorm_reg<TW, float><<<T, reg_threads, 0, stream>>>(out, NULL, q, qs, residual,
-                                                                        x, x2, (const TW *)w, C, eps));
+                k_rmsnorm_reg<TW, float><<<T, reg_threads, 0, stream>>>(
+                    out, NULL, q, qs, residual, x, x2, (const TW *)w, C, eps));
         } else {
             LS_CU_DISPATCH(w_dt, TW, LS_CU_DISPATCH(lp_dt, TL,
-                k_rmsnorm_reg<TW, TL><<<T, reg_threads, 0, stream>>>(out, (TL *)lp, NULL, NULL,
-                                                                     residual, x, x2, (const TW *)w,
-                                                                     C, eps)));
+                k_rmsnorm_reg<TW, TL><<<T, reg_threads, 0, stream>>>(
+                    out, (TL *)lp, NULL, NULL, residual, x, x2, (const TW *)w, C, eps)));
         }
         LS_CU_CHECK_LAUNCH();
     }

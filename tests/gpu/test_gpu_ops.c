@@ -588,7 +588,7 @@ static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual,
     s_pb_set(&w, 0, hw, C);
     s_pb_set(&x2, 0, h2, n);
     s_pb_t *o = alias ? &x : &out;
-    bool q = add2 && fp8;
+    int q = add2 && fp8;
     s_cpu->rmsnorm(s_cpu, s_vc(o, 0), add2 ? s_vc(&lp, 0) : LS_VIEW_NONE,
                    q ? s_vc(&lps, 0) : LS_VIEW_NONE, residual ? s_vc(&res, 0) : LS_VIEW_NONE,
                    s_vc(&x, 0), add2 ? s_vc(&x2, 0) : LS_VIEW_NONE, s_vc(&w, 0), T, C, 1e-5f);
@@ -1455,8 +1455,8 @@ static void test_two_steps(t_rng_t *r) {
             ls_buffer_t *A = i ? act.g : act.c;
 #define V_(pb) ls_view(i ? (pb).g : (pb).c, 0)
             B->embedding(B, ls_view(A, o_h), V_(tab), C, 0, VOCAB);
-            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, LS_VIEW_NONE, ls_view(A, o_h),
-                       LS_VIEW_NONE, V_(nw), T, C, 1e-5f);
+            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, LS_VIEW_NONE, LS_VIEW_NONE,
+                       ls_view(A, o_h), LS_VIEW_NONE, V_(nw), T, C, 1e-5f);
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
             B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX, 0);
             B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX, 0);
