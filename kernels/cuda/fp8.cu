@@ -45,29 +45,33 @@ cudaError_t ls_cu_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, in
     LS_CU_CHECK_LAUNCH();
 }
 
-// y is (T, out), x_scale (T), w_scale (out), bias (out) or NULL; grid-stride over y
+// y is (T, out), x_scale (T), w_scale (out), bias (out) or NULL. A thread per output
+// channel (blockIdx.x) over rows (blockIdx.y, grid-stride): the channel's scale and bias are
+// read once, and no element index is divided back into its row and column.
 template <typename TB>
 __global__ void k_fp8_scale(float *y, const float *x_scale, const float *w_scale,
                             const TB *bias, int T, int out) {
-    size_t n = (size_t)T * out;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int t = (int)(k / out), o = (int)(k % out);
-        float v = __fmul_rn(__fmul_rn(y[k], x_scale[t]), w_scale[o]);
-        y[k] = bias ? __fadd_rn(v, ls_to_f(bias[o])) : v;
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= out)
+        return;
+    float ws = w_scale[o], b = bias ? ls_to_f(bias[o]) : 0.0f;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        size_t k = (size_t)t * out + o;
+        float v = __fmul_rn(__fmul_rn(y[k], x_scale[t]), ws);
+        y[k] = bias ? __fadd_rn(v, b) : v;
     }
 }
 
 cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale,
                             const void *bias, ls_cu_dtype_t bias_dt, int T, int out,
                             cudaStream_t stream) {
-    size_t n = (size_t)T * out;
-    if (n == 0)
+    if (T == 0 || out == 0)
         return cudaSuccess;
     if (!bias)
         bias_dt = LS_CU_F32;
+    dim3 grid((unsigned)(out + 255) / 256, (unsigned)(T < 65535 ? T : 65535));
     LS_CU_DISPATCH(bias_dt, TB,
-        k_fp8_scale<TB><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
-            y, x_scale, w_scale, (const TB *)bias, T, out));
+        k_fp8_scale<TB><<<grid, 256, 0, stream>>>(y, x_scale, w_scale, (const TB *)bias, T,
+                                                  out));
     LS_CU_CHECK_LAUNCH();
 }
