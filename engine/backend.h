@@ -157,18 +157,24 @@ struct ls_backend {
     // y (T, out) = x (T, in) · w (out, in)ᵀ + bias in FP8 (W8A8, kernels/ops.h
     // ls_matmul_fp8_forward): x (fp32) is quantized row by row into xq (T, in; an F8E4M3
     // buffer) with x_scale (T, F32) its per-token scales — scratch the caller provides,
-    // holding them afterwards; w is an F8E4M3 buffer with w_scale (out, F32) its
-    // per-channel scales; bias may be LS_VIEW_NONE. in must be a multiple of 16 (the FP8
-    // tensor-core GEMM's alignment; the loader checks it)
+    // holding them afterwards; x LS_VIEW_NONE: xq and x_scale hold x's quantized rows
+    // already (an rmsnorm's or silu_mul's out_lp and out_scale), so no quantizing pass
+    // runs. w is an F8E4M3 buffer with w_scale (out, F32) its per-channel scales; bias may
+    // be LS_VIEW_NONE. in must be a multiple of 16 (the FP8 tensor-core GEMM's alignment;
+    // the loader checks it)
     void (*matmul_fp8)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t xq,
                        ls_view_t x_scale, ls_view_t w, ls_view_t w_scale, ls_view_t bias, int T,
                        int in, int out);
     // out (T, C) = rmsnorm(x (+ residual)) * w (C); residual (T, C) updated, or NONE;
     // x2 (T, C), or NONE, is added into x first (as if x were x + x2). out_lp (T, C), or
     // NONE: out once more, in out_lp's dtype (rounded as buffer_upload would round it) —
-    // the input of the matmul that follows, made here rather than by that matmul
-    void (*rmsnorm)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t residual,
-                    ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C, float eps);
+    // the input of the matmul that follows, made here rather than by that matmul. An
+    // F8E4M3 out_lp gets out's rows quantized per token as matmul_fp8 quantizes them
+    // (ls_fp8_quantize_rows of exactly the fp32 values written to out), their scales going
+    // to out_scale (T, F32); out_scale is NONE for any other out_lp
+    void (*rmsnorm)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
+                    ls_view_t residual, ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C,
+                    float eps);
     // in place on x (T, row_stride) holding (n_heads, head_dim); w (head_dim)
     void (*rmsnorm_heads)(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
                           int n_heads, int head_dim, int row_stride, float eps);
@@ -178,9 +184,9 @@ struct ls_backend {
                  int n_heads, int head_dim, int row_stride);
     // out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]; delta (T, 2*inter),
     // or NONE, is added into gate_up first (as if gate_up were gate_up + delta); out_lp
-    // (T, inter), or NONE: out once more in out_lp's dtype, as rmsnorm's
-    void (*silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
-                     ls_view_t delta, int T, int inter);
+    // (T, inter) and out_scale (T), or NONE: out once more in out_lp's dtype, as rmsnorm's
+    void (*silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
+                     ls_view_t gate_up, ls_view_t delta, int T, int inter);
     // y (n) += x (n)
     void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
     // step: caches (slots, n_kv_heads*head_dim)[slot_mapping] = k, v (T, row_stride); v2

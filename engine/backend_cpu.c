@@ -244,21 +244,29 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
 static void s_matmul_fp8(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t xq,
                          ls_view_t x_scale, ls_view_t w, ls_view_t w_scale, ls_view_t bias,
                          int T, int in, int out) {
-    ls_matmul_fp8_forward(s_f32(y), s_f32(xq), s_f32(x_scale), s_f32(x), s_f32(w),
+    ls_matmul_fp8_forward(s_f32(y), s_f32(xq), s_f32(x_scale), s_f32_opt(x), s_f32(w),
                           s_f32(w_scale), s_f32_opt(bias), T, in, out);
 }
 
-// out_lp: every buffer here stores f32, so the low-precision copy is an exact copy
-static void s_copy_lp(ls_view_t out_lp, ls_view_t out, size_t n) {
-    if (out_lp.buf)
-        memcpy(s_f32(out_lp), s_f32(out), n * sizeof(float));
+// out_lp: every buffer here stores f32, so the low-precision copy is an exact copy, and an
+// F8E4M3 one out's rows quantized (their E4M3 values in fp32) with their scales in out_scale
+static void s_copy_lp(ls_view_t out_lp, ls_view_t out_scale, ls_view_t out, int rows,
+                      int cols) {
+    if (!out_lp.buf)
+        return;
+    assert((out_lp.buf->dtype == LS_DTYPE_F8E4M3) == (out_scale.buf != NULL));
+    if (out_scale.buf)
+        ls_fp8_quantize_rows_f32(s_f32(out_lp), s_f32(out_scale), s_f32(out), rows, cols);
+    else
+        memcpy(s_f32(out_lp), s_f32(out), (size_t)rows * cols * sizeof(float));
 }
 
-static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t residual,
-                      ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C, float eps) {
+static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
+                      ls_view_t residual, ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C,
+                      float eps) {
     ls_rmsnorm_forward(s_f32(out), s_f32_opt(residual), s_f32(x), s_f32_opt(x2), s_f32(w), T,
                        C, eps);
-    s_copy_lp(out_lp, out, (size_t)T * C);
+    s_copy_lp(out_lp, out_scale, out, T, C);
 }
 
 static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
@@ -273,10 +281,10 @@ static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_
                     st->n_tokens, n_heads, head_dim, row_stride);
 }
 
-static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
-                       ls_view_t delta, int T, int inter) {
+static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
+                       ls_view_t gate_up, ls_view_t delta, int T, int inter) {
     ls_silu_mul_forward(s_f32(out), s_f32(gate_up), s_f32_opt(delta), T, inter);
-    s_copy_lp(out_lp, out, (size_t)T * inter);
+    s_copy_lp(out_lp, out_scale, out, T, inter);
 }
 
 static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {

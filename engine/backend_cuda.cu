@@ -943,8 +943,8 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
         s_note(c, ls_cu_bias_add(yp, s_ptr(bias), s_dt(bias), T, out, c->stream));
 }
 
-// x quantized per token into xq / x_scale (ls_cu_fp8_quantize_rows), then the FP8 GEMM
-// (fp8_gemm.h) with its scales and bias.
+// x quantized per token into xq / x_scale (ls_cu_fp8_quantize_rows; x NONE: the op before
+// wrote them), then the FP8 GEMM (fp8_gemm.h) with its scales and bias.
 static void s_matmul_fp8(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t xq,
                          ls_view_t x_scale, ls_view_t w, ls_view_t w_scale, ls_view_t bias, int T,
                          int in, int out) {
@@ -958,28 +958,41 @@ static void s_matmul_fp8(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
     int sms = s_gemm_sms(c, in, out);
     const void *bp = bias.buf ? s_ptr(bias) : NULL;
     int bdt = bias.buf ? (int)s_dt(bias) : -1;
-    if (s_rec(c, (int)S_OP_MATMUL_FP8, s_f32(y), s_f32(x), s_ptr(xq), s_f32(x_scale), s_ptr(w),
+    const float *xp = x.buf ? s_f32(x) : NULL;
+    if (s_rec(c, (int)S_OP_MATMUL_FP8, s_f32(y), xp, s_ptr(xq), s_f32(x_scale), s_ptr(w),
               s_f32(w_scale), bp, bdt, T, in, out, sms))
         return;
-    s_note(c, ls_cu_fp8_quantize_rows((uint8_t *)s_ptr(xq), s_f32(x_scale), s_f32(x), T, in,
-                                      c->stream));
+    if (xp)
+        s_note(c, ls_cu_fp8_quantize_rows((uint8_t *)s_ptr(xq), s_f32(x_scale), xp, T, in,
+                                          c->stream));
     if (ls_fp8_gemm_run(c->fp8, s_f32(y), s_ptr(xq), s_f32(x_scale), s_ptr(w), s_f32(w_scale),
                         bp, bdt, T, in, out, sms, c->blas_ws, S_BLAS_WS, c->stream) != 0)
         s_note_blas(c, CUBLAS_STATUS_EXECUTION_FAILED);
 }
 
-static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t residual,
-                      ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C, float eps) {
+// An out_lp view's pointer, dtype (-1: none) and, F8E4M3, its scales' pointer (backend.h
+// rmsnorm's out_lp and out_scale).
+static void *s_lp_args(ls_view_t out_lp, ls_view_t out_scale, int *dt, float **scale) {
+    assert((out_lp.buf && out_lp.buf->dtype == LS_DTYPE_F8E4M3) == (out_scale.buf != NULL));
+    *dt = out_lp.buf ? (int)s_dt(out_lp) : -1;
+    *scale = out_scale.buf ? s_f32(out_scale) : NULL;
+    return out_lp.buf ? s_ptr(out_lp) : NULL;
+}
+
+static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
+                      ls_view_t residual, ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C,
+                      float eps) {
     s_cuda_t *c = s_ctx(self);
     float *res = residual.buf ? s_f32(residual) : NULL;
     const float *add = x2.buf ? s_f32(x2) : NULL;
-    void *lp = out_lp.buf ? s_ptr(out_lp) : NULL;
-    int lp_dt = out_lp.buf ? (int)s_dt(out_lp) : -1;
-    if (s_rec(c, (int)S_OP_RMSNORM, s_f32(out), lp, lp_dt, res, s_f32(x), add, s_ptr(w),
+    int lp_dt;
+    float *lps;
+    void *lp = s_lp_args(out_lp, out_scale, &lp_dt, &lps);
+    if (s_rec(c, (int)S_OP_RMSNORM, s_f32(out), lp, lp_dt, lps, res, s_f32(x), add, s_ptr(w),
               (int)s_dt(w), T, C, eps))
         return;
-    s_note(c, ls_cu_rmsnorm(s_f32(out), lp, (ls_cu_dtype_t)lp_dt, res, s_f32(x), add, s_ptr(w),
-                            s_dt(w), T, C, eps, c->stream));
+    s_note(c, ls_cu_rmsnorm(s_f32(out), lp, (ls_cu_dtype_t)lp_dt, lps, res, s_f32(x), add,
+                            s_ptr(w), s_dt(w), T, C, eps, c->stream));
 }
 
 static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
@@ -1003,16 +1016,17 @@ static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_
                          n_heads, head_dim, row_stride, c->stream));
 }
 
-static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
-                       ls_view_t delta, int T, int inter) {
+static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
+                       ls_view_t gate_up, ls_view_t delta, int T, int inter) {
     s_cuda_t *c = s_ctx(self);
     const float *d = delta.buf ? s_f32(delta) : NULL;
-    void *lp = out_lp.buf ? s_ptr(out_lp) : NULL;
-    int lp_dt = out_lp.buf ? (int)s_dt(out_lp) : -1;
-    if (s_rec(c, (int)S_OP_SILU_MUL, s_f32(out), lp, lp_dt, s_f32(gate_up), d, T, inter))
+    int lp_dt;
+    float *lps;
+    void *lp = s_lp_args(out_lp, out_scale, &lp_dt, &lps);
+    if (s_rec(c, (int)S_OP_SILU_MUL, s_f32(out), lp, lp_dt, lps, s_f32(gate_up), d, T, inter))
         return;
-    s_note(c, ls_cu_silu_mul(s_f32(out), lp, (ls_cu_dtype_t)lp_dt, s_f32(gate_up), d, T, inter,
-                             c->stream));
+    s_note(c, ls_cu_silu_mul(s_f32(out), lp, (ls_cu_dtype_t)lp_dt, lps, s_f32(gate_up), d, T,
+                             inter, c->stream));
 }
 
 static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {

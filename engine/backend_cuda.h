@@ -18,9 +18,10 @@
       fp32 accumulation, the fp32 activations rounded once to bf16 (f16) on the way in, by
       the matmul or, for an out_lp input, by the op that made it (the same rounding: the
       same bits) — the only place where the CUDA backend rounds activations;
-    - matmul_fp8: the fp32 activations quantized per token to E4M3 (ls_cu_fp8_quantize_rows,
-      the CPU reference's bits), then an E4M3 x E4M3 -> fp32 GEMM on cuBLASLt with the
-      per-token and per-channel scales (engine/fp8_gemm.h);
+    - matmul_fp8: the fp32 activations quantized per token to E4M3 (the CPU reference's
+      bits) by the op that made them (rmsnorm's, silu_mul's out_lp) or else by a pass of
+      its own (ls_cu_fp8_quantize_rows), then an E4M3 x E4M3 -> fp32 GEMM on cuBLASLt
+      with the per-token and per-channel scales (engine/fp8_gemm.h);
     - KV cache: the dtype of the cache buffers (BF16 recommended; F32 works too).
 
     Step metadata is packed into one pinned host block and copied to the device with one

@@ -1242,11 +1242,24 @@ static ls_view_t s_w(ls_buffer_t *buf) {
 // Whether rmsnorm and silu_mul also write their output in the weights' dtype (the LP
 // workspace) for the matmul after them: so the activations are rounded by the op that
 // makes them, not by a conversion pass of the matmul's own (fp32 weights: no rounding).
+// FP8 models have them write the quantized rows instead (s_lp).
 static bool s_lp_on(const ls_model_t *self) {
-    return self->weight_dtype != LS_DTYPE_F32 && !self->fp8; // FP8 quantizes fp32 x itself
+    return self->weight_dtype != LS_DTYPE_F32 && !self->fp8;
 }
 
-// The input of a matmul over weights w: the LP copy when it holds w's dtype, else x.
+// The out_lp and out_scale views rmsnorm and silu_mul write for the matmul after them:
+// the LP copy; or, FP8, the quantized rows and their scales in the XQ and XS workspaces,
+// which that matmul_fp8 then reads as they are instead of quantizing x in a pass of its own
+// (the o projection, after attention, still quantizes its input itself).
+static void s_lp(const ls_model_t *self, ls_view_t *lp, ls_view_t *lp_scale) {
+    *lp = s_lp_on(self) ? s_w(self->ws[S_WS_LP])
+          : self->fp8   ? s_w(self->ws[S_WS_XQ])
+                        : LS_VIEW_NONE;
+    *lp_scale = self->fp8 ? s_w(self->ws[S_WS_XS]) : LS_VIEW_NONE;
+}
+
+// The input of a matmul over weights w: the LP copy (or the quantized rows) when it holds
+// w's dtype, else x.
 static ls_view_t s_mm_in(const ls_buffer_t *w, ls_view_t x, ls_view_t lp) {
     return lp.buf && w && w->dtype == lp.buf->dtype ? lp : x;
 }
@@ -1303,13 +1316,15 @@ static void s_lora_embed(ls_model_t *self, const ls_lora_pool_t *pool, const ls_
 }
 
 // The base GEMM of a projection: y (T, out) = x (T, in) · wᵀ + bias, reading x_mm (x
-// itself, or its copy in w's dtype: s_mm_in); FP8 (w_scale given): x quantized per token.
+// itself, or its copy in w's dtype: s_mm_in); FP8 (w_scale given): x quantized per token,
+// unless x_mm is already x's quantized rows (s_lp).
 static void s_matmul(ls_model_t *self, ls_view_t y, ls_view_t x, ls_view_t x_mm, ls_view_t w,
                      ls_view_t w_scale, ls_view_t bias, int T, int in, int out) {
     ls_backend_t *be = self->be;
     if (w_scale.buf)
-        be->matmul_fp8(be, y, x, s_w(self->ws[S_WS_XQ]), s_w(self->ws[S_WS_XS]), w, w_scale,
-                       bias, T, in, out);
+        be->matmul_fp8(be, y, x_mm.buf->dtype == LS_DTYPE_F8E4M3 ? LS_VIEW_NONE : x,
+                       s_w(self->ws[S_WS_XQ]), s_w(self->ws[S_WS_XS]), w, w_scale, bias, T, in,
+                       out);
     else
         be->matmul(be, y, x_mm, w, bias, T, in, out, 0);
 }
@@ -1465,7 +1480,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
               v = ls_view(qkv.buf, (size_t)(self->q_dim + self->kv_dim));
     ls_view_t inv_freq = s_w(self->inv_freq);
     ls_view_t delta = LS_VIEW_NONE; // a LoRA delta s_proj left for the next op to fold in
-    ls_view_t lp = s_lp_on(self) ? s_w(self->ws[S_WS_LP]) : LS_VIEW_NONE;
+    ls_view_t lp, lps;
+    s_lp(self, &lp, &lps);
 
     be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->shard.vocab0, self->shard.vocab);
     if (s_reduce(self, x, TH, err, errlen) != 0)
@@ -1474,8 +1490,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
         // x += y (+ its LoRA delta: the previous layer's MLP output); h = rmsnorm(x)
-        be->rmsnorm(be, h, lp, l ? x : LS_VIEW_NONE, l ? y : x, delta, s_w(w[S_ATTN_NORM]), n,
-                    H, eps);
+        be->rmsnorm(be, h, lp, lps, l ? x : LS_VIEW_NONE, l ? y : x, delta,
+                    s_w(w[S_ATTN_NORM]), n, H, eps);
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_mm_in(w[S_QKV], h, lp),
                        s_w(w[S_QKV]), s_w(w[S_QKV_SCALE]), s_w(w[S_QKV_BIAS]), n, H,
                        self->qkv_dim);
@@ -1507,11 +1523,11 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
         // x += y (+ delta: attention output); h = rmsnorm(x)
-        be->rmsnorm(be, h, lp, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
+        be->rmsnorm(be, h, lp, lps, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h,
                        s_mm_in(w[S_GATE_UP], h, lp), s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_SCALE]),
                        s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I);
-        be->silu_mul(be, act, lp, gate_up, delta, n, I);
+        be->silu_mul(be, act, lp, lps, gate_up, delta, n, I);
         // the down delta goes into the next rmsnorm (the next layer's or the final one)
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act,
                        s_mm_in(w[S_DOWN], act, lp), s_w(w[S_DOWN]), s_w(w[S_DOWN_SCALE]),
@@ -1521,7 +1537,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
     }
-    be->rmsnorm(be, h, LS_VIEW_NONE, x, y, delta, s_w(self->global[S_FINAL_NORM]), n, H, eps);
+    be->rmsnorm(be, h, LS_VIEW_NONE, LS_VIEW_NONE, x, y, delta,
+                s_w(self->global[S_FINAL_NORM]), n, H, eps);
     if (R > 0) {
         ls_buffer_t *head = self->global[S_LM_HEAD] ? self->global[S_LM_HEAD]
                                                     : self->global[S_EMBED];

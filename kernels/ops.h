@@ -55,13 +55,17 @@ void ls_matmul_forward(float *y, const float *x, const float *w, const float *bi
 // of the GEMM is exact in fp32 and only the scales and the summation round.
 // q is (rows, cols), scale is (rows), x is (rows, cols)
 void ls_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols);
+// The same with the codes stored as their E4M3 values in fp32 (as the CPU backend holds an
+// F8E4M3 buffer). xq is (rows, cols), scale is (rows), x is (rows, cols)
+void ls_fp8_quantize_rows_f32(float *xq, float *scale, const float *x, int rows, int cols);
 
 // y = (xq · wqᵀ)[t][o] · x_scale[t] · w_scale[o] (+ bias), x's rows quantized as above
 // first, the products summed in fp32 (OpenBLAS sgemm on the exact E4M3 values).
 // y is (T, out), x is (T, in); w is (out, in) E4M3 values widened to fp32 (as the CPU
 // backend stores an F8E4M3 buffer), w_scale is (out), bias is (out) or NULL; xq (T, in)
 // and x_scale (T) are the caller's scratch and hold x's quantized rows afterwards (as
-// E4M3 values in fp32)
+// E4M3 values in fp32); x NULL: they hold them already (ls_fp8_quantize_rows_f32 of x,
+// made by the op that produced x)
 void ls_matmul_fp8_forward(float *y, float *xq, float *x_scale, const float *x,
                            const float *w, const float *w_scale, const float *bias, int T,
                            int in, int out);

@@ -44,31 +44,42 @@ static float s_fp8_scale(const float *x, int cols) {
     return amax > 0.0f ? amax / 448.0f : 1.0f;
 }
 
-// q is (rows, cols), scale is (rows), x is (rows, cols)
-void ls_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols) {
-    assert(q && scale && x && rows >= 0 && cols > 0);
+// The two forms of ls_fp8_quantize_rows: codes into q, or (q NULL) their values into wide.
+// q or wide is (rows, cols), scale is (rows), x is (rows, cols)
+static void s_fp8_quantize(uint8_t *q, float *wide, float *scale, const float *x, int rows,
+                           int cols) {
+    assert((q || wide) && scale && x && rows >= 0 && cols > 0);
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * cols;
         float s = scale[r] = s_fp8_scale(xr, cols);
-        for (int c = 0; c < cols; c++)
-            q[(size_t)r * cols + c] = ls_e4m3_from_f32(xr[c] / s);
+        for (int c = 0; c < cols; c++) {
+            uint8_t code = ls_e4m3_from_f32(xr[c] / s);
+            if (q)
+                q[(size_t)r * cols + c] = code;
+            else
+                wide[(size_t)r * cols + c] = ls_e4m3_to_f32(code);
+        }
     }
 }
 
-// y is (T, out), xq is (T, in), x_scale is (T), x is (T, in), w is (out, in), w_scale is
-// (out), bias is (out) or NULL
+void ls_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols) {
+    s_fp8_quantize(q, NULL, scale, x, rows, cols);
+}
+
+void ls_fp8_quantize_rows_f32(float *xq, float *scale, const float *x, int rows, int cols) {
+    s_fp8_quantize(NULL, xq, scale, x, rows, cols);
+}
+
+// y is (T, out), xq is (T, in), x_scale is (T), x is (T, in) or NULL, w is (out, in),
+// w_scale is (out), bias is (out) or NULL
 void ls_matmul_fp8_forward(float *y, float *xq, float *x_scale, const float *x,
                            const float *w, const float *w_scale, const float *bias, int T,
                            int in, int out) {
-    assert(y && xq && x_scale && x && w && w_scale && T >= 0 && in > 0 && out > 0);
+    assert(y && xq && x_scale && w && w_scale && T >= 0 && in > 0 && out > 0);
     if (T == 0)
         return;
-    for (int t = 0; t < T; t++) {
-        const float *xt = x + (size_t)t * in;
-        float s = x_scale[t] = s_fp8_scale(xt, in);
-        for (int c = 0; c < in; c++)
-            xq[(size_t)t * in + c] = ls_e4m3_to_f32(ls_e4m3_from_f32(xt[c] / s));
-    }
+    if (x)
+        ls_fp8_quantize_rows_f32(xq, x_scale, x, T, in);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, xq, in, w, in,
                 0.0f, y, out);
     for (int t = 0; t < T; t++) {

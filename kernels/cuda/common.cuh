@@ -92,6 +92,37 @@ template <typename T> __device__ T ls_block_sum(T v, T *scratch) {
     return ls_warp_sum(v);
 }
 
+// Max over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// scratch holds 32 floats. Contains __syncthreads: call from all threads.
+__device__ __forceinline__ float ls_block_max(float v, float *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads(); // scratch may still be read by a previous call
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    v = lane < nw ? scratch[lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// FP8 rows (kernels/ops.h ls_fp8_quantize_rows): the scale of a row whose largest magnitude
+// is amax, and a value's E4M3 code under scale s. The CPU reference's steps — IEEE
+// divisions (__fdiv_rn), cvt.rn.satfinite (nearest even, saturating at ±448, NaN kept) —
+// so codes and scales agree with it bit for bit. Every kernel that quantizes a row (the
+// quantizing pass, and rmsnorm and silu_mul writing their output's codes) goes through
+// these.
+__device__ __forceinline__ float ls_fp8_row_scale(float amax) {
+    return amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+}
+__device__ __forceinline__ uint8_t ls_fp8_code(float v, float s) {
+    return (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, s), __NV_SATFINITE, __NV_E4M3);
+}
+
 // (value, id) pairs ordered by value descending, then id ascending: "a before b".
 struct ls_vid_t {
     float v;

@@ -136,6 +136,10 @@ cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, in
     LS_CU_CHECK_LAUNCH();
 }
 
+__device__ __forceinline__ float s_silu_mul(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
 // out and lp (or NULL: TL is then float and unused) are (T, inter), gate_up and delta (or
 // NULL) are (T, 2*inter)
 template <typename TL>
@@ -151,7 +155,7 @@ __global__ void k_silu_mul(float *out, TL *lp, const float *gate_up, const float
             g = __fadd_rn(g, delta[gi]);
             u = __fadd_rn(u, delta[ui]);
         }
-        float o = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+        float o = s_silu_mul(g, u);
         out[i] = o;
         if (lp)
             lp[i] = ls_from_f<TL>(o);
@@ -176,7 +180,7 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
         float gv[4] = {g.x, g.y, g.z, g.w}, uv[4] = {u.x, u.y, u.z, u.w}, o[4];
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            o[e] = __fmul_rn(__fdiv_rn(gv[e], __fadd_rn(1.0f, expf(-gv[e]))), uv[e]);
+            o[e] = s_silu_mul(gv[e], uv[e]);
         *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
         if (lp)
 #pragma unroll
@@ -185,11 +189,45 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
     }
 }
 
-cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, const float *gate_up,
-                           const float *delta, int T, int inter, cudaStream_t stream) {
+// k_silu_mul with the output's E4M3 codes q (T, inter) and row scales qs (T) beside out:
+// the input of the FP8 down projection, made here instead of by a quantizing pass over out
+// (which would read the row back in a launch of its own). One block per row, as the row's
+// amax is needed before its first code; each thread reads back the out values it wrote.
+__global__ void k_silu_mul_fp8(float *out, uint8_t *q, float *qs, const float *gate_up,
+                               const float *delta, int inter) {
+    __shared__ float part[32];
+    size_t row = blockIdx.x;
+    const float *gr = gate_up + row * 2 * inter, *dr = delta ? delta + row * 2 * inter : NULL;
+    float *orow = out + row * inter;
+    float amax = 0.0f;
+    for (int c = threadIdx.x; c < inter; c += blockDim.x) {
+        float g = gr[c], u = gr[c + inter];
+        if (dr) {
+            g = __fadd_rn(g, dr[c]);
+            u = __fadd_rn(u, dr[c + inter]);
+        }
+        float o = s_silu_mul(g, u);
+        orow[c] = o;
+        amax = fmaxf(amax, fabsf(o));
+    }
+    float s = ls_fp8_row_scale(ls_block_max(amax, part));
+    if (threadIdx.x == 0)
+        qs[row] = s;
+    for (int c = threadIdx.x; c < inter; c += blockDim.x)
+        q[row * inter + c] = ls_fp8_code(orow[c], s);
+}
+
+cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,
+                           const float *gate_up, const float *delta, int T, int inter,
+                           cudaStream_t stream) {
     size_t n = (size_t)T * inter;
     if (n == 0)
         return cudaSuccess;
+    if (lp && lp_dt == LS_CU_F8E4M3) {
+        k_silu_mul_fp8<<<T, inter >= 8192 ? 1024 : 256, 0, stream>>>(
+            out, (uint8_t *)lp, lp_scale, gate_up, delta, inter);
+        LS_CU_CHECK_LAUNCH();
+    }
     if (inter % 4 == 0 && !(((uintptr_t)out | (uintptr_t)gate_up | (uintptr_t)delta) & 15)) {
         unsigned blocks4 = ls_cu_blocks(n / 4, 256);
         if (!lp) {
@@ -231,12 +269,15 @@ cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, i
 // RMSNorm
 
 // out is (T, C), lp (T, C) or NULL (TL then float, unused), residual is (T, C) or NULL,
-// x is (T, C), x2 is (T, C) or NULL, w is (C); one block per row. Each thread reads and
-// writes the same elements in both passes, so out may alias x.
+// x is (T, C), x2 is (T, C) or NULL, w is (C); q (T, C) and qs (T), or NULL: out's E4M3 codes
+// and row scales (the FP8 GEMM's input), after a third pass over the row for its amax
+// (each thread reads back the out values it wrote). One block per row. Each thread reads
+// and writes the same elements in every pass, so out may alias x.
 template <typename TW, typename TL>
-__global__ void k_rmsnorm(float *out, TL *lp, float *residual, const float *x, const float *x2,
-                          const TW *w, int C, float eps) {
+__global__ void k_rmsnorm(float *out, TL *lp, uint8_t *q, float *qs, float *residual,
+                          const float *x, const float *x2, const TW *w, int C, float eps) {
     __shared__ double scratch[32];
+    __shared__ float part[32];
     size_t row = blockIdx.x;
     const float *xr = x + row * C;
     const float *x2r = x2 ? x2 + row * C : nullptr;
@@ -253,13 +294,22 @@ __global__ void k_rmsnorm(float *out, TL *lp, float *residual, const float *x, c
     }
     ss = ls_block_sum(ss, scratch);
     float inv = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(ss / C), eps)));
+    float amax = 0.0f;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         float v = rr ? rr[i] : x2r ? __fadd_rn(xr[i], x2r[i]) : xr[i];
         float o = __fmul_rn(__fmul_rn(v, inv), ls_to_f(w[i]));
         orow[i] = o;
+        amax = fmaxf(amax, fabsf(o));
         if (lp)
             lp[row * C + i] = ls_from_f<TL>(o);
     }
+    if (!q)
+        return;
+    float s = ls_fp8_row_scale(ls_block_max(amax, part));
+    if (threadIdx.x == 0)
+        qs[row] = s;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        q[row * C + i] = ls_fp8_code(orow[i], s);
 }
 
 // k_rmsnorm with the row held in registers between the sum and the scaling, S_RMS_EPT elements
@@ -267,12 +317,16 @@ __global__ void k_rmsnorm(float *out, TL *lp, float *residual, const float *x, c
 // the kernel is latency-bound (a block per row, fewer rows than SMs), so the second pass was
 // much of it: the Llama-3-8B decode step at batch 64 (two norms a layer) 7.96 -> 7.78 ms on an
 // H100 (bench_decode_cuda, side by side). The sums and roundings are k_rmsnorm's, the double
-// sum in another order.
+// sum in another order. q and qs as k_rmsnorm's, the codes made from the registers (q 4-byte
+// aligned).
 #define S_RMS_EPT 8
 template <typename TW, typename TL>
-__global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, float *residual, const float *x,
-                                                      const float *x2, const TW *w, int C, float eps) {
+__global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, uint8_t *q, float *qs,
+                                                      float *residual, const float *x,
+                                                      const float *x2, const TW *w, int C,
+                                                      float eps) {
     __shared__ double scratch[32];
+    __shared__ float part[32];
     size_t row = blockIdx.x;
     float v[S_RMS_EPT];
     double ss = 0.0;
@@ -296,51 +350,72 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, float 
     }
     ss = ls_block_sum(ss, scratch);
     float inv = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(ss / C), eps)));
+    float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < S_RMS_EPT / 4; k++) {
         int c = (k * blockDim.x + threadIdx.x) * 4;
         size_t i = row * C + c;
-        float o[4];
+        float *o = v + 4 * k; // the row's values become the outputs in place
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            o[e] = __fmul_rn(__fmul_rn(v[4 * k + e], inv), ls_to_f(w[c + e]));
+        for (int e = 0; e < 4; e++) {
+            o[e] = __fmul_rn(__fmul_rn(o[e], inv), ls_to_f(w[c + e]));
+            amax = fmaxf(amax, fabsf(o[e]));
+        }
         *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
         if (lp)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 lp[i + e] = ls_from_f<TL>(o[e]);
     }
+    if (!q)
+        return;
+    float s = ls_fp8_row_scale(ls_block_max(amax, part));
+    if (threadIdx.x == 0)
+        qs[row] = s;
+#pragma unroll
+    for (int k = 0; k < S_RMS_EPT / 4; k++) {
+        const float *o = v + 4 * k;
+        *(uchar4 *)(q + row * C + (k * blockDim.x + threadIdx.x) * 4) =
+            make_uchar4(ls_fp8_code(o[0], s), ls_fp8_code(o[1], s), ls_fp8_code(o[2], s),
+                        ls_fp8_code(o[3], s));
+    }
 }
 
-cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *residual,
-                          const float *x, const float *x2, const void *w, ls_cu_dtype_t w_dt,
-                          int T, int C, float eps, cudaStream_t stream) {
+cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,
+                          float *residual, const float *x, const float *x2, const void *w,
+                          ls_cu_dtype_t w_dt, int T, int C, float eps, cudaStream_t stream) {
     if (T == 0)
         return cudaSuccess;
+    // an E4M3 lp: the kernels' codes and scales (q, qs), TL unused
+    uint8_t *q = lp && lp_dt == LS_CU_F8E4M3 ? (uint8_t *)lp : NULL;
+    float *qs = q ? lp_scale : NULL;
+    if (q)
+        lp = NULL;
     // the register kernel: C a whole number of warps' float4 groups, every row 16-byte aligned
     int reg_threads = C / S_RMS_EPT;
-    bool aligned = !(((uintptr_t)out | (uintptr_t)residual | (uintptr_t)x | (uintptr_t)x2) & 15);
+    bool aligned = !(((uintptr_t)out | (uintptr_t)residual | (uintptr_t)x | (uintptr_t)x2) & 15) &&
+                   !((uintptr_t)q & 3);
     if (C % (32 * S_RMS_EPT) == 0 && reg_threads <= 1024 && aligned) {
         if (!lp) {
             LS_CU_DISPATCH(w_dt, TW,
-                k_rmsnorm_reg<TW, float><<<T, reg_threads, 0, stream>>>(out, NULL, residual, x, x2,
-                                                                        (const TW *)w, C, eps));
+                k_rmsnorm_reg<TW, float><<<T, reg_threads, 0, stream>>>(
+                    out, NULL, q, qs, residual, x, x2, (const TW *)w, C, eps));
         } else {
             LS_CU_DISPATCH(w_dt, TW, LS_CU_DISPATCH(lp_dt, TL,
-                k_rmsnorm_reg<TW, TL><<<T, reg_threads, 0, stream>>>(out, (TL *)lp, residual, x, x2,
-                                                                     (const TW *)w, C, eps)));
+                k_rmsnorm_reg<TW, TL><<<T, reg_threads, 0, stream>>>(
+                    out, (TL *)lp, NULL, NULL, residual, x, x2, (const TW *)w, C, eps)));
         }
         LS_CU_CHECK_LAUNCH();
     }
     int threads = C >= 4096 ? 1024 : C >= 1024 ? 512 : 256;
     if (!lp) {
         LS_CU_DISPATCH(w_dt, TW,
-            k_rmsnorm<TW, float><<<T, threads, 0, stream>>>(out, NULL, residual, x, x2,
+            k_rmsnorm<TW, float><<<T, threads, 0, stream>>>(out, NULL, q, qs, residual, x, x2,
                                                             (const TW *)w, C, eps));
     } else {
         LS_CU_DISPATCH(w_dt, TW, LS_CU_DISPATCH(lp_dt, TL,
-            k_rmsnorm<TW, TL><<<T, threads, 0, stream>>>(out, (TL *)lp, residual, x, x2,
-                                                         (const TW *)w, C, eps)));
+            k_rmsnorm<TW, TL><<<T, threads, 0, stream>>>(out, (TL *)lp, NULL, NULL, residual, x,
+                                                         x2, (const TW *)w, C, eps)));
     }
     LS_CU_CHECK_LAUNCH();
 }

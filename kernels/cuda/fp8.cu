@@ -2,26 +2,15 @@
     ls_fp8_quantize_rows, ls_matmul_fp8_forward): per-token quantization of the GEMM's input,
     and the scales applied after a GEMM that summed without them.
 
-    Bits: the scale is amax / 448 with an IEEE division (__fdiv_rn), each value x / s with
-    another, and the conversion is cvt.rn.satfinite (round to nearest even, saturating at
-    ±448, NaN kept) — the CPU reference's steps, so codes and scales agree bit for bit.
+    Bits: common.cuh's ls_fp8_row_scale and ls_fp8_code, the CPU reference's steps. Where
+    the op before the GEMM is an RMSNorm or SiLU·mul, that kernel writes the codes itself
+    (elementwise.cu) and this pass does not run.
 */
 #include <assert.h>
 
 #include "common.cuh"
 
 enum { S_QUANT_THREADS = 256 };
-
-__device__ __forceinline__ float s_warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ uint8_t s_e4m3(float v) {
-    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
 
 // One block per row, four values a thread per step (cols % 4 == 0, rows 16-byte aligned):
 // the row's amax, then its codes. Decode rows are a few thousand values: the row stays in
@@ -37,20 +26,13 @@ __global__ void k_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, in
         float4 v = xr[i];
         amax = fmaxf(fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
     }
-    amax = s_warp_max(amax);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = amax;
-    __syncthreads();
-    int lane = threadIdx.x & 31;
-    amax = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0f;
-    amax = s_warp_max(amax); // every warp reduces the parts itself: no second barrier
-    float s = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+    float s = ls_fp8_row_scale(ls_block_max(amax, part));
     if (threadIdx.x == 0)
         scale[blockIdx.x] = s;
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
         float4 v = xr[i];
-        qr[i] = make_uchar4(s_e4m3(__fdiv_rn(v.x, s)), s_e4m3(__fdiv_rn(v.y, s)),
-                            s_e4m3(__fdiv_rn(v.z, s)), s_e4m3(__fdiv_rn(v.w, s)));
+        qr[i] = make_uchar4(ls_fp8_code(v.x, s), ls_fp8_code(v.y, s), ls_fp8_code(v.z, s),
+                            ls_fp8_code(v.w, s));
     }
 }
 
@@ -63,29 +45,33 @@ cudaError_t ls_cu_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, in
     LS_CU_CHECK_LAUNCH();
 }
 
-// y is (T, out), x_scale (T), w_scale (out), bias (out) or NULL; grid-stride over y
+// y is (T, out), x_scale (T), w_scale (out), bias (out) or NULL. A thread per output
+// channel (blockIdx.x) over rows (blockIdx.y, grid-stride): the channel's scale and bias are
+// read once, and no element index is divided back into its row and column.
 template <typename TB>
 __global__ void k_fp8_scale(float *y, const float *x_scale, const float *w_scale,
                             const TB *bias, int T, int out) {
-    size_t n = (size_t)T * out;
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        int t = (int)(k / out), o = (int)(k % out);
-        float v = __fmul_rn(__fmul_rn(y[k], x_scale[t]), w_scale[o]);
-        y[k] = bias ? __fadd_rn(v, ls_to_f(bias[o])) : v;
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= out)
+        return;
+    float ws = w_scale[o], b = bias ? ls_to_f(bias[o]) : 0.0f;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        size_t k = (size_t)t * out + o;
+        float v = __fmul_rn(__fmul_rn(y[k], x_scale[t]), ws);
+        y[k] = bias ? __fadd_rn(v, b) : v;
     }
 }
 
 cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale,
                             const void *bias, ls_cu_dtype_t bias_dt, int T, int out,
                             cudaStream_t stream) {
-    size_t n = (size_t)T * out;
-    if (n == 0)
+    if (T == 0 || out == 0)
         return cudaSuccess;
     if (!bias)
         bias_dt = LS_CU_F32;
+    dim3 grid((unsigned)(out + 255) / 256, (unsigned)(T < 65535 ? T : 65535));
     LS_CU_DISPATCH(bias_dt, TB,
-        k_fp8_scale<TB><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
-            y, x_scale, w_scale, (const TB *)bias, T, out));
+        k_fp8_scale<TB><<<grid, 256, 0, stream>>>(y, x_scale, w_scale, (const TB *)bias, T,
+                                                  out));
     LS_CU_CHECK_LAUNCH();
 }

@@ -76,20 +76,23 @@ cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, in
                            int out, cudaStream_t stream);
 
 // out (T, inter) = silu(g[:, :inter]) * g[:, inter:], g = gate_up (+ delta, or NULL); lp
-// (T, inter, lp_dt), or NULL: out rounded to lp_dt as ls_cu_convert rounds
-cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, const float *gate_up,
-                           const float *delta, int T, int inter, cudaStream_t stream);
+// (T, inter, lp_dt), or NULL: out rounded to lp_dt as ls_cu_convert rounds, or for
+// LS_CU_F8E4M3 out's rows quantized as ls_cu_fp8_quantize_rows quantizes them (codes in lp,
+// scales in lp_scale (T); else lp_scale unused)
+cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,
+                           const float *gate_up, const float *delta, int T, int inter,
+                           cudaStream_t stream);
 
 // out (n_rows, C) = x (T, C) [rows (n_rows)]
 cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, int n_rows,
                               int C, cudaStream_t stream);
 
 // out (T, C) = rmsnorm(v (+ residual)) * w (C), v = x (+ x2, or NULL); residual (T, C)
-// updated, or NULL; out may alias x; lp (T, C, lp_dt), or NULL: out rounded to lp_dt as
-// ls_cu_convert rounds
-cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *residual,
-                          const float *x, const float *x2, const void *w, ls_cu_dtype_t w_dt,
-                          int T, int C, float eps, cudaStream_t stream);
+// updated, or NULL; out may alias x; lp (T, C, lp_dt) and lp_scale, or NULL: as
+// ls_cu_silu_mul's
+cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,
+                          float *residual, const float *x, const float *x2, const void *w,
+                          ls_cu_dtype_t w_dt, int T, int C, float eps, cudaStream_t stream);
 
 // in place on x (T, row_stride) holding (n_heads, head_dim); w (head_dim)
 cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int T,

@@ -466,6 +466,22 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     // 0.05% to 0.34% of the row's largest |y|, whichever path applies the scales. A wrong
     // scale, code or layout is off by the size of y itself.
     s_check(name, g, c, ny, 1e-6, 1e-2);
+    // x handed over quantized (an rmsnorm's or silu_mul's out_lp and out_scale): no
+    // quantizing pass, the same codes, the same GEMM, the same bits
+    float *g2 = t_alloc(ny * 4);
+    s_pb_t y2 = s_pb_new(LS_DTYPE_F32, ny);
+    s_pb_set(&y2, 0, nan, ny);
+    s_gpu->matmul_fp8(s_gpu, s_vg(&y2, 0), LS_VIEW_NONE, s_vg(&xq, 0), s_vg(&xs, 0),
+                      s_vg(&w, 0), s_vg(&ws, 0), bg, T, in, out);
+    s_pb_get(&y2, 0, ny, c, g2);
+    size_t dg = 0;
+    for (size_t i = 0; i < ny; i++)
+        dg += memcmp(&g[i], &g2[i], sizeof(float)) != 0;
+    snprintf(name, sizeof name, "matmul_fp8 T=%d %dx%d, x quantized before: %zu of %zu differ", T,
+             in, out, dg, ny);
+    s_check_true(name, dg == 0);
+    free(g2);
+    s_pb_free(&y2);
     s_pb_free(&w), s_pb_free(&ws), s_pb_free(&x), s_pb_free(&xq), s_pb_free(&xs);
     s_pb_free(&y), s_pb_free(&b);
     free(hw), free(hws), free(hx), free(hb), free(codes), free(nan), free(c), free(g);
@@ -521,14 +537,48 @@ static void s_check_lp(const char *what, s_pb_t *out, s_pb_t *lp, size_t n) {
     free(c), free(g), free(lc), free(lg);
 }
 
+// An F8E4M3 lp with its scales (T rows of C of the pairs): each backend's codes and scales
+// must be exactly ls_fp8_quantize_rows of that backend's own fp32 output (the values the
+// CPU reference would quantize in matmul_fp8). The two outputs differ by ulps (the norm's
+// sum order), so the codes of the two backends may differ by one step where a value lies
+// on a rounding boundary: that count is printed, not asserted.
+static void s_check_lp_fp8(const char *what, s_pb_t *out, s_pb_t *lp, s_pb_t *lps, int T,
+                           int C) {
+    size_t n = (size_t)T * C;
+    float *c = t_alloc(n * 4), *g = t_alloc(n * 4), *lc = t_alloc(n * 4), *lg = t_alloc(n * 4);
+    float *sc = t_alloc(T * 4), *sg = t_alloc(T * 4), *want_s = t_alloc(T * 4);
+    uint8_t *want = t_alloc(n);
+    s_pb_get(out, 0, n, c, g);
+    s_pb_get(lp, 0, n, lc, lg);
+    s_pb_get(lps, 0, T, sc, sg);
+    size_t bad = 0, apart = 0;
+    for (int k = 0; k < 2; k++) {
+        const float *o = k ? g : c, *l = k ? lg : lc, *sl = k ? sg : sc;
+        ls_fp8_quantize_rows(want, want_s, o, T, C);
+        for (int t = 0; t < T; t++)
+            bad += memcmp(&sl[t], &want_s[t], sizeof(float)) != 0;
+        for (size_t i = 0; i < n; i++)
+            bad += l[i] != ls_e4m3_to_f32(want[i]);
+    }
+    for (size_t i = 0; i < n; i++)
+        apart += lc[i] * sc[i / C] != lg[i] * sg[i / C];
+    char name[128];
+    snprintf(name, sizeof name,
+             "%s out_lp (fp8) T=%d C=%d: %zu codes/scales differ from out quantized (%zu values "
+             "apart CPU/GPU)", what, T, C, bad, apart);
+    s_check_true(name, bad == 0);
+    free(c), free(g), free(lc), free(lg), free(sc), free(sg), free(want_s), free(want);
+}
+
 // add2: a second addend x2 folded into x (a LoRA delta left beside its projection); with
-// it, an out_lp copy is asked for too
+// it, an out_lp copy is asked for too, in bf16 or (fp8) as E4M3 codes with row scales
 static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual, int alias,
-                         int add2) {
+                         int add2, int fp8) {
     size_t n = (size_t)T * C;
     s_pb_t x = s_pb_new(LS_DTYPE_F32, n), res = s_pb_new(LS_DTYPE_F32, n),
            out = s_pb_new(LS_DTYPE_F32, n), w = s_pb_new(wdt, C), x2 = s_pb_new(LS_DTYPE_F32, n),
-           lp = s_pb_new(LS_DTYPE_BF16, n);
+           lp = s_pb_new(fp8 ? LS_DTYPE_F8E4M3 : LS_DTYPE_BF16, n),
+           lps = s_pb_new(LS_DTYPE_F32, T);
     float *hx = s_fill_new(r, n, -2, 2), *hr = s_fill_new(r, n, -2, 2),
           *hw = s_fill_new(r, C, 0.5f, 1.5f), *poison = s_nan_new(n),
           *h2 = s_fill_new(r, n, -0.5f, 0.5f);
@@ -538,17 +588,19 @@ static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual,
     s_pb_set(&w, 0, hw, C);
     s_pb_set(&x2, 0, h2, n);
     s_pb_t *o = alias ? &x : &out;
+    int q = add2 && fp8;
     s_cpu->rmsnorm(s_cpu, s_vc(o, 0), add2 ? s_vc(&lp, 0) : LS_VIEW_NONE,
-                   residual ? s_vc(&res, 0) : LS_VIEW_NONE, s_vc(&x, 0),
-                   add2 ? s_vc(&x2, 0) : LS_VIEW_NONE, s_vc(&w, 0), T, C, 1e-5f);
+                   q ? s_vc(&lps, 0) : LS_VIEW_NONE, residual ? s_vc(&res, 0) : LS_VIEW_NONE,
+                   s_vc(&x, 0), add2 ? s_vc(&x2, 0) : LS_VIEW_NONE, s_vc(&w, 0), T, C, 1e-5f);
     s_gpu->rmsnorm(s_gpu, s_vg(o, 0), add2 ? s_vg(&lp, 0) : LS_VIEW_NONE,
-                   residual ? s_vg(&res, 0) : LS_VIEW_NONE, s_vg(&x, 0),
-                   add2 ? s_vg(&x2, 0) : LS_VIEW_NONE, s_vg(&w, 0), T, C, 1e-5f);
+                   q ? s_vg(&lps, 0) : LS_VIEW_NONE, residual ? s_vg(&res, 0) : LS_VIEW_NONE,
+                   s_vg(&x, 0), add2 ? s_vg(&x2, 0) : LS_VIEW_NONE, s_vg(&w, 0), T, C, 1e-5f);
     float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
     char name[96];
     s_pb_get(o, 0, n, c, g);
-    snprintf(name, sizeof name, "rmsnorm w=%s T=%d C=%d%s%s%s", s_dtn(wdt), T, C,
-             residual ? " +residual" : "", add2 ? " +x2" : "", alias ? " out=x" : "");
+    snprintf(name, sizeof name, "rmsnorm w=%s T=%d C=%d%s%s%s%s", s_dtn(wdt), T, C,
+             residual ? " +residual" : "", add2 ? " +x2" : "", alias ? " out=x" : "",
+             q ? " +fp8" : "");
     s_check(name, g, c, n, 1e-10, 1e-4);
     if (residual) {
         s_pb_get(&res, 0, n, c, g);
@@ -556,10 +608,12 @@ static void test_rmsnorm(t_rng_t *r, int T, int C, ls_dtype_t wdt, int residual,
                  add2 ? " + x2" : "");
         s_check(name, g, c, n, 0, 0);
     }
-    if (add2)
+    if (q)
+        s_check_lp_fp8("rmsnorm", o, &lp, &lps, T, C);
+    else if (add2)
         s_check_lp("rmsnorm", o, &lp, n);
     s_pb_free(&x), s_pb_free(&res), s_pb_free(&out), s_pb_free(&w), s_pb_free(&x2),
-        s_pb_free(&lp);
+        s_pb_free(&lp), s_pb_free(&lps);
     free(hx), free(hr), free(hw), free(poison), free(h2), free(c), free(g);
 }
 
@@ -622,8 +676,10 @@ static void test_silu_add(t_rng_t *r, int inter) {
     float *hg = s_fill_new(r, 2 * n, -6, 6), *poison = s_nan_new(n + 5);
     s_pb_set(&gu, 0, hg, 2 * n);
     s_pb_set(&out, 0, poison, n + 5);
-    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), LS_VIEW_NONE, s_vc(&gu, 0), LS_VIEW_NONE, T, inter);
-    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), LS_VIEW_NONE, s_vg(&gu, 0), LS_VIEW_NONE, T, inter);
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), LS_VIEW_NONE, LS_VIEW_NONE, s_vc(&gu, 0), LS_VIEW_NONE,
+                    T, inter);
+    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), LS_VIEW_NONE, LS_VIEW_NONE, s_vg(&gu, 0), LS_VIEW_NONE,
+                    T, inter);
     float *c = t_alloc((2 * n + 5) * 4), *g = t_alloc((2 * n + 5) * 4);
     s_pb_get(&out, 0, n + 5, c, g);
     snprintf(name, sizeof name, "silu_mul T=7 inter=%d (+5 untouched)", inter);
@@ -634,13 +690,26 @@ static void test_silu_add(t_rng_t *r, int inter) {
     s_pb_set(&dl, 0, hd, 2 * n);
     s_pb_set(&out, 0, poison, n + 5);
     s_pb_t lp = s_pb_new(LS_DTYPE_BF16, n);
-    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&lp, 0), s_vc(&gu, 0), s_vc(&dl, 0), T, inter);
-    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&lp, 0), s_vg(&gu, 0), s_vg(&dl, 0), T, inter);
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&lp, 0), LS_VIEW_NONE, s_vc(&gu, 0), s_vc(&dl, 0),
+                    T, inter);
+    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&lp, 0), LS_VIEW_NONE, s_vg(&gu, 0), s_vg(&dl, 0),
+                    T, inter);
     s_pb_get(&out, 0, n + 5, c, g);
     snprintf(name, sizeof name, "silu_mul T=7 inter=%d +delta (+5 untouched)", inter);
     s_check(name, g, c, n + 5, 1e-10, 1e-5);
     s_check_lp("silu_mul", &out, &lp, n);
-    s_pb_free(&dl), s_pb_free(&lp);
+    // the FP8 down projection's input: codes and row scales beside out (one block a row)
+    s_pb_t lq = s_pb_new(LS_DTYPE_F8E4M3, n), lqs = s_pb_new(LS_DTYPE_F32, T);
+    s_pb_set(&out, 0, poison, n + 5);
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&lq, 0), s_vc(&lqs, 0), s_vc(&gu, 0),
+                    s_vc(&dl, 0), T, inter);
+    s_gpu->silu_mul(s_gpu, s_vg(&out, 0), s_vg(&lq, 0), s_vg(&lqs, 0), s_vg(&gu, 0),
+                    s_vg(&dl, 0), T, inter);
+    s_pb_get(&out, 0, n + 5, c, g);
+    snprintf(name, sizeof name, "silu_mul T=7 inter=%d +delta +fp8 (+5 untouched)", inter);
+    s_check(name, g, c, n + 5, 1e-10, 1e-5);
+    s_check_lp_fp8("silu_mul", &out, &lq, &lqs, T, inter);
+    s_pb_free(&dl), s_pb_free(&lp), s_pb_free(&lq), s_pb_free(&lqs);
     free(hd);
     float *hx = s_fill_new(r, n, -1, 1); // identical inputs: silu's outputs differ by ulps
     s_pb_set(&out, 0, hx, n);
@@ -1386,8 +1455,8 @@ static void test_two_steps(t_rng_t *r) {
             ls_buffer_t *A = i ? act.g : act.c;
 #define V_(pb) ls_view(i ? (pb).g : (pb).c, 0)
             B->embedding(B, ls_view(A, o_h), V_(tab), C, 0, VOCAB);
-            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, LS_VIEW_NONE, ls_view(A, o_h),
-                       LS_VIEW_NONE, V_(nw), T, C, 1e-5f);
+            B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, LS_VIEW_NONE, LS_VIEW_NONE,
+                       ls_view(A, o_h), LS_VIEW_NONE, V_(nw), T, C, 1e-5f);
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
             B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX, 0);
             B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX, 0);
@@ -1466,20 +1535,26 @@ int main(int argc, char **argv) {
     }
 
     test_embedding_gather(&r);
-    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0);
-    test_rmsnorm(&r, 13, 4096, LS_DTYPE_F32, 0, 1, 0);
-    test_rmsnorm(&r, 5, 1000, LS_DTYPE_BF16, 1, 1, 0);
-    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 1);
-    test_rmsnorm(&r, 5, 1000, LS_DTYPE_F32, 0, 1, 1);
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0, 0);
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_F32, 0, 1, 0, 0);
+    test_rmsnorm(&r, 5, 1000, LS_DTYPE_BF16, 1, 1, 0, 0);
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 1, 0);
+    test_rmsnorm(&r, 5, 1000, LS_DTYPE_F32, 0, 1, 1, 0);
     // the register kernel at other widths (2,048: 256 threads; 5,120: 640), and 4,096 with its
     // rows 16-byte aligned (the cases above) or not (an odd row count does not unalign them)
-    test_rmsnorm(&r, 7, 2048, LS_DTYPE_BF16, 1, 1, 1);
-    test_rmsnorm(&r, 64, 5120, LS_DTYPE_BF16, 1, 0, 1);
+    test_rmsnorm(&r, 7, 2048, LS_DTYPE_BF16, 1, 1, 1, 0);
+    test_rmsnorm(&r, 64, 5120, LS_DTYPE_BF16, 1, 0, 1, 0);
+    // FP8 models' norms: the codes of the qkv / gate_up input beside out, from the register
+    // kernel (4,096, 5,120) and the two-pass one (1,000, out = x)
+    test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 1, 1);
+    test_rmsnorm(&r, 64, 5120, LS_DTYPE_BF16, 1, 0, 1, 1);
+    test_rmsnorm(&r, 5, 1000, LS_DTYPE_F32, 0, 1, 1, 1);
     test_rmsnorm_heads(&r);
     test_rope(&r, LS_ROPE_DEFAULT);
     test_rope(&r, LS_ROPE_LLAMA3);
     test_silu_add(&r, 1000);
     test_silu_add(&r, 1002);
+    test_silu_add(&r, 14336); // Llama-3-8B's: the FP8 kernel's 1,024 threads a row
 
     {
         int nc[3] = {0, 21, 40}, nn[3] = {17, 5, 9};

@@ -152,8 +152,8 @@ static void s_step_backend(s_out_t *o, ls_backend_t *be, const s_bufs_t *b,
     assert_int_equal(be->step_begin(be, &d->step), 0);
     memset(d, 0x7f, sizeof *d);
     be->embedding(be, b->h, b->table, C, 0, VOCAB);
-    be->rmsnorm(be, b->xn, LS_VIEW_NONE, LS_VIEW_NONE, b->h, LS_VIEW_NONE, b->norm, T, C,
-                1e-5f);
+    be->rmsnorm(be, b->xn, LS_VIEW_NONE, LS_VIEW_NONE, LS_VIEW_NONE, b->h, LS_VIEW_NONE, b->norm,
+                T, C, 1e-5f);
     be->matmul(be, b->qkv, b->xn, b->wqkv, LS_VIEW_NONE, T, C, QKV, 0);
     be->lora_shrink(be, b->tmp, b->xn, b->a, C, 3, R_MAX, 0);
     be->lora_expand(be, b->qkv, b->tmp, b->b, s_slice_offsets, 3, R_MAX, 0);
