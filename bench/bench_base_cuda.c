@@ -43,7 +43,7 @@
     activations quantized per token; embeddings, lm_head and the KV cache stay bf16), side by
     side in one run: batch 1, 8, 32, 64 at FP8_CTX cached positions, base and with 8 adapters
     (bf16 LoRA on top of either), the fp8/bf16 step ratio of each (target: <= 0.6 at these
-    batches), and which way the FP8 GEMMs applied their scales (engine/fp8_gemm.h).
+    batches), and which FP8 GEMM each batch took (engine/fp8_gemm.h).
 
     Usage: bench_base_cuda [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. Points left when
@@ -455,8 +455,8 @@ static void s_fp8_compare(s_bench_t *b, ls_backend_t *be) {
     printf("[%6.1f s] FP8 Llama-3-8B dummy loaded in %.1f s (%.2f GB of weights against %.2f GB bf16); "
            "context %d, median of %d steps after %d\n", bench_now() - b->t_start, bench_now() - t0,
            ls_model_weight_bytes(fp8) / 1e9, ls_model_weight_bytes(bf16) / 1e9, FP8_CTX, b->steps, WARM);
-    printf("\n%-6s %10s %10s %7s   %12s %12s %7s\n", "batch", "bf16 ms", "fp8 ms", "ratio", "bf16+LoRA ms",
-           "fp8+LoRA ms", "ratio");
+    printf("\n%-6s %10s %10s %7s   %12s %12s %7s  %s\n", "batch", "bf16 ms", "fp8 ms", "ratio", "bf16+LoRA ms",
+           "fp8+LoRA ms", "ratio", "fp8 GEMM");
     for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
         int batch = batches[i], per_seq = (FP8_CTX + b->steps + BS) / BS;
         double t[2][2];
@@ -467,13 +467,16 @@ static void s_fp8_compare(s_bench_t *b, ls_backend_t *be) {
             t[k][1] = s_decode_run(b, kv, batch, FP8_CTX, per_seq, b->slots);
             ls_kv_cache_destroy(&kv);
         }
-        printf("%-6d %10.3f %10.3f %7.3f   %12.3f %12.3f %7.3f\n", batch, 1e3 * t[0][0], 1e3 * t[1][0],
-               t[1][0] / t[0][0], 1e3 * t[0][1], 1e3 * t[1][1], t[1][1] / t[0][1]);
+        // the GEMM the batch's steps took (set when its step graph was captured)
+        ls_fp8_path_t path = ls_backend_cuda_fp8_path(be);
+        printf("%-6d %10.3f %10.3f %7.3f   %12.3f %12.3f %7.3f  %s\n", batch, 1e3 * t[0][0], 1e3 * t[1][0],
+               t[1][0] / t[0][0], 1e3 * t[0][1], 1e3 * t[1][1], t[1][1] / t[0][1],
+               path == LS_FP8_PATH_SMALL ? "small" : path == LS_FP8_PATH_OUTER ? "outer" : "after");
         fflush(stdout);
     }
-    printf("FP8 GEMMs applied their scales %s (engine/fp8_gemm.h)\n",
-           ls_backend_cuda_fp8_outer(be) ? "themselves (cuBLASLt outer-vector scales)"
-                                         : "after the GEMM (ls_cu_fp8_scale)");
+    printf("FP8 GEMMs (engine/fp8_gemm.h): small = ls_cu_fp8_gemm_small, scales in its epilogue "
+           "(up to LS_FP8_SMALL_T = %d tokens); outer = cuBLASLt applying the scales; after = "
+           "cuBLASLt, then ls_cu_fp8_scale\n", LS_FP8_SMALL_T);
     b->m = bf16;
     ls_model_destroy(&fp8);
 }

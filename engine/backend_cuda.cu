@@ -810,12 +810,12 @@ void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replay
     *replayed = s_ctx(be)->n_replayed;
 }
 
-void ls_backend_cuda_set_fp8_outer(ls_backend_t *be, int allow) {
-    ls_fp8_gemm_allow_outer(s_ctx(be)->fp8, allow);
+void ls_backend_cuda_set_fp8_paths(ls_backend_t *be, int outer, int small) {
+    ls_fp8_gemm_allow(s_ctx(be)->fp8, outer, small);
 }
 
-int ls_backend_cuda_fp8_outer(ls_backend_t *be) {
-    return ls_fp8_gemm_outer(s_ctx(be)->fp8);
+ls_fp8_path_t ls_backend_cuda_fp8_path(ls_backend_t *be) {
+    return ls_fp8_gemm_path(s_ctx(be)->fp8);
 }
 
 // -- side queue -------------------------------------------------------------------------------

@@ -33,6 +33,8 @@
 
 #include <stddef.h>
 
+#include "fp8_gemm.h" // ls_fp8_path_t
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,11 +59,11 @@ void ls_backend_cuda_set_graphs(ls_backend_t *be, int on);
 void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms);
 // Graphs captured and graph replays so far.
 void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replayed);
-// FP8 GEMMs (matmul_fp8, engine/fp8_gemm.h): allow 0 makes them apply the scales after an
-// unscaled GEMM (the tests' check of that path); 1, the default, lets the GEMM apply them
-// itself where cuBLASLt can. ls_backend_cuda_fp8_outer: whether the last one did.
-void ls_backend_cuda_set_fp8_outer(ls_backend_t *be, int allow);
-int ls_backend_cuda_fp8_outer(ls_backend_t *be);
+// FP8 GEMMs (matmul_fp8, engine/fp8_gemm.h ls_fp8_gemm_allow): outer 0 makes cuBLASLt's
+// apply the scales after an unscaled GEMM, small 0 sends every T to cuBLASLt (the tests'
+// checks of those paths); 1, 1 is the default. ls_backend_cuda_fp8_path: the last one's.
+void ls_backend_cuda_set_fp8_paths(ls_backend_t *be, int outer, int small);
+ls_fp8_path_t ls_backend_cuda_fp8_path(ls_backend_t *be);
 
 #ifdef __cplusplus
 }

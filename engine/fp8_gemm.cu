@@ -23,7 +23,8 @@ struct ls_fp8_gemm {
     cublasLtMatmulPreference_t pref;
     s_algo_t algos[S_ALGOS];
     int n_algos, next; // entries used; the one replaced next when all are
-    int allow_outer, last_outer;
+    int allow_outer, allow_small;
+    ls_fp8_path_t last;
 };
 
 #define S_OK(call) ((call) == CUBLAS_STATUS_SUCCESS)
@@ -52,7 +53,7 @@ ls_fp8_gemm_t *ls_fp8_gemm_new(char *err, size_t errlen) {
         ls_err_set(err, errlen, "cuda: out of host memory");
         return NULL;
     }
-    self->allow_outer = 1;
+    self->allow_outer = self->allow_small = 1;
     if (!S_OK(cublasLtCreate(&self->lt))) {
         self->lt = NULL;
         ls_fp8_gemm_destroy(&self);
@@ -140,6 +141,13 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
                     int in, int out, int sms, void *workspace, size_t workspace_bytes,
                     cudaStream_t stream) {
     assert(T > 0 && in > 0 && in % 16 == 0 && out > 0);
+    if (self->allow_small && T <= LS_FP8_SMALL_T && ((uintptr_t)xq | (uintptr_t)w) % 16 == 0) {
+        if (ls_cu_fp8_gemm_small(y, (const uint8_t *)xq, x_scale, (const uint8_t *)w, w_scale,
+                                 bias, (ls_cu_dtype_t)bias_dt, T, in, out, stream) != cudaSuccess)
+            return -1;
+        self->last = LS_FP8_PATH_SMALL;
+        return 0;
+    }
     s_layouts_t l;
     if (s_layouts(&l, T, in, out) != 0)
         return -1;
@@ -172,7 +180,7 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
         else if (ok && bias)
             ok = ls_cu_bias_add(y, bias, (ls_cu_dtype_t)bias_dt, T, out, stream) == cudaSuccess;
         if (ok) {
-            self->last_outer = outer;
+            self->last = outer ? LS_FP8_PATH_OUTER : LS_FP8_PATH_AFTER;
             rc = 0;
         }
     }
@@ -180,10 +188,11 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
     return rc;
 }
 
-int ls_fp8_gemm_outer(const ls_fp8_gemm_t *self) {
-    return self->last_outer;
+ls_fp8_path_t ls_fp8_gemm_path(const ls_fp8_gemm_t *self) {
+    return self->last;
 }
 
-void ls_fp8_gemm_allow_outer(ls_fp8_gemm_t *self, int allow) {
-    self->allow_outer = allow ? 1 : 0;
+void ls_fp8_gemm_allow(ls_fp8_gemm_t *self, int outer, int small) {
+    self->allow_outer = outer ? 1 : 0;
+    self->allow_small = small ? 1 : 0;
 }

@@ -15,6 +15,13 @@
     tests force the second to check it too.
 
     Algorithms are looked up once per (T, in, out, SM target) and kept in a small table.
+
+    Up to LS_FP8_SMALL_T tokens (decode steps) the GEMM is our own instead
+    (ls_cu_fp8_gemm_small, kernels/cuda/fp8.cu): a stream of the weights on CUDA cores with
+    the scales and bias in the same launch, where cuBLASLt's FP8 kernels read the weights far
+    below copy bandwidth and need the pass after them. Past it, the CUDA cores' issue rate
+    bounds our kernel and cuBLASLt's tensor cores win; kernels/cuda/dev/dev_fp8 measures the
+    crossover (README.md there, "FP8 decode GEMM").
 */
 #ifndef LS_FP8_GEMM_H
 #define LS_FP8_GEMM_H
@@ -26,6 +33,16 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// The most tokens the GEMM of our own takes (see above): set from dev_fp8's crossover.
+#define LS_FP8_SMALL_T 8
+
+// Which GEMM a run took.
+typedef enum {
+    LS_FP8_PATH_AFTER = 0, // cuBLASLt unscaled, then ls_cu_fp8_scale
+    LS_FP8_PATH_OUTER = 1, // cuBLASLt with its outer-vector scales
+    LS_FP8_PATH_SMALL = 2, // ls_cu_fp8_gemm_small (T <= LS_FP8_SMALL_T)
+} ls_fp8_path_t;
 
 typedef struct ls_fp8_gemm ls_fp8_gemm_t;
 
@@ -42,11 +59,12 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
                     int in, int out, int sms, void *workspace, size_t workspace_bytes,
                     cudaStream_t stream);
 
-// Whether the last run applied the scales in the GEMM (1) or after it (0).
-int ls_fp8_gemm_outer(const ls_fp8_gemm_t *self);
-// Tests: 0 makes every later run take the unscaled GEMM + ls_cu_fp8_scale; 1 (the default)
-// lets runs use the GEMM's own scales where cuBLASLt has them.
-void ls_fp8_gemm_allow_outer(ls_fp8_gemm_t *self, int allow);
+// The GEMM the last run took.
+ls_fp8_path_t ls_fp8_gemm_path(const ls_fp8_gemm_t *self);
+// Tests and the dev bench: outer 0 makes every later cuBLASLt run take the unscaled GEMM +
+// ls_cu_fp8_scale (1, the default: the GEMM's own scales where cuBLASLt has them); small 0
+// sends every T to cuBLASLt (1, the default: T <= LS_FP8_SMALL_T to ls_cu_fp8_gemm_small).
+void ls_fp8_gemm_allow(ls_fp8_gemm_t *self, int outer, int small);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,10 @@
     Bits: common.cuh's ls_fp8_row_scale and ls_fp8_code, the CPU reference's steps. Where
     the op before the GEMM is an RMSNorm or SiLU·mul, that kernel writes the codes itself
     (elementwise.cu) and this pass does not run.
+
+    And the decode-shaped FP8 GEMM of our own (ls_cu_fp8_gemm_small): at a few tokens the
+    GEMM is a stream of the weights, which cuBLASLt's FP8 kernels read far below copy
+    bandwidth, and its scales and bias go into the same launch.
 */
 #include <assert.h>
 
@@ -74,4 +78,138 @@ cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale
         k_fp8_scale<TB><<<grid, 256, 0, stream>>>(y, x_scale, w_scale, (const TB *)bias, T,
                                                   out));
     LS_CU_CHECK_LAUNCH();
+}
+
+// --- the decode-shaped FP8 GEMM -----------------------------------------------------------
+//
+// A warp owns S_SMALL_ROWS output rows and sums them over all of K for NT tokens: lane l
+// reads the rows' 16-byte chunks l, l + 32, ... (16 codes each, past L1: each weight byte is
+// read once) and the tokens' chunks at the same k (x is a few KB, read by every warp: L1 and
+// L2 hits), widens the codes to fp32 (cvt e4m3x2 -> f16x2 -> 2 x f32, exact) and sums the
+// products (exact, as E4M3 values have 4 significant bits) in fp32; then a butterfly over
+// the lanes, and the epilogue rounds as ls_matmul_fp8_forward does: (acc · x_scale[t]) ·
+// w_scale[o] (+ bias). A warp's NT · S_SMALL_ROWS sums land one a lane.
+//
+// Per weight byte a lane spends 1.5 instructions widening it, NT FMAs, and 1.5 · NT /
+// S_SMALL_ROWS widening x: past NT = 4 the SM's issue rate, not memory, bounds it, which is
+// where cuBLASLt's tensor cores take over (LS_FP8_SMALL_T, engine/fp8_gemm.h). Out >= 4096
+// gives >= 1024 warps, enough bytes in flight on 132 SMs without splitting K.
+enum { S_SMALL_ROWS = 4, S_SMALL_WARPS = 4, S_SMALL_NT = 8 };
+
+// the low two E4M3 codes of v as floats
+__device__ __forceinline__ float2 s_e4m3x2(unsigned v) {
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+    return __half22float2(__half2(h));
+}
+
+// 16 bytes read once: not kept in L1, where the tokens' codes stay
+__device__ __forceinline__ uint4 s_ld_stream(const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ unsigned s_word(const uint4 &v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// y (T, out); xq (T, in) and w (out, in) E4M3 codes, rows 16-byte aligned (in % 16 == 0);
+// x_scale (T), w_scale (out), bias (out) or NULL. Block: S_SMALL_WARPS warps of R rows each;
+// grid (out rows / (warps · R), token groups of NT). Rows past out and tokens past T read
+// the last one (no branch in the loop) and write nothing.
+template <int NT, int R, typename TB>
+__global__ void __launch_bounds__(S_SMALL_WARPS * 32)
+    k_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
+                     const float *w_scale, const TB *bias, int T, int in, int out) {
+    static_assert(NT * R <= 32, "a warp's sums land one a lane");
+    int lane = threadIdx.x & 31;
+    int o0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R, t0 = blockIdx.y * NT;
+    if (o0 >= out)
+        return;
+    const uint4 *wr[R], *xr[NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + r, out - 1) * in);
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        xr[t] = reinterpret_cast<const uint4 *>(xq + (size_t)min(t0 + t, T - 1) * in);
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = 0.0f;
+    int n16 = in / 16;
+#pragma unroll 2
+    for (int c = lane; c < n16; c += 32) {
+        uint4 wv[R], xv[NT];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            wv[r] = s_ld_stream(wr[r] + c);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            xv[t] = __ldg(xr[t] + c);
+#pragma unroll
+        for (int p = 0; p < 8; p++) { // code pairs
+            float2 xf[NT];
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                xf[t] = s_e4m3x2(s_word(xv[t], p >> 1) >> (16 * (p & 1)));
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float2 wf = s_e4m3x2(s_word(wv[r], p >> 1) >> (16 * (p & 1)));
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    acc[r][t] = fmaf(wf.y, xf[t].y, fmaf(wf.x, xf[t].x, acc[r][t]));
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = acc[r][t];
+#pragma unroll
+            for (int m = 16; m > 0; m >>= 1)
+                v += __shfl_xor_sync(0xffffffffu, v, m);
+            int o = o0 + r, tt = t0 + t;
+            if (lane == r * NT + t && o < out && tt < T) {
+                float s = __fmul_rn(__fmul_rn(v, x_scale[tt]), w_scale[o]);
+                y[(size_t)tt * out + o] = bias ? __fadd_rn(s, ls_to_f(bias[o])) : s;
+            }
+        }
+}
+
+template <int NT, typename TB>
+static cudaError_t s_gemm_small(float *y, const uint8_t *xq, const float *x_scale,
+                                const uint8_t *w, const float *w_scale, const TB *bias, int T,
+                                int in, int out, cudaStream_t stream) {
+    int rows = S_SMALL_WARPS * S_SMALL_ROWS;
+    dim3 grid((unsigned)((out + rows - 1) / rows), (unsigned)((T + NT - 1) / NT));
+    k_fp8_gemm_small<NT, S_SMALL_ROWS, TB><<<grid, S_SMALL_WARPS * 32, 0, stream>>>(
+        y, xq, x_scale, w, w_scale, bias, T, in, out);
+    return cudaGetLastError();
+}
+
+cudaError_t ls_cu_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_scale,
+                                 const uint8_t *w, const float *w_scale, const void *bias,
+                                 ls_cu_dtype_t bias_dt, int T, int in, int out,
+                                 cudaStream_t stream) {
+    assert(T >= 0 && in > 0 && in % 16 == 0 && out > 0);
+    assert(((uintptr_t)xq | (uintptr_t)w) % 16 == 0);
+    if (T == 0)
+        return cudaSuccess;
+    if (!bias)
+        bias_dt = LS_CU_F32;
+    // the fewest tokens a pass that cover T (one group of 8 at a time past 8)
+    LS_CU_DISPATCH(bias_dt, TB,
+        const TB *b = (const TB *)bias;
+        return T == 1   ? s_gemm_small<1>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
+               : T == 2 ? s_gemm_small<2>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
+               : T <= 4 ? s_gemm_small<4>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
+                        : s_gemm_small<S_SMALL_NT>(y, xq, x_scale, w, w_scale, b, T, in, out,
+                                                   stream));
+    return cudaErrorInvalidValue;
 }

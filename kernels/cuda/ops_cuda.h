@@ -71,6 +71,15 @@ cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale
                             const void *bias, ls_cu_dtype_t bias_dt, int T, int out,
                             cudaStream_t stream);
 
+// y (T, out) = (xq · wᵀ)[t][o] · x_scale[t] · w_scale[o] (+ bias, or NULL) in one launch,
+// rounded as ls_matmul_fp8_forward rounds them (products exact, fp32 sums in another order):
+// the decode-shaped FP8 GEMM on CUDA cores, for a few tokens (engine/fp8_gemm.h
+// LS_FP8_SMALL_T). xq (T, in) and w (out, in) E4M3 codes, 16-byte aligned, in % 16 == 0.
+cudaError_t ls_cu_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_scale,
+                                 const uint8_t *w, const float *w_scale, const void *bias,
+                                 ls_cu_dtype_t bias_dt, int T, int in, int out,
+                                 cudaStream_t stream);
+
 // y (T, out) += bias (out)
 cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, int T,
                            int out, cudaStream_t stream);

@@ -8,10 +8,11 @@
 #   tests/gpu/run.sh prepare tp  the same with test_gpu_tp alone (for a 2-GPU kind: all
 #                              binaries together outgrow what the device tool carries)
 #   tests/gpu/run.sh prepare fp8 the same with the FP8 checks' binaries: test_gpu_ops,
-#                              test_gpu_model, bench_base_cuda
+#                              test_gpu_model, bench_base_cuda, dev_fp8
 #   tests/gpu/run.sh fp8       on the GPU machine, after `prepare fp8`: test_gpu_ops (every
 #                              op; its FP8 rows shown), test_gpu_model --fp8 and
-#                              bench_base_cuda --fp8 (bf16 vs FP8 decode steps), ~3 min
+#                              bench_base_cuda --fp8 (bf16 vs FP8 decode steps), then
+#                              dev_fp8 (the FP8 GEMMs at T = 1..64 and their crossover), ~4 min
 #   tests/gpu/run.sh           on the GPU machine: runs the bundled binaries (or, without a
 #                              bundle, configures and builds build-gpu/ there first), logs
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
@@ -32,7 +33,7 @@ root=$PWD
 source tests/gpu/bundle.sh
 tests=(test_gpu_ops test_gpu_model)
 # kernels/cuda/dev: every version of each op checked against the CPU reference, then timed
-devs=(dev_shrink dev_expand dev_fused dev_attention)
+devs=(dev_shrink dev_expand dev_fused dev_attention dev_fp8)
 benches=(bench_lora_cuda bench_decode_cuda)
 
 # tensor parallelism on two GPUs (NCCL): built where NCCL is, run where 2 GPUs are
@@ -48,7 +49,7 @@ if [[ ${1:-} == prepare ]]; then
       { echo "no $tp target here (NCCL missing?)"; exit 2; }
     bins=("$tp")
   elif [[ ${2:-} == fp8 ]]; then
-    bins=(test_gpu_ops test_gpu_model bench_base_cuda)
+    bins=(test_gpu_ops test_gpu_model bench_base_cuda dev_fp8)
   fi
   cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
   rm -rf .device-bundle
@@ -94,6 +95,9 @@ if [[ ${1:-} == fp8 ]]; then
   echo "== bench_base_cuda --fp8"
   timeout 240 "$bindir/bench_base_cuda" --fp8 --steps 10 >"$out/bench_base_cuda_fp8.log" 2>&1 || status=1
   cat "$out/bench_base_cuda_fp8.log"
+  echo "== dev_fp8"
+  timeout 240 "$bindir/dev_fp8" >"$out/dev_fp8.log" 2>&1 || status=1
+  grep -vE " ok$" "$out/dev_fp8.log"
   exit $status
 fi
 status=0

@@ -13,8 +13,9 @@
        slots for four adapters (slot reuse).
     3. The dummy loader: a small config with random weights on the GPU and on the CPU
        backend, one mixed prefill + decode step, logits compared; in bf16 and in FP8
-       (--quantization fp8: the FP8 GEMM with its own scales and with the scales applied
-       after it, ls_backend_cuda_set_fp8_outer).
+       (--quantization fp8: the FP8 GEMMs as production picks them, our own at the decode
+       step, and cuBLASLt's alone with the scales applied after it,
+       ls_backend_cuda_set_fp8_paths).
     6. FP8 (tests/engine/test_fp8.c on the GPU): the fixtures and the demo loaded with
        LS_QUANT_FP8, against the HF references and eval.json, with test_fp8.c's bounds
        (FP8 moves logits; the GPU computes the CPU's FP8 math up to summation order); and
@@ -216,10 +217,11 @@ static void s_dummy(ls_quant_t quant) {
     int fp8 = quant == LS_QUANT_FP8, nb = fp8 ? 3 : 2;
     ls_backend_t *be[3] = {ls_backend_cpu_new(1), s_backend(), fp8 ? s_backend() : NULL};
     float *lg[3];
-    int V = 1000, outer[3] = {0, 0, 0};
+    int V = 1000;
+    const char *how[3] = {"", "", ""}; // the FP8 decode step's GEMM
 #ifdef LS_HAVE_CUDA
     if (fp8 && !g_cpu)
-        ls_backend_cuda_set_fp8_outer(be[2], 0);
+        ls_backend_cuda_set_fp8_paths(be[2], 0, 0);
 #endif
     for (int b = 0; b < nb; b++) {
         ls_model_t *m = ls_model_load_dummy(cfg_json, be[b], NULL, quant, 7, NULL, NULL, err, sizeof err);
@@ -249,7 +251,9 @@ static void s_dummy(ls_quant_t quant) {
             s_die("dummy logits", "download failed");
 #ifdef LS_HAVE_CUDA
         if (fp8 && b > 0 && !g_cpu)
-            outer[b] = ls_backend_cuda_fp8_outer(be[b]);
+            how[b] = ls_backend_cuda_fp8_path(be[b]) == LS_FP8_PATH_SMALL   ? ", fp8, own decode GEMM"
+                     : ls_backend_cuda_fp8_path(be[b]) == LS_FP8_PATH_OUTER ? ", fp8, GEMM's own scales"
+                                                                            : ", fp8, scales after the GEMM";
 #endif
         ls_kv_cache_destroy(&kv);
         ls_model_destroy(&m);
@@ -269,8 +273,8 @@ static void s_dummy(ls_quant_t quant) {
         }
         s_check(finite && d <= (fp8 && !g_cpu ? FP8_FLIP * mag : s_tol(LS_DTYPE_BF16) * fmax(1.0, mag / 4)),
                 "dummy loader (bf16 config JSON%s): %s vs cpu backend, prefill + decode logits: "
-                "max|Δ| %.3e over logits up to %.2f", !fp8 ? "" : g_cpu ? ", fp8"
-                : outer[b] ? ", fp8, GEMM's own scales" : ", fp8, scales after the GEMM", be[b]->name, d, mag);
+                "max|Δ| %.3e over logits up to %.2f", !fp8 ? "" : g_cpu ? ", fp8" : how[b], be[b]->name, d,
+                mag);
     }
     for (int b = 0; b < nb; b++) {
         free(lg[b]);

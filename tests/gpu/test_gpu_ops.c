@@ -415,10 +415,11 @@ static void test_matmul(t_rng_t *r, int T, int in, int out, ls_dtype_t wdt, int 
 }
 
 // FP8 (W8A8): the same E4M3 weights and scales on both, x quantized per token by each
-// backend (compared bit for bit), then y. allow_outer 0: the GPU applies the scales after an
-// unscaled GEMM; the row name says which path ran.
+// backend (compared bit for bit), then y. allow_outer 0: cuBLASLt's GEMM applies no scales
+// (the pass after it does); allow_small 0: cuBLASLt at every T, not ls_cu_fp8_gemm_small;
+// the row name says which path ran.
 static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dtype_t bdt,
-                            int allow_outer) {
+                            int allow_outer, int allow_small) {
     size_t nw = (size_t)out * in, nx = (size_t)T * in, ny = (size_t)T * out;
     s_pb_t w = s_pb_new(LS_DTYPE_F8E4M3, nw), ws = s_pb_new(LS_DTYPE_F32, out),
            x = s_pb_new(LS_DTYPE_F32, nx), xq = s_pb_new(LS_DTYPE_F8E4M3, nx),
@@ -439,7 +440,7 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     s_pb_set(&b, 0, hb, out);
     float *nan = s_nan_new(ny);
     s_pb_set(&y, 0, nan, ny);
-    ls_backend_cuda_set_fp8_outer(s_gpu, allow_outer);
+    ls_backend_cuda_set_fp8_paths(s_gpu, allow_outer, allow_small);
     ls_view_t bc = bias ? s_vc(&b, 0) : LS_VIEW_NONE, bg = bias ? s_vg(&b, 0) : LS_VIEW_NONE;
     s_cpu->matmul_fp8(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&xq, 0), s_vc(&xs, 0), s_vc(&w, 0),
                       s_vc(&ws, 0), bc, T, in, out);
@@ -456,16 +457,24 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     free(c), free(g);
     c = t_alloc(ny * 4), g = t_alloc(ny * 4);
     s_pb_get(&y, 0, ny, c, g);
-    int outer = ls_backend_cuda_fp8_outer(s_gpu);
-    ls_backend_cuda_set_fp8_outer(s_gpu, 1);
+    ls_fp8_path_t path = ls_backend_cuda_fp8_path(s_gpu);
     snprintf(name, sizeof name, "matmul_fp8 T=%d %dx%d%s%s, %s", T, in, out,
-             bias ? " +bias:" : "", bias ? s_dtn(bdt) : "", outer ? "GEMM scales" : "scales after");
+             bias ? " +bias:" : "", bias ? s_dtn(bdt) : "",
+             path == LS_FP8_PATH_SMALL   ? "own GEMM"
+             : path == LS_FP8_PATH_OUTER ? "GEMM scales"
+                                         : "scales after");
     // The products of E4M3 codes are exact, but Hopper's FP8 tensor cores add them with fewer
     // bits than fp32 (about 14: DeepSeek-V3's report measures it on H800s), where the CPU
     // reference sums in fp32: measured on an H100, NMSE 1e-8 to 3e-8 and the largest error
-    // 0.05% to 0.34% of the row's largest |y|, whichever path applies the scales. A wrong
-    // scale, code or layout is off by the size of y itself.
-    s_check(name, g, c, ny, 1e-6, 1e-2);
+    // 0.05% to 0.34% of the row's largest |y|, whichever path applies the scales. Our own
+    // GEMM sums the same exact products in fp32 too, in another order: rounding of the order
+    // of 2^-24 relative per add, so NMSE near 1e-13 and errors far below 1e-4 (|y| here is
+    // at most a few units) — bounds 1e-10 and 1e-4 leave ~1000x room and still catch a sum
+    // done in lower precision. A wrong scale, code or layout is off by the size of y itself.
+    if (path == LS_FP8_PATH_SMALL)
+        s_check(name, g, c, ny, 1e-10, 1e-4);
+    else
+        s_check(name, g, c, ny, 1e-6, 1e-2);
     // x handed over quantized (an rmsnorm's or silu_mul's out_lp and out_scale): no
     // quantizing pass, the same codes, the same GEMM, the same bits
     float *g2 = t_alloc(ny * 4);
@@ -480,6 +489,7 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     snprintf(name, sizeof name, "matmul_fp8 T=%d %dx%d, x quantized before: %zu of %zu differ", T,
              in, out, dg, ny);
     s_check_true(name, dg == 0);
+    ls_backend_cuda_set_fp8_paths(s_gpu, 1, 1);
     free(g2);
     s_pb_free(&y2);
     s_pb_free(&w), s_pb_free(&ws), s_pb_free(&x), s_pb_free(&xq), s_pb_free(&xs);
@@ -1524,15 +1534,25 @@ int main(int argc, char **argv) {
     test_matmul(&r, 33, 300, 130, LS_DTYPE_F32, 0, LS_DTYPE_F32, 0);
     test_matmul(&r, 9, 256, 128, LS_DTYPE_F16, 1, LS_DTYPE_F16, 0);
     // FP8: Llama-3-8B's decode shapes (qkv, o, gate_up, down) at batch 1, 8, 64, a prefill
-    // chunk, odd widths and biases; both ways of applying the scales
-    for (int allow = 1; allow >= 0; allow--) {
-        test_matmul_fp8(&r, 1, 4096, 6144, 0, LS_DTYPE_BF16, allow);
-        test_matmul_fp8(&r, 8, 4096, 4096, 1, LS_DTYPE_BF16, allow);
-        test_matmul_fp8(&r, 64, 4096, 28672, 0, LS_DTYPE_BF16, allow);
-        test_matmul_fp8(&r, 64, 14336, 4096, 1, LS_DTYPE_F32, allow);
-        test_matmul_fp8(&r, 300, 1024, 1000, 0, LS_DTYPE_BF16, allow);
-        test_matmul_fp8(&r, 5, 80, 48, 1, LS_DTYPE_F16, allow);
+    // chunk, odd widths and biases; our own GEMM at T <= LS_FP8_SMALL_T (then cuBLASLt there
+    // too), both ways of cuBLASLt's applying the scales
+    for (int allow = 2; allow >= 0; allow--) {
+        int outer = allow > 0, small = allow == 2;
+        test_matmul_fp8(&r, 1, 4096, 6144, 0, LS_DTYPE_BF16, outer, small);
+        test_matmul_fp8(&r, 8, 4096, 4096, 1, LS_DTYPE_BF16, outer, small);
+        test_matmul_fp8(&r, 64, 4096, 28672, 0, LS_DTYPE_BF16, outer, small);
+        test_matmul_fp8(&r, 64, 14336, 4096, 1, LS_DTYPE_F32, outer, small);
+        test_matmul_fp8(&r, 300, 1024, 1000, 0, LS_DTYPE_BF16, outer, small);
+        test_matmul_fp8(&r, 5, 80, 48, 1, LS_DTYPE_F16, outer, small);
     }
+    // our own GEMM's token groups (1, 2, 4 and 8 a pass; T = 3, 6 and 7 leave lanes past T;
+    // dev_fp8 checks T past 8, several passes) and rows past out (out % 16 != 0), with and
+    // without a bias
+    test_matmul_fp8(&r, 2, 4096, 4096, 0, LS_DTYPE_BF16, 1, 1);
+    test_matmul_fp8(&r, 3, 1024, 1000, 1, LS_DTYPE_BF16, 1, 1);
+    test_matmul_fp8(&r, 4, 14336, 4096, 1, LS_DTYPE_F32, 1, 1);
+    test_matmul_fp8(&r, 7, 96, 37, 0, LS_DTYPE_BF16, 1, 1);
+    test_matmul_fp8(&r, 6, 512, 200, 1, LS_DTYPE_F16, 1, 1);
 
     test_embedding_gather(&r);
     test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0, 0);
