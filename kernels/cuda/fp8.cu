@@ -135,12 +135,7 @@ __global__ void __launch_bounds__(S_SMALL_WARPS * 32)
 #pragma unroll
     for (int t = 0; t < NT; t++)
         xr[t] = reinterpret_cast<const uint4 *>(xq + (size_t)min(t0 + t, T - 1) * in);
-    float acc[R][NT];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            acc[r][t] = 0.0f;
+    float acc[R][NT] = {};
     int n16 = in / 16;
 #pragma unroll 2
     for (int c = lane; c < n16; c += 32) {

@@ -94,12 +94,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 #pragma unroll
     for (int j = 0; j < NTL; j++)
         xr[j] = reinterpret_cast<const uint4 *>(xq + (size_t)min(8 * j + g, T - 1) * in + 16 * c);
-    float acc[NTL][4];
-#pragma unroll
-    for (int j = 0; j < NTL; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            acc[j][e] = 0.0f;
+    float acc[NTL][4] = {};
     const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int n64 = in / 64;
 #pragma unroll 2
@@ -196,21 +191,23 @@ static s_prob_t s_prob_new(dev_rng_t &r, int in, int out, size_t min_bytes) {
     s_codes(r, TMAX, in, 1.0f, xq, xs);
     DEV_CK(cudaMemcpy(p.xq, xq.data(), xq.size(), cudaMemcpyHostToDevice));
     DEV_CK(cudaMemcpy(p.xs, xs.data(), TMAX * 4, cudaMemcpyHostToDevice));
-    for (int k = 0; k < p.sets; k++) {
-        s_codes(r, out, in, 0.1f, q, s);
-        DEV_CK(cudaMemcpy(p.w + k * wb, q.data(), wb, cudaMemcpyHostToDevice));
-        DEV_CK(cudaMemcpy(p.ws + (size_t)k * out, s.data(), (size_t)out * 4, cudaMemcpyHostToDevice));
-        if (k == 0) { // the reference: set 0 against all TMAX rows (the first T rows at each T)
-            w0.resize(wb), x0.resize(xq.size());
-            for (size_t e = 0; e < wb; e++)
-                w0[e] = ls_e4m3_to_f32(q[e]);
-            for (size_t e = 0; e < xq.size(); e++)
-                x0[e] = ls_e4m3_to_f32(xq[e]);
-            p.want.resize((size_t)TMAX * out);
-            ls_matmul_fp8_forward(p.want.data(), x0.data(), xs.data(), NULL, w0.data(), s.data(), NULL, TMAX, in,
-                                  out);
-        }
+    s_codes(r, out, in, 0.1f, q, s);
+    DEV_CK(cudaMemcpy(p.w, q.data(), wb, cudaMemcpyHostToDevice));
+    DEV_CK(cudaMemcpy(p.ws, s.data(), (size_t)out * 4, cudaMemcpyHostToDevice));
+    // the other sets are set 0's bytes at other addresses: enough for L2, and no host
+    // quantization of another 256 MB
+    for (int k = 1; k < p.sets; k++) {
+        DEV_CK(cudaMemcpy(p.w + k * wb, p.w, wb, cudaMemcpyDeviceToDevice));
+        DEV_CK(cudaMemcpy(p.ws + (size_t)k * out, p.ws, (size_t)out * 4, cudaMemcpyDeviceToDevice));
     }
+    // the reference: set 0 against all TMAX rows (the first T rows at each T)
+    w0.resize(wb), x0.resize(xq.size());
+    for (size_t e = 0; e < wb; e++)
+        w0[e] = ls_e4m3_to_f32(q[e]);
+    for (size_t e = 0; e < xq.size(); e++)
+        x0[e] = ls_e4m3_to_f32(xq[e]);
+    p.want.resize((size_t)TMAX * out);
+    ls_matmul_fp8_forward(p.want.data(), x0.data(), xs.data(), NULL, w0.data(), s.data(), NULL, TMAX, in, out);
     return p;
 }
 
