@@ -1546,14 +1546,16 @@ int main(int argc, char **argv) {
         test_matmul_fp8(&r, 300, 1024, 1000, 0, LS_DTYPE_BF16, outer, small);
         test_matmul_fp8(&r, 5, 80, 48, 1, LS_DTYPE_F16, outer, small);
     }
-    // our own GEMM's token groups (1, 2, 4 and 8 a pass; T = 3, 6 and 7 leave lanes past T;
-    // dev_fp8 checks T past 8, several passes) and rows past out (out % 16 != 0), with and
-    // without a bias
+    // our own GEMM where production takes it (T <= LS_FP8_SMALL_T: 1 and 2 tokens a pass),
+    // with rows past out (out % 4 != 0) and biases; its wider token groups (4 and 8 a pass,
+    // several passes) are dev_fp8's to check; past the threshold cuBLASLt, at widths whose
+    // rows of y stay 16-byte aligned (the models' are multiples of 16)
     test_matmul_fp8(&r, 2, 4096, 4096, 0, LS_DTYPE_BF16, 1, 1);
+    test_matmul_fp8(&r, 1, 96, 37, 0, LS_DTYPE_BF16, 1, 1);
+    test_matmul_fp8(&r, 2, 96, 37, 1, LS_DTYPE_F16, 1, 1);
+    test_matmul_fp8(&r, 2, 512, 200, 1, LS_DTYPE_F16, 1, 1);
     test_matmul_fp8(&r, 3, 1024, 1000, 1, LS_DTYPE_BF16, 1, 1);
     test_matmul_fp8(&r, 4, 14336, 4096, 1, LS_DTYPE_F32, 1, 1);
-    test_matmul_fp8(&r, 7, 96, 37, 0, LS_DTYPE_BF16, 1, 1);
-    test_matmul_fp8(&r, 6, 512, 200, 1, LS_DTYPE_F16, 1, 1);
 
     test_embedding_gather(&r);
     test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0, 0);
