@@ -471,12 +471,17 @@ static void s_fp8_compare(s_bench_t *b, ls_backend_t *be) {
         ls_fp8_path_t path = ls_backend_cuda_fp8_path(be);
         printf("%-6d %10.3f %10.3f %7.3f   %12.3f %12.3f %7.3f  %s\n", batch, 1e3 * t[0][0], 1e3 * t[1][0],
                t[1][0] / t[0][0], 1e3 * t[0][1], 1e3 * t[1][1], t[1][1] / t[0][1],
-               path == LS_FP8_PATH_SMALL ? "small" : path == LS_FP8_PATH_OUTER ? "outer" : "after");
+               path == LS_FP8_PATH_TC      ? "tc"
+               : path == LS_FP8_PATH_SMALL ? "small"
+               : path == LS_FP8_PATH_OUTER ? "outer"
+                                           : "after");
         fflush(stdout);
     }
-    printf("FP8 GEMMs (engine/fp8_gemm.h): small = ls_cu_fp8_gemm_small, scales in its epilogue "
-           "(up to LS_FP8_SMALL_T = %d tokens); outer = cuBLASLt applying the scales; after = "
-           "cuBLASLt, then ls_cu_fp8_scale\n", LS_FP8_SMALL_T);
+    printf("FP8 GEMMs (engine/fp8_gemm.h): tc = ls_cu_fp8_gemm_tc, tensor cores, scales in its "
+           "epilogue (up to LS_FP8_TC_T = %d tokens, sm_89+); small = ls_cu_fp8_gemm_small, CUDA "
+           "cores (up to LS_FP8_SMALL_T = %d where tc does not run); outer = cuBLASLt applying "
+           "the scales; after = cuBLASLt, then ls_cu_fp8_scale\n",
+           LS_FP8_TC_T, LS_FP8_SMALL_T);
     b->m = bf16;
     ls_model_destroy(&fp8);
 }

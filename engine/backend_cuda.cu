@@ -118,7 +118,7 @@ typedef struct {
     s_dev_t up_stage;      // the images of buffer_upload_async, padded from here on the device
     cudaEvent_t queued;    // compute work queued before an async upload
     cublasHandle_t blas;
-    ls_fp8_gemm_t *fp8;     // matmul_fp8's GEMMs (cuBLASLt)
+    ls_fp8_gemm_t *fp8;     // matmul_fp8's GEMMs (ours, cuBLASLt)
     cudaError_t sticky; // first error seen; cudaSuccess while all is well
     int blas_failed;
 
@@ -810,8 +810,8 @@ void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replay
     *replayed = s_ctx(be)->n_replayed;
 }
 
-void ls_backend_cuda_set_fp8_paths(ls_backend_t *be, int outer, int small) {
-    ls_fp8_gemm_allow(s_ctx(be)->fp8, outer, small);
+void ls_backend_cuda_set_fp8_paths(ls_backend_t *be, int outer, int small, int tc) {
+    ls_fp8_gemm_allow(s_ctx(be)->fp8, outer, small, tc);
 }
 
 ls_fp8_path_t ls_backend_cuda_fp8_path(ls_backend_t *be) {

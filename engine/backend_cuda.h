@@ -60,9 +60,10 @@ void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms);
 // Graphs captured and graph replays so far.
 void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replayed);
 // FP8 GEMMs (matmul_fp8, engine/fp8_gemm.h ls_fp8_gemm_allow): outer 0 makes cuBLASLt's
-// apply the scales after an unscaled GEMM, small 0 sends every T to cuBLASLt (the tests'
-// checks of those paths); 1, 1 is the default. ls_backend_cuda_fp8_path: the last one's.
-void ls_backend_cuda_set_fp8_paths(ls_backend_t *be, int outer, int small);
+// apply the scales after an unscaled GEMM, small 0 and tc 0 keep the GEMMs of our own off
+// (0, 0: every T to cuBLASLt; the tests' checks of each path); 1, 1, 1 is the default.
+// ls_backend_cuda_fp8_path: the last one's.
+void ls_backend_cuda_set_fp8_paths(ls_backend_t *be, int outer, int small, int tc);
 ls_fp8_path_t ls_backend_cuda_fp8_path(ls_backend_t *be);
 
 #ifdef __cplusplus

@@ -23,7 +23,8 @@ struct ls_fp8_gemm {
     cublasLtMatmulPreference_t pref;
     s_algo_t algos[S_ALGOS];
     int n_algos, next; // entries used; the one replaced next when all are
-    int allow_outer, allow_small;
+    int allow_outer, allow_small, allow_tc;
+    int tc_ok; // ls_cu_fp8_gemm_tc runs on this device (sm_89+ and built for it)
     ls_fp8_path_t last;
 };
 
@@ -53,7 +54,8 @@ ls_fp8_gemm_t *ls_fp8_gemm_new(char *err, size_t errlen) {
         ls_err_set(err, errlen, "cuda: out of host memory");
         return NULL;
     }
-    self->allow_outer = self->allow_small = 1;
+    self->allow_outer = self->allow_small = self->allow_tc = 1;
+    self->tc_ok = ls_cu_fp8_gemm_tc_ok();
     if (!S_OK(cublasLtCreate(&self->lt))) {
         self->lt = NULL;
         ls_fp8_gemm_destroy(&self);
@@ -141,7 +143,15 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
                     int in, int out, int sms, void *workspace, size_t workspace_bytes,
                     cudaStream_t stream) {
     assert(T > 0 && in > 0 && in % 16 == 0 && out > 0);
-    if (self->allow_small && T <= LS_FP8_SMALL_T && ((uintptr_t)xq | (uintptr_t)w) % 16 == 0) {
+    int aligned = ((uintptr_t)xq | (uintptr_t)w) % 16 == 0;
+    if (self->allow_tc && self->tc_ok && T <= LS_FP8_TC_T && in % 64 == 0 && aligned) {
+        if (ls_cu_fp8_gemm_tc(y, (const uint8_t *)xq, x_scale, (const uint8_t *)w, w_scale, bias,
+                              (ls_cu_dtype_t)bias_dt, T, in, out, stream) != cudaSuccess)
+            return -1;
+        self->last = LS_FP8_PATH_TC;
+        return 0;
+    }
+    if (self->allow_small && T <= LS_FP8_SMALL_T && aligned) {
         if (ls_cu_fp8_gemm_small(y, (const uint8_t *)xq, x_scale, (const uint8_t *)w, w_scale,
                                  bias, (ls_cu_dtype_t)bias_dt, T, in, out, stream) != cudaSuccess)
             return -1;
@@ -192,7 +202,8 @@ ls_fp8_path_t ls_fp8_gemm_path(const ls_fp8_gemm_t *self) {
     return self->last;
 }
 
-void ls_fp8_gemm_allow(ls_fp8_gemm_t *self, int outer, int small) {
+void ls_fp8_gemm_allow(ls_fp8_gemm_t *self, int outer, int small, int tc) {
     self->allow_outer = outer ? 1 : 0;
     self->allow_small = small ? 1 : 0;
+    self->allow_tc = tc ? 1 : 0;
 }

@@ -1,4 +1,5 @@
-/*  engine/fp8_gemm.h — the CUDA backend's FP8 GEMM (matmul_fp8 of backend.h) on cuBLASLt.
+/*  engine/fp8_gemm.h — the CUDA backend's FP8 GEMM (matmul_fp8 of backend.h): cuBLASLt's, and
+    at decode sizes two of our own (below).
 
     y (T, out) = (xq · wqᵀ)[t][o] · x_scale[t] · w_scale[o]: E4M3 inputs on Hopper's FP8
     tensor cores, fp32 accumulation and output. Row-major y = x·wᵀ is column-major
@@ -16,12 +17,18 @@
 
     Algorithms are looked up once per (T, in, out, SM target) and kept in a small table.
 
-    Up to LS_FP8_SMALL_T tokens (decode steps) the GEMM is our own instead
-    (ls_cu_fp8_gemm_small, kernels/cuda/fp8.cu): a stream of the weights on CUDA cores with
-    the scales and bias in the same launch, where cuBLASLt's FP8 kernels read the weights far
-    below copy bandwidth and need the pass after them. Past it, the CUDA cores' issue rate
-    bounds our kernel and cuBLASLt's tensor cores win; kernels/cuda/dev/dev_fp8 measures the
-    crossover (README.md there, "FP8 decode GEMM").
+    At decode sizes the GEMM is our own instead (kernels/cuda/fp8.cu), a stream of the
+    weights with the scales and bias in the same launch, where cuBLASLt's FP8 kernels read
+    the weights far below copy bandwidth and need the pass after them:
+    - up to LS_FP8_TC_T tokens ls_cu_fp8_gemm_tc, on the FP8 tensor cores (mma.sync E4M3),
+      where the device runs it (sm_89+, and the library built for it: sm_90a; the sm_80
+      build has no mma) and in % 64 == 0;
+    - else up to LS_FP8_SMALL_T tokens ls_cu_fp8_gemm_small, on CUDA cores (sm_80, and
+      shapes tc cannot take);
+    - else cuBLASLt. The CUDA cores' issue rate bounds small past a few tokens, and tc's
+      8 warps a block splitting K re-read the tokens' codes past 16.
+    kernels/cuda/dev/dev_fp8 measures the crossovers (README.md there, "FP8 decode GEMM").
+    All three take xq and w 16-byte aligned; unaligned ones go to cuBLASLt.
 */
 #ifndef LS_FP8_GEMM_H
 #define LS_FP8_GEMM_H
@@ -34,9 +41,15 @@
 extern "C" {
 #endif
 
-// The most tokens the GEMM of our own takes (see above): dev_fp8's crossover on an H100, where
-// a layer's four projections take 96 µs against cuBLASLt's 104 at 1 and 2 tokens, the same at
-// 4, and 185 against 105 at 8.
+// The most tokens the tensor-core GEMM of our own takes (see above): dev_fp8 on an H100, a
+// Llama-3-8B layer's four projections take 90.5 / 92.5 / 94.3 / 95.7 / 100.1 µs at 1 / 2 / 4 /
+// 8 / 16 tokens against cuBLASLt's (+ scale pass) 103.9 / 106.2 / 118.7 / 104.9 / 107.9 and
+// small's 96.4 / 96.2 at 1 / 2; at 32 and 64 cuBLASLt wins (111.6 / 119.9 against 133.5 /
+// 264.8).
+#define LS_FP8_TC_T 16
+// The most tokens the CUDA-core GEMM of our own takes where tc does not run (see above):
+// dev_fp8's crossover on an H100, where a layer's four projections take 96 µs against
+// cuBLASLt's 104 at 1 and 2 tokens, the same at 4, and 185 against 105 at 8.
 #define LS_FP8_SMALL_T 2
 
 // Which GEMM a run took.
@@ -44,6 +57,7 @@ typedef enum {
     LS_FP8_PATH_AFTER = 0, // cuBLASLt unscaled, then ls_cu_fp8_scale
     LS_FP8_PATH_OUTER = 1, // cuBLASLt with its outer-vector scales
     LS_FP8_PATH_SMALL = 2, // ls_cu_fp8_gemm_small (T <= LS_FP8_SMALL_T)
+    LS_FP8_PATH_TC = 3,    // ls_cu_fp8_gemm_tc (T <= LS_FP8_TC_T, sm_89+, in % 64 == 0)
 } ls_fp8_path_t;
 
 typedef struct ls_fp8_gemm ls_fp8_gemm_t;
@@ -65,8 +79,10 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
 ls_fp8_path_t ls_fp8_gemm_path(const ls_fp8_gemm_t *self);
 // Tests and the dev bench: outer 0 makes every later cuBLASLt run take the unscaled GEMM +
 // ls_cu_fp8_scale (1, the default: the GEMM's own scales where cuBLASLt has them); small 0
-// sends every T to cuBLASLt (1, the default: T <= LS_FP8_SMALL_T to ls_cu_fp8_gemm_small).
-void ls_fp8_gemm_allow(ls_fp8_gemm_t *self, int outer, int small);
+// never takes ls_cu_fp8_gemm_small, tc 0 never ls_cu_fp8_gemm_tc (1, the defaults: each
+// where it runs, as above). small 1, tc 0 is the sm_80 choice; 0, 0 sends every T to
+// cuBLASLt.
+void ls_fp8_gemm_allow(ls_fp8_gemm_t *self, int outer, int small, int tc);
 
 #ifdef __cplusplus
 }

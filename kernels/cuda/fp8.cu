@@ -6,9 +6,11 @@
     the op before the GEMM is an RMSNorm or SiLU·mul, that kernel writes the codes itself
     (elementwise.cu) and this pass does not run.
 
-    And the decode-shaped FP8 GEMM of our own (ls_cu_fp8_gemm_small): at a few tokens the
-    GEMM is a stream of the weights, which cuBLASLt's FP8 kernels read far below copy
-    bandwidth, and its scales and bias go into the same launch.
+    And the decode-shaped FP8 GEMMs of our own: at a few tokens the GEMM is a stream of the
+    weights, which cuBLASLt's FP8 kernels read far below copy bandwidth, and its scales and
+    bias go into the same launch. ls_cu_fp8_gemm_tc on the FP8 tensor cores (sm_89+),
+    ls_cu_fp8_gemm_small on CUDA cores (any SM, any in % 16 == 0): engine/fp8_gemm.h says
+    which runs where.
 */
 #include <assert.h>
 
@@ -92,7 +94,7 @@ cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale
 //
 // Per weight byte a lane spends 1.5 instructions widening it, NT FMAs, and 1.5 · NT /
 // S_SMALL_ROWS widening x: past NT = 4 the SM's issue rate, not memory, bounds it, which is
-// where cuBLASLt's tensor cores take over (LS_FP8_SMALL_T, engine/fp8_gemm.h). Out >= 4096
+// where the tensor cores take over (LS_FP8_SMALL_T, engine/fp8_gemm.h). Out >= 4096
 // gives >= 1024 warps, enough bytes in flight on 132 SMs without splitting K.
 enum { S_SMALL_ROWS = 4, S_SMALL_WARPS = 4, S_SMALL_NT = 8 };
 
@@ -113,6 +115,16 @@ __device__ __forceinline__ uint4 s_ld_stream(const uint4 *p) {
 
 __device__ __forceinline__ unsigned s_word(const uint4 &v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// y[t][o] from the unscaled sum v, rounded as ls_matmul_fp8_forward rounds it: (v ·
+// x_scale[t]) · w_scale[o] (+ bias[o])
+template <typename TB>
+__device__ __forceinline__ void s_gemm_store(float *y, float v, const float *x_scale,
+                                             const float *w_scale, const TB *bias, int t, int o,
+                                             int out) {
+    float s = __fmul_rn(__fmul_rn(v, x_scale[t]), w_scale[o]);
+    y[(size_t)t * out + o] = bias ? __fadd_rn(s, ls_to_f(bias[o])) : s;
 }
 
 // y (T, out); xq (T, in) and w (out, in) E4M3 codes, rows 16-byte aligned (in % 16 == 0);
@@ -170,10 +182,8 @@ __global__ void __launch_bounds__(S_SMALL_WARPS * 32)
             for (int m = 16; m > 0; m >>= 1)
                 v += __shfl_xor_sync(0xffffffffu, v, m);
             int o = o0 + r, tt = t0 + t;
-            if (lane == r * NT + t && o < out && tt < T) {
-                float s = __fmul_rn(__fmul_rn(v, x_scale[tt]), w_scale[o]);
-                y[(size_t)tt * out + o] = bias ? __fadd_rn(s, ls_to_f(bias[o])) : s;
-            }
+            if (lane == r * NT + t && o < out && tt < T)
+                s_gemm_store(y, v, x_scale, w_scale, bias, tt, o, out);
         }
 }
 
@@ -206,5 +216,137 @@ cudaError_t ls_cu_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_sca
                : T <= 4 ? s_gemm_small<4>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
                         : s_gemm_small<S_SMALL_NT>(y, xq, x_scale, w, w_scale, b, T, in, out,
                                                    stream));
+    return cudaErrorInvalidValue;
+}
+
+// --- the decode-shaped FP8 GEMM on tensor cores (sm_89+) --------------------------------
+//
+// A block owns 16 output rows and NTL tiles of 8 tokens (grid y: further groups of 8 · NTL),
+// its TC_WARPS warps split K by 64-code chunks. Lane (g = lane / 4, c = lane % 4) reads 16
+// codes of rows g and g + 8 and of token g (+ 8j) at k = 16c .. 16c + 15 of a chunk; the sum
+// over k does not care which k a fragment slot holds as long as A and B agree, so the chunk
+// is two mma steps without any shuffle: slots (c, 0..3) and (c, 4..7) of the first take
+// codes 0..3 and 4..7 of each load (words x, y), the second 8..15 (words z, w). Each chunk's
+// two mmas start from zero and go into fp32 accumulators on the CUDA cores (the tensor
+// cores' own FP8 sums keep ~14 bits, fewer than fp32: the DeepSeek-V3 promotion), then the
+// warps' sums meet in shared memory and the epilogue rounds as ls_matmul_fp8_forward does:
+// (acc · x_scale[t]) · w_scale[o] (+ bias). Per weight byte a warp issues 2 · NTL mmas per
+// KB, about flat in T, so it streams near copy bandwidth where small is issue-bound.
+enum { TC_WARPS = 8 };
+
+// d = a (16 x 32, row) · b (32 x 8, col) + c, E4M3 in, fp32 out. Only sm_89+ has the
+// instruction: elsewhere the kernel is never launched (ls_cu_fp8_gemm_tc_ok), and traps if
+// it were.
+__device__ __forceinline__ void s_mma_e4m3(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                           unsigned a3, unsigned b0, unsigned b1,
+                                           const float (&c)[4]) {
+#if __CUDA_ARCH__ >= 890
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+#else
+    (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1, (void)c;
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+    __trap();
+#endif
+}
+
+// y (T, out); xq (T, in) and w (out, in) E4M3 codes, rows 16-byte aligned (in % 64 == 0);
+// x_scale (T), w_scale (out), bias (out) or NULL. Grid (out rows / 16, token groups of
+// 8 · NTL). Rows past out and tokens past T read the last one (no branch in the loop) and
+// write nothing.
+template <int NTL, typename TB>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+    k_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
+                  const float *w_scale, const TB *bias, int T, int in, int out) {
+    __shared__ float red[TC_WARPS][NTL * 4][32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NTL;
+    const uint4 *w0 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g, out - 1) * in +
+                                                      16 * c);
+    const uint4 *w8 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g + 8, out - 1) * in +
+                                                      16 * c);
+    const uint4 *xr[NTL];
+#pragma unroll
+    for (int j = 0; j < NTL; j++)
+        xr[j] = reinterpret_cast<const uint4 *>(xq + (size_t)min(t0 + 8 * j + g, T - 1) * in +
+                                                16 * c);
+    float acc[NTL][4] = {};
+    const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int n64 = in / 64;
+#pragma unroll 2
+    for (int ch = warp; ch < n64; ch += TC_WARPS) {
+        uint4 a = s_ld_stream(w0 + 4 * ch), b = s_ld_stream(w8 + 4 * ch);
+#pragma unroll
+        for (int j = 0; j < NTL; j++) {
+            uint4 xv = __ldg(xr[j] + 4 * ch);
+            float d[4];
+            s_mma_e4m3(d, a.x, b.x, a.y, b.y, xv.x, xv.y, zero);
+            s_mma_e4m3(d, a.z, b.z, a.w, b.w, xv.z, xv.w, d);
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[j][e] += d[e];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NTL; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            red[warp][j * 4 + e][lane] = acc[j][e];
+    __syncthreads();
+    for (int i = threadIdx.x; i < NTL * 4 * 32; i += blockDim.x) {
+        int je = i / 32, l = i % 32, j = je / 4, e = je % 4;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < TC_WARPS; k++)
+            v += red[k][je][l];
+        // the accumulator layout of m16n8: rows g and g + 8, tokens 2c and 2c + 1
+        int o = o0 + (l >> 2) + 8 * (e >> 1), t = t0 + 8 * j + 2 * (l & 3) + (e & 1);
+        if (o < out && t < T)
+            s_gemm_store(y, v, x_scale, w_scale, bias, t, o, out);
+    }
+}
+
+template <int NTL, typename TB>
+static cudaError_t s_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
+                             const uint8_t *w, const float *w_scale, const TB *bias, int T,
+                             int in, int out, cudaStream_t stream) {
+    dim3 grid((unsigned)((out + 15) / 16), (unsigned)((T + 8 * NTL - 1) / (8 * NTL)));
+    k_fp8_gemm_tc<NTL, TB><<<grid, TC_WARPS * 32, 0, stream>>>(y, xq, x_scale, w, w_scale,
+                                                                bias, T, in, out);
+    return cudaGetLastError();
+}
+
+int ls_cu_fp8_gemm_tc_ok(void) {
+    // the kernel as loaded for this device: its PTX target is the __CUDA_ARCH__ it was
+    // compiled at (an sm_89 card runs the sm_80 build, without the mma)
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, k_fp8_gemm_tc<1, float>) != cudaSuccess) {
+        cudaGetLastError(); // not the next launch's error
+        return 0;
+    }
+    return a.ptxVersion >= 89;
+}
+
+cudaError_t ls_cu_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
+                              const uint8_t *w, const float *w_scale, const void *bias,
+                              ls_cu_dtype_t bias_dt, int T, int in, int out,
+                              cudaStream_t stream) {
+    assert(T >= 0 && in > 0 && in % 64 == 0 && out > 0);
+    assert(((uintptr_t)xq | (uintptr_t)w) % 16 == 0);
+    if (T == 0)
+        return cudaSuccess;
+    if (!bias)
+        bias_dt = LS_CU_F32;
+    // the fewest tiles of 8 tokens a pass that cover T (passes of 64 past 64)
+    int ntl = (T + 7) / 8;
+    LS_CU_DISPATCH(bias_dt, TB,
+        const TB *b = (const TB *)bias;
+        return ntl == 1   ? s_gemm_tc<1>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
+               : ntl == 2 ? s_gemm_tc<2>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
+               : ntl <= 4 ? s_gemm_tc<4>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
+                          : s_gemm_tc<8>(y, xq, x_scale, w, w_scale, b, T, in, out, stream));
     return cudaErrorInvalidValue;
 }

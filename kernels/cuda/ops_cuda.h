@@ -74,11 +74,21 @@ cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale
 // y (T, out) = (xq · wᵀ)[t][o] · x_scale[t] · w_scale[o] (+ bias, or NULL) in one launch,
 // rounded as ls_matmul_fp8_forward rounds them (products exact, fp32 sums in another order):
 // the decode-shaped FP8 GEMM on CUDA cores, for a few tokens (engine/fp8_gemm.h
-// LS_FP8_SMALL_T). xq (T, in) and w (out, in) E4M3 codes, 16-byte aligned, in % 16 == 0.
+// LS_FP8_SMALL_T, where the tensor cores' ls_cu_fp8_gemm_tc cannot run). xq (T, in) and
+// w (out, in) E4M3 codes, 16-byte aligned, in % 16 == 0.
 cudaError_t ls_cu_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_scale,
                                  const uint8_t *w, const float *w_scale, const void *bias,
                                  ls_cu_dtype_t bias_dt, int T, int in, int out,
                                  cudaStream_t stream);
+// The same on the FP8 tensor cores (mma.sync m16n8k32 E4M3, sm_89+; engine/fp8_gemm.h
+// LS_FP8_TC_T): the products exact, sums of 64 on the tensor cores (~14 bits) added in fp32.
+// in % 64 == 0, xq and w 16-byte aligned, any T and out. Only where ls_cu_fp8_gemm_tc_ok:
+// 1 when the kernel loaded for the current device was compiled with the mma (sm_89+), else 0.
+cudaError_t ls_cu_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
+                              const uint8_t *w, const float *w_scale, const void *bias,
+                              ls_cu_dtype_t bias_dt, int T, int in, int out,
+                              cudaStream_t stream);
+int ls_cu_fp8_gemm_tc_ok(void);
 
 // y (T, out) += bias (out)
 cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, int T,

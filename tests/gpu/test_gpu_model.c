@@ -13,8 +13,8 @@
        slots for four adapters (slot reuse).
     3. The dummy loader: a small config with random weights on the GPU and on the CPU
        backend, one mixed prefill + decode step, logits compared; in bf16 and in FP8
-       (--quantization fp8: the FP8 GEMMs as production picks them, our own at the decode
-       step, and cuBLASLt's alone with the scales applied after it,
+       (--quantization fp8: the FP8 GEMMs as production picks them, our own (tc on sm_89+)
+       at the decode step, and cuBLASLt's alone with the scales applied after it,
        ls_backend_cuda_set_fp8_paths).
     6. FP8 (tests/engine/test_fp8.c on the GPU): the fixtures and the demo loaded with
        LS_QUANT_FP8, against the HF references and eval.json, with test_fp8.c's bounds
@@ -221,7 +221,7 @@ static void s_dummy(ls_quant_t quant) {
     const char *how[3] = {"", "", ""}; // the FP8 decode step's GEMM
 #ifdef LS_HAVE_CUDA
     if (fp8 && !g_cpu)
-        ls_backend_cuda_set_fp8_paths(be[2], 0, 0);
+        ls_backend_cuda_set_fp8_paths(be[2], 0, 0, 0);
 #endif
     for (int b = 0; b < nb; b++) {
         ls_model_t *m = ls_model_load_dummy(cfg_json, be[b], NULL, quant, 7, NULL, NULL, err, sizeof err);
@@ -251,7 +251,8 @@ static void s_dummy(ls_quant_t quant) {
             s_die("dummy logits", "download failed");
 #ifdef LS_HAVE_CUDA
         if (fp8 && b > 0 && !g_cpu)
-            how[b] = ls_backend_cuda_fp8_path(be[b]) == LS_FP8_PATH_SMALL   ? ", fp8, own decode GEMM"
+            how[b] = ls_backend_cuda_fp8_path(be[b]) == LS_FP8_PATH_TC      ? ", fp8, tc decode GEMM"
+                     : ls_backend_cuda_fp8_path(be[b]) == LS_FP8_PATH_SMALL ? ", fp8, small decode GEMM"
                      : ls_backend_cuda_fp8_path(be[b]) == LS_FP8_PATH_OUTER ? ", fp8, GEMM's own scales"
                                                                             : ", fp8, scales after the GEMM";
 #endif

@@ -416,10 +416,10 @@ static void test_matmul(t_rng_t *r, int T, int in, int out, ls_dtype_t wdt, int 
 
 // FP8 (W8A8): the same E4M3 weights and scales on both, x quantized per token by each
 // backend (compared bit for bit), then y. allow_outer 0: cuBLASLt's GEMM applies no scales
-// (the pass after it does); allow_small 0: cuBLASLt at every T, not ls_cu_fp8_gemm_small;
-// the row name says which path ran.
+// (the pass after it does); allow_small 0: never ls_cu_fp8_gemm_small; allow_tc 0: never
+// ls_cu_fp8_gemm_tc (both 0: cuBLASLt at every T); the row name says which path ran.
 static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dtype_t bdt,
-                            int allow_outer, int allow_small) {
+                            int allow_outer, int allow_small, int allow_tc) {
     size_t nw = (size_t)out * in, nx = (size_t)T * in, ny = (size_t)T * out;
     s_pb_t w = s_pb_new(LS_DTYPE_F8E4M3, nw), ws = s_pb_new(LS_DTYPE_F32, out),
            x = s_pb_new(LS_DTYPE_F32, nx), xq = s_pb_new(LS_DTYPE_F8E4M3, nx),
@@ -440,7 +440,7 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     s_pb_set(&b, 0, hb, out);
     float *nan = s_nan_new(ny);
     s_pb_set(&y, 0, nan, ny);
-    ls_backend_cuda_set_fp8_paths(s_gpu, allow_outer, allow_small);
+    ls_backend_cuda_set_fp8_paths(s_gpu, allow_outer, allow_small, allow_tc);
     ls_view_t bc = bias ? s_vc(&b, 0) : LS_VIEW_NONE, bg = bias ? s_vg(&b, 0) : LS_VIEW_NONE;
     s_cpu->matmul_fp8(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&xq, 0), s_vc(&xs, 0), s_vc(&w, 0),
                       s_vc(&ws, 0), bc, T, in, out);
@@ -460,9 +460,10 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     ls_fp8_path_t path = ls_backend_cuda_fp8_path(s_gpu);
     snprintf(name, sizeof name, "matmul_fp8 T=%d %dx%d%s%s, %s", T, in, out,
              bias ? " +bias:" : "", bias ? s_dtn(bdt) : "",
-             path == LS_FP8_PATH_SMALL   ? "own GEMM"
-             : path == LS_FP8_PATH_OUTER ? "GEMM scales"
-                                         : "scales after");
+             path == LS_FP8_PATH_TC      ? "tc GEMM"
+             : path == LS_FP8_PATH_SMALL ? "small GEMM"
+             : path == LS_FP8_PATH_OUTER ? "cuBLASLt, GEMM scales"
+                                         : "cuBLASLt, scales after");
     // The products of E4M3 codes are exact, but Hopper's FP8 tensor cores add them with fewer
     // bits than fp32 (about 14: DeepSeek-V3's report measures it on H800s), where the CPU
     // reference sums in fp32: measured on an H100, NMSE 1e-8 to 3e-8 and the largest error
@@ -471,7 +472,9 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     // even a sequential fp32 sum of 14,336 products of rms 0.033 errs ~1e-5 on |y| ~ 4 (NMSE
     // ~1e-11, the largest of 16k values ~5e-5), so bounds 1e-10 and 1e-3 hold with room and
     // still catch a sum kept with fewer bits, as the tensor cores' (NMSE 1e-8). A wrong
-    // scale, code or layout is off by the size of y itself.
+    // scale, code or layout is off by the size of y itself. Our tensor-core GEMM (tc) adds
+    // each 64 products on the tensor cores (the same ~14-bit sums, fewer of them) and those
+    // sums in fp32: cuBLASLt's bounds, 1e-6 and 1e-2.
     if (path == LS_FP8_PATH_SMALL)
         s_check(name, g, c, ny, 1e-10, 1e-3);
     else
@@ -490,7 +493,7 @@ static void test_matmul_fp8(t_rng_t *r, int T, int in, int out, int bias, ls_dty
     snprintf(name, sizeof name, "matmul_fp8 T=%d %dx%d, x quantized before: %zu of %zu differ", T,
              in, out, dg, ny);
     s_check_true(name, dg == 0);
-    ls_backend_cuda_set_fp8_paths(s_gpu, 1, 1);
+    ls_backend_cuda_set_fp8_paths(s_gpu, 1, 1, 1);
     free(g2);
     s_pb_free(&y2);
     s_pb_free(&w), s_pb_free(&ws), s_pb_free(&x), s_pb_free(&xq), s_pb_free(&xs);
@@ -1535,27 +1538,43 @@ int main(int argc, char **argv) {
     test_matmul(&r, 33, 300, 130, LS_DTYPE_F32, 0, LS_DTYPE_F32, 0);
     test_matmul(&r, 9, 256, 128, LS_DTYPE_F16, 1, LS_DTYPE_F16, 0);
     // FP8: Llama-3-8B's decode shapes (qkv, o, gate_up, down) at batch 1, 8, 64, a prefill
-    // chunk, odd widths and biases; our own GEMM at T <= LS_FP8_SMALL_T (then cuBLASLt there
-    // too), both ways of cuBLASLt's applying the scales
-    for (int allow = 2; allow >= 0; allow--) {
-        int outer = allow > 0, small = allow == 2;
-        test_matmul_fp8(&r, 1, 4096, 6144, 0, LS_DTYPE_BF16, outer, small);
-        test_matmul_fp8(&r, 8, 4096, 4096, 1, LS_DTYPE_BF16, outer, small);
-        test_matmul_fp8(&r, 64, 4096, 28672, 0, LS_DTYPE_BF16, outer, small);
-        test_matmul_fp8(&r, 64, 14336, 4096, 1, LS_DTYPE_F32, outer, small);
-        test_matmul_fp8(&r, 300, 1024, 1000, 0, LS_DTYPE_BF16, outer, small);
-        test_matmul_fp8(&r, 5, 80, 48, 1, LS_DTYPE_F16, outer, small);
+    // chunk, odd widths and biases; every path where production takes it (tc at T <=
+    // LS_FP8_TC_T and in % 64 == 0 on sm_89+), then without tc (small at T <=
+    // LS_FP8_SMALL_T, as on sm_80), then cuBLASLt alone, both ways of its applying the scales
+    for (int allow = 3; allow >= 0; allow--) {
+        int outer = allow > 0, small = allow >= 2, tc = allow == 3;
+        test_matmul_fp8(&r, 1, 4096, 6144, 0, LS_DTYPE_BF16, outer, small, tc);
+        test_matmul_fp8(&r, 8, 4096, 4096, 1, LS_DTYPE_BF16, outer, small, tc);
+        test_matmul_fp8(&r, 64, 4096, 28672, 0, LS_DTYPE_BF16, outer, small, tc);
+        test_matmul_fp8(&r, 64, 14336, 4096, 1, LS_DTYPE_F32, outer, small, tc);
+        test_matmul_fp8(&r, 300, 1024, 1000, 0, LS_DTYPE_BF16, outer, small, tc);
+        test_matmul_fp8(&r, 5, 80, 48, 1, LS_DTYPE_F16, outer, small, tc);
     }
-    // our own GEMM where production takes it (T <= LS_FP8_SMALL_T: 1 and 2 tokens a pass),
-    // with rows past out (out % 4 != 0) and biases; its wider token groups (4 and 8 a pass,
-    // several passes) are dev_fp8's to check; past the threshold cuBLASLt, at widths whose
-    // rows of y stay 16-byte aligned (the models' are multiples of 16)
-    test_matmul_fp8(&r, 2, 4096, 4096, 0, LS_DTYPE_BF16, 1, 1);
-    test_matmul_fp8(&r, 1, 96, 37, 0, LS_DTYPE_BF16, 1, 1);
-    test_matmul_fp8(&r, 2, 96, 37, 1, LS_DTYPE_F16, 1, 1);
-    test_matmul_fp8(&r, 2, 512, 200, 1, LS_DTYPE_F16, 1, 1);
-    test_matmul_fp8(&r, 3, 1024, 1000, 1, LS_DTYPE_BF16, 1, 1);
-    test_matmul_fp8(&r, 4, 14336, 4096, 1, LS_DTYPE_F32, 1, 1);
+    // the tensor-core GEMM where production takes it (T <= LS_FP8_TC_T): one and two tiles of
+    // 8 tokens, tokens past T in a tile (1, 2, 5), Llama-3-8B's four shapes with biases, and
+    // rows past out (out % 16 != 0: 200, 37); its wider passes (4 and 8 tiles) are dev_fp8's
+    // to check. On a device without it (sm_80) these run small or cuBLASLt (the name says).
+    test_matmul_fp8(&r, 1, 4096, 6144, 1, LS_DTYPE_BF16, 1, 1, 1);
+    test_matmul_fp8(&r, 2, 4096, 4096, 1, LS_DTYPE_F16, 1, 1, 1);
+    test_matmul_fp8(&r, 5, 4096, 28672, 1, LS_DTYPE_BF16, 1, 1, 1);
+    test_matmul_fp8(&r, 8, 14336, 4096, 1, LS_DTYPE_F32, 1, 1, 1);
+    test_matmul_fp8(&r, 16, 4096, 6144, 1, LS_DTYPE_BF16, 1, 1, 1);
+    test_matmul_fp8(&r, 16, 14336, 4096, 0, LS_DTYPE_BF16, 1, 1, 1);
+    test_matmul_fp8(&r, 1, 512, 37, 1, LS_DTYPE_BF16, 1, 1, 1);
+    test_matmul_fp8(&r, 5, 512, 200, 1, LS_DTYPE_F16, 1, 1, 1);
+    test_matmul_fp8(&r, 16, 512, 200, 1, LS_DTYPE_F32, 1, 1, 1);
+    // the CUDA-core GEMM where production takes it without tc (T <= LS_FP8_SMALL_T: 1 and 2
+    // tokens a pass), with rows past out (out % 4 != 0) and biases; its wider token groups (4
+    // and 8 a pass, several passes) are dev_fp8's to check; past the threshold cuBLASLt, at
+    // widths whose rows of y stay 16-byte aligned (the models' are multiples of 16)
+    test_matmul_fp8(&r, 2, 4096, 4096, 0, LS_DTYPE_BF16, 1, 1, 0);
+    test_matmul_fp8(&r, 1, 96, 37, 0, LS_DTYPE_BF16, 1, 1, 0);
+    test_matmul_fp8(&r, 2, 96, 37, 1, LS_DTYPE_F16, 1, 1, 0);
+    test_matmul_fp8(&r, 2, 512, 200, 1, LS_DTYPE_F16, 1, 1, 0);
+    test_matmul_fp8(&r, 3, 1024, 1000, 1, LS_DTYPE_BF16, 1, 1, 0);
+    test_matmul_fp8(&r, 4, 14336, 4096, 1, LS_DTYPE_F32, 1, 1, 0);
+    // in % 64 != 0 with tc allowed: small up to LS_FP8_SMALL_T, cuBLASLt past it
+    test_matmul_fp8(&r, 2, 96, 37, 1, LS_DTYPE_BF16, 1, 1, 1);
 
     test_embedding_gather(&r);
     test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0, 0);

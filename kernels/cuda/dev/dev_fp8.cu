@@ -8,17 +8,19 @@
     memory as in a decode step.
 
     Versions:
-      lt      engine/fp8_gemm.cu on cuBLASLt alone (ls_fp8_gemm_allow(outer 1, small 0)):
-              the FP8 GEMM, then ls_cu_fp8_scale where it applies no scales itself
-              (production past LS_FP8_SMALL_T tokens);
+      lt      engine/fp8_gemm.cu on cuBLASLt alone (ls_fp8_gemm_allow(outer 1, small 0,
+              tc 0)): the FP8 GEMM, then ls_cu_fp8_scale where it applies no scales itself
+              (production past LS_FP8_TC_T tokens);
       small   ls_cu_fp8_gemm_small, a warp per 4 rows on CUDA cores, scales and bias in its
-              epilogue (production up to LS_FP8_SMALL_T);
+              epilogue (production up to LS_FP8_SMALL_T where tc does not run: sm_80);
       r2, r8  the same kernel with 2 and 8 rows a warp (8: at most 4 tokens a pass);
-      tc      k_fp8_gemm_tc (here only): mma.sync m16n8k32 E4M3 tensor cores, 16 rows a
-              block, K split over its 8 warps, all T in one pass (in % 64 == 0).
+      tc      ls_cu_fp8_gemm_tc: mma.sync m16n8k32 E4M3 tensor cores, 16 rows a block, K
+              split over its 8 warps, up to 64 tokens a pass (in % 64 == 0; production up to
+              LS_FP8_TC_T on sm_89+).
 
-    Then a layer's four projections summed per T, lt against small, and the largest T up to
-    which small wins at every T: the value LS_FP8_SMALL_T (engine/fp8_gemm.h) should take.
+    Then a layer's four projections summed per T, lt against small and tc, and the largest T
+    up to which each wins over lt at every T: the values LS_FP8_SMALL_T and LS_FP8_TC_T
+    (engine/fp8_gemm.h) should take.
 
     Usage: dev_fp8. Exit 1 if a version fails its check.
 */
@@ -61,90 +63,6 @@ static cudaError_t s_rows(float *y, const uint8_t *xq, const float *xs, const ui
     return cudaGetLastError();
 }
 
-// --- tc: tensor cores (mma.sync m16n8k32 E4M3, sm_89+; this program builds sm_90a only) ---
-//
-// A block owns 16 output rows and all tokens (NTL tiles of 8), its TC_WARPS warps split K
-// by 64-code chunks. Lane (g = lane / 4, c = lane % 4) reads 16 codes of rows g and g + 8 and
-// of token g (+ 8j) at k = 16c .. 16c + 15 of a chunk; the sum over k does not care which k
-// a fragment slot holds as long as A and B agree, so the chunk is two mma steps without any
-// shuffle: slots (c, 0..3) and (c, 4..7) of the first take codes 0..3 and 4..7 of each load
-// (words x, y), the second 8..15 (words z, w). Each chunk's two mmas start from zero and go
-// into fp32 accumulators on the CUDA cores (the tensor cores' own FP8 sums keep fewer bits
-// than fp32), then the warps' sums meet in shared memory and the epilogue scales them.
-enum { TC_WARPS = 8 };
-
-__device__ __forceinline__ void s_mma_e4m3(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                           unsigned b0, unsigned b1, const float (&c)[4]) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%10, %11, %12, %13};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
-
-template <int NTL>
-__global__ void __launch_bounds__(TC_WARPS * 32)
-    k_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w, const float *w_scale, int T,
-                  int in, int out) {
-    __shared__ float red[TC_WARPS][NTL * 4][32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    int o0 = blockIdx.x * 16;
-    const uint4 *w0 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g, out - 1) * in + 16 * c);
-    const uint4 *w8 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g + 8, out - 1) * in + 16 * c);
-    const uint4 *xr[NTL];
-#pragma unroll
-    for (int j = 0; j < NTL; j++)
-        xr[j] = reinterpret_cast<const uint4 *>(xq + (size_t)min(8 * j + g, T - 1) * in + 16 * c);
-    float acc[NTL][4] = {};
-    const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int n64 = in / 64;
-#pragma unroll 2
-    for (int ch = warp; ch < n64; ch += TC_WARPS) {
-        uint4 a = s_ld_stream(w0 + 4 * ch), b = s_ld_stream(w8 + 4 * ch);
-#pragma unroll
-        for (int j = 0; j < NTL; j++) {
-            uint4 xv = __ldg(xr[j] + 4 * ch);
-            float d[4];
-            s_mma_e4m3(d, a.x, b.x, a.y, b.y, xv.x, xv.y, zero);
-            s_mma_e4m3(d, a.z, b.z, a.w, b.w, xv.z, xv.w, d);
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[j][e] += d[e];
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < NTL; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            red[warp][j * 4 + e][lane] = acc[j][e];
-    __syncthreads();
-    for (int i = threadIdx.x; i < NTL * 4 * 32; i += blockDim.x) {
-        int je = i / 32, l = i % 32, j = je / 4, e = je % 4;
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < TC_WARPS; k++)
-            v += red[k][je][l];
-        int o = o0 + (l >> 2) + 8 * (e >> 1), t = 8 * j + 2 * (l & 3) + (e & 1);
-        if (o < out && t < T)
-            y[(size_t)t * out + o] = __fmul_rn(__fmul_rn(v, x_scale[t]), w_scale[o]);
-    }
-}
-
-// in % 64 == 0
-static cudaError_t s_tc(float *y, const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws, int T,
-                        int in, int out, cudaStream_t st) {
-    dim3 grid((unsigned)((out + 15) / 16));
-    int ntl = (T + 7) / 8;
-    if (ntl == 1)
-        k_fp8_gemm_tc<1><<<grid, TC_WARPS * 32, 0, st>>>(y, xq, xs, w, ws, T, in, out);
-    else if (ntl == 2)
-        k_fp8_gemm_tc<2><<<grid, TC_WARPS * 32, 0, st>>>(y, xq, xs, w, ws, T, in, out);
-    else if (ntl <= 4)
-        k_fp8_gemm_tc<4><<<grid, TC_WARPS * 32, 0, st>>>(y, xq, xs, w, ws, T, in, out);
-    else
-        k_fp8_gemm_tc<8><<<grid, TC_WARPS * 32, 0, st>>>(y, xq, xs, w, ws, T, in, out);
-    return cudaGetLastError();
-}
-
 static ls_fp8_gemm_t *s_lt;
 static void *s_ws;
 enum { S_WS = 32 << 20 };
@@ -161,7 +79,7 @@ static cudaError_t s_run(const s_prob_t &p, int v, int T, long i, cudaStream_t s
     case 1: return ls_cu_fp8_gemm_small(p.y, p.xq, p.xs, w, ws, NULL, LS_CU_F32, T, p.in, p.out, st);
     case 2: return s_rows<2>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
     case 3: return s_rows<8>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
-    default: return s_tc(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
+    default: return ls_cu_fp8_gemm_tc(p.y, p.xq, p.xs, w, ws, NULL, LS_CU_F32, T, p.in, p.out, st);
     }
 }
 
@@ -241,7 +159,7 @@ int main() {
         fprintf(stderr, "dev_fp8: %s\n", err);
         return 2;
     }
-    ls_fp8_gemm_allow(s_lt, 1, 0);
+    ls_fp8_gemm_allow(s_lt, 1, 0, 0);
     DEV_CK(cudaMalloc(&s_ws, S_WS));
     dev_rng_t rng = {7};
 
@@ -281,25 +199,29 @@ int main() {
         s_prob_free(p);
     }
 
-    // a layer's four projections: where small stops winning
+    // a layer's four projections: where small and tc stop winning over lt
     printf("\nA layer's four projections (us):\n%-4s", "T");
     for (int v = 0; v < N_V; v++)
         printf(" %8s", s_names[v]);
-    printf("  lt/small\n");
-    int small_t = 0;
-    bool wins = true;
+    printf("  lt/small  lt/tc\n");
+    int upto[N_V] = {};
+    bool wins[N_V];
+    for (int v = 0; v < N_V; v++)
+        wins[v] = true;
     for (int j = 0; j < N_T; j++) {
         printf("%-4d", s_ts[j]);
         for (int v = 0; v < N_V; v++)
             printf(" %8.1f", layer[j][v]);
-        printf("  %6.2f\n", layer[j][0] / layer[j][1]);
-        wins = wins && layer[j][1] < layer[j][0];
-        if (wins)
-            small_t = s_ts[j];
+        printf("  %8.2f %6.2f\n", layer[j][0] / layer[j][1], layer[j][0] / layer[j][4]);
+        for (int v = 1; v < N_V; v++) {
+            wins[v] = wins[v] && layer[j][v] < layer[j][0];
+            if (wins[v])
+                upto[v] = s_ts[j];
+        }
     }
-    printf("small wins at every T up to %d (LS_FP8_SMALL_T is %d; between measured Ts, the crossover lies "
-           "between %d and the next)\n",
-           small_t, LS_FP8_SMALL_T, small_t);
+    printf("small wins at every T up to %d (LS_FP8_SMALL_T is %d), tc up to %d (LS_FP8_TC_T is %d); between "
+           "measured Ts, a crossover lies between that T and the next\n",
+           upto[1], LS_FP8_SMALL_T, upto[4], LS_FP8_TC_T);
     ls_fp8_gemm_destroy(&s_lt);
     cudaFree(s_ws);
     return dev_end();
