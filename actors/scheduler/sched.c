@@ -944,6 +944,9 @@ void sched_abort_all(sched_t *s, uint64_t now, const char *why) {
     s_after(s, now);
 }
 
+// The oldest step in flight answers by then, or the workers are gone (there is one).
+static uint64_t s_step_deadline(const sched_t *s) { return s->flight[0].sent_at + s->cfg.step_timeout_ns; }
+
 void sched_on_step_result(sched_t *s, uint64_t now, const ls_msg_t *msg) {
     s->now = now;
     const ls_msg_step_result_t *sr = &msg->u.step_result;
@@ -1003,7 +1006,7 @@ void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t 
 
 void sched_on_tick(sched_t *s, uint64_t now) {
     s->now = now;
-    if (s->n_flight && now >= s->flight[0].deadline) {
+    if (s->n_flight && now >= s_step_deadline(s)) {
         char why[200];
         snprintf(why, sizeof why, "no result for step %" PRIu64 " within %" PRIu64 " ms: the workers are down",
                  s->flight[0].step, s->cfg.step_timeout_ns / 1000000);
@@ -1080,7 +1083,7 @@ void sched_shutdown(sched_t *s, uint64_t now) {
 }
 
 uint64_t sched_next_wake(const sched_t *s) {
-    uint64_t t = s->n_flight ? s->flight[0].deadline : UINT64_MAX;
+    uint64_t t = s->n_flight ? s_step_deadline(s) : UINT64_MAX;
     for (const op_t *op = s->ops; op; op = op->next) {
         uint64_t due = op->queued_at ? op->queued_at + s->cfg.load_timeout_ns : op->deadline;
         if (due && due < t)

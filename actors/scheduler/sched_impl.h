@@ -109,8 +109,7 @@ typedef struct {
 #define SCHED_MAX_FLIGHT 2
 typedef struct {
     uint64_t step;
-    uint64_t sent_at;   // event time it went out
-    uint64_t deadline;  // no result by then: the workers are gone
+    uint64_t sent_at;   // event time it went out; no result cfg.step_timeout_ns later: the workers are gone
     planned_t *v;       // its requests, in plan order
     size_t n, cap;
 } flight_t;

@@ -376,7 +376,6 @@ static bool s_plan_one(sched_t *s, uint64_t now) {
     ls_msg_clear(&m);
     f->step = s->step;
     f->sent_at = now;
-    f->deadline = now + s->cfg.step_timeout_ns;
     s->n_flight++;
     s->stats.steps++;
     return true;
