@@ -189,14 +189,17 @@ struct ls_backend {
                      ls_view_t gate_up, ls_view_t delta, int T, int inter);
     // y (n) += x (n)
     void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
-    // step: caches (slots, n_kv_heads*head_dim)[slot_mapping] = k, v (T, row_stride); v2
-    // (T, row_stride), or NONE: the v cache gets v + v2 (v itself is left as it is)
+    // step: caches [slot_mapping] = k, v (T, row_stride), the caches blocks of (block_size,
+    // n_kv_heads*head_dim) block_stride elements apart (ls_kv_cache_store); v2 (T,
+    // row_stride), or NONE: the v cache gets v + v2 (v itself is left as it is)
     void (*kv_store)(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache, ls_view_t k,
-                     ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim, int row_stride);
-    // step: out (T, n_heads*head_dim) from q (T, row_stride) and the paged caches
+                     ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim, int row_stride,
+                     int block_size, size_t block_stride);
+    // step: out (T, n_heads*head_dim) from q (T, row_stride) and the paged caches (as
+    // kv_store's)
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
-                      int block_size, int row_stride);
+                      int block_size, int row_stride, size_t block_stride);
     // step: over the step's LoRA pass `pass` (< n_lora_passes), as the kernels over
     // lora[pass]. tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots,
     // n_slices*r_max, in)

@@ -293,18 +293,19 @@ static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
 
 static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
                        ls_view_t k, ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim,
-                       int row_stride) {
+                       int row_stride, int block_size, size_t block_stride) {
     const ls_step_t *st = &s_cpu(self)->step;
     ls_kv_cache_store(s_f32(k_cache), s_f32(v_cache), s_f32(k), s_f32(v), s_f32_opt(v2),
-                      st->attn.slot_mapping, st->n_tokens, n_kv_heads, head_dim, row_stride);
+                      st->attn.slot_mapping, st->n_tokens, n_kv_heads, head_dim, row_stride,
+                      block_size, block_stride);
 }
 
 static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                         ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
-                        int block_size, int row_stride) {
+                        int block_size, int row_stride, size_t block_stride) {
     ls_attention_forward(s_f32(out), s_f32(q), s_f32(k_cache), s_f32(v_cache),
                          &s_cpu(self)->step.attn, n_heads, n_kv_heads, head_dim,
-                         block_size, row_stride);
+                         block_size, row_stride, block_stride);
 }
 
 // The step's LoRA pass `pass`, which a LoRA op of n_slices slices runs over.

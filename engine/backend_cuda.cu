@@ -1038,30 +1038,31 @@ static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
 
 static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
                        ls_view_t k, ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim,
-                       int row_stride) {
+                       int row_stride, int block_size, size_t block_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
     const float *add = v2.buf ? s_f32(v2) : NULL;
     if (s_rec(c, (int)S_OP_KV_STORE, s_ptr(k_cache), s_ptr(v_cache), (int)s_dt(k_cache),
-              s_f32(k), s_f32(v), add, n_kv_heads, head_dim, row_stride))
+              s_f32(k), s_f32(v), add, n_kv_heads, head_dim, row_stride, block_size, block_stride))
         return;
     s_note(c, ls_cu_kv_store(s_ptr(k_cache), s_ptr(v_cache), s_dt(k_cache), s_f32(k),
                              s_f32(v), add, c->slot_mapping, c->T, n_kv_heads, head_dim,
-                             row_stride, c->stream));
+                             row_stride, block_size, block_stride, c->stream));
 }
 
 static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                         ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
-                        int block_size, int row_stride) {
+                        int block_size, int row_stride, size_t block_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
     if (s_rec(c, (int)S_OP_ATTENTION, s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
-              (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride))
+              (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride,
+              block_stride))
         return;
     s_note(c, ls_cu_attention(s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
                               s_dt(k_cache), c->tok_seq, c->positions, c->block_tables,
                               c->max_blocks, c->T, n_heads, n_kv_heads, head_dim, block_size,
-                              row_stride, c->stream));
+                              row_stride, block_stride, c->stream));
 }
 
 // The LoRA launchers' flags: beside a GEMM (the side queue) no programmatic dependent

@@ -105,11 +105,14 @@ struct ls_model {
     bool lora_beside; // and its LoRA goes beside the base GEMMs (s_proj)
 };
 
+// The pool of pages (docs/memory.md): page p holds block p of every layer's K and V, in the
+// order K_0, V_0, K_1, V_1, ...; layer l's K is the blocks at 2l * block_n, block_stride apart.
 struct ls_kv_cache {
     ls_backend_t *be;
     int n_layers, num_blocks, block_size;
     ls_dtype_t dtype;
-    ls_buffer_t **k, **v; // (n_layers) each (num_blocks, block_size, n_kv_heads, head_dim)
+    size_t block_n;        // elements of one layer's K (or V) block: block_size * kv_dim
+    ls_buffer_t *pages;    // (num_blocks, n_layers, 2, block_size, n_kv_heads, head_dim)
 };
 
 // The buffer and element offset of a checkpoint tensor of the given role. Stacked parts
@@ -924,22 +927,14 @@ ls_kv_cache_t *ls_kv_cache_new_dtype(const ls_model_t *model, int num_blocks, in
     }
     ls_kv_cache_t *self = calloc(1, sizeof *self);
     int L = model->cfg.num_hidden_layers;
-    if (self) {
-        *self = (ls_kv_cache_t){model->be, L, num_blocks, block_size, dtype,
-                                calloc((size_t)L, sizeof(ls_buffer_t *)),
-                                calloc((size_t)L, sizeof(ls_buffer_t *))};
-    }
-    bool ok = self && self->k && self->v;
-    size_t n = (size_t)num_blocks * block_size * model->kv_dim;
-    for (int l = 0; ok && l < L; l++) {
-        self->k[l] = model->be->buffer_new(model->be, dtype, n);
-        self->v[l] = model->be->buffer_new(model->be, dtype, n);
-        ok = self->k[l] && self->v[l];
-        if (ok) { // zero, so that a stale read is at least finite and deterministic
-            model->be->buffer_zero(model->be, ls_view(self->k[l], 0), n);
-            model->be->buffer_zero(model->be, ls_view(self->v[l], 0), n);
-        }
-    }
+    size_t block_n = (size_t)block_size * model->kv_dim;
+    size_t n = (size_t)num_blocks * 2 * L * block_n;
+    if (self)
+        *self = (ls_kv_cache_t){model->be, L, num_blocks, block_size, dtype, block_n,
+                                model->be->buffer_new(model->be, dtype, n)};
+    bool ok = self && self->pages;
+    if (ok) // zero, so that a stale read is at least finite and deterministic
+        model->be->buffer_zero(model->be, ls_view(self->pages, 0), n);
     if (!ok) {
         ls_kv_cache_destroy(&self);
         ls_err_set(err, errlen, "KV cache: out of %s backend memory for %d blocks of %d tokens",
@@ -952,14 +947,7 @@ void ls_kv_cache_destroy(ls_kv_cache_t **self_p) {
     if (!self_p || !*self_p)
         return;
     ls_kv_cache_t *self = *self_p;
-    for (int l = 0; l < self->n_layers; l++) {
-        if (self->k)
-            s_buffer_free(self->be, &self->k[l]);
-        if (self->v)
-            s_buffer_free(self->be, &self->v[l]);
-    }
-    free(self->k);
-    free(self->v);
+    s_buffer_free(self->be, &self->pages);
     free(self);
     *self_p = NULL;
 }
@@ -1511,9 +1499,12 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         // q's heads and k's lie side by side in a qkv row (and their deltas in delta's), so one
         // pass rotates both
         be->rope(be, qkv, dq, inv_freq, nh + nkv, hd, self->qkv_dim);
-        be->kv_store(be, s_w(kv->k[l]), s_w(kv->v[l]), k, v, dv, nkv, hd, self->qkv_dim);
-        be->attention(be, attn, qkv, s_w(kv->k[l]), s_w(kv->v[l]), nh, nkv, hd,
-                      kv->block_size, self->qkv_dim);
+        ls_view_t kc = ls_view(kv->pages, 2 * (size_t)l * kv->block_n),
+                  vc = ls_view(kv->pages, (2 * (size_t)l + 1) * kv->block_n);
+        size_t stride = 2 * (size_t)kv->n_layers * kv->block_n;
+        be->kv_store(be, kc, vc, k, v, dv, nkv, hd, self->qkv_dim, kv->block_size, stride);
+        be->attention(be, attn, qkv, kc, vc, nh, nkv, hd, kv->block_size, self->qkv_dim,
+                      stride);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, attn, s_w(w[S_O]),
                        s_w(w[S_O_SCALE]), s_w(w[S_O_BIAS]), n, self->q_dim, H);

@@ -97,7 +97,8 @@ size_t ls_model_weight_bytes(const ls_model_t *self);
 // Whether the projections are FP8 (an FP8 checkpoint, or LS_QUANT_FP8 at load).
 bool ls_model_fp8(const ls_model_t *self);
 
-// Per layer K and V caches, each (num_blocks, block_size, n_kv_heads, head_dim), zeroed, on
+// The KV cache: num_blocks pages, page p holding block p of every layer's K and V
+// (docs/memory.md: (num_blocks, n_layers, 2, block_size, n_kv_heads, head_dim)), zeroed, on
 // the model's backend. The scheduler allocates blocks; the engine only follows block
 // tables. NULL + err on bad sizes or allocation failure. ls_kv_cache_new stores them in
 // ls_model_kv_dtype (the dtype of the checkpoint's projections: bf16 for a bf16 model, as

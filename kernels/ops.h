@@ -167,24 +167,29 @@ typedef struct {
     const int32_t *block_tables; // (n_seqs, max_blocks) physical block ids
 } ls_attn_meta_t;
 
-// Writes this step's k and v rows into the paged caches at their slots. Tokens with a
-// negative slot (padding) are skipped.
-// k_cache, v_cache are (num_blocks, block_size, n_kv_heads, head_dim), i.e. (slots, kv_dim)
+// A layer's cache is num_blocks blocks of (block_size, n_kv_heads, head_dim) elements,
+// block_stride elements apart: block b at b * block_stride. In the worker's pool of pages a
+// block is the layer's share of a page (docs/memory.md), so the stride is the page's size;
+// block_size * kv_dim is a plain (num_blocks, block_size, n_kv_heads, head_dim) array.
+
+// Writes this step's k and v rows into the paged caches at their slots (slot s: row
+// s % block_size of block s / block_size). Tokens with a negative slot (padding) are skipped.
 // k, v are (T, row_stride) holding (n_kv_heads, head_dim) at the start of each row,
 // slot_mapping is (T); v2 (T, row_stride), or NULL: the cache gets v + v2 (v itself is
 // left as it is)
 void ls_kv_cache_store(float *k_cache, float *v_cache, const float *k, const float *v,
                        const float *v2, const int32_t *slot_mapping, int T, int n_kv_heads,
-                       int head_dim, int row_stride);
+                       int head_dim, int row_stride, int block_size, size_t block_stride);
 
 // Causal paged attention over the layout in meta, keys/values read from the caches only
 // (kv_store must have run first). GQA: query head h uses kv head h / (n_heads/n_kv_heads).
 // Scores are q·k / sqrt(head_dim); softmax in fp32 with the row max subtracted.
 // out is (T, n_heads*head_dim), q is (T, row_stride) holding (n_heads, head_dim) per row,
-// k_cache, v_cache are (num_blocks, block_size, n_kv_heads, head_dim)
+// k_cache, v_cache as ls_kv_cache_store's
 void ls_attention_forward(float *out, const float *q, const float *k_cache,
                           const float *v_cache, const ls_attn_meta_t *meta, int n_heads,
-                          int n_kv_heads, int head_dim, int block_size, int row_stride);
+                          int n_kv_heads, int head_dim, int block_size, int row_stride,
+                          size_t block_stride);
 
 // ---------------------------------------------------------------------------------------
 // LoRA: segmented shrink / expand (the SGMV references)

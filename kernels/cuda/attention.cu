@@ -74,13 +74,14 @@ namespace cg = cooperative_groups;
 enum { ATT_WARPS = 4, ATT_GC = 8 }; // warps per block, query heads per pass
 
 // out is (T, n_heads*head_dim), q is (T, row_stride),
-// k_cache, v_cache are (slots, n_kv_heads*head_dim); E = elements per lane (head_dim <= 32E)
+// k_cache, v_cache are blocks of (block_size, n_kv_heads*head_dim), block_stride elements
+// apart; E = elements per lane (head_dim <= 32E)
 template <typename TC, int E>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attention_v1(float *out, const float *q, const TC *k_cache, const TC *v_cache,
             const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
             int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
-            int row_stride, float scale) {
+            size_t block_stride, int row_stride, float scale) {
     extern __shared__ float smem[]; // (ATT_WARPS, ATT_GC, head_dim + 2): acc, max, sum
     int t = blockIdx.x, kvh = blockIdx.y;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -107,9 +108,10 @@ k_attention_v1(float *out, const float *q, const TC *k_cache, const TC *v_cache,
             l[g] = 0.0f;
         }
         for (int j = warp; j < n_keys; j += ATT_WARPS) {
-            size_t slot = (size_t)table[j / block_size] * block_size + j % block_size;
-            const TC *kr = k_cache + slot * kv_dim + kv_off;
-            const TC *vr = v_cache + slot * kv_dim + kv_off;
+            size_t row = (size_t)table[j / block_size] * block_stride +
+                         (size_t)(j % block_size) * kv_dim + kv_off;
+            const TC *kr = k_cache + row;
+            const TC *vr = v_cache + row;
             float kv[E], vv[E];
 #pragma unroll
             for (int e = 0; e < E; e++) {
@@ -318,8 +320,9 @@ __device__ __forceinline__ void s_merge(float *out, const uint4 *s_sm, int W, in
 #endif
 }
 
-// out is (T, n_heads*head_dim), q is (T, row_stride), k_cache, v_cache are (slots,
-// n_kv_heads*head_dim) with head_dim*sizeof(TC) % 16 == 0. Grid (T*n_pass*cs, n_kv_heads),
+// out is (T, n_heads*head_dim), q is (T, row_stride), k_cache, v_cache are blocks of
+// (block_size, n_kv_heads*head_dim), block_stride elements apart, with head_dim*sizeof(TC) %
+// 16 == 0. Grid (T*n_pass*cs, n_kv_heads),
 // clusters of (cs, 1, 1); blockDim W*32. L lanes per key, NC 16-byte chunks per lane and
 // row (chunk c = li + L*k), GC query heads per pass. Dynamic shared memory: W rings of
 // (AT_NST, 2, NC, 32) 16-byte chunks, then the CTA's merged state (GC, head_dim + 2).
@@ -328,7 +331,7 @@ __global__ void __launch_bounds__(AT_MAXW * 32, 1)
 k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
                const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
                int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
-               int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
+               size_t block_stride, int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
     constexpr int VE = 16 / (int)sizeof(TC), KPS = 32 / L, RING = AT_NST * 2 * NC * 32;
     extern __shared__ uint4 s_sm[];
     const TC *k_cache = (const TC *)kc_, *v_cache = (const TC *)vc_;
@@ -381,7 +384,7 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
         if (i < nw) {
             int j = key_of(i);
             int off = bs_shift >= 0 ? j & (block_size - 1) : j % block_size;
-            size_t row = ((size_t)page * block_size + off) * kv_dim + kv_off;
+            size_t row = (size_t)page * block_stride + (size_t)off * kv_dim + kv_off;
             const char *kr = (const char *)(k_cache + row), *vr = (const char *)(v_cache + row);
             uint4 *st = ring + (i % AT_NST) * (2 * NC * 32);
 #pragma unroll
@@ -523,7 +526,7 @@ __device__ __forceinline__ uint32_t s_pack(float lo, float hi) {
 __device__ __forceinline__ float s_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float s_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
-// k_attention_tc: as k_attention_v2, for bf16 caches with head_dim D (64 or 128) and
+// k_attention_tc: as k_attention_v2 (block_stride in elements), for bf16 caches with head_dim D (64 or 128) and
 // block_size % 8 == 0, on the tensor cores (mma.sync, sm_80+) and still fp32-exact: an fp32
 // x splits into three bf16 pieces x = x0 + x1 + x2 (each the rounding of what the ones
 // before leave, every difference exact; 24 bits in all, as many as fp32 holds), and a bf16
@@ -542,7 +545,7 @@ __global__ void __launch_bounds__(AT_MAXW * 32, 1)
 k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
                const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
                int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
-               int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
+               size_t block_stride, int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
     constexpr int GC = 4, RB = D * 2, NCK = D / 8, NJ = D / 32, KS = D / 16;
     constexpr int STAGE = 2 * TC_KEYS * RB; // bytes: 8 K rows, then 8 V rows
     constexpr int RING = TC_NST * STAGE;    // bytes per warp
@@ -609,7 +612,7 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
             int key0 = k0 + (warp + i * W) * TC_KEYS;
             int off0 = bs_shift >= 0 ? key0 & (block_size - 1) : key0 % block_size;
             int last = k1 - 1 - key0;
-            size_t row0 = ((size_t)page * block_size + off0) * kv_bytes + head_off;
+            size_t row0 = (size_t)page * block_stride * 2 + (size_t)off0 * kv_bytes + head_off;
             const char *kb = kc + row0, *vb = vc + row0;
             unsigned st = ring_s + (i % TC_NST) * STAGE;
 #pragma unroll
@@ -723,14 +726,14 @@ static cudaError_t s_launch_v1(float *out, const float *q, const void *k_cache,
                                const void *v_cache, const int32_t *tok_seq,
                                const int32_t *positions, const int32_t *block_tables,
                                int max_blocks, int T, int n_heads, int n_kv_heads,
-                               int head_dim, int block_size, int row_stride,
+                               int head_dim, int block_size, size_t block_stride, int row_stride,
                                cudaStream_t stream) {
     dim3 grid(T, n_kv_heads);
     size_t smem = (size_t)ATT_WARPS * ATT_GC * (head_dim + 2) * sizeof(float);
     float scale = 1.0f / sqrtf((float)head_dim); // as the reference forms it
     k_attention_v1<TC, E><<<grid, ATT_WARPS * 32, smem, stream>>>(
         out, q, (const TC *)k_cache, (const TC *)v_cache, tok_seq, positions, block_tables,
-        max_blocks, n_heads, n_kv_heads, head_dim, block_size, row_stride, scale);
+        max_blocks, n_heads, n_kv_heads, head_dim, block_size, block_stride, row_stride, scale);
     return cudaGetLastError();
 }
 
@@ -740,14 +743,16 @@ typedef struct {
     const float *q;
     const void *k_cache, *v_cache;
     const int32_t *tok_seq, *positions, *block_tables;
-    int max_blocks, T, n_heads, n_kv_heads, head_dim, block_size, row_stride;
+    int max_blocks, T, n_heads, n_kv_heads, head_dim, block_size;
+    size_t block_stride;
+    int row_stride;
     cudaStream_t stream;
 } s_args_t;
 
 // k_attention_v2 and k_attention_tc share this signature
 typedef void (*s_kern_t)(float *, const float *, const void *, const void *, const int32_t *,
-                         const int32_t *, const int32_t *, int, int, int, int, int, int, int,
-                         float, int, int);
+                         const int32_t *, const int32_t *, int, int, int, int, int, size_t, int,
+                         int, float, int, int);
 
 // per kernel: set up once; act[cs][W] = 1 + how many clusters of cs CTAs of W warps run at
 // once (0: not asked yet)
@@ -855,8 +860,8 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
     cfg.numAttrs = cs > 1 ? 1 : 0; // no cluster attribute at all for single CTAs (sm_80)
     return cudaLaunchKernelEx(&cfg, kern, a->out, a->q, a->k_cache, a->v_cache, a->tok_seq,
                               a->positions, a->block_tables, a->max_blocks, a->n_heads,
-                              a->n_kv_heads, a->head_dim, a->block_size, bs_shift,
-                              a->row_stride, qscale, n_pass, cs);
+                              a->n_kv_heads, a->head_dim, a->block_size, a->block_stride,
+                              bs_shift, a->row_stride, qscale, n_pass, cs);
 }
 
 // one s_kinfo_t per kernel
@@ -876,15 +881,15 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
                             const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *block_tables, int max_blocks, int T, int n_heads,
                             int n_kv_heads, int head_dim, int block_size, int row_stride,
-                            cudaStream_t stream) {
+                            size_t block_stride, cudaStream_t stream) {
     assert(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && row_stride >= n_heads * head_dim);
     assert(head_dim > 0 && head_dim <= 256);
     if (T == 0)
         return cudaSuccess;
     s_props();
-    s_args_t a = {out,      q,     k_cache, v_cache,    tok_seq,   positions,  block_tables,
-                  max_blocks, T,   n_heads, n_kv_heads, head_dim, block_size, row_stride,
-                  stream};
+    s_args_t a = {out,      q,       k_cache,    v_cache,  tok_seq,    positions,
+                  block_tables, max_blocks, T, n_heads, n_kv_heads, head_dim,
+                  block_size, block_stride, row_stride, stream};
     int esz = cache_dt == LS_CU_F32 ? 4 : 2, row_bytes = head_dim * esz;
     int aligned = row_bytes % 16 == 0 && (uintptr_t)k_cache % 16 == 0 &&
                   (uintptr_t)v_cache % 16 == 0;
@@ -917,7 +922,7 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     LS_CU_DISPATCH(cache_dt, TC,                                                              \
         return s_launch_v1<TC, E>(out, q, k_cache, v_cache, tok_seq, positions, block_tables,\
                                   max_blocks, T, n_heads, n_kv_heads, head_dim, block_size,   \
-                                  row_stride, stream))
+                                  block_stride, row_stride, stream))
     if (head_dim <= 64) {
         LS_ATT_E(2);
     } else if (head_dim <= 128) {

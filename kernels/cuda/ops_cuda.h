@@ -127,12 +127,15 @@ cudaError_t ls_cu_rope(float *x, const float *x2, const int32_t *positions,
 // ---------------------------------------------------------------------------------------
 // Paged KV cache and attention (caches stored as cache_dt)
 
-// caches (slots, n_kv_heads*head_dim)[slot_mapping (T)] = k, v (+ v2, or NULL) (T,
-// row_stride); slot < 0 skipped
+// The caches are blocks of (block_size, n_kv_heads*head_dim) elements, block_stride elements
+// apart (ls_kv_cache_store, kernels/ops.h).
+
+// caches [slot_mapping (T)] = k, v (+ v2, or NULL) (T, row_stride); slot < 0 skipped
 cudaError_t ls_cu_kv_store(void *k_cache, void *v_cache, ls_cu_dtype_t cache_dt,
                            const float *k, const float *v, const float *v2,
                            const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
-                           int row_stride, cudaStream_t stream);
+                           int row_stride, int block_size, size_t block_stride,
+                           cudaStream_t stream);
 
 // out (T, n_heads*head_dim), q (T, row_stride); tok_seq (T) is the sequence of each token
 // (derived from q_indptr on the host), positions (T), block_tables (n_seqs, max_blocks).
@@ -142,7 +145,7 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
                             const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *block_tables, int max_blocks, int T, int n_heads,
                             int n_kv_heads, int head_dim, int block_size, int row_stride,
-                            cudaStream_t stream);
+                            size_t block_stride, cudaStream_t stream);
 
 // The warps per CTA and CTAs per cluster of the last v2/tc launch of ls_cu_attention (0, 0
 // after a v1 launch): for tests of the plan. Not thread-safe.

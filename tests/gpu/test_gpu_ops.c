@@ -778,17 +778,18 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     s_step_begin(&d);
 
     int stride = (H + 2 * KV) * D, kvd = KV * D;
-    size_t nq = (size_t)T * stride, nc = (size_t)num_blocks * bs * kvd, no = (size_t)T * H * D;
-    s_pb_t qkv = s_pb_new(LS_DTYPE_F32, nq), kc = s_pb_new(cdt, nc), vc = s_pb_new(cdt, nc),
-           out = s_pb_new(LS_DTYPE_F32, no);
-    float *hq = s_fill_new(r, nq, -1, 1), *hk = s_fill_new(r, nc, -1, 1),
-          *hv = s_fill_new(r, nc, -1, 1), *poison = s_nan_new(no);
+    // the caches as the pool of pages holds them (docs/memory.md): a block of K, of V and of
+    // another layer's K per page, so a kernel that took the blocks as contiguous reads the
+    // wrong rows and one that wrote there changes the other layer's
+    size_t bn = (size_t)bs * kvd, bstride = 3 * bn;
+    size_t nq = (size_t)T * stride, nc = (size_t)num_blocks * bstride, no = (size_t)T * H * D;
+    s_pb_t qkv = s_pb_new(LS_DTYPE_F32, nq), kvb = s_pb_new(cdt, nc), out = s_pb_new(LS_DTYPE_F32, no);
+    float *hq = s_fill_new(r, nq, -1, 1), *hk = s_fill_new(r, nc, -1, 1), *poison = s_nan_new(no);
     if (cdt != LS_DTYPE_F32) // k, v values the cache dtype holds exactly: kv_store is a copy
         for (int t = 0; t < T; t++)
             s_round_all(cdt, hq + (size_t)t * stride + (size_t)H * D, 2 * kvd);
     s_pb_set(&qkv, 0, hq, nq);
-    s_pb_set(&kc, 0, hk, nc);
-    s_pb_set(&vc, 0, hv, nc);
+    s_pb_set(&kvb, 0, hk, nc);
     s_pb_set(&out, 0, poison, no);
     size_t ko = (size_t)H * D, vo = ko + kvd;
     // with an f32 cache, v gets a delta added on the way in (the folded LoRA of
@@ -798,21 +799,18 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     float *hdv = s_fill_new(r, nq, -0.1f, 0.1f);
     s_pb_set(&dv, 0, hdv, nq);
     int with_dv = cdt == LS_DTYPE_F32;
-    s_cpu->kv_store(s_cpu, s_vc(&kc, 0), s_vc(&vc, 0), s_vc(&qkv, ko), s_vc(&qkv, vo),
-                    with_dv ? s_vc(&dv, vo) : LS_VIEW_NONE, KV, D, stride);
-    s_gpu->kv_store(s_gpu, s_vg(&kc, 0), s_vg(&vc, 0), s_vg(&qkv, ko), s_vg(&qkv, vo),
-                    with_dv ? s_vg(&dv, vo) : LS_VIEW_NONE, KV, D, stride);
-    s_cpu->attention(s_cpu, s_vc(&out, 0), s_vc(&qkv, 0), s_vc(&kc, 0), s_vc(&vc, 0), H, KV,
-                     D, bs, stride);
-    s_gpu->attention(s_gpu, s_vg(&out, 0), s_vg(&qkv, 0), s_vg(&kc, 0), s_vg(&vc, 0), H, KV,
-                     D, bs, stride);
+    s_cpu->kv_store(s_cpu, s_vc(&kvb, 0), s_vc(&kvb, bn), s_vc(&qkv, ko), s_vc(&qkv, vo),
+                    with_dv ? s_vc(&dv, vo) : LS_VIEW_NONE, KV, D, stride, bs, bstride);
+    s_gpu->kv_store(s_gpu, s_vg(&kvb, 0), s_vg(&kvb, bn), s_vg(&qkv, ko), s_vg(&qkv, vo),
+                    with_dv ? s_vg(&dv, vo) : LS_VIEW_NONE, KV, D, stride, bs, bstride);
+    s_cpu->attention(s_cpu, s_vc(&out, 0), s_vc(&qkv, 0), s_vc(&kvb, 0), s_vc(&kvb, bn), H, KV,
+                     D, bs, stride, bstride);
+    s_gpu->attention(s_gpu, s_vg(&out, 0), s_vg(&qkv, 0), s_vg(&kvb, 0), s_vg(&kvb, bn), H, KV,
+                     D, bs, stride, bstride);
     float *c = t_alloc(nc * 4), *g = t_alloc(nc * 4);
     char name[96];
-    s_pb_get(&kc, 0, nc, c, g);
-    snprintf(name, sizeof name, "kv_store %s cache=%s: k", what, s_dtn(cdt));
-    s_check(name, g, c, nc, 0, 0);
-    s_pb_get(&vc, 0, nc, c, g);
-    snprintf(name, sizeof name, "kv_store %s cache=%s: v%s", what, s_dtn(cdt),
+    s_pb_get(&kvb, 0, nc, c, g);
+    snprintf(name, sizeof name, "kv_store %s cache=%s: k, v%s in pages", what, s_dtn(cdt),
              with_dv ? " + delta" : "");
     s_check(name, g, c, nc, 0, 0);
     float *co = t_alloc(no * 4), *go = t_alloc(no * 4);
@@ -820,9 +818,8 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d bs=%d %s", what, H, KV, D, bs,
              s_dtn(cdt));
     s_check(name, go, co, no, 1e-10, 1e-4);
-    s_pb_free(&qkv), s_pb_free(&kc), s_pb_free(&vc), s_pb_free(&out), s_pb_free(&dv);
-    free(perm), free(hq), free(hk), free(hv), free(hdv), free(poison), free(c), free(g),
-        free(co), free(go);
+    s_pb_free(&qkv), s_pb_free(&kvb), s_pb_free(&out), s_pb_free(&dv);
+    free(perm), free(hq), free(hk), free(hdv), free(poison), free(c), free(g), free(co), free(go);
 }
 
 // -- LoRA ---------------------------------------------------------------------------------
@@ -1477,9 +1474,9 @@ static void test_two_steps(t_rng_t *r) {
             B->rope(B, ls_view(A, o_qkv), LS_VIEW_NONE, V_(inv), H, D, QKV);
             B->rope(B, ls_view(A, o_qkv + QD), LS_VIEW_NONE, V_(inv), KV, D, QKV);
             B->kv_store(B, V_(kc), V_(vc), ls_view(A, o_qkv + QD), ls_view(A, o_qkv + QD + KVD),
-                        LS_VIEW_NONE, KV, D, QKV);
+                        LS_VIEW_NONE, KV, D, QKV, BS, (size_t)BS * KVD);
             B->attention(B, ls_view(A, o_att), ls_view(A, o_qkv), V_(kc), V_(vc), H, KV, D, BS,
-                         QKV);
+                         QKV, (size_t)BS * KVD);
             B->rows_gather(B, ls_view(A, o_pick), ls_view(A, o_att), QD);
 #undef V_
             if (B->synchronize(B)) {

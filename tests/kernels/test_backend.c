@@ -96,8 +96,8 @@ static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st)
     ls_rope_forward(o->qkv, NULL, st->attn.positions, w->inv_freq, T, H, D, QKV);
     ls_rope_forward(o->qkv + QD, NULL, st->attn.positions, w->inv_freq, T, KV, D, QKV);
     ls_kv_cache_store(o->kc, o->vc, o->qkv + QD, o->qkv + QD + KVD, NULL, st->attn.slot_mapping,
-                      T, KV, D, QKV);
-    ls_attention_forward(att, o->qkv, o->kc, o->vc, &st->attn, H, KV, D, BS, QKV);
+                      T, KV, D, QKV, BS, (size_t)BS * KVD);
+    ls_attention_forward(att, o->qkv, o->kc, o->vc, &st->attn, H, KV, D, BS, QKV, (size_t)BS * KVD);
     ls_rows_gather(o->picked, att, st->logit_rows, st->n_logit_rows, QD);
     ls_sampling_params_t sp[2] = {{.temperature = 0.8f, .top_p = 1, .repetition_penalty = 1,
                                    .seed = 1},
@@ -160,8 +160,8 @@ static void s_step_backend(s_out_t *o, ls_backend_t *be, const s_bufs_t *b,
     ls_view_t k = ls_view(b->act, b->qkv.off + QD), v = ls_view(b->act, b->qkv.off + QD + KVD);
     be->rope(be, b->qkv, LS_VIEW_NONE, b->inv, H, D, QKV);
     be->rope(be, k, LS_VIEW_NONE, b->inv, KV, D, QKV);
-    be->kv_store(be, b->kc, b->vc, k, v, LS_VIEW_NONE, KV, D, QKV);
-    be->attention(be, b->att, b->qkv, b->kc, b->vc, H, KV, D, BS, QKV);
+    be->kv_store(be, b->kc, b->vc, k, v, LS_VIEW_NONE, KV, D, QKV, BS, (size_t)BS * KVD);
+    be->attention(be, b->att, b->qkv, b->kc, b->vc, H, KV, D, BS, QKV, (size_t)BS * KVD);
     be->rows_gather(be, b->pick, b->att, QD);
     assert_int_equal(be->synchronize(be), 0);
     ls_sampling_params_t sp[2] = {{.temperature = 0.8f, .top_p = 1, .repetition_penalty = 1,
