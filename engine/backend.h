@@ -67,6 +67,17 @@ static inline ls_view_t ls_view(ls_buffer_t *buf, size_t off) {
 }
 #define LS_VIEW_NONE ((ls_view_t){NULL, 0})
 
+// One LoRA matrix of every slot, as the LoRA ops take it: its entries of the pool's page table
+// (ls_lora_pages_t, kernels/lora_batch.h), slot 0's first entry at tab. Tables hold device
+// pointers in buffers of LS_DTYPE_F32 elements, two to an entry (no backend has 64-bit
+// integer buffers; the bits travel as they are): entry e is at element 2e.
+typedef struct {
+    ls_view_t tab;
+    size_t stride;    // entries per slot
+    int np, piece;
+    ls_dtype_t dtype; // the elements' (the pages' storage dtype)
+} ls_lora_mat_t;
+
 // Most slices a stacked LoRA target has (qkv).
 #define LS_LORA_MAX_SLICES 3
 // (T, n_slices*r_max) arrays in lora_fused's scratch
@@ -201,13 +212,12 @@ struct ls_backend {
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
                       int block_size, int row_stride, size_t block_stride);
     // step: over the step's LoRA pass `pass` (< n_lora_passes), as the kernels over
-    // lora[pass]. tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots,
-    // n_slices*r_max, in)
-    void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+    // lora[pass]. tmp (T, n_slices*r_max) from x (T, in) and a (rows of in elements)
+    void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
                         int in, int n_slices, int r_max, int pass);
-    // step, pass: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
+    // step, pass: y (T, out_total) += from tmp and b (chunks of out_total rows);
     // slice_offsets (n_slices+1) is host memory, small enough to pass by value to a kernel
-    void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
+    void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_lora_mat_t b,
                         const int32_t *slice_offsets, int n_slices, int r_max, int pass);
     // step, pass: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
     // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp; accumulate 0:
@@ -217,20 +227,19 @@ struct ls_backend {
     // alone (a device backend splits the shrink over blocks that leave partial sums
     // there): its contents afterwards are unspecified.
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                       ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
+                       ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *slice_offsets,
                        int in, int n_slices, int r_max, int accumulate, int pass);
-    // step, pass: tmp (T, r_max) from a_pool (n_slots, r_max, vocab) at the step's token
-    // ids, as ls_lora_embed_shrink over lora[pass] (the embedding's LoRA shrink: a gather;
+    // step, pass: tmp (T, r_max) from a (chunks of vocab rows) at the step's token ids, as
+    // ls_lora_embed_shrink over lora[pass] (the embedding's LoRA shrink: a gather;
     // lora_expand of the same pass follows)
-    void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+    void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t a, int vocab,
                               int r_max, int pass);
     // step, pass: y (n_logit_rows, out) += the LoRA of each logit row's slot in that pass on
     // x (n_logit_rows, in), as ls_lora_rows with the pass's rows of logit_slots and
-    // logit_scales; tmp (n_logit_rows, r_max) scratch, a_pool (n_slots, r_max, in), b_pool
-    // (n_slots, out, r_max)
+    // logit_scales; tmp (n_logit_rows, r_max) scratch, a (rows of in elements), b (chunks of
+    // out rows)
     void (*lora_rows)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                      ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
-                      int pass);
+                      ls_lora_mat_t a, ls_lora_mat_t b, int in, int out, int r_max, int pass);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued

@@ -315,43 +315,47 @@ static const ls_lora_batch_t *s_pass(ls_backend_t *self, int pass, int n_slices)
     return &st->lora[pass];
 }
 
-static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+// A LoRA matrix as the references read it: the table's entries are host pointers here.
+static ls_lora_pages_t s_pages(ls_lora_mat_t m) {
+    return (ls_lora_pages_t){(const void *const *)(void *)s_f32(m.tab), m.stride, m.np, m.piece};
+}
+
+static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
                           int in, int n_slices, int r_max, int pass) {
-    ls_lora_shrink(s_f32(tmp), s_f32(x), s_f32(a_pool), s_pass(self, pass, n_slices), in,
+    ls_lora_shrink(s_f32(tmp), s_f32(x), s_pages(a), s_pass(self, pass, n_slices), in,
                    n_slices, r_max);
 }
 
-static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
+static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_lora_mat_t b,
                           const int32_t *slice_offsets, int n_slices, int r_max, int pass) {
-    ls_lora_expand(s_f32(y), s_f32(tmp), s_f32(b_pool), s_pass(self, pass, n_slices),
+    ls_lora_expand(s_f32(y), s_f32(tmp), s_pages(b), s_pass(self, pass, n_slices),
                    slice_offsets, n_slices, r_max);
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                         ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
+                         ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *slice_offsets,
                          int in, int n_slices, int r_max, int accumulate, int pass) {
     const ls_lora_batch_t *l = s_pass(self, pass, n_slices);
     if (!accumulate)
         memset(s_f32(y), 0, sizeof(float) * (size_t)s_cpu(self)->step.n_tokens *
                                 slice_offsets[n_slices]);
-    ls_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool), l,
+    ls_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_pages(a), s_pages(b), l,
                   slice_offsets, in, n_slices, r_max);
 }
 
-static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t a, int vocab,
                                 int r_max, int pass) {
-    ls_lora_embed_shrink(s_f32(tmp), s_cpu(self)->step.token_ids, s_f32(a_pool),
+    ls_lora_embed_shrink(s_f32(tmp), s_cpu(self)->step.token_ids, s_pages(a),
                          s_pass(self, pass, 1), vocab, r_max);
 }
 
 static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                        ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
-                        int pass) {
+                        ls_lora_mat_t a, ls_lora_mat_t b, int in, int out, int r_max, int pass) {
     const ls_step_t *st = &s_cpu(self)->step;
     const ls_lora_batch_t *l = s_pass(self, pass, 1);
     assert(st->logit_slots && st->logit_scales);
     size_t at = (size_t)pass * st->n_logit_rows;
-    ls_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool),
+    ls_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_pages(a), s_pages(b),
                  st->logit_slots + at, st->logit_scales + at, l->lora_ranks, st->n_logit_rows,
                  in, out, r_max);
 }

@@ -883,6 +883,10 @@ const ls_model_config_t *ls_model_config(const ls_model_t *self) {
     return &self->cfg;
 }
 
+ls_backend_t *ls_model_backend(const ls_model_t *self) {
+    return self->be;
+}
+
 size_t ls_model_weight_bytes(const ls_model_t *self) {
     return self->weight_bytes;
 }
@@ -962,6 +966,10 @@ int ls_kv_cache_block_size(const ls_kv_cache_t *self) {
 
 ls_dtype_t ls_kv_cache_dtype(const ls_kv_cache_t *self) {
     return self->dtype;
+}
+
+ls_page_arena_t ls_kv_cache_arena(const ls_kv_cache_t *self) {
+    return (ls_page_arena_t){self->pages, 2 * (size_t)self->n_layers * self->block_n, self->num_blocks};
 }
 
 // --- forward -------------------------------------------------------------------------------
@@ -1262,8 +1270,9 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     ls_backend_t *be = self->be;
     ls_lora_group_shape_t sh = ls_lora_pool_group_shape(pool, g);
     int r_max = ls_lora_pool_r_max(pool);
-    ls_view_t a, b, tmp = ls_view(self->ws[S_WS_LORA], 0);
-    ls_lora_pool_group_views(pool, layer, g, &a, &b);
+    ls_view_t tmp = ls_view(self->ws[S_WS_LORA], 0);
+    ls_lora_mat_t a, b;
+    ls_lora_pool_mats(pool, layer, g, &a, &b);
     for (int k = 0; k < step->n_lora_passes; k++, accumulate = 1) {
         if (be->lora_fused && self->lora_decode) {
             be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max,
@@ -1289,8 +1298,9 @@ static void s_lora_embed(ls_model_t *self, const ls_lora_pool_t *pool, const ls_
     const unsigned *targets = ls_lora_pool_slot_targets(pool);
     ls_lora_group_shape_t sh = ls_lora_pool_group_shape(pool, LS_LORA_GROUP_EMBED);
     int r_max = ls_lora_pool_r_max(pool);
-    ls_view_t a, b, tmp = s_w(self->ws[S_WS_LORA]);
-    ls_lora_pool_group_views(pool, 0, LS_LORA_GROUP_EMBED, &a, &b);
+    ls_view_t tmp = s_w(self->ws[S_WS_LORA]);
+    ls_lora_mat_t a, b;
+    ls_lora_pool_mats(pool, 0, LS_LORA_GROUP_EMBED, &a, &b);
     for (int k = 0; k < step->n_lora_passes; k++) {
         const ls_lora_batch_t *l = &step->lora[k];
         bool any = false;
@@ -1355,7 +1365,7 @@ static ls_view_t s_settle(ls_model_t *self, ls_view_t y, ls_view_t d, size_t n) 
 
 // Checks and lays out the step, sizes the workspace and hands the metadata to the backend.
 // Returns T, or -1 + err; nothing has run on the backend's data yet.
-static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                              const ls_model_seq_t *seqs, int n_seqs, ls_step_t *step,
                              ls_lora_batch_t *lora, char *err, size_t errlen) {
     if (n_seqs < 1) {
@@ -1367,6 +1377,14 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
         if (s_seq_check(self, kv, pool, &seqs[s], s, err, errlen) != 0)
             return -1;
         T += (size_t)seqs[s].n_tokens;
+    }
+    // The pages the step writes KV into are KV from now on: an adapter the pool still has on
+    // one lost them to the scheduler (docs/memory.md), and the step waits for its last load.
+    bool shared = pool && ls_lora_pool_arena(pool).buf == kv->pages;
+    for (int s = 0; shared && s < n_seqs; s++) {
+        const ls_model_seq_t *q = &seqs[s];
+        int first = q->start_pos / kv->block_size, last = (q->start_pos + q->n_tokens - 1) / kv->block_size;
+        ls_lora_pool_claim(pool, q->block_table + first, last - first + 1);
     }
     if (T > INT32_MAX / 4) {
         ls_err_set(err, errlen, "step: %zu tokens is too many for one step", T);
@@ -1539,8 +1557,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->matmul(be, out, s_w(self->ws[S_WS_LAST]), s_w(head), LS_VIEW_NONE, (int)R, H,
                    self->vocab_pad, 0);
         if (step->logit_slots) {  // lm_head's LoRA on the logit rows of adapters with it
-            ls_view_t a, b;
-            ls_lora_pool_group_views(pool, 0, LS_LORA_GROUP_LM_HEAD, &a, &b);
+            ls_lora_mat_t a, b;
+            ls_lora_pool_mats(pool, 0, LS_LORA_GROUP_LM_HEAD, &a, &b);
             for (int k = 0; k < step->n_lora_passes; k++)
                 be->lora_rows(be, out, s_w(self->ws[S_WS_LAST]), s_w(self->ws[S_WS_LORA]), a,
                               b, H, self->vocab_pad, ls_lora_pool_r_max(pool), k);
@@ -1556,7 +1574,7 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     return 0;
 }
 
-int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                      const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
     assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
     self->n_rows = 0;

@@ -181,18 +181,14 @@ static int s_load_engine(ls_actor_t *a) {
         size_t per_block = ls_kv_cache_block_bytes(s_w.model, s_w.block_size, ls_model_kv_dtype(s_w.model));
         blocks = (int)(((size_t)s_w.kv_cache_mb << 20) / per_block);
     }
-    if (!(s_w.kv = ls_kv_cache_new(s_w.model, blocks, s_w.block_size, err, sizeof err))) {
-        ls_error(0, "cannot allocate the KV cache: %s", err);
-        return -1;
-    }
     ls_lora_pool_config_t pc = {.max_loras_per_batch = s_w.max_loras_per_batch,
                                 .max_lora_rank = s_w.max_lora_rank,
                                 .host_bytes = (size_t)s_w.max_cpu_lora_mb << 20,
                                 .target_mask = s_w.target_mask,
                                 .tp_rank = s_w.rank,
                                 .tp_size = s_w.tp_size};
-    if (!(s_w.pool = ls_lora_pool_new(s_w.be, cfg, &pc, err, sizeof err))) {
-        ls_error(0, "cannot create the adapter pool: %s", err);
+    if (wstep_memory_new(s_w.model, blocks, s_w.block_size, &pc, &s_w.kv, &s_w.pool, err, sizeof err) != 0) {
+        ls_error(0, "cannot allocate the KV cache and the adapter pool: %s", err);
         return -1;
     }
     s_w.history = ls_history_new();
@@ -501,8 +497,9 @@ static void s_load_done(ls_actor_t *a, void *arg) {
         size_t bytes = ls_lora_image_bytes(l->image);
         ls_lora_image_t *img = l->image;
         l->image = NULL;  // the pool's once added; the failure path below gives it back
+        wstep_engine_t e = s_engine();
         if (ls_lora_pool_add(s_w.pool, l->adapter_id, &img, err, sizeof err) < 0 ||
-            (l->slot >= 0 && ls_lora_pool_assign(s_w.pool, l->adapter_id, l->slot + 1, err, sizeof err) < 0)) {
+            (l->slot >= 0 && wstep_assign(&e, l->adapter_id, l->slot + 1, err, sizeof err) < 0)) {
             ls_warn(l->rid, "adapter %s not added: %s", l->name, err);
             if (!img)  // added, then the assign failed: the pool owns the image
                 ls_lora_pool_remove(s_w.pool, l->adapter_id, NULL, 0);
@@ -548,9 +545,9 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     }
     // Loads are idempotent: a scheduler that lost track (its restart, a retried rollback) asks
     // again for what this worker holds.
-    int rank;
+    int rank, pages;
     size_t bytes;
-    if (ls_lora_pool_image_info(s_w.pool, l->adapter_id, &rank, &bytes) == 0) {
+    if (ls_lora_pool_image_info(s_w.pool, l->adapter_id, &rank, &bytes, &pages) == 0) {
         s_answer_loaded(a, l, 1, 0, NULL, rank, bytes);
         s_load_free(l);
         return 0;
@@ -589,8 +586,9 @@ static int s_on_prefetch_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_prefetch_adapter_t *req = &in->msg->u.prefetch_adapter;
     char err[512];
     // On the CPU backend the copy is synchronous; a step naming this slot later finds it done.
+    wstep_engine_t e = s_engine();
     if (!req->adapter_id || req->slot < 0 || req->slot + 1 >= ls_lora_pool_n_slots(s_w.pool) ||
-        ls_lora_pool_assign(s_w.pool, req->adapter_id, req->slot + 1, err, sizeof err) < 0) {
+        wstep_assign(&e, req->adapter_id, req->slot + 1, err, sizeof err) < 0) {
         ls_warn(in->msg->rid, "prefetch of %s into slot %d failed: %s", req->adapter_id ? req->adapter_id : "?",
                 req->slot, req->adapter_id ? err : "no adapter_id");
         return -1;

@@ -10,6 +10,42 @@
 #include "ls_actor.h"
 #include "lora_pool.h"
 
+int wstep_memory_new(ls_model_t *model, int kv_blocks, int block_size, const ls_lora_pool_config_t *pc,
+                     ls_kv_cache_t **kv, ls_lora_pool_t **pool, char *err, size_t errlen) {
+    // a page's bytes and storage: a cache of one page tells
+    ls_kv_cache_t *probe = ls_kv_cache_new(model, 1, block_size, err, errlen);
+    ls_page_arena_t pa = probe ? ls_kv_cache_arena(probe) : (ls_page_arena_t){0};
+    int per = probe ? ls_lora_pool_max_pages(ls_model_config(model), pc, pa.page_n * ls_dtype_size(pa.buf->storage),
+                                             pa.buf->storage, err, errlen)
+                    : -1;
+    ls_kv_cache_destroy(&probe);
+    if (per < 0 || !(*kv = ls_kv_cache_new(model, kv_blocks + per * pc->max_loras_per_batch, block_size, err,
+                                           errlen)))
+        return -1;
+    ls_page_arena_t arena = ls_kv_cache_arena(*kv);
+    if (!(*pool = ls_lora_pool_new(ls_model_backend(model), ls_model_config(model), pc, &arena, err, errlen))) {
+        ls_kv_cache_destroy(kv);
+        return -1;
+    }
+    return 0;
+}
+
+int wstep_slot_pages(const wstep_engine_t *e) {
+    return ls_lora_pool_image_max_pages(e->pool) * (ls_lora_pool_n_slots(e->pool) - 1);
+}
+
+int wstep_assign(const wstep_engine_t *e, const char *id, int slot, char *err, size_t errlen) {
+    int rank, need, per = ls_lora_pool_image_max_pages(e->pool);
+    size_t bytes;
+    int32_t *pages = ls_lora_pool_image_info(e->pool, id, &rank, &bytes, &need) == 0
+                         ? malloc(((size_t)need + 1) * sizeof *pages) : NULL;
+    for (int i = 0; pages && i < need; i++)
+        pages[i] = ls_kv_cache_num_blocks(e->kv) - slot * per + i;
+    int rc = ls_lora_pool_assign(e->pool, id, slot, pages, pages ? need : 0, err, errlen);
+    free(pages);
+    return rc;
+}
+
 // Puts adapter id in the scheduler's slot (-1 or no id: none, the base model's slot). -1 + err
 // when it is not in the CPU tier.
 static int s_ensure_slot(const wstep_engine_t *e, const char *id, int32_t slot, int *engine_slot, char *err,
@@ -21,7 +57,7 @@ static int s_ensure_slot(const wstep_engine_t *e, const char *id, int32_t slot, 
     *engine_slot = slot + 1;
     if (ls_lora_pool_slot_of(e->pool, id) == *engine_slot)
         return 0;
-    return ls_lora_pool_assign(e->pool, id, *engine_slot, err, errlen);
+    return wstep_assign(e, id, *engine_slot, err, errlen);
 }
 
 // The item's adapter, or each component of its mix (parts: LS_LORA_MIX_MAX of them), into
@@ -70,7 +106,7 @@ void wstep_worker_info(const wstep_engine_t *e, int tp_size, const int32_t *eos,
     ls_msg_worker_info_t *wi = &m->u.worker_info;
     wi->rank = (uint32_t)e->rank;
     wi->tp_size = (uint32_t)tp_size;
-    wi->kv_blocks = (uint32_t)ls_kv_cache_num_blocks(e->kv);
+    wi->kv_blocks = (uint32_t)(ls_kv_cache_num_blocks(e->kv) - wstep_slot_pages(e));
     wi->block_size = (uint32_t)ls_kv_cache_block_size(e->kv);
     wi->max_context = (uint32_t)cfg->max_position_embeddings;
     wi->vocab_size = (uint32_t)cfg->vocab_size;

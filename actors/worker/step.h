@@ -37,6 +37,18 @@ typedef struct {
     uint32_t max_items, max_tokens;  // the most requests and tokens one plan may carry (0: no limit)
 } wstep_engine_t;
 
+// The KV cache of kv_blocks blocks of block_size tokens for the scheduler and the adapter
+// pool of pc over its pages (docs/memory.md), the adapter slots keeping a share of pages
+// each at the top: room for the largest adapter. -1 + err on failure (nothing left made).
+int wstep_memory_new(ls_model_t *model, int kv_blocks, int block_size, const ls_lora_pool_config_t *pc,
+                     ls_kv_cache_t **kv, ls_lora_pool_t **pool, char *err, size_t errlen);
+// Pages of the pool the adapter slots keep for themselves; the scheduler's KV blocks are the
+// pages below.
+int wstep_slot_pages(const wstep_engine_t *e);
+// Assigns adapter id (in the CPU tier) to engine slot (1 .. n_slots-1) on the first pages of
+// the slot's share. -1 + err as ls_lora_pool_assign.
+int wstep_assign(const wstep_engine_t *e, const char *id, int slot, char *err, size_t errlen);
+
 // Whether plan fits what this worker was configured for: its items and tokens, each item's
 // context, block table and sampling arrays against the model and the KV cache. -1 + err when it
 // does not; wstep_run checks it first, before any tensor-parallel collective, so every rank of
