@@ -204,7 +204,7 @@ int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *ran
 
 // Puts adapter id into slot (1 .. n_slots-1) on pages (n_pages of them, at least its image's:
 // the first ones are used, the rest left alone), evicting what the slot held, as the
-// scheduler decided (through the worker's PrefetchAdapter or LoadAdapter). The adapter
+// scheduler decided (through the worker's PrefetchAdapter). The adapter
 // already in that slot on those pages is a hit; one in another slot moves (its old slot is
 // left empty); a slot whose adapter lies on one of these pages loses it (the scheduler took
 // its pages back). Refused: an id not in the host tier, a slot out of range, too few pages, a

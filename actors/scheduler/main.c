@@ -98,6 +98,7 @@ static const struct {
     G("kv_blocks_adapters", kv_blocks_adapters),
     G("adapter_request_refs", adapter_refs),
     G("adapter_cpu_resident", adapter_cpu_resident),
+    G("adapter_gpu_resident", adapter_gpu_resident),
     G("adapter_cpu_bytes_used", adapter_cpu_bytes_used),
     G("adapter_cpu_bytes_total", adapter_cpu_bytes_total),
     G("adapter_loads_waiting", adapter_loads_waiting),

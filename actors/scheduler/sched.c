@@ -521,7 +521,9 @@ static void s_stop_add(req_t *r, int32_t id) {
 static void s_gauges(sched_t *s) {
     s->stats.waiting = s->waiting.n;
     s->stats.running = s->running.n;
-    s->stats.kv_blocks_adapters = sched_pages_adapters(s);
+    uint32_t in_slots;
+    s->stats.kv_blocks_adapters = sched_pages_adapters(s, &in_slots);
+    s->stats.adapter_gpu_resident = in_slots;
     s->stats.kv_blocks_used = s->kv ? kv_used(s->kv) - s->stats.kv_blocks_adapters : 0;
     s->stats.kv_blocks_total = s->kv ? kv_total(s->kv) : 0;
     s->stats.kv_blocks_cached = s->kv ? kv_cached(s->kv) : 0;

@@ -65,6 +65,7 @@ typedef struct {
     // hold (idle ones give theirs up when KV needs them)
     uint64_t waiting, running, kv_blocks_used, kv_blocks_total, kv_blocks_cached, kv_blocks_adapters, adapter_refs;
     uint64_t adapter_cpu_resident, adapter_cpu_bytes_used, adapter_cpu_bytes_total, adapter_loads_waiting;
+    uint64_t adapter_gpu_resident;  // adapters in GPU slots (on their pages)
     uint64_t steps, tokens_generated, prefix_hit_tokens, adapter_residency_hits, adapter_cold_loads,
         adapter_prefetches, adapter_cpu_loads, adapter_cpu_evictions, preemptions, requests_finished,
         requests_aborted, requests_failed, requests_refused, step_timeouts;

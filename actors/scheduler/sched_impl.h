@@ -224,8 +224,8 @@ void sched_answer_unloaded(sched_t *s, void *reply, uint64_t rid, const char *na
 // Pages the adapters in slots hold that a page wanted now may take: those of the unlocked
 // slots whose adapter is not in keep (nkeep entries).
 uint32_t sched_pages_evictable(const sched_t *s, lora_adapter_t *const *keep, int nkeep);
-// Pages every adapter in a slot holds.
-uint32_t sched_pages_adapters(const sched_t *s);
+// Pages every adapter in a slot holds, and (*resident) how many adapters are in slots.
+uint32_t sched_pages_adapters(const sched_t *s, uint32_t *resident);
 // One page, a reference on it: a free or idle cached block, else an idle adapter (not in keep)
 // leaves its slot, LRU/FIFO as the slot policy says. -1 when neither gives one.
 int sched_page_take(sched_t *s, lora_adapter_t *const *keep, int nkeep, uint32_t *page);

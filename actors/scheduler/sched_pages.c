@@ -32,11 +32,13 @@ uint32_t sched_pages_evictable(const sched_t *s, lora_adapter_t *const *keep, in
     return n;
 }
 
-uint32_t sched_pages_adapters(const sched_t *s) {
+uint32_t sched_pages_adapters(const sched_t *s, uint32_t *resident) {
     uint32_t n = 0;
+    *resident = 0;
     for (int i = 0; i < lora_slots(s->lora); i++) {
         const lora_adapter_t *ad = lora_slot_adapter(s->lora, i);
         n += ad ? ad->n_pages : 0;
+        *resident += ad != NULL;
     }
     return n;
 }

@@ -849,6 +849,7 @@ static void s_seeds_worker(s_seed_t *sd, int i) {
     const char *id = i == 1 ? "id-r" : NULL;
     int32_t slot = i == 1 ? 1 : -1;
     ls_msg_t m = s_load("r", "id-r", "reverse");
+    m.u.load_adapter.slot = -1;  // the CPU tier: slots are PrefetchAdapter's
     s_from(sd, "scheduler", &m);
     if (i == 1)  // into slot 1 on the top 24 of the 64 pages (it takes 10)
         s_from(sd, "scheduler", (m = s_prefetch("id-r", 1, 40, 24), &m));

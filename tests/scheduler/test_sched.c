@@ -1130,6 +1130,7 @@ static void test_pages_kv_grows(void **unused) {
         const sched_stats_t *st = sched_stats(h->s);
         assert_int_equal(st->kv_blocks_total, 40);
         assert_int_equal(st->kv_blocks_adapters, 10);  // idle, still in its slot
+        assert_int_equal(st->adapter_gpu_resident, 1);
         assert_int_equal(st->kv_blocks_used, 0);
         const ls_msg_t *pf = h_last(h, LS_MSG_PREFETCH_ADAPTER, 0);
         assert_non_null(pf);
@@ -1142,6 +1143,7 @@ static void test_pages_kv_grows(void **unused) {
         assert_int_equal(st->preemptions, 0);
         assert_int_equal(st->adapter_page_evictions, 1);
         assert_int_equal(st->kv_blocks_adapters, 0);
+        assert_int_equal(st->adapter_gpu_resident, 0);
         assert_int_equal(s_slot_of(h, "A"), -1);
         bool grew = false;  // some request's KV went onto A's old page
         for (size_t i = mark; i < h->n_out; i++)
@@ -1185,6 +1187,7 @@ static void test_pages_adapter_order(void **unused) {
         assert_int_equal(st->preemptions, 0);
         assert_int_equal(st->adapter_page_evictions, 1);
         assert_int_equal(st->kv_blocks_adapters, 20);
+        assert_int_equal(st->adapter_gpu_resident, 2);
         assert_int_equal(s_slot_of(h, fifo ? "A" : "B"), -1);
         assert_true(s_slot_of(h, "C") >= 0);
         assert_true(s_slot_of(h, fifo ? "B" : "A") >= 0);
