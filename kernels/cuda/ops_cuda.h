@@ -148,6 +148,28 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
 // after a v1 launch): for tests of the plan. Not thread-safe.
 void ls_cu_attention_last_plan(int *warps, int *cluster);
 
+// Prefill attention: the same causal attention for whole sequences of a step with many query
+// tokens, on query tiles (FlashAttention-2's plan on the tensor cores; attention.cu). seqs
+// (n_seqs, 3) holds (sequence, first token row, tokens) of each sequence it takes, rows
+// packed as ls_attn_meta_t packs them; it writes those rows of out and no other; max_q is
+// the most tokens of any of them. Not fp32-exact as ls_cu_attention is: q and the softmax
+// weights are rounded to bf16 for the products (relative 2^-8 each), sums stay fp32. Only
+// where ls_cu_attention_prefill_ok: 1 for bf16 caches, head_dim 64 or 128, groups
+// (n_heads / n_kv_heads) up to 128, rows and pointers aligned for 16-byte loads (sm_80+).
+int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_cache,
+                               const void *v_cache, ls_cu_dtype_t cache_dt, int n_heads,
+                               int n_kv_heads, int head_dim, int row_stride);
+cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_cache,
+                                    const void *v_cache, ls_cu_dtype_t cache_dt,
+                                    const int32_t *seqs, int n_seqs, int max_q,
+                                    const int32_t *positions, const int32_t *block_tables,
+                                    int max_blocks, int n_heads, int n_kv_heads, int head_dim,
+                                    int block_size, int row_stride, cudaStream_t stream);
+// The fewest query tokens of a sequence in a step that the CUDA backend gives to
+// ls_cu_attention_prefill; sequences with fewer (decodes, short chunks) go to
+// ls_cu_attention. dev_prefill measures the crossover (kernels/cuda/dev/README.md).
+#define LS_CU_PREFILL_MIN_Q 16
+
 // ---------------------------------------------------------------------------------------
 // LoRA (SGMV): the segment description is flattened on the host, once per step, into
 // tiles of at most LS_CU_LORA_TILE consecutive segment positions of one segment whose slot
