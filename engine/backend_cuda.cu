@@ -134,8 +134,8 @@ typedef struct {
     int T, n_seqs, max_blocks, n_logit_rows;
     const int32_t *token_ids, *positions, *slot_mapping, *tok_seq, *block_tables,
         *logit_rows;
-    // the sequences with at least LS_CU_PREFILL_MIN_Q query tokens: (sequence, first token,
-    // tokens) each, on the device (pf) and in the pinned block (h_pf, read by attention)
+    // the sequences ls_cu_attention_prefill_pick gives the prefill kernel: (sequence, first
+    // token, tokens) each, on the device (pf) and in the pinned block (h_pf, read by attention)
     int n_pf, pf_max_q;
     const int32_t *pf, *h_pf;
     int n_batches, n_passes; // LoRA batches and passes of the step (0: no LoRA)
@@ -588,17 +588,17 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     assert((step->lora != NULL) == (step->n_lora_passes > 0));
     int T = step->n_tokens, S = a->n_seqs, P = step->n_lora_passes, B = step->n_lora_batches;
     size_t i32 = sizeof(int32_t);
-    int n_pf = 0;
+    int n_cand = 0; // sequences the prefill kernel may take (room for its list)
     if (a->q_indptr)
         for (int s = 0; s < S; s++)
-            n_pf += a->q_indptr[s + 1] - a->q_indptr[s] >= LS_CU_PREFILL_MIN_Q;
+            n_cand += a->q_indptr[s + 1] - a->q_indptr[s] >= LS_CU_PREFILL_MIN_Q;
 
     s_layout_t l = {0};
     size_t o_ids = s_place(&l, (size_t)T * i32), o_pos = s_place(&l, (size_t)T * i32),
            o_slot = s_place(&l, (size_t)T * i32), o_seq = s_place(&l, (size_t)T * i32),
            o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
            o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
-           o_pf = s_place(&l, (size_t)n_pf * 3 * i32);
+           o_pf = s_place(&l, (size_t)n_cand * 3 * i32);
     s_pass_plan_t plan[LS_LORA_BATCH_MAX];
     const int32_t *lslots[LS_LORA_BATCH_MAX];
     const float *lscales[LS_LORA_BATCH_MAX];
@@ -633,18 +633,17 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     for (int t = 0; t < T; t++)
         seq[t] = 0;
     int32_t *pf = (int32_t *)(h + o_pf);
-    int pf_max_q = 0;
+    int n_pf = 0, pf_max_q = 0;
     if (a->q_indptr) {
         assert(a->q_indptr[S] == T);
-        for (int s = 0, k = 0; s < S; s++) {
-            int t0 = a->q_indptr[s], n = a->q_indptr[s + 1] - t0;
-            for (int t = t0; t < t0 + n; t++)
+        for (int s = 0; s < S; s++)
+            for (int t = a->q_indptr[s]; t < a->q_indptr[s + 1]; t++)
                 seq[t] = s;
-            if (n >= LS_CU_PREFILL_MIN_Q) {
-                pf[3 * k] = s, pf[3 * k + 1] = t0, pf[3 * k + 2] = n, k++;
-                pf_max_q = n > pf_max_q ? n : pf_max_q;
-            }
-        }
+        assert(!n_cand || a->ctx_lens);
+        if (n_cand)
+            n_pf = ls_cu_attention_prefill_pick(a->q_indptr, a->ctx_lens, S, pf);
+        for (int k = 0; k < n_pf; k++)
+            pf_max_q = pf[3 * k + 2] > pf_max_q ? pf[3 * k + 2] : pf_max_q;
     }
     if (S && a->max_blocks && a->block_tables)
         memcpy(h + o_tab, a->block_tables, (size_t)S * a->max_blocks * i32);

@@ -2,9 +2,9 @@
     on a cached prefix and decode alike). CPU reference: kernels/cpu/attention.c.
 
     Two plans. Decode-shaped (ls_cu_attention): every query token is an item of its own
-    that walks its prefix — decodes, and the tokens of short chunks. A long prefill chunk
-    (ls_cu_attention_prefill, for sequences of at least LS_CU_PREFILL_MIN_Q tokens in the
-    step; the CUDA backend splits a step between the two) takes query tiles instead, so
+    that walks its prefix — decodes, and the tokens of short chunks. Prefill chunks
+    (ls_cu_attention_prefill, for the sequences ls_cu_attention_prefill_pick picks; the
+    CUDA backend splits a step between the two) take query tiles instead, so
     that each K/V tile read serves 128 query rows: k_attention_prefill, at the end of this
     file (FlashAttention-2's plan; bf16 caches, head_dim 64 and 128; q and p rounded to
     bf16 there).
@@ -58,8 +58,8 @@
     warp behind a chain of dependent loads (positions -> block table -> K/V), not profiled
     yet. Long contexts with few sequences reach ~78% (clusters of <= 16 CTAs per (token, kv
     head) leave part of the GPU idle; a split over more CTAs would need a merge through
-    memory). Tokens given to these kernels in a prefill (chunks shorter than
-    LS_CU_PREFILL_MIN_Q, or caches the prefill kernel does not take) re-read their whole
+    memory). Tokens given to these kernels in a prefill (chunks the pick leaves here, or
+    caches the prefill kernel does not take) re-read their whole
     prefix each (from L2 for tokens of one sequence), and tc uses 12 of the 16 MMA rows for
     one token's heads. tc only for bf16 caches (f16 pieces would lose bits to the f16
     exponent range) and head_dim 64/128 (register budget); groups not a multiple of 4 waste
@@ -71,6 +71,7 @@
 #include <assert.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cooperative_groups.h>
 
@@ -706,11 +707,21 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
 
 // -- prefill: query tiles on the tensor cores -----------------------------------------------
 
-// c0 += a b[0..1], c1 += a b[2..3]: the two n8 tiles of B one ldmatrix.x4 loads
-__device__ __forceinline__ void s_mma16816x2(float c0[4], float c1[4], const uint32_t a[4],
-                                             const uint32_t b[4]) {
-    s_mma16816(c0, a, b[0], b[1]);
-    s_mma16816(c1, a, b[2], b[3]);
+// c[mt][j] and c[mt][j + 1] += a[mt] times the two n8 tiles of B that one ldmatrix.x4 loads
+// from addr, for every m-tile mt (TRANS: .trans, for V, whose rows are B's rows)
+template <bool TRANS, int MT, int N>
+__device__ __forceinline__ void s_mma_b2(float (&c)[MT][N][4], int j, const uint32_t (&a)[MT][4],
+                                         unsigned addr) {
+    uint32_t b[4];
+    if (TRANS)
+        s_ldsm4t(b, addr);
+    else
+        s_ldsm4(b, addr);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        s_mma16816(c[mt][j], a[mt], b[0], b[1]);
+        s_mma16816(c[mt][j + 1], a[mt], b[2], b[3]);
+    }
 }
 
 // k_attention_prefill: FlashAttention-2's plan, for the sequences of a step with many query
@@ -740,7 +751,11 @@ __device__ __forceinline__ void s_mma16816x2(float c0[4], float c1[4], const uin
 // sums and O in fp32. bf16's unit roundoff u = 2^-8 bounds the relative error of each p and
 // of each element of q (test_gpu_ops states its tolerance from it).
 // Known limits: one CTA per (query tile, kv head), no split over keys — a short prompt
-// gives few CTAs (512 tokens of Llama-3-8B: 16 tiles x 8 kv heads for 132 SMs); tiles of a
+// gives few CTAs (512 tokens of Llama-3-8B: 16 tiles x 8 kv heads for 132 SMs), and a short
+// chunk on a long prefix is one CTA's walk over all its keys (H100: 78 us for 1 query on
+// 2,048 cached tokens, against 12 on the decode-shaped kernel), which is why
+// ls_cu_attention_prefill_pick leaves short chunks to that one (a split over keys with a
+// merge through memory would let this kernel take them); tiles of a
 // sequence launch latest (most keys) first, sequences one after another (blockIdx.z), the
 // CTAs past a shorter sequence's tiles exit at once; Q is re-read from shared memory every
 // key tile (registers are full: 247 at head_dim 128); bf16 caches only.
@@ -908,13 +923,9 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
                 for (int mt = 0; mt < MT; mt++)
                     s_ldsm4(qa[mt], q_row + 16 * mt * RB + (((2 * ks + q_ch) ^ sw) << 4));
 #pragma unroll
-                for (int np = 0; np < BN / 16; np++) { // keys 16np .. 16np + 15
-                    uint32_t kb[4];
-                    s_ldsm4(kb, kst + 16 * np * RB + k_row + (((2 * ks + k_ch) ^ sw) << 4));
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-                        s_mma16816x2(s[mt][2 * np], s[mt][2 * np + 1], qa[mt], kb);
-                }
+                for (int np = 0; np < BN / 16; np++) // keys 16np .. 16np + 15
+                    s_mma_b2<false>(s, 2 * np, qa,
+                                    kst + 16 * np * RB + k_row + (((2 * ks + k_ch) ^ sw) << 4));
             }
             if (k0 + BN - 1 > wlo) // warp-uniform: a key of the tile is past a row's position
 #pragma unroll
@@ -979,13 +990,9 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
                                 (s_lo(pa[mt][3]) + s_hi(pa[mt][3]));
                 }
 #pragma unroll
-                for (int dp = 0; dp < D / 16; dp++) { // dims 16dp .. 16dp + 15
-                    uint32_t vb[4];
-                    s_ldsm4t(vb, vst + 16 * kk * RB + v_row + (((2 * dp + v_ch) ^ sw) << 4));
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
-                        s_mma16816x2(o[mt][2 * dp], o[mt][2 * dp + 1], pa[mt], vb);
-                }
+                for (int dp = 0; dp < D / 16; dp++) // dims 16dp .. 16dp + 15
+                    s_mma_b2<true>(o, 2 * dp, pa,
+                                   vst + 16 * kk * RB + v_row + (((2 * dp + v_ch) ^ sw) << 4));
             }
         }
         if (tid < BN)
@@ -1321,4 +1328,45 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
                      head_dim,   block_size, row_stride, stream};
     return head_dim == 64 ? s_run_prefill<64, PF_MT, PF_NW, 64>(&a)
                           : s_run_prefill<128, PF_MT, PF_NW, 32>(&a);
+}
+
+// qsort's order for (context, tokens, sequence) triples: longest context first
+static int s_ctx_desc(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a < b) - (a > b);
+}
+
+int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_lens, int n_seqs,
+                                 int32_t *seqs) {
+    // the candidates as (context, tokens, sequence), longest context first
+    int m = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int n = q_indptr[s + 1] - q_indptr[s];
+        if (n >= LS_CU_PREFILL_MIN_Q)
+            seqs[3 * m] = ctx_lens[s], seqs[3 * m + 1] = n, seqs[3 * m + 2] = s, m++;
+    }
+    if (m == 0)
+        return 0;
+    qsort(seqs, (size_t)m, 3 * sizeof *seqs, s_ctx_desc);
+    // cost in pairs of the decode-shaped kernel: those of the candidates left to it, plus
+    // LS_CU_PREFILL_KEY_PAIRS per key of the longest context the prefill kernel takes
+    int64_t above = 0, total = 0; // pairs of the candidates of longer contexts; of all
+    for (int i = 0; i < m; i++) {
+        int64_t c = seqs[3 * i], n = seqs[3 * i + 1];
+        total += n * c - n * (n - 1) / 2; // causal pairs of queries at c - n .. c - 1
+    }
+    int64_t best = total, limit = 0; // limit: the longest context taken (0: none)
+    for (int i = 0; i < m; i++) {
+        int64_t c = seqs[3 * i], n = seqs[3 * i + 1];
+        if ((i == 0 || seqs[3 * i - 3] != c) && above + LS_CU_PREFILL_KEY_PAIRS * c < best)
+            best = above + LS_CU_PREFILL_KEY_PAIRS * c, limit = c;
+        above += n * c - n * (n - 1) / 2;
+    }
+    int k = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int t0 = q_indptr[s], n = q_indptr[s + 1] - t0;
+        if (n >= LS_CU_PREFILL_MIN_Q && ctx_lens[s] <= limit)
+            seqs[3 * k] = s, seqs[3 * k + 1] = t0, seqs[3 * k + 2] = n, k++;
+    }
+    return k;
 }

@@ -165,10 +165,34 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
                                     const int32_t *positions, const int32_t *block_tables,
                                     int max_blocks, int n_heads, int n_kv_heads, int head_dim,
                                     int block_size, int row_stride, cudaStream_t stream);
-// The fewest query tokens of a sequence in a step that the CUDA backend gives to
-// ls_cu_attention_prefill; sequences with fewer (decodes, short chunks) go to
-// ls_cu_attention. dev_prefill measures the crossover (kernels/cuda/dev/README.md).
+// The CUDA backend's split of a step between the two plans: the sequences of the step
+// (q_indptr, ctx_lens of n_seqs, as ls_attn_meta_t holds them) that go to
+// ls_cu_attention_prefill; the rest go to ls_cu_attention. Writes their (sequence, first
+// token row, tokens) to seqs in row order and returns how many; seqs has room for 3 ints per
+// sequence of at least LS_CU_PREFILL_MIN_Q tokens (it is the scratch of the choice too).
+//
+// A cost model fitted to dev_prefill (an H100, Llama-3-8B's heads; kernels/cuda/dev/
+// README.md): ls_cu_attention costs about the same per causal (query, key) pair whatever the
+// sequences (0.48-0.54 ns a pair a layer once past a few dozen queries in all); the prefill
+// kernel, while its grid fits the GPU, costs the walk of its longest context over its keys
+// (~0.045 us a key), the shorter sequences beside it riding along. It takes the candidates
+// (at least LS_CU_PREFILL_MIN_Q tokens) of contexts up to a limit C, C minimizing the pairs
+// of the candidates above C plus LS_CU_PREFILL_KEY_PAIRS x C (none where that is never below
+// all the candidates' pairs). So one chunk on a long prefix goes to it from ~100 queries
+// (measured: the old kernel faster at 64 on 2,048 cached tokens, slower at 128), a prompt
+// alone from ~192 (half the pairs: the causal triangle), k chunks on like prefixes from
+// ~96/k queries each, and a short chunk on a context far longer than the others' stays
+// with ls_cu_attention. Past one wave the prefill kernel does 6-9 times the old kernel's
+// pairs a second (2K, 8K prompts), so what it takes never runs slower there either.
+int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_lens, int n_seqs,
+                                 int32_t *seqs);
+// the fewest query tokens of a sequence the prefill kernel is given: below, its query tiles
+// of 128 rows would be mostly empty (16 tokens x a group of 4 fill half), and decodes
+// spread over clusters on the decode-shaped kernel
 #define LS_CU_PREFILL_MIN_Q 16
+// decode-shaped pairs that cost as much as one key of the prefill kernel's longest walk:
+// 0.045 us / 0.48-0.54 ns = 84-94, rounded up so that near-ties go to the fp32-exact kernel
+#define LS_CU_PREFILL_KEY_PAIRS 96
 
 // ---------------------------------------------------------------------------------------
 // LoRA (SGMV): the segment description is flattened on the host, once per step, into

@@ -13,7 +13,7 @@
 #                              test_gpu_ops, test_gpu_model, dev_attention, dev_prefill,
 #                              bench_base_cuda
 #   tests/gpu/run.sh prefill   on the GPU machine, after `prepare prefill`: test_gpu_ops (its
-#                              attention rows shown), test_gpu_model, dev_attention and
+#                              attention and prefill rows shown), test_gpu_model, dev_attention and
 #                              dev_prefill (their tables), bench_base_cuda --quick (prefill
 #                              2K and chunked beside the decode points), ~5 min
 #   tests/gpu/run.sh fp8       on the GPU machine, after `prepare fp8`: test_gpu_ops (every
@@ -113,7 +113,7 @@ if [[ ${1:-} == prefill ]]; then
   status=0
   echo "== test_gpu_ops"
   "$bindir/test_gpu_ops" >"$out/test_gpu_ops.log" 2>&1 || status=1
-  sed -n '/=== summary/,$p' "$out/test_gpu_ops.log" | grep -E "attention|FAIL"
+  sed -n '/=== summary/,$p' "$out/test_gpu_ops.log" | grep -E "attention|prefill|FAIL"
   tail -1 "$out/test_gpu_ops.log"
   echo "== test_gpu_model"
   "$bindir/test_gpu_model" >"$out/test_gpu_model.log" 2>&1 || status=1

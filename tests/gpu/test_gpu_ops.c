@@ -746,9 +746,10 @@ static void test_silu_add(t_rng_t *r, int inter) {
 // S sequences with n_cached[s] cached and n_new[s] new tokens; pad adds one padding token
 // (slot -1) as a sequence of its own; q uniform in [-qr, qr], k and v in [-1, 1].
 //
-// The backend gives a sequence of at least LS_CU_PREFILL_MIN_Q tokens to the prefill kernel
+// The backend gives the sequences ls_cu_attention_prefill_pick picks to the prefill kernel
 // where ls_cu_attention_prefill_ok, every other token to the decode-shaped kernels; the rows
-// of each are checked on their own, against their own bounds:
+// of each are checked on their own, against their own bounds (a row of the wrong kernel fails
+// the decode-shaped bound by orders of magnitude where the prefill kernel wrote it):
 // - decode-shaped (fp32-exact products, fp32 sums in another order): NMSE <= 1e-10, max |Δ|
 //   <= 1e-4;
 // - prefill: q and p rounded to bf16, relative error up to u = 2^-8 each (rms ~0.4u = 1.6e-3
@@ -760,9 +761,9 @@ static void test_silu_add(t_rng_t *r, int inter) {
 //   max|v_j - ref| with max|v_j - ref| <= 2; the largest of the test's ~10^6 products keep
 //   max|δ + Δs| under 2u (1 + qr): max |Δ| <= 4u (1 + qr) = 0.0156 (1 + qr). A wrong mask, key
 //   or page moves rows by O(|out|) and fails either bound by orders of magnitude.
-static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cached,
-                           const int *n_new, int H, int KV, int D, int bs, ls_dtype_t cdt,
-                           int pad, float qr) {
+static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cached,
+                          const int *n_new, int H, int KV, int D, int bs, ls_dtype_t cdt,
+                          int pad, float qr) {
     static s_stepd_t d;
     memset(&d, 0, sizeof d);
     int max_ctx = 1;
@@ -844,8 +845,13 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
                                            (ls_cu_dtype_t)cdt, H, KV, D, stride);
     size_t row = (size_t)H * D, nd = 0, np = 0;
     float *pc = t_alloc(no * 4), *pg = t_alloc(no * 4);
+    int32_t pick[3 * MAXS];
+    char taken[MAXS] = {0};
+    int n_pick = pf_ok ? ls_cu_attention_prefill_pick(d.q_indptr, d.ctx, n_seq, pick) : 0;
+    for (int k = 0; k < n_pick; k++)
+        taken[pick[3 * k]] = 1;
     for (int s = 0; s < n_seq; s++) {
-        int prefill = pf_ok && s < S && n_new[s] >= LS_CU_PREFILL_MIN_Q;
+        int prefill = taken[s];
         for (int t = d.q_indptr[s]; t < d.q_indptr[s + 1]; t++) {
             float *dc = prefill ? pc + np : co + nd, *dg = prefill ? pg + np : go + nd;
             memmove(dc, co + t * row, row * 4);
@@ -866,13 +872,15 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     s_pb_free(&qkv), s_pb_free(&kc), s_pb_free(&vc), s_pb_free(&out), s_pb_free(&dv);
     free(perm), free(hq), free(hk), free(hv), free(hdv), free(poison), free(c), free(g),
         free(co), free(go), free(pc), free(pg);
+    return n_pick;
 }
 
 // Prefill attention beside the decode-shaped kernels in one call: S sequences of H / KV
 // heads, D, pages of bs, in random order — decodes on up to max_ctx cached tokens, short
-// chunks (fewer than LS_CU_PREFILL_MIN_Q new tokens), and prefill chunks of
-// LS_CU_PREFILL_MIN_Q .. max_new new tokens on a cached prefix of up to max_ctx (some with
-// none, one of exactly LS_CU_PREFILL_MIN_Q).
+// chunks (fewer than LS_CU_PREFILL_MIN_Q new tokens), and chunks of LS_CU_PREFILL_MIN_Q ..
+// max_new new tokens on a cached prefix of up to max_ctx (some with none), of which the pick
+// gives the prefill kernel a prompt of LS_CU_PREFILL_MIN_Q tokens, max_new on max_ctx and
+// the others it finds cheaper there (max_new >= 150 here; checked).
 static void test_attention_prefill(t_rng_t *r, int S, int max_new, int max_ctx, int H, int KV,
                                    int D, int bs, float qr) {
     int nc[MAXS], nn[MAXS];
@@ -886,15 +894,59 @@ static void test_attention_prefill(t_rng_t *r, int S, int max_new, int max_ctx, 
         else
             nn[s] = LS_CU_PREFILL_MIN_Q + t_rng_int(r, max_new - LS_CU_PREFILL_MIN_Q + 1);
     }
-    nn[2] = LS_CU_PREFILL_MIN_Q;
     nc[t_rng_int(r, S)] = 0;
+    // the longest context, of max_new tokens: its pairs alone make the prefill kernel the
+    // cheaper, so the pick takes it and every candidate of a shorter context — a prompt of
+    // LS_CU_PREFILL_MIN_Q tokens among them
+    nc[2] = 0, nn[2] = LS_CU_PREFILL_MIN_Q;
+    nc[3] = max_ctx, nn[3] = max_new;
     for (int s = S - 1; s > 0; s--) { // in no order
         int j = t_rng_int(r, s + 1), a = nc[s], b = nn[s];
         nc[s] = nc[j], nn[s] = nn[j], nc[j] = a, nn[j] = b;
     }
-    char what[64];
+    char what[64], name[160];
     snprintf(what, sizeof what, "prefill mix x%d qr=%g", S, qr);
-    test_attention(r, what, S, nc, nn, H, KV, D, bs, LS_DTYPE_BF16, 1, qr);
+    int n = test_attention(r, what, S, nc, nn, H, KV, D, bs, LS_DTYPE_BF16, 1, qr);
+    snprintf(name, sizeof name, "%s: %d sequences to the prefill kernel", what, n);
+    s_check_true(name, n > 0);
+}
+
+// ls_cu_attention_prefill_pick (host code) on the shapes dev_prefill measured — one chunk on
+// 2,048 cached tokens: the decode-shaped kernel faster at 64 queries, the prefill kernel at
+// 128 — and the cases its cost model is for: prompts alone (from ~192 tokens), chunks on like
+// prefixes together (each from ~96/k), a short chunk on a far longer context left out
+static void test_prefill_pick(void) {
+    static const struct {
+        const char *name;
+        int S, nc[9], nn[9], want[9];
+    } cases[] = {
+        {"64 on 2048", 1, {2048}, {64}, {0}},
+        {"128 on 2048", 1, {2048}, {128}, {1}},
+        {"prompt of 150", 1, {0}, {150}, {0}},
+        {"prompt of 512", 1, {0}, {512}, {1}},
+        {"8 x 16 on 2048 + decode", 9, {2048, 2048, 2048, 2048, 700, 2048, 2048, 2048, 2048},
+         {16, 16, 16, 16, 1, 16, 16, 16, 16}, {1, 1, 1, 1, 0, 1, 1, 1, 1}},
+        {"8 x 15 on 2048", 8, {2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048},
+         {15, 15, 15, 15, 15, 15, 15, 15}, {0}},
+        {"2 x 32 on 2048", 2, {2048, 2048}, {32, 32}, {0, 0}},
+        {"4 x 32 on 2048", 4, {2048, 2048, 2048, 2048}, {32, 32, 32, 32}, {1, 1, 1, 1}},
+        {"16 on 8192 + 200 on 4096", 2, {8192, 4096}, {16, 200}, {0, 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t qi[10] = {0}, ctx[9], pick[27];
+        for (int s = 0; s < cases[i].S; s++)
+            qi[s + 1] = qi[s] + cases[i].nn[s], ctx[s] = cases[i].nc[s] + cases[i].nn[s];
+        int n = ls_cu_attention_prefill_pick(qi, ctx, cases[i].S, pick), ok = 1, k = 0;
+        for (int s = 0; s < cases[i].S; s++) // in row order, each with its rows
+            if (cases[i].want[s])
+                ok &= k < n && pick[3 * k] == s && pick[3 * k + 1] == qi[s] &&
+                      pick[3 * k + 2] == cases[i].nn[s],
+                    k++;
+        char name[96];
+        snprintf(name, sizeof name, "prefill pick %s: %d sequences to the prefill kernel",
+                 cases[i].name, n);
+        s_check_true(name, ok && k == n);
+    }
 }
 
 // -- LoRA ---------------------------------------------------------------------------------
@@ -1713,6 +1765,7 @@ int main(int argc, char **argv) {
         test_attention(&r, "prefill chunk 130+60", 2, nc, nn, 16, 4, 128, 16, LS_DTYPE_BF16, 0, 1);
     }
     {
+        test_prefill_pick();
         // the prefill kernel beside decodes and short chunks in one call: GQA groups 4, 1, 8,
         // 4 with peaked softmax (q in [-3, 3]), head_dim 128 and 64, pages of 16, 32 and 24
         // (no shift), Llama-3-8B's heads; and a prompt of 2,000 tokens beside two decodes
@@ -1722,6 +1775,13 @@ int main(int argc, char **argv) {
         test_attention_prefill(&r, 8, 400, 600, 8, 2, 64, 16, 3);
         test_attention_prefill(&r, 6, 200, 300, 8, 2, 128, 24, 1);
         test_attention_prefill(&r, 5, 150, 300, 32, 8, 128, 16, 1);
+        // the split the pick makes: 16-token chunks on like prefixes and a fresh 17-token
+        // prompt go with a 200-token chunk to the prefill kernel, a 16-token chunk on a
+        // context three times longer and a decode stay decode-shaped (their rows at 1e-10)
+        int ncs[7] = {1000, 3000, 0, 1000, 500, 1000, 1000}, nns[7] = {16, 16, 17, 200, 1, 16, 16};
+        s_check_true("prefill pick split: 5 sequences to the prefill kernel",
+                     test_attention(&r, "prefill pick split", 7, ncs, nns, 8, 2, 128, 16,
+                                    LS_DTYPE_BF16, 0, 1) == 5);
         int nc[3] = {40, 0, 700}, nn[3] = {1, 2000, 1};
         test_attention(&r, "prompt of 2000", 3, nc, nn, 4, 1, 128, 16, LS_DTYPE_BF16, 0, 1);
     }

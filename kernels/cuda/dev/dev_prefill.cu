@@ -17,8 +17,11 @@
       per tile shape and for the old path, and the old path's time over the production
       shape's;
     - crossover: a chunk of n = 1 .. 128 queries on a 2,048-token cached prefix, µs of both
-      paths (the backend gives a sequence to the prefill kernel from LS_CU_PREFILL_MIN_Q
-      queries on).
+      paths, and which one the backend's ls_cu_attention_prefill_pick takes;
+    - steps of several sequences (chunks on like prefixes, short prompts, a short chunk on a
+      long context beside a longer chunk): µs with every sequence on the old path, with
+      every one it may take (>= LS_CU_PREFILL_MIN_Q tokens) on the prefill kernel, and as the
+      pick splits them (production; the old path's rows first, one launch each).
 
     Tile shapes (D, MT m-tiles of 16 rows a warp, NW warps, BN keys a tile; production:
     attention.cu's PF_* and ls_cu_attention_prefill):
@@ -41,7 +44,7 @@ extern "C" {
 #include "ops.h"
 }
 
-enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 1024, ROW = (H + 2 * KV) * D, MAXP = 8192 };
+enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 4352, ROW = (H + 2 * KV) * D, MAXP = 8192 };
 
 typedef cudaError_t (*pf_run_t)(const s_pf_args_t *);
 struct version_t {
@@ -57,11 +60,12 @@ static const version_t s_versions[] = {
 enum { NV = sizeof s_versions / sizeof s_versions[0] };
 
 // a problem on the device: S sequences of nc[s] cached + nn[s] new tokens, the tokens' rows
-// packed in order, pages from the pool in shuffled order
+// packed in order, pages from the pool in shuffled order; pf: every sequence the prefill
+// kernel may take (>= LS_CU_PREFILL_MIN_Q tokens), pick: those the backend gives it
 struct problem_t {
-    int S, T, mb, max_q, n_pf, h, kv, d, row;
-    std::vector<int32_t> tok, pos, table, qind, lens, pf, slots;
-    int32_t *d_tok, *d_pos, *d_table, *d_pf;
+    int S, T, mb, max_q, n_pf, n_pick, pick_max_q, h, kv, d, row;
+    std::vector<int32_t> tok, pos, table, qind, lens, pf, pick, slots;
+    int32_t *d_tok, *d_pos, *d_table, *d_pf, *d_pick;
 };
 
 static problem_t s_problem(const std::vector<int> &nc, const std::vector<int> &nn, const std::vector<int32_t> &perm,
@@ -85,6 +89,11 @@ static problem_t s_problem(const std::vector<int> &nc, const std::vector<int> &n
         }
     }
     p.T = (int)p.tok.size();
+    p.pick.resize(p.pf.size());
+    p.n_pick = p.n_pf ? ls_cu_attention_prefill_pick(p.qind.data(), p.lens.data(), p.S, p.pick.data()) : 0;
+    p.pick.resize((size_t)p.n_pick * 3);
+    for (int k = 0; k < p.n_pick; k++)
+        p.pick_max_q = std::max(p.pick_max_q, p.pick[3 * k + 2]);
     if ((size_t)p.S * p.mb > perm.size()) {
         fprintf(stderr, "problem past the page pool\n");
         exit(2);
@@ -95,12 +104,12 @@ static problem_t s_problem(const std::vector<int> &nc, const std::vector<int> &n
         DEV_CK(cudaMemcpy(dp, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
         return dp;
     };
-    p.d_tok = up(p.tok), p.d_pos = up(p.pos), p.d_table = up(p.table), p.d_pf = up(p.pf);
+    p.d_tok = up(p.tok), p.d_pos = up(p.pos), p.d_table = up(p.table), p.d_pf = up(p.pf), p.d_pick = up(p.pick);
     return p;
 }
 
 static void s_free(problem_t &p) {
-    cudaFree(p.d_tok), cudaFree(p.d_pos), cudaFree(p.d_table), cudaFree(p.d_pf);
+    cudaFree(p.d_tok), cudaFree(p.d_pos), cudaFree(p.d_table), cudaFree(p.d_pf), cudaFree(p.d_pick);
 }
 
 static s_pf_args_t s_pf_args(const problem_t &p, float *out, const float *q, const void *kc, const void *vc,
@@ -220,7 +229,7 @@ int main() {
 
     printf("\ncrossover: n queries on 2,048 cached tokens (one sequence), us:\n%-5s %9s %9s\n", "n", "old",
            s_versions[0].name);
-    for (int n : {1, 2, 4, 8, 16, 32, 64, 128}) {
+    for (int n : {1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128}) {
         problem_t p = s_problem({2048}, {n}, perm, H, KV, D);
         // the prefill kernel takes any n given the sequence; the backend's threshold aside
         p.pf = {0, 0, n}, p.n_pf = 1, p.max_q = n;
@@ -230,7 +239,51 @@ int main() {
         double uo = dev_time_us(st, 20, [&](long) { return s_old(p, out, q, kc, vc, st); });
         s_pf_args_t a = s_pf_args(p, out, q, kc, vc, st);
         double un = dev_time_us(st, 20, [&](long) { return s_versions[0].run(&a); });
-        printf("%-5d %9.1f %9.1f%s\n", n, uo, un, n >= LS_CU_PREFILL_MIN_Q ? "  (prefill kernel in production)" : "");
+        printf("%-5d %9.1f %9.1f%s\n", n, uo, un, p.n_pick ? "  (prefill kernel in production)" : "");
+        s_free(p);
+    }
+
+    // production: the old path on the rows before the first picked sequence (the cases put
+    // the ones the pick leaves first), the prefill kernel on the picked ones
+    printf("\nsteps of several sequences, us (old: all on the old path; prefill: all it may take on\n"
+           "the prefill kernel; production: as the pick splits them):\n%-28s %9s %9s %10s  %s\n", "step", "old",
+           "prefill", "production", "picked");
+    struct step_t {
+        const char *name;
+        std::vector<int> nc, nn;
+    };
+    const step_t steps[] = {
+        {"2 x 32 on 2048", std::vector<int>(2, 2048), std::vector<int>(2, 32)},
+        {"4 x 32 on 2048", std::vector<int>(4, 2048), std::vector<int>(4, 32)},
+        {"8 x 16 on 2048", std::vector<int>(8, 2048), std::vector<int>(8, 16)},
+        {"8 x 32 on 2048", std::vector<int>(8, 2048), std::vector<int>(8, 32)},
+        {"8 x 64 on 2048", std::vector<int>(8, 2048), std::vector<int>(8, 64)},
+        {"32 x 64 on 2048", std::vector<int>(32, 2048), std::vector<int>(32, 64)},
+        {"prompt of 150", {0}, {150}},
+        {"prompt of 256", {0}, {256}},
+        {"16 prompts of 100", std::vector<int>(16, 0), std::vector<int>(16, 100)},
+        {"16 on 8192, 200 on 4096", {8192, 4096}, {16, 200}},
+    };
+    for (const step_t &c : steps) {
+        problem_t p = s_problem(c.nc, c.nn, perm, H, KV, D);
+        int t_old = p.n_pick ? p.pick[1] : p.T; // the old path's rows: 0 .. t_old - 1
+        for (int k = 0; k < p.n_pick; k++)
+            if (p.pick[3 * k + 1] != (k ? p.pick[3 * k - 2] + p.pick[3 * k - 1] : t_old) ||
+                (k == p.n_pick - 1 && p.pick[3 * k + 1] + p.pick[3 * k + 2] != p.T)) {
+                fprintf(stderr, "%s: the picked sequences are not the last rows\n", c.name);
+                exit(2);
+            }
+        s_pf_args_t all = s_pf_args(p, out, q, kc, vc, st), pick = all;
+        pick.seqs = p.d_pick, pick.n_seqs = p.n_pick, pick.max_q = p.pick_max_q;
+        double uo = dev_time_us(st, 10, [&](long) { return s_old(p, out, q, kc, vc, st); });
+        double ua = dev_time_us(st, 10, [&](long) { return s_versions[0].run(&all); });
+        double up = dev_time_us(st, 10, [&](long) {
+            cudaError_t e = t_old ? ls_cu_attention(out, q, kc, vc, LS_CU_BF16, p.d_tok, p.d_pos, p.d_table, p.mb,
+                                                    t_old, p.h, p.kv, p.d, BS, p.row, st)
+                                  : cudaSuccess;
+            return e != cudaSuccess || !p.n_pick ? e : s_versions[0].run(&pick);
+        });
+        printf("%-28s %9.1f %9.1f %10.1f  %d of %d\n", c.name, uo, ua, up, p.n_pick, p.S);
         s_free(p);
     }
     cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out);
