@@ -307,10 +307,11 @@ static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *c
     return write_and_load_seeded(c, cfg, a, dtype, 100u + (unsigned)a);
 }
 
-// Every target enabled: the embedding and lm_head too.
+// Every target enabled: the embedding and lm_head too; rows for trainable tokens.
 static ls_lora_pool_t *new_pool(ctx_t *c, const ls_model_config_t *cfg, int slots) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = 16,
-                                .target_mask = (1u << LS_TARGET_ALL) - 1};
+                                .target_mask = (1u << LS_TARGET_ALL) - 1,
+                                .extra_vocab_size = 8};
     ls_lora_pool_t *p = ls_lora_pool_new(c->be, cfg, &pc, err, sizeof err);
     if (!p)
         fail_msg("pool: %s", err);
@@ -467,6 +468,159 @@ static void test_mix_embed_head_equals_merged(void **state) {
     ls_lora_pool_destroy(&pool);
 }
 
+// --- trainable tokens -------------------------------------------------------------------
+
+// The token ids the trainable-token adapters below list, and the prompt positions that hold
+// them (and the decode token), so that their embedding rows are read.
+static const int32_t TT_IDS[] = {3, 17, 40, 9};
+enum { TT_P = 11 };
+
+static void tt_prompt(int32_t *tok, unsigned seed, int V) {
+    for (int j = 0; j <= TT_P; j++)
+        tok[j] = token_at(seed, j, V);
+    tok[1] = TT_IDS[0];
+    tok[4] = TT_IDS[1];
+    tok[6] = TT_IDS[2];
+    tok[8] = TT_IDS[3];
+    tok[TT_P] = TT_IDS[0];  // the decode step's token
+}
+
+// A q,v adapter with trainable tokens (config's trainable_token_indices, tok_rows the rows
+// of its embedding and lm_head tensors), written with seed and loaded.
+static ls_adapter_t *tt_adapter(ctx_t *c, const ls_model_config_t *cfg, const char *name,
+                                const char *tokens, const int tok_rows[2], unsigned seed) {
+    char d[1024], config[512];
+    int ranks[64 * LS_TARGET_COUNT];
+    snprintf(config, sizeof config, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, "
+             "\"target_modules\": [\"q_proj\", \"v_proj\"], \"trainable_token_indices\": %s}",
+             tokens);
+    rm_ranks_uniform(ranks, cfg->num_hidden_layers, 1u << LS_TARGET_Q | 1u << LS_TARGET_V, 4);
+    fx_path(d, sizeof d, c->dir, name);
+    assert_int_equal(rm_write_adapter_tokens(d, cfg, config, ranks, 0, 0, tok_rows, LS_DTYPE_F32,
+                                             seed), 0);
+    ls_adapter_t *ad = ls_adapter_load(d, cfg, 16, err, sizeof err);
+    if (!ad)
+        fail_msg("adapter %s: %s", name, err);
+    return ad;
+}
+
+// Requests on ads[i] (NULL: the base model), each its own prompt holding TT_IDS, in one
+// prefill step and one decode step through the pool (which holds every adapter under
+// names[i]) == each alone on the model sp with its adapter merged (rm_write_model_mix:
+// trainable tokens replace their rows). Returns the smallest change an adapter makes to its
+// row, after asserting the bound.
+static double tt_rows_vs_merged(ctx_t *c, ls_lora_pool_t *pool, const rm_spec_t *sp,
+                                const char *tag, const char *const *names,
+                                ls_adapter_t *const *ads, int n) {
+    enum { MAXN = 6 };
+    assert_true(n <= MAXN);
+    int V = sp->vocab;
+    int32_t slot[MAXN], tok[MAXN][TT_P + 1], tables[MAXN][8];
+    assert_int_equal(slot_plan_map_once(pool, names, n, slot, err, sizeof err), 0);
+    ls_model_seq_t pre[MAXN], dec[MAXN];
+    for (int i = 0; i < n; i++) {
+        tt_prompt(tok[i], 300u + (unsigned)i, V);
+        table_of(tables[i], 8 * i, 8);
+        pre[i] = seq_of(tok[i], TT_P, 0, tables[i], slot[i], true);
+        dec[i] = seq_of(tok[i] + TT_P, 1, TT_P, tables[i], slot[i], true);
+    }
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    float got[2][MAXN * 72], want[2][72];
+    step(c->m, kv, pool, pre, n, got[0]);
+    step(c->m, kv, pool, dec, n, got[1]);
+    double worst = 0, moved = INFINITY;
+    for (int i = 0; i < n; i++) {
+        char sub[64];
+        snprintf(sub, sizeof sub, "%s_merged%d", tag, i);
+        ls_model_t *ref = load_spec(c, sub, sp, ads[i]);
+        ls_model_seq_t s[2] = {pre[i], dec[i]};
+        s[0].lora_slot = s[1].lora_slot = LS_LORA_SLOT_BASE;
+        step(ref, kv, NULL, &s[0], 1, want[0]);
+        step(ref, kv, NULL, &s[1], 1, want[1]);
+        for (int k = 0; k < 2; k++) {
+            double mag, d = max_abs_diff(got[k] + (size_t)i * V, want[k], (size_t)V, &mag);
+            double mv = ads[i] ? max_abs_diff(got[k] + (size_t)i * V, got[k], (size_t)V, NULL) : 0;
+            print_message("%s row %d (%s) %s: vs merged max|d| %.2e (max|logit| %.2f, the adapter "
+                          "moves the logits by up to %.2f)\n", tag, i, names[i] ? names[i] : "base",
+                          k ? "decode" : "prefill", d, mag, mv);
+            worst = fmax(worst, d);
+            if (ads[i])
+                moved = fmin(moved, mv);
+        }
+        ls_model_destroy(&ref);
+    }
+    assert_true(worst <= TOL_MERGED);
+    ls_kv_cache_destroy(&kv);
+    return moved;
+}
+
+// Trainable tokens (PEFT's trainable_token_indices): an adapter's own rows of the embedding
+// and lm_head replace the base model's for its requests only, beside the other adapters and
+// the base in one step (prefill and decode), each row == the base with its adapter merged.
+// Untied (Llama): t1 has its own rows of both, t2 the embedding's only (lm_head keeps its
+// base rows), a3 LoRA on the embedding and lm_head. Tied (Qwen2): t1's embedding rows are
+// lm_head's too. A mix with an adapter that has trainable tokens is refused.
+static void test_trainable_tokens_equal_merged(void **state) {
+    ctx_t *c = *state;
+    rm_spec_t sp;
+    ls_lora_pool_t *pool = merged_base(c, "tt_base", &sp, 3);
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    const int both[2] = {3, 4}, embed_only[2] = {2, 0};
+    ls_adapter_t *ads[4] = {
+        NULL,
+        tt_adapter(c, cfg, "t1", "{\"embed_tokens\": [3, 17, 40], \"lm_head\": [5, 17, 63, 22]}",
+                   both, 401),
+        tt_adapter(c, cfg, "t2", "[9, 3]", embed_only, 402),
+        write_and_load_adapter(c, cfg, 3, LS_DTYPE_F32),
+    };
+    const char *names[4] = {NULL, "t1", "t2", "a3"};
+    for (int a = 1; a < 4; a++) {
+        ls_adapter_t *own = a < 3 ? tt_adapter(c, cfg, names[a], a == 1
+                                                   ? "{\"embed_tokens\": [3, 17, 40], \"lm_head\": [5, 17, 63, 22]}"
+                                                   : "[9, 3]", a == 1 ? both : embed_only, 400 + a)
+                                  : write_and_load_adapter(c, cfg, 3, LS_DTYPE_F32);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &own, err, sizeof err), 0);
+    }
+    assert_true(tt_rows_vs_merged(c, pool, &sp, "untied", names, ads, 4) > 0.05);
+
+    // a mix naming t1 is refused, and the step with it
+    int32_t tok[TT_P + 1], table[8];
+    tt_prompt(tok, 7, sp.vocab);
+    table_of(table, 0, 8);
+    int t1 = ls_lora_pool_slot_of(pool, "t1"), a3 = ls_lora_pool_slot_of(pool, "a3");
+    ls_model_lora_part_t parts[2] = {{a3, 0.5f}, {t1, 0.5f}};
+    ls_model_seq_t mix = seq_of(tok, TT_P, 0, table, LS_LORA_SLOT_BASE, true);
+    mix.mix = parts;
+    mix.n_mix = 2;
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    assert_int_equal(ls_model_forward(c->m, kv, pool, &mix, 1, err, sizeof err), -1);
+    assert_contains(err, "has trainable tokens, which do not mix");
+    ls_kv_cache_destroy(&kv);
+    for (int a = 1; a < 4; a++)
+        ls_adapter_destroy(&ads[a]);
+    ls_lora_pool_destroy(&pool);
+    ls_model_destroy(&c->m);
+
+    // tied: the list form's rows are the embedding's and lm_head's
+    sp = SPECS[1];
+    c->m = load_spec(c, "tt_tied", &sp, NULL);
+    cfg = ls_model_config(c->m);
+    pool = new_pool(c, cfg, 2);
+    const int tied_rows[2] = {3, 0};
+    ads[1] = tt_adapter(c, cfg, "q1", "[3, 17, 40]", tied_rows, 501);
+    ads[2] = write_and_load_adapter(c, cfg, 0, LS_DTYPE_F32);
+    const char *tied_names[3] = {NULL, "q1", "a0"};
+    ls_adapter_t *own = tt_adapter(c, cfg, "q1", "[3, 17, 40]", tied_rows, 501);
+    assert_int_equal(ls_adapter_token_rows(own, LS_TARGET_LM_HEAD)->n, 3);
+    assert_int_equal(ls_lora_pool_add_adapter(pool, "q1", &own, err, sizeof err), 0);
+    own = write_and_load_adapter(c, cfg, 0, LS_DTYPE_F32);
+    assert_int_equal(ls_lora_pool_add_adapter(pool, "a0", &own, err, sizeof err), 0);
+    assert_true(tt_rows_vs_merged(c, pool, &sp, "tied", tied_names, ads, 3) > 0.05);
+    ls_adapter_destroy(&ads[1]);
+    ls_adapter_destroy(&ads[2]);
+    ls_lora_pool_destroy(&pool);
+}
+
 // Requests of a mixed step: history tokens already cached, then the tokens of this step.
 typedef struct {
     int adapter; // -1 base, else 0..N_AD-1
@@ -620,6 +774,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_lora_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_batch_equals_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mix_embed_head_equals_merged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trainable_tokens_equal_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_greedy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_errors, setup, teardown),
     };

@@ -312,10 +312,10 @@ static void s_group_load_rank(void *arg, int r) {
     const ls_model_config_t *cfg = ls_model_config(g->m[r]);
     int n_ads = cJSON_GetArraySize(g->adapters);
     // every target: the fixtures' embedding and lm_head LoRA too (whole on every rank, and
-    // the rank's vocabulary rows)
+    // the rank's vocabulary rows), and their trainable tokens (whole on every rank)
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = g->max_rank,
                                 .target_mask = (1u << LS_TARGET_ALL) - 1,
-                                .tp_rank = r, .tp_size = g->size};
+                                .tp_rank = r, .tp_size = g->size, .extra_vocab_size = 16};
     if (!(g->pool[r] = ls_lora_pool_new(g->be[r], cfg, &pc, err, errlen)))
         return;
     for (const cJSON *a = g->adapters->child; a; a = a->next) {
