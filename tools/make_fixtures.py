@@ -73,6 +73,13 @@ ARCHS = {
              dict(r=8, lora_alpha=16, target_modules=["embed_tokens", "lm_head", "q_proj", "v_proj"],
                   rank_pattern={"embed_tokens": 4}, alpha_pattern={"lm_head": 4}),
              None),
+            # trainable tokens (PEFT's TrainableTokensLayer beside LoRA): the adapter's own rows
+            # of the embedding and of the untied lm_head, one id in both, stored in bf16 as a
+            # bf16 training run saves them
+            ("tokens",
+             dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                  trainable_token_indices={"embed_tokens": [7, 60, 150, 301], "lm_head": [12, 60, 222]}),
+             "bfloat16"),
         ],
     ),
     "qwen2": dict(
@@ -99,6 +106,10 @@ ARCHS = {
                   rank_pattern={"q_proj": 4, "layers.0.mlp.up_proj": 16},
                   alpha_pattern={"down_proj": 24}),
              None),
+            # trainable tokens, the list form (the input embedding) on a tied model: PEFT ties
+            # lm_head to the same rows
+            ("tokens_tied", dict(r=8, lora_alpha=16, target_modules=ATTN4,
+                                 trainable_token_indices=[9, 77, 300]), None),
         ],
     ),
     "qwen3": dict(
@@ -156,6 +167,7 @@ HEAD_STD = 0.1
 BIAS_STD = 0.05
 NORM_JITTER = 0.1
 LORA_STD = 0.1
+TOKEN_STD = 0.3  # trainable tokens' rows: PEFT starts them as copies of the base rows
 
 
 def log(*a):
@@ -377,6 +389,8 @@ def build_arch(arch, spec, out_root, device):
             for pn, p in pm.named_parameters():
                 if "lora_A" in pn or "lora_B" in pn or "lora_embedding_" in pn:
                     p.copy_((LORA_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
+                elif "trainable_tokens_delta" in pn:  # the rows themselves, despite the name
+                    p.copy_((TOKEN_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
         ad = os.path.join(adir_root, name)
         # PEFT's default ("auto") saves copies of the base embedding/lm_head beside a targeted
         # one; the loader checks their shape and reads them no further
@@ -415,6 +429,14 @@ def build_arch(arch, spec, out_root, device):
     for n in names:
         info = lora_modules_info(pm, n)
         adapter_meta[n]["modules"] = info
+        # the modules PEFT gave trainable tokens, with their ids (lm_head of a tied model too)
+        toks = {}
+        for mn, mod in pm.named_modules():
+            ti = getattr(mod, "token_indices", None)
+            if isinstance(ti, dict) and n in ti and mn.endswith("token_adapter"):
+                toks[mn[len("base_model.model."):-len(".token_adapter")]] = list(ti[n])
+        if toks:
+            adapter_meta[n]["token_modules"] = toks
         adapter_meta[n]["max_rank"] = max(v["r"] for v in info.values())
         max_rank = max(max_rank, adapter_meta[n]["max_rank"])
         if not info:
@@ -429,20 +451,30 @@ def build_arch(arch, spec, out_root, device):
             else:
                 kk = k.replace(".lora_A.weight", f".lora_A.{n}.weight").replace(
                     ".lora_B.weight", f".lora_B.{n}.weight")
-                if ".lora_embedding_" in k:
+                if ".lora_embedding_" in k or k.endswith(".trainable_tokens_delta"):
                     kk = f"{k}.{n}"
             if kk not in psd or not torch.equal(psd[kk].cpu(), v.float()):
                 log(f"WARNING {arch}/{n}: loaded LoRA tensor {k} differs from stored / missing")
                 notes.append(f"WARNING: adapter {n}: loaded LoRA tensor {k} differs from stored or is missing")
 
+    # rows: the base, every adapter, the first adapter again (two rows of one adapter), and
+    # the base again up to 6
     row_adapters = ["__base__"] + names + [names[0]]
     if len(row_adapters) < 6:
         row_adapters.append("__base__")
-    row_adapters = row_adapters[:6]
     R = len(row_adapters)
     V = ccfg["vocab_size"]
     g = torch.Generator().manual_seed(spec["seed"] + 7)
     prompts = torch.randint(3, V, (R, N_PROMPT), generator=g)
+    # a row of an adapter with trainable tokens has some of its embedding ids in its prompt,
+    # the last position among them
+    kw_of = {a[0]: a[1] for a in spec["adapters"]}
+    for i, a in enumerate(row_adapters):
+        tti = kw_of.get(a, {}).get("trainable_token_indices")
+        if tti:
+            emb = tti if isinstance(tti, list) else tti["embed_tokens"]
+            for pos, t in zip((3, 7, N_PROMPT - 1), emb):
+                prompts[i, pos] = t
     ids = prompts.to(device)
 
     # hidden-state capture for row 0 (base)
@@ -524,6 +556,12 @@ def build_arch(arch, spec, out_root, device):
         "keys are matched against the module name as a suffix regex '(.*\\.)?(KEY)$' "
         "(a module in rank_pattern but not alpha_pattern keeps lora_alpha). adapters.<name>.modules "
         "lists every LoRA module with its effective r and scaling as PEFT computed them.",
+        "Trainable tokens (trainable_token_indices): the stored "
+        "'<module>.token_adapter.trainable_tokens_delta' (n_ids, hidden) are the rows that replace "
+        "the base rows of those ids (PEFT's index_copy), randomized N(0, 0.3) here; "
+        "adapters.<name>.token_modules lists the modules PEFT gave them (on a tied model lm_head "
+        "too, with the embedding's ids and rows). Such a row's prompt holds some of its "
+        "embedding ids, the last position among them.",
         "String target_modules is matched with re.fullmatch against the full module name "
         "(e.g. 'model.layers.0.self_attn.q_proj').",
         "config.json is written in the legacy layout of real checkpoints (top-level rope_theta, "
