@@ -382,6 +382,58 @@ static void test_lora_equals_merged(void **state) {
     ls_lora_pool_destroy(&pool);
 }
 
+// A row's dense reference: the base model with ads[0 .. n) merged at weights w (n 0: the base).
+typedef struct {
+    int n;
+    const ls_adapter_t *ads[3];
+    float w[3];
+} merged_t;
+
+// One prefill step (pre) and one decode step (dec) of n rows on c->m through the pool, each
+// row against the model sp with merged[i] merged into its weights (rm_write_model_mix, in
+// c->dir/<tag>_merged<i>) running the row alone. Prints each row; returns the largest
+// difference and, in *moved, the smallest change a row with adapters makes to its logits.
+static double steps_vs_merged(ctx_t *c, const ls_lora_pool_t *pool, const rm_spec_t *sp,
+                              const char *tag, const ls_model_seq_t *pre,
+                              const ls_model_seq_t *dec, const merged_t *merged, int n,
+                              double *moved) {
+    enum { MAXN = 8 };
+    assert_true(n <= MAXN && sp->vocab <= 72);
+    int V = sp->vocab;
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    float got[2][MAXN * 72], want[2][72];
+    step(c->m, kv, pool, pre, n, got[0]);
+    step(c->m, kv, pool, dec, n, got[1]);
+    double worst = 0;
+    *moved = INFINITY;
+    for (int i = 0; i < n; i++) {
+        char sub[64];
+        snprintf(sub, sizeof sub, "%s_merged%d", tag, i);
+        ls_model_t *ref = load_spec_mix(c, sub, sp, merged[i].ads, merged[i].w, merged[i].n);
+        ls_model_seq_t s[2] = {pre[i], dec[i]};
+        for (int k = 0; k < 2; k++) {
+            s[k].lora_slot = LS_LORA_SLOT_BASE;
+            s[k].mix = NULL;
+            s[k].n_mix = 0;
+            step(ref, kv, NULL, &s[k], 1, want[k]);
+        }
+        for (int k = 0; k < 2; k++) {
+            double mag, d = max_abs_diff(got[k] + (size_t)i * V, want[k], (size_t)V, &mag);
+            double mv = merged[i].n ? max_abs_diff(got[k] + (size_t)i * V, got[k], (size_t)V, NULL)
+                                    : 0;
+            print_message("%s row %d (%d adapter%s) %s: vs merged max|d| %.2e (max|logit| %.2f, "
+                          "its adapters move the logits by up to %.2f)\n", tag, i, merged[i].n,
+                          merged[i].n == 1 ? "" : "s", k ? "decode" : "prefill", d, mag, mv);
+            worst = fmax(worst, d);
+            if (merged[i].n)
+                *moved = fmin(*moved, mv);
+        }
+        ls_model_destroy(&ref);
+    }
+    ls_kv_cache_destroy(&kv);
+    return worst;
+}
+
 // Mixes of adapters with the embedding's and lm_head's LoRA (docs/lora-mixing.md): the
 // passes apply to those targets as to the others, so each row of a mixed step (prefill, then
 // a decode step) == the base model with its mix merged into the weights, Σ_i w_i·s_i·B_i·A_i
@@ -417,12 +469,17 @@ static void test_mix_embed_head_equals_merged(void **state) {
         {3, {1, 2, 0}, {1.0f, 0.25f, 0.5f}},      // three passes
     };
     ls_model_lora_part_t parts[ROWS][3];
+    merged_t merged[ROWS];
     int V = sp.vocab;
     int32_t tok[ROWS][P + 1], tables[ROWS][8];
     ls_model_seq_t pre[ROWS], dec[ROWS];
     for (int i = 0; i < ROWS; i++) {
-        for (int k = 0; k < rows[i].n; k++)
+        merged[i].n = rows[i].n;
+        for (int k = 0; k < rows[i].n; k++) {
             parts[i][k] = (ls_model_lora_part_t){slot[rows[i].ad[k]], rows[i].w[k]};
+            merged[i].ads[k] = ads[rows[i].ad[k]];
+            merged[i].w[k] = rows[i].w[k];
+        }
         for (int j = 0; j <= P; j++)
             tok[i][j] = token_at(120u + (unsigned)i, j, V);
         table_of(tables[i], 8 * i, 8);
@@ -431,40 +488,11 @@ static void test_mix_embed_head_equals_merged(void **state) {
         pre[i].mix = dec[i].mix = rows[i].n ? parts[i] : NULL;
         pre[i].n_mix = dec[i].n_mix = rows[i].n;
     }
-    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
-    float got[2][ROWS * 64], want[2][64];
-    step(c->m, kv, pool, pre, ROWS, got[0]);
-    step(c->m, kv, pool, dec, ROWS, got[1]);
-    double worst = 0, moved = INFINITY;
-    for (int i = 0; i < ROWS; i++) {
-        char sub[32];
-        snprintf(sub, sizeof sub, "mix_merged%d", i);
-        const ls_adapter_t *m_ads[3];
-        for (int k = 0; k < rows[i].n; k++)
-            m_ads[k] = ads[rows[i].ad[k]];
-        ls_model_t *ref = load_spec_mix(c, sub, &sp, m_ads, rows[i].w, rows[i].n);
-        ls_model_seq_t s[2] = {pre[i], dec[i]};
-        s[0].mix = s[1].mix = NULL;
-        s[0].n_mix = s[1].n_mix = 0;
-        step(ref, kv, NULL, &s[0], 1, want[0]);
-        step(ref, kv, NULL, &s[1], 1, want[1]);
-        for (int k = 0; k < 2; k++) {
-            double mag, dd = max_abs_diff(got[k] + (size_t)i * V, want[k], (size_t)V, &mag);
-            double mv = i ? max_abs_diff(got[k] + (size_t)i * V, got[k], (size_t)V, NULL) : 0;
-            print_message("row %d (%d component%s) %s: mix vs merged max|d| %.2e (max|logit| "
-                          "%.2f, the mix moves the logits by up to %.2f)\n", i, rows[i].n,
-                          rows[i].n == 1 ? "" : "s", k ? "decode" : "prefill", dd, mag, mv);
-            worst = fmax(worst, dd);
-            if (i)
-                moved = fmin(moved, mv);
-        }
-        ls_model_destroy(&ref);
-    }
+    double moved, worst = steps_vs_merged(c, pool, &sp, "mix", pre, dec, merged, ROWS, &moved);
     assert_true(worst <= TOL_MERGED);
     assert_true(moved > 0.05);  // every mix does something measurable
     for (int a = 0; a < N; a++)
         ls_adapter_destroy(&ads[a]);
-    ls_kv_cache_destroy(&kv);
     ls_lora_pool_destroy(&pool);
 }
 
@@ -506,51 +534,27 @@ static ls_adapter_t *tt_adapter(ctx_t *c, const ls_model_config_t *cfg, const ch
 
 // Requests on ads[i] (NULL: the base model), each its own prompt holding TT_IDS, in one
 // prefill step and one decode step through the pool (which holds every adapter under
-// names[i]) == each alone on the model sp with its adapter merged (rm_write_model_mix:
-// trainable tokens replace their rows). Returns the smallest change an adapter makes to its
-// row, after asserting the bound.
+// names[i]) == each alone on the model sp with its adapter merged (trainable tokens replace
+// their rows). Returns the smallest change an adapter makes to its row, after asserting the
+// bound.
 static double tt_rows_vs_merged(ctx_t *c, ls_lora_pool_t *pool, const rm_spec_t *sp,
                                 const char *tag, const char *const *names,
                                 ls_adapter_t *const *ads, int n) {
     enum { MAXN = 6 };
     assert_true(n <= MAXN);
-    int V = sp->vocab;
     int32_t slot[MAXN], tok[MAXN][TT_P + 1], tables[MAXN][8];
     assert_int_equal(slot_plan_map_once(pool, names, n, slot, err, sizeof err), 0);
     ls_model_seq_t pre[MAXN], dec[MAXN];
+    merged_t merged[MAXN];
     for (int i = 0; i < n; i++) {
-        tt_prompt(tok[i], 300u + (unsigned)i, V);
+        tt_prompt(tok[i], 300u + (unsigned)i, sp->vocab);
         table_of(tables[i], 8 * i, 8);
         pre[i] = seq_of(tok[i], TT_P, 0, tables[i], slot[i], true);
         dec[i] = seq_of(tok[i] + TT_P, 1, TT_P, tables[i], slot[i], true);
+        merged[i] = (merged_t){ads[i] ? 1 : 0, {ads[i]}, {1.0f}};
     }
-    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
-    float got[2][MAXN * 72], want[2][72];
-    step(c->m, kv, pool, pre, n, got[0]);
-    step(c->m, kv, pool, dec, n, got[1]);
-    double worst = 0, moved = INFINITY;
-    for (int i = 0; i < n; i++) {
-        char sub[64];
-        snprintf(sub, sizeof sub, "%s_merged%d", tag, i);
-        ls_model_t *ref = load_spec(c, sub, sp, ads[i]);
-        ls_model_seq_t s[2] = {pre[i], dec[i]};
-        s[0].lora_slot = s[1].lora_slot = LS_LORA_SLOT_BASE;
-        step(ref, kv, NULL, &s[0], 1, want[0]);
-        step(ref, kv, NULL, &s[1], 1, want[1]);
-        for (int k = 0; k < 2; k++) {
-            double mag, d = max_abs_diff(got[k] + (size_t)i * V, want[k], (size_t)V, &mag);
-            double mv = ads[i] ? max_abs_diff(got[k] + (size_t)i * V, got[k], (size_t)V, NULL) : 0;
-            print_message("%s row %d (%s) %s: vs merged max|d| %.2e (max|logit| %.2f, the adapter "
-                          "moves the logits by up to %.2f)\n", tag, i, names[i] ? names[i] : "base",
-                          k ? "decode" : "prefill", d, mag, mv);
-            worst = fmax(worst, d);
-            if (ads[i])
-                moved = fmin(moved, mv);
-        }
-        ls_model_destroy(&ref);
-    }
+    double moved, worst = steps_vs_merged(c, pool, sp, tag, pre, dec, merged, n, &moved);
     assert_true(worst <= TOL_MERGED);
-    ls_kv_cache_destroy(&kv);
     return moved;
 }
 
