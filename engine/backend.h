@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "lora_batch.h"
+#include "ls_limits.h" // LS_LORA_MIX_MAX
 #include "ops.h"
 #include "safetensors.h" // ls_dtype_t: the engine's one list of weight dtypes
 
@@ -71,17 +72,25 @@ static inline ls_view_t ls_view(ls_buffer_t *buf, size_t off) {
 #define LS_LORA_MAX_SLICES 3
 // (T, n_slices*r_max) arrays in lora_fused's scratch
 #define LS_LORA_FUSED_PARTS 8
+// The most LoRA batches of a step (ls_step_t.lora): each pass, and per pass one narrowed
+// batch for each group of the per-layer four and the embedding at most
+#define LS_LORA_BATCH_MAX (6 * LS_LORA_MIX_MAX)
 
 // One forward step, as the scheduler laid it out (see ls_attn_meta_t for the layout).
 typedef struct {
     int n_tokens;                 // T
     const int32_t *token_ids;     // (T) embedding input
     ls_attn_meta_t attn;          // attn.n_tokens == n_tokens
-    // LoRA passes: lora[0 .. n_lora_passes) (NULL, 0: no adapter in this step, LoRA ops must
-    // not run). Pass 0 covers every row with an adapter; a row of a mix of k adapters is in
-    // passes 0 .. k-1, its i-th component in pass i (a batch covers a row at most once, as
-    // the LoRA ops add into y without atomics). The LoRA ops name the pass they run.
+    // LoRA batches: lora[0 .. n_lora_batches) (NULL, 0: no adapter in this step, LoRA ops
+    // must not run). The first n_lora_passes are the passes: pass 0 covers every row with an
+    // adapter; a row of a mix of k adapters is in passes 0 .. k-1, its i-th component in pass
+    // i (a batch covers a row at most once, as the LoRA ops add into y without atomics). The
+    // batches after them are passes narrowed to one target group (engine/model.c: a pass's
+    // segments with the ranks of ls_lora_pool_group_ranks, so that adapters without the
+    // group's targets do no work there). The LoRA ops name the batch they run, lora_rows the
+    // pass.
     const ls_lora_batch_t *lora;
+    int n_lora_batches;
     int n_lora_passes;
     int n_logit_rows;
     const int32_t *logit_rows;    // (n_logit_rows) token rows whose logits are wanted
@@ -205,33 +214,33 @@ struct ls_backend {
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
                       int block_size, int row_stride);
-    // step: over the step's LoRA pass `pass` (< n_lora_passes), as the kernels over
-    // lora[pass]. tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots,
+    // step: over the step's LoRA batch `batch` (< n_lora_batches), as the kernels over
+    // lora[batch]. tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots,
     // n_slices*r_max, in)
     void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
-                        int in, int n_slices, int r_max, int pass);
-    // step, pass: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
+                        int in, int n_slices, int r_max, int batch);
+    // step, batch: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
     // slice_offsets (n_slices+1) is host memory, small enough to pass by value to a kernel
     void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
-                        const int32_t *slice_offsets, int n_slices, int r_max, int pass);
-    // step, pass: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
+                        const int32_t *slice_offsets, int n_slices, int r_max, int batch);
+    // step, batch: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
     // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp; accumulate 0:
     // every row of y is written, with what += into a zeroed y would give (rows without a
-    // segment in the pass: 0) — a delta made without clearing y first. tmp
+    // segment in the batch: 0) — a delta made without clearing y first. tmp
     // (LS_LORA_FUSED_PARTS, T, n_slices*r_max) is scratch the backend may use or leave
     // alone (a device backend splits the shrink over blocks that leave partial sums
     // there): its contents afterwards are unspecified.
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
-                       int in, int n_slices, int r_max, int accumulate, int pass);
-    // step, pass: tmp (T, r_max) from a_pool (n_slots, r_max, vocab) at the step's token
-    // ids, as ls_lora_embed_shrink over lora[pass] (the embedding's LoRA shrink: a gather;
-    // lora_expand of the same pass follows)
+                       int in, int n_slices, int r_max, int accumulate, int batch);
+    // step, batch: tmp (T, r_max) from a_pool (n_slots, r_max, vocab) at the step's token
+    // ids, as ls_lora_embed_shrink over lora[batch] (the embedding's LoRA shrink: a gather;
+    // lora_expand of the same batch follows)
     void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
-                              int r_max, int pass);
-    // step, pass: y (n_logit_rows, out) += the LoRA of each logit row's slot in that pass on
-    // x (n_logit_rows, in), as ls_lora_rows with the pass's rows of logit_slots and
-    // logit_scales; tmp (n_logit_rows, r_max) scratch, a_pool (n_slots, r_max, in), b_pool
+                              int r_max, int batch);
+    // step, pass (< n_lora_passes): y (n_logit_rows, out) += the LoRA of each logit row's
+    // slot in that pass on x (n_logit_rows, in), as ls_lora_rows with the pass's rows of
+    // logit_slots and logit_scales; tmp (n_logit_rows, r_max) scratch, a_pool (n_slots, r_max, in), b_pool
     // (n_slots, out, r_max)
     void (*lora_rows)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                       ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,

@@ -80,7 +80,7 @@ typedef struct {
     uint64_t used;        // LRU clock
 } s_graph_t;
 
-// One LoRA pass of the step (ls_step_t.lora[k]) as the kernels read it, in the device block.
+// One LoRA batch of the step (ls_step_t.lora[k]) as the kernels read it, in the device block.
 typedef struct {
     int n_tiles, max_rank, n_zero_rows;
     int lora_one; // every tile holds one position (LS_CU_LORA_ONE)
@@ -91,8 +91,8 @@ typedef struct {
     int n_exp_short, n_exp_long;
     const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
     const int32_t *perm;
-    // lm_head's LoRA in this pass (ls_step_t.logit_slots): a tile per logit row that has
-    // one, p0 the row, n 1, scale the row's logit_scales entry
+    // lm_head's LoRA when the batch is pass k (ls_step_t.logit_slots): a tile per logit row
+    // that has one, p0 the row, n 1, scale the row's logit_scales entry
     const ls_cu_lora_tile_t *row_tiles;
     int n_row_tiles;
 } s_pass_t;
@@ -136,8 +136,8 @@ typedef struct {
         *logit_rows;
     const int32_t *token_rows, *head_tiles; // trainable tokens (ls_step_t), NULL: none
     int n_head_tiles;
-    int n_passes; // LoRA passes of the step (0: no LoRA)
-    s_pass_t pass[LS_LORA_MIX_MAX];
+    int n_batches, n_passes; // LoRA batches and passes of the step (0: no LoRA)
+    s_pass_t pass[LS_LORA_BATCH_MAX]; // per batch
 
     // sampling
     char *h_smp;
@@ -581,8 +581,10 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     const ls_attn_meta_t *a = &step->attn;
     assert(a->n_tokens == step->n_tokens);
     assert(step->n_lora_passes >= 0 && step->n_lora_passes <= LS_LORA_MIX_MAX);
+    assert(step->n_lora_batches >= step->n_lora_passes &&
+           step->n_lora_batches <= LS_LORA_BATCH_MAX);
     assert((step->lora != NULL) == (step->n_lora_passes > 0));
-    int T = step->n_tokens, S = a->n_seqs, P = step->n_lora_passes;
+    int T = step->n_tokens, S = a->n_seqs, P = step->n_lora_passes, B = step->n_lora_batches;
     size_t i32 = sizeof(int32_t);
 
     s_layout_t l = {0};
@@ -592,14 +594,15 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
            o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
            o_trows = s_place(&l, step->token_rows ? (size_t)T * i32 : 0),
            o_htiles = s_place(&l, 3 * (size_t)step->n_head_tiles * i32);
-    s_pass_plan_t plan[LS_LORA_MIX_MAX];
-    const int32_t *lslots[LS_LORA_MIX_MAX];
-    const float *lscales[LS_LORA_MIX_MAX];
+    s_pass_plan_t plan[LS_LORA_BATCH_MAX];
+    const int32_t *lslots[LS_LORA_BATCH_MAX];
+    const float *lscales[LS_LORA_BATCH_MAX];
     int R = step->n_logit_rows;
     assert((step->logit_slots != NULL) == (step->logit_scales != NULL));
-    for (int k = 0; k < P; k++) {
-        lslots[k] = step->logit_slots ? step->logit_slots + (size_t)k * R : NULL;
-        lscales[k] = step->logit_scales ? step->logit_scales + (size_t)k * R : NULL;
+    for (int k = 0; k < B; k++) {  // logit rows' tiles: the passes' (lora_rows)
+        bool rows = k < P && step->logit_slots;
+        lslots[k] = rows ? step->logit_slots + (size_t)k * R : NULL;
+        lscales[k] = rows ? step->logit_scales + (size_t)k * R : NULL;
         plan[k] = s_pass_plan(&step->lora[k], lslots[k], R, T, &l);
     }
     size_t bytes = l.off ? l.off : 16;
@@ -638,7 +641,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
         memcpy(h + o_trows, step->token_rows, (size_t)T * i32);
     if (step->n_head_tiles)
         memcpy(h + o_htiles, step->head_tiles, 3 * (size_t)step->n_head_tiles * i32);
-    for (int k = 0; k < P; k++)
+    for (int k = 0; k < B; k++)
         s_pass_fill(&step->lora[k], lslots[k], lscales[k], R, &plan[k], T, h, d, &c->pass[k]);
     s_note(c, cudaMemcpyAsync(c->d_meta.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
     s_note(c, cudaEventRecord(c->meta_done, c->stream));
@@ -657,6 +660,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->token_rows = step->token_rows ? (const int32_t *)(d + o_trows) : NULL;
     c->head_tiles = step->n_head_tiles ? (const int32_t *)(d + o_htiles) : NULL;
     c->n_head_tiles = step->n_head_tiles;
+    c->n_batches = B;
     c->n_passes = P;
     return c->sticky == cudaSuccess ? 0 : -1;
 }
@@ -728,8 +732,8 @@ static int s_graph_begin(ls_backend_t *self) {
     // more or less) records a different list and gets a graph of its own
     s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
           c->token_ids, c->positions, c->slot_mapping, c->tok_seq, c->block_tables,
-          c->logit_rows, c->n_passes, c->token_rows, c->head_tiles, c->n_head_tiles);
-    for (int k = 0; k < c->n_passes; k++) {
+          c->logit_rows, c->n_batches, c->token_rows, c->head_tiles, c->n_head_tiles);
+    for (int k = 0; k < c->n_batches; k++) {
         const s_pass_t *p = &c->pass[k];
         s_rec(c, p->n_tiles, p->max_rank, p->lora_one, p->tiles, p->perm, p->n_zero_rows,
               p->zero_rows, p->exp_tiles, p->n_exp_short, p->n_exp_long, p->row_tiles,
@@ -1084,9 +1088,10 @@ static unsigned s_lora_flags(const s_cuda_t *c, const s_pass_t *p, int accumulat
            (p->lora_one ? LS_CU_LORA_ONE : 0);
 }
 
-// The step's LoRA pass `pass`, which a LoRA op of n_slices slices and r_max runs over.
+// The step's LoRA batch `pass` (ls_step_t.lora), which a LoRA op of n_slices slices and r_max
+// runs over.
 static const s_pass_t *s_pass(const s_cuda_t *c, int pass, int n_slices, int r_max) {
-    assert(pass >= 0 && pass < c->n_passes && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
+    assert(pass >= 0 && pass < c->n_batches && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
     assert(c->pass[pass].max_rank <= r_max);
     return &c->pass[pass];
 }
@@ -1160,6 +1165,7 @@ static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t 
                         ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
                         int pass) {
     s_cuda_t *c = s_ctx(self);
+    assert(pass < c->n_passes);
     const s_pass_t *p = s_pass(c, pass, 1, r_max);
     if (s_rec(c, (int)S_OP_LORA_ROWS, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a_pool),
               (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, out, r_max, pass))

@@ -101,6 +101,7 @@ struct ls_lora_pool {
     int hash_cap, hash_used;                // used: live + deleted
     int *slot_entry;                        // (n_slots) the entry each slot holds, -1: empty
     int32_t *ranks;                         // (n_slots)
+    int32_t *group_ranks;                   // (LS_LORA_GROUP_COUNT, n_slots)
     float *scalings;                        // (n_slots)
     unsigned *targets;                      // (n_slots) targets of the adapter in each slot
     ls_lora_tokens_t *tokens;               // the slots' trainable token rows, NULL: none
@@ -511,11 +512,13 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     int n_slots = self->n_slots;
     self->slot_entry = calloc((size_t)n_slots, sizeof *self->slot_entry);
     self->ranks = calloc((size_t)n_slots, sizeof *self->ranks);
+    self->group_ranks = calloc((size_t)LS_LORA_GROUP_COUNT * n_slots,
+                               sizeof *self->group_ranks);
     self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
     self->targets = calloc((size_t)n_slots, sizeof *self->targets);
     self->events = calloc((size_t)n_slots, sizeof *self->events);
-    bool ok = self->slot_entry && self->ranks && self->scalings && self->targets && self->events &&
-              s_hash_rebuild(self) == 0;
+    bool ok = self->slot_entry && self->ranks && self->group_ranks && self->scalings &&
+              self->targets && self->events && s_hash_rebuild(self) == 0;
     for (int w = 0; ok && w < n_slots; w++)
         ok = (self->events[w] = be->event_new(be)) != NULL;
     for (int w = 0; ok && w < n_slots; w++)
@@ -638,6 +641,7 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
     free(self->hash);
     free(self->slot_entry);
     free(self->ranks);
+    free(self->group_ranks);
     free(self->scalings);
     free(self->targets);
     for (int w = 0; self->events && w < self->n_slots; w++)
@@ -667,14 +671,27 @@ int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id) {
     return e >= 0 ? self->entries[e].slot : -1;
 }
 
+// What the forward reads of slot w: the adapter's rank, scaling and targets, and per group
+// its rank where it targets some target of the group, else 0
+static void s_slot_set(ls_lora_pool_t *self, int w, int32_t rank, float scaling,
+                       unsigned targets) {
+    self->ranks[w] = rank;
+    self->scalings[w] = scaling;
+    self->targets[w] = targets;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+        bool hit = false;
+        for (int i = 0; i < s_group_def[g].n; i++)
+            hit |= targets >> s_group_def[g].t[i] & 1;
+        self->group_ranks[(size_t)g * self->n_slots + w] = hit ? rank : 0;
+    }
+}
+
 static void s_slot_free(ls_lora_pool_t *self, int w) {
     int e = self->slot_entry[w];
     if (e >= 0)
         self->entries[e].slot = -1;
     self->slot_entry[w] = -1;
-    self->ranks[w] = 0;
-    self->scalings[w] = 0.0f;
-    self->targets[w] = 0;
+    s_slot_set(self, w, 0, 0.0f, 0);
     if (self->tokens)
         ls_lora_tokens_load(self->tokens, w, NULL);
 }
@@ -821,9 +838,7 @@ static int s_slot_load(ls_lora_pool_t *self, int w, int e, char *err, size_t err
         return -1;
     }
     self->slot_entry[w] = e;
-    self->ranks[w] = entry->img->rank;
-    self->scalings[w] = entry->img->scaling;
-    self->targets[w] = entry->img->targets;
+    s_slot_set(self, w, entry->img->rank, entry->img->scaling, entry->img->targets);
     entry->slot = w;
     self->stats.cold_loads++;
     return 0;
@@ -865,6 +880,11 @@ int ls_lora_pool_r_max(const ls_lora_pool_t *self) {
 
 const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self) {
     return self->ranks;
+}
+
+const int32_t *ls_lora_pool_group_ranks(const ls_lora_pool_t *self, ls_lora_group_t g) {
+    assert(g >= 0 && g < LS_LORA_GROUP_COUNT);
+    return self->group_ranks + (size_t)g * self->n_slots;
 }
 
 const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self) {

@@ -200,6 +200,10 @@ int ls_lora_pool_r_max(const ls_lora_pool_t *self);
 // slots have rank 0. Valid until the next assign/remove.
 const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self);
 const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self);
+// Per slot (n_slots), for the ops of group g: the slot's rank where its adapter targets some
+// target of g, 0 where it targets none (its slot holds zeros there, which the forward then
+// does not read). Valid until the next assign/remove.
+const int32_t *ls_lora_pool_group_ranks(const ls_lora_pool_t *self, ls_lora_group_t g);
 // Per slot (n_slots): the targets (bits 1u << ls_target_t) of the adapter it holds, 0 when
 // empty. Valid until the next assign/remove.
 const unsigned *ls_lora_pool_slot_targets(const ls_lora_pool_t *self);

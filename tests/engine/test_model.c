@@ -702,6 +702,99 @@ static void test_mixed_batch_equals_alone(void **state) {
     ls_lora_pool_destroy(&pool);
 }
 
+// The LoRA ops a step runs, by group (told apart by their slices and input width), counted
+// through wrappers around the CPU backend's.
+enum { G_QKV, G_O, G_GATE_UP, G_DOWN, G_EMBED, G_N };
+static struct {
+    ls_backend_t orig;
+    int hidden, calls[G_N];
+} s_ops;
+
+static void count_op(int in, int n_slices) {
+    s_ops.calls[n_slices == 3   ? G_QKV
+                : n_slices == 2 ? G_GATE_UP
+                : in == s_ops.hidden ? G_O
+                                     : G_DOWN]++;
+}
+static void counting_shrink(ls_backend_t *be, ls_view_t tmp, ls_view_t x, ls_view_t a, int in,
+                            int n_slices, int r_max, int batch) {
+    count_op(in, n_slices);
+    s_ops.orig.lora_shrink(be, tmp, x, a, in, n_slices, r_max, batch);
+}
+static void counting_fused(ls_backend_t *be, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                           ls_view_t a, ls_view_t b, const int32_t *so, int in, int n_slices,
+                           int r_max, int accumulate, int batch) {
+    count_op(in, n_slices);
+    s_ops.orig.lora_fused(be, y, x, tmp, a, b, so, in, n_slices, r_max, accumulate, batch);
+}
+static void counting_embed(ls_backend_t *be, ls_view_t tmp, ls_view_t a, int vocab, int r_max,
+                           int batch) {
+    s_ops.calls[G_EMBED]++;
+    s_ops.orig.lora_embed_shrink(be, tmp, a, vocab, r_max, batch);
+}
+
+// A group's LoRA runs only for the adapters that target it: a q,v adapter under a pool of all
+// targets runs no o, gate_up or down LoRA (its slots there hold zeros), prefill and decode;
+// beside an adapter of all seven, every group runs. Results: test_mixed_batch_equals_alone.
+static void test_lora_skips_untargeted_groups(void **state) {
+    ctx_t *c = *state;
+    c->m = load_spec(c, "groups", &SPECS[0], NULL);
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    ls_lora_pool_t *pool = new_pool(c, cfg, 2);
+    const char *ids[2] = {"qv", "all"};
+    for (int i = 0; i < 2; i++) {
+        ls_adapter_t *ad = write_and_load_adapter(c, cfg, i == 0 ? 3 : 0, LS_DTYPE_F32);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, ids[i], &ad, err, sizeof err), 0);
+    }
+    int32_t slots[2];
+    assert_int_equal(slot_plan_map_once(pool, ids, 2, slots, err, sizeof err), 0);
+    s_ops.orig = *c->be;
+    s_ops.hidden = cfg->hidden_size;
+    c->be->lora_shrink = counting_shrink;
+    c->be->lora_fused = counting_fused;
+    c->be->lora_embed_shrink = counting_embed;
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    int L = cfg->num_hidden_layers, V = SPECS[0].vocab;
+    int32_t tok[2][8], tables[2][8];
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 8; j++)
+            tok[i][j] = token_at(90u + (unsigned)i, j, V);
+        table_of(tables[i], 8 * i, 8);
+    }
+    float out[2 * 64];
+    static const struct {
+        int first, n, start, len; // requests first .. first+n-1, tokens [start, start+len)
+        int want[G_N];
+    } cases[] = {
+        {0, 1, 0, 5, {1, 0, 0, 0, 1}}, // the q,v adapter's prefill
+        {0, 1, 5, 1, {1, 0, 0, 0, 1}}, // its decode (the fused op)
+        {1, 1, 0, 5, {1, 1, 1, 1, 0}}, // the adapter of all seven
+        {0, 2, 6, 1, {1, 1, 1, 1, 1}}, // both: narrowed batches for o, gate_up, down, embed
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ls_model_seq_t seqs[2];
+        for (int i = 0; i < cases[k].n; i++) {
+            int r = cases[k].first + i;
+            seqs[i] = seq_of(tok[r] + cases[k].start, cases[k].len, cases[k].start, tables[r],
+                             slots[r], true);
+        }
+        if (k == 3) { // request 1 catches up to position 6 first
+            ls_model_seq_t s = seq_of(tok[1] + 5, 1, 5, tables[1], slots[1], true);
+            step(c->m, kv, pool, &s, 1, out);
+        }
+        memset(s_ops.calls, 0, sizeof s_ops.calls);
+        step(c->m, kv, pool, seqs, cases[k].n, out);
+        for (int g = 0; g < G_N; g++) {
+            int want = cases[k].want[g] * (g == G_EMBED ? 1 : L);
+            if (s_ops.calls[g] != want)
+                fail_msg("case %zu, group %d: %d LoRA ops, want %d", k, g, s_ops.calls[g], want);
+        }
+    }
+    *c->be = s_ops.orig;
+    ls_kv_cache_destroy(&kv);
+    ls_lora_pool_destroy(&pool);
+}
+
 // --- sampling and errors ----------------------------------------------------------------
 
 static void test_sample_greedy(void **state) {
@@ -777,6 +870,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_chunked_prefill_and_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_batch_equals_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_skips_untargeted_groups, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mix_embed_head_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trainable_tokens_equal_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_greedy, setup, teardown),

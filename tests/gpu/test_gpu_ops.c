@@ -250,6 +250,7 @@ static void s_step_begin(s_stepd_t *d) {
                                    .slot_mapping = d->slot,
                                    .block_tables = d->tables},
                           .lora = d->has_lora ? d->lora : NULL,
+                          .n_lora_batches = d->has_lora ? (d->n_passes > 1 ? 2 : 1) : 0,
                           .n_lora_passes = d->has_lora ? (d->n_passes > 1 ? 2 : 1) : 0,
                           .n_logit_rows = d->n_logit,
                           .logit_rows = d->logit_rows,
