@@ -101,6 +101,14 @@ typedef struct {
     // lora_rows; both NULL when no logit row of the step has lm_head LoRA.
     const int32_t *logit_slots;   // (n_lora_passes, n_logit_rows)
     const float *logit_scales;    // (n_lora_passes, n_logit_rows)
+    // The adapters' own rows of the embedding and lm_head (trainable tokens,
+    // engine/lora_tokens.h), read by token_rows and token_logits. token_rows (T): the row of
+    // the slots' embedding rows that replaces token t's embedding, -1 for none; NULL when no
+    // token of the step has one. head_tiles (n_head_tiles, 3): a logit row, the first of its
+    // adapter's lm_head rows and their count, whose logits are recomputed from those rows.
+    const int32_t *token_rows;    // (T)
+    int n_head_tiles;
+    const int32_t *head_tiles;    // (n_head_tiles, 3)
 } ls_step_t;
 
 typedef struct ls_backend ls_backend_t;
@@ -239,6 +247,13 @@ struct ls_backend {
                       int pass);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
+    // step: x (T, C) rows t = rows (N, C) [token_rows[t]] where token_rows[t] >= 0, as
+    // ls_token_rows_forward (the step has token_rows)
+    void (*token_rows)(ls_backend_t *self, ls_view_t x, ls_view_t rows, int C);
+    // step: logits (n_logit_rows, V) at the step's head_tiles recomputed from rows (N, C),
+    // ids (N) and x (n_logit_rows, C), as ls_token_logits_forward
+    void (*token_logits)(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls_view_t rows,
+                         ls_view_t ids, int C, int V);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued
     // work; the sampling batch is copied to the device here, once per call
     int (*sample)(ls_backend_t *self, ls_view_t logits, int V,

@@ -29,7 +29,7 @@ typedef struct {
     ls_step_t step;
     ls_lora_batch_t lora[LS_LORA_BATCH_MAX];
     s_array_t token_ids, positions, slot_mapping, q_indptr, ctx_lens, block_tables,
-        logit_rows, logit_slots, logit_scales;
+        logit_rows, logit_slots, logit_scales, token_rows, head_tiles;
     s_array_t lora_arrays[LS_LORA_BATCH_MAX][S_LORA_ARRAYS];
 } s_cpu_t;
 
@@ -66,9 +66,10 @@ static s_cpu_t *s_cpu(ls_backend_t *self) {
 
 static void s_free(ls_backend_t *self) {
     s_cpu_t *c = s_cpu(self);
-    s_array_t *arrays[] = {&c->token_ids,  &c->positions,   &c->slot_mapping,
-                           &c->q_indptr,   &c->ctx_lens,    &c->block_tables,
-                           &c->logit_rows, &c->logit_slots, &c->logit_scales};
+    s_array_t *arrays[] = {&c->token_ids,    &c->positions,   &c->slot_mapping,
+                           &c->q_indptr,     &c->ctx_lens,    &c->block_tables,
+                           &c->logit_rows,   &c->logit_slots, &c->logit_scales,
+                           &c->token_rows,   &c->head_tiles};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]->p);
     for (int k = 0; k < LS_LORA_BATCH_MAX; k++)
@@ -211,6 +212,9 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->step.logit_slots = s_array_copy(&c->logit_slots, step->logit_slots, PR * i32, &failed);
     c->step.logit_scales = s_array_copy(&c->logit_scales, step->logit_scales,
                                         PR * sizeof(float), &failed);
+    c->step.token_rows = s_array_copy(&c->token_rows, step->token_rows, T * i32, &failed);
+    c->step.head_tiles = s_array_copy(&c->head_tiles, step->head_tiles,
+                                      3 * (size_t)step->n_head_tiles * i32, &failed);
     for (int k = 0; k < step->n_lora_batches; k++) {
         const ls_lora_batch_t *l = &step->lora[k];
         size_t G = (size_t)l->n_segs, W = (size_t)l->n_slots, f32 = sizeof(float);
@@ -371,6 +375,19 @@ static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C)
     ls_rows_gather(s_f32(out), s_f32(x), st->logit_rows, st->n_logit_rows, C);
 }
 
+static void s_token_rows(ls_backend_t *self, ls_view_t x, ls_view_t rows, int C) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    assert(st->token_rows);
+    ls_token_rows_forward(s_f32(x), s_f32(rows), st->token_rows, st->n_tokens, C);
+}
+
+static void s_token_logits(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls_view_t rows,
+                           ls_view_t ids, int C, int V) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    ls_token_logits_forward(s_f32(logits), s_f32(x), s_f32(rows), s_f32(ids), st->head_tiles,
+                            st->n_head_tiles, C, V);
+}
+
 static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
                     const ls_sampling_batch_t *batch, int32_t *tokens, float *logprobs,
                     int32_t *top_ids, float *top_logprobs) {
@@ -422,6 +439,8 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .lora_embed_shrink = s_lora_embed_shrink,
         .lora_rows = s_lora_rows,
         .rows_gather = s_rows_gather,
+        .token_rows = s_token_rows,
+        .token_logits = s_token_logits,
         .sample = s_sample,
         .side_begin = s_side_noop,
         .side_end = s_side_noop,

@@ -138,6 +138,8 @@ typedef struct {
     // token, tokens) each, on the device (pf) and in the pinned block (h_pf, read by attention)
     int n_pf, pf_max_q;
     const int32_t *pf, *h_pf;
+    const int32_t *token_rows, *head_tiles; // trainable tokens (ls_step_t), NULL: none
+    int n_head_tiles;
     int n_batches, n_passes; // LoRA batches and passes of the step (0: no LoRA)
     s_pass_t pass[LS_LORA_BATCH_MAX]; // per batch
 
@@ -598,7 +600,9 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
            o_slot = s_place(&l, (size_t)T * i32), o_seq = s_place(&l, (size_t)T * i32),
            o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
            o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
-           o_pf = s_place(&l, (size_t)n_cand * 3 * i32);
+           o_pf = s_place(&l, (size_t)n_cand * 3 * i32),
+           o_trows = s_place(&l, step->token_rows ? (size_t)T * i32 : 0),
+           o_htiles = s_place(&l, 3 * (size_t)step->n_head_tiles * i32);
     s_pass_plan_t plan[LS_LORA_BATCH_MAX];
     const int32_t *lslots[LS_LORA_BATCH_MAX];
     const float *lscales[LS_LORA_BATCH_MAX];
@@ -649,6 +653,10 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
         memcpy(h + o_tab, a->block_tables, (size_t)S * a->max_blocks * i32);
     if (step->n_logit_rows)
         memcpy(h + o_rows, step->logit_rows, (size_t)step->n_logit_rows * i32);
+    if (step->token_rows)
+        memcpy(h + o_trows, step->token_rows, (size_t)T * i32);
+    if (step->n_head_tiles)
+        memcpy(h + o_htiles, step->head_tiles, 3 * (size_t)step->n_head_tiles * i32);
     for (int k = 0; k < B; k++)
         s_pass_fill(&step->lora[k], lslots[k], lscales[k], R, &plan[k], T, h, d, &c->pass[k]);
     s_note(c, cudaMemcpyAsync(c->d_meta.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
@@ -669,6 +677,9 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->pf_max_q = pf_max_q;
     c->pf = (const int32_t *)(d + o_pf);
     c->h_pf = pf;
+    c->token_rows = step->token_rows ? (const int32_t *)(d + o_trows) : NULL;
+    c->head_tiles = step->n_head_tiles ? (const int32_t *)(d + o_htiles) : NULL;
+    c->n_head_tiles = step->n_head_tiles;
     c->n_batches = B;
     c->n_passes = P;
     return c->sticky == cudaSuccess ? 0 : -1;
@@ -681,7 +692,8 @@ enum {
     S_OP_STEP = 1, S_OP_EMBEDDING, S_OP_MATMUL, S_OP_RMSNORM, S_OP_RMSNORM_HEADS, S_OP_ROPE,
     S_OP_SILU_MUL, S_OP_ADD, S_OP_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
-    S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8
+    S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8,
+    S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS
 };
 
 static uint64_t s_word(const void *p) {
@@ -741,7 +753,7 @@ static int s_graph_begin(ls_backend_t *self) {
     // more or less) records a different list and gets a graph of its own
     s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
           c->token_ids, c->positions, c->slot_mapping, c->tok_seq, c->block_tables,
-          c->logit_rows, c->n_batches);
+          c->logit_rows, c->n_batches, c->token_rows, c->head_tiles, c->n_head_tiles);
     for (int k = 0; k < c->n_batches; k++) {
         const s_pass_t *p = &c->pass[k];
         s_rec(c, p->n_tiles, p->max_rank, p->lora_one, p->tiles, p->perm, p->n_zero_rows,
@@ -1215,6 +1227,26 @@ static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C)
                                 c->stream));
 }
 
+static void s_token_rows(ls_backend_t *self, ls_view_t x, ls_view_t rows, int C) {
+    s_cuda_t *c = s_ctx(self);
+    assert(c->token_rows);
+    if (s_rec(c, (int)S_OP_TOKEN_ROWS, s_f32(x), s_ptr(rows), (int)s_dt(rows), C))
+        return;
+    s_note(c, ls_cu_token_rows(s_f32(x), s_ptr(rows), s_dt(rows), c->token_rows, c->T, C,
+                               c->stream));
+}
+
+static void s_token_logits(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls_view_t rows,
+                           ls_view_t ids, int C, int V) {
+    s_cuda_t *c = s_ctx(self);
+    assert(ids.buf->dtype == LS_DTYPE_F32);
+    if (s_rec(c, (int)S_OP_TOKEN_LOGITS, s_f32(logits), s_f32(x), s_ptr(rows), (int)s_dt(rows),
+              s_f32(ids), C, V))
+        return;
+    s_note(c, ls_cu_token_logits(s_f32(logits), s_f32(x), s_ptr(rows), s_dt(rows), s_f32(ids),
+                                 c->head_tiles, c->n_head_tiles, C, V, c->stream));
+}
+
 // -- sampling ---------------------------------------------------------------------------------
 
 static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
@@ -1469,6 +1501,8 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->lora_embed_shrink = s_lora_embed_shrink;
     self->lora_rows = s_lora_rows;
     self->rows_gather = s_rows_gather;
+    self->token_rows = s_token_rows;
+    self->token_logits = s_token_logits;
     self->sample = s_sample;
     self->graph_begin = s_graph_begin;
     self->graph_end = s_graph_end;

@@ -56,6 +56,7 @@ struct ls_lora_image {
     size_t n;              // elements
     size_t bytes;          // whole pages
     atomic_bool broken;    // a block could not be written (out of memory while building)
+    ls_lora_tokens_image_t *tokens;  // its trainable token rows, NULL: none
     int n_pages;
     int32_t pages[];       // (n_pages) arena pages, in stream order
 };
@@ -103,6 +104,7 @@ struct ls_lora_pool {
     int32_t *group_ranks;                   // (LS_LORA_GROUP_COUNT, n_slots)
     float *scalings;                        // (n_slots)
     unsigned *targets;                      // (n_slots) targets of the adapter in each slot
+    ls_lora_tokens_t *tokens;               // the slots' trainable token rows, NULL: none
     ls_lora_pool_stats_t stats;
 };
 
@@ -257,6 +259,7 @@ void ls_lora_pool_image_destroy(ls_lora_pool_t *self, ls_lora_image_t **image_p)
     for (int i = 0; i < img->n_pages; i++)
         self->free_pages[self->n_free++] = img->pages[i];
     pthread_mutex_unlock(&self->lock);
+    ls_lora_tokens_image_destroy(&img->tokens);
     free(img);
     *image_p = NULL;
 }
@@ -399,6 +402,9 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
                    s_target_list(info.target_mask & ~self->enabled, names, sizeof names));
         return NULL;
     }
+    ls_lora_tokens_image_t *tokens;
+    if (ls_lora_tokens_image_new(self->tokens, adapter, &tokens, err, errlen) != 0)
+        return NULL;
     bool uniform = true, first = true;
     float scaling = 0.0f;
     for (int l = 0; l < self->cfg.num_hidden_layers; l++)
@@ -421,9 +427,11 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     size_t n = s_img_n(self, groups, r), need = s_pages_for(self, n);
     ls_lora_image_t *img = calloc(1, sizeof *img + need * sizeof img->pages[0]);
     if (!img) {
+        ls_lora_tokens_image_destroy(&tokens);
         ls_err_set(err, errlen, "LoRA pool: out of memory");
         return NULL;
     }
+    img->tokens = tokens;
     pthread_mutex_lock(&self->lock);
     bool fits = (size_t)self->n_free >= need;
     size_t free_bytes = (size_t)self->n_free * self->page;
@@ -431,6 +439,7 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
         img->pages[i] = self->free_pages[--self->n_free];
     pthread_mutex_unlock(&self->lock);
     if (!fits) {
+        ls_lora_tokens_image_destroy(&img->tokens);
         free(img);
         if (full)
             *full = true;
@@ -569,6 +578,11 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         ls_lora_pool_destroy(&self);
         return NULL;
     }
+    if (pc->extra_vocab_size > 0 &&
+        !(self->tokens = ls_lora_tokens_new(be, cfg, n_slots, pc->extra_vocab_size, err, errlen))) {
+        ls_lora_pool_destroy(&self);
+        return NULL;
+    }
     self->n_pages = (int)n_pages;
     self->arena = be->host_alloc(be, n_pages * self->page);
     self->free_pages = malloc(n_pages * sizeof *self->free_pages);
@@ -590,6 +604,8 @@ int ls_lora_pool_wait(ls_lora_pool_t *self) {
     for (int w = 0; self->events && w < self->n_slots; w++)
         if (self->events[w] && self->be->event_sync(self->be, self->events[w]) != 0)
             rc = -1;
+    if (self->tokens && ls_lora_tokens_wait(self->tokens) != 0)
+        rc = -1;
     return rc;
 }
 
@@ -616,6 +632,7 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
         if (self->b[g])
             self->be->buffer_free(self->be, self->b[g]);
     }
+    ls_lora_tokens_destroy(&self->tokens);
     if (self->arena)
         self->be->host_free(self->be, self->arena);
     free(self->free_pages);
@@ -675,6 +692,8 @@ static void s_slot_free(ls_lora_pool_t *self, int w) {
         self->entries[e].slot = -1;
     self->slot_entry[w] = -1;
     s_slot_set(self, w, 0, 0.0f, 0);
+    if (self->tokens)
+        ls_lora_tokens_load(self->tokens, w, NULL);
 }
 
 // Drops entry e from the host tier and its slot.
@@ -812,7 +831,8 @@ static int s_slot_load(ls_lora_pool_t *self, int w, int e, char *err, size_t err
     }
     if (entry->slot >= 0)  // moving: its old slot becomes free
         s_slot_free(self, entry->slot);
-    if (s_upload(self, w, entry) != 0) {
+    if (s_upload(self, w, entry) != 0 ||
+        (self->tokens && ls_lora_tokens_load(self->tokens, w, entry->img->tokens) != 0)) {
         ls_err_set(err, errlen, "LoRA pool: starting the upload of adapter \"%s\" into slot %d failed on the %s backend",
                    entry->id, w, self->be->name);
         return -1;
@@ -846,6 +866,8 @@ void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *l
     for (int k = 0; k < n_passes; k++)
         for (int i = 0; i < lora[k].n_segs; i++)
             self->be->event_wait(self->be, self->events[lora[k].weight_indices[i]]);
+    if (self->tokens)
+        ls_lora_tokens_step_wait(self->tokens, lora, n_passes);
 }
 
 int ls_lora_pool_n_slots(const ls_lora_pool_t *self) {
@@ -871,6 +893,10 @@ const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self) {
 
 const unsigned *ls_lora_pool_slot_targets(const ls_lora_pool_t *self) {
     return self->targets;
+}
+
+const ls_lora_tokens_t *ls_lora_pool_tokens(const ls_lora_pool_t *self) {
+    return self->tokens;
 }
 
 bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g) {

@@ -80,6 +80,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "lora_tokens.h"
 #include "model_config.h"
 #include "peft.h"
 
@@ -104,6 +105,9 @@ typedef struct {
     unsigned target_mask;     // bits (1u << ls_target_t) of lora_target_modules; 0: the seven
                               // per-layer ones (embed_tokens and lm_head only when named)
     int tp_rank, tp_size;     // the shard the slots hold; tp_size 0 or 1: whole adapters
+    int extra_vocab_size;     // rows of the embedding and of lm_head a slot holds for its
+                              // adapter's trainable tokens (lora_tokens.h); 0: none, and
+                              // adapters with trainable tokens are refused
 } ls_lora_pool_config_t;
 
 typedef struct {
@@ -144,8 +148,9 @@ size_t ls_lora_pool_image_max_bytes(const ls_lora_pool_t *self);
 typedef struct ls_lora_image ls_lora_image_t;
 
 // Builds adapter's slot image in the host tier; any thread. NULL + err: a rank above
-// max_lora_rank, a target outside lora_target_modules, or not enough free bytes in the tier
-// (then *full, when full is given, is set; the message says how many it needs and has).
+// max_lora_rank, a target outside lora_target_modules, more trainable token rows than
+// extra_vocab_size, or not enough free bytes in the tier (then *full, when full is given, is
+// set; the message says how many it needs and has).
 ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t *adapter,
                                         bool *full, char *err, size_t errlen);
 // Gives an image's pages back; any thread, for an image not added. Idempotent.
@@ -202,6 +207,9 @@ const int32_t *ls_lora_pool_group_ranks(const ls_lora_pool_t *self, ls_lora_grou
 // Per slot (n_slots): the targets (bits 1u << ls_target_t) of the adapter it holds, 0 when
 // empty. Valid until the next assign/remove.
 const unsigned *ls_lora_pool_slot_targets(const ls_lora_pool_t *self);
+
+// The slots' trainable token rows (lora_tokens.h); NULL when extra_vocab_size is 0.
+const ls_lora_tokens_t *ls_lora_pool_tokens(const ls_lora_pool_t *self);
 
 // Whether the pool holds group g (some target of it is enabled).
 bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g);

@@ -1051,6 +1051,13 @@ static int s_seq_check(const ls_model_t *self, const ls_kv_cache_t *kv,
                        "number", s, (double)weight);
             return -1;
         }
+        // rows that replace the base model's are no delta a weight could scale or add up
+        const ls_lora_tokens_t *tok = pool ? ls_lora_pool_tokens(pool) : NULL;
+        if (q->mix && tok && ls_lora_tokens_slot_has(tok, slot)) {
+            ls_err_set(err, errlen, "step: sequence %d: the adapter in slot %d of its mix has "
+                       "trainable tokens, which do not mix", s, slot);
+            return -1;
+        }
     }
     return 0;
 }
@@ -1110,6 +1117,38 @@ static ls_lora_batch_t s_pass_build(const ls_lora_pool_t *pool, const ls_model_s
         }
     return (ls_lora_batch_t){n_segs, n_slots, seg_indptr, widx, perm, ranks,
                              ls_lora_pool_slot_scalings(pool), seg_w};
+}
+
+// The step's trainable tokens (lora_tokens.h): each token row's own embedding row of its
+// sequence's adapter in token_rows (T), -1 for none, and the logit rows of adapters with
+// lm_head rows in head_tiles (*n_head of (logit row, first row, count)). Mixes have none
+// (s_seq_check). Whether some token row has a row of its own.
+static bool s_tokens_build(const ls_lora_pool_t *pool, const ls_model_seq_t *seqs, int S,
+                           const int32_t *q_indptr, int32_t *token_rows, int32_t *head_tiles,
+                           int *n_head) {
+    const ls_lora_tokens_t *tk = pool ? ls_lora_pool_tokens(pool) : NULL;
+    bool any = false;
+    *n_head = 0;
+    for (int s = 0, r = 0; tk && s < S; s++) {
+        const ls_model_seq_t *q = &seqs[s];
+        int w = q->mix ? LS_LORA_SLOT_BASE : q->lora_slot;
+        bool has = w != LS_LORA_SLOT_BASE && ls_lora_tokens_slot_has(tk, w);
+        for (int t = q_indptr[s]; t < q_indptr[s + 1]; t++) {
+            token_rows[t] = has ? ls_lora_tokens_embed_row(tk, w, q->token_ids[t - q_indptr[s]])
+                                : -1;
+            any |= token_rows[t] >= 0;
+        }
+        int32_t first;
+        int n = has && q->want_logits ? ls_lora_tokens_head_rows(tk, w, &first) : 0;
+        if (n > 0) {
+            int32_t *tile = head_tiles + 3 * (size_t)(*n_head)++;
+            tile[0] = r;
+            tile[1] = first;
+            tile[2] = n;
+        }
+        r += q->want_logits;
+    }
+    return any;
 }
 
 // Which batch each group's ops run pass k over (self->lora_batch): the pass itself where every
@@ -1177,10 +1216,11 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     }
     // token_ids, positions, slot_mapping (T each); q_indptr (S+1), ctx_lens (S),
     // block_tables (S*max_blocks); logit_rows (R); marks (S); per pass: permutation (T),
-    // seg_indptr (S+1), weight_indices (S); logit_slots (P*R). Floats: per pass, the
-    // segments' weights (S); logit_scales (P*R)
+    // seg_indptr (S+1), weight_indices (S); logit_slots (P*R); token_rows (T), head_tiles
+    // (3*R). Floats: per pass, the segments' weights (S); logit_scales (P*R)
     size_t need = 3 * (size_t)T + 3 * (size_t)S + 1 + (size_t)S * max_blocks + (size_t)R +
-                  (size_t)P * ((size_t)T + 2 * (size_t)S + 1) + (size_t)P * R;
+                  (size_t)P * ((size_t)T + 2 * (size_t)S + 1) + (size_t)P * R + (size_t)T +
+                  3 * (size_t)R;
     size_t need_w = (size_t)P * S + (size_t)P * R;
     if (need > self->meta_cap) {
         int32_t *m = realloc(self->meta, need * sizeof *m);
@@ -1199,7 +1239,8 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     int32_t *tok = self->meta, *pos = tok + T, *slot_map = pos + T, *q_indptr = slot_map + T,
             *ctx_lens = q_indptr + S + 1, *tables = ctx_lens + S,
             *rows = tables + (size_t)S * max_blocks, *mark = rows + R, *passes = mark + S,
-            *logit_slots = passes + (size_t)P * (T + 2 * (size_t)S + 1);
+            *logit_slots = passes + (size_t)P * (T + 2 * (size_t)S + 1),
+            *token_rows = logit_slots + (size_t)P * R, *head_tiles = token_rows + T;
     float *logit_scales = self->meta_w ? self->meta_w + (size_t)P * S : NULL;  // NULL: no sequence yet
     q_indptr[0] = 0;
     int r = 0;
@@ -1251,6 +1292,8 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     int B = 0;
     if (P)
         s_group_batches(self, pool, P, lora, &B);
+    int n_head = 0;
+    bool any_rows = s_tokens_build(pool, seqs, S, q_indptr, token_rows, head_tiles, &n_head);
     *step = (ls_step_t){
         .n_tokens = T,
         .token_ids = tok,
@@ -1262,6 +1305,9 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
         .logit_rows = rows,
         .logit_slots = head_lora ? logit_slots : NULL,
         .logit_scales = head_lora ? logit_scales : NULL,
+        .token_rows = any_rows ? token_rows : NULL,
+        .n_head_tiles = n_head,
+        .head_tiles = n_head ? head_tiles : NULL,
     };
     return 0;
 }
@@ -1546,6 +1592,12 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->shard.vocab0, self->shard.vocab);
     if (s_reduce(self, x, TH, err, errlen) != 0)
         return -1;
+    // the adapters' own rows (trainable tokens)
+    ls_view_t tok_embed = LS_VIEW_NONE, tok_head = LS_VIEW_NONE, tok_ids = LS_VIEW_NONE;
+    if (step->token_rows || step->n_head_tiles)
+        ls_lora_tokens_views(ls_lora_pool_tokens(pool), &tok_embed, &tok_head, &tok_ids);
+    if (step->token_rows)  // whole rows replaced, after the all-reduce: alike on every rank
+        be->token_rows(be, x, tok_embed, H);
     s_lora_embed(self, pool, step, x);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
@@ -1621,6 +1673,10 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
             ls_err_set(err, errlen, "step: %s", why);
             return -1;
         }
+        // the logits of the adapters' own lm_head rows, on the whole rows (rank 0 holds them)
+        if (step->n_head_tiles && self->shard.rank == 0)
+            be->token_logits(be, s_w(self->ws[S_WS_LOGITS]), s_w(self->ws[S_WS_LAST]), tok_head,
+                             tok_ids, H, self->V);
     }
     return 0;
 }

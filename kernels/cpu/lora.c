@@ -9,6 +9,7 @@
 */
 #include <assert.h>
 #include <cblas.h>
+#include <string.h>
 
 #include "ops.h"
 
@@ -130,5 +131,23 @@ void ls_lora_rows(float *y, float *tmp, const float *x, const float *a_pool,
                     in, x + (size_t)i * in, 1, 0.0f, t, 1);
         cblas_sgemv(CblasRowMajor, CblasNoTrans, out, r, scales[i],
                     b_pool + (size_t)w * out * r_max, r_max, t, 1, 1.0f, y + (size_t)i * out, 1);
+    }
+}
+
+void ls_token_rows_forward(float *out, const float *rows, const int32_t *idx, int T, int C) {
+    for (int t = 0; t < T; t++)
+        if (idx[t] >= 0)
+            memcpy(out + (size_t)t * C, rows + (size_t)idx[t] * C, (size_t)C * sizeof(float));
+}
+
+void ls_token_logits_forward(float *logits, const float *x, const float *rows, const float *ids,
+                             const int32_t *tiles, int n_tiles, int C, int V) {
+    for (int j = 0; j < n_tiles; j++) {
+        int i = tiles[3 * j], f = tiles[3 * j + 1], n = tiles[3 * j + 2];
+        for (int k = f; k < f + n; k++) {
+            int id = (int)ids[k];
+            assert(id >= 0 && id < V);
+            logits[(size_t)i * V + id] = cblas_sdot(C, rows + (size_t)k * C, 1, x + (size_t)i * C, 1);
+        }
     }
 }

@@ -292,6 +292,16 @@ cudaError_t ls_cu_lora_rows(float *y, float *tmp, const float *x, const void *a_
                             const ls_cu_lora_tile_t *tiles, int n_tiles, int in, int out,
                             int r_max, cudaStream_t stream);
 
+// Trainable tokens (lora_tokens.cu), as ls_token_rows_forward: out (T, C) [t] = rows (N, C)
+// [idx[t]] where idx[t] >= 0; idx (T) device memory.
+cudaError_t ls_cu_token_rows(float *out, const void *rows, ls_cu_dtype_t rows_dt,
+                             const int32_t *idx, int T, int C, cudaStream_t stream);
+// As ls_token_logits_forward: logits (R, V) [i, ids[k]] = rows (N, C) [k] · x (R, C) [i] for
+// k in [f, f + n) of each tile (i, f, n); ids (N) and tiles (n_tiles, 3) device memory.
+cudaError_t ls_cu_token_logits(float *logits, const float *x, const void *rows,
+                               ls_cu_dtype_t rows_dt, const float *ids, const int32_t *tiles,
+                               int n_tiles, int C, int V, cudaStream_t stream);
+
 // The most local memory per thread (bytes) among the kernels the decode LoRA op runs on
 // 16-bit pools by default (for tests: it must be 0), -1 if it cannot be read.
 long ls_cu_lora_local_bytes(void);

@@ -214,6 +214,9 @@ typedef struct {
     int n_passes, n_segs2, has_segw;
     int32_t seg_indptr2[MAXSEG + 1], wi2[MAXSEG], perm2[MAXT];
     float segw[MAXSEG], segw2[MAXSEG];
+    // trainable tokens: the rows replacing tokens' embeddings, the logit rows' head tiles
+    int has_token_rows, n_head_tiles;
+    int32_t token_rows[MAXT], head_tiles[3 * MAXT];
     ls_lora_batch_t lora[2];
     ls_step_t step;
 } s_stepd_t;
@@ -255,7 +258,10 @@ static void s_step_begin(s_stepd_t *d) {
                           .n_logit_rows = d->n_logit,
                           .logit_rows = d->logit_rows,
                           .logit_slots = d->has_logit_slots ? d->logit_slots : NULL,
-                          .logit_scales = d->has_logit_slots ? d->logit_scales : NULL};
+                          .logit_scales = d->has_logit_slots ? d->logit_scales : NULL,
+                          .token_rows = d->has_token_rows ? d->token_rows : NULL,
+                          .n_head_tiles = d->n_head_tiles,
+                          .head_tiles = d->n_head_tiles ? d->head_tiles : NULL};
     if (s_cpu->step_begin(s_cpu, &d->step) || s_gpu->step_begin(s_gpu, &d->step)) {
         fprintf(stderr, "step_begin failed\n");
         exit(2);
@@ -1288,6 +1294,75 @@ static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dty
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }
 
+// Trainable tokens: T token rows of x (T, C), about half replaced by rows (N, C) of dtype dt
+// picked at random (the others must stay as they were), as ls_token_rows_forward.
+static void test_token_rows(t_rng_t *r, int T, int C, int N, ls_dtype_t dt) {
+    static s_stepd_t d;
+    s_step_simple(&d, T);
+    for (int t = 0; t < T; t++)
+        d.token_rows[t] = t_rng_int(r, 2) ? t_rng_int(r, N) : -1;
+    d.token_rows[0] = N - 1;  // the last row
+    d.has_token_rows = 1;
+    s_step_begin(&d);
+    size_t nr = (size_t)N * C, nx = (size_t)T * C;
+    float *hr = s_fill_new(r, nr, -1, 1), *hx = s_fill_new(r, nx, -1, 1);
+    s_pb_t rows = s_pb_new(dt, nr), x = s_pb_new(LS_DTYPE_F32, nx);
+    s_pb_set(&rows, 0, hr, nr);
+    s_pb_set(&x, 0, hx, nx);
+    s_cpu->token_rows(s_cpu, s_vc(&x, 0), s_vc(&rows, 0), C);
+    s_gpu->token_rows(s_gpu, s_vg(&x, 0), s_vg(&rows, 0), C);
+    float *c = t_alloc(nx * 4), *g = t_alloc(nx * 4);
+    s_pb_get(&x, 0, nx, c, g);
+    char name[128];
+    snprintf(name, sizeof name, "token rows (trainable tokens) T=%d C=%d N=%d %s", T, C, N,
+             s_dtn(dt));
+    s_check(name, g, c, nx, 0, 0);  // copies, widened exactly
+    s_pb_free(&rows), s_pb_free(&x);
+    free(hr), free(hx), free(c), free(g);
+}
+
+// Trainable tokens on lm_head: R logit rows of logits (R, V), most with a tile of up to 40 of
+// the N rows (N, C) of dtype dt (ids distinct, so no two writes meet), recomputed from x (R,
+// C); every other logit must stay as it was. As ls_token_logits_forward.
+static void test_token_logits(t_rng_t *r, int R, int C, int V, int N, ls_dtype_t dt) {
+    static s_stepd_t d;
+    s_step_simple(&d, R);
+    d.n_logit = R;
+    for (int i = 0; i < R; i++) {
+        if (i && !t_rng_int(r, 4))
+            continue;  // a row without an adapter's rows
+        int n = 1 + t_rng_int(r, N < 40 ? N : 40), f = t_rng_int(r, N - n + 1);
+        int32_t *tile = d.head_tiles + 3 * d.n_head_tiles++;
+        tile[0] = i, tile[1] = f, tile[2] = n;
+    }
+    s_step_begin(&d);
+    size_t nr = (size_t)N * C, nx = (size_t)R * C, nl = (size_t)R * V;
+    float *hr = s_fill_new(r, nr, -1, 1), *hx = s_fill_new(r, nx, -1, 1);
+    float *hl = s_fill_new(r, nl, -3, 3), *hid = t_alloc((size_t)N * sizeof *hid);
+    for (int k = 0; k < N; k++) {  // distinct ids: k spread over the vocabulary, the last one
+        hid[k] = (float)((int64_t)k * V / N + t_rng_int(r, V / N));
+        if (k == N - 1)
+            hid[k] = (float)(V - 1);
+    }
+    s_pb_t rows = s_pb_new(dt, nr), x = s_pb_new(LS_DTYPE_F32, nx),
+           logits = s_pb_new(LS_DTYPE_F32, nl), ids = s_pb_new(LS_DTYPE_F32, (size_t)N);
+    s_pb_set(&rows, 0, hr, nr);
+    s_pb_set(&x, 0, hx, nx);
+    s_pb_set(&logits, 0, hl, nl);
+    s_pb_set(&ids, 0, hid, (size_t)N);
+    s_cpu->token_logits(s_cpu, s_vc(&logits, 0), s_vc(&x, 0), s_vc(&rows, 0), s_vc(&ids, 0), C, V);
+    s_gpu->token_logits(s_gpu, s_vg(&logits, 0), s_vg(&x, 0), s_vg(&rows, 0), s_vg(&ids, 0), C, V);
+    float *c = t_alloc(nl * 4), *g = t_alloc(nl * 4);
+    s_pb_get(&logits, 0, nl, c, g);
+    char name[128];
+    snprintf(name, sizeof name, "token logits (trainable tokens) R=%d C=%d V=%d N=%d %s", R, C,
+             V, N, s_dtn(dt));
+    // fp32 dot products of C terms summed in another order: |Δ| ~ C·2^-24·|x|·|row|
+    s_check(name, g, c, nl, 1e-10, 1e-3);
+    s_pb_free(&rows), s_pb_free(&x), s_pb_free(&logits), s_pb_free(&ids);
+    free(hr), free(hx), free(hl), free(hid), free(c), free(g);
+}
+
 // -- sampling -------------------------------------------------------------------------------
 
 // The processed logprob row of ops.h steps 1-3, as kernels/cpu/sampling.c forms it (to
@@ -1844,6 +1919,14 @@ int main(int argc, char **argv) {
     test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 0);
     test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 1);
     test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 1);
+    // trainable tokens: the embedding rows copied over the embedding's output, lm_head's
+    // logits of the listed ids recomputed on the logit rows
+    test_token_rows(&r, 300, 4096, 64, LS_DTYPE_BF16);
+    test_token_rows(&r, 7, 100, 3, LS_DTYPE_F32);
+    test_token_rows(&r, 64, 512, 256, LS_DTYPE_F16);
+    test_token_logits(&r, 64, 4096, 128256, 256, LS_DTYPE_BF16);
+    test_token_logits(&r, 5, 100, 1001, 7, LS_DTYPE_F32);
+    test_token_logits(&r, 33, 512, 32000, 64, LS_DTYPE_F16);
 
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);
