@@ -134,6 +134,10 @@ typedef struct {
     int T, n_seqs, max_blocks, n_logit_rows;
     const int32_t *token_ids, *positions, *slot_mapping, *tok_seq, *block_tables,
         *logit_rows;
+    // the sequences ls_cu_attention_prefill_pick gives the prefill kernel: (sequence, first
+    // token, tokens) each, on the device (pf) and in the pinned block (h_pf, read by attention)
+    int n_pf, pf_max_q;
+    const int32_t *pf, *h_pf;
     const int32_t *token_rows, *head_tiles; // trainable tokens (ls_step_t), NULL: none
     int n_head_tiles;
     int n_batches, n_passes; // LoRA batches and passes of the step (0: no LoRA)
@@ -586,12 +590,17 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     assert((step->lora != NULL) == (step->n_lora_passes > 0));
     int T = step->n_tokens, S = a->n_seqs, P = step->n_lora_passes, B = step->n_lora_batches;
     size_t i32 = sizeof(int32_t);
+    int n_cand = 0; // sequences the prefill kernel may take (room for its list)
+    if (a->q_indptr)
+        for (int s = 0; s < S; s++)
+            n_cand += a->q_indptr[s + 1] - a->q_indptr[s] >= LS_CU_PREFILL_MIN_Q;
 
     s_layout_t l = {0};
     size_t o_ids = s_place(&l, (size_t)T * i32), o_pos = s_place(&l, (size_t)T * i32),
            o_slot = s_place(&l, (size_t)T * i32), o_seq = s_place(&l, (size_t)T * i32),
            o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
            o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
+           o_pf = s_place(&l, (size_t)n_cand * 3 * i32),
            o_trows = s_place(&l, step->token_rows ? (size_t)T * i32 : 0),
            o_htiles = s_place(&l, 3 * (size_t)step->n_head_tiles * i32);
     s_pass_plan_t plan[LS_LORA_BATCH_MAX];
@@ -627,11 +636,18 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     int32_t *seq = (int32_t *)(h + o_seq);
     for (int t = 0; t < T; t++)
         seq[t] = 0;
+    int32_t *pf = (int32_t *)(h + o_pf);
+    int n_pf = 0, pf_max_q = 0;
     if (a->q_indptr) {
         assert(a->q_indptr[S] == T);
         for (int s = 0; s < S; s++)
             for (int t = a->q_indptr[s]; t < a->q_indptr[s + 1]; t++)
                 seq[t] = s;
+        assert(!n_cand || a->ctx_lens);
+        if (n_cand)
+            n_pf = ls_cu_attention_prefill_pick(a->q_indptr, a->ctx_lens, S, pf);
+        for (int k = 0; k < n_pf; k++)
+            pf_max_q = pf[3 * k + 2] > pf_max_q ? pf[3 * k + 2] : pf_max_q;
     }
     if (S && a->max_blocks && a->block_tables)
         memcpy(h + o_tab, a->block_tables, (size_t)S * a->max_blocks * i32);
@@ -657,6 +673,10 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->tok_seq = (const int32_t *)(d + o_seq);
     c->block_tables = (const int32_t *)(d + o_tab);
     c->logit_rows = (const int32_t *)(d + o_rows);
+    c->n_pf = n_pf;
+    c->pf_max_q = pf_max_q;
+    c->pf = (const int32_t *)(d + o_pf);
+    c->h_pf = pf;
     c->token_rows = step->token_rows ? (const int32_t *)(d + o_trows) : NULL;
     c->head_tiles = step->n_head_tiles ? (const int32_t *)(d + o_htiles) : NULL;
     c->n_head_tiles = step->n_head_tiles;
@@ -721,8 +741,9 @@ static void s_rec_slices(s_cuda_t *c, const int32_t *so, int n_slices) {
 static int s_graph_begin(ls_backend_t *self) {
     s_cuda_t *c = s_ctx(self);
     assert(c->graph_mode == S_PLAIN);
-    // decode steps only: prefill shapes rarely repeat, a capture would not pay off
-    if (!c->graphs_on || c->T == 0 || c->T != c->n_seqs || c->sticky != cudaSuccess)
+    // decode steps only: prefill shapes rarely repeat, a capture would not pay off (and
+    // attention's launches for them follow the host's sequence list, which no record holds)
+    if (!c->graphs_on || c->T == 0 || c->T != c->n_seqs || c->n_pf || c->sticky != cudaSuccess)
         return 0;
     c->graph_mode = S_PROBE;
     c->sig_n = 0;
@@ -1074,10 +1095,33 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
     if (s_rec(c, (int)S_OP_ATTENTION, s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
               (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride))
         return;
-    s_note(c, ls_cu_attention(s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
-                              s_dt(k_cache), c->tok_seq, c->positions, c->block_tables,
-                              c->max_blocks, c->T, n_heads, n_kv_heads, head_dim, block_size,
-                              row_stride, c->stream));
+    float *o = s_f32(out);
+    const float *qp = s_f32(q);
+    const void *kc = s_ptr(k_cache), *vc = s_ptr(v_cache);
+    ls_cu_dtype_t dt = s_dt(k_cache);
+    if (!c->n_pf || !ls_cu_attention_prefill_ok(o, qp, kc, vc, dt, n_heads, n_kv_heads, head_dim,
+                                                row_stride)) {
+        s_note(c, ls_cu_attention(o, qp, kc, vc, dt, c->tok_seq, c->positions, c->block_tables,
+                                  c->max_blocks, c->T, n_heads, n_kv_heads, head_dim,
+                                  block_size, row_stride, c->stream));
+        return;
+    }
+    // the runs of tokens between the prefill sequences (decodes, short chunks) on the
+    // decode-shaped kernel, a launch per run on its rows; then the prefill sequences
+    size_t od = (size_t)n_heads * head_dim;
+    for (int k = 0, t = 0; k <= c->n_pf; k++) {
+        int end = k < c->n_pf ? c->h_pf[3 * k + 1] : c->T;
+        if (end > t)
+            s_note(c, ls_cu_attention(o + t * od, qp + (size_t)t * row_stride, kc, vc, dt,
+                                      c->tok_seq + t, c->positions + t, c->block_tables,
+                                      c->max_blocks, end - t, n_heads, n_kv_heads, head_dim,
+                                      block_size, row_stride, c->stream));
+        if (k < c->n_pf)
+            t = end + c->h_pf[3 * k + 2];
+    }
+    s_note(c, ls_cu_attention_prefill(o, qp, kc, vc, dt, c->pf, c->n_pf, c->pf_max_q,
+                                      c->positions, c->block_tables, c->max_blocks, n_heads,
+                                      n_kv_heads, head_dim, block_size, row_stride, c->stream));
 }
 
 // The LoRA launchers' flags: beside a GEMM (the side queue) no programmatic dependent
