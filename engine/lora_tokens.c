@@ -148,6 +148,8 @@ int ls_lora_tokens_image_new(const ls_lora_tokens_t *self, const ls_adapter_t *a
     img->head_ids = (float *)(img->ids[1] + n1);
     for (int m = 0; m < 2; m++) {
         img->n[m] = tr[m]->n;
+        if (tr[m]->n == 0) // a module without rows has no arrays (NULL)
+            continue;
         ls_f32_narrow(img->rows[m], self->storage, tr[m]->rows, (size_t)tr[m]->n * H);
         memcpy(img->ids[m], tr[m]->ids, (size_t)tr[m]->n * sizeof(int32_t));
     }
