@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "lora_batch.h"
+#include "ls_limits.h" // LS_LORA_MIX_MAX
 #include "ops.h"
 #include "safetensors.h" // ls_dtype_t: the engine's one list of weight dtypes
 
@@ -82,17 +83,25 @@ typedef struct {
 #define LS_LORA_MAX_SLICES 3
 // (T, n_slices*r_max) arrays in lora_fused's scratch
 #define LS_LORA_FUSED_PARTS 8
+// The most LoRA batches of a step (ls_step_t.lora): each pass, and per pass one narrowed
+// batch for each group of the per-layer four and the embedding at most
+#define LS_LORA_BATCH_MAX (6 * LS_LORA_MIX_MAX)
 
 // One forward step, as the scheduler laid it out (see ls_attn_meta_t for the layout).
 typedef struct {
     int n_tokens;                 // T
     const int32_t *token_ids;     // (T) embedding input
     ls_attn_meta_t attn;          // attn.n_tokens == n_tokens
-    // LoRA passes: lora[0 .. n_lora_passes) (NULL, 0: no adapter in this step, LoRA ops must
-    // not run). Pass 0 covers every row with an adapter; a row of a mix of k adapters is in
-    // passes 0 .. k-1, its i-th component in pass i (a batch covers a row at most once, as
-    // the LoRA ops add into y without atomics). The LoRA ops name the pass they run.
+    // LoRA batches: lora[0 .. n_lora_batches) (NULL, 0: no adapter in this step, LoRA ops
+    // must not run). The first n_lora_passes are the passes: pass 0 covers every row with an
+    // adapter; a row of a mix of k adapters is in passes 0 .. k-1, its i-th component in pass
+    // i (a batch covers a row at most once, as the LoRA ops add into y without atomics). The
+    // batches after them are passes narrowed to one target group (engine/model.c: a pass's
+    // segments with the ranks of ls_lora_pool_group_ranks, so that adapters without the
+    // group's targets do no work there). The LoRA ops name the batch they run, lora_rows the
+    // pass.
     const ls_lora_batch_t *lora;
+    int n_lora_batches;
     int n_lora_passes;
     int n_logit_rows;
     const int32_t *logit_rows;    // (n_logit_rows) token rows whose logits are wanted
@@ -103,6 +112,14 @@ typedef struct {
     // lora_rows; both NULL when no logit row of the step has lm_head LoRA.
     const int32_t *logit_slots;   // (n_lora_passes, n_logit_rows)
     const float *logit_scales;    // (n_lora_passes, n_logit_rows)
+    // The adapters' own rows of the embedding and lm_head (trainable tokens,
+    // engine/lora_tokens.h), read by token_rows and token_logits. token_rows (T): the row of
+    // the slots' embedding rows that replaces token t's embedding, -1 for none; NULL when no
+    // token of the step has one. head_tiles (n_head_tiles, 3): a logit row, the first of its
+    // adapter's lm_head rows and their count, whose logits are recomputed from those rows.
+    const int32_t *token_rows;    // (T)
+    int n_head_tiles;
+    const int32_t *head_tiles;    // (n_head_tiles, 3)
 } ls_step_t;
 
 typedef struct ls_backend ls_backend_t;
@@ -211,37 +228,44 @@ struct ls_backend {
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
                       int block_size, int row_stride, size_t block_stride);
-    // step: over the step's LoRA pass `pass` (< n_lora_passes), as the kernels over
-    // lora[pass]. tmp (T, n_slices*r_max) from x (T, in) and a (rows of in elements)
+    // step: over the step's LoRA batch `batch` (< n_lora_batches), as the kernels over
+    // lora[batch]. tmp (T, n_slices*r_max) from x (T, in) and a (rows of in elements)
     void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
-                        int in, int n_slices, int r_max, int pass);
-    // step, pass: y (T, out_total) += from tmp and b (chunks of out_total rows);
+                        int in, int n_slices, int r_max, int batch);
+    // step, batch: y (T, out_total) += from tmp and b (chunks of out_total rows);
     // slice_offsets (n_slices+1) is host memory, small enough to pass by value to a kernel
     void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_lora_mat_t b,
-                        const int32_t *slice_offsets, int n_slices, int r_max, int pass);
-    // step, pass: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
+                        const int32_t *slice_offsets, int n_slices, int r_max, int batch);
+    // step, batch: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
     // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp; accumulate 0:
     // every row of y is written, with what += into a zeroed y would give (rows without a
-    // segment in the pass: 0) — a delta made without clearing y first. tmp
+    // segment in the batch: 0) — a delta made without clearing y first. tmp
     // (LS_LORA_FUSED_PARTS, T, n_slices*r_max) is scratch the backend may use or leave
     // alone (a device backend splits the shrink over blocks that leave partial sums
     // there): its contents afterwards are unspecified.
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *slice_offsets,
-                       int in, int n_slices, int r_max, int accumulate, int pass);
-    // step, pass: tmp (T, r_max) from a (chunks of vocab rows) at the step's token ids, as
-    // ls_lora_embed_shrink over lora[pass] (the embedding's LoRA shrink: a gather;
-    // lora_expand of the same pass follows)
+                       int in, int n_slices, int r_max, int accumulate, int batch);
+    // step, batch: tmp (T, r_max) from a (chunks of vocab rows) at the step's token ids, as
+    // ls_lora_embed_shrink over lora[batch] (the embedding's LoRA shrink: a gather;
+    // lora_expand of the same batch follows)
     void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t a, int vocab,
-                              int r_max, int pass);
-    // step, pass: y (n_logit_rows, out) += the LoRA of each logit row's slot in that pass on
-    // x (n_logit_rows, in), as ls_lora_rows with the pass's rows of logit_slots and
-    // logit_scales; tmp (n_logit_rows, r_max) scratch, a (rows of in elements), b (chunks of
-    // out rows)
+                              int r_max, int batch);
+    // step, pass (< n_lora_passes): y (n_logit_rows, out) += the LoRA of each logit row's
+    // slot in that pass on x (n_logit_rows, in), as ls_lora_rows with the pass's rows of
+    // logit_slots and logit_scales; tmp (n_logit_rows, r_max) scratch, a (rows of in
+    // elements), b (chunks of out rows)
     void (*lora_rows)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                       ls_lora_mat_t a, ls_lora_mat_t b, int in, int out, int r_max, int pass);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
+    // step: x (T, C) rows t = rows (N, C) [token_rows[t]] where token_rows[t] >= 0, as
+    // ls_token_rows_forward (the step has token_rows)
+    void (*token_rows)(ls_backend_t *self, ls_view_t x, ls_view_t rows, int C);
+    // step: logits (n_logit_rows, V) at the step's head_tiles recomputed from rows (N, C),
+    // ids (N) and x (n_logit_rows, C), as ls_token_logits_forward
+    void (*token_logits)(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls_view_t rows,
+                         ls_view_t ids, int C, int V);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued
     // work; the sampling batch is copied to the device here, once per call
     int (*sample)(ls_backend_t *self, ls_view_t logits, int V,

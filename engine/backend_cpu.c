@@ -19,7 +19,7 @@ typedef struct {
     size_t cap; // bytes
 } s_array_t;
 
-// The arrays of one LoRA pass's copy.
+// The arrays of one LoRA batch's copy.
 enum { S_SEG_INDPTR, S_WEIGHT_INDICES, S_PERMUTATION, S_LORA_RANKS, S_SCALINGS,
        S_SEG_WEIGHTS, S_LORA_ARRAYS };
 
@@ -27,10 +27,10 @@ enum { S_SEG_INDPTR, S_WEIGHT_INDICES, S_PERMUTATION, S_LORA_RANKS, S_SCALINGS,
 // of the s_array_t below.
 typedef struct {
     ls_step_t step;
-    ls_lora_batch_t lora[LS_LORA_MIX_MAX];
+    ls_lora_batch_t lora[LS_LORA_BATCH_MAX];
     s_array_t token_ids, positions, slot_mapping, q_indptr, ctx_lens, block_tables,
-        logit_rows, logit_slots, logit_scales;
-    s_array_t lora_arrays[LS_LORA_MIX_MAX][S_LORA_ARRAYS];
+        logit_rows, logit_slots, logit_scales, token_rows, head_tiles;
+    s_array_t lora_arrays[LS_LORA_BATCH_MAX][S_LORA_ARRAYS];
 } s_cpu_t;
 
 // Returns a copy of n bytes of src kept in a (grown as needed); NULL for NULL src or an
@@ -66,12 +66,13 @@ static s_cpu_t *s_cpu(ls_backend_t *self) {
 
 static void s_free(ls_backend_t *self) {
     s_cpu_t *c = s_cpu(self);
-    s_array_t *arrays[] = {&c->token_ids,  &c->positions,   &c->slot_mapping,
-                           &c->q_indptr,   &c->ctx_lens,    &c->block_tables,
-                           &c->logit_rows, &c->logit_slots, &c->logit_scales};
+    s_array_t *arrays[] = {&c->token_ids,    &c->positions,   &c->slot_mapping,
+                           &c->q_indptr,     &c->ctx_lens,    &c->block_tables,
+                           &c->logit_rows,   &c->logit_slots, &c->logit_scales,
+                           &c->token_rows,   &c->head_tiles};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         free(arrays[i]->p);
-    for (int k = 0; k < LS_LORA_MIX_MAX; k++)
+    for (int k = 0; k < LS_LORA_BATCH_MAX; k++)
         for (int i = 0; i < S_LORA_ARRAYS; i++)
             free(c->lora_arrays[k][i].p);
     free(c);
@@ -204,12 +205,17 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->step.logit_rows = s_array_copy(&c->logit_rows, step->logit_rows,
                                       (size_t)step->n_logit_rows * i32, &failed);
     assert(step->n_lora_passes >= 0 && step->n_lora_passes <= LS_LORA_MIX_MAX);
+    assert(step->n_lora_batches >= step->n_lora_passes &&
+           step->n_lora_batches <= LS_LORA_BATCH_MAX);
     assert((step->lora != NULL) == (step->n_lora_passes > 0));
     size_t PR = (size_t)step->n_lora_passes * step->n_logit_rows;
     c->step.logit_slots = s_array_copy(&c->logit_slots, step->logit_slots, PR * i32, &failed);
     c->step.logit_scales = s_array_copy(&c->logit_scales, step->logit_scales,
                                         PR * sizeof(float), &failed);
-    for (int k = 0; k < step->n_lora_passes; k++) {
+    c->step.token_rows = s_array_copy(&c->token_rows, step->token_rows, T * i32, &failed);
+    c->step.head_tiles = s_array_copy(&c->head_tiles, step->head_tiles,
+                                      3 * (size_t)step->n_head_tiles * i32, &failed);
+    for (int k = 0; k < step->n_lora_batches; k++) {
         const ls_lora_batch_t *l = &step->lora[k];
         size_t G = (size_t)l->n_segs, W = (size_t)l->n_slots, f32 = sizeof(float);
         s_array_t *arr = c->lora_arrays[k];
@@ -308,11 +314,11 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
                          block_size, row_stride, block_stride);
 }
 
-// The step's LoRA pass `pass`, which a LoRA op of n_slices slices runs over.
-static const ls_lora_batch_t *s_pass(ls_backend_t *self, int pass, int n_slices) {
+// The step's LoRA batch `batch`, which a LoRA op of n_slices slices runs over.
+static const ls_lora_batch_t *s_batch(ls_backend_t *self, int batch, int n_slices) {
     const ls_step_t *st = &s_cpu(self)->step;
-    assert(pass >= 0 && pass < st->n_lora_passes && n_slices <= LS_LORA_MAX_SLICES);
-    return &st->lora[pass];
+    assert(batch >= 0 && batch < st->n_lora_batches && n_slices <= LS_LORA_MAX_SLICES);
+    return &st->lora[batch];
 }
 
 // A LoRA matrix as the references read it: the table's entries are host pointers here.
@@ -321,21 +327,21 @@ static ls_lora_pages_t s_pages(ls_lora_mat_t m) {
 }
 
 static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
-                          int in, int n_slices, int r_max, int pass) {
-    ls_lora_shrink(s_f32(tmp), s_f32(x), s_pages(a), s_pass(self, pass, n_slices), in,
+                          int in, int n_slices, int r_max, int batch) {
+    ls_lora_shrink(s_f32(tmp), s_f32(x), s_pages(a), s_batch(self, batch, n_slices), in,
                    n_slices, r_max);
 }
 
 static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_lora_mat_t b,
-                          const int32_t *slice_offsets, int n_slices, int r_max, int pass) {
-    ls_lora_expand(s_f32(y), s_f32(tmp), s_pages(b), s_pass(self, pass, n_slices),
+                          const int32_t *slice_offsets, int n_slices, int r_max, int batch) {
+    ls_lora_expand(s_f32(y), s_f32(tmp), s_pages(b), s_batch(self, batch, n_slices),
                    slice_offsets, n_slices, r_max);
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                          ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *slice_offsets,
-                         int in, int n_slices, int r_max, int accumulate, int pass) {
-    const ls_lora_batch_t *l = s_pass(self, pass, n_slices);
+                         int in, int n_slices, int r_max, int accumulate, int batch) {
+    const ls_lora_batch_t *l = s_batch(self, batch, n_slices);
     if (!accumulate)
         memset(s_f32(y), 0, sizeof(float) * (size_t)s_cpu(self)->step.n_tokens *
                                 slice_offsets[n_slices]);
@@ -344,15 +350,16 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
 }
 
 static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t a, int vocab,
-                                int r_max, int pass) {
+                                int r_max, int batch) {
     ls_lora_embed_shrink(s_f32(tmp), s_cpu(self)->step.token_ids, s_pages(a),
-                         s_pass(self, pass, 1), vocab, r_max);
+                         s_batch(self, batch, 1), vocab, r_max);
 }
 
 static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                         ls_lora_mat_t a, ls_lora_mat_t b, int in, int out, int r_max, int pass) {
     const ls_step_t *st = &s_cpu(self)->step;
-    const ls_lora_batch_t *l = s_pass(self, pass, 1);
+    assert(pass < st->n_lora_passes);
+    const ls_lora_batch_t *l = s_batch(self, pass, 1);
     assert(st->logit_slots && st->logit_scales);
     size_t at = (size_t)pass * st->n_logit_rows;
     ls_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_pages(a), s_pages(b),
@@ -371,6 +378,19 @@ static void s_side_noop(ls_backend_t *self) {
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {
     const ls_step_t *st = &s_cpu(self)->step;
     ls_rows_gather(s_f32(out), s_f32(x), st->logit_rows, st->n_logit_rows, C);
+}
+
+static void s_token_rows(ls_backend_t *self, ls_view_t x, ls_view_t rows, int C) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    assert(st->token_rows);
+    ls_token_rows_forward(s_f32(x), s_f32(rows), st->token_rows, st->n_tokens, C);
+}
+
+static void s_token_logits(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls_view_t rows,
+                           ls_view_t ids, int C, int V) {
+    const ls_step_t *st = &s_cpu(self)->step;
+    ls_token_logits_forward(s_f32(logits), s_f32(x), s_f32(rows), s_f32(ids), st->head_tiles,
+                            st->n_head_tiles, C, V);
 }
 
 static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
@@ -424,6 +444,8 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .lora_embed_shrink = s_lora_embed_shrink,
         .lora_rows = s_lora_rows,
         .rows_gather = s_rows_gather,
+        .token_rows = s_token_rows,
+        .token_logits = s_token_logits,
         .sample = s_sample,
         .side_begin = s_side_noop,
         .side_end = s_side_noop,

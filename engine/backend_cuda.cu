@@ -81,7 +81,7 @@ typedef struct {
     uint64_t used;        // LRU clock
 } s_graph_t;
 
-// One LoRA pass of the step (ls_step_t.lora[k]) as the kernels read it, in the device block.
+// One LoRA batch of the step (ls_step_t.lora[k]) as the kernels read it, in the device block.
 typedef struct {
     int n_tiles, max_rank, n_zero_rows;
     int lora_one; // every tile holds one position (LS_CU_LORA_ONE)
@@ -92,8 +92,8 @@ typedef struct {
     int n_exp_short, n_exp_long;
     const int32_t *zero_rows; // (n_zero_rows) the rows no tile covers
     const int32_t *perm;
-    // lm_head's LoRA in this pass (ls_step_t.logit_slots): a tile per logit row that has
-    // one, p0 the row, n 1, scale the row's logit_scales entry
+    // lm_head's LoRA when the batch is pass k (ls_step_t.logit_slots): a tile per logit row
+    // that has one, p0 the row, n 1, scale the row's logit_scales entry
     const ls_cu_lora_tile_t *row_tiles;
     int n_row_tiles;
 } s_pass_t;
@@ -135,8 +135,14 @@ typedef struct {
     int T, n_seqs, max_blocks, n_logit_rows;
     const int32_t *token_ids, *positions, *slot_mapping, *tok_seq, *block_tables,
         *logit_rows;
-    int n_passes; // LoRA passes of the step (0: no LoRA)
-    s_pass_t pass[LS_LORA_MIX_MAX];
+    // the sequences ls_cu_attention_prefill_pick gives the prefill kernel: (sequence, first
+    // token, tokens) each, on the device (pf) and in the pinned block (h_pf, read by attention)
+    int n_pf, pf_max_q;
+    const int32_t *pf, *h_pf;
+    const int32_t *token_rows, *head_tiles; // trainable tokens (ls_step_t), NULL: none
+    int n_head_tiles;
+    int n_batches, n_passes; // LoRA batches and passes of the step (0: no LoRA)
+    s_pass_t pass[LS_LORA_BATCH_MAX]; // per batch
 
     // sampling
     char *h_smp;
@@ -580,23 +586,33 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     const ls_attn_meta_t *a = &step->attn;
     assert(a->n_tokens == step->n_tokens);
     assert(step->n_lora_passes >= 0 && step->n_lora_passes <= LS_LORA_MIX_MAX);
+    assert(step->n_lora_batches >= step->n_lora_passes &&
+           step->n_lora_batches <= LS_LORA_BATCH_MAX);
     assert((step->lora != NULL) == (step->n_lora_passes > 0));
-    int T = step->n_tokens, S = a->n_seqs, P = step->n_lora_passes;
+    int T = step->n_tokens, S = a->n_seqs, P = step->n_lora_passes, B = step->n_lora_batches;
     size_t i32 = sizeof(int32_t);
+    int n_cand = 0; // sequences the prefill kernel may take (room for its list)
+    if (a->q_indptr)
+        for (int s = 0; s < S; s++)
+            n_cand += a->q_indptr[s + 1] - a->q_indptr[s] >= LS_CU_PREFILL_MIN_Q;
 
     s_layout_t l = {0};
     size_t o_ids = s_place(&l, (size_t)T * i32), o_pos = s_place(&l, (size_t)T * i32),
            o_slot = s_place(&l, (size_t)T * i32), o_seq = s_place(&l, (size_t)T * i32),
            o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
-           o_rows = s_place(&l, (size_t)step->n_logit_rows * i32);
-    s_pass_plan_t plan[LS_LORA_MIX_MAX];
-    const int32_t *lslots[LS_LORA_MIX_MAX];
-    const float *lscales[LS_LORA_MIX_MAX];
+           o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
+           o_pf = s_place(&l, (size_t)n_cand * 3 * i32),
+           o_trows = s_place(&l, step->token_rows ? (size_t)T * i32 : 0),
+           o_htiles = s_place(&l, 3 * (size_t)step->n_head_tiles * i32);
+    s_pass_plan_t plan[LS_LORA_BATCH_MAX];
+    const int32_t *lslots[LS_LORA_BATCH_MAX];
+    const float *lscales[LS_LORA_BATCH_MAX];
     int R = step->n_logit_rows;
     assert((step->logit_slots != NULL) == (step->logit_scales != NULL));
-    for (int k = 0; k < P; k++) {
-        lslots[k] = step->logit_slots ? step->logit_slots + (size_t)k * R : NULL;
-        lscales[k] = step->logit_scales ? step->logit_scales + (size_t)k * R : NULL;
+    for (int k = 0; k < B; k++) {  // logit rows' tiles: the passes' (lora_rows)
+        bool rows = k < P && step->logit_slots;
+        lslots[k] = rows ? step->logit_slots + (size_t)k * R : NULL;
+        lscales[k] = rows ? step->logit_scales + (size_t)k * R : NULL;
         plan[k] = s_pass_plan(&step->lora[k], lslots[k], R, T, &l);
     }
     size_t bytes = l.off ? l.off : 16;
@@ -621,17 +637,28 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     int32_t *seq = (int32_t *)(h + o_seq);
     for (int t = 0; t < T; t++)
         seq[t] = 0;
+    int32_t *pf = (int32_t *)(h + o_pf);
+    int n_pf = 0, pf_max_q = 0;
     if (a->q_indptr) {
         assert(a->q_indptr[S] == T);
         for (int s = 0; s < S; s++)
             for (int t = a->q_indptr[s]; t < a->q_indptr[s + 1]; t++)
                 seq[t] = s;
+        assert(!n_cand || a->ctx_lens);
+        if (n_cand)
+            n_pf = ls_cu_attention_prefill_pick(a->q_indptr, a->ctx_lens, S, pf);
+        for (int k = 0; k < n_pf; k++)
+            pf_max_q = pf[3 * k + 2] > pf_max_q ? pf[3 * k + 2] : pf_max_q;
     }
     if (S && a->max_blocks && a->block_tables)
         memcpy(h + o_tab, a->block_tables, (size_t)S * a->max_blocks * i32);
     if (step->n_logit_rows)
         memcpy(h + o_rows, step->logit_rows, (size_t)step->n_logit_rows * i32);
-    for (int k = 0; k < P; k++)
+    if (step->token_rows)
+        memcpy(h + o_trows, step->token_rows, (size_t)T * i32);
+    if (step->n_head_tiles)
+        memcpy(h + o_htiles, step->head_tiles, 3 * (size_t)step->n_head_tiles * i32);
+    for (int k = 0; k < B; k++)
         s_pass_fill(&step->lora[k], lslots[k], lscales[k], R, &plan[k], T, h, d, &c->pass[k]);
     s_note(c, cudaMemcpyAsync(c->d_meta.p, h, bytes, cudaMemcpyHostToDevice, c->stream));
     s_note(c, cudaEventRecord(c->meta_done, c->stream));
@@ -647,6 +674,14 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->tok_seq = (const int32_t *)(d + o_seq);
     c->block_tables = (const int32_t *)(d + o_tab);
     c->logit_rows = (const int32_t *)(d + o_rows);
+    c->n_pf = n_pf;
+    c->pf_max_q = pf_max_q;
+    c->pf = (const int32_t *)(d + o_pf);
+    c->h_pf = pf;
+    c->token_rows = step->token_rows ? (const int32_t *)(d + o_trows) : NULL;
+    c->head_tiles = step->n_head_tiles ? (const int32_t *)(d + o_htiles) : NULL;
+    c->n_head_tiles = step->n_head_tiles;
+    c->n_batches = B;
     c->n_passes = P;
     return c->sticky == cudaSuccess ? 0 : -1;
 }
@@ -658,7 +693,8 @@ enum {
     S_OP_STEP = 1, S_OP_EMBEDDING, S_OP_MATMUL, S_OP_RMSNORM, S_OP_RMSNORM_HEADS, S_OP_ROPE,
     S_OP_SILU_MUL, S_OP_ADD, S_OP_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
-    S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8
+    S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8,
+    S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS
 };
 
 static uint64_t s_word(const void *p) {
@@ -706,8 +742,9 @@ static void s_rec_slices(s_cuda_t *c, const int32_t *so, int n_slices) {
 static int s_graph_begin(ls_backend_t *self) {
     s_cuda_t *c = s_ctx(self);
     assert(c->graph_mode == S_PLAIN);
-    // decode steps only: prefill shapes rarely repeat, a capture would not pay off
-    if (!c->graphs_on || c->T == 0 || c->T != c->n_seqs || c->sticky != cudaSuccess)
+    // decode steps only: prefill shapes rarely repeat, a capture would not pay off (and
+    // attention's launches for them follow the host's sequence list, which no record holds)
+    if (!c->graphs_on || c->T == 0 || c->T != c->n_seqs || c->n_pf || c->sticky != cudaSuccess)
         return 0;
     c->graph_mode = S_PROBE;
     c->sig_n = 0;
@@ -717,8 +754,8 @@ static int s_graph_begin(ls_backend_t *self) {
     // more or less) records a different list and gets a graph of its own
     s_rec(c, (int)S_OP_STEP, c->d_meta.p, c->T, c->n_seqs, c->max_blocks, c->n_logit_rows,
           c->token_ids, c->positions, c->slot_mapping, c->tok_seq, c->block_tables,
-          c->logit_rows, c->n_passes);
-    for (int k = 0; k < c->n_passes; k++) {
+          c->logit_rows, c->n_batches, c->token_rows, c->head_tiles, c->n_head_tiles);
+    for (int k = 0; k < c->n_batches; k++) {
         const s_pass_t *p = &c->pass[k];
         s_rec(c, p->n_tiles, p->max_rank, p->lora_one, p->tiles, p->perm, p->n_zero_rows,
               p->zero_rows, p->exp_tiles, p->n_exp_short, p->n_exp_long, p->row_tiles,
@@ -1060,10 +1097,34 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
               (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride,
               block_stride))
         return;
-    s_note(c, ls_cu_attention(s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
-                              s_dt(k_cache), c->tok_seq, c->positions, c->block_tables,
-                              c->max_blocks, c->T, n_heads, n_kv_heads, head_dim, block_size,
-                              row_stride, block_stride, c->stream));
+    float *o = s_f32(out);
+    const float *qp = s_f32(q);
+    const void *kc = s_ptr(k_cache), *vc = s_ptr(v_cache);
+    ls_cu_dtype_t dt = s_dt(k_cache);
+    if (!c->n_pf || !ls_cu_attention_prefill_ok(o, qp, kc, vc, dt, n_heads, n_kv_heads, head_dim,
+                                                row_stride)) {
+        s_note(c, ls_cu_attention(o, qp, kc, vc, dt, c->tok_seq, c->positions, c->block_tables,
+                                  c->max_blocks, c->T, n_heads, n_kv_heads, head_dim,
+                                  block_size, row_stride, block_stride, c->stream));
+        return;
+    }
+    // the runs of tokens between the prefill sequences (decodes, short chunks) on the
+    // decode-shaped kernel, a launch per run on its rows; then the prefill sequences
+    size_t od = (size_t)n_heads * head_dim;
+    for (int k = 0, t = 0; k <= c->n_pf; k++) {
+        int end = k < c->n_pf ? c->h_pf[3 * k + 1] : c->T;
+        if (end > t)
+            s_note(c, ls_cu_attention(o + t * od, qp + (size_t)t * row_stride, kc, vc, dt,
+                                      c->tok_seq + t, c->positions + t, c->block_tables,
+                                      c->max_blocks, end - t, n_heads, n_kv_heads, head_dim,
+                                      block_size, row_stride, block_stride, c->stream));
+        if (k < c->n_pf)
+            t = end + c->h_pf[3 * k + 2];
+    }
+    s_note(c, ls_cu_attention_prefill(o, qp, kc, vc, dt, c->pf, c->n_pf, c->pf_max_q,
+                                      c->positions, c->block_tables, c->max_blocks, n_heads,
+                                      n_kv_heads, head_dim, block_size, row_stride,
+                                      block_stride, c->stream));
 }
 
 // The LoRA launchers' flags: beside a GEMM (the side queue) no programmatic dependent
@@ -1074,9 +1135,10 @@ static unsigned s_lora_flags(const s_cuda_t *c, const s_pass_t *p, int accumulat
            (p->lora_one ? LS_CU_LORA_ONE : 0);
 }
 
-// The step's LoRA pass `pass`, which a LoRA op of n_slices slices and r_max runs over.
+// The step's LoRA batch `pass` (ls_step_t.lora), which a LoRA op of n_slices slices and r_max
+// runs over.
 static const s_pass_t *s_pass(const s_cuda_t *c, int pass, int n_slices, int r_max) {
-    assert(pass >= 0 && pass < c->n_passes && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
+    assert(pass >= 0 && pass < c->n_batches && n_slices >= 1 && n_slices <= LS_LORA_MAX_SLICES);
     assert(c->pass[pass].max_rank <= r_max);
     return &c->pass[pass];
 }
@@ -1154,6 +1216,7 @@ static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t
 static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                         ls_lora_mat_t a, ls_lora_mat_t b, int in, int out, int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
+    assert(pass < c->n_passes);
     const s_pass_t *p = s_pass(c, pass, 1, r_max);
     if (s_rec(c, (int)S_OP_LORA_ROWS, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a.tab), a.stride, a.np, a.piece,
               (int)a.dtype, s_ptr(b.tab), b.stride, b.np, b.piece, (int)b.dtype, in, out, r_max, pass))
@@ -1168,6 +1231,26 @@ static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C)
         return;
     s_note(c, ls_cu_rows_gather(s_f32(out), s_f32(x), c->logit_rows, c->n_logit_rows, C,
                                 c->stream));
+}
+
+static void s_token_rows(ls_backend_t *self, ls_view_t x, ls_view_t rows, int C) {
+    s_cuda_t *c = s_ctx(self);
+    assert(c->token_rows);
+    if (s_rec(c, (int)S_OP_TOKEN_ROWS, s_f32(x), s_ptr(rows), (int)s_dt(rows), C))
+        return;
+    s_note(c, ls_cu_token_rows(s_f32(x), s_ptr(rows), s_dt(rows), c->token_rows, c->T, C,
+                               c->stream));
+}
+
+static void s_token_logits(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls_view_t rows,
+                           ls_view_t ids, int C, int V) {
+    s_cuda_t *c = s_ctx(self);
+    assert(ids.buf->dtype == LS_DTYPE_F32);
+    if (s_rec(c, (int)S_OP_TOKEN_LOGITS, s_f32(logits), s_f32(x), s_ptr(rows), (int)s_dt(rows),
+              s_f32(ids), C, V))
+        return;
+    s_note(c, ls_cu_token_logits(s_f32(logits), s_f32(x), s_ptr(rows), s_dt(rows), s_f32(ids),
+                                 c->head_tiles, c->n_head_tiles, C, V, c->stream));
 }
 
 // -- sampling ---------------------------------------------------------------------------------
@@ -1424,6 +1507,8 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->lora_embed_shrink = s_lora_embed_shrink;
     self->lora_rows = s_lora_rows;
     self->rows_gather = s_rows_gather;
+    self->token_rows = s_token_rows;
+    self->token_logits = s_token_logits;
     self->sample = s_sample;
     self->graph_begin = s_graph_begin;
     self->graph_end = s_graph_end;

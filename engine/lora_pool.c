@@ -78,6 +78,7 @@ struct ls_lora_image {
     size_t n;              // stream bytes
     size_t bytes;          // host tier bytes (whole host pages)
     atomic_bool broken;    // a block could not be written (out of memory while building)
+    ls_lora_tokens_image_t *tokens;  // its trainable token rows (own buffers, not pages), NULL: none
     int n_hpages;
     int32_t hpages[];      // (n_hpages) host pages, in stream order
 };
@@ -136,8 +137,10 @@ struct ls_lora_pool {
     int32_t **slot_pages;                   // (n_slots) the pages each slot's adapter lies on
     int *slot_n_pages;
     int32_t *ranks;                         // (n_slots)
+    int32_t *group_ranks;                   // (LS_LORA_GROUP_COUNT, n_slots)
     float *scalings;                        // (n_slots)
     unsigned *targets;                      // (n_slots) targets of the adapter in each slot
+    ls_lora_tokens_t *tokens;               // the slots' trainable token rows, NULL: none
     ls_lora_pool_stats_t stats;
 };
 
@@ -346,6 +349,7 @@ static int s_layout(const ls_lora_pool_t *self, const s_ranks_t *rk, ls_lora_ima
 }
 
 static void s_image_free(ls_lora_image_t *img) {
+    ls_lora_tokens_image_destroy(&img->tokens);
     free(img->place);
     free(img->page_at);
     free(img);
@@ -564,6 +568,9 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
                    s_target_list(info.target_mask & ~self->enabled, names, sizeof names));
         return NULL;
     }
+    ls_lora_tokens_image_t *tokens;
+    if (ls_lora_tokens_image_new(self->tokens, adapter, &tokens, err, errlen) != 0)
+        return NULL;
     int L = self->cfg.num_hidden_layers;
     s_build_t b = {.pool = self, .adapter = adapter, .uniform = true};
     b.rk = (s_ranks_t){.rank = info.max_rank, .groups = s_groups_of(info.target_mask),
@@ -572,9 +579,11 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     if (!b.rk.mr || !img) {
         free(b.rk.mr);
         free(img);
+        ls_lora_tokens_image_destroy(&tokens);
         ls_err_set(err, errlen, "LoRA pool: out of memory");
         return NULL;
     }
+    img->tokens = tokens;
     bool first = true;
     float scaling = 0.0f;
     for (int l = 0; l < L; l++)
@@ -837,6 +846,7 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     self->slot_pages = calloc((size_t)n_slots, sizeof *self->slot_pages);
     self->slot_n_pages = calloc((size_t)n_slots, sizeof *self->slot_n_pages);
     self->ranks = calloc((size_t)n_slots, sizeof *self->ranks);
+    self->group_ranks = calloc((size_t)LS_LORA_GROUP_COUNT * n_slots, sizeof *self->group_ranks);
     self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
     self->targets = calloc((size_t)n_slots, sizeof *self->targets);
     self->events = calloc((size_t)n_slots, sizeof *self->events);
@@ -845,7 +855,7 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
     self->tab_host = be->host_alloc(be, (size_t)n_slots * (self->tab_stride ? self->tab_stride : 1) * sizeof(uint64_t));
     self->tab = be->buffer_new(be, LS_DTYPE_F32, 2 * (size_t)n_slots * (self->tab_stride ? self->tab_stride : 1));
     self->zero = be->buffer_new(be, self->storage, zero_n ? zero_n : 1);
-    bool ok = self->slot_entry && self->slot_pages && self->slot_n_pages && self->ranks && self->scalings &&
+    bool ok = self->slot_entry && self->slot_pages && self->slot_n_pages && self->ranks && self->group_ranks && self->scalings &&
               self->targets && self->events && self->owner && self->mark && self->tab_host && self->tab &&
               self->zero && s_hash_rebuild(self) == 0;
     for (int w = 0; ok && w < n_slots; w++)
@@ -893,6 +903,11 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         ls_lora_pool_destroy(&self);
         return NULL;
     }
+    if (pc->extra_vocab_size > 0 &&
+        !(self->tokens = ls_lora_tokens_new(be, cfg, n_slots, pc->extra_vocab_size, err, errlen))) {
+        ls_lora_pool_destroy(&self);
+        return NULL;
+    }
     self->n_hpages = (int)n_hpages;
     self->arena_h = be->host_alloc(be, n_hpages * self->hpage);
     self->free_hpages = malloc(n_hpages * sizeof *self->free_hpages);
@@ -916,6 +931,8 @@ int ls_lora_pool_wait(ls_lora_pool_t *self) {
     for (int w = 0; self->events && w < self->n_slots; w++)
         if (self->events[w] && self->be->event_sync(self->be, self->events[w]) != 0)
             rc = -1;
+    if (self->tokens && ls_lora_tokens_wait(self->tokens) != 0)
+        rc = -1;
     return rc;
 }
 
@@ -943,6 +960,7 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
         be->buffer_free(be, self->zero);
     if (self->tab_host)
         be->host_free(be, self->tab_host);
+    ls_lora_tokens_destroy(&self->tokens);
     if (self->arena_h)
         be->host_free(be, self->arena_h);
     free(self->free_hpages);
@@ -955,6 +973,7 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
     free(self->slot_pages);
     free(self->slot_n_pages);
     free(self->ranks);
+    free(self->group_ranks);
     free(self->scalings);
     free(self->targets);
     free(self->owner);
@@ -988,6 +1007,22 @@ int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id) {
     return e >= 0 ? self->entries[e].slot : -1;
 }
 
+// What the forward reads of slot w: the adapter's rank, scaling and targets, and per group
+// its rank where it targets some target of the group, else 0 (its table points untargeted
+// rows at the zero region, which the forward then does not read)
+static void s_slot_set(ls_lora_pool_t *self, int w, int32_t rank, float scaling,
+                       unsigned targets) {
+    self->ranks[w] = rank;
+    self->scalings[w] = scaling;
+    self->targets[w] = targets;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+        bool hit = false;
+        for (int i = 0; i < s_group_def[g].n; i++)
+            hit |= targets >> s_group_def[g].t[i] & 1;
+        self->group_ranks[(size_t)g * self->n_slots + w] = hit ? rank : 0;
+    }
+}
+
 // Empties slot w: its adapter (if any) leaves it, its pages are no longer its own, and the
 // ops queued next wait for its last load (which may still write those pages). The device
 // table keeps the old entries until the slot is assigned again: no step reads a slot of rank 0.
@@ -1003,9 +1038,9 @@ static void s_slot_free(ls_lora_pool_t *self, int w) {
     self->slot_pages[w] = NULL;
     self->slot_n_pages[w] = 0;
     self->slot_entry[w] = -1;
-    self->ranks[w] = 0;
-    self->scalings[w] = 0.0f;
-    self->targets[w] = 0;
+    s_slot_set(self, w, 0, 0.0f, 0);
+    if (self->tokens)
+        ls_lora_tokens_load(self->tokens, w, NULL);
 }
 
 // Drops entry e from the host tier and its slot.
@@ -1118,6 +1153,8 @@ static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e, const int32
     s_table_fill(self, w, img, pages);
     if (s_table_upload(self, w, self->events[w]) != 0)
         return -1;
+    if (self->tokens && ls_lora_tokens_load(self->tokens, w, img->tokens) != 0)
+        return -1;
     self->stats.upload_bytes += img->n;
     return 0;
 }
@@ -1187,9 +1224,7 @@ int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, const in
     self->slot_n_pages[slot] = need;
     for (int i = 0; i < need; i++)
         self->owner[copy[i]] = slot;
-    self->ranks[slot] = entry->img->rank;
-    self->scalings[slot] = entry->img->scaling;
-    self->targets[slot] = entry->img->targets;
+    s_slot_set(self, slot, entry->img->rank, entry->img->scaling, entry->img->targets);
     entry->slot = slot;
     self->stats.cold_loads++;
     return 0;
@@ -1211,6 +1246,8 @@ void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *l
     for (int k = 0; k < n_passes; k++)
         for (int i = 0; i < lora[k].n_segs; i++)
             self->be->event_wait(self->be, self->events[lora[k].weight_indices[i]]);
+    if (self->tokens)
+        ls_lora_tokens_step_wait(self->tokens, lora, n_passes);
 }
 
 int ls_lora_pool_n_slots(const ls_lora_pool_t *self) {
@@ -1233,12 +1270,21 @@ const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self) {
     return self->ranks;
 }
 
+const int32_t *ls_lora_pool_group_ranks(const ls_lora_pool_t *self, ls_lora_group_t g) {
+    assert(g >= 0 && g < LS_LORA_GROUP_COUNT);
+    return self->group_ranks + (size_t)g * self->n_slots;
+}
+
 const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self) {
     return self->scalings;
 }
 
 const unsigned *ls_lora_pool_slot_targets(const ls_lora_pool_t *self) {
     return self->targets;
+}
+
+const ls_lora_tokens_t *ls_lora_pool_tokens(const ls_lora_pool_t *self) {
+    return self->tokens;
 }
 
 bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g) {

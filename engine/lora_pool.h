@@ -89,6 +89,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "lora_tokens.h"
 #include "model_config.h"
 #include "peft.h"
 
@@ -113,6 +114,9 @@ typedef struct {
     unsigned target_mask;     // bits (1u << ls_target_t) of lora_target_modules; 0: the seven
                               // per-layer ones (embed_tokens and lm_head only when named)
     int tp_rank, tp_size;     // the shard the images hold; tp_size 0 or 1: whole adapters
+    int extra_vocab_size;     // rows of the embedding and of lm_head a slot holds for its
+                              // adapter's trainable tokens (lora_tokens.h); 0: none, and
+                              // adapters with trainable tokens are refused
 } ls_lora_pool_config_t;
 
 // The pages adapters are placed in: n_pages pages of page_n elements of buf, page p at
@@ -172,8 +176,9 @@ size_t ls_lora_pool_image_max_bytes(const ls_lora_pool_t *self);
 typedef struct ls_lora_image ls_lora_image_t;
 
 // Builds adapter's image in the host tier; any thread. NULL + err: a rank above
-// max_lora_rank, a target outside lora_target_modules, or not enough free bytes in the tier
-// (then *full, when full is given, is set; the message says how many it needs and has).
+// max_lora_rank, a target outside lora_target_modules, more trainable token rows than
+// extra_vocab_size, or not enough free bytes in the tier (then *full, when full is given, is
+// set; the message says how many it needs and has).
 ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t *adapter,
                                         bool *full, char *err, size_t errlen);
 // Gives an image's host pages back; any thread, for an image not added. Idempotent.
@@ -240,9 +245,16 @@ int ls_lora_pool_image_max_pages(const ls_lora_pool_t *self);
 // slots have rank 0. Valid until the next assign/remove/claim.
 const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self);
 const float *ls_lora_pool_slot_scalings(const ls_lora_pool_t *self);
+// Per slot (n_slots), for the ops of group g: the slot's rank where its adapter targets some
+// target of g, 0 where it targets none (its slot holds zeros there, which the forward then
+// does not read). Valid until the next assign/remove/claim.
+const int32_t *ls_lora_pool_group_ranks(const ls_lora_pool_t *self, ls_lora_group_t g);
 // Per slot (n_slots): the targets (bits 1u << ls_target_t) of the adapter it holds, 0 when
 // empty. Valid until the next assign/remove/claim.
 const unsigned *ls_lora_pool_slot_targets(const ls_lora_pool_t *self);
+
+// The slots' trainable token rows (lora_tokens.h); NULL when extra_vocab_size is 0.
+const ls_lora_tokens_t *ls_lora_pool_tokens(const ls_lora_pool_t *self);
 
 // Whether the pool holds group g (some target of it is enabled).
 bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g);

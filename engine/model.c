@@ -103,6 +103,9 @@ struct ls_model {
     // than once a step: step graphs)
     bool lora_decode; // it has LoRA and is decode-shaped (s_lora_decode_shaped)
     bool lora_beside; // and its LoRA goes beside the base GEMMs (s_proj)
+    // the batch (ls_step_t.lora) that pass k of group g's ops runs over, -1: no work
+    // (s_group_batches)
+    int lora_batch[LS_LORA_MIX_MAX][LS_LORA_GROUP_COUNT];
 };
 
 // The pool of pages (docs/memory.md): page p holds block p of every layer's K and V, in the
@@ -1044,6 +1047,13 @@ static int s_seq_check(const ls_model_t *self, const ls_kv_cache_t *kv,
                        "number", s, (double)weight);
             return -1;
         }
+        // rows that replace the base model's are no delta a weight could scale or add up
+        const ls_lora_tokens_t *tok = pool ? ls_lora_pool_tokens(pool) : NULL;
+        if (q->mix && tok && ls_lora_tokens_slot_has(tok, slot)) {
+            ls_err_set(err, errlen, "step: sequence %d: the adapter in slot %d of its mix has "
+                       "trainable tokens, which do not mix", s, slot);
+            return -1;
+        }
     }
     return 0;
 }
@@ -1105,9 +1115,85 @@ static ls_lora_batch_t s_pass_build(const ls_lora_pool_t *pool, const ls_model_s
                              ls_lora_pool_slot_scalings(pool), seg_w};
 }
 
+// The step's trainable tokens (lora_tokens.h): each token row's own embedding row of its
+// sequence's adapter in token_rows (T), -1 for none, and the logit rows of adapters with
+// lm_head rows in head_tiles (*n_head of (logit row, first row, count)). Mixes have none
+// (s_seq_check). Whether some token row has a row of its own.
+static bool s_tokens_build(const ls_lora_pool_t *pool, const ls_model_seq_t *seqs, int S,
+                           const int32_t *q_indptr, int32_t *token_rows, int32_t *head_tiles,
+                           int *n_head) {
+    const ls_lora_tokens_t *tk = pool ? ls_lora_pool_tokens(pool) : NULL;
+    bool any = false;
+    *n_head = 0;
+    for (int s = 0, r = 0; tk && s < S; s++) {
+        const ls_model_seq_t *q = &seqs[s];
+        int w = q->mix ? LS_LORA_SLOT_BASE : q->lora_slot;
+        bool has = w != LS_LORA_SLOT_BASE && ls_lora_tokens_slot_has(tk, w);
+        for (int t = q_indptr[s]; t < q_indptr[s + 1]; t++) {
+            token_rows[t] = has ? ls_lora_tokens_embed_row(tk, w, q->token_ids[t - q_indptr[s]])
+                                : -1;
+            any |= token_rows[t] >= 0;
+        }
+        int32_t first;
+        int n = has && q->want_logits ? ls_lora_tokens_head_rows(tk, w, &first) : 0;
+        if (n > 0) {
+            int32_t *tile = head_tiles + 3 * (size_t)(*n_head)++;
+            tile[0] = r;
+            tile[1] = first;
+            tile[2] = n;
+        }
+        r += q->want_logits;
+    }
+    return any;
+}
+
+// Which batch each group's ops run pass k over (self->lora_batch): the pass itself where every
+// adapter of it targets the group, none where no adapter does, else the pass narrowed to the
+// adapters that do — a copy of lora[k] with ranks (n_slots) those of
+// ls_lora_pool_group_ranks, appended to lora (up to *n_batches). Adapters without a group's
+// targets hold zeros in its slots: a q,k,v,o adapter under a pool of all seven targets would
+// otherwise read and multiply gate_up's and down's zeros, twice its own bytes. Groups whose
+// narrowed ranks are equal share one batch. lm_head has logit_slots instead.
+_Static_assert(LS_LORA_BATCH_MAX >= LS_LORA_GROUP_COUNT * LS_LORA_MIX_MAX,
+               "a pass and a narrowed batch of it for each group but lm_head");
+static void s_group_batches(ls_model_t *self, const ls_lora_pool_t *pool, int P,
+                            ls_lora_batch_t *lora, int *n_batches) {
+    int B = P, n_slots = ls_lora_pool_n_slots(pool);
+    for (int k = 0; k < P; k++)
+        for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+            int *b = &self->lora_batch[k][g];
+            *b = k;
+            if (g == LS_LORA_GROUP_LM_HEAD || !ls_lora_pool_has_group(pool, g))
+                continue;
+            const int32_t *ranks = ls_lora_pool_group_ranks(pool, (ls_lora_group_t)g);
+            const ls_lora_batch_t *l = &lora[k];
+            bool all = true, none = true;
+            for (int s = 0; s < l->n_segs; s++) {
+                bool hit = ranks[l->weight_indices[s]] > 0;
+                all &= hit;
+                none &= !hit;
+            }
+            if (all)
+                continue;
+            *b = none ? -1 : B;
+            for (int h = 0; h < g && *b == B; h++) {
+                int e = self->lora_batch[k][h];
+                if (e >= P && !memcmp(lora[e].lora_ranks, ranks, (size_t)n_slots * sizeof *ranks))
+                    *b = e;
+            }
+            if (*b == B) {
+                assert(B < LS_LORA_BATCH_MAX);
+                lora[B] = *l;
+                lora[B++].lora_ranks = ranks;
+            }
+        }
+    *n_batches = B;
+}
+
 // Lays out the step in the host arena: ls_step_t, its attention metadata and, when some
-// sequence uses an adapter, the LoRA passes (lora: LS_LORA_MIX_MAX of them), one per
-// component of the longest mix (s_pass_build).
+// sequence uses an adapter, the LoRA passes, one per component of the longest mix
+// (s_pass_build), and the groups' narrowed batches after them (lora: LS_LORA_BATCH_MAX of
+// them; s_group_batches).
 static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
                         const ls_model_seq_t *seqs, int S, ls_step_t *step,
                         ls_lora_batch_t *lora) {
@@ -1126,10 +1212,11 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     }
     // token_ids, positions, slot_mapping (T each); q_indptr (S+1), ctx_lens (S),
     // block_tables (S*max_blocks); logit_rows (R); marks (S); per pass: permutation (T),
-    // seg_indptr (S+1), weight_indices (S); logit_slots (P*R). Floats: per pass, the
-    // segments' weights (S); logit_scales (P*R)
+    // seg_indptr (S+1), weight_indices (S); logit_slots (P*R); token_rows (T), head_tiles
+    // (3*R). Floats: per pass, the segments' weights (S); logit_scales (P*R)
     size_t need = 3 * (size_t)T + 3 * (size_t)S + 1 + (size_t)S * max_blocks + (size_t)R +
-                  (size_t)P * ((size_t)T + 2 * (size_t)S + 1) + (size_t)P * R;
+                  (size_t)P * ((size_t)T + 2 * (size_t)S + 1) + (size_t)P * R + (size_t)T +
+                  3 * (size_t)R;
     size_t need_w = (size_t)P * S + (size_t)P * R;
     if (need > self->meta_cap) {
         int32_t *m = realloc(self->meta, need * sizeof *m);
@@ -1148,7 +1235,8 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
     int32_t *tok = self->meta, *pos = tok + T, *slot_map = pos + T, *q_indptr = slot_map + T,
             *ctx_lens = q_indptr + S + 1, *tables = ctx_lens + S,
             *rows = tables + (size_t)S * max_blocks, *mark = rows + R, *passes = mark + S,
-            *logit_slots = passes + (size_t)P * (T + 2 * (size_t)S + 1);
+            *logit_slots = passes + (size_t)P * (T + 2 * (size_t)S + 1),
+            *token_rows = logit_slots + (size_t)P * R, *head_tiles = token_rows + T;
     float *logit_scales = self->meta_w ? self->meta_w + (size_t)P * S : NULL;  // NULL: no sequence yet
     q_indptr[0] = 0;
     int r = 0;
@@ -1197,16 +1285,25 @@ static int s_step_build(ls_model_t *self, const ls_kv_cache_t *kv, const ls_lora
             i++;
         }
     }
+    int B = 0;
+    if (P)
+        s_group_batches(self, pool, P, lora, &B);
+    int n_head = 0;
+    bool any_rows = s_tokens_build(pool, seqs, S, q_indptr, token_rows, head_tiles, &n_head);
     *step = (ls_step_t){
         .n_tokens = T,
         .token_ids = tok,
         .attn = {S, T, max_blocks, max_ctx, q_indptr, ctx_lens, pos, slot_map, tables},
         .lora = P ? lora : NULL,
+        .n_lora_batches = B,
         .n_lora_passes = P,
         .n_logit_rows = R,
         .logit_rows = rows,
         .logit_slots = head_lora ? logit_slots : NULL,
         .logit_scales = head_lora ? logit_scales : NULL,
+        .token_rows = any_rows ? token_rows : NULL,
+        .n_head_tiles = n_head,
+        .head_tiles = n_head ? head_tiles : NULL,
     };
     return 0;
 }
@@ -1273,17 +1370,30 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     ls_view_t tmp = ls_view(self->ws[S_WS_LORA], 0);
     ls_lora_mat_t a, b;
     ls_lora_pool_mats(pool, layer, g, &a, &b);
-    for (int k = 0; k < step->n_lora_passes; k++, accumulate = 1) {
-        if (be->lora_fused && self->lora_decode) {
-            be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max,
-                           accumulate, k);
+    for (int k = 0; k < step->n_lora_passes; k++) {
+        int batch = self->lora_batch[k][g];
+        if (batch < 0)
             continue;
+        if (be->lora_fused && self->lora_decode)
+            be->lora_fused(be, y, x, tmp, a, b, sh.slice_offsets, sh.in, sh.n_slices, r_max,
+                           accumulate, batch);
+        else {
+            if (!accumulate)
+                be->buffer_zero(be, y, (size_t)step->n_tokens * sh.slice_offsets[sh.n_slices]);
+            be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max, batch);
+            be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max, batch);
         }
-        if (!accumulate)
-            be->buffer_zero(be, y, (size_t)step->n_tokens * sh.slice_offsets[sh.n_slices]);
-        be->lora_shrink(be, tmp, x, a, sh.in, sh.n_slices, r_max, k);
-        be->lora_expand(be, y, tmp, b, sh.slice_offsets, sh.n_slices, r_max, k);
+        accumulate = 1;
     }
+    assert(accumulate); // a delta (s_proj) is made only for a group with work (s_group_work)
+}
+
+// Whether some adapter of the step targets group g (s_group_batches).
+static bool s_group_work(const ls_model_t *self, const ls_step_t *step, ls_lora_group_t g) {
+    for (int k = 0; k < step->n_lora_passes; k++)
+        if (self->lora_batch[k][g] >= 0)
+            return true;
+    return false;
 }
 
 // x (T, hidden) += the embedding's LoRA (after the embedding's all-reduce: every rank holds
@@ -1295,21 +1405,17 @@ static void s_lora_embed(ls_model_t *self, const ls_lora_pool_t *pool, const ls_
     if (!step->lora || !ls_lora_pool_has_group(pool, LS_LORA_GROUP_EMBED))
         return;
     ls_backend_t *be = self->be;
-    const unsigned *targets = ls_lora_pool_slot_targets(pool);
     ls_lora_group_shape_t sh = ls_lora_pool_group_shape(pool, LS_LORA_GROUP_EMBED);
     int r_max = ls_lora_pool_r_max(pool);
     ls_view_t tmp = s_w(self->ws[S_WS_LORA]);
     ls_lora_mat_t a, b;
     ls_lora_pool_mats(pool, 0, LS_LORA_GROUP_EMBED, &a, &b);
     for (int k = 0; k < step->n_lora_passes; k++) {
-        const ls_lora_batch_t *l = &step->lora[k];
-        bool any = false;
-        for (int s = 0; s < l->n_segs && !any; s++)
-            any = targets[l->weight_indices[s]] >> LS_TARGET_EMBED & 1;
-        if (!any)
+        int batch = self->lora_batch[k][LS_LORA_GROUP_EMBED];
+        if (batch < 0)
             continue;
-        be->lora_embed_shrink(be, tmp, a, sh.in, r_max, k);
-        be->lora_expand(be, x, tmp, b, sh.slice_offsets, 1, r_max, k);
+        be->lora_embed_shrink(be, tmp, a, sh.in, r_max, batch);
+        be->lora_expand(be, x, tmp, b, sh.slice_offsets, 1, r_max, batch);
     }
 }
 
@@ -1342,7 +1448,7 @@ static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_s
                         ls_view_t w, ls_view_t w_scale, ls_view_t bias, int T, int in,
                         int out) {
     ls_backend_t *be = self->be;
-    if (!self->lora_beside || !ls_lora_pool_has_group(pool, g)) {
+    if (!self->lora_beside || !ls_lora_pool_has_group(pool, g) || !s_group_work(self, step, g)) {
         s_matmul(self, y, x, x_mm, w, w_scale, bias, T, in, out);
         s_lora(self, pool, step, layer, g, y, x, 1);
         return LS_VIEW_NONE;
@@ -1492,6 +1598,12 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     be->embedding(be, x, s_w(self->global[S_EMBED]), H, self->shard.vocab0, self->shard.vocab);
     if (s_reduce(self, x, TH, err, errlen) != 0)
         return -1;
+    // the adapters' own rows (trainable tokens)
+    ls_view_t tok_embed = LS_VIEW_NONE, tok_head = LS_VIEW_NONE, tok_ids = LS_VIEW_NONE;
+    if (step->token_rows || step->n_head_tiles)
+        ls_lora_tokens_views(ls_lora_pool_tokens(pool), &tok_embed, &tok_head, &tok_ids);
+    if (step->token_rows)  // whole rows replaced, after the all-reduce: alike on every rank
+        be->token_rows(be, x, tok_embed, H);
     s_lora_embed(self, pool, step, x);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
@@ -1570,6 +1682,10 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
             ls_err_set(err, errlen, "step: %s", why);
             return -1;
         }
+        // the logits of the adapters' own lm_head rows, on the whole rows (rank 0 holds them)
+        if (step->n_head_tiles && self->shard.rank == 0)
+            be->token_logits(be, s_w(self->ws[S_WS_LOGITS]), s_w(self->ws[S_WS_LAST]), tok_head,
+                             tok_ids, H, self->V);
     }
     return 0;
 }
@@ -1579,7 +1695,7 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
     assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
     self->n_rows = 0;
     ls_step_t step;
-    ls_lora_batch_t lora[LS_LORA_MIX_MAX];
+    ls_lora_batch_t lora[LS_LORA_BATCH_MAX];
     int T = s_forward_prepare(self, kv, pool, seqs, n_seqs, &step, lora, err, errlen);
     // Every rank checks the same plan, but a rank may still fail alone (memory): all of
     // them learn it here, before any collective that the failed one would never join.

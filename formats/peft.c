@@ -405,6 +405,11 @@ typedef struct {
     int nl;
     s_plan_entry_t *e;  // e[s_mod_index(nl, layer, target)]
     ls_adapter_info_t info;
+    // trainable tokens of the embedding ([0]) and lm_head ([1]): their ids, and whether the
+    // rows come in a tensor of their own (else lm_head's are the embedding's: tied)
+    int32_t *tok_ids[2];
+    int tok_n[2];
+    bool tok_own[2];
 } s_plan_t;
 
 // Modules are indexed layer by layer, target by target, then the global targets (embedding,
@@ -632,8 +637,6 @@ static int s_check_unsupported(const char *file, const cJSON *root, char *err, s
         {"modules_to_save", "fully trained extra modules (modules_to_save) are not supported"},
         {"layers_to_transform", "layers_to_transform is not supported"},
         {"layer_replication", "layer_replication is not supported"},
-        {"trainable_token_indices",
-         "trainable tokens (added vocabulary) are not supported"},
         {"target_parameters", "LoRA on parameters (target_parameters) is not supported"},
         {"alora_invocation_tokens", "activated LoRA (alora_invocation_tokens) is not supported"},
         {"use_qalora", "QA-LoRA is not supported"},
@@ -719,6 +722,131 @@ static void s_plan_free(s_plan_t *p)
 {
     free(p->e);
     p->e = NULL;
+    if (p->tok_ids[1] != p->tok_ids[0])
+        free(p->tok_ids[1]);
+    free(p->tok_ids[0]);
+    p->tok_ids[0] = p->tok_ids[1] = NULL;
+}
+
+// --- trainable tokens ------------------------------------------------------------------------
+
+static int s_cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Reads the token ids of one module (`module`: how the config names it) into *ids and *n.
+static int s_token_ids(const char *file, const cJSON *j, const char *module,
+                       const ls_model_config_t *cfg, int32_t **ids, int *n, char *err,
+                       size_t errlen)
+{
+    if (!cJSON_IsArray(j)) {
+        ls_err_set(err, errlen, "%s: \"trainable_token_indices\"%s%s must be a list of token ids",
+                   file, *module ? " entry " : "", module);
+        return -1;
+    }
+    int cnt = cJSON_GetArraySize(j), k = 0;
+    int32_t *v = malloc(((size_t)cnt + 1) * sizeof *v), *sorted = malloc(((size_t)cnt + 1) * sizeof *v);
+    if (!v || !sorted) {
+        free(v);
+        free(sorted);
+        ls_err_set(err, errlen, "%s: out of memory", file);
+        return -1;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j) {
+        double d = it->valuedouble;
+        if (!cJSON_IsNumber(it) || d < 0 || d != floor(d)) {
+            ls_err_set(err, errlen, "%s: \"trainable_token_indices\"%s%s must hold non-negative "
+                       "integer token ids", file, *module ? " entry " : "", module);
+            goto fail;
+        }
+        if (d >= cfg->vocab_size) {
+            ls_err_set(err, errlen, "%s: \"trainable_token_indices\" lists token id %.0f, at or "
+                       "past the base vocab_size %d: added vocabulary (a resized embedding) is not "
+                       "supported", file, d, cfg->vocab_size);
+            goto fail;
+        }
+        v[k++] = (int32_t)d;
+    }
+    // PEFT writes the rows with index_copy, whose result for a repeated index is undefined
+    memcpy(sorted, v, (size_t)k * sizeof *v);
+    qsort(sorted, (size_t)k, sizeof *sorted, s_cmp_i32);
+    for (int i = 1; i < k; i++)
+        if (sorted[i] == sorted[i - 1]) {
+            ls_err_set(err, errlen, "%s: \"trainable_token_indices\" lists token id %d twice",
+                       file, (int)sorted[i]);
+            goto fail;
+        }
+    free(sorted);
+    *ids = v;
+    *n = k;
+    return 0;
+fail:
+    free(v);
+    free(sorted);
+    return -1;
+}
+
+// Which module a trainable_token_indices key names: 0 the embedding, 1 lm_head, -1 neither.
+// PEFT wraps every module whose name ends with the key; only the two names and their dotted
+// suffixes ("embed_tokens", "model.embed_tokens", "lm_head") name one of them and nothing else.
+static int s_token_module(const char *key)
+{
+    return s_entry_match(key, "model.embed_tokens") ? 0 : s_entry_match(key, "lm_head") ? 1 : -1;
+}
+
+// Reads trainable_token_indices into the plan (ids, their count and where their rows come
+// from) and refuses what PEFT cannot run: LoRA on a module that has trainable tokens.
+static int s_tokens_plan(const char *file, const cJSON *root, const ls_model_config_t *cfg,
+                         s_plan_t *plan, char *err, size_t errlen)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "trainable_token_indices");
+    if (!j || cJSON_IsNull(j))
+        return 0;
+    if (cJSON_IsArray(j)) {  // the input embedding
+        if (s_token_ids(file, j, "", cfg, &plan->tok_ids[0], &plan->tok_n[0], err, errlen) != 0)
+            return -1;
+        plan->tok_own[0] = true;
+    } else if (cJSON_IsObject(j)) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, j) {
+            int m = s_token_module(it->string);
+            if (m < 0 || plan->tok_own[m]) {
+                ls_err_set(err, errlen, "%s: \"trainable_token_indices\" key \"%s\" %s", file,
+                           it->string, m < 0 ? "names neither embedding of the model (embed_tokens, lm_head)"
+                                             : "names a module another key names too");
+                return -1;
+            }
+            if (s_token_ids(file, it, it->string, cfg, &plan->tok_ids[m], &plan->tok_n[m], err,
+                            errlen) != 0)
+                return -1;
+            plan->tok_own[m] = true;
+        }
+    } else {
+        ls_err_set(err, errlen, "%s: \"trainable_token_indices\" must be a list of token ids or "
+                   "an object of module name -> token ids", file);
+        return -1;
+    }
+    if (cfg->tie_word_embeddings && !plan->tok_own[1]) {  // PEFT ties lm_head to the embedding's
+        plan->tok_ids[1] = plan->tok_ids[0];
+        plan->tok_n[1] = plan->tok_n[0];
+    }
+    for (int m = 0; m < 2; m++) {
+        ls_target_t t = m ? LS_TARGET_LM_HEAD : LS_TARGET_EMBED;
+        if (plan->tok_n[m] > 0 && plan->e[s_mod_index(plan->nl, 0, t)].rank > 0) {
+            ls_err_set(err, errlen, "%s: trainable tokens%s and LoRA on %s in one adapter: PEFT "
+                       "cannot run that (its trainable-tokens layer wraps the LoRA layer and takes "
+                       "only a plain Embedding or Linear)", file,
+                       m && !plan->tok_own[1] ? " (lm_head's, tied to the embedding's)" : "",
+                       ls_target_name(t));
+            return -1;
+        }
+        if (plan->tok_n[m] > plan->info.token_rows)
+            plan->info.token_rows = plan->tok_n[m];
+    }
+    return 0;
 }
 
 // Reads and validates the config and resolves every module's rank and scaling.
@@ -819,6 +947,8 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
         if (mr > plan->info.max_rank)
             plan->info.max_rank = mr;
     }
+    if (s_tokens_plan(file, root, cfg, plan, err, errlen) != 0)
+        goto out;
     rc = 0;
 out:
     if (rc != 0)
@@ -850,6 +980,11 @@ int ls_adapter_config_read(const char *dir, const ls_model_config_t *cfg, int ma
 struct ls_adapter {
     int nl;
     ls_lora_weights_t *w;  // w[s_mod_index(nl, layer, target)]
+    // trainable tokens of the embedding ([0]) and lm_head ([1]); lm_head's may be the
+    // embedding's (tied: the same ids and rows, owned once)
+    ls_token_rows_t tok[2];
+    int32_t *tok_ids[2];
+    float *tok_rows[2];    // the rows of a tensor of its own, NULL until read
     ls_adapter_info_t info;
     size_t bytes;
 };
@@ -864,6 +999,11 @@ void ls_adapter_destroy(ls_adapter_t **pa)
         free((float *)a->w[i].B);
     }
     free(a->w);
+    if (a->tok_ids[1] != a->tok_ids[0])
+        free(a->tok_ids[1]);
+    free(a->tok_ids[0]);
+    free(a->tok_rows[0]);
+    free(a->tok_rows[1]);
     free(a);
     *pa = NULL;
 }
@@ -879,6 +1019,12 @@ const ls_lora_weights_t *ls_adapter_global_target(const ls_adapter_t *a, ls_targ
 {
     assert(t >= LS_TARGET_COUNT && t < LS_TARGET_ALL);
     return &a->w[s_mod_index(a->nl, 0, t)];
+}
+
+const ls_token_rows_t *ls_adapter_token_rows(const ls_adapter_t *a, ls_target_t t)
+{
+    assert(t == LS_TARGET_EMBED || t == LS_TARGET_LM_HEAD);
+    return &a->tok[t == LS_TARGET_LM_HEAD];
 }
 
 ls_adapter_info_t ls_adapter_info(const ls_adapter_t *a)
@@ -915,8 +1061,9 @@ static int s_parse_ab(const char *q, const char *prefix, const char *tail, int *
 // (PEFT's Embedding layer keeps them as parameters, not Linear weights); lm_head:
 // "[base_model.model.]lm_head.lora_{A|B}[.{adapter}].weight". which: 0 = A, 1 = B, 2 = the
 // "{module}.base_layer.weight" PEFT saves beside a targeted embed_tokens or lm_head (its
-// save_embedding_layers="auto": a copy of the base weight). Returns 0 with layer (-1 for the
-// global targets), target and which, or -1 for any other name.
+// save_embedding_layers="auto": a copy of the base weight), 3 = the trainable tokens' rows of
+// either, "{module}.token_adapter.trainable_tokens_delta[.{adapter}]". Returns 0 with layer (-1
+// for the global targets), target and which, or -1 for any other name.
 static int s_parse_name(const char *name, int nl, int *layer, int *target, int *which)
 {
     const char *p = name;
@@ -937,6 +1084,13 @@ static int s_parse_name(const char *name, int nl, int *layer, int *target, int *
         *target = globals[g].t;
         if (strcmp(p + n, "base_layer.weight") == 0) {
             *which = 2;
+            return 0;
+        }
+        static const char tok[] = "token_adapter.trainable_tokens_delta";
+        const char *q = p + n + sizeof tok - 1;
+        if (strncmp(p + n, tok, sizeof tok - 1) == 0 &&
+            (*q == '\0' || (q[0] == '.' && q[1] && !strchr(q + 1, '.')))) {
+            *which = 3;
             return 0;
         }
         return s_parse_ab(p + n, globals[g].prefix, globals[g].tail, which);
@@ -968,7 +1122,8 @@ static int s_parse_name(const char *name, int nl, int *layer, int *target, int *
 static const char *s_refusal(const char *name)
 {
     if (strstr(name, "trainable_tokens"))
-        return "trainable tokens (trainable_token_indices) are not supported";
+        return "a trainable tokens tensor other than the rows of embed_tokens or lm_head "
+               "(….token_adapter.trainable_tokens_delta)";
     if (strstr(name, "embed_tokens") || strstr(name, "lm_head"))
         return "trained embed_tokens/lm_head weights (added vocabulary, trainable tokens or "
                "modules_to_save) are not supported; LoRA on them is (lora_embedding_A/B, lora_A/B)";
@@ -979,6 +1134,37 @@ static const char *s_refusal(const char *name)
     return "not a LoRA A/B weight of a supported target (" S_TARGETS ") of the base model";
 }
 
+// The trainable tokens' rows of the embedding (m 0) or lm_head (m 1): shape-checked, and a
+// buffer made for them (filled by s_convert).
+static int s_load_token_rows(ls_adapter_t *a, const s_plan_t *plan, const ls_model_config_t *cfg,
+                             const ls_st_tensor_t *t, int m, char *err, size_t errlen)
+{
+    if (!plan->tok_own[m]) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\": adapter_config.json trainable_token_indices "
+                   "lists no tokens for this module", t->file, t->name);
+        return -1;
+    }
+    if (a->tok_rows[m]) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\": the trainable tokens of this module are given "
+                   "twice", t->file, t->name);
+        return -1;
+    }
+    int64_t shape[2] = {plan->tok_n[m], cfg->hidden_size};
+    if (ls_st_tensor_check_shape(t, 2, shape, err, errlen) != 0) {
+        size_t n = strlen(err);
+        if (n < errlen)
+            snprintf(err + n, errlen - n, " (%d token ids in trainable_token_indices, hidden_size "
+                     "%d)", plan->tok_n[m], cfg->hidden_size);
+        return -1;
+    }
+    if (!(a->tok_rows[m] = malloc((t->numel ? t->numel : 1) * sizeof(float)))) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\": out of memory", t->file, t->name);
+        return -1;
+    }
+    a->bytes += t->numel * sizeof(float);
+    return 0;
+}
+
 static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_config_t *cfg,
                          const ls_st_tensor_t *t, char *err, size_t errlen)
 {
@@ -987,6 +1173,8 @@ static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_c
         ls_err_set(err, errlen, "%s: tensor \"%s\": %s", t->file, t->name, s_refusal(t->name));
         return -1;
     }
+    if (which == 3)
+        return s_load_token_rows(a, plan, cfg, t, target == LS_TARGET_LM_HEAD, err, errlen);
     size_t m = s_mod_index(plan->nl, layer, target);
     const s_plan_entry_t *pe = &plan->e[m];
     if (pe->rank == 0) {
@@ -1056,7 +1244,9 @@ static void s_convert(void *arg, size_t i) {
         which == 2)
         return;
     const ls_lora_weights_t *w = &c->a->w[s_mod_index(c->a->nl, layer, target)];
-    if (ls_st_tensor_to_f32(t, (float *)(which ? w->B : w->A)) != 0) {
+    float *dst = which == 3 ? c->a->tok_rows[target == LS_TARGET_LM_HEAD]
+                            : (float *)(which ? w->B : w->A);
+    if (ls_st_tensor_to_f32(t, dst) != 0) {
         size_t cur = atomic_load(&c->bad);
         while (i < cur && !atomic_compare_exchange_weak(&c->bad, &cur, i))
             ;
@@ -1115,6 +1305,22 @@ ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int
             goto fail;
         }
     }
+    for (int m = 0; m < 2; m++) {
+        if (plan.tok_own[m] && plan.tok_n[m] > 0 && !a->tok_rows[m]) {
+            ls_err_set(err, errlen, "%s: trainable_token_indices lists %d token ids for %s but "
+                       "tensor \"….%s.token_adapter.trainable_tokens_delta\" is missing", file,
+                       plan.tok_n[m], m ? "lm_head" : "embed_tokens",
+                       m ? "lm_head" : "model.embed_tokens");
+            goto fail;
+        }
+    }
+    for (int m = 0; m < 2; m++) {  // the ids move from the plan; lm_head tied to the
+                                   // embedding shares its ids and rows
+        a->tok_ids[m] = plan.tok_ids[m];
+        a->tok[m] = (ls_token_rows_t){plan.tok_n[m], plan.tok_ids[m],
+                                      plan.tok_own[m] ? a->tok_rows[m] : a->tok_rows[0]};
+    }
+    plan.tok_ids[0] = plan.tok_ids[1] = NULL;
     ls_st_destroy(&st);
     s_plan_free(&plan);
     return a;

@@ -18,8 +18,8 @@
 // peft_type other than LORA, task_type other than CAUSAL_LM, bias other than "none", use_dora,
 // lora_bias, fan_in_fan_out, non-empty modules_to_save, layers_to_transform,
 // layer_replication, target_parameters, alora_invocation_tokens, added vocabulary
-// (trainable_token_indices, new_embeddings.safetensors, added_tokens.json ids at or above the
-// base vocab_size, trained embed_tokens or lm_head weights), modules that are not one of
+// (new_embeddings.safetensors, added_tokens.json or trainable_token_indices ids at or above
+// the base vocab_size, trained embed_tokens or lm_head weights), modules that are not one of
 // q/k/v/o/gate/up/down_proj, embed_tokens or lm_head (e.g. "fc1"), ranks above max_lora_rank,
 // shapes that do not fit the base or the configured rank, unpaired A/B, and NaN/Inf values.
 //
@@ -29,10 +29,26 @@
 // name, so with tied embeddings each applies to its own module only: the input embedding, or
 // the output projection. The copies of the base weights PEFT saves beside them
 // ("….base_layer.weight", save_embedding_layers) are checked for shape and not read.
+//
+// Trainable tokens (trainable_token_indices, PEFT's TrainableTokensLayer beside LoRA): the
+// adapter brings its own rows of the embedding (and of lm_head) for a few token ids, which
+// replace the base model's rows of those ids. The config is a list of ids (the input
+// embedding) or an object from module name to ids, the names "embed_tokens" and "lm_head"
+// (or "model.embed_tokens"); ids distinct and below vocab_size. The rows are the tensors
+// "….embed_tokens.token_adapter.trainable_tokens_delta" and "lm_head.token_adapter.
+// trainable_tokens_delta", (n_ids, hidden) in the order of the ids: despite the name, PEFT
+// keeps the rows themselves (initialised from the base rows, written with index_copy), not
+// differences. With tied embeddings PEFT ties lm_head to the embedding's rows (the same ids
+// and rows, not saved again) unless the object names lm_head itself; untied, lm_head keeps
+// its base rows unless named. Refused: LoRA and trainable tokens on one module (embed_tokens,
+// or lm_head, tied lm_head included): PEFT wraps the LoRA layer in its trainable-tokens layer,
+// whose forward accepts only a plain Embedding or Linear ("TrainableTokensLayer wraps an
+// unknown layer type"), so no such adapter runs in PEFT.
 #ifndef LS_PEFT_H
 #define LS_PEFT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model_config.h"
 
@@ -45,11 +61,20 @@ typedef struct {
     const float *B;  // B is (out_dim, rank), row-major; NULL when rank is 0
 } ls_lora_weights_t;
 
+// An adapter's own rows of the embedding or of lm_head (trainable tokens, above).
+typedef struct {
+    int n;                // rows; 0 when the adapter replaces none
+    const int32_t *ids;   // (n) vocabulary ids, distinct, as the config lists them
+    const float *rows;    // (n, hidden_size): rows[k] replaces the base row of ids[k]
+} ls_token_rows_t;
+
 typedef struct {
     int max_rank;          // largest rank over the touched modules
     unsigned target_mask;  // bit (1u << t) set when some layer has target t
     int num_modules;       // number of modules touched ((layer, target) pairs, embedding, lm_head)
     float alpha;           // lora_alpha (PEFT's default 8 when absent), before alpha_pattern
+    int token_rows;        // the most rows it replaces in the embedding or lm_head (trainable
+                           // tokens, tied lm_head included); 0: none
 } ls_adapter_info_t;
 
 // Validates the adapter directory without reading weights: the config rules above, the
@@ -70,6 +95,9 @@ const ls_lora_weights_t *ls_adapter_layer_target(const ls_adapter_t *a, int laye
 // Weights of a global target (LS_TARGET_EMBED: A (rank, vocab), B (hidden, rank);
 // LS_TARGET_LM_HEAD: A (rank, hidden), B (vocab, rank)), as ls_adapter_layer_target.
 const ls_lora_weights_t *ls_adapter_global_target(const ls_adapter_t *a, ls_target_t t);
+// The adapter's own rows of the embedding (LS_TARGET_EMBED) or lm_head (LS_TARGET_LM_HEAD);
+// n 0 when it has none there.
+const ls_token_rows_t *ls_adapter_token_rows(const ls_adapter_t *a, ls_target_t t);
 ls_adapter_info_t ls_adapter_info(const ls_adapter_t *a);
 // Bytes of fp32 A and B held in host memory.
 size_t ls_adapter_bytes(const ls_adapter_t *a);

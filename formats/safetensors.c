@@ -4,6 +4,7 @@
 #include "ls_err.h"
 #include "ls_file.h"
 
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -140,6 +141,17 @@ uint16_t ls_f16_from_f32(float f)
     }
     uint32_t r = abs + 0xfffu + ((abs >> 13) & 1) - (112u << 23);
     return sign | (uint16_t)(r >> 13);
+}
+
+void ls_f32_narrow(void *dst, ls_dtype_t dtype, const float *src, size_t n)
+{
+    assert(dtype == LS_DTYPE_F32 || dtype == LS_DTYPE_F16 || dtype == LS_DTYPE_BF16);
+    uint16_t *h = dst;
+    if (dtype == LS_DTYPE_F32)
+        memcpy(dst, src, n * sizeof(float));
+    else
+        for (size_t i = 0; i < n; i++)
+            h[i] = dtype == LS_DTYPE_BF16 ? ls_bf16_from_f32(src[i]) : ls_f16_from_f32(src[i]);
 }
 
 // E4M3: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m·2^-9),

@@ -31,6 +31,8 @@ float ls_bf16_to_f32(uint16_t h);
 float ls_f16_to_f32(uint16_t h);
 uint16_t ls_bf16_from_f32(float f);
 uint16_t ls_f16_from_f32(float f);
+// dst (n values of dtype F32, F16 or BF16) = src (n fp32 values), rounded as above.
+void ls_f32_narrow(void *dst, ls_dtype_t dtype, const float *src, size_t n);
 // E4M3 (float8_e4m3fn). ls_e4m3_from_f32 rounds to nearest even and saturates: anything of
 // magnitude >= 448 (infinities too) becomes ±448, as fp8 quantizers clamp before they cast;
 // NaN becomes 0x7f (with the sign).

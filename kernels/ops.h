@@ -253,6 +253,19 @@ void ls_lora_rows(float *y, float *tmp, const float *x, ls_lora_pages_t a, ls_lo
                   const int32_t *slots, const float *scales, const int32_t *ranks, int R, int in,
                   int out, int r_max);
 
+// Trainable tokens (an adapter's own rows of the embedding and lm_head, formats/peft.h): the
+// rows replace the base model's for that adapter's tokens and logits.
+// out[t] = rows[idx[t]] where idx[t] >= 0; rows with idx[t] < 0 are left as they are.
+// out is (T, C), rows is (N, C), idx is (T) in [-1, N)
+void ls_token_rows_forward(float *out, const float *rows, const int32_t *idx, int T, int C);
+// For each tile (i, f, n) and k < n: logits[i, ids[f + k]] = rows[f + k] · x[i] (an fp32
+// dot product, in any order): the logits of an adapter's own lm_head rows, recomputed on
+// its logit rows; every other logit is left as it is.
+// logits is (R, V), x is (R, C), rows is (N, C), ids is (N) (vocabulary ids, exact in fp32),
+// tiles is (n_tiles, 3) with i < R and f + n <= N
+void ls_token_logits_forward(float *logits, const float *x, const float *rows, const float *ids,
+                             const int32_t *tiles, int n_tiles, int C, int V);
+
 // ---------------------------------------------------------------------------------------
 // Sampling
 //

@@ -74,6 +74,8 @@ launcher_pass_t launcher_pass[] = {
     {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY,
      "adapter slots: distinct adapters in one step", NULL, {0}, 0},
     {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served", NULL, {0}, 0},
+    {"lora-extra-vocab-size", 0, K_WORKER | K_REGISTRY,
+     "rows of the embedding and lm_head a slot holds for an adapter's trainable tokens (0: such adapters refused)", NULL, {0}, 0},
     {"max-loaded-loras", 0, K_WORKER, "most adapters in each worker's CPU tier; 0: as many as its bytes allow", NULL, {0}, 0},
     {"max-cpu-lora-mb", 0, K_WORKER, "host memory for adapters per worker, in MB; 0: 64 adapters of --max-lora-rank, at most 1/4 of RAM", NULL, {0}, 0},
     {"lora-target-modules", 1, K_WORKER | K_REGISTRY, "modules adapters may target (none given or all: the seven of a layer; embed_tokens, lm_head when named)", NULL, {0}, 0},

@@ -3,13 +3,13 @@
 
 Re-implements the forward pass of the four fixture architectures from the
 stored safetensors/config/adapter files (float64 math, PEFT scaling and
-rank_pattern/alpha_pattern rules, Llama-3.1 rope scaling, q/k norm, qkv bias,
-tied embeddings, GQA) and compares every prompt position of the chosen rows
+rank_pattern/alpha_pattern rules, trainable tokens, Llama-3.1 rope scaling, q/k
+norm, qkv bias, tied embeddings, GQA) and compares every prompt position of the chosen rows
 with reference.safetensors, plus hidden_row0 for row 0.  Also checks that the
 first greedy token of every row is the argmax of last_logits.  It is slow (pure
 Python): a few seconds per row.
 
-    python3 tools/check_fixtures.py                 # all archs, rows 0-5
+    python3 tools/check_fixtures.py                 # all archs, every row
     python3 tools/check_fixtures.py llama 0 4       # one arch, some rows
 """
 import json
@@ -103,13 +103,30 @@ def check_arch(arch, rows, root="tests/fixtures"):
     if cfg.get("tie_word_embeddings"):
         M["lm_head.weight"] = M["model.embed_tokens.weight"]
 
+    def tokens_for(ac, t):
+        """Trainable tokens: {module: {id: row}} for model.embed_tokens and lm_head, the rows
+        replacing the base rows (a tied lm_head takes the embedding's unless named itself)."""
+        tti = ac.get("trainable_token_indices")
+        if not tti:
+            return {}
+        named = {"model.embed_tokens": tti} if isinstance(tti, list) else {
+            ("lm_head" if k.endswith("lm_head") else "model.embed_tokens"): v for k, v in tti.items()}
+        out = {}
+        for mod, ids in named.items():
+            rows = mat(t[f"base_model.model.{mod}.token_adapter.trainable_tokens_delta"])
+            assert len(rows) == len(ids), (mod, len(rows), len(ids))
+            out[mod] = dict(zip(ids, rows))
+        if cfg.get("tie_word_embeddings") and "lm_head" not in out and "model.embed_tokens" in out:
+            out["lm_head"] = out["model.embed_tokens"]
+        return out
+
     def lora_for(adapter):
         if adapter is None:
             return {}
         ad = f"{d}/adapters/{adapter}"
         ac = json.load(open(f"{ad}/adapter_config.json"))
         t = load_st(f"{ad}/adapter_model.safetensors")
-        out = {}
+        out = {"__tokens__": tokens_for(ac, t)}
         for k in t:
             if ".lora_A." in k:
                 mod = k[len("base_model.model."):-len(".lora_A.weight")]
@@ -132,11 +149,15 @@ def check_arch(arch, rows, root="tests/fixtures"):
             want = ref["adapters"][adapter]["modules"][mod]
             assert want["r"] == r and abs(want["scaling"] - sc) < 1e-9, (mod, want, r, sc)
             out[mod] = (A, B, sc)
-        assert set(out) == set(ref["adapters"][adapter]["modules"]), adapter
+        assert set(out) - {"__tokens__"} == set(ref["adapters"][adapter]["modules"]), adapter
+        want = ref["adapters"][adapter].get("token_modules", {})
+        assert {m: sorted(r) for m, r in out["__tokens__"].items()} == {m: sorted(i) for m, i in want.items()}, adapter
         return out
 
     def lin(name, x, L):
         y = mv(M[name + ".weight"], x)
+        for v, row in L.get("__tokens__", {}).get(name, {}).items():  # lm_head's own rows
+            y[v] = sum(a * b for a, b in zip(row, x))
         if name + ".bias" in M:
             y = [a + b for a, b in zip(y, M[name + ".bias"])]
         if name in L:
@@ -147,7 +168,8 @@ def check_arch(arch, rows, root="tests/fixtures"):
     def forward(ids, adapter):
         L = lora_for(adapter)
         T = len(ids)
-        xs = [list(M["model.embed_tokens.weight"][t]) for t in ids]
+        own = L.get("__tokens__", {}).get("model.embed_tokens", {})
+        xs = [list(own.get(t, M["model.embed_tokens.weight"][t])) for t in ids]
         if "model.embed_tokens" in L:  # delta = scaling · B · A[:, t]
             A, B, sc = L["model.embed_tokens"]
             xs = [[a + sc * b for a, b in zip(x, mv(B, [row[t] for row in A]))] for x, t in zip(xs, ids)]
@@ -197,7 +219,7 @@ def check_arch(arch, rows, root="tests/fixtures"):
         seg = ll[i * V:(i + 1) * V]
         am = max(range(V), key=lambda j: seg[j])
         assert am == row["greedy_ids"][0] == g[i * ref["n_new"]], (arch, i)
-    for row in rows:
+    for row in rows if rows is not None else range(len(ref["rows"])):
         ids, ad = ref["rows"][row]["prompt_ids"], ref["rows"][row]["adapter"]
         logits, hid = forward(ids, ad)
         mx = max(abs(al[(row * Lp + t) * V + j] - logits[t][j]) for t in range(Lp) for j in range(V))
@@ -216,7 +238,7 @@ def check_arch(arch, rows, root="tests/fixtures"):
 
 def main():
     archs = ["llama", "qwen2", "qwen3", "mistral"]
-    rows = list(range(6))
+    rows = None  # every row
     if len(sys.argv) > 1:
         archs = [sys.argv[1]]
         if len(sys.argv) > 2:

@@ -73,6 +73,13 @@ ARCHS = {
              dict(r=8, lora_alpha=16, target_modules=["embed_tokens", "lm_head", "q_proj", "v_proj"],
                   rank_pattern={"embed_tokens": 4}, alpha_pattern={"lm_head": 4}),
              None),
+            # trainable tokens (PEFT's TrainableTokensLayer beside LoRA): the adapter's own rows
+            # of the embedding and of the untied lm_head, one id in both, stored in bf16 as a
+            # bf16 training run saves them
+            ("tokens",
+             dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                  trainable_token_indices={"embed_tokens": [7, 60, 150, 301], "lm_head": [12, 60, 222]}),
+             "bfloat16"),
         ],
     ),
     "qwen2": dict(
@@ -99,6 +106,10 @@ ARCHS = {
                   rank_pattern={"q_proj": 4, "layers.0.mlp.up_proj": 16},
                   alpha_pattern={"down_proj": 24}),
              None),
+            # trainable tokens, the list form (the input embedding) on a tied model: PEFT ties
+            # lm_head to the same rows
+            ("tokens_tied", dict(r=8, lora_alpha=16, target_modules=ATTN4,
+                                 trainable_token_indices=[9, 77, 300]), None),
         ],
     ),
     "qwen3": dict(
@@ -156,6 +167,7 @@ HEAD_STD = 0.1
 BIAS_STD = 0.05
 NORM_JITTER = 0.1
 LORA_STD = 0.1
+TOKEN_STD = 0.3  # trainable tokens' rows: PEFT starts them as copies of the base rows
 
 
 def log(*a):
@@ -377,6 +389,8 @@ def build_arch(arch, spec, out_root, device):
             for pn, p in pm.named_parameters():
                 if "lora_A" in pn or "lora_B" in pn or "lora_embedding_" in pn:
                     p.copy_((LORA_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
+                elif "trainable_tokens_delta" in pn:  # the rows themselves, despite the name
+                    p.copy_((TOKEN_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
         ad = os.path.join(adir_root, name)
         # PEFT's default ("auto") saves copies of the base embedding/lm_head beside a targeted
         # one; the loader checks their shape and reads them no further
@@ -404,17 +418,36 @@ def build_arch(arch, spec, out_root, device):
         del pm, m
         log(f"{arch}: adapter {name} saved ({dts})")
 
-    # ---- reference: one PeftModel with every adapter loaded from disk --------
+    # ---- reference: one PeftModel with the LoRA adapters loaded from disk, and one of its own
+    # for each adapter with trainable tokens: PEFT loads none beside a LoRA embedding (TypeError),
+    # and its mixed batch asks the token layer for every row's adapter (KeyError)
     names = [a[0] for a in spec["adapters"]]
+    kw_of = {a[0]: a[1] for a in spec["adapters"]}
+    tok_names = [n for n in names if kw_of[n].get("trainable_token_indices")]
+    lora_names = [n for n in names if n not in tok_names]
+
+    def load_peft(base, ns):
+        m = PeftModel.from_pretrained(base, os.path.join(adir_root, ns[0]), adapter_name=ns[0])
+        for n in ns[1:]:
+            m.load_adapter(os.path.join(adir_root, n), adapter_name=n)
+        return m.eval()
+
     base = load_base()
-    pm = PeftModel.from_pretrained(base, os.path.join(adir_root, names[0]), adapter_name=names[0])
-    for n in names[1:]:
-        pm.load_adapter(os.path.join(adir_root, n), adapter_name=n)
-    pm.eval()
+    pm = load_peft(base, lora_names)
+    pm_of = {n: pm for n in lora_names}
+    pm_of.update({n: load_peft(load_base(), [n]) for n in tok_names})
     max_rank = 0
     for n in names:
-        info = lora_modules_info(pm, n)
+        info = lora_modules_info(pm_of[n], n)
         adapter_meta[n]["modules"] = info
+        # the modules PEFT gave trainable tokens, with their ids (lm_head of a tied model too)
+        toks = {}
+        for mn, mod in pm_of[n].named_modules():
+            ti = getattr(mod, "token_indices", None)
+            if isinstance(ti, dict) and n in ti and mn.endswith("token_adapter"):
+                toks[mn[len("base_model.model."):-len(".token_adapter")]] = list(ti[n])
+        if toks:
+            adapter_meta[n]["token_modules"] = toks
         adapter_meta[n]["max_rank"] = max(v["r"] for v in info.values())
         max_rank = max(max_rank, adapter_meta[n]["max_rank"])
         if not info:
@@ -422,27 +455,42 @@ def build_arch(arch, spec, out_root, device):
     # verify loaded LoRA weights equal the stored ones
     for n in names:
         sd = load_file(os.path.join(adir_root, n, "adapter_model.safetensors"))
-        psd = pm.state_dict()
+        psd = pm_of[n].state_dict()
         for k, v in sd.items():
             if k.endswith(".base_layer.weight"):  # save_embedding_layers' copy of the base
                 kk = k
             else:
                 kk = k.replace(".lora_A.weight", f".lora_A.{n}.weight").replace(
                     ".lora_B.weight", f".lora_B.{n}.weight")
-                if ".lora_embedding_" in k:
+                if ".lora_embedding_" in k or k.endswith(".trainable_tokens_delta"):
                     kk = f"{k}.{n}"
             if kk not in psd or not torch.equal(psd[kk].cpu(), v.float()):
                 log(f"WARNING {arch}/{n}: loaded LoRA tensor {k} differs from stored / missing")
                 notes.append(f"WARNING: adapter {n}: loaded LoRA tensor {k} differs from stored or is missing")
 
-    row_adapters = ["__base__"] + names + [names[0]]
+    # rows: the base, every LoRA adapter, the first adapter again (two rows of one adapter), and
+    # the base again, 6 in all: one mixed batch; then a row of each adapter with trainable
+    # tokens, each alone in its own model. The mixed batch's rows, prompts and shapes are those
+    # of the fixtures made before trainable tokens, so their references stay as they were.
+    row_adapters = ["__base__"] + lora_names + [lora_names[0]]
     if len(row_adapters) < 6:
         row_adapters.append("__base__")
     row_adapters = row_adapters[:6]
+    M = len(row_adapters)
+    row_adapters += tok_names
     R = len(row_adapters)
     V = ccfg["vocab_size"]
     g = torch.Generator().manual_seed(spec["seed"] + 7)
-    prompts = torch.randint(3, V, (R, N_PROMPT), generator=g)
+    prompts = torch.cat([torch.randint(3, V, (M, N_PROMPT), generator=g),
+                         torch.randint(3, V, (R - M, N_PROMPT), generator=g)])
+    # a row of an adapter with trainable tokens has some of its embedding ids in its prompt,
+    # the last position among them
+    for i, a in enumerate(row_adapters):
+        tti = kw_of.get(a, {}).get("trainable_token_indices")
+        if tti:
+            emb = tti if isinstance(tti, list) else tti["embed_tokens"]
+            for pos, t in zip((3, 7, N_PROMPT - 1), emb):
+                prompts[i, pos] = t
     ids = prompts.to(device)
 
     # hidden-state capture for row 0 (base)
@@ -452,12 +500,17 @@ def build_arch(arch, spec, out_root, device):
     def hook(_m, _i, o):
         captured.append((o[0] if isinstance(o, tuple) else o).detach().float().cpu())
 
+    def logits(seq):
+        """(R, L, V): the mixed batch's rows, then each trainable-tokens row alone"""
+        lo = [pm(input_ids=seq[:M], adapter_names=row_adapters[:M]).logits]
+        lo += [pm_of[row_adapters[i]](input_ids=seq[i:i + 1]).logits for i in range(M, R)]
+        return torch.cat(lo).float()
+
     with torch.no_grad():
-        out = pm(input_ids=ids, adapter_names=row_adapters)
-        all_logits = out.logits.float().cpu()
-        # per-row single-adapter cross-check
+        all_logits = logits(ids).cpu()
+        # per-row single-adapter cross-check of the mixed batch
         diffs = []
-        for i, a in enumerate(row_adapters):
+        for i, a in enumerate(row_adapters[:M]):
             if a == "__base__":
                 with pm.disable_adapter():
                     lo = pm(input_ids=ids[i:i + 1]).logits.float().cpu()
@@ -467,7 +520,8 @@ def build_arch(arch, spec, out_root, device):
             diffs.append(float((lo[0] - all_logits[i]).abs().max()))
         # LoRA effect sizes (how much each adapter moves the last logits)
         with pm.disable_adapter():
-            base_all = pm(input_ids=ids).logits.float().cpu()
+            base_all = torch.cat([pm(input_ids=ids[:M]).logits] +
+                                 ([pm(input_ids=ids[M:]).logits] if R > M else [])).float().cpu()
         effect = [float((all_logits[i, -1] - base_all[i, -1]).abs().max()) for i in range(R)]
         # hidden states of row 0 through the base model
         handles = [inner.embed_tokens.register_forward_hook(hook)]
@@ -483,13 +537,13 @@ def build_arch(arch, spec, out_root, device):
         seq = ids.clone()
         gaps = [[] for _ in range(R)]
         for step in range(N_NEW):
-            lo = pm(input_ids=seq, adapter_names=row_adapters).logits[:, -1].float()
+            lo = logits(seq)[:, -1]
             top = torch.topk(lo, 2, dim=-1)
             for i in range(R):
                 gaps[i].append(float(top.values[i, 0] - top.values[i, 1]))
             seq = torch.cat([seq, top.indices[:, :1]], dim=1)
         greedy = seq[:, N_PROMPT:].cpu()
-    pm.set_adapter(names[0])
+    pm.set_adapter(lora_names[0])
 
     tensors = {
         "last_logits": all_logits[:, -1].clone(),
@@ -507,16 +561,19 @@ def build_arch(arch, spec, out_root, device):
         "(torch.backends.cuda.matmul.allow_tf32=False, cudnn.allow_tf32=False, "
         "attn_implementation='eager') from exactly the stored weights "
         "(bf16/fp16 checkpoints and adapters loaded, then upcast to fp32).",
-        "last_logits[i] = logits at the last prompt position of row i in ONE mixed batch "
-        "(PEFT adapter_names=row_adapters, '__base__' = no LoRA). all_logits = (rows, L, V) "
+        f"last_logits[i] = logits at the last prompt position of row i; rows 0-{M - 1} in ONE mixed batch "
+        "(PEFT adapter_names=row_adapters, '__base__' = no LoRA), each later row (an adapter with "
+        "trainable tokens) alone in a PeftModel holding only its adapter (PEFT loads no trainable "
+        "tokens beside a LoRA embedding, and its mixed batch does not run them beside other "
+        "adapters). all_logits = (rows, L, V) "
         "for every prompt position; all_logits_row0/row1 are rows 0 and 1 of it.",
-        f"max |mixed-batch - single-row| logits diff = {max(diffs):.3e} (per row {['%.1e' % d for d in diffs]})",
+        f"max |mixed-batch - single-row| logits diff (rows 0-{M - 1}) = {max(diffs):.3e} (per row {['%.1e' % d for d in diffs]})",
         f"max |last logits with adapter - base| per row = {['%.3f' % e for e in effect]} "
         "(how strongly each adapter moves the logits)",
         "hidden_row0 = (n_layers+2, L, hidden): [0] embedding output, [1..n_layers] output of "
         "each decoder layer (residual stream), [n_layers+1] after the final RMSNorm; base model, row 0 "
         f"(consistency with all_logits_row0: {hid_diff:.1e}).",
-        "greedy_ids: 16 greedy tokens per row from the mixed batch (full recompute each step, "
+        "greedy_ids: 16 greedy tokens per row, computed as its logits (full recompute each step, "
         "no KV cache, no EOS stop). top2_gaps[i][t] = logit(top1) - logit(top2) at step t; "
         "a C implementation may legitimately pick a different token only where that gap is "
         "tiny (< ~1e-3); compare tokens only up to the first such step.",
@@ -524,6 +581,12 @@ def build_arch(arch, spec, out_root, device):
         "keys are matched against the module name as a suffix regex '(.*\\.)?(KEY)$' "
         "(a module in rank_pattern but not alpha_pattern keeps lora_alpha). adapters.<name>.modules "
         "lists every LoRA module with its effective r and scaling as PEFT computed them.",
+        "Trainable tokens (trainable_token_indices): the stored "
+        "'<module>.token_adapter.trainable_tokens_delta' (n_ids, hidden) are the rows that replace "
+        "the base rows of those ids (PEFT's index_copy), randomized N(0, 0.3) here; "
+        "adapters.<name>.token_modules lists the modules PEFT gave them (on a tied model lm_head "
+        "too, with the embedding's ids and rows). Such a row's prompt holds some of its "
+        "embedding ids, the last position among them.",
         "String target_modules is matched with re.fullmatch against the full module name "
         "(e.g. 'model.layers.0.self_attn.q_proj').",
         "config.json is written in the legacy layout of real checkpoints (top-level rope_theta, "
@@ -565,7 +628,7 @@ def build_arch(arch, spec, out_root, device):
         f.write("\n")
     log(f"{arch}: done in {time.time() - t0:.1f}s; mixed-vs-single {max(diffs):.2e}; "
         f"effects {['%.2f' % e for e in effect]}; min gaps {[round(min(x), 4) for x in gaps]}")
-    del pm, base
+    del pm, pm_of, base
     if device == "cuda":
         torch.cuda.empty_cache()
 

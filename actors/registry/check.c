@@ -199,7 +199,15 @@ void check_adapter(const check_env_t *env, check_mode_t mode, const char *name, 
                "adapter %s adapts %s, which --lora-target-modules does not enable (enabled: %s)", name, bad, on);
         return;
     }
+    if (info.token_rows > env->extra_vocab_size) {
+        s_fail(out, LS_ERROR_CODE_BAD_REQUEST,
+               "adapter %s replaces %d rows of the embedding or lm_head (trainable_token_indices); "
+               "the workers hold %d a slot (--lora-extra-vocab-size)", name, info.token_rows,
+               env->extra_vocab_size);
+        return;
+    }
     out->rank = (uint32_t)info.max_rank;
     out->targets = info.target_mask;
     out->alpha = info.alpha;
+    out->token_rows = (uint32_t)info.token_rows;
 }

@@ -36,6 +36,7 @@ typedef struct {
     const ls_model_config_t *model;  // NULL without --model-path: nothing can be validated
     int max_lora_rank;
     unsigned targets;  // bit (1u << ls_target_t) per target --lora-target-modules enables
+    int extra_vocab_size;  // rows a slot holds for trainable tokens (--lora-extra-vocab-size)
 } check_env_t;
 
 typedef enum {
@@ -53,6 +54,7 @@ typedef struct {
     uint32_t rank;        // largest rank over the adapted modules
     float alpha;          // lora_alpha (PEFT's default 8 when absent)
     unsigned targets;     // bit (1u << ls_target_t) per target it adapts
+    uint32_t token_rows;  // rows of the embedding or lm_head it replaces (trainable tokens)
 } check_result_t;
 
 // 0 when name can be registered: 1..CHECK_NAME_MAX bytes, no '/', '\\' or control

@@ -21,6 +21,7 @@ typedef struct {
     uint32_t rank;
     float alpha;
     unsigned targets;
+    uint32_t token_rows;  // trainable tokens' rows (check_result_t)
     uint32_t in_flight;
     uint64_t last_used_ms;
     op_t *op;           // the load or unload in progress, NULL when READY
@@ -274,6 +275,7 @@ static void s_answer_acquired(reg_t *self, void *w, const ref_t *r, const char *
     if (r) {
         a->adapter_id = ls_msg_strdup(r->id);
         a->rank = r->rank;
+        a->token_rows = r->token_rows;
     }
     a->code = code;
     a->reason = code ? ls_msg_strdup(reason) : NULL;
@@ -484,6 +486,7 @@ void reg_load_checked(reg_t *self, uint64_t now_ns, uint64_t opid, const check_r
     r->rank = res->rank;
     r->alpha = res->alpha;
     r->targets = res->targets;
+    r->token_rows = res->token_rows;
     for (ref_t *other = zlistx_first(self->order); other; other = zlistx_next(self->order))
         if (other != r && !strcmp(other->path, r->path))
             ls_warn(0, "%s is already loaded as %s; loading another copy as %s", r->path, other->name, r->name);

@@ -46,6 +46,7 @@ typedef struct {
     char *model_path, *state_dir;
     char *scheduler;  // --scheduler: the peer adapters are loaded through
     int max_lora_rank, max_loras_per_batch, load_timeout_ms, unload_timeout_ms, max_lora_tensor_mb;
+    int extra_vocab_size;
     ls_strlist_t target_modules, lora_paths, lora_dirs, lora_roots;
     // state
     ls_actor_t *actor;
@@ -624,9 +625,10 @@ static int s_start(ls_actor_t *a, void *state) {
     registry_t *r = state;
     r->actor = a;
     if (r->max_lora_rank < 1 || r->max_loras_per_batch < 1 || r->load_timeout_ms < 1 || r->unload_timeout_ms < 1 ||
-        r->max_lora_tensor_mb < 1 || r->max_lora_tensor_mb > LS_MAX_LORA_TENSOR_MB_CAP) {
+        r->max_lora_tensor_mb < 1 || r->max_lora_tensor_mb > LS_MAX_LORA_TENSOR_MB_CAP || r->extra_vocab_size < 0) {
         ls_error(0, "--max-lora-rank, --max-loras-per-batch, --load-timeout-ms and --unload-timeout-ms must be "
-                    "positive; --max-lora-tensor-mb 1.." LS_LIMITS_STR(LS_MAX_LORA_TENSOR_MB_CAP));
+                    "positive; --max-lora-tensor-mb 1.." LS_LIMITS_STR(LS_MAX_LORA_TENSOR_MB_CAP)
+                    "; --lora-extra-vocab-size at least 0");
         return -1;
     }
     unsigned targets;
@@ -646,7 +648,8 @@ static int s_start(ls_actor_t *a, void *state) {
                            .n_dirs = r->lora_dirs.n,
                            .model = r->model_path ? &r->model : NULL,
                            .max_lora_rank = r->max_lora_rank,
-                           .targets = targets};
+                           .targets = targets,
+                           .extra_vocab_size = r->extra_vocab_size};
     const reg_config_t cfg = {.max_loras_per_batch = r->max_loras_per_batch,
                               .on_demand = r->lora_dirs.n > 0,
                               .load_timeout_ms = (uint32_t)r->load_timeout_ms,
@@ -703,6 +706,8 @@ int main(int argc, char **argv) {
     ls_flag_t flags[] = {
         LS_FLAG_STR("model-path", &r->model_path, NULL, "base model directory or config.json, to validate adapters"),
         LS_FLAG_INT("max-lora-rank", &r->max_lora_rank, "64", "largest adapter rank accepted"),
+        LS_FLAG_INT("lora-extra-vocab-size", &r->extra_vocab_size, "0",
+                    "most rows of the embedding or lm_head an adapter may replace (trainable tokens); 0: none"),
         LS_FLAG_INT("max-loras-per-batch", &r->max_loras_per_batch, LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH),
                     "GPU adapter slots; at most this - 1 adapters may be pinned"),
         LS_FLAG_LIST("lora-target-modules", &r->target_modules,

@@ -650,7 +650,14 @@ static int s_on_acquired(ls_actor_t *a, ls_in_t *in, void *state) {
     else if (!aa->ok)
         s_end_whole(g, LS_FINISH_REASON_ERROR, aa->code ? aa->code : LS_ERROR_CODE_UNAVAILABLE,
                     aa->reason && *aa->reason ? aa->reason : "the adapter could not be acquired");
-    else if (g->n_held < mix->n)
+    else if (mix->n && aa->token_rows) {
+        // its rows replace the base model's rather than add to them: no weight scales them
+        char why[256];
+        snprintf(why, sizeof why, "adapter %.64s of the mix replaces %u rows of the embedding or "
+                 "lm_head (trainable tokens), which do not mix; use it alone",
+                 aa->name ? aa->name : "?", aa->token_rows);
+        s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_BAD_REQUEST, why);
+    } else if (g->n_held < mix->n)
         s_acquire_next(g);
     else
         s_dispatch_group(g);

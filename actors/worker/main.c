@@ -62,6 +62,7 @@ typedef struct {
     ls_confine_t *confine;  // where adapter paths may point: checked here, whatever the scheduler says
     int kv_blocks, kv_cache_mb, block_size;
     int max_loras_per_batch, max_lora_rank, max_loaded_loras, max_cpu_lora_mb;
+    int extra_vocab_size;  // --lora-extra-vocab-size: trainable token rows a slot holds
     int threads, tp_size, tp_timeout_ms;
     int max_running, max_batched;  // the scheduler's step bounds: a bigger plan is refused
     int device;  // --device; -1: the worker's rank
@@ -187,7 +188,8 @@ static int s_load_engine(ls_actor_t *a) {
                                 .host_bytes = (size_t)s_w.max_cpu_lora_mb << 20,
                                 .target_mask = s_w.target_mask,
                                 .tp_rank = s_w.rank,
-                                .tp_size = s_w.tp_size};
+                                .tp_size = s_w.tp_size,
+                                .extra_vocab_size = s_w.extra_vocab_size};
     if (wstep_memory_new(s_w.model, pages, s_w.block_size, &pc, &s_w.kv, &s_w.pool, err, sizeof err) != 0) {
         ls_error(0, "cannot allocate the GPU pool (KV cache and adapters): %s", err);
         return -1;
@@ -257,9 +259,9 @@ static int s_start(ls_actor_t *a, void *state) {
         return -1;
     }
     if (s_w.tp_size < 1 || s_w.rank < 0 || s_w.rank >= s_w.tp_size || s_w.tp_timeout_ms < 1 || s_w.max_running < 1 ||
-        s_w.max_batched < 1) {
+        s_w.max_batched < 1 || s_w.extra_vocab_size < 0) {
         ls_error(0, "--rank %d must be within --tp-size %d; --tp-timeout-ms, --max-running-requests and "
-                    "--max-num-batched-tokens positive", s_w.rank, s_w.tp_size);
+                    "--max-num-batched-tokens positive; --lora-extra-vocab-size at least 0", s_w.rank, s_w.tp_size);
         return -1;
     }
     if (strcmp(s_w.load_format, "auto") != 0 && strcmp(s_w.load_format, "dummy") != 0) {
@@ -647,6 +649,8 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("max-loras-per-batch", &s_w.max_loras_per_batch, LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH),
                     "adapter slots (distinct adapters in a step): handles; adapters' weights take pool pages by their rank"),
         LS_FLAG_INT("max-lora-rank", &s_w.max_lora_rank, "64", "largest adapter rank"),
+        LS_FLAG_INT("lora-extra-vocab-size", &s_w.extra_vocab_size, "0",
+                    "rows of the embedding and of lm_head a slot holds for its adapter's trainable tokens; 0: none"),
         LS_FLAG_INT("max-loaded-loras", &s_w.max_loaded_loras, "0",
                     "most adapters the CPU tier holds (0: as many as --max-cpu-lora-mb allows)"),
         LS_FLAG_INT("max-cpu-lora-mb", &s_w.max_cpu_lora_mb, "0",

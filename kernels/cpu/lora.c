@@ -11,6 +11,7 @@
 */
 #include <assert.h>
 #include <cblas.h>
+#include <string.h>
 
 #include "ops.h"
 
@@ -153,5 +154,23 @@ void ls_lora_rows(float *y, float *tmp, const float *x, ls_lora_pages_t a, ls_lo
         for (int c = 0; 8 * c < r; c++)
             s_chunk_gemm(y + (size_t)i * out, out, t + 8 * c, r_max, 1,
                          r - 8 * c < 8 ? r - 8 * c : 8, scales[i], &b, w, c, 0, out);
+    }
+}
+
+void ls_token_rows_forward(float *out, const float *rows, const int32_t *idx, int T, int C) {
+    for (int t = 0; t < T; t++)
+        if (idx[t] >= 0)
+            memcpy(out + (size_t)t * C, rows + (size_t)idx[t] * C, (size_t)C * sizeof(float));
+}
+
+void ls_token_logits_forward(float *logits, const float *x, const float *rows, const float *ids,
+                             const int32_t *tiles, int n_tiles, int C, int V) {
+    for (int j = 0; j < n_tiles; j++) {
+        int i = tiles[3 * j], f = tiles[3 * j + 1], n = tiles[3 * j + 2];
+        for (int k = f; k < f + n; k++) {
+            int id = (int)ids[k];
+            assert(id >= 0 && id < V);
+            logits[(size_t)i * V + id] = cblas_sdot(C, rows + (size_t)k * C, 1, x + (size_t)i * C, 1);
+        }
     }
 }

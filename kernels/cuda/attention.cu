@@ -1,6 +1,14 @@
 /*  kernels/cuda/attention.cu — causal paged attention over the KV cache (prefill chunks
     on a cached prefix and decode alike). CPU reference: kernels/cpu/attention.c.
 
+    Two plans. Decode-shaped (ls_cu_attention): every query token is an item of its own
+    that walks its prefix — decodes, and the tokens of short chunks. Prefill chunks
+    (ls_cu_attention_prefill, for the sequences ls_cu_attention_prefill_pick picks; the
+    CUDA backend splits a step between the two) take query tiles instead, so
+    that each K/V tile read serves 128 query rows: k_attention_prefill, at the end of this
+    file (FlashAttention-2's plan; bf16 caches, head_dim 64 and 128; q and p rounded to
+    bf16 there).
+
     Decode reads every K/V row of its context once for a few flops per byte: it is bound
     by memory bandwidth, so the kernels are built to keep many bytes in flight and to spend
     few instructions per key. Three kernels, one chosen per call by ls_cu_attention:
@@ -50,18 +58,20 @@
     warp behind a chain of dependent loads (positions -> block table -> K/V), not profiled
     yet. Long contexts with few sequences reach ~78% (clusters of <= 16 CTAs per (token, kv
     head) leave part of the GPU idle; a split over more CTAs would need a merge through
-    memory). Prefill has no query tiling — each query token of a chunk re-reads its whole
-    prefix (from L2 for tokens of one sequence) and tc uses 12 of the 16 MMA rows for one
-    token's heads; a long prefill wants a flash-attention kernel with queries on the M
-    side. tc only for bf16 caches (f16 pieces would lose bits to the f16 exponent range)
-    and head_dim 64/128 (register budget); groups not a multiple of 4 waste head slots of
-    the last pass (group 1 uses 1 of 4), groups above 4 read K/V once per pass; block
-    sizes that are not a power of two pay an integer division per step; on sm_80 there
-    are no clusters, so a long context with few sequences runs on few SMs.
+    memory). Tokens given to these kernels in a prefill (chunks the pick leaves here, or
+    caches the prefill kernel does not take) re-read their whole
+    prefix each (from L2 for tokens of one sequence), and tc uses 12 of the 16 MMA rows for
+    one token's heads. tc only for bf16 caches (f16 pieces would lose bits to the f16
+    exponent range) and head_dim 64/128 (register budget); groups not a multiple of 4 waste
+    head slots of the last pass (group 1 uses 1 of 4), groups above 4 read K/V once per
+    pass; block sizes that are not a power of two pay an integer division per step; on
+    sm_80 there are no clusters, so a long context with few sequences runs on few SMs.
+    The prefill kernel's own limits are at k_attention_prefill.
 */
 #include <assert.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cooperative_groups.h>
 
@@ -698,6 +708,326 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
     s_merge<GC>(out, s_sm, W, RING / 4, t, kvh, group, g0, gn, n_heads, D, rank, cs);
 }
 
+// -- prefill: query tiles on the tensor cores -----------------------------------------------
+
+// c[mt][j] and c[mt][j + 1] += a[mt] times the two n8 tiles of B that one ldmatrix.x4 loads
+// from addr, for every m-tile mt (TRANS: .trans, for V, whose rows are B's rows)
+template <bool TRANS, int MT, int N>
+__device__ __forceinline__ void s_mma_b2(float (&c)[MT][N][4], int j, const uint32_t (&a)[MT][4],
+                                         unsigned addr) {
+    uint32_t b[4];
+    if (TRANS)
+        s_ldsm4t(b, addr);
+    else
+        s_ldsm4(b, addr);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        s_mma16816(c[mt][j], a[mt], b[0], b[1]);
+        s_mma16816(c[mt][j + 1], a[mt], b[2], b[3]);
+    }
+}
+
+// k_attention_prefill: FlashAttention-2's plan, for the sequences of a step with many query
+// tokens (ls_cu_attention_prefill). A CTA of NW warps takes one query tile of one sequence
+// and kv head: BM = 16*MT*NW rows, row r = (token r / group, query head r % group of the kv
+// head) — the GQA group's heads side by side, so each K/V tile in shared memory serves all of
+// them — TQ = BM / group tokens (rows past TQ*group stay idle). Warp w owns rows 16*MT*w ..
+// +16*MT. The CTA walks keys 0 .. the tile's largest position in tiles of BN:
+// - K/V rows through the block table into shared memory by cp.async, two stages (tile j + 1
+//   copies while tile j computes), each key's cache slot looked up two tiles ahead (the
+//   block-table read in flight during a tile); rows swizzled (16-byte chunk c of row r at
+//   c ^ (r % 8)), so that ldmatrix's 8 row addresses of one matrix hit 8 distinct bank groups;
+//   keys past the tile's largest position are zero-filled (and masked);
+// - S = Q·Kᵀ by mma.sync m16n8k16 (A: Q by ldmatrix from shared memory; B: K rows by
+//   ldmatrix, the key-major rows being B's columns), online softmax on the S fragments in
+//   fp32 (base 2: q pre-scaled by scale*log2(e); a row's max over its lane quad);
+// - O += P·V by mma.sync with P's A fragments straight from the S registers (the m16n8 C
+//   layout of key n-tiles 2k, 2k+1 is the m16k16 A layout of key step k), V by
+//   ldmatrix.trans;
+// - causal by positions: keys past a row's position masked (only in tiles reaching past the
+//   smallest position of the warp's rows), tiles past the largest skipped by the warp; a
+//   chunk's queries see the whole cached prefix before them. Keys are walked upward from 0,
+//   so every row has a finite max after its first tile (key 0 is always visible).
+// Precision, unlike the decode kernels (fp32-exact): q is rounded to bf16 once, after the
+// scale (FlashAttention takes a bf16 q in the first place), and p to bf16 for P·V; the row
+// sums add the rounded p, so that the output stays a convex combination of V rows; scores,
+// sums and O in fp32. bf16's unit roundoff u = 2^-8 bounds the relative error of each p and
+// of each element of q (test_gpu_ops states its tolerance from it).
+// Known limits: one CTA per (query tile, kv head), no split over keys — a short prompt
+// gives few CTAs (512 tokens of Llama-3-8B: 16 tiles x 8 kv heads for 132 SMs), and a short
+// chunk on a long prefix is one CTA's walk over all its keys (H100: 78 us for 1 query on
+// 2,048 cached tokens, against 12 on the decode-shaped kernel), which is why
+// ls_cu_attention_prefill_pick leaves short chunks to that one (a split over keys with a
+// merge through memory would let this kernel take them); tiles of a
+// sequence launch latest (most keys) first, sequences one after another (blockIdx.z), the
+// CTAs past a shorter sequence's tiles exit at once; Q is re-read from shared memory every
+// key tile (registers are full: 247 at head_dim 128); bf16 caches only.
+// seqs (n, 3): (sequence, first token, tokens) of the sequences this launch takes, grid
+// (n_kv_heads, tiles of the longest, n), blockDim NW*32, dynamic shared memory: Q (BM rows),
+// then two stages of K (BN rows) and V (BN rows), rows of 2*D bytes.
+template <int D, int MT, int NW, int BN>
+__global__ void __launch_bounds__(NW * 32)
+k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_,
+                    const int32_t *seqs, const int32_t *positions,
+                    const int32_t *block_tables, int max_blocks, int n_heads, int n_kv_heads,
+                    int block_size, int bs_shift, int block_rows, int row_stride, float qscale) {
+    constexpr int NT = NW * 32, BM = 16 * MT * NW, RB = 2 * D, NCH = D / 8;
+    constexpr int STAGE = 2 * BN * RB;     // bytes: BN K rows, then BN V rows
+    constexpr int CPT = BN * NCH / NT;     // chunks a thread copies per tile, of K and of V
+    static_assert(BM <= NT && BN <= NT && BN % 16 == 0 && NT % NCH == 0 && CPT >= 1,
+                  "tile shape");
+    extern __shared__ uint4 s_sm[];
+    __shared__ int s_pos[BM];      // the tile's tokens' positions (-1 past the sequence)
+    __shared__ int s_slot[3][BN];  // cache slot of each key of tiles j .. j+2 (-1: past pmax)
+    __shared__ int s_whi[NW];      // the largest position each warp read (-> the tile's)
+    const char *kc = (const char *)kc_, *vc = (const char *)vc_;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, qd = lane & 3; // fragment row, column pair
+    const int kvh = blockIdx.x, group = n_heads / n_kv_heads, tq = BM / group;
+    const int seq = seqs[3 * blockIdx.z], t_first = seqs[3 * blockIdx.z + 1];
+    const int n_tok = seqs[3 * blockIdx.z + 2], n_tiles = (n_tok + tq - 1) / tq;
+    if ((int)blockIdx.y >= n_tiles)
+        return; // a shorter sequence than the launch's longest
+    const int tile = n_tiles - 1 - (int)blockIdx.y; // the latest tokens (most keys) first
+    const int tok0 = t_first + tile * tq, ntok = min(tq, n_tok - tile * tq);
+    const int nrows = ntok * group;
+    const int32_t *table = block_tables + (size_t)seq * max_blocks;
+    const size_t kv_bytes = (size_t)n_kv_heads * RB;
+    kc += (size_t)kvh * RB, vc += (size_t)kvh * RB;
+    char *q_sm = (char *)s_sm;
+    const unsigned q_s = (unsigned)__cvta_generic_to_shared(q_sm), kv_s = q_s + BM * RB;
+
+    {
+        int p = tid < ntok ? positions[tok0 + tid] : -1;
+        if (tid < BM)
+            s_pos[tid] = p;
+        p = __reduce_max_sync(0xffffffffu, p);
+        if (lane == 0)
+            s_whi[warp] = p;
+    }
+    // Q (BM, D) as bf16 of q * qscale, rows past nrows zero
+    {
+        constexpr int F4 = D / 4; // float4s a row
+#pragma unroll 8
+        for (int i = 0; i < BM * F4 / NT; i++) {
+            int f = tid + i * NT, r = f / F4, c4 = f % F4;
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < nrows) {
+                int tk = r / group, hd = kvh * group + r - tk * group;
+                x = __ldg(reinterpret_cast<const float4 *>(
+                              q + (size_t)(tok0 + tk) * row_stride + (size_t)hd * D) + c4);
+            }
+            uint2 u = {s_pack(x.x * qscale, x.y * qscale), s_pack(x.z * qscale, x.w * qscale)};
+            *reinterpret_cast<uint2 *>(q_sm + r * RB + (((c4 >> 1) ^ (r & 7)) << 4) +
+                                       (c4 & 1) * 8) = u;
+        }
+    }
+    __syncthreads();
+    int pmax = 0; // the tile's largest position: its last key
+#pragma unroll
+    for (int w = 0; w < NW; w++)
+        pmax = max(pmax, s_whi[w]);
+    const int nkt = pmax / BN + 1;
+    // this lane's rows (h: row g or g+8 of m-tile mt): their positions, pmax for rows past
+    // the tile (their q is zero; they are never written); the warp's least and largest
+    // position over its rows of the tile (whi -1: none, the warp idles)
+    int rpos[MT][2], wlo = 0x7fffffff, whi = -1;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int r = warp * 16 * MT + 16 * mt + g + 8 * h;
+            int p = r < nrows ? s_pos[r / group] : -1;
+            whi = max(whi, p);
+            wlo = p >= 0 ? min(wlo, p) : wlo;
+            rpos[mt][h] = p >= 0 ? p : pmax;
+        }
+    whi = __reduce_max_sync(0xffffffffu, whi);
+    wlo = __reduce_min_sync(0xffffffffu, wlo);
+
+    // key -> cache slot (the key's row of kv_dim elements in the cache, its block's rows
+    // block_rows apart): page(key) is the block-table read, slot_in() the rest
+    auto page_of = [&](int key) {
+        return __ldg(table + (bs_shift >= 0 ? key >> bs_shift : key / block_size));
+    };
+    auto slot_in = [&](int page, int key) {
+        int off = bs_shift >= 0 ? key & (block_size - 1) : key % block_size;
+        return page * block_rows + off;
+    };
+    if (tid < BN)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int key = j * BN + tid;
+            s_slot[j][tid] = key <= pmax ? slot_in(page_of(key), key) : -1;
+        }
+    __syncthreads();
+
+    // tile j's K and V rows into stage j % 2: thread copies chunk c = tid % NCH of rows
+    // tid / NCH + (NT / NCH) * i; keys past pmax zero-filled
+    auto issue = [&](int j, int ring) {
+        const unsigned st = kv_s + (j & 1) * STAGE;
+#pragma unroll
+        for (int i = 0; i < CPT; i++) {
+            int f = tid + i * NT, r = f / NCH, c = f % NCH;
+            int slot = s_slot[ring][r];
+            size_t so = (size_t)max(slot, 0) * kv_bytes + c * 16;
+            unsigned d = st + r * RB + ((c ^ (r & 7)) << 4);
+            int n = slot >= 0 ? 16 : 0;
+            s_cp16(d, kc + so, n);
+            s_cp16(d + BN * RB, vc + so, n);
+        }
+    };
+    issue(0, 0);
+    s_cp_commit();
+
+    float o[MT][D / 8][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int j = 0; j < D / 8; j++)
+            o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+    }
+    // ldmatrix row addresses of this lane (the swizzle's row % 8 is lane % 8 in all three):
+    // Q rows of m-tile 0 (matrices: rows 0-7, 8-15 at chunk 2k, then at 2k + 1); K rows
+    // (keys 0-7 at chunks 2k, 2k + 1, then keys 8-15); V rows (keys 0-7, 8-15 at chunk 2n,
+    // then at 2n + 1)
+    const int sw = lane & 7;
+    const unsigned q_row = q_s + (warp * 16 * MT + (lane & 15)) * RB;
+    const int q_ch = lane >> 4;
+    const int k_row = ((lane & 7) + ((lane >> 4) << 3)) * RB, k_ch = (lane >> 3) & 1;
+    const int v_row = ((lane & 7) + (((lane >> 3) & 1) << 3)) * RB, v_ch = lane >> 4;
+
+    int ring1 = 1, ring2 = 2; // s_slot rows of tiles j + 1 and j + 2
+    for (int j = 0; j < nkt; j++) {
+        const int k0 = j * BN;
+        // the block-table entry of this thread's key two tiles ahead: read now, used after
+        // the tile's math
+        const int key2 = k0 + 2 * BN + tid;
+        const bool has2 = tid < BN && key2 <= pmax;
+        int page2 = has2 ? page_of(key2) : 0;
+        if (j + 1 < nkt)
+            issue(j + 1, ring1);
+        s_cp_commit();
+        s_cp_wait<1>(); // tile j's copies (this thread's) have landed
+        __syncthreads(); // ... and every thread's
+        if (k0 <= whi) { // warp-uniform: the warp has a row that sees a key of this tile
+            const unsigned kst = kv_s + (j & 1) * STAGE, vst = kst + BN * RB;
+            float s[MT][BN / 8][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < BN / 8; n++)
+                    s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) { // dims 16ks .. 16ks + 15
+                uint32_t qa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    s_ldsm4(qa[mt], q_row + 16 * mt * RB + (((2 * ks + q_ch) ^ sw) << 4));
+#pragma unroll
+                for (int np = 0; np < BN / 16; np++) // keys 16np .. 16np + 15
+                    s_mma_b2<false>(s, 2 * np, qa,
+                                    kst + 16 * np * RB + k_row + (((2 * ks + k_ch) ^ sw) << 4));
+            }
+            if (k0 + BN - 1 > wlo) // warp-uniform: a key of the tile is past a row's position
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (k0 + 8 * n + 2 * qd + (e & 1) > rpos[mt][e >> 1])
+                                s[mt][n][e] = -INFINITY;
+            // online softmax: row g (h = 0: c0, c1) and row g + 8 (h = 1: c2, c3); the new
+            // max mn is finite from the first tile on
+            float mn[MT][2];
+            bool moved = false;
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float mx = -INFINITY;
+#pragma unroll
+                    for (int n = 0; n < BN / 8; n++)
+                        mx = fmaxf(mx, fmaxf(s[mt][n][2 * h], s[mt][n][2 * h + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    mn[mt][h] = fmaxf(m[mt][h], mx);
+                    moved |= mn[mt][h] > m[mt][h];
+                }
+            if (__any_sync(0xffffffffu, moved)) // rescale what was summed under the old max
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float c = s_ex2(m[mt][h] - mn[mt][h]); // 0 on the first tile
+                        l[mt][h] *= c;
+#pragma unroll
+                        for (int n = 0; n < D / 8; n++)
+                            o[mt][n][2 * h] *= c, o[mt][n][2 * h + 1] *= c;
+                    }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    m[mt][h] = mn[mt][h];
+#pragma unroll
+                    for (int n = 0; n < BN / 8; n++) {
+                        s[mt][n][2 * h] = s_ex2(s[mt][n][2 * h] - mn[mt][h]);
+                        s[mt][n][2 * h + 1] = s_ex2(s[mt][n][2 * h + 1] - mn[mt][h]);
+                    }
+                }
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) { // keys 16kk .. 16kk + 15
+                uint32_t pa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    pa[mt][0] = s_pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = s_pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = s_pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = s_pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                    l[mt][0] += (s_lo(pa[mt][0]) + s_hi(pa[mt][0])) +
+                                (s_lo(pa[mt][2]) + s_hi(pa[mt][2]));
+                    l[mt][1] += (s_lo(pa[mt][1]) + s_hi(pa[mt][1])) +
+                                (s_lo(pa[mt][3]) + s_hi(pa[mt][3]));
+                }
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) // dims 16dp .. 16dp + 15
+                    s_mma_b2<true>(o, 2 * dp, pa,
+                                   vst + 16 * kk * RB + v_row + (((2 * dp + v_ch) ^ sw) << 4));
+            }
+        }
+        if (tid < BN)
+            s_slot[ring2][tid] = has2 ? slot_in(page2, key2) : -1;
+        ring1 = ring2;
+        ring2 = ring2 == 2 ? 0 : ring2 + 1;
+        __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's slots visible
+    }
+    s_cp_wait<0>(); // only empty groups were left
+
+    // out rows: O / l, the row sums over the lane quad first
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float lt = l[mt][h];
+            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            const int r = warp * 16 * MT + 16 * mt + g + 8 * h;
+            if (r < nrows) {
+                const float inv = 1.0f / lt;
+                const int tk = r / group, hd = kvh * group + r - tk * group;
+                float *orow = out + (size_t)(tok0 + tk) * n_heads * D + (size_t)hd * D + 2 * qd;
+#pragma unroll
+                for (int n = 0; n < D / 8; n++)
+                    *reinterpret_cast<float2 *>(orow + 8 * n) =
+                        make_float2(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+            }
+        }
+}
+
 // -- launchers -----------------------------------------------------------------------------
 
 // SMs, compute capability and the opt-in shared memory per CTA of the current device, read
@@ -932,4 +1262,123 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     }
 #undef LS_ATT_E
     return cudaErrorInvalidValue;
+}
+
+// the arguments of ls_cu_attention_prefill
+typedef struct {
+    float *out;
+    const float *q;
+    const void *k_cache, *v_cache;
+    const int32_t *seqs;
+    int n_seqs, max_q;
+    const int32_t *positions, *block_tables;
+    int max_blocks, n_heads, n_kv_heads, head_dim, block_size, row_stride;
+    size_t block_stride;
+    cudaStream_t stream;
+} s_pf_args_t;
+
+// Production tiles: 128 query rows (4 warps of 32 rows), keys in tiles of 64 (head_dim 64)
+// or 32 (128: 247 registers; 64 keys take 255 and spill).
+enum { PF_MT = 2, PF_NW = 4, PF_BM = 16 * PF_MT * PF_NW };
+
+// One launch of k_attention_prefill<D, MT, NW, BN>; its shared memory set up on the first.
+template <int D, int MT, int NW, int BN> static cudaError_t s_run_prefill(const s_pf_args_t *a) {
+    constexpr int BM = 16 * MT * NW;
+    const size_t smem = (size_t)(BM + 4 * BN) * 2 * D; // Q, then 2 stages of K and V
+    static int ready = 0;
+    if (!ready) { // past the 48 KB a launch gets by default
+        cudaError_t e = cudaFuncSetAttribute((const void *)k_attention_prefill<D, MT, NW, BN>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
+        if (e != cudaSuccess)
+            return e;
+        ready = 1;
+    }
+    int group = a->n_heads / a->n_kv_heads, tq = BM / group;
+    assert(tq >= 1 && a->n_seqs <= 65535 && (a->max_q + tq - 1) / tq <= 65535);
+    int bs_shift = -1;
+    if ((a->block_size & (a->block_size - 1)) == 0)
+        for (bs_shift = 0; (1 << bs_shift) < a->block_size; bs_shift++)
+            ;
+    float qscale = 1.0f / sqrtf((float)D) * 1.44269504088896341f; // scale*log2(e)
+    dim3 grid((unsigned)a->n_kv_heads, (unsigned)((a->max_q + tq - 1) / tq), (unsigned)a->n_seqs);
+    k_attention_prefill<D, MT, NW, BN><<<grid, NW * 32, smem, a->stream>>>(
+        a->out, a->q, a->k_cache, a->v_cache, a->seqs, a->positions, a->block_tables,
+        a->max_blocks, a->n_heads, a->n_kv_heads, a->block_size, bs_shift,
+        (int)(a->block_stride / ((size_t)a->n_kv_heads * D)), a->row_stride, qscale);
+    return cudaGetLastError();
+}
+
+int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_cache,
+                               const void *v_cache, ls_cu_dtype_t cache_dt, int n_heads,
+                               int n_kv_heads, int head_dim, int row_stride) {
+    s_props();
+    return s_cc >= 8 && cache_dt == LS_CU_BF16 && (head_dim == 64 || head_dim == 128) &&
+           n_heads / n_kv_heads <= PF_BM && row_stride % 4 == 0 && (uintptr_t)q % 16 == 0 &&
+           (uintptr_t)out % 8 == 0 && (uintptr_t)k_cache % 16 == 0 &&
+           (uintptr_t)v_cache % 16 == 0;
+}
+
+cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_cache,
+                                    const void *v_cache, ls_cu_dtype_t cache_dt,
+                                    const int32_t *seqs, int n_seqs, int max_q,
+                                    const int32_t *positions, const int32_t *block_tables,
+                                    int max_blocks, int n_heads, int n_kv_heads, int head_dim,
+                                    int block_size, int row_stride, size_t block_stride,
+                                    cudaStream_t stream) {
+    assert(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && row_stride >= n_heads * head_dim);
+    // the kernel names a key by its row of kv_dim elements in the cache, an int: blocks
+    // whole rows apart (a cache's rows fit an int: 2^31 rows of kv_dim >= 64 bf16 elements
+    // are 256 GiB)
+    assert(block_stride % ((size_t)n_kv_heads * head_dim) == 0);
+    assert(ls_cu_attention_prefill_ok(out, q, k_cache, v_cache, cache_dt, n_heads, n_kv_heads,
+                                      head_dim, row_stride));
+    if (n_seqs == 0 || max_q == 0)
+        return cudaSuccess;
+    s_pf_args_t a = {out,        q,       k_cache,    v_cache,  seqs,       n_seqs,
+                     max_q,      positions, block_tables, max_blocks, n_heads, n_kv_heads,
+                     head_dim,   block_size, row_stride, block_stride, stream};
+    return head_dim == 64 ? s_run_prefill<64, PF_MT, PF_NW, 64>(&a)
+                          : s_run_prefill<128, PF_MT, PF_NW, 32>(&a);
+}
+
+// qsort's order for (context, tokens, sequence) triples: longest context first
+static int s_ctx_desc(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a < b) - (a > b);
+}
+
+int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_lens, int n_seqs,
+                                 int32_t *seqs) {
+    // the candidates as (context, tokens, sequence), longest context first
+    int m = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int n = q_indptr[s + 1] - q_indptr[s];
+        if (n >= LS_CU_PREFILL_MIN_Q)
+            seqs[3 * m] = ctx_lens[s], seqs[3 * m + 1] = n, seqs[3 * m + 2] = s, m++;
+    }
+    if (m == 0)
+        return 0;
+    qsort(seqs, (size_t)m, 3 * sizeof *seqs, s_ctx_desc);
+    // cost in pairs of the decode-shaped kernel: those of the candidates left to it, plus
+    // LS_CU_PREFILL_KEY_PAIRS per key of the longest context the prefill kernel takes
+    int64_t above = 0, total = 0; // pairs of the candidates of longer contexts; of all
+    for (int i = 0; i < m; i++) {
+        int64_t c = seqs[3 * i], n = seqs[3 * i + 1];
+        total += n * c - n * (n - 1) / 2; // causal pairs of queries at c - n .. c - 1
+    }
+    int64_t best = total, limit = 0; // limit: the longest context taken (0: none)
+    for (int i = 0; i < m; i++) {
+        int64_t c = seqs[3 * i], n = seqs[3 * i + 1];
+        if ((i == 0 || seqs[3 * i - 3] != c) && above + LS_CU_PREFILL_KEY_PAIRS * c < best)
+            best = above + LS_CU_PREFILL_KEY_PAIRS * c, limit = c;
+        above += n * c - n * (n - 1) / 2;
+    }
+    int k = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int t0 = q_indptr[s], n = q_indptr[s + 1] - t0;
+        if (n >= LS_CU_PREFILL_MIN_Q && ctx_lens[s] <= limit)
+            seqs[3 * k] = s, seqs[3 * k + 1] = t0, seqs[3 * k + 2] = n, k++;
+    }
+    return k;
 }

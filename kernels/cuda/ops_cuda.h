@@ -153,6 +153,54 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
 // after a v1 launch): for tests of the plan. Not thread-safe.
 void ls_cu_attention_last_plan(int *warps, int *cluster);
 
+// Prefill attention: the same causal attention for whole sequences of a step with many query
+// tokens, on query tiles (FlashAttention-2's plan on the tensor cores; attention.cu). seqs
+// (n_seqs, 3) holds (sequence, first token row, tokens) of each sequence it takes, rows
+// packed as ls_attn_meta_t packs them; the caches as ls_cu_attention's (blocks block_stride
+// elements apart, a multiple of n_kv_heads*head_dim); it writes those rows of out and no
+// other; max_q is the most tokens of any of them. Not fp32-exact as ls_cu_attention is: q and the softmax
+// weights are rounded to bf16 for the products (relative 2^-8 each), sums stay fp32. Only
+// where ls_cu_attention_prefill_ok: 1 for bf16 caches, head_dim 64 or 128, groups
+// (n_heads / n_kv_heads) up to 128, rows and pointers aligned for 16-byte loads (sm_80+).
+int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_cache,
+                               const void *v_cache, ls_cu_dtype_t cache_dt, int n_heads,
+                               int n_kv_heads, int head_dim, int row_stride);
+cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_cache,
+                                    const void *v_cache, ls_cu_dtype_t cache_dt,
+                                    const int32_t *seqs, int n_seqs, int max_q,
+                                    const int32_t *positions, const int32_t *block_tables,
+                                    int max_blocks, int n_heads, int n_kv_heads, int head_dim,
+                                    int block_size, int row_stride, size_t block_stride,
+                                    cudaStream_t stream);
+// The CUDA backend's split of a step between the two plans: the sequences of the step
+// (q_indptr, ctx_lens of n_seqs, as ls_attn_meta_t holds them) that go to
+// ls_cu_attention_prefill; the rest go to ls_cu_attention. Writes their (sequence, first
+// token row, tokens) to seqs in row order and returns how many; seqs has room for 3 ints per
+// sequence of at least LS_CU_PREFILL_MIN_Q tokens (it is the scratch of the choice too).
+//
+// A cost model fitted to dev_prefill (an H100, Llama-3-8B's heads; kernels/cuda/dev/
+// README.md): ls_cu_attention costs about the same per causal (query, key) pair whatever the
+// sequences (0.48-0.54 ns a pair a layer once past a few dozen queries in all); the prefill
+// kernel, while its grid fits the GPU, costs the walk of its longest context over its keys
+// (~0.045 us a key), the shorter sequences beside it riding along. It takes the candidates
+// (at least LS_CU_PREFILL_MIN_Q tokens) of contexts up to a limit C, C minimizing the pairs
+// of the candidates above C plus LS_CU_PREFILL_KEY_PAIRS x C (none where that is never below
+// all the candidates' pairs). So one chunk on a long prefix goes to it from ~100 queries
+// (measured: the old kernel faster at 64 on 2,048 cached tokens, slower at 128), a prompt
+// alone from ~192 (half the pairs: the causal triangle), k chunks on like prefixes from
+// ~96/k queries each, and a short chunk on a context far longer than the others' stays
+// with ls_cu_attention. Past one wave the prefill kernel does 6-9 times the old kernel's
+// pairs a second (2K, 8K prompts), so what it takes never runs slower there either.
+int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_lens, int n_seqs,
+                                 int32_t *seqs);
+// the fewest query tokens of a sequence the prefill kernel is given: below, its query tiles
+// of 128 rows would be mostly empty (16 tokens x a group of 4 fill half), and decodes
+// spread over clusters on the decode-shaped kernel
+#define LS_CU_PREFILL_MIN_Q 16
+// decode-shaped pairs that cost as much as one key of the prefill kernel's longest walk:
+// 0.045 us / 0.48-0.54 ns = 84-94, rounded up so that near-ties go to the fp32-exact kernel
+#define LS_CU_PREFILL_KEY_PAIRS 96
+
 // ---------------------------------------------------------------------------------------
 // LoRA (SGMV): the segment description is flattened on the host, once per step, into
 // tiles of at most LS_CU_LORA_TILE consecutive segment positions of one segment whose slot
@@ -257,6 +305,16 @@ cudaError_t ls_cu_lora_rows(float *y, float *tmp, const float *x, ls_lora_pages_
                             ls_cu_dtype_t a_dt, ls_lora_pages_t b, ls_cu_dtype_t b_dt,
                             const ls_cu_lora_tile_t *tiles, int n_tiles, int in, int out,
                             int r_max, cudaStream_t stream);
+
+// Trainable tokens (lora_tokens.cu), as ls_token_rows_forward: out (T, C) [t] = rows (N, C)
+// [idx[t]] where idx[t] >= 0; idx (T) device memory.
+cudaError_t ls_cu_token_rows(float *out, const void *rows, ls_cu_dtype_t rows_dt,
+                             const int32_t *idx, int T, int C, cudaStream_t stream);
+// As ls_token_logits_forward: logits (R, V) [i, ids[k]] = rows (N, C) [k] · x (R, C) [i] for
+// k in [f, f + n) of each tile (i, f, n); ids (N) and tiles (n_tiles, 3) device memory.
+cudaError_t ls_cu_token_logits(float *logits, const float *x, const void *rows,
+                               ls_cu_dtype_t rows_dt, const float *ids, const int32_t *tiles,
+                               int n_tiles, int C, int V, cudaStream_t stream);
 
 // The most local memory per thread (bytes) among the kernels the decode LoRA op runs on
 // 16-bit pools by default (for tests: it must be 0), -1 if it cannot be read.

@@ -98,9 +98,9 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, ls_quant_t quant, cons
         return -1;
     const ls_model_config_t *cfg = ls_model_config(f->m);
     // every target, the embedding and lm_head too (their groups run only for the adapters
-    // that target them)
+    // that target them), and rows for the adapters' trainable tokens
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = max_rank,
-                                .target_mask = (1u << LS_TARGET_ALL) - 1};
+                                .target_mask = (1u << LS_TARGET_ALL) - 1, .extra_vocab_size = 16};
     // one pool of pages, as the worker's: the rows' KV at the bottom, the adapters at the top
     int bpr = MAX_LEN / BS, ad_pages = slot_plan_pages(f->m, BS, &pc, err, errlen);
     if (ad_pages < 0 || !(f->kv = ls_kv_cache_new(f->m, (MAX_ROWS + MAX_LEN) * bpr + ad_pages, BS, err, errlen)))

@@ -62,11 +62,21 @@ static inline float rm_weight_value(const ls_weight_spec_t *ws, unsigned seed, s
     }
 }
 
+// Replaces the rows tr->ids of f (a (vocab, hidden) table) with tr->rows: an adapter's
+// trainable tokens merged into the embedding or lm_head (PEFT's index_copy).
+static inline void rm_merge_token_rows(float *f, const ls_token_rows_t *tr, size_t hidden)
+{
+    for (int k = 0; k < tr->n; k++)
+        memcpy(f + (size_t)tr->ids[k] * hidden, tr->rows + (size_t)k * hidden, hidden * sizeof *f);
+}
+
 // Writes config.json and the weights into dir (which exists). With n_merge > 0 the seven
 // target weights become W + Σ_i w_i·scaling_i·B_i·A_i of adapters merge[i] at weights w[i]
 // (a mix's dense form, docs/lora-mixing.md), and the embedding and lm_head likewise, computed
 // in double and rounded once (the dense reference of a LoRA forward); use dtype F32 and an
-// untied model then. 0 or -1.
+// untied model then. An adapter's trainable tokens replace their rows of the embedding and
+// lm_head (one adapter, at weight 1; tied, the one table takes the embedding's, which must
+// then be lm_head's too). 0 or -1.
 static inline int rm_write_model_mix(const char *dir, const rm_spec_t *sp,
                                      const ls_adapter_t *const *merge, const float *w,
                                      int n_merge)
@@ -146,6 +156,15 @@ static inline int rm_write_model_mix(const char *dir, const rm_spec_t *sp,
                 }
                 f[o * in + i] = (float)acc;
             }
+        for (int m = 0; m < n_merge && global; m++) {
+            bool head = ws[k].role == LS_W_LM_HEAD;
+            const ls_token_rows_t *tr = ls_adapter_token_rows(merge[m], head ? LS_TARGET_LM_HEAD
+                                                                             : LS_TARGET_EMBED);
+            assert(tr->n == 0 || (n_merge == 1 && w[0] == 1.0f));
+            assert(!sp->tied || head ||
+                   ls_adapter_token_rows(merge[m], LS_TARGET_LM_HEAD)->rows == tr->rows);
+            rm_merge_token_rows(f, tr, in);
+        }
         if (sp->dtype != LS_DTYPE_F32) {  // narrow in place: 2-byte values fit the floats
             uint16_t *h = (uint16_t *)f;
             for (size_t i = 0; i < numel; i++)
@@ -212,16 +231,19 @@ static inline float rm_adapter_value(unsigned seed, int key, int which, size_t i
 
 // Writes a PEFT adapter into dir: config is the whole adapter_config.json text, ranks[l*7+t]
 // the rank PEFT will derive from it for each (layer, target) (0: not targeted), embed_rank
-// and head_rank those of embed_tokens (lora_embedding_A/B) and lm_head (0: not targeted).
-static inline int rm_write_adapter_globals(const char *dir, const ls_model_config_t *cfg,
-                                           const char *config, const int *ranks, int embed_rank,
-                                           int head_rank, ls_dtype_t dtype, unsigned seed)
+// and head_rank those of embed_tokens (lora_embedding_A/B) and lm_head (0: not targeted);
+// tok_rows[0] and [1] the rows of the trainable tokens tensors of the embedding and lm_head
+// (as many as the config lists ids for each; 0: no tensor), ~ U(-1, 1) like embeddings.
+static inline int rm_write_adapter_tokens(const char *dir, const ls_model_config_t *cfg,
+                                          const char *config, const int *ranks, int embed_rank,
+                                          int head_rank, const int tok_rows[2], ls_dtype_t dtype,
+                                          unsigned seed)
 {
     mkdir(dir, 0700);
     if (fx_write_str(dir, "adapter_config.json", config) != 0)
         return -1;
     int L = cfg->num_hidden_layers, n = 0;
-    size_t cap = ((size_t)L * LS_TARGET_COUNT + 2) * 2;
+    size_t cap = ((size_t)L * LS_TARGET_COUNT + 2) * 2 + 2;
     ls_st_write_tensor_t *t = calloc(cap, sizeof *t);
     char (*names)[128] = calloc(cap, 128);
     for (int l = 0; l <= L; l++)
@@ -259,6 +281,20 @@ static inline int rm_write_adapter_globals(const char *dir, const ls_model_confi
                 n++;
             }
         }
+    for (int m = 0; m < 2; m++) {
+        if (!tok_rows[m])
+            continue;
+        size_t numel = (size_t)tok_rows[m] * (size_t)cfg->hidden_size;
+        float *f = malloc(numel * sizeof *f);
+        for (size_t i = 0; i < numel; i++)
+            f[i] = fx_value(seed * 104729u + 9100u + (unsigned)m, i);
+        if (dtype != LS_DTYPE_F32)  // in place: 2-byte values fit the floats
+            ls_f32_narrow(f, dtype, f, numel);
+        snprintf(names[n], 128, "base_model.model.%s.token_adapter.trainable_tokens_delta",
+                 m ? "lm_head" : "model.embed_tokens");
+        t[n] = (ls_st_write_tensor_t){names[n], dtype, 2, {tok_rows[m], cfg->hidden_size}, f};
+        n++;
+    }
     char path[4096], err[256];
     int rc = ls_st_write(fx_path(path, sizeof path, dir, "adapter_model.safetensors"), t,
                          (size_t)n, err, sizeof err);
@@ -269,6 +305,16 @@ static inline int rm_write_adapter_globals(const char *dir, const ls_model_confi
     free(t);
     free(names);
     return rc;
+}
+
+// rm_write_adapter_tokens without trainable tokens.
+static inline int rm_write_adapter_globals(const char *dir, const ls_model_config_t *cfg,
+                                           const char *config, const int *ranks, int embed_rank,
+                                           int head_rank, ls_dtype_t dtype, unsigned seed)
+{
+    const int none[2] = {0, 0};
+    return rm_write_adapter_tokens(dir, cfg, config, ranks, embed_rank, head_rank, none, dtype,
+                                   seed);
 }
 
 // rm_write_adapter_globals for the per-layer targets only.

@@ -61,6 +61,7 @@ typedef struct {
     ls_lora_pool_t *pool;
     ls_buffer_t *arena;  // the pool's pages
     size_t page_n;       // elements of a page (0: the toy model's KV page, 2 KiB)
+    int extra_vocab;     // extra_vocab_size of the pools new_pool makes
 } ctx_t;
 
 static int setup(void **state) {
@@ -111,7 +112,7 @@ static ls_adapter_t *load(ctx_t *c, int a) {
 // largest adapter (slot_plan.h), plus 2 pages below them.
 static void new_pool(ctx_t *c, int slots, size_t host, int r_max, unsigned mask) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = r_max, .host_bytes = host,
-                                .target_mask = mask};
+                                .target_mask = mask, .extra_vocab_size = c->extra_vocab};
     size_t page_n = c->page_n ? c->page_n : 512;
     int per = ls_lora_pool_max_pages(&c->cfg, &pc, page_n * sizeof(float), LS_DTYPE_F32, err, sizeof err);
     if (per < 1)
@@ -676,6 +677,71 @@ static void test_claim(void **state) {
     assert_true(ls_lora_pool_contains(c->pool, "b"));
 }
 
+// Trainable tokens (lora_tokens.h): refused without rows for them or beyond extra_vocab_size;
+// a slot holds its adapter's rows (the embedding's looked up by id, lm_head's with their ids)
+// from its load until it is evicted, emptied by a move, or its adapter removed.
+static void test_trainable_tokens(void **state) {
+    ctx_t *c = *state;
+    char d[1024];
+    int ranks[2 * LS_TARGET_COUNT];
+    const int tok_rows[2] = {3, 2};
+    rm_ranks_uniform(ranks, 2, 1u << LS_TARGET_Q, 4);
+    fx_path(d, sizeof d, c->dir, "tok");
+    assert_int_equal(rm_write_adapter_tokens(d, &c->cfg, "{\"peft_type\": \"LORA\", \"r\": 4, "
+                                             "\"target_modules\": [\"q_proj\"], \"trainable_token_"
+                                             "indices\": {\"embed_tokens\": [17, 2, 30], \"lm_head\": "
+                                             "[8, 31]}}", ranks, 0, 0, tok_rows, LS_DTYPE_F32, 9), 0);
+    ls_adapter_t *ad = ls_adapter_load(d, &c->cfg, 16, err, sizeof err);
+    assert_non_null(ad);
+    for (int extra = 0; extra <= 2; extra += 2) {  // none held, then 2 a slot
+        c->extra_vocab = extra;
+        new_pool(c, 2, 0, 16, 0);
+        assert_int_equal(ls_lora_pool_add_adapter(c->pool, "t", &ad, err, sizeof err), -1);
+        print_message("refused: %s\n", err);
+        assert_contains(err, "replaces 3 rows of the embedding or lm_head");
+        assert_contains(err, extra ? "above the 2 a slot holds" : "above the 0 a slot holds");
+        assert_contains(err, "--lora-extra-vocab-size");
+        ls_lora_pool_destroy(&c->pool);
+    }
+    c->extra_vocab = 4;
+    new_pool(c, 2, 0, 16, 0);
+    ls_adapter_t *keep = ls_adapter_load(d, &c->cfg, 16, err, sizeof err);
+    assert_int_equal(ls_lora_pool_add_adapter(c->pool, "t", &ad, err, sizeof err), 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    const ls_lora_tokens_t *tk = ls_lora_pool_tokens(c->pool);
+    ls_view_t embed, head, head_ids;
+    ls_lora_tokens_views(tk, &embed, &head, &head_ids);
+    for (int slot = 1; slot <= 2; slot++) {
+        assert_int_equal(assign(c, "t", slot), 0);
+        assert_true(ls_lora_tokens_slot_has(tk, slot) && !ls_lora_tokens_slot_has(tk, 3 - slot));
+        const ls_token_rows_t *te = ls_adapter_token_rows(keep, LS_TARGET_EMBED);
+        const ls_token_rows_t *th = ls_adapter_token_rows(keep, LS_TARGET_LM_HEAD);
+        float got[16], ids[2];
+        for (int k = 0; k < te->n; k++) {  // the embedding's rows, found by id
+            int32_t row = ls_lora_tokens_embed_row(tk, slot, te->ids[k]);
+            assert_int_equal(row, slot * 4 + k);
+            assert_int_equal(c->be->buffer_download(c->be, got, ls_view(embed.buf, (size_t)row * 16), 16), 0);
+            assert_memory_equal(got, te->rows + k * 16, sizeof got);
+        }
+        assert_int_equal(ls_lora_tokens_embed_row(tk, slot, 8), -1);  // lm_head's only
+        int32_t first;
+        assert_int_equal(ls_lora_tokens_head_rows(tk, slot, &first), 2);
+        assert_int_equal(first, slot * 4);
+        assert_int_equal(c->be->buffer_download(c->be, ids, ls_view(head_ids.buf, (size_t)first), 2), 0);
+        assert_true(ids[0] == 8.0f && ids[1] == 31.0f);
+        assert_int_equal(c->be->buffer_download(c->be, got, ls_view(head.buf, (size_t)(first + 1) * 16), 16), 0);
+        assert_memory_equal(got, th->rows + 16, sizeof got);
+    }
+    // evicted by a: slot 2 holds none; t back in slot 1, then removed
+    assert_int_equal(assign(c, "a", 2), 0);
+    assert_false(ls_lora_tokens_slot_has(tk, 2));
+    assert_int_equal(assign(c, "t", 1), 0);
+    assert_true(ls_lora_tokens_slot_has(tk, 1));
+    assert_int_equal(ls_lora_pool_remove(c->pool, "t", err, sizeof err), 0);
+    assert_false(ls_lora_tokens_slot_has(tk, 1));
+    ls_adapter_destroy(&keep);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_assign_fills_slots, setup, teardown),
@@ -690,6 +756,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_rank_proportional, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trainable_tokens, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

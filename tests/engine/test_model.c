@@ -309,11 +309,12 @@ static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *c
     return write_and_load_seeded(c, cfg, a, dtype, 100u + (unsigned)a);
 }
 
-// Every target enabled: the embedding and lm_head too; the adapters' pages apart from the
-// tests' KV caches (slot_plan.h), in c->arena.
+// Every target enabled: the embedding and lm_head too; rows for trainable tokens; the
+// adapters' pages apart from the tests' KV caches (slot_plan.h), in c->arena.
 static ls_lora_pool_t *new_pool(ctx_t *c, const ls_model_config_t *cfg, int slots) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = 16,
-                                .target_mask = (1u << LS_TARGET_ALL) - 1};
+                                .target_mask = (1u << LS_TARGET_ALL) - 1,
+                                .extra_vocab_size = 8};
     ls_kv_cache_destroy(&c->arena);
     if (!(c->arena = slot_plan_arena_new(c->m, BS, &pc, err, sizeof err)))
         fail_msg("arena: %s", err);
@@ -388,6 +389,58 @@ static void test_lora_equals_merged(void **state) {
     ls_lora_pool_destroy(&pool);
 }
 
+// A row's dense reference: the base model with ads[0 .. n) merged at weights w (n 0: the base).
+typedef struct {
+    int n;
+    const ls_adapter_t *ads[3];
+    float w[3];
+} merged_t;
+
+// One prefill step (pre) and one decode step (dec) of n rows on c->m through the pool, each
+// row against the model sp with merged[i] merged into its weights (rm_write_model_mix, in
+// c->dir/<tag>_merged<i>) running the row alone. Prints each row; returns the largest
+// difference and, in *moved, the smallest change a row with adapters makes to its logits.
+static double steps_vs_merged(ctx_t *c, ls_lora_pool_t *pool, const rm_spec_t *sp,
+                              const char *tag, const ls_model_seq_t *pre,
+                              const ls_model_seq_t *dec, const merged_t *merged, int n,
+                              double *moved) {
+    enum { MAXN = 8 };
+    assert_true(n <= MAXN && sp->vocab <= 72);
+    int V = sp->vocab;
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    float got[2][MAXN * 72], want[2][72];
+    step(c->m, kv, pool, pre, n, got[0]);
+    step(c->m, kv, pool, dec, n, got[1]);
+    double worst = 0;
+    *moved = INFINITY;
+    for (int i = 0; i < n; i++) {
+        char sub[64];
+        snprintf(sub, sizeof sub, "%s_merged%d", tag, i);
+        ls_model_t *ref = load_spec_mix(c, sub, sp, merged[i].ads, merged[i].w, merged[i].n);
+        ls_model_seq_t s[2] = {pre[i], dec[i]};
+        for (int k = 0; k < 2; k++) {
+            s[k].lora_slot = LS_LORA_SLOT_BASE;
+            s[k].mix = NULL;
+            s[k].n_mix = 0;
+            step(ref, kv, NULL, &s[k], 1, want[k]);
+        }
+        for (int k = 0; k < 2; k++) {
+            double mag, d = max_abs_diff(got[k] + (size_t)i * V, want[k], (size_t)V, &mag);
+            double mv = merged[i].n ? max_abs_diff(got[k] + (size_t)i * V, got[k], (size_t)V, NULL)
+                                    : 0;
+            print_message("%s row %d (%d adapter%s) %s: vs merged max|d| %.2e (max|logit| %.2f, "
+                          "its adapters move the logits by up to %.2f)\n", tag, i, merged[i].n,
+                          merged[i].n == 1 ? "" : "s", k ? "decode" : "prefill", d, mag, mv);
+            worst = fmax(worst, d);
+            if (merged[i].n)
+                *moved = fmin(*moved, mv);
+        }
+        ls_model_destroy(&ref);
+    }
+    ls_kv_cache_destroy(&kv);
+    return worst;
+}
+
 // Mixes of adapters with the embedding's and lm_head's LoRA (docs/lora-mixing.md): the
 // passes apply to those targets as to the others, so each row of a mixed step (prefill, then
 // a decode step) == the base model with its mix merged into the weights, Σ_i w_i·s_i·B_i·A_i
@@ -423,12 +476,17 @@ static void test_mix_embed_head_equals_merged(void **state) {
         {3, {1, 2, 0}, {1.0f, 0.25f, 0.5f}},      // three passes
     };
     ls_model_lora_part_t parts[ROWS][3];
+    merged_t merged[ROWS];
     int V = sp.vocab;
     int32_t tok[ROWS][P + 1], tables[ROWS][8];
     ls_model_seq_t pre[ROWS], dec[ROWS];
     for (int i = 0; i < ROWS; i++) {
-        for (int k = 0; k < rows[i].n; k++)
+        merged[i].n = rows[i].n;
+        for (int k = 0; k < rows[i].n; k++) {
             parts[i][k] = (ls_model_lora_part_t){slot[rows[i].ad[k]], rows[i].w[k]};
+            merged[i].ads[k] = ads[rows[i].ad[k]];
+            merged[i].w[k] = rows[i].w[k];
+        }
         for (int j = 0; j <= P; j++)
             tok[i][j] = token_at(120u + (unsigned)i, j, V);
         table_of(tables[i], 8 * i, 8);
@@ -437,40 +495,140 @@ static void test_mix_embed_head_equals_merged(void **state) {
         pre[i].mix = dec[i].mix = rows[i].n ? parts[i] : NULL;
         pre[i].n_mix = dec[i].n_mix = rows[i].n;
     }
-    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
-    float got[2][ROWS * 64], want[2][64];
-    step(c->m, kv, pool, pre, ROWS, got[0]);
-    step(c->m, kv, pool, dec, ROWS, got[1]);
-    double worst = 0, moved = INFINITY;
-    for (int i = 0; i < ROWS; i++) {
-        char sub[32];
-        snprintf(sub, sizeof sub, "mix_merged%d", i);
-        const ls_adapter_t *m_ads[3];
-        for (int k = 0; k < rows[i].n; k++)
-            m_ads[k] = ads[rows[i].ad[k]];
-        ls_model_t *ref = load_spec_mix(c, sub, &sp, m_ads, rows[i].w, rows[i].n);
-        ls_model_seq_t s[2] = {pre[i], dec[i]};
-        s[0].mix = s[1].mix = NULL;
-        s[0].n_mix = s[1].n_mix = 0;
-        step(ref, kv, NULL, &s[0], 1, want[0]);
-        step(ref, kv, NULL, &s[1], 1, want[1]);
-        for (int k = 0; k < 2; k++) {
-            double mag, dd = max_abs_diff(got[k] + (size_t)i * V, want[k], (size_t)V, &mag);
-            double mv = i ? max_abs_diff(got[k] + (size_t)i * V, got[k], (size_t)V, NULL) : 0;
-            print_message("row %d (%d component%s) %s: mix vs merged max|d| %.2e (max|logit| "
-                          "%.2f, the mix moves the logits by up to %.2f)\n", i, rows[i].n,
-                          rows[i].n == 1 ? "" : "s", k ? "decode" : "prefill", dd, mag, mv);
-            worst = fmax(worst, dd);
-            if (i)
-                moved = fmin(moved, mv);
-        }
-        ls_model_destroy(&ref);
-    }
+    double moved, worst = steps_vs_merged(c, pool, &sp, "mix", pre, dec, merged, ROWS, &moved);
     assert_true(worst <= TOL_MERGED);
     assert_true(moved > 0.05);  // every mix does something measurable
     for (int a = 0; a < N; a++)
         ls_adapter_destroy(&ads[a]);
+    ls_lora_pool_destroy(&pool);
+}
+
+// --- trainable tokens -------------------------------------------------------------------
+
+// The token ids the trainable-token adapters below list, and the prompt positions that hold
+// them (and the decode token), so that their embedding rows are read.
+static const int32_t TT_IDS[] = {3, 17, 40, 9};
+enum { TT_P = 11 };
+
+static void tt_prompt(int32_t *tok, unsigned seed, int V) {
+    for (int j = 0; j <= TT_P; j++)
+        tok[j] = token_at(seed, j, V);
+    tok[1] = TT_IDS[0];
+    tok[4] = TT_IDS[1];
+    tok[6] = TT_IDS[2];
+    tok[8] = TT_IDS[3];
+    tok[TT_P] = TT_IDS[0];  // the decode step's token
+}
+
+// A q,v adapter with trainable tokens (config's trainable_token_indices, tok_rows the rows
+// of its embedding and lm_head tensors), written with seed and loaded.
+static ls_adapter_t *tt_adapter(ctx_t *c, const ls_model_config_t *cfg, const char *name,
+                                const char *tokens, const int tok_rows[2], unsigned seed) {
+    char d[1024], config[512];
+    int ranks[64 * LS_TARGET_COUNT];
+    snprintf(config, sizeof config, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, "
+             "\"target_modules\": [\"q_proj\", \"v_proj\"], \"trainable_token_indices\": %s}",
+             tokens);
+    rm_ranks_uniform(ranks, cfg->num_hidden_layers, 1u << LS_TARGET_Q | 1u << LS_TARGET_V, 4);
+    fx_path(d, sizeof d, c->dir, name);
+    assert_int_equal(rm_write_adapter_tokens(d, cfg, config, ranks, 0, 0, tok_rows, LS_DTYPE_F32,
+                                             seed), 0);
+    ls_adapter_t *ad = ls_adapter_load(d, cfg, 16, err, sizeof err);
+    if (!ad)
+        fail_msg("adapter %s: %s", name, err);
+    return ad;
+}
+
+// Requests on ads[i] (NULL: the base model), each its own prompt holding TT_IDS, in one
+// prefill step and one decode step through the pool (which holds every adapter under
+// names[i]) == each alone on the model sp with its adapter merged (trainable tokens replace
+// their rows). Returns the smallest change an adapter makes to its row, after asserting the
+// bound.
+static double tt_rows_vs_merged(ctx_t *c, ls_lora_pool_t *pool, const rm_spec_t *sp,
+                                const char *tag, const char *const *names,
+                                ls_adapter_t *const *ads, int n) {
+    enum { MAXN = 6 };
+    assert_true(n <= MAXN);
+    int32_t slot[MAXN], tok[MAXN][TT_P + 1], tables[MAXN][8];
+    assert_int_equal(slot_plan_map_once(pool, names, n, slot, err, sizeof err), 0);
+    ls_model_seq_t pre[MAXN], dec[MAXN];
+    merged_t merged[MAXN];
+    for (int i = 0; i < n; i++) {
+        tt_prompt(tok[i], 300u + (unsigned)i, sp->vocab);
+        table_of(tables[i], 8 * i, 8);
+        pre[i] = seq_of(tok[i], TT_P, 0, tables[i], slot[i], true);
+        dec[i] = seq_of(tok[i] + TT_P, 1, TT_P, tables[i], slot[i], true);
+        merged[i] = (merged_t){ads[i] ? 1 : 0, {ads[i]}, {1.0f}};
+    }
+    double moved, worst = steps_vs_merged(c, pool, sp, tag, pre, dec, merged, n, &moved);
+    assert_true(worst <= TOL_MERGED);
+    return moved;
+}
+
+// Trainable tokens (PEFT's trainable_token_indices): an adapter's own rows of the embedding
+// and lm_head replace the base model's for its requests only, beside the other adapters and
+// the base in one step (prefill and decode), each row == the base with its adapter merged.
+// Untied (Llama): t1 has its own rows of both, t2 the embedding's only (lm_head keeps its
+// base rows), a3 LoRA on the embedding and lm_head. Tied (Qwen2): t1's embedding rows are
+// lm_head's too. A mix with an adapter that has trainable tokens is refused.
+static void test_trainable_tokens_equal_merged(void **state) {
+    ctx_t *c = *state;
+    rm_spec_t sp;
+    ls_lora_pool_t *pool = merged_base(c, "tt_base", &sp, 3);
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    const int both[2] = {3, 4}, embed_only[2] = {2, 0};
+    ls_adapter_t *ads[4] = {
+        NULL,
+        tt_adapter(c, cfg, "t1", "{\"embed_tokens\": [3, 17, 40], \"lm_head\": [5, 17, 63, 22]}",
+                   both, 401),
+        tt_adapter(c, cfg, "t2", "[9, 3]", embed_only, 402),
+        write_and_load_adapter(c, cfg, 3, LS_DTYPE_F32),
+    };
+    const char *names[4] = {NULL, "t1", "t2", "a3"};
+    for (int a = 1; a < 4; a++) {
+        ls_adapter_t *own = a < 3 ? tt_adapter(c, cfg, names[a], a == 1
+                                                   ? "{\"embed_tokens\": [3, 17, 40], \"lm_head\": [5, 17, 63, 22]}"
+                                                   : "[9, 3]", a == 1 ? both : embed_only, 400 + a)
+                                  : write_and_load_adapter(c, cfg, 3, LS_DTYPE_F32);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &own, err, sizeof err), 0);
+    }
+    assert_true(tt_rows_vs_merged(c, pool, &sp, "untied", names, ads, 4) > 0.05);
+
+    // a mix naming t1 is refused, and the step with it
+    int32_t tok[TT_P + 1], table[8];
+    tt_prompt(tok, 7, sp.vocab);
+    table_of(table, 0, 8);
+    int t1 = ls_lora_pool_slot_of(pool, "t1"), a3 = ls_lora_pool_slot_of(pool, "a3");
+    ls_model_lora_part_t parts[2] = {{a3, 0.5f}, {t1, 0.5f}};
+    ls_model_seq_t mix = seq_of(tok, TT_P, 0, table, LS_LORA_SLOT_BASE, true);
+    mix.mix = parts;
+    mix.n_mix = 2;
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    assert_int_equal(ls_model_forward(c->m, kv, pool, &mix, 1, err, sizeof err), -1);
+    assert_contains(err, "has trainable tokens, which do not mix");
     ls_kv_cache_destroy(&kv);
+    for (int a = 1; a < 4; a++)
+        ls_adapter_destroy(&ads[a]);
+    ls_lora_pool_destroy(&pool);
+    ls_model_destroy(&c->m);
+
+    // tied: the list form's rows are the embedding's and lm_head's
+    sp = SPECS[1];
+    c->m = load_spec(c, "tt_tied", &sp, NULL);
+    cfg = ls_model_config(c->m);
+    pool = new_pool(c, cfg, 2);
+    const int tied_rows[2] = {3, 0};
+    ads[1] = tt_adapter(c, cfg, "q1", "[3, 17, 40]", tied_rows, 501);
+    ads[2] = write_and_load_adapter(c, cfg, 0, LS_DTYPE_F32);
+    const char *tied_names[3] = {NULL, "q1", "a0"};
+    ls_adapter_t *own = tt_adapter(c, cfg, "q1", "[3, 17, 40]", tied_rows, 501);
+    assert_int_equal(ls_adapter_token_rows(own, LS_TARGET_LM_HEAD)->n, 3);
+    assert_int_equal(ls_lora_pool_add_adapter(pool, "q1", &own, err, sizeof err), 0);
+    own = write_and_load_adapter(c, cfg, 0, LS_DTYPE_F32);
+    assert_int_equal(ls_lora_pool_add_adapter(pool, "a0", &own, err, sizeof err), 0);
+    assert_true(tt_rows_vs_merged(c, pool, &sp, "tied", tied_names, ads, 3) > 0.05);
+    ls_adapter_destroy(&ads[1]);
+    ls_adapter_destroy(&ads[2]);
     ls_lora_pool_destroy(&pool);
 }
 
@@ -615,6 +773,99 @@ static void test_shared_pages(void **state) {
     ls_kv_cache_destroy(&kv_shared);
 }
 
+// The LoRA ops a step runs, by group (told apart by their slices and input width), counted
+// through wrappers around the CPU backend's.
+enum { G_QKV, G_O, G_GATE_UP, G_DOWN, G_EMBED, G_N };
+static struct {
+    ls_backend_t orig;
+    int hidden, calls[G_N];
+} s_ops;
+
+static void count_op(int in, int n_slices) {
+    s_ops.calls[n_slices == 3   ? G_QKV
+                : n_slices == 2 ? G_GATE_UP
+                : in == s_ops.hidden ? G_O
+                                     : G_DOWN]++;
+}
+static void counting_shrink(ls_backend_t *be, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a, int in,
+                            int n_slices, int r_max, int batch) {
+    count_op(in, n_slices);
+    s_ops.orig.lora_shrink(be, tmp, x, a, in, n_slices, r_max, batch);
+}
+static void counting_fused(ls_backend_t *be, ls_view_t y, ls_view_t x, ls_view_t tmp,
+                           ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *so, int in, int n_slices,
+                           int r_max, int accumulate, int batch) {
+    count_op(in, n_slices);
+    s_ops.orig.lora_fused(be, y, x, tmp, a, b, so, in, n_slices, r_max, accumulate, batch);
+}
+static void counting_embed(ls_backend_t *be, ls_view_t tmp, ls_lora_mat_t a, int vocab, int r_max,
+                           int batch) {
+    s_ops.calls[G_EMBED]++;
+    s_ops.orig.lora_embed_shrink(be, tmp, a, vocab, r_max, batch);
+}
+
+// A group's LoRA runs only for the adapters that target it: a q,v adapter under a pool of all
+// targets runs no o, gate_up or down LoRA (its slots there hold zeros), prefill and decode;
+// beside an adapter of all seven, every group runs. Results: test_mixed_batch_equals_alone.
+static void test_lora_skips_untargeted_groups(void **state) {
+    ctx_t *c = *state;
+    c->m = load_spec(c, "groups", &SPECS[0], NULL);
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    ls_lora_pool_t *pool = new_pool(c, cfg, 2);
+    const char *ids[2] = {"qv", "all"};
+    for (int i = 0; i < 2; i++) {
+        ls_adapter_t *ad = write_and_load_adapter(c, cfg, i == 0 ? 3 : 0, LS_DTYPE_F32);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, ids[i], &ad, err, sizeof err), 0);
+    }
+    int32_t slots[2];
+    assert_int_equal(slot_plan_map_once(pool, ids, 2, slots, err, sizeof err), 0);
+    s_ops.orig = *c->be;
+    s_ops.hidden = cfg->hidden_size;
+    c->be->lora_shrink = counting_shrink;
+    c->be->lora_fused = counting_fused;
+    c->be->lora_embed_shrink = counting_embed;
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    int L = cfg->num_hidden_layers, V = SPECS[0].vocab;
+    int32_t tok[2][8], tables[2][8];
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 8; j++)
+            tok[i][j] = token_at(90u + (unsigned)i, j, V);
+        table_of(tables[i], 8 * i, 8);
+    }
+    float out[2 * 64];
+    static const struct {
+        int first, n, start, len; // requests first .. first+n-1, tokens [start, start+len)
+        int want[G_N];
+    } cases[] = {
+        {0, 1, 0, 5, {1, 0, 0, 0, 1}}, // the q,v adapter's prefill
+        {0, 1, 5, 1, {1, 0, 0, 0, 1}}, // its decode (the fused op)
+        {1, 1, 0, 5, {1, 1, 1, 1, 0}}, // the adapter of all seven
+        {0, 2, 6, 1, {1, 1, 1, 1, 1}}, // both: narrowed batches for o, gate_up, down, embed
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ls_model_seq_t seqs[2];
+        for (int i = 0; i < cases[k].n; i++) {
+            int r = cases[k].first + i;
+            seqs[i] = seq_of(tok[r] + cases[k].start, cases[k].len, cases[k].start, tables[r],
+                             slots[r], true);
+        }
+        if (k == 3) { // request 1 catches up to position 6 first
+            ls_model_seq_t s = seq_of(tok[1] + 5, 1, 5, tables[1], slots[1], true);
+            step(c->m, kv, pool, &s, 1, out);
+        }
+        memset(s_ops.calls, 0, sizeof s_ops.calls);
+        step(c->m, kv, pool, seqs, cases[k].n, out);
+        for (int g = 0; g < G_N; g++) {
+            int want = cases[k].want[g] * (g == G_EMBED ? 1 : L);
+            if (s_ops.calls[g] != want)
+                fail_msg("case %zu, group %d: %d LoRA ops, want %d", k, g, s_ops.calls[g], want);
+        }
+    }
+    *c->be = s_ops.orig;
+    ls_kv_cache_destroy(&kv);
+    ls_lora_pool_destroy(&pool);
+}
+
 // --- sampling and errors ----------------------------------------------------------------
 
 static void test_sample_greedy(void **state) {
@@ -691,7 +942,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_lora_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_batch_equals_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_pages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lora_skips_untargeted_groups, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mix_embed_head_equals_merged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trainable_tokens_equal_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_greedy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_errors, setup, teardown),
     };

@@ -361,8 +361,6 @@ static void test_config_rejections(void **state)
                   "layers_to_transform", "not supported");
     expect_reject(CFG(", \"layer_replication\": [[0, 2], [1, 3]]"), NULL, true, 2,
                   "layer_replication", "not supported");
-    expect_reject(CFG(", \"trainable_token_indices\": [5, 6]"), NULL, true, 2,
-                  "trainable_token_indices", "added vocabulary");
     expect_reject(CFG(", \"target_parameters\": [\"experts.gate_up_proj\"]"), NULL, true, 1,
                   "target_parameters");
     expect_reject(CFG(", \"alora_invocation_tokens\": [1, 2]"), NULL, true, 1,
@@ -418,16 +416,19 @@ typedef struct {
     int64_t shape[2];
 } glob_tensor_t;
 
+static int nan_tensor = -1;  // write_globals makes the first value of this tensor NaN
+
 static void write_globals(const char *dir, const char *config, const glob_tensor_t *g, int n)
 {
     fx_write_str(dir, "adapter_config.json", config);
-    ls_st_write_tensor_t t[8];
-    float *bufs[8];
+    ls_st_write_tensor_t t[12];
+    float *bufs[12];
+    assert_true(n <= 12);
     for (int i = 0; i < n; i++) {
         size_t ne = (size_t)(g[i].shape[0] * g[i].shape[1]);
-        bufs[i] = malloc(ne * sizeof(float));
+        bufs[i] = malloc(ne * sizeof(float) + 1);
         for (size_t k = 0; k < ne; k++)
-            bufs[i][k] = fx_value(700u + (unsigned)i, k);
+            bufs[i][k] = k == 0 && i == nan_tensor ? NAN : fx_value(700u + (unsigned)i, k);
         t[i] = (ls_st_write_tensor_t){.name = g[i].name, .dtype = LS_DTYPE_F32, .ndim = 2,
                                       .shape = {g[i].shape[0], g[i].shape[1]}, .data = bufs[i]};
     }
@@ -514,6 +515,161 @@ static void test_embed_and_lm_head(void **state)
     fx_rmdir(&dir);
 }
 
+// Trainable tokens (trainable_token_indices): the list form (the embedding) and the object
+// form (embed_tokens, lm_head), lm_head tied to the embedding's rows on a tied model, the
+// adapter-name infix, an empty list; and every refusal of the config and the tensors.
+#define TQ "base_model.model.model.layers.0.self_attn.q_proj.lora_"
+#define TCFG(tok) "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\"], " \
+                  "\"trainable_token_indices\": " tok "}"
+#define TOK_E EMB "token_adapter.trainable_tokens_delta"
+#define TOK_H HEAD "token_adapter.trainable_tokens_delta"
+
+// Every layer's q_proj at rank 4 (tensors 0 .. 5), then the tensors g.
+static void write_tokens(const char *dir, const char *config, const glob_tensor_t *g, int n)
+{
+    glob_tensor_t all[12];
+    int k = 0;
+    static char names[NL][2][96];
+    for (int l = 0; l < NL; l++)
+        for (int which = 0; which < 2; which++) {
+            snprintf(names[l][which], sizeof names[l][which],
+                     "base_model.model.model.layers.%d.self_attn.q_proj.lora_%c.weight", l,
+                     which ? 'B' : 'A');
+            all[k++] = (glob_tensor_t){names[l][which], {which ? 16 : 4, which ? 4 : 16}};
+        }
+    assert_true(k + n <= 12);
+    for (int i = 0; i < n; i++)
+        all[k + i] = g[i];
+    write_globals(dir, config, all, k + n);
+}
+
+static void expect_tokens_reject(const ls_model_config_t *c, const char *config,
+                                 const glob_tensor_t *g, int n, bool check_read, const char *frag1,
+                                 const char *frag2)
+{
+    char *dir = fx_tmpdir();
+    write_tokens(dir, config, g, n);
+    for (int pass = check_read ? 0 : 1; pass < 2; pass++) {
+        errbuf[0] = '\0';
+        if (pass == 0)
+            assert_int_equal(ls_adapter_config_read(dir, c, 16, NULL, errbuf, sizeof errbuf), -1);
+        else
+            assert_null(ls_adapter_load(dir, c, 16, errbuf, sizeof errbuf));
+        if (!strstr(errbuf, frag1) || (frag2 && !strstr(errbuf, frag2)))
+            fail_msg("%s (pass %d): \"%s\" lacks \"%s\" or \"%s\"", config, pass, errbuf, frag1,
+                     frag2 ? frag2 : "");
+    }
+    fx_rmdir(&dir);
+}
+
+static void test_trainable_tokens(void **state)
+{
+    (void)state;
+    ls_model_config_t tied = cfg;
+    tied.tie_word_embeddings = true;
+    char *dir = fx_tmpdir();
+    // the list form: the embedding's rows, in the order of the ids
+    glob_tensor_t e3[] = {{TOK_E, {3, 16}}};
+    write_tokens(dir, TCFG("[5, 7, 3]"), e3, 1);
+    ls_adapter_info_t info;
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, &info, errbuf, sizeof errbuf), 0);
+    assert_int_equal(info.token_rows, 3);
+    assert_int_equal(info.target_mask, 1u << LS_TARGET_Q);
+    ls_adapter_t *ad = load_ok(dir, 16);
+    const ls_token_rows_t *te = ls_adapter_token_rows(ad, LS_TARGET_EMBED);
+    const ls_token_rows_t *th = ls_adapter_token_rows(ad, LS_TARGET_LM_HEAD);
+    assert_int_equal(te->n, 3);
+    assert_int_equal(te->ids[0], 5);
+    assert_int_equal(te->ids[1], 7);
+    assert_int_equal(te->ids[2], 3);
+    assert_true(te->rows[0] == fx_value(706u, 0) && te->rows[47] == fx_value(706u, 47));
+    assert_int_equal(th->n, 0);  // untied: lm_head keeps its base rows
+    assert_int_equal(ls_adapter_bytes(ad), (size_t)(3 * (4 * 16 + 16 * 4) + 3 * 16) * 4);
+    ls_adapter_destroy(&ad);
+    // tied: lm_head takes the embedding's rows
+    ad = ls_adapter_load(dir, &tied, 16, errbuf, sizeof errbuf);
+    assert_non_null(ad);
+    te = ls_adapter_token_rows(ad, LS_TARGET_EMBED);
+    th = ls_adapter_token_rows(ad, LS_TARGET_LM_HEAD);
+    assert_int_equal(th->n, 3);
+    assert_true(th->ids == te->ids && th->rows == te->rows);
+    ls_adapter_destroy(&ad);
+    // the object form, each module its own rows (tied too), with the adapter-name infix
+    glob_tensor_t eh[] = {{TOK_E ".default", {2, 16}}, {TOK_H ".default", {1, 16}}};
+    write_tokens(dir, TCFG("{\"model.embed_tokens\": [1, 2], \"lm_head\": [31]}"), eh, 2);
+    for (int k = 0; k < 2; k++) {
+        ad = ls_adapter_load(dir, k ? &tied : &cfg, 16, errbuf, sizeof errbuf);
+        if (!ad)
+            fail_msg("load: %s", errbuf);
+        info = ls_adapter_info(ad);
+        te = ls_adapter_token_rows(ad, LS_TARGET_EMBED);
+        th = ls_adapter_token_rows(ad, LS_TARGET_LM_HEAD);
+        assert_int_equal(info.token_rows, 2);
+        assert_int_equal(te->n, 2);
+        assert_int_equal(th->n, 1);
+        assert_int_equal(th->ids[0], 31);
+        assert_true(th->rows[15] == fx_value(707u, 15));
+        ls_adapter_destroy(&ad);
+    }
+    // an empty list replaces nothing; PEFT saves a (0, hidden) tensor for it
+    glob_tensor_t e0[] = {{TOK_E, {0, 16}}};
+    write_tokens(dir, TCFG("[]"), e0, 1);
+    ad = load_ok(dir, 16);
+    assert_int_equal(ls_adapter_info(ad).token_rows, 0);
+    assert_int_equal(ls_adapter_token_rows(ad, LS_TARGET_EMBED)->n, 0);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&dir);
+
+    // the config
+    expect_tokens_reject(&cfg, TCFG("[5, 32]"), e3, 1, true, "token id 32, at or past the base "
+                         "vocab_size 32", "added vocabulary");
+    expect_tokens_reject(&cfg, TCFG("[5, -1]"), e3, 1, true, "non-negative integer", NULL);
+    expect_tokens_reject(&cfg, TCFG("[5, 1.5]"), e3, 1, true, "non-negative integer", NULL);
+    expect_tokens_reject(&cfg, TCFG("[\"5\"]"), e3, 1, true, "non-negative integer", NULL);
+    expect_tokens_reject(&cfg, TCFG("[3, 4, 3]"), e3, 1, true, "lists token id 3 twice", NULL);
+    expect_tokens_reject(&cfg, TCFG("{\"fc1\": [1]}"), e3, 1, true, "key \"fc1\" names neither "
+                         "embedding", NULL);
+    expect_tokens_reject(&cfg, TCFG("{\"embed_tokens\": [1], \"model.embed_tokens\": [2]}"), e3,
+                         1, true, "names a module another key names too", NULL);
+    expect_tokens_reject(&cfg, TCFG("{\"embed_tokens\": 5}"), e3, 1, true,
+                         "entry embed_tokens must be a list", NULL);
+    expect_tokens_reject(&cfg, TCFG("\"embed_tokens\""), e3, 1, true, "must be a list of token "
+                         "ids or an object", NULL);
+    // LoRA and trainable tokens on one module: PEFT cannot run it
+    expect_tokens_reject(&cfg, "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": "
+                         "[\"q_proj\", \"embed_tokens\"], \"trainable_token_indices\": [1]}",
+                         e3, 1, true, "LoRA on embed_tokens", "PEFT cannot run");
+    expect_tokens_reject(&tied, "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": "
+                         "[\"q_proj\", \"lm_head\"], \"trainable_token_indices\": [1]}",
+                         e3, 1, true, "(lm_head's, tied to the embedding's) and LoRA on lm_head",
+                         NULL);
+    dir = fx_tmpdir();  // untied, lm_head's LoRA and the embedding's tokens are two modules
+    glob_tensor_t hl[] = {{TOK_E, {1, 16}}, {HEAD "lora_A.weight", {4, 16}},
+                          {HEAD "lora_B.weight", {32, 4}}};
+    write_tokens(dir, "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\", "
+                 "\"lm_head\"], \"trainable_token_indices\": [1]}", hl, 3);
+    ad = load_ok(dir, 16);
+    assert_int_equal(ls_adapter_token_rows(ad, LS_TARGET_EMBED)->n, 1);
+    assert_int_equal(ls_adapter_global_target(ad, LS_TARGET_LM_HEAD)->rank, 4);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&dir);
+
+    // the tensors
+    expect_tokens_reject(&cfg, TCFG("[5, 7, 3]"), NULL, 0, false, "lists 3 token ids for "
+                         "embed_tokens but tensor", "is missing");
+    glob_tensor_t e2[] = {{TOK_E, {2, 16}}};
+    expect_tokens_reject(&cfg, TCFG("[5, 7, 3]"), e2, 1, false, TOK_E, "3 token ids in "
+                         "trainable_token_indices, hidden_size 16");
+    glob_tensor_t e3h[] = {{TOK_E, {3, 16}}, {TOK_H, {3, 16}}};
+    expect_tokens_reject(&tied, TCFG("[5, 7, 3]"), e3h, 2, false, TOK_H, "lists no tokens for "
+                         "this module");
+    glob_tensor_t twice[] = {{TOK_E, {3, 16}}, {TOK_E ".default", {3, 16}}};
+    expect_tokens_reject(&cfg, TCFG("[5, 7, 3]"), twice, 2, false, "given twice", NULL);
+    nan_tensor = 6;  // after write_tokens' six q_proj tensors
+    expect_tokens_reject(&cfg, TCFG("[5, 7, 3]"), e3, 1, false, TOK_E, "NaN or infinite");
+    nan_tensor = -1;
+}
+
 static void test_file_rejections(void **state)
 {
     (void)state;
@@ -565,7 +721,9 @@ static void test_tensor_rejections(void **state)
     a.extra_name = "base_model.model.lm_head.weight";
     expect_reject(CFG(""), &a, false, 2, a.extra_name, "embed_tokens/lm_head");
     a.extra_name = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
-    expect_reject(CFG(""), &a, false, 2, a.extra_name, "trainable tokens");
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "lists no tokens for this module");
+    a.extra_name = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_original";
+    expect_reject(CFG(""), &a, false, 2, a.extra_name, "a trainable tokens tensor other than");
     a.extra_name = "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector";
     expect_reject(CFG(""), &a, false, 2, a.extra_name, "DoRA");
     a.extra_name = "base_model.model.model.layers.0.mlp.fc1.lora_A.weight";
@@ -699,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_patterns_and_rslora),
         cmocka_unit_test(test_config_rejections),
         cmocka_unit_test(test_embed_and_lm_head),
+        cmocka_unit_test(test_trainable_tokens),
         cmocka_unit_test(test_file_rejections),
         cmocka_unit_test(test_tensor_rejections),
         cmocka_unit_test(test_hostile_files),

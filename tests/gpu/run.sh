@@ -9,6 +9,13 @@
 #                              binaries together outgrow what the device tool carries)
 #   tests/gpu/run.sh prepare fp8 the same with the FP8 checks' binaries: test_gpu_ops,
 #                              test_gpu_model, bench_base_cuda, dev_fp8
+#   tests/gpu/run.sh prepare prefill  the same with prefill attention's binaries:
+#                              test_gpu_ops, test_gpu_model, dev_attention, dev_prefill,
+#                              bench_base_cuda
+#   tests/gpu/run.sh prefill   on the GPU machine, after `prepare prefill`: test_gpu_ops (its
+#                              attention and prefill rows shown), test_gpu_model, dev_attention and
+#                              dev_prefill (their tables), bench_base_cuda --quick (prefill
+#                              2K and chunked beside the decode points), ~5 min
 #   tests/gpu/run.sh fp8       on the GPU machine, after `prepare fp8`: test_gpu_ops (every
 #                              op; its FP8 rows shown), test_gpu_model --fp8 and
 #                              bench_base_cuda --fp8 (bf16 vs FP8 decode steps), then
@@ -43,7 +50,7 @@ root=$PWD
 source tests/gpu/bundle.sh
 tests=(test_gpu_ops test_gpu_model)
 # kernels/cuda/dev: every version of each op checked against the CPU reference, then timed
-devs=(dev_shrink dev_expand dev_fused dev_attention dev_fp8)
+devs=(dev_shrink dev_expand dev_fused dev_attention dev_prefill dev_fp8)
 benches=(bench_lora_cuda bench_decode_cuda)
 
 # tensor parallelism on two GPUs (NCCL): built where NCCL is, run where 2 GPUs are
@@ -66,6 +73,8 @@ if [[ ${1:-} == prepare ]]; then
     bins=(test_gpu_ops test_gpu_model "${paging[@]}")
     base=${LS_GPU_BASELINE_BUILD:?a CUDA build directory of the baseline, with ${paging[*]} built}
     for b in "${paging[@]}"; do [[ -x $base/bin/$b ]] || { echo "$base/bin/$b: not built"; exit 2; }; done
+  elif [[ ${2:-} == prefill ]]; then
+    bins=(test_gpu_ops test_gpu_model dev_attention dev_prefill bench_base_cuda)
   fi
   cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
   rm -rf .device-bundle
@@ -160,6 +169,25 @@ if [[ ${1:-} == fp8 ]]; then
   echo "== dev_fp8"
   timeout 240 "$bindir/dev_fp8" >"$out/dev_fp8.log" 2>&1 || status=1
   grep -vE " ok$" "$out/dev_fp8.log"
+  exit $status
+fi
+if [[ ${1:-} == prefill ]]; then
+  status=0
+  echo "== test_gpu_ops"
+  "$bindir/test_gpu_ops" >"$out/test_gpu_ops.log" 2>&1 || status=1
+  sed -n '/=== summary/,$p' "$out/test_gpu_ops.log" | grep -E "attention|prefill|FAIL"
+  tail -1 "$out/test_gpu_ops.log"
+  echo "== test_gpu_model"
+  "$bindir/test_gpu_model" >"$out/test_gpu_model.log" 2>&1 || status=1
+  grep -vE "greedy token" "$out/test_gpu_model.log"
+  for d in dev_attention dev_prefill; do
+    echo "== $d"
+    timeout 240 "$bindir/$d" >"$out/$d.log" 2>&1 || status=1
+    cat "$out/$d.log"
+  done
+  echo "== bench_base_cuda --quick"
+  timeout 240 "$bindir/bench_base_cuda" --quick >"$out/bench_base_cuda.log" 2>&1 || status=1
+  cat "$out/bench_base_cuda.log"
   exit $status
 fi
 status=0

@@ -14,6 +14,9 @@
     Tolerances (why):
     - fp32 arithmetic on identical inputs (norms, rope, attention, LoRA, F32 matmul without
       TF32): NMSE <= 1e-10; only summation order and 1-ulp math functions differ;
+    - prefill attention (the rows of sequences the prefill kernel takes): q and the softmax
+      weights rounded to bf16: for q in [-qr, qr], NMSE <= 2e-5 (1 + qr²/9) and max |Δ| <=
+      0.0156 (1 + qr), derived at test_attention;
     - copies and gathers (embedding, rows_gather, kv_store, add, uploads): exact;
     - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS, a
       relative error up to 2^-8 (2^-11) per product: NMSE <= 5e-5 (1e-5);
@@ -201,7 +204,7 @@ static float *s_nan_new(size_t n) {
 
 // -- step metadata ------------------------------------------------------------------------
 
-enum { MAXT = 512, MAXS = 64, MAXTAB = 64 * 64, MAXSEG = 64, MAXSLOT = 64 };
+enum { MAXT = 4096, MAXS = 64, MAXTAB = 64 * 64, MAXSEG = 64, MAXSLOT = 64 };
 
 typedef struct {
     int T, S, max_blocks, max_ctx, n_logit, has_lora, n_segs, n_slots, has_perm;
@@ -214,6 +217,9 @@ typedef struct {
     int n_passes, n_segs2, has_segw;
     int32_t seg_indptr2[MAXSEG + 1], wi2[MAXSEG], perm2[MAXT];
     float segw[MAXSEG], segw2[MAXSEG];
+    // trainable tokens: the rows replacing tokens' embeddings, the logit rows' head tiles
+    int has_token_rows, n_head_tiles;
+    int32_t token_rows[MAXT], head_tiles[3 * MAXT];
     ls_lora_batch_t lora[2];
     ls_step_t step;
 } s_stepd_t;
@@ -250,11 +256,15 @@ static void s_step_begin(s_stepd_t *d) {
                                    .slot_mapping = d->slot,
                                    .block_tables = d->tables},
                           .lora = d->has_lora ? d->lora : NULL,
+                          .n_lora_batches = d->has_lora ? (d->n_passes > 1 ? 2 : 1) : 0,
                           .n_lora_passes = d->has_lora ? (d->n_passes > 1 ? 2 : 1) : 0,
                           .n_logit_rows = d->n_logit,
                           .logit_rows = d->logit_rows,
                           .logit_slots = d->has_logit_slots ? d->logit_slots : NULL,
-                          .logit_scales = d->has_logit_slots ? d->logit_scales : NULL};
+                          .logit_scales = d->has_logit_slots ? d->logit_scales : NULL,
+                          .token_rows = d->has_token_rows ? d->token_rows : NULL,
+                          .n_head_tiles = d->n_head_tiles,
+                          .head_tiles = d->n_head_tiles ? d->head_tiles : NULL};
     if (s_cpu->step_begin(s_cpu, &d->step) || s_gpu->step_begin(s_gpu, &d->step)) {
         fprintf(stderr, "step_begin failed\n");
         exit(2);
@@ -743,10 +753,26 @@ static void test_silu_add(t_rng_t *r, int inter) {
 // -- KV cache and attention ---------------------------------------------------------------
 
 // S sequences with n_cached[s] cached and n_new[s] new tokens; pad adds one padding token
-// (slot -1) as a sequence of its own.
-static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cached,
-                           const int *n_new, int H, int KV, int D, int bs, ls_dtype_t cdt,
-                           int pad) {
+// (slot -1) as a sequence of its own; q uniform in [-qr, qr], k and v in [-1, 1].
+//
+// The backend gives the sequences ls_cu_attention_prefill_pick picks to the prefill kernel
+// where ls_cu_attention_prefill_ok, every other token to the decode-shaped kernels; the rows
+// of each are checked on their own, against their own bounds (a row of the wrong kernel fails
+// the decode-shaped bound by orders of magnitude where the prefill kernel wrote it):
+// - decode-shaped (fp32-exact products, fp32 sums in another order): NMSE <= 1e-10, max |Δ|
+//   <= 1e-4;
+// - prefill: q and p rounded to bf16, relative error up to u = 2^-8 each (rms ~0.4u = 1.6e-3
+//   over a spread of mantissas). The output is a convex combination of V rows (weights from
+//   the rounded p), so out - ref ≈ Σ_j w_j (δ_j + Δs_j) (v_j - ref), with δ_j p's rounding and
+//   Δs_j the score's error from q's (rms 0.4u · |q·k| / sqrt(D), ~ 0.4u · qr / 3 here). Its
+//   mean square against ref's is E[δ² + Δs²] ≈ (0.4u)² (1 + qr² / 9) ≈ 2.5e-6 (1 + qr² / 9):
+//   NMSE <= 2e-5 (1 + qr² / 9), 8 times that. Per element, |out - ref| <= max|δ + Δs| ·
+//   max|v_j - ref| with max|v_j - ref| <= 2; the largest of the test's ~10^6 products keep
+//   max|δ + Δs| under 2u (1 + qr): max |Δ| <= 4u (1 + qr) = 0.0156 (1 + qr). A wrong mask, key
+//   or page moves rows by O(|out|) and fails either bound by orders of magnitude.
+static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cached,
+                          const int *n_new, int H, int KV, int D, int bs, ls_dtype_t cdt,
+                          int pad, float qr) {
     static s_stepd_t d;
     memset(&d, 0, sizeof d);
     int max_ctx = 1;
@@ -758,11 +784,14 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     for (int i = 0; i < num_blocks; i++)
         perm[i] = i;
     t_shuffle(r, perm, num_blocks); // block tables are never contiguous
-    if (n_seq * max_blocks > MAXTAB) {
+    int T = 0;
+    for (int s = 0; s < n_seq; s++)
+        T += s < S ? n_new[s] : 1;
+    if (n_seq * max_blocks > MAXTAB || n_seq > MAXS || T > MAXT) {
         fprintf(stderr, "attention test too large\n");
         exit(2);
     }
-    int T = 0;
+    T = 0;
     for (int s = 0; s < n_seq; s++) {
         for (int b = 0; b < max_blocks; b++)
             d.tables[s * max_blocks + b] = perm[s * max_blocks + b];
@@ -787,7 +816,7 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     size_t bn = (size_t)bs * kvd, bstride = 3 * bn;
     size_t nq = (size_t)T * stride, nc = (size_t)num_blocks * bstride, no = (size_t)T * H * D;
     s_pb_t qkv = s_pb_new(LS_DTYPE_F32, nq), kvb = s_pb_new(cdt, nc), out = s_pb_new(LS_DTYPE_F32, no);
-    float *hq = s_fill_new(r, nq, -1, 1), *hk = s_fill_new(r, nc, -1, 1), *poison = s_nan_new(no);
+    float *hq = s_fill_new(r, nq, -qr, qr), *hk = s_fill_new(r, nc, -1, 1), *poison = s_nan_new(no);
     if (cdt != LS_DTYPE_F32) // k, v values the cache dtype holds exactly: kv_store is a copy
         for (int t = 0; t < T; t++)
             s_round_all(cdt, hq + (size_t)t * stride + (size_t)H * D, 2 * kvd);
@@ -818,11 +847,114 @@ static void test_attention(t_rng_t *r, const char *what, int S, const int *n_cac
     s_check(name, g, c, nc, 0, 0);
     float *co = t_alloc(no * 4), *go = t_alloc(no * 4);
     s_pb_get(&out, 0, no, co, go);
-    snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d bs=%d %s", what, H, KV, D, bs,
-             s_dtn(cdt));
-    s_check(name, go, co, no, 1e-10, 1e-4);
+    // the rows of each kernel, gathered apart (pc, pg: prefill; co, go keep the rest)
+    int pf_ok = ls_cu_attention_prefill_ok(out.g->data, qkv.g->data, kvb.g->data,
+                                           (char *)kvb.g->data + bn * ls_dtype_size(cdt),
+                                           (ls_cu_dtype_t)cdt, H, KV, D, stride);
+    size_t row = (size_t)H * D, nd = 0, np = 0;
+    float *pc = t_alloc(no * 4), *pg = t_alloc(no * 4);
+    int32_t pick[3 * MAXS];
+    char taken[MAXS] = {0};
+    int n_pick = pf_ok ? ls_cu_attention_prefill_pick(d.q_indptr, d.ctx, n_seq, pick) : 0;
+    for (int k = 0; k < n_pick; k++)
+        taken[pick[3 * k]] = 1;
+    for (int s = 0; s < n_seq; s++) {
+        int prefill = taken[s];
+        for (int t = d.q_indptr[s]; t < d.q_indptr[s + 1]; t++) {
+            float *dc = prefill ? pc + np : co + nd, *dg = prefill ? pg + np : go + nd;
+            memmove(dc, co + t * row, row * 4);
+            memmove(dg, go + t * row, row * 4);
+            *(prefill ? &np : &nd) += row;
+        }
+    }
+    if (nd) {
+        snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d bs=%d %s", what, H, KV, D,
+                 bs, s_dtn(cdt));
+        s_check(name, go, co, nd, 1e-10, 1e-4);
+    }
+    if (np) {
+        snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d bs=%d %s prefill rows", what,
+                 H, KV, D, bs, s_dtn(cdt));
+        s_check(name, pg, pc, np, 2e-5 * (1 + qr * qr / 9), 0.0156 * (1 + qr));
+    }
     s_pb_free(&qkv), s_pb_free(&kvb), s_pb_free(&out), s_pb_free(&dv);
-    free(perm), free(hq), free(hk), free(hdv), free(poison), free(c), free(g), free(co), free(go);
+    free(perm), free(hq), free(hk), free(hdv), free(poison), free(c), free(g), free(co), free(go),
+        free(pc), free(pg);
+    return n_pick;
+}
+
+// Prefill attention beside the decode-shaped kernels in one call: S sequences of H / KV
+// heads, D, pages of bs, in random order — decodes on up to max_ctx cached tokens, short
+// chunks (fewer than LS_CU_PREFILL_MIN_Q new tokens), and chunks of LS_CU_PREFILL_MIN_Q ..
+// max_new new tokens on a cached prefix of up to max_ctx (some with none), of which the pick
+// gives the prefill kernel a prompt of LS_CU_PREFILL_MIN_Q tokens, max_new on max_ctx and
+// the others it finds cheaper there (max_new >= 150 here; checked).
+static void test_attention_prefill(t_rng_t *r, int S, int max_new, int max_ctx, int H, int KV,
+                                   int D, int bs, float qr) {
+    int nc[MAXS], nn[MAXS];
+    for (int s = 0; s < S; s++) {
+        int kind = s < 3 ? s : t_rng_int(r, 3); // one of each kind at least
+        nc[s] = t_rng_int(r, max_ctx + 1);
+        if (kind == 0)
+            nn[s] = 1;
+        else if (kind == 1)
+            nn[s] = 2 + t_rng_int(r, LS_CU_PREFILL_MIN_Q - 2);
+        else
+            nn[s] = LS_CU_PREFILL_MIN_Q + t_rng_int(r, max_new - LS_CU_PREFILL_MIN_Q + 1);
+    }
+    nc[t_rng_int(r, S)] = 0;
+    // the longest context, of max_new tokens: its pairs alone make the prefill kernel the
+    // cheaper, so the pick takes it and every candidate of a shorter context — a prompt of
+    // LS_CU_PREFILL_MIN_Q tokens among them
+    nc[2] = 0, nn[2] = LS_CU_PREFILL_MIN_Q;
+    nc[3] = max_ctx, nn[3] = max_new;
+    for (int s = S - 1; s > 0; s--) { // in no order
+        int j = t_rng_int(r, s + 1), a = nc[s], b = nn[s];
+        nc[s] = nc[j], nn[s] = nn[j], nc[j] = a, nn[j] = b;
+    }
+    char what[64], name[160];
+    snprintf(what, sizeof what, "prefill mix x%d qr=%g", S, qr);
+    int n = test_attention(r, what, S, nc, nn, H, KV, D, bs, LS_DTYPE_BF16, 1, qr);
+    snprintf(name, sizeof name, "%s: %d sequences to the prefill kernel", what, n);
+    s_check_true(name, n > 0);
+}
+
+// ls_cu_attention_prefill_pick (host code) on the shapes dev_prefill measured — one chunk on
+// 2,048 cached tokens: the decode-shaped kernel faster at 64 queries, the prefill kernel at
+// 128 — and the cases its cost model is for: prompts alone (from ~192 tokens), chunks on like
+// prefixes together (each from ~96/k), a short chunk on a far longer context left out
+static void test_prefill_pick(void) {
+    static const struct {
+        const char *name;
+        int S, nc[9], nn[9], want[9];
+    } cases[] = {
+        {"64 on 2048", 1, {2048}, {64}, {0}},
+        {"128 on 2048", 1, {2048}, {128}, {1}},
+        {"prompt of 150", 1, {0}, {150}, {0}},
+        {"prompt of 512", 1, {0}, {512}, {1}},
+        {"8 x 16 on 2048 + decode", 9, {2048, 2048, 2048, 2048, 700, 2048, 2048, 2048, 2048},
+         {16, 16, 16, 16, 1, 16, 16, 16, 16}, {1, 1, 1, 1, 0, 1, 1, 1, 1}},
+        {"8 x 15 on 2048", 8, {2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048},
+         {15, 15, 15, 15, 15, 15, 15, 15}, {0}},
+        {"2 x 32 on 2048", 2, {2048, 2048}, {32, 32}, {0, 0}},
+        {"4 x 32 on 2048", 4, {2048, 2048, 2048, 2048}, {32, 32, 32, 32}, {1, 1, 1, 1}},
+        {"16 on 8192 + 200 on 4096", 2, {8192, 4096}, {16, 200}, {0, 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t qi[10] = {0}, ctx[9], pick[27];
+        for (int s = 0; s < cases[i].S; s++)
+            qi[s + 1] = qi[s] + cases[i].nn[s], ctx[s] = cases[i].nc[s] + cases[i].nn[s];
+        int n = ls_cu_attention_prefill_pick(qi, ctx, cases[i].S, pick), ok = 1, k = 0;
+        for (int s = 0; s < cases[i].S; s++) // in row order, each with its rows
+            if (cases[i].want[s])
+                ok &= k < n && pick[3 * k] == s && pick[3 * k + 1] == qi[s] &&
+                      pick[3 * k + 2] == cases[i].nn[s],
+                    k++;
+        char name[96];
+        snprintf(name, sizeof name, "prefill pick %s: %d sequences to the prefill kernel",
+                 cases[i].name, n);
+        s_check_true(name, ok && k == n);
+    }
 }
 
 // -- LoRA ---------------------------------------------------------------------------------
@@ -1205,6 +1337,75 @@ static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dty
     s_lora_bufs_free(&u);
     s_pm_free(&a), s_pm_free(&b);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
+}
+
+// Trainable tokens: T token rows of x (T, C), about half replaced by rows (N, C) of dtype dt
+// picked at random (the others must stay as they were), as ls_token_rows_forward.
+static void test_token_rows(t_rng_t *r, int T, int C, int N, ls_dtype_t dt) {
+    static s_stepd_t d;
+    s_step_simple(&d, T);
+    for (int t = 0; t < T; t++)
+        d.token_rows[t] = t_rng_int(r, 2) ? t_rng_int(r, N) : -1;
+    d.token_rows[0] = N - 1;  // the last row
+    d.has_token_rows = 1;
+    s_step_begin(&d);
+    size_t nr = (size_t)N * C, nx = (size_t)T * C;
+    float *hr = s_fill_new(r, nr, -1, 1), *hx = s_fill_new(r, nx, -1, 1);
+    s_pb_t rows = s_pb_new(dt, nr), x = s_pb_new(LS_DTYPE_F32, nx);
+    s_pb_set(&rows, 0, hr, nr);
+    s_pb_set(&x, 0, hx, nx);
+    s_cpu->token_rows(s_cpu, s_vc(&x, 0), s_vc(&rows, 0), C);
+    s_gpu->token_rows(s_gpu, s_vg(&x, 0), s_vg(&rows, 0), C);
+    float *c = t_alloc(nx * 4), *g = t_alloc(nx * 4);
+    s_pb_get(&x, 0, nx, c, g);
+    char name[128];
+    snprintf(name, sizeof name, "token rows (trainable tokens) T=%d C=%d N=%d %s", T, C, N,
+             s_dtn(dt));
+    s_check(name, g, c, nx, 0, 0);  // copies, widened exactly
+    s_pb_free(&rows), s_pb_free(&x);
+    free(hr), free(hx), free(c), free(g);
+}
+
+// Trainable tokens on lm_head: R logit rows of logits (R, V), most with a tile of up to 40 of
+// the N rows (N, C) of dtype dt (ids distinct, so no two writes meet), recomputed from x (R,
+// C); every other logit must stay as it was. As ls_token_logits_forward.
+static void test_token_logits(t_rng_t *r, int R, int C, int V, int N, ls_dtype_t dt) {
+    static s_stepd_t d;
+    s_step_simple(&d, R);
+    d.n_logit = R;
+    for (int i = 0; i < R; i++) {
+        if (i && !t_rng_int(r, 4))
+            continue;  // a row without an adapter's rows
+        int n = 1 + t_rng_int(r, N < 40 ? N : 40), f = t_rng_int(r, N - n + 1);
+        int32_t *tile = d.head_tiles + 3 * d.n_head_tiles++;
+        tile[0] = i, tile[1] = f, tile[2] = n;
+    }
+    s_step_begin(&d);
+    size_t nr = (size_t)N * C, nx = (size_t)R * C, nl = (size_t)R * V;
+    float *hr = s_fill_new(r, nr, -1, 1), *hx = s_fill_new(r, nx, -1, 1);
+    float *hl = s_fill_new(r, nl, -3, 3), *hid = t_alloc((size_t)N * sizeof *hid);
+    for (int k = 0; k < N; k++) {  // distinct ids: k spread over the vocabulary, the last one
+        hid[k] = (float)((int64_t)k * V / N + t_rng_int(r, V / N));
+        if (k == N - 1)
+            hid[k] = (float)(V - 1);
+    }
+    s_pb_t rows = s_pb_new(dt, nr), x = s_pb_new(LS_DTYPE_F32, nx),
+           logits = s_pb_new(LS_DTYPE_F32, nl), ids = s_pb_new(LS_DTYPE_F32, (size_t)N);
+    s_pb_set(&rows, 0, hr, nr);
+    s_pb_set(&x, 0, hx, nx);
+    s_pb_set(&logits, 0, hl, nl);
+    s_pb_set(&ids, 0, hid, (size_t)N);
+    s_cpu->token_logits(s_cpu, s_vc(&logits, 0), s_vc(&x, 0), s_vc(&rows, 0), s_vc(&ids, 0), C, V);
+    s_gpu->token_logits(s_gpu, s_vg(&logits, 0), s_vg(&x, 0), s_vg(&rows, 0), s_vg(&ids, 0), C, V);
+    float *c = t_alloc(nl * 4), *g = t_alloc(nl * 4);
+    s_pb_get(&logits, 0, nl, c, g);
+    char name[128];
+    snprintf(name, sizeof name, "token logits (trainable tokens) R=%d C=%d V=%d N=%d %s", R, C,
+             V, N, s_dtn(dt));
+    // fp32 dot products of C terms summed in another order: |Δ| ~ C·2^-24·|x|·|row|
+    s_check(name, g, c, nl, 1e-10, 1e-3);
+    s_pb_free(&rows), s_pb_free(&x), s_pb_free(&logits), s_pb_free(&ids);
+    free(hr), free(hx), free(hl), free(hid), free(c), free(g);
 }
 
 // -- sampling -------------------------------------------------------------------------------
@@ -1643,44 +1844,65 @@ int main(int argc, char **argv) {
     {
         int nc[3] = {0, 21, 40}, nn[3] = {17, 5, 9};
         test_attention(&r, "prefill on cached prefix+pad", 3, nc, nn, 8, 2, 128, 16,
-                       LS_DTYPE_BF16, 1);
+                       LS_DTYPE_BF16, 1, 1);
         test_attention(&r, "prefill on cached prefix+pad", 3, nc, nn, 8, 2, 128, 16,
-                       LS_DTYPE_F32, 1);
+                       LS_DTYPE_F32, 1, 1);
     }
     {
         int nc[24], nn[24];
         for (int s = 0; s < 24; s++)
             nc[s] = t_rng_int(&r, 300), nn[s] = 1;
         nc[0] = 0;
-        test_attention(&r, "decode x24", 24, nc, nn, 32, 8, 128, 16, LS_DTYPE_BF16, 0);
-        test_attention(&r, "decode x24 group16", 24, nc, nn, 16, 1, 64, 16, LS_DTYPE_F32, 0);
-        test_attention(&r, "decode x24 group7", 24, nc, nn, 14, 2, 80, 32, LS_DTYPE_F32, 0);
-        test_attention(&r, "decode x24", 24, nc, nn, 8, 4, 256, 16, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode x24", 24, nc, nn, 32, 8, 128, 16, LS_DTYPE_BF16, 0, 1);
+        test_attention(&r, "decode x24 group16", 24, nc, nn, 16, 1, 64, 16, LS_DTYPE_F32, 0, 1);
+        test_attention(&r, "decode x24 group7", 24, nc, nn, 14, 2, 80, 32, LS_DTYPE_F32, 0, 1);
+        test_attention(&r, "decode x24", 24, nc, nn, 8, 4, 256, 16, LS_DTYPE_BF16, 0, 1);
         // bf16 rows of 72 B: not 16-byte chunks, so the v1 kernel (fallback) runs
-        test_attention(&r, "decode x24 (v1 path)", 24, nc, nn, 8, 2, 36, 16, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode x24 (v1 path)", 24, nc, nn, 8, 2, 36, 16, LS_DTYPE_BF16, 0, 1);
         // tensor-core kernel: half the head slots empty (group 2), pages of 24 (no shift);
         // two passes of 4 heads (group 8); multi-head (group 1)
-        test_attention(&r, "decode x24 group2", 24, nc, nn, 8, 4, 64, 24, LS_DTYPE_BF16, 0);
-        test_attention(&r, "decode x24 group8", 24, nc, nn, 16, 2, 128, 32, LS_DTYPE_BF16, 0);
-        test_attention(&r, "decode x24 group1", 24, nc, nn, 4, 4, 64, 16, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode x24 group2", 24, nc, nn, 8, 4, 64, 24, LS_DTYPE_BF16, 0, 1);
+        test_attention(&r, "decode x24 group8", 24, nc, nn, 16, 2, 128, 32, LS_DTYPE_BF16, 0, 1);
+        test_attention(&r, "decode x24 group1", 24, nc, nn, 4, 4, 64, 16, LS_DTYPE_BF16, 0, 1);
     }
     {
         // long contexts: the keys of a (token, kv head) split over a thread-block cluster —
         // 16 CTAs for one sequence (8 where 16 does not fit), 8 for three, one of which has
         // a single key, so that 7 CTAs of its cluster see none
         int nc1[1] = {3100}, nn1[1] = {1}, nc3[3] = {2999, 0, 1533}, nn3[3] = {1, 1, 1};
-        test_attention(&r, "decode long x1", 1, nc1, nn1, 32, 8, 128, 16, LS_DTYPE_BF16, 0);
-        test_attention(&r, "decode long x3", 3, nc3, nn3, 32, 8, 128, 16, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode long x1", 1, nc1, nn1, 32, 8, 128, 16, LS_DTYPE_BF16, 0, 1);
+        test_attention(&r, "decode long x3", 3, nc3, nn3, 32, 8, 128, 16, LS_DTYPE_BF16, 0, 1);
         // the FFMA kernel (v2) on the same split: bf16 rows of 512 B
-        test_attention(&r, "decode long x1", 1, nc1, nn1, 8, 4, 256, 16, LS_DTYPE_BF16, 0);
+        test_attention(&r, "decode long x1", 1, nc1, nn1, 8, 4, 256, 16, LS_DTYPE_BF16, 0, 1);
         // a prefill chunk on a long prefix, group 7 in two passes (4 + 3 heads), f32 cache
         int ncp[1] = {2000}, nnp[1] = {5};
         test_attention(&r, "prefill 5 on 2000 cached", 1, ncp, nnp, 14, 2, 80, 16,
-                       LS_DTYPE_F32, 0);
+                       LS_DTYPE_F32, 0, 1);
     }
     {
         int nc[2] = {100, 3}, nn[2] = {130, 60}; // long chunk, every warp busy
-        test_attention(&r, "prefill chunk 130+60", 2, nc, nn, 16, 4, 128, 16, LS_DTYPE_BF16, 0);
+        test_attention(&r, "prefill chunk 130+60", 2, nc, nn, 16, 4, 128, 16, LS_DTYPE_BF16, 0, 1);
+    }
+    {
+        test_prefill_pick();
+        // the prefill kernel beside decodes and short chunks in one call: GQA groups 4, 1, 8,
+        // 4 with peaked softmax (q in [-3, 3]), head_dim 128 and 64, pages of 16, 32 and 24
+        // (no shift), Llama-3-8B's heads; and a prompt of 2,000 tokens beside two decodes
+        test_attention_prefill(&r, 8, 600, 800, 8, 2, 128, 16, 1);
+        test_attention_prefill(&r, 8, 400, 600, 4, 4, 64, 32, 1);
+        test_attention_prefill(&r, 6, 300, 500, 16, 2, 128, 32, 1);
+        test_attention_prefill(&r, 8, 400, 600, 8, 2, 64, 16, 3);
+        test_attention_prefill(&r, 6, 200, 300, 8, 2, 128, 24, 1);
+        test_attention_prefill(&r, 5, 150, 300, 32, 8, 128, 16, 1);
+        // the split the pick makes: 16-token chunks on like prefixes and a fresh 17-token
+        // prompt go with a 200-token chunk to the prefill kernel, a 16-token chunk on a
+        // context three times longer and a decode stay decode-shaped (their rows at 1e-10)
+        int ncs[7] = {1000, 3000, 0, 1000, 500, 1000, 1000}, nns[7] = {16, 16, 17, 200, 1, 16, 16};
+        s_check_true("prefill pick split: 5 sequences to the prefill kernel",
+                     test_attention(&r, "prefill pick split", 7, ncs, nns, 8, 2, 128, 16,
+                                    LS_DTYPE_BF16, 0, 1) == 5);
+        int nc[3] = {40, 0, 700}, nn[3] = {1, 2000, 1};
+        test_attention(&r, "prompt of 2000", 3, nc, nn, 4, 1, 128, 16, LS_DTYPE_BF16, 0, 1);
     }
 
     static const int sz3[3] = {512, 128, 128}, sz2[2] = {384, 384}, sz1[1] = {520},
@@ -1752,6 +1974,14 @@ int main(int argc, char **argv) {
     test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 0, 1);
     test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16, 0, 1);
     test_lora_rows(&r, 3, 100, 1001, 12, LS_DTYPE_F32, 1, 1);
+    // trainable tokens: the embedding rows copied over the embedding's output, lm_head's
+    // logits of the listed ids recomputed on the logit rows
+    test_token_rows(&r, 300, 4096, 64, LS_DTYPE_BF16);
+    test_token_rows(&r, 7, 100, 3, LS_DTYPE_F32);
+    test_token_rows(&r, 64, 512, 256, LS_DTYPE_F16);
+    test_token_logits(&r, 64, 4096, 128256, 256, LS_DTYPE_BF16);
+    test_token_logits(&r, 5, 100, 1001, 7, LS_DTYPE_F32);
+    test_token_logits(&r, 33, 512, 32000, 64, LS_DTYPE_F16);
 
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);

@@ -70,7 +70,8 @@ static void s_step_init(s_step_data_t *d, const int *n_cached, const int *n_new,
                                    .max_ctx_len = MAXB * BS, .q_indptr = d->q_indptr,
                                    .ctx_lens = d->ctx_lens, .positions = d->pos,
                                    .slot_mapping = d->slots, .block_tables = d->tables},
-                          .lora = &d->lora, .n_lora_passes = 1, .n_logit_rows = n_seqs,
+                          .lora = &d->lora, .n_lora_batches = 1, .n_lora_passes = 1,
+                          .n_logit_rows = n_seqs,
                           .logit_rows = d->logit_rows};
 }
 

@@ -407,6 +407,14 @@ static void test_validation(void **unused) {
     assert_contains(m->u.adapter_loaded.reason, "fc1");
     m = s_load_refused("fresh", s_adapter("vocab"), false, LS_ERROR_CODE_BAD_REQUEST);
     assert_contains(m->u.adapter_loaded.reason, "trainable_token_indices");
+    assert_contains(m->u.adapter_loaded.reason, "added vocabulary");
+    // Trainable tokens need as many rows a slot (--lora-extra-vocab-size).
+    m = s_load_refused("fresh", s_adapter("tokens"), false, LS_ERROR_CODE_BAD_REQUEST);
+    assert_contains(m->u.adapter_loaded.reason, "replaces 2 rows of the embedding or lm_head");
+    assert_contains(m->u.adapter_loaded.reason, "the workers hold 0 a slot (--lora-extra-vocab-size)");
+    R.env.extra_vocab_size = 2;
+    s_load_ok("tok", s_adapter("tokens"), false);
+    R.env.extra_vocab_size = 0;
     m = s_load_refused("fresh", s_adapter("dora"), false, LS_ERROR_CODE_BAD_REQUEST);
     assert_contains(m->u.adapter_loaded.reason, "use_dora");
     m = s_load_refused("fresh", s_adapter("mts"), false, LS_ERROR_CODE_BAD_REQUEST);
@@ -432,7 +440,7 @@ static void test_validation(void **unused) {
     R.env.model = NULL;
     m = s_load_refused("fresh", s_adapter("b"), false, LS_ERROR_CODE_UNAVAILABLE);
     assert_contains(m->u.adapter_loaded.reason, "--model-path");
-    assert_int_equal(reg_stats(R.reg)->load_failures, 17);
+    assert_int_equal(reg_stats(R.reg)->load_failures, 18);
     s_reset();
 }
 
@@ -1012,6 +1020,8 @@ static void s_fixtures(void) {
     fx_adapter(s_adapter("mts"), fx_config(cfg, sizeof cfg, 4, "[\"q_proj\"]", ", \"modules_to_save\": [\"lm_head\"]"));
     fx_adapter(s_adapter("vocab"),
                fx_config(cfg, sizeof cfg, 4, "[\"q_proj\"]", ", \"trainable_token_indices\": [40]"));
+    fx_adapter(s_adapter("tokens"),
+               fx_config(cfg, sizeof cfg, 4, "[\"q_proj\"]", ", \"trainable_token_indices\": [3, 5]"));
     fx_adapter(s_adapter("badjson"), "{\"r\": 4, ");
     fx_adapter(s_adapter("noconfig"), "{}");
     snprintf(p, sizeof p, "%s/adapter_config.json", s_adapter("noconfig"));

@@ -9,7 +9,11 @@
 //   fp8       llama and qwen2 at TP=2 with FP8 projections against FP8 at TP=1: each rank
 //             quantizes a row-parallel layer's input over its own columns (vLLM does the
 //             same), which moves FP8's rounding: measured max |Δ| 0.32 (llama), 0.25 (qwen2)
-//             on logits up to ~4, about FP8's own error on these random fixtures; bound 0.5.
+//             on the base's logits (up to ~4), about FP8's own error on these random
+//             fixtures; 0.54 on a logit of llama's trainable lm_head rows, whose norms
+//             (2.2-2.6) are about three times the base rows' (0.8 on average, at most 1.0)
+//             and magnify the same move of the final hidden state. Bound: FP8's against
+//             HF, TOL_FP8_MAX of test_fp8.c (0.75).
 //   fixtures  each architecture of tests/fixtures (HF-parity models and their PEFT adapters)
 //             at TP=2 and TP=4 against TP=1: the reference's mixed batch of base and adapter
 //             rows (every adapter in one batch), then greedy decode steps of the whole
@@ -21,9 +25,9 @@
 // Tolerance. Every rank computes in fp32 like TP=1; what changes is the order of summation:
 // the o and down matmuls and their LoRA run over each rank's slice of the input and the
 // partial sums are added in rank order, and the embedding becomes a sum with zeros (exact).
-// Measured on these fixtures (logits up to ~4): max |Δ| <= 3.3e-6. TOL_TP = 5e-5, the bound
-// the HF parity test uses, still catches any slicing error (a wrong head, slice or LoRA
-// shard moves logits by 1e-2 or more).
+// Measured on these fixtures (logits up to ~4, 14 in qwen2's row with tied trainable tokens):
+// max |Δ| <= 3.9e-6. TOL_TP = 5e-5, the bound the HF parity test uses, still catches any
+// slicing error (a wrong head, slice or LoRA shard moves logits by 1e-2 or more).
 //
 // Built with LS_TP_CUDA (tests/gpu: test_gpu_tp) the same checks run on GPUs: rank r on
 // GPU r with the CUDA backend and the NCCL communicator, TP=2 only (two GPUs), no failure
@@ -63,7 +67,7 @@
 #error "LS_FIXTURES_DIR must name tests/fixtures"
 #endif
 
-#define TOL_TP_FP8 0.5
+#define TOL_TP_FP8 0.75
 #ifdef LS_TP_CUDA
 #define TOL_TP 5e-2
 #define GAP_MIN 1e-1
@@ -312,10 +316,10 @@ static void s_group_load_rank(void *arg, int r) {
     const ls_model_config_t *cfg = ls_model_config(g->m[r]);
     int n_ads = cJSON_GetArraySize(g->adapters);
     // every target: the fixtures' embedding and lm_head LoRA too (whole on every rank, and
-    // the rank's vocabulary rows)
+    // the rank's vocabulary rows), and their trainable tokens (whole on every rank)
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = g->max_rank,
                                 .target_mask = (1u << LS_TARGET_ALL) - 1,
-                                .tp_rank = r, .tp_size = g->size};
+                                .tp_rank = r, .tp_size = g->size, .extra_vocab_size = 16};
     // one pool of pages for KV and adapters, as the worker's (slot_plan.h: adapters on top)
     int ad_pages = slot_plan_pages(g->m[r], BS, &pc, err, errlen);
     if (ad_pages < 0 || !(g->kv[r] = ls_kv_cache_new(g->m[r], MAX_ROWS * MAX_LEN / BS + ad_pages, BS, err, errlen)))
@@ -480,7 +484,7 @@ static void s_fixture(const char *arch, int size, ls_quant_t quant) {
     }
     print_message("%s%s TP=%d vs TP=1 (%d heads, %d KV heads -> %d q + %d kv per rank): %d rows (base + "
                   "adapters), prefill + %d decode steps: max|Δ logits| %.2e (logits up to %.2f, bound "
-                  "%.0e); greedy tokens identical on %d/%d compared\n",
+                  "%.2g); greedy tokens identical on %d/%d compared\n",
                   arch, quant == LS_QUANT_FP8 ? " fp8" : "", size, cfg->num_attention_heads, cfg->num_key_value_heads, cfg->num_attention_heads / size,
                   cfg->num_key_value_heads >= size ? cfg->num_key_value_heads / size : 1, R, DECODE_STEPS, worst, mag,
                   tol, greedy_same, greedy_cmp);
