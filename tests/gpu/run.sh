@@ -28,8 +28,9 @@
 #   tests/gpu/run.sh paging [PROGRAM…]  on the GPU machine, after `prepare paging`: the tests,
 #                              then baseline and this tree's programs alternately, twice (the
 #                              spread between the rounds is the noise; LS_GPU_PAGING_ROUNDS):
-#                              dev_shrink, dev_expand, dev_fused, bench_lora_cuda --serve and
-#                              --step, bench_decode_cuda (decode ratios), or the PROGRAMs named
+#                              dev_shrink, dev_expand, dev_fused, dev_prefill (the prefill
+#                              attention on pages), bench_lora_cuda --serve and --step,
+#                              bench_decode_cuda (decode ratios), or the PROGRAMs named
 #   tests/gpu/run.sh           on the GPU machine: runs the bundled binaries (or, without a
 #                              bundle, configures and builds build-gpu/ there first), logs
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
@@ -55,8 +56,8 @@ benches=(bench_lora_cuda bench_decode_cuda)
 
 # tensor parallelism on two GPUs (NCCL): built where NCCL is, run where 2 GPUs are
 tp=test_gpu_tp
-# paging: the LoRA programs timed against the baseline's
-paging=(dev_shrink dev_expand dev_fused bench_lora_cuda bench_decode_cuda)
+# paging: the LoRA programs and the prefill attention's timed against the baseline's
+paging=(dev_shrink dev_expand dev_fused dev_prefill bench_lora_cuda bench_decode_cuda)
 
 if [[ ${1:-} == prepare ]]; then
   set -e
@@ -128,6 +129,7 @@ if [[ ${1:-} == paging ]]; then
   # what each program prints that says its speed
   key() {
     case $1 in
+      dev_prefill) grep -E "nmse|^(512|2048|8192) |^[0-9]+ x |^prompt of|^16 " "$2" ;;
       dev_*) grep -E "tiles\):| us |FAIL|CPU reference" "$2" ;;
       bench_lora_cuda) grep -E "^serve n=|^step |^whole step|^read +step" "$2" ;;
       bench_decode_cuda) grep -E "decode ratio|distinct adapters|base model|floor" "$2" ;;
