@@ -20,17 +20,21 @@
 #                              op; its FP8 rows shown), test_gpu_model --fp8 and
 #                              bench_base_cuda --fp8 (bf16 vs FP8 decode steps), then
 #                              dev_fp8 (the FP8 GEMMs at T = 1..64 and their crossover), ~4 min
-#   tests/gpu/run.sh prepare paging  the unified-paging checks: test_gpu_ops, test_gpu_model,
-#                              the dev bench's LoRA programs and the LoRA benchmarks of this
-#                              tree, and the same programs of a baseline (before the adapters
-#                              were paged) from LS_GPU_BASELINE_BUILD, a CUDA build directory of
-#                              it with those targets built, into .device-bundle/baseline/
+#   tests/gpu/run.sh prepare paging [PROGRAM…]  the unified-paging checks: test_gpu_ops,
+#                              test_gpu_model, the PROGRAMs of this tree (default: the dev
+#                              bench's LoRA programs, dev_prefill and the LoRA benchmarks), and
+#                              the same programs of a baseline (before the adapters were paged)
+#                              from LS_GPU_BASELINE_BUILD, a CUDA build directory of it with
+#                              those targets built, into .device-bundle/baseline/ (without the
+#                              libraries this tree's bundle already holds, byte for byte: what
+#                              travels is capped)
 #   tests/gpu/run.sh paging [PROGRAM…]  on the GPU machine, after `prepare paging`: the tests,
 #                              then baseline and this tree's programs alternately, twice (the
 #                              spread between the rounds is the noise; LS_GPU_PAGING_ROUNDS):
-#                              dev_shrink, dev_expand, dev_fused, dev_prefill (the prefill
-#                              attention on pages), bench_lora_cuda --serve and --step,
-#                              bench_decode_cuda (decode ratios), or the PROGRAMs named
+#                              the PROGRAMs named, or those bundled — of dev_shrink, dev_expand,
+#                              dev_fused, dev_prefill (the prefill attention on pages),
+#                              bench_lora_cuda --serve and --step, bench_decode_cuda (decode
+#                              ratios)
 #   tests/gpu/run.sh           on the GPU machine: runs the bundled binaries (or, without a
 #                              bundle, configures and builds build-gpu/ there first), logs
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
@@ -71,6 +75,7 @@ if [[ ${1:-} == prepare ]]; then
   elif [[ ${2:-} == fp8 ]]; then
     bins=(test_gpu_ops test_gpu_model bench_base_cuda dev_fp8)
   elif [[ ${2:-} == paging ]]; then
+    [[ $# -gt 2 ]] && paging=("${@:3}")
     bins=(test_gpu_ops test_gpu_model "${paging[@]}")
     base=${LS_GPU_BASELINE_BUILD:?a CUDA build directory of the baseline, with ${paging[*]} built}
     for b in "${paging[@]}"; do [[ -x $base/bin/$b ]] || { echo "$base/bin/$b: not built"; exit 2; }; done
@@ -80,11 +85,14 @@ if [[ ${1:-} == prepare ]]; then
   cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
   rm -rf .device-bundle
   ../shared/tools/device-bundle .device-bundle "${bins[@]/#/$build/bin/}"
-  bundle_pack .device-bundle
   if [[ ${2:-} == paging ]]; then
     ../shared/tools/device-bundle .device-bundle/baseline "${paging[@]/#/$base/bin/}"
+    for f in .device-bundle/baseline/lib/*; do  # found in this tree's lib/ (LD_LIBRARY_PATH)
+      if cmp -s "$f" ".device-bundle/lib/${f##*/}"; then rm "$f"; fi
+    done
     bundle_pack .device-bundle/baseline
   fi
+  bundle_pack .device-bundle
   exit 0
 fi
 
@@ -136,7 +144,9 @@ if [[ ${1:-} == paging ]]; then
     esac
   }
   progs=("${@:2}")
-  [[ ${#progs[@]} == 0 ]] && progs=("${paging[@]}")
+  [[ ${#progs[@]} == 0 ]] && for p in "${paging[@]}"; do
+    [[ -x .device-bundle/baseline/bin/$p ]] && progs+=("$p")
+  done
   for ((round = 1; round <= ${LS_GPU_PAGING_ROUNDS:-2}; round++)); do
     for p in "${progs[@]}"; do
       args=()

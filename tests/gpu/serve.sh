@@ -88,13 +88,16 @@ if [[ ${1:-} == prepare ]]; then
   rm -rf "$bundle"
   ../shared/tools/device-bundle "$bundle" "${bins[@]/#/$build/bin/}"
   python3 tools/make_dummy_model.py "$bundle/model"
-  bundle_pack "$bundle"
   if [[ -n ${LS_SERVE_BASELINE_BUILD:-} ]]; then
     base=(loraserve-launch loraserve-gateway loraserve-tokenizer loraserve-registry loraserve-scheduler
           loraserve-worker loraserve-detokenizer loraserve-dispatcher)
     ../shared/tools/device-bundle "$bundle/baseline" "${base[@]/#/$LS_SERVE_BASELINE_BUILD/bin/}"
+    for f in "$bundle"/baseline/lib/*; do  # found in this tree's lib/: what travels is capped
+      if cmp -s "$f" "$bundle/lib/${f##*/}"; then rm "$f"; fi
+    done
     bundle_pack "$bundle/baseline"
   fi
+  bundle_pack "$bundle"
   exit 0
 fi
 
@@ -106,6 +109,10 @@ rm -rf "$out"
 mkdir -p "$out" "$dest"
 bundle_unpack "$bundle"
 export LD_LIBRARY_PATH=$root/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if [[ -d $bundle/baseline/bin ]]; then  # the paging stage's baseline: its libraries not in ours
+  bundle_unpack "$bundle/baseline"
+  LD_LIBRARY_PATH+=:$root/$bundle/baseline/lib
+fi
 bin=$root/$bundle/bin
 # LS_SERVE_MODEL / _BACKEND / _LOAD_FORMAT / _PROMPTS_PER_SLOT: a smoke run of this script on a
 # machine without a GPU (the demo model on the CPU backend, few prompts)
