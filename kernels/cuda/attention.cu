@@ -5,9 +5,10 @@
     that walks its prefix — decodes, and the tokens of short chunks. Prefill chunks
     (ls_cu_attention_prefill, for the sequences ls_cu_attention_prefill_pick picks; the
     CUDA backend splits a step between the two) take query tiles instead, so
-    that each K/V tile read serves 128 query rows: k_attention_prefill, at the end of this
-    file (FlashAttention-2's plan; bf16 caches, head_dim 64 and 128; q and p rounded to
-    bf16 there).
+    that each K/V tile read serves 128 query rows: k_attention_prefill (FlashAttention-2's
+    plan on mma.sync; bf16 caches, head_dim 64 and 128; q and p rounded to bf16 there) and,
+    on sm_90 for head_dim 128, the same plan on warpgroup MMA (k_attention_prefill_wg),
+    near the end of this file.
 
     Decode reads every K/V row of its context once for a few flops per byte: it is bound
     by memory bandwidth, so the kernels are built to keep many bytes in flight and to spend
@@ -727,6 +728,161 @@ __device__ __forceinline__ void s_mma_b2(float (&c)[MT][N][4], int j, const uint
     }
 }
 
+// The prefill kernels' view of the paged cache. s_pf_page: the block-table entry of key (the
+// dependent read, issued a tile ahead); s_pf_row: the byte offset of key's row (kv head 0)
+// in that page — a page's block_size rows of kv_bytes back to back at page * block_bytes (the
+// page-major pool: one layer's K or V of a page, its other layers' between pages): the one
+// place the cache's layout enters these kernels.
+__device__ __forceinline__ int s_pf_page(const int32_t *table, int key, int block_size,
+                                         int bs_shift) {
+    return __ldg(table + (bs_shift >= 0 ? key >> bs_shift : key / block_size));
+}
+__device__ __forceinline__ long long s_pf_row(int page, int key, int block_size, int bs_shift,
+                                              size_t kv_bytes, size_t block_bytes) {
+    int off = bs_shift >= 0 ? key & (block_size - 1) : key % block_size;
+    return (long long)page * (long long)block_bytes + (long long)off * (long long)kv_bytes;
+}
+
+// The query tile of a prefill CTA: blockIdx.z's sequence of seqs ((sequence, first token,
+// tokens) each), its tile blockIdx.y of tq tokens counted from the end (the latest tokens,
+// most keys, first); false for CTAs past a shorter sequence's tiles than the launch's longest.
+struct s_pf_tile_t {
+    int tok0, ntok, nrows; // first token row, tokens, query rows (tokens x group)
+    const int32_t *table;  // the sequence's block table
+};
+__device__ __forceinline__ bool s_pf_tile(s_pf_tile_t &t, const int32_t *seqs,
+                                          const int32_t *block_tables, int max_blocks, int tq,
+                                          int group) {
+    const int seq = seqs[3 * blockIdx.z], t_first = seqs[3 * blockIdx.z + 1];
+    const int n_tok = seqs[3 * blockIdx.z + 2], n_tiles = (n_tok + tq - 1) / tq;
+    if ((int)blockIdx.y >= n_tiles)
+        return false;
+    const int tile = n_tiles - 1 - (int)blockIdx.y;
+    t.tok0 = t_first + tile * tq, t.ntok = min(tq, n_tok - tile * tq), t.nrows = t.ntok * group;
+    t.table = block_tables + (size_t)seq * max_blocks;
+    return true;
+}
+
+// A prefill CTA's start (NT threads, BM query rows of D): the tile's tokens' positions into
+// s_pos (-1 past the sequence), the largest each warp read into s_whi[warp]; Q as bf16 of q *
+// qscale, rows past nrows zero, the 4 values of float4 c4 of row r at q_sm + at(r, c4) (the
+// kernel's swizzle). The caller syncs before reading them.
+template <int D, int BM, int NT, int UNROLL, typename AT>
+__device__ __forceinline__ void s_pf_begin(int *s_pos, int *s_whi, char *q_sm, const float *q,
+                                           const int32_t *positions, const s_pf_tile_t &t,
+                                           int group, int kvh, int row_stride, float qscale,
+                                           AT at) {
+    const int tid = threadIdx.x;
+    {
+        int p = tid < t.ntok ? positions[t.tok0 + tid] : -1;
+        if (tid < BM)
+            s_pos[tid] = p;
+        p = __reduce_max_sync(0xffffffffu, p);
+        if ((tid & 31) == 0)
+            s_whi[tid >> 5] = p;
+    }
+    constexpr int F4 = D / 4; // float4s a row
+#pragma unroll UNROLL
+    for (int i = 0; i < BM * F4 / NT; i++) {
+        int f = tid + i * NT, r = f / F4, c4 = f % F4;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < t.nrows) {
+            int tk = r / group, hd = kvh * group + r - tk * group;
+            x = __ldg(reinterpret_cast<const float4 *>(
+                          q + (size_t)(t.tok0 + tk) * row_stride + (size_t)hd * D) + c4);
+        }
+        uint2 u = {s_pack(x.x * qscale, x.y * qscale), s_pack(x.z * qscale, x.w * qscale)};
+        *reinterpret_cast<uint2 *>(q_sm + at(r, c4)) = u;
+    }
+}
+
+// After s_pf_begin and a barrier: returns the tile's largest position (its last key; over
+// the NW warps' s_whi). For the MT m-tiles of 16 rows from row0 that this lane's warp holds
+// (this lane's rows 16 mt + g and + 8 of them, h = 0, 1): their positions rpos[mt][h] (pmax
+// for rows past the tile: their q is zero, they are never written), and the warp's least
+// (wlo) and largest (whi; -1: no row, the warp idles) position over its rows.
+template <int NW, int MT>
+__device__ __forceinline__ int s_pf_positions(const int *s_pos, const int *s_whi, int row0,
+                                              int nrows, int group, int (&rpos)[MT][2],
+                                              int &wlo, int &whi) {
+    int pmax = 0;
+#pragma unroll
+    for (int w = 0; w < NW; w++)
+        pmax = max(pmax, s_whi[w]);
+    wlo = 0x7fffffff, whi = -1;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int r = row0 + 16 * mt + ((threadIdx.x & 31) >> 2) + 8 * h;
+            int p = r < nrows ? s_pos[r / group] : -1;
+            whi = max(whi, p);
+            wlo = p >= 0 ? min(wlo, p) : wlo;
+            rpos[mt][h] = p >= 0 ? p : pmax;
+        }
+    whi = __reduce_max_sync(0xffffffffu, whi);
+    wlo = __reduce_min_sync(0xffffffffu, wlo);
+    return pmax;
+}
+
+// rows[j][i]: s_pf_row of key j * BN + i of tiles 0 and 1 (-1 past pmax), by threads 0 .. BN - 1
+template <int BN>
+__device__ __forceinline__ void s_pf_rows_first(long long (*rows)[BN], int pmax,
+                                                const int32_t *table, int block_size,
+                                                int bs_shift, size_t kv_bytes,
+                                                size_t block_bytes) {
+    const int tid = threadIdx.x;
+    if (tid < BN)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            int key = j * BN + tid;
+            rows[j][tid] = key <= pmax ? s_pf_row(s_pf_page(table, key, block_size, bs_shift),
+                                                  key, block_size, bs_shift, kv_bytes,
+                                                  block_bytes)
+                                       : -1;
+        }
+}
+
+// A key tile's K and V rows (rows: their s_pf_row, -1: zero-filled) by cp.async into the
+// stage at st: NT threads, each chunk c (16 bytes) of row r of K at st + at(r, c) (the
+// kernel's swizzle), V's BN rows of 2 * D bytes after K's. Thread tid copies chunk tid % NCH
+// of rows tid / NCH + (NT / NCH) * i.
+template <int D, int BN, int NT, typename AT>
+__device__ __forceinline__ void s_pf_issue(unsigned st, const long long *rows, const char *kc,
+                                           const char *vc, AT at) {
+    constexpr int NCH = D / 8, CPT = BN * NCH / NT; // chunks a row; a thread copies of K, of V
+#pragma unroll
+    for (int i = 0; i < CPT; i++) {
+        int f = threadIdx.x + i * NT, r = f / NCH, c = f % NCH;
+        long long row = rows[r];
+        size_t so = (size_t)max(row, 0ll) + c * 16;
+        unsigned d = st + at(r, c);
+        int n = row >= 0 ? 16 : 0;
+        s_cp16(d, kc + so, n);
+        s_cp16(d + BN * 2 * D, vc + so, n);
+    }
+}
+
+// Query row r of the tile (written only where r < nrows): O / l, l summed over the lane quad
+// first (every lane calls), dims 8n + 2qd and + 1 from o2(n).
+template <int D, typename OT>
+__device__ __forceinline__ void s_pf_store(float *out, float l, int r, const s_pf_tile_t &t,
+                                           int group, int kvh, int n_heads, OT o2) {
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (r < t.nrows) {
+        const float inv = 1.0f / l;
+        const int tk = r / group, hd = kvh * group + r - tk * group;
+        float *orow = out + (size_t)(t.tok0 + tk) * n_heads * D + (size_t)hd * D +
+                      2 * (threadIdx.x & 3);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            float2 v = o2(n);
+            *reinterpret_cast<float2 *>(orow + 8 * n) = make_float2(v.x * inv, v.y * inv);
+        }
+    }
+}
+
 // k_attention_prefill: FlashAttention-2's plan, for the sequences of a step with many query
 // tokens (ls_cu_attention_prefill). A CTA of NW warps takes one query tile of one sequence
 // and kv head: BM = 16*MT*NW rows, row r = (token r / group, query head r % group of the kv
@@ -734,7 +890,7 @@ __device__ __forceinline__ void s_mma_b2(float (&c)[MT][N][4], int j, const uint
 // them — TQ = BM / group tokens (rows past TQ*group stay idle). Warp w owns rows 16*MT*w ..
 // +16*MT. The CTA walks keys 0 .. the tile's largest position in tiles of BN:
 // - K/V rows through the block table into shared memory by cp.async, two stages (tile j + 1
-//   copies while tile j computes), each key's cache slot looked up two tiles ahead (the
+//   copies while tile j computes), each key's row looked up (s_pf_row) two tiles ahead (the
 //   block-table read in flight during a tile); rows swizzled (16-byte chunk c of row r at
 //   c ^ (r % 8)), so that ldmatrix's 8 row addresses of one matrix hit 8 distinct bank groups;
 //   keys past the tile's largest position are zero-filled (and masked);
@@ -761,7 +917,7 @@ __device__ __forceinline__ void s_mma_b2(float (&c)[MT][N][4], int j, const uint
 // merge through memory would let this kernel take them); tiles of a
 // sequence launch latest (most keys) first, sequences one after another (blockIdx.z), the
 // CTAs past a shorter sequence's tiles exit at once; Q is re-read from shared memory every
-// key tile (registers are full: 247 at head_dim 128); bf16 caches only.
+// key tile (registers are full: 249 at head_dim 128 on sm_90a, 253 on sm_80); bf16 caches only.
 // seqs (n, 3): (sequence, first token, tokens) of the sequences this launch takes, grid
 // (n_kv_heads, tiles of the longest, n), blockDim NW*32, dynamic shared memory: Q (BM rows),
 // then two stages of K (BN rows) and V (BN rows), rows of 2*D bytes.
@@ -770,112 +926,48 @@ __global__ void __launch_bounds__(NW * 32)
 k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_,
                     const int32_t *seqs, const int32_t *positions,
                     const int32_t *block_tables, int max_blocks, int n_heads, int n_kv_heads,
-                    int block_size, int bs_shift, int block_rows, int row_stride, float qscale) {
+                    int block_size, int bs_shift, size_t block_bytes, int row_stride,
+                    float qscale) {
     constexpr int NT = NW * 32, BM = 16 * MT * NW, RB = 2 * D, NCH = D / 8;
     constexpr int STAGE = 2 * BN * RB;     // bytes: BN K rows, then BN V rows
     constexpr int CPT = BN * NCH / NT;     // chunks a thread copies per tile, of K and of V
     static_assert(BM <= NT && BN <= NT && BN % 16 == 0 && NT % NCH == 0 && CPT >= 1,
                   "tile shape");
     extern __shared__ uint4 s_sm[];
-    __shared__ int s_pos[BM];      // the tile's tokens' positions (-1 past the sequence)
-    __shared__ int s_slot[3][BN];  // cache slot of each key of tiles j .. j+2 (-1: past pmax)
-    __shared__ int s_whi[NW];      // the largest position each warp read (-> the tile's)
+    __shared__ int s_pos[BM];          // the tile's tokens' positions (-1 past the sequence)
+    __shared__ long long s_row[3][BN]; // s_pf_row of each key of tiles j .. j+2 (-1: past pmax)
+    __shared__ int s_whi[NW];          // the largest position each warp read (-> the tile's)
     const char *kc = (const char *)kc_, *vc = (const char *)vc_;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, qd = lane & 3; // fragment row, column pair
-    const int kvh = blockIdx.x, group = n_heads / n_kv_heads, tq = BM / group;
-    const int seq = seqs[3 * blockIdx.z], t_first = seqs[3 * blockIdx.z + 1];
-    const int n_tok = seqs[3 * blockIdx.z + 2], n_tiles = (n_tok + tq - 1) / tq;
-    if ((int)blockIdx.y >= n_tiles)
+    const int kvh = blockIdx.x, group = n_heads / n_kv_heads;
+    s_pf_tile_t t;
+    if (!s_pf_tile(t, seqs, block_tables, max_blocks, BM / group, group))
         return; // a shorter sequence than the launch's longest
-    const int tile = n_tiles - 1 - (int)blockIdx.y; // the latest tokens (most keys) first
-    const int tok0 = t_first + tile * tq, ntok = min(tq, n_tok - tile * tq);
-    const int nrows = ntok * group;
-    const int32_t *table = block_tables + (size_t)seq * max_blocks;
     const size_t kv_bytes = (size_t)n_kv_heads * RB;
     kc += (size_t)kvh * RB, vc += (size_t)kvh * RB;
     char *q_sm = (char *)s_sm;
     const unsigned q_s = (unsigned)__cvta_generic_to_shared(q_sm), kv_s = q_s + BM * RB;
-
-    {
-        int p = tid < ntok ? positions[tok0 + tid] : -1;
-        if (tid < BM)
-            s_pos[tid] = p;
-        p = __reduce_max_sync(0xffffffffu, p);
-        if (lane == 0)
-            s_whi[warp] = p;
-    }
-    // Q (BM, D) as bf16 of q * qscale, rows past nrows zero
-    {
-        constexpr int F4 = D / 4; // float4s a row
-#pragma unroll 8
-        for (int i = 0; i < BM * F4 / NT; i++) {
-            int f = tid + i * NT, r = f / F4, c4 = f % F4;
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r < nrows) {
-                int tk = r / group, hd = kvh * group + r - tk * group;
-                x = __ldg(reinterpret_cast<const float4 *>(
-                              q + (size_t)(tok0 + tk) * row_stride + (size_t)hd * D) + c4);
-            }
-            uint2 u = {s_pack(x.x * qscale, x.y * qscale), s_pack(x.z * qscale, x.w * qscale)};
-            *reinterpret_cast<uint2 *>(q_sm + r * RB + (((c4 >> 1) ^ (r & 7)) << 4) +
-                                       (c4 & 1) * 8) = u;
-        }
-    }
+    // rows of 2 * D bytes, 16-byte chunk c of row r at c ^ (r % 8)
+    s_pf_begin<D, BM, NT, 8>(s_pos, s_whi, q_sm, q, positions, t, group, kvh, row_stride, qscale,
+                             [](int r, int c4) {
+                                 return r * RB + (((c4 >> 1) ^ (r & 7)) << 4) + (c4 & 1) * 8;
+                             });
     __syncthreads();
-    int pmax = 0; // the tile's largest position: its last key
-#pragma unroll
-    for (int w = 0; w < NW; w++)
-        pmax = max(pmax, s_whi[w]);
+    // the tile's last key; this lane's rows' positions, the warp's least and largest
+    int rpos[MT][2], wlo, whi;
+    const int pmax =
+        s_pf_positions<NW, MT>(s_pos, s_whi, warp * 16 * MT, t.nrows, group, rpos, wlo, whi);
     const int nkt = pmax / BN + 1;
-    // this lane's rows (h: row g or g+8 of m-tile mt): their positions, pmax for rows past
-    // the tile (their q is zero; they are never written); the warp's least and largest
-    // position over its rows of the tile (whi -1: none, the warp idles)
-    int rpos[MT][2], wlo = 0x7fffffff, whi = -1;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int r = warp * 16 * MT + 16 * mt + g + 8 * h;
-            int p = r < nrows ? s_pos[r / group] : -1;
-            whi = max(whi, p);
-            wlo = p >= 0 ? min(wlo, p) : wlo;
-            rpos[mt][h] = p >= 0 ? p : pmax;
-        }
-    whi = __reduce_max_sync(0xffffffffu, whi);
-    wlo = __reduce_min_sync(0xffffffffu, wlo);
 
-    // key -> cache slot (the key's row of kv_dim elements in the cache, its block's rows
-    // block_rows apart): page(key) is the block-table read, slot_in() the rest
-    auto page_of = [&](int key) {
-        return __ldg(table + (bs_shift >= 0 ? key >> bs_shift : key / block_size));
-    };
-    auto slot_in = [&](int page, int key) {
-        int off = bs_shift >= 0 ? key & (block_size - 1) : key % block_size;
-        return page * block_rows + off;
-    };
-    if (tid < BN)
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            int key = j * BN + tid;
-            s_slot[j][tid] = key <= pmax ? slot_in(page_of(key), key) : -1;
-        }
+    s_pf_rows_first<BN>(s_row, pmax, t.table, block_size, bs_shift, kv_bytes,
+                        block_bytes);
     __syncthreads();
 
-    // tile j's K and V rows into stage j % 2: thread copies chunk c = tid % NCH of rows
-    // tid / NCH + (NT / NCH) * i; keys past pmax zero-filled
+    // tile j's K and V rows into stage j % 2
     auto issue = [&](int j, int ring) {
-        const unsigned st = kv_s + (j & 1) * STAGE;
-#pragma unroll
-        for (int i = 0; i < CPT; i++) {
-            int f = tid + i * NT, r = f / NCH, c = f % NCH;
-            int slot = s_slot[ring][r];
-            size_t so = (size_t)max(slot, 0) * kv_bytes + c * 16;
-            unsigned d = st + r * RB + ((c ^ (r & 7)) << 4);
-            int n = slot >= 0 ? 16 : 0;
-            s_cp16(d, kc + so, n);
-            s_cp16(d + BN * RB, vc + so, n);
-        }
+        s_pf_issue<D, BN, NT>(kv_s + (j & 1) * STAGE, s_row[ring], kc, vc,
+                              [](int r, int c) { return r * RB + ((c ^ (r & 7)) << 4); });
     };
     issue(0, 0);
     s_cp_commit();
@@ -899,14 +991,14 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
     const int k_row = ((lane & 7) + ((lane >> 4) << 3)) * RB, k_ch = (lane >> 3) & 1;
     const int v_row = ((lane & 7) + (((lane >> 3) & 1) << 3)) * RB, v_ch = lane >> 4;
 
-    int ring1 = 1, ring2 = 2; // s_slot rows of tiles j + 1 and j + 2
+    int ring1 = 1, ring2 = 2; // s_row rows of tiles j + 1 and j + 2
     for (int j = 0; j < nkt; j++) {
         const int k0 = j * BN;
         // the block-table entry of this thread's key two tiles ahead: read now, used after
         // the tile's math
         const int key2 = k0 + 2 * BN + tid;
         const bool has2 = tid < BN && key2 <= pmax;
-        int page2 = has2 ? page_of(key2) : 0;
+        int page2 = has2 ? s_pf_page(t.table, key2, block_size, bs_shift) : 0;
         if (j + 1 < nkt)
             issue(j + 1, ring1);
         s_cp_commit();
@@ -1000,32 +1092,280 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
             }
         }
         if (tid < BN)
-            s_slot[ring2][tid] = has2 ? slot_in(page2, key2) : -1;
+            s_row[ring2][tid] =
+                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes, block_bytes) : -1;
         ring1 = ring2;
         ring2 = ring2 == 2 ? 0 : ring2 + 1;
-        __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's slots visible
+        __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible
     }
     s_cp_wait<0>(); // only empty groups were left
 
-    // out rows: O / l, the row sums over the lane quad first
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float lt = l[mt][h];
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-            const int r = warp * 16 * MT + 16 * mt + g + 8 * h;
-            if (r < nrows) {
-                const float inv = 1.0f / lt;
-                const int tk = r / group, hd = kvh * group + r - tk * group;
-                float *orow = out + (size_t)(tok0 + tk) * n_heads * D + (size_t)hd * D + 2 * qd;
+        for (int h = 0; h < 2; h++)
+            s_pf_store<D>(out, l[mt][h], warp * 16 * MT + 16 * mt + g + 8 * h, t, group, kvh,
+                          n_heads,
+                          [&](int n) { return make_float2(o[mt][n][2 * h], o[mt][n][2 * h + 1]); });
+}
+
+// -- prefill on warpgroup MMA (sm_90a) --------------------------------------------------------
+//
+// k_attention_prefill_wg: k_attention_prefill's plan (a CTA per (query tile of 128 rows, kv
+// head), keys walked upward in tiles of BN through the block table by cp.async, two stages,
+// online softmax in base 2 on the score registers, q and p rounded to bf16: the same bound)
+// with Hopper's warpgroup MMA instead of mma.sync: 2 warpgroups of 4 warps, each owning 64
+// rows (warp w of a warpgroup rows 16w .. 16w + 15 of its 64, the m16n8 fragment layout);
+// - S = Q·Kᵀ: 8 wgmma m64nBNk16 a tile, A (Q) and B (K rows: keys are B's columns, dims its
+//   K, "K-major") both from shared memory by descriptor;
+// - O += P·V: BN/16 wgmma m64n128k16, A = P from the score registers as they stand (the
+//   accumulator layout of key n-tiles 2k, 2k + 1 is the register-A layout of key step k), B
+//   = V rows by descriptor, transposed (dims, its N, are contiguous: "MN-major");
+// - shared tiles in the 128-byte swizzle wgmma reads: a tile of R rows x 128 dims is two
+//   column blocks (dims 0-63, 64-127) of R rows of 128 bytes, 16-byte chunk c of row r at
+//   c ^ (r % 8), atoms of 8 rows (1,024 bytes) at 1,024-byte alignment. Written by cp.async
+//   and st.shared (the generic proxy), so every thread fences its writes to the async proxy
+//   before the barrier that lets wgmma read them;
+// - a warpgroup skips the tiles past its rows' largest position (the condition must be the
+//   same for its 128 threads); masks on the tiles that reach past a warp's least position.
+// No overlap of the softmax with the MMAs inside a warpgroup (both wait on their group):
+// the other warpgroup, and at BN = 64 the SM's second CTA, fill the tensor cores then
+// (FlashAttention-3's producer warp and ping-pong of the warpgroups are not done).
+// MINB: CTAs an SM (2 caps registers at 128). Head_dim 128, bf16 caches. Production:
+// BN = 64, MINB = 2 (s_pf_wg_ok: where the sm_90a build runs); dev_prefill times BN = 128.
+// Only the sm_90a build holds wgmma: the sm_80 build of the kernel traps (never launched).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// descriptor of a 128-byte-swizzled tile in shared memory at addr: lbo and sbo in bytes
+// (PTX ISA, "Matrix Descriptor Format"; K-major operands ignore lbo)
+__device__ __forceinline__ uint64_t s_wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (uint64_t)((addr & 0x3ffff) >> 4) | (uint64_t)((lbo & 0x3ffff) >> 4) << 16 |
+           (uint64_t)((sbo & 0x3ffff) >> 4) << 32 | (uint64_t)1 << 62;
+}
+__device__ __forceinline__ void s_wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void s_wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void s_wg_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// the accumulators as the compiler must see them: written where the wait is, not before
+template <int R> __device__ __forceinline__ void s_wg_keep(float (&d)[R]) {
 #pragma unroll
-                for (int n = 0; n < D / 8; n++)
-                    *reinterpret_cast<float2 *>(orow + 8 * n) =
-                        make_float2(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+    for (int i = 0; i < R; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+// d (m64 x N, fp32) = or += a (m64 x k16, bf16) b (k16 x N, bf16); ss: both by descriptor,
+// rs: a in registers, b transposed. The accumulators' operands: S_WG_D32 for N = 64,
+// S_WG_D32 and S_WG_D64 for N = 128, their registers named by S_WG_R32 and S_WG_R64.
+#define S_WG_R32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define S_WG_R64 S_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
+                 "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "       \
+                 "%58, %59, %60, %61, %62, %63"
+#define S_WG_D32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
+    "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
+    "+f"(d[30]), "+f"(d[31])
+#define S_WG_D64 \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
+    "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
+    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
+    "+f"(d[62]), "+f"(d[63])
+__device__ __forceinline__ void s_wg_ss64(float (&d)[32], uint64_t a, uint64_t b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" S_WG_R32 "}, "
+                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : S_WG_D32
+                 : "l"(a), "l"(b), "r"(acc));
+}
+__device__ __forceinline__ void s_wg_ss128(float (&d)[64], uint64_t a, uint64_t b, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" S_WG_R64 "}, "
+                 "%64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : S_WG_D32, S_WG_D64
+                 : "l"(a), "l"(b), "r"(acc));
+}
+__device__ __forceinline__ void s_wg_rs128(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" S_WG_R64 "}, "
+                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : S_WG_D32, S_WG_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+#endif
+
+template <int BN, int MINB>
+__global__ void __launch_bounds__(256, MINB)
+k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *vc_,
+                       const int32_t *seqs, const int32_t *positions,
+                       const int32_t *block_tables, int max_blocks, int n_heads, int n_kv_heads,
+                       int block_size, int bs_shift, size_t block_bytes, int row_stride,
+                       float qscale) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int D = 128, NT = 256, BM = 128, RB = 2 * D, HB = RB / 2; // HB: half a row
+    constexpr int STAGE = 2 * BN * RB; // bytes: BN K rows, then BN V rows
+    constexpr int NS = BN / 2;         // score registers a thread (m64 x BN over 128 threads)
+    static_assert(BN == 64 || BN == 128, "tile shape");
+    extern __shared__ uint4 s_sm[];
+    __shared__ int s_pos[BM];          // the tile's tokens' positions (-1 past the sequence)
+    __shared__ long long s_row[3][BN]; // s_pf_row of each key of tiles j .. j+2 (-1: past pmax)
+    __shared__ int s_whi[8];           // the largest position each warp read (-> the tile's)
+    __shared__ int s_rhi[8];           // the largest position of each warp's rows
+    const char *kc = (const char *)kc_, *vc = (const char *)vc_;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+    const int g = lane >> 2, qd = lane & 3;
+    const int kvh = blockIdx.x, group = n_heads / n_kv_heads;
+    s_pf_tile_t t;
+    if (!s_pf_tile(t, seqs, block_tables, max_blocks, BM / group, group))
+        return;
+    const size_t kv_bytes = (size_t)n_kv_heads * RB;
+    kc += (size_t)kvh * RB, vc += (size_t)kvh * RB;
+    // the tiles at the first 1,024-byte boundary of the dynamic shared memory
+    const unsigned sm0 = (unsigned)__cvta_generic_to_shared(s_sm);
+    const unsigned q_s = (sm0 + 1023u) & ~1023u, kv_s = q_s + BM * RB;
+    char *q_sm = (char *)s_sm + (q_s - sm0);
+    // 128-byte swizzle: chunk c of row r in column block c / 8, at (c % 8) ^ (r % 8) there
+    s_pf_begin<D, BM, NT, 4>(s_pos, s_whi, q_sm, q, positions, t, group, kvh, row_stride, qscale,
+                             [](int r, int c4) {
+                                 int c = c4 >> 1;
+                                 return (c >> 3) * (BM * HB) + r * HB +
+                                        (((c & 7) ^ (r & 7)) << 4) + (c4 & 1) * 8;
+                             });
+    __syncthreads();
+    // the tile's last key; this lane's rows' positions (rows g, g + 8 of the warp's 16), the
+    // warp's least and largest
+    const int row0 = 64 * wg + 16 * (warp & 3);
+    int rpos[1][2], wlo, whi;
+    const int pmax = s_pf_positions<8, 1>(s_pos, s_whi, row0, t.nrows, group, rpos, wlo, whi);
+    const int nkt = pmax / BN + 1;
+    if (lane == 0)
+        s_rhi[warp] = whi;
+
+    s_pf_rows_first<BN>(s_row, pmax, t.table, block_size, bs_shift, kv_bytes,
+                        block_bytes);
+    __syncthreads();
+    // the warpgroup's largest row position: uniform over its 128 threads
+    const int gwhi =
+        max(max(s_rhi[4 * wg], s_rhi[4 * wg + 1]), max(s_rhi[4 * wg + 2], s_rhi[4 * wg + 3]));
+
+    // tile j's K and V rows into stage j % 2, in the 128-byte swizzle
+    auto issue = [&](int j, int ring) {
+        s_pf_issue<D, BN, NT>(kv_s + (j & 1) * STAGE, s_row[ring], kc, vc, [](int r, int c) {
+            return (c >> 3) * (BN * HB) + r * HB + (((c & 7) ^ (r & 7)) << 4);
+        });
+    };
+    issue(0, 0);
+    s_cp_commit();
+
+    float o[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        o[i] = 0.0f;
+    const unsigned qw_s = q_s + 64 * wg * HB; // the warpgroup's 64 rows of Q
+    int ring1 = 1, ring2 = 2;
+    for (int j = 0; j < nkt; j++) {
+        const int k0 = j * BN;
+        const int key2 = k0 + 2 * BN + tid;
+        const bool has2 = tid < BN && key2 <= pmax;
+        int page2 = has2 ? s_pf_page(t.table, key2, block_size, bs_shift) : 0;
+        if (j + 1 < nkt)
+            issue(j + 1, ring1);
+        s_cp_commit();
+        s_cp_wait<1>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // (and Q's stores)
+        __syncthreads();
+        if (k0 <= gwhi) {
+            const unsigned kst = kv_s + (j & 1) * STAGE, vst = kst + BN * RB;
+            float s[NS];
+            s_wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++) { // dims 16ks .. 16ks + 15
+                uint64_t da = s_wg_desc(qw_s + (ks >> 2) * (BM * HB) + (ks & 3) * 32, 16, 1024);
+                uint64_t db = s_wg_desc(kst + (ks >> 2) * (BN * HB) + (ks & 3) * 32, 16, 1024);
+                if constexpr (BN == 64)
+                    s_wg_ss64(s, da, db, ks);
+                else
+                    s_wg_ss128(s, da, db, ks);
             }
+            s_wg_commit();
+            s_wg_wait0();
+            s_wg_keep(s);
+            // s[4n + e]: row g + 8 (e >> 1) of the warp's, key k0 + 8n + 2qd + (e & 1)
+            if (k0 + BN - 1 > wlo)
+#pragma unroll
+                for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (k0 + 8 * n + 2 * qd + (e & 1) > rpos[0][e >> 1])
+                            s[4 * n + e] = -INFINITY;
+            float mn[2];
+            bool moved = false;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < BN / 8; n++)
+                    mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                mn[h] = fmaxf(m[h], mx);
+                moved |= mn[h] > m[h];
+            }
+            if (__any_sync(0xffffffffu, moved))
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float c = s_ex2(m[h] - mn[h]); // 0 on the first tile
+                    l[h] *= c;
+#pragma unroll
+                    for (int n = 0; n < D / 8; n++)
+                        o[4 * n + 2 * h] *= c, o[4 * n + 2 * h + 1] *= c;
+                }
+            uint32_t pa[BN / 16][4];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                m[h] = mn[h];
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) { // keys 16kk .. 16kk + 15
+#pragma unroll
+                for (int i = 0; i < 4; i++) // s[8kk + 2i], s[8kk + 2i + 1]: row g + 8 (i & 1)
+                    pa[kk][i] = s_pack(s_ex2(s[8 * kk + 2 * i] - mn[i & 1]),
+                                       s_ex2(s[8 * kk + 2 * i + 1] - mn[i & 1]));
+                l[0] += (s_lo(pa[kk][0]) + s_hi(pa[kk][0])) + (s_lo(pa[kk][2]) + s_hi(pa[kk][2]));
+                l[1] += (s_lo(pa[kk][1]) + s_hi(pa[kk][1])) + (s_lo(pa[kk][3]) + s_hi(pa[kk][3]));
+            }
+            s_wg_keep(o);
+            s_wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) // V rows 16kk .. 16kk + 15: two 8-key atoms
+                s_wg_rs128(o, pa[kk], s_wg_desc(vst + kk * 16 * HB, BN * HB, 1024));
+            s_wg_commit();
+            s_wg_wait0();
+            s_wg_keep(o);
         }
+        if (tid < BN)
+            s_row[ring2][tid] =
+                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes, block_bytes) : -1;
+        ring1 = ring2;
+        ring2 = ring2 == 2 ? 0 : ring2 + 1;
+        __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible
+    }
+    s_cp_wait<0>();
+
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        s_pf_store<D>(out, l[h], row0 + g + 8 * h, t, group, kvh, n_heads,
+                      [&](int n) { return make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]); });
+#else
+    __trap();
+#endif
 }
 
 // -- launchers -----------------------------------------------------------------------------
@@ -1277,36 +1617,80 @@ typedef struct {
     cudaStream_t stream;
 } s_pf_args_t;
 
-// Production tiles: 128 query rows (4 warps of 32 rows), keys in tiles of 64 (head_dim 64)
-// or 32 (128: 247 registers; 64 keys take 255 and spill).
+// Production tiles of k_attention_prefill (sm_80 .. sm_89, and head_dim 64 everywhere): 128
+// query rows (4 warps of 32 rows), keys in tiles of 64 (head_dim 64) or 32 (128: 249
+// registers; 64 keys take 255 and spill). On sm_90, head_dim 128: k_attention_prefill_wg<64,
+// 2> (H100: 1.25-1.39 x k_attention_prefill's speed on prompts of 512 .. 8K tokens;
+// kernels/cuda/dev/README.md).
 enum { PF_MT = 2, PF_NW = 4, PF_BM = 16 * PF_MT * PF_NW };
 
-// One launch of k_attention_prefill<D, MT, NW, BN>; its shared memory set up on the first.
-template <int D, int MT, int NW, int BN> static cudaError_t s_run_prefill(const s_pf_args_t *a) {
-    constexpr int BM = 16 * MT * NW;
-    const size_t smem = (size_t)(BM + 4 * BN) * 2 * D; // Q, then 2 stages of K and V
-    static int ready = 0;
-    if (!ready) { // past the 48 KB a launch gets by default
-        cudaError_t e = cudaFuncSetAttribute((const void *)k_attention_prefill<D, MT, NW, BN>,
+// k_attention_prefill and k_attention_prefill_wg share this signature
+typedef void (*s_pf_kern_t)(float *, const float *, const void *, const void *, const int32_t *,
+                            const int32_t *, const int32_t *, int, int, int, int, int, size_t,
+                            int, float);
+
+// One launch of a prefill kernel of bm query rows a CTA, nt threads and smem bytes of dynamic
+// shared memory for head_dim d; *ready: its shared memory set up (on the first launch: past
+// the 48 KB a launch gets by default).
+static cudaError_t s_pf_launch(s_pf_kern_t kern, int *ready, int bm, int nt, size_t smem, int d,
+                               const s_pf_args_t *a) {
+    if (!*ready) {
+        cudaError_t e = cudaFuncSetAttribute((const void *)kern,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess)
             return e;
-        ready = 1;
+        *ready = 1;
     }
-    int group = a->n_heads / a->n_kv_heads, tq = BM / group;
-    assert(tq >= 1 && a->n_seqs <= 65535 && (a->max_q + tq - 1) / tq <= 65535);
+    int group = a->n_heads / a->n_kv_heads, tq = bm / group;
+    assert(a->head_dim == d && tq >= 1 && a->n_seqs <= 65535 &&
+           (a->max_q + tq - 1) / tq <= 65535);
     int bs_shift = -1;
     if ((a->block_size & (a->block_size - 1)) == 0)
         for (bs_shift = 0; (1 << bs_shift) < a->block_size; bs_shift++)
             ;
-    float qscale = 1.0f / sqrtf((float)D) * 1.44269504088896341f; // scale*log2(e)
-    dim3 grid((unsigned)a->n_kv_heads, (unsigned)((a->max_q + tq - 1) / tq), (unsigned)a->n_seqs);
-    k_attention_prefill<D, MT, NW, BN><<<grid, NW * 32, smem, a->stream>>>(
-        a->out, a->q, a->k_cache, a->v_cache, a->seqs, a->positions, a->block_tables,
-        a->max_blocks, a->n_heads, a->n_kv_heads, a->block_size, bs_shift,
-        (int)(a->block_stride / ((size_t)a->n_kv_heads * D)), a->row_stride, qscale);
-    return cudaGetLastError();
+    float qscale = 1.0f / sqrtf((float)d) * 1.44269504088896341f; // scale*log2(e)
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim =
+        dim3((unsigned)a->n_kv_heads, (unsigned)((a->max_q + tq - 1) / tq), (unsigned)a->n_seqs);
+    cfg.blockDim = dim3((unsigned)nt);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = a->stream;
+    return cudaLaunchKernelEx(&cfg, kern, a->out, a->q, a->k_cache, a->v_cache, a->seqs,
+                              a->positions, a->block_tables, a->max_blocks, a->n_heads,
+                              a->n_kv_heads, a->block_size, bs_shift, a->block_stride * 2,
+                              a->row_stride, qscale);
+}
+
+// One launch of k_attention_prefill<D, MT, NW, BN>: Q (BM rows), then 2 stages of K and V.
+template <int D, int MT, int NW, int BN> static cudaError_t s_run_prefill(const s_pf_args_t *a) {
+    constexpr int BM = 16 * MT * NW;
+    static int ready = 0;
+    return s_pf_launch(k_attention_prefill<D, MT, NW, BN>, &ready, BM, NW * 32,
+                       (size_t)(BM + 4 * BN) * 2 * D, D, a);
+}
+
+// One launch of k_attention_prefill_wg<BN, MINB>: 1,024 bytes to align the tiles at, Q (128
+// rows), then 2 stages of K and V.
+template <int BN, int MINB> static cudaError_t s_run_prefill_wg(const s_pf_args_t *a) {
+    static int ready = 0;
+    return s_pf_launch(k_attention_prefill_wg<BN, MINB>, &ready, 128, 256,
+                       1024 + (size_t)(128 + 4 * BN) * 2 * 128, 128, a);
+}
+
+// Whether k_attention_prefill_wg runs here: the code loaded for this device is the sm_90a
+// build (compute capability 9.0), as the decode kernels' cluster merge decides by the binary
+// that runs; other cards load the sm_80 build (or its PTX), where the kernel traps.
+static int s_pf_wg_ok() {
+    static int ok = -1;
+    if (ok < 0) {
+        cudaFuncAttributes fa;
+        ok = cudaFuncGetAttributes(&fa, (const void *)k_attention_prefill_wg<64, 2>) ==
+                 cudaSuccess &&
+             fa.binaryVersion == 90;
+        cudaGetLastError(); // a refusal only means: not here
+    }
+    return ok;
 }
 
 int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_cache,
@@ -1319,6 +1703,32 @@ int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_c
            (uintptr_t)v_cache % 16 == 0;
 }
 
+cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const void *k_cache,
+                                           const void *v_cache, ls_cu_dtype_t cache_dt,
+                                           const int32_t *seqs, int n_seqs, int max_q,
+                                           const int32_t *positions,
+                                           const int32_t *block_tables, int max_blocks,
+                                           int n_heads, int n_kv_heads, int head_dim,
+                                           int block_size, int row_stride, size_t block_stride,
+                                           ls_cu_prefill_kernel_t which, cudaStream_t stream) {
+    assert(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && row_stride >= n_heads * head_dim);
+    // pages 16-byte aligned, as the rows cp.async copies
+    assert(block_stride % 8 == 0 && block_stride >= (size_t)block_size * n_kv_heads * head_dim);
+    assert(ls_cu_attention_prefill_ok(out, q, k_cache, v_cache, cache_dt, n_heads, n_kv_heads,
+                                      head_dim, row_stride));
+    if (which == LS_CU_PREFILL_WGMMA && !(head_dim == 128 && s_pf_wg_ok()))
+        return cudaErrorNotSupported;
+    if (n_seqs == 0 || max_q == 0)
+        return cudaSuccess;
+    s_pf_args_t a = {out,        q,       k_cache,    v_cache,  seqs,       n_seqs,
+                     max_q,      positions, block_tables, max_blocks, n_heads, n_kv_heads,
+                     head_dim,   block_size, row_stride, block_stride, stream};
+    if (which == LS_CU_PREFILL_WGMMA)
+        return s_run_prefill_wg<64, 2>(&a);
+    return head_dim == 64 ? s_run_prefill<64, PF_MT, PF_NW, 64>(&a)
+                          : s_run_prefill<128, PF_MT, PF_NW, 32>(&a);
+}
+
 cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_cache,
                                     const void *v_cache, ls_cu_dtype_t cache_dt,
                                     const int32_t *seqs, int n_seqs, int max_q,
@@ -1326,20 +1736,13 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
                                     int max_blocks, int n_heads, int n_kv_heads, int head_dim,
                                     int block_size, int row_stride, size_t block_stride,
                                     cudaStream_t stream) {
-    assert(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && row_stride >= n_heads * head_dim);
-    // the kernel names a key by its row of kv_dim elements in the cache, an int: blocks
-    // whole rows apart (a cache's rows fit an int: 2^31 rows of kv_dim >= 64 bf16 elements
-    // are 256 GiB)
-    assert(block_stride % ((size_t)n_kv_heads * head_dim) == 0);
-    assert(ls_cu_attention_prefill_ok(out, q, k_cache, v_cache, cache_dt, n_heads, n_kv_heads,
-                                      head_dim, row_stride));
-    if (n_seqs == 0 || max_q == 0)
-        return cudaSuccess;
-    s_pf_args_t a = {out,        q,       k_cache,    v_cache,  seqs,       n_seqs,
-                     max_q,      positions, block_tables, max_blocks, n_heads, n_kv_heads,
-                     head_dim,   block_size, row_stride, block_stride, stream};
-    return head_dim == 64 ? s_run_prefill<64, PF_MT, PF_NW, 64>(&a)
-                          : s_run_prefill<128, PF_MT, PF_NW, 32>(&a);
+    ls_cu_prefill_kernel_t which =
+        head_dim == 128 && s_pf_wg_ok() ? LS_CU_PREFILL_WGMMA : LS_CU_PREFILL_MMA;
+    return ls_cu_attention_prefill_kernel(out, q, k_cache, v_cache, cache_dt, seqs, n_seqs,
+                                          max_q, positions, block_tables, max_blocks, n_heads,
+                                          n_kv_heads, head_dim, block_size, row_stride,
+                                          block_stride, which,
+                                          stream);
 }
 
 // qsort's order for (context, tokens, sequence) triples: longest context first

@@ -154,11 +154,12 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
 void ls_cu_attention_last_plan(int *warps, int *cluster);
 
 // Prefill attention: the same causal attention for whole sequences of a step with many query
-// tokens, on query tiles (FlashAttention-2's plan on the tensor cores; attention.cu). seqs
+// tokens, on query tiles (FlashAttention-2's plan on the tensor cores; attention.cu: warpgroup
+// MMA on sm_90 for head_dim 128, mma.sync otherwise). seqs
 // (n_seqs, 3) holds (sequence, first token row, tokens) of each sequence it takes, rows
 // packed as ls_attn_meta_t packs them; the caches as ls_cu_attention's (blocks block_stride
-// elements apart, a multiple of n_kv_heads*head_dim); it writes those rows of out and no
-// other; max_q is the most tokens of any of them. Not fp32-exact as ls_cu_attention is: q and the softmax
+// elements apart, a multiple of 8); it writes those rows of out and no other; max_q is the
+// most tokens of any of them. Not fp32-exact as ls_cu_attention is: q and the softmax
 // weights are rounded to bf16 for the products (relative 2^-8 each), sums stay fp32. Only
 // where ls_cu_attention_prefill_ok: 1 for bf16 caches, head_dim 64 or 128, groups
 // (n_heads / n_kv_heads) up to 128, rows and pointers aligned for 16-byte loads (sm_80+).
@@ -172,6 +173,20 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
                                     int max_blocks, int n_heads, int n_kv_heads, int head_dim,
                                     int block_size, int row_stride, size_t block_stride,
                                     cudaStream_t stream);
+// The prefill kernels ls_cu_attention_prefill chooses between, for tests and the dev bench
+// (which run each on one device): MMA (mma.sync, sm_80+, any head_dim the op takes) and
+// WGMMA (warpgroup MMA, the sm_90a build on a compute capability 9.0 device, head_dim 128),
+// which ls_cu_attention_prefill runs wherever it can. Same contract and bound; WGMMA returns
+// cudaErrorNotSupported where it cannot run.
+typedef enum { LS_CU_PREFILL_MMA, LS_CU_PREFILL_WGMMA } ls_cu_prefill_kernel_t;
+cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const void *k_cache,
+                                           const void *v_cache, ls_cu_dtype_t cache_dt,
+                                           const int32_t *seqs, int n_seqs, int max_q,
+                                           const int32_t *positions,
+                                           const int32_t *block_tables, int max_blocks,
+                                           int n_heads, int n_kv_heads, int head_dim,
+                                           int block_size, int row_stride, size_t block_stride,
+                                           ls_cu_prefill_kernel_t which, cudaStream_t stream);
 // The CUDA backend's split of a step between the two plans: the sequences of the step
 // (q_indptr, ctx_lens of n_seqs, as ls_attn_meta_t holds them) that go to
 // ls_cu_attention_prefill; the rest go to ls_cu_attention. Writes their (sequence, first
@@ -190,7 +205,9 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
 // alone from ~192 (half the pairs: the causal triangle), k chunks on like prefixes from
 // ~96/k queries each, and a short chunk on a context far longer than the others' stays
 // with ls_cu_attention. Past one wave the prefill kernel does 6-9 times the old kernel's
-// pairs a second (2K, 8K prompts), so what it takes never runs slower there either.
+// pairs a second (2K, 8K prompts), so what it takes never runs slower there either. The
+// constants are fitted on the mma.sync kernel; the warpgroup one (sm_90) is faster per key,
+// so there the pick errs toward ls_cu_attention (the fp32-exact side) near the crossover.
 int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_lens, int n_seqs,
                                  int32_t *seqs);
 // the fewest query tokens of a sequence the prefill kernel is given: below, its query tiles

@@ -14,9 +14,10 @@
     Tolerances (why):
     - fp32 arithmetic on identical inputs (norms, rope, attention, LoRA, F32 matmul without
       TF32): NMSE <= 1e-10; only summation order and 1-ulp math functions differ;
-    - prefill attention (the rows of sequences the prefill kernel takes): q and the softmax
-      weights rounded to bf16: for q in [-qr, qr], NMSE <= 2e-5 (1 + qr²/9) and max |Δ| <=
-      0.0156 (1 + qr), derived at test_attention;
+    - prefill attention (the rows of sequences the prefill kernel takes; both prefill
+      kernels, mma.sync and, on sm_90, wgmma): q and the softmax weights rounded to bf16:
+      for q in [-qr, qr], NMSE <= 2e-5 (1 + qr²/9) and max |Δ| <= 0.0156 (1 + qr), derived
+      at test_attention;
     - copies and gathers (embedding, rows_gather, kv_store, add, uploads): exact;
     - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS, a
       relative error up to 2^-8 (2^-11) per product: NMSE <= 5e-5 (1e-5);
@@ -758,7 +759,8 @@ static void test_silu_add(t_rng_t *r, int inter) {
 // The backend gives the sequences ls_cu_attention_prefill_pick picks to the prefill kernel
 // where ls_cu_attention_prefill_ok, every other token to the decode-shaped kernels; the rows
 // of each are checked on their own, against their own bounds (a row of the wrong kernel fails
-// the decode-shaped bound by orders of magnitude where the prefill kernel wrote it):
+// the decode-shaped bound by orders of magnitude where the prefill kernel wrote it), and each
+// of the two prefill kernels runs on the picked sequences alone (s_prefill_kernels):
 // - decode-shaped (fp32-exact products, fp32 sums in another order): NMSE <= 1e-10, max |Δ|
 //   <= 1e-4;
 // - prefill: q and p rounded to bf16, relative error up to u = 2^-8 each (rms ~0.4u = 1.6e-3
@@ -770,6 +772,73 @@ static void test_silu_add(t_rng_t *r, int inter) {
 //   max|v_j - ref| with max|v_j - ref| <= 2; the largest of the test's ~10^6 products keep
 //   max|δ + Δs| under 2u (1 + qr): max |Δ| <= 4u (1 + qr) = 0.0156 (1 + qr). A wrong mask, key
 //   or page moves rows by O(|out|) and fails either bound by orders of magnitude.
+// Each prefill kernel on the sequences the pick took (pick, n_pick over d's step), run
+// explicitly: ls_cu_attention_prefill runs one of them per device (the warpgroup one on an
+// sm_90 card for head_dim 128), so the mma.sync one, production on sm_80 .. sm_89, is tested
+// here too. Each writes those rows (against ref, the CPU's output, at test_attention's
+// bound) and no other (the rest stay NaN). The warpgroup kernel must run exactly on a
+// compute capability 9.0 device with head_dim 128, and say cudaErrorNotSupported elsewhere.
+static void s_prefill_kernels(const char *what, const s_stepd_t *d, const int32_t *pick, int n_pick,
+                              const float *ref, float *d_out, const float *d_q, const void *d_kc,
+                              const void *d_vc, int H, int KV, int D, int bs, int stride,
+                              size_t bstride, float qr) {
+    size_t row = (size_t)H * D, no = (size_t)d->T * row;
+    float *want = s_nan_new(no), *got = t_alloc(no * 4), *poison = s_nan_new(no);
+    int max_q = 0;
+    for (int k = 0; k < n_pick; k++) {
+        memcpy(want + pick[3 * k + 1] * row, ref + pick[3 * k + 1] * row,
+               pick[3 * k + 2] * row * 4);
+        max_q = pick[3 * k + 2] > max_q ? pick[3 * k + 2] : max_q;
+    }
+    int dev = 0, major = 0, minor = 0;
+    int32_t *d_pick, *d_pos, *d_tab;
+    size_t ntab = (size_t)d->S * d->max_blocks;
+    if (cudaGetDevice(&dev) ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ||
+        cudaMalloc((void **)&d_pick, (size_t)n_pick * 12) ||
+        cudaMalloc((void **)&d_pos, (size_t)d->T * 4) || cudaMalloc((void **)&d_tab, ntab * 4) ||
+        cudaMemcpy(d_pick, pick, (size_t)n_pick * 12, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(d_pos, d->pos, (size_t)d->T * 4, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(d_tab, d->tables, ntab * 4, cudaMemcpyHostToDevice)) {
+        fprintf(stderr, "prefill kernels: device set-up failed\n");
+        exit(2);
+    }
+    static const struct {
+        ls_cu_prefill_kernel_t which;
+        const char *name;
+    } kernels[] = {{LS_CU_PREFILL_MMA, "mma.sync"}, {LS_CU_PREFILL_WGMMA, "wgmma"}};
+    for (int i = 0; i < 2; i++) {
+        int runs = kernels[i].which == LS_CU_PREFILL_MMA || (D == 128 && major == 9 && minor == 0);
+        char name[160];
+        if (cudaMemcpy(d_out, poison, no * 4, cudaMemcpyHostToDevice)) {
+            fprintf(stderr, "prefill kernels: upload failed\n");
+            exit(2);
+        }
+        cudaError_t e = ls_cu_attention_prefill_kernel(d_out, d_q, d_kc, d_vc, LS_CU_BF16, d_pick,
+                                                       n_pick, max_q, d_pos, d_tab, d->max_blocks,
+                                                       H, KV, D, bs, stride, bstride,
+                                                       kernels[i].which, 0);
+        if (!runs) {
+            snprintf(name, sizeof name, "%s: prefill kernel %s not run here", what,
+                     kernels[i].name);
+            s_check_true(name, e == cudaErrorNotSupported);
+            continue;
+        }
+        if (e || cudaDeviceSynchronize() ||
+            cudaMemcpy(got, d_out, no * 4, cudaMemcpyDeviceToHost)) {
+            fprintf(stderr, "prefill kernel %s failed: %s\n", kernels[i].name,
+                    cudaGetErrorString(e ? e : cudaGetLastError()));
+            exit(2);
+        }
+        snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d bs=%d prefill %s", what, H, KV, D,
+                 bs, kernels[i].name);
+        s_check(name, got, want, no, 2e-5 * (1 + qr * qr / 9), 0.0156 * (1 + qr));
+    }
+    cudaFree(d_pick), cudaFree(d_pos), cudaFree(d_tab);
+    free(want), free(got), free(poison);
+}
+
 static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cached,
                           const int *n_new, int H, int KV, int D, int bs, ls_dtype_t cdt,
                           int pad, float qr) {
@@ -848,9 +917,9 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     float *co = t_alloc(no * 4), *go = t_alloc(no * 4);
     s_pb_get(&out, 0, no, co, go);
     // the rows of each kernel, gathered apart (pc, pg: prefill; co, go keep the rest)
-    int pf_ok = ls_cu_attention_prefill_ok(out.g->data, qkv.g->data, kvb.g->data,
-                                           (char *)kvb.g->data + bn * ls_dtype_size(cdt),
-                                           (ls_cu_dtype_t)cdt, H, KV, D, stride);
+    void *gk = kvb.g->data, *gv = (char *)kvb.g->data + bn * ls_dtype_size(cdt);
+    int pf_ok = ls_cu_attention_prefill_ok(out.g->data, qkv.g->data, gk, gv, (ls_cu_dtype_t)cdt,
+                                           H, KV, D, stride);
     size_t row = (size_t)H * D, nd = 0, np = 0;
     float *pc = t_alloc(no * 4), *pg = t_alloc(no * 4);
     int32_t pick[3 * MAXS];
@@ -858,6 +927,9 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     int n_pick = pf_ok ? ls_cu_attention_prefill_pick(d.q_indptr, d.ctx, n_seq, pick) : 0;
     for (int k = 0; k < n_pick; k++)
         taken[pick[3 * k]] = 1;
+    if (n_pick)
+        s_prefill_kernels(what, &d, pick, n_pick, co, out.g->data, qkv.g->data, gk, gv, H, KV,
+                          D, bs, stride, bstride, qr);
     for (int s = 0; s < n_seq; s++) {
         int prefill = taken[s];
         for (int t = d.q_indptr[s]; t < d.q_indptr[s + 1]; t++) {
