@@ -128,7 +128,9 @@ int main(int argc, char **argv) {
         bench_die("bench_cpu", "model", err);
     const ls_model_config_t *cfg = ls_model_config(b.m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = o.n_adapters, .max_lora_rank = RANK};
-    b.pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
+    ls_kv_cache_t *arena_kv = slot_plan_arena_new(b.m, 16, &pc, err, sizeof err);
+    ls_page_arena_t arena = arena_kv ? ls_kv_cache_arena(arena_kv) : (ls_page_arena_t){0};
+    b.pool = arena_kv ? ls_lora_pool_new(be, cfg, &pc, &arena, err, sizeof err) : NULL;
     if (!b.pool)
         bench_die("bench_cpu", "pool", err);
     int *ranks = malloc((size_t)o.layers * LS_TARGET_COUNT * sizeof *ranks);
@@ -171,6 +173,7 @@ int main(int argc, char **argv) {
     free(ids);
     free(ranks);
     ls_lora_pool_destroy(&b.pool);
+    ls_kv_cache_destroy(&arena_kv);
     ls_model_destroy(&b.m);
     ls_backend_destroy(&be);
     fx_rmdir(&dir);

@@ -109,7 +109,7 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
     double *t = malloc(sizeof(double) * (size_t)n), *t_done = malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) {
         double t0 = bench_now();
-        if (up && ls_lora_pool_assign(b->pool, up->ids[i % 2], up->slot, err, sizeof err) != 0)
+        if (up && slot_plan_assign(b->pool, up->ids[i % 2], up->slot, err, sizeof err) != 0)
             bench_die("bench_decode_cuda", "load during a step", err);
         bench_step(b->m, kv, b->pool, b->batch);
         t[i] = bench_now() - t0;
@@ -215,7 +215,7 @@ int main(int argc, char **argv) {
     double slot_bytes = adapter_elems * (double)slot_elem, tl[8];
     for (int i = 0; i < 8; i++) {
         double t1 = bench_now();
-        if (ls_lora_pool_assign(b.pool, up.ids[i % 2], up.slot, err, sizeof err) != 0 ||
+        if (slot_plan_assign(b.pool, up.ids[i % 2], up.slot, err, sizeof err) != 0 ||
             ls_lora_pool_wait(b.pool) != 0)
             bench_die("bench_decode_cuda", "slot load", err);
         tl[i] = bench_now() - t1;

@@ -9,6 +9,8 @@
 
 #include "backend_cuda.h"
 #include "bench_engine.h"
+
+#include "slot_plan.h"
 #include "bench_util.h"
 #include "llama3_8b.h"
 
@@ -126,7 +128,7 @@ void bench_batch_decode(bench_batch_t *b, int n, int ctx, int first_block, int n
     b->n = n;
 }
 
-double bench_step(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool, bench_batch_t *b) {
+double bench_step(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool, bench_batch_t *b) {
     const char *prog = b->prog;
     char err[512];
     int rows = 0;
@@ -193,7 +195,10 @@ void bench_engine_open(bench_engine_t *e, const char *prog, int slots, int rank,
     e->load_s = bench_now() - t0;
     t0 = bench_now();
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = rank};
-    if (!(e->pool = ls_lora_pool_new(e->be, ls_model_config(e->m), &pc, err, sizeof err)))
+    if (!(e->arena = slot_plan_arena_new(e->m, 16, &pc, err, sizeof err)))
+        bench_die(prog, "the pool's pages", err);
+    ls_page_arena_t arena = ls_kv_cache_arena(e->arena);
+    if (!(e->pool = ls_lora_pool_new(e->be, ls_model_config(e->m), &pc, &arena, err, sizeof err)))
         bench_die(prog, "pool", err);
     s_adapters_load(e, prog, rank, n_files, n_ids, ids);
     e->adapters_s = bench_now() - t0;
@@ -201,6 +206,7 @@ void bench_engine_open(bench_engine_t *e, const char *prog, int slots, int rank,
 
 void bench_engine_close(bench_engine_t *e) {
     ls_lora_pool_destroy(&e->pool);
+    ls_kv_cache_destroy(&e->arena);
     ls_model_destroy(&e->m);
     ls_backend_destroy(&e->be);
     fx_rmdir(&e->dir);

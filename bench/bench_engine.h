@@ -50,13 +50,16 @@ void bench_batch_decode(bench_batch_t *b, int n, int ctx, int first_block, int n
 // One step of the batch as the worker runs it: ls_model_forward, then greedy
 // ls_model_sample of its logit rows (which waits for the step) into the decode rows' tokens,
 // each checked to be in the vocabulary. Returns the seconds forward and sample took.
-double bench_step(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool, bench_batch_t *b);
+double bench_step(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool, bench_batch_t *b);
 
 // The engine as the benchmarks run it: the CUDA backend on device 0, the dummy Llama-3-8B
-// (llama3_8b.h) on it, a slot pool, and random PEFT adapters in the pool's CPU tier.
+// (llama3_8b.h) on it, an adapter pool whose pages (the KV cache's, of 16-token blocks) are
+// its own, apart from the benchmark's KV cache (slot_plan.h), and random PEFT adapters in the
+// pool's CPU tier.
 typedef struct {
     ls_backend_t *be;
     ls_model_t *m;
+    ls_kv_cache_t *arena;      // the pool's pages
     ls_lora_pool_t *pool;
     char *dir;                 // the adapters' files, a temporary directory
     size_t adapter_elems;      // elements of one adapter

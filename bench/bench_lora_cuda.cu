@@ -5,7 +5,10 @@
       qkv 4096 -> 4096+1024+1024 (3 slices), o 4096 -> 4096, gate_up 4096 -> 2x14336,
       down 14336 -> 4096;
     bf16 A/B pools (n_slots, n_slices*r, in) / (n_slots, out_total, r), fp32 activations (our
-    kernels; cuBLAS gets x in bf16, which only helps it), one token per request (decode).
+    kernels; cuBLAS gets x in bf16, which only helps it), one token per request (decode). Our
+    kernels read the adapters through page tables as the server's pool lays them out
+    (docs/memory.md): A's rows where they lie, B in chunks of 8 rank columns (a chunk-major
+    copy of the pool), one table entry per row and chunk.
 
     Adapter mixes over a batch of T requests:
       Identical  every request on one adapter;
@@ -217,6 +220,8 @@ struct gdata_t {
     size_t tmp_stride; // floats between the parts of ls_cu_lora_apply's scratch
     bool one;          // every tile one position (LS_CU_LORA_ONE, as the backend sets it)
     __nv_bfloat16 *xb, *tmpb, *yb;
+    __nv_bfloat16 *bc;      // b in chunks: (n_sets * n_slots, r/8, out_total, 8)
+    const void **ta, **tb;  // page tables (n_sets, n_slots, n_slices*r) and (n_sets, n_slots, r/8)
     ls_cu_lora_tile_t *tiles;
     int n_tiles;
     int32_t off[4];
@@ -238,6 +243,26 @@ static double op_bytes(const group_t &g, int r, const batch_t &b) {
     for (size_t s = 0; s < b.seg_len.size(); s++)
         ab += adapter_bytes(g, seg_rank(b, s, r));
     return ab + (double)b.T * g.in * 4 + 2.0 * b.T * g.n_slices * r * 4 + 2.0 * b.T * g.out_total() * 4;
+}
+
+// dst (n, r/8, rows, 8) = src (n, rows, r) chunk-major
+__global__ void k_chunk_major(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t n, int rows, int r) {
+    size_t total = n * rows * r;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t w = i / ((size_t)rows * r);
+        int o = (int)(i / r % rows), j = (int)(i % r);
+        dst[((w * (r / 8) + j / 8) * rows + o) * 8 + j % 8] = src[i];
+    }
+}
+
+// The page tables of set `set`: a's rows, bc's chunks
+static ls_lora_pages_t pages_a(const gdata_t &d, int set) {
+    size_t per = (size_t)d.g->n_slices * d.r;
+    return {d.ta + (size_t)set * d.n_slots * per, per, 1, d.g->in};
+}
+static ls_lora_pages_t pages_b(const gdata_t &d, int set) {
+    size_t per = (size_t)d.r / 8;
+    return {d.tb + (size_t)set * d.n_slots * per, per, 1, d.g->out_total()};
 }
 
 static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, int n_sets) {
@@ -306,12 +331,24 @@ static void gdata_init(gdata_t &d, const group_t &g, int r, const batch_t &b, in
         return p;
     };
     d.gA = up(hA), d.gB = up(hB), d.gC = up(hC), d.eA = up(ha), d.eB = up(hb), d.eC = up(hc);
+    // ours: B chunk-major, and the page tables of every set
+    d.bc = (__nv_bfloat16 *)dmalloc(d.b_set * n_sets * 2);
+    k_chunk_major<<<1024, 256, 0, g_st>>>(d.bc, d.b, (size_t)n_sets * d.n_slots, ot, r);
+    std::vector<const void *> rows, chunks;
+    for (int set = 0; set < n_sets; set++)
+        for (int w = 0; w < d.n_slots; w++) {
+            for (int i = 0; i < ns * r; i++)
+                rows.push_back(d.a + set * d.a_set + ((size_t)w * ns * r + i) * g.in);
+            for (int c = 0; c < r / 8; c++)
+                chunks.push_back(d.bc + set * d.b_set + ((size_t)w * (r / 8) + c) * ot * 8);
+        }
+    d.ta = up(rows), d.tb = up(chunks);
     CK(cudaStreamSynchronize(g_st));
 }
 
 static void gdata_free(gdata_t &d) {
     void *ps[] = {d.a, d.b, d.x, d.xb, d.tmp, d.tmpb, d.y, d.yb, d.tiles,
-                  d.gA, d.gB, d.gC, d.eA, d.eB, d.eC};
+                  d.gA, d.gB, d.gC, d.eA, d.eB, d.eC, d.bc, d.ta, d.tb};
     for (void *p : ps)
         cudaFree(p);
 }
@@ -326,7 +363,7 @@ static void run_ours(const gdata_t &d, int set, int impl) {
     const group_t &g = *d.g;
     int ns = g.n_slices, r = d.r;
     unsigned flags = LS_CU_LORA_ACC | (d.one ? LS_CU_LORA_ONE : 0) | (impl == I_NOPDL ? LS_CU_LORA_NO_PDL : 0);
-    CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set, LS_CU_BF16, d.b + set * d.b_set,
+    CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, pages_a(d, set), LS_CU_BF16, pages_b(d, set),
                         LS_CU_BF16, d.tiles, d.n_tiles, d.max_rank, NULL, d.off, g.in, ns, r, flags,
                         g_st));
 }
@@ -745,10 +782,9 @@ static void green_section() {
                                 ot, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
             auto lora = [&](int set, cudaStream_t st) { // the backend's decode op, beside
-                CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, d.a + set * d.a_set,
-                                    LS_CU_BF16, d.b + set * d.b_set, LS_CU_BF16, d.tiles,
-                                    d.n_tiles, r, NULL, d.off, g.in, g.n_slices, r,
-                                    LS_CU_LORA_NO_PDL, st));
+                CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, pages_a(d, set), LS_CU_BF16,
+                                    pages_b(d, set), LS_CU_BF16, d.tiles, d.n_tiles, r, NULL, d.off,
+                                    g.in, g.n_slices, r, LS_CU_LORA_NO_PDL, st));
             };
             // fork from g_st, the two pieces on s1 / s2, join back on g_st
             auto both = [&](int set, cudaStream_t s1, cudaStream_t s2, int sms) {

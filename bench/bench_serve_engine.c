@@ -174,8 +174,7 @@ static void s_drain(void) {
             if (i < s_d.total)
                 s_finish(i, now, false);
         } else if (m->type == LS_MSG_PREFETCH_ADAPTER) {
-            if (ls_lora_pool_assign(s_d.pool, m->u.prefetch_adapter.adapter_id, m->u.prefetch_adapter.slot + 1, err,
-                                    sizeof err) < 0)
+            if (wstep_prefetch(&s_d.eng, &m->u.prefetch_adapter, err, sizeof err) < 0)
                 fprintf(stderr, "prefetch: %s\n", err);
         } else if (m->type == LS_MSG_UNLOAD_ADAPTER) {
             // every adapter fits the tier by construction (checked at start): nothing is evicted
@@ -203,9 +202,9 @@ static int s_load_adapters(void) {
             ls_adapter_destroy(&ad);
             return -1;
         }
-        int rank;
+        int rank, pages;
         size_t bytes;
-        ls_lora_pool_image_info(s_d.pool, name, &rank, &bytes);
+        ls_lora_pool_image_info(s_d.pool, name, &rank, &bytes, &pages);
         // The core learns it as the registry would tell it; the answer is this process's.
         ls_msg_t m;
         ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
@@ -226,6 +225,7 @@ static int s_load_adapters(void) {
                 ans.u.adapter_loaded.adapter_id = ls_msg_strdup(name);
                 ans.u.adapter_loaded.rank = (uint32_t)rank;
                 ans.u.adapter_loaded.bytes = bytes;
+                ans.u.adapter_loaded.pages = (uint32_t)pages;
                 sched_on_adapter_answer(s_d.sched, ls_mono_ns(), 0, &ans);
                 ls_msg_clear(&ans);
             }
@@ -266,7 +266,7 @@ int main(int argc, char **argv) {
         LS_FLAG_INT("max-loras-per-batch", &s_d.slots, LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH), "adapter slots"),
         LS_FLAG_INT("max-lora-rank", &s_d.max_rank, "64", "largest adapter rank"),
         LS_FLAG_INT("max-cpu-lora-mb", &s_d.cpu_lora_mb, "0", "CPU tier (0: the worker's default)"),
-        LS_FLAG_INT("kv-cache-mb", &s_d.kv_cache_mb, "256", "KV cache"),
+        LS_FLAG_INT("kv-cache-mb", &s_d.kv_cache_mb, "256", "GPU pool: the KV cache and the adapters in slots"),
         LS_FLAG_INT("block-size", &s_d.block_size, "16", "tokens per KV block"),
         LS_FLAG_INT("max-num-batched-tokens", &s_d.max_batched, LS_LIMITS_STR(LS_DEFAULT_MAX_NUM_BATCHED_TOKENS),
                     "token budget of one step"),
@@ -318,11 +318,10 @@ int main(int argc, char **argv) {
     }
     const ls_model_config_t *cfg = ls_model_config(s_d.model);
     size_t per_block = ls_kv_cache_block_bytes(s_d.model, s_d.block_size, ls_model_kv_dtype(s_d.model));
-    s_d.kv = ls_kv_cache_new(s_d.model, (int)(((size_t)s_d.kv_cache_mb << 20) / per_block), s_d.block_size, err,
-                             sizeof err);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = s_d.slots, .max_lora_rank = s_d.max_rank,
                                 .host_bytes = (size_t)s_d.cpu_lora_mb << 20};
-    if (!s_d.kv || !(s_d.pool = ls_lora_pool_new(s_d.be, cfg, &pc, err, sizeof err))) {
+    if (wstep_memory_new(s_d.model, (int)(((size_t)s_d.kv_cache_mb << 20) / per_block), s_d.block_size, &pc, &s_d.kv,
+                         &s_d.pool, err, sizeof err) != 0) {
         fprintf(stderr, "KV cache / adapter pool: %s\n", err);
         return 1;
     }

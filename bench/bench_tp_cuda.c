@@ -97,7 +97,7 @@ static void *s_rank(void *arg) {
     ls_comm_t *comm = NULL;
     ls_model_t *m = NULL;
     ls_lora_pool_t *pool = NULL;
-    ls_kv_cache_t *kv = NULL;
+    ls_kv_cache_t *kv = NULL, *arena_kv = NULL;
     double t0 = bench_now();
     if (!be || (g->size > 1 && !(comm = ls_comm_nccl_join(&g->id, r, be, 120000, err, errlen))) ||
         !(m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, be, comm, LS_QUANT_NONE, 1, NULL, NULL, err, errlen)))
@@ -105,7 +105,10 @@ static void *s_rank(void *arg) {
     const ls_model_config_t *cfg = ls_model_config(m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = N_ADAPTERS, .max_lora_rank = RANK,
                                 .tp_rank = r, .tp_size = g->size};
-    if (!(pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
+    if (!(arena_kv = slot_plan_arena_new(m, BS, &pc, err, errlen)))
+        goto out;
+    ls_page_arena_t arena = ls_kv_cache_arena(arena_kv);
+    if (!(pool = ls_lora_pool_new(be, cfg, &pc, &arena, err, errlen)))
         goto out;
     const char *ids[N_SEQS];
     char names[N_ADAPTERS][16];
@@ -147,6 +150,7 @@ out:
         g->failed = 1;
     ls_kv_cache_destroy(&kv);
     ls_lora_pool_destroy(&pool);
+    ls_kv_cache_destroy(&arena_kv);
     ls_model_destroy(&m);
     ls_comm_destroy(&comm);
     ls_backend_destroy(&be);

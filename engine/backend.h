@@ -68,6 +68,17 @@ static inline ls_view_t ls_view(ls_buffer_t *buf, size_t off) {
 }
 #define LS_VIEW_NONE ((ls_view_t){NULL, 0})
 
+// One LoRA matrix of every slot, as the LoRA ops take it: its entries of the pool's page table
+// (ls_lora_pages_t, kernels/lora_batch.h), slot 0's first entry at tab. Tables hold device
+// pointers in buffers of LS_DTYPE_F32 elements, two to an entry (no backend has 64-bit
+// integer buffers; the bits travel as they are): entry e is at element 2e.
+typedef struct {
+    ls_view_t tab;
+    size_t stride;    // entries per slot
+    int np, piece;
+    ls_dtype_t dtype; // the elements' (the pages' storage dtype)
+} ls_lora_mat_t;
+
 // Most slices a stacked LoRA target has (qkv).
 #define LS_LORA_MAX_SLICES 3
 // (T, n_slices*r_max) arrays in lora_fused's scratch
@@ -206,22 +217,24 @@ struct ls_backend {
                      ls_view_t gate_up, ls_view_t delta, int T, int inter);
     // y (n) += x (n)
     void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
-    // step: caches (slots, n_kv_heads*head_dim)[slot_mapping] = k, v (T, row_stride); v2
-    // (T, row_stride), or NONE: the v cache gets v + v2 (v itself is left as it is)
+    // step: caches [slot_mapping] = k, v (T, row_stride), the caches blocks of (block_size,
+    // n_kv_heads*head_dim) block_stride elements apart (ls_kv_cache_store); v2 (T,
+    // row_stride), or NONE: the v cache gets v + v2 (v itself is left as it is)
     void (*kv_store)(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache, ls_view_t k,
-                     ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim, int row_stride);
-    // step: out (T, n_heads*head_dim) from q (T, row_stride) and the paged caches
+                     ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim, int row_stride,
+                     int block_size, size_t block_stride);
+    // step: out (T, n_heads*head_dim) from q (T, row_stride) and the paged caches (as
+    // kv_store's)
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
-                      int block_size, int row_stride);
+                      int block_size, int row_stride, size_t block_stride);
     // step: over the step's LoRA batch `batch` (< n_lora_batches), as the kernels over
-    // lora[batch]. tmp (T, n_slices*r_max) from x (T, in) and a_pool (n_slots,
-    // n_slices*r_max, in)
-    void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+    // lora[batch]. tmp (T, n_slices*r_max) from x (T, in) and a (rows of in elements)
+    void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
                         int in, int n_slices, int r_max, int batch);
-    // step, batch: y (T, out_total) += from tmp and b_pool (n_slots, out_total, r_max);
+    // step, batch: y (T, out_total) += from tmp and b (chunks of out_total rows);
     // slice_offsets (n_slices+1) is host memory, small enough to pass by value to a kernel
-    void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
+    void (*lora_expand)(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_lora_mat_t b,
                         const int32_t *slice_offsets, int n_slices, int r_max, int batch);
     // step, batch: lora_shrink then lora_expand in one op, for decode-shaped steps (few tokens
     // per segment): y (T, out_total) += as lora_expand of lora_shrink's tmp; accumulate 0:
@@ -231,20 +244,19 @@ struct ls_backend {
     // alone (a device backend splits the shrink over blocks that leave partial sums
     // there): its contents afterwards are unspecified.
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                       ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
+                       ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *slice_offsets,
                        int in, int n_slices, int r_max, int accumulate, int batch);
-    // step, batch: tmp (T, r_max) from a_pool (n_slots, r_max, vocab) at the step's token
-    // ids, as ls_lora_embed_shrink over lora[batch] (the embedding's LoRA shrink: a gather;
+    // step, batch: tmp (T, r_max) from a (chunks of vocab rows) at the step's token ids, as
+    // ls_lora_embed_shrink over lora[batch] (the embedding's LoRA shrink: a gather;
     // lora_expand of the same batch follows)
-    void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+    void (*lora_embed_shrink)(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t a, int vocab,
                               int r_max, int batch);
     // step, pass (< n_lora_passes): y (n_logit_rows, out) += the LoRA of each logit row's
     // slot in that pass on x (n_logit_rows, in), as ls_lora_rows with the pass's rows of
-    // logit_slots and logit_scales; tmp (n_logit_rows, r_max) scratch, a_pool (n_slots, r_max, in), b_pool
-    // (n_slots, out, r_max)
+    // logit_slots and logit_scales; tmp (n_logit_rows, r_max) scratch, a (rows of in
+    // elements), b (chunks of out rows)
     void (*lora_rows)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                      ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
-                      int pass);
+                      ls_lora_mat_t a, ls_lora_mat_t b, int in, int out, int r_max, int pass);
     // step: out (n_logit_rows, C) = x (T, C) [logit_rows]
     void (*rows_gather)(ls_backend_t *self, ls_view_t out, ls_view_t x, int C);
     // step: x (T, C) rows t = rows (N, C) [token_rows[t]] where token_rows[t] >= 0, as

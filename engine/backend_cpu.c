@@ -299,18 +299,19 @@ static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
 
 static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
                        ls_view_t k, ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim,
-                       int row_stride) {
+                       int row_stride, int block_size, size_t block_stride) {
     const ls_step_t *st = &s_cpu(self)->step;
     ls_kv_cache_store(s_f32(k_cache), s_f32(v_cache), s_f32(k), s_f32(v), s_f32_opt(v2),
-                      st->attn.slot_mapping, st->n_tokens, n_kv_heads, head_dim, row_stride);
+                      st->attn.slot_mapping, st->n_tokens, n_kv_heads, head_dim, row_stride,
+                      block_size, block_stride);
 }
 
 static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                         ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
-                        int block_size, int row_stride) {
+                        int block_size, int row_stride, size_t block_stride) {
     ls_attention_forward(s_f32(out), s_f32(q), s_f32(k_cache), s_f32(v_cache),
                          &s_cpu(self)->step.attn, n_heads, n_kv_heads, head_dim,
-                         block_size, row_stride);
+                         block_size, row_stride, block_stride);
 }
 
 // The step's LoRA batch `batch`, which a LoRA op of n_slices slices runs over.
@@ -320,44 +321,48 @@ static const ls_lora_batch_t *s_batch(ls_backend_t *self, int batch, int n_slice
     return &st->lora[batch];
 }
 
-static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+// A LoRA matrix as the references read it: the table's entries are host pointers here.
+static ls_lora_pages_t s_pages(ls_lora_mat_t m) {
+    return (ls_lora_pages_t){(const void *const *)(void *)s_f32(m.tab), m.stride, m.np, m.piece};
+}
+
+static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
                           int in, int n_slices, int r_max, int batch) {
-    ls_lora_shrink(s_f32(tmp), s_f32(x), s_f32(a_pool), s_batch(self, batch, n_slices), in,
+    ls_lora_shrink(s_f32(tmp), s_f32(x), s_pages(a), s_batch(self, batch, n_slices), in,
                    n_slices, r_max);
 }
 
-static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
+static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_lora_mat_t b,
                           const int32_t *slice_offsets, int n_slices, int r_max, int batch) {
-    ls_lora_expand(s_f32(y), s_f32(tmp), s_f32(b_pool), s_batch(self, batch, n_slices),
+    ls_lora_expand(s_f32(y), s_f32(tmp), s_pages(b), s_batch(self, batch, n_slices),
                    slice_offsets, n_slices, r_max);
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                         ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
+                         ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *slice_offsets,
                          int in, int n_slices, int r_max, int accumulate, int batch) {
     const ls_lora_batch_t *l = s_batch(self, batch, n_slices);
     if (!accumulate)
         memset(s_f32(y), 0, sizeof(float) * (size_t)s_cpu(self)->step.n_tokens *
                                 slice_offsets[n_slices]);
-    ls_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool), l,
+    ls_lora_fused(s_f32(y), s_f32(tmp), s_f32(x), s_pages(a), s_pages(b), l,
                   slice_offsets, in, n_slices, r_max);
 }
 
-static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t a, int vocab,
                                 int r_max, int batch) {
-    ls_lora_embed_shrink(s_f32(tmp), s_cpu(self)->step.token_ids, s_f32(a_pool),
+    ls_lora_embed_shrink(s_f32(tmp), s_cpu(self)->step.token_ids, s_pages(a),
                          s_batch(self, batch, 1), vocab, r_max);
 }
 
 static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                        ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
-                        int pass) {
+                        ls_lora_mat_t a, ls_lora_mat_t b, int in, int out, int r_max, int pass) {
     const ls_step_t *st = &s_cpu(self)->step;
     assert(pass < st->n_lora_passes);
     const ls_lora_batch_t *l = s_batch(self, pass, 1);
     assert(st->logit_slots && st->logit_scales);
     size_t at = (size_t)pass * st->n_logit_rows;
-    ls_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_f32(a_pool), s_f32(b_pool),
+    ls_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_pages(a), s_pages(b),
                  st->logit_slots + at, st->logit_scales + at, l->lora_ranks, st->n_logit_rows,
                  in, out, r_max);
 }

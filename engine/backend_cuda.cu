@@ -7,11 +7,12 @@
     nothing. Scratch arrays grow on demand; growing one synchronizes the stream first,
     since queued work may still read the old block.
 
-    Asynchronous uploads (the slot pool's loads) go on a second stream, `upload`: each one
-    first waits on an event recorded on the compute stream at the call (so it never
-    overwrites a slot that queued work still reads), then copies the packed image from pinned
-    memory into a staging area and pads it into the slot's layout there (ls_cu_pad_copy), so
-    the bus carries the adapter's own rank only, then records the caller's event. event_wait puts that event in front of
+    Asynchronous uploads (the adapter pool's loads: an adapter's pages, then its slot's page
+    table) go on a second stream, `upload`: each one first waits on an event recorded on the
+    compute stream at the call (so it never overwrites a page or table that queued work
+    still reads or writes), then copies the packed image from pinned memory into a staging
+    area and pads it into its place there (ls_cu_pad_copy: a page's contents go as they are),
+    then records the caller's event. event_wait puts that event in front of
     the compute stream's next ops once; an event the compute stream already waited on is
     not waited on again (one compute stream: its later work is ordered anyway).
 
@@ -1075,25 +1076,26 @@ static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
 
 static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
                        ls_view_t k, ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim,
-                       int row_stride) {
+                       int row_stride, int block_size, size_t block_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
     const float *add = v2.buf ? s_f32(v2) : NULL;
     if (s_rec(c, (int)S_OP_KV_STORE, s_ptr(k_cache), s_ptr(v_cache), (int)s_dt(k_cache),
-              s_f32(k), s_f32(v), add, n_kv_heads, head_dim, row_stride))
+              s_f32(k), s_f32(v), add, n_kv_heads, head_dim, row_stride, block_size, block_stride))
         return;
     s_note(c, ls_cu_kv_store(s_ptr(k_cache), s_ptr(v_cache), s_dt(k_cache), s_f32(k),
                              s_f32(v), add, c->slot_mapping, c->T, n_kv_heads, head_dim,
-                             row_stride, c->stream));
+                             row_stride, block_size, block_stride, c->stream));
 }
 
 static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                         ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
-                        int block_size, int row_stride) {
+                        int block_size, int row_stride, size_t block_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
     if (s_rec(c, (int)S_OP_ATTENTION, s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
-              (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride))
+              (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride,
+              block_stride))
         return;
     float *o = s_f32(out);
     const float *qp = s_f32(q);
@@ -1103,7 +1105,7 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
                                                 row_stride)) {
         s_note(c, ls_cu_attention(o, qp, kc, vc, dt, c->tok_seq, c->positions, c->block_tables,
                                   c->max_blocks, c->T, n_heads, n_kv_heads, head_dim,
-                                  block_size, row_stride, c->stream));
+                                  block_size, row_stride, block_stride, c->stream));
         return;
     }
     // the runs of tokens between the prefill sequences (decodes, short chunks) on the
@@ -1115,13 +1117,14 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
             s_note(c, ls_cu_attention(o + t * od, qp + (size_t)t * row_stride, kc, vc, dt,
                                       c->tok_seq + t, c->positions + t, c->block_tables,
                                       c->max_blocks, end - t, n_heads, n_kv_heads, head_dim,
-                                      block_size, row_stride, c->stream));
+                                      block_size, row_stride, block_stride, c->stream));
         if (k < c->n_pf)
             t = end + c->h_pf[3 * k + 2];
     }
     s_note(c, ls_cu_attention_prefill(o, qp, kc, vc, dt, c->pf, c->n_pf, c->pf_max_q,
                                       c->positions, c->block_tables, c->max_blocks, n_heads,
-                                      n_kv_heads, head_dim, block_size, row_stride, c->stream));
+                                      n_kv_heads, head_dim, block_size, row_stride,
+                                      block_stride, c->stream));
 }
 
 // The LoRA launchers' flags: beside a GEMM (the side queue) no programmatic dependent
@@ -1140,44 +1143,49 @@ static const s_pass_t *s_pass(const s_cuda_t *c, int pass, int n_slices, int r_m
     return &c->pass[pass];
 }
 
-static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_view_t a_pool,
+// A LoRA matrix as the kernels take it: its table's device pointers
+static ls_lora_pages_t s_pages(ls_lora_mat_t m) {
+    return ls_lora_pages_t{(const void *const *)s_ptr(m.tab), m.stride, m.np, m.piece};
+}
+
+static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
                           int in, int n_slices, int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
     const s_pass_t *p = s_pass(c, pass, n_slices, r_max);
-    if (s_rec(c, (int)S_OP_LORA_SHRINK, s_f32(tmp), s_f32(x), s_ptr(a_pool),
-              (int)s_dt(a_pool), in, n_slices, r_max, pass))
+    if (s_rec(c, (int)S_OP_LORA_SHRINK, s_f32(tmp), s_f32(x), s_ptr(a.tab), a.stride, a.np, a.piece,
+              (int)a.dtype, in, n_slices, r_max, pass))
         return;
-    s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool), p->tiles,
+    s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_f32(x), s_pages(a), (ls_cu_dtype_t)a.dtype, p->tiles,
                                 p->n_tiles, p->max_rank, p->perm, in, n_slices, r_max,
                                 s_lora_flags(c, p, 1), c->stream));
 }
 
-static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_view_t b_pool,
+static void s_lora_expand(ls_backend_t *self, ls_view_t y, ls_view_t tmp, ls_lora_mat_t b,
                           const int32_t *slice_offsets, int n_slices, int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
     const s_pass_t *p = s_pass(c, pass, n_slices, r_max);
-    if (s_rec(c, (int)S_OP_LORA_EXPAND, s_f32(y), s_f32(tmp), s_ptr(b_pool),
-              (int)s_dt(b_pool), n_slices, r_max, pass)) {
+    if (s_rec(c, (int)S_OP_LORA_EXPAND, s_f32(y), s_f32(tmp), s_ptr(b.tab), b.stride, b.np, b.piece,
+              (int)b.dtype, n_slices, r_max, pass)) {
         s_rec_slices(c, slice_offsets, n_slices);
         return;
     }
     // short segments as the decode kernels take them; long ones (prefill) in long tiles, each
     // column's B row read once per LS_CU_LORA_LONG positions instead of per LS_CU_LORA_TILE
-    s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool), p->exp_tiles,
+    s_note(c, ls_cu_lora_expand(s_f32(y), s_f32(tmp), s_pages(b), (ls_cu_dtype_t)b.dtype, p->exp_tiles,
                                 p->n_exp_short, p->max_rank, p->perm, slice_offsets, n_slices,
                                 r_max, s_lora_flags(c, p, 1), c->stream));
-    s_note(c, ls_cu_lora_expand_long(s_f32(y), s_f32(tmp), s_ptr(b_pool), s_dt(b_pool),
+    s_note(c, ls_cu_lora_expand_long(s_f32(y), s_f32(tmp), s_pages(b), (ls_cu_dtype_t)b.dtype,
                                      p->exp_tiles + p->n_exp_short, p->n_exp_long, p->perm,
                                      slice_offsets, n_slices, r_max, c->stream));
 }
 
 static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                         ls_view_t a_pool, ls_view_t b_pool, const int32_t *slice_offsets,
+                         ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *slice_offsets,
                          int in, int n_slices, int r_max, int accumulate, int pass) {
     s_cuda_t *c = s_ctx(self);
     const s_pass_t *p = s_pass(c, pass, n_slices, r_max);
-    if (s_rec(c, (int)S_OP_LORA_FUSED, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a_pool),
-              (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, n_slices, r_max,
+    if (s_rec(c, (int)S_OP_LORA_FUSED, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a.tab), a.stride, a.np, a.piece,
+              (int)a.dtype, s_ptr(b.tab), b.stride, b.np, b.piece, (int)b.dtype, in, n_slices, r_max,
               accumulate, pass)) {
         s_rec_slices(c, slice_offsets, n_slices);
         return;
@@ -1188,35 +1196,33 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                                   slice_offsets[n_slices], c->stream));
     static_assert(LS_LORA_FUSED_PARTS >= LS_CU_LORA_PARTS, "lora_fused's scratch");
     s_note(c, ls_cu_lora_apply(s_f32(y), s_f32(tmp), (size_t)c->T * n_slices * r_max,
-                               s_f32(x), s_ptr(a_pool), s_dt(a_pool), s_ptr(b_pool),
-                               s_dt(b_pool), p->tiles, p->n_tiles, p->max_rank, p->perm,
+                               s_f32(x), s_pages(a), (ls_cu_dtype_t)a.dtype, s_pages(b),
+                               (ls_cu_dtype_t)b.dtype, p->tiles, p->n_tiles, p->max_rank, p->perm,
                                slice_offsets, in, n_slices, r_max,
                                s_lora_flags(c, p, accumulate), c->stream));
 }
 
-static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t a_pool, int vocab,
+static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t a, int vocab,
                                 int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
     const s_pass_t *p = s_pass(c, pass, 1, r_max);
-    if (s_rec(c, (int)S_OP_LORA_EMBED_SHRINK, s_f32(tmp), s_ptr(a_pool), (int)s_dt(a_pool), vocab,
-              r_max, pass))
+    if (s_rec(c, (int)S_OP_LORA_EMBED_SHRINK, s_f32(tmp), s_ptr(a.tab), a.stride, a.np, a.piece, (int)a.dtype,
+              vocab, r_max, pass))
         return;
-    s_note(c, ls_cu_lora_embed_shrink(s_f32(tmp), c->token_ids, s_ptr(a_pool), s_dt(a_pool),
+    s_note(c, ls_cu_lora_embed_shrink(s_f32(tmp), c->token_ids, s_pages(a), (ls_cu_dtype_t)a.dtype,
                                       p->tiles, p->n_tiles, p->perm, vocab, r_max, c->stream));
 }
 
 static void s_lora_rows(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                        ls_view_t a_pool, ls_view_t b_pool, int in, int out, int r_max,
-                        int pass) {
+                        ls_lora_mat_t a, ls_lora_mat_t b, int in, int out, int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
     assert(pass < c->n_passes);
     const s_pass_t *p = s_pass(c, pass, 1, r_max);
-    if (s_rec(c, (int)S_OP_LORA_ROWS, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a_pool),
-              (int)s_dt(a_pool), s_ptr(b_pool), (int)s_dt(b_pool), in, out, r_max, pass))
+    if (s_rec(c, (int)S_OP_LORA_ROWS, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a.tab), a.stride, a.np, a.piece,
+              (int)a.dtype, s_ptr(b.tab), b.stride, b.np, b.piece, (int)b.dtype, in, out, r_max, pass))
         return;
-    s_note(c, ls_cu_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_ptr(a_pool), s_dt(a_pool),
-                              s_ptr(b_pool), s_dt(b_pool), p->row_tiles, p->n_row_tiles, in,
-                              out, r_max, c->stream));
+    s_note(c, ls_cu_lora_rows(s_f32(y), s_f32(tmp), s_f32(x), s_pages(a), (ls_cu_dtype_t)a.dtype, s_pages(b),
+                              (ls_cu_dtype_t)b.dtype, p->row_tiles, p->n_row_tiles, in, out, r_max, c->stream));
 }
 
 static void s_rows_gather(ls_backend_t *self, ls_view_t out, ls_view_t x, int C) {

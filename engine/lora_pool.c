@@ -1,19 +1,28 @@
 /*  engine/lora_pool.c — see lora_pool.h.
 
-    The host tier is an arena of equal pages made once (host_alloc: pinned on CUDA). An image
-    is a list of pages holding one packed stream of elements in the slots' storage dtype: for
-    each group the adapter targets, in group order, A as (L, n_slices, r, in) then B as
-    (L, out_total, r), r the adapter's rank and in/out the rank's shard. A slot load hands the
-    backend each region as the page pieces it spans (buffer_upload_async), which pads it to
-    r_max on the device; groups the adapter does not target are zero-filled there. Pages
-    make every image fit wherever pages are free (no fragmentation), and a page size of
-    about 1/64 of the largest image keeps the rounding loss small for small adapters.
+    The host tier is an arena of equal host pages made once (host_alloc: pinned on CUDA). An
+    image is a list of host pages holding one packed stream of bytes: the contents of its
+    device pages in order, each page only as far as its units fill it. A load copies each
+    page's stretch of the stream into the page the scheduler gave (buffer_upload_async),
+    then the slot's page table. Host pages make every image fit wherever they are free (no
+    fragmentation), and a host page of about 1/64 of the largest image keeps the rounding
+    loss small for small adapters.
+
+    The layout of an image: for each group it targets (in group order) and layer, the A units
+    (rows: slice k, rank row j, piece q; the embedding's: chunk c, piece q) then the B units
+    (chunk c, piece q). A unit that only holds zeros (a slice or module the adapter does not
+    target, rows past a module's smaller rank, chunks past every module's rank) is not stored:
+    its table entries point at the pool's zero region. The units go to device pages first fit,
+    largest first (ties by their order above, so every rank lays out the same adapter the
+    same way given the same shapes); `place` keeps each unit's page and offset, indexed as
+    the table is but only up to the adapter's rank, and the table is built from it and the
+    pages the scheduler gives.
 
     Entries (adapters in the tier) sit in an array whose indices stay stable, so slots can
     refer to them; an open-addressing hash maps ids to entries, since a worker looks up
     every item of every step and may hold thousands of adapters.
 
-    Pages go back only after every upload in flight (one of them may read them).
+    Host pages go back only after every upload in flight (one of them may read them).
 */
 #include "lora_pool.h"
 
@@ -46,19 +55,32 @@ static const struct {
 #define S_PAGE_MIN ((size_t)64 << 10)
 #define S_PAGE_MAX ((size_t)2 << 20)
 #define S_DEFAULT_ADAPTERS 64  // the default tier: this many adapters of max_lora_rank
+#define S_ZERO UINT64_MAX      // a unit that is not stored: its entries read the zero region
+
+// One matrix of a group as the page table holds it: A rows of `len` elements, or chunks
+// (8 rank columns) of `len` rows; in np pieces of `piece` elements (rows) or rows (chunks).
+typedef struct {
+    bool chunks;
+    int len;
+    int np, piece;
+} s_mat_t;
 
 struct ls_lora_image {
     int rank;              // the slot rank: the adapter's largest module rank
     unsigned targets;      // the adapter's targets (ls_adapter_info_t.target_mask)
     float scaling;         // the slot scaling: the common one, or 1 when folded into B
     unsigned groups;       // bit g: the image holds group g
-    size_t a_off[LS_LORA_GROUP_COUNT], b_off[LS_LORA_GROUP_COUNT];  // element offsets
-    size_t n;              // elements
-    size_t bytes;          // whole pages
+    size_t place_at[LS_LORA_GROUP_COUNT];  // index of group g's first unit in place
+    size_t n_place;
+    uint64_t *place;       // (n_place) each unit's device page << 32 | byte offset, or S_ZERO
+    int n_pages;           // device pages the units fill
+    size_t *page_at;       // (n_pages + 1) where each page's contents start in the stream
+    size_t n;              // stream bytes
+    size_t bytes;          // host tier bytes (whole host pages)
     atomic_bool broken;    // a block could not be written (out of memory while building)
-    ls_lora_tokens_image_t *tokens;  // its trainable token rows, NULL: none
-    int n_pages;
-    int32_t pages[];       // (n_pages) arena pages, in stream order
+    ls_lora_tokens_image_t *tokens;  // its trainable token rows (own buffers, not pages), NULL: none
+    int n_hpages;
+    int32_t hpages[];      // (n_hpages) host pages, in stream order
 };
 
 typedef struct {
@@ -78,28 +100,42 @@ struct ls_lora_pool {
     ls_lora_pool_config_t pc;
     s_window_t win[LS_TARGET_ALL];
     unsigned enabled;                       // target mask
+    unsigned groups;                        // groups with an enabled target
     int n_slots;                            // max_loras_per_batch + 1
     ls_lora_group_shape_t shape[LS_LORA_GROUP_COUNT];
-    ls_buffer_t *a[LS_LORA_GROUP_COUNT];    // (L_g, n_slots, n_slices*r_max, in), NULL: off
-    ls_buffer_t *b[LS_LORA_GROUP_COUNT];    // (L_g, n_slots, out_total, r_max)
-    ls_dtype_t storage;                     // the slots' storage dtype (the backend's)
+    ls_page_arena_t arena;
+    size_t page_bytes;
+    ls_dtype_t storage;                     // the arena's storage dtype
     size_t esize;                           // its bytes per element
+    // the page tables: per slot, per enabled group and layer, A's entries then B's
+    s_mat_t mat[LS_LORA_GROUP_COUNT][2];
+    size_t tab_at[LS_LORA_GROUP_COUNT];     // group g's layer 0 in a slot's table
+    size_t tab_stride;                      // entries per slot
+    ls_buffer_t *tab;                       // (n_slots, tab_stride) device pointers, 2 F32 each
+    uint64_t *tab_host;                     // (n_slots, tab_stride) host_alloc: each slot's copy
+    ls_buffer_t *zero;                      // zeros, as long as the largest unit
     ls_event_t **events;                    // (n_slots) end of each slot's last load
+    int32_t *owner;                         // (arena pages) slot whose adapter lies there, or -1
+    int32_t *mark;                          // (arena pages) assign's duplicate check, all 0 between
     // the host tier's arena: image_new/image_destroy may run on another thread
-    char *arena;
-    size_t page;
-    int n_pages;
-    pthread_mutex_t lock;                   // guards free_pages / n_free
-    int32_t *free_pages;                    // (n_pages) a stack
+    char *arena_h;
+    size_t hpage;
+    int n_hpages;
+    pthread_mutex_t lock;                   // guards free_hpages / n_free
+    int32_t *free_hpages;                   // (n_hpages) a stack
     int n_free;
-    ls_host_span_t *spans;                  // upload scratch: the pages of one region
-    int max_image_pages;
+    ls_host_span_t *spans;                  // upload scratch: the host pages of one device page
+    int max_span;
+    size_t max_image_bytes;                 // the largest adapter's host bytes
+    int max_image_pages;                    // and its device pages
     // entries
     s_entry_t *entries;                     // (cap_entries)
     int cap_entries, n_live;
     int *hash;                              // (hash_cap) entry index, -1 empty, -2 deleted
     int hash_cap, hash_used;                // used: live + deleted
     int *slot_entry;                        // (n_slots) the entry each slot holds, -1: empty
+    int32_t **slot_pages;                   // (n_slots) the pages each slot's adapter lies on
+    int *slot_n_pages;
     int32_t *ranks;                         // (n_slots)
     int32_t *group_ranks;                   // (LS_LORA_GROUP_COUNT, n_slots)
     float *scalings;                        // (n_slots)
@@ -108,29 +144,9 @@ struct ls_lora_pool {
     ls_lora_pool_stats_t stats;
 };
 
-static size_t s_a_slot_n(const ls_lora_pool_t *self, int g) {
-    const ls_lora_group_shape_t *s = &self->shape[g];
-    return (size_t)s->n_slices * self->pc.max_lora_rank * s->in;
-}
-
-static size_t s_b_slot_n(const ls_lora_pool_t *self, int g) {
-    const ls_lora_group_shape_t *s = &self->shape[g];
-    return (size_t)s->slice_offsets[s->n_slices] * self->pc.max_lora_rank;
-}
-
 // L_g: the layers group g has, one for the global groups (embedding, lm_head).
 static int s_layers(const ls_lora_pool_t *self, int g) {
     return g >= LS_LORA_GROUP_EMBED ? 1 : self->cfg.num_hidden_layers;
-}
-
-// Output rows of group g the pool's shard holds (the image's B rows per layer): out_total,
-// but for lm_head under tensor parallelism the rank's vocabulary rows of its vocab_max
-// (rows past them stay zero in the slots).
-static int s_out_rows(const ls_lora_pool_t *self, int g) {
-    int n = 0;
-    for (int k = 0; k < s_group_def[g].n; k++)
-        n += self->win[s_group_def[g].t[k]].n_out;
-    return n;
 }
 
 static unsigned s_group_mask(int g) {
@@ -140,34 +156,38 @@ static unsigned s_group_mask(int g) {
     return m;
 }
 
-// Element counts of group g's regions in an image of rank r.
-static size_t s_img_a_n(const ls_lora_pool_t *self, int g, int r) {
-    const ls_lora_group_shape_t *s = &self->shape[g];
-    return (size_t)s_layers(self, g) * s->n_slices * r * s->in;
+static int s_chunks_of(int r) {
+    return (r + 7) / 8;
 }
 
-static size_t s_img_b_n(const ls_lora_pool_t *self, int g, int r) {
-    return (size_t)s_layers(self, g) * s_out_rows(self, g) * r;
+// Table entries of matrix m of group g before pieces, for slots of rank r (r_max: the table)
+static int s_mat_n(const ls_lora_pool_t *self, int g, int m, int r) {
+    return self->mat[g][m].chunks ? s_chunks_of(r) : self->shape[g].n_slices * r;
 }
 
-// Elements of an image of rank r holding the groups in mask.
-static size_t s_img_n(const ls_lora_pool_t *self, unsigned groups, int r) {
-    size_t n = 0;
-    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
-        if (groups & (1u << g))
-            n += s_img_a_n(self, g, r) + s_img_b_n(self, g, r);
-    return n;
+// Entries of one layer of group g in a slot's table.
+static size_t s_tab_layer(const ls_lora_pool_t *self, int g) {
+    int r = self->pc.max_lora_rank;
+    return (size_t)s_mat_n(self, g, 0, r) * self->mat[g][0].np +
+           (size_t)s_mat_n(self, g, 1, r) * self->mat[g][1].np;
 }
 
-static unsigned s_enabled_groups(const ls_lora_pool_t *self) {
-    unsigned m = 0;
-    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
-        m |= self->a[g] ? 1u << g : 0;
-    return m;
+// Units of one layer of group g in an image of rank r (place entries).
+static size_t s_img_layer(const ls_lora_pool_t *self, int g, int r) {
+    return (size_t)s_mat_n(self, g, 0, r) * self->mat[g][0].np +
+           (size_t)s_mat_n(self, g, 1, r) * self->mat[g][1].np;
 }
 
-static size_t s_pages_for(const ls_lora_pool_t *self, size_t elements) {
-    return (elements * self->esize + self->page - 1) / self->page;
+// Elements (chunks: rows) of piece q of matrix mt.
+static int s_piece_len(const s_mat_t *mt, int q) {
+    int at = q * mt->piece;
+    return mt->len - at < mt->piece ? mt->len - at : mt->piece;
+}
+
+// Bytes of a unit of piece q of matrix mt: whole 16-byte runs.
+static size_t s_unit_bytes(const ls_lora_pool_t *self, const s_mat_t *mt, int q) {
+    size_t n = (size_t)s_piece_len(mt, q) * (mt->chunks ? 8 : 1) * self->esize;
+    return (n + 15) & ~(size_t)15;
 }
 
 // -- ids -> entries -----------------------------------------------------------------------
@@ -228,7 +248,114 @@ static void s_hash_del(ls_lora_pool_t *self, int e) {
         }
 }
 
-// -- the arena ------------------------------------------------------------------------------
+// -- the layout of an image -------------------------------------------------------------------
+
+// The module ranks an image is laid out for: mr[l * LS_TARGET_ALL + t], 0 where the adapter
+// does not target t (the global targets in layer 0).
+typedef struct {
+    int rank;        // the largest
+    unsigned groups; // groups with a module of rank > 0
+    int *mr;
+} s_ranks_t;
+
+static int s_mr(const s_ranks_t *rk, int l, ls_target_t t) {
+    return rk->mr[(size_t)l * LS_TARGET_ALL + t];
+}
+
+// Whether unit (matrix m, entry i, any piece) of layer l of group g holds anything: an A row
+// of a slice whose module reaches that rank row, a chunk some module of the group reaches.
+static bool s_unit_live(const ls_lora_pool_t *self, const s_ranks_t *rk, int g, int l, int m, int i) {
+    const s_mat_t *mt = &self->mat[g][m];
+    if (!mt->chunks) {  // row i = k * r + j
+        int k = i / rk->rank, j = i % rk->rank;
+        return s_mr(rk, l, s_group_def[g].t[k]) > j;
+    }
+    for (int k = 0; k < s_group_def[g].n; k++)
+        if (s_mr(rk, l, s_group_def[g].t[k]) > 8 * i)
+            return true;
+    return false;
+}
+
+typedef struct {
+    size_t at;     // index in place
+    size_t bytes;
+} s_unit_t;
+
+static int s_unit_cmp(const void *a, const void *b) {
+    const s_unit_t *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+// Lays an image of rk out: img->place_at, n_place, place, n_pages, page_at and n. -1 when out
+// of memory.
+static int s_layout(const ls_lora_pool_t *self, const s_ranks_t *rk, ls_lora_image_t *img) {
+    size_t n = 0;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+        img->place_at[g] = n;
+        if (rk->groups & (1u << g))
+            n += (size_t)s_layers(self, g) * s_img_layer(self, g, rk->rank);
+    }
+    img->n_place = n;
+    img->place = malloc((n ? n : 1) * sizeof *img->place);
+    s_unit_t *u = malloc((n ? n : 1) * sizeof *u);
+    size_t *room = malloc((n + 1) * sizeof *room);  // free bytes of each page opened
+    if (!img->place || !u || !room) {
+        free(u);
+        free(room);
+        return -1;
+    }
+    size_t nu = 0;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+        if (!(rk->groups & (1u << g)))
+            continue;
+        size_t at = img->place_at[g];
+        for (int l = 0; l < s_layers(self, g); l++)
+            for (int m = 0; m < 2; m++) {
+                const s_mat_t *mt = &self->mat[g][m];
+                for (int i = 0; i < s_mat_n(self, g, m, rk->rank); i++) {
+                    bool live = s_unit_live(self, rk, g, l, m, i);
+                    for (int q = 0; q < mt->np; q++, at++) {
+                        img->place[at] = S_ZERO;
+                        if (live)
+                            u[nu++] = (s_unit_t){at, s_unit_bytes(self, mt, q)};
+                    }
+                }
+            }
+    }
+    qsort(u, nu, sizeof *u, s_unit_cmp);
+    int pages = 0;
+    for (size_t i = 0; i < nu; i++) {
+        int p = 0;
+        while (p < pages && room[p] < u[i].bytes)
+            p++;
+        if (p == pages)
+            room[pages++] = self->page_bytes;
+        img->place[u[i].at] = (uint64_t)p << 32 | (self->page_bytes - room[p]);
+        room[p] -= u[i].bytes;
+    }
+    img->n_pages = pages;
+    img->page_at = malloc(((size_t)pages + 1) * sizeof *img->page_at);
+    if (img->page_at) {
+        img->page_at[0] = 0;
+        for (int p = 0; p < pages; p++)
+            img->page_at[p + 1] = img->page_at[p] + self->page_bytes - room[p];
+        img->n = img->page_at[pages];
+    }
+    free(u);
+    free(room);
+    return img->page_at ? 0 : -1;
+}
+
+static void s_image_free(ls_lora_image_t *img) {
+    ls_lora_tokens_image_destroy(&img->tokens);
+    free(img->place);
+    free(img->page_at);
+    free(img);
+}
+
+// -- the host arena ---------------------------------------------------------------------------
 
 size_t ls_lora_pool_host_bytes_default(const ls_model_config_t *cfg, const ls_lora_pool_config_t *pc) {
     unsigned mask = pc->target_mask ? pc->target_mask : S_LAYER_TARGETS;
@@ -248,7 +375,7 @@ size_t ls_lora_pool_host_bytes_default(const ls_model_config_t *cfg, const ls_lo
 }
 
 size_t ls_lora_pool_image_max_bytes(const ls_lora_pool_t *self) {
-    return (size_t)self->max_image_pages * self->page;
+    return self->max_image_bytes;
 }
 
 void ls_lora_pool_image_destroy(ls_lora_pool_t *self, ls_lora_image_t **image_p) {
@@ -256,11 +383,10 @@ void ls_lora_pool_image_destroy(ls_lora_pool_t *self, ls_lora_image_t **image_p)
         return;
     ls_lora_image_t *img = *image_p;
     pthread_mutex_lock(&self->lock);
-    for (int i = 0; i < img->n_pages; i++)
-        self->free_pages[self->n_free++] = img->pages[i];
+    for (int i = 0; i < img->n_hpages; i++)
+        self->free_hpages[self->n_free++] = img->hpages[i];
     pthread_mutex_unlock(&self->lock);
-    ls_lora_tokens_image_destroy(&img->tokens);
-    free(img);
+    s_image_free(img);
     *image_p = NULL;
 }
 
@@ -272,25 +398,23 @@ int ls_lora_image_rank(const ls_lora_image_t *image) {
     return image ? image->rank : 0;
 }
 
-// Writes bytes into an image's stream at its cursor, across pages.
-typedef struct {
-    ls_lora_pool_t *pool;
-    ls_lora_image_t *img;
-    size_t at;  // bytes written
-} s_writer_t;
+int ls_lora_image_pages(const ls_lora_image_t *image) {
+    return image ? image->n_pages : 0;
+}
 
-static void s_put(s_writer_t *w, const void *src, size_t bytes) {
-    size_t page = w->pool->page;
+// Writes bytes into an image's stream at `at`, across host pages.
+static void s_put(ls_lora_pool_t *self, ls_lora_image_t *img, size_t at, const void *src, size_t bytes) {
+    size_t page = self->hpage;
     while (bytes) {
-        size_t in = w->at % page, n = page - in < bytes ? page - in : bytes;
-        memcpy(w->pool->arena + (size_t)w->img->pages[w->at / page] * page + in, src, n);
+        size_t in = at % page, n = page - in < bytes ? page - in : bytes;
+        memcpy(self->arena_h + (size_t)img->hpages[at / page] * page + in, src, n);
         src = (const char *)src + n;
-        w->at += n;
+        at += n;
         bytes -= n;
     }
 }
 
-// Narrows n fp32 values to the slots' storage dtype (rounding to nearest even, as a
+// Narrows n fp32 values to the pool's storage dtype (rounding to nearest even, as a
 // device-side conversion would) into dst.
 static void s_store(const ls_lora_pool_t *self, void *dst, const float *src, size_t n) {
     ls_dtype_t dt = self->storage;
@@ -309,43 +433,46 @@ static const ls_lora_weights_t *s_weights(const ls_adapter_t *adapter, int l, ls
                                : ls_adapter_global_target(adapter, t);
 }
 
-// Writes layer l of group g of adapter into its places in the stream (A (n_slices, r, in) at
-// the group's A region, B (out_total, r) at its B region), with zero rows / columns for
-// modules of smaller rank and untouched targets. row: scratch of max(in, r) fp32 values;
-// out: as many storage elements.
-static void s_image_layer(ls_lora_pool_t *self, ls_lora_image_t *img, const ls_adapter_t *adapter, int g, int l,
-                          bool uniform, float *row, void *out) {
+// The stream position of unit `at` of img.
+static size_t s_unit_pos(const ls_lora_image_t *img, size_t at) {
+    uint64_t p = img->place[at];
+    return img->page_at[p >> 32] + (size_t)(p & 0xffffffffu);
+}
+
+// The values of B chunk c, rows [o0, o0 + n) of layer l of group g (n * 8 fp32 into v): the
+// slices' rows of the rank's shard, columns past a module's rank and rows past the shard's
+// (lm_head's up to vocab_max) zero, each module's scaling folded in unless uniform.
+static void s_chunk_values(const ls_lora_pool_t *self, const ls_adapter_t *adapter, int g, int l, int c,
+                           int o0, int n, bool uniform, float *v) {
     const ls_lora_group_shape_t *s = &self->shape[g];
-    int r = img->rank;
-    s_writer_t w = {.pool = self, .img = img,
-                    .at = (img->a_off[g] + (size_t)l * s->n_slices * r * s->in) * self->esize};
-    for (int k = 0; k < s->n_slices; k++) {
+    for (int o = o0, k = 0; o < o0 + n; o++) {
+        while (k + 1 < s->n_slices && o >= s->slice_offsets[k + 1])
+            k++;
         ls_target_t t = s_group_def[g].t[k];
         const ls_lora_weights_t *lw = s_weights(adapter, l, t);
         const s_window_t *win = &self->win[t];
-        int in_all, out_all;
-        ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
-        for (int j = 0; j < r; j++) {
-            if (j < lw->rank)  // A (rank, in_all): columns in0 .. in0 + in - 1
-                s_store(self, out, lw->A + (size_t)j * in_all + win->in0, (size_t)s->in);
-            else
-                memset(out, 0, (size_t)s->in * self->esize);
-            s_put(&w, out, (size_t)s->in * self->esize);
-        }
-    }
-    w.at = (img->b_off[g] + (size_t)l * s_out_rows(self, g) * r) * self->esize;
-    for (int k = 0; k < s->n_slices; k++) {
-        ls_target_t t = s_group_def[g].t[k];
-        const ls_lora_weights_t *lw = s_weights(adapter, l, t);
-        const s_window_t *win = &self->win[t];
+        int ol = o - s->slice_offsets[k];
         float fold = uniform ? 1.0f : lw->scaling;
-        for (int o = 0; o < win->n_out; o++) {  // B (out_all, rank): rows out0 ..
-            for (int j = 0; j < r; j++)
-                row[j] = j < lw->rank ? lw->B[(size_t)(win->out0 + o) * lw->rank + j] * fold : 0.0f;
-            s_store(self, out, row, (size_t)r);
-            s_put(&w, out, (size_t)r * self->esize);
+        for (int e = 0; e < 8; e++) {
+            int j = 8 * c + e;
+            v[(size_t)(o - o0) * 8 + e] =
+                ol < win->n_out && j < lw->rank ? lw->B[(size_t)(win->out0 + ol) * lw->rank + j] * fold : 0.0f;
         }
     }
+}
+
+// The embedding's A as chunk c, vocabulary rows [o0, o0 + n): A (rank, vocab) transposed.
+static void s_embed_values(const ls_lora_pool_t *self, const ls_adapter_t *adapter, int c, int o0, int n,
+                           float *v) {
+    const ls_lora_weights_t *lw = s_weights(adapter, 0, LS_TARGET_EMBED);
+    const s_window_t *win = &self->win[LS_TARGET_EMBED];
+    int in_all, out_all;
+    ls_model_config_target_dims(&self->cfg, LS_TARGET_EMBED, &in_all, &out_all);
+    for (int o = 0; o < n; o++)
+        for (int e = 0; e < 8; e++) {
+            int j = 8 * c + e;
+            v[(size_t)o * 8 + e] = j < lw->rank ? lw->A[(size_t)j * in_all + win->in0 + o0 + o] : 0.0f;
+        }
 }
 
 // The (group, layer) blocks of an image, built on several threads (each block has its own
@@ -354,10 +481,41 @@ typedef struct {
     ls_lora_pool_t *pool;
     ls_lora_image_t *img;
     const ls_adapter_t *adapter;
+    s_ranks_t rk;
     bool uniform;
     int groups[LS_LORA_GROUP_COUNT], n_groups;
-    size_t scratch;  // fp32 values of a row's scratch
+    size_t scratch;  // fp32 values of a unit's scratch
 } s_build_t;
+
+// Writes layer l of group g's stored units.
+static void s_image_layer(s_build_t *b, int g, int l, float *v, void *out) {
+    ls_lora_pool_t *self = b->pool;
+    ls_lora_image_t *img = b->img;
+    int r = img->rank;
+    size_t at = img->place_at[g] + (size_t)l * s_img_layer(self, g, r);
+    for (int m = 0; m < 2; m++) {
+        const s_mat_t *mt = &self->mat[g][m];
+        for (int i = 0; i < s_mat_n(self, g, m, r); i++)
+            for (int q = 0; q < mt->np; q++, at++) {
+                if (img->place[at] == S_ZERO)
+                    continue;
+                int e0 = q * mt->piece, n = s_piece_len(mt, q);
+                size_t cnt = (size_t)n * (mt->chunks ? 8 : 1);
+                if (!mt->chunks) {  // A row j of slice k: columns in0 + e0 .. of A (rank, in_all)
+                    ls_target_t t = s_group_def[g].t[i / r];
+                    const ls_lora_weights_t *lw = s_weights(b->adapter, l, t);
+                    int in_all, out_all;
+                    ls_model_config_target_dims(&self->cfg, t, &in_all, &out_all);
+                    memcpy(v, lw->A + (size_t)(i % r) * in_all + self->win[t].in0 + e0, cnt * sizeof(float));
+                } else if (m == 0)
+                    s_embed_values(self, b->adapter, i, e0, n, v);
+                else
+                    s_chunk_values(self, b->adapter, g, l, i, e0, n, b->uniform, v);
+                s_store(self, out, v, cnt);
+                s_put(self, img, s_unit_pos(img, at), out, cnt * self->esize);
+            }
+    }
+}
 
 // Block i: layer i % L of the i / L-th group (a global group has its layer 0 only).
 static void s_build_block(void *arg, size_t i) {
@@ -365,13 +523,13 @@ static void s_build_block(void *arg, size_t i) {
     int L = b->pool->cfg.num_hidden_layers, g = b->groups[i / (size_t)L], l = (int)(i % (size_t)L);
     if (l >= s_layers(b->pool, g))
         return;
-    float *row = malloc(b->scratch * (sizeof(float) + b->pool->esize));
-    if (!row) {  // out of memory on a helper thread: the image is marked broken
+    float *v = malloc(b->scratch * (sizeof(float) + b->pool->esize));
+    if (!v) {  // out of memory on a helper thread: the image is marked broken
         atomic_store(&b->img->broken, true);
         return;
     }
-    s_image_layer(b->pool, b->img, b->adapter, g, l, b->uniform, row, row + b->scratch);
-    free(row);
+    s_image_layer(b, g, l, v, v + b->scratch);
+    free(v);
 }
 
 // Names the targets in mask, "q_proj, v_proj", into buf.
@@ -383,6 +541,14 @@ static const char *s_target_list(unsigned mask, char *buf, size_t len) {
             n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "",
                                   ls_target_name((ls_target_t)t));
     return buf;
+}
+
+// The groups of a target mask.
+static unsigned s_groups_of(unsigned targets) {
+    unsigned groups = 0;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
+        groups |= targets & s_group_mask(g) ? 1u << g : 0;
+    return groups;
 }
 
 ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t *adapter,
@@ -405,71 +571,87 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     ls_lora_tokens_image_t *tokens;
     if (ls_lora_tokens_image_new(self->tokens, adapter, &tokens, err, errlen) != 0)
         return NULL;
-    bool uniform = true, first = true;
-    float scaling = 0.0f;
-    for (int l = 0; l < self->cfg.num_hidden_layers; l++)
-        for (int t = 0; t < LS_TARGET_ALL; t++) {
-            if (t >= LS_TARGET_COUNT && l > 0)
-                break;  // the global targets: once
-            const ls_lora_weights_t *w = s_weights(adapter, l, t);
-            if (w->rank == 0)
-                continue;
-            if (first)
-                scaling = w->scaling;
-            uniform &= first || w->scaling == scaling;
-            first = false;
-        }
-    unsigned groups = 0;
-    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
-        for (int k = 0; k < s_group_def[g].n; k++)
-            groups |= info.target_mask & (1u << s_group_def[g].t[k]) ? 1u << g : 0;
-    int r = info.max_rank;
-    size_t n = s_img_n(self, groups, r), need = s_pages_for(self, n);
-    ls_lora_image_t *img = calloc(1, sizeof *img + need * sizeof img->pages[0]);
-    if (!img) {
+    int L = self->cfg.num_hidden_layers;
+    s_build_t b = {.pool = self, .adapter = adapter, .uniform = true};
+    b.rk = (s_ranks_t){.rank = info.max_rank, .groups = s_groups_of(info.target_mask),
+                       .mr = calloc((size_t)L * LS_TARGET_ALL, sizeof(int))};
+    ls_lora_image_t *img = calloc(1, sizeof *img);
+    if (!b.rk.mr || !img) {
+        free(b.rk.mr);
+        free(img);
         ls_lora_tokens_image_destroy(&tokens);
         ls_err_set(err, errlen, "LoRA pool: out of memory");
         return NULL;
     }
     img->tokens = tokens;
+    bool first = true;
+    float scaling = 0.0f;
+    for (int l = 0; l < L; l++)
+        for (int t = 0; t < LS_TARGET_ALL; t++) {
+            if (t >= LS_TARGET_COUNT && l > 0)
+                break;  // the global targets: once
+            const ls_lora_weights_t *w = s_weights(adapter, l, t);
+            b.rk.mr[(size_t)l * LS_TARGET_ALL + t] = w->rank;
+            if (w->rank == 0)
+                continue;
+            if (first)
+                scaling = w->scaling;
+            b.uniform &= first || w->scaling == scaling;
+            first = false;
+        }
+    if (b.rk.rank == 0)
+        b.rk.groups = 0;
+    if (s_layout(self, &b.rk, img) != 0) {
+        free(b.rk.mr);
+        s_image_free(img);
+        ls_err_set(err, errlen, "LoRA pool: out of memory");
+        return NULL;
+    }
+    size_t need = (img->n + self->hpage - 1) / self->hpage;
+    ls_lora_image_t *grown = realloc(img, sizeof *img + need * sizeof img->hpages[0]);
+    if (!grown) {
+        free(b.rk.mr);
+        s_image_free(img);
+        ls_err_set(err, errlen, "LoRA pool: out of memory");
+        return NULL;
+    }
+    img = grown;
     pthread_mutex_lock(&self->lock);
     bool fits = (size_t)self->n_free >= need;
-    size_t free_bytes = (size_t)self->n_free * self->page;
+    size_t free_bytes = (size_t)self->n_free * self->hpage;
     for (size_t i = 0; fits && i < need; i++)
-        img->pages[i] = self->free_pages[--self->n_free];
+        img->hpages[i] = self->free_hpages[--self->n_free];
     pthread_mutex_unlock(&self->lock);
     if (!fits) {
-        ls_lora_tokens_image_destroy(&img->tokens);
-        free(img);
+        free(b.rk.mr);
+        s_image_free(img);
         if (full)
             *full = true;
         ls_err_set(err, errlen,
                    "LoRA pool: the host tier is full: the adapter needs %.1f MB, %.1f MB of %.1f MB are free",
-                   (double)(need * self->page) / 1e6, (double)free_bytes / 1e6,
-                   (double)((size_t)self->n_pages * self->page) / 1e6);
+                   (double)(need * self->hpage) / 1e6, (double)free_bytes / 1e6,
+                   (double)((size_t)self->n_hpages * self->hpage) / 1e6);
         return NULL;
     }
-    img->n_pages = (int)need;
-    img->bytes = need * self->page;
-    img->rank = r;
+    img->n_hpages = (int)need;
+    img->bytes = need * self->hpage;
+    img->rank = info.max_rank;
     img->targets = info.target_mask;
-    img->scaling = uniform ? scaling : 1.0f;
-    img->groups = groups;
-    img->n = n;
+    img->scaling = b.uniform ? scaling : 1.0f;
+    img->groups = b.rk.groups;
     atomic_init(&img->broken, false);
-    s_build_t b = {.pool = self, .img = img, .adapter = adapter, .uniform = uniform, .scratch = (size_t)r};
-    size_t at = 0;
+    b.img = img;
     for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
-        if (!(groups & (1u << g)))
+        if (!(img->groups & (1u << g)))
             continue;
-        img->a_off[g] = at;
-        img->b_off[g] = at + s_img_a_n(self, g, r);
-        at = img->b_off[g] + s_img_b_n(self, g, r);
         b.groups[b.n_groups++] = g;
-        b.scratch = (size_t)self->shape[g].in > b.scratch ? (size_t)self->shape[g].in : b.scratch;
+        for (int m = 0; m < 2; m++) {
+            size_t n = (size_t)self->mat[g][m].piece * (self->mat[g][m].chunks ? 8 : 1);
+            b.scratch = n > b.scratch ? n : b.scratch;
+        }
     }
-    assert(at == n);
-    ls_par_for((size_t)b.n_groups * self->cfg.num_hidden_layers, 0, s_build_block, &b);
+    ls_par_for((size_t)b.n_groups * L, 0, s_build_block, &b);
+    free(b.rk.mr);
     if (atomic_load(&img->broken)) {
         ls_lora_pool_image_destroy(self, &img);
         ls_err_set(err, errlen, "LoRA pool: out of memory building an adapter's image");
@@ -478,10 +660,96 @@ ls_lora_image_t *ls_lora_pool_image_new(ls_lora_pool_t *self, const ls_adapter_t
     return img;
 }
 
-// -- the pool -------------------------------------------------------------------------------
+// -- the pool ---------------------------------------------------------------------------------
 
-ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
-                                 const ls_lora_pool_config_t *pc, char *err, size_t errlen) {
+// Matrix shapes and pieces for pages of the pool's size.
+static void s_mats_init(ls_lora_pool_t *self) {
+    size_t per_page = self->page_bytes / self->esize;  // elements
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+        const ls_lora_group_shape_t *s = &self->shape[g];
+        s_mat_t *a = &self->mat[g][0], *b = &self->mat[g][1];
+        *a = (s_mat_t){.chunks = g == LS_LORA_GROUP_EMBED, .len = s->in};
+        *b = (s_mat_t){.chunks = true, .len = s->slice_offsets[s->n_slices]};
+        for (int m = 0; m < 2; m++) {
+            s_mat_t *mt = &self->mat[g][m];
+            // a piece of a row: whole 8-element runs (16-byte aligned); of a chunk: rows
+            size_t most = mt->chunks ? per_page / 8 : per_page / 8 * 8;
+            mt->piece = (size_t)mt->len <= most ? mt->len : (int)most;
+            if (mt->piece < 1)
+                mt->piece = 1;
+            mt->np = (mt->len + mt->piece - 1) / mt->piece;
+        }
+    }
+}
+
+// The image of an adapter of rank max_lora_rank on every enabled target: its host bytes
+// (whole host pages) and its device pages. -1 when out of memory.
+static int s_max_image(ls_lora_pool_t *self) {
+    int L = self->cfg.num_hidden_layers;
+    s_ranks_t rk = {.rank = self->pc.max_lora_rank, .groups = self->groups,
+                    .mr = malloc((size_t)L * LS_TARGET_ALL * sizeof(int))};
+    ls_lora_image_t *img = calloc(1, sizeof *img);
+    int rc = -1;
+    if (rk.mr && img) {
+        for (int i = 0; i < L * LS_TARGET_ALL; i++)
+            rk.mr[i] = self->enabled & (1u << (i % LS_TARGET_ALL)) ? rk.rank : 0;
+        rc = s_layout(self, &rk, img);
+        self->max_image_bytes = rc == 0 ? (img->n + self->hpage - 1) / self->hpage * self->hpage : 0;
+        self->max_image_pages = rc == 0 ? img->n_pages : 0;
+    }
+    free(rk.mr);
+    if (img)
+        s_image_free(img);
+    return rc;
+}
+
+// Writes slot w's host table: every entry at the zero region, then the image's units on
+// pages (NULL image: an empty slot).
+static void s_table_fill(ls_lora_pool_t *self, int w, const ls_lora_image_t *img, const int32_t *pages) {
+    uint64_t *tab = self->tab_host + (size_t)w * self->tab_stride;
+    uint64_t zero = (uint64_t)(uintptr_t)self->zero->data;
+    uint64_t base = (uint64_t)(uintptr_t)self->arena.buf->data;
+    for (size_t i = 0; i < self->tab_stride; i++)
+        tab[i] = zero;
+    for (int g = 0; img && g < LS_LORA_GROUP_COUNT; g++) {
+        if (!(img->groups & (1u << g)))
+            continue;
+        int r = img->rank, r_max = self->pc.max_lora_rank;
+        size_t at = img->place_at[g];
+        for (int l = 0; l < s_layers(self, g); l++) {
+            size_t t0 = self->tab_at[g] + (size_t)l * s_tab_layer(self, g);
+            for (int m = 0; m < 2; m++) {
+                const s_mat_t *mt = &self->mat[g][m];
+                if (m == 1)
+                    t0 += (size_t)s_mat_n(self, g, 0, r_max) * self->mat[g][0].np;
+                for (int i = 0; i < s_mat_n(self, g, m, r); i++) {
+                    // the table's entry of image entry i: row k*r + j is k*r_max + j
+                    size_t ti = mt->chunks ? (size_t)i : (size_t)(i / r) * r_max + (size_t)(i % r);
+                    for (int q = 0; q < mt->np; q++, at++) {
+                        uint64_t p = img->place[at];
+                        if (p != S_ZERO)
+                            tab[t0 + ti * mt->np + q] =
+                                base + ((uint64_t)pages[p >> 32] * self->arena.page_n * self->esize +
+                                        (p & 0xffffffffu));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Starts the upload of slot w's host table; records ev after it (NULL: none). -1 when the copy
+// cannot be queued.
+static int s_table_upload(ls_lora_pool_t *self, int w, ls_event_t *ev) {
+    size_t n = 2 * self->tab_stride;  // F32 elements
+    ls_host_span_t span = {self->tab_host + (size_t)w * self->tab_stride, self->tab_stride * sizeof(uint64_t)};
+    return self->be->buffer_upload_async(self->be, ls_view(self->tab, (size_t)w * n), n, n, &span, 1, n, 1, 1, ev);
+}
+
+// A pool's settings, shapes and page tables' layout (no memory but the struct): the part
+// ls_lora_pool_max_pages needs too. NULL + err on bad settings.
+static ls_lora_pool_t *s_pool_shape(const ls_model_config_t *cfg, const ls_lora_pool_config_t *pc,
+                                    size_t page_bytes, ls_dtype_t storage, char *err, size_t errlen) {
     unsigned mask = pc->target_mask ? pc->target_mask : S_LAYER_TARGETS;
     ls_tp_shard_t shard;
     if (ls_model_config_shard(cfg, pc->tp_size > 1 ? pc->tp_rank : 0,
@@ -494,37 +762,30 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
                    pc->max_loras_per_batch, pc->max_lora_rank, pc->target_mask);
         return NULL;
     }
+    size_t esize = ls_dtype_size(storage);
+    if (page_bytes % 16 || page_bytes < 8 * esize) {  // a piece: 8 elements of a row, a row of a chunk
+        ls_err_set(err, errlen, "LoRA pool: pages of %zu bytes: need a multiple of 16 bytes of at least 8 elements",
+                   page_bytes);
+        return NULL;
+    }
     ls_lora_pool_t *self = calloc(1, sizeof *self);
     if (!self) {
         ls_err_set(err, errlen, "LoRA pool: out of memory");
         return NULL;
     }
     pthread_mutex_init(&self->lock, NULL);
-    self->be = be;
     self->cfg = *cfg;
     self->pc = *pc;
     self->enabled = mask;
+    self->storage = storage;
+    self->esize = esize;
+    self->page_bytes = page_bytes;
+    self->hpage = S_PAGE_MIN;
     for (int t = 0; t < LS_TARGET_ALL; t++) {
         s_window_t *w = &self->win[t];
         ls_tp_target_window(cfg, &shard, (ls_target_t)t, &w->out0, &w->n_out, &w->in0, &w->n_in);
     }
-    self->n_slots = pc->max_loras_per_batch + 1;
-    int n_slots = self->n_slots;
-    self->slot_entry = calloc((size_t)n_slots, sizeof *self->slot_entry);
-    self->ranks = calloc((size_t)n_slots, sizeof *self->ranks);
-    self->group_ranks = calloc((size_t)LS_LORA_GROUP_COUNT * n_slots,
-                               sizeof *self->group_ranks);
-    self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
-    self->targets = calloc((size_t)n_slots, sizeof *self->targets);
-    self->events = calloc((size_t)n_slots, sizeof *self->events);
-    bool ok = self->slot_entry && self->ranks && self->group_ranks && self->scalings &&
-              self->targets && self->events && s_hash_rebuild(self) == 0;
-    for (int w = 0; ok && w < n_slots; w++)
-        ok = (self->events[w] = be->event_new(be)) != NULL;
-    for (int w = 0; ok && w < n_slots; w++)
-        self->slot_entry[w] = -1;
-
-    for (int g = 0; ok && g < LS_LORA_GROUP_COUNT; g++) {
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
         ls_lora_group_shape_t *s = &self->shape[g];
         s->n_slices = s_group_def[g].n;
         for (int k = 0; k < s->n_slices; k++) {
@@ -534,47 +795,111 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         }
         if (g == LS_LORA_GROUP_LM_HEAD)  // the rank's logits rows are vocab_max wide
             s->slice_offsets[1] = shard.vocab_max;
-        if (!(mask & s_group_mask(g)))
-            continue;
-        size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g);
-        // Slots hold adapters in the base model's dtype (bf16 for a bf16 model, as PEFT runs
-        // them with it): on a GPU the decode step reads every slot's A and B, so half the
-        // bytes is half the time. The CPU backend stores f32 whatever is asked.
-        size_t L = (size_t)s_layers(self, g);
-        self->a[g] = be->buffer_new(be, cfg->torch_dtype, L * n_slots * an);
-        self->b[g] = be->buffer_new(be, cfg->torch_dtype, L * n_slots * bn);
-        ok = self->a[g] && self->b[g];
-        if (ok) {
-            self->storage = self->a[g]->storage;
-            self->esize = ls_dtype_size(self->storage);
-            // zero, so that slot 0 and never-filled slots hold finite values a kernel
-            // that ignores the rank-0 rule would still read harmlessly
-            be->buffer_zero(be, ls_view(self->a[g], 0), self->a[g]->n);
-            be->buffer_zero(be, ls_view(self->b[g], 0), self->b[g]->n);
-        }
+        self->groups |= mask & s_group_mask(g) ? 1u << g : 0;
+    }
+    s_mats_init(self);
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
+        self->tab_at[g] = self->tab_stride;
+        if (self->groups & (1u << g))
+            self->tab_stride += (size_t)s_layers(self, g) * s_tab_layer(self, g);
+    }
+    return self;
+}
+
+int ls_lora_pool_max_pages(const ls_model_config_t *cfg, const ls_lora_pool_config_t *pc, size_t page_bytes,
+                           ls_dtype_t storage, char *err, size_t errlen) {
+    ls_lora_pool_t *self = s_pool_shape(cfg, pc, page_bytes, storage, err, errlen);
+    if (!self)
+        return -1;
+    int rc = s_max_image(self);
+    if (rc != 0)
+        ls_err_set(err, errlen, "LoRA pool: out of memory");
+    rc = rc == 0 ? self->max_image_pages : -1;
+    ls_lora_pool_destroy(&self);
+    return rc;
+}
+
+ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
+                                 const ls_lora_pool_config_t *pc, const ls_page_arena_t *arena,
+                                 char *err, size_t errlen) {
+    if (!arena->buf || arena->n_pages < 1 || (size_t)arena->n_pages * arena->page_n > arena->buf->n) {
+        ls_err_set(err, errlen, "LoRA pool: the page arena holds no page (%d pages of %zu elements)",
+                   arena->n_pages, arena->page_n);
+        return NULL;
+    }
+    ls_dtype_t storage = arena->buf->storage;
+    ls_lora_pool_t *self = s_pool_shape(cfg, pc, arena->page_n * ls_dtype_size(storage), storage, err, errlen);
+    if (!self)
+        return NULL;
+    self->be = be;
+    self->arena = *arena;
+    size_t zero_n = 0;
+    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
+        for (int m = 0; m < 2; m++)
+            if (self->groups & (1u << g)) {
+                size_t n = s_unit_bytes(self, &self->mat[g][m], 0) / self->esize;
+                zero_n = n > zero_n ? n : zero_n;
+            }
+    self->n_slots = pc->max_loras_per_batch + 1;
+    int n_slots = self->n_slots;
+    self->slot_entry = calloc((size_t)n_slots, sizeof *self->slot_entry);
+    self->slot_pages = calloc((size_t)n_slots, sizeof *self->slot_pages);
+    self->slot_n_pages = calloc((size_t)n_slots, sizeof *self->slot_n_pages);
+    self->ranks = calloc((size_t)n_slots, sizeof *self->ranks);
+    self->group_ranks = calloc((size_t)LS_LORA_GROUP_COUNT * n_slots, sizeof *self->group_ranks);
+    self->scalings = calloc((size_t)n_slots, sizeof *self->scalings);
+    self->targets = calloc((size_t)n_slots, sizeof *self->targets);
+    self->events = calloc((size_t)n_slots, sizeof *self->events);
+    self->owner = malloc((size_t)arena->n_pages * sizeof *self->owner);
+    self->mark = calloc((size_t)arena->n_pages, sizeof *self->mark);
+    self->tab_host = be->host_alloc(be, (size_t)n_slots * (self->tab_stride ? self->tab_stride : 1) * sizeof(uint64_t));
+    self->tab = be->buffer_new(be, LS_DTYPE_F32, 2 * (size_t)n_slots * (self->tab_stride ? self->tab_stride : 1));
+    self->zero = be->buffer_new(be, self->storage, zero_n ? zero_n : 1);
+    bool ok = self->slot_entry && self->slot_pages && self->slot_n_pages && self->ranks && self->group_ranks && self->scalings &&
+              self->targets && self->events && self->owner && self->mark && self->tab_host && self->tab &&
+              self->zero && s_hash_rebuild(self) == 0;
+    for (int w = 0; ok && w < n_slots; w++)
+        ok = (self->events[w] = be->event_new(be)) != NULL;
+    for (int w = 0; ok && w < n_slots; w++)
+        self->slot_entry[w] = -1;
+    for (int p = 0; ok && p < arena->n_pages; p++)
+        self->owner[p] = -1;
+    if (ok) {
+        be->buffer_zero(be, ls_view(self->zero, 0), self->zero->n);
+        for (int w = 0; w < n_slots; w++)
+            s_table_fill(self, w, NULL, NULL);
+        // one upload of every slot's table (they lie back to back), done before an assign
+        // rewrites a slot's host copy
+        size_t n = 2 * (size_t)n_slots * self->tab_stride;
+        ls_host_span_t span = {self->tab_host, (size_t)n_slots * self->tab_stride * sizeof(uint64_t)};
+        ok = be->buffer_upload_async(be, ls_view(self->tab, 0), n, n, &span, 1, n, 1, 1, self->events[0]) == 0 &&
+             be->event_sync(be, self->events[0]) == 0;
     }
     if (!ok) {
         ls_lora_pool_destroy(&self);
-        ls_err_set(err, errlen, "LoRA pool: out of memory for %d slots of rank %d",
+        ls_err_set(err, errlen, "LoRA pool: out of memory for the page tables of %d slots of rank %d",
                    pc->max_loras_per_batch, pc->max_lora_rank);
         return NULL;
     }
-    // The arena: pages of about 1/64 of the largest image, a power of two in [64 KiB, 2 MiB].
-    size_t max_bytes = s_img_n(self, s_enabled_groups(self), pc->max_lora_rank) * self->esize;
-    self->page = S_PAGE_MIN;
-    while (self->page < S_PAGE_MAX && self->page * 64 < max_bytes)
-        self->page *= 2;
-    self->max_image_pages = (int)s_pages_for(self, max_bytes / self->esize);
+    // The host arena: pages of about 1/64 of the largest image, a power of two in [64 KiB, 2 MiB].
+    if (s_max_image(self) != 0) {
+        ls_lora_pool_destroy(&self);
+        ls_err_set(err, errlen, "LoRA pool: out of memory");
+        return NULL;
+    }
+    while (self->hpage < S_PAGE_MAX && self->hpage * 64 < self->max_image_bytes)
+        self->hpage *= 2;
+    s_max_image(self);  // whole pages of the size chosen
     size_t host = pc->host_bytes ? pc->host_bytes : ls_lora_pool_host_bytes_default(cfg, pc);
-    size_t n_pages = host / self->page;
-    if (n_pages < (size_t)self->max_image_pages || n_pages > INT32_MAX) {
-        if (n_pages > INT32_MAX)
+    size_t n_hpages = host / self->hpage;
+    if (n_hpages < self->max_image_bytes / self->hpage || n_hpages > INT32_MAX) {
+        if (n_hpages > INT32_MAX)
             ls_err_set(err, errlen, "LoRA pool: a host tier of %zu bytes is too large (pages of %zu bytes)",
-                       host, self->page);
+                       host, self->hpage);
         else
             ls_err_set(err, errlen,
                        "LoRA pool: a host tier of %zu bytes cannot hold one adapter of rank %d on every "
-                       "enabled target (%zu bytes)", host, pc->max_lora_rank, ls_lora_pool_image_max_bytes(self));
+                       "enabled target (%zu bytes)", host, pc->max_lora_rank, self->max_image_bytes);
         ls_lora_pool_destroy(&self);
         return NULL;
     }
@@ -583,19 +908,21 @@ ls_lora_pool_t *ls_lora_pool_new(ls_backend_t *be, const ls_model_config_t *cfg,
         ls_lora_pool_destroy(&self);
         return NULL;
     }
-    self->n_pages = (int)n_pages;
-    self->arena = be->host_alloc(be, n_pages * self->page);
-    self->free_pages = malloc(n_pages * sizeof *self->free_pages);
-    self->spans = malloc(((size_t)self->max_image_pages + 2) * sizeof *self->spans);
-    if (!self->arena || !self->free_pages || !self->spans) {
+    self->n_hpages = (int)n_hpages;
+    self->arena_h = be->host_alloc(be, n_hpages * self->hpage);
+    self->free_hpages = malloc(n_hpages * sizeof *self->free_hpages);
+    // a device page's stretch of the stream spans at most this many host pieces
+    self->max_span = (int)((self->page_bytes + self->hpage - 1) / self->hpage) + 1;
+    self->spans = malloc((size_t)self->max_span * sizeof *self->spans);
+    if (!self->arena_h || !self->free_hpages || !self->spans) {
         ls_err_set(err, errlen, "LoRA pool: out of %s host memory for a host tier of %.1f MB",
-                   be->name, (double)(n_pages * self->page) / 1e6);
+                   be->name, (double)(n_hpages * self->hpage) / 1e6);
         ls_lora_pool_destroy(&self);
         return NULL;
     }
-    for (int i = 0; i < self->n_pages; i++)  // popped from the end: page 0 first
-        self->free_pages[i] = self->n_pages - 1 - i;
-    self->n_free = self->n_pages;
+    for (int i = 0; i < self->n_hpages; i++)  // popped from the end: page 0 first
+        self->free_hpages[i] = self->n_hpages - 1 - i;
+    self->n_free = self->n_hpages;
     return self;
 }
 
@@ -626,27 +953,34 @@ void ls_lora_pool_destroy(ls_lora_pool_t **self_p) {
     ls_lora_pool_wait(self);
     for (int i = 0; self->entries && i < self->cap_entries; i++)
         s_entry_clear(self, &self->entries[i]);
-    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
-        if (self->a[g])
-            self->be->buffer_free(self->be, self->a[g]);
-        if (self->b[g])
-            self->be->buffer_free(self->be, self->b[g]);
-    }
+    ls_backend_t *be = self->be;  // NULL: a pool of shapes only (s_pool_shape)
+    if (self->tab)
+        be->buffer_free(be, self->tab);
+    if (self->zero)
+        be->buffer_free(be, self->zero);
+    if (self->tab_host)
+        be->host_free(be, self->tab_host);
     ls_lora_tokens_destroy(&self->tokens);
-    if (self->arena)
-        self->be->host_free(self->be, self->arena);
-    free(self->free_pages);
+    if (self->arena_h)
+        be->host_free(be, self->arena_h);
+    free(self->free_hpages);
     free(self->spans);
     free(self->entries);
     free(self->hash);
     free(self->slot_entry);
+    for (int w = 0; self->slot_pages && w < self->n_slots; w++)
+        free(self->slot_pages[w]);
+    free(self->slot_pages);
+    free(self->slot_n_pages);
     free(self->ranks);
     free(self->group_ranks);
     free(self->scalings);
     free(self->targets);
+    free(self->owner);
+    free(self->mark);
     for (int w = 0; self->events && w < self->n_slots; w++)
         if (self->events[w])
-            self->be->event_free(self->be, self->events[w]);
+            be->event_free(be, self->events[w]);
     free(self->events);
     pthread_mutex_destroy(&self->lock);
     free(self);
@@ -657,12 +991,14 @@ bool ls_lora_pool_contains(const ls_lora_pool_t *self, const char *id) {
     return id && s_find(self, id) >= 0;
 }
 
-int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *rank, size_t *bytes) {
+int ls_lora_pool_image_info(const ls_lora_pool_t *self, const char *id, int *rank, size_t *bytes,
+                            int *pages) {
     int e = id ? s_find(self, id) : -1;
     if (e < 0)
         return -1;
     *rank = self->entries[e].img->rank;
     *bytes = self->entries[e].img->bytes;
+    *pages = self->entries[e].img->n_pages;
     return 0;
 }
 
@@ -672,7 +1008,8 @@ int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id) {
 }
 
 // What the forward reads of slot w: the adapter's rank, scaling and targets, and per group
-// its rank where it targets some target of the group, else 0
+// its rank where it targets some target of the group, else 0 (its table points untargeted
+// rows at the zero region, which the forward then does not read)
 static void s_slot_set(ls_lora_pool_t *self, int w, int32_t rank, float scaling,
                        unsigned targets) {
     self->ranks[w] = rank;
@@ -686,10 +1023,20 @@ static void s_slot_set(ls_lora_pool_t *self, int w, int32_t rank, float scaling,
     }
 }
 
+// Empties slot w: its adapter (if any) leaves it, its pages are no longer its own, and the
+// ops queued next wait for its last load (which may still write those pages). The device
+// table keeps the old entries until the slot is assigned again: no step reads a slot of rank 0.
 static void s_slot_free(ls_lora_pool_t *self, int w) {
     int e = self->slot_entry[w];
     if (e >= 0)
         self->entries[e].slot = -1;
+    self->be->event_wait(self->be, self->events[w]);
+    for (int i = 0; i < self->slot_n_pages[w]; i++)
+        if (self->owner[self->slot_pages[w][i]] == w)
+            self->owner[self->slot_pages[w][i]] = -1;
+    free(self->slot_pages[w]);
+    self->slot_pages[w] = NULL;
+    self->slot_n_pages[w] = 0;
     self->slot_entry[w] = -1;
     s_slot_set(self, w, 0, 0.0f, 0);
     if (self->tokens)
@@ -775,76 +1122,67 @@ void ls_lora_pool_clear(ls_lora_pool_t *self) {
             s_entry_drop(self, e);
 }
 
-// The page pieces of the image's bytes [off, off + n) into self->spans; their count.
+// The host pieces of the image's stream bytes [off, off + n) into self->spans; their count.
 static int s_spans(ls_lora_pool_t *self, const ls_lora_image_t *img, size_t off, size_t n) {
     int k = 0;
     while (n) {
-        size_t in = off % self->page, take = self->page - in < n ? self->page - in : n;
-        self->spans[k++] = (ls_host_span_t){self->arena + (size_t)img->pages[off / self->page] * self->page + in, take};
+        size_t in = off % self->hpage, take = self->hpage - in < n ? self->hpage - in : n;
+        assert(k < self->max_span);
+        self->spans[k++] = (ls_host_span_t){self->arena_h + (size_t)img->hpages[off / self->hpage] * self->hpage + in,
+                                            take};
         off += take;
         n -= take;
     }
     return k;
 }
 
-// Starts the load of entry e's image into slot w: per enabled group, A and B sent as the
-// page pieces they span and padded to r_max by the backend (groups the adapter does not
-// target zero-filled), on the upload stream; the slot's event recorded after the last.
-// -1 when a copy could not be queued.
-static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e) {
+// Starts the load of entry e's image into slot w on pages: each device page's contents from
+// the stream, then the slot's table, on the upload stream; the slot's event recorded after
+// the last. -1 when a copy could not be queued.
+static int s_upload(ls_lora_pool_t *self, int w, const s_entry_t *e, const int32_t *pages) {
     ls_backend_t *be = self->be;
     const ls_lora_image_t *img = e->img;
-    int last = -1, r = img->rank, r_max = self->pc.max_lora_rank;
-    for (int g = 0; g < LS_LORA_GROUP_COUNT; g++)
-        last = self->a[g] ? g : last;
-    for (int g = 0; g <= last; g++) {
-        if (!self->a[g])
-            continue;
-        const ls_lora_group_shape_t *s = &self->shape[g];
-        size_t an = s_a_slot_n(self, g), bn = s_b_slot_n(self, g), es = self->esize;
-        size_t L = (size_t)s_layers(self, g);
-        bool has = img->groups & (1u << g);
-        int na = has ? s_spans(self, img, img->a_off[g] * es, s_img_a_n(self, g, r) * es) : 0;
-        if (be->buffer_upload_async(be, ls_view(self->a[g], (size_t)w * an), self->n_slots * an,
-                                    (size_t)r_max * s->in, self->spans, na,
-                                    has ? (size_t)r * s->in : 0, (size_t)s->n_slices, L,
-                                    NULL) != 0)
-            return -1;
-        int nb = has ? s_spans(self, img, img->b_off[g] * es, s_img_b_n(self, g, r) * es) : 0;
-        if (be->buffer_upload_async(be, ls_view(self->b[g], (size_t)w * bn), self->n_slots * bn,
-                                    (size_t)r_max, self->spans, nb, has ? (size_t)r : 0,
-                                    (size_t)s_out_rows(self, g), L,
-                                    g == last ? self->events[w] : NULL) != 0)
+    for (int p = 0; p < img->n_pages; p++) {
+        size_t bytes = img->page_at[p + 1] - img->page_at[p], n = bytes / self->esize;
+        int k = s_spans(self, img, img->page_at[p], bytes);
+        if (be->buffer_upload_async(be, ls_view(self->arena.buf, (size_t)pages[p] * self->arena.page_n), n, n,
+                                    self->spans, k, n, 1, 1, NULL) != 0)
             return -1;
     }
-    self->stats.upload_bytes += img->n * self->esize;
-    return 0;
-}
-
-// Starts loading entry e into slot w, evicting whatever w held. -1 + err when the upload fails (w is
-// then left empty).
-static int s_slot_load(ls_lora_pool_t *self, int w, int e, char *err, size_t errlen) {
-    s_entry_t *entry = &self->entries[e];
-    if (self->slot_entry[w] >= 0) {
-        s_slot_free(self, w);
-        self->stats.slot_evictions++;
-    }
-    if (entry->slot >= 0)  // moving: its old slot becomes free
-        s_slot_free(self, entry->slot);
-    if (s_upload(self, w, entry) != 0 ||
-        (self->tokens && ls_lora_tokens_load(self->tokens, w, entry->img->tokens) != 0)) {
-        ls_err_set(err, errlen, "LoRA pool: starting the upload of adapter \"%s\" into slot %d failed on the %s backend",
-                   entry->id, w, self->be->name);
+    be->event_sync(be, self->events[w]);  // the slot's previous table upload read tab_host
+    s_table_fill(self, w, img, pages);
+    if (s_table_upload(self, w, self->events[w]) != 0)
         return -1;
-    }
-    self->slot_entry[w] = e;
-    s_slot_set(self, w, entry->img->rank, entry->img->scaling, entry->img->targets);
-    entry->slot = w;
-    self->stats.cold_loads++;
+    if (self->tokens && ls_lora_tokens_load(self->tokens, w, img->tokens) != 0)
+        return -1;
+    self->stats.upload_bytes += img->n;
     return 0;
 }
 
-int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *err, size_t errlen) {
+// Whether pages (n of them) are a valid list for an adapter of `need` pages: enough of them,
+// inside the arena, none twice.
+static bool s_pages_ok(ls_lora_pool_t *self, const int32_t *pages, int n, int need, char *err, size_t errlen) {
+    if (n < need) {
+        ls_err_set(err, errlen, "LoRA pool: the adapter takes %d pages, %d given", need, n);
+        return false;
+    }
+    bool ok = true;
+    int i = 0;
+    for (; ok && i < n; i++) {
+        ok = pages[i] >= 0 && pages[i] < self->arena.n_pages && !self->mark[pages[i]];
+        if (ok)
+            self->mark[pages[i]] = 1;
+    }
+    if (!ok)
+        ls_err_set(err, errlen, "LoRA pool: page %d is %s", pages[i - 1],
+                   pages[i - 1] < 0 || pages[i - 1] >= self->arena.n_pages ? "outside the arena" : "named twice");
+    for (int k = 0; k < i - (ok ? 0 : 1); k++)
+        self->mark[pages[k]] = 0;
+    return ok;
+}
+
+int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, const int32_t *pages,
+                        int n_pages, char *err, size_t errlen) {
     int e = s_find(self, id);
     if (e < 0) {
         ls_err_set(err, errlen, "LoRA pool: adapter \"%s\" is not loaded", id);
@@ -854,11 +1192,53 @@ int ls_lora_pool_assign(ls_lora_pool_t *self, const char *id, int slot, char *er
         ls_err_set(err, errlen, "LoRA pool: slot %d is not an adapter slot (1..%d)", slot, self->n_slots - 1);
         return -1;
     }
-    if (self->entries[e].slot == slot) {
+    s_entry_t *entry = &self->entries[e];
+    int need = entry->img->n_pages;
+    if (!s_pages_ok(self, pages, n_pages, need, err, errlen))
+        return -1;
+    if (entry->slot == slot && self->slot_n_pages[slot] == need &&
+        !memcmp(self->slot_pages[slot], pages, (size_t)need * sizeof *pages)) {
         self->stats.hits++;
         return 0;
     }
-    return s_slot_load(self, slot, e, err, errlen);
+    int32_t *copy = malloc(((size_t)need ? (size_t)need : 1) * sizeof *copy);
+    if (!copy) {
+        ls_err_set(err, errlen, "LoRA pool: out of memory");
+        return -1;
+    }
+    memcpy(copy, pages, (size_t)need * sizeof *pages);
+    if (self->slot_entry[slot] >= 0)
+        self->stats.slot_evictions++;
+    s_slot_free(self, slot);
+    if (entry->slot >= 0)  // moving: its old slot becomes free
+        s_slot_free(self, entry->slot);
+    ls_lora_pool_claim(self, copy, need);  // adapters whose pages these were lose them
+    if (s_upload(self, slot, entry, copy) != 0) {
+        free(copy);
+        ls_err_set(err, errlen, "LoRA pool: starting the upload of adapter \"%s\" into slot %d failed on the %s backend",
+                   entry->id, slot, self->be->name);
+        return -1;
+    }
+    self->slot_entry[slot] = e;
+    self->slot_pages[slot] = copy;
+    self->slot_n_pages[slot] = need;
+    for (int i = 0; i < need; i++)
+        self->owner[copy[i]] = slot;
+    s_slot_set(self, slot, entry->img->rank, entry->img->scaling, entry->img->targets);
+    entry->slot = slot;
+    self->stats.cold_loads++;
+    return 0;
+}
+
+void ls_lora_pool_claim(ls_lora_pool_t *self, const int32_t *pages, int n) {
+    for (int i = 0; i < n; i++)
+        if (pages[i] >= 0 && pages[i] < self->arena.n_pages && self->owner[pages[i]] >= 0)
+            s_slot_free(self, self->owner[pages[i]]);
+}
+
+void ls_lora_pool_slot_clear(ls_lora_pool_t *self, int slot) {
+    assert(slot > LS_LORA_SLOT_BASE && slot < self->n_slots);
+    s_slot_free(self, slot);
 }
 
 void ls_lora_pool_step_wait(const ls_lora_pool_t *self, const ls_lora_batch_t *lora,
@@ -876,6 +1256,14 @@ int ls_lora_pool_n_slots(const ls_lora_pool_t *self) {
 
 int ls_lora_pool_r_max(const ls_lora_pool_t *self) {
     return self->pc.max_lora_rank;
+}
+
+ls_page_arena_t ls_lora_pool_arena(const ls_lora_pool_t *self) {
+    return self->arena;
+}
+
+int ls_lora_pool_image_max_pages(const ls_lora_pool_t *self) {
+    return self->max_image_pages;
 }
 
 const int32_t *ls_lora_pool_slot_ranks(const ls_lora_pool_t *self) {
@@ -901,7 +1289,7 @@ const ls_lora_tokens_t *ls_lora_pool_tokens(const ls_lora_pool_t *self) {
 
 bool ls_lora_pool_has_group(const ls_lora_pool_t *self, ls_lora_group_t g) {
     assert(g >= 0 && g < LS_LORA_GROUP_COUNT);
-    return self->a[g] != NULL;
+    return (self->groups & (1u << g)) != 0;
 }
 
 ls_lora_group_shape_t ls_lora_pool_group_shape(const ls_lora_pool_t *self,
@@ -910,20 +1298,23 @@ ls_lora_group_shape_t ls_lora_pool_group_shape(const ls_lora_pool_t *self,
     return self->shape[g];
 }
 
-void ls_lora_pool_group_views(const ls_lora_pool_t *self, int layer, ls_lora_group_t g,
-                              ls_view_t *a, ls_view_t *b) {
+void ls_lora_pool_mats(const ls_lora_pool_t *self, int layer, ls_lora_group_t g, ls_lora_mat_t *a,
+                       ls_lora_mat_t *b) {
     assert(ls_lora_pool_has_group(self, g) && layer >= 0 && layer < s_layers(self, g));
-    *a = ls_view(self->a[g], (size_t)layer * self->n_slots * s_a_slot_n(self, g));
-    *b = ls_view(self->b[g], (size_t)layer * self->n_slots * s_b_slot_n(self, g));
+    size_t at = self->tab_at[g] + (size_t)layer * s_tab_layer(self, g);
+    const s_mat_t *ma = &self->mat[g][0], *mb = &self->mat[g][1];
+    *a = (ls_lora_mat_t){ls_view(self->tab, 2 * at), self->tab_stride, ma->np, ma->piece, self->storage};
+    at += (size_t)s_mat_n(self, g, 0, self->pc.max_lora_rank) * ma->np;
+    *b = (ls_lora_mat_t){ls_view(self->tab, 2 * at), self->tab_stride, mb->np, mb->piece, self->storage};
 }
 
 ls_lora_pool_stats_t ls_lora_pool_stats(const ls_lora_pool_t *self) {
     ls_lora_pool_stats_t st = self->stats;
     ls_lora_pool_t *me = (ls_lora_pool_t *)self;  // the lock only
     pthread_mutex_lock(&me->lock);
-    st.host_used = (size_t)(self->n_pages - self->n_free) * self->page;
+    st.host_used = (size_t)(self->n_hpages - self->n_free) * self->hpage;
     pthread_mutex_unlock(&me->lock);
-    st.host_total = (size_t)self->n_pages * self->page;
+    st.host_total = (size_t)self->n_hpages * self->hpage;
     st.host_adapters = self->n_live;
     return st;
 }

@@ -108,11 +108,14 @@ struct ls_model {
     int lora_batch[LS_LORA_MIX_MAX][LS_LORA_GROUP_COUNT];
 };
 
+// The pool of pages (docs/memory.md): page p holds block p of every layer's K and V, in the
+// order K_0, V_0, K_1, V_1, ...; layer l's K is the blocks at 2l * block_n, block_stride apart.
 struct ls_kv_cache {
     ls_backend_t *be;
     int n_layers, num_blocks, block_size;
     ls_dtype_t dtype;
-    ls_buffer_t **k, **v; // (n_layers) each (num_blocks, block_size, n_kv_heads, head_dim)
+    size_t block_n;        // elements of one layer's K (or V) block: block_size * kv_dim
+    ls_buffer_t *pages;    // (num_blocks, n_layers, 2, block_size, n_kv_heads, head_dim)
 };
 
 // The buffer and element offset of a checkpoint tensor of the given role. Stacked parts
@@ -883,6 +886,10 @@ const ls_model_config_t *ls_model_config(const ls_model_t *self) {
     return &self->cfg;
 }
 
+ls_backend_t *ls_model_backend(const ls_model_t *self) {
+    return self->be;
+}
+
 size_t ls_model_weight_bytes(const ls_model_t *self) {
     return self->weight_bytes;
 }
@@ -927,22 +934,14 @@ ls_kv_cache_t *ls_kv_cache_new_dtype(const ls_model_t *model, int num_blocks, in
     }
     ls_kv_cache_t *self = calloc(1, sizeof *self);
     int L = model->cfg.num_hidden_layers;
-    if (self) {
-        *self = (ls_kv_cache_t){model->be, L, num_blocks, block_size, dtype,
-                                calloc((size_t)L, sizeof(ls_buffer_t *)),
-                                calloc((size_t)L, sizeof(ls_buffer_t *))};
-    }
-    bool ok = self && self->k && self->v;
-    size_t n = (size_t)num_blocks * block_size * model->kv_dim;
-    for (int l = 0; ok && l < L; l++) {
-        self->k[l] = model->be->buffer_new(model->be, dtype, n);
-        self->v[l] = model->be->buffer_new(model->be, dtype, n);
-        ok = self->k[l] && self->v[l];
-        if (ok) { // zero, so that a stale read is at least finite and deterministic
-            model->be->buffer_zero(model->be, ls_view(self->k[l], 0), n);
-            model->be->buffer_zero(model->be, ls_view(self->v[l], 0), n);
-        }
-    }
+    size_t block_n = (size_t)block_size * model->kv_dim;
+    size_t n = (size_t)num_blocks * 2 * L * block_n;
+    if (self)
+        *self = (ls_kv_cache_t){model->be, L, num_blocks, block_size, dtype, block_n,
+                                model->be->buffer_new(model->be, dtype, n)};
+    bool ok = self && self->pages;
+    if (ok) // zero, so that a stale read is at least finite and deterministic
+        model->be->buffer_zero(model->be, ls_view(self->pages, 0), n);
     if (!ok) {
         ls_kv_cache_destroy(&self);
         ls_err_set(err, errlen, "KV cache: out of %s backend memory for %d blocks of %d tokens",
@@ -955,14 +954,7 @@ void ls_kv_cache_destroy(ls_kv_cache_t **self_p) {
     if (!self_p || !*self_p)
         return;
     ls_kv_cache_t *self = *self_p;
-    for (int l = 0; l < self->n_layers; l++) {
-        if (self->k)
-            s_buffer_free(self->be, &self->k[l]);
-        if (self->v)
-            s_buffer_free(self->be, &self->v[l]);
-    }
-    free(self->k);
-    free(self->v);
+    s_buffer_free(self->be, &self->pages);
     free(self);
     *self_p = NULL;
 }
@@ -977,6 +969,10 @@ int ls_kv_cache_block_size(const ls_kv_cache_t *self) {
 
 ls_dtype_t ls_kv_cache_dtype(const ls_kv_cache_t *self) {
     return self->dtype;
+}
+
+ls_page_arena_t ls_kv_cache_arena(const ls_kv_cache_t *self) {
+    return (ls_page_arena_t){self->pages, 2 * (size_t)self->n_layers * self->block_n, self->num_blocks};
 }
 
 // --- forward -------------------------------------------------------------------------------
@@ -1371,8 +1367,9 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     ls_backend_t *be = self->be;
     ls_lora_group_shape_t sh = ls_lora_pool_group_shape(pool, g);
     int r_max = ls_lora_pool_r_max(pool);
-    ls_view_t a, b, tmp = ls_view(self->ws[S_WS_LORA], 0);
-    ls_lora_pool_group_views(pool, layer, g, &a, &b);
+    ls_view_t tmp = ls_view(self->ws[S_WS_LORA], 0);
+    ls_lora_mat_t a, b;
+    ls_lora_pool_mats(pool, layer, g, &a, &b);
     for (int k = 0; k < step->n_lora_passes; k++) {
         int batch = self->lora_batch[k][g];
         if (batch < 0)
@@ -1410,8 +1407,9 @@ static void s_lora_embed(ls_model_t *self, const ls_lora_pool_t *pool, const ls_
     ls_backend_t *be = self->be;
     ls_lora_group_shape_t sh = ls_lora_pool_group_shape(pool, LS_LORA_GROUP_EMBED);
     int r_max = ls_lora_pool_r_max(pool);
-    ls_view_t a, b, tmp = s_w(self->ws[S_WS_LORA]);
-    ls_lora_pool_group_views(pool, 0, LS_LORA_GROUP_EMBED, &a, &b);
+    ls_view_t tmp = s_w(self->ws[S_WS_LORA]);
+    ls_lora_mat_t a, b;
+    ls_lora_pool_mats(pool, 0, LS_LORA_GROUP_EMBED, &a, &b);
     for (int k = 0; k < step->n_lora_passes; k++) {
         int batch = self->lora_batch[k][LS_LORA_GROUP_EMBED];
         if (batch < 0)
@@ -1473,7 +1471,7 @@ static ls_view_t s_settle(ls_model_t *self, ls_view_t y, ls_view_t d, size_t n) 
 
 // Checks and lays out the step, sizes the workspace and hands the metadata to the backend.
 // Returns T, or -1 + err; nothing has run on the backend's data yet.
-static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                              const ls_model_seq_t *seqs, int n_seqs, ls_step_t *step,
                              ls_lora_batch_t *lora, char *err, size_t errlen) {
     if (n_seqs < 1) {
@@ -1485,6 +1483,14 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_
         if (s_seq_check(self, kv, pool, &seqs[s], s, err, errlen) != 0)
             return -1;
         T += (size_t)seqs[s].n_tokens;
+    }
+    // The pages the step writes KV into are KV from now on: an adapter the pool still has on
+    // one lost them to the scheduler (docs/memory.md), and the step waits for its last load.
+    bool shared = pool && ls_lora_pool_arena(pool).buf == kv->pages;
+    for (int s = 0; shared && s < n_seqs; s++) {
+        const ls_model_seq_t *q = &seqs[s];
+        int first = q->start_pos / kv->block_size, last = (q->start_pos + q->n_tokens - 1) / kv->block_size;
+        ls_lora_pool_claim(pool, q->block_table + first, last - first + 1);
     }
     if (T > INT32_MAX / 4) {
         ls_err_set(err, errlen, "step: %zu tokens is too many for one step", T);
@@ -1623,9 +1629,12 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         // q's heads and k's lie side by side in a qkv row (and their deltas in delta's), so one
         // pass rotates both
         be->rope(be, qkv, dq, inv_freq, nh + nkv, hd, self->qkv_dim);
-        be->kv_store(be, s_w(kv->k[l]), s_w(kv->v[l]), k, v, dv, nkv, hd, self->qkv_dim);
-        be->attention(be, attn, qkv, s_w(kv->k[l]), s_w(kv->v[l]), nh, nkv, hd,
-                      kv->block_size, self->qkv_dim);
+        ls_view_t kc = ls_view(kv->pages, 2 * (size_t)l * kv->block_n),
+                  vc = ls_view(kv->pages, (2 * (size_t)l + 1) * kv->block_n);
+        size_t stride = 2 * (size_t)kv->n_layers * kv->block_n;
+        be->kv_store(be, kc, vc, k, v, dv, nkv, hd, self->qkv_dim, kv->block_size, stride);
+        be->attention(be, attn, qkv, kc, vc, nh, nkv, hd, kv->block_size, self->qkv_dim,
+                      stride);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, attn, s_w(w[S_O]),
                        s_w(w[S_O_SCALE]), s_w(w[S_O_BIAS]), n, self->q_dim, H);
@@ -1660,8 +1669,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->matmul(be, out, s_w(self->ws[S_WS_LAST]), s_w(head), LS_VIEW_NONE, (int)R, H,
                    self->vocab_pad, 0);
         if (step->logit_slots) {  // lm_head's LoRA on the logit rows of adapters with it
-            ls_view_t a, b;
-            ls_lora_pool_group_views(pool, 0, LS_LORA_GROUP_LM_HEAD, &a, &b);
+            ls_lora_mat_t a, b;
+            ls_lora_pool_mats(pool, 0, LS_LORA_GROUP_LM_HEAD, &a, &b);
             for (int k = 0; k < step->n_lora_passes; k++)
                 be->lora_rows(be, out, s_w(self->ws[S_WS_LAST]), s_w(self->ws[S_WS_LORA]), a,
                               b, H, self->vocab_pad, ls_lora_pool_r_max(pool), k);
@@ -1681,7 +1690,7 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     return 0;
 }
 
-int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                      const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen) {
     assert(kv->be == self->be && kv->n_layers == self->cfg.num_hidden_layers);
     self->n_rows = 0;

@@ -92,12 +92,15 @@ ls_model_t *ls_model_load_dummy(const char *config, ls_backend_t *be, ls_comm_t 
 void ls_model_destroy(ls_model_t **self_p);
 
 const ls_model_config_t *ls_model_config(const ls_model_t *self);
+// The backend the model runs on.
+ls_backend_t *ls_model_backend(const ls_model_t *self);
 // Bytes of the weights as read: the checkpoint's as stored (the dummy weights': as made).
 size_t ls_model_weight_bytes(const ls_model_t *self);
 // Whether the projections are FP8 (an FP8 checkpoint, or LS_QUANT_FP8 at load).
 bool ls_model_fp8(const ls_model_t *self);
 
-// Per layer K and V caches, each (num_blocks, block_size, n_kv_heads, head_dim), zeroed, on
+// The KV cache: num_blocks pages, page p holding block p of every layer's K and V
+// (docs/memory.md: (num_blocks, n_layers, 2, block_size, n_kv_heads, head_dim)), zeroed, on
 // the model's backend. The scheduler allocates blocks; the engine only follows block
 // tables. NULL + err on bad sizes or allocation failure. ls_kv_cache_new stores them in
 // ls_model_kv_dtype (the dtype of the checkpoint's projections: bf16 for a bf16 model, as
@@ -112,6 +115,9 @@ ls_dtype_t ls_model_kv_dtype(const ls_model_t *model);
 // the backend stores them), for sizing a cache from a memory budget.
 size_t ls_kv_cache_block_bytes(const ls_model_t *model, int block_size, ls_dtype_t dtype);
 ls_dtype_t ls_kv_cache_dtype(const ls_kv_cache_t *self);
+// The cache's pages as the arena a LoRA pool places adapters in (lora_pool.h): one pool of
+// pages for KV and adapters, the scheduler deciding which page holds what.
+ls_page_arena_t ls_kv_cache_arena(const ls_kv_cache_t *self);
 void ls_kv_cache_destroy(ls_kv_cache_t **self_p);
 int ls_kv_cache_num_blocks(const ls_kv_cache_t *self);
 int ls_kv_cache_block_size(const ls_kv_cache_t *self);
@@ -139,13 +145,15 @@ typedef struct {
 
 // Runs one step of n_seqs sequences (seqs is (n_seqs)): writes their k/v into kv at their
 // positions and computes the logits of the sequences that want them, in seqs order, on
-// the backend. pool may be NULL when every slot is LS_LORA_SLOT_BASE. Returns the number
+// the backend. pool may be NULL when every slot is LS_LORA_SLOT_BASE; with a pool whose arena
+// is kv's pages, the pages the step writes KV into are claimed first (ls_lora_pool_claim: an
+// adapter still on one of them leaves its slot). Returns the number
 // of logit rows, or -1 + err for a malformed step (token id out of the vocabulary, a block
 // table too short or naming a block outside the cache, a slot outside the pool, a context
 // past a sliding window) or a backend failure; tensor parallel, also when another rank
 // failed the step or a collective failed (a rank died: see comm.h). Every rank returns the
 // same number of rows; only rank 0 holds the logits.
-int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                      const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen);
 
 // Tensor parallel: whether every rank of the group can run the step at hand; 0 when all

@@ -20,6 +20,7 @@
 #ifndef LS_LORA_BATCH_H
 #define LS_LORA_BATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -33,5 +34,25 @@ typedef struct {
     const float *seg_weights;      // (n_segs) each segment's factor on its slot's scaling,
                                    // or NULL: 1 for every segment
 } ls_lora_batch_t;
+
+// One LoRA matrix of every pool slot, through the page table: where the slots' A rows or B
+// chunks lie (docs/memory.md). Entry (slot w, i, piece q) is tab[w * stride + i * np + q],
+// a pointer to elements of the slot's storage dtype:
+// - rows (an A): entry i is row i of the slot's A — rank row j of slice k is i = k*r_max + j
+//   — of `len` elements (the op's `in`, or the vocabulary ...), in np pieces of `piece`
+//   elements (the last one shorter): element e of row i is tab[.., i, e / piece][e % piece];
+// - chunks (a B, and the embedding's A): entry i is chunk i, rank columns 8i .. 8i+7, an
+//   (out, 8) array in np pieces of `piece` rows: element (o, j) is
+//   tab[.., j / 8, o / piece][(o % piece) * 8 + j % 8].
+// Only the rows j < rank of a slot and the chunks covering them are read, and in those
+// chunks the columns at or past the rank may hold anything (NaN too: the ops mask them).
+// Every piece starts 16-byte aligned. np == 1 (whole rows, whole chunks) is the case the
+// tuned GPU kernels take; pieces come with pages smaller than a row.
+typedef struct {
+    const void *const *tab;
+    size_t stride; // entries per slot
+    int np;        // pieces per row / chunk
+    int piece;     // elements (rows) or rows (chunks) per piece
+} ls_lora_pages_t;
 
 #endif

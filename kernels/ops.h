@@ -167,33 +167,39 @@ typedef struct {
     const int32_t *block_tables; // (n_seqs, max_blocks) physical block ids
 } ls_attn_meta_t;
 
-// Writes this step's k and v rows into the paged caches at their slots. Tokens with a
-// negative slot (padding) are skipped.
-// k_cache, v_cache are (num_blocks, block_size, n_kv_heads, head_dim), i.e. (slots, kv_dim)
+// A layer's cache is num_blocks blocks of (block_size, n_kv_heads, head_dim) elements,
+// block_stride elements apart: block b at b * block_stride. In the worker's pool of pages a
+// block is the layer's share of a page (docs/memory.md), so the stride is the page's size;
+// block_size * kv_dim is a plain (num_blocks, block_size, n_kv_heads, head_dim) array.
+
+// Writes this step's k and v rows into the paged caches at their slots (slot s: row
+// s % block_size of block s / block_size). Tokens with a negative slot (padding) are skipped.
 // k, v are (T, row_stride) holding (n_kv_heads, head_dim) at the start of each row,
 // slot_mapping is (T); v2 (T, row_stride), or NULL: the cache gets v + v2 (v itself is
 // left as it is)
 void ls_kv_cache_store(float *k_cache, float *v_cache, const float *k, const float *v,
                        const float *v2, const int32_t *slot_mapping, int T, int n_kv_heads,
-                       int head_dim, int row_stride);
+                       int head_dim, int row_stride, int block_size, size_t block_stride);
 
 // Causal paged attention over the layout in meta, keys/values read from the caches only
 // (kv_store must have run first). GQA: query head h uses kv head h / (n_heads/n_kv_heads).
 // Scores are q·k / sqrt(head_dim); softmax in fp32 with the row max subtracted.
 // out is (T, n_heads*head_dim), q is (T, row_stride) holding (n_heads, head_dim) per row,
-// k_cache, v_cache are (num_blocks, block_size, n_kv_heads, head_dim)
+// k_cache, v_cache as ls_kv_cache_store's
 void ls_attention_forward(float *out, const float *q, const float *k_cache,
                           const float *v_cache, const ls_attn_meta_t *meta, int n_heads,
-                          int n_kv_heads, int head_dim, int block_size, int row_stride);
+                          int n_kv_heads, int head_dim, int block_size, int row_stride,
+                          size_t block_stride);
 
 // ---------------------------------------------------------------------------------------
 // LoRA: segmented shrink / expand (the SGMV references)
 //
-// Pools per layer and target, as SGLang's LoRAMemoryPool:
-//   A pool is (n_slots, n_slices*r_max, in): slice k of the adapter in slot w is rows
-//     k*r_max .. k*r_max + rank[w] - 1 of A[w];
-//   B pool is (n_slots, out_total, r_max): output row o of slice k is B[w, off_k + o, :],
-//     of which columns 0..rank[w]-1 are used.
+// The adapters of every pool slot, per layer and stacked target, through the page table
+// (ls_lora_pages_t, kernels/lora_batch.h; docs/memory.md):
+//   A (rows): slice k of the adapter in slot w is rows k*r_max .. k*r_max + rank[w] - 1, of
+//     `in` elements each;
+//   B (chunks): output row o of slice k is row off_k + o of the chunks, of which rank
+//     columns 0 .. rank[w]-1 are used.
 // n_slices is 3 for stacked qkv (outputs q_dim, kv_dim, kv_dim), 2 for gate_up
 // (inter, inter), 1 for o and down. The LoRA intermediate tmp is (T, n_slices*r_max).
 //
@@ -203,48 +209,49 @@ void ls_attention_forward(float *out, const float *q, const float *k_cache,
 //   columns j >= r UNTOUCHED (they may hold garbage, even NaN); expand reads only j < r;
 // - expand accumulates: y += scale_s * (tmp_k · B_kᵀ), scale_s = scaling[w] times the
 //   segment's weight (seg_weights[s], 1 without them) computed as that one fp32 product and
-//   applied to the matrix product (never folded into A or B), into y columns
-//   off_k .. off_{k+1}-1 only;
-// - rows of rank-0 slots and uncovered rows of tmp and y are not read nor written.
+//   applied to products (never folded into A or B), into y columns off_k .. off_{k+1}-1 only;
+// - rows of rank-0 slots and uncovered rows of tmp and y are not read nor written;
+// - the pages are read only where they hold a slot's rows j < rank (and the chunks covering
+//   them): other table entries may point anywhere.
 
-// tmp[t, k*r_max + j] = Σ_i x[t, i] · A[w, k*r_max + j, i]   for j < rank[w]
-// tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in)
-void ls_lora_shrink(float *tmp, const float *x, const float *a_pool,
-                    const ls_lora_batch_t *batch, int in, int n_slices, int r_max);
+// tmp[t, k*r_max + j] = Σ_i x[t, i] · A_w[k*r_max + j][i]   for j < rank[w]
+// tmp is (T, n_slices*r_max), x is (T, in), a: rows of `in` elements
+void ls_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a, const ls_lora_batch_t *batch,
+                    int in, int n_slices, int r_max);
 
-// y[t, off_k + o] += scale_s · Σ_{j<rank[w]} tmp[t, k*r_max + j] · B[w, off_k + o, j]
-// y is (T, out_total), tmp is (T, n_slices*r_max), b_pool is (n_slots, out_total, r_max),
+// y[t, off_k + o] += scale_s · Σ_{j<rank[w]} tmp[t, k*r_max + j] · B_w[off_k + o][j]
+// y is (T, out_total), tmp is (T, n_slices*r_max), b: chunks of out_total rows,
 // slice_offsets is (n_slices+1): off_0 = 0 .. off_{n_slices} = out_total
-void ls_lora_expand(float *y, const float *tmp, const float *b_pool,
-                    const ls_lora_batch_t *batch, const int32_t *slice_offsets,
-                    int n_slices, int r_max);
+void ls_lora_expand(float *y, const float *tmp, ls_lora_pages_t b, const ls_lora_batch_t *batch,
+                    const int32_t *slice_offsets, int n_slices, int r_max);
 
 // The fused decode op's reference: ls_lora_shrink into tmp, then ls_lora_expand from it
 // (a device kernel may keep tmp on chip; afterwards tmp is unspecified for the caller).
-// y (T, out_total), x (T, in), tmp (T, n_slices*r_max), pools as above.
-void ls_lora_fused(float *y, float *tmp, const float *x, const float *a_pool,
-                   const float *b_pool, const ls_lora_batch_t *batch,
-                   const int32_t *slice_offsets, int in, int n_slices, int r_max);
+// y (T, out_total), x (T, in), tmp (T, n_slices*r_max), a and b as above.
+void ls_lora_fused(float *y, float *tmp, const float *x, ls_lora_pages_t a, ls_lora_pages_t b,
+                   const ls_lora_batch_t *batch, const int32_t *slice_offsets, int in,
+                   int n_slices, int r_max);
 
-// LoRA on the embedding. Its A pool is (n_slots, r_max, vocab) (PEFT's lora_embedding_A,
-// (r, vocab)); the shrink of token id t is a gather of A's column t, then the usual expand
-// with one slice of hidden outputs (lora_embedding_B, (hidden, r)) adds the delta into the
-// embedding's output. Rows as ls_lora_shrink's: only covered rows of rank > 0 are touched.
-// tmp[t, j] = A[w, j, ids[t]]   for j < rank[w]
-// tmp is (T, r_max), ids is (T) in [0, vocab), a_pool is (n_slots, r_max, vocab)
-void ls_lora_embed_shrink(float *tmp, const int32_t *ids, const float *a_pool,
+// LoRA on the embedding. Its A (PEFT's lora_embedding_A, (r, vocab)) is held as chunks of
+// vocab rows — column t of A is row t of the chunks — so the shrink of token id t is a
+// gather of that row; then the usual expand with one slice of hidden outputs
+// (lora_embedding_B, (hidden, r)) adds the delta into the embedding's output. Rows as
+// ls_lora_shrink's: only covered rows of rank > 0 are touched.
+// tmp[t, j] = A_w[j][ids[t]]   for j < rank[w]
+// tmp is (T, r_max), ids is (T) in [0, vocab), a: chunks of vocab rows
+void ls_lora_embed_shrink(float *tmp, const int32_t *ids, ls_lora_pages_t a,
                           const ls_lora_batch_t *batch, int vocab, int r_max);
 
 // LoRA on rows each with its own slot and factor (lm_head on the logit rows: few rows, a
 // vocabulary-wide output): for each row i whose slot w = slots[i] has rank r = ranks[w] > 0,
-// y[i, o] += scales[i] · Σ_{j<r} B[w, o, j] · tmp[i, j],  tmp[i, j] = Σ_k A[w, j, k] · x[i, k]
+// y[i, o] += scales[i] · Σ_{j<r} B_w[o][j] · tmp[i, j],  tmp[i, j] = Σ_k A_w[j][k] · x[i, k]
 // (scales[i]: the slot's scaling times the row's weight, as scale_s above); rows of rank-0
 // slots are not read nor written.
-// y is (R, out), tmp is (R, r_max) scratch, x is (R, in), slots and scales are (R), a_pool
-// is (n_slots, r_max, in), b_pool is (n_slots, out, r_max), ranks is (n_slots)
-void ls_lora_rows(float *y, float *tmp, const float *x, const float *a_pool,
-                  const float *b_pool, const int32_t *slots, const float *scales,
-                  const int32_t *ranks, int R, int in, int out, int r_max);
+// y is (R, out), tmp is (R, r_max) scratch, x is (R, in), slots and scales are (R), a: rows
+// of `in` elements, b: chunks of `out` rows, ranks is (n_slots)
+void ls_lora_rows(float *y, float *tmp, const float *x, ls_lora_pages_t a, ls_lora_pages_t b,
+                  const int32_t *slots, const float *scales, const int32_t *ranks, int R, int in,
+                  int out, int r_max);
 
 // Trainable tokens (an adapter's own rows of the embedding and lm_head, formats/peft.h): the
 // rows replace the base model's for that adapter's tokens and logits.

@@ -79,8 +79,8 @@ launcher_pass_t launcher_pass[] = {
     {"max-loaded-loras", 0, K_WORKER, "most adapters in each worker's CPU tier; 0: as many as its bytes allow", NULL, {0}, 0},
     {"max-cpu-lora-mb", 0, K_WORKER, "host memory for adapters per worker, in MB; 0: 64 adapters of --max-lora-rank, at most 1/4 of RAM", NULL, {0}, 0},
     {"lora-target-modules", 1, K_WORKER | K_REGISTRY, "modules adapters may target (none given or all: the seven of a layer; embed_tokens, lm_head when named)", NULL, {0}, 0},
-    {"kv-cache-mb", 0, K_WORKER, "KV cache size per worker", NULL, {0}, 0},
-    {"kv-blocks", 0, K_WORKER, "KV cache blocks per worker (overrides --kv-cache-mb)", NULL, {0}, 0},
+    {"kv-cache-mb", 0, K_WORKER, "GPU pool per worker: the KV cache and the adapters in slots share its pages", NULL, {0}, 0},
+    {"kv-blocks", 0, K_WORKER, "GPU pool pages per worker, a KV block each (overrides --kv-cache-mb)", NULL, {0}, 0},
     {"block-size", 0, K_WORKER | K_DISPATCHER, "tokens per KV block", NULL, {0}, 0},
     // The scheduler and the workers take these three as well: each checks an adapter's path
     // itself rather than trust whoever sent the load.

@@ -41,6 +41,7 @@ static void s_adapter_free(lora_adapter_t *ad) {
     free(ad->id);
     free(ad->name);
     free(ad->path);
+    free(ad->pages);
     free(ad);
 }
 
@@ -64,8 +65,10 @@ int lora_slots_reset(lora_t *self, int slots) {
     lora_slot_t *v = calloc(slots > 0 ? (size_t)slots : 1, sizeof *v);
     if (!v)
         return -1;
-    for (int i = 0; i < self->n; i++)
+    for (int i = 0; i < self->n; i++) {
+        assert(self->v[i]->n_pages == 0);  // given back first
         self->v[i]->slot = -1;
+    }
     free(self->slots);
     self->slots = v;
     self->n_slots = slots;
@@ -105,6 +108,7 @@ void lora_remove(lora_t *self, lora_adapter_t **ad_p) {
     lora_adapter_t *ad = *ad_p;
     if (!ad)
         return;
+    assert(ad->n_pages == 0);
     lora_slot_clear(self, ad);
     zhashx_delete(self->by_id, ad->id);
     for (int i = 0; i < self->n; i++)
@@ -154,7 +158,10 @@ int lora_pinned_count(const lora_t *self) {
     return n;
 }
 
-int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep, const int *taken, int ntaken) {
+// The first empty slot when empty_ok, else the policy's victim among the unlocked occupied
+// ones whose adapter is not kept; never one of taken. -1 when none.
+static int s_slot_choose(const lora_t *self, lora_adapter_t *const *keep, int nkeep, const int *taken, int ntaken,
+                         bool empty_ok) {
     int best = -1;
     for (int s = 0; s < self->n_slots; s++) {
         const lora_slot_t *sl = &self->slots[s];
@@ -163,8 +170,11 @@ int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep, c
             promised = taken[k] == s;
         if (promised)
             continue;
-        if (!sl->ad)
-            return s;
+        if (!sl->ad) {
+            if (empty_ok)
+                return s;
+            continue;
+        }
         if (sl->ad->pinned || sl->ad->running > 0)
             continue;
         bool kept = false;
@@ -181,9 +191,18 @@ int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep, c
     return best;
 }
 
+int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep, const int *taken, int ntaken) {
+    return s_slot_choose(self, keep, nkeep, taken, ntaken, true);
+}
+
+int lora_slot_victim(const lora_t *self, lora_adapter_t *const *keep, int nkeep) {
+    return s_slot_choose(self, keep, nkeep, NULL, 0, false);
+}
+
 void lora_slot_assign(lora_t *self, lora_adapter_t *ad, int slot, uint64_t now) {
     assert(slot >= 0 && slot < self->n_slots && ad->slot < 0);
     lora_slot_t *sl = &self->slots[slot];
+    assert(!sl->ad || sl->ad->n_pages == 0);  // an occupant's pages go back first
     if (sl->ad)
         sl->ad->slot = -1;
     sl->ad = ad;

@@ -9,12 +9,16 @@
 //             its bytes allow (each adapter's bytes follow its rank and targets), at most
 //             max_loaded_loras when that is set; `resident` says an adapter is there on every
 //             worker.
-//   GPU slots slots 0..S-1 (S = max_loras_per_batch); a StepItem names the slot its adapter must
-//             be in, and a worker fills the slot from its CPU tier when it holds something else.
+//   GPU slots slots 0..S-1 (S = max_loras_per_batch): handles, the most distinct adapters one
+//             step runs. An adapter in a slot also holds pages of the GPU pool (`pages`, which
+//             the scheduler takes from its block allocator, docs/memory.md): a worker fills a
+//             slot from its CPU tier onto those pages when PrefetchAdapter says so, and a
+//             StepItem names the slot its adapter is in.
 // A slot is locked while any running request uses its adapter (it is in the current batch) and
 // forever when its adapter is pinned; only unlocked slots are victims, chosen LRU (least
-// recently used in a step) or FIFO (filled longest ago). Every choice breaks ties by the lowest
-// slot index and every clock here is a counter the caller advances, so replay picks the same.
+// recently used in a step) or FIFO (filled longest ago), for a slot or for pages alike. Every
+// choice breaks ties by the lowest slot index and every clock here is a counter the caller
+// advances, so replay picks the same.
 #ifndef LS_SCHED_LORA_H
 #define LS_SCHED_LORA_H
 
@@ -35,7 +39,12 @@ typedef struct {
     bool restore;    // resident when a worker restarted: loaded again once the group is back
     uint32_t rank;   // LoRA rank the workers reported
     uint64_t bytes;  // CPU-tier bytes it takes on a worker (the largest rank's); 0 until first loaded
+    uint32_t pages_need;  // GPU pool pages it takes on a worker (the largest rank's); 0 until first loaded
     int slot;        // GPU slot, or -1
+    // With a slot: the pool pages it lies on (pages_need of them), each one reference in the
+    // scheduler's block allocator. The scheduler gives them back before the slot is emptied.
+    uint32_t *pages;
+    uint32_t n_pages;
     uint32_t refs;     // waiting + running requests that use it
     uint32_t running;  // running requests that use it: its slot is locked
     uint64_t used_at;  // CPU-tier LRU clock: last time a request took it
@@ -57,7 +66,7 @@ int lora_count(const lora_t *self);
 lora_adapter_t *lora_at(const lora_t *self, int i);
 // A new adapter, not resident, no slot. NULL when out of memory.
 lora_adapter_t *lora_add(lora_t *self, const char *id, const char *name, const char *path, bool pinned);
-// Forget an adapter; frees its slot.
+// Forget an adapter; frees its slot (its pages already given back).
 void lora_remove(lora_t *self, lora_adapter_t **ad_p);
 
 // Adapters counted against the CPU tier: resident, or loading (a queued load is not yet).
@@ -75,6 +84,9 @@ int lora_pinned_count(const lora_t *self);
 // never one of taken[0 .. ntaken) (slots promised, not yet assigned: a mix's other components;
 // entries -1 are none). -1 when every slot is locked, kept or taken.
 int lora_slot_pick(const lora_t *self, lora_adapter_t *const *keep, int nkeep, const int *taken, int ntaken);
+// The policy's victim among the occupied unlocked slots whose adapter is not in keep (nkeep
+// entries): the next adapter to give its slot and pages up. -1 when none.
+int lora_slot_victim(const lora_t *self, lora_adapter_t *const *keep, int nkeep);
 // Put ad into slot (evicting whoever was there). `now` is the caller's step clock.
 void lora_slot_assign(lora_t *self, lora_adapter_t *ad, int slot, uint64_t now);
 // ad's slot took part in the step numbered now (the LRU clock).

@@ -299,16 +299,17 @@ void sched_blocks_cap(req_t *r, uint32_t need) {
     r->cap_blocks = (uint32_t)cap;
 }
 
-// Give r blocks for its first `tokens` tokens (it keeps those it got on failure). When none are
-// free and may_preempt, preempt the newest running request not in the plan being built; r
-// itself is one, so with may_preempt -1 means r was preempted.
+// Give r blocks for its first `tokens` tokens (it keeps those it got on failure): free ones,
+// idle cached ones, idle adapters' pages (not r's own adapters', which it is about to run).
+// When none are left and may_preempt, preempt the newest running request not in the plan
+// being built; r itself is one, so with may_preempt -1 means r was preempted.
 int sched_reserve(sched_t *s, req_t *r, uint32_t tokens, bool may_preempt) {
     uint32_t bs = kv_block_size(s->kv);
     uint32_t need = (tokens + bs - 1) / bs;
     sched_blocks_cap(r, need);
     while (r->n_blocks < need) {
         uint32_t b;
-        if (kv_alloc(s->kv, &b) == 0) {
+        if (sched_page_take(s, r->ads, (int)r->n_ads, &b) == 0) {
             r->blocks[r->n_blocks++] = b;
             continue;
         }
@@ -394,6 +395,7 @@ static void s_group_reset(sched_t *s, bool fail, const char *why) {
         ad->restore = ad->resident && !fail;
         ad->resident = false;
     }
+    sched_slots_vacate_all(s);
     lora_slots_reset(s->lora, lora_slots(s->lora));
     if (fail) {
         while (s->running.head)
@@ -453,6 +455,8 @@ static void s_start_serving(sched_t *s, uint64_t now) {
         c.vocab = sched_min_u32(c.vocab, w->vocab);
     }
     kv_t *kv = kv_new(c.kv_blocks, c.block_size);
+    if (s->kv)
+        sched_slots_vacate_all(s);  // their pages are in the table replaced here
     if (!kv || lora_slots_reset(s->lora, (int)c.slots) < 0) {
         ls_error(0, "cannot size the KV table for %u blocks", c.kv_blocks);
         kv_destroy(&kv);
@@ -467,7 +471,7 @@ static void s_start_serving(sched_t *s, uint64_t now) {
     s->vocab = c.vocab;
     s->ready = true;
     s->down = false;
-    ls_info(0, "serving: %d worker(s), %u KV blocks of %u tokens, context %u, %u adapter slots, CPU tier %.1f MB "
+    ls_info(0, "serving: %d worker(s), %u pages (KV blocks of %u tokens, and adapters), context %u, %u adapter slots, CPU tier %.1f MB "
                "(at most %u adapters; 0: no count limit)",
             s->cfg.tp_size, c.kv_blocks, c.block_size, c.max_context, c.slots, (double)c.cpu_bytes / 1e6, c.max_loaded);
     s_replay_pending(s);
@@ -517,7 +521,10 @@ static void s_stop_add(req_t *r, int32_t id) {
 static void s_gauges(sched_t *s) {
     s->stats.waiting = s->waiting.n;
     s->stats.running = s->running.n;
-    s->stats.kv_blocks_used = s->kv ? kv_used(s->kv) : 0;
+    uint32_t in_slots;
+    s->stats.kv_blocks_adapters = sched_pages_adapters(s, &in_slots);
+    s->stats.adapter_gpu_resident = in_slots;
+    s->stats.kv_blocks_used = s->kv ? kv_used(s->kv) - s->stats.kv_blocks_adapters : 0;
     s->stats.kv_blocks_total = s->kv ? kv_total(s->kv) : 0;
     s->stats.kv_blocks_cached = s->kv ? kv_cached(s->kv) : 0;
     s->stats.kv_block_size = s->kv ? kv_block_size(s->kv) : 0;
@@ -581,6 +588,21 @@ static int s_mix_find(const sched_t *s, const ls_msg_tokenized_req_t *tr, lora_a
     return 0;
 }
 
+// GPU pool pages a request's adapters (ad, or the mix's n_mix) take, and the pinned adapters'
+// besides, which they always hold: what its KV blocks cannot have.
+static uint64_t s_fixed_pages(const sched_t *s, const lora_adapter_t *ad, lora_adapter_t *const *mix, size_t n_mix) {
+    uint64_t n = 0;
+    for (int i = 0; i < lora_count(s->lora); i++) {
+        const lora_adapter_t *a = lora_at(s->lora, i);
+        bool uses = a == ad;
+        for (size_t k = 0; k < n_mix && !uses; k++)
+            uses = mix[k] == a;
+        if (uses || (a->pinned && a->confirmed))
+            n += a->pages_need;
+    }
+    return n;
+}
+
 // 0, or -1 after telling the asker why the request is refused.
 static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const lora_adapter_t *ad, uint32_t max_new) {
     const ls_msg_tokenized_req_t *tr = &msg->u.tokenized_req;
@@ -626,6 +648,11 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
                       "prompt of %" PRIu64 " tokens plus max_new_tokens %u needs %" PRIu64
                       " KV blocks; the whole cache has %u",
                       n_prompt, max_new, need_blocks, kv_total(s->kv));
+    else if (need_blocks + s_fixed_pages(s, ad, mix_ads, tr->mix.n) > kv_total(s->kv))
+        s_error_reply(s, reply, rid, LS_ERROR_CODE_TOO_LARGE, ref,
+                      "prompt of %" PRIu64 " tokens plus max_new_tokens %u needs %" PRIu64
+                      " KV blocks, and its adapters and the pinned ones %" PRIu64 " pages; the GPU pool has %u",
+                      n_prompt, max_new, need_blocks, s_fixed_pages(s, ad, mix_ads, tr->mix.n), kv_total(s->kv));
     else if (n_prompt > s->cfg.max_queued_tokens)
         s_error_reply(s, reply, rid, LS_ERROR_CODE_TOO_LARGE, ref,
                       "prompt of %" PRIu64 " tokens is longer than the whole queue may hold (--max-queued-tokens %" PRIu64 ")",
@@ -747,7 +774,8 @@ static void s_refuse(sched_t *s, ls_msg_t *msg, void *reply, uint32_t code, cons
         s->stats.requests_refused++;
         break;
     case LS_MSG_LOAD_ADAPTER:
-        sched_answer_loaded(s, reply, msg->rid, msg->u.load_adapter.name, msg->u.load_adapter.adapter_id, false, 0, code, why);
+        sched_answer_loaded(s, reply, msg->rid, msg->u.load_adapter.name, msg->u.load_adapter.adapter_id, false, 0, 0,
+                            code, why);
         break;
     case LS_MSG_UNLOAD_ADAPTER:
         sched_answer_unloaded(s, reply, msg->rid, msg->u.unload_adapter.name, msg->u.unload_adapter.adapter_id, false, code,
@@ -996,10 +1024,10 @@ void sched_on_adapter_answer(sched_t *s, uint64_t now, int rank, const ls_msg_t 
     s->now = now;
     if (msg->type == LS_MSG_ADAPTER_LOADED) {
         const ls_msg_adapter_loaded_t *a = &msg->u.adapter_loaded;
-        sched_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->code, a->reason, a->adapter_id);
+        sched_op_answer(s, rank, msg->rid, a->ok, a->rank, a->bytes, a->pages, a->code, a->reason, a->adapter_id);
     } else if (msg->type == LS_MSG_ADAPTER_UNLOADED) {
         const ls_msg_adapter_unloaded_t *a = &msg->u.adapter_unloaded;
-        sched_op_answer(s, rank, msg->rid, a->ok, 0, 0, a->code, a->reason, NULL);
+        sched_op_answer(s, rank, msg->rid, a->ok, 0, 0, 0, a->code, a->reason, NULL);
     }
     s_after(s, now);
 }
@@ -1060,7 +1088,7 @@ void sched_shutdown(sched_t *s, uint64_t now) {
     while (s->ops) {
         op_t *op = s->ops;
         if (op->kind == OP_LOAD)
-            sched_answer_loaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false, 0,
+            sched_answer_loaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false, 0, 0,
                             LS_ERROR_CODE_SHUTTING_DOWN, why);
         else if (op->kind == OP_UNLOAD)
             sched_answer_unloaded(s, op->reply, op->asker_rid, op->name, op->adapter_id, false,

@@ -60,11 +60,16 @@ typedef struct {
 
 // Gauges (set after every event) and counters (only grow).
 typedef struct {
-    uint64_t waiting, running, kv_blocks_used, kv_blocks_total, kv_blocks_cached, adapter_refs;
+    // Pages of the workers' GPU pool (docs/memory.md): kv_blocks_total all of them,
+    // kv_blocks_used those requests' KV holds, kv_blocks_adapters those the adapters in slots
+    // hold (idle ones give theirs up when KV needs them)
+    uint64_t waiting, running, kv_blocks_used, kv_blocks_total, kv_blocks_cached, kv_blocks_adapters, adapter_refs;
     uint64_t adapter_cpu_resident, adapter_cpu_bytes_used, adapter_cpu_bytes_total, adapter_loads_waiting;
+    uint64_t adapter_gpu_resident;  // adapters in GPU slots (on their pages)
     uint64_t steps, tokens_generated, prefix_hit_tokens, adapter_residency_hits, adapter_cold_loads,
         adapter_prefetches, adapter_cpu_loads, adapter_cpu_evictions, preemptions, requests_finished,
         requests_aborted, requests_failed, requests_refused, step_timeouts;
+    uint64_t adapter_page_evictions;  // idle adapters out of their slots to give their pages to KV or another adapter
     uint64_t requests_overloaded;  // refused by an admission bound (also in requests_refused)
     uint64_t adapter_cpu_load_us;  // summed: LoadAdapter sent to every worker answered (disk -> CPU tier)
     uint64_t step_roundtrip_us;    // summed: plan sent -> result in (event times)

@@ -55,7 +55,7 @@ static void s_send_load(sched_t *s, op_t *op, lora_adapter_t *ad, uint64_t now) 
     m.u.load_adapter.path = sched_strdup(ad->path);
     m.u.load_adapter.adapter_id = sched_strdup(ad->id);
     m.u.load_adapter.pinned = ad->pinned;
-    m.u.load_adapter.slot = -1;  // the CPU tier; slots are filled by StepItems and prefetches
+    m.u.load_adapter.slot = -1;  // the CPU tier; slots are filled by PrefetchAdapter (sched_slot_fill)
     sched_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
     ls_msg_clear(&m);
 }
@@ -71,7 +71,7 @@ static void s_send_unload(sched_t *s, sched_dest_kind_t kind, int rank, uint64_t
 }
 
 void sched_answer_loaded(sched_t *s, void *reply, uint64_t rid, const char *name, const char *id, bool ok,
-                            uint32_t lora_rank, uint32_t code, const char *reason) {
+                         uint32_t lora_rank, uint32_t pages, uint32_t code, const char *reason) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
     m.rid = rid;
@@ -79,6 +79,7 @@ void sched_answer_loaded(sched_t *s, void *reply, uint64_t rid, const char *name
     m.u.adapter_loaded.name = sched_strdup(name);
     m.u.adapter_loaded.adapter_id = sched_strdup(id);
     m.u.adapter_loaded.rank = lora_rank;
+    m.u.adapter_loaded.pages = pages;
     m.u.adapter_loaded.code = ok ? 0 : code;
     m.u.adapter_loaded.reason = ok ? NULL : sched_strdup(reason);
     sched_emit(s, SCHED_TO_REPLY, 0, reply, &m);
@@ -127,7 +128,7 @@ static int s_cpu_make_room(sched_t *s, uint64_t need) {
         op->deadline = s->now + s->cfg.load_timeout_ns;
         s_send_unload(s, SCHED_TO_WORKERS, 0, op->rid, victim);
         victim->resident = false;
-        lora_slot_clear(s->lora, victim);
+        sched_slot_vacate(s, victim);
         s->stats.adapter_cpu_evictions++;
     }
     return 0;
@@ -183,6 +184,7 @@ void sched_op_complete(sched_t *s, op_t *op) {
             ad->resident = ad->confirmed = true;
             ad->rank = op->lora_rank;
             ad->bytes = op->bytes;
+            ad->pages_need = op->pages;
             s->stats.adapter_cpu_loads++;
             s->stats.adapter_cpu_load_us += (s->now - op->sent_at) / 1000;
             ls_info(0, "adapter %s (%s) loaded on every worker", ad->name, ad->id);
@@ -194,8 +196,8 @@ void sched_op_complete(sched_t *s, op_t *op) {
             ls_warn(op->asker_rid, "adapter %s failed to load: %s", ad->name, reason);
         }
         if (op->kind == OP_LOAD)
-            sched_answer_loaded(s, op->reply, op->asker_rid, ad->name, ad->id, ok, ad->rank,
-                            op->code ? op->code : LS_ERROR_CODE_INTERNAL, reason);
+            sched_answer_loaded(s, op->reply, op->asker_rid, ad->name, ad->id, ok, ad->rank, ad->pages_need,
+                                op->code ? op->code : LS_ERROR_CODE_INTERNAL, reason);
         if (!ok && op->kind == OP_RELOAD) {
             // Its waiting requests cannot run: fail them rather than retry a load that fails.
             char why[600];
@@ -209,7 +211,7 @@ void sched_op_complete(sched_t *s, op_t *op) {
         ad->loading = false;
         if (!ok && !ad->confirmed) {
             // A first load that failed leaves nothing behind (no request can name it yet).
-            assert(ad->refs == 0);
+            assert(ad->refs == 0 && ad->slot < 0);
             lora_remove(s->lora, &ad);
         } else
             sched_adapter_unload_maybe(s, ad);
@@ -219,6 +221,7 @@ void sched_op_complete(sched_t *s, op_t *op) {
                           op->code ? op->code : LS_ERROR_CODE_INTERNAL, reason);
         if (ad) {
             kv_drop_key(s->kv, ad->id);
+            sched_slot_vacate(s, ad);
             lora_remove(s->lora, &ad);
         }
         break;
@@ -247,7 +250,7 @@ void sched_adapter_unload_maybe(sched_t *s, lora_adapter_t *ad) {
     op->deadline = s->now + s->cfg.load_timeout_ns;
     s_send_unload(s, SCHED_TO_WORKERS, 0, op->rid, ad);
     ad->resident = false;
-    lora_slot_clear(s->lora, ad);
+    sched_slot_vacate(s, ad);
 }
 
 // A worker loaded an adapter after its command was over (timed out, or the workers were
@@ -268,7 +271,7 @@ static void s_late_load(sched_t *s, int rank, uint64_t rid, const char *adapter_
 }
 
 void sched_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_rank, uint64_t bytes,
-                        uint32_t code, const char *reason, const char *late_load_id) {
+                     uint32_t pages, uint32_t code, const char *reason, const char *late_load_id) {
     op_t *op = s->ops;
     while (op && !(op->rid == rid && op->deadline != 0))
         op = op->next;
@@ -286,6 +289,7 @@ void sched_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_
         op->ok |= bit;
         op->lora_rank = lora_rank;
         op->bytes = bytes > op->bytes ? bytes : op->bytes;
+        op->pages = pages > op->pages ? pages : op->pages;
     } else if (!op->reason) {
         op->code = code;
         char text[512];
@@ -325,7 +329,7 @@ void sched_adapter_load(sched_t *s, ls_msg_t *msg, void *reply) {
     if (*why || (ad && ad->resident)) {
         if (*why)
             ls_warn(msg->rid, "LoadAdapter %s refused: %s", name ? name : "?", why);
-        sched_answer_loaded(s, reply, msg->rid, name, id, !*why, ad ? ad->rank : 0, code, why);
+        sched_answer_loaded(s, reply, msg->rid, name, id, !*why, ad ? ad->rank : 0, ad ? ad->pages_need : 0, code, why);
         sched_reply_release(s, &reply);
         return;
     }

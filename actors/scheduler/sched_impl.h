@@ -1,7 +1,8 @@
 // sched_impl — what the scheduler core's rooms share: its state and the functions one room
 // calls in another. sched.c holds the requests, the KV and the events; sched_plan.c the step
 // plan; sched_adapters.c the adapters: their commands to the workers, the CPU tier, loads and
-// unloads asked for, and the listings. Only the core's own files include this.
+// unloads asked for, and the listings; sched_pages.c the GPU pool's pages between the KV
+// cache and the adapters in slots. Only the core's own files include this.
 #ifndef LS_SCHED_IMPL_H
 #define LS_SCHED_IMPL_H
 
@@ -77,6 +78,7 @@ struct op {
     uint32_t answered, ok;  // bit per rank
     uint32_t lora_rank;
     uint64_t bytes;     // loads: the most CPU-tier bytes a rank reported
+    uint32_t pages;     // loads: the most GPU pool pages a rank reported
     uint64_t sent_at;   // loads: when the workers were told (for the load-time counters)
     uint64_t queued_at; // a load waiting for room in the CPU tier (not sent yet); 0: not queued
     uint32_t code;
@@ -209,13 +211,32 @@ void sched_adapter_unload_maybe(sched_t *s, lora_adapter_t *ad);
 void sched_loads_send_queued(sched_t *s);
 // A worker's answer to an adapter command (rank, the command's rid).
 void sched_op_answer(sched_t *s, int rank, uint64_t rid, bool ok, uint32_t lora_rank, uint64_t bytes,
-                     uint32_t code, const char *reason, const char *late_load_id);
+                     uint32_t pages, uint32_t code, const char *reason, const char *late_load_id);
 // Every rank answered (or the command is over): act on the outcome, then free it.
 void sched_op_complete(sched_t *s, op_t *op);
 void sched_op_free(sched_t *s, op_t *op);
 void sched_answer_loaded(sched_t *s, void *reply, uint64_t rid, const char *name, const char *id, bool ok,
-                         uint32_t lora_rank, uint32_t code, const char *reason);
+                         uint32_t lora_rank, uint32_t pages, uint32_t code, const char *reason);
 void sched_answer_unloaded(sched_t *s, void *reply, uint64_t rid, const char *name, const char *id, bool ok,
                            uint32_t code, const char *reason);
+
+// sched_pages.c
+// Pages the adapters in slots hold that a page wanted now may take: those of the unlocked
+// slots whose adapter is not in keep (nkeep entries).
+uint32_t sched_pages_evictable(const sched_t *s, lora_adapter_t *const *keep, int nkeep);
+// Pages every adapter in a slot holds, and (*resident) how many adapters are in slots.
+uint32_t sched_pages_adapters(const sched_t *s, uint32_t *resident);
+// One page, a reference on it: a free or idle cached block, else an idle adapter (not in keep)
+// leaves its slot, LRU/FIFO as the slot policy says. -1 when neither gives one.
+int sched_page_take(sched_t *s, lora_adapter_t *const *keep, int nkeep, uint32_t *page);
+// ad leaves its slot and gives its pages back (nothing when it has no slot).
+void sched_slot_vacate(sched_t *s, lora_adapter_t *ad);
+void sched_slots_vacate_all(sched_t *s);
+// Puts ad (in the CPU tier, in no slot) into slot (lora_slot_pick's answer), its occupant
+// leaving it, on pages_need pages (sched_page_take with keep), and tells the workers
+// (PrefetchAdapter) before the plan that names the slot. ahead (a prefetch for requests next
+// in line): only free pages and the occupant's, leaving one per running request. -1, nothing
+// changed, when the pages are not there.
+int sched_slot_fill(sched_t *s, lora_adapter_t *ad, int slot, lora_adapter_t *const *keep, int nkeep, bool ahead);
 
 #endif

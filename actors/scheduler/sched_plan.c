@@ -1,8 +1,9 @@
 // sched_plan — the scheduler core's step plan (sched_impl.h): admission order (tenants take
 // turns, aged and preempted requests first), the running requests' decodes and prompt chunks,
 // the waiting ones admitted within the token budget, the KV blocks and the slot constraint,
-// slots filled and prefetched for the requests next in line, and the StepPlan sent. The
-// policy is docs/scheduling.md's; sched.c holds the requests, their KV and the events.
+// slots filled (with their pages) and prefetched for the requests next in line, and the
+// StepPlan sent. The policy is docs/scheduling.md's; sched.c holds the requests, their KV and
+// the events.
 #include "sched_impl.h"
 
 #include <assert.h>
@@ -63,24 +64,9 @@ static req_t **s_waiting_order(sched_t *s, size_t *n) {
     return v;
 }
 
-static void s_slot_fill(sched_t *s, lora_adapter_t *ad, int slot, bool prefetch) {
-    lora_slot_assign(s->lora, ad, slot, s->step + 1);
-    s->stats.adapter_cold_loads++;
-    if (!prefetch)
-        return;
-    // Tell the workers now, so the copy overlaps the step in flight.
-    s->stats.adapter_prefetches++;
-    ls_msg_t m;
-    ls_msg_init(&m, LS_MSG_PREFETCH_ADAPTER);
-    m.u.prefetch_adapter.adapter_id = sched_strdup(ad->id);
-    m.u.prefetch_adapter.slot = slot;
-    m.u.prefetch_adapter.name = sched_strdup(ad->name);
-    sched_emit(s, SCHED_TO_WORKERS, 0, NULL, &m);
-    ls_msg_clear(&m);
-}
-
-// Pinned adapters hold a slot for good: give one to any that has none (after a load or a
-// worker restart), and reload pinned adapters the workers lost.
+// Pinned adapters hold a slot and its pages for good: give one to any that has none (after a
+// load or a worker restart; idle adapters give way), and reload pinned adapters the workers
+// lost.
 static void s_pin_upkeep(sched_t *s, uint64_t now) {
     for (int i = 0; i < lora_count(s->lora); i++) {
         lora_adapter_t *ad = lora_at(s->lora, i);
@@ -91,7 +77,7 @@ static void s_pin_upkeep(sched_t *s, uint64_t now) {
         else if (ad->slot < 0) {
             int slot = lora_slot_pick(s->lora, NULL, 0, NULL, 0);
             if (slot >= 0)
-                s_slot_fill(s, ad, slot, true);
+                sched_slot_fill(s, ad, slot, NULL, 0, false);
         }
     }
 }
@@ -209,8 +195,10 @@ static int s_slots_pick(sched_t *s, const req_t *r, int *slot) {
     return 0;
 }
 
-// Waiting requests in admission order, within the budget, the running cap, free KV blocks and
-// the slot constraint; then age those that were passed over.
+// Waiting requests in admission order, within the budget, the running cap, the slot
+// constraint and the pages (its adapters' and its KV blocks'); then age those that were
+// passed over. Short of slots a request is passed over; short of pages admission stops, as
+// admitting later requests instead would starve it.
 static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budget, uint64_t now) {
     size_t n;
     req_t **order = s_waiting_order(s, &n);
@@ -239,21 +227,31 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
             gate |= s_first_class(s, r);
             continue;
         }
+        // Its cached prefix first (referenced, so the pages taken next leave it alone), then
+        // its adapters' pages, then the blocks of its first chunk.
         uint32_t len = sched_seq_len(r);
         sched_blocks_cap(r, len / bs + 1);
         uint32_t hit = kv_match(s->kv, sched_key(r), r->tokens, len, r->blocks, &r->cache_node);
         r->n_blocks = r->n_published = hit;
         r->computed = hit * bs;
         uint32_t chunk = sched_min_u32(sched_min_u32(len - r->computed, (uint32_t)s->cfg.chunked_prefill_size), *budget);
-        if (sched_reserve(s, r, r->computed + chunk, false) < 0) {
+        bool placed = true;
+        for (uint32_t k = 0; k < r->n_ads && placed; k++)
+            placed = slot[k] < 0 || sched_slot_fill(s, r->ads[k], slot[k], r->ads, (int)r->n_ads, false) == 0;
+        if (!placed || sched_reserve(s, r, r->computed + chunk, false) < 0) {
             sched_free_blocks(s, r);
-            break;  // the cache is full: admitting later requests instead would starve this one
+            if (s->running.n == 0) {
+                // Nothing runs, so only the pinned adapters hold pages: it never fits (the
+                // pinned ones changed since it came, or its blocks were counted without them).
+                order[i] = NULL;
+                sched_req_finish(s, r, NULL, LS_FINISH_REASON_ERROR,
+                                 "its KV blocks and adapters do not fit the GPU pool beside the pinned adapters");
+                continue;
+            }
+            break;  // the pool is full: admitting later requests instead would starve this one
         }
         for (uint32_t k = 0; k < r->n_ads; k++)
-            if (slot[k] >= 0)
-                s_slot_fill(s, r->ads[k], slot[k], false);
-            else
-                s->stats.adapter_residency_hits++;
+            s->stats.adapter_residency_hits += slot[k] < 0;
         s->stats.prefix_hit_tokens += r->computed;
         if (!r->admitted)
             r->cached_tokens = r->computed;
@@ -273,6 +271,8 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
     // adapter is still loading is not: the scheduler is not choosing against it.
     for (size_t i = 0; i < passed_by; i++) {
         req_t *r = order[i];
+        if (!r)
+            continue;  // failed above
         bool resident = true;
         for (uint32_t k = 0; k < r->n_ads; k++)
             resident &= r->ads[k]->resident;
@@ -282,7 +282,8 @@ static void s_plan_admit(sched_t *s, ls_msg_step_items_t *items, uint32_t *budge
     free(order);
 }
 
-// While the step runs, fill free or idle slots with the adapters of the requests next in line.
+// While the step runs, fill free or idle slots with the adapters of the requests next in line,
+// on free pages only (sched_slot_fill ahead).
 static void s_prefetch(sched_t *s) {
     int slots = lora_slots(s->lora);
     if (slots == 0)
@@ -304,11 +305,10 @@ static void s_prefetch(sched_t *s) {
                 continue;
             if (ad->slot < 0) {
                 int slot = lora_slot_pick(s->lora, keep, nkeep, NULL, 0);
-                if (slot < 0) {
+                if (slot < 0 || sched_slot_fill(s, ad, slot, keep, nkeep, true) < 0) {
                     full = true;
                     break;
                 }
-                s_slot_fill(s, ad, slot, true);
             }
             keep[nkeep++] = ad;
         }
@@ -331,12 +331,13 @@ static void s_restore_upkeep(sched_t *s, uint64_t now) {
 
 // With a step in flight nothing is preempted, so a request whose blocks are full waits for a
 // plan that may preempt: plan ahead only when every running request with more to run can take
-// its next token's block, else wait for the step in flight and plan then.
+// its next token's block (idle adapters' pages included), else wait for the step in flight
+// and plan then.
 static bool s_ahead_fits(const sched_t *s) {
     uint32_t bs = kv_block_size(s->kv), need = 0;
     for (const req_t *r = s->running.head; r; r = r->next)
         need += s_plan_has_more(s, r) && r->n_blocks * bs == sched_plan_computed(r);
-    return need <= kv_available(s->kv);
+    return need <= kv_available(s->kv) + sched_pages_evictable(s, NULL, 0);
 }
 
 // One plan: built, sent and recorded in flight; false when there was nothing to run.

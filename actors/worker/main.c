@@ -175,16 +175,13 @@ static int s_load_engine(ls_actor_t *a) {
     }
     const ls_model_config_t *cfg = ls_model_config(s_w.model);
     s_w.n_eos = ls_model_eos_ids(s_w.model_path, cfg, s_w.eos_ids, (int)(sizeof s_w.eos_ids / sizeof *s_w.eos_ids));
-    int blocks = s_w.kv_blocks;
-    if (blocks <= 0) {
-        // Both K and V, every layer, as the backend stores the cache (f32 on the CPU backend,
-        // the model's weight dtype on the GPU), for the rank's KV heads.
+    int pages = s_w.kv_blocks;
+    if (pages <= 0) {
+        // A page is a KV block: both K and V, every layer, as the backend stores the cache
+        // (f32 on the CPU backend, the model's weight dtype on the GPU), for the rank's KV
+        // heads. The adapters in GPU slots take pages of the same pool (docs/memory.md).
         size_t per_block = ls_kv_cache_block_bytes(s_w.model, s_w.block_size, ls_model_kv_dtype(s_w.model));
-        blocks = (int)(((size_t)s_w.kv_cache_mb << 20) / per_block);
-    }
-    if (!(s_w.kv = ls_kv_cache_new(s_w.model, blocks, s_w.block_size, err, sizeof err))) {
-        ls_error(0, "cannot allocate the KV cache: %s", err);
-        return -1;
+        pages = (int)(((size_t)s_w.kv_cache_mb << 20) / per_block);
     }
     ls_lora_pool_config_t pc = {.max_loras_per_batch = s_w.max_loras_per_batch,
                                 .max_lora_rank = s_w.max_lora_rank,
@@ -193,19 +190,21 @@ static int s_load_engine(ls_actor_t *a) {
                                 .tp_rank = s_w.rank,
                                 .tp_size = s_w.tp_size,
                                 .extra_vocab_size = s_w.extra_vocab_size};
-    if (!(s_w.pool = ls_lora_pool_new(s_w.be, cfg, &pc, err, sizeof err))) {
-        ls_error(0, "cannot create the adapter pool: %s", err);
+    if (wstep_memory_new(s_w.model, pages, s_w.block_size, &pc, &s_w.kv, &s_w.pool, err, sizeof err) != 0) {
+        ls_error(0, "cannot allocate the GPU pool (KV cache and adapters): %s", err);
         return -1;
     }
     s_w.history = ls_history_new();
     s_w.constrain = wcon_new(s_w.model_path, cfg->vocab_size);
-    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d, projections in %s; KV cache %d blocks of %d tokens (%s); %d adapter "
-               "slots of rank %d; CPU tier %.1f MB (an adapter of rank %d on every target: %.1f MB); rank %d of %d",
+    ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d, projections in %s; GPU pool of %d pages, each a KV block of %d "
+               "tokens (%s) or adapter weights; %d adapter slots of rank up to %d; CPU tier %.1f MB (an adapter of rank %d "
+               "on every target: %.1f MB, %d pages); rank %d of %d",
             ls_arch_name(cfg->arch), cfg->num_hidden_layers, cfg->hidden_size, cfg->vocab_size,
-            ls_model_fp8(s_w.model) ? "FP8 (E4M3, per-channel scales)" : ls_dtype_name(ls_model_kv_dtype(s_w.model)), blocks,
+            ls_model_fp8(s_w.model) ? "FP8 (E4M3, per-channel scales)" : ls_dtype_name(ls_model_kv_dtype(s_w.model)), pages,
             s_w.block_size, ls_dtype_name(ls_kv_cache_dtype(s_w.kv)), s_w.max_loras_per_batch, s_w.max_lora_rank,
             (double)ls_lora_pool_stats(s_w.pool).host_total / 1e6, s_w.max_lora_rank,
-            (double)ls_lora_pool_image_max_bytes(s_w.pool) / 1e6, s_w.rank, s_w.tp_size);
+            (double)ls_lora_pool_image_max_bytes(s_w.pool) / 1e6, ls_lora_pool_image_max_pages(s_w.pool), s_w.rank,
+            s_w.tp_size);
     s_send_info(a);
     return 0;
 }
@@ -425,7 +424,6 @@ typedef struct {
     ls_route_t *route;
     uint64_t rid;
     char *name, *adapter_id, *path;
-    int slot;
     ls_model_config_t cfg;
     int max_rank;
     ls_lora_pool_t *pool;
@@ -449,9 +447,9 @@ static void s_load_work(void *arg) {
     l->load_us = (ls_mono_ns() - t0) / 1000;
 }
 
-// rank and bytes: the image's, when ok.
+// rank, bytes and pages: the image's, when ok.
 static void s_answer_loaded(ls_actor_t *a, s_load_t *l, int ok, uint32_t code, const char *reason, int rank,
-                            size_t bytes) {
+                            size_t bytes, int pages) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_ADAPTER_LOADED);
     m.rid = l->rid;
@@ -462,6 +460,7 @@ static void s_answer_loaded(ls_actor_t *a, s_load_t *l, int ok, uint32_t code, c
     m.u.adapter_loaded.reason = ls_msg_strdup(reason);
     m.u.adapter_loaded.rank = (uint32_t)rank;
     m.u.adapter_loaded.bytes = bytes;
+    m.u.adapter_loaded.pages = (uint32_t)pages;
     m.u.adapter_loaded.load_us = l->load_us;
     ls_actor_send_route(a, l->route, &m, NULL);
     ls_msg_clear(&m);
@@ -497,25 +496,22 @@ static void s_load_done(ls_actor_t *a, void *arg) {
     if (!l->image) {
         ls_warn(l->rid, "adapter %s (%s) not loaded: %s", l->name, l->path, l->err);
         // a full tier is the scheduler's to fix (it makes room first); anything else is the adapter's fault
-        s_answer_loaded(a, l, 0, l->full ? LS_ERROR_CODE_UNAVAILABLE : LS_ERROR_CODE_BAD_REQUEST, l->err, 0, 0);
+        s_answer_loaded(a, l, 0, l->full ? LS_ERROR_CODE_UNAVAILABLE : LS_ERROR_CODE_BAD_REQUEST, l->err, 0, 0, 0);
     } else {
-        int rank = ls_lora_image_rank(l->image);
+        int rank = ls_lora_image_rank(l->image), pages = ls_lora_image_pages(l->image);
         size_t bytes = ls_lora_image_bytes(l->image);
         ls_lora_image_t *img = l->image;
         l->image = NULL;  // the pool's once added; the failure path below gives it back
-        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &img, err, sizeof err) < 0 ||
-            (l->slot >= 0 && ls_lora_pool_assign(s_w.pool, l->adapter_id, l->slot + 1, err, sizeof err) < 0)) {
+        if (ls_lora_pool_add(s_w.pool, l->adapter_id, &img, err, sizeof err) < 0) {
             ls_warn(l->rid, "adapter %s not added: %s", l->name, err);
-            if (!img)  // added, then the assign failed: the pool owns the image
-                ls_lora_pool_remove(s_w.pool, l->adapter_id, NULL, 0);
             l->image = img;
-            s_answer_loaded(a, l, 0, LS_ERROR_CODE_UNAVAILABLE, err, 0, 0);
+            s_answer_loaded(a, l, 0, LS_ERROR_CODE_UNAVAILABLE, err, 0, 0, 0);
         } else {
             ls_info(l->rid, "adapter %s loaded from %s: rank %d, %.1f MB in the CPU tier, %.1f ms", l->name, l->path,
                     rank, (double)bytes / 1e6, (double)l->load_us / 1e3);
             ls_actor_count(a, "adapters_loaded", 1);
             s_adapter_progress(a, l, bytes);
-            s_answer_loaded(a, l, 1, 0, NULL, rank, bytes);
+            s_answer_loaded(a, l, 1, 0, NULL, rank, bytes, pages);
         }
     }
     s_load_free(l);
@@ -529,7 +525,6 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     l->name = ls_msg_strdup(req->name ? req->name : "");
     l->adapter_id = ls_msg_strdup(req->adapter_id ? req->adapter_id : "");
     l->path = ls_msg_strdup(req->path ? req->path : "");
-    l->slot = req->slot;
     l->cfg = *ls_model_config(s_w.model);
     l->max_rank = s_w.max_lora_rank;
     l->pool = s_w.pool;
@@ -541,26 +536,26 @@ static int s_on_load_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
         why = "loading adapters from tensors is not supported by this worker yet";
     else if (!*l->path)
         why = "LoadAdapter without a path";
-    else if (l->slot >= ls_lora_pool_n_slots(s_w.pool) - 1)
-        why = "slot out of range";
+    else if (req->slot >= 0)
+        why = "LoadAdapter loads into the CPU tier only (slot -1): PrefetchAdapter fills GPU slots, on the pages it names";
     if (why) {
-        s_answer_loaded(a, l, 0, LS_ERROR_CODE_BAD_REQUEST, why, 0, 0);
+        s_answer_loaded(a, l, 0, LS_ERROR_CODE_BAD_REQUEST, why, 0, 0, 0);
         s_load_free(l);
         return -1;
     }
     // Loads are idempotent: a scheduler that lost track (its restart, a retried rollback) asks
     // again for what this worker holds.
-    int rank;
+    int rank, pages;
     size_t bytes;
-    if (ls_lora_pool_image_info(s_w.pool, l->adapter_id, &rank, &bytes) == 0) {
-        s_answer_loaded(a, l, 1, 0, NULL, rank, bytes);
+    if (ls_lora_pool_image_info(s_w.pool, l->adapter_id, &rank, &bytes, &pages) == 0) {
+        s_answer_loaded(a, l, 1, 0, NULL, rank, bytes, pages);
         s_load_free(l);
         return 0;
     }
     // Disk reads and validation off the loop: steps keep running meanwhile.
     s_adapter_progress(a, l, 0);
     if (ls_actor_job(a, s_load_work, s_load_done, l) < 0) {
-        s_answer_loaded(a, l, 0, LS_ERROR_CODE_INTERNAL, "cannot start the load job", 0, 0);
+        s_answer_loaded(a, l, 0, LS_ERROR_CODE_INTERNAL, "cannot start the load job", 0, 0, 0);
         s_load_free(l);
         return -1;
     }
@@ -591,10 +586,10 @@ static int s_on_prefetch_adapter(ls_actor_t *a, ls_in_t *in, void *state) {
     const ls_msg_prefetch_adapter_t *req = &in->msg->u.prefetch_adapter;
     char err[512];
     // On the CPU backend the copy is synchronous; a step naming this slot later finds it done.
-    if (!req->adapter_id || req->slot < 0 || req->slot + 1 >= ls_lora_pool_n_slots(s_w.pool) ||
-        ls_lora_pool_assign(s_w.pool, req->adapter_id, req->slot + 1, err, sizeof err) < 0) {
+    wstep_engine_t e = s_engine();
+    if (wstep_prefetch(&e, req, err, sizeof err) < 0) {
         ls_warn(in->msg->rid, "prefetch of %s into slot %d failed: %s", req->adapter_id ? req->adapter_id : "?",
-                req->slot, req->adapter_id ? err : "no adapter_id");
+                req->slot, err);
         return -1;
     }
     ls_actor_count(a, "prefetches", 1);
@@ -646,12 +641,14 @@ int main(int argc, char **argv) {
                     "quantized to E4M3 at load)"),
         LS_FLAG_STR("backend", &s_w.backend_name, "cpu", "compute backend: cpu or cuda (builds with nvcc)"),
         LS_FLAG_INT("device", &s_w.device, "-1", "GPU of the cuda backend (-1: the worker's rank)"),
-        LS_FLAG_INT("kv-cache-mb", &s_w.kv_cache_mb, "256", "KV cache size when --kv-blocks is not given"),
-        LS_FLAG_INT("kv-blocks", &s_w.kv_blocks, "0", "KV cache blocks (0: from --kv-cache-mb)"),
+        LS_FLAG_INT("kv-cache-mb", &s_w.kv_cache_mb, "256",
+                    "GPU pool size when --kv-blocks is not given: the KV cache and the adapters in GPU slots share "
+                    "its pages (docs/memory.md)"),
+        LS_FLAG_INT("kv-blocks", &s_w.kv_blocks, "0", "GPU pool pages, each a KV block or adapter weights (0: from --kv-cache-mb)"),
         LS_FLAG_INT("block-size", &s_w.block_size, "16", "tokens per KV block"),
         LS_FLAG_INT("max-loras-per-batch", &s_w.max_loras_per_batch, LS_LIMITS_STR(LS_DEFAULT_MAX_LORAS_PER_BATCH),
-                    "adapter slots (distinct adapters in a step)"),
-        LS_FLAG_INT("max-lora-rank", &s_w.max_lora_rank, "64", "largest adapter rank a slot holds"),
+                    "adapter slots (distinct adapters in a step): handles; adapters' weights take pool pages by their rank"),
+        LS_FLAG_INT("max-lora-rank", &s_w.max_lora_rank, "64", "largest adapter rank"),
         LS_FLAG_INT("lora-extra-vocab-size", &s_w.extra_vocab_size, "0",
                     "rows of the embedding and of lm_head a slot holds for its adapter's trainable tokens; 0: none"),
         LS_FLAG_INT("max-loaded-loras", &s_w.max_loaded_loras, "0",

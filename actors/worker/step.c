@@ -10,9 +10,41 @@
 #include "ls_actor.h"
 #include "lora_pool.h"
 
-// Puts adapter id in the scheduler's slot (-1 or no id: none, the base model's slot). -1 + err
-// when it is not in the CPU tier.
-static int s_ensure_slot(const wstep_engine_t *e, const char *id, int32_t slot, int *engine_slot, char *err,
+int wstep_memory_new(ls_model_t *model, int pages, int block_size, const ls_lora_pool_config_t *pc,
+                     ls_kv_cache_t **kv, ls_lora_pool_t **pool, char *err, size_t errlen) {
+    if (!(*kv = ls_kv_cache_new(model, pages, block_size, err, errlen)))
+        return -1;
+    ls_page_arena_t arena = ls_kv_cache_arena(*kv);
+    if (!(*pool = ls_lora_pool_new(ls_model_backend(model), ls_model_config(model), pc, &arena, err, errlen))) {
+        ls_kv_cache_destroy(kv);
+        return -1;
+    }
+    return 0;
+}
+
+int wstep_prefetch(const wstep_engine_t *e, const ls_msg_prefetch_adapter_t *p, char *err, size_t errlen) {
+    if (!p->adapter_id || p->slot < 0 || p->slot + 1 >= ls_lora_pool_n_slots(e->pool)) {
+        snprintf(err, errlen, "PrefetchAdapter for slot %d of %d%s", p->slot, ls_lora_pool_n_slots(e->pool) - 1,
+                 p->adapter_id ? "" : " names no adapter");
+        return -1;
+    }
+    int32_t *pages = malloc((p->pages.n ? p->pages.n : 1) * sizeof *pages);
+    if (!pages) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    // ids past INT32_MAX become negative: refused as outside the arena
+    for (size_t i = 0; i < p->pages.n; i++)
+        pages[i] = (int32_t)p->pages.v[i];
+    int rc = ls_lora_pool_assign(e->pool, p->adapter_id, p->slot + 1, pages, (int)p->pages.n, err, errlen);
+    free(pages);
+    return rc;
+}
+
+// The engine slot of the scheduler's slot (-1 or no id: none, the base model's slot), which
+// must hold adapter id: the scheduler put it there with PrefetchAdapter before this plan. -1 +
+// err when it does not (that PrefetchAdapter failed, or the slot lost it since).
+static int s_engine_slot(const wstep_engine_t *e, const char *id, int32_t slot, int *engine_slot, char *err,
                          size_t errlen) {
     if (slot < 0 || !id || !*id) {
         *engine_slot = LS_LORA_SLOT_BASE;
@@ -21,16 +53,18 @@ static int s_ensure_slot(const wstep_engine_t *e, const char *id, int32_t slot, 
     *engine_slot = slot + 1;
     if (ls_lora_pool_slot_of(e->pool, id) == *engine_slot)
         return 0;
-    return ls_lora_pool_assign(e->pool, id, *engine_slot, err, errlen);
+    snprintf(err, errlen, "adapter %s is not in GPU slot %d (the scheduler places adapters with PrefetchAdapter)", id,
+             slot);
+    return -1;
 }
 
-// The item's adapter, or each component of its mix (parts: LS_LORA_MIX_MAX of them), into
-// its slot, and seq's LoRA fields set to match. -1 + err as s_ensure_slot, or for a mix of
+// seq's LoRA fields for the item's adapter, or each component of its mix (parts:
+// LS_LORA_MIX_MAX of them), each in the slot the plan names. -1 + err as s_engine_slot, or for a mix of
 // more than LS_LORA_MIX_MAX.
 static int s_seq_lora(const wstep_engine_t *e, const ls_msg_step_item_t *it, ls_model_seq_t *seq,
                       ls_model_lora_part_t *parts, char *err, size_t errlen) {
     if (!it->mix.n)
-        return s_ensure_slot(e, it->adapter_id, it->adapter_slot, &seq->lora_slot, err, errlen);
+        return s_engine_slot(e, it->adapter_id, it->adapter_slot, &seq->lora_slot, err, errlen);
     if (it->mix.n > LS_LORA_MIX_MAX) {
         snprintf(err, errlen, "rid %llu: a mix of %zu adapters (at most %d)", (unsigned long long)it->rid,
                  it->mix.n, LS_LORA_MIX_MAX);
@@ -38,7 +72,7 @@ static int s_seq_lora(const wstep_engine_t *e, const ls_msg_step_item_t *it, ls_
     }
     for (size_t k = 0; k < it->mix.n; k++) {
         parts[k].weight = it->mix.v[k].weight;
-        if (s_ensure_slot(e, it->mix.v[k].adapter_id, it->mix.v[k].slot, &parts[k].slot, err, errlen) < 0)
+        if (s_engine_slot(e, it->mix.v[k].adapter_id, it->mix.v[k].slot, &parts[k].slot, err, errlen) < 0)
             return -1;
     }
     seq->lora_slot = LS_LORA_SLOT_BASE;

@@ -2,7 +2,7 @@
 // without sockets (bench/bench_serve_engine.c: the scheduler's core and the engine in one
 // process) runs plans exactly as the worker does.
 //
-// For each item: its adapter into the slot the plan names (from the CPU tier), its tokens at
+// For each item: its adapter in the slot the plan names (put there by PrefetchAdapter), its tokens at
 // its position in its block table, its prompt and outputs recorded for the sampling penalties;
 // one ls_model_forward for the whole plan; then, on rank 0, sampling row by row in plan order
 // (stop tokens banned before min_new_tokens, grammar masks on constrained rows, whose automata
@@ -36,6 +36,17 @@ typedef struct {
     const char *backend;  // for messages
     uint32_t max_items, max_tokens;  // the most requests and tokens one plan may carry (0: no limit)
 } wstep_engine_t;
+
+// The GPU pool of `pages` pages (docs/memory.md): the KV cache, a page one block of
+// block_size tokens of every layer, and the adapter pool of pc over the same pages. Which
+// page holds what is the scheduler's to say: KV blocks through block tables, adapters
+// through PrefetchAdapter. -1 + err on failure (nothing left made).
+int wstep_memory_new(ls_model_t *model, int pages, int block_size, const ls_lora_pool_config_t *pc,
+                     ls_kv_cache_t **kv, ls_lora_pool_t **pool, char *err, size_t errlen);
+// PrefetchAdapter: its adapter (in the CPU tier) into its slot on its pages, the copy
+// started. -1 + err when the message names no adapter or no slot of this pool, or as
+// ls_lora_pool_assign.
+int wstep_prefetch(const wstep_engine_t *e, const ls_msg_prefetch_adapter_t *p, char *err, size_t errlen);
 
 // Whether plan fits what this worker was configured for: its items and tokens, each item's
 // context, block table and sampling arrays against the model and the KV cache. -1 + err when it

@@ -85,13 +85,14 @@ namespace cg = cooperative_groups;
 enum { ATT_WARPS = 4, ATT_GC = 8 }; // warps per block, query heads per pass
 
 // out is (T, n_heads*head_dim), q is (T, row_stride),
-// k_cache, v_cache are (slots, n_kv_heads*head_dim); E = elements per lane (head_dim <= 32E)
+// k_cache, v_cache are blocks of (block_size, n_kv_heads*head_dim), block_stride elements
+// apart; E = elements per lane (head_dim <= 32E)
 template <typename TC, int E>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attention_v1(float *out, const float *q, const TC *k_cache, const TC *v_cache,
             const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
             int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
-            int row_stride, float scale) {
+            size_t block_stride, int row_stride, float scale) {
     extern __shared__ float smem[]; // (ATT_WARPS, ATT_GC, head_dim + 2): acc, max, sum
     int t = blockIdx.x, kvh = blockIdx.y;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -118,9 +119,10 @@ k_attention_v1(float *out, const float *q, const TC *k_cache, const TC *v_cache,
             l[g] = 0.0f;
         }
         for (int j = warp; j < n_keys; j += ATT_WARPS) {
-            size_t slot = (size_t)table[j / block_size] * block_size + j % block_size;
-            const TC *kr = k_cache + slot * kv_dim + kv_off;
-            const TC *vr = v_cache + slot * kv_dim + kv_off;
+            size_t row = (size_t)table[j / block_size] * block_stride +
+                         (size_t)(j % block_size) * kv_dim + kv_off;
+            const TC *kr = k_cache + row;
+            const TC *vr = v_cache + row;
             float kv[E], vv[E];
 #pragma unroll
             for (int e = 0; e < E; e++) {
@@ -329,8 +331,9 @@ __device__ __forceinline__ void s_merge(float *out, const uint4 *s_sm, int W, in
 #endif
 }
 
-// out is (T, n_heads*head_dim), q is (T, row_stride), k_cache, v_cache are (slots,
-// n_kv_heads*head_dim) with head_dim*sizeof(TC) % 16 == 0. Grid (T*n_pass*cs, n_kv_heads),
+// out is (T, n_heads*head_dim), q is (T, row_stride), k_cache, v_cache are blocks of
+// (block_size, n_kv_heads*head_dim), block_stride elements apart, with head_dim*sizeof(TC) %
+// 16 == 0. Grid (T*n_pass*cs, n_kv_heads),
 // clusters of (cs, 1, 1); blockDim W*32. L lanes per key, NC 16-byte chunks per lane and
 // row (chunk c = li + L*k), GC query heads per pass. Dynamic shared memory: W rings of
 // (AT_NST, 2, NC, 32) 16-byte chunks, then the CTA's merged state (GC, head_dim + 2).
@@ -339,7 +342,7 @@ __global__ void __launch_bounds__(AT_MAXW * 32, 1)
 k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
                const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
                int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
-               int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
+               size_t block_stride, int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
     constexpr int VE = 16 / (int)sizeof(TC), KPS = 32 / L, RING = AT_NST * 2 * NC * 32;
     extern __shared__ uint4 s_sm[];
     const TC *k_cache = (const TC *)kc_, *v_cache = (const TC *)vc_;
@@ -392,7 +395,7 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
         if (i < nw) {
             int j = key_of(i);
             int off = bs_shift >= 0 ? j & (block_size - 1) : j % block_size;
-            size_t row = ((size_t)page * block_size + off) * kv_dim + kv_off;
+            size_t row = (size_t)page * block_stride + (size_t)off * kv_dim + kv_off;
             const char *kr = (const char *)(k_cache + row), *vr = (const char *)(v_cache + row);
             uint4 *st = ring + (i % AT_NST) * (2 * NC * 32);
 #pragma unroll
@@ -534,7 +537,7 @@ __device__ __forceinline__ uint32_t s_pack(float lo, float hi) {
 __device__ __forceinline__ float s_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float s_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
-// k_attention_tc: as k_attention_v2, for bf16 caches with head_dim D (64 or 128) and
+// k_attention_tc: as k_attention_v2 (block_stride in elements), for bf16 caches with head_dim D (64 or 128) and
 // block_size % 8 == 0, on the tensor cores (mma.sync, sm_80+) and still fp32-exact: an fp32
 // x splits into three bf16 pieces x = x0 + x1 + x2 (each the rounding of what the ones
 // before leave, every difference exact; 24 bits in all, as many as fp32 holds), and a bf16
@@ -553,7 +556,7 @@ __global__ void __launch_bounds__(AT_MAXW * 32, 1)
 k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
                const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
                int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
-               int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
+               size_t block_stride, int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
     constexpr int GC = 4, RB = D * 2, NCK = D / 8, NJ = D / 32, KS = D / 16;
     constexpr int STAGE = 2 * TC_KEYS * RB; // bytes: 8 K rows, then 8 V rows
     constexpr int RING = TC_NST * STAGE;    // bytes per warp
@@ -620,7 +623,7 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
             int key0 = k0 + (warp + i * W) * TC_KEYS;
             int off0 = bs_shift >= 0 ? key0 & (block_size - 1) : key0 % block_size;
             int last = k1 - 1 - key0;
-            size_t row0 = ((size_t)page * block_size + off0) * kv_bytes + head_off;
+            size_t row0 = (size_t)page * block_stride * 2 + (size_t)off0 * kv_bytes + head_off;
             const char *kb = kc + row0, *vb = vc + row0;
             unsigned st = ring_s + (i % TC_NST) * STAGE;
 #pragma unroll
@@ -727,16 +730,17 @@ __device__ __forceinline__ void s_mma_b2(float (&c)[MT][N][4], int j, const uint
 
 // The prefill kernels' view of the paged cache. s_pf_page: the block-table entry of key (the
 // dependent read, issued a tile ahead); s_pf_row: the byte offset of key's row (kv head 0)
-// in that page — blocks of block_size rows of kv_bytes, back to back: the one place the
-// cache's layout enters these kernels.
+// in that page — a page's block_size rows of kv_bytes back to back at page * block_bytes (the
+// page-major pool: one layer's K or V of a page, its other layers' between pages): the one
+// place the cache's layout enters these kernels.
 __device__ __forceinline__ int s_pf_page(const int32_t *table, int key, int block_size,
                                          int bs_shift) {
     return __ldg(table + (bs_shift >= 0 ? key >> bs_shift : key / block_size));
 }
 __device__ __forceinline__ long long s_pf_row(int page, int key, int block_size, int bs_shift,
-                                              size_t kv_bytes) {
+                                              size_t kv_bytes, size_t block_bytes) {
     int off = bs_shift >= 0 ? key & (block_size - 1) : key % block_size;
-    return ((long long)page * block_size + off) * (long long)kv_bytes;
+    return (long long)page * (long long)block_bytes + (long long)off * (long long)kv_bytes;
 }
 
 // The query tile of a prefill CTA: blockIdx.z's sequence of seqs ((sequence, first token,
@@ -825,14 +829,16 @@ __device__ __forceinline__ int s_pf_positions(const int *s_pos, const int *s_whi
 template <int BN>
 __device__ __forceinline__ void s_pf_rows_first(long long (*rows)[BN], int pmax,
                                                 const int32_t *table, int block_size,
-                                                int bs_shift, size_t kv_bytes) {
+                                                int bs_shift, size_t kv_bytes,
+                                                size_t block_bytes) {
     const int tid = threadIdx.x;
     if (tid < BN)
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             int key = j * BN + tid;
             rows[j][tid] = key <= pmax ? s_pf_row(s_pf_page(table, key, block_size, bs_shift),
-                                                  key, block_size, bs_shift, kv_bytes)
+                                                  key, block_size, bs_shift, kv_bytes,
+                                                  block_bytes)
                                        : -1;
         }
 }
@@ -920,7 +926,8 @@ __global__ void __launch_bounds__(NW * 32)
 k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_,
                     const int32_t *seqs, const int32_t *positions,
                     const int32_t *block_tables, int max_blocks, int n_heads, int n_kv_heads,
-                    int block_size, int bs_shift, int row_stride, float qscale) {
+                    int block_size, int bs_shift, size_t block_bytes, int row_stride,
+                    float qscale) {
     constexpr int NT = NW * 32, BM = 16 * MT * NW, RB = 2 * D, NCH = D / 8;
     constexpr int STAGE = 2 * BN * RB;     // bytes: BN K rows, then BN V rows
     constexpr int CPT = BN * NCH / NT;     // chunks a thread copies per tile, of K and of V
@@ -953,7 +960,8 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
         s_pf_positions<NW, MT>(s_pos, s_whi, warp * 16 * MT, t.nrows, group, rpos, wlo, whi);
     const int nkt = pmax / BN + 1;
 
-    s_pf_rows_first<BN>(s_row, pmax, t.table, block_size, bs_shift, kv_bytes);
+    s_pf_rows_first<BN>(s_row, pmax, t.table, block_size, bs_shift, kv_bytes,
+                        block_bytes);
     __syncthreads();
 
     // tile j's K and V rows into stage j % 2
@@ -1085,7 +1093,7 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
         }
         if (tid < BN)
             s_row[ring2][tid] =
-                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes) : -1;
+                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes, block_bytes) : -1;
         ring1 = ring2;
         ring2 = ring2 == 2 ? 0 : ring2 + 1;
         __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible
@@ -1199,7 +1207,8 @@ __global__ void __launch_bounds__(256, MINB)
 k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *vc_,
                        const int32_t *seqs, const int32_t *positions,
                        const int32_t *block_tables, int max_blocks, int n_heads, int n_kv_heads,
-                       int block_size, int bs_shift, int row_stride, float qscale) {
+                       int block_size, int bs_shift, size_t block_bytes, int row_stride,
+                       float qscale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int D = 128, NT = 256, BM = 128, RB = 2 * D, HB = RB / 2; // HB: half a row
     constexpr int STAGE = 2 * BN * RB; // bytes: BN K rows, then BN V rows
@@ -1240,7 +1249,8 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
     if (lane == 0)
         s_rhi[warp] = whi;
 
-    s_pf_rows_first<BN>(s_row, pmax, t.table, block_size, bs_shift, kv_bytes);
+    s_pf_rows_first<BN>(s_row, pmax, t.table, block_size, bs_shift, kv_bytes,
+                        block_bytes);
     __syncthreads();
     // the warpgroup's largest row position: uniform over its 128 threads
     const int gwhi =
@@ -1342,7 +1352,7 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
         }
         if (tid < BN)
             s_row[ring2][tid] =
-                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes) : -1;
+                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes, block_bytes) : -1;
         ring1 = ring2;
         ring2 = ring2 == 2 ? 0 : ring2 + 1;
         __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible
@@ -1386,14 +1396,14 @@ static cudaError_t s_launch_v1(float *out, const float *q, const void *k_cache,
                                const void *v_cache, const int32_t *tok_seq,
                                const int32_t *positions, const int32_t *block_tables,
                                int max_blocks, int T, int n_heads, int n_kv_heads,
-                               int head_dim, int block_size, int row_stride,
+                               int head_dim, int block_size, size_t block_stride, int row_stride,
                                cudaStream_t stream) {
     dim3 grid(T, n_kv_heads);
     size_t smem = (size_t)ATT_WARPS * ATT_GC * (head_dim + 2) * sizeof(float);
     float scale = 1.0f / sqrtf((float)head_dim); // as the reference forms it
     k_attention_v1<TC, E><<<grid, ATT_WARPS * 32, smem, stream>>>(
         out, q, (const TC *)k_cache, (const TC *)v_cache, tok_seq, positions, block_tables,
-        max_blocks, n_heads, n_kv_heads, head_dim, block_size, row_stride, scale);
+        max_blocks, n_heads, n_kv_heads, head_dim, block_size, block_stride, row_stride, scale);
     return cudaGetLastError();
 }
 
@@ -1403,14 +1413,16 @@ typedef struct {
     const float *q;
     const void *k_cache, *v_cache;
     const int32_t *tok_seq, *positions, *block_tables;
-    int max_blocks, T, n_heads, n_kv_heads, head_dim, block_size, row_stride;
+    int max_blocks, T, n_heads, n_kv_heads, head_dim, block_size;
+    size_t block_stride;
+    int row_stride;
     cudaStream_t stream;
 } s_args_t;
 
 // k_attention_v2 and k_attention_tc share this signature
 typedef void (*s_kern_t)(float *, const float *, const void *, const void *, const int32_t *,
-                         const int32_t *, const int32_t *, int, int, int, int, int, int, int,
-                         float, int, int);
+                         const int32_t *, const int32_t *, int, int, int, int, int, size_t, int,
+                         int, float, int, int);
 
 // per kernel: set up once; act[cs][W] = 1 + how many clusters of cs CTAs of W warps run at
 // once (0: not asked yet)
@@ -1518,8 +1530,8 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
     cfg.numAttrs = cs > 1 ? 1 : 0; // no cluster attribute at all for single CTAs (sm_80)
     return cudaLaunchKernelEx(&cfg, kern, a->out, a->q, a->k_cache, a->v_cache, a->tok_seq,
                               a->positions, a->block_tables, a->max_blocks, a->n_heads,
-                              a->n_kv_heads, a->head_dim, a->block_size, bs_shift,
-                              a->row_stride, qscale, n_pass, cs);
+                              a->n_kv_heads, a->head_dim, a->block_size, a->block_stride,
+                              bs_shift, a->row_stride, qscale, n_pass, cs);
 }
 
 // one s_kinfo_t per kernel
@@ -1539,15 +1551,15 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
                             const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *block_tables, int max_blocks, int T, int n_heads,
                             int n_kv_heads, int head_dim, int block_size, int row_stride,
-                            cudaStream_t stream) {
+                            size_t block_stride, cudaStream_t stream) {
     assert(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && row_stride >= n_heads * head_dim);
     assert(head_dim > 0 && head_dim <= 256);
     if (T == 0)
         return cudaSuccess;
     s_props();
-    s_args_t a = {out,      q,     k_cache, v_cache,    tok_seq,   positions,  block_tables,
-                  max_blocks, T,   n_heads, n_kv_heads, head_dim, block_size, row_stride,
-                  stream};
+    s_args_t a = {out,      q,       k_cache,    v_cache,  tok_seq,    positions,
+                  block_tables, max_blocks, T, n_heads, n_kv_heads, head_dim,
+                  block_size, block_stride, row_stride, stream};
     int esz = cache_dt == LS_CU_F32 ? 4 : 2, row_bytes = head_dim * esz;
     int aligned = row_bytes % 16 == 0 && (uintptr_t)k_cache % 16 == 0 &&
                   (uintptr_t)v_cache % 16 == 0;
@@ -1580,7 +1592,7 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     LS_CU_DISPATCH(cache_dt, TC,                                                              \
         return s_launch_v1<TC, E>(out, q, k_cache, v_cache, tok_seq, positions, block_tables,\
                                   max_blocks, T, n_heads, n_kv_heads, head_dim, block_size,   \
-                                  row_stride, stream))
+                                  block_stride, row_stride, stream))
     if (head_dim <= 64) {
         LS_ATT_E(2);
     } else if (head_dim <= 128) {
@@ -1601,6 +1613,7 @@ typedef struct {
     int n_seqs, max_q;
     const int32_t *positions, *block_tables;
     int max_blocks, n_heads, n_kv_heads, head_dim, block_size, row_stride;
+    size_t block_stride;
     cudaStream_t stream;
 } s_pf_args_t;
 
@@ -1613,8 +1626,8 @@ enum { PF_MT = 2, PF_NW = 4, PF_BM = 16 * PF_MT * PF_NW };
 
 // k_attention_prefill and k_attention_prefill_wg share this signature
 typedef void (*s_pf_kern_t)(float *, const float *, const void *, const void *, const int32_t *,
-                            const int32_t *, const int32_t *, int, int, int, int, int, int,
-                            float);
+                            const int32_t *, const int32_t *, int, int, int, int, int, size_t,
+                            int, float);
 
 // One launch of a prefill kernel of bm query rows a CTA, nt threads and smem bytes of dynamic
 // shared memory for head_dim d; *ready: its shared memory set up (on the first launch: past
@@ -1645,7 +1658,8 @@ static cudaError_t s_pf_launch(s_pf_kern_t kern, int *ready, int bm, int nt, siz
     cfg.stream = a->stream;
     return cudaLaunchKernelEx(&cfg, kern, a->out, a->q, a->k_cache, a->v_cache, a->seqs,
                               a->positions, a->block_tables, a->max_blocks, a->n_heads,
-                              a->n_kv_heads, a->block_size, bs_shift, a->row_stride, qscale);
+                              a->n_kv_heads, a->block_size, bs_shift, a->block_stride * 2,
+                              a->row_stride, qscale);
 }
 
 // One launch of k_attention_prefill<D, MT, NW, BN>: Q (BM rows), then 2 stages of K and V.
@@ -1695,9 +1709,11 @@ cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const voi
                                            const int32_t *positions,
                                            const int32_t *block_tables, int max_blocks,
                                            int n_heads, int n_kv_heads, int head_dim,
-                                           int block_size, int row_stride,
+                                           int block_size, int row_stride, size_t block_stride,
                                            ls_cu_prefill_kernel_t which, cudaStream_t stream) {
     assert(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && row_stride >= n_heads * head_dim);
+    // pages 16-byte aligned, as the rows cp.async copies
+    assert(block_stride % 8 == 0 && block_stride >= (size_t)block_size * n_kv_heads * head_dim);
     assert(ls_cu_attention_prefill_ok(out, q, k_cache, v_cache, cache_dt, n_heads, n_kv_heads,
                                       head_dim, row_stride));
     if (which == LS_CU_PREFILL_WGMMA && !(head_dim == 128 && s_pf_wg_ok()))
@@ -1706,7 +1722,7 @@ cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const voi
         return cudaSuccess;
     s_pf_args_t a = {out,        q,       k_cache,    v_cache,  seqs,       n_seqs,
                      max_q,      positions, block_tables, max_blocks, n_heads, n_kv_heads,
-                     head_dim,   block_size, row_stride, stream};
+                     head_dim,   block_size, row_stride, block_stride, stream};
     if (which == LS_CU_PREFILL_WGMMA)
         return s_run_prefill_wg<64, 2>(&a);
     return head_dim == 64 ? s_run_prefill<64, PF_MT, PF_NW, 64>(&a)
@@ -1718,12 +1734,14 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
                                     const int32_t *seqs, int n_seqs, int max_q,
                                     const int32_t *positions, const int32_t *block_tables,
                                     int max_blocks, int n_heads, int n_kv_heads, int head_dim,
-                                    int block_size, int row_stride, cudaStream_t stream) {
+                                    int block_size, int row_stride, size_t block_stride,
+                                    cudaStream_t stream) {
     ls_cu_prefill_kernel_t which =
         head_dim == 128 && s_pf_wg_ok() ? LS_CU_PREFILL_WGMMA : LS_CU_PREFILL_MMA;
     return ls_cu_attention_prefill_kernel(out, q, k_cache, v_cache, cache_dt, seqs, n_seqs,
                                           max_q, positions, block_tables, max_blocks, n_heads,
-                                          n_kv_heads, head_dim, block_size, row_stride, which,
+                                          n_kv_heads, head_dim, block_size, row_stride,
+                                          block_stride, which,
                                           stream);
 }
 

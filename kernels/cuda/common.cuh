@@ -72,6 +72,14 @@ __device__ __forceinline__ void ls_dep_launch() {
 #endif
 }
 
+// Entry i (a row or chunk, piece included: i * np + q) of slot w's LoRA page table
+// (ls_lora_pages_t), through the read-only path
+template <typename T>
+__device__ __forceinline__ const T *ls_lora_entry(const ls_lora_pages_t &p, int w, size_t i) {
+    return reinterpret_cast<const T *>(
+        __ldg(reinterpret_cast<const unsigned long long *>(p.tab) + (size_t)w * p.stride + i));
+}
+
 template <typename T> __device__ __forceinline__ T ls_warp_sum(T v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)

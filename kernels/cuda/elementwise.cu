@@ -496,12 +496,13 @@ cudaError_t ls_cu_rope(float *x, const float *x2, const int32_t *positions,
 template <typename TC>
 __global__ void k_kv_store(TC *k_cache, TC *v_cache, const float *k, const float *v,
                            const float *v2, const int32_t *slot_mapping, int kv_dim,
-                           int row_stride) {
+                           int row_stride, int block_size, size_t block_stride) {
     int t = blockIdx.x;
     int slot = slot_mapping[t];
     if (slot < 0)
         return;
-    TC *kc = k_cache + (size_t)slot * kv_dim, *vc = v_cache + (size_t)slot * kv_dim;
+    size_t at = (size_t)(slot / block_size) * block_stride + (size_t)(slot % block_size) * kv_dim;
+    TC *kc = k_cache + at, *vc = v_cache + at;
     const float *kt = k + (size_t)t * row_stride, *vt = v + (size_t)t * row_stride;
     for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
         kc[i] = ls_from_f<TC>(kt[i]);
@@ -512,13 +513,15 @@ __global__ void k_kv_store(TC *k_cache, TC *v_cache, const float *k, const float
 cudaError_t ls_cu_kv_store(void *k_cache, void *v_cache, ls_cu_dtype_t cache_dt,
                            const float *k, const float *v, const float *v2,
                            const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
-                           int row_stride, cudaStream_t stream) {
+                           int row_stride, int block_size, size_t block_stride,
+                           cudaStream_t stream) {
     int kv_dim = n_kv_heads * head_dim;
-    assert(row_stride >= kv_dim);
+    assert(row_stride >= kv_dim && block_size > 0 && block_stride >= (size_t)block_size * kv_dim);
     if (T == 0)
         return cudaSuccess;
     LS_CU_DISPATCH(cache_dt, TC,
         k_kv_store<TC><<<T, 256, 0, stream>>>((TC *)k_cache, (TC *)v_cache, k, v, v2,
-                                              slot_mapping, kv_dim, row_stride));
+                                              slot_mapping, kv_dim, row_stride, block_size,
+                                              block_stride));
     LS_CU_CHECK_LAUNCH();
 }

@@ -8,6 +8,16 @@
     dominate and every byte of them is read exactly once per tile. Rows at or past a slot's
     rank are neither read nor written.
 
+    Adapters lie in pages (docs/memory.md) and come through the page table (ls_lora_pages_t):
+    A as rows, B as chunks of 8 rank columns, an (out_total, 8) array each, so a lane's
+    16-byte load of B is one chunk of one output row. A block resolves the pointers it needs
+    — its rank rows (shrink), its lanes' chunks (expand) — once, into registers (shared
+    memory in the tensor-core expand), before ls_dep_wait: the table's load is the one
+    dependent load the pages add, in the prologue that programmatic launch overlaps with the
+    kernel before; the inner loops are those of a dense slot with a row or chunk base. The
+    tuned kernels take whole rows and chunks (one piece); rows and chunks in pieces (pages
+    smaller than a row) go to v1 of each op.
+
     Which kernel runs is decided here, by the shape and the pools, and nowhere else:
 
     shrink (ls_cu_lora_shrink, and the decode op's first half)
@@ -20,7 +30,7 @@
       v2   other pools with 16-byte rows: 8 warps, K split over ks warps so that small grids
            still fill the GPU, 4 chunks of 16-byte loads in flight per lane, partial sums
            meeting in shared memory in a fixed order (k_lora_shrink2);
-      v1   rows or pools not 16-byte aligned: one element per lane (k_lora_shrink).
+      v1   rows not 16-byte aligned, or in pieces: one element per lane (k_lora_shrink).
     expand (ls_cu_lora_expand, ls_cu_lora_expand_long, the decode op's second half)
       v4   the decode op's multi-position tiles, bf16 B: mma.sync over each tile's own rank,
            blocks per (tile, slice, run of columns), so a mix of ranks in wide slots costs each
@@ -34,8 +44,8 @@
       tc   long segments (a prefill, many requests of one adapter: tiles of LS_CU_LORA_LONG
            positions) and ls_cu_lora_expand's accumulating multi-position tiles, bf16 B
            (k_lora_expand_tc);
-      v1   everything else: one output column per thread, B rows streamed (k_lora_expand; with
-           NT = LS_CU_LORA_LONG for long segments).
+      v1   everything else (chunks in pieces included): one output column per thread, B rows
+           streamed (k_lora_expand; with NT = LS_CU_LORA_LONG for long segments).
     The v2/v3/v4/tc kernels launch with programmatic dependent launch on sm_90 (ls_dep_wait)
     unless the caller says LS_CU_LORA_NO_PDL. The ones the decode op runs on 16-bit pools keep
     nothing in local memory (ls_cu_lora_local_bytes, checked by test_gpu_ops): a stack frame
@@ -82,6 +92,7 @@ __device__ __forceinline__ int s_row(const int32_t *perm, int p) {
     return perm ? perm[p] : p;
 }
 
+
 // The tile's x rows, x (T, in): xr[tt] for tt < TT, the last one repeated past tile.n (so
 // every pointer is a valid row)
 __device__ __forceinline__ void s_tile_xrows(const float *(&xr)[TT], const float *x,
@@ -92,11 +103,11 @@ __device__ __forceinline__ void s_tile_xrows(const float *(&xr)[TT], const float
         xr[tt] = x + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * in;
 }
 
-// tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in). The
-// fallback for rows or pools not 16-byte aligned: one element per lane and load.
+// tmp is (T, n_slices*r_max), x is (T, in), a: rows of in elements. The fallback for rows
+// not 16-byte aligned or in pieces: one element per lane and load, a piece at a time.
 template <typename TA>
 __global__ void __launch_bounds__(SH_WARPS * 32)
-k_lora_shrink(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_tile_t *tiles,
+k_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles,
               const int32_t *perm, int in, int n_slices, int r_max) {
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int k = blockIdx.y;
@@ -104,8 +115,7 @@ k_lora_shrink(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_til
     int jw = blockIdx.z * SH_JB + warp * SH_RPW; // this warp's first rank row
     if (jw >= tile.rank)
         return;
-    int ld = n_slices * r_max;
-    const TA *a = a_pool + ((size_t)tile.slot * ld + (size_t)k * r_max + jw) * in;
+    int ld = n_slices * r_max, row0 = k * r_max + jw;
     int nq = min(SH_RPW, tile.rank - jw);
     const float *xr[TT];
     s_tile_xrows(xr, x, perm, tile, in);
@@ -117,19 +127,26 @@ k_lora_shrink(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_til
         for (int tt = 0; tt < TT; tt++)
             acc[q][tt] = 0.0f;
 
-    for (int i = lane; i < in; i += 32) {
-        float xv[TT];
-#pragma unroll
-        for (int tt = 0; tt < TT; tt++)
-            xv[tt] = tt < tile.n ? xr[tt][i] : 0.0f;
+    for (int pc = 0; pc < a.np; pc++) {
+        int e0 = pc * a.piece, e1 = min(in, e0 + a.piece);
+        const TA *ap[SH_RPW]; // the piece of each row
 #pragma unroll
         for (int q = 0; q < SH_RPW; q++)
-            if (q < nq) {
-                float av = ls_to_f(a[(size_t)q * in + i]);
+            ap[q] = q < nq ? ls_lora_entry<TA>(a, tile.slot, (size_t)(row0 + q) * a.np + pc) : nullptr;
+        for (int i = e0 + lane; i < e1; i += 32) {
+            float xv[TT];
 #pragma unroll
-                for (int tt = 0; tt < TT; tt++)
-                    acc[q][tt] += av * xv[tt];
-            }
+            for (int tt = 0; tt < TT; tt++)
+                xv[tt] = tt < tile.n ? xr[tt][i] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < SH_RPW; q++)
+                if (q < nq) {
+                    float av = ls_to_f(ap[q][i - e0]);
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++)
+                        acc[q][tt] += av * xv[tt];
+                }
+        }
     }
 #pragma unroll
     for (int q = 0; q < SH_RPW; q++)
@@ -159,7 +176,7 @@ __device__ __forceinline__ void s_prefetch_l2(const void *p) {
 
 template <typename TA, int NT, int U>
 __device__ __forceinline__ void s_shrink2_rows(float (&acc)[S2_R][LS_CU_LORA_TILE],
-                                               const TA *a, int in, int nq, int ntok,
+                                               const TA *const (&ar)[S2_R], int in, int nq, int ntok,
                                                const float *const (&xr)[LS_CU_LORA_TILE],
                                                int kp, int ks, int lane) {
     int n_chunks = (in + 255) >> 8;
@@ -172,7 +189,7 @@ __device__ __forceinline__ void s_shrink2_rows(float (&acc)[S2_R][LS_CU_LORA_TIL
 #pragma unroll
             for (int q = 0; q < S2_R; q++) {
                 if (ok && q < nq)
-                    ls_load8(a + (size_t)q * in + i, av[u][q]);
+                    ls_load8(ar[q] + i, av[u][q]);
                 else
 #pragma unroll
                     for (int e = 0; e < 8; e++)
@@ -200,11 +217,11 @@ __device__ __forceinline__ void s_shrink2_rows(float (&acc)[S2_R][LS_CU_LORA_TIL
     }
 }
 
-// acc = the tile's partial sums of nq (<= S2_R) rows of A from a against its x rows xr,
+// acc = the tile's partial sums of nq (<= S2_R) rows of A (ar) against its x rows xr,
 // over every ks-th 256-element chunk of `in` from kp: one-token tiles (decode) U chunks
 // deep, longer ones 1 deep over their TT tokens; zeros for nq <= 0.
 template <typename TA, int U>
-__device__ __forceinline__ void s_shrink2_tile(float (&acc)[S2_R][LS_CU_LORA_TILE], const TA *a,
+__device__ __forceinline__ void s_shrink2_tile(float (&acc)[S2_R][LS_CU_LORA_TILE], const TA *const (&ar)[S2_R],
                                                int in, int nq, const ls_cu_lora_tile_t &tile,
                                                const float *const (&xr)[LS_CU_LORA_TILE],
                                                int kp, int ks, int lane) {
@@ -216,14 +233,14 @@ __device__ __forceinline__ void s_shrink2_tile(float (&acc)[S2_R][LS_CU_LORA_TIL
     if (nq <= 0)
         return;
     if (tile.n == 1)
-        s_shrink2_rows<TA, 1, U>(acc, a, in, nq, 1, xr, kp, ks, lane);
+        s_shrink2_rows<TA, 1, U>(acc, ar, in, nq, 1, xr, kp, ks, lane);
     else
-        s_shrink2_rows<TA, TT, 1>(acc, a, in, nq, tile.n, xr, kp, ks, lane);
+        s_shrink2_rows<TA, TT, 1>(acc, ar, in, nq, tile.n, xr, kp, ks, lane);
 }
 
 template <typename TA, int U>
 __global__ void __launch_bounds__(S2_WARPS * 32)
-k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_tile_t *tiles,
+k_lora_shrink2(float *tmp, const float *x, ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, int in, int n_slices, int r_max, int ks) {
     __shared__ float red[S2_WARPS][S2_R][TT];
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
@@ -235,20 +252,24 @@ k_lora_shrink2(float *tmp, const float *x, const TA *a_pool, const ls_cu_lora_ti
     int rg = warp % rg_n, kp = warp / rg_n;
     int jw = j0 + rg * S2_R, nq = min(S2_R, tile.rank - jw);
     int ld = n_slices * r_max;
-    const TA *a = a_pool + ((size_t)tile.slot * ld + (size_t)k * r_max + jw) * in;
+    const TA *ar[S2_R]; // this warp's rows (whole: one piece)
+#pragma unroll
+    for (int q = 0; q < S2_R; q++)
+        ar[q] = q < nq ? ls_lora_entry<TA>(a, tile.slot, (size_t)k * r_max + jw + q) : nullptr;
     const float *xr[TT];
     s_tile_xrows(xr, x, perm, tile, in);
     // before the previous kernel is done: pull this warp's A rows towards L2
-    for (int q = 0; q < nq; q++)
-        for (int c = kp; c < (in + 255) >> 8; c += ks) {
+#pragma unroll
+    for (int q = 0; q < S2_R; q++)
+        for (int c = kp; q < nq && c < (in + 255) >> 8; c += ks) {
             int i = (c << 8) + lane * 8;
             if (i < in)
-                s_prefetch_l2(a + (size_t)q * in + i);
+                s_prefetch_l2(ar[q] + i);
         }
     ls_dep_launch();
     ls_dep_wait();
     float acc[S2_R][TT];
-    s_shrink2_tile<TA, U>(acc, a, in, nq, tile, xr, kp, ks, lane);
+    s_shrink2_tile<TA, U>(acc, ar, in, nq, tile, xr, kp, ks, lane);
 #pragma unroll
     for (int q = 0; q < S2_R; q++)
 #pragma unroll
@@ -327,15 +348,24 @@ __device__ __forceinline__ void s_mma_bf16(float (&d)[4], uint32_t a0, uint32_t 
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// d[m] += rows m*16 .. m*16+15 (below `rank`) of A (row 0 at a) times the lane's x row over
-// this warp's 64-wide chunks of `in` (c_first, then every stride-th), U chunks in flight:
-// the A loads first, then (once, before the first x load) ls_dep_wait, then x. xr is token
-// g's row (xok: g is one of the tile's tokens, else zeros go in).
+// d[m] += rows m*16 .. m*16+15 (below `rank`) of A (slot's rows row0 + j of a) times the
+// lane's x row over this warp's 64-wide chunks of `in` (c_first, then every stride-th), U
+// chunks in flight: the lane's row pointers first, then the A loads, then (once, before the
+// first x load) ls_dep_wait, then x. xr is token g's row (xok: g is one of the tile's tokens,
+// else zeros go in).
 template <int NMT, int U>
-__device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const __nv_bfloat16 *a, int rank,
-                                           const float *xr, bool xok, int in, int c_first,
+__device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const ls_lora_pages_t &a, int slot, int row0,
+                                           int rank, const float *xr, bool xok, int in, int c_first,
                                            int stride, int lane) {
     int g = lane >> 2, c = lane & 3, n_chunks = (in + TC_CH - 1) / TC_CH;
+    const __nv_bfloat16 *ar[NMT][2]; // rows m*16 + q*8 + g (whole: one piece)
+#pragma unroll
+    for (int m = 0; m < NMT; m++)
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            int j = m * 16 + q * 8 + g;
+            ar[m][q] = j < rank ? ls_lora_entry<__nv_bfloat16>(a, slot, (size_t)row0 + j) : nullptr;
+        }
     bool waited = false;
     for (int c0 = c_first; c0 < n_chunks; c0 += U * stride) {
         // A first: no kernel of the step writes it, so it may load before ls_dep_wait
@@ -351,8 +381,7 @@ __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const __nv_bfloat
 #pragma unroll
                     for (int q = 0; q < 2; q++) {
                         int j = m * 16 + q * 8 + g;
-                        av[u][h][m][q] = ok && j < rank ? __ldg(reinterpret_cast<const uint4 *>(
-                                                              a + (size_t)j * in + i))
+                        av[u][h][m][q] = ok && j < rank ? __ldg(reinterpret_cast<const uint4 *>(ar[m][q] + i))
                                                         : make_uint4(0, 0, 0, 0);
                     }
             }
@@ -432,11 +461,11 @@ __device__ __forceinline__ void s_tc_block_sum(const float (&d)[NMT][4], float *
     __syncthreads();
 }
 
-// tmp is (T, n_slices*r_max), x is (T, in), a_pool is (n_slots, n_slices*r_max, in);
+// tmp is (T, n_slices*r_max), x is (T, in), a: rows of in elements (whole);
 // NMT m tiles of 16 rank rows (max rank <= 16*NMT)
 template <int NMT>
 __global__ void __launch_bounds__(TC_WARPS * 32)
-k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
+k_lora_shrink_tc(float *tmp, const float *x, ls_lora_pages_t a,
                  const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
                  int r_max, int kb, size_t part_stride) {
     __shared__ float red[TC_WARPS * NMT * 16 * TT];
@@ -447,9 +476,8 @@ k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
         cr = (int)cg::this_cluster().block_rank();
 #endif
     ls_cu_lora_tile_t tile = tiles[part_stride ? blockIdx.x : blockIdx.x / kb];
-    int k = blockIdx.y, ld = n_slices * r_max;
+    int k = blockIdx.y, ld = n_slices * r_max, row0 = k * r_max;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-    const __nv_bfloat16 *a = a_pool + ((size_t)tile.slot * ld + (size_t)k * r_max) * in;
     const float *xr = x + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * in;
     ls_dep_launch();
     float d[NMT][4] = {};
@@ -458,20 +486,21 @@ k_lora_shrink_tc(float *tmp, const float *x, const __nv_bfloat16 *a_pool,
     // rank-64 one would keep one chunk in flight and run four m tiles' mma (block-uniform)
     if (NMT > 1 && tile.rank <= 16) {
         float d1[1][4] = {};
-        s_tc_accum<1, s_tc_u(1)>(d1, a, tile.rank, xr, g < tile.n, in, c_first, stride, lane);
+        s_tc_accum<1, s_tc_u(1)>(d1, a, tile.slot, row0, tile.rank, xr, g < tile.n, in, c_first, stride, lane);
 #pragma unroll
         for (int e = 0; e < 4; e++)
             d[0][e] = d1[0][e];
     } else if (NMT > 2 && tile.rank <= 32) {
         float d2[2][4] = {};
-        s_tc_accum<2, s_tc_u(2)>(d2, a, tile.rank, xr, g < tile.n, in, c_first, stride, lane);
+        s_tc_accum<2, s_tc_u(2)>(d2, a, tile.slot, row0, tile.rank, xr, g < tile.n, in, c_first, stride, lane);
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 d[m][e] = d2[m][e];
     } else
-        s_tc_accum<NMT, s_tc_u(NMT)>(d, a, tile.rank, xr, g < tile.n, in, c_first, stride, lane);
+        s_tc_accum<NMT, s_tc_u(NMT)>(d, a, tile.slot, row0, tile.rank, xr, g < tile.n, in, c_first, stride,
+                                     lane);
     s_tc_block_sum<NMT>(d, red, warp, lane);
     constexpr int NR = NMT * 16 * TT;
     if (part_stride) { // every part writes all its entries, zero or not
@@ -561,7 +590,7 @@ static void s_launch_init(s_launch_t &l, dim3 grid, int threads, size_t smem, cu
 // (tile, slice, cluster rank); programmatic dependent launch as the v2 kernels.
 template <int NMT>
 static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, float *tmp,
-                                      const float *x, const void *a_pool,
+                                      const float *x, ls_lora_pages_t a,
                                       const ls_cu_lora_tile_t *tiles, const int32_t *perm,
                                       int in, int n_slices, int r_max, unsigned flags,
                                       cudaStream_t stream) {
@@ -570,8 +599,7 @@ static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, f
         s_launch_init(l, dim3(n_tiles, n_slices, kb), TC_WARPS * 32, 0, stream, flags);
     else
         s_launch_init(l, dim3(n_tiles * kb, n_slices), TC_WARPS * 32, 0, stream, flags, kb);
-    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink_tc<NMT>, tmp, x,
-                              (const __nv_bfloat16 *)a_pool, tiles, perm, in, n_slices, r_max,
+    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink_tc<NMT>, tmp, x, a, tiles, perm, in, n_slices, r_max,
                               kb, part_stride);
 }
 
@@ -583,7 +611,7 @@ static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, f
 // clusters of kb blocks (sm_90), kb doubled up to 8 while the blocks fall short of the
 // SMs and every warp keeps at least U chunks, and tmp gets the sums.
 static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const float *x,
-                               const void *a_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                               ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles, int n_tiles,
                                int max_rank, const int32_t *perm, int in, int n_slices,
                                int r_max, unsigned flags, cudaStream_t stream) {
     int nmt = (max_rank + 15) / 16, u = s_tc_u(nmt);
@@ -603,7 +631,7 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
     if (parts)
         *parts = kb;
 #define S_TC(M)                                                                               \
-    return s_shrink_tc_launch<M>(kb, part_stride, n_tiles, tmp, x, a_pool, tiles, perm, in,   \
+    return s_shrink_tc_launch<M>(kb, part_stride, n_tiles, tmp, x, a, tiles, perm, in,        \
                                  n_slices, r_max, flags, stream)
     switch (nmt) {
     case 1: S_TC(1);
@@ -614,19 +642,19 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
 #undef S_TC
 }
 
-// Whether the tensor-core shrink runs (bf16 A, 16-byte loads, rank <= 64, sm_80+); s_props
-// must have run
-static bool s_shrink_tc_fits(const float *x, const void *a_pool, ls_cu_dtype_t a_dt, int in,
+// Whether the tensor-core shrink runs (bf16 A in whole rows, 16-byte loads, rank <= 64,
+// sm_80+); s_props must have run
+static bool s_shrink_tc_fits(const float *x, const ls_lora_pages_t &a, ls_cu_dtype_t a_dt, int in,
                              int max_rank) {
-    return a_dt == LS_CU_BF16 && in % 8 == 0 && (uintptr_t)x % 16 == 0 &&
-           (uintptr_t)a_pool % 16 == 0 && max_rank <= 64 && s_cc >= 8;
+    return a_dt == LS_CU_BF16 && a.np == 1 && in % 8 == 0 && (uintptr_t)x % 16 == 0 && max_rank <= 64 &&
+           s_cc >= 8;
 }
 
 // Launches shrink v2 with U chunks of loads in flight per lane (S2_U; the dev bench's
 // variants take others). K splits across the warps of a block (fewer rows per block, more
 // blocks) until the grid has >= 2 blocks per SM or every warp owns 2 rows of 1/8 of `in`.
 template <int U>
-static cudaError_t s_shrink2(float *tmp, const float *x, const void *a_pool, ls_cu_dtype_t a_dt,
+static cudaError_t s_shrink2(float *tmp, const float *x, ls_lora_pages_t a, ls_cu_dtype_t a_dt,
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, int in, int n_slices, int r_max, unsigned flags,
                              cudaStream_t stream) {
@@ -639,42 +667,43 @@ static cudaError_t s_shrink2(float *tmp, const float *x, const void *a_pool, ls_
     s_launch_t l;
     s_launch_init(l, g2, S2_WARPS * 32, 0, stream, flags);
     LS_CU_DISPATCH(a_dt, TA,
-        return cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, U>, tmp, x, (const TA *)a_pool, tiles,
+        return cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, U>, tmp, x, a, tiles,
                                   perm, in, n_slices, r_max, ks));
     return cudaErrorInvalidValue;
 }
 
-cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
+cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a,
                               ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
                               int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
-    assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
+    assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0 && a.np >= 1);
     if (n_tiles == 0 || max_rank == 0)
         return cudaSuccess;
     s_props();
-    if (s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank))
-        return s_shrink_tc(tmp, 0, NULL, x, a_pool, tiles, n_tiles, max_rank, perm, in,
+    if (s_shrink_tc_fits(x, a, a_dt, in, max_rank))
+        return s_shrink_tc(tmp, 0, NULL, x, a, tiles, n_tiles, max_rank, perm, in,
                            n_slices, r_max, flags, stream);
-    // 16-byte loads need every row start aligned: x rows (in floats), A rows (in elements)
-    if (in % 8 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a_pool % 16 == 0)
-        return s_shrink2<S2_U>(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm, in, n_slices, r_max,
+    // 16-byte loads need every row start aligned: x rows (in floats), A rows (in elements;
+    // pages start them 16-byte aligned) whole
+    if (in % 8 == 0 && (uintptr_t)x % 16 == 0 && a.np == 1)
+        return s_shrink2<S2_U>(tmp, x, a, a_dt, tiles, n_tiles, max_rank, perm, in, n_slices, r_max,
                                flags, stream);
     dim3 grid(n_tiles, n_slices, (max_rank + SH_JB - 1) / SH_JB);
     LS_CU_DISPATCH(a_dt, TA,
         k_lora_shrink<TA><<<grid, SH_WARPS * 32, 0, stream>>>(
-            tmp, x, (const TA *)a_pool, tiles, perm, in, n_slices, r_max));
+            tmp, x, a, tiles, perm, in, n_slices, r_max));
     LS_CU_CHECK_LAUNCH();
 }
 
-// y is (T, out_total), tmp is (T, n_slices*r_max), b_pool is (n_slots, out_total, r_max);
+// y is (T, out_total), tmp is (T, n_slices*r_max), b: chunks of out_total rows (any pieces);
 // tiles of up to NT positions (LS_CU_LORA_TILE, or LS_CU_LORA_LONG for long segments).
 // A thread's y reads are all issued before its sums and its writes come last: read, add and
 // write row by row, each row was a dependent round trip (the row index, then y) that the
 // compiler could not overlap with the previous row's write (y may alias perm), 35 us a
 // launch at decode for 32 rows (H200)
-template <typename TB, bool VEC, int NT = TT>
+template <typename TB, int NT = TT>
 __global__ void __launch_bounds__(EX_THREADS)
-k_lora_expand(float *__restrict__ y, const float *__restrict__ tmp, const TB *__restrict__ b_pool,
+k_lora_expand(float *__restrict__ y, const float *__restrict__ tmp, ls_lora_pages_t b,
               const ls_cu_lora_tile_t *__restrict__ tiles, const int32_t *__restrict__ perm,
               s_slice_offs_t so, int n_slices, int r_max) {
     extern __shared__ float st[]; // (NT, n_slices*r_max)
@@ -701,31 +730,26 @@ k_lora_expand(float *__restrict__ y, const float *__restrict__ tmp, const TB *__
     int k = 0;
     while (k + 1 < n_slices && o >= so.off[k + 1])
         k++;
-    const TB *b = b_pool + ((size_t)tile.slot * out_total + o) * r_max;
+    // row o of every chunk: its piece's entry and the row within it
+    size_t piece = (size_t)(o / b.piece), at = (size_t)(o % b.piece) * 8;
     const float *sk = st + k * r_max;
     float acc[NT];
 #pragma unroll
     for (int tt = 0; tt < NT; tt++)
         acc[tt] = 0.0f;
-    int j = 0;
-    if (VEC) {
-        for (; j + 8 <= r; j += 8) {
-            float bv[8];
-            ls_load8(b + j, bv);
+    for (int j = 0; j < r; j += 8) {
+        const TB *bc = ls_lora_entry<TB>(b, tile.slot, (size_t)(j / 8) * b.np + piece) + at;
+        float bv[8];
+        ls_load8(bc, bv);
 #pragma unroll
-            for (int tt = 0; tt < NT; tt++)
-                if (tt < tile.n)
-#pragma unroll
-                    for (int e = 0; e < 8; e++)
-                        acc[tt] += bv[e] * sk[tt * ld + j + e];
-        }
-    }
-    for (; j < r; j++) {
-        float bv = ls_to_f(b[j]);
+        for (int e = 0; e < 8; e++) // elements at or past the rank may hold anything (NaN)
+            bv[e] = j + e < r ? bv[e] : 0.0f;
 #pragma unroll
         for (int tt = 0; tt < NT; tt++)
             if (tt < tile.n)
-                acc[tt] += bv * sk[tt * ld + j];
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    acc[tt] += bv[e] * (j + e < r ? sk[tt * ld + j + e] : 0.0f);
     }
     float s = tile.scale;
 #pragma unroll
@@ -744,10 +768,10 @@ k_lora_expand(float *__restrict__ y, const float *__restrict__ tmp, const TB *__
 enum { E2_WARPS = 8, E2_UT = 2 };
 
 // The v2 expand's column work, shared by k_lora_expand2 and k_lora_fused. L lanes share one
-// output column (lane `sub` holds its B elements j = sub*8 .. j+7), U columns per lane group.
-// Loads, for column o[u] = base + (u*warps + warp)*(32/L) + og below `end`, its slice kk[u] and
-// its 8 B values (zero at or past the slot's rank r, or past `end`). b_slot is the slot's B,
-// (out_total, r_max).
+// output column (lane `sub` holds its B elements j = sub*8 .. j+7: chunk sub), U columns per
+// lane group. Loads, for column o[u] = base + (u*warps + warp)*(32/L) + og below `end`, its
+// slice kk[u] and its 8 B values (zero at or past the slot's rank r, or past `end`). bch is
+// the lane's chunk of the slot's B, (out_total, 8), or NULL at or past the rank.
 // 8 elements of T as loaded (16-byte loads), converted to float only where used: a load
 // issued early stays in flight until then, in half the registers for 16-bit types
 template <typename T> struct s_raw8 {
@@ -777,9 +801,9 @@ __device__ __forceinline__ float s_raw_get(const s_raw8<float> &r, int e) {
 }
 
 template <typename TB, int L, int U>
-__device__ __forceinline__ void s_expand_load(s_raw8<TB> (&bv)[U], int (&o)[U], int (&kk)[U], const TB *b_slot,
-                                              s_slice_offs_t so, int n_slices, int r_max, int r, int base,
-                                              int warps, int warp, int og, int j, int end) {
+__device__ __forceinline__ void s_expand_load(s_raw8<TB> (&bv)[U], int (&o)[U], int (&kk)[U], const TB *bch,
+                                              s_slice_offs_t so, int n_slices, int base, int warps, int warp,
+                                              int og, int end) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         o[u] = base + (u * warps + warp) * (32 / L) + og;
@@ -787,9 +811,9 @@ __device__ __forceinline__ void s_expand_load(s_raw8<TB> (&bv)[U], int (&o)[U], 
         while (k + 1 < n_slices && o[u] >= so.off[k + 1])
             k++;
         kk[u] = k;
-        // elements j..j+7 >= rank are loaded (inside the pool) but never used
-        if (o[u] < end && j < r)
-            s_raw_load(bv[u], b_slot + (size_t)o[u] * r_max + j);
+        // elements j..j+7 >= rank are loaded (inside the chunk) but never used
+        if (o[u] < end && bch)
+            s_raw_load(bv[u], bch + (size_t)o[u] * 8);
         else
             bv[u] = s_raw8<TB>{};
     }
@@ -885,7 +909,7 @@ __device__ __forceinline__ void s_expand2_finish(float *y, const float *tmp, int
 // NTMAX: the most positions a tile holds (1: LS_CU_LORA_ONE, else LS_CU_LORA_TILE)
 template <typename TB, int L, int E2_U, bool ACC, int NTMAX>
 __global__ void __launch_bounds__(E2_WARPS * 32, 3)
-k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
+k_lora_expand2(float *y, const float *tmp, ls_lora_pages_t b, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, s_slice_offs_t so, int n_slices,
                int r_max, int n_parts, size_t part_stride) {
     extern __shared__ float4 st4[]; // (TT, n_slices*r_max) floats
@@ -897,8 +921,8 @@ k_lora_expand2(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
     int sub = lane % L, og = lane / L, j = sub * 8;
     s_raw8<TB> bv[E2_U];
     int o[E2_U], kk[E2_U];
-    s_expand_load<TB, L, E2_U>(bv, o, kk, b_pool + (size_t)tile.slot * out_total * r_max, so, n_slices, r_max, r,
-                               blockIdx.y * OB, E2_WARPS, warp, og, j, out_total);
+    const TB *bch = j < r ? ls_lora_entry<TB>(b, tile.slot, sub) : nullptr; // whole chunks
+    s_expand_load<TB, L, E2_U>(bv, o, kk, bch, so, n_slices, blockIdx.y * OB, E2_WARPS, warp, og, out_total);
     float s = tile.scale;
     // B is in flight; now wait for shrink's tmp
     ls_dep_launch();
@@ -965,7 +989,7 @@ static s_e3_blocks_t s_e3_split(const s_slice_offs_t &so, int n_slices, int n_ti
 
 template <typename TB, int L, bool ACC>
 __global__ void __launch_bounds__(E3_THREADS, E3_MINB)
-k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_tile_t *tiles,
+k_lora_expand3(float *y, const float *tmp, ls_lora_pages_t b, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, const __grid_constant__ s_slice_offs_t so,
                const __grid_constant__ s_e3_blocks_t sb, int n_slices, int r_max, int n_parts,
                size_t part_stride) {
@@ -976,7 +1000,7 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
     int out_total = so.off[n_slices], ld = n_slices * r_max, r = tile.rank;
     int tid = threadIdx.x, sub = tid % L, j = sub * 8;
     bool live = j < r; // lanes at or past the rank load nothing and add 0
-    const TB *bs = b_pool + (size_t)tile.slot * out_total * r_max + j;
+    const TB *bs = live ? ls_lora_entry<TB>(b, tile.slot, sub) : nullptr; // the lane's chunk, whole
     int lc = tid / L; // the lane's column within a pass's unroll step
     s_raw8<TB> bv[E3_U];
     float yv[E3_U];
@@ -986,7 +1010,7 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
 #pragma unroll
         for (int u = 0; u < E3_U; u++)
             if (live && pb + lc + u * CPP < c1)
-                s_raw_load(bv[u], bs + (size_t)(pb + lc + u * CPP) * r_max);
+                s_raw_load(bv[u], bs + (size_t)(pb + lc + u * CPP) * 8);
     };
     const size_t row = (size_t)s_row(perm, tile.p0);
     float *yr = y + row * out_total + lc;
@@ -1070,14 +1094,14 @@ k_lora_expand3(float *y, const float *tmp, const TB *b_pool, const ls_cu_lora_ti
 // together at most about two blocks per resident slot
 template <typename TB, int L, bool ACC>
 static cudaError_t s_expand3(float *y, const float *tmp, int n_parts, size_t part_stride,
-                             const void *b_pool, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                             ls_lora_pages_t b, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              const int32_t *perm, s_slice_offs_t so,
                              int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
     long target = 2L * E3_MINB * s_sm_count();
     s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E3_U * (E3_THREADS / L));
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E3_THREADS, 0, stream, flags);
-    return cudaLaunchKernelEx(&l.cfg, k_lora_expand3<TB, L, ACC>, y, tmp, (const TB *)b_pool,
+    return cudaLaunchKernelEx(&l.cfg, k_lora_expand3<TB, L, ACC>, y, tmp, b,
                               tiles, perm, so, sb, n_slices, r_max, n_parts,
                               part_stride);
 }
@@ -1117,10 +1141,10 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
     LS_CU_CHECK_LAUNCH();
 }
 
-// Whether expand v2 runs for these pools (else v1)
-static bool s_expand2_fits(const void *b_pool, int r_max) {
+// Whether expand v2 runs for these pools (else v1): whole chunks, tmp's slices 8-aligned
+static bool s_expand2_fits(const ls_lora_pages_t &b, int r_max) {
     int L = r_max / 8;
-    return r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 && (L == 1 || L == 2 || L == 4 || L == 8);
+    return r_max % 8 == 0 && b.np == 1 && (L == 1 || L == 2 || L == 4 || L == 8);
 }
 
 // Lanes sharing an output column in expand v2 / v3: enough 8-element loads to cover the
@@ -1165,12 +1189,16 @@ __device__ __forceinline__ float4 s_keep4(float4 v, int n) {
 }
 
 __global__ void __launch_bounds__(EL_WARPS * 32, 1)
-k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
-                 const __nv_bfloat16 *__restrict__ b_pool, const ls_cu_lora_tile_t *__restrict__ tiles,
-                 const int32_t *__restrict__ perm, s_slice_offs_t so, int n_slices, int r_max) {
+k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp, ls_lora_pages_t b,
+                 const ls_cu_lora_tile_t *__restrict__ tiles, const int32_t *__restrict__ perm,
+                 s_slice_offs_t so, int n_slices, int r_max) {
+    extern __shared__ const __nv_bfloat16 *s_chunk[]; // (the tile's chunks) of its slot, whole
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     int out_total = so.off[n_slices], ld = n_slices * r_max, r = tile.rank;
+    for (int i = threadIdx.x; 8 * i < r; i += blockDim.x)
+        s_chunk[i] = ls_lora_entry<__nv_bfloat16>(b, tile.slot, i);
+    __syncthreads(); // the only one: warps leave as soon as their columns end
     int o0 = (blockIdx.y * EL_WARPS + warp) * 16; // slices and out_total are multiples of 16
     if (o0 >= out_total)
         return;
@@ -1203,15 +1231,14 @@ k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
         tok[q] = tt < tile.n;
         tr[q] = tmp + (size_t)s_row(perm, tile.p0 + min(tt, tile.n - 1)) * ld + (size_t)k * r_max;
     }
-    const __nv_bfloat16 *b0 = b_pool + ((size_t)tile.slot * out_total + o0 + g) * r_max;
-    const __nv_bfloat16 *b8 = b0 + (size_t)8 * r_max;
     float d[EL_NQ][4] = {};
     for (int h = 0; h * 32 < r; h++) {
         int j = h * 32 + c * 8, nv = min(max(r - j, 0), 8); // this lane's elements below r
         uint4 r0 = make_uint4(0, 0, 0, 0), r8 = r0;
-        if (nv > 0) {
-            r0 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b0 + j)), nv);
-            r8 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b8 + j)), nv);
+        if (nv > 0) { // chunk j / 8, rows o0 + g and o0 + g + 8
+            const __nv_bfloat16 *b0 = s_chunk[j / 8] + (size_t)(o0 + g) * 8;
+            r0 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b0)), nv);
+            r8 = s_keep8(__ldg(reinterpret_cast<const uint4 *>(b0 + 64)), nv);
         }
 #pragma unroll
         for (int q = 0; q < EL_NQ; q++) {
@@ -1246,25 +1273,24 @@ k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp,
         }
 }
 
-// Whether k_lora_expand_tc applies: bf16 B, 16-byte rows of B and tmp, slices of whole
-// warps (16 columns), sm_80+; s_props must have run
-static bool s_expand_tc_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t b_dt,
+// Whether k_lora_expand_tc applies: bf16 B in whole chunks, 16-byte rows of tmp, slices of
+// whole warps (16 columns), sm_80+; s_props must have run
+static bool s_expand_tc_fits(const float *tmp, const ls_lora_pages_t &b, ls_cu_dtype_t b_dt,
                              const s_slice_offs_t &so, int n_slices, int r_max) {
-    bool ok = b_dt == LS_CU_BF16 && s_cc >= 8 && r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0 &&
-              (uintptr_t)tmp % 16 == 0;
+    bool ok = b_dt == LS_CU_BF16 && s_cc >= 8 && r_max % 8 == 0 && b.np == 1 && (uintptr_t)tmp % 16 == 0;
     for (int k = 1; k <= n_slices; k++)
         ok = ok && so.off[k] % 16 == 0;
     return ok;
 }
 
 // k_lora_expand_tc over the tiles (y += the deltas)
-static cudaError_t s_expand_tc(float *y, const float *tmp, const void *b_pool,
+static cudaError_t s_expand_tc(float *y, const float *tmp, ls_lora_pages_t b,
                                const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
                                s_slice_offs_t so, int n_slices, int r_max,
                                cudaStream_t stream) {
     dim3 g(n_tiles, (so.off[n_slices] + 16 * EL_WARPS - 1) / (16 * EL_WARPS));
-    k_lora_expand_tc<<<g, EL_WARPS * 32, 0, stream>>>(y, tmp, (const __nv_bfloat16 *)b_pool, tiles, perm,
-                                                      so, n_slices, r_max);
+    size_t smem = (size_t)(r_max + 7) / 8 * sizeof(void *);
+    k_lora_expand_tc<<<g, EL_WARPS * 32, smem, stream>>>(y, tmp, b, tiles, perm, so, n_slices, r_max);
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -1286,15 +1312,18 @@ enum { E4_WARPS = 4, E4_MINB = 4, E4_SLOTS = 4 };
 
 template <int NH, bool ACC>
 __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_parts, size_t part_stride,
-                                              const __nv_bfloat16 *b_slot, const ls_cu_lora_tile_t &tile,
+                                              const ls_lora_pages_t &b, const ls_cu_lora_tile_t &tile,
                                               const int32_t *perm, float s, int k, int c0, int c1,
                                               int out_total, int ld, int r_max) {
     constexpr int U = E4_SLOTS / NH;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, r = tile.rank;
     int nv[NH]; // this lane's elements below the rank in half h (0..8)
+    const __nv_bfloat16 *bc[NH]; // and their chunk h*4 + c, whole
 #pragma unroll
-    for (int h = 0; h < NH; h++)
+    for (int h = 0; h < NH; h++) {
         nv[h] = min(max(r - (h * 32 + c * 8), 0), 8);
+        bc[h] = nv[h] > 0 ? ls_lora_entry<__nv_bfloat16>(b, tile.slot, h * 4 + c) : nullptr;
+    }
     uint4 b0[U][NH], b8[U][NH]; // columns o + g, o + g + 8 of group u
     auto load_b = [&](int gb) {
 #pragma unroll
@@ -1302,10 +1331,10 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
             int o = gb + u * E4_WARPS * 16;
 #pragma unroll
             for (int h = 0; h < NH; h++) {
-                const __nv_bfloat16 *p = b_slot + (size_t)(o + g) * r_max + h * 32 + c * 8;
+                const __nv_bfloat16 *p = bc[h] + (size_t)(o + g) * 8;
                 bool ok = o < c1 && nv[h] > 0;
                 b0[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
-                b8[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p + (size_t)8 * r_max)) : make_uint4(0, 0, 0, 0);
+                b8[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p + 64)) : make_uint4(0, 0, 0, 0);
             }
         }
     };
@@ -1384,7 +1413,7 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
 
 template <bool ACC>
 __global__ void __launch_bounds__(E4_WARPS * 32, E4_MINB)
-k_lora_expand4(float *y, const float *tmp, const __nv_bfloat16 *b_pool, const ls_cu_lora_tile_t *tiles,
+k_lora_expand4(float *y, const float *tmp, ls_lora_pages_t b, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, const __grid_constant__ s_slice_offs_t so,
                const __grid_constant__ s_e3_blocks_t sb, int n_slices, int r_max, int n_parts,
                size_t part_stride) {
@@ -1392,26 +1421,24 @@ k_lora_expand4(float *y, const float *tmp, const __nv_bfloat16 *b_pool, const ls
     s_e3_block(sb, so, n_slices, 16, t, k, c0, c1);
     ls_cu_lora_tile_t tile = tiles[t];
     int out_total = so.off[n_slices], ld = n_slices * r_max;
-    const __nv_bfloat16 *b_slot = b_pool + (size_t)tile.slot * out_total * r_max;
     float s = tile.scale;
     if (tile.rank <= 32) // block-uniform
-        s_expand4_run<1, ACC>(y, tmp, n_parts, part_stride, b_slot, tile, perm, s, k, c0, c1, out_total, ld, r_max);
+        s_expand4_run<1, ACC>(y, tmp, n_parts, part_stride, b, tile, perm, s, k, c0, c1, out_total, ld, r_max);
     else
-        s_expand4_run<2, ACC>(y, tmp, n_parts, part_stride, b_slot, tile, perm, s, k, c0, c1, out_total, ld, r_max);
+        s_expand4_run<2, ACC>(y, tmp, n_parts, part_stride, b, tile, perm, s, k, c0, c1, out_total, ld, r_max);
 }
 
 // Whether expand v4 runs: the decode op's multi-position tiles (not LS_CU_LORA_ONE), where
 // the tensor-core expand applies and the rank fits two halves
-static bool s_expand4_fits(const float *tmp, const void *b_pool, ls_cu_dtype_t b_dt, const s_slice_offs_t &so,
+static bool s_expand4_fits(const float *tmp, const ls_lora_pages_t &b, ls_cu_dtype_t b_dt, const s_slice_offs_t &so,
                            int n_slices, int r_max, int max_rank, unsigned flags) {
-    return !(flags & LS_CU_LORA_ONE) && max_rank <= 64 &&
-           s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max);
+    return !(flags & LS_CU_LORA_ONE) && max_rank <= 64 && s_expand_tc_fits(tmp, b, b_dt, so, n_slices, r_max);
 }
 
 // Launches k_lora_expand4: blocks split as expand v3's, a full pass being E4_WARPS * U
 // groups of 16 columns
 template <bool ACC>
-static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t part_stride, const void *b_pool,
+static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t part_stride, ls_lora_pages_t b,
                              const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
                              s_slice_offs_t so, int n_slices, int r_max, unsigned flags,
                              cudaStream_t stream) {
@@ -1419,41 +1446,40 @@ static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t par
     s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E4_WARPS * 16 * E4_SLOTS);
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E4_WARPS * 32, 0, stream, flags);
-    return cudaLaunchKernelEx(&l.cfg, k_lora_expand4<ACC>, y, tmp, (const __nv_bfloat16 *)b_pool, tiles, perm,
-                              so, sb, n_slices, r_max, n_parts, part_stride);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_expand4<ACC>, y, tmp, b, tiles, perm, so, sb, n_slices, r_max,
+                              n_parts, part_stride);
 }
 
 // ls_cu_lora_expand over tmp as the sum of n_parts arrays part_stride apart (> 1 part:
 // s_expand2_fits must hold)
 static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part_stride,
-                            const void *b_pool, ls_cu_dtype_t b_dt,
+                            ls_lora_pages_t b, ls_cu_dtype_t b_dt,
                             const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank, const int32_t *perm,
                             const int32_t *slice_offsets, int n_slices,
                             int r_max, unsigned flags, cudaStream_t stream) {
     int accumulate = (flags & LS_CU_LORA_ACC) != 0;
-    assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
+    assert(n_slices >= 1 && n_slices <= 3 && r_max > 0 && b.np >= 1);
     s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
     int out_total = so.off[n_slices];
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
     s_props();
     size_t smem = (size_t)TT * n_slices * r_max * sizeof(float);
-    int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
     int L = s_expand_lanes(max_rank, r_max);
-    assert(max_rank <= r_max && (n_parts == 1 || s_expand2_fits(b_pool, r_max)));
-    if (s_expand4_fits(tmp, b_pool, b_dt, so, n_slices, r_max, max_rank, flags))
-        return accumulate ? s_expand4<true>(y, tmp, n_parts, part_stride, b_pool, tiles, n_tiles, perm, so, n_slices,
+    assert(max_rank <= r_max && (n_parts == 1 || s_expand2_fits(b, r_max)));
+    if (s_expand4_fits(tmp, b, b_dt, so, n_slices, r_max, max_rank, flags))
+        return accumulate ? s_expand4<true>(y, tmp, n_parts, part_stride, b, tiles, n_tiles, perm, so, n_slices,
                                             r_max, flags, stream)
-                          : s_expand4<false>(y, tmp, n_parts, part_stride, b_pool, tiles, n_tiles, perm,
+                          : s_expand4<false>(y, tmp, n_parts, part_stride, b, tiles, n_tiles, perm,
                                              so, n_slices, r_max, flags, stream);
-    if (s_expand2_fits(b_pool, r_max)) {
+    if (s_expand2_fits(b, r_max)) {
         bool one = (flags & LS_CU_LORA_ONE) != 0;
         if (s_v3(flags)) {
 #define S_E3(LL)                                                                              \
-    return accumulate ? s_expand3<TB, LL, true>(y, tmp, n_parts, part_stride, b_pool, tiles,  \
+    return accumulate ? s_expand3<TB, LL, true>(y, tmp, n_parts, part_stride, b, tiles,       \
                                                  n_tiles, perm, so, n_slices, r_max, \
                                                  flags, stream)                                \
-                      : s_expand3<TB, LL, false>(y, tmp, n_parts, part_stride, b_pool, tiles, \
+                      : s_expand3<TB, LL, false>(y, tmp, n_parts, part_stride, b, tiles,      \
                                                   n_tiles, perm, so, n_slices,       \
                                                   r_max, flags, stream)
             LS_CU_DISPATCH(b_dt, TB,
@@ -1469,12 +1495,10 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
         s_launch_init(l, g2, E2_WARPS * 32, smem, stream, flags);
 #define S_E2U(LL, UU, NTM)                                                                    \
     return accumulate                                                                         \
-               ? cudaLaunchKernelEx(&l.cfg, k_lora_expand2<TB, LL, UU, true, NTM>, y, tmp,      \
-                                    (const TB *)b_pool, tiles, perm, so, n_slices,  \
-                                    r_max, n_parts, part_stride)                              \
-               : cudaLaunchKernelEx(&l.cfg, k_lora_expand2<TB, LL, UU, false, NTM>, y, tmp,     \
-                                    (const TB *)b_pool, tiles, perm, so, n_slices,  \
-                                    r_max, n_parts, part_stride)
+               ? cudaLaunchKernelEx(&l.cfg, k_lora_expand2<TB, LL, UU, true, NTM>, y, tmp, b,   \
+                                    tiles, perm, so, n_slices, r_max, n_parts, part_stride)  \
+               : cudaLaunchKernelEx(&l.cfg, k_lora_expand2<TB, LL, UU, false, NTM>, y, tmp, b,  \
+                                    tiles, perm, so, n_slices, r_max, n_parts, part_stride)
 #define S_E2(LL)                                                                              \
     do {                                                                                      \
         if (one)                                                                              \
@@ -1494,39 +1518,32 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     }
     dim3 grid(n_tiles, (out_total + EX_THREADS - 1) / EX_THREADS);
     LS_CU_DISPATCH(b_dt, TB,
-        if (vec) k_lora_expand<TB, true><<<grid, EX_THREADS, smem, stream>>>(
-            y, tmp, (const TB *)b_pool, tiles, perm, so, n_slices, r_max);
-        else k_lora_expand<TB, false><<<grid, EX_THREADS, smem, stream>>>(
-            y, tmp, (const TB *)b_pool, tiles, perm, so, n_slices, r_max));
+        k_lora_expand<TB><<<grid, EX_THREADS, smem, stream>>>(y, tmp, b, tiles, perm, so, n_slices, r_max));
     LS_CU_CHECK_LAUNCH();
 }
 
-cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_pool,
+cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, ls_lora_pages_t b,
                                    ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                                    int n_tiles, const int32_t *perm,
                                    const int32_t *slice_offsets, int n_slices, int r_max,
                                    cudaStream_t stream) {
-    assert(n_slices >= 1 && n_slices <= 3 && r_max > 0);
+    assert(n_slices >= 1 && n_slices <= 3 && r_max > 0 && b.np >= 1);
     s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
     int out_total = so.off[n_slices];
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
     s_props();
-    if (s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max))
-        return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, so, n_slices, r_max, stream);
+    if (s_expand_tc_fits(tmp, b, b_dt, so, n_slices, r_max))
+        return s_expand_tc(y, tmp, b, tiles, n_tiles, perm, so, n_slices, r_max, stream);
     constexpr int NT = LS_CU_LORA_LONG;
     size_t smem = (size_t)NT * n_slices * r_max * sizeof(float);
-    int vec = r_max % 8 == 0 && (uintptr_t)b_pool % 16 == 0;
     dim3 grid(n_tiles, (out_total + EX_THREADS - 1) / EX_THREADS);
     LS_CU_DISPATCH(b_dt, TB,
-        if (vec) k_lora_expand<TB, true, NT><<<grid, EX_THREADS, smem, stream>>>(
-            y, tmp, (const TB *)b_pool, tiles, perm, so, n_slices, r_max);
-        else k_lora_expand<TB, false, NT><<<grid, EX_THREADS, smem, stream>>>(
-            y, tmp, (const TB *)b_pool, tiles, perm, so, n_slices, r_max));
+        k_lora_expand<TB, NT><<<grid, EX_THREADS, smem, stream>>>(y, tmp, b, tiles, perm, so, n_slices, r_max));
     LS_CU_CHECK_LAUNCH();
 }
 
-cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
+cudaError_t ls_cu_lora_expand(float *y, const float *tmp, ls_lora_pages_t b,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm,
                               const int32_t *slice_offsets, int n_slices, int r_max,
@@ -1539,9 +1556,9 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
     s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
     s_props();
     if (n_tiles > 0 && so.off[n_slices] > 0 && !(flags & LS_CU_LORA_ONE) && (flags & LS_CU_LORA_ACC) &&
-        s_expand_tc_fits(tmp, b_pool, b_dt, so, n_slices, r_max))
-        return s_expand_tc(y, tmp, b_pool, tiles, n_tiles, perm, so, n_slices, r_max, stream);
-    return s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm, slice_offsets,
+        s_expand_tc_fits(tmp, b, b_dt, so, n_slices, r_max))
+        return s_expand_tc(y, tmp, b, tiles, n_tiles, perm, so, n_slices, r_max, stream);
+    return s_expand(y, tmp, 1, 0, b, b_dt, tiles, n_tiles, max_rank, perm, slice_offsets,
                     n_slices, r_max, flags, stream);
 }
 
@@ -1562,10 +1579,11 @@ enum { S3_RG = 8, S3_THREADS = 256, S3_KP = S3_THREADS * 8 };
 
 template <typename TA>
 __global__ void __launch_bounds__(S3_THREADS, 4)
-k_lora_shrink3(float *tmp, size_t part_stride, const float *x, const TA *a_pool,
+k_lora_shrink3(float *tmp, size_t part_stride, const float *x, ls_lora_pages_t a,
                const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
                int r_max, int kp) {
     __shared__ float red[S3_THREADS / 32][S3_RG];
+    __shared__ const TA *rows[S3_RG]; // the block's rows (whole: one piece)
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int k = blockIdx.y % n_slices, j0 = blockIdx.y / n_slices * S3_RG, p = blockIdx.z;
     int r = tile.rank;
@@ -1573,12 +1591,16 @@ k_lora_shrink3(float *tmp, size_t part_stride, const float *x, const TA *a_pool,
         return;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, e0 = p * kp + tid * 8;
     bool live = e0 < in;
-    const TA *a = a_pool + ((size_t)tile.slot * n_slices * r_max + (size_t)k * r_max + j0) * in + e0;
+    // the rows' table entries, once a block: in shared memory, not in every thread's registers
+    // (eight pointers there took the kernel past its 64 registers, into local memory)
+    if (tid < S3_RG && j0 + tid < r)
+        rows[tid] = ls_lora_entry<TA>(a, tile.slot, (size_t)k * r_max + j0 + tid);
+    __syncthreads();
     s_raw8<TA> av[S3_RG];
 #pragma unroll
     for (int q = 0; q < S3_RG; q++)
         if (live && j0 + q < r)
-            s_raw_load(av[q], a + (size_t)q * in);
+            s_raw_load(av[q], rows[q] + e0);
     ls_dep_launch();
     ls_dep_wait();
     size_t row = (size_t)s_row(perm, tile.p0);
@@ -1624,16 +1646,15 @@ k_lora_shrink3(float *tmp, size_t part_stride, const float *x, const TA *a_pool,
 
 // Whether shrink v3 runs: the v3 kernels' case, 16-bit A, 16-byte rows, K in at most
 // LS_CU_LORA_PARTS parts
-static bool s_shrink3_fits(const float *x, const void *a_pool, ls_cu_dtype_t a_dt, int in,
+static bool s_shrink3_fits(const float *x, const ls_lora_pages_t &a, ls_cu_dtype_t a_dt, int in,
                            size_t part_stride, unsigned flags) {
-    return s_v3(flags) && part_stride && (a_dt == LS_CU_BF16 || a_dt == LS_CU_F16) &&
-           in % 8 == 0 && in <= S3_KP * LS_CU_LORA_PARTS && (uintptr_t)x % 16 == 0 &&
-           (uintptr_t)a_pool % 16 == 0;
+    return s_v3(flags) && part_stride && (a_dt == LS_CU_BF16 || a_dt == LS_CU_F16) && a.np == 1 &&
+           in % 8 == 0 && in <= S3_KP * LS_CU_LORA_PARTS && (uintptr_t)x % 16 == 0;
 }
 
 // Launches k_lora_shrink3; *parts = the K parts left in tmp
 static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const float *x,
-                             const void *a_pool, ls_cu_dtype_t a_dt,
+                             ls_lora_pages_t a, ls_cu_dtype_t a_dt,
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
@@ -1642,12 +1663,10 @@ static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const f
     s_launch_init(l, dim3(n_tiles, n_slices * ((max_rank + S3_RG - 1) / S3_RG), *parts),
                   S3_THREADS, 0, stream, flags);
     if (a_dt == LS_CU_BF16)
-        return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__nv_bfloat16>, tmp, part_stride, x,
-                                  (const __nv_bfloat16 *)a_pool, tiles, perm, in, n_slices,
-                                  r_max, (int)S3_KP);
-    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__half>, tmp, part_stride, x,
-                              (const __half *)a_pool, tiles, perm, in, n_slices, r_max,
-                              (int)S3_KP);
+        return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__nv_bfloat16>, tmp, part_stride, x, a, tiles, perm, in,
+                                  n_slices, r_max, (int)S3_KP);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__half>, tmp, part_stride, x, a, tiles, perm, in, n_slices,
+                              r_max, (int)S3_KP);
 }
 
 // The most local memory per thread (bytes) of the kernels ls_cu_lora_apply runs on 16-bit
@@ -1693,33 +1712,32 @@ extern "C" long ls_cu_lora_local_bytes(void) {
 // version (shrink and expand of a tile in one thread-block cluster, tmp on chip) measured 2.2x
 // slower on the whole decode step: kernels/cuda/dev/README.md.
 cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const float *x,
-                             const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
+                             ls_lora_pages_t a, ls_cu_dtype_t a_dt, ls_lora_pages_t b,
                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              int max_rank, const int32_t *perm,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
     s_props();
-    bool s3 = s_shrink3_fits(x, a_pool, a_dt, in, part_stride, flags);
-    if (part_stride && (s3 || s_shrink_tc_fits(x, a_pool, a_dt, in, max_rank)) &&
-        s_expand2_fits(b_pool, r_max)) {
+    bool s3 = s_shrink3_fits(x, a, a_dt, in, part_stride, flags);
+    if (part_stride && (s3 || s_shrink_tc_fits(x, a, a_dt, in, max_rank)) && s_expand2_fits(b, r_max)) {
         if (n_tiles == 0 || max_rank == 0)
             return cudaSuccess;
         int parts = 1;
-        cudaError_t e = s3 ? s_shrink3(tmp, part_stride, &parts, x, a_pool, a_dt, tiles, n_tiles,
+        cudaError_t e = s3 ? s_shrink3(tmp, part_stride, &parts, x, a, a_dt, tiles, n_tiles,
                                        max_rank, perm, in, n_slices, r_max, flags, stream)
-                           : s_shrink_tc(tmp, part_stride, &parts, x, a_pool, tiles, n_tiles,
+                           : s_shrink_tc(tmp, part_stride, &parts, x, a, tiles, n_tiles,
                                          max_rank, perm, in, n_slices, r_max, flags, stream);
         return e != cudaSuccess ? e
-                                : s_expand(y, tmp, parts, part_stride, b_pool, b_dt, tiles,
+                                : s_expand(y, tmp, parts, part_stride, b, b_dt, tiles,
                                            n_tiles, max_rank, perm, slice_offsets, n_slices,
                                            r_max, flags, stream);
     }
-    cudaError_t e = ls_cu_lora_shrink(tmp, x, a_pool, a_dt, tiles, n_tiles, max_rank, perm,
+    cudaError_t e = ls_cu_lora_shrink(tmp, x, a, a_dt, tiles, n_tiles, max_rank, perm,
                                       in, n_slices, r_max, flags, stream);
     // s_expand, not ls_cu_lora_expand: the decode op runs the same expand whether it
     // adds or writes (see ls_cu_lora_expand)
     return e != cudaSuccess ? e
-                            : s_expand(y, tmp, 1, 0, b_pool, b_dt, tiles, n_tiles, max_rank, perm,
+                            : s_expand(y, tmp, 1, 0, b, b_dt, tiles, n_tiles, max_rank, perm,
                                        slice_offsets, n_slices, r_max, flags, stream);
 }

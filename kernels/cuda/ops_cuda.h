@@ -24,6 +24,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "lora_batch.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -127,12 +129,15 @@ cudaError_t ls_cu_rope(float *x, const float *x2, const int32_t *positions,
 // ---------------------------------------------------------------------------------------
 // Paged KV cache and attention (caches stored as cache_dt)
 
-// caches (slots, n_kv_heads*head_dim)[slot_mapping (T)] = k, v (+ v2, or NULL) (T,
-// row_stride); slot < 0 skipped
+// The caches are blocks of (block_size, n_kv_heads*head_dim) elements, block_stride elements
+// apart (ls_kv_cache_store, kernels/ops.h).
+
+// caches [slot_mapping (T)] = k, v (+ v2, or NULL) (T, row_stride); slot < 0 skipped
 cudaError_t ls_cu_kv_store(void *k_cache, void *v_cache, ls_cu_dtype_t cache_dt,
                            const float *k, const float *v, const float *v2,
                            const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
-                           int row_stride, cudaStream_t stream);
+                           int row_stride, int block_size, size_t block_stride,
+                           cudaStream_t stream);
 
 // out (T, n_heads*head_dim), q (T, row_stride); tok_seq (T) is the sequence of each token
 // (derived from q_indptr on the host), positions (T), block_tables (n_seqs, max_blocks).
@@ -142,7 +147,7 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
                             const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *block_tables, int max_blocks, int T, int n_heads,
                             int n_kv_heads, int head_dim, int block_size, int row_stride,
-                            cudaStream_t stream);
+                            size_t block_stride, cudaStream_t stream);
 
 // The warps per CTA and CTAs per cluster of the last v2/tc launch of ls_cu_attention (0, 0
 // after a v1 launch): for tests of the plan. Not thread-safe.
@@ -152,8 +157,9 @@ void ls_cu_attention_last_plan(int *warps, int *cluster);
 // tokens, on query tiles (FlashAttention-2's plan on the tensor cores; attention.cu: warpgroup
 // MMA on sm_90 for head_dim 128, mma.sync otherwise). seqs
 // (n_seqs, 3) holds (sequence, first token row, tokens) of each sequence it takes, rows
-// packed as ls_attn_meta_t packs them; it writes those rows of out and no other; max_q is
-// the most tokens of any of them. Not fp32-exact as ls_cu_attention is: q and the softmax
+// packed as ls_attn_meta_t packs them; the caches as ls_cu_attention's (blocks block_stride
+// elements apart, a multiple of 8); it writes those rows of out and no other; max_q is the
+// most tokens of any of them. Not fp32-exact as ls_cu_attention is: q and the softmax
 // weights are rounded to bf16 for the products (relative 2^-8 each), sums stay fp32. Only
 // where ls_cu_attention_prefill_ok: 1 for bf16 caches, head_dim 64 or 128, groups
 // (n_heads / n_kv_heads) up to 128, rows and pointers aligned for 16-byte loads (sm_80+).
@@ -165,7 +171,8 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
                                     const int32_t *seqs, int n_seqs, int max_q,
                                     const int32_t *positions, const int32_t *block_tables,
                                     int max_blocks, int n_heads, int n_kv_heads, int head_dim,
-                                    int block_size, int row_stride, cudaStream_t stream);
+                                    int block_size, int row_stride, size_t block_stride,
+                                    cudaStream_t stream);
 // The prefill kernels ls_cu_attention_prefill chooses between, for tests and the dev bench
 // (which run each on one device): MMA (mma.sync, sm_80+, any head_dim the op takes) and
 // WGMMA (warpgroup MMA, the sm_90a build on a compute capability 9.0 device, head_dim 128),
@@ -178,7 +185,7 @@ cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const voi
                                            const int32_t *positions,
                                            const int32_t *block_tables, int max_blocks,
                                            int n_heads, int n_kv_heads, int head_dim,
-                                           int block_size, int row_stride,
+                                           int block_size, int row_stride, size_t block_stride,
                                            ls_cu_prefill_kernel_t which, cudaStream_t stream);
 // The CUDA backend's split of a step between the two plans: the sequences of the step
 // (q_indptr, ctx_lens of n_seqs, as ls_attn_meta_t holds them) that go to
@@ -243,19 +250,25 @@ typedef struct {
                   // (ls_lora_batch_t.seg_weights), as the CPU reference computes it
 } ls_cu_lora_tile_t;
 
+// The adapters come through the page table (ls_lora_pages_t, kernels/lora_batch.h; device
+// pointers in device memory): A as rows (row k*r_max + j: rank row j of slice k, `in`
+// elements), B as chunks (chunk c: rank columns 8c .. 8c+7 of every output row). The tuned
+// kernels take whole rows and chunks (np == 1) and resolve a tile's pointers once per block,
+// before the programmatic-launch wait; pieces (np > 1) run the fallback kernels.
+
 // tmp (T, n_slices*r_max) columns k*r_max + j, j < rank, of the tiles' rows;
-// x (T, in); a_pool (n_slots, n_slices*r_max, in); perm (positions) or NULL;
+// x (T, in); a: rows of in elements; perm (positions) or NULL;
 // max_rank: the largest rank among the tiles (sizes the grid)
-cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, const void *a_pool,
+cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a,
                               ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
                               int n_slices, int r_max, unsigned flags, cudaStream_t stream);
 
 // y (T, out_total) += tile.scale * tmp_k · B_kᵀ on the tiles' rows (flags without
 // LS_CU_LORA_ACC: =, with the bits of += into zeros; other rows untouched either way);
-// b_pool (n_slots, out_total, r_max); slice_offsets (n_slices+1) host memory; max_rank: the
+// b: chunks of out_total rows; slice_offsets (n_slices+1) host memory; max_rank: the
 // tiles' largest rank (<= r_max)
-cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
+cudaError_t ls_cu_lora_expand(float *y, const float *tmp, ls_lora_pages_t b,
                               ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm,
                               const int32_t *slice_offsets, int n_slices, int r_max,
@@ -264,7 +277,7 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, const void *b_pool,
 // ls_cu_lora_expand (with LS_CU_LORA_ACC) over long tiles: tiles of up to LS_CU_LORA_LONG
 // positions of one segment, a block per (tile, 256 columns), the tile's tmp rows in shared
 // memory and each thread's B row read once for all of them
-cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, const void *b_pool,
+cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, ls_lora_pages_t b,
                                    ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles,
                                    int n_tiles, const int32_t *perm,
                                    const int32_t *slice_offsets, int n_slices, int r_max,
@@ -285,27 +298,28 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
 // else shrink into tmp then expand, as the two launchers above.
 #define LS_CU_LORA_PARTS 8
 cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const float *x,
-                             const void *a_pool, ls_cu_dtype_t a_dt, const void *b_pool,
+                             ls_lora_pages_t a, ls_cu_dtype_t a_dt, ls_lora_pages_t b,
                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              int max_rank, const int32_t *perm,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream);
 
-// The embedding's LoRA shrink (lora_vocab.cu): tmp (T, r_max) [row, j] = A[slot, j, ids[row]]
-// for the tiles' rows, j < rank; ids (T) token ids in [0, vocab); a_pool (n_slots, r_max,
-// vocab); perm as ls_cu_lora_shrink's. ls_cu_lora_expand follows with one slice.
-cudaError_t ls_cu_lora_embed_shrink(float *tmp, const int32_t *ids, const void *a_pool,
+// The embedding's LoRA shrink (lora_vocab.cu): tmp (T, r_max) [row, j] = A_w[j][ids[row]]
+// for the tiles' rows, j < rank; ids (T) token ids in [0, vocab); a: chunks of vocab rows
+// (the embedding's A held transposed: ls_lora_embed_shrink); perm as ls_cu_lora_shrink's.
+// ls_cu_lora_expand follows with one slice.
+cudaError_t ls_cu_lora_embed_shrink(float *tmp, const int32_t *ids, ls_lora_pages_t a,
                                     ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                                     int n_tiles, const int32_t *perm, int vocab, int r_max,
                                     cudaStream_t stream);
 
 // LoRA on rows each with its own slot and factor (lm_head on the logit rows), as
-// ls_lora_rows: y (R, out) [i] += t.scale · B[w] · (A[w] · x[i]) for each tile t (a row i =
+// ls_lora_rows: y (R, out) [i] += t.scale · B_w · (A_w · x[i]) for each tile t (a row i =
 // t.p0 of slot w = t.slot, rank t.rank; t.n is 1), rows without a tile untouched; tmp (R,
-// r_max) scratch; x (R, in); a_pool (n_slots, r_max, in); b_pool (n_slots, out, r_max);
-// tiles (n_tiles) device memory, at most one a row
-cudaError_t ls_cu_lora_rows(float *y, float *tmp, const float *x, const void *a_pool,
-                            ls_cu_dtype_t a_dt, const void *b_pool, ls_cu_dtype_t b_dt,
+// r_max) scratch; x (R, in); a: rows of in elements; b: chunks of out rows; tiles (n_tiles)
+// device memory, at most one a row
+cudaError_t ls_cu_lora_rows(float *y, float *tmp, const float *x, ls_lora_pages_t a,
+                            ls_cu_dtype_t a_dt, ls_lora_pages_t b, ls_cu_dtype_t b_dt,
                             const ls_cu_lora_tile_t *tiles, int n_tiles, int in, int out,
                             int r_max, cudaStream_t stream);
 

@@ -81,8 +81,8 @@ typedef struct {
 } fixture_t;
 
 static void s_fixture_free(fixture_t *f) {
-    ls_kv_cache_destroy(&f->kv);
     ls_lora_pool_destroy(&f->pool);
+    ls_kv_cache_destroy(&f->kv);
     ls_model_destroy(&f->m);
 }
 
@@ -101,7 +101,12 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, ls_quant_t quant, cons
     // that target them), and rows for the adapters' trainable tokens
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = max_rank,
                                 .target_mask = (1u << LS_TARGET_ALL) - 1, .extra_vocab_size = 16};
-    if (!(f->pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
+    // one pool of pages, as the worker's: the rows' KV at the bottom, the adapters at the top
+    int bpr = MAX_LEN / BS, ad_pages = slot_plan_pages(f->m, BS, &pc, err, errlen);
+    if (ad_pages < 0 || !(f->kv = ls_kv_cache_new(f->m, (MAX_ROWS + MAX_LEN) * bpr + ad_pages, BS, err, errlen)))
+        return -1;
+    ls_page_arena_t arena = ls_kv_cache_arena(f->kv);
+    if (!(f->pool = ls_lora_pool_new(be, cfg, &pc, &arena, err, errlen)))
         return -1;
     for (const cJSON *a = jads->child; a; a = a->next) {
         snprintf(path, sizeof path, "%s/adapters/%s", root, a->string);
@@ -115,9 +120,6 @@ static int s_fixture_load(fixture_t *f, ls_backend_t *be, ls_quant_t quant, cons
     for (int i = 0; i < R; i++)
         ids[i] = rows[i].adapter;
     if (slot_plan_map_once(f->pool, ids, R, f->slots, err, errlen) != 0)
-        return -1;
-    int bpr = MAX_LEN / BS;
-    if (!(f->kv = ls_kv_cache_new(f->m, (MAX_ROWS + MAX_LEN) * bpr, BS, err, errlen)))
         return -1;
     for (int i = 0; i < MAX_ROWS + MAX_LEN; i++)
         for (int b = 0; b < bpr; b++)
@@ -399,7 +401,7 @@ int ec_mix(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const c
     const cJSON *jrows = cJSON_GetObjectItemCaseSensitive(ref, "rows");
     int32_t prompt[M_ROWS][MAX_LEN], n_prompt[M_ROWS];
     ls_model_t *m = NULL;
-    ls_kv_cache_t *kv = NULL;
+    ls_kv_cache_t *kv = NULL, *arena_kv = NULL;
     ls_lora_pool_t *pool = NULL;
     ls_adapter_t *ads[2] = {NULL, NULL};
     float *logits[2] = {NULL, NULL}, *peft = NULL;
@@ -435,7 +437,10 @@ int ec_mix(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const c
         goto done;
     }
     ls_lora_pool_config_t pc = {.max_loras_per_batch = 4, .max_lora_rank = 16};
-    if (!(pool = ls_lora_pool_new(be, cfg, &pc, err, errlen)))
+    if (!(arena_kv = slot_plan_arena_new(m, BS, &pc, err, errlen)))
+        goto done;
+    ls_page_arena_t arena = ls_kv_cache_arena(arena_kv);
+    if (!(pool = ls_lora_pool_new(be, cfg, &pc, &arena, err, errlen)))
         goto done;
     // adapters a and b in slots 1 and 2, the "cat" forms of the two mixes in 3 and 4
     for (int i = 0; i < 2; i++) {
@@ -456,14 +461,14 @@ int ec_mix(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const c
         if (s_write_cat(dir, cfg, ads, cat_w[c], 2, err, errlen) != 0 ||
             !(cat = ls_adapter_load(dir, cfg, pc.max_lora_rank, err, errlen)) ||
             ls_lora_pool_add_adapter(pool, id, &cat, err, errlen) != 0 ||
-            ls_lora_pool_assign(pool, id, 3 + c, err, errlen) != 0) {
+            slot_plan_assign(pool, id, 3 + c, err, errlen) != 0) {
             ls_adapter_destroy(&cat);
             goto done;
         }
     }
     for (int i = 0; i < 2; i++)
         if (ls_lora_pool_add_adapter(pool, names[i], &ads[i], err, errlen) != 0 ||
-            ls_lora_pool_assign(pool, names[i], 1 + i, err, errlen) != 0)
+            slot_plan_assign(pool, names[i], 1 + i, err, errlen) != 0)
             goto done;
     if (ls_lora_pool_wait(pool) != 0 || !(kv = ls_kv_cache_new(m, 2 * M_ROWS * bpr, BS, err, errlen)))
         goto done;
@@ -567,6 +572,7 @@ done:
     cJSON_Delete(peft_json);
     ls_kv_cache_destroy(&kv);
     ls_lora_pool_destroy(&pool);
+    ls_kv_cache_destroy(&arena_kv);
     ls_model_destroy(&m);
     if (*tmp)
         tu_rmrf(tmp);
@@ -636,7 +642,8 @@ static int s_demo_batch(ls_model_t *model, ls_kv_cache_t *kv, ls_lora_pool_t *po
         batch[i].n_out = batch[i].done = 0;
         ids[i] = batch[i].adapter;
     }
-    if (next_block > ls_kv_cache_num_blocks(kv)) {
+    // the adapters' shares lie at the top of the cache (slot_plan.h)
+    if (next_block > ls_kv_cache_num_blocks(kv) - ls_lora_pool_image_max_pages(pool) * (ls_lora_pool_n_slots(pool) - 1)) {
         snprintf(err, errlen, "the demo batch needs %d KV blocks", next_block);
         return -1;
     }
@@ -704,11 +711,15 @@ int ec_demo(ls_backend_t *be, ls_quant_t quant, const char *demo_dir, int n_slot
     int rc = -1, n = s_demo_requests(root, reqs, err, errlen);
     if (n < 5 * 32)
         goto done;
-    if (!(model = ls_model_load(demo_dir, be, NULL, quant, NULL, NULL, err, errlen)) ||
-        !(kv = ls_kv_cache_new(model, 1200, D_BLOCK, err, errlen)))
-        goto done;
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_slots, .max_lora_rank = 16};
-    if (!(pool = ls_lora_pool_new(be, ls_model_config(model), &pc, err, errlen)))
+    if (!(model = ls_model_load(demo_dir, be, NULL, quant, NULL, NULL, err, errlen)))
+        goto done;
+    // one pool of pages for KV and adapters, as the worker's
+    int ad_pages = slot_plan_pages(model, D_BLOCK, &pc, err, errlen);
+    if (ad_pages < 0 || !(kv = ls_kv_cache_new(model, 1200 + ad_pages, D_BLOCK, err, errlen)))
+        goto done;
+    ls_page_arena_t arena = ls_kv_cache_arena(kv);
+    if (!(pool = ls_lora_pool_new(be, ls_model_config(model), &pc, &arena, err, errlen)))
         goto done;
     if (!(plan = slot_plan_new(pool, LORA_EVICT_LRU))) {
         snprintf(err, errlen, "out of memory");

@@ -41,6 +41,51 @@ static bool s_base(const char *id) {
     return !id || !*id;
 }
 
+int slot_plan_pages(const ls_model_t *model, int block_size, const ls_lora_pool_config_t *pc, char *err,
+                    size_t errlen) {
+    // the page's storage dtype: the KV cache's, as the backend stores it
+    ls_kv_cache_t *probe = ls_kv_cache_new(model, 1, block_size, err, errlen);
+    if (!probe)
+        return -1;
+    ls_page_arena_t a = ls_kv_cache_arena(probe);
+    size_t page = a.page_n * ls_dtype_size(a.buf->storage);
+    ls_dtype_t storage = a.buf->storage;
+    ls_kv_cache_destroy(&probe);
+    int per = ls_lora_pool_max_pages(ls_model_config(model), pc, page, storage, err, errlen);
+    return per < 0 ? -1 : per * pc->max_loras_per_batch;
+}
+
+ls_kv_cache_t *slot_plan_arena_new(const ls_model_t *model, int block_size, const ls_lora_pool_config_t *pc,
+                                   char *err, size_t errlen) {
+    int n = slot_plan_pages(model, block_size, pc, err, errlen);
+    return n < 0 ? NULL : ls_kv_cache_new(model, n > 0 ? n : 1, block_size, err, errlen);
+}
+
+int slot_plan_assign(ls_lora_pool_t *pool, const char *id, int slot, char *err, size_t errlen) {
+    int rank, need;
+    size_t bytes;
+    if (ls_lora_pool_image_info(pool, id, &rank, &bytes, &need) != 0) {
+        ls_err_set(err, errlen, "slot plan: adapter \"%s\" is not in the pool", id);
+        return -1;
+    }
+    int per = ls_lora_pool_image_max_pages(pool), top = ls_lora_pool_arena(pool).n_pages;
+    int first = top - slot * per;
+    if (slot < 1 || first < 0) {
+        ls_err_set(err, errlen, "slot plan: the arena's %d pages have no share of %d for slot %d", top, per, slot);
+        return -1;
+    }
+    int32_t *pages = malloc(((size_t)need + 1) * sizeof *pages);
+    if (!pages) {
+        ls_err_set(err, errlen, "slot plan: out of memory");
+        return -1;
+    }
+    for (int i = 0; i < need; i++)
+        pages[i] = first + i;
+    int rc = ls_lora_pool_assign(pool, id, slot, pages, need, err, errlen);
+    free(pages);
+    return rc;
+}
+
 int slot_plan_map(slot_plan_t *self, const char *const *ids, int n, int32_t *slots, char *err, size_t errlen) {
     int max = lora_slots(self->lora), nb = 0;
     // the batch's distinct adapters, every refusal before a slot changes
@@ -77,7 +122,7 @@ int slot_plan_map(slot_plan_t *self, const char *const *ids, int n, int32_t *slo
             lora_slot_assign(self->lora, ad, slot, now);
         }
         lora_slot_touch(self->lora, ad, now);
-        if (ls_lora_pool_assign(self->pool, ad->id, ad->slot + 1, err, errlen) != 0)
+        if (slot_plan_assign(self->pool, ad->id, ad->slot + 1, err, errlen) != 0)
             return -1;
     }
     for (int i = 0; i < n; i++)

@@ -1,9 +1,11 @@
-// The LoRA slot pool's rules: adapters loaded into the slots they are assigned (hits, loads,
-// evictions counted), moved and evicted only when told, removal from both tiers, the host
-// tier's byte capacity (rank-proportional images, refused when full, pages
-// given back), images built on another thread, refusals on add and assign, and the exact slot
-// layout (zero padding of rank_pattern modules and of the rank up to r_max, per-module
-// scalings folded into B, uniform ones kept per slot), also for images spanning many pages.
+// The LoRA pool's rules: adapters loaded into the slots and pages they are assigned (hits,
+// loads, evictions counted), moved and evicted only when told, a slot emptied when its pages
+// are given to another slot or claimed as KV, removal from both tiers, the host tier's byte
+// capacity (rank-proportional images, refused when full, pages given back), images built on
+// another thread, refusals on add and assign, and the exact page layout read back through the
+// page tables (zero rows of rank_pattern modules and untouched targets, per-module scalings
+// folded into B, uniform ones kept per slot), also for rows and chunks larger than a page
+// (pieces) and images spanning many pages; pages in proportion to rank and targets.
 // And the slot plan (slot_plan.h) the engine tests and benchmarks use in place of a scheduler:
 // a batch's rows mapped to slots, its victims reaching the pool, its refusals. The victim
 // policies themselves (LRU, FIFO, pinned and in-batch slots kept) are the scheduler's, tested
@@ -57,6 +59,9 @@ typedef struct {
     ls_backend_t *be;
     ls_model_config_t cfg;
     ls_lora_pool_t *pool;
+    ls_buffer_t *arena;  // the pool's pages
+    size_t page_n;       // elements of a page (0: the toy model's KV page, 2 KiB)
+    int extra_vocab;     // extra_vocab_size of the pools new_pool makes
 } ctx_t;
 
 static int setup(void **state) {
@@ -86,6 +91,8 @@ static int teardown(void **state) {
     ctx_t *c = *state;
     ls_lora_pool_destroy(&c->pool);
     ls_lora_pool_destroy(&c->pool); // idempotent
+    if (c->arena)
+        c->be->buffer_free(c->be, c->arena);
     ls_backend_destroy(&c->be);
     fx_rmdir(&c->dir);
     free(c);
@@ -101,13 +108,37 @@ static ls_adapter_t *load(ctx_t *c, int a) {
     return ad;
 }
 
-// host: the host tier's bytes (0: the default)
+// host: the host tier's bytes (0: the default). The arena: each slot's share for the
+// largest adapter (slot_plan.h), plus 2 pages below them.
 static void new_pool(ctx_t *c, int slots, size_t host, int r_max, unsigned mask) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = r_max, .host_bytes = host,
-                                .target_mask = mask};
-    c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, err, sizeof err);
+                                .target_mask = mask, .extra_vocab_size = c->extra_vocab};
+    size_t page_n = c->page_n ? c->page_n : 512;
+    int per = ls_lora_pool_max_pages(&c->cfg, &pc, page_n * sizeof(float), LS_DTYPE_F32, err, sizeof err);
+    if (per < 1)
+        fail_msg("pool: %s", err);
+    if (c->arena)
+        c->be->buffer_free(c->be, c->arena);
+    ls_page_arena_t a = {c->be->buffer_new(c->be, LS_DTYPE_F32, ((size_t)per * slots + 2) * page_n), page_n,
+                         per * slots + 2};
+    c->arena = a.buf;
+    for (size_t i = 0; i < a.buf->n; i++)  // what no adapter lies on reads NaN
+        ((float *)a.buf->data)[i] = NAN;
+    c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, &a, err, sizeof err);
     if (!c->pool)
         fail_msg("pool: %s", err);
+}
+
+// assign onto the slot's share of the arena (slot_plan.h)
+static int assign(ctx_t *c, const char *id, int slot) {
+    return slot_plan_assign(c->pool, id, slot, err, sizeof err);
+}
+
+static int pages_of(ctx_t *c, const char *id) {
+    int rank, pages;
+    size_t bytes;
+    assert_int_equal(ls_lora_pool_image_info(c->pool, id, &rank, &bytes, &pages), 0);
+    return pages;
 }
 
 // Adds adapter file a under id; returns add's result (0 / -1 with err).
@@ -127,8 +158,8 @@ static void test_assign_fills_slots(void **state) {
     assert_int_equal(add(c, "a", AD_R4), 0);
     assert_int_equal(add(c, "b", AD_Q8), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);  // in the host tier only
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 1, err, sizeof err), 0);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 2, err, sizeof err), 0);
+    assert_int_equal(assign(c, "a", 1), 0);
+    assert_int_equal(assign(c, "b", 2), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 1);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), 2);
     const int32_t *ranks = ls_lora_pool_slot_ranks(c->pool);
@@ -138,7 +169,7 @@ static void test_assign_fills_slots(void **state) {
     assert_int_equal(ranks[2], 8);
     assert_float_equal(sc[1], 2.0f, 0);  // 8 / 4
     assert_float_equal(sc[2], 0.5f, 0);  // 4 / 8
-    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 2, err, sizeof err), 0);
+    assert_int_equal(assign(c, "b", 2), 0);
     ls_lora_pool_stats_t st = ls_lora_pool_stats(c->pool);
     assert_int_equal(st.cold_loads, 2);
     assert_int_equal(st.hits, 1);
@@ -156,12 +187,13 @@ static void test_remove(void **state) {
     assert_int_equal(add(c, "a", AD_R4), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "nope", err, sizeof err), -1);
     assert_contains(err, "\"nope\" is not loaded");
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
+    assert_int_equal(assign(c, "a", 2), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "a", err, sizeof err), 0);
     assert_false(ls_lora_pool_contains(c->pool, "a"));
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);
     assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 0);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), -1);
+    int32_t pages[1] = {0};
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, pages, 1, err, sizeof err), -1);
     assert_contains(err, "\"a\" is not loaded");
 }
 
@@ -243,14 +275,15 @@ static void test_host_tier(void **state) {
     assert_null(ls_lora_pool_image_new(c->pool, d, &full, err, sizeof err));
     assert_true(full);
     ls_adapter_destroy(&d);
-    int rank;
+    int rank, pages;
     size_t bytes;
-    assert_int_equal(ls_lora_pool_image_info(c->pool, "b", &rank, &bytes), 0);
+    assert_int_equal(ls_lora_pool_image_info(c->pool, "b", &rank, &bytes, &pages), 0);
     assert_int_equal(rank, 16);
     assert_int_equal(bytes, 1 << 16);
-    assert_int_equal(ls_lora_pool_image_info(c->pool, "d", &rank, &bytes), -1);
+    assert_true(pages >= 1);
+    assert_int_equal(ls_lora_pool_image_info(c->pool, "d", &rank, &bytes, &pages), -1);
     assert_false(ls_lora_pool_contains(c->pool, "d"));
-    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 1, err, sizeof err), 0);
+    assert_int_equal(assign(c, "b", 1), 0);
     assert_int_equal(ls_lora_pool_remove(c->pool, "b", err, sizeof err), 0);
     assert_int_equal(ls_lora_pool_stats(c->pool).host_used, 2 << 16);
     assert_int_equal(add(c, "d", AD_R4), 0);
@@ -258,7 +291,8 @@ static void test_host_tier(void **state) {
     // a tier that cannot hold one adapter of max_lora_rank is refused at creation
     ls_lora_pool_destroy(&c->pool);
     ls_lora_pool_config_t small = {.max_loras_per_batch = 2, .max_lora_rank = 8, .host_bytes = 1000};
-    assert_null(ls_lora_pool_new(c->be, &c->cfg, &small, err, sizeof err));
+    ls_page_arena_t a = {c->arena, 512, 4};
+    assert_null(ls_lora_pool_new(c->be, &c->cfg, &small, &a, err, sizeof err));
     print_message("refused: %s\n", err);
     assert_contains(err, "cannot hold one adapter of rank 8");
 }
@@ -298,8 +332,9 @@ static void test_images_across_pages(void **state) {
                                           (unsigned)a + 7), 0);
     }
     new_pool(c, 4, (size_t)64 << 20, 16, 0);
-    // 8192 elements per unit of rank on all seven targets (2 layers), f32: r16 = 512 KiB,
-    // so 64 KiB pages
+    // per layer, A: (6r rows of 256 + r of 512) f32 = r x 8 KiB; B: 2048 output rows of 8
+    // columns a chunk, r rounded up to 8: 64 KiB a chunk. So (r + rp) x 16 KiB for two layers:
+    // r16 512 KiB, and host pages of 64 KiB (1/64 of that, at least 64 KiB)
     assert_int_equal(ls_lora_pool_image_max_bytes(c->pool), 512 << 10);
     // images built on another thread while this one uses the pool
     s_build_t b = {.pool = c->pool};
@@ -309,26 +344,31 @@ static void test_images_across_pages(void **state) {
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, s_build, &b), 0);
     for (int i = 0; i < 50; i++)
-        assert_int_equal(ls_lora_pool_assign(c->pool, "early", 1 + i % 4, err, sizeof err), 0);
+        assert_int_equal(assign(c, "early", 1 + i % 4), 0);
     assert_int_equal(pthread_join(th, NULL), 0);
-    static const size_t want[N_LAYER_ADS] = {
-        [AD_R4] = 2 << 16,    // 4 x 32 KiB
-        [AD_Q8] = 2 << 16,    // the qkv group at rank 8: (3*256 + 512) * 8 * 2 * 4 bytes = 80 KiB
-        [AD_R16] = 8 << 16,   // 16 x 32 KiB
-        [AD_PATTERN] = 4 << 16,  // rank 8 (v_proj's): 256 KiB
+    // the stream's bytes, whole 64 KiB host pages of them
+    static const size_t stream[N_LAYER_ADS] = {
+        [AD_R4] = (4 + 8) << 14,  // 192 KiB
+        // q only: its 8 rows of A (k and v take no page) and one chunk of qkv's 512 rows
+        [AD_Q8] = 2 * (8 * 256 * 4 + 512 * 32),
+        [AD_R16] = (16 + 16) << 14,
+        // q, k, o, gate, up, down rank 2, v 8: 18 rows of 256 and 2 of 512, one chunk of 2048
+        [AD_PATTERN] = 2 * ((18 * 256 + 2 * 512) * 4 + 2048 * 32),
     };
     for (int a = 0; a < N_LAYER_ADS; a++) {
         assert_non_null(b.img[a]);
-        assert_int_equal(ls_lora_image_bytes(b.img[a]), want[a]);
+        assert_int_equal(ls_lora_image_bytes(b.img[a]), (stream[a] + 0xffff) & ~(size_t)0xffff);
+        // pages of 2 KiB, every unit 1 or 2 KiB (B in pieces of 64 rows): packed tight
+        assert_int_equal(ls_lora_image_pages(b.img[a]), (int)((stream[a] + 2047) / 2048));
         assert_int_equal(ls_lora_pool_add(c->pool, ADS[a].name, &b.img[a], err, sizeof err), 0);
         assert_null(b.img[a]);
     }
-    assert_int_equal(ls_lora_pool_stats(c->pool).host_used, (2 + 2 + 2 + 8 + 4) << 16);
-    // every image through every slot, twice (a slot refilled by a smaller rank is padded anew)
+    assert_int_equal(ls_lora_pool_stats(c->pool).host_used, (3 + 3 + 1 + 8 + 3) << 16);
+    // every image through every slot, twice (a slot refilled by a smaller rank: its table anew)
     for (int round = 0; round < 2; round++)
         for (int a = 0; a < N_LAYER_ADS; a++) {
             int slot = 1 + (a + round) % 4;
-            assert_int_equal(ls_lora_pool_assign(c->pool, ADS[a].name, slot, err, sizeof err), 0);
+            assert_int_equal(assign(c, ADS[a].name, slot), 0);
             check_slot(c, b.ad[a], slot, a == AD_PATTERN);
         }
     for (int a = 0; a < N_LAYER_ADS; a++)
@@ -355,46 +395,67 @@ static void test_add_refusals(void **state) {
     assert_int_equal(ls_lora_pool_stats(c->pool).host_adapters, 1);
 }
 
-// The slot's A and B blocks hold exactly the adapter: rows/columns past a module's rank
-// zero, per-module scalings folded into B when they differ, B as stored when uniform.
+// The slot's table entries (n of them from entry `at` of its (layer, group) matrix): the
+// CPU backend's tables hold host pointers, two F32 elements an entry.
+static void s_entries(ctx_t *c, ls_lora_mat_t m, int slot, size_t n, const float **out) {
+    float *bits = malloc(2 * n * sizeof *bits);
+    assert_int_equal(c->be->buffer_download(c->be, bits, ls_view(m.tab.buf, m.tab.off + 2 * (size_t)slot * m.stride),
+                                            2 * n), 0);
+    memcpy(out, bits, n * sizeof *out);
+    free(bits);
+}
+
+// Element e of row i (A) or (row o, column j) of chunk i (B and the embedding's A), through the
+// entries of a slot.
+static float s_row_at(const float *const *t, ls_lora_mat_t m, int i, int e) {
+    return t[(size_t)i * m.np + e / m.piece][e % m.piece];
+}
+static float s_chunk_at(const float *const *t, ls_lora_mat_t m, int o, int j) {
+    return t[(size_t)(j / 8) * m.np + o / m.piece][(size_t)(o % m.piece) * 8 + j % 8];
+}
+
+// The slot's A rows and B chunks below its rank hold exactly the adapter, read through the
+// page table: rows/columns past a module's rank and targets it does not touch zero,
+// per-module scalings folded into B when they differ, B as stored when uniform.
 static void check_slot(ctx_t *c, const ls_adapter_t *ad, int slot, bool folded) {
-    int r_max = ls_lora_pool_r_max(c->pool), n_slots = ls_lora_pool_n_slots(c->pool);
+    int r_max = ls_lora_pool_r_max(c->pool), r = ls_lora_pool_slot_ranks(c->pool)[slot];
     static const ls_target_t tg[LS_LORA_GROUP_COUNT][LS_LORA_MAX_SLICES] = {
         {LS_TARGET_Q, LS_TARGET_K, LS_TARGET_V}, {LS_TARGET_O}, {LS_TARGET_GATE, LS_TARGET_UP},
         {LS_TARGET_DOWN}, {LS_TARGET_EMBED}, {LS_TARGET_LM_HEAD}};
+    assert_true(r > 0 && slot < ls_lora_pool_n_slots(c->pool));
     for (int l = 0; l < c->cfg.num_hidden_layers; l++)
         for (int g = 0; g < LS_LORA_GROUP_COUNT; g++) {
             if (!ls_lora_pool_has_group(c->pool, g) || (g >= LS_LORA_GROUP_EMBED && l > 0))
                 continue;  // the global groups: one layer
             ls_lora_group_shape_t sh = ls_lora_pool_group_shape(c->pool, g);
-            int out_total = sh.slice_offsets[sh.n_slices];
-            size_t an = (size_t)sh.n_slices * r_max * sh.in, bn = (size_t)out_total * r_max;
-            ls_view_t a, b;
-            ls_lora_pool_group_views(c->pool, l, g, &a, &b);
-            float *ga = malloc(an * sizeof *ga), *gb = malloc(bn * sizeof *gb);
-            assert_int_equal(c->be->buffer_download(c->be, ga, ls_view(a.buf, a.off + slot * an),
-                                                    an), 0);
-            assert_int_equal(c->be->buffer_download(c->be, gb, ls_view(b.buf, b.off + slot * bn),
-                                                    bn), 0);
-            assert_true(slot < n_slots);
+            ls_lora_mat_t a, b;
+            ls_lora_pool_mats(c->pool, l, g, &a, &b);
+            bool embed = g == LS_LORA_GROUP_EMBED;
+            size_t na = (size_t)(embed ? (r_max + 7) / 8 : sh.n_slices * r_max) * a.np;
+            size_t nb = (size_t)((r_max + 7) / 8) * b.np;
+            const float **ta = malloc(na * sizeof *ta), **tb = malloc(nb * sizeof *tb);
+            s_entries(c, a, slot, na, ta);
+            s_entries(c, b, slot, nb, tb);
             for (int k = 0; k < sh.n_slices; k++) {
                 const ls_lora_weights_t *w = g >= LS_LORA_GROUP_EMBED
                                                  ? ls_adapter_global_target(ad, tg[g][k])
                                                  : ls_adapter_layer_target(ad, l, tg[g][k]);
                 float fold = folded ? w->scaling : 1.0f;
-                for (int j = 0; j < r_max; j++)
-                    for (int i = 0; i < sh.in; i++)
-                        assert_float_equal(ga[((size_t)k * r_max + j) * sh.in + i],
-                                           j < w->rank ? w->A[(size_t)j * sh.in + i] : 0.0f, 0);
+                for (int j = 0; j < r; j++)
+                    for (int i = 0; i < sh.in; i++) {
+                        float want = j < w->rank ? w->A[(size_t)j * sh.in + i] : 0.0f;
+                        float got = embed ? s_chunk_at(ta, a, i, j) : s_row_at(ta, a, k * r_max + j, i);
+                        assert_float_equal(got, want, 0);
+                    }
                 for (int o = sh.slice_offsets[k]; o < sh.slice_offsets[k + 1]; o++)
-                    for (int j = 0; j < r_max; j++) {
+                    for (int j = 0; j < r; j++) {
                         int ok = o - sh.slice_offsets[k];
                         float want = j < w->rank ? w->B[(size_t)ok * w->rank + j] * fold : 0.0f;
-                        assert_float_equal(gb[(size_t)o * r_max + j], want, 0);
+                        assert_float_equal(s_chunk_at(tb, b, o, j), want, 0);
                     }
             }
-            free(ga);
-            free(gb);
+            free(ta);
+            free(tb);
         }
 }
 
@@ -404,8 +465,8 @@ static void test_slot_layout(void **state) {
     assert_int_equal(add(c, "pattern", AD_PATTERN), 0);
     assert_int_equal(add(c, "uniform", AD_R4), 0);
     int32_t s[2] = {1, 2};
-    assert_int_equal(ls_lora_pool_assign(c->pool, "pattern", s[0], err, sizeof err), 0);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "uniform", s[1], err, sizeof err), 0);
+    assert_int_equal(assign(c, "pattern", s[0]), 0);
+    assert_int_equal(assign(c, "uniform", s[1]), 0);
     const int32_t *ranks = ls_lora_pool_slot_ranks(c->pool);
     const float *sc = ls_lora_pool_slot_scalings(c->pool);
     assert_int_equal(ranks[s[0]], 8); // the largest module rank (v_proj)
@@ -439,8 +500,8 @@ static void test_slot_layout_global(void **state) {
     assert_int_equal(h.slice_offsets[1], c->cfg.vocab_size);
     assert_int_equal(add(c, "global", AD_GLOBAL), 0);
     assert_int_equal(add(c, "uniform", AD_R4), 0);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "global", 1, err, sizeof err), 0);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "uniform", 2, err, sizeof err), 0);
+    assert_int_equal(assign(c, "global", 1), 0);
+    assert_int_equal(assign(c, "uniform", 2), 0);
     const unsigned *targets = ls_lora_pool_slot_targets(c->pool);
     assert_int_equal(targets[1], 1u << LS_TARGET_Q | 1u << LS_TARGET_EMBED | 1u << LS_TARGET_LM_HEAD);
     assert_int_equal(targets[2], 0x7fu);
@@ -451,7 +512,7 @@ static void test_slot_layout_global(void **state) {
     assert_float_equal(ls_adapter_global_target(global, LS_TARGET_LM_HEAD)->scaling, 4.0f / 3, 1e-7);
     check_slot(c, global, 1, true);
     check_slot(c, uniform, 2, false);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "uniform", 1, err, sizeof err), 0);
+    assert_int_equal(assign(c, "uniform", 1), 0);
     assert_int_equal(targets[1], 0x7fu);
     check_slot(c, uniform, 1, false);
     ls_adapter_destroy(&global);
@@ -465,18 +526,18 @@ static void test_assign(void **state) {
     new_pool(c, 3, 0, 16, 0);
     assert_int_equal(add(c, "a", AD_R4), 0);
     assert_int_equal(add(c, "b", AD_Q8), 0);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
+    assert_int_equal(assign(c, "a", 2), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 2);
     assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 4);
     ls_adapter_t *ad = load(c, AD_R4);
     check_slot(c, ad, 2, false);
     ls_adapter_destroy(&ad);
     // moving a: its old slot is empty afterwards
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 1, err, sizeof err), 0);
+    assert_int_equal(assign(c, "a", 1), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 1);
     assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 0);
     // b takes a's slot: a is no longer resident
-    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 1, err, sizeof err), 0);
+    assert_int_equal(assign(c, "b", 1), 0);
     assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);
     assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[1], 8);
     ad = load(c, AD_Q8);
@@ -484,11 +545,136 @@ static void test_assign(void **state) {
     ls_adapter_destroy(&ad);
     assert_int_equal(ls_lora_pool_stats(c->pool).slot_evictions, 1);
     // bad ids and slots are refused
-    assert_int_equal(ls_lora_pool_assign(c->pool, "nope", 2, err, sizeof err), -1);
+    int32_t pg[64];
+    for (int i = 0; i < 64; i++)
+        pg[i] = i;
+    assert_int_equal(ls_lora_pool_assign(c->pool, "nope", 2, pg, 64, err, sizeof err), -1);
     assert_non_null(strstr(err, "not loaded"));
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", LS_LORA_SLOT_BASE, err, sizeof err), -1);
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 4, err, sizeof err), -1);
+    int need = pages_of(c, "a");
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", LS_LORA_SLOT_BASE, pg, need, err, sizeof err), -1);
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 4, pg, need, err, sizeof err), -1);
     assert_non_null(strstr(err, "not an adapter slot"));
+    // and bad pages: too few, outside the arena, one named twice
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, pg, need - 1, err, sizeof err), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "pages, ");
+    pg[need - 1] = ls_lora_pool_arena(c->pool).n_pages;
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, pg, need, err, sizeof err), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "outside the arena");
+    pg[need - 1] = 0;
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, pg, need, err, sizeof err), -1);
+    print_message("refused: %s\n", err);
+    assert_contains(err, "named twice");
+    // nothing changed, and a good list still goes
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), 1);
+    pg[need - 1] = need - 1;
+    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, pg, need, err, sizeof err), 0);
+}
+
+// Rank-proportional: no padding to max_lora_rank. On all seven targets of the toy model an
+// adapter of rank 8 takes a quarter of the pages of one of rank 32 in slots of rank 64 (B
+// columns rounded up to 8, A rows exactly the rank), and a q-only one a fraction of that.
+static void test_rank_proportional(void **state) {
+    ctx_t *c = *state;
+    static const struct {
+        const char *name, *config;
+        unsigned mask;
+        int r;
+    } ads[] = {
+        {"r8", "{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 8, \"target_modules\": " ALL7 "}", 0x7f, 8},
+        {"r32", "{\"peft_type\": \"LORA\", \"r\": 32, \"lora_alpha\": 8, \"target_modules\": " ALL7 "}", 0x7f, 32},
+        {"q8", "{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\"]}",
+         1u << LS_TARGET_Q, 8},
+    };
+    c->page_n = 64;  // 256-byte pages: A rows (16 or 24 floats) and chunk pieces of 8 rows
+    new_pool(c, 3, 0, 64, 0);
+    int pages[3];
+    for (int a = 0; a < 3; a++) {
+        char d[1024];
+        int ranks[2 * LS_TARGET_COUNT];
+        rm_ranks_uniform(ranks, 2, ads[a].mask, ads[a].r);
+        fx_path(d, sizeof d, c->dir, ads[a].name);
+        assert_int_equal(rm_write_adapter(d, &c->cfg, ads[a].config, ranks, LS_DTYPE_F32, 40u + (unsigned)a), 0);
+        ls_adapter_t *ad = ls_adapter_load(d, &c->cfg, 64, err, sizeof err);
+        assert_non_null(ad);
+        assert_int_equal(ls_lora_pool_add_adapter(c->pool, ads[a].name, &ad, err, sizeof err), 0);
+        pages[a] = pages_of(c, ads[a].name);
+        assert_int_equal(assign(c, ads[a].name, 1 + a), 0);
+        ad = ls_adapter_load(d, &c->cfg, 64, err, sizeof err);
+        check_slot(c, ad, 1 + a, false);
+        ls_adapter_destroy(&ad);
+    }
+    print_message("pages: r8 %d, r32 %d, q8 %d; rank 64 on every target %d\n", pages[0], pages[1], pages[2],
+                  ls_lora_pool_image_max_pages(c->pool));
+    assert_int_equal(pages[1], 4 * pages[0]);
+    assert_int_equal(ls_lora_pool_image_max_pages(c->pool), 8 * pages[0]);
+    assert_true(pages[2] * 4 < pages[0]);
+}
+
+// Pages smaller than a row: the rows of A and the chunks of B are cut in pieces, and the
+// slot still reads exactly the adapter (the embedding's vocabulary chunks too).
+static void test_pieces(void **state) {
+    ctx_t *c = *state;
+    c->page_n = 8;  // 32 bytes: A rows of 16 and 24 floats in 2 and 3 pieces, chunks a row a piece
+    new_pool(c, 2, 0, 16, (1u << LS_TARGET_ALL) - 1);
+    ls_lora_mat_t a, b;
+    ls_lora_pool_mats(c->pool, 0, LS_LORA_GROUP_DOWN, &a, &b);
+    assert_int_equal(a.np, 3);
+    assert_int_equal(a.piece, 8);
+    assert_int_equal(b.piece, 1);
+    ls_lora_pool_mats(c->pool, 0, LS_LORA_GROUP_EMBED, &a, &b);
+    assert_int_equal(a.np, 32);  // the vocabulary's rows
+    assert_int_equal(add(c, "pattern", AD_PATTERN), 0);
+    assert_int_equal(add(c, "global", AD_GLOBAL), 0);
+    assert_int_equal(assign(c, "pattern", 1), 0);
+    assert_int_equal(assign(c, "global", 2), 0);
+    ls_adapter_t *pattern = load(c, AD_PATTERN), *global = load(c, AD_GLOBAL);
+    check_slot(c, pattern, 1, true);
+    check_slot(c, global, 2, true);
+    ls_adapter_destroy(&pattern);
+    ls_adapter_destroy(&global);
+}
+
+// The scheduler takes pages back by giving them to another adapter or to KV: the slot whose
+// adapter lay there loses it (claim), the others keep theirs; an assign onto the pages of
+// another slot's adapter empties that slot.
+static void test_claim(void **state) {
+    ctx_t *c = *state;
+    new_pool(c, 3, 0, 16, 0);
+    assert_int_equal(add(c, "a", AD_R4), 0);
+    assert_int_equal(add(c, "b", AD_Q8), 0);
+    assert_int_equal(assign(c, "a", 1), 0);
+    assert_int_equal(assign(c, "b", 2), 0);
+    int per = ls_lora_pool_image_max_pages(c->pool), top = ls_lora_pool_arena(c->pool).n_pages;
+    // pages below the shares, and one of b's (slot 2's share starts at top - 2 * per)
+    int32_t kv[3] = {0, 1, top - 2 * per};
+    ls_lora_pool_claim(c->pool, kv, 2);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 1);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), 2);
+    ls_lora_pool_claim(c->pool, kv + 2, 1);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[2], 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), 1);
+    // b again, now in slot 3 on a's first page: a leaves slot 1
+    int need = pages_of(c, "b");
+    int32_t pg[64];
+    for (int i = 0; i < need; i++)
+        pg[i] = i ? i + 1 : top - per;
+    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 3, pg, need, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "a"), -1);
+    assert_int_equal(ls_lora_pool_slot_ranks(c->pool)[1], 0);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), 3);
+    ls_adapter_t *ad = load(c, AD_Q8);
+    check_slot(c, ad, 3, false);
+    ls_adapter_destroy(&ad);
+    // the same adapter, slot and pages: a hit; an empty slot cleared stays empty
+    assert_int_equal(ls_lora_pool_assign(c->pool, "b", 3, pg, need, err, sizeof err), 0);
+    assert_int_equal(ls_lora_pool_stats(c->pool).hits, 1);
+    ls_lora_pool_slot_clear(c->pool, 1);
+    ls_lora_pool_slot_clear(c->pool, 3);
+    assert_int_equal(ls_lora_pool_slot_of(c->pool, "b"), -1);
+    assert_true(ls_lora_pool_contains(c->pool, "b"));
 }
 
 // Trainable tokens (lora_tokens.h): refused without rows for them or beyond extra_vocab_size;
@@ -508,9 +694,8 @@ static void test_trainable_tokens(void **state) {
     ls_adapter_t *ad = ls_adapter_load(d, &c->cfg, 16, err, sizeof err);
     assert_non_null(ad);
     for (int extra = 0; extra <= 2; extra += 2) {  // none held, then 2 a slot
-        ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 16,
-                                    .extra_vocab_size = extra};
-        c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, err, sizeof err);
+        c->extra_vocab = extra;
+        new_pool(c, 2, 0, 16, 0);
         assert_int_equal(ls_lora_pool_add_adapter(c->pool, "t", &ad, err, sizeof err), -1);
         print_message("refused: %s\n", err);
         assert_contains(err, "replaces 3 rows of the embedding or lm_head");
@@ -518,9 +703,8 @@ static void test_trainable_tokens(void **state) {
         assert_contains(err, "--lora-extra-vocab-size");
         ls_lora_pool_destroy(&c->pool);
     }
-    ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 16,
-                                .extra_vocab_size = 4};
-    c->pool = ls_lora_pool_new(c->be, &c->cfg, &pc, err, sizeof err);
+    c->extra_vocab = 4;
+    new_pool(c, 2, 0, 16, 0);
     ls_adapter_t *keep = ls_adapter_load(d, &c->cfg, 16, err, sizeof err);
     assert_int_equal(ls_lora_pool_add_adapter(c->pool, "t", &ad, err, sizeof err), 0);
     assert_int_equal(add(c, "a", AD_R4), 0);
@@ -528,7 +712,7 @@ static void test_trainable_tokens(void **state) {
     ls_view_t embed, head, head_ids;
     ls_lora_tokens_views(tk, &embed, &head, &head_ids);
     for (int slot = 1; slot <= 2; slot++) {
-        assert_int_equal(ls_lora_pool_assign(c->pool, "t", slot, err, sizeof err), 0);
+        assert_int_equal(assign(c, "t", slot), 0);
         assert_true(ls_lora_tokens_slot_has(tk, slot) && !ls_lora_tokens_slot_has(tk, 3 - slot));
         const ls_token_rows_t *te = ls_adapter_token_rows(keep, LS_TARGET_EMBED);
         const ls_token_rows_t *th = ls_adapter_token_rows(keep, LS_TARGET_LM_HEAD);
@@ -549,9 +733,9 @@ static void test_trainable_tokens(void **state) {
         assert_memory_equal(got, th->rows + 16, sizeof got);
     }
     // evicted by a: slot 2 holds none; t back in slot 1, then removed
-    assert_int_equal(ls_lora_pool_assign(c->pool, "a", 2, err, sizeof err), 0);
+    assert_int_equal(assign(c, "a", 2), 0);
     assert_false(ls_lora_tokens_slot_has(tk, 2));
-    assert_int_equal(ls_lora_pool_assign(c->pool, "t", 1, err, sizeof err), 0);
+    assert_int_equal(assign(c, "t", 1), 0);
     assert_true(ls_lora_tokens_slot_has(tk, 1));
     assert_int_equal(ls_lora_pool_remove(c->pool, "t", err, sizeof err), 0);
     assert_false(ls_lora_tokens_slot_has(tk, 1));
@@ -569,6 +753,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_slot_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_layout_global, setup, teardown),
         cmocka_unit_test_setup_teardown(test_assign, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rank_proportional, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pieces, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trainable_tokens, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -53,6 +53,7 @@ typedef struct {
     char *dir;
     ls_backend_t *be;
     ls_model_t *m;
+    ls_kv_cache_t *arena; // the pages of new_pool's pool
 } ctx_t;
 
 // The model of sp in c->dir/sub, with adapters merge[0 .. n_merge) merged at weights w
@@ -85,6 +86,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     ctx_t *c = *state;
+    ls_kv_cache_destroy(&c->arena);
     ls_model_destroy(&c->m);
     ls_backend_destroy(&c->be);
     fx_rmdir(&c->dir);
@@ -108,7 +110,7 @@ static ls_model_seq_t seq_of(const int32_t *tok, int n, int start, const int32_t
 }
 
 // Runs one step and downloads its logits into out (rows, V).
-static void step(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+static void step(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                  const ls_model_seq_t *seqs, int n, float *out) {
     int rows = ls_model_forward(m, kv, pool, seqs, n, err, sizeof err);
     if (rows < 0)
@@ -307,12 +309,17 @@ static ls_adapter_t *write_and_load_adapter(ctx_t *c, const ls_model_config_t *c
     return write_and_load_seeded(c, cfg, a, dtype, 100u + (unsigned)a);
 }
 
-// Every target enabled: the embedding and lm_head too; rows for trainable tokens.
+// Every target enabled: the embedding and lm_head too; rows for trainable tokens; the
+// adapters' pages apart from the tests' KV caches (slot_plan.h), in c->arena.
 static ls_lora_pool_t *new_pool(ctx_t *c, const ls_model_config_t *cfg, int slots) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = slots, .max_lora_rank = 16,
                                 .target_mask = (1u << LS_TARGET_ALL) - 1,
                                 .extra_vocab_size = 8};
-    ls_lora_pool_t *p = ls_lora_pool_new(c->be, cfg, &pc, err, sizeof err);
+    ls_kv_cache_destroy(&c->arena);
+    if (!(c->arena = slot_plan_arena_new(c->m, BS, &pc, err, sizeof err)))
+        fail_msg("arena: %s", err);
+    ls_page_arena_t a = ls_kv_cache_arena(c->arena);
+    ls_lora_pool_t *p = ls_lora_pool_new(c->be, cfg, &pc, &a, err, sizeof err);
     if (!p)
         fail_msg("pool: %s", err);
     return p;
@@ -393,7 +400,7 @@ typedef struct {
 // row against the model sp with merged[i] merged into its weights (rm_write_model_mix, in
 // c->dir/<tag>_merged<i>) running the row alone. Prints each row; returns the largest
 // difference and, in *moved, the smallest change a row with adapters makes to its logits.
-static double steps_vs_merged(ctx_t *c, const ls_lora_pool_t *pool, const rm_spec_t *sp,
+static double steps_vs_merged(ctx_t *c, ls_lora_pool_t *pool, const rm_spec_t *sp,
                               const char *tag, const ls_model_seq_t *pre,
                               const ls_model_seq_t *dec, const merged_t *merged, int n,
                               double *moved) {
@@ -702,6 +709,70 @@ static void test_mixed_batch_equals_alone(void **state) {
     ls_lora_pool_destroy(&pool);
 }
 
+// One pool of pages for KV and adapters, as the worker has it (docs/memory.md): adapters at
+// the top of the KV cache's pages, blocks of one token so that rows and chunks come in pieces
+// (pages of 32 floats: rows of 40 in two), give the logits of adapters in a pool of their
+// own; and a step that writes KV into an adapter's page takes it from its slot.
+static void test_shared_pages(void **state) {
+    ctx_t *c = *state;
+    c->m = load_spec(c, "shared", &SPECS[1], NULL); // Qwen2: one KV head of 8, intermediate 40
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    const char *names[N_AD] = {"a0", "a1", "a2", "a3"};
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = N_AD, .max_lora_rank = 16,
+                                .target_mask = (1u << LS_TARGET_ALL) - 1};
+    enum { P = 9, BS1 = 1, R = N_AD + 1 };
+    int per_slots = slot_plan_pages(c->m, BS1, &pc, err, sizeof err), NB1 = R * P;
+    assert_true(per_slots > 0);
+    ls_kv_cache_t *kv_shared = ls_kv_cache_new(c->m, NB1 + per_slots, BS1, err, sizeof err);
+    ls_page_arena_t arena = ls_kv_cache_arena(kv_shared);
+    ls_lora_pool_t *pools[2] = {new_pool(c, cfg, N_AD), ls_lora_pool_new(c->be, cfg, &pc, &arena, err, sizeof err)};
+    assert_non_null(pools[1]);
+    ls_lora_mat_t a, b;
+    ls_lora_pool_mats(pools[1], 0, LS_LORA_GROUP_DOWN, &a, &b);
+    assert_int_equal(a.np, 2);  // down's rows of 40 in pages of 32
+    const char *ids[R] = {"a0", NULL, "a1", "a2", "a3"};
+    int32_t slots[2][R];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < N_AD; i++) {
+            ls_adapter_t *ad = write_and_load_adapter(c, cfg, i, LS_DTYPE_F32);
+            assert_int_equal(ls_lora_pool_add_adapter(pools[k], names[i], &ad, err, sizeof err), 0);
+        }
+        assert_int_equal(slot_plan_map_once(pools[k], ids, R, slots[k], err, sizeof err), 0);
+    }
+    int V = SPECS[1].vocab;
+    int32_t tok[R][P], tables[2][R][P];
+    ls_kv_cache_t *kv_own = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    ls_kv_cache_t *kv[2] = {kv_own, kv_shared};
+    float got[2][R * 80];
+    for (int k = 0; k < 2; k++) {
+        ls_model_seq_t seqs[R];
+        for (int i = 0; i < R; i++) {
+            for (int j = 0; j < P; j++)
+                tok[i][j] = token_at(60u + (unsigned)i, j, V);
+            int bs = k ? BS1 : BS, nb = (P + bs - 1) / bs;
+            table_of(tables[k][i], nb * i, nb);  // the shared cache's KV: below the adapters
+            seqs[i] = (ls_model_seq_t){tok[i], P, 0, tables[k][i], nb, slots[k][i], true, NULL, 0};
+        }
+        step(c->m, kv[k], pools[k], seqs, R, got[k]);
+    }
+    double mag, d = max_abs_diff(got[1], got[0], (size_t)R * V, &mag);
+    print_message("adapters in the KV cache's pages (pieces) vs a pool of their own: max|d| %.2e of %.2f\n", d, mag);
+    assert_true(d <= TOL_BATCH);
+    // a base request whose last block is a page of a0's: a0 leaves its slot, a1 stays
+    int a0 = ls_lora_pool_slot_of(pools[1], "a0");
+    int32_t tab[P];
+    table_of(tab, 0, P);
+    tab[P - 1] = ls_lora_pool_arena(pools[1]).n_pages - a0 * ls_lora_pool_image_max_pages(pools[1]);
+    ls_model_seq_t q = {tok[1], P, 0, tab, P, LS_LORA_SLOT_BASE, true, NULL, 0};
+    step(c->m, kv_shared, pools[1], &q, 1, got[1]);
+    assert_int_equal(ls_lora_pool_slot_of(pools[1], "a0"), -1);
+    assert_int_equal(ls_lora_pool_slot_of(pools[1], "a1"), slots[1][2]);
+    for (int k = 0; k < 2; k++)
+        ls_lora_pool_destroy(&pools[k]);
+    ls_kv_cache_destroy(&kv_own);
+    ls_kv_cache_destroy(&kv_shared);
+}
+
 // The LoRA ops a step runs, by group (told apart by their slices and input width), counted
 // through wrappers around the CPU backend's.
 enum { G_QKV, G_O, G_GATE_UP, G_DOWN, G_EMBED, G_N };
@@ -716,18 +787,18 @@ static void count_op(int in, int n_slices) {
                 : in == s_ops.hidden ? G_O
                                      : G_DOWN]++;
 }
-static void counting_shrink(ls_backend_t *be, ls_view_t tmp, ls_view_t x, ls_view_t a, int in,
+static void counting_shrink(ls_backend_t *be, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a, int in,
                             int n_slices, int r_max, int batch) {
     count_op(in, n_slices);
     s_ops.orig.lora_shrink(be, tmp, x, a, in, n_slices, r_max, batch);
 }
 static void counting_fused(ls_backend_t *be, ls_view_t y, ls_view_t x, ls_view_t tmp,
-                           ls_view_t a, ls_view_t b, const int32_t *so, int in, int n_slices,
+                           ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *so, int in, int n_slices,
                            int r_max, int accumulate, int batch) {
     count_op(in, n_slices);
     s_ops.orig.lora_fused(be, y, x, tmp, a, b, so, in, n_slices, r_max, accumulate, batch);
 }
-static void counting_embed(ls_backend_t *be, ls_view_t tmp, ls_view_t a, int vocab, int r_max,
+static void counting_embed(ls_backend_t *be, ls_view_t tmp, ls_lora_mat_t a, int vocab, int r_max,
                            int batch) {
     s_ops.calls[G_EMBED]++;
     s_ops.orig.lora_embed_shrink(be, tmp, a, vocab, r_max, batch);
@@ -826,7 +897,7 @@ static void test_sample_greedy(void **state) {
     ls_kv_cache_destroy(&kv);
 }
 
-static void expect_step_error(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
+static void expect_step_error(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                               ls_model_seq_t s, const char *needle) {
     assert_int_equal(ls_model_forward(m, kv, pool, &s, 1, err, sizeof err), -1);
     print_message("refused: %s\n", err);
@@ -870,6 +941,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_chunked_prefill_and_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_batch_equals_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_skips_untargeted_groups, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mix_embed_head_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trainable_tokens_equal_merged, setup, teardown),

@@ -825,6 +825,18 @@ static void s_seeds_scheduler(s_seed_t *sd, int i) {
     }
 }
 
+// PrefetchAdapter: adapter id into slot on n pages from first.
+static ls_msg_t s_prefetch(const char *id, int32_t slot, uint32_t first, uint32_t n) {
+    ls_msg_t m = s_msg(LS_MSG_PREFETCH_ADAPTER, 0);
+    m.u.prefetch_adapter.adapter_id = ls_msg_strdup(id);
+    m.u.prefetch_adapter.slot = slot;
+    m.u.prefetch_adapter.pages.v = malloc(n * sizeof(uint32_t));
+    for (uint32_t k = 0; k < n; k++)
+        m.u.prefetch_adapter.pages.v[k] = first + k;
+    m.u.prefetch_adapter.pages.n = n;
+    return m;
+}
+
 static void s_seeds_worker(s_seed_t *sd, int i) {
     if (i == 2) {
         //  A request id 0 in a plan and in its releases: once lost in the history, leaking.
@@ -837,8 +849,10 @@ static void s_seeds_worker(s_seed_t *sd, int i) {
     const char *id = i == 1 ? "id-r" : NULL;
     int32_t slot = i == 1 ? 1 : -1;
     ls_msg_t m = s_load("r", "id-r", "reverse");
-    m.u.load_adapter.slot = slot;
+    m.u.load_adapter.slot = -1;  // the CPU tier: slots are PrefetchAdapter's
     s_from(sd, "scheduler", &m);
+    if (i == 1)  // into slot 1 on the top 24 of the 64 pages (it takes 10)
+        s_from(sd, "scheduler", (m = s_prefetch("id-r", 1, 40, 24), &m));
     s_from(sd, "scheduler", (m = s_step_plan(1, 9, id, slot, 5, 0), &m));
     s_from(sd, "scheduler", (m = s_step_plan(2, 9, id, slot, 1, 5), &m));
     m = s_msg(LS_MSG_STEP_PLAN, 0);
@@ -848,10 +862,7 @@ static void s_seeds_worker(s_seed_t *sd, int i) {
     m.u.step_plan.released.n = 1;
     s_from(sd, "scheduler", &m);
     if (i == 1) {
-        m = s_msg(LS_MSG_PREFETCH_ADAPTER, 0);
-        m.u.prefetch_adapter.adapter_id = ls_msg_strdup("id-r");
-        m.u.prefetch_adapter.slot = 2;
-        s_from(sd, "scheduler", &m);
+        s_from(sd, "scheduler", (m = s_prefetch("id-r", 2, 20, 20), &m));
         m = s_named(LS_MSG_UNLOAD_ADAPTER, 4, "r");
         m.u.unload_adapter.adapter_id = ls_msg_strdup("id-r");
         s_from(sd, "scheduler", &m);

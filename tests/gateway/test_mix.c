@@ -57,19 +57,31 @@ static void s_engine_mix(void) {
         fail_msg("%s", err);
     const ls_model_config_t *cfg = ls_model_config(m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 64};
-    ls_lora_pool_t *pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
+    // the request's 8 blocks and the adapters' pages in one pool, as the worker's
+    int per = ls_lora_pool_max_pages(cfg, &pc, ls_kv_cache_block_bytes(m, 16, LS_DTYPE_F32), LS_DTYPE_F32, err,
+                                     sizeof err);
+    ls_kv_cache_t *kv = per < 0 ? NULL : ls_kv_cache_new(m, 8 + 2 * per, 16, err, sizeof err);
+    ls_page_arena_t arena = kv ? ls_kv_cache_arena(kv) : (ls_page_arena_t){0};
+    ls_lora_pool_t *pool = kv ? ls_lora_pool_new(be, cfg, &pc, &arena, err, sizeof err) : NULL;
     if (!pool)
         fail_msg("%s", err);
     const char *names[2] = {"reverse", "upper"};
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/adapters/%s", LS_DEMO_DIR, names[i]);
         ls_adapter_t *ad = ls_adapter_load(path, cfg, pc.max_lora_rank, err, sizeof err);
+        int rank, need;
+        size_t bytes;
         if (!ad || ls_lora_pool_add_adapter(pool, names[i], &ad, err, sizeof err) != 0 ||
-            ls_lora_pool_assign(pool, names[i], 1 + i, err, sizeof err) != 0)
+            ls_lora_pool_image_info(pool, names[i], &rank, &bytes, &need) != 0)
             fail_msg("%s", err);
+        int32_t *pages = malloc(sizeof *pages * (size_t)need);
+        for (int p = 0; p < need; p++)
+            pages[p] = 8 + i * per + p;  // adapter i's pages after the request's blocks
+        if (ls_lora_pool_assign(pool, names[i], 1 + i, pages, need, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        free(pages);
     }
-    ls_kv_cache_t *kv = ls_kv_cache_new(m, 8, 16, err, sizeof err);
-    if (!kv || ls_lora_pool_wait(pool) != 0)
+    if (ls_lora_pool_wait(pool) != 0)
         fail_msg("%s", err);
     int32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     const ls_model_lora_part_t mix[2] = {{1, 0.7f}, {2, 0.3f}};
@@ -86,8 +98,8 @@ static void s_engine_mix(void) {
         s_mix_ids[t] = best;
     }
     free(logits);
-    ls_kv_cache_destroy(&kv);
     ls_lora_pool_destroy(&pool);
+    ls_kv_cache_destroy(&kv);
     ls_model_destroy(&m);
     ls_backend_destroy(&be);
 }

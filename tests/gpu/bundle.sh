@@ -2,11 +2,11 @@
 # is capped (64 MiB with the tree), so a bundle's binaries are stripped and its big files
 # packed with xz here, and unpacked there with Python's lzma (xz may be missing on the device).
 
-bundle_pack() {  # DIR: strip DIR/bin/*, xz every file of DIR/*/ over 2 MB
+bundle_pack() {  # DIR: strip DIR/bin/*, xz every file of DIR/*/ over 200 kB
   strip "$1"/bin/*
   local f
   for f in "$1"/*/*; do
-    [[ $f != *.xz && $(stat -c %s "$f") -gt 2000000 ]] && xz -9 -T0 "$f"
+    [[ $f != *.xz && $(stat -c %s "$f") -gt 200000 ]] && xz -9 -T0 "$f"
   done
   du -sh "$1"
 }

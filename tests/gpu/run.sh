@@ -20,6 +20,21 @@
 #                              op; its FP8 rows shown), test_gpu_model --fp8 and
 #                              bench_base_cuda --fp8 (bf16 vs FP8 decode steps), then
 #                              dev_fp8 (the FP8 GEMMs at T = 1..64 and their crossover), ~4 min
+#   tests/gpu/run.sh prepare paging [PROGRAM…]  the unified-paging checks: test_gpu_ops,
+#                              test_gpu_model, the PROGRAMs of this tree (default: the dev
+#                              bench's LoRA programs, dev_prefill and the LoRA benchmarks), and
+#                              the same programs of a baseline (before the adapters were paged)
+#                              from LS_GPU_BASELINE_BUILD, a CUDA build directory of it with
+#                              those targets built, into .device-bundle/baseline/ (without the
+#                              libraries this tree's bundle already holds, byte for byte: what
+#                              travels is capped)
+#   tests/gpu/run.sh paging [PROGRAM…]  on the GPU machine, after `prepare paging`: the tests,
+#                              then baseline and this tree's programs alternately, twice (the
+#                              spread between the rounds is the noise; LS_GPU_PAGING_ROUNDS):
+#                              the PROGRAMs named, or those bundled — of dev_shrink, dev_expand,
+#                              dev_fused, dev_prefill (the prefill attention on pages),
+#                              bench_lora_cuda --serve and --step, bench_decode_cuda (decode
+#                              ratios)
 #   tests/gpu/run.sh           on the GPU machine: runs the bundled binaries (or, without a
 #                              bundle, configures and builds build-gpu/ there first), logs
 #                              to $OUT (default ./gpu-logs), prints the summary table last.
@@ -45,6 +60,8 @@ benches=(bench_lora_cuda bench_decode_cuda)
 
 # tensor parallelism on two GPUs (NCCL): built where NCCL is, run where 2 GPUs are
 tp=test_gpu_tp
+# paging: the LoRA programs and the prefill attention's timed against the baseline's
+paging=(dev_shrink dev_expand dev_fused dev_prefill bench_lora_cuda bench_decode_cuda)
 
 if [[ ${1:-} == prepare ]]; then
   set -e
@@ -57,12 +74,24 @@ if [[ ${1:-} == prepare ]]; then
     bins=("$tp")
   elif [[ ${2:-} == fp8 ]]; then
     bins=(test_gpu_ops test_gpu_model bench_base_cuda dev_fp8)
+  elif [[ ${2:-} == paging ]]; then
+    [[ $# -gt 2 ]] && paging=("${@:3}")
+    bins=(test_gpu_ops test_gpu_model "${paging[@]}")
+    base=${LS_GPU_BASELINE_BUILD:?a CUDA build directory of the baseline, with ${paging[*]} built}
+    for b in "${paging[@]}"; do [[ -x $base/bin/$b ]] || { echo "$base/bin/$b: not built"; exit 2; }; done
   elif [[ ${2:-} == prefill ]]; then
     bins=(test_gpu_ops test_gpu_model dev_attention dev_prefill bench_base_cuda)
   fi
   cmake --build "$build" -j"$(nproc)" --target "${bins[@]}"
   rm -rf .device-bundle
   ../shared/tools/device-bundle .device-bundle "${bins[@]/#/$build/bin/}"
+  if [[ ${2:-} == paging ]]; then
+    ../shared/tools/device-bundle .device-bundle/baseline "${paging[@]/#/$base/bin/}"
+    for f in .device-bundle/baseline/lib/*; do  # found in this tree's lib/ (LD_LIBRARY_PATH)
+      if cmp -s "$f" ".device-bundle/lib/${f##*/}"; then rm "$f"; fi
+    done
+    bundle_pack .device-bundle/baseline
+  fi
   bundle_pack .device-bundle
   exit 0
 fi
@@ -92,6 +121,51 @@ else
 fi
 
 export LS_FIXTURES_DIR=$root/tests/fixtures LS_DEMO_DIR=$root/examples/demo
+if [[ ${1:-} == paging ]]; then
+  [[ -d .device-bundle/baseline/bin ]] || { echo "no baseline: tests/gpu/run.sh prepare paging"; exit 2; }
+  bundle_unpack .device-bundle/baseline
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$root/.device-bundle/baseline/lib
+  status=0
+  for t in test_gpu_ops test_gpu_model; do
+    echo "== $t"
+    "$bindir/$t" >"$out/$t.log" 2>&1 || status=1
+    grep -E "FAIL|mismatch|failed" "$out/$t.log" | grep -v "^===" | head -40
+    grep -iE "lora|local" "$out/$t.log" | grep -vE " ok$|^\[" | head -20
+    sed -n '/=== summary/,$p' "$out/$t.log"
+    tail -2 "$out/$t.log"
+  done
+  # what each program prints that says its speed
+  key() {
+    case $1 in
+      dev_prefill) grep -E "nmse|^(512|2048|8192) |^[0-9]+ x |^prompt of|^16 " "$2" ;;
+      dev_*) grep -E "tiles\):| us |FAIL|CPU reference" "$2" ;;
+      bench_lora_cuda) grep -E "^serve n=|^step |^whole step|^read +step" "$2" ;;
+      bench_decode_cuda) grep -E "decode ratio|distinct adapters|base model|floor" "$2" ;;
+    esac
+  }
+  progs=("${@:2}")
+  [[ ${#progs[@]} == 0 ]] && for p in "${paging[@]}"; do
+    [[ -x .device-bundle/baseline/bin/$p ]] && progs+=("$p")
+  done
+  for ((round = 1; round <= ${LS_GPU_PAGING_ROUNDS:-2}; round++)); do
+    for p in "${progs[@]}"; do
+      args=()
+      [[ $p == bench_lora_cuda ]] && args=(--serve)
+      for side in baseline paged; do
+        dir=.device-bundle/baseline/bin
+        [[ $side == paged ]] && dir=$bindir
+        log=$out/${p}_${side}_$round.log
+        timeout 240 "$dir/$p" "${args[@]}" >"$log" 2>&1 || { status=1; tail -5 "$log"; }
+        if [[ $p == bench_lora_cuda ]]; then
+          timeout 120 "$dir/$p" --step >>"$log" 2>&1 || { status=1; tail -5 "$log"; }
+        fi
+        echo "== round $round, $p, $side"
+        key "$p" "$log"
+      done
+    done
+  done
+  exit $status
+fi
 if [[ ${1:-} == fp8 ]]; then
   status=0
   echo "== test_gpu_ops"

@@ -41,6 +41,17 @@
 #             requests plain, then each under a JSON schema (a string of 1,000 characters)
 #             twice — the first run computes the masks of the states it reaches, the second finds
 #             them cached — then plain again: median TPOT against the first plain run's
+#   paging    (not in the default set; needs the baseline, below) one GPU pool of pages for
+#             the KV cache and the adapters (docs/memory.md) against the baseline's split
+#             pools at the same memory: the baseline's KV cache of LS_SERVE_PAGING_KV_MB
+#             (16384) and LS_SERVE_PAGING_SLOTS (32) slots of rank 64 on all seven targets,
+#             against one pool of their sum with LS_SERVE_PAGING_HANDLES (128) handles. Zipf(1)
+#             over 100 adapters of ranks 8/16/32/64 (all seven targets), 1024 + 256 tokens
+#             (LS_SERVE_PAGING_LEN), closed loop at 256: the most requests running at once and
+#             adapters in GPU slots (/metrics sampled every 0.2 s), throughput, p99 TTFT,
+#             median TPOT; then 8
+#             adapters of rank 16 against the base model at 64 concurrent, 128 + 128 tokens,
+#             on each side: the decode ratio (tok/s over base) of each
 #   tpnodes   (not in the default set; 2 GPUs) the demo model with --tp-size 2 over two
 #             launchers as two hosts on this machine (127.0.0.1 and 127.0.0.2, tcp, CURVE)
 #             against one worker: the greedy text of the base model and each demo adapter
@@ -49,6 +60,10 @@
 # meaningless, timings are real. Adapter names beyond the distinct adapters written are hard
 # links to them (2,000 distinct files of mixed ranks need ~100 GB, more than the machine's
 # disk): the server has no content dedupe, so each name is loaded, held and uploaded on its own.
+#
+# LS_SERVE_BASELINE_BUILD=DIR at `prepare`: DIR is a CUDA build of a baseline tree (before the
+# adapters were paged) with the launcher and the actors built; they are bundled into
+# .device-serve/baseline/ for the paging stage.
 #
 # Through the device tool, after `prepare`:
 #   run(command="tests/gpu/serve.sh", carry=[".device-serve"])
@@ -73,6 +88,15 @@ if [[ ${1:-} == prepare ]]; then
   rm -rf "$bundle"
   ../shared/tools/device-bundle "$bundle" "${bins[@]/#/$build/bin/}"
   python3 tools/make_dummy_model.py "$bundle/model"
+  if [[ -n ${LS_SERVE_BASELINE_BUILD:-} ]]; then
+    base=(loraserve-launch loraserve-gateway loraserve-tokenizer loraserve-registry loraserve-scheduler
+          loraserve-worker loraserve-detokenizer loraserve-dispatcher)
+    ../shared/tools/device-bundle "$bundle/baseline" "${base[@]/#/$LS_SERVE_BASELINE_BUILD/bin/}"
+    for f in "$bundle"/baseline/lib/*; do  # found in this tree's lib/: what travels is capped
+      if cmp -s "$f" "$bundle/lib/${f##*/}"; then rm "$f"; fi
+    done
+    bundle_pack "$bundle/baseline"
+  fi
   bundle_pack "$bundle"
   exit 0
 fi
@@ -85,6 +109,10 @@ rm -rf "$out"
 mkdir -p "$out" "$dest"
 bundle_unpack "$bundle"
 export LD_LIBRARY_PATH=$root/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if [[ -d $bundle/baseline/bin ]]; then  # the paging stage's baseline: its libraries not in ours
+  bundle_unpack "$bundle/baseline"
+  LD_LIBRARY_PATH+=:$root/$bundle/baseline/lib
+fi
 bin=$root/$bundle/bin
 # LS_SERVE_MODEL / _BACKEND / _LOAD_FORMAT / _PROMPTS_PER_SLOT: a smoke run of this script on a
 # machine without a GPU (the demo model on the CPU backend, few prompts)
@@ -618,6 +646,99 @@ stage_tpnodes() {
   cp /tmp/ls-tp2.launch.log "$out/tp2_node0.log"
   cp /tmp/ls-tp2-n1.launch.log "$out/tp2_node1.log"
   cmp -s "$out/tp1.txt" "$out/tp2.txt"
+}
+
+# GPU memory of one adapter slot of rank R on all seven targets padded to R, as the baseline's
+# split pool holds it (A: R rows of each slice's input; B: each output row's R columns), MB
+slot_mb() {  # RANK
+  python3 - "$model/config.json" "$1" <<'EOF'
+import json, sys
+c, r = json.load(open(sys.argv[1])), int(sys.argv[2])
+h, i, L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+d = c.get("head_dim") or h // c["num_attention_heads"]
+q, kv = c["num_attention_heads"] * d, c["num_key_value_heads"] * d
+a = 3 * h + q + 2 * h + i              # qkv, o, gate_up, down: rows of their inputs
+b = (q + 2 * kv) + h + 2 * i + h       # their outputs
+print((a + b) * r * 2 * L // (1 << 20) + 1)
+EOF
+}
+
+# Samples /metrics every 0.2 s into FILE until killed: the gauges' peaks of a run.
+metrics_poll() {  # FILE
+  while true; do
+    env -u LD_LIBRARY_PATH curl -s "$url/metrics" >>"$1"
+    sleep 0.2
+  done
+}
+
+peaks() {  # FILE: the largest value of each gauge that matters here
+  python3 - "$1" <<'EOF'
+import re, sys
+names = ("running_requests", "adapter_gpu_resident", "kv_blocks_used", "kv_blocks_adapters", "kv_blocks_total")
+peak = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'loraserve_(\w+)\{actor="scheduler[\w-]*"\} (\d+)', line)
+    if m and m.group(1) in names:
+        peak[m.group(1)] = max(peak.get(m.group(1), 0), int(m.group(2)))
+print(" ".join("%s=%d" % (k, peak.get(k, -1)) for k in names))
+EOF
+}
+
+stage_paging() {
+  local base_bin=$root/$bundle/baseline/bin
+  [[ -x $base_bin/loraserve-launch ]] || { row "paging: no baseline (LS_SERVE_BASELINE_BUILD at prepare)"; return 1; }
+  [[ -d /tmp/ad-all ]] || make_set all all 80 2000 || return 1
+  [[ -d /tmp/ad-ov ]] || "$bin/loraserve-make-adapters" --model-path "$model" --output /tmp/ad-ov --num-adapters 8 \
+    --ranks 16 --targets all --seed 3 --quiet --overwrite
+  local kv=${LS_SERVE_PAGING_KV_MB:-16384} split=${LS_SERVE_PAGING_SLOTS:-32} handles=${LS_SERVE_PAGING_HANDLES:-128}
+  local long
+  read -r -a long <<<"${LS_SERVE_PAGING_LEN:-1024 256}"  # the Zipf run's prompt and output tokens
+  local pool=$((kv + split * $(slot_mb 64)))
+  row "== paging: split pools (KV $kv MB + $split slots of rank 64 on all seven targets) vs one pool of $pool MB ($handles handles), $card"
+  local flags=(--model-path "$model" --load-format "$format" --backend "$backend" --port 30000 --max-lora-rank 64
+               --max-cpu-lora-mb "$cpu_lora_mb" --max-running-requests 256 --ready-timeout 600 --actor-log-level warn
+               --lora-dirs /tmp/ad-all /tmp/ad-ov)
+  row "$(printf '%-26s %9s %9s %9s %7s %7s  %s' workload tok/s 'p99 ttft' 'p50 tpot' failed ratio 'peaks (/metrics)')"
+  local side
+  for side in split unified; do
+    local side_flags=(--kv-cache-mb "$pool" --max-loras-per-batch "$handles") launch_bin=$bin
+    [[ $side == split ]] && side_flags=(--kv-cache-mb "$kv" --max-loras-per-batch "$split") launch_bin=$base_bin
+    local saved=$bin
+    bin=$launch_bin
+    graph_start_with /tmp/ls-pg "${flags[@]}" "${side_flags[@]}"
+    local rc=$?
+    bin=$saved
+    ((rc == 0)) || return 1
+    local base_tok= w
+    for w in zipf100 base lora8; do
+      local tag=paging_${side}_$w sel len=(--input-len 128 --output-len 128) conc=64 np=$((64 * per_slot))
+      case $w in
+        zipf100) sel=(--adapter-dist zipf:1 --num-adapters 100 --adapter-prefix all)
+                 len=(--input-len "${long[0]}" --output-len "${long[1]}") conc=256 np=$((256 * 3)) ;;
+        base) sel=(--adapter-dist base) ;;
+        lora8) sel=(--adapter-dist uniform --num-adapters 8 --adapter-prefix lora) ;;
+      esac
+      # the adapters into the CPU tier before the clock starts (cold loads are the adapters stage's)
+      [[ $w != base ]] && "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts 200 --max-concurrency 64 \
+        --input-len 16 --output-len 2 --disable-tqdm >/dev/null 2>&1
+      : >"$out/$tag.metrics"
+      metrics_poll "$out/$tag.metrics" &
+      local poller=$!
+      "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts $np --warmup-requests 0 --max-concurrency $conc \
+        --request-rate inf "${len[@]}" --range-ratio 1 --seed 7 --disable-tqdm --output-file "$out/$tag.json" \
+        >"$out/$tag.log" 2>&1 || tail -n 5 "$out/$tag.log"
+      kill "$poller" 2>/dev/null
+      wait "$poller" 2>/dev/null
+      local tok ratio=-
+      tok=$(jget "$out/$tag.json" output_throughput)
+      [[ $w == base ]] && base_tok=$tok
+      [[ $w == lora8 && -n $base_tok ]] && ratio=$(python3 -c "print('%.3f' % ($tok / $base_tok))")
+      row "$(printf '%-26s %9.1f %9.1f %9.2f %7s %7s  %s' "$side $w c=$conc" "$tok" "$(jget "$out/$tag.json" p99_ttft_ms)" \
+        "$(jget "$out/$tag.json" median_tpot_ms)" "$(jget "$out/$tag.json" failed)" "$ratio" "$(peaks "$out/$tag.metrics")")"
+    done
+    graph_stop
+  done
+  row "  (split: adapter_gpu_resident -1 and kv_blocks_adapters -1: the baseline has no such gauges; its adapters in slots are at most $split)"
 }
 
 status=0

@@ -64,6 +64,7 @@
 
 #include "backend.h"
 #include "engine_checks.h"
+#include "slot_plan.h"
 #ifdef LS_HAVE_CUDA
 #include "backend_cuda.h"
 #endif
@@ -330,7 +331,7 @@ static void s_fp8(void) {
 
 typedef struct {
     ls_model_t *m;
-    ls_kv_cache_t *kv;
+    ls_kv_cache_t *kv, *arena; // arena: the pool's pages, apart from kv (slot_plan.h)
     ls_lora_pool_t *pool;
     int32_t toks[3][24], tables[3][2];
     ls_model_seq_t seqs[3];
@@ -352,7 +353,7 @@ static void s_async_logits(s_async_t *a, float *out) {
 }
 
 static void s_assign(s_async_t *a, const char *id, int w) {
-    if (ls_lora_pool_assign(a->pool, id, w, err, sizeof err) != 0)
+    if (slot_plan_assign(a->pool, id, w, err, sizeof err) != 0)
         s_die("async assign", err);
 }
 
@@ -377,7 +378,10 @@ static void s_async_setup(s_async_t *a, ls_backend_t *be, char **dir) {
         s_die("async model", err);
     const ls_model_config_t *cfg = ls_model_config(a->m);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 16};
-    if (!(a->pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err)) ||
+    if (!(a->arena = slot_plan_arena_new(a->m, 16, &pc, err, sizeof err)))
+        s_die("async pages", err);
+    ls_page_arena_t arena = ls_kv_cache_arena(a->arena);
+    if (!(a->pool = ls_lora_pool_new(be, cfg, &pc, &arena, err, sizeof err)) ||
         !(a->kv = ls_kv_cache_new(a->m, 6, 16, err, sizeof err)))
         s_die("async pool / kv", err);
     char path[1024];
@@ -406,6 +410,7 @@ static void s_async_setup(s_async_t *a, ls_backend_t *be, char **dir) {
 static void s_async_teardown(s_async_t *a, ls_backend_t **be, char **dir) {
     ls_kv_cache_destroy(&a->kv);
     ls_lora_pool_destroy(&a->pool);
+    ls_kv_cache_destroy(&a->arena);
     ls_model_destroy(&a->m);
     ls_backend_destroy(be);
     fx_rmdir(dir);

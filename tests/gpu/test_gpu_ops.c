@@ -7,7 +7,9 @@
     stated per op below. Outputs are poisoned with NaN beforehand: an element the contract
     says is untouched must still be NaN on both sides, any other NaN fails. Results of LoRA
     expand are compared as deltas (y_after - y_before), so a wrong LoRA term cannot hide
-    under the base output.
+    under the base output. The LoRA ops read their adapters through page tables
+    (tests/kernels/lora_pages.h): rows and chunks in shuffled places between NaN, whole (the
+    tuned kernels) and cut in pieces (the fallbacks), entries past a slot's rank NULL.
 
     Tolerances (why):
     - fp32 arithmetic on identical inputs (norms, rope, attention, LoRA, F32 matmul without
@@ -36,6 +38,7 @@
 
 #include "backend.h"
 #include "backend_cuda.h"
+#include "lora_pages.h"
 #include "ops_cuda.h"
 #include "safetensors.h"
 #include "test_util.h"
@@ -45,7 +48,7 @@ static ls_backend_t *s_cpu, *s_gpu;
 // -- results --------------------------------------------------------------------------------
 
 typedef struct {
-    char name[128];  // the longest names the checks build (lora pass names)
+    char name[160];  // the longest names the checks build (lora pass names)
     size_t n;
     double nmse, tol, maxabs, tol_abs;
     long untouched_bad, nan_bad;
@@ -778,7 +781,7 @@ static void test_silu_add(t_rng_t *r, int inter) {
 static void s_prefill_kernels(const char *what, const s_stepd_t *d, const int32_t *pick, int n_pick,
                               const float *ref, float *d_out, const float *d_q, const void *d_kc,
                               const void *d_vc, int H, int KV, int D, int bs, int stride,
-                              float qr) {
+                              size_t bstride, float qr) {
     size_t row = (size_t)H * D, no = (size_t)d->T * row;
     float *want = s_nan_new(no), *got = t_alloc(no * 4), *poison = s_nan_new(no);
     int max_q = 0;
@@ -814,7 +817,8 @@ static void s_prefill_kernels(const char *what, const s_stepd_t *d, const int32_
         }
         cudaError_t e = ls_cu_attention_prefill_kernel(d_out, d_q, d_kc, d_vc, LS_CU_BF16, d_pick,
                                                        n_pick, max_q, d_pos, d_tab, d->max_blocks,
-                                                       H, KV, D, bs, stride, kernels[i].which, 0);
+                                                       H, KV, D, bs, stride, bstride,
+                                                       kernels[i].which, 0);
         if (!runs) {
             snprintf(name, sizeof name, "%s: prefill kernel %s not run here", what,
                      kernels[i].name);
@@ -875,17 +879,18 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     s_step_begin(&d);
 
     int stride = (H + 2 * KV) * D, kvd = KV * D;
-    size_t nq = (size_t)T * stride, nc = (size_t)num_blocks * bs * kvd, no = (size_t)T * H * D;
-    s_pb_t qkv = s_pb_new(LS_DTYPE_F32, nq), kc = s_pb_new(cdt, nc), vc = s_pb_new(cdt, nc),
-           out = s_pb_new(LS_DTYPE_F32, no);
-    float *hq = s_fill_new(r, nq, -qr, qr), *hk = s_fill_new(r, nc, -1, 1),
-          *hv = s_fill_new(r, nc, -1, 1), *poison = s_nan_new(no);
+    // the caches as the pool of pages holds them (docs/memory.md): a block of K, of V and of
+    // another layer's K per page, so a kernel that took the blocks as contiguous reads the
+    // wrong rows and one that wrote there changes the other layer's
+    size_t bn = (size_t)bs * kvd, bstride = 3 * bn;
+    size_t nq = (size_t)T * stride, nc = (size_t)num_blocks * bstride, no = (size_t)T * H * D;
+    s_pb_t qkv = s_pb_new(LS_DTYPE_F32, nq), kvb = s_pb_new(cdt, nc), out = s_pb_new(LS_DTYPE_F32, no);
+    float *hq = s_fill_new(r, nq, -qr, qr), *hk = s_fill_new(r, nc, -1, 1), *poison = s_nan_new(no);
     if (cdt != LS_DTYPE_F32) // k, v values the cache dtype holds exactly: kv_store is a copy
         for (int t = 0; t < T; t++)
             s_round_all(cdt, hq + (size_t)t * stride + (size_t)H * D, 2 * kvd);
     s_pb_set(&qkv, 0, hq, nq);
-    s_pb_set(&kc, 0, hk, nc);
-    s_pb_set(&vc, 0, hv, nc);
+    s_pb_set(&kvb, 0, hk, nc);
     s_pb_set(&out, 0, poison, no);
     size_t ko = (size_t)H * D, vo = ko + kvd;
     // with an f32 cache, v gets a delta added on the way in (the folded LoRA of
@@ -895,28 +900,26 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     float *hdv = s_fill_new(r, nq, -0.1f, 0.1f);
     s_pb_set(&dv, 0, hdv, nq);
     int with_dv = cdt == LS_DTYPE_F32;
-    s_cpu->kv_store(s_cpu, s_vc(&kc, 0), s_vc(&vc, 0), s_vc(&qkv, ko), s_vc(&qkv, vo),
-                    with_dv ? s_vc(&dv, vo) : LS_VIEW_NONE, KV, D, stride);
-    s_gpu->kv_store(s_gpu, s_vg(&kc, 0), s_vg(&vc, 0), s_vg(&qkv, ko), s_vg(&qkv, vo),
-                    with_dv ? s_vg(&dv, vo) : LS_VIEW_NONE, KV, D, stride);
-    s_cpu->attention(s_cpu, s_vc(&out, 0), s_vc(&qkv, 0), s_vc(&kc, 0), s_vc(&vc, 0), H, KV,
-                     D, bs, stride);
-    s_gpu->attention(s_gpu, s_vg(&out, 0), s_vg(&qkv, 0), s_vg(&kc, 0), s_vg(&vc, 0), H, KV,
-                     D, bs, stride);
+    s_cpu->kv_store(s_cpu, s_vc(&kvb, 0), s_vc(&kvb, bn), s_vc(&qkv, ko), s_vc(&qkv, vo),
+                    with_dv ? s_vc(&dv, vo) : LS_VIEW_NONE, KV, D, stride, bs, bstride);
+    s_gpu->kv_store(s_gpu, s_vg(&kvb, 0), s_vg(&kvb, bn), s_vg(&qkv, ko), s_vg(&qkv, vo),
+                    with_dv ? s_vg(&dv, vo) : LS_VIEW_NONE, KV, D, stride, bs, bstride);
+    s_cpu->attention(s_cpu, s_vc(&out, 0), s_vc(&qkv, 0), s_vc(&kvb, 0), s_vc(&kvb, bn), H, KV,
+                     D, bs, stride, bstride);
+    s_gpu->attention(s_gpu, s_vg(&out, 0), s_vg(&qkv, 0), s_vg(&kvb, 0), s_vg(&kvb, bn), H, KV,
+                     D, bs, stride, bstride);
     float *c = t_alloc(nc * 4), *g = t_alloc(nc * 4);
     char name[96];
-    s_pb_get(&kc, 0, nc, c, g);
-    snprintf(name, sizeof name, "kv_store %s cache=%s: k", what, s_dtn(cdt));
-    s_check(name, g, c, nc, 0, 0);
-    s_pb_get(&vc, 0, nc, c, g);
-    snprintf(name, sizeof name, "kv_store %s cache=%s: v%s", what, s_dtn(cdt),
+    s_pb_get(&kvb, 0, nc, c, g);
+    snprintf(name, sizeof name, "kv_store %s cache=%s: k, v%s in pages", what, s_dtn(cdt),
              with_dv ? " + delta" : "");
     s_check(name, g, c, nc, 0, 0);
     float *co = t_alloc(no * 4), *go = t_alloc(no * 4);
     s_pb_get(&out, 0, no, co, go);
     // the rows of each kernel, gathered apart (pc, pg: prefill; co, go keep the rest)
-    int pf_ok = ls_cu_attention_prefill_ok(out.g->data, qkv.g->data, kc.g->data, vc.g->data,
-                                           (ls_cu_dtype_t)cdt, H, KV, D, stride);
+    void *gk = kvb.g->data, *gv = (char *)kvb.g->data + bn * ls_dtype_size(cdt);
+    int pf_ok = ls_cu_attention_prefill_ok(out.g->data, qkv.g->data, gk, gv, (ls_cu_dtype_t)cdt,
+                                           H, KV, D, stride);
     size_t row = (size_t)H * D, nd = 0, np = 0;
     float *pc = t_alloc(no * 4), *pg = t_alloc(no * 4);
     int32_t pick[3 * MAXS];
@@ -925,8 +928,8 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     for (int k = 0; k < n_pick; k++)
         taken[pick[3 * k]] = 1;
     if (n_pick)
-        s_prefill_kernels(what, &d, pick, n_pick, co, out.g->data, qkv.g->data, kc.g->data,
-                          vc.g->data, H, KV, D, bs, stride, qr);
+        s_prefill_kernels(what, &d, pick, n_pick, co, out.g->data, qkv.g->data, gk, gv, H, KV,
+                          D, bs, stride, bstride, qr);
     for (int s = 0; s < n_seq; s++) {
         int prefill = taken[s];
         for (int t = d.q_indptr[s]; t < d.q_indptr[s + 1]; t++) {
@@ -946,9 +949,9 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
                  H, KV, D, bs, s_dtn(cdt));
         s_check(name, pg, pc, np, 2e-5 * (1 + qr * qr / 9), 0.0156 * (1 + qr));
     }
-    s_pb_free(&qkv), s_pb_free(&kc), s_pb_free(&vc), s_pb_free(&out), s_pb_free(&dv);
-    free(perm), free(hq), free(hk), free(hv), free(hdv), free(poison), free(c), free(g),
-        free(co), free(go), free(pc), free(pg);
+    s_pb_free(&qkv), s_pb_free(&kvb), s_pb_free(&out), s_pb_free(&dv);
+    free(perm), free(hq), free(hk), free(hdv), free(poison), free(c), free(g), free(co), free(go),
+        free(pc), free(pg);
     return n_pick;
 }
 
@@ -1056,21 +1059,6 @@ static const s_layout_t s_layouts[] = {
     {"serving mix", 52, 12, {17, 9, 6, 4, 3, 3, 2, 2, 1, 1, 1, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 1},
 };
 
-// lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size),
-// over every pass of the step, the later ones adding (as engine/model.c runs a mix)
-static void s_fused_both(s_pb_t *y, const float *y0, s_pb_t *x, s_pb_t *tmp, const float *tmp0,
-                         s_pb_t *a, s_pb_t *b, const int32_t *off, int in, int n_slices,
-                         int r_max, int accumulate, int n_passes) {
-    s_pb_set(tmp, 0, tmp0, tmp->n);
-    s_pb_set(y, 0, y0, y->n);
-    for (int k = 0; k < n_passes; k++, accumulate = 1) {
-        s_cpu->lora_fused(s_cpu, s_vc(y, 0), s_vc(x, 0), s_vc(tmp, 0), s_vc(a, 0), s_vc(b, 0),
-                          off, in, n_slices, r_max, accumulate, k);
-        s_gpu->lora_fused(s_gpu, s_vg(y, 0), s_vg(x, 0), s_vg(tmp, 0), s_vg(a, 0), s_vg(b, 0),
-                          off, in, n_slices, r_max, accumulate, k);
-    }
-}
-
 enum { SLOTS = 33 };
 
 // The step's second LoRA pass, as a mix of two adapters makes it (docs/lora-mixing.md): the
@@ -1154,19 +1142,59 @@ static float *s_lora_pool_new(t_rng_t *r, const s_stepd_t *d, int b, int n_slice
     return h;
 }
 
-// A LoRA op's buffers on both backends: pools a (na) and b (nb) in pdt, x (nx; none when
-// 0), tmp (nt, its first nt_set elements from tmp0), y (ny, from y0).
+// A LoRA matrix in pages on both backends (lora_pages.h): the same values (rounded to pdt
+// first, so both hold the same numbers), each table pointing into its backend's arena.
 typedef struct {
-    s_pb_t a, b, x, tmp, y;
+    tp_pages_t p;
+    ls_buffer_t *arena[2], *tab[2];
+    ls_lora_mat_t m[2]; // CPU, GPU
+} s_pm_t;
+
+static void s_pm_upload(s_pm_t *pm, int n_slots, ls_dtype_t pdt) {
+    s_round_all(pdt, pm->p.arena, pm->p.n);
+    pm->m[0] = tp_backend(&pm->p, s_cpu, n_slots, pdt, &pm->arena[0], &pm->tab[0]);
+    pm->m[1] = tp_backend(&pm->p, s_gpu, n_slots, pdt, &pm->arena[1], &pm->tab[1]);
+}
+
+// A of the dense pool h (n_slots, n_slices*r_max, len) as rows of len, the rows below each
+// slot's rank (ranks (n_slots)), in pieces of `piece` elements (0: whole)
+static s_pm_t s_pm_rows(t_rng_t *r, const float *h, int n_slots, const int32_t *ranks, int n_slices, int r_max,
+                        int len, int piece, ls_dtype_t pdt) {
+    s_pm_t pm;
+    tp_rows(&pm.p, r, h, n_slots, n_slices, r_max, len, piece ? piece : len, ranks);
+    s_pm_upload(&pm, n_slots, pdt);
+    return pm;
+}
+
+// B of the dense pool h (n_slots, out, r_max) as chunks of out rows, in pieces of `piece`
+// rows (0: whole); transposed (the embedding's A, h (n_slots, r_max, out)): element (o, j)
+// at h[(w*r_max + j)*out + o]
+static s_pm_t s_pm_chunks(t_rng_t *r, const float *h, int n_slots, const int32_t *ranks, int out, int r_max,
+                          int piece, int transposed, ls_dtype_t pdt) {
+    s_pm_t pm;
+    size_t slot = (size_t)out * r_max;
+    tp_chunks_strided(&pm.p, r, h, n_slots, out, r_max, piece ? piece : out, ranks, slot,
+                      transposed ? 1 : (size_t)r_max, transposed ? (size_t)out : 1);
+    s_pm_upload(&pm, n_slots, pdt);
+    return pm;
+}
+
+static void s_pm_free(s_pm_t *pm) {
+    ls_backend_t *const be[2] = {s_cpu, s_gpu};
+    for (int i = 0; i < 2; i++)
+        be[i]->buffer_free(be[i], pm->arena[i]), be[i]->buffer_free(be[i], pm->tab[i]);
+    tp_free(&pm->p);
+}
+
+// A LoRA op's buffers on both backends: x (nx; none when 0), tmp (nt, its first nt_set
+// elements from tmp0), y (ny, from y0).
+typedef struct {
+    s_pb_t x, tmp, y;
 } s_lora_bufs_t;
 
-static s_lora_bufs_t s_lora_bufs_new(ls_dtype_t pdt, const float *ha, size_t na, const float *hb,
-                                     size_t nb, const float *hx, size_t nx, const float *tmp0,
-                                     size_t nt, size_t nt_set, const float *y0, size_t ny) {
-    s_lora_bufs_t u = {s_pb_new(pdt, na), s_pb_new(pdt, nb), {0}, s_pb_new(LS_DTYPE_F32, nt),
-                       s_pb_new(LS_DTYPE_F32, ny)};
-    s_pb_set(&u.a, 0, ha, na);
-    s_pb_set(&u.b, 0, hb, nb);
+static s_lora_bufs_t s_lora_bufs_new(const float *hx, size_t nx, const float *tmp0, size_t nt, size_t nt_set,
+                                     const float *y0, size_t ny) {
+    s_lora_bufs_t u = {{0}, s_pb_new(LS_DTYPE_F32, nt), s_pb_new(LS_DTYPE_F32, ny)};
     if (nx) {
         u.x = s_pb_new(LS_DTYPE_F32, nx);
         s_pb_set(&u.x, 0, hx, nx);
@@ -1177,9 +1205,24 @@ static s_lora_bufs_t s_lora_bufs_new(ls_dtype_t pdt, const float *ha, size_t na,
 }
 
 static void s_lora_bufs_free(s_lora_bufs_t *u) {
-    s_pb_free(&u->a), s_pb_free(&u->b), s_pb_free(&u->tmp), s_pb_free(&u->y);
+    s_pb_free(&u->tmp), s_pb_free(&u->y);
     if (u->x.c)
         s_pb_free(&u->x);
+}
+
+// lora_fused on both backends from y = y0 and tmp = tmp0 (host arrays of y's and tmp's size),
+// over every pass of the step, the later ones adding (as engine/model.c runs a mix)
+static void s_fused_both(s_pb_t *y, const float *y0, s_pb_t *x, s_pb_t *tmp, const float *tmp0,
+                         const s_pm_t *a, const s_pm_t *b, const int32_t *off, int in, int n_slices,
+                         int r_max, int accumulate, int n_passes) {
+    s_pb_set(tmp, 0, tmp0, tmp->n);
+    s_pb_set(y, 0, y0, y->n);
+    for (int k = 0; k < n_passes; k++, accumulate = 1) {
+        s_cpu->lora_fused(s_cpu, s_vc(y, 0), s_vc(x, 0), s_vc(tmp, 0), a->m[0], b->m[0],
+                          off, in, n_slices, r_max, accumulate, k);
+        s_gpu->lora_fused(s_gpu, s_vg(y, 0), s_vg(x, 0), s_vg(tmp, 0), a->m[1], b->m[1],
+                          off, in, n_slices, r_max, accumulate, k);
+    }
 }
 
 // c and g (n) become what the op added to y0 (NaN stays NaN: an untouched poisoned element)
@@ -1191,9 +1234,11 @@ static void s_deltas(float *c, float *g, const float *y0, size_t n) {
 }
 
 // The LoRA ops over layout lay, on both backends; mix: with a second pass (s_mix_pass) and
-// per-segment weights, every op run over both passes as engine/model.c runs a step with mixes.
+// per-segment weights, every op run over both passes as engine/model.c runs a step with mixes;
+// pieces: A's rows in 3 pieces, B's chunks in pieces of a fifth of their rows (the fallback
+// kernels), else whole (the tuned ones).
 static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
-                      int in, int r_max, ls_dtype_t pdt, int mix) {
+                      int in, int r_max, ls_dtype_t pdt, int mix, int pieces) {
     static s_stepd_t d;
     int32_t rows[MAXT], touched[MAXT];
     int P = s_lora_step(r, lay, r_max, mix, &d, rows, touched);
@@ -1203,7 +1248,6 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     for (int k = 0; k < n_slices; k++)
         off[k + 1] = off[k] + sizes[k];
     int out_total = off[n_slices], T = lay->T;
-    size_t na = (size_t)SLOTS * ld * in, nb = (size_t)SLOTS * out_total * r_max;
     float *ha = s_lora_pool_new(r, &d, 0, n_slices, r_max, in);
     float *hb = s_lora_pool_new(r, &d, 1, 1, r_max, out_total);
     // rows that rank>0 segments cover get random y; the others are poison that must stay
@@ -1214,40 +1258,38 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     for (int t = 0; t < T; t++)
         if (touched[t])
             t_fill(r, hy + (size_t)t * out_total, out_total, -1, 1);
-    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, hx, nx, tpois, ntf, nt, hy, ny);
-    s_pb_t a = u.a, b = u.b, x = u.x, tmp = u.tmp, y = u.y;
+    s_lora_bufs_t u = s_lora_bufs_new(hx, nx, tpois, ntf, nt, hy, ny);
+    s_pb_t x = u.x, tmp = u.tmp, y = u.y;
+    s_pm_t a = s_pm_rows(r, ha, SLOTS, d.ranks, n_slices, r_max, in, pieces ? (in / 3 + 7) / 8 * 8 : 0, pdt);
+    s_pm_t b = s_pm_chunks(r, hb, SLOTS, d.ranks, out_total, r_max, pieces ? out_total / 5 + 1 : 0, 0, pdt);
     // shrink then expand, pass after pass (tmp compared after the last pass's shrink: what
     // it wrote over the first's, the first's elsewhere)
     float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
-    char name[128];
-    const char *mixed = mix ? " + mix pass, weights" : "";
+    char name[160];
+    const char *mixed = mix ? " + mix pass, weights" : "", *cut = pieces ? " in pieces" : "";
     for (int k = 0; k < P; k++) {
-        s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), s_vc(&a, 0), in, n_slices, r_max,
-                           k);
-        s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), s_vg(&a, 0), in, n_slices, r_max,
-                           k);
+        s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), a.m[0], in, n_slices, r_max, k);
+        s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), a.m[1], in, n_slices, r_max, k);
         if (k == P - 1) {
             s_pb_get(&tmp, 0, nt, c, g);
-            snprintf(name, sizeof name, "lora shrink %s%s, %d slice%s in=%d r_max=%d %s",
-                     lay->name, mixed, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+            snprintf(name, sizeof name, "lora shrink %s%s%s, %d slice%s in=%d r_max=%d %s",
+                     lay->name, mixed, cut, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
             s_check(name, g, c, nt, 1e-10, 1e-4);
         }
-        s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, n_slices, r_max,
-                           k);
-        s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, n_slices, r_max,
-                           k);
+        s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), b.m[0], off, n_slices, r_max, k);
+        s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), b.m[1], off, n_slices, r_max, k);
     }
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny); // compare the LoRA deltas
-    snprintf(name, sizeof name, "lora expand %s%s, out=%d", lay->name, mixed, out_total);
+    snprintf(name, sizeof name, "lora expand %s%s%s, out=%d", lay->name, mixed, cut, out_total);
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // the fused op from the same poisoned start: y deltas equal, untouched rows still NaN
     // (tmp is the op's scratch: unspecified afterwards, not compared)
     s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1, P);
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny);
-    snprintf(name, sizeof name, "lora fused %s%s, %d slice%s in=%d r_max=%d %s", lay->name,
-             mixed, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+    snprintf(name, sizeof name, "lora fused %s%s%s, %d slice%s in=%d r_max=%d %s", lay->name,
+             mixed, cut, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // written, not added (accumulate 0), over y all NaN: every element must be written —
     // the delta on covered rows, 0 on the others — and the GPU must match the CPU's
@@ -1260,14 +1302,15 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
         unwritten += isnan(g[i]) || isnan(c[i]);
         nonzero_untouched += !touched[i / out_total] && (g[i] != 0.0f || c[i] != 0.0f);
     }
-    snprintf(name, sizeof name, "lora fused written %s%s, %d slice%s r_max=%d %s", lay->name,
-             mixed, n_slices, n_slices > 1 ? "s" : "", r_max, s_dtn(pdt));
+    snprintf(name, sizeof name, "lora fused written %s%s%s, %d slice%s r_max=%d %s", lay->name,
+             mixed, cut, n_slices, n_slices > 1 ? "s" : "", r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
-    snprintf(name, sizeof name, "lora fused written %s%s: %zu unwritten, %zu non-zero rows "
-             "without an adapter", lay->name, mixed, unwritten, nonzero_untouched);
+    snprintf(name, sizeof name, "lora fused written %s%s%s: %zu unwritten, %zu non-zero rows "
+             "without an adapter", lay->name, mixed, cut, unwritten, nonzero_untouched);
     s_check_true(name, unwritten == 0 && nonzero_untouched == 0);
     free(ynan);
     s_lora_bufs_free(&u);
+    s_pm_free(&a), s_pm_free(&b);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }
 
@@ -1275,7 +1318,7 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
 // elements), then the usual expand with one slice of H outputs, from poisoned tmp and y;
 // mix: over both passes of s_mix_pass, the tiles' scales carrying the segments' weights.
 static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H, int r_max,
-                            ls_dtype_t pdt, int mix) {
+                            ls_dtype_t pdt, int mix, int pieces) {
     static s_stepd_t d;
     int32_t rows[MAXT], touched[MAXT];
     int P = s_lora_step(r, lay, r_max, mix, &d, rows, touched);
@@ -1284,35 +1327,38 @@ static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H,
     d.ids[0] = vocab - 1;  // the last column
     s_step_begin(&d);
     int T = lay->T, off[2] = {0, H};
-    size_t na = (size_t)SLOTS * r_max * vocab, nb = (size_t)SLOTS * H * r_max;
     size_t nt = (size_t)T * r_max, ny = (size_t)T * H;
     float *ha = s_lora_pool_new(r, &d, 0, 1, r_max, vocab), *hb = s_lora_pool_new(r, &d, 1, 1, r_max, H);
     float *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
     for (int t = 0; t < T; t++)
         if (touched[t])
             t_fill(r, hy + (size_t)t * H, H, -1, 1);
-    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, NULL, 0, tpois, nt, nt, hy, ny);
-    s_pb_t a = u.a, b = u.b, tmp = u.tmp, y = u.y;
+    s_lora_bufs_t u = s_lora_bufs_new(NULL, 0, tpois, nt, nt, hy, ny);
+    s_pb_t tmp = u.tmp, y = u.y;
+    // A (r_max, vocab) per slot, held as chunks of vocab rows
+    s_pm_t a = s_pm_chunks(r, ha, SLOTS, d.ranks, vocab, r_max, pieces ? vocab / 7 + 1 : 0, 1, pdt);
+    s_pm_t b = s_pm_chunks(r, hb, SLOTS, d.ranks, H, r_max, pieces ? H / 5 + 1 : 0, 0, pdt);
     float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
-    char name[128];
-    const char *mixed = mix ? " + mix pass, weights" : "";
+    char name[160];
+    const char *mixed = mix ? " + mix pass, weights" : "", *cut = pieces ? " in pieces" : "";
     for (int k = 0; k < P; k++) {
-        s_cpu->lora_embed_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&a, 0), vocab, r_max, k);
-        s_gpu->lora_embed_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&a, 0), vocab, r_max, k);
+        s_cpu->lora_embed_shrink(s_cpu, s_vc(&tmp, 0), a.m[0], vocab, r_max, k);
+        s_gpu->lora_embed_shrink(s_gpu, s_vg(&tmp, 0), a.m[1], vocab, r_max, k);
         if (k == P - 1) { // as test_lora: the last pass's rows over the first's
             s_pb_get(&tmp, 0, nt, c, g);
-            snprintf(name, sizeof name, "lora embed shrink %s%s, vocab=%d r_max=%d %s",
-                     lay->name, mixed, vocab, r_max, s_dtn(pdt));
+            snprintf(name, sizeof name, "lora embed shrink %s%s%s, vocab=%d r_max=%d %s",
+                     lay->name, mixed, cut, vocab, r_max, s_dtn(pdt));
             s_check(name, g, c, nt, 0, 0);
         }
-        s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), s_vc(&b, 0), off, 1, r_max, k);
-        s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), s_vg(&b, 0), off, 1, r_max, k);
+        s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), b.m[0], off, 1, r_max, k);
+        s_gpu->lora_expand(s_gpu, s_vg(&y, 0), s_vg(&tmp, 0), b.m[1], off, 1, r_max, k);
     }
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny);
-    snprintf(name, sizeof name, "lora embed expand %s%s, hidden=%d", lay->name, mixed, H);
+    snprintf(name, sizeof name, "lora embed expand %s%s%s, hidden=%d", lay->name, mixed, cut, H);
     s_check(name, g, c, ny, 1e-10, 1e-4);
     s_lora_bufs_free(&u);
+    s_pm_free(&a), s_pm_free(&b);
     free(ha), free(hb), free(tpois), free(hy), free(c), free(g);
 }
 
@@ -1320,7 +1366,7 @@ static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H,
 // rows stay poisoned) and factor, y (R, out) vocabulary-wide; mix: a second pass whose rows
 // get other slots (slot 0 on some) and every factor a weight besides the slot's scaling.
 static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dtype_t pdt,
-                           int mix) {
+                           int mix, int pieces) {
     static s_stepd_t d;
     static const s_layout_t one = {"rows", 1, 1, {1}, {1}, 0};
     int32_t rows[MAXT], touched[MAXT];
@@ -1335,7 +1381,6 @@ static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dty
     d.n_logit = R;
     d.has_logit_slots = 1;
     s_step_begin(&d);
-    size_t na = (size_t)SLOTS * r_max * in, nb = (size_t)SLOTS * out * r_max;
     size_t nx = (size_t)R * in, nt = (size_t)R * r_max, ny = (size_t)R * out;
     float *ha = s_lora_pool_new(r, &d, 0, 1, r_max, in), *hb = s_lora_pool_new(r, &d, 1, 1, r_max, out);
     float *hx = s_fill_new(r, nx, -1, 1), *tpois = s_nan_new(nt), *hy = s_nan_new(ny);
@@ -1346,22 +1391,23 @@ static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dty
         if (any)
             t_fill(r, hy + (size_t)i * out, out, -1, 1);
     }
-    s_lora_bufs_t u = s_lora_bufs_new(pdt, ha, na, hb, nb, hx, nx, tpois, nt, nt, hy, ny);
-    s_pb_t a = u.a, b = u.b, x = u.x, tmp = u.tmp, y = u.y;
+    s_lora_bufs_t u = s_lora_bufs_new(hx, nx, tpois, nt, nt, hy, ny);
+    s_pb_t x = u.x, tmp = u.tmp, y = u.y;
+    s_pm_t a = s_pm_rows(r, ha, SLOTS, d.ranks, 1, r_max, in, pieces ? (in / 3 + 7) / 8 * 8 : 0, pdt);
+    s_pm_t b = s_pm_chunks(r, hb, SLOTS, d.ranks, out, r_max, pieces ? out / 9 + 1 : 0, 0, pdt);
     for (int k = 0; k < P; k++) {
-        s_cpu->lora_rows(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), s_vc(&a, 0),
-                         s_vc(&b, 0), in, out, r_max, k);
-        s_gpu->lora_rows(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), s_vg(&a, 0),
-                         s_vg(&b, 0), in, out, r_max, k);
+        s_cpu->lora_rows(s_cpu, s_vc(&y, 0), s_vc(&x, 0), s_vc(&tmp, 0), a.m[0], b.m[0], in, out, r_max, k);
+        s_gpu->lora_rows(s_gpu, s_vg(&y, 0), s_vg(&x, 0), s_vg(&tmp, 0), a.m[1], b.m[1], in, out, r_max, k);
     }
     float *c = t_alloc(ny * 4), *g = t_alloc(ny * 4);
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny);
-    char name[128];
-    snprintf(name, sizeof name, "lora rows (lm_head)%s R=%d in=%d out=%d r_max=%d %s",
-             mix ? " + mix pass, weights" : "", R, in, out, r_max, s_dtn(pdt));
+    char name[160];
+    snprintf(name, sizeof name, "lora rows (lm_head)%s%s R=%d in=%d out=%d r_max=%d %s",
+             mix ? " + mix pass, weights" : "", pieces ? " in pieces" : "", R, in, out, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
     s_lora_bufs_free(&u);
+    s_pm_free(&a), s_pm_free(&b);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
 }
 
@@ -1686,8 +1732,6 @@ static void test_two_steps(t_rng_t *r) {
     static const int32_t off[4] = {0, QD, QD + KVD, QKV};
     s_pb_t tab = s_pb_new(LS_DTYPE_BF16, VOCAB * C), wq = s_pb_new(LS_DTYPE_F32, QKV * C),
            nw = s_pb_new(LS_DTYPE_BF16, C), inv = s_pb_new(LS_DTYPE_F32, D / 2),
-           a = s_pb_new(LS_DTYPE_BF16, SLOTS * 3 * R_MAX * C),
-           b = s_pb_new(LS_DTYPE_BF16, SLOTS * QKV * R_MAX),
            act = s_pb_new(LS_DTYPE_F32, MAX_T * (2 * C + QKV + 3 * R_MAX + QD) + 2 * QD),
            kc = s_pb_new(LS_DTYPE_F32, CACHE), vc = s_pb_new(LS_DTYPE_F32, CACHE);
     float *h = s_fill_new(r, QKV * C, -0.2f, 0.2f);
@@ -1696,10 +1740,11 @@ static void test_two_steps(t_rng_t *r) {
     s_pb_set(&tab, 0, h, VOCAB * C);
     t_fill(r, h, C, 0.5f, 1.5f);
     s_pb_set(&nw, 0, h, C);
-    t_fill(r, h, SLOTS * 3 * R_MAX * C, -0.1f, 0.1f);
-    s_pb_set(&a, 0, h, SLOTS * 3 * R_MAX * C);
-    t_fill(r, h, SLOTS * QKV * R_MAX, -0.1f, 0.1f);
-    s_pb_set(&b, 0, h, SLOTS * QKV * R_MAX);
+    static const int32_t ranks[SLOTS] = {0, 8, 16};
+    float *ha = s_fill_new(r, SLOTS * 3 * R_MAX * C, -0.1f, 0.1f), *hb = s_fill_new(r, SLOTS * QKV * R_MAX, -0.1f, 0.1f);
+    s_pm_t a = s_pm_rows(r, ha, SLOTS, ranks, 3, R_MAX, C, 0, LS_DTYPE_BF16);
+    s_pm_t b = s_pm_chunks(r, hb, SLOTS, ranks, QKV, R_MAX, 0, 0, LS_DTYPE_BF16);
+    free(ha), free(hb);
     ls_rope_config_t cfg = {LS_ROPE_DEFAULT, 10000.0, 1, 1, 1, 1};
     ls_rope_inv_freq_init(h, D, &cfg);
     s_pb_set(&inv, 0, h, D / 2);
@@ -1742,14 +1787,14 @@ static void test_two_steps(t_rng_t *r) {
             B->rmsnorm(B, ls_view(A, o_xn), LS_VIEW_NONE, LS_VIEW_NONE, LS_VIEW_NONE,
                        ls_view(A, o_h), LS_VIEW_NONE, V_(nw), T, C, 1e-5f);
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
-            B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), V_(a), C, 3, R_MAX, 0);
-            B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), V_(b), off, 3, R_MAX, 0);
+            B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), a.m[i], C, 3, R_MAX, 0);
+            B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), b.m[i], off, 3, R_MAX, 0);
             B->rope(B, ls_view(A, o_qkv), LS_VIEW_NONE, V_(inv), H, D, QKV);
             B->rope(B, ls_view(A, o_qkv + QD), LS_VIEW_NONE, V_(inv), KV, D, QKV);
             B->kv_store(B, V_(kc), V_(vc), ls_view(A, o_qkv + QD), ls_view(A, o_qkv + QD + KVD),
-                        LS_VIEW_NONE, KV, D, QKV);
+                        LS_VIEW_NONE, KV, D, QKV, BS, (size_t)BS * KVD);
             B->attention(B, ls_view(A, o_att), ls_view(A, o_qkv), V_(kc), V_(vc), H, KV, D, BS,
-                         QKV);
+                         QKV, (size_t)BS * KVD);
             B->rows_gather(B, ls_view(A, o_pick), ls_view(A, o_att), QD);
 #undef V_
             if (B->synchronize(B)) {
@@ -1770,8 +1815,8 @@ static void test_two_steps(t_rng_t *r) {
         s_check(name, g, c, (size_t)S * QD, 1e-10, 1e-4);
         free(c), free(g);
     }
-    s_pb_free(&tab), s_pb_free(&wq), s_pb_free(&nw), s_pb_free(&inv), s_pb_free(&a);
-    s_pb_free(&b), s_pb_free(&act), s_pb_free(&kc), s_pb_free(&vc);
+    s_pb_free(&tab), s_pb_free(&wq), s_pb_free(&nw), s_pb_free(&inv), s_pm_free(&a);
+    s_pm_free(&b), s_pb_free(&act), s_pb_free(&kc), s_pb_free(&vc);
     free(h);
 }
 
@@ -1936,60 +1981,71 @@ int main(int argc, char **argv) {
                      szodd[3] = {300, 0, 77};
     int n_layouts = (int)(sizeof s_layouts / sizeof s_layouts[0]);
     for (int l = 0; l < n_layouts; l++) {
-        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 0);
-        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16, 0);
-        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16, 0);
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 0, 0);
+        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16, 0, 0);
+        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16, 0, 0);
     }
-    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32, 0);
-    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32, 0);
-    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32, 0, 0);
+    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 0);
+    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16, 0, 0);
     // the tensor-core shrink's other m-tile counts: r_max 32 over 2 slices, 8 over 3
-    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16, 0);
-    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16, 0, 0);
     // Llama-3-8B's qkv and o shapes on few tiles: the tensor-core shrink splits K over
     // clusters of 4 (in 4096, 10 tiles x 3 slices) and 8 (in 8192, 8 tiles x 1 slice)
     static const int szq[3] = {4096, 1024, 1024}, szo[1] = {4096};
-    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16, 0);
-    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16, 0, 0);
     // decode over distinct adapters (one-position tiles, LS_CU_LORA_ONE) at Llama-3-8B's
     // gate_up and qkv shapes, where the decode op splits K into parts and the one-token
     // expand covers long outputs; and that layout's f32 and f16 pools (other kernels)
     static const int szgu[2] = {14336, 14336};
-    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16, 0);
-    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0);
-    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0); // down: K in 7 parts
-    test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16, 0);
-    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32, 0);
-    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0);
-    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16, 0);  // scalar paths
-    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 0);
+    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 0); // down: K in 7 parts
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 0);
+    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0, 0);
+    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16, 0, 0);  // scalar paths
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 0, 0);
     // small ranks in wide slots (the server's mixed-rank setting; the loop above has the
     // multi-position tiles of layout 3 so): decode, one-position tiles, at Llama-3-8B's qkv
     // and gate_up
-    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16, 0);
-    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 0);
+    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 0, 0);
     // mixes of adapters: a second pass over some of the rows and weights on every segment
     // (the tiles' scales), each layout's ops over both passes; and the decode shapes
     for (int l = 0; l < n_layouts; l++)
-        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 1);
-    test_lora(&r, &s_layouts[1], 3, szq, 4096, 16, LS_DTYPE_BF16, 1);
-    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 1);
-    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1);
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 1, 0);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 16, LS_DTYPE_BF16, 1, 0);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 1, 0);
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1, 0);
     // the embedding's LoRA (a gather, then the expand) and lm_head's on the logit rows, alone
     // and in mixes (a second pass, the tiles' scales with the weights)
-    test_lora_embed(&r, &s_layouts[0], 1000, 512, 16, LS_DTYPE_BF16, 0);
-    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 0);
-    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32, 0);
-    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 0);
-    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 1);
-    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32, 1);
-    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 1);
-    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 0);
-    test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16, 0);
-    test_lora_rows(&r, 3, 100, 1001, 12, LS_DTYPE_F32, 0);
-    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 0);
-    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 1);
-    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 1);
+    test_lora_embed(&r, &s_layouts[0], 1000, 512, 16, LS_DTYPE_BF16, 0, 0);
+    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 0, 0);
+    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32, 0, 0);
+    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 0, 0);
+    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 1, 0);
+    test_lora_embed(&r, &s_layouts[6], 1000, 256, 64, LS_DTYPE_F32, 1, 0);
+    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 1, 0);
+    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 0, 0);
+    test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16, 0, 0);
+    test_lora_rows(&r, 3, 100, 1001, 12, LS_DTYPE_F32, 0, 0);
+    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 0, 0);
+    test_lora_rows(&r, 9, 4096, 32000, 16, LS_DTYPE_BF16, 1, 0);
+    test_lora_rows(&r, 6, 512, 3000, 64, LS_DTYPE_F16, 1, 0);
+    // pages smaller than a row (docs/memory.md): A's rows and B's chunks in pieces, which the
+    // fallback kernels take, in every layout, decode shapes, mixes and the vocabulary ops
+    for (int l = 0; l < n_layouts; l++)
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, l % 2, 1);
+    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 1);
+    test_lora(&r, &s_layouts[2], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 1);
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1, 1);
+    test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 1, 1);
+    test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 0, 1);
+    test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16, 0, 1);
+    test_lora_rows(&r, 3, 100, 1001, 12, LS_DTYPE_F32, 1, 1);
     // trainable tokens: the embedding rows copied over the embedding's output, lm_head's
     // logits of the listed ids recomputed on the logit rows
     test_token_rows(&r, 300, 4096, 64, LS_DTYPE_BF16);

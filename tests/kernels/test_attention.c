@@ -4,9 +4,11 @@
     Every case runs two steps like the engine does: step 1 stores each sequence's cached
     prefix through kv_store, step 2 stores the new chunk and attends with the queries of
     the chunk only. Block tables are random permutations of the physical blocks (never
-    contiguous), q/k/v sit inside one stacked qkv buffer (row stride > head columns), and
-    the cache starts filled with NaN, so reading any slot the step does not own poisons
-    the output. Bounds: NMSE <= 1e-10 and max-abs <= 1e-5 (values are O(1)).
+    contiguous), the caches are pages as the worker's pool holds them (a block of K, then of
+    V, then of another layer, page after page: docs/memory.md), q/k/v sit inside one stacked
+    qkv buffer (row stride > head columns), and the pages start filled with NaN, so reading
+    any slot the step does not own poisons the output. Bounds: NMSE <= 1e-10 and max-abs <=
+    1e-5 (values are O(1)).
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,8 +33,10 @@ typedef struct {
 typedef struct {
     const s_case_t *c;
     int qkv_stride, kv_dim, max_blocks, num_blocks;
+    size_t block_stride;
     float *q[MAX_SEQS], *k[MAX_SEQS], *v[MAX_SEQS]; // (len, heads or kv_heads, head_dim)
-    float *k_cache, *v_cache;                       // (num_blocks, block_size, kv_dim)
+    float *pages;                                   // (num_blocks, 3, block_size, kv_dim)
+    float *k_cache, *v_cache;                       // in pages: K and V of page p
     int32_t *block_tables;                          // (n_seqs, max_blocks)
 } s_world_t;
 
@@ -71,17 +75,19 @@ static void s_world_init(s_world_t *w, const s_case_t *c, t_rng_t *r) {
             w->block_tables[s * w->max_blocks + b] =
                 b * bs < c->prefix[s] + c->chunk[s] ? phys[next++] : -1;
     free(phys);
-    size_t cache_n = (size_t)w->num_blocks * bs * w->kv_dim;
-    w->k_cache = t_alloc(sizeof(float) * cache_n);
-    w->v_cache = t_alloc(sizeof(float) * cache_n);
-    for (size_t i = 0; i < cache_n; i++)
-        w->k_cache[i] = w->v_cache[i] = NAN;
+    size_t block_n = (size_t)bs * w->kv_dim, n = (size_t)w->num_blocks * 3 * block_n;
+    w->block_stride = 3 * block_n;
+    w->pages = t_alloc(sizeof(float) * n);
+    w->k_cache = w->pages;
+    w->v_cache = w->pages + block_n;
+    for (size_t i = 0; i < n; i++)
+        w->pages[i] = NAN;
 }
 
 static void s_world_free(s_world_t *w) {
     for (int s = 0; s < w->c->n_seqs; s++)
         free(w->q[s]), free(w->k[s]), free(w->v[s]);
-    free(w->k_cache), free(w->v_cache), free(w->block_tables);
+    free(w->pages), free(w->block_tables);
 }
 
 // Packs tokens [from_s, to_s) of every sequence into a stacked qkv buffer (T, qkv_stride)
@@ -158,17 +164,21 @@ static void s_run_case(const s_case_t *c, uint64_t seed) {
     // step 1: the cached prefixes
     int T = s_pack(&w, 0, qkv, pos, slots, q_indptr, ctx_lens);
     ls_kv_cache_store(w.k_cache, w.v_cache, qkv + qd, qkv + qd + w.kv_dim, NULL, slots, T,
-                      c->n_kv_heads, c->head_dim, w.qkv_stride);
+                      c->n_kv_heads, c->head_dim, w.qkv_stride, c->block_size, w.block_stride);
     // step 2: the chunk (or decode token) of every sequence
     T = s_pack(&w, 1, qkv, pos, slots, q_indptr, ctx_lens);
     ls_kv_cache_store(w.k_cache, w.v_cache, qkv + qd, qkv + qd + w.kv_dim, NULL, slots, T,
-                      c->n_kv_heads, c->head_dim, w.qkv_stride);
+                      c->n_kv_heads, c->head_dim, w.qkv_stride, c->block_size, w.block_stride);
     ls_attn_meta_t meta = {.n_seqs = c->n_seqs, .n_tokens = T, .max_blocks = w.max_blocks,
                            .max_ctx_len = max_ctx, .q_indptr = q_indptr,
                            .ctx_lens = ctx_lens, .positions = pos, .slot_mapping = slots,
                            .block_tables = w.block_tables};
     ls_attention_forward(out, qkv, w.k_cache, w.v_cache, &meta, c->n_heads, c->n_kv_heads,
-                         c->head_dim, c->block_size, w.qkv_stride);
+                         c->head_dim, c->block_size, w.qkv_stride, w.block_stride);
+    // the third block of every page (another layer's) is untouched
+    for (int b = 0; b < w.num_blocks; b++)
+        for (size_t i = 0; i < (size_t)c->block_size * w.kv_dim; i++)
+            assert_true(isnan(w.pages[b * w.block_stride + 2 * (size_t)c->block_size * w.kv_dim + i]));
     for (int s = 0; s < c->n_seqs; s++)
         for (int t = q_indptr[s]; t < q_indptr[s + 1]; t++)
             s_attention_ref(ref + (size_t)t * qd, &w, s, pos[t]);
@@ -221,7 +231,7 @@ static void test_kv_store_padding(void **state) {
     t_fill(&r, v, T * STRIDE, -1, 1);
     for (int i = 0; i < SLOTS * KV * D; i++)
         kc[i] = vc[i] = NAN;
-    ls_kv_cache_store(kc, vc, k, v, NULL, slots, T, KV, D, STRIDE);
+    ls_kv_cache_store(kc, vc, k, v, NULL, slots, T, KV, D, STRIDE, SLOTS, (size_t)SLOTS * KV * D);
     for (int s = 0; s < SLOTS; s++) {
         int t = s == 5 ? 0 : s == 0 ? 2 : -1;
         for (int i = 0; i < KV * D; i++) {
@@ -250,8 +260,8 @@ static void test_kv_store_v2(void **state) {
     ls_add_forward(vs, v2, T * STRIDE);
     for (int i = 0; i < SLOTS * KV * D; i++)
         kc[i] = vc[i] = kc2[i] = vc2[i] = 0.0f;
-    ls_kv_cache_store(kc, vc, k, vs, NULL, slots, T, KV, D, STRIDE);
-    ls_kv_cache_store(kc2, vc2, k, v, v2, slots, T, KV, D, STRIDE);
+    ls_kv_cache_store(kc, vc, k, vs, NULL, slots, T, KV, D, STRIDE, 1, (size_t)KV * D);
+    ls_kv_cache_store(kc2, vc2, k, v, v2, slots, T, KV, D, STRIDE, 1, (size_t)KV * D);
     assert_memory_equal(kc2, kc, sizeof kc);
     assert_memory_equal(vc2, vc, sizeof vc);
     assert_memory_equal(v, v0, sizeof v);

@@ -3,7 +3,8 @@
     Two engine steps (a 6-token prefill; then a decode of that sequence batched with a
     4-token prefill of another) of the attention half of a decoder layer with a LoRA'd
     qkv projection run through ls_backend_cpu_new's table: bf16 weights widened at upload,
-    stacked qkv views with row strides, paged caches, step metadata handed over once. Every
+    stacked qkv views with row strides, paged caches, the LoRA pools through page tables (rows
+    and chunks in pieces), step metadata handed over once. Every
     downloaded result is compared bit for bit with the same kernels called directly. The
     host metadata arrays are scribbled over right after step_begin, which proves the
     backend works from its own copy as the interface promises. (The kernels themselves
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "lora_pages.h"
 #include "test_util.h"
 
 enum {
@@ -77,6 +79,8 @@ typedef struct {
     float table[VOCAB * C], wqkv[QKV * C], norm_w[C], a_pool[A_N], b_pool[B_N],
         inv_freq[D / 2];
     uint16_t table16[VOCAB * C], wqkv16[QKV * C];
+    tp_pages_t pa, pb;           // the pools in pages (A rows in 3 pieces, B in 2)
+    const void **ta, **tb;       // their tables on the host
 } s_weights_t;
 
 // Results of one step, whichever way they were computed.
@@ -92,13 +96,13 @@ static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st)
     ls_embedding_forward(h, w->table, st->token_ids, T, C, 0, VOCAB);
     ls_rmsnorm_forward(xn, NULL, h, NULL, w->norm_w, T, C, 1e-5f);
     ls_matmul_forward(o->qkv, xn, w->wqkv, NULL, T, C, QKV, 0);
-    ls_lora_shrink(tmp, xn, w->a_pool, st->lora, C, 3, R_MAX);
-    ls_lora_expand(o->qkv, tmp, w->b_pool, st->lora, s_slice_offsets, 3, R_MAX);
+    ls_lora_shrink(tmp, xn, tp_view(&w->pa, w->ta), st->lora, C, 3, R_MAX);
+    ls_lora_expand(o->qkv, tmp, tp_view(&w->pb, w->tb), st->lora, s_slice_offsets, 3, R_MAX);
     ls_rope_forward(o->qkv, NULL, st->attn.positions, w->inv_freq, T, H, D, QKV);
     ls_rope_forward(o->qkv + QD, NULL, st->attn.positions, w->inv_freq, T, KV, D, QKV);
     ls_kv_cache_store(o->kc, o->vc, o->qkv + QD, o->qkv + QD + KVD, NULL, st->attn.slot_mapping,
-                      T, KV, D, QKV);
-    ls_attention_forward(att, o->qkv, o->kc, o->vc, &st->attn, H, KV, D, BS, QKV);
+                      T, KV, D, QKV, BS, (size_t)BS * KVD);
+    ls_attention_forward(att, o->qkv, o->kc, o->vc, &st->attn, H, KV, D, BS, QKV, (size_t)BS * KVD);
     ls_rows_gather(o->picked, att, st->logit_rows, st->n_logit_rows, QD);
     ls_sampling_params_t sp[2] = {{.temperature = 0.8f, .top_p = 1, .repetition_penalty = 1,
                                    .seed = 1},
@@ -110,20 +114,21 @@ static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st)
 // Buffers of the backend path: weights (bf16 requested), f32 params, pools, activations,
 // caches.
 typedef struct {
-    ls_buffer_t *w, *wf, *pools, *act, *cache;
-    ls_view_t table, wqkv, norm, inv, a, b, h, xn, qkv, tmp, att, pick, kc, vc;
+    ls_buffer_t *w, *wf, *act, *cache, *arena_a, *arena_b, *tab_a, *tab_b;
+    ls_view_t table, wqkv, norm, inv, h, xn, qkv, tmp, att, pick, kc, vc;
+    ls_lora_mat_t a, b;
 } s_bufs_t;
 
 static void s_bufs_init(s_bufs_t *b, ls_backend_t *be, const s_weights_t *w) {
     b->w = be->buffer_new(be, LS_DTYPE_BF16, VOCAB * C + QKV * C);
     b->wf = be->buffer_new(be, LS_DTYPE_F32, C + D / 2);
-    b->pools = be->buffer_new(be, LS_DTYPE_F32, A_N + B_N);
     b->act = be->buffer_new(be, LS_DTYPE_F32, MAX_T * (2 * C + QKV + 3 * R_MAX + QD) + 2 * QD);
     b->cache = be->buffer_new(be, LS_DTYPE_F32, 2 * CACHE);
-    assert_true(b->w && b->wf && b->pools && b->act && b->cache);
+    assert_true(b->w && b->wf && b->act && b->cache);
     b->table = ls_view(b->w, 0), b->wqkv = ls_view(b->w, VOCAB * C);
     b->norm = ls_view(b->wf, 0), b->inv = ls_view(b->wf, C);
-    b->a = ls_view(b->pools, 0), b->b = ls_view(b->pools, A_N);
+    b->a = tp_backend(&w->pa, be, SLOTS, LS_DTYPE_F32, &b->arena_a, &b->tab_a);
+    b->b = tp_backend(&w->pb, be, SLOTS, LS_DTYPE_F32, &b->arena_b, &b->tab_b);
     size_t off = 0;
     b->h = ls_view(b->act, off), off += MAX_T * C;
     b->xn = ls_view(b->act, off), off += MAX_T * C;
@@ -136,14 +141,14 @@ static void s_bufs_init(s_bufs_t *b, ls_backend_t *be, const s_weights_t *w) {
     assert_int_equal(be->buffer_upload(be, b->wqkv, w->wqkv16, LS_DTYPE_BF16, QKV * C), 0);
     assert_int_equal(be->buffer_upload(be, b->norm, w->norm_w, LS_DTYPE_F32, C), 0);
     assert_int_equal(be->buffer_upload(be, b->inv, w->inv_freq, LS_DTYPE_F32, D / 2), 0);
-    assert_int_equal(be->buffer_upload(be, b->a, w->a_pool, LS_DTYPE_F32, A_N), 0);
-    assert_int_equal(be->buffer_upload(be, b->b, w->b_pool, LS_DTYPE_F32, B_N), 0);
     be->buffer_zero(be, b->kc, 2 * CACHE);
 }
 
 static void s_bufs_free(s_bufs_t *b, ls_backend_t *be) {
-    be->buffer_free(be, b->w), be->buffer_free(be, b->wf), be->buffer_free(be, b->pools);
+    be->buffer_free(be, b->w), be->buffer_free(be, b->wf);
     be->buffer_free(be, b->act), be->buffer_free(be, b->cache);
+    be->buffer_free(be, b->arena_a), be->buffer_free(be, b->arena_b);
+    be->buffer_free(be, b->tab_a), be->buffer_free(be, b->tab_b);
 }
 
 // The step through the table. d is scribbled over once step_begin has returned.
@@ -161,8 +166,8 @@ static void s_step_backend(s_out_t *o, ls_backend_t *be, const s_bufs_t *b,
     ls_view_t k = ls_view(b->act, b->qkv.off + QD), v = ls_view(b->act, b->qkv.off + QD + KVD);
     be->rope(be, b->qkv, LS_VIEW_NONE, b->inv, H, D, QKV);
     be->rope(be, k, LS_VIEW_NONE, b->inv, KV, D, QKV);
-    be->kv_store(be, b->kc, b->vc, k, v, LS_VIEW_NONE, KV, D, QKV);
-    be->attention(be, b->att, b->qkv, b->kc, b->vc, H, KV, D, BS, QKV);
+    be->kv_store(be, b->kc, b->vc, k, v, LS_VIEW_NONE, KV, D, QKV, BS, (size_t)BS * KVD);
+    be->attention(be, b->att, b->qkv, b->kc, b->vc, H, KV, D, BS, QKV, (size_t)BS * KVD);
     be->rows_gather(be, b->pick, b->att, QD);
     assert_int_equal(be->synchronize(be), 0);
     ls_sampling_params_t sp[2] = {{.temperature = 0.8f, .top_p = 1, .repetition_penalty = 1,
@@ -208,6 +213,12 @@ static void test_backend_two_steps(void **state) {
     ls_convert_bf16_to_f32(w.wqkv, w.wqkv16, QKV * C);
     ls_rope_config_t rope = {.type = LS_ROPE_DEFAULT, .theta = 10000.0};
     ls_rope_inv_freq_init(w.inv_freq, D, &rope);
+    tp_rows(&w.pa, &r, w.a_pool, SLOTS, 3, R_MAX, C, 24, s_ranks);
+    tp_chunks(&w.pb, &r, w.b_pool, SLOTS, QKV, R_MAX, QKV / 2 + 3, s_ranks);
+    w.ta = t_alloc(sizeof(void *) * SLOTS * w.pa.stride);
+    w.tb = t_alloc(sizeof(void *) * SLOTS * w.pb.stride);
+    tp_table(&w.pa, SLOTS, w.pa.arena, sizeof(float), w.ta);
+    tp_table(&w.pb, SLOTS, w.pb.arena, sizeof(float), w.tb);
 
     ls_backend_t *be = ls_backend_cpu_new(2);
     assert_non_null(be);
@@ -230,6 +241,8 @@ static void test_backend_two_steps(void **state) {
         s_assert_same(&direct, &via_be, T, n_seqs[i]);
     }
     s_bufs_free(&bufs, be);
+    tp_free(&w.pa), tp_free(&w.pb);
+    free(w.ta), free(w.tb);
     ls_backend_destroy(&be);
     assert_null(be);
     ls_backend_destroy(&be); // idempotent

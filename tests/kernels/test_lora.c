@@ -6,6 +6,10 @@
     32, 64 live side by side in one pool of r_max 64, with 1, 2 and 3 slices of unequal
     output sizes (qkv with GQA).
 
+    The adapters are read through the page table (lora_pages.h): rows and chunks in
+    shuffled places between NaN, whole and in pieces (A rows cut in 3 pieces, B chunks in
+    pieces of 24 rows, so pieces straddle the slices).
+
     The "untouched" half of the contract is checked bit for bit: tmp and y start as NaN
     wherever the contract says the kernels neither read nor write (tmp columns j >= rank,
     rows of rank-0 slots, padding rows), tmp columns j >= rank stay NaN while expand still
@@ -20,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "lora_pages.h"
 #include "ops.h"
 #include "test_util.h"
 
@@ -46,8 +51,9 @@ static int s_row(const int32_t *perm, int p) {
     return perm ? perm[p] : p;
 }
 
+// a_piece, b_piece: elements of an A piece and rows of a B piece (0: whole rows and chunks)
 static void s_run(const s_layout_t *lay, int n_slices, const int32_t *slice_offsets,
-                  int in, uint64_t seed) {
+                  int in, int a_piece, int b_piece, uint64_t seed) {
     t_rng_t r = {seed};
     int32_t seg_indptr[MAX_SEGS + 1] = {0}, weight_indices[MAX_SEGS];
     for (int s = 0; s < lay->n_segs; s++) {
@@ -108,13 +114,22 @@ static void s_run(const s_layout_t *lay, int n_slices, const int32_t *slice_offs
     memcpy(yf, y, y_bytes);
     memcpy(tmpf, tmp, tmp_bytes);
 
-    ls_lora_shrink(tmp, x, a, &batch, in, n_slices, R_MAX);
-    ls_lora_expand(y, tmp, b, &batch, slice_offsets, n_slices, R_MAX);
+    tp_pages_t pa, pb;
+    tp_rows(&pa, &r, a, N_SLOTS, n_slices, R_MAX, in, a_piece ? a_piece : in, s_ranks);
+    tp_chunks(&pb, &r, b, N_SLOTS, out_total, R_MAX, b_piece ? b_piece : out_total, s_ranks);
+    const void **ta = t_alloc(sizeof(void *) * N_SLOTS * pa.stride);
+    const void **tb = t_alloc(sizeof(void *) * N_SLOTS * pb.stride);
+    tp_table(&pa, N_SLOTS, pa.arena, sizeof(float), ta);
+    tp_table(&pb, N_SLOTS, pb.arena, sizeof(float), tb);
+    ls_lora_pages_t va = tp_view(&pa, ta), vb = tp_view(&pb, tb);
+    ls_lora_shrink(tmp, x, va, &batch, in, n_slices, R_MAX);
+    ls_lora_expand(y, tmp, vb, &batch, slice_offsets, n_slices, R_MAX);
     // ls_lora_fused is defined as shrink then expand: the same bits, NaN poison included
-    ls_lora_fused(yf, tmpf, x, a, b, &batch, slice_offsets, in, n_slices, R_MAX);
+    ls_lora_fused(yf, tmpf, x, va, vb, &batch, slice_offsets, in, n_slices, R_MAX);
     assert_memory_equal(yf, y, y_bytes);
     assert_memory_equal(tmpf, tmp, tmp_bytes);
-    free(yf), free(tmpf);
+    free(yf), free(tmpf), free(ta), free(tb);
+    tp_free(&pa), tp_free(&pb);
 
     double worst_tmp = 0.0, worst_y = 0.0;
     for (int s = 0; s < lay->n_segs; s++) {
@@ -156,8 +171,8 @@ static void s_run(const s_layout_t *lay, int n_slices, const int32_t *slice_offs
         for (int j = 0; j < ld; j++)
             assert_true(isnan(tmp[t * ld + j]));
     }
-    print_message("    %-14s slices=%d T=%d nmse tmp=%.1e y=%.1e\n", lay->name, n_slices,
-                  T, worst_tmp, worst_y);
+    print_message("    %-14s slices=%d T=%d pieces %d/%d nmse tmp=%.1e y=%.1e\n", lay->name, n_slices,
+                  T, a_piece, b_piece, worst_tmp, worst_y);
     assert_true(worst_tmp <= 1e-10 && worst_y <= 1e-10);
     free(x), free(a), free(b), free(tmp), free(y), free(y0), free(ref_tmp), free(ref_y);
     free(live), free(perm);
@@ -174,8 +189,10 @@ static const s_layout_t s_layouts[] = {
 
 // (in, slice_offsets) per slice count: o/down, gate_up, qkv with GQA (q 96, k 32, v 32)
 static void s_run_all(int n_slices, const int32_t *slice_offsets, int in) {
-    for (size_t i = 0; i < sizeof s_layouts / sizeof s_layouts[0]; i++)
-        s_run(&s_layouts[i], n_slices, slice_offsets, in, 100 + i);
+    for (size_t i = 0; i < sizeof s_layouts / sizeof s_layouts[0]; i++) {
+        s_run(&s_layouts[i], n_slices, slice_offsets, in, 0, 0, 100 + i);
+        s_run(&s_layouts[i], n_slices, slice_offsets, in, (in / 3 + 7) / 8 * 8, 24, 200 + i);
+    }
 }
 
 static void test_lora_one_slice(void **state) {

@@ -99,8 +99,20 @@ void h_free(h_t *h) {
 
 void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint32_t max_context, uint32_t slots,
             uint32_t max_loaded) {
+    assert(kv_blocks <= H_MAX_PAGES && slots <= H_MAX_SLOTS);
     memset(h->wpos, 0, sizeof h->wpos);
     memset(h->wsampled, 0, sizeof h->wsampled);
+    // a worker that (re)starts has an empty pool
+    h->wpages = kv_blocks;
+    h->wblock = block_size;
+    for (int p = 0; p < H_MAX_PAGES; p++)
+        h->wslot_of[p] = -1;
+    memset(h->woverwritten, 0, sizeof h->woverwritten);
+    memset(h->wslot, 0, sizeof h->wslot);
+    h->wseen = h->n_out;
+    for (size_t i = 0; i < h->n_out; i++)
+        if (h->out[i].msg.type == LS_MSG_STEP_PLAN && h->out[i].msg.u.step_plan.step > h->wvoid_step)
+            h->wvoid_step = h->out[i].msg.u.step_plan.step;
     h->void_before = h->n_out;
     h->outstanding = 0;
     ls_msg_t m;
@@ -181,6 +193,8 @@ static void s_answer_adapter(h_t *h, const h_out_t *o, int rank) {
         a.u.adapter_loaded.rank = 8;
         if (h->bytes_of)
             a.u.adapter_loaded.bytes = h->bytes_of(o->msg.u.load_adapter.adapter_id);
+        if (h->pages_of)
+            a.u.adapter_loaded.pages = h->pages_of(o->msg.u.load_adapter.adapter_id);
         if (!a.u.adapter_loaded.ok) {
             a.u.adapter_loaded.code = LS_ERROR_CODE_BAD_REQUEST;
             a.u.adapter_loaded.reason = ls_msg_strdup("rank 128 above max_lora_rank 64");
@@ -195,7 +209,101 @@ static void s_answer_adapter(h_t *h, const h_out_t *o, int rank) {
     ls_msg_clear(&a);
 }
 
+// The fake pool: slot w empties (its pages hold nothing any more).
+static void s_wslot_clear(h_t *h, int w) {
+    for (uint32_t p = 0; p < h->wpages; p++)
+        if (h->wslot_of[p] == w)
+            h->wslot_of[p] = -1;
+    h->wslot[w][0] = 0;
+}
+
+// The fake pool's slot holding adapter id, or -1.
+static int s_wslot_find(const h_t *h, const char *id) {
+    for (int w = 0; w < H_MAX_SLOTS; w++)
+        if (id && h->wslot[w][0] && !strcmp(h->wslot[w], id))
+            return w;
+    return -1;
+}
+
+// PrefetchAdapter as ls_lora_pool_assign takes it.
+static void s_wprefetch(h_t *h, const ls_msg_prefetch_adapter_t *p) {
+    uint32_t need = h->pages_of ? h->pages_of(p->adapter_id) : 0;
+    bool ok = p->slot >= 0 && p->slot < H_MAX_SLOTS && p->pages.n >= need;
+    for (size_t i = 0; ok && i < p->pages.n; i++) {
+        ok = p->pages.v[i] < h->wpages;
+        for (size_t k = 0; ok && k < i; k++)
+            ok = p->pages.v[k] != p->pages.v[i];
+    }
+    if (!ok) {
+        h->bad_prefetches++;
+        return;
+    }
+    h->prefetches++;
+    s_wslot_clear(h, p->slot);
+    int old = s_wslot_find(h, p->adapter_id);
+    if (old >= 0)
+        s_wslot_clear(h, old);
+    for (uint32_t i = 0; i < need; i++) {
+        uint32_t page = p->pages.v[i];
+        if (h->wslot_of[page] >= 0)
+            s_wslot_clear(h, h->wslot_of[page]);
+        h->wslot_of[page] = p->slot;
+        h->woverwritten[page] = true;
+    }
+    snprintf(h->wslot[p->slot], sizeof h->wslot[p->slot], "%s", p->adapter_id);
+}
+
+// The adapter commands the workers got before the plan of step `step`, applied to the pool.
+static void s_wcatch_up(h_t *h, uint64_t step) {
+    for (; h->wseen < h->n_out; h->wseen++) {
+        const ls_msg_t *m = &h->out[h->wseen].msg;
+        if (m->type == LS_MSG_STEP_PLAN && m->u.step_plan.step >= step)
+            break;
+        if (m->type == LS_MSG_PREFETCH_ADAPTER)
+            s_wprefetch(h, &m->u.prefetch_adapter);
+        else if (m->type == LS_MSG_UNLOAD_ADAPTER && s_wslot_find(h, m->u.unload_adapter.adapter_id) >= 0)
+            s_wslot_clear(h, s_wslot_find(h, m->u.unload_adapter.adapter_id));
+    }
+}
+
+// Whether the fake pool has adapter id in the scheduler's slot (-1: the base model, always).
+static bool s_win_slot(const h_t *h, const char *id, int32_t slot) {
+    return slot < 0 || (slot < H_MAX_SLOTS && id && !strcmp(h->wslot[slot], id));
+}
+
+// A plan's effect on the fake pool: the KV its items read must be theirs still, the pages
+// they write are KV from now on (an adapter there loses its slot), and then every item's
+// slot must hold its adapter.
+static void s_wstep(h_t *h, const ls_msg_step_plan_t *plan) {
+    uint32_t bs = h->wblock ? h->wblock : 1;
+    for (size_t i = 0; i < plan->items.n; i++) {
+        const ls_msg_step_item_t *it = &plan->items.v[i];
+        uint32_t read = (it->position + bs - 1) / bs, end = (it->position + (uint32_t)it->token_ids.n + bs - 1) / bs;
+        for (uint32_t j = 0; j < read && j < it->block_table.n; j++)
+            h->lost_kv += it->block_table.v[j] < h->wpages && h->woverwritten[it->block_table.v[j]];
+        for (uint32_t j = it->position / bs; j < end && j < it->block_table.n; j++) {
+            uint32_t page = it->block_table.v[j];
+            if (page >= h->wpages)
+                continue;
+            if (h->wslot_of[page] >= 0)
+                s_wslot_clear(h, h->wslot_of[page]);
+            h->woverwritten[page] = false;
+        }
+    }
+    for (size_t i = 0; i < plan->items.n; i++) {
+        const ls_msg_step_item_t *it = &plan->items.v[i];
+        bool ok = s_win_slot(h, it->adapter_id, it->adapter_slot);
+        for (size_t k = 0; k < it->mix.n; k++)
+            ok &= s_win_slot(h, it->mix.v[k].adapter_id, it->mix.v[k].slot);
+        h->bad_slots += !ok;
+    }
+}
+
 void h_answer_plan(h_t *h, const ls_msg_t *plan) {
+    if (plan->u.step_plan.step > h->wvoid_step) {
+        s_wcatch_up(h, plan->u.step_plan.step);
+        s_wstep(h, &plan->u.step_plan);
+    }
     ls_msg_t r;
     ls_msg_init(&r, LS_MSG_STEP_RESULT);
     r.rid = plan->rid;

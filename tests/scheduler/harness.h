@@ -1,6 +1,11 @@
 // A harness around the scheduler core for tests: it records every emitted message (decoded,
 // and as encoded bytes for the determinism test), plays a group of fake workers that answer
 // adapter commands and step plans with deterministic tokens, and tracks each request's output.
+// The fake workers keep a model of their GPU pool (docs/memory.md) as a real one behaves:
+// PrefetchAdapter puts an adapter in a slot on its pages (taking them from whatever adapter
+// lay there), a KV write into an adapter's page takes it from its slot, and a step whose item
+// names a slot that does not hold its adapter, or reads KV an adapter has overwritten since,
+// is counted as the real worker's failure would be.
 #ifndef LS_TEST_SCHED_HARNESS_H
 #define LS_TEST_SCHED_HARNESS_H
 
@@ -15,6 +20,8 @@
 #include "sched.h"
 
 #define H_MAX_RID 512
+#define H_MAX_PAGES 4096
+#define H_MAX_SLOTS 16
 
 typedef struct {
     sched_dest_t dest;
@@ -51,6 +58,7 @@ typedef struct {
     uint64_t step_ns;       // each answered step advances the clock this much
     uint64_t cpu_bytes, lora_max_bytes;   // the CPU tier h_info reports (0: no byte limit)
     uint64_t (*bytes_of)(const char *id);  // CPU-tier bytes a fake worker reports per adapter (NULL: 0)
+    uint32_t (*pages_of)(const char *id);  // GPU pool pages a fake worker reports per adapter (NULL: 0)
     // What the fake workers check in the plans they run: each request's next position (its
     // chunks continue one another unless one starts it over), the last token they sampled for
     // it (a follows item runs it), and plans sent and not yet answered.
@@ -60,6 +68,19 @@ typedef struct {
     int follows;    // follows items run
     int outstanding, max_outstanding;
     size_t void_before;  // plans emitted before the last WorkerInfo went to workers that are gone
+    // The fake workers' GPU pool (the one h_info reported): per page the slot whose adapter
+    // lies on it (-1: none) and whether an adapter was put there since its KV was written;
+    // per slot its adapter's id ("" empty); adapter commands applied up to wseen.
+    uint32_t wpages, wblock;
+    int wslot_of[H_MAX_PAGES];
+    bool woverwritten[H_MAX_PAGES];
+    char wslot[H_MAX_SLOTS][64];
+    size_t wseen;
+    uint64_t wvoid_step;  // plans up to this step went to workers that are gone: no effect here
+    int bad_slots;      // items whose slot did not hold their adapter when their step ran
+    int lost_kv;        // items that read KV an adapter's pages overwrote
+    int bad_prefetches; // PrefetchAdapters a worker refuses: too few pages, outside the pool, named twice
+    int prefetches;     // PrefetchAdapters applied
 } h_t;
 
 // Token the fake worker samples for a request that has `generated` tokens so far.

@@ -19,6 +19,9 @@
 //   cpu_tier                         — load, eviction, reload on demand, rollback, unload
 //   pinned_and_prefetch              — pinned slots, the pinned limit, prefetch while a step runs
 //   step_timeout                     — workers silent: every request errors, then recovery
+//   pages_*                          — one pool for KV and adapters: KV grows into idle adapters'
+//                                      pages (LRU/FIFO), pinned ones kept, too big refused, no
+//                                      request loses its pages, replay byte-identical
 //   determinism                      — the same events give byte-identical messages
 //   overlap                          — two steps in flight: the same tokens as one, positions
 //                                      continuous, decodes follow the sampled token; TP: one
@@ -519,6 +522,9 @@ static void s_assert_idle(const h_t *h, int handles) {
     assert_int_equal(st->waiting, 0);
     assert_int_equal(h->releases, handles);
     assert_int_equal(h->bad_items, 0);  // every plan was one a worker can run
+    assert_int_equal(h->bad_slots, 0);  // ... its adapters in their slots
+    assert_int_equal(h->lost_kv, 0);    // ... its KV never overwritten by an adapter
+    assert_int_equal(h->bad_prefetches, 0);
 }
 
 static void test_abort_in_queue(void **unused) {
@@ -1068,6 +1074,244 @@ static void test_worker_down(void **unused) {
     h_free(h);
 }
 
+// ---------------------------------------------------------------------------------------------
+// one pool of pages for the KV cache and the adapters (docs/memory.md)
+
+// Pages per adapter, by the id's first letter: A..E 10, P (pinned) 10, S 3 + the digit after
+// it, BIG 35; anything else 0.
+static uint32_t s_pages_of(const char *id) {
+    if (!strcmp(id, "BIG"))
+        return 35;
+    if (id[0] == 'S')
+        return 3 + (uint32_t)(id[1] - '0');
+    return (id[0] >= 'A' && id[0] <= 'E') || id[0] == 'P' ? 10 : 0;
+}
+
+// Whether adapter id is in a GPU slot (the registry's listing), and which.
+static int s_slot_of(const h_t *h, const char *id) {
+    ls_msg_t list;
+    ls_msg_init(&list, LS_MSG_ADAPTER_LIST);
+    sched_list_adapters(h->s, &list);
+    int slot = -2;  // not listed
+    for (size_t i = 0; i < list.u.adapter_list.adapters.n; i++)
+        if (!strcmp(list.u.adapter_list.adapters.v[i].adapter_id, id))
+            slot = list.u.adapter_list.adapters.v[i].in_gpu_slot ? list.u.adapter_list.adapters.v[i].gpu_slot : -1;
+    ls_msg_clear(&list);
+    return slot;
+}
+
+// n base-model requests from rid on, a 8-token prompt each (distinct) and 8 tokens out: 4
+// blocks of 4 each by their end.
+static void s_base_load(h_t *h, uint64_t rid, int n) {
+    for (int i = 0; i < n; i++)
+        h_request(h, rid + (uint64_t)i, 8, 5000 + 100 * (int32_t)(rid + (uint64_t)i), NULL, 8);
+    h_pump(h, 0);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(h->req[rid + (uint64_t)i].finish, LS_FINISH_REASON_LENGTH);
+        assert_false(h->req[rid + (uint64_t)i].bad_sequence);
+    }
+}
+
+// The KV cache grows into the pages no adapter uses: an idle adapter gives its pages up
+// rather than a request being preempted, and comes back on new pages when asked for.
+static void test_pages_kv_grows(void **unused) {
+    for (int overlap = 0; overlap < 2; overlap++) {
+        sched_config_t cfg = h_config();
+        cfg.overlap = overlap;
+        h_t *h = h_new(&cfg);
+        h->pages_of = s_pages_of;
+        h_info(h, 0, 40, 4, 1024, 4, 4);
+        s_load_ok(h, 100, "A", false);
+        const ls_msg_t *loaded = h_last(h, LS_MSG_ADAPTER_LOADED, 0);
+        assert_int_equal(loaded->u.adapter_loaded.pages, 10);  // the registry learns it too
+        h_request(h, 1, 8, 0, "A", 4);
+        h_pump(h, 0);
+        assert_int_equal(h->req[1].tokens, 4);
+        const sched_stats_t *st = sched_stats(h->s);
+        assert_int_equal(st->kv_blocks_total, 40);
+        assert_int_equal(st->kv_blocks_adapters, 10);  // idle, still in its slot
+        assert_int_equal(st->adapter_gpu_resident, 1);
+        assert_int_equal(st->kv_blocks_used, 0);
+        const ls_msg_t *pf = h_last(h, LS_MSG_PREFETCH_ADAPTER, 0);
+        assert_non_null(pf);
+        assert_int_equal(pf->u.prefetch_adapter.pages.n, 10);
+        uint32_t a_page = pf->u.prefetch_adapter.pages.v[0];
+        // 9 requests of 4 blocks: 36 of the 40 pages. With A's 10 that would be 46; A, idle,
+        // gives its pages to them instead of anyone being preempted.
+        size_t mark = h->n_out;
+        s_base_load(h, 10, 9);
+        assert_int_equal(st->preemptions, 0);
+        assert_int_equal(st->adapter_page_evictions, 1);
+        assert_int_equal(st->kv_blocks_adapters, 0);
+        assert_int_equal(st->adapter_gpu_resident, 0);
+        assert_int_equal(s_slot_of(h, "A"), -1);
+        bool grew = false;  // some request's KV went onto A's old page
+        for (size_t i = mark; i < h->n_out; i++)
+            if (h->out[i].msg.type == LS_MSG_STEP_PLAN)
+                for (size_t k = 0; k < h->out[i].msg.u.step_plan.items.n; k++)
+                    for (size_t b = 0; b < h->out[i].msg.u.step_plan.items.v[k].block_table.n; b++)
+                        grew |= h->out[i].msg.u.step_plan.items.v[k].block_table.v[b] == a_page;
+        assert_true(grew);
+        // A again: on pages again, before the plan that names it
+        mark = h->n_out;
+        h_request(h, 30, 8, 0, "A", 4);
+        h_pump(h, 0);
+        assert_int_equal(h->req[30].tokens, 4);
+        assert_int_equal(h_count(h, LS_MSG_PREFETCH_ADAPTER, mark), 1);
+        assert_true(h->prefetches >= 2);
+        s_assert_idle(h, h->releases);
+        h_free(h);
+    }
+}
+
+// Idle adapters give their pages up in the slot policy's order: LRU the least recently used
+// in a step, FIFO the one filled first; only as many as the KV needs.
+static void test_pages_adapter_order(void **unused) {
+    for (int fifo = 0; fifo < 2; fifo++) {
+        sched_config_t cfg = h_config();
+        cfg.eviction = fifo ? LORA_EVICT_FIFO : LORA_EVICT_LRU;
+        h_t *h = h_new(&cfg);
+        h->pages_of = s_pages_of;
+        h_info(h, 0, 60, 4, 1024, 4, 4);
+        const char *ids[] = {"A", "B", "C", "A"};
+        for (int i = 0; i < 3; i++)
+            s_load_ok(h, 100 + (uint64_t)i, ids[i], false);
+        for (int i = 0; i < 4; i++) {  // A, B, C, then A again: LRU order B, C, A; FIFO A, B, C
+            h_request(h, 1 + (uint64_t)i, 8, 100 * i, ids[i], 2);
+            h_pump(h, 0);
+        }
+        const sched_stats_t *st = sched_stats(h->s);
+        assert_int_equal(st->kv_blocks_adapters, 30);
+        // 10 requests of 4 blocks: 40 pages, 30 free: one adapter's 10 pages are wanted.
+        s_base_load(h, 10, 10);
+        assert_int_equal(st->preemptions, 0);
+        assert_int_equal(st->adapter_page_evictions, 1);
+        assert_int_equal(st->kv_blocks_adapters, 20);
+        assert_int_equal(st->adapter_gpu_resident, 2);
+        assert_int_equal(s_slot_of(h, fifo ? "A" : "B"), -1);
+        assert_true(s_slot_of(h, "C") >= 0);
+        assert_true(s_slot_of(h, fifo ? "B" : "A") >= 0);
+        s_assert_idle(h, h->releases);
+        h_free(h);
+    }
+}
+
+// A pinned adapter keeps its slot and its pages: KV that needs them preempts instead, and a
+// request that could only fit on them is refused at once, as one too big for the pool is.
+static void test_pages_pinned(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h->pages_of = s_pages_of;
+    h_info(h, 0, 40, 4, 1024, 2, 4);
+    s_load_ok(h, 100, "P", true);
+    s_load_ok(h, 101, "BIG", false);
+    h_pump(h, 0);
+    int slot = s_slot_of(h, "P");
+    assert_true(slot >= 0);  // pinned: in a slot at once, on its pages
+    const sched_stats_t *st = sched_stats(h->s);
+    assert_int_equal(st->kv_blocks_adapters, 10);
+    h_request(h, 1, 8, 0, "P", 4);
+    s_base_load(h, 10, 9);  // 36 blocks wanted, 30 pages besides P's
+    assert_true(st->preemptions > 0);
+    assert_int_equal(st->adapter_page_evictions, 0);
+    assert_int_equal(s_slot_of(h, "P"), slot);
+    assert_int_equal(h->req[1].tokens, 4);
+    // 33 blocks fit the 40 pages, but not the 30 P leaves; BIG's 35 pages and 2 blocks do not
+    // fit at all.
+    h_request(h, 20, 100, 0, NULL, 30);
+    assert_int_equal(h->req[20].errors, 1);
+    assert_int_equal(h->req[20].error_code, LS_ERROR_CODE_TOO_LARGE);
+    h_request(h, 21, 4, 0, "BIG", 4);
+    assert_int_equal(h->req[21].errors, 1);
+    assert_int_equal(h->req[21].error_code, LS_ERROR_CODE_TOO_LARGE);
+    h_request(h, 22, 100, 0, NULL, 20);  // 30 blocks: fits beside P
+    h_pump(h, 0);
+    assert_int_equal(h->req[22].tokens, 20);
+    assert_int_equal(s_slot_of(h, "P"), slot);
+    s_assert_idle(h, h->releases);
+    h_free(h);
+}
+
+// Many requests over adapters of different sizes on a small pool, with preemptions, adapter
+// evictions, prefetches, aborts and mixes: the workers never find a slot without its adapter,
+// nor a request's KV overwritten by an adapter, and every request gets its tokens.
+static void s_pages_stress(h_t *h, uint32_t pages, uint32_t slots) {
+    h->pages_of = s_pages_of;
+    h_info(h, 0, pages, 4, 1024, slots, 8);
+    const char *ids[] = {"S0", "S3", "S5", "S7", "S9", "P"};
+    for (int i = 0; i < 6; i++)
+        s_load_ok(h, 100 + (uint64_t)i, ids[i], i == 5);
+    uint32_t x = 12345;
+    for (uint64_t r = 1; r <= 120; r++) {
+        x = x * 1103515245u + 12345u;
+        uint32_t pick = (x >> 16) % 7;
+        uint32_t len = 2 + (x >> 8) % 20, out = 1 + (x >> 4) % 12;
+        if (pick == 6 && r % 3 == 0) {  // a mix of two
+            ls_msg_t m;
+            ls_msg_init(&m, LS_MSG_TOKENIZED_REQ);
+            m.rid = r;
+            m.u.tokenized_req.input_ids.v = calloc(len, sizeof(int32_t));
+            for (uint32_t i = 0; i < len; i++)
+                m.u.tokenized_req.input_ids.v[i] = (int32_t)(r * 7 + i);
+            m.u.tokenized_req.input_ids.n = len;
+            m.u.tokenized_req.sampling.max_new_tokens = out;
+            m.u.tokenized_req.mix.v = calloc(2, sizeof *m.u.tokenized_req.mix.v);
+            for (int k = 0; k < 2; k++)
+                m.u.tokenized_req.mix.v[k] = (ls_msg_mix_part_t){.name = strdup(ids[(r + (uint64_t)k) % 5]),
+                                                                 .adapter_id = strdup(ids[(r + (uint64_t)k) % 5]),
+                                                                 .weight = 0.5f};
+            m.u.tokenized_req.mix.n = 2;
+            sched_on_request(h->s, ++h->now, &m, (void *)(uintptr_t)(r + 1));
+            ls_msg_clear(&m);
+        } else
+            h_request(h, r, len, (int32_t)(r * 7), pick < 6 ? ids[pick] : NULL, out);
+        if (r % 5 == 0)
+            h_pump(h, 1 + (int)(x % 3));
+        if (r % 17 == 0)
+            h_abort(h, r - 3);
+    }
+    h_pump(h, 0);
+}
+
+static void test_pages_never_lost(void **unused) {
+    // two pools: one tight (4 slots, 48 pages), one with room for the working set of slots
+    const uint32_t pools[][2] = {{48, 4}, {56, 6}};
+    uint64_t preemptions = 0, evictions = 0, prefetches = 0;
+    for (int overlap = 0; overlap < 2; overlap++)
+        for (int p = 0; p < 2; p++) {
+            sched_config_t cfg = h_config();
+            cfg.overlap = overlap;
+            cfg.max_num_batched_tokens = 64;
+            h_t *h = h_new(&cfg), *again = h_new(&cfg);
+            s_pages_stress(h, pools[p][0], pools[p][1]);
+            s_pages_stress(again, pools[p][0], pools[p][1]);
+            for (uint64_t r = 1; r <= 120; r++) {
+                assert_true(h->req[r].done);
+                assert_false(h->req[r].bad_sequence);
+                if (r % 17 != 14)  // not aborted
+                    assert_int_equal(h->req[r].finish, LS_FINISH_REASON_LENGTH);
+            }
+            int mixes = 0;
+            for (size_t i = 0; i < h->n_out; i++)
+                if (h->out[i].msg.type == LS_MSG_STEP_PLAN)
+                    for (size_t k = 0; k < h->out[i].msg.u.step_plan.items.n; k++)
+                        mixes += h->out[i].msg.u.step_plan.items.v[k].mix.n == 2;
+            assert_true(mixes > 0);
+            const sched_stats_t *st = sched_stats(h->s);
+            preemptions += st->preemptions;
+            evictions += st->adapter_page_evictions;
+            prefetches += st->adapter_prefetches;
+            s_assert_idle(h, h->releases);
+            // determinism: the same events, the same messages
+            assert_int_equal(h->n_bytes, again->n_bytes);
+            assert_memory_equal(h->bytes, again->bytes, h->n_bytes);
+            h_free(h);
+            h_free(again);
+        }
+    // every way pages change hands was taken
+    assert_true(preemptions > 0 && evictions > 0 && prefetches > 0);
+}
+
 // One scenario with adapters, preemption, aborts, a deadline and a worker restart.
 static void s_scenario(h_t *h) {
     h_info(h, 0, 24, 4, 1024, 2, 3);
@@ -1199,6 +1443,10 @@ int main(void) {
         cmocka_unit_test(test_pinned_and_prefetch),
         cmocka_unit_test(test_step_timeout),
         cmocka_unit_test(test_worker_down),
+        cmocka_unit_test(test_pages_kv_grows),
+        cmocka_unit_test(test_pages_adapter_order),
+        cmocka_unit_test(test_pages_pinned),
+        cmocka_unit_test(test_pages_never_lost),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_overlap),
     };

@@ -364,9 +364,13 @@ static void test_lora_constraint(void **unused) {
 }
 
 static void test_preemption(void **unused) {
-    // Blocks of 4 tokens; a request needs 3 for its prompt and up to 5 with its answer. 24
-    // blocks hold 8 prompts but not 8 answers: decodes run out and preempt the newest.
-    const char *extra[] = {"w:--kv-blocks=24", "w:--block-size=4", "w:--max-loras-per-batch=4", NULL};
+    // Blocks of 4 tokens; a request needs 3 for its prompt and up to 5 with its answer. The
+    // pool's pages are KV blocks and adapters alike (docs/memory.md): a page is 16 KiB here (4
+    // tokens of K and V, 4 layers of 4 KV heads of 32, f32), so the four adapters take 37 + 37
+    // + 74 + 37 pages (rank 8, 8, 16, 8 on all seven targets) and leave 24 blocks. Those hold
+    // 8 prompts but not 8 answers: decodes run out and preempt the newest (the adapters, all
+    // running, keep their pages).
+    const char *extra[] = {"w:--kv-blocks=209", "w:--block-size=4", "w:--max-loras-per-batch=4", NULL};
     s_start(extra);
     s_load_demo_adapters();
     // max_new_tokens 8 (answers are at most 6 tokens and a stop): a request that could never

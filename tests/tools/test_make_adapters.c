@@ -412,7 +412,7 @@ typedef struct {
 
 // Greedy-decodes the rows (one per slot) together for E_NEW tokens; last_logits gets the
 // prompt's last-position logits, (E_ROWS, V).
-static void s_greedy(ls_model_t *m, ls_kv_cache_t *kv, const ls_lora_pool_t *pool, const int32_t *slots,
+static void s_greedy(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool, const int32_t *slots,
                      e_row_t *rows, float *last_logits)
 {
     int V = ls_model_config(m)->vocab_size;
@@ -469,9 +469,13 @@ static void test_changes_demo_outputs(void **unused)
         fail_msg("%s", err);
     const ls_model_config_t *cfg = ls_model_config(m);
     int V = cfg->vocab_size;
-    ls_kv_cache_t *kv = ls_kv_cache_new(m, E_ROWS * ((256 + E_NEW) / E_BLOCK + 1), E_BLOCK, err, sizeof err);
     ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 16};
-    ls_lora_pool_t *pool = ls_lora_pool_new(be, cfg, &pc, err, sizeof err);
+    int ad_pages = slot_plan_pages(m, E_BLOCK, &pc, err, sizeof err);
+    ls_kv_cache_t *kv = ad_pages < 0 ? NULL
+                                     : ls_kv_cache_new(m, E_ROWS * ((256 + E_NEW) / E_BLOCK + 1) + ad_pages, E_BLOCK,
+                                                       err, sizeof err);
+    ls_page_arena_t arena = kv ? ls_kv_cache_arena(kv) : (ls_page_arena_t){0};
+    ls_lora_pool_t *pool = kv ? ls_lora_pool_new(be, cfg, &pc, &arena, err, sizeof err) : NULL;
     if (!kv || !pool)
         fail_msg("%s", err);
     const char *names[] = {"lora-0", "lora-1"};

@@ -320,7 +320,12 @@ static void s_group_load_rank(void *arg, int r) {
     ls_lora_pool_config_t pc = {.max_loras_per_batch = n_ads, .max_lora_rank = g->max_rank,
                                 .target_mask = (1u << LS_TARGET_ALL) - 1,
                                 .tp_rank = r, .tp_size = g->size, .extra_vocab_size = 16};
-    if (!(g->pool[r] = ls_lora_pool_new(g->be[r], cfg, &pc, err, errlen)))
+    // one pool of pages for KV and adapters, as the worker's (slot_plan.h: adapters on top)
+    int ad_pages = slot_plan_pages(g->m[r], BS, &pc, err, errlen);
+    if (ad_pages < 0 || !(g->kv[r] = ls_kv_cache_new(g->m[r], MAX_ROWS * MAX_LEN / BS + ad_pages, BS, err, errlen)))
+        return;
+    ls_page_arena_t arena = ls_kv_cache_arena(g->kv[r]);
+    if (!(g->pool[r] = ls_lora_pool_new(g->be[r], cfg, &pc, &arena, err, errlen)))
         return;
     for (const cJSON *a = g->adapters->child; a; a = a->next) {
         snprintf(path, sizeof path, "%s/adapters/%s", g->root, a->string);
@@ -339,7 +344,6 @@ static void s_group_load_rank(void *arg, int r) {
         return;
     if (r == 0)
         memcpy(g->slots, slots, sizeof slots);
-    g->kv[r] = ls_kv_cache_new(g->m[r], MAX_ROWS * MAX_LEN / BS, BS, err, errlen);
 }
 
 static void s_group_step_rank(void *arg, int r) {

@@ -57,14 +57,16 @@ static void s_recv(ls_msg_t *m, int type) {
     }
 }
 
-static void s_load(const char *name, const char *path, int expect_ok) {
+// LoadAdapter (into the CPU tier: slot -1, or a slot, which workers refuse); the pages of the
+// GPU pool the adapter takes, from its answer.
+static uint32_t s_load_slot(const char *name, const char *path, int slot, int expect_ok) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_LOAD_ADAPTER);
     m.rid = ++s_rid;
     m.u.load_adapter.name = ls_msg_strdup(name);
     m.u.load_adapter.adapter_id = ls_msg_strdup(name);
     m.u.load_adapter.path = ls_msg_strdup(path);
-    m.u.load_adapter.slot = -1;
+    m.u.load_adapter.slot = slot;
     s_send(&m);
     ls_msg_clear(&m);
     s_recv(&m, LS_MSG_ADAPTER_LOADED);
@@ -74,6 +76,32 @@ static void s_load(const char *name, const char *path, int expect_ok) {
                  m.u.adapter_loaded.reason ? m.u.adapter_loaded.reason : "");
     if (!expect_ok)
         assert_true(m.u.adapter_loaded.reason && strlen(m.u.adapter_loaded.reason) > 0);
+    uint32_t pages = m.u.adapter_loaded.pages;
+    ls_msg_clear(&m);
+    return pages;
+}
+
+static uint32_t s_load(const char *name, const char *path, int expect_ok) {
+    return s_load_slot(name, path, -1, expect_ok);
+}
+
+// The demo adapters' pages (from their loads) and the first of them in the pool: adapter k
+// lies on the s_pages[k] pages from s_first[k], at the top of the 512.
+static uint32_t s_pages[4], s_first[4];
+
+// PrefetchAdapter: adapter id into slot on n pages from first (no answer comes).
+static void s_prefetch(const char *id, int slot, uint32_t first, uint32_t n) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_PREFETCH_ADAPTER);
+    m.rid = ++s_rid;
+    m.u.prefetch_adapter.adapter_id = ls_msg_strdup(id);
+    m.u.prefetch_adapter.name = ls_msg_strdup(id);
+    m.u.prefetch_adapter.slot = slot;
+    m.u.prefetch_adapter.pages.v = malloc(sizeof(uint32_t) * (n ? n : 1));
+    for (uint32_t i = 0; i < n; i++)
+        m.u.prefetch_adapter.pages.v[i] = first + i;
+    m.u.prefetch_adapter.pages.n = n;
+    s_send(&m);
     ls_msg_clear(&m);
 }
 
@@ -124,11 +152,19 @@ static void test_info_and_adapters(void **unused) {
     ls_msg_clear(&m);
 
     const char *names[] = {"reverse", "upper", "sort", "digits"};
+    uint32_t top = 512;
     for (int i = 0; i < 4; i++) {
         char path[256];
         snprintf(path, sizeof path, "%s/adapters/%s", LS_DEMO_DIR, names[i]);
-        s_load(names[i], path, 1);
+        s_pages[i] = s_load(names[i], path, 1);
+        assert_true(s_pages[i] > 0 && s_pages[i] < 64);
+        s_first[i] = top -= s_pages[i];
+        if (i == 0)  // loads are idempotent, the answer alike
+            assert_int_equal(s_load(names[i], path, 1), s_pages[i]);
     }
+    char path[256];
+    snprintf(path, sizeof path, "%s/adapters/upper", LS_DEMO_DIR);
+    s_load_slot("upper-2", path, 1, 0);  // GPU slots are PrefetchAdapter's to fill
     s_load("missing", "/nonexistent/adapter", 0);
     s_load("base-as-adapter", LS_DEMO_DIR, 0);  // a model dir is not an adapter
 }
@@ -207,6 +243,10 @@ static void test_decode_mixed_batch(void **unused) {
         for (int k = 0; k < 4; k++)
             if (reqs[i].adapter && !strcmp(reqs[i].adapter, names[k]))
                 reqs[i].slot = k, slot_of[k]++;
+    // The scheduler's part: every adapter in its slot, on its pages, before the plan names it
+    // (the requests' blocks are the pages from 0 up).
+    for (int k = 0; k < 4; k++)
+        s_prefetch(names[k], k, s_first[k], s_pages[k]);
     for (uint64_t step = 1;; step++) {
         ls_msg_t plan;
         ls_msg_init(&plan, LS_MSG_STEP_PLAN);
@@ -291,8 +331,30 @@ static void test_errors_keep_serving(void **unused) {
     s_recv(&m, LS_MSG_ADAPTER_UNLOADED);
     assert_true(m.u.adapter_unloaded.ok);
     ls_msg_clear(&m);
-    req_t gone = {.adapter = "upper", .slot = 2, .prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 503};
+    req_t gone = {.adapter = "upper", .slot = 1, .prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 503};
     assert_int_equal(s_single_step(&gone, 1003), LS_FINISH_REASON_ERROR);
+
+    // An adapter is where PrefetchAdapter put it, and only there.
+    req_t here = {.adapter = "reverse", .slot = 0, .prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 504};
+    assert_int_equal(s_single_step(&here, 1004), LS_FINISH_REASON_NONE);
+    req_t elsewhere = {.adapter = "reverse", .slot = 3, .prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 505};
+    assert_int_equal(s_single_step(&elsewhere, 1005), LS_FINISH_REASON_ERROR);
+    // Pages given to another adapter take them from the one that lay there: sort onto pages
+    // ending with reverse's first leaves slot 0 empty.
+    s_prefetch("sort", 2, s_first[0] + 1 - s_pages[2], s_pages[2]);
+    here.rid = 506;
+    assert_int_equal(s_single_step(&here, 1006), LS_FINISH_REASON_ERROR);
+    req_t sort = {.adapter = "sort", .slot = 2, .prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 507};
+    assert_int_equal(s_single_step(&sort, 1007), LS_FINISH_REASON_NONE);
+    // KV written into an adapter's page takes it too: digits in slot 3 is lost.
+    req_t over = {.prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .blocks = {s_first[3]}, .rid = 508};
+    assert_int_equal(s_single_step(&over, 1008), LS_FINISH_REASON_NONE);
+    req_t digits = {.adapter = "digits", .slot = 3, .prompt = {0, 277, 29}, .n_prompt = 3, .n_blocks = 1, .rid = 509};
+    assert_int_equal(s_single_step(&digits, 1009), LS_FINISH_REASON_ERROR);
+    // A prefetch the pool refuses (too few pages) leaves the step to fail alike.
+    s_prefetch("digits", 3, s_first[3], s_pages[3] - 1);
+    digits.rid = 510;
+    assert_int_equal(s_single_step(&digits, 1010), LS_FINISH_REASON_ERROR);
 }
 
 // A plan of n items of `tokens` tokens each from `position` (ids 0, blocks enough, all sampled):

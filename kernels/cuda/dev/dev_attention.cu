@@ -37,7 +37,8 @@ static cudaError_t s_run(int v, const s_args_t *a) {
     if (v == 0)
         return s_launch_v1<__nv_bfloat16, 4>(a->out, a->q, a->k_cache, a->v_cache, a->tok_seq, a->positions,
                                             a->block_tables, a->max_blocks, a->T, a->n_heads, a->n_kv_heads,
-                                            a->head_dim, a->block_size, a->row_stride, a->stream);
+                                            a->head_dim, a->block_size, a->block_stride, a->row_stride,
+                                            a->stream);
     if (v == 1)
         return s_run_v2<__nv_bfloat16, 8, 2, 4>(a); // 16 chunks of 16 bytes a row: L = 8, NC = 2
     return s_run_tc<D>(a);
@@ -84,8 +85,9 @@ int main() {
         DEV_CK(cudaMemcpy(pos, hp.data(), S * 4, cudaMemcpyHostToDevice));
         ls_attn_meta_t meta = {S, S, mb, ctx[S - 1], qind.data(), lens.data(), hp.data(), slots.data(), table.data()};
         std::vector<float> want((size_t)S * H * D), got(want.size());
-        ls_attention_forward(want.data(), hq.data(), hk.data(), hv.data(), &meta, H, KV, D, BS, ROW);
-        s_args_t a = {out, q, kc, vc, tok, pos, dtab, mb, S, H, KV, D, BS, ROW, st};
+        ls_attention_forward(want.data(), hq.data(), hk.data(), hv.data(), &meta, H, KV, D, BS, ROW,
+                             (size_t)BS * KV * D);
+        s_args_t a = {out, q, kc, vc, tok, pos, dtab, mb, S, H, KV, D, BS, (size_t)BS * KV * D, ROW, st};
         for (int v = 0; v < 3; v++) {
             DEV_CK(s_run(v, &a));
             DEV_CK(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -107,7 +109,8 @@ int main() {
         double bytes = (double)S * ctx * KV * D * 2 * 2, us[3];
         // set j's table is (S, pp) at tab + j*need: disjoint pages, in no order
         auto args = [&](long j) {
-            return s_args_t{out, q, kc, vc, tok, pos, tab + (size_t)(j % sets) * need, pp, S, H, KV, D, BS, ROW, st};
+            return s_args_t{out, q, kc, vc, tok, pos, tab + (size_t)(j % sets) * need, pp, S, H, KV, D, BS,
+                            (size_t)BS * KV * D, ROW, st};
         };
         for (int v = 0; v < 3; v++)
             us[v] = dev_time_us(st, v == 0 && ctx >= 8192 ? 3 : 50, [&](long j) {

@@ -47,11 +47,11 @@ static cudaError_t s_run_l(const dev_lora_t &p, int v, long i, const s_slice_off
         auto k = p.distinct ? k_lora_expand2<__nv_bfloat16, L, 8, true, 1>
                  : v == 2   ? k_lora_expand2<__nv_bfloat16, L, 8, true, TT>
                             : k_lora_expand2<__nv_bfloat16, L, E2_UT, true, TT>;
-        return cudaLaunchKernelEx(&l.cfg, k, p.y, (const float *)p.tmp, (const __nv_bfloat16 *)p.b, tiles,
-                                  (const int32_t *)NULL, so, ns, rm, 1, (size_t)0);
+        return cudaLaunchKernelEx(&l.cfg, k, p.y, (const float *)p.tmp, p.pb, tiles, (const int32_t *)NULL, so, ns,
+                                  rm, 1, (size_t)0);
     }
     if (v == 3)
-        return s_expand3<__nv_bfloat16, L, true>(p.y, p.tmp, 1, 0, p.b, tiles, nt, NULL, so, ns, rm,
+        return s_expand3<__nv_bfloat16, L, true>(p.y, p.tmp, 1, 0, p.pb, tiles, nt, NULL, so, ns, rm,
                                                  p.flags, st);
     return cudaErrorInvalidValue;
 }
@@ -63,15 +63,15 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
     switch (v) {
     case 0: {
         dim3 grid(nt, (p.out_total + EX_THREADS - 1) / EX_THREADS);
-        k_lora_expand<__nv_bfloat16, true><<<grid, EX_THREADS, (size_t)TT * ns * rm * 4, st>>>(
-            p.y, p.tmp, p.b, tiles, NULL, so, ns, rm);
+        k_lora_expand<__nv_bfloat16><<<grid, EX_THREADS, (size_t)TT * ns * rm * 4, st>>>(
+            p.y, p.tmp, p.pb, tiles, NULL, so, ns, rm);
         return cudaGetLastError();
     }
     case 4:
-        return s_expand4<true>(p.y, p.tmp, 1, 0, p.b, tiles, nt, NULL, so, ns, rm, p.flags, st);
-    case 5: return s_expand_tc(p.y, p.tmp, p.b, tiles, nt, NULL, so, ns, rm, st);
+        return s_expand4<true>(p.y, p.tmp, 1, 0, p.pb, tiles, nt, NULL, so, ns, rm, p.flags, st);
+    case 5: return s_expand_tc(p.y, p.tmp, p.pb, tiles, nt, NULL, so, ns, rm, st);
     case 6:
-        return ls_cu_lora_expand(p.y, p.tmp, p.b, LS_CU_BF16, tiles, nt, p.r, NULL, p.offs, ns, rm,
+        return ls_cu_lora_expand(p.y, p.tmp, p.pb, LS_CU_BF16, tiles, nt, p.r, NULL, p.offs, ns, rm,
                                  p.flags | LS_CU_LORA_ACC, st);
     default:
         switch (s_expand_lanes(p.r, rm)) {

@@ -30,13 +30,14 @@
 // alive until the others have read its partials. Phase 2: the block expands its 1/cn of
 // the outputs as expand v2 does (r_max/8 lanes per column, FU_U columns per lane group in
 // flight). tmp never leaves the cluster. Per-slot rank: rows j >= rank are neither read
-// (A) nor used (B); rank-0 slots have no tile.
+// (A) nor used (B); rank-0 slots have no tile. Adapters through the page table, as
+// production's.
 // FU_LD: the largest n_slices*r_max, 3 slices of r_max <= 64 (r_max/8 lanes, at most 8)
 enum { FU_WARPS = 8, FU_U = 4, FU_LD = 3 * 64 };
 
 template <typename T, int L>
 __global__ void __launch_bounds__(FU_WARPS * 32)
-k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
+k_lora_fused(float *y, const float *x, ls_lora_pages_t a, ls_lora_pages_t b,
              const ls_cu_lora_tile_t *tiles, const int32_t *perm, s_slice_offs_t so, int in, int n_slices, int r_max) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ float part[TT * FU_LD]; // this block's partial tmp, (TT, ld)
@@ -48,27 +49,28 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int ppk = (r + 1) / 2, n_pairs = n_slices * ppk; // row pairs per slice, in all
     int n_chunks = (in + 255) >> 8;
-    const T *a_slot = a_pool + (size_t)tile.slot * ld * in;
-    const T *b_slot = b_pool + (size_t)tile.slot * out_total * r_max;
     int per = (out_total + cn - 1) / cn;
     int o_lo = min(cr * per, out_total), o_hi = min(o_lo + per, out_total);
 
     // before the previous kernel is done: pull this block's A rows and B rows towards L2
     for (int pr = warp; pr < n_pairs; pr += FU_WARPS) {
         int k = pr / ppk, j = pr % ppk * 2;
-        for (int q = 0; q < min(2, r - j); q++)
+        for (int q = 0; q < min(2, r - j); q++) {
+            const T *ar = ls_lora_entry<T>(a, tile.slot, (size_t)k * r_max + j + q);
             for (int c = cr; c < n_chunks; c += cn) {
                 int i = (c << 8) + lane * 8;
                 if (i < in)
-                    s_prefetch_l2(a_slot + (size_t)(k * r_max + j + q) * in + i);
+                    s_prefetch_l2(ar + i);
             }
+        }
     }
-    // B rows o_lo..o_hi are contiguous, r_max wide; lines wholly past the rank are skipped
-    size_t rowb = (size_t)r_max * sizeof(T), nb = (size_t)(o_hi - o_lo) * rowb;
-    const char *b0 = (const char *)(b_slot + (size_t)o_lo * r_max);
-    for (size_t off = (size_t)threadIdx.x * 128; off < nb; off += FU_WARPS * 32 * 128)
-        if (rowb <= 128 || off % rowb < (size_t)r * sizeof(T))
+    // rows o_lo..o_hi of each chunk below the rank are contiguous
+    size_t nb = (size_t)(o_hi - o_lo) * 8 * sizeof(T);
+    for (int c = 0; 8 * c < r; c++) {
+        const char *b0 = (const char *)(ls_lora_entry<T>(b, tile.slot, c) + (size_t)o_lo * 8);
+        for (size_t off = (size_t)threadIdx.x * 128; off < nb; off += FU_WARPS * 32 * 128)
             s_prefetch_l2(b0 + off);
+    }
     ls_dep_launch();
     ls_dep_wait();
 
@@ -76,9 +78,12 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
     s_tile_xrows(xr, x, perm, tile, in);
     for (int pr = warp; pr < n_pairs; pr += FU_WARPS) { // warp-uniform
         int k = pr / ppk, j = pr % ppk * 2, nq = min(2, r - j);
-        const T *a = a_slot + (size_t)(k * r_max + j) * in;
+        const T *ar[S2_R];
+#pragma unroll
+        for (int q = 0; q < S2_R; q++)
+            ar[q] = q < nq ? ls_lora_entry<T>(a, tile.slot, (size_t)k * r_max + j + q) : nullptr;
         float acc[S2_R][TT];
-        s_shrink2_tile<T, S2_U>(acc, a, in, nq, tile, xr, cr, cn, lane);
+        s_shrink2_tile<T, S2_U>(acc, ar, in, nq, tile, xr, cr, cn, lane);
 #pragma unroll
         for (int q = 0; q < S2_R; q++)
 #pragma unroll
@@ -101,11 +106,12 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
 
     constexpr int OPW = 32 / L, OB = FU_WARPS * OPW * FU_U;
     int sub = lane % L, og = lane / L, j = sub * 8;
+    const T *bch = j < r ? ls_lora_entry<T>(b, tile.slot, sub) : nullptr;
     float s = tile.scale;
     for (int ob = o_lo; ob < o_hi; ob += OB) {
         s_raw8<T> bv[FU_U];
         int o[FU_U], kk[FU_U];
-        s_expand_load<T, L, FU_U>(bv, o, kk, b_slot, so, n_slices, r_max, r, ob, FU_WARPS, warp, og, j, o_hi);
+        s_expand_load<T, L, FU_U>(bv, o, kk, bch, so, n_slices, ob, FU_WARPS, warp, og, o_hi);
         float yv[FU_U][TT];
         s_expand_yload<FU_U>(yv, y, o, sub, o_hi, tile, perm, out_total);
         s_expand_store<T, L, FU_U>(y, yv, bv, o, kk, st, ld, r_max, r, j, sub, o_hi, tile, perm, out_total, s);
@@ -118,7 +124,7 @@ k_lora_fused(float *y, const float *x, const T *a_pool, const T *b_pool,
 // only if the occupancy query says at least one such cluster fits; else 8.
 template <typename T, int L>
 static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
-                                  const void *a_pool, const void *b_pool,
+                                  ls_lora_pages_t a, ls_lora_pages_t b,
                                   const ls_cu_lora_tile_t *tiles, const int32_t *perm,
                                   s_slice_offs_t so, int in,
                                   int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
@@ -137,9 +143,7 @@ static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
     if (cn > 8 && !ok16)
         cn = 8;
     s_launch_init(l, dim3(n_tiles * cn), FU_WARPS * 32, 0, stream, flags, cn);
-    return cudaLaunchKernelEx(&l.cfg, k_lora_fused<T, L>, y, x, (const T *)a_pool,
-                              (const T *)b_pool, tiles, perm, so, in, n_slices,
-                              r_max);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_fused<T, L>, y, x, a, b, tiles, perm, so, in, n_slices, r_max);
 }
 
 
@@ -149,7 +153,7 @@ static cudaError_t s_fused(const dev_lora_t &p, long i, cudaStream_t st) {
     s_slice_offs_t so = s_slice_offs(p.offs, p.g.n_slices);
     int cn = (long)p.n_tiles * 8 < 2L * s_sm_count() ? 16 : 8;
 #define S_FU(LL)                                                                                   \
-    return s_fused_launch<__nv_bfloat16, LL>(cn, p.n_tiles, p.y, p.x, p.a, p.b, p.tiles[i % DEV_SETS], NULL,  \
+    return s_fused_launch<__nv_bfloat16, LL>(cn, p.n_tiles, p.y, p.x, p.pa, p.pb, p.tiles[i % DEV_SETS], NULL,\
                                              so, p.g.in, p.g.n_slices, p.r_max, p.flags, st)
     switch (p.r_max / 8) {
     case 1: S_FU(1);
@@ -163,7 +167,7 @@ static cudaError_t s_fused(const dev_lora_t &p, long i, cudaStream_t st) {
 static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
     if (v == 1)
         return s_fused(p, i, st);
-    return ls_cu_lora_apply(p.y, p.tmp, p.part_stride, p.x, p.a, LS_CU_BF16, p.b, LS_CU_BF16, p.tiles[i % DEV_SETS],
+    return ls_cu_lora_apply(p.y, p.tmp, p.part_stride, p.x, p.pa, LS_CU_BF16, p.pb, LS_CU_BF16, p.tiles[i % DEV_SETS],
                             p.n_tiles, p.r, NULL, p.offs, p.g.in, p.g.n_slices, p.r_max,
                             p.flags | LS_CU_LORA_ACC, st);
 }

@@ -11,6 +11,9 @@
                 as the decode tokens of a serving step beside a prompt chunk.
     The pools hold DEV_SETS sets of adapters (slot 0 is the base model, rank 0); launch i
     uses set i % DEV_SETS, so that the weights of consecutive launches come from memory.
+    The production kernels and the CPU reference read them through page tables
+    (ls_lora_pages_t, docs/memory.md): A's rows where they lie in the pool, B in chunks of 8
+    rank columns (a chunk-major copy); the versions kept here read the pools themselves.
 */
 #ifndef LS_DEV_LORA_CUH
 #define LS_DEV_LORA_CUH
@@ -45,11 +48,17 @@ struct dev_lora_t {
     int32_t offs[4];
     // device
     __nv_bfloat16 *a, *b;              // pools, n_slots slots
+    __nv_bfloat16 *bc;                 // b in chunks: (n_slots, r_max/8, out_total, 8)
+    const void **ta, **tb;             // page tables of a's rows, bc's chunks
+    ls_lora_pages_t pa, pb;            // as the production launchers take them
     float *x, *tmp, *y;                // tmp: LS_CU_LORA_PARTS arrays of part_stride floats
     size_t part_stride;
     ls_cu_lora_tile_t *tiles[DEV_SETS];
     // host: set 0's adapters (slots 0..n_ad) in fp32, the inputs, and the batch over them
     std::vector<float> ha, hb, hx, hy0;
+    std::vector<float> hbc;                // hb in chunks
+    std::vector<const void *> hta, htb;    // their page tables, for the CPU reference
+    ls_lora_pages_t hpa, hpb;
     std::vector<int32_t> seg_indptr, weight_indices, ranks;
     std::vector<float> scalings;
     ls_lora_batch_t batch;
@@ -110,6 +119,41 @@ static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, ui
                           cudaMemcpyDeviceToDevice));
     }
     cudaFree(a1), cudaFree(b1);
+    // B in chunks (set 0 on the host, every set's on the device) and the page tables
+    int nc = (p.r_max + 7) / 8, ld = g.n_slices * p.r_max;
+    size_t cs = (size_t)nc * p.out_total * 8;  // a slot's chunks
+    p.hbc.assign((size_t)(1 + p.n_ad) * cs, 0.0f);
+    for (int w = 0; w <= p.n_ad; w++)
+        for (int o = 0; o < p.out_total; o++)
+            for (int j = 0; j < p.r_max; j++)
+                p.hbc[w * cs + ((size_t)(j / 8) * p.out_total + o) * 8 + j % 8] = p.hb[w * bs + (size_t)o * p.r_max + j];
+    std::vector<__nv_bfloat16> hbc16(p.hbc.size());
+    for (size_t e = 0; e < hbc16.size(); e++)
+        hbc16[e] = __float2bfloat16(p.hbc[e]);
+    DEV_CK(cudaMalloc(&p.bc, (size_t)p.n_slots * cs * 2));
+    DEV_CK(cudaMemset(p.bc, 0, cs * 2));
+    for (int s = 0; s < DEV_SETS; s++)
+        DEV_CK(cudaMemcpy(p.bc + (1 + (size_t)s * p.n_ad) * cs, hbc16.data() + cs, (size_t)p.n_ad * cs * 2,
+                          cudaMemcpyHostToDevice));
+    std::vector<const void *> ta, tb;
+    for (int w = 0; w < p.n_slots; w++) {
+        for (int i = 0; i < ld; i++)
+            ta.push_back(p.a + ((size_t)w * ld + i) * g.in);
+        for (int c = 0; c < nc; c++)
+            tb.push_back(p.bc + (size_t)w * cs + (size_t)c * p.out_total * 8);
+    }
+    for (int w = 0; w <= p.n_ad; w++) {
+        for (int i = 0; i < ld; i++)
+            p.hta.push_back(p.ha.data() + ((size_t)w * ld + i) * g.in);
+        for (int c = 0; c < nc; c++)
+            p.htb.push_back(p.hbc.data() + (size_t)w * cs + (size_t)c * p.out_total * 8);
+    }
+    DEV_CK(cudaMalloc(&p.ta, ta.size() * sizeof(void *)));
+    DEV_CK(cudaMalloc(&p.tb, tb.size() * sizeof(void *)));
+    DEV_CK(cudaMemcpy(p.ta, ta.data(), ta.size() * sizeof(void *), cudaMemcpyHostToDevice));
+    DEV_CK(cudaMemcpy(p.tb, tb.data(), tb.size() * sizeof(void *), cudaMemcpyHostToDevice));
+    p.pa = {p.ta, (size_t)ld, 1, g.in}, p.pb = {p.tb, (size_t)nc, 1, p.out_total};
+    p.hpa = {p.hta.data(), (size_t)ld, 1, g.in}, p.hpb = {p.htb.data(), (size_t)nc, 1, p.out_total};
     p.x = dev_f32_fill(rng, (size_t)p.T * g.in, 1.0f, p.hx);
     p.y = dev_f32_fill(rng, (size_t)p.T * p.out_total, 1.0f, p.hy0);
     p.part_stride = (size_t)p.T * g.n_slices * p.r_max;
@@ -141,7 +185,8 @@ static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, ui
 }
 
 static void dev_lora_free(dev_lora_t &p) {
-    cudaFree(p.a), cudaFree(p.b), cudaFree(p.x), cudaFree(p.tmp), cudaFree(p.y);
+    cudaFree(p.a), cudaFree(p.b), cudaFree(p.bc), cudaFree(p.ta), cudaFree(p.tb), cudaFree(p.x), cudaFree(p.tmp),
+        cudaFree(p.y);
     for (int s = 0; s < DEV_SETS; s++)
         cudaFree(p.tiles[s]);
 }
@@ -150,8 +195,8 @@ static void dev_lora_free(dev_lora_t &p) {
 static void dev_lora_reference(const dev_lora_t &p, std::vector<float> &tmp, std::vector<float> &y) {
     tmp.assign(p.part_stride, 0.0f);
     y = p.hy0;
-    ls_lora_shrink(tmp.data(), p.hx.data(), p.ha.data(), &p.batch, p.g.in, p.g.n_slices, p.r_max);
-    ls_lora_expand(y.data(), tmp.data(), p.hb.data(), &p.batch, p.offs, p.g.n_slices, p.r_max);
+    ls_lora_shrink(tmp.data(), p.hx.data(), p.hpa, &p.batch, p.g.in, p.g.n_slices, p.r_max);
+    ls_lora_expand(y.data(), tmp.data(), p.hpb, &p.batch, p.offs, p.g.n_slices, p.r_max);
 }
 
 // Bytes the shrink must move: the used A rows, x, tmp written; the expand: the used B

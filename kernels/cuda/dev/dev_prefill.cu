@@ -4,7 +4,7 @@
     against the CPU reference (ls_attention_forward), then timed.
 
     Llama-3-8B attention: H=32 query heads on KV=8 kv heads, D=128, bf16 cache in 16-token
-    pages (shuffled), one layer (a prompt's 32 layers are 32 times these). Flops counted:
+    blocks (shuffled), a page holding one layer's block of K and of V, one layer (a prompt's 32 layers are 32 times these). Flops counted:
     QKᵀ and PV of every causal (query, key) pair, 4 x H x D per pair (what the base-path
     benchmark counts); TFLOP/s against that.
 
@@ -53,10 +53,13 @@ static cudaError_t s_run_production(const s_pf_args_t *a) {
     return ls_cu_attention_prefill(a->out, a->q, a->k_cache, a->v_cache, LS_CU_BF16, a->seqs,
                                    a->n_seqs, a->max_q, a->positions, a->block_tables,
                                    a->max_blocks, a->n_heads, a->n_kv_heads, a->head_dim,
-                                   a->block_size, a->row_stride, a->stream);
+                                   a->block_size, a->row_stride, a->block_stride, a->stream);
 }
 
-enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 4352, ROW = (H + 2 * KV) * D, MAXP = 8192 };
+// the cache in pages as the KV cache holds it (docs/memory.md), one layer: a page is a block
+// of K then one of V, PAGE elements (a block of D = 64's smaller kv_dim leaves the rest unread)
+enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 4352, ROW = (H + 2 * KV) * D, MAXP = 8192,
+       PAGE = 2 * BS * KV * D };
 
 typedef cudaError_t (*pf_run_t)(const s_pf_args_t *);
 struct version_t {
@@ -129,13 +132,13 @@ static void s_free(problem_t &p) {
 static s_pf_args_t s_pf_args(const problem_t &p, float *out, const float *q, const void *kc, const void *vc,
                              cudaStream_t st) {
     return s_pf_args_t{out,     q,         kc,        vc,   p.d_pf, p.n_pf, p.max_q,  p.d_pos,
-                       p.d_table, p.mb, p.h, p.kv, p.d, BS, p.row, st};
+                       p.d_table, p.mb, p.h, p.kv, p.d, BS, p.row, PAGE, st};
 }
 
 static cudaError_t s_old(const problem_t &p, float *out, const float *q, const void *kc, const void *vc,
                          cudaStream_t st) {
     return ls_cu_attention(out, q, kc, vc, LS_CU_BF16, p.d_tok, p.d_pos, p.d_table, p.mb, p.T, p.h, p.kv, p.d, BS,
-                           p.row, st);
+                           p.row, PAGE, st);
 }
 
 // causal (query, key) pairs of the problem's prefill sequences x 4 x H x D
@@ -149,15 +152,16 @@ static double s_flops(const problem_t &p) {
 
 // validates every version of head size p.d (and the old path) on p against the CPU reference
 static void s_validate(const char *what, const problem_t &p, float *out, const float *q, const void *kc,
-                       const void *vc, const std::vector<float> &hq, const std::vector<float> &hk,
-                       const std::vector<float> &hv, cudaStream_t st) {
+                       const void *vc, const std::vector<float> &hq, const std::vector<float> &hpages,
+                       cudaStream_t st) {
     ls_attn_meta_t meta = {p.S, p.T, p.mb, 0, p.qind.data(), p.lens.data(), p.pos.data(), p.slots.data(),
                            p.table.data()};
     for (int s = 0; s < p.S; s++)
         meta.max_ctx_len = std::max(meta.max_ctx_len, p.lens[s]);
     size_t od = (size_t)p.h * p.d, no = (size_t)p.T * od;
     std::vector<float> want(no), got(no), poison(no, NAN);
-    ls_attention_forward(want.data(), hq.data(), hk.data(), hv.data(), &meta, p.h, p.kv, p.d, BS, p.row);
+    const float *hk = hpages.data(), *hv = hk + (size_t)BS * p.kv * p.d;
+    ls_attention_forward(want.data(), hq.data(), hk, hv, &meta, p.h, p.kv, p.d, BS, p.row, PAGE);
     std::vector<char> in_pf(p.T, 0);
     for (int k = 0; k < p.n_pf; k++)
         for (int t = p.pf[3 * k + 1]; t < p.pf[3 * k + 1] + p.pf[3 * k + 2]; t++)
@@ -200,9 +204,8 @@ int main(int argc, char **argv) {
     s_props();
     dev_begin("dev_prefill", "H=32 KV=8 D=128, bf16 cache, 16-token pages", &st);
     dev_rng_t rng = {7};
-    size_t nel = (size_t)PAGES * BS * KV * D; // elements of each cache (D = 64 uses half)
-    std::vector<float> hk, hv, hq;
-    __nv_bfloat16 *kc = dev_bf16_fill(rng, nel, 1.0f, hk), *vc = dev_bf16_fill(rng, nel, 1.0f, hv);
+    std::vector<float> hpages, hq;
+    __nv_bfloat16 *kc = dev_bf16_fill(rng, (size_t)PAGES * PAGE, 1.0f, hpages), *vc = kc + BS * KV * D;
     float *q = dev_f32_fill(rng, (size_t)MAXP * ROW, 1.0f, hq), *out;
     DEV_CK(cudaMalloc(&out, (size_t)MAXP * H * D * 4));
     std::vector<int32_t> perm(PAGES);
@@ -213,11 +216,11 @@ int main(int argc, char **argv) {
 
     {
         problem_t p = s_problem({300, 0, 700}, {200, 333, 1}, perm, H, KV, D);
-        s_validate("chunks 300+200, 0+333, dec", p, out, q, kc, vc, hq, hk, hv, st);
+        s_validate("chunks 300+200, 0+333, dec", p, out, q, kc, vc, hq, hpages, st);
         s_free(p);
-        // head_dim 64, group 8: the same pools read as (slots, 2 x 64)
+        // head_dim 64, group 8: the same pages read as blocks of (16, 2 x 64), V after K
         problem_t p64 = s_problem({100, 0, 37}, {150, 64, 16}, perm, 16, 2, 64);
-        s_validate("D=64 group 8, 3 chunks", p64, out, q, kc, vc, hq, hk, hv, st);
+        s_validate("D=64 group 8, 3 chunks", p64, out, q, kc, kc + BS * 2 * 64, hq, hpages, st);
         s_free(p64);
     }
 
@@ -298,13 +301,13 @@ int main(int argc, char **argv) {
         double ua = dev_time_us(st, 10, [&](long) { return s_versions[0].run(&all); });
         double up = dev_time_us(st, 10, [&](long) {
             cudaError_t e = t_old ? ls_cu_attention(out, q, kc, vc, LS_CU_BF16, p.d_tok, p.d_pos, p.d_table, p.mb,
-                                                    t_old, p.h, p.kv, p.d, BS, p.row, st)
+                                                    t_old, p.h, p.kv, p.d, BS, p.row, PAGE, st)
                                   : cudaSuccess;
             return e != cudaSuccess || !p.n_pick ? e : s_versions[0].run(&pick);
         });
         printf("%-28s %9.1f %9.1f %10.1f  %d of %d\n", c.name, uo, ua, up, p.n_pick, p.S);
         s_free(p);
     }
-    cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out);
+    cudaFree(kc), cudaFree(q), cudaFree(out);
     return dev_end();
 }
