@@ -98,6 +98,13 @@ typedef struct {
     int n_row_tiles;
 } s_pass_t;
 
+// the sequences a prefill kernel takes in a step: (sequence, first token, tokens) each, on
+// the device (d) and in the pinned block (h, read by attention); max_q their most tokens
+typedef struct {
+    int n, max_q;
+    const int32_t *d, *h;
+} s_pf_list_t;
+
 enum { S_GRAPHS = 16 };                         // decode batch sizes in use at once
 enum { S_PLAIN, S_PROBE, S_CAPTURE };           // what the ops do with their launches
 enum { S_BLAS_WS = 32 << 20 };                  // cuBLAS's own default on sm_90
@@ -135,10 +142,10 @@ typedef struct {
     int T, n_seqs, max_blocks, n_logit_rows;
     const int32_t *token_ids, *positions, *slot_mapping, *tok_seq, *block_tables,
         *logit_rows;
-    // the sequences ls_cu_attention_prefill_pick gives the prefill kernel: (sequence, first
-    // token, tokens) each, on the device (pf) and in the pinned block (h_pf, read by attention)
-    int n_pf, pf_max_q;
-    const int32_t *pf, *h_pf;
+    // ls_cu_attention_prefill_pick's lists for each prefill kernel (by ls_cu_prefill_kernel_t:
+    // the step does not say the head_dim, so attention takes the list of the kernel
+    // ls_cu_attention_prefill_which names for its own)
+    s_pf_list_t pf[2];
     const int32_t *token_rows, *head_tiles; // trainable tokens (ls_step_t), NULL: none
     int n_head_tiles;
     int n_batches, n_passes; // LoRA batches and passes of the step (0: no LoRA)
@@ -601,7 +608,7 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
            o_slot = s_place(&l, (size_t)T * i32), o_seq = s_place(&l, (size_t)T * i32),
            o_tab = s_place(&l, (size_t)S * a->max_blocks * i32),
            o_rows = s_place(&l, (size_t)step->n_logit_rows * i32),
-           o_pf = s_place(&l, (size_t)n_cand * 3 * i32),
+           o_pf = s_place(&l, 2 * (size_t)n_cand * 3 * i32),
            o_trows = s_place(&l, step->token_rows ? (size_t)T * i32 : 0),
            o_htiles = s_place(&l, 3 * (size_t)step->n_head_tiles * i32);
     s_pass_plan_t plan[LS_LORA_BATCH_MAX];
@@ -638,17 +645,20 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     for (int t = 0; t < T; t++)
         seq[t] = 0;
     int32_t *pf = (int32_t *)(h + o_pf);
-    int n_pf = 0, pf_max_q = 0;
+    int n_pf[2] = {0, 0}, pf_max_q[2] = {0, 0};
     if (a->q_indptr) {
         assert(a->q_indptr[S] == T);
         for (int s = 0; s < S; s++)
             for (int t = a->q_indptr[s]; t < a->q_indptr[s + 1]; t++)
                 seq[t] = s;
         assert(!n_cand || a->ctx_lens);
-        if (n_cand)
-            n_pf = ls_cu_attention_prefill_pick(a->q_indptr, a->ctx_lens, S, pf);
-        for (int k = 0; k < n_pf; k++)
-            pf_max_q = pf[3 * k + 2] > pf_max_q ? pf[3 * k + 2] : pf_max_q;
+        for (int w = 0; n_cand && w < 2; w++) {
+            int32_t *l_pf = pf + (size_t)w * n_cand * 3;
+            n_pf[w] = ls_cu_attention_prefill_pick(a->q_indptr, a->ctx_lens, S,
+                                                   (ls_cu_prefill_kernel_t)w, l_pf);
+            for (int k = 0; k < n_pf[w]; k++)
+                pf_max_q[w] = l_pf[3 * k + 2] > pf_max_q[w] ? l_pf[3 * k + 2] : pf_max_q[w];
+        }
     }
     if (S && a->max_blocks && a->block_tables)
         memcpy(h + o_tab, a->block_tables, (size_t)S * a->max_blocks * i32);
@@ -674,10 +684,11 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
     c->tok_seq = (const int32_t *)(d + o_seq);
     c->block_tables = (const int32_t *)(d + o_tab);
     c->logit_rows = (const int32_t *)(d + o_rows);
-    c->n_pf = n_pf;
-    c->pf_max_q = pf_max_q;
-    c->pf = (const int32_t *)(d + o_pf);
-    c->h_pf = pf;
+    for (int w = 0; w < 2; w++) {
+        size_t o = o_pf + (size_t)w * n_cand * 3 * i32;
+        c->pf[w] = (s_pf_list_t){n_pf[w], pf_max_q[w], (const int32_t *)(d + o),
+                                 (const int32_t *)(h + o)};
+    }
     c->token_rows = step->token_rows ? (const int32_t *)(d + o_trows) : NULL;
     c->head_tiles = step->n_head_tiles ? (const int32_t *)(d + o_htiles) : NULL;
     c->n_head_tiles = step->n_head_tiles;
@@ -744,7 +755,8 @@ static int s_graph_begin(ls_backend_t *self) {
     assert(c->graph_mode == S_PLAIN);
     // decode steps only: prefill shapes rarely repeat, a capture would not pay off (and
     // attention's launches for them follow the host's sequence list, which no record holds)
-    if (!c->graphs_on || c->T == 0 || c->T != c->n_seqs || c->n_pf || c->sticky != cudaSuccess)
+    if (!c->graphs_on || c->T == 0 || c->T != c->n_seqs || c->pf[0].n || c->pf[1].n ||
+        c->sticky != cudaSuccess)
         return 0;
     c->graph_mode = S_PROBE;
     c->sig_n = 0;
@@ -1101,8 +1113,9 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
     const float *qp = s_f32(q);
     const void *kc = s_ptr(k_cache), *vc = s_ptr(v_cache);
     ls_cu_dtype_t dt = s_dt(k_cache);
-    if (!c->n_pf || !ls_cu_attention_prefill_ok(o, qp, kc, vc, dt, n_heads, n_kv_heads, head_dim,
-                                                row_stride)) {
+    const s_pf_list_t *pf = &c->pf[ls_cu_attention_prefill_which(head_dim)];
+    if (!pf->n || !ls_cu_attention_prefill_ok(o, qp, kc, vc, dt, n_heads, n_kv_heads, head_dim,
+                                              row_stride)) {
         s_note(c, ls_cu_attention(o, qp, kc, vc, dt, c->tok_seq, c->positions, c->block_tables,
                                   c->max_blocks, c->T, n_heads, n_kv_heads, head_dim,
                                   block_size, row_stride, block_stride, c->stream));
@@ -1111,20 +1124,20 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
     // the runs of tokens between the prefill sequences (decodes, short chunks) on the
     // decode-shaped kernel, a launch per run on its rows; then the prefill sequences
     size_t od = (size_t)n_heads * head_dim;
-    for (int k = 0, t = 0; k <= c->n_pf; k++) {
-        int end = k < c->n_pf ? c->h_pf[3 * k + 1] : c->T;
+    for (int k = 0, t = 0; k <= pf->n; k++) {
+        int end = k < pf->n ? pf->h[3 * k + 1] : c->T;
         if (end > t)
             s_note(c, ls_cu_attention(o + t * od, qp + (size_t)t * row_stride, kc, vc, dt,
                                       c->tok_seq + t, c->positions + t, c->block_tables,
                                       c->max_blocks, end - t, n_heads, n_kv_heads, head_dim,
                                       block_size, row_stride, block_stride, c->stream));
-        if (k < c->n_pf)
-            t = end + c->h_pf[3 * k + 2];
+        if (k < pf->n)
+            t = end + pf->h[3 * k + 2];
     }
-    s_note(c, ls_cu_attention_prefill(o, qp, kc, vc, dt, c->pf, c->n_pf, c->pf_max_q,
-                                      c->positions, c->block_tables, c->max_blocks, n_heads,
-                                      n_kv_heads, head_dim, block_size, row_stride,
-                                      block_stride, c->stream));
+    s_note(c, ls_cu_attention_prefill(o, qp, kc, vc, dt, pf->d, pf->n, pf->max_q, c->positions,
+                                      c->block_tables, c->max_blocks, n_heads, n_kv_heads,
+                                      head_dim, block_size, row_stride, block_stride,
+                                      c->stream));
 }
 
 // The LoRA launchers' flags: beside a GEMM (the side queue) no programmatic dependent

@@ -912,10 +912,10 @@ __device__ __forceinline__ void s_pf_store(float *out, float l, int r, const s_p
 // Known limits: one CTA per (query tile, kv head), no split over keys — a short prompt
 // gives few CTAs (512 tokens of Llama-3-8B: 16 tiles x 8 kv heads for 132 SMs), and a short
 // chunk on a long prefix is one CTA's walk over all its keys (H100: 78 us for 1 query on
-// 2,048 cached tokens, against 12 on the decode-shaped kernel), which is why
-// ls_cu_attention_prefill_pick leaves short chunks to that one (a split over keys with a
-// merge through memory would let this kernel take them); tiles of a
-// sequence launch latest (most keys) first, sequences one after another (blockIdx.z), the
+// 2,048 cached tokens, 50 on the warpgroup kernel, against 12 on the decode-shaped one),
+// which is why ls_cu_attention_prefill_pick leaves short chunks to that one (a split over
+// keys with a merge through memory would let this kernel take them); tiles of a sequence
+// launch latest (most keys) first, sequences one after another (blockIdx.z), the
 // CTAs past a shorter sequence's tiles exit at once; Q is re-read from shared memory every
 // key tile (registers are full: 249 at head_dim 128 on sm_90a, 253 on sm_80); bf16 caches only.
 // seqs (n, 3): (sequence, first token, tokens) of the sequences this launch takes, grid
@@ -1693,6 +1693,10 @@ static int s_pf_wg_ok() {
     return ok;
 }
 
+ls_cu_prefill_kernel_t ls_cu_attention_prefill_which(int head_dim) {
+    return head_dim == 128 && s_pf_wg_ok() ? LS_CU_PREFILL_WGMMA : LS_CU_PREFILL_MMA;
+}
+
 int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_cache,
                                const void *v_cache, ls_cu_dtype_t cache_dt, int n_heads,
                                int n_kv_heads, int head_dim, int row_stride) {
@@ -1716,7 +1720,7 @@ cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const voi
     assert(block_stride % 8 == 0 && block_stride >= (size_t)block_size * n_kv_heads * head_dim);
     assert(ls_cu_attention_prefill_ok(out, q, k_cache, v_cache, cache_dt, n_heads, n_kv_heads,
                                       head_dim, row_stride));
-    if (which == LS_CU_PREFILL_WGMMA && !(head_dim == 128 && s_pf_wg_ok()))
+    if (which == LS_CU_PREFILL_WGMMA && ls_cu_attention_prefill_which(head_dim) != which)
         return cudaErrorNotSupported;
     if (n_seqs == 0 || max_q == 0)
         return cudaSuccess;
@@ -1736,12 +1740,10 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
                                     int max_blocks, int n_heads, int n_kv_heads, int head_dim,
                                     int block_size, int row_stride, size_t block_stride,
                                     cudaStream_t stream) {
-    ls_cu_prefill_kernel_t which =
-        head_dim == 128 && s_pf_wg_ok() ? LS_CU_PREFILL_WGMMA : LS_CU_PREFILL_MMA;
     return ls_cu_attention_prefill_kernel(out, q, k_cache, v_cache, cache_dt, seqs, n_seqs,
                                           max_q, positions, block_tables, max_blocks, n_heads,
                                           n_kv_heads, head_dim, block_size, row_stride,
-                                          block_stride, which,
+                                          block_stride, ls_cu_attention_prefill_which(head_dim),
                                           stream);
 }
 
@@ -1751,8 +1753,14 @@ static int s_ctx_desc(const void *x, const void *y) {
     return (a < b) - (a > b);
 }
 
+// the pick's cost of one key of the prefill kernel which's longest walk, in decode-shaped pairs
+static int64_t s_pf_key_pairs(ls_cu_prefill_kernel_t which) {
+    return which == LS_CU_PREFILL_WGMMA ? LS_CU_PREFILL_KEY_PAIRS_WGMMA
+                                        : LS_CU_PREFILL_KEY_PAIRS_MMA;
+}
+
 int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_lens, int n_seqs,
-                                 int32_t *seqs) {
+                                 ls_cu_prefill_kernel_t which, int32_t *seqs) {
     // the candidates as (context, tokens, sequence), longest context first
     int m = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -1764,7 +1772,8 @@ int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_len
         return 0;
     qsort(seqs, (size_t)m, 3 * sizeof *seqs, s_ctx_desc);
     // cost in pairs of the decode-shaped kernel: those of the candidates left to it, plus
-    // LS_CU_PREFILL_KEY_PAIRS per key of the longest context the prefill kernel takes
+    // the kernel's key cost per key of the longest context the prefill kernel takes
+    int64_t key = s_pf_key_pairs(which);
     int64_t above = 0, total = 0; // pairs of the candidates of longer contexts; of all
     for (int i = 0; i < m; i++) {
         int64_t c = seqs[3 * i], n = seqs[3 * i + 1];
@@ -1773,8 +1782,8 @@ int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_len
     int64_t best = total, limit = 0; // limit: the longest context taken (0: none)
     for (int i = 0; i < m; i++) {
         int64_t c = seqs[3 * i], n = seqs[3 * i + 1];
-        if ((i == 0 || seqs[3 * i - 3] != c) && above + LS_CU_PREFILL_KEY_PAIRS * c < best)
-            best = above + LS_CU_PREFILL_KEY_PAIRS * c, limit = c;
+        if ((i == 0 || seqs[3 * i - 3] != c) && above + key * c < best)
+            best = above + key * c, limit = c;
         above += n * c - n * (n - 1) / 2;
     }
     int k = 0;

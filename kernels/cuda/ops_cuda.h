@@ -179,6 +179,10 @@ cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_ca
 // which ls_cu_attention_prefill runs wherever it can. Same contract and bound; WGMMA returns
 // cudaErrorNotSupported where it cannot run.
 typedef enum { LS_CU_PREFILL_MMA, LS_CU_PREFILL_WGMMA } ls_cu_prefill_kernel_t;
+// The kernel ls_cu_attention_prefill runs for head_dim on this device: WGMMA where it can run,
+// MMA elsewhere (the one owner of that choice: the dispatch, the pick's constants and the
+// tests follow it).
+ls_cu_prefill_kernel_t ls_cu_attention_prefill_which(int head_dim);
 cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const void *k_cache,
                                            const void *v_cache, ls_cu_dtype_t cache_dt,
                                            const int32_t *seqs, int n_seqs, int max_q,
@@ -189,34 +193,41 @@ cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const voi
                                            ls_cu_prefill_kernel_t which, cudaStream_t stream);
 // The CUDA backend's split of a step between the two plans: the sequences of the step
 // (q_indptr, ctx_lens of n_seqs, as ls_attn_meta_t holds them) that go to
-// ls_cu_attention_prefill; the rest go to ls_cu_attention. Writes their (sequence, first
-// token row, tokens) to seqs in row order and returns how many; seqs has room for 3 ints per
-// sequence of at least LS_CU_PREFILL_MIN_Q tokens (it is the scratch of the choice too).
+// ls_cu_attention_prefill when it runs the prefill kernel which
+// (ls_cu_attention_prefill_which); the rest go to ls_cu_attention. Writes their (sequence,
+// first token row, tokens) to seqs in row order and returns how many; seqs has room for 3
+// ints per sequence of at least LS_CU_PREFILL_MIN_Q tokens (it is the scratch of the choice
+// too).
 //
 // A cost model fitted to dev_prefill (an H100, Llama-3-8B's heads; kernels/cuda/dev/
 // README.md): ls_cu_attention costs about the same per causal (query, key) pair whatever the
-// sequences (0.48-0.54 ns a pair a layer once past a few dozen queries in all); the prefill
-// kernel, while its grid fits the GPU, costs the walk of its longest context over its keys
-// (~0.045 us a key), the shorter sequences beside it riding along. It takes the candidates
-// (at least LS_CU_PREFILL_MIN_Q tokens) of contexts up to a limit C, C minimizing the pairs
-// of the candidates above C plus LS_CU_PREFILL_KEY_PAIRS x C (none where that is never below
-// all the candidates' pairs). So one chunk on a long prefix goes to it from ~100 queries
-// (measured: the old kernel faster at 64 on 2,048 cached tokens, slower at 128), a prompt
-// alone from ~192 (half the pairs: the causal triangle), k chunks on like prefixes from
-// ~96/k queries each, and a short chunk on a context far longer than the others' stays
-// with ls_cu_attention. Past one wave the prefill kernel does 6-9 times the old kernel's
-// pairs a second (2K, 8K prompts), so what it takes never runs slower there either. The
-// constants are fitted on the mma.sync kernel; the warpgroup one (sm_90) is faster per key,
-// so there the pick errs toward ls_cu_attention (the fp32-exact side) near the crossover.
+// sequences (0.48-0.54 ns a pair a layer once past a few dozen queries in all); a prefill
+// kernel, while its grid fits the GPU, costs the walk of its longest context over its keys,
+// the shorter sequences beside it riding along. It takes the candidates (at least
+// LS_CU_PREFILL_MIN_Q tokens) of contexts up to a limit C, C minimizing the pairs of the
+// candidates above C plus the kernel's key cost in pairs x C (none where that is never below
+// all the candidates' pairs). The key cost is the kernel's own: LS_CU_PREFILL_KEY_PAIRS_MMA
+// (~0.045 us a key) and LS_CU_PREFILL_KEY_PAIRS_WGMMA (~0.034 us). So one chunk on a long
+// prefix goes to it from ~100 queries on mma.sync and ~74 on wgmma (2,048 cached tokens;
+// measured: the old kernel faster at 64, mma.sync at 128, wgmma at 80), a prompt alone from
+// twice the key cost (192, 144: the causal triangle holds half the pairs), k chunks on like
+// prefixes from ~1/k of the single chunk's queries each, and a short chunk on a context far
+// longer than the others' stays with ls_cu_attention. Past one wave the prefill kernels do
+// 6-12 times the old kernel's pairs a second (2K, 8K prompts), so what they take never runs
+// slower there either.
 int ls_cu_attention_prefill_pick(const int32_t *q_indptr, const int32_t *ctx_lens, int n_seqs,
-                                 int32_t *seqs);
+                                 ls_cu_prefill_kernel_t which, int32_t *seqs);
 // the fewest query tokens of a sequence the prefill kernel is given: below, its query tiles
 // of 128 rows would be mostly empty (16 tokens x a group of 4 fill half), and decodes
 // spread over clusters on the decode-shaped kernel
 #define LS_CU_PREFILL_MIN_Q 16
-// decode-shaped pairs that cost as much as one key of the prefill kernel's longest walk:
-// 0.045 us / 0.48-0.54 ns = 84-94, rounded up so that near-ties go to the fp32-exact kernel
-#define LS_CU_PREFILL_KEY_PAIRS 96
+// decode-shaped pairs that cost as much as one key of a prefill kernel's longest walk (H100),
+// rounded up so that near-ties go to the fp32-exact kernel. mma.sync: 0.045 us / 0.48-0.54 ns
+// = 84-94; wgmma: 0.032-0.035 us a key (68-74 us for 32-128 queries on 2,048 cached tokens) /
+// 0.48-0.54 ns = 63-71 (the crossover measured between 64 and 80 queries on 2K and a prompt
+// of 150 faster on it bound it to 64-75)
+#define LS_CU_PREFILL_KEY_PAIRS_MMA 96
+#define LS_CU_PREFILL_KEY_PAIRS_WGMMA 72
 
 // ---------------------------------------------------------------------------------------
 // LoRA (SGMV): the segment description is flattened on the host, once per step, into

@@ -753,14 +753,29 @@ static void test_silu_add(t_rng_t *r, int inter) {
 
 // -- KV cache and attention ---------------------------------------------------------------
 
+// Whether the warpgroup prefill kernel must run here for head_dim D: a compute capability 9.0
+// device (the build holds sm_90a code) and D 128.
+static int s_wgmma_here(int D) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)) {
+        fprintf(stderr, "compute capability: query failed\n");
+        exit(2);
+    }
+    return D == 128 && major == 9 && minor == 0;
+}
+
 // S sequences with n_cached[s] cached and n_new[s] new tokens; pad adds one padding token
 // (slot -1) as a sequence of its own; q uniform in [-qr, qr], k and v in [-1, 1].
 //
-// The backend gives the sequences ls_cu_attention_prefill_pick picks to the prefill kernel
-// where ls_cu_attention_prefill_ok, every other token to the decode-shaped kernels; the rows
-// of each are checked on their own, against their own bounds (a row of the wrong kernel fails
-// the decode-shaped bound by orders of magnitude where the prefill kernel wrote it), and each
-// of the two prefill kernels runs on the picked sequences alone (s_prefill_kernels):
+// The backend gives the sequences ls_cu_attention_prefill_pick picks for the kernel that runs
+// (ls_cu_attention_prefill_which) to the prefill kernel where ls_cu_attention_prefill_ok,
+// every other token to the decode-shaped kernels; the rows of each are checked on their own,
+// against their own bounds (a row of the wrong kernel fails the decode-shaped bound by orders
+// of magnitude where the prefill kernel wrote it; the other way, the prefill rows must be
+// above that bound, as rows the decode-shaped kernels wrote are not), and each of the two
+// prefill kernels runs on the picked sequences alone (s_prefill_kernels):
 // - decode-shaped (fp32-exact products, fp32 sums in another order): NMSE <= 1e-10, max |Δ|
 //   <= 1e-4;
 // - prefill: q and p rounded to bf16, relative error up to u = 2^-8 each (rms ~0.4u = 1.6e-3
@@ -777,7 +792,8 @@ static void test_silu_add(t_rng_t *r, int inter) {
 // sm_90 card for head_dim 128), so the mma.sync one, production on sm_80 .. sm_89, is tested
 // here too. Each writes those rows (against ref, the CPU's output, at test_attention's
 // bound) and no other (the rest stay NaN). The warpgroup kernel must run exactly on a
-// compute capability 9.0 device with head_dim 128, and say cudaErrorNotSupported elsewhere.
+// compute capability 9.0 device with head_dim 128 (s_wgmma_here), and say
+// cudaErrorNotSupported elsewhere; ls_cu_attention_prefill_which must name it exactly there.
 static void s_prefill_kernels(const char *what, const s_stepd_t *d, const int32_t *pick, int n_pick,
                               const float *ref, float *d_out, const float *d_q, const void *d_kc,
                               const void *d_vc, int H, int KV, int D, int bs, int stride,
@@ -790,13 +806,9 @@ static void s_prefill_kernels(const char *what, const s_stepd_t *d, const int32_
                pick[3 * k + 2] * row * 4);
         max_q = pick[3 * k + 2] > max_q ? pick[3 * k + 2] : max_q;
     }
-    int dev = 0, major = 0, minor = 0;
     int32_t *d_pick, *d_pos, *d_tab;
     size_t ntab = (size_t)d->S * d->max_blocks;
-    if (cudaGetDevice(&dev) ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ||
-        cudaMalloc((void **)&d_pick, (size_t)n_pick * 12) ||
+    if (cudaMalloc((void **)&d_pick, (size_t)n_pick * 12) ||
         cudaMalloc((void **)&d_pos, (size_t)d->T * 4) || cudaMalloc((void **)&d_tab, ntab * 4) ||
         cudaMemcpy(d_pick, pick, (size_t)n_pick * 12, cudaMemcpyHostToDevice) ||
         cudaMemcpy(d_pos, d->pos, (size_t)d->T * 4, cudaMemcpyHostToDevice) ||
@@ -809,7 +821,7 @@ static void s_prefill_kernels(const char *what, const s_stepd_t *d, const int32_
         const char *name;
     } kernels[] = {{LS_CU_PREFILL_MMA, "mma.sync"}, {LS_CU_PREFILL_WGMMA, "wgmma"}};
     for (int i = 0; i < 2; i++) {
-        int runs = kernels[i].which == LS_CU_PREFILL_MMA || (D == 128 && major == 9 && minor == 0);
+        int runs = kernels[i].which == LS_CU_PREFILL_MMA || s_wgmma_here(D);
         char name[160];
         if (cudaMemcpy(d_out, poison, no * 4, cudaMemcpyHostToDevice)) {
             fprintf(stderr, "prefill kernels: upload failed\n");
@@ -835,6 +847,11 @@ static void s_prefill_kernels(const char *what, const s_stepd_t *d, const int32_
                  bs, kernels[i].name);
         s_check(name, got, want, no, 2e-5 * (1 + qr * qr / 9), 0.0156 * (1 + qr));
     }
+    char name[160];
+    snprintf(name, sizeof name, "%s: ls_cu_attention_prefill_which(%d) is the kernel that runs",
+             what, D);
+    s_check_true(name, ls_cu_attention_prefill_which(D) ==
+                           (s_wgmma_here(D) ? LS_CU_PREFILL_WGMMA : LS_CU_PREFILL_MMA));
     cudaFree(d_pick), cudaFree(d_pos), cudaFree(d_tab);
     free(want), free(got), free(poison);
 }
@@ -924,7 +941,9 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     float *pc = t_alloc(no * 4), *pg = t_alloc(no * 4);
     int32_t pick[3 * MAXS];
     char taken[MAXS] = {0};
-    int n_pick = pf_ok ? ls_cu_attention_prefill_pick(d.q_indptr, d.ctx, n_seq, pick) : 0;
+    int n_pick = pf_ok ? ls_cu_attention_prefill_pick(d.q_indptr, d.ctx, n_seq,
+                                                      ls_cu_attention_prefill_which(D), pick)
+                       : 0;
     for (int k = 0; k < n_pick; k++)
         taken[pick[3 * k]] = 1;
     if (n_pick)
@@ -947,7 +966,11 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     if (np) {
         snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d bs=%d %s prefill rows", what,
                  H, KV, D, bs, s_dtn(cdt));
-        s_check(name, pg, pc, np, 2e-5 * (1 + qr * qr / 9), 0.0156 * (1 + qr));
+        double nmse =
+            s_check(name, pg, pc, np, 2e-5 * (1 + qr * qr / 9), 0.0156 * (1 + qr))->nmse;
+        snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d: prefill rows not fp32-exact",
+                 what, H, KV, D);
+        s_check_true(name, nmse > 1e-10);
     }
     s_pb_free(&qkv), s_pb_free(&kvb), s_pb_free(&out), s_pb_free(&dv);
     free(perm), free(hq), free(hk), free(hdv), free(poison), free(c), free(g), free(co), free(go),
@@ -991,42 +1014,62 @@ static void test_attention_prefill(t_rng_t *r, int S, int max_new, int max_ctx, 
     s_check_true(name, n > 0);
 }
 
-// ls_cu_attention_prefill_pick (host code) on the shapes dev_prefill measured — one chunk on
-// 2,048 cached tokens: the decode-shaped kernel faster at 64 queries, the prefill kernel at
-// 128 — and the cases its cost model is for: prompts alone (from ~192 tokens), chunks on like
-// prefixes together (each from ~96/k), a short chunk on a far longer context left out
+// ls_cu_attention_prefill_pick (host code) with each kernel's constants, on the shapes
+// dev_prefill measured on an H100 — one chunk on 2,048 cached tokens: the decode-shaped
+// kernel faster at 64 queries, mma.sync at 128, wgmma at 80; a prompt of 150 a near-tie on
+// mma.sync (left to the fp32-exact kernel), 1.5 x faster on wgmma — and the cases its cost
+// model is for: prompts alone (from 192 tokens on mma.sync, 144 on wgmma), chunks on like
+// prefixes together (each from ~1/k of one chunk's queries), a short chunk on a far longer
+// context left out. want: the sequences taken, bit k for ls_cu_prefill_kernel_t k (1:
+// mma.sync, 2: wgmma, 3: both).
 static void test_prefill_pick(void) {
     static const struct {
         const char *name;
         int S, nc[9], nn[9], want[9];
     } cases[] = {
         {"64 on 2048", 1, {2048}, {64}, {0}},
-        {"128 on 2048", 1, {2048}, {128}, {1}},
-        {"prompt of 150", 1, {0}, {150}, {0}},
-        {"prompt of 512", 1, {0}, {512}, {1}},
+        {"73 on 2048", 1, {2048}, {73}, {0}},
+        {"74 on 2048", 1, {2048}, {74}, {2}},
+        {"80 on 2048", 1, {2048}, {80}, {2}},
+        {"98 on 2048", 1, {2048}, {98}, {2}},
+        {"99 on 2048", 1, {2048}, {99}, {3}},
+        {"128 on 2048", 1, {2048}, {128}, {3}},
+        {"prompt of 143", 1, {0}, {143}, {0}},
+        {"prompt of 150", 1, {0}, {150}, {2}},
+        {"prompt of 191", 1, {0}, {191}, {2}},
+        {"prompt of 192", 1, {0}, {192}, {3}},
+        {"prompt of 512", 1, {0}, {512}, {3}},
         {"8 x 16 on 2048 + decode", 9, {2048, 2048, 2048, 2048, 700, 2048, 2048, 2048, 2048},
-         {16, 16, 16, 16, 1, 16, 16, 16, 16}, {1, 1, 1, 1, 0, 1, 1, 1, 1}},
+         {16, 16, 16, 16, 1, 16, 16, 16, 16}, {3, 3, 3, 3, 0, 3, 3, 3, 3}},
         {"8 x 15 on 2048", 8, {2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048},
          {15, 15, 15, 15, 15, 15, 15, 15}, {0}},
+        {"4 x 16 on 2048", 4, {2048, 2048, 2048, 2048}, {16, 16, 16, 16}, {0}},
+        {"5 x 16 on 2048", 5, {2048, 2048, 2048, 2048, 2048}, {16, 16, 16, 16, 16},
+         {2, 2, 2, 2, 2}},
         {"2 x 32 on 2048", 2, {2048, 2048}, {32, 32}, {0, 0}},
-        {"4 x 32 on 2048", 4, {2048, 2048, 2048, 2048}, {32, 32, 32, 32}, {1, 1, 1, 1}},
-        {"16 on 8192 + 200 on 4096", 2, {8192, 4096}, {16, 200}, {0, 1}},
+        {"2 x 40 on 2048", 2, {2048, 2048}, {40, 40}, {2, 2}},
+        {"4 x 32 on 2048", 4, {2048, 2048, 2048, 2048}, {32, 32, 32, 32}, {3, 3, 3, 3}},
+        {"16 on 8192 + 200 on 4096", 2, {8192, 4096}, {16, 200}, {0, 3}},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int32_t qi[10] = {0}, ctx[9], pick[27];
-        for (int s = 0; s < cases[i].S; s++)
-            qi[s + 1] = qi[s] + cases[i].nn[s], ctx[s] = cases[i].nc[s] + cases[i].nn[s];
-        int n = ls_cu_attention_prefill_pick(qi, ctx, cases[i].S, pick), ok = 1, k = 0;
-        for (int s = 0; s < cases[i].S; s++) // in row order, each with its rows
-            if (cases[i].want[s])
-                ok &= k < n && pick[3 * k] == s && pick[3 * k + 1] == qi[s] &&
-                      pick[3 * k + 2] == cases[i].nn[s],
-                    k++;
-        char name[96];
-        snprintf(name, sizeof name, "prefill pick %s: %d sequences to the prefill kernel",
-                 cases[i].name, n);
-        s_check_true(name, ok && k == n);
-    }
+    static const char *kernel[2] = {"mma.sync", "wgmma"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int w = 0; w < 2; w++) {
+            int32_t qi[10] = {0}, ctx[9], pick[27];
+            for (int s = 0; s < cases[i].S; s++)
+                qi[s + 1] = qi[s] + cases[i].nn[s], ctx[s] = cases[i].nc[s] + cases[i].nn[s];
+            int n = ls_cu_attention_prefill_pick(qi, ctx, cases[i].S, (ls_cu_prefill_kernel_t)w,
+                                                 pick),
+                ok = 1, k = 0;
+            for (int s = 0; s < cases[i].S; s++) // in row order, each with its rows
+                if (cases[i].want[s] >> w & 1)
+                    ok &= k < n && pick[3 * k] == s && pick[3 * k + 1] == qi[s] &&
+                          pick[3 * k + 2] == cases[i].nn[s],
+                        k++;
+            char name[112];
+            snprintf(name, sizeof name, "prefill pick %s %s: %d sequences to the prefill kernel",
+                     kernel[w], cases[i].name, n);
+            s_check_true(name, ok && k == n);
+        }
 }
 
 // -- LoRA ---------------------------------------------------------------------------------
@@ -1975,6 +2018,17 @@ int main(int argc, char **argv) {
                                     LS_DTYPE_BF16, 0, 1) == 5);
         int nc[3] = {40, 0, 700}, nn[3] = {1, 2000, 1};
         test_attention(&r, "prompt of 2000", 3, nc, nn, 4, 1, 128, 16, LS_DTYPE_BF16, 0, 1);
+        // the backend splits by the constants of the kernel that runs: a prompt of 150 is
+        // the warpgroup kernel's (head_dim 128 on a compute capability 9.0 device), the
+        // decode-shaped kernel's on mma.sync (head_dim 64, other devices)
+        int nc150[1] = {0}, nn150[1] = {150};
+        for (int D = 64; D <= 128; D += 64) {
+            char what[64], name[128];
+            snprintf(what, sizeof what, "prompt of 150 D=%d", D);
+            int n = test_attention(&r, what, 1, nc150, nn150, 8, 2, D, 16, LS_DTYPE_BF16, 0, 1);
+            snprintf(name, sizeof name, "%s: %d sequences to the prefill kernel", what, n);
+            s_check_true(name, n == s_wgmma_here(D));
+        }
     }
 
     static const int sz3[3] = {512, 128, 128}, sz2[2] = {384, 384}, sz1[1] = {520},

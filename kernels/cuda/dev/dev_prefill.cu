@@ -16,7 +16,8 @@
     - prompts of 512, 2K, 8K tokens alone (positions 0..P-1, keys 0..p each): µs and TFLOP/s
       per version and for the old path, and the old path's time over production's;
     - crossover: a chunk of n = 1 .. 128 queries on a 2,048-token cached prefix, µs of both
-      paths, and which one the backend's ls_cu_attention_prefill_pick takes;
+      paths, and which one the backend's ls_cu_attention_prefill_pick takes (with the
+      constants of the kernel production runs here, named in the heading);
     - steps of several sequences (chunks on like prefixes, short prompts, a short chunk on a
       long context beside a longer chunk): µs with every sequence on the old path, with
       every one it may take (>= LS_CU_PREFILL_MIN_Q tokens) on the prefill kernel, and as the
@@ -107,7 +108,9 @@ static problem_t s_problem(const std::vector<int> &nc, const std::vector<int> &n
     }
     p.T = (int)p.tok.size();
     p.pick.resize(p.pf.size());
-    p.n_pick = p.n_pf ? ls_cu_attention_prefill_pick(p.qind.data(), p.lens.data(), p.S, p.pick.data()) : 0;
+    p.n_pick = p.n_pf ? ls_cu_attention_prefill_pick(p.qind.data(), p.lens.data(), p.S,
+                                                     ls_cu_attention_prefill_which(d), p.pick.data())
+                      : 0;
     p.pick.resize((size_t)p.n_pick * 3);
     for (int k = 0; k < p.n_pick; k++)
         p.pick_max_q = std::max(p.pick_max_q, p.pick[3 * k + 2]);
@@ -249,7 +252,11 @@ int main(int argc, char **argv) {
     }
     printf("  (per version: us, TFLOP/s)\n");
 
-    printf("\ncrossover: n queries on 2,048 cached tokens (one sequence), us:\n%-5s %9s %9s\n", "n", "old",
+    // the kernel production runs for D here, whose constants the pick uses
+    ls_cu_prefill_kernel_t pk = ls_cu_attention_prefill_which(D);
+    printf("\ncrossover: n queries on 2,048 cached tokens (one sequence), us; production: %s, the pick's\n"
+           "key cost %d pairs:\n%-5s %9s %9s\n",
+           pk == LS_CU_PREFILL_WGMMA ? "wgmma/64" : "mma.sync 128/2/4/32", (int)s_pf_key_pairs(pk), "n", "old",
            s_versions[0].name);
     for (int n : {1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128}) {
         problem_t p = s_problem({2048}, {n}, perm, H, KV, D);
@@ -261,7 +268,7 @@ int main(int argc, char **argv) {
         double uo = dev_time_us(st, 20, [&](long) { return s_old(p, out, q, kc, vc, st); });
         s_pf_args_t a = s_pf_args(p, out, q, kc, vc, st);
         double un = dev_time_us(st, 20, [&](long) { return s_versions[0].run(&a); });
-        printf("%-5d %9.1f %9.1f%s\n", n, uo, un, p.n_pick ? "  (prefill kernel in production)" : "");
+        printf("%-5d %9.1f %9.1f%s\n", n, uo, un, p.n_pick ? "  (picked: prefill kernel in production)" : "");
         s_free(p);
     }
 
