@@ -30,7 +30,10 @@
     --trace CSV writes every kernel's start, end and stream (CUPTI, kernel_trace.h), labelled
     with the workload, for timelines (read by tests/gpu/timeline.py).
 
-    Usage: bench_decode_cuda [--steps N] [--ctx N] [--trace CSV]   Not a ctest; needs a GPU.
+    --batch N decodes N sequences a step (1..64, default 64); the adapters' slots are
+    planned for 64 all the same (the slot-load rows use id 31's).
+
+    Usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--trace CSV]   Not a ctest; needs a GPU.
 */
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
@@ -48,7 +51,7 @@
 #include "bench_util.h"
 #include "kernel_trace.h"
 
-#define N_SEQS 64
+#define N_SEQS 64 // the most sequences a step holds (--batch)
 #define RANK 16
 #define BS 16
 #define WARM 3
@@ -58,6 +61,7 @@ typedef struct {
     ls_model_t *m;
     ls_lora_pool_t *pool;
     bench_batch_t *batch; // (N_SEQS) the decode rows
+    int n;                // --batch: sequences a step decodes (1..N_SEQS)
     int steps, ctx, vocab;
     double first; // out: seconds of the last s_decode's first step (a new step shape)
     int trace;    // --trace: kernel timeline (kernel_trace.h)
@@ -101,10 +105,10 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
         kt_mark(what);
     char err[512];
     int per_seq = (b->ctx + WARM + b->steps + BS) / BS;
-    ls_kv_cache_t *kv = ls_kv_cache_new(b->m, N_SEQS * per_seq, BS, err, sizeof err);
+    ls_kv_cache_t *kv = ls_kv_cache_new(b->m, b->n * per_seq, BS, err, sizeof err);
     if (!kv)
         bench_die("bench_decode_cuda", "KV cache", err);
-    bench_batch_decode(b->batch, N_SEQS, b->ctx, 0, per_seq, slots, b->vocab);
+    bench_batch_decode(b->batch, b->n, b->ctx, 0, per_seq, slots, b->vocab);
     int n = WARM + b->steps;
     double *t = malloc(sizeof(double) * (size_t)n), *t_done = malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) {
@@ -116,7 +120,7 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
         if (ls_lora_pool_wait(b->pool) != 0)
             bench_die("bench_decode_cuda", "load", "failed");
         t_done[i] = bench_now() - t0;
-        for (int s = 0; s < N_SEQS; s++)
+        for (int s = 0; s < b->n; s++)
             b->batch->seqs[s].start_pos++;
     }
     b->first = t[0];
@@ -133,23 +137,25 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
 }
 
 int main(int argc, char **argv) {
-    s_bench_t b = {.steps = 20, .ctx = 128};
+    s_bench_t b = {.n = N_SEQS, .steps = 20, .ctx = 128};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps"))
             b.steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ctx"))
             b.ctx = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch"))
+            b.n = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--trace")) {
             if (kt_start(argv[i + 1]) != 0)
                 bench_die("bench_decode_cuda", "--trace", "CUPTI tracing could not start");
             b.trace = 1;
         } else {
-            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--trace CSV]\n");
+            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--trace CSV]\n");
             return 2;
         }
     }
-    if (b.steps < 1 || b.ctx < 1) {
-        fprintf(stderr, "bench_decode_cuda: steps and ctx must be >= 1\n");
+    if (b.steps < 1 || b.ctx < 1 || b.n < 1 || b.n > N_SEQS) {
+        fprintf(stderr, "bench_decode_cuda: steps and ctx must be >= 1, batch 1..%d\n", N_SEQS);
         return 2;
     }
     char err[512], ids[32][16];
@@ -167,7 +173,7 @@ int main(int argc, char **argv) {
            "weights, loaded in %.1f s), pinned host-to-device %.1f GB/s, KV %s, batch %d, %d cached tokens each, LoRA rank %d "
            "on all seven targets, median of %d steps\n", prop.name, bw,
            (double)ls_model_weight_bytes(b.m) / 1e9, e.load_s, h2d,
-           ls_dtype_name(ls_model_kv_dtype(b.m)), N_SEQS, b.ctx, RANK, b.steps);
+           ls_dtype_name(ls_model_kv_dtype(b.m)), b.n, b.ctx, RANK, b.steps);
     size_t adapter_elems = e.adapter_elems;
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
     // decode step reads per adapter.
@@ -224,23 +230,23 @@ int main(int argc, char **argv) {
 
     double floor32 = t_base + 32.0 * adapter_elems * (double)slot_elem / (bw * 1e9);
     printf("\n%-34s %9s %10s %8s\n", "workload", "step ms", "tokens/s", "ratio");
-    printf("%-34s %9.3f %10.0f %8.3f\n", "base model", 1e3 * t_base, N_SEQS / t_base, 1.0);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "base model", 1e3 * t_base, b.n / t_base, 1.0);
     printf("%-34s %9.3f %10.0f %8.3f\n", "base model (again)", 1e3 * t_base2,
-           N_SEQS / t_base2, t_base / t_base2);
-    printf("%-34s %9.3f %10.0f %8.3f\n", "8 distinct adapters", 1e3 * t8, N_SEQS / t8,
+           b.n / t_base2, t_base / t_base2);
+    printf("%-34s %9.3f %10.0f %8.3f\n", "8 distinct adapters", 1e3 * t8, b.n / t8,
            t_base / t8);
-    printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct adapters", 1e3 * t32, N_SEQS / t32,
+    printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct adapters", 1e3 * t32, b.n / t32,
            t_base / t32);
     printf("%-34s %9.3f %10.0f %8.3f\n", "8 distinct, LoRA after each GEMM", 1e3 * q8,
-           N_SEQS / q8, t_base / q8);
+           b.n / q8, t_base / q8);
     printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct, LoRA after each GEMM", 1e3 * q32,
-           N_SEQS / q32, t_base / q32);
+           b.n / q32, t_base / q32);
     printf("%-34s %9.3f %10.0f %8.3f\n", "base model, no graphs", 1e3 * p_base,
-           N_SEQS / p_base, 1.0);
+           b.n / p_base, 1.0);
     printf("%-34s %9.3f %10.0f %8.3f\n", "8 distinct adapters, no graphs", 1e3 * p8,
-           N_SEQS / p8, p_base / p8);
+           b.n / p8, p_base / p8);
     printf("%-34s %9.3f %10.0f %8.3f\n", "32 distinct adapters, no graphs", 1e3 * p32,
-           N_SEQS / p32, p_base / p32);
+           b.n / p32, p_base / p32);
     printf("step graphs: %ld captured, %ld replays (base, 8, 32, base); graphs speed up the "
            "step %.2fx (base), %.2fx (8), %.2fx (32)\n", n_cap, n_rep, p_base / t_base,
            p8 / t8, p32 / t32);
