@@ -455,21 +455,33 @@ cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int
 // ---------------------------------------------------------------------------------------
 // RoPE, HF rotate_half convention: one block per token, threads over (head, i < d/2)
 
+// A block per (token, S_ROPE_HEADS heads): each pair's angle depends on the token and the
+// pair's index, not the head, so a block takes each (sin, cos) once from shared memory
+// instead of once per head (sincosf takes its slow path for the large angles of long
+// positions); several blocks per token keep a batch-1 step's rotation off one SM.
+enum { S_ROPE_HEADS = 8, S_ROPE_MAX_HALF = 256 };
+
 template <typename TI>
 __global__ void k_rope(float *x, const float *x2, const int32_t *positions, const TI *inv_freq,
                        int n_heads, int head_dim, int row_stride) {
-    int t = blockIdx.x, half = head_dim / 2;
+    __shared__ float sn[S_ROPE_MAX_HALF], cs[S_ROPE_MAX_HALF];
+    int t = blockIdx.x, half = head_dim / 2, h0 = blockIdx.y * S_ROPE_HEADS;
+    int nh = min(S_ROPE_HEADS, n_heads - h0);
     float pos = (float)positions[t];
-    float *xt = x + (size_t)t * row_stride;
-    for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
-        int h = k / half, i = k % half;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float angle = __fmul_rn(pos, ls_to_f(inv_freq[i])); // fp32 product, as HF
-        float s, c;
-        sincosf(angle, &s, &c);
+        sincosf(angle, &sn[i], &cs[i]);
+    }
+    __syncthreads();
+    float *xt = x + (size_t)t * row_stride + (size_t)h0 * head_dim;
+    const float *dt = x2 ? x2 + (size_t)t * row_stride + (size_t)h0 * head_dim : NULL;
+    for (int k = threadIdx.x; k < nh * half; k += blockDim.x) {
+        int h = k / half, i = k % half;
+        float s = sn[i], c = cs[i];
         float *xh = xt + (size_t)h * head_dim;
         float a = xh[i], b = xh[i + half];
-        if (x2) { // the CPU reference's add, unfused
-            const float *dh = x2 + (size_t)t * row_stride + (size_t)h * head_dim;
+        if (dt) { // the CPU reference's add, unfused
+            const float *dh = dt + (size_t)h * head_dim;
             a = __fadd_rn(a, dh[i]);
             b = __fadd_rn(b, dh[i + half]);
         }
@@ -481,12 +493,13 @@ __global__ void k_rope(float *x, const float *x2, const int32_t *positions, cons
 cudaError_t ls_cu_rope(float *x, const float *x2, const int32_t *positions,
                        const void *inv_freq, ls_cu_dtype_t inv_dt, int T, int n_heads,
                        int head_dim, int row_stride, cudaStream_t stream) {
-    assert(head_dim % 2 == 0 && row_stride >= n_heads * head_dim);
-    if (T == 0)
+    assert(head_dim % 2 == 0 && head_dim / 2 <= S_ROPE_MAX_HALF && row_stride >= n_heads * head_dim);
+    if (T == 0 || n_heads == 0)
         return cudaSuccess;
+    dim3 grid((unsigned)T, (unsigned)((n_heads + S_ROPE_HEADS - 1) / S_ROPE_HEADS));
     LS_CU_DISPATCH(inv_dt, TI,
-        k_rope<TI><<<T, 256, 0, stream>>>(x, x2, positions, (const TI *)inv_freq, n_heads,
-                                          head_dim, row_stride));
+        k_rope<TI><<<grid, 256, 0, stream>>>(x, x2, positions, (const TI *)inv_freq, n_heads,
+                                             head_dim, row_stride));
     LS_CU_CHECK_LAUNCH();
 }
 

@@ -121,7 +121,7 @@ cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int
                                 cudaStream_t stream);
 
 // in place on x (T, row_stride) at positions (T); inv_freq (head_dim/2); x2 (T,
-// row_stride), or NULL, added into x first
+// row_stride), or NULL, added into x first; head_dim <= 512
 cudaError_t ls_cu_rope(float *x, const float *x2, const int32_t *positions,
                        const void *inv_freq, ls_cu_dtype_t inv_dt, int T, int n_heads,
                        int head_dim, int row_stride, cudaStream_t stream);

@@ -664,11 +664,12 @@ static void test_rmsnorm_heads(t_rng_t *r) {
     free(hx), free(hw), free(c), free(g);
 }
 
-static void test_rope(t_rng_t *r, ls_rope_type_t type) {
-    int T = 19, H = 8, KV = 2, D = 128, stride = (H + 2 * KV) * D;
+// H query heads (a multiple of the kernel's 8-head blocks or not), KV key heads
+static void test_rope(t_rng_t *r, ls_rope_type_t type, int H, int KV, int D) {
+    int T = 19, stride = (H + 2 * KV) * D;
     size_t n = (size_t)T * stride;
     ls_rope_config_t cfg = {type, 500000.0, 8.0, 1.0, 4.0, 8192.0};
-    float inv[64];
+    float inv[128];
     ls_rope_inv_freq_init(inv, D, &cfg);
     s_pb_t x = s_pb_new(LS_DTYPE_F32, n), fi = s_pb_new(LS_DTYPE_F32, D / 2),
            dx = s_pb_new(LS_DTYPE_F32, n);
@@ -688,9 +689,10 @@ static void test_rope(t_rng_t *r, ls_rope_type_t type) {
     s_gpu->rope(s_gpu, s_vg(&x, (size_t)H * D), LS_VIEW_NONE, s_vg(&fi, 0), KV, D, stride);
     float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
     s_pb_get(&x, 0, n, c, g);
-    s_check(type == LS_ROPE_LLAMA3 ? "rope llama3 q (+ delta) and k in stacked rows, pos < 131072"
-                                   : "rope default q (+ delta) and k in stacked rows, pos < 131072",
-            g, c, n, 1e-10, 1e-4);
+    char name[128];
+    snprintf(name, sizeof name, "rope %s q (+ delta) and k in stacked rows, %d+%d heads of %d, pos < 131072",
+             type == LS_ROPE_LLAMA3 ? "llama3" : "default", H, KV, D);
+    s_check(name, g, c, n, 1e-10, 1e-4);
     s_pb_free(&x), s_pb_free(&fi), s_pb_free(&dx);
     free(hx), free(hd), free(c), free(g);
 }
@@ -1950,8 +1952,10 @@ int main(int argc, char **argv) {
     test_rmsnorm(&r, 64, 5120, LS_DTYPE_BF16, 1, 0, 1, 1);
     test_rmsnorm(&r, 5, 1000, LS_DTYPE_F32, 0, 1, 1, 1);
     test_rmsnorm_heads(&r);
-    test_rope(&r, LS_ROPE_DEFAULT);
-    test_rope(&r, LS_ROPE_LLAMA3);
+    test_rope(&r, LS_ROPE_DEFAULT, 8, 2, 128);
+    test_rope(&r, LS_ROPE_LLAMA3, 8, 2, 128);
+    test_rope(&r, LS_ROPE_LLAMA3, 12, 3, 64);
+    test_rope(&r, LS_ROPE_DEFAULT, 32, 8, 256);
     test_silu_add(&r, 1000);
     test_silu_add(&r, 1002);
     test_silu_add(&r, 14336); // Llama-3-8B's: the FP8 kernel's 1,024 threads a row
