@@ -123,7 +123,8 @@ static int s_read_tokenizer(const char *dir, int32_t vocab_size, ls_added_vocab_
         if (id >= 0 &&
             s_add(v, file, c->valuestring, (int32_t)id, s_flag(it, "special", false),
                   s_flag(it, "single_word", false), s_flag(it, "lstrip", false),
-                  s_flag(it, "rstrip", false), s_flag(it, "normalized", true), err, errlen) != 0) {
+                  s_flag(it, "rstrip", false),
+                  s_flag(it, "normalized", !s_flag(it, "special", false)), err, errlen) != 0) {
             rc = -1;
             break;
         }
