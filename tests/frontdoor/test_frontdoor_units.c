@@ -26,7 +26,7 @@ static ls_msg_generate_req_t s_req(void) { return (ls_msg_generate_req_t){0}; }
 
 static uint32_t s_prompt(const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err) {
     ids->n = 0;
-    return tmodel_prompt(s_model, g, 0, ids, err, 512);
+    return tmodel_prompt(s_model, g, NULL, false, 0, ids, err, 512);
 }
 
 static void test_prompt_sources(void **unused) {
@@ -119,7 +119,7 @@ static void test_prompt_request(void **unused) {
     assert_int_equal(tmodel_n(&g), 3);
     for (uint32_t i = 0; i < 3; i++) {
         ls_msg_t m;
-        assert_int_equal(tmodel_request(s_model, &g, &ids, i, "uuid-1", 100, 600, &m), 0);
+        assert_int_equal(tmodel_request(s_model, &g, &ids, i, "uuid-1", NULL, 100, 600, &m), 0);
         const ls_msg_tokenized_req_t *t = &m.u.tokenized_req;
         assert_int_equal(m.type, LS_MSG_TOKENIZED_REQ);
         assert_int_equal(t->input_ids.n, ids.n);
@@ -142,7 +142,7 @@ static void test_prompt_request(void **unused) {
     g.sampling.has_seed = false;
     g.adapter = NULL;
     ls_msg_t m;
-    assert_int_equal(tmodel_request(s_model, &g, &ids, 1, NULL, 0, 0, &m), 0);
+    assert_int_equal(tmodel_request(s_model, &g, &ids, 1, NULL, NULL, 0, 0, &m), 0);
     assert_int_equal(m.u.tokenized_req.stop_token_ids.n, 1);  // no EOS with ignore_eos
     assert_false(m.u.tokenized_req.sampling.has_seed);        // the scheduler derives one per rid
     assert_null(m.u.tokenized_req.adapter_id);
