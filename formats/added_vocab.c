@@ -92,20 +92,31 @@ static int64_t s_id(const cJSON *j, int32_t vocab_size)
     return j->valuedouble < vocab_size ? -1 : (int64_t)j->valuedouble;
 }
 
+// dir/name parsed into *root (NULL when not JSON) and its path into file: 1, or 0 when the
+// file does not exist, -1 + err when it cannot be read.
+static int s_parse(const char *dir, const char *name, ls_file_kind_t kind, cJSON **root,
+                   char file[4096], char *err, size_t errlen)
+{
+    size_t len;
+    char *text = ls_file_read(dir, name, kind, &len, err, errlen);
+    if (!text)
+        return errno == ENOENT ? 0 : -1;
+    snprintf(file, 4096, "%s/%s", dir, name);
+    *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    return 1;
+}
+
 // tokenizer.json's added_tokens past vocab_size. 1 when the file exists, 0 when not, -1.
 static int s_read_tokenizer(const char *dir, int32_t vocab_size, ls_added_vocab_t *v, char *err,
                             size_t errlen)
 {
-    size_t len;
-    char *text = ls_file_read(dir, "tokenizer.json", LS_FILE_TOKENIZER, &len, err, errlen);
-    if (!text)
-        return errno == ENOENT ? 0 : -1;
     char file[4096];
-    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
+    cJSON *root = NULL;
+    int rc = s_parse(dir, "tokenizer.json", LS_FILE_TOKENIZER, &root, file, err, errlen);
+    if (rc <= 0)
+        return rc;
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    int rc = 1;
     if (!cJSON_IsObject(root) || (added && !cJSON_IsArray(added) && !cJSON_IsNull(added))) {
         ls_err_set(err, errlen, "%s: not a JSON object with an \"added_tokens\" list", file);
         rc = -1;
@@ -137,15 +148,11 @@ static int s_read_tokenizer(const char *dir, int32_t vocab_size, ls_added_vocab_
 static int s_read_added_json(const char *dir, int32_t vocab_size, ls_added_vocab_t *v, char *err,
                              size_t errlen)
 {
-    size_t len;
-    char *text = ls_file_read(dir, "added_tokens.json", LS_FILE_JSON, &len, err, errlen);
-    if (!text)
-        return errno == ENOENT ? 0 : -1;
     char file[4096];
-    snprintf(file, sizeof file, "%s/added_tokens.json", dir);
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    int rc = 1;
+    cJSON *root = NULL;
+    int rc = s_parse(dir, "added_tokens.json", LS_FILE_JSON, &root, file, err, errlen);
+    if (rc <= 0)
+        return rc;
     if (!cJSON_IsObject(root)) {
         ls_err_set(err, errlen, "%s: not a JSON object of token -> id", file);
         rc = -1;

@@ -273,6 +273,20 @@ def manual_shard(path, max_bytes):
     os.remove(single)
 
 
+def fixture_adapter_dir(ad, arch):
+    """A saved PEFT adapter as the fixtures keep it: no empty model card, its config pointing at
+    the fixture's base, relative to the repo root."""
+    if os.path.exists(os.path.join(ad, "README.md")):
+        os.remove(os.path.join(ad, "README.md"))
+    acp = os.path.join(ad, "adapter_config.json")
+    with open(acp) as f:
+        acfg = json.load(f)
+    acfg["base_model_name_or_path"] = f"tests/fixtures/{arch}/model"
+    with open(acp, "w") as f:
+        json.dump(acfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def st_header(path):
     import struct
     with open(path, "rb") as f:
@@ -401,16 +415,7 @@ def build_arch(arch, spec, out_root, device):
         # one; the loader checks their shape and reads them no further
         embeds = any(t in ("embed_tokens", "lm_head") for t in lkw["target_modules"])
         pm.save_pretrained(ad, save_embedding_layers="auto" if embeds else False)
-        if os.path.exists(os.path.join(ad, "README.md")):
-            os.remove(os.path.join(ad, "README.md"))  # PEFT's empty model card
-        # adapter_config: point at the fixture base, relative to the repo root
-        acp = os.path.join(ad, "adapter_config.json")
-        with open(acp) as f:
-            acfg = json.load(f)
-        acfg["base_model_name_or_path"] = f"tests/fixtures/{arch}/model"
-        with open(acp, "w") as f:
-            json.dump(acfg, f, indent=2, sort_keys=True)
-            f.write("\n")
+        fixture_adapter_dir(ad, arch)
         wp = os.path.join(ad, "adapter_model.safetensors")
         if adtype:
             sd = load_file(wp)
@@ -766,20 +771,12 @@ def build_added(arch, out_root, device):
             elif "trainable_tokens_delta" in pn:  # the rows themselves, despite the name
                 p.copy_((TOKEN_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
     pm.save_pretrained(ad, save_embedding_layers="auto")
-    if os.path.exists(os.path.join(ad, "README.md")):
-        os.remove(os.path.join(ad, "README.md"))
+    fixture_adapter_dir(ad, arch)
     sd = load_file(os.path.join(ad, "adapter_model.safetensors"))
     resized = {k: list(v.shape) for k, v in sd.items() if k.endswith("base_layer.weight")}
     if len(resized) != 2 or any(s[0] != V + n_added for s in resized.values()):
         raise SystemExit(f"{arch}: PEFT did not save the resized embedding and lm_head: {resized} "
                          "(save_embedding_layers='auto' needs the base config.json at base_model_name_or_path)")
-    acp = os.path.join(ad, "adapter_config.json")
-    with open(acp) as f:
-        acfg = json.load(f)
-    acfg["base_model_name_or_path"] = f"tests/fixtures/{arch}/model"
-    with open(acp, "w") as f:
-        json.dump(acfg, f, indent=2, sort_keys=True)
-        f.write("\n")
     with open(os.path.join(ad, "added_tokens.json"), "w") as f:
         json.dump({t: V + k for k, t in enumerate(spec["tokens"])}, f, indent=2)
         f.write("\n")
