@@ -278,7 +278,7 @@ static void s_answer_acquired(reg_t *self, void *w, const ref_t *r, const char *
         a->adapter_id = ls_msg_strdup(r->id);
         a->rank = r->rank;
         a->token_rows = r->token_rows;
-        a->added_tokens.v = calloc((size_t)r->added.n + 1, sizeof *a->added_tokens.v);
+        a->added_tokens.v = r->added.n ? calloc((size_t)r->added.n, sizeof *a->added_tokens.v) : NULL;
         for (int i = 0; a->added_tokens.v && i < r->added.n; i++) {
             const ls_added_token_t *t = &r->added.tokens[i];
             a->added_tokens.v[a->added_tokens.n++] = (ls_msg_added_token_t){
