@@ -266,6 +266,9 @@ struct ls_backend {
     // ids (N) and x (n_logit_rows, C), as ls_token_logits_forward
     void (*token_logits)(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls_view_t rows,
                          ls_view_t ids, int C, int V);
+    // step: wide (n_logit_rows, W) = head (n_logit_rows, V), then -inf in columns V .. W-1,
+    // as ls_logits_widen_forward (the added vocabulary's columns, lora_tokens.h)
+    void (*logits_widen)(ls_backend_t *self, ls_view_t wide, ls_view_t head, int V, int W);
     // logits (batch->n_rows, V) -> host outputs as ls_sampling_sample; waits for queued
     // work; the sampling batch is copied to the device here, once per call
     int (*sample)(ls_backend_t *self, ls_view_t logits, int V,

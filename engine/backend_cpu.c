@@ -393,6 +393,10 @@ static void s_token_logits(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls
                             st->n_head_tiles, C, V);
 }
 
+static void s_logits_widen(ls_backend_t *self, ls_view_t wide, ls_view_t head, int V, int W) {
+    ls_logits_widen_forward(s_f32(wide), s_f32(head), s_cpu(self)->step.n_logit_rows, V, W);
+}
+
 static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
                     const ls_sampling_batch_t *batch, int32_t *tokens, float *logprobs,
                     int32_t *top_ids, float *top_logprobs) {
@@ -446,6 +450,7 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .rows_gather = s_rows_gather,
         .token_rows = s_token_rows,
         .token_logits = s_token_logits,
+        .logits_widen = s_logits_widen,
         .sample = s_sample,
         .side_begin = s_side_noop,
         .side_end = s_side_noop,

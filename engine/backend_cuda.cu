@@ -705,7 +705,7 @@ enum {
     S_OP_SILU_MUL, S_OP_ADD, S_OP_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
     S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8,
-    S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS
+    S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS, S_OP_LOGITS_WIDEN
 };
 
 static uint64_t s_word(const void *p) {
@@ -1266,6 +1266,13 @@ static void s_token_logits(ls_backend_t *self, ls_view_t logits, ls_view_t x, ls
                                  c->head_tiles, c->n_head_tiles, C, V, c->stream));
 }
 
+static void s_logits_widen(ls_backend_t *self, ls_view_t wide, ls_view_t head, int V, int W) {
+    s_cuda_t *c = s_ctx(self);
+    if (s_rec(c, (int)S_OP_LOGITS_WIDEN, s_f32(wide), s_f32(head), V, W))
+        return;
+    s_note(c, ls_cu_logits_widen(s_f32(wide), s_f32(head), c->n_logit_rows, V, W, c->stream));
+}
+
 // -- sampling ---------------------------------------------------------------------------------
 
 static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
@@ -1522,6 +1529,7 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->rows_gather = s_rows_gather;
     self->token_rows = s_token_rows;
     self->token_logits = s_token_logits;
+    self->logits_widen = s_logits_widen;
     self->sample = s_sample;
     self->graph_begin = s_graph_begin;
     self->graph_end = s_graph_end;

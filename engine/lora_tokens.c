@@ -29,7 +29,7 @@ typedef struct {
 
 struct ls_lora_tokens {
     ls_backend_t *be;
-    int n_slots, cap, hidden;
+    int n_slots, cap, hidden, vocab;
     ls_buffer_t *embed, *head, *head_ids;
     ls_dtype_t storage;   // the rows' storage dtype (the backend's choice)
     size_t esize;
@@ -47,9 +47,9 @@ static size_t s_align16(size_t n) {
 ls_lora_tokens_t *ls_lora_tokens_new(ls_backend_t *be, const ls_model_config_t *cfg, int n_slots,
                                      int capacity, char *err, size_t errlen) {
     assert(n_slots >= 1 && capacity >= 1);
-    if (cfg->vocab_size > (1 << 24)) {
-        ls_err_set(err, errlen, "trainable tokens: a vocabulary of %d ids is above the 2^24 "
-                   "that fp32 holds exactly", cfg->vocab_size);
+    if ((int64_t)cfg->vocab_size + capacity > (1 << 24)) {
+        ls_err_set(err, errlen, "trainable tokens: a vocabulary of %d ids and %d added is above "
+                   "the 2^24 that fp32 holds exactly", cfg->vocab_size, capacity);
         return NULL;
     }
     ls_lora_tokens_t *self = calloc(1, sizeof *self);
@@ -61,6 +61,7 @@ ls_lora_tokens_t *ls_lora_tokens_new(ls_backend_t *be, const ls_model_config_t *
     self->n_slots = n_slots;
     self->cap = capacity;
     self->hidden = cfg->hidden_size;
+    self->vocab = cfg->vocab_size;
     size_t rows = (size_t)n_slots * capacity, H = (size_t)cfg->hidden_size;
     self->embed = be->buffer_new(be, cfg->torch_dtype, rows * H);
     self->head = be->buffer_new(be, cfg->torch_dtype, rows * H);
@@ -130,6 +131,14 @@ int ls_lora_tokens_image_new(const ls_lora_tokens_t *self, const ls_adapter_t *a
                    most, self ? self->cap : 0);
         return -1;
     }
+    for (int m = 0; m < 2; m++)  // added ids past the logits' width (peft.c keeps them within)
+        for (int k = 0; k < tr[m]->n; k++)
+            if (tr[m]->ids[k] < 0 || (int64_t)tr[m]->ids[k] >= (int64_t)self->vocab + self->cap) {
+                ls_err_set(err, errlen, "the adapter's token id %d is past the %d + %d ids the "
+                           "workers hold (--lora-extra-vocab-size)", (int)tr[m]->ids[k],
+                           self->vocab, self->cap);
+                return -1;
+            }
     size_t H = (size_t)self->hidden, n0 = (size_t)tr[0]->n, n1 = (size_t)tr[1]->n;
     size_t rows_bytes = s_align16((n0 + n1) * H * self->esize);
     size_t bytes = s_align16(sizeof(ls_lora_tokens_image_t)) + rows_bytes +
@@ -253,6 +262,10 @@ int32_t ls_lora_tokens_embed_row(const ls_lora_tokens_t *self, int slot, int32_t
 int ls_lora_tokens_head_rows(const ls_lora_tokens_t *self, int slot, int32_t *first) {
     *first = (int32_t)((size_t)slot * self->cap);
     return self->n_head[slot];
+}
+
+int ls_lora_tokens_capacity(const ls_lora_tokens_t *self) {
+    return self->cap;
 }
 
 void ls_lora_tokens_views(const ls_lora_tokens_t *self, ls_view_t *embed, ls_view_t *head,

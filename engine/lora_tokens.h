@@ -12,6 +12,12 @@
       head  (n_slots * C, hidden)   the lm_head rows, likewise
       head_ids (n_slots * C)        F32: the vocabulary id of each lm_head row (ids below
                                     2^24 are exact in fp32; backend buffers hold no integers)
+
+    Added vocabulary (formats/peft.h): an adapter's added ids, vocab_size and up, are rows
+    like any other, so the embedding takes them from the slot and lm_head's rows give their
+    logits. With a pool of rows, the logits rows are vocab_size + C wide (ls_model_forward):
+    column vocab_size + k is added id vocab_size + k of whichever adapter defines it, -inf for
+    the rows of every sequence whose adapter does not.
     A slot's rows are written on the backend's upload stream when its adapter is put there
     (buffer_upload_async: ordered after the ops queued before, overlapping the running
     step), from a pinned staging area of the slot's own; the host keeps each slot's ids, so
@@ -39,7 +45,7 @@ typedef struct ls_lora_tokens ls_lora_tokens_t;
 typedef struct ls_lora_tokens_image ls_lora_tokens_image_t;
 
 // Rows for n_slots slots of capacity rows each (>= 1) on be, in cfg->torch_dtype. NULL + err
-// on allocation failure or a vocabulary too large for fp32 ids.
+// on allocation failure or a vocabulary (vocab_size + capacity ids) too large for fp32 ids.
 ls_lora_tokens_t *ls_lora_tokens_new(ls_backend_t *be, const ls_model_config_t *cfg, int n_slots,
                                      int capacity, char *err, size_t errlen);
 // Waits for the loads in flight and frees everything; idempotent, clears the pointer.
@@ -71,6 +77,8 @@ bool ls_lora_tokens_slot_has(const ls_lora_tokens_t *self, int slot);
 int32_t ls_lora_tokens_embed_row(const ls_lora_tokens_t *self, int slot, int32_t id);
 // slot's lm_head rows: their count, and in *first the first one's row of the head buffer.
 int ls_lora_tokens_head_rows(const ls_lora_tokens_t *self, int slot, int32_t *first);
+// C: the rows a slot holds, and the columns past vocab_size of the logits rows.
+int ls_lora_tokens_capacity(const ls_lora_tokens_t *self);
 // The buffers: embed (n_slots*C, hidden), head (n_slots*C, hidden), head_ids (n_slots*C).
 void ls_lora_tokens_views(const ls_lora_tokens_t *self, ls_view_t *embed, ls_view_t *head,
                           ls_view_t *head_ids);

@@ -71,7 +71,8 @@ typedef enum {
     S_WS_XQ,      // (T, max(hidden, q_dim, inter)) E4M3: an FP8 matmul's quantized input
     S_WS_XS,      // (T) its per-token scales
     S_WS_LAST,    // (R, hidden)
-    S_WS_LOGITS,  // (R, vocab) the whole rows (rank 0)
+    S_WS_LOGITS,  // (R, W) the whole rows (rank 0): vocab, then the added columns
+    S_WS_HEAD,    // (R, vocab) lm_head's rows before the added columns (rank 0, W > vocab)
     S_WS_PART,    // (R, vocab_pad) the rank's vocabulary slice of them (tensor parallel)
     S_WS_FLAG,    // (1) step agreement across the ranks
     S_WS_COUNT,
@@ -99,6 +100,8 @@ struct ls_model {
     float *meta_w;                       // and for its LoRA segments' weights
     size_t meta_w_cap;                   // float elements
     int n_rows;                          // logit rows of the last step
+    int W;                               // and their width: V, or V + the pool's added
+                                         // columns (lora_tokens.h)
     // of the step being issued, set once by s_forward_prepare (the ops may be issued more
     // than once a step: step graphs)
     bool lora_decode; // it has LoRA and is decode-shaped (s_lora_decode_shaped)
@@ -624,6 +627,7 @@ static int s_model_init(ls_model_t *self, const char *what, ls_quant_t quant, ch
     self->H = c->hidden_size;
     self->I = s->inter;
     self->V = c->vocab_size;
+    self->W = self->V;
     self->n_heads = s->n_q_heads;
     self->n_kv_heads = s->n_kv_heads;
     self->q_dim = s->n_q_heads * c->head_dim;
@@ -1002,12 +1006,19 @@ static int s_seq_check(const ls_model_t *self, const ls_kv_cache_t *kv,
                    "(got %d, %d)", s, q->n_tokens, q->start_pos);
         return -1;
     }
-    for (int i = 0; i < q->n_tokens; i++)
-        if (q->token_ids[i] < 0 || q->token_ids[i] >= c->vocab_size) {
+    // an id past the vocabulary is one of the sequence's adapter's added ids, with its row
+    const ls_lora_tokens_t *tk = pool ? ls_lora_pool_tokens(pool) : NULL;
+    bool added = tk && !q->mix && q->lora_slot > LS_LORA_SLOT_BASE &&
+                 q->lora_slot < ls_lora_pool_n_slots(pool);
+    for (int i = 0; i < q->n_tokens; i++) {
+        int32_t id = q->token_ids[i];
+        if (id < 0 || (id >= c->vocab_size &&
+                       !(added && ls_lora_tokens_embed_row(tk, q->lora_slot, id) >= 0))) {
             ls_err_set(err, errlen, "step: sequence %d: token id %d is outside the vocabulary "
-                       "(%d)", s, q->token_ids[i], c->vocab_size);
+                       "(%d) and not an added token of its adapter", s, id, c->vocab_size);
             return -1;
         }
+    }
     if (c->sliding_window > 0 && c->sliding_window < c->max_position_embeddings &&
         ctx > c->sliding_window) {
         ls_err_set(err, errlen, "step: sequence %d: a context of %lld tokens exceeds %s's "
@@ -1503,6 +1514,8 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t
     self->lora_decode = step->lora && s_lora_decode_shaped(step);
     self->lora_beside = self->lora_decode && self->be->side_begin;
     size_t R = (size_t)step->n_logit_rows;
+    const ls_lora_tokens_t *tk = pool ? ls_lora_pool_tokens(pool) : NULL;
+    self->W = self->V + (tk ? ls_lora_tokens_capacity(tk) : 0);
     size_t lora_cols = pool ? (size_t)LS_LORA_MAX_SLICES * ls_lora_pool_r_max(pool) : 1;
     if (self->lora_decode)
         lora_cols *= LS_LORA_FUSED_PARTS; // lora_fused's scratch (backend.h)
@@ -1522,7 +1535,8 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t
         [S_WS_LP] = s_lp_on(self) ? T * (size_t)(self->H > self->I ? self->H : self->I) : 0,
         [S_WS_XQ] = self->fp8 ? T * xq_cols : 0,
         [S_WS_XS] = self->fp8 ? T : 0,
-        [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = lead ? R * self->V : 0,
+        [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = lead ? R * (size_t)self->W : 0,
+        [S_WS_HEAD] = lead && self->W > self->V ? R * self->V : 0,
         [S_WS_PART] = tp ? R * self->vocab_pad : 0,
     };
     for (int i = 0; i < S_WS_COUNT; i++)
@@ -1663,8 +1677,10 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     if (R > 0) {
         ls_buffer_t *head = self->global[S_LM_HEAD] ? self->global[S_LM_HEAD]
                                                     : self->global[S_EMBED];
-        // tensor parallel: each rank its vocabulary slice, rank 0 gathers the rows
-        ls_view_t out = s_w(self->ws[self->comm ? S_WS_PART : S_WS_LOGITS]);
+        // tensor parallel: each rank its vocabulary slice, rank 0 gathers the rows; with added
+        // columns, lm_head's rows go to S_WS_HEAD and are widened into S_WS_LOGITS after
+        bool wide = self->W > self->V;
+        ls_view_t out = s_w(self->ws[self->comm ? S_WS_PART : wide ? S_WS_HEAD : S_WS_LOGITS]);
         be->rows_gather(be, s_w(self->ws[S_WS_LAST]), h, H);
         be->matmul(be, out, s_w(self->ws[S_WS_LAST]), s_w(head), LS_VIEW_NONE, (int)R, H,
                    self->vocab_pad, 0);
@@ -1677,15 +1693,20 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         }
         char why[512];
         if (self->comm &&
-            ls_comm_gather_cols(self->comm, s_w(self->ws[S_WS_LOGITS]), out, (int)R,
-                                self->vocab_pad, self->vocab_off, why, sizeof why) != 0) {
+            ls_comm_gather_cols(self->comm, s_w(self->ws[wide ? S_WS_HEAD : S_WS_LOGITS]), out,
+                                (int)R, self->vocab_pad, self->vocab_off, why, sizeof why) != 0) {
             ls_err_set(err, errlen, "step: %s", why);
             return -1;
         }
-        // the logits of the adapters' own lm_head rows, on the whole rows (rank 0 holds them)
+        // the added columns: -inf (no sequence but an added token's adapter's may pick one)
+        if (wide && self->shard.rank == 0)
+            be->logits_widen(be, s_w(self->ws[S_WS_LOGITS]), s_w(self->ws[S_WS_HEAD]), self->V,
+                             self->W);
+        // the logits of the adapters' own lm_head rows, on the whole rows (rank 0 holds them):
+        // an added id's column among them
         if (step->n_head_tiles && self->shard.rank == 0)
             be->token_logits(be, s_w(self->ws[S_WS_LOGITS]), s_w(self->ws[S_WS_LAST]), tok_head,
-                             tok_ids, H, self->V);
+                             tok_ids, H, self->W);
     }
     return 0;
 }
@@ -1716,13 +1737,28 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
     return step.n_logit_rows;
 }
 
-int ls_model_logits(ls_model_t *self, float *out) {
+int ls_model_logits_wide(ls_model_t *self, float *out) {
     if (self->shard.rank != 0)
         return -1;
     if (self->n_rows == 0)
         return 0;
     return self->be->buffer_download(self->be, out, s_w(self->ws[S_WS_LOGITS]),
-                                     (size_t)self->n_rows * self->V);
+                                     (size_t)self->n_rows * self->W);
+}
+
+int ls_model_logits(ls_model_t *self, float *out) {
+    if (self->W == self->V)
+        return ls_model_logits_wide(self, out);
+    float *wide = malloc((size_t)self->n_rows * self->W * sizeof *wide + 1);
+    int rc = wide ? ls_model_logits_wide(self, wide) : -1;
+    for (int r = 0; rc == 0 && r < self->n_rows; r++)  // rows past the vocabulary, left out
+        memcpy(out + (size_t)r * self->V, wide + (size_t)r * self->W, (size_t)self->V * sizeof *out);
+    free(wide);
+    return rc;
+}
+
+int ls_model_logits_width(const ls_model_t *self) {
+    return self->W;
 }
 
 int ls_model_ban_tokens(ls_model_t *self, int row, const int32_t *ids, int n) {
@@ -1730,10 +1766,10 @@ int ls_model_ban_tokens(ls_model_t *self, int row, const int32_t *ids, int n) {
     if (self->shard.rank != 0 || row < 0 || row >= self->n_rows)
         return -1;
     for (int i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= self->V)
+        if (ids[i] < 0 || ids[i] >= self->W)
             continue;  // an id the model cannot produce needs no ban
         ls_view_t at = s_w(self->ws[S_WS_LOGITS]);
-        at.off += (size_t)row * self->V + (size_t)ids[i];
+        at.off += (size_t)row * self->W + (size_t)ids[i];
         if (self->be->buffer_upload(self->be, at, &neg_inf, LS_DTYPE_F32, 1) < 0)
             return -1;
     }
@@ -1747,6 +1783,6 @@ int ls_model_sample(ls_model_t *self, const ls_sampling_batch_t *batch, int32_t 
         return -1;
     if (self->n_rows == 0)
         return 0;
-    return self->be->sample(self->be, s_w(self->ws[S_WS_LOGITS]), self->V, batch, tokens,
+    return self->be->sample(self->be, s_w(self->ws[S_WS_LOGITS]), self->W, batch, tokens,
                             logprobs, top_ids, top_logprobs);
 }

@@ -163,9 +163,17 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
 // peers fail the step too rather than wait for it at a collective. Without a comm: ok.
 int ls_model_agree(ls_model_t *self, bool ok, char *err, size_t errlen);
 
-// Copies the last step's logits to out (n_rows, vocab_size), n_rows as it returned.
-// -1 on a rank other than 0 of a tensor-parallel group (which has only its slice).
+// Copies the last step's logits of the model's vocabulary to out (n_rows, vocab_size), n_rows
+// as it returned; ls_model_logits_wide with the added columns too (n_rows,
+// ls_model_logits_width). -1 on a rank other than 0 of a tensor-parallel group (which has
+// only its slice), or out of memory.
 int ls_model_logits(ls_model_t *self, float *out);
+int ls_model_logits_wide(ls_model_t *self, float *out);
+// The width of the last step's logits rows (every forward sets it): vocab_size, plus
+// --lora-extra-vocab-size columns when the pool holds token rows (engine/lora_tokens.h):
+// column vocab_size + k is the added id vocab_size + k of the adapter of the row's sequence
+// when it has one, -inf otherwise. Sampling, bans and masks index rows of this width.
+int ls_model_logits_width(const ls_model_t *self);
 
 // Sets the logits of ids (n) in the last step's logit row `row` to -inf, so sampling can never
 // pick them (EOS and stop ids before min_new_tokens). Ids outside the vocabulary are ignored.

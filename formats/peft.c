@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "added_vocab.h"
 #include "ls_err.h"
 #include "ls_file.h"
 #include "ls_par.h"
@@ -406,10 +407,16 @@ typedef struct {
     s_plan_entry_t *e;  // e[s_mod_index(nl, layer, target)]
     ls_adapter_info_t info;
     // trainable tokens of the embedding ([0]) and lm_head ([1]): their ids, and whether the
-    // rows come in a tensor of their own (else lm_head's are the embedding's: tied)
+    // rows come in a tensor of their own (else lm_head's are the embedding's: tied); with added
+    // vocabulary, the ids listed first (tok_listed of them, their rows in that tensor), then
+    // the added ids not listed (their rows from new_embeddings.safetensors or the resized
+    // matrix)
     int32_t *tok_ids[2];
-    int tok_n[2];
+    int tok_n[2], tok_listed[2];
     bool tok_own[2];
+    bool tok_tied;            // lm_head's ids and rows are the embedding's
+    ls_added_vocab_t added;   // the tokenizer's tokens past vocab_size
+    bool new_emb;             // new_embeddings.safetensors is there
 } s_plan_t;
 
 // Modules are indexed layer by layer, target by target, then the global targets (embedding,
@@ -570,9 +577,10 @@ static bool s_exists(const char *dir, const char *name)
 }
 
 // Checks the files next to the config: the weights must be a safetensors file that ls_file
-// would open (so a link or a FIFO is refused here, before a load is dispatched), and no added
-// vocabulary may come with the adapter.
-static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *err, size_t errlen)
+// would open (so a link or a FIFO is refused here, before a load is dispatched); reads the
+// added vocabulary (added_vocab.h) into the plan.
+static int s_check_files(const char *dir, const ls_model_config_t *cfg, s_plan_t *plan, char *err,
+                         size_t errlen)
 {
     uint64_t size;
     int fd = ls_file_open(dir, "adapter_model.safetensors", LS_FILE_SAFETENSORS, &size, err, errlen);
@@ -588,40 +596,16 @@ static int s_check_files(const char *dir, const ls_model_config_t *cfg, char *er
     if (fd < 0)
         return -1;
     close(fd);
-    if (s_exists(dir, "new_embeddings.safetensors")) {
-        ls_err_set(err, errlen,
-              "%s/new_embeddings.safetensors: adapters with added vocabulary are not supported",
-              dir);
+    if (ls_added_vocab_read(dir, cfg->vocab_size, &plan->added, err, errlen) != 0)
+        return -1;
+    plan->new_emb = s_exists(dir, "new_embeddings.safetensors");
+    if (plan->new_emb && plan->added.n == 0) {
+        ls_err_set(err, errlen, "%s/new_embeddings.safetensors: no tokenizer.json or "
+                   "added_tokens.json beside it adds tokens past the base vocab_size %d, so its "
+                   "rows belong to no token", dir, cfg->vocab_size);
         return -1;
     }
-    // Tokenizers save added_tokens.json even for special tokens already in the base vocabulary
-    // (Qwen does), so only ids at or past vocab_size are added vocabulary.
-    size_t len;
-    char *text = ls_file_read(dir, "added_tokens.json", LS_FILE_JSON, &len, err, errlen);
-    if (!text)
-        return errno == ENOENT ? 0 : -1;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    int rc = 0;
-    if (!cJSON_IsObject(root)) {
-        ls_err_set(err, errlen, "%s/added_tokens.json: not a JSON object of token -> id", dir);
-        rc = -1;
-    } else {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, root) {
-            if (!cJSON_IsNumber(it) || it->valuedouble < 0 ||
-                it->valuedouble >= cfg->vocab_size) {
-                ls_err_set(err, errlen,
-                      "%s/added_tokens.json: token \"%s\" is added vocabulary (id outside the base "
-                      "vocab_size %d); adapters with added vocabulary are not supported",
-                      dir, it->string, cfg->vocab_size);
-                rc = -1;
-                break;
-            }
-        }
-    }
-    cJSON_Delete(root);
-    return rc;
+    return 0;
 }
 
 // Keys that change what the adapter computes in ways we do not implement: each must be absent,
@@ -726,6 +710,7 @@ static void s_plan_free(s_plan_t *p)
         free(p->tok_ids[1]);
     free(p->tok_ids[0]);
     p->tok_ids[0] = p->tok_ids[1] = NULL;
+    ls_added_vocab_free(&p->added);
 }
 
 // --- trainable tokens ------------------------------------------------------------------------
@@ -738,7 +723,7 @@ static int s_cmp_i32(const void *a, const void *b)
 
 // Reads the token ids of one module (`module`: how the config names it) into *ids and *n.
 static int s_token_ids(const char *file, const cJSON *j, const char *module,
-                       const ls_model_config_t *cfg, int32_t **ids, int *n, char *err,
+                       const ls_model_config_t *cfg, int n_added, int32_t **ids, int *n, char *err,
                        size_t errlen)
 {
     if (!cJSON_IsArray(j)) {
@@ -762,10 +747,11 @@ static int s_token_ids(const char *file, const cJSON *j, const char *module,
                        "integer token ids", file, *module ? " entry " : "", module);
             goto fail;
         }
-        if (d >= cfg->vocab_size) {
+        if (d >= (double)cfg->vocab_size + n_added) {
             ls_err_set(err, errlen, "%s: \"trainable_token_indices\" lists token id %.0f, at or "
-                       "past the base vocab_size %d: added vocabulary (a resized embedding) is not "
-                       "supported", file, d, cfg->vocab_size);
+                       "past the base vocab_size %d and not one of the %d tokens the adapter's "
+                       "tokenizer adds (added vocabulary: docs/adapters.md)", file, d,
+                       cfg->vocab_size, n_added);
             goto fail;
         }
         v[k++] = (int32_t)d;
@@ -806,7 +792,8 @@ static int s_tokens_plan(const char *file, const cJSON *root, const ls_model_con
     if (!j || cJSON_IsNull(j))
         return 0;
     if (cJSON_IsArray(j)) {  // the input embedding
-        if (s_token_ids(file, j, "", cfg, &plan->tok_ids[0], &plan->tok_n[0], err, errlen) != 0)
+        if (s_token_ids(file, j, "", cfg, plan->added.n, &plan->tok_ids[0], &plan->tok_n[0], err,
+                        errlen) != 0)
             return -1;
         plan->tok_own[0] = true;
     } else if (cJSON_IsObject(j)) {
@@ -819,8 +806,8 @@ static int s_tokens_plan(const char *file, const cJSON *root, const ls_model_con
                                              : "names a module another key names too");
                 return -1;
             }
-            if (s_token_ids(file, it, it->string, cfg, &plan->tok_ids[m], &plan->tok_n[m], err,
-                            errlen) != 0)
+            if (s_token_ids(file, it, it->string, cfg, plan->added.n, &plan->tok_ids[m],
+                            &plan->tok_n[m], err, errlen) != 0)
                 return -1;
             plan->tok_own[m] = true;
         }
@@ -849,6 +836,65 @@ static int s_tokens_plan(const char *file, const cJSON *root, const ls_model_con
     return 0;
 }
 
+// Added vocabulary (added_vocab.h): each module's ids grow by the added ids it does not list
+// (their rows come from new_embeddings.safetensors or the resized matrix, s_added_rows), so
+// every added id has a row of the embedding and of lm_head; lm_head tied to the embedding
+// shares its ids. Refuses what cannot be served exactly: LoRA on the embedding or lm_head of a
+// resized vocabulary (its A or B spans the added ids), and trainable tokens of lm_head of a
+// tied model beside added ids (the rows of the ids lm_head does not list would be the tied
+// embedding's rows before its own trainable tokens, another layout).
+static int s_added_plan(const char *file, const ls_model_config_t *cfg, s_plan_t *plan, char *err,
+                        size_t errlen)
+{
+    plan->tok_tied = cfg->tie_word_embeddings && !plan->tok_own[1];
+    for (int m = 0; m < 2; m++)
+        plan->tok_listed[m] = plan->tok_own[m] ? plan->tok_n[m] : 0;
+    int n_add = plan->added.n;
+    if (n_add == 0)
+        return 0;
+    for (int m = 0; m < 2; m++) {
+        ls_target_t t = m ? LS_TARGET_LM_HEAD : LS_TARGET_EMBED;
+        if (plan->e[s_mod_index(plan->nl, 0, t)].rank > 0) {
+            ls_err_set(err, errlen, "%s: LoRA on %s beside added vocabulary (%d tokens past the "
+                       "base vocab_size %d) is not supported: its %s spans the resized vocabulary",
+                       file, ls_target_name(t), n_add, cfg->vocab_size, m ? "B" : "A");
+            return -1;
+        }
+    }
+    if (cfg->tie_word_embeddings && plan->tok_own[1]) {
+        ls_err_set(err, errlen, "%s: trainable tokens of lm_head on a model with tied embeddings "
+                   "beside added vocabulary are not supported", file);
+        return -1;
+    }
+    for (int m = 0; m < (plan->tok_tied ? 1 : 2); m++) {
+        int listed = plan->tok_listed[m], n = listed;
+        int32_t *ids = realloc(plan->tok_ids[m], ((size_t)listed + (size_t)n_add) * sizeof *ids);
+        if (!ids) {
+            ls_err_set(err, errlen, "%s: out of memory", file);
+            return -1;
+        }
+        plan->tok_ids[m] = ids;
+        for (int k = 0; k < n_add; k++) {
+            int32_t id = cfg->vocab_size + k;
+            bool in = false;
+            for (int i = 0; i < listed && !in; i++)
+                in = ids[i] == id;
+            if (!in)
+                ids[n++] = id;
+        }
+        plan->tok_n[m] = n;
+    }
+    if (plan->tok_tied) {
+        plan->tok_ids[1] = plan->tok_ids[0];
+        plan->tok_n[1] = plan->tok_n[0];
+    }
+    for (int m = 0; m < 2; m++)
+        if (plan->tok_n[m] > plan->info.token_rows)
+            plan->info.token_rows = plan->tok_n[m];
+    plan->info.added_tokens = n_add;
+    return 0;
+}
+
 // Reads and validates the config and resolves every module's rank and scaling.
 static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_rank, s_plan_t *plan,
                   char *err, size_t errlen)
@@ -871,7 +917,7 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
         goto out;
     }
     if (s_check_unsupported(file, root, err, errlen) != 0 ||
-        s_check_files(dir, cfg, err, errlen) != 0)
+        s_check_files(dir, cfg, plan, err, errlen) != 0)
         goto out;
     const cJSON *jr = cJSON_GetObjectItemCaseSensitive(root, "r");
     const cJSON *ja = cJSON_GetObjectItemCaseSensitive(root, "lora_alpha");
@@ -947,7 +993,8 @@ static int s_plan(const char *dir, const ls_model_config_t *cfg, int max_lora_ra
         if (mr > plan->info.max_rank)
             plan->info.max_rank = mr;
     }
-    if (s_tokens_plan(file, root, cfg, plan, err, errlen) != 0)
+    if (s_tokens_plan(file, root, cfg, plan, err, errlen) != 0 ||
+        s_added_plan(file, cfg, plan, err, errlen) != 0)
         goto out;
     rc = 0;
 out:
@@ -985,6 +1032,7 @@ struct ls_adapter {
     ls_token_rows_t tok[2];
     int32_t *tok_ids[2];
     float *tok_rows[2];    // the rows of a tensor of its own, NULL until read
+    const ls_st_tensor_t *resized[2];  // the resized embedding / lm_head matrix, during a load
     ls_adapter_info_t info;
     size_t bytes;
 };
@@ -1062,8 +1110,10 @@ static int s_parse_ab(const char *q, const char *prefix, const char *tail, int *
 // "[base_model.model.]lm_head.lora_{A|B}[.{adapter}].weight". which: 0 = A, 1 = B, 2 = the
 // "{module}.base_layer.weight" PEFT saves beside a targeted embed_tokens or lm_head (its
 // save_embedding_layers="auto": a copy of the base weight), 3 = the trainable tokens' rows of
-// either, "{module}.token_adapter.trainable_tokens_delta[.{adapter}]". Returns 0 with layer (-1
-// for the global targets), target and which, or -1 for any other name.
+// either, "{module}.token_adapter.trainable_tokens_delta[.{adapter}]", 4 = the whole matrix of
+// either, "{module}.weight" or "{module}.token_adapter.base_layer.weight" (what PEFT's
+// save_embedding_layers="auto" saves of a resized vocabulary). Returns 0 with layer (-1 for
+// the global targets), target and which, or -1 for any other name.
 static int s_parse_name(const char *name, int nl, int *layer, int *target, int *which)
 {
     const char *p = name;
@@ -1084,6 +1134,10 @@ static int s_parse_name(const char *name, int nl, int *layer, int *target, int *
         *target = globals[g].t;
         if (strcmp(p + n, "base_layer.weight") == 0) {
             *which = 2;
+            return 0;
+        }
+        if (strcmp(p + n, "weight") == 0 || strcmp(p + n, "token_adapter.base_layer.weight") == 0) {
+            *which = 4;
             return 0;
         }
         static const char tok[] = "token_adapter.trainable_tokens_delta";
@@ -1125,8 +1179,8 @@ static const char *s_refusal(const char *name)
         return "a trainable tokens tensor other than the rows of embed_tokens or lm_head "
                "(….token_adapter.trainable_tokens_delta)";
     if (strstr(name, "embed_tokens") || strstr(name, "lm_head"))
-        return "trained embed_tokens/lm_head weights (added vocabulary, trainable tokens or "
-               "modules_to_save) are not supported; LoRA on them is (lora_embedding_A/B, lora_A/B)";
+        return "trained embed_tokens/lm_head weights (modules_to_save) are not supported; LoRA "
+               "on them (lora_embedding_A/B, lora_A/B), trainable tokens and added vocabulary are";
     if (strstr(name, "lora_magnitude_vector"))
         return "DoRA magnitude vectors are not supported";
     if (strstr(name, ".lora_B.") && strstr(name, ".bias"))
@@ -1149,19 +1203,49 @@ static int s_load_token_rows(ls_adapter_t *a, const s_plan_t *plan, const ls_mod
                    "twice", t->file, t->name);
         return -1;
     }
-    int64_t shape[2] = {plan->tok_n[m], cfg->hidden_size};
+    int64_t shape[2] = {plan->tok_listed[m], cfg->hidden_size};
     if (ls_st_tensor_check_shape(t, 2, shape, err, errlen) != 0) {
         size_t n = strlen(err);
         if (n < errlen)
             snprintf(err + n, errlen - n, " (%d token ids in trainable_token_indices, hidden_size "
-                     "%d)", plan->tok_n[m], cfg->hidden_size);
+                     "%d)", plan->tok_listed[m], cfg->hidden_size);
         return -1;
     }
-    if (!(a->tok_rows[m] = malloc((t->numel ? t->numel : 1) * sizeof(float)))) {
+    // room for the added ids the config does not list too (s_added_rows)
+    size_t numel = (size_t)plan->tok_n[m] * (size_t)cfg->hidden_size;
+    if (!(a->tok_rows[m] = malloc((numel ? numel : 1) * sizeof(float)))) {
         ls_err_set(err, errlen, "%s: tensor \"%s\": out of memory", t->file, t->name);
         return -1;
     }
-    a->bytes += t->numel * sizeof(float);
+    a->bytes += numel * sizeof(float);
+    return 0;
+}
+
+// The whole embedding or lm_head matrix (m 0 or 1) of a resized vocabulary: only its added
+// rows are read (s_added_rows); its first vocab_size rows are the base model's own, since PEFT
+// keeps the base layer frozen (a trained one would be modules_to_save, refused).
+static int s_load_resized(ls_adapter_t *a, const s_plan_t *plan, const ls_model_config_t *cfg,
+                          const ls_st_tensor_t *t, int m, char *err, size_t errlen)
+{
+    if (plan->added.n == 0) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\": %s", t->file, t->name, s_refusal(t->name));
+        return -1;
+    }
+    if (a->resized[m]) {
+        ls_err_set(err, errlen, "%s: tensor \"%s\": the resized %s is given twice", t->file,
+                   t->name, m ? "lm_head" : "embedding");
+        return -1;
+    }
+    int64_t shape[2] = {(int64_t)cfg->vocab_size + plan->added.n, cfg->hidden_size};
+    if (ls_st_tensor_check_shape(t, 2, shape, err, errlen) != 0) {
+        size_t n = strlen(err);
+        if (n < errlen)
+            snprintf(err + n, errlen - n, " (the resized vocabulary: vocab_size %d and the %d "
+                     "tokens the adapter's tokenizer adds; a resize padded past them is not "
+                     "supported)", cfg->vocab_size, plan->added.n);
+        return -1;
+    }
+    a->resized[m] = t;
     return 0;
 }
 
@@ -1175,6 +1259,8 @@ static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_c
     }
     if (which == 3)
         return s_load_token_rows(a, plan, cfg, t, target == LS_TARGET_LM_HEAD, err, errlen);
+    if (which == 4)
+        return s_load_resized(a, plan, cfg, t, target == LS_TARGET_LM_HEAD, err, errlen);
     size_t m = s_mod_index(plan->nl, layer, target);
     const s_plan_entry_t *pe = &plan->e[m];
     if (pe->rank == 0) {
@@ -1192,8 +1278,8 @@ static int s_load_tensor(ls_adapter_t *a, const s_plan_t *plan, const ls_model_c
         if (ls_st_tensor_check_shape(t, 2, base, err, errlen) != 0) {
             size_t n = strlen(err);
             if (n < errlen)
-                snprintf(err + n, errlen - n, " (a copy of the base weight; a resized vocabulary "
-                         "(added tokens) is not supported)");
+                snprintf(err + n, errlen - n, " (a copy of the base weight; LoRA on a resized "
+                         "vocabulary is not supported)");
             return -1;
         }
         return 0;
@@ -1241,7 +1327,7 @@ static void s_convert(void *arg, size_t i) {
     const ls_st_tensor_t *t = ls_st_at(c->st, i);
     int layer, target, which;
     if (s_parse_name(t->name, c->cfg->num_hidden_layers, &layer, &target, &which) != 0 ||
-        which == 2)
+        which == 2 || which == 4)
         return;
     const ls_lora_weights_t *w = &c->a->w[s_mod_index(c->a->nl, layer, target)];
     float *dst = which == 3 ? c->a->tok_rows[target == LS_TARGET_LM_HEAD]
@@ -1251,6 +1337,102 @@ static void s_convert(void *arg, size_t i) {
         while (i < cur && !atomic_compare_exchange_weak(&c->bad, &cur, i))
             ;
     }
+}
+
+// Row r of a 2-D tensor t into dst (hidden floats); -1 when it holds NaN or infinities.
+static int s_row_f32(const ls_st_tensor_t *t, int64_t r, float *dst)
+{
+    ls_st_tensor_t row = *t;
+    size_t cols = (size_t)t->shape[1], esize = ls_dtype_size(t->dtype);
+    row.data = (const char *)t->data + (size_t)r * cols * esize;
+    row.numel = cols;
+    row.nbytes = cols * esize;
+    row.ndim = 1;
+    row.shape[0] = t->shape[1];
+    return ls_st_tensor_to_f32(&row, dst);
+}
+
+// new_embeddings.safetensors (vLLM's legacy form of added vocabulary): "input_embeddings" and
+// "output_embeddings", (n_added, hidden) each, row k for the id vocab_size + k; nothing else.
+// A model with tied embeddings has no lm_head of its own, so output_embeddings is refused there.
+static int s_new_embeddings(const s_plan_t *plan, const ls_model_config_t *cfg, const ls_st_t *st,
+                            const ls_st_tensor_t *out[2], char *err, size_t errlen)
+{
+    static const char *names[2] = {"input_embeddings", "output_embeddings"};
+    for (size_t i = 0; i < ls_st_count(st); i++) {
+        const ls_st_tensor_t *t = ls_st_at(st, i);
+        int m = strcmp(t->name, names[0]) == 0 ? 0 : strcmp(t->name, names[1]) == 0 ? 1 : -1;
+        if (m < 0 || (m == 1 && cfg->tie_word_embeddings)) {
+            ls_err_set(err, errlen, "%s: tensor \"%s\": %s", t->file, t->name,
+                       m < 0 ? "not input_embeddings or output_embeddings"
+                             : "the model ties lm_head to the embedding, so lm_head's rows of the "
+                               "added tokens are input_embeddings");
+            return -1;
+        }
+        int64_t shape[2] = {plan->added.n, cfg->hidden_size};
+        if (ls_st_tensor_check_shape(t, 2, shape, err, errlen) != 0) {
+            size_t n = strlen(err);
+            if (n < errlen)
+                snprintf(err + n, errlen - n, " (%d added tokens, hidden_size %d)", plan->added.n,
+                         cfg->hidden_size);
+            return -1;
+        }
+        out[m] = t;
+    }
+    return 0;
+}
+
+// The rows of the added ids a module does not list in trainable_token_indices (plan->tok_ids[m]
+// past tok_listed[m]): from new_embeddings.safetensors, else from the resized matrix in
+// adapter_model.safetensors; an id with neither is refused.
+static int s_added_rows(ls_adapter_t *a, const s_plan_t *plan, const ls_model_config_t *cfg,
+                        const char *dir, char *err, size_t errlen)
+{
+    if (plan->added.n == 0)
+        return 0;
+    ls_st_t *st = NULL;
+    const ls_st_tensor_t *emb[2] = {NULL, NULL};
+    char file[4096];
+    snprintf(file, sizeof file, "%s/new_embeddings.safetensors", dir);
+    if (plan->new_emb && (!(st = ls_st_open(file, err, errlen)) ||
+                          s_new_embeddings(plan, cfg, st, emb, err, errlen) != 0)) {
+        ls_st_destroy(&st);
+        return -1;
+    }
+    size_t H = (size_t)cfg->hidden_size;
+    int rc = 0;
+    for (int m = 0; m < (plan->tok_tied ? 1 : 2) && rc == 0; m++) {
+        int n = plan->tok_n[m];
+        if (!a->tok_rows[m]) {  // no trainable tokens tensor made room for them
+            if (!(a->tok_rows[m] = malloc((size_t)n * H * sizeof(float)))) {
+                ls_err_set(err, errlen, "%s: out of memory", dir);
+                rc = -1;
+                break;
+            }
+            a->bytes += (size_t)n * H * sizeof(float);
+        }
+        for (int k = plan->tok_listed[m]; k < n && rc == 0; k++) {
+            int32_t id = plan->tok_ids[m][k];
+            const ls_added_token_t *tok = &plan->added.tokens[id - cfg->vocab_size];
+            const ls_st_tensor_t *t = emb[m] ? emb[m] : a->resized[m];
+            int64_t r = emb[m] ? id - cfg->vocab_size : id;
+            if (!t) {
+                ls_err_set(err, errlen, "%s: added token %d (\"%.64s\") has no %s row: list it "
+                           "in trainable_token_indices, give new_embeddings.safetensors (%s) or "
+                           "save the resized %s (PEFT's save_embedding_layers)", dir, (int)id,
+                           tok->content, m ? "lm_head" : "embedding",
+                           m ? "output_embeddings" : "input_embeddings",
+                           m ? "lm_head.weight" : "embed_tokens.weight");
+                rc = -1;
+            } else if (s_row_f32(t, r, a->tok_rows[m] + (size_t)k * H) != 0) {
+                ls_err_set(err, errlen, "%s: tensor \"%s\": holds NaN or infinite values",
+                           t->file, t->name);
+                rc = -1;
+            }
+        }
+    }
+    ls_st_destroy(&st);
+    return rc;
 }
 
 ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int max_lora_rank,
@@ -1306,19 +1488,21 @@ ls_adapter_t *ls_adapter_load(const char *dir, const ls_model_config_t *cfg, int
         }
     }
     for (int m = 0; m < 2; m++) {
-        if (plan.tok_own[m] && plan.tok_n[m] > 0 && !a->tok_rows[m]) {
+        if (plan.tok_own[m] && plan.tok_listed[m] > 0 && !a->tok_rows[m]) {
             ls_err_set(err, errlen, "%s: trainable_token_indices lists %d token ids for %s but "
                        "tensor \"….%s.token_adapter.trainable_tokens_delta\" is missing", file,
-                       plan.tok_n[m], m ? "lm_head" : "embed_tokens",
+                       plan.tok_listed[m], m ? "lm_head" : "embed_tokens",
                        m ? "lm_head" : "model.embed_tokens");
             goto fail;
         }
     }
+    if (s_added_rows(a, &plan, cfg, dir, err, errlen) != 0)
+        goto fail;
     for (int m = 0; m < 2; m++) {  // the ids move from the plan; lm_head tied to the
                                    // embedding shares its ids and rows
         a->tok_ids[m] = plan.tok_ids[m];
         a->tok[m] = (ls_token_rows_t){plan.tok_n[m], plan.tok_ids[m],
-                                      plan.tok_own[m] ? a->tok_rows[m] : a->tok_rows[0]};
+                                      plan.tok_tied && m ? a->tok_rows[0] : a->tok_rows[m]};
     }
     plan.tok_ids[0] = plan.tok_ids[1] = NULL;
     ls_st_destroy(&st);

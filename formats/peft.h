@@ -17,9 +17,8 @@
 // Refused, each with a sentence naming the file and the key or tensor: pickled .bin weights,
 // peft_type other than LORA, task_type other than CAUSAL_LM, bias other than "none", use_dora,
 // lora_bias, fan_in_fan_out, non-empty modules_to_save, layers_to_transform,
-// layer_replication, target_parameters, alora_invocation_tokens, added vocabulary
-// (new_embeddings.safetensors, added_tokens.json or trainable_token_indices ids at or above
-// the base vocab_size, trained embed_tokens or lm_head weights), modules that are not one of
+// layer_replication, target_parameters, alora_invocation_tokens, trained embed_tokens or
+// lm_head weights (the whole matrix, except a resized one's added rows, below), modules that are not one of
 // q/k/v/o/gate/up/down_proj, embed_tokens or lm_head (e.g. "fc1"), ranks above max_lora_rank,
 // shapes that do not fit the base or the configured rank, unpaired A/B, and NaN/Inf values.
 //
@@ -44,6 +43,17 @@
 // or lm_head, tied lm_head included): PEFT wraps the LoRA layer in its trainable-tokens layer,
 // whose forward accepts only a plain Embedding or Linear ("TrainableTokensLayer wraps an
 // unknown layer type"), so no such adapter runs in PEFT.
+//
+// Added vocabulary (docs/adapters.md): tokens the adapter's tokenizer adds past vocab_size
+// (added_vocab.h) get rows of the embedding and of lm_head among the token rows, with ids
+// vocab_size and up. A row comes from trainable_token_indices when it lists the id (PEFT after
+// resize_token_embeddings), else from new_embeddings.safetensors (vLLM's legacy form:
+// input_embeddings, output_embeddings, (n_added, hidden)), else from the resized matrix PEFT
+// saves with save_embedding_layers ("….embed_tokens[.token_adapter.base_layer].weight",
+// "lm_head[…].weight", (vocab_size + n_added, hidden): its added rows are read, its base rows
+// are the base model's since PEFT freezes them). Tied embeddings: lm_head's rows are the
+// embedding's. An added id without a row of either module is refused, as are LoRA on the
+// embedding or lm_head beside added vocabulary and a resize padded past the added tokens.
 #ifndef LS_PEFT_H
 #define LS_PEFT_H
 
@@ -74,7 +84,9 @@ typedef struct {
     int num_modules;       // number of modules touched ((layer, target) pairs, embedding, lm_head)
     float alpha;           // lora_alpha (PEFT's default 8 when absent), before alpha_pattern
     int token_rows;        // the most rows it replaces in the embedding or lm_head (trainable
-                           // tokens, tied lm_head included); 0: none
+                           // tokens, tied lm_head included) or adds (added vocabulary); 0: none
+    int added_tokens;      // tokens its tokenizer adds past vocab_size (added_vocab.h): their
+                           // ids vocab_size .. vocab_size + added_tokens - 1 are among the rows
 } ls_adapter_info_t;
 
 // Validates the adapter directory without reading weights: the config rules above, the

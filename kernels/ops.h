@@ -265,6 +265,10 @@ void ls_token_rows_forward(float *out, const float *rows, const int32_t *idx, in
 // tiles is (n_tiles, 3) with i < R and f + n <= N
 void ls_token_logits_forward(float *logits, const float *x, const float *rows, const float *ids,
                              const int32_t *tiles, int n_tiles, int C, int V);
+// Added vocabulary: the logits rows widened past the base vocabulary, every added column -inf
+// until ls_token_logits_forward writes an adapter's own (ids V and up) on its rows.
+// wide is (R, W), head is (R, V), V <= W
+void ls_logits_widen_forward(float *wide, const float *head, int R, int V, int W);
 
 // ---------------------------------------------------------------------------------------
 // Sampling

@@ -19,6 +19,7 @@
 
 struct ls_detok {
     const ls_tokenizer_t *t;
+    const ls_tok_added_t *a;  // an adapter's added tokens, or NULL
     unsigned flags;
     size_t n_fed;       // tokens the decoder has seen (specials skipped are not seen)
     int strip_left;     // Strip: leading characters still to drop
@@ -33,9 +34,11 @@ struct ls_detok {
     int stop_index;
 };
 
-static void s_init(ls_detok_t *d, const ls_tokenizer_t *t, unsigned flags) {
+static void s_init(ls_detok_t *d, const ls_tokenizer_t *t, const ls_tok_added_t *a,
+                   unsigned flags) {
     memset(d, 0, sizeof *d);
     d->t = t;
+    d->a = a;
     d->flags = flags;
     d->strip_left = t->dec_strip_start;
     d->stop_index = -1;
@@ -83,12 +86,21 @@ static int s_end_run(ls_detok_t *d) {
     return rc;
 }
 
+// Whether id is a token of t, or of a.
+static bool s_known(const ls_tokenizer_t *t, const ls_tok_added_t *a, int32_t id) {
+    return (id >= 0 && id < t->n_ids && t->id_off[id] != UINT32_MAX) ||
+           ls_tok_added_token(a, id, NULL) != NULL;
+}
+
 static int s_feed(ls_detok_t *d, int32_t id) {
     const ls_tokenizer_t *t = d->t;
-    if ((d->flags & LS_DETOK_SKIP_SPECIAL) && t->id_special[id])
+    const ls_tok_added_t *a = d->a;
+    bool ext = id >= t->n_ids;  // an adapter's added token (s_known): its own tables
+    const tok_added_t *x = ext ? &a->added[id - a->first] : NULL;
+    if ((d->flags & LS_DETOK_SKIP_SPECIAL) && (ext ? x->special : t->id_special[id]))
         return 0;
-    const char *s = t->dec_arena.s + t->dec_off[id];
-    size_t n = t->dec_len[id];
+    const char *s = ext ? a->dec_arena.s + a->dec_off[id - a->first] : t->dec_arena.s + t->dec_off[id];
+    size_t n = ext ? a->dec_len[id - a->first] : t->dec_len[id];
     bool first = d->n_fed++ == 0;
     if (t->dec_mode == DEC_BYTE_LEVEL) {
         if (ls_buf_append(&d->pending, s, n) < 0)
@@ -100,14 +112,15 @@ static int s_feed(ls_detok_t *d, int32_t id) {
         d->pending.n -= used;
         return 0;
     }
-    if (t->dec_byte[id] >= 0) {
+    if (!ext && t->dec_byte[id] >= 0) {
         char b = (char)t->dec_byte[id];
         return ls_buf_append(&d->pending, &b, 1);
     }
     if (s_end_run(d) < 0)
         return -1;
     if (first && t->dec_metaspace_first) {
-        if (tok_dec_token_text(t, id, true, &d->tmp) < 0)
+        if ((ext ? tok_dec_text(t, a->arena.s + x->off, x->len, true, &d->tmp)
+                 : tok_dec_token_text(t, id, true, &d->tmp)) < 0)
             return -1;
         return s_put(d, d->tmp.s, d->tmp.n);
     }
@@ -163,10 +176,15 @@ static int s_stop_filter(ls_detok_t *d, bool final) {
 
 ls_detok_t *ls_detok_new(const ls_tokenizer_t *t, unsigned flags, const char *const *stops,
                          const size_t *stop_lens, size_t nstops) {
+    return ls_detok_new_added(t, NULL, flags, stops, stop_lens, nstops);
+}
+
+ls_detok_t *ls_detok_new_added(const ls_tokenizer_t *t, const ls_tok_added_t *a, unsigned flags,
+                               const char *const *stops, const size_t *stop_lens, size_t nstops) {
     ls_detok_t *d = malloc(sizeof *d);
     if (!d)
         return NULL;
-    s_init(d, t, flags);
+    s_init(d, t, a, flags);
     d->stops = calloc(nstops + 1, sizeof *d->stops);
     d->stop_len = calloc(nstops + 1, sizeof *d->stop_len);
     if (!d->stops || !d->stop_len)
@@ -203,7 +221,7 @@ int ls_detok_push(ls_detok_t *d, int32_t id, const char **piece, size_t *len) {
     d->out.n = 0;
     *piece = d->out.s;
     *len = 0;
-    if (id < 0 || id >= d->t->n_ids || d->t->id_off[id] == UINT32_MAX)
+    if (!s_known(d->t, d->a, id))
         return -1;
     if (d->stopped)
         return 0;
@@ -231,10 +249,16 @@ int ls_detok_stop_index(const ls_detok_t *d) {
 
 char *ls_tokenizer_decode(const ls_tokenizer_t *t, const int32_t *ids, size_t n, unsigned flags,
                           size_t *len, char *err, size_t errlen) {
+    return ls_tokenizer_decode_added(t, NULL, ids, n, flags, len, err, errlen);
+}
+
+char *ls_tokenizer_decode_added(const ls_tokenizer_t *t, const ls_tok_added_t *a,
+                                const int32_t *ids, size_t n, unsigned flags, size_t *len,
+                                char *err, size_t errlen) {
     ls_detok_t d;
-    s_init(&d, t, flags);
+    s_init(&d, t, a, flags);
     for (size_t i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= t->n_ids || t->id_off[ids[i]] == UINT32_MAX) {
+        if (!s_known(t, a, ids[i])) {
             ls_err_set(err, errlen, "%s: id %d (at %zu) is not in the vocabulary", t->what, ids[i], i);
             s_release(&d);
             return NULL;

@@ -578,20 +578,47 @@ typedef struct {
     size_t start, stop;  // the span it takes, after lstrip/rstrip
 } s_added_match_t;
 
+// The added tokens matched at one stage (raw or normalized): the base's, and an adapter's
+// (ls_tok_added_t), as one set.
+typedef struct {
+    const tok_added_t *added;
+    const char *arena;
+    const tok_added_set_t *set;
+} s_added_src_t;
+
+typedef struct {
+    int n;
+    s_added_src_t src[2];
+} s_added_sets_t;
+
+static s_added_sets_t s_sets(const ls_tokenizer_t *t, const ls_tok_added_t *a, bool normalized) {
+    s_added_sets_t x = {1, {{t->added, t->arena.s, normalized ? &t->added_norm : &t->added_raw}}};
+    if (a && a->n)
+        x.src[x.n++] = (s_added_src_t){a->added, a->arena.s, normalized ? &a->norm : &a->raw};
+    return x;
+}
+
 // HF's AddedVocabulary::find_matches, one match at a time: the leftmost-longest match at or
-// after *from (a single_word token not standing alone is passed over, as aho-corasick's
-// iterator moves past it), with lstrip/rstrip widening it over whitespace but not before
+// after *from over every source (one trie in HF; contents never repeat across the sources,
+// ls_tok_added_new), a single_word token not standing alone passed over as aho-corasick's
+// iterator moves past it, with lstrip/rstrip widening it over whitespace but not before
 // gap_start (the end of the previous match). Returns false when there is none.
-static bool s_added_next(const ls_tokenizer_t *t, const tok_added_set_t *set, bool no_special,
-                         const char *s, size_t n, size_t *from, size_t gap_start, s_added_match_t *m) {
+static bool s_added_next(const s_added_sets_t *sets, bool no_special, const char *s, size_t n,
+                         size_t *from, size_t gap_start, s_added_match_t *m) {
     for (size_t i = *from; i < n; i++) {
         unsigned char b = (unsigned char)s[i];
         const tok_added_t *hit = NULL;
-        for (uint32_t j = set->start[b]; j < set->start[b + 1] && !hit; j++) {
-            const tok_added_t *a = &t->added[set->order[j]];
-            if (a->match_len <= n - i && !(no_special && a->special) &&
-                memcmp(s + i, t->arena.s + a->match_off, a->match_len) == 0)
-                hit = a;
+        for (int k = 0; k < sets->n; k++) {  // each source's longest first: the first that fits
+            const tok_added_set_t *set = sets->src[k].set;
+            for (uint32_t j = set->start[b]; j < set->start[b + 1]; j++) {
+                const tok_added_t *a = &sets->src[k].added[set->order[j]];
+                if (a->match_len <= n - i && !(no_special && a->special) &&
+                    (!hit || a->match_len > hit->match_len) &&
+                    memcmp(s + i, sets->src[k].arena + a->match_off, a->match_len) == 0) {
+                    hit = a;
+                    break;
+                }
+            }
         }
         if (!hit)
             continue;
@@ -616,11 +643,12 @@ static bool s_added_next(const ls_tokenizer_t *t, const tok_added_set_t *set, bo
 }
 
 // After normalization: split on the normalized added tokens, pre-tokenize the rest.
-static int s_encode_normalized(ls_tokenizer_t *t, const char *s, size_t n, bool first, bool no_special,
-                               ls_token_ids_t *out) {
+static int s_encode_normalized(ls_tokenizer_t *t, const ls_tok_added_t *a, const char *s, size_t n,
+                               bool first, bool no_special, ls_token_ids_t *out) {
     size_t from = 0, gap = 0;
     s_added_match_t m;
-    while (s_added_next(t, &t->added_norm, no_special, s, n, &from, gap, &m)) {
+    s_added_sets_t sets = s_sets(t, a, true);
+    while (s_added_next(&sets, no_special, s, n, &from, gap, &m)) {
         if (s_pretok(t, 0, s + gap, m.start - gap, first && gap == 0, out) < 0 ||
             s_ids_push(out, m.tok->id) < 0)
             return -1;
@@ -629,19 +657,25 @@ static int s_encode_normalized(ls_tokenizer_t *t, const char *s, size_t n, bool 
     return s_pretok(t, 0, s + gap, n - gap, first && gap == 0, out);
 }
 
-static int s_encode_segment(ls_tokenizer_t *t, const char *s, size_t n, bool first, bool no_special,
-                            ls_token_ids_t *out) {
+static int s_encode_segment(ls_tokenizer_t *t, const ls_tok_added_t *a, const char *s, size_t n,
+                            bool first, bool no_special, ls_token_ids_t *out) {
     if (n == 0)
         return 0;
     const char *ns;
     size_t nn;
     if (tok_normalize(t, s, n, &ns, &nn) < 0)
         return -1;
-    return s_encode_normalized(t, ns, nn, first, no_special, out);
+    return s_encode_normalized(t, a, ns, nn, first, no_special, out);
 }
 
 int ls_tokenizer_encode(ls_tokenizer_t *t, const char *text, size_t len, unsigned flags,
                         ls_token_ids_t *out, char *err, size_t errlen) {
+    return ls_tokenizer_encode_added(t, NULL, text, len, flags, out, err, errlen);
+}
+
+int ls_tokenizer_encode_added(ls_tokenizer_t *t, const ls_tok_added_t *a, const char *text,
+                              size_t len, unsigned flags, ls_token_ids_t *out, char *err,
+                              size_t errlen) {
     if (!ls_utf8_valid(text, len)) {
         ls_err_set(err, errlen, "%s: the text is not valid UTF-8", t->what);
         return -1;
@@ -653,13 +687,14 @@ int ls_tokenizer_encode(ls_tokenizer_t *t, const char *text, size_t len, unsigne
             goto oom;
     size_t from = 0, gap = 0;
     s_added_match_t m;
-    while (s_added_next(t, &t->added_raw, no_special, text, len, &from, gap, &m)) {
-        if (s_encode_segment(t, text + gap, m.start - gap, gap == 0, no_special, out) < 0 ||
+    s_added_sets_t sets = s_sets(t, a, false);
+    while (s_added_next(&sets, no_special, text, len, &from, gap, &m)) {
+        if (s_encode_segment(t, a, text + gap, m.start - gap, gap == 0, no_special, out) < 0 ||
             s_ids_push(out, m.tok->id) < 0)
             goto fail;
         gap = m.stop;
     }
-    if (s_encode_segment(t, text + gap, len - gap, gap == 0, no_special, out) < 0)
+    if (s_encode_segment(t, a, text + gap, len - gap, gap == 0, no_special, out) < 0)
         goto fail;
     for (size_t i = 0; add && i < t->n_suffix; i++)
         if (s_ids_push(out, t->suffix_ids[i]) < 0)

@@ -85,6 +85,23 @@ typedef struct {
     uint32_t start[257];
 } tok_added_set_t;
 
+// Builds set over added[0 .. n) (contents in arena), the normalized ones or the others. -1 out
+// of memory.
+int tok_added_set_build(tok_added_set_t *set, const tok_added_t *added, size_t n, const char *arena,
+                        bool normalized);
+
+// An adapter's added tokens over a base tokenizer (ls_tok_added_new): ids first, first + 1, ...
+// matched beside the base's own, decoded by the base's decoder.
+struct ls_tok_added {
+    int32_t first;
+    size_t n;
+    tok_added_t *added;       // (n) contents (off, len) and matched forms in arena
+    ls_buf_t arena;
+    tok_added_set_t raw, norm;
+    ls_buf_t dec_arena;       // each one's decoded text (not the first token's form)
+    uint32_t *dec_off, *dec_len;
+};
+
 typedef enum { DEC_BYTE_LEVEL, DEC_PIECES } tok_dec_mode_t;
 
 // Per-token string stages of a DEC_PIECES decoder, applied in file order.
@@ -181,5 +198,7 @@ int tok_normalize(ls_tokenizer_t *t, const char *s, size_t n, const char **out, 
 uint32_t tok_byte_to_cp(unsigned b);
 // Writes the decoder's text for id into out; first selects Metaspace's first-token form.
 int tok_dec_token_text(const ls_tokenizer_t *t, int32_t id, bool first, ls_buf_t *out);
+// The same for a token spelled s (n bytes).
+int tok_dec_text(const ls_tokenizer_t *t, const char *s, size_t n, bool first, ls_buf_t *out);
 
 #endif

@@ -352,11 +352,16 @@ static int s_load_model(ls_tokenizer_t *t, const cJSON *model, const cJSON *adde
 
 // ---- added tokens -----------------------------------------------------------------------
 
+typedef struct {
+    const tok_added_t *added;
+    const char *arena;
+} s_added_ctx_t;
+
 static int s_added_cmp(const void *a, const void *b, void *ctx) {
-    const ls_tokenizer_t *t = ctx;
-    const tok_added_t *x = &t->added[*(const uint32_t *)a];
-    const tok_added_t *y = &t->added[*(const uint32_t *)b];
-    unsigned char fx = (unsigned char)t->arena.s[x->match_off], fy = (unsigned char)t->arena.s[y->match_off];
+    const s_added_ctx_t *c = ctx;
+    const tok_added_t *x = &c->added[*(const uint32_t *)a];
+    const tok_added_t *y = &c->added[*(const uint32_t *)b];
+    unsigned char fx = (unsigned char)c->arena[x->match_off], fy = (unsigned char)c->arena[y->match_off];
     if (fx != fy)
         return fx < fy ? -1 : 1;
     if (x->match_len != y->match_len)
@@ -364,18 +369,20 @@ static int s_added_cmp(const void *a, const void *b, void *ctx) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int s_added_set(ls_tokenizer_t *t, tok_added_set_t *set, bool normalized) {
-    set->order = malloc((t->n_added + 1) * sizeof *set->order);
+int tok_added_set_build(tok_added_set_t *set, const tok_added_t *added, size_t n, const char *arena,
+                        bool normalized) {
+    set->order = malloc((n + 1) * sizeof *set->order);
     if (!set->order)
         return -1;
     size_t k = 0;
-    for (size_t i = 0; i < t->n_added; i++)
-        if (t->added[i].normalized == normalized && t->added[i].match_len > 0)
+    for (size_t i = 0; i < n; i++)
+        if (added[i].normalized == normalized && added[i].match_len > 0)
             set->order[k++] = (uint32_t)i;
-    qsort_r(set->order, k, sizeof *set->order, s_added_cmp, t);
+    s_added_ctx_t ctx = {added, arena};
+    qsort_r(set->order, k, sizeof *set->order, s_added_cmp, &ctx);
     size_t j = 0;
     for (int b = 0; b <= 256; b++) {
-        while (j < k && b < 256 && (unsigned char)t->arena.s[t->added[set->order[j]].match_off] < b)
+        while (j < k && b < 256 && (unsigned char)arena[added[set->order[j]].match_off] < b)
             j++;
         set->start[b] = (uint32_t)(b == 256 ? k : j);
     }
@@ -451,7 +458,8 @@ static int s_added_match_tables(ls_tokenizer_t *t, char *err, size_t errlen) {
         if (ls_buf_append(&t->arena, ns, nn + 1) < 0 || t->arena.n > UINT32_MAX)
             goto oom;
     }
-    if (s_added_set(t, &t->added_raw, false) < 0 || s_added_set(t, &t->added_norm, true) < 0)
+    if (tok_added_set_build(&t->added_raw, t->added, t->n_added, t->arena.s, false) < 0 ||
+        tok_added_set_build(&t->added_norm, t->added, t->n_added, t->arena.s, true) < 0)
         goto oom;
     return 0;
 oom:
@@ -727,8 +735,10 @@ oom:
 }
 
 int tok_dec_token_text(const ls_tokenizer_t *t, int32_t id, bool first, ls_buf_t *out) {
-    const char *s = t->arena.s + t->id_off[id];
-    size_t n = t->id_len[id];
+    return tok_dec_text(t, t->arena.s + t->id_off[id], t->id_len[id], first, out);
+}
+
+int tok_dec_text(const ls_tokenizer_t *t, const char *s, size_t n, bool first, ls_buf_t *out) {
     out->n = 0;
     if (t->dec_mode == DEC_BYTE_LEVEL) {
         // A token with a character outside the byte alphabet (an added token) is its own text.

@@ -88,6 +88,42 @@ const char *ls_tokenizer_token_bytes(const ls_tokenizer_t *t, int32_t id, size_t
 const int32_t *ls_tokenizer_prefix_ids(const ls_tokenizer_t *t, size_t *n);
 const int32_t *ls_tokenizer_suffix_ids(const ls_tokenizer_t *t, size_t *n);
 
+// ---- an adapter's added tokens ------------------------------------------------------------
+// Tokens an adapter's tokenizer adds past the base model's vocabulary (docs/adapters.md,
+// "Added vocabulary"), taken over a base tokenizer as if its tokenizer.json listed them among
+// its added_tokens: matched leftmost-longest together with the base's own added tokens (their
+// flags as for those), decoded by the base's decoder. Ids first, first + 1, ... (first: the
+// model's vocab_size, at or past the tokenizer's highest id). Built once per adapter, read-only
+// after: it may serve any number of requests of the tokenizer it was made from, which must
+// outlive it.
+typedef struct ls_tok_added ls_tok_added_t;
+
+typedef struct {
+    const char *content;  // UTF-8, len bytes
+    size_t len;
+    bool special, single_word, lstrip, rstrip, normalized;
+} ls_tok_added_spec_t;
+
+// NULL + err for an empty or invalid content, one the base tokenizer already has (as a token
+// or an added token: HF would give it that id), one given twice, first below the tokenizer's
+// vocabulary, or out of memory.
+ls_tok_added_t *ls_tok_added_new(ls_tokenizer_t *t, int32_t first, const ls_tok_added_spec_t *toks,
+                                 size_t n, char *err, size_t errlen);
+void ls_tok_added_destroy(ls_tok_added_t **a);
+// Its ids: [first, first + n).
+int32_t ls_tok_added_first(const ls_tok_added_t *a);
+size_t ls_tok_added_count(const ls_tok_added_t *a);
+// The content of id (NULL: not one of a's), and whether it is special.
+const char *ls_tok_added_token(const ls_tok_added_t *a, int32_t id, bool *special);
+
+// ls_tokenizer_encode and ls_tokenizer_decode with a's tokens too (a NULL: the base alone).
+int ls_tokenizer_encode_added(ls_tokenizer_t *t, const ls_tok_added_t *a, const char *text,
+                              size_t len, unsigned flags, ls_token_ids_t *out, char *err,
+                              size_t errlen);
+char *ls_tokenizer_decode_added(const ls_tokenizer_t *t, const ls_tok_added_t *a,
+                                const int32_t *ids, size_t n, unsigned flags, size_t *len,
+                                char *err, size_t errlen);
+
 // ---- incremental detokenization ----------------------------------------------------------
 // One per request. Feed ids one at a time; each call gives the text that is now final: never
 // half a UTF-8 character, byte-fallback runs held until they end, SentencePiece's leading
@@ -101,6 +137,9 @@ typedef struct ls_detok ls_detok_t;
 // stop_lens is NULL; copied, empty ones ignored. NULL on out of memory.
 ls_detok_t *ls_detok_new(const ls_tokenizer_t *t, unsigned flags, const char *const *stops,
                          const size_t *stop_lens, size_t nstops);
+// The same, decoding a's ids too (a NULL: as ls_detok_new); a must outlive the detokenizer.
+ls_detok_t *ls_detok_new_added(const ls_tokenizer_t *t, const ls_tok_added_t *a, unsigned flags,
+                               const char *const *stops, const size_t *stop_lens, size_t nstops);
 void ls_detok_destroy(ls_detok_t **d);
 // Takes one id. *piece/*len: the newly final text (len may be 0); it stays valid until the
 // next call on d. Returns 0, or -1 for an id outside the vocabulary (state unchanged) or out

@@ -13,10 +13,15 @@ computed in fp32 math (no TF32, eager attention) from exactly the stored weights
   tests/fixtures/<arch>/reference.json         prompts, adapters per row, greedy
                                                tokens, top-2 gaps, versions, notes
 
+--mix and --added make references over an existing fixture, without rebuilding it:
+mix.safetensors / mix.json (PEFT's add_weighted_adapter), and added.safetensors /
+added.json with adapters/added_vocab (an adapter with added vocabulary: see ADDED).
+
 Needs torch, transformers (5.x), peft, safetensors and a CUDA GPU (falls back
 to CPU with a warning).  Run from the repository root:
 
     PYTHONUNBUFFERED=1 python3 tools/make_fixtures.py [--out tests/fixtures]
+    PYTHONUNBUFFERED=1 python3 tools/make_fixtures.py --added      # llama: added vocabulary
 """
 
 import argparse
@@ -268,6 +273,20 @@ def manual_shard(path, max_bytes):
     os.remove(single)
 
 
+def fixture_adapter_dir(ad, arch):
+    """A saved PEFT adapter as the fixtures keep it: no empty model card, its config pointing at
+    the fixture's base, relative to the repo root."""
+    if os.path.exists(os.path.join(ad, "README.md")):
+        os.remove(os.path.join(ad, "README.md"))
+    acp = os.path.join(ad, "adapter_config.json")
+    with open(acp) as f:
+        acfg = json.load(f)
+    acfg["base_model_name_or_path"] = f"tests/fixtures/{arch}/model"
+    with open(acp, "w") as f:
+        json.dump(acfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def st_header(path):
     import struct
     with open(path, "rb") as f:
@@ -396,16 +415,7 @@ def build_arch(arch, spec, out_root, device):
         # one; the loader checks their shape and reads them no further
         embeds = any(t in ("embed_tokens", "lm_head") for t in lkw["target_modules"])
         pm.save_pretrained(ad, save_embedding_layers="auto" if embeds else False)
-        if os.path.exists(os.path.join(ad, "README.md")):
-            os.remove(os.path.join(ad, "README.md"))  # PEFT's empty model card
-        # adapter_config: point at the fixture base, relative to the repo root
-        acp = os.path.join(ad, "adapter_config.json")
-        with open(acp) as f:
-            acfg = json.load(f)
-        acfg["base_model_name_or_path"] = f"tests/fixtures/{arch}/model"
-        with open(acp, "w") as f:
-            json.dump(acfg, f, indent=2, sort_keys=True)
-            f.write("\n")
+        fixture_adapter_dir(ad, arch)
         wp = os.path.join(ad, "adapter_model.safetensors")
         if adtype:
             sd = load_file(wp)
@@ -702,6 +712,142 @@ def build_mix(arch, out_root, device):
         f.write("\n")
 
 
+# Added vocabulary (docs/adapters.md): an adapter whose tokenizer adds tokens past the base
+# vocabulary, made as a user makes one: the base resized for them (resize_token_embeddings),
+# LoRA on q and v with trainable tokens naming the new ids (and one base id), saved by PEFT with
+# save_embedding_layers="auto", which saves the resized embedding and lm_head whole since the
+# vocabulary changed. lm_head lists two of the three new ids: the third's row is the resized
+# lm_head's. The fixture has no tokenizer (a random model), so the tokens go into
+# added_tokens.json as a tokenizer's save_pretrained writes it for tokens past its vocabulary.
+ADDED = dict(arch="llama", name="added_vocab", tokens=["<ext0>", "<ext1>", " ext2"], base_ids=[11],
+             lm_head_new=2, r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], seed=4242)
+
+
+def build_added(arch, out_root, device):
+    """--added: the ADDED adapter over the existing fixture of arch (model as stored, not rebuilt)
+    into <arch>/adapters/<name>, and PEFT's reference on the resized model: last-position logits
+    (1, vocab_size + n_added), every position's, and 16 greedy tokens (full recompute) of a
+    prompt holding the added ids, into <arch>/added.safetensors and <arch>/added.json."""
+    import peft
+    import transformers
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    spec = ADDED
+    root = os.path.join(out_root, arch)
+    mdir = os.path.join(root, "model")
+    ad = os.path.join(root, "adapters", spec["name"])
+    if os.path.exists(ad):
+        shutil.rmtree(ad)
+
+    def load_resized():
+        m = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager").float()
+        m.resize_token_embeddings(V + n_added)
+        return m
+
+    base = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager")
+    V = base.config.vocab_size
+    n_added = len(spec["tokens"])
+    new_ids = list(range(V, V + n_added))
+    del base
+    g = torch.Generator().manual_seed(spec["seed"])
+    m = load_resized()
+    if m.config.tie_word_embeddings:
+        raise SystemExit(f"{arch}: ADDED expects an untied model (lm_head's rows of its own)")
+    with torch.no_grad():  # the new rows, as training would leave them (resize's init is random)
+        for w in (m.get_input_embeddings().weight, m.get_output_embeddings().weight):
+            w[V:] = TOKEN_STD * torch.randn((n_added, w.shape[1]), generator=g)
+    lm_head_ids = new_ids[:spec["lm_head_new"]]
+    lcfg = LoraConfig(r=spec["r"], lora_alpha=spec["lora_alpha"], lora_dropout=0.0, bias="none",
+                      task_type="CAUSAL_LM", target_modules=spec["target_modules"],
+                      trainable_token_indices={"embed_tokens": new_ids + spec["base_ids"],
+                                               "lm_head": lm_head_ids})
+    pm = get_peft_model(m.to(device), lcfg)
+    with torch.no_grad():
+        for pn, p in pm.named_parameters():
+            if "lora_A" in pn or "lora_B" in pn:
+                p.copy_((LORA_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
+            elif "trainable_tokens_delta" in pn:  # the rows themselves, despite the name
+                p.copy_((TOKEN_STD * torch.randn(p.shape, generator=g)).to(p.dtype))
+    pm.save_pretrained(ad, save_embedding_layers="auto")
+    fixture_adapter_dir(ad, arch)
+    sd = load_file(os.path.join(ad, "adapter_model.safetensors"))
+    resized = {k: list(v.shape) for k, v in sd.items() if k.endswith("base_layer.weight")}
+    if len(resized) != 2 or any(s[0] != V + n_added for s in resized.values()):
+        raise SystemExit(f"{arch}: PEFT did not save the resized embedding and lm_head: {resized} "
+                         "(save_embedding_layers='auto' needs the base config.json at base_model_name_or_path)")
+    with open(os.path.join(ad, "added_tokens.json"), "w") as f:
+        json.dump({t: V + k for k, t in enumerate(spec["tokens"])}, f, indent=2)
+        f.write("\n")
+    del pm, m
+    log(f"{arch}: adapter {spec['name']} saved; resized matrices {resized}")
+
+    # the reference: as a user loads it, the base resized first, then the adapter from disk
+    pm = PeftModel.from_pretrained(load_resized().to(device), ad).eval()
+    psd = pm.state_dict()
+    for k, v in sd.items():  # what PEFT runs is what the file holds
+        kk = k if k.endswith("base_layer.weight") else (
+            k.replace(".lora_A.weight", ".lora_A.default.weight").replace(".lora_B.weight", ".lora_B.default.weight")
+            if ".lora_" in k else f"{k}.default")
+        if kk not in psd or not torch.equal(psd[kk].cpu(), v.float()):
+            raise SystemExit(f"{arch}: loaded tensor {k} ({kk}) differs from stored or is missing")
+    gp = torch.Generator().manual_seed(spec["seed"] + 1)
+    prompt = torch.randint(3, V, (1, N_PROMPT), generator=gp)
+    for pos, t in zip((2, 5, N_PROMPT - 1), new_ids):  # every added id, the last position among them
+        prompt[0, pos] = t
+    prompt[0, 8] = spec["base_ids"][0]
+    seq = prompt.to(device)
+    gaps = []
+    with torch.no_grad():
+        all_logits = pm(input_ids=seq).logits.float().cpu()
+        with pm.disable_adapter():
+            base_last = pm(input_ids=seq[:, :-1]).logits[0, -1].float().cpu()  # no added ids for the base
+        for _ in range(N_NEW):
+            lo = pm(input_ids=seq).logits[0, -1].float()
+            top = torch.topk(lo, 2)
+            gaps.append(float(top.values[0] - top.values[1]))
+            seq = torch.cat([seq, top.indices[None, :1]], dim=1)
+    greedy = seq[0, N_PROMPT:].cpu()
+    added_cols = all_logits[0, -1, V:]
+    save_file({"last_logits": all_logits[:, -1].contiguous(), "all_logits": all_logits.contiguous(),
+               "prompt_ids": prompt.to(torch.int32).contiguous(),
+               "greedy_ids": greedy[None].to(torch.int32).contiguous()},
+              os.path.join(root, "added.safetensors"), metadata={"format": "pt"})
+    out = {
+        "adapter": spec["name"],
+        "vocab_size": V,
+        "added_tokens": {t: V + k for k, t in enumerate(spec["tokens"])},
+        "prompt_ids": prompt[0].tolist(),
+        "greedy_ids": greedy.tolist(),
+        "top2_gaps": gaps,
+        "min_top2_gap": min(gaps),
+        "greedy_added": sum(1 for t in greedy.tolist() if t >= V),
+        "math": "fp32 (no TF32), eager attention, device " + (
+            torch.cuda.get_device_name(0) if device == "cuda" else "cpu"),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "peft": peft.__version__, "python": sys.version.split()[0]},
+        "notes": [
+            f"The base model resized to {V + n_added} (resize_token_embeddings), its new rows set to "
+            f"N(0, {TOKEN_STD}); LoRA r={spec['r']} on {spec['target_modules']}; trainable_token_indices "
+            f"embed_tokens {new_ids + spec['base_ids']}, lm_head {lm_head_ids}; saved with "
+            "save_embedding_layers='auto' (the resized embedding and lm_head whole, their base rows the "
+            f"base model's). lm_head's row of id {new_ids[-1]} is the resized lm_head's.",
+            "last_logits (1, vocab_size + n_added) at the last prompt position (an added id), all_logits "
+            "(1, L, vocab_size + n_added); greedy_ids 16 tokens (full recompute, no EOS stop), "
+            "top2_gaps as reference.json's.",
+            f"The added columns of the last position: {['%.3f' % x for x in added_cols.tolist()]}; "
+            f"the base model's last logit max moves by {float((all_logits[0, -2, :V] - base_last).abs().max()):.3f} "
+            "at the position before (how much the adapter moves the logits).",
+        ],
+    }
+    with open(os.path.join(root, "added.json"), "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    log(f"{arch}: added-vocabulary reference written; {out['greedy_added']} of the greedy tokens are added "
+        f"ids; min top-2 gap {min(gaps):.4f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures")
@@ -709,6 +855,9 @@ def main():
     ap.add_argument("--mix", action="store_true",
                     help="only the mixes' references (mix.safetensors, mix.json) of existing fixtures "
                          "(default arch: llama)")
+    ap.add_argument("--added", action="store_true",
+                    help="only the added-vocabulary adapter and its reference (adapters/added_vocab, "
+                         "added.safetensors, added.json) of the existing llama fixture")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -723,6 +872,10 @@ def main():
         for arch in (args.arch or ["llama"]):
             build_mix(arch, args.out, device)
         log("mix references written to", args.out)
+        return
+    if args.added:
+        build_added(ADDED["arch"], args.out, device)
+        log("added-vocabulary reference written to", args.out)
         return
     os.makedirs(args.out, exist_ok=True)
     failed = []

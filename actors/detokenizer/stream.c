@@ -2,6 +2,12 @@
 // byte-fallback runs, stop-string hold-back) and the stop strings, kept to name the one that
 // matched. State lives from the request's first TokenOut to its end here: the scheduler's
 // finish, a stop string, or a token the vocabulary does not have.
+//
+// A request of an adapter with added vocabulary (docs/adapters.md) brings the adapter's added
+// tokens with its first TokenOut (TokenizedReq.added_tokens, relayed by the scheduler): they
+// travel with the request, so they are there before its first token whatever else happens to
+// the adapter meanwhile, and nothing here waits on the registry. Its ls_detok decodes them as
+// the base decodes its own added tokens (skip_special_tokens, streaming, stop strings alike).
 #include "stream.h"
 
 #include <czmq.h>
@@ -15,12 +21,13 @@
 typedef struct {
     uint64_t rid;
     ls_detok_t *detok;
+    ls_tok_added_t *added;  // its adapter's added tokens, NULL: none
     ls_texts_t stops;  // copies of sampling.stop, for TextOut.matched_stop
     unsigned flags;    // LS_DETOK_SKIP_SPECIAL with sampling.skip_special_tokens
 } req_t;
 
 struct dstream {
-    const ls_tokenizer_t *tok;
+    ls_tokenizer_t *tok;
     dstream_host_t host;
     zhashx_t *reqs;  // rid key → req_t
     dstream_stats_t stats;
@@ -35,6 +42,7 @@ static void s_req_free(void **item) {
     if (!r)
         return;
     ls_detok_destroy(&r->detok);
+    ls_tok_added_destroy(&r->added);  // after the detok that reads it
     for (size_t i = 0; i < r->stops.n; i++)
         free(r->stops.v[i].s);
     free(r->stops.v);
@@ -42,7 +50,7 @@ static void s_req_free(void **item) {
     *item = NULL;
 }
 
-dstream_t *dstream_new(const ls_tokenizer_t *tok, const dstream_host_t *host) {
+dstream_t *dstream_new(ls_tokenizer_t *tok, const dstream_host_t *host) {
     dstream_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
@@ -86,17 +94,48 @@ static int s_append(dstream_t *self, const char *s, size_t n) {
     return 0;
 }
 
-static req_t *s_req_new(dstream_t *self, uint64_t rid, const ls_msg_sampling_params_t *sp) {
+// The adapter's added tokens of a first TokenOut over the tokenizer (ids from the first one's,
+// in order): 0 with *out NULL when there are none, -1 + err when they cannot be taken.
+static int s_added_new(ls_tokenizer_t *tok, const ls_msg_added_tokens_t *l, ls_tok_added_t **out, char *err,
+                       size_t errlen) {
+    *out = NULL;
+    if (!l->n)
+        return 0;
+    ls_tok_added_spec_t *specs = calloc(l->n, sizeof *specs);
+    if (!specs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t i = 0;
+    for (; i < l->n && l->v[i].content && (int64_t)l->v[i].id == (int64_t)l->v[0].id + (int64_t)i; i++)
+        specs[i] = (ls_tok_added_spec_t){l->v[i].content, strlen(l->v[i].content), l->v[i].special,
+                                         l->v[i].single_word, l->v[i].lstrip, l->v[i].rstrip, l->v[i].normalized};
+    if (i < l->n)
+        snprintf(err, errlen, "added token %zu has no content or is out of order", i);
+    else
+        *out = ls_tok_added_new(tok, l->v[0].id, specs, l->n, err, errlen);
+    free(specs);
+    return *out ? 0 : -1;
+}
+
+static req_t *s_req_new(dstream_t *self, uint64_t rid, const ls_msg_token_out_t *t, char *err, size_t errlen) {
+    const ls_msg_sampling_params_t *sp = &t->sampling;
+    snprintf(err, errlen, "out of memory");
     req_t *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->rid = rid;
+    if (s_added_new(self->tok, &t->added_tokens, &r->added, err, errlen) < 0) {
+        free(r);
+        return NULL;
+    }
     size_t n = sp->stop.n;
     const char **texts = n ? calloc(n, sizeof *texts) : NULL;
     size_t *lens = n ? calloc(n, sizeof *lens) : NULL;
     if (n && (!texts || !lens || !(r->stops.v = calloc(n, sizeof *r->stops.v)))) {
         free(texts);
         free(lens);
+        ls_tok_added_destroy(&r->added);
         free(r);
         return NULL;
     }
@@ -108,7 +147,7 @@ static req_t *s_req_new(dstream_t *self, uint64_t rid, const ls_msg_sampling_par
             r->stops.n++;
         }
     r->flags = sp->skip_special_tokens ? LS_DETOK_SKIP_SPECIAL : 0;
-    r->detok = r->stops.n == n ? ls_detok_new(self->tok, r->flags, texts, lens, n) : NULL;
+    r->detok = r->stops.n == n ? ls_detok_new_added(self->tok, r->added, r->flags, texts, lens, n) : NULL;
     free(texts);
     free(lens);
     if (!r->detok) {
@@ -142,13 +181,14 @@ static void s_f32s(ls_f32s_t *dst, const ls_f32s_t *src, size_t n) {
 // special tokens named, so that each reads as itself. An id outside the vocabulary gets "" (as
 // a sampled token it has already failed the request). On out of memory dst stays shorter
 // than n and the gateway falls back to naming tokens by id.
-static void s_token_texts(const ls_tokenizer_t *tok, unsigned flags, ls_texts_t *dst, const int32_t *ids, size_t n) {
+static void s_token_texts(const ls_tokenizer_t *tok, const ls_tok_added_t *added, unsigned flags, ls_texts_t *dst,
+                          const int32_t *ids, size_t n) {
     if (!n || !(dst->v = calloc(n, sizeof *dst->v)))
         return;
     char err[64];
     for (size_t i = 0; i < n; i++) {
         size_t len = 0;
-        char *s = ls_tokenizer_decode(tok, &ids[i], 1, flags, &len, err, sizeof err);
+        char *s = ls_tokenizer_decode_added(tok, added, &ids[i], 1, flags, &len, err, sizeof err);
         ls_text_t t = ls_msg_textdup(s ? s : "", s ? len : 0);
         free(s);
         if (!t.s)
@@ -184,13 +224,15 @@ void dstream_on_token_out(dstream_t *self, const ls_msg_t *msg) {
     ls_msg_text_out_t *o = &out.u.text_out;
     if (!r) {
         self->stats.requests++;
-        if (!(r = s_req_new(self, msg->rid, &t->sampling)) || zhashx_insert(self->reqs, key, r) < 0) {
+        char err[320], why[400];
+        if (!(r = s_req_new(self, msg->rid, t, err, sizeof err)) || zhashx_insert(self->reqs, key, r) < 0) {
+            snprintf(why, sizeof why, "the detokenizer cannot take the request: %s", r ? "out of memory" : err);
             void *item = r;
             s_req_free(&item);
-            ls_error(msg->rid, "detokenizer out of memory");
+            ls_error(msg->rid, "%s", why);
             o->finish = LS_FINISH_REASON_ERROR;
             o->error_code = LS_ERROR_CODE_INTERNAL;
-            o->error = ls_msg_strdup("the detokenizer ran out of memory");
+            o->error = ls_msg_strdup(why);
             if (t->finish == LS_FINISH_REASON_NONE)
                 s_abort(self, msg->rid, LS_FINISH_REASON_ABORT, "the detokenizer failed");
             self->stats.failed++;
@@ -230,8 +272,8 @@ void dstream_on_token_out(dstream_t *self, const ls_msg_t *msg) {
     s_i32s(&o->top_ids, &t->top_ids, used * k);
     s_f32s(&o->top_logprobs, &t->top_logprobs, used * k);
     if (t->logprobs.n) {
-        s_token_texts(self->tok, r->flags, &o->token_texts, o->token_ids.v, o->token_ids.n);
-        s_token_texts(self->tok, 0, &o->top_texts, o->top_ids.v, o->top_ids.n);
+        s_token_texts(self->tok, r->added, r->flags, &o->token_texts, o->token_ids.v, o->token_ids.n);
+        s_token_texts(self->tok, r->added, 0, &o->top_texts, o->top_ids.v, o->top_ids.n);
     }
     o->prompt_tokens = t->prompt_tokens;
     o->completion_tokens = t->completion_tokens - (uint32_t)(t->token_ids.n - used);

@@ -25,11 +25,13 @@ typedef struct {
     uint64_t tokens;          // tokens decoded
     uint64_t stop_matches;    // requests ended by a stop string
     uint64_t dropped;         // TokenOuts for no known request (after a stop string, or stray)
-    uint64_t failed;          // requests ended here with an error (id outside the vocabulary)
+    uint64_t failed;          // requests ended here with an error (id outside the vocabulary,
+                              // added tokens that cannot be taken)
 } dstream_stats_t;
 
-// tok must outlive the stream.
-dstream_t *dstream_new(const ls_tokenizer_t *tok, const dstream_host_t *host);
+// tok must outlive the stream, and be used on the stream's thread only (an adapter's added
+// tokens are taken over it per request).
+dstream_t *dstream_new(ls_tokenizer_t *tok, const dstream_host_t *host);
 void dstream_destroy(dstream_t **self_p);
 // One TokenOut from the scheduler (rid = the tokenizer's request id).
 void dstream_on_token_out(dstream_t *self, const ls_msg_t *msg);

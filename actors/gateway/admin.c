@@ -361,8 +361,9 @@ static const char *s_tokenize_param(const gw_call_t *c) {
     return q->detokenize ? "tokens" : q->chat ? "messages" : "prompt";
 }
 
-// The tokenizer is the base model's for every model name (adapters add no vocabulary), but an
-// unknown name is a 404 as vLLM answers it: a name other than the base's is looked up first.
+// An adapter's name goes with the request, so that its added tokens (docs/adapters.md) take
+// part; an unknown name is a 404 as vLLM answers it: a name other than the base's is looked up
+// first.
 void gw_tokenize_start(gw_req_t *req, bool detokenize) {
     size_t len;
     const char *body = gw_req_body(req, &len);
@@ -384,6 +385,12 @@ void gw_tokenize_start(gw_req_t *req, bool detokenize) {
     snprintf(c->label, sizeof c->label, "%s", gw_adapter_of(model, gw_state.base));
     free(model);
     c->tokenize = m;
+    if (c->label[0] && !(c->tokenize.u.tokenize_req.adapter = ls_msg_strdup(c->label))) {
+        gw_respond_error(req, 500, "out of memory", NULL, NULL);
+        c->req = NULL;
+        gw_call_free(c);
+        return;
+    }
     if (!c->label[0]) {
         s_admin_send(c, &c->tokenize, NULL, S_LIST_MS);
         return;

@@ -201,9 +201,16 @@ void check_adapter(const check_env_t *env, check_mode_t mode, const char *name, 
     }
     if (info.token_rows > env->extra_vocab_size) {
         s_fail(out, LS_ERROR_CODE_BAD_REQUEST,
-               "adapter %s replaces %d rows of the embedding or lm_head (trainable_token_indices); "
-               "the workers hold %d a slot (--lora-extra-vocab-size)", name, info.token_rows,
+               "adapter %s replaces or adds %d rows of the embedding or lm_head "
+               "(trainable_token_indices, %d added tokens); the workers hold %d a slot "
+               "(--lora-extra-vocab-size)", name, info.token_rows, info.added_tokens,
                env->extra_vocab_size);
+        return;
+    }
+    // the added tokens themselves, for the tokenizer (AdapterAcquired.added_tokens)
+    if (info.added_tokens > 0 &&
+        ls_added_vocab_read(out->path, env->model->vocab_size, &out->added, err, sizeof err) < 0) {
+        s_fail(out, LS_ERROR_CODE_BAD_REQUEST, "adapter %s: %s", name, err);
         return;
     }
     out->rank = (uint32_t)info.max_rank;

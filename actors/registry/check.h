@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "added_vocab.h"
 #include "model_config.h"
 
 #define CHECK_REASON_MAX 768
@@ -54,7 +55,10 @@ typedef struct {
     uint32_t rank;        // largest rank over the adapted modules
     float alpha;          // lora_alpha (PEFT's default 8 when absent)
     unsigned targets;     // bit (1u << ls_target_t) per target it adapts
-    uint32_t token_rows;  // rows of the embedding or lm_head it replaces (trainable tokens)
+    uint32_t token_rows;  // rows of the embedding or lm_head it replaces (trainable tokens) or
+                          // adds (added vocabulary)
+    ls_added_vocab_t added;  // its tokenizer's tokens past vocab_size; reg_load_checked takes
+                             // them, ls_added_vocab_free frees what it left
 } check_result_t;
 
 // 0 when name can be registered: 1..CHECK_NAME_MAX bytes, no '/', '\\' or control

@@ -22,6 +22,7 @@ typedef struct {
     float alpha;
     unsigned targets;
     uint32_t token_rows;  // trainable tokens' rows (check_result_t)
+    ls_added_vocab_t added;  // its tokenizer's tokens past vocab_size (check_result_t)
     uint32_t in_flight;
     uint64_t last_used_ms;
     op_t *op;           // the load or unload in progress, NULL when READY
@@ -147,6 +148,7 @@ static void s_ref_remove(reg_t *self, ref_t *r) {
     free(r->id);
     free(r->name);
     free(r->path);
+    ls_added_vocab_free(&r->added);
     free(r);
 }
 
@@ -276,6 +278,14 @@ static void s_answer_acquired(reg_t *self, void *w, const ref_t *r, const char *
         a->adapter_id = ls_msg_strdup(r->id);
         a->rank = r->rank;
         a->token_rows = r->token_rows;
+        a->added_tokens.v = r->added.n ? calloc((size_t)r->added.n, sizeof *a->added_tokens.v) : NULL;
+        for (int i = 0; a->added_tokens.v && i < r->added.n; i++) {
+            const ls_added_token_t *t = &r->added.tokens[i];
+            a->added_tokens.v[a->added_tokens.n++] = (ls_msg_added_token_t){
+                .id = t->id, .content = ls_msg_strdup(t->content), .special = t->special,
+                .single_word = t->single_word, .lstrip = t->lstrip, .rstrip = t->rstrip,
+                .normalized = t->normalized};
+        }
     }
     a->code = code;
     a->reason = code ? ls_msg_strdup(reason) : NULL;
@@ -463,7 +473,7 @@ void reg_load(reg_t *self, uint64_t now_ns, reg_origin_t origin, const char *nam
     self->host.check(self->host.host, op->id, mode, name, path);
 }
 
-void reg_load_checked(reg_t *self, uint64_t now_ns, uint64_t opid, const check_result_t *res) {
+void reg_load_checked(reg_t *self, uint64_t now_ns, uint64_t opid, check_result_t *res) {
     op_t *op = s_op_find(self, opid);
     if (!op || op->kind != OP_LOAD || op->phase != PH_CHECKING)
         return;
@@ -487,6 +497,9 @@ void reg_load_checked(reg_t *self, uint64_t now_ns, uint64_t opid, const check_r
     r->alpha = res->alpha;
     r->targets = res->targets;
     r->token_rows = res->token_rows;
+    ls_added_vocab_free(&r->added);  // a ref loaded again (a restored journal entry)
+    r->added = res->added;
+    res->added = (ls_added_vocab_t){0};
     for (ref_t *other = zlistx_first(self->order); other; other = zlistx_next(self->order))
         if (other != r && !strcmp(other->path, r->path))
             ls_warn(0, "%s is already loaded as %s; loading another copy as %s", r->path, other->name, r->name);

@@ -106,7 +106,7 @@ void reg_destroy(reg_t **self_p);
 void reg_load(reg_t *self, uint64_t now_ns, reg_origin_t origin, const char *name, const char *path, bool pinned,
               const char *id, void *waiter);
 // The job's verdict on the load op.
-void reg_load_checked(reg_t *self, uint64_t now_ns, uint64_t op, const check_result_t *res);
+void reg_load_checked(reg_t *self, uint64_t now_ns, uint64_t op, check_result_t *res);
 // UnloadAdapter; waiter gets the AdapterUnloaded.
 void reg_unload(reg_t *self, uint64_t now_ns, const char *name, void *waiter);
 // AcquireAdapter; waiter gets the AdapterAcquired. An empty or NULL name is the base model.

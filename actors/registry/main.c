@@ -139,6 +139,7 @@ static void s_check_work(void *arg) {
 static void s_check_done(ls_actor_t *a, void *arg) {
     check_job_t *j = arg;
     reg_load_checked(s_r.reg, ls_actor_now_ns(a), j->op, &j->res);
+    ls_added_vocab_free(&j->res.added);
     free(j->name);
     free(j->path);
     zframe_destroy(&j->weights);

@@ -246,6 +246,8 @@ static void s_emit_out(sched_t *s, req_t *r, const ls_msg_step_output_t *o, uint
     if (!r->sent_first) {
         t->first = true;
         s_sampling_copy(&t->sampling, &r->sampling);
+        t->added_tokens = r->added;  // moved: needed once
+        r->added = (ls_msg_added_tokens_t){0};
         r->sent_first = true;
     }
     t->prompt_tokens = r->n_prompt;
@@ -336,6 +338,9 @@ static void s_req_free(sched_t *s, req_t *r) {
     zhashx_delete(s->reqs, key);
     sched_reply_release(s, &r->reply);
     s_sampling_free(&r->sampling);
+    for (size_t i = 0; i < r->added.n; i++)
+        free(r->added.v[i].content);
+    free(r->added.v);
     free(r->stop);
     free(r->tokens);
     free(r->blocks);
@@ -615,10 +620,12 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
     uint64_t n_prompt = tr->input_ids.n, bs = kv_block_size(s->kv);
     uint64_t need_blocks = (n_prompt + max_new - 1 + bs - 1) / bs;
     // A token the model does not have would fail the whole step it runs in, for every request
-    // batched with it: refuse it here, alone.
+    // batched with it: refuse it here, alone. A request of one adapter may have its added ids
+    // (docs/adapters.md), which the tokenizer checked against its added tokens.
+    uint64_t vocab = s->vocab + (tr->mix.n || !tr->adapter_id || !*tr->adapter_id ? 0 : tr->added_tokens.n);
     size_t bad_at = n_prompt;
     for (size_t i = 0; i < n_prompt && bad_at == n_prompt; i++)
-        if (tr->input_ids.v[i] < 0 || (uint32_t)tr->input_ids.v[i] >= s->vocab)
+        if (tr->input_ids.v[i] < 0 || (uint64_t)tr->input_ids.v[i] >= vocab)
             bad_at = i;
     if (rid == 0)  // the workers' per-request state knows no request 0
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "request id 0 names no request");
@@ -626,8 +633,8 @@ static int s_request_check(sched_t *s, const ls_msg_t *msg, void *reply, const l
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref, "the prompt is empty");
     else if (bad_at < n_prompt)
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref,
-                      "token id %d at position %zu is outside the model's vocabulary of %u", tr->input_ids.v[bad_at],
-                      bad_at, s->vocab);
+                      "token id %d at position %zu is outside the model's vocabulary of %u%s", tr->input_ids.v[bad_at],
+                      bad_at, s->vocab, vocab > s->vocab ? " and its adapter's added tokens" : "");
     else if (tr->sampling.n > 1)
         s_error_reply(s, reply, rid, LS_ERROR_CODE_BAD_REQUEST, ref,
                       "n = %u: the tokenizer expands n > 1 into separate requests", tr->sampling.n);
@@ -720,6 +727,8 @@ static void s_request(sched_t *s, uint64_t now, ls_msg_t *msg, void *reply) {
     }
     r->sampling = tr->sampling;  // moved: the message no longer owns its arrays
     memset(&tr->sampling, 0, sizeof tr->sampling);
+    r->added = tr->added_tokens;
+    tr->added_tokens = (ls_msg_added_tokens_t){0};
     r->seed = r->sampling.has_seed ? r->sampling.seed : s_seed_of(rid);
     r->n_prompt = (uint32_t)n_prompt;  // below max_context, checked
     r->cap_tokens = r->n_prompt + max_new;

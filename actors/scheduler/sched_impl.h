@@ -37,6 +37,8 @@ struct req {
     bool mixed;  // ads and weights are a mix (StepItem.mix), one adapter at another weight included
     char *mix_key;  // a mix's prefix-cache key: its components' ids and weights, in order
     ls_msg_sampling_params_t sampling;  // as asked; goes out with the first TokenOut
+    ls_msg_added_tokens_t added;  // its adapter's added tokens (TokenizedReq): moved into the
+                                  // first TokenOut, for the detokenizer
     int32_t *stop;  // token ids that end it: EOS and stop ids (none with ignore_eos)
     size_t n_stop;
     uint64_t seed;

@@ -8,7 +8,8 @@
 //   GenerateReq             → TextOut pieces (stream) or one TextOut per completion; the last
 //                             has `last`. Refusals: one TextOut {finish ERROR, error_code, last}.
 //   Abort                   → Abort to the scheduler for each of the request's completions
-//   TokenizeReq             → TokenizeResp (vLLM's /tokenize and /detokenize), or Error BAD_REQUEST
+//   TokenizeReq             → TokenizeResp (vLLM's /tokenize and /detokenize), or Error BAD_REQUEST;
+//                             naming an adapter, after acquiring it (its added tokens)
 //   LoadAdapter, UnloadAdapter, ListAdapters → relayed to the registry; its answer relayed back
 // Accepts on its ROUTER, from the detokenizer: TextOut (rid = a completion's rid here).
 // Accepts on its control DEALER: PeerStatus (an actor went down: answer what waited on it).
@@ -29,6 +30,22 @@
 #include "prompt.h"
 
 typedef struct greq greq_t;
+
+// An adapter's added tokens (docs/adapters.md, "Added vocabulary"), kept per adapter id while
+// some request holds the adapter: the tokenizer's table, and the list as the registry gave it
+// (copied into each TokenizedReq for the detokenizer).
+typedef struct {
+    ls_tok_added_t *tab;
+    ls_msg_added_tokens_t list;
+    uint32_t refs;
+} added_t;
+
+// A TokenizeReq naming an adapter, while the adapter is acquired.
+typedef struct {
+    ls_route_t *route;
+    uint64_t client_rid;
+    ls_msg_t req;  // the TokenizeReq, moved out of the inbound message
+} tpend_t;
 
 // One completion: one request at the scheduler.
 typedef struct {
@@ -53,6 +70,7 @@ struct greq {
     ls_msg_t req;   // the GenerateReq, moved out of the inbound message
     ls_token_ids_t ids;
     char *adapter_id;  // held from the registry (NULL: the base model, or not held)
+    added_t *added;    // its added tokens, held while adapter_id is (NULL: none)
     uint32_t n_held;   // a mix: its first n_held components are held (ids in req's mix)
     bool acquiring;    // AcquireAdapter sent, no answer yet
     bool closed;       // the client had its last TextOut, or is gone
@@ -79,6 +97,8 @@ typedef struct {
     uint64_t next_id;
     zhashx_t *comps;     // rid → comp_t
     zhashx_t *acquires;  // group id → greq_t, while acquiring
+    zhashx_t *tpend;     // acquire rid → tpend_t: a TokenizeReq's adapter, while acquiring
+    zhashx_t *added;     // adapter id → added_t, while a request holds an adapter with some
     zhashx_t *clients;   // client key → greq_t, until closed
     zhashx_t *relays;    // rid → relay_t
     zhashx_t *open_by_client;  // client identity (hex) → its requests not closed (uintptr_t)
@@ -139,6 +159,43 @@ static void s_oom(void) {
     abort();
 }
 
+static void s_added_list_free(ls_msg_added_tokens_t *l) {
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].content);
+    free(l->v);
+    *l = (ls_msg_added_tokens_t){0};
+}
+
+// One more holder of adapter_id's added tokens (list, as AdapterAcquired gave them: moved here
+// when the table is new). NULL + err when they cannot be taken over the tokenizer.
+static added_t *s_added_hold(const char *adapter_id, ls_msg_added_tokens_t *list, char *err, size_t errlen) {
+    added_t *x = zhashx_lookup(s_tok.added, adapter_id);
+    if (!x) {
+        if (!(x = calloc(1, sizeof *x)))
+            s_oom();
+        if (!(x->tab = tmodel_added_new(s_tok.model, list, err, errlen))) {
+            free(x);
+            return NULL;
+        }
+        x->list = *list;
+        *list = (ls_msg_added_tokens_t){0};
+        zhashx_insert(s_tok.added, adapter_id, x);
+    }
+    x->refs++;
+    return x;
+}
+
+// A holder of adapter_id's added tokens is done; the last one drops them.
+static void s_added_drop(const char *adapter_id) {
+    added_t *x = zhashx_lookup(s_tok.added, adapter_id);
+    if (!x || --x->refs)
+        return;
+    ls_tok_added_destroy(&x->tab);
+    s_added_list_free(&x->list);
+    zhashx_delete(s_tok.added, adapter_id);
+    free(x);
+}
+
 // ---------------------------------------------------------------------------------------------
 // groups
 
@@ -158,6 +215,10 @@ static void s_release_one(greq_t *g, char **adapter_id, char *name) {
 // Gives back what g holds: its adapter, or every component of its mix held so far.
 static void s_release(greq_t *g) {
     ls_msg_generate_req_t *req = &g->req.u.generate_req;
+    if (g->added) {
+        s_added_drop(g->adapter_id);
+        g->added = NULL;
+    }
     if (g->adapter_id)
         s_release_one(g, &g->adapter_id, req->adapter);
     for (; g->n_held > 0; g->n_held--)
@@ -367,7 +428,8 @@ static void s_dispatch_group(greq_t *g) {
     for (uint32_t i = 0; i < g->n && !g->closed; i++) {
         comp_t *c = &g->comps[i];
         ls_msg_t m;
-        if (tmodel_request(s_tok.model, req, &g->ids, i, g->adapter_id, now_ms, g->deadline_ms, &m) < 0)
+        if (tmodel_request(s_tok.model, req, &g->ids, i, g->adapter_id, g->added ? &g->added->list : NULL, now_ms,
+                           g->deadline_ms, &m) < 0)
             s_oom();
         m.rid = c->rid;
         s_count("prompt_tokens_total", g->ids.n);
@@ -485,7 +547,10 @@ static int s_on_generate(ls_actor_t *a, ls_in_t *in, void *state) {
     }
     char err[512];
     ls_token_ids_t ids = {0};
-    uint32_t code = tmodel_prompt(s->model, req, s_unix_now(a), &ids, err, sizeof err);
+    // a request naming an adapter may give its added ids (input_ids past the vocabulary): they are
+    // checked once the adapter's added tokens come with it (s_adapter_prompt)
+    bool adapter = req->adapter && *req->adapter && !req->mix.n;
+    uint32_t code = tmodel_prompt(s->model, req, NULL, adapter, s_unix_now(a), &ids, err, sizeof err);
     if (code) {
         free(key);
         free(client);
@@ -559,20 +624,121 @@ static int s_on_client_abort(ls_actor_t *a, ls_in_t *in, void *state) {
     return 0;
 }
 
-// TokenizeReq: answered at once, from the model's text side alone (no adapter, no scheduler).
+// TokenizeReq: answered from the model's text side (no scheduler): at once for the base model;
+// naming an adapter, once the registry gave it (its added tokens take part), which is then
+// released.
 static int s_on_tokenize(ls_actor_t *a, ls_in_t *in, void *state) {
     tok_t *s = state;
     char err[512];
+    s_count("tokenize_requests_total", 1);
+    const char *adapter = in->msg->u.tokenize_req.adapter;
+    if (adapter && *adapter) {
+        tpend_t *p = calloc(1, sizeof *p);
+        if (!p || !(p->route = ls_route_new(in)))
+            s_oom();
+        p->client_rid = in->msg->rid;
+        memcpy(&p->req, in->msg, sizeof p->req);  // moved: the runtime's copy is emptied
+        ls_msg_init(in->msg, LS_MSG_TOKENIZE_REQ);
+        ls_msg_t m;
+        ls_msg_init(&m, LS_MSG_ACQUIRE_ADAPTER);
+        m.rid = ++s->next_id;
+        m.u.acquire_adapter.name = ls_msg_strdup(adapter);
+        int rc = ls_actor_send_peer(a, "registry", &m, NULL);
+        ls_msg_clear(&m);
+        char key[24];
+        s_key(s->next_id, key);
+        if (rc < 0) {
+            ls_actor_route_error(a, p->route, p->client_rid, LS_ERROR_CODE_UNAVAILABLE, LS_MSG_TOKENIZE_REQ,
+                                 "the adapter registry cannot be reached");
+            ls_route_destroy(&p->route);
+            ls_msg_clear(&p->req);
+            free(p);
+            s_count_refusal(LS_ERROR_CODE_UNAVAILABLE);
+            return -1;
+        }
+        zhashx_insert(s->tpend, key, p);
+        return 0;
+    }
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_TOKENIZE_RESP);
     m.rid = in->msg->rid;
-    s_count("tokenize_requests_total", 1);
-    uint32_t code = tmodel_tokenize(s->model, &in->msg->u.tokenize_req, s_unix_now(a), &m.u.tokenize_resp, err, sizeof err);
+    uint32_t code = tmodel_tokenize(s->model, &in->msg->u.tokenize_req, NULL, s_unix_now(a), &m.u.tokenize_resp, err,
+                                    sizeof err);
     int rc = code ? ls_actor_reply_error(a, in, code, "%s", err) : ls_actor_reply(a, in, &m);
     if (code)
         s_count_refusal(code);
     ls_msg_clear(&m);
     return code ? -1 : rc;
+}
+
+// The registry's answer for a TokenizeReq's adapter (key: the acquire's rid): the answer with
+// its added tokens, or the refusal; the adapter goes back at once.
+static void s_tokenize_acquired(ls_actor_t *a, tpend_t *p, uint64_t acquire_rid, ls_msg_adapter_acquired_t *aa) {
+    char err[512];
+    uint32_t code = 0;
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_TOKENIZE_RESP);
+    m.rid = p->client_rid;
+    added_t *x = NULL;
+    if (!aa->ok) {
+        code = aa->code ? aa->code : LS_ERROR_CODE_UNAVAILABLE;
+        snprintf(err, sizeof err, "%s", aa->reason && *aa->reason ? aa->reason : "the adapter could not be acquired");
+    } else if (aa->added_tokens.n && !(x = s_added_hold(aa->adapter_id, &aa->added_tokens, err, sizeof err))) {
+        code = LS_ERROR_CODE_BAD_REQUEST;
+    } else {
+        code = tmodel_tokenize(s_tok.model, &p->req.u.tokenize_req, x ? x->tab : NULL, s_unix_now(a),
+                               &m.u.tokenize_resp, err, sizeof err);
+    }
+    if (code) {
+        ls_actor_route_error(a, p->route, p->client_rid, code, LS_MSG_TOKENIZE_REQ, "%s", err);
+        s_count_refusal(code);
+    } else {
+        ls_actor_send_route(a, p->route, &m, NULL);
+    }
+    if (x)
+        s_added_drop(aa->adapter_id);
+    if (aa->ok) {
+        ls_msg_t r;
+        ls_msg_init(&r, LS_MSG_RELEASE_ADAPTER);
+        r.rid = acquire_rid;
+        r.u.release_adapter.adapter_id = ls_msg_strdup(aa->adapter_id);
+        r.u.release_adapter.name = ls_msg_strdup(p->req.u.tokenize_req.adapter);
+        ls_actor_send_peer(a, "registry", &r, NULL);
+        ls_msg_clear(&r);
+    }
+    ls_msg_clear(&m);
+    ls_msg_clear(&p->req);
+    ls_route_destroy(&p->route);
+    free(p);
+}
+
+// A request of one adapter, now held: its added tokens held too when it has some, and its
+// prompt built again with them when they can change it (or its input_ids go past the
+// vocabulary, which only they allow). 0, or -1 after ending g with the refusal.
+static int s_adapter_prompt(greq_t *g, ls_msg_adapter_acquired_t *aa) {
+    int32_t vocab = ls_tokenizer_vocab_size(tmodel_tokenizer(s_tok.model));
+    bool past = false;
+    for (size_t i = 0; i < g->ids.n && !past; i++)
+        past = g->ids.ids[i] >= vocab;
+    if (!aa->added_tokens.n && !past)
+        return 0;
+    char err[512], why[640];
+    if (aa->added_tokens.n && !(g->added = s_added_hold(g->adapter_id, &aa->added_tokens, err, sizeof err))) {
+        snprintf(why, sizeof why, "adapter %.64s: %s", aa->name ? aa->name : "?", err);
+        s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_BAD_REQUEST, why);
+        return -1;
+    }
+    ls_token_ids_t ids = {0};
+    uint32_t code = tmodel_prompt(s_tok.model, &g->req.u.generate_req, g->added ? g->added->tab : NULL, false,
+                                  s_unix_now(s_tok.actor), &ids, err, sizeof err);
+    if (code) {
+        ls_token_ids_free(&ids);
+        s_end_whole(g, LS_FINISH_REASON_ERROR, code, err);
+        return -1;
+    }
+    ls_token_ids_free(&g->ids);
+    g->ids = ids;
+    return 0;
 }
 
 // LoadAdapter, UnloadAdapter, ListAdapters: to the registry under a rid of ours, bulk frames
@@ -631,7 +797,13 @@ static int s_on_acquired(ls_actor_t *a, ls_in_t *in, void *state) {
     char key[24];
     s_key(in->msg->rid, key);
     greq_t *g = zhashx_lookup(s->acquires, key);
-    const ls_msg_adapter_acquired_t *aa = &in->msg->u.adapter_acquired;
+    ls_msg_adapter_acquired_t *aa = &in->msg->u.adapter_acquired;
+    tpend_t *p = g ? NULL : zhashx_lookup(s->tpend, key);
+    if (p) {
+        zhashx_delete(s->tpend, key);
+        s_tokenize_acquired(a, p, in->msg->rid, aa);
+        return 0;
+    }
     if (!g) {
         ls_warn(in->msg->rid, "AdapterAcquired for no request of ours");
         return 0;
@@ -653,13 +825,13 @@ static int s_on_acquired(ls_actor_t *a, ls_in_t *in, void *state) {
     else if (mix->n && aa->token_rows) {
         // its rows replace the base model's rather than add to them: no weight scales them
         char why[256];
-        snprintf(why, sizeof why, "adapter %.64s of the mix replaces %u rows of the embedding or "
-                 "lm_head (trainable tokens), which do not mix; use it alone",
+        snprintf(why, sizeof why, "adapter %.64s of the mix replaces or adds %u rows of the embedding "
+                 "or lm_head (trainable tokens, added vocabulary), which do not mix; use it alone",
                  aa->name ? aa->name : "?", aa->token_rows);
         s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_BAD_REQUEST, why);
     } else if (g->n_held < mix->n)
         s_acquire_next(g);
-    else
+    else if (mix->n || s_adapter_prompt(g, aa) == 0)
         s_dispatch_group(g);
     s_maybe_free(g);
     s_gauge();
@@ -699,8 +871,7 @@ static int s_on_error(ls_actor_t *a, ls_in_t *in, void *state) {
     if (!in->identity && !strcmp(in->from, "registry")) {
         if (zhashx_lookup(s->relays, key))
             return s_on_relayed_answer(a, in, state);
-        greq_t *g = zhashx_lookup(s->acquires, key);
-        if (g) {
+        if (zhashx_lookup(s->acquires, key) || zhashx_lookup(s->tpend, key)) {
             ls_msg_t m;
             ls_msg_init(&m, LS_MSG_ADAPTER_ACQUIRED);
             m.rid = in->msg->rid;
@@ -765,6 +936,17 @@ static void s_relay_lost(relay_t *r, uint32_t code, const char *why) {
     free(r);
 }
 
+// TokenizeReqs waiting on their adapter's acquire: answered with code (why), now.
+static void s_fail_tokenizes(uint32_t code, const char *why) {
+    for (tpend_t *p = zhashx_first(s_tok.tpend); p; p = zhashx_next(s_tok.tpend)) {
+        ls_actor_route_error(s_tok.actor, p->route, p->client_rid, code, LS_MSG_TOKENIZE_REQ, "%s", why);
+        ls_msg_clear(&p->req);
+        ls_route_destroy(&p->route);
+        free(p);
+    }
+    zhashx_purge(s_tok.tpend);
+}
+
 // The registry went down: acquires and relays waiting on it will never be answered.
 static void s_fail_registry_waits(const char *why) {
     for (greq_t *g = zhashx_first(s_tok.acquires); g; g = zhashx_next(s_tok.acquires)) {
@@ -773,6 +955,7 @@ static void s_fail_registry_waits(const char *why) {
             s_end_whole(g, LS_FINISH_REASON_ERROR, LS_ERROR_CODE_UNAVAILABLE, why);
     }
     zhashx_purge(s_tok.acquires);
+    s_fail_tokenizes(LS_ERROR_CODE_UNAVAILABLE, why);
     for (relay_t *r = zhashx_first(s_tok.relays); r; r = zhashx_next(s_tok.relays))
         s_relay_lost(r, LS_ERROR_CODE_UNAVAILABLE, why);
     zhashx_purge(s_tok.relays);
@@ -875,10 +1058,12 @@ static int s_start(ls_actor_t *a, void *state) {
     zmsg_destroy(&in);
     s->comps = zhashx_new();
     s->acquires = zhashx_new();
+    s->tpend = zhashx_new();
+    s->added = zhashx_new();
     s->clients = zhashx_new();
     s->relays = zhashx_new();
     s->open_by_client = zhashx_new();
-    if (!s->comps || !s->acquires || !s->clients || !s->relays || !s->open_by_client)
+    if (!s->comps || !s->acquires || !s->tpend || !s->added || !s->clients || !s->relays || !s->open_by_client)
         s_oom();
     for (const char *const *p = (const char *const[]){"registry", s->scheduler, NULL}; *p; p++)
         if (!ls_actor_has_peer(a, *p))
@@ -912,6 +1097,7 @@ static void s_shutdown(ls_actor_t *a, void *state) {
     for (relay_t *r = zhashx_first(s->relays); r; r = zhashx_next(s->relays))
         s_relay_lost(r, LS_ERROR_CODE_SHUTTING_DOWN, "the tokenizer is shutting down");
     zhashx_purge(s->relays);
+    s_fail_tokenizes(LS_ERROR_CODE_SHUTTING_DOWN, "the tokenizer is shutting down");
 }
 
 static void s_destroy(ls_actor_t *a, void *state) {
@@ -925,6 +1111,18 @@ static void s_destroy(ls_actor_t *a, void *state) {
     }
     zhashx_destroy(&s->comps);
     zhashx_destroy(&s->acquires);
+    for (tpend_t *p = zhashx_first(s->tpend); p; p = zhashx_next(s->tpend)) {  // s_shutdown answered them
+        ls_msg_clear(&p->req);
+        ls_route_destroy(&p->route);
+        free(p);
+    }
+    zhashx_destroy(&s->tpend);
+    for (added_t *x = zhashx_first(s->added); x; x = zhashx_next(s->added)) {  // groups freed unreleased
+        ls_tok_added_destroy(&x->tab);
+        s_added_list_free(&x->list);
+        free(x);
+    }
+    zhashx_destroy(&s->added);
     zhashx_destroy(&s->clients);
     zhashx_destroy(&s->relays);
     zhashx_destroy(&s->open_by_client);

@@ -18,6 +18,7 @@ struct tmodel {
     ls_chat_template_t *chat;  // NULL: chat requests are refused with chat_why
     char chat_why[512];
     uint32_t context;
+    int32_t vocab_size;  // config.json's: where an adapter's added ids start
     int32_t eos[S_MAX_EOS];
     size_t n_eos;
     // structured output: every request's grammar is compiled here first, so a bad one is a 400
@@ -46,6 +47,7 @@ tmodel_t *tmodel_load(const char *dir, const char *chat_template_file, char *err
         return NULL;
     }
     m->context = (uint32_t)cfg.max_position_embeddings;
+    m->vocab_size = cfg.vocab_size;
     m->n_eos = (size_t)ls_model_eos_ids(dir, &cfg, m->eos, S_MAX_EOS);
     m->chat = ls_chat_template_load(dir, chat_template_file, m->chat_why, sizeof m->chat_why);
     if (!m->chat && chat_template_file) {
@@ -67,8 +69,32 @@ void tmodel_destroy(tmodel_t **self_p) {
 }
 
 uint32_t tmodel_context(const tmodel_t *self) { return self->context; }
-const ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self) { return self->tok; }
+ls_tokenizer_t *tmodel_tokenizer(const tmodel_t *self) { return self->tok; }
 uint32_t tmodel_n(const ls_msg_generate_req_t *g) { return g->sampling.n ? g->sampling.n : 1; }
+
+ls_tok_added_t *tmodel_added_new(tmodel_t *self, const ls_msg_added_tokens_t *toks, char *err, size_t errlen) {
+    ls_tok_added_spec_t *specs = calloc(toks->n + 1, sizeof *specs);
+    if (!specs) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    ls_tok_added_t *a = NULL;
+    size_t i = 0;
+    for (; i < toks->n; i++) {
+        const ls_msg_added_token_t *t = &toks->v[i];
+        if ((int64_t)t->id != (int64_t)self->vocab_size + (int64_t)i || !t->content)
+            break;
+        specs[i] = (ls_tok_added_spec_t){t->content, strlen(t->content), t->special, t->single_word, t->lstrip,
+                                         t->rstrip, t->normalized};
+    }
+    if (i < toks->n)
+        snprintf(err, errlen, "added token %zu has id %d where %lld is due (vocab_size %d and up, in order)", i,
+                 (int)toks->v[i].id, (long long)self->vocab_size + (long long)i, (int)self->vocab_size);
+    else
+        a = ls_tok_added_new(self->tok, self->vocab_size, specs, toks->n, err, errlen);
+    free(specs);
+    return a;
+}
 
 // Renders a chat (messages, tools, chat_template_kwargs: JSON texts; tools and kwargs may be
 // NULL) into a malloc'ed prompt; NULL + err.
@@ -85,32 +111,40 @@ static char *s_render_chat(tmodel_t *m, const char *messages, const char *tools,
 // A chat rendered and encoded, appended to ids. The rendered prompt holds the template's special
 // tokens (BOS included), as HF's apply_chat_template(tokenize=True) encodes it, so no more are
 // added unless add_special asks (vLLM's /tokenize add_special_tokens). 0, or -1 + err.
-static int s_chat_ids(tmodel_t *m, const char *messages, const char *tools, const char *kwargs,
-                      bool add_generation_prompt, bool add_special, int64_t now_s, ls_token_ids_t *ids, char *err,
-                      size_t errlen) {
+static int s_chat_ids(tmodel_t *m, const ls_tok_added_t *added, const char *messages, const char *tools,
+                      const char *kwargs, bool add_generation_prompt, bool add_special, int64_t now_s,
+                      ls_token_ids_t *ids, char *err, size_t errlen) {
     size_t len;
     char *prompt = s_render_chat(m, messages, tools, kwargs, add_generation_prompt, now_s, &len, err, errlen);
     if (!prompt)
         return -1;
-    int rc = ls_tokenizer_encode(m->tok, prompt, len, add_special ? LS_TOKENIZE_ADD_SPECIAL : 0, ids, err, errlen);
+    int rc = ls_tokenizer_encode_added(m->tok, added, prompt, len, add_special ? LS_TOKENIZE_ADD_SPECIAL : 0, ids,
+                                       err, errlen);
     free(prompt);
     return rc;
 }
 
-// Every id of ids inside the vocabulary: 0, or -1 + err naming the first that is not (as the
-// client's field `what` holds it).
-static int s_ids_check(const tmodel_t *m, const ls_i32s_t *ids, const char *what, char *err, size_t errlen) {
+// Every id of ids inside the vocabulary, or one of the adapter's added tokens (added, NULL:
+// none; open: any id past the vocabulary passes): 0, or -1 + err naming the first that is not
+// (as the client's field `what` holds it).
+static int s_ids_check(const tmodel_t *m, const ls_tok_added_t *added, bool open, const ls_i32s_t *ids,
+                       const char *what, char *err, size_t errlen) {
     int32_t vocab = ls_tokenizer_vocab_size(m->tok);
     for (size_t i = 0; i < ids->n; i++)
-        if (ids->v[i] < 0 || ids->v[i] >= vocab) {
-            snprintf(err, errlen, "%s[%zu] = %d is outside the vocabulary (0..%d)", what, i, ids->v[i], vocab - 1);
+        if (ids->v[i] < 0 || (ids->v[i] >= vocab && !open && !ls_tok_added_token(added, ids->v[i], NULL))) {
+            if (added)
+                snprintf(err, errlen, "%s[%zu] = %d is outside the vocabulary (0..%d) and the adapter's added "
+                         "tokens (%d..%d)", what, i, ids->v[i], vocab - 1, (int)ls_tok_added_first(added),
+                         (int)(ls_tok_added_first(added) + (int32_t)ls_tok_added_count(added) - 1));
+            else
+                snprintf(err, errlen, "%s[%zu] = %d is outside the vocabulary (0..%d)", what, i, ids->v[i], vocab - 1);
             return -1;
         }
     return 0;
 }
 
-uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t now_s, ls_token_ids_t *ids,
-                       char *err, size_t errlen) {
+uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, const ls_tok_added_t *added,
+                       bool ids_open, int64_t now_s, ls_token_ids_t *ids, char *err, size_t errlen) {
     const bool text = g->text.s != NULL, input = g->input_ids.n > 0, messages = g->messages != NULL;
     if (g->sampling.n > LS_MSG_MAX_N) {
         snprintf(err, errlen, "n = %u: at most %d completions per request", g->sampling.n, LS_MSG_MAX_N);
@@ -135,14 +169,16 @@ uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t n
         return LS_ERROR_CODE_BAD_REQUEST;
     }
     if (g->chat) {
-        if (s_chat_ids(self, g->messages, g->tools, g->chat_template_kwargs, true, false, now_s, ids, err, errlen) < 0)
+        if (s_chat_ids(self, added, g->messages, g->tools, g->chat_template_kwargs, true, false, now_s, ids, err,
+                       errlen) < 0)
             return LS_ERROR_CODE_BAD_REQUEST;
     } else if (text) {
         // Completions add the post-processor's BOS, as HF's add_special_tokens=True.
-        if (ls_tokenizer_encode(self->tok, g->text.s, g->text.len, LS_TOKENIZE_ADD_SPECIAL, ids, err, errlen) < 0)
+        if (ls_tokenizer_encode_added(self->tok, added, g->text.s, g->text.len, LS_TOKENIZE_ADD_SPECIAL, ids, err,
+                                      errlen) < 0)
             return LS_ERROR_CODE_BAD_REQUEST;
     } else {
-        if (s_ids_check(self, &g->input_ids, "input_ids", err, errlen) < 0)
+        if (s_ids_check(self, added, ids_open, &g->input_ids, "input_ids", err, errlen) < 0)
             return LS_ERROR_CODE_BAD_REQUEST;
         ls_token_ids_t *v = ids;
         for (size_t i = 0; i < g->input_ids.n; i++) {
@@ -184,16 +220,16 @@ uint32_t tmodel_prompt(tmodel_t *self, const ls_msg_generate_req_t *g, int64_t n
     return 0;
 }
 
-uint32_t tmodel_tokenize(tmodel_t *self, const ls_msg_tokenize_req_t *q, int64_t now_s, ls_msg_tokenize_resp_t *out,
-                        char *err, size_t errlen) {
+uint32_t tmodel_tokenize(tmodel_t *self, const ls_msg_tokenize_req_t *q, const ls_tok_added_t *added, int64_t now_s,
+                        ls_msg_tokenize_resp_t *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->max_model_len = self->context;
     if (q->detokenize) {
         size_t len = 0;
-        if (s_ids_check(self, &q->input_ids, "tokens", err, errlen) < 0)
+        if (s_ids_check(self, added, false, &q->input_ids, "tokens", err, errlen) < 0)
             return LS_ERROR_CODE_BAD_REQUEST;
         // Special tokens kept: vLLM's /detokenize is HF's decode with its defaults.
-        char *text = ls_tokenizer_decode(self->tok, q->input_ids.v, q->input_ids.n, 0, &len, err, errlen);
+        char *text = ls_tokenizer_decode_added(self->tok, added, q->input_ids.v, q->input_ids.n, 0, &len, err, errlen);
         if (!text)
             return LS_ERROR_CODE_BAD_REQUEST;
         out->text = (ls_text_t){text, len};
@@ -204,10 +240,10 @@ uint32_t tmodel_tokenize(tmodel_t *self, const ls_msg_tokenize_req_t *q, int64_t
         return LS_ERROR_CODE_BAD_REQUEST;
     }
     ls_token_ids_t ids = {0};
-    int rc = q->chat ? s_chat_ids(self, q->messages, q->tools, q->chat_template_kwargs, q->add_generation_prompt,
-                                  q->add_special_tokens, now_s, &ids, err, errlen)
-                     : ls_tokenizer_encode(self->tok, q->text.s ? q->text.s : "", q->text.len,
-                                           q->add_special_tokens ? LS_TOKENIZE_ADD_SPECIAL : 0, &ids, err, errlen);
+    int rc = q->chat ? s_chat_ids(self, added, q->messages, q->tools, q->chat_template_kwargs,
+                                  q->add_generation_prompt, q->add_special_tokens, now_s, &ids, err, errlen)
+                     : ls_tokenizer_encode_added(self->tok, added, q->text.s ? q->text.s : "", q->text.len,
+                                                 q->add_special_tokens ? LS_TOKENIZE_ADD_SPECIAL : 0, &ids, err, errlen);
     if (rc < 0) {
         ls_token_ids_free(&ids);
         return LS_ERROR_CODE_BAD_REQUEST;
@@ -218,7 +254,9 @@ uint32_t tmodel_tokenize(tmodel_t *self, const ls_msg_tokenize_req_t *q, int64_t
         if (!(out->token_strs.v = calloc(ids.n, sizeof *out->token_strs.v)))
             goto oom;
         for (; out->token_strs.n < ids.n; out->token_strs.n++) {
-            const char *t = ls_tokenizer_id_to_token(self->tok, ids.ids[out->token_strs.n]);
+            int32_t id = ids.ids[out->token_strs.n];
+            const char *t = id < ls_tokenizer_vocab_size(self->tok) ? ls_tokenizer_id_to_token(self->tok, id)
+                                                                     : ls_tok_added_token(added, id, NULL);
             if (!(out->token_strs.v[out->token_strs.n] = ls_msg_textdup(t ? t : "", t ? strlen(t) : 0)).s)
                 goto oom;
         }
@@ -242,7 +280,8 @@ static int s_i32s_set(ls_i32s_t *dst, const int32_t *v, size_t n) {
 }
 
 int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const ls_token_ids_t *ids, uint32_t index,
-                   const char *adapter_id, uint64_t arrival_ms, uint64_t deadline_ms, ls_msg_t *out) {
+                   const char *adapter_id, const ls_msg_added_tokens_t *added, uint64_t arrival_ms,
+                   uint64_t deadline_ms, ls_msg_t *out) {
     ls_msg_init(out, LS_MSG_TOKENIZED_REQ);
     ls_msg_tokenized_req_t *t = &out->u.tokenized_req;
     t->sampling = g->sampling;  // scalars; the arrays are copied below
@@ -285,6 +324,14 @@ int tmodel_request(const tmodel_t *self, const ls_msg_generate_req_t *g, const l
                                                      .adapter_id = ls_msg_strdup(p->adapter_id)};
         }
     rc |= t->mix.n == g->mix.n ? 0 : -1;
+    if (added && added->n && (t->added_tokens.v = calloc(added->n, sizeof *t->added_tokens.v)))
+        for (; t->added_tokens.n < added->n; t->added_tokens.n++) {
+            ls_msg_added_token_t *d = &t->added_tokens.v[t->added_tokens.n];
+            *d = added->v[t->added_tokens.n];
+            if (!(d->content = ls_msg_strdup(d->content)))
+                break;
+        }
+    rc |= !added || t->added_tokens.n == added->n ? 0 : -1;
     t->arrival_ms = arrival_ms;
     t->deadline_ms = deadline_ms;
     if (rc) {

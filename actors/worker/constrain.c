@@ -21,7 +21,7 @@ typedef struct {
 
 struct wcon {
     char *model_dir;
-    int32_t V;
+    int32_t vocab, V;  // ids a grammar may allow; the masks' width (logits rows)
     int words;
     ls_tokenizer_t *tok;
     ls_token_masker_t *masker;
@@ -33,12 +33,13 @@ struct wcon {
     int cap_rows;
 };
 
-wcon_t *wcon_new(const char *model_dir, int32_t V) {
+wcon_t *wcon_new(const char *model_dir, int32_t vocab, int32_t V) {
     wcon_t *c = calloc(1, sizeof *c);
     if (!c || !(c->model_dir = strdup(model_dir ? model_dir : "."))) {
         free(c);
         return NULL;
     }
+    c->vocab = vocab < V ? vocab : V;
     c->V = V;
     c->words = (V + 31) / 32;
     return c;
@@ -72,7 +73,7 @@ static int s_load_vocab(wcon_t *c, char *err, size_t errlen) {
     const char **toks = calloc((size_t)c->V, sizeof *toks);
     uint32_t *lens = calloc((size_t)c->V, sizeof *lens);
     int32_t n = ls_tokenizer_vocab_size(c->tok);
-    for (int32_t v = 0; toks && lens && v < n && v < c->V; v++) {
+    for (int32_t v = 0; toks && lens && v < n && v < c->vocab; v++) {
         size_t len;
         toks[v] = ls_tokenizer_token_bytes(c->tok, v, &len);
         lens[v] = (uint32_t)len;

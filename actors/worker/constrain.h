@@ -17,10 +17,12 @@
 
 typedef struct wcon wcon_t;
 
-// model_dir: where tokenizer.json is (read when the first constrained request comes). V: the
-// model's logit rows' length (may exceed the tokenizer's vocabulary; the extra ids are never
-// allowed). NULL on out of memory.
-wcon_t *wcon_new(const char *model_dir, int32_t V);
+// model_dir: where tokenizer.json is (read when the first constrained request comes). vocab:
+// the model's vocab_size, the ids a grammar may allow (those the tokenizer spells); V: the
+// model's logit rows' length (ls_model_logits_width), past vocab by the adapters' added
+// vocabulary: its ids are never allowed under a grammar (docs/structured-output.md). NULL on
+// out of memory.
+wcon_t *wcon_new(const char *model_dir, int32_t vocab, int32_t V);
 void wcon_destroy(wcon_t **self_p);
 
 // Takes a step item's grammar: a constrained request seen for the first time gets its

@@ -195,7 +195,7 @@ static int s_load_engine(ls_actor_t *a) {
         return -1;
     }
     s_w.history = ls_history_new();
-    s_w.constrain = wcon_new(s_w.model_path, cfg->vocab_size);
+    s_w.constrain = wcon_new(s_w.model_path, cfg->vocab_size, cfg->vocab_size + s_w.extra_vocab_size);
     ls_info(0, "model ready: %s, %d layers, hidden %d, vocab %d, projections in %s; GPU pool of %d pages, each a KV block of %d "
                "tokens (%s) or adapter weights; %d adapter slots of rank up to %d; CPU tier %.1f MB (an adapter of rank %d "
                "on every target: %.1f MB, %d pages); rank %d of %d",
@@ -613,7 +613,8 @@ static int s_on_peer_status(ls_actor_t *a, ls_in_t *in, void *state) {
         ls_history_destroy(&s_w.history);
         s_w.history = ls_history_new();
         wcon_destroy(&s_w.constrain);
-        s_w.constrain = wcon_new(s_w.model_path, ls_model_config(s_w.model)->vocab_size);
+        s_w.constrain = wcon_new(s_w.model_path, ls_model_config(s_w.model)->vocab_size,
+                                 ls_model_config(s_w.model)->vocab_size + s_w.extra_vocab_size);
     } else if (ps->restarts > 0)
         s_send_info(a);
     return 0;

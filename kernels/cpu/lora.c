@@ -11,6 +11,7 @@
 */
 #include <assert.h>
 #include <cblas.h>
+#include <math.h>
 #include <string.h>
 
 #include "ops.h"
@@ -169,8 +170,18 @@ void ls_token_logits_forward(float *logits, const float *x, const float *rows, c
         int i = tiles[3 * j], f = tiles[3 * j + 1], n = tiles[3 * j + 2];
         for (int k = f; k < f + n; k++) {
             int id = (int)ids[k];
-            assert(id >= 0 && id < V);
+            assert(id >= 0 && id < V);  // V: the row width, past the vocabulary when widened
             logits[(size_t)i * V + id] = cblas_sdot(C, rows + (size_t)k * C, 1, x + (size_t)i * C, 1);
         }
+    }
+}
+
+void ls_logits_widen_forward(float *wide, const float *head, int R, int V, int W) {
+    assert(V <= W);
+    for (int r = 0; r < R; r++) {
+        float *o = wide + (size_t)r * W;
+        memcpy(o, head + (size_t)r * V, (size_t)V * sizeof(float));
+        for (int c = V; c < W; c++)
+            o[c] = -INFINITY;
     }
 }

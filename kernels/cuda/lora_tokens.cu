@@ -1,13 +1,16 @@
 /*  kernels/cuda/lora_tokens.cu — the adapters' own rows of the embedding and lm_head (PEFT's
-    trainable tokens): rows copied over the embedding's output where a token has one, and
-    the logits of an adapter's own lm_head rows recomputed on its logit rows. CPU
-    references: ls_token_rows_forward and ls_token_logits_forward (kernels/cpu/lora.c, ops.h).
+    trainable tokens, and added vocabulary): rows copied over the embedding's output where a
+    token has one, the logits rows widened past the vocabulary with -inf, and the logits of an
+    adapter's own lm_head rows recomputed on its logit rows (an added id's column among them).
+    CPU references: ls_token_rows_forward, ls_logits_widen_forward and ls_token_logits_forward
+    (kernels/cpu/lora.c, ops.h).
 
     Both are small next to the step: the copy moves hidden values per replaced token, and the
     recompute reads each logit row's listed lm_head rows once (a gather-GEMV over a few rows,
     not the vocabulary).
 */
 #include <assert.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "common.cuh"
@@ -67,5 +70,24 @@ cudaError_t ls_cu_token_logits(float *logits, const float *x, const void *rows,
     LS_CU_DISPATCH(rows_dt, TR,
         k_token_logits<TR><<<n_tiles, LOGITS_THREADS, 0, stream>>>(
             logits, x, (const TR *)rows, ids, tiles, C, V));
+    LS_CU_CHECK_LAUNCH();
+}
+
+// wide[r, c] = head[r, c] for c < V, -inf past it: a row per blockIdx.y, its columns spread
+// over blockIdx.x (memory-bound: a copy of the row)
+__global__ void k_logits_widen(float *wide, const float *__restrict__ head, int V, int W) {
+    size_t r = blockIdx.y;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < W; c += gridDim.x * blockDim.x)
+        wide[r * W + c] = c < V ? head[r * V + c] : -INFINITY;
+}
+
+cudaError_t ls_cu_logits_widen(float *wide, const float *head, int R, int V, int W,
+                               cudaStream_t stream) {
+    assert(V > 0 && V <= W && R <= 65535);
+    if (R == 0)
+        return cudaSuccess;
+    int chunks = (W + COPY_THREADS * 4 - 1) / (COPY_THREADS * 4);
+    dim3 grid(chunks < 1 ? 1 : chunks, R);
+    k_logits_widen<<<grid, COPY_THREADS, 0, stream>>>(wide, head, V, W);
     LS_CU_CHECK_LAUNCH();
 }

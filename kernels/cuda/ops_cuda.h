@@ -343,6 +343,9 @@ cudaError_t ls_cu_token_rows(float *out, const void *rows, ls_cu_dtype_t rows_dt
 cudaError_t ls_cu_token_logits(float *logits, const float *x, const void *rows,
                                ls_cu_dtype_t rows_dt, const float *ids, const int32_t *tiles,
                                int n_tiles, int C, int V, cudaStream_t stream);
+// As ls_logits_widen_forward: wide (R, W) = head (R, V), columns V .. W-1 -inf.
+cudaError_t ls_cu_logits_widen(float *wide, const float *head, int R, int V, int W,
+                               cudaStream_t stream);
 
 // The most local memory per thread (bytes) among the kernels the decode LoRA op runs on
 // 16-bit pools by default (for tests: it must be 0), -1 if it cannot be read.

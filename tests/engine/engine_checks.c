@@ -287,6 +287,151 @@ done:
 }
 
 // ---------------------------------------------------------------------------------------------
+// added vocabulary
+
+int ec_added(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min,
+             ec_added_t *out, char *err, size_t errlen) {
+    char root[1024], path[2048];
+    memset(out, 0, sizeof *out);
+    cJSON *ref = s_ref_open(fixtures_dir, arch, root, sizeof root, path, sizeof path, err, errlen), *aj = NULL;
+    row_t *rows = calloc(2, sizeof *rows);  // the base (reference.json's row 0), the adapter's
+    float *want = NULL, *base_want = NULL, *logits = NULL;
+    ls_model_t *m = NULL;
+    ls_kv_cache_t *kv = NULL;
+    ls_lora_pool_t *pool = NULL;
+    ls_adapter_t *ad = NULL;
+    int rc = -1;
+    if (!ref || !rows)
+        goto done;
+    snprintf(path, sizeof path, "%s/added.json", root);
+    if (!(aj = s_read_json(path, err, errlen))) {
+        snprintf(err, errlen, "%s: missing: PEFT's reference for the added-vocabulary adapter "
+                 "(tools/make_fixtures.py --added writes it)", path);
+        goto done;
+    }
+    const cJSON *jname = cJSON_GetObjectItemCaseSensitive(aj, "adapter");
+    const cJSON *jr0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ref, "rows"), 0);
+    const cJSON *src[2] = {jr0, aj};
+    for (int i = 0; i < 2; i++) {
+        rows[i].n_prompt = tu_json_ids(cJSON_GetObjectItemCaseSensitive(src[i], "prompt_ids"), rows[i].prompt, MAX_LEN);
+        rows[i].n_new = tu_json_ids(cJSON_GetObjectItemCaseSensitive(src[i], "greedy_ids"), rows[i].greedy, MAX_LEN);
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(src[i], "top2_gaps");
+        for (int k = 0; k < rows[i].n_new && k < cJSON_GetArraySize(g); k++)
+            rows[i].gaps[k] = cJSON_GetArrayItem(g, k)->valuedouble;
+        if (rows[i].n_prompt < 1 || rows[i].n_new < 1 || rows[i].n_prompt + rows[i].n_new > MAX_LEN ||
+            cJSON_GetArraySize(g) != rows[i].n_new || (i && !cJSON_IsString(jname))) {
+            snprintf(err, errlen, "%s: %s has no prompt, greedy ids and gaps of the expected lengths%s", root,
+                     i ? "added.json" : "reference.json row 0", i ? " or no adapter name" : "");
+            goto done;
+        }
+    }
+    rows[1].adapter = jname->valuestring;
+    snprintf(path, sizeof path, "%s/model", root);
+    if (!(m = ls_model_load(path, be, NULL, quant, NULL, NULL, err, errlen)))
+        goto done;
+    const ls_model_config_t *cfg = ls_model_config(m);
+    int V = cfg->vocab_size, bpr = MAX_LEN / BS;
+    int64_t shape[2], bshape[2];
+    snprintf(path, sizeof path, "%s/added.safetensors", root);
+    if (!(want = s_ref_f32(path, "last_logits", shape)) || shape[0] != 1 || shape[1] <= V || shape[1] > 2 * V) {
+        snprintf(err, errlen, "%s: no F32 last_logits of shape (1, vocab_size %d + its added tokens) "
+                 "(tools/make_fixtures.py --added)", path, V);
+        goto done;
+    }
+    out->width = (int)shape[1];
+    snprintf(path, sizeof path, "%s/reference.safetensors", root);
+    if (!(base_want = s_ref_f32(path, "last_logits", bshape)) || bshape[1] != V) {
+        snprintf(err, errlen, "%s: no F32 last_logits of width %d", path, V);
+        goto done;
+    }
+    for (int k = 0; k < rows[1].n_prompt; k++)
+        out->added_in_prompt += rows[1].prompt[k] >= V;
+    for (int k = 0; k < rows[1].n_new; k++)
+        out->greedy_added += rows[1].greedy[k] >= V;
+    ls_lora_pool_config_t pc = {.max_loras_per_batch = 2, .max_lora_rank = 16,
+                                .target_mask = (1u << LS_TARGET_ALL) - 1, .extra_vocab_size = 8};
+    int ad_pages = slot_plan_pages(m, BS, &pc, err, errlen);
+    if (ad_pages < 0 || !(kv = ls_kv_cache_new(m, 2 * bpr + ad_pages, BS, err, errlen)))
+        goto done;
+    ls_page_arena_t arena = ls_kv_cache_arena(kv);
+    if (!(pool = ls_lora_pool_new(be, cfg, &pc, &arena, err, errlen)))
+        goto done;
+    snprintf(path, sizeof path, "%s/adapters/%s", root, rows[1].adapter);
+    const char *ids[2] = {NULL, rows[1].adapter};
+    int32_t slots[2], tables[2][MAX_LEN / BS];
+    if (!(ad = ls_adapter_load(path, cfg, pc.max_lora_rank, err, errlen)) ||
+        ls_lora_pool_add_adapter(pool, rows[1].adapter, &ad, err, errlen) != 0 ||
+        slot_plan_map_once(pool, ids, 2, slots, err, errlen) != 0 || ls_lora_pool_wait(pool) != 0)
+        goto done;
+    for (int i = 0; i < 2; i++)
+        for (int b = 0; b < bpr; b++)
+            tables[i][b] = i * bpr + b;
+    ls_model_seq_t seqs[2];
+    for (int i = 0; i < 2; i++)
+        seqs[i] = (ls_model_seq_t){rows[i].prompt, rows[i].n_prompt, 0, tables[i], bpr, slots[i], true, NULL, 0};
+    if (ls_model_forward(m, kv, pool, seqs, 2, err, errlen) != 2)
+        goto done;
+    int W = out->logits_width = ls_model_logits_width(m);
+    if (W < out->width || !(logits = malloc(2 * (size_t)W * sizeof *logits)) || ls_model_logits_wide(m, logits) != 0) {
+        snprintf(err, errlen, "the logits (width %d) do not hold the adapter's %d columns, or cannot be read", W,
+                 out->width);
+        goto done;
+    }
+    out->last_max = s_max_diff(logits + W, want, (size_t)out->width);
+    for (int k = 0; k < out->width; k++)
+        out->last_mag = fmax(out->last_mag, fabs(want[k]));
+    out->base_max = s_max_diff(logits, base_want, (size_t)V);
+    out->past_neg_inf = 1;
+    for (int i = 0; i < 2; i++)
+        for (int k = i ? out->width : V; k < W; k++)
+            out->past_neg_inf &= isinf(logits[(size_t)i * W + k]) && logits[(size_t)i * W + k] < 0;
+    // greedy: decode steps of both rows, sampled over the whole width
+    ls_sampling_params_t params[2] = {{.top_p = 1, .repetition_penalty = 1}, {.top_p = 1, .repetition_penalty = 1}};
+    ls_sampling_batch_t sb = {.n_rows = 2, .params = params};
+    int32_t got[2][MAX_LEN], next[2];
+    int n_new = rows[1].n_new < rows[0].n_new ? rows[1].n_new : rows[0].n_new;
+    for (int t = 0; t < n_new; t++) {
+        if (ls_model_sample(m, &sb, next, NULL, NULL, NULL) != 0) {
+            snprintf(err, errlen, "sampling failed");
+            goto done;
+        }
+        for (int i = 0; i < 2; i++) {
+            got[i][t] = next[i];
+            seqs[i] = (ls_model_seq_t){&got[i][t], 1, rows[i].n_prompt + t, tables[i], bpr, slots[i], true, NULL, 0};
+        }
+        if (t + 1 < n_new && ls_model_forward(m, kv, pool, seqs, 2, err, errlen) != 2)
+            goto done;
+    }
+    for (int i = 0; i < 2; i++) {
+        int upto = 0, same = 0;
+        while (upto < n_new && rows[i].gaps[upto] >= gap_min)
+            upto++;
+        while (same < upto && got[i][same] == rows[i].greedy[same])
+            same++;
+        if (same < upto) {
+            out->greedy_mismatched++;
+            fprintf(stderr, "%s added-vocabulary batch row %d: greedy token %d is %d, reference %d (gap %.3e)\n",
+                    arch, i, same, got[i][same], rows[i].greedy[same], rows[i].gaps[same]);
+        }
+        out->greedy_compared += upto;
+        out->greedy_total += n_new;
+    }
+    rc = 0;
+done:
+    ls_adapter_destroy(&ad);
+    ls_lora_pool_destroy(&pool);
+    ls_kv_cache_destroy(&kv);
+    ls_model_destroy(&m);
+    free(logits);
+    free(want);
+    free(base_want);
+    free(rows);
+    cJSON_Delete(aj);
+    cJSON_Delete(ref);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
 // mix
 
 #define M_ROWS 5

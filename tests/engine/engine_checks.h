@@ -64,6 +64,26 @@ typedef struct {
 int ec_mix(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min, ec_mix_t *out,
            char *err, size_t errlen);
 
+// Added vocabulary (docs/adapters.md) against PEFT (<arch>/added.json and added.safetensors,
+// tools/make_fixtures.py --added): the adapter with added tokens, from its stored directory,
+// beside the base model in one batch: its row's last prompt position over its vocabulary
+// (vocab_size + its added tokens, the width PEFT's resized model has) and every column past
+// it -inf; the base row against reference.json's row 0; both rows' greedy tokens (decode
+// steps, sampled over the whole width) while the reference's top-2 gap is at least gap_min.
+typedef struct {
+    int width;              // the adapter's vocabulary
+    int logits_width;       // the engine's logits rows
+    int added_in_prompt;    // prompt ids at or past vocab_size
+    double last_max, last_mag;  // its row against PEFT's, and the largest |logit| there
+    int past_neg_inf;       // the columns past width are all -inf on both rows
+    double base_max;        // the base row against reference.json's
+    int greedy_compared, greedy_total, greedy_mismatched;
+    int greedy_added;       // reference greedy tokens that are added ids
+} ec_added_t;
+
+int ec_added(ls_backend_t *be, ls_quant_t quant, const char *fixtures_dir, const char *arch, double gap_min,
+             ec_added_t *out, char *err, size_t errlen);
+
 typedef struct {
     int requests;    // decoded (base + four adapters × 16 prompts × raw and chat)
     int mismatches;  // outputs that differ from eval.json

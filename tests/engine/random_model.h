@@ -76,7 +76,9 @@ static inline void rm_merge_token_rows(float *f, const ls_token_rows_t *tr, size
 // in double and rounded once (the dense reference of a LoRA forward); use dtype F32 and an
 // untied model then. An adapter's trainable tokens replace their rows of the embedding and
 // lm_head (one adapter, at weight 1; tied, the one table takes the embedding's, which must
-// then be lm_head's too). 0 or -1.
+// then be lm_head's too); its added ids (added vocabulary, at or past sp->vocab) make the
+// model's vocabulary that much larger, the base rows unchanged below sp->vocab (the resized
+// model a PEFT adapter with added tokens runs on). 0 or -1.
 static inline int rm_write_model_mix(const char *dir, const rm_spec_t *sp,
                                      const ls_adapter_t *const *merge, const float *w,
                                      int n_merge)
@@ -91,7 +93,14 @@ static inline int rm_write_model_mix(const char *dir, const rm_spec_t *sp,
                  "\"original_max_position_embeddings\": 64}");
     if (sp->arch == LS_ARCH_MISTRAL && sp->sliding_window)
         snprintf(extra, sizeof extra, ", \"sliding_window\": %d", sp->sliding_window);
-    int hd = sp->head_dim ? sp->head_dim : sp->hidden / sp->heads;
+    int hd = sp->head_dim ? sp->head_dim : sp->hidden / sp->heads, vocab = sp->vocab;
+    for (int m = 0; m < n_merge; m++)
+        for (int g = 0; g < 2; g++) {
+            const ls_token_rows_t *tr = ls_adapter_token_rows(merge[m], g ? LS_TARGET_LM_HEAD
+                                                                          : LS_TARGET_EMBED);
+            for (int k = 0; k < tr->n; k++)
+                vocab = tr->ids[k] >= vocab ? tr->ids[k] + 1 : vocab;
+        }
     snprintf(json, sizeof json,
              "{\"architectures\": [\"%s\"], \"hidden_size\": %d, \"intermediate_size\": %d, "
              "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
@@ -100,7 +109,7 @@ static inline int rm_write_model_mix(const char *dir, const rm_spec_t *sp,
              "\"rope_theta\": 10000.0, \"tie_word_embeddings\": %s, \"hidden_act\": \"silu\", "
              "\"torch_dtype\": \"%s\"%s}",
              arch[sp->arch], sp->hidden, sp->inter, sp->layers, sp->heads, sp->kv_heads, hd,
-             sp->vocab, sp->tied ? "true" : "false",
+             vocab, sp->tied ? "true" : "false",
              sp->dtype == LS_DTYPE_BF16 ? "bfloat16" : sp->dtype == LS_DTYPE_F16 ? "float16"
                                                                                : "float32",
              extra);

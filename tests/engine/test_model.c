@@ -109,13 +109,44 @@ static ls_model_seq_t seq_of(const int32_t *tok, int n, int start, const int32_t
     return (ls_model_seq_t){tok, n, start, table, (start + n + BS - 1) / BS, slot, logits, NULL, 0};
 }
 
-// Runs one step and downloads its logits into out (rows, V).
-static void step(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
-                 const ls_model_seq_t *seqs, int n, float *out) {
+// Runs one step and downloads its logits into out (rows, *width), width
+// ls_model_logits_width: vocab_size and the pool's added columns (lora_tokens.h).
+static int step_wide(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
+                     const ls_model_seq_t *seqs, int n, float *out, int *width) {
     int rows = ls_model_forward(m, kv, pool, seqs, n, err, sizeof err);
     if (rows < 0)
         fail_msg("forward: %s", err);
-    assert_int_equal(ls_model_logits(m, out), 0);
+    assert_int_equal(ls_model_logits_wide(m, out), 0);
+    *width = ls_model_logits_width(m);
+    return rows;
+}
+
+// Whether columns [from, W) of a logits row are all -inf (the added columns of a sequence
+// whose adapter has none of them).
+static bool cols_neg_inf(const float *row, int from, int W) {
+    for (int v = from; v < W; v++)
+        if (!(isinf(row[v]) && row[v] < 0))
+            return false;
+    return true;
+}
+
+// Runs one step and downloads its logits into out (rows, vocab_size): with a pool of token
+// rows, the added columns past the vocabulary are checked to be -inf (no adapter of these
+// steps adds vocabulary) and left out.
+static void step(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
+                 const ls_model_seq_t *seqs, int n, float *out) {
+    static float wide[64 * 96];
+    int W, V = ls_model_config(m)->vocab_size;
+    int rows = ls_model_forward(m, kv, pool, seqs, n, err, sizeof err);
+    if (rows < 0)
+        fail_msg("forward: %s", err);
+    assert_true((size_t)rows * (size_t)ls_model_logits_width(m) <= sizeof wide / sizeof *wide);
+    assert_int_equal(ls_model_logits_wide(m, wide), 0);
+    W = ls_model_logits_width(m);
+    for (int r = 0; r < rows; r++) {
+        assert_true(cols_neg_inf(wide + (size_t)r * W, V, W));
+        memcpy(out + (size_t)r * V, wide + (size_t)r * W, (size_t)V * sizeof *out);
+    }
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n, double *max_mag) {
@@ -398,19 +429,22 @@ typedef struct {
 
 // One prefill step (pre) and one decode step (dec) of n rows on c->m through the pool, each
 // row against the model sp with merged[i] merged into its weights (rm_write_model_mix, in
-// c->dir/<tag>_merged<i>) running the row alone. Prints each row; returns the largest
-// difference and, in *moved, the smallest change a row with adapters makes to its logits.
+// c->dir/<tag>_merged<i>) running the row alone: its vocabulary's logits (the added ids of an
+// adapter with added vocabulary among them) equal, the columns past it -inf. Prints each row;
+// returns the largest difference and, in *moved, the smallest change a row with adapters
+// makes to its logits.
 static double steps_vs_merged(ctx_t *c, ls_lora_pool_t *pool, const rm_spec_t *sp,
                               const char *tag, const ls_model_seq_t *pre,
                               const ls_model_seq_t *dec, const merged_t *merged, int n,
                               double *moved) {
-    enum { MAXN = 8 };
-    assert_true(n <= MAXN && sp->vocab <= 72);
-    int V = sp->vocab;
+    enum { MAXN = 8, MAXW = 96 };
+    assert_true(n <= MAXN);
     ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
-    float got[2][MAXN * 72], want[2][72];
-    step(c->m, kv, pool, pre, n, got[0]);
-    step(c->m, kv, pool, dec, n, got[1]);
+    float got[2][MAXN * MAXW], want[2][MAXW];
+    int W, Wr;
+    step_wide(c->m, kv, pool, pre, n, got[0], &W);
+    assert_true(W <= MAXW);
+    step_wide(c->m, kv, pool, dec, n, got[1], &W);
     double worst = 0;
     *moved = INFINITY;
     for (int i = 0; i < n; i++) {
@@ -422,15 +456,18 @@ static double steps_vs_merged(ctx_t *c, ls_lora_pool_t *pool, const rm_spec_t *s
             s[k].lora_slot = LS_LORA_SLOT_BASE;
             s[k].mix = NULL;
             s[k].n_mix = 0;
-            step(ref, kv, NULL, &s[k], 1, want[k]);
+            step_wide(ref, kv, NULL, &s[k], 1, want[k], &Wr);
+            assert_true(Wr <= W);
         }
         for (int k = 0; k < 2; k++) {
-            double mag, d = max_abs_diff(got[k] + (size_t)i * V, want[k], (size_t)V, &mag);
-            double mv = merged[i].n ? max_abs_diff(got[k] + (size_t)i * V, got[k], (size_t)V, NULL)
-                                    : 0;
-            print_message("%s row %d (%d adapter%s) %s: vs merged max|d| %.2e (max|logit| %.2f, "
-                          "its adapters move the logits by up to %.2f)\n", tag, i, merged[i].n,
-                          merged[i].n == 1 ? "" : "s", k ? "decode" : "prefill", d, mag, mv);
+            const float *row = got[k] + (size_t)i * W;
+            double mag, d = max_abs_diff(row, want[k], (size_t)Wr, &mag);
+            double mv = merged[i].n ? max_abs_diff(row, got[k], (size_t)sp->vocab, NULL) : 0;
+            print_message("%s row %d (%d adapter%s) %s: vs merged (vocabulary %d) max|d| %.2e "
+                          "(max|logit| %.2f, its adapters move the logits by up to %.2f)\n", tag,
+                          i, merged[i].n, merged[i].n == 1 ? "" : "s", k ? "decode" : "prefill",
+                          Wr, d, mag, mv);
+            assert_true(cols_neg_inf(row, Wr, W));
             worst = fmax(worst, d);
             if (merged[i].n)
                 *moved = fmin(*moved, mv);
@@ -629,6 +666,186 @@ static void test_trainable_tokens_equal_merged(void **state) {
     assert_true(tt_rows_vs_merged(c, pool, &sp, "tied", tied_names, ads, 3) > 0.05);
     ls_adapter_destroy(&ads[1]);
     ls_adapter_destroy(&ads[2]);
+    ls_lora_pool_destroy(&pool);
+}
+
+// --- added vocabulary -------------------------------------------------------------------
+
+// An adapter with added vocabulary (docs/adapters.md) on a base of vocab_size V: q,v LoRA and
+// tokens V, V+1, ... (added_tokens.json). form 0, as PEFT writes it after
+// resize_token_embeddings: trainable tokens naming the three new ids, and base ids besides
+// (3 in the embedding, 17 in lm_head); form 1, vLLM's new_embeddings.safetensors with two.
+static ls_adapter_t *av_adapter(ctx_t *c, const ls_model_config_t *cfg, const char *name,
+                                int form, unsigned seed) {
+    char d[1024], config[512], json[256];
+    int V = cfg->vocab_size;
+    if (form == 0) {
+        snprintf(config, sizeof config, "{\"embed_tokens\": [3, %d, %d, %d], \"lm_head\": [%d, "
+                 "%d, 17, %d]}", V, V + 1, V + 2, V + 2, V, V + 1);
+        const int rows[2] = {4, 4};
+        char full[768];
+        int ranks[64 * LS_TARGET_COUNT];
+        snprintf(full, sizeof full, "{\"peft_type\": \"LORA\", \"r\": 4, \"lora_alpha\": 8, "
+                 "\"target_modules\": [\"q_proj\", \"v_proj\"], \"trainable_token_indices\": "
+                 "%s}", config);
+        rm_ranks_uniform(ranks, cfg->num_hidden_layers, 1u << LS_TARGET_Q | 1u << LS_TARGET_V, 4);
+        assert_int_equal(rm_write_adapter_tokens(fx_path(d, sizeof d, c->dir, name), cfg, full,
+                                                 ranks, 0, 0, rows, LS_DTYPE_F32, seed), 0);
+        snprintf(json, sizeof json, "{\"<v0>\": %d, \"<v1>\": %d, \"<v2>\": %d}", V, V + 1, V + 2);
+    } else {
+        int ranks[64 * LS_TARGET_COUNT];
+        rm_ranks_uniform(ranks, cfg->num_hidden_layers, 1u << LS_TARGET_Q | 1u << LS_TARGET_V, 4);
+        fx_path(d, sizeof d, c->dir, name);
+        mkdir(d, 0700);
+        assert_int_equal(rm_write_adapter(d, cfg, "{\"peft_type\": \"LORA\", \"r\": 4, "
+                                          "\"lora_alpha\": 8, \"target_modules\": [\"q_proj\", "
+                                          "\"v_proj\"]}", ranks, LS_DTYPE_F32, seed), 0);
+        size_t H = (size_t)cfg->hidden_size;
+        float *rows = malloc(2 * 2 * H * sizeof *rows);
+        for (size_t i = 0; i < 4 * H; i++)
+            rows[i] = fx_value(seed * 7u + 1u, i);
+        ls_st_write_tensor_t t[2] = {
+            {"input_embeddings", LS_DTYPE_F32, 2, {2, (int64_t)H}, rows},
+            {"output_embeddings", LS_DTYPE_F32, 2, {2, (int64_t)H}, rows + 2 * H},
+        };
+        char path[4096];
+        assert_int_equal(ls_st_write(fx_path(path, sizeof path, d, "new_embeddings.safetensors"),
+                                     t, 2, err, sizeof err), 0);
+        free(rows);
+        snprintf(json, sizeof json, "{\"<w0>\": %d, \"<w1>\": %d}", V, V + 1);
+    }
+    fx_path(d, sizeof d, c->dir, name);
+    assert_int_equal(fx_write_str(d, "added_tokens.json", json), 0);
+    ls_adapter_t *ad = ls_adapter_load(d, cfg, 16, err, sizeof err);
+    if (!ad)
+        fail_msg("adapter %s: %s", name, err);
+    assert_int_equal(ls_adapter_info(ad).added_tokens, form ? 2 : 3);
+    return ad;
+}
+
+// Added vocabulary: an adapter's added ids (V and up) take its own embedding rows and its
+// own lm_head rows' logits in columns V .. of the widened logits rows, for its requests only.
+// Base + an adapter without tokens + one with trainable tokens + two with added vocabulary
+// (v1: PEFT's form, three ids; v2: new_embeddings, two of the same ids with other rows) in one
+// prefill step and one decode step, prompts holding added ids: each row == its adapter merged
+// into a model resized to its vocabulary, every column past that -inf. Then greedy sampling
+// over the width with a repetition penalty on added ids; and the refusals: an added id in a
+// sequence whose adapter has no such row, a mix naming an adapter with added vocabulary.
+static void test_added_vocab_equals_merged(void **state) {
+    ctx_t *c = *state;
+    enum { N = 5 };
+    rm_spec_t sp;
+    ls_lora_pool_t *pool = merged_base(c, "av_base", &sp, 4);
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    int V = sp.vocab;
+    const int embed_only[2] = {2, 0};
+    ls_adapter_t *ads[N] = {NULL, tt_adapter(c, cfg, "t2", "[9, 3]", embed_only, 402),
+                            write_and_load_adapter(c, cfg, 0, LS_DTYPE_F32),
+                            av_adapter(c, cfg, "v1", 0, 601), av_adapter(c, cfg, "v2", 1, 602)};
+    const char *names[N] = {NULL, "t2", "a0", "v1", "v2"};
+    for (int a = 1; a < N; a++) {
+        ls_adapter_t *own = a == 1   ? tt_adapter(c, cfg, "t2", "[9, 3]", embed_only, 402)
+                            : a == 2 ? write_and_load_adapter(c, cfg, 0, LS_DTYPE_F32)
+                                     : av_adapter(c, cfg, names[a], a - 3, 598u + (unsigned)a);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &own, err, sizeof err), 0);
+    }
+    int32_t slot[N], tok[N][TT_P + 1], tables[N][8];
+    assert_int_equal(slot_plan_map_once(pool, names, N, slot, err, sizeof err), 0);
+    ls_model_seq_t pre[N], dec[N];
+    merged_t merged[N];
+    for (int i = 0; i < N; i++) {
+        tt_prompt(tok[i], 700u + (unsigned)i, V);
+        if (i == 3) {  // v1: its three added ids, and one to decode
+            tok[i][2] = V;
+            tok[i][5] = V + 2;
+            tok[i][9] = V + 1;
+            tok[i][TT_P] = V + 1;
+        }
+        if (i == 4) {  // v2: its two
+            tok[i][3] = V + 1;
+            tok[i][7] = V;
+            tok[i][TT_P] = V;
+        }
+        table_of(tables[i], 8 * i, 8);
+        pre[i] = seq_of(tok[i], TT_P, 0, tables[i], slot[i], true);
+        dec[i] = seq_of(tok[i] + TT_P, 1, TT_P, tables[i], slot[i], true);
+        merged[i] = (merged_t){ads[i] ? 1 : 0, {ads[i]}, {1.0f}};
+    }
+    double moved, worst = steps_vs_merged(c, pool, &sp, "added", pre, dec, merged, N, &moved);
+    assert_true(worst <= TOL_MERGED);
+    assert_true(moved > 0.05);
+
+    // greedy over the whole width, a repetition penalty on the prompt's ids (added ones too)
+    ls_kv_cache_t *kv = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+    static float l[N * 96];
+    int W;
+    step_wide(c->m, kv, pool, pre, N, l, &W);
+    assert_int_equal(W, V + 8);
+    ls_sampling_params_t params[N];
+    int32_t indptr[N + 1] = {0}, prompt[N * TT_P], out[N];
+    for (int i = 0; i < N; i++) {
+        params[i] = (ls_sampling_params_t){.top_p = 1, .repetition_penalty = 1.5f};
+        memcpy(prompt + i * TT_P, tok[i], TT_P * sizeof *prompt);
+        indptr[i + 1] = (i + 1) * TT_P;
+    }
+    // masks (of the width) on v1's and v2's rows: v1 may take only its added ids, v2 its
+    // second added id or base id 5; the others are free
+    enum { WORDS = (64 + 8 + 31) / 32 };
+    uint32_t masks[2][WORDS] = {{0}};
+    const int32_t allow[2][3] = {{V, V + 1, V + 2}, {V + 1, 5, 5}};
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 3; k++)
+            masks[m][allow[m][k] / 32] |= 1u << (allow[m][k] % 32);
+    const int32_t mask_index[N] = {-1, -1, -1, 0, 1};
+    ls_sampling_batch_t sb = {.n_rows = N, .params = params, .prompt_indptr = indptr,
+                              .prompt_ids = prompt, .mask_index = mask_index,
+                              .masks = &masks[0][0]};
+    assert_int_equal(ls_model_sample(c->m, &sb, out, NULL, NULL, NULL), 0);
+    for (int r = 0; r < N; r++) {
+        float *row = l + (size_t)r * W;
+        for (int v = 0; mask_index[r] >= 0 && v < W; v++)
+            if (!(masks[mask_index[r]][v / 32] >> (v % 32) & 1))
+                row[v] = -INFINITY;
+        for (int v = 0; v < W; v++) {
+            bool seen = false;
+            for (int j = 0; j < TT_P && !seen; j++)
+                seen = tok[r][j] == v;
+            if (seen)
+                row[v] = row[v] > 0 ? row[v] / 1.5f : row[v] * 1.5f;
+        }
+        int best = 0;
+        for (int v = 1; v < W; v++)
+            best = row[v] > row[best] ? v : best;
+        print_message("row %d (%s): greedy %d (penalized argmax %d)\n", r,
+                      names[r] ? names[r] : "base", out[r], best);
+        assert_int_equal(out[r], best);
+    }
+    assert_true(out[3] >= V && out[3] < V + 3);  // an added id, sampled
+
+    // refusals: added ids past what the sequence's adapter has
+    const struct {
+        int row;
+        int32_t id;
+    } bad[] = {{0, V}, {1, V + 1}, {2, V}, {4, V + 2}, {3, V + 3}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        int32_t t[TT_P];
+        memcpy(t, tok[bad[k].row], sizeof t);
+        t[4] = bad[k].id;
+        ls_model_seq_t q = pre[bad[k].row];
+        q.token_ids = t;
+        assert_int_equal(ls_model_forward(c->m, kv, pool, &q, 1, err, sizeof err), -1);
+        assert_contains(err, "not an added token of its adapter");
+    }
+    ls_model_lora_part_t parts[2] = {{slot[2], 0.5f}, {slot[3], 0.5f}};
+    ls_model_seq_t mix = pre[2];
+    mix.lora_slot = LS_LORA_SLOT_BASE;
+    mix.mix = parts;
+    mix.n_mix = 2;
+    assert_int_equal(ls_model_forward(c->m, kv, pool, &mix, 1, err, sizeof err), -1);
+    assert_contains(err, "which do not mix");
+    ls_kv_cache_destroy(&kv);
+    for (int a = 1; a < N; a++)
+        ls_adapter_destroy(&ads[a]);
     ls_lora_pool_destroy(&pool);
 }
 
@@ -945,6 +1162,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_lora_skips_untargeted_groups, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mix_embed_head_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trainable_tokens_equal_merged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_added_vocab_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sample_greedy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_errors, setup, teardown),
     };

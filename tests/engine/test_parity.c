@@ -56,6 +56,29 @@ static void s_arch(const char *arch) {
     assert_true(r.greedy_compared > r.greedy_total / 2);  // the comparison is not vacuous
 }
 
+// Added vocabulary (ec_added): the llama fixture's adapter whose tokenizer adds tokens past the
+// vocabulary, against PEFT on its resized model. Its reference (added.json, added.safetensors)
+// comes from tools/make_fixtures.py --added; without it this test fails, naming the command.
+static void test_llama_added_vocab(void **state) {
+    char err[1024];
+    ls_backend_t *be = ls_backend_cpu_new(1);
+    ec_added_t r;
+    if (ec_added(be, LS_QUANT_NONE, LS_FIXTURES_DIR, "llama", GAP_MIN, &r, err, sizeof err) < 0)
+        fail_msg("llama added vocabulary: %s", err);
+    ls_backend_destroy(&be);
+    print_message("llama added vocabulary: %d of the prompt's ids and %d reference greedy tokens are added ids; "
+                  "last logits over %d columns max|Δ| %.3e (logits up to %.2f), the %d past them -inf: %s; base row "
+                  "beside it max|Δ| %.3e; greedy identical on %d compared steps of %d\n",
+                  r.added_in_prompt, r.greedy_added, r.width, r.last_max, r.last_mag, r.logits_width - r.width,
+                  r.past_neg_inf ? "yes" : "no", r.base_max, r.greedy_compared, r.greedy_total);
+    assert_true(r.added_in_prompt > 0);
+    assert_true(r.last_max <= TOL_LOGITS);
+    assert_true(r.base_max <= TOL_LOGITS);
+    assert_true(r.past_neg_inf);
+    assert_int_equal(r.greedy_mismatched, 0);
+    assert_true(r.greedy_compared > r.greedy_total / 2);
+}
+
 static void test_llama(void **state) { s_arch("llama"); }
 static void test_qwen2(void **state) { s_arch("qwen2"); }
 static void test_qwen3(void **state) { s_arch("qwen3"); }
@@ -67,6 +90,7 @@ int main(void) {
         cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_qwen3),
         cmocka_unit_test(test_mistral),
+        cmocka_unit_test(test_llama_added_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

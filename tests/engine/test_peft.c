@@ -15,6 +15,7 @@
 
 #include "test_util.h"
 
+#include "added_vocab.h"
 #include "peft.h"
 
 #define NL 3
@@ -507,7 +508,7 @@ static void test_embed_and_lm_head(void **state)
     glob_tensor_t linear[] = {{EMB "lora_A.weight", {2, 32}}};
     write_globals(dir, GCFG, linear, 1);
     assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
-    assert_contains(errbuf, "not supported; LoRA on them is");
+    assert_contains(errbuf, "not supported; LoRA on them (lora_embedding_A/B, lora_A/B)");
     glob_tensor_t trained[] = {{EMB "weight", {32, 16}}};
     write_globals(dir, GCFG, trained, 1);
     assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
@@ -670,6 +671,197 @@ static void test_trainable_tokens(void **state)
     nan_tensor = -1;
 }
 
+// Added vocabulary (added_vocab.h): the tokenizer's tokens past vocab_size (32) with their
+// flags, rows from trainable tokens, the resized matrix and new_embeddings.safetensors, the tie,
+// and every refusal of the tokenizer files and the rows.
+#define TOKJ(entries) "{\"model\": {}, \"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", " \
+                      "\"special\": true}" entries "]}"
+#define ADD2 ", {\"id\": 32, \"content\": \"<a>\"}, {\"id\": 33, \"content\": \"<b>\", " \
+             "\"special\": true, \"lstrip\": true, \"normalized\": false}"
+
+static void write_new_embeddings(const char *dir, int n_in, int n_out)
+{
+    float buf[2][3 * 16];
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 3 * 16; k++)
+            buf[m][k] = fx_value(800u + (unsigned)m, (size_t)k);
+    ls_st_write_tensor_t t[2];
+    int n = 0;
+    if (n_in)
+        t[n++] = (ls_st_write_tensor_t){.name = "input_embeddings", .dtype = LS_DTYPE_F32,
+                                        .ndim = 2, .shape = {n_in, 16}, .data = buf[0]};
+    if (n_out)
+        t[n++] = (ls_st_write_tensor_t){.name = "output_embeddings", .dtype = LS_DTYPE_F32,
+                                        .ndim = 2, .shape = {n_out, 16}, .data = buf[1]};
+    char p[4096];
+    assert_int_equal(ls_st_write(fx_path(p, sizeof p, dir, "new_embeddings.safetensors"), t,
+                                 (size_t)n, errbuf, sizeof errbuf), 0);
+}
+
+static void expect_added_reject(const ls_model_config_t *c, const char *tokj, const char *added_json,
+                                const char *config, const glob_tensor_t *g, int n, int new_emb,
+                                bool at_read, const char *frag)
+{
+    char *dir = fx_tmpdir();
+    write_tokens(dir, config, g, n);
+    if (tokj)
+        fx_write_str(dir, "tokenizer.json", tokj);
+    if (added_json)
+        fx_write_str(dir, "added_tokens.json", added_json);
+    if (new_emb)
+        write_new_embeddings(dir, new_emb, new_emb);
+    errbuf[0] = '\0';
+    int rc = ls_adapter_config_read(dir, c, 16, NULL, errbuf, sizeof errbuf);
+    if (!at_read) {
+        if (rc != 0)
+            fail_msg("config read: %s", errbuf);
+        assert_null(ls_adapter_load(dir, c, 16, errbuf, sizeof errbuf));
+    }
+    if ((at_read && rc != -1) || !strstr(errbuf, frag))
+        fail_msg("\"%s\" lacks \"%s\"", errbuf, frag);
+    print_message("refused: %s\n", errbuf);
+    fx_rmdir(&dir);
+}
+
+static void test_added_vocab(void **state)
+{
+    (void)state;
+    ls_model_config_t tied = cfg;
+    tied.tie_word_embeddings = true;
+    char *dir = fx_tmpdir();
+    // PEFT after resize_token_embeddings: trainable tokens naming new ids, and the resized
+    // lm_head PEFT saves (untied); lm_head's id 33 is not listed, so its row is the matrix's
+    glob_tensor_t g[] = {{TOK_E, {3, 16}}, {TOK_H, {1, 16}}, {HEAD "weight", {34, 16}}};
+    write_tokens(dir, TCFG("{\"embed_tokens\": [5, 32, 33], \"lm_head\": [32]}"), g, 3);
+    fx_write_str(dir, "tokenizer.json", TOKJ(ADD2));
+    fx_write_str(dir, "added_tokens.json", "{\"<b>\": 33, \"<a>\": 32}");
+    ls_added_vocab_t av;
+    assert_int_equal(ls_added_vocab_read(dir, 32, &av, errbuf, sizeof errbuf), 0);
+    assert_int_equal(av.n, 2);
+    assert_int_equal(av.tokens[0].id, 32);
+    assert_string_equal(av.tokens[0].content, "<a>");
+    assert_true(!av.tokens[0].special && av.tokens[0].normalized && !av.tokens[0].lstrip);
+    assert_true(av.tokens[1].special && av.tokens[1].lstrip && !av.tokens[1].normalized);
+    ls_added_vocab_free(&av);
+    ls_adapter_info_t info;
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, &info, errbuf, sizeof errbuf), 0);
+    assert_int_equal(info.added_tokens, 2);
+    assert_int_equal(info.token_rows, 3);
+    ls_adapter_t *ad = load_ok(dir, 16);
+    const ls_token_rows_t *te = ls_adapter_token_rows(ad, LS_TARGET_EMBED);
+    const ls_token_rows_t *th = ls_adapter_token_rows(ad, LS_TARGET_LM_HEAD);
+    assert_int_equal(te->n, 3);
+    assert_int_equal(te->ids[1], 32);
+    assert_true(te->rows[16] == fx_value(706u, 16) && te->rows[47] == fx_value(706u, 47));
+    assert_int_equal(th->n, 2);
+    assert_int_equal(th->ids[0], 32);
+    assert_int_equal(th->ids[1], 33);
+    assert_true(th->rows[0] == fx_value(707u, 0));                // lm_head's own delta
+    assert_true(th->rows[16] == fx_value(708u, 33 * 16));         // the matrix's row 33
+    assert_true(th->rows[31] == fx_value(708u, 33 * 16 + 15));
+    assert_int_equal(ls_adapter_info(ad).token_rows, 3);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&dir);
+
+    // the list form on a tied model: lm_head shares the embedding's ids and rows; an added id
+    // the list leaves out takes the resized embedding's row (PEFT's wrapped base layer)
+    dir = fx_tmpdir();
+    glob_tensor_t gt[] = {{TOK_E, {1, 16}}, {EMB "token_adapter.base_layer.weight", {34, 16}}};
+    write_tokens(dir, TCFG("[33]"), gt, 2);
+    fx_write_str(dir, "tokenizer.json", TOKJ(ADD2));
+    ad = ls_adapter_load(dir, &tied, 16, errbuf, sizeof errbuf);
+    if (!ad)
+        fail_msg("load: %s", errbuf);
+    te = ls_adapter_token_rows(ad, LS_TARGET_EMBED);
+    th = ls_adapter_token_rows(ad, LS_TARGET_LM_HEAD);
+    assert_int_equal(te->n, 2);
+    assert_int_equal(te->ids[0], 33);
+    assert_int_equal(te->ids[1], 32);
+    assert_true(te->rows[16] == fx_value(707u, 32 * 16));
+    assert_true(th->ids == te->ids && th->rows == te->rows && th->n == 2);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&dir);
+
+    // vLLM's new_embeddings.safetensors beside a plain LoRA adapter, untied
+    dir = fx_tmpdir();
+    write_tokens(dir, "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\"]}",
+                 NULL, 0);
+    fx_write_str(dir, "added_tokens.json", "{\"<a>\": 32, \"<b>\": 33, \"<s>\": 1}");
+    write_new_embeddings(dir, 2, 2);
+    ad = load_ok(dir, 16);
+    te = ls_adapter_token_rows(ad, LS_TARGET_EMBED);
+    th = ls_adapter_token_rows(ad, LS_TARGET_LM_HEAD);
+    assert_int_equal(te->n, 2);
+    assert_int_equal(th->n, 2);
+    assert_true(te->rows[17] == fx_value(800u, 17) && th->rows[31] == fx_value(801u, 31));
+    assert_int_equal(ls_adapter_info(ad).token_rows, 2);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&dir);
+
+    // the tokenizer files
+    const char *plain = "{\"peft_type\": \"LORA\", \"r\": 4, \"target_modules\": [\"q_proj\"]}";
+    expect_added_reject(&cfg, NULL, "{\"<a>\": 32, \"<b>\": 34}", plain, NULL, 0, 0, true,
+                        "has id 34 where 33 is due");
+    expect_added_reject(&cfg, NULL, "{\"<b>\": 33}", plain, NULL, 0, 0, true,
+                        "has id 33 where 32 is due");
+    expect_added_reject(&cfg, TOKJ(", {\"id\": 32, \"content\": \"<a>\"}, {\"id\": 33, "
+                        "\"content\": \"<a>\"}"), NULL, plain, NULL, 0, 0, true,
+                        "\"<a>\" is given two ids");
+    expect_added_reject(&cfg, TOKJ(ADD2), "{\"<a>\": 32, \"<c>\": 33}", plain, NULL, 0, 0, true,
+                        "add different tokens");
+    expect_added_reject(&cfg, TOKJ(", {\"id\": 32, \"content\": \"\"}"), NULL, plain, NULL, 0, 0,
+                        true, "added token 32 is empty");
+    expect_added_reject(&cfg, TOKJ(", {\"id\": 32, \"content\": \"\xff\"}"), NULL, plain, NULL, 0,
+                        0, true, "not valid UTF-8");
+    expect_added_reject(&cfg, TOKJ(", {\"id\": 32.5, \"content\": \"<a>\"}"), NULL, plain, NULL, 0,
+                        0, true, "non-negative integer \"id\"");
+    expect_added_reject(&cfg, "[1]", NULL, plain, NULL, 0, 0, true, "not a JSON object");
+    expect_added_reject(&cfg, NULL, "{\"<a>\": \"32\"}", plain, NULL, 0, 0, true,
+                        "maps to no non-negative integer id");
+    {  // a count past the sanity bound
+        size_t cap = (size_t)(LS_ADDED_VOCAB_MAX + 1) * 24 + 16, at = 0;
+        char *big = malloc(cap);
+        at += (size_t)snprintf(big + at, cap - at, "{");
+        for (int i = 0; i <= LS_ADDED_VOCAB_MAX; i++)
+            at += (size_t)snprintf(big + at, cap - at, "%s\"t%d\": %d", i ? ", " : "", i, 32 + i);
+        snprintf(big + at, cap - at, "}");
+        expect_added_reject(&cfg, NULL, big, plain, NULL, 0, 0, true, "more than 65536 added");
+        free(big);
+    }
+    // the config and the rows
+    expect_added_reject(&cfg, TOKJ(ADD2), NULL, TCFG("[34]"), g, 1, 0, true,
+                        "not one of the 2 tokens the adapter's tokenizer adds");
+    expect_added_reject(&cfg, TOKJ(ADD2), NULL, "{\"peft_type\": \"LORA\", \"r\": 4, "
+                        "\"target_modules\": [\"q_proj\", \"embed_tokens\"]}", NULL, 0, 2, true,
+                        "LoRA on embed_tokens beside added vocabulary");
+    expect_added_reject(&tied, TOKJ(ADD2), NULL, TCFG("{\"embed_tokens\": [32], \"lm_head\": [33]}"),
+                        g, 2, 0, true, "tied embeddings beside added vocabulary");
+    glob_tensor_t e1[] = {{TOK_E, {1, 16}}};
+    expect_added_reject(&cfg, TOKJ(ADD2), NULL, TCFG("[32]"), e1, 1, 0, false,
+                        "added token 33 (\"<b>\") has no embedding row");
+    glob_tensor_t e2[] = {{TOK_E, {2, 16}}};
+    expect_added_reject(&cfg, TOKJ(ADD2), NULL, TCFG("[32, 33]"), e2, 1, 0, false,
+                        "added token 32 (\"<a>\") has no lm_head row");
+    glob_tensor_t pad[] = {{TOK_E, {2, 16}}, {HEAD "weight", {40, 16}}};
+    expect_added_reject(&cfg, TOKJ(ADD2), NULL, TCFG("[32, 33]"), pad, 2, 0, false,
+                        "a resize padded past them is not supported");
+    glob_tensor_t two[] = {{HEAD "weight", {34, 16}}, {HEAD "token_adapter.base_layer.weight", {34, 16}}};
+    expect_added_reject(&cfg, TOKJ(ADD2), NULL, plain, two, 2, 0, false, "given twice");
+    expect_added_reject(&tied, TOKJ(ADD2), NULL, plain, NULL, 0, 2, false,
+                        "lm_head's rows of the added tokens are input_embeddings");
+    expect_added_reject(&cfg, TOKJ(ADD2), NULL, plain, NULL, 0, 3, false,
+                        "(2 added tokens, hidden_size 16)");
+    nan_tensor = 8;  // the resized lm_head, after the six q_proj tensors and the delta
+    glob_tensor_t nan[] = {{TOK_E, {2, 16}}, {HEAD "weight", {34, 16}}};
+    char *d = fx_tmpdir();  // the matrix's first value is NaN, a base row that is not read
+    write_tokens(d, TCFG("[32, 33]"), nan, 2);
+    fx_write_str(d, "tokenizer.json", TOKJ(ADD2));
+    ad = load_ok(d, 16);
+    ls_adapter_destroy(&ad);
+    fx_rmdir(&d);
+    nan_tensor = -1;
+}
+
 static void test_file_rejections(void **state)
 {
     (void)state;
@@ -688,7 +880,8 @@ static void test_file_rejections(void **state)
     assert_null(ls_adapter_load("/nonexistent/adapter", &cfg, 16, errbuf, sizeof errbuf));
     assert_contains(errbuf, "/nonexistent/adapter/adapter_config.json");
 
-    // Added vocabulary: ids past the base vocab (32) are refused; ids inside it are fine.
+    // Added vocabulary: ids inside the base vocab (32) are the base's own; one past it needs
+    // rows, which an adapter of q_proj alone does not have (test_added_vocab has the rest).
     dir = fx_tmpdir();
     adapter_t a = {.dtype = LS_DTYPE_F32};
     set_targets(&a, 1u << LS_TARGET_Q, 4);
@@ -697,15 +890,16 @@ static void test_file_rejections(void **state)
     ls_adapter_t *ad = load_ok(dir, 16);
     ls_adapter_destroy(&ad);
     fx_write_str(dir, "added_tokens.json", "{\"<|im_start|>\": 30, \"<new>\": 32}");
-    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
-    assert_contains(errbuf, "added_tokens.json");
-    assert_contains(errbuf, "\"<new>\"");
-    assert_contains(errbuf, "added vocabulary");
+    ls_adapter_info_t info;
+    assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, &info, errbuf, sizeof errbuf), 0);
+    assert_int_equal(info.added_tokens, 1);
+    assert_null(ls_adapter_load(dir, &cfg, 16, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "added token 32 (\"<new>\") has no embedding row");
     remove(fx_path(p, sizeof p, dir, "added_tokens.json"));
     fx_write_str(dir, "new_embeddings.safetensors", "x");
     assert_int_equal(ls_adapter_config_read(dir, &cfg, 16, NULL, errbuf, sizeof errbuf), -1);
     assert_contains(errbuf, "new_embeddings.safetensors");
-    assert_contains(errbuf, "added vocabulary");
+    assert_contains(errbuf, "adds tokens past the base vocab_size 32");
     fx_rmdir(&dir);
 }
 
@@ -858,6 +1052,7 @@ int main(void)
         cmocka_unit_test(test_config_rejections),
         cmocka_unit_test(test_embed_and_lm_head),
         cmocka_unit_test(test_trainable_tokens),
+        cmocka_unit_test(test_added_vocab),
         cmocka_unit_test(test_file_rejections),
         cmocka_unit_test(test_tensor_rejections),
         cmocka_unit_test(test_hostile_files),

@@ -5,6 +5,7 @@
 //   stream_*    — the detokenizer's per-request state: streamed text equals the full decode,
 //                 stop strings (cut, matched_stop, Abort STOP, later TokenOuts dropped), ids
 //                 outside the vocabulary, skip_special_tokens
+//   added_tokens — an adapter's added tokens in prompts, input_ids, TokenizedReq and decoding
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,7 +27,7 @@ static ls_msg_generate_req_t s_req(void) { return (ls_msg_generate_req_t){0}; }
 
 static uint32_t s_prompt(const ls_msg_generate_req_t *g, ls_token_ids_t *ids, char *err) {
     ids->n = 0;
-    return tmodel_prompt(s_model, g, 0, ids, err, 512);
+    return tmodel_prompt(s_model, g, NULL, false, 0, ids, err, 512);
 }
 
 static void test_prompt_sources(void **unused) {
@@ -119,7 +120,7 @@ static void test_prompt_request(void **unused) {
     assert_int_equal(tmodel_n(&g), 3);
     for (uint32_t i = 0; i < 3; i++) {
         ls_msg_t m;
-        assert_int_equal(tmodel_request(s_model, &g, &ids, i, "uuid-1", 100, 600, &m), 0);
+        assert_int_equal(tmodel_request(s_model, &g, &ids, i, "uuid-1", NULL, 100, 600, &m), 0);
         const ls_msg_tokenized_req_t *t = &m.u.tokenized_req;
         assert_int_equal(m.type, LS_MSG_TOKENIZED_REQ);
         assert_int_equal(t->input_ids.n, ids.n);
@@ -142,7 +143,7 @@ static void test_prompt_request(void **unused) {
     g.sampling.has_seed = false;
     g.adapter = NULL;
     ls_msg_t m;
-    assert_int_equal(tmodel_request(s_model, &g, &ids, 1, NULL, 0, 0, &m), 0);
+    assert_int_equal(tmodel_request(s_model, &g, &ids, 1, NULL, NULL, 0, 0, &m), 0);
     assert_int_equal(m.u.tokenized_req.stop_token_ids.n, 1);  // no EOS with ignore_eos
     assert_false(m.u.tokenized_req.sampling.has_seed);        // the scheduler derives one per rid
     assert_null(m.u.tokenized_req.adapter_id);
@@ -348,6 +349,105 @@ static void test_stream_errors(void **unused) {
     dstream_destroy(&d);
 }
 
+// An adapter's added tokens (docs/adapters.md, "Added vocabulary") on the demo model (vocab
+// 824): the prompt's text splits on them, input_ids may hold them only with them, each
+// TokenizedReq carries them, and the detokenizer decodes the ids with the first TokenOut's
+// list (skip_special_tokens and stop strings as for the base's own); a bad list is refused.
+static void test_added_tokens(void **unused) {
+    ls_msg_added_token_t toks[] = {{.id = 824, .content = " LEAF2"}, {.id = 825, .content = "<road2>", .special = true}};
+    ls_msg_added_tokens_t list = {toks, 2};
+    char err[512];
+    ls_tok_added_t *a = tmodel_added_new(s_model, &list, err, sizeof err);
+    assert_non_null(a);
+    ls_msg_generate_req_t g = s_req();
+    g.text = TXT("input: 5 LEAF2 <road2> 1");
+    ls_token_ids_t ids = {0}, base = {0};
+    assert_int_equal(tmodel_prompt(s_model, &g, a, false, 0, &ids, err, sizeof err), 0);
+    assert_int_equal(s_prompt(&g, &base, err), 0);
+    static const int32_t want[] = {0, 277, 29, 329, 824, 224, 825, 331};
+    assert_int_equal(ids.n, sizeof want / sizeof *want);
+    assert_memory_equal(ids.ids, want, sizeof want);
+    for (size_t i = 0; i < base.n; i++)
+        assert_true(base.ids[i] < 824);  // the base reads the same text as plain text
+    int32_t given[] = {0, 824, 825};
+    g = s_req();
+    g.input_ids = (ls_i32s_t){given, 3};
+    assert_int_equal(tmodel_prompt(s_model, &g, a, false, 0, &ids, err, sizeof err), 0);
+    assert_int_equal(s_prompt(&g, &base, err), LS_ERROR_CODE_BAD_REQUEST);
+    assert_non_null(strstr(err, "input_ids[1] = 824 is outside the vocabulary"));
+    assert_int_equal(tmodel_prompt(s_model, &g, NULL, true, 0, &ids, err, sizeof err), 0);  // open: checked later
+    given[2] = 826;
+    assert_int_equal(tmodel_prompt(s_model, &g, a, false, 0, &ids, err, sizeof err), LS_ERROR_CODE_BAD_REQUEST);
+    assert_non_null(strstr(err, "and the adapter's added tokens (824..825)"));
+    ls_msg_t m;
+    g.input_ids.n = 2;
+    g.adapter = "vocab";
+    ls_token_ids_t two = {given, 2, 2};
+    assert_int_equal(tmodel_request(s_model, &g, &two, 0, "uuid-v", &list, 0, 0, &m), 0);
+    assert_int_equal(m.u.tokenized_req.added_tokens.n, 2);
+    assert_string_equal(m.u.tokenized_req.added_tokens.v[1].content, "<road2>");
+    assert_true(m.u.tokenized_req.added_tokens.v[1].special);
+    ls_msg_clear(&m);
+    ls_token_ids_free(&ids);
+    ls_token_ids_free(&base);
+    ls_tok_added_destroy(&a);
+    // refused: ids not from vocab_size on, a token the tokenizer has
+    toks[0].id = 823;
+    assert_null(tmodel_added_new(s_model, &list, err, sizeof err));
+    assert_non_null(strstr(err, "has id 823 where 824 is due"));
+    toks[0] = (ls_msg_added_token_t){.id = 824, .content = "<|im_start|>"};
+    assert_null(tmodel_added_new(s_model, &list, err, sizeof err));
+    assert_non_null(strstr(err, "is the tokenizer's own token 2"));
+    toks[0] = (ls_msg_added_token_t){.id = 824, .content = " LEAF2"};
+
+    // the detokenizer: the list comes with the first TokenOut
+    sent_t sent = {0};
+    dstream_t *d = dstream_new(tmodel_tokenizer(s_model), &(dstream_host_t){&sent, s_host_send});
+    const int32_t out[] = {329, 824, 825, 331};
+    for (int skip = 0; skip < 2; skip++) {
+        ls_msg_init(&m, LS_MSG_TOKEN_OUT);
+        m.rid = 20 + (uint64_t)skip;
+        m.u.token_out.token_ids = (ls_i32s_t){(int32_t *)out, 4};
+        m.u.token_out.first = true;
+        m.u.token_out.finish = LS_FINISH_REASON_LENGTH;
+        m.u.token_out.sampling.skip_special_tokens = skip;
+        m.u.token_out.added_tokens = list;
+        dstream_on_token_out(d, &m);
+        assert_int_equal(sent.n, 1);
+        assert_string_equal(sent.msgs[0].u.text_out.text.s, skip ? " 5 LEAF2 1" : " 5 LEAF2<road2> 1");
+        s_sent_clear(&sent);
+    }
+    // a stop string made of an added token's text
+    ls_text_t stops[] = {TXT("F2<ro")};
+    ls_msg_init(&m, LS_MSG_TOKEN_OUT);
+    m.rid = 22;
+    m.u.token_out.token_ids = (ls_i32s_t){(int32_t *)out, 4};
+    m.u.token_out.first = true;
+    m.u.token_out.sampling.stop = (ls_texts_t){stops, 1};
+    m.u.token_out.added_tokens = list;
+    dstream_on_token_out(d, &m);
+    assert_int_equal(sent.n, 2);  // an Abort STOP to the scheduler, and the text
+    assert_string_equal(sent.peers[0], "scheduler");
+    assert_string_equal(sent.msgs[1].u.text_out.text.s, " 5 LEA");
+    assert_string_equal(sent.msgs[1].u.text_out.matched_stop.s, "F2<ro");
+    s_sent_clear(&sent);
+    // without the list, the added ids are outside the vocabulary; a bad list fails the request
+    s_token_out(d, 23, out, 4, true, 0, NULL, 0, true);
+    assert_int_equal(sent.msgs[sent.n - 1].u.text_out.finish, LS_FINISH_REASON_ERROR);
+    s_sent_clear(&sent);
+    toks[1].id = 900;
+    ls_msg_init(&m, LS_MSG_TOKEN_OUT);
+    m.rid = 24;
+    m.u.token_out.token_ids = (ls_i32s_t){(int32_t *)out, 1};
+    m.u.token_out.first = true;
+    m.u.token_out.added_tokens = list;
+    dstream_on_token_out(d, &m);
+    assert_int_equal(sent.msgs[sent.n - 1].u.text_out.finish, LS_FINISH_REASON_ERROR);
+    assert_non_null(strstr(sent.msgs[sent.n - 1].u.text_out.error, "out of order"));
+    s_sent_clear(&sent);
+    dstream_destroy(&d);
+}
+
 int main(void) {
     char err[512];
     if (!(s_model = tmodel_load(LS_DEMO_DIR, NULL, err, sizeof err))) {
@@ -360,6 +460,7 @@ int main(void) {
         cmocka_unit_test(test_prompt_request), cmocka_unit_test(test_collect),
         cmocka_unit_test(test_stream_text),    cmocka_unit_test(test_stream_stop),
         cmocka_unit_test(test_stream_nul),     cmocka_unit_test(test_stream_errors),
+        cmocka_unit_test(test_added_tokens),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tmodel_destroy(&s_model);

@@ -1525,6 +1525,63 @@ static void test_token_logits(t_rng_t *r, int R, int C, int V, int N, ls_dtype_t
     free(hr), free(hx), free(hl), free(hid), free(c), free(g);
 }
 
+// Added vocabulary: R logit rows of lm_head's (R, V) widened to (R, W), columns past V -inf
+// (as ls_logits_widen_forward), then an adapter's own rows' logits written over them, each
+// tile naming some added ids (V .. W-1) and some base ids: the widened rows' every -inf must
+// be where the reference has one, and the rest as it computes it.
+static void test_logits_widen(t_rng_t *r, int R, int C, int V, int E, ls_dtype_t dt) {
+    static s_stepd_t d;
+    int W = V + E, N = E + 4;
+    s_step_simple(&d, R);
+    d.n_logit = R;
+    for (int i = 0; i < R; i++) {
+        if (!t_rng_int(r, 3))
+            continue;  // a row of the base or another adapter: every added column -inf
+        int n = 1 + t_rng_int(r, N), f = t_rng_int(r, N - n + 1);
+        int32_t *tile = d.head_tiles + 3 * d.n_head_tiles++;
+        tile[0] = i, tile[1] = f, tile[2] = n;
+    }
+    s_step_begin(&d);
+    size_t nh = (size_t)R * V, nw = (size_t)R * W, nr = (size_t)N * C, nx = (size_t)R * C;
+    float *hh = s_fill_new(r, nh, -3, 3), *hr = s_fill_new(r, nr, -1, 1);
+    float *hx = s_fill_new(r, nx, -1, 1), *hid = t_alloc((size_t)N * sizeof *hid);
+    for (int k = 0; k < N; k++)  // the E added ids, then four base ids
+        hid[k] = (float)(k < E ? V + k : t_rng_int(r, V));
+    s_pb_t head = s_pb_new(LS_DTYPE_F32, nh), wide = s_pb_new(LS_DTYPE_F32, nw),
+           rows = s_pb_new(dt, nr), x = s_pb_new(LS_DTYPE_F32, nx),
+           ids = s_pb_new(LS_DTYPE_F32, (size_t)N);
+    s_pb_set(&head, 0, hh, nh);
+    s_pb_set(&rows, 0, hr, nr);
+    s_pb_set(&x, 0, hx, nx);
+    s_pb_set(&ids, 0, hid, (size_t)N);
+    s_cpu->logits_widen(s_cpu, s_vc(&wide, 0), s_vc(&head, 0), V, W);
+    s_gpu->logits_widen(s_gpu, s_vg(&wide, 0), s_vg(&head, 0), V, W);
+    float *c = t_alloc(nw * 4), *g = t_alloc(nw * 4);
+    s_pb_get(&wide, 0, nw, c, g);
+    char name[160];
+    snprintf(name, sizeof name, "logits widen (added vocabulary) R=%d V=%d W=%d", R, V, W);
+    s_check(name, g, c, nw, 0, 0);  // copies and -inf, exactly
+    size_t inf_bad = 0;
+    for (size_t i = 0; i < nw; i++)
+        inf_bad += isinf(c[i]) != isinf(g[i]);
+    snprintf(name, sizeof name, "logits widen R=%d V=%d W=%d: -inf exactly past V", R, V, W);
+    s_check_true(name, inf_bad == 0);
+    s_cpu->token_logits(s_cpu, s_vc(&wide, 0), s_vc(&x, 0), s_vc(&rows, 0), s_vc(&ids, 0), C, W);
+    s_gpu->token_logits(s_gpu, s_vg(&wide, 0), s_vg(&x, 0), s_vg(&rows, 0), s_vg(&ids, 0), C, W);
+    s_pb_get(&wide, 0, nw, c, g);
+    inf_bad = 0;
+    for (size_t i = 0; i < nw; i++)
+        inf_bad += isinf(c[i]) != isinf(g[i]);
+    snprintf(name, sizeof name, "token logits of added ids R=%d C=%d V=%d W=%d %s", R, C, V, W,
+             s_dtn(dt));
+    s_check(name, g, c, nw, 1e-10, 1e-3);  // as test_token_logits
+    snprintf(name, sizeof name, "token logits of added ids R=%d W=%d: -inf where the reference's",
+             R, W);
+    s_check_true(name, inf_bad == 0);
+    s_pb_free(&head), s_pb_free(&wide), s_pb_free(&rows), s_pb_free(&x), s_pb_free(&ids);
+    free(hh), free(hr), free(hx), free(hid), free(c), free(g);
+}
+
 // -- sampling -------------------------------------------------------------------------------
 
 // The processed logprob row of ops.h steps 1-3, as kernels/cpu/sampling.c forms it (to
@@ -2112,6 +2169,10 @@ int main(int argc, char **argv) {
     test_token_logits(&r, 64, 4096, 128256, 256, LS_DTYPE_BF16);
     test_token_logits(&r, 5, 100, 1001, 7, LS_DTYPE_F32);
     test_token_logits(&r, 33, 512, 32000, 64, LS_DTYPE_F16);
+    // added vocabulary: the logits rows widened past the vocabulary, added ids' logits in them
+    test_logits_widen(&r, 64, 4096, 128256, 256, LS_DTYPE_BF16);
+    test_logits_widen(&r, 5, 100, 1001, 3, LS_DTYPE_F32);
+    test_logits_widen(&r, 33, 512, 32000, 64, LS_DTYPE_F16);
 
     test_two_steps(&r);
     test_sampling(&r, 64, 32000, 8);

@@ -410,7 +410,7 @@ static void test_validation(void **unused) {
     assert_contains(m->u.adapter_loaded.reason, "added vocabulary");
     // Trainable tokens need as many rows a slot (--lora-extra-vocab-size).
     m = s_load_refused("fresh", s_adapter("tokens"), false, LS_ERROR_CODE_BAD_REQUEST);
-    assert_contains(m->u.adapter_loaded.reason, "replaces 2 rows of the embedding or lm_head");
+    assert_contains(m->u.adapter_loaded.reason, "replaces or adds 2 rows of the embedding or lm_head");
     assert_contains(m->u.adapter_loaded.reason, "the workers hold 0 a slot (--lora-extra-vocab-size)");
     R.env.extra_vocab_size = 2;
     s_load_ok("tok", s_adapter("tokens"), false);

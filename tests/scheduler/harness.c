@@ -41,6 +41,8 @@ static void s_track(h_t *h, const ls_msg_t *m) {
         r->tokens++;
     }
     r->firsts += t->first;
+    if (t->first)
+        r->added_first = (int)t->added_tokens.n;
     r->finish = t->finish;
     r->done = t->finish != LS_FINISH_REASON_NONE;
     r->completion_tokens = t->completion_tokens;
@@ -139,6 +141,11 @@ void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint
 static void *s_reply(uint64_t rid) { return (void *)(uintptr_t)(rid + 1); }
 
 void h_request(h_t *h, uint64_t rid, uint32_t n, int32_t base, const char *adapter, uint32_t max_new) {
+    h_request_added(h, rid, n, base, adapter, max_new, 0);
+}
+
+void h_request_added(h_t *h, uint64_t rid, uint32_t n, int32_t base, const char *adapter, uint32_t max_new,
+                     uint32_t n_added) {
     ls_msg_t m;
     ls_msg_init(&m, LS_MSG_TOKENIZED_REQ);
     m.rid = rid;
@@ -150,6 +157,13 @@ void h_request(h_t *h, uint64_t rid, uint32_t n, int32_t base, const char *adapt
     t->adapter_id = ls_msg_strdup(adapter);
     t->sampling.max_new_tokens = max_new;
     t->sampling.ignore_eos = false;
+    t->added_tokens.v = calloc(n_added + 1, sizeof *t->added_tokens.v);
+    for (uint32_t i = 0; i < n_added; i++) {
+        char c[16];
+        snprintf(c, sizeof c, "<t%u>", i);
+        t->added_tokens.v[t->added_tokens.n++] = (ls_msg_added_token_t){.id = H_VOCAB + (int32_t)i,
+                                                                         .content = ls_msg_strdup(c)};
+    }
     sched_on_request(h->s, ++h->now, &m, s_reply(rid));
     ls_msg_clear(&m);
 }

@@ -38,6 +38,7 @@ typedef struct {
     uint32_t error_code;
     int32_t last_token;
     bool bad_sequence;   // a token was not the one the fake worker made for that position
+    int added_first;     // added tokens its first TokenOut carried
 } h_req_t;
 
 typedef struct {
@@ -101,6 +102,9 @@ void h_info(h_t *h, uint32_t rank, uint32_t kv_blocks, uint32_t block_size, uint
 // The vocabulary the fake workers report: prompts use ids base .. base+n-1 below it.
 #define H_VOCAB 32000
 void h_request(h_t *h, uint64_t rid, uint32_t n, int32_t base, const char *adapter, uint32_t max_new);
+// The same with n_added added tokens (TokenizedReq.added_tokens: ids H_VOCAB and up).
+void h_request_added(h_t *h, uint64_t rid, uint32_t n, int32_t base, const char *adapter, uint32_t max_new,
+                     uint32_t n_added);
 void h_abort(h_t *h, uint64_t rid);
 void h_load(h_t *h, uint64_t rid, const char *id, bool pinned);
 void h_unload(h_t *h, uint64_t rid, const char *id);

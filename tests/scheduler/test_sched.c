@@ -649,6 +649,26 @@ static void test_refusals(void **unused) {
     h_free(h);
 }
 
+// Added vocabulary (docs/adapters.md): a request of one adapter may hold ids past the vocabulary
+// up to its added tokens (TokenizedReq.added_tokens), which its first TokenOut carries to the
+// detokenizer; the base model's may not, whatever it carries.
+static void test_added_ids(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_info(h, 0, 4096, 4, 1024, 2, 8);
+    s_load_ok(h, 100, "V", false);
+    h_request_added(h, 1, 3, H_VOCAB - 1, "V", 2, 2);  // ids 31999, 32000, 32001: its added two
+    h_request_added(h, 2, 3, H_VOCAB - 1, NULL, 2, 2);  // the base model
+    h_request_added(h, 3, 3, H_VOCAB - 1, "V", 2, 1);   // 32001 past its one added token
+    h_pump(h, 0);
+    assert_int_equal(h->req[1].errors, 0);
+    assert_int_equal(h->req[1].tokens, 2);
+    assert_int_equal(h->req[1].added_first, 2);
+    assert_int_equal(h->req[2].error_code, LS_ERROR_CODE_BAD_REQUEST);
+    assert_int_equal(h->req[3].error_code, LS_ERROR_CODE_BAD_REQUEST);
+    h_free(h);
+}
+
 // Every bound of the waiting queue refuses at once with OVERLOADED (a prompt that can never fit:
 // TOO_LARGE); what was accepted still runs to its end.
 static void test_admission_limits(void **unused) {
@@ -1434,6 +1454,7 @@ int main(void) {
         cmocka_unit_test(test_abort_mid_decode),
         cmocka_unit_test(test_stop_conditions),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_added_ids),
         cmocka_unit_test(test_admission_limits),
         cmocka_unit_test(test_fair_share),
         cmocka_unit_test(test_late_load),

@@ -452,8 +452,195 @@ static void test_malformed(void **state) {
     ls_tokenizer_destroy(NULL);
 }
 
+// --- an adapter's added tokens ------------------------------------------------------------
+
+// The tokenizer.json of a vocabulary (a package's file, or a variant's patched one) as cJSON.
+static cJSON *vocab_json(const char *name) {
+    size_t n;
+    const char *base = name;
+    cJSON *variants = NULL;
+    const cJSON *found = NULL, *v;
+    if (!refs_package(name)) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/variants.json", LS_REFS_DIR);
+        char *text = tu_read_file(path, &n);
+        variants = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        cJSON_ArrayForEach(v, variants) {
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(v, "name");
+            if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
+                found = v;
+        }
+        assert_non_null(found);
+        base = cJSON_GetObjectItemCaseSensitive(found, "base")->valuestring;
+    }
+    char *text = tu_read_file(refs_tokenizer_path(base), &n);
+    assert_non_null(text);
+    cJSON *json = cJSON_ParseWithLength(text, n);
+    free(text);
+    if (found)
+        assert_int_equal(refs_apply_patch(json, cJSON_GetObjectItemCaseSensitive(found, "patch")), 0);
+    cJSON_Delete(variants);
+    return json;
+}
+
+// Added tokens of every kind: plain, special with lstrip, single_word, rstrip, one that holds a
+// base token's text, one a prefix of another (longest wins), raw (not normalized) and
+// normalized, with upper case that a Lowercase normalizer changes.
+static const ls_tok_added_spec_t ADDED[] = {
+    {"<|tool_call|>", 13, false, false, false, false, true},
+    {"<sep>", 5, true, false, true, false, false},
+    {"Zyx\xce\xb1", 5, false, true, false, false, true},
+    {"[[mark]]", 8, false, false, false, true, false},
+    {" hello world", 12, false, false, false, false, true},
+    {"[[mark]]!", 9, true, false, false, false, false},
+};
+#define N_ADDED (sizeof ADDED / sizeof ADDED[0])
+
+static const char *ADDED_TEXTS[] = {
+    "plain text without any of them",
+    "call <|tool_call|>{\"x\": 1}<sep>done",
+    "a   <sep>  b<sep>c",
+    "Zyx\xce\xb1 alone, and inZyx\xce\xb1side, zyx\xce\xb1 lower, ZYX\xce\xb1 upper",
+    "[[mark]]   then [[mark]]! and [[mark]]!!",
+    "say hello world twice: hello world, hello  world",
+    "<|tool_call|><|tool_call|><sep><sep>",
+    "\xe4\xbd\xa0\xe5\xa5\xbd<sep>\xe4\xb8\x96\xe7\x95\x8c <|tool_call|>",
+    "",
+};
+
+// Feeds ids one at a time through a detokenizer of (t, a) and returns the concatenated text.
+static char *stream_all(const ls_tokenizer_t *t, const ls_tok_added_t *a, const int32_t *ids,
+                        size_t n, unsigned flags, size_t *len) {
+    ls_detok_t *d = ls_detok_new_added(t, a, flags, NULL, NULL, 0);
+    assert_non_null(d);
+    size_t cap = 64, at = 0;
+    char *all = malloc(cap);
+    const char *p;
+    size_t k;
+    for (size_t i = 0; i <= n; i++) {
+        assert_int_equal(i < n ? ls_detok_push(d, ids[i], &p, &k) : ls_detok_finish(d, &p, &k), 0);
+        while (at + k + 1 > cap)
+            all = realloc(all, cap *= 2);
+        memcpy(all + at, p, k);
+        at += k;
+    }
+    all[at] = 0;
+    *len = at;
+    ls_detok_destroy(&d);
+    return all;
+}
+
+// An adapter's added tokens over a base tokenizer (ls_tok_added_new) == the same tokens
+// listed in the tokenizer.json's added_tokens (which the tests above hold to HF): the ids of
+// the corpus and of texts full of them, with special matching and without; the decode, with
+// and without skip_special_tokens, whole and streamed; and the refusals.
+static void test_added_vocab(void **state) {
+    const char *vocab = *state;
+    cJSON *json = vocab_json(vocab);
+    char *text = cJSON_PrintUnformatted(json);
+    ls_tokenizer_t *base = ls_tokenizer_parse(text, strlen(text), vocab, errbuf, sizeof errbuf);
+    free(text);
+    assert_non_null(base);
+    int32_t first = ls_tokenizer_vocab_size(base);
+    cJSON *added = cJSON_GetObjectItemCaseSensitive(json, "added_tokens");
+    for (size_t i = 0; i < N_ADDED; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "id", first + (double)i);
+        cJSON_AddStringToObject(e, "content", ADDED[i].content);
+        cJSON_AddBoolToObject(e, "single_word", ADDED[i].single_word);
+        cJSON_AddBoolToObject(e, "lstrip", ADDED[i].lstrip);
+        cJSON_AddBoolToObject(e, "rstrip", ADDED[i].rstrip);
+        cJSON_AddBoolToObject(e, "normalized", ADDED[i].normalized);
+        cJSON_AddBoolToObject(e, "special", ADDED[i].special);
+        cJSON_AddItemToArray(added, e);
+    }
+    text = cJSON_PrintUnformatted(json);
+    ls_tokenizer_t *ref = ls_tokenizer_parse(text, strlen(text), vocab, errbuf, sizeof errbuf);
+    free(text);
+    cJSON_Delete(json);
+    assert_non_null(ref);
+    ls_tok_added_t *a = ls_tok_added_new(base, first, ADDED, N_ADDED, errbuf, sizeof errbuf);
+    if (!a)
+        fail_msg("%s: %s", vocab, errbuf);
+    assert_int_equal(ls_tok_added_first(a), first);
+    assert_int_equal(ls_tok_added_count(a), N_ADDED);
+    bool special = false;
+    assert_string_equal(ls_tok_added_token(a, first + 1, &special), "<sep>");
+    assert_true(special);
+    assert_null(ls_tok_added_token(a, first + (int32_t)N_ADDED, NULL));
+    assert_null(ls_tok_added_token(a, first - 1, NULL));
+
+    size_t nc;
+    json_t **corpus = refs_jsonl("corpus.jsonl", &nc);
+    assert_non_null(corpus);
+    ls_token_ids_t got = {0}, want = {0};
+    size_t n_texts = nc + sizeof ADDED_TEXTS / sizeof *ADDED_TEXTS, hits = 0;
+    for (size_t i = 0; i < n_texts; i++) {
+        size_t xn;
+        const char *x = i < nc ? refs_str(corpus[i], NULL, &xn) : ADDED_TEXTS[i - nc];
+        if (i >= nc)
+            xn = strlen(x);
+        for (unsigned flags = 0; flags <= LS_TOKENIZE_NO_SPECIAL_MATCH; flags += LS_TOKENIZE_NO_SPECIAL_MATCH) {
+            got.n = want.n = 0;
+            assert_int_equal(ls_tokenizer_encode_added(base, a, x, xn, flags, &got, errbuf, sizeof errbuf), 0);
+            assert_int_equal(ls_tokenizer_encode(ref, x, xn, flags, &want, errbuf, sizeof errbuf), 0);
+            if (got.n != want.n || memcmp(got.ids, want.ids, got.n * sizeof *got.ids) != 0)
+                fail_msg("%s: \"%.80s\" (flags %u): ids differ from the tokenizer that lists them",
+                         vocab, x, flags);
+            for (size_t k = 0; k < got.n; k++)
+                hits += got.ids[k] >= first;
+            for (unsigned df = 0; df <= LS_DETOK_SKIP_SPECIAL; df++) {
+                size_t gl, wl, sl;
+                char *g = ls_tokenizer_decode_added(base, a, got.ids, got.n, df, &gl, errbuf, sizeof errbuf);
+                char *w = ls_tokenizer_decode(ref, want.ids, want.n, df, &wl, errbuf, sizeof errbuf);
+                char *st = stream_all(base, a, got.ids, got.n, df, &sl);
+                assert_true(g && w);
+                if (gl != wl || memcmp(g, w, gl) != 0 || sl != gl || memcmp(st, g, gl) != 0)
+                    fail_msg("%s: \"%.80s\": decode (skip %u) \"%s\", stream \"%s\", want \"%s\"",
+                             vocab, x, df, g, st, w);
+                free(g), free(w), free(st);
+            }
+        }
+    }
+    print_message("%s: %zu texts, %zu added ids in their ids, as the tokenizer listing them\n",
+                  vocab, n_texts, hits);
+    assert_true(hits >= 10);
+    // an id past them, or between the tokenizer's and the first: not in the vocabulary
+    int32_t bad = first + (int32_t)N_ADDED;
+    assert_null(ls_tokenizer_decode_added(base, a, &bad, 1, 0, NULL, errbuf, sizeof errbuf));
+    ls_detok_t *d = ls_detok_new_added(base, a, 0, NULL, NULL, 0);
+    const char *p;
+    size_t k;
+    assert_int_equal(ls_detok_push(d, bad, &p, &k), -1);
+    ls_detok_destroy(&d);
+    ls_tok_added_destroy(&a);
+    // refusals: a base token's text, twice, empty, invalid UTF-8, ids over the tokenizer's
+    const char *own = ls_tokenizer_id_to_token(base, 100);
+    ls_tok_added_spec_t bad_specs[][2] = {
+        {{own, strlen(own), false, false, false, false, true}, {0}},
+        {{"<a>", 3, false, false, false, false, true}, {"<a>", 3, true, false, false, false, false}},
+        {{"", 0, false, false, false, false, true}, {0}},
+        {{"\xff", 1, false, false, false, false, true}, {0}},
+    };
+    const char *why[] = {"is the tokenizer's own token 100", "is given twice", "is empty", "not valid UTF-8"};
+    for (size_t i = 0; i < sizeof why / sizeof *why; i++) {
+        assert_null(ls_tok_added_new(base, first, bad_specs[i], i == 1 ? 2 : 1, errbuf, sizeof errbuf));
+        assert_contains(errbuf, why[i]);
+    }
+    assert_null(ls_tok_added_new(base, first - 1, ADDED, 1, errbuf, sizeof errbuf));
+    assert_contains(errbuf, "overlap the tokenizer's own");
+    ls_token_ids_free(&got);
+    ls_token_ids_free(&want);
+    refs_jsonl_free(corpus);
+    ls_tokenizer_destroy(&base);
+    ls_tokenizer_destroy(&ref);
+}
+
 int main(void) {
-    struct CMUnitTest tests[sizeof VOCABS / sizeof VOCABS[0] + 5];
+    static const char *ADDED_VOCABS[] = {"llama3", "llama2", "qwen3-nfkc-lower-added",
+                                         "llama2-metaspace-first"};
+    struct CMUnitTest tests[sizeof VOCABS / sizeof VOCABS[0] + 5 + 4];
     size_t n = 0;
     for (size_t i = 0; i < sizeof VOCABS / sizeof VOCABS[0]; i++) {
         tests[n] = (struct CMUnitTest)cmocka_unit_test_prestate(test_vocab, (void *)VOCABS[i]);
@@ -463,5 +650,9 @@ int main(void) {
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_stop_strings_corpus);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_api);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_malformed);
+    for (size_t i = 0; i < sizeof ADDED_VOCABS / sizeof *ADDED_VOCABS; i++) {
+        tests[n] = (struct CMUnitTest)cmocka_unit_test_prestate(test_added_vocab, (void *)ADDED_VOCABS[i]);
+        tests[n++].name = ADDED_VOCABS[i];
+    }
     return _cmocka_run_group_tests("text_tokenizer", tests, n, NULL, NULL);
 }
