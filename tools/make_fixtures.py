@@ -810,7 +810,7 @@ def build_added(arch, out_root, device):
             seq = torch.cat([seq, top.indices[None, :1]], dim=1)
     greedy = seq[0, N_PROMPT:].cpu()
     added_cols = all_logits[0, -1, V:]
-    save_file({"last_logits": all_logits[:, -1].contiguous(), "all_logits": all_logits.contiguous(),
+    save_file({"last_logits": all_logits[:, -1].clone(), "all_logits": all_logits.contiguous(),
                "prompt_ids": prompt.to(torch.int32).contiguous(),
                "greedy_ids": greedy[None].to(torch.int32).contiguous()},
               os.path.join(root, "added.safetensors"), metadata={"format": "pt"})
@@ -837,7 +837,7 @@ def build_added(arch, out_root, device):
             "(1, L, vocab_size + n_added); greedy_ids 16 tokens (full recompute, no EOS stop), "
             "top2_gaps as reference.json's.",
             f"The added columns of the last position: {['%.3f' % x for x in added_cols.tolist()]}; "
-            f"the base model's last logit max moves by {float((all_logits[0, -2, :V] - base_last).abs().max()):.3f} "
+            f"the base model's last logit max moves by {float((all_logits[0, -2, :V] - base_last[:V]).abs().max()):.3f} "
             "at the position before (how much the adapter moves the logits).",
         ],
     }
