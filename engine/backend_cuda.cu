@@ -154,7 +154,7 @@ typedef struct {
     // sampling
     char *h_smp;
     size_t h_smp_cap;
-    s_dev_t d_smp, lp, mark, sorted_lp, sorted_id, iota, sort_temp;
+    s_dev_t d_smp, lp, mark, smp_part, sorted_lp, sorted_id, iota, sort_temp;
     int iota_rows, iota_V; // what iota holds
 
     // step graphs
@@ -1363,7 +1363,9 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
     // scratch
     size_t rv = (size_t)n * V;
     int grew_mark = s_dev_reserve(c, &c->mark, rv * i32);
-    if (s_dev_reserve(c, &c->lp, rv * 4) < 0 || grew_mark < 0)
+    if (s_dev_reserve(c, &c->lp, rv * 4) < 0 || grew_mark < 0 ||
+        s_dev_reserve(c, &c->smp_part, (size_t)n * ls_cu_sample_chunks(n, V) *
+                                           sizeof(ls_cu_sample_part_t)) < 0)
         return -1;
     if (grew_mark > 0) // kept zeroed by the kernel from here on
         s_note(c, cudaMemsetAsync(c->mark.p, 0, c->mark.cap, c->stream));
@@ -1402,6 +1404,7 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
     args.masks = n_masks ? (const uint32_t *)(d + o_mk) : NULL;
     args.lp = (float *)c->lp.p;
     args.mark = (int32_t *)c->mark.p;
+    args.part = (ls_cu_sample_part_t *)c->smp_part.p;
     args.sorted_lp = (float *)c->sorted_lp.p;
     args.iota = (int32_t *)c->iota.p;
     args.sorted_id = (int32_t *)c->sorted_id.p;

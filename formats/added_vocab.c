@@ -193,6 +193,8 @@ static int s_cmp_content(const void *a, const void *b)
 static int s_check(const char *dir, const char *file, int32_t vocab_size, ls_added_vocab_t *v,
                    char *err, size_t errlen)
 {
+    if (v->n == 0) // nothing added (and no array to sort)
+        return 0;
     qsort(v->tokens, (size_t)v->n, sizeof *v->tokens, s_cmp_id);
     for (int i = 0; i < v->n; i++)
         if (v->tokens[i].id != (int64_t)vocab_size + i) {

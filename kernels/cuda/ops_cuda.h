@@ -372,6 +372,16 @@ typedef struct {
     int needs_sort; // non-greedy with top-k or top-p active
 } ls_cu_sample_params_t;
 
+// A chunk's share of a row's sampling pass (sampling.cu): its largest logit and the first
+// id of it, and its sum of exp(logit - that max).
+typedef struct {
+    float max;
+    int id;
+    double sum;
+} ls_cu_sample_part_t;
+
+enum { LS_CU_SAMPLE_MAX_CHUNKS = 64 };
+
 typedef struct {
     // inputs
     int n_rows, V, max_top_n;
@@ -384,6 +394,7 @@ typedef struct {
     // scratch, (n_rows, V) each; mark must be all zero and is left all zero
     float *lp;
     int32_t *mark;
+    ls_cu_sample_part_t *part; // (n_rows, ls_cu_sample_chunks(n_rows, V))
     float *sorted_lp;  // needed when any row needs_sort
     int32_t *iota;     // (n_rows, V) 0..V-1 per row
     int32_t *sorted_id;
@@ -403,6 +414,9 @@ typedef struct {
 size_t ls_cu_sample_sort_temp_bytes(int n_rows, int V, int n_sort_rows);
 // Fills iota (n_rows, V) with 0..V-1 per row.
 cudaError_t ls_cu_iota_rows(int32_t *iota, int n_rows, int V, cudaStream_t stream);
+// Chunks ls_cu_sample cuts each of n_rows rows of V into (<= LS_CU_SAMPLE_MAX_CHUNKS), on the
+// current device: the parts it needs.
+int ls_cu_sample_chunks(int n_rows, int V);
 cudaError_t ls_cu_sample(const ls_cu_sample_args_t *a, cudaStream_t stream);
 
 #ifdef __cplusplus

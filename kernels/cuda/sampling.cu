@@ -3,18 +3,25 @@
     exponential-race draw. CPU reference and the full specification: kernels/cpu/sampling.c
     and kernels/ops.h.
 
-    Three launches per call, one block of 1024 threads per row:
-    1. prep: copy the row (a grammar mask turns the disallowed tokens' logits into -inf as
-       they are copied: no launch of its own, one coalesced word read per 32 tokens), penalties (repetition once per distinct token through atomicExch
-       on a zeroed mark row, frequency/presence through atomic counts; the mark row is left
-       zeroed), temperature, argmax (ties to the lower id), the log-sum-exp in double as the
-       reference forms it, the logprob row, the top-n list by repeated block arg-max over
-       "strictly after the previous pick" in (logprob desc, id asc) order, and the greedy
-       result.
-    2. only for rows with top-k or top-p: a CUB segmented radix sort of (logprob, id),
+    Launches per call:
+    1. stats, a block per (row, chunk) — a row cut into chunks so that a batch of one row
+       still runs on every SM (ls_cu_sample_chunks): copy the chunk (a grammar mask turns
+       the disallowed tokens' logits into -inf as they are copied: one coalesced word read
+       per 32 tokens), the penalties of the row's ids in the chunk (repetition once per
+       distinct token through atomicExch on a zeroed mark row, frequency/presence through
+       atomic counts; the mark row is left zeroed), temperature, the chunk's argmax (ties
+       to the lower id) and its sum of exp(l - its max) in double.
+    2. finish, a block per (row, chunk): the row's argmax and log-sum-exp from the chunks'
+       (the reference's double sum of exp(l - max), each chunk's sum scaled by exp(its max -
+       the row's max): the same terms up to rounding), the chunk's logprob row, and the
+       greedy result.
+    3. only when rows ask for logprobs, a block of 1024 threads per row: the top-n list by
+       repeated block arg-max over "strictly after the previous pick" in (logprob desc, id
+       asc) order.
+    4. only for rows with top-k or top-p: a CUB segmented radix sort of (logprob, id),
        descending and stable, so ties come out by id ascending exactly as the reference's
        qsort comparator orders them (CUB treats -0.0 and +0.0 as equal, as C's == does).
-    3. draw: keep = top-k, then the top-p prefix found by a block-wide double prefix scan
+    5. draw, a block of 1024 threads per row: keep = top-k, then the top-p prefix found by a block-wide double prefix scan
        (same sums as the reference's sequential loop up to rounding of the order), the
        min-p bound against a host-computed logf(min_p), then the race
        key = lp - log(-log(u)) with u = ls_rng_uniform(seed, step, id), arg-max with ties
@@ -36,7 +43,24 @@
 
 #include "common.cuh"
 
-enum { SMP_THREADS = 1024 };
+enum { SMP_THREADS = 1024, SMP_STATS_THREADS = 512 };
+
+// Chunks a row is cut into for the stats and finish passes: about four blocks an SM over the
+// whole batch (a batch-1 step's row over the whole device, not one SM), chunks of at least
+// 2,048 tokens, at most LS_CU_SAMPLE_MAX_CHUNKS.
+int ls_cu_sample_chunks(int n_rows, int V) {
+    static int n_sm; // one device per process (backend_cuda.h)
+    if (!n_sm) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            n_sm = 1;
+    }
+    int c = (4 * n_sm + n_rows - 1) / (n_rows > 0 ? n_rows : 1), by_len = V / 2048;
+    c = c < by_len ? c : by_len;
+    c = c < LS_CU_SAMPLE_MAX_CHUNKS ? c : LS_CU_SAMPLE_MAX_CHUNKS;
+    return c > 1 ? c : 1;
+}
 
 __device__ __forceinline__ uint64_t s_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -66,10 +90,21 @@ __device__ int s_block_min(int v, int *scratch) {
     return v;
 }
 
-__global__ void __launch_bounds__(SMP_THREADS) k_sample_prep(ls_cu_sample_args_t a) {
+// A row's chunk [v0, v1) of C chunks (ls_cu_sample_chunks)
+__device__ __forceinline__ void s_chunk(int V, int c, int C, int *v0, int *v1) {
+    int len = (V + C - 1) / C;
+    *v0 = min(V, c * len);
+    *v1 = min(V, *v0 + len);
+}
+
+// 1. A block per (row, chunk): the chunk copied (the mask applied), the penalties of the
+// row's ids that fall in it, temperature, and the chunk's (max, first id of it) and sum of
+// exp(l - max) in double into part.
+__global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_stats(ls_cu_sample_args_t a, int C) {
     __shared__ double dscr[32];
     __shared__ ls_vid_t vscr[32];
-    int row = blockIdx.x, tid = threadIdx.x, bd = blockDim.x, V = a.V;
+    int row = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, bd = blockDim.x, V = a.V, v0, v1;
+    s_chunk(V, c, C, &v0, &v1);
     const ls_cu_sample_params_t sp = a.params[row];
     size_t base = (size_t)row * V;
     float *l = a.lp + base;
@@ -77,7 +112,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_prep(ls_cu_sample_args_t
     const uint32_t *mask = a.mask_index && a.mask_index[row] >= 0
                                ? a.masks + (size_t)a.mask_index[row] * (size_t)((V + 31) / 32)
                                : NULL;
-    for (int v = tid; v < V; v += bd)
+    for (int v = v0 + tid; v < v1; v += bd)
         l[v] = mask && !((mask[v >> 5] >> (v & 31)) & 1u) ? -INFINITY : a.logits[base + v];
     const int32_t *prompt = NULL, *output = NULL;
     int n_prompt = 0, n_output = 0;
@@ -91,83 +126,125 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_prep(ls_cu_sample_args_t
     }
     __syncthreads();
 
-    // 1. penalties
+    // penalties, each on the ids in this chunk (only this block touches their l and mark)
     if (sp.repetition_penalty != 1.0f) {
         float rp = sp.repetition_penalty;
         for (int i = tid; i < n_prompt + n_output; i += bd) {
             int v = i < n_prompt ? prompt[i] : output[i - n_prompt];
-            if (atomicExch(&mark[v], 1) == 0) { // first occurrence in prompt ∪ output
+            if (v >= v0 && v < v1 && atomicExch(&mark[v], 1) == 0) { // first in prompt ∪ output
                 float x = l[v];
                 l[v] = x > 0 ? __fdiv_rn(x, rp) : __fmul_rn(x, rp);
             }
         }
         __syncthreads();
-        for (int i = tid; i < n_prompt + n_output; i += bd)
-            mark[i < n_prompt ? prompt[i] : output[i - n_prompt]] = 0;
+        for (int i = tid; i < n_prompt + n_output; i += bd) {
+            int v = i < n_prompt ? prompt[i] : output[i - n_prompt];
+            if (v >= v0 && v < v1)
+                mark[v] = 0;
+        }
         __syncthreads();
     }
     if (sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f) {
         for (int i = tid; i < n_output; i += bd)
-            atomicAdd(&mark[output[i]], 1);
+            if (output[i] >= v0 && output[i] < v1)
+                atomicAdd(&mark[output[i]], 1);
         __syncthreads();
         for (int i = tid; i < n_output; i += bd) {
             int v = output[i];
-            int c = atomicExch(&mark[v], 0); // one occurrence applies it, and unmarks
-            if (c)
-                l[v] = __fsub_rn(l[v], __fadd_rn(__fmul_rn(sp.frequency_penalty, (float)c),
+            if (v < v0 || v >= v1)
+                continue;
+            int k = atomicExch(&mark[v], 0); // one occurrence applies it, and unmarks
+            if (k)
+                l[v] = __fsub_rn(l[v], __fadd_rn(__fmul_rn(sp.frequency_penalty, (float)k),
                                                  sp.presence_penalty));
         }
         __syncthreads();
     }
 
-    // 2. temperature, argmax
+    // temperature, the chunk's argmax and its exp sum against its own max
     int greedy = sp.temperature <= 0.0f;
     ls_vid_t best = {-INFINITY, INT_MAX};
-    for (int v = tid; v < V; v += bd) {
+    for (int v = v0 + tid; v < v1; v += bd) {
         float x = l[v];
         if (!greedy) {
             x = __fdiv_rn(x, sp.temperature);
             l[v] = x;
         }
-        ls_vid_t c = {x, v};
-        best = ls_vid_best(best, c);
+        ls_vid_t cand = {x, v};
+        best = ls_vid_best(best, cand);
     }
     best = ls_block_vid_best(best, vscr);
-    int argmax = best.id == INT_MAX ? 0 : best.id;
-    float maxv = best.v;
-
-    // 3. logprobs
     double sum = 0.0;
-    for (int v = tid; v < V; v += bd)
-        sum += exp((double)l[v] - (double)maxv);
+    if (best.v != -INFINITY)  // else every term is exp(-inf - -inf): left to the finish
+        for (int v = v0 + tid; v < v1; v += bd)
+            sum += exp((double)l[v] - (double)best.v);
     sum = ls_block_sum(sum, dscr);
-    float lse = __fadd_rn(maxv, (float)log(sum));
-    for (int v = tid; v < V; v += bd)
-        l[v] = __fsub_rn(l[v], lse);
-    __syncthreads();
-    if (a.top_ids && sp.n_logprobs > 0) {
-        ls_vid_t prev = {INFINITY, -1};
-        for (int k = 0; k < sp.n_logprobs; k++) {
-            ls_vid_t b = {-INFINITY, INT_MAX};
-            for (int v = tid; v < V; v += bd) {
-                ls_vid_t c = {l[v], v};
-                if (k == 0 || ls_vid_before(prev, c))
-                    b = ls_vid_best(b, c);
-            }
-            b = ls_block_vid_best(b, vscr);
-            if (b.id == INT_MAX)
-                break;
-            if (tid == 0) {
-                a.top_ids[(size_t)row * a.max_top_n + k] = b.id;
-                a.top_lps[(size_t)row * a.max_top_n + k] = b.v;
-            }
-            prev = b;
+    if (tid == 0)
+        a.part[(size_t)row * C + c] = (ls_cu_sample_part_t){best.v, best.id, sum};
+}
+
+// 2. A block per (row, chunk): the row's argmax and log-sum-exp from its chunks' parts — the
+// reference's sum of exp(l - max) over the row, as each chunk's sum times exp(its max - the
+// row's max) — the chunk's logprobs l - lse, and (chunk 0) the greedy token and its logprob.
+__global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_finish(ls_cu_sample_args_t a, int C) {
+    __shared__ float s_lse;
+    __shared__ ls_vid_t s_best;
+    int row = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, V = a.V, v0, v1;
+    s_chunk(V, c, C, &v0, &v1);
+    const ls_cu_sample_part_t *part = a.part + (size_t)row * C;
+    if (tid < 32) {
+        ls_vid_t best = {-INFINITY, INT_MAX};
+        for (int k = tid; k < C; k += 32) {
+            ls_vid_t cand = {part[k].max, part[k].id};
+            best = ls_vid_best(best, cand);
+        }
+        best = ls_warp_vid_best(best);
+        double sum = 0.0;
+        for (int k = tid; k < C; k += 32)
+            if (part[k].max != -INFINITY)
+                sum += part[k].sum * exp((double)part[k].max - (double)best.v);
+        sum = ls_warp_sum(sum);
+        if (best.v == -INFINITY)  // all masked: the reference's exp(-inf - -inf) terms
+            sum = NAN;
+        if (tid == 0) {
+            s_best = best;
+            s_lse = __fadd_rn(best.v, (float)log(sum));
         }
     }
-    // 4. greedy (and the argmax the draw falls back on)
-    if (tid == 0) {
-        a.tokens[row] = argmax;
-        a.logprobs[row] = l[argmax];
+    __syncthreads();
+    float lse = s_lse;
+    float *l = a.lp + (size_t)row * V;
+    for (int v = v0 + tid; v < v1; v += blockDim.x)
+        l[v] = __fsub_rn(l[v], lse);
+    if (c == 0 && tid == 0) { // the greedy result (and the argmax the draw falls back on)
+        a.tokens[row] = s_best.id == INT_MAX ? 0 : s_best.id;
+        a.logprobs[row] = __fsub_rn(s_best.v, lse);
+    }
+}
+
+// 3. Rows that ask for top-n logprobs: repeated block arg-max over the finished row, each
+// pick strictly after the previous one in (logprob desc, id asc) order.
+__global__ void __launch_bounds__(SMP_THREADS) k_sample_top(ls_cu_sample_args_t a) {
+    __shared__ ls_vid_t vscr[32];
+    int row = blockIdx.x, tid = threadIdx.x, bd = blockDim.x, V = a.V;
+    int n = a.params[row].n_logprobs;
+    const float *l = a.lp + (size_t)row * V;
+    ls_vid_t prev = {INFINITY, -1};
+    for (int k = 0; k < n; k++) {
+        ls_vid_t b = {-INFINITY, INT_MAX};
+        for (int v = tid; v < V; v += bd) {
+            ls_vid_t cand = {l[v], v};
+            if (k == 0 || ls_vid_before(prev, cand))
+                b = ls_vid_best(b, cand);
+        }
+        b = ls_block_vid_best(b, vscr);
+        if (b.id == INT_MAX)
+            break;
+        if (tid == 0) {
+            a.top_ids[(size_t)row * a.max_top_n + k] = b.id;
+            a.top_lps[(size_t)row * a.max_top_n + k] = b.v;
+        }
+        prev = b;
     }
 }
 
@@ -183,7 +260,7 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_draw(ls_cu_sample_args_t
         return;
     size_t base = (size_t)row * V;
     const float *l = a.lp + base;
-    int argmax = a.tokens[row]; // written by prep
+    int argmax = a.tokens[row]; // written by finish
     float lpmax = l[argmax];
 
     // 5. truncation: the first `keep` tokens of the sorted row survive (0: no truncation)
@@ -275,7 +352,12 @@ cudaError_t ls_cu_sample(const ls_cu_sample_args_t *a, cudaStream_t stream) {
     assert((size_t)a->n_rows * a->V < INT_MAX);
     if (a->n_rows == 0)
         return cudaSuccess;
-    k_sample_prep<<<a->n_rows, SMP_THREADS, 0, stream>>>(*a);
+    int C = ls_cu_sample_chunks(a->n_rows, a->V);
+    dim3 grid((unsigned)a->n_rows, (unsigned)C);
+    k_sample_stats<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C);
+    k_sample_finish<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C);
+    if (a->top_ids)
+        k_sample_top<<<a->n_rows, SMP_THREADS, 0, stream>>>(*a);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;

@@ -26,6 +26,9 @@
        reads (the step must see the old adapter, the next one the new), (c) a load into
        another slot runs alongside a queued step (PrefetchAdapter).
     2b. Mixes of adapters (tests/engine/test_mix.c on the GPU): ec_mix, with the bf16 bound.
+    2c. Added vocabulary (tests/engine/test_parity.c's llama row on the GPU): ec_added, the
+       adapter whose tokenizer adds tokens past the vocabulary against PEFT on its resized
+       model, with the llama fixture's bound.
     5. Step graphs (backend_cuda.cu): the same prefill and decode steps with graphs off and
        on must give bit-identical logits, through captures, replays, a change of batch
        shape and back (a cached graph found again) and rows changing adapters; and the
@@ -193,6 +196,32 @@ static void s_mix(void) {
     s_check(r.single_max <= tol, "mix llama: rows beside the mixes %s (max|Δ| %.3e, bound %.0e)",
             r.single_identical ? "bit-identical" : "differ", r.single_max, tol);
     s_check(r.refused == 5, "mix llama: %d of 5 malformed mixes refused", r.refused);
+    ls_backend_destroy(&be);
+}
+
+// Added vocabulary (docs/adapters.md) against PEFT on its resized model (tests/engine/
+// engine_checks.c ec_added on this backend): the llama fixture's adapter whose tokenizer adds
+// tokens past the vocabulary, beside the base row, its added ids' rows and logits on the GPU.
+static void s_added(void) {
+    ls_backend_t *be = s_backend();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/llama/model", s_fixtures());
+    ls_model_config_t cfg;
+    if (ls_model_config_load(path, &cfg, err, sizeof err) < 0)
+        s_die(path, err);
+    double tol = s_tol(cfg.torch_dtype), gap_min = 2 * tol > 1e-3 ? 2 * tol : 1e-3;
+    ec_added_t r;
+    if (ec_added(be, LS_QUANT_NONE, s_fixtures(), "llama", gap_min, &r, err, sizeof err) < 0)
+        s_die("added vocabulary", err);
+    s_check(r.added_in_prompt > 0 && r.last_max <= tol && r.base_max <= tol && r.past_neg_inf,
+            "added vocabulary llama: %d of the prompt's ids added; last logits over %d columns max|Δ| %.3e "
+            "(logits up to %.2f), base row beside it %.3e (bound %.0e); the %d columns past them -inf: %s",
+            r.added_in_prompt, r.width, r.last_max, r.last_mag, r.base_max, tol, r.logits_width - r.width,
+            r.past_neg_inf ? "yes" : "no");
+    s_check(r.greedy_mismatched == 0 && r.greedy_compared > 0,
+            "added vocabulary llama: greedy tokens identical on %d compared steps of %d (%d reference tokens "
+            "are added ids; compared up to the first top-2 gap < %.0e)", r.greedy_compared, r.greedy_total,
+            r.greedy_added, gap_min);
     ls_backend_destroy(&be);
 }
 
@@ -599,6 +628,7 @@ int main(int argc, char **argv) {
     s_demo(4);
     s_demo(2);
     s_mix();
+    s_added();
     s_dummy(LS_QUANT_NONE);
     s_dummy(LS_QUANT_FP8);
     s_async();

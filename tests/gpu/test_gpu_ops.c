@@ -2175,8 +2175,11 @@ int main(int argc, char **argv) {
     test_logits_widen(&r, 33, 512, 32000, 64, LS_DTYPE_F16);
 
     test_two_steps(&r);
+    // rows cut into 9, 33 and 62 chunks (ls_cu_sample_chunks on 132 SMs), and into one
     test_sampling(&r, 64, 32000, 8);
     test_sampling(&r, 16, 128256, 2);
+    test_sampling(&r, 3, 128256, 4);
+    test_sampling(&r, 8, 1000, 4);
 
     // the table again, last, for whoever reads only the tail
     int fails = 0;
