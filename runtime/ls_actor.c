@@ -935,6 +935,9 @@ int ls_actor_run(ls_actor_t *self) {
         actor_replay_run(self);
     else
         ev_run(self->loop, 0);
+    // a job's work may be using the state on_destroy frees (a worker's adapter image into its
+    // pool): it ends first
+    actor_jobs_stop(self);
     if (self->def->on_destroy)
         self->def->on_destroy(self, self->def->state);
     ls_info(0, "stopped");

@@ -145,6 +145,7 @@ struct ls_actor {
     // Jobs: one thread runs them in order; the loop completes them in the same order.
     pthread_t job_thread;
     int job_thread_started;
+    int jobs_stopped; // actor_jobs_stop ran (before on_destroy, then again at destroy)
     pthread_mutex_t job_lock;
     pthread_cond_t job_cond;
     s_job_t *jobs, *jobs_tail;  // submitted, not yet completed on the loop

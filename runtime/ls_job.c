@@ -89,8 +89,11 @@ int ls_actor_job_result(ls_actor_t *self, ls_job_work_fn work, ls_job_done_fn do
 }
 
 // Waits for the job in progress, then drops what was never completed on the loop: the
-// actor is going away, and a `done` must not run on a half-destroyed actor.
+// actor is going away, and a `done` must not run on a half-destroyed actor. Idempotent.
 void actor_jobs_stop(ls_actor_t *self) {
+    if (self->jobs_stopped)
+        return;
+    self->jobs_stopped = 1;
     if (self->job_thread_started) {
         pthread_mutex_lock(&self->job_lock);
         self->job_quit = 1;
