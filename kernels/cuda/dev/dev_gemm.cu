@@ -18,19 +18,10 @@
     Usage: dev_gemm [--t T ...]   (default: 1 8 32 64 128). Exit 1 if an algorithm fails.
 */
 #include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cstring>
 
+#include "dev_blas.cuh"
 #include "dev_common.cuh"
-
-#define BL_CK(x)                                                                                   \
-    do {                                                                                           \
-        cublasStatus_t s_ = (x);                                                                   \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            fprintf(stderr, "%s:%d: cuBLAS %d\n", __FILE__, __LINE__, (int)s_);                    \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 enum { N_G = 4, MAX_ALGOS = 32, WS = 32 << 20 };
 static const struct {

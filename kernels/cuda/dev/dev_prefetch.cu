@@ -27,19 +27,10 @@
 
     Usage: dev_prefetch [--t T] (default: 1, 8 and 64).
 */
-#include <cublas_v2.h>
 #include <cstring>
 
+#include "dev_blas.cuh"
 #include "dev_common.cuh"
-
-#define BL_CK(x)                                                                                   \
-    do {                                                                                           \
-        cublasStatus_t s_ = (x);                                                                   \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            fprintf(stderr, "%s:%d: cuBLAS %d\n", __FILE__, __LINE__, (int)s_);                    \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 enum { LAYERS = 32, N_G = 4 };
 // in the step's order: o after attention, gate_up after a norm, down after SiLU·mul, qkv
