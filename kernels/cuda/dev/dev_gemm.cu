@@ -12,8 +12,9 @@
     largest |y|, else FAIL).
 
     Printed per (projection, T): the default's µs and % of copy bandwidth, the best
-    algorithm's µs, its index in the heuristic's list and whether it splits K, and the sum
-    over a layer's four projections.
+    algorithm's µs, its index in the heuristic's list and whether it splits K, the
+    heuristic's first algorithm and its first without split-K, and the sum over a layer's
+    four projections.
 
     Usage: dev_gemm [--t T ...]   (default: 1 8 32 64 128). Exit 1 if an algorithm fails.
 */
@@ -48,12 +49,13 @@ int main(int argc, char **argv) {
     BL_CK(cublasSetWorkspace(h, ws, WS));
     dev_rng_t r{11};
     std::vector<float> hx;
-    __nv_bfloat16 *x = dev_bf16_fill(r, (size_t)128 * 14336, 1.0f, hx);
+    int t_max = *std::max_element(ts.begin(), ts.end());
+    __nv_bfloat16 *x = dev_bf16_fill(r, (size_t)t_max * 14336, 1.0f, hx);
     float *y, *y0;
-    DEV_CK(cudaMalloc(&y, (size_t)128 * 28672 * 4));
-    DEV_CK(cudaMalloc(&y0, (size_t)128 * 28672 * 4));
+    DEV_CK(cudaMalloc(&y, (size_t)t_max * 28672 * 4));
+    DEV_CK(cudaMalloc(&y0, (size_t)t_max * 28672 * 4));
     int fail = 0;
-    double sum_def[16] = {0}, sum_best[16] = {0};
+    std::vector<double> sum_def(ts.size()), sum_best(ts.size());
     printf("%-8s %4s %9s %6s %9s %6s %5s %6s  %s\n", "GEMM", "T", "default", "%copy", "best", "%copy",
            "index", "algos", "best's tile / split-K");
     for (int g = 0; g < N_G; g++) {
@@ -100,8 +102,8 @@ int main(int argc, char **argv) {
             cublasLtMatmulHeuristicResult_t res[MAX_ALGOS];
             int n_res = 0;
             BL_CK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, MAX_ALGOS, res, &n_res));
-            double best = 1e30;
-            int best_i = -1;
+            double best = 1e30, first_nosplit = -1, t0 = -1;
+            int best_i = -1, nosplit_i = -1;
             for (int k = 0; k < n_res; k++) {
                 if (res[k].state != CUBLAS_STATUS_SUCCESS)
                     continue;
@@ -125,6 +127,14 @@ int main(int argc, char **argv) {
                 double t = dev_time_us(st, 50, run);
                 if (t < best)
                     best = t, best_i = k;
+                int sk = 0;
+                size_t szk;
+                cublasLtMatmulAlgoConfigGetAttribute(&res[k].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk,
+                                                     &szk);
+                if (k == 0)
+                    t0 = t;
+                if (nosplit_i < 0 && sk <= 1)
+                    nosplit_i = k, first_nosplit = t;
             }
             int split = 0, tile = 0;
             if (best_i >= 0) {
@@ -135,9 +145,10 @@ int main(int argc, char **argv) {
                                                      sizeof tile, &sz);
             }
             double bytes = (double)n * 2;
-            printf("%-8s %4d %9.1f %5.0f%% %9.1f %5.0f%% %5d %6d  tile %d, split-K %d\n", s_g[g].name, T, t_def,
+            printf("%-8s %4d %9.1f %5.0f%% %9.1f %5.0f%% %5d %6d  tile %d, split-K %d; heuristic's #0 %.1f, "
+                   "its first without split-K #%d %.1f\n", s_g[g].name, T, t_def,
                    100 * bytes / (t_def * 1e-6) / 1e9 / bw, best, 100 * bytes / (best * 1e-6) / 1e9 / bw, best_i,
-                   n_res, tile, split);
+                   n_res, tile, split, t0, nosplit_i, first_nosplit);
             sum_def[ti] += t_def;
             sum_best[ti] += best < 1e29 ? best : t_def;
             cublasLtMatmulPreferenceDestroy(pref);
