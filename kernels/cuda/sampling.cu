@@ -21,8 +21,9 @@
     4. only for rows with top-k or top-p: a CUB segmented radix sort of (logprob, id),
        descending and stable, so ties come out by id ascending exactly as the reference's
        qsort comparator orders them (CUB treats -0.0 and +0.0 as equal, as C's == does).
-    5. draw, a block of 1024 threads per row: keep = top-k, then the top-p prefix found by a block-wide double prefix scan
-       (same sums as the reference's sequential loop up to rounding of the order), the
+    5. draw, a block of 1024 threads per row: keep = top-k, then the top-p prefix found by
+       a block-wide double prefix scan (same sums as the reference's sequential loop up to
+       rounding of the order), the
        min-p bound against a host-computed logf(min_p), then the race
        key = lp - log(-log(u)) with u = ls_rng_uniform(seed, step, id), arg-max with ties
        to the lower id.
@@ -32,7 +33,8 @@
 
     Known limits: the sort is a full segmented radix sort of each truncated
     row (a radix select of the top-k / top-p prefix is the fast path), and the scratch is
-    (n_rows, V) arrays several times over.
+    (n_rows, V) arrays several times over; the top-n and draw passes still take one block
+    a row (one SM for a batch of one).
 */
 #include <assert.h>
 #include <limits.h>
