@@ -669,12 +669,13 @@ static void test_rmsnorm_heads(t_rng_t *r) {
 // RoPE and the KV store in one op, H query heads and KV key heads (their sum and KV's a
 // multiple of the kernel's 8-head blocks or not) in rows with a pad column or two (NaN, must
 // stay so), T tokens at positions up to 131072, the last and about a quarter of the others
-// on slot -1 (stored nowhere) where T > 1, the caches in pages as the pool holds them (a block of K, of V and of another
-// layer's K per page), cdt the caches' dtype, a delta added first or none. x (q and k rotated
-// in place, v as it was): rope's bound, the CPU's sin and cos against sincosf. The caches
-// exactly: the v rows are the CPU's v (+ delta) rounded to cdt as the host rounds, the k rows
-// the GPU's own rotated k (its x, checked just before) rounded so, every other element as
-// uploaded — a store at a wrong slot, head or page, an unrounded or twice-rounded value fails.
+// on slot -1 (stored nowhere) where T > 1, the caches in pages as the pool holds them (a
+// block of K, of V and of another layer's K per page), cdt the caches' dtype, a delta added
+// first or none. x (q and k rotated in place, v as it was): rope's bound, the CPU's sin and
+// cos against sincosf. The caches exactly: the v rows are the CPU's v (+ delta) rounded to
+// cdt as the host rounds, the k rows the GPU's own rotated k (its x, checked just before)
+// rounded so, every other element as uploaded — a store at a wrong slot, head or page, an
+// unrounded or twice-rounded value fails.
 static void test_rope_kv_store(t_rng_t *r, ls_rope_type_t type, int T, int H, int KV, int D,
                                ls_dtype_t cdt, int with_delta) {
     int bs = 16, kvd = KV * D, width = (H + 2 * KV) * D, stride = width + 1 + T % 2;
@@ -1021,8 +1022,8 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
         s_check_true(name, nmse > 1e-10);
     }
     s_pb_free(&qkv), s_pb_free(&kvb), s_pb_free(&out), s_pb_free(&dv), s_pb_free(&fi);
-    free(perm), free(hq), free(hk), free(hdv), free(zero), free(poison), free(c), free(g), free(co), free(go),
-        free(pc), free(pg);
+    free(perm), free(hq), free(hk), free(hdv), free(zero), free(poison), free(c), free(g);
+    free(co), free(go), free(pc), free(pg);
     return n_pick;
 }
 
