@@ -206,10 +206,6 @@ struct ls_backend {
     // in place on x (T, row_stride) holding (n_heads, head_dim); w (head_dim)
     void (*rmsnorm_heads)(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
                           int n_heads, int head_dim, int row_stride, float eps);
-    // step: in place on x (T, row_stride) at positions; inv_freq (head_dim/2); x2 (T,
-    // row_stride), or NONE, is added into x first (as if x were x + x2)
-    void (*rope)(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
-                 int n_heads, int head_dim, int row_stride);
     // out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]; delta (T, 2*inter),
     // or NONE, is added into gate_up first (as if gate_up were gate_up + delta); out_lp
     // (T, inter) and out_scale (T), or NONE: out once more in out_lp's dtype, as rmsnorm's
@@ -217,14 +213,18 @@ struct ls_backend {
                      ls_view_t gate_up, ls_view_t delta, int T, int inter);
     // y (n) += x (n)
     void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
-    // step: caches [slot_mapping] = k, v (T, row_stride), the caches blocks of (block_size,
-    // n_kv_heads*head_dim) block_stride elements apart (ls_kv_cache_store); v2 (T,
-    // row_stride), or NONE: the v cache gets v + v2 (v itself is left as it is)
-    void (*kv_store)(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache, ls_view_t k,
-                     ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim, int row_stride,
-                     int block_size, size_t block_stride);
+    // step: RoPE, then the KV store. x (T, row_stride) holds n_heads q heads, then n_kv_heads
+    // k heads, then n_kv_heads v heads of head_dim; x2 (T, row_stride), or NONE, is added
+    // into x first (as if x were x + x2). q's and k's heads rotate in place at the step's
+    // positions (inv_freq (head_dim/2)); then caches [slot_mapping] = k (rotated), v (+ v2:
+    // v itself is left as it is), slots < 0 storing nothing, the caches blocks of
+    // (block_size, n_kv_heads*head_dim) block_stride elements apart: ls_rope_forward over
+    // q's and k's heads, then ls_kv_cache_store (kernels/ops.h), in one op
+    void (*rope_kv_store)(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
+                          ls_view_t k_cache, ls_view_t v_cache, int n_heads, int n_kv_heads,
+                          int head_dim, int row_stride, int block_size, size_t block_stride);
     // step: out (T, n_heads*head_dim) from q (T, row_stride) and the paged caches (as
-    // kv_store's)
+    // rope_kv_store's)
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
                       int block_size, int row_stride, size_t block_stride);

@@ -280,13 +280,6 @@ static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
     ls_rmsnorm_heads_forward(s_f32(x), s_f32(w), T, n_heads, head_dim, row_stride, eps);
 }
 
-static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
-                   int n_heads, int head_dim, int row_stride) {
-    const ls_step_t *st = &s_cpu(self)->step;
-    ls_rope_forward(s_f32(x), s_f32_opt(x2), st->attn.positions, s_f32(inv_freq),
-                    st->n_tokens, n_heads, head_dim, row_stride);
-}
-
 static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
                        ls_view_t gate_up, ls_view_t delta, int T, int inter) {
     ls_silu_mul_forward(s_f32(out), s_f32(gate_up), s_f32_opt(delta), T, inter);
@@ -297,11 +290,16 @@ static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
     ls_add_forward(s_f32(y), s_f32(x), n);
 }
 
-static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
-                       ls_view_t k, ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim,
-                       int row_stride, int block_size, size_t block_stride) {
+static void s_rope_kv_store(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
+                            ls_view_t k_cache, ls_view_t v_cache, int n_heads, int n_kv_heads,
+                            int head_dim, int row_stride, int block_size, size_t block_stride) {
     const ls_step_t *st = &s_cpu(self)->step;
-    ls_kv_cache_store(s_f32(k_cache), s_f32(v_cache), s_f32(k), s_f32(v), s_f32_opt(v2),
+    float *xp = s_f32(x), *dp = s_f32_opt(x2);
+    size_t ko = (size_t)n_heads * head_dim, vo = ko + (size_t)n_kv_heads * head_dim;
+    // q's heads and k's lie side by side in a row (and x2's), so one pass rotates both
+    ls_rope_forward(xp, dp, st->attn.positions, s_f32(inv_freq), st->n_tokens,
+                    n_heads + n_kv_heads, head_dim, row_stride);
+    ls_kv_cache_store(s_f32(k_cache), s_f32(v_cache), xp + ko, xp + vo, dp ? dp + vo : NULL,
                       st->attn.slot_mapping, st->n_tokens, n_kv_heads, head_dim, row_stride,
                       block_size, block_stride);
 }
@@ -437,10 +435,9 @@ ls_backend_t *ls_backend_cpu_new(int n_threads) {
         .matmul_fp8 = s_matmul_fp8,
         .rmsnorm = s_rmsnorm,
         .rmsnorm_heads = s_rmsnorm_heads,
-        .rope = s_rope,
         .silu_mul = s_silu_mul,
         .add = s_add,
-        .kv_store = s_kv_store,
+        .rope_kv_store = s_rope_kv_store,
         .attention = s_attention,
         .lora_shrink = s_lora_shrink,
         .lora_expand = s_lora_expand,

@@ -701,8 +701,8 @@ static int s_step_begin(ls_backend_t *self, const ls_step_t *step) {
 
 // Op tags of the probe record.
 enum {
-    S_OP_STEP = 1, S_OP_EMBEDDING, S_OP_MATMUL, S_OP_RMSNORM, S_OP_RMSNORM_HEADS, S_OP_ROPE,
-    S_OP_SILU_MUL, S_OP_ADD, S_OP_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
+    S_OP_STEP = 1, S_OP_EMBEDDING, S_OP_MATMUL, S_OP_RMSNORM, S_OP_RMSNORM_HEADS,
+    S_OP_SILU_MUL, S_OP_ADD, S_OP_ROPE_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
     S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8,
     S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS, S_OP_LOGITS_WIDEN
@@ -1055,17 +1055,6 @@ static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
                                   row_stride, eps, c->stream));
 }
 
-static void s_rope(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
-                   int n_heads, int head_dim, int row_stride) {
-    s_cuda_t *c = s_ctx(self);
-    const float *add = x2.buf ? s_f32(x2) : NULL;
-    if (s_rec(c, (int)S_OP_ROPE, s_f32(x), add, s_ptr(inv_freq), (int)s_dt(inv_freq), n_heads,
-              head_dim, row_stride))
-        return;
-    s_note(c, ls_cu_rope(s_f32(x), add, c->positions, s_ptr(inv_freq), s_dt(inv_freq), c->T,
-                         n_heads, head_dim, row_stride, c->stream));
-}
-
 static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
                        ls_view_t gate_up, ls_view_t delta, int T, int inter) {
     s_cuda_t *c = s_ctx(self);
@@ -1086,18 +1075,20 @@ static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
     s_note(c, ls_cu_add(s_f32(y), s_f32(x), n, c->stream));
 }
 
-static void s_kv_store(ls_backend_t *self, ls_view_t k_cache, ls_view_t v_cache,
-                       ls_view_t k, ls_view_t v, ls_view_t v2, int n_kv_heads, int head_dim,
-                       int row_stride, int block_size, size_t block_stride) {
+static void s_rope_kv_store(ls_backend_t *self, ls_view_t x, ls_view_t x2, ls_view_t inv_freq,
+                            ls_view_t k_cache, ls_view_t v_cache, int n_heads, int n_kv_heads,
+                            int head_dim, int row_stride, int block_size, size_t block_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
-    const float *add = v2.buf ? s_f32(v2) : NULL;
-    if (s_rec(c, (int)S_OP_KV_STORE, s_ptr(k_cache), s_ptr(v_cache), (int)s_dt(k_cache),
-              s_f32(k), s_f32(v), add, n_kv_heads, head_dim, row_stride, block_size, block_stride))
+    const float *add = x2.buf ? s_f32(x2) : NULL;
+    if (s_rec(c, (int)S_OP_ROPE_KV_STORE, s_f32(x), add, s_ptr(inv_freq), (int)s_dt(inv_freq),
+              s_ptr(k_cache), s_ptr(v_cache), (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim,
+              row_stride, block_size, block_stride))
         return;
-    s_note(c, ls_cu_kv_store(s_ptr(k_cache), s_ptr(v_cache), s_dt(k_cache), s_f32(k),
-                             s_f32(v), add, c->slot_mapping, c->T, n_kv_heads, head_dim,
-                             row_stride, block_size, block_stride, c->stream));
+    s_note(c, ls_cu_rope_kv_store(s_f32(x), add, s_ptr(k_cache), s_ptr(v_cache), s_dt(k_cache),
+                                  c->positions, c->slot_mapping, s_ptr(inv_freq), s_dt(inv_freq),
+                                  c->T, n_heads, n_kv_heads, head_dim, row_stride, block_size,
+                                  block_stride, c->stream));
 }
 
 static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
@@ -1519,10 +1510,9 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->matmul_fp8 = s_matmul_fp8;
     self->rmsnorm = s_rmsnorm;
     self->rmsnorm_heads = s_rmsnorm_heads;
-    self->rope = s_rope;
     self->silu_mul = s_silu_mul;
     self->add = s_add;
-    self->kv_store = s_kv_store;
+    self->rope_kv_store = s_rope_kv_store;
     self->attention = s_attention;
     self->lora_shrink = s_lora_shrink;
     self->lora_expand = s_lora_expand;

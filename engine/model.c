@@ -1602,8 +1602,7 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     ls_view_t x = s_w(self->ws[S_WS_X]), h = s_w(self->ws[S_WS_H]), y = s_w(self->ws[S_WS_Y]),
               qkv = s_w(self->ws[S_WS_QKV]), attn = s_w(self->ws[S_WS_ATTN]),
               gate_up = s_w(self->ws[S_WS_GATE_UP]), act = s_w(self->ws[S_WS_ACT]);
-    ls_view_t k = ls_view(qkv.buf, (size_t)self->q_dim),
-              v = ls_view(qkv.buf, (size_t)(self->q_dim + self->kv_dim));
+    ls_view_t k = ls_view(qkv.buf, (size_t)self->q_dim);
     ls_view_t inv_freq = s_w(self->inv_freq);
     ls_view_t delta = LS_VIEW_NONE; // a LoRA delta s_proj left for the next op to fold in
     ls_view_t lp, lps;
@@ -1628,25 +1627,19 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
                        s_w(w[S_QKV]), s_w(w[S_QKV_SCALE]), s_w(w[S_QKV_BIAS]), n, H,
                        self->qkv_dim);
         // norms, RoPE, the KV store and attention all read qkv: the delta goes in first —
-        // added by RoPE (q, k) and the KV store (v), which read it first, unless the head
-        // norms read it before them (attention reads q and the caches, never qkv's v)
-        ls_view_t dq = LS_VIEW_NONE, dv = LS_VIEW_NONE;
+        // added by RoPE and the KV store (q, k, v), which read it first, unless the head norms
+        // read it before them (attention reads q and the caches, never qkv's v)
         if (c->qk_norm) {
             delta = s_settle(self, qkv, delta, (size_t)n * self->qkv_dim);
             be->rmsnorm_heads(be, qkv, s_w(w[S_Q_NORM]), n, nh, hd, self->qkv_dim, eps);
             be->rmsnorm_heads(be, k, s_w(w[S_K_NORM]), n, nkv, hd, self->qkv_dim, eps);
-        } else if (delta.buf) {
-            dq = delta;
-            dv = ls_view(delta.buf, (size_t)(self->q_dim + self->kv_dim));
-            delta = LS_VIEW_NONE;
         }
-        // q's heads and k's lie side by side in a qkv row (and their deltas in delta's), so one
-        // pass rotates both
-        be->rope(be, qkv, dq, inv_freq, nh + nkv, hd, self->qkv_dim);
         ls_view_t kc = ls_view(kv->pages, 2 * (size_t)l * kv->block_n),
                   vc = ls_view(kv->pages, (2 * (size_t)l + 1) * kv->block_n);
         size_t stride = 2 * (size_t)kv->n_layers * kv->block_n;
-        be->kv_store(be, kc, vc, k, v, dv, nkv, hd, self->qkv_dim, kv->block_size, stride);
+        be->rope_kv_store(be, qkv, delta, inv_freq, kc, vc, nh, nkv, hd, self->qkv_dim,
+                          kv->block_size, stride);
+        delta = LS_VIEW_NONE;
         be->attention(be, attn, qkv, kc, vc, nh, nkv, hd, kv->block_size, self->qkv_dim,
                       stride);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum

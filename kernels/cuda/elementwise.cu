@@ -453,31 +453,42 @@ cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int
 }
 
 // ---------------------------------------------------------------------------------------
-// RoPE, HF rotate_half convention: one block per token, threads over (head, i < d/2)
+// RoPE (HF rotate_half convention) and the paged KV cache store in one pass
 
-// A block per (token, S_ROPE_HEADS heads): each pair's angle depends on the token and the
-// pair's index, not the head, so a block takes each (sin, cos) once from shared memory
-// instead of once per head (sincosf takes its slow path for the large angles of long
-// positions); several blocks per token keep a batch-1 step's rotation off one SM.
+// A block per (token, S_ROPE_HEADS "heads" of the row's q, k, v heads side by side): q and k
+// heads rotate in place, k's rotated values and v (+ v2) go to the caches. Each pair's angle
+// depends on the token and the pair's index, not the head, so a block takes each (sin, cos)
+// once from shared memory instead of once per head (sincosf takes its slow path for the
+// large angles of long positions); several blocks per token keep a batch-1 step off one SM.
+// One kernel instead of a RoPE kernel then a store kernel: the store's launch, its gap and
+// its second read of k go (a decode step runs it once per layer).
 enum { S_ROPE_HEADS = 8, S_ROPE_MAX_HALF = 256 };
 
-template <typename TI>
-__global__ void k_rope(float *x, const float *x2, const int32_t *positions, const TI *inv_freq,
-                       int n_heads, int head_dim, int row_stride) {
+template <typename TI, typename TC>
+__global__ void k_rope_kv_store(float *x, const float *x2, TC *k_cache, TC *v_cache,
+                                const int32_t *positions, const int32_t *slot_mapping,
+                                const TI *inv_freq, int n_heads, int n_kv_heads, int head_dim,
+                                int row_stride, int block_size, size_t block_stride) {
     __shared__ float sn[S_ROPE_MAX_HALF], cs[S_ROPE_MAX_HALF];
     int t = blockIdx.x, half = head_dim / 2, h0 = blockIdx.y * S_ROPE_HEADS;
-    int nh = min(S_ROPE_HEADS, n_heads - h0);
-    float pos = (float)positions[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float angle = __fmul_rn(pos, ls_to_f(inv_freq[i])); // fp32 product, as HF
-        sincosf(angle, &sn[i], &cs[i]);
+    int n_rot = n_heads + n_kv_heads; // q's heads and k's: those rotated
+    int nh = min(S_ROPE_HEADS, n_rot + n_kv_heads - h0);
+    if (h0 < n_rot) { // uniform over the block: only v's heads need no angles
+        float pos = (float)positions[t];
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            float angle = __fmul_rn(pos, ls_to_f(inv_freq[i])); // fp32 product, as HF
+            sincosf(angle, &sn[i], &cs[i]);
+        }
+        __syncthreads();
     }
-    __syncthreads();
-    float *xt = x + (size_t)t * row_stride + (size_t)h0 * head_dim;
-    const float *dt = x2 ? x2 + (size_t)t * row_stride + (size_t)h0 * head_dim : NULL;
+    int slot = slot_mapping[t];
+    size_t at = slot < 0 ? 0
+                         : (size_t)(slot / block_size) * block_stride +
+                               (size_t)(slot % block_size) * n_kv_heads * head_dim;
+    float *xt = x + (size_t)t * row_stride;
+    const float *dt = x2 ? x2 + (size_t)t * row_stride : NULL;
     for (int k = threadIdx.x; k < nh * half; k += blockDim.x) {
-        int h = k / half, i = k % half;
-        float s = sn[i], c = cs[i];
+        int h = h0 + k / half, i = k % half;
         float *xh = xt + (size_t)h * head_dim;
         float a = xh[i], b = xh[i + half];
         if (dt) { // the CPU reference's add, unfused
@@ -485,56 +496,42 @@ __global__ void k_rope(float *x, const float *x2, const int32_t *positions, cons
             a = __fadd_rn(a, dh[i]);
             b = __fadd_rn(b, dh[i + half]);
         }
-        xh[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        xh[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+        if (h >= n_rot) { // v: stored (+ v2), x itself left as it is
+            if (slot >= 0) {
+                TC *vc = v_cache + at + (size_t)(h - n_rot) * head_dim;
+                vc[i] = ls_from_f<TC>(a);
+                vc[i + half] = ls_from_f<TC>(b);
+            }
+            continue;
+        }
+        float s = sn[i], c = cs[i];
+        float ra = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        float rb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+        xh[i] = ra;
+        xh[i + half] = rb;
+        if (h >= n_heads && slot >= 0) { // k: stored rotated
+            TC *kc = k_cache + at + (size_t)(h - n_heads) * head_dim;
+            kc[i] = ls_from_f<TC>(ra);
+            kc[i + half] = ls_from_f<TC>(rb);
+        }
     }
 }
 
-cudaError_t ls_cu_rope(float *x, const float *x2, const int32_t *positions,
-                       const void *inv_freq, ls_cu_dtype_t inv_dt, int T, int n_heads,
-                       int head_dim, int row_stride, cudaStream_t stream) {
-    assert(head_dim % 2 == 0 && head_dim / 2 <= S_ROPE_MAX_HALF && row_stride >= n_heads * head_dim);
-    if (T == 0 || n_heads == 0)
+cudaError_t ls_cu_rope_kv_store(float *x, const float *x2, void *k_cache, void *v_cache,
+                                ls_cu_dtype_t cache_dt, const int32_t *positions,
+                                const int32_t *slot_mapping, const void *inv_freq,
+                                ls_cu_dtype_t inv_dt, int T, int n_heads, int n_kv_heads,
+                                int head_dim, int row_stride, int block_size,
+                                size_t block_stride, cudaStream_t stream) {
+    int n_all = n_heads + 2 * n_kv_heads;
+    assert(head_dim % 2 == 0 && head_dim / 2 <= S_ROPE_MAX_HALF && row_stride >= n_all * head_dim);
+    assert(block_size > 0 && block_stride >= (size_t)block_size * n_kv_heads * head_dim);
+    if (T == 0 || n_all == 0)
         return cudaSuccess;
-    dim3 grid((unsigned)T, (unsigned)((n_heads + S_ROPE_HEADS - 1) / S_ROPE_HEADS));
-    LS_CU_DISPATCH(inv_dt, TI,
-        k_rope<TI><<<grid, 256, 0, stream>>>(x, x2, positions, (const TI *)inv_freq, n_heads,
-                                             head_dim, row_stride));
-    LS_CU_CHECK_LAUNCH();
-}
-
-// ---------------------------------------------------------------------------------------
-// Paged KV cache store: one block per token
-
-template <typename TC>
-__global__ void k_kv_store(TC *k_cache, TC *v_cache, const float *k, const float *v,
-                           const float *v2, const int32_t *slot_mapping, int kv_dim,
-                           int row_stride, int block_size, size_t block_stride) {
-    int t = blockIdx.x;
-    int slot = slot_mapping[t];
-    if (slot < 0)
-        return;
-    size_t at = (size_t)(slot / block_size) * block_stride + (size_t)(slot % block_size) * kv_dim;
-    TC *kc = k_cache + at, *vc = v_cache + at;
-    const float *kt = k + (size_t)t * row_stride, *vt = v + (size_t)t * row_stride;
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        kc[i] = ls_from_f<TC>(kt[i]);
-        vc[i] = ls_from_f<TC>(v2 ? __fadd_rn(vt[i], v2[(size_t)t * row_stride + i]) : vt[i]);
-    }
-}
-
-cudaError_t ls_cu_kv_store(void *k_cache, void *v_cache, ls_cu_dtype_t cache_dt,
-                           const float *k, const float *v, const float *v2,
-                           const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
-                           int row_stride, int block_size, size_t block_stride,
-                           cudaStream_t stream) {
-    int kv_dim = n_kv_heads * head_dim;
-    assert(row_stride >= kv_dim && block_size > 0 && block_stride >= (size_t)block_size * kv_dim);
-    if (T == 0)
-        return cudaSuccess;
-    LS_CU_DISPATCH(cache_dt, TC,
-        k_kv_store<TC><<<T, 256, 0, stream>>>((TC *)k_cache, (TC *)v_cache, k, v, v2,
-                                              slot_mapping, kv_dim, row_stride, block_size,
-                                              block_stride));
+    dim3 grid((unsigned)T, (unsigned)((n_all + S_ROPE_HEADS - 1) / S_ROPE_HEADS));
+    LS_CU_DISPATCH(inv_dt, TI, LS_CU_DISPATCH(cache_dt, TC,
+        k_rope_kv_store<TI, TC><<<grid, 256, 0, stream>>>(
+            x, x2, (TC *)k_cache, (TC *)v_cache, positions, slot_mapping, (const TI *)inv_freq,
+            n_heads, n_kv_heads, head_dim, row_stride, block_size, block_stride)));
     LS_CU_CHECK_LAUNCH();
 }

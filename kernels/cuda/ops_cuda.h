@@ -120,24 +120,23 @@ cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int
                                 int n_heads, int head_dim, int row_stride, float eps,
                                 cudaStream_t stream);
 
-// in place on x (T, row_stride) at positions (T); inv_freq (head_dim/2); x2 (T,
-// row_stride), or NULL, added into x first; head_dim <= 512
-cudaError_t ls_cu_rope(float *x, const float *x2, const int32_t *positions,
-                       const void *inv_freq, ls_cu_dtype_t inv_dt, int T, int n_heads,
-                       int head_dim, int row_stride, cudaStream_t stream);
-
 // ---------------------------------------------------------------------------------------
 // Paged KV cache and attention (caches stored as cache_dt)
 
 // The caches are blocks of (block_size, n_kv_heads*head_dim) elements, block_stride elements
 // apart (ls_kv_cache_store, kernels/ops.h).
 
-// caches [slot_mapping (T)] = k, v (+ v2, or NULL) (T, row_stride); slot < 0 skipped
-cudaError_t ls_cu_kv_store(void *k_cache, void *v_cache, ls_cu_dtype_t cache_dt,
-                           const float *k, const float *v, const float *v2,
-                           const int32_t *slot_mapping, int T, int n_kv_heads, int head_dim,
-                           int row_stride, int block_size, size_t block_stride,
-                           cudaStream_t stream);
+// RoPE then the store, in one pass: x (T, row_stride) holds n_heads q heads, n_kv_heads k
+// heads and n_kv_heads v heads side by side; q and k rotate in place at positions (T)
+// (inv_freq (head_dim/2)), then caches [slot_mapping (T)] = k (rotated), v; slot < 0 stores
+// nothing. x2 (T, row_stride), or NULL, is added first (as if x were x + x2; v itself is
+// left as it is, the v cache gets v + v2). head_dim <= 512
+cudaError_t ls_cu_rope_kv_store(float *x, const float *x2, void *k_cache, void *v_cache,
+                                ls_cu_dtype_t cache_dt, const int32_t *positions,
+                                const int32_t *slot_mapping, const void *inv_freq,
+                                ls_cu_dtype_t inv_dt, int T, int n_heads, int n_kv_heads,
+                                int head_dim, int row_stride, int block_size,
+                                size_t block_stride, cudaStream_t stream);
 
 // out (T, n_heads*head_dim), q (T, row_stride); tok_seq (T) is the sequence of each token
 // (derived from q_indptr on the host), positions (T), block_tables (n_seqs, max_blocks).

@@ -12,13 +12,15 @@
     tuned kernels) and cut in pieces (the fallbacks), entries past a slot's rank NULL.
 
     Tolerances (why):
-    - fp32 arithmetic on identical inputs (norms, rope, attention, LoRA, F32 matmul without
-      TF32): NMSE <= 1e-10; only summation order and 1-ulp math functions differ;
+    - fp32 arithmetic on identical inputs (norms, RoPE (rope_kv_store's x), attention, LoRA,
+      F32 matmul without TF32): NMSE <= 1e-10; only summation order and 1-ulp math
+      functions differ;
     - prefill attention (the rows of sequences the prefill kernel takes; both prefill
       kernels, mma.sync and, on sm_90, wgmma): q and the softmax weights rounded to bf16:
       for q in [-qr, qr], NMSE <= 2e-5 (1 + qr²/9) and max |Δ| <= 0.0156 (1 + qr), derived
       at test_attention;
-    - copies and gathers (embedding, rows_gather, kv_store, add, uploads): exact;
+    - copies and gathers (embedding, rows_gather, rope_kv_store's caches — k as the GPU
+      rotated it, v as the CPU added it, rounded to the cache's dtype —, add, uploads): exact;
     - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS, a
       relative error up to 2^-8 (2^-11) per product: NMSE <= 5e-5 (1e-5);
     - FP8 matmul: the quantized activations and their scales are the CPU's bit for bit
@@ -664,37 +666,73 @@ static void test_rmsnorm_heads(t_rng_t *r) {
     free(hx), free(hw), free(c), free(g);
 }
 
-// H query heads (a multiple of the kernel's 8-head blocks or not), KV key heads
-static void test_rope(t_rng_t *r, ls_rope_type_t type, int H, int KV, int D) {
-    int T = 19, stride = (H + 2 * KV) * D;
-    size_t n = (size_t)T * stride;
+// RoPE and the KV store in one op, H query heads and KV key heads (their sum and KV's a
+// multiple of the kernel's 8-head blocks or not) in rows with a pad column or two (NaN, must
+// stay so), T tokens at positions up to 131072, the last and about a quarter of the others
+// on slot -1 (stored nowhere) where T > 1, the caches in pages as the pool holds them (a
+// block of K, of V and of another layer's K per page), cdt the caches' dtype, a delta added
+// first or none. x (q and k rotated in place, v as it was): rope's bound, the CPU's sin and
+// cos against sincosf. The caches exactly: the v rows are the CPU's v (+ delta) rounded to
+// cdt as the host rounds, the k rows the GPU's own rotated k (its x, checked just before)
+// rounded so, every other element as uploaded — a store at a wrong slot, head or page, an
+// unrounded or twice-rounded value fails.
+static void test_rope_kv_store(t_rng_t *r, ls_rope_type_t type, int T, int H, int KV, int D,
+                               ls_dtype_t cdt, int with_delta) {
+    int bs = 16, kvd = KV * D, width = (H + 2 * KV) * D, stride = width + 1 + T % 2;
+    int num_blocks = (T + bs - 1) / bs + 2;
+    size_t n = (size_t)T * stride, bn = (size_t)bs * kvd, bstride = 3 * bn,
+           nc = (size_t)num_blocks * bstride;
     ls_rope_config_t cfg = {type, 500000.0, 8.0, 1.0, 4.0, 8192.0};
-    float inv[128];
+    float inv[256];
     ls_rope_inv_freq_init(inv, D, &cfg);
     s_pb_t x = s_pb_new(LS_DTYPE_F32, n), fi = s_pb_new(LS_DTYPE_F32, D / 2),
-           dx = s_pb_new(LS_DTYPE_F32, n);
-    float *hx = s_fill_new(r, n, -1, 1), *hd = s_fill_new(r, n, -0.1f, 0.1f);
+           dx = s_pb_new(LS_DTYPE_F32, n), kvb = s_pb_new(cdt, nc);
+    float *hx = s_fill_new(r, n, -1, 1), *hd = s_fill_new(r, n, -0.1f, 0.1f),
+          *hk = s_fill_new(r, nc, -1, 1);
+    for (int t = 0; t < T; t++)
+        for (int i = width; i < stride; i++)
+            hx[(size_t)t * stride + i] = NAN;
     s_pb_set(&x, 0, hx, n);
     s_pb_set(&dx, 0, hd, n);
     s_pb_set(&fi, 0, inv, D / 2);
+    s_pb_set(&kvb, 0, hk, nc);
     static s_stepd_t d;
     s_step_simple(&d, T);
-    for (int t = 0; t < T; t++)
+    int32_t *perm = t_alloc((size_t)num_blocks * bs * 4);
+    for (int i = 0; i < num_blocks * bs; i++)
+        perm[i] = i;
+    t_shuffle(r, perm, num_blocks * bs); // distinct slots in no order
+    for (int t = 0; t < T; t++) {
         d.pos[t] = t < 4 ? t : t_rng_int(r, 131072);
+        d.slot[t] = T > 1 && (t == T - 1 || t_rng_int(r, 4) == 0) ? -1 : perm[t];
+    }
     s_step_begin(&d);
-    // q with a delta added first (the folded LoRA of engine/model.c), k without
-    s_cpu->rope(s_cpu, s_vc(&x, 0), s_vc(&dx, 0), s_vc(&fi, 0), H, D, stride);
-    s_gpu->rope(s_gpu, s_vg(&x, 0), s_vg(&dx, 0), s_vg(&fi, 0), H, D, stride);
-    s_cpu->rope(s_cpu, s_vc(&x, (size_t)H * D), LS_VIEW_NONE, s_vc(&fi, 0), KV, D, stride);
-    s_gpu->rope(s_gpu, s_vg(&x, (size_t)H * D), LS_VIEW_NONE, s_vg(&fi, 0), KV, D, stride);
-    float *c = t_alloc(n * 4), *g = t_alloc(n * 4);
-    s_pb_get(&x, 0, n, c, g);
-    char name[128];
-    snprintf(name, sizeof name, "rope %s q (+ delta) and k in stacked rows, %d+%d heads of %d, pos < 131072",
-             type == LS_ROPE_LLAMA3 ? "llama3" : "default", H, KV, D);
-    s_check(name, g, c, n, 1e-10, 1e-4);
-    s_pb_free(&x), s_pb_free(&fi), s_pb_free(&dx);
-    free(hx), free(hd), free(c), free(g);
+    ls_view_t dc = with_delta ? s_vc(&dx, 0) : LS_VIEW_NONE,
+              dg = with_delta ? s_vg(&dx, 0) : LS_VIEW_NONE;
+    s_cpu->rope_kv_store(s_cpu, s_vc(&x, 0), dc, s_vc(&fi, 0), s_vc(&kvb, 0), s_vc(&kvb, bn), H,
+                         KV, D, stride, bs, bstride);
+    s_gpu->rope_kv_store(s_gpu, s_vg(&x, 0), dg, s_vg(&fi, 0), s_vg(&kvb, 0), s_vg(&kvb, bn), H,
+                         KV, D, stride, bs, bstride);
+    float *cx = t_alloc(n * 4), *gx = t_alloc(n * 4), *c = t_alloc(nc * 4), *g = t_alloc(nc * 4);
+    s_pb_get(&x, 0, n, cx, gx);
+    char name[160];
+    snprintf(name, sizeof name, "rope_kv_store %s T=%d %d+%d+%d heads of %d%s: x",
+             type == LS_ROPE_LLAMA3 ? "llama3" : "default", T, H, KV, KV, D,
+             with_delta ? " + delta" : "");
+    s_check(name, gx, cx, n, 1e-10, 1e-4);
+    s_pb_get(&kvb, 0, nc, c, g);
+    for (int t = 0; t < T; t++) {
+        if (d.slot[t] < 0)
+            continue;
+        size_t at = (size_t)(d.slot[t] / bs) * bstride + (size_t)(d.slot[t] % bs) * kvd;
+        memcpy(c + at, gx + (size_t)t * stride + (size_t)H * D, (size_t)kvd * 4);
+    }
+    s_round_all(cdt, c, nc);
+    snprintf(name, sizeof name, "rope_kv_store T=%d %d+%d+%d heads of %d cache=%s%s: pages",
+             T, H, KV, KV, D, s_dtn(cdt), with_delta ? " + delta" : "");
+    s_check(name, g, c, nc, 0, 0);
+    s_pb_free(&x), s_pb_free(&fi), s_pb_free(&dx), s_pb_free(&kvb);
+    free(hx), free(hd), free(hk), free(perm), free(cx), free(gx), free(c), free(g);
 }
 
 // inter: a multiple of 4 (the float4 kernel) or not (the scalar one)
@@ -905,24 +943,33 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     size_t nq = (size_t)T * stride, nc = (size_t)num_blocks * bstride, no = (size_t)T * H * D;
     s_pb_t qkv = s_pb_new(LS_DTYPE_F32, nq), kvb = s_pb_new(cdt, nc), out = s_pb_new(LS_DTYPE_F32, no);
     float *hq = s_fill_new(r, nq, -qr, qr), *hk = s_fill_new(r, nc, -1, 1), *poison = s_nan_new(no);
-    if (cdt != LS_DTYPE_F32) // k, v values the cache dtype holds exactly: kv_store is a copy
+    if (cdt != LS_DTYPE_F32) // k, v values the cache dtype holds exactly: the store is a copy
         for (int t = 0; t < T; t++)
             s_round_all(cdt, hq + (size_t)t * stride + (size_t)H * D, 2 * kvd);
     s_pb_set(&qkv, 0, hq, nq);
     s_pb_set(&kvb, 0, hk, nc);
     s_pb_set(&out, 0, poison, no);
-    size_t ko = (size_t)H * D, vo = ko + kvd;
+    size_t vo = (size_t)H * D + kvd;
     // with an f32 cache, v gets a delta added on the way in (the folded LoRA of
-    // engine/model.c); narrower caches round v + delta where the CPU backend's f32 cache
-    // does not, so there the store stays a copy
-    s_pb_t dv = s_pb_new(LS_DTYPE_F32, nq);
-    float *hdv = s_fill_new(r, nq, -0.1f, 0.1f);
+    // engine/model.c; zero over q and k); narrower caches round v + delta where the CPU
+    // backend's f32 cache does not, so there the store stays a copy. The caches fill through
+    // rope_kv_store with inv_freq 0: angle 0 at every position, a rotation by the identity
+    // (a·1 - b·0 = a exactly), so q and k stay the values above (rope_kv_store's own rows
+    // check the rotation)
+    s_pb_t dv = s_pb_new(LS_DTYPE_F32, nq), fi = s_pb_new(LS_DTYPE_F32, D / 2);
+    float *hdv = s_fill_new(r, nq, -0.1f, 0.1f), *zero = t_alloc((size_t)D / 2 * 4);
+    for (int t = 0; t < T; t++)
+        memset(hdv + (size_t)t * stride, 0, vo * 4);
+    memset(zero, 0, (size_t)D / 2 * 4);
     s_pb_set(&dv, 0, hdv, nq);
+    s_pb_set(&fi, 0, zero, D / 2);
     int with_dv = cdt == LS_DTYPE_F32;
-    s_cpu->kv_store(s_cpu, s_vc(&kvb, 0), s_vc(&kvb, bn), s_vc(&qkv, ko), s_vc(&qkv, vo),
-                    with_dv ? s_vc(&dv, vo) : LS_VIEW_NONE, KV, D, stride, bs, bstride);
-    s_gpu->kv_store(s_gpu, s_vg(&kvb, 0), s_vg(&kvb, bn), s_vg(&qkv, ko), s_vg(&qkv, vo),
-                    with_dv ? s_vg(&dv, vo) : LS_VIEW_NONE, KV, D, stride, bs, bstride);
+    s_cpu->rope_kv_store(s_cpu, s_vc(&qkv, 0), with_dv ? s_vc(&dv, 0) : LS_VIEW_NONE,
+                         s_vc(&fi, 0), s_vc(&kvb, 0), s_vc(&kvb, bn), H, KV, D, stride, bs,
+                         bstride);
+    s_gpu->rope_kv_store(s_gpu, s_vg(&qkv, 0), with_dv ? s_vg(&dv, 0) : LS_VIEW_NONE,
+                         s_vg(&fi, 0), s_vg(&kvb, 0), s_vg(&kvb, bn), H, KV, D, stride, bs,
+                         bstride);
     s_cpu->attention(s_cpu, s_vc(&out, 0), s_vc(&qkv, 0), s_vc(&kvb, 0), s_vc(&kvb, bn), H, KV,
                      D, bs, stride, bstride);
     s_gpu->attention(s_gpu, s_vg(&out, 0), s_vg(&qkv, 0), s_vg(&kvb, 0), s_vg(&kvb, bn), H, KV,
@@ -930,7 +977,7 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     float *c = t_alloc(nc * 4), *g = t_alloc(nc * 4);
     char name[96];
     s_pb_get(&kvb, 0, nc, c, g);
-    snprintf(name, sizeof name, "kv_store %s cache=%s: k, v%s in pages", what, s_dtn(cdt),
+    snprintf(name, sizeof name, "rope_kv_store %s cache=%s: k, v%s in pages", what, s_dtn(cdt),
              with_dv ? " + delta" : "");
     s_check(name, g, c, nc, 0, 0);
     float *co = t_alloc(no * 4), *go = t_alloc(no * 4);
@@ -974,9 +1021,9 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
                  what, H, KV, D);
         s_check_true(name, nmse > 1e-10);
     }
-    s_pb_free(&qkv), s_pb_free(&kvb), s_pb_free(&out), s_pb_free(&dv);
-    free(perm), free(hq), free(hk), free(hdv), free(poison), free(c), free(g), free(co), free(go),
-        free(pc), free(pg);
+    s_pb_free(&qkv), s_pb_free(&kvb), s_pb_free(&out), s_pb_free(&dv), s_pb_free(&fi);
+    free(perm), free(hq), free(hk), free(hdv), free(zero), free(poison), free(c), free(g);
+    free(co), free(go), free(pc), free(pg);
     return n_pick;
 }
 
@@ -1891,10 +1938,8 @@ static void test_two_steps(t_rng_t *r) {
             B->matmul(B, ls_view(A, o_qkv), ls_view(A, o_xn), V_(wq), LS_VIEW_NONE, T, C, QKV, 0);
             B->lora_shrink(B, ls_view(A, o_tmp), ls_view(A, o_xn), a.m[i], C, 3, R_MAX, 0);
             B->lora_expand(B, ls_view(A, o_qkv), ls_view(A, o_tmp), b.m[i], off, 3, R_MAX, 0);
-            B->rope(B, ls_view(A, o_qkv), LS_VIEW_NONE, V_(inv), H, D, QKV);
-            B->rope(B, ls_view(A, o_qkv + QD), LS_VIEW_NONE, V_(inv), KV, D, QKV);
-            B->kv_store(B, V_(kc), V_(vc), ls_view(A, o_qkv + QD), ls_view(A, o_qkv + QD + KVD),
-                        LS_VIEW_NONE, KV, D, QKV, BS, (size_t)BS * KVD);
+            B->rope_kv_store(B, ls_view(A, o_qkv), LS_VIEW_NONE, V_(inv), V_(kc), V_(vc), H, KV, D,
+                             QKV, BS, (size_t)BS * KVD);
             B->attention(B, ls_view(A, o_att), ls_view(A, o_qkv), V_(kc), V_(vc), H, KV, D, BS,
                          QKV, (size_t)BS * KVD);
             B->rows_gather(B, ls_view(A, o_pick), ls_view(A, o_att), QD);
@@ -2009,10 +2054,17 @@ int main(int argc, char **argv) {
     test_rmsnorm(&r, 64, 5120, LS_DTYPE_BF16, 1, 0, 1, 1);
     test_rmsnorm(&r, 5, 1000, LS_DTYPE_F32, 0, 1, 1, 1);
     test_rmsnorm_heads(&r);
-    test_rope(&r, LS_ROPE_DEFAULT, 8, 2, 128);
-    test_rope(&r, LS_ROPE_LLAMA3, 8, 2, 128);
-    test_rope(&r, LS_ROPE_LLAMA3, 12, 3, 64);
-    test_rope(&r, LS_ROPE_DEFAULT, 32, 8, 256);
+    // 8-head blocks: q's alone, k's and v's (12 heads), q, k and v in one block and v's
+    // alone in the next (18), v's alone in a whole block (48: Llama-3-8B at batch 1), one
+    // partial block (7); GQA groups 1, 4, 5, 7; head_dim 64, 128, 256
+    test_rope_kv_store(&r, LS_ROPE_LLAMA3, 1, 32, 8, 128, LS_DTYPE_BF16, 1);
+    test_rope_kv_store(&r, LS_ROPE_DEFAULT, 19, 8, 2, 128, LS_DTYPE_F32, 0);
+    test_rope_kv_store(&r, LS_ROPE_LLAMA3, 7, 12, 3, 64, LS_DTYPE_F16, 1);
+    test_rope_kv_store(&r, LS_ROPE_DEFAULT, 5, 32, 8, 256, LS_DTYPE_BF16, 0);
+    test_rope_kv_store(&r, LS_ROPE_DEFAULT, 33, 14, 2, 64, LS_DTYPE_BF16, 1);
+    test_rope_kv_store(&r, LS_ROPE_LLAMA3, 64, 28, 4, 128, LS_DTYPE_F32, 1);
+    test_rope_kv_store(&r, LS_ROPE_DEFAULT, 3, 4, 4, 256, LS_DTYPE_F16, 0);
+    test_rope_kv_store(&r, LS_ROPE_LLAMA3, 2, 5, 1, 128, LS_DTYPE_BF16, 1);
     test_silu_add(&r, 1000);
     test_silu_add(&r, 1002);
     test_silu_add(&r, 14336); // Llama-3-8B's: the FP8 kernel's 1,024 threads a row

@@ -1,12 +1,13 @@
 /*  tests/kernels/test_backend.c — the CPU backend table end to end.
 
     Two engine steps (a 6-token prefill; then a decode of that sequence batched with a
-    4-token prefill of another) of the attention half of a decoder layer with a LoRA'd
-    qkv projection run through ls_backend_cpu_new's table: bf16 weights widened at upload,
-    stacked qkv views with row strides, paged caches, the LoRA pools through page tables (rows
-    and chunks in pieces), step metadata handed over once. Every
-    downloaded result is compared bit for bit with the same kernels called directly. The
-    host metadata arrays are scribbled over right after step_begin, which proves the
+    4-token prefill of another, a delta folded into RoPE and the KV store) of the attention
+    half of a decoder layer with a LoRA'd qkv projection run through ls_backend_cpu_new's
+    table: bf16 weights widened at upload, stacked qkv views with row strides, paged caches,
+    the LoRA pools through page tables (rows and chunks in pieces), step metadata handed
+    over once. Every downloaded result is compared bit for bit with the same kernels called
+    directly (rope_kv_store against ls_rope_forward over q, over k, then ls_kv_cache_store).
+    The host metadata arrays are scribbled over right after step_begin, which proves the
     backend works from its own copy as the interface promises. (The kernels themselves
     are checked against double references in the other tests.)
 
@@ -77,7 +78,7 @@ static void s_step_init(s_step_data_t *d, const int *n_cached, const int *n_new,
 
 typedef struct {
     float table[VOCAB * C], wqkv[QKV * C], norm_w[C], a_pool[A_N], b_pool[B_N],
-        inv_freq[D / 2];
+        inv_freq[D / 2], delta[MAX_T * QKV];
     uint16_t table16[VOCAB * C], wqkv16[QKV * C];
     tp_pages_t pa, pb;           // the pools in pages (A rows in 3 pieces, B in 2)
     const void **ta, **tb;       // their tables on the host
@@ -89,8 +90,10 @@ typedef struct {
     int32_t tokens[2];
 } s_out_t;
 
-// The step with direct kernel calls; o->kc, o->vc carry the caches across steps.
-static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st) {
+// The step with direct kernel calls; o->kc, o->vc carry the caches across steps. with_delta:
+// a delta added into q, k and v on their way into RoPE and the store (a folded LoRA's).
+static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st,
+                          int with_delta) {
     static float h[MAX_T * C], xn[MAX_T * C], tmp[MAX_T * 3 * R_MAX], att[MAX_T * QD];
     int T = st->n_tokens;
     ls_embedding_forward(h, w->table, st->token_ids, T, C, 0, VOCAB);
@@ -98,10 +101,12 @@ static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st)
     ls_matmul_forward(o->qkv, xn, w->wqkv, NULL, T, C, QKV, 0);
     ls_lora_shrink(tmp, xn, tp_view(&w->pa, w->ta), st->lora, C, 3, R_MAX);
     ls_lora_expand(o->qkv, tmp, tp_view(&w->pb, w->tb), st->lora, s_slice_offsets, 3, R_MAX);
-    ls_rope_forward(o->qkv, NULL, st->attn.positions, w->inv_freq, T, H, D, QKV);
-    ls_rope_forward(o->qkv + QD, NULL, st->attn.positions, w->inv_freq, T, KV, D, QKV);
-    ls_kv_cache_store(o->kc, o->vc, o->qkv + QD, o->qkv + QD + KVD, NULL, st->attn.slot_mapping,
-                      T, KV, D, QKV, BS, (size_t)BS * KVD);
+    const float *dl = with_delta ? w->delta : NULL;
+    ls_rope_forward(o->qkv, dl, st->attn.positions, w->inv_freq, T, H, D, QKV);
+    ls_rope_forward(o->qkv + QD, dl ? dl + QD : NULL, st->attn.positions, w->inv_freq, T, KV, D,
+                    QKV);
+    ls_kv_cache_store(o->kc, o->vc, o->qkv + QD, o->qkv + QD + KVD, dl ? dl + QD + KVD : NULL,
+                      st->attn.slot_mapping, T, KV, D, QKV, BS, (size_t)BS * KVD);
     ls_attention_forward(att, o->qkv, o->kc, o->vc, &st->attn, H, KV, D, BS, QKV, (size_t)BS * KVD);
     ls_rows_gather(o->picked, att, st->logit_rows, st->n_logit_rows, QD);
     ls_sampling_params_t sp[2] = {{.temperature = 0.8f, .top_p = 1, .repetition_penalty = 1,
@@ -115,18 +120,18 @@ static void s_step_direct(s_out_t *o, const s_weights_t *w, const ls_step_t *st)
 // caches.
 typedef struct {
     ls_buffer_t *w, *wf, *act, *cache, *arena_a, *arena_b, *tab_a, *tab_b;
-    ls_view_t table, wqkv, norm, inv, h, xn, qkv, tmp, att, pick, kc, vc;
+    ls_view_t table, wqkv, norm, inv, delta, h, xn, qkv, tmp, att, pick, kc, vc;
     ls_lora_mat_t a, b;
 } s_bufs_t;
 
 static void s_bufs_init(s_bufs_t *b, ls_backend_t *be, const s_weights_t *w) {
     b->w = be->buffer_new(be, LS_DTYPE_BF16, VOCAB * C + QKV * C);
-    b->wf = be->buffer_new(be, LS_DTYPE_F32, C + D / 2);
+    b->wf = be->buffer_new(be, LS_DTYPE_F32, C + D / 2 + MAX_T * QKV);
     b->act = be->buffer_new(be, LS_DTYPE_F32, MAX_T * (2 * C + QKV + 3 * R_MAX + QD) + 2 * QD);
     b->cache = be->buffer_new(be, LS_DTYPE_F32, 2 * CACHE);
     assert_true(b->w && b->wf && b->act && b->cache);
     b->table = ls_view(b->w, 0), b->wqkv = ls_view(b->w, VOCAB * C);
-    b->norm = ls_view(b->wf, 0), b->inv = ls_view(b->wf, C);
+    b->norm = ls_view(b->wf, 0), b->inv = ls_view(b->wf, C), b->delta = ls_view(b->wf, C + D / 2);
     b->a = tp_backend(&w->pa, be, SLOTS, LS_DTYPE_F32, &b->arena_a, &b->tab_a);
     b->b = tp_backend(&w->pb, be, SLOTS, LS_DTYPE_F32, &b->arena_b, &b->tab_b);
     size_t off = 0;
@@ -141,6 +146,7 @@ static void s_bufs_init(s_bufs_t *b, ls_backend_t *be, const s_weights_t *w) {
     assert_int_equal(be->buffer_upload(be, b->wqkv, w->wqkv16, LS_DTYPE_BF16, QKV * C), 0);
     assert_int_equal(be->buffer_upload(be, b->norm, w->norm_w, LS_DTYPE_F32, C), 0);
     assert_int_equal(be->buffer_upload(be, b->inv, w->inv_freq, LS_DTYPE_F32, D / 2), 0);
+    assert_int_equal(be->buffer_upload(be, b->delta, w->delta, LS_DTYPE_F32, MAX_T * QKV), 0);
     be->buffer_zero(be, b->kc, 2 * CACHE);
 }
 
@@ -153,7 +159,7 @@ static void s_bufs_free(s_bufs_t *b, ls_backend_t *be) {
 
 // The step through the table. d is scribbled over once step_begin has returned.
 static void s_step_backend(s_out_t *o, ls_backend_t *be, const s_bufs_t *b,
-                           s_step_data_t *d) {
+                           s_step_data_t *d, int with_delta) {
     int T = d->step.n_tokens, n_rows = d->step.n_logit_rows;
     assert_int_equal(be->step_begin(be, &d->step), 0);
     memset(d, 0x7f, sizeof *d);
@@ -163,10 +169,8 @@ static void s_step_backend(s_out_t *o, ls_backend_t *be, const s_bufs_t *b,
     be->matmul(be, b->qkv, b->xn, b->wqkv, LS_VIEW_NONE, T, C, QKV, 0);
     be->lora_shrink(be, b->tmp, b->xn, b->a, C, 3, R_MAX, 0);
     be->lora_expand(be, b->qkv, b->tmp, b->b, s_slice_offsets, 3, R_MAX, 0);
-    ls_view_t k = ls_view(b->act, b->qkv.off + QD), v = ls_view(b->act, b->qkv.off + QD + KVD);
-    be->rope(be, b->qkv, LS_VIEW_NONE, b->inv, H, D, QKV);
-    be->rope(be, k, LS_VIEW_NONE, b->inv, KV, D, QKV);
-    be->kv_store(be, b->kc, b->vc, k, v, LS_VIEW_NONE, KV, D, QKV, BS, (size_t)BS * KVD);
+    be->rope_kv_store(be, b->qkv, with_delta ? b->delta : LS_VIEW_NONE, b->inv, b->kc, b->vc, H,
+                      KV, D, QKV, BS, (size_t)BS * KVD);
     be->attention(be, b->att, b->qkv, b->kc, b->vc, H, KV, D, BS, QKV, (size_t)BS * KVD);
     be->rows_gather(be, b->pick, b->att, QD);
     assert_int_equal(be->synchronize(be), 0);
@@ -204,6 +208,7 @@ static void test_backend_two_steps(void **state) {
     t_fill(&r, w.norm_w, C, 0.5f, 1.5f);
     t_fill(&r, w.a_pool, A_N, -0.1f, 0.1f);
     t_fill(&r, w.b_pool, B_N, -0.1f, 0.1f);
+    t_fill(&r, w.delta, MAX_T * QKV, -0.1f, 0.1f);
     for (int i = 0; i < VOCAB * C; i++)
         w.table16[i] = s_to_bf16(w.table[i]);
     for (int i = 0; i < QKV * C; i++)
@@ -236,8 +241,8 @@ static void test_backend_two_steps(void **state) {
         t_rng_t step_rng = {40 + i};
         s_step_init(&d, cached[i], fresh[i], slot, n_seqs[i], &step_rng);
         int T = d.step.n_tokens;
-        s_step_direct(&direct, &w, &d.step);
-        s_step_backend(&via_be, be, &bufs, &d);
+        s_step_direct(&direct, &w, &d.step, i);
+        s_step_backend(&via_be, be, &bufs, &d, i);
         s_assert_same(&direct, &via_be, T, n_seqs[i]);
     }
     s_bufs_free(&bufs, be);
