@@ -31,9 +31,11 @@
     with the workload, for timelines (read by tests/gpu/timeline.py).
 
     --batch N decodes N sequences a step (1..64, default 64); the adapters' slots are
-    planned for 64 all the same (the slot-load rows use id 31's).
+    planned for 64 all the same (the slot-load rows use id 31's). --temperature T and
+    --top-p P sample every row so (default greedy), each step a new seeded draw.
 
-    Usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--trace CSV]   Not a ctest; needs a GPU.
+    Usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--temperature T] [--top-p P]
+                             [--trace CSV]   Not a ctest; needs a GPU.
 */
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
@@ -62,6 +64,8 @@ typedef struct {
     ls_lora_pool_t *pool;
     bench_batch_t *batch; // (N_SEQS) the decode rows
     int n;                // --batch: sequences a step decodes (1..N_SEQS)
+    float temperature;    // --temperature (0: greedy) and --top-p of every row's sampling
+    float top_p;
     int steps, ctx, vocab;
     double first; // out: seconds of the last s_decode's first step (a new step shape)
     int trace;    // --trace: kernel timeline (kernel_trace.h)
@@ -137,7 +141,7 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
 }
 
 int main(int argc, char **argv) {
-    s_bench_t b = {.n = N_SEQS, .steps = 20, .ctx = 128};
+    s_bench_t b = {.n = N_SEQS, .steps = 20, .ctx = 128, .top_p = 1.0f};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps"))
             b.steps = atoi(argv[i + 1]);
@@ -145,17 +149,23 @@ int main(int argc, char **argv) {
             b.ctx = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch"))
             b.n = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--temperature"))
+            b.temperature = (float)atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--top-p"))
+            b.top_p = (float)atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--trace")) {
             if (kt_start(argv[i + 1]) != 0)
                 bench_die("bench_decode_cuda", "--trace", "CUPTI tracing could not start");
             b.trace = 1;
         } else {
-            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--trace CSV]\n");
+            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--temperature T] [--top-p P] [--trace CSV]\n");
             return 2;
         }
     }
-    if (b.steps < 1 || b.ctx < 1 || b.n < 1 || b.n > N_SEQS) {
-        fprintf(stderr, "bench_decode_cuda: steps and ctx must be >= 1, batch 1..%d\n", N_SEQS);
+    if (b.steps < 1 || b.ctx < 1 || b.n < 1 || b.n > N_SEQS || b.temperature < 0 ||
+        !(b.top_p > 0 && b.top_p <= 1)) {
+        fprintf(stderr, "bench_decode_cuda: steps and ctx must be >= 1, batch 1..%d, temperature >= 0, "
+                "top-p in (0, 1]\n", N_SEQS);
         return 2;
     }
     char err[512], ids[32][16];
@@ -169,11 +179,15 @@ int main(int argc, char **argv) {
     double bw = bench_copy_bw("bench_decode_cuda"), h2d = s_h2d_bw();
     b.vocab = ls_model_config(b.m)->vocab_size;
     b.batch = bench_batch_new(N_SEQS, "bench_decode_cuda");
+    b.batch->sample.temperature = b.temperature;
+    b.batch->sample.top_p = b.top_p;
+    b.batch->sample.seed = 1;
     printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB bf16 "
            "weights, loaded in %.1f s), pinned host-to-device %.1f GB/s, KV %s, batch %d, %d cached tokens each, LoRA rank %d "
-           "on all seven targets, median of %d steps\n", prop.name, bw,
+           "on all seven targets, sampling %s (temperature %.2f, top-p %.2f), median of %d steps\n", prop.name, bw,
            (double)ls_model_weight_bytes(b.m) / 1e9, e.load_s, h2d,
-           ls_dtype_name(ls_model_kv_dtype(b.m)), b.n, b.ctx, RANK, b.steps);
+           ls_dtype_name(ls_model_kv_dtype(b.m)), b.n, b.ctx, RANK, b.temperature > 0 ? "seeded" : "greedy",
+           b.temperature, b.top_p, b.steps);
     size_t adapter_elems = e.adapter_elems;
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
     // decode step reads per adapter.

@@ -95,6 +95,7 @@ bench_batch_t *bench_batch_new(int cap, const char *prog) {
         bench_die(prog, "batch", "out of memory");
     b->cap = cap;
     b->prog = prog;
+    b->sample = (ls_sampling_params_t){.top_p = 1, .repetition_penalty = 1};
     return b;
 }
 
@@ -134,7 +135,8 @@ double bench_step(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool, bench_
     int rows = 0;
     for (int s = 0; s < b->n; s++) {
         rows += b->seqs[s].want_logits;
-        b->params[s] = (ls_sampling_params_t){.top_p = 1, .repetition_penalty = 1};
+        b->params[s] = b->sample;
+        b->params[s].step = b->seqs[s].start_pos; // a new draw each step
     }
     double t0 = bench_now();
     if (ls_model_forward(m, kv, pool, b->seqs, b->n, err, sizeof err) != rows)

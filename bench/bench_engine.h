@@ -25,15 +25,16 @@ double bench_copy_bw(const char *prog);
 // higher) over its time, best of 6 rounds of 5 back to back after 2 warm-up rounds.
 double bench_gemm_tflops(const char *prog, int n);
 
-// A batch of sequences for one ls_model_forward, and the greedy sampling of its logit rows.
-// Decode rows are made by bench_batch_decode; a caller adds other rows (prompt chunks) by
-// filling seqs[n] and counting them in n.
+// A batch of sequences for one ls_model_forward, and the sampling of its logit rows (greedy,
+// or as `sample` says: every row alike). Decode rows are made by bench_batch_decode; a caller
+// adds other rows (prompt chunks) by filling seqs[n] and counting them in n.
 typedef struct {
     int n, cap;                   // sequences in the batch; room for
     ls_model_seq_t *seqs;         // (cap)
     int32_t *tok;                 // (cap) a decode row's token, the last step's sample
     int32_t **tables;             // (cap) block tables of the decode rows
-    ls_sampling_params_t *params; // (cap) greedy
+    ls_sampling_params_t *params; // (cap) each step's, from sample
+    ls_sampling_params_t sample;  // every row's sampling (bench_batch_new: greedy)
     const char *prog;             // for errors
 } bench_batch_t;
 
