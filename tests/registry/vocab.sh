@@ -17,7 +17,7 @@
 # Usage: vocab.sh BIN_DIR LAUNCH_SCRIPT DEMO_DIR
 set -euo pipefail
 bin=$1 launch=$2 demo=$3
-run=$(mktemp -d /tmp/ls-vocab-XXXXXX)
+run=$(mktemp -d)
 . "$(dirname "$0")/../common/graph.sh"
 trap graph_cleanup EXIT
 fail() { echo "FAIL: $*" >&2; tail -n 30 "$run/graph/logs/registry.log" "$run/graph/logs/worker-0.log" "$run/graph/logs/tokenizer.log" >&2 || true; exit 1; }
