@@ -743,6 +743,30 @@ __device__ __forceinline__ long long s_pf_row(int page, int key, int block_size,
     return (long long)page * (long long)block_bytes + (long long)off * (long long)kv_bytes;
 }
 
+// The key rows' ring of a prefill CTA's key loop (s_row's three rows: tiles j, j + 1 and
+// j + 2). At the top of tile j, ahead() reads the block-table entry of this thread's key of
+// tile j + 2 (the dependent read, used only after the tile's math); at its bottom, publish()
+// writes that key's row offset into the ring (-1 past pmax) and turns the ring.
+template <int BN> struct s_pf_ring_t {
+    int ring1 = 1, ring2 = 2; // s_row rows of tiles j + 1 and j + 2
+    int key2 = 0, page2 = 0;
+    bool has2 = false;
+    __device__ __forceinline__ void ahead(const int32_t *table, int j, int tid, int pmax,
+                                          int block_size, int bs_shift) {
+        key2 = (j + 2) * BN + tid;
+        has2 = tid < BN && key2 <= pmax;
+        page2 = has2 ? s_pf_page(table, key2, block_size, bs_shift) : 0;
+    }
+    __device__ __forceinline__ void publish(long long (*s_row)[BN], int tid, int block_size,
+                                            int bs_shift, size_t kv_bytes, size_t block_bytes) {
+        if (tid < BN)
+            s_row[ring2][tid] =
+                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes, block_bytes) : -1;
+        ring1 = ring2;
+        ring2 = ring2 == 2 ? 0 : ring2 + 1;
+    }
+};
+
 // The query tile of a prefill CTA: blockIdx.z's sequence of seqs ((sequence, first token,
 // tokens) each), its tile blockIdx.y of tq tokens counted from the end (the latest tokens,
 // most keys, first); false for CTAs past a shorter sequence's tiles than the launch's longest.
@@ -991,16 +1015,12 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
     const int k_row = ((lane & 7) + ((lane >> 4) << 3)) * RB, k_ch = (lane >> 3) & 1;
     const int v_row = ((lane & 7) + (((lane >> 3) & 1) << 3)) * RB, v_ch = lane >> 4;
 
-    int ring1 = 1, ring2 = 2; // s_row rows of tiles j + 1 and j + 2
+    s_pf_ring_t<BN> ring_rows;
     for (int j = 0; j < nkt; j++) {
         const int k0 = j * BN;
-        // the block-table entry of this thread's key two tiles ahead: read now, used after
-        // the tile's math
-        const int key2 = k0 + 2 * BN + tid;
-        const bool has2 = tid < BN && key2 <= pmax;
-        int page2 = has2 ? s_pf_page(t.table, key2, block_size, bs_shift) : 0;
+        ring_rows.ahead(t.table, j, tid, pmax, block_size, bs_shift);
         if (j + 1 < nkt)
-            issue(j + 1, ring1);
+            issue(j + 1, ring_rows.ring1);
         s_cp_commit();
         s_cp_wait<1>(); // tile j's copies (this thread's) have landed
         __syncthreads(); // ... and every thread's
@@ -1091,11 +1111,7 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
                                    vst + 16 * kk * RB + v_row + (((2 * dp + v_ch) ^ sw) << 4));
             }
         }
-        if (tid < BN)
-            s_row[ring2][tid] =
-                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes, block_bytes) : -1;
-        ring1 = ring2;
-        ring2 = ring2 == 2 ? 0 : ring2 + 1;
+        ring_rows.publish(s_row, tid, block_size, bs_shift, kv_bytes, block_bytes);
         __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible
     }
     s_cp_wait<0>(); // only empty groups were left
@@ -1270,14 +1286,12 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
     for (int i = 0; i < 64; i++)
         o[i] = 0.0f;
     const unsigned qw_s = q_s + 64 * wg * HB; // the warpgroup's 64 rows of Q
-    int ring1 = 1, ring2 = 2;
+    s_pf_ring_t<BN> ring_rows;
     for (int j = 0; j < nkt; j++) {
         const int k0 = j * BN;
-        const int key2 = k0 + 2 * BN + tid;
-        const bool has2 = tid < BN && key2 <= pmax;
-        int page2 = has2 ? s_pf_page(t.table, key2, block_size, bs_shift) : 0;
+        ring_rows.ahead(t.table, j, tid, pmax, block_size, bs_shift);
         if (j + 1 < nkt)
-            issue(j + 1, ring1);
+            issue(j + 1, ring_rows.ring1);
         s_cp_commit();
         s_cp_wait<1>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // (and Q's stores)
@@ -1350,11 +1364,7 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
             s_wg_wait0();
             s_wg_keep(o);
         }
-        if (tid < BN)
-            s_row[ring2][tid] =
-                has2 ? s_pf_row(page2, key2, block_size, bs_shift, kv_bytes, block_bytes) : -1;
-        ring1 = ring2;
-        ring2 = ring2 == 2 ? 0 : ring2 + 1;
+        ring_rows.publish(s_row, tid, block_size, bs_shift, kv_bytes, block_bytes);
         __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible
     }
     s_cp_wait<0>();
