@@ -48,11 +48,13 @@
       run, whatever the timing;
     - plan (s_launch): one wave holds 12 warps per SM (<= 168 registers, 16 KB of ring
       each). Many items: one CTA each, W = as many warps as keep the grid in one wave (>= 4
-      steps each). Few items: cs and W chosen to hold the most warps with every cluster of
-      the grid resident at once, as cudaOccupancyMaxActiveClusters counts them (a cluster
+      steps each). Few items on a short context (each warp of one CTA at most AT_SHORT
+      steps): one CTA each, two steps a warp. Few items on a longer one: cs and W chosen
+      to hold the most warps with every cluster of the grid resident at once, as cudaOccupancyMaxActiveClusters counts them (a cluster
       sits in one GPC; on the H200 measured here 16-CTA clusters of 12-warp CTAs do not
       all fit 8 at a time, and 4-CTA clusters for 32 items ran in two waves before this
       check). No scratch memory, no synchronization: launches can be captured in graphs.
+      Launched with programmatic dependent launch (common.cuh ls_cu_launch_dep's attribute).
 
     Known limits: short decode contexts stay latency-bound (64 x 128 keys: 17 us on an
     H200, 48% of copy bandwidth, against 96% at 64 x 1024): each CTA has ~5 steps per
@@ -200,6 +202,7 @@ enum {
     AT_GC = 4,      // query heads per work item, at most
     AT_MAXW = 12,   // warps per SM in one wave (and per CTA, at most): 12 x 32 x 168 regs
     AT_MINSTEP = 4, // a warp gets at least this many steps of keys, else the CTA gets fewer
+    AT_SHORT = 4,   // few items: one CTA an item if its warps then take at most this many steps
 };
 
 // 16 bytes global -> shared, asynchronous; n = 0 fills the 16 bytes with zeros instead
@@ -345,6 +348,7 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
                size_t block_stride, int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
     constexpr int VE = 16 / (int)sizeof(TC), KPS = 32 / L, RING = AT_NST * 2 * NC * 32;
     extern __shared__ uint4 s_sm[];
+    ls_dep_enter(); // s_launch: programmatic dependent launch
     const TC *k_cache = (const TC *)kc_, *v_cache = (const TC *)vc_;
     const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int grp = lane / L, li = lane % L; // key of the step, lane within the key
@@ -561,6 +565,7 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
     constexpr int STAGE = 2 * TC_KEYS * RB; // bytes: 8 K rows, then 8 V rows
     constexpr int RING = TC_NST * STAGE;    // bytes per warp
     extern __shared__ uint4 s_sm[];
+    ls_dep_enter(); // s_launch: programmatic dependent launch
     const char *kc = (const char *)kc_, *vc = (const char *)vc_;
     const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, qd = lane & 3, h = g & 3; // fragment row, column pair, head
@@ -1380,21 +1385,6 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
 
 // -- launchers -----------------------------------------------------------------------------
 
-// SMs, compute capability and the opt-in shared memory per CTA of the current device, read
-// once (one device per process).
-static int s_sms = 0, s_cc = 0, s_smem = 0;
-static void s_props() {
-    if (!s_sms) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&s_sms, cudaDevAttrMultiProcessorCount, dev);
-        cudaDeviceGetAttribute(&s_cc, cudaDevAttrComputeCapabilityMajor, dev);
-        cudaDeviceGetAttribute(&s_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        if (s_sms <= 0)
-            s_sms = 1;
-    }
-}
-
 static int s_last_w = 0, s_last_cs = 0;
 // warps per CTA and CTAs per cluster of the last v2/tc launch (0, 0 after a v1 launch)
 extern "C" void ls_cu_attention_last_plan(int *warps, int *cluster) {
@@ -1465,20 +1455,23 @@ static int s_active(s_kern_t kern, s_kinfo_t *ki, int cs, int W, size_t smem) {
 // Plans and launches kern: `ring` bytes of shared memory per warp, kps keys per warp step,
 // gc query heads per item. Items = (token, kv head, pass of gc heads). Many items (>= 90%
 // of a wave of 12-warp CTAs): one CTA each, with as many warps as keep the grid in one wave
-// (12 per SM), at least AT_MINSTEP steps per warp. Few items (sm_90): the keys of an item
+// (12 per SM), at least AT_MINSTEP steps per warp. Few items (sm_90) on a short context: one
+// CTA each, two steps a warp (AT_SHORT). Few items on a longer one: the keys of an item
 // split over a cluster of cs CTAs (2..8, or 16), cs and W chosen to hold the most warps
 // with every cluster of the grid resident at once, as the occupancy query counts them
 // (clusters sit inside one GPC: how many fit depends on the GPCs' SM counts); ties go to
-// the larger cluster (more SMs). No memory, no synchronization: capturable.
+// the larger cluster (more SMs). No memory, no synchronization: capturable. plan, or NULL:
+// {cs, W} to launch instead of the planned ones (the dev bench compares plans).
 static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, int gc,
-                            const s_args_t *a) {
+                            const s_args_t *a, const int *plan) {
     size_t state = (size_t)(gc * a->head_dim + 2 * gc) * 4;
+    int smem = ls_cu_props()->smem_optin;
     if (!ki->ready) { // up to 12 warps' rings: past the 48 KB a launch gets by default
         size_t most = AT_MAXW * ring + (AT_GC * 256 + 2 * AT_GC) * 4; // any head_dim
         cudaFuncAttributes fa;
         cudaError_t e = cudaFuncSetAttribute((const void *)kern,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(most < (size_t)s_smem ? most : s_smem));
+                                             (int)(most < (size_t)smem ? most : smem));
         if (e == cudaSuccess)
             e = cudaFuncGetAttributes(&fa, (const void *)kern);
         if (e != cudaSuccess)
@@ -1492,8 +1485,8 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
         ki->ready = 1;
     }
     int group = a->n_heads / a->n_kv_heads, n_pass = (group + gc - 1) / gc;
-    long items = (long)a->T * a->n_kv_heads * n_pass, slots = (long)AT_MAXW * s_sms;
-    long wcap = ((long)s_smem - (long)state) / (long)ring; // sm_80: 9 warps
+    long items = (long)a->T * a->n_kv_heads * n_pass, slots = (long)AT_MAXW * ls_cu_props()->sms;
+    long wcap = ((long)smem - (long)state) / (long)ring; // sm_80: 9 warps
     wcap = wcap < AT_MAXW ? wcap : AT_MAXW;
     // warps a CTA of a 1/cs share of the keys can use (>= AT_MINSTEP steps each)
     auto keys_of = [&](int cs) { return (long)((a->max_blocks + cs - 1) / cs) * a->block_size; };
@@ -1506,7 +1499,16 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
         long w = slots / items;
         W = (int)(w < 1 ? 1 : w < wmax(1) ? w : wmax(1));
     }
-    if (ki->bin >= 90 && items * AT_MAXW * 10 < slots * 9) {
+    // a short context among few items: one CTA an item, two steps a warp, when that leaves
+    // each warp at most AT_SHORT steps; a cluster's launch and merge cost more than the steps
+    // its CTAs save (dev_attention "tc plans", H100: 1 x 128 keys 5.5 us on 8 warps against
+    // 11.1 in a cluster of 7 one-warp CTAs)
+    bool few = ki->bin >= 90 && items * AT_MAXW * 10 < slots * 9;
+    long steps = keys_of(1) / kps, ws = steps / 2;
+    ws = ws < 1 ? 1 : ws < wcap ? ws : wcap;
+    if (few && (steps + ws - 1) / ws <= AT_SHORT)
+        W = (int)ws;
+    else if (few) {
         long best = items * W;
         for (int c = 2; c <= 16; c = c < 8 ? c + 1 : 17) { // 2..8, 16
             if ((c == 16 && !ki->np16) || keys_of(c) < (long)kps * AT_MINSTEP)
@@ -1522,22 +1524,34 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
             }
         }
     }
+    if (plan)
+        cs = plan[0], W = plan[1];
     int bs_shift = -1;
     if ((a->block_size & (a->block_size - 1)) == 0)
         for (bs_shift = 0; (1 << bs_shift) < a->block_size; bs_shift++)
             ;
     float qscale = 1.0f / sqrtf((float)a->head_dim) * 1.44269504088896341f; // scale*log2(e)
     s_last_w = W, s_last_cs = cs;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cs, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    // programmatic dependent launch on sm_90+ (the kernels start with ls_dep_enter); no
+    // cluster attribute at all for single CTAs (sm_80)
+    cudaLaunchAttribute attr[2];
+    int n_attr = 0;
+    if (ls_cu_props()->cc >= 9) {
+        attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n_attr++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cs > 1) {
+        attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+        attr[n_attr].val.clusterDim.x = cs, attr[n_attr].val.clusterDim.y = 1;
+        attr[n_attr++].val.clusterDim.z = 1;
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)(a->T * n_pass * cs), a->n_kv_heads);
     cfg.blockDim = dim3(W * 32);
     cfg.dynamicSmemBytes = W * ring + state;
     cfg.stream = a->stream;
     cfg.attrs = attr;
-    cfg.numAttrs = cs > 1 ? 1 : 0; // no cluster attribute at all for single CTAs (sm_80)
+    cfg.numAttrs = n_attr;
     return cudaLaunchKernelEx(&cfg, kern, a->out, a->q, a->k_cache, a->v_cache, a->tok_seq,
                               a->positions, a->block_tables, a->max_blocks, a->n_heads,
                               a->n_kv_heads, a->head_dim, a->block_size, a->block_stride,
@@ -1548,12 +1562,12 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
 template <typename TC, int L, int NC, int GC> static cudaError_t s_run_v2(const s_args_t *a) {
     static s_kinfo_t ki;
     return s_launch(k_attention_v2<TC, L, NC, GC>, &ki, (size_t)AT_NST * 2 * NC * 32 * 16,
-                    32 / L, GC, a);
+                    32 / L, GC, a, NULL);
 }
-template <int D> static cudaError_t s_run_tc(const s_args_t *a) {
+template <int D> static cudaError_t s_run_tc(const s_args_t *a, const int *plan = NULL) {
     static s_kinfo_t ki;
     return s_launch(k_attention_tc<D>, &ki, (size_t)TC_NST * 2 * TC_KEYS * D * 2, TC_KEYS,
-                    4, a);
+                    4, a, plan);
 }
 
 cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
@@ -1566,7 +1580,6 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     assert(head_dim > 0 && head_dim <= 256);
     if (T == 0)
         return cudaSuccess;
-    s_props();
     s_args_t a = {out,      q,       k_cache,    v_cache,  tok_seq,    positions,
                   block_tables, max_blocks, T, n_heads, n_kv_heads, head_dim,
                   block_size, block_stride, row_stride, stream};
@@ -1574,7 +1587,7 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     int aligned = row_bytes % 16 == 0 && (uintptr_t)k_cache % 16 == 0 &&
                   (uintptr_t)v_cache % 16 == 0;
     if (aligned && cache_dt == LS_CU_BF16 && block_size % 8 == 0 &&
-        (head_dim == 64 || head_dim == 128) && s_cc >= 8) {
+        (head_dim == 64 || head_dim == 128) && ls_cu_props()->cc >= 8) {
         cudaError_t e = head_dim == 64 ? s_run_tc<64>(&a) : s_run_tc<128>(&a);
         return e;
     }
@@ -1710,11 +1723,10 @@ ls_cu_prefill_kernel_t ls_cu_attention_prefill_which(int head_dim) {
 int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_cache,
                                const void *v_cache, ls_cu_dtype_t cache_dt, int n_heads,
                                int n_kv_heads, int head_dim, int row_stride) {
-    s_props();
-    return s_cc >= 8 && cache_dt == LS_CU_BF16 && (head_dim == 64 || head_dim == 128) &&
-           n_heads / n_kv_heads <= PF_BM && row_stride % 4 == 0 && (uintptr_t)q % 16 == 0 &&
-           (uintptr_t)out % 8 == 0 && (uintptr_t)k_cache % 16 == 0 &&
-           (uintptr_t)v_cache % 16 == 0;
+    return ls_cu_props()->cc >= 8 && cache_dt == LS_CU_BF16 &&
+           (head_dim == 64 || head_dim == 128) && n_heads / n_kv_heads <= PF_BM &&
+           row_stride % 4 == 0 && (uintptr_t)q % 16 == 0 && (uintptr_t)out % 8 == 0 &&
+           (uintptr_t)k_cache % 16 == 0 && (uintptr_t)v_cache % 16 == 0;
 }
 
 cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const void *k_cache,

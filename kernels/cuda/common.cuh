@@ -186,6 +186,42 @@ __device__ __forceinline__ ls_vid_t ls_block_vid_best(ls_vid_t a, ls_vid_t *scra
         return cudaErrorInvalidValue;                                                         \
     }
 
+// The current device's properties the launchers plan with, read once (one device per
+// process, backend_cuda.h): SMs, compute capability (major) and the opt-in shared memory of
+// a block.
+typedef struct {
+    int sms, cc, smem_optin;
+} ls_cu_props_t;
+const ls_cu_props_t *ls_cu_props(void);
+
+// Launches kern over (grid, block) with programmatic dependent launch on sm_90+: it may be
+// scheduled while the kernel before it in the stream drains, so the launch's latency hides
+// under that kernel's tail. Only for kernels that call ls_dep_wait() before they read or
+// write anything an earlier kernel of the step writes or reads (and ls_dep_launch() so the
+// next such kernel may start in turn).
+template <typename... P, typename... A>
+static inline cudaError_t ls_cu_launch_dep(void (*kern)(P...), dim3 grid, dim3 block,
+                                           size_t smem, cudaStream_t stream, A... args) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = &attr;
+    cfg.numAttrs = ls_cu_props()->cc >= 9;
+    return cudaLaunchKernelEx(&cfg, kern, ((P)args)...);
+}
+
+// The first thing an enrolled kernel does (ls_cu_launch_dep): wait for the kernel before
+// it, then let the one after it be scheduled.
+__device__ __forceinline__ void ls_dep_enter() {
+    ls_dep_wait();
+    ls_dep_launch();
+}
+
 static inline unsigned ls_cu_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;
     return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b ? b : 1)); // grid-stride beyond

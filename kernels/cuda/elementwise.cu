@@ -3,6 +3,10 @@
     RMSNorm (whole rows, fused residual; per head), RoPE and the paged KV cache store.
     CPU references: kernels/cpu/elementwise.c, rmsnorm.c, rope.c, attention.c.
 
+    Every kernel here starts with ls_dep_enter() and is launched with ls_cu_launch_dep
+    (common.cuh): at a small batch these kernels are microseconds long, and each one's
+    launch hides under the tail of the kernel before it.
+
     All of these are memory-bound one-pass kernels: grid-stride loops over elements, or one
     block per token row where a row reduction is needed. The norms sum squares in double as
     the reference does, so results differ from it only by the order of that sum.
@@ -19,6 +23,7 @@ size_t ls_cu_dtype_size(ls_cu_dtype_t dt) {
 
 template <typename TD, typename TS>
 __global__ void k_convert(TD *dst, const TS *src, size_t n) {
+    ls_dep_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         dst[i] = ls_from_f<TD>(ls_to_f(src[i]));
@@ -31,13 +36,15 @@ cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
     if (src_dt == LS_CU_F8E4M3) {
         if (dst_dt != LS_CU_F32)
             return cudaErrorInvalidValue;
-        k_convert<float, __nv_fp8_e4m3><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
-            (float *)dst, (const __nv_fp8_e4m3 *)src, n);
+        ls_cu_launch_dep(k_convert<float, __nv_fp8_e4m3>, dim3(ls_cu_blocks(n, 256)), dim3(256), 0,
+                         stream, (float *)dst, (const __nv_fp8_e4m3 *)src, n);
         LS_CU_CHECK_LAUNCH();
     }
-    LS_CU_DISPATCH(dst_dt, TD, LS_CU_DISPATCH(src_dt, TS,
-        k_convert<TD, TS><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
-            (TD *)dst, (const TS *)src, n)));
+    LS_CU_DISPATCH(
+        dst_dt, TD,
+        LS_CU_DISPATCH(src_dt, TS,
+                       ls_cu_launch_dep(k_convert<TD, TS>, dim3(ls_cu_blocks(n, 256)), dim3(256), 0,
+                                        stream, (TD *)dst, (const TS *)src, n)));
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -50,6 +57,7 @@ cudaError_t ls_cu_convert(void *dst, ls_cu_dtype_t dst_dt, const void *src,
 template <typename T>
 __global__ void k_pad_copy(T *dst, const T *src, size_t w, size_t chunks, size_t rows,
                            size_t dst_chunk, size_t dst_stride) {
+    ls_dep_enter();
     size_t n = rows * chunks * dst_chunk;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
          k += (size_t)gridDim.x * blockDim.x) {
@@ -65,11 +73,13 @@ cudaError_t ls_cu_pad_copy(void *dst, const void *src, size_t esize, size_t w, s
     if (n == 0)
         return cudaSuccess;
     if (esize == 2)
-        k_pad_copy<uint16_t><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
-            (uint16_t *)dst, (const uint16_t *)src, w, chunks, rows, dst_chunk, dst_stride);
+        ls_cu_launch_dep(k_pad_copy<uint16_t>, dim3(ls_cu_blocks(n, 256)), dim3(256), 0, stream,
+                         (uint16_t *)dst, (const uint16_t *)src, w, chunks, rows, dst_chunk,
+                         dst_stride);
     else
-        k_pad_copy<uint32_t><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(
-            (uint32_t *)dst, (const uint32_t *)src, w, chunks, rows, dst_chunk, dst_stride);
+        ls_cu_launch_dep(k_pad_copy<uint32_t>, dim3(ls_cu_blocks(n, 256)), dim3(256), 0, stream,
+                         (uint32_t *)dst, (const uint32_t *)src, w, chunks, rows, dst_chunk,
+                         dst_stride);
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -79,6 +89,7 @@ cudaError_t ls_cu_pad_copy(void *dst, const void *src, size_t esize, size_t w, s
 template <typename TW>
 __global__ void k_embedding(float *out, const TW *table, const int32_t *ids, int C,
                             int vocab0, int vocab) {
+    ls_dep_enter();
     int t = blockIdx.x;
     long long id = (long long)ids[t] - vocab0;
     float *o = out + (size_t)t * C;
@@ -98,13 +109,15 @@ cudaError_t ls_cu_embedding(float *out, const void *table, ls_cu_dtype_t table_d
     if (T == 0)
         return cudaSuccess;
     LS_CU_DISPATCH(table_dt, TW,
-        k_embedding<TW><<<T, 256, 0, stream>>>(out, (const TW *)table, ids, C, vocab0, vocab));
+                   ls_cu_launch_dep(k_embedding<TW>, dim3(T), dim3(256), 0, stream, out,
+                                    (const TW *)table, ids, C, vocab0, vocab));
     LS_CU_CHECK_LAUNCH();
 }
 
 // ---------------------------------------------------------------------------------------
 
 __global__ void k_add(float *y, const float *x, size_t n) {
+    ls_dep_enter();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] = __fadd_rn(y[i], x[i]);
@@ -113,12 +126,13 @@ __global__ void k_add(float *y, const float *x, size_t n) {
 cudaError_t ls_cu_add(float *y, const float *x, size_t n, cudaStream_t stream) {
     if (n == 0)
         return cudaSuccess;
-    k_add<<<ls_cu_blocks(n, 256), 256, 0, stream>>>(y, x, n);
+    ls_cu_launch_dep(k_add, dim3(ls_cu_blocks(n, 256)), dim3(256), 0, stream, y, x, n);
     LS_CU_CHECK_LAUNCH();
 }
 
 template <typename TB>
 __global__ void k_bias_add(float *y, const TB *bias, int T, int out) {
+    ls_dep_enter();
     size_t n = (size_t)T * out;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
@@ -131,8 +145,8 @@ cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, in
     if (n == 0)
         return cudaSuccess;
     LS_CU_DISPATCH(bias_dt, TB,
-        k_bias_add<TB><<<ls_cu_blocks(n, 256), 256, 0, stream>>>(y, (const TB *)bias, T,
-                                                                  out));
+                   ls_cu_launch_dep(k_bias_add<TB>, dim3(ls_cu_blocks(n, 256)), dim3(256), 0,
+                                    stream, y, (const TB *)bias, T, out));
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -145,6 +159,7 @@ __device__ __forceinline__ float s_silu_mul(float g, float u) {
 template <typename TL>
 __global__ void k_silu_mul(float *out, TL *lp, const float *gate_up, const float *delta, int T,
                            int inter) {
+    ls_dep_enter();
     size_t n = (size_t)T * inter;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -168,6 +183,7 @@ __global__ void k_silu_mul(float *out, TL *lp, const float *gate_up, const float
 // side). Same sums and roundings, element by element.
 template <typename TL>
 __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const float *delta, int T, int inter) {
+    ls_dep_enter();
     size_t q = (size_t)inter / 4, n4 = (size_t)T * q;
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n4; j += (size_t)gridDim.x * blockDim.x) {
         size_t t = j / q, c = (j - t * q) * 4, gi = t * 2 * inter + c, i = t * inter + c;
@@ -195,6 +211,7 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
 // amax is needed before its first code; each thread reads back the out values it wrote.
 __global__ void k_silu_mul_fp8(float *out, uint8_t *q, float *qs, const float *gate_up,
                                const float *delta, int inter) {
+    ls_dep_enter();
     __shared__ float part[32];
     size_t row = blockIdx.x;
     const float *gr = gate_up + row * 2 * inter, *dr = delta ? delta + row * 2 * inter : NULL;
@@ -224,32 +241,36 @@ cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_
     if (n == 0)
         return cudaSuccess;
     if (lp && lp_dt == LS_CU_F8E4M3) {
-        k_silu_mul_fp8<<<T, inter >= 8192 ? 1024 : 256, 0, stream>>>(
-            out, (uint8_t *)lp, lp_scale, gate_up, delta, inter);
+        ls_cu_launch_dep(k_silu_mul_fp8, dim3(T), dim3(inter >= 8192 ? 1024 : 256), 0, stream, out,
+                         (uint8_t *)lp, lp_scale, gate_up, delta, inter);
         LS_CU_CHECK_LAUNCH();
     }
     if (inter % 4 == 0 && !(((uintptr_t)out | (uintptr_t)gate_up | (uintptr_t)delta) & 15)) {
         unsigned blocks4 = ls_cu_blocks(n / 4, 256);
         if (!lp) {
-            k_silu_mul4<float><<<blocks4, 256, 0, stream>>>(out, NULL, gate_up, delta, T, inter);
+            ls_cu_launch_dep(k_silu_mul4<float>, dim3(blocks4), dim3(256), 0, stream, out, NULL,
+                             gate_up, delta, T, inter);
         } else {
             LS_CU_DISPATCH(lp_dt, TL,
-                k_silu_mul4<TL><<<blocks4, 256, 0, stream>>>(out, (TL *)lp, gate_up, delta, T, inter));
+                           ls_cu_launch_dep(k_silu_mul4<TL>, dim3(blocks4), dim3(256), 0, stream,
+                                            out, (TL *)lp, gate_up, delta, T, inter));
         }
         LS_CU_CHECK_LAUNCH();
     }
     unsigned blocks = ls_cu_blocks(n, 256);
     if (!lp) {
-        k_silu_mul<float><<<blocks, 256, 0, stream>>>(out, NULL, gate_up, delta, T, inter);
+        ls_cu_launch_dep(k_silu_mul<float>, dim3(blocks), dim3(256), 0, stream, out, NULL, gate_up,
+                         delta, T, inter);
     } else {
         LS_CU_DISPATCH(lp_dt, TL,
-            k_silu_mul<TL><<<blocks, 256, 0, stream>>>(out, (TL *)lp, gate_up, delta, T,
-                                                       inter));
+                       ls_cu_launch_dep(k_silu_mul<TL>, dim3(blocks), dim3(256), 0, stream, out,
+                                        (TL *)lp, gate_up, delta, T, inter));
     }
     LS_CU_CHECK_LAUNCH();
 }
 
 __global__ void k_rows_gather(float *out, const float *x, const int32_t *rows, int C) {
+    ls_dep_enter();
     int r = blockIdx.x;
     const float *src = x + (size_t)rows[r] * C;
     float *dst = out + (size_t)r * C;
@@ -261,7 +282,7 @@ cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, i
                               int C, cudaStream_t stream) {
     if (n_rows == 0)
         return cudaSuccess;
-    k_rows_gather<<<n_rows, 256, 0, stream>>>(out, x, rows, C);
+    ls_cu_launch_dep(k_rows_gather, dim3(n_rows), dim3(256), 0, stream, out, x, rows, C);
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -276,6 +297,7 @@ cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, i
 template <typename TW, typename TL>
 __global__ void k_rmsnorm(float *out, TL *lp, uint8_t *q, float *qs, float *residual,
                           const float *x, const float *x2, const TW *w, int C, float eps) {
+    ls_dep_enter();
     __shared__ double scratch[32];
     __shared__ float part[32];
     size_t row = blockIdx.x;
@@ -325,6 +347,7 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, uint8_
                                                       float *residual, const float *x,
                                                       const float *x2, const TW *w, int C,
                                                       float eps) {
+    ls_dep_enter();
     __shared__ double scratch[32];
     __shared__ float part[32];
     size_t row = blockIdx.x;
@@ -398,24 +421,30 @@ cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_s
     if (C % (32 * S_RMS_EPT) == 0 && reg_threads <= 1024 && aligned) {
         if (!lp) {
             LS_CU_DISPATCH(w_dt, TW,
-                k_rmsnorm_reg<TW, float><<<T, reg_threads, 0, stream>>>(
-                    out, NULL, q, qs, residual, x, x2, (const TW *)w, C, eps));
+                           ls_cu_launch_dep(k_rmsnorm_reg<TW, float>, dim3(T), dim3(reg_threads), 0,
+                                            stream, out, NULL, q, qs, residual, x, x2,
+                                            (const TW *)w, C, eps));
         } else {
-            LS_CU_DISPATCH(w_dt, TW, LS_CU_DISPATCH(lp_dt, TL,
-                k_rmsnorm_reg<TW, TL><<<T, reg_threads, 0, stream>>>(
-                    out, (TL *)lp, NULL, NULL, residual, x, x2, (const TW *)w, C, eps)));
+            LS_CU_DISPATCH(
+                w_dt, TW,
+                LS_CU_DISPATCH(lp_dt, TL,
+                               ls_cu_launch_dep(k_rmsnorm_reg<TW, TL>, dim3(T), dim3(reg_threads),
+                                                0, stream, out, (TL *)lp, NULL, NULL, residual, x,
+                                                x2, (const TW *)w, C, eps)));
         }
         LS_CU_CHECK_LAUNCH();
     }
     int threads = C >= 4096 ? 1024 : C >= 1024 ? 512 : 256;
     if (!lp) {
         LS_CU_DISPATCH(w_dt, TW,
-            k_rmsnorm<TW, float><<<T, threads, 0, stream>>>(out, NULL, q, qs, residual, x, x2,
-                                                            (const TW *)w, C, eps));
+                       ls_cu_launch_dep(k_rmsnorm<TW, float>, dim3(T), dim3(threads), 0, stream,
+                                        out, NULL, q, qs, residual, x, x2, (const TW *)w, C, eps));
     } else {
-        LS_CU_DISPATCH(w_dt, TW, LS_CU_DISPATCH(lp_dt, TL,
-            k_rmsnorm<TW, TL><<<T, threads, 0, stream>>>(out, (TL *)lp, NULL, NULL, residual, x,
-                                                         x2, (const TW *)w, C, eps)));
+        LS_CU_DISPATCH(w_dt, TW,
+                       LS_CU_DISPATCH(lp_dt, TL,
+                                      ls_cu_launch_dep(k_rmsnorm<TW, TL>, dim3(T), dim3(threads), 0,
+                                                       stream, out, (TL *)lp, NULL, NULL, residual,
+                                                       x, x2, (const TW *)w, C, eps)));
     }
     LS_CU_CHECK_LAUNCH();
 }
@@ -424,6 +453,7 @@ cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_s
 template <typename TW>
 __global__ void k_rmsnorm_heads(float *x, const TW *w, int T, int n_heads, int head_dim,
                                 int row_stride, float eps) {
+    ls_dep_enter();
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (warp >= T * n_heads)
         return;
@@ -447,8 +477,8 @@ cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int
         return cudaSuccess;
     unsigned blocks = (unsigned)((warps * 32 + 127) / 128);
     LS_CU_DISPATCH(w_dt, TW,
-        k_rmsnorm_heads<TW><<<blocks, 128, 0, stream>>>(x, (const TW *)w, T, n_heads,
-                                                        head_dim, row_stride, eps));
+                   ls_cu_launch_dep(k_rmsnorm_heads<TW>, dim3(blocks), dim3(128), 0, stream, x,
+                                    (const TW *)w, T, n_heads, head_dim, row_stride, eps));
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -469,6 +499,7 @@ __global__ void k_rope_kv_store(float *x, const float *x2, TC *k_cache, TC *v_ca
                                 const int32_t *positions, const int32_t *slot_mapping,
                                 const TI *inv_freq, int n_heads, int n_kv_heads, int head_dim,
                                 int row_stride, int block_size, size_t block_stride) {
+    ls_dep_enter();
     __shared__ float sn[S_ROPE_MAX_HALF], cs[S_ROPE_MAX_HALF];
     int t = blockIdx.x, half = head_dim / 2, h0 = blockIdx.y * S_ROPE_HEADS;
     int n_rot = n_heads + n_kv_heads; // q's heads and k's: those rotated
@@ -529,9 +560,12 @@ cudaError_t ls_cu_rope_kv_store(float *x, const float *x2, void *k_cache, void *
     if (T == 0 || n_all == 0)
         return cudaSuccess;
     dim3 grid((unsigned)T, (unsigned)((n_all + S_ROPE_HEADS - 1) / S_ROPE_HEADS));
-    LS_CU_DISPATCH(inv_dt, TI, LS_CU_DISPATCH(cache_dt, TC,
-        k_rope_kv_store<TI, TC><<<grid, 256, 0, stream>>>(
-            x, x2, (TC *)k_cache, (TC *)v_cache, positions, slot_mapping, (const TI *)inv_freq,
-            n_heads, n_kv_heads, head_dim, row_stride, block_size, block_stride)));
+    LS_CU_DISPATCH(
+        inv_dt, TI,
+        LS_CU_DISPATCH(cache_dt, TC,
+                       ls_cu_launch_dep(k_rope_kv_store<TI, TC>, dim3(grid), dim3(256), 0, stream,
+                                        x, x2, (TC *)k_cache, (TC *)v_cache, positions,
+                                        slot_mapping, (const TI *)inv_freq, n_heads, n_kv_heads,
+                                        head_dim, row_stride, block_size, block_stride)));
     LS_CU_CHECK_LAUNCH();
 }

@@ -2,6 +2,9 @@
     ls_fp8_quantize_rows, ls_matmul_fp8_forward): per-token quantization of the GEMM's input,
     and the scales applied after a GEMM that summed without them.
 
+    Every kernel here starts with ls_dep_enter() and is launched with ls_cu_launch_dep
+    (common.cuh), as the elementwise ones.
+
     Bits: common.cuh's ls_fp8_row_scale and ls_fp8_code, the CPU reference's steps. Where
     the op before the GEMM is an RMSNorm or SiLU·mul, that kernel writes the codes itself
     (elementwise.cu) and this pass does not run.
@@ -23,6 +26,7 @@ enum { S_QUANT_THREADS = 256 };
 // L1 between the two passes.
 // q is (rows, cols), scale is (rows), x is (rows, cols)
 __global__ void k_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int cols) {
+    ls_dep_enter();
     __shared__ float part[32];
     const float4 *xr = (const float4 *)(x + (size_t)blockIdx.x * cols);
     uchar4 *qr = (uchar4 *)(q + (size_t)blockIdx.x * cols);
@@ -47,7 +51,8 @@ cudaError_t ls_cu_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, in
     assert(cols > 0 && cols % 4 == 0 && rows >= 0);
     if (rows == 0)
         return cudaSuccess;
-    k_fp8_quantize_rows<<<rows, S_QUANT_THREADS, 0, stream>>>(q, scale, x, cols);
+    ls_cu_launch_dep(k_fp8_quantize_rows, dim3(rows), dim3(S_QUANT_THREADS), 0, stream, q, scale, x,
+                     cols);
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -57,6 +62,7 @@ cudaError_t ls_cu_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, in
 template <typename TB>
 __global__ void k_fp8_scale(float *y, const float *x_scale, const float *w_scale,
                             const TB *bias, int T, int out) {
+    ls_dep_enter();
     int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= out)
         return;
@@ -77,8 +83,8 @@ cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale
         bias_dt = LS_CU_F32;
     dim3 grid((unsigned)(out + 255) / 256, (unsigned)(T < 65535 ? T : 65535));
     LS_CU_DISPATCH(bias_dt, TB,
-        k_fp8_scale<TB><<<grid, 256, 0, stream>>>(y, x_scale, w_scale, (const TB *)bias, T,
-                                                  out));
+                   ls_cu_launch_dep(k_fp8_scale<TB>, dim3(grid), dim3(256), 0, stream, y, x_scale,
+                                    w_scale, (const TB *)bias, T, out));
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -135,6 +141,7 @@ template <int NT, int R, typename TB>
 __global__ void __launch_bounds__(S_SMALL_WARPS * 32)
     k_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
                      const float *w_scale, const TB *bias, int T, int in, int out) {
+    ls_dep_enter();
     static_assert(NT * R <= 32, "a warp's sums land one a lane");
     int lane = threadIdx.x & 31;
     int o0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * R, t0 = blockIdx.y * NT;
@@ -193,8 +200,8 @@ static cudaError_t s_gemm_small(float *y, const uint8_t *xq, const float *x_scal
                                 int in, int out, cudaStream_t stream) {
     int rows = S_SMALL_WARPS * S_SMALL_ROWS;
     dim3 grid((unsigned)((out + rows - 1) / rows), (unsigned)((T + NT - 1) / NT));
-    k_fp8_gemm_small<NT, S_SMALL_ROWS, TB><<<grid, S_SMALL_WARPS * 32, 0, stream>>>(
-        y, xq, x_scale, w, w_scale, bias, T, in, out);
+    ls_cu_launch_dep(k_fp8_gemm_small<NT, S_SMALL_ROWS, TB>, dim3(grid), dim3(S_SMALL_WARPS * 32),
+                     0, stream, y, xq, x_scale, w, w_scale, bias, T, in, out);
     return cudaGetLastError();
 }
 
@@ -262,6 +269,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     k_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
                   const float *w_scale, const TB *bias, int T, int in, int out) {
     __shared__ float red[TC_WARPS][NTL * 4][32];
+    ls_dep_enter();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NTL;
     const uint4 *w0 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g, out - 1) * in +
@@ -314,9 +322,8 @@ static cudaError_t s_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
                              const uint8_t *w, const float *w_scale, const TB *bias, int T,
                              int in, int out, cudaStream_t stream) {
     dim3 grid((unsigned)((out + 15) / 16), (unsigned)((T + 8 * NTL - 1) / (8 * NTL)));
-    k_fp8_gemm_tc<NTL, TB><<<grid, TC_WARPS * 32, 0, stream>>>(y, xq, x_scale, w, w_scale,
-                                                                bias, T, in, out);
-    return cudaGetLastError();
+    return ls_cu_launch_dep(k_fp8_gemm_tc<NTL, TB>, grid, dim3(TC_WARPS * 32), 0, stream, y, xq,
+                            x_scale, w, w_scale, bias, T, in, out);
 }
 
 int ls_cu_fp8_gemm_tc_ok(void) {

@@ -535,22 +535,6 @@ k_lora_shrink_tc(float *tmp, const float *x, ls_lora_pages_t a,
     }
 }
 
-// SMs and compute capability of the current device, read once (one device per process).
-static int s_sms = 0, s_cc = 0;
-static void s_props() {
-    if (!s_sms) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&s_sms, cudaDevAttrMultiProcessorCount, dev);
-        cudaDeviceGetAttribute(&s_cc, cudaDevAttrComputeCapabilityMajor, dev);
-        if (s_sms <= 0)
-            s_sms = 1;
-    }
-}
-static int s_sm_count() {
-    s_props();
-    return s_sms;
-}
 // Whether the v3 kernels (shrink v3 where A is 16-bit, expand v3) run: one-position tiles
 static bool s_v3(unsigned flags) {
     return (flags & LS_CU_LORA_ONE) != 0;
@@ -566,7 +550,6 @@ struct s_launch_t {
 };
 static void s_launch_init(s_launch_t &l, dim3 grid, int threads, size_t smem, cudaStream_t stream,
                           unsigned flags, int cluster = 1) {
-    s_props();
     l.cfg = {};
     l.cfg.gridDim = grid;
     l.cfg.blockDim = dim3(threads);
@@ -574,7 +557,7 @@ static void s_launch_init(s_launch_t &l, dim3 grid, int threads, size_t smem, cu
     l.cfg.stream = stream;
     l.cfg.attrs = l.attr;
     int n = 0;
-    if (s_cc >= 9 && !(flags & LS_CU_LORA_NO_PDL)) {
+    if (ls_cu_props()->cc >= 9 && !(flags & LS_CU_LORA_NO_PDL)) {
         l.attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         l.attr[n++].val.programmaticStreamSerializationAllowed = 1;
     }
@@ -620,12 +603,12 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
         // one round per warp, but no more blocks than ~2 per SM need: with many tiles
         // (64 distinct adapters) fewer, longer blocks were measured faster (whole step
         // 3.04 ms against 3.19 uncapped, H200), with few (8 distinct) the cap never binds
-        int tb = n_tiles * n_slices, cap = (2 * s_sm_count() + tb - 1) / tb;
+        int tb = n_tiles * n_slices, cap = (2 * ls_cu_props()->sms + tb - 1) / tb;
         kb = std::min((n_chunks + TC_WARPS * u - 1) / (TC_WARPS * u), (int)LS_CU_LORA_PARTS);
         kb = std::max(1, std::min(kb, cap));
     }
     else
-        while (s_cc >= 9 && kb < 8 && (long)n_tiles * n_slices * kb < s_sm_count() &&
+        while (ls_cu_props()->cc >= 9 && kb < 8 && (long)n_tiles * n_slices * kb < ls_cu_props()->sms &&
                n_chunks >= 2 * TC_WARPS * kb * u)
             kb *= 2;
     if (parts)
@@ -643,11 +626,11 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
 }
 
 // Whether the tensor-core shrink runs (bf16 A in whole rows, 16-byte loads, rank <= 64,
-// sm_80+); s_props must have run
+// sm_80+)
 static bool s_shrink_tc_fits(const float *x, const ls_lora_pages_t &a, ls_cu_dtype_t a_dt, int in,
                              int max_rank) {
     return a_dt == LS_CU_BF16 && a.np == 1 && in % 8 == 0 && (uintptr_t)x % 16 == 0 && max_rank <= 64 &&
-           s_cc >= 8;
+           ls_cu_props()->cc >= 8;
 }
 
 // Launches shrink v2 with U chunks of loads in flight per lane (S2_U; the dev bench's
@@ -659,7 +642,7 @@ static cudaError_t s_shrink2(float *tmp, const float *x, ls_lora_pages_t a, ls_c
                              const int32_t *perm, int in, int n_slices, int r_max, unsigned flags,
                              cudaStream_t stream) {
     int ks = 1, jb = S2_WARPS * S2_R;
-    while (ks < 8 && (long)n_tiles * n_slices * ((max_rank + jb - 1) / jb) < 2L * s_sm_count()) {
+    while (ks < 8 && (long)n_tiles * n_slices * ((max_rank + jb - 1) / jb) < 2L * ls_cu_props()->sms) {
         ks *= 2;
         jb = S2_WARPS / ks * S2_R;
     }
@@ -679,7 +662,6 @@ cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a,
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0 && a.np >= 1);
     if (n_tiles == 0 || max_rank == 0)
         return cudaSuccess;
-    s_props();
     if (s_shrink_tc_fits(x, a, a_dt, in, max_rank))
         return s_shrink_tc(tmp, 0, NULL, x, a, tiles, n_tiles, max_rank, perm, in,
                            n_slices, r_max, flags, stream);
@@ -1097,7 +1079,7 @@ static cudaError_t s_expand3(float *y, const float *tmp, int n_parts, size_t par
                              ls_lora_pages_t b, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              const int32_t *perm, s_slice_offs_t so,
                              int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
-    long target = 2L * E3_MINB * s_sm_count();
+    long target = 2L * E3_MINB * ls_cu_props()->sms;
     s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E3_U * (E3_THREADS / L));
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E3_THREADS, 0, stream, flags);
@@ -1274,10 +1256,10 @@ k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp, ls_lora_p
 }
 
 // Whether k_lora_expand_tc applies: bf16 B in whole chunks, 16-byte rows of tmp, slices of
-// whole warps (16 columns), sm_80+; s_props must have run
+// whole warps (16 columns), sm_80+
 static bool s_expand_tc_fits(const float *tmp, const ls_lora_pages_t &b, ls_cu_dtype_t b_dt,
                              const s_slice_offs_t &so, int n_slices, int r_max) {
-    bool ok = b_dt == LS_CU_BF16 && s_cc >= 8 && r_max % 8 == 0 && b.np == 1 && (uintptr_t)tmp % 16 == 0;
+    bool ok = b_dt == LS_CU_BF16 && ls_cu_props()->cc >= 8 && r_max % 8 == 0 && b.np == 1 && (uintptr_t)tmp % 16 == 0;
     for (int k = 1; k <= n_slices; k++)
         ok = ok && so.off[k] % 16 == 0;
     return ok;
@@ -1442,7 +1424,7 @@ static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t par
                              const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
                              s_slice_offs_t so, int n_slices, int r_max, unsigned flags,
                              cudaStream_t stream) {
-    long target = 2L * E4_MINB * s_sm_count();
+    long target = 2L * E4_MINB * ls_cu_props()->sms;
     s_e3_blocks_t sb = s_e3_split(so, n_slices, n_tiles, target, E4_WARPS * 16 * E4_SLOTS);
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E4_WARPS * 32, 0, stream, flags);
@@ -1463,7 +1445,6 @@ static cudaError_t s_expand(float *y, const float *tmp, int n_parts, size_t part
     int out_total = so.off[n_slices];
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
-    s_props();
     size_t smem = (size_t)TT * n_slices * r_max * sizeof(float);
     int L = s_expand_lanes(max_rank, r_max);
     assert(max_rank <= r_max && (n_parts == 1 || s_expand2_fits(b, r_max)));
@@ -1532,7 +1513,6 @@ cudaError_t ls_cu_lora_expand_long(float *y, const float *tmp, ls_lora_pages_t b
     int out_total = so.off[n_slices];
     if (n_tiles == 0 || out_total == 0)
         return cudaSuccess;
-    s_props();
     if (s_expand_tc_fits(tmp, b, b_dt, so, n_slices, r_max))
         return s_expand_tc(y, tmp, b, tiles, n_tiles, perm, so, n_slices, r_max, stream);
     constexpr int NT = LS_CU_LORA_LONG;
@@ -1554,7 +1534,6 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, ls_lora_pages_t b,
     // H200). The decode op (ls_cu_lora_apply) does not take it: summing the op's K parts it
     // measured slower there (100 against 61 us)
     s_slice_offs_t so = s_slice_offs(slice_offsets, n_slices);
-    s_props();
     if (n_tiles > 0 && so.off[n_slices] > 0 && !(flags & LS_CU_LORA_ONE) && (flags & LS_CU_LORA_ACC) &&
         s_expand_tc_fits(tmp, b, b_dt, so, n_slices, r_max))
         return s_expand_tc(y, tmp, b, tiles, n_tiles, perm, so, n_slices, r_max, stream);
@@ -1718,7 +1697,6 @@ cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const flo
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
-    s_props();
     bool s3 = s_shrink3_fits(x, a, a_dt, in, part_stride, flags);
     if (part_stride && (s3 || s_shrink_tc_fits(x, a, a_dt, in, max_rank)) && s_expand2_fits(b, r_max)) {
         if (n_tiles == 0 || max_rank == 0)

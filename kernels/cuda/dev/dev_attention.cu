@@ -46,7 +46,6 @@ static cudaError_t s_run(int v, const s_args_t *a) {
 
 int main() {
     cudaStream_t st;
-    s_props();
     double bw = dev_begin("dev_attention", "H=32 KV=8 D=128, bf16 cache, 16-token pages", &st);
     dev_rng_t rng = {42};
     size_t nel = (size_t)PAGES * BS * KV * D; // elements of each cache
@@ -138,6 +137,77 @@ int main() {
         printf("%-12s %8.1f %6.0f | %7.1f %6.0f | %7.1f %6.0f %5.1f%% %5s | %8.1f %6.0f %5.1f%%\n", sh, us[0],
                bytes / us[0] / 1e3, us[1], bytes / us[1] / 1e3, us[2], bytes / us[2] / 1e3,
                100.0 * bytes / us[2] / 1e3 / bw, wc, gus, bytes / gus / 1e3, 100.0 * bytes / gus / 1e3 / bw);
+    }
+    // tc's plans at the decode shapes of small batches: each (W, cs) in a graph of 100
+    // launches against the planned one, whose output it must match (only the merge order
+    // differs); "-" where the plan does not launch (clusters that cannot all be resident)
+    static const int small[][2] = {{1, 128}, {8, 128}, {1, 256}, {8, 256}, {1, 1024}, {8, 1024}};
+    static const int cands[] = {1, 2, 4, 8};
+    std::vector<float> ref((size_t)NSEQ * H * D), alt(ref.size());
+    printf("\ntc plans, graph us (planned first; rows W = warps a CTA, columns cs = CTAs a cluster)\n");
+    for (const auto &sh : small) {
+        int S = sh[0], ctx = sh[1], pp = ctx / BS, need = S * pp;
+        int sets = PAGES / need > 8 ? 8 : PAGES / need;
+        for (int s = 0; s < S; s++)
+            hs[s] = s, hp[s] = ctx - 1;
+        DEV_CK(cudaMemcpy(tok, hs.data(), S * 4, cudaMemcpyHostToDevice));
+        DEV_CK(cudaMemcpy(pos, hp.data(), S * 4, cudaMemcpyHostToDevice));
+        auto args = [&](long j) {
+            return s_args_t{out, q, kc, vc, tok, pos, tab + (size_t)(j % sets) * need, pp, S, H, KV, D, BS,
+                            (size_t)BS * KV * D, ROW, st};
+        };
+        auto graph_us = [&](const int *plan) -> double {
+            cudaGraph_t g = NULL;
+            cudaGraphExec_t ge = NULL;
+            DEV_CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            cudaError_t e = cudaSuccess;
+            for (int it = 0; it < 100 && e == cudaSuccess; it++) {
+                s_args_t a = args(it);
+                e = s_run_tc<D>(&a, plan);
+            }
+            cudaError_t e2 = cudaStreamEndCapture(st, &g);
+            if (e != cudaSuccess || e2 != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+                cudaGetLastError();
+                if (g)
+                    cudaGraphDestroy(g);
+                return -1;
+            }
+            double us = -1;
+            if (cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess)
+                us = dev_time_us(st, 1, [&](long) { return cudaGraphLaunch(ge, st); }) / 100;
+            cudaGetLastError();
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(g);
+            return us;
+        };
+        s_args_t a0 = args(0);
+        DEV_CK(s_run_tc<D>(&a0));
+        DEV_CK(cudaMemcpy(ref.data(), out, (size_t)S * H * D * 4, cudaMemcpyDeviceToHost));
+        int pw = s_last_w, pcs = s_last_cs;
+        printf("%d x %d: planned W=%d cs=%d %.1f us\n%6s", S, ctx, pw, pcs, graph_us(NULL), "W\\cs");
+        for (int c : cands)
+            printf(" %7d", c);
+        printf("\n");
+        for (int w : cands) {
+            printf("%6d", w);
+            for (int c : cands) {
+                int plan[2] = {c, w};
+                double us = graph_us(plan);
+                if (us < 0) {
+                    printf(" %7s", "-");
+                    continue;
+                }
+                s_args_t a = args(0);
+                DEV_CK(s_run_tc<D>(&a, plan));
+                DEV_CK(cudaMemcpy(alt.data(), out, (size_t)S * H * D * 4, cudaMemcpyDeviceToHost));
+                char name[64];
+                snprintf(name, sizeof name, "%d x %d W=%d cs=%d", S, ctx, w, c);
+                if (dev_nmse(alt.data(), ref.data(), (size_t)S * H * D) > 1e-10)
+                    dev_check(name, "tc plan", dev_nmse(alt.data(), ref.data(), (size_t)S * H * D), 1e-10);
+                printf(" %7.1f", us);
+            }
+            printf("\n");
+        }
     }
     cudaFree(kc), cudaFree(vc), cudaFree(q), cudaFree(out), cudaFree(tok), cudaFree(pos), cudaFree(tab);
     return dev_end();

@@ -85,7 +85,6 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
 
 int main(int argc, char **argv) {
     cudaStream_t st;
-    s_props();
     double bw = dev_begin("dev_expand", "T=64, rank 16, bf16 pools", &st);
     dev_lora_each(argc, argv, 2000, [&](const dev_lora_t &p, const char *name) {
         std::vector<float> want_tmp, want_y;

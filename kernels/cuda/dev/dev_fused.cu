@@ -151,7 +151,7 @@ static cudaError_t s_fused_launch(int cn, int n_tiles, float *y, const float *x,
 // blocks per SM from ~33 tiles on (132 SMs); below, 16
 static cudaError_t s_fused(const dev_lora_t &p, long i, cudaStream_t st) {
     s_slice_offs_t so = s_slice_offs(p.offs, p.g.n_slices);
-    int cn = (long)p.n_tiles * 8 < 2L * s_sm_count() ? 16 : 8;
+    int cn = (long)p.n_tiles * 8 < 2L * ls_cu_props()->sms ? 16 : 8;
 #define S_FU(LL)                                                                                   \
     return s_fused_launch<__nv_bfloat16, LL>(cn, p.n_tiles, p.y, p.x, p.pa, p.pb, p.tiles[i % DEV_SETS], NULL,\
                                              so, p.g.in, p.g.n_slices, p.r_max, p.flags, st)
@@ -174,8 +174,7 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
 
 int main(int argc, char **argv) {
     cudaStream_t st;
-    s_props();
-    if (s_cc < 9) {
+    if (ls_cu_props()->cc < 9) {
         printf("dev_fused: the one-kernel op needs sm_90 thread-block clusters\n");
         return 0;
     }

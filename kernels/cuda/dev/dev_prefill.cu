@@ -204,7 +204,6 @@ int main(int argc, char **argv) {
         for (int i = 1; i < argc; i++)
             s_on[v] |= !strcmp(argv[i], s_versions[v].name);
     }
-    s_props();
     dev_begin("dev_prefill", "H=32 KV=8 D=128, bf16 cache, 16-token pages", &st);
     dev_rng_t rng = {7};
     std::vector<float> hpages, hq;

@@ -54,7 +54,6 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, int *parts, cudaStr
 
 int main(int argc, char **argv) {
     cudaStream_t st;
-    s_props();
     double bw = dev_begin("dev_shrink", "T=64, rank 16, bf16 pools", &st);
     dev_lora_each(argc, argv, 1000, [&](const dev_lora_t &p, const char *name) {
         std::vector<float> want_tmp, want_y, got(p.part_stride), part(p.part_stride);
