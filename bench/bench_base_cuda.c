@@ -41,9 +41,10 @@
     FP8 (--fp8): only the decode step of the bf16 model against the same model with FP8
     projections (ls_model_load_dummy with LS_QUANT_FP8: E4M3 weights with per-channel scales,
     activations quantized per token; embeddings, lm_head and the KV cache stay bf16), side by
-    side in one run: batch 1, 8, 32, 64 at FP8_CTX cached positions, base and with 8 adapters
-    (bf16 LoRA on top of either), the fp8/bf16 step ratio of each (target: <= 0.6 at these
-    batches), and which FP8 GEMM each batch took (engine/fp8_gemm.h).
+    side in one run: batch 1, 8, 32, 64 at FP8_CTX_SHORT and FP8_CTX cached positions, base and
+    with 8 adapters (bf16 LoRA on top of either), the fp8/bf16 step ratio of each (target:
+    <= 0.6 at these batches) beside the ratio of the two steps' floors, and which FP8 GEMM each
+    batch took (engine/fp8_gemm.h).
 
     Usage: bench_base_cuda [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. Points left when
@@ -78,6 +79,7 @@
 #define MAX_BATCH 256
 #define MAX_POINTS 128
 #define FP8_CTX 1024
+#define FP8_CTX_SHORT 128
 // GPU memory a point leaves free beside its KV cache: the step's workspace (an 8K-token
 // prefill's activations take ~2.5 GB, grown by doubling) and the allocator's slack
 #define MARGIN_BYTES ((size_t)6 << 30)
@@ -90,6 +92,7 @@ static const int s_prompts[] = {512, 2048, 8192}, s_quick_prompts[] = {2048};
 typedef struct {
     double bw, tflops;     // measured: copy GB/s, bf16 tensor-core TFLOP/s
     double weight_bytes;   // read once a step: every weight but the embedding table
+    double proj_weights;   // how many of them are the layers' linear maps (FP8 under --fp8)
     double emb_row;        // bytes of one embedding row (a token's input)
     double kv_pos;         // bytes of one position's K and V over all layers, as stored
     double logit_row;      // bytes of one logit row: fp32, written, then read by the sampler
@@ -393,6 +396,7 @@ static void s_cost_init(s_bench_t *b, double bw, double tflops) {
     // layers (linears and two norms), the final norm and lm_head (the embedding table itself
     // when tied: the same bytes)
     c->weight_bytes = es * (L * (lin + 2 * H) + H + V * H);
+    c->proj_weights = L * lin;
     c->emb_row = es * H;
     c->kv_pos = (double)b->block_bytes / BS;
     c->logit_row = 2.0 * sizeof(float) * V;
@@ -443,40 +447,61 @@ static void s_print_tables(const s_bench_t *b) {
            "apart = chunked steps / (chunks alone + decodes alone)\n");
 }
 
-// --fp8: decode steps of the bf16 model (b->m) and of the FP8 one side by side.
+// The floor of a decode step of `batch` sequences at ctx cached positions whose weights
+// are weight_bytes
+static double s_decode_floor(const s_bench_t *b, double weight_bytes, int batch, int ctx) {
+    s_work_t w = {weight_bytes, 0};
+    const char *bound;
+    for (int s = 0; s < batch; s++)
+        s_work_seq(&w, &b->c, ctx, 1, true);
+    return s_floor(&b->c, w, &bound);
+}
+
+// --fp8: decode steps of the bf16 model (b->m) and of the FP8 one side by side, at a short
+// context (the weights are most of a step) and a longer one (the bf16 KV cache, the same in
+// both, weighs in), with the ratio of the two floors beside the measured one.
 static void s_fp8_compare(s_bench_t *b, ls_backend_t *be) {
-    static const int batches[] = {1, 8, 32, 64};
+    static const int batches[] = {1, 8, 32, 64}, ctxs[] = {FP8_CTX_SHORT, FP8_CTX};
     char err[512];
     double t0 = bench_now();
     ls_model_t *bf16 = b->m, *fp8 = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, be, NULL, LS_QUANT_FP8, 1,
                                                         NULL, NULL, err, sizeof err);
     if (!fp8)
         bench_die(PROG, "FP8 model", err);
+    // the FP8 model reads its projections as one byte a weight instead of the dtype's (the
+    // scales, a float a row, are left out as activations are)
+    double es = (double)ls_dtype_size(ls_model_config(bf16)->torch_dtype);
+    double fp8_bytes = b->c.weight_bytes - (es - 1.0) * b->c.proj_weights;
     printf("[%6.1f s] FP8 Llama-3-8B dummy loaded in %.1f s (%.2f GB of weights against %.2f GB bf16); "
-           "context %d, median of %d steps after %d\n", bench_now() - b->t_start, bench_now() - t0,
-           ls_model_weight_bytes(fp8) / 1e9, ls_model_weight_bytes(bf16) / 1e9, FP8_CTX, b->steps, WARM);
-    printf("\n%-6s %10s %10s %7s   %12s %12s %7s  %s\n", "batch", "bf16 ms", "fp8 ms", "ratio", "bf16+LoRA ms",
-           "fp8+LoRA ms", "ratio", "fp8 GEMM");
-    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
-        int batch = batches[i], per_seq = (FP8_CTX + b->steps + BS) / BS;
-        double t[2][2];
-        for (int k = 0; k < 2; k++) {
-            b->m = k ? fp8 : bf16;
-            ls_kv_cache_t *kv = s_kv_new(b, batch * per_seq);
-            t[k][0] = s_decode_run(b, kv, batch, FP8_CTX, per_seq, NULL);
-            t[k][1] = s_decode_run(b, kv, batch, FP8_CTX, per_seq, b->slots);
-            ls_kv_cache_destroy(&kv);
+           "median of %d steps after %d\n", bench_now() - b->t_start, bench_now() - t0,
+           ls_model_weight_bytes(fp8) / 1e9, ls_model_weight_bytes(bf16) / 1e9, b->steps, WARM);
+    printf("\n%-6s %-6s %10s %10s %7s %7s   %12s %12s %7s  %s\n", "batch", "ctx", "bf16 ms", "fp8 ms", "ratio",
+           "floors", "bf16+LoRA ms", "fp8+LoRA ms", "ratio", "fp8 GEMM");
+    for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++)
+        for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+            int batch = batches[i], ctx = ctxs[c], per_seq = (ctx + b->steps + BS) / BS;
+            double t[2][2];
+            for (int k = 0; k < 2; k++) {
+                b->m = k ? fp8 : bf16;
+                ls_kv_cache_t *kv = s_kv_new(b, batch * per_seq);
+                t[k][0] = s_decode_run(b, kv, batch, ctx, per_seq, NULL);
+                t[k][1] = s_decode_run(b, kv, batch, ctx, per_seq, b->slots);
+                ls_kv_cache_destroy(&kv);
+            }
+            double floors = s_decode_floor(b, fp8_bytes, batch, ctx) /
+                            s_decode_floor(b, b->c.weight_bytes, batch, ctx);
+            // the GEMM the batch's steps took (set when its step graph was captured)
+            ls_fp8_path_t path = ls_backend_cuda_fp8_path(be);
+            printf("%-6d %-6d %10.3f %10.3f %7.3f %7.3f   %12.3f %12.3f %7.3f  %s\n", batch, ctx, 1e3 * t[0][0],
+                   1e3 * t[1][0], t[1][0] / t[0][0], floors, 1e3 * t[0][1], 1e3 * t[1][1], t[1][1] / t[0][1],
+                   path == LS_FP8_PATH_TC      ? "tc"
+                   : path == LS_FP8_PATH_SMALL ? "small"
+                   : path == LS_FP8_PATH_OUTER ? "outer"
+                                               : "after");
+            fflush(stdout);
         }
-        // the GEMM the batch's steps took (set when its step graph was captured)
-        ls_fp8_path_t path = ls_backend_cuda_fp8_path(be);
-        printf("%-6d %10.3f %10.3f %7.3f   %12.3f %12.3f %7.3f  %s\n", batch, 1e3 * t[0][0], 1e3 * t[1][0],
-               t[1][0] / t[0][0], 1e3 * t[0][1], 1e3 * t[1][1], t[1][1] / t[0][1],
-               path == LS_FP8_PATH_TC      ? "tc"
-               : path == LS_FP8_PATH_SMALL ? "small"
-               : path == LS_FP8_PATH_OUTER ? "outer"
-                                           : "after");
-        fflush(stdout);
-    }
+    printf("floors = the FP8 step's floor over the bf16 step's (weights, KV cache and logits over the copy "
+           "bandwidth): the ratio an FP8 step reaches when both run at their floors\n");
     printf("FP8 GEMMs (engine/fp8_gemm.h): tc = ls_cu_fp8_gemm_tc, tensor cores, scales in its "
            "epilogue (up to LS_FP8_TC_T = %d tokens, sm_89+); small = ls_cu_fp8_gemm_small, CUDA "
            "cores (up to LS_FP8_SMALL_T = %d where tc does not run); outer = cuBLASLt applying "
