@@ -154,8 +154,7 @@ typedef struct {
     // sampling
     char *h_smp;
     size_t h_smp_cap;
-    s_dev_t d_smp, lp, mark, smp_part, sorted_lp, sorted_id, iota, sort_temp;
-    int iota_rows, iota_V; // what iota holds
+    s_dev_t d_smp, lp, mark, smp_part, smp_select;
 
     // step graphs
     void *blas_ws;
@@ -247,9 +246,8 @@ static float *s_f32(ls_view_t v) {
 static void s_free(ls_backend_t *self) {
     s_cuda_t *c = s_ctx(self);
     cudaStreamSynchronize(c->main);
-    s_dev_t *devs[] = {&c->up_stage, &c->stage, &c->xconv,     &c->d_meta,    &c->d_smp,
-                       &c->lp,    &c->mark,      &c->sorted_lp, &c->sorted_id,
-                       &c->iota,  &c->sort_temp};
+    s_dev_t *devs[] = {&c->up_stage, &c->stage, &c->xconv,    &c->d_meta,    &c->d_smp,
+                       &c->lp,       &c->mark,  &c->smp_part, &c->smp_select};
     for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++)
         cudaFree(devs[i]->p);
     cudaFreeHost(c->h_meta);
@@ -1285,23 +1283,25 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
         if (batch->mask_index[r] >= 0 && (size_t)batch->mask_index[r] + 1 > n_masks)
             n_masks = (size_t)batch->mask_index[r] + 1;
 
-    int n_sort = 0;
+    int n_sampled = 0, n_truncated = 0, n_top_k_and_p = 0;
     for (int r = 0; r < n; r++) {
         const ls_sampling_params_t *sp = &batch->params[r];
         assert(sp->n_logprobs >= 0 && (!top_ids || sp->n_logprobs <= batch->max_top_n));
-        if (sp->temperature > 0.0f &&
-            ((sp->top_k > 0 && sp->top_k < V) || sp->top_p < 1.0f))
-            n_sort++;
+        int use_k = sp->top_k > 0 && sp->top_k < V, use_p = sp->top_p < 1.0f;
+        if (sp->temperature > 0.0f) {
+            n_sampled++;
+            n_truncated += use_k || use_p;
+            n_top_k_and_p += use_k && use_p;
+        }
     }
 
-    // inputs, packed: params, indptrs, ids, sort offsets; then the outputs' device block
+    // inputs, packed: params, indptrs, ids, masks; then the outputs' device block
     s_layout_t l = {0};
     size_t o_par = s_place(&l, (size_t)n * sizeof(ls_cu_sample_params_t)),
            o_pi = s_place(&l, pi ? (size_t)(n + 1) * i32 : 0),
            o_pids = s_place(&l, n_prompt * i32),
            o_oi = s_place(&l, oi ? (size_t)(n + 1) * i32 : 0),
            o_oids = s_place(&l, n_output * i32),
-           o_sb = s_place(&l, (size_t)n_sort * i32), o_se = s_place(&l, (size_t)n_sort * i32),
            o_mi = s_place(&l, n_masks ? (size_t)n * i32 : 0), o_mk = s_place(&l, n_masks * words * 4),
            in_bytes = l.off,
            o_tok = s_place(&l, (size_t)n * i32), o_lp = s_place(&l, (size_t)n * 4),
@@ -1313,8 +1313,7 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
         return -1;
     char *h = c->h_smp;
     ls_cu_sample_params_t *par = (ls_cu_sample_params_t *)(h + o_par);
-    int32_t *sb = (int32_t *)(h + o_sb), *se = (int32_t *)(h + o_se);
-    for (int r = 0, k = 0; r < n; r++) {
+    for (int r = 0; r < n; r++) {
         const ls_sampling_params_t *sp = &batch->params[r];
         ls_cu_sample_params_t *p = &par[r];
         p->temperature = sp->temperature;
@@ -1328,12 +1327,6 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
         p->seed = sp->seed;
         p->step = sp->step;
         p->n_logprobs = top_ids ? sp->n_logprobs : 0;
-        p->needs_sort = sp->temperature > 0.0f &&
-                        ((sp->top_k > 0 && sp->top_k < V) || sp->top_p < 1.0f);
-        if (p->needs_sort) {
-            sb[k] = r * V;
-            se[k++] = r * V + V;
-        }
     }
     if (pi) {
         memcpy(h + o_pi, pi, (size_t)(n + 1) * i32);
@@ -1360,22 +1353,8 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
         return -1;
     if (grew_mark > 0) // kept zeroed by the kernel from here on
         s_note(c, cudaMemsetAsync(c->mark.p, 0, c->mark.cap, c->stream));
-    size_t temp_bytes = 0;
-    if (n_sort) {
-        temp_bytes = ls_cu_sample_sort_temp_bytes(n, V, n_sort);
-        if (temp_bytes == (size_t)-1)
-            return -1;
-        int grew_iota = s_dev_reserve(c, &c->iota, rv * i32);
-        if (s_dev_reserve(c, &c->sorted_lp, rv * 4) < 0 ||
-            s_dev_reserve(c, &c->sorted_id, rv * i32) < 0 || grew_iota < 0 ||
-            s_dev_reserve(c, &c->sort_temp, temp_bytes ? temp_bytes : 1) < 0)
-            return -1;
-        if (grew_iota > 0 || c->iota_V != V || c->iota_rows < n) {
-            s_note(c, ls_cu_iota_rows((int32_t *)c->iota.p, n, V, c->stream));
-            c->iota_V = V;
-            c->iota_rows = n;
-        }
-    }
+    if (n_sampled && s_dev_reserve(c, &c->smp_select, ls_cu_sample_select_bytes(n, V)) < 0)
+        return -1;
 
     char *d = (char *)c->d_smp.p;
     s_note(c, cudaMemcpyAsync(d, h, in_bytes ? in_bytes : 1, cudaMemcpyHostToDevice,
@@ -1396,14 +1375,10 @@ static int s_sample(ls_backend_t *self, ls_view_t logits, int V,
     args.lp = (float *)c->lp.p;
     args.mark = (int32_t *)c->mark.p;
     args.part = (ls_cu_sample_part_t *)c->smp_part.p;
-    args.sorted_lp = (float *)c->sorted_lp.p;
-    args.iota = (int32_t *)c->iota.p;
-    args.sorted_id = (int32_t *)c->sorted_id.p;
-    args.sort_temp = c->sort_temp.p;
-    args.sort_temp_bytes = temp_bytes;
-    args.n_sort_rows = n_sort;
-    args.sort_begin = (const int32_t *)(d + o_sb);
-    args.sort_end = (const int32_t *)(d + o_se);
+    args.select = n_sampled ? c->smp_select.p : NULL;
+    args.n_sampled = n_sampled;
+    args.n_truncated = n_truncated;
+    args.n_top_k_and_p = n_top_k_and_p;
     args.tokens = (int32_t *)(d + o_tok);
     args.logprobs = (float *)(d + o_lp);
     args.top_ids = max_top ? (int32_t *)(d + o_tid) : NULL;

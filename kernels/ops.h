@@ -293,8 +293,11 @@ void ls_logits_widen_forward(float *wide, const float *head, int R, int V, int W
 //    log-sum-exp rounds two values together), tokens ranked by (value desc, id asc):
 //    top-k keeps the first k (k <= 0 or k >= V: off); top-p keeps the shortest prefix of
 //    the top-k survivors whose renormalized probability mass (summed in double, best
-//    first) reaches top_p (the token that crosses it included; top_p >= 1: off); min-p keeps tokens with p >= min_p * p_max,
-//    i.e. lp >= lp_max + log(min_p) (min_p <= 0: off). The top token always survives.
+//    first) reaches top_p (the token that crosses it included; top_p >= 1: off; a device
+//    that sums otherwise may end the prefix on the other side of a token only where the
+//    mass before it lies within that sum's rounding of top_p); min-p keeps tokens with
+//    p >= min_p * p_max, i.e. lp >= lp_max + log(min_p) (min_p <= 0: off). The top token
+//    always survives.
 // 6. draw: exponential race (vLLM's random_sample, = Gumbel-max): the chosen token is the
 //    survivor maximizing lp - log(E), E = -log(u), u = ls_rng_uniform(seed, step, id),
 //    ties to the lower id.

@@ -5,7 +5,8 @@
     vocabulary size, allocated per call.
 
     Known limit: top-k and top-p rank the whole vocabulary with qsort (O(V log V) per row,
-    ~10 ms for V = 128k); fine for a reference, a device kernel will use a radix select.
+    ~10 ms for V = 128k); fine for a reference (the CUDA kernel finds the boundary by radix
+    select: kernels/cuda/sampling.cu).
 */
 #include <assert.h>
 #include <math.h>

@@ -368,11 +368,10 @@ typedef struct {
     uint64_t seed;
     uint64_t step;
     int n_logprobs;
-    int needs_sort; // non-greedy with top-k or top-p active
 } ls_cu_sample_params_t;
 
 // A chunk's share of a row's sampling pass (sampling.cu): its largest logit and the first
-// id of it, and its sum of exp(logit - that max).
+// id of it, and its sum of exp(logit - that max); in the draw, its best race key and id.
 typedef struct {
     float max;
     int id;
@@ -394,14 +393,10 @@ typedef struct {
     float *lp;
     int32_t *mark;
     ls_cu_sample_part_t *part; // (n_rows, ls_cu_sample_chunks(n_rows, V))
-    float *sorted_lp;  // needed when any row needs_sort
-    int32_t *iota;     // (n_rows, V) 0..V-1 per row
-    int32_t *sorted_id;
-    void *sort_temp;
-    size_t sort_temp_bytes;
-    int n_sort_rows;             // rows to sort
-    const int32_t *sort_begin;   // (n_sort_rows) offsets row*V into lp
-    const int32_t *sort_end;     // (n_sort_rows) row*V + V
+    void *select;              // ls_cu_sample_select_bytes(n_rows, V) when n_sampled > 0
+    // what the rows ask for (the launches follow): rows with temperature > 0, of them rows
+    // with top-k or top-p, and of those rows with both
+    int n_sampled, n_truncated, n_top_k_and_p;
     // outputs
     int32_t *tokens;   // (n_rows)
     float *logprobs;   // (n_rows)
@@ -409,10 +404,9 @@ typedef struct {
     float *top_lps;    // (n_rows, max_top_n) or NULL
 } ls_cu_sample_args_t;
 
-// Bytes of CUB temporary storage the sort of n_sort_rows of the n_rows rows of V needs.
-size_t ls_cu_sample_sort_temp_bytes(int n_rows, int V, int n_sort_rows);
-// Fills iota (n_rows, V) with 0..V-1 per row.
-cudaError_t ls_cu_iota_rows(int32_t *iota, int n_rows, int V, cudaStream_t stream);
+// Bytes of the scratch the draw and the truncation's select take for n_rows rows of V
+// (histograms and counts: about 22 KB a row, plus 1 KB a row's chunk).
+size_t ls_cu_sample_select_bytes(int n_rows, int V);
 // Chunks ls_cu_sample cuts each of n_rows rows of V into (<= LS_CU_SAMPLE_MAX_CHUNKS), on the
 // current device: the parts it needs.
 int ls_cu_sample_chunks(int n_rows, int V);

@@ -3,45 +3,58 @@
     exponential-race draw. CPU reference and the full specification: kernels/cpu/sampling.c
     and kernels/ops.h.
 
-    Launches per call:
-    1. stats, a block per (row, chunk) — a row cut into chunks so that a batch of one row
-       still runs on every SM (ls_cu_sample_chunks): copy the chunk (a grammar mask turns
-       the disallowed tokens' logits into -inf as they are copied: one coalesced word read
-       per 32 tokens), the penalties of the row's ids in the chunk (repetition once per
-       distinct token through atomicExch on a zeroed mark row, frequency/presence through
-       atomic counts; the mark row is left zeroed), temperature, the chunk's argmax (ties
-       to the lower id) and its sum of exp(l - its max) in double.
-    2. finish, a block per (row, chunk): the row's argmax and log-sum-exp from the chunks'
-       (the reference's double sum of exp(l - max), each chunk's sum scaled by exp(its max -
-       the row's max): the same terms up to rounding), the chunk's logprob row, and the
-       greedy result.
+    Launches per call; every pass but the top-n list takes a block per (row, chunk), a row
+    cut into chunks so that a batch of one row still runs on every SM (ls_cu_sample_chunks):
+    1. stats: copy the chunk (a grammar mask turns the disallowed tokens' logits into -inf
+       as they are copied: one coalesced word read per 32 tokens), the penalties of the
+       row's ids in the chunk (repetition once per distinct token through atomicExch on a
+       zeroed mark row, frequency/presence through atomic counts; the mark row is left
+       zeroed), temperature, the chunk's argmax (ties to the lower id) and its sum of
+       exp(l - its max) in double.
+    2. finish: the row's argmax and log-sum-exp from the chunks' (the reference's double sum
+       of exp(l - max), each chunk's sum scaled by exp(its max - the row's max): the same
+       terms up to rounding), the chunk's logprob row, and the greedy result.
     3. only when rows ask for logprobs, a block of 1024 threads per row: the top-n list by
        repeated block arg-max over "strictly after the previous pick" in (logprob desc, id
        asc) order.
-    4. only for rows with top-k or top-p: a CUB segmented radix sort of (logprob, id),
-       descending and stable, so ties come out by id ascending exactly as the reference's
-       qsort comparator orders them (CUB treats -0.0 and +0.0 as equal, as C's == does).
-    5. draw, a block of 1024 threads per row: keep = top-k, then the top-p prefix found by
-       a block-wide double prefix scan (same sums as the reference's sequential loop up to
-       rounding of the order), the
-       min-p bound against a host-computed logf(min_p), then the race
-       key = lp - log(-log(u)) with u = ls_rng_uniform(seed, step, id), arg-max with ties
-       to the lower id.
+    4. only for rows with top-k or top-p: the truncation boundary by radix select, 4 passes
+       (7 when a row has both). The draw is a race, which needs the SET of survivors, not
+       their order: every token whose (logprob, id) comes at or before a boundary element
+       in (logprob desc, id asc) order. Each logprob maps to a 32-bit order key (s_order_key:
+       larger for a larger value, -0.0 and +0.0 one key as C's == and the reference's
+       comparator have them), and each pass histograms the next 8-bit digit of the keys
+       under the prefix chosen so far: counts for top-k, fixed-point masses for top-p;
+       the next pass's blocks pick the bucket where the running count (mass), highest
+       first, reaches what is left to reach. After the 4th digit the boundary is a key and
+       j: of the tokens with that key, the j lowest ids survive. Top-k and top-p together,
+       as the reference: a select by count gives the top-k set's mass (total), then a
+       select by mass for top_p * total over the row (whose crossing comes at or before the
+       top-k boundary, so the same as within the top-k set; its first pick reuses the first
+       select's first histogram).
+       Masses are integers, round(exp(lp - lpmax) * 2^b) with b = min(46, 63 -
+       ceil(log2 V)) (a row's sum stays below 2^63), summed with integer atomics: the same
+       sums in any order, so the same boundary on every run. The target is ceil(top_p *
+       total) (at least 1: the top token always survives). The reference sums the masses
+       in double, sequentially; the boundaries differ only where the target lies within
+       the rounding of a prefix sum (V * 2^-(b+1) of the top token's mass, or double
+       rounding) — tests/gpu counts such flips.
+    5. draw, for the rows that sample: the race key = lp - log(-log(u)) with u =
+       ls_rng_uniform(seed, step, id) over the chunk's survivors (the boundary above, the
+       min-p bound against a host-computed logf(min_p)), the chunk's best (ties to the lower
+       id), and the last of the row's chunks to finish takes the row's best of them.
     Tokens, logprobs and top-n lists match the reference except where float math functions
-    (expf/logf, 1 ulp apart from glibc) flip a near-tie of race keys or of a truncation
-    boundary; tests/gpu counts those.
+    (expf/logf, 1 ulp apart from glibc) flip a near-tie of race keys, or the fixed point a
+    top-p boundary; tests/gpu counts those.
 
-    Known limits: the sort is a full segmented radix sort of each truncated
-    row (a radix select of the top-k / top-p prefix is the fast path), and the scratch is
-    (n_rows, V) arrays several times over; the top-n and draw passes still take one block
-    a row (one SM for a batch of one).
+    Known limits: the select's passes read the whole row each (7 reads of it with both
+    top-k and top-p); the top-n pass still takes one block a row (one SM for a batch of
+    one), n reads of the row.
 */
 #include <assert.h>
 #include <limits.h>
 #include <math.h>
 
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include "common.cuh"
 
@@ -97,6 +110,62 @@ __device__ __forceinline__ void s_chunk(int V, int c, int C, int *v0, int *v1) {
     int len = (V + C - 1) / C;
     *v0 = min(V, c * len);
     *v1 = min(V, *v0 + len);
+}
+
+typedef unsigned long long u64;
+
+enum {
+    SEL_BINS = 256,  // 8-bit digits
+    SEL_DIGITS = 4,  // of the 32-bit order key: a select's passes
+    SEL_SLOTS = 7,   // passes 0-3: the first select; 4-6: the second's (its pass 0 is the first's)
+};
+
+// Where a row's select stands before a pass: the key's leading digits chosen so far
+// (prefix), what is left to reach inside that bucket (rem: a count for top-k, a mass for
+// top-p) and the mass of everything ranked before the bucket (above).
+struct s_sel_t {
+    u64 rem, above;
+    uint32_t prefix;
+};
+
+// The select's scratch (ls_cu_sample_select_bytes), per row: each pass's histogram (mass,
+// cnt: SEL_SLOTS x SEL_BINS), the state each pass starts from (st: SEL_SLOTS), a select's
+// last pass's counts per chunk (tie: C x SEL_BINS: the draw splits the boundary's ties by
+// id with them) and the draw's count of finished chunks (done).
+struct s_sel_mem_t {
+    u64 *mass;
+    s_sel_t *st;
+    uint32_t *cnt, *tie, *done;
+};
+
+// The offsets of s_sel_mem_t's arrays (mass, st, cnt, tie, done) in the scratch; returns its
+// size.
+__host__ __device__ static size_t s_sel_offsets(int n_rows, int C, size_t o[5]) {
+    size_t r = (size_t)n_rows, h = r * SEL_SLOTS * SEL_BINS;
+    o[0] = 0;
+    o[1] = o[0] + h * sizeof(u64);
+    o[2] = o[1] + (r * SEL_SLOTS * sizeof(s_sel_t) + 7) / 8 * 8;
+    o[3] = o[2] + h * sizeof(uint32_t);
+    o[4] = o[3] + r * C * SEL_BINS * sizeof(uint32_t);
+    return o[4] + r * sizeof(uint32_t);
+}
+
+__device__ static s_sel_mem_t s_sel_mem(const ls_cu_sample_args_t &a, int C) {
+    size_t o[5];
+    s_sel_offsets(a.n_rows, C, o);
+    char *p = (char *)a.select;
+    s_sel_mem_t m = {(u64 *)(p + o[0]), (s_sel_t *)(p + o[1]), (uint32_t *)(p + o[2]),
+                     (uint32_t *)(p + o[3]), (uint32_t *)(p + o[4])};
+    return m;
+}
+
+// Whether a row's draw is truncated, by top-k (*use_k) and/or top-p (*use_p), as the
+// reference's s_truncate decides it.
+__device__ __forceinline__ bool s_truncates(const ls_cu_sample_params_t &sp, int V, bool *use_k,
+                                            bool *use_p) {
+    *use_k = sp.top_k > 0 && sp.top_k < V;
+    *use_p = sp.top_p < 1.0f;
+    return sp.temperature > 0.0f && (*use_k || *use_p);
 }
 
 // 1. A block per (row, chunk): the chunk copied (the mask applied), the penalties of the
@@ -188,11 +257,23 @@ __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_stats(ls_cu_sample
 // 2. A block per (row, chunk): the row's argmax and log-sum-exp from its chunks' parts — the
 // reference's sum of exp(l - max) over the row, as each chunk's sum times exp(its max - the
 // row's max) — the chunk's logprobs l - lse, and (chunk 0) the greedy token and its logprob.
+// On a row that samples, the select's histograms and the draw's count zeroed for this call.
 __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_finish(ls_cu_sample_args_t a, int C) {
     __shared__ float s_lse;
     __shared__ ls_vid_t s_best;
     int row = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, V = a.V, v0, v1;
     s_chunk(V, c, C, &v0, &v1);
+    const ls_cu_sample_params_t sp = a.params[row];
+    bool use_k, use_p;
+    if (sp.temperature > 0.0f) {
+        s_sel_mem_t m = s_sel_mem(a, C);
+        if (c == 0 && tid == 0)
+            m.done[row] = 0;
+        size_t n = SEL_SLOTS * SEL_BINS, at = (size_t)row * n;
+        if (s_truncates(sp, V, &use_k, &use_p))
+            for (size_t i = (size_t)c * blockDim.x + tid; i < n; i += (size_t)C * blockDim.x)
+                m.mass[at + i] = 0, m.cnt[at + i] = 0;
+    }
     const ls_cu_sample_part_t *part = a.part + (size_t)row * C;
     if (tid < 32) {
         ls_vid_t best = {-INFINITY, INT_MAX};
@@ -250,104 +331,312 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample_top(ls_cu_sample_args_t 
     }
 }
 
-__global__ void __launch_bounds__(SMP_THREADS) k_sample_draw(ls_cu_sample_args_t a) {
-    typedef cub::BlockScan<double, SMP_THREADS> scan_t;
+// -- truncation: the radix select of the top-k / top-p boundary (launch 4) --------------------
+
+// The order key of a logprob: larger for a larger value, one key for -0.0 and +0.0.
+__device__ __forceinline__ uint32_t s_order_key(float x) {
+    uint32_t b = __float_as_uint(x);
+    b = b == 0x80000000u ? 0u : b;
+    return b & 0x80000000u ? ~b : b | 0x80000000u;
+}
+
+// Bits of the masses' fixed point: V masses of at most 2^bits sum below 2^63, and at most
+// 46, so that a mass splits into two halves below 2^23 that a warp sums in 32 bits.
+__device__ static int s_mass_bits(int V) {
+    int lg = 0;
+    while (lg < 31 && (1 << lg) < V)
+        lg++;
+    return 63 - lg < 46 ? 63 - lg : 46;
+}
+
+// A logprob's mass in the fixed point: round(exp(lp - lpmax) * scale), scale = 2^bits.
+__device__ __forceinline__ u64 s_mass(float lp, float lpmax, double scale) {
+    double e = exp((double)lp - (double)lpmax);
+    return e > 0.0 ? __double2ull_rn(e * scale) : 0ull;
+}
+
+// Adds one element of mass w to bin b of the block's histogram (b < 0: nothing), the lanes of
+// a warp with the same bin summed first: a pass puts most of a row into a few bins, where
+// one shared atomic a lane would serialize. Every lane of the warp calls it.
+__device__ __forceinline__ void s_hist_add(uint32_t *cnt, u64 *mass, int b, u64 w) {
+    unsigned act = __ballot_sync(0xffffffffu, b >= 0);
+    if (b < 0)
+        return;
+    unsigned peers = __match_any_sync(act, b);
+    unsigned hi = __reduce_add_sync(peers, (unsigned)(w >> 23)),
+             lo = __reduce_add_sync(peers, (unsigned)w & 0x7fffffu);
+    if ((int)(threadIdx.x & 31) == __ffs(peers) - 1) {
+        atomicAdd(&cnt[b], (uint32_t)__popc(peers));
+        u64 s = ((u64)hi << 23) + lo;
+        if (s)
+            atomicAdd(&mass[b], s);
+    }
+}
+
+// Moves st into the bucket of a histogram (cnt, mass: the SEL_BINS bins of the elements under
+// st's prefix) where the running count (by_mass: mass), highest bin first, reaches st.rem;
+// *n and *w get that bin's count and mass. One warp; every lane returns the same. Integers
+// only: every block that picks from the same histogram picks the same bucket.
+__device__ s_sel_t s_pick(const uint32_t *cnt, const u64 *mass, s_sel_t st, bool by_mass,
+                          u64 *n, u64 *w) {
+    int lane = threadIdx.x & 31, hi = SEL_BINS - 1 - 8 * lane; // this lane's bins: hi .. hi-7
+    u64 sc = 0, sm = 0;
+    for (int i = 0; i < 8; i++)
+        sc += cnt[hi - i], sm += mass[hi - i];
+    u64 ic = sc, im = sm; // inclusive sums over the lanes, highest bins first
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        u64 c = __shfl_up_sync(0xffffffffu, ic, o), m = __shfl_up_sync(0xffffffffu, im, o);
+        if (lane >= o)
+            ic += c, im += m;
+    }
+    unsigned hit = __ballot_sync(0xffffffffu, (by_mass ? im : ic) >= st.rem);
+    // none: a row short of what it should hold (NaN logprobs): the lowest bin, no harm
+    int src = hit ? __ffs(hit) - 1 : 31, d = 0;
+    u64 ac = ic - sc, am = im - sm, bn = 0, bm = 0;
+    if (lane == src)
+        for (int i = 0; i < 8; i++) {
+            d = hi - i;
+            bn = cnt[d], bm = mass[d];
+            if ((by_mass ? am + bm : ac + bn) >= st.rem)
+                break;
+            ac += bn, am += bm;
+        }
+    d = __shfl_sync(0xffffffffu, d, src);
+    ac = __shfl_sync(0xffffffffu, ac, src);
+    am = __shfl_sync(0xffffffffu, am, src);
+    *n = __shfl_sync(0xffffffffu, bn, src);
+    *w = __shfl_sync(0xffffffffu, bm, src);
+    st.prefix = st.prefix << 8 | (uint32_t)d;
+    st.rem -= by_mass ? am : ac;
+    st.above += am;
+    return st;
+}
+
+// The top-p target in the fixed point: ceil(top_p * total), at least 1 (the top token always
+// survives) and at most total.
+__device__ __forceinline__ u64 s_target(float top_p, u64 total) {
+    double t = ceil((double)top_p * (double)total);
+    return !(t >= 1.0) ? 1ull : t >= (double)total ? total : (u64)t;
+}
+
+// Row row's histogram of pass (slot) t
+__device__ __forceinline__ const uint32_t *s_hc(const s_sel_mem_t &m, int row, int t) {
+    return m.cnt + ((size_t)row * SEL_SLOTS + t) * SEL_BINS;
+}
+__device__ __forceinline__ const u64 *s_hm(const s_sel_mem_t &m, int row, int t) {
+    return m.mass + ((size_t)row * SEL_SLOTS + t) * SEL_BINS;
+}
+
+// A select's end, from the state its last pass started from (slot t): the boundary's key
+// (its prefix) and in rem how many of the elements of that key survive, the lowest ids
+// (a count; by_mass: ceil(what is left of the mass / each one's mass)); *w is the mass of
+// one. One warp.
+__device__ s_sel_t s_sel_end(const s_sel_mem_t &m, int row, int t, bool by_mass, u64 *w) {
+    u64 n, bw;
+    s_sel_t st = s_pick(s_hc(m, row, t), s_hm(m, row, t), m.st[(size_t)row * SEL_SLOTS + t],
+                        by_mass, &n, &bw);
+    *w = n ? bw / n : 0; // the elements of one key have one mass
+    if (by_mass)
+        st.rem = *w ? (st.rem + *w - 1) / *w : n;
+    return st;
+}
+
+// The state pass t (1 .. SEL_SLOTS-1) of a row starts from: the pick on the histogram of the
+// pass before it. The first select (passes 0-3) goes by count under top-k, else by mass,
+// toward ceil(top_p * the row's mass); the second (4-6, rows with both) by mass toward
+// ceil(top_p * the top-k set's mass), its first pick on pass 0's histogram (all of the row,
+// as its own pass 0 would be). One warp.
+__device__ s_sel_t s_sel_state(const s_sel_mem_t &m, int row, int t,
+                               const ls_cu_sample_params_t &sp, bool use_k) {
+    u64 n, w;
+    if (t != 1 && t != SEL_DIGITS)
+        return s_pick(s_hc(m, row, t - 1), s_hm(m, row, t - 1),
+                      m.st[(size_t)row * SEL_SLOTS + t - 1], t > SEL_DIGITS || !use_k, &n, &w);
+    s_sel_t st = {0, 0, 0};
+    if (t == SEL_DIGITS) { // the top-k set's mass: everything above the boundary, and its j ties
+        s_sel_t k = s_sel_end(m, row, SEL_DIGITS - 1, false, &w);
+        st.rem = s_target(sp.top_p, k.above + k.rem * w);
+    } else if (use_k) {
+        st.rem = (u64)sp.top_k;
+    } else {
+        const u64 *hm = s_hm(m, row, 0);
+        u64 total = 0;
+        for (int b = threadIdx.x & 31; b < SEL_BINS; b += 32)
+            total += hm[b];
+        st.rem = s_target(sp.top_p, ls_warp_sum(total));
+    }
+    return s_pick(s_hc(m, row, 0), s_hm(m, row, 0), st, t == SEL_DIGITS || !use_k, &n, &w);
+}
+
+// 4. A block per (row, chunk), pass t of the select (rows with top-k or top-p; passes 4-6
+// only rows with both): the state from the pass before (s_sel_state; the chunk-0 block
+// stores it for the next pass), then the histogram of the next digit of the order key over
+// the chunk's elements under the state's prefix — counts, and masses where top-p needs them
+// — added into the row's with integer atomics. A select's last pass also keeps the chunk's
+// own counts.
+__global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_select(ls_cu_sample_args_t a, int C,
+                                                                     int t) {
+    __shared__ uint32_t hc[SEL_BINS];
+    __shared__ u64 hm[SEL_BINS];
+    __shared__ s_sel_t s_st;
+    int row = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, bd = blockDim.x, V = a.V, v0, v1;
+    const ls_cu_sample_params_t sp = a.params[row];
+    bool use_k, use_p;
+    if (!s_truncates(sp, V, &use_k, &use_p) || (t >= SEL_DIGITS && !(use_k && use_p)))
+        return;
+    s_sel_mem_t m = s_sel_mem(a, C);
+    if (tid < 32) {
+        s_sel_t st = {0, 0, 0};
+        if (t > 0)
+            st = s_sel_state(m, row, t, sp, use_k);
+        if (tid == 0) {
+            s_st = st;
+            if (c == 0)
+                m.st[(size_t)row * SEL_SLOTS + t] = st;
+        }
+    }
+    for (int b = tid; b < SEL_BINS; b += bd)
+        hc[b] = 0, hm[b] = 0;
+    __syncthreads();
+    const s_sel_t st = s_st;
+    int p = t < SEL_DIGITS ? t : t - (SEL_DIGITS - 1), lo = 8 * (SEL_DIGITS - 1 - p);
+    const float *l = a.lp + (size_t)row * V;
+    float lpmax = l[a.tokens[row]]; // the argmax, from finish
+    double scale = ldexp(1.0, s_mass_bits(V));
+    s_chunk(V, c, C, &v0, &v1);
+    for (int b0 = v0; b0 < v1; b0 += bd) { // the same trips for every thread (s_hist_add)
+        int v = b0 + tid, bin = -1;
+        u64 w = 0;
+        if (v < v1) {
+            float x = l[v];
+            uint32_t k = s_order_key(x);
+            if (p == 0 || k >> (lo + 8) == st.prefix) {
+                bin = (int)(k >> lo & (SEL_BINS - 1));
+                if (use_p)
+                    w = s_mass(x, lpmax, scale);
+            }
+        }
+        s_hist_add(hc, hm, bin, w);
+    }
+    __syncthreads();
+    uint32_t *gc = m.cnt + ((size_t)row * SEL_SLOTS + t) * SEL_BINS;
+    u64 *gm = m.mass + ((size_t)row * SEL_SLOTS + t) * SEL_BINS;
+    for (int b = tid; b < SEL_BINS; b += bd) {
+        if (hc[b])
+            atomicAdd(&gc[b], hc[b]);
+        if (hm[b])
+            atomicAdd(&gm[b], hm[b]);
+        if (p == SEL_DIGITS - 1)
+            m.tie[((size_t)row * C + c) * SEL_BINS + b] = hc[b];
+    }
+}
+
+// 5. A block per (row, chunk) of the rows that sample: the race key = lp - log(-log(u)), u =
+// ls_rng_uniform(seed, step, id), over the chunk's survivors — at or before the select's
+// boundary, at or above the min-p bound —, the chunk's best (ties to the lower id) into
+// part, and the last of the row's chunks to finish takes the best of the row's (an
+// order-free reduction: the same token whichever block is last).
+__global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_draw(ls_cu_sample_args_t a, int C) {
+    typedef cub::BlockScan<int, SMP_STATS_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage scan_tmp;
-    __shared__ double dscr[32];
     __shared__ ls_vid_t vscr[32];
-    __shared__ int iscr[32];
-    int row = blockIdx.x, tid = threadIdx.x, bd = blockDim.x, V = a.V;
+    __shared__ uint32_t s_key;
+    __shared__ u64 s_need, s_here;
+    __shared__ int s_lim, s_last;
+    int row = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, bd = blockDim.x, V = a.V, v0, v1;
     const ls_cu_sample_params_t sp = a.params[row];
     if (sp.temperature <= 0.0f)
         return;
-    size_t base = (size_t)row * V;
-    const float *l = a.lp + base;
-    int argmax = a.tokens[row]; // written by finish
+    s_chunk(V, c, C, &v0, &v1);
+    const float *l = a.lp + (size_t)row * V;
+    int argmax = a.tokens[row]; // from finish; the last block overwrites it after every read
     float lpmax = l[argmax];
+    s_sel_mem_t m = s_sel_mem(a, C);
+    bool use_k, use_p, trunc = s_truncates(sp, V, &use_k, &use_p);
 
-    // 5. truncation: the first `keep` tokens of the sorted row survive (0: no truncation)
-    int keep = 0;
-    const float *sk = a.sorted_lp + base;
-    const int32_t *si = a.sorted_id + base;
-    int use_k = sp.top_k > 0 && sp.top_k < V, use_p = sp.top_p < 1.0f;
-    if (use_k || use_p) {
-        keep = use_k ? sp.top_k : V;
-        if (use_p) {
-            double l0 = sk[0];
-            double total = 0.0;
-            for (int i = tid; i < keep; i += bd)
-                total += exp((double)sk[i] - l0);
-            total = ls_block_sum(total, dscr);
-            double target = (double)sp.top_p * total;
-            // smallest i with (sum of the first i) >= target, else keep (as the loop of
-            // the reference ends); i = 0 when target <= 0
-            int found = keep;
-            if (!(0.0 < target))
-                found = 0;
-            else {
-                double running = 0.0;
-                for (int b0 = 0; b0 < keep; b0 += bd) {
-                    int i = b0 + tid;
-                    double e = i < keep ? exp((double)sk[i] - l0) : 0.0, incl, chunk;
-                    __syncthreads();
-                    scan_t(scan_tmp).InclusiveSum(e, incl, chunk);
-                    int cand = (i < keep && running + incl >= target) ? i + 1 : INT_MAX;
-                    cand = s_block_min(cand, iscr);
-                    if (cand != INT_MAX) {
-                        found = cand;
-                        break;
-                    }
-                    running += chunk;
-                }
+    // the boundary: keys above key survive, and of key the need lowest ids of this chunk
+    // (the row's j lowest, less those in the chunks before it)
+    uint32_t key = 0;
+    int lim = INT_MAX;
+    if (trunc) {
+        if (tid < 32) {
+            u64 w, before = 0;
+            s_sel_t e = s_sel_end(m, row, use_k && use_p ? SEL_SLOTS - 1 : SEL_DIGITS - 1,
+                                  use_p, &w);
+            int d = (int)(e.prefix & (SEL_BINS - 1));
+            for (int k = tid; k < c; k += 32)
+                before += m.tie[((size_t)row * C + k) * SEL_BINS + d];
+            before = ls_warp_sum(before);
+            if (tid == 0) {
+                s_key = e.prefix;
+                s_need = e.rem > before ? e.rem - before : 0;
+                s_here = m.tie[((size_t)row * C + c) * SEL_BINS + d];
+                s_lim = INT_MAX;
             }
-            keep = found > 0 ? found : 1; // the top token always survives
+        }
+        __syncthreads();
+        key = s_key;
+        u64 need = s_need;
+        if (need == 0)
+            lim = -1;
+        else if (need < s_here) { // the need-th id of key in the chunk
+            int seen = 0;
+            for (int b0 = v0; b0 < v1 && seen < (int)need; b0 += bd) {
+                int v = b0 + tid, f = v < v1 && s_order_key(l[v]) == key, before_me, n;
+                scan_t(scan_tmp).ExclusiveSum(f, before_me, n);
+                if (f && seen + before_me + 1 == (int)need)
+                    s_lim = v;
+                seen += n;
+                __syncthreads(); // scan_tmp again
+            }
+            __syncthreads();
+            lim = s_lim;
         }
     }
 
-    // 6. the race over the survivors
     float min_l = sp.min_p > 0.0f ? __fadd_rn(lpmax, sp.log_min_p) : -INFINITY;
-    int n = keep ? keep : V;
     ls_vid_t best = {-INFINITY, INT_MAX};
-    for (int i = tid; i < n; i += bd) {
-        int v = keep ? si[i] : i;
-        float lv = keep ? sk[i] : l[i];
+    for (int v = v0 + tid; v < v1; v += bd) {
+        float lv = l[v];
         if (lv < min_l || lv == -INFINITY)
             continue;
+        if (trunc) {
+            uint32_t k = s_order_key(lv);
+            if (k < key || (k == key && v > lim))
+                continue;
+        }
         float e = -logf(s_rng_uniform(sp.seed, sp.step, (uint64_t)v));
-        ls_vid_t c = {__fsub_rn(lv, logf(e)), v};
-        best = ls_vid_best(best, c);
+        ls_vid_t cand = {__fsub_rn(lv, logf(e)), v};
+        best = ls_vid_best(best, cand);
     }
     best = ls_block_vid_best(best, vscr);
+    ls_cu_sample_part_t *part = a.part + (size_t)row * C;
     if (tid == 0) {
-        int chosen = best.id == INT_MAX ? argmax : best.id;
+        part[c].max = best.v;
+        part[c].id = best.id;
+        __threadfence(); // the part before the count that lets the last block read it
+        s_last = atomicAdd(&m.done[row], 1u) == (unsigned)C - 1;
+    }
+    __syncthreads();
+    if (!s_last || tid >= 32)
+        return;
+    ls_vid_t b = {-INFINITY, INT_MAX};
+    for (int k = tid; k < C; k += 32) {
+        ls_vid_t cand = {__ldcg(&part[k].max), __ldcg(&part[k].id)};
+        b = ls_vid_best(b, cand);
+    }
+    b = ls_warp_vid_best(b);
+    if (tid == 0) {
+        int chosen = b.id == INT_MAX ? argmax : b.id;
         a.tokens[row] = chosen;
         a.logprobs[row] = l[chosen];
     }
 }
 
-__global__ void k_iota_rows(int32_t *iota, size_t n, int V) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        iota[i] = (int32_t)(i % V);
-}
-
-cudaError_t ls_cu_iota_rows(int32_t *iota, int n_rows, int V, cudaStream_t stream) {
-    size_t n = (size_t)n_rows * V;
-    if (n == 0)
-        return cudaSuccess;
-    k_iota_rows<<<ls_cu_blocks(n, 256), 256, 0, stream>>>(iota, n, V);
-    LS_CU_CHECK_LAUNCH();
-}
-
-size_t ls_cu_sample_sort_temp_bytes(int n_rows, int V, int n_sort_rows) {
-    size_t bytes = 0;
-    if (n_sort_rows == 0)
-        return 0;
-    cudaError_t e = cub::DeviceSegmentedRadixSort::SortPairsDescending(
-        (void *)NULL, bytes, (const float *)NULL, (float *)NULL, (const int32_t *)NULL,
-        (int32_t *)NULL, n_rows * V, n_sort_rows, (const int32_t *)NULL,
-        (const int32_t *)NULL, 0, 32, (cudaStream_t)0);
-    return e == cudaSuccess ? bytes : (size_t)-1;
+size_t ls_cu_sample_select_bytes(int n_rows, int V) {
+    size_t o[5];
+    return s_sel_offsets(n_rows, ls_cu_sample_chunks(n_rows, V), o);
 }
 
 cudaError_t ls_cu_sample(const ls_cu_sample_args_t *a, cudaStream_t stream) {
@@ -360,17 +649,10 @@ cudaError_t ls_cu_sample(const ls_cu_sample_args_t *a, cudaStream_t stream) {
     k_sample_finish<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C);
     if (a->top_ids)
         k_sample_top<<<a->n_rows, SMP_THREADS, 0, stream>>>(*a);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return e;
-    if (a->n_sort_rows > 0) {
-        size_t bytes = a->sort_temp_bytes;
-        e = cub::DeviceSegmentedRadixSort::SortPairsDescending(
-            a->sort_temp, bytes, a->lp, a->sorted_lp, a->iota, a->sorted_id,
-            a->n_rows * a->V, a->n_sort_rows, a->sort_begin, a->sort_end, 0, 32, stream);
-        if (e != cudaSuccess)
-            return e;
-    }
-    k_sample_draw<<<a->n_rows, SMP_THREADS, 0, stream>>>(*a);
+    int passes = a->n_top_k_and_p ? SEL_SLOTS : a->n_truncated ? SEL_DIGITS : 0;
+    for (int t = 0; t < passes; t++)
+        k_sample_select<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C, t);
+    if (a->n_sampled)
+        k_sample_draw<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C);
     LS_CU_CHECK_LAUNCH();
 }

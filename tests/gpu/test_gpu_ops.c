@@ -27,8 +27,12 @@
       (exact); the products of E4M3 values are exact, so y differs by summation order and
       the order the two scales are applied in: NMSE <= 1e-10, as fp32;
     - sampling: greedy tokens identical; seeded tokens identical except near-ties of the
-      race keys (|key_a - key_b| <= 1e-4), which are counted and bounded (<= 1%);
-      logprobs within 1e-5 absolute; top-n ids identical, values within 1e-5.
+      race keys (|key_a - key_b| <= 1e-4) and top-p boundaries that the device's fixed-point
+      masses put on the other side of a token (the mass ranked before it within
+      (V + 2) * 2^-46 + 1e-12 * total of the target: s_top_p_flip), each counted and bounded
+      (<= 1%; no flip at all on rows whose masses are exact in both); logprobs within 1e-5
+      absolute; top-n ids identical, values within 1e-5; the select's stress rows twice on
+      the device, the same tokens and logprobs bit for bit.
 
     Needs a GPU: not registered with ctest; tests/gpu/run.sh builds and runs it on the
     device machine. Exit status 0 only if every row of the summary table passes.
@@ -1686,15 +1690,102 @@ static float s_key(const float *lp, const ls_sampling_params_t *sp, int v) {
     return lp[v] - logf(e);
 }
 
-static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
+// Rank order (logprob desc, id asc), as the reference's qsort comparator has it
+static const float *s_rank_lp;
+static int s_rank_cmp(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (s_rank_lp[x] != s_rank_lp[y])
+        return s_rank_lp[x] > s_rank_lp[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+// Whether a seeded mismatch (the reference's token cpu against the device's gpu, their race
+// keys no near-tie) is the top-p boundary on the other side of a token: the device sums the
+// masses exp(lp - lp_max) in fixed point (units of 2^-b, b = min(46, 63 - ceil(log2 V)):
+// kernels/cuda/sampling.cu), the reference in double, so where the mass ranked before a
+// token lies within (V + 2) * 2^-b + 1e-12 * total of the target, the two may end the prefix
+// on either side of it — the device dropping the reference's token, or keeping one the
+// reference dropped. lp is the row's logprobs.
+static int s_top_p_flip(const float *lp, const ls_sampling_params_t *sp, int V, int cpu,
+                        int gpu) {
+    if (!(sp->top_p < 1.0f))
+        return 0;
+    int lg = 0, keep_k = sp->top_k > 0 && sp->top_k < V ? sp->top_k : V, flip = 0;
+    while ((1 << lg) < V)
+        lg++;
+    int *rank = malloc((size_t)V * sizeof *rank);
+    for (int v = 0; v < V; v++)
+        rank[v] = v;
+    s_rank_lp = lp;
+    qsort(rank, (size_t)V, sizeof *rank, s_rank_cmp);
+    double l0 = lp[rank[0]], total = 0.0, cum = 0.0;
+    for (int i = 0; i < keep_k; i++)
+        total += exp((double)lp[rank[i]] - l0);
+    double target = sp->top_p * total;
+    double tol = (V + 2) * ldexp(1.0, -(63 - lg < 46 ? 63 - lg : 46)) + 1e-12 * total;
+    for (int i = 0; i < keep_k; i++) {
+        int v = rank[i];
+        if (v == cpu && cum >= target - tol) // the device's prefix may end before it
+            flip = 1;
+        if (v == gpu && cum >= target && cum < target + tol) // the device's may reach it
+            flip = 1;
+        cum += exp((double)lp[v] - l0);
+    }
+    free(rank);
+    return flip;
+}
+
+// A row of test_sampling's stress set (kind row % 10): logits quantized to 7 values (whole
+// groups of tokens tied at a truncation boundary), raw -inf logits, top_p near 0 and 1, top_k
+// 1, 2 and V - 1, top-k with top-p, a flat distribution (a deep top-p boundary). *exact: every
+// finite logit the same, so each mass is exactly the top token's in the device's fixed point
+// and the reference's double sums alike: no boundary may flip.
+static void s_stress_row(t_rng_t *r, float *l, ls_sampling_params_t *p, int row, int V,
+                         int *exact) {
+    int kind = row % 10, sel = (row / 10) % 4;
+    int quant = (kind >= 2 && kind <= 4) || kind == 7 || kind == 8;
+    for (int v = 0; v < V; v++)
+        l[v] = quant ? 1.5f * (float)(t_rng_int(r, 7) - 3)
+                     : 4.0f * (t_rng_float(r, -1, 1) + t_rng_float(r, -1, 1) +
+                               t_rng_float(r, -1, 1));
+    *exact = kind <= 1;
+    if (kind <= 1 || kind == 7) // a third (0, 1) or 40% (7) of the tokens -inf
+        for (int v = 1; v < V; v++)
+            l[v] = t_rng_int(r, 10) < (kind == 7 ? 4 : 3) ? -INFINITY : kind == 7 ? l[v] : 0.5f;
+    if (kind <= 1)
+        l[0] = 0.5f;
+    static const float p0[4] = {0.3f, 0.5f, 0.999f, 1e-7f};
+    static const float p2[4] = {0.1f, 0.5f, 0.9f, 0.97f};
+    static const float p5[4] = {1e-7f, 1e-30f, 0.99999994f, 0.9999f};
+    const int k1[4] = {1, 7, V / 3, V - 1}, k3[4] = {1, 2, 100, V - 1};
+    switch (kind) {
+    case 0: p->top_p = p0[sel]; break;
+    case 1: p->top_k = k1[sel], p->top_p = sel % 2 ? 0.5f : 0.9f; break;
+    case 2: p->top_p = p2[sel]; break;
+    case 3: p->top_k = k3[sel]; break;
+    case 4: p->top_k = 1000, p->top_p = 0.8f, p->min_p = sel % 2 ? 0.05f : 0.0f; break;
+    case 5: p->top_p = p5[sel]; break;
+    case 6: p->top_k = sel % 2 ? V - 1 : V, p->top_p = 0.999f; break;
+    case 7: p->top_k = 50, p->top_p = 0.9f; break;
+    case 8: p->temperature = 0.0f; break; // greedy over ties for the max: the lower id
+    case 9: p->temperature = 2.0f, p->top_p = 0.95f; break;
+    }
+}
+
+// stress 0: random rows of every kind of parameter (penalties, masks, top-n lists); stress 1:
+// the truncation's select (s_stress_row), run twice on the device (the same tokens bit for
+// bit: its sums are integers).
+static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps, int stress) {
     enum { TOPN = 6 };
     size_t n = (size_t)n_rows * V;
     float *logits = t_alloc(n * 4);
-    for (size_t i = 0; i < n; i++)
-        logits[i] = 4.0f * (t_rng_float(r, -1, 1) + t_rng_float(r, -1, 1) + t_rng_float(r, -1, 1));
+    if (!stress)
+        for (size_t i = 0; i < n; i++)
+            logits[i] = 4.0f * (t_rng_float(r, -1, 1) + t_rng_float(r, -1, 1) + t_rng_float(r, -1, 1));
     ls_sampling_params_t *sp = calloc((size_t)n_rows, sizeof *sp);
     int32_t *pi = t_alloc((n_rows + 1) * 4), *oi = t_alloc((n_rows + 1) * 4);
     int32_t *pids = t_alloc((size_t)n_rows * 40 * 4), *oids = t_alloc((size_t)n_rows * 30 * 4);
+    int *exact = calloc((size_t)n_rows, sizeof *exact);
     pi[0] = oi[0] = 0;
     for (int row = 0; row < n_rows; row++) {
         ls_sampling_params_t *p = &sp[row];
@@ -1707,6 +1798,13 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
         p->seed = t_rng_next(r);
         p->step = (uint64_t)t_rng_int(r, 1000);
         p->n_logprobs = row % 3 == 0 ? TOPN : row % 3 == 1 ? 2 : 0;
+        float *lr = logits + (size_t)row * V;
+        if (stress) {
+            p->temperature = t_rng_float(r, 0.5f, 1.5f);
+            s_stress_row(r, lr, p, row, V, &exact[row]);
+            pi[row + 1] = oi[row + 1] = 0;
+            continue;
+        }
         static const int ks[4] = {1, 5, 50, 1000};
         static const float ps[4] = {0.5f, 0.9f, 0.95f, 0.0f};
         if (kind == 2)
@@ -1732,7 +1830,6 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
             oids[oi[row] + i] = t_rng_int(r, 64);
         pi[row + 1] = pi[row] + np;
         oi[row + 1] = oi[row] + no;
-        float *lr = logits + (size_t)row * V;
         for (int v = 0; v < 64; v++)
             lr[v] += 6.0f;
         if (row == 0) { // an exact tie for the max: the lower id wins
@@ -1746,7 +1843,7 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
     int32_t *mask_index = t_alloc(n_rows * 4);
     uint32_t *masks = t_alloc((size_t)n_rows * words * 4);
     for (int row = 0; row < n_rows; row++) {
-        mask_index[row] = row % 4 == 1 ? n_masks++ : -1;
+        mask_index[row] = row % 4 == 1 && !stress ? n_masks++ : -1;
         if (mask_index[row] < 0)
             continue;
         uint32_t *m = masks + (size_t)mask_index[row] * words;
@@ -1760,13 +1857,13 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
     s_pb_t lg = s_pb_new(LS_DTYPE_F32, n + 3);
     s_pb_set(&lg, 3, logits, n);
 
-    int32_t *tc = t_alloc(n_rows * 4), *tg = t_alloc(n_rows * 4);
-    float *lc = t_alloc(n_rows * 4), *lgp = t_alloc(n_rows * 4);
+    int32_t *tc = t_alloc(n_rows * 4), *tg = t_alloc(n_rows * 4), *tg2 = t_alloc(n_rows * 4);
+    float *lc = t_alloc(n_rows * 4), *lgp = t_alloc(n_rows * 4), *lgp2 = t_alloc(n_rows * 4);
     int32_t *ic = t_alloc(n_rows * TOPN * 4), *ig = t_alloc(n_rows * TOPN * 4);
     float *vc = t_alloc(n_rows * TOPN * 4), *vg = t_alloc(n_rows * TOPN * 4);
     float *lp = t_alloc((size_t)V * 4);
-    long greedy_n = 0, greedy_same = 0, seeded_n = 0, seeded_same = 0, near_ties = 0, bad = 0,
-         top_bad = 0, untouched_bad = 0;
+    int greedy_n = 0, greedy_same = 0, seeded_n = 0, seeded_same = 0, near_ties = 0, bad = 0,
+        flips = 0, exact_flips = 0, top_bad = 0, untouched_bad = 0, repeat_bad = 0;
     double lp_max = 0, top_max = 0, worst_gap = 0;
     for (int st = 0; st < n_steps; st++) {
         for (int row = 0; row < n_rows; row++)
@@ -1774,10 +1871,13 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
         for (int i = 0; i < n_rows * TOPN; i++)
             ic[i] = ig[i] = -7, vc[i] = vg[i] = NAN;
         if (ls_sampling_sample(tc, lc, ic, vc, logits, &batch, V) ||
-            s_gpu->sample(s_gpu, ls_view(lg.g, 3), V, &batch, tg, lgp, ig, vg)) {
+            s_gpu->sample(s_gpu, ls_view(lg.g, 3), V, &batch, tg, lgp, ig, vg) ||
+            (stress && s_gpu->sample(s_gpu, ls_view(lg.g, 3), V, &batch, tg2, lgp2, NULL, NULL))) {
             fprintf(stderr, "sample failed\n");
             exit(2);
         }
+        for (int row = 0; stress && row < n_rows; row++)
+            repeat_bad += tg2[row] != tg[row] || memcmp(&lgp2[row], &lgp[row], 4) != 0;
         for (int row = 0; row < n_rows; row++) {
             const ls_sampling_params_t *p = &sp[row];
             const uint32_t *m = mask_index[row] >= 0 ? masks + (size_t)mask_index[row] * words : NULL;
@@ -1800,14 +1900,18 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
                          oids + oi[row], oi[row + 1] - oi[row], V);
                 float ka = s_key(lp, p, tc[row]), kb = s_key(lp, p, tg[row]);
                 double gap = fabs((double)ka - kb);
-                worst_gap = gap > worst_gap ? gap : worst_gap;
                 int tie = gap <= 1e-4 * fmax(1.0, fabs(ka));
+                int flip = !tie && s_top_p_flip(lp, p, V, tc[row], tg[row]);
+                if (!flip)
+                    worst_gap = gap > worst_gap ? gap : worst_gap;
                 near_ties += tie;
-                bad += !tie;
+                flips += flip;
+                exact_flips += flip && exact[row];
+                bad += !tie && !flip;
                 printf("  seeded mismatch row %d step %llu: cpu %d (lp %.7g key %.7g) gpu %d "
                        "(lp %.7g key %.7g) %s\n",
                        row, (unsigned long long)p->step, tc[row], lp[tc[row]], ka, tg[row],
-                       lp[tg[row]], kb, tie ? "near-tie" : "NOT A TIE");
+                       lp[tg[row]], kb, tie ? "near-tie" : flip ? "top-p boundary" : "NOT A TIE");
             }
             for (int k = 0; k < TOPN; k++) {
                 int i = row * TOPN + k;
@@ -1824,32 +1928,35 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
             }
         }
     }
+    const char *what = stress ? "sample select" : "sample";
     char name[96];
     s_res_t *res;
-    snprintf(name, sizeof name, "sample V=%d greedy tokens (%d rows x %d steps)", V, n_rows,
+    snprintf(name, sizeof name, "%s V=%d greedy tokens (%d rows x %d steps)", what, V, n_rows,
              n_steps);
     res = s_add_res(name);
     res->n = (size_t)greedy_n;
     res->pass = greedy_same == greedy_n;
-    snprintf(res->note, sizeof res->note, "identical %ld/%ld", greedy_same, greedy_n);
+    snprintf(res->note, sizeof res->note, "identical %d/%d", greedy_same, greedy_n);
     s_print_res(res);
-    snprintf(name, sizeof name, "sample V=%d seeded tokens", V);
+    snprintf(name, sizeof name, "%s V=%d seeded tokens", what, V);
     res = s_add_res(name);
     res->n = (size_t)seeded_n;
     res->maxabs = worst_gap;
     res->tol_abs = 1e-4;
-    res->pass = bad == 0 && near_ties * 100 <= seeded_n;
-    snprintf(res->note, sizeof res->note, "identical %ld/%ld, near-ties %ld, other %ld",
-             seeded_same, seeded_n, near_ties, bad);
+    res->pass = bad == 0 && near_ties * 100 <= seeded_n && flips * 100 <= seeded_n &&
+                exact_flips == 0;
+    snprintf(res->note, sizeof res->note,
+             "identical %d/%d, near-ties %d, top-p flips %d (exact rows %d), other %d",
+             seeded_same, seeded_n, near_ties, flips, exact_flips, bad);
     s_print_res(res);
-    snprintf(name, sizeof name, "sample V=%d chosen logprobs", V);
+    snprintf(name, sizeof name, "%s V=%d chosen logprobs", what, V);
     res = s_add_res(name);
     res->n = (size_t)(greedy_same + seeded_same);
     res->maxabs = lp_max;
     res->tol_abs = 1e-5;
     res->pass = lp_max <= 1e-5;
     s_print_res(res);
-    snprintf(name, sizeof name, "sample V=%d top-%d logprobs (ids, values, untouched)", V, TOPN);
+    snprintf(name, sizeof name, "%s V=%d top-%d logprobs (ids, values, untouched)", what, V, TOPN);
     res = s_add_res(name);
     res->n = (size_t)n_rows * n_steps * TOPN;
     res->maxabs = top_max;
@@ -1857,11 +1964,16 @@ static void test_sampling(t_rng_t *r, int n_rows, int V, int n_steps) {
     res->untouched_bad = untouched_bad;
     res->nan_bad = top_bad;
     res->pass = top_max <= 1e-5 && !top_bad && !untouched_bad;
-    snprintf(res->note, sizeof res->note, "id mismatches %ld", top_bad);
+    snprintf(res->note, sizeof res->note, "id mismatches %d", top_bad);
     s_print_res(res);
+    if (stress) {
+        snprintf(name, sizeof name, "%s V=%d tokens and logprobs of a second run identical",
+                 what, V);
+        s_check_true(name, repeat_bad == 0);
+    }
     s_pb_free(&lg);
     free(logits), free(mask_index), free(masks), free(sp), free(pi), free(oi), free(pids), free(oids), free(tc), free(tg),
-        free(lc), free(lgp), free(ic), free(ig), free(vc), free(vg), free(lp);
+        free(tg2), free(lc), free(lgp), free(lgp2), free(ic), free(ig), free(vc), free(vg), free(lp), free(exact);
 }
 
 
@@ -2228,10 +2340,14 @@ int main(int argc, char **argv) {
 
     test_two_steps(&r);
     // rows cut into 9, 33 and 62 chunks (ls_cu_sample_chunks on 132 SMs), and into one
-    test_sampling(&r, 64, 32000, 8);
-    test_sampling(&r, 16, 128256, 2);
-    test_sampling(&r, 3, 128256, 4);
-    test_sampling(&r, 8, 1000, 4);
+    test_sampling(&r, 64, 32000, 8, 0);
+    test_sampling(&r, 16, 128256, 2, 0);
+    test_sampling(&r, 3, 128256, 4, 0);
+    test_sampling(&r, 8, 1000, 4, 0);
+    // the truncation's select: 14 chunks of a V that is no multiple of them, 53 chunks, one
+    test_sampling(&r, 40, 50021, 3, 1);
+    test_sampling(&r, 10, 128256, 2, 1);
+    test_sampling(&r, 20, 3001, 4, 1);
 
     // the table again, last, for whoever reads only the tail
     int fails = 0;
