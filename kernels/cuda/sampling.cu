@@ -3,6 +3,9 @@
     exponential-race draw. CPU reference and the full specification: kernels/cpu/sampling.c
     and kernels/ops.h.
 
+    Every kernel here starts with ls_dep_enter() and is launched with ls_cu_launch_dep
+    (common.cuh), as the elementwise ones.
+
     Launches per call; every pass but the top-n list takes a block per (row, chunk), a row
     cut into chunks so that a batch of one row still runs on every SM (ls_cu_sample_chunks):
     1. stats: copy the chunk (a grammar mask turns the disallowed tokens' logits into -inf
@@ -64,13 +67,7 @@ enum { SMP_THREADS = 1024, SMP_STATS_THREADS = 512 };
 // whole batch (a batch-1 step's row over the whole device, not one SM), chunks of at least
 // 2,048 tokens, at most LS_CU_SAMPLE_MAX_CHUNKS.
 int ls_cu_sample_chunks(int n_rows, int V) {
-    static int n_sm; // one device per process (backend_cuda.h)
-    if (!n_sm) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            n_sm = 1;
-    }
+    int n_sm = ls_cu_props()->sms;
     int c = (4 * n_sm + n_rows - 1) / (n_rows > 0 ? n_rows : 1), by_len = V / 2048;
     c = c < by_len ? c : by_len;
     c = c < LS_CU_SAMPLE_MAX_CHUNKS ? c : LS_CU_SAMPLE_MAX_CHUNKS;
@@ -172,6 +169,7 @@ __device__ __forceinline__ bool s_truncates(const ls_cu_sample_params_t &sp, int
 // row's ids that fall in it, temperature, and the chunk's (max, first id of it) and sum of
 // exp(l - max) in double into part.
 __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_stats(ls_cu_sample_args_t a, int C) {
+    ls_dep_enter();
     __shared__ double dscr[32];
     __shared__ ls_vid_t vscr[32];
     int row = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, bd = blockDim.x, V = a.V, v0, v1;
@@ -259,6 +257,7 @@ __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_stats(ls_cu_sample
 // row's max) — the chunk's logprobs l - lse, and (chunk 0) the greedy token and its logprob.
 // On a row that samples, the select's histograms and the draw's count zeroed for this call.
 __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_finish(ls_cu_sample_args_t a, int C) {
+    ls_dep_enter();
     __shared__ float s_lse;
     __shared__ ls_vid_t s_best;
     int row = blockIdx.x, c = blockIdx.y, tid = threadIdx.x, V = a.V, v0, v1;
@@ -308,6 +307,7 @@ __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_finish(ls_cu_sampl
 // 3. Rows that ask for top-n logprobs: repeated block arg-max over the finished row, each
 // pick strictly after the previous one in (logprob desc, id asc) order.
 __global__ void __launch_bounds__(SMP_THREADS) k_sample_top(ls_cu_sample_args_t a) {
+    ls_dep_enter();
     __shared__ ls_vid_t vscr[32];
     int row = blockIdx.x, tid = threadIdx.x, bd = blockDim.x, V = a.V;
     int n = a.params[row].n_logprobs;
@@ -477,6 +477,7 @@ __device__ s_sel_t s_sel_state(const s_sel_mem_t &m, int row, int t,
 // own counts.
 __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_select(ls_cu_sample_args_t a, int C,
                                                                      int t) {
+    ls_dep_enter();
     __shared__ uint32_t hc[SEL_BINS];
     __shared__ u64 hm[SEL_BINS];
     __shared__ s_sel_t s_st;
@@ -538,6 +539,7 @@ __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_select(ls_cu_sampl
 // part, and the last of the row's chunks to finish takes the best of the row's (an
 // order-free reduction: the same token whichever block is last).
 __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_draw(ls_cu_sample_args_t a, int C) {
+    ls_dep_enter();
     typedef cub::BlockScan<int, SMP_STATS_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage scan_tmp;
     __shared__ ls_vid_t vscr[32];
@@ -645,14 +647,14 @@ cudaError_t ls_cu_sample(const ls_cu_sample_args_t *a, cudaStream_t stream) {
         return cudaSuccess;
     int C = ls_cu_sample_chunks(a->n_rows, a->V);
     dim3 grid((unsigned)a->n_rows, (unsigned)C);
-    k_sample_stats<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C);
-    k_sample_finish<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C);
+    ls_cu_launch_dep(k_sample_stats, dim3(grid), dim3(SMP_STATS_THREADS), 0, stream, *a, C);
+    ls_cu_launch_dep(k_sample_finish, dim3(grid), dim3(SMP_STATS_THREADS), 0, stream, *a, C);
     if (a->top_ids)
-        k_sample_top<<<a->n_rows, SMP_THREADS, 0, stream>>>(*a);
+        ls_cu_launch_dep(k_sample_top, dim3(a->n_rows), dim3(SMP_THREADS), 0, stream, *a);
     int passes = a->n_top_k_and_p ? SEL_SLOTS : a->n_truncated ? SEL_DIGITS : 0;
     for (int t = 0; t < passes; t++)
-        k_sample_select<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C, t);
+        ls_cu_launch_dep(k_sample_select, dim3(grid), dim3(SMP_STATS_THREADS), 0, stream, *a, C, t);
     if (a->n_sampled)
-        k_sample_draw<<<grid, SMP_STATS_THREADS, 0, stream>>>(*a, C);
+        ls_cu_launch_dep(k_sample_draw, dim3(grid), dim3(SMP_STATS_THREADS), 0, stream, *a, C);
     LS_CU_CHECK_LAUNCH();
 }

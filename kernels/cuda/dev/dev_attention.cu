@@ -18,6 +18,10 @@
       tc  k_attention_tc: tensor cores, q and p split into three bf16 pieces (production: bf16
           caches with head_dim 64 or 128).
 
+    Then tc's plans at small batches (1 and 8 sequences of 128, 256 and 1,024 cached
+    tokens): every (warps a CTA, CTAs a cluster) in 1, 2, 4, 8, each in a graph of 100
+    launches beside the plan s_launch picks, and checked against that plan's output.
+
     Usage: dev_attention. Exit 1 if a version fails its check.
 */
 #include "../attention.cu"
