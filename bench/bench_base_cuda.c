@@ -47,8 +47,13 @@
     batch took (engine/fp8_gemm.h).
 
     Usage: bench_base_cuda [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]
-    --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. Points left when
-    --max-seconds (default 300) have passed are skipped, saying so. Not a ctest; needs a GPU.
+                           [--decode-ctx C] [--side-sms N]
+    --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. --decode-ctx C: only
+    the decode points at context C, every batch. --side-sms N: every GEMM leaves N SMs to the
+    LoRA beside it (ls_backend_cuda_set_side; -1, the default: the backend's rule by the step's
+    tokens; -2: no side stream, each LoRA after its GEMM) — the sweep behind that rule.
+    Points left when --max-seconds (default 300) have passed are skipped, saying so. Not a
+    ctest; needs a GPU.
 */
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
@@ -516,9 +521,14 @@ int main(int argc, char **argv) {
     bool fp8 = false;
     const char *out = NULL;
     bool quick = false;
+    int side = -1, only_ctx = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
+        else if (!strcmp(argv[i], "--side-sms") && i + 1 < argc)
+            side = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--decode-ctx") && i + 1 < argc)
+            only_ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--fp8"))
             fp8 = true;
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
@@ -528,14 +538,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--output-file") && i + 1 < argc)
             out = argv[++i];
         else {
-            fprintf(stderr, "usage: " PROG " [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]\n");
+            fprintf(stderr, "usage: " PROG " [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F] "
+                            "[--decode-ctx C] [--side-sms N]\n");
             return 2;
         }
     }
     if (quick && b.steps == 20)
         b.steps = 10;
-    if (b.steps < 1 || b.steps > 64 || b.max_s <= 0) {
-        fprintf(stderr, PROG ": --steps must be 1..64 and --max-seconds > 0\n");
+    if (b.steps < 1 || b.steps > 64 || b.max_s <= 0 || only_ctx < 0 || side < -2) {
+        fprintf(stderr, PROG ": --steps must be 1..64, --max-seconds > 0, --decode-ctx >= 1 and "
+                        "--side-sms >= -2\n");
         return 2;
     }
     if (out && !(b.json = fopen(out, "w")))
@@ -549,6 +561,8 @@ int main(int argc, char **argv) {
     bench_engine_open(&e, PROG, N_ADAPTERS, RANK, N_ADAPTERS, N_ADAPTERS, ids);
     b.m = e.m;
     b.pool = e.pool;
+    if (side != -1)
+        ls_backend_cuda_set_side(e.be, side != -2, side);
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
     b.card = prop.name;
@@ -589,6 +603,11 @@ int main(int argc, char **argv) {
     // the few bounded points first, the decode grid (the longest part) last, so --max-seconds
     // cuts its largest points; the workspace a prefill grows stays (model.h) and counts as used
     // memory in the decode points' check
+    if (only_ctx) { // every batch at that context, nothing else
+        for (size_t i = 0; i < sizeof s_batches / sizeof s_batches[0]; i++)
+            s_decode_point(&b, s_batches[i], only_ctx);
+        n_p = n_c = 0;
+    }
     for (int i = 0; i < n_p; i++)
         s_prefill_point(&b, prompts[i]);
     for (int i = 0; i < n_p; i++)

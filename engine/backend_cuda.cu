@@ -34,10 +34,11 @@
     branch. Only LoRA ops and buffer_zero may go to the side (cuBLAS stays on main). `main`
     has the device's highest stream priority and `side` its lowest (graphs keep them: node
     priorities are captured from the streams and used), so as SMs free up the GEMM's blocks
-    are placed first. And while side work is open, cuBLAS is told to target all but
-    `side_sms` SMs (cublasSetSmCountTarget; default half the device, 48 of 132 for gate_up's
-    GEMM: side_sms_big): the decode GEMMs are bandwidth-bound and lose little on fewer SMs,
-    while the LoRA kernels, latency-bound, need SMs to themselves to overlap at all —
+    are placed first. And while side work is open, cuBLAS is told to leave SMs to it
+    (cublasSetSmCountTarget; s_gemm_sms: by default none up to 8 tokens, half the device up
+    to 128 and 48 of 132 for gate_up's GEMM, 16 of 132 past 128 tokens): the decode GEMMs are
+    bandwidth-bound and lose little on fewer SMs, while the LoRA kernels, latency-bound, need
+    SMs to themselves to overlap at all —
     measured on an H200 (Llama-3-8B, batch 64, 8 adapters): step 10.46 ms serial, 10.45
     beside with no SMs left, 9.82 with 40, 9.32 with 64, 9.42 with 88. Side kernels launch without PDL (see
     s_lora_flags). A different SM target may pick a different GEMM kernel, so a step with
@@ -117,10 +118,8 @@ typedef struct {
     cudaEvent_t forked, joined;
     int on_side;
     int side_open;          // side ops queued and not yet waited for
-    int n_sm, side_sms;     // SMs of the device; SMs a GEMM leaves to open side work
-    int side_sms_default;
-    int side_sms_big;       // SMs a big GEMM (an MLP's gate_up) leaves; < 0: side_sms
-    int side_sms_big_default;
+    int n_sm;               // SMs of the device
+    int side_leave;         // SMs every GEMM leaves to open side work; < 0: s_gemm_sms's rule
     int blas_sms;           // cuBLAS's SM count target now (0: all)
     cudaStream_t upload;   // buffer_upload_async
     s_dev_t up_stage;      // the images of buffer_upload_async, padded from here on the device
@@ -903,8 +902,7 @@ void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms) {
     be->side_begin = on ? s_side_begin : NULL;
     be->side_end = on ? s_side_end : NULL;
     be->side_wait = on ? s_side_wait : NULL;
-    c->side_sms = leave_sms < 0 ? c->side_sms_default : leave_sms < c->n_sm ? leave_sms : 0;
-    c->side_sms_big = leave_sms < 0 ? c->side_sms_big_default : -1; // a count given: for all
+    c->side_leave = leave_sms < c->n_sm ? leave_sms : 0;
 }
 
 // -- ops --------------------------------------------------------------------------------------
@@ -927,17 +925,27 @@ static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int 
                               vocab0, vocab, c->stream));
 }
 
-// The SM count a GEMM of w (out, in) targets (0: all). With side work open, the GEMM is
-// asked to leave side_sms SMs to it (cuBLAS picks its kernel for the smaller count); a big
-// GEMM (> 64M weights: an MLP's gate_up) side_sms_big. Measured on an H200 (Llama-3-8B,
-// batch 64, 8 distinct adapters, rank 16 on seven targets): half the device for the others
-// and 48 of 132 SMs for gate_up, 6.67-6.75 ms a step against 6.83-6.86 with half for
-// gate_up too; cuBLAS's kernel choice moves in steps with the count (40: 6.93, 52: 6.82;
-// the sweep is in kernels/cuda/dev/README.md)
-static int s_gemm_sms(const s_cuda_t *c, int in, int out) {
-    int leave = (size_t)in * out > ((size_t)64 << 20) && c->side_sms_big >= 0 ? c->side_sms_big
-                                                                             : c->side_sms;
-    return c->side_open && leave > 0 && leave < c->n_sm ? c->n_sm - leave : 0;
+// Step tokens up to which a GEMM leaves no SMs to the LoRA beside it, and up to which it
+// leaves half (s_gemm_sms)
+enum { S_SIDE_NONE_T = 8, S_SIDE_HALF_T = 128 };
+
+// The SM count a GEMM of T tokens and w (out, in) targets (0: all). With side work open the
+// GEMM leaves SMs to it (cuBLAS picks its kernel for the smaller count): set_side's count, or
+// by the step's tokens, as measured on an H100 (Llama-3-8B, 8 distinct rank-16 adapters on
+// seven targets, 128 cached tokens; the sweep is in kernels/cuda/dev/README.md "The SM
+// split"): up to S_SIDE_NONE_T none (the LoRA kernels run in the GEMM's tail: batch 1 and 8
+// 1.5-2% faster than leaving half); up to S_SIDE_HALF_T half the device, and 48 of 132 SMs
+// beside a GEMM of over 64M weights (an MLP's gate_up; on an H200 6.67-6.75 ms a step at batch
+// 64 against 6.83-6.86 with half); past that 16 of 132 (batch 256: 13.19-13.26 ms against
+// 14.02-14.04 with half: the GEMMs are less bandwidth-bound there and lose more SMs' worth)
+static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
+    int n = c->n_sm, leave = c->side_leave;
+    if (leave < 0)
+        leave = T <= S_SIDE_NONE_T                       ? 0
+                : T > S_SIDE_HALF_T                      ? (n * 16 + 66) / 132
+                : (size_t)in * out > ((size_t)64 << 20) ? (n * 48 + 66) / 132
+                                                         : n / 2;
+    return c->side_open && leave > 0 && leave < n ? n - leave : 0;
 }
 
 static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
@@ -961,7 +969,7 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
         s_note(c, cudaErrorMemoryAllocation);
         return;
     }
-    int sms = s_gemm_sms(c, in, out);
+    int sms = s_gemm_sms(c, T, in, out);
     if (s_rec(c, (int)S_OP_MATMUL, yp, xp, s_ptr(w), (int)s_dt(w),
               bias.buf ? s_ptr(bias) : NULL, bias.buf ? (int)s_dt(bias) : -1, T, in, out,
               accumulate, narrow && !ready ? c->xconv.p : NULL, sms))
@@ -1003,7 +1011,7 @@ static void s_matmul_fp8(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
     assert(xq.off + (size_t)T * in <= xq.buf->n && x_scale.off + (size_t)T <= x_scale.buf->n);
     if (T == 0)
         return;
-    int sms = s_gemm_sms(c, in, out);
+    int sms = s_gemm_sms(c, T, in, out);
     const void *bp = bias.buf ? s_ptr(bias) : NULL;
     int bdt = bias.buf ? (int)s_dt(bias) : -1;
     const float *xp = x.buf ? s_f32(x) : NULL;
@@ -1502,9 +1510,6 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->graph_begin = s_graph_begin;
     self->graph_end = s_graph_end;
     cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device);
-    // SMs a GEMM leaves to the LoRA beside it: half, and 48 of 132 beside gate_up (s_matmul)
-    c->side_sms_default = c->n_sm / 2;
-    c->side_sms_big_default = (c->n_sm * 48 + 66) / 132;
     ls_backend_cuda_set_side(self, 1, -1);
     c->graphs_on = 1;
     return self;

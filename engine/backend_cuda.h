@@ -53,9 +53,9 @@ void ls_backend_cuda_set_graphs(ls_backend_t *be, int on);
 // The side queue (backend.h side_begin..side_wait; a decode step's LoRA beside the base
 // GEMM): on by default; off leaves the hooks NULL, so the model runs LoRA after each GEMM
 // on the one stream (the tests' and benchmarks' comparison). leave_sms: SMs a GEMM leaves
-// to the LoRA beside it (cuBLAS SM count target); < 0: the defaults, half the device's and
-// 48 of 132 for GEMMs over 64M weights (gate_up); >= 0: that count for every GEMM (the
-// benchmarks' sweeps); 0: the GEMMs as without side work (bit-identical steps).
+// to the LoRA beside it (cuBLAS SM count target); < 0: the default rule, by the step's
+// tokens (backend_cuda.cu s_gemm_sms); >= 0: that count for every GEMM (the benchmarks'
+// sweeps); 0: the GEMMs as without side work (bit-identical steps).
 void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms);
 // Graphs captured and graph replays so far.
 void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replayed);

@@ -69,6 +69,8 @@
 #include "engine_checks.h"
 #include "slot_plan.h"
 #ifdef LS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include "backend_cuda.h"
 #endif
 #include "lora_pool.h"
@@ -551,8 +553,10 @@ static size_t s_ndiff(const float *x, const float *y, size_t n) {
 // Step graphs and the side queue (the decode LoRA beside each GEMM) against the plainest
 // run: one stream, launches one by one. Graphs must give the same logits bit for bit, and
 // so must the side queue when the GEMMs leave it no SMs (same kernels, LoRA added the same
-// way); with the default SM split cuBLAS may pick other GEMM kernels: fp32 summation order
-// only, bound 1e-4 of the largest logit, and its graphs must equal its plain launches.
+// way); with GEMMs leaving half the SMs (the default rule's count at 9 to 128 tokens: these
+// steps of 2 and 3 rows would leave none) cuBLAS may pick other GEMM kernels: fp32
+// summation order only, bound 1e-4 of the largest logit, and its graphs must equal its
+// plain launches.
 static void s_graphs(void) {
     ls_backend_t *be = s_backend();
     s_async_t a;
@@ -564,7 +568,10 @@ static void s_graphs(void) {
     size_t n = (size_t)G_STEPS * 3 * a.V;
     enum { PLAIN, GRAPH, SIDE0, SIDE0_GRAPH, SIDE, SIDE_GRAPH, RUNS };
     static const int run_graphs[RUNS] = {0, 1, 0, 1, 0, 1};
-    static const int run_side[RUNS] = {0, 0, 1, 1, 1, 1}, run_leave[RUNS] = {0, 0, 0, 0, -1, -1};
+    int n_sm = 0;
+    cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, g_device);
+    static const int run_side[RUNS] = {0, 0, 1, 1, 1, 1};
+    const int run_leave[RUNS] = {0, 0, 0, 0, n_sm / 2, n_sm / 2};
     float *out[RUNS];
     long cap[RUNS], rep[RUNS];
     for (int r = 0; r < RUNS; r++) {
