@@ -1,6 +1,8 @@
 /*  engine/backend_cuda.cu — the CUDA backend: the ls_backend_t table over the kernels of
     kernels/cuda (ops_cuda.h) and cuBLAS. Storage, precision and the metadata path are
-    described in backend_cuda.h.
+    described in backend_cuda.h. The matmul of up to LS_CU_GEMV_MAX_T tokens on 16-bit
+    weights is our GEMV (kernels/cuda/gemv.cu), which starts while the kernel before it
+    ends; past that, and for fp32 weights, cuBLAS.
 
     Errors: launch and copy errors are kept (the first one, "sticky") and reported as -1 by
     synchronize, buffer_download and sample, as backend.h promises; ops themselves return
@@ -963,17 +965,27 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     assert(ready || x.buf->dtype == LS_DTYPE_F32);
     const void *xp = s_ptr(x);
     size_t n = (size_t)T * in;
+    // a few tokens on 16-bit weights: our GEMV (ops_cuda.h ls_cu_gemv), which takes x as it
+    // is (an fp32 x rounded as it reads it) and adds the bias itself
+    bool gemv = narrow && ls_cu_gemv_ok(T, in, xp, ready ? s_dt(w) : LS_CU_F32, s_ptr(w), s_dt(w));
+    bool conv = narrow && !ready && !gemv;
     // grown before the op is recorded (a graph holds the pointer) or captured (no allocation
     // or synchronization inside a capture)
-    if (narrow && !ready && s_dev_reserve(c, &c->xconv, n * 2) < 0) {
+    if (conv && s_dev_reserve(c, &c->xconv, n * 2) < 0) {
         s_note(c, cudaErrorMemoryAllocation);
         return;
     }
     int sms = s_gemm_sms(c, T, in, out);
     if (s_rec(c, (int)S_OP_MATMUL, yp, xp, s_ptr(w), (int)s_dt(w),
               bias.buf ? s_ptr(bias) : NULL, bias.buf ? (int)s_dt(bias) : -1, T, in, out,
-              accumulate, narrow && !ready ? c->xconv.p : NULL, sms))
+              accumulate, conv ? c->xconv.p : NULL, sms))
         return;
+    if (gemv) {
+        s_note(c, ls_cu_gemv(yp, xp, ready ? s_dt(w) : LS_CU_F32, s_ptr(w), s_dt(w),
+                             bias.buf ? s_ptr(bias) : NULL, bias.buf ? s_dt(bias) : LS_CU_F32, T,
+                             in, out, accumulate, sms, c->stream));
+        return;
+    }
     if (sms != c->blas_sms) {
         s_note_blas(c, cublasSetSmCountTarget(c->blas, sms));
         c->blas_sms = sms;
@@ -986,7 +998,7 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
                                    (const float *)s_ptr(w), in, (const float *)xp, in, &beta,
                                    yp, out));
     } else {
-        if (!ready) {
+        if (conv) {
             s_note(c, ls_cu_convert(c->xconv.p, s_dt(w), xp, LS_CU_F32, n, c->stream));
             xp = c->xconv.p;
         }

@@ -80,6 +80,16 @@ __device__ __forceinline__ const T *ls_lora_entry(const ls_lora_pages_t &p, int 
         __ldg(reinterpret_cast<const unsigned long long *>(p.tab) + (size_t)w * p.stride + i));
 }
 
+// 16 bytes of a stream read once (decode GEMMs' weights): past L1, not kept there, where
+// the tokens' activations stay
+__device__ __forceinline__ uint4 ls_ld_stream(const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
 template <typename T> __device__ __forceinline__ T ls_warp_sum(T v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)

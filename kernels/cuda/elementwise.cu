@@ -5,7 +5,8 @@
 
     Every kernel here starts with ls_dep_enter() and is launched with ls_cu_launch_dep
     (common.cuh): at a small batch these kernels are microseconds long, and each one's
-    launch hides under the tail of the kernel before it.
+    launch hides under the tail of the kernel before it where that one is ours too (the
+    GEMV of a few tokens, attention, these); cuBLAS's GEMMs do not trigger early.
 
     All of these are memory-bound one-pass kernels: grid-stride loops over elements, or one
     block per token row where a row reduction is needed. The norms sum squares in double as

@@ -110,15 +110,6 @@ __device__ __forceinline__ float2 s_e4m3x2(unsigned v) {
     return __half22float2(__half2(h));
 }
 
-// 16 bytes read once: not kept in L1, where the tokens' codes stay
-__device__ __forceinline__ uint4 s_ld_stream(const uint4 *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ unsigned s_word(const uint4 &v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -161,7 +152,7 @@ __global__ void __launch_bounds__(S_SMALL_WARPS * 32)
         uint4 wv[R], xv[NT];
 #pragma unroll
         for (int r = 0; r < R; r++)
-            wv[r] = s_ld_stream(wr[r] + c);
+            wv[r] = ls_ld_stream(wr[r] + c);
 #pragma unroll
         for (int t = 0; t < NT; t++)
             xv[t] = __ldg(xr[t] + c);
@@ -184,10 +175,7 @@ __global__ void __launch_bounds__(S_SMALL_WARPS * 32)
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            float v = acc[r][t];
-#pragma unroll
-            for (int m = 16; m > 0; m >>= 1)
-                v += __shfl_xor_sync(0xffffffffu, v, m);
+            float v = ls_warp_sum(acc[r][t]);
             int o = o0 + r, tt = t0 + t;
             if (lane == r * NT + t && o < out && tt < T)
                 s_gemm_store(y, v, x_scale, w_scale, bias, tt, o, out);
@@ -286,7 +274,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     int n64 = in / 64;
 #pragma unroll 2
     for (int ch = warp; ch < n64; ch += TC_WARPS) {
-        uint4 a = s_ld_stream(w0 + 4 * ch), b = s_ld_stream(w8 + 4 * ch);
+        uint4 a = ls_ld_stream(w0 + 4 * ch), b = ls_ld_stream(w8 + 4 * ch);
 #pragma unroll
         for (int j = 0; j < NTL; j++) {
             uint4 xv = __ldg(xr[j] + 4 * ch);

@@ -92,6 +92,25 @@ cudaError_t ls_cu_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
                               cudaStream_t stream);
 int ls_cu_fp8_gemm_tc_ok(void);
 
+// The decode GEMM of a few tokens on 16-bit weights (gemv.cu), in one launch with
+// programmatic dependent launch: y (T, out) = (accumulate ? y : 0) + x (T, in) · w (out,
+// in)ᵀ (+ bias (out), or NULL), as the matmul op and ls_matmul_forward order them; x bf16 or
+// f16 as w, or fp32 rounded to w's dtype first (as ls_cu_convert rounds). Only where
+// ls_cu_gemv_ok: T 1..LS_CU_GEMV_MAX_T (past it cuBLAS is faster: the CUDA cores' issue rate
+// bounds this kernel at 8 tokens; kernels/cuda/dev/dev_gemv.cu), w BF16 or F16, x F32 or w's
+// dtype, in % 8 == 0, x and w 16-byte aligned. sms > 0: its blocks at once no more than sms
+// SMs hold (room for the side stream's LoRA kernels, as cuBLAS's SM count target); 0: all.
+// LS_CU_GEMV_PF: bytes of a GEMM's weights its
+// blocks ask of L2 before they wait for the kernel before them (the dev bench's sweep, H100:
+// 2 / 4 / 8 / 16 / 32 MB 177.9 / 176.6 / 175.8 / 176.8 / 182.9 µs a layer).
+#define LS_CU_GEMV_MAX_T 4
+#define LS_CU_GEMV_PF (8L << 20)
+int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
+                  ls_cu_dtype_t w_dt);
+cudaError_t ls_cu_gemv(float *y, const void *x, ls_cu_dtype_t x_dt, const void *w,
+                       ls_cu_dtype_t w_dt, const void *bias, ls_cu_dtype_t bias_dt, int T, int in,
+                       int out, int accumulate, int sms, cudaStream_t stream);
+
 // y (T, out) += bias (out)
 cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, int T,
                            int out, cudaStream_t stream);

@@ -21,8 +21,9 @@
       at test_attention;
     - copies and gathers (embedding, rows_gather, rope_kv_store's caches — k as the GPU
       rotated it, v as the CPU added it, rounded to the cache's dtype —, add, uploads): exact;
-    - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS, a
-      relative error up to 2^-8 (2^-11) per product: NMSE <= 5e-5 (1e-5);
+    - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS (or,
+      up to LS_CU_GEMV_MAX_T tokens, as its GEMV reads them), a relative error up to 2^-8
+      (2^-11) per product: NMSE <= 5e-5 (1e-5);
     - FP8 matmul: the quantized activations and their scales are the CPU's bit for bit
       (exact); the products of E4M3 values are exact, so y differs by summation order and
       the order the two scales are applied in: NMSE <= 1e-10, as fp32;
@@ -2104,13 +2105,33 @@ int main(int argc, char **argv) {
     test_upload_padded(&r, LS_DTYPE_F32, 3, 100, 6, 12, 1300, 5);
     test_upload_padded(&r, LS_DTYPE_BF16, 64 * 4096, 2, 32, 64 * 4096, 3 * 2 * 64 * 4096, 16);
 
-    test_matmul(&r, 1, 512, 768, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0);
-    test_matmul(&r, 37, 512, 384, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0);
-    test_matmul(&r, 64, 1024, 256, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1);
-    test_matmul(&r, 3, 4096, 1000, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 1);
-    test_matmul(&r, 5, 256, 320, LS_DTYPE_F32, 1, LS_DTYPE_F32, 1);
-    test_matmul(&r, 33, 300, 130, LS_DTYPE_F32, 0, LS_DTYPE_F32, 0);
-    test_matmul(&r, 9, 256, 128, LS_DTYPE_F16, 1, LS_DTYPE_F16, 0);
+    // cuBLAS's shapes, then the GEMV of up to LS_CU_GEMV_MAX_T tokens: each of its token
+    // counts, rows past its last warp's, long rows, f16, bias and accumulate; in % 8 != 0
+    // goes to cuBLAS
+    static const struct {
+        int T, in, out;
+        ls_dtype_t wdt;
+        int bias;
+        ls_dtype_t bdt;
+        int acc;
+    } mms[] = {
+        {1, 512, 768, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
+        {37, 512, 384, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0},
+        {64, 1024, 256, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1},
+        {3, 4096, 1000, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 1},
+        {5, 256, 320, LS_DTYPE_F32, 1, LS_DTYPE_F32, 1},
+        {33, 300, 130, LS_DTYPE_F32, 0, LS_DTYPE_F32, 0},
+        {9, 256, 128, LS_DTYPE_F16, 1, LS_DTYPE_F16, 0},
+        {2, 1024, 37, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1},
+        {4, 4096, 2048, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0},
+        {4, 768, 96, LS_DTYPE_F16, 1, LS_DTYPE_F16, 1},
+        {2, 14336, 512, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
+        {1, 14336, 4096, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
+        {1, 300, 130, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
+    };
+    for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++)
+        test_matmul(&r, mms[i].T, mms[i].in, mms[i].out, mms[i].wdt, mms[i].bias, mms[i].bdt,
+                    mms[i].acc);
     // FP8: Llama-3-8B's decode shapes (qkv, o, gate_up, down) at batch 1, 8, 64, a prefill
     // chunk, odd widths and biases; every path where production takes it (tc at T <=
     // LS_FP8_TC_T and in % 64 == 0 on sm_89+), then without tc (small at T <=

@@ -1,0 +1,204 @@
+/*  kernels/cuda/gemv.cu — the decode GEMM of a few tokens on 16-bit weights (the CUDA
+    backend's matmul up to LS_CU_GEMV_MAX_T tokens; cuBLAS past that). CPU reference:
+    kernels/cpu/matmul.c ls_matmul_forward on the same bf16/f16 values.
+
+    At a few tokens a GEMM is a stream of its weights, and what costs beyond their bytes is
+    the stream's ramp and tail — and, between GEMMs, the small kernels during which memory
+    idles. cuBLAS's kernels neither wait nor trigger programmatically, so each of them
+    starts only when the kernel before it has ended (and o's and down's add a split-K
+    reduction kernel). This one is launched with programmatic dependent launch: its blocks
+    become resident while the kernel before it (an RMSNorm, attention, SiLU·mul) still runs,
+    and before they wait for it they ask L2 for the first bytes of their rows (the weights
+    are written by no kernel of a step; LS_CU_GEMV_PF bytes a GEMM in all), so HBM works
+    through the gap.
+
+    A warp owns R rows (R = 1 at one token, 2 at two to four) and all of K: lane l reads the
+    16-byte chunks l, l + 32, ... of its rows past L1 (each weight byte is read once) and the
+    same chunks of the tokens' x (a few KB, read by every warp: L1 and L2 hits), widens both
+    to fp32 (x in fp32 is first rounded to the weights' dtype, as ls_cu_convert rounds it, so
+    the products are the ones cuBLAS would take after that pass), sums the exact products
+    in fp32, and a butterfly over the lanes gives each (row, token) its sum; lane r·NT + t
+    writes y = sum (+ y when accumulating) (+ bias), the matmul op's order. One launch: no
+    reduction kernel, no conversion pass.
+
+    A block's warps loop over the row groups (block b takes groups b, b + grid, ...): the
+    grid covers every group at once unless the caller asks it to leave SMs to the kernels
+    beside it (sms, as cuBLAS's SM count target).
+
+    Measured (kernels/cuda/dev/dev_gemv.cu, H100): a chain of 32 layers of Llama-3-8B's four
+    projections after gap kernels as long as a batch-1 step's small kernels, µs a layer:
+    cuBLAS 181.8, this kernel 168.9 at one token (the weights' floor 144.8); 177.8 against
+    182.2 at two, 178.1 against 182.7 at four; at eight cuBLAS's 184.1 wins (211.4 with two
+    rows a warp), as the CUDA cores' issue rate, not memory, bounds this kernel there.
+*/
+#include <assert.h>
+
+#include "common.cuh"
+
+enum { GV_WARPS = 4 };
+
+// two 16-bit values of the weights' dtype in a word, widened
+__device__ __forceinline__ float2 s_w2(unsigned v, __nv_bfloat16) {
+    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+__device__ __forceinline__ float2 s_w2(unsigned v, __half) {
+    __half2 h = *reinterpret_cast<__half2 *>(&v);
+    return __half22float2(h);
+}
+
+// 8 elements of x at p as the weights' dtype TW would hold them, widened: 16-bit x as they
+// are, fp32 x rounded to TW first
+template <typename TW>
+__device__ __forceinline__ void s_x8(const TW *p, float (&o)[8]) {
+    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
+    unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 f = s_w2(w[k], TW());
+        o[2 * k] = f.x, o[2 * k + 1] = f.y;
+    }
+}
+template <typename TW> __device__ __forceinline__ void s_x8(const float *p, float (&o)[8]) {
+    float4 a = __ldg(reinterpret_cast<const float4 *>(p));
+    float4 b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        o[k] = ls_to_f(ls_from_f<TW>(v[k]));
+}
+
+// bias[o] of a bias in bias_dt (F32, BF16 or F16)
+__device__ __forceinline__ float s_bias(const void *bias, ls_cu_dtype_t bias_dt, int o) {
+    return bias_dt == LS_CU_F32    ? ((const float *)bias)[o]
+           : bias_dt == LS_CU_BF16 ? ls_to_f(((const __nv_bfloat16 *)bias)[o])
+                                   : ls_to_f(((const __half *)bias)[o]);
+}
+
+// The R rows from o0 of a warp (k_gemv): their sums over all of K for the NT tokens, written
+// by lanes r·NT + t
+template <int NT, int R, typename TW, typename TX>
+__device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT], const TW *w,
+                                            const void *bias, ls_cu_dtype_t bias_dt, int T,
+                                            int in, int out, int accumulate, int o0, int lane) {
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + r, out - 1) * in);
+    float acc[R][NT] = {};
+    int n8 = in / 8;
+#pragma unroll 4
+    for (int c = lane; c < n8; c += 32) {
+        uint4 wv[R];
+        float xv[NT][8];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            wv[r] = ls_ld_stream(wr[r] + c);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            s_x8<TW>(xr[t] + 8 * c, xv[t]);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                unsigned word = k == 0 ? wv[r].x : k == 1 ? wv[r].y : k == 2 ? wv[r].z : wv[r].w;
+                float2 wf = s_w2(word, TW());
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    acc[r][t] = fmaf(wf.y, xv[t][2 * k + 1], fmaf(wf.x, xv[t][2 * k], acc[r][t]));
+            }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = ls_warp_sum(acc[r][t]);
+            int o = o0 + r;
+            if (lane == r * NT + t && o < out && t < T) {
+                float *yp = y + (size_t)t * out + o;
+                if (accumulate)
+                    v = __fadd_rn(*yp, v);
+                if (bias)
+                    v = __fadd_rn(v, s_bias(bias, bias_dt, o));
+                *yp = v;
+            }
+        }
+}
+
+// y (T, out) (+)= x (T, in) · w (out, in)ᵀ (+ bias); in % 8 == 0, w's and x's rows 16-byte
+// aligned. A block is GV_WARPS warps of R rows each, and takes the groups of GV_WARPS · R
+// rows blockIdx.x, + gridDim.x, ... (a grid smaller than the groups leaves SMs' room to
+// the LoRA kernels beside it). Rows past out and tokens past T read the last one (no
+// branch in the loop) and write nothing. pf: bytes of each of its first rows asked of L2
+// before the wait (a multiple of 128).
+template <int NT, int R, typename TW, typename TX>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv(float *y, const TX *x, const TW *w, const void *bias, ls_cu_dtype_t bias_dt, int T,
+           int in, int out, int accumulate, int pf) {
+    static_assert(NT * R <= 32, "a warp's sums land one a lane");
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // before the wait: only the weights, which no kernel of the step writes
+    for (int i = lane; i < R * (pf >> 7); i += 32) {
+        int o = min((blockIdx.x * GV_WARPS + warp) * R + i % R, out - 1);
+        const char *a = reinterpret_cast<const char *>(w + (size_t)o * in) + (size_t)(i / R) * 128;
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
+    }
+    ls_dep_enter();
+    const TX *xr[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        xr[t] = x + (size_t)min(t, T - 1) * in;
+    for (int o0 = (blockIdx.x * GV_WARPS + warp) * R; o0 < out; o0 += gridDim.x * GV_WARPS * R)
+        s_gemv_rows<NT, R>(y, xr, w, bias, bias_dt, T, in, out, accumulate, o0, lane);
+}
+
+// sms > 0: the grid capped at what sms SMs hold at once, so that the blocks of the kernels
+// beside it find room on the others as this one's drain
+template <int NT, int R, typename TW, typename TX>
+static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
+                          ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate, int sms,
+                          cudaStream_t stream) {
+    static int per_sm; // k_gemv<...>'s resident blocks an SM (one device per process)
+    if (sms > 0 && !per_sm &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv<NT, R, TW, TX>,
+                                                      GV_WARPS * 32, 0) != cudaSuccess)
+        return cudaGetLastError();
+    long pf = (long)in * (long)sizeof(TW), groups = (out + GV_WARPS * R - 1) / (GV_WARPS * R);
+    pf = (pf < LS_CU_GEMV_PF / out ? pf : LS_CU_GEMV_PF / out) / 128 * 128;
+    if (sms > 0 && groups > (long)sms * per_sm)
+        groups = (long)sms * per_sm;
+    return ls_cu_launch_dep(k_gemv<NT, R, TW, TX>, dim3((unsigned)groups), dim3(GV_WARPS * 32), 0,
+                            stream, y, x, w, bias, bias_dt, T, in, out, accumulate, (int)pf);
+}
+
+// the fewest tokens a pass that cover T, R = 1 at one token (the most warps), else 2
+template <typename TW, typename TX>
+static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias,
+                            ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate,
+                            int sms, cudaStream_t stream) {
+    return T == 1   ? s_gemv<1, 1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream)
+           : T == 2 ? s_gemv<2, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream)
+                    : s_gemv<4, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
+}
+
+int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
+                  ls_cu_dtype_t w_dt) {
+    return T >= 1 && T <= LS_CU_GEMV_MAX_T && in % 8 == 0 &&
+           (w_dt == LS_CU_BF16 || w_dt == LS_CU_F16) && (x_dt == LS_CU_F32 || x_dt == w_dt) &&
+           ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
+}
+
+cudaError_t ls_cu_gemv(float *y, const void *x, ls_cu_dtype_t x_dt, const void *w,
+                       ls_cu_dtype_t w_dt, const void *bias, ls_cu_dtype_t bias_dt, int T, int in,
+                       int out, int accumulate, int sms, cudaStream_t stream) {
+    assert(ls_cu_gemv_ok(T, in, x, x_dt, w, w_dt) && out > 0 && sms >= 0);
+    typedef __nv_bfloat16 B;
+    if (w_dt == LS_CU_BF16)
+        return x_dt == LS_CU_F32 ? s_gemv_t(y, (const float *)x, (const B *)w, bias, bias_dt, T,
+                                            in, out, accumulate, sms, stream)
+                                 : s_gemv_t(y, (const B *)x, (const B *)w, bias, bias_dt, T, in,
+                                            out, accumulate, sms, stream);
+    return x_dt == LS_CU_F32 ? s_gemv_t(y, (const float *)x, (const __half *)w, bias, bias_dt, T,
+                                        in, out, accumulate, sms, stream)
+                             : s_gemv_t(y, (const __half *)x, (const __half *)w, bias, bias_dt,
+                                        T, in, out, accumulate, sms, stream);
+}
