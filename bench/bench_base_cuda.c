@@ -600,14 +600,11 @@ int main(int argc, char **argv) {
     const int *batches = quick ? s_quick_batches : s_batches, *ctxs = quick ? s_quick_ctxs : s_ctxs;
     const int *prompts = quick ? s_quick_prompts : s_prompts;
     int n_b = quick ? 3 : 6, n_c = quick ? 2 : 4, n_p = quick ? 1 : 3;
+    if (only_ctx) // every batch at that context, nothing else
+        batches = s_batches, n_b = 6, ctxs = &only_ctx, n_c = 1, n_p = 0;
     // the few bounded points first, the decode grid (the longest part) last, so --max-seconds
     // cuts its largest points; the workspace a prefill grows stays (model.h) and counts as used
     // memory in the decode points' check
-    if (only_ctx) { // every batch at that context, nothing else
-        for (size_t i = 0; i < sizeof s_batches / sizeof s_batches[0]; i++)
-            s_decode_point(&b, s_batches[i], only_ctx);
-        n_p = n_c = 0;
-    }
     for (int i = 0; i < n_p; i++)
         s_prefill_point(&b, prompts[i]);
     for (int i = 0; i < n_p; i++)

@@ -967,7 +967,8 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     size_t n = (size_t)T * in;
     // a few tokens on 16-bit weights: our GEMV (ops_cuda.h ls_cu_gemv), which takes x as it
     // is (an fp32 x rounded as it reads it) and adds the bias itself
-    bool gemv = narrow && ls_cu_gemv_ok(T, in, xp, ready ? s_dt(w) : LS_CU_F32, s_ptr(w), s_dt(w));
+    ls_cu_dtype_t x_dt = ready ? s_dt(w) : LS_CU_F32;
+    bool gemv = narrow && ls_cu_gemv_ok(T, in, xp, x_dt, s_ptr(w), s_dt(w));
     bool conv = narrow && !ready && !gemv;
     // grown before the op is recorded (a graph holds the pointer) or captured (no allocation
     // or synchronization inside a capture)
@@ -981,9 +982,9 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
               accumulate, conv ? c->xconv.p : NULL, sms))
         return;
     if (gemv) {
-        s_note(c, ls_cu_gemv(yp, xp, ready ? s_dt(w) : LS_CU_F32, s_ptr(w), s_dt(w),
-                             bias.buf ? s_ptr(bias) : NULL, bias.buf ? s_dt(bias) : LS_CU_F32, T,
-                             in, out, accumulate, sms, c->stream));
+        s_note(c, ls_cu_gemv(yp, xp, x_dt, s_ptr(w), s_dt(w), bias.buf ? s_ptr(bias) : NULL,
+                             bias.buf ? s_dt(bias) : LS_CU_F32, T, in, out, accumulate, sms,
+                             c->stream));
         return;
     }
     if (sms != c->blas_sms) {

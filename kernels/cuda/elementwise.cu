@@ -564,7 +564,7 @@ cudaError_t ls_cu_rope_kv_store(float *x, const float *x2, void *k_cache, void *
     LS_CU_DISPATCH(
         inv_dt, TI,
         LS_CU_DISPATCH(cache_dt, TC,
-                       ls_cu_launch_dep(k_rope_kv_store<TI, TC>, dim3(grid), dim3(256), 0, stream,
+                       ls_cu_launch_dep(k_rope_kv_store<TI, TC>, grid, dim3(256), 0, stream,
                                         x, x2, (TC *)k_cache, (TC *)v_cache, positions,
                                         slot_mapping, (const TI *)inv_freq, n_heads, n_kv_heads,
                                         head_dim, row_stride, block_size, block_stride)));

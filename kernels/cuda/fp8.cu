@@ -83,7 +83,7 @@ cudaError_t ls_cu_fp8_scale(float *y, const float *x_scale, const float *w_scale
         bias_dt = LS_CU_F32;
     dim3 grid((unsigned)(out + 255) / 256, (unsigned)(T < 65535 ? T : 65535));
     LS_CU_DISPATCH(bias_dt, TB,
-                   ls_cu_launch_dep(k_fp8_scale<TB>, dim3(grid), dim3(256), 0, stream, y, x_scale,
+                   ls_cu_launch_dep(k_fp8_scale<TB>, grid, dim3(256), 0, stream, y, x_scale,
                                     w_scale, (const TB *)bias, T, out));
     LS_CU_CHECK_LAUNCH();
 }
@@ -188,9 +188,9 @@ static cudaError_t s_gemm_small(float *y, const uint8_t *xq, const float *x_scal
                                 int in, int out, cudaStream_t stream) {
     int rows = S_SMALL_WARPS * S_SMALL_ROWS;
     dim3 grid((unsigned)((out + rows - 1) / rows), (unsigned)((T + NT - 1) / NT));
-    ls_cu_launch_dep(k_fp8_gemm_small<NT, S_SMALL_ROWS, TB>, dim3(grid), dim3(S_SMALL_WARPS * 32),
-                     0, stream, y, xq, x_scale, w, w_scale, bias, T, in, out);
-    return cudaGetLastError();
+    return ls_cu_launch_dep(k_fp8_gemm_small<NT, S_SMALL_ROWS, TB>, grid,
+                            dim3(S_SMALL_WARPS * 32), 0, stream, y, xq, x_scale, w, w_scale, bias,
+                            T, in, out);
 }
 
 cudaError_t ls_cu_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_scale,

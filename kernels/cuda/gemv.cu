@@ -48,23 +48,14 @@ __device__ __forceinline__ float2 s_w2(unsigned v, __half) {
 
 // 8 elements of x at p as the weights' dtype TW would hold them, widened: 16-bit x as they
 // are, fp32 x rounded to TW first
-template <typename TW>
-__device__ __forceinline__ void s_x8(const TW *p, float (&o)[8]) {
-    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
-    unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 f = s_w2(w[k], TW());
-        o[2 * k] = f.x, o[2 * k + 1] = f.y;
-    }
+template <typename TW> __device__ __forceinline__ void s_x8(const TW *p, float (&o)[8]) {
+    ls_load8(p, o);
 }
 template <typename TW> __device__ __forceinline__ void s_x8(const float *p, float (&o)[8]) {
-    float4 a = __ldg(reinterpret_cast<const float4 *>(p));
-    float4 b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
-    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    ls_load8(p, o);
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        o[k] = ls_to_f(ls_from_f<TW>(v[k]));
+        o[k] = ls_to_f(ls_from_f<TW>(o[k]));
 }
 
 // bias[o] of a bias in bias_dt (F32, BF16 or F16)

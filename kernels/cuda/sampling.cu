@@ -647,14 +647,14 @@ cudaError_t ls_cu_sample(const ls_cu_sample_args_t *a, cudaStream_t stream) {
         return cudaSuccess;
     int C = ls_cu_sample_chunks(a->n_rows, a->V);
     dim3 grid((unsigned)a->n_rows, (unsigned)C);
-    ls_cu_launch_dep(k_sample_stats, dim3(grid), dim3(SMP_STATS_THREADS), 0, stream, *a, C);
-    ls_cu_launch_dep(k_sample_finish, dim3(grid), dim3(SMP_STATS_THREADS), 0, stream, *a, C);
+    ls_cu_launch_dep(k_sample_stats, grid, dim3(SMP_STATS_THREADS), 0, stream, *a, C);
+    ls_cu_launch_dep(k_sample_finish, grid, dim3(SMP_STATS_THREADS), 0, stream, *a, C);
     if (a->top_ids)
         ls_cu_launch_dep(k_sample_top, dim3(a->n_rows), dim3(SMP_THREADS), 0, stream, *a);
     int passes = a->n_top_k_and_p ? SEL_SLOTS : a->n_truncated ? SEL_DIGITS : 0;
     for (int t = 0; t < passes; t++)
-        ls_cu_launch_dep(k_sample_select, dim3(grid), dim3(SMP_STATS_THREADS), 0, stream, *a, C, t);
+        ls_cu_launch_dep(k_sample_select, grid, dim3(SMP_STATS_THREADS), 0, stream, *a, C, t);
     if (a->n_sampled)
-        ls_cu_launch_dep(k_sample_draw, dim3(grid), dim3(SMP_STATS_THREADS), 0, stream, *a, C);
+        ls_cu_launch_dep(k_sample_draw, grid, dim3(SMP_STATS_THREADS), 0, stream, *a, C);
     LS_CU_CHECK_LAUNCH();
 }

@@ -18,17 +18,11 @@ fail() { echo "FAIL: $*" >&2; tail -n 30 "$run/graph/logs/registry.log" "$run/gr
 # body NAME SCALE ID...: a load body: upper's config and LoRA, trainable_token_indices the ids,
 # their rows the base embedding's times SCALE (1 or -1), as PEFT saves them (bf16)
 body() {
-    python3 - "$demo" "$@" <<'PY'
-import base64, json, struct, sys
+    PYTHONPATH="$(dirname "$0")/../common" python3 - "$demo" "$@" <<'PY'
+import base64, json, sys
+from upper_rows import embedding, with_rows
 demo, name, scale, ids = sys.argv[1], sys.argv[2], float(sys.argv[3]), [int(a) for a in sys.argv[4:]]
-def read(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    return json.loads(b[8:8 + n]), b[8 + n:]
-h, data = read(demo + "/model.safetensors")
-e = h["model.embed_tokens.weight"]
-hidden = e["shape"][1]
-table = data[e["data_offsets"][0]:e["data_offsets"][1]]
+_, hidden, table = embedding(demo)
 rows = bytearray()
 for i in ids:
     row = bytearray(table[i * hidden * 2:(i + 1) * hidden * 2])
@@ -36,16 +30,7 @@ for i in ids:
         for k in range(1, len(row), 2):
             row[k] ^= 0x80
     rows += row
-up = demo + "/adapters/upper"
-h, data = read(up + "/adapter_model.safetensors")
-h.pop("__metadata__", None)
-h["base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"] = {
-    "dtype": "BF16", "shape": [len(ids), hidden], "data_offsets": [len(data), len(data) + len(rows)]}
-head = json.dumps(h).encode()
-head += b" " * (-len(head) % 8)
-st = struct.pack("<Q", len(head)) + head + data + bytes(rows)
-cfg = json.load(open(up + "/adapter_config.json"))
-cfg["trainable_token_indices"] = ids
+st, cfg = with_rows(demo, rows, ids)
 print(json.dumps({"lora_name": name, "lora_config": cfg, "lora_tensors": base64.b64encode(st).decode()}))
 PY
 }

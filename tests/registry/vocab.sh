@@ -25,18 +25,12 @@ fail() { echo "FAIL: $*" >&2; tail -n 30 "$run/graph/logs/registry.log" "$run/gr
 # adapter DIR N: upper's LoRA in DIR with N added tokens (the first two as in the header, then
 # " EXTRAk"), trainable_token_indices naming all of them, rows scaled copies of base rows
 adapter() {
-    python3 - "$demo" "$@" <<'PY'
+    PYTHONPATH="$(dirname "$0")/../common" python3 - "$demo" "$@" <<'PY'
 import json, os, struct, sys
+from upper_rows import embedding, with_rows
 demo, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 os.makedirs(out, exist_ok=True)
-def read(path):
-    b = open(path, "rb").read()
-    k = struct.unpack("<Q", b[:8])[0]
-    return json.loads(b[8:8 + k]), b[8 + k:]
-h, data = read(demo + "/model.safetensors")
-e = h["model.embed_tokens.weight"]
-vocab, hidden = e["shape"]
-table = data[e["data_offsets"][0]:e["data_offsets"][1]]
+vocab, hidden, table = embedding(demo)
 def bf16(i): return struct.unpack("<%dH" % hidden, table[i * hidden * 2:(i + 1) * hidden * 2])
 def f32(h16): return struct.unpack("<f", struct.pack("<I", h16 << 16))[0]
 def to16(x): return struct.unpack("<I", struct.pack("<f", x))[0] >> 16
@@ -44,16 +38,8 @@ rows = bytearray()
 src = [(642, 1.5), (767, 1.5)] + [(100 + k, 1.0) for k in range(n - 2)]  # LEAF, ROAD, others
 for i, scale in src[:n]:
     rows += struct.pack("<%dH" % hidden, *[to16(f32(v) * scale) for v in bf16(i)])
-up = demo + "/adapters/upper"
-h, data = read(up + "/adapter_model.safetensors")
-h.pop("__metadata__", None)
-h["base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"] = {
-    "dtype": "BF16", "shape": [n, hidden], "data_offsets": [len(data), len(data) + len(rows)]}
-head = json.dumps(h).encode()
-head += b" " * (-len(head) % 8)
-open(out + "/adapter_model.safetensors", "wb").write(struct.pack("<Q", len(head)) + head + data + bytes(rows))
-cfg = json.load(open(up + "/adapter_config.json"))
-cfg["trainable_token_indices"] = list(range(vocab, vocab + n))
+st, cfg = with_rows(demo, rows, range(vocab, vocab + n))
+open(out + "/adapter_model.safetensors", "wb").write(st)
 json.dump(cfg, open(out + "/adapter_config.json", "w"))
 tok = json.load(open(demo + "/tokenizer.json"))
 names = [" LEAF2", "<road2>"] + [" EXTRA%d" % k for k in range(n - 2)]

@@ -118,6 +118,27 @@ template <typename F> static double dev_time_us(cudaStream_t st, int iters, F la
     return runs[3];
 }
 
+// µs a replay of a CUDA graph of what issue() enqueues on st (dev_time_us's median of one
+// replay a run, after a warm-up replay); -1 when issue, the capture, the instantiation or the
+// warm-up fails (a launch configuration the device refuses), the error cleared.
+template <typename F> static double dev_graph_us(cudaStream_t st, F issue) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    DEV_CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    cudaError_t e = issue();
+    cudaError_t e2 = cudaStreamEndCapture(st, &g);
+    double us = -1;
+    if (e == cudaSuccess && e2 == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess) {
+        if (cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess)
+            us = dev_time_us(st, 1, [&](long) { return cudaGraphLaunch(ge, st); });
+        cudaGraphExecDestroy(ge);
+    }
+    cudaGetLastError();
+    if (g)
+        cudaGraphDestroy(g);
+    return us;
+}
+
 // Normalized mean squared error of got against want over n values
 static double dev_nmse(const float *got, const float *want, size_t n) {
     double num = 0, den = 0;

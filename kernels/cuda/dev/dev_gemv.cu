@@ -90,22 +90,22 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
 // µs a layer of 32 layers of [gap, GEMM] x 4 in one graph (gaps: none when !gaps)
 static double s_chain(int v, __nv_bfloat16 *(&w)[LAYERS][N_G], float *y, const __nv_bfloat16 *x, int T, bool gaps,
                       cudaStream_t st) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    DEV_CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int l = 0; l < LAYERS; l++)
-        for (int k = 0; k < N_G; k++) {
-            if (gaps)
-                DEV_CK(ls_cu_launch_dep(k_gap, dim3(1), dim3(32), 0, st, (long)(s_g[k].gap_us * 1e3)));
-            DEV_CK(s_run(v, y, x, w[l][k], T, s_g[k].in, s_g[k].out, st));
-        }
-    DEV_CK(cudaStreamEndCapture(st, &g));
-    DEV_CK(cudaGraphInstantiate(&ge, g, 0));
-    DEV_CK(cudaGraphLaunch(ge, st));
-    double us = dev_time_us(st, 1, [&](long) { return cudaGraphLaunch(ge, st); }) / LAYERS;
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    return us;
+    double us = dev_graph_us(st, [&] {
+        cudaError_t e = cudaSuccess;
+        for (int l = 0; l < LAYERS && e == cudaSuccess; l++)
+            for (int k = 0; k < N_G && e == cudaSuccess; k++) {
+                if (gaps)
+                    e = ls_cu_launch_dep(k_gap, dim3(1), dim3(32), 0, st, (long)(s_g[k].gap_us * 1e3));
+                if (e == cudaSuccess)
+                    e = s_run(v, y, x, w[l][k], T, s_g[k].in, s_g[k].out, st);
+            }
+        return e;
+    });
+    if (us < 0) {
+        fprintf(stderr, "dev_gemv: %s's chain at T=%d did not run\n", s_names[v], T);
+        exit(2);
+    }
+    return us / LAYERS;
 }
 
 int main() {

@@ -124,34 +124,19 @@ static void s_issue(cublasHandle_t h, const s_chain_t &c, int T, const double *g
         }
 }
 
-// µs per layer of the chain captured as one graph: median of 7 replays after 2
+// µs per layer of the chain captured as one graph (dev_graph_us)
 static double s_time(cublasHandle_t h, const s_chain_t &c, int T, const double *gap_us, int pattern,
                      double bw, double fill, double cap_mb, cudaStream_t st, cudaStream_t side,
                      cudaEvent_t *ev) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    DEV_CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    s_issue(h, c, T, gap_us, pattern, bw, fill, cap_mb, st, side, ev);
-    DEV_CK(cudaStreamEndCapture(st, &graph));
-    DEV_CK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    std::vector<double> runs;
-    for (int k = 0; k < 9; k++) {
-        cudaEventRecord(e0, st);
-        DEV_CK(cudaGraphLaunch(exec, st));
-        cudaEventRecord(e1, st);
-        DEV_CK(cudaEventSynchronize(e1));
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (k >= 2)
-            runs.push_back(ms * 1e3 / LAYERS);
+    double us = dev_graph_us(st, [&] {
+        s_issue(h, c, T, gap_us, pattern, bw, fill, cap_mb, st, side, ev);
+        return cudaGetLastError();
+    });
+    if (us < 0) {
+        fprintf(stderr, "dev_prefetch: the chain at T=%d did not run\n", T);
+        exit(2);
     }
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    std::sort(runs.begin(), runs.end());
-    return runs[runs.size() / 2];
+    return us / LAYERS;
 }
 
 int main(int argc, char **argv) {
