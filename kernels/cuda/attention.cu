@@ -205,46 +205,6 @@ enum {
     AT_SHORT = 4,   // few items: one CTA an item if its warps then take at most this many steps
 };
 
-// 16 bytes global -> shared, asynchronous; n = 0 fills the 16 bytes with zeros instead
-__device__ __forceinline__ void s_cp16(unsigned dst, const void *src, int n) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void s_cp16(void *dst, const void *src, int n) {
-    s_cp16((unsigned)__cvta_generic_to_shared(dst), src, n);
-}
-__device__ __forceinline__ void s_cp_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// waits until at most N of this thread's committed groups are still in flight
-template <int N> __device__ __forceinline__ void s_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// A warp's cp.async ring over its nw steps of keys, NST stages deep: the first NST
-// block-table reads in flight at once, each step's copies issued NST - 1 steps before its
-// use, step(i) once step i's group has landed. page_of(i) reads step i's page; issue(i,
-// page) copies step i into stage i % NST and commits one group (empty past the last step),
-// so that the wait count is fixed. Leaves the ring idle (the kernels reuse it after).
-template <int NST, typename P, typename I, typename S>
-__device__ __forceinline__ void s_ring_run(int nw, P page_of, I issue, S step) {
-    int pg[NST];
-#pragma unroll
-    for (int i = 0; i < NST; i++)
-        pg[i] = i < nw ? page_of(i) : 0;
-#pragma unroll
-    for (int i = 0; i < NST - 1; i++)
-        issue(i, pg[i]);
-    int pnext = pg[NST - 1];
-    for (int i = 0; i < nw; i++) {
-        issue(i + NST - 1, pnext);
-        pnext = i + NST < nw ? page_of(i + NST) : 0;
-        s_cp_wait<NST - 1>();
-        step(i);
-    }
-    s_cp_wait<0>(); // only empty groups were left
-    __syncwarp();
-}
 
 // 2^x; relative error ~2^-22, exactly 0 for x = -inf
 __device__ __forceinline__ float s_ex2(float x) {
@@ -406,14 +366,14 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
             for (int k = 0; k < NC; k++) {
                 int c = li + L * k, n = c < nch ? 16 : 0; // chunks past the row: zeros
                 c = c < nch ? c : 0;
-                s_cp16(st + k * 32 + lane, kr + c * 16, n);
-                s_cp16(st + (NC + k) * 32 + lane, vr + c * 16, n);
+                ls_cp16(st + k * 32 + lane, kr + c * 16, n);
+                ls_cp16(st + (NC + k) * 32 + lane, vr + c * 16, n);
             }
         }
-        s_cp_commit();
+        ls_cp_commit();
     };
 
-    s_ring_run<AT_NST>(nw, page_of, issue, [&](int i) {
+    ls_ring_run<AT_NST>(nw, page_of, issue, [&](int i) {
         const uint4 *st = ring + (i % AT_NST) * (2 * NC * 32);
         float s[GC];
 #pragma unroll
@@ -518,25 +478,12 @@ __device__ __forceinline__ void s_ldsm4t(uint32_t r[4], unsigned addr) {
                  : "r"(addr)
                  : "memory");
 }
-// c += a (16x16, rows) b (16x8, columns); bf16 products, fp32 sums
-__device__ __forceinline__ void s_mma16816(float c[4], const uint32_t a[4], uint32_t b0,
-                                           uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // c += a (16x8) b (8x8)
 __device__ __forceinline__ void s_mma1688(float c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(b0));
-}
-// two fp32 rounded to bf16 (nearest even), packed: lo in the low half
-__device__ __forceinline__ uint32_t s_pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
 }
 __device__ __forceinline__ float s_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float s_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
@@ -606,8 +553,8 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
                     pA[e] = g < 4 ? x0 : x1;
                     pB[e] = g < 4 ? x2 : 0.0f;
                 }
-                qa[s][2 * half] = s_pack(pA[0], pA[1]);
-                qa[s][2 * half + 1] = s_pack(pB[0], pB[1]);
+                qa[s][2 * half] = ls_pack2<__nv_bfloat16>(pA[0], pA[1]);
+                qa[s][2 * half + 1] = ls_pack2<__nv_bfloat16>(pB[0], pB[1]);
             }
     }
     float o[D / 8][4]; // p.v fragments: n-tile j = dims 8j..8j+7
@@ -636,14 +583,14 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
                 int qq = lane + 32 * n, r = qq / NCK, c = qq % NCK;
                 size_t so = (size_t)min(r, last) * kv_bytes + c * 16;
                 unsigned d = st + r * RB + ((c ^ (r & 7)) << 4);
-                s_cp16(d, kb + so, 16);
-                s_cp16(d + TC_KEYS * RB, vb + so, 16);
+                ls_cp16(d, kb + so, 16);
+                ls_cp16(d + TC_KEYS * RB, vb + so, 16);
             }
         }
-        s_cp_commit();
+        ls_cp_commit();
     };
 
-    s_ring_run<TC_NST>(nw, page_of, issue, [&](int i) {
+    ls_ring_run<TC_NST>(nw, page_of, issue, [&](int i) {
         const unsigned st = ring_s + (i % TC_NST) * STAGE;
         // scores: rows (piece, head) x 8 keys, two accumulators for two MMA chains
         float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -651,8 +598,8 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
         for (int j = 0; j < NJ; j++) { // dims 32j..32j+31: chunks 4j..4j+3
             uint32_t kr[4];
             s_ldsm4(kr, st + ri * RB + (((4 * j + mi) ^ ri) << 4));
-            s_mma16816(sa, qa[2 * j], kr[0], kr[1]);
-            s_mma16816(sb, qa[2 * j + 1], kr[2], kr[3]);
+            ls_mma16816<__nv_bfloat16>(sa, qa[2 * j], kr[0], kr[1]);
+            ls_mma16816<__nv_bfloat16>(sb, qa[2 * j + 1], kr[2], kr[3]);
         }
         // this lane: rows g (c0, c1) and g+8 (c2, c3) at keys 2qd, 2qd+1; lanes l and
         // l^16 hold the three pieces of one head between them (l^16's second row is 0),
@@ -679,11 +626,11 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
         l += p0 + p1;
         // p in three bf16 pieces; A of p.v: row g = piece 0 (g < 4) or 1, row g+8 =
         // piece 2 (g < 4) or zero, columns = keys 2qd, 2qd+1
-        uint32_t b0 = s_pack(p0, p1);
+        uint32_t b0 = ls_pack2<__nv_bfloat16>(p0, p1);
         float e0 = p0 - s_lo(b0), e1 = p1 - s_hi(b0);
-        uint32_t b1 = s_pack(e0, e1);
+        uint32_t b1 = ls_pack2<__nv_bfloat16>(e0, e1);
         e0 -= s_lo(b1), e1 -= s_hi(b1);
-        uint32_t b2 = s_pack(e0, e1);
+        uint32_t b2 = ls_pack2<__nv_bfloat16>(e0, e1);
         uint32_t a0 = g < 4 ? b0 : b1, a1 = g < 4 ? b2 : 0u;
 #pragma unroll
         for (int j = 0; j < NJ; j++) { // n-tiles 4j..4j+3
@@ -728,8 +675,8 @@ __device__ __forceinline__ void s_mma_b2(float (&c)[MT][N][4], int j, const uint
         s_ldsm4(b, addr);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
-        s_mma16816(c[mt][j], a[mt], b[0], b[1]);
-        s_mma16816(c[mt][j + 1], a[mt], b[2], b[3]);
+        ls_mma16816<__nv_bfloat16>(c[mt][j], a[mt], b[0], b[1]);
+        ls_mma16816<__nv_bfloat16>(c[mt][j + 1], a[mt], b[2], b[3]);
     }
 }
 
@@ -820,7 +767,7 @@ __device__ __forceinline__ void s_pf_begin(int *s_pos, int *s_whi, char *q_sm, c
             x = __ldg(reinterpret_cast<const float4 *>(
                           q + (size_t)(t.tok0 + tk) * row_stride + (size_t)hd * D) + c4);
         }
-        uint2 u = {s_pack(x.x * qscale, x.y * qscale), s_pack(x.z * qscale, x.w * qscale)};
+        uint2 u = {ls_pack2<__nv_bfloat16>(x.x * qscale, x.y * qscale), ls_pack2<__nv_bfloat16>(x.z * qscale, x.w * qscale)};
         *reinterpret_cast<uint2 *>(q_sm + at(r, c4)) = u;
     }
 }
@@ -887,8 +834,8 @@ __device__ __forceinline__ void s_pf_issue(unsigned st, const long long *rows, c
         size_t so = (size_t)max(row, 0ll) + c * 16;
         unsigned d = st + at(r, c);
         int n = row >= 0 ? 16 : 0;
-        s_cp16(d, kc + so, n);
-        s_cp16(d + BN * 2 * D, vc + so, n);
+        ls_cp16(d, kc + so, n);
+        ls_cp16(d + BN * 2 * D, vc + so, n);
     }
 }
 
@@ -999,7 +946,7 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
                               [](int r, int c) { return r * RB + ((c ^ (r & 7)) << 4); });
     };
     issue(0, 0);
-    s_cp_commit();
+    ls_cp_commit();
 
     float o[MT][D / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
@@ -1026,8 +973,8 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
         ring_rows.ahead(t.table, j, tid, pmax, block_size, bs_shift);
         if (j + 1 < nkt)
             issue(j + 1, ring_rows.ring1);
-        s_cp_commit();
-        s_cp_wait<1>(); // tile j's copies (this thread's) have landed
+        ls_cp_commit();
+        ls_cp_wait<1>(); // tile j's copies (this thread's) have landed
         __syncthreads(); // ... and every thread's
         if (k0 <= whi) { // warp-uniform: the warp has a row that sees a key of this tile
             const unsigned kst = kv_s + (j & 1) * STAGE, vst = kst + BN * RB;
@@ -1101,10 +1048,10 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
                 uint32_t pa[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    pa[mt][0] = s_pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pa[mt][1] = s_pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pa[mt][2] = s_pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pa[mt][3] = s_pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                    pa[mt][0] = ls_pack2<__nv_bfloat16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = ls_pack2<__nv_bfloat16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = ls_pack2<__nv_bfloat16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = ls_pack2<__nv_bfloat16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
                     l[mt][0] += (s_lo(pa[mt][0]) + s_hi(pa[mt][0])) +
                                 (s_lo(pa[mt][2]) + s_hi(pa[mt][2]));
                     l[mt][1] += (s_lo(pa[mt][1]) + s_hi(pa[mt][1])) +
@@ -1119,7 +1066,7 @@ k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_
         ring_rows.publish(s_row, tid, block_size, bs_shift, kv_bytes, block_bytes);
         __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible
     }
-    s_cp_wait<0>(); // only empty groups were left
+    ls_cp_wait<0>(); // only empty groups were left
 
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -1284,7 +1231,7 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
         });
     };
     issue(0, 0);
-    s_cp_commit();
+    ls_cp_commit();
 
     float o[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -1297,8 +1244,8 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
         ring_rows.ahead(t.table, j, tid, pmax, block_size, bs_shift);
         if (j + 1 < nkt)
             issue(j + 1, ring_rows.ring1);
-        s_cp_commit();
-        s_cp_wait<1>();
+        ls_cp_commit();
+        ls_cp_wait<1>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); // (and Q's stores)
         __syncthreads();
         if (k0 <= gwhi) {
@@ -1355,7 +1302,7 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
             for (int kk = 0; kk < BN / 16; kk++) { // keys 16kk .. 16kk + 15
 #pragma unroll
                 for (int i = 0; i < 4; i++) // s[8kk + 2i], s[8kk + 2i + 1]: row g + 8 (i & 1)
-                    pa[kk][i] = s_pack(s_ex2(s[8 * kk + 2 * i] - mn[i & 1]),
+                    pa[kk][i] = ls_pack2<__nv_bfloat16>(s_ex2(s[8 * kk + 2 * i] - mn[i & 1]),
                                        s_ex2(s[8 * kk + 2 * i + 1] - mn[i & 1]));
                 l[0] += (s_lo(pa[kk][0]) + s_hi(pa[kk][0])) + (s_lo(pa[kk][2]) + s_hi(pa[kk][2]));
                 l[1] += (s_lo(pa[kk][1]) + s_hi(pa[kk][1])) + (s_lo(pa[kk][3]) + s_hi(pa[kk][3]));
@@ -1372,7 +1319,7 @@ k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *
         ring_rows.publish(s_row, tid, block_size, bs_shift, kv_bytes, block_bytes);
         __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible
     }
-    s_cp_wait<0>();
+    ls_cp_wait<0>();
 
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -1534,28 +1481,12 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
     s_last_w = W, s_last_cs = cs;
     // programmatic dependent launch on sm_90+ (the kernels start with ls_dep_enter); no
     // cluster attribute at all for single CTAs (sm_80)
-    cudaLaunchAttribute attr[2];
-    int n_attr = 0;
-    if (ls_cu_props()->cc >= 9) {
-        attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[n_attr++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (cs > 1) {
-        attr[n_attr].id = cudaLaunchAttributeClusterDimension;
-        attr[n_attr].val.clusterDim.x = cs, attr[n_attr].val.clusterDim.y = 1;
-        attr[n_attr++].val.clusterDim.z = 1;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(a->T * n_pass * cs), a->n_kv_heads);
-    cfg.blockDim = dim3(W * 32);
-    cfg.dynamicSmemBytes = W * ring + state;
-    cfg.stream = a->stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = n_attr;
-    return cudaLaunchKernelEx(&cfg, kern, a->out, a->q, a->k_cache, a->v_cache, a->tok_seq,
-                              a->positions, a->block_tables, a->max_blocks, a->n_heads,
-                              a->n_kv_heads, a->head_dim, a->block_size, a->block_stride,
-                              bs_shift, a->row_stride, qscale, n_pass, cs);
+    return ls_cu_launch_dep_cs(kern, dim3((unsigned)(a->T * n_pass * cs), a->n_kv_heads),
+                               dim3(W * 32), (size_t)(W * ring + state), a->stream, cs, a->out,
+                               a->q, a->k_cache, a->v_cache, a->tok_seq, a->positions,
+                               a->block_tables, a->max_blocks, a->n_heads, a->n_kv_heads,
+                               a->head_dim, a->block_size, a->block_stride, bs_shift,
+                               a->row_stride, qscale, n_pass, cs);
 }
 
 // one s_kinfo_t per kernel

@@ -90,6 +90,82 @@ __device__ __forceinline__ uint4 ls_ld_stream(const uint4 *p) {
     return v;
 }
 
+// 16 bytes global -> shared, asynchronous; n = 0 fills the 16 bytes with zeros instead
+__device__ __forceinline__ void ls_cp16(unsigned dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void ls_cp16(void *dst, const void *src, int n) {
+    ls_cp16((unsigned)__cvta_generic_to_shared(dst), src, n);
+}
+__device__ __forceinline__ void ls_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// waits until at most N of this thread's committed groups are still in flight
+template <int N> __device__ __forceinline__ void ls_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// A warp's cp.async ring over its nw steps (of keys, of weights), NST stages deep: the first
+// NST page reads (block-table entries; or none: page_of returns 0) in flight at once, each
+// step's copies issued NST - 1 steps before its use, step(i) once step i's group has landed. page_of(i) reads step i's page; issue(i,
+// page) copies step i into stage i % NST and commits one group (empty past the last step),
+// so that the wait count is fixed. Leaves the ring idle (the kernels reuse it after).
+template <int NST, typename P, typename I, typename S>
+__device__ __forceinline__ void ls_ring_run(int nw, P page_of, I issue, S step) {
+    int pg[NST];
+#pragma unroll
+    for (int i = 0; i < NST; i++)
+        pg[i] = i < nw ? page_of(i) : 0;
+#pragma unroll
+    for (int i = 0; i < NST - 1; i++)
+        issue(i, pg[i]);
+    int pnext = pg[NST - 1];
+    for (int i = 0; i < nw; i++) {
+        issue(i + NST - 1, pnext);
+        pnext = i + NST < nw ? page_of(i + NST) : 0;
+        ls_cp_wait<NST - 1>();
+        step(i);
+    }
+    ls_cp_wait<0>(); // only empty groups were left
+    __syncwarp();
+}
+
+// c += a (16x16, rows) · b (16x8, columns) on the tensor cores (mma.sync, sm_80+): products
+// of TW (bf16 or f16), fp32 sums. Fragments as the PTX ISA lays out m16n8k16: lane (g, q) =
+// (lane / 4, lane % 4) holds a's rows g and g + 8 and b's column g at the k pairs 2q and
+// 2q + 8, and c's rows g and g + 8 at the columns 2q, 2q + 1.
+template <typename TW>
+__device__ __forceinline__ void ls_mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                            uint32_t b1);
+template <>
+__device__ __forceinline__ void ls_mma16816<__nv_bfloat16>(float c[4], const uint32_t a[4],
+                                                           uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void ls_mma16816<__half>(float c[4], const uint32_t a[4], uint32_t b0,
+                                                    uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// two fp32 rounded to TW (nearest even), packed: lo in the low half
+template <typename TW> __device__ __forceinline__ uint32_t ls_pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t ls_pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t ls_pack2<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
 template <typename T> __device__ __forceinline__ T ls_warp_sum(T v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
@@ -208,21 +284,42 @@ const ls_cu_props_t *ls_cu_props(void);
 // scheduled while the kernel before it in the stream drains, so the launch's latency hides
 // under that kernel's tail. Only for kernels that call ls_dep_wait() before they read or
 // write anything an earlier kernel of the step writes or reads (and ls_dep_launch() so the
-// next such kernel may start in turn).
+// next such kernel may start in turn). cs > 1: in thread-block clusters of cs CTAs along x
+// (sm_90+; grid.x a multiple of cs).
+// ls_cu_launch_dep_cs's attributes into attr: programmatic dependent launch where pdl (on
+// sm_90+), clusters of cs CTAs along x where cs > 1; returns their count
+static inline int ls_cu_launch_attrs(cudaLaunchAttribute (&attr)[2], bool pdl, int cs) {
+    int n = 0;
+    if (pdl && ls_cu_props()->cc >= 9) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cs > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = (unsigned)cs, attr[n].val.clusterDim.y = 1;
+        attr[n++].val.clusterDim.z = 1;
+    }
+    return n;
+}
 template <typename... P, typename... A>
-static inline cudaError_t ls_cu_launch_dep(void (*kern)(P...), dim3 grid, dim3 block,
-                                           size_t smem, cudaStream_t stream, A... args) {
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
+static inline cudaError_t ls_cu_launch_dep_cs(void (*kern)(P...), dim3 grid, dim3 block,
+                                              size_t smem, cudaStream_t stream, int cs,
+                                              A... args) {
+    cudaLaunchAttribute attr[2];
+    int n = ls_cu_launch_attrs(attr, true, cs);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cfg.attrs = &attr;
-    cfg.numAttrs = ls_cu_props()->cc >= 9;
+    cfg.attrs = attr;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kern, ((P)args)...);
+}
+template <typename... P, typename... A>
+static inline cudaError_t ls_cu_launch_dep(void (*kern)(P...), dim3 grid, dim3 block,
+                                           size_t smem, cudaStream_t stream, A... args) {
+    return ls_cu_launch_dep_cs(kern, grid, block, smem, stream, 1, args...);
 }
 
 // The first thing an enrolled kernel does (ls_cu_launch_dep): wait for the kernel before

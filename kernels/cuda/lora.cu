@@ -556,17 +556,7 @@ static void s_launch_init(s_launch_t &l, dim3 grid, int threads, size_t smem, cu
     l.cfg.dynamicSmemBytes = smem;
     l.cfg.stream = stream;
     l.cfg.attrs = l.attr;
-    int n = 0;
-    if (ls_cu_props()->cc >= 9 && !(flags & LS_CU_LORA_NO_PDL)) {
-        l.attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        l.attr[n++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (cluster > 1) {
-        l.attr[n].id = cudaLaunchAttributeClusterDimension;
-        l.attr[n].val.clusterDim.x = cluster, l.attr[n].val.clusterDim.y = 1;
-        l.attr[n++].val.clusterDim.z = 1;
-    }
-    l.cfg.numAttrs = n;
+    l.cfg.numAttrs = ls_cu_launch_attrs(l.attr, !(flags & LS_CU_LORA_NO_PDL), cluster);
 }
 
 // Launches k_lora_shrink_tc<NMT>: clusters of kb blocks (sm_90) along x, one block per
