@@ -12,7 +12,7 @@
     are written by no kernel of a step; LS_CU_GEMV_PF bytes a GEMM in all), so HBM works
     through the gap.
 
-    A warp owns R rows (R = 1 at one token, 2 at two to four) and all of K: lane l reads the
+    A warp owns R rows (R = 1 at one token, 2 at two) and all of K: lane l reads the
     16-byte chunks l, l + 32, ... of its rows past L1 (each weight byte is read once) and the
     same chunks of the tokens' x (a few KB, read by every warp: L1 and L2 hits), widens both
     to fp32 (x in fp32 is first rounded to the weights' dtype, as ls_cu_convert rounds it, so
@@ -28,8 +28,10 @@
     Measured (kernels/cuda/dev/dev_gemv.cu, H100): a chain of 32 layers of Llama-3-8B's four
     projections after gap kernels as long as a batch-1 step's small kernels, µs a layer:
     cuBLAS 181.8, this kernel 168.9 at one token (the weights' floor 144.8); 177.8 against
-    182.2 at two, 178.1 against 182.7 at four; at eight cuBLAS's 184.1 wins (211.4 with two
-    rows a warp), as the CUDA cores' issue rate, not memory, bounds this kernel there.
+    182.2 at two. Past two tokens the CUDA cores' issue rate, not memory, bounds it, the more
+    so the faster the memory: in the engine (bench_decode_cuda) batch 4 takes 6.51 against
+    cuBLAS's 6.47–6.55 ms on an H100 and 5.44–5.49 against 4.75–4.77 on an H200, batch 2
+    6.20 against 6.42–6.46 and 4.84–4.89 against 4.71–4.75: hence LS_CU_GEMV_MAX_T = 2.
 */
 #include <assert.h>
 
@@ -161,14 +163,13 @@ static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
                             stream, y, x, w, bias, bias_dt, T, in, out, accumulate, (int)pf);
 }
 
-// the fewest tokens a pass that cover T, R = 1 at one token (the most warps), else 2
+// R = 1 at one token (the most warps), 2 at two
 template <typename TW, typename TX>
 static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias,
                             ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate,
                             int sms, cudaStream_t stream) {
-    return T == 1   ? s_gemv<1, 1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream)
-           : T == 2 ? s_gemv<2, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream)
-                    : s_gemv<4, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
+    return T == 1 ? s_gemv<1, 1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream)
+                  : s_gemv<2, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
 }
 
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,

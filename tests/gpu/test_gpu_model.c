@@ -556,8 +556,8 @@ static size_t s_ndiff(const float *x, const float *y, size_t n) {
 // way); with GEMMs leaving half the SMs (the default rule's count at 9 to 128 tokens: these
 // steps of 2 and 3 rows would leave none) cuBLAS may pick other GEMM kernels: fp32
 // summation order only, bound 1e-4 of the largest logit, and its graphs must equal its
-// plain launches. (At these rows the matmuls are the GEMV's, ops_cuda.h ls_cu_gemv, which
-// takes every SM whatever the count: then that run's steps replay SIDE0's graphs.)
+// plain launches. (At 2 rows the matmuls are the GEMV's, ops_cuda.h ls_cu_gemv, whose grid
+// the count caps; at 3 rows cuBLAS's, with the count as its SM count target.)
 static void s_graphs(void) {
     ls_backend_t *be = s_backend();
     s_async_t a;

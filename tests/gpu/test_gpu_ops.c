@@ -2125,6 +2125,7 @@ int main(int argc, char **argv) {
         {2, 1024, 37, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1},
         {4, 4096, 2048, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0},
         {4, 768, 96, LS_DTYPE_F16, 1, LS_DTYPE_F16, 1},
+        {2, 768, 96, LS_DTYPE_F16, 1, LS_DTYPE_F16, 1},
         {2, 14336, 512, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
         {1, 14336, 4096, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
         {1, 300, 130, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
