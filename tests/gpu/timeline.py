@@ -3,7 +3,8 @@
 bench_lora_cuda --step CSV with --ops) and say where a decode step's time goes when kernels
 overlap.
 
-For each workload label: the steps (each ends with the sampling kernel k_sample_draw), and
+For each workload label: the steps (each ends with the sampler's kernels: k_sample_finish and
+any k_sample_* right after it, k_sample_draw where a row samples), and
 for the median step: its span, the busy time and kernel sum of each stream, the main
 stream's idle gaps (waiting on a join, or on launches) summed by the kernels around them,
 and per kernel name on each stream the time it ran. The main stream is the one running the
@@ -43,12 +44,15 @@ def short(name):
 
 def steps_of(rows):
     rows.sort(key=lambda r: r[1])
-    steps, cur = [], []
+    steps, cur, sampled = [], [], False
     for r in rows:
-        cur.append(r)
-        if "k_sample_draw" in r[3]:
+        if sampled and "k_sample_" not in r[3]:
             steps.append(cur)
-            cur = []
+            cur, sampled = [], False
+        cur.append(r)
+        sampled = sampled or "k_sample_finish" in r[3]
+    if sampled:
+        steps.append(cur)
     return steps
 
 

@@ -19,7 +19,8 @@
           caches with head_dim 64 or 128).
 
     Then tc's plans at small batches (1 and 8 sequences of 128, 256 and 1,024 cached
-    tokens): every (warps a CTA, CTAs a cluster) in 1, 2, 4, 8, each in a graph of 100
+    tokens) and at short contexts among many (32 and 64 of 128, 64 of 256): every (warps a
+    CTA in 1, 2, 3, 4, 6, 8, 12; CTAs a cluster in 1, 2, 4, 8), each in a graph of 100
     launches beside the plan s_launch picks, and checked against that plan's output.
 
     Usage: dev_attention. Exit 1 if a version fails its check.
@@ -155,8 +156,9 @@ int main() {
     // tc's plans at the decode shapes of small batches: each (W, cs) in a graph of 100
     // launches against the planned one, whose output it must match (only the merge order
     // differs); "-" where the plan does not launch (clusters that cannot all be resident)
-    static const int small[][2] = {{1, 128}, {8, 128}, {1, 256}, {8, 256}, {1, 1024}, {8, 1024}};
-    static const int cands[] = {1, 2, 4, 8};
+    static const int small[][2] = {{1, 128},  {8, 128},  {1, 256},  {8, 256},   {1, 1024},
+                                   {8, 1024}, {32, 128}, {64, 128}, {64, 256}};
+    static const int cands[] = {1, 2, 4, 8}, wcands[] = {1, 2, 3, 4, 6, 8, 12};
     std::vector<float> ref((size_t)NSEQ * H * D), alt(ref.size());
     printf("\ntc plans, graph us (planned first; rows W = warps a CTA, columns cs = CTAs a cluster)\n");
     for (const auto &sh : small) {
@@ -170,7 +172,7 @@ int main() {
         for (int c : cands)
             printf(" %7d", c);
         printf("\n");
-        for (int w : cands) {
+        for (int w : wcands) {
             printf("%6d", w);
             for (int c : cands) {
                 int plan[2] = {c, w};

@@ -8,9 +8,11 @@
     kernel) come on top of its bytes. Ours (gemv.cu's header has the kernel) is launched
     with programmatic dependent launch and asks L2 for its rows' first bytes before it waits.
 
-    Versions: `gemv` (production: 1 row a warp at one token, 2 at two to four, LS_CU_GEMV_PF
-    bytes a GEMM asked of L2); `gemv_nopf` (the same rows a warp, no prefetch); `gemv_r4`,
-    `gemv_r2`, `gemv_r1` (4, 2 or 1 rows a warp at every T, with the prefetch).
+    Versions: `gemv` (production: 1 row a warp at one token, 2 at two, LS_CU_GEMV_PF bytes a
+    GEMM asked of L2; cuBLAS past two tokens); `gemv_nopf` (the same rows a warp, no
+    prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp at every T up to 8, with the prefetch);
+    `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
+    64 with 1 or 2 row tiles a block, and on an fp32 x as o's).
 
     Checked against a CPU reference (fp32 sums of the bf16 products, NMSE), then timed two
     ways: the GEMM alone (back to back, weight sets rotating past L2), and a chain of 32
@@ -36,10 +38,12 @@ static const struct {
 } s_g[N_G] = {{"o", 4096, 4096, 9}, {"gate_up", 4096, 28672, 3.5}, {"down", 14336, 4096, 2},
               {"qkv", 4096, 6144, 3.5}};
 
-// the production kernel with R rows a warp and pf bytes a row asked of L2 before the wait
+// the CUDA-core form with R rows a warp, or the tensor-core form with RW row tiles a block,
+// for T's tokens, pf bytes a row asked of L2 before the wait; cudaErrorNotSupported where
+// the form has no pass for T (the CUDA cores up to 8 tokens)
 template <int R>
-static cudaError_t s_gemv(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
-                          int pf, cudaStream_t st) {
+static cudaError_t s_cc(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out, int pf,
+                        cudaStream_t st) {
     typedef __nv_bfloat16 B;
     dim3 grid((unsigned)((out + GV_WARPS * R - 1) / (GV_WARPS * R))), block(GV_WARPS * 32);
     const void *nb = NULL;
@@ -48,8 +52,134 @@ static cudaError_t s_gemv(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 
     case 2: return ls_cu_launch_dep(k_gemv<2, R, B, B>, grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
     case 3:
     case 4: return ls_cu_launch_dep(k_gemv<4, R, B, B>, grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
-    default: return ls_cu_launch_dep(k_gemv<8, R, B, B>, grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
+    case 5: case 6: case 7:
+    case 8: return ls_cu_launch_dep(k_gemv<8, R, B, B>, grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
+    default: return cudaErrorNotSupported;
     }
+}
+// ---- tried and lost: a tensor-core form for 1..64 tokens ----
+//
+// mma.sync m16n8k16 with 16 weight rows as a and 8 tokens as b, the weights straight from
+// memory into a fragments: a sum over K does not care in which order K is walked, so lane
+// (g, q) takes 16 bytes — 8 consecutive k — of rows g and g + 8 and of token g's x, and one
+// mma takes their first two pairs as the k pairs 2q and 2q + 8 that the fragment layout
+// names, a second mma the last two; rows and tokens see the same permutation. No lane needs
+// another's bytes, so each lane's weights go through its own slots of its warp's cp.async
+// ring (TC_NST steps deep), no ldmatrix, no barrier. A block is TC_WARPS warps on RW row
+// tiles (16 RW rows), splitting K (warp w takes the 64-k chunks w, w + TC_WARPS, ...); the
+// warps' sums meet in shared memory (the ring's) in warp order. Each warp reads the tokens'
+// x for its chunks from L1/L2 — and that is where it loses past 8 tokens: every block reads
+// all of x, T · K · 2 bytes, so at 64 tokens x moves twice the weights' bytes from L2.
+enum { TC_WARPS = 8, TC_NST = 4 };
+template <int RW> __host__ __device__ constexpr int tc_smem() { return TC_WARPS * TC_NST * RW * 4 * 32 * 16; }
+
+// 16 bytes of x's row at p (8 elements) as bf16 pairs for a b fragment
+__device__ __forceinline__ uint4 s_xfrag(const __nv_bfloat16 *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
+__device__ __forceinline__ uint4 s_xfrag(const float *p) {
+    typedef __nv_bfloat16 B;
+    float4 a = __ldg(reinterpret_cast<const float4 *>(p)), b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+    return make_uint4(ls_pack2<B>(a.x, a.y), ls_pack2<B>(a.z, a.w), ls_pack2<B>(b.x, b.y), ls_pack2<B>(b.z, b.w));
+}
+
+// y (T, out) = x (T, in) · w (out, in)ᵀ, T <= 8 NT, in % 64 == 0; block b the row group b
+template <int NT, int RW, typename TX>
+__global__ void __launch_bounds__(TC_WARPS * 32)
+    k_gemv_tc(float *y, const TX *x, const __nv_bfloat16 *w, int T, int in, int out, int pf) {
+    typedef __nv_bfloat16 B;
+    extern __shared__ uint4 sm_tc[];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, rows = 16 * RW;
+    for (int i = threadIdx.x; i < rows * (pf >> 7); i += TC_WARPS * 32) {
+        int o = min((int)blockIdx.x * rows + i % rows, out - 1);
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(reinterpret_cast<const char *>(w + (size_t)o * in) +
+                                                                (size_t)(i / rows) * 128));
+    }
+    ls_dep_enter();
+    uint4 *ring = sm_tc + (size_t)warp * TC_NST * RW * 4 * 32 + lane;
+    float(*red)[RW][NT][4][32] = reinterpret_cast<float(*)[RW][NT][4][32]>(sm_tc);
+    const TX *xr[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+        xr[j] = x + (size_t)min(8 * j + g, T - 1) * in + 8 * q;
+    const B *wr[RW][2];
+#pragma unroll
+    for (int r = 0; r < RW; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            wr[r][h] = w + (size_t)min((int)blockIdx.x * rows + 16 * r + 8 * h + g, out - 1) * in + 8 * q;
+    int nw = (in / 64 - warp + TC_WARPS - 1) / TC_WARPS;
+    float c[RW][NT][4] = {};
+    auto issue = [&](int i, int) {
+        if (i < nw) {
+            uint4 *st = ring + (size_t)(i % TC_NST) * RW * 4 * 32;
+#pragma unroll
+            for (int r = 0; r < RW; r++)
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    ls_cp16(st + (r * 4 + k) * 32, wr[r][k >> 1] + 64 * (warp + i * TC_WARPS) + 32 * (k & 1), 16);
+        }
+        ls_cp_commit();
+    };
+    ls_ring_run<TC_NST>(nw, [](int) { return 0; }, issue, [&](int i) {
+        int k0 = 64 * (warp + i * TC_WARPS);
+        const uint4 *st = ring + (size_t)(i % TC_NST) * RW * 4 * 32;
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            uint4 xb[NT];
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+                xb[j] = s_xfrag(xr[j] + k0 + 32 * s);
+#pragma unroll
+            for (int r = 0; r < RW; r++) {
+                uint4 wa = st[(r * 4 + s) * 32], wb = st[(r * 4 + 2 + s) * 32];
+                uint32_t a0[4] = {wa.x, wb.x, wa.y, wb.y}, a1[4] = {wa.z, wb.z, wa.w, wb.w};
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    ls_mma16816<B>(c[r][j], a0, xb[j].x, xb[j].y);
+                    ls_mma16816<B>(c[r][j], a1, xb[j].z, xb[j].w);
+                }
+            }
+        }
+    });
+    __syncthreads(); // every warp is done with its ring: the sums take it
+#pragma unroll
+    for (int r = 0; r < RW; r++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                red[warp][r][j][e][lane] = c[r][j][e];
+    __syncthreads();
+    for (int i = threadIdx.x; i < RW * NT * 4 * 32; i += TC_WARPS * 32) {
+        int l = i & 31, e = (i >> 5) & 3, j = (i >> 7) % NT, r = (i >> 7) / NT;
+        float v = red[0][r][j][e][l];
+#pragma unroll
+        for (int k = 1; k < TC_WARPS; k++)
+            v += red[k][r][j][e][l];
+        int o = blockIdx.x * rows + 16 * r + (l >> 2) + (e >> 1) * 8, t = 8 * j + 2 * (l & 3) + (e & 1);
+        if (o < out && t < T)
+            y[(size_t)t * out + o] = v;
+    }
+}
+
+template <int NT, int RW, typename TX>
+static cudaError_t s_tc_nt(float *y, const TX *x, const __nv_bfloat16 *w, int T, int in, int out, int pf,
+                           cudaStream_t st) {
+    static bool set;
+    if (!set && cudaFuncSetAttribute(k_gemv_tc<NT, RW, TX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     tc_smem<RW>()) != cudaSuccess)
+        return cudaGetLastError();
+    set = true;
+    return ls_cu_launch_dep(k_gemv_tc<NT, RW, TX>, dim3((unsigned)((out + 16 * RW - 1) / (16 * RW))),
+                            dim3(TC_WARPS * 32), (size_t)tc_smem<RW>(), st, y, x, w, T, in, out, pf);
+}
+// the tensor-core form with RW row tiles a block for T's tokens (in % 64 == 0)
+template <int RW, typename TX>
+static cudaError_t s_tc(float *y, const TX *x, const __nv_bfloat16 *w, int T, int in, int out, int pf,
+                        cudaStream_t st) {
+    return T <= 8    ? s_tc_nt<1, RW>(y, x, w, T, in, out, pf, st)
+           : T <= 16 ? s_tc_nt<2, RW>(y, x, w, T, in, out, pf, st)
+           : T <= 32 ? s_tc_nt<4, RW>(y, x, w, T, in, out, pf, st)
+                     : s_tc_nt<8, RW>(y, x, w, T, in, out, pf, st);
 }
 
 // the small kernels before a GEMM: one block spinning for ns, enrolled as ours are
@@ -62,10 +192,15 @@ __global__ void k_gap(long ns) {
     while (t - t0 < ns);
 }
 
-enum { V_BLAS, V_GEMV, V_NOPF, V_R4, V_R2, V_R1, N_V };
-static const char *s_names[N_V] = {"cuBLAS", "gemv", "gemv_nopf", "gemv_r4", "gemv_r2", "gemv_r1"};
+enum { V_BLAS, V_GEMV, V_NOPF, V_R2, V_R1, V_TC1, V_TC2, V_TCF, N_V };
+static const char *s_names[N_V] = {"cuBLAS", "gemv", "gemv_nopf", "cc_r2", "cc_r1", "tc_r1", "tc_r2", "tc_r1_f32x"};
+static const int s_ts[] = {1, 2, 4, 8, 16, 32, 64};
 static cublasHandle_t s_h;
 static long s_pf_total = LS_CU_GEMV_PF; // bytes asked of L2 a GEMM, over its rows
+static float *s_x32;                    // x in fp32 (tc_r2_f32x: o's x, attention's output)
+
+// the CUDA-core versions have passes up to 8 tokens
+static bool s_fits(int v, int T) { return T <= 8 || (v != V_NOPF && v != V_R2 && v != V_R1); }
 
 static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
                          cudaStream_t st) {
@@ -78,13 +213,18 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
                            in, &zero, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return cudaGetLastError();
     }
-    // production's rows a warp (1 at one token, else 2) without the prefetch; or R rows a
-    // warp at every T, with production's prefetch amount (s_pf_total: the sweep)
+    // the CUDA cores without the prefetch (production's rows a warp), with R rows a warp, or
+    // the tensor cores with RW row tiles a block (tc_r1_f32x: on an fp32 x, as o's), with
+    // production's prefetch amount (s_pf_total: the sweep)
     long pf = v == V_NOPF ? 0 : std::min((long)in * 2, s_pf_total / out) / 128 * 128;
-    return v == V_NOPF ? (T == 1 ? s_gemv<1>(y, x, w, T, in, out, 0, st) : s_gemv<2>(y, x, w, T, in, out, 0, st))
-           : v == V_R4 ? s_gemv<4>(y, x, w, T, in, out, (int)pf, st)
-           : v == V_R2 ? s_gemv<2>(y, x, w, T, in, out, (int)pf, st)
-                       : s_gemv<1>(y, x, w, T, in, out, (int)pf, st);
+    switch (v) {
+    case V_NOPF: return T == 1 ? s_cc<1>(y, x, w, T, in, out, 0, st) : s_cc<2>(y, x, w, T, in, out, 0, st);
+    case V_R2: return s_cc<2>(y, x, w, T, in, out, (int)pf, st);
+    case V_R1: return s_cc<1>(y, x, w, T, in, out, (int)pf, st);
+    case V_TC1: return s_tc<1>(y, x, w, T, in, out, (int)pf, st);
+    case V_TC2: return s_tc<2>(y, x, w, T, in, out, (int)pf, st);
+    default: return s_tc<1>(y, (const float *)s_x32, w, T, in, out, (int)pf, st);
+    }
 }
 
 // µs a layer of 32 layers of [gap, GEMM] x 4 in one graph (gaps: none when !gaps)
@@ -110,7 +250,7 @@ static double s_chain(int v, __nv_bfloat16 *(&w)[LAYERS][N_G], float *y, const _
 
 int main() {
     cudaStream_t st;
-    double bw = dev_begin("dev_gemv", "Llama-3-8B's projections, bf16, T = 1..8", &st);
+    double bw = dev_begin("dev_gemv", "Llama-3-8B's projections, bf16, T = 1..64", &st);
     BL_CK(cublasCreate(&s_h));
     BL_CK(cublasSetStream(s_h, st));
     void *ws;
@@ -118,16 +258,20 @@ int main() {
     BL_CK(cublasSetWorkspace(s_h, ws, 32 << 20));
     dev_rng_t rng = {11};
     std::vector<float> hx, hw;
-    __nv_bfloat16 *x = dev_bf16_fill(rng, (size_t)8 * 14336, 1.0f, hx);
+    __nv_bfloat16 *x = dev_bf16_fill(rng, (size_t)64 * 14336, 1.0f, hx);
+    DEV_CK(cudaMalloc(&s_x32, hx.size() * 4));
+    DEV_CK(cudaMemcpy(s_x32, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     float *y;
-    DEV_CK(cudaMalloc(&y, (size_t)8 * 28672 * 4));
+    DEV_CK(cudaMalloc(&y, (size_t)64 * 28672 * 4));
 
     // validation on a small shape with rows past the last warp's and every T
     {
         int in = 1024, out = 200;
         __nv_bfloat16 *w = dev_bf16_fill(rng, (size_t)in * out, 0.1f, hw);
-        for (int T : {1, 2, 3, 4, 5, 8})
+        for (int T : {1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64})
             for (int v = 0; v < N_V; v++) {
+                if (!s_fits(v, T))
+                    continue;
                 DEV_CK(cudaMemset(y, 0xff, (size_t)T * out * 4));
                 DEV_CK(s_run(v, y, x, w, T, in, out, st));
                 std::vector<float> got((size_t)T * out), want(got.size());
@@ -159,10 +303,14 @@ int main() {
         printf(" | %9s %6s", s_names[v], "%copy");
     printf("\n");
     for (int k = 0; k < N_G; k++)
-        for (int T : {1, 2, 4, 8}) {
+        for (int T : s_ts) {
             double bytes = (double)s_g[k].in * s_g[k].out * 2;
             printf("%-8s %3d", s_g[k].name, T);
             for (int v = 0; v < N_V; v++) {
+                if (!s_fits(v, T)) {
+                    printf(" | %9s %6s", "-", "");
+                    continue;
+                }
                 double us = dev_time_us(st, 32, [&](long i) {
                     return s_run(v, y, x, w[i % LAYERS][k], T, s_g[k].in, s_g[k].out, st);
                 });
@@ -175,10 +323,11 @@ int main() {
         floor_us += (double)s_g[k].in * s_g[k].out * 2 / bw / 1e3;
     printf("\nchain of 32 layers, µs a layer (the weights' floor %.1f; gaps %.1f + %.1f + %.1f + %.1f)\n", floor_us,
            s_g[0].gap_us, s_g[1].gap_us, s_g[2].gap_us, s_g[3].gap_us);
-    for (int T : {1, 2, 4, 8}) {
+    for (int T : s_ts) {
         printf("T=%d:", T);
         for (int v = 0; v < N_V; v++)
-            printf("  %s %.1f alone, %.1f with gaps", s_names[v], s_chain(v, w, y, x, T, false, st),
+            if (s_fits(v, T))
+                printf("  %s %.1f alone, %.1f with gaps", s_names[v], s_chain(v, w, y, x, T, false, st),
                    s_chain(v, w, y, x, T, true, st));
         printf("\n");
     }
