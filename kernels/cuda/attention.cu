@@ -47,8 +47,9 @@
       through distributed shared memory in rank order. Results are the same bits on every
       run, whatever the timing;
     - plan (s_launch): one wave holds 12 warps per SM (<= 168 registers, 16 KB of ring
-      each). Many items: one CTA each, W = as many warps as keep the grid in one wave (>= 4
-      steps each). Few items on a short context (each warp of one CTA at most AT_SHORT
+      each). Many items: one CTA each, W = as many warps as keep the grid in one wave, but at
+      least AT_MINW = 3 (then in several waves: one warp an item left a third of the slots
+      empty), >= 4 steps each. Few items on a short context (each warp of one CTA at most AT_SHORT
       steps): one CTA each, two steps a warp. Few items on a longer one: cs and W chosen
       to hold the most warps with every cluster of the grid resident at once, as cudaOccupancyMaxActiveClusters counts them (a cluster
       sits in one GPC; on the H200 measured here 16-CTA clusters of 12-warp CTAs do not
@@ -203,6 +204,7 @@ enum {
     AT_MAXW = 12,   // warps per SM in one wave (and per CTA, at most): 12 x 32 x 168 regs
     AT_MINSTEP = 4, // a warp gets at least this many steps of keys, else the CTA gets fewer
     AT_SHORT = 4,   // few items: one CTA an item if its warps then take at most this many steps
+    AT_MINW = 3,    // warps a CTA at least, where its keys allow, however many items there are
 };
 
 
@@ -1402,7 +1404,7 @@ static int s_active(s_kern_t kern, s_kinfo_t *ki, int cs, int W, size_t smem) {
 // Plans and launches kern: `ring` bytes of shared memory per warp, kps keys per warp step,
 // gc query heads per item. Items = (token, kv head, pass of gc heads). Many items (>= 90%
 // of a wave of 12-warp CTAs): one CTA each, with as many warps as keep the grid in one wave
-// (12 per SM), at least AT_MINSTEP steps per warp. Few items (sm_90) on a short context: one
+// (12 per SM) but at least AT_MINW (several waves then), at least AT_MINSTEP steps per warp. Few items (sm_90) on a short context: one
 // CTA each, two steps a warp (AT_SHORT). Few items on a longer one: the keys of an item
 // split over a cluster of cs CTAs (2..8, or 16), cs and W chosen to hold the most warps
 // with every cluster of the grid resident at once, as the occupancy query counts them
@@ -1441,10 +1443,15 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
         long w = keys_of(cs) / kps / AT_MINSTEP;
         return (int)(w < 1 ? 1 : w < wcap ? w : wcap);
     };
+    // as many warps as a wave holds, but at least AT_MINW: with about as many items as warp
+    // slots, one warp an item leaves a third of the slots empty in a single wave, where three
+    // or more fill several waves to their tails (dev_attention "tc plans", H100: 128 x 4096
+    // keys 824 us on one warp a CTA, 714-719 on 3 to 12)
     int cs = 1, W;
     {
         long w = slots / items;
-        W = (int)(w < 1 ? 1 : w < wmax(1) ? w : wmax(1));
+        w = w < AT_MINW ? AT_MINW : w;
+        W = (int)(w < wmax(1) ? w : wmax(1));
     }
     // a short context among few items: one CTA an item, two steps a warp, when that leaves
     // each warp at most AT_SHORT steps; a cluster's launch and merge cost more than the steps

@@ -19,7 +19,8 @@
           caches with head_dim 64 or 128).
 
     Then tc's plans at small batches (1 and 8 sequences of 128, 256 and 1,024 cached
-    tokens) and at short contexts among many (32 and 64 of 128, 64 of 256): every (warps a
+    tokens), at short contexts among many (32 and 64 of 128, 64 of 256) and at long ones
+    (64 and 128 of 4,096, where the KV cache is most of the step): every (warps a
     CTA in 1, 2, 3, 4, 6, 8, 12; CTAs a cluster in 1, 2, 4, 8), each in a graph of 100
     launches beside the plan s_launch picks, and checked against that plan's output.
 
@@ -35,7 +36,7 @@ extern "C" {
 #include "ops.h"
 }
 
-enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 4096, NSEQ = 64, ROW = (H + 2 * KV) * D };
+enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 32768, NSEQ = 128, ROW = (H + 2 * KV) * D };
 static const char *s_names[3] = {"v1", "v2", "tc"};
 
 static cudaError_t s_run(int v, const s_args_t *a) {
@@ -156,8 +157,8 @@ int main() {
     // tc's plans at the decode shapes of small batches: each (W, cs) in a graph of 100
     // launches against the planned one, whose output it must match (only the merge order
     // differs); "-" where the plan does not launch (clusters that cannot all be resident)
-    static const int small[][2] = {{1, 128},  {8, 128},  {1, 256},  {8, 256},   {1, 1024},
-                                   {8, 1024}, {32, 128}, {64, 128}, {64, 256}};
+    static const int small[][2] = {{1, 128},  {8, 128},  {1, 256},  {8, 256},   {1, 1024},  {8, 1024},
+                                   {32, 128}, {64, 128}, {64, 256}, {64, 4096}, {128, 4096}};
     static const int cands[] = {1, 2, 4, 8}, wcands[] = {1, 2, 3, 4, 6, 8, 12};
     std::vector<float> ref((size_t)NSEQ * H * D), alt(ref.size());
     printf("\ntc plans, graph us (planned first; rows W = warps a CTA, columns cs = CTAs a cluster)\n");
