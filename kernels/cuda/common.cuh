@@ -108,9 +108,10 @@ template <int N> __device__ __forceinline__ void ls_cp_wait() {
 }
 // A warp's cp.async ring over its nw steps (of keys, of weights), NST stages deep: the first
 // NST page reads (block-table entries; or none: page_of returns 0) in flight at once, each
-// step's copies issued NST - 1 steps before its use, step(i) once step i's group has landed. page_of(i) reads step i's page; issue(i,
-// page) copies step i into stage i % NST and commits one group (empty past the last step),
-// so that the wait count is fixed. Leaves the ring idle (the kernels reuse it after).
+// step's copies issued NST - 1 steps before its use, step(i) once step i's group has landed.
+// page_of(i) reads step i's page; issue(i, page) copies step i into stage i % NST and commits
+// one group (empty past the last step), so that the wait count is fixed. Leaves the ring
+// idle (the kernels reuse it after).
 template <int NST, typename P, typename I, typename S>
 __device__ __forceinline__ void ls_ring_run(int nw, P page_of, I issue, S step) {
     int pg[NST];
@@ -280,12 +281,6 @@ typedef struct {
 } ls_cu_props_t;
 const ls_cu_props_t *ls_cu_props(void);
 
-// Launches kern over (grid, block) with programmatic dependent launch on sm_90+: it may be
-// scheduled while the kernel before it in the stream drains, so the launch's latency hides
-// under that kernel's tail. Only for kernels that call ls_dep_wait() before they read or
-// write anything an earlier kernel of the step writes or reads (and ls_dep_launch() so the
-// next such kernel may start in turn). cs > 1: in thread-block clusters of cs CTAs along x
-// (sm_90+; grid.x a multiple of cs).
 // ls_cu_launch_dep_cs's attributes into attr: programmatic dependent launch where pdl (on
 // sm_90+), clusters of cs CTAs along x where cs > 1; returns their count
 static inline int ls_cu_launch_attrs(cudaLaunchAttribute (&attr)[2], bool pdl, int cs) {
@@ -301,6 +296,13 @@ static inline int ls_cu_launch_attrs(cudaLaunchAttribute (&attr)[2], bool pdl, i
     }
     return n;
 }
+
+// Launches kern over (grid, block) with programmatic dependent launch on sm_90+: it may be
+// scheduled while the kernel before it in the stream drains, so the launch's latency hides
+// under that kernel's tail. Only for kernels that call ls_dep_wait() before they read or
+// write anything an earlier kernel of the step writes or reads (and ls_dep_launch() so the
+// next such kernel may start in turn). cs > 1: in thread-block clusters of cs CTAs along x
+// (sm_90+; grid.x a multiple of cs).
 template <typename... P, typename... A>
 static inline cudaError_t ls_cu_launch_dep_cs(void (*kern)(P...), dim3 grid, dim3 block,
                                               size_t smem, cudaStream_t stream, int cs,
