@@ -89,7 +89,10 @@
 // prefill's activations take ~2.5 GB, grown by doubling) and the allocator's slack
 #define MARGIN_BYTES ((size_t)6 << 30)
 
-static const int s_batches[] = {1, 8, 32, 64, 128, 256}, s_quick_batches[] = {1, 64, 256};
+// 2 and 4: where the backend's matmul turns from its GEMV to cuBLAS (ops_cuda.h
+// LS_CU_GEMV_MAX_T)
+static const int s_batches[] = {1, 2, 4, 8, 32, 64, 128, 256}, s_quick_batches[] = {1, 64, 256};
+enum { N_BATCHES = sizeof s_batches / sizeof s_batches[0] };
 static const int s_ctxs[] = {128, 1024, 4096, 16384}, s_quick_ctxs[] = {128, 4096};
 static const int s_prompts[] = {512, 2048, 8192}, s_quick_prompts[] = {2048};
 
@@ -599,9 +602,9 @@ int main(int argc, char **argv) {
     }
     const int *batches = quick ? s_quick_batches : s_batches, *ctxs = quick ? s_quick_ctxs : s_ctxs;
     const int *prompts = quick ? s_quick_prompts : s_prompts;
-    int n_b = quick ? 3 : 6, n_c = quick ? 2 : 4, n_p = quick ? 1 : 3;
+    int n_b = quick ? 3 : N_BATCHES, n_c = quick ? 2 : 4, n_p = quick ? 1 : 3;
     if (only_ctx) // every batch at that context, nothing else
-        batches = s_batches, n_b = 6, ctxs = &only_ctx, n_c = 1, n_p = 0;
+        batches = s_batches, n_b = N_BATCHES, ctxs = &only_ctx, n_c = 1, n_p = 0;
     // the few bounded points first, the decode grid (the longest part) last, so --max-seconds
     // cuts its largest points; the workspace a prefill grows stays (model.h) and counts as used
     // memory in the decode points' check

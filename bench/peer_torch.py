@@ -48,7 +48,7 @@ HIDDEN, INTER, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 4096, 14336, 32, 32, 8
 EPS, THETA = 1e-5, 500000.0
 ROPE = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max=8192)
 
-BATCHES, CTXS, PROMPTS = [1, 8, 32, 64, 128, 256], [128, 1024, 4096, 16384], [512, 2048, 8192]
+BATCHES, CTXS, PROMPTS = [1, 2, 4, 8, 32, 64, 128, 256], [128, 1024, 4096, 16384], [512, 2048, 8192]
 QUICK_BATCHES, QUICK_CTXS, QUICK_PROMPTS = [1, 64, 256], [128, 4096], [2048]
 WARM, PREFILL_RUNS = 3, 5
 MARGIN = 4 << 30  # memory a point leaves beside its KV cache: activations, logits, the graph pool
