@@ -20,9 +20,9 @@
 
     Then tc's plans at small batches (1 and 8 sequences of 128, 256 and 1,024 cached
     tokens), at short contexts among many (32 and 64 of 128, 64 of 256) and at long ones
-    (64 and 128 of 4,096, where the KV cache is most of the step): every (warps a
-    CTA in 1, 2, 3, 4, 6, 8, 12; CTAs a cluster in 1, 2, 4, 8), each in a graph of 100
-    launches beside the plan s_launch picks, and checked against that plan's output.
+    (64 and 128 of 4,096, 2 and 4 of 16,384, where the KV cache is most of the step): every
+    (warps a CTA in 1, 2, 3, 4, 6, 8, 12; CTAs a cluster in 1, 2, 4, 8, 16), each in a graph
+    of 100 launches beside the plan s_launch picks, and checked against that plan's output.
 
     Usage: dev_attention. Exit 1 if a version fails its check.
 */
@@ -157,9 +157,11 @@ int main() {
     // tc's plans at the decode shapes of small batches: each (W, cs) in a graph of 100
     // launches against the planned one, whose output it must match (only the merge order
     // differs); "-" where the plan does not launch (clusters that cannot all be resident)
-    static const int small[][2] = {{1, 128},  {8, 128},  {1, 256},  {8, 256},   {1, 1024},  {8, 1024},
-                                   {32, 128}, {64, 128}, {64, 256}, {64, 4096}, {128, 4096}};
-    static const int cands[] = {1, 2, 4, 8}, wcands[] = {1, 2, 3, 4, 6, 8, 12};
+    static const int small[][2] = {{1, 128},   {8, 128},   {1, 256},    {8, 256},
+                                   {1, 1024},  {8, 1024},  {32, 128},   {64, 128},
+                                   {64, 256},  {64, 4096}, {128, 4096}, {2, 16384},
+                                   {4, 16384}};
+    static const int cands[] = {1, 2, 4, 8, 16}, wcands[] = {1, 2, 3, 4, 6, 8, 12};
     std::vector<float> ref((size_t)NSEQ * H * D), alt(ref.size());
     printf("\ntc plans, graph us (planned first; rows W = warps a CTA, columns cs = CTAs a cluster)\n");
     for (const auto &sh : small) {
@@ -187,9 +189,13 @@ int main() {
                 DEV_CK(cudaMemcpy(alt.data(), out, (size_t)S * H * D * 4, cudaMemcpyDeviceToHost));
                 char name[64];
                 snprintf(name, sizeof name, "%d x %d W=%d cs=%d", S, ctx, w, c);
+                // two plans add the keys' fp32 terms in other orders, and a warp's running
+                // sum over more keys rounds more: 1e-10 up to 2,048 keys a warp, in
+                // proportion past that (one warp over 16,384: 5.7e-10 against the planned)
                 double nmse = dev_nmse(alt.data(), ref.data(), (size_t)S * H * D);
-                if (nmse > 1e-10) // only failures print: the table is the output
-                    dev_check(name, "tc plan", nmse, 1e-10);
+                double keys = (double)ctx / (w * c), tol = 1e-10 * std::max(1.0, keys / 2048);
+                if (nmse > tol) // only failures print: the table is the output
+                    dev_check(name, "tc plan", nmse, tol);
                 printf(" %7.1f", us);
             }
             printf("\n");
