@@ -49,12 +49,12 @@
     - plan (s_launch): one wave holds 12 warps per SM (<= 168 registers, 16 KB of ring
       each). Many items: one CTA each, W = as many warps as keep the grid in one wave, but at
       least AT_MINW = 3 (then in several waves: one warp an item left a third of the slots
-      empty), >= 4 steps each. Few items on a short context (each warp of one CTA at most AT_SHORT
-      steps): one CTA each, two steps a warp. Few items on a longer one: cs and W chosen
-      to hold the most warps with every cluster of the grid resident at once, as cudaOccupancyMaxActiveClusters counts them (a cluster
-      sits in one GPC; on the H200 measured here 16-CTA clusters of 12-warp CTAs do not
-      all fit 8 at a time, and 4-CTA clusters for 32 items ran in two waves before this
-      check). No scratch memory, no synchronization: launches can be captured in graphs.
+      empty), >= 4 steps each. Few items on a short context (each warp of one CTA at most
+      AT_SHORT steps): one CTA each, two steps a warp. Few items on a longer one: cs and W
+      chosen to hold the most warps with every cluster of the grid resident at once, as
+      cudaOccupancyMaxActiveClusters counts them (a cluster sits in one GPC; on the H200
+      measured here 16-CTA clusters of 12-warp CTAs do not all fit 8 at a time, and 4-CTA
+      clusters for 32 items ran in two waves before this check). No scratch memory, no synchronization: launches can be captured in graphs.
       Launched with programmatic dependent launch (common.cuh ls_cu_launch_dep's attribute).
 
     Known limits: short decode contexts stay latency-bound (64 x 128 keys: 17 us on an
@@ -769,7 +769,8 @@ __device__ __forceinline__ void s_pf_begin(int *s_pos, int *s_whi, char *q_sm, c
             x = __ldg(reinterpret_cast<const float4 *>(
                           q + (size_t)(t.tok0 + tk) * row_stride + (size_t)hd * D) + c4);
         }
-        uint2 u = {ls_pack2<__nv_bfloat16>(x.x * qscale, x.y * qscale), ls_pack2<__nv_bfloat16>(x.z * qscale, x.w * qscale)};
+        uint2 u = {ls_pack2<__nv_bfloat16>(x.x * qscale, x.y * qscale),
+                   ls_pack2<__nv_bfloat16>(x.z * qscale, x.w * qscale)};
         *reinterpret_cast<uint2 *>(q_sm + at(r, c4)) = u;
     }
 }
@@ -1404,8 +1405,9 @@ static int s_active(s_kern_t kern, s_kinfo_t *ki, int cs, int W, size_t smem) {
 // Plans and launches kern: `ring` bytes of shared memory per warp, kps keys per warp step,
 // gc query heads per item. Items = (token, kv head, pass of gc heads). Many items (>= 90%
 // of a wave of 12-warp CTAs): one CTA each, with as many warps as keep the grid in one wave
-// (12 per SM) but at least AT_MINW (several waves then), at least AT_MINSTEP steps per warp. Few items (sm_90) on a short context: one
-// CTA each, two steps a warp (AT_SHORT). Few items on a longer one: the keys of an item
+// (12 per SM) but at least AT_MINW (several waves then), at least AT_MINSTEP steps per warp.
+// Few items (sm_90) on a short context: one CTA each, two steps a warp (AT_SHORT). Few items
+// on a longer one: the keys of an item
 // split over a cluster of cs CTAs (2..8, or 16), cs and W chosen to hold the most warps
 // with every cluster of the grid resident at once, as the occupancy query counts them
 // (clusters sit inside one GPC: how many fit depends on the GPCs' SM counts); ties go to

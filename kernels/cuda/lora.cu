@@ -598,7 +598,8 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
         kb = std::max(1, std::min(kb, cap));
     }
     else
-        while (ls_cu_props()->cc >= 9 && kb < 8 && (long)n_tiles * n_slices * kb < ls_cu_props()->sms &&
+        while (ls_cu_props()->cc >= 9 && kb < 8 &&
+               (long)n_tiles * n_slices * kb < ls_cu_props()->sms &&
                n_chunks >= 2 * TC_WARPS * kb * u)
             kb *= 2;
     if (parts)
@@ -632,7 +633,8 @@ static cudaError_t s_shrink2(float *tmp, const float *x, ls_lora_pages_t a, ls_c
                              const int32_t *perm, int in, int n_slices, int r_max, unsigned flags,
                              cudaStream_t stream) {
     int ks = 1, jb = S2_WARPS * S2_R;
-    while (ks < 8 && (long)n_tiles * n_slices * ((max_rank + jb - 1) / jb) < 2L * ls_cu_props()->sms) {
+    while (ks < 8 &&
+           (long)n_tiles * n_slices * ((max_rank + jb - 1) / jb) < 2L * ls_cu_props()->sms) {
         ks *= 2;
         jb = S2_WARPS / ks * S2_R;
     }
@@ -1249,7 +1251,8 @@ k_lora_expand_tc(float *__restrict__ y, const float *__restrict__ tmp, ls_lora_p
 // whole warps (16 columns), sm_80+
 static bool s_expand_tc_fits(const float *tmp, const ls_lora_pages_t &b, ls_cu_dtype_t b_dt,
                              const s_slice_offs_t &so, int n_slices, int r_max) {
-    bool ok = b_dt == LS_CU_BF16 && ls_cu_props()->cc >= 8 && r_max % 8 == 0 && b.np == 1 && (uintptr_t)tmp % 16 == 0;
+    bool ok = b_dt == LS_CU_BF16 && ls_cu_props()->cc >= 8 && r_max % 8 == 0 && b.np == 1 &&
+              (uintptr_t)tmp % 16 == 0;
     for (int k = 1; k <= n_slices; k++)
         ok = ok && so.off[k] % 16 == 0;
     return ok;

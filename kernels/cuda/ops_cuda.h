@@ -101,8 +101,9 @@ int ls_cu_fp8_gemm_tc_ok(void);
 // H100; gemv.cu), w BF16 or F16, x F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned.
 // sms > 0: its blocks at once no more than sms SMs hold (room for the side stream's LoRA
 // kernels, as cuBLAS's SM count target); 0: all. LS_CU_GEMV_PF: bytes of a GEMM's weights its
-// blocks ask of L2 before they wait for the kernel before them (the dev bench's sweep, H100:
-// 2 / 4 / 8 / 16 / 32 MB 177.9 / 176.6 / 175.8 / 176.8 / 182.9 µs a layer).
+// blocks ask of L2 before they wait for the kernel before them (about what HBM moves during
+// the small kernels before a GEMM; the sweep: kernels/cuda/dev/README.md, "The decode GEMM of
+// a few tokens").
 #define LS_CU_GEMV_MAX_T 2
 #define LS_CU_GEMV_PF (8L << 20)
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,

@@ -420,12 +420,14 @@ __device__ __forceinline__ u64 s_target(float top_p, u64 total) {
     return !(t >= 1.0) ? 1ull : t >= (double)total ? total : (u64)t;
 }
 
-// Row row's histogram of pass (slot) t
-__device__ __forceinline__ const uint32_t *s_hc(const s_sel_mem_t &m, int row, int t) {
-    return m.cnt + ((size_t)row * SEL_SLOTS + t) * SEL_BINS;
+// Row row's pass (slot) t: its index among the rows' slots (its state in m.st), and its
+// histogram's counts and masses
+__device__ __forceinline__ size_t s_slot(int row, int t) { return (size_t)row * SEL_SLOTS + t; }
+__device__ __forceinline__ uint32_t *s_hc(const s_sel_mem_t &m, int row, int t) {
+    return m.cnt + s_slot(row, t) * SEL_BINS;
 }
-__device__ __forceinline__ const u64 *s_hm(const s_sel_mem_t &m, int row, int t) {
-    return m.mass + ((size_t)row * SEL_SLOTS + t) * SEL_BINS;
+__device__ __forceinline__ u64 *s_hm(const s_sel_mem_t &m, int row, int t) {
+    return m.mass + s_slot(row, t) * SEL_BINS;
 }
 
 // A select's end, from the state its last pass started from (slot t): the boundary's key
@@ -434,7 +436,7 @@ __device__ __forceinline__ const u64 *s_hm(const s_sel_mem_t &m, int row, int t)
 // one. One warp.
 __device__ s_sel_t s_sel_end(const s_sel_mem_t &m, int row, int t, bool by_mass, u64 *w) {
     u64 n, bw;
-    s_sel_t st = s_pick(s_hc(m, row, t), s_hm(m, row, t), m.st[(size_t)row * SEL_SLOTS + t],
+    s_sel_t st = s_pick(s_hc(m, row, t), s_hm(m, row, t), m.st[s_slot(row, t)],
                         by_mass, &n, &bw);
     *w = n ? bw / n : 0; // the elements of one key have one mass
     if (by_mass)
@@ -451,8 +453,8 @@ __device__ s_sel_t s_sel_state(const s_sel_mem_t &m, int row, int t,
                                const ls_cu_sample_params_t &sp, bool use_k) {
     u64 n, w;
     if (t != 1 && t != SEL_DIGITS)
-        return s_pick(s_hc(m, row, t - 1), s_hm(m, row, t - 1),
-                      m.st[(size_t)row * SEL_SLOTS + t - 1], t > SEL_DIGITS || !use_k, &n, &w);
+        return s_pick(s_hc(m, row, t - 1), s_hm(m, row, t - 1), m.st[s_slot(row, t - 1)],
+                      t > SEL_DIGITS || !use_k, &n, &w);
     s_sel_t st = {0, 0, 0};
     if (t == SEL_DIGITS) { // the top-k set's mass: everything above the boundary, and its j ties
         s_sel_t k = s_sel_end(m, row, SEL_DIGITS - 1, false, &w);
@@ -494,7 +496,7 @@ __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_select(ls_cu_sampl
         if (tid == 0) {
             s_st = st;
             if (c == 0)
-                m.st[(size_t)row * SEL_SLOTS + t] = st;
+                m.st[s_slot(row, t)] = st;
         }
     }
     for (int b = tid; b < SEL_BINS; b += bd)
@@ -521,8 +523,8 @@ __global__ void __launch_bounds__(SMP_STATS_THREADS) k_sample_select(ls_cu_sampl
         s_hist_add(hc, hm, bin, w);
     }
     __syncthreads();
-    uint32_t *gc = m.cnt + ((size_t)row * SEL_SLOTS + t) * SEL_BINS;
-    u64 *gm = m.mass + ((size_t)row * SEL_SLOTS + t) * SEL_BINS;
+    uint32_t *gc = s_hc(m, row, t);
+    u64 *gm = s_hm(m, row, t);
     for (int b = tid; b < SEL_BINS; b += bd) {
         if (hc[b])
             atomicAdd(&gc[b], hc[b]);
