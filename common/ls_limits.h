@@ -10,6 +10,15 @@
 // the scheduler and worker in one process, takes it too).
 #define LS_DEFAULT_MAX_LORAS_PER_BATCH 8
 
+// The largest pool a worker reports (WorkerInfo) and a scheduler takes: pages of the GPU pool
+// (the scheduler's page table holds 20 bytes a page, so 16 Mi pages are 320 MB), tokens a KV
+// block, and adapter slots a step. The scheduler ignores a report beyond them, as it would any
+// malformed one; the worker refuses such flags and takes at most LS_MAX_KV_BLOCKS pages from
+// --kv-cache-mb.
+#define LS_MAX_KV_BLOCKS (1u << 24)
+#define LS_MAX_BLOCK_SIZE 4096u
+#define LS_MAX_LORAS_PER_BATCH 4096u
+
 // A step's bounds when --max-running-requests / --max-num-batched-tokens are not given: the
 // scheduler plans within them and the workers refuse a bigger plan (the launcher passes both
 // flags to both).

@@ -938,6 +938,13 @@ void sched_on_worker_info(sched_t *s, uint64_t now, const ls_msg_t *msg) {
                 w->rank, s->cfg.tp_size);
         return;
     }
+    if (w->kv_blocks > LS_MAX_KV_BLOCKS || w->block_size > LS_MAX_BLOCK_SIZE ||
+        w->max_loras_per_batch > LS_MAX_LORAS_PER_BATCH) {
+        ls_warn(0, "ignoring WorkerInfo from rank %u: %u KV blocks of %u tokens and %u adapter slots, beyond the %u, %u "
+                   "and %u a scheduler holds", w->rank, w->kv_blocks, w->block_size, w->max_loras_per_batch,
+                LS_MAX_KV_BLOCKS, LS_MAX_BLOCK_SIZE, LS_MAX_LORAS_PER_BATCH);
+        return;
+    }
     if (s->ready) {
         // A worker that reports again has restarted (or changed): its KV cache and adapters are
         // gone. Recompute the running requests rather than fail them.

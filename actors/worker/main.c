@@ -181,7 +181,11 @@ static int s_load_engine(ls_actor_t *a) {
         // (f32 on the CPU backend, the model's weight dtype on the GPU), for the rank's KV
         // heads. The adapters in GPU slots take pages of the same pool (docs/memory.md).
         size_t per_block = ls_kv_cache_block_bytes(s_w.model, s_w.block_size, ls_model_kv_dtype(s_w.model));
-        pages = (int)(((size_t)s_w.kv_cache_mb << 20) / per_block);
+        size_t fit = ((size_t)s_w.kv_cache_mb << 20) / per_block;
+        if (fit > LS_MAX_KV_BLOCKS)
+            ls_info(0, "--kv-cache-mb %d holds %zu pages: taking the %u a scheduler holds", s_w.kv_cache_mb, fit,
+                    LS_MAX_KV_BLOCKS);
+        pages = (int)(fit < LS_MAX_KV_BLOCKS ? fit : LS_MAX_KV_BLOCKS);
     }
     ls_lora_pool_config_t pc = {.max_loras_per_batch = s_w.max_loras_per_batch,
                                 .max_lora_rank = s_w.max_lora_rank,
@@ -262,6 +266,13 @@ static int s_start(ls_actor_t *a, void *state) {
         s_w.max_batched < 1 || s_w.extra_vocab_size < 0) {
         ls_error(0, "--rank %d must be within --tp-size %d; --tp-timeout-ms, --max-running-requests and "
                     "--max-num-batched-tokens positive; --lora-extra-vocab-size at least 0", s_w.rank, s_w.tp_size);
+        return -1;
+    }
+    // What a scheduler takes (WorkerInfo): a worker beyond it would never be served.
+    if (s_w.kv_blocks > (int)LS_MAX_KV_BLOCKS || s_w.block_size > (int)LS_MAX_BLOCK_SIZE ||
+        s_w.max_loras_per_batch > (int)LS_MAX_LORAS_PER_BATCH) {
+        ls_error(0, "--kv-blocks %d, --block-size %d, --max-loras-per-batch %d: at most %u, %u and %u", s_w.kv_blocks,
+                 s_w.block_size, s_w.max_loras_per_batch, LS_MAX_KV_BLOCKS, LS_MAX_BLOCK_SIZE, LS_MAX_LORAS_PER_BATCH);
         return -1;
     }
     if (strcmp(s_w.load_format, "auto") != 0 && strcmp(s_w.load_format, "dummy") != 0) {

@@ -33,6 +33,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "ls_limits.h"
 #include "ls_log.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -209,6 +210,36 @@ static void test_pending_until_ready(void **unused) {
     assert_int_equal(h->req[1].finish, LS_FINISH_REASON_LENGTH);
     assert_int_equal(h->req[1].firsts, 1);
     assert_false(h->req[1].bad_sequence);
+    h_free(h);
+}
+
+// A WorkerInfo beyond what a scheduler holds (LS_MAX_KV_BLOCKS pages, LS_MAX_BLOCK_SIZE tokens a
+// block, LS_MAX_LORAS_PER_BATCH slots) is ignored, as a malformed one is: nothing is sized for
+// it and requests keep waiting; a report at those limits serves.
+static void s_worker_info(h_t *h, uint32_t kv_blocks, uint32_t block_size, uint32_t slots) {
+    ls_msg_t m;
+    ls_msg_init(&m, LS_MSG_WORKER_INFO);
+    m.u.worker_info = (ls_msg_worker_info_t){.tp_size = 1, .kv_blocks = kv_blocks, .block_size = block_size,
+                                             .max_context = 256, .vocab_size = H_VOCAB, .max_loras_per_batch = slots};
+    sched_on_worker_info(h->s, ++h->now, &m);
+    ls_msg_clear(&m);
+}
+
+static void test_worker_info_bounds(void **unused) {
+    sched_config_t cfg = h_config();
+    h_t *h = h_new(&cfg);
+    h_request(h, 1, 8, 10, NULL, 4);
+    const uint32_t bad[][3] = {{LS_MAX_KV_BLOCKS + 1, 4, 2},        {UINT32_MAX, 4, 2}, {64, LS_MAX_BLOCK_SIZE + 1, 2},
+                               {64, UINT32_MAX, 2},                 {64, 4, LS_MAX_LORAS_PER_BATCH + 1},
+                               {64, 4, UINT32_MAX}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        s_worker_info(h, bad[i][0], bad[i][1], bad[i][2]);
+        assert_int_equal(h_count(h, LS_MSG_STEP_PLAN, 0), 0);
+        assert_int_equal(sched_stats(h->s)->kv_blocks_total, 0);
+    }
+    s_worker_info(h, 64, LS_MAX_BLOCK_SIZE, LS_MAX_LORAS_PER_BATCH);
+    assert_int_equal(sched_stats(h->s)->kv_blocks_total, 64);
+    assert_int_equal(h_count(h, LS_MSG_STEP_PLAN, 0), 1);
     h_free(h);
 }
 
@@ -1443,6 +1474,7 @@ int main(void) {
         cmocka_unit_test(test_kv_evict),
         cmocka_unit_test(test_slot_victims),
         cmocka_unit_test(test_pending_until_ready),
+        cmocka_unit_test(test_worker_info_bounds),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_adapter_names),
