@@ -176,6 +176,20 @@ static void test_regex_refused(void **state) {
     free(huge);
 }
 
+// A source that is absent (NULL, 0: a message's unset text field) is the empty one: the empty
+// regex matches only "", the empty schema is not JSON.
+static void test_absent_source(void **state) {
+    (void)state;
+    char err[256] = "";
+    ls_grammar_t *g = ls_grammar_compile_kind(LS_GRAMMAR_SRC_REGEX, NULL, 0, err, sizeof err);
+    assert_non_null(g);
+    assert_true(ls_grammar_matches(g, "", 0));
+    assert_false(ls_grammar_matches(g, "a", 1));
+    ls_grammar_destroy(&g);
+    assert_null(ls_grammar_compile_kind(LS_GRAMMAR_SRC_JSON_SCHEMA, NULL, 0, err, sizeof err));
+    assert_non_null(strstr(err, "not JSON"));
+}
+
 // ---- JSON schema ----------------------------------------------------------------------------
 
 // Whether v validates against schema (the subset grammar.h supports), refs resolved in root.
@@ -530,7 +544,7 @@ int main(void) {
         cmocka_unit_test(test_regex_refused),       cmocka_unit_test(test_schema_instances),
         cmocka_unit_test(test_schema_matches),      cmocka_unit_test(test_json_object),
         cmocka_unit_test(test_schema_refused),      cmocka_unit_test(test_masks_vs_brute_force),
-        cmocka_unit_test(test_mask_cost),
+        cmocka_unit_test(test_mask_cost),           cmocka_unit_test(test_absent_source),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
