@@ -522,6 +522,33 @@ static void test_load_format_dummy(void **unused) {
     assert_non_null(strstr(tu_read_file(log, NULL), "loading"));
 }
 
+// A pool beyond what a scheduler takes (common/ls_limits.h) is refused at start, naming the
+// limit, rather than reported in a WorkerInfo the scheduler would ignore.
+static void test_pool_limits(void **unused) {
+    const char *flags[] = {"--kv-blocks=16777217", "--block-size=4097", "--max-loras-per-batch=4097"};
+    for (int i = 0; i < 3; i++) {
+        char peer[160], log[128];
+        snprintf(peer, sizeof peer, "--peer=scheduler=ipc://%s/sched.sock", s_dir);
+        snprintf(log, sizeof log, "%s/worker-limits.log", s_dir);
+        pid_t pid = fork();
+        if (pid == 0) {
+            tu_child_dies_with_parent();
+            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            dup2(fd, 2);
+            execl(LS_BIN_DIR "/loraserve-worker", "loraserve-worker", "--name=worker-limits", peer,
+                  "--model-path=" LS_DEMO_DIR, "--threads=1", flags[i], (char *)NULL);
+            _exit(127);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 127);
+        char *text = tu_read_file(log, NULL);
+        assert_non_null(text);
+        assert_non_null(strstr(text, "at most 16777216, 4096 and 4096"));
+        free(text);
+    }
+}
+
 int main(void) {
     alarm(170);
     const struct CMUnitTest tests[] = {
@@ -531,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_plan_bounds), cmocka_unit_test(test_rid_zero),
         cmocka_unit_test(test_min_new_tokens),
         cmocka_unit_test(test_load_format_dummy),
+        cmocka_unit_test(test_pool_limits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
