@@ -123,6 +123,7 @@ typedef struct {
     int n_sm;               // SMs of the device
     int side_leave;         // SMs every GEMM leaves to open side work; < 0: s_gemm_sms's rule
     int blas_sms;           // cuBLAS's SM count target now (0: all)
+    const float *attn_out;  // attention's output: the matmul reading it comes right after it
     cudaStream_t upload;   // buffer_upload_async
     s_dev_t up_stage;      // the images of buffer_upload_async, padded from here on the device
     cudaEvent_t queued;    // compute work queued before an async upload
@@ -966,7 +967,8 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     const void *xp = s_ptr(x);
     size_t n = (size_t)T * in;
     // a few tokens on 16-bit weights: our GEMV (ops_cuda.h ls_cu_gemv), which takes x as it
-    // is (an fp32 x rounded as it reads it) and adds the bias itself
+    // is (an fp32 x rounded as it reads it) and adds the bias itself; right after attention
+    // (o's, on its output) it asks L2 for less before it waits, as attention still reads
     ls_cu_dtype_t x_dt = ready ? s_dt(w) : LS_CU_F32;
     bool gemv = narrow && ls_cu_gemv_ok(T, in, xp, x_dt, s_ptr(w), s_dt(w));
     bool conv = narrow && !ready && !gemv;
@@ -982,8 +984,9 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
               accumulate, conv ? c->xconv.p : NULL, sms))
         return;
     if (gemv) {
+        long pf = xp == (const void *)c->attn_out ? LS_CU_GEMV_PF_ATTN : LS_CU_GEMV_PF;
         s_note(c, ls_cu_gemv(yp, xp, x_dt, s_ptr(w), s_dt(w), bias.buf ? s_ptr(bias) : NULL,
-                             bias.buf ? s_dt(bias) : LS_CU_F32, T, in, out, accumulate, sms,
+                             bias.buf ? s_dt(bias) : LS_CU_F32, T, in, out, accumulate, sms, pf,
                              c->stream));
         return;
     }
@@ -1115,6 +1118,7 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
                         int block_size, int row_stride, size_t block_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
+    c->attn_out = s_f32(out);
     if (s_rec(c, (int)S_OP_ATTENTION, s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
               (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride,
               block_stride))

@@ -9,7 +9,7 @@
     reduction kernel). This one is launched with programmatic dependent launch: its blocks
     become resident while the kernel before it (an RMSNorm, attention, SiLU·mul) still runs,
     and before they wait for it they ask L2 for the first bytes of their rows (the weights
-    are written by no kernel of a step; LS_CU_GEMV_PF bytes a GEMM in all), so HBM works
+    are written by no kernel of a step; pf bytes a GEMM in all, ops_cuda.h), so HBM works
     through the gap.
 
     A warp owns R rows (R = 1 at one token, 2 at two) and all of K: lane l reads the
@@ -149,14 +149,14 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 template <int NT, int R, typename TW, typename TX>
 static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
                           ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate, int sms,
-                          cudaStream_t stream) {
+                          long pf_all, cudaStream_t stream) {
     static int per_sm; // k_gemv<...>'s resident blocks an SM (one device per process)
     if (sms > 0 && !per_sm &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv<NT, R, TW, TX>,
                                                       GV_WARPS * 32, 0) != cudaSuccess)
         return cudaGetLastError();
     long pf = (long)in * (long)sizeof(TW), groups = (out + GV_WARPS * R - 1) / (GV_WARPS * R);
-    pf = (pf < LS_CU_GEMV_PF / out ? pf : LS_CU_GEMV_PF / out) / 128 * 128;
+    pf = (pf < pf_all / out ? pf : pf_all / out) / 128 * 128;
     if (sms > 0 && groups > (long)sms * per_sm)
         groups = (long)sms * per_sm;
     return ls_cu_launch_dep(k_gemv<NT, R, TW, TX>, dim3((unsigned)groups), dim3(GV_WARPS * 32), 0,
@@ -167,9 +167,9 @@ static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
 template <typename TW, typename TX>
 static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias,
                             ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate,
-                            int sms, cudaStream_t stream) {
-    return T == 1 ? s_gemv<1, 1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream)
-                  : s_gemv<2, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
+                            int sms, long pf, cudaStream_t stream) {
+    return T == 1 ? s_gemv<1, 1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf, stream)
+                  : s_gemv<2, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf, stream);
 }
 
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
@@ -181,16 +181,16 @@ int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *
 
 cudaError_t ls_cu_gemv(float *y, const void *x, ls_cu_dtype_t x_dt, const void *w,
                        ls_cu_dtype_t w_dt, const void *bias, ls_cu_dtype_t bias_dt, int T, int in,
-                       int out, int accumulate, int sms, cudaStream_t stream) {
-    assert(ls_cu_gemv_ok(T, in, x, x_dt, w, w_dt) && out > 0 && sms >= 0);
+                       int out, int accumulate, int sms, long pf, cudaStream_t stream) {
+    assert(ls_cu_gemv_ok(T, in, x, x_dt, w, w_dt) && out > 0 && sms >= 0 && pf >= 0);
     typedef __nv_bfloat16 B;
     if (w_dt == LS_CU_BF16)
         return x_dt == LS_CU_F32 ? s_gemv_t(y, (const float *)x, (const B *)w, bias, bias_dt, T,
-                                            in, out, accumulate, sms, stream)
+                                            in, out, accumulate, sms, pf, stream)
                                  : s_gemv_t(y, (const B *)x, (const B *)w, bias, bias_dt, T, in,
-                                            out, accumulate, sms, stream);
+                                            out, accumulate, sms, pf, stream);
     return x_dt == LS_CU_F32 ? s_gemv_t(y, (const float *)x, (const __half *)w, bias, bias_dt, T,
-                                        in, out, accumulate, sms, stream)
+                                        in, out, accumulate, sms, pf, stream)
                              : s_gemv_t(y, (const __half *)x, (const __half *)w, bias, bias_dt,
-                                        T, in, out, accumulate, sms, stream);
+                                        T, in, out, accumulate, sms, pf, stream);
 }

@@ -100,17 +100,19 @@ int ls_cu_fp8_gemm_tc_ok(void);
 // this kernel, a step 15% slower than cuBLAS's at 4 tokens on an H200, within 1.4% on an
 // H100; gemv.cu), w BF16 or F16, x F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned.
 // sms > 0: its blocks at once no more than sms SMs hold (room for the side stream's LoRA
-// kernels, as cuBLAS's SM count target); 0: all. LS_CU_GEMV_PF: bytes of a GEMM's weights its
-// blocks ask of L2 before they wait for the kernel before them (about what HBM moves during
-// the small kernels before a GEMM; the sweep: kernels/cuda/dev/README.md, "The decode GEMM of
-// a few tokens").
+// kernels, as cuBLAS's SM count target); 0: all. pf: bytes of the weights its blocks ask of L2
+// before they wait for the kernel before them — LS_CU_GEMV_PF after the small kernels (about
+// what HBM moves while they run; the sweep: kernels/cuda/dev/README.md, "The decode GEMM of a
+// few tokens"), LS_CU_GEMV_PF_ATTN after attention, whose reads of the KV cache a larger
+// prefetch holds up (README, the same section).
 #define LS_CU_GEMV_MAX_T 2
 #define LS_CU_GEMV_PF (8L << 20)
+#define LS_CU_GEMV_PF_ATTN (2L << 20)
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
                   ls_cu_dtype_t w_dt);
 cudaError_t ls_cu_gemv(float *y, const void *x, ls_cu_dtype_t x_dt, const void *w,
                        ls_cu_dtype_t w_dt, const void *bias, ls_cu_dtype_t bias_dt, int T, int in,
-                       int out, int accumulate, int sms, cudaStream_t stream);
+                       int out, int accumulate, int sms, long pf, cudaStream_t stream);
 
 // y (T, out) += bias (out)
 cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, int T,

@@ -9,7 +9,7 @@
     with programmatic dependent launch and asks L2 for its rows' first bytes before it waits.
 
     Versions: `gemv` (production: 1 row a warp at one token, 2 at two, LS_CU_GEMV_PF bytes a
-    GEMM asked of L2; cuBLAS past two tokens); `gemv_nopf` (the same rows a warp, no
+    GEMM asked of L2 as after the small kernels the gaps stand for; cuBLAS past two tokens); `gemv_nopf` (the same rows a warp, no
     prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp at every T up to 8, with the prefetch);
     `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
     64 with 1 or 2 row tiles a block, and on an fp32 x as o's).
@@ -206,7 +206,7 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
                          cudaStream_t st) {
     // production: the GEMV where ls_cu_gemv_ok, else cuBLAS (as the CUDA backend's matmul)
     if (v == V_GEMV && ls_cu_gemv_ok(T, in, x, LS_CU_BF16, w, LS_CU_BF16))
-        return ls_cu_gemv(y, x, LS_CU_BF16, w, LS_CU_BF16, NULL, LS_CU_F32, T, in, out, 0, 0, st);
+        return ls_cu_gemv(y, x, LS_CU_BF16, w, LS_CU_BF16, NULL, LS_CU_F32, T, in, out, 0, 0, s_pf_total, st);
     if (v == V_GEMV || v == V_BLAS) {
         float one = 1.0f, zero = 0.0f;
         BL_CK(cublasGemmEx(s_h, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, w, CUDA_R_16BF, in, x, CUDA_R_16BF,
