@@ -715,9 +715,13 @@ static int s_dec_one(ls_tokenizer_t *t, const cJSON *c, char *err, size_t errlen
         const cJSON *stop = cJSON_GetObjectItemCaseSensitive(c, "stop");
         size_t bad;
         int k = content && *content ? ls_utf8_seq((const unsigned char *)content, strlen(content), &bad) : 0;
-        if (k <= 0 || content[k] || !cJSON_IsNumber(start) || (cJSON_IsNumber(stop) && stop->valuedouble != 0)) {
-            ls_err_set(err, errlen, "%s: decoder Strip is supported for one character at the start only",
-                       t->what);
+        // start: a count, checked in range before it is converted
+        if (k <= 0 || content[k] || !cJSON_IsNumber(start) || !(start->valuedouble >= 0) ||
+            start->valuedouble > INT32_MAX || start->valuedouble != (double)(int32_t)start->valuedouble ||
+            (cJSON_IsNumber(stop) && stop->valuedouble != 0)) {
+            ls_err_set(err, errlen,
+                       "%s: decoder Strip is supported for one character at the start only, a whole number "
+                       "0..%d of times", t->what, INT32_MAX);
             return -1;
         }
         t->dec_strip_cp = ls_utf8_cp((const unsigned char *)content, k);

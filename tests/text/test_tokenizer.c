@@ -407,6 +407,20 @@ static void test_malformed(void **state) {
         {"\"decoder\":{\"type\":\"ByteLevel\"}",
          "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]}",
          "at this place"},
+        // Strip's start is a count: past int's range (which must not reach the conversion), negative
+        // or fractional is refused, 1 after Fuse loads
+        {"\"decoder\":{\"type\":\"ByteLevel\"}",
+         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1e34,\"stop\":0}]}",
+         "a whole number"},
+        {"\"decoder\":{\"type\":\"ByteLevel\"}",
+         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":-1,\"stop\":0}]}",
+         "a whole number"},
+        {"\"decoder\":{\"type\":\"ByteLevel\"}",
+         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1.5,\"stop\":0}]}",
+         "a whole number"},
+        {"\"decoder\":{\"type\":\"ByteLevel\"}",
+         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]}",
+         ""},
         {"\"post_processor\":null", "\"post_processor\":{\"type\":\"BertProcessing\"}", "post_processor \"BertProcessing\""},
         {"\"use_regex\":true}", "\"use_regex\":true},\"x\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"}",
          ""},  // unknown top-level keys are ignored; this one must load (checked below)
