@@ -390,7 +390,15 @@ static void test_timeout(void **unused) {
     s_wait(o);
     assert_int_equal(o->finish[0], LS_FINISH_REASON_ERROR);
     assert_int_equal(o->code[0], LS_ERROR_CODE_TIMEOUT);
-    assert_int_equal(s_in_flight("digits"), 0);
+    // A timeout while the adapter is still being acquired answers the client at once; the
+    // registry's grant, when it comes, goes straight back (tokenizer s_on_acquired), so the
+    // count returns to 0 a moment later rather than before the answer.
+    uint32_t n = s_in_flight("digits");
+    for (int i = 0; i < 500 && n; i++) {
+        zclock_sleep(10);
+        n = s_in_flight("digits");
+    }
+    assert_int_equal(n, 0);
 }
 
 static void test_admin(void **unused) {
