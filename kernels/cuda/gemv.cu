@@ -117,6 +117,18 @@ __device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT],
         }
 }
 
+// Asks L2 for the first pf bytes (a multiple of 128) of each of the R rows from o0 (rows past
+// out: the last), the warp's lanes taking a 128-byte line each: before the wait, only the
+// weights, which no kernel of the step writes
+template <int R, typename TW>
+__device__ __forceinline__ void s_prefetch_rows(const TW *w, int in, int out, int o0, int pf, int lane) {
+    for (int i = lane; i < R * (pf >> 7); i += 32) {
+        int o = min(o0 + i % R, out - 1);
+        const char *a = reinterpret_cast<const char *>(w + (size_t)o * in) + (size_t)(i / R) * 128;
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
+    }
+}
+
 // y (T, out) (+)= x (T, in) · w (out, in)ᵀ (+ bias); in % 8 == 0, w's and x's rows 16-byte
 // aligned. A block is GV_WARPS warps of R rows each, and takes the groups of GV_WARPS · R
 // rows blockIdx.x, + gridDim.x, ... (a grid smaller than the groups leaves SMs' room to
@@ -129,12 +141,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
            int in, int out, int accumulate, int pf) {
     static_assert(NT * R <= 32, "a warp's sums land one a lane");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // before the wait: only the weights, which no kernel of the step writes
-    for (int i = lane; i < R * (pf >> 7); i += 32) {
-        int o = min((blockIdx.x * GV_WARPS + warp) * R + i % R, out - 1);
-        const char *a = reinterpret_cast<const char *>(w + (size_t)o * in) + (size_t)(i / R) * 128;
-        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
-    }
+    s_prefetch_rows<R>(w, in, out, (blockIdx.x * GV_WARPS + warp) * R, pf, lane);
     ls_dep_enter();
     const TX *xr[NT];
 #pragma unroll

@@ -496,20 +496,32 @@ static void test_min_new_tokens(void **unused) {
 
 // --load-format dummy: the config's shapes with random weights; a worker comes up on it (here
 // the qwen2 fixture's config: vocabulary 448) and says so with its WorkerInfo.
-static void test_load_format_dummy(void **unused) {
-    char peer[160], log[128];
+// Starts a second loraserve-worker named `name`, a peer of the test's scheduler socket, with
+// the arguments given (NULL-terminated, at most 6) and its stderr in `log` (s_dir/name.log).
+static pid_t s_spawn(const char *name, char (*log)[128], const char *const *args) {
+    char peer[160], flag[64];
     snprintf(peer, sizeof peer, "--peer=scheduler=ipc://%s/sched.sock", s_dir);
-    snprintf(log, sizeof log, "%s/worker-dummy.log", s_dir);
+    snprintf(flag, sizeof flag, "--name=%s", name);
+    snprintf(*log, sizeof *log, "%s/%s.log", s_dir, name);
     pid_t pid = fork();
     if (pid == 0) {
         tu_child_dies_with_parent();
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fd = open(*log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 2);
-        execl(LS_BIN_DIR "/loraserve-worker", "loraserve-worker", "--name=worker-dummy", peer,
-              "--model-path=" LS_FIXTURES_DIR "/qwen2/model", "--load-format=dummy", "--kv-blocks=16", "--threads=1",
-              (char *)NULL);
+        char *argv[10] = {"loraserve-worker", flag, peer};
+        for (int i = 0; i < 6 && args[i]; i++)
+            argv[3 + i] = (char *)args[i];
+        execv(LS_BIN_DIR "/loraserve-worker", argv);
         _exit(127);
     }
+    return pid;
+}
+
+static void test_load_format_dummy(void **unused) {
+    char log[128];
+    const char *args[] = {"--model-path=" LS_FIXTURES_DIR "/qwen2/model", "--load-format=dummy", "--kv-blocks=16",
+                          "--threads=1", NULL};
+    pid_t pid = s_spawn("worker-dummy", &log, args);
     ls_msg_t m;
     s_recv(&m, LS_MSG_WORKER_INFO);
     assert_int_equal(m.u.worker_info.vocab_size, 448);
@@ -527,18 +539,9 @@ static void test_load_format_dummy(void **unused) {
 static void test_pool_limits(void **unused) {
     const char *flags[] = {"--kv-blocks=16777217", "--block-size=4097", "--max-loras-per-batch=4097"};
     for (int i = 0; i < 3; i++) {
-        char peer[160], log[128];
-        snprintf(peer, sizeof peer, "--peer=scheduler=ipc://%s/sched.sock", s_dir);
-        snprintf(log, sizeof log, "%s/worker-limits.log", s_dir);
-        pid_t pid = fork();
-        if (pid == 0) {
-            tu_child_dies_with_parent();
-            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            dup2(fd, 2);
-            execl(LS_BIN_DIR "/loraserve-worker", "loraserve-worker", "--name=worker-limits", peer,
-                  "--model-path=" LS_DEMO_DIR, "--threads=1", flags[i], (char *)NULL);
-            _exit(127);
-        }
+        char log[128];
+        const char *args[] = {"--model-path=" LS_DEMO_DIR, "--threads=1", flags[i], NULL};
+        pid_t pid = s_spawn("worker-limits", &log, args);
         int status;
         waitpid(pid, &status, 0);
         assert_true(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 127);

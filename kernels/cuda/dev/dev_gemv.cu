@@ -12,7 +12,8 @@
     GEMM asked of L2 as after the small kernels the gaps stand for; cuBLAS past two tokens); `gemv_nopf` (the same rows a warp, no
     prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp at every T up to 8, with the prefetch);
     `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
-    64 with 1 or 2 row tiles a block, and on an fp32 x as o's).
+    64 with 1 or 2 row tiles a block, and on an fp32 x as o's); `gemv_glu` (an experiment:
+    gate_up with SiLU·mul in its epilogue, below, timed in the chain only).
 
     Checked against a CPU reference (fp32 sums of the bf16 products, NMSE), then timed two
     ways: the GEMM alone (back to back, weight sets rotating past L2), and a chain of 32
@@ -182,6 +183,55 @@ static cudaError_t s_tc(float *y, const TX *x, const __nv_bfloat16 *w, int T, in
                      : s_tc_nt<8, RW>(y, x, w, T, in, out, pf, st);
 }
 
+// ---- an experiment: SiLU·mul in gate_up's epilogue ----
+//
+// At one or two tokens, gate_up's GEMV could write act = silu(gate) · up (and the bf16 copy the
+// down projection reads) itself, so that no SiLU·mul kernel sits between gate_up and down: a
+// block's four warps take gate rows o0, o0 + 1 and up rows inter + o0, inter + o0 + 1, one row
+// a warp as production's GEMV at one token, write their sums to gu as it does, and after a
+// barrier 2·NT threads of the block make act from them (the sums come back from L1/L2). Only
+// where no adapter's delta is to be added to gate_up first. The chain runs it in place of
+// gate_up and drops the gap before down.
+__device__ __forceinline__ float glu_silu_mul(float g, float u) { // as elementwise.cu's
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+template <int NT, typename TW, typename TX>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_glu(float *act, TW *lp, float *gu, const TX *x, const TW *w, int T, int in, int inter, int pf) {
+    static_assert(GV_WARPS == 4, "two gate rows and their two up rows a block");
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, out = 2 * inter;
+    int side = warp < 2 ? 0 : inter; // gate rows, or up rows
+    s_prefetch_rows<1>(w, in, out, side + blockIdx.x * 2 + (warp & 1), pf, lane);
+    ls_dep_enter();
+    const TX *xr[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        xr[t] = x + (size_t)min(t, T - 1) * in;
+    for (int o0 = blockIdx.x * 2; o0 < inter; o0 += gridDim.x * 2) {
+        s_gemv_rows<NT, 1>(gu, xr, w, NULL, LS_CU_F32, T, in, out, 0, side + o0 + (warp & 1), lane);
+        __syncthreads(); // the block's four sums of each token in gu
+        int r = threadIdx.x / NT, t = threadIdx.x % NT, o = o0 + r;
+        if (r < 2 && t < T) {
+            float v = glu_silu_mul(gu[(size_t)t * out + o], gu[(size_t)t * out + inter + o]);
+            act[(size_t)t * inter + o] = v;
+            lp[(size_t)t * inter + o] = ls_from_f<TW>(v);
+        }
+    }
+}
+
+// act (T, inter), lp (T, inter) bf16, gu (T, 2 inter) scratch; inter even, T 1..2
+static cudaError_t s_glu(float *act, __nv_bfloat16 *lp, float *gu, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                         int T, int in, int inter, cudaStream_t st) {
+    typedef __nv_bfloat16 B;
+    long pf = std::min((long)in * 2, LS_CU_GEMV_PF / (2 * inter)) / 128 * 128;
+    dim3 grid((unsigned)(inter / 2)), block(GV_WARPS * 32);
+    if (inter % 2 || T < 1 || T > 2)
+        return cudaErrorNotSupported;
+    return T == 1 ? ls_cu_launch_dep(k_gemv_glu<1, B, B>, grid, block, 0, st, act, lp, gu, x, w, T, in, inter, (int)pf)
+                  : ls_cu_launch_dep(k_gemv_glu<2, B, B>, grid, block, 0, st, act, lp, gu, x, w, T, in, inter, (int)pf);
+}
+
 // the small kernels before a GEMM: one block spinning for ns, enrolled as ours are
 __global__ void k_gap(long ns) {
     ls_dep_enter();
@@ -227,17 +277,22 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
     }
 }
 
-// µs a layer of 32 layers of [gap, GEMM] x 4 in one graph (gaps: none when !gaps)
+static float *s_act, *s_gu; // the GLU experiment's act and gate_up scratch
+static __nv_bfloat16 *s_lp; // its act in bf16
+
+// µs a layer of 32 layers of [gap, GEMM] x 4 in one graph (gaps: none when !gaps); glu: gate_up
+// as k_gemv_glu (SiLU·mul in its epilogue) and no gap before down
 static double s_chain(int v, __nv_bfloat16 *(&w)[LAYERS][N_G], float *y, const __nv_bfloat16 *x, int T, bool gaps,
-                      cudaStream_t st) {
+                      cudaStream_t st, bool glu = false) {
     double us = dev_graph_us(st, [&] {
         cudaError_t e = cudaSuccess;
         for (int l = 0; l < LAYERS && e == cudaSuccess; l++)
             for (int k = 0; k < N_G && e == cudaSuccess; k++) {
-                if (gaps)
+                if (gaps && !(glu && k == 2))
                     e = ls_cu_launch_dep(k_gap, dim3(1), dim3(32), 0, st, (long)(s_g[k].gap_us * 1e3));
                 if (e == cudaSuccess)
-                    e = s_run(v, y, x, w[l][k], T, s_g[k].in, s_g[k].out, st);
+                    e = glu && k == 1 ? s_glu(s_act, s_lp, s_gu, x, w[l][k], T, s_g[k].in, s_g[k].out / 2, st)
+                                      : s_run(v, y, x, w[l][k], T, s_g[k].in, s_g[k].out, st);
             }
         return e;
     });
@@ -263,6 +318,9 @@ int main() {
     DEV_CK(cudaMemcpy(s_x32, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
     float *y;
     DEV_CK(cudaMalloc(&y, (size_t)64 * 28672 * 4));
+    DEV_CK(cudaMalloc(&s_act, (size_t)2 * 14336 * 4));
+    DEV_CK(cudaMalloc(&s_gu, (size_t)2 * 28672 * 4));
+    DEV_CK(cudaMalloc(&s_lp, (size_t)2 * 14336 * 2));
 
     // validation on a small shape with rows past the last warp's and every T
     {
@@ -287,6 +345,26 @@ int main() {
                 snprintf(what, sizeof what, "1024x200 T=%d", T);
                 dev_check(what, s_names[v], dev_nmse(got.data(), want.data(), got.size()), 1e-10);
             }
+        // the GLU experiment: rows 0..99 gate, 100..199 up
+        for (int T : {1, 2}) {
+            int inter = out / 2;
+            DEV_CK(cudaMemset(s_act, 0xff, (size_t)T * inter * 4));
+            DEV_CK(s_glu(s_act, s_lp, s_gu, x, w, T, in, inter, st));
+            std::vector<float> got((size_t)T * inter), want(got.size());
+            DEV_CK(cudaMemcpy(got.data(), s_act, got.size() * 4, cudaMemcpyDeviceToHost));
+            for (int t = 0; t < T; t++)
+                for (int o = 0; o < inter; o++) {
+                    double g = 0, u = 0;
+                    for (int k = 0; k < in; k++) {
+                        g += (double)hx[(size_t)t * in + k] * hw[(size_t)o * in + k];
+                        u += (double)hx[(size_t)t * in + k] * hw[(size_t)(inter + o) * in + k];
+                    }
+                    want[(size_t)t * inter + o] = (float)(g / (1 + exp(-g)) * u);
+                }
+            char what[32];
+            snprintf(what, sizeof what, "1024x2x100 T=%d", T);
+            dev_check(what, "gemv_glu", dev_nmse(got.data(), want.data(), got.size()), 1e-10);
+        }
         cudaFree(w);
     }
 
@@ -331,6 +409,11 @@ int main() {
                    s_chain(v, w, y, x, T, true, st));
         printf("\n");
     }
+    printf("SiLU·mul in gate_up's epilogue (no gap before down), with gaps:");
+    for (int T : {1, 2})
+        printf("  T=%d gemv %.1f, gemv_glu %.1f", T, s_chain(V_GEMV, w, y, x, T, true, st),
+               s_chain(V_GEMV, w, y, x, T, true, st, true));
+    printf("\n");
     printf("the prefetch, bytes a GEMM asks of L2 (gemv_r1, T=1, with gaps):");
     for (long mb : {2, 4, 8, 16, 32}) {
         s_pf_total = mb << 20;
