@@ -744,6 +744,21 @@ static void s_seeds_tokenizer(s_seed_t *sd, int i) {
         m.u.generate_req.chat = true;
         m.u.generate_req.messages = ls_msg_strdup("[{\"role\":\"user\",\"content\":\"hi\"}]");
         s_from(sd, "client", &m);
+    } else if (i == 3) {
+        //  a TokenizeReq's adapter granted without an id but with added tokens (the id was a
+        //  hash key: a NULL one failed czmq's assertion)
+        m = s_msg(LS_MSG_TOKENIZE_REQ, 6);
+        m.u.tokenize_req.text = ls_msg_textdup("hi", 2);
+        m.u.tokenize_req.adapter = ls_msg_strdup("reverse");
+        s_from(sd, "client", &m);
+        m = s_msg(LS_MSG_ADAPTER_ACQUIRED, 0);
+        m.u.adapter_acquired.ok = true;
+        m.u.adapter_acquired.name = ls_msg_strdup("reverse");
+        m.u.adapter_acquired.added_tokens.v = calloc(1, sizeof(ls_msg_added_token_t));
+        m.u.adapter_acquired.added_tokens.v[0].id = 824; // the demo model's vocabulary size
+        m.u.adapter_acquired.added_tokens.v[0].content = ls_msg_strdup("<x>");
+        m.u.adapter_acquired.added_tokens.n = 1;
+        s_reply(sd, "registry", &m);
     }
 }
 
@@ -958,7 +973,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                                     : S_DISPATCHER               ? s_seeds_dispatcher
                                                                  : s_seeds_gateway;
     static s_seed_t sd;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         sd.len = 0;
         make(&sd, i);
         char seed[16];
