@@ -854,7 +854,7 @@ ls_grammar_t *ls_grammar_compile(const char *regex, size_t len, char *err, size_
 }
 
 ls_grammar_t *ls_grammar_compile_unbounded(const char *regex, size_t len, char *err, size_t errlen) {
-    if (!regex) // no source: the empty one (regex + 0 must not be formed from NULL)
+    if (!regex) // no source (a message's unset text field): the empty one, as NULL + 0 is undefined
         regex = "";
     s_parser_t ps = {.p = (const unsigned char *)regex, .end = (const unsigned char *)regex + len,
                      .start = (const unsigned char *)regex, .err = err, .errlen = errlen};

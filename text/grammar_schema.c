@@ -455,6 +455,8 @@ static int s_value(s_ctx_t *x, const json_t *schema, int depth) {
 }
 
 char *ls_grammar_schema_regex(const char *schema, size_t len, char *err, size_t errlen) {
+    if (!schema) // no source (a message's unset text field): the empty one, which is not JSON
+        schema = "";
     if (len > LS_GRAMMAR_MAX_SOURCE) {
         snprintf(err, errlen, "json_schema: longer than %d bytes", LS_GRAMMAR_MAX_SOURCE);
         return NULL;
@@ -490,8 +492,6 @@ char *ls_grammar_json_object_regex(void) {
 ls_grammar_t *ls_grammar_compile_kind(ls_grammar_src_t kind, const char *src, size_t len, char *err,
                                       size_t errlen) {
     char *re = NULL;
-    if (!src) // an absent source (a message's unset text field) is the empty one
-        src = "";
     switch (kind) {
     case LS_GRAMMAR_SRC_REGEX: return ls_grammar_compile(src, len, err, errlen);
     case LS_GRAMMAR_SRC_JSON_SCHEMA: re = ls_grammar_schema_regex(src, len, err, errlen); break;

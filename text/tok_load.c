@@ -65,6 +65,13 @@ static bool s_bool(const cJSON *o, const char *key, bool dflt) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
 
+// Whether v is a number holding a whole number in 0..max, checked in range before any
+// conversion (a double past an integer type's range converts to nothing defined)
+static bool s_whole(const cJSON *v, double max) {
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= max &&
+           v->valuedouble == (double)(int64_t)v->valuedouble;
+}
+
 // The type of a component, or "" when it has none.
 static const char *s_type(const cJSON *o) {
     const char *ty = s_str(o, "type");
@@ -277,8 +284,7 @@ static int s_load_model(ls_tokenizer_t *t, const cJSON *model, const cJSON *adde
     size_t n_vocab = 0;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT32_MAX / 2 ||
-            it->valuedouble != (double)(int64_t)it->valuedouble) {
+        if (!s_whole(it, INT32_MAX / 2)) {
             ls_err_set(err, errlen, "%s: vocab entry \"%s\" has no valid id", t->what, it->string);
             return -1;
         }
@@ -715,9 +721,7 @@ static int s_dec_one(ls_tokenizer_t *t, const cJSON *c, char *err, size_t errlen
         const cJSON *stop = cJSON_GetObjectItemCaseSensitive(c, "stop");
         size_t bad;
         int k = content && *content ? ls_utf8_seq((const unsigned char *)content, strlen(content), &bad) : 0;
-        // start: a count, checked in range before it is converted
-        if (k <= 0 || content[k] || !cJSON_IsNumber(start) || !(start->valuedouble >= 0) ||
-            start->valuedouble > INT32_MAX || start->valuedouble != (double)(int32_t)start->valuedouble ||
+        if (k <= 0 || content[k] || !s_whole(start, INT32_MAX) ||
             (cJSON_IsNumber(stop) && stop->valuedouble != 0)) {
             ls_err_set(err, errlen,
                        "%s: decoder Strip is supported for one character at the start only, a whole number "

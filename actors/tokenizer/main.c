@@ -680,12 +680,10 @@ static void s_tokenize_acquired(ls_actor_t *a, tpend_t *p, uint64_t acquire_rid,
     ls_msg_init(&m, LS_MSG_TOKENIZE_RESP);
     m.rid = p->client_rid;
     added_t *x = NULL;
-    // an answer that names no adapter id is held under the empty one, as s_on_acquired does
-    const char *id = aa->adapter_id ? aa->adapter_id : "";
     if (!aa->ok) {
         code = aa->code ? aa->code : LS_ERROR_CODE_UNAVAILABLE;
         snprintf(err, sizeof err, "%s", aa->reason && *aa->reason ? aa->reason : "the adapter could not be acquired");
-    } else if (aa->added_tokens.n && !(x = s_added_hold(id, &aa->added_tokens, err, sizeof err))) {
+    } else if (aa->added_tokens.n && !(x = s_added_hold(aa->adapter_id, &aa->added_tokens, err, sizeof err))) {
         code = LS_ERROR_CODE_BAD_REQUEST;
     } else {
         code = tmodel_tokenize(s_tok.model, &p->req.u.tokenize_req, x ? x->tab : NULL, s_unix_now(a),
@@ -698,12 +696,12 @@ static void s_tokenize_acquired(ls_actor_t *a, tpend_t *p, uint64_t acquire_rid,
         ls_actor_send_route(a, p->route, &m, NULL);
     }
     if (x)
-        s_added_drop(id);
+        s_added_drop(aa->adapter_id);
     if (aa->ok) {
         ls_msg_t r;
         ls_msg_init(&r, LS_MSG_RELEASE_ADAPTER);
         r.rid = acquire_rid;
-        r.u.release_adapter.adapter_id = ls_msg_strdup(id);
+        r.u.release_adapter.adapter_id = ls_msg_strdup(aa->adapter_id);
         r.u.release_adapter.name = ls_msg_strdup(p->req.u.tokenize_req.adapter);
         ls_actor_send_peer(a, "registry", &r, NULL);
         ls_msg_clear(&r);
@@ -800,6 +798,9 @@ static int s_on_acquired(ls_actor_t *a, ls_in_t *in, void *state) {
     s_key(in->msg->rid, key);
     greq_t *g = zhashx_lookup(s->acquires, key);
     ls_msg_adapter_acquired_t *aa = &in->msg->u.adapter_acquired;
+    // a grant that names no adapter id is held under the empty one: the holds key on it
+    if (!aa->adapter_id && !(aa->adapter_id = ls_msg_strdup("")))
+        s_oom();
     tpend_t *p = g ? NULL : zhashx_lookup(s->tpend, key);
     if (p) {
         zhashx_delete(s->tpend, key);
@@ -815,7 +816,7 @@ static int s_on_acquired(ls_actor_t *a, ls_in_t *in, void *state) {
     ls_msg_mix_parts_t *mix = &g->req.u.generate_req.mix;
     char **held = mix->n ? &mix->v[g->n_held].adapter_id : &g->adapter_id;
     if (aa->ok) {
-        if (!(*held = strdup(aa->adapter_id ? aa->adapter_id : "")))
+        if (!(*held = strdup(aa->adapter_id)))
             s_oom();
         g->n_held += mix->n > 0;
     }

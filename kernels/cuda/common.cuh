@@ -167,6 +167,11 @@ template <> __device__ __forceinline__ uint32_t ls_pack2<__half>(float lo, float
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+// silu(g) · u, each step rounded as the CPU reference's: g / (1 + e^-g), then times u
+__device__ __forceinline__ float ls_silu_mul(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
 template <typename T> __device__ __forceinline__ T ls_warp_sum(T v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)

@@ -151,10 +151,6 @@ cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, in
     LS_CU_CHECK_LAUNCH();
 }
 
-__device__ __forceinline__ float s_silu_mul(float g, float u) {
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-}
-
 // out and lp (or NULL: TL is then float and unused) are (T, inter), gate_up and delta (or
 // NULL) are (T, 2*inter)
 template <typename TL>
@@ -171,7 +167,7 @@ __global__ void k_silu_mul(float *out, TL *lp, const float *gate_up, const float
             g = __fadd_rn(g, delta[gi]);
             u = __fadd_rn(u, delta[ui]);
         }
-        float o = s_silu_mul(g, u);
+        float o = ls_silu_mul(g, u);
         out[i] = o;
         if (lp)
             lp[i] = ls_from_f<TL>(o);
@@ -197,7 +193,7 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
         float gv[4] = {g.x, g.y, g.z, g.w}, uv[4] = {u.x, u.y, u.z, u.w}, o[4];
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            o[e] = s_silu_mul(gv[e], uv[e]);
+            o[e] = ls_silu_mul(gv[e], uv[e]);
         *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
         if (lp)
 #pragma unroll
@@ -224,7 +220,7 @@ __global__ void k_silu_mul_fp8(float *out, uint8_t *q, float *qs, const float *g
             g = __fadd_rn(g, dr[c]);
             u = __fadd_rn(u, dr[c + inter]);
         }
-        float o = s_silu_mul(g, u);
+        float o = ls_silu_mul(g, u);
         orow[c] = o;
         amax = fmaxf(amax, fabsf(o));
     }

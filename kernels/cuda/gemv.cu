@@ -129,6 +129,13 @@ __device__ __forceinline__ void s_prefetch_rows(const TW *w, int in, int out, in
     }
 }
 
+// The bytes of each row k_gemv asks of L2 (its pf): pf_all over the GEMM's out rows, at most a
+// whole row of in elements of elem bytes, in 128-byte lines
+static inline long s_gemv_pf(long pf_all, int in, size_t elem, int out) {
+    long row = (long)in * (long)elem;
+    return (row < pf_all / out ? row : pf_all / out) / 128 * 128;
+}
+
 // y (T, out) (+)= x (T, in) · w (out, in)ᵀ (+ bias); in % 8 == 0, w's and x's rows 16-byte
 // aligned. A block is GV_WARPS warps of R rows each, and takes the groups of GV_WARPS · R
 // rows blockIdx.x, + gridDim.x, ... (a grid smaller than the groups leaves SMs' room to
@@ -162,8 +169,8 @@ static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv<NT, R, TW, TX>,
                                                       GV_WARPS * 32, 0) != cudaSuccess)
         return cudaGetLastError();
-    long pf = (long)in * (long)sizeof(TW), groups = (out + GV_WARPS * R - 1) / (GV_WARPS * R);
-    pf = (pf < pf_all / out ? pf : pf_all / out) / 128 * 128;
+    long pf = s_gemv_pf(pf_all, in, sizeof(TW), out);
+    long groups = (out + GV_WARPS * R - 1) / (GV_WARPS * R);
     if (sms > 0 && groups > (long)sms * per_sm)
         groups = (long)sms * per_sm;
     return ls_cu_launch_dep(k_gemv<NT, R, TW, TX>, dim3((unsigned)groups), dim3(GV_WARPS * 32), 0,

@@ -192,10 +192,6 @@ static cudaError_t s_tc(float *y, const TX *x, const __nv_bfloat16 *w, int T, in
 // barrier 2·NT threads of the block make act from them (the sums come back from L1/L2). Only
 // where no adapter's delta is to be added to gate_up first. The chain runs it in place of
 // gate_up and drops the gap before down.
-__device__ __forceinline__ float glu_silu_mul(float g, float u) { // as elementwise.cu's
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-}
-
 template <int NT, typename TW, typename TX>
 __global__ void __launch_bounds__(GV_WARPS * 32)
     k_gemv_glu(float *act, TW *lp, float *gu, const TX *x, const TW *w, int T, int in, int inter, int pf) {
@@ -213,7 +209,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
         __syncthreads(); // the block's four sums of each token in gu
         int r = threadIdx.x / NT, t = threadIdx.x % NT, o = o0 + r;
         if (r < 2 && t < T) {
-            float v = glu_silu_mul(gu[(size_t)t * out + o], gu[(size_t)t * out + inter + o]);
+            float v = ls_silu_mul(gu[(size_t)t * out + o], gu[(size_t)t * out + inter + o]);
             act[(size_t)t * inter + o] = v;
             lp[(size_t)t * inter + o] = ls_from_f<TW>(v);
         }
@@ -224,7 +220,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 static cudaError_t s_glu(float *act, __nv_bfloat16 *lp, float *gu, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                          int T, int in, int inter, cudaStream_t st) {
     typedef __nv_bfloat16 B;
-    long pf = std::min((long)in * 2, LS_CU_GEMV_PF / (2 * inter)) / 128 * 128;
+    long pf = s_gemv_pf(LS_CU_GEMV_PF, in, 2, 2 * inter);
     dim3 grid((unsigned)(inter / 2)), block(GV_WARPS * 32);
     if (inter % 2 || T < 1 || T > 2)
         return cudaErrorNotSupported;
@@ -266,7 +262,7 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
     // the CUDA cores without the prefetch (production's rows a warp), with R rows a warp, or
     // the tensor cores with RW row tiles a block (tc_r1_f32x: on an fp32 x, as o's), with
     // production's prefetch amount (s_pf_total: the sweep)
-    long pf = v == V_NOPF ? 0 : std::min((long)in * 2, s_pf_total / out) / 128 * 128;
+    long pf = v == V_NOPF ? 0 : s_gemv_pf(s_pf_total, in, 2, out);
     switch (v) {
     case V_NOPF: return T == 1 ? s_cc<1>(y, x, w, T, in, out, 0, st) : s_cc<2>(y, x, w, T, in, out, 0, st);
     case V_R2: return s_cc<2>(y, x, w, T, in, out, (int)pf, st);
