@@ -17,6 +17,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # apt's resolver has refused a whole set at once on a machine where each package alone
+    # installed ("held broken packages"): then one at a time, naming the one that fails
+    if ! $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+        echo "install-deps: the set at once failed; installing one at a time" >&2
+        for p in "${missing[@]}"; do
+            $sudo apt-get install -y -qq --no-install-recommends "$p" >/dev/null ||
+                { echo "install-deps: cannot install $p" >&2; exit 1; }
+        done
+    fi
 fi
 

