@@ -67,12 +67,11 @@ __device__ __forceinline__ float s_bias(const void *bias, ls_cu_dtype_t bias_dt,
                                    : ls_to_f(((const __half *)bias)[o]);
 }
 
-// The R rows from o0 of a warp (k_gemv): their sums over all of K for the NT tokens, written
-// by lanes r·NT + t
+// The R rows from o0 of a warp: their sums over all of K for the NT tokens, in every lane
+// (rows past out read the last one)
 template <int NT, int R, typename TW, typename TX>
-__device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT], const TW *w,
-                                            const void *bias, ls_cu_dtype_t bias_dt, int T,
-                                            int in, int out, int accumulate, int o0, int lane) {
+__device__ __forceinline__ void s_gemv_sums(float (&v)[R][NT], const TX *const (&xr)[NT],
+                                            const TW *w, int in, int out, int o0, int lane) {
     const uint4 *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -103,8 +102,22 @@ __device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT],
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
+        for (int t = 0; t < NT; t++)
+            v[r][t] = ls_warp_sum(acc[r][t]);
+}
+
+// The R rows from o0 of a warp (k_gemv): their sums, written by lanes r·NT + t
+template <int NT, int R, typename TW, typename TX>
+__device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT], const TW *w,
+                                            const void *bias, ls_cu_dtype_t bias_dt, int T,
+                                            int in, int out, int accumulate, int o0, int lane) {
+    float sums[R][NT];
+    s_gemv_sums<NT, R>(sums, xr, w, in, out, o0, lane);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
         for (int t = 0; t < NT; t++) {
-            float v = ls_warp_sum(acc[r][t]);
+            float v = sums[r][t];
             int o = o0 + r;
             if (lane == r * NT + t && o < out && t < T) {
                 float *yp = y + (size_t)t * out + o;

@@ -12,7 +12,8 @@
     GEMM asked of L2 as after the small kernels the gaps stand for; cuBLAS past two tokens); `gemv_nopf` (the same rows a warp, no
     prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp at every T up to 8, with the prefetch);
     `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
-    64 with 1 or 2 row tiles a block, and on an fp32 x as o's); `gemv_glu` (an experiment:
+    64 with 1 or 2 row tiles a block, and on an fp32 x as o's); `mix` (each GEMM on the form
+    that wins it alone at 2-8 tokens on an H100); `gemv_glu`, `gemv_glu2` (tried and lost:
     gate_up with SiLU·mul in its epilogue, below, timed in the chain only).
 
     Checked against a CPU reference (fp32 sums of the bf16 products, NMSE), then timed two
@@ -183,7 +184,7 @@ static cudaError_t s_tc(float *y, const TX *x, const __nv_bfloat16 *w, int T, in
                      : s_tc_nt<8, RW>(y, x, w, T, in, out, pf, st);
 }
 
-// ---- an experiment: SiLU·mul in gate_up's epilogue ----
+// ---- tried and lost: SiLU·mul in gate_up's epilogue (kernels/cuda/dev/README.md) ----
 //
 // At one or two tokens, gate_up's GEMV could write act = silu(gate) · up (and the bf16 copy the
 // down projection reads) itself, so that no SiLU·mul kernel sits between gate_up and down: a
@@ -228,6 +229,62 @@ static cudaError_t s_glu(float *act, __nv_bfloat16 *lp, float *gu, const __nv_bf
                   : ls_cu_launch_dep(k_gemv_glu<2, B, B>, grid, block, 0, st, act, lp, gu, x, w, T, in, inter, (int)pf);
 }
 
+// The same without the block's barrier (gemv_glu2): each warp leaves its sums in shared
+// memory and counts itself in; the second warp of a (gate, up) pair makes act from both, so a
+// warp that finishes first leaves at once and the sums never go through L1/L2. One pair of
+// outputs a block, a grid of inter / 2.
+template <int NT, typename TW, typename TX>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_glu2(float *act, TW *lp, const TX *x, const TW *w, int T, int in, int inter, int pf) {
+    static_assert(GV_WARPS == 4, "two gate rows and their two up rows a block");
+    __shared__ float sums[2][2][NT]; // [pair][gate, up][token]
+    __shared__ int arrived[2];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, out = 2 * inter;
+    int pair = warp & 1, side = warp >> 1, o = blockIdx.x * 2 + pair;
+    s_prefetch_rows<1>(w, in, out, side * inter + o, pf, lane);
+    if (threadIdx.x < 2)
+        arrived[threadIdx.x] = 0;
+    __syncthreads();
+    ls_dep_enter();
+    const TX *xr[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        xr[t] = x + (size_t)min(t, T - 1) * in;
+    float v[1][NT];
+    s_gemv_sums<NT, 1>(v, xr, w, in, out, side * inter + o, lane);
+    int first = 0;
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            sums[pair][side][t] = v[0][t];
+        __threadfence_block();
+        first = atomicAdd(&arrived[pair], 1) == 0;
+        __threadfence_block();
+    }
+    if (__shfl_sync(0xffffffffu, first, 0) || o >= inter)
+        return;
+    if (lane < NT && lane < T) {
+        float mine = v[0][0], other = sums[pair][side ^ 1][lane];
+#pragma unroll
+        for (int t = 1; t < NT; t++)
+            mine = lane == t ? v[0][t] : mine;
+        float a = side ? ls_silu_mul(other, mine) : ls_silu_mul(mine, other);
+        act[(size_t)lane * inter + o] = a;
+        lp[(size_t)lane * inter + o] = ls_from_f<TW>(a);
+    }
+}
+
+static cudaError_t s_glu2(float *act, __nv_bfloat16 *lp, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T,
+                          int in, int inter, cudaStream_t st) {
+    typedef __nv_bfloat16 B;
+    long pf = s_gemv_pf(LS_CU_GEMV_PF, in, 2, 2 * inter);
+    dim3 grid((unsigned)((inter + 1) / 2)), block(GV_WARPS * 32);
+    if (T < 1 || T > 2)
+        return cudaErrorNotSupported;
+    return T == 1 ? ls_cu_launch_dep(k_gemv_glu2<1, B, B>, grid, block, 0, st, act, lp, x, w, T, in, inter, (int)pf)
+                  : ls_cu_launch_dep(k_gemv_glu2<2, B, B>, grid, block, 0, st, act, lp, x, w, T, in, inter, (int)pf);
+}
+
 // the small kernels before a GEMM: one block spinning for ns, enrolled as ours are
 __global__ void k_gap(long ns) {
     ls_dep_enter();
@@ -238,8 +295,9 @@ __global__ void k_gap(long ns) {
     while (t - t0 < ns);
 }
 
-enum { V_BLAS, V_GEMV, V_NOPF, V_R2, V_R1, V_TC1, V_TC2, V_TCF, N_V };
-static const char *s_names[N_V] = {"cuBLAS", "gemv", "gemv_nopf", "cc_r2", "cc_r1", "tc_r1", "tc_r2", "tc_r1_f32x"};
+enum { V_BLAS, V_GEMV, V_NOPF, V_R2, V_R1, V_TC1, V_TC2, V_TCF, V_MIX, N_V };
+static const char *s_names[N_V] = {"cuBLAS", "gemv", "gemv_nopf", "cc_r2", "cc_r1", "tc_r1", "tc_r2", "tc_r1_f32x",
+                                   "mix"};
 static const int s_ts[] = {1, 2, 4, 8, 16, 32, 64};
 static cublasHandle_t s_h;
 static long s_pf_total = LS_CU_GEMV_PF; // bytes asked of L2 a GEMM, over its rows
@@ -251,6 +309,13 @@ static bool s_fits(int v, int T) { return T <= 8 || (v != V_NOPF && v != V_R2 &&
 static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
                          cudaStream_t st) {
     // production: the GEMV where ls_cu_gemv_ok, else cuBLAS (as the CUDA backend's matmul)
+    // mix: each GEMM's best alone at 2-8 tokens (H100): gate_up as production, qkv on the
+    // tensor cores a row tile a block, o (on an fp32 x, as attention leaves it: no conversion
+    // pass) and down two
+    if (v == V_MIX && in == 4096 && out == 4096)
+        return s_tc<2>(y, (const float *)s_x32, w, T, in, out, (int)s_gemv_pf(s_pf_total, in, 2, out), st);
+    if (v == V_MIX)
+        v = (long)in * out > (64l << 20) ? V_GEMV : out > 4096 ? V_TC1 : V_TC2;
     if (v == V_GEMV && ls_cu_gemv_ok(T, in, x, LS_CU_BF16, w, LS_CU_BF16))
         return ls_cu_gemv(y, x, LS_CU_BF16, w, LS_CU_BF16, NULL, LS_CU_F32, T, in, out, 0, 0, s_pf_total, st);
     if (v == V_GEMV || v == V_BLAS) {
@@ -276,10 +341,10 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
 static float *s_act, *s_gu; // the GLU experiment's act and gate_up scratch
 static __nv_bfloat16 *s_lp; // its act in bf16
 
-// µs a layer of 32 layers of [gap, GEMM] x 4 in one graph (gaps: none when !gaps); glu: gate_up
-// as k_gemv_glu (SiLU·mul in its epilogue) and no gap before down
+// µs a layer of 32 layers of [gap, GEMM] x 4 in one graph (gaps: none when !gaps); glu 1 or 2:
+// gate_up as k_gemv_glu or k_gemv_glu2 (SiLU·mul in its epilogue) and no gap before down
 static double s_chain(int v, __nv_bfloat16 *(&w)[LAYERS][N_G], float *y, const __nv_bfloat16 *x, int T, bool gaps,
-                      cudaStream_t st, bool glu = false) {
+                      cudaStream_t st, int glu = 0) {
     double us = dev_graph_us(st, [&] {
         cudaError_t e = cudaSuccess;
         for (int l = 0; l < LAYERS && e == cudaSuccess; l++)
@@ -287,8 +352,9 @@ static double s_chain(int v, __nv_bfloat16 *(&w)[LAYERS][N_G], float *y, const _
                 if (gaps && !(glu && k == 2))
                     e = ls_cu_launch_dep(k_gap, dim3(1), dim3(32), 0, st, (long)(s_g[k].gap_us * 1e3));
                 if (e == cudaSuccess)
-                    e = glu && k == 1 ? s_glu(s_act, s_lp, s_gu, x, w[l][k], T, s_g[k].in, s_g[k].out / 2, st)
-                                      : s_run(v, y, x, w[l][k], T, s_g[k].in, s_g[k].out, st);
+                    e = glu == 1 && k == 1   ? s_glu(s_act, s_lp, s_gu, x, w[l][k], T, s_g[k].in, s_g[k].out / 2, st)
+                        : glu == 2 && k == 1 ? s_glu2(s_act, s_lp, x, w[l][k], T, s_g[k].in, s_g[k].out / 2, st)
+                                             : s_run(v, y, x, w[l][k], T, s_g[k].in, s_g[k].out, st);
             }
         return e;
     });
@@ -344,10 +410,13 @@ int main() {
         // the GLU experiment: rows 0..99 gate, 100..199 up
         for (int T : {1, 2}) {
             int inter = out / 2;
+            std::vector<float> got((size_t)T * inter), got2(got.size()), want(got.size());
             DEV_CK(cudaMemset(s_act, 0xff, (size_t)T * inter * 4));
             DEV_CK(s_glu(s_act, s_lp, s_gu, x, w, T, in, inter, st));
-            std::vector<float> got((size_t)T * inter), want(got.size());
             DEV_CK(cudaMemcpy(got.data(), s_act, got.size() * 4, cudaMemcpyDeviceToHost));
+            DEV_CK(cudaMemset(s_act, 0xff, (size_t)T * inter * 4));
+            DEV_CK(s_glu2(s_act, s_lp, x, w, T, in, inter, st));
+            DEV_CK(cudaMemcpy(got2.data(), s_act, got.size() * 4, cudaMemcpyDeviceToHost));
             for (int t = 0; t < T; t++)
                 for (int o = 0; o < inter; o++) {
                     double g = 0, u = 0;
@@ -360,6 +429,7 @@ int main() {
             char what[32];
             snprintf(what, sizeof what, "1024x2x100 T=%d", T);
             dev_check(what, "gemv_glu", dev_nmse(got.data(), want.data(), got.size()), 1e-10);
+            dev_check(what, "gemv_glu2", dev_nmse(got2.data(), want.data(), got.size()), 1e-10);
         }
         cudaFree(w);
     }
@@ -407,8 +477,8 @@ int main() {
     }
     printf("SiLU·mul in gate_up's epilogue (no gap before down), with gaps:");
     for (int T : {1, 2})
-        printf("  T=%d gemv %.1f, gemv_glu %.1f", T, s_chain(V_GEMV, w, y, x, T, true, st),
-               s_chain(V_GEMV, w, y, x, T, true, st, true));
+        printf("  T=%d gemv %.1f, gemv_glu %.1f, gemv_glu2 %.1f", T, s_chain(V_GEMV, w, y, x, T, true, st),
+               s_chain(V_GEMV, w, y, x, T, true, st, 1), s_chain(V_GEMV, w, y, x, T, true, st, 2));
     printf("\n");
     printf("the prefetch, bytes a GEMM asks of L2 (gemv_r1, T=1, with gaps):");
     for (long mb : {2, 4, 8, 16, 32}) {
