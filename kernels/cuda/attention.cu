@@ -296,18 +296,23 @@ __device__ __forceinline__ void s_merge(float *out, const uint4 *s_sm, int W, in
 #endif
 }
 
-// Opens a decode kernel's ring (ls_ring_open) before it waits for the kernel before it: the
-// steps whose last key (last_key(i)) lies before the first key this step writes for token
-// t's sequence, which earlier steps wrote. That first key is t's position where t is the
-// first token of its sequence in the launch — a decode always: a sequence's tokens are
-// contiguous and a launch's run of them starts at a sequence (the backend's q_indptr and its
-// runs between prefill sequences) — and otherwise 0: nothing early for a chunk's later tokens.
-template <int NST, typename P, typename I, typename K>
-__device__ __forceinline__ void s_ring_open(ls_ring_t<NST> &r, int nw, P page_of, I issue,
-                                            const int32_t *tok_seq, const int32_t *positions,
-                                            int t, K last_key) {
+// Starts a decode kernel's ring around its wait for the kernel before it (ls_dep_enter):
+// before it, the steps whose last key lies before the first key this step writes for token
+// t's sequence, which earlier steps wrote (ls_ring_open); after it, the rest of the first
+// steps (ls_ring_fill). Warp warp of W takes steps of kps keys from k0 (warp, warp + W, ...),
+// the CTA's keys ending at k1. That first key is t's position where t is the first token of
+// its sequence in the launch — a decode always: a sequence's tokens are contiguous and a
+// launch's run of them starts at a sequence (the backend's q_indptr and its runs between
+// prefill sequences) — and otherwise 0: nothing early for a chunk's later tokens.
+template <int NST, typename P, typename I>
+__device__ __forceinline__ void s_ring_start(ls_ring_t<NST> &r, int nw, P page_of, I issue,
+                                             const int32_t *tok_seq, const int32_t *positions,
+                                             int t, int k0, int k1, int warp, int W, int kps) {
     const int own = t > 0 && tok_seq[t - 1] == tok_seq[t] ? 0 : positions[t];
-    ls_ring_open(r, nw, page_of, issue, [&](int i) { return last_key(i) < own; });
+    ls_ring_open(r, nw, page_of, issue,
+                 [&](int i) { return min(k0 + (warp + i * W) * kps + kps - 1, k1 - 1) < own; });
+    ls_dep_enter(); // s_launch: programmatic dependent launch
+    ls_ring_fill(r, issue);
 }
 
 // out is (T, n_heads*head_dim), q is (T, row_stride), k_cache, v_cache are blocks of
@@ -370,13 +375,10 @@ k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
         ls_cp_commit();
     };
 
-    // the keys of the token's sequence before this step's first are read before the wait
-    // (s_ring_open); q and the step's own keys (written by the kernel before) after it
+    // the keys of the token's sequence before this step's first are read before the wait;
+    // q and the step's own keys (written by the kernel before) after it
     ls_ring_t<AT_NST> rg;
-    s_ring_open(rg, nw, page_of, issue, tok_seq, positions, t,
-                [&](int i) { return min(k0 + (warp + i * W) * KPS + KPS - 1, k1 - 1); });
-    ls_dep_enter(); // s_launch: programmatic dependent launch
-    ls_ring_fill(rg, issue);
+    s_ring_start(rg, nw, page_of, issue, tok_seq, positions, t, k0, k1, warp, W, KPS);
     float qr[GC][NC][VE], acc[GC][NC][VE], m[GC], l[GC];
 #pragma unroll
     for (int g = 0; g < GC; g++) {
@@ -582,10 +584,7 @@ k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
 
     // as k_attention_v2: the sequence's earlier keys before the wait, q and its own keys after
     ls_ring_t<TC_NST> rg;
-    s_ring_open(rg, nw, page_of, issue, tok_seq, positions, t,
-                [&](int i) { return min(k0 + (warp + i * W) * TC_KEYS + TC_KEYS - 1, k1 - 1); });
-    ls_dep_enter(); // s_launch: programmatic dependent launch
-    ls_ring_fill(rg, issue);
+    s_ring_start(rg, nw, page_of, issue, tok_seq, positions, t, k0, k1, warp, W, TC_KEYS);
     // A fragments of q (scaled by scale*log2(e)), k-step s = dims 16s..16s+15: a0 (row g,
     // dims 2qd, +1), a1 (row g+8, same), a2 (row g, dims +8), a3 (row g+8, dims +8); row g
     // is piece 0 (g < 4) or 1 (g >= 4) of head h, row g+8 piece 2 (g < 4) or zero

@@ -72,6 +72,27 @@ __device__ __forceinline__ void ls_dep_launch() {
 #endif
 }
 
+// Asks L2 for the first pf bytes (a multiple of 128) of each of the n rows of w (in elements
+// of TW a row) from o0 (rows past out: the last), thread tid of nt taking a 128-byte line at a
+// time: what a GEMM of a few tokens does before its ls_dep_wait, so that HBM streams its
+// weights while the kernel before it runs (the weights are written by no kernel of a step)
+template <typename TW>
+__device__ __forceinline__ void ls_prefetch_rows(const TW *w, int in, int out, int o0, int n,
+                                                 int pf, int tid, int nt) {
+    for (int i = tid; i < n * (pf >> 7); i += nt) {
+        int o = min(o0 + i % n, out - 1);
+        const char *a = reinterpret_cast<const char *>(w + (size_t)o * in) + (size_t)(i / n) * 128;
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
+    }
+}
+
+// The bytes of each row a GEMM asks of L2 before its wait (ls_prefetch_rows' pf): pf_all
+// over its out rows, at most a whole row of in elements of elem bytes, in 128-byte lines
+static inline long ls_prefetch_row_bytes(long pf_all, int in, size_t elem, int out) {
+    long row = (long)in * (long)elem;
+    return (row < pf_all / out ? row : pf_all / out) / 128 * 128;
+}
+
 // Entry i (a row or chunk, piece included: i * np + q) of slot w's LoRA page table
 // (ls_lora_pages_t), through the read-only path
 template <typename T>

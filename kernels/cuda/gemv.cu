@@ -130,25 +130,6 @@ __device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT],
         }
 }
 
-// Asks L2 for the first pf bytes (a multiple of 128) of each of the R rows from o0 (rows past
-// out: the last), the warp's lanes taking a 128-byte line each: before the wait, only the
-// weights, which no kernel of the step writes
-template <int R, typename TW>
-__device__ __forceinline__ void s_prefetch_rows(const TW *w, int in, int out, int o0, int pf, int lane) {
-    for (int i = lane; i < R * (pf >> 7); i += 32) {
-        int o = min(o0 + i % R, out - 1);
-        const char *a = reinterpret_cast<const char *>(w + (size_t)o * in) + (size_t)(i / R) * 128;
-        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
-    }
-}
-
-// The bytes of each row k_gemv asks of L2 (its pf): pf_all over the GEMM's out rows, at most a
-// whole row of in elements of elem bytes, in 128-byte lines
-static inline long s_gemv_pf(long pf_all, int in, size_t elem, int out) {
-    long row = (long)in * (long)elem;
-    return (row < pf_all / out ? row : pf_all / out) / 128 * 128;
-}
-
 // y (T, out) (+)= x (T, in) · w (out, in)ᵀ (+ bias); in % 8 == 0, w's and x's rows 16-byte
 // aligned. A block is GV_WARPS warps of R rows each, and takes the groups of GV_WARPS · R
 // rows blockIdx.x, + gridDim.x, ... (a grid smaller than the groups leaves SMs' room to
@@ -161,7 +142,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
            int in, int out, int accumulate, int pf) {
     static_assert(NT * R <= 32, "a warp's sums land one a lane");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    s_prefetch_rows<R>(w, in, out, (blockIdx.x * GV_WARPS + warp) * R, pf, lane);
+    ls_prefetch_rows(w, in, out, (blockIdx.x * GV_WARPS + warp) * R, R, pf, lane, 32);
     ls_dep_enter();
     const TX *xr[NT];
 #pragma unroll
@@ -182,7 +163,7 @@ static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv<NT, R, TW, TX>,
                                                       GV_WARPS * 32, 0) != cudaSuccess)
         return cudaGetLastError();
-    long pf = s_gemv_pf(pf_all, in, sizeof(TW), out);
+    long pf = ls_prefetch_row_bytes(pf_all, in, sizeof(TW), out);
     long groups = (out + GV_WARPS * R - 1) / (GV_WARPS * R);
     if (sms > 0 && groups > (long)sms * per_sm)
         groups = (long)sms * per_sm;

@@ -90,11 +90,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
     typedef __nv_bfloat16 B;
     extern __shared__ uint4 sm_tc[];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, rows = 16 * RW;
-    for (int i = threadIdx.x; i < rows * (pf >> 7); i += TC_WARPS * 32) {
-        int o = min((int)blockIdx.x * rows + i % rows, out - 1);
-        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(reinterpret_cast<const char *>(w + (size_t)o * in) +
-                                                                (size_t)(i / rows) * 128));
-    }
+    ls_prefetch_rows(w, in, out, (int)blockIdx.x * rows, rows, pf, threadIdx.x, TC_WARPS * 32);
     ls_dep_enter();
     uint4 *ring = sm_tc + (size_t)warp * TC_NST * RW * 4 * 32 + lane;
     float(*red)[RW][NT][4][32] = reinterpret_cast<float(*)[RW][NT][4][32]>(sm_tc);
@@ -199,7 +195,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     static_assert(GV_WARPS == 4, "two gate rows and their two up rows a block");
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, out = 2 * inter;
     int side = warp < 2 ? 0 : inter; // gate rows, or up rows
-    s_prefetch_rows<1>(w, in, out, side + blockIdx.x * 2 + (warp & 1), pf, lane);
+    ls_prefetch_rows(w, in, out, side + blockIdx.x * 2 + (warp & 1), 1, pf, lane, 32);
     ls_dep_enter();
     const TX *xr[NT];
 #pragma unroll
@@ -221,7 +217,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 static cudaError_t s_glu(float *act, __nv_bfloat16 *lp, float *gu, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                          int T, int in, int inter, cudaStream_t st) {
     typedef __nv_bfloat16 B;
-    long pf = s_gemv_pf(LS_CU_GEMV_PF, in, 2, 2 * inter);
+    long pf = ls_prefetch_row_bytes(LS_CU_GEMV_PF, in, 2, 2 * inter);
     dim3 grid((unsigned)(inter / 2)), block(GV_WARPS * 32);
     if (inter % 2 || T < 1 || T > 2)
         return cudaErrorNotSupported;
@@ -241,7 +237,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     __shared__ int arrived[2];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, out = 2 * inter;
     int pair = warp & 1, side = warp >> 1, o = blockIdx.x * 2 + pair;
-    s_prefetch_rows<1>(w, in, out, side * inter + o, pf, lane);
+    ls_prefetch_rows(w, in, out, side * inter + o, 1, pf, lane, 32);
     if (threadIdx.x < 2)
         arrived[threadIdx.x] = 0;
     __syncthreads();
@@ -277,7 +273,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 static cudaError_t s_glu2(float *act, __nv_bfloat16 *lp, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T,
                           int in, int inter, cudaStream_t st) {
     typedef __nv_bfloat16 B;
-    long pf = s_gemv_pf(LS_CU_GEMV_PF, in, 2, 2 * inter);
+    long pf = ls_prefetch_row_bytes(LS_CU_GEMV_PF, in, 2, 2 * inter);
     dim3 grid((unsigned)((inter + 1) / 2)), block(GV_WARPS * 32);
     if (T < 1 || T > 2)
         return cudaErrorNotSupported;
@@ -313,7 +309,7 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
     // tensor cores a row tile a block, o (on an fp32 x, as attention leaves it: no conversion
     // pass) and down two
     if (v == V_MIX && in == 4096 && out == 4096)
-        return s_tc<2>(y, (const float *)s_x32, w, T, in, out, (int)s_gemv_pf(s_pf_total, in, 2, out), st);
+        return s_tc<2>(y, (const float *)s_x32, w, T, in, out, (int)ls_prefetch_row_bytes(s_pf_total, in, 2, out), st);
     if (v == V_MIX)
         v = (long)in * out > (64l << 20) ? V_GEMV : out > 4096 ? V_TC1 : V_TC2;
     if (v == V_GEMV && ls_cu_gemv_ok(T, in, x, LS_CU_BF16, w, LS_CU_BF16))
@@ -327,7 +323,7 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
     // the CUDA cores without the prefetch (production's rows a warp), with R rows a warp, or
     // the tensor cores with RW row tiles a block (tc_r1_f32x: on an fp32 x, as o's), with
     // production's prefetch amount (s_pf_total: the sweep)
-    long pf = v == V_NOPF ? 0 : s_gemv_pf(s_pf_total, in, 2, out);
+    long pf = v == V_NOPF ? 0 : ls_prefetch_row_bytes(s_pf_total, in, 2, out);
     switch (v) {
     case V_NOPF: return T == 1 ? s_cc<1>(y, x, w, T, in, out, 0, st) : s_cc<2>(y, x, w, T, in, out, 0, st);
     case V_R2: return s_cc<2>(y, x, w, T, in, out, (int)pf, st);
