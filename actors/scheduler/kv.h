@@ -15,8 +15,9 @@
 // node's refs are never above its parent's; a node with refs == 0 has a subtree with refs == 0,
 // and evicting a subtree never takes KV from under a user.
 //
-// Known limit: a node's children are a list, so a lookup is linear in the number of siblings
-// (many distinct prompts under one adapter make the first level wide).
+// Lookups are by hash: a node by (parent, tokens), a root by its key, so finding a child or a
+// root costs the same however many prompts share a parent or adapters have roots; unlinking a
+// node from its siblings is constant time too (eviction).
 #ifndef LS_SCHED_KV_H
 #define LS_SCHED_KV_H
 

@@ -1,5 +1,7 @@
 // Scheduler core tests: no sockets; the harness plays the workers (harness.h).
 //   kv_blocks, kv_prefix, kv_evict  — block manager and prefix cache alone
+//   kv_scale                         — 20,000 prompts under one key, 3,000 keys: lookups,
+//                                      eviction order, drops
 //   slot_victims                     — LRU vs FIFO; pinned and in-batch slots never taken
 //   pending_until_ready              — nothing is planned before every rank reported
 //   chunked_prefill                  — chunks, sample flags, the token budget, released rids
@@ -29,6 +31,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -152,6 +155,85 @@ static void test_kv_evict(void **unused) {
     assert_int_equal(y, ba[0]);
     assert_int_equal(kv_alloc(kv, &y), -1);  // b is in use
     assert_int_equal(kv_cached(kv), 2);
+    kv_destroy(&kv);
+}
+
+// Many prompts under one adapter and many adapters (the lookup table grows through many
+// doublings): every published block is found again under its own parent and key only, the
+// same tokens under two parents are two nodes, eviction takes the least recently released
+// node each time, and dropping every key leaves nothing cached.
+static void test_kv_scale(void **unused) {
+    enum { BS = 4, PROMPTS = 20000, KEYS = 3000, N = PROMPTS + 2 * KEYS };
+    kv_t *kv = kv_new(N, BS);
+    assert_non_null(kv);
+    uint32_t *blk = malloc(N * sizeof *blk);
+    kv_node_t **node = malloc(N * sizeof *node);
+    assert_true(blk && node);
+    // prompt p: a first block (p, p+1, p+2, p+3) under "", one a node
+    for (int p = 0; p < PROMPTS; p++) {
+        int32_t t[BS] = {p, p + 1, p + 2, p + 3};
+        assert_int_equal(kv_alloc(kv, &blk[p]), 0);
+        assert_non_null(node[p] = kv_insert(kv, "", NULL, t, blk[p]));
+    }
+    // key k: a first block (7, 7, 7, 7) and under it the same tokens again
+    char key[16];
+    int32_t same[2 * BS] = {7, 7, 7, 7, 7, 7, 7, 7};
+    for (int k = 0; k < KEYS; k++) {
+        snprintf(key, sizeof key, "k%d", k);
+        int i = PROMPTS + 2 * k;
+        assert_int_equal(kv_alloc(kv, &blk[i]), 0);
+        assert_non_null(node[i] = kv_insert(kv, key, NULL, same, blk[i]));
+        assert_int_equal(kv_alloc(kv, &blk[i + 1]), 0);
+        assert_non_null(node[i + 1] = kv_insert(kv, key, node[i], same + BS, blk[i + 1]));
+        assert_ptr_not_equal(node[i], node[i + 1]);
+    }
+    assert_int_equal(kv_cached(kv), N);
+    uint32_t got[2];
+    kv_node_t *last;
+    for (int p = 0; p < PROMPTS; p++) {
+        int32_t t[BS + 1] = {p, p + 1, p + 2, p + 3, 0};
+        assert_int_equal(kv_match(kv, "", t, BS + 1, got, &last), 1);
+        assert_int_equal(got[0], blk[p]);
+        assert_ptr_equal(last, node[p]);
+        kv_release(kv, got[0]);
+        assert_int_equal(kv_match(kv, "k0", t, BS + 1, got, &last), 0); // another key: none
+    }
+    int32_t same9[2 * BS + 1] = {7, 7, 7, 7, 7, 7, 7, 7, 0};
+    for (int k = 0; k < KEYS; k += 97) {
+        snprintf(key, sizeof key, "k%d", k);
+        assert_int_equal(kv_match(kv, key, same9, 2 * BS + 1, got, &last), 2);
+        assert_int_equal(got[0], blk[PROMPTS + 2 * k]);
+        assert_int_equal(got[1], blk[PROMPTS + 2 * k + 1]);
+        kv_release(kv, got[1]);
+        kv_release(kv, got[0]);
+    }
+    assert_int_equal(kv_match(kv, "", same9, 2 * BS + 1, got, &last), 0); // not under ""
+    // release the prompts in order, every second one first: eviction follows that order
+    for (int p = 0; p < PROMPTS; p += 2)
+        kv_release(kv, blk[p]);
+    for (int p = 1; p < PROMPTS; p += 2)
+        kv_release(kv, blk[p]);
+    uint32_t x[100]; // held, so each allocation evicts (no block is free)
+    for (int p = 0; p < 200; p += 2) {
+        assert_int_equal(kv_alloc(kv, &x[p / 2]), 0);
+        assert_int_equal(x[p / 2], blk[p]);
+        int32_t t[BS + 1] = {p, p + 1, p + 2, p + 3, 0};
+        assert_int_equal(kv_match(kv, "", t, BS + 1, got, &last), 0); // evicted: gone
+    }
+    for (int i = 0; i < 100; i++)
+        kv_release(kv, x[i]);
+    for (int k = 0; k < KEYS; k++) {
+        kv_release(kv, blk[PROMPTS + 2 * k + 1]);
+        kv_release(kv, blk[PROMPTS + 2 * k]);
+        snprintf(key, sizeof key, "k%d", k);
+        kv_drop_key(kv, key);
+    }
+    kv_drop_key(kv, "");
+    assert_int_equal(kv_cached(kv), 0);
+    assert_int_equal(kv_used(kv), 0);
+    assert_int_equal(kv_available(kv), N);
+    free(node);
+    free(blk);
     kv_destroy(&kv);
 }
 
@@ -1472,6 +1554,7 @@ int main(void) {
         cmocka_unit_test(test_kv_blocks),
         cmocka_unit_test(test_kv_prefix),
         cmocka_unit_test(test_kv_evict),
+        cmocka_unit_test(test_kv_scale),
         cmocka_unit_test(test_slot_victims),
         cmocka_unit_test(test_pending_until_ready),
         cmocka_unit_test(test_worker_info_bounds),
