@@ -13,8 +13,8 @@
     prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp at every T up to 8, with the prefetch);
     `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
     64 with 1 or 2 row tiles a block, and on an fp32 x as o's); `mix` (each GEMM on the form
-    that wins it alone at 2-8 tokens on an H100); `gemv_glu`, `gemv_glu2` (tried and lost:
-    gate_up with SiLU·mul in its epilogue, below, timed in the chain only).
+    that wins it alone at 2-8 tokens on an H100; measured, not kept); `gemv_glu`, `gemv_glu2`
+    (tried and lost: gate_up with SiLU·mul in its epilogue, below, timed in the chain only).
 
     Checked against a CPU reference (fp32 sums of the bf16 products, NMSE), then timed two
     ways: the GEMM alone (back to back, weight sets rotating past L2), and a chain of 32
