@@ -66,6 +66,7 @@
 #include "bench_engine.h"
 #include "bench_util.h"
 #include "llama3_8b.h"
+#include "ops_cuda.h"
 #include "lora_pool.h"
 #include "ls_limits.h"
 #include "model.h"
@@ -89,8 +90,8 @@
 // prefill's activations take ~2.5 GB, grown by doubling) and the allocator's slack
 #define MARGIN_BYTES ((size_t)6 << 30)
 
-// 2 and 4: where the backend's matmul turns from its GEMV to cuBLAS (ops_cuda.h
-// LS_CU_GEMV_MAX_T)
+// 2 and 4: where the backend's matmul turns from its GEMV to cuBLAS (after 1 or 2 tokens by
+// the device: ops_cuda.h ls_cu_gemv_tokens)
 static const int s_batches[] = {1, 2, 4, 8, 32, 64, 128, 256}, s_quick_batches[] = {1, 64, 256};
 enum { N_BATCHES = sizeof s_batches / sizeof s_batches[0] };
 static const int s_ctxs[] = {128, 1024, 4096, 16384}, s_quick_ctxs[] = {128, 4096};
@@ -571,7 +572,8 @@ int main(int argc, char **argv) {
     b.card = prop.name;
     double bw = bench_copy_bw(PROG), tflops = bench_gemm_tflops(PROG, GEMM_N);
     printf("[%6.1f s] %s: copy bandwidth %.0f GB/s, bf16 tensor-core rate %.0f TFLOP/s "
-           "(cuBLAS GEMM %d^3)\n", bench_now() - b.t_start, prop.name, bw, tflops, GEMM_N);
+           "(cuBLAS GEMM %d^3); the GEMV up to %d tokens a step\n", bench_now() - b.t_start, prop.name,
+           bw, tflops, GEMM_N, ls_cu_gemv_tokens());
     fflush(stdout);
     const ls_model_config_t *cfg = ls_model_config(b.m);
     b.vocab = cfg->vocab_size;

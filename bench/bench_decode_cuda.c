@@ -52,6 +52,7 @@
 #include "bench_engine.h"
 #include "bench_util.h"
 #include "kernel_trace.h"
+#include "ops_cuda.h"
 
 #define N_SEQS 64 // the most sequences a step holds (--batch)
 #define RANK 16
@@ -184,10 +185,11 @@ int main(int argc, char **argv) {
     b.batch->sample.seed = 1;
     printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB bf16 "
            "weights, loaded in %.1f s), pinned host-to-device %.1f GB/s, KV %s, batch %d, %d cached tokens each, LoRA rank %d "
-           "on all seven targets, sampling %s (temperature %.2f, top-p %.2f), median of %d steps\n", prop.name, bw,
+           "on all seven targets, sampling %s (temperature %.2f, top-p %.2f), median of %d steps; "
+           "the GEMV up to %d tokens a step\n", prop.name, bw,
            (double)ls_model_weight_bytes(b.m) / 1e9, e.load_s, h2d,
            ls_dtype_name(ls_model_kv_dtype(b.m)), b.n, b.ctx, RANK, b.temperature > 0 ? "seeded" : "greedy",
-           b.temperature, b.top_p, b.steps);
+           b.temperature, b.top_p, b.steps, ls_cu_gemv_tokens());
     size_t adapter_elems = e.adapter_elems;
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
     // decode step reads per adapter.

@@ -1,8 +1,8 @@
 /*  engine/backend_cuda.cu — the CUDA backend: the ls_backend_t table over the kernels of
     kernels/cuda (ops_cuda.h) and cuBLAS. Storage, precision and the metadata path are
-    described in backend_cuda.h. The matmul of up to LS_CU_GEMV_MAX_T tokens on 16-bit
-    weights is our GEMV (kernels/cuda/gemv.cu), which starts while the kernel before it
-    ends; past that, and for fp32 weights, cuBLAS.
+    described in backend_cuda.h. The matmul of up to ls_cu_gemv_tokens() tokens (one or two,
+    by the device) on 16-bit weights is our GEMV (kernels/cuda/gemv.cu), which starts while
+    the kernel before it ends; past that, and for fp32 weights, cuBLAS.
 
     Errors: launch and copy errors are kept (the first one, "sticky") and reported as -1 by
     synchronize, buffer_download and sample, as backend.h promises; ops themselves return
@@ -970,7 +970,8 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     // is (an fp32 x rounded as it reads it) and adds the bias itself; right after attention
     // (o's, on its output) it asks L2 for less before it waits, as attention still reads
     ls_cu_dtype_t x_dt = ready ? s_dt(w) : LS_CU_F32;
-    bool gemv = narrow && ls_cu_gemv_ok(T, in, xp, x_dt, s_ptr(w), s_dt(w));
+    bool gemv =
+        narrow && T <= ls_cu_gemv_tokens() && ls_cu_gemv_ok(T, in, xp, x_dt, s_ptr(w), s_dt(w));
     bool conv = narrow && !ready && !gemv;
     // grown before the op is recorded (a graph holds the pointer) or captured (no allocation
     // or synchronization inside a capture)

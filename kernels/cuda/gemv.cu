@@ -31,7 +31,9 @@
     182.2 at two. Past two tokens the CUDA cores' issue rate, not memory, bounds it, the more
     so the faster the memory: in the engine (bench_decode_cuda) batch 4 takes 6.51 against
     cuBLAS's 6.47–6.55 ms on an H100 and 5.44–5.49 against 4.75–4.77 on an H200, batch 2
-    6.20 against 6.42–6.46 and 4.84–4.89 against 4.71–4.75: hence LS_CU_GEMV_MAX_T = 2.
+    6.20 against 6.42–6.46 and 4.84–4.89 against 4.71–4.75: hence LS_CU_GEMV_MAX_T = 2, and
+    the backend hands it two tokens only on a device whose SMs take few bytes a clock
+    (ls_cu_gemv_tokens: an H100 yes, an H200 no).
 */
 #include <assert.h>
 
@@ -178,6 +180,18 @@ static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias
                             int sms, long pf, cudaStream_t stream) {
     return T == 1 ? s_gemv<1, 1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf, stream)
                   : s_gemv<2, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf, stream);
+}
+
+// Past this many bytes of rated memory bandwidth an SM must take a clock, the GEMV takes one
+// token, not two: at two it issues twice the FMAs a weight byte, which an SM keeps up with
+// only while few bytes arrive a clock. An H100 (~12.8) gains with it at two tokens (the
+// batch-2 step 6.20 against cuBLAS's 6.42-6.46 ms), an H200 (~18.8) loses (4.84-4.87 against
+// 4.71-4.75; dev_gemv's chain at two tokens 140.5 against 134.0 µs a layer).
+#define S_GEMV_T2_MAX_BYTES_PER_CLOCK 15.0
+
+int ls_cu_gemv_tokens(void) {
+    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: unknown, as before the rule
+    return b > S_GEMV_T2_MAX_BYTES_PER_CLOCK ? 1 : LS_CU_GEMV_MAX_T;
 }
 
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,

@@ -99,6 +99,8 @@ int ls_cu_fp8_gemm_tc_ok(void);
 // ls_cu_gemv_ok: T 1..LS_CU_GEMV_MAX_T (past it cuBLAS: the CUDA cores' issue rate bounds
 // this kernel, a step 15% slower than cuBLAS's at 4 tokens on an H200, within 1.4% on an
 // H100; gemv.cu), w BF16 or F16, x F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned.
+// ls_cu_gemv_tokens: the most tokens the CUDA backend gives it on this device (1 or
+// LS_CU_GEMV_MAX_T, by the memory bytes an SM must take a clock; gemv.cu says why).
 // sms > 0: its blocks at once no more than sms SMs hold (room for the side stream's LoRA
 // kernels, as cuBLAS's SM count target); 0: all. pf: bytes of the weights its blocks ask of L2
 // before they wait for the kernel before them — LS_CU_GEMV_PF after the small kernels (about
@@ -110,6 +112,7 @@ int ls_cu_fp8_gemm_tc_ok(void);
 #define LS_CU_GEMV_PF_ATTN (2L << 20)
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
                   ls_cu_dtype_t w_dt);
+int ls_cu_gemv_tokens(void);
 cudaError_t ls_cu_gemv(float *y, const void *x, ls_cu_dtype_t x_dt, const void *w,
                        ls_cu_dtype_t w_dt, const void *bias, ls_cu_dtype_t bias_dt, int T, int in,
                        int out, int accumulate, int sms, long pf, cudaStream_t stream);
