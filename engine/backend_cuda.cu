@@ -970,8 +970,7 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     // is (an fp32 x rounded as it reads it) and adds the bias itself; right after attention
     // (o's, on its output) it asks L2 for less before it waits, as attention still reads
     ls_cu_dtype_t x_dt = ready ? s_dt(w) : LS_CU_F32;
-    bool gemv =
-        narrow && T <= ls_cu_gemv_tokens() && ls_cu_gemv_ok(T, in, xp, x_dt, s_ptr(w), s_dt(w));
+    bool gemv = narrow && ls_cu_gemv_ok(T, in, xp, x_dt, s_ptr(w), s_dt(w));
     bool conv = narrow && !ready && !gemv;
     // grown before the op is recorded (a graph holds the pointer) or captured (no allocation
     // or synchronization inside a capture)

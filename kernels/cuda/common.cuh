@@ -142,7 +142,7 @@ template <int N> __device__ __forceinline__ void ls_cp_wait() {
 // the steps.
 template <int NST> struct ls_ring_t {
     int pg[NST]; // pages of the first NST steps
-    int issued;  // steps issued
+    int issued;  // steps ls_ring_open issued
 };
 template <int NST, typename P, typename I, typename E>
 __device__ __forceinline__ void ls_ring_open(ls_ring_t<NST> &r, int nw, P page_of, I issue,
@@ -162,7 +162,6 @@ __device__ __forceinline__ void ls_ring_fill(ls_ring_t<NST> &r, I issue) {
     for (int i = 0; i < NST - 1; i++)
         if (i >= r.issued)
             issue(i, r.pg[i]);
-    r.issued = NST - 1;
 }
 template <int NST, typename P, typename I, typename S>
 __device__ __forceinline__ void ls_ring_loop(ls_ring_t<NST> &r, int nw, P page_of, I issue,

@@ -31,9 +31,9 @@
     182.2 at two. Past two tokens the CUDA cores' issue rate, not memory, bounds it, the more
     so the faster the memory: in the engine (bench_decode_cuda) batch 4 takes 6.51 against
     cuBLAS's 6.47–6.55 ms on an H100 and 5.44–5.49 against 4.75–4.77 on an H200, batch 2
-    6.20 against 6.42–6.46 and 4.84–4.89 against 4.71–4.75: hence LS_CU_GEMV_MAX_T = 2, and
-    the backend hands it two tokens only on a device whose SMs take few bytes a clock
-    (ls_cu_gemv_tokens: an H100 yes, an H200 no).
+    6.20 against 6.42–6.46 and 4.84–4.89 against 4.71–4.75: hence LS_CU_GEMV_MAX_T = 2, taken
+    only on a device whose SMs take few bytes a clock (ls_cu_gemv_tokens, which
+    ls_cu_gemv_ok applies: an H100 yes, an H200 no).
 */
 #include <assert.h>
 
@@ -190,13 +190,13 @@ static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias
 #define S_GEMV_T2_MAX_BYTES_PER_CLOCK 15.0
 
 int ls_cu_gemv_tokens(void) {
-    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: unknown, as before the rule
+    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: the device does not say: two
     return b > S_GEMV_T2_MAX_BYTES_PER_CLOCK ? 1 : LS_CU_GEMV_MAX_T;
 }
 
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
                   ls_cu_dtype_t w_dt) {
-    return T >= 1 && T <= LS_CU_GEMV_MAX_T && in % 8 == 0 &&
+    return T >= 1 && T <= ls_cu_gemv_tokens() && in % 8 == 0 &&
            (w_dt == LS_CU_BF16 || w_dt == LS_CU_F16) && (x_dt == LS_CU_F32 || x_dt == w_dt) &&
            ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
 }

@@ -96,11 +96,11 @@ int ls_cu_fp8_gemm_tc_ok(void);
 // programmatic dependent launch: y (T, out) = (accumulate ? y : 0) + x (T, in) · w (out,
 // in)ᵀ (+ bias (out), or NULL), as the matmul op and ls_matmul_forward order them; x bf16 or
 // f16 as w, or fp32 rounded to w's dtype first (as ls_cu_convert rounds). Only where
-// ls_cu_gemv_ok: T 1..LS_CU_GEMV_MAX_T (past it cuBLAS: the CUDA cores' issue rate bounds
+// ls_cu_gemv_ok: T 1..ls_cu_gemv_tokens() (past it cuBLAS: the CUDA cores' issue rate bounds
 // this kernel, a step 15% slower than cuBLAS's at 4 tokens on an H200, within 1.4% on an
 // H100; gemv.cu), w BF16 or F16, x F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned.
-// ls_cu_gemv_tokens: the most tokens the CUDA backend gives it on this device (1 or
-// LS_CU_GEMV_MAX_T, by the memory bytes an SM must take a clock; gemv.cu says why).
+// ls_cu_gemv_tokens: 1 or LS_CU_GEMV_MAX_T on this device, by the memory bytes an SM must
+// take a clock (gemv.cu says why).
 // sms > 0: its blocks at once no more than sms SMs hold (room for the side stream's LoRA
 // kernels, as cuBLAS's SM count target); 0: all. pf: bytes of the weights its blocks ask of L2
 // before they wait for the kernel before them — LS_CU_GEMV_PF after the small kernels (about

@@ -312,7 +312,7 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
         return s_tc<2>(y, (const float *)s_x32, w, T, in, out, (int)ls_prefetch_row_bytes(s_pf_total, in, 2, out), st);
     if (v == V_MIX)
         v = (long)in * out > (64l << 20) ? V_GEMV : out > 4096 ? V_TC1 : V_TC2;
-    if (v == V_GEMV && T <= ls_cu_gemv_tokens() && ls_cu_gemv_ok(T, in, x, LS_CU_BF16, w, LS_CU_BF16))
+    if (v == V_GEMV && ls_cu_gemv_ok(T, in, x, LS_CU_BF16, w, LS_CU_BF16))
         return ls_cu_gemv(y, x, LS_CU_BF16, w, LS_CU_BF16, NULL, LS_CU_F32, T, in, out, 0, 0, s_pf_total, st);
     if (v == V_GEMV || v == V_BLAS) {
         float one = 1.0f, zero = 0.0f;
