@@ -47,9 +47,11 @@
     batch took (engine/fp8_gemm.h).
 
     Usage: bench_base_cuda [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]
-                           [--decode-ctx C] [--side-sms N]
+                           [--decode-ctx C] [--prefill P] [--side-sms N] [--trace CSV]
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. --decode-ctx C: only
-    the decode points at context C, every batch. --side-sms N: every GEMM leaves N SMs to the
+    the decode points at context C, every batch. --prefill P: only the prompt of P tokens alone.
+    --trace CSV: every kernel's start, end and stream (CUPTI, kernel_trace.h), labelled by point
+    ("prefill 8192", "decode 64x128", "decode 64x128 adapters"), for a step's breakdown by kernel. --side-sms N: every GEMM leaves N SMs to the
     LoRA beside it (ls_backend_cuda_set_side; -1, the default: the backend's rule by the step's
     tokens; -2: no side stream, each LoRA after its GEMM) — the sweep behind that rule.
     Points left when --max-seconds (default 300) have passed are skipped, saying so. Not a
@@ -65,6 +67,7 @@
 #include "backend_cuda.h"
 #include "bench_engine.h"
 #include "bench_util.h"
+#include "kernel_trace.h"
 #include "llama3_8b.h"
 #include "ops_cuda.h"
 #include "lora_pool.h"
@@ -140,7 +143,22 @@ typedef struct {
     int n_pts;
     FILE *json;              // --output-file, a line written as each point ends
     const char *card;
+    bool trace;              // --trace: kernel timeline (kernel_trace.h)
 } s_bench_t;
+
+// Under --trace, the kernels launched from now on carry the label "SECTION B x C [adapters]"
+// or "prefill P" / "chunked P" ("" after a point).
+static void s_mark(const s_bench_t *b, const s_point_t *p) {
+    if (!b->trace)
+        return;
+    char label[96] = "";
+    if (p && p->prompt)
+        snprintf(label, sizeof label, "%s %d", p->section, p->prompt);
+    else if (p)
+        snprintf(label, sizeof label, "%s %dx%d%s", p->section, p->batch, p->ctx,
+                 p->adapters ? " adapters" : "");
+    kt_mark(label);
+}
 
 static void s_work_seq(s_work_t *w, const s_cost_t *c, int start, int n, bool logits) {
     w->bytes += c->kv_pos * (start + n) + c->emb_row * n + (logits ? c->logit_row : 0);
@@ -254,13 +272,16 @@ static void s_decode_point(s_bench_t *b, int batch, int ctx) {
     p->w.bytes = b->c.weight_bytes;
     for (int s = 0; s < batch; s++)
         s_work_seq(&p->w, &b->c, ctx, 1, true);
+    s_mark(b, p);
     s_finish(b, p, s_decode_run(b, kv, batch, ctx, per_seq, NULL), batch);
 
     s_point_t *q = s_point(b, "decode", batch, ctx, 0);
     q->adapters = batch < N_ADAPTERS ? batch : N_ADAPTERS;
     q->w = p->w;
     q->w.bytes += q->adapters * b->c.adapter_bytes;
+    s_mark(b, q);
     s_finish(b, q, s_decode_run(b, kv, batch, ctx, per_seq, b->slots), batch);
+    s_mark(b, NULL);
     q->decode_ratio = p->step_s / q->step_s;
     ls_kv_cache_destroy(&kv);
     s_emit(b, p);
@@ -301,8 +322,10 @@ static void s_prefill_point(s_bench_t *b, int prompt) {
     b->batch->seqs[0] = s_prompt_row(tok, 0, prompt, prompt, table, blocks);
     b->batch->n = 1;
     double t[1 + PREFILL_RUNS];
+    s_mark(b, p);
     for (int i = 0; i < 1 + PREFILL_RUNS; i++)
         t[i] = bench_step(b->m, kv, b->pool, b->batch);
+    s_mark(b, NULL);
     p->w.bytes = b->c.weight_bytes;
     s_work_seq(&p->w, &b->c, 0, prompt, true);
     s_finish(b, p, bench_median(t + 1, PREFILL_RUNS), prompt);
@@ -354,9 +377,11 @@ static void s_chunked_point(s_bench_t *b, int prompt) {
     int32_t *tok = s_prompt_tokens(prompt, b->vocab), *table = malloc((size_t)blocks * sizeof *table);
     for (int i = 0; i < blocks; i++)
         table[i] = first + i;
+    s_mark(b, p);
     p->decode_s = s_decode_run(b, kv, CHUNK_DECODES, CHUNK_CTX, per_seq, NULL);
     double apart = s_chunked_median(b, kv, 0, per_seq, tok, prompt, table, blocks);
     double mixed = s_chunked_median(b, kv, CHUNK_DECODES, per_seq, tok, prompt, table, blocks);
+    s_mark(b, NULL);
     // the floor of each mixed step, summed; its work averaged over the steps
     double floor_sum = 0, floor_max = 0;
     for (int k = 0; k < n_chunks; k++) {
@@ -525,7 +550,7 @@ int main(int argc, char **argv) {
     bool fp8 = false;
     const char *out = NULL;
     bool quick = false;
-    int side = -1, only_ctx = 0;
+    int side = -1, only_ctx = 0, only_prompt = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
@@ -533,7 +558,13 @@ int main(int argc, char **argv) {
             side = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--decode-ctx") && i + 1 < argc)
             only_ctx = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--fp8"))
+        else if (!strcmp(argv[i], "--prefill") && i + 1 < argc)
+            only_prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+            if (kt_start(argv[++i]) != 0)
+                bench_die(PROG, "--trace", "CUPTI tracing could not start");
+            b.trace = true;
+        } else if (!strcmp(argv[i], "--fp8"))
             fp8 = true;
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
             b.steps = atoi(argv[++i]);
@@ -543,15 +574,15 @@ int main(int argc, char **argv) {
             out = argv[++i];
         else {
             fprintf(stderr, "usage: " PROG " [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F] "
-                            "[--decode-ctx C] [--side-sms N]\n");
+                            "[--decode-ctx C] [--prefill P] [--side-sms N] [--trace CSV]\n");
             return 2;
         }
     }
     if (quick && b.steps == 20)
         b.steps = 10;
-    if (b.steps < 1 || b.steps > 64 || b.max_s <= 0 || only_ctx < 0 || side < -2) {
-        fprintf(stderr, PROG ": --steps must be 1..64, --max-seconds > 0, --decode-ctx >= 1 and "
-                        "--side-sms >= -2\n");
+    if (b.steps < 1 || b.steps > 64 || b.max_s <= 0 || only_ctx < 0 || only_prompt < 0 || side < -2) {
+        fprintf(stderr, PROG ": --steps must be 1..64, --max-seconds > 0, --decode-ctx and --prefill "
+                        ">= 1 and --side-sms >= -2\n");
         return 2;
     }
     if (out && !(b.json = fopen(out, "w")))
@@ -598,6 +629,8 @@ int main(int argc, char **argv) {
     if (fp8) {
         s_fp8_compare(&b, e.be);
         printf("[%6.1f s] done\n", bench_now() - b.t_start);
+        if (b.trace)
+            kt_stop();
         bench_batch_destroy(&b.batch);
         bench_engine_close(&e);
         return 0;
@@ -607,12 +640,14 @@ int main(int argc, char **argv) {
     int n_b = quick ? 3 : N_BATCHES, n_c = quick ? 2 : 4, n_p = quick ? 1 : 3;
     if (only_ctx) // every batch at that context, nothing else
         batches = s_batches, n_b = N_BATCHES, ctxs = &only_ctx, n_c = 1, n_p = 0;
+    if (only_prompt) // that prompt alone, nothing else
+        n_b = n_c = 0, prompts = &only_prompt, n_p = 1;
     // the few bounded points first, the decode grid (the longest part) last, so --max-seconds
     // cuts its largest points; the workspace a prefill grows stays (model.h) and counts as used
     // memory in the decode points' check
     for (int i = 0; i < n_p; i++)
         s_prefill_point(&b, prompts[i]);
-    for (int i = 0; i < n_p; i++)
+    for (int i = 0; i < n_p && !only_prompt; i++)
         s_chunked_point(&b, prompts[i]);
     for (int c = 0; c < n_c; c++)
         for (int i = 0; i < n_b; i++)
@@ -623,6 +658,8 @@ int main(int argc, char **argv) {
     if (b.json && fclose(b.json) != 0)
         bench_die(PROG, "--output-file", "write failed");
     printf("[%6.1f s] done\n", bench_now() - b.t_start);
+    if (b.trace)
+        kt_stop();
     bench_batch_destroy(&b.batch);
     bench_engine_close(&e);
     return 0;

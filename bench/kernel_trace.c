@@ -9,7 +9,7 @@
 enum { KT_BUF = 8 << 20 };
 
 static FILE *s_out;
-static const char *s_label = "";
+static char s_label[128]; // the label of the kernels launched since the last kt_mark
 
 static void CUPTIAPI s_buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
     // CUPTI wants 8-byte aligned buffers
@@ -55,7 +55,9 @@ int kt_mark(const char *label) {
     if (!s_out)
         return -1;
     int rc = cuptiActivityFlushAll(1) == CUPTI_SUCCESS ? 0 : -1;
-    s_label = label; // the records delivered by the flush above carried the previous one
+    // the records delivered by the flush above carried the previous one; a copy, so the
+    // caller's string need not outlive the call
+    snprintf(s_label, sizeof s_label, "%s", label);
     return rc;
 }
 

@@ -199,7 +199,8 @@ struct ls_backend {
     // the input of the matmul that follows, made here rather than by that matmul. An
     // F8E4M3 out_lp gets out's rows quantized per token as matmul_fp8 quantizes them
     // (ls_fp8_quantize_rows of exactly the fp32 values written to out), their scales going
-    // to out_scale (T, F32); out_scale is NONE for any other out_lp
+    // to out_scale (T, F32); out_scale is NONE for any other out_lp. out may be NONE where
+    // out_lp is given in a 16-bit dtype: only the copy is written (nothing reads out)
     void (*rmsnorm)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
                     ls_view_t residual, ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C,
                     float eps);
@@ -208,7 +209,8 @@ struct ls_backend {
                           int n_heads, int head_dim, int row_stride, float eps);
     // out (T, inter) = silu(gate_up[:, :inter]) * gate_up[:, inter:]; delta (T, 2*inter),
     // or NONE, is added into gate_up first (as if gate_up were gate_up + delta); out_lp
-    // (T, inter) and out_scale (T), or NONE: out once more in out_lp's dtype, as rmsnorm's
+    // (T, inter) and out_scale (T), or NONE: out once more in out_lp's dtype, and out NONE,
+    // as rmsnorm's
     void (*silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
                      ls_view_t gate_up, ls_view_t delta, int T, int inter);
     // y (n) += x (n)
@@ -224,7 +226,8 @@ struct ls_backend {
                           ls_view_t k_cache, ls_view_t v_cache, int n_heads, int n_kv_heads,
                           int head_dim, int row_stride, int block_size, size_t block_stride);
     // step: out (T, n_heads*head_dim) from q (T, row_stride) and the paged caches (as
-    // rope_kv_store's)
+    // rope_kv_store's); out F32, or the 16-bit dtype of the matmul that alone reads it (the
+    // values rounded as buffer_upload rounds them), as rmsnorm's out_lp
     void (*attention)(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_t k_cache,
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
                       int block_size, int row_stride, size_t block_stride);

@@ -270,6 +270,8 @@ static void s_copy_lp(ls_view_t out_lp, ls_view_t out_scale, ls_view_t out, int 
 static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
                       ls_view_t residual, ls_view_t x, ls_view_t x2, ls_view_t w, int T, int C,
                       float eps) {
+    if (!out.buf) // the copy alone: an f32 buffer here, written as out would be
+        out = out_lp, out_lp = LS_VIEW_NONE;
     ls_rmsnorm_forward(s_f32(out), s_f32_opt(residual), s_f32(x), s_f32_opt(x2), s_f32(w), T,
                        C, eps);
     s_copy_lp(out_lp, out_scale, out, T, C);
@@ -282,6 +284,8 @@ static void s_rmsnorm_heads(ls_backend_t *self, ls_view_t x, ls_view_t w, int T,
 
 static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
                        ls_view_t gate_up, ls_view_t delta, int T, int inter) {
+    if (!out.buf) // as s_rmsnorm's
+        out = out_lp, out_lp = LS_VIEW_NONE;
     ls_silu_mul_forward(s_f32(out), s_f32(gate_up), s_f32_opt(delta), T, inter);
     s_copy_lp(out_lp, out_scale, out, T, inter);
 }

@@ -123,7 +123,7 @@ typedef struct {
     int n_sm;               // SMs of the device
     int side_leave;         // SMs every GEMM leaves to open side work; < 0: s_gemm_sms's rule
     int blas_sms;           // cuBLAS's SM count target now (0: all)
-    const float *attn_out;  // attention's output: the matmul reading it comes right after it
+    const void *attn_out;   // attention's output: the matmul reading it comes right after it
     cudaStream_t upload;   // buffer_upload_async
     s_dev_t up_stage;      // the images of buffer_upload_async, padded from here on the device
     cudaEvent_t queued;    // compute work queued before an async upload
@@ -1060,10 +1060,12 @@ static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_vi
     int lp_dt;
     float *lps;
     void *lp = s_lp_args(out_lp, out_scale, &lp_dt, &lps);
-    if (s_rec(c, (int)S_OP_RMSNORM, s_f32(out), lp, lp_dt, lps, res, s_f32(x), add, s_ptr(w),
+    float *o = out.buf ? s_f32(out) : NULL;
+    assert(o || (lp && out_lp.buf->dtype != LS_DTYPE_F8E4M3));
+    if (s_rec(c, (int)S_OP_RMSNORM, o, lp, lp_dt, lps, res, s_f32(x), add, s_ptr(w),
               (int)s_dt(w), T, C, eps))
         return;
-    s_note(c, ls_cu_rmsnorm(s_f32(out), lp, (ls_cu_dtype_t)lp_dt, lps, res, s_f32(x), add,
+    s_note(c, ls_cu_rmsnorm(o, lp, (ls_cu_dtype_t)lp_dt, lps, res, s_f32(x), add,
                             s_ptr(w), s_dt(w), T, C, eps, c->stream));
 }
 
@@ -1084,9 +1086,11 @@ static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_v
     int lp_dt;
     float *lps;
     void *lp = s_lp_args(out_lp, out_scale, &lp_dt, &lps);
-    if (s_rec(c, (int)S_OP_SILU_MUL, s_f32(out), lp, lp_dt, lps, s_f32(gate_up), d, T, inter))
+    float *o = out.buf ? s_f32(out) : NULL;
+    assert(o || (lp && out_lp.buf->dtype != LS_DTYPE_F8E4M3));
+    if (s_rec(c, (int)S_OP_SILU_MUL, o, lp, lp_dt, lps, s_f32(gate_up), d, T, inter))
         return;
-    s_note(c, ls_cu_silu_mul(s_f32(out), lp, (ls_cu_dtype_t)lp_dt, lps, s_f32(gate_up), d, T,
+    s_note(c, ls_cu_silu_mul(o, lp, (ls_cu_dtype_t)lp_dt, lps, s_f32(gate_up), d, T,
                              inter, c->stream));
 }
 
@@ -1118,39 +1122,41 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
                         int block_size, int row_stride, size_t block_stride) {
     s_cuda_t *c = s_ctx(self);
     assert(k_cache.buf->dtype == v_cache.buf->dtype);
-    c->attn_out = s_f32(out);
-    if (s_rec(c, (int)S_OP_ATTENTION, s_f32(out), s_f32(q), s_ptr(k_cache), s_ptr(v_cache),
-              (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size, row_stride,
-              block_stride))
+    ls_cu_dtype_t odt = s_dt(out);
+    assert(odt == LS_CU_F32 || odt == LS_CU_BF16 || odt == LS_CU_F16);
+    char *o = (char *)s_ptr(out);
+    c->attn_out = o;
+    if (s_rec(c, (int)S_OP_ATTENTION, (void *)o, (int)odt, s_f32(q), s_ptr(k_cache),
+              s_ptr(v_cache), (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size,
+              row_stride, block_stride))
         return;
-    float *o = s_f32(out);
     const float *qp = s_f32(q);
     const void *kc = s_ptr(k_cache), *vc = s_ptr(v_cache);
     ls_cu_dtype_t dt = s_dt(k_cache);
     const s_pf_list_t *pf = &c->pf[ls_cu_attention_prefill_which(head_dim)];
     if (!pf->n || !ls_cu_attention_prefill_ok(o, qp, kc, vc, dt, n_heads, n_kv_heads, head_dim,
                                               row_stride)) {
-        s_note(c, ls_cu_attention(o, qp, kc, vc, dt, c->tok_seq, c->positions, c->block_tables,
-                                  c->max_blocks, c->T, n_heads, n_kv_heads, head_dim,
-                                  block_size, row_stride, block_stride, c->stream));
+        s_note(c, ls_cu_attention(o, odt, qp, kc, vc, dt, c->tok_seq, c->positions,
+                                  c->block_tables, c->max_blocks, c->T, n_heads, n_kv_heads,
+                                  head_dim, block_size, row_stride, block_stride, c->stream));
         return;
     }
     // the runs of tokens between the prefill sequences (decodes, short chunks) on the
     // decode-shaped kernel, a launch per run on its rows; then the prefill sequences
-    size_t od = (size_t)n_heads * head_dim;
+    size_t od = (size_t)n_heads * head_dim * ls_cu_dtype_size(odt);
     for (int k = 0, t = 0; k <= pf->n; k++) {
         int end = k < pf->n ? pf->h[3 * k + 1] : c->T;
         if (end > t)
-            s_note(c, ls_cu_attention(o + t * od, qp + (size_t)t * row_stride, kc, vc, dt,
+            s_note(c, ls_cu_attention(o + t * od, odt, qp + (size_t)t * row_stride, kc, vc, dt,
                                       c->tok_seq + t, c->positions + t, c->block_tables,
                                       c->max_blocks, end - t, n_heads, n_kv_heads, head_dim,
                                       block_size, row_stride, block_stride, c->stream));
         if (k < pf->n)
             t = end + pf->h[3 * k + 2];
     }
-    s_note(c, ls_cu_attention_prefill(o, qp, kc, vc, dt, pf->d, pf->n, pf->max_q, c->positions,
-                                      c->block_tables, c->max_blocks, n_heads, n_kv_heads,
-                                      head_dim, block_size, row_stride, block_stride,
+    s_note(c, ls_cu_attention_prefill(o, odt, qp, kc, vc, dt, pf->d, pf->n, pf->max_q,
+                                      c->positions, c->block_tables, c->max_blocks, n_heads,
+                                      n_kv_heads, head_dim, block_size, row_stride, block_stride,
                                       c->stream));
 }
 

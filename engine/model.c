@@ -1368,6 +1368,26 @@ static ls_view_t s_mm_in(const ls_buffer_t *w, ls_view_t x, ls_view_t lp) {
     return lp.buf && w && w->dtype == lp.buf->dtype ? lp : x;
 }
 
+// Whether some adapter of the step targets group g (s_group_batches).
+static bool s_group_work(const ls_model_t *self, const ls_step_t *step, ls_lora_group_t g) {
+    for (int k = 0; k < step->n_lora_passes; k++)
+        if (self->lora_batch[k][g] >= 0)
+            return true;
+    return false;
+}
+
+// out, the fp32 output of the op (rmsnorm, silu_mul, attention) before projection g over
+// weights w, or LS_VIEW_NONE where nothing reads it: the matmul reads the LP copy (s_lp_on:
+// 16-bit weights) and g's LoRA, which reads fp32, has no work in the step. The op then writes
+// the copy alone: a 2K-token prompt's silu_mul writes 117 MB a layer less, and attention's
+// rows need no conversion pass before o's GEMM.
+static ls_view_t s_f32_out(const ls_model_t *self, const ls_lora_pool_t *pool,
+                           const ls_step_t *step, ls_lora_group_t g, const ls_buffer_t *w,
+                           ls_view_t out, ls_view_t lp) {
+    bool lora = step->lora && ls_lora_pool_has_group(pool, g) && s_group_work(self, step, g);
+    return !s_lp_on(self) || lora || s_mm_in(w, out, lp).buf != lp.buf ? out : LS_VIEW_NONE;
+}
+
 // y (T, out_total of g) += LoRA of group g on x (T, in of g), when the step has adapters
 // and the pool holds the group; accumulate 0: y = that delta (0 on rows without one). One
 // pass after the other (a mix's components: backend.h), the later ones adding to y.
@@ -1397,14 +1417,6 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
         accumulate = 1;
     }
     assert(accumulate); // a delta (s_proj) is made only for a group with work (s_group_work)
-}
-
-// Whether some adapter of the step targets group g (s_group_batches).
-static bool s_group_work(const ls_model_t *self, const ls_step_t *step, ls_lora_group_t g) {
-    for (int k = 0; k < step->n_lora_passes; k++)
-        if (self->lora_batch[k][g] >= 0)
-            return true;
-    return false;
 }
 
 // x (T, hidden) += the embedding's LoRA (after the embedding's all-reduce: every rank holds
@@ -1523,7 +1535,7 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t
     delta_cols = delta_cols > (size_t)2 * self->I ? delta_cols : (size_t)2 * self->I;
     delta_cols = delta_cols > (size_t)self->H ? delta_cols : (size_t)self->H;
     bool lead = self->shard.rank == 0, tp = self->comm != NULL;
-    size_t xq_cols = (size_t)self->H; // the widest input of a projection
+    size_t xq_cols = (size_t)self->H; // the widest input of a projection (and of its LP copy)
     xq_cols = xq_cols > (size_t)self->q_dim ? xq_cols : (size_t)self->q_dim;
     xq_cols = xq_cols > (size_t)self->I ? xq_cols : (size_t)self->I;
     const size_t need[S_WS_COUNT] = {
@@ -1532,7 +1544,7 @@ static int s_forward_prepare(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t
         [S_WS_ATTN] = T * self->q_dim,   [S_WS_GATE_UP] = T * 2 * self->I,
         [S_WS_ACT] = T * self->I,        [S_WS_LORA] = T * lora_cols,
         [S_WS_DELTA] = self->lora_beside ? T * delta_cols : 0,
-        [S_WS_LP] = s_lp_on(self) ? T * (size_t)(self->H > self->I ? self->H : self->I) : 0,
+        [S_WS_LP] = s_lp_on(self) ? T * xq_cols : 0,
         [S_WS_XQ] = self->fp8 ? T * xq_cols : 0,
         [S_WS_XS] = self->fp8 ? T : 0,
         [S_WS_LAST] = R * self->H,       [S_WS_LOGITS] = lead ? R * (size_t)self->W : 0,
@@ -1621,8 +1633,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
         // x += y (+ its LoRA delta: the previous layer's MLP output); h = rmsnorm(x)
-        be->rmsnorm(be, h, lp, lps, l ? x : LS_VIEW_NONE, l ? y : x, delta,
-                    s_w(w[S_ATTN_NORM]), n, H, eps);
+        be->rmsnorm(be, s_f32_out(self, pool, step, LS_LORA_GROUP_QKV, w[S_QKV], h, lp), lp,
+                    lps, l ? x : LS_VIEW_NONE, l ? y : x, delta, s_w(w[S_ATTN_NORM]), n, H, eps);
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_mm_in(w[S_QKV], h, lp),
                        s_w(w[S_QKV]), s_w(w[S_QKV_SCALE]), s_w(w[S_QKV_BIAS]), n, H,
                        self->qkv_dim);
@@ -1640,10 +1652,12 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         be->rope_kv_store(be, qkv, delta, inv_freq, kc, vc, nh, nkv, hd, self->qkv_dim,
                           kv->block_size, stride);
         delta = LS_VIEW_NONE;
-        be->attention(be, attn, qkv, kc, vc, nh, nkv, hd, kv->block_size, self->qkv_dim,
-                      stride);
+        // attention writes fp32 where o's LoRA or matmul reads that, else the LP copy alone
+        ls_view_t ao = s_f32_out(self, pool, step, LS_LORA_GROUP_O, w[S_O], attn, lp);
+        ao = ao.buf ? ao : lp;
+        be->attention(be, ao, qkv, kc, vc, nh, nkv, hd, kv->block_size, self->qkv_dim, stride);
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
-        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, attn, attn, s_w(w[S_O]),
+        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, ao, ao, s_w(w[S_O]),
                        s_w(w[S_O_SCALE]), s_w(w[S_O_BIAS]), n, self->q_dim, H);
         // tensor parallel: the delta is a partial sum like y, reduced with it
         if (self->comm)
@@ -1651,11 +1665,13 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         if (s_reduce(self, y, TH, err, errlen) != 0)
             return -1;
         // x += y (+ delta: attention output); h = rmsnorm(x)
-        be->rmsnorm(be, h, lp, lps, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
+        be->rmsnorm(be, s_f32_out(self, pool, step, LS_LORA_GROUP_GATE_UP, w[S_GATE_UP], h, lp),
+                    lp, lps, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h,
                        s_mm_in(w[S_GATE_UP], h, lp), s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_SCALE]),
                        s_w(w[S_GATE_UP_BIAS]), n, H, 2 * I);
-        be->silu_mul(be, act, lp, lps, gate_up, delta, n, I);
+        be->silu_mul(be, s_f32_out(self, pool, step, LS_LORA_GROUP_DOWN, w[S_DOWN], act, lp), lp,
+                     lps, gate_up, delta, n, I);
         // the down delta goes into the next rmsnorm (the next layer's or the final one)
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_DOWN, y, act,
                        s_mm_in(w[S_DOWN], act, lp), s_w(w[S_DOWN]), s_w(w[S_DOWN_SCALE]),

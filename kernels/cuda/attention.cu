@@ -87,12 +87,37 @@ namespace cg = cooperative_groups;
 
 enum { ATT_WARPS = 4, ATT_GC = 8 }; // warps per block, query heads per pass
 
+// Where every attention kernel writes its rows: fp32, or rounded to a 16-bit dtype (as
+// ls_cu_convert rounds) when the o projection's matmul is all that reads them, so that it
+// needs no conversion pass between attention and its GEMM.
+struct s_out_t {
+    void *p;
+    int dt; // ls_cu_dtype_t: LS_CU_F32, LS_CU_BF16 or LS_CU_F16
+};
+__device__ __forceinline__ void s_out_put(s_out_t o, size_t i, float v) {
+    if (o.dt == LS_CU_BF16)
+        ((__nv_bfloat16 *)o.p)[i] = ls_from_f<__nv_bfloat16>(v);
+    else if (o.dt == LS_CU_F16)
+        ((__half *)o.p)[i] = ls_from_f<__half>(v);
+    else
+        ((float *)o.p)[i] = v;
+}
+// elements i (even) and i + 1
+__device__ __forceinline__ void s_out_put2(s_out_t o, size_t i, float x, float y) {
+    if (o.dt == LS_CU_BF16)
+        *(uint32_t *)((__nv_bfloat16 *)o.p + i) = ls_pack2<__nv_bfloat16>(x, y);
+    else if (o.dt == LS_CU_F16)
+        *(uint32_t *)((__half *)o.p + i) = ls_pack2<__half>(x, y);
+    else
+        *(float2 *)((float *)o.p + i) = make_float2(x, y);
+}
+
 // out is (T, n_heads*head_dim), q is (T, row_stride),
 // k_cache, v_cache are blocks of (block_size, n_kv_heads*head_dim), block_stride elements
 // apart; E = elements per lane (head_dim <= 32E)
 template <typename TC, int E>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-k_attention_v1(float *out, const float *q, const TC *k_cache, const TC *v_cache,
+k_attention_v1(s_out_t out, const float *q, const TC *k_cache, const TC *v_cache,
             const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
             int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
             size_t block_stride, int row_stride, float scale) {
@@ -188,8 +213,8 @@ k_attention_v1(float *out, const float *q, const TC *k_cache, const TC *v_cache,
                 L += s[head_dim + 1] * c;
                 O += s[d] * c;
             }
-            out[(size_t)t * n_heads * head_dim + (size_t)(kvh * group + g0 + g) * head_dim + d] =
-                O / L;
+            s_out_put(out, (size_t)t * n_heads * head_dim + (size_t)(kvh * group + g0 + g) * head_dim + d,
+                      O / L);
         }
         __syncthreads();
     }
@@ -245,13 +270,13 @@ __device__ __forceinline__ void s_widen(uint4 u, float o[4], const float *) {
 // order over distributed shared memory, each CTA writing 1/cs of the output. Every thread
 // of every CTA of the cluster calls this (it holds barriers).
 template <int GC>
-__device__ __forceinline__ void s_merge(float *out, const uint4 *s_sm, int W, int wst, int t,
+__device__ __forceinline__ void s_merge(s_out_t out, const uint4 *s_sm, int W, int wst, int t,
                                         int kvh, int group, int g0, int gn, int n_heads,
                                         int head_dim, int rank, int cs) {
     const int sd = GC * head_dim; // offset of m in a state
     const float *ws0 = (const float *)s_sm;
     float *cst = (float *)(s_sm + (size_t)W * wst / 4);
-    float *orow = out + (size_t)t * n_heads * head_dim + (size_t)(kvh * group + g0) * head_dim;
+    const size_t orow = (size_t)t * n_heads * head_dim + (size_t)(kvh * group + g0) * head_dim;
     for (int idx = threadIdx.x; idx < gn * head_dim; idx += blockDim.x) {
         int g = idx / head_dim;
         float M = -INFINITY;
@@ -265,7 +290,7 @@ __device__ __forceinline__ void s_merge(float *out, const uint4 *s_sm, int W, in
             O += s[idx] * c;
         }
         if (cs == 1) {
-            orow[idx] = O / Ls;
+            s_out_put(out, orow + idx, O / Ls);
         } else {
             cst[idx] = O;
             if (idx % head_dim == 0)
@@ -289,7 +314,7 @@ __device__ __forceinline__ void s_merge(float *out, const uint4 *s_sm, int W, in
                 Ls += s[sd + GC + g] * c;
                 O += s[idx] * c;
             }
-            orow[idx] = O / Ls;
+            s_out_put(out, orow + idx, O / Ls);
         }
         cl.sync(); // no CTA leaves (its shared memory) while another still reads it
     }
@@ -323,7 +348,7 @@ __device__ __forceinline__ void s_ring_start(ls_ring_t<NST> &r, int nw, P page_o
 // (AT_NST, 2, NC, 32) 16-byte chunks, then the CTA's merged state (GC, head_dim + 2).
 template <typename TC, int L, int NC, int GC>
 __global__ void __launch_bounds__(AT_MAXW * 32, 1)
-k_attention_v2(float *out, const float *q, const void *kc_, const void *vc_,
+k_attention_v2(s_out_t out, const float *q, const void *kc_, const void *vc_,
                const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
                int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
                size_t block_stride, int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
@@ -528,7 +553,7 @@ __device__ __forceinline__ float s_hi(uint32_t u) { return __uint_as_float(u & 0
 // groups. Grid, clusters, partial-state merges: as k_attention_v2.
 template <int D>
 __global__ void __launch_bounds__(AT_MAXW * 32, 1)
-k_attention_tc(float *out, const float *q, const void *kc_, const void *vc_,
+k_attention_tc(s_out_t out, const float *q, const void *kc_, const void *vc_,
                const int32_t *tok_seq, const int32_t *positions, const int32_t *block_tables,
                int max_blocks, int n_heads, int n_kv_heads, int head_dim, int block_size,
                size_t block_stride, int bs_shift, int row_stride, float qscale, int n_pass, int cs) {
@@ -869,19 +894,19 @@ __device__ __forceinline__ void s_pf_issue(unsigned st, const long long *rows, c
 // Query row r of the tile (written only where r < nrows): O / l, l summed over the lane quad
 // first (every lane calls), dims 8n + 2qd and + 1 from o2(n).
 template <int D, typename OT>
-__device__ __forceinline__ void s_pf_store(float *out, float l, int r, const s_pf_tile_t &t,
+__device__ __forceinline__ void s_pf_store(s_out_t out, float l, int r, const s_pf_tile_t &t,
                                            int group, int kvh, int n_heads, OT o2) {
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     if (r < t.nrows) {
         const float inv = 1.0f / l;
         const int tk = r / group, hd = kvh * group + r - tk * group;
-        float *orow = out + (size_t)(t.tok0 + tk) * n_heads * D + (size_t)hd * D +
-                      2 * (threadIdx.x & 3);
+        const size_t orow = (size_t)(t.tok0 + tk) * n_heads * D + (size_t)hd * D +
+                            2 * (threadIdx.x & 3);
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             float2 v = o2(n);
-            *reinterpret_cast<float2 *>(orow + 8 * n) = make_float2(v.x * inv, v.y * inv);
+            s_out_put2(out, orow + 8 * n, v.x * inv, v.y * inv);
         }
     }
 }
@@ -926,7 +951,7 @@ __device__ __forceinline__ void s_pf_store(float *out, float l, int r, const s_p
 // then two stages of K (BN rows) and V (BN rows), rows of 2*D bytes.
 template <int D, int MT, int NW, int BN>
 __global__ void __launch_bounds__(NW * 32)
-k_attention_prefill(float *out, const float *q, const void *kc_, const void *vc_,
+k_attention_prefill(s_out_t out, const float *q, const void *kc_, const void *vc_,
                     const int32_t *seqs, const int32_t *positions,
                     const int32_t *block_tables, int max_blocks, int n_heads, int n_kv_heads,
                     int block_size, int bs_shift, size_t block_bytes, int row_stride,
@@ -1199,7 +1224,7 @@ __device__ __forceinline__ void s_wg_rs128(float (&d)[64], const uint32_t (&a)[4
 
 template <int BN, int MINB>
 __global__ void __launch_bounds__(256, MINB)
-k_attention_prefill_wg(float *out, const float *q, const void *kc_, const void *vc_,
+k_attention_prefill_wg(s_out_t out, const float *q, const void *kc_, const void *vc_,
                        const int32_t *seqs, const int32_t *positions,
                        const int32_t *block_tables, int max_blocks, int n_heads, int n_kv_heads,
                        int block_size, int bs_shift, size_t block_bytes, int row_stride,
@@ -1366,7 +1391,7 @@ extern "C" void ls_cu_attention_last_plan(int *warps, int *cluster) {
 }
 
 template <typename TC, int E>
-static cudaError_t s_launch_v1(float *out, const float *q, const void *k_cache,
+static cudaError_t s_launch_v1(s_out_t out, const float *q, const void *k_cache,
                                const void *v_cache, const int32_t *tok_seq,
                                const int32_t *positions, const int32_t *block_tables,
                                int max_blocks, int T, int n_heads, int n_kv_heads,
@@ -1383,7 +1408,7 @@ static cudaError_t s_launch_v1(float *out, const float *q, const void *k_cache,
 
 // the arguments of ls_cu_attention
 typedef struct {
-    float *out;
+    s_out_t out;
     const float *q;
     const void *k_cache, *v_cache;
     const int32_t *tok_seq, *positions, *block_tables;
@@ -1394,7 +1419,7 @@ typedef struct {
 } s_args_t;
 
 // k_attention_v2 and k_attention_tc share this signature
-typedef void (*s_kern_t)(float *, const float *, const void *, const void *, const int32_t *,
+typedef void (*s_kern_t)(s_out_t, const float *, const void *, const void *, const int32_t *,
                          const int32_t *, const int32_t *, int, int, int, int, int, size_t, int,
                          int, float, int, int);
 
@@ -1534,7 +1559,7 @@ template <int D> static cudaError_t s_run_tc(const s_args_t *a, const int *plan 
                     4, a, plan);
 }
 
-cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
+cudaError_t ls_cu_attention(void *out, ls_cu_dtype_t out_dt, const float *q, const void *k_cache,
                             const void *v_cache, ls_cu_dtype_t cache_dt,
                             const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *block_tables, int max_blocks, int T, int n_heads,
@@ -1544,7 +1569,8 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     assert(head_dim > 0 && head_dim <= 256);
     if (T == 0)
         return cudaSuccess;
-    s_args_t a = {out,      q,       k_cache,    v_cache,  tok_seq,    positions,
+    assert(out_dt == LS_CU_F32 || out_dt == LS_CU_BF16 || out_dt == LS_CU_F16);
+    s_args_t a = {{out, (int)out_dt}, q, k_cache,    v_cache,  tok_seq,    positions,
                   block_tables, max_blocks, T, n_heads, n_kv_heads, head_dim,
                   block_size, block_stride, row_stride, stream};
     int esz = cache_dt == LS_CU_F32 ? 4 : 2, row_bytes = head_dim * esz;
@@ -1577,7 +1603,7 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
     s_last_w = 0, s_last_cs = 0;
 #define LS_ATT_E(E)                                                                           \
     LS_CU_DISPATCH(cache_dt, TC,                                                              \
-        return s_launch_v1<TC, E>(out, q, k_cache, v_cache, tok_seq, positions, block_tables,\
+        return s_launch_v1<TC, E>(a.out, q, k_cache, v_cache, tok_seq, positions, block_tables,\
                                   max_blocks, T, n_heads, n_kv_heads, head_dim, block_size,   \
                                   block_stride, row_stride, stream))
     if (head_dim <= 64) {
@@ -1593,7 +1619,7 @@ cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
 
 // the arguments of ls_cu_attention_prefill
 typedef struct {
-    float *out;
+    s_out_t out;
     const float *q;
     const void *k_cache, *v_cache;
     const int32_t *seqs;
@@ -1612,7 +1638,7 @@ typedef struct {
 enum { PF_MT = 2, PF_NW = 4, PF_BM = 16 * PF_MT * PF_NW };
 
 // k_attention_prefill and k_attention_prefill_wg share this signature
-typedef void (*s_pf_kern_t)(float *, const float *, const void *, const void *, const int32_t *,
+typedef void (*s_pf_kern_t)(s_out_t, const float *, const void *, const void *, const int32_t *,
                             const int32_t *, const int32_t *, int, int, int, int, int, size_t,
                             int, float);
 
@@ -1684,7 +1710,7 @@ ls_cu_prefill_kernel_t ls_cu_attention_prefill_which(int head_dim) {
     return head_dim == 128 && s_pf_wg_ok() ? LS_CU_PREFILL_WGMMA : LS_CU_PREFILL_MMA;
 }
 
-int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_cache,
+int ls_cu_attention_prefill_ok(const void *out, const float *q, const void *k_cache,
                                const void *v_cache, ls_cu_dtype_t cache_dt, int n_heads,
                                int n_kv_heads, int head_dim, int row_stride) {
     return ls_cu_props()->cc >= 8 && cache_dt == LS_CU_BF16 &&
@@ -1693,7 +1719,8 @@ int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_c
            (uintptr_t)k_cache % 16 == 0 && (uintptr_t)v_cache % 16 == 0;
 }
 
-cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const void *k_cache,
+cudaError_t ls_cu_attention_prefill_kernel(void *out, ls_cu_dtype_t out_dt, const float *q,
+                                           const void *k_cache,
                                            const void *v_cache, ls_cu_dtype_t cache_dt,
                                            const int32_t *seqs, int n_seqs, int max_q,
                                            const int32_t *positions,
@@ -1710,7 +1737,8 @@ cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const voi
         return cudaErrorNotSupported;
     if (n_seqs == 0 || max_q == 0)
         return cudaSuccess;
-    s_pf_args_t a = {out,        q,       k_cache,    v_cache,  seqs,       n_seqs,
+    assert(out_dt == LS_CU_F32 || out_dt == LS_CU_BF16 || out_dt == LS_CU_F16);
+    s_pf_args_t a = {{out, (int)out_dt}, q, k_cache,    v_cache,  seqs,       n_seqs,
                      max_q,      positions, block_tables, max_blocks, n_heads, n_kv_heads,
                      head_dim,   block_size, row_stride, block_stride, stream};
     if (which == LS_CU_PREFILL_WGMMA)
@@ -1719,14 +1747,15 @@ cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const voi
                           : s_run_prefill<128, PF_MT, PF_NW, 32>(&a);
 }
 
-cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_cache,
+cudaError_t ls_cu_attention_prefill(void *out, ls_cu_dtype_t out_dt, const float *q,
+                                    const void *k_cache,
                                     const void *v_cache, ls_cu_dtype_t cache_dt,
                                     const int32_t *seqs, int n_seqs, int max_q,
                                     const int32_t *positions, const int32_t *block_tables,
                                     int max_blocks, int n_heads, int n_kv_heads, int head_dim,
                                     int block_size, int row_stride, size_t block_stride,
                                     cudaStream_t stream) {
-    return ls_cu_attention_prefill_kernel(out, q, k_cache, v_cache, cache_dt, seqs, n_seqs,
+    return ls_cu_attention_prefill_kernel(out, out_dt, q, k_cache, v_cache, cache_dt, seqs, n_seqs,
                                           max_q, positions, block_tables, max_blocks, n_heads,
                                           n_kv_heads, head_dim, block_size, row_stride,
                                           block_stride, ls_cu_attention_prefill_which(head_dim),

@@ -152,7 +152,7 @@ cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, in
 }
 
 // out and lp (or NULL: TL is then float and unused) are (T, inter), gate_up and delta (or
-// NULL) are (T, 2*inter)
+// NULL) are (T, 2*inter); out NULL: only lp is written
 template <typename TL>
 __global__ void k_silu_mul(float *out, TL *lp, const float *gate_up, const float *delta, int T,
                            int inter) {
@@ -168,7 +168,8 @@ __global__ void k_silu_mul(float *out, TL *lp, const float *gate_up, const float
             u = __fadd_rn(u, delta[ui]);
         }
         float o = ls_silu_mul(g, u);
-        out[i] = o;
+        if (out)
+            out[i] = o;
         if (lp)
             lp[i] = ls_from_f<TL>(o);
     }
@@ -194,7 +195,8 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
 #pragma unroll
         for (int e = 0; e < 4; e++)
             o[e] = ls_silu_mul(gv[e], uv[e]);
-        *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
+        if (out)
+            *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
         if (lp)
 #pragma unroll
             for (int e = 0; e < 4; e++)
@@ -237,6 +239,8 @@ cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_
     size_t n = (size_t)T * inter;
     if (n == 0)
         return cudaSuccess;
+    if (!out && (!lp || lp_dt == LS_CU_F8E4M3)) // the FP8 kernel reads out back
+        return cudaErrorInvalidValue;
     if (lp && lp_dt == LS_CU_F8E4M3) {
         ls_cu_launch_dep(k_silu_mul_fp8, dim3(T), dim3(inter >= 8192 ? 1024 : 256), 0, stream, out,
                          (uint8_t *)lp, lp_scale, gate_up, delta, inter);
@@ -301,7 +305,7 @@ __global__ void k_rmsnorm(float *out, TL *lp, uint8_t *q, float *qs, float *resi
     const float *xr = x + row * C;
     const float *x2r = x2 ? x2 + row * C : nullptr;
     float *rr = residual ? residual + row * C : nullptr;
-    float *orow = out + row * C;
+    float *orow = out ? out + row * C : nullptr;
     double ss = 0.0;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         float v = x2r ? __fadd_rn(xr[i], x2r[i]) : xr[i];
@@ -317,7 +321,8 @@ __global__ void k_rmsnorm(float *out, TL *lp, uint8_t *q, float *qs, float *resi
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
         float v = rr ? rr[i] : x2r ? __fadd_rn(xr[i], x2r[i]) : xr[i];
         float o = __fmul_rn(__fmul_rn(v, inv), ls_to_f(w[i]));
-        orow[i] = o;
+        if (orow)
+            orow[i] = o;
         amax = fmaxf(amax, fabsf(o));
         if (lp)
             lp[row * C + i] = ls_from_f<TL>(o);
@@ -381,7 +386,8 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, uint8_
             o[e] = __fmul_rn(__fmul_rn(o[e], inv), ls_to_f(w[c + e]));
             amax = fmaxf(amax, fabsf(o[e]));
         }
-        *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
+        if (out)
+            *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
         if (lp)
 #pragma unroll
             for (int e = 0; e < 4; e++)
@@ -406,6 +412,8 @@ cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_s
                           ls_cu_dtype_t w_dt, int T, int C, float eps, cudaStream_t stream) {
     if (T == 0)
         return cudaSuccess;
+    if (!out && (!lp || lp_dt == LS_CU_F8E4M3)) // k_rmsnorm's codes read out back
+        return cudaErrorInvalidValue;
     // an E4M3 lp: the kernels' codes and scales (q, qs), TL unused
     uint8_t *q = lp && lp_dt == LS_CU_F8E4M3 ? (uint8_t *)lp : NULL;
     float *qs = q ? lp_scale : NULL;

@@ -124,7 +124,7 @@ cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, in
 // out (T, inter) = silu(g[:, :inter]) * g[:, inter:], g = gate_up (+ delta, or NULL); lp
 // (T, inter, lp_dt), or NULL: out rounded to lp_dt as ls_cu_convert rounds, or for
 // LS_CU_F8E4M3 out's rows quantized as ls_cu_fp8_quantize_rows quantizes them (codes in lp,
-// scales in lp_scale (T); else lp_scale unused)
+// scales in lp_scale (T); else lp_scale unused). out NULL: lp (16-bit) alone is written
 cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,
                            const float *gate_up, const float *delta, int T, int inter,
                            cudaStream_t stream);
@@ -134,8 +134,8 @@ cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, i
                               int C, cudaStream_t stream);
 
 // out (T, C) = rmsnorm(v (+ residual)) * w (C), v = x (+ x2, or NULL); residual (T, C)
-// updated, or NULL; out may alias x; lp (T, C, lp_dt) and lp_scale, or NULL: as
-// ls_cu_silu_mul's
+// updated, or NULL; out may alias x; lp (T, C, lp_dt) and lp_scale, or NULL, and out NULL:
+// as ls_cu_silu_mul's
 cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,
                           float *residual, const float *x, const float *x2, const void *w,
                           ls_cu_dtype_t w_dt, int T, int C, float eps, cudaStream_t stream);
@@ -163,10 +163,11 @@ cudaError_t ls_cu_rope_kv_store(float *x, const float *x2, void *k_cache, void *
                                 int head_dim, int row_stride, int block_size,
                                 size_t block_stride, cudaStream_t stream);
 
-// out (T, n_heads*head_dim), q (T, row_stride); tok_seq (T) is the sequence of each token
-// (derived from q_indptr on the host), positions (T), block_tables (n_seqs, max_blocks).
-// head_dim <= 256.
-cudaError_t ls_cu_attention(float *out, const float *q, const void *k_cache,
+// out (T, n_heads*head_dim) in out_dt: LS_CU_F32, or LS_CU_BF16 / LS_CU_F16, the fp32 values
+// rounded as ls_cu_convert rounds them (the input of a 16-bit matmul, with no conversion pass
+// between); q (T, row_stride); tok_seq (T) is the sequence of each token (derived from
+// q_indptr on the host), positions (T), block_tables (n_seqs, max_blocks). head_dim <= 256.
+cudaError_t ls_cu_attention(void *out, ls_cu_dtype_t out_dt, const float *q, const void *k_cache,
                             const void *v_cache, ls_cu_dtype_t cache_dt,
                             const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *block_tables, int max_blocks, int T, int n_heads,
@@ -182,15 +183,17 @@ void ls_cu_attention_last_plan(int *warps, int *cluster);
 // MMA on sm_90 for head_dim 128, mma.sync otherwise). seqs
 // (n_seqs, 3) holds (sequence, first token row, tokens) of each sequence it takes, rows
 // packed as ls_attn_meta_t packs them; the caches as ls_cu_attention's (blocks block_stride
-// elements apart, a multiple of 8); it writes those rows of out and no other; max_q is the
+// elements apart, a multiple of 8); it writes those rows of out (in out_dt, as
+// ls_cu_attention's) and no other; max_q is the
 // most tokens of any of them. Not fp32-exact as ls_cu_attention is: q and the softmax
 // weights are rounded to bf16 for the products (relative 2^-8 each), sums stay fp32. Only
 // where ls_cu_attention_prefill_ok: 1 for bf16 caches, head_dim 64 or 128, groups
 // (n_heads / n_kv_heads) up to 128, rows and pointers aligned for 16-byte loads (sm_80+).
-int ls_cu_attention_prefill_ok(const float *out, const float *q, const void *k_cache,
+int ls_cu_attention_prefill_ok(const void *out, const float *q, const void *k_cache,
                                const void *v_cache, ls_cu_dtype_t cache_dt, int n_heads,
                                int n_kv_heads, int head_dim, int row_stride);
-cudaError_t ls_cu_attention_prefill(float *out, const float *q, const void *k_cache,
+cudaError_t ls_cu_attention_prefill(void *out, ls_cu_dtype_t out_dt, const float *q,
+                                    const void *k_cache,
                                     const void *v_cache, ls_cu_dtype_t cache_dt,
                                     const int32_t *seqs, int n_seqs, int max_q,
                                     const int32_t *positions, const int32_t *block_tables,
@@ -207,7 +210,8 @@ typedef enum { LS_CU_PREFILL_MMA, LS_CU_PREFILL_WGMMA } ls_cu_prefill_kernel_t;
 // MMA elsewhere (the one owner of that choice: the dispatch, the pick's constants and the
 // tests follow it).
 ls_cu_prefill_kernel_t ls_cu_attention_prefill_which(int head_dim);
-cudaError_t ls_cu_attention_prefill_kernel(float *out, const float *q, const void *k_cache,
+cudaError_t ls_cu_attention_prefill_kernel(void *out, ls_cu_dtype_t out_dt, const float *q,
+                                           const void *k_cache,
                                            const void *v_cache, ls_cu_dtype_t cache_dt,
                                            const int32_t *seqs, int n_seqs, int max_q,
                                            const int32_t *positions,

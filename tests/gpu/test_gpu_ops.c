@@ -872,7 +872,7 @@ static void s_prefill_kernels(const char *what, const s_stepd_t *d, const int32_
             fprintf(stderr, "prefill kernels: upload failed\n");
             exit(2);
         }
-        cudaError_t e = ls_cu_attention_prefill_kernel(d_out, d_q, d_kc, d_vc, LS_CU_BF16, d_pick,
+        cudaError_t e = ls_cu_attention_prefill_kernel(d_out, LS_CU_F32, d_q, d_kc, d_vc, LS_CU_BF16, d_pick,
                                                        n_pick, max_q, d_pos, d_tab, d->max_blocks,
                                                        H, KV, D, bs, stride, bstride,
                                                        kernels[i].which, 0);
@@ -987,6 +987,24 @@ static int test_attention(t_rng_t *r, const char *what, int S, const int *n_cach
     s_check(name, g, c, nc, 0, 0);
     float *co = t_alloc(no * 4), *go = t_alloc(no * 4);
     s_pb_get(&out, 0, no, co, go);
+    // the same call writing 16-bit rows, as for the o projection's matmul (engine/model.c):
+    // exactly the fp32 rows rounded, every row written (NaN before)
+    for (int k = 0; k < 2; k++) {
+        ls_dtype_t ldt = k ? LS_DTYPE_F16 : LS_DTYPE_BF16;
+        s_pb_t lo = s_pb_new(ldt, no);
+        s_pb_set(&lo, 0, poison, no);
+        s_gpu->attention(s_gpu, s_vg(&lo, 0), s_vg(&qkv, 0), s_vg(&kvb, 0), s_vg(&kvb, bn), H,
+                         KV, D, bs, stride, bstride);
+        float *want = t_alloc(no * 4), *lc = t_alloc(no * 4), *lg = t_alloc(no * 4);
+        memcpy(want, go, no * 4);
+        s_round_all(ldt, want, no);
+        s_pb_get(&lo, 0, no, lc, lg);
+        snprintf(name, sizeof name, "attention %s H=%d KV=%d D=%d %s: %s rows are the f32 rows "
+                 "rounded", what, H, KV, D, s_dtn(cdt), s_dtn(ldt));
+        s_check(name, lg, want, no, 0, 0);
+        s_pb_free(&lo);
+        free(want), free(lc), free(lg);
+    }
     // the rows of each kernel, gathered apart (pc, pg: prefill; co, go keep the rest)
     void *gk = kvb.g->data, *gv = (char *)kvb.g->data + bn * ls_dtype_size(cdt);
     int pf_ok = ls_cu_attention_prefill_ok(out.g->data, qkv.g->data, gk, gv, (ls_cu_dtype_t)cdt,

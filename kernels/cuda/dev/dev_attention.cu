@@ -125,7 +125,7 @@ int main() {
         std::vector<float> want((size_t)S * H * D), got(want.size());
         ls_attention_forward(want.data(), hq.data(), hk.data(), hv.data(), &meta, H, KV, D, BS, ROW,
                              (size_t)BS * KV * D);
-        s_args_t a = {out, q, kc, vc, tok, pos, dtab, mb, S, H, KV, D, BS, (size_t)BS * KV * D, ROW, st};
+        s_args_t a = {{out, LS_CU_F32}, q, kc, vc, tok, pos, dtab, mb, S, H, KV, D, BS, (size_t)BS * KV * D, ROW, st};
         for (int v = 0; v < 3; v++) {
             DEV_CK(s_run(v, &a));
             DEV_CK(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -174,7 +174,7 @@ int main() {
         DEV_CK(cudaMemcpy(tok, hs.data(), S * 4, cudaMemcpyHostToDevice));
         DEV_CK(cudaMemcpy(pos, hp.data(), S * 4, cudaMemcpyHostToDevice));
         return [=](long j) {
-            return s_args_t{out, q, kc, vc, tok, pos, tab + (size_t)(j % sets) * need, pp, S, H, KV, D, BS,
+            return s_args_t{{out, LS_CU_F32}, q, kc, vc, tok, pos, tab + (size_t)(j % sets) * need, pp, S, H, KV, D, BS,
                             (size_t)BS * KV * D, ROW, st};
         };
     };

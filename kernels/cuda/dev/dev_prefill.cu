@@ -51,7 +51,7 @@ extern "C" {
 // production: ls_cu_attention_prefill as the backend calls it (on sm_90: wgmma/64 for head_dim
 // 128, 64/2/4/64 for 64)
 static cudaError_t s_run_production(const s_pf_args_t *a) {
-    return ls_cu_attention_prefill(a->out, a->q, a->k_cache, a->v_cache, LS_CU_BF16, a->seqs,
+    return ls_cu_attention_prefill(a->out.p, (ls_cu_dtype_t)a->out.dt, a->q, a->k_cache, a->v_cache, LS_CU_BF16, a->seqs,
                                    a->n_seqs, a->max_q, a->positions, a->block_tables,
                                    a->max_blocks, a->n_heads, a->n_kv_heads, a->head_dim,
                                    a->block_size, a->row_stride, a->block_stride, a->stream);
@@ -134,13 +134,13 @@ static void s_free(problem_t &p) {
 
 static s_pf_args_t s_pf_args(const problem_t &p, float *out, const float *q, const void *kc, const void *vc,
                              cudaStream_t st) {
-    return s_pf_args_t{out,     q,         kc,        vc,   p.d_pf, p.n_pf, p.max_q,  p.d_pos,
+    return s_pf_args_t{{out, LS_CU_F32}, q,         kc,        vc,   p.d_pf, p.n_pf, p.max_q,  p.d_pos,
                        p.d_table, p.mb, p.h, p.kv, p.d, BS, p.row, PAGE, st};
 }
 
 static cudaError_t s_old(const problem_t &p, float *out, const float *q, const void *kc, const void *vc,
                          cudaStream_t st) {
-    return ls_cu_attention(out, q, kc, vc, LS_CU_BF16, p.d_tok, p.d_pos, p.d_table, p.mb, p.T, p.h, p.kv, p.d, BS,
+    return ls_cu_attention(out, LS_CU_F32, q, kc, vc, LS_CU_BF16, p.d_tok, p.d_pos, p.d_table, p.mb, p.T, p.h, p.kv, p.d, BS,
                            p.row, PAGE, st);
 }
 
@@ -306,7 +306,7 @@ int main(int argc, char **argv) {
         double uo = dev_time_us(st, 10, [&](long) { return s_old(p, out, q, kc, vc, st); });
         double ua = dev_time_us(st, 10, [&](long) { return s_versions[0].run(&all); });
         double up = dev_time_us(st, 10, [&](long) {
-            cudaError_t e = t_old ? ls_cu_attention(out, q, kc, vc, LS_CU_BF16, p.d_tok, p.d_pos, p.d_table, p.mb,
+            cudaError_t e = t_old ? ls_cu_attention(out, LS_CU_F32, q, kc, vc, LS_CU_BF16, p.d_tok, p.d_pos, p.d_table, p.mb,
                                                     t_old, p.h, p.kv, p.d, BS, p.row, PAGE, st)
                                   : cudaSuccess;
             return e != cudaSuccess || !p.n_pick ? e : s_versions[0].run(&pick);
