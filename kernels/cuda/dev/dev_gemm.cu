@@ -17,6 +17,10 @@
     four projections.
 
     Usage: dev_gemm [--t T ...]   (default: 1 8 32 64 128). Exit 1 if an algorithm fails.
+
+    dev_gemm --out [--t T ...]   (default: 512 2048 8192): the default GEMM of each projection
+    at prompt sizes with fp32 output (production) against bf16 output, µs and TFLOP/s, and the
+    layer's four summed: what writing 16-bit GEMM outputs would buy a prompt's step.
 */
 #include <cublasLt.h>
 #include <cstring>
@@ -30,13 +34,55 @@ static const struct {
     int in, out;
 } s_g[N_G] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
 
+// --out: fp32 against bf16 output of the default GEMM at each T (weights over L2, one set: at
+// prompt sizes the GEMMs are bound by the tensor cores, not by reading W)
+static int s_outs(cublasHandle_t h, cudaStream_t st, const std::vector<int> &ts) {
+    dev_rng_t r{13};
+    std::vector<float> hx, hw;
+    int t_max = *std::max_element(ts.begin(), ts.end());
+    __nv_bfloat16 *x = dev_bf16_fill(r, (size_t)t_max * 14336, 1.0f, hx);
+    __nv_bfloat16 *w = dev_bf16_fill(r, (size_t)4096 * 28672, 0.05f, hw);
+    void *y;
+    DEV_CK(cudaMalloc(&y, (size_t)t_max * 28672 * 4));
+    printf("%-8s %5s %10s %8s %10s %8s %6s\n", "GEMM", "T", "fp32 out", "TFLOP/s", "bf16 out", "TFLOP/s",
+           "ratio");
+    for (int T : ts) {
+        double sum[2] = {0, 0};
+        for (int g = 0; g < N_G; g++) {
+            int in = s_g[g].in, out = s_g[g].out;
+            double us[2];
+            for (int o = 0; o < 2; o++) {
+                float one = 1.0f, zero = 0.0f;
+                us[o] = dev_time_us(st, 20, [&](long) {
+                    return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &one, w, CUDA_R_16BF, in, x,
+                                        CUDA_R_16BF, in, &zero, y, o ? CUDA_R_16BF : CUDA_R_32F, out,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+                               ? cudaSuccess
+                               : cudaErrorUnknown;
+                });
+                sum[o] += us[o];
+            }
+            double tf = 2.0 * T * in * out / 1e6;
+            printf("%-8s %5d %10.1f %8.0f %10.1f %8.0f %6.3f\n", s_g[g].name, T, us[0], tf / us[0], us[1],
+                   tf / us[1], us[1] / us[0]);
+        }
+        printf("T=%d: a layer's four %.1f -> %.1f us (32 layers: %.2f -> %.2f ms)\n", T, sum[0], sum[1],
+               sum[0] * 32e-3, sum[1] * 32e-3);
+    }
+    cudaFree(x), cudaFree(w), cudaFree(y);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     std::vector<int> ts;
-    for (int i = 1; i + 1 < argc; i += 2)
-        if (!strcmp(argv[i], "--t"))
-            ts.push_back(atoi(argv[i + 1]));
+    bool outs = false;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--t") && i + 1 < argc)
+            ts.push_back(atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--out"))
+            outs = true;
     if (ts.empty())
-        ts = {1, 8, 32, 64, 128};
+        ts = outs ? std::vector<int>{512, 2048, 8192} : std::vector<int>{1, 8, 32, 64, 128};
     cudaStream_t st;
     double bw = dev_begin("dev_gemm", "Llama-3-8B's projections, bf16 weights, fp32 out", &st);
     cublasHandle_t h;
@@ -47,6 +93,8 @@ int main(int argc, char **argv) {
     void *ws;
     DEV_CK(cudaMalloc(&ws, WS));
     BL_CK(cublasSetWorkspace(h, ws, WS));
+    if (outs)
+        return s_outs(h, st, ts);
     dev_rng_t r{11};
     std::vector<float> hx;
     int t_max = *std::max_element(ts.begin(), ts.end());
