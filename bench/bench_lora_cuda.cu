@@ -363,7 +363,8 @@ static void run_ours(const gdata_t &d, int set, int impl) {
     const group_t &g = *d.g;
     int ns = g.n_slices, r = d.r;
     unsigned flags = LS_CU_LORA_ACC | (d.one ? LS_CU_LORA_ONE : 0) | (impl == I_NOPDL ? LS_CU_LORA_NO_PDL : 0);
-    CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, pages_a(d, set), LS_CU_BF16, pages_b(d, set),
+    // x in bf16, as the engine gives the LoRA the projection's 16-bit input (engine/model.c)
+    CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.xb, LS_CU_BF16, pages_a(d, set), LS_CU_BF16, pages_b(d, set),
                         LS_CU_BF16, d.tiles, d.n_tiles, d.max_rank, NULL, d.off, g.in, ns, r, flags,
                         g_st));
 }
@@ -782,7 +783,7 @@ static void green_section() {
                                 ot, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             };
             auto lora = [&](int set, cudaStream_t st) { // the backend's decode op, beside
-                CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.x, pages_a(d, set), LS_CU_BF16,
+                CK(ls_cu_lora_apply(d.y, d.tmp, d.tmp_stride, d.xb, LS_CU_BF16, pages_a(d, set), LS_CU_BF16,
                                     pages_b(d, set), LS_CU_BF16, d.tiles, d.n_tiles, r, NULL, d.off,
                                     g.in, g.n_slices, r, LS_CU_LORA_NO_PDL, st));
             };

@@ -232,7 +232,9 @@ struct ls_backend {
                       ls_view_t v_cache, int n_heads, int n_kv_heads, int head_dim,
                       int block_size, int row_stride, size_t block_stride);
     // step: over the step's LoRA batch `batch` (< n_lora_batches), as the kernels over
-    // lora[batch]. tmp (T, n_slices*r_max) from x (T, in) and a (rows of in elements)
+    // lora[batch]. tmp (T, n_slices*r_max) from x (T, in) and a (rows of in elements);
+    // x F32, or the 16-bit copy in a's dtype that the projection's matmul reads (rmsnorm's
+    // out_lp, attention's 16-bit rows), here and in lora_fused
     void (*lora_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
                         int in, int n_slices, int r_max, int batch);
     // step, batch: y (T, out_total) += from tmp and b (chunks of out_total rows);

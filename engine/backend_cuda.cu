@@ -1185,10 +1185,10 @@ static void s_lora_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lor
                           int in, int n_slices, int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
     const s_pass_t *p = s_pass(c, pass, n_slices, r_max);
-    if (s_rec(c, (int)S_OP_LORA_SHRINK, s_f32(tmp), s_f32(x), s_ptr(a.tab), a.stride, a.np, a.piece,
-              (int)a.dtype, in, n_slices, r_max, pass))
+    if (s_rec(c, (int)S_OP_LORA_SHRINK, s_f32(tmp), s_ptr(x), (int)s_dt(x), s_ptr(a.tab), a.stride,
+              a.np, a.piece, (int)a.dtype, in, n_slices, r_max, pass))
         return;
-    s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_f32(x), s_pages(a), (ls_cu_dtype_t)a.dtype, p->tiles,
+    s_note(c, ls_cu_lora_shrink(s_f32(tmp), s_ptr(x), s_dt(x), s_pages(a), (ls_cu_dtype_t)a.dtype, p->tiles,
                                 p->n_tiles, p->max_rank, p->perm, in, n_slices, r_max,
                                 s_lora_flags(c, p, 1), c->stream));
 }
@@ -1217,8 +1217,8 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                          int in, int n_slices, int r_max, int accumulate, int pass) {
     s_cuda_t *c = s_ctx(self);
     const s_pass_t *p = s_pass(c, pass, n_slices, r_max);
-    if (s_rec(c, (int)S_OP_LORA_FUSED, s_f32(y), s_f32(x), s_f32(tmp), s_ptr(a.tab), a.stride, a.np, a.piece,
-              (int)a.dtype, s_ptr(b.tab), b.stride, b.np, b.piece, (int)b.dtype, in, n_slices, r_max,
+    if (s_rec(c, (int)S_OP_LORA_FUSED, s_f32(y), s_ptr(x), (int)s_dt(x), s_f32(tmp), s_ptr(a.tab), a.stride,
+              a.np, a.piece, (int)a.dtype, s_ptr(b.tab), b.stride, b.np, b.piece, (int)b.dtype, in, n_slices, r_max,
               accumulate, pass)) {
         s_rec_slices(c, slice_offsets, n_slices);
         return;
@@ -1229,7 +1229,7 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                                   slice_offsets[n_slices], c->stream));
     static_assert(LS_LORA_FUSED_PARTS >= LS_CU_LORA_PARTS, "lora_fused's scratch");
     s_note(c, ls_cu_lora_apply(s_f32(y), s_f32(tmp), (size_t)c->T * n_slices * r_max,
-                               s_f32(x), s_pages(a), (ls_cu_dtype_t)a.dtype, s_pages(b),
+                               s_ptr(x), s_dt(x), s_pages(a), (ls_cu_dtype_t)a.dtype, s_pages(b),
                                (ls_cu_dtype_t)b.dtype, p->tiles, p->n_tiles, p->max_rank, p->perm,
                                slice_offsets, in, n_slices, r_max,
                                s_lora_flags(c, p, accumulate), c->stream));

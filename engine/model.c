@@ -1376,23 +1376,36 @@ static bool s_group_work(const ls_model_t *self, const ls_step_t *step, ls_lora_
     return false;
 }
 
+// Whether group g's LoRA reads x_mm, the matmul's input, rather than fp32 x: where x_mm is
+// the 16-bit copy in the adapters' dtype (as PEFT's LoRA reads the bf16 activations), so the
+// fp32 copy need not exist (s_f32_out). FP8 rows and fp32 x stay with fp32.
+static bool s_lora_reads_mm(const ls_lora_pool_t *pool, ls_lora_group_t g, ls_view_t x_mm) {
+    ls_lora_mat_t a, b;
+    ls_lora_pool_mats(pool, 0, g, &a, &b);
+    return x_mm.buf && x_mm.buf->dtype != LS_DTYPE_F32 && x_mm.buf->dtype == a.dtype;
+}
+
 // out, the fp32 output of the op (rmsnorm, silu_mul, attention) before projection g over
 // weights w, or LS_VIEW_NONE where nothing reads it: the matmul reads the LP copy (s_lp_on:
-// 16-bit weights) and g's LoRA, which reads fp32, has no work in the step. The op then writes
-// the copy alone: a 2K-token prompt's silu_mul writes 117 MB a layer less, and attention's
-// rows need no conversion pass before o's GEMM.
+// 16-bit weights) and g's LoRA, if it has work in the step, reads that copy too. The op then
+// writes the copy alone: a 2K-token prompt's silu_mul writes 117 MB a layer less, and
+// attention's rows need no conversion pass before o's GEMM.
 static ls_view_t s_f32_out(const ls_model_t *self, const ls_lora_pool_t *pool,
                            const ls_step_t *step, ls_lora_group_t g, const ls_buffer_t *w,
                            ls_view_t out, ls_view_t lp) {
+    ls_view_t x_mm = s_mm_in(w, out, lp);
     bool lora = step->lora && ls_lora_pool_has_group(pool, g) && s_group_work(self, step, g);
-    return !s_lp_on(self) || lora || s_mm_in(w, out, lp).buf != lp.buf ? out : LS_VIEW_NONE;
+    bool lora_f32 = lora && !s_lora_reads_mm(pool, g, x_mm);
+    return !s_lp_on(self) || lora_f32 || x_mm.buf != lp.buf ? out : LS_VIEW_NONE;
 }
 
 // y (T, out_total of g) += LoRA of group g on x (T, in of g), when the step has adapters
 // and the pool holds the group; accumulate 0: y = that delta (0 on rows without one). One
-// pass after the other (a mix's components: backend.h), the later ones adding to y.
+// pass after the other (a mix's components: backend.h), the later ones adding to y. x is
+// the fp32 input, or x_mm, the matmul's, where s_lora_reads_mm.
 static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
-                   int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, int accumulate) {
+                   int layer, ls_lora_group_t g, ls_view_t y, ls_view_t x, ls_view_t x_mm,
+                   int accumulate) {
     if (!step->lora || !ls_lora_pool_has_group(pool, g))
         return;
     ls_backend_t *be = self->be;
@@ -1401,6 +1414,8 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     ls_view_t tmp = ls_view(self->ws[S_WS_LORA], 0);
     ls_lora_mat_t a, b;
     ls_lora_pool_mats(pool, layer, g, &a, &b);
+    if (s_lora_reads_mm(pool, g, x_mm))
+        x = x_mm;
     for (int k = 0; k < step->n_lora_passes; k++) {
         int batch = self->lora_batch[k][g];
         if (batch < 0)
@@ -1457,7 +1472,7 @@ static void s_matmul(ls_model_t *self, ls_view_t y, ls_view_t x, ls_view_t x_mm,
 }
 
 // A projection with its LoRA: y (T, out) = x (T, in) · wᵀ + bias as s_matmul computes it
-// (w_scale: LS_VIEW_NONE, or an FP8 weight's scales), plus the LoRA of group g on x (fp32),
+// (w_scale: LS_VIEW_NONE, or an FP8 weight's scales), plus the LoRA of group g on x (s_lora),
 // which is either added into y (returns LS_VIEW_NONE) or left as a delta (T, out) for
 // the caller to fold into the next op that reads y (rmsnorm's x2, silu_mul's delta) or to
 // add. Beside the GEMM for decode-shaped steps on a backend with a side queue
@@ -1473,12 +1488,12 @@ static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_s
     ls_backend_t *be = self->be;
     if (!self->lora_beside || !ls_lora_pool_has_group(pool, g) || !s_group_work(self, step, g)) {
         s_matmul(self, y, x, x_mm, w, w_scale, bias, T, in, out);
-        s_lora(self, pool, step, layer, g, y, x, 1);
+        s_lora(self, pool, step, layer, g, y, x, x_mm, 1);
         return LS_VIEW_NONE;
     }
     ls_view_t d = s_w(self->ws[S_WS_DELTA]);
     be->side_begin(be);
-    s_lora(self, pool, step, layer, g, d, x, 0);
+    s_lora(self, pool, step, layer, g, d, x, x_mm, 0);
     be->side_end(be);
     s_matmul(self, y, x, x_mm, w, w_scale, bias, T, in, out);
     be->side_wait(be);

@@ -77,6 +77,23 @@ struct s_slice_offs_t {
     int off[4];
 };
 
+// x, the shrinks' input: fp32 activations, or their 16-bit copy in A's dtype (the one the
+// projection's matmul reads: engine/model.c), which the kernels widen as they load it. TX is
+// the type that x_dt names among those two: float or TA.
+template <typename T> constexpr ls_cu_dtype_t s_dt_of();
+template <> constexpr ls_cu_dtype_t s_dt_of<float>() { return LS_CU_F32; }
+template <> constexpr ls_cu_dtype_t s_dt_of<__nv_bfloat16>() { return LS_CU_BF16; }
+template <> constexpr ls_cu_dtype_t s_dt_of<__half>() { return LS_CU_F16; }
+#define S_WITH_TX(x_dt, TA, TX, ...)                                                          \
+    if ((x_dt) == LS_CU_F32) {                                                                \
+        typedef float TX;                                                                     \
+        __VA_ARGS__;                                                                          \
+    } else if ((x_dt) == s_dt_of<TA>()) {                                                     \
+        typedef TA TX;                                                                        \
+        __VA_ARGS__;                                                                          \
+    } else                                                                                    \
+        return cudaErrorInvalidValue
+
 // The launchers' slice offsets (n_slices + 1 of them, host memory) as a kernel parameter.
 static s_slice_offs_t s_slice_offs(const int32_t *slice_offsets, int n_slices) {
     assert(n_slices >= 1 && n_slices <= 3 && slice_offsets[0] == 0);
@@ -95,7 +112,8 @@ __device__ __forceinline__ int s_row(const int32_t *perm, int p) {
 
 // The tile's x rows, x (T, in): xr[tt] for tt < TT, the last one repeated past tile.n (so
 // every pointer is a valid row)
-__device__ __forceinline__ void s_tile_xrows(const float *(&xr)[TT], const float *x,
+template <typename TX>
+__device__ __forceinline__ void s_tile_xrows(const TX *(&xr)[TT], const TX *x,
                                              const int32_t *perm, const ls_cu_lora_tile_t &tile,
                                              int in) {
 #pragma unroll
@@ -105,9 +123,9 @@ __device__ __forceinline__ void s_tile_xrows(const float *(&xr)[TT], const float
 
 // tmp is (T, n_slices*r_max), x is (T, in), a: rows of in elements. The fallback for rows
 // not 16-byte aligned or in pieces: one element per lane and load, a piece at a time.
-template <typename TA>
+template <typename TA, typename TX>
 __global__ void __launch_bounds__(SH_WARPS * 32)
-k_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles,
+k_lora_shrink(float *tmp, const TX *x, ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles,
               const int32_t *perm, int in, int n_slices, int r_max) {
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int k = blockIdx.y;
@@ -117,7 +135,7 @@ k_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a, const ls_cu_lora_ti
         return;
     int ld = n_slices * r_max, row0 = k * r_max + jw;
     int nq = min(SH_RPW, tile.rank - jw);
-    const float *xr[TT];
+    const TX *xr[TT];
     s_tile_xrows(xr, x, perm, tile, in);
 
     float acc[SH_RPW][TT];
@@ -137,7 +155,7 @@ k_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a, const ls_cu_lora_ti
             float xv[TT];
 #pragma unroll
             for (int tt = 0; tt < TT; tt++)
-                xv[tt] = tt < tile.n ? xr[tt][i] : 0.0f;
+                xv[tt] = tt < tile.n ? ls_to_f(xr[tt][i]) : 0.0f;
 #pragma unroll
             for (int q = 0; q < SH_RPW; q++)
                 if (q < nq) {
@@ -174,10 +192,10 @@ __device__ __forceinline__ void s_prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-template <typename TA, int NT, int U>
+template <typename TA, int NT, int U, typename TX>
 __device__ __forceinline__ void s_shrink2_rows(float (&acc)[S2_R][LS_CU_LORA_TILE],
                                                const TA *const (&ar)[S2_R], int in, int nq, int ntok,
-                                               const float *const (&xr)[LS_CU_LORA_TILE],
+                                               const TX *const (&xr)[LS_CU_LORA_TILE],
                                                int kp, int ks, int lane) {
     int n_chunks = (in + 255) >> 8;
     for (int c0 = kp; c0 < n_chunks; c0 += ks * U) {
@@ -220,10 +238,10 @@ __device__ __forceinline__ void s_shrink2_rows(float (&acc)[S2_R][LS_CU_LORA_TIL
 // acc = the tile's partial sums of nq (<= S2_R) rows of A (ar) against its x rows xr,
 // over every ks-th 256-element chunk of `in` from kp: one-token tiles (decode) U chunks
 // deep, longer ones 1 deep over their TT tokens; zeros for nq <= 0.
-template <typename TA, int U>
+template <typename TA, int U, typename TX>
 __device__ __forceinline__ void s_shrink2_tile(float (&acc)[S2_R][LS_CU_LORA_TILE], const TA *const (&ar)[S2_R],
                                                int in, int nq, const ls_cu_lora_tile_t &tile,
-                                               const float *const (&xr)[LS_CU_LORA_TILE],
+                                               const TX *const (&xr)[LS_CU_LORA_TILE],
                                                int kp, int ks, int lane) {
 #pragma unroll
     for (int q = 0; q < S2_R; q++)
@@ -238,9 +256,9 @@ __device__ __forceinline__ void s_shrink2_tile(float (&acc)[S2_R][LS_CU_LORA_TIL
         s_shrink2_rows<TA, TT, 1>(acc, ar, in, nq, tile.n, xr, kp, ks, lane);
 }
 
-template <typename TA, int U>
+template <typename TA, int U, typename TX>
 __global__ void __launch_bounds__(S2_WARPS * 32)
-k_lora_shrink2(float *tmp, const float *x, ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles,
+k_lora_shrink2(float *tmp, const TX *x, ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles,
                const int32_t *perm, int in, int n_slices, int r_max, int ks) {
     __shared__ float red[S2_WARPS][S2_R][TT];
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
@@ -256,7 +274,7 @@ k_lora_shrink2(float *tmp, const float *x, ls_lora_pages_t a, const ls_cu_lora_t
 #pragma unroll
     for (int q = 0; q < S2_R; q++)
         ar[q] = q < nq ? ls_lora_entry<TA>(a, tile.slot, (size_t)k * r_max + jw + q) : nullptr;
-    const float *xr[TT];
+    const TX *xr[TT];
     s_tile_xrows(xr, x, perm, tile, in);
     // before the previous kernel is done: pull this warp's A rows towards L2
 #pragma unroll
@@ -353,10 +371,12 @@ __device__ __forceinline__ void s_mma_bf16(float (&d)[4], uint32_t a0, uint32_t 
 // chunks in flight: the lane's row pointers first, then the A loads, then (once, before the
 // first x load) ls_dep_wait, then x. xr is token g's row (xok: g is one of the tile's tokens,
 // else zeros go in).
-template <int NMT, int U>
+template <int NMT, int U, typename TX>
 __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const ls_lora_pages_t &a, int slot, int row0,
-                                           int rank, const float *xr, bool xok, int in, int c_first,
+                                           int rank, const TX *xr, bool xok, int in, int c_first,
                                            int stride, int lane) {
+    // bf16 parts of an x element: three for fp32 (exact), one for a bf16 x (itself)
+    constexpr int NP = sizeof(TX) == 4 ? 3 : 1;
     int g = lane >> 2, c = lane & 3, n_chunks = (in + TC_CH - 1) / TC_CH;
     const __nv_bfloat16 *ar[NMT][2]; // rows m*16 + q*8 + g (whole: one piece)
 #pragma unroll
@@ -389,17 +409,18 @@ __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const ls_lora_pag
             ls_dep_wait();
             waited = true;
         }
-        float4 xv[U][2][2]; // (chunk, half, elements 0-3 | 4-7)
+        float xv[U][2][8]; // (chunk, half, elements 0-7)
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 int i = (c0 + u * stride) * TC_CH + h * 32 + c * 8;
-                bool ok = xok && c0 + u * stride < n_chunks && i < in;
+                if (xok && c0 + u * stride < n_chunks && i < in)
+                    ls_load8(xr + i, xv[u][h]);
+                else
 #pragma unroll
-                for (int e = 0; e < 2; e++)
-                    xv[u][h][e] = ok ? __ldg(reinterpret_cast<const float4 *>(xr + i) + e)
-                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    for (int e = 0; e < 8; e++)
+                        xv[u][h][e] = 0.0f;
             }
 #pragma unroll
         for (int u = 0; u < U; u++)
@@ -407,17 +428,17 @@ __device__ __forceinline__ void s_tc_accum(float (&d)[NMT][4], const ls_lora_pag
             for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) { // k step: elements 4e .. 4e+3 of the half
-                    const float4 &xe = xv[u][h][e];
+                    const float *xe = xv[u][h] + 4 * e;
                     uint32_t b0[3], b1[3];
-                    s_split3(xe.x, xe.y, b0);
-                    s_split3(xe.z, xe.w, b1);
+                    s_split3(xe[0], xe[1], b0);
+                    s_split3(xe[2], xe[3], b1);
 #pragma unroll
                     for (int m = 0; m < NMT; m++) {
                         const uint4 &r0 = av[u][h][m][0], &r8 = av[u][h][m][1];
                         uint32_t a0 = e ? r0.z : r0.x, a1 = e ? r8.z : r8.x;
                         uint32_t a2 = e ? r0.w : r0.y, a3 = e ? r8.w : r8.y;
 #pragma unroll
-                        for (int p = 0; p < 3; p++)
+                        for (int p = 0; p < NP; p++)
                             s_mma_bf16(d[m], a0, a1, a2, a3, b0[p], b1[p]);
                     }
                 }
@@ -463,9 +484,9 @@ __device__ __forceinline__ void s_tc_block_sum(const float (&d)[NMT][4], float *
 
 // tmp is (T, n_slices*r_max), x is (T, in), a: rows of in elements (whole);
 // NMT m tiles of 16 rank rows (max rank <= 16*NMT)
-template <int NMT>
+template <int NMT, typename TX>
 __global__ void __launch_bounds__(TC_WARPS * 32)
-k_lora_shrink_tc(float *tmp, const float *x, ls_lora_pages_t a,
+k_lora_shrink_tc(float *tmp, const TX *x, ls_lora_pages_t a,
                  const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
                  int r_max, int kb, size_t part_stride) {
     __shared__ float red[TC_WARPS * NMT * 16 * TT];
@@ -478,7 +499,7 @@ k_lora_shrink_tc(float *tmp, const float *x, ls_lora_pages_t a,
     ls_cu_lora_tile_t tile = tiles[part_stride ? blockIdx.x : blockIdx.x / kb];
     int k = blockIdx.y, ld = n_slices * r_max, row0 = k * r_max;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-    const float *xr = x + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * in;
+    const TX *xr = x + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * in;
     ls_dep_launch();
     float d[NMT][4] = {};
     int c_first = cr * TC_WARPS + warp, stride = TC_WARPS * kb;
@@ -561,9 +582,9 @@ static void s_launch_init(s_launch_t &l, dim3 grid, int threads, size_t smem, cu
 
 // Launches k_lora_shrink_tc<NMT>: clusters of kb blocks (sm_90) along x, one block per
 // (tile, slice, cluster rank); programmatic dependent launch as the v2 kernels.
-template <int NMT>
+template <int NMT, typename TX>
 static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, float *tmp,
-                                      const float *x, ls_lora_pages_t a,
+                                      const TX *x, ls_lora_pages_t a,
                                       const ls_cu_lora_tile_t *tiles, const int32_t *perm,
                                       int in, int n_slices, int r_max, unsigned flags,
                                       cudaStream_t stream) {
@@ -572,8 +593,8 @@ static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, f
         s_launch_init(l, dim3(n_tiles, n_slices, kb), TC_WARPS * 32, 0, stream, flags);
     else
         s_launch_init(l, dim3(n_tiles * kb, n_slices), TC_WARPS * 32, 0, stream, flags, kb);
-    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink_tc<NMT>, tmp, x, a, tiles, perm, in, n_slices, r_max,
-                              kb, part_stride);
+    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink_tc<NMT, TX>, tmp, x, a, tiles, perm, in, n_slices,
+                              r_max, kb, part_stride);
 }
 
 // The tensor-core shrink for this call: m tiles from the largest rank (<= 64), chunks in
@@ -583,8 +604,9 @@ static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, f
 // kb). Else over
 // clusters of kb blocks (sm_90), kb doubled up to 8 while the blocks fall short of the
 // SMs and every warp keeps at least U chunks, and tmp gets the sums.
-static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const float *x,
-                               ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles, int n_tiles,
+static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const void *x,
+                               ls_cu_dtype_t x_dt, ls_lora_pages_t a,
+                               const ls_cu_lora_tile_t *tiles, int n_tiles,
                                int max_rank, const int32_t *perm, int in, int n_slices,
                                int r_max, unsigned flags, cudaStream_t stream) {
     int nmt = (max_rank + 15) / 16, u = s_tc_u(nmt);
@@ -605,8 +627,9 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
     if (parts)
         *parts = kb;
 #define S_TC(M)                                                                               \
-    return s_shrink_tc_launch<M>(kb, part_stride, n_tiles, tmp, x, a, tiles, perm, in,        \
-                                 n_slices, r_max, flags, stream)
+    S_WITH_TX(x_dt, __nv_bfloat16, TX,                                                        \
+              return s_shrink_tc_launch<M>(kb, part_stride, n_tiles, tmp, (const TX *)x, a,   \
+                                           tiles, perm, in, n_slices, r_max, flags, stream))
     switch (nmt) {
     case 1: S_TC(1);
     case 2: S_TC(2);
@@ -616,19 +639,20 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
 #undef S_TC
 }
 
-// Whether the tensor-core shrink runs (bf16 A in whole rows, 16-byte loads, rank <= 64,
-// sm_80+)
-static bool s_shrink_tc_fits(const float *x, const ls_lora_pages_t &a, ls_cu_dtype_t a_dt, int in,
-                             int max_rank) {
-    return a_dt == LS_CU_BF16 && a.np == 1 && in % 8 == 0 && (uintptr_t)x % 16 == 0 && max_rank <= 64 &&
-           ls_cu_props()->cc >= 8;
+// Whether the tensor-core shrink runs (bf16 A in whole rows, x fp32 or bf16, 16-byte loads,
+// rank <= 64, sm_80+)
+static bool s_shrink_tc_fits(const void *x, ls_cu_dtype_t x_dt, const ls_lora_pages_t &a,
+                             ls_cu_dtype_t a_dt, int in, int max_rank) {
+    return a_dt == LS_CU_BF16 && (x_dt == LS_CU_F32 || x_dt == LS_CU_BF16) && a.np == 1 &&
+           in % 8 == 0 && (uintptr_t)x % 16 == 0 && max_rank <= 64 && ls_cu_props()->cc >= 8;
 }
 
 // Launches shrink v2 with U chunks of loads in flight per lane (S2_U; the dev bench's
 // variants take others). K splits across the warps of a block (fewer rows per block, more
 // blocks) until the grid has >= 2 blocks per SM or every warp owns 2 rows of 1/8 of `in`.
 template <int U>
-static cudaError_t s_shrink2(float *tmp, const float *x, ls_lora_pages_t a, ls_cu_dtype_t a_dt,
+static cudaError_t s_shrink2(float *tmp, const void *x, ls_cu_dtype_t x_dt, ls_lora_pages_t a,
+                             ls_cu_dtype_t a_dt,
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, int in, int n_slices, int r_max, unsigned flags,
                              cudaStream_t stream) {
@@ -642,30 +666,32 @@ static cudaError_t s_shrink2(float *tmp, const float *x, ls_lora_pages_t a, ls_c
     s_launch_t l;
     s_launch_init(l, g2, S2_WARPS * 32, 0, stream, flags);
     LS_CU_DISPATCH(a_dt, TA,
-        return cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, U>, tmp, x, a, tiles,
-                                  perm, in, n_slices, r_max, ks));
+        S_WITH_TX(x_dt, TA, TX,
+                  return cudaLaunchKernelEx(&l.cfg, k_lora_shrink2<TA, U, TX>, tmp, (const TX *)x,
+                                            a, tiles, perm, in, n_slices, r_max, ks)));
     return cudaErrorInvalidValue;
 }
 
-cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a,
+cudaError_t ls_cu_lora_shrink(float *tmp, const void *x, ls_cu_dtype_t x_dt, ls_lora_pages_t a,
                               ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
                               int n_slices, int r_max, unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0 && a.np >= 1);
     if (n_tiles == 0 || max_rank == 0)
         return cudaSuccess;
-    if (s_shrink_tc_fits(x, a, a_dt, in, max_rank))
-        return s_shrink_tc(tmp, 0, NULL, x, a, tiles, n_tiles, max_rank, perm, in,
+    if (s_shrink_tc_fits(x, x_dt, a, a_dt, in, max_rank))
+        return s_shrink_tc(tmp, 0, NULL, x, x_dt, a, tiles, n_tiles, max_rank, perm, in,
                            n_slices, r_max, flags, stream);
-    // 16-byte loads need every row start aligned: x rows (in floats), A rows (in elements;
-    // pages start them 16-byte aligned) whole
+    // 16-byte loads need every row start aligned: x rows (in elements: 8 is 16 bytes of
+    // 16-bit x, 32 of fp32), A rows (in elements; pages start them 16-byte aligned) whole
     if (in % 8 == 0 && (uintptr_t)x % 16 == 0 && a.np == 1)
-        return s_shrink2<S2_U>(tmp, x, a, a_dt, tiles, n_tiles, max_rank, perm, in, n_slices, r_max,
-                               flags, stream);
+        return s_shrink2<S2_U>(tmp, x, x_dt, a, a_dt, tiles, n_tiles, max_rank, perm, in,
+                               n_slices, r_max, flags, stream);
     dim3 grid(n_tiles, n_slices, (max_rank + SH_JB - 1) / SH_JB);
     LS_CU_DISPATCH(a_dt, TA,
-        k_lora_shrink<TA><<<grid, SH_WARPS * 32, 0, stream>>>(
-            tmp, x, a, tiles, perm, in, n_slices, r_max));
+        S_WITH_TX(x_dt, TA, TX,
+                  k_lora_shrink<TA, TX><<<grid, SH_WARPS * 32, 0, stream>>>(
+                      tmp, (const TX *)x, a, tiles, perm, in, n_slices, r_max)));
     LS_CU_CHECK_LAUNCH();
 }
 
@@ -1549,9 +1575,9 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, ls_lora_pages_t b,
 // against 2153 us, H200, the same run's other rows unchanged).
 enum { S3_RG = 8, S3_THREADS = 256, S3_KP = S3_THREADS * 8 };
 
-template <typename TA>
+template <typename TA, typename TX>
 __global__ void __launch_bounds__(S3_THREADS, 4)
-k_lora_shrink3(float *tmp, size_t part_stride, const float *x, ls_lora_pages_t a,
+k_lora_shrink3(float *tmp, size_t part_stride, const TX *x, ls_lora_pages_t a,
                const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
                int r_max, int kp) {
     __shared__ float red[S3_THREADS / 32][S3_RG];
@@ -1618,15 +1644,16 @@ k_lora_shrink3(float *tmp, size_t part_stride, const float *x, ls_lora_pages_t a
 
 // Whether shrink v3 runs: the v3 kernels' case, 16-bit A, 16-byte rows, K in at most
 // LS_CU_LORA_PARTS parts
-static bool s_shrink3_fits(const float *x, const ls_lora_pages_t &a, ls_cu_dtype_t a_dt, int in,
-                           size_t part_stride, unsigned flags) {
-    return s_v3(flags) && part_stride && (a_dt == LS_CU_BF16 || a_dt == LS_CU_F16) && a.np == 1 &&
-           in % 8 == 0 && in <= S3_KP * LS_CU_LORA_PARTS && (uintptr_t)x % 16 == 0;
+static bool s_shrink3_fits(const void *x, ls_cu_dtype_t x_dt, const ls_lora_pages_t &a,
+                           ls_cu_dtype_t a_dt, int in, size_t part_stride, unsigned flags) {
+    return s_v3(flags) && part_stride && (a_dt == LS_CU_BF16 || a_dt == LS_CU_F16) &&
+           (x_dt == LS_CU_F32 || x_dt == a_dt) && a.np == 1 && in % 8 == 0 &&
+           in <= S3_KP * LS_CU_LORA_PARTS && (uintptr_t)x % 16 == 0;
 }
 
 // Launches k_lora_shrink3; *parts = the K parts left in tmp
-static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const float *x,
-                             ls_lora_pages_t a, ls_cu_dtype_t a_dt,
+static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const void *x,
+                             ls_cu_dtype_t x_dt, ls_lora_pages_t a, ls_cu_dtype_t a_dt,
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
@@ -1634,11 +1661,16 @@ static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const f
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles, n_slices * ((max_rank + S3_RG - 1) / S3_RG), *parts),
                   S3_THREADS, 0, stream, flags);
-    if (a_dt == LS_CU_BF16)
-        return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__nv_bfloat16>, tmp, part_stride, x, a, tiles, perm, in,
-                                  n_slices, r_max, (int)S3_KP);
-    return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<__half>, tmp, part_stride, x, a, tiles, perm, in, n_slices,
-                              r_max, (int)S3_KP);
+#define S_S3(TA_)                                                                             \
+    S_WITH_TX(x_dt, TA_, TX,                                                                  \
+              return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<TA_, TX>, tmp, part_stride,    \
+                                        (const TX *)x, a, tiles, perm, in, n_slices, r_max,   \
+                                        (int)S3_KP))
+    if (a_dt == LS_CU_BF16) {
+        S_S3(__nv_bfloat16);
+    }
+    S_S3(__half);
+#undef S_S3
 }
 
 // The most local memory per thread (bytes) of the kernels ls_cu_lora_apply runs on 16-bit
@@ -1667,9 +1699,16 @@ template <typename TB> static void s_local_expands(size_t &most, bool &ok) {
 extern "C" long ls_cu_lora_local_bytes(void) {
     size_t most = 0;
     bool ok = true;
-    const void *const fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16>, (const void *)k_lora_shrink3<__half>,
-                              (const void *)k_lora_shrink_tc<1>, (const void *)k_lora_shrink_tc<2>,
-                              (const void *)k_lora_shrink_tc<3>, (const void *)k_lora_shrink_tc<4>,
+    const void *const fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16, float>,
+                              (const void *)k_lora_shrink3<__half, float>,
+                              (const void *)k_lora_shrink3<__nv_bfloat16, __nv_bfloat16>,
+                              (const void *)k_lora_shrink3<__half, __half>,
+                              (const void *)k_lora_shrink_tc<1, float>, (const void *)k_lora_shrink_tc<2, float>,
+                              (const void *)k_lora_shrink_tc<3, float>, (const void *)k_lora_shrink_tc<4, float>,
+                              (const void *)k_lora_shrink_tc<1, __nv_bfloat16>,
+                              (const void *)k_lora_shrink_tc<2, __nv_bfloat16>,
+                              (const void *)k_lora_shrink_tc<3, __nv_bfloat16>,
+                              (const void *)k_lora_shrink_tc<4, __nv_bfloat16>,
                               (const void *)k_lora_expand_tc, (const void *)k_lora_expand4<true>,
                               (const void *)k_lora_expand4<false>};
     s_local_take(fs, most, ok);
@@ -1683,28 +1722,31 @@ extern "C" long ls_cu_lora_local_bytes(void) {
 // the expand sums them as it stages tmp; elsewhere a plain shrink and expand. A one-kernel
 // version (shrink and expand of a tile in one thread-block cluster, tmp on chip) measured 2.2x
 // slower on the whole decode step: kernels/cuda/dev/README.md.
-cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const float *x,
-                             ls_lora_pages_t a, ls_cu_dtype_t a_dt, ls_lora_pages_t b,
+cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const void *x,
+                             ls_cu_dtype_t x_dt, ls_lora_pages_t a, ls_cu_dtype_t a_dt,
+                             ls_lora_pages_t b,
                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              int max_rank, const int32_t *perm,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
     assert(n_slices >= 1 && n_slices <= 3 && max_rank <= r_max && in > 0);
-    bool s3 = s_shrink3_fits(x, a, a_dt, in, part_stride, flags);
-    if (part_stride && (s3 || s_shrink_tc_fits(x, a, a_dt, in, max_rank)) && s_expand2_fits(b, r_max)) {
+    bool s3 = s_shrink3_fits(x, x_dt, a, a_dt, in, part_stride, flags);
+    if (part_stride && (s3 || s_shrink_tc_fits(x, x_dt, a, a_dt, in, max_rank)) &&
+        s_expand2_fits(b, r_max)) {
         if (n_tiles == 0 || max_rank == 0)
             return cudaSuccess;
         int parts = 1;
-        cudaError_t e = s3 ? s_shrink3(tmp, part_stride, &parts, x, a, a_dt, tiles, n_tiles,
-                                       max_rank, perm, in, n_slices, r_max, flags, stream)
-                           : s_shrink_tc(tmp, part_stride, &parts, x, a, tiles, n_tiles,
+        cudaError_t e = s3 ? s_shrink3(tmp, part_stride, &parts, x, x_dt, a, a_dt, tiles,
+                                       n_tiles, max_rank, perm, in, n_slices, r_max, flags,
+                                       stream)
+                           : s_shrink_tc(tmp, part_stride, &parts, x, x_dt, a, tiles, n_tiles,
                                          max_rank, perm, in, n_slices, r_max, flags, stream);
         return e != cudaSuccess ? e
                                 : s_expand(y, tmp, parts, part_stride, b, b_dt, tiles,
                                            n_tiles, max_rank, perm, slice_offsets, n_slices,
                                            r_max, flags, stream);
     }
-    cudaError_t e = ls_cu_lora_shrink(tmp, x, a, a_dt, tiles, n_tiles, max_rank, perm,
+    cudaError_t e = ls_cu_lora_shrink(tmp, x, x_dt, a, a_dt, tiles, n_tiles, max_rank, perm,
                                       in, n_slices, r_max, flags, stream);
     // s_expand, not ls_cu_lora_expand: the decode op runs the same expand whether it
     // adds or writes (see ls_cu_lora_expand)

@@ -296,9 +296,10 @@ typedef struct {
 // before the programmatic-launch wait; pieces (np > 1) run the fallback kernels.
 
 // tmp (T, n_slices*r_max) columns k*r_max + j, j < rank, of the tiles' rows;
-// x (T, in); a: rows of in elements; perm (positions) or NULL;
+// x (T, in) in x_dt: LS_CU_F32, or a_dt (a 16-bit copy of the activations, widened exactly
+// as it is read); a: rows of in elements; perm (positions) or NULL;
 // max_rank: the largest rank among the tiles (sizes the grid)
-cudaError_t ls_cu_lora_shrink(float *tmp, const float *x, ls_lora_pages_t a,
+cudaError_t ls_cu_lora_shrink(float *tmp, const void *x, ls_cu_dtype_t x_dt, ls_lora_pages_t a,
                               ls_cu_dtype_t a_dt, const ls_cu_lora_tile_t *tiles,
                               int n_tiles, int max_rank, const int32_t *perm, int in,
                               int n_slices, int r_max, unsigned flags, cudaStream_t stream);
@@ -328,7 +329,7 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
                             cudaStream_t stream);
 
 // Both at once for decode-shaped steps: y (T, out_total) += tile.scale * (x · A_kᵀ) · B_kᵀ
-// on the tiles' rows (without LS_CU_LORA_ACC: =, as ls_cu_lora_expand), A and B as above.
+// on the tiles' rows (without LS_CU_LORA_ACC: =, as ls_cu_lora_expand), x, A and B as above.
 // tmp is scratch of LS_CU_LORA_PARTS arrays (T, n_slices*r_max), part_stride (= T *
 // n_slices*r_max) floats apart, or of one array with part_stride 0. Where shrink v3
 // (one-position tiles, LS_CU_LORA_ONE, 16-bit A) or the tensor-core shrink applies and
@@ -336,8 +337,9 @@ cudaError_t ls_cu_rows_zero(float *y, const int32_t *rows, int n_rows, int C,
 // the expand sums them (no cluster to co-schedule beside a GEMM);
 // else shrink into tmp then expand, as the two launchers above.
 #define LS_CU_LORA_PARTS 8
-cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const float *x,
-                             ls_lora_pages_t a, ls_cu_dtype_t a_dt, ls_lora_pages_t b,
+cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const void *x,
+                             ls_cu_dtype_t x_dt, ls_lora_pages_t a, ls_cu_dtype_t a_dt,
+                             ls_lora_pages_t b,
                              ls_cu_dtype_t b_dt, const ls_cu_lora_tile_t *tiles, int n_tiles,
                              int max_rank, const int32_t *perm,
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,

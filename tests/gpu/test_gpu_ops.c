@@ -1301,17 +1301,17 @@ static void s_pm_free(s_pm_t *pm) {
     tp_free(&pm->p);
 }
 
-// A LoRA op's buffers on both backends: x (nx; none when 0), tmp (nt, its first nt_set
+// A LoRA op's buffers on both backends: x (nx in xdt; none when 0), tmp (nt, its first nt_set
 // elements from tmp0), y (ny, from y0).
 typedef struct {
     s_pb_t x, tmp, y;
 } s_lora_bufs_t;
 
-static s_lora_bufs_t s_lora_bufs_new(const float *hx, size_t nx, const float *tmp0, size_t nt, size_t nt_set,
-                                     const float *y0, size_t ny) {
+static s_lora_bufs_t s_lora_bufs_new(const float *hx, size_t nx, ls_dtype_t xdt, const float *tmp0, size_t nt,
+                                     size_t nt_set, const float *y0, size_t ny) {
     s_lora_bufs_t u = {{0}, s_pb_new(LS_DTYPE_F32, nt), s_pb_new(LS_DTYPE_F32, ny)};
     if (nx) {
-        u.x = s_pb_new(LS_DTYPE_F32, nx);
+        u.x = s_pb_new(xdt, nx);
         s_pb_set(&u.x, 0, hx, nx);
     }
     s_pb_set(&u.tmp, 0, tmp0, nt_set);
@@ -1351,9 +1351,10 @@ static void s_deltas(float *c, float *g, const float *y0, size_t n) {
 // The LoRA ops over layout lay, on both backends; mix: with a second pass (s_mix_pass) and
 // per-segment weights, every op run over both passes as engine/model.c runs a step with mixes;
 // pieces: A's rows in 3 pieces, B's chunks in pieces of a fifth of their rows (the fallback
-// kernels), else whole (the tuned ones).
+// kernels), else whole (the tuned ones); x16: x in the pool's 16-bit dtype, as the engine
+// gives the LoRA the matmul's input (the CPU backend holds the same values in f32).
 static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int *sizes,
-                      int in, int r_max, ls_dtype_t pdt, int mix, int pieces) {
+                      int in, int r_max, ls_dtype_t pdt, int mix, int pieces, int x16) {
     static s_stepd_t d;
     int32_t rows[MAXT], touched[MAXT];
     int P = s_lora_step(r, lay, r_max, mix, &d, rows, touched);
@@ -1373,7 +1374,7 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     for (int t = 0; t < T; t++)
         if (touched[t])
             t_fill(r, hy + (size_t)t * out_total, out_total, -1, 1);
-    s_lora_bufs_t u = s_lora_bufs_new(hx, nx, tpois, ntf, nt, hy, ny);
+    s_lora_bufs_t u = s_lora_bufs_new(hx, nx, x16 ? pdt : LS_DTYPE_F32, tpois, ntf, nt, hy, ny);
     s_pb_t x = u.x, tmp = u.tmp, y = u.y;
     s_pm_t a = s_pm_rows(r, ha, SLOTS, d.ranks, n_slices, r_max, in, pieces ? (in / 3 + 7) / 8 * 8 : 0, pdt);
     s_pm_t b = s_pm_chunks(r, hb, SLOTS, d.ranks, out_total, r_max, pieces ? out_total / 5 + 1 : 0, 0, pdt);
@@ -1382,13 +1383,14 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     float *c = t_alloc((nt > ny ? nt : ny) * 4), *g = t_alloc((nt > ny ? nt : ny) * 4);
     char name[160];
     const char *mixed = mix ? " + mix pass, weights" : "", *cut = pieces ? " in pieces" : "";
+    const char *xd = x16 ? " x16" : "";
     for (int k = 0; k < P; k++) {
         s_cpu->lora_shrink(s_cpu, s_vc(&tmp, 0), s_vc(&x, 0), a.m[0], in, n_slices, r_max, k);
         s_gpu->lora_shrink(s_gpu, s_vg(&tmp, 0), s_vg(&x, 0), a.m[1], in, n_slices, r_max, k);
         if (k == P - 1) {
             s_pb_get(&tmp, 0, nt, c, g);
-            snprintf(name, sizeof name, "lora shrink %s%s%s, %d slice%s in=%d r_max=%d %s",
-                     lay->name, mixed, cut, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+            snprintf(name, sizeof name, "lora shrink %s%s%s%s, %d slice%s in=%d r_max=%d %s",
+                     lay->name, mixed, cut, xd, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
             s_check(name, g, c, nt, 1e-10, 1e-4);
         }
         s_cpu->lora_expand(s_cpu, s_vc(&y, 0), s_vc(&tmp, 0), b.m[0], off, n_slices, r_max, k);
@@ -1396,15 +1398,15 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
     }
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny); // compare the LoRA deltas
-    snprintf(name, sizeof name, "lora expand %s%s%s, out=%d", lay->name, mixed, cut, out_total);
+    snprintf(name, sizeof name, "lora expand %s%s%s%s, out=%d", lay->name, mixed, cut, xd, out_total);
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // the fused op from the same poisoned start: y deltas equal, untouched rows still NaN
     // (tmp is the op's scratch: unspecified afterwards, not compared)
     s_fused_both(&y, hy, &x, &tmp, tpois, &a, &b, off, in, n_slices, r_max, 1, P);
     s_pb_get(&y, 0, ny, c, g);
     s_deltas(c, g, hy, ny);
-    snprintf(name, sizeof name, "lora fused %s%s%s, %d slice%s in=%d r_max=%d %s", lay->name,
-             mixed, cut, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
+    snprintf(name, sizeof name, "lora fused %s%s%s%s, %d slice%s in=%d r_max=%d %s", lay->name,
+             mixed, cut, xd, n_slices, n_slices > 1 ? "s" : "", in, r_max, s_dtn(pdt));
     s_check(name, g, c, ny, 1e-10, 1e-4);
     // written, not added (accumulate 0), over y all NaN: every element must be written —
     // the delta on covered rows, 0 on the others — and the GPU must match the CPU's
@@ -1448,7 +1450,7 @@ static void test_lora_embed(t_rng_t *r, const s_layout_t *lay, int vocab, int H,
     for (int t = 0; t < T; t++)
         if (touched[t])
             t_fill(r, hy + (size_t)t * H, H, -1, 1);
-    s_lora_bufs_t u = s_lora_bufs_new(NULL, 0, tpois, nt, nt, hy, ny);
+    s_lora_bufs_t u = s_lora_bufs_new(NULL, 0, LS_DTYPE_F32, tpois, nt, nt, hy, ny);
     s_pb_t tmp = u.tmp, y = u.y;
     // A (r_max, vocab) per slot, held as chunks of vocab rows
     s_pm_t a = s_pm_chunks(r, ha, SLOTS, d.ranks, vocab, r_max, pieces ? vocab / 7 + 1 : 0, 1, pdt);
@@ -1506,7 +1508,7 @@ static void test_lora_rows(t_rng_t *r, int R, int in, int out, int r_max, ls_dty
         if (any)
             t_fill(r, hy + (size_t)i * out, out, -1, 1);
     }
-    s_lora_bufs_t u = s_lora_bufs_new(hx, nx, tpois, nt, nt, hy, ny);
+    s_lora_bufs_t u = s_lora_bufs_new(hx, nx, LS_DTYPE_F32, tpois, nt, nt, hy, ny);
     s_pb_t x = u.x, tmp = u.tmp, y = u.y;
     s_pm_t a = s_pm_rows(r, ha, SLOTS, d.ranks, 1, r_max, in, pieces ? (in / 3 + 7) / 8 * 8 : 0, pdt);
     s_pm_t b = s_pm_chunks(r, hb, SLOTS, d.ranks, out, r_max, pieces ? out / 9 + 1 : 0, 0, pdt);
@@ -2301,45 +2303,56 @@ int main(int argc, char **argv) {
                      szodd[3] = {300, 0, 77};
     int n_layouts = (int)(sizeof s_layouts / sizeof s_layouts[0]);
     for (int l = 0; l < n_layouts; l++) {
-        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 0, 0);
-        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16, 0, 0);
-        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16, 0, 0);
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 0, 0, 0);
+        test_lora(&r, &s_layouts[l], 2, sz2, 512, 64, LS_DTYPE_BF16, 0, 0, 0);
+        test_lora(&r, &s_layouts[l], 1, sz1, 512, 64, LS_DTYPE_BF16, 0, 0, 0);
     }
-    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32, 0, 0);
-    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 0);
-    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[2], 3, sz3, 512, 64, LS_DTYPE_F32, 0, 0, 0);
+    test_lora(&r, &s_layouts[4], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 0, 0);
+    test_lora(&r, &s_layouts[1], 3, sz3, 512, 16, LS_DTYPE_BF16, 0, 0, 0);
     // the tensor-core shrink's other m-tile counts: r_max 32 over 2 slices, 8 over 3
-    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16, 0, 0);
-    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_BF16, 0, 0, 0);
+    test_lora(&r, &s_layouts[0], 3, sz3, 512, 8, LS_DTYPE_BF16, 0, 0, 0);
     // Llama-3-8B's qkv and o shapes on few tiles: the tensor-core shrink splits K over
     // clusters of 4 (in 4096, 10 tiles x 3 slices) and 8 (in 8192, 8 tiles x 1 slice)
     static const int szq[3] = {4096, 1024, 1024}, szo[1] = {4096};
-    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16, 0, 0);
-    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16, 0, 0, 0);
+    test_lora(&r, &s_layouts[4], 1, szo, 8192, 16, LS_DTYPE_BF16, 0, 0, 0);
     // decode over distinct adapters (one-position tiles, LS_CU_LORA_ONE) at Llama-3-8B's
     // gate_up and qkv shapes, where the decode op splits K into parts and the one-token
     // expand covers long outputs; and that layout's f32 and f16 pools (other kernels)
     static const int szgu[2] = {14336, 14336};
-    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16, 0, 0);
-    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0);
-    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 0); // down: K in 7 parts
-    test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16, 0, 0);
-    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 0);
-    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0, 0);
-    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16, 0, 0);  // scalar paths
-    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 0, 0);
+    test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16, 0, 0, 0);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0, 0);
+    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 0, 0); // down: K in 7 parts
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16, 0, 0, 0);
+    test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 0, 0);
+    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0, 0, 0);
+    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16, 0, 0, 0);  // scalar paths
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 0, 0, 0);
+    // x in the pool's 16-bit dtype (the engine's LoRA input where the matmul reads that
+    // copy): every layout through the tensor-core shrink and the decode op, Llama-3-8B's
+    // qkv and down shapes (clusters, K in parts), f16 pools (v2 and v3), pieces (v1)
+    for (int l = 0; l < n_layouts; l++)
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 0, 0, 1);
+    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16, 0, 0, 1);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0, 1);
+    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 0, 1);
+    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0, 0, 1);
+    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_F16, 0, 0, 1);
+    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16, 0, 0, 1);
     // small ranks in wide slots (the server's mixed-rank setting; the loop above has the
     // multi-position tiles of layout 3 so): decode, one-position tiles, at Llama-3-8B's qkv
     // and gate_up
-    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0);
-    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 0, 0);
+    test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0, 0);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 0, 0, 0);
     // mixes of adapters: a second pass over some of the rows and weights on every segment
     // (the tiles' scales), each layout's ops over both passes; and the decode shapes
     for (int l = 0; l < n_layouts; l++)
-        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 1, 0);
-    test_lora(&r, &s_layouts[1], 3, szq, 4096, 16, LS_DTYPE_BF16, 1, 0);
-    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 1, 0);
-    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1, 0);
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 1, 0, 0);
+    test_lora(&r, &s_layouts[1], 3, szq, 4096, 16, LS_DTYPE_BF16, 1, 0, 0);
+    test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 1, 0, 0);
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1, 0, 0);
     // the embedding's LoRA (a gather, then the expand) and lm_head's on the logit rows, alone
     // and in mixes (a second pass, the tiles' scales with the weights)
     test_lora_embed(&r, &s_layouts[0], 1000, 512, 16, LS_DTYPE_BF16, 0, 0);
@@ -2358,10 +2371,11 @@ int main(int argc, char **argv) {
     // pages smaller than a row (docs/memory.md): A's rows and B's chunks in pieces, which the
     // fallback kernels take, in every layout, decode shapes, mixes and the vocabulary ops
     for (int l = 0; l < n_layouts; l++)
-        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, l % 2, 1);
-    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 1);
-    test_lora(&r, &s_layouts[2], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 1);
-    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1, 1);
+        test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, l % 2, 1, 0);
+    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 1, 0);
+    test_lora(&r, &s_layouts[2], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 1, 0);
+    test_lora(&r, &s_layouts[3], 1, sz1, 1000, 12, LS_DTYPE_F16, 1, 1, 0);
+    test_lora(&r, &s_layouts[1], 3, sz3, 512, 64, LS_DTYPE_BF16, 0, 1, 1);  // x16 in pieces
     test_lora_embed(&r, &s_layouts[4], 5003, 4096, 64, LS_DTYPE_BF16, 1, 1);
     test_lora_embed(&r, &s_layouts[1], 777, 100, 12, LS_DTYPE_F16, 0, 1);
     test_lora_rows(&r, 64, 4096, 128256, 16, LS_DTYPE_BF16, 0, 1);

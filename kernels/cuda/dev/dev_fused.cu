@@ -167,7 +167,7 @@ static cudaError_t s_fused(const dev_lora_t &p, long i, cudaStream_t st) {
 static cudaError_t s_run(const dev_lora_t &p, int v, long i, cudaStream_t st) {
     if (v == 1)
         return s_fused(p, i, st);
-    return ls_cu_lora_apply(p.y, p.tmp, p.part_stride, p.x, p.pa, LS_CU_BF16, p.pb, LS_CU_BF16, p.tiles[i % DEV_SETS],
+    return ls_cu_lora_apply(p.y, p.tmp, p.part_stride, p.x, LS_CU_F32, p.pa, LS_CU_BF16, p.pb, LS_CU_BF16, p.tiles[i % DEV_SETS],
                             p.n_tiles, p.r, NULL, p.offs, p.g.in, p.g.n_slices, p.r_max,
                             p.flags | LS_CU_LORA_ACC, st);
 }

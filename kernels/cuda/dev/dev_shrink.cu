@@ -39,15 +39,15 @@ static cudaError_t s_run(const dev_lora_t &p, int v, long i, int *parts, cudaStr
     switch (v) {
     case 0: {
         dim3 grid(nt, ns, (r + SH_JB - 1) / SH_JB);
-        k_lora_shrink<__nv_bfloat16><<<grid, SH_WARPS * 32, 0, st>>>(p.tmp, p.x, p.pa, tiles, NULL, in, ns, rm);
+        k_lora_shrink<__nv_bfloat16, float><<<grid, SH_WARPS * 32, 0, st>>>(p.tmp, p.x, p.pa, tiles, NULL, in, ns, rm);
         return cudaGetLastError();
     }
-    case 1: return s_shrink2<S2_U>(p.tmp, p.x, p.pa, LS_CU_BF16, tiles, nt, r, NULL, in, ns, rm, p.flags, st);
-    case 2: return s_shrink2<8>(p.tmp, p.x, p.pa, LS_CU_BF16, tiles, nt, r, NULL, in, ns, rm, p.flags, st);
-    case 3: return s_shrink_tc(p.tmp, 0, NULL, p.x, p.pa, tiles, nt, r, NULL, in, ns, rm, p.flags, st);
-    case 4: return s_shrink_tc(p.tmp, p.part_stride, parts, p.x, p.pa, tiles, nt, r, NULL, in, ns, rm, p.flags, st);
+    case 1: return s_shrink2<S2_U>(p.tmp, p.x, LS_CU_F32, p.pa, LS_CU_BF16, tiles, nt, r, NULL, in, ns, rm, p.flags, st);
+    case 2: return s_shrink2<8>(p.tmp, p.x, LS_CU_F32, p.pa, LS_CU_BF16, tiles, nt, r, NULL, in, ns, rm, p.flags, st);
+    case 3: return s_shrink_tc(p.tmp, 0, NULL, p.x, LS_CU_F32, p.pa, tiles, nt, r, NULL, in, ns, rm, p.flags, st);
+    case 4: return s_shrink_tc(p.tmp, p.part_stride, parts, p.x, LS_CU_F32, p.pa, tiles, nt, r, NULL, in, ns, rm, p.flags, st);
     default:
-        return s_shrink3(p.tmp, p.part_stride, parts, p.x, p.pa, LS_CU_BF16, tiles, nt, r, NULL, in, ns, rm,
+        return s_shrink3(p.tmp, p.part_stride, parts, p.x, LS_CU_F32, p.pa, LS_CU_BF16, tiles, nt, r, NULL, in, ns, rm,
                          p.flags, st);
     }
 }
