@@ -30,7 +30,8 @@
                  bf16 copy: half the y bytes of the others, counted as for the others)
 
     Bytes counted (the least any implementation must move): each used adapter's A and B once,
-    x once (fp32), tmp written and read (fp32), y read and written (fp32). GB/s = bytes/time;
+    x once (bf16: every implementation takes it so, ours as the engine gives it), tmp written
+    and read (fp32), y read and written (fp32). GB/s = bytes/time;
     "%bw" = that over the device-to-device copy bandwidth measured first (bytes read +
     written over the time of a 2 GiB cudaMemcpyAsync).
 
@@ -242,7 +243,7 @@ static double op_bytes(const group_t &g, int r, const batch_t &b) {
     double ab = 0;
     for (size_t s = 0; s < b.seg_len.size(); s++)
         ab += adapter_bytes(g, seg_rank(b, s, r));
-    return ab + (double)b.T * g.in * 4 + 2.0 * b.T * g.n_slices * r * 4 + 2.0 * b.T * g.out_total() * 4;
+    return ab + (double)b.T * g.in * 2 + 2.0 * b.T * g.n_slices * r * 4 + 2.0 * b.T * g.out_total() * 4;
 }
 
 // dst (n, r/8, rows, 8) = src (n, rows, r) chunk-major

@@ -320,7 +320,7 @@ k_lora_shrink2(float *tmp, const TX *x, ls_lora_pages_t a, const ls_cu_lora_tile
 // reuses each x element over all of them: x is read once per block, A once, and a lane keeps 16-byte loads of A in flight.
 // fp32 x goes in as three bf16 parts (hi + mid + lo = x to fp32's 24 bits; bf16 A times a
 // bf16 part is exact in the fp32 accumulator), so the result is fp32 arithmetic in another
-// summation order, as the FMA kernels.
+// summation order, as the FMA kernels; a bf16 x is its own single part.
 // Fragment layout (PTX m16n8k16, g = lane/4, c = lane%4): A regs hold (row g | g+8, k 2c,
 // 2c+1 | 2c+8, 2c+9), B regs (k 2c, 2c+1 | 2c+8, 2c+9; token g), D (row g | g+8, token 2c,
 // 2c+1). The order of k inside a 16-wide step is free as long as A and x agree, so lane c

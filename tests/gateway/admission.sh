@@ -80,9 +80,10 @@ echo "flood: $ok served, $limited answered 429 ($retry with Retry-After); revers
 [ "$retry" = "$limited" ] || fail "a 429 without Retry-After"
 [ "$ok" -gt 0 ] || fail "the flooding tenant got nothing served"
 # Every one of reverse's requests was served, none refused. How long they took depends on the
-# machine (tests run in parallel on two cores): the bound here only catches a hang; the order
+# machine (tests run in parallel on two cores; under ASan beside a compile, 34 s was seen):
+# the bound here only catches a hang; the order
 # that puts them at the next free running place is test_fair_share's (tests/scheduler).
-awk -v s="$worst" 'BEGIN {exit !(s < 30)}' || fail "reverse waited $worst s under the flood"
+awk -v s="$worst" 'BEGIN {exit !(s < 60)}' || fail "reverse waited $worst s under the flood"
 until_idle
 
 # disconnect: every child of the request is aborted at the scheduler (8 completions: 4 run,
