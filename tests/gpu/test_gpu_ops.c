@@ -2333,14 +2333,19 @@ int main(int argc, char **argv) {
     // x in the pool's 16-bit dtype (the engine's LoRA input where the matmul reads that
     // copy): every layout through the tensor-core shrink and the decode op, Llama-3-8B's
     // qkv and down shapes (clusters, K in parts), f16 pools (v2 and v3), pieces (v1)
+    static const struct {
+        int layout, n_slices;
+        const int *sizes;
+        int in, r_max;
+        ls_dtype_t pdt;
+    } x16[] = {{0, 3, szq, 4096, 16, LS_DTYPE_BF16}, {1, 3, szq, 4096, 64, LS_DTYPE_BF16},
+               {1, 1, szo, 14336, 16, LS_DTYPE_BF16}, {1, 1, sz1, 512, 8, LS_DTYPE_F16},
+               {2, 2, sz2, 512, 32, LS_DTYPE_F16}, {4, 3, szodd, 100, 12, LS_DTYPE_BF16}};
     for (int l = 0; l < n_layouts; l++)
         test_lora(&r, &s_layouts[l], 3, sz3, 512, 64, LS_DTYPE_BF16, 0, 0, 1);
-    test_lora(&r, &s_layouts[0], 3, szq, 4096, 16, LS_DTYPE_BF16, 0, 0, 1);
-    test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0, 1);
-    test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 0, 1);
-    test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0, 0, 1);
-    test_lora(&r, &s_layouts[2], 2, sz2, 512, 32, LS_DTYPE_F16, 0, 0, 1);
-    test_lora(&r, &s_layouts[4], 3, szodd, 100, 12, LS_DTYPE_BF16, 0, 0, 1);
+    for (size_t i = 0; i < sizeof x16 / sizeof x16[0]; i++)
+        test_lora(&r, &s_layouts[x16[i].layout], x16[i].n_slices, x16[i].sizes, x16[i].in,
+                  x16[i].r_max, x16[i].pdt, 0, 0, 1);
     // small ranks in wide slots (the server's mixed-rank setting; the loop above has the
     // multi-position tiles of layout 3 so): decode, one-position tiles, at Llama-3-8B's qkv
     // and gate_up
