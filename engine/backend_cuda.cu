@@ -123,7 +123,9 @@ typedef struct {
     int n_sm;               // SMs of the device
     int side_leave;         // SMs every GEMM leaves to open side work; < 0: s_gemm_sms's rule
     int blas_sms;           // cuBLAS's SM count target now (0: all)
-    const void *attn_out;   // attention's output: the matmul reading it comes right after it
+    bool after_attn;        // attention ran since the last matmul, which is the next: o's, on
+                            // its output (a flag, not its pointer: the LP copy that attention
+                            // writes is every other matmul's input as well)
     cudaStream_t upload;   // buffer_upload_async
     s_dev_t up_stage;      // the images of buffer_upload_async, padded from here on the device
     cudaEvent_t queued;    // compute work queued before an async upload
@@ -956,6 +958,8 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     s_cuda_t *c = s_ctx(self);
     assert(T >= 0 && in > 0 && out > 0);
     assert(!c->on_side); // cuBLAS is bound to the main stream
+    bool after_attn = c->after_attn;
+    c->after_attn = false;
     if (T == 0)
         return;
     float *yp = s_f32(y);
@@ -984,7 +988,7 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
               accumulate, conv ? c->xconv.p : NULL, sms))
         return;
     if (gemv) {
-        long pf = xp == (const void *)c->attn_out ? LS_CU_GEMV_PF_ATTN : LS_CU_GEMV_PF;
+        long pf = after_attn ? LS_CU_GEMV_PF_ATTN : LS_CU_GEMV_PF;
         s_note(c, ls_cu_gemv(yp, xp, x_dt, s_ptr(w), s_dt(w), bias.buf ? s_ptr(bias) : NULL,
                              bias.buf ? s_dt(bias) : LS_CU_F32, T, in, out, accumulate, sms, pf,
                              c->stream));
@@ -1023,6 +1027,7 @@ static void s_matmul_fp8(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
     s_cuda_t *c = s_ctx(self);
     assert(T >= 0 && in > 0 && in % 16 == 0 && out > 0);
     assert(!c->on_side); // cuBLASLt runs on the main stream, as cuBLAS
+    c->after_attn = false;
     assert(xq.buf->dtype == LS_DTYPE_F8E4M3 && w.buf->dtype == LS_DTYPE_F8E4M3);
     assert(xq.off + (size_t)T * in <= xq.buf->n && x_scale.off + (size_t)T <= x_scale.buf->n);
     if (T == 0)
@@ -1125,7 +1130,7 @@ static void s_attention(ls_backend_t *self, ls_view_t out, ls_view_t q, ls_view_
     ls_cu_dtype_t odt = s_dt(out);
     assert(odt == LS_CU_F32 || odt == LS_CU_BF16 || odt == LS_CU_F16);
     char *o = (char *)s_ptr(out);
-    c->attn_out = o;
+    c->after_attn = true;
     if (s_rec(c, (int)S_OP_ATTENTION, (void *)o, (int)odt, s_f32(q), s_ptr(k_cache),
               s_ptr(v_cache), (int)s_dt(k_cache), n_heads, n_kv_heads, head_dim, block_size,
               row_stride, block_stride))
