@@ -51,8 +51,8 @@
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. --decode-ctx C: only
     the decode points at context C, every batch. --prefill P: only the prompt of P tokens alone.
     --trace CSV: every kernel's start, end and stream (CUPTI, kernel_trace.h), labelled by point
-    ("prefill 8192", "decode 64x128", "decode 64x128 adapters"), for a step's breakdown by kernel. --side-sms N: every GEMM leaves N SMs to the
-    LoRA beside it (ls_backend_cuda_set_side; -1, the default: the backend's rule by the step's
+    ("prefill 8192", "decode 64x128", "decode 64x128 adapters"), for a step's breakdown by
+    kernel. --side-sms N: every GEMM leaves N SMs to the LoRA beside it (ls_backend_cuda_set_side; -1, the default: the backend's rule by the step's
     tokens; -2: no side stream, each LoRA after its GEMM) — the sweep behind that rule.
     Points left when --max-seconds (default 300) have passed are skipped, saying so. Not a
     ctest; needs a GPU.
@@ -143,14 +143,11 @@ typedef struct {
     int n_pts;
     FILE *json;              // --output-file, a line written as each point ends
     const char *card;
-    bool trace;              // --trace: kernel timeline (kernel_trace.h)
 } s_bench_t;
 
 // Under --trace, the kernels launched from now on carry the label "SECTION B x C [adapters]"
-// or "prefill P" / "chunked P" ("" after a point).
-static void s_mark(const s_bench_t *b, const s_point_t *p) {
-    if (!b->trace)
-        return;
+// or "prefill P" / "chunked P" ("" after a point); without --trace kt_mark does nothing.
+static void s_mark(const s_point_t *p) {
     char label[96] = "";
     if (p && p->prompt)
         snprintf(label, sizeof label, "%s %d", p->section, p->prompt);
@@ -272,16 +269,16 @@ static void s_decode_point(s_bench_t *b, int batch, int ctx) {
     p->w.bytes = b->c.weight_bytes;
     for (int s = 0; s < batch; s++)
         s_work_seq(&p->w, &b->c, ctx, 1, true);
-    s_mark(b, p);
+    s_mark(p);
     s_finish(b, p, s_decode_run(b, kv, batch, ctx, per_seq, NULL), batch);
 
     s_point_t *q = s_point(b, "decode", batch, ctx, 0);
     q->adapters = batch < N_ADAPTERS ? batch : N_ADAPTERS;
     q->w = p->w;
     q->w.bytes += q->adapters * b->c.adapter_bytes;
-    s_mark(b, q);
+    s_mark(q);
     s_finish(b, q, s_decode_run(b, kv, batch, ctx, per_seq, b->slots), batch);
-    s_mark(b, NULL);
+    s_mark(NULL);
     q->decode_ratio = p->step_s / q->step_s;
     ls_kv_cache_destroy(&kv);
     s_emit(b, p);
@@ -322,10 +319,10 @@ static void s_prefill_point(s_bench_t *b, int prompt) {
     b->batch->seqs[0] = s_prompt_row(tok, 0, prompt, prompt, table, blocks);
     b->batch->n = 1;
     double t[1 + PREFILL_RUNS];
-    s_mark(b, p);
+    s_mark(p);
     for (int i = 0; i < 1 + PREFILL_RUNS; i++)
         t[i] = bench_step(b->m, kv, b->pool, b->batch);
-    s_mark(b, NULL);
+    s_mark(NULL);
     p->w.bytes = b->c.weight_bytes;
     s_work_seq(&p->w, &b->c, 0, prompt, true);
     s_finish(b, p, bench_median(t + 1, PREFILL_RUNS), prompt);
@@ -377,11 +374,11 @@ static void s_chunked_point(s_bench_t *b, int prompt) {
     int32_t *tok = s_prompt_tokens(prompt, b->vocab), *table = malloc((size_t)blocks * sizeof *table);
     for (int i = 0; i < blocks; i++)
         table[i] = first + i;
-    s_mark(b, p);
+    s_mark(p);
     p->decode_s = s_decode_run(b, kv, CHUNK_DECODES, CHUNK_CTX, per_seq, NULL);
     double apart = s_chunked_median(b, kv, 0, per_seq, tok, prompt, table, blocks);
     double mixed = s_chunked_median(b, kv, CHUNK_DECODES, per_seq, tok, prompt, table, blocks);
-    s_mark(b, NULL);
+    s_mark(NULL);
     // the floor of each mixed step, summed; its work averaged over the steps
     double floor_sum = 0, floor_max = 0;
     for (int k = 0; k < n_chunks; k++) {
@@ -563,7 +560,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
             if (kt_start(argv[++i]) != 0)
                 bench_die(PROG, "--trace", "CUPTI tracing could not start");
-            b.trace = true;
         } else if (!strcmp(argv[i], "--fp8"))
             fp8 = true;
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
@@ -629,8 +625,7 @@ int main(int argc, char **argv) {
     if (fp8) {
         s_fp8_compare(&b, e.be);
         printf("[%6.1f s] done\n", bench_now() - b.t_start);
-        if (b.trace)
-            kt_stop();
+        kt_stop(); // nothing without --trace
         bench_batch_destroy(&b.batch);
         bench_engine_close(&e);
         return 0;
@@ -658,8 +653,7 @@ int main(int argc, char **argv) {
     if (b.json && fclose(b.json) != 0)
         bench_die(PROG, "--output-file", "write failed");
     printf("[%6.1f s] done\n", bench_now() - b.t_start);
-    if (b.trace)
-        kt_stop();
+    kt_stop(); // nothing without --trace
     bench_batch_destroy(&b.batch);
     bench_engine_close(&e);
     return 0;

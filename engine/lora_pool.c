@@ -1258,6 +1258,10 @@ int ls_lora_pool_r_max(const ls_lora_pool_t *self) {
     return self->pc.max_lora_rank;
 }
 
+ls_dtype_t ls_lora_pool_dtype(const ls_lora_pool_t *self) {
+    return self->storage;
+}
+
 ls_page_arena_t ls_lora_pool_arena(const ls_lora_pool_t *self) {
     return self->arena;
 }

@@ -237,6 +237,8 @@ int ls_lora_pool_slot_of(const ls_lora_pool_t *self, const char *id);
 
 int ls_lora_pool_n_slots(const ls_lora_pool_t *self);  // max_loras_per_batch + 1
 int ls_lora_pool_r_max(const ls_lora_pool_t *self);
+// The dtype the adapters are stored in (the page arena's: ls_lora_mat_t.dtype of every group)
+ls_dtype_t ls_lora_pool_dtype(const ls_lora_pool_t *self);
 // The arena the pool places adapters in.
 ls_page_arena_t ls_lora_pool_arena(const ls_lora_pool_t *self);
 // Pages of the arena the largest adapter takes (ls_lora_pool_max_pages of the pool's).

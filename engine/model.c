@@ -1376,13 +1376,12 @@ static bool s_group_work(const ls_model_t *self, const ls_step_t *step, ls_lora_
     return false;
 }
 
-// Whether group g's LoRA reads x_mm, the matmul's input, rather than fp32 x: where x_mm is
-// the 16-bit copy in the adapters' dtype (as PEFT's LoRA reads the bf16 activations), so the
+// Whether the LoRA reads x_mm, the matmul's input, rather than fp32 x: where x_mm is the
+// 16-bit copy in the adapters' dtype (as PEFT's LoRA reads the bf16 activations), so the
 // fp32 copy need not exist (s_f32_out). FP8 rows and fp32 x stay with fp32.
-static bool s_lora_reads_mm(const ls_lora_pool_t *pool, ls_lora_group_t g, ls_view_t x_mm) {
-    ls_lora_mat_t a, b;
-    ls_lora_pool_mats(pool, 0, g, &a, &b);
-    return x_mm.buf && x_mm.buf->dtype != LS_DTYPE_F32 && x_mm.buf->dtype == a.dtype;
+static bool s_lora_reads_mm(const ls_lora_pool_t *pool, ls_view_t x_mm) {
+    ls_dtype_t dt = x_mm.buf ? x_mm.buf->dtype : LS_DTYPE_F32;
+    return dt != LS_DTYPE_F32 && dt == ls_lora_pool_dtype(pool);
 }
 
 // out, the fp32 output of the op (rmsnorm, silu_mul, attention) before projection g over
@@ -1395,7 +1394,7 @@ static ls_view_t s_f32_out(const ls_model_t *self, const ls_lora_pool_t *pool,
                            ls_view_t out, ls_view_t lp) {
     ls_view_t x_mm = s_mm_in(w, out, lp);
     bool lora = step->lora && ls_lora_pool_has_group(pool, g) && s_group_work(self, step, g);
-    bool lora_f32 = lora && !s_lora_reads_mm(pool, g, x_mm);
+    bool lora_f32 = lora && !s_lora_reads_mm(pool, x_mm);
     return !s_lp_on(self) || lora_f32 || x_mm.buf != lp.buf ? out : LS_VIEW_NONE;
 }
 
@@ -1414,7 +1413,7 @@ static void s_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t
     ls_view_t tmp = ls_view(self->ws[S_WS_LORA], 0);
     ls_lora_mat_t a, b;
     ls_lora_pool_mats(pool, layer, g, &a, &b);
-    if (s_lora_reads_mm(pool, g, x_mm))
+    if (s_lora_reads_mm(pool, x_mm))
         x = x_mm;
     for (int k = 0; k < step->n_lora_passes; k++) {
         int batch = self->lora_batch[k][g];

@@ -83,14 +83,6 @@ static char *s_strdup(const char *s) {
 // ---------------------------------------------------------------------------------------------
 // ids
 
-static uint64_t s_mix(uint64_t h) {
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebull;
-    return h ^ (h >> 31);
-}
-
 void reg_id_derive(const char *name, const char *path, uint64_t counter, uint64_t now_ns, char *out) {
     uint64_t h[2] = {LS_HASH_FNV_BASIS, 0x84222325cbf29ce4ull};
     unsigned char b[16];
@@ -99,7 +91,7 @@ void reg_id_derive(const char *name, const char *path, uint64_t counter, uint64_
         h[k] = ls_hash_fnv1a(h[k], name ? name : "", strlen(name ? name : "") + 1);
         h[k] = ls_hash_fnv1a(h[k], path ? path : "", strlen(path ? path : "") + 1);
         h[k] = ls_hash_fnv1a(h[k], &counter, sizeof counter);
-        h[k] = s_mix(ls_hash_fnv1a(h[k], &now_ns, sizeof now_ns));
+        h[k] = ls_hash_mix64(ls_hash_fnv1a(h[k], &now_ns, sizeof now_ns));
         for (int i = 0; i < 8; i++)
             b[k * 8 + i] = (unsigned char)(h[k] >> (8 * i));
     }

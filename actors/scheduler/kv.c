@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "ls_hash.h"
+
 struct kv_node {
     kv_node_t *parent, *child;        // a node's children: a list through sibling / prev_sibling
     kv_node_t *sibling, *prev_sibling; // (the roots: the same, from kv.roots)
@@ -121,26 +123,15 @@ static void s_unlink(kv_node_t **head, kv_node_t *node) {
 
 // -- the lookup table ------------------------------------------------------------------------
 
-static uint64_t s_mix(uint64_t h) { // splitmix64's finalizer
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    return h ^ (h >> 31);
-}
-
 static uint64_t s_hash_block(const kv_t *self, const kv_node_t *parent, const int32_t *tokens) {
-    uint64_t h = s_mix(self->seed ^ (uint64_t)(uintptr_t)parent);
+    uint64_t h = ls_hash_mix64(self->seed ^ (uint64_t)(uintptr_t)parent);
     for (uint32_t i = 0; i < self->block_size; i++)
-        h = s_mix(h ^ (uint32_t)tokens[i]);
+        h = ls_hash_mix64(h ^ (uint32_t)tokens[i]);
     return h;
 }
 
 static uint64_t s_hash_key(const kv_t *self, const char *key) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ ~self->seed; // FNV-1a, then mixed
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
-    return s_mix(h);
+    return ls_hash_mix64(ls_hash_fnv1a(LS_HASH_FNV_BASIS ^ ~self->seed, key, strlen(key)));
 }
 
 // Twice the slots; without the memory, the chains just grow (lookups stay right)
@@ -216,14 +207,21 @@ static void s_ref(kv_t *self, uint32_t block) {
     }
 }
 
-// Remove an idle subtree, unlinked from its parent, from the tree and give its blocks back to
-// the free stack.
-static void s_evict_subtree(kv_t *self, kv_node_t *node) {
+static void s_evict_subtree(kv_t *self, kv_node_t *node);
+
+// Remove node's subtrees (idle) from the tree, their blocks back to the free stack.
+static void s_evict_children(kv_t *self, kv_node_t *node) {
     while (node->child) {
         kv_node_t *c = node->child;
         s_unlink(&node->child, c);
         s_evict_subtree(self, c);
     }
+}
+
+// Remove an idle subtree, unlinked from its parent, from the tree and give its blocks back to
+// the free stack.
+static void s_evict_subtree(kv_t *self, kv_node_t *node) {
+    s_evict_children(self, node);
     assert(node->idle && self->blocks[node->block].refs == 0);
     s_lru_unlink(self, node);
     s_index_remove(self, node);
@@ -334,11 +332,7 @@ kv_node_t *kv_insert(kv_t *self, const char *key, kv_node_t *parent, const int32
 }
 
 static void s_drop_root(kv_t *self, kv_node_t *root) {
-    while (root->child) {
-        kv_node_t *c = root->child;
-        s_unlink(&root->child, c);
-        s_evict_subtree(self, c);
-    }
+    s_evict_children(self, root);
     s_unlink(&self->roots, root);
     s_index_remove(self, root);
     free(root->key);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kv.h"
+#include "ls_hash.h"
 #include "ls_log.h"
 #include "ls_limits.h"
 
@@ -54,10 +55,7 @@ void *sched_memdup(const void *p, size_t n) { return n ? memcpy(sched_alloc(NULL
 
 // A request without a seed gets one derived from its rid (splitmix64), so replay samples alike.
 static uint64_t s_seed_of(uint64_t rid) {
-    uint64_t z = rid + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ls_hash_mix64(rid + 0x9e3779b97f4a7c15ull);
 }
 
 static void s_rid_key(uint64_t rid, char key[24]) { snprintf(key, 24, "%" PRIu64, rid); }
