@@ -80,6 +80,7 @@
 #include <cooperative_groups.h>
 
 #include "common.cuh"
+#include "wgmma.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -1154,73 +1155,6 @@ k_attention_prefill(s_out_t out, const float *q, const void *kc_, const void *vc
 // MINB: CTAs an SM (2 caps registers at 128). Head_dim 128, bf16 caches. Production:
 // BN = 64, MINB = 2 (s_pf_wg_ok: where the sm_90a build runs); dev_prefill times BN = 128.
 // Only the sm_90a build holds wgmma: the sm_80 build of the kernel traps (never launched).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// descriptor of a 128-byte-swizzled tile in shared memory at addr: lbo and sbo in bytes
-// (PTX ISA, "Matrix Descriptor Format"; K-major operands ignore lbo)
-__device__ __forceinline__ uint64_t s_wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
-    return (uint64_t)((addr & 0x3ffff) >> 4) | (uint64_t)((lbo & 0x3ffff) >> 4) << 16 |
-           (uint64_t)((sbo & 0x3ffff) >> 4) << 32 | (uint64_t)1 << 62;
-}
-__device__ __forceinline__ void s_wg_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void s_wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void s_wg_wait0() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-// the accumulators as the compiler must see them: written where the wait is, not before
-template <int R> __device__ __forceinline__ void s_wg_keep(float (&d)[R]) {
-#pragma unroll
-    for (int i = 0; i < R; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
-// d (m64 x N, fp32) = or += a (m64 x k16, bf16) b (k16 x N, bf16); ss: both by descriptor,
-// rs: a in registers, b transposed. The accumulators' operands: S_WG_D32 for N = 64,
-// S_WG_D32 and S_WG_D64 for N = 128, their registers named by S_WG_R32 and S_WG_R64.
-#define S_WG_R32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define S_WG_R64 S_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
-                 "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, "       \
-                 "%58, %59, %60, %61, %62, %63"
-#define S_WG_D32 \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
-    "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
-    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
-    "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
-    "+f"(d[30]), "+f"(d[31])
-#define S_WG_D64 \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), \
-    "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
-    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
-    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), \
-    "+f"(d[62]), "+f"(d[63])
-__device__ __forceinline__ void s_wg_ss64(float (&d)[32], uint64_t a, uint64_t b, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" S_WG_R32 "}, "
-                 "%32, %33, p, 1, 1, 0, 0;\n}\n"
-                 : S_WG_D32
-                 : "l"(a), "l"(b), "r"(acc));
-}
-__device__ __forceinline__ void s_wg_ss128(float (&d)[64], uint64_t a, uint64_t b, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" S_WG_R64 "}, "
-                 "%64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : S_WG_D32, S_WG_D64
-                 : "l"(a), "l"(b), "r"(acc));
-}
-__device__ __forceinline__ void s_wg_rs128(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" S_WG_R64 "}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : S_WG_D32, S_WG_D64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
-#endif
 
 template <int BN, int MINB>
 __global__ void __launch_bounds__(256, MINB)
@@ -1303,19 +1237,19 @@ k_attention_prefill_wg(s_out_t out, const float *q, const void *kc_, const void 
         if (k0 <= gwhi) {
             const unsigned kst = kv_s + (j & 1) * STAGE, vst = kst + BN * RB;
             float s[NS];
-            s_wg_fence();
+            ls_wg_fence();
 #pragma unroll
             for (int ks = 0; ks < D / 16; ks++) { // dims 16ks .. 16ks + 15
-                uint64_t da = s_wg_desc(qw_s + (ks >> 2) * (BM * HB) + (ks & 3) * 32, 16, 1024);
-                uint64_t db = s_wg_desc(kst + (ks >> 2) * (BN * HB) + (ks & 3) * 32, 16, 1024);
+                uint64_t da = ls_wg_desc(qw_s + (ks >> 2) * (BM * HB) + (ks & 3) * 32, 16, 1024);
+                uint64_t db = ls_wg_desc(kst + (ks >> 2) * (BN * HB) + (ks & 3) * 32, 16, 1024);
                 if constexpr (BN == 64)
-                    s_wg_ss64(s, da, db, ks);
+                    ls_wg_ss<64>(s, da, db, ks);
                 else
-                    s_wg_ss128(s, da, db, ks);
+                    ls_wg_ss<128>(s, da, db, ks);
             }
-            s_wg_commit();
-            s_wg_wait0();
-            s_wg_keep(s);
+            ls_wg_commit();
+            ls_wg_wait0();
+            ls_wg_keep(s);
             // s[4n + e]: row g + 8 (e >> 1) of the warp's, key k0 + 8n + 2qd + (e & 1)
             if (k0 + BN - 1 > wlo)
 #pragma unroll
@@ -1359,14 +1293,14 @@ k_attention_prefill_wg(s_out_t out, const float *q, const void *kc_, const void 
                 l[0] += (s_lo(pa[kk][0]) + s_hi(pa[kk][0])) + (s_lo(pa[kk][2]) + s_hi(pa[kk][2]));
                 l[1] += (s_lo(pa[kk][1]) + s_hi(pa[kk][1])) + (s_lo(pa[kk][3]) + s_hi(pa[kk][3]));
             }
-            s_wg_keep(o);
-            s_wg_fence();
+            ls_wg_keep(o);
+            ls_wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) // V rows 16kk .. 16kk + 15: two 8-key atoms
-                s_wg_rs128(o, pa[kk], s_wg_desc(vst + kk * 16 * HB, BN * HB, 1024));
-            s_wg_commit();
-            s_wg_wait0();
-            s_wg_keep(o);
+                ls_wg_rs128(o, pa[kk], ls_wg_desc(vst + kk * 16 * HB, BN * HB, 1024));
+            ls_wg_commit();
+            ls_wg_wait0();
+            ls_wg_keep(o);
         }
         ring_rows.publish(s_row, tid, block_size, bs_shift, kv_bytes, block_bytes);
         __syncthreads(); // stage j % 2 free for tile j + 2; tile j + 2's rows visible

@@ -14,7 +14,11 @@
     `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
     64 with 1 or 2 row tiles a block, and on an fp32 x as o's); `mix` (each GEMM on the form
     that wins it alone at 2-8 tokens on an H100; measured, not kept); `gemv_glu`, `gemv_glu2`
-    (tried and lost: gate_up with SiLU·mul in its epilogue, below, timed in the chain only).
+    (tried and lost: gate_up with SiLU·mul in its epilogue, below, timed in the chain only);
+    `wg_m1`, `wg_m2`, `wg_m2k2`, `wg_m1k4`, `tma_m2`, `tma_m2k2`, `tma_m1k4` (measured, not
+    kept: warpgroup MMA fed by cp.async or TMA, stream-K, m tiles and 64-k blocks a unit as
+    named, below). After the chain: the warpgroup form's grids, and a gap of 0-18 µs before o
+    (how much of the gap each version's start hides).
 
     Checked against a CPU reference (fp32 sums of the bf16 products, NMSE), then timed two
     ways: the GEMM alone (back to back, weight sets rotating past L2), and a chain of 32
@@ -28,6 +32,10 @@
 #include <cstring>
 
 #include "../gemv.cu"
+#include "../wgmma.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include "dev_blas.cuh"
 #include "dev_common.cuh"
@@ -180,6 +188,293 @@ static cudaError_t s_tc(float *y, const TX *x, const __nv_bfloat16 *w, int T, in
                      : s_tc_nt<8, RW>(y, x, w, T, in, out, pf, st);
 }
 
+// ---- warpgroup MMA, stream-K (sm_90a): measured, not kept ----
+//
+// Hopper's wgmma with the weights as A (MT m64 MMAs a warpgroup: BM = 64 MT rows a tile) and
+// the tokens as B (n = NT, the tokens padded to 8, 16, 32 or 64), both K-major from shared
+// memory in the 128-byte swizzle (wgmma.cuh), fed by a ring of S stages (up to 8 in ~200 KB)
+// of (BM weight rows + NT token rows) x 64 KB k: cp.async, a warp's lanes on a row's
+// consecutive 16-byte chunks, or (TMA) a tensor-map box a 64-k block issued by one thread on
+// an mbarrier a stage. A unit (row tile, chunk of 64 KB k) is KB column blocks of 64 k, so a
+// row's bytes come KB · 128 at a time. A CTA of one warpgroup an SM: each stage's x tile is
+// read once for BM rows (x moves NT / BM of the weights' bytes from L2, where the mma.sync
+// form above moved 2x at 64 tokens). Work is split stream-K: the units in tile-major order,
+// CTA i takes units [i U / G, (i + 1) U / G) — every CTA the same bytes, no partial wave. A
+// CTA's pipeline runs across its tiles; a tile it holds whole is stored directly, a piece of
+// a tile goes to the workspace (slot 0: the CTA's first piece, 1: its last), and the last CTA
+// of the tile to arrive (a counter a tile) sums the pieces in CTA order (deterministic for
+// a given grid), stores, and zeroes the counter for the next launch. With `early`, the
+// weights of the first S - 1 stages are requested before the programmatic wait (they are
+// written by no kernel); the x tiles after it.
+enum { WG_THREADS = 128 };
+template <int MT, int NT, int KB> __host__ __device__ constexpr unsigned wg_stage_bytes() {
+    return (unsigned)(64 * MT + NT) * 128 * KB;
+}
+// stages: up to 8, in about 200 KB
+template <int MT, int NT, int KB> __host__ __device__ constexpr int wg_stages() {
+    return 200 * 1024 / wg_stage_bytes<MT, NT, KB>() < 8 ? 200 * 1024 / wg_stage_bytes<MT, NT, KB>() : 8;
+}
+template <int MT, int NT, int KB> __host__ __device__ constexpr size_t wg_smem() {
+    return (size_t)wg_stages<MT, NT, KB>() * wg_stage_bytes<MT, NT, KB>() + 1024;
+}
+// the CTA whose units include unit u, of G over U units
+__device__ __forceinline__ int wg_cta_of(int u, int U, int G) { return (int)(((long)(u + 1) * G - 1) / U); }
+
+// the TMA form's barriers and copies (sm_90): a stage's mbarrier completes when its bytes land
+__device__ __forceinline__ void wg_mb_init(unsigned mb) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mb) : "memory");
+}
+__device__ __forceinline__ void wg_mb_expect(unsigned mb, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mb), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void wg_mb_wait(unsigned mb, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(mb), "r"(parity)
+                     : "memory");
+}
+// box (k0 .. k0 + 63, rows r0 ..) of the 2-D tensor map into dst, completing on mb
+__device__ __forceinline__ void wg_tma(unsigned dst, const CUtensorMap *map, int k0, int r0, unsigned mb) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];\n" ::"r"(dst),
+                 "l"(map), "r"(k0), "r"(r0), "r"(mb)
+                 : "memory");
+}
+
+template <int MT, int NT, int KB, bool TMA>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    k_gemm_wg(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out, float *ws,
+              int *cnt, int early, const __grid_constant__ CUtensorMap wmap,
+              const __grid_constant__ CUtensorMap xmap) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int S = wg_stages<MT, NT, KB>(), BM = 64 * MT, NR = NT / 2, BK = 64 * KB;
+    static_assert(S >= 3, "stages");
+    constexpr unsigned SB = wg_stage_bytes<MT, NT, KB>(), XO = BM * 128 * KB; // x after the weights'
+    extern __shared__ uint4 s_wg[];
+    __shared__ int s_last;
+    __shared__ alignas(8) uint64_t s_full[S]; // TMA: a barrier a stage
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+    const int KC = in / BK, RT = (out + BM - 1) / BM, G = gridDim.x, cta = blockIdx.x;
+    const int U = RT * KC, u0 = (int)((long)cta * U / G), u1 = (int)((long)(cta + 1) * U / G);
+    const unsigned sm0 = (unsigned)__cvta_generic_to_shared(s_wg), base = (sm0 + 1023u) & ~1023u;
+    const unsigned full0 = (unsigned)__cvta_generic_to_shared(s_full);
+    if (TMA && tid == 0) {
+        for (int i = 0; i < S; i++)
+            wg_mb_init(full0 + 8 * i);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    if (TMA)
+        __syncthreads();
+    // unit u's weight rows, and its x rows, into stage slot (nothing past the CTA's last unit)
+    auto issue_w = [&](int u, int slot) {
+        if (u >= u1)
+            return;
+        const int t = u / KC, kc = u - t * KC;
+        const unsigned dst = base + slot * SB;
+        if constexpr (TMA) {
+            if (tid == 0) {
+                wg_mb_expect(full0 + 8 * slot, SB);
+#pragma unroll
+                for (int cb = 0; cb < KB; cb++)
+                    wg_tma(dst + cb * BM * 128, &wmap, kc * BK + 64 * cb, t * BM, full0 + 8 * slot);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < BM * 8 * KB / WG_THREADS; i++) {
+                int f = tid + i * WG_THREADS, r = f / (8 * KB), cc = f % (8 * KB), cb = cc >> 3, ch = cc & 7;
+                int row = min(t * BM + r, out - 1);
+                ls_cp16(dst + cb * BM * 128 + r * 128 + ((ch ^ (r & 7)) << 4),
+                        w + (size_t)row * in + kc * BK + cc * 8, 16);
+            }
+        }
+    };
+    auto issue_x = [&](int u, int slot) {
+        if (u >= u1)
+            return;
+        const int kc = u % KC;
+        const unsigned dst = base + slot * SB + XO;
+        if constexpr (TMA) {
+            if (tid == 0)
+#pragma unroll
+                for (int cb = 0; cb < KB; cb++)
+                    wg_tma(dst + cb * NT * 128, &xmap, kc * BK + 64 * cb, 0, full0 + 8 * slot);
+        } else {
+#pragma unroll
+            for (int i = 0; i < (NT * 8 * KB + WG_THREADS - 1) / WG_THREADS; i++) {
+                int f = tid + i * WG_THREADS, r = f / (8 * KB), cc = f % (8 * KB), cb = cc >> 3, ch = cc & 7;
+                if (f < NT * 8 * KB)
+                    ls_cp16(dst + cb * NT * 128 + r * 128 + ((ch ^ (r & 7)) << 4),
+                            x + (size_t)min(r, T - 1) * in + kc * BK + cc * 8, 16);
+            }
+        }
+    };
+    if (!early)
+        ls_dep_enter();
+    for (int s = 0; s < S - 1; s++)
+        issue_w(u0 + s, s);
+    ls_cp_commit();
+    if (early)
+        ls_dep_enter();
+    for (int s = 0; s < S - 1; s++) {
+        issue_x(u0 + s, s);
+        ls_cp_commit();
+    }
+    float d[MT][NR];
+    auto zero = [&] {
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int i = 0; i < NR; i++)
+                d[m][i] = 0.0f;
+    };
+    zero();
+    constexpr int PIECE = MT * NR * WG_THREADS; // floats of a piece in the workspace
+    // a tile's sums (or a piece's) out: y, or the workspace and maybe the tile's reduction
+    auto flush = [&](int t, int seg0, int seg1) {
+        const int tu0 = t * KC, tu1 = tu0 + KC;
+        if (seg0 != tu0 || seg1 != tu1) {
+            float *mine = ws + ((size_t)cta * 2 + (seg0 == u0 ? 0 : 1)) * PIECE + tid;
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int i = 0; i < NR; i++)
+                    __stcg(mine + (m * NR + i) * WG_THREADS, d[m][i]);
+            __threadfence();
+            __syncthreads();
+            const int c0 = wg_cta_of(tu0, U, G), c1 = wg_cta_of(tu1 - 1, U, G);
+            if (tid == 0)
+                s_last = atomicAdd(cnt + t, 1) == c1 - c0;
+            __syncthreads();
+            if (!s_last)
+                return;
+            __threadfence();
+            // the pieces in CTA order: the same sums whichever CTA arrives last
+            zero();
+            for (int k = c0; k <= c1; k++) {
+                const int k0 = (int)((long)k * U / G);
+                const float *p = ws + ((size_t)k * 2 + (k0 >= tu0 ? 0 : 1)) * PIECE + tid;
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int i = 0; i < NR; i++)
+                        d[m][i] += __ldcg(p + (m * NR + i) * WG_THREADS);
+            }
+            if (tid == 0)
+                cnt[t] = 0;
+        }
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int i = 0; i < NR; i++) {
+                int o = t * BM + 64 * m + 16 * warp + g + 8 * ((i & 3) >> 1), tt = 8 * (i >> 2) + 2 * c + (i & 1);
+                if (o < out && tt < T)
+                    y[(size_t)tt * out + o] = d[m][i];
+            }
+    };
+    const int n = u1 - u0;
+    int seg0 = u0, slot = 0, next = S - 1; // next: the slot of unit j + S - 1
+    for (int j = 0; j < n; j++) {
+        if constexpr (TMA)
+            wg_mb_wait(full0 + 8 * slot, (unsigned)(j / S) & 1);
+        else {
+            ls_cp_wait<S - 2>();
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
+        __syncthreads();
+        issue_w(u0 + j + S - 1, next);
+        issue_x(u0 + j + S - 1, next);
+        ls_cp_commit();
+        const unsigned wst = base + (unsigned)slot * SB, xst = wst + XO;
+        ls_wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ks++) {
+            const unsigned off = (ks & 3) * 32;
+            uint64_t db = ls_wg_desc(xst + (ks >> 2) * NT * 128 + off, 16, 1024);
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+                ls_wg_ss<NT>(d[m], ls_wg_desc(wst + (ks >> 2) * BM * 128 + m * 64 * 128 + off, 16, 1024), db, 1);
+        }
+        ls_wg_commit();
+        ls_wg_wait0();
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            ls_wg_keep(d[m]);
+        slot = slot + 1 == S ? 0 : slot + 1;
+        next = next + 1 == S ? 0 : next + 1;
+        const int u = u0 + j;
+        if (u % KC == KC - 1 || j == n - 1) {
+            flush(u / KC, seg0, u + 1);
+            seg0 = u + 1;
+            zero();
+        }
+    }
+    ls_cp_wait<0>();
+#endif
+}
+
+static float *s_wg_ws; // the stream-K pieces: 2 a CTA
+static int *s_wg_cnt;  // a counter a row tile, zero between launches
+static int s_sms;
+static int s_wg_g;         // > 0: the grid instead of one CTA an SM (the diagnostics below)
+static int s_wg_early = 1; // 0: the first stages' weights requested only after the wait
+
+// a 2-D tensor map of rows of `in` bf16 (rows of them), boxes of 64 k x box rows in the
+// 128-byte swizzle (rows past the last read as zeros)
+static PFN_cuTensorMapEncodeTiled_v12000 s_encode;
+static cudaError_t s_tmap(CUtensorMap *m, const __nv_bfloat16 *p, int in, int rows, int box) {
+    if (!s_encode) {
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&s_encode, 12000, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return cudaErrorNotSupported;
+    }
+    cuuint64_t dims[2] = {(cuuint64_t)in, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)in * 2};
+    cuuint32_t boxd[2] = {64, (cuuint32_t)box}, es[2] = {1, 1};
+    return s_encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, boxd, es,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
+               ? cudaSuccess
+               : cudaErrorInvalidValue;
+}
+
+template <int MT, int NT, int KB, bool TMA>
+static cudaError_t s_wg_nt(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
+                           cudaStream_t st) {
+    static bool set;
+    if (!set && cudaFuncSetAttribute(k_gemm_wg<MT, NT, KB, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)wg_smem<MT, NT, KB>()) != cudaSuccess)
+        return cudaGetLastError();
+    set = true;
+    CUtensorMap wm = {}, xm = {};
+    if (TMA) {
+        cudaError_t e = s_tmap(&wm, w, in, out, 64 * MT);
+        if (e == cudaSuccess)
+            e = s_tmap(&xm, x, in, T, NT);
+        if (e != cudaSuccess)
+            return e;
+    }
+    if (in % (64 * KB))
+        return cudaErrorNotSupported;
+    long U = (long)((out + 64 * MT - 1) / (64 * MT)) * (in / (64 * KB));
+    int G = (int)std::min<long>(s_wg_g > 0 ? s_wg_g : s_sms, U);
+    return ls_cu_launch_dep(k_gemm_wg<MT, NT, KB, TMA>, dim3((unsigned)G), dim3(WG_THREADS), wg_smem<MT, NT, KB>(), st, y,
+                            x, w, T, in, out, s_wg_ws, s_wg_cnt, s_wg_early, wm, xm);
+}
+// the warpgroup form with MT m64 tiles a row tile and units of KB 64-k blocks, T <= 64 tokens
+// (in % (64 KB) == 0)
+template <int MT, int KB, bool TMA>
+static cudaError_t s_wg(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
+                        cudaStream_t st) {
+    return T <= 8    ? s_wg_nt<MT, 8, KB, TMA>(y, x, w, T, in, out, st)
+           : T <= 16 ? s_wg_nt<MT, 16, KB, TMA>(y, x, w, T, in, out, st)
+           : T <= 32 ? s_wg_nt<MT, 32, KB, TMA>(y, x, w, T, in, out, st)
+                     : s_wg_nt<MT, 64, KB, TMA>(y, x, w, T, in, out, st);
+}
+
 // ---- tried and lost: SiLU·mul in gate_up's epilogue (kernels/cuda/dev/README.md) ----
 //
 // At one or two tokens, gate_up's GEMV could write act = silu(gate) · up (and the bf16 copy the
@@ -291,9 +586,10 @@ __global__ void k_gap(long ns) {
     while (t - t0 < ns);
 }
 
-enum { V_BLAS, V_GEMV, V_NOPF, V_R2, V_R1, V_TC1, V_TC2, V_TCF, V_MIX, N_V };
+enum { V_BLAS, V_GEMV, V_NOPF, V_R2, V_R1, V_TC1, V_TC2, V_TCF, V_MIX, V_WG1, V_WG2, V_WG2K2, V_WG1K4, V_TMA2, V_TMA2K2, V_TMA1K4, N_V };
 static const char *s_names[N_V] = {"cuBLAS", "gemv", "gemv_nopf", "cc_r2", "cc_r1", "tc_r1", "tc_r2", "tc_r1_f32x",
-                                   "mix"};
+                                   "mix",    "wg_m1",     "wg_m2",      "wg_m2k2",   "wg_m1k4", "tma_m2",
+                                   "tma_m2k2", "tma_m1k4"};
 static const int s_ts[] = {1, 2, 4, 8, 16, 32, 64};
 static cublasHandle_t s_h;
 static long s_pf_total = LS_CU_GEMV_PF; // bytes asked of L2 a GEMM, over its rows
@@ -323,6 +619,16 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
     // the CUDA cores without the prefetch (production's rows a warp), with R rows a warp, or
     // the tensor cores with RW row tiles a block (tc_r1_f32x: on an fp32 x, as o's), with
     // production's prefetch amount (s_pf_total: the sweep)
+    switch (v) {
+    case V_WG1: return s_wg<1, 1, false>(y, x, w, T, in, out, st);
+    case V_WG2: return s_wg<2, 1, false>(y, x, w, T, in, out, st);
+    case V_WG2K2: return s_wg<2, 2, false>(y, x, w, T, in, out, st);
+    case V_WG1K4: return s_wg<1, 4, false>(y, x, w, T, in, out, st);
+    case V_TMA2: return s_wg<2, 1, true>(y, x, w, T, in, out, st);
+    case V_TMA2K2: return s_wg<2, 2, true>(y, x, w, T, in, out, st);
+    case V_TMA1K4: return s_wg<1, 4, true>(y, x, w, T, in, out, st);
+    default: break;
+    }
     long pf = v == V_NOPF ? 0 : ls_prefetch_row_bytes(s_pf_total, in, 2, out);
     switch (v) {
     case V_NOPF: return T == 1 ? s_cc<1>(y, x, w, T, in, out, 0, st) : s_cc<2>(y, x, w, T, in, out, 0, st);
@@ -369,6 +675,10 @@ int main() {
     void *ws;
     DEV_CK(cudaMalloc(&ws, 32 << 20));
     BL_CK(cublasSetWorkspace(s_h, ws, 32 << 20));
+    DEV_CK(cudaDeviceGetAttribute(&s_sms, cudaDevAttrMultiProcessorCount, 0));
+    DEV_CK(cudaMalloc(&s_wg_ws, (size_t)2 * s_sms * 2 * 2 * 32 * WG_THREADS * 4)); // grids up to 2 CTAs an SM
+    DEV_CK(cudaMalloc(&s_wg_cnt, 28672 / 64 * sizeof(int)));
+    DEV_CK(cudaMemset(s_wg_cnt, 0, 28672 / 64 * sizeof(int)));
     dev_rng_t rng = {11};
     std::vector<float> hx, hw;
     __nv_bfloat16 *x = dev_bf16_fill(rng, (size_t)64 * 14336, 1.0f, hx);
@@ -458,6 +768,51 @@ int main() {
             }
             printf("\n");
         }
+    // the warpgroup form's stream alone: grids of whole tiles (no pieces, no reduction) and of
+    // 1, 2, 3 CTAs an SM's worth of units
+    printf("\nwg grids (o, gate_up; T = 8 and 64), µs:");
+    for (int k : {0, 1})
+        for (int T : {8, 64})
+            for (int mt : {1, 2}) {
+                int rt = s_g[k].out / (64 * mt);
+                printf("\n  %s T=%d m%d:", s_g[k].name, T, mt);
+                for (int gg : {rt, s_sms / 2, s_sms, 2 * s_sms}) {
+                    s_wg_g = gg;
+                    double us = dev_time_us(st, 32, [&](long i) {
+                        return s_run(mt == 1 ? V_WG1 : V_WG2, y, x, w[i % LAYERS][k], T, s_g[k].in, s_g[k].out, st);
+                    });
+                    printf("  G=%d %.1f", gg, us);
+                }
+            }
+    s_wg_g = 0;
+    printf("\n");
+    // diagnostics: a gap of 0, 4.5, 9 or 18 µs, then o, 32 times in a graph (µs a pair): how
+    // much of the gap each version's start hides
+    for (int T : {1, 8}) {
+        printf("gap + o at T=%d, µs a pair (gaps 0 / 4.5 / 9 / 18):", T);
+        for (int v : {V_BLAS, V_GEMV, V_WG2, V_WG1K4, V_TMA1K4})
+            for (int early : {1, 0}) {
+                if (early == 0 && v < V_WG1)
+                    continue;
+                s_wg_early = early;
+                printf("  %s%s", s_names[v], early ? "" : " (late)");
+                for (long gap : {0l, 4500l, 9000l, 18000l}) {
+                    double us = dev_graph_us(st, [&] {
+                        cudaError_t e = cudaSuccess;
+                        for (int l = 0; l < LAYERS && e == cudaSuccess; l++) {
+                            e = ls_cu_launch_dep(k_gap, dim3(1), dim3(32), 0, st, gap);
+                            if (e == cudaSuccess)
+                                e = s_run(v, y, x, w[l][0], T, 4096, 4096, st);
+                        }
+                        return e;
+                    });
+                    printf("%s%.1f", gap ? " / " : " ", us / LAYERS);
+                }
+            }
+        printf("\n");
+    }
+    s_wg_early = 1;
+    printf("\n");
     double floor_us = 0;
     for (int k = 0; k < N_G; k++)
         floor_us += (double)s_g[k].in * s_g[k].out * 2 / bw / 1e3;
