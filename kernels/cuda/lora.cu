@@ -839,6 +839,25 @@ __device__ __forceinline__ void s_expand_yload(float (&yv)[U][NT], const float *
                             : 0.0f;
 }
 
+// A store L2 keeps ahead of the streams around it (evict_last, sm_80+): a LoRA delta written
+// beside a GEMM whose weights stream through L2, for the op after the GEMM to read from L2
+// rather than from memory
+__device__ __forceinline__ void s_st_keep(float *p, float v) {
+    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n"
+                 "st.global.L2::cache_hint.f32 [%0], %1, pol;\n}\n" ::"l"(p),
+                 "f"(v)
+                 : "memory");
+}
+
+// y's value out: what it held + v (ACC), or the delta v alone (the DELTA workspace beside the
+// GEMM: 0 + v, the same bits as adding into a zeroed y), kept in L2 for the op that reads it
+template <bool ACC> __device__ __forceinline__ void s_y_put(float *p, float held, float v) {
+    if constexpr (ACC)
+        *p = __fadd_rn(held, v);
+    else
+        s_st_keep(p, __fadd_rn(0.0f, v));
+}
+
 // NT >= tile.n: the tokens the code is unrolled for (a one-token tile must not issue the
 // instructions of four: at 64 distinct adapters the expand was issue-bound, ncu)
 template <typename TB, int L, int U, bool ACC = true, int NT = TT>
@@ -874,8 +893,8 @@ __device__ __forceinline__ void s_expand_store(float *y, const float (&yv)[U][NT
             for (int off = L / 2; off > 0; off >>= 1)
                 acc[tt] += __shfl_xor_sync(0xffffffffu, acc[tt], off);
             if (sub == 0 && o[u] < end && tt < tile.n) {
-                float *yo = y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o[u];
-                *yo = __fadd_rn(ACC ? yv[u][tt] : 0.0f, __fmul_rn(s, acc[tt]));
+                s_y_put<ACC>(y + (size_t)s_row(perm, tile.p0 + tt) * out_total + o[u], yv[u][tt],
+                             __fmul_rn(s, acc[tt]));
             }
         }
     }
@@ -1084,7 +1103,7 @@ k_lora_expand3(float *y, const float *tmp, ls_lora_pages_t b, const ls_cu_lora_t
             for (int off = L / 2; off > 0; off >>= 1)
                 acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], off);
             if (sub == 0 && pb + lc + u * CPP < c1)
-                yr[pb + u * CPP] = __fadd_rn(ACC ? yo[u] : 0.0f, __fmul_rn(s, acc[u]));
+                s_y_put<ACC>(yr + pb + u * CPP, yo[u], __fmul_rn(s, acc[u]));
         }
     }
 }
@@ -1406,8 +1425,8 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 if (o < c1 && wr[e & 1] >= 0) // scaling on the product
-                    y[(size_t)wr[e & 1] * out_total + o + g + (e >> 1) * 8] =
-                        __fadd_rn(ACC ? yv[u][e] : 0.0f, __fmul_rn(s, d[u][e]));
+                    s_y_put<ACC>(y + (size_t)wr[e & 1] * out_total + o + g + (e >> 1) * 8, yv[u][e],
+                                 __fmul_rn(s, d[u][e]));
         }
     }
 }
