@@ -839,23 +839,18 @@ __device__ __forceinline__ void s_expand_yload(float (&yv)[U][NT], const float *
                             : 0.0f;
 }
 
-// A store L2 keeps ahead of the streams around it (evict_last, sm_80+): a LoRA delta written
-// beside a GEMM whose weights stream through L2, for the op after the GEMM to read from L2
-// rather than from memory
-__device__ __forceinline__ void s_st_keep(float *p, float v) {
-    asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n"
-                 "st.global.L2::cache_hint.f32 [%0], %1, pol;\n}\n" ::"l"(p),
-                 "f"(v)
-                 : "memory");
-}
-
 // y's value out: what it held + v (ACC), or the delta v alone (the DELTA workspace beside the
-// GEMM: 0 + v, the same bits as adding into a zeroed y), kept in L2 for the op that reads it
+// GEMM: 0 + v, the same bits as adding into a zeroed y), stored with L2's evict_last policy
+// (sm_80+): the GEMM's weights stream through L2 meanwhile, and the op after the GEMM should
+// read the delta from L2 rather than from memory
 template <bool ACC> __device__ __forceinline__ void s_y_put(float *p, float held, float v) {
     if constexpr (ACC)
         *p = __fadd_rn(held, v);
     else
-        s_st_keep(p, __fadd_rn(0.0f, v));
+        asm volatile("{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n"
+                     "st.global.L2::cache_hint.f32 [%0], %1, pol;\n}\n" ::"l"(p),
+                     "f"(__fadd_rn(0.0f, v))
+                     : "memory");
 }
 
 // NT >= tile.n: the tokens the code is unrolled for (a one-token tile must not issue the

@@ -17,7 +17,7 @@
     (tried and lost: gate_up with SiLU·mul in its epilogue, below, timed in the chain only);
     `wg_m1`, `wg_m2`, `wg_m2k2`, `wg_m1k4`, `tma_m2`, `tma_m2k2`, `tma_m1k4` (measured, not
     kept: warpgroup MMA fed by cp.async or TMA, stream-K, m tiles and 64-k blocks a unit as
-    named, below). After the chain: the warpgroup form's grids, and a gap of 0-18 µs before o
+    named, below). After the chain: a gap of 0-18 µs before o
     (how much of the gap each version's start hides).
 
     Checked against a CPU reference (fp32 sums of the bf16 products, NMSE), then timed two
@@ -418,7 +418,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 static float *s_wg_ws; // the stream-K pieces: 2 a CTA
 static int *s_wg_cnt;  // a counter a row tile, zero between launches
 static int s_sms;
-static int s_wg_g;         // > 0: the grid instead of one CTA an SM (the diagnostics below)
 static int s_wg_early = 1; // 0: the first stages' weights requested only after the wait
 
 // a 2-D tensor map of rows of `in` bf16 (rows of them), boxes of 64 k x box rows in the
@@ -460,7 +459,7 @@ static cudaError_t s_wg_nt(float *y, const __nv_bfloat16 *x, const __nv_bfloat16
     if (in % (64 * KB))
         return cudaErrorNotSupported;
     long U = (long)((out + 64 * MT - 1) / (64 * MT)) * (in / (64 * KB));
-    int G = (int)std::min<long>(s_wg_g > 0 ? s_wg_g : s_sms, U);
+    int G = (int)std::min<long>(s_sms, U);
     return ls_cu_launch_dep(k_gemm_wg<MT, NT, KB, TMA>, dim3((unsigned)G), dim3(WG_THREADS), wg_smem<MT, NT, KB>(), st, y,
                             x, w, T, in, out, s_wg_ws, s_wg_cnt, s_wg_early, wm, xm);
 }
@@ -676,7 +675,7 @@ int main() {
     DEV_CK(cudaMalloc(&ws, 32 << 20));
     BL_CK(cublasSetWorkspace(s_h, ws, 32 << 20));
     DEV_CK(cudaDeviceGetAttribute(&s_sms, cudaDevAttrMultiProcessorCount, 0));
-    DEV_CK(cudaMalloc(&s_wg_ws, (size_t)2 * s_sms * 2 * 2 * 32 * WG_THREADS * 4)); // grids up to 2 CTAs an SM
+    DEV_CK(cudaMalloc(&s_wg_ws, (size_t)s_sms * 2 * 2 * 32 * WG_THREADS * 4)); // 2 pieces a CTA, MT <= 2
     DEV_CK(cudaMalloc(&s_wg_cnt, 28672 / 64 * sizeof(int)));
     DEV_CK(cudaMemset(s_wg_cnt, 0, 28672 / 64 * sizeof(int)));
     dev_rng_t rng = {11};
@@ -768,23 +767,6 @@ int main() {
             }
             printf("\n");
         }
-    // the warpgroup form's stream alone: grids of whole tiles (no pieces, no reduction) and of
-    // 1, 2, 3 CTAs an SM's worth of units
-    printf("\nwg grids (o, gate_up; T = 8 and 64), µs:");
-    for (int k : {0, 1})
-        for (int T : {8, 64})
-            for (int mt : {1, 2}) {
-                int rt = s_g[k].out / (64 * mt);
-                printf("\n  %s T=%d m%d:", s_g[k].name, T, mt);
-                for (int gg : {rt, s_sms / 2, s_sms, 2 * s_sms}) {
-                    s_wg_g = gg;
-                    double us = dev_time_us(st, 32, [&](long i) {
-                        return s_run(mt == 1 ? V_WG1 : V_WG2, y, x, w[i % LAYERS][k], T, s_g[k].in, s_g[k].out, st);
-                    });
-                    printf("  G=%d %.1f", gg, us);
-                }
-            }
-    s_wg_g = 0;
     printf("\n");
     // diagnostics: a gap of 0, 4.5, 9 or 18 µs, then o, 32 times in a graph (µs a pair): how
     // much of the gap each version's start hides
