@@ -135,7 +135,7 @@ static bool cols_neg_inf(const float *row, int from, int W) {
 // steps adds vocabulary) and left out.
 static void step(ls_model_t *m, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                  const ls_model_seq_t *seqs, int n, float *out) {
-    static float wide[64 * 96];
+    static float wide[160 * 96]; // rows x width: test_wide_decode_equals_alone's 130 rows
     int W, V = ls_model_config(m)->vocab_size;
     int rows = ls_model_forward(m, kv, pool, seqs, n, err, sizeof err);
     if (rows < 0)
@@ -855,17 +855,24 @@ typedef struct {
     int history, now;
 } req_t;
 
+// A pool of N_AD slots holding the N_AD test adapters (f32), under names[0 .. N_AD).
+static ls_lora_pool_t *pool_of_adapters(ctx_t *c, const ls_model_config_t *cfg,
+                                        const char *const *names) {
+    ls_lora_pool_t *pool = new_pool(c, cfg, N_AD);
+    for (int a = 0; a < N_AD; a++) {
+        ls_adapter_t *ad = write_and_load_adapter(c, cfg, a, LS_DTYPE_F32);
+        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, err, sizeof err), 0);
+    }
+    return pool;
+}
+
 // Every request in one mixed step == the same request alone, after identical histories.
 static void test_mixed_batch_equals_alone(void **state) {
     ctx_t *c = *state;
     c->m = load_spec(c, "mixed", &SPECS[2], NULL); // Qwen3: q/k norm, head_dim != hidden/heads
     const ls_model_config_t *cfg = ls_model_config(c->m);
-    ls_lora_pool_t *pool = new_pool(c, cfg, N_AD);
-    const char *names[N_AD] = {"a0", "a1", "a2", "a3"};
-    for (int a = 0; a < N_AD; a++) {
-        ls_adapter_t *ad = write_and_load_adapter(c, cfg, a, LS_DTYPE_F32);
-        assert_int_equal(ls_lora_pool_add_adapter(pool, names[a], &ad, err, sizeof err), 0);
-    }
+    static const char *const names[N_AD] = {"a0", "a1", "a2", "a3"};
+    ls_lora_pool_t *pool = pool_of_adapters(c, cfg, names);
     static const req_t reqs[] = {
         {-1, 5, 7}, {0, 0, 9}, {1, 11, 1}, {-1, 3, 1}, {2, 6, 4}, {0, 8, 1}, {1, 0, 1},
         {3, 0, 6}, {3, 9, 1},  // the embedding's and lm_head's LoRA beside the others'
@@ -921,6 +928,53 @@ static void test_mixed_batch_equals_alone(void **state) {
                   "move their rows by >= %.2f\n", R, T, worst, moved);
     assert_true(worst <= TOL_BATCH);
     assert_true(moved > 0.05);
+    ls_kv_cache_destroy(&kv[0]);
+    ls_kv_cache_destroy(&kv[1]);
+    ls_lora_pool_destroy(&pool);
+}
+
+// A decode step of 130 requests on four adapters and the base model (decode-shaped up to 256
+// tokens: each projection's LoRA beside its GEMM, the delta folded into the next op) gives
+// each row what the request alone gives.
+static void test_wide_decode_equals_alone(void **state) {
+    ctx_t *c = *state;
+    c->m = load_spec(c, "wide", &SPECS[0], NULL);
+    const ls_model_config_t *cfg = ls_model_config(c->m);
+    static const char *const names[N_AD] = {"a0", "a1", "a2", "a3"};
+    ls_lora_pool_t *pool = pool_of_adapters(c, cfg, names);
+    enum { R = 130, H = 3 };
+    static const char *ids[R];
+    static int32_t slots[R], tok[R][H + 1], tables[R][1];
+    static float got[R * 64];
+    for (int i = 0; i < R; i++)
+        ids[i] = i % 5 == 4 ? NULL : names[i % 5];
+    assert_int_equal(slot_plan_map_once(pool, ids, R, slots, err, sizeof err), 0);
+    int V = SPECS[0].vocab;
+    assert_true(V <= 64);
+    ls_kv_cache_t *kv[2];
+    for (int k = 0; k < 2; k++) {
+        kv[k] = ls_kv_cache_new(c->m, NB, BS, err, sizeof err);
+        for (int i = 0; i < R; i++) { // histories of 1-3 tokens, each alone
+            int h = 1 + i % H;
+            for (int j = 0; j <= h; j++)
+                tok[i][j] = token_at(300u + (unsigned)i, j, V);
+            table_of(tables[i], i, 1);
+            ls_model_seq_t s = seq_of(tok[i], h, 0, tables[i], slots[i], false);
+            assert_int_equal(ls_model_forward(c->m, kv[k], pool, &s, 1, err, sizeof err), 0);
+        }
+    }
+    static ls_model_seq_t seqs[R];
+    for (int i = 0; i < R; i++)
+        seqs[i] = seq_of(tok[i] + 1 + i % H, 1, 1 + i % H, tables[i], slots[i], true);
+    step(c->m, kv[0], pool, seqs, R, got);
+    double worst = 0;
+    for (int i = 0; i < R; i++) {
+        float alone[64];
+        step(c->m, kv[1], pool, &seqs[i], 1, alone);
+        worst = fmax(worst, max_abs_diff(got + (size_t)i * V, alone, (size_t)V, NULL));
+    }
+    print_message("decode step of %d requests vs alone: max|d| %.2e\n", R, worst);
+    assert_true(worst <= TOL_BATCH);
     ls_kv_cache_destroy(&kv[0]);
     ls_kv_cache_destroy(&kv[1]);
     ls_lora_pool_destroy(&pool);
@@ -1158,6 +1212,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_chunked_prefill_and_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_equals_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_batch_equals_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wide_decode_equals_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lora_skips_untargeted_groups, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mix_embed_head_equals_merged, setup, teardown),

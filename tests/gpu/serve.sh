@@ -25,6 +25,15 @@
 #   coldload  rank-16 adapters on all seven targets (84 MB) loaded on demand one at a time
 #             while 64 base-model requests decode: their time to first token, the worker's
 #             load time, the base requests' TPOT with and without the loads
+#   slo       (not in the default set) throughput at the same p99 TTFT SLO: Poisson arrivals
+#             with no client cap at rising rates (LS_SERVE_SLO_RATES, default 1.0-1.4: fractions
+#             of the base model's closed-loop rate at 128 concurrent; LS_SERVE_SLO_PROMPTS, 2048,
+#             requests each: shorter runs end before a queue builds), one q,k,v,o adapter
+#             against Zipf(1) over 1,000 (LS_SERVE_SLO_ADAPTERS, "1 1000"; "1 1000 2000" needs
+#             a second call's time), ranks 8-64 mixed; each one's goodput is the rate where its
+#             p99 TTFT crosses LS_SERVE_SLO_TTFT_MS (1000), linear between the rates around it
+#             (a failed request counts as past it), and its ratio to the first's is printed
+#             last
 #   recovery  (not in the default set) the worker SIGKILLed under load: time until it is Ready
 #             and /health answers again, the requests in flight answered, none hanging
 #   hops      (not in the default set) a traced run: where a step's hop between the
@@ -512,6 +521,86 @@ stage_adapters() {
     done
   done
   graph_stop
+}
+
+stage_slo() {
+  local slo=${LS_SERVE_SLO_TTFT_MS:-1000} np=${LS_SERVE_SLO_PROMPTS:-2048} fr ns
+  read -r -a fr <<<"${LS_SERVE_SLO_RATES:-1.0 1.1 1.2 1.3 1.4}"
+  read -r -a ns <<<"${LS_SERVE_SLO_ADAPTERS:-1 1000}"
+  row "== slo: goodput at p99 TTFT <= $slo ms, Poisson with no client cap, q,k,v,o adapters, Zipf(1) ($card)"
+  [[ -d /tmp/ad-qkvo ]] || make_set qkvo q,k,v,o 200 2000 || return 1
+  graph_start /tmp/ls-slo --lora-dirs /tmp/ad-qkvo || return 1
+  # the unit of the rates: the base model's closed-loop rate at 128 concurrent
+  "$bin/loraserve-bench" --base-url "$url" --adapter-dist base --num-prompts $((128 * per_slot * 2 / 3)) \
+    --warmup-requests 0 --max-concurrency 128 --request-rate inf "${common[@]}" --disable-tqdm \
+    --output-file "$out/slo_base.json" >"$out/slo_base.log" 2>&1 || { tail -n 5 "$out/slo_base.log"; return 1; }
+  local unit
+  unit=$(jget "$out/slo_base.json" request_throughput)
+  row "base, closed loop at 128: $unit req/s, $(jget "$out/slo_base.json" output_throughput) tok/s"
+  row "$(printf '%-10s %6s %8s %9s %9s %9s %6s %6s' adapters x rate tok/s 'p99 ttft' 'p50 tpot' 'slo %' failed)"
+  local n f
+  for n in "${ns[@]}"; do
+    local sel=(--adapter-dist zipf:1 --num-adapters "$n" --adapter-prefix qkvo)
+    # the host tier and the slots warmed with the same mix, not measured
+    "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts 256 --max-concurrency 128 \
+      --request-rate inf "${common[@]}" --disable-tqdm >"$out/slo_warm_$n.log" 2>&1
+    for f in "${fr[@]}"; do
+      local rate p99 tag=slo_${n}_$f
+      rate=$(python3 -c "print(round($f * $unit, 3))")
+      "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts "$np" \
+        --warmup-requests 0 --request-rate "$rate" --slo-ttft-ms "$slo" "${common[@]}" --disable-tqdm \
+        --output-file "$out/$tag.json" >"$out/$tag.log" 2>&1 || { tail -n 5 "$out/$tag.log"; }
+      p99=$(jget "$out/$tag.json" p99_ttft_ms)
+      row "$(printf '%-10s %6s %8s %9.1f %9.1f %9.2f %6.1f %6s' "$n" "$f" "$rate" \
+        "$(jget "$out/$tag.json" output_throughput)" "$p99" "$(jget "$out/$tag.json" median_tpot_ms)" \
+        "$(python3 -c "print(100 * float('$(jget "$out/$tag.json" slo_attainment)'))")" \
+        "$(jget "$out/$tag.json" failed)")"
+      # past 3 x the SLO the queue only grows: the higher rates are not run
+      python3 -c "import sys; sys.exit(0 if float('$p99') <= 3 * $slo else 1)" || break
+    done
+  done
+  graph_stop
+  python3 - "$out" "$slo" "${ns[*]}" "${fr[@]}" <<'EOF' | tee -a "$summary"
+import json, sys
+out, slo, ns, fr = sys.argv[1], float(sys.argv[2]), [int(n) for n in sys.argv[3].split()], sys.argv[4:]
+# a config's goodput: the rate where its p99 TTFT crosses the SLO, linear between the last
+# rate within it and the first past it (a rate with a failed request counts as past it);
+# bound: "=" found, ">=" every rate within the SLO (at least the highest), None not found
+good, bound = {}, {}
+for n in ns:
+    pts = []
+    for f in fr:
+        try:
+            r = json.loads(open("%s/slo_%d_%s.json" % (out, n, f)).read().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError):
+            break
+        p99 = r.get("p99_ttft_ms") if r.get("failed", 1) == 0 else None
+        pts.append((float(r["request_rate"]), p99 if isinstance(p99, (int, float)) else float("inf")))
+    within = [k for k, (_, p) in enumerate(pts) if p <= slo]
+    if not pts or not within or within[0] != 0:
+        good[n], bound[n] = None, None
+        print("goodput, %d adapter%s: below the lowest rate (or not measured)" % (n, "s"[n == 1:]))
+        continue
+    k = next((k for k, (_, p) in enumerate(pts) if p > slo), None)
+    if k is None:
+        good[n], bound[n] = pts[-1][0], ">="
+        print("goodput, %d adapter%s: at least %.2f req/s (every rate within the SLO)"
+              % (n, "s"[n == 1:], pts[-1][0]))
+        continue
+    (r0, p0), (r1, p1) = pts[k - 1], pts[k]
+    g = r0 + (r1 - r0) * (slo - p0) / (p1 - p0) if p1 != float("inf") else r0
+    good[n], bound[n] = g, "="
+    print("goodput, %d adapter%s: %.2f req/s (p99 TTFT %.0f ms at %.2f, %.0f at %.2f)"
+          % (n, "s"[n == 1:], g, p0, r0, p1, r1))
+# the ratio to the first configuration: exact where both crossed, a bound where one did not
+rel = {("=", "="): "=", ("=", ">="): "<=", (">=", "="): ">="}
+for n in ns[1:]:
+    how = rel.get((bound[n], bound[ns[0]]))
+    if how:
+        print("%d adapters / %d at p99 TTFT <= %.0f ms: %s %.3f" % (n, ns[0], slo, how, good[n] / good[ns[0]]))
+    else:
+        print("%d adapters / %d at p99 TTFT <= %.0f ms: not bracketed by these rates" % (n, ns[0], slo))
+EOF
 }
 
 # GPUs here; a smoke run on the CPU backend (LS_SERVE_BACKEND=cpu) counts as two
