@@ -37,10 +37,10 @@
     has the device's highest stream priority and `side` its lowest (graphs keep them: node
     priorities are captured from the streams and used), so as SMs free up the GEMM's blocks
     are placed first. And while side work is open, cuBLAS is told to leave SMs to it
-    (cublasSetSmCountTarget; s_gemm_sms: by default none up to 8 tokens, half the device up
-    to 128 and 48 of 132 for gate_up's GEMM, 16 of 132 past 128 tokens): the decode GEMMs are
-    bandwidth-bound and lose little on fewer SMs, while the LoRA kernels, latency-bound, need
-    SMs to themselves to overlap at all —
+    (cublasSetSmCountTarget; s_gemm_sms: by default none up to 8 tokens; up to 128 half the
+    device, gate_up's GEMM 16 of 132 up to 32 tokens and 48 past that; every GEMM 16 of 132
+    past 128 tokens): the decode GEMMs are bandwidth-bound and lose little on fewer SMs, while
+    the LoRA kernels, latency-bound, need SMs to themselves to overlap at all —
     measured on an H200 (Llama-3-8B, batch 64, 8 adapters): step 10.46 ms serial, 10.45
     beside with no SMs left, 9.82 with 40, 9.32 with 64, 9.42 with 88. Side kernels launch without PDL (see
     s_lora_flags). A different SM target may pick a different GEMM kernel, so a step with
@@ -930,25 +930,28 @@ static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int 
                               vocab0, vocab, c->stream));
 }
 
-// Step tokens up to which a GEMM leaves no SMs to the LoRA beside it, and up to which it
-// leaves half (s_gemm_sms)
-enum { S_SIDE_NONE_T = 8, S_SIDE_HALF_T = 128 };
+// Step tokens up to which a GEMM leaves no SMs to the LoRA beside it, up to which gate_up's
+// leaves 16, and up to which the others leave half (s_gemm_sms)
+enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 
 // The SM count a GEMM of T tokens and w (out, in) targets (0: all). With side work open the
 // GEMM leaves SMs to it (cuBLAS picks its kernel for the smaller count): set_side's count, or
 // by the step's tokens, as measured on an H100 (Llama-3-8B, 8 distinct rank-16 adapters on
 // seven targets, 128 cached tokens; the sweep is in kernels/cuda/dev/README.md "The SM
 // split"): up to S_SIDE_NONE_T none (the LoRA kernels run in the GEMM's tail: batch 1 and 8
-// 1.5-2% faster than leaving half); up to S_SIDE_HALF_T half the device, and 48 of 132 SMs
-// beside a GEMM of over 64M weights (an MLP's gate_up; on an H200 6.67-6.75 ms a step at batch
-// 64 against 6.83-6.86 with half); past that 16 of 132 (batch 256: 13.19-13.26 ms against
-// 14.02-14.04 with half: the GEMMs are less bandwidth-bound there and lose more SMs' worth)
+// 1.5-2% faster than leaving half); up to S_SIDE_HALF_T half the device, and beside a GEMM of
+// over 64M weights (an MLP's gate_up, whose LoRA delta grows with T) 16 of 132 SMs up to
+// S_SIDE_GU16_T (batch 32 ~1% faster than with 48, four rounds: 7.000-7.106 ms against
+// 7.118-7.194), 48 past it (on an H200 6.67-6.75 ms a step at batch 64 against 6.83-6.86 with
+// half; an H100 at batch 64 and 128 with 16, 24 or 33 slower); past S_SIDE_HALF_T 16 of 132
+// (batch 256: 13.19-13.26 ms against 14.02-14.04 with half: the GEMMs are less
+// bandwidth-bound there and lose more SMs' worth)
 static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
     int n = c->n_sm, leave = c->side_leave;
     if (leave < 0)
         leave = T <= S_SIDE_NONE_T                       ? 0
                 : T > S_SIDE_HALF_T                      ? (n * 16 + 66) / 132
-                : (size_t)in * out > ((size_t)64 << 20) ? (n * 48 + 66) / 132
+                : (size_t)in * out > ((size_t)64 << 20) ? (n * (T <= S_SIDE_GU16_T ? 16 : 48) + 66) / 132
                                                          : n / 2;
     return c->side_open && leave > 0 && leave < n ? n - leave : 0;
 }
