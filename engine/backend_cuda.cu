@@ -948,11 +948,15 @@ enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 // bandwidth-bound there and lose more SMs' worth)
 static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
     int n = c->n_sm, leave = c->side_leave;
-    if (leave < 0)
-        leave = T <= S_SIDE_NONE_T                       ? 0
-                : T > S_SIDE_HALF_T                      ? (n * 16 + 66) / 132
-                : (size_t)in * out > ((size_t)64 << 20) ? (n * (T <= S_SIDE_GU16_T ? 16 : 48) + 66) / 132
-                                                         : n / 2;
+    if (leave < 0) {
+        auto of132 = [n](int k) { return (n * k + 66) / 132; }; // k of 132 SMs, on this device
+        bool gate_up = (size_t)in * out > ((size_t)64 << 20);
+        leave = T <= S_SIDE_NONE_T   ? 0
+                : T > S_SIDE_HALF_T  ? of132(16)
+                : !gate_up           ? n / 2
+                : T <= S_SIDE_GU16_T ? of132(16)
+                                     : of132(48);
+    }
     return c->side_open && leave > 0 && leave < n ? n - leave : 0;
 }
 
