@@ -1,14 +1,15 @@
 /*  kernels/cuda/wgmma.cuh — Hopper's warpgroup MMA (wgmma, sm_90a) as the kernels use it:
     shared-memory descriptors of 128-byte-swizzled tiles, the fence / commit / wait of a
     warpgroup's asynchronous MMAs, and m64nNk16 bf16 -> fp32 with both operands in shared
-    memory (N = 8 .. 128) or A in registers (N = 128).
+    memory (N = 8 .. 128) or A in registers (N = 128); and m64nNk32 E4M3 -> fp32 with both
+    operands in shared memory, K-major (FP8 has no other; dev_fp8's GEMM).
 
-    Tiles: R rows of 128 bytes (64 bf16), 16-byte chunk c of row r at (c ^ (r % 8)) * 16,
-    atoms of 8 rows (1,024 bytes) at 1,024-byte alignment, which is what cp.async or
-    st.shared write when they put chunk c of row r there. A K-major operand (the K of the
-    MMA contiguous in a row) steps 16 k of a tile by 32 bytes of its start address; its
-    atoms of 8 rows are sbo = 1,024 bytes apart. Writes by cp.async and st.shared go through
-    the generic proxy: each writer fences them to the async proxy
+    Tiles: R rows of 128 bytes (64 bf16, 128 E4M3), 16-byte chunk c of row r at (c ^ (r %
+    8)) * 16, atoms of 8 rows (1,024 bytes) at 1,024-byte alignment, which is what cp.async
+    or st.shared write when they put chunk c of row r there. A K-major operand (the K of the
+    MMA contiguous in a row) steps one MMA's k (16 bf16, 32 E4M3) by 32 bytes of its start
+    address; its atoms of 8 rows are sbo = 1,024 bytes apart. Writes by cp.async and
+    st.shared go through the generic proxy: each writer fences them to the async proxy
     (`fence.proxy.async.shared::cta`) before the barrier after which wgmma reads them.
 
     Accumulator layout of m64nN (fp32, N/2 registers a thread of the warpgroup's 128): warp
@@ -71,28 +72,38 @@ template <int R> __device__ __forceinline__ void ls_wg_keep(float (&d)[R]) {
         "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),        \
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),        \
         "+f"(d[62]), "+f"(d[63])
-// one m64nNk16 with both operands by descriptor, K-major: d = (acc ? d : 0) + a b
-#define LS_WG_SS(N, R, D, IA, IB, IACC)                                                    \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IACC ", 0;\n"                       \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" R "}, %" #IA \
-                 ", %" #IB ", p, 1, 1, 0, 0;\n}\n"                                         \
-                 : D                                                                       \
-                 : "l"(a), "l"(b), "r"(acc))
+// one MMA with both operands by descriptor, K-major: d = (acc ? d : 0) + a b; m64nNk16 bf16
+// (its two transpose flags 0), or with F8 m64nNk32 E4M3 (no transpose flags)
+#define LS_WG_SS(N, R, D, IA, IB, IACC)                                                           \
+    if constexpr (F8)                                                                             \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IACC ", 0;\n"                          \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" R "}, %" #IA    \
+                     ", %" #IB ", p, 1, 1;\n}\n"                                                   \
+                     : D                                                                          \
+                     : "l"(a), "l"(b), "r"(acc));                                                 \
+    else                                                                                          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IACC ", 0;\n"                          \
+                     "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" R "}, %" #IA    \
+                     ", %" #IB ", p, 1, 1, 0, 0;\n}\n"                                             \
+                     : D                                                                          \
+                     : "l"(a), "l"(b), "r"(acc))
 
-// d (m64 x N, fp32) = or += a (m64 x k16, bf16) b (k16 x N, bf16), both by descriptor
-template <int N>
+// d (m64 x N, fp32) = or += a (m64 x k, 32 bytes of each row) b (k x N), both by descriptor:
+// k16 of bf16, or with F8 k32 of E4M3
+template <int N, bool F8 = false>
 __device__ __forceinline__ void ls_wg_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int acc) {
     static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128, "wgmma width");
-    if constexpr (N == 8)
+    if constexpr (N == 8) {
         LS_WG_SS(8, LS_WG_R4, LS_WG_D4, 4, 5, 6);
-    else if constexpr (N == 16)
+    } else if constexpr (N == 16) {
         LS_WG_SS(16, LS_WG_R8, LS_WG_D8, 8, 9, 10);
-    else if constexpr (N == 32)
+    } else if constexpr (N == 32) {
         LS_WG_SS(32, LS_WG_R16, LS_WG_D16, 16, 17, 18);
-    else if constexpr (N == 64)
+    } else if constexpr (N == 64) {
         LS_WG_SS(64, LS_WG_R32, LS_WG_D32, 32, 33, 34);
-    else
+    } else {
         LS_WG_SS(128, LS_WG_R64, LS_WG_D64, 64, 65, 66);
+    }
 }
 // d (m64 x 128) += a (m64 x k16, bf16, the register-A fragment) b (k16 x 128, bf16, by
 // descriptor, transposed: its N contiguous, "MN-major")

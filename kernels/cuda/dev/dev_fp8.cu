@@ -16,17 +16,26 @@
       r2, r8  the same kernel with 2 and 8 rows a warp (8: at most 4 tokens a pass);
       tc      ls_cu_fp8_gemm_tc: mma.sync m16n8k32 E4M3 tensor cores, 16 rows a block, K
               split over its 8 warps, up to 64 tokens a pass (in % 64 == 0; production up to
-              LS_FP8_TC_T on sm_89+).
+              LS_FP8_TC_T on sm_89+);
+      wgMK    tried, not kept (README.md): warpgroup MMA m64nNk32 E4M3 (sm_90a), a CTA an
+              SM, stream-K over units of a row tile of M m64 tiles x K 128-code blocks, the
+              weights and the tokens' codes through a cp.async ring the warpgroup issues
+              (wg12, wg14, wg22);
+      wsMK    the same warp-specialized: a producer warp issues the ring by TMA (ws12, ws14,
+              ws22).
 
-    Then a layer's four projections summed per T, lt against small and tc, and the largest T
-    up to which each wins over lt at every T: the values LS_FP8_SMALL_T and LS_FP8_TC_T
-    (engine/fp8_gemm.h) should take.
+    Then a layer's four projections summed per T, the fastest version at each T, and the
+    largest T up to which small and tc win over lt at every T: the values LS_FP8_SMALL_T and
+    LS_FP8_TC_T (engine/fp8_gemm.h) should take.
 
     Usage: dev_fp8. Exit 1 if a version fails its check.
 */
 #include "../fp8.cu"
+#include "../wgmma.cuh"
 
 #include "dev_common.cuh"
+#include "dev_streamk.cuh"
+#include "dev_tma.cuh"
 
 #include "fp8_gemm.h"
 
@@ -35,9 +44,10 @@ extern "C" {
 #include "safetensors.h" // ls_e4m3_to_f32
 }
 
-enum { TMAX = 64, N_T = 7, N_V = 5, N_SHAPES = 4 };
+enum { TMAX = 64, N_T = 7, N_V = 11, N_SHAPES = 4, V_TC = 4 };
 static const int s_ts[N_T] = {1, 2, 4, 8, 16, 32, 64};
-static const char *s_names[N_V] = {"lt", "small", "r2", "r8", "tc"};
+static const char *s_names[N_V] = {"lt", "small", "r2", "r8", "tc", "wg12", "wg14", "wg22", "ws12", "ws14", "ws22"};
+static const int s_kb[N_V] = {0, 0, 0, 0, 0, 2, 4, 2, 2, 4, 2}; // the wg forms' units: in % (128 KB) == 0
 static const struct {
     const char *name;
     int in, out;
@@ -65,7 +75,325 @@ static cudaError_t s_rows(float *y, const uint8_t *xq, const float *xs, const ui
 
 static ls_fp8_gemm_t *s_lt;
 static void *s_ws;
-enum { S_WS = 32 << 20 };
+static int *s_cnt; // the wg forms' counters, a row tile each
+enum { S_WS = 32 << 20, S_TILES = 4096 };
+
+// ---- tried, not kept: the decode-shaped FP8 GEMM on warpgroup MMA (sm_90a; README.md) ----
+//
+// One warpgroup a CTA, a CTA an SM. The weights are wgmma's A (MT m64 tiles: a row tile of
+// BM = 64 · MT rows), the tokens its B (NT columns, T padded up), both E4M3 and K-major
+// from shared memory in the 128-byte swizzle (wgmma.cuh), through a ring of S stages, each
+// a unit: BM weight rows and the NT token rows over BK = 128 · KB codes. So x moves NT / BM
+// of the weights' bytes from L2, where tc's warps re-read it per 16 rows.
+//
+// Work is split stream-K over the units (dev_streamk.cuh): every CTA moves the same bytes,
+// a tile split between CTAs summed by its last one in CTA order. The weights of the first
+// stages are asked for before the programmatic wait (no kernel writes them), the tokens'
+// rows after it.
+//
+// Each unit's MMAs start from zero and the unit's sums are added into fp32 registers: the
+// tensor cores' own FP8 sums keep fewer bits than fp32 (the promotion tc makes every 64
+// codes, here every 128 · KB). The epilogue rounds as ls_matmul_fp8_forward: (acc ·
+// x_scale[t]) · w_scale[o] (+ bias).
+//
+// Two forms: `wg` (k_fp8_gemm_wg), the warpgroup issuing every copy itself by cp.async, then
+// waiting for its MMAs before the next unit's copies; `ws` (k_fp8_gemm_ws), warp-specialized:
+// a fifth warp issues the stages by TMA (a box a 128-code block, rows past out and tokens
+// past T read as zeros), full and empty mbarriers a stage, and the warpgroup keeps one
+// unit's MMAs in flight while it retires the one before.
+enum { WG_THREADS = 128, WS_THREADS = WG_THREADS + 32, WG_RING = 200 * 1024 };
+template <int MT, int NT, int KB> __host__ __device__ constexpr unsigned s_wg_stage() {
+    return (unsigned)(64 * MT + NT) * 128 * KB;
+}
+template <int MT, int NT, int KB> __host__ __device__ constexpr int s_wg_stages() {
+    return WG_RING / s_wg_stage<MT, NT, KB>() < 8 ? WG_RING / s_wg_stage<MT, NT, KB>() : 8;
+}
+// + 1,024: the ring starts at the first 1,024-byte boundary (the swizzle's atoms)
+template <int MT, int NT, int KB> __host__ __device__ constexpr size_t s_wg_smem() {
+    return (size_t)s_wg_stages<MT, NT, KB>() * s_wg_stage<MT, NT, KB>() + 1024;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) // wgmma.cuh's helpers: the device pass of the sm_90a build
+template <int N> __device__ __forceinline__ void s_wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// wgmma for unit sums d from the stage at wst (weights) and xst (tokens)
+template <int MT, int NT, int KB>
+__device__ __forceinline__ void s_wg_mma(float (&d)[MT][NT / 2], unsigned wst, unsigned xst) {
+    ls_wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < KB * 4; ks++) {
+        const unsigned off = (ks & 3) * 32, blk = ks >> 2;
+        uint64_t db = ls_wg_desc(xst + blk * NT * 128 + off, 16, 1024);
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+            ls_wg_ss<NT, true>(d[m], ls_wg_desc(wst + blk * 64 * MT * 128 + m * 64 * 128 + off, 16, 1024), db,
+                               ks > 0);
+    }
+    ls_wg_commit();
+}
+// e += d once d's MMAs are waited for
+template <int MT, int NR> __device__ __forceinline__ void s_wg_add(float (&e)[MT][NR], float (&d)[MT][NR]) {
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        ls_wg_keep(d[m]);
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+            e[m][i] += d[m][i];
+    }
+}
+#endif
+
+// the epilogue's store (dev_sk_flush): scales and bias as tc's, on the rows and tokens that exist
+template <typename TB>
+__device__ __forceinline__ auto s_wg_store(float *y, const float *x_scale, const float *w_scale, const TB *bias, int T,
+                                           int out) {
+    return [=](int o, int tt, float v) {
+        if (o < out && tt < T)
+            s_gemm_store(y, v, x_scale, w_scale, bias, tt, o, out);
+    };
+}
+
+// y (T, out); xq (T, in) and w (out, in) E4M3 codes, 16-byte aligned, in % (128 · KB) == 0,
+// T <= NT; ws: 2 pieces a CTA (2 · G · MT · NT / 2 · 128 floats), cnt: a zero counter a row
+// tile. Rows past out and tokens past T read the last one and write nothing.
+template <int MT, int NT, int KB, typename TB>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    k_fp8_gemm_wg(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
+                  const float *w_scale, const TB *bias, int T, int in, int out, float *ws,
+                  int *cnt) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int S = s_wg_stages<MT, NT, KB>(), BM = 64 * MT, NR = NT / 2, BK = 128 * KB;
+    static_assert(S >= 3, "stages");
+    constexpr unsigned SB = s_wg_stage<MT, NT, KB>(), XO = BM * BK; // x after the weights
+    extern __shared__ uint4 s_ring[];
+    __shared__ int s_last;
+    const int tid = threadIdx.x;
+    const dev_sk_t sp = dev_sk_split(in / BK, (out + BM - 1) / BM);
+    const auto store = s_wg_store(y, x_scale, w_scale, bias, T, out);
+    const unsigned base = ((unsigned)__cvta_generic_to_shared(s_ring) + 1023u) & ~1023u;
+    // rows of a unit into a stage: 16-byte chunk cc of row r (of KB blocks of 128 codes) at
+    // block cc / 8 of the stage's tile, swizzled within its row
+    auto copy = [&](unsigned dst, int rows, const uint8_t *src, int r0, int last, int k0) {
+        for (int f = tid; f < rows * 8 * KB; f += WG_THREADS) {
+            int r = f / (8 * KB), cc = f % (8 * KB), ch = cc & 7;
+            ls_cp16(dst + (cc >> 3) * rows * 128 + r * 128 + ((ch ^ (r & 7)) << 4),
+                    src + (size_t)min(r0 + r, last) * in + k0 + cc * 16, 16);
+        }
+    };
+    auto issue_w = [&](int u, int slot) {
+        if (u < sp.u1) {
+            int t = u / sp.KC;
+            copy(base + slot * SB, BM, w, t * BM, out - 1, (u - t * sp.KC) * BK);
+        }
+    };
+    auto issue_x = [&](int u, int slot) {
+        if (u < sp.u1)
+            copy(base + slot * SB + XO, NT, xq, 0, T - 1, (u % sp.KC) * BK);
+    };
+    for (int s = 0; s < S - 1; s++)
+        issue_w(sp.u0 + s, s);
+    ls_cp_commit();
+    ls_dep_enter();
+    for (int s = 0; s < S - 1; s++) {
+        issue_x(sp.u0 + s, s);
+        ls_cp_commit();
+    }
+    float d[MT][NR], e[MT][NR]; // the unit's sums (tensor cores), the piece's (fp32)
+    dev_sk_zero(d), dev_sk_zero(e);
+    const int n = sp.u1 - sp.u0;
+    int seg0 = sp.u0, slot = 0, next = S - 1; // next: the slot of unit j + S - 1
+    for (int j = 0; j < n; j++) {
+        ls_cp_wait<S - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        issue_w(sp.u0 + j + S - 1, next);
+        issue_x(sp.u0 + j + S - 1, next);
+        ls_cp_commit();
+        s_wg_mma<MT, NT, KB>(d, base + (unsigned)slot * SB, base + (unsigned)slot * SB + XO);
+        ls_wg_wait0();
+        s_wg_add(e, d);
+        slot = slot + 1 == S ? 0 : slot + 1;
+        next = next + 1 == S ? 0 : next + 1;
+        const int u = sp.u0 + j;
+        if (u % sp.KC == sp.KC - 1 || j == n - 1) {
+            dev_sk_flush(e, sp, u / sp.KC, seg0, u + 1, ws, cnt, s_last, store);
+            seg0 = u + 1;
+            dev_sk_zero(e);
+        }
+    }
+    ls_cp_wait<0>();
+#endif
+}
+
+// The same, warp-specialized (see above): warps 0-3 the MMAs, warp 4 the TMA copies.
+template <int MT, int NT, int KB, typename TB>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+    k_fp8_gemm_ws(float *y, const float *x_scale, const float *w_scale, const TB *bias, int T, int in, int out,
+                  float *ws, int *cnt, const __grid_constant__ CUtensorMap wmap,
+                  const __grid_constant__ CUtensorMap xmap) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int S = s_wg_stages<MT, NT, KB>(), BM = 64 * MT, NR = NT / 2, BK = 128 * KB;
+    static_assert(S >= 2, "stages");
+    constexpr unsigned SB = s_wg_stage<MT, NT, KB>(), XO = BM * BK; // x after the weights
+    extern __shared__ uint4 s_ring[];
+    __shared__ int s_last;
+    __shared__ alignas(8) uint64_t s_full[S], s_empty[S]; // a stage landed; a stage read
+    const int tid = threadIdx.x;
+    const dev_sk_t sp = dev_sk_split(in / BK, (out + BM - 1) / BM);
+    const auto store = s_wg_store(y, x_scale, w_scale, bias, T, out);
+    const int n = sp.u1 - sp.u0;
+    const unsigned base = ((unsigned)__cvta_generic_to_shared(s_ring) + 1023u) & ~1023u;
+    const unsigned full0 = (unsigned)__cvta_generic_to_shared(s_full);
+    const unsigned empty0 = (unsigned)__cvta_generic_to_shared(s_empty);
+    if (tid == 0) {
+        for (int i = 0; i < S; i++) {
+            dev_mb_init(full0 + 8 * i, 1);
+            dev_mb_init(empty0 + 8 * i, WG_THREADS / 32); // a warp's lane 0 each
+        }
+        dev_mb_fence_init();
+    }
+    __syncthreads();
+    if (tid >= WG_THREADS) { // the producer: one thread issues every stage
+        if (tid == WG_THREADS) {
+            auto issue = [&](int j, bool wts, bool toks) {
+                const int u = sp.u0 + j, t = u / sp.KC, k0 = (u - t * sp.KC) * BK, slot = j % S;
+                const unsigned dst = base + slot * SB, mb = full0 + 8 * slot;
+                if (wts) {
+                    dev_mb_expect(mb, SB);
+#pragma unroll
+                    for (int cb = 0; cb < KB; cb++)
+                        dev_tma_2d(dst + cb * BM * 128, &wmap, k0 + 128 * cb, t * BM, mb);
+                }
+                if (toks)
+#pragma unroll
+                    for (int cb = 0; cb < KB; cb++)
+                        dev_tma_2d(dst + XO + cb * NT * 128, &xmap, k0 + 128 * cb, 0, mb);
+            };
+            const int first = n < S ? n : S;
+            for (int j = 0; j < first; j++)
+                issue(j, true, false);
+            ls_dep_wait();
+            for (int j = 0; j < first; j++)
+                issue(j, false, true);
+            for (int j = S; j < n; j++) {
+                dev_mb_wait(empty0 + 8 * (j % S), (unsigned)(j / S - 1) & 1);
+                issue(j, true, true);
+            }
+        }
+        return;
+    }
+    ls_dep_enter();
+    float d0[MT][NR], d1[MT][NR], e[MT][NR]; // two units' sums in flight, the piece's (fp32)
+    dev_sk_zero(d0), dev_sk_zero(d1), dev_sk_zero(e);
+    int seg0 = sp.u0;
+    auto mma = [&](float(&d)[MT][NR], int j) {
+        const int slot = j % S;
+        dev_mb_wait(full0 + 8 * slot, (unsigned)(j / S) & 1);
+        s_wg_mma<MT, NT, KB>(d, base + (unsigned)slot * SB, base + (unsigned)slot * SB + XO);
+    };
+    // unit j's MMAs waited for: its stage back to the producer, its sums into the piece's,
+    // the tile out where the unit ends one (or the CTA's units)
+    auto retire = [&](float(&d)[MT][NR], int j) {
+        s_wg_add(e, d);
+        if ((tid & 31) == 0)
+            dev_mb_arrive(empty0 + 8 * (j % S));
+        const int u = sp.u0 + j;
+        if (u % sp.KC == sp.KC - 1 || j == n - 1) {
+            dev_sk_flush(e, sp, u / sp.KC, seg0, u + 1, ws, cnt, s_last, store);
+            seg0 = u + 1;
+            dev_sk_zero(e);
+        }
+    };
+    for (int j = 0; j < n; j++) {
+        if (j & 1) {
+            mma(d1, j);
+            s_wg_wait<1>();
+            retire(d0, j - 1);
+        } else {
+            mma(d0, j);
+            if (j > 0) {
+                s_wg_wait<1>();
+                retire(d1, j - 1);
+            }
+        }
+    }
+    ls_wg_wait0();
+    if ((n - 1) & 1)
+        retire(d1, n - 1);
+    else
+        retire(d0, n - 1);
+#endif
+}
+
+// the grid: a CTA an SM of the target (0: all), at most a CTA a unit
+static int s_wg_grid(int in, int out, int sms, int bm, int bk) {
+    long units = (long)((out + bm - 1) / bm) * (in / bk);
+    int all = ls_cu_props()->sms, g = sms > 0 && sms < all ? sms : all;
+    return (int)(units < g ? units : g);
+}
+
+// the ring's shared memory past 48 KB, set once per kernel
+template <auto K> static cudaError_t s_wg_attr(size_t smem) {
+    static bool set;
+    cudaError_t e = set ? cudaSuccess : cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    set = e == cudaSuccess;
+    return e;
+}
+
+template <int MT, int NT, int KB, typename TB>
+static cudaError_t s_gemm_wg(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
+                             const float *w_scale, const TB *bias, int T, int in, int out,
+                             int sms, float *ws, int *cnt, cudaStream_t stream) {
+    auto k = k_fp8_gemm_wg<MT, NT, KB, TB>;
+    cudaError_t e = s_wg_attr<k_fp8_gemm_wg<MT, NT, KB, TB>>(s_wg_smem<MT, NT, KB>());
+    if (e != cudaSuccess)
+        return e;
+    int G = s_wg_grid(in, out, sms, 64 * MT, 128 * KB);
+    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WG_THREADS), s_wg_smem<MT, NT, KB>(),
+                            stream, y, xq, x_scale, w, w_scale, bias, T, in, out, ws, cnt);
+}
+
+template <int MT, int NT, int KB, typename TB>
+static cudaError_t s_gemm_ws(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
+                             const float *w_scale, const TB *bias, int T, int in, int out,
+                             int sms, float *ws, int *cnt, cudaStream_t stream) {
+    auto k = k_fp8_gemm_ws<MT, NT, KB, TB>;
+    cudaError_t e = s_wg_attr<k_fp8_gemm_ws<MT, NT, KB, TB>>(s_wg_smem<MT, NT, KB>());
+    CUtensorMap wm = {}, xm = {};
+    if (e == cudaSuccess)
+        e = dev_tmap(&wm, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, in, out, 64 * MT);
+    if (e == cudaSuccess)
+        e = dev_tmap(&xm, xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, in, T, NT);
+    if (e != cudaSuccess)
+        return e;
+    int G = s_wg_grid(in, out, sms, 64 * MT, 128 * KB);
+    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WS_THREADS), s_wg_smem<MT, NT, KB>(),
+                            stream, y, x_scale, w_scale, bias, T, in, out, ws, cnt, wm, xm);
+}
+
+// the tokens' columns a launch pads T to
+static int s_wg_nt(int T) {
+    return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;
+}
+
+// the wg form (WS: the ws form) with MT m64 tiles a row tile and KB 128-code blocks a unit
+template <int MT, int KB, bool WS>
+static cudaError_t s_wg(float *y, const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws, int T,
+                        int in, int out, cudaStream_t st) {
+    float *p = (float *)s_ws;
+    auto run = [&](auto nt) {
+        constexpr int NT = decltype(nt)::value;
+        return WS ? s_gemm_ws<MT, NT, KB, float>(y, xq, xs, w, ws, NULL, T, in, out, 0, p, s_cnt, st)
+                  : s_gemm_wg<MT, NT, KB, float>(y, xq, xs, w, ws, NULL, T, in, out, 0, p, s_cnt, st);
+    };
+    switch (s_wg_nt(T)) {
+    case 8: return run(std::integral_constant<int, 8>());
+    case 16: return run(std::integral_constant<int, 16>());
+    case 32: return run(std::integral_constant<int, 32>());
+    default: return run(std::integral_constant<int, 64>());
+    }
+}
 
 static cudaError_t s_run(const s_prob_t &p, int v, int T, long i, cudaStream_t st) {
     int set = (int)(i % p.sets);
@@ -79,7 +407,13 @@ static cudaError_t s_run(const s_prob_t &p, int v, int T, long i, cudaStream_t s
     case 1: return ls_cu_fp8_gemm_small(p.y, p.xq, p.xs, w, ws, NULL, LS_CU_F32, T, p.in, p.out, st);
     case 2: return s_rows<2>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
     case 3: return s_rows<8>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
-    default: return ls_cu_fp8_gemm_tc(p.y, p.xq, p.xs, w, ws, NULL, LS_CU_F32, T, p.in, p.out, st);
+    case V_TC: return ls_cu_fp8_gemm_tc(p.y, p.xq, p.xs, w, ws, NULL, LS_CU_F32, T, p.in, p.out, st);
+    case 5: return s_wg<1, 2, false>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
+    case 6: return s_wg<1, 4, false>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
+    case 7: return s_wg<2, 2, false>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
+    case 8: return s_wg<1, 2, true>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
+    case 9: return s_wg<1, 4, true>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
+    default: return s_wg<2, 2, true>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
     }
 }
 
@@ -137,6 +471,8 @@ static void s_prob_free(s_prob_t &p) {
 static void s_validate(const s_prob_t &p, const char *name, int T, int v0, cudaStream_t st) {
     std::vector<float> got((size_t)T * p.out);
     for (int v = v0; v < N_V; v++) {
+        if (s_kb[v] && p.in % (128 * s_kb[v]))
+            continue;
         DEV_CK(cudaMemset(p.y, 0xff, (size_t)TMAX * p.out * 4)); // NaN: a row not written fails
         DEV_CK(s_run(p, v, T, 0, st));
         DEV_CK(cudaMemcpy(got.data(), p.y, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -145,9 +481,9 @@ static void s_validate(const s_prob_t &p, const char *name, int T, int v0, cudaS
         // lt: Hopper's FP8 tensor cores sum with ~14 bits (test_gpu_ops matmul_fp8); the
         // CUDA-core versions sum the same exact products in fp32, in another order; tc sums
         // 64 products on the tensor cores, the rest in fp32 (its NMSE tells how many bits
-        // the tensor cores keep)
+        // the tensor cores keep); the wg forms sum 128 KB products there
         dev_check(what, s_names[v], dev_nmse(got.data(), p.want.data(), got.size()),
-                  v == 0 || v == 4 ? 1e-6 : 1e-10);
+                  v == 0 || v >= V_TC ? 1e-6 : 1e-10);
     }
 }
 
@@ -161,6 +497,8 @@ int main() {
     }
     ls_fp8_gemm_allow(s_lt, 1, 0, 0);
     DEV_CK(cudaMalloc(&s_ws, S_WS));
+    DEV_CK(cudaMalloc(&s_cnt, S_TILES * sizeof(int)));
+    DEV_CK(cudaMemset(s_cnt, 0, S_TILES * sizeof(int)));
     dev_rng_t rng = {7};
 
     // the tails first: rows past out (out % 16 != 0, and a warp's last rows), token passes
@@ -170,6 +508,15 @@ int main() {
         for (int T : {1, 3, 5, 7, 9, 13, 37, 64})
             s_validate(p, "192x37", T, 1, st);
         s_prob_free(p);
+        // the wg forms': a row tile past out, tiles split over more CTAs than units a tile, one unit
+        s_prob_t q = s_prob_new(rng, 2048, 200, 0);
+        for (int T : {1, 9, 17, 33, 64})
+            s_validate(q, "2048x200", T, 1, st);
+        s_prob_free(q);
+        s_prob_t o = s_prob_new(rng, 512, 8000, 0);
+        for (int T : {3, 40})
+            s_validate(o, "512x8000", T, 1, st);
+        s_prob_free(o);
     }
 
     double layer[N_T][N_V] = {};
@@ -203,7 +550,7 @@ int main() {
     printf("\nA layer's four projections (us):\n%-4s", "T");
     for (int v = 0; v < N_V; v++)
         printf(" %8s", s_names[v]);
-    printf("  lt/small  lt/tc\n");
+    printf("  lt/small  lt/tc  fastest\n");
     int upto[N_V] = {};
     bool wins[N_V];
     for (int v = 0; v < N_V; v++)
@@ -212,7 +559,10 @@ int main() {
         printf("%-4d", s_ts[j]);
         for (int v = 0; v < N_V; v++)
             printf(" %8.1f", layer[j][v]);
-        printf("  %8.2f %6.2f\n", layer[j][0] / layer[j][1], layer[j][0] / layer[j][4]);
+        int best = 0;
+        for (int v = 1; v < N_V; v++)
+            best = layer[j][v] < layer[j][best] ? v : best;
+        printf("  %8.2f %6.2f  %s\n", layer[j][0] / layer[j][1], layer[j][0] / layer[j][V_TC], s_names[best]);
         for (int v = 1; v < N_V; v++) {
             wins[v] = wins[v] && layer[j][v] < layer[j][0];
             if (wins[v])
@@ -221,8 +571,9 @@ int main() {
     }
     printf("small wins at every T up to %d (LS_FP8_SMALL_T is %d), tc up to %d (LS_FP8_TC_T is %d); between "
            "measured Ts, a crossover lies between that T and the next\n",
-           upto[1], LS_FP8_SMALL_T, upto[4], LS_FP8_TC_T);
+           upto[1], LS_FP8_SMALL_T, upto[V_TC], LS_FP8_TC_T);
     ls_fp8_gemm_destroy(&s_lt);
     cudaFree(s_ws);
+    cudaFree(s_cnt);
     return dev_end();
 }

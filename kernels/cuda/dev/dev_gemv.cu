@@ -34,11 +34,11 @@
 #include "../gemv.cu"
 #include "../wgmma.cuh"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include "dev_blas.cuh"
 #include "dev_common.cuh"
+#include "dev_streamk.cuh"
+#include "dev_tma.cuh"
 
 enum { LAYERS = 32, N_G = 4 };
 static const struct {
@@ -198,12 +198,9 @@ static cudaError_t s_tc(float *y, const TX *x, const __nv_bfloat16 *w, int T, in
 // an mbarrier a stage. A unit (row tile, chunk of 64 KB k) is KB column blocks of 64 k, so a
 // row's bytes come KB · 128 at a time. A CTA of one warpgroup an SM: each stage's x tile is
 // read once for BM rows (x moves NT / BM of the weights' bytes from L2, where the mma.sync
-// form above moved 2x at 64 tokens). Work is split stream-K: the units in tile-major order,
-// CTA i takes units [i U / G, (i + 1) U / G) — every CTA the same bytes, no partial wave. A
-// CTA's pipeline runs across its tiles; a tile it holds whole is stored directly, a piece of
-// a tile goes to the workspace (slot 0: the CTA's first piece, 1: its last), and the last CTA
-// of the tile to arrive (a counter a tile) sums the pieces in CTA order (deterministic for
-// a given grid), stores, and zeroes the counter for the next launch. With `early`, the
+// form above moved 2x at 64 tokens). Work is split stream-K (dev_streamk.cuh): every CTA the
+// same bytes, no partial wave; a CTA's pipeline runs across its tiles, a tile split between
+// CTAs summed by its last one in CTA order (deterministic for a given grid). With `early`, the
 // weights of the first S - 1 stages are requested before the programmatic wait (they are
 // written by no kernel); the x tiles after it.
 enum { WG_THREADS = 128 };
@@ -216,32 +213,6 @@ template <int MT, int NT, int KB> __host__ __device__ constexpr int wg_stages() 
 }
 template <int MT, int NT, int KB> __host__ __device__ constexpr size_t wg_smem() {
     return (size_t)wg_stages<MT, NT, KB>() * wg_stage_bytes<MT, NT, KB>() + 1024;
-}
-// the CTA whose units include unit u, of G over U units
-__device__ __forceinline__ int wg_cta_of(int u, int U, int G) { return (int)(((long)(u + 1) * G - 1) / U); }
-
-// the TMA form's barriers and copies (sm_90): a stage's mbarrier completes when its bytes land
-__device__ __forceinline__ void wg_mb_init(unsigned mb) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(mb) : "memory");
-}
-__device__ __forceinline__ void wg_mb_expect(unsigned mb, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mb), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void wg_mb_wait(unsigned mb, unsigned parity) {
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(mb), "r"(parity)
-                     : "memory");
-}
-// box (k0 .. k0 + 63, rows r0 ..) of the 2-D tensor map into dst, completing on mb
-__device__ __forceinline__ void wg_tma(unsigned dst, const CUtensorMap *map, int k0, int r0, unsigned mb) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                 "[%4];\n" ::"r"(dst),
-                 "l"(map), "r"(k0), "r"(r0), "r"(mb)
-                 : "memory");
 }
 
 template <int MT, int NT, int KB, bool TMA>
@@ -256,15 +227,15 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     extern __shared__ uint4 s_wg[];
     __shared__ int s_last;
     __shared__ alignas(8) uint64_t s_full[S]; // TMA: a barrier a stage
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
-    const int KC = in / BK, RT = (out + BM - 1) / BM, G = gridDim.x, cta = blockIdx.x;
-    const int U = RT * KC, u0 = (int)((long)cta * U / G), u1 = (int)((long)(cta + 1) * U / G);
+    const int tid = threadIdx.x;
+    const dev_sk_t sp = dev_sk_split(in / BK, (out + BM - 1) / BM);
+    const int KC = sp.KC, u0 = sp.u0, u1 = sp.u1;
     const unsigned sm0 = (unsigned)__cvta_generic_to_shared(s_wg), base = (sm0 + 1023u) & ~1023u;
     const unsigned full0 = (unsigned)__cvta_generic_to_shared(s_full);
     if (TMA && tid == 0) {
         for (int i = 0; i < S; i++)
-            wg_mb_init(full0 + 8 * i);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+            dev_mb_init(full0 + 8 * i, 1);
+        dev_mb_fence_init();
     }
     if (TMA)
         __syncthreads();
@@ -276,10 +247,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const unsigned dst = base + slot * SB;
         if constexpr (TMA) {
             if (tid == 0) {
-                wg_mb_expect(full0 + 8 * slot, SB);
+                dev_mb_expect(full0 + 8 * slot, SB);
 #pragma unroll
                 for (int cb = 0; cb < KB; cb++)
-                    wg_tma(dst + cb * BM * 128, &wmap, kc * BK + 64 * cb, t * BM, full0 + 8 * slot);
+                    dev_tma_2d(dst + cb * BM * 128, &wmap, kc * BK + 64 * cb, t * BM, full0 + 8 * slot);
             }
         } else {
 #pragma unroll
@@ -300,7 +271,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (tid == 0)
 #pragma unroll
                 for (int cb = 0; cb < KB; cb++)
-                    wg_tma(dst + cb * NT * 128, &xmap, kc * BK + 64 * cb, 0, full0 + 8 * slot);
+                    dev_tma_2d(dst + cb * NT * 128, &xmap, kc * BK + 64 * cb, 0, full0 + 8 * slot);
         } else {
 #pragma unroll
             for (int i = 0; i < (NT * 8 * KB + WG_THREADS - 1) / WG_THREADS; i++) {
@@ -323,62 +294,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         ls_cp_commit();
     }
     float d[MT][NR];
-    auto zero = [&] {
-#pragma unroll
-        for (int m = 0; m < MT; m++)
-#pragma unroll
-            for (int i = 0; i < NR; i++)
-                d[m][i] = 0.0f;
-    };
-    zero();
-    constexpr int PIECE = MT * NR * WG_THREADS; // floats of a piece in the workspace
-    // a tile's sums (or a piece's) out: y, or the workspace and maybe the tile's reduction
-    auto flush = [&](int t, int seg0, int seg1) {
-        const int tu0 = t * KC, tu1 = tu0 + KC;
-        if (seg0 != tu0 || seg1 != tu1) {
-            float *mine = ws + ((size_t)cta * 2 + (seg0 == u0 ? 0 : 1)) * PIECE + tid;
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int i = 0; i < NR; i++)
-                    __stcg(mine + (m * NR + i) * WG_THREADS, d[m][i]);
-            __threadfence();
-            __syncthreads();
-            const int c0 = wg_cta_of(tu0, U, G), c1 = wg_cta_of(tu1 - 1, U, G);
-            if (tid == 0)
-                s_last = atomicAdd(cnt + t, 1) == c1 - c0;
-            __syncthreads();
-            if (!s_last)
-                return;
-            __threadfence();
-            // the pieces in CTA order: the same sums whichever CTA arrives last
-            zero();
-            for (int k = c0; k <= c1; k++) {
-                const int k0 = (int)((long)k * U / G);
-                const float *p = ws + ((size_t)k * 2 + (k0 >= tu0 ? 0 : 1)) * PIECE + tid;
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int i = 0; i < NR; i++)
-                        d[m][i] += __ldcg(p + (m * NR + i) * WG_THREADS);
-            }
-            if (tid == 0)
-                cnt[t] = 0;
-        }
-#pragma unroll
-        for (int m = 0; m < MT; m++)
-#pragma unroll
-            for (int i = 0; i < NR; i++) {
-                int o = t * BM + 64 * m + 16 * warp + g + 8 * ((i & 3) >> 1), tt = 8 * (i >> 2) + 2 * c + (i & 1);
-                if (o < out && tt < T)
-                    y[(size_t)tt * out + o] = d[m][i];
-            }
+    dev_sk_zero(d);
+    auto store = [&](int o, int tt, float v) {
+        if (o < out && tt < T)
+            y[(size_t)tt * out + o] = v;
     };
     const int n = u1 - u0;
     int seg0 = u0, slot = 0, next = S - 1; // next: the slot of unit j + S - 1
     for (int j = 0; j < n; j++) {
         if constexpr (TMA)
-            wg_mb_wait(full0 + 8 * slot, (unsigned)(j / S) & 1);
+            dev_mb_wait(full0 + 8 * slot, (unsigned)(j / S) & 1);
         else {
             ls_cp_wait<S - 2>();
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -406,9 +331,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         next = next + 1 == S ? 0 : next + 1;
         const int u = u0 + j;
         if (u % KC == KC - 1 || j == n - 1) {
-            flush(u / KC, seg0, u + 1);
+            dev_sk_flush(d, sp, u / KC, seg0, u + 1, ws, cnt, s_last, store);
             seg0 = u + 1;
-            zero();
+            dev_sk_zero(d);
         }
     }
     ls_cp_wait<0>();
@@ -420,26 +345,6 @@ static int *s_wg_cnt;  // a counter a row tile, zero between launches
 static int s_sms;
 static int s_wg_early = 1; // 0: the first stages' weights requested only after the wait
 
-// a 2-D tensor map of rows of `in` bf16 (rows of them), boxes of 64 k x box rows in the
-// 128-byte swizzle (rows past the last read as zeros)
-static PFN_cuTensorMapEncodeTiled_v12000 s_encode;
-static cudaError_t s_tmap(CUtensorMap *m, const __nv_bfloat16 *p, int in, int rows, int box) {
-    if (!s_encode) {
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&s_encode, 12000, cudaEnableDefault,
-                                             &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
-            return cudaErrorNotSupported;
-    }
-    cuuint64_t dims[2] = {(cuuint64_t)in, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)in * 2};
-    cuuint32_t boxd[2] = {64, (cuuint32_t)box}, es[2] = {1, 1};
-    return s_encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, boxd, es,
-                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS
-               ? cudaSuccess
-               : cudaErrorInvalidValue;
-}
-
 template <int MT, int NT, int KB, bool TMA>
 static cudaError_t s_wg_nt(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
                            cudaStream_t st) {
@@ -450,9 +355,9 @@ static cudaError_t s_wg_nt(float *y, const __nv_bfloat16 *x, const __nv_bfloat16
     set = true;
     CUtensorMap wm = {}, xm = {};
     if (TMA) {
-        cudaError_t e = s_tmap(&wm, w, in, out, 64 * MT);
+        cudaError_t e = dev_tmap(&wm, w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, in, out, 64 * MT);
         if (e == cudaSuccess)
-            e = s_tmap(&xm, x, in, T, NT);
+            e = dev_tmap(&xm, x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, in, T, NT);
         if (e != cudaSuccess)
             return e;
     }
