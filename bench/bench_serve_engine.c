@@ -66,6 +66,7 @@ typedef struct {
     uint64_t step_ns, sched_ns, steps;
     uint64_t prefill_ns, prefill_steps, prefill_tokens;  // steps with prompt tokens in them
     int no_graphs;
+    int side_sms; // SMs every GEMM leaves to the LoRA beside it; -1: the backend's rule
 } s_drv_t;
 
 static s_drv_t s_d;
@@ -275,6 +276,8 @@ int main(int argc, char **argv) {
                     "requests decoded at once"),
         LS_FLAG_STR("output-file", &s_d.output_file, NULL, "append the results as one JSON line"),
         LS_FLAG_BOOL("no-graphs", &s_d.no_graphs, "run every step with plain launches (no CUDA graphs)"),
+        LS_FLAG_INT("side-sms", &s_d.side_sms, "-1",
+                    "SMs every GEMM leaves to the LoRA beside it (CUDA; -1: the backend's rule by the step's tokens)"),
         LS_FLAG_STR("trace", &s_d.trace, NULL, "CSV of every kernel of the measured steps (CUDA; kernel_trace.h)"),
         LS_FLAG_END,
     };
@@ -283,8 +286,10 @@ int main(int argc, char **argv) {
     int rc = ls_flags_parse(tables, argc, argv, err, sizeof err);
     if (rc == 1)
         return 0;
-    if (rc < 0 || !s_d.model_path || s_d.num_prompts < 1 || s_d.concurrency < 1) {
-        fprintf(stderr, "%s\n", rc < 0 ? err : "--model-path, --num-prompts >= 1 and --max-concurrency >= 1 are needed");
+    if (rc < 0 || !s_d.model_path || s_d.num_prompts < 1 || s_d.concurrency < 1 || s_d.side_sms < -1) {
+        fprintf(stderr, "%s\n",
+                rc < 0 ? err
+                       : "--model-path, --num-prompts >= 1, --max-concurrency >= 1 and --side-sms >= -1 are needed");
         ls_flags_usage(tables, argv[0], "the serving workload on the engine alone");
         return 2;
     }
@@ -308,6 +313,8 @@ int main(int argc, char **argv) {
 #ifdef LS_HAVE_CUDA
     if (s_d.no_graphs && !strcmp(s_d.backend, "cuda"))
         ls_backend_cuda_set_graphs(s_d.be, 0);
+    if (s_d.side_sms >= 0 && !strcmp(s_d.backend, "cuda"))
+        ls_backend_cuda_set_side(s_d.be, 1, s_d.side_sms);
 #endif
     s_d.model = !strcmp(s_d.load_format, "dummy")
                     ? ls_model_load_dummy(s_d.model_path, s_d.be, NULL, LS_QUANT_NONE, 0, NULL, NULL, err, sizeof err)

@@ -33,7 +33,8 @@
 #             a second call's time), ranks 8-64 mixed; each one's goodput is the rate where its
 #             p99 TTFT crosses LS_SERVE_SLO_TTFT_MS (1000), linear between the rates around it
 #             (a failed request counts as past it), and its ratio to the first's is printed
-#             last
+#             last; each configuration is warmed first with as many requests of its mix, and
+#             each rate's row counts the adapters its run loaded from disk ("disk")
 #   recovery  (not in the default set) the worker SIGKILLed under load: time until it is Ready
 #             and /health answers again, the requests in flight answered, none hanging
 #   hops      (not in the default set) a traced run: where a step's hop between the
@@ -537,12 +538,14 @@ stage_slo() {
   local unit
   unit=$(jget "$out/slo_base.json" request_throughput)
   row "base, closed loop at 128: $unit req/s, $(jget "$out/slo_base.json" output_throughput) tok/s"
-  row "$(printf '%-10s %6s %8s %9s %9s %9s %6s %6s' adapters x rate tok/s 'p99 ttft' 'p50 tpot' 'slo %' failed)"
+  row "$(printf '%-10s %6s %8s %9s %9s %9s %6s %6s %5s' adapters x rate tok/s 'p99 ttft' 'p50 tpot' 'slo %' failed disk)"
   local n f
   for n in "${ns[@]}"; do
     local sel=(--adapter-dist zipf:1 --num-adapters "$n" --adapter-prefix qkvo)
-    # the host tier and the slots warmed with the same mix, not measured
-    "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts 256 --max-concurrency 128 \
+    # the host tier and the slots warmed with the same mix and as many requests as a rate, not
+    # measured, so that a rate's run loads few adapters from disk (its "disk" column): 256
+    # warm-up requests over 1,000 names leave ~370 of a rate's ~490 names to load
+    "$bin/loraserve-bench" --base-url "$url" "${sel[@]}" --num-prompts "$np" --max-concurrency 128 \
       --request-rate inf "${common[@]}" --disable-tqdm >"$out/slo_warm_$n.log" 2>&1
     for f in "${fr[@]}"; do
       local rate p99 tag=slo_${n}_$f
@@ -551,10 +554,10 @@ stage_slo() {
         --warmup-requests 0 --request-rate "$rate" --slo-ttft-ms "$slo" "${common[@]}" --disable-tqdm \
         --output-file "$out/$tag.json" >"$out/$tag.log" 2>&1 || { tail -n 5 "$out/$tag.log"; }
       p99=$(jget "$out/$tag.json" p99_ttft_ms)
-      row "$(printf '%-10s %6s %8s %9.1f %9.1f %9.2f %6.1f %6s' "$n" "$f" "$rate" \
+      row "$(printf '%-10s %6s %8s %9.1f %9.1f %9.2f %6.1f %6s %5s' "$n" "$f" "$rate" \
         "$(jget "$out/$tag.json" output_throughput)" "$p99" "$(jget "$out/$tag.json" median_tpot_ms)" \
         "$(python3 -c "print(100 * float('$(jget "$out/$tag.json" slo_attainment)'))")" \
-        "$(jget "$out/$tag.json" failed)")"
+        "$(jget "$out/$tag.json" failed)" "$(jget "$out/$tag.json" adapter_cpu_loads)")"
       # past 3 x the SLO the queue only grows: the higher rates are not run
       python3 -c "import sys; sys.exit(0 if float('$p99') <= 3 * $slo else 1)" || break
     done
