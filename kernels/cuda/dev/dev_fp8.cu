@@ -102,16 +102,15 @@ enum { S_WS = 32 << 20, S_TILES = 4096 };
 // past T read as zeros), full and empty mbarriers a stage, and the warpgroup keeps one
 // unit's MMAs in flight while it retires the one before.
 enum { WG_THREADS = 128, WS_THREADS = WG_THREADS + 32, WG_RING = 200 * 1024 };
-template <int MT, int NT, int KB> __host__ __device__ constexpr unsigned s_wg_stage() {
-    return (unsigned)(64 * MT + NT) * 128 * KB;
-}
-template <int MT, int NT, int KB> __host__ __device__ constexpr int s_wg_stages() {
-    return WG_RING / s_wg_stage<MT, NT, KB>() < 8 ? WG_RING / s_wg_stage<MT, NT, KB>() : 8;
-}
-// + 1,024: the ring starts at the first 1,024-byte boundary (the swizzle's atoms)
-template <int MT, int NT, int KB> __host__ __device__ constexpr size_t s_wg_smem() {
-    return (size_t)s_wg_stages<MT, NT, KB>() * s_wg_stage<MT, NT, KB>() + 1024;
-}
+// A form's ring: stages of BM weight rows and NT token rows (the tokens' at XO) over BK
+// codes, SB bytes a stage, S of them (up to 8 in WG_RING), SMEM bytes of shared memory with
+// the 1,024 that let the ring start on a 1,024-byte boundary (the swizzle's atoms)
+template <int MT, int NT, int KB> struct s_wg_ring {
+    static constexpr int BM = 64 * MT, NR = NT / 2, BK = 128 * KB;
+    static constexpr unsigned SB = (unsigned)(BM + NT) * BK, XO = BM * BK;
+    static constexpr int S = WG_RING / SB < 8 ? (int)(WG_RING / SB) : 8;
+    static constexpr size_t SMEM = (size_t)S * SB + 1024;
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // wgmma.cuh's helpers: the device pass of the sm_90a build
 template <int N> __device__ __forceinline__ void s_wg_wait() {
@@ -163,13 +162,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                   const float *w_scale, const TB *bias, int T, int in, int out, float *ws,
                   int *cnt) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int S = s_wg_stages<MT, NT, KB>(), BM = 64 * MT, NR = NT / 2, BK = 128 * KB;
-    static_assert(S >= 3, "stages");
-    constexpr unsigned SB = s_wg_stage<MT, NT, KB>(), XO = BM * BK; // x after the weights
+    using R = s_wg_ring<MT, NT, KB>;
+    static_assert(R::S >= 3, "stages");
     extern __shared__ uint4 s_ring[];
     __shared__ int s_last;
     const int tid = threadIdx.x;
-    const dev_sk_t sp = dev_sk_split(in / BK, (out + BM - 1) / BM);
+    const dev_sk_t sp = dev_sk_split(in / R::BK, (out + R::BM - 1) / R::BM);
     const auto store = s_wg_store(y, x_scale, w_scale, bias, T, out);
     const unsigned base = ((unsigned)__cvta_generic_to_shared(s_ring) + 1023u) & ~1023u;
     // rows of a unit into a stage: 16-byte chunk cc of row r (of KB blocks of 128 codes) at
@@ -184,37 +182,37 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     auto issue_w = [&](int u, int slot) {
         if (u < sp.u1) {
             int t = u / sp.KC;
-            copy(base + slot * SB, BM, w, t * BM, out - 1, (u - t * sp.KC) * BK);
+            copy(base + slot * R::SB, R::BM, w, t * R::BM, out - 1, (u - t * sp.KC) * R::BK);
         }
     };
     auto issue_x = [&](int u, int slot) {
         if (u < sp.u1)
-            copy(base + slot * SB + XO, NT, xq, 0, T - 1, (u % sp.KC) * BK);
+            copy(base + slot * R::SB + R::XO, NT, xq, 0, T - 1, (u % sp.KC) * R::BK);
     };
-    for (int s = 0; s < S - 1; s++)
+    for (int s = 0; s < R::S - 1; s++)
         issue_w(sp.u0 + s, s);
     ls_cp_commit();
     ls_dep_enter();
-    for (int s = 0; s < S - 1; s++) {
+    for (int s = 0; s < R::S - 1; s++) {
         issue_x(sp.u0 + s, s);
         ls_cp_commit();
     }
-    float d[MT][NR], e[MT][NR]; // the unit's sums (tensor cores), the piece's (fp32)
+    float d[MT][R::NR], e[MT][R::NR]; // the unit's sums (tensor cores), the piece's (fp32)
     dev_sk_zero(d), dev_sk_zero(e);
     const int n = sp.u1 - sp.u0;
-    int seg0 = sp.u0, slot = 0, next = S - 1; // next: the slot of unit j + S - 1
+    int seg0 = sp.u0, slot = 0, next = R::S - 1; // next: the slot of unit j + S - 1
     for (int j = 0; j < n; j++) {
-        ls_cp_wait<S - 2>();
+        ls_cp_wait<R::S - 2>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        issue_w(sp.u0 + j + S - 1, next);
-        issue_x(sp.u0 + j + S - 1, next);
+        issue_w(sp.u0 + j + R::S - 1, next);
+        issue_x(sp.u0 + j + R::S - 1, next);
         ls_cp_commit();
-        s_wg_mma<MT, NT, KB>(d, base + (unsigned)slot * SB, base + (unsigned)slot * SB + XO);
+        s_wg_mma<MT, NT, KB>(d, base + (unsigned)slot * R::SB, base + (unsigned)slot * R::SB + R::XO);
         ls_wg_wait0();
         s_wg_add(e, d);
-        slot = slot + 1 == S ? 0 : slot + 1;
-        next = next + 1 == S ? 0 : next + 1;
+        slot = slot + 1 == R::S ? 0 : slot + 1;
+        next = next + 1 == R::S ? 0 : next + 1;
         const int u = sp.u0 + j;
         if (u % sp.KC == sp.KC - 1 || j == n - 1) {
             dev_sk_flush(e, sp, u / sp.KC, seg0, u + 1, ws, cnt, s_last, store);
@@ -233,21 +231,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
                   float *ws, int *cnt, const __grid_constant__ CUtensorMap wmap,
                   const __grid_constant__ CUtensorMap xmap) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int S = s_wg_stages<MT, NT, KB>(), BM = 64 * MT, NR = NT / 2, BK = 128 * KB;
-    static_assert(S >= 2, "stages");
-    constexpr unsigned SB = s_wg_stage<MT, NT, KB>(), XO = BM * BK; // x after the weights
+    using R = s_wg_ring<MT, NT, KB>;
+    static_assert(R::S >= 2, "stages");
     extern __shared__ uint4 s_ring[];
     __shared__ int s_last;
-    __shared__ alignas(8) uint64_t s_full[S], s_empty[S]; // a stage landed; a stage read
+    __shared__ alignas(8) uint64_t s_full[R::S], s_empty[R::S]; // a stage landed; a stage read
     const int tid = threadIdx.x;
-    const dev_sk_t sp = dev_sk_split(in / BK, (out + BM - 1) / BM);
+    const dev_sk_t sp = dev_sk_split(in / R::BK, (out + R::BM - 1) / R::BM);
     const auto store = s_wg_store(y, x_scale, w_scale, bias, T, out);
     const int n = sp.u1 - sp.u0;
     const unsigned base = ((unsigned)__cvta_generic_to_shared(s_ring) + 1023u) & ~1023u;
     const unsigned full0 = (unsigned)__cvta_generic_to_shared(s_full);
     const unsigned empty0 = (unsigned)__cvta_generic_to_shared(s_empty);
     if (tid == 0) {
-        for (int i = 0; i < S; i++) {
+        for (int i = 0; i < R::S; i++) {
             dev_mb_init(full0 + 8 * i, 1);
             dev_mb_init(empty0 + 8 * i, WG_THREADS / 32); // a warp's lane 0 each
         }
@@ -257,47 +254,47 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     if (tid >= WG_THREADS) { // the producer: one thread issues every stage
         if (tid == WG_THREADS) {
             auto issue = [&](int j, bool wts, bool toks) {
-                const int u = sp.u0 + j, t = u / sp.KC, k0 = (u - t * sp.KC) * BK, slot = j % S;
-                const unsigned dst = base + slot * SB, mb = full0 + 8 * slot;
+                const int u = sp.u0 + j, t = u / sp.KC, k0 = (u - t * sp.KC) * R::BK, slot = j % R::S;
+                const unsigned dst = base + slot * R::SB, mb = full0 + 8 * slot;
                 if (wts) {
-                    dev_mb_expect(mb, SB);
+                    dev_mb_expect(mb, R::SB);
 #pragma unroll
                     for (int cb = 0; cb < KB; cb++)
-                        dev_tma_2d(dst + cb * BM * 128, &wmap, k0 + 128 * cb, t * BM, mb);
+                        dev_tma_2d(dst + cb * R::BM * 128, &wmap, k0 + 128 * cb, t * R::BM, mb);
                 }
                 if (toks)
 #pragma unroll
                     for (int cb = 0; cb < KB; cb++)
-                        dev_tma_2d(dst + XO + cb * NT * 128, &xmap, k0 + 128 * cb, 0, mb);
+                        dev_tma_2d(dst + R::XO + cb * NT * 128, &xmap, k0 + 128 * cb, 0, mb);
             };
-            const int first = n < S ? n : S;
+            const int first = n < R::S ? n : R::S;
             for (int j = 0; j < first; j++)
                 issue(j, true, false);
             ls_dep_wait();
             for (int j = 0; j < first; j++)
                 issue(j, false, true);
-            for (int j = S; j < n; j++) {
-                dev_mb_wait(empty0 + 8 * (j % S), (unsigned)(j / S - 1) & 1);
+            for (int j = R::S; j < n; j++) {
+                dev_mb_wait(empty0 + 8 * (j % R::S), (unsigned)(j / R::S - 1) & 1);
                 issue(j, true, true);
             }
         }
         return;
     }
     ls_dep_enter();
-    float d0[MT][NR], d1[MT][NR], e[MT][NR]; // two units' sums in flight, the piece's (fp32)
+    float d0[MT][R::NR], d1[MT][R::NR], e[MT][R::NR]; // two units' sums in flight, the piece's (fp32)
     dev_sk_zero(d0), dev_sk_zero(d1), dev_sk_zero(e);
     int seg0 = sp.u0;
-    auto mma = [&](float(&d)[MT][NR], int j) {
-        const int slot = j % S;
-        dev_mb_wait(full0 + 8 * slot, (unsigned)(j / S) & 1);
-        s_wg_mma<MT, NT, KB>(d, base + (unsigned)slot * SB, base + (unsigned)slot * SB + XO);
+    auto mma = [&](float(&d)[MT][R::NR], int j) {
+        const int slot = j % R::S;
+        dev_mb_wait(full0 + 8 * slot, (unsigned)(j / R::S) & 1);
+        s_wg_mma<MT, NT, KB>(d, base + (unsigned)slot * R::SB, base + (unsigned)slot * R::SB + R::XO);
     };
     // unit j's MMAs waited for: its stage back to the producer, its sums into the piece's,
     // the tile out where the unit ends one (or the CTA's units)
-    auto retire = [&](float(&d)[MT][NR], int j) {
+    auto retire = [&](float(&d)[MT][R::NR], int j) {
         s_wg_add(e, d);
         if ((tid & 31) == 0)
-            dev_mb_arrive(empty0 + 8 * (j % S));
+            dev_mb_arrive(empty0 + 8 * (j % R::S));
         const int u = sp.u0 + j;
         if (u % sp.KC == sp.KC - 1 || j == n - 1) {
             dev_sk_flush(e, sp, u / sp.KC, seg0, u + 1, ws, cnt, s_last, store);
@@ -345,12 +342,13 @@ template <int MT, int NT, int KB, typename TB>
 static cudaError_t s_gemm_wg(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
                              const float *w_scale, const TB *bias, int T, int in, int out,
                              int sms, float *ws, int *cnt, cudaStream_t stream) {
+    using R = s_wg_ring<MT, NT, KB>;
     auto k = k_fp8_gemm_wg<MT, NT, KB, TB>;
-    cudaError_t e = s_wg_attr<k_fp8_gemm_wg<MT, NT, KB, TB>>(s_wg_smem<MT, NT, KB>());
+    cudaError_t e = s_wg_attr<k_fp8_gemm_wg<MT, NT, KB, TB>>(R::SMEM);
     if (e != cudaSuccess)
         return e;
-    int G = s_wg_grid(in, out, sms, 64 * MT, 128 * KB);
-    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WG_THREADS), s_wg_smem<MT, NT, KB>(),
+    int G = s_wg_grid(in, out, sms, R::BM, R::BK);
+    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WG_THREADS), R::SMEM,
                             stream, y, xq, x_scale, w, w_scale, bias, T, in, out, ws, cnt);
 }
 
@@ -358,17 +356,18 @@ template <int MT, int NT, int KB, typename TB>
 static cudaError_t s_gemm_ws(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
                              const float *w_scale, const TB *bias, int T, int in, int out,
                              int sms, float *ws, int *cnt, cudaStream_t stream) {
+    using R = s_wg_ring<MT, NT, KB>;
     auto k = k_fp8_gemm_ws<MT, NT, KB, TB>;
-    cudaError_t e = s_wg_attr<k_fp8_gemm_ws<MT, NT, KB, TB>>(s_wg_smem<MT, NT, KB>());
+    cudaError_t e = s_wg_attr<k_fp8_gemm_ws<MT, NT, KB, TB>>(R::SMEM);
     CUtensorMap wm = {}, xm = {};
     if (e == cudaSuccess)
-        e = dev_tmap(&wm, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, in, out, 64 * MT);
+        e = dev_tmap(&wm, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, in, out, R::BM);
     if (e == cudaSuccess)
         e = dev_tmap(&xm, xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, in, T, NT);
     if (e != cudaSuccess)
         return e;
-    int G = s_wg_grid(in, out, sms, 64 * MT, 128 * KB);
-    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WS_THREADS), s_wg_smem<MT, NT, KB>(),
+    int G = s_wg_grid(in, out, sms, R::BM, R::BK);
+    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WS_THREADS), R::SMEM,
                             stream, y, x_scale, w_scale, bias, T, in, out, ws, cnt, wm, xm);
 }
 
