@@ -1321,8 +1321,10 @@ static cudaError_t s_expand_tc(float *y, const float *tmp, ls_lora_pages_t b,
 // tokens. The tile's tmp (the sum of the shrink's K parts, in part order) goes into B
 // fragments once per block, as three bf16 parts (exact products, fp32 sums). A block takes
 // one (tile, slice, run of columns) as expand v3's blocks do, its warps looping over the
-// run's 16-column groups, U groups' B loads in flight (U * NH = 4). The same kernel adds or
-// writes (ACC), so the decode op beside the GEMM and after it stay bit for bit one step.
+// run's 16-column groups, U groups at a time (U * NH = 4), each group's B and y for the
+// next pass requested as soon as its own are used, so both are in flight through the other
+// groups' work. The same kernel adds or writes (ACC), so the decode op beside the GEMM and
+// after it stay bit for bit one step.
 enum { E4_WARPS = 4, E4_MINB = 4, E4_SLOTS = 4 };
 
 template <int NH, bool ACC>
@@ -1330,7 +1332,7 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
                                               const ls_lora_pages_t &b, const ls_cu_lora_tile_t &tile,
                                               const int32_t *perm, float s, int k, int c0, int c1,
                                               int out_total, int ld, int r_max) {
-    constexpr int U = E4_SLOTS / NH;
+    constexpr int U = E4_SLOTS / NH, PASS = U * E4_WARPS * 16; // a pass: the warps' U groups
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, r = tile.rank;
     int nv[NH]; // this lane's elements below the rank in half h (0..8)
     const __nv_bfloat16 *bc[NH]; // and their chunk h*4 + c, whole
@@ -1340,21 +1342,20 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
         bc[h] = nv[h] > 0 ? ls_lora_entry<__nv_bfloat16>(b, tile.slot, h * 4 + c) : nullptr;
     }
     uint4 b0[U][NH], b8[U][NH]; // columns o + g, o + g + 8 of group u
-    auto load_b = [&](int gb) {
+    auto load_b = [&](int gb, int u) {
+        int o = gb + u * E4_WARPS * 16;
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            int o = gb + u * E4_WARPS * 16;
-#pragma unroll
-            for (int h = 0; h < NH; h++) {
-                const __nv_bfloat16 *p = bc[h] + (size_t)(o + g) * 8;
-                bool ok = o < c1 && nv[h] > 0;
-                b0[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
-                b8[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p + 64)) : make_uint4(0, 0, 0, 0);
-            }
+        for (int h = 0; h < NH; h++) {
+            const __nv_bfloat16 *p = bc[h] + (size_t)(o + g) * 8;
+            bool ok = o < c1 && nv[h] > 0;
+            b0[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
+            b8[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p + 64)) : make_uint4(0, 0, 0, 0);
         }
     };
     int gb = c0 + warp * 16;
-    load_b(gb); // B first: no kernel of the step writes it
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        load_b(gb, u); // B first: no kernel of the step writes it
     ls_dep_launch();
     ls_dep_wait();
     // rows this lane writes (D: tokens 2c, 2c+1), -1 past the tile
@@ -1387,20 +1388,26 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
             }
         }
     }
-    for (; gb < c1; gb += U * E4_WARPS * 16) {
-        float yv[U][4];
+    // y of group u (D: column g | g+8 (e >> 1), token 2c + (e & 1)), for the pass at gb
+    float yv[U][4];
+    auto load_y = [&](int gb, int u) {
+        int o = gb + u * E4_WARPS * 16;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            yv[u][e] = ACC && o < c1 && wr[e & 1] >= 0
+                           ? y[(size_t)wr[e & 1] * out_total + o + g + (e >> 1) * 8]
+                           : 0.0f;
+    };
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        load_y(gb, u);
+    for (; gb < c1; gb += PASS) {
+        // group by group: its products and y update, then its B and y for the next pass
+        // in flight through the other groups' work
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int o = gb + u * E4_WARPS * 16;
-#pragma unroll
-            for (int e = 0; e < 4; e++) // D: column g | g+8 (e >> 1), token 2c + (e & 1)
-                yv[u][e] = ACC && o < c1 && wr[e & 1] >= 0
-                               ? y[(size_t)wr[e & 1] * out_total + o + g + (e >> 1) * 8]
-                               : 0.0f;
-        }
-        float d[U][4] = {};
-#pragma unroll
-        for (int u = 0; u < U; u++)
+            float d[4] = {};
 #pragma unroll
             for (int h = 0; h < NH; h++) {
                 uint4 q0 = s_keep8(b0[u][h], nv[h]), q8 = s_keep8(b8[u][h], nv[h]); // pools' tails: NaN too
@@ -1408,20 +1415,18 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
                 for (int e = 0; e < 2; e++)
 #pragma unroll
                     for (int p = 0; p < 3; p++)
-                        s_mma_bf16(d[u], e ? q0.z : q0.x, e ? q8.z : q8.x, e ? q0.w : q0.y, e ? q8.w : q8.y,
+                        s_mma_bf16(d, e ? q0.z : q0.x, e ? q8.z : q8.x, e ? q0.w : q0.y, e ? q8.w : q8.y,
                                    tf[h][e][0][p], tf[h][e][1][p]);
             }
-        int next = gb + U * E4_WARPS * 16;
-        if (next < c1) // the next groups' B in flight during this one's stores
-            load_b(next);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int o = gb + u * E4_WARPS * 16;
+            if (gb + PASS < c1)
+                load_b(gb + PASS, u);
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 if (o < c1 && wr[e & 1] >= 0) // scaling on the product
                     s_y_put<ACC>(y + (size_t)wr[e & 1] * out_total + o + g + (e >> 1) * 8, yv[u][e],
-                                 __fmul_rn(s, d[u][e]));
+                                 __fmul_rn(s, d[e]));
+            if (gb + PASS < c1)
+                load_y(gb + PASS, u);
         }
     }
 }
