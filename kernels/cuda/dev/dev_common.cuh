@@ -94,6 +94,17 @@ static double dev_copy_bandwidth(cudaStream_t st) {
     return 2.0 * n * 5 / (ms * 1e-3) / 1e9;
 }
 
+// Kernel K's dynamic shared memory limit raised to smem (past the 48 KB a launch gets by
+// default), once per kernel; on failure the error, cleared from the runtime's last error
+template <auto K> static cudaError_t dev_smem_attr(size_t smem) {
+    static bool set;
+    cudaError_t e = set ? cudaSuccess : cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        (void)cudaGetLastError();
+    set = e == cudaSuccess;
+    return e;
+}
+
 // µs per launch: median of 7 runs of `iters` calls of launch(i) (i counts up from 0 across
 // the warm-up and all runs, to rotate over the caller's sets)
 template <typename F> static double dev_time_us(cudaStream_t st, int iters, F launch) {

@@ -323,33 +323,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 #endif
 }
 
-// the grid: a CTA an SM of the target (0: all), at most a CTA a unit
-static int s_wg_grid(int in, int out, int sms, int bm, int bk) {
-    long units = (long)((out + bm - 1) / bm) * (in / bk);
+// Launches kernel K of ring R with `threads` a CTA: its shared memory limit raised, a CTA an
+// SM of the target (sms, 0: all), at most a CTA a unit
+template <auto K, typename R, typename... A>
+static cudaError_t s_wg_launch(int threads, int in, int out, int sms, cudaStream_t stream, A... args) {
+    cudaError_t e = dev_smem_attr<K>(R::SMEM);
+    if (e != cudaSuccess)
+        return e;
+    long units = (long)((out + R::BM - 1) / R::BM) * (in / R::BK);
     int all = ls_cu_props()->sms, g = sms > 0 && sms < all ? sms : all;
-    return (int)(units < g ? units : g);
-}
-
-// the ring's shared memory past 48 KB, set once per kernel
-template <auto K> static cudaError_t s_wg_attr(size_t smem) {
-    static bool set;
-    cudaError_t e = set ? cudaSuccess : cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    set = e == cudaSuccess;
-    return e;
+    return ls_cu_launch_dep(K, dim3((unsigned)(units < g ? units : g)), dim3(threads), R::SMEM, stream, args...);
 }
 
 template <int MT, int NT, int KB, typename TB>
 static cudaError_t s_gemm_wg(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
                              const float *w_scale, const TB *bias, int T, int in, int out,
                              int sms, float *ws, int *cnt, cudaStream_t stream) {
-    using R = s_wg_ring<MT, NT, KB>;
-    auto k = k_fp8_gemm_wg<MT, NT, KB, TB>;
-    cudaError_t e = s_wg_attr<k_fp8_gemm_wg<MT, NT, KB, TB>>(R::SMEM);
-    if (e != cudaSuccess)
-        return e;
-    int G = s_wg_grid(in, out, sms, R::BM, R::BK);
-    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WG_THREADS), R::SMEM,
-                            stream, y, xq, x_scale, w, w_scale, bias, T, in, out, ws, cnt);
+    return s_wg_launch<k_fp8_gemm_wg<MT, NT, KB, TB>, s_wg_ring<MT, NT, KB>>(
+        WG_THREADS, in, out, sms, stream, y, xq, x_scale, w, w_scale, bias, T, in, out, ws, cnt);
 }
 
 template <int MT, int NT, int KB, typename TB>
@@ -357,18 +348,14 @@ static cudaError_t s_gemm_ws(float *y, const uint8_t *xq, const float *x_scale, 
                              const float *w_scale, const TB *bias, int T, int in, int out,
                              int sms, float *ws, int *cnt, cudaStream_t stream) {
     using R = s_wg_ring<MT, NT, KB>;
-    auto k = k_fp8_gemm_ws<MT, NT, KB, TB>;
-    cudaError_t e = s_wg_attr<k_fp8_gemm_ws<MT, NT, KB, TB>>(R::SMEM);
     CUtensorMap wm = {}, xm = {};
-    if (e == cudaSuccess)
-        e = dev_tmap(&wm, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, in, out, R::BM);
+    cudaError_t e = dev_tmap(&wm, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, in, out, R::BM);
     if (e == cudaSuccess)
         e = dev_tmap(&xm, xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, in, T, NT);
     if (e != cudaSuccess)
         return e;
-    int G = s_wg_grid(in, out, sms, R::BM, R::BK);
-    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WS_THREADS), R::SMEM,
-                            stream, y, x_scale, w_scale, bias, T, in, out, ws, cnt, wm, xm);
+    return s_wg_launch<k_fp8_gemm_ws<MT, NT, KB, TB>, R>(WS_THREADS, in, out, sms, stream, y, x_scale, w_scale,
+                                                        bias, T, in, out, ws, cnt, wm, xm);
 }
 
 // the tokens' columns a launch pads T to

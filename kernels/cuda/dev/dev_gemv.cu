@@ -170,12 +170,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
 template <int NT, int RW, typename TX>
 static cudaError_t s_tc_nt(float *y, const TX *x, const __nv_bfloat16 *w, int T, int in, int out, int pf,
                            cudaStream_t st) {
-    static bool set;
-    if (!set && cudaFuncSetAttribute(k_gemv_tc<NT, RW, TX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     tc_smem<RW>()) != cudaSuccess)
-        return cudaGetLastError();
-    set = true;
-    return ls_cu_launch_dep(k_gemv_tc<NT, RW, TX>, dim3((unsigned)((out + 16 * RW - 1) / (16 * RW))),
+    constexpr auto k = k_gemv_tc<NT, RW, TX>;
+    cudaError_t e = dev_smem_attr<k>(tc_smem<RW>());
+    if (e != cudaSuccess)
+        return e;
+    return ls_cu_launch_dep(k, dim3((unsigned)((out + 16 * RW - 1) / (16 * RW))),
                             dim3(TC_WARPS * 32), (size_t)tc_smem<RW>(), st, y, x, w, T, in, out, pf);
 }
 // the tensor-core form with RW row tiles a block for T's tokens (in % 64 == 0)
@@ -348,14 +347,13 @@ static int s_wg_early = 1; // 0: the first stages' weights requested only after 
 template <int MT, int NT, int KB, bool TMA>
 static cudaError_t s_wg_nt(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
                            cudaStream_t st) {
-    static bool set;
-    if (!set && cudaFuncSetAttribute(k_gemm_wg<MT, NT, KB, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)wg_smem<MT, NT, KB>()) != cudaSuccess)
-        return cudaGetLastError();
-    set = true;
+    constexpr auto k = k_gemm_wg<MT, NT, KB, TMA>;
+    cudaError_t e = dev_smem_attr<k>(wg_smem<MT, NT, KB>());
+    if (e != cudaSuccess)
+        return e;
     CUtensorMap wm = {}, xm = {};
     if (TMA) {
-        cudaError_t e = dev_tmap(&wm, w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, in, out, 64 * MT);
+        e = dev_tmap(&wm, w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, in, out, 64 * MT);
         if (e == cudaSuccess)
             e = dev_tmap(&xm, x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, in, T, NT);
         if (e != cudaSuccess)
@@ -365,8 +363,8 @@ static cudaError_t s_wg_nt(float *y, const __nv_bfloat16 *x, const __nv_bfloat16
         return cudaErrorNotSupported;
     long U = (long)((out + 64 * MT - 1) / (64 * MT)) * (in / (64 * KB));
     int G = (int)std::min<long>(s_sms, U);
-    return ls_cu_launch_dep(k_gemm_wg<MT, NT, KB, TMA>, dim3((unsigned)G), dim3(WG_THREADS), wg_smem<MT, NT, KB>(), st, y,
-                            x, w, T, in, out, s_wg_ws, s_wg_cnt, s_wg_early, wm, xm);
+    return ls_cu_launch_dep(k, dim3((unsigned)G), dim3(WG_THREADS), wg_smem<MT, NT, KB>(), st, y, x, w, T, in, out,
+                            s_wg_ws, s_wg_cnt, s_wg_early, wm, xm);
 }
 // the warpgroup form with MT m64 tiles a row tile and units of KB 64-k blocks, T <= 64 tokens
 // (in % (64 KB) == 0)
