@@ -37,9 +37,10 @@
     has the device's highest stream priority and `side` its lowest (graphs keep them: node
     priorities are captured from the streams and used), so as SMs free up the GEMM's blocks
     are placed first. And while side work is open, cuBLAS is told to leave SMs to it
-    (cublasSetSmCountTarget; s_gemm_sms: by default none up to 8 tokens; up to 128 half the
-    device, gate_up's GEMM 16 of 132 up to 32 tokens and 48 past that; every GEMM 16 of 132
-    past 128 tokens): the decode GEMMs are bandwidth-bound and lose little on fewer SMs, while
+    (cublasSetSmCountTarget; s_gemm_sms: by default none up to 8 tokens but 8 of 132 beside
+    o's and down's cuBLAS GEMMs; up to 128 half the device, gate_up's GEMM 16 of 132 up to 32
+    tokens and 48 past that; past 128 tokens the MLP's GEMMs 16 of 132 and q,k,v's and o's
+    33): the decode GEMMs are bandwidth-bound and lose little on fewer SMs, while
     the LoRA kernels, latency-bound, need SMs to themselves to overlap at all —
     measured on an H200 (Llama-3-8B, batch 64, 8 adapters): step 10.46 ms serial, 10.45
     beside with no SMs left, 9.82 with 40, 9.32 with 64, 9.42 with 88. Side kernels launch without PDL (see
@@ -930,32 +931,41 @@ static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int 
                               vocab0, vocab, c->stream));
 }
 
-// Step tokens up to which a GEMM leaves no SMs to the LoRA beside it, up to which gate_up's
-// leaves 16, and up to which the others leave half (s_gemm_sms)
+// Step tokens up to which a GEMM leaves no SMs to the LoRA beside it (but o's and down's
+// 8 of 132), up to which gate_up's leaves 16, and up to which the others leave half
+// (s_gemm_sms)
 enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 
 // The SM count a GEMM of T tokens and w (out, in) targets (0: all). With side work open the
 // GEMM leaves SMs to it (cuBLAS picks its kernel for the smaller count): set_side's count, or
-// by the step's tokens, as measured on an H100 (Llama-3-8B, 8 distinct rank-16 adapters on
-// seven targets, 128 cached tokens; the sweep is in kernels/cuda/dev/README.md "The SM
-// split"): up to S_SIDE_NONE_T none (the LoRA kernels run in the GEMM's tail: batch 1 and 8
-// 1.5-2% faster than leaving half); up to S_SIDE_HALF_T half the device, and beside a GEMM of
-// over 64M weights (an MLP's gate_up, whose LoRA delta grows with T) 16 of 132 SMs up to
-// S_SIDE_GU16_T (batch 32 ~1% faster than with 48, four rounds: 7.000-7.106 ms against
-// 7.118-7.194), 48 past it (on an H200 6.67-6.75 ms a step at batch 64 against 6.83-6.86 with
-// half; an H100 at batch 64 and 128 with 16, 24 or 33 slower); past S_SIDE_HALF_T 16 of 132
-// (batch 256: 13.19-13.26 ms against 14.02-14.04 with half: the GEMMs are less
-// bandwidth-bound there and lose more SMs' worth)
+// by the step's tokens and the GEMM's shape, as measured on an H100 (Llama-3-8B, 8 distinct
+// rank-16 adapters on seven targets, 128 cached tokens; the sweeps are in
+// kernels/cuda/dev/README.md "The SM split"). The shapes, unsharded: gate_up has over 64M
+// weights (its LoRA delta grows with T); down contracts from the MLP's width (in > out); o
+// and down contract into the residual stream (in >= out); q,k,v's and o's are the others.
+// - up to S_SIDE_NONE_T tokens none (the LoRA kernels run in the GEMM's tail: batch 1 and 8
+//   1.5-2% faster than leaving half), except 8 of 132 beside o's and down's GEMMs once
+//   cuBLAS runs them (past the GEMV's tokens, whose grid the count would cap): there the
+//   LoRA's shrink, crawling beside a GEMM that holds every SM, ended with it and the expand
+//   after it stood in the layer's path (batch 8 ~2% faster a step with 8 adapters);
+// - up to S_SIDE_HALF_T half the device, and beside gate_up 16 of 132 up to S_SIDE_GU16_T
+//   (batch 32 ~1% faster than with 48, four rounds: 7.000-7.106 ms against 7.118-7.194), 48
+//   past it (on an H200 6.67-6.75 ms a step at batch 64 against 6.83-6.86 with half; an H100
+//   at batch 64 and 128 with 16, 24 or 33 slower);
+// - past S_SIDE_HALF_T 16 of 132 beside the MLP's GEMMs and 33 beside q,k,v's and o's, whose
+//   LoRA otherwise ends ~10 and ~5 us after them (batch 256: 13.19-13.26 ms against
+//   14.02-14.04 with half everywhere, then 1% faster with the 33).
 static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
     int n = c->n_sm, leave = c->side_leave;
     if (leave < 0) {
         auto of132 = [n](int k) { return (n * k + 66) / 132; }; // k of 132 SMs, on this device
-        bool gate_up = (size_t)in * out > ((size_t)64 << 20);
-        leave = T <= S_SIDE_NONE_T   ? 0
-                : T > S_SIDE_HALF_T  ? of132(16)
-                : !gate_up           ? n / 2
-                : T <= S_SIDE_GU16_T ? of132(16)
-                                     : of132(48);
+        bool gate_up = (size_t)in * out > ((size_t)64 << 20), down = in > out;
+        if (T <= S_SIDE_NONE_T)
+            leave = in >= out && T > ls_cu_gemv_tokens() ? of132(8) : 0;
+        else if (T > S_SIDE_HALF_T)
+            leave = gate_up || down ? of132(16) : of132(33);
+        else
+            leave = !gate_up ? n / 2 : T <= S_SIDE_GU16_T ? of132(16) : of132(48);
     }
     return c->side_open && leave > 0 && leave < n ? n - leave : 0;
 }
