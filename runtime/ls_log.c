@@ -1,6 +1,7 @@
 // ls_log — see ls_log.h.
 #include "ls_log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,21 +32,33 @@ int ls_log_level_parse(const char *text, ls_log_level_t *level) {
 
 ls_log_level_t ls_log_level(void) { return s_level; }
 
+// A line being built: text past cap is dropped (the line still ends with its newline).
+typedef struct {
+    char *p;
+    size_t n, cap;
+} s_line_t;
+
+static void s_put(s_line_t *l, const char *s, size_t len) {
+    len = len < l->cap - l->n ? len : l->cap - l->n;
+    memcpy(l->p + l->n, s, len);
+    l->n += len;
+}
+
 // Quote for logfmt: escape backslash, quote and control characters so one event is one line.
-static void s_put_quoted(FILE *f, const char *text) {
-    fputc('"', f);
+static void s_put_quoted(s_line_t *l, const char *text) {
+    s_put(l, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            fputc('\\', f);
-            fputc(*p, f);
-        } else if (*p == '\n')
-            fputs("\\n", f);
+        char esc[8];
+        if (*p == '"' || *p == '\\')
+            s_put(l, (char[]){'\\', (char)*p}, 2);
+        else if (*p == '\n')
+            s_put(l, "\\n", 2);
         else if (*p < 0x20)
-            fprintf(f, "\\x%02x", *p);
+            s_put(l, esc, (size_t)snprintf(esc, sizeof esc, "\\x%02x", *p));
         else
-            fputc(*p, f);
+            s_put(l, (const char *)p, 1);
     }
-    fputc('"', f);
+    s_put(l, "\"", 1);
 }
 
 static void (*s_before)(void *arg);
@@ -72,16 +85,34 @@ void ls_log(ls_log_level_t level, uint64_t rid, const char *fmt, ...) {
     char ts[32];
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
 
+    // The line is built whole and written by one write(2): a reader of the log file (a test
+    // waiting for "listening on ...", a supervisor tailing it) never sees half of it, and
+    // processes appending to one file do not interleave within a line.
+    char buf[sizeof text * 4 + 256];
+    s_line_t l = {buf, 0, sizeof buf - 1};
+    char head[160];
+    int hn = snprintf(head, sizeof head, "ts=%s.%03dZ level=%s actor=%s pid=%d", ts,
+                      (int)(tv.tv_usec / 1000), s_names[level], s_actor, (int)getpid());
+    s_put(&l, head, (size_t)hn < sizeof head ? (size_t)hn : sizeof head - 1);
+    if (rid) {
+        hn = snprintf(head, sizeof head, " rid=%llu", (unsigned long long)rid);
+        s_put(&l, head, (size_t)hn);
+    }
+    s_put(&l, " msg=", 5);
+    s_put_quoted(&l, text);
+    buf[l.n++] = '\n';
+
     pthread_mutex_lock(&s_lock);
     if (s_before)
         s_before(s_before_arg);
-    fprintf(stderr, "ts=%s.%03dZ level=%s actor=%s pid=%d", ts, (int)(tv.tv_usec / 1000),
-            s_names[level], s_actor, (int)getpid());
-    if (rid)
-        fprintf(stderr, " rid=%llu", (unsigned long long)rid);
-    fputs(" msg=", stderr);
-    s_put_quoted(stderr, text);
-    fputc('\n', stderr);
-    fflush(stderr);
+    fflush(stderr); // what stdio holds for stderr goes first, in order
+    for (size_t off = 0; off < l.n;) {
+        ssize_t w = write(STDERR_FILENO, buf + off, l.n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break; // stderr closed or full: the line is lost, as fprintf's would be
+        off += (size_t)w;
+    }
     pthread_mutex_unlock(&s_lock);
 }

@@ -4,6 +4,8 @@
 //
 // The actor name is process-wide (one actor per process), so library code such as the engine
 // can log without an actor handle. Wall-clock time appears only in log lines, never in decisions.
+// Each line goes out in one write(2), so lines of processes sharing a log file do not interleave
+// and a reader polling the file (a test waiting for "listening on ...") never reads half a line.
 #ifndef LS_LOG_H
 #define LS_LOG_H
 

@@ -134,13 +134,21 @@ int tu_graph_stop(pid_t launcher) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int tu_gateway_port(const char *run_dir) {
+int tu_listen_port(const char *log_text) {
     static const char at_text[] = "listening on http://127.0.0.1:";
+    const char *at = log_text ? strstr(log_text, at_text) : NULL;
+    if (!at)
+        return 0;
+    char *end;
+    long port = strtol(at + sizeof at_text - 1, &end, 10);
+    return *end == ' ' && port > 0 && port < 65536 ? (int)port : 0;
+}
+
+int tu_gateway_port(const char *run_dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/logs/gateway.log", run_dir);
     char *text = tu_read_file(path, NULL);
-    const char *at = text ? strstr(text, at_text) : NULL;
-    int port = at ? atoi(at + sizeof at_text - 1) : 0;
+    int port = tu_listen_port(text);
     free(text);
     return port;
 }

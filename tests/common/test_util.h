@@ -32,8 +32,11 @@ pid_t tu_graph_start(const char *launch_script, const char *bin_dir, const char 
                      const char *const args[], double seconds);
 // Stop it as Ctrl-C does: its exit status (0: every actor stopped cleanly), or -1.
 int tu_graph_stop(pid_t launcher);
-// The gateway's HTTP port, from RUN_DIR/logs/gateway.log ("listening on http://127.0.0.1:PORT",
-// as --port 0 logs it); 0 until it is there.
+// The port of a gateway log's "listening on http://127.0.0.1:PORT (model ...)" line (as
+// --port 0 logs it) in text read while the log may still be written: 0 until that line is
+// there with its port whole (the space after it read too).
+int tu_listen_port(const char *log_text);
+// The gateway's HTTP port, from RUN_DIR/logs/gateway.log (tu_listen_port); 0 until it is there.
 int tu_gateway_port(const char *run_dir);
 // A graph for a test that speaks HTTP to it: a fresh directory /tmp/ls-<tag>-*, the graph in
 // its run/ (tu_graph_start with --port 0, so that tests in parallel never share a port, then

@@ -94,15 +94,9 @@ static gw_t s_start(const char *tag, const char *const *extra) {
         _exit(127);
     }
     for (double t0 = s_now(); s_now() - t0 < 10 && !g.port; usleep(20000)) {
-        FILE *f = fopen(log, "r");
-        char line[512];
-        while (f && fgets(line, sizeof line, f)) {
-            char *at = strstr(line, "listening on http://127.0.0.1:");
-            if (at)
-                g.port = atoi(at + strlen("listening on http://127.0.0.1:"));
-        }
-        if (f)
-            fclose(f);
+        char *text = tu_read_file(log, NULL);
+        g.port = tu_listen_port(text);
+        free(text);
     }
     if (!g.port)
         fail_msg("the gateway did not start; see %s", log);

@@ -388,9 +388,8 @@ static void replay_graph(void **unused) {
         usleep(100000);
     if (stat(graph, &st) != 0)
         fail_msg("the graph did not start:\n%s", s_slurp(launch_log));
-    const char *at = strstr(s_slurp(log), "listening on http://127.0.0.1:");
-    assert_non_null(at);
-    int port = atoi(at + strlen("listening on http://127.0.0.1:"));
+    int port = tu_listen_port(s_slurp(log));
+    assert_true(port > 0);
     static char out[1 << 16];
 
     // Concurrent completions over the base model and three adapters (one streamed, one chat).

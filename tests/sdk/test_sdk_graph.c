@@ -141,17 +141,7 @@ static void test_stream(void **state) {
 
 // The gateway's answer to one POST (Connection: close), its body parsed; NULL if it is not JSON.
 static cJSON *s_http_post(const char *path, const char *body) {
-    char log[256], line[512];
-    snprintf(log, sizeof log, "%s/logs/gateway.log", s_run_dir);
-    FILE *f = fopen(log, "r");
-    assert_non_null(f);
-    int port = 0;
-    while (!port && fgets(line, sizeof line, f)) {
-        const char *at = strstr(line, "listening on http://127.0.0.1:");
-        if (at)
-            port = atoi(at + strlen("listening on http://127.0.0.1:"));
-    }
-    fclose(f);
+    int port = tu_gateway_port(s_run_dir);
     assert_true(port > 0);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
