@@ -93,7 +93,7 @@ void ls_log(ls_log_level_t level, uint64_t rid, const char *fmt, ...) {
     char head[160];
     int hn = snprintf(head, sizeof head, "ts=%s.%03dZ level=%s actor=%s pid=%d", ts,
                       (int)(tv.tv_usec / 1000), s_names[level], s_actor, (int)getpid());
-    s_put(&l, head, (size_t)hn < sizeof head ? (size_t)hn : sizeof head - 1);
+    s_put(&l, head, hn < 0 ? 0 : (size_t)hn < sizeof head ? (size_t)hn : sizeof head - 1);
     if (rid) {
         hn = snprintf(head, sizeof head, " rid=%llu", (unsigned long long)rid);
         s_put(&l, head, (size_t)hn);
