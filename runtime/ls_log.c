@@ -44,17 +44,27 @@ static void s_put(s_line_t *l, const char *s, size_t len) {
     l->n += len;
 }
 
+// printf into the line (p holds cap + 1 bytes, so vsnprintf's NUL always fits)
+static void s_putf(s_line_t *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_putf(s_line_t *l, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(l->p + l->n, l->cap - l->n + 1, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        l->n += (size_t)n < l->cap - l->n ? (size_t)n : l->cap - l->n;
+}
+
 // Quote for logfmt: escape backslash, quote and control characters so one event is one line.
 static void s_put_quoted(s_line_t *l, const char *text) {
     s_put(l, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        char esc[8];
         if (*p == '"' || *p == '\\')
-            s_put(l, (char[]){'\\', (char)*p}, 2);
+            s_putf(l, "\\%c", *p);
         else if (*p == '\n')
             s_put(l, "\\n", 2);
         else if (*p < 0x20)
-            s_put(l, esc, (size_t)snprintf(esc, sizeof esc, "\\x%02x", *p));
+            s_putf(l, "\\x%02x", *p);
         else
             s_put(l, (const char *)p, 1);
     }
@@ -90,14 +100,10 @@ void ls_log(ls_log_level_t level, uint64_t rid, const char *fmt, ...) {
     // processes appending to one file do not interleave within a line.
     char buf[sizeof text * 4 + 256];
     s_line_t l = {buf, 0, sizeof buf - 1};
-    char head[160];
-    int hn = snprintf(head, sizeof head, "ts=%s.%03dZ level=%s actor=%s pid=%d", ts,
-                      (int)(tv.tv_usec / 1000), s_names[level], s_actor, (int)getpid());
-    s_put(&l, head, hn < 0 ? 0 : (size_t)hn < sizeof head ? (size_t)hn : sizeof head - 1);
-    if (rid) {
-        hn = snprintf(head, sizeof head, " rid=%llu", (unsigned long long)rid);
-        s_put(&l, head, (size_t)hn);
-    }
+    s_putf(&l, "ts=%s.%03dZ level=%s actor=%s pid=%d", ts, (int)(tv.tv_usec / 1000),
+           s_names[level], s_actor, (int)getpid());
+    if (rid)
+        s_putf(&l, " rid=%llu", (unsigned long long)rid);
     s_put(&l, " msg=", 5);
     s_put_quoted(&l, text);
     buf[l.n++] = '\n';

@@ -15,6 +15,14 @@
 
 #include "ls_log.h"
 
+// path: a new empty file of this test's
+static void s_tmp(char *path, size_t len) {
+    snprintf(path, len, "/tmp/ls-test-log-XXXXXX"); // mkstemp's template
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
 // fd 2 to a fresh file (O_APPEND, as the launcher opens actors' logs); returns the saved fd 2
 static int s_capture(const char *path) {
     int saved = dup(2);
@@ -42,10 +50,8 @@ static char *s_read(const char *path) {
 
 static void test_line(void **unused) {
     (void)unused;
-    char path[] = "/tmp/ls-test-log-XXXXXX";
-    int tmp = mkstemp(path);
-    assert_true(tmp >= 0);
-    close(tmp);
+    char path[32];
+    s_tmp(path, sizeof path);
     int saved = s_capture(path);
     ls_log_init("tester", LS_LOG_INFO);
     ls_debug(0, "not at info");
@@ -77,10 +83,8 @@ static void test_line(void **unused) {
 static void test_whole_lines(void **unused) {
     (void)unused;
     enum { KIDS = 4, LINES = 400 };
-    char path[] = "/tmp/ls-test-log-XXXXXX";
-    int tmp = mkstemp(path);
-    assert_true(tmp >= 0);
-    close(tmp);
+    char path[32];
+    s_tmp(path, sizeof path);
     int saved = s_capture(path);
     pid_t kids[KIDS];
     for (int k = 0; k < KIDS; k++) {
