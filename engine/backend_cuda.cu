@@ -945,9 +945,13 @@ enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 // and down contract into the residual stream (in >= out); q,k,v's and o's are the others.
 // - up to S_SIDE_NONE_T tokens none (the LoRA kernels run in the GEMM's tail: batch 1 and 8
 //   1.5-2% faster than leaving half), except 8 of 132 beside o's and down's GEMMs once
-//   cuBLAS runs them (past the GEMV's tokens, whose grid the count would cap): there the
-//   LoRA's shrink, crawling beside a GEMM that holds every SM, ended with it and the expand
-//   after it stood in the layer's path (batch 8 ~2% faster a step with 8 adapters);
+//   cuBLAS runs them (past the GEMV's tokens): there the LoRA's shrink, crawling beside a
+//   GEMM that holds every SM, ended with it and the expand after it stood in the layer's
+//   path (batch 8 ~2% faster a step with 8 adapters); and 8 beside every GEMV of two tokens,
+//   whose blocks (gemv.cu k_gemv_split) end together, leaving no tail for the LoRA kernels
+//   (batch 2 with 2 adapters 6.15-6.18 ms leaving none, 5.85-5.91 leaving 8, 5.96-5.98 16;
+//   at one token k_gemv's tail holds them, and a count caps its grid: batch 1 lost 2%
+//   leaving 16);
 // - up to S_SIDE_HALF_T half the device, and beside gate_up 16 of 132 up to S_SIDE_GU16_T
 //   (batch 32 ~1% faster than with 48, four rounds: 7.000-7.106 ms against 7.118-7.194), 48
 //   past it (on an H200 6.67-6.75 ms a step at batch 64 against 6.83-6.86 with half; an H100
@@ -961,7 +965,7 @@ static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
         auto of132 = [n](int k) { return (n * k + 66) / 132; }; // k of 132 SMs, on this device
         bool gate_up = (size_t)in * out > ((size_t)64 << 20), down = in > out;
         if (T <= S_SIDE_NONE_T)
-            leave = in >= out && T > ls_cu_gemv_tokens() ? of132(8) : 0;
+            leave = T <= ls_cu_gemv_tokens() ? (T > 1 ? of132(8) : 0) : in >= out ? of132(8) : 0;
         else if (T > S_SIDE_HALF_T)
             leave = gate_up || down ? of132(16) : of132(33);
         else

@@ -12,28 +12,32 @@
     are written by no kernel of a step; pf bytes a GEMM in all, ops_cuda.h), so HBM works
     through the gap.
 
-    A warp owns R rows (R = 1 at one token, 2 at two) and all of K: lane l reads the
-    16-byte chunks l, l + 32, ... of its rows past L1 (each weight byte is read once) and the
-    same chunks of the tokens' x (a few KB, read by every warp: L1 and L2 hits), widens both
-    to fp32 (x in fp32 is first rounded to the weights' dtype, as ls_cu_convert rounds it, so
-    the products are the ones cuBLAS would take after that pass), sums the exact products
-    in fp32, and a butterfly over the lanes gives each (row, token) its sum; lane r·NT + t
-    writes y = sum (+ y when accumulating) (+ bias), the matmul op's order. One launch: no
-    reduction kernel, no conversion pass.
+    One token: a warp owns a row and all of K (k_gemv). Two: a block's four warps own a row
+    pair, a quarter of K each (k_gemv_split). Lane l reads the 16-byte chunks l, l + 32, ...
+    of its rows (its quarter of them) past L1 (each weight byte is read once) and the same
+    chunks of the tokens' x (a few KB, read by every warp: L1 and L2 hits), widens both to
+    fp32 (x in fp32 is first rounded to the weights' dtype, as ls_cu_convert rounds it, so
+    the products are the ones cuBLAS would take after that pass), sums the exact products in
+    fp32, and a butterfly over the lanes gives each (row, token) the warp's sum — at two
+    tokens the four warps' sums then meet in shared memory, added in warp order — and lane
+    r·NT + t writes y = sum (+ y when accumulating) (+ bias), the matmul op's order. One
+    launch: no reduction kernel, no conversion pass.
 
-    A block's warps loop over the row groups (block b takes groups b, b + grid, ...): the
-    grid covers every group at once unless the caller asks it to leave SMs to the kernels
-    beside it (sms, as cuBLAS's SM count target).
+    A block loops over its row groups (block b takes groups b, b + grid, ...): the grid
+    covers every group at once unless the caller asks it to leave SMs to the kernels beside
+    it (sms, as cuBLAS's SM count target).
 
     Measured (kernels/cuda/dev/dev_gemv.cu, H100): a chain of 32 layers of Llama-3-8B's four
     projections after gap kernels as long as a batch-1 step's small kernels, µs a layer:
-    cuBLAS 181.8, this kernel 168.9 at one token (the weights' floor 144.8); 177.8 against
-    182.2 at two. Past two tokens the CUDA cores' issue rate, not memory, bounds it, the more
-    so the faster the memory: in the engine (bench_decode_cuda) batch 4 takes 6.51 against
-    cuBLAS's 6.47–6.55 ms on an H100 and 5.44–5.49 against 4.75–4.77 on an H200, batch 2
-    6.20 against 6.42–6.46 and 4.84–4.89 against 4.71–4.75: hence LS_CU_GEMV_MAX_T = 2, taken
-    only on a device whose SMs take few bytes a clock (ls_cu_gemv_tokens, which
-    ls_cu_gemv_ok applies: an H100 yes, an H200 no).
+    cuBLAS 181.3, this kernel 164.4 at one token (the weights' floor 144.8); 163.6 against
+    182.1 at two (177.8 with one warp on a row pair over all of K, which left the
+    projections of 4,096 rows too few warps in flight). Past two tokens the CUDA cores'
+    issue rate, not memory, bounds it, the more so the faster the memory: in the engine
+    (bench_decode_cuda, the one-warp form) batch 4 took 6.51 against cuBLAS's 6.47–6.55 ms on
+    an H100 and 5.44–5.49 against 4.75–4.77 on an H200, batch 2 4.84–4.89 against 4.71–4.75
+    on the H200: hence LS_CU_GEMV_MAX_T = 2, taken only on a device whose SMs take few bytes
+    a clock (ls_cu_gemv_tokens, which ls_cu_gemv_ok applies: an H100 yes, an H200 no; the
+    split form of two tokens is not measured on an H200).
 */
 #include <assert.h>
 
@@ -69,19 +73,19 @@ __device__ __forceinline__ float s_bias(const void *bias, ls_cu_dtype_t bias_dt,
                                    : ls_to_f(((const __half *)bias)[o]);
 }
 
-// The R rows from o0 of a warp: their sums over all of K for the NT tokens, in every lane
-// (rows past out read the last one)
+// A warp's share of R rows from o0: its sums over chunks [c0, c1) of 8 elements of K for the
+// NT tokens, in every lane (rows past out read the last one)
 template <int NT, int R, typename TW, typename TX>
 __device__ __forceinline__ void s_gemv_sums(float (&v)[R][NT], const TX *const (&xr)[NT],
-                                            const TW *w, int in, int out, int o0, int lane) {
+                                            const TW *w, int in, int out, int o0, int c0, int c1,
+                                            int lane) {
     const uint4 *wr[R];
 #pragma unroll
     for (int r = 0; r < R; r++)
         wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + r, out - 1) * in);
     float acc[R][NT] = {};
-    int n8 = in / 8;
 #pragma unroll 4
-    for (int c = lane; c < n8; c += 32) {
+    for (int c = c0 + lane; c < c1; c += 32) {
         uint4 wv[R];
         float xv[NT][8];
 #pragma unroll
@@ -108,13 +112,13 @@ __device__ __forceinline__ void s_gemv_sums(float (&v)[R][NT], const TX *const (
             v[r][t] = ls_warp_sum(acc[r][t]);
 }
 
-// The R rows from o0 of a warp (k_gemv): their sums, written by lanes r·NT + t
+// The R rows from o0 of a warp over all of K (k_gemv): their sums, written by lanes r·NT + t
 template <int NT, int R, typename TW, typename TX>
 __device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT], const TW *w,
                                             const void *bias, ls_cu_dtype_t bias_dt, int T,
                                             int in, int out, int accumulate, int o0, int lane) {
     float sums[R][NT];
-    s_gemv_sums<NT, R>(sums, xr, w, in, out, o0, lane);
+    s_gemv_sums<NT, R>(sums, xr, w, in, out, o0, 0, in / 8, lane);
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -154,39 +158,100 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
         s_gemv_rows<NT, R>(y, xr, w, bias, bias_dt, T, in, out, accumulate, o0, lane);
 }
 
-// sms > 0: the grid capped at what sms SMs hold at once, so that the blocks of the kernels
-// beside it find room on the others as this one's drain
+// k_gemv with a block's GV_WARPS warps on the same R rows, a quarter of K each (the last
+// takes the rest): the four sums of each (row, token) meet in shared memory and warp 0's
+// lanes r·NT + t add them in warp order and write y as k_gemv does. The block takes rows
+// blockIdx.x · R, then gridDim.x · R further, ... Each warp asks L2 for its share of the
+// pf bytes of each row (its lines dealt among the warps) at the start of its quarter.
 template <int NT, int R, typename TW, typename TX>
+__global__ void __launch_bounds__(GV_WARPS * 32)
+    k_gemv_split(float *y, const TX *x, const TW *w, const void *bias, ls_cu_dtype_t bias_dt,
+                 int T, int in, int out, int accumulate, int pf) {
+    static_assert(NT * R <= 32, "the sums land one a lane");
+    __shared__ float part[GV_WARPS][R * NT];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int n8 = in / 8, per = n8 / GV_WARPS, c0 = warp * per;
+    int c1 = warp == GV_WARPS - 1 ? n8 : c0 + per;
+    {
+        int lines = pf >> 7, mine = lines / GV_WARPS + (warp < lines % GV_WARPS);
+        int room = (c1 - c0) * 8 * (int)sizeof(TW) / 128; // not past its quarter
+        ls_prefetch_rows(w + (size_t)c0 * 8, in, out, blockIdx.x * R, R,
+                         (mine < room ? mine : room) * 128, lane, 32);
+    }
+    ls_dep_enter();
+    const TX *xr[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        xr[t] = x + (size_t)min(t, T - 1) * in;
+    for (int o0 = blockIdx.x * R; o0 < out; o0 += gridDim.x * R) { // alike for the block's warps
+        float sums[R][NT];
+        s_gemv_sums<NT, R>(sums, xr, w, in, out, o0, c0, c1, lane);
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    part[warp][r * NT + t] = sums[r][t];
+        __syncthreads();
+        int r = lane / NT, t = lane % NT, o = o0 + r;
+        if (warp == 0 && lane < R * NT && o < out && t < T) {
+            float v = part[0][lane];
+#pragma unroll
+            for (int k = 1; k < GV_WARPS; k++)
+                v = __fadd_rn(v, part[k][lane]);
+            float *yp = y + (size_t)t * out + o;
+            if (accumulate)
+                v = __fadd_rn(*yp, v);
+            if (bias)
+                v = __fadd_rn(v, s_bias(bias, bias_dt, o));
+            *yp = v;
+        }
+        __syncthreads(); // part is the next rows'
+    }
+}
+
+// sms > 0: the grid capped at what sms SMs hold at once, so that the blocks of the kernels
+// beside it find room on the others as this one's drain. SPLIT: k_gemv_split (R rows a
+// block), else k_gemv (GV_WARPS · R rows a block).
+template <int NT, int R, bool SPLIT, typename TW, typename TX>
 static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
                           ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate, int sms,
                           long pf_all, cudaStream_t stream) {
-    static int per_sm; // k_gemv<...>'s resident blocks an SM (one device per process)
+    auto kern = SPLIT ? k_gemv_split<NT, R, TW, TX> : k_gemv<NT, R, TW, TX>;
+    static int per_sm; // kern's resident blocks an SM (one device per process)
     if (sms > 0 && !per_sm &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv<NT, R, TW, TX>,
-                                                      GV_WARPS * 32, 0) != cudaSuccess)
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GV_WARPS * 32, 0) !=
+            cudaSuccess)
         return cudaGetLastError();
     long pf = ls_prefetch_row_bytes(pf_all, in, sizeof(TW), out);
-    long groups = (out + GV_WARPS * R - 1) / (GV_WARPS * R);
-    if (sms > 0 && groups > (long)sms * per_sm)
-        groups = (long)sms * per_sm;
-    return ls_cu_launch_dep(k_gemv<NT, R, TW, TX>, dim3((unsigned)groups), dim3(GV_WARPS * 32), 0,
-                            stream, y, x, w, bias, bias_dt, T, in, out, accumulate, (int)pf);
+    long rows = SPLIT ? R : GV_WARPS * R, blocks = (out + rows - 1) / rows;
+    if (sms > 0 && blocks > (long)sms * per_sm)
+        blocks = (long)sms * per_sm;
+    return ls_cu_launch_dep(kern, dim3((unsigned)blocks), dim3(GV_WARPS * 32), 0, stream, y, x, w,
+                            bias, bias_dt, T, in, out, accumulate, (int)pf);
 }
 
-// R = 1 at one token (the most warps), 2 at two
+// One token: a warp a row over all of K (k_gemv, R = 1: the most warps; the LoRA kernels
+// beside it run in its long tail). Two: a block's four warps on two rows, a quarter of K
+// each (k_gemv_split: one warp on two rows over all of K left the projections of 4,096 rows
+// too few warps: batch 2's step 6.04-6.09 -> 5.56 ms on an H100).
 template <typename TW, typename TX>
 static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias,
                             ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate,
                             int sms, long pf, cudaStream_t stream) {
-    return T == 1 ? s_gemv<1, 1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf, stream)
-                  : s_gemv<2, 2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf, stream);
+    return T == 1 ? s_gemv<1, 1, false>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
+                                        stream)
+                  : s_gemv<2, 2, true>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
+                                       stream);
 }
 
 // Past this many bytes of rated memory bandwidth an SM must take a clock, the GEMV takes one
 // token, not two: at two it issues twice the FMAs a weight byte, which an SM keeps up with
 // only while few bytes arrive a clock. An H100 (~12.8) gains with it at two tokens (the
-// batch-2 step 6.20 against cuBLAS's 6.42-6.46 ms), an H200 (~18.8) loses (4.84-4.87 against
-// 4.71-4.75; dev_gemv's chain at two tokens 140.5 against 134.0 µs a layer).
+// batch-2 step 6.20 against cuBLAS's 6.42-6.46 ms with the one-warp form; 5.56 with the
+// split one, against the one-warp form's 6.04-6.09 in a later call), an H200 (~18.8) lost
+// with the one-warp form (4.84-4.87 against 4.71-4.75; dev_gemv's chain at two tokens 140.5
+// against 134.0 µs a layer); the split form is not measured there.
 #define S_GEMV_T2_MAX_BYTES_PER_CLOCK 15.0
 
 int ls_cu_gemv_tokens(void) {

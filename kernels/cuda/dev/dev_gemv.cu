@@ -8,9 +8,11 @@
     kernel) come on top of its bytes. Ours (gemv.cu's header has the kernel) is launched
     with programmatic dependent launch and asks L2 for its rows' first bytes before it waits.
 
-    Versions: `gemv` (production: 1 row a warp at one token, 2 at two, LS_CU_GEMV_PF bytes a
-    GEMM asked of L2 as after the small kernels the gaps stand for; cuBLAS past two tokens); `gemv_nopf` (the same rows a warp, no
-    prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp at every T up to 8, with the prefetch);
+    Versions: `gemv` (production: 1 row a warp over all of K at one token, at two 2 rows a
+    block, its four warps a quarter of K each; LS_CU_GEMV_PF bytes a GEMM asked of L2 as after
+    the small kernels the gaps stand for; cuBLAS past two tokens); `gemv_nopf` (the same
+    forms, no prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp over all of K, the form before
+    the split, at every T up to 8, with the prefetch);
     `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
     64 with 1 or 2 row tiles a block, and on an fp32 x as o's); `mix` (each GEMM on the form
     that wins it alone at 2-8 tokens on an H100; measured, not kept); `gemv_glu`, `gemv_glu2`
@@ -48,24 +50,27 @@ static const struct {
 } s_g[N_G] = {{"o", 4096, 4096, 9}, {"gate_up", 4096, 28672, 3.5}, {"down", 14336, 4096, 2},
               {"qkv", 4096, 6144, 3.5}};
 
-// the CUDA-core form with R rows a warp, or the tensor-core form with RW row tiles a block,
+// the CUDA-core form with R rows a warp (SPLIT: a block, its warps a quarter of K each), or the tensor-core form with RW row tiles a block,
 // for T's tokens, pf bytes a row asked of L2 before the wait; cudaErrorNotSupported where
 // the form has no pass for T (the CUDA cores up to 8 tokens)
-template <int R>
+template <int R, bool SPLIT>
 static cudaError_t s_cc(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out, int pf,
                         cudaStream_t st) {
     typedef __nv_bfloat16 B;
-    dim3 grid((unsigned)((out + GV_WARPS * R - 1) / (GV_WARPS * R))), block(GV_WARPS * 32);
+    int rows = SPLIT ? R : GV_WARPS * R; // a block's
+    dim3 grid((unsigned)((out + rows - 1) / rows)), block(GV_WARPS * 32);
     const void *nb = NULL;
+#define S_CC_K(NT) (SPLIT ? k_gemv_split<NT, R, B, B> : k_gemv<NT, R, B, B>)
     switch (T) {
-    case 1: return ls_cu_launch_dep(k_gemv<1, R, B, B>, grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
-    case 2: return ls_cu_launch_dep(k_gemv<2, R, B, B>, grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
+    case 1: return ls_cu_launch_dep(S_CC_K(1), grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
+    case 2: return ls_cu_launch_dep(S_CC_K(2), grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
     case 3:
-    case 4: return ls_cu_launch_dep(k_gemv<4, R, B, B>, grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
+    case 4: return ls_cu_launch_dep(S_CC_K(4), grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
     case 5: case 6: case 7:
-    case 8: return ls_cu_launch_dep(k_gemv<8, R, B, B>, grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
+    case 8: return ls_cu_launch_dep(S_CC_K(8), grid, block, 0, st, y, x, w, nb, LS_CU_F32, T, in, out, 0, pf);
     default: return cudaErrorNotSupported;
     }
+#undef S_CC_K
 }
 // ---- tried and lost: a tensor-core form for 1..64 tokens ----
 //
@@ -444,7 +449,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     for (int t = 0; t < NT; t++)
         xr[t] = x + (size_t)min(t, T - 1) * in;
     float v[1][NT];
-    s_gemv_sums<NT, 1>(v, xr, w, in, out, side * inter + o, lane);
+    s_gemv_sums<NT, 1>(v, xr, w, in, out, side * inter + o, 0, in / 8, lane);
     int first = 0;
     if (lane == 0) {
 #pragma unroll
@@ -533,9 +538,9 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
     }
     long pf = v == V_NOPF ? 0 : ls_prefetch_row_bytes(s_pf_total, in, 2, out);
     switch (v) {
-    case V_NOPF: return T == 1 ? s_cc<1>(y, x, w, T, in, out, 0, st) : s_cc<2>(y, x, w, T, in, out, 0, st);
-    case V_R2: return s_cc<2>(y, x, w, T, in, out, (int)pf, st);
-    case V_R1: return s_cc<1>(y, x, w, T, in, out, (int)pf, st);
+    case V_NOPF: return T == 1 ? s_cc<1, false>(y, x, w, T, in, out, 0, st) : s_cc<2, true>(y, x, w, T, in, out, 0, st);
+    case V_R2: return s_cc<2, false>(y, x, w, T, in, out, (int)pf, st);
+    case V_R1: return s_cc<1, false>(y, x, w, T, in, out, (int)pf, st);
     case V_TC1: return s_tc<1>(y, x, w, T, in, out, (int)pf, st);
     case V_TC2: return s_tc<2>(y, x, w, T, in, out, (int)pf, st);
     default: return s_tc<1>(y, (const float *)s_x32, w, T, in, out, (int)pf, st);
