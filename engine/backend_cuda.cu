@@ -1,6 +1,6 @@
 /*  engine/backend_cuda.cu — the CUDA backend: the ls_backend_t table over the kernels of
     kernels/cuda (ops_cuda.h) and cuBLAS. Storage, precision and the metadata path are
-    described in backend_cuda.h. The matmul of up to ls_cu_gemv_tokens() tokens (one or two,
+    described in backend_cuda.h. The matmul of up to ls_cu_gemv_tokens() tokens (two or four,
     by the device) on 16-bit weights is our GEMV (kernels/cuda/gemv.cu), which starts while
     the kernel before it ends; past that, and for fp32 weights, cuBLAS.
 
@@ -947,7 +947,7 @@ enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 //   1.5-2% faster than leaving half), except 8 of 132 beside o's and down's GEMMs once
 //   cuBLAS runs them (past the GEMV's tokens): there the LoRA's shrink, crawling beside a
 //   GEMM that holds every SM, ended with it and the expand after it stood in the layer's
-//   path (batch 8 ~2% faster a step with 8 adapters); and 8 beside every GEMV of two tokens,
+//   path (batch 8 ~2% faster a step with 8 adapters); and 8 beside every GEMV of 2-4 tokens,
 //   whose blocks (gemv.cu k_gemv_split) end together, leaving no tail for the LoRA kernels
 //   (batch 2 with 2 adapters 6.15-6.18 ms leaving none, 5.85-5.91 leaving 8, 5.96-5.98 16;
 //   at one token k_gemv's tail holds them, and a count caps its grid: batch 1 lost 2%

@@ -12,16 +12,16 @@
     are written by no kernel of a step; pf bytes a GEMM in all, ops_cuda.h), so HBM works
     through the gap.
 
-    One token: a warp owns a row and all of K (k_gemv). Two: a block's four warps own a row
-    pair, a quarter of K each (k_gemv_split). Lane l reads the 16-byte chunks l, l + 32, ...
-    of its rows (its quarter of them) past L1 (each weight byte is read once) and the same
-    chunks of the tokens' x (a few KB, read by every warp: L1 and L2 hits), widens both to
-    fp32 (x in fp32 is first rounded to the weights' dtype, as ls_cu_convert rounds it, so
-    the products are the ones cuBLAS would take after that pass), sums the exact products in
-    fp32, and a butterfly over the lanes gives each (row, token) the warp's sum — at two
-    tokens the four warps' sums then meet in shared memory, added in warp order — and lane
-    r·NT + t writes y = sum (+ y when accumulating) (+ bias), the matmul op's order. One
-    launch: no reduction kernel, no conversion pass.
+    One token: a warp owns a row and all of K (k_gemv). Two to four: a block's four warps own
+    R rows (2 at two tokens, 4 at three and four), a quarter of K each (k_gemv_split). Lane l
+    reads the 16-byte chunks l, l + 32, ... of its rows (its quarter of them) past L1 (each
+    weight byte is read once) and the same chunks of the tokens' x (a few KB, read by every
+    warp: L1 and L2 hits), widens both to fp32 (x in fp32 is first rounded to the weights'
+    dtype, as ls_cu_convert rounds it, so the products are the ones cuBLAS would take after
+    that pass), sums the exact products in fp32, and a butterfly over the lanes gives each
+    (row, token) the warp's sum — past one token the four warps' sums then meet in shared
+    memory, added in warp order — and lane r·NT + t writes y = sum (+ y when accumulating)
+    (+ bias), the matmul op's order. One launch: no reduction kernel, no conversion pass.
 
     A block loops over its row groups (block b takes groups b, b + grid, ...): the grid
     covers every group at once unless the caller asks it to leave SMs to the kernels beside
@@ -31,13 +31,13 @@
     projections after gap kernels as long as a batch-1 step's small kernels, µs a layer:
     cuBLAS 181.3, this kernel 164.4 at one token (the weights' floor 144.8); 163.6 against
     182.1 at two (177.8 with one warp on a row pair over all of K, which left the
-    projections of 4,096 rows too few warps in flight). Past two tokens the CUDA cores'
-    issue rate, not memory, bounds it, the more so the faster the memory: in the engine
-    (bench_decode_cuda, the one-warp form) batch 4 took 6.51 against cuBLAS's 6.47–6.55 ms on
-    an H100 and 5.44–5.49 against 4.75–4.77 on an H200, batch 2 4.84–4.89 against 4.71–4.75
-    on the H200: hence LS_CU_GEMV_MAX_T = 2, taken only on a device whose SMs take few bytes
-    a clock (ls_cu_gemv_tokens, which ls_cu_gemv_ok applies: an H100 yes, an H200 no; the
-    split form of two tokens is not measured on an H200).
+    projections of 4,096 rows too few warps in flight); 173.5 against 182.3 at four. Past
+    four tokens the CUDA cores' issue rate, not memory, bounds it (at eight the split form's
+    four GEMMs alone 207 against cuBLAS's 169 µs), the more so the faster the memory: on an
+    H200 the four alone at four tokens tie cuBLAS's (124 against 126–128 µs; its step 4.81
+    against 4.84 ms), at two they beat them (110 against 126–127; the step 4.32 against
+    4.83). Hence LS_CU_GEMV_MAX_T = 4, and 2 on a device whose SMs take many bytes a clock
+    (ls_cu_gemv_tokens, which ls_cu_gemv_ok applies: an H100 four, an H200 two).
 */
 #include <assert.h>
 
@@ -232,31 +232,37 @@ static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
 }
 
 // One token: a warp a row over all of K (k_gemv, R = 1: the most warps; the LoRA kernels
-// beside it run in its long tail). Two: a block's four warps on two rows, a quarter of K
-// each (k_gemv_split: one warp on two rows over all of K left the projections of 4,096 rows
-// too few warps: batch 2's step 6.04-6.09 -> 5.56 ms on an H100).
+// beside it run in its long tail). Two to four: a block's four warps on R rows, a quarter of
+// K each (k_gemv_split: one warp on two rows over all of K left the projections of 4,096
+// rows too few warps, batch 2's step 6.04-6.09 -> 5.56 ms on an H100), four rows at three
+// and four tokens (x's loads and widening shared by more rows: the four GEMMs alone 158.4
+// against 166.2 µs with two rows and cuBLAS's 169-172).
 template <typename TW, typename TX>
 static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias,
                             ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate,
                             int sms, long pf, cudaStream_t stream) {
-    return T == 1 ? s_gemv<1, 1, false>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
-                                        stream)
-                  : s_gemv<2, 2, true>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
-                                       stream);
+    static_assert(LS_CU_GEMV_MAX_T == 4, "a form for each token count");
+    if (T == 1)
+        return s_gemv<1, 1, false>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
+                                   stream);
+    if (T == 2)
+        return s_gemv<2, 2, true>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
+                                  stream);
+    return s_gemv<4, 4, true>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf, stream);
 }
 
-// Past this many bytes of rated memory bandwidth an SM must take a clock, the GEMV takes one
-// token, not two: at two it issues twice the FMAs a weight byte, which an SM keeps up with
-// only while few bytes arrive a clock. An H100 (~12.8) gains with it at two tokens (the
-// batch-2 step 6.20 against cuBLAS's 6.42-6.46 ms with the one-warp form; 5.56 with the
-// split one, against the one-warp form's 6.04-6.09 in a later call), an H200 (~18.8) lost
-// with the one-warp form (4.84-4.87 against 4.71-4.75; dev_gemv's chain at two tokens 140.5
-// against 134.0 µs a layer); the split form is not measured there.
-#define S_GEMV_T2_MAX_BYTES_PER_CLOCK 15.0
+// Past this many bytes of rated memory bandwidth an SM must take a clock, the GEMV takes up to
+// two tokens, not four: past two it issues the FMAs of four tokens a weight byte, which an SM
+// keeps up with only while few bytes arrive a clock. An H100 (~12.8) gains with it at four
+// tokens (the batch-4 step 5.97-5.99 against cuBLAS's 6.38-6.42 ms), an H200 (~18.8) ties
+// (4.81 against 4.84-4.85 at 128 cached tokens, 5.20-5.22 against 5.20-5.21 at 1K) and
+// gains at two (4.32 against 4.83; the one-warp form there had lost to cuBLAS, 4.84-4.87
+// against 4.71-4.75).
+#define S_GEMV_T4_MAX_BYTES_PER_CLOCK 15.0
 
 int ls_cu_gemv_tokens(void) {
-    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: the device does not say: two
-    return b > S_GEMV_T2_MAX_BYTES_PER_CLOCK ? 1 : LS_CU_GEMV_MAX_T;
+    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: the device does not say: four
+    return b > S_GEMV_T4_MAX_BYTES_PER_CLOCK ? 2 : LS_CU_GEMV_MAX_T;
 }
 
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,

@@ -2125,9 +2125,9 @@ int main(int argc, char **argv) {
     test_upload_padded(&r, LS_DTYPE_F32, 3, 100, 6, 12, 1300, 5);
     test_upload_padded(&r, LS_DTYPE_BF16, 64 * 4096, 2, 32, 64 * 4096, 3 * 2 * 64 * 4096, 16);
 
-    // cuBLAS's shapes, then the GEMV of up to ls_cu_gemv_tokens() tokens (LS_CU_GEMV_MAX_T
-    // where the device gives it two; dev_gemv checks both counts on any card): each of its
-    // token counts, rows past its last warp's, long rows, f16, bias and accumulate; in % 8
+    // cuBLAS's shapes, then the GEMV of up to ls_cu_gemv_tokens() tokens (two or
+    // LS_CU_GEMV_MAX_T by the device; dev_gemv checks every count on any card): each of its
+    // token counts, rows past its last block's, long rows, f16, bias and accumulate; in % 8
     // != 0 goes to cuBLAS
     static const struct {
         int T, in, out;
@@ -2146,6 +2146,7 @@ int main(int argc, char **argv) {
         {2, 1024, 37, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1},
         {4, 4096, 2048, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0},
         {4, 768, 96, LS_DTYPE_F16, 1, LS_DTYPE_F16, 1},
+        {3, 512, 37, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 1},
         {2, 768, 96, LS_DTYPE_F16, 1, LS_DTYPE_F16, 1},
         {2, 14336, 512, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
         {1, 14336, 4096, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},

@@ -9,8 +9,9 @@
     with programmatic dependent launch and asks L2 for its rows' first bytes before it waits.
 
     Versions: `gemv` (production: 1 row a warp over all of K at one token, at two 2 rows a
-    block, its four warps a quarter of K each; LS_CU_GEMV_PF bytes a GEMM asked of L2 as after
-    the small kernels the gaps stand for; cuBLAS past two tokens); `gemv_nopf` (the same
+    block and at three and four 4 rows, its four warps a quarter of K each; LS_CU_GEMV_PF
+    bytes a GEMM asked of L2 as after the small kernels the gaps stand for; cuBLAS past four
+    tokens); `gemv_nopf` (the same
     forms, no prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp over all of K, the form before
     the split, at every T up to 8, with the prefetch);
     `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
