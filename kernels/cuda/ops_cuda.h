@@ -97,8 +97,8 @@ int ls_cu_fp8_gemm_tc_ok(void);
 // in)ᵀ (+ bias (out), or NULL), as the matmul op and ls_matmul_forward order them; x bf16 or
 // f16 as w, or fp32 rounded to w's dtype first (as ls_cu_convert rounds). Only where
 // ls_cu_gemv_ok: T 1..ls_cu_gemv_tokens() (past it cuBLAS: the CUDA cores' issue rate bounds
-// this kernel, from 6 tokens on an H100, sooner on an H200; gemv.cu), w BF16 or F16, x F32 or
-// w's dtype, in % 8 == 0, x and w 16-byte aligned.
+// this kernel — slower than cuBLAS at 6 and 8 tokens on an H100, a tie at 4 on an H200;
+// gemv.cu), w BF16 or F16, x F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned.
 // ls_cu_gemv_tokens: 2 or LS_CU_GEMV_MAX_T on this device, by the memory bytes an SM must
 // take a clock (gemv.cu says why).
 // sms > 0: its blocks at once no more than sms SMs hold (room for the side stream's LoRA
