@@ -964,8 +964,8 @@ static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
     if (leave < 0) {
         auto of132 = [n](int k) { return (n * k + 66) / 132; }; // k of 132 SMs, on this device
         bool gate_up = (size_t)in * out > ((size_t)64 << 20), down = in > out;
-        if (T <= S_SIDE_NONE_T)
-            leave = T <= ls_cu_gemv_tokens() ? (T > 1 ? of132(8) : 0) : in >= out ? of132(8) : 0;
+        if (T <= S_SIDE_NONE_T) // the GEMV past one token is k_gemv_split; cuBLAS's o, down
+            leave = (T <= ls_cu_gemv_tokens() ? T > 1 : in >= out) ? of132(8) : 0;
         else if (T > S_SIDE_HALF_T)
             leave = gate_up || down ? of132(16) : of132(33);
         else

@@ -112,6 +112,18 @@ __device__ __forceinline__ void s_gemv_sums(float (&v)[R][NT], const TX *const (
             v[r][t] = ls_warp_sum(acc[r][t]);
 }
 
+// y[t][o] = v (+ y[t][o] when accumulating) (+ bias[o]), the matmul op's order
+__device__ __forceinline__ void s_gemv_put(float *y, float v, int t, int o, int out,
+                                           int accumulate, const void *bias,
+                                           ls_cu_dtype_t bias_dt) {
+    float *yp = y + (size_t)t * out + o;
+    if (accumulate)
+        v = __fadd_rn(*yp, v);
+    if (bias)
+        v = __fadd_rn(v, s_bias(bias, bias_dt, o));
+    *yp = v;
+}
+
 // The R rows from o0 of a warp over all of K (k_gemv): their sums, written by lanes r·NT + t
 template <int NT, int R, typename TW, typename TX>
 __device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT], const TW *w,
@@ -122,18 +134,9 @@ __device__ __forceinline__ void s_gemv_rows(float *y, const TX *const (&xr)[NT],
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float v = sums[r][t];
-            int o = o0 + r;
-            if (lane == r * NT + t && o < out && t < T) {
-                float *yp = y + (size_t)t * out + o;
-                if (accumulate)
-                    v = __fadd_rn(*yp, v);
-                if (bias)
-                    v = __fadd_rn(v, s_bias(bias, bias_dt, o));
-                *yp = v;
-            }
-        }
+        for (int t = 0; t < NT; t++)
+            if (lane == r * NT + t && o0 + r < out && t < T)
+                s_gemv_put(y, sums[r][t], t, o0 + r, out, accumulate, bias, bias_dt);
 }
 
 // y (T, out) (+)= x (T, in) · w (out, in)ᵀ (+ bias); in % 8 == 0, w's and x's rows 16-byte
@@ -199,12 +202,7 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 #pragma unroll
             for (int k = 1; k < GV_WARPS; k++)
                 v = __fadd_rn(v, part[k][lane]);
-            float *yp = y + (size_t)t * out + o;
-            if (accumulate)
-                v = __fadd_rn(*yp, v);
-            if (bias)
-                v = __fadd_rn(v, s_bias(bias, bias_dt, o));
-            *yp = v;
+            s_gemv_put(y, v, t, o, out, accumulate, bias, bias_dt);
         }
         __syncthreads(); // part is the next rows'
     }
@@ -217,7 +215,12 @@ template <int NT, int R, bool SPLIT, typename TW, typename TX>
 static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
                           ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate, int sms,
                           long pf_all, cudaStream_t stream) {
-    auto kern = SPLIT ? k_gemv_split<NT, R, TW, TX> : k_gemv<NT, R, TW, TX>;
+    auto kern = [] { // only the one that runs is instantiated
+        if constexpr (SPLIT)
+            return k_gemv_split<NT, R, TW, TX>;
+        else
+            return k_gemv<NT, R, TW, TX>;
+    }();
     static int per_sm; // kern's resident blocks an SM (one device per process)
     if (sms > 0 && !per_sm &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GV_WARPS * 32, 0) !=
