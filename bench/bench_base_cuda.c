@@ -93,8 +93,9 @@
 // prefill's activations take ~2.5 GB, grown by doubling) and the allocator's slack
 #define MARGIN_BYTES ((size_t)6 << 30)
 
-// 2 and 4: where the backend's matmul turns from its GEMV to cuBLAS (after 1 or 2 tokens by
-// the device: ops_cuda.h ls_cu_gemv_tokens)
+// 2, 4 and 8: the backend's GEMV forms (ops_cuda.h ls_cu_gemv_tokens: on an H100 the GEMV
+// takes up to 16 tokens, two of them on the CUDA cores and more on the tensor cores; on an
+// H200 up to 2, cuBLAS past)
 static const int s_batches[] = {1, 2, 4, 8, 32, 64, 128, 256}, s_quick_batches[] = {1, 64, 256};
 enum { N_BATCHES = sizeof s_batches / sizeof s_batches[0] };
 static const int s_ctxs[] = {128, 1024, 4096, 16384}, s_quick_ctxs[] = {128, 4096};

@@ -1,8 +1,8 @@
 /*  engine/backend_cuda.cu — the CUDA backend: the ls_backend_t table over the kernels of
     kernels/cuda (ops_cuda.h) and cuBLAS. Storage, precision and the metadata path are
-    described in backend_cuda.h. The matmul of up to ls_cu_gemv_tokens() tokens (two or four,
-    by the device) on 16-bit weights is our GEMV (kernels/cuda/gemv.cu), which starts while
-    the kernel before it ends; past that, and for fp32 weights, cuBLAS.
+    described in backend_cuda.h. The matmul of up to ls_cu_gemv_tokens() tokens (two or
+    sixteen, by the device) on 16-bit weights is our GEMV (kernels/cuda/gemv.cu), which starts
+    while the kernel before it ends; past that, and for fp32 weights, cuBLAS.
 
     Errors: launch and copy errors are kept (the first one, "sticky") and reported as -1 by
     synchronize, buffer_download and sample, as backend.h promises; ops themselves return
@@ -931,9 +931,9 @@ static void s_embedding(ls_backend_t *self, ls_view_t out, ls_view_t table, int 
                               vocab0, vocab, c->stream));
 }
 
-// Step tokens up to which a GEMM leaves no SMs to the LoRA beside it (but o's and down's
-// 8 of 132), up to which gate_up's leaves 16, and up to which the others leave half
-// (s_gemm_sms)
+// Step tokens up to which a cuBLAS GEMM leaves no SMs to the LoRA beside it (but o's and
+// down's 8 of 132), up to which gate_up's leaves 16, and up to which the others leave half
+// (s_gemm_sms; our GEMV's rule comes first)
 enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 
 // The SM count a GEMM of T tokens and w (out, in) targets (0: all). With side work open the
@@ -943,15 +943,18 @@ enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 // kernels/cuda/dev/README.md "The SM split"). The shapes, unsharded: gate_up has over 64M
 // weights (its LoRA delta grows with T); down contracts from the MLP's width (in > out); o
 // and down contract into the residual stream (in >= out); q,k,v's and o's are the others.
-// - up to S_SIDE_NONE_T tokens none (the LoRA kernels run in the GEMM's tail: batch 1 and 8
-//   1.5-2% faster than leaving half), except 8 of 132 beside o's and down's GEMMs once
-//   cuBLAS runs them (past the GEMV's tokens): there the LoRA's shrink, crawling beside a
-//   GEMM that holds every SM, ended with it and the expand after it stood in the layer's
-//   path (batch 8 ~2% faster a step with 8 adapters); and 8 beside every GEMV of 2-4 tokens,
-//   whose blocks (gemv.cu k_gemv_split) end together, leaving no tail for the LoRA kernels
-//   (batch 2 with 2 adapters 6.15-6.18 ms leaving none, 5.85-5.91 leaving 8, 5.96-5.98 16;
-//   at one token k_gemv's tail holds them, and a count caps its grid: batch 1 lost 2%
-//   leaving 16);
+// - beside our GEMV (up to ls_cu_gemv_tokens()) none: the LoRA kernels run in its tail (at
+//   one token k_gemv's, and a count caps its grid: batch 1 lost 2% leaving 16; at 3-8 tokens
+//   the tensor-core form's: batch 4 and 8 with 4 and 8 adapters 5.95-5.97 and 6.19-6.20 ms
+//   leaving none against 6.01-6.02 and 6.24-6.28 leaving 8 at 128 cached tokens, a tie at
+//   4K; 9-16 tokens not measured), except 8 of 132 beside the GEMV of two tokens, whose
+//   blocks (gemv.cu k_gemv_split) end together, leaving no tail for them (batch 2 with 2
+//   adapters 6.15-6.18 ms leaving none, 5.85-5.91 leaving 8, 5.96-5.98 16);
+// - past the GEMV, up to S_SIDE_NONE_T tokens none (the LoRA kernels run in the GEMM's
+//   tail: batch 1 and 8 1.5-2% faster than leaving half), except 8 of 132 beside o's and
+//   down's GEMMs: there the LoRA's shrink, crawling beside a GEMM that holds every SM, ended
+//   with it and the expand after it stood in the layer's path (batch 8 ~2% faster a step
+//   with 8 adapters, when cuBLAS ran it);
 // - up to S_SIDE_HALF_T half the device, and beside gate_up 16 of 132 up to S_SIDE_GU16_T
 //   (batch 32 ~1% faster than with 48, four rounds: 7.000-7.106 ms against 7.118-7.194), 48
 //   past it (on an H200 6.67-6.75 ms a step at batch 64 against 6.83-6.86 with half; an H100
@@ -964,8 +967,10 @@ static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
     if (leave < 0) {
         auto of132 = [n](int k) { return (n * k + 66) / 132; }; // k of 132 SMs, on this device
         bool gate_up = (size_t)in * out > ((size_t)64 << 20), down = in > out;
-        if (T <= S_SIDE_NONE_T) // the GEMV past one token is k_gemv_split; cuBLAS's o, down
-            leave = (T <= ls_cu_gemv_tokens() ? T > 1 : in >= out) ? of132(8) : 0;
+        if (T <= ls_cu_gemv_tokens()) // the GEMV: k_gemv_split's blocks end together
+            leave = T == 2 ? of132(8) : 0;
+        else if (T <= S_SIDE_NONE_T) // cuBLAS's o, down
+            leave = in >= out ? of132(8) : 0;
         else if (T > S_SIDE_HALF_T)
             leave = gate_up || down ? of132(16) : of132(33);
         else

@@ -1,43 +1,47 @@
 /*  kernels/cuda/gemv.cu — the decode GEMM of a few tokens on 16-bit weights (the CUDA
-    backend's matmul up to LS_CU_GEMV_MAX_T tokens; cuBLAS past that). CPU reference:
+    backend's matmul up to ls_cu_gemv_tokens() tokens; cuBLAS past that). CPU reference:
     kernels/cpu/matmul.c ls_matmul_forward on the same bf16/f16 values.
 
     At a few tokens a GEMM is a stream of its weights, and what costs beyond their bytes is
     the stream's ramp and tail — and, between GEMMs, the small kernels during which memory
     idles. cuBLAS's kernels neither wait nor trigger programmatically, so each of them
     starts only when the kernel before it has ended (and o's and down's add a split-K
-    reduction kernel). This one is launched with programmatic dependent launch: its blocks
-    become resident while the kernel before it (an RMSNorm, attention, SiLU·mul) still runs,
-    and before they wait for it they ask L2 for the first bytes of their rows (the weights
-    are written by no kernel of a step; pf bytes a GEMM in all, ops_cuda.h), so HBM works
-    through the gap.
+    reduction kernel). These are launched with programmatic dependent launch: their blocks
+    become resident while the kernel before them (an RMSNorm, attention, SiLU·mul) still
+    runs, and before they wait for it they ask for their first weights (the weights are
+    written by no kernel of a step), so HBM works through the gap.
 
-    One token: a warp owns a row and all of K (k_gemv). Two to four: a block's four warps own
-    R rows (2 at two tokens, 4 at three and four), a quarter of K each (k_gemv_split). Lane l
-    reads the 16-byte chunks l, l + 32, ... of its rows (its quarter of them) past L1 (each
-    weight byte is read once) and the same chunks of the tokens' x (a few KB, read by every
-    warp: L1 and L2 hits), widens both to fp32 (x in fp32 is first rounded to the weights'
-    dtype, as ls_cu_convert rounds it, so the products are the ones cuBLAS would take after
-    that pass), sums the exact products in fp32, and a butterfly over the lanes gives each
-    (row, token) the warp's sum — past one token the four warps' sums then meet in shared
-    memory, added in warp order — and lane r·NT + t writes y = sum (+ y when accumulating)
-    (+ bias), the matmul op's order. One launch: no reduction kernel, no conversion pass.
+    Three forms, by the tokens (s_gemv_t):
+    - one token: a warp owns a row and all of K (k_gemv);
+    - two tokens: the CUDA cores' split form (k_gemv_split: a block's four warps on a row
+      pair, a quarter of K each); on a device whose SMs must each take many bytes a clock (an
+      H200) the GEMV stops there, as measured there, and cuBLAS takes three and up;
+    - 3 to 16 tokens: the tensor cores (k_gemv_mma, below): 16 rows a block, its four warps a
+      quarter of K each, the weights read 512 bytes of a row an instruction and turned into
+      mma fragments through shared memory.
+    The CUDA-core forms: lane l reads the 16-byte chunks l, l + 32, ... of its rows past L1
+    (each weight byte is read once) and the same chunks of the tokens' x (a few KB, read by
+    every warp: L1 and L2 hits), widens both to fp32 (x in fp32 is first rounded to the
+    weights' dtype, as ls_cu_convert rounds it, so the products are the ones cuBLAS would
+    take after that pass), sums the exact products in fp32, and a butterfly over the lanes
+    gives each (row, token) the warp's sum — in the split form the four warps' sums then meet
+    in shared memory, added in warp order — and lane r·NT + t writes y = sum (+ y when
+    accumulating) (+ bias), the matmul op's order. One launch: no reduction kernel, no
+    conversion pass. Past two tokens the CUDA cores' issue rate, not memory, bounds them (at
+    eight the split form's four GEMMs alone 207 against cuBLAS's 169 µs, H100), hence the
+    tensor cores there.
 
     A block loops over its row groups (block b takes groups b, b + grid, ...): the grid
     covers every group at once unless the caller asks it to leave SMs to the kernels beside
     it (sms, as cuBLAS's SM count target).
 
-    Measured (kernels/cuda/dev/dev_gemv.cu, H100): a chain of 32 layers of Llama-3-8B's four
-    projections after gap kernels as long as a batch-1 step's small kernels, µs a layer:
-    cuBLAS 181.3, this kernel 164.4 at one token (the weights' floor 144.8); 163.6 against
-    182.1 at two (177.8 with one warp on a row pair over all of K, which left the
-    projections of 4,096 rows too few warps in flight); 173.5 against 182.3 at four. Past
-    four tokens the CUDA cores' issue rate, not memory, bounds it (at eight the split form's
-    four GEMMs alone 207 against cuBLAS's 169 µs), the more so the faster the memory: on an
-    H200 the four alone at four tokens tie cuBLAS's (124 against 126–128 µs; its step 4.81
-    against 4.84 ms), at two they beat them (110 against 126–127; the step 4.32 against
-    4.83). Hence LS_CU_GEMV_MAX_T = 4, and 2 on a device whose SMs take many bytes a clock
-    (ls_cu_gemv_tokens, which ls_cu_gemv_ok applies: an H100 four, an H200 two).
+    Measured (kernels/cuda/dev/dev_gemv.cu and README.md there, H100): a chain of 32 layers of
+    Llama-3-8B's four projections after gap kernels as long as a batch-1 step's small
+    kernels, µs a layer (the weights' floor 144.8): cuBLAS 181-186 at 1-16 tokens; k_gemv
+    164.4 at one token; k_gemv_mma 163.8 at four (the split CUDA-core form 173.5), 165.7 at
+    eight (cuBLAS 183.1), 177.5 at sixteen (cuBLAS 185.1). Past 16 tokens every block reads all
+    of x (T · K · 2 bytes for 16 rows), more than the weights' bytes from 32 tokens on, and
+    cuBLAS keeps them.
 */
 #include <assert.h>
 
@@ -208,64 +212,213 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
     }
 }
 
-// sms > 0: the grid capped at what sms SMs hold at once, so that the blocks of the kernels
-// beside it find room on the others as this one's drain. SPLIT: k_gemv_split (R rows a
-// block), else k_gemv (GV_WARPS · R rows a block).
+// ---- the tensor-core form (3 to 16 tokens) ----
+//
+// Past a few tokens the CUDA cores' FMAs bound the GEMV, so from three tokens on a block's
+// tokens meet the weights on the tensor cores: mma.sync m16n8k16 with 16 weight rows as a and
+// 8 tokens as b (NN such tiles for up to 8 · NN tokens). A sum over K may walk K in any order,
+// so lane (g, q) takes 8 consecutive k of rows g and g + 8 and of token g's x, and two mmas
+// take their pairs as the fragment's k pairs 2q and 2q + 8; rows and tokens see the same
+// permutation. The weights are not loaded in that layout, though: 4 lanes a row would read 64
+// bytes of each of 8 rows an instruction, and HBM streams such reads at ~85% of the rate it
+// streams a row's 512 bytes an instruction (the four GEMMs alone 175 against 152 µs at one
+// token, H100). So lane l reads 16-byte chunk l of a row, 16 rows a segment of 256 k (the
+// GEMV's pattern), the warp writes them to its 8 KB of shared memory (chunk c of row r at
+// c ^ s_gm_swz(r): both the row-wise stores and the fragment reads take 4 wavefronts, the
+// fewest) and reads its fragments back. A block's GV_WARPS warps each own a quarter of K's
+// segments (the last the rest and a partial one, zeros past in); their sums meet in shared
+// memory, added in warp order. Each segment's x fragments are loaded before its weights are
+// stored, so their L1/L2 latency overlaps the stores; the next segment's weights are asked
+// for after the mmas. The block's first segment is loaded before the programmatic wait (the
+// weights are written by no kernel of a step), which hides more of the small kernels before
+// it than a prefetch to L2 does: the chain with gaps at four tokens 163.8 µs a layer, 170.8
+// with the segment loaded after the wait and its lines asked of L2 before
+// (kernels/cuda/dev/README.md; the split CUDA-core form 173.5). Launch bounds of one block an
+// SM leave ptxas the registers to keep a segment's 16 loads and x's fragments in flight (146;
+// three blocks an SM).
+enum { GM_ROWS = 16, GM_SEG = 256 }; // a block's rows (an m16 tile); k a segment (16-bit: 512 B)
+
+__device__ __forceinline__ int s_gm_swz(int r) { return ((r & 1) << 2) | ((r >> 1) & 3); }
+
+// 16 bytes of x's row at p (8 elements) as TW pairs for a b fragment (fp32 rounded to TW as
+// ls_cu_convert rounds), or zeros
+template <typename TW> __device__ __forceinline__ uint4 s_gm_x(const TW *p, bool ok) {
+    return ok ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
+}
+template <typename TW> __device__ __forceinline__ uint4 s_gm_x(const float *p, bool ok) {
+    if (!ok)
+        return make_uint4(0, 0, 0, 0);
+    float4 a = __ldg(reinterpret_cast<const float4 *>(p)),
+           b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+    return make_uint4(ls_pack2<TW>(a.x, a.y), ls_pack2<TW>(a.z, a.w), ls_pack2<TW>(b.x, b.y),
+                      ls_pack2<TW>(b.z, b.w));
+}
+
+// The KS warps' c fragments of 16 rows from o0 and 8 · NN tokens meet in part and are added
+// in warp order; put(v, o, t) for each (row, token), by the block's threads (past out and T
+// too: put skips them)
+template <int NN, int KS, typename P>
+__device__ __forceinline__ void s_gm_reduce(float (&part)[KS][NN * 4][32],
+                                            const float (&c)[NN][4], int o0, int warp,
+                                            int lane, P put) {
+#pragma unroll
+    for (int j = 0; j < NN; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            part[warp][j * 4 + e][lane] = c[j][e];
+    __syncthreads();
+    // c[j][e] of lane l: row (l / 4) + 8 (e / 2), token 8j + 2 (l % 4) + e % 2
+    for (int i = threadIdx.x; i < NN * 128; i += KS * 32) {
+        int l = i & 31, e = (i >> 5) & 3, j = i >> 7;
+        float v = part[0][i >> 5][l];
+#pragma unroll
+        for (int k = 1; k < KS; k++)
+            v = __fadd_rn(v, part[k][i >> 5][l]);
+        put(v, o0 + (l >> 2) + (e >> 1) * 8, 8 * j + 2 * (l & 3) + (e & 1));
+    }
+}
+
+// y (T, out) (+)= x (T, in) · w (out, in)ᵀ (+ bias) for T <= 8 · NN; in % 8 == 0, rows
+// 16-byte aligned. The block takes rows blockIdx.x · 16, then gridDim.x · 16 further, ...
+// (the next group's first segment asked for after the last mmas of this one). Its first
+// segment is loaded before the wait: up to 32 KB a block, ~13 MB for the blocks an H100 holds
+// at once, whatever the kernel before it.
+template <int NN, typename TW, typename TX>
+__global__ void __launch_bounds__(GV_WARPS * 32, 1)
+    k_gemv_mma(float *y, const TX *x, const TW *w, const void *bias, ls_cu_dtype_t bias_dt,
+               int T, int in, int out, int accumulate) {
+    __shared__ uint4 stage[GV_WARPS][GM_ROWS][32];
+    __shared__ float part[GV_WARPS][NN * 4][32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    int n8 = in / 8, nseg = (n8 + 31) / 32, per = nseg / GV_WARPS, s0 = warp * per;
+    int s1 = warp == GV_WARPS - 1 ? nseg : s0 + per;
+    const uint4 *wl = reinterpret_cast<const uint4 *>(w) + lane;
+    uint4(*st)[32] = stage[warp];
+    uint4 wv[GM_ROWS];
+    auto load = [&](int o0, int s) { // segment s of rows o0.. (past out: the last)
+        bool ok = s * 32 + lane < n8;
+#pragma unroll
+        for (int r = 0; r < GM_ROWS; r++)
+            wv[r] = ok ? ls_ld_stream(wl + (size_t)min(o0 + r, out - 1) * n8 + s * 32)
+                       : make_uint4(0, 0, 0, 0);
+    };
+    int o0 = blockIdx.x * GM_ROWS;
+    if (s0 < s1)
+        load(o0, s0);
+    ls_dep_enter();
+    const TX *xr[NN];
+#pragma unroll
+    for (int j = 0; j < NN; j++)
+        xr[j] = x + (size_t)min(8 * j + g, T - 1) * in + 8 * q;
+    for (; o0 < out; o0 += gridDim.x * GM_ROWS) {
+        float c[NN][4] = {};
+        for (int s = s0; s < s1; s++) {
+            uint4 xv[8][NN];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+#pragma unroll
+                for (int j = 0; j < NN; j++)
+                    xv[k][j] = s_gm_x<TW>(xr[j] + (size_t)s * GM_SEG + 32 * k,
+                                          s * 32 + 4 * k + q < n8);
+#pragma unroll
+            for (int r = 0; r < GM_ROWS; r++)
+                st[r][lane ^ s_gm_swz(r)] = wv[r];
+            __syncwarp();
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                int ch = (4 * k + q) ^ s_gm_swz(g); // rows g and g + 8 share a swizzle
+                uint4 wa = st[g][ch], wb = st[g + 8][ch];
+                uint32_t a0[4] = {wa.x, wb.x, wa.y, wb.y}, a1[4] = {wa.z, wb.z, wa.w, wb.w};
+#pragma unroll
+                for (int j = 0; j < NN; j++) {
+                    ls_mma16816<TW>(c[j], a0, xv[k][j].x, xv[k][j].y);
+                    ls_mma16816<TW>(c[j], a1, xv[k][j].z, xv[k][j].w);
+                }
+            }
+            __syncwarp(); // st is the next segment's
+            if (s + 1 < s1)
+                load(o0, s + 1);
+            else if (o0 + (int)gridDim.x * GM_ROWS < out)
+                load(o0 + gridDim.x * GM_ROWS, s0);
+        }
+        s_gm_reduce<NN, GV_WARPS>(part, c, o0, warp, lane, [&](float v, int o, int t) {
+            if (o < out && t < T)
+                s_gemv_put(y, v, t, o, out, accumulate, bias, bias_dt);
+        });
+        __syncthreads(); // part is the next rows'
+    }
+}
+
+// The launch of kernel K on blocks of rows rows: sms > 0: the grid capped at what sms SMs
+// hold at once, so that the blocks of the kernels beside it find room on the others as this
+// one's drain
+template <auto K, typename... A>
+static cudaError_t s_gemv_launch(long rows, int out, int sms, cudaStream_t stream, A... args) {
+    static int per_sm; // K's resident blocks an SM (one device per process)
+    if (sms > 0 && !per_sm &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, GV_WARPS * 32, 0) !=
+            cudaSuccess)
+        return cudaGetLastError();
+    long blocks = (out + rows - 1) / rows;
+    if (sms > 0 && blocks > (long)sms * per_sm)
+        blocks = (long)sms * per_sm;
+    return ls_cu_launch_dep(K, dim3((unsigned)blocks), dim3(GV_WARPS * 32), 0, stream, args...);
+}
+
+// SPLIT: k_gemv_split (R rows a block), else k_gemv (GV_WARPS · R rows a block)
 template <int NT, int R, bool SPLIT, typename TW, typename TX>
 static cudaError_t s_gemv(float *y, const TX *x, const TW *w, const void *bias,
                           ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate, int sms,
                           long pf_all, cudaStream_t stream) {
-    auto kern = [] { // only the one that runs is instantiated
+    constexpr auto kern = [] { // only the one that runs is instantiated
         if constexpr (SPLIT)
             return k_gemv_split<NT, R, TW, TX>;
         else
             return k_gemv<NT, R, TW, TX>;
     }();
-    static int per_sm; // kern's resident blocks an SM (one device per process)
-    if (sms > 0 && !per_sm &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GV_WARPS * 32, 0) !=
-            cudaSuccess)
-        return cudaGetLastError();
     long pf = ls_prefetch_row_bytes(pf_all, in, sizeof(TW), out);
-    long rows = SPLIT ? R : GV_WARPS * R, blocks = (out + rows - 1) / rows;
-    if (sms > 0 && blocks > (long)sms * per_sm)
-        blocks = (long)sms * per_sm;
-    return ls_cu_launch_dep(kern, dim3((unsigned)blocks), dim3(GV_WARPS * 32), 0, stream, y, x, w,
-                            bias, bias_dt, T, in, out, accumulate, (int)pf);
+    return s_gemv_launch<kern>(SPLIT ? R : GV_WARPS * R, out, sms, stream, y, x, w, bias,
+                               bias_dt, T, in, out, accumulate, (int)pf);
+}
+
+template <int NN, typename TW, typename TX>
+static cudaError_t s_gemv_mma(float *y, const TX *x, const TW *w, const void *bias,
+                              ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate,
+                              int sms, cudaStream_t stream) {
+    return s_gemv_launch<k_gemv_mma<NN, TW, TX>>(GM_ROWS, out, sms, stream, y, x, w, bias,
+                                                 bias_dt, T, in, out, accumulate);
 }
 
 // One token: a warp a row over all of K (k_gemv, R = 1: the most warps; the LoRA kernels
-// beside it run in its long tail). Two to four: a block's four warps on R rows, a quarter of
-// K each (k_gemv_split: one warp on two rows over all of K left the projections of 4,096
-// rows too few warps, batch 2's step 6.04-6.09 -> 5.56 ms on an H100), four rows at three
-// and four tokens (x's loads and widening shared by more rows: the four GEMMs alone 158.4
-// against 166.2 µs with two rows and cuBLAS's 169-172).
+// beside it run in its long tail). Two: a block's four warps on a row pair, a quarter of K
+// each (k_gemv_split; the tensor-core form made batch 2's step 3% slower, H100). Three to
+// sixteen (where the device takes them: ls_cu_gemv_tokens): the tensor-core form
+// (k_gemv_mma; batch 8's step 10% faster than cuBLAS's, batch 4's 4% than k_gemv_split's).
 template <typename TW, typename TX>
 static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias,
                             ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate,
                             int sms, long pf, cudaStream_t stream) {
-    static_assert(LS_CU_GEMV_MAX_T == 4, "a form for each token count");
+    static_assert(LS_CU_GEMV_MAX_T == 16, "a form for each token count");
     if (T == 1)
         return s_gemv<1, 1, false>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
                                    stream);
     if (T == 2)
         return s_gemv<2, 2, true>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
                                   stream);
-    return s_gemv<4, 4, true>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf, stream);
+    if (T <= 8)
+        return s_gemv_mma<1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
+    return s_gemv_mma<2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
 }
 
 // Past this many bytes of rated memory bandwidth an SM must take a clock, the GEMV takes up to
-// two tokens, not four: past two it issues the FMAs of four tokens a weight byte, which an SM
-// keeps up with only while few bytes arrive a clock. An H100 (~12.8) gains with it at four
-// tokens (the batch-4 step 5.97-5.99 against cuBLAS's 6.38-6.42 ms), an H200 (~18.8) ties
-// (4.81 against 4.84-4.85 at 128 cached tokens, 5.20-5.22 against 5.20-5.21 at 1K) and
-// gains at two (4.32 against 4.83; the one-warp form there had lost to cuBLAS, 4.84-4.87
-// against 4.71-4.75).
-#define S_GEMV_T4_MAX_BYTES_PER_CLOCK 15.0
+// two tokens, not sixteen: the tensor-core form is measured on an H100 (~12.8) only; an H200
+// (~18.8) keeps what was measured there (two tokens: the batch-2 step 4.32 against cuBLAS's
+// 4.83 ms; four on the CUDA cores tied cuBLAS, 4.81 against 4.84), cuBLAS past two.
+#define S_GEMV_MMA_MAX_BYTES_PER_CLOCK 15.0
 
 int ls_cu_gemv_tokens(void) {
-    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: the device does not say: four
-    return b > S_GEMV_T4_MAX_BYTES_PER_CLOCK ? 2 : LS_CU_GEMV_MAX_T;
+    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: the device does not say
+    return b > S_GEMV_MMA_MAX_BYTES_PER_CLOCK ? 2 : LS_CU_GEMV_MAX_T;
 }
 
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,

@@ -96,18 +96,21 @@ int ls_cu_fp8_gemm_tc_ok(void);
 // programmatic dependent launch: y (T, out) = (accumulate ? y : 0) + x (T, in) · w (out,
 // in)ᵀ (+ bias (out), or NULL), as the matmul op and ls_matmul_forward order them; x bf16 or
 // f16 as w, or fp32 rounded to w's dtype first (as ls_cu_convert rounds). Only where
-// ls_cu_gemv_ok: T 1..ls_cu_gemv_tokens() (past it cuBLAS: the CUDA cores' issue rate bounds
-// this kernel — slower than cuBLAS at 6 and 8 tokens on an H100, a tie at 4 on an H200;
-// gemv.cu), w BF16 or F16, x F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned.
+// ls_cu_gemv_ok: T 1..ls_cu_gemv_tokens() (past it cuBLAS: past 16 tokens each block of the
+// tensor-core form reads all of x, as many bytes as its weights; gemv.cu), w BF16 or F16, x
+// F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned.
 // ls_cu_gemv_tokens: 2 or LS_CU_GEMV_MAX_T on this device, by the memory bytes an SM must
 // take a clock (gemv.cu says why).
 // sms > 0: its blocks at once no more than sms SMs hold (room for the side stream's LoRA
-// kernels, as cuBLAS's SM count target); 0: all. pf: bytes of the weights its blocks ask of L2
-// before they wait for the kernel before them — LS_CU_GEMV_PF after the small kernels (about
-// what HBM moves while they run; the sweep: kernels/cuda/dev/README.md, "The decode GEMM of a
-// few tokens"), LS_CU_GEMV_PF_ATTN after attention, whose reads of the KV cache a larger
-// prefetch holds up (README, the same section).
-#define LS_CU_GEMV_MAX_T 4
+// kernels, as cuBLAS's SM count target); 0: all. pf: bytes of the weights the CUDA-core
+// forms' blocks (1 and 2 tokens) ask of L2 before they wait for the kernel before them —
+// LS_CU_GEMV_PF after the small kernels (about what HBM moves while they run; the sweep:
+// kernels/cuda/dev/README.md, "The decode GEMM of a few tokens"), LS_CU_GEMV_PF_ATTN after
+// attention, whose reads of the KV cache a larger prefetch holds up (README, the same
+// section). The tensor-core form (3 tokens and up) loads the first 256 k of its rows before
+// the wait instead, whatever pf (faster in the step after attention too: README, "The
+// tensor-core GEMV").
+#define LS_CU_GEMV_MAX_T 16
 #define LS_CU_GEMV_PF (8L << 20)
 #define LS_CU_GEMV_PF_ATTN (2L << 20)
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,

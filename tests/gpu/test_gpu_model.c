@@ -554,11 +554,12 @@ static size_t s_ndiff(const float *x, const float *y, size_t n) {
 // run: one stream, launches one by one. Graphs must give the same logits bit for bit, and
 // so must the side queue when the GEMMs leave it no SMs (same kernels, LoRA added the same
 // way); with GEMMs leaving half the SMs (the default rule's count at 9 to 128 tokens: at
-// these steps of 2 and 3 rows it leaves none but 8 of 132 beside the cuBLAS GEMMs with
-// in >= out) cuBLAS may pick other GEMM kernels: fp32
+// these steps of 2 and 3 rows it leaves 8 of 132 beside the GEMV of two tokens and the
+// cuBLAS GEMMs with in >= out) cuBLAS may pick other GEMM kernels: fp32
 // summation order only, bound 1e-4 of the largest logit, and its graphs must equal its
 // plain launches. (At 2 rows the matmuls are the GEMV's, ops_cuda.h ls_cu_gemv, whose grid
-// the count caps; at 3 rows cuBLAS's, with the count as its SM count target.)
+// the count caps; at 3 rows too where the device takes them (an H100, the tensor-core form),
+// else cuBLAS's, with the count as its SM count target.)
 static void s_graphs(void) {
     ls_backend_t *be = s_backend();
     s_async_t a;

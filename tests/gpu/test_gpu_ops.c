@@ -2127,8 +2127,10 @@ int main(int argc, char **argv) {
 
     // cuBLAS's shapes, then the GEMV of up to ls_cu_gemv_tokens() tokens (two or
     // LS_CU_GEMV_MAX_T by the device; dev_gemv checks every count on any card): each of its
-    // token counts, rows past its last block's, long rows, f16, bias and accumulate; in % 8
-    // != 0 goes to cuBLAS
+    // forms (one token; the tensor-core form's one and two tiles of 8 tokens, tokens past T
+    // in a tile), rows past its last block's, long rows, K past its last whole segment of 256
+    // (520, 1032) and shorter than a segment a warp, f16, bias and accumulate; in % 8 != 0
+    // goes to cuBLAS
     static const struct {
         int T, in, out;
         ls_dtype_t wdt;
@@ -2151,6 +2153,12 @@ int main(int argc, char **argv) {
         {2, 14336, 512, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
         {1, 14336, 4096, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
         {1, 300, 130, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
+        {5, 4096, 1000, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 1},
+        {8, 520, 37, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1},
+        {6, 2048, 96, LS_DTYPE_F16, 0, LS_DTYPE_F16, 1},
+        {12, 1032, 200, LS_DTYPE_F16, 1, LS_DTYPE_F16, 0},
+        {16, 14336, 512, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
+        {11, 4096, 6144, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1},
     };
     for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++)
         test_matmul(&r, mms[i].T, mms[i].in, mms[i].out, mms[i].wdt, mms[i].bias, mms[i].bdt,

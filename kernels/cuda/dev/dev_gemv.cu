@@ -8,12 +8,15 @@
     kernel) come on top of its bytes. Ours (gemv.cu's header has the kernel) is launched
     with programmatic dependent launch and asks L2 for its rows' first bytes before it waits.
 
-    Versions: `gemv` (production: 1 row a warp over all of K at one token, at two 2 rows a
-    block and at three and four 4 rows, its four warps a quarter of K each; LS_CU_GEMV_PF
-    bytes a GEMM asked of L2 as after the small kernels the gaps stand for; cuBLAS past four
-    tokens); `gemv_nopf` (the same
-    forms, no prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp over all of K, the form before
-    the split, at every T up to 8, with the prefetch);
+    Versions: `gemv` (production: 1 row a warp over all of K at one token, the split CUDA-core
+    form at two, the tensor-core form at 3-16 on a device whose SMs take few bytes a clock (an
+    H100; an H200 cuBLAS past two), LS_CU_GEMV_PF asked before the wait as after the small
+    kernels the gaps stand for; cuBLAS past 16 tokens); `gemv_nopf` (one token's form
+    and the split CUDA-core form at 2-8 tokens, a block's four warps a quarter of K each, no
+    prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp over all of K, the form before
+    the split, at every T up to 8, with the prefetch); `mma_frag`, `mma_ring` (the
+    tensor-core form's versions, measured, not kept: the weights straight into fragments;
+    through a cp.async ring);
     `tc_r1`, `tc_r2`, `tc_r1_f32x` (tried and lost, below: a tensor-core form at every T up to
     64 with 1 or 2 row tiles a block, and on an fp32 x as o's); `mix` (each GEMM on the form
     that wins it alone at 2-8 tokens on an H100; measured, not kept); `gemv_glu`, `gemv_glu2`
@@ -484,6 +487,128 @@ static cudaError_t s_glu2(float *act, __nv_bfloat16 *lp, const __nv_bfloat16 *x,
                   : ls_cu_launch_dep(k_gemv_glu2<2, B, B>, grid, block, 0, st, act, lp, x, w, T, in, inter, (int)pf);
 }
 
+// ---- the tensor-core form's versions (production: gemv.cu k_gemv_mma), measured, not kept ----
+//
+// mma_frag: the weights straight into a fragments (lane (g, q) 16 bytes of rows g and g + 8,
+// 4 lanes a row: 64 bytes of each of 8 rows an instruction), KS warps splitting K, U 32-k
+// steps loaded before their mmas. mma_ring: production's layout through shared memory, but
+// by cp.async into a warp's ring of D stages (the first D - 1 issued before the wait), the
+// fragments read back as production's.
+template <int NN, int KS, int U, typename TW, typename TX>
+__global__ void __launch_bounds__(KS * 32)
+    k_mma_frag(float *y, const TX *x, const TW *w, int T, int in, int out, int pf) {
+    __shared__ float part[KS][NN * 4][32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    int n32 = in / 32, per = n32 / KS, s0 = warp * per, s1 = warp == KS - 1 ? n32 : s0 + per;
+    ls_prefetch_rows(w + (size_t)s0 * 32, in, out, blockIdx.x * 16, 16, pf / KS / 128 * 128, lane, 32);
+    ls_dep_enter();
+    const TX *xr[NN];
+    for (int j = 0; j < NN; j++)
+        xr[j] = x + (size_t)min(8 * j + g, T - 1) * in + 8 * q;
+    int o0 = blockIdx.x * 16;
+    const uint4 *wr[2];
+    for (int h = 0; h < 2; h++)
+        wr[h] = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + 8 * h + g, out - 1) * in + 8 * q);
+    float c[NN][4] = {};
+    for (int s = s0; s < s1; s += U) {
+        uint4 wv[U][2], xv[U][NN];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                wv[u][h] = s + u < s1 ? ls_ld_stream(wr[h] + (size_t)(s + u) * 4) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < NN; j++)
+                xv[u][j] = s_gm_x<TW>(xr[j] + (size_t)(s + u) * 32, s + u < s1);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            uint32_t a0[4] = {wv[u][0].x, wv[u][1].x, wv[u][0].y, wv[u][1].y},
+                     a1[4] = {wv[u][0].z, wv[u][1].z, wv[u][0].w, wv[u][1].w};
+#pragma unroll
+            for (int j = 0; j < NN; j++) {
+                ls_mma16816<TW>(c[j], a0, xv[u][j].x, xv[u][j].y);
+                ls_mma16816<TW>(c[j], a1, xv[u][j].z, xv[u][j].w);
+            }
+        }
+    }
+    s_gm_reduce<NN, KS>(part, c, o0, warp, lane, [&](float v, int o, int t) {
+        if (o < out && t < T)
+            y[(size_t)t * out + o] = v;
+    });
+}
+
+template <int NN, int KS, int D, typename TW, typename TX>
+__global__ void __launch_bounds__(KS * 32)
+    k_mma_ring(float *y, const TX *x, const TW *w, int T, int in, int out) {
+    extern __shared__ uint4 sm_ring[];
+    __shared__ float part[KS][NN * 4][32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    int nseg = in / GM_SEG, per = nseg / KS, s0 = warp * per, s1 = warp == KS - 1 ? nseg : s0 + per, n = s1 - s0;
+    uint4(*ring)[16][32] = reinterpret_cast<uint4(*)[16][32]>(sm_ring + (size_t)warp * D * 16 * 32);
+    const uint4 *wl = reinterpret_cast<const uint4 *>(w) + lane;
+    int o0 = blockIdx.x * 16;
+    auto issue = [&](int i) {
+        if (i < n)
+            for (int r = 0; r < 16; r++)
+                ls_cp16(&ring[i % D][r][lane ^ s_gm_swz(r)], wl + (size_t)min(o0 + r, out - 1) * (in / 8) + (size_t)(s0 + i) * 32, 16);
+        ls_cp_commit();
+    };
+    for (int i = 0; i < D - 1; i++)
+        issue(i);
+    ls_dep_enter();
+    const TX *xr[NN];
+    for (int j = 0; j < NN; j++)
+        xr[j] = x + (size_t)min(8 * j + g, T - 1) * in + 8 * q;
+    float c[NN][4] = {};
+    for (int i = 0; i < n; i++) {
+        issue(i + D - 1);
+        ls_cp_wait<D - 1>();
+        __syncwarp();
+        uint4(*st)[32] = ring[i % D];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int ch = (4 * k + q) ^ s_gm_swz(g);
+            uint4 wa = st[g][ch], wb = st[g + 8][ch];
+            uint32_t a0[4] = {wa.x, wb.x, wa.y, wb.y}, a1[4] = {wa.z, wb.z, wa.w, wb.w};
+#pragma unroll
+            for (int j = 0; j < NN; j++) {
+                uint4 xv = s_gm_x<TW>(xr[j] + (size_t)(s0 + i) * GM_SEG + 32 * k, true);
+                ls_mma16816<TW>(c[j], a0, xv.x, xv.y);
+                ls_mma16816<TW>(c[j], a1, xv.z, xv.w);
+            }
+        }
+        __syncwarp();
+    }
+    s_gm_reduce<NN, KS>(part, c, o0, warp, lane, [&](float v, int o, int t) {
+        if (o < out && t < T)
+            y[(size_t)t * out + o] = v;
+    });
+}
+
+// the two for T <= 16 tokens (in % 256 == 0 for mma_ring), cudaErrorNotSupported past
+static cudaError_t s_mma_frag(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out, int pf,
+                              cudaStream_t st) {
+    typedef __nv_bfloat16 B;
+    dim3 grid((unsigned)((out + 15) / 16)), block(8 * 32);
+    return T > 16  ? cudaErrorNotSupported
+           : T > 8 ? ls_cu_launch_dep(k_mma_frag<2, 8, 4, B, B>, grid, block, 0, st, y, x, w, T, in, out, pf)
+                   : ls_cu_launch_dep(k_mma_frag<1, 8, 4, B, B>, grid, block, 0, st, y, x, w, T, in, out, pf);
+}
+template <int NN> static cudaError_t s_mma_ring_nn(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
+                                                   cudaStream_t st) {
+    constexpr auto k = k_mma_ring<NN, 8, 2, __nv_bfloat16, __nv_bfloat16>;
+    size_t smem = (size_t)8 * 2 * 16 * 512;
+    cudaError_t e = dev_smem_attr<k>(smem);
+    return e != cudaSuccess ? e
+                            : ls_cu_launch_dep(k, dim3((unsigned)((out + 15) / 16)), dim3(8 * 32), smem, st, y, x, w, T, in, out);
+}
+static cudaError_t s_mma_ring(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out, cudaStream_t st) {
+    return T > 16 || in % GM_SEG ? cudaErrorNotSupported
+           : T > 8               ? s_mma_ring_nn<2>(y, x, w, T, in, out, st)
+                                 : s_mma_ring_nn<1>(y, x, w, T, in, out, st);
+}
 // the small kernels before a GEMM: one block spinning for ns, enrolled as ours are
 __global__ void k_gap(long ns) {
     ls_dep_enter();
@@ -494,17 +619,20 @@ __global__ void k_gap(long ns) {
     while (t - t0 < ns);
 }
 
-enum { V_BLAS, V_GEMV, V_NOPF, V_R2, V_R1, V_TC1, V_TC2, V_TCF, V_MIX, V_WG1, V_WG2, V_WG2K2, V_WG1K4, V_TMA2, V_TMA2K2, V_TMA1K4, N_V };
+enum { V_BLAS, V_GEMV, V_NOPF, V_R2, V_R1, V_TC1, V_TC2, V_TCF, V_MIX, V_WG1, V_WG2, V_WG2K2, V_WG1K4, V_TMA2, V_TMA2K2, V_TMA1K4,
+       V_MFRAG, V_MRING, N_V };
 static const char *s_names[N_V] = {"cuBLAS", "gemv", "gemv_nopf", "cc_r2", "cc_r1", "tc_r1", "tc_r2", "tc_r1_f32x",
                                    "mix",    "wg_m1",     "wg_m2",      "wg_m2k2",   "wg_m1k4", "tma_m2",
-                                   "tma_m2k2", "tma_m1k4"};
+                                   "tma_m2k2", "tma_m1k4", "mma_frag", "mma_ring"};
 static const int s_ts[] = {1, 2, 4, 8, 16, 32, 64};
 static cublasHandle_t s_h;
 static long s_pf_total = LS_CU_GEMV_PF; // bytes asked of L2 a GEMM, over its rows
 static float *s_x32;                    // x in fp32 (tc_r2_f32x: o's x, attention's output)
 
-// the CUDA-core versions have passes up to 8 tokens
-static bool s_fits(int v, int T) { return T <= 8 || (v != V_NOPF && v != V_R2 && v != V_R1); }
+// the CUDA-core versions have passes up to 8 tokens, the tensor-core form's up to 16
+static bool s_fits(int v, int T) {
+    return v >= V_MFRAG ? T <= 16 : T <= 8 || (v != V_NOPF && v != V_R2 && v != V_R1);
+}
 
 static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
                          cudaStream_t st) {
@@ -535,6 +663,7 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
     case V_TMA2: return s_wg<2, 1, true>(y, x, w, T, in, out, st);
     case V_TMA2K2: return s_wg<2, 2, true>(y, x, w, T, in, out, st);
     case V_TMA1K4: return s_wg<1, 4, true>(y, x, w, T, in, out, st);
+    case V_MRING: return s_mma_ring(y, x, w, T, in, out, st);
     default: break;
     }
     long pf = v == V_NOPF ? 0 : ls_prefetch_row_bytes(s_pf_total, in, 2, out);
@@ -544,6 +673,7 @@ static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfl
     case V_R1: return s_cc<1, false>(y, x, w, T, in, out, (int)pf, st);
     case V_TC1: return s_tc<1>(y, x, w, T, in, out, (int)pf, st);
     case V_TC2: return s_tc<2>(y, x, w, T, in, out, (int)pf, st);
+    case V_MFRAG: return s_mma_frag(y, x, w, T, in, out, (int)pf, st);
     default: return s_tc<1>(y, (const float *)s_x32, w, T, in, out, (int)pf, st);
     }
 }
