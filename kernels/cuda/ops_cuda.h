@@ -98,7 +98,8 @@ int ls_cu_fp8_gemm_tc_ok(void);
 // f16 as w, or fp32 rounded to w's dtype first (as ls_cu_convert rounds). Only where
 // ls_cu_gemv_ok: T 1..ls_cu_gemv_tokens() (past it cuBLAS: past 16 tokens each block of the
 // tensor-core form reads all of x, as many bytes as its weights; gemv.cu), w BF16 or F16, x
-// F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned.
+// F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned; w written by no kernel this one
+// may overlap (its blocks read their first weights before they wait: model weights).
 // ls_cu_gemv_tokens: 2 or LS_CU_GEMV_MAX_T on this device, by the memory bytes an SM must
 // take a clock (gemv.cu says why).
 // sms > 0: its blocks at once no more than sms SMs hold (room for the side stream's LoRA
