@@ -92,14 +92,6 @@ static cudaError_t s_cc(float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w
 enum { TC_WARPS = 8, TC_NST = 4 };
 template <int RW> __host__ __device__ constexpr int tc_smem() { return TC_WARPS * TC_NST * RW * 4 * 32 * 16; }
 
-// 16 bytes of x's row at p (8 elements) as bf16 pairs for a b fragment
-__device__ __forceinline__ uint4 s_xfrag(const __nv_bfloat16 *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
-__device__ __forceinline__ uint4 s_xfrag(const float *p) {
-    typedef __nv_bfloat16 B;
-    float4 a = __ldg(reinterpret_cast<const float4 *>(p)), b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
-    return make_uint4(ls_pack2<B>(a.x, a.y), ls_pack2<B>(a.z, a.w), ls_pack2<B>(b.x, b.y), ls_pack2<B>(b.z, b.w));
-}
-
 // y (T, out) = x (T, in) · w (out, in)ᵀ, T <= 8 NT, in % 64 == 0; block b the row group b
 template <int NT, int RW, typename TX>
 __global__ void __launch_bounds__(TC_WARPS * 32)
@@ -142,7 +134,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32)
             uint4 xb[NT];
 #pragma unroll
             for (int j = 0; j < NT; j++)
-                xb[j] = s_xfrag(xr[j] + k0 + 32 * s);
+                xb[j] = s_gm_x<B>(xr[j] + k0 + 32 * s, true); // gemv.cu's
 #pragma unroll
             for (int r = 0; r < RW; r++) {
                 uint4 wa = st[(r * 4 + s) * 32], wb = st[(r * 4 + 2 + s) * 32];
