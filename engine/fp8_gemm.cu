@@ -144,7 +144,7 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
                     cudaStream_t stream) {
     assert(T > 0 && in > 0 && in % 16 == 0 && out > 0);
     int aligned = ((uintptr_t)xq | (uintptr_t)w) % 16 == 0;
-    if (self->allow_tc && self->tc_ok && T <= LS_FP8_TC_T && in % 64 == 0 && aligned) {
+    if (self->allow_tc && self->tc_ok && T <= LS_FP8_TC_T && aligned) {
         if (ls_cu_fp8_gemm_tc(y, (const uint8_t *)xq, x_scale, (const uint8_t *)w, w_scale, bias,
                               (ls_cu_dtype_t)bias_dt, T, in, out, stream) != cudaSuccess)
             return -1;

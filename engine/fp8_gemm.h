@@ -22,11 +22,10 @@
     the weights far below copy bandwidth and need the pass after them:
     - up to LS_FP8_TC_T tokens ls_cu_fp8_gemm_tc, on the FP8 tensor cores (mma.sync E4M3),
       where the device runs it (sm_89+, and the library built for it: sm_90a; the sm_80
-      build has no mma) and in % 64 == 0;
-    - else up to LS_FP8_SMALL_T tokens ls_cu_fp8_gemm_small, on CUDA cores (sm_80, and
-      shapes tc cannot take);
-    - else cuBLASLt. The CUDA cores' issue rate bounds small past a few tokens, and tc's
-      8 warps a block splitting K re-read the tokens' codes past 16.
+      build has no mma);
+    - else up to LS_FP8_SMALL_T tokens ls_cu_fp8_gemm_small, on CUDA cores (sm_80);
+    - else cuBLASLt. The CUDA cores' issue rate bounds small past a few tokens, and each
+      16-row block of tc reads all of the tokens' codes: as many bytes as its weights at 16.
     kernels/cuda/dev/dev_fp8 measures the crossovers (README.md there, "FP8 decode GEMM").
     All three take xq and w 16-byte aligned; unaligned ones go to cuBLASLt.
 */
@@ -42,10 +41,10 @@ extern "C" {
 #endif
 
 // The most tokens the tensor-core GEMM of our own takes (see above): dev_fp8 on an H100, a
-// Llama-3-8B layer's four projections take 90.5 / 92.5 / 94.3 / 95.7 / 100.1 µs at 1 / 2 / 4 /
-// 8 / 16 tokens against cuBLASLt's (+ scale pass) 103.9 / 106.2 / 118.7 / 104.9 / 107.9 and
-// small's 96.4 / 96.2 at 1 / 2; at 32 and 64 cuBLASLt wins (111.6 / 119.9 against 133.5 /
-// 264.8).
+// Llama-3-8B layer's four projections take 82.1 / 83.4 / 84.6 / 86.1 / 99.4 µs at 1 / 2 / 4 /
+// 8 / 16 tokens against cuBLASLt's (+ scale pass) 103.9 / 103.1 / 101.5 / 104.2 / 103.6 and
+// small's 92.3 / 90.8 at 1 / 2; at 32 and 64 cuBLASLt wins (108.0 / 117.3 against 178.5 /
+// 332.2).
 #define LS_FP8_TC_T 16
 // The most tokens the CUDA-core GEMM of our own takes where tc does not run (see above):
 // dev_fp8's crossover on an H100, where a layer's four projections take 96 µs against
@@ -57,7 +56,7 @@ typedef enum {
     LS_FP8_PATH_AFTER = 0, // cuBLASLt unscaled, then ls_cu_fp8_scale
     LS_FP8_PATH_OUTER = 1, // cuBLASLt with its outer-vector scales
     LS_FP8_PATH_SMALL = 2, // ls_cu_fp8_gemm_small (T <= LS_FP8_SMALL_T)
-    LS_FP8_PATH_TC = 3,    // ls_cu_fp8_gemm_tc (T <= LS_FP8_TC_T, sm_89+, in % 64 == 0)
+    LS_FP8_PATH_TC = 3,    // ls_cu_fp8_gemm_tc (T <= LS_FP8_TC_T, sm_89+)
 } ls_fp8_path_t;
 
 typedef struct ls_fp8_gemm ls_fp8_gemm_t;

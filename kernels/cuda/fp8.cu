@@ -2,8 +2,9 @@
     ls_fp8_quantize_rows, ls_matmul_fp8_forward): per-token quantization of the GEMM's input,
     and the scales applied after a GEMM that summed without them.
 
-    Every kernel here starts with ls_dep_enter() and is launched with ls_cu_launch_dep
-    (common.cuh), as the elementwise ones.
+    Every kernel here is launched with ls_cu_launch_dep (common.cuh) and calls ls_dep_enter()
+    before it reads anything the kernel before it writes, as the elementwise ones (the
+    tensor-core GEMM loads its first weights before: no kernel of a step writes them).
 
     Bits: common.cuh's ls_fp8_row_scale and ls_fp8_code, the CPU reference's steps. Where
     the op before the GEMM is an RMSNorm or SiLU·mul, that kernel writes the codes itself
@@ -18,6 +19,7 @@
 #include <assert.h>
 
 #include "common.cuh"
+#include "gemv_mma.cuh"
 
 enum { S_QUANT_THREADS = 256 };
 
@@ -216,101 +218,83 @@ cudaError_t ls_cu_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_sca
 
 // --- the decode-shaped FP8 GEMM on tensor cores (sm_89+) --------------------------------
 //
-// A block owns 16 output rows and NTL tiles of 8 tokens (grid y: further groups of 8 · NTL),
-// its TC_WARPS warps split K by 64-code chunks. Lane (g = lane / 4, c = lane % 4) reads 16
-// codes of rows g and g + 8 and of token g (+ 8j) at k = 16c .. 16c + 15 of a chunk; the sum
-// over k does not care which k a fragment slot holds as long as A and B agree, so the chunk
-// is two mma steps without any shuffle: slots (c, 0..3) and (c, 4..7) of the first take
-// codes 0..3 and 4..7 of each load (words x, y), the second 8..15 (words z, w). Each chunk's
-// two mmas start from zero and go into fp32 accumulators on the CUDA cores (the tensor
-// cores' own FP8 sums keep ~14 bits, fewer than fp32: the DeepSeek-V3 promotion), then the
-// warps' sums meet in shared memory and the epilogue rounds as ls_matmul_fp8_forward does:
-// (acc · x_scale[t]) · w_scale[o] (+ bias). Per weight byte a warp issues 2 · NTL mmas per
-// KB, about flat in T, so it streams near copy bandwidth where small is issue-bound.
-enum { TC_WARPS = 8 };
+// gemv_mma.cuh's weight stream with E4M3 codes: a block owns 16 output rows and 8 · NN tokens
+// (grid y: further groups of 8 · NN), a segment is 512 codes of 16 rows, and each 64-code
+// chunk is two mma.sync m16n8k32 E4M3. Each chunk's two mmas start from zero and go into fp32
+// accumulators on the CUDA cores (the tensor cores' own FP8 sums keep ~14 bits, fewer than
+// fp32: the DeepSeek-V3 promotion); the epilogue rounds as ls_matmul_fp8_forward does:
+// (acc · x_scale[t]) · w_scale[o] (+ bias). Per weight byte a warp issues as many mmas as
+// the 16-bit GEMV does, about flat in T, so it streams near copy bandwidth where small is
+// issue-bound.
 
 // d = a (16 x 32, row) · b (32 x 8, col) + c, E4M3 in, fp32 out. Only sm_89+ has the
 // instruction: elsewhere the kernel is never launched (ls_cu_fp8_gemm_tc_ok), and traps if
 // it were.
-__device__ __forceinline__ void s_mma_e4m3(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                           unsigned a3, unsigned b0, unsigned b1,
-                                           const float (&c)[4]) {
+__device__ __forceinline__ void s_mma_e4m3(float (&d)[4], const uint32_t (&a)[4], unsigned b0,
+                                           unsigned b1, const float (&c)[4]) {
 #if __CUDA_ARCH__ >= 890
     asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
           "f"(c[2]), "f"(c[3]));
 #else
-    (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1, (void)c;
+    (void)a, (void)b0, (void)b1, (void)c;
     d[0] = d[1] = d[2] = d[3] = 0.0f;
     __trap();
 #endif
 }
 
-// y (T, out); xq (T, in) and w (out, in) E4M3 codes, rows 16-byte aligned (in % 64 == 0);
-// x_scale (T), w_scale (out), bias (out) or NULL. Grid (out rows / 16, token groups of
-// 8 · NTL). Rows past out and tokens past T read the last one (no branch in the loop) and
-// write nothing.
-template <int NTL, typename TB>
-__global__ void __launch_bounds__(TC_WARPS * 32)
-    k_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
-                  const float *w_scale, const TB *bias, int T, int in, int out) {
-    __shared__ float red[TC_WARPS][NTL * 4][32];
-    ls_dep_enter();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NTL;
-    const uint4 *w0 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g, out - 1) * in +
-                                                      16 * c);
-    const uint4 *w8 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g + 8, out - 1) * in +
-                                                      16 * c);
-    const uint4 *xr[NTL];
-#pragma unroll
-    for (int j = 0; j < NTL; j++)
-        xr[j] = reinterpret_cast<const uint4 *>(xq + (size_t)min(t0 + 8 * j + g, T - 1) * in +
-                                                16 * c);
-    float acc[NTL][4] = {};
-    const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int n64 = in / 64;
-#pragma unroll 2
-    for (int ch = warp; ch < n64; ch += TC_WARPS) {
-        uint4 a = ls_ld_stream(w0 + 4 * ch), b = ls_ld_stream(w8 + 4 * ch);
-#pragma unroll
-        for (int j = 0; j < NTL; j++) {
-            uint4 xv = __ldg(xr[j] + 4 * ch);
-            float d[4];
-            s_mma_e4m3(d, a.x, b.x, a.y, b.y, xv.x, xv.y, zero);
-            s_mma_e4m3(d, a.z, b.z, a.w, b.w, xv.z, xv.w, d);
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[j][e] += d[e];
-        }
+// ls_gm_stream's op for E4M3 codes: the tokens' code rows (token t0 + 8j + g of the lane,
+// past T the last), a chunk's two mmas summed from zero and added in fp32, and y written
+// with the scales
+template <int NN, typename TB> struct s_fp8_op {
+    float *y;
+    const uint8_t *xr[NN];
+    const float *x_scale, *w_scale;
+    const TB *bias;
+    int T, out, t0;
+
+    __device__ uint4 x(int j, int ci, bool ok) const {
+        return ok ? __ldg(reinterpret_cast<const uint4 *>(xr[j]) + ci) : make_uint4(0, 0, 0, 0);
     }
-#pragma unroll
-    for (int j = 0; j < NTL; j++)
+    __device__ void mma(float (&c)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4],
+                        uint4 xv) const {
+        const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float d[4];
+        s_mma_e4m3(d, a0, xv.x, xv.y, zero);
+        s_mma_e4m3(d, a1, xv.z, xv.w, d);
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            red[warp][j * 4 + e][lane] = acc[j][e];
-    __syncthreads();
-    for (int i = threadIdx.x; i < NTL * 4 * 32; i += blockDim.x) {
-        int je = i / 32, l = i % 32, j = je / 4, e = je % 4;
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < TC_WARPS; k++)
-            v += red[k][je][l];
-        // the accumulator layout of m16n8: rows g and g + 8, tokens 2c and 2c + 1
-        int o = o0 + (l >> 2) + 8 * (e >> 1), t = t0 + 8 * j + 2 * (l & 3) + (e & 1);
-        if (o < out && t < T)
-            s_gemm_store(y, v, x_scale, w_scale, bias, t, o, out);
+            c[e] += d[e];
     }
+    __device__ void put(float v, int o, int t) const {
+        if (o < out && t0 + t < T)
+            s_gemm_store(y, v, x_scale, w_scale, bias, t0 + t, o, out);
+    }
+};
+
+// y (T, out); xq (T, in) and w (out, in) E4M3 codes, rows 16-byte aligned (in % 16 == 0);
+// x_scale (T), w_scale (out), bias (out) or NULL. Grid (out rows / 16, token groups of
+// 8 · NN).
+template <int NN, typename TB>
+__global__ void __launch_bounds__(GM_WARPS * 32, 1)
+    k_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w,
+                  const float *w_scale, const TB *bias, int T, int in, int out) {
+    int t0 = blockIdx.y * 8 * NN, g = (threadIdx.x & 31) >> 2;
+    s_fp8_op<NN, TB> op{y, {}, x_scale, w_scale, bias, T, out, t0};
+#pragma unroll
+    for (int j = 0; j < NN; j++)
+        op.xr[j] = xq + (size_t)min(t0 + 8 * j + g, T - 1) * in;
+    ls_gm_stream<NN>(reinterpret_cast<const uint4 *>(w), in / 16, out, op);
 }
 
-template <int NTL, typename TB>
+template <int NN, typename TB>
 static cudaError_t s_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
                              const uint8_t *w, const float *w_scale, const TB *bias, int T,
                              int in, int out, cudaStream_t stream) {
-    dim3 grid((unsigned)((out + 15) / 16), (unsigned)((T + 8 * NTL - 1) / (8 * NTL)));
-    return ls_cu_launch_dep(k_fp8_gemm_tc<NTL, TB>, grid, dim3(TC_WARPS * 32), 0, stream, y, xq,
+    dim3 grid((unsigned)((out + GM_ROWS - 1) / GM_ROWS), (unsigned)((T + 8 * NN - 1) / (8 * NN)));
+    return ls_cu_launch_dep(k_fp8_gemm_tc<NN, TB>, grid, dim3(GM_WARPS * 32), 0, stream, y, xq,
                             x_scale, w, w_scale, bias, T, in, out);
 }
 
@@ -329,19 +313,16 @@ cudaError_t ls_cu_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
                               const uint8_t *w, const float *w_scale, const void *bias,
                               ls_cu_dtype_t bias_dt, int T, int in, int out,
                               cudaStream_t stream) {
-    assert(T >= 0 && in > 0 && in % 64 == 0 && out > 0);
+    assert(T >= 0 && in > 0 && in % 16 == 0 && out > 0);
     assert(((uintptr_t)xq | (uintptr_t)w) % 16 == 0);
     if (T == 0)
         return cudaSuccess;
     if (!bias)
         bias_dt = LS_CU_F32;
-    // the fewest tiles of 8 tokens a pass that cover T (passes of 64 past 64)
-    int ntl = (T + 7) / 8;
+    // one tile of 8 tokens up to 8, else passes of two (each pass streams the weights again)
     LS_CU_DISPATCH(bias_dt, TB,
         const TB *b = (const TB *)bias;
-        return ntl == 1   ? s_gemm_tc<1>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
-               : ntl == 2 ? s_gemm_tc<2>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
-               : ntl <= 4 ? s_gemm_tc<4>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
-                          : s_gemm_tc<8>(y, xq, x_scale, w, w_scale, b, T, in, out, stream));
+        return T <= 8 ? s_gemm_tc<1>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
+                      : s_gemm_tc<2>(y, xq, x_scale, w, w_scale, b, T, in, out, stream));
     return cudaErrorInvalidValue;
 }

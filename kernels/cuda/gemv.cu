@@ -46,6 +46,7 @@
 #include <assert.h>
 
 #include "common.cuh"
+#include "gemv_mma.cuh"
 
 enum { GV_WARPS = 4 };
 
@@ -216,29 +217,9 @@ __global__ void __launch_bounds__(GV_WARPS * 32)
 //
 // Past a few tokens the CUDA cores' FMAs bound the GEMV, so from three tokens on a block's
 // tokens meet the weights on the tensor cores: mma.sync m16n8k16 with 16 weight rows as a and
-// 8 tokens as b (NN such tiles for up to 8 · NN tokens). A sum over K may walk K in any order,
-// so lane (g, q) takes 8 consecutive k of rows g and g + 8 and of token g's x, and two mmas
-// take their pairs as the fragment's k pairs 2q and 2q + 8; rows and tokens see the same
-// permutation. The weights are not loaded in that layout, though: 4 lanes a row would read 64
-// bytes of each of 8 rows an instruction, and HBM streams such reads at ~85% of the rate it
-// streams a row's 512 bytes an instruction (the four GEMMs alone 175 against 152 µs at one
-// token, H100). So lane l reads 16-byte chunk l of a row, 16 rows a segment of 256 k (the
-// GEMV's pattern), the warp writes them to its 8 KB of shared memory (chunk c of row r at
-// c ^ s_gm_swz(r): both the row-wise stores and the fragment reads take 4 wavefronts, the
-// fewest) and reads its fragments back. A block's GV_WARPS warps each own a quarter of K's
-// segments (the last the rest and a partial one, zeros past in); their sums meet in shared
-// memory, added in warp order. Each segment's x fragments are loaded before its weights are
-// stored, so their L1/L2 latency overlaps the stores; the next segment's weights are asked
-// for after the mmas. The block's first segment is loaded before the programmatic wait (the
-// weights are written by no kernel of a step), which hides more of the small kernels before
-// it than a prefetch to L2 does: the chain with gaps at four tokens 163.8 µs a layer, 170.8
-// with the segment loaded after the wait and its lines asked of L2 before
-// (kernels/cuda/dev/README.md; the split CUDA-core form 173.5). Launch bounds of one block an
-// SM leave ptxas the registers to keep a segment's 16 loads and x's fragments in flight (146;
-// three blocks an SM).
-enum { GM_ROWS = 16, GM_SEG = 256 }; // a block's rows (an m16 tile); k a segment (16-bit: 512 B)
-
-__device__ __forceinline__ int s_gm_swz(int r) { return ((r & 1) << 2) | ((r >> 1) & 3); }
+// 8 tokens as b (NN such tiles for up to 8 · NN tokens), the weights streamed through shared
+// memory as gemv_mma.cuh describes (a segment: 256 k of 16 rows).
+static_assert(GV_WARPS == GM_WARPS, "one launch shape for every form");
 
 // 16 bytes of x's row at p (8 elements) as TW pairs for a b fragment (fp32 rounded to TW as
 // ls_cu_convert rounds), or zeros
@@ -254,99 +235,39 @@ template <typename TW> __device__ __forceinline__ uint4 s_gm_x(const float *p, b
                       ls_pack2<TW>(b.z, b.w));
 }
 
-// The KS warps' c fragments of 16 rows from o0 and 8 · NN tokens meet in part and are added
-// in warp order; put(v, o, t) for each (row, token), by the block's threads (past out and T
-// too: put skips them)
-template <int NN, int KS, typename P>
-__device__ __forceinline__ void s_gm_reduce(float (&part)[KS][NN * 4][32],
-                                            const float (&c)[NN][4], int o0, int warp,
-                                            int lane, P put) {
-#pragma unroll
-    for (int j = 0; j < NN; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            part[warp][j * 4 + e][lane] = c[j][e];
-    __syncthreads();
-    // c[j][e] of lane l: row (l / 4) + 8 (e / 2), token 8j + 2 (l % 4) + e % 2
-    for (int i = threadIdx.x; i < NN * 128; i += KS * 32) {
-        int l = i & 31, e = (i >> 5) & 3, j = i >> 7;
-        float v = part[0][i >> 5][l];
-#pragma unroll
-        for (int k = 1; k < KS; k++)
-            v = __fadd_rn(v, part[k][i >> 5][l]);
-        put(v, o0 + (l >> 2) + (e >> 1) * 8, 8 * j + 2 * (l & 3) + (e & 1));
+// ls_gm_stream's op for 16-bit weights: x's rows (token 8j + g of the lane, past T the last),
+// two m16n8k16 a chunk into fp32 c, and y written as the GEMV writes it
+template <int NN, typename TW, typename TX> struct s_gm_op {
+    float *y;
+    const TX *xr[NN];
+    const void *bias;
+    ls_cu_dtype_t bias_dt;
+    int T, out, accumulate;
+
+    __device__ uint4 x(int j, int ci, bool ok) const { return s_gm_x<TW>(xr[j] + 8 * ci, ok); }
+    __device__ void mma(float (&c)[4], const uint32_t (&a0)[4], const uint32_t (&a1)[4],
+                        uint4 xv) const {
+        ls_mma16816<TW>(c, a0, xv.x, xv.y);
+        ls_mma16816<TW>(c, a1, xv.z, xv.w);
     }
-}
+    __device__ void put(float v, int o, int t) const {
+        if (o < out && t < T)
+            s_gemv_put(y, v, t, o, out, accumulate, bias, bias_dt);
+    }
+};
 
 // y (T, out) (+)= x (T, in) · w (out, in)ᵀ (+ bias) for T <= 8 · NN; in % 8 == 0, rows
 // 16-byte aligned. The block takes rows blockIdx.x · 16, then gridDim.x · 16 further, ...
-// (the next group's first segment asked for after the last mmas of this one). Its first
-// segment is loaded before the wait: up to 32 KB a block, ~13 MB for the blocks an H100 holds
-// at once, whatever the kernel before it.
 template <int NN, typename TW, typename TX>
-__global__ void __launch_bounds__(GV_WARPS * 32, 1)
+__global__ void __launch_bounds__(GM_WARPS * 32, 1)
     k_gemv_mma(float *y, const TX *x, const TW *w, const void *bias, ls_cu_dtype_t bias_dt,
                int T, int in, int out, int accumulate) {
-    __shared__ uint4 stage[GV_WARPS][GM_ROWS][32];
-    __shared__ float part[GV_WARPS][NN * 4][32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    int n8 = in / 8, nseg = (n8 + 31) / 32, per = nseg / GV_WARPS, s0 = warp * per;
-    int s1 = warp == GV_WARPS - 1 ? nseg : s0 + per;
-    const uint4 *wl = reinterpret_cast<const uint4 *>(w) + lane;
-    uint4(*st)[32] = stage[warp];
-    uint4 wv[GM_ROWS];
-    auto load = [&](int o0, int s) { // segment s of rows o0.. (past out: the last)
-        bool ok = s * 32 + lane < n8;
-#pragma unroll
-        for (int r = 0; r < GM_ROWS; r++)
-            wv[r] = ok ? ls_ld_stream(wl + (size_t)min(o0 + r, out - 1) * n8 + s * 32)
-                       : make_uint4(0, 0, 0, 0);
-    };
-    int o0 = blockIdx.x * GM_ROWS;
-    if (s0 < s1)
-        load(o0, s0);
-    ls_dep_enter();
-    const TX *xr[NN];
+    s_gm_op<NN, TW, TX> op{y, {}, bias, bias_dt, T, out, accumulate};
+    int g = (threadIdx.x & 31) >> 2;
 #pragma unroll
     for (int j = 0; j < NN; j++)
-        xr[j] = x + (size_t)min(8 * j + g, T - 1) * in + 8 * q;
-    for (; o0 < out; o0 += gridDim.x * GM_ROWS) {
-        float c[NN][4] = {};
-        for (int s = s0; s < s1; s++) {
-            uint4 xv[8][NN];
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-#pragma unroll
-                for (int j = 0; j < NN; j++)
-                    xv[k][j] = s_gm_x<TW>(xr[j] + (size_t)s * GM_SEG + 32 * k,
-                                          s * 32 + 4 * k + q < n8);
-#pragma unroll
-            for (int r = 0; r < GM_ROWS; r++)
-                st[r][lane ^ s_gm_swz(r)] = wv[r];
-            __syncwarp();
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                int ch = (4 * k + q) ^ s_gm_swz(g); // rows g and g + 8 share a swizzle
-                uint4 wa = st[g][ch], wb = st[g + 8][ch];
-                uint32_t a0[4] = {wa.x, wb.x, wa.y, wb.y}, a1[4] = {wa.z, wb.z, wa.w, wb.w};
-#pragma unroll
-                for (int j = 0; j < NN; j++) {
-                    ls_mma16816<TW>(c[j], a0, xv[k][j].x, xv[k][j].y);
-                    ls_mma16816<TW>(c[j], a1, xv[k][j].z, xv[k][j].w);
-                }
-            }
-            __syncwarp(); // st is the next segment's
-            if (s + 1 < s1)
-                load(o0, s + 1);
-            else if (o0 + (int)gridDim.x * GM_ROWS < out)
-                load(o0 + gridDim.x * GM_ROWS, s0);
-        }
-        s_gm_reduce<NN, GV_WARPS>(part, c, o0, warp, lane, [&](float v, int o, int t) {
-            if (o < out && t < T)
-                s_gemv_put(y, v, t, o, out, accumulate, bias, bias_dt);
-        });
-        __syncthreads(); // part is the next rows'
-    }
+        op.xr[j] = x + (size_t)min(8 * j + g, T - 1) * in;
+    ls_gm_stream<NN>(reinterpret_cast<const uint4 *>(w), in / 8, out, op);
 }
 
 // The launch of kernel K on blocks of rows rows: sms > 0: the grid capped at what sms SMs

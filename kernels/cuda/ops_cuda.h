@@ -84,8 +84,10 @@ cudaError_t ls_cu_fp8_gemm_small(float *y, const uint8_t *xq, const float *x_sca
                                  cudaStream_t stream);
 // The same on the FP8 tensor cores (mma.sync m16n8k32 E4M3, sm_89+; engine/fp8_gemm.h
 // LS_FP8_TC_T): the products exact, sums of 64 on the tensor cores (~14 bits) added in fp32.
-// in % 64 == 0, xq and w 16-byte aligned, any T and out. Only where ls_cu_fp8_gemm_tc_ok:
-// 1 when the kernel loaded for the current device was compiled with the mma (sm_89+), else 0.
+// in % 16 == 0, xq and w 16-byte aligned, any T and out; w written by no kernel it may
+// overlap (its first weights are loaded before its programmatic wait, as the GEMV's). Only
+// where ls_cu_fp8_gemm_tc_ok: 1 when the kernel loaded for the current device was compiled
+// with the mma (sm_89+), else 0.
 cudaError_t ls_cu_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
                               const uint8_t *w, const float *w_scale, const void *bias,
                               ls_cu_dtype_t bias_dt, int T, int in, int out,

@@ -2165,7 +2165,7 @@ int main(int argc, char **argv) {
                     mms[i].acc);
     // FP8: Llama-3-8B's decode shapes (qkv, o, gate_up, down) at batch 1, 8, 64, a prefill
     // chunk, odd widths and biases; every path where production takes it (tc at T <=
-    // LS_FP8_TC_T and in % 64 == 0 on sm_89+), then without tc (small at T <=
+    // LS_FP8_TC_T on sm_89+), then without tc (small at T <=
     // LS_FP8_SMALL_T, as on sm_80), then cuBLASLt alone, both ways of its applying the scales
     for (int allow = 3; allow >= 0; allow--) {
         int outer = allow > 0, small = allow >= 2, tc = allow == 3;
@@ -2178,8 +2178,11 @@ int main(int argc, char **argv) {
     }
     // the tensor-core GEMM where production takes it (T <= LS_FP8_TC_T): one and two tiles of
     // 8 tokens, tokens past T in a tile (1, 2, 5), Llama-3-8B's four shapes with biases, and
-    // rows past out (out % 16 != 0: 200, 37); its wider passes (4 and 8 tiles) are dev_fp8's
-    // to check. On a device without it (sm_80) these run small or cuBLASLt (the name says).
+    // rows past out (out % 16 != 0: 200, 37), rows shorter than a warp's share of segments
+    // (512 codes: the last warp takes them all) and K past the last whole segment and
+    // 64-code mma pair (1,040 = two segments and a 16-code chunk; 208; 96); its passes of 16
+    // tokens past 16 are dev_fp8's to check. On a device without it (sm_80) these run small or
+    // cuBLASLt (the name says).
     test_matmul_fp8(&r, 1, 4096, 6144, 1, LS_DTYPE_BF16, 1, 1, 1);
     test_matmul_fp8(&r, 2, 4096, 4096, 1, LS_DTYPE_F16, 1, 1, 1);
     test_matmul_fp8(&r, 5, 4096, 28672, 1, LS_DTYPE_BF16, 1, 1, 1);
@@ -2199,7 +2202,8 @@ int main(int argc, char **argv) {
     test_matmul_fp8(&r, 2, 512, 200, 1, LS_DTYPE_F16, 1, 1, 0);
     test_matmul_fp8(&r, 3, 1024, 1000, 1, LS_DTYPE_BF16, 1, 1, 0);
     test_matmul_fp8(&r, 4, 14336, 4096, 1, LS_DTYPE_F32, 1, 1, 0);
-    // in % 64 != 0 with tc allowed: small up to LS_FP8_SMALL_T, cuBLASLt past it
+    test_matmul_fp8(&r, 7, 1040, 53, 1, LS_DTYPE_BF16, 1, 1, 1);
+    test_matmul_fp8(&r, 13, 208, 100, 0, LS_DTYPE_BF16, 1, 1, 1);
     test_matmul_fp8(&r, 2, 96, 37, 1, LS_DTYPE_BF16, 1, 1, 1);
 
     test_embedding_gather(&r);

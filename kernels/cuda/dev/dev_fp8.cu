@@ -14,9 +14,15 @@
       small   ls_cu_fp8_gemm_small, a warp per 4 rows on CUDA cores, scales and bias in its
               epilogue (production up to LS_FP8_SMALL_T where tc does not run: sm_80);
       r2, r8  the same kernel with 2 and 8 rows a warp (8: at most 4 tokens a pass);
-      tc      ls_cu_fp8_gemm_tc: mma.sync m16n8k32 E4M3 tensor cores, 16 rows a block, K
-              split over its 8 warps, up to 64 tokens a pass (in % 64 == 0; production up to
-              LS_FP8_TC_T on sm_89+);
+      tc      ls_cu_fp8_gemm_tc: mma.sync m16n8k32 E4M3 tensor cores on gemv_mma.cuh's
+              stream (16 rows a block, K split over its 4 warps, the weights read 512 bytes of
+              a row an instruction and turned into fragments through shared memory, the first
+              segment loaded before the programmatic wait), up to 16 tokens a pass
+              (production up to LS_FP8_TC_T on sm_89+);
+      frag    tried, not kept: the same mmas with the weights read straight into fragments
+              (lane (g, c) 16 bytes of rows g and g + 8: 64 bytes of each of 8 rows an
+              instruction), 8 warps a block splitting K by 64-code chunks, up to 64 tokens
+              a pass, everything after the wait (in % 64 == 0);
       wgMK    tried, not kept (README.md): warpgroup MMA m64nNk32 E4M3 (sm_90a), a CTA an
               SM, stream-K over units of a row tile of M m64 tiles x K 128-code blocks, the
               weights and the tokens' codes through a cp.async ring the warpgroup issues
@@ -44,10 +50,10 @@ extern "C" {
 #include "safetensors.h" // ls_e4m3_to_f32
 }
 
-enum { TMAX = 64, N_T = 7, N_V = 11, N_SHAPES = 4, V_TC = 4 };
+enum { TMAX = 64, N_T = 7, N_V = 12, N_SHAPES = 4, V_TC = 4, V_FRAG = 11 };
 static const int s_ts[N_T] = {1, 2, 4, 8, 16, 32, 64};
-static const char *s_names[N_V] = {"lt", "small", "r2", "r8", "tc", "wg12", "wg14", "wg22", "ws12", "ws14", "ws22"};
-static const int s_kb[N_V] = {0, 0, 0, 0, 0, 2, 4, 2, 2, 4, 2}; // the wg forms' units: in % (128 KB) == 0
+static const char *s_names[N_V] = {"lt", "small", "r2", "r8", "tc", "wg12", "wg14", "wg22", "ws12", "ws14", "ws22", "frag"};
+static const int s_kb[N_V] = {0, 0, 0, 0, 0, 2, 4, 2, 2, 4, 2, 0}; // the wg forms' units: in % (128 KB) == 0
 static const struct {
     const char *name;
     int in, out;
@@ -71,6 +77,71 @@ static cudaError_t s_rows(float *y, const uint8_t *xq, const float *xs, const ui
     k_fp8_gemm_small<NT, R, float>
         <<<grid, S_SMALL_WARPS * 32, 0, st>>>(y, xq, xs, w, ws, (const float *)NULL, T, in, out);
     return cudaGetLastError();
+}
+
+// ---- tried, not kept: the tensor-core GEMM with its weights straight into fragments ----
+//
+// A block owns 16 output rows and NTL tiles of 8 tokens (grid y: further groups of 8 · NTL),
+// its FR_WARPS warps split K by 64-code chunks. Lane (g = lane / 4, c = lane % 4) reads 16
+// codes of rows g and g + 8 and of token g (+ 8j) at k = 16c .. 16c + 15 of a chunk, which
+// are its fragments as they are (tc's permutation of k). What tc changed (README.md "FP8
+// decode GEMM"): 64 bytes of each of 8 rows an instruction, which HBM streams slower than
+// 512 bytes of a row, and no load before the programmatic wait.
+enum { FR_WARPS = 8 };
+
+template <int NTL, typename TB>
+__global__ void __launch_bounds__(FR_WARPS * 32)
+    k_fp8_frag(float *y, const uint8_t *xq, const float *x_scale, const uint8_t *w, const float *w_scale,
+               const TB *bias, int T, int in, int out) {
+    __shared__ float red[FR_WARPS][NTL * 4][32];
+    ls_dep_enter();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    int o0 = blockIdx.x * 16, t0 = blockIdx.y * 8 * NTL;
+    const uint4 *w0 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g, out - 1) * in + 16 * c);
+    const uint4 *w8 = reinterpret_cast<const uint4 *>(w + (size_t)min(o0 + g + 8, out - 1) * in + 16 * c);
+    const uint4 *xr[NTL];
+#pragma unroll
+    for (int j = 0; j < NTL; j++)
+        xr[j] = reinterpret_cast<const uint4 *>(xq + (size_t)min(t0 + 8 * j + g, T - 1) * in + 16 * c);
+    float acc[NTL][4] = {};
+    const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int n64 = in / 64;
+#pragma unroll 2
+    for (int ch = warp; ch < n64; ch += FR_WARPS) {
+        uint4 a = ls_ld_stream(w0 + 4 * ch), b = ls_ld_stream(w8 + 4 * ch);
+        const uint32_t a0[4] = {a.x, b.x, a.y, b.y}, a1[4] = {a.z, b.z, a.w, b.w};
+#pragma unroll
+        for (int j = 0; j < NTL; j++) {
+            uint4 xv = __ldg(xr[j] + 4 * ch);
+            float d[4];
+            s_mma_e4m3(d, a0, xv.x, xv.y, zero);
+            s_mma_e4m3(d, a1, xv.z, xv.w, d);
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[j][e] += d[e];
+        }
+    }
+    ls_gm_reduce<NTL, FR_WARPS>(red, acc, o0, warp, lane, [&](float v, int o, int t) {
+        if (o < out && t0 + t < T)
+            s_gemm_store(y, v, x_scale, w_scale, bias, t0 + t, o, out);
+    });
+}
+
+template <int NTL>
+static cudaError_t s_frag_ntl(float *y, const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws, int T,
+                              int in, int out, cudaStream_t st) {
+    dim3 grid((unsigned)((out + 15) / 16), (unsigned)((T + 8 * NTL - 1) / (8 * NTL)));
+    return ls_cu_launch_dep(k_fp8_frag<NTL, float>, grid, dim3(FR_WARPS * 32), 0, st, y, xq, xs, w, ws,
+                            (const float *)NULL, T, in, out);
+}
+// the fewest tiles of 8 tokens a pass that cover T (passes of 64 past 64)
+static cudaError_t s_frag(float *y, const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws, int T,
+                          int in, int out, cudaStream_t st) {
+    int ntl = (T + 7) / 8;
+    return ntl == 1   ? s_frag_ntl<1>(y, xq, xs, w, ws, T, in, out, st)
+           : ntl == 2 ? s_frag_ntl<2>(y, xq, xs, w, ws, T, in, out, st)
+           : ntl <= 4 ? s_frag_ntl<4>(y, xq, xs, w, ws, T, in, out, st)
+                      : s_frag_ntl<8>(y, xq, xs, w, ws, T, in, out, st);
 }
 
 static ls_fp8_gemm_t *s_lt;
@@ -399,7 +470,8 @@ static cudaError_t s_run(const s_prob_t &p, int v, int T, long i, cudaStream_t s
     case 7: return s_wg<2, 2, false>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
     case 8: return s_wg<1, 2, true>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
     case 9: return s_wg<1, 4, true>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
-    default: return s_wg<2, 2, true>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
+    case 10: return s_wg<2, 2, true>(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
+    default: return s_frag(p.y, p.xq, p.xs, w, ws, T, p.in, p.out, st);
     }
 }
 
@@ -457,7 +529,7 @@ static void s_prob_free(s_prob_t &p) {
 static void s_validate(const s_prob_t &p, const char *name, int T, int v0, cudaStream_t st) {
     std::vector<float> got((size_t)T * p.out);
     for (int v = v0; v < N_V; v++) {
-        if (s_kb[v] && p.in % (128 * s_kb[v]))
+        if ((s_kb[v] && p.in % (128 * s_kb[v])) || (v == V_FRAG && p.in % 64))
             continue;
         DEV_CK(cudaMemset(p.y, 0xff, (size_t)TMAX * p.out * 4)); // NaN: a row not written fails
         DEV_CK(s_run(p, v, T, 0, st));
@@ -494,6 +566,14 @@ int main() {
         for (int T : {1, 3, 5, 7, 9, 13, 37, 64})
             s_validate(p, "192x37", T, 1, st);
         s_prob_free(p);
+        // tc's partial segments: rows of 1,040 codes (65 chunks of 16: three segments, the
+        // last of one chunk, all the last warp's) and of 208 (shorter than a 64-code mma pair)
+        for (int in : {1040, 208}) {
+            s_prob_t r = s_prob_new(rng, in, 53, 0);
+            for (int T : {1, 6, 11, 16, 21})
+                s_validate(r, in == 208 ? "208x53" : "1040x53", T, 1, st);
+            s_prob_free(r);
+        }
         // the wg forms': a row tile past out, tiles split over more CTAs than units a tile, one unit
         s_prob_t q = s_prob_new(rng, 2048, 200, 0);
         for (int T : {1, 9, 17, 33, 64})

@@ -525,11 +525,13 @@ __global__ void __launch_bounds__(KS * 32)
             }
         }
     }
-    s_gm_reduce<NN, KS>(part, c, o0, warp, lane, [&](float v, int o, int t) {
+    ls_gm_reduce<NN, KS>(part, c, o0, warp, lane, [&](float v, int o, int t) {
         if (o < out && t < T)
             y[(size_t)t * out + o] = v;
     });
 }
+
+enum { GM_SEG = GM_CHUNKS * 8 }; // k a segment of 16-bit weights
 
 template <int NN, int KS, int D, typename TW, typename TX>
 __global__ void __launch_bounds__(KS * 32)
@@ -544,7 +546,7 @@ __global__ void __launch_bounds__(KS * 32)
     auto issue = [&](int i) {
         if (i < n)
             for (int r = 0; r < 16; r++)
-                ls_cp16(&ring[i % D][r][lane ^ s_gm_swz(r)], wl + (size_t)min(o0 + r, out - 1) * (in / 8) + (size_t)(s0 + i) * 32, 16);
+                ls_cp16(&ring[i % D][r][lane ^ ls_gm_swz(r)], wl + (size_t)min(o0 + r, out - 1) * (in / 8) + (size_t)(s0 + i) * 32, 16);
         ls_cp_commit();
     };
     for (int i = 0; i < D - 1; i++)
@@ -561,7 +563,7 @@ __global__ void __launch_bounds__(KS * 32)
         uint4(*st)[32] = ring[i % D];
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            int ch = (4 * k + q) ^ s_gm_swz(g);
+            int ch = (4 * k + q) ^ ls_gm_swz(g);
             uint4 wa = st[g][ch], wb = st[g + 8][ch];
             uint32_t a0[4] = {wa.x, wb.x, wa.y, wb.y}, a1[4] = {wa.z, wb.z, wa.w, wb.w};
 #pragma unroll
@@ -573,7 +575,7 @@ __global__ void __launch_bounds__(KS * 32)
         }
         __syncwarp();
     }
-    s_gm_reduce<NN, KS>(part, c, o0, warp, lane, [&](float v, int o, int t) {
+    ls_gm_reduce<NN, KS>(part, c, o0, warp, lane, [&](float v, int o, int t) {
         if (o < out && t < T)
             y[(size_t)t * out + o] = v;
     });
