@@ -590,7 +590,7 @@ int main(int argc, char **argv) {
            bench_now() - b.t_start, N_ADAPTERS);
     fflush(stdout);
     bench_engine_t e;
-    bench_engine_open(&e, PROG, N_ADAPTERS, RANK, N_ADAPTERS, N_ADAPTERS, ids);
+    bench_engine_open(&e, PROG, LS_QUANT_NONE, N_ADAPTERS, RANK, N_ADAPTERS, N_ADAPTERS, ids);
     b.m = e.m;
     b.pool = e.pool;
     if (side != -1)

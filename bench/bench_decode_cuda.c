@@ -34,8 +34,12 @@
     planned for 64 all the same (the slot-load rows use id 31's). --temperature T and
     --top-p P sample every row so (default greedy), each step a new seeded draw.
 
+    --fp8 holds the projections as FP8 (ls_model_load_dummy with LS_QUANT_FP8: E4M3 weights,
+    per-channel scales; docs/engine.md "FP8 weights"), the adapters bf16 on top: the same
+    workloads and timelines on the FP8 model.
+
     Usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--temperature T] [--top-p P]
-                             [--trace CSV]   Not a ctest; needs a GPU.
+                             [--fp8] [--trace CSV]   Not a ctest; needs a GPU.
 */
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
@@ -143,8 +147,15 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
 
 int main(int argc, char **argv) {
     s_bench_t b = {.n = N_SEQS, .steps = 20, .ctx = 128, .top_p = 1.0f};
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--steps"))
+    ls_quant_t quant = LS_QUANT_NONE;
+    for (int i = 1; i < argc; i += 2) {
+        if (!strcmp(argv[i], "--fp8")) {
+            quant = LS_QUANT_FP8;
+            i--; // a flag: no value
+        } else if (i + 1 >= argc) {
+            fprintf(stderr, "bench_decode_cuda: %s needs a value\n", argv[i]);
+            return 2;
+        } else if (!strcmp(argv[i], "--steps"))
             b.steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ctx"))
             b.ctx = atoi(argv[i + 1]);
@@ -159,7 +170,7 @@ int main(int argc, char **argv) {
                 bench_die("bench_decode_cuda", "--trace", "CUPTI tracing could not start");
             b.trace = 1;
         } else {
-            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--temperature T] [--top-p P] [--trace CSV]\n");
+            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--temperature T] [--top-p P] [--fp8] [--trace CSV]\n");
             return 2;
         }
     }
@@ -171,7 +182,7 @@ int main(int argc, char **argv) {
     }
     char err[512], ids[32][16];
     bench_engine_t e;
-    bench_engine_open(&e, "bench_decode_cuda", 32, RANK, N_FILES, 32, ids);
+    bench_engine_open(&e, "bench_decode_cuda", quant, 32, RANK, N_FILES, 32, ids);
     ls_backend_t *be = e.be;
     b.m = e.m;
     b.pool = e.pool;
@@ -183,11 +194,12 @@ int main(int argc, char **argv) {
     b.batch->sample.temperature = b.temperature;
     b.batch->sample.top_p = b.top_p;
     b.batch->sample.seed = 1;
-    printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB bf16 "
+    printf("bench_decode_cuda: %s; copy bandwidth %.0f GB/s; Llama-3-8B dummy (%.2f GB of %s "
            "weights, loaded in %.1f s), pinned host-to-device %.1f GB/s, KV %s, batch %d, %d cached tokens each, LoRA rank %d "
            "on all seven targets, sampling %s (temperature %.2f, top-p %.2f), median of %d steps; "
            "the GEMV up to %d tokens a step\n", prop.name, bw,
-           (double)ls_model_weight_bytes(b.m) / 1e9, e.load_s, h2d,
+           (double)ls_model_weight_bytes(b.m) / 1e9, quant == LS_QUANT_FP8 ? "FP8 projections, bf16 other" : "bf16",
+           e.load_s, h2d,
            ls_dtype_name(ls_model_kv_dtype(b.m)), b.n, b.ctx, RANK, b.temperature > 0 ? "seeded" : "greedy",
            b.temperature, b.top_p, b.steps, ls_cu_gemv_tokens());
     size_t adapter_elems = e.adapter_elems;

@@ -185,14 +185,14 @@ static void s_adapters_load(bench_engine_t *e, const char *prog, int rank, int n
     }
 }
 
-void bench_engine_open(bench_engine_t *e, const char *prog, int slots, int rank, int n_files,
-                       int n_ids, char (*ids)[16]) {
+void bench_engine_open(bench_engine_t *e, const char *prog, ls_quant_t quant, int slots,
+                       int rank, int n_files, int n_ids, char (*ids)[16]) {
     char err[512];
     *e = (bench_engine_t){0};
     if (!(e->be = ls_backend_cuda_new(0, err, sizeof err)))
         bench_die(prog, "backend", err);
     double t0 = bench_now();
-    if (!(e->m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, e->be, NULL, LS_QUANT_NONE, 1, NULL, NULL, err, sizeof err)))
+    if (!(e->m = ls_model_load_dummy(LS_BENCH_LLAMA3_8B, e->be, NULL, quant, 1, NULL, NULL, err, sizeof err)))
         bench_die(prog, "dummy model", err);
     e->load_s = bench_now() - t0;
     t0 = bench_now();

@@ -67,11 +67,12 @@ typedef struct {
     double load_s, adapters_s; // seconds to load the model; to write and add the adapters
 } bench_engine_t;
 
-// Opens e: a pool of `slots` slots of rank `rank`, and n_files random adapters of that rank
-// on all seven targets (bf16, seeds 1..) written to e->dir and added as n_ids ids,
+// Opens e: the dummy Llama-3-8B with its projections as quant says (LS_QUANT_NONE: bf16;
+// LS_QUANT_FP8), a pool of `slots` slots of rank `rank`, and n_files random adapters of that
+// rank on all seven targets (bf16, seeds 1..) written to e->dir and added as n_ids ids,
 // ids[a] = "id<a>" from file a % n_files.
-void bench_engine_open(bench_engine_t *e, const char *prog, int slots, int rank, int n_files,
-                       int n_ids, char (*ids)[16]);
+void bench_engine_open(bench_engine_t *e, const char *prog, ls_quant_t quant, int slots,
+                       int rank, int n_files, int n_ids, char (*ids)[16]);
 // Frees what bench_engine_open made and removes its directory.
 void bench_engine_close(bench_engine_t *e);
 

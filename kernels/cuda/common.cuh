@@ -276,6 +276,54 @@ __device__ __forceinline__ uint8_t ls_fp8_code(float v, float s) {
     return (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, s), __NV_SATFINITE, __NV_E4M3);
 }
 
+// A row quantized by a block that holds it in registers (the register kernels: RMSNorm,
+// SiLU·mul and the quantizing pass, one block a row): thread i's v[4k + e] is column
+// (k · blockDim.x + i) · 4 + e, EPT values a thread, blockDim.x a multiple of 32; amax the
+// largest |v| of the thread's. Writes the row's scale to *qs (thread 0) and its codes to q
+// (the row's, 4-byte aligned), from the registers: the row is not read back.
+template <int EPT>
+__device__ __forceinline__ void ls_fp8_row_codes(uint8_t *q, float *qs, const float (&v)[EPT],
+                                                 float amax, float *scratch) {
+    static_assert(EPT % 4 == 0, "float4 groups");
+    float s = ls_fp8_row_scale(ls_block_max(amax, scratch));
+    if (threadIdx.x == 0)
+        *qs = s;
+#pragma unroll
+    for (int k = 0; k < EPT / 4; k++)
+        *(uchar4 *)(q + (k * blockDim.x + threadIdx.x) * 4) =
+            make_uchar4(ls_fp8_code(v[4 * k], s), ls_fp8_code(v[4 * k + 1], s),
+                        ls_fp8_code(v[4 * k + 2], s), ls_fp8_code(v[4 * k + 3], s));
+}
+
+// The values a thread holds when a block of at most 1,024 threads keeps a row of cols in
+// registers as ls_fp8_row_codes lays them out: the fewest of 4, 8, 16 that fit, with whole
+// warps (up to 16,384 columns; more would spill at 1,024 threads' 64 registers); 0 when none
+// does (the caller's loop kernel then). LS_CU_EPT_DISPATCH runs its statement with E the
+// constant.
+static inline int ls_cu_row_ept(int cols) {
+    for (int e = 4; e <= 16; e *= 2)
+        if (cols % (32 * e) == 0 && cols / e <= 1024)
+            return e;
+    return 0;
+}
+#define LS_CU_EPT_DISPATCH(ept, E, ...)                                                       \
+    switch (ept) {                                                                            \
+    case 4: {                                                                                 \
+        constexpr int E = 4;                                                                  \
+        __VA_ARGS__;                                                                          \
+    } break;                                                                                  \
+    case 8: {                                                                                 \
+        constexpr int E = 8;                                                                  \
+        __VA_ARGS__;                                                                          \
+    } break;                                                                                  \
+    case 16: {                                                                                \
+        constexpr int E = 16;                                                                 \
+        __VA_ARGS__;                                                                          \
+    } break;                                                                                  \
+    default:                                                                                  \
+        return cudaErrorInvalidValue;                                                         \
+    }
+
 // (value, id) pairs ordered by value descending, then id ascending: "a before b".
 struct ls_vid_t {
     float v;

@@ -208,6 +208,7 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
 // the input of the FP8 down projection, made here instead of by a quantizing pass over out
 // (which would read the row back in a launch of its own). One block per row, as the row's
 // amax is needed before its first code; each thread reads back the out values it wrote.
+// Where a block can hold the row in registers, k_silu_mul_fp8_reg (below) runs instead.
 __global__ void k_silu_mul_fp8(float *out, uint8_t *q, float *qs, const float *gate_up,
                                const float *delta, int inter) {
     ls_dep_enter();
@@ -233,6 +234,52 @@ __global__ void k_silu_mul_fp8(float *out, uint8_t *q, float *qs, const float *g
         q[row * inter + c] = ls_fp8_code(orow[c], s);
 }
 
+// k_silu_mul_fp8 with the row held in registers, EPT values a thread in float4s (inter =
+// blockDim.x · EPT): gate_up and delta read once, all of a thread's loads in flight at once,
+// the codes made from the registers (ls_fp8_row_codes). At decode's few rows a block a row is
+// latency-bound, and k_silu_mul_fp8's loop waited out one round trip an element a thread (14
+// at Llama-3-8B's 14,336): 11.3 µs from gate_up's end to its own in the batch-1 FP8 step's
+// timeline (H100), where bf16's k_silu_mul4 takes 1.5. The same values, bit for bit.
+template <int EPT>
+__global__ void __launch_bounds__(1024) k_silu_mul_fp8_reg(float *out, uint8_t *q, float *qs,
+                                                           const float *gate_up,
+                                                           const float *delta, int inter) {
+    ls_dep_enter();
+    __shared__ float part[32];
+    size_t row = blockIdx.x;
+    const float *gr = gate_up + row * 2 * inter, *dr = delta ? delta + row * 2 * inter : NULL;
+    float4 g[EPT / 4], u[EPT / 4];
+#pragma unroll
+    for (int k = 0; k < EPT / 4; k++) {
+        int c = (k * blockDim.x + threadIdx.x) * 4;
+        g[k] = *(const float4 *)(gr + c);
+        u[k] = *(const float4 *)(gr + c + inter);
+    }
+    if (dr)
+#pragma unroll
+        for (int k = 0; k < EPT / 4; k++) {
+            int c = (k * blockDim.x + threadIdx.x) * 4;
+            float4 dg = *(const float4 *)(dr + c), du = *(const float4 *)(dr + c + inter);
+            g[k] = make_float4(__fadd_rn(g[k].x, dg.x), __fadd_rn(g[k].y, dg.y),
+                               __fadd_rn(g[k].z, dg.z), __fadd_rn(g[k].w, dg.w));
+            u[k] = make_float4(__fadd_rn(u[k].x, du.x), __fadd_rn(u[k].y, du.y),
+                               __fadd_rn(u[k].z, du.z), __fadd_rn(u[k].w, du.w));
+        }
+    float v[EPT], amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < EPT / 4; k++) {
+        float *o = v + 4 * k;
+        o[0] = ls_silu_mul(g[k].x, u[k].x), o[1] = ls_silu_mul(g[k].y, u[k].y);
+        o[2] = ls_silu_mul(g[k].z, u[k].z), o[3] = ls_silu_mul(g[k].w, u[k].w);
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            amax = fmaxf(amax, fabsf(o[e]));
+        *(float4 *)(out + row * inter + (k * blockDim.x + threadIdx.x) * 4) =
+            make_float4(o[0], o[1], o[2], o[3]);
+    }
+    ls_fp8_row_codes(q + row * inter, qs + row, v, amax, part);
+}
+
 cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,
                            const float *gate_up, const float *delta, int T, int inter,
                            cudaStream_t stream) {
@@ -242,8 +289,18 @@ cudaError_t ls_cu_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_
     if (!out && (!lp || lp_dt == LS_CU_F8E4M3)) // the FP8 kernel reads out back
         return cudaErrorInvalidValue;
     if (lp && lp_dt == LS_CU_F8E4M3) {
-        ls_cu_launch_dep(k_silu_mul_fp8, dim3(T), dim3(inter >= 8192 ? 1024 : 256), 0, stream, out,
-                         (uint8_t *)lp, lp_scale, gate_up, delta, inter);
+        // the register kernel where a block holds the row and every row is 16-byte aligned
+        int ept = ls_cu_row_ept(inter);
+        if (ept && !(((uintptr_t)out | (uintptr_t)gate_up | (uintptr_t)delta) & 15) &&
+            !((uintptr_t)lp & 3)) {
+            LS_CU_EPT_DISPATCH(ept, E,
+                               ls_cu_launch_dep(k_silu_mul_fp8_reg<E>, dim3(T), dim3(inter / E),
+                                                0, stream, out, (uint8_t *)lp, lp_scale, gate_up,
+                                                delta, inter));
+        } else {
+            ls_cu_launch_dep(k_silu_mul_fp8, dim3(T), dim3(inter >= 8192 ? 1024 : 256), 0, stream,
+                             out, (uint8_t *)lp, lp_scale, gate_up, delta, inter);
+        }
         LS_CU_CHECK_LAUNCH();
     }
     if (inter % 4 == 0 && !(((uintptr_t)out | (uintptr_t)gate_up | (uintptr_t)delta) & 15)) {
@@ -340,35 +397,53 @@ __global__ void k_rmsnorm(float *out, TL *lp, uint8_t *q, float *qs, float *resi
 // a thread in float4s: x, x2 and the residual are read once, not twice. At decode's few rows
 // the kernel is latency-bound (a block per row, fewer rows than SMs), so the second pass was
 // much of it: the Llama-3-8B decode step at batch 64 (two norms a layer) 7.96 -> 7.78 ms on an
-// H100 (bench_decode_cuda, side by side). The sums and roundings are k_rmsnorm's, the double
-// sum in another order. q and qs as k_rmsnorm's, the codes made from the registers (q 4-byte
-// aligned).
+// H100 (bench_decode_cuda, side by side). For the same reason every load of a thread is
+// issued before the first is used (the residual's stores come after them, so that the
+// compiler need not order a later load behind them), and the norm's weights are read before
+// the programmatic wait (no kernel of a step writes them): after the sum only arithmetic and
+// stores are left. The sums and roundings are k_rmsnorm's, the double sum in another order. q
+// and qs as k_rmsnorm's, the codes made from the registers (q 4-byte aligned).
 #define S_RMS_EPT 8
 template <typename TW, typename TL>
 __global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, uint8_t *q, float *qs,
                                                       float *residual, const float *x,
                                                       const float *x2, const TW *w, int C,
                                                       float eps) {
-    ls_dep_enter();
     __shared__ double scratch[32];
     __shared__ float part[32];
     size_t row = blockIdx.x;
+    float wf[S_RMS_EPT];
+#pragma unroll
+    for (int k = 0; k < S_RMS_EPT / 4; k++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            wf[4 * k + e] = ls_to_f(w[(k * blockDim.x + threadIdx.x) * 4 + e]);
+    ls_dep_enter();
+    float4 a[S_RMS_EPT / 4], b[S_RMS_EPT / 4], r[S_RMS_EPT / 4];
+#pragma unroll
+    for (int k = 0; k < S_RMS_EPT / 4; k++) {
+        size_t i = row * C + ((size_t)k * blockDim.x + threadIdx.x) * 4;
+        a[k] = *(const float4 *)(x + i);
+        if (x2)
+            b[k] = *(const float4 *)(x2 + i);
+        if (residual)
+            r[k] = *(const float4 *)(residual + i);
+    }
     float v[S_RMS_EPT];
     double ss = 0.0;
 #pragma unroll
     for (int k = 0; k < S_RMS_EPT / 4; k++) {
         size_t i = row * C + ((size_t)k * blockDim.x + threadIdx.x) * 4;
-        float4 a = *(const float4 *)(x + i);
-        if (x2) {
-            float4 b = *(const float4 *)(x2 + i);
-            a = make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
-        }
+        float4 t = a[k];
+        if (x2)
+            t = make_float4(__fadd_rn(t.x, b[k].x), __fadd_rn(t.y, b[k].y), __fadd_rn(t.z, b[k].z),
+                            __fadd_rn(t.w, b[k].w));
         if (residual) {
-            float4 r = *(const float4 *)(residual + i);
-            a = make_float4(__fadd_rn(r.x, a.x), __fadd_rn(r.y, a.y), __fadd_rn(r.z, a.z), __fadd_rn(r.w, a.w));
-            *(float4 *)(residual + i) = a;
+            t = make_float4(__fadd_rn(r[k].x, t.x), __fadd_rn(r[k].y, t.y), __fadd_rn(r[k].z, t.z),
+                            __fadd_rn(r[k].w, t.w));
+            *(float4 *)(residual + i) = t;
         }
-        v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
+        v[4 * k] = t.x, v[4 * k + 1] = t.y, v[4 * k + 2] = t.z, v[4 * k + 3] = t.w;
 #pragma unroll
         for (int e = 0; e < 4; e++)
             ss += (double)v[4 * k + e] * v[4 * k + e];
@@ -383,7 +458,7 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, uint8_
         float *o = v + 4 * k; // the row's values become the outputs in place
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            o[e] = __fmul_rn(__fmul_rn(o[e], inv), ls_to_f(w[c + e]));
+            o[e] = __fmul_rn(__fmul_rn(o[e], inv), wf[4 * k + e]);
             amax = fmaxf(amax, fabsf(o[e]));
         }
         if (out)
@@ -393,18 +468,8 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, uint8_
             for (int e = 0; e < 4; e++)
                 lp[i + e] = ls_from_f<TL>(o[e]);
     }
-    if (!q)
-        return;
-    float s = ls_fp8_row_scale(ls_block_max(amax, part));
-    if (threadIdx.x == 0)
-        qs[row] = s;
-#pragma unroll
-    for (int k = 0; k < S_RMS_EPT / 4; k++) {
-        const float *o = v + 4 * k;
-        *(uchar4 *)(q + row * C + (k * blockDim.x + threadIdx.x) * 4) =
-            make_uchar4(ls_fp8_code(o[0], s), ls_fp8_code(o[1], s), ls_fp8_code(o[2], s),
-                        ls_fp8_code(o[3], s));
-    }
+    if (q)
+        ls_fp8_row_codes(q + row * C, qs + row, v, amax, part);
 }
 
 cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,

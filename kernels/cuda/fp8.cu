@@ -25,7 +25,8 @@ enum { S_QUANT_THREADS = 256 };
 
 // One block per row, four values a thread per step (cols % 4 == 0, rows 16-byte aligned):
 // the row's amax, then its codes. Decode rows are a few thousand values: the row stays in
-// L1 between the two passes.
+// L1 between the two passes. Where a block can hold the row in registers,
+// k_fp8_quantize_rows_reg (below) runs instead.
 // q is (rows, cols), scale is (rows), x is (rows, cols)
 __global__ void k_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int cols) {
     ls_dep_enter();
@@ -48,13 +49,39 @@ __global__ void k_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, in
     }
 }
 
+// k_fp8_quantize_rows with the row held in registers, EPT values a thread (cols = blockDim.x ·
+// EPT): one load a value, all of a thread's in flight at once, the codes from the registers
+// (ls_fp8_row_codes). o's input at decode: a block a row, latency-bound.
+template <int EPT>
+__global__ void __launch_bounds__(1024)
+    k_fp8_quantize_rows_reg(uint8_t *q, float *scale, const float *x, int cols) {
+    ls_dep_enter();
+    __shared__ float part[32];
+    size_t row = blockIdx.x;
+    float v[EPT], amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < EPT / 4; k++) {
+        float4 a = *(const float4 *)(x + row * cols + (k * blockDim.x + threadIdx.x) * 4);
+        v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
+        amax = fmaxf(fmaxf(amax, fmaxf(fabsf(a.x), fabsf(a.y))), fmaxf(fabsf(a.z), fabsf(a.w)));
+    }
+    ls_fp8_row_codes(q + row * cols, scale + row, v, amax, part);
+}
+
 cudaError_t ls_cu_fp8_quantize_rows(uint8_t *q, float *scale, const float *x, int rows, int cols,
                                     cudaStream_t stream) {
     assert(cols > 0 && cols % 4 == 0 && rows >= 0);
     if (rows == 0)
         return cudaSuccess;
-    ls_cu_launch_dep(k_fp8_quantize_rows, dim3(rows), dim3(S_QUANT_THREADS), 0, stream, q, scale, x,
-                     cols);
+    int ept = ls_cu_row_ept(cols);
+    if (ept) {
+        LS_CU_EPT_DISPATCH(ept, E,
+                           ls_cu_launch_dep(k_fp8_quantize_rows_reg<E>, dim3(rows),
+                                            dim3(cols / E), 0, stream, q, scale, x, cols));
+    } else {
+        ls_cu_launch_dep(k_fp8_quantize_rows, dim3(rows), dim3(S_QUANT_THREADS), 0, stream, q,
+                         scale, x, cols);
+    }
     LS_CU_CHECK_LAUNCH();
 }
 

@@ -141,7 +141,8 @@ cudaError_t ls_cu_rows_gather(float *out, const float *x, const int32_t *rows, i
 
 // out (T, C) = rmsnorm(v (+ residual)) * w (C), v = x (+ x2, or NULL); residual (T, C)
 // updated, or NULL; out may alias x; lp (T, C, lp_dt) and lp_scale, or NULL, and out NULL:
-// as ls_cu_silu_mul's
+// as ls_cu_silu_mul's. w is written by no kernel it may overlap (read before its
+// programmatic wait: model weights)
 cudaError_t ls_cu_rmsnorm(float *out, void *lp, ls_cu_dtype_t lp_dt, float *lp_scale,
                           float *residual, const float *x, const float *x2, const void *w,
                           ls_cu_dtype_t w_dt, int T, int C, float eps, cudaStream_t stream);

@@ -2205,6 +2205,9 @@ int main(int argc, char **argv) {
     test_matmul_fp8(&r, 7, 1040, 53, 1, LS_DTYPE_BF16, 1, 1, 1);
     test_matmul_fp8(&r, 13, 208, 100, 0, LS_DTYPE_BF16, 1, 1, 1);
     test_matmul_fp8(&r, 2, 96, 37, 1, LS_DTYPE_BF16, 1, 1, 1);
+    // the quantizing pass at 8 values a thread (the shapes above: 4, 16, and the loop kernel
+    // at 80, 96, 208, 1,040)
+    test_matmul_fp8(&r, 3, 6144, 256, 0, LS_DTYPE_BF16, 1, 1, 1);
 
     test_embedding_gather(&r);
     test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0, 0);
@@ -2235,7 +2238,11 @@ int main(int argc, char **argv) {
     test_rope_kv_store(&r, LS_ROPE_LLAMA3, 2, 5, 1, 128, LS_DTYPE_BF16, 1);
     test_silu_add(&r, 1000);
     test_silu_add(&r, 1002);
-    test_silu_add(&r, 14336); // Llama-3-8B's: the FP8 kernel's 1,024 threads a row
+    // the FP8 register kernel at 16, 8 and 4 values a thread (Llama-3-8B's 14,336: 896
+    // threads a row; 768; 640), the loop kernel where no layout fits (1,000, 1,002)
+    test_silu_add(&r, 14336);
+    test_silu_add(&r, 6144);
+    test_silu_add(&r, 2560);
 
     {
         int nc[3] = {0, 21, 40}, nn[3] = {17, 5, 9};
