@@ -562,52 +562,79 @@ cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int
 // large angles of long positions); several blocks per token keep a batch-1 step off one SM.
 // One kernel instead of a RoPE kernel then a store kernel: the store's launch, its gap and
 // its second read of k go (a decode step runs it once per layer).
-enum { S_ROPE_HEADS = 8, S_ROPE_MAX_HALF = 256 };
+// At decode a block's work is a few dependent round trips (the position, then the angles; the
+// row's values, then their stores), so the kernel asks for everything it reads at once: the
+// inverse frequencies before its programmatic wait (no kernel of a step writes them), the
+// position, slot and every value of the thread's (S_ROPE_PER at most) right after it, then
+// the angles, then the rotations and stores.
+enum {
+    S_ROPE_HEADS = 8,
+    S_ROPE_MAX_HALF = 256,
+    S_ROPE_THREADS = 256,
+    S_ROPE_PER = S_ROPE_HEADS * S_ROPE_MAX_HALF / S_ROPE_THREADS,
+};
+static_assert(S_ROPE_MAX_HALF <= S_ROPE_THREADS, "a thread's one inverse frequency");
 
 template <typename TI, typename TC>
-__global__ void k_rope_kv_store(float *x, const float *x2, TC *k_cache, TC *v_cache,
-                                const int32_t *positions, const int32_t *slot_mapping,
-                                const TI *inv_freq, int n_heads, int n_kv_heads, int head_dim,
-                                int row_stride, int block_size, size_t block_stride) {
-    ls_dep_enter();
+__global__ void __launch_bounds__(S_ROPE_THREADS)
+    k_rope_kv_store(float *x, const float *x2, TC *k_cache, TC *v_cache,
+                    const int32_t *positions, const int32_t *slot_mapping, const TI *inv_freq,
+                    int n_heads, int n_kv_heads, int head_dim, int row_stride, int block_size,
+                    size_t block_stride) {
     __shared__ float sn[S_ROPE_MAX_HALF], cs[S_ROPE_MAX_HALF];
     int t = blockIdx.x, half = head_dim / 2, h0 = blockIdx.y * S_ROPE_HEADS;
+    float freq = threadIdx.x < half ? ls_to_f(inv_freq[threadIdx.x]) : 0.0f;
+    ls_dep_enter();
     int n_rot = n_heads + n_kv_heads; // q's heads and k's: those rotated
-    int nh = min(S_ROPE_HEADS, n_rot + n_kv_heads - h0);
+    int n = min(S_ROPE_HEADS, n_rot + n_kv_heads - h0) * half;
+    float pos = (float)positions[t];
+    int slot = slot_mapping[t];
+    float *xt = x + (size_t)t * row_stride;
+    const float *dt = x2 ? x2 + (size_t)t * row_stride : NULL;
+    float a[S_ROPE_PER], b[S_ROPE_PER], da[S_ROPE_PER], db[S_ROPE_PER];
+#pragma unroll
+    for (int j = 0; j < S_ROPE_PER; j++) {
+        int k = threadIdx.x + j * S_ROPE_THREADS;
+        if (k < n) {
+            size_t at = (size_t)(h0 + k / half) * head_dim + k % half;
+            a[j] = xt[at], b[j] = xt[at + half];
+            if (dt)
+                da[j] = dt[at], db[j] = dt[at + half];
+        }
+    }
     if (h0 < n_rot) { // uniform over the block: only v's heads need no angles
-        float pos = (float)positions[t];
-        for (int i = threadIdx.x; i < half; i += blockDim.x) {
-            float angle = __fmul_rn(pos, ls_to_f(inv_freq[i])); // fp32 product, as HF
-            sincosf(angle, &sn[i], &cs[i]);
+        if (threadIdx.x < half) {
+            float angle = __fmul_rn(pos, freq); // fp32 product, as HF
+            sincosf(angle, &sn[threadIdx.x], &cs[threadIdx.x]);
         }
         __syncthreads();
     }
-    int slot = slot_mapping[t];
     size_t at = slot < 0 ? 0
                          : (size_t)(slot / block_size) * block_stride +
                                (size_t)(slot % block_size) * n_kv_heads * head_dim;
-    float *xt = x + (size_t)t * row_stride;
-    const float *dt = x2 ? x2 + (size_t)t * row_stride : NULL;
-    for (int k = threadIdx.x; k < nh * half; k += blockDim.x) {
+#pragma unroll
+    for (int j = 0; j < S_ROPE_PER; j++) {
+        int k = threadIdx.x + j * S_ROPE_THREADS;
+        if (k >= n)
+            break;
         int h = h0 + k / half, i = k % half;
         float *xh = xt + (size_t)h * head_dim;
-        float a = xh[i], b = xh[i + half];
+        float av = a[j], bv = b[j];
         if (dt) { // the CPU reference's add, unfused
-            const float *dh = dt + (size_t)h * head_dim;
-            a = __fadd_rn(a, dh[i]);
-            b = __fadd_rn(b, dh[i + half]);
+            av = __fadd_rn(av, da[j]);
+            bv = __fadd_rn(bv, db[j]);
         }
         if (h >= n_rot) { // v: stored (+ v2), x itself left as it is
             if (slot >= 0) {
                 TC *vc = v_cache + at + (size_t)(h - n_rot) * head_dim;
-                vc[i] = ls_from_f<TC>(a);
-                vc[i + half] = ls_from_f<TC>(b);
+                vc[i] = ls_from_f<TC>(av);
+                vc[i + half] = ls_from_f<TC>(bv);
             }
             continue;
         }
         float s = sn[i], c = cs[i];
-        float ra = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        float rb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+        float ra = __fsub_rn(__fmul_rn(av, c), __fmul_rn(bv, s));
+        float rb = __fadd_rn(__fmul_rn(bv, c), __fmul_rn(av, s));
         xh[i] = ra;
         xh[i + half] = rb;
         if (h >= n_heads && slot >= 0) { // k: stored rotated
@@ -633,7 +660,8 @@ cudaError_t ls_cu_rope_kv_store(float *x, const float *x2, void *k_cache, void *
     LS_CU_DISPATCH(
         inv_dt, TI,
         LS_CU_DISPATCH(cache_dt, TC,
-                       ls_cu_launch_dep(k_rope_kv_store<TI, TC>, grid, dim3(256), 0, stream,
+                       ls_cu_launch_dep(k_rope_kv_store<TI, TC>, grid, dim3(S_ROPE_THREADS), 0,
+                                        stream,
                                         x, x2, (TC *)k_cache, (TC *)v_cache, positions,
                                         slot_mapping, (const TI *)inv_freq, n_heads, n_kv_heads,
                                         head_dim, row_stride, block_size, block_stride)));

@@ -162,7 +162,8 @@ cudaError_t ls_cu_rmsnorm_heads(float *x, const void *w, ls_cu_dtype_t w_dt, int
 // heads and n_kv_heads v heads side by side; q and k rotate in place at positions (T)
 // (inv_freq (head_dim/2)), then caches [slot_mapping (T)] = k (rotated), v; slot < 0 stores
 // nothing. x2 (T, row_stride), or NULL, is added first (as if x were x + x2; v itself is
-// left as it is, the v cache gets v + v2). head_dim <= 512
+// left as it is, the v cache gets v + v2). head_dim <= 512. inv_freq is written by no kernel
+// it may overlap (read before its programmatic wait: the model's)
 cudaError_t ls_cu_rope_kv_store(float *x, const float *x2, void *k_cache, void *v_cache,
                                 ls_cu_dtype_t cache_dt, const int32_t *positions,
                                 const int32_t *slot_mapping, const void *inv_freq,
