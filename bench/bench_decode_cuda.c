@@ -148,25 +148,21 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
 int main(int argc, char **argv) {
     s_bench_t b = {.n = N_SEQS, .steps = 20, .ctx = 128, .top_p = 1.0f};
     ls_quant_t quant = LS_QUANT_NONE;
-    for (int i = 1; i < argc; i += 2) {
-        if (!strcmp(argv[i], "--fp8")) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--fp8"))
             quant = LS_QUANT_FP8;
-            i--; // a flag: no value
-        } else if (i + 1 >= argc) {
-            fprintf(stderr, "bench_decode_cuda: %s needs a value\n", argv[i]);
-            return 2;
-        } else if (!strcmp(argv[i], "--steps"))
-            b.steps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--ctx"))
-            b.ctx = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch"))
-            b.n = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--temperature"))
-            b.temperature = (float)atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--top-p"))
-            b.top_p = (float)atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--trace")) {
-            if (kt_start(argv[i + 1]) != 0)
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc)
+            b.steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
+            b.ctx = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            b.n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--temperature") && i + 1 < argc)
+            b.temperature = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--top-p") && i + 1 < argc)
+            b.top_p = (float)atof(argv[++i]);
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+            if (kt_start(argv[++i]) != 0)
                 bench_die("bench_decode_cuda", "--trace", "CUPTI tracing could not start");
             b.trace = 1;
         } else {

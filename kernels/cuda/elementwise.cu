@@ -596,10 +596,10 @@ __global__ void __launch_bounds__(S_ROPE_THREADS)
     for (int j = 0; j < S_ROPE_PER; j++) {
         int k = threadIdx.x + j * S_ROPE_THREADS;
         if (k < n) {
-            size_t at = (size_t)(h0 + k / half) * head_dim + k % half;
-            a[j] = xt[at], b[j] = xt[at + half];
+            size_t e = (size_t)(h0 + k / half) * head_dim + k % half; // in the row
+            a[j] = xt[e], b[j] = xt[e + half];
             if (dt)
-                da[j] = dt[at], db[j] = dt[at + half];
+                da[j] = dt[e], db[j] = dt[e + half];
         }
     }
     if (h0 < n_rot) { // uniform over the block: only v's heads need no angles
