@@ -1393,9 +1393,10 @@ static int s_active(s_kern_t kern, s_kinfo_t *ki, int cs, int W, size_t smem) {
 // on a longer one: the keys of an item
 // split over a cluster of cs CTAs (2..8, or 16), cs and W chosen to hold the most warps
 // with every cluster of the grid resident at once, as the occupancy query counts them
-// (clusters sit inside one GPC: how many fit depends on the GPCs' SM counts); ties go to
-// the larger cluster (more SMs). No memory, no synchronization: capturable. plan, or NULL:
-// {cs, W} to launch instead of the planned ones (the dev bench compares plans).
+// (clusters sit inside one GPC: how many fit depends on the GPCs' SM counts), and no more
+// CTAs than SMs; ties go to the larger cluster (more SMs). No memory, no synchronization:
+// capturable. plan, or NULL: {cs, W} to launch instead of the planned ones (the dev bench
+// compares plans).
 static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, int gc,
                             const s_args_t *a, const int *plan) {
     size_t state = (size_t)(gc * a->head_dim + 2 * gc) * 4;
@@ -1419,7 +1420,8 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
         ki->ready = 1;
     }
     int group = a->n_heads / a->n_kv_heads, n_pass = (group + gc - 1) / gc;
-    long items = (long)a->T * a->n_kv_heads * n_pass, slots = (long)AT_MAXW * ls_cu_props()->sms;
+    long sms = ls_cu_props()->sms, items = (long)a->T * a->n_kv_heads * n_pass,
+         slots = (long)AT_MAXW * sms;
     long wcap = ((long)smem - (long)state) / (long)ring; // sm_80: 9 warps
     wcap = wcap < AT_MAXW ? wcap : AT_MAXW;
     // warps a CTA of a 1/cs share of the keys can use (>= AT_MINSTEP steps each)
@@ -1449,8 +1451,16 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
         W = (int)ws;
     else if (few) {
         long best = items * W;
+        // Clusters of at most sms / items CTAs, so that no SM holds two of the grid's CTAs:
+        // where some do, how the CTAs land depends on what the SMs ran just before. Llama-3-8B
+        // at batch 4 (32 items, 1K keys, H100) in clusters of 7 CTAs of 5 warps took 15.4 us
+        // when launched as a GEMM drained and 24.8 on an idle GPU (in the step with 4
+        // adapters, where RoPE waits for the LoRA's expand); clusters of 4 CTAs of 12 warps
+        // take the same time either way (that step 6.44 -> 6.20 ms, and at 16K keys 9.64 ->
+        // 8.95; the base step within 1%; kernels/cuda/dev/README.md "Decode attention").
         for (int c = 2; c <= 16; c = c < 8 ? c + 1 : 17) { // 2..8, 16
-            if ((c == 16 && !ki->np16) || keys_of(c) < (long)kps * AT_MINSTEP)
+            if (items * c > sms || (c == 16 && !ki->np16) ||
+                keys_of(c) < (long)kps * AT_MINSTEP)
                 break;
             for (int w = wmax(c); w >= 1; w--) {
                 if (items * c * w > slots)
