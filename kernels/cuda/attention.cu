@@ -54,7 +54,9 @@
       chosen to hold the most warps with every cluster of the grid resident at once, as
       cudaOccupancyMaxActiveClusters counts them (a cluster sits in one GPC; on the H200
       measured here 16-CTA clusters of 12-warp CTAs do not all fit 8 at a time, and 4-CTA
-      clusters for 32 items ran in two waves before this check). No scratch memory, no synchronization: launches can be captured in graphs.
+      clusters for 32 items ran in two waves before this check), and no more CTAs than SMs
+      (where two shared an SM, the time depended on what ran before). No scratch memory, no
+      synchronization: launches can be captured in graphs.
       Launched with programmatic dependent launch (common.cuh ls_cu_launch_dep's attribute).
 
     Known limits: short decode contexts stay latency-bound (64 x 128 keys: 17 us on an
@@ -1451,13 +1453,14 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
         W = (int)ws;
     else if (few) {
         long best = items * W;
-        // Clusters of at most sms / items CTAs, so that no SM holds two of the grid's CTAs:
-        // where some do, how the CTAs land depends on what the SMs ran just before. Llama-3-8B
-        // at batch 4 (32 items, 1K keys, H100) in clusters of 7 CTAs of 5 warps took 15.4 us
-        // when launched as a GEMM drained and 24.8 on an idle GPU (in the step with 4
-        // adapters, where RoPE waits for the LoRA's expand); clusters of 4 CTAs of 12 warps
-        // take the same time either way (that step 6.44 -> 6.20 ms, and at 16K keys 9.64 ->
-        // 8.95; the base step within 1%; kernels/cuda/dev/README.md "Decode attention").
+        // Clusters of at most sms / items CTAs, no more CTAs than SMs: where SMs must take
+        // two, how the CTAs land depends on what the SMs ran just before. Llama-3-8B at
+        // batch 4 (32 items, 1K keys, H100) in clusters of 7 CTAs of 5 warps took 15.4 us
+        // when launched as q,k,v's GEMV drained and 24.8 on an idle GPU (in the step with 4
+        // adapters, where RoPE waits for the LoRA's expand); with 3 CTAs of 11 warps that
+        // step takes 6.14-6.18 ms against 6.49-6.54 (at 16K keys 8.96-9.02 against
+        // 9.69-9.71), the base step -1.6% to +1.2% (kernels/cuda/dev/README.md "Decode
+        // attention").
         for (int c = 2; c <= 16; c = c < 8 ? c + 1 : 17) { // 2..8, 16
             if (items * c > sms || (c == 16 && !ki->np16) ||
                 keys_of(c) < (long)kps * AT_MINSTEP)

@@ -2270,11 +2270,23 @@ int main(int argc, char **argv) {
     }
     {
         // long contexts: the keys of a (token, kv head) split over a thread-block cluster —
-        // 16 CTAs for one sequence (8 where 16 does not fit), 8 for three, one of which has
-        // a single key, so that 7 CTAs of its cluster see none
+        // 16 CTAs for one sequence (8 where 16 does not fit), up to 5 for three (24 items:
+        // no more CTAs than SMs), one of which has a single key, so that most CTAs of its
+        // cluster see none
         int nc1[1] = {3100}, nn1[1] = {1}, nc3[3] = {2999, 0, 1533}, nn3[3] = {1, 1, 1};
         test_attention(&r, "decode long x1", 1, nc1, nn1, 32, 8, 128, 16, LS_DTYPE_BF16, 0, 1);
         test_attention(&r, "decode long x3", 3, nc3, nn3, 32, 8, 128, 16, LS_DTYPE_BF16, 0, 1);
+        // batch 4 of Llama-3-8B's heads on ~1K keys: 32 items in clusters (sm_90), of at most
+        // SMs / 32 CTAs each
+        int nc4[4] = {1000, 1030, 700, 1023}, nn4[4] = {1, 1, 1, 1}, w, cs, sms, major;
+        test_attention(&r, "decode x4 on 1K", 4, nc4, nn4, 32, 8, 128, 16, LS_DTYPE_BF16, 0, 1);
+        ls_cu_attention_last_plan(&w, &cs);
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) ==
+                cudaSuccess &&
+            major >= 9)
+            s_check_true("attention decode x4 on 1K: clusters, no more CTAs than SMs",
+                         cs >= 2 && 4 * 8 * cs <= sms);
         // the FFMA kernel (v2) on the same split: bf16 rows of 512 B
         test_attention(&r, "decode long x1", 1, nc1, nn1, 8, 4, 256, 16, LS_DTYPE_BF16, 0, 1);
         // a prefill chunk on a long prefix, group 7 in two passes (4 + 3 heads), f32 cache
