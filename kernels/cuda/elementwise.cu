@@ -3,10 +3,12 @@
     RMSNorm (whole rows, fused residual; per head), RoPE and the paged KV cache store.
     CPU references: kernels/cpu/elementwise.c, rmsnorm.c, rope.c, attention.c.
 
-    Every kernel here starts with ls_dep_enter() and is launched with ls_cu_launch_dep
-    (common.cuh): at a small batch these kernels are microseconds long, and each one's
-    launch hides under the tail of the kernel before it where that one is ours too (the
-    GEMV of a few tokens, attention, these); cuBLAS's GEMMs do not trigger early.
+    Every kernel here is launched with ls_cu_launch_dep (common.cuh) and calls ls_dep_enter()
+    before it reads anything a kernel before it writes (only the RMSNorm's weights and RoPE's
+    inverse frequencies, the model's, are read before it): at a small batch these kernels
+    are microseconds long, and each one's launch hides under the tail of the kernel before
+    it where that one is ours too (the GEMV of a few tokens, attention, these); cuBLAS's
+    GEMMs do not trigger early.
 
     All of these are memory-bound one-pass kernels: grid-stride loops over elements, or one
     block per token row where a row reduction is needed. The norms sum squares in double as
@@ -18,6 +20,12 @@
 
 size_t ls_cu_dtype_size(ls_cu_dtype_t dt) {
     return dt == LS_CU_F32 ? 4 : dt == LS_CU_F8E4M3 ? 1 : 2;
+}
+
+// a + b lane by lane, each sum rounded to nearest (the CPU reference's unfused adds)
+__device__ __forceinline__ float4 s_add4(float4 a, float4 b) {
+    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z),
+                       __fadd_rn(a.w, b.w));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -188,8 +196,8 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
         float4 g = *(const float4 *)(gate_up + gi), u = *(const float4 *)(gate_up + gi + inter);
         if (delta) {
             float4 dg = *(const float4 *)(delta + gi), du = *(const float4 *)(delta + gi + inter);
-            g = make_float4(__fadd_rn(g.x, dg.x), __fadd_rn(g.y, dg.y), __fadd_rn(g.z, dg.z), __fadd_rn(g.w, dg.w));
-            u = make_float4(__fadd_rn(u.x, du.x), __fadd_rn(u.y, du.y), __fadd_rn(u.z, du.z), __fadd_rn(u.w, du.w));
+            g = s_add4(g, dg);
+            u = s_add4(u, du);
         }
         float gv[4] = {g.x, g.y, g.z, g.w}, uv[4] = {u.x, u.y, u.z, u.w}, o[4];
 #pragma unroll
@@ -260,10 +268,8 @@ __global__ void __launch_bounds__(1024) k_silu_mul_fp8_reg(float *out, uint8_t *
         for (int k = 0; k < EPT / 4; k++) {
             int c = (k * blockDim.x + threadIdx.x) * 4;
             float4 dg = *(const float4 *)(dr + c), du = *(const float4 *)(dr + c + inter);
-            g[k] = make_float4(__fadd_rn(g[k].x, dg.x), __fadd_rn(g[k].y, dg.y),
-                               __fadd_rn(g[k].z, dg.z), __fadd_rn(g[k].w, dg.w));
-            u[k] = make_float4(__fadd_rn(u[k].x, du.x), __fadd_rn(u[k].y, du.y),
-                               __fadd_rn(u[k].z, du.z), __fadd_rn(u[k].w, du.w));
+            g[k] = s_add4(g[k], dg);
+            u[k] = s_add4(u[k], du);
         }
     float v[EPT], amax = 0.0f;
 #pragma unroll
@@ -436,11 +442,9 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, uint8_
         size_t i = row * C + ((size_t)k * blockDim.x + threadIdx.x) * 4;
         float4 t = a[k];
         if (x2)
-            t = make_float4(__fadd_rn(t.x, b[k].x), __fadd_rn(t.y, b[k].y), __fadd_rn(t.z, b[k].z),
-                            __fadd_rn(t.w, b[k].w));
+            t = s_add4(t, b[k]);
         if (residual) {
-            t = make_float4(__fadd_rn(r[k].x, t.x), __fadd_rn(r[k].y, t.y), __fadd_rn(r[k].z, t.z),
-                            __fadd_rn(r[k].w, t.w));
+            t = s_add4(r[k], t);
             *(float4 *)(residual + i) = t;
         }
         v[4 * k] = t.x, v[4 * k + 1] = t.y, v[4 * k + 2] = t.z, v[4 * k + 3] = t.w;
