@@ -1582,24 +1582,31 @@ cudaError_t ls_cu_lora_expand(float *y, const float *tmp, ls_lora_pages_t b,
 // -- shrink v3: one-position tiles, lean per byte -------------------------------------------
 // ncu on gate_up's decode op (caches flushed): the tensor-core shrink moved its 18 MB at
 // 1.5-1.7 TB/s, ~95 warp instructions per 16-byte load of A (its mma tiles are 8 tokens wide
-// for one). Here a block of S3_THREADS takes one (tile, slice, group of S3_RG rank rows, K
-// part of S3_KP elements); a thread owns 8 consecutive elements of K: its x in registers,
+// for one). Here a block of NT threads takes one (tile, slice, group of S3_RG rank rows, K
+// part of NT * 8 elements); a thread owns 8 consecutive elements of K: its x in registers,
 // its rows' 16-byte loads of A all in flight at once (issued before the wait), 8 FMAs each.
 // The rows' sums meet in the warp by a halving butterfly (S3_RG + 1 shuffles for S3_RG
 // rows, not 5 each) and across warps in shared memory in warp order (deterministic), and go
 // to part p of tmp for the expand to sum. Rows at or past the rank are neither read nor
 // written. Swept on an H200 (whole step): 4 rows a thread 11% slower, 16 no faster than the
-// tensor-core shrink (128 registers); parts of 1024 0.5% slower. kp (= S3_KP) stays a
+// tensor-core shrink (128 registers); parts of 1024 0.5% slower. kp (= NT * 8) stays a
 // kernel parameter: compiled in as a constant, the kernel came out slower (whole step 2625
 // against 2153 us, H200, the same run's other rows unchanged).
-enum { S3_RG = 8, S3_THREADS = 256, S3_KP = S3_THREADS * 8 };
+// Where K fits in LS_CU_LORA_PARTS parts of S3_SMALL * 8 (in <= 8192: every input but the
+// down projection's on Llama-3-8B) a block is S3_SMALL threads: beside the tensor-core GEMV
+// (three blocks an SM at 141 registers leave 10,240) a block of 128 at 64 registers fits on
+// every SM, one of 256 only where the GEMV holds fewer than three. Step with 4 adapters at
+// batch 4, against blocks of 256 in one call (H100, bench_base_cuda --decode-ctx, two
+// rounds): x 1K 6.195 / 6.211 -> 6.052 / 6.120 ms, x 128 5.999 / 5.884 -> 5.795 / 5.855; the
+// base steps within their spread (kernels/cuda/dev/README.md, "LoRA shrink").
+enum { S3_RG = 8, S3_THREADS = 256, S3_KP = S3_THREADS * 8, S3_SMALL = 128 };
 
-template <typename TA, typename TX>
-__global__ void __launch_bounds__(S3_THREADS, 4)
+template <typename TA, typename TX, int NT> // 64 registers at either NT
+__global__ void __launch_bounds__(NT, 1024 / NT)
 k_lora_shrink3(float *tmp, size_t part_stride, const TX *x, ls_lora_pages_t a,
                const ls_cu_lora_tile_t *tiles, const int32_t *perm, int in, int n_slices,
                int r_max, int kp) {
-    __shared__ float red[S3_THREADS / 32][S3_RG];
+    __shared__ float red[NT / 32][S3_RG];
     __shared__ const TA *rows[S3_RG]; // the block's rows (whole: one piece)
     ls_cu_lora_tile_t tile = tiles[blockIdx.x];
     int k = blockIdx.y % n_slices, j0 = blockIdx.y / n_slices * S3_RG, p = blockIdx.z;
@@ -1676,19 +1683,25 @@ static cudaError_t s_shrink3(float *tmp, size_t part_stride, int *parts, const v
                              const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
                              const int32_t *perm, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream) {
-    *parts = (in + S3_KP - 1) / S3_KP;
+    bool small = in <= S3_SMALL * 8 * LS_CU_LORA_PARTS;
+    int nt = small ? (int)S3_SMALL : (int)S3_THREADS, kp = nt * 8;
+    *parts = (in + kp - 1) / kp;
     s_launch_t l;
     s_launch_init(l, dim3(n_tiles, n_slices * ((max_rank + S3_RG - 1) / S3_RG), *parts),
-                  S3_THREADS, 0, stream, flags);
-#define S_S3(TA_)                                                                             \
+                  nt, 0, stream, flags);
+#define S_S3(TA_, NT_)                                                                        \
     S_WITH_TX(x_dt, TA_, TX,                                                                  \
-              return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<TA_, TX>, tmp, part_stride,    \
-                                        (const TX *)x, a, tiles, perm, in, n_slices, r_max,   \
-                                        (int)S3_KP))
+              return cudaLaunchKernelEx(&l.cfg, k_lora_shrink3<TA_, TX, NT_>, tmp,            \
+                                        part_stride, (const TX *)x, a, tiles, perm, in,       \
+                                        n_slices, r_max, kp))
     if (a_dt == LS_CU_BF16) {
-        S_S3(__nv_bfloat16);
+        if (small)
+            S_S3(__nv_bfloat16, S3_SMALL);
+        S_S3(__nv_bfloat16, S3_THREADS);
     }
-    S_S3(__half);
+    if (small)
+        S_S3(__half, S3_SMALL);
+    S_S3(__half, S3_THREADS);
 #undef S_S3
 }
 
@@ -1715,14 +1728,19 @@ template <typename TB> static void s_local_expands(size_t &most, bool &ok) {
     s_local_expand<TB, 4>(most, ok);
     s_local_expand<TB, 8>(most, ok);
 }
+template <int NT> static void s_local_shrink3(size_t &most, bool &ok) {
+    const void *const fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16, float, NT>,
+                              (const void *)k_lora_shrink3<__half, float, NT>,
+                              (const void *)k_lora_shrink3<__nv_bfloat16, __nv_bfloat16, NT>,
+                              (const void *)k_lora_shrink3<__half, __half, NT>};
+    s_local_take(fs, most, ok);
+}
 extern "C" long ls_cu_lora_local_bytes(void) {
     size_t most = 0;
     bool ok = true;
-    const void *const fs[] = {(const void *)k_lora_shrink3<__nv_bfloat16, float>,
-                              (const void *)k_lora_shrink3<__half, float>,
-                              (const void *)k_lora_shrink3<__nv_bfloat16, __nv_bfloat16>,
-                              (const void *)k_lora_shrink3<__half, __half>,
-                              (const void *)k_lora_shrink_tc<1, float>, (const void *)k_lora_shrink_tc<2, float>,
+    s_local_shrink3<S3_THREADS>(most, ok);
+    s_local_shrink3<S3_SMALL>(most, ok);
+    const void *const fs[] = {(const void *)k_lora_shrink_tc<1, float>, (const void *)k_lora_shrink_tc<2, float>,
                               (const void *)k_lora_shrink_tc<3, float>, (const void *)k_lora_shrink_tc<4, float>,
                               (const void *)k_lora_shrink_tc<1, __nv_bfloat16>,
                               (const void *)k_lora_shrink_tc<2, __nv_bfloat16>,

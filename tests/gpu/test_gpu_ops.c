@@ -2357,6 +2357,10 @@ int main(int argc, char **argv) {
     test_lora(&r, &s_layouts[1], 2, szgu, 4096, 16, LS_DTYPE_BF16, 0, 0, 0);
     test_lora(&r, &s_layouts[1], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0, 0);
     test_lora(&r, &s_layouts[1], 1, szo, 14336, 16, LS_DTYPE_BF16, 0, 0, 0); // down: K in 7 parts
+    // shrink v3's two block sizes at their boundary: in 8192 is K in 8 parts of 1024 (blocks
+    // of 128 threads), 8200 in 5 parts of 2048 (blocks of 256)
+    test_lora(&r, &s_layouts[1], 1, szo, 8192, 16, LS_DTYPE_BF16, 0, 0, 0);
+    test_lora(&r, &s_layouts[1], 1, szo, 8200, 16, LS_DTYPE_BF16, 0, 0, 0);
     test_lora(&r, &s_layouts[1], 2, sz2, 512, 32, LS_DTYPE_BF16, 0, 0, 0);
     test_lora(&r, &s_layouts[1], 2, sz2, 512, 64, LS_DTYPE_F32, 0, 0, 0);
     test_lora(&r, &s_layouts[1], 1, sz1, 512, 8, LS_DTYPE_F16, 0, 0, 0);
