@@ -71,6 +71,7 @@ launcher_pass_t launcher_pass[] = {
     {"load-format", 0, K_WORKER, "auto (the checkpoint) or dummy (random weights of config.json's shapes)", NULL, {0}, 0},
     {"quantization", 0, K_WORKER, "none (the checkpoint as stored) or fp8 (E4M3 projections, made at load)", NULL, {0}, 0},
     {"backend", 0, K_WORKER, "compute backend of the workers: cpu or cuda", NULL, {0}, 0},
+    {"threads", 0, K_WORKER, "BLAS threads of each CPU-backend worker (default 1; 0: one a core)", NULL, {0}, 0},
     {"max-loras-per-batch", 0, K_WORKER | K_REGISTRY,
      "adapter slots: distinct adapters in one step", NULL, {0}, 0},
     {"max-lora-rank", 0, K_WORKER | K_REGISTRY, "largest adapter rank served", NULL, {0}, 0},

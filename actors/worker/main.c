@@ -268,6 +268,10 @@ static int s_start(ls_actor_t *a, void *state) {
                     "--max-num-batched-tokens positive; --lora-extra-vocab-size at least 0", s_w.rank, s_w.tp_size);
         return -1;
     }
+    if (s_w.threads < 0) {
+        ls_error(0, "--threads %d: the CPU backend's BLAS threads must be at least 0 (0: one a core)", s_w.threads);
+        return -1;
+    }
     // What a scheduler takes (WorkerInfo): a worker beyond it would never be served.
     if (s_w.kv_blocks > (int)LS_MAX_KV_BLOCKS || s_w.block_size > (int)LS_MAX_BLOCK_SIZE ||
         s_w.max_loras_per_batch > (int)LS_MAX_LORAS_PER_BATCH) {
@@ -674,7 +678,8 @@ int main(int argc, char **argv) {
         LS_LORA_TENSORS_DIR_FLAG(&s_w.lora_tensors_dir),
         LS_FLAG_LIST("lora-dirs", &s_w.lora_dirs, "... or under one of these"),
         LS_FLAG_LIST("lora-paths", &s_w.lora_paths, "... or be one of these adapters (name=path[:pinned], a path, or JSON: see docs/adapters.md)"),
-        LS_FLAG_INT("threads", &s_w.threads, "0", "CPU backend BLAS threads (0: OpenBLAS default)"),
+        LS_FLAG_INT("threads", &s_w.threads, "1",
+                    "CPU backend BLAS threads (0: OpenBLAS's default, one a core; docs/operations.md)"),
         LS_FLAG_INT("tp-size", &s_w.tp_size, "1", "workers in this tensor-parallel group"),
         LS_SCHEDULER_FLAG(&s_w.scheduler),
         LS_FLAG_INT("max-running-requests", &s_w.max_running, LS_LIMITS_STR(LS_DEFAULT_MAX_RUNNING_REQUESTS),

@@ -30,8 +30,8 @@
 //   bad_flags  — a malformed --lora-paths JSON, a name given twice, an alias that disagrees
 //                with its target and a tensor-parallel group that does not split evenly over
 //                --nnodes each stop the launch before anything starts (exit 2); a
-//                non-number stops the actor that takes it at once, and so the launch (exit 1);
-//                each with a message naming the value
+//                non-number or a negative --threads stops the actor that takes it at once, and so
+//                the launch (exit 1); each with a message naming the value
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -920,6 +920,7 @@ static void test_bad_flags(void **unused) {
         {{"--lora-modules", "{\"name\": \"x\", \"path\": \"/p\", \"rank\": 8}", NULL}, "unknown key", 2},
         {{"--lora-paths", "reverse=/elsewhere", NULL}, "the name reverse is given twice", 2},
         {{"--max-loras-per-batch", "abc", NULL}, "--max-loras-per-batch expects an integer, got \\\"abc\\\"", 1},
+        {{"--threads", "-1", NULL}, "--threads -1: the CPU backend's BLAS threads must be at least 0", 1},
         {{"--max-loras", "3", "--max-loras-per-batch", "4"}, "--max-loras 3 and --max-loras-per-batch 4 disagree", 2},
         // a tensor-parallel group split unevenly over the nodes
         {{"--transport", "tcp", "--nnodes", "2", "--node-addrs", "127.0.0.1,127.0.0.2", "--curve-dir", "/nonexistent",
