@@ -1,7 +1,7 @@
 /*  engine/backend_cuda.cu — the CUDA backend: the ls_backend_t table over the kernels of
     kernels/cuda (ops_cuda.h) and cuBLAS. Storage, precision and the metadata path are
-    described in backend_cuda.h. The matmul of up to ls_cu_gemv_tokens() tokens (two or
-    sixteen, by the device) on 16-bit weights is our GEMV (kernels/cuda/gemv.cu), which starts
+    described in backend_cuda.h. The matmul of up to LS_CU_GEMV_MAX_T (16) tokens on 16-bit
+    weights is our GEMV (kernels/cuda/gemv.cu), which starts
     while the kernel before it ends; past that, and for fp32 weights, cuBLAS.
 
     Errors: launch and copy errors are kept (the first one, "sticky") and reported as -1 by
@@ -943,7 +943,7 @@ enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 // kernels/cuda/dev/README.md "The SM split"). The shapes, unsharded: gate_up has over 64M
 // weights (its LoRA delta grows with T); down contracts from the MLP's width (in > out); o
 // and down contract into the residual stream (in >= out); q,k,v's and o's are the others.
-// - beside our GEMV (up to ls_cu_gemv_tokens()) none: the LoRA kernels run in its tail (at
+// - beside our GEMV (up to LS_CU_GEMV_MAX_T tokens) none: the LoRA kernels run in its tail (at
 //   one token k_gemv's, and a count caps its grid: batch 1 lost 2% leaving 16; at 3-8 tokens
 //   the tensor-core form's: batch 4 and 8 with 4 and 8 adapters 5.95-5.97 and 6.19-6.20 ms
 //   leaving none against 6.01-6.02 and 6.24-6.28 leaving 8 at 128 cached tokens, a tie at
@@ -967,7 +967,7 @@ static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
     if (leave < 0) {
         auto of132 = [n](int k) { return (n * k + 66) / 132; }; // k of 132 SMs, on this device
         bool gate_up = (size_t)in * out > ((size_t)64 << 20), down = in > out;
-        if (T <= ls_cu_gemv_tokens()) // the GEMV: k_gemv_split's blocks end together
+        if (T <= LS_CU_GEMV_MAX_T) // the GEMV: k_gemv_split's blocks end together
             leave = T == 2 ? of132(8) : 0;
         else if (T <= S_SIDE_NONE_T) // cuBLAS's o, down
             leave = in >= out ? of132(8) : 0;

@@ -1,5 +1,5 @@
 /*  kernels/cuda/gemv.cu — the decode GEMM of a few tokens on 16-bit weights (the CUDA
-    backend's matmul up to ls_cu_gemv_tokens() tokens; cuBLAS past that). CPU reference:
+    backend's matmul up to LS_CU_GEMV_MAX_T tokens; cuBLAS past that). CPU reference:
     kernels/cpu/matmul.c ls_matmul_forward on the same bf16/f16 values.
 
     At a few tokens a GEMM is a stream of its weights, and what costs beyond their bytes is
@@ -313,8 +313,10 @@ static cudaError_t s_gemv_mma(float *y, const TX *x, const TW *w, const void *bi
 // One token: a warp a row over all of K (k_gemv, R = 1: the most warps; the LoRA kernels
 // beside it run in its long tail). Two: a block's four warps on a row pair, a quarter of K
 // each (k_gemv_split; the tensor-core form made batch 2's step 3% slower, H100). Three to
-// sixteen (where the device takes them: ls_cu_gemv_tokens): the tensor-core form
-// (k_gemv_mma; batch 8's step 10% faster than cuBLAS's, batch 4's 4% than k_gemv_split's).
+// sixteen: the tensor-core form (k_gemv_mma; on an H100 batch 8's step 10% faster than
+// cuBLAS's, batch 4's 4% than k_gemv_split's; on an H200, against cuBLAS in one call, two
+// rounds at 128 and 1K cached tokens, batch 4 4.737-4.900 -> 4.610-4.778 ms, batch 8
+// 4.769-5.093 -> 4.746-5.003).
 template <typename TW, typename TX>
 static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias,
                             ls_cu_dtype_t bias_dt, int T, int in, int out, int accumulate,
@@ -331,20 +333,9 @@ static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias
     return s_gemv_mma<2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
 }
 
-// Past this many bytes of rated memory bandwidth an SM must take a clock, the GEMV takes up to
-// two tokens, not sixteen: the tensor-core form is measured on an H100 (~12.8) only; an H200
-// (~18.8) keeps what was measured there (two tokens: the batch-2 step 4.32 against cuBLAS's
-// 4.83 ms; four on the CUDA cores tied cuBLAS, 4.81 against 4.84), cuBLAS past two.
-#define S_GEMV_MMA_MAX_BYTES_PER_CLOCK 15.0
-
-int ls_cu_gemv_tokens(void) {
-    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: the device does not say
-    return b > S_GEMV_MMA_MAX_BYTES_PER_CLOCK ? 2 : LS_CU_GEMV_MAX_T;
-}
-
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
                   ls_cu_dtype_t w_dt) {
-    return T >= 1 && T <= ls_cu_gemv_tokens() && in % 8 == 0 &&
+    return T >= 1 && T <= LS_CU_GEMV_MAX_T && in % 8 == 0 &&
            (w_dt == LS_CU_BF16 || w_dt == LS_CU_F16) && (x_dt == LS_CU_F32 || x_dt == w_dt) &&
            ((uintptr_t)x | (uintptr_t)w) % 16 == 0;
 }

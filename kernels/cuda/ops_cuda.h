@@ -98,12 +98,10 @@ int ls_cu_fp8_gemm_tc_ok(void);
 // programmatic dependent launch: y (T, out) = (accumulate ? y : 0) + x (T, in) · w (out,
 // in)ᵀ (+ bias (out), or NULL), as the matmul op and ls_matmul_forward order them; x bf16 or
 // f16 as w, or fp32 rounded to w's dtype first (as ls_cu_convert rounds). Only where
-// ls_cu_gemv_ok: T 1..ls_cu_gemv_tokens() (past it cuBLAS: past 16 tokens each block of the
+// ls_cu_gemv_ok: T 1..LS_CU_GEMV_MAX_T (past it cuBLAS: past 16 tokens each block of the
 // tensor-core form reads all of x, as many bytes as its weights; gemv.cu), w BF16 or F16, x
 // F32 or w's dtype, in % 8 == 0, x and w 16-byte aligned; w written by no kernel this one
 // may overlap (its blocks read their first weights before they wait: model weights).
-// ls_cu_gemv_tokens: 2 or LS_CU_GEMV_MAX_T on this device, by the memory bytes an SM must
-// take a clock (gemv.cu says why).
 // sms > 0: its blocks at once no more than sms SMs hold (room for the side stream's LoRA
 // kernels, as cuBLAS's SM count target); 0: all. pf: bytes of the weights the CUDA-core
 // forms' blocks (1 and 2 tokens) ask of L2 before they wait for the kernel before them —
@@ -118,7 +116,6 @@ int ls_cu_fp8_gemm_tc_ok(void);
 #define LS_CU_GEMV_PF_ATTN (2L << 20)
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
                   ls_cu_dtype_t w_dt);
-int ls_cu_gemv_tokens(void);
 cudaError_t ls_cu_gemv(float *y, const void *x, ls_cu_dtype_t x_dt, const void *w,
                        ls_cu_dtype_t w_dt, const void *bias, ls_cu_dtype_t bias_dt, int T, int in,
                        int out, int accumulate, int sms, long pf, cudaStream_t stream);

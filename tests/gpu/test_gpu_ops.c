@@ -22,7 +22,7 @@
     - copies and gathers (embedding, rows_gather, rope_kv_store's caches — k as the GPU
       rotated it, v as the CPU added it, rounded to the cache's dtype —, add, uploads): exact;
     - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS (or,
-      up to ls_cu_gemv_tokens() tokens, as its GEMV reads them), a relative error up to 2^-8
+      up to LS_CU_GEMV_MAX_T tokens, as its GEMV reads them), a relative error up to 2^-8
       (2^-11) per product: NMSE <= 5e-5 (1e-5);
     - FP8 matmul: the quantized activations and their scales are the CPU's bit for bit
       (exact); the products of E4M3 values are exact, so y differs by summation order and
@@ -2125,8 +2125,8 @@ int main(int argc, char **argv) {
     test_upload_padded(&r, LS_DTYPE_F32, 3, 100, 6, 12, 1300, 5);
     test_upload_padded(&r, LS_DTYPE_BF16, 64 * 4096, 2, 32, 64 * 4096, 3 * 2 * 64 * 4096, 16);
 
-    // cuBLAS's shapes, then the GEMV of up to ls_cu_gemv_tokens() tokens (two or
-    // LS_CU_GEMV_MAX_T by the device; dev_gemv checks every count on any card): each of its
+    // cuBLAS's shapes, then the GEMV of up to LS_CU_GEMV_MAX_T tokens (dev_gemv checks every
+    // count): each of its
     // forms (one token; the tensor-core form's one and two tiles of 8 tokens, tokens past T
     // in a tile), rows past its last block's, long rows, K past its last whole segment of 256
     // (520, 1032) and shorter than a segment a warp, f16, bias and accumulate; in % 8 != 0
