@@ -1,8 +1,8 @@
 /*  engine/backend_cuda.cu — the CUDA backend: the ls_backend_t table over the kernels of
     kernels/cuda (ops_cuda.h) and cuBLAS. Storage, precision and the metadata path are
     described in backend_cuda.h. The matmul of up to LS_CU_GEMV_MAX_T (16) tokens on 16-bit
-    weights is our GEMV (kernels/cuda/gemv.cu), which starts
-    while the kernel before it ends; past that, and for fp32 weights, cuBLAS.
+    weights is our GEMV (kernels/cuda/gemv.cu), which starts while the kernel before it ends;
+    past that, and for fp32 weights, cuBLAS.
 
     Errors: launch and copy errors are kept (the first one, "sticky") and reported as -1 by
     synchronize, buffer_download and sample, as backend.h promises; ops themselves return
