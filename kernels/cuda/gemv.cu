@@ -14,8 +14,7 @@
     Three forms, by the tokens (s_gemv_t):
     - one token: a warp owns a row and all of K (k_gemv);
     - two tokens: the CUDA cores' split form (k_gemv_split: a block's four warps on a row
-      pair, a quarter of K each); on a device whose SMs must each take many bytes a clock (an
-      H200) the GEMV stops there, as measured there, and cuBLAS takes three and up;
+      pair, a quarter of K each);
     - 3 to 16 tokens: the tensor cores (k_gemv_mma, below): 16 rows a block, its four warps a
       quarter of K each, the weights read 512 bytes of a row an instruction and turned into
       mma fragments through shared memory.

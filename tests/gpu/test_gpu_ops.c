@@ -2126,11 +2126,10 @@ int main(int argc, char **argv) {
     test_upload_padded(&r, LS_DTYPE_BF16, 64 * 4096, 2, 32, 64 * 4096, 3 * 2 * 64 * 4096, 16);
 
     // cuBLAS's shapes, then the GEMV of up to LS_CU_GEMV_MAX_T tokens (dev_gemv checks every
-    // count): each of its
-    // forms (one token; the tensor-core form's one and two tiles of 8 tokens, tokens past T
-    // in a tile), rows past its last block's, long rows, K past its last whole segment of 256
-    // (520, 1032) and shorter than a segment a warp, f16, bias and accumulate; in % 8 != 0
-    // goes to cuBLAS
+    // count): each of its forms (one token; the tensor-core form's one and two tiles of 8
+    // tokens, tokens past T in a tile), rows past its last block's, long rows, K past its last
+    // whole segment of 256 (520, 1032) and shorter than a segment a warp, f16, bias and
+    // accumulate; in % 8 != 0 goes to cuBLAS
     static const struct {
         int T, in, out;
         ls_dtype_t wdt;

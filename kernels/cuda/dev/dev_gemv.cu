@@ -9,9 +9,8 @@
     with programmatic dependent launch and asks L2 for its rows' first bytes before it waits.
 
     Versions: `gemv` (production: 1 row a warp over all of K at one token, the split CUDA-core
-    form at two, the tensor-core form at 3-16 on a device whose SMs take few bytes a clock (an
-    H100; an H200 cuBLAS past two), LS_CU_GEMV_PF asked before the wait as after the small
-    kernels the gaps stand for; cuBLAS past 16 tokens); `gemv_nopf` (one token's form
+    form at two, the tensor-core form at 3-16, LS_CU_GEMV_PF asked before the wait as after
+    the small kernels the gaps stand for; cuBLAS past 16 tokens); `gemv_nopf` (one token's form
     and the split CUDA-core form at 2-8 tokens, a block's four warps a quarter of K each, no
     prefetch); `cc_r2`, `cc_r1` (2 or 1 rows a warp over all of K, the form before
     the split, at every T up to 8, with the prefetch); `mma_frag`, `mma_ring` (the
