@@ -502,13 +502,18 @@ const char *gw_adapter_of(const char *model, const char *base_model) {
     return model;
 }
 
+// The list doubles when its count reaches a power of two: a request of a thousand prompts
+// (refused or not) copies it a few times, not once a prompt.
 static ls_msg_t *s_add_req(gw_gen_t *g) {
-    ls_msg_t *r = realloc(g->reqs, (g->nreqs + 1) * sizeof *r);
-    if (!r)
-        return NULL;
-    g->reqs = r;
-    ls_msg_init(&r[g->nreqs], LS_MSG_GENERATE_REQ);
-    return &r[g->nreqs++];
+    size_t n = g->nreqs;
+    if (!(n & (n - 1))) {
+        ls_msg_t *r = realloc(g->reqs, (n ? 2 * n : 1) * sizeof *r);
+        if (!r)
+            return NULL;
+        g->reqs = r;
+    }
+    ls_msg_init(&g->reqs[n], LS_MSG_GENERATE_REQ);
+    return &g->reqs[g->nreqs++];
 }
 
 // Chat messages as the tokenizer takes them: the request's objects whole (roles, contents,

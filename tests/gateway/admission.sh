@@ -42,7 +42,9 @@ out=$(curl -s -o "$run/dos.out" -w '%{http_code} %{time_total}' "$url/v1/complet
 read -r code secs <<<"$out"
 [ "$code" = 400 ] || fail "the DoS request: $code $(cat "$run/dos.out")"
 grep -q '"code":"too_many_completions"' "$run/dos.out" || fail "the DoS answer names no reason: $(cat "$run/dos.out")"
-awk -v s="$secs" 'BEGIN {exit !(s < 1)}' || fail "the DoS request took $secs s to refuse"
+# At once: ~50 ms under ASan on two cores (3 ms without); the bound leaves room for a loaded CI
+# machine, and that nothing went upstream is the tokenizer's count below.
+awk -v s="$secs" 'BEGIN {exit !(s < 2)}' || fail "the DoS request took $secs s to refuse"
 [ "$(metric requests_total tokenizer)" = 0 ] || fail "the DoS request reached the tokenizer"
 echo "dos: 400 in $secs s: $(cat "$run/dos.out")"
 
