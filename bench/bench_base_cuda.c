@@ -47,9 +47,11 @@
     batch took (engine/fp8_gemm.h).
 
     Usage: bench_base_cuda [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]
-                           [--decode-ctx C] [--prefill P] [--side-sms N] [--trace CSV]
+                           [--decode-ctx C] [--decode-batch B] [--prefill P] [--side-sms N]
+                           [--trace CSV]
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. --decode-ctx C: only
-    the decode points at context C, every batch. --prefill P: only the prompt of P tokens alone.
+    the decode points at context C, every batch. --decode-batch B: only the decode points of
+    batch B (1..MAX_BATCH), every context or C's. --prefill P: only the prompt of P tokens alone.
     --trace CSV: every kernel's start, end and stream (CUPTI, kernel_trace.h), labelled by point
     ("prefill 8192", "decode 64x128", "decode 64x128 adapters"), for a step's breakdown by
     kernel. --side-sms N: every GEMM leaves N SMs to the LoRA beside it (ls_backend_cuda_set_side; -1, the default: the backend's rule by the step's
@@ -547,7 +549,7 @@ int main(int argc, char **argv) {
     bool fp8 = false;
     const char *out = NULL;
     bool quick = false;
-    int side = -1, only_ctx = 0, only_prompt = 0;
+    int side = -1, only_ctx = 0, only_batch = 0, only_prompt = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
@@ -555,6 +557,8 @@ int main(int argc, char **argv) {
             side = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--decode-ctx") && i + 1 < argc)
             only_ctx = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--decode-batch") && i + 1 < argc)
+            only_batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prefill") && i + 1 < argc)
             only_prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
@@ -570,15 +574,16 @@ int main(int argc, char **argv) {
             out = argv[++i];
         else {
             fprintf(stderr, "usage: " PROG " [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F] "
-                            "[--decode-ctx C] [--prefill P] [--side-sms N] [--trace CSV]\n");
+                            "[--decode-ctx C] [--decode-batch B] [--prefill P] [--side-sms N] [--trace CSV]\n");
             return 2;
         }
     }
     if (quick && b.steps == 20)
         b.steps = 10;
-    if (b.steps < 1 || b.steps > 64 || b.max_s <= 0 || only_ctx < 0 || only_prompt < 0 || side < -2) {
+    if (b.steps < 1 || b.steps > 64 || b.max_s <= 0 || only_ctx < 0 || only_prompt < 0 || side < -2 ||
+        only_batch < 0 || only_batch > MAX_BATCH) {
         fprintf(stderr, PROG ": --steps must be 1..64, --max-seconds > 0, --decode-ctx and --prefill "
-                        ">= 1 and --side-sms >= -2\n");
+                        ">= 1, --decode-batch 1..%d and --side-sms >= -2\n", MAX_BATCH);
         return 2;
     }
     if (out && !(b.json = fopen(out, "w")))
@@ -635,6 +640,8 @@ int main(int argc, char **argv) {
     int n_b = quick ? 3 : N_BATCHES, n_c = quick ? 2 : 4, n_p = quick ? 1 : 3;
     if (only_ctx) // every batch at that context, nothing else
         batches = s_batches, n_b = N_BATCHES, ctxs = &only_ctx, n_c = 1, n_p = 0;
+    if (only_batch) // that batch alone, at each context (or the one of --decode-ctx)
+        batches = &only_batch, n_b = 1, n_p = 0;
     if (only_prompt) // that prompt alone, nothing else
         n_b = n_c = 0, prompts = &only_prompt, n_p = 1;
     // the few bounded points first, the decode grid (the longest part) last, so --max-seconds

@@ -30,6 +30,7 @@
 #ifndef LS_BACKEND_H
 #define LS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -251,6 +252,19 @@ struct ls_backend {
     void (*lora_fused)(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t tmp,
                        ls_lora_mat_t a, ls_lora_mat_t b, const int32_t *slice_offsets,
                        int in, int n_slices, int r_max, int accumulate, int batch);
+    // step, batch: gate_up's LoRA made by SiLU·mul rather than written as a delta, for
+    // decode-shaped steps; NULL (all three) where the backend has no such op. lora_silu_fits:
+    // whether it runs for these matrices and this batch (x, tmp and a as lora_fused's over
+    // gate_up's two slices of inter columns); if so, lora_silu_shrink leaves lora_fused's
+    // tmp and lora_silu_mul then writes silu_mul's out / out_lp (no scales: not FP8) of
+    // gate_up (T, 2*inter) plus its LoRA — the bits of lora_fused writing the delta and
+    // silu_mul adding it.
+    bool (*lora_silu_fits)(ls_backend_t *self, ls_view_t x, ls_view_t tmp, ls_lora_mat_t a,
+                           ls_lora_mat_t b, int in, int inter, int r_max, int batch);
+    void (*lora_silu_shrink)(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a,
+                             int in, int r_max, int batch);
+    void (*lora_silu_mul)(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
+                          ls_view_t tmp, ls_lora_mat_t b, int in, int inter, int r_max, int batch);
     // step, batch: tmp (T, r_max) from a (chunks of vocab rows) at the step's token ids, as
     // ls_lora_embed_shrink over lora[batch] (the embedding's LoRA shrink: a gather;
     // lora_expand of the same batch follows)

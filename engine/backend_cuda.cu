@@ -170,6 +170,7 @@ typedef struct {
     s_graph_t *capturing; // the entry the capture fills
     uint64_t graph_clock;
     long n_captured, n_replayed;
+    long n_lora_silu; // lora_silu_mul launches (ls_backend_cuda_lora_silu_count)
 } s_cuda_t;
 
 static s_cuda_t *s_ctx(ls_backend_t *self) {
@@ -708,7 +709,7 @@ enum {
     S_OP_SILU_MUL, S_OP_ADD, S_OP_ROPE_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
     S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8,
-    S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS, S_OP_LOGITS_WIDEN
+    S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS, S_OP_LOGITS_WIDEN, S_OP_LORA_SILU_SHRINK, S_OP_LORA_SILU_MUL
 };
 
 static uint64_t s_word(const void *p) {
@@ -861,6 +862,10 @@ void ls_backend_cuda_set_graphs(ls_backend_t *be, int on) {
 void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replayed) {
     *captured = s_ctx(be)->n_captured;
     *replayed = s_ctx(be)->n_replayed;
+}
+
+long ls_backend_cuda_lora_silu_count(ls_backend_t *be) {
+    return s_ctx(be)->n_lora_silu;
 }
 
 void ls_backend_cuda_set_fp8_paths(ls_backend_t *be, int outer, int small, int tc) {
@@ -1266,6 +1271,48 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
                                s_lora_flags(c, p, accumulate), c->stream));
 }
 
+// gate_up's LoRA in SiLU·mul (ls_cu_lora_silu_mul): tmp's parts as lora_fused's
+static size_t s_silu_part_stride(const s_cuda_t *c, int r_max) {
+    return (size_t)c->T * 2 * r_max;
+}
+
+static bool s_lora_silu_fits(ls_backend_t *self, ls_view_t x, ls_view_t tmp, ls_lora_mat_t a,
+                             ls_lora_mat_t b, int in, int inter, int r_max, int pass) {
+    s_cuda_t *c = s_ctx(self);
+    const s_pass_t *p = s_pass(c, pass, 2, r_max);
+    return ls_cu_lora_silu_mul_fits(s_ptr(x), s_dt(x), s_pages(a), (ls_cu_dtype_t)a.dtype, s_pages(b),
+                                    (ls_cu_dtype_t)b.dtype, s_f32(tmp), p->max_rank, in, inter, r_max,
+                                    s_lora_flags(c, p, 0));
+}
+
+static void s_lora_silu_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, ls_lora_mat_t a, int in,
+                               int r_max, int pass) {
+    s_cuda_t *c = s_ctx(self);
+    const s_pass_t *p = s_pass(c, pass, 2, r_max);
+    if (s_rec(c, (int)S_OP_LORA_SILU_SHRINK, s_f32(tmp), s_ptr(x), (int)s_dt(x), s_ptr(a.tab), a.stride, a.np,
+              a.piece, (int)a.dtype, in, r_max, pass))
+        return;
+    s_note(c, ls_cu_lora_silu_shrink(s_f32(tmp), s_silu_part_stride(c, r_max), s_ptr(x), s_dt(x), s_pages(a),
+                                     p->tiles, p->n_tiles, p->max_rank, p->perm, in, r_max,
+                                     s_lora_flags(c, p, 0), c->stream));
+}
+
+static void s_lora_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t gate_up,
+                            ls_view_t tmp, ls_lora_mat_t b, int in, int inter, int r_max, int pass) {
+    s_cuda_t *c = s_ctx(self);
+    const s_pass_t *p = s_pass(c, pass, 2, r_max);
+    float *o = out.buf ? s_f32(out) : NULL;
+    void *lp = out_lp.buf ? s_ptr(out_lp) : NULL;
+    int lp_dt = lp ? (int)s_dt(out_lp) : (int)LS_CU_F32;
+    if (s_rec(c, (int)S_OP_LORA_SILU_MUL, o, lp, lp_dt, s_f32(gate_up), s_f32(tmp), s_ptr(b.tab), b.stride,
+              b.np, b.piece, (int)b.dtype, in, inter, r_max, pass))
+        return;
+    c->n_lora_silu++;
+    s_note(c, ls_cu_lora_silu_mul(o, lp, (ls_cu_dtype_t)lp_dt, s_f32(gate_up), s_f32(tmp),
+                                  s_silu_part_stride(c, r_max), s_pages(b), p->tiles, p->n_tiles, p->max_rank,
+                                  p->perm, p->zero_rows, p->n_zero_rows, c->T, in, inter, r_max, c->stream));
+}
+
 static void s_lora_embed_shrink(ls_backend_t *self, ls_view_t tmp, ls_lora_mat_t a, int vocab,
                                 int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
@@ -1554,6 +1601,9 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->lora_shrink = s_lora_shrink;
     self->lora_expand = s_lora_expand;
     self->lora_fused = s_lora_fused;
+    self->lora_silu_fits = s_lora_silu_fits;
+    self->lora_silu_shrink = s_lora_silu_shrink;
+    self->lora_silu_mul = s_lora_silu_mul;
     self->lora_embed_shrink = s_lora_embed_shrink;
     self->lora_rows = s_lora_rows;
     self->rows_gather = s_rows_gather;

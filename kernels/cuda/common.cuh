@@ -220,6 +220,12 @@ template <> __device__ __forceinline__ uint32_t ls_pack2<__half>(float lo, float
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
+// a + b lane by lane, each sum rounded to nearest (the CPU reference's unfused adds)
+__device__ __forceinline__ float4 ls_add4(float4 a, float4 b) {
+    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z),
+                       __fadd_rn(a.w, b.w));
+}
+
 // silu(g) · u, each step rounded as the CPU reference's: g / (1 + e^-g), then times u
 __device__ __forceinline__ float ls_silu_mul(float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);

@@ -22,12 +22,6 @@ size_t ls_cu_dtype_size(ls_cu_dtype_t dt) {
     return dt == LS_CU_F32 ? 4 : dt == LS_CU_F8E4M3 ? 1 : 2;
 }
 
-// a + b lane by lane, each sum rounded to nearest (the CPU reference's unfused adds)
-__device__ __forceinline__ float4 s_add4(float4 a, float4 b) {
-    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z),
-                       __fadd_rn(a.w, b.w));
-}
-
 // ---------------------------------------------------------------------------------------
 
 template <typename TD, typename TS>
@@ -196,8 +190,8 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
         float4 g = *(const float4 *)(gate_up + gi), u = *(const float4 *)(gate_up + gi + inter);
         if (delta) {
             float4 dg = *(const float4 *)(delta + gi), du = *(const float4 *)(delta + gi + inter);
-            g = s_add4(g, dg);
-            u = s_add4(u, du);
+            g = ls_add4(g, dg);
+            u = ls_add4(u, du);
         }
         float gv[4] = {g.x, g.y, g.z, g.w}, uv[4] = {u.x, u.y, u.z, u.w}, o[4];
 #pragma unroll
@@ -268,8 +262,8 @@ __global__ void __launch_bounds__(1024) k_silu_mul_fp8_reg(float *out, uint8_t *
         for (int k = 0; k < EPT / 4; k++) {
             int c = (k * blockDim.x + threadIdx.x) * 4;
             float4 dg = *(const float4 *)(dr + c), du = *(const float4 *)(dr + c + inter);
-            g[k] = s_add4(g[k], dg);
-            u[k] = s_add4(u[k], du);
+            g[k] = ls_add4(g[k], dg);
+            u[k] = ls_add4(u[k], du);
         }
     float v[EPT], amax = 0.0f;
 #pragma unroll
@@ -442,9 +436,9 @@ __global__ void __launch_bounds__(1024) k_rmsnorm_reg(float *out, TL *lp, uint8_
         size_t i = row * C + ((size_t)k * blockDim.x + threadIdx.x) * 4;
         float4 t = a[k];
         if (x2)
-            t = s_add4(t, b[k]);
+            t = ls_add4(t, b[k]);
         if (residual) {
-            t = s_add4(r[k], t);
+            t = ls_add4(r[k], t);
             *(float4 *)(residual + i) = t;
         }
         v[4 * k] = t.x, v[4 * k + 1] = t.y, v[4 * k + 2] = t.z, v[4 * k + 3] = t.w;

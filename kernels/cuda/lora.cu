@@ -597,6 +597,17 @@ static cudaError_t s_shrink_tc_launch(int kb, size_t part_stride, int n_tiles, f
                               r_max, kb, part_stride);
 }
 
+// The K parts of the tensor-core shrink into parts (part_stride > 0): one round of chunks per
+// warp, but no more blocks than ~2 per SM need: with many tiles (64 distinct adapters) fewer,
+// longer blocks were measured faster (whole step 3.04 ms against 3.19 uncapped, H200), with
+// few (8 distinct) the cap never binds
+static int s_shrink_tc_parts(int n_tiles, int max_rank, int in, int n_slices) {
+    int u = s_tc_u((max_rank + 15) / 16), n_chunks = (in + TC_CH - 1) / TC_CH;
+    int tb = n_tiles * n_slices, cap = (2 * ls_cu_props()->sms + tb - 1) / tb;
+    int kb = std::min((n_chunks + TC_WARPS * u - 1) / (TC_WARPS * u), (int)LS_CU_LORA_PARTS);
+    return std::max(1, std::min(kb, cap));
+}
+
 // The tensor-core shrink for this call: m tiles from the largest rank (<= 64), chunks in
 // flight from the m tiles (registers), and how K is split. With part_stride (> 0): over
 // kb <= LS_CU_LORA_PARTS blocks, one round of chunks per warp where 8 parts and ~2 blocks
@@ -611,14 +622,8 @@ static cudaError_t s_shrink_tc(float *tmp, size_t part_stride, int *parts, const
                                int r_max, unsigned flags, cudaStream_t stream) {
     int nmt = (max_rank + 15) / 16, u = s_tc_u(nmt);
     int n_chunks = (in + TC_CH - 1) / TC_CH, kb = 1;
-    if (part_stride) {
-        // one round per warp, but no more blocks than ~2 per SM need: with many tiles
-        // (64 distinct adapters) fewer, longer blocks were measured faster (whole step
-        // 3.04 ms against 3.19 uncapped, H200), with few (8 distinct) the cap never binds
-        int tb = n_tiles * n_slices, cap = (2 * ls_cu_props()->sms + tb - 1) / tb;
-        kb = std::min((n_chunks + TC_WARPS * u - 1) / (TC_WARPS * u), (int)LS_CU_LORA_PARTS);
-        kb = std::max(1, std::min(kb, cap));
-    }
+    if (part_stride)
+        kb = s_shrink_tc_parts(n_tiles, max_rank, in, n_slices);
     else
         while (ls_cu_props()->cc >= 9 && kb < 8 &&
                (long)n_tiles * n_slices * kb < ls_cu_props()->sms &&
@@ -1327,67 +1332,113 @@ static cudaError_t s_expand_tc(float *y, const float *tmp, ls_lora_pages_t b,
 // after it stay bit for bit one step.
 enum { E4_WARPS = 4, E4_MINB = 4, E4_SLOTS = 4 };
 
+// A lane's part of a tile in expand v4's fragments (lane = 4g + c): its elements below the
+// tile's rank in each 32-wide half of K (0..8) and the B chunk (h * 4 + c) that holds them
+template <int NH> struct s_e4_lane_t {
+    int nv[NH];
+    const __nv_bfloat16 *bc[NH];
+};
+template <int NH>
+__device__ __forceinline__ void s_e4_lane(s_e4_lane_t<NH> &ln, const ls_lora_pages_t &b,
+                                          const ls_cu_lora_tile_t &tile, int c) {
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        ln.nv[h] = min(max(tile.rank - (h * 32 + c * 8), 0), 8);
+        ln.bc[h] = ln.nv[h] > 0 ? ls_lora_entry<__nv_bfloat16>(b, tile.slot, h * 4 + c) : nullptr;
+    }
+}
+
+// B rows o + g and o + g + 8 (output columns) as the lane's A fragments; zeros where !ok
+template <int NH>
+__device__ __forceinline__ void s_e4_load_b(uint4 (&b0)[NH], uint4 (&b8)[NH], const s_e4_lane_t<NH> &ln,
+                                            int o, int g, bool ok) {
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        const __nv_bfloat16 *p = ln.bc[h] + (size_t)(o + g) * 8;
+        bool live = ok && ln.nv[h] > 0;
+        b0[h] = live ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
+        b8[h] = live ? __ldg(reinterpret_cast<const uint4 *>(p + 64)) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Token g's tmp row tr (the shrink's n_parts parts summed in part order; live: g is one of
+// the tile's tokens) as B fragments: tf[h][e][0 | 1][part] for elements 4e .. 4e+3 of half h
+template <int NH>
+__device__ __forceinline__ void s_e4_tmp(uint32_t (&tf)[NH][2][2][3], const float *tr, bool live,
+                                         const s_e4_lane_t<NH> &ln, int c, int n_parts, size_t part_stride) {
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        float v[8] = {};
+        if (live && ln.nv[h] > 0) {
+            const float4 *t4 = reinterpret_cast<const float4 *>(tr + h * 32 + c * 8);
+            for (int p = 0; p < n_parts; p++) { // in part order
+                float4 lo = t4[(size_t)p * part_stride / 4], hi = t4[(size_t)p * part_stride / 4 + 1];
+                v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
+                v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 8; e++) // tmp past the rank may hold anything
+            v[e] = e < ln.nv[h] ? v[e] : 0.0f;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            s_split3(v[4 * e], v[4 * e + 1], tf[h][e][0]);
+            s_split3(v[4 * e + 2], v[4 * e + 3], tf[h][e][1]);
+        }
+    }
+}
+
+// d (D: column g | g + 8 (e >> 1), token 2c + (e & 1)) = the 16 columns' B rows (b0, b8) times
+// the tile's tmp (tf), unscaled
+template <int NH>
+__device__ __forceinline__ void s_e4_mma(float (&d)[4], const uint4 (&b0)[NH], const uint4 (&b8)[NH],
+                                         const s_e4_lane_t<NH> &ln, const uint32_t (&tf)[NH][2][2][3]) {
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        d[e] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < NH; h++) {
+        uint4 q0 = s_keep8(b0[h], ln.nv[h]), q8 = s_keep8(b8[h], ln.nv[h]); // pools' tails: NaN too
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+#pragma unroll
+            for (int p = 0; p < 3; p++)
+                s_mma_bf16(d, e ? q0.z : q0.x, e ? q8.z : q8.x, e ? q0.w : q0.y, e ? q8.w : q8.y,
+                           tf[h][e][0][p], tf[h][e][1][p]);
+    }
+}
+
+// The rows a lane writes (D: tokens 2c, 2c + 1 of the tile), -1 past the tile
+__device__ __forceinline__ void s_e4_rows(int (&wr)[2], const int32_t *perm, const ls_cu_lora_tile_t &tile,
+                                          int c) {
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        wr[e] = 2 * c + e < tile.n ? s_row(perm, tile.p0 + 2 * c + e) : -1;
+}
+
 template <int NH, bool ACC>
 __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_parts, size_t part_stride,
                                               const ls_lora_pages_t &b, const ls_cu_lora_tile_t &tile,
                                               const int32_t *perm, float s, int k, int c0, int c1,
                                               int out_total, int ld, int r_max) {
     constexpr int U = E4_SLOTS / NH, PASS = U * E4_WARPS * 16; // a pass: the warps' U groups
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3, r = tile.rank;
-    int nv[NH]; // this lane's elements below the rank in half h (0..8)
-    const __nv_bfloat16 *bc[NH]; // and their chunk h*4 + c, whole
-#pragma unroll
-    for (int h = 0; h < NH; h++) {
-        nv[h] = min(max(r - (h * 32 + c * 8), 0), 8);
-        bc[h] = nv[h] > 0 ? ls_lora_entry<__nv_bfloat16>(b, tile.slot, h * 4 + c) : nullptr;
-    }
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    s_e4_lane_t<NH> ln;
+    s_e4_lane(ln, b, tile, c);
     uint4 b0[U][NH], b8[U][NH]; // columns o + g, o + g + 8 of group u
-    auto load_b = [&](int gb, int u) {
-        int o = gb + u * E4_WARPS * 16;
-#pragma unroll
-        for (int h = 0; h < NH; h++) {
-            const __nv_bfloat16 *p = bc[h] + (size_t)(o + g) * 8;
-            bool ok = o < c1 && nv[h] > 0;
-            b0[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p)) : make_uint4(0, 0, 0, 0);
-            b8[u][h] = ok ? __ldg(reinterpret_cast<const uint4 *>(p + 64)) : make_uint4(0, 0, 0, 0);
-        }
-    };
     int gb = c0 + warp * 16;
 #pragma unroll
-    for (int u = 0; u < U; u++)
-        load_b(gb, u); // B first: no kernel of the step writes it
+    for (int u = 0; u < U; u++) { // B first: no kernel of the step writes it
+        int o = gb + u * E4_WARPS * 16;
+        s_e4_load_b(b0[u], b8[u], ln, o, g, o < c1);
+    }
     ls_dep_launch();
     ls_dep_wait();
-    // rows this lane writes (D: tokens 2c, 2c+1), -1 past the tile
     int wr[2];
-#pragma unroll
-    for (int e = 0; e < 2; e++)
-        wr[e] = 2 * c + e < tile.n ? s_row(perm, tile.p0 + 2 * c + e) : -1;
-    // token g's tmp as B fragments: tf[h][e][0 | 1][part] for elements 4e .. 4e+3 of the half
+    s_e4_rows(wr, perm, tile, c);
     uint32_t tf[NH][2][2][3];
-    {
-        const float *tr = tmp + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * ld + (size_t)k * r_max;
-#pragma unroll
-        for (int h = 0; h < NH; h++) {
-            float v[8] = {};
-            if (g < tile.n && nv[h] > 0) {
-                const float4 *t4 = reinterpret_cast<const float4 *>(tr + h * 32 + c * 8);
-                for (int p = 0; p < n_parts; p++) { // in part order
-                    float4 lo = t4[(size_t)p * part_stride / 4], hi = t4[(size_t)p * part_stride / 4 + 1];
-                    v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w;
-                    v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
-                }
-            }
-#pragma unroll
-            for (int e = 0; e < 8; e++) // tmp past the rank may hold anything
-                v[e] = e < nv[h] ? v[e] : 0.0f;
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                s_split3(v[4 * e], v[4 * e + 1], tf[h][e][0]);
-                s_split3(v[4 * e + 2], v[4 * e + 3], tf[h][e][1]);
-            }
-        }
-    }
+    s_e4_tmp(tf, tmp + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * ld + (size_t)k * r_max, g < tile.n,
+             ln, c, n_parts, part_stride);
     // y of group u (D: column g | g+8 (e >> 1), token 2c + (e & 1)), for the pass at gb
     float yv[U][4];
     auto load_y = [&](int gb, int u) {
@@ -1407,19 +1458,10 @@ __device__ __forceinline__ void s_expand4_run(float *y, const float *tmp, int n_
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int o = gb + u * E4_WARPS * 16;
-            float d[4] = {};
-#pragma unroll
-            for (int h = 0; h < NH; h++) {
-                uint4 q0 = s_keep8(b0[u][h], nv[h]), q8 = s_keep8(b8[u][h], nv[h]); // pools' tails: NaN too
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-#pragma unroll
-                    for (int p = 0; p < 3; p++)
-                        s_mma_bf16(d, e ? q0.z : q0.x, e ? q8.z : q8.x, e ? q0.w : q0.y, e ? q8.w : q8.y,
-                                   tf[h][e][0][p], tf[h][e][1][p]);
-            }
+            float d[4];
+            s_e4_mma(d, b0[u], b8[u], ln, tf);
             if (gb + PASS < c1)
-                load_b(gb + PASS, u);
+                s_e4_load_b(b0[u], b8[u], ln, o + PASS, g, o + PASS < c1);
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 if (o < c1 && wr[e & 1] >= 0) // scaling on the product
@@ -1468,6 +1510,197 @@ static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t par
     s_launch_init(l, dim3(n_tiles * sb.first[n_slices]), E4_WARPS * 32, 0, stream, flags);
     return cudaLaunchKernelEx(&l.cfg, k_lora_expand4<ACC>, y, tmp, b, tiles, perm, so, sb, n_slices, r_max,
                               n_parts, part_stride);
+}
+
+// -- SiLU·mul with gate_up's LoRA (ls_cu_lora_silu_mul) --------------------------------
+// Beside the GEMM, gate_up's expand writes T x 2·inter fp32 deltas that SiLU·mul reads back
+// (29 MB each way at 256 tokens on Llama-3-8B). Here SiLU·mul makes them itself, a block on
+// one tile and a run of the gate's columns, in passes of PASS columns: the warps' mma
+// (expand v4's fragments, s_e4_*) for a gate column group and its up group (inter further)
+// with the same tmp fragments, each delta as expand v4 writes it (0 + scale·d) put in shared
+// memory; then the block reads the pass's gate and up values a float4 at a time (requested
+// before the mma), adds the deltas and writes SiLU·mul's output. The values are those of the
+// delta beside the GEMM and SiLU·mul adding it, bit for bit. Writing each lane's mma
+// fragment straight out instead (four scattered values, their own addresses and checks)
+// issued ~130 thread instructions an output value (ncu: 1.4 IPC at 11 warps an SM) and took
+// 24.8 us in a traced step for gate_up at 128 tokens over 8 adapters (H100), against 9.4 for
+// SiLU·mul reading the delta: slower than the delta beside the GEMM at 64-256 tokens. The rows no tile covers (base-model requests) take the blocks past the tiles' and
+// SiLU·mul alone (with + 0, as beside the zeroed delta). 4 blocks an SM: 128 registers, 24
+// bytes spilled (3 blocks at 150 registers without spills measured the same within a call's
+// noise, H100, 8 adapters at 256 tokens).
+enum { SL_WARPS = 4, SL_MINB = 4, SL_SLOTS = 2, SL_THREADS = SL_WARPS * 32 };
+// a pass's widest row of deltas (PASS at NH = 1), padded so a fragment's 32 stores hit 32 banks
+enum { SL_LD = SL_SLOTS * SL_WARPS * 16 + 4 };
+typedef float s_sl_buf_t[2][8][SL_LD]; // gate's and up's deltas, token by column
+
+template <typename TL>
+__device__ __forceinline__ void s_sl_put4(float *out, TL *lp, size_t i, float4 g, float4 u) {
+    float o[4] = {ls_silu_mul(g.x, u.x), ls_silu_mul(g.y, u.y), ls_silu_mul(g.z, u.z), ls_silu_mul(g.w, u.w)};
+    if (out)
+        *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
+    if (lp)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            lp[i + e] = ls_from_f<TL>(o[e]);
+}
+
+template <int NH, typename TL>
+__device__ __forceinline__ void s_silu_lora_run(float *out, TL *lp, const float *gate_up, const float *tmp,
+                                                int n_parts, size_t part_stride, const ls_lora_pages_t &b,
+                                                const ls_cu_lora_tile_t &tile, const int32_t *perm, int c0,
+                                                int c1, int inter, int r_max, s_sl_buf_t *sd) {
+    // a pass: the warps' U groups of 16 columns; then each thread Q float4s of its 8 x PASS
+    constexpr int U = SL_SLOTS / NH, PASS = U * SL_WARPS * 16, F4 = PASS / 4, Q = 8 * F4 / SL_THREADS;
+    static_assert(Q >= 1 && 8 * F4 == Q * SL_THREADS && PASS + 4 <= SL_LD, "a pass's float4s per thread");
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    float s = tile.scale;
+    size_t ld = 2 * (size_t)inter;
+    s_e4_lane_t<NH> ln;
+    s_e4_lane(ln, b, tile, c);
+    uint4 gb0[U][NH], gb8[U][NH], ub0[U][NH], ub8[U][NH]; // gate's and up's columns of group u
+    auto load_b = [&](int o, int u) {
+        s_e4_load_b(gb0[u], gb8[u], ln, o, g, o < c1);
+        s_e4_load_b(ub0[u], ub8[u], ln, inter + o, g, o < c1);
+    };
+#pragma unroll
+    for (int u = 0; u < U; u++) // B first: no kernel of the step writes it
+        load_b(c0 + warp * 16 + u * SL_WARPS * 16, u);
+    ls_dep_launch();
+    ls_dep_wait();
+    uint32_t tg[NH][2][2][3], tu[NH][2][2][3]; // token g's tmp: the gate's slice, the up's
+    const float *tr = tmp + (size_t)s_row(perm, tile.p0 + min(g, tile.n - 1)) * 2 * r_max;
+    s_e4_tmp(tg, tr, g < tile.n, ln, c, n_parts, part_stride);
+    s_e4_tmp(tu, tr + r_max, g < tile.n, ln, c, n_parts, part_stride);
+    int row[Q]; // the row of each of the thread's float4s (token f / F4 of the tile), -1 past it
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+        int j = (threadIdx.x + q * SL_THREADS) / F4;
+        row[q] = j < tile.n ? s_row(perm, tile.p0 + j) : -1;
+    }
+    int cl = (threadIdx.x % F4) * 4; // the same column for each q (SL_THREADS % F4 == 0)
+    for (int p0 = c0, buf = 0; p0 < c1; p0 += PASS, buf ^= 1) { // block-uniform
+        float4 gq[Q], uq[Q];
+        bool live = p0 + cl < c1; // c1 - p0 is a multiple of 16
+#pragma unroll
+        for (int q = 0; q < Q; q++)
+            if (live && row[q] >= 0) {
+                const float *p = gate_up + (size_t)row[q] * ld + p0 + cl;
+                gq[q] = *(const float4 *)p, uq[q] = *(const float4 *)(p + inter);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int lo = warp * 16 + u * SL_WARPS * 16;
+            float dg[4], du[4];
+            s_e4_mma(dg, gb0[u], gb8[u], ln, tg);
+            s_e4_mma(du, ub0[u], ub8[u], ln, tu);
+            if (p0 + PASS < c1)
+                load_b(p0 + PASS + lo, u);
+#pragma unroll
+            for (int e = 0; e < 4; e++) { // as the delta is written: 0 + scale·d
+                int t = 2 * c + (e & 1), col = lo + g + (e >> 1) * 8;
+                sd[buf][0][t][col] = __fadd_rn(0.0f, __fmul_rn(s, dg[e]));
+                sd[buf][1][t][col] = __fadd_rn(0.0f, __fmul_rn(s, du[e]));
+            }
+        }
+        __syncthreads(); // the pass's deltas; the other buffer's readers are a pass behind
+#pragma unroll
+        for (int q = 0; q < Q; q++)
+            if (live && row[q] >= 0) {
+                int j = (threadIdx.x + q * SL_THREADS) / F4;
+                float4 dg = *(const float4 *)&sd[buf][0][j][cl], du = *(const float4 *)&sd[buf][1][j][cl];
+                s_sl_put4(out, lp, (size_t)row[q] * inter + p0 + cl, ls_add4(gq[q], dg), ls_add4(uq[q], du));
+            }
+    }
+}
+
+template <typename TL>
+__global__ void __launch_bounds__(SL_THREADS, SL_MINB)
+k_lora_silu_mul(float *out, TL *lp, const float *gate_up, const float *tmp, ls_lora_pages_t b,
+                const ls_cu_lora_tile_t *tiles, int n_tiles, const int32_t *perm,
+                const int32_t *zero_rows, int n_zero_rows, const __grid_constant__ s_slice_offs_t so,
+                const __grid_constant__ s_e3_blocks_t sb, int inter, int r_max, int n_parts, size_t part_stride) {
+    __shared__ __align__(16) s_sl_buf_t sd[2];
+    int tile_blocks = n_tiles * sb.first[1];
+    if ((int)blockIdx.x >= tile_blocks) {
+        // the rows without an adapter, float4 by float4 (inter % 16 == 0)
+        ls_dep_launch();
+        ls_dep_wait();
+        size_t q = (size_t)inter / 4, n = (size_t)n_zero_rows * q;
+        const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (size_t j = (blockIdx.x - tile_blocks) * (size_t)blockDim.x + threadIdx.x; j < n;
+             j += (size_t)(gridDim.x - tile_blocks) * blockDim.x) {
+            size_t r = (size_t)zero_rows[j / q], col = (j % q) * 4;
+            const float *p = gate_up + r * 2 * inter + col;
+            s_sl_put4(out, lp, r * inter + col, ls_add4(*(const float4 *)p, zero),
+                      ls_add4(*(const float4 *)(p + inter), zero));
+        }
+        return;
+    }
+    int t, k, c0, c1;
+    s_e3_block(sb, so, 1, 16, t, k, c0, c1);
+    ls_cu_lora_tile_t tile = tiles[t];
+    if (tile.rank <= 32) // block-uniform
+        s_silu_lora_run<1>(out, lp, gate_up, tmp, n_parts, part_stride, b, tile, perm, c0, c1, inter, r_max, sd);
+    else
+        s_silu_lora_run<2>(out, lp, gate_up, tmp, n_parts, part_stride, b, tile, perm, c0, c1, inter, r_max, sd);
+}
+
+bool ls_cu_lora_silu_mul_fits(const void *x, ls_cu_dtype_t x_dt, ls_lora_pages_t a, ls_cu_dtype_t a_dt,
+                              ls_lora_pages_t b, ls_cu_dtype_t b_dt, const float *tmp, int max_rank, int in,
+                              int inter, int r_max, unsigned flags) {
+    // what ls_cu_lora_apply runs as the tensor-core shrink into parts and expand v4
+    int offs[3] = {0, inter, 2 * inter};
+    s_slice_offs_t so = s_slice_offs(offs, 2);
+    return !(flags & LS_CU_LORA_ONE) && inter % 16 == 0 && s_shrink_tc_fits(x, x_dt, a, a_dt, in, max_rank) &&
+           s_expand2_fits(b, r_max) && s_expand4_fits(tmp, b, b_dt, so, 2, r_max, max_rank, flags);
+}
+
+cudaError_t ls_cu_lora_silu_shrink(float *tmp, size_t part_stride, const void *x, ls_cu_dtype_t x_dt,
+                                   ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                                   int max_rank, const int32_t *perm, int in, int r_max, unsigned flags,
+                                   cudaStream_t stream) {
+    assert(part_stride > 0 && max_rank <= r_max && in > 0);
+    if (n_tiles == 0 || max_rank == 0)
+        return cudaSuccess;
+    return s_shrink_tc(tmp, part_stride, NULL, x, x_dt, a, tiles, n_tiles, max_rank, perm, in, 2, r_max, flags,
+                       stream);
+}
+
+cudaError_t ls_cu_lora_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, const float *gate_up,
+                                const float *tmp, size_t part_stride, ls_lora_pages_t b,
+                                const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
+                                const int32_t *perm, const int32_t *zero_rows, int n_zero_rows, int T,
+                                int in, int inter, int r_max, cudaStream_t stream) {
+    assert(inter % 16 == 0 && part_stride > 0);
+    if (!out && !lp)
+        return cudaErrorInvalidValue;
+    if (T == 0 || inter == 0)
+        return cudaSuccess;
+    bool lora = n_tiles > 0 && max_rank > 0;
+    int n_parts = lora ? s_shrink_tc_parts(n_tiles, max_rank, in, 2) : 1;
+    int offs[2] = {0, inter};
+    s_slice_offs_t so = s_slice_offs(offs, 1);
+    // a wave of blocks over the tiles: a block makes its tile's fragments once and loops
+    long target = (long)SL_MINB * ls_cu_props()->sms;
+    s_e3_blocks_t sb = lora ? s_e3_split(so, 1, n_tiles, target, SL_WARPS * 16 * SL_SLOTS)
+                            : s_e3_blocks_t{{0, 0, 0, 0}};
+    long tile_blocks = lora ? (long)n_tiles * sb.first[1] : 0;
+    long zero_blocks = n_zero_rows > 0 ? ls_cu_blocks((size_t)n_zero_rows * inter / 4, SL_THREADS) : 0;
+    if (tile_blocks + zero_blocks == 0)
+        return cudaSuccess;
+    s_launch_t l;
+    s_launch_init(l, dim3((unsigned)(tile_blocks + zero_blocks)), SL_WARPS * 32, 0, stream, 0);
+    int nt = lora ? n_tiles : 0;
+    cudaError_t e = cudaErrorInvalidValue;
+    if (!lp)
+        e = cudaLaunchKernelEx(&l.cfg, k_lora_silu_mul<float>, out, (float *)NULL, gate_up, tmp, b, tiles, nt,
+                               perm, zero_rows, n_zero_rows, so, sb, inter, r_max, n_parts, part_stride);
+    else
+        LS_CU_DISPATCH(lp_dt, TL,
+                       e = cudaLaunchKernelEx(&l.cfg, k_lora_silu_mul<TL>, out, (TL *)lp, gate_up, tmp, b, tiles,
+                                              nt, perm, zero_rows, n_zero_rows, so, sb, inter, r_max, n_parts,
+                                              part_stride));
+    return e;
 }
 
 // ls_cu_lora_expand over tmp as the sum of n_parts arrays part_stride apart (> 1 part:

@@ -350,6 +350,29 @@ cudaError_t ls_cu_lora_apply(float *y, float *tmp, size_t part_stride, const voi
                              const int32_t *slice_offsets, int in, int n_slices, int r_max,
                              unsigned flags, cudaStream_t stream);
 
+// gate_up's LoRA folded into SiLU·mul, for decode-shaped steps with several positions a tile
+// (the delta is never written: lora.cu, "SiLU·mul with gate_up's LoRA"). Whether it runs
+// for these arguments (those of ls_cu_lora_apply over gate_up's two slices of inter columns,
+// tmp its scratch): where that op would run the tensor-core shrink into parts and expand v4.
+bool ls_cu_lora_silu_mul_fits(const void *x, ls_cu_dtype_t x_dt, ls_lora_pages_t a, ls_cu_dtype_t a_dt,
+                              ls_lora_pages_t b, ls_cu_dtype_t b_dt, const float *tmp, int max_rank, int in,
+                              int inter, int r_max, unsigned flags);
+// The shrink: tmp's parts (part_stride = T * 2 * r_max floats apart), as ls_cu_lora_apply's.
+cudaError_t ls_cu_lora_silu_shrink(float *tmp, size_t part_stride, const void *x, ls_cu_dtype_t x_dt,
+                                   ls_lora_pages_t a, const ls_cu_lora_tile_t *tiles, int n_tiles,
+                                   int max_rank, const int32_t *perm, int in, int r_max, unsigned flags,
+                                   cudaStream_t stream);
+// out / lp (T, inter) = ls_cu_silu_mul of gate_up (T, 2 * inter) plus its LoRA from the
+// shrink's tmp and B (bf16 chunks of 2 * inter rows), bit for bit ls_cu_lora_apply writing the
+// delta and ls_cu_silu_mul adding it: the tiles' rows, and zero_rows (n_zero_rows, the rows no
+// tile covers) without LoRA. lp: F32, F16 or BF16 (not FP8); out or lp may be NULL, not both.
+// in: gate_up's input width (the shrink's parts follow from it).
+cudaError_t ls_cu_lora_silu_mul(float *out, void *lp, ls_cu_dtype_t lp_dt, const float *gate_up,
+                                const float *tmp, size_t part_stride, ls_lora_pages_t b,
+                                const ls_cu_lora_tile_t *tiles, int n_tiles, int max_rank,
+                                const int32_t *perm, const int32_t *zero_rows, int n_zero_rows, int T,
+                                int in, int inter, int r_max, cudaStream_t stream);
+
 // The embedding's LoRA shrink (lora_vocab.cu): tmp (T, r_max) [row, j] = A_w[j][ids[row]]
 // for the tiles' rows, j < rank; ids (T) token ids in [0, vocab); a: chunks of vocab rows
 // (the embedding's A held transposed: ls_lora_embed_shrink); perm as ls_cu_lora_shrink's.

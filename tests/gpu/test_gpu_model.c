@@ -550,6 +550,16 @@ static size_t s_ndiff(const float *x, const float *y, size_t n) {
     return d;
 }
 
+// The model of sections 4 and 5 on a new backend, x loaded in slot 1 and y in slot 2
+static ls_backend_t *s_loaded(s_async_t *a, char **dir) {
+    ls_backend_t *be = s_backend();
+    s_async_setup(a, be, dir);
+    s_assign(a, "x", 1);
+    s_assign(a, "y", 2);
+    ls_lora_pool_wait(a->pool);
+    return be;
+}
+
 // Step graphs and the side queue (the decode LoRA beside each GEMM) against the plainest
 // run: one stream, launches one by one. Graphs must give the same logits bit for bit, and
 // so must the side queue when the GEMMs leave it no SMs (same kernels, LoRA added the same
@@ -561,13 +571,9 @@ static size_t s_ndiff(const float *x, const float *y, size_t n) {
 // the count caps; at 3 rows too where the device takes them (an H100, the tensor-core form),
 // else cuBLAS's, with the count as its SM count target.)
 static void s_graphs(void) {
-    ls_backend_t *be = s_backend();
     s_async_t a;
     char *dir;
-    s_async_setup(&a, be, &dir);
-    s_assign(&a, "x", 1);
-    s_assign(&a, "y", 2);
-    ls_lora_pool_wait(a.pool);
+    ls_backend_t *be = s_loaded(&a, &dir);
     size_t n = (size_t)G_STEPS * 3 * a.V;
     enum { PLAIN, GRAPH, SIDE0, SIDE0_GRAPH, SIDE, SIDE_GRAPH, RUNS };
     static const int run_graphs[RUNS] = {0, 1, 0, 1, 0, 1};
@@ -609,6 +615,55 @@ static void s_graphs(void) {
         free(out[r]);
     s_async_teardown(&a, &be, &dir);
 }
+
+// gate_up's LoRA inside SiLU·mul (engine/model.c s_silu_lora): a decode step of 256 rows (a
+// decode-shaped step's most), 124 on each adapter and 8 on the base model, beside the GEMMs
+// (GEMMs on every SM) must take that route in each of the 8 layers and give the logits of the
+// LoRA after each GEMM (no side queue), bit for bit; so must the same step with graphs.
+static void s_silu_route(void) {
+    enum { R = 256 };
+    s_async_t a;
+    char *dir;
+    ls_backend_t *be = s_loaded(&a, &dir);
+    ls_kv_cache_destroy(&a.kv);
+    if (!(a.kv = ls_kv_cache_new(a.m, R, 16, err, sizeof err)))
+        s_die("silu route kv", err);
+    static int32_t tok[R], table[R];
+    ls_model_seq_t seqs[R];
+    for (int s = 0; s < R; s++) {
+        tok[s] = (s * 71 + 9) % a.V;
+        table[s] = s;
+        int32_t slot = s < 124 ? 1 : s < 248 ? 2 : LS_LORA_SLOT_BASE;
+        seqs[s] = (ls_model_seq_t){&tok[s], 1, 0, &table[s], 1, slot, true, NULL, 0};
+    }
+    size_t n = (size_t)R * a.V;
+    float *out[3];
+    long count[3];
+    static const int side[3] = {1, 0, 1}, graphs[3] = {0, 0, 1};
+    for (int r = 0; r < 3; r++) {
+        out[r] = malloc(sizeof(float) * n);
+        ls_backend_cuda_set_graphs(be, graphs[r]);
+        ls_backend_cuda_set_side(be, side[r], 0);
+        long before = ls_backend_cuda_lora_silu_count(be);
+        // twice with graphs: the capture, then the replay whose logits are compared
+        for (int k = 0; k < 1 + graphs[r]; k++)
+            if (ls_model_forward(a.m, a.kv, a.pool, seqs, R, err, sizeof err) != R)
+                s_die("silu route forward", err);
+        count[r] = ls_backend_cuda_lora_silu_count(be) - before;
+        if (ls_model_logits(a.m, out[r]) != 0)
+            s_die("silu route logits", "download failed");
+    }
+    ls_backend_cuda_set_graphs(be, 1);
+    ls_backend_cuda_set_side(be, 1, -1);
+    size_t d = s_ndiff(out[0], out[1], n), dg = s_ndiff(out[2], out[1], n);
+    s_check(count[0] == 8 && count[1] == 0 && d == 0 && dg == 0,
+            "gate_up's LoRA in SiLU·mul: a step of %d rows took it in %ld of 8 layers beside the GEMMs (%ld "
+            "without the side queue, 0 expected); %zu (plain launches) and %zu (graphs) of %zu logits differ "
+            "from LoRA after each GEMM (bit for bit)", R, count[0], count[1], d, dg, n);
+    for (int r = 0; r < 3; r++)
+        free(out[r]);
+    s_async_teardown(&a, &be, &dir);
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -644,8 +699,10 @@ int main(int argc, char **argv) {
     s_dummy(LS_QUANT_FP8);
     s_async();
 #ifdef LS_HAVE_CUDA
-    if (!g_cpu)
+    if (!g_cpu) {
         s_graphs();
+        s_silu_route();
+    }
 #endif
     s_fp8();
     printf("=== summary (%s): %d checks, %d failed; parity max|Δ| logits: llama %.2e, "

@@ -1348,6 +1348,71 @@ static void s_deltas(float *c, float *g, const float *y0, size_t n) {
     }
 }
 
+// gate_up's LoRA inside SiLU·mul (lora_silu_fits / _shrink / _mul) over layout lay's one pass,
+// gate and up of inter columns each: it must run where the GPU has multi-position tiles on a
+// bf16 pool, and there give out and its bf16 copy (out_f32 0: the copy alone) bit for bit as
+// the GPU's lora_fused writing the delta and silu_mul adding it, and the CPU's within silu's
+// tolerance; every element written (out poisoned with NaN first), rows without an adapter
+// included.
+static void s_silu_lora_check(t_rng_t *r, const s_layout_t *lay, s_pb_t *x, s_pb_t *tmp, const float *tpois,
+                              const s_pm_t *a, const s_pm_t *b, const int32_t *off, int in, int inter,
+                              int r_max, ls_dtype_t pdt, int out_f32) {
+    int T = lay->T, one = 1;
+    for (int s = 0; s < lay->n_segs; s++)
+        one = one && lay->sizes[s] <= 1;
+    char name[200];
+    bool fits = s_gpu->lora_silu_fits(s_gpu, s_vg(x, 0), s_vg(tmp, 0), a->m[1], b->m[1], in, inter, r_max, 0);
+    snprintf(name, sizeof name, "lora silu_mul %s r_max=%d %s: runs %d, expected %d", lay->name, r_max,
+             s_dtn(pdt), fits, pdt == LS_DTYPE_BF16 && !one);
+    s_check_true(name, fits == (pdt == LS_DTYPE_BF16 && !one));
+    if (!fits)
+        return;
+    size_t n = (size_t)T * inter, ng = 2 * n;
+    float *hg = s_fill_new(r, ng, -3, 3), *poison = s_nan_new(ng);
+    s_pb_t gu = s_pb_new(LS_DTYPE_F32, ng), dl = s_pb_new(LS_DTYPE_F32, ng);
+    s_pb_t out = s_pb_new(LS_DTYPE_F32, n), lp = s_pb_new(LS_DTYPE_BF16, n);
+    s_pb_t out2 = s_pb_new(LS_DTYPE_F32, n), lp2 = s_pb_new(LS_DTYPE_BF16, n);
+    s_pb_set(&gu, 0, hg, ng);
+    // the two ops: the delta written (both backends), then silu_mul adding it (into out / lp
+    // on the CPU, out2 / lp2 on the GPU)
+    s_fused_both(&dl, poison, x, tmp, tpois, a, b, off, in, 2, r_max, 0, 1);
+    s_pb_set(&out, 0, poison, n), s_pb_set(&out2, 0, poison, n);
+    ls_view_t og = out_f32 ? s_vg(&out2, 0) : LS_VIEW_NONE;
+    s_cpu->silu_mul(s_cpu, s_vc(&out, 0), s_vc(&lp, 0), LS_VIEW_NONE, s_vc(&gu, 0), s_vc(&dl, 0), T, inter);
+    s_gpu->silu_mul(s_gpu, og, s_vg(&lp2, 0), LS_VIEW_NONE, s_vg(&gu, 0), s_vg(&dl, 0), T, inter);
+    // the fused op on the GPU into out / lp, from poisoned tmp
+    s_pb_set(tmp, 0, tpois, tmp->n);
+    s_gpu->lora_silu_shrink(s_gpu, s_vg(tmp, 0), s_vg(x, 0), a->m[1], in, r_max, 0);
+    s_gpu->lora_silu_mul(s_gpu, out_f32 ? s_vg(&out, 0) : LS_VIEW_NONE, s_vg(&lp, 0), s_vg(&gu, 0),
+                         s_vg(tmp, 0), b->m[1], in, inter, r_max, 0);
+    float *c = t_alloc(n * 4), *g = t_alloc(n * 4), *c2 = t_alloc(n * 4), *g2 = t_alloc(n * 4);
+    size_t diff = 0;
+    if (out_f32) {
+        s_pb_get(&out, 0, n, c, g);
+        snprintf(name, sizeof name, "lora silu_mul %s r_max=%d inter=%d: out against the CPU's", lay->name,
+                 r_max, inter);
+        // the delta's own tolerance (the LoRA ops' 1e-4: the shrink sums in its part order,
+        // the CPU in row order), through SiLU·mul: 4.0e-5 at gate_up's shape, rank 64 (H100)
+        s_check(name, g, c, n, 1e-10, 1e-4);
+        s_pb_get(&out2, 0, n, c2, g2);
+        for (size_t i = 0; i < n; i++)
+            diff += memcmp(&g[i], &g2[i], sizeof(float)) != 0;
+    }
+    s_pb_get(&lp, 0, n, c, g);
+    s_pb_get(&lp2, 0, n, c2, g2);
+    size_t nan_lp = 0;
+    for (size_t i = 0; i < n; i++) {
+        diff += memcmp(&g[i], &g2[i], sizeof(float)) != 0;
+        nan_lp += isnan(g[i]);
+    }
+    snprintf(name, sizeof name, "lora silu_mul %s r_max=%d inter=%d%s: %zu of %zu values differ from the delta "
+             "+ silu_mul's (bit for bit), %zu NaN", lay->name, r_max, inter, out_f32 ? "" : " (bf16 copy alone)",
+             diff, n * (out_f32 ? 2 : 1), nan_lp);
+    s_check_true(name, diff == 0 && nan_lp == 0);
+    s_pb_free(&gu), s_pb_free(&dl), s_pb_free(&out), s_pb_free(&lp), s_pb_free(&out2), s_pb_free(&lp2);
+    free(hg), free(poison), free(c), free(g), free(c2), free(g2);
+}
+
 // The LoRA ops over layout lay, on both backends; mix: with a second pass (s_mix_pass) and
 // per-segment weights, every op run over both passes as engine/model.c runs a step with mixes;
 // pieces: A's rows in 3 pieces, B's chunks in pieces of a fifth of their rows (the fallback
@@ -1426,6 +1491,9 @@ static void test_lora(t_rng_t *r, const s_layout_t *lay, int n_slices, const int
              "without an adapter", lay->name, mixed, cut, unwritten, nonzero_untouched);
     s_check_true(name, unwritten == 0 && nonzero_untouched == 0);
     free(ynan);
+    if (n_slices == 2 && sizes[0] == sizes[1] && !mix && !pieces)
+        for (int f = 0; f < 2; f++)
+            s_silu_lora_check(r, lay, &x, &tmp, tpois, &a, &b, off, in, sizes[0], r_max, pdt, f);
     s_lora_bufs_free(&u);
     s_pm_free(&a), s_pm_free(&b);
     free(ha), free(hb), free(hx), free(tpois), free(hy), free(c), free(g);
@@ -2386,6 +2454,9 @@ int main(int argc, char **argv) {
     // and gate_up
     test_lora(&r, &s_layouts[5], 3, szq, 4096, 64, LS_DTYPE_BF16, 0, 0, 0);
     test_lora(&r, &s_layouts[5], 2, szgu, 4096, 64, LS_DTYPE_BF16, 0, 0, 0);
+    // gate_up's shape on the serving mix (tiles of every length, ranks 8-64): SiLU·mul making
+    // its delta (s_silu_lora_check) over many blocks a tile
+    test_lora(&r, &s_layouts[6], 2, szgu, 4096, 64, LS_DTYPE_BF16, 0, 0, 0);
     // mixes of adapters: a second pass over some of the rows and weights on every segment
     // (the tiles' scales), each layout's ops over both passes; and the decode shapes
     for (int l = 0; l < n_layouts; l++)
