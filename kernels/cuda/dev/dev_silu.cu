@@ -8,7 +8,8 @@
     math at serving clocks and how far its values move from the CPU reference's, to decide
     whether ls_silu_mul's steps should change (README.md: they stay).
 
-    Versions (out fp32 and lp bf16 of gate_up (T, 2·inter) fp32, + delta where timed so):
+    Versions (production's k_silu_mul4 and launch with its math F swapped; out fp32 and lp
+    bf16 of gate_up (T, 2·inter) fp32, + delta where timed so):
       prod     ls_cu_silu_mul, production: g / (1 + expf(-g)) · u, each step rounded to nearest
                (__fdiv_rn, expf's ≤ 2 ulp);
       fastdiv  expf, then __fdividef (g times the approximate reciprocal, ≤ 2 ulp);
@@ -33,44 +34,27 @@ extern "C" {
 
 enum { INTER = 14336, SETS = 4 };
 
-template <int V> __device__ __forceinline__ float s_dev_silu(float g, float u) {
-    if (V == 1)
+// the versions' math, as k_silu_mul4's F (production's kernel, its own math ls_silu_mul_f)
+struct s_fastdiv_f {
+    __device__ float operator()(float g, float u) const {
         return __fmul_rn(__fdividef(g, __fadd_rn(1.0f, expf(-g))), u);
-    return __fmul_rn(__fdividef(g, __fadd_rn(1.0f, __expf(-g))), u);
-}
-
-// k_silu_mul4 (a float4 of out a thread, grid-stride, launched as production launches it:
-// programmatic dependent launch) with version V's math
-template <int V>
-__global__ void k_dev_silu4(float *out, __nv_bfloat16 *lp, const float *gate_up, const float *delta, int T,
-                            int inter) {
-    ls_dep_enter();
-    size_t q = (size_t)inter / 4, n4 = (size_t)T * q;
-    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n4; j += (size_t)gridDim.x * blockDim.x) {
-        size_t t = j / q, c = (j - t * q) * 4, gi = t * 2 * inter + c, i = t * inter + c;
-        float4 g = *(const float4 *)(gate_up + gi), u = *(const float4 *)(gate_up + gi + inter);
-        if (delta) {
-            g = ls_add4(g, *(const float4 *)(delta + gi));
-            u = ls_add4(u, *(const float4 *)(delta + gi + inter));
-        }
-        float o[4] = {s_dev_silu<V>(g.x, u.x), s_dev_silu<V>(g.y, u.y), s_dev_silu<V>(g.z, u.z),
-                      s_dev_silu<V>(g.w, u.w)};
-        if (out)
-            *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
-        if (lp)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                lp[i + e] = __float2bfloat16_rn(o[e]);
     }
-}
+};
+struct s_fast_f {
+    __device__ float operator()(float g, float u) const {
+        return __fmul_rn(__fdividef(g, __fadd_rn(1.0f, __expf(-g))), u);
+    }
+};
 
 static cudaError_t s_run(int v, float *out, __nv_bfloat16 *lp, const float *gu, const float *delta, int T,
                          cudaStream_t st) {
     if (v == 0)
         return ls_cu_silu_mul(out, lp, LS_CU_BF16, NULL, gu, delta, T, INTER, st);
     unsigned blocks = ls_cu_blocks((size_t)T * INTER / 4, 256);
-    return v == 1 ? ls_cu_launch_dep(k_dev_silu4<1>, dim3(blocks), dim3(256), 0, st, out, lp, gu, delta, T, INTER)
-                  : ls_cu_launch_dep(k_dev_silu4<2>, dim3(blocks), dim3(256), 0, st, out, lp, gu, delta, T, INTER);
+    return v == 1 ? ls_cu_launch_dep(k_silu_mul4<__nv_bfloat16, s_fastdiv_f>, dim3(blocks), dim3(256), 0, st, out,
+                                     lp, gu, delta, T, INTER)
+                  : ls_cu_launch_dep(k_silu_mul4<__nv_bfloat16, s_fast_f>, dim3(blocks), dim3(256), 0, st, out, lp,
+                                     gu, delta, T, INTER);
 }
 
 // |a - b| in units of the last place of b's magnitude (fp32)
