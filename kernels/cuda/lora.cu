@@ -1524,7 +1524,8 @@ static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t par
 // fragment straight out instead (four scattered values, their own addresses and checks)
 // issued ~130 thread instructions an output value (ncu: 1.4 IPC at 11 warps an SM) and took
 // 24.8 us in a traced step for gate_up at 128 tokens over 8 adapters (H100), against 9.4 for
-// SiLU·mul reading the delta: slower than the delta beside the GEMM at 64-256 tokens. The rows no tile covers (base-model requests) take the blocks past the tiles' and
+// SiLU·mul reading the delta: slower than the delta beside the GEMM at 64-256 tokens
+// (kernels/cuda/dev/dev_silu_lora.cu keeps it as "frag"). The rows no tile covers (base-model requests) take the blocks past the tiles' and
 // SiLU·mul alone (with + 0, as beside the zeroed delta). 4 blocks an SM: 128 registers, 24
 // bytes spilled (3 blocks at 150 registers without spills measured the same within a call's
 // noise, H100, 8 adapters at 256 tokens).

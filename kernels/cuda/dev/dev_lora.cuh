@@ -8,7 +8,10 @@
       shared    8 requests per adapter of rank 16: full tiles of LS_CU_LORA_TILE positions;
       zipf      requests drawn from a Zipf(1) popularity over 64 adapters of ranks 8, 16, 32,
                 64 (by index) in slots of rank 64: tiles of 1 to 8 positions and mixed ranks,
-                as the decode tokens of a serving step beside a prompt chunk.
+                as the decode tokens of a serving step beside a prompt chunk;
+      eight     8 adapters of rank 16, T / 8 requests each: bench_base_cuda's 8-adapter step
+                (not in dev_lora_each's loop; dev_silu_lora.cu).
+    T is DEV_T unless dev_lora_init is given another.
     The pools hold DEV_SETS sets of adapters (slot 0 is the base model, rank 0); launch i
     uses set i % DEV_SETS, so that the weights of consecutive launches come from memory.
     The production kernels and the CPU reference read them through page tables
@@ -27,8 +30,8 @@ extern "C" {
 }
 
 enum { DEV_SETS = 6, DEV_T = 64, DEV_R = 16 };
-typedef enum { DEV_DISTINCT, DEV_SHARED, DEV_ZIPF } dev_mix_t;
-static const char *dev_mix_names[3] = {"distinct", "shared", "zipf"};
+typedef enum { DEV_DISTINCT, DEV_SHARED, DEV_ZIPF, DEV_EIGHT } dev_mix_t;
+static const char *dev_mix_names[4] = {"distinct", "shared", "zipf", "eight"};
 
 struct dev_group_t {
     const char *name;
@@ -68,9 +71,9 @@ struct dev_lora_t {
 static size_t dev_a_slot(const dev_lora_t &p) { return (size_t)p.g.n_slices * p.r_max * p.g.in; }
 static size_t dev_b_slot(const dev_lora_t &p) { return (size_t)p.out_total * p.r_max; }
 
-static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, uint64_t seed) {
+static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, uint64_t seed, int T = DEV_T) {
     dev_rng_t rng = {seed};
-    p.g = g, p.mix = mix, p.distinct = mix == DEV_DISTINCT, p.T = DEV_T;
+    p.g = g, p.mix = mix, p.distinct = mix == DEV_DISTINCT, p.T = T;
     // the adapters of a set: their ranks and how many of the T requests each has
     if (mix == DEV_ZIPF) {
         std::vector<int> count(64, 0);
@@ -89,7 +92,7 @@ static void dev_lora_init(dev_lora_t &p, const dev_group_t &g, dev_mix_t mix, ui
                 p.ad_tokens.push_back(count[i]), p.ad_rank.push_back(8 << (i % 4));
         p.r_max = 64;
     } else {
-        int n = mix == DEV_DISTINCT ? p.T : p.T / LS_CU_LORA_TILE;
+        int n = mix == DEV_DISTINCT ? p.T : mix == DEV_EIGHT ? 8 : p.T / LS_CU_LORA_TILE;
         p.ad_tokens.assign(n, p.T / n), p.ad_rank.assign(n, DEV_R);
         p.r_max = DEV_R;
     }
