@@ -1204,6 +1204,12 @@ static unsigned s_lora_flags(const s_cuda_t *c, const s_pass_t *p, int accumulat
            (p->lora_one ? LS_CU_LORA_ONE : 0);
 }
 
+// Floats between the parts of a decode LoRA op's scratch (its K split over blocks,
+// LS_CU_LORA_PARTS arrays): lora_fused's and gate_up's in SiLU·mul
+static size_t s_part_stride(const s_cuda_t *c, int n_slices, int r_max) {
+    return (size_t)c->T * n_slices * r_max;
+}
+
 // The step's LoRA batch `pass` (ls_step_t.lora), which a LoRA op of n_slices slices and r_max
 // runs over.
 static const s_pass_t *s_pass(const s_cuda_t *c, int pass, int n_slices, int r_max) {
@@ -1264,18 +1270,14 @@ static void s_lora_fused(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
         s_note(c, ls_cu_rows_zero(s_f32(y), p->zero_rows, p->n_zero_rows,
                                   slice_offsets[n_slices], c->stream));
     static_assert(LS_LORA_FUSED_PARTS >= LS_CU_LORA_PARTS, "lora_fused's scratch");
-    s_note(c, ls_cu_lora_apply(s_f32(y), s_f32(tmp), (size_t)c->T * n_slices * r_max,
+    s_note(c, ls_cu_lora_apply(s_f32(y), s_f32(tmp), s_part_stride(c, n_slices, r_max),
                                s_ptr(x), s_dt(x), s_pages(a), (ls_cu_dtype_t)a.dtype, s_pages(b),
                                (ls_cu_dtype_t)b.dtype, p->tiles, p->n_tiles, p->max_rank, p->perm,
                                slice_offsets, in, n_slices, r_max,
                                s_lora_flags(c, p, accumulate), c->stream));
 }
 
-// gate_up's LoRA in SiLU·mul (ls_cu_lora_silu_mul): tmp's parts as lora_fused's
-static size_t s_silu_part_stride(const s_cuda_t *c, int r_max) {
-    return (size_t)c->T * 2 * r_max;
-}
-
+// gate_up's LoRA in SiLU·mul (ls_cu_lora_silu_mul): tmp's parts as lora_fused's over 2 slices
 static bool s_lora_silu_fits(ls_backend_t *self, ls_view_t x, ls_view_t tmp, ls_lora_mat_t a,
                              ls_lora_mat_t b, int in, int inter, int r_max, int pass) {
     s_cuda_t *c = s_ctx(self);
@@ -1292,7 +1294,7 @@ static void s_lora_silu_shrink(ls_backend_t *self, ls_view_t tmp, ls_view_t x, l
     if (s_rec(c, (int)S_OP_LORA_SILU_SHRINK, s_f32(tmp), s_ptr(x), (int)s_dt(x), s_ptr(a.tab), a.stride, a.np,
               a.piece, (int)a.dtype, in, r_max, pass))
         return;
-    s_note(c, ls_cu_lora_silu_shrink(s_f32(tmp), s_silu_part_stride(c, r_max), s_ptr(x), s_dt(x), s_pages(a),
+    s_note(c, ls_cu_lora_silu_shrink(s_f32(tmp), s_part_stride(c, 2, r_max), s_ptr(x), s_dt(x), s_pages(a),
                                      p->tiles, p->n_tiles, p->max_rank, p->perm, in, r_max,
                                      s_lora_flags(c, p, 0), c->stream));
 }
@@ -1309,7 +1311,7 @@ static void s_lora_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp,
         return;
     c->n_lora_silu++;
     s_note(c, ls_cu_lora_silu_mul(o, lp, (ls_cu_dtype_t)lp_dt, s_f32(gate_up), s_f32(tmp),
-                                  s_silu_part_stride(c, r_max), s_pages(b), p->tiles, p->n_tiles, p->max_rank,
+                                  s_part_stride(c, 2, r_max), s_pages(b), p->tiles, p->n_tiles, p->max_rank,
                                   p->perm, p->zero_rows, p->n_zero_rows, c->T, in, inter, r_max, c->stream));
 }
 

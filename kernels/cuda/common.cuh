@@ -231,6 +231,24 @@ __device__ __forceinline__ float ls_silu_mul(float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
+// ls_silu_mul as a type (F of ls_silu_mul_put4; kernels/cuda/dev/dev_silu.cu times others)
+struct ls_silu_mul_f {
+    __device__ float operator()(float g, float u) const { return ls_silu_mul(g, u); }
+};
+
+// out[i .. i+3] (float4; where out) and lp[i .. i+3] (where lp) = F of gate g and up u, lane
+// by lane: SiLU·mul's four columns a thread (k_silu_mul4, k_lora_silu_mul)
+template <typename TL, typename F = ls_silu_mul_f>
+__device__ __forceinline__ void ls_silu_mul_put4(float *out, TL *lp, size_t i, float4 g, float4 u) {
+    float o[4] = {F()(g.x, u.x), F()(g.y, u.y), F()(g.z, u.z), F()(g.w, u.w)};
+    if (out)
+        *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
+    if (lp)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            lp[i + e] = ls_from_f<TL>(o[e]);
+}
+
 template <typename T> __device__ __forceinline__ T ls_warp_sum(T v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)

@@ -180,11 +180,7 @@ __global__ void k_silu_mul(float *out, TL *lp, const float *gate_up, const float
 // k_silu_mul four columns a thread, in float4s, the row and column found once per four: the
 // scalar kernel spends much of its time on a 64-bit division and remainder an element. The
 // Llama-3-8B decode step at batch 64 7.77 -> 7.70 ms on an H100 (bench_decode_cuda, side by
-// side). Same sums and roundings, element by element. F: the math, ls_silu_mul's
-// (kernels/cuda/dev/dev_silu.cu times others in this kernel).
-struct ls_silu_mul_f {
-    __device__ float operator()(float g, float u) const { return ls_silu_mul(g, u); }
-};
+// side). Same sums and roundings, element by element. F: the math (ls_silu_mul_put4's).
 template <typename TL, typename F = ls_silu_mul_f>
 __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const float *delta, int T, int inter) {
     ls_dep_enter();
@@ -197,16 +193,7 @@ __global__ void k_silu_mul4(float *out, TL *lp, const float *gate_up, const floa
             g = ls_add4(g, dg);
             u = ls_add4(u, du);
         }
-        float gv[4] = {g.x, g.y, g.z, g.w}, uv[4] = {u.x, u.y, u.z, u.w}, o[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            o[e] = F()(gv[e], uv[e]);
-        if (out)
-            *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
-        if (lp)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                lp[i + e] = ls_from_f<TL>(o[e]);
+        ls_silu_mul_put4<TL, F>(out, lp, i, g, u);
     }
 }
 

@@ -1525,25 +1525,15 @@ static cudaError_t s_expand4(float *y, const float *tmp, int n_parts, size_t par
 // issued ~130 thread instructions an output value (ncu: 1.4 IPC at 11 warps an SM) and took
 // 24.8 us in a traced step for gate_up at 128 tokens over 8 adapters (H100), against 9.4 for
 // SiLU·mul reading the delta: slower than the delta beside the GEMM at 64-256 tokens
-// (kernels/cuda/dev/dev_silu_lora.cu keeps it as "frag"). The rows no tile covers (base-model requests) take the blocks past the tiles' and
-// SiLU·mul alone (with + 0, as beside the zeroed delta). 4 blocks an SM: 128 registers, 24
-// bytes spilled (3 blocks at 150 registers without spills measured the same within a call's
-// noise, H100, 8 adapters at 256 tokens).
+// (kernels/cuda/dev/dev_silu_lora.cu keeps it as "frag"). The rows no tile covers
+// (base-model requests) take the blocks past the tiles' and SiLU·mul alone (with + 0, as
+// beside the zeroed delta). 4 blocks an SM: 128 registers, 24 bytes spilled (3 blocks at 150
+// registers without spills measured the same within a call's noise, H100, 8 adapters at 256
+// tokens).
 enum { SL_WARPS = 4, SL_MINB = 4, SL_SLOTS = 2, SL_THREADS = SL_WARPS * 32 };
 // a pass's widest row of deltas (PASS at NH = 1), padded so a fragment's 32 stores hit 32 banks
 enum { SL_LD = SL_SLOTS * SL_WARPS * 16 + 4 };
 typedef float s_sl_buf_t[2][8][SL_LD]; // gate's and up's deltas, token by column
-
-template <typename TL>
-__device__ __forceinline__ void s_sl_put4(float *out, TL *lp, size_t i, float4 g, float4 u) {
-    float o[4] = {ls_silu_mul(g.x, u.x), ls_silu_mul(g.y, u.y), ls_silu_mul(g.z, u.z), ls_silu_mul(g.w, u.w)};
-    if (out)
-        *(float4 *)(out + i) = make_float4(o[0], o[1], o[2], o[3]);
-    if (lp)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            lp[i + e] = ls_from_f<TL>(o[e]);
-}
 
 template <int NH, typename TL>
 __device__ __forceinline__ void s_silu_lora_run(float *out, TL *lp, const float *gate_up, const float *tmp,
@@ -1609,7 +1599,7 @@ __device__ __forceinline__ void s_silu_lora_run(float *out, TL *lp, const float 
             if (live && row[q] >= 0) {
                 int j = (threadIdx.x + q * SL_THREADS) / F4;
                 float4 dg = *(const float4 *)&sd[buf][0][j][cl], du = *(const float4 *)&sd[buf][1][j][cl];
-                s_sl_put4(out, lp, (size_t)row[q] * inter + p0 + cl, ls_add4(gq[q], dg), ls_add4(uq[q], du));
+                ls_silu_mul_put4(out, lp, (size_t)row[q] * inter + p0 + cl, ls_add4(gq[q], dg), ls_add4(uq[q], du));
             }
     }
 }
@@ -1632,7 +1622,7 @@ k_lora_silu_mul(float *out, TL *lp, const float *gate_up, const float *tmp, ls_l
              j += (size_t)(gridDim.x - tile_blocks) * blockDim.x) {
             size_t r = (size_t)zero_rows[j / q], col = (j % q) * 4;
             const float *p = gate_up + r * 2 * inter + col;
-            s_sl_put4(out, lp, r * inter + col, ls_add4(*(const float4 *)p, zero),
+            ls_silu_mul_put4(out, lp, r * inter + col, ls_add4(*(const float4 *)p, zero),
                       ls_add4(*(const float4 *)(p + inter), zero));
         }
         return;

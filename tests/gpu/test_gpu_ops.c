@@ -1351,8 +1351,8 @@ static void s_deltas(float *c, float *g, const float *y0, size_t n) {
 // gate_up's LoRA inside SiLU·mul (lora_silu_fits / _shrink / _mul) over layout lay's one pass,
 // gate and up of inter columns each: it must run where the GPU has multi-position tiles on a
 // bf16 pool, and there give out and its bf16 copy (out_f32 0: the copy alone) bit for bit as
-// the GPU's lora_fused writing the delta and silu_mul adding it, and the CPU's within silu's
-// tolerance; every element written (out poisoned with NaN first), rows without an adapter
+// the GPU's lora_fused writing the delta and silu_mul adding it, and the CPU's within the
+// LoRA ops' tolerance; every element written (out poisoned with NaN first), rows without an adapter
 // included.
 static void s_silu_lora_check(t_rng_t *r, const s_layout_t *lay, s_pb_t *x, s_pb_t *tmp, const float *tpois,
                               const s_pm_t *a, const s_pm_t *b, const int32_t *off, int in, int inter,
