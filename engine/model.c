@@ -1510,39 +1510,32 @@ static ls_view_t s_proj(ls_model_t *self, const ls_lora_pool_t *pool, const ls_s
 // bytes approach the delta's); one pass (a mix's passes add deltas), no FP8 output.
 enum { S_SILU_LORA_DELTA_T = 128, S_SILU_LORA_SEG_T = 8 };
 
-static bool s_silu_lora(const ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step, int layer,
-                        ls_view_t x, ls_view_t x_mm, ls_view_t lp_scale, int T, int in, int inter) {
+// Where that route applies: gate_up (T, 2·inter) = x · wᵀ (+ bias) as s_matmul computes it,
+// its shrink beside the GEMM as s_proj's, and out / out_lp = SiLU·mul of gate_up plus its
+// LoRA; returns true. Else runs nothing and returns false (s_proj, then silu_mul).
+static bool s_silu_lora(ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step, int layer,
+                        ls_view_t out, ls_view_t out_lp, ls_view_t lp_scale, ls_view_t gate_up, ls_view_t x,
+                        ls_view_t x_mm, ls_view_t w, ls_view_t w_scale, ls_view_t bias, int T, int in, int inter) {
     ls_backend_t *be = self->be;
     ls_lora_group_t g = LS_LORA_GROUP_GATE_UP;
     if (!self->lora_beside || !be->lora_silu_fits || lp_scale.buf || T <= S_SILU_LORA_DELTA_T ||
         step->n_lora_passes != 1 || !ls_lora_pool_has_group(pool, g) || self->lora_batch[0][g] < 0)
         return false;
-    int batch = self->lora_batch[0][g];
+    int batch = self->lora_batch[0][g], r_max = ls_lora_pool_r_max(pool);
     if ((long)step->lora[batch].n_segs * S_SILU_LORA_SEG_T > T)
         return false;
     ls_lora_mat_t a, b;
     ls_lora_pool_mats(pool, layer, g, &a, &b);
-    return be->lora_silu_fits(be, s_lora_reads_mm(pool, x_mm) ? x_mm : x, ls_view(self->ws[S_WS_LORA], 0), a, b,
-                              in, inter, ls_lora_pool_r_max(pool), batch);
-}
-
-// gate_up (T, 2·inter) = x · wᵀ (+ bias) as s_matmul computes it, and out / out_lp = SiLU·mul
-// of it plus its LoRA (s_silu_lora): the shrink beside the GEMM as s_proj's, then the op.
-static void s_proj_silu(ls_model_t *self, const ls_lora_pool_t *pool, int layer, ls_view_t out,
-                        ls_view_t out_lp, ls_view_t gate_up, ls_view_t x, ls_view_t x_mm, ls_view_t w,
-                        ls_view_t w_scale, ls_view_t bias, int T, int in, int inter) {
-    ls_backend_t *be = self->be;
-    ls_lora_group_t g = LS_LORA_GROUP_GATE_UP;
-    int batch = self->lora_batch[0][g], r_max = ls_lora_pool_r_max(pool);
-    ls_lora_mat_t a, b;
-    ls_lora_pool_mats(pool, layer, g, &a, &b);
-    ls_view_t tmp = ls_view(self->ws[S_WS_LORA], 0);
+    ls_view_t tmp = ls_view(self->ws[S_WS_LORA], 0), xl = s_lora_reads_mm(pool, x_mm) ? x_mm : x;
+    if (!be->lora_silu_fits(be, xl, tmp, a, b, in, inter, r_max, batch))
+        return false;
     be->side_begin(be);
-    be->lora_silu_shrink(be, tmp, s_lora_reads_mm(pool, x_mm) ? x_mm : x, a, in, r_max, batch);
+    be->lora_silu_shrink(be, tmp, xl, a, in, r_max, batch);
     be->side_end(be);
     s_matmul(self, gate_up, x, x_mm, w, w_scale, bias, T, in, 2 * inter);
     be->side_wait(be);
     be->lora_silu_mul(be, out, out_lp, gate_up, tmp, b, in, inter, r_max, batch);
+    return true;
 }
 
 // y (n) += d when d is a delta s_proj left (else nothing); returns LS_VIEW_NONE.
@@ -1729,10 +1722,8 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
                     lp, lps, x, y, delta, s_w(w[S_MLP_NORM]), n, H, eps);
         ls_view_t gu_mm = s_mm_in(w[S_GATE_UP], h, lp),
                   act_out = s_f32_out(self, pool, step, LS_LORA_GROUP_DOWN, w[S_DOWN], act, lp);
-        if (s_silu_lora(self, pool, step, l, h, gu_mm, lps, n, H, I)) {
-            s_proj_silu(self, pool, l, act_out, lp, gate_up, h, gu_mm, s_w(w[S_GATE_UP]),
-                        s_w(w[S_GATE_UP_SCALE]), s_w(w[S_GATE_UP_BIAS]), n, H, I);
-        } else {
+        if (!s_silu_lora(self, pool, step, l, act_out, lp, lps, gate_up, h, gu_mm, s_w(w[S_GATE_UP]),
+                         s_w(w[S_GATE_UP_SCALE]), s_w(w[S_GATE_UP_BIAS]), n, H, I)) {
             delta = s_proj(self, pool, step, l, LS_LORA_GROUP_GATE_UP, gate_up, h, gu_mm,
                            s_w(w[S_GATE_UP]), s_w(w[S_GATE_UP_SCALE]), s_w(w[S_GATE_UP_BIAS]), n, H,
                            2 * I);

@@ -67,14 +67,10 @@ int main(void) {
     static const char *names[] = {"prod", "fastdiv", "fast"};
     enum { NV = 3 };
     cudaStream_t st;
-    DEV_CK(cudaStreamCreate(&st));
-    cudaDeviceProp prop;
-    DEV_CK(cudaGetDeviceProperties(&prop, 0));
-    double bw = dev_copy_bandwidth(st);
-    printf("dev_silu on %s: copy bandwidth %.0f GB/s; SiLU·mul of gate_up (T, 2 x %d) fp32\n", prop.name, bw,
-           INTER);
+    char what[64];
+    snprintf(what, sizeof what, "SiLU·mul of gate_up (T, 2 x %d) fp32", (int)INTER);
+    double bw = dev_begin("dev_silu", what, &st);
     dev_rng_t r = {42};
-    int fails = 0;
 
     // the check: values in [-8, 8) for g (SiLU's curved part and both tails) and u
     {
@@ -101,7 +97,7 @@ int main(void) {
                 differ += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
             }
             bool ok = max_abs <= 1e-5 && std::isfinite(max_abs);
-            fails += !ok;
+            dev_failures += !ok;
             printf("%-8s against the CPU: max |diff| %.3g (tolerance 1e-5), %zu of %zu values differ; against "
                    "double: max %.2f ulp  %s\n",
                    names[v], max_abs, differ, n, max_ulp, ok ? "PASS" : "FAIL");
@@ -142,5 +138,5 @@ int main(void) {
             cudaFree(gu[s]), cudaFree(dl[s]), cudaFree(lp[s]);
     }
     cudaStreamDestroy(st);
-    return fails ? 1 : 0;
+    return dev_end();
 }
