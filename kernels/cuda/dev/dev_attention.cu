@@ -20,7 +20,7 @@
 
     Then tc's plans at small batches (1 and 8 sequences of 128, 256 and 1,024 cached
     tokens), at short contexts among many (32 and 64 of 128, 64 of 256) and at long ones
-    (64 and 128 of 4,096, 2 and 4 of 16,384, where the KV cache is most of the step): every
+    (64 and 128 of 4,096, 1 of 4,096, 1, 2 and 4 of 16,384, where the KV cache is most of the step): every
     (warps a CTA in 1, 2, 3, 4, 6, 8, 12; CTAs a cluster in 1, 2, 4, 8, 16), each in a graph
     of 100 launches beside the plan s_launch picks, and checked against that plan's output.
 
@@ -208,8 +208,8 @@ int main() {
     // differs); "-" where the plan does not launch (clusters that cannot all be resident)
     static const int small[][2] = {{1, 128},   {8, 128},   {1, 256},    {8, 256},
                                    {1, 1024},  {8, 1024},  {32, 128},   {64, 128},
-                                   {64, 256},  {64, 4096}, {128, 4096}, {2, 16384},
-                                   {4, 16384}};
+                                   {64, 256},  {64, 4096}, {128, 4096}, {1, 4096},
+                                   {1, 16384}, {2, 16384}, {4, 16384}};
     static const int cands[] = {1, 2, 4, 8, 16}, wcands[] = {1, 2, 3, 4, 6, 8, 12};
     std::vector<float> ref((size_t)NSEQ * H * D), alt(ref.size());
     printf("\ntc plans, graph us (planned first; rows W = warps a CTA, columns cs = CTAs a cluster)\n");
