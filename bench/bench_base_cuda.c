@@ -95,8 +95,9 @@
 // prefill's activations take ~2.5 GB, grown by doubling) and the allocator's slack
 #define MARGIN_BYTES ((size_t)6 << 30)
 
-// 2, 4 and 8: the backend's GEMV forms (ops_cuda.h LS_CU_GEMV_MAX_T: the GEMV takes up to 16
-// tokens, two of them on the CUDA cores and more on the tensor cores; cuBLAS past)
+// 2, 4 and 8: the backend's GEMV forms (ops_cuda.h ls_cu_gemv_tokens: the GEMV takes up to
+// 16 tokens, 8 on an H200, two of them on the CUDA cores and more on the tensor cores; cuBLAS
+// past)
 static const int s_batches[] = {1, 2, 4, 8, 32, 64, 128, 256}, s_quick_batches[] = {1, 64, 256};
 enum { N_BATCHES = sizeof s_batches / sizeof s_batches[0] };
 static const int s_ctxs[] = {128, 1024, 4096, 16384}, s_quick_ctxs[] = {128, 4096};
@@ -605,7 +606,7 @@ int main(int argc, char **argv) {
     double bw = bench_copy_bw(PROG), tflops = bench_gemm_tflops(PROG, GEMM_N);
     printf("[%6.1f s] %s: copy bandwidth %.0f GB/s, bf16 tensor-core rate %.0f TFLOP/s "
            "(cuBLAS GEMM %d^3); the GEMV up to %d tokens a step\n", bench_now() - b.t_start, prop.name,
-           bw, tflops, GEMM_N, LS_CU_GEMV_MAX_T);
+           bw, tflops, GEMM_N, ls_cu_gemv_tokens());
     fflush(stdout);
     const ls_model_config_t *cfg = ls_model_config(b.m);
     b.vocab = cfg->vocab_size;

@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
            (double)ls_model_weight_bytes(b.m) / 1e9, quant == LS_QUANT_FP8 ? "FP8 projections, bf16 other" : "bf16",
            e.load_s, h2d,
            ls_dtype_name(ls_model_kv_dtype(b.m)), b.n, b.ctx, RANK, b.temperature > 0 ? "seeded" : "greedy",
-           b.temperature, b.top_p, b.steps, LS_CU_GEMV_MAX_T);
+           b.temperature, b.top_p, b.steps, ls_cu_gemv_tokens());
     size_t adapter_elems = e.adapter_elems;
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
     // decode step reads per adapter.

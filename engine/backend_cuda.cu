@@ -1,6 +1,7 @@
 /*  engine/backend_cuda.cu — the CUDA backend: the ls_backend_t table over the kernels of
     kernels/cuda (ops_cuda.h) and cuBLAS. Storage, precision and the metadata path are
-    described in backend_cuda.h. The matmul of up to LS_CU_GEMV_MAX_T (16) tokens on 16-bit
+    described in backend_cuda.h. The matmul of up to ls_cu_gemv_tokens() tokens (16, or 8
+    on a device whose SMs must each take more memory bytes a clock: an H200) on 16-bit
     weights is our GEMV (kernels/cuda/gemv.cu), which starts while the kernel before it ends;
     past that, and for fp32 weights, cuBLAS.
 
@@ -123,6 +124,7 @@ typedef struct {
     int side_open;          // side ops queued and not yet waited for
     int n_sm;               // SMs of the device
     int side_leave;         // SMs every GEMM leaves to open side work; < 0: s_gemm_sms's rule
+    int gemv_t;             // the most tokens a matmul gives the GEMV (ls_cu_gemv_tokens())
     int blas_sms;           // cuBLAS's SM count target now (0: all)
     bool after_attn;        // attention ran since the last matmul, which is the next: o's, on
                             // its output (a flag, not its pointer: the LP copy that attention
@@ -916,6 +918,11 @@ void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms) {
     c->side_leave = leave_sms < c->n_sm ? leave_sms : 0;
 }
 
+void ls_backend_cuda_set_gemv_tokens(ls_backend_t *be, int n) {
+    s_cuda_t *c = s_ctx(be);
+    c->gemv_t = n < 0 ? ls_cu_gemv_tokens() : n < LS_CU_GEMV_MAX_T ? n : LS_CU_GEMV_MAX_T;
+}
+
 // -- ops --------------------------------------------------------------------------------------
 
 static void s_buffer_zero(ls_backend_t *self, ls_view_t dst, size_t n) {
@@ -948,7 +955,7 @@ enum { S_SIDE_NONE_T = 8, S_SIDE_GU16_T = 32, S_SIDE_HALF_T = 128 };
 // kernels/cuda/dev/README.md "The SM split"). The shapes, unsharded: gate_up has over 64M
 // weights (its LoRA delta grows with T); down contracts from the MLP's width (in > out); o
 // and down contract into the residual stream (in >= out); q,k,v's and o's are the others.
-// - beside our GEMV (up to LS_CU_GEMV_MAX_T tokens) none: the LoRA kernels run in its tail (at
+// - beside our GEMV (up to gemv_t tokens) none: the LoRA kernels run in its tail (at
 //   one token k_gemv's, and a count caps its grid: batch 1 lost 2% leaving 16; at 3-8 tokens
 //   the tensor-core form's: batch 4 and 8 with 4 and 8 adapters 5.95-5.97 and 6.19-6.20 ms
 //   leaving none against 6.01-6.02 and 6.24-6.28 leaving 8 at 128 cached tokens, a tie at
@@ -972,7 +979,7 @@ static int s_gemm_sms(const s_cuda_t *c, int T, int in, int out) {
     if (leave < 0) {
         auto of132 = [n](int k) { return (n * k + 66) / 132; }; // k of 132 SMs, on this device
         bool gate_up = (size_t)in * out > ((size_t)64 << 20), down = in > out;
-        if (T <= LS_CU_GEMV_MAX_T) // the GEMV: k_gemv_split's blocks end together
+        if (T <= c->gemv_t) // the GEMV: k_gemv_split's blocks end together
             leave = T == 2 ? of132(8) : 0;
         else if (T <= S_SIDE_NONE_T) // cuBLAS's o, down
             leave = in >= out ? of132(8) : 0;
@@ -1005,7 +1012,7 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     // is (an fp32 x rounded as it reads it) and adds the bias itself; right after attention
     // (o's, on its output) it asks L2 for less before it waits, as attention still reads
     ls_cu_dtype_t x_dt = ready ? s_dt(w) : LS_CU_F32;
-    bool gemv = narrow && ls_cu_gemv_ok(T, in, xp, x_dt, s_ptr(w), s_dt(w));
+    bool gemv = narrow && T <= c->gemv_t && ls_cu_gemv_ok(T, in, xp, x_dt, s_ptr(w), s_dt(w));
     bool conv = narrow && !ready && !gemv;
     // grown before the op is recorded (a graph holds the pointer) or captured (no allocation
     // or synchronization inside a capture)
@@ -1617,6 +1624,7 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->graph_end = s_graph_end;
     cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device);
     ls_backend_cuda_set_side(self, 1, -1);
+    ls_backend_cuda_set_gemv_tokens(self, -1);
     c->graphs_on = 1;
     return self;
 }

@@ -404,10 +404,13 @@ __device__ __forceinline__ ls_vid_t ls_block_vid_best(ls_vid_t a, ls_vid_t *scra
     }
 
 // The current device's properties the launchers plan with, read once (one device per
-// process, backend_cuda.h): SMs, compute capability (major) and the opt-in shared memory of
-// a block.
+// process, backend_cuda.h): SMs, compute capability (major), the opt-in shared memory of
+// a block, and the peak memory bytes an SM must take each of its clocks for HBM to stream
+// at its rate (the memory's rated bandwidth over SMs × SM clock; 0 where the device does
+// not say).
 typedef struct {
     int sms, cc, smem_optin;
+    double mem_bytes_per_sm_clock;
 } ls_cu_props_t;
 const ls_cu_props_t *ls_cu_props(void);
 

@@ -332,6 +332,24 @@ static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias
     return s_gemv_mma<2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
 }
 
+// Past this many bytes of rated memory bandwidth an SM must take a clock (an H100 ~12.8, an
+// H200 ~18.8) the tensor-core form's two tiles (9-16 tokens) lose to cuBLAS: on an H200
+// (dev_gemv, Llama-3-8B's four projections) alone at 16 tokens 68.6 against 58.7 us for
+// gate_up, 35.5 against 32.7 for down, and in the chain of 32 layers with the small kernels'
+// gaps 153.8 against 136.3 us a layer, where at 8 tokens it ties (135.6 against 135.4) and
+// the step at batch 4 and 8 is 1-3% faster than on cuBLAS. The H200's step on cuBLAS past 8
+// tokens (bench_base_cuda --decode-batch, two rounds): batch 12 x 128 5.306 / 5.303 -> 4.977 /
+// 4.919 ms, batch 16 x 128 5.473 / 5.492 -> 5.006 / 4.998, x 1K 5.885 / 5.840 -> 5.391 /
+// 5.391. On an H100 the chain at 16 tokens is 177.5-177.9 against cuBLAS's 185.1-187.2. The
+// rule is the one that once held the CUDA-core GEMV to two tokens on an H200
+// (kernels/cuda/dev/README.md "The tensor-core GEMV").
+#define S_GEMV_MMA2_MAX_BYTES_PER_CLOCK 15.0
+
+int ls_cu_gemv_tokens(void) {
+    double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: the device does not say
+    return b > S_GEMV_MMA2_MAX_BYTES_PER_CLOCK ? 8 : LS_CU_GEMV_MAX_T;
+}
+
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
                   ls_cu_dtype_t w_dt) {
     return T >= 1 && T <= LS_CU_GEMV_MAX_T && in % 8 == 0 &&

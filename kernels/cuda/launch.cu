@@ -11,7 +11,13 @@ const ls_cu_props_t *ls_cu_props(void) {
         cudaDeviceGetAttribute(&p.cc, cudaDevAttrComputeCapabilityMajor, dev);
         cudaDeviceGetAttribute(&p.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        int mem_khz = 0, bus_bits = 0, sm_khz = 0;
+        cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev);
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev);
+        cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, dev);
         cudaGetLastError(); // an attribute the device lacks reads 0, not the next launch's error
+        if (sms > 0 && sm_khz > 0) // double data rate: two transfers a memory clock
+            p.mem_bytes_per_sm_clock = 2.0 * mem_khz * (bus_bits / 8.0) / ((double)sms * sm_khz);
         p.sms = sms > 0 ? sms : 1; // last: the others are set once it is
     }
     return &p;

@@ -116,6 +116,10 @@ int ls_cu_fp8_gemm_tc_ok(void);
 #define LS_CU_GEMV_PF_ATTN (2L << 20)
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,
                   ls_cu_dtype_t w_dt);
+// The most tokens the CUDA backend gives the GEMV on this device (8 or LS_CU_GEMV_MAX_T, by
+// the memory bytes an SM must take a clock; gemv.cu says why); ls_cu_gemv runs any T
+// ls_cu_gemv_ok allows on any device (the tests check every form).
+int ls_cu_gemv_tokens(void);
 cudaError_t ls_cu_gemv(float *y, const void *x, ls_cu_dtype_t x_dt, const void *w,
                        ls_cu_dtype_t w_dt, const void *bias, ls_cu_dtype_t bias_dt, int T, int in,
                        int out, int accumulate, int sms, long pf, cudaStream_t stream);

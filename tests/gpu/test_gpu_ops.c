@@ -2227,9 +2227,20 @@ int main(int argc, char **argv) {
         {16, 14336, 512, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
         {11, 4096, 6144, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1},
     };
+    // every form of the GEMV on any device (the backend gives it up to ls_cu_gemv_tokens()
+    // tokens: 8 on an H200, whose 9-16 then go to cuBLAS as past 16 everywhere)
+    ls_backend_cuda_set_gemv_tokens(s_gpu, LS_CU_GEMV_MAX_T);
     for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++)
         test_matmul(&r, mms[i].T, mms[i].in, mms[i].out, mms[i].wdt, mms[i].bias, mms[i].bdt,
                     mms[i].acc);
+    ls_backend_cuda_set_gemv_tokens(s_gpu, -1);
+    {
+        int gt = ls_cu_gemv_tokens();
+        char name[64];
+        snprintf(name, sizeof name, "the GEMV's tokens on this device: %d (8 or 16)", gt);
+        s_check_true(name, gt == 8 || gt == LS_CU_GEMV_MAX_T);
+    }
+    test_matmul(&r, 12, 4096, 1024, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0);
     // FP8: Llama-3-8B's decode shapes (qkv, o, gate_up, down) at batch 1, 8, 64, a prefill
     // chunk, odd widths and biases; every path where production takes it (tc at T <=
     // LS_FP8_TC_T on sm_89+), then without tc (small at T <=

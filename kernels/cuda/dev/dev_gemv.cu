@@ -629,7 +629,9 @@ static bool s_fits(int v, int T) {
 
 static cudaError_t s_run(int v, float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int in, int out,
                          cudaStream_t st) {
-    // production: the GEMV where ls_cu_gemv_ok, else cuBLAS (as the CUDA backend's matmul)
+    // production: the GEMV where ls_cu_gemv_ok, else cuBLAS (as the CUDA backend's matmul,
+    // but at every count the GEMV takes: the backend stops at ls_cu_gemv_tokens(), 8 on an
+    // H200, where this table's 9-16 tokens say why)
     // mix: each GEMM's best alone at 2-8 tokens (H100): gate_up as production, qkv on the
     // tensor cores a row tile a block, o (on an fp32 x, as attention leaves it: no conversion
     // pass) and down two
