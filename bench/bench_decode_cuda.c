@@ -37,9 +37,11 @@
     --fp8 holds the projections as FP8 (ls_model_load_dummy with LS_QUANT_FP8: E4M3 weights,
     per-channel scales; docs/engine.md "FP8 weights"), the adapters bf16 on top: the same
     workloads and timelines on the FP8 model.
+    --gemv-tokens N gives the GEMV (and the FP8 tensor-core GEMM) up to N tokens instead of
+    the device's ls_cu_gemv_tokens() (0: cuBLAS and cuBLASLt always): the A/B of that rule.
 
     Usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--temperature T] [--top-p P]
-                             [--fp8] [--trace CSV]   Not a ctest; needs a GPU.
+                             [--fp8] [--gemv-tokens N] [--trace CSV]   Not a ctest; needs a GPU.
 */
 #include <cuda_runtime_api.h>
 #include <nvtx3/nvToolsExt.h>
@@ -148,6 +150,7 @@ static double s_decode(s_bench_t *b, const int32_t *slots, s_upload_t *up, const
 int main(int argc, char **argv) {
     s_bench_t b = {.n = N_SEQS, .steps = 20, .ctx = 128, .top_p = 1.0f};
     ls_quant_t quant = LS_QUANT_NONE;
+    int gemv_t = -1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--fp8"))
             quant = LS_QUANT_FP8;
@@ -157,6 +160,8 @@ int main(int argc, char **argv) {
             b.ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             b.n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gemv-tokens") && i + 1 < argc)
+            gemv_t = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--temperature") && i + 1 < argc)
             b.temperature = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--top-p") && i + 1 < argc)
@@ -166,20 +171,23 @@ int main(int argc, char **argv) {
                 bench_die("bench_decode_cuda", "--trace", "CUPTI tracing could not start");
             b.trace = 1;
         } else {
-            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--temperature T] [--top-p P] [--fp8] [--trace CSV]\n");
+            fprintf(stderr, "usage: bench_decode_cuda [--steps N] [--ctx N] [--batch N] [--temperature T] [--top-p P] [--fp8] "
+                            "[--gemv-tokens N] [--trace CSV]\n");
             return 2;
         }
     }
     if (b.steps < 1 || b.ctx < 1 || b.n < 1 || b.n > N_SEQS || b.temperature < 0 ||
-        !(b.top_p > 0 && b.top_p <= 1)) {
+        !(b.top_p > 0 && b.top_p <= 1) || gemv_t < -1 || gemv_t > LS_CU_GEMV_MAX_T) {
         fprintf(stderr, "bench_decode_cuda: steps and ctx must be >= 1, batch 1..%d, temperature >= 0, "
-                "top-p in (0, 1]\n", N_SEQS);
+                "top-p in (0, 1], gemv-tokens 0..%d\n", N_SEQS, LS_CU_GEMV_MAX_T);
         return 2;
     }
     char err[512], ids[32][16];
     bench_engine_t e;
     bench_engine_open(&e, "bench_decode_cuda", quant, 32, RANK, N_FILES, 32, ids);
     ls_backend_t *be = e.be;
+    if (gemv_t >= 0)
+        ls_backend_cuda_set_gemv_tokens(be, gemv_t);
     b.m = e.m;
     b.pool = e.pool;
     struct cudaDeviceProp prop;
@@ -197,7 +205,7 @@ int main(int argc, char **argv) {
            (double)ls_model_weight_bytes(b.m) / 1e9, quant == LS_QUANT_FP8 ? "FP8 projections, bf16 other" : "bf16",
            e.load_s, h2d,
            ls_dtype_name(ls_model_kv_dtype(b.m)), b.n, b.ctx, RANK, b.temperature > 0 ? "seeded" : "greedy",
-           b.temperature, b.top_p, b.steps, ls_cu_gemv_tokens());
+           b.temperature, b.top_p, b.steps, gemv_t >= 0 ? gemv_t : ls_cu_gemv_tokens());
     size_t adapter_elems = e.adapter_elems;
     // The slot pool stores adapters in the model's dtype (engine/lora_pool.h): the bytes a
     // decode step reads per adapter.

@@ -921,6 +921,7 @@ void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms) {
 void ls_backend_cuda_set_gemv_tokens(ls_backend_t *be, int n) {
     s_cuda_t *c = s_ctx(be);
     c->gemv_t = n < 0 ? ls_cu_gemv_tokens() : n < LS_CU_GEMV_MAX_T ? n : LS_CU_GEMV_MAX_T;
+    ls_fp8_gemm_set_tc_tokens(c->fp8, c->gemv_t);
 }
 
 // -- ops --------------------------------------------------------------------------------------

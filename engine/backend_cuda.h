@@ -58,7 +58,8 @@ void ls_backend_cuda_set_graphs(ls_backend_t *be, int on);
 // sweeps); 0: the GEMMs as without side work (bit-identical steps).
 void ls_backend_cuda_set_side(ls_backend_t *be, int on, int leave_sms);
 // The most tokens a matmul on 16-bit weights gives the GEMV (kernels/cuda/ops_cuda.h
-// ls_cu_gemv): n < 0 the device's (ls_cu_gemv_tokens(), the default), else n up to
+// ls_cu_gemv), and an FP8 matmul its tensor-core GEMM (engine/fp8_gemm.h, the same tiles; at
+// most LS_FP8_TC_T): n < 0 the device's (ls_cu_gemv_tokens(), the default), else n up to
 // LS_CU_GEMV_MAX_T (the tests' checks of every form on any device; 0: cuBLAS always). Set
 // before a step graph is captured: a replay keeps the kernels of its capture.
 void ls_backend_cuda_set_gemv_tokens(ls_backend_t *be, int n);

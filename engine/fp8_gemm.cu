@@ -24,6 +24,7 @@ struct ls_fp8_gemm {
     s_algo_t algos[S_ALGOS];
     int n_algos, next; // entries used; the one replaced next when all are
     int allow_outer, allow_small, allow_tc;
+    int tc_t; // the most tokens tc takes (ls_fp8_gemm_set_tc_tokens)
     int tc_ok; // ls_cu_fp8_gemm_tc runs on this device (sm_89+ and built for it)
     ls_fp8_path_t last;
 };
@@ -55,6 +56,7 @@ ls_fp8_gemm_t *ls_fp8_gemm_new(char *err, size_t errlen) {
         return NULL;
     }
     self->allow_outer = self->allow_small = self->allow_tc = 1;
+    self->tc_t = LS_FP8_TC_T;
     self->tc_ok = ls_cu_fp8_gemm_tc_ok();
     if (!S_OK(cublasLtCreate(&self->lt))) {
         self->lt = NULL;
@@ -144,7 +146,7 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
                     cudaStream_t stream) {
     assert(T > 0 && in > 0 && in % 16 == 0 && out > 0);
     int aligned = ((uintptr_t)xq | (uintptr_t)w) % 16 == 0;
-    if (self->allow_tc && self->tc_ok && T <= LS_FP8_TC_T && aligned) {
+    if (self->allow_tc && self->tc_ok && T <= self->tc_t && aligned) {
         if (ls_cu_fp8_gemm_tc(y, (const uint8_t *)xq, x_scale, (const uint8_t *)w, w_scale, bias,
                               (ls_cu_dtype_t)bias_dt, T, in, out, stream) != cudaSuccess)
             return -1;
@@ -200,6 +202,10 @@ int ls_fp8_gemm_run(ls_fp8_gemm_t *self, float *y, const void *xq, const float *
 
 ls_fp8_path_t ls_fp8_gemm_path(const ls_fp8_gemm_t *self) {
     return self->last;
+}
+
+void ls_fp8_gemm_set_tc_tokens(ls_fp8_gemm_t *self, int n) {
+    self->tc_t = n < LS_FP8_TC_T ? n : LS_FP8_TC_T;
 }
 
 void ls_fp8_gemm_allow(ls_fp8_gemm_t *self, int outer, int small, int tc) {

@@ -22,7 +22,7 @@
     the weights far below copy bandwidth and need the pass after them:
     - up to LS_FP8_TC_T tokens ls_cu_fp8_gemm_tc, on the FP8 tensor cores (mma.sync E4M3),
       where the device runs it (sm_89+, and the library built for it: sm_90a; the sm_80
-      build has no mma);
+      build has no mma) — up to 8 on an H200 (ls_fp8_gemm_set_tc_tokens, below);
     - else up to LS_FP8_SMALL_T tokens ls_cu_fp8_gemm_small, on CUDA cores (sm_80);
     - else cuBLASLt. The CUDA cores' issue rate bounds small past a few tokens, and each
       16-row block of tc reads all of the tokens' codes: as many bytes as its weights at 16.
@@ -82,6 +82,14 @@ ls_fp8_path_t ls_fp8_gemm_path(const ls_fp8_gemm_t *self);
 // where it runs, as above). small 1, tc 0 is the sm_80 choice; 0, 0 sends every T to
 // cuBLASLt.
 void ls_fp8_gemm_allow(ls_fp8_gemm_t *self, int outer, int small, int tc);
+// The most tokens ls_cu_fp8_gemm_tc takes, at most LS_FP8_TC_T (the default): the CUDA
+// backend gives it as many as its 16-bit GEMV (ls_cu_gemv_tokens(); both run gemv_mma.cuh's
+// tiles of 8 tokens, whose second loses to cuBLAS(Lt) on an H200: dev_fp8 there, a layer's
+// four projections alone at 16 tokens 87.4 against cuBLASLt's 83.8 us; the FP8 step,
+// bench_decode_cuda --fp8 --gemv-tokens 16 against 8, two rounds, batch 12 x 128 3.785 /
+// 3.772 -> 3.624 / 3.617 ms, batch 16 3.921 / 3.898 -> 3.635 / 3.693, with 8 adapters 4.67-4.81
+// -> 3.79-3.94).
+void ls_fp8_gemm_set_tc_tokens(ls_fp8_gemm_t *self, int n);
 
 #ifdef __cplusplus
 }

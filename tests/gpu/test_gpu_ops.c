@@ -2227,20 +2227,13 @@ int main(int argc, char **argv) {
         {16, 14336, 512, LS_DTYPE_BF16, 0, LS_DTYPE_BF16, 0},
         {11, 4096, 6144, LS_DTYPE_BF16, 1, LS_DTYPE_F32, 1},
     };
-    // every form of the GEMV on any device (the backend gives it up to ls_cu_gemv_tokens()
-    // tokens: 8 on an H200, whose 9-16 then go to cuBLAS as past 16 everywhere)
+    // every form of the GEMV and of the FP8 tensor-core GEMM on any device (the backend gives
+    // them up to ls_cu_gemv_tokens() tokens: 8 on an H200, whose 9-16 then go to cuBLAS(Lt)
+    // as past 16 everywhere); the device's own choice at 12 tokens after them
     ls_backend_cuda_set_gemv_tokens(s_gpu, LS_CU_GEMV_MAX_T);
     for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++)
         test_matmul(&r, mms[i].T, mms[i].in, mms[i].out, mms[i].wdt, mms[i].bias, mms[i].bdt,
                     mms[i].acc);
-    ls_backend_cuda_set_gemv_tokens(s_gpu, -1);
-    {
-        int gt = ls_cu_gemv_tokens();
-        char name[64];
-        snprintf(name, sizeof name, "the GEMV's tokens on this device: %d (8 or 16)", gt);
-        s_check_true(name, gt == 8 || gt == LS_CU_GEMV_MAX_T);
-    }
-    test_matmul(&r, 12, 4096, 1024, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0);
     // FP8: Llama-3-8B's decode shapes (qkv, o, gate_up, down) at batch 1, 8, 64, a prefill
     // chunk, odd widths and biases; every path where production takes it (tc at T <=
     // LS_FP8_TC_T on sm_89+), then without tc (small at T <=
@@ -2286,6 +2279,15 @@ int main(int argc, char **argv) {
     // the quantizing pass at 8 values a thread (the shapes above: 4, 16, and the loop kernel
     // at 80, 96, 208, 1,040)
     test_matmul_fp8(&r, 3, 6144, 256, 0, LS_DTYPE_BF16, 1, 1, 1);
+    ls_backend_cuda_set_gemv_tokens(s_gpu, -1);
+    {
+        int gt = ls_cu_gemv_tokens();
+        char name[64];
+        snprintf(name, sizeof name, "the GEMV's tokens on this device: %d (8 or 16)", gt);
+        s_check_true(name, gt == 8 || gt == LS_CU_GEMV_MAX_T);
+    }
+    test_matmul(&r, 12, 4096, 1024, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0);
+    test_matmul_fp8(&r, 12, 4096, 1024, 1, LS_DTYPE_BF16, 1, 1, 1);
 
     test_embedding_gather(&r);
     test_rmsnorm(&r, 13, 4096, LS_DTYPE_BF16, 1, 0, 0, 0);
