@@ -349,7 +349,7 @@ cudaError_t ls_cu_fp8_gemm_tc(float *y, const uint8_t *xq, const float *x_scale,
     // one tile of 8 tokens up to 8, else passes of two (each pass streams the weights again)
     LS_CU_DISPATCH(bias_dt, TB,
         const TB *b = (const TB *)bias;
-        return T <= 8 ? s_gemm_tc<1>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
-                      : s_gemm_tc<2>(y, xq, x_scale, w, w_scale, b, T, in, out, stream));
+        return T <= GM_TOKENS ? s_gemm_tc<1>(y, xq, x_scale, w, w_scale, b, T, in, out, stream)
+                              : s_gemm_tc<2>(y, xq, x_scale, w, w_scale, b, T, in, out, stream));
     return cudaErrorInvalidValue;
 }

@@ -327,7 +327,7 @@ static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias
     if (T == 2)
         return s_gemv<2, 2, true>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, pf,
                                   stream);
-    if (T <= 8)
+    if (T <= GM_TOKENS)
         return s_gemv_mma<1>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
     return s_gemv_mma<2>(y, x, w, bias, bias_dt, T, in, out, accumulate, sms, stream);
 }
@@ -347,7 +347,7 @@ static cudaError_t s_gemv_t(float *y, const TX *x, const TW *w, const void *bias
 
 int ls_cu_gemv_tokens(void) {
     double b = ls_cu_props()->mem_bytes_per_sm_clock; // 0: the device does not say
-    return b > S_GEMV_MMA2_MAX_BYTES_PER_CLOCK ? 8 : LS_CU_GEMV_MAX_T;
+    return b > S_GEMV_MMA2_MAX_BYTES_PER_CLOCK ? GM_TOKENS : LS_CU_GEMV_MAX_T;
 }
 
 int ls_cu_gemv_ok(int T, int in, const void *x, ls_cu_dtype_t x_dt, const void *w,

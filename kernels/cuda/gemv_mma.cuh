@@ -32,8 +32,9 @@
 
 #include "common.cuh"
 
-// a block's warps; its rows (an m16 tile); 16-byte chunks of a row a segment (512 bytes)
-enum { GM_WARPS = 4, GM_ROWS = 16, GM_CHUNKS = 32 };
+// a block's warps; its rows (an m16 tile); 16-byte chunks of a row a segment (512 bytes); the
+// tokens of a tile (the mma's n8: a block takes one or two, NN)
+enum { GM_WARPS = 4, GM_ROWS = 16, GM_CHUNKS = 32, GM_TOKENS = 8 };
 
 __device__ __forceinline__ int ls_gm_swz(int r) { return ((r & 1) << 2) | ((r >> 1) & 3); }
 
