@@ -33,7 +33,7 @@
     - work item: (query token, kv head, pass of up to GC = 4 query heads of that kv head's
       GQA group): each K/V row read serves the pass's heads. A CTA of W warps (1..12) takes
       an item, or — when the items are too few to fill the GPU (long contexts, few
-      sequences; sm_90) — a thread-block cluster of cs CTAs (2..8, 16) takes it and each
+      sequences; sm_90) — a thread-block cluster of cs CTAs (2..8) takes it and each
       CTA a contiguous 1/cs of its pages;
     - a warp takes the CTA's steps (8 keys for tc, 32/L for v2) round-robin; each lane
       copies its chunks of the step's K and V rows with cp.async into the warp's ring in
@@ -62,7 +62,7 @@
     Known limits: short decode contexts stay latency-bound (64 x 128 keys: 17 us on an
     H200, 48% of copy bandwidth, against 96% at 64 x 1024): each CTA has ~5 steps per
     warp behind a chain of dependent loads (positions -> block table -> K/V), not profiled
-    yet. Long contexts with few sequences reach ~78% (clusters of <= 16 CTAs per (token, kv
+    yet. Long contexts with few sequences reach ~78% (clusters of <= 8 CTAs per (token, kv
     head) leave part of the GPU idle; a split over more CTAs would need a merge through
     memory). Tokens given to these kernels in a prefill (chunks the pick leaves here, or
     caches the prefill kernel does not take) re-read their whole
@@ -1362,8 +1362,8 @@ typedef void (*s_kern_t)(s_out_t, const float *, const void *, const void *, con
 // per kernel: set up once; act[cs][W] = 1 + how many clusters of cs CTAs of W warps run at
 // once (0: not asked yet)
 typedef struct {
-    int ready, bin, np16;
-    short act[17][AT_MAXW + 1];
+    int ready, bin;
+    short act[9][AT_MAXW + 1];
 } s_kinfo_t;
 
 static int s_active(s_kern_t kern, s_kinfo_t *ki, int cs, int W, size_t smem) {
@@ -1392,12 +1392,12 @@ static int s_active(s_kern_t kern, s_kinfo_t *ki, int cs, int W, size_t smem) {
 // of a wave of 12-warp CTAs): one CTA each, with as many warps as keep the grid in one wave
 // (12 per SM) but at least AT_MINW (several waves then), at least AT_MINSTEP steps per warp.
 // Few items (sm_90) on a short context: one CTA each, two steps a warp (AT_SHORT). Few items
-// on a longer one: the keys of an item
-// split over a cluster of cs CTAs (2..8, or 16), cs and W chosen to hold the most warps
-// with every cluster of the grid resident at once, as the occupancy query counts them
-// (clusters sit inside one GPC: how many fit depends on the GPCs' SM counts), and no more
-// CTAs than SMs; ties go to the larger cluster (more SMs). No memory, no synchronization:
-// capturable. plan, or NULL: {cs, W} to launch instead of the planned ones (the dev bench
+// on a longer one: the keys of an item split over a cluster of cs CTAs (2..8, the portable
+// sizes: 9..16 measured no faster in the step, kernels/cuda/dev/README.md "clusters past
+// 8"), cs and W chosen to hold the most warps with every cluster of the grid resident at
+// once, as the occupancy query counts them (clusters sit inside one GPC: how many fit
+// depends on the GPCs' SM counts), and no more CTAs than SMs; ties go to the larger cluster
+// (more SMs). No memory, no synchronization: capturable. plan, or NULL: {cs, W} to launch instead of the planned ones (the dev bench
 // compares plans).
 static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, int gc,
                             const s_args_t *a, const int *plan) {
@@ -1414,11 +1414,6 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
         if (e != cudaSuccess)
             return e;
         ki->bin = fa.binaryVersion; // the code that runs: the sm_80 one has no cluster merge
-        ki->np16 = ki->bin >= 90 &&
-                   cudaFuncSetAttribute((const void *)kern,
-                                        cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                        1) == cudaSuccess;
-        cudaGetLastError(); // a refusal above only means clusters of at most 8
         ki->ready = 1;
     }
     int group = a->n_heads / a->n_kv_heads, n_pass = (group + gc - 1) / gc;
@@ -1461,9 +1456,8 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
         // step takes 6.14-6.18 ms against 6.49-6.54 (at 16K keys 8.96-9.02 against
         // 9.69-9.71), the base step -1.6% to +1.2% (kernels/cuda/dev/README.md "Decode
         // attention").
-        for (int c = 2; c <= 16; c = c < 8 ? c + 1 : 17) { // 2..8, 16
-            if (items * c > sms || (c == 16 && !ki->np16) ||
-                keys_of(c) < (long)kps * AT_MINSTEP)
+        for (int c = 2; c <= 8; c++) {
+            if (items * c > sms || keys_of(c) < (long)kps * AT_MINSTEP)
                 break;
             for (int w = wmax(c); w >= 1; w--) {
                 if (items * c * w > slots)

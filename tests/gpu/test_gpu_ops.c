@@ -2350,9 +2350,8 @@ int main(int argc, char **argv) {
     }
     {
         // long contexts: the keys of a (token, kv head) split over a thread-block cluster —
-        // 16 CTAs for one sequence (8 where 16 does not fit), up to 5 for three (24 items:
-        // no more CTAs than SMs), one of which has a single key, so that most CTAs of its
-        // cluster see none
+        // 8 CTAs for one sequence, up to 5 for three (24 items: no more CTAs than SMs), one
+        // of which has a single key, so that most CTAs of its cluster see none
         int nc1[1] = {3100}, nn1[1] = {1}, nc3[3] = {2999, 0, 1533}, nn3[3] = {1, 1, 1};
         test_attention(&r, "decode long x1", 1, nc1, nn1, 32, 8, 128, 16, LS_DTYPE_BF16, 0, 1);
         test_attention(&r, "decode long x3", 3, nc3, nn3, 32, 8, 128, 16, LS_DTYPE_BF16, 0, 1);
