@@ -1359,8 +1359,8 @@ typedef void (*s_kern_t)(s_out_t, const float *, const void *, const void *, con
                          const int32_t *, const int32_t *, int, int, int, int, int, size_t, int,
                          int, float, int, int);
 
-// per kernel: set up once; act[cs][W] = 1 + how many clusters of cs CTAs of W warps run at
-// once (0: not asked yet)
+// per kernel and device: set up once; act[cs][W] = 1 + how many clusters of cs CTAs of W
+// warps run at once (0: not asked yet)
 typedef struct {
     int ready, bin;
     short act[9][AT_MAXW + 1];
@@ -1488,16 +1488,16 @@ static cudaError_t s_launch(s_kern_t kern, s_kinfo_t *ki, size_t ring, int kps, 
                                a->row_stride, qscale, n_pass, cs);
 }
 
-// one s_kinfo_t per kernel
+// one s_kinfo_t per kernel and device
 template <typename TC, int L, int NC, int GC> static cudaError_t s_run_v2(const s_args_t *a) {
-    static s_kinfo_t ki;
-    return s_launch(k_attention_v2<TC, L, NC, GC>, &ki, (size_t)AT_NST * 2 * NC * 32 * 16,
-                    32 / L, GC, a, NULL);
+    static s_kinfo_t ki[LS_CU_MAX_DEVICES];
+    return s_launch(k_attention_v2<TC, L, NC, GC>, &ki[ls_cu_device()],
+                    (size_t)AT_NST * 2 * NC * 32 * 16, 32 / L, GC, a, NULL);
 }
 template <int D> static cudaError_t s_run_tc(const s_args_t *a, const int *plan = NULL) {
-    static s_kinfo_t ki;
-    return s_launch(k_attention_tc<D>, &ki, (size_t)TC_NST * 2 * TC_KEYS * D * 2, TC_KEYS,
-                    4, a, plan);
+    static s_kinfo_t ki[LS_CU_MAX_DEVICES];
+    return s_launch(k_attention_tc<D>, &ki[ls_cu_device()],
+                    (size_t)TC_NST * 2 * TC_KEYS * D * 2, TC_KEYS, 4, a, plan);
 }
 
 cudaError_t ls_cu_attention(void *out, ls_cu_dtype_t out_dt, const float *q, const void *k_cache,
@@ -1584,17 +1584,18 @@ typedef void (*s_pf_kern_t)(s_out_t, const float *, const void *, const void *, 
                             int, float);
 
 // One launch of a prefill kernel of bm query rows a CTA, nt threads and smem bytes of dynamic
-// shared memory for head_dim d; *ready: its shared memory set up (on the first launch: past
-// the 48 KB a launch gets by default).
+// shared memory for head_dim d; ready[device]: its shared memory set up there (on the first
+// launch: past the 48 KB a launch gets by default).
 static cudaError_t s_pf_launch(s_pf_kern_t kern, int *ready, int bm, int nt, size_t smem, int d,
                                const s_pf_args_t *a) {
-    if (!*ready) {
+    int dev = ls_cu_device();
+    if (!ready[dev]) {
         cudaError_t e = cudaFuncSetAttribute((const void *)kern,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess)
             return e;
-        *ready = 1;
+        ready[dev] = 1;
     }
     int group = a->n_heads / a->n_kv_heads, tq = bm / group;
     assert(a->head_dim == d && tq >= 1 && a->n_seqs <= 65535 &&
@@ -1619,16 +1620,16 @@ static cudaError_t s_pf_launch(s_pf_kern_t kern, int *ready, int bm, int nt, siz
 // One launch of k_attention_prefill<D, MT, NW, BN>: Q (BM rows), then 2 stages of K and V.
 template <int D, int MT, int NW, int BN> static cudaError_t s_run_prefill(const s_pf_args_t *a) {
     constexpr int BM = 16 * MT * NW;
-    static int ready = 0;
-    return s_pf_launch(k_attention_prefill<D, MT, NW, BN>, &ready, BM, NW * 32,
+    static int ready[LS_CU_MAX_DEVICES];
+    return s_pf_launch(k_attention_prefill<D, MT, NW, BN>, ready, BM, NW * 32,
                        (size_t)(BM + 4 * BN) * 2 * D, D, a);
 }
 
 // One launch of k_attention_prefill_wg<BN, MINB>: 1,024 bytes to align the tiles at, Q (128
 // rows), then 2 stages of K and V.
 template <int BN, int MINB> static cudaError_t s_run_prefill_wg(const s_pf_args_t *a) {
-    static int ready = 0;
-    return s_pf_launch(k_attention_prefill_wg<BN, MINB>, &ready, 128, 256,
+    static int ready[LS_CU_MAX_DEVICES];
+    return s_pf_launch(k_attention_prefill_wg<BN, MINB>, ready, 128, 256,
                        1024 + (size_t)(128 + 4 * BN) * 2 * 128, 128, a);
 }
 
@@ -1636,15 +1637,16 @@ template <int BN, int MINB> static cudaError_t s_run_prefill_wg(const s_pf_args_
 // build (compute capability 9.0), as the decode kernels' cluster merge decides by the binary
 // that runs; other cards load the sm_80 build (or its PTX), where the kernel traps.
 static int s_pf_wg_ok() {
-    static int ok = -1;
-    if (ok < 0) {
+    static int ok[LS_CU_MAX_DEVICES]; // 1 + the answer (0: not asked yet)
+    int &o = ok[ls_cu_device()];
+    if (!o) {
         cudaFuncAttributes fa;
-        ok = cudaFuncGetAttributes(&fa, (const void *)k_attention_prefill_wg<64, 2>) ==
-                 cudaSuccess &&
-             fa.binaryVersion == 90;
+        o = 1 + (cudaFuncGetAttributes(&fa, (const void *)k_attention_prefill_wg<64, 2>) ==
+                     cudaSuccess &&
+                 fa.binaryVersion == 90);
         cudaGetLastError(); // a refusal only means: not here
     }
-    return ok;
+    return o - 1;
 }
 
 ls_cu_prefill_kernel_t ls_cu_attention_prefill_which(int head_dim) {

@@ -403,11 +403,17 @@ __device__ __forceinline__ ls_vid_t ls_block_vid_best(ls_vid_t a, ls_vid_t *scra
         return cudaErrorInvalidValue;                                                         \
     }
 
-// The current device's properties the launchers plan with, read once (one device per
-// process, backend_cuda.h): SMs, compute capability (major), the opt-in shared memory of
-// a block, and the peak memory bytes an SM must take each of its clocks for HBM to stream
-// at its rate (the memory's rated bandwidth over SMs × SM clock; 0 where the device does
-// not say).
+// A process may drive several devices (a worker one; the tensor-parallel tests one a rank
+// thread), so what a launcher sets up once — a kernel's shared memory limit
+// (cudaFuncSetAttribute holds for the current device only), occupancy, properties — it
+// keeps per device, indexed by ls_cu_device() (the current device, < LS_CU_MAX_DEVICES).
+enum { LS_CU_MAX_DEVICES = 64 };
+int ls_cu_device(void);
+
+// The current device's properties the launchers plan with, read once per device: SMs,
+// compute capability (major), the opt-in shared memory of a block, and the peak memory
+// bytes an SM must take each of its clocks for HBM to stream at its rate (the memory's
+// rated bandwidth over SMs × SM clock; 0 where the device does not say).
 typedef struct {
     int sms, cc, smem_optin;
     double mem_bytes_per_sm_clock;

@@ -1,13 +1,26 @@
-/*  kernels/cuda/launch.cu — the device's properties the launchers plan with (common.cuh
-    ls_cu_props), read once per process.
+/*  kernels/cuda/launch.cu — the current device (common.cuh ls_cu_device) and its properties
+    the launchers plan with (ls_cu_props), read once per device.
 */
+#include <assert.h>
+
 #include "common.cuh"
 
+int ls_cu_device(void) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError(); // no device yet: the first, as a launch would take
+        dev = 0;
+    }
+    assert(dev >= 0 && dev < LS_CU_MAX_DEVICES);
+    return dev;
+}
+
 const ls_cu_props_t *ls_cu_props(void) {
-    static ls_cu_props_t p; // one device per process (backend_cuda.h)
+    static ls_cu_props_t props[LS_CU_MAX_DEVICES];
+    int dev = ls_cu_device();
+    ls_cu_props_t &p = props[dev];
     if (!p.sms) {
-        int dev = 0, sms = 0;
-        cudaGetDevice(&dev);
+        int sms = 0;
         cudaDeviceGetAttribute(&p.cc, cudaDevAttrComputeCapabilityMajor, dev);
         cudaDeviceGetAttribute(&p.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
