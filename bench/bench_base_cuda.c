@@ -48,7 +48,7 @@
 
     Usage: bench_base_cuda [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]
                            [--decode-ctx C] [--decode-batch B] [--prefill P] [--side-sms N]
-                           [--trace CSV]
+                           [--trace CSV] [--settle S]
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. --decode-ctx C: only
     the decode points at context C, every batch. --decode-batch B: only the decode points of
     batch B (1..MAX_BATCH), every context or C's. --prefill P: only the prompt of P tokens alone.
@@ -56,6 +56,11 @@
     ("prefill 8192", "decode 64x128", "decode 64x128 adapters"), for a step's breakdown by
     kernel. --side-sms N: every GEMM leaves N SMs to the LoRA beside it (ls_backend_cuda_set_side; -1, the default: the backend's rule by the step's
     tokens; -2: no side stream, each LoRA after its GEMM) — the sweep behind that rule.
+    --settle S: the GPU idles S seconds before each point (default 0). A point's first steps
+    right after a large point's KV cache is freed run slower than the same point alone (H200:
+    batch 1 x 4K 4.917 ms after batch 256 x 1K's 34 GB, 4.436 with --settle 3, 4.465 alone; its
+    adapter steps, right after, 4.591), at the same clocks and temperatures;
+    docs/benchmarks.md ("The base path").
     Points left when --max-seconds (default 300) have passed are skipped, saying so. Not a
     ctest; needs a GPU.
 */
@@ -64,6 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "backend_cuda.h"
@@ -141,7 +147,7 @@ typedef struct {
     s_cost_t c;
     int steps, vocab;
     size_t block_bytes;      // one KV block
-    double t_start, max_s;
+    double t_start, max_s, settle_s;
     s_point_t pts[MAX_POINTS];
     int n_pts;
     FILE *json;              // --output-file, a line written as each point ends
@@ -219,6 +225,13 @@ static bool s_may_run(s_bench_t *b, s_point_t *p, size_t blocks) {
     else if (need + MARGIN_BYTES > free_b)
         snprintf(p->skipped, sizeof p->skipped, "KV cache %.1f GB + %.0f GB margin > %.1f GB free",
                  need / 1e9, MARGIN_BYTES / 1e9, free_b / 1e9);
+    if (!p->skipped[0] && b->settle_s > 0) { // --settle: the GPU idle before the point
+        if (cudaDeviceSynchronize() != cudaSuccess)
+            bench_die(PROG, "--settle", "cudaDeviceSynchronize failed");
+        struct timespec ts = {(time_t)b->settle_s,
+                              (long)((b->settle_s - (double)(time_t)b->settle_s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
     if (p->skipped[0]) {
         printf("[%6.1f s] %s batch %d ctx %d prompt %d: skipped (%s)\n", bench_now() - b->t_start,
                p->section, p->batch, p->ctx, p->prompt, p->skipped);
@@ -571,20 +584,23 @@ int main(int argc, char **argv) {
             b.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-seconds") && i + 1 < argc)
             b.max_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--settle") && i + 1 < argc)
+            b.settle_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--output-file") && i + 1 < argc)
             out = argv[++i];
         else {
             fprintf(stderr, "usage: " PROG " [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F] "
-                            "[--decode-ctx C] [--decode-batch B] [--prefill P] [--side-sms N] [--trace CSV]\n");
+                            "[--decode-ctx C] [--decode-batch B] [--prefill P] [--side-sms N] [--trace CSV] "
+                            "[--settle S]\n");
             return 2;
         }
     }
     if (quick && b.steps == 20)
         b.steps = 10;
     if (b.steps < 1 || b.steps > 64 || b.max_s <= 0 || only_ctx < 0 || only_prompt < 0 || side < -2 ||
-        only_batch < 0 || only_batch > MAX_BATCH) {
+        only_batch < 0 || only_batch > MAX_BATCH || !(b.settle_s >= 0 && b.settle_s <= 600)) {
         fprintf(stderr, PROG ": --steps must be 1..64, --max-seconds > 0, --decode-ctx and --prefill "
-                        ">= 1, --decode-batch 1..%d and --side-sms >= -2\n", MAX_BATCH);
+                        ">= 1, --decode-batch 1..%d, --side-sms >= -2 and --settle 0..600\n", MAX_BATCH);
         return 2;
     }
     if (out && !(b.json = fopen(out, "w")))
