@@ -13,8 +13,10 @@
 #
 # Through the device tool, after `prepare`:
 #   run(command="bench/base.sh", carry=[".device-bundle-base"])
-# Each side stops starting points after its --max-seconds and is killed at its timeout, so the
-# whole call ends within ~6 minutes. Exit status: 0 when both sides ran to the end.
+# Both sides idle LS_BASE_SETTLE seconds (default 1) before each point (--settle: a point right
+# after a large one, whose memory was just freed, runs slower; docs/benchmarks.md). Each side
+# stops starting points after its --max-seconds and is killed at its timeout, so the whole
+# call ends within ~8 minutes. Exit status: 0 when both sides ran to the end.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -31,10 +33,10 @@ if [[ ${1:-} == prepare ]]; then
   bundle_pack "$bundle"
   exit 0
 fi
-flags=()
+flags=(--settle "${LS_BASE_SETTLE:-1}")
 case ${1:-} in
   "") ;;
-  --quick) flags=(--quick) ;;
+  --quick) flags+=(--quick) ;;
   *) echo "usage: bench/base.sh [prepare | --quick]" >&2; exit 2 ;;
 esac
 
@@ -64,7 +66,7 @@ fi
 status=0
 echo "== bench_base_cuda ${flags[*]}"
 start=$(date +%s)
-timeout 200 "$bin" "${flags[@]}" --max-seconds 150 --output-file "$out/base.jsonl" >"$out/base.log" 2>&1
+timeout 250 "$bin" "${flags[@]}" --max-seconds 200 --output-file "$out/base.jsonl" >"$out/base.log" 2>&1
 rc=$?
 # the progress lines but the decode points' (the join has every point), then the chunked table
 grep -E "^\[" "$out/base.log" | grep -vE "\] decode batch [0-9]+ ctx [0-9]+: base" | head -40
@@ -74,7 +76,7 @@ echo "bench_base_cuda: exit $rc, $(( $(date +%s) - start )) s"
 
 echo "== peer_torch.py ${flags[*]}"
 start=$(date +%s)
-PYTHONUNBUFFERED=1 timeout 140 python3 bench/peer_torch.py "${flags[@]}" --max-seconds 100 \
+PYTHONUNBUFFERED=1 timeout 190 python3 bench/peer_torch.py "${flags[@]}" --max-seconds 150 \
   --output-file "$out/peer.jsonl" >"$out/peer.log" 2>&1
 rc=$?
 grep -E "self-check|skipped|attention|Error|error" "$out/peer.log" | head -20

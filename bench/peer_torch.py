@@ -344,6 +344,9 @@ def run(args):
         elif need + MARGIN > free:
             why = f"KV cache {need / 1e9:.1f} GB + {MARGIN / 1e9:.0f} GB margin > {free / 1e9:.1f} GB free"
         else:
+            if args.settle > 0:  # as bench_base_cuda --settle: the GPU idle before the point
+                torch.cuda.synchronize()
+                time.sleep(args.settle)
             try:
                 with torch.inference_mode(), fast_sdpa(torch):
                     ms, tokens = fn()
@@ -481,6 +484,8 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="timed decode steps a point (default 20, --quick 10)")
     ap.add_argument("--max-seconds", type=float, default=240, help="skip the points left after this")
     ap.add_argument("--output-file", help="JSON lines, one a point")
+    ap.add_argument("--settle", type=float, default=0,
+                    help="seconds the GPU idles before each point (bench_base_cuda --settle)")
     ap.add_argument("--join", nargs=2, metavar=("OURS", "PEER"), help="join two runs' JSON lines")
     args = ap.parse_args()
     if args.join:
