@@ -1799,6 +1799,17 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
         if (s_forward_ops(self, kv, pool, &step, T, err, errlen) != 0)
             return -1;
     } while (again && (again = be->graph_end(be)));
+    // Tensor parallel: a GPU backend reports a failed launch only when it synchronizes, and
+    // only rank 0's logits are read, so every rank says whether its ops ran before any row is
+    // sampled (rank 0 waits for the step there anyway; the others would at the next step's
+    // agreement, one step of wrong logits late).
+    if (self->comm) {
+        bool ran = be->synchronize(be) == 0;
+        if (!ran)
+            ls_err_set(err, errlen, "step: the %s backend failed during the step", be->name);
+        if (ls_model_agree(self, ran, ran ? err : NULL, errlen) != 0)
+            return -1;
+    }
     self->n_rows = step.n_logit_rows;
     return step.n_logit_rows;
 }

@@ -235,11 +235,14 @@ int wstep_run(const wstep_engine_t *e, const ls_msg_step_plan_t *plan, ls_msg_t 
         }
     }
     uint64_t t0 = e->times ? ls_mono_ns() : 0;
-    if (rc == 0 && ls_model_forward(e->model, e->kv, e->pool, seqs, (int)n, err, errlen) != n_rows)
+    bool run = rc == 0;
+    if (run && ls_model_forward(e->model, e->kv, e->pool, seqs, (int)n, err, errlen) != n_rows)
         rc = -1;
     if (e->times)
         e->times->forward_ns += ls_mono_ns() - t0;
-    else if (rc != 0)  // the other ranks of the group fail the step with this one
+    // not run here: the other ranks of the group, in ls_model_forward's agreement, fail the
+    // step with this one (a forward that ran and failed has agreed already)
+    if (!run)
         ls_model_agree(e->model, false, NULL, 0);
 
     ls_msg_t *m = result;
