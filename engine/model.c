@@ -1628,8 +1628,10 @@ int ls_model_agree(ls_model_t *self, bool ok, char *err, size_t errlen) {
     char why[512] = "";
     float failed = ok ? 0.0f : 1.0f;
     ls_view_t flag = s_w(self->ws[S_WS_FLAG]); // allocated with the model
-    if (be->buffer_upload(be, flag, &failed, LS_DTYPE_F32, 1) != 0 ||
-        ls_comm_all_reduce(self->comm, flag, 1, why, sizeof why) != 0 ||
+    // the all-reduce is joined whatever the upload says: the other ranks wait in it, and a
+    // backend that failed earlier (a failed launch it reports from then on) still copies
+    int up = be->buffer_upload(be, flag, &failed, LS_DTYPE_F32, 1);
+    if (ls_comm_all_reduce(self->comm, flag, 1, why, sizeof why) != 0 || up != 0 ||
         be->buffer_download(be, &failed, flag, 1) != 0) {
         ls_err_set(err, errlen, "step: the ranks could not agree on running it: %s",
                    *why ? why : "backend failure");
