@@ -1626,13 +1626,21 @@ int ls_model_agree(ls_model_t *self, bool ok, char *err, size_t errlen) {
         return ok ? 0 : -1;
     ls_backend_t *be = self->be;
     char why[512] = "";
-    float failed = ok ? 0.0f : 1.0f;
+    // a backend that failed since it last synchronized (a GPU backend reports a failed launch
+    // only then, and its copies fail from then on) fails this rank's part too
+    bool sound = be->synchronize(be) == 0;
+    float failed = ok && sound ? 0.0f : 1.0f;
     ls_view_t flag = s_w(self->ws[S_WS_FLAG]); // allocated with the model
-    // the all-reduce is joined whatever the upload says: the other ranks wait in it, and a
-    // backend that failed earlier (a failed launch it reports from then on) still copies
+    // the all-reduce is joined whatever the copies say: the other ranks wait in it, and a
+    // failed backend still copies
     int up = be->buffer_upload(be, flag, &failed, LS_DTYPE_F32, 1);
-    if (ls_comm_all_reduce(self->comm, flag, 1, why, sizeof why) != 0 || up != 0 ||
-        be->buffer_download(be, &failed, flag, 1) != 0) {
+    int red = ls_comm_all_reduce(self->comm, flag, 1, why, sizeof why);
+    if (!sound) {
+        if (ok)
+            ls_err_set(err, errlen, "step: the %s backend failed", be->name);
+        return -1;
+    }
+    if (red != 0 || up != 0 || be->buffer_download(be, &failed, flag, 1) != 0) {
         ls_err_set(err, errlen, "step: the ranks could not agree on running it: %s",
                    *why ? why : "backend failure");
         return -1;
@@ -1802,16 +1810,11 @@ int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
             return -1;
     } while (again && (again = be->graph_end(be)));
     // Tensor parallel: a GPU backend reports a failed launch only when it synchronizes, and
-    // only rank 0's logits are read, so every rank says whether its ops ran before any row is
-    // sampled (rank 0 waits for the step there anyway; the others would at the next step's
-    // agreement, one step of wrong logits late).
-    if (self->comm) {
-        bool ran = be->synchronize(be) == 0;
-        if (!ran)
-            ls_err_set(err, errlen, "step: the %s backend failed during the step", be->name);
-        if (ls_model_agree(self, ran, ran ? err : NULL, errlen) != 0)
-            return -1;
-    }
+    // only rank 0's logits are read, so every rank says whether its ops ran (the agreement
+    // synchronizes) before any row is sampled: rank 0 waits for the step there anyway, the
+    // others would learn it at the next step's agreement, one step of wrong logits late.
+    if (self->comm && ls_model_agree(self, true, err, errlen) != 0)
+        return -1;
     self->n_rows = step.n_logit_rows;
     return step.n_logit_rows;
 }

@@ -49,7 +49,9 @@
     logits of its vocabulary slice and rank 0 gathers the rows, so only rank 0 has logits
     to read, ban or sample. The LoRA pool must be sharded the same way (lora_pool.h). A
     step first makes every rank agree that it can run it (ls_model_agree), so a rank that
-    fails alone fails the step everywhere instead of leaving its peers at a collective.
+    fails alone fails the step everywhere instead of leaving its peers at a collective, and
+    ends with every rank agreeing that its ops ran (a GPU backend reports a failed launch only
+    when it synchronizes), before rank 0's logits are read.
 */
 #ifndef LS_MODEL_H
 #define LS_MODEL_H
@@ -156,11 +158,13 @@ typedef struct {
 int ls_model_forward(ls_model_t *self, ls_kv_cache_t *kv, ls_lora_pool_t *pool,
                      const ls_model_seq_t *seqs, int n_seqs, char *err, size_t errlen);
 
-// Tensor parallel: whether every rank of the group can run the step at hand; 0 when all
-// can, -1 + err (naming the failure when ok, untouched otherwise) when one cannot.
-// ls_model_forward does this itself after its own checks; a rank that fails the step
-// before reaching it (an adapter it cannot place) calls this with ok false instead, so its
-// peers fail the step too rather than wait for it at a collective. Without a comm: ok.
+// Tensor parallel: whether every rank of the group can run the step at hand and its backend
+// has not failed (it synchronizes first); 0 when all can, -1 + err (naming the failure when
+// ok, untouched otherwise) when one cannot. Every rank joins the collective whatever its own
+// state. ls_model_forward does this itself after its own checks and after its ops; a rank
+// that fails the step before reaching it (an adapter it cannot place) calls this with ok
+// false instead, so its peers fail the step too rather than wait for it at a collective.
+// Without a comm: ok.
 int ls_model_agree(ls_model_t *self, bool ok, char *err, size_t errlen);
 
 // Copies the last step's logits of the model's vocabulary to out (n_rows, vocab_size), n_rows

@@ -39,6 +39,7 @@
 // synchronized and checked: a GPU backend reports a failed launch only then.
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -281,12 +282,60 @@ typedef struct {
     const char *adapter;  // NULL: base
 } s_row_t;
 
+#ifndef LS_TP_CUDA
+// A CPU backend that fails as a GPU backend does after a failed launch: the work is done,
+// but from its (sound_syncs + 1)-th synchronize on it and its copies report the failure.
+typedef struct {
+    ls_backend_t be; // first: the table the model and the pool call through
+    ls_backend_t *inner;
+    long sound_syncs;
+    int fail;
+} s_faulty_t;
+
+static int s_faulty_sync(ls_backend_t *self) {
+    s_faulty_t *f = (s_faulty_t *)self;
+    int rc = f->inner->synchronize(f->inner);
+    if (f->sound_syncs > 0)
+        f->sound_syncs--;
+    else
+        f->fail = 1;
+    return f->fail ? -1 : rc;
+}
+
+static int s_faulty_upload(ls_backend_t *self, ls_view_t dst, const void *src, ls_dtype_t src_dtype,
+                           size_t n) {
+    s_faulty_t *f = (s_faulty_t *)self;
+    int rc = f->inner->buffer_upload(f->inner, dst, src, src_dtype, n);
+    return f->fail ? -1 : rc;
+}
+
+static void s_faulty_free(ls_backend_t *self) {
+    s_faulty_t *f = (s_faulty_t *)self;
+    ls_backend_destroy(&f->inner);
+    free(f);
+}
+
+// inner's table with those three replaced; its ops run on inner's state (self->ctx)
+static ls_backend_t *s_faulty_new(ls_backend_t *inner) {
+    s_faulty_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->be = *inner;
+    f->be.synchronize = s_faulty_sync;
+    f->be.buffer_upload = s_faulty_upload;
+    f->be.free = s_faulty_free;
+    f->inner = inner;
+    f->sound_syncs = LONG_MAX;
+    return &f->be;
+}
+#endif
+
 // One group: size ranks, each with its model shard, pool shard and cache.
 typedef struct {
     const char *root;
     ls_quant_t quant;
     const cJSON *adapters;
     int max_rank, size, R;
+    int faulty; // this rank's backend is wrapped by s_faulty_new (CPU only; -1: none)
     const s_row_t *rows;
     ls_comm_id_t id;
     ls_backend_t *be[MAX_RANKS];
@@ -309,6 +358,10 @@ static void s_group_load_rank(void *arg, int r) {
     size_t errlen = sizeof g->err[r];
     if (!(g->be[r] = s_backend(r)))
         return;
+#ifndef LS_TP_CUDA
+    if (r == g->faulty)
+        g->be[r] = s_faulty_new(g->be[r]);
+#endif
     if (g->size > 1 && !(g->comm[r] = s_join(&g->id, r, g->be[r], TIMEOUT_MS, err, errlen)))
         return;
     snprintf(path, sizeof path, "%s/model", g->root);
@@ -388,12 +441,18 @@ static void s_group_free(s_group_t *g) {
     free(g->logits);
 }
 
-// Runs one step on every rank of g: row i runs toks[i] (n[i] tokens from start[i]).
-static void s_group_step(s_group_t *g, int32_t toks[][MAX_LEN], const int *n, const int *start) {
+// Runs one step on every rank of g: row i runs toks[i] (n[i] tokens from start[i]); each
+// rank's outcome in g->got and g->err.
+static void s_group_try(s_group_t *g, int32_t toks[][MAX_LEN], const int *n, const int *start) {
     for (int i = 0; i < g->R; i++)
         g->seqs[i] = (ls_model_seq_t){toks[i], n[i], start[i], g->tables[i], MAX_LEN / BS, g->slots[i], true, NULL, 0};
     g->n_seqs = g->R;
     s_on_ranks(s_group_step_rank, g, g->size);
+}
+
+// s_group_try, which every rank must pass.
+static void s_group_step(s_group_t *g, int32_t toks[][MAX_LEN], const int *n, const int *start) {
+    s_group_try(g, toks, n, start);
     for (int r = 0; r < g->size; r++)
         if (g->got[r] != g->R)
             fail_msg("TP=%d rank %d: step returned %d: %s", g->size, r, g->got[r], g->err[r]);
@@ -412,14 +471,13 @@ static int s_argmax(const float *x, int V, double *gap) {
     return best;
 }
 
-static void s_fixture(const char *arch, int size, ls_quant_t quant) {
-    // FP8: a row-parallel layer (o, down) quantizes each token over the rank's columns with
-    // the rank's own scale, so TP moves FP8's rounding; the bound is FP8's (test_fp8.c), and
-    // greedy tokens are compared where TP=1's top-2 gap exceeds twice the bound
-    double tol = quant == LS_QUANT_FP8 ? TOL_TP_FP8 : TOL_TP;
-    double gap_min = quant == LS_QUANT_FP8 ? 2 * TOL_TP_FP8 : GAP_MIN;
-    char root[1024], path[2048];
-    snprintf(root, sizeof root, "%s/%s", LS_FIXTURES_DIR, arch);
+// Fixture arch's reference (root/reference.json, root = tests/fixtures/arch): its rows into
+// rows (returns how many), the parsed file in *ref (the caller deletes it). groups (n of them)
+// get the fixture's model, adapters and rows, without their own settings (quant, faulty).
+static int s_reference(const char *arch, char *root, size_t rootlen, s_row_t *rows, cJSON **ref,
+                       s_group_t **groups, int n) {
+    char path[2048];
+    snprintf(root, rootlen, "%s/%s", LS_FIXTURES_DIR, arch);
     snprintf(path, sizeof path, "%s/reference.json", root);
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -428,12 +486,11 @@ static void s_fixture(const char *arch, int size, ls_quant_t quant) {
     size_t len = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[len] = 0;
-    cJSON *ref = cJSON_Parse(text);
-    assert_non_null(ref);
-    const cJSON *jrows = cJSON_GetObjectItemCaseSensitive(ref, "rows");
+    *ref = cJSON_Parse(text);
+    assert_non_null(*ref);
+    const cJSON *jrows = cJSON_GetObjectItemCaseSensitive(*ref, "rows");
     int R = cJSON_GetArraySize(jrows);
     assert_true(R > 0 && R <= MAX_ROWS);
-    s_row_t rows[MAX_ROWS];
     for (int i = 0; i < R; i++) {
         const cJSON *jr = cJSON_GetArrayItem(jrows, i), *ja = cJSON_GetObjectItemCaseSensitive(jr, "adapter");
         const cJSON *jp = cJSON_GetObjectItemCaseSensitive(jr, "prompt_ids");
@@ -443,15 +500,29 @@ static void s_fixture(const char *arch, int size, ls_quant_t quant) {
         for (int t = 0; t < rows[i].n_prompt; t++)
             rows[i].prompt[t] = (int32_t)cJSON_GetArrayItem(jp, t)->valuedouble;
     }
-    s_group_t *one = calloc(1, sizeof *one), *tp = calloc(1, sizeof *tp);
-    for (s_group_t *g = one; g; g = g == one ? tp : NULL) {
-        g->root = root;
-        g->quant = quant;
-        g->adapters = cJSON_GetObjectItemCaseSensitive(ref, "adapters");
-        g->max_rank = (int)cJSON_GetObjectItemCaseSensitive(ref, "max_lora_rank")->valuedouble;
-        g->R = R;
-        g->rows = rows;
+    for (int k = 0; k < n; k++) {
+        groups[k]->root = root;
+        groups[k]->adapters = cJSON_GetObjectItemCaseSensitive(*ref, "adapters");
+        groups[k]->max_rank = (int)cJSON_GetObjectItemCaseSensitive(*ref, "max_lora_rank")->valuedouble;
+        groups[k]->R = R;
+        groups[k]->rows = rows;
+        groups[k]->faulty = -1;
     }
+    return R;
+}
+
+static void s_fixture(const char *arch, int size, ls_quant_t quant) {
+    // FP8: a row-parallel layer (o, down) quantizes each token over the rank's columns with
+    // the rank's own scale, so TP moves FP8's rounding; the bound is FP8's (test_fp8.c), and
+    // greedy tokens are compared where TP=1's top-2 gap exceeds twice the bound
+    double tol = quant == LS_QUANT_FP8 ? TOL_TP_FP8 : TOL_TP;
+    double gap_min = quant == LS_QUANT_FP8 ? 2 * TOL_TP_FP8 : GAP_MIN;
+    char root[1024];
+    s_row_t rows[MAX_ROWS];
+    cJSON *ref;
+    s_group_t *one = calloc(1, sizeof *one), *tp = calloc(1, sizeof *tp);
+    int R = s_reference(arch, root, sizeof root, rows, &ref, (s_group_t *[]){one, tp}, 2);
+    one->quant = tp->quant = quant;
     s_group_load(one, 1);
     s_group_load(tp, size);
     const ls_model_config_t *cfg = ls_model_config(one->m[0]);
@@ -552,11 +623,56 @@ static void test_unsplittable(void **state) {
     assert_int_equal(s.n_kv_heads, 1);
 }
 
+#ifndef LS_TP_CUDA
+// A rank whose backend fails during a step, as a GPU backend reports a failed launch (at its
+// synchronize, its copies failing from then on): every rank's ls_model_forward fails the step,
+// each saying why, before rank 0 could sample logits summed with the failed rank's, and none
+// waits for another (the step's closing agreement, which the failed rank still joins). Its
+// first synchronize of the step (the opening agreement's) is still sound.
+static void test_rank_fault(void **state) {
+    (void)state;
+    char root[1024];
+    s_row_t rows[MAX_ROWS];
+    cJSON *ref;
+    s_group_t *g = calloc(1, sizeof *g);
+    int R = s_reference("llama", root, sizeof root, rows, &ref, (s_group_t *[]){g}, 1);
+    g->faulty = 1;
+    s_group_load(g, 2);
+    static int32_t toks[MAX_ROWS][MAX_LEN];
+    int n[MAX_ROWS] = {0}, start[MAX_ROWS] = {0};
+    for (int i = 0; i < R; i++) {
+        memcpy(toks[i], rows[i].prompt, sizeof(int32_t) * (size_t)rows[i].n_prompt);
+        n[i] = rows[i].n_prompt, start[i] = 0;
+    }
+    s_group_step(g, toks, n, start); // both ranks sound
+    for (int i = 0; i < R; i++)
+        start[i] += n[i], n[i] = 1, toks[i][0] = rows[i].prompt[0];
+    ((s_faulty_t *)g->be[1])->sound_syncs = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    s_group_try(g, toks, n, start);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    print_message("rank fault: rank 0 \"%s\", rank 1 \"%s\" (%.2f s)\n", g->err[0], g->err[1], s);
+    assert_int_equal(g->got[0], -1);
+    assert_int_equal(g->got[1], -1);
+    assert_non_null(strstr(g->err[0], "1 of the 2 tensor-parallel ranks could not run it"));
+    assert_non_null(strstr(g->err[1], "the cpu backend failed"));
+    assert_true(s < TIMEOUT_MS / 2000.0); // no rank waited out a collective's timeout
+    s_group_free(g);
+    free(g);
+    cJSON_Delete(ref);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comm),   cmocka_unit_test(test_unsplittable), cmocka_unit_test(test_llama),
         cmocka_unit_test(test_qwen2),  cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_fp8),
+#ifndef LS_TP_CUDA
+        cmocka_unit_test(test_rank_fault),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
