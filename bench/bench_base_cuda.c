@@ -215,7 +215,8 @@ static void s_emit(const s_bench_t *b, const s_point_t *p) {
 }
 
 // Whether a point may start: not past --max-seconds, and its KV cache (`blocks` blocks) fits
-// the free memory with MARGIN_BYTES beside it. Otherwise p says why.
+// the free memory with MARGIN_BYTES beside it; when it may, after --settle's pause.
+// Otherwise p says why.
 static bool s_may_run(s_bench_t *b, s_point_t *p, size_t blocks) {
     size_t free_b = 0, total_b = 0, need = blocks * b->block_bytes;
     if (bench_now() - b->t_start > b->max_s)

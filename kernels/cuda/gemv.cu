@@ -274,15 +274,17 @@ __global__ void __launch_bounds__(GM_WARPS * 32, 1)
 // one's drain
 template <auto K, typename... A>
 static cudaError_t s_gemv_launch(long rows, int out, int sms, cudaStream_t stream, A... args) {
-    static int per_sm_of[LS_CU_MAX_DEVICES]; // K's resident blocks an SM, per device
-    int &per_sm = per_sm_of[ls_cu_device()];
-    if (sms > 0 && !per_sm &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, GV_WARPS * 32, 0) !=
-            cudaSuccess)
-        return cudaGetLastError();
     long blocks = (out + rows - 1) / rows;
-    if (sms > 0 && blocks > (long)sms * per_sm)
-        blocks = (long)sms * per_sm;
+    if (sms > 0) {
+        static int per_sm_of[LS_CU_MAX_DEVICES]; // K's resident blocks an SM, per device
+        int &per_sm = per_sm_of[ls_cu_device()];
+        if (!per_sm &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, GV_WARPS * 32, 0) !=
+                cudaSuccess)
+            return cudaGetLastError();
+        if (blocks > (long)sms * per_sm)
+            blocks = (long)sms * per_sm;
+    }
     return ls_cu_launch_dep(K, dim3((unsigned)blocks), dim3(GV_WARPS * 32), 0, stream, args...);
 }
 

@@ -450,6 +450,15 @@ static void s_group_try(s_group_t *g, int32_t toks[][MAX_LEN], const int *n, con
     s_on_ranks(s_group_step_rank, g, g->size);
 }
 
+// The first step of rows 0..R-1: row i's whole prompt from position 0.
+static void s_prompts(const s_row_t *rows, int R, int32_t toks[][MAX_LEN], int *n, int *start) {
+    for (int i = 0; i < R; i++) {
+        memcpy(toks[i], rows[i].prompt, sizeof(int32_t) * (size_t)rows[i].n_prompt);
+        n[i] = rows[i].n_prompt;
+        start[i] = 0;
+    }
+}
+
 // s_group_try, which every rank must pass.
 static void s_group_step(s_group_t *g, int32_t toks[][MAX_LEN], const int *n, const int *start) {
     s_group_try(g, toks, n, start);
@@ -528,12 +537,8 @@ static void s_fixture(const char *arch, int size, ls_quant_t quant) {
     const ls_model_config_t *cfg = ls_model_config(one->m[0]);
     int V = cfg->vocab_size;
     static int32_t toks[MAX_ROWS][MAX_LEN];
-    int n[MAX_ROWS], start[MAX_ROWS];
-    for (int i = 0; i < R; i++) {
-        memcpy(toks[i], rows[i].prompt, sizeof(int32_t) * (size_t)rows[i].n_prompt);
-        n[i] = rows[i].n_prompt;
-        start[i] = 0;
-    }
+    int n[MAX_ROWS] = {0}, start[MAX_ROWS] = {0};
+    s_prompts(rows, R, toks, n, start);
     double worst = 0, mag = 0;
     int greedy_same = 0, greedy_cmp = 0;
     for (int step = 0; step <= DECODE_STEPS; step++) {
@@ -640,19 +645,14 @@ static void test_rank_fault(void **state) {
     s_group_load(g, 2);
     static int32_t toks[MAX_ROWS][MAX_LEN];
     int n[MAX_ROWS] = {0}, start[MAX_ROWS] = {0};
-    for (int i = 0; i < R; i++) {
-        memcpy(toks[i], rows[i].prompt, sizeof(int32_t) * (size_t)rows[i].n_prompt);
-        n[i] = rows[i].n_prompt, start[i] = 0;
-    }
+    s_prompts(rows, R, toks, n, start);
     s_group_step(g, toks, n, start); // both ranks sound
     for (int i = 0; i < R; i++)
         start[i] += n[i], n[i] = 1, toks[i][0] = rows[i].prompt[0];
     ((s_faulty_t *)g->be[1])->sound_syncs = 1;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = s_now();
     s_group_try(g, toks, n, start);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    double s = s_now() - t0;
     print_message("rank fault: rank 0 \"%s\", rank 1 \"%s\" (%.2f s)\n", g->err[0], g->err[1], s);
     assert_int_equal(g->got[0], -1);
     assert_int_equal(g->got[1], -1);
