@@ -55,7 +55,8 @@ root=$PWD
 source tests/gpu/bundle.sh
 tests=(test_gpu_ops test_gpu_model)
 # kernels/cuda/dev: every version of each op checked against the CPU reference, then timed
-devs=(dev_shrink dev_expand dev_fused dev_attention dev_prefill dev_fp8 dev_gemv dev_silu dev_silu_lora)
+devs=(dev_shrink dev_expand dev_fused dev_attention dev_prefill dev_fp8 dev_gemv dev_silu dev_silu_lora
+      dev_layer)
 benches=(bench_lora_cuda bench_decode_cuda)
 
 # tensor parallelism on two GPUs (NCCL): built where NCCL is, run where 2 GPUs are

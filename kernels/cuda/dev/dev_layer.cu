@@ -1,0 +1,696 @@
+/*  kernels/cuda/dev/dev_layer.cu — how much of a one-token decode layer's fixed time a
+    persistent kernel takes back (measured, not production).
+
+    Why: at batch 1 an H200's decode layer is ~123 µs against the ~103 µs its weights take at
+    copy bandwidth (Llama-3-8B, bench_base_cuda --trace). The GEMVs stream at 92-96% of copy
+    bandwidth; the rest is the links between kernels — each small kernel (RMSNorm, SiLU·mul,
+    RoPE, attention) waits for the grid before it to end and flush, and the GEMV after it for
+    that one, while HBM idles but for the GEMV's L2 prefetch. A persistent kernel (one CTA an
+    SM for the whole chain, a grid barrier where a kernel boundary was) could load the next
+    projection's first weights into registers before the barrier, not merely ask L2 for them,
+    and do a small op's work in every CTA at once (each CTA normalizes the whole row for
+    itself: 16 KB from L2) instead of in one CTA between two boundaries.
+
+    The chain (both versions, 32 layers of Llama-3-8B's shapes, one token, bf16 weights, fp32
+    residual): h = rmsnorm(x) · g1 (bf16); qkv = W_qkv h; o's input is qkv's first 4,096
+    values (a stand-in for RoPE and attention, which neither version runs); y = W_o a; x += y;
+    h = rmsnorm(x) · g2; gu = W_gu h; a = silu(gate) · up (bf16); y = W_down a; x += y (into
+    the next layer's first RMSNorm).
+
+    Versions (all one cooperative launch, a CTA of 32 warps an SM, a phase a projection: every
+    CTA builds the projection's input in shared memory — the RMSNorm of x + y, qkv's q part
+    rounded, or SiLU·mul — from the whole row, redundantly; CTA 0 writes x back; a grid barrier
+    ends the phase):
+    - chain: the production kernels from the kernels' library (ls_cu_rmsnorm, ls_cu_gemv,
+      ls_cu_silu_mul: 7 launches a layer on programmatic dependent launch, the GEMV's L2
+      prefetch as the backend asks for it), in one CUDA graph; "its GEMVs alone": the same
+      four ls_cu_gemv a layer with nothing between them.
+    - rows: warp gw takes rows gw, gw + W, ... over all of K (as k_gemv), 4 loads a lane in
+      flight, the first 4 of the next projection loaded into registers between arriving at the
+      barrier and waiting there.
+    - flat: CTA b takes an equal share of the rows, cut into units of 2 KB (4 loads a lane),
+      dealt over its warps, so that every warp is busy until its CTA's end; two units a warp in
+      flight; the first unit of the next projection preloaded as in rows ("pre2": two).
+    - barriers: "atomic" (a count the last arrival resets and a generation word it bumps),
+      "flags" (each CTA stores its count of barriers reached, thread t of every CTA waits for
+      CTA t's), "count" (one counter that only grows, one release reduction a CTA, passed at
+      n · grid). A CTA arrives (its fence ordering its y stores), issues the preload, then
+      waits: with the preload before the fence, the fence waited for those loads too.
+    - fold: gate_up's rows taken in pairs (a CTA's gate rows and the matching up rows), its
+      epilogue writing silu(gate) · up as bf16, so the down phase's op is a 28 KB copy instead
+      of every CTA reading the fp32 gate_up (115 KB) and computing SiLU·mul itself.
+    - "GEMVs alone" (SYNC false): the phases without barriers or small ops (wrong values):
+      warps flow from one projection into the next, the streaming bound.
+    One launch of "flat count fold" is also traced (%globaltimer at each phase's start, after
+    its op, after its GEMV, per CTA) for where a layer's time goes.
+
+    Measured (H200, copy bandwidth 4,265 GB/s, µs a layer over 32 layers, two rounds in one
+    call; the weights' floor 102.3): chain 118.1 / 118.3 (its GEMVs alone 115.0 / 115.1); rows
+    116.9 / 118.3; flat 112.7 / 112.6; flat flags 118.0 / 118.9, with pre2 125.4 / 127.2; flat
+    fold 109.4 / 109.4; flat count 110.8 / 110.5; flat count fold 107.1 / 106.9 (1.046 x the
+    floor); flat's GEMVs alone 96.5 / 96.5 (0.944: pure reads beat the copy's rate). The
+    trace of flat count fold, medians over layers: ops 1.28 (norm) / 0.31 / 1.32 (norm) / 0.50,
+    barriers (last CTA's GEMV end to the next phase's first start) 1.75 / 1.75 / 0.75 / 1.50,
+    the CTAs' GEMVs ending within 1-3 µs of each other. Measured and not kept in the file: the
+    rows and flat forms with the preload issued before the fence (118-120 and 115.0), and a
+    dynamic flat form (items of rows from an atomic counter, a row still summed by one CTA;
+    114.3-114.8 against the static form's 115.0 in that call): the SMs' streaming rates were
+    not what the barriers waited for.
+    The kernels' README ("A decode layer in one persistent kernel") has what follows from it.
+
+    Checked: one layer of each version against a double-precision CPU reference of the same
+    chain (bf16 roundings of h and a as the kernels make them), NMSE bound 1e-5; then timed
+    over 32 layers, µs a layer against the weights' floor (bytes over the run's copy
+    bandwidth).
+*/
+#include <cstring>
+
+#include "common.cuh"
+#include "dev_common.cuh"
+#include "ops_cuda.h"
+
+typedef __nv_bfloat16 bf16;
+
+enum { H = 4096, QKV = 6144, INTER = 14336, GU = 2 * INTER, LAYERS = 32 };
+enum { PL_THREADS = 1024, PL_WARPS = PL_THREADS / 32, PL_U = 4, PL_PART = 1024 };
+static const float EPS = 1e-5f;
+
+struct pl_layer_t {
+    const bf16 *g1, *qkv, *o, *g2, *gu, *d;
+};
+
+struct pl_args_t {
+    const pl_layer_t *layers;
+    int n_layers;
+    float *x[2]; // the residual, ping-ponged: CTA 0 writes one while every CTA reads the other
+    float *y, *qkv, *gu;
+    bf16 *act;                // SiLU·mul's output where gate_up's epilogue makes it (FOLD)
+    unsigned *bar;            // the atomic barrier: [0] arrivals, [1] generation
+    unsigned *flags;          // the flag barrier: CTA b's count of barriers reached, zero at the launch
+    unsigned long long *tr;   // or NULL: CTA b's %globaltimer at phase p's start, after its small
+                              // op, after its GEMV: tr[(p * grid + b) * 3 + k]
+};
+
+__device__ __forceinline__ unsigned long long pl_clock() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ unsigned pl_ld_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// ---- grid barriers: every CTA arrives before any leaves; what each wrote before arriving is
+// visible after. Arrive, then the next projection's first loads, then wait: a fence after
+// those loads would wait for them.
+
+// atomic: one count (132 atomics on one word) and a generation word the last arrival bumps
+__device__ void pl_arrive_atomic(unsigned *bar, unsigned gen, bool &last) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&bar[0], 1u) == gridDim.x - 1;
+        if (last) {
+            bar[0] = 0;
+            __threadfence();
+            atomicExch(&bar[1], gen + 1);
+        }
+    }
+}
+__device__ void pl_wait_atomic(unsigned *bar, unsigned gen, bool last) {
+    if (threadIdx.x == 0 && !last)
+        while (pl_ld_acquire(&bar[1]) == gen)
+            ;
+    __syncthreads();
+}
+
+// count: one counter that only grows (zero at the launch); barrier n is passed once it reaches
+// n · grid. One release reduction a CTA, no generation word, no last-arrival path
+__device__ void pl_arrive_count(unsigned *bar) {
+    __syncthreads();
+    if (threadIdx.x == 0)
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+}
+__device__ void pl_wait_count(const unsigned *bar, unsigned n) {
+    if (threadIdx.x == 0)
+        while (pl_ld_acquire(bar) < n * gridDim.x)
+            ;
+    __syncthreads();
+}
+
+// flags: each CTA stores its count of barriers reached; thread t waits for CTA t's
+__device__ void pl_arrive_flags(unsigned *flags, unsigned n) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flags + blockIdx.x), "r"(n) : "memory");
+    }
+}
+__device__ void pl_wait_flags(const unsigned *flags, unsigned n) {
+    if (threadIdx.x < gridDim.x)
+        while (pl_ld_acquire(flags + threadIdx.x) < n)
+            ;
+    __syncthreads();
+}
+
+// 8 bf16 weights (w) times 8 bf16 inputs (x) added into acc
+__device__ __forceinline__ float pl_dot8(uint4 w, uint4 x, float acc) {
+    const unsigned ww[4] = {w.x, w.y, w.z, w.w}, xx[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        acc = fmaf(__uint_as_float(ww[k] << 16), __uint_as_float(xx[k] << 16), acc);
+        acc = fmaf(__uint_as_float(ww[k] & 0xffff0000u), __uint_as_float(xx[k] & 0xffff0000u), acc);
+    }
+    return acc;
+}
+
+__device__ __forceinline__ float pl_silu_mul(float g, float u) {
+    return __fmul_rn(__fdiv_rn(g, 1.0f + __expf(-g)), u);
+}
+
+// ---- the rows form: warp gw takes rows gw, gw + W, ... (W warps in all) over all of K, 4
+// loads a lane in flight
+
+__device__ __forceinline__ void pl_pre_rows(const bf16 *w, int in, int out, int gw, int lane,
+                                            uint4 (&pre)[PL_U]) {
+    if (gw < out) {
+        const uint4 *wr = reinterpret_cast<const uint4 *>(w + (size_t)gw * in);
+#pragma unroll
+        for (int u = 0; u < PL_U; u++)
+            pre[u] = ls_ld_stream(wr + lane + 32 * u);
+    }
+}
+
+// y[o] = w[o] · xs (xs in shared memory); pre: the first row's first loads (have)
+__device__ void pl_gemv_rows(const bf16 *w, int in, int out, const bf16 *xs, float *y, int gw, int nw,
+                             int lane, const uint4 (&pre)[PL_U], bool have) {
+    const uint4 *xv = reinterpret_cast<const uint4 *>(xs);
+    int n16 = in / 8;
+    for (int o = gw; o < out; o += nw) {
+        const uint4 *wr = reinterpret_cast<const uint4 *>(w + (size_t)o * in);
+        float acc = 0.0f;
+        int c0 = 0;
+        if (have) {
+#pragma unroll
+            for (int u = 0; u < PL_U; u++)
+                acc = pl_dot8(pre[u], xv[lane + 32 * u], acc);
+            c0 = 32 * PL_U, have = false;
+        }
+        for (int c = c0 + lane; c < n16; c += 32 * PL_U) {
+            uint4 wv[PL_U];
+#pragma unroll
+            for (int u = 0; u < PL_U; u++)
+                wv[u] = ls_ld_stream(wr + c + 32 * u);
+#pragma unroll
+            for (int u = 0; u < PL_U; u++)
+                acc = pl_dot8(wv[u], xv[c + 32 * u], acc);
+        }
+        acc = ls_warp_sum(acc);
+        if (lane == 0)
+            y[o] = acc;
+    }
+}
+
+// ---- the flat form: CTA b takes rows [b · n / G, (b + 1) · n / G) (G CTAs), cut into units of
+// 256 · PL_U elements of a row (S a row); its warps take units warp, warp + 32, ... (each warp
+// the same bytes to within a unit, busy until the CTA's end), the next unit's loads issued
+// before the current one's sums; a unit's sum to part (shared memory), then each row's S
+// partial sums added in order. Paired (FOLD, gate_up): n = INTER row pairs, the CTA's gate
+// rows then its up rows, and the epilogue writes silu(gate) · up as bf16.
+struct pl_flat_t {
+    int S, r0, r1, units;
+    bool paired;
+    __device__ pl_flat_t(int in, int out, bool pair) : paired(pair) {
+        int n = pair ? out / 2 : out;
+        S = in / (256 * PL_U);
+        r0 = (int)((long)blockIdx.x * n / gridDim.x);
+        r1 = (int)((long)(blockIdx.x + 1) * n / gridDim.x);
+        units = (r1 - r0) * S * (pair ? 2 : 1);
+    }
+    __device__ const uint4 *at(const bf16 *w, int in, int out, int j, int lane) const {
+        int r = j / S, n = r1 - r0;
+        int row = paired && r >= n ? out / 2 + r0 + r - n : r0 + r;
+        return reinterpret_cast<const uint4 *>(w + (size_t)row * in) + (j % S) * 32 * PL_U + lane;
+    }
+};
+
+// the first n (1 or 2) units of the CTA's share, into pre and pre2
+__device__ __forceinline__ void pl_pre_flat(const bf16 *w, int in, int out, bool pair, int warp, int lane,
+                                            uint4 (&pre)[PL_U], uint4 (&pre2)[PL_U], int n) {
+    pl_flat_t f(in, out, pair);
+    if (warp < f.units) {
+        const uint4 *p = f.at(w, in, out, warp, lane);
+#pragma unroll
+        for (int u = 0; u < PL_U; u++)
+            pre[u] = ls_ld_stream(p + 32 * u);
+    }
+    if (n > 1 && warp + PL_WARPS < f.units) {
+        const uint4 *p = f.at(w, in, out, warp + PL_WARPS, lane);
+#pragma unroll
+        for (int u = 0; u < PL_U; u++)
+            pre2[u] = ls_ld_stream(p + 32 * u);
+    }
+}
+
+// y[o] = w[o] · xs, or (pair) act[i] = silu(w[i] · xs) · (w[INTER + i] · xs); have: the units
+// already in cur (1) and nx2 (2)
+__device__ void pl_gemv_flat(const bf16 *w, int in, int out, bool pair, const bf16 *xs, float *y,
+                             bf16 *act, float *part, int warp, int lane, uint4 (&cur)[PL_U],
+                             uint4 (&nx2)[PL_U], int have) {
+    pl_flat_t f(in, out, pair);
+    const uint4 *xv = reinterpret_cast<const uint4 *>(xs);
+    int j = warp;
+    if (j < f.units && !have) {
+        const uint4 *p = f.at(w, in, out, j, lane);
+#pragma unroll
+        for (int u = 0; u < PL_U; u++)
+            cur[u] = ls_ld_stream(p + 32 * u);
+    }
+    bool loaded = have > 1;
+    for (; j < f.units; j += PL_WARPS) {
+        uint4 nx[PL_U];
+#pragma unroll
+        for (int u = 0; u < PL_U; u++)
+            nx[u] = nx2[u];
+        int jn = j + PL_WARPS;
+        if (jn < f.units && !loaded) {
+            const uint4 *p = f.at(w, in, out, jn, lane);
+#pragma unroll
+            for (int u = 0; u < PL_U; u++)
+                nx[u] = ls_ld_stream(p + 32 * u);
+        }
+        const uint4 *xj = xv + (j % f.S) * 32 * PL_U + lane;
+        float acc = 0.0f;
+#pragma unroll
+        for (int u = 0; u < PL_U; u++)
+            acc = pl_dot8(cur[u], xj[32 * u], acc);
+        acc = ls_warp_sum(acc);
+        if (lane == 0)
+            part[j] = acc;
+#pragma unroll
+        for (int u = 0; u < PL_U; u++)
+            cur[u] = nx[u];
+        loaded = false;
+    }
+    __syncthreads();
+    int n = f.r1 - f.r0;
+    for (int r = threadIdx.x; r < n; r += PL_THREADS) {
+        float v = 0.0f;
+        for (int s = 0; s < f.S; s++)
+            v += part[r * f.S + s];
+        if (pair) {
+            float u = 0.0f;
+            for (int s = 0; s < f.S; s++)
+                u += part[(n + r) * f.S + s];
+            act[f.r0 + r] = __float2bfloat16_rn(pl_silu_mul(v, u));
+        } else
+            y[f.r0 + r] = v;
+    }
+}
+
+// ---- the small ops, each CTA the whole row
+
+// xs = bf16(rmsnorm(x + y) · g) over H values, as k_rmsnorm_reg rounds (a double sum of
+// squares); CTA 0 writes x + y to x_out. x, y through L2 (written by other SMs)
+__device__ void pl_norm(const float *x, const float *y, const bf16 *g, float *x_out, bf16 *xs,
+                        double *scratch) {
+    static_assert(H == 4 * PL_THREADS, "4 values a thread");
+    int i = 4 * threadIdx.x;
+    float4 a = __ldcg(reinterpret_cast<const float4 *>(x + i));
+    if (y) {
+        float4 b = __ldcg(reinterpret_cast<const float4 *>(y + i));
+        a = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    }
+    double ss = (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z + (double)a.w * a.w;
+    ss = ls_block_sum(ss, scratch);
+    float inv = __fdiv_rn(1.0f, sqrtf(__fadd_rn((float)(ss / H), EPS)));
+    if (blockIdx.x == 0 && x_out)
+        *reinterpret_cast<float4 *>(x_out + i) = a;
+    const float v[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        xs[i + e] = __float2bfloat16_rn(__fmul_rn(__fmul_rn(v[e], inv), __bfloat162float(g[i + e])));
+    __syncthreads();
+}
+
+// FORM: 0 rows, 1 flat; PRE: units a warp loads of the next projection before waiting at the
+// barrier (2: flat only); BAR: 0 atomic, 1 flags, 2 count (in flags[0]); FOLD: SiLU·mul in gate_up's epilogue (flat
+// only); SYNC false: no barriers and no small ops (wrong results: the GEMVs' streaming alone)
+template <int FORM, int PRE, int BAR, bool FOLD, bool SYNC = true>
+__global__ void __launch_bounds__(PL_THREADS, 1) k_persist(pl_args_t a) {
+    static_assert(!FOLD || FORM == 1, "the fold is the flat form's");
+    __shared__ __align__(16) bf16 xs[INTER];
+    __shared__ double scratch[32];
+    __shared__ float part[PL_PART];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gw = blockIdx.x * PL_WARPS + warp;
+    int nw = gridDim.x * PL_WARPS;
+    unsigned gen = BAR == 0 ? pl_ld_acquire(&a.bar[1]) : 0;
+    uint4 pre[PL_U] = {}, pre2[PL_U] = {};
+    int have = 0, tp = 0;
+    auto mark = [&](int k) {
+        if (a.tr && threadIdx.x == 0)
+            a.tr[((size_t)tp * gridDim.x + blockIdx.x) * 3 + k] = pl_clock();
+        tp += k == 2;
+    };
+    // one projection: its GEMV, the barrier after it with the next projection's first loads
+    auto gemv = [&](const bf16 *w, int in, int out, bool pair, float *y, const bf16 *wn, int inn,
+                    int outn, bool pairn) {
+        if constexpr (FORM == 1)
+            pl_gemv_flat(w, in, out, pair, xs, y, a.act, part, warp, lane, pre, pre2, have);
+        else
+            pl_gemv_rows(w, in, out, xs, y, gw, nw, lane, pre, have);
+        mark(2);
+        bool last = false;
+        if (SYNC) {
+            if (BAR == 0)
+                pl_arrive_atomic(a.bar, gen, last);
+            else if (BAR == 1)
+                pl_arrive_flags(a.flags, gen + 1);
+            else
+                pl_arrive_count(a.flags);
+        }
+        if (PRE && wn) {
+            if constexpr (FORM == 1)
+                pl_pre_flat(wn, inn, outn, pairn, warp, lane, pre, pre2, PRE);
+            else
+                pl_pre_rows(wn, inn, outn, gw, lane, pre);
+        }
+        have = wn ? PRE : 0;
+        if (SYNC) {
+            if (BAR == 0)
+                pl_wait_atomic(a.bar, gen, last);
+            else if (BAR == 1)
+                pl_wait_flags(a.flags, gen + 1);
+            else
+                pl_wait_count(a.flags, gen + 1);
+        }
+        gen++;
+    };
+    for (int l = 0; l < a.n_layers; l++) {
+        const pl_layer_t &L = a.layers[l];
+        // h = rmsnorm(x (+ y: the layer before's down)) -> qkv
+        mark(0);
+        if (SYNC)
+            pl_norm(a.x[0], l ? a.y : NULL, L.g1, a.x[1], xs, scratch);
+        mark(1);
+        gemv(L.qkv, H, QKV, false, a.qkv, L.o, H, H, false);
+        // o on q (the attention stand-in)
+        mark(0);
+        if (SYNC) {
+            for (int i = threadIdx.x; i < H; i += PL_THREADS)
+                xs[i] = __float2bfloat16_rn(__ldcg(a.qkv + i));
+            __syncthreads();
+        }
+        mark(1);
+        gemv(L.o, H, H, false, a.y, L.gu, H, GU, FOLD);
+        // x += y; h = rmsnorm(x) -> gate_up
+        mark(0);
+        if (SYNC)
+            pl_norm(a.x[1], a.y, L.g2, a.x[0], xs, scratch);
+        mark(1);
+        gemv(L.gu, H, GU, FOLD, a.gu, L.d, INTER, H, false);
+        // silu(gate) * up (made by gate_up's epilogue where FOLD) -> down
+        mark(0);
+        if (SYNC) {
+            if (FOLD)
+                for (int i = threadIdx.x; i < INTER / 8; i += PL_THREADS)
+                    reinterpret_cast<uint4 *>(xs)[i] = __ldcg(reinterpret_cast<const uint4 *>(a.act) + i);
+            else
+                for (int i = threadIdx.x; i < INTER; i += PL_THREADS)
+                    xs[i] = __float2bfloat16_rn(pl_silu_mul(__ldcg(a.gu + i), __ldcg(a.gu + INTER + i)));
+            __syncthreads();
+        }
+        mark(1);
+        gemv(L.d, INTER, H, false, a.y, l + 1 < a.n_layers ? a.layers[l + 1].qkv : NULL, H, QKV, false);
+    }
+}
+
+// ---- setup, reference, timing ----
+
+__global__ void k_fill(bf16 *p, size_t n, uint64_t seed, float lo, float hi) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + i * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        p[i] = __float2bfloat16_rn(lo + (hi - lo) * (float)(z >> 40) / 16777216.0f);
+    }
+}
+
+static bf16 *s_fill(size_t n, uint64_t seed, float lo, float hi) {
+    bf16 *p;
+    DEV_CK(cudaMalloc(&p, n * sizeof *p));
+    k_fill<<<1024, 256>>>(p, n, seed, lo, hi);
+    DEV_CK(cudaGetLastError());
+    return p;
+}
+
+static std::vector<float> s_host(const bf16 *d, size_t n) {
+    std::vector<bf16> h(n);
+    DEV_CK(cudaMemcpy(h.data(), d, n * sizeof *d, cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++)
+        f[i] = __bfloat162float(h[i]);
+    return f;
+}
+
+static float s_round(double v) { return __bfloat162float(__float2bfloat16_rn((float)v)); }
+
+static void s_matvec(const std::vector<float> &w, const std::vector<float> &x, int in, int out,
+                     std::vector<double> &y) {
+    y.assign(out, 0.0);
+    for (int o = 0; o < out; o++) {
+        double s = 0;
+        const float *r = w.data() + (size_t)o * in;
+        for (int k = 0; k < in; k++)
+            s += (double)r[k] * x[k];
+        y[o] = s;
+    }
+}
+
+// x + y after one layer of the chain on the CPU (doubles; h and a rounded to bf16)
+static std::vector<float> s_reference(const pl_layer_t &L, const std::vector<float> &x0) {
+    std::vector<float> g1 = s_host(L.g1, H), g2 = s_host(L.g2, H), wq = s_host(L.qkv, (size_t)QKV * H),
+                       wo = s_host(L.o, (size_t)H * H), wg = s_host(L.gu, (size_t)GU * H),
+                       wd = s_host(L.d, (size_t)H * INTER);
+    auto norm = [&](const std::vector<double> &v, const std::vector<float> &g) {
+        double ss = 0;
+        for (double e : v)
+            ss += e * e;
+        double inv = 1.0 / std::sqrt(ss / H + EPS);
+        std::vector<float> h(H);
+        for (int i = 0; i < H; i++)
+            h[i] = s_round(v[i] * inv * g[i]);
+        return h;
+    };
+    std::vector<double> x(x0.begin(), x0.end()), qkv, y, gu, dn;
+    std::vector<float> h = norm(x, g1), a(H);
+    s_matvec(wq, h, H, QKV, qkv);
+    for (int i = 0; i < H; i++)
+        a[i] = s_round(qkv[i]);
+    s_matvec(wo, a, H, H, y);
+    for (int i = 0; i < H; i++)
+        x[i] += y[i];
+    h = norm(x, g2);
+    s_matvec(wg, h, H, GU, gu);
+    std::vector<float> act(INTER);
+    for (int i = 0; i < INTER; i++)
+        act[i] = s_round(gu[i] / (1.0 + std::exp(-gu[i])) * gu[INTER + i]);
+    s_matvec(wd, act, INTER, H, dn);
+    std::vector<float> out(H);
+    for (int i = 0; i < H; i++)
+        out[i] = (float)(x[i] + dn[i]);
+    return out;
+}
+
+struct s_bufs_t {
+    float *x[2], *y, *qkv, *gu;
+    bf16 *h, *act;
+    unsigned *bar, *flags;
+};
+
+// the production kernels' chain over n layers (x[0] in, x[0] + y out)
+static cudaError_t s_chain(const std::vector<pl_layer_t> &L, int n, const s_bufs_t &b, cudaStream_t st) {
+    for (int l = 0; l < n; l++) {
+        cudaError_t e;
+        if ((e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, l ? b.x[0] : NULL, l ? b.y : b.x[0], NULL,
+                               L[l].g1, LS_CU_BF16, 1, H, EPS, st)) ||
+            (e = ls_cu_gemv(b.qkv, b.h, LS_CU_BF16, L[l].qkv, LS_CU_BF16, NULL, LS_CU_F32, 1, H, QKV, 0,
+                            0, LS_CU_GEMV_PF, st)) ||
+            (e = ls_cu_gemv(b.y, b.qkv, LS_CU_F32, L[l].o, LS_CU_BF16, NULL, LS_CU_F32, 1, H, H, 0, 0,
+                            LS_CU_GEMV_PF_ATTN, st)) ||
+            (e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, b.x[0], b.y, NULL, L[l].g2, LS_CU_BF16, 1, H,
+                               EPS, st)) ||
+            (e = ls_cu_gemv(b.gu, b.h, LS_CU_BF16, L[l].gu, LS_CU_BF16, NULL, LS_CU_F32, 1, H, GU, 0, 0,
+                            LS_CU_GEMV_PF, st)) ||
+            (e = ls_cu_silu_mul(NULL, b.act, LS_CU_BF16, NULL, b.gu, NULL, 1, INTER, st)) ||
+            (e = ls_cu_gemv(b.y, b.act, LS_CU_BF16, L[l].d, LS_CU_BF16, NULL, LS_CU_F32, 1, INTER, H, 0, 0,
+                            LS_CU_GEMV_PF, st)))
+            return e;
+    }
+    return cudaSuccess;
+}
+
+// the chain's four GEMVs alone (no small kernels between them: the GEMVs' streaming bound)
+static cudaError_t s_gemvs(const std::vector<pl_layer_t> &L, int n, const s_bufs_t &b, cudaStream_t st) {
+    for (int l = 0; l < n; l++) {
+        cudaError_t e;
+        if ((e = ls_cu_gemv(b.qkv, b.h, LS_CU_BF16, L[l].qkv, LS_CU_BF16, NULL, LS_CU_F32, 1, H, QKV, 0,
+                            0, LS_CU_GEMV_PF, st)) ||
+            (e = ls_cu_gemv(b.y, b.qkv, LS_CU_F32, L[l].o, LS_CU_BF16, NULL, LS_CU_F32, 1, H, H, 0, 0,
+                            LS_CU_GEMV_PF, st)) ||
+            (e = ls_cu_gemv(b.gu, b.h, LS_CU_BF16, L[l].gu, LS_CU_BF16, NULL, LS_CU_F32, 1, H, GU, 0, 0,
+                            LS_CU_GEMV_PF, st)) ||
+            (e = ls_cu_gemv(b.y, b.act, LS_CU_BF16, L[l].d, LS_CU_BF16, NULL, LS_CU_F32, 1, INTER, H, 0, 0,
+                            LS_CU_GEMV_PF, st)))
+            return e;
+    }
+    return cudaSuccess;
+}
+
+// the persistent kernel over n layers: one cooperative launch, a CTA an SM
+template <int FORM, int PRE, int BAR, bool FOLD, bool SYNC = true>
+static cudaError_t s_persist(const pl_layer_t *dl, int n, const s_bufs_t &b, cudaStream_t st,
+                             unsigned long long *tr = NULL) {
+    pl_args_t a{dl, n, {b.x[0], b.x[1]}, b.y, b.qkv, b.gu, b.act, b.bar, b.flags, tr};
+    cudaError_t e = cudaMemsetAsync(b.flags, 0, PL_THREADS * sizeof(unsigned), st);
+    if (e != cudaSuccess)
+        return e;
+    void *args[] = {&a};
+    return cudaLaunchCooperativeKernel((const void *)k_persist<FORM, PRE, BAR, FOLD, SYNC>,
+                                       dim3(ls_cu_props()->sms), dim3(PL_THREADS), args, 0, st);
+}
+
+int main(void) {
+    cudaStream_t st;
+    double bw = dev_begin("dev_layer", "one-token decode layers, the production chain against a persistent kernel", &st);
+    int per_sm = 0;
+    DEV_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_persist<1, 2, 1, true>, PL_THREADS, 0));
+    if (per_sm < 1) {
+        printf("k_persist: no CTA fits an SM\n");
+        return 1;
+    }
+    std::vector<pl_layer_t> L(LAYERS);
+    for (int l = 0; l < LAYERS; l++) {
+        uint64_t s = 1000 * (uint64_t)(l + 1);
+        L[l].g1 = s_fill(H, s + 1, 0.5f, 1.5f);
+        L[l].qkv = s_fill((size_t)QKV * H, s + 2, -0.03f, 0.03f);
+        L[l].o = s_fill((size_t)H * H, s + 3, -0.03f, 0.03f);
+        L[l].g2 = s_fill(H, s + 4, 0.5f, 1.5f);
+        L[l].gu = s_fill((size_t)GU * H, s + 5, -0.03f, 0.03f);
+        L[l].d = s_fill((size_t)H * INTER, s + 6, -0.016f, 0.016f);
+    }
+    pl_layer_t *dl;
+    DEV_CK(cudaMalloc(&dl, LAYERS * sizeof *dl));
+    DEV_CK(cudaMemcpy(dl, L.data(), LAYERS * sizeof *dl, cudaMemcpyHostToDevice));
+    s_bufs_t b;
+    for (float **p : {&b.x[0], &b.x[1], &b.y, &b.qkv, &b.gu})
+        DEV_CK(cudaMalloc(p, (size_t)GU * sizeof(float)));
+    DEV_CK(cudaMalloc(&b.h, H * sizeof(bf16)));
+    DEV_CK(cudaMalloc(&b.act, INTER * sizeof(bf16)));
+    DEV_CK(cudaMalloc(&b.bar, 2 * sizeof(unsigned)));
+    DEV_CK(cudaMemset(b.bar, 0, 2 * sizeof(unsigned)));
+    DEV_CK(cudaMalloc(&b.flags, PL_THREADS * sizeof(unsigned)));
+    dev_rng_t rng{7};
+    std::vector<float> x0;
+    float *dx0 = dev_f32_fill(rng, H, 1.0f, x0);
+    DEV_CK(cudaDeviceSynchronize());
+
+    // one layer of each against the reference: x[0] + y after it
+    std::vector<float> want = s_reference(L[0], x0);
+    auto result = [&](const char *name, cudaError_t e) {
+        DEV_CK(e);
+        DEV_CK(cudaStreamSynchronize(st));
+        std::vector<float> x(H), y(H);
+        // the chain leaves x in x[0] (its second RMSNorm added o's y); the persistent kernel's
+        // second RMSNorm wrote x + y to x[0] too
+        DEV_CK(cudaMemcpy(x.data(), b.x[0], H * sizeof(float), cudaMemcpyDeviceToHost));
+        DEV_CK(cudaMemcpy(y.data(), b.y, H * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < H; i++)
+            x[i] += y[i];
+        dev_check("one layer, x + y", name, dev_nmse(x.data(), want.data(), H), 1e-5);
+    };
+    auto reset = [&] { DEV_CK(cudaMemcpy(b.x[0], dx0, H * sizeof(float), cudaMemcpyDeviceToDevice)); };
+    reset();
+    result("chain", s_chain(L, 1, b, st));
+    reset();
+    result("rows", s_persist<0, 1, 0, false>(dl, 1, b, st));
+    reset();
+    result("flat", s_persist<1, 1, 0, false>(dl, 1, b, st));
+    reset();
+    result("flat flags", s_persist<1, 1, 1, false>(dl, 1, b, st));
+    reset();
+    result("flat flags pre2", s_persist<1, 2, 1, false>(dl, 1, b, st));
+    reset();
+    result("flat flags fold", s_persist<1, 1, 1, true>(dl, 1, b, st));
+    reset();
+    result("flat fold", s_persist<1, 1, 0, true>(dl, 1, b, st));
+    reset();
+    result("flat count", s_persist<1, 1, 2, false>(dl, 1, b, st));
+    reset();
+    result("flat count fold", s_persist<1, 1, 2, true>(dl, 1, b, st));
+
+    double bytes = ((double)(QKV + H + GU) * H + (double)H * INTER) * 2;
+    double floor_us = bytes / (bw * 1e3);
+    printf("\n%d layers, µs a layer (the weights' floor %.1f at %.0f GB/s; %d SMs, a CTA of %d warps each)\n",
+           LAYERS, floor_us, bw, ls_cu_props()->sms, PL_WARPS);
+    auto per = [&](auto f) { return dev_time_us(st, 1, [&](long) { return f(); }) / LAYERS; };
+    for (int round = 0; round < 2; round++) {
+        double v[] = {
+            dev_graph_us(st, [&] { return s_chain(L, LAYERS, b, st); }) / LAYERS,
+            dev_graph_us(st, [&] { return s_gemvs(L, LAYERS, b, st); }) / LAYERS,
+            per([&] { return s_persist<0, 1, 0, false>(dl, LAYERS, b, st); }),
+            per([&] { return s_persist<1, 1, 0, false>(dl, LAYERS, b, st); }),
+            per([&] { return s_persist<1, 1, 1, false>(dl, LAYERS, b, st); }),
+            per([&] { return s_persist<1, 2, 1, false>(dl, LAYERS, b, st); }),
+            per([&] { return s_persist<1, 1, 0, true>(dl, LAYERS, b, st); }),
+            per([&] { return s_persist<1, 1, 2, false>(dl, LAYERS, b, st); }),
+            per([&] { return s_persist<1, 1, 2, true>(dl, LAYERS, b, st); }),
+            per([&] { return s_persist<1, 0, 1, false, false>(dl, LAYERS, b, st); }),
+        };
+        const char *names[] = {"chain", "chain's GEMVs alone", "rows", "flat", "flat flags", "flat flags pre2",
+                               "flat fold", "flat count", "flat count fold", "flat's GEMVs alone"};
+        for (int i = 0; i < 10; i++)
+            printf("  %-26s %6.1f (%.3f x floor)\n", names[i], v[i], v[i] / floor_us);
+    }
+    // where a layer's time goes: flat+pre, one traced launch
+    {
+        int G = ls_cu_props()->sms, P = 4 * LAYERS;
+        unsigned long long *dtr;
+        DEV_CK(cudaMalloc(&dtr, (size_t)P * G * 3 * sizeof *dtr));
+        DEV_CK((s_persist<1, 1, 2, true>(dl, LAYERS, b, st, dtr)));
+        DEV_CK(cudaStreamSynchronize(st));
+        std::vector<unsigned long long> tr((size_t)P * G * 3);
+        DEV_CK(cudaMemcpy(tr.data(), dtr, tr.size() * sizeof tr[0], cudaMemcpyDeviceToHost));
+        auto at = [&](int p, int c, int k) { return (double)tr[((size_t)p * G + c) * 3 + k] * 1e-3; };
+        auto med = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+        const char *ph[] = {"qkv (norm before)", "o (q rounded before)", "gate_up (norm before)", "down (SiLU·mul before)"};
+        printf("\nflat count fold traced, µs, medians over layers 1..%d: the phase's op (mean over CTAs), its GEMV from the "
+               "op's end (first / mean / last CTA), the barrier from the last CTA's GEMV end to the next "
+               "phase's first start\n", LAYERS - 2);
+        for (int q = 0; q < 4; q++) {
+            std::vector<double> op, g0, gm, g1, bar;
+            for (int l = 1; l + 1 < LAYERS; l++) {
+                int p = 4 * l + q;
+                double o = 0, s1 = 1e30, e0 = 1e30, e1 = 0, em = 0, n0 = 1e30;
+                for (int c = 0; c < G; c++) {
+                    o += at(p, c, 1) - at(p, c, 0);
+                    s1 = std::min(s1, at(p, c, 1));
+                    e0 = std::min(e0, at(p, c, 2));
+                    e1 = std::max(e1, at(p, c, 2));
+                    em += at(p, c, 2);
+                    n0 = std::min(n0, at(p + 1, c, 0));
+                }
+                op.push_back(o / G);
+                g0.push_back(e0 - s1), gm.push_back(em / G - s1), g1.push_back(e1 - s1);
+                bar.push_back(n0 - e1);
+            }
+            printf("  %-24s op %5.2f  GEMV %6.2f / %6.2f / %6.2f  barrier %5.2f\n", ph[q], med(op), med(g0),
+                   med(gm), med(g1), med(bar));
+        }
+    }
+    return dev_end();
+}
