@@ -44,6 +44,19 @@
     One launch of "flat count fold" is also traced (%globaltimer at each phase's start, after
     its op, after its GEMV, per CTA) for where a layer's time goes.
 
+    The whole layer (RoPE with the KV store and paged attention too; 128, 4K and 16K cached
+    positions on 16-position pages in shuffled order; RoPE's q,k,v row of the chain):
+    - chain: the production kernels, 9 a layer (RoPE with the KV store and ls_cu_attention
+      writing bf16 for o's GEMV).
+    - persist (k_layer_full): the best form above with attention as phases of its own — a
+      split of the keys a CTA (8 kv heads x up to 16 splits, each warp rotating q and the new
+      key itself, 2 keys a warp in flight, fp32 dot products over the warp; its registers
+      spill at 64 a thread), the splits merged by 32 CTAs, 6 barriers a layer.
+    - hybrid (k_persist_tail): the production RoPE and attention kernels, then one persistent
+      kernel a layer from o to the next layer's q,k,v (3 barriers), launched cooperatively and
+      programmatically: its CTAs load o's first units on the SMs attention leaves free before
+      they wait for it.
+
     Measured (H200, copy bandwidth 4,265 GB/s, µs a layer over 32 layers, two rounds in one
     call; the weights' floor 102.3): chain 118.1 / 118.3 (its GEMVs alone 115.0 / 115.1); rows
     116.9 / 118.3; flat 112.7 / 112.6; flat flags 118.0 / 118.9, with pre2 125.4 / 127.2; flat
@@ -51,17 +64,21 @@
     floor); flat's GEMVs alone 96.5 / 96.5 (0.944: pure reads beat the copy's rate). The
     trace of flat count fold, medians over layers: ops 1.28 (norm) / 0.31 / 1.32 (norm) / 0.50,
     barriers (last CTA's GEMV end to the next phase's first start) 1.75 / 1.75 / 0.75 / 1.50,
-    the CTAs' GEMVs ending within 1-3 µs of each other. Measured and not kept in the file: the
-    rows and flat forms with the preload issued before the fence (118-120 and 115.0), and a
-    dynamic flat form (items of rows from an atomic counter, a row still summed by one CTA;
-    114.3-114.8 against the static form's 115.0 in that call): the SMs' streaming rates were
-    not what the barriers waited for.
-    The kernels' README ("A decode layer in one persistent kernel") has what follows from it.
+    the CTAs' GEMVs ending within 1-3 µs of each other. The whole layer (another call, the
+    floor with the KV cache's bytes 103.0 / 106.8 / 118.7 at 128 / 4K / 16K): chain 122.6-123.0
+    / 129.7-129.9 / 141.7 (1.19-1.22 x), persist 121.9-122.7 / 143.1-143.7 / 196.1-201.4,
+    hybrid 113.6-113.7 / 120.4-120.6 / 132.1-132.6 (1.10-1.13 x). Measured and not kept in the
+    file: the rows and flat forms with the preload issued before the fence (118-120 and
+    115.0), and a dynamic flat form (items of rows from an atomic counter, a row still summed
+    by one CTA; 114.3-114.8 against the static form's 115.0 in that call): the SMs' streaming
+    rates were not what the barriers waited for.
 
     Checked: one layer of each version against a double-precision CPU reference of the same
-    chain (bf16 roundings of h and a as the kernels make them), NMSE bound 1e-5; then timed
-    over 32 layers, µs a layer against the weights' floor (bytes over the run's copy
-    bandwidth).
+    chain (bf16 roundings of h and a as the kernels make them), NMSE bound 1e-5, and the whole
+    layer's against the production chain's (the production kernels are checked against their
+    CPU references by test_gpu_ops), NMSE bound 1e-4 (attention's q pieces and exponentials
+    round differently); then timed over 32 layers, µs a layer against the floor (bytes over
+    the run's copy bandwidth).
 */
 #include <cstring>
 
@@ -428,6 +445,273 @@ __global__ void __launch_bounds__(PL_THREADS, 1) k_persist(pl_args_t a) {
     }
 }
 
+// ---- the whole layer: RoPE with the KV store and paged decode attention as phases too ----
+//
+// After q,k,v: CTA b < 8 · splits takes kv head b / splits and an equal share of the keys (the
+// split b % splits); each warp rotates q's 4 heads of that kv head and the new key (lane l
+// holding dims 4l..4l+3, the rotation's partner dims 64 apart from lane l ^ 16), and walks keys
+// warp, warp + 32, ... of the share, 4 in flight, one online softmax a head; the new key comes
+// from the warp's registers (rounded to bf16 as the cache holds it), and the split holding it
+// stores it. The CTA's warps merge in shared memory in warp order, the split's (m, l, acc) goes
+// to apart; a barrier; CTA h < 32 merges q head h's splits in split order into aout (bf16); a
+// barrier; o reads aout. 6 barriers a layer. Llama-3-8B's attention: 32 q heads, 8 kv heads,
+// head_dim 128, pages of 16 positions.
+enum { QH = 32, KVH = 8, HD = 128, GRP = QH / KVH, BS = 16, PL_SPLITS = 16, PL_KU = 2 };
+
+struct pl_full_t {
+    pl_args_t a;
+    bf16 *const *kc, *const *vc; // a layer's caches: pages of (BS, KVH · HD), BS · KVH · HD apart
+    const int32_t *table;        // the sequence's block table
+    const float *inv_freq;       // HD / 2
+    int pos;                     // the new token's position: keys 0 .. pos - 1 are cached
+    int splits;                  // CTAs a kv head
+    float *apart;                // (QH, PL_SPLITS, HD + 2): a split's m, l, acc
+    bf16 *aout;                  // (QH · HD)
+};
+
+// lane's 4 dims of head row x (HD fp32 values) rotated at angle pos · inv_freq, as
+// k_rope_kv_store rotates (pairs i, i + HD/2)
+__device__ __forceinline__ void pl_rope4(const float *x, const float *inv_freq, int pos, int lane,
+                                         float (&r)[4]) {
+    float4 v = __ldcg(reinterpret_cast<const float4 *>(x) + lane);
+    const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float other = __shfl_xor_sync(0xffffffffu, e[k], 16);
+        int i = (4 * lane + k) % (HD / 2);
+        float sn, cs;
+        sincosf(__fmul_rn((float)pos, inv_freq[i]), &sn, &cs);
+        r[k] = lane < 16 ? __fsub_rn(__fmul_rn(e[k], cs), __fmul_rn(other, sn))
+                         : __fadd_rn(__fmul_rn(e[k], cs), __fmul_rn(other, sn));
+    }
+}
+
+__device__ __forceinline__ void pl_bf16x4(uint2 u, float (&f)[4]) {
+    f[0] = __uint_as_float(u.x << 16), f[1] = __uint_as_float(u.x & 0xffff0000u);
+    f[2] = __uint_as_float(u.y << 16), f[3] = __uint_as_float(u.y & 0xffff0000u);
+}
+
+// one key of an online softmax per head: scores q[g] · k over the warp, then m, l, acc
+__device__ __forceinline__ void pl_key(const float (&q)[GRP][4], float (&m)[GRP], float (&lsum)[GRP],
+                                       float (&acc)[GRP][4], const float (&kf)[4], const float (&vf)[4]) {
+#pragma unroll
+    for (int g = 0; g < GRP; g++) {
+        float sc = ls_warp_sum(q[g][0] * kf[0] + q[g][1] * kf[1] + q[g][2] * kf[2] + q[g][3] * kf[3]);
+        float mn = fmaxf(m[g], sc), corr = __expf(m[g] - mn), p = __expf(sc - mn);
+        lsum[g] = lsum[g] * corr + p;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            acc[g][k] = acc[g][k] * corr + p * vf[k];
+        m[g] = mn;
+    }
+}
+
+// one split's partial attention for kv head blockIdx.x / splits (CTAs past 8 · splits idle);
+// sacc: (PL_WARPS, GRP, HD) floats, sml: (PL_WARPS, GRP, 2)
+__device__ void pl_attn_split(const pl_full_t &f, int l, float *sacc, float *sml) {
+    int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (b >= KVH * f.splits)
+        return;
+    int h = b / f.splits, s = b % f.splits, N = f.pos + 1;
+    int chunk = (N + f.splits - 1) / f.splits, k0 = s * chunk, k1 = min(N, k0 + chunk);
+    const float *row = f.a.qkv;
+    float q[GRP][4];
+    const float qs = rsqrtf((float)HD);
+#pragma unroll
+    for (int g = 0; g < GRP; g++) {
+        pl_rope4(row + (GRP * h + g) * HD, f.inv_freq, f.pos, lane, q[g]);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            q[g][k] *= qs;
+    }
+    const size_t page = (size_t)BS * KVH * HD;
+    const bf16 *kc = f.kc[l], *vc = f.vc[l];
+    float m[GRP], lsum[GRP], acc[GRP][4];
+#pragma unroll
+    for (int g = 0; g < GRP; g++) {
+        m[g] = -INFINITY, lsum[g] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            acc[g][k] = 0.0f;
+    }
+    int kend = min(k1, f.pos); // the cached keys of the share
+    for (int j = k0 + warp; j < kend; j += 32 * PL_KU) {
+        uint2 kr[PL_KU], vr[PL_KU];
+#pragma unroll
+        for (int u = 0; u < PL_KU; u++) {
+            int jj = j + 32 * u;
+            if (jj < kend) {
+                size_t at = (size_t)f.table[jj / BS] * page + (size_t)(jj % BS) * KVH * HD + h * HD;
+                kr[u] = __ldcg(reinterpret_cast<const uint2 *>(kc + at) + lane);
+                vr[u] = __ldcg(reinterpret_cast<const uint2 *>(vc + at) + lane);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < PL_KU; u++) {
+            if (j + 32 * u >= kend)
+                break;
+            float kf[4], vf[4];
+            pl_bf16x4(kr[u], kf), pl_bf16x4(vr[u], vf);
+            pl_key(q, m, lsum, acc, kf, vf);
+        }
+    }
+    // the new key: rotated here, rounded as the cache holds it, stored, and taken by warp 0
+    if (warp == 0 && k0 <= f.pos && f.pos < k1) {
+        float kn[4], vn[4];
+        pl_rope4(row + (QH + h) * HD, f.inv_freq, f.pos, lane, kn);
+        float4 v4 = __ldcg(reinterpret_cast<const float4 *>(row + (QH + KVH + h) * HD) + lane);
+        vn[0] = v4.x, vn[1] = v4.y, vn[2] = v4.z, vn[3] = v4.w;
+        size_t at = (size_t)f.table[f.pos / BS] * page + (size_t)(f.pos % BS) * KVH * HD + h * HD + 4 * lane;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            bf16 kb = __float2bfloat16_rn(kn[k]), vb = __float2bfloat16_rn(vn[k]);
+            f.kc[l][at + k] = kb, f.vc[l][at + k] = vb;
+            kn[k] = __bfloat162float(kb), vn[k] = __bfloat162float(vb);
+        }
+        pl_key(q, m, lsum, acc, kn, vn);
+    }
+#pragma unroll
+    for (int g = 0; g < GRP; g++) {
+        *reinterpret_cast<float4 *>(sacc + ((size_t)warp * GRP + g) * HD + 4 * lane) =
+            make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+        if (lane == 0)
+            sml[(warp * GRP + g) * 2] = m[g], sml[(warp * GRP + g) * 2 + 1] = lsum[g];
+    }
+    __syncthreads();
+    if (threadIdx.x < GRP * HD) {
+        int g = threadIdx.x / HD, d = threadIdx.x % HD;
+        float M = -INFINITY, L = 0.0f, A = 0.0f;
+        for (int w = 0; w < PL_WARPS; w++)
+            M = fmaxf(M, sml[(w * GRP + g) * 2]);
+        if (M > -INFINITY)
+            for (int w = 0; w < PL_WARPS; w++) {
+                float c = __expf(sml[(w * GRP + g) * 2] - M);
+                L += sml[(w * GRP + g) * 2 + 1] * c;
+                A += sacc[((size_t)w * GRP + g) * HD + d] * c;
+            }
+        float *o = f.apart + ((size_t)(GRP * h + g) * PL_SPLITS + s) * (HD + 2);
+        if (d == 0)
+            o[0] = M, o[1] = L;
+        o[2 + d] = A;
+    }
+}
+
+// q head blockIdx.x's splits merged in split order into aout (CTAs past QH idle)
+__device__ void pl_attn_merge(const pl_full_t &f) {
+    int hq = blockIdx.x, d = threadIdx.x;
+    if (hq >= QH || d >= HD)
+        return;
+    const float *p = f.apart + (size_t)hq * PL_SPLITS * (HD + 2);
+    float M = -INFINITY, L = 0.0f, A = 0.0f;
+    for (int s = 0; s < f.splits; s++)
+        M = fmaxf(M, __ldcg(p + s * (HD + 2)));
+    for (int s = 0; s < f.splits; s++) {
+        float c = __expf(__ldcg(p + s * (HD + 2)) - M);
+        L += __ldcg(p + s * (HD + 2) + 1) * c;
+        A += __ldcg(p + s * (HD + 2) + 2 + d) * c;
+    }
+    f.aout[hq * HD + d] = __float2bfloat16_rn(A / L);
+}
+
+// The whole layer: the flat form, the count barrier, SiLU·mul in gate_up's epilogue, the next
+// projection's first unit preloaded where a GEMV's phase follows (not across attention)
+__global__ void __launch_bounds__(PL_THREADS, 1) k_layer_full(pl_full_t f) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *xs = reinterpret_cast<bf16 *>(smem);                          // INTER bf16
+    float *part = reinterpret_cast<float *>(smem + INTER * 2);          // PL_PART
+    float *sacc = part + PL_PART;                                       // PL_WARPS * GRP * HD
+    float *sml = sacc + PL_WARPS * GRP * HD;                            // PL_WARPS * GRP * 2
+    __shared__ double scratch[32];
+    const pl_args_t &a = f.a;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned n = 0;
+    uint4 pre[PL_U] = {}, pre2[PL_U] = {};
+    int have = 0;
+    auto barrier = [&](const bf16 *wn, int inn, int outn, bool pairn) {
+        pl_arrive_count(a.flags);
+        if (wn)
+            pl_pre_flat(wn, inn, outn, pairn, warp, lane, pre, pre2, 1);
+        have = wn ? 1 : 0;
+        pl_wait_count(a.flags, ++n);
+    };
+    for (int l = 0; l < a.n_layers; l++) {
+        const pl_layer_t &L = a.layers[l];
+        pl_norm(a.x[0], l ? a.y : NULL, L.g1, a.x[1], xs, scratch);
+        pl_gemv_flat(L.qkv, H, QKV, false, xs, a.qkv, a.act, part, warp, lane, pre, pre2, have);
+        barrier(NULL, 0, 0, false);
+        pl_attn_split(f, l, sacc, sml);
+        barrier(NULL, 0, 0, false);
+        pl_attn_merge(f);
+        barrier(L.o, H, H, false);
+        for (int i = threadIdx.x; i < H / 8; i += PL_THREADS)
+            reinterpret_cast<uint4 *>(xs)[i] = __ldcg(reinterpret_cast<const uint4 *>(f.aout) + i);
+        __syncthreads();
+        pl_gemv_flat(L.o, H, H, false, xs, a.y, a.act, part, warp, lane, pre, pre2, have);
+        barrier(L.gu, H, GU, true);
+        pl_norm(a.x[1], a.y, L.g2, a.x[0], xs, scratch);
+        pl_gemv_flat(L.gu, H, GU, true, xs, a.gu, a.act, part, warp, lane, pre, pre2, have);
+        barrier(L.d, INTER, H, false);
+        for (int i = threadIdx.x; i < INTER / 8; i += PL_THREADS)
+            reinterpret_cast<uint4 *>(xs)[i] = __ldcg(reinterpret_cast<const uint4 *>(a.act) + i);
+        __syncthreads();
+        pl_gemv_flat(L.d, INTER, H, false, xs, a.y, a.act, part, warp, lane, pre, pre2, have);
+        barrier(l + 1 < a.n_layers ? a.layers[l + 1].qkv : NULL, H, QKV, false);
+    }
+}
+// The hybrid: the production RoPE and attention kernels, then one persistent kernel a layer
+// for the rest — o (on attention's bf16 output), x += y and the RMSNorm, gate_up with SiLU·mul
+// in its epilogue, down, x += y and the next layer's RMSNorm and q,k,v (none after the last
+// layer) — 3 barriers inside, launched programmatically so that its CTAs load o's first units
+// on the SMs attention leaves before they wait for it. The count barrier's counter is zeroed
+// once; launch l passes base = 3 l (barriers before it).
+struct pl_tail_t {
+    pl_args_t a;
+    int l;           // the layer
+    unsigned base;   // barriers passed before this launch
+    const bf16 *aout;
+};
+
+__global__ void __launch_bounds__(PL_THREADS, 1) k_persist_tail(pl_tail_t t) {
+    __shared__ __align__(16) bf16 xs[INTER];
+    __shared__ double scratch[32];
+    __shared__ float part[PL_PART];
+    const pl_args_t &a = t.a;
+    const pl_layer_t &L = a.layers[t.l];
+    const pl_layer_t *next = t.l + 1 < a.n_layers ? &a.layers[t.l + 1] : NULL;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned n = t.base;
+    uint4 pre[PL_U] = {}, pre2[PL_U] = {};
+    pl_pre_flat(L.o, H, H, false, warp, lane, pre, pre2, 1); // weights: before the wait
+    ls_dep_wait();
+    for (int i = threadIdx.x; i < H / 8; i += PL_THREADS)
+        reinterpret_cast<uint4 *>(xs)[i] = __ldcg(reinterpret_cast<const uint4 *>(t.aout) + i);
+    __syncthreads();
+    pl_gemv_flat(L.o, H, H, false, xs, a.y, a.act, part, warp, lane, pre, pre2, 1);
+    pl_arrive_count(a.flags);
+    pl_pre_flat(L.gu, H, GU, true, warp, lane, pre, pre2, 1);
+    pl_wait_count(a.flags, ++n);
+    pl_norm(a.x[1], a.y, L.g2, a.x[0], xs, scratch);
+    pl_gemv_flat(L.gu, H, GU, true, xs, a.gu, a.act, part, warp, lane, pre, pre2, 1);
+    pl_arrive_count(a.flags);
+    pl_pre_flat(L.d, INTER, H, false, warp, lane, pre, pre2, 1);
+    pl_wait_count(a.flags, ++n);
+    for (int i = threadIdx.x; i < INTER / 8; i += PL_THREADS)
+        reinterpret_cast<uint4 *>(xs)[i] = __ldcg(reinterpret_cast<const uint4 *>(a.act) + i);
+    __syncthreads();
+    pl_gemv_flat(L.d, INTER, H, false, xs, a.y, a.act, part, warp, lane, pre, pre2, 1);
+    pl_arrive_count(a.flags);
+    if (next)
+        pl_pre_flat(next->qkv, H, QKV, false, warp, lane, pre, pre2, 1);
+    pl_wait_count(a.flags, ++n);
+    if (next) {
+        pl_norm(a.x[0], a.y, next->g1, a.x[1], xs, scratch);
+        pl_gemv_flat(next->qkv, H, QKV, false, xs, a.qkv, a.act, part, warp, lane, pre, pre2, 1);
+    }
+}
+
+static const size_t PL_FULL_SMEM =
+    INTER * 2 + (PL_PART + PL_WARPS * GRP * HD + PL_WARPS * GRP * 2) * sizeof(float);
+
 // ---- setup, reference, timing ----
 
 __global__ void k_fill(bf16 *p, size_t n, uint64_t seed, float lo, float hi) {
@@ -564,6 +848,141 @@ static cudaError_t s_persist(const pl_layer_t *dl, int n, const s_bufs_t &b, cud
                                        dim3(ls_cu_props()->sms), dim3(PL_THREADS), args, 0, st);
 }
 
+// ---- the whole layer's comparison: caches, the production chain with RoPE and attention
+
+struct s_attn_t {
+    std::vector<bf16 *> kc, vc; // per layer, pages of (BS, KVH * HD)
+    bf16 **dkc, **dvc;
+    int32_t *table, *pos, *slot, *tok_seq;
+    float *inv_freq, *apart;
+    bf16 *aout;
+    int max_blocks, C;
+};
+
+// caches for C cached positions (random bf16 keys and values) on pages in shuffled order
+static void s_attn_init(s_attn_t &at, int C, dev_rng_t &rng) {
+    int nblk = (C + 1 + BS - 1) / BS;
+    size_t page = (size_t)BS * KVH * HD;
+    at.C = C, at.max_blocks = nblk;
+    at.kc.resize(LAYERS), at.vc.resize(LAYERS);
+    for (int l = 0; l < LAYERS; l++) {
+        at.kc[l] = s_fill(nblk * page, 77 + 2 * l, -1.0f, 1.0f);
+        at.vc[l] = s_fill(nblk * page, 78 + 2 * l, -1.0f, 1.0f);
+    }
+    DEV_CK(cudaMalloc(&at.dkc, LAYERS * sizeof(bf16 *)));
+    DEV_CK(cudaMalloc(&at.dvc, LAYERS * sizeof(bf16 *)));
+    DEV_CK(cudaMemcpy(at.dkc, at.kc.data(), LAYERS * sizeof(bf16 *), cudaMemcpyHostToDevice));
+    DEV_CK(cudaMemcpy(at.dvc, at.vc.data(), LAYERS * sizeof(bf16 *), cudaMemcpyHostToDevice));
+    std::vector<int32_t> t(nblk);
+    for (int i = 0; i < nblk; i++)
+        t[i] = i;
+    for (int i = nblk - 1; i > 0; i--)
+        std::swap(t[i], t[rng.next() % (i + 1)]);
+    int32_t host[3] = {C, t[C / BS] * BS + C % BS, 0};
+    DEV_CK(cudaMalloc(&at.table, nblk * sizeof(int32_t)));
+    DEV_CK(cudaMemcpy(at.table, t.data(), nblk * sizeof(int32_t), cudaMemcpyHostToDevice));
+    for (int32_t **p : {&at.pos, &at.slot, &at.tok_seq})
+        DEV_CK(cudaMalloc(p, sizeof(int32_t)));
+    DEV_CK(cudaMemcpy(at.pos, &host[0], 4, cudaMemcpyHostToDevice));
+    DEV_CK(cudaMemcpy(at.slot, &host[1], 4, cudaMemcpyHostToDevice));
+    DEV_CK(cudaMemcpy(at.tok_seq, &host[2], 4, cudaMemcpyHostToDevice));
+    std::vector<float> inv(HD / 2);
+    for (int i = 0; i < HD / 2; i++)
+        inv[i] = (float)std::pow(500000.0, -2.0 * i / HD);
+    DEV_CK(cudaMalloc(&at.inv_freq, HD / 2 * sizeof(float)));
+    DEV_CK(cudaMemcpy(at.inv_freq, inv.data(), HD / 2 * sizeof(float), cudaMemcpyHostToDevice));
+    DEV_CK(cudaMalloc(&at.apart, (size_t)QH * PL_SPLITS * (HD + 2) * sizeof(float)));
+    DEV_CK(cudaMalloc(&at.aout, QH * HD * sizeof(bf16)));
+}
+
+static void s_attn_free(s_attn_t &at) {
+    for (int l = 0; l < LAYERS; l++)
+        cudaFree(at.kc[l]), cudaFree(at.vc[l]);
+    for (void *p : {(void *)at.dkc, (void *)at.dvc, (void *)at.table, (void *)at.pos, (void *)at.slot,
+                    (void *)at.tok_seq, (void *)at.inv_freq, (void *)at.apart, (void *)at.aout})
+        cudaFree(p);
+}
+
+// the production chain of a whole layer: RMSNorm, q,k,v, RoPE with the KV store, attention
+// (bf16 out), o, RMSNorm, gate_up, SiLU·mul, down — 9 kernels
+static cudaError_t s_chain_full(const std::vector<pl_layer_t> &L, int n, const s_bufs_t &b,
+                                const s_attn_t &at, cudaStream_t st) {
+    size_t page = (size_t)BS * KVH * HD;
+    for (int l = 0; l < n; l++) {
+        cudaError_t e;
+        if ((e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, l ? b.x[0] : NULL, l ? b.y : b.x[0], NULL,
+                               L[l].g1, LS_CU_BF16, 1, H, EPS, st)) ||
+            (e = ls_cu_gemv(b.qkv, b.h, LS_CU_BF16, L[l].qkv, LS_CU_BF16, NULL, LS_CU_F32, 1, H, QKV, 0,
+                            0, LS_CU_GEMV_PF, st)) ||
+            (e = ls_cu_rope_kv_store(b.qkv, NULL, at.kc[l], at.vc[l], LS_CU_BF16, at.pos, at.slot,
+                                     at.inv_freq, LS_CU_F32, 1, QH, KVH, HD, QKV, BS, page, st)) ||
+            (e = ls_cu_attention(at.aout, LS_CU_BF16, b.qkv, at.kc[l], at.vc[l], LS_CU_BF16, at.tok_seq,
+                                 at.pos, at.table, at.max_blocks, 1, QH, KVH, HD, BS, QKV, page, st)) ||
+            (e = ls_cu_gemv(b.y, at.aout, LS_CU_BF16, L[l].o, LS_CU_BF16, NULL, LS_CU_F32, 1, H, H, 0, 0,
+                            LS_CU_GEMV_PF_ATTN, st)) ||
+            (e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, b.x[0], b.y, NULL, L[l].g2, LS_CU_BF16, 1, H,
+                               EPS, st)) ||
+            (e = ls_cu_gemv(b.gu, b.h, LS_CU_BF16, L[l].gu, LS_CU_BF16, NULL, LS_CU_F32, 1, H, GU, 0, 0,
+                            LS_CU_GEMV_PF, st)) ||
+            (e = ls_cu_silu_mul(NULL, b.act, LS_CU_BF16, NULL, b.gu, NULL, 1, INTER, st)) ||
+            (e = ls_cu_gemv(b.y, b.act, LS_CU_BF16, L[l].d, LS_CU_BF16, NULL, LS_CU_F32, 1, INTER, H, 0, 0,
+                            LS_CU_GEMV_PF, st)))
+            return e;
+    }
+    return cudaSuccess;
+}
+
+// the persistent whole layer; splits a kv head: one per 256 keys, at most PL_SPLITS
+static cudaError_t s_persist_full(const pl_layer_t *dl, int n, const s_bufs_t &b, const s_attn_t &at,
+                                  cudaStream_t st) {
+    int N = at.C + 1, splits = std::min((int)PL_SPLITS, std::max(1, (N + 255) / 256));
+    pl_full_t f{{dl, n, {b.x[0], b.x[1]}, b.y, b.qkv, b.gu, b.act, b.bar, b.flags, NULL},
+                at.dkc, at.dvc, at.table, at.inv_freq, at.C, splits, at.apart, at.aout};
+    cudaError_t e = cudaMemsetAsync(b.flags, 0, sizeof(unsigned), st);
+    if (e != cudaSuccess)
+        return e;
+    void *args[] = {&f};
+    return cudaLaunchCooperativeKernel((const void *)k_layer_full, dim3(ls_cu_props()->sms),
+                                       dim3(PL_THREADS), args, PL_FULL_SMEM, st);
+}
+
+// the hybrid over n layers: layer 0's RMSNorm and q,k,v by the production kernels (x copied to
+// x[1], where the tail's RMSNorm reads the residual), then a layer: RoPE with the KV store,
+// attention, the persistent tail
+static cudaError_t s_chain_hybrid(const pl_layer_t *dl, const std::vector<pl_layer_t> &L, int n,
+                                  const s_bufs_t &b, const s_attn_t &at, cudaStream_t st) {
+    size_t page = (size_t)BS * KVH * HD;
+    cudaError_t e;
+    if ((e = cudaMemsetAsync(b.flags, 0, sizeof(unsigned), st)) ||
+        (e = cudaMemcpyAsync(b.x[1], b.x[0], H * sizeof(float), cudaMemcpyDeviceToDevice, st)) ||
+        (e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, NULL, b.x[0], NULL, L[0].g1, LS_CU_BF16, 1, H, EPS, st)) ||
+        (e = ls_cu_gemv(b.qkv, b.h, LS_CU_BF16, L[0].qkv, LS_CU_BF16, NULL, LS_CU_F32, 1, H, QKV, 0, 0,
+                        LS_CU_GEMV_PF, st)))
+        return e;
+    for (int l = 0; l < n; l++) {
+        if ((e = ls_cu_rope_kv_store(b.qkv, NULL, at.kc[l], at.vc[l], LS_CU_BF16, at.pos, at.slot,
+                                     at.inv_freq, LS_CU_F32, 1, QH, KVH, HD, QKV, BS, page, st)) ||
+            (e = ls_cu_attention(at.aout, LS_CU_BF16, b.qkv, at.kc[l], at.vc[l], LS_CU_BF16, at.tok_seq,
+                                 at.pos, at.table, at.max_blocks, 1, QH, KVH, HD, BS, QKV, page, st)))
+            return e;
+        pl_tail_t t{{dl, n, {b.x[0], b.x[1]}, b.y, b.qkv, b.gu, b.act, b.bar, b.flags, NULL}, l, 3u * l, at.aout};
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        attr[1].id = cudaLaunchAttributeCooperative;
+        attr[1].val.cooperative = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(ls_cu_props()->sms);
+        cfg.blockDim = dim3(PL_THREADS);
+        cfg.stream = st;
+        cfg.attrs = attr;
+        cfg.numAttrs = 2;
+        if ((e = cudaLaunchKernelEx(&cfg, k_persist_tail, t)))
+            return e;
+    }
+    return cudaSuccess;
+}
+
 int main(void) {
     cudaStream_t st;
     double bw = dev_begin("dev_layer", "one-token decode layers, the production chain against a persistent kernel", &st);
@@ -691,6 +1110,46 @@ int main(void) {
             printf("  %-24s op %5.2f  GEMV %6.2f / %6.2f / %6.2f  barrier %5.2f\n", ph[q], med(op), med(g0),
                    med(gm), med(g1), med(bar));
         }
+    }
+    // the whole layer, RoPE and attention included, at 128, 4K and 16K cached positions
+    DEV_CK(cudaFuncSetAttribute((const void *)k_layer_full, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)PL_FULL_SMEM));
+    printf("\nthe whole layer (RoPE, the KV store and attention on 16-position pages too), µs a layer, two "
+           "rounds; the floor: weights and the KV cache read\n");
+    for (int C : {128, 4096, 16384}) {
+        s_attn_t at;
+        s_attn_init(at, C, rng);
+        DEV_CK(cudaDeviceSynchronize());
+        std::vector<float> ref(H), got(H), y(H);
+        auto out = [&](std::vector<float> &v) {
+            DEV_CK(cudaStreamSynchronize(st));
+            DEV_CK(cudaMemcpy(v.data(), b.x[0], H * sizeof(float), cudaMemcpyDeviceToHost));
+            DEV_CK(cudaMemcpy(y.data(), b.y, H * sizeof(float), cudaMemcpyDeviceToHost));
+            for (int i = 0; i < H; i++)
+                v[i] += y[i];
+        };
+        reset();
+        DEV_CK(s_chain_full(L, 1, b, at, st));
+        out(ref);
+        reset();
+        DEV_CK(s_persist_full(dl, 1, b, at, st));
+        out(got);
+        char what[64];
+        snprintf(what, sizeof what, "whole layer, %d cached", C);
+        dev_check(what, "persist", dev_nmse(got.data(), ref.data(), H), 1e-4);
+        reset();
+        DEV_CK(s_chain_hybrid(dl, L, 1, b, at, st));
+        out(got);
+        dev_check(what, "hybrid", dev_nmse(got.data(), ref.data(), H), 1e-4);
+        double fl = (bytes + (double)(C + 1) * KVH * HD * 2 * 2) / (bw * 1e3);
+        for (int round = 0; round < 2; round++) {
+            double c = dev_graph_us(st, [&] { return s_chain_full(L, LAYERS, b, at, st); }) / LAYERS;
+            double q = per([&] { return s_persist_full(dl, LAYERS, b, at, st); });
+            double h = dev_graph_us(st, [&] { return s_chain_hybrid(dl, L, LAYERS, b, at, st); }) / LAYERS;
+            printf("  %5d cached: floor %.1f; chain %.1f (%.3f x), persist %.1f (%.3f x), hybrid %.1f (%.3f x)\n",
+                   C, fl, c, c / fl, q, q / fl, h, h / fl);
+        }
+        s_attn_free(at);
     }
     return dev_end();
 }
