@@ -90,6 +90,9 @@ typedef __nv_bfloat16 bf16;
 
 enum { H = 4096, QKV = 6144, INTER = 14336, GU = 2 * INTER, LAYERS = 32 };
 enum { PL_THREADS = 1024, PL_WARPS = PL_THREADS / 32, PL_U = 4, PL_PART = 1024 };
+// Llama-3-8B's attention: q heads, kv heads, head_dim, positions a page; the persistent
+// attention's splits a kv head at most and keys a warp in flight
+enum { QH = 32, KVH = 8, HD = 128, GRP = QH / KVH, BS = 16, PL_SPLITS = 16, PL_KU = 2 };
 static const float EPS = 1e-5f;
 
 struct pl_layer_t {
@@ -235,27 +238,44 @@ __device__ void pl_gemv_rows(const bf16 *w, int in, int out, const bf16 *xs, flo
 // 256 · PL_U elements of a row (S a row); its warps take units warp, warp + 32, ... (each warp
 // the same bytes to within a unit, busy until the CTA's end), the next unit's loads issued
 // before the current one's sums; a unit's sum to part (shared memory), then each row's S
-// partial sums added in order. Paired (FOLD, gate_up): n = INTER row pairs, the CTA's gate
-// rows then its up rows, and the epilogue writes silu(gate) · up as bf16.
+// partial sums added in order. Paired modes take n = out / 2 pairs of rows, the CTA's first
+// rows then its second rows, for an epilogue that needs both: PL_GLU (gate_up: rows i and
+// INTER + i, the epilogue writing silu(gate) · up as bf16) and PL_ROPE (q,k,v: rows i and
+// i + 64 of a head of 128, the epilogue rotating them as RoPE does and storing the new key and
+// value in the caches).
+enum { PL_PLAIN = 0, PL_GLU = 1, PL_ROPE = 2 };
 struct pl_flat_t {
-    int S, r0, r1, units;
-    bool paired;
-    __device__ pl_flat_t(int in, int out, bool pair) : paired(pair) {
-        int n = pair ? out / 2 : out;
+    int S, r0, r1, units, mode;
+    __device__ pl_flat_t(int in, int out, int m) : mode(m) {
+        int n = m ? out / 2 : out;
         S = in / (256 * PL_U);
         r0 = (int)((long)blockIdx.x * n / gridDim.x);
         r1 = (int)((long)(blockIdx.x + 1) * n / gridDim.x);
-        units = (r1 - r0) * S * (pair ? 2 : 1);
+        units = (r1 - r0) * S * (m ? 2 : 1);
+    }
+    // row of pair p: its first (second = false) or second
+    __device__ int pair_row(int out, int p, bool second) const {
+        if (mode == PL_GLU)
+            return second ? out / 2 + p : p;
+        return (p / 64) * 128 + p % 64 + (second ? 64 : 0);
     }
     __device__ const uint4 *at(const bf16 *w, int in, int out, int j, int lane) const {
         int r = j / S, n = r1 - r0;
-        int row = paired && r >= n ? out / 2 + r0 + r - n : r0 + r;
+        int row = mode ? pair_row(out, r0 + (r >= n ? r - n : r), r >= n) : r0 + r;
         return reinterpret_cast<const uint4 *>(w + (size_t)row * in) + (j % S) * 32 * PL_U + lane;
     }
 };
 
+// PL_ROPE's epilogue: the token's position, RoPE's frequencies, and the caches' addresses of
+// its row in the page (k and v heads follow QH q heads in the q,k,v row)
+struct pl_rope_out_t {
+    const float *inv_freq;
+    int pos;
+    bf16 *kc, *vc; // the token's row of the page
+};
+
 // the first n (1 or 2) units of the CTA's share, into pre and pre2
-__device__ __forceinline__ void pl_pre_flat(const bf16 *w, int in, int out, bool pair, int warp, int lane,
+__device__ __forceinline__ void pl_pre_flat(const bf16 *w, int in, int out, int pair, int warp, int lane,
                                             uint4 (&pre)[PL_U], uint4 (&pre2)[PL_U], int n) {
     pl_flat_t f(in, out, pair);
     if (warp < f.units) {
@@ -272,11 +292,12 @@ __device__ __forceinline__ void pl_pre_flat(const bf16 *w, int in, int out, bool
     }
 }
 
-// y[o] = w[o] · xs, or (pair) act[i] = silu(w[i] · xs) · (w[INTER + i] · xs); have: the units
-// already in cur (1) and nx2 (2)
-__device__ void pl_gemv_flat(const bf16 *w, int in, int out, bool pair, const bf16 *xs, float *y,
+// y[o] = w[o] · xs; PL_GLU: act[i] = silu(w[i] · xs) · (w[INTER + i] · xs); PL_ROPE: y = w · xs
+// rotated (ro: the caches get the new key and value). have: the units already in cur (1) and
+// nx2 (2)
+__device__ void pl_gemv_flat(const bf16 *w, int in, int out, int pair, const bf16 *xs, float *y,
                              bf16 *act, float *part, int warp, int lane, uint4 (&cur)[PL_U],
-                             uint4 (&nx2)[PL_U], int have) {
+                             uint4 (&nx2)[PL_U], int have, const pl_rope_out_t *ro = NULL) {
     pl_flat_t f(in, out, pair);
     const uint4 *xv = reinterpret_cast<const uint4 *>(xs);
     int j = warp;
@@ -318,13 +339,30 @@ __device__ void pl_gemv_flat(const bf16 *w, int in, int out, bool pair, const bf
         float v = 0.0f;
         for (int s = 0; s < f.S; s++)
             v += part[r * f.S + s];
-        if (pair) {
-            float u = 0.0f;
-            for (int s = 0; s < f.S; s++)
-                u += part[(n + r) * f.S + s];
-            act[f.r0 + r] = __float2bfloat16_rn(pl_silu_mul(v, u));
-        } else
+        if (pair == PL_PLAIN) {
             y[f.r0 + r] = v;
+            continue;
+        }
+        float u = 0.0f;
+        for (int s = 0; s < f.S; s++)
+            u += part[(n + r) * f.S + s];
+        if (pair == PL_GLU) {
+            act[f.r0 + r] = __float2bfloat16_rn(pl_silu_mul(v, u));
+            continue;
+        }
+        int p = f.r0 + r, head = p / 64, i = p % 64, ra = f.pair_row(out, p, false);
+        if (head < QH + KVH) { // q and k rotate, v does not
+            float sn, cs;
+            sincosf(__fmul_rn((float)ro->pos, ro->inv_freq[i]), &sn, &cs);
+            float a = __fsub_rn(__fmul_rn(v, cs), __fmul_rn(u, sn));
+            u = __fadd_rn(__fmul_rn(u, cs), __fmul_rn(v, sn));
+            v = a;
+        }
+        y[ra] = v, y[ra + 64] = u;
+        if (head >= QH) {
+            bf16 *c = (head < QH + KVH ? ro->kc : ro->vc) + ((head - QH) % KVH) * HD + i;
+            c[0] = __float2bfloat16_rn(v), c[64] = __float2bfloat16_rn(u);
+        }
     }
 }
 
@@ -456,7 +494,6 @@ __global__ void __launch_bounds__(PL_THREADS, 1) k_persist(pl_args_t a) {
 // to apart; a barrier; CTA h < 32 merges q head h's splits in split order into aout (bf16); a
 // barrier; o reads aout. 6 barriers a layer. Llama-3-8B's attention: 32 q heads, 8 kv heads,
 // head_dim 128, pages of 16 positions.
-enum { QH = 32, KVH = 8, HD = 128, GRP = QH / KVH, BS = 16, PL_SPLITS = 16, PL_KU = 2 };
 
 struct pl_full_t {
     pl_args_t a;
@@ -669,8 +706,12 @@ struct pl_tail_t {
     int l;           // the layer
     unsigned base;   // barriers passed before this launch
     const bf16 *aout;
+    pl_rope_out_t ro; // ROPE: the next layer's caches' row for the token
 };
 
+// ROPE: the next layer's q,k,v rotated and its new key and value stored in its epilogue
+// (PL_ROPE), so that no RoPE kernel runs between this one and attention
+template <bool ROPE>
 __global__ void __launch_bounds__(PL_THREADS, 1) k_persist_tail(pl_tail_t t) {
     __shared__ __align__(16) bf16 xs[INTER];
     __shared__ double scratch[32];
@@ -701,11 +742,12 @@ __global__ void __launch_bounds__(PL_THREADS, 1) k_persist_tail(pl_tail_t t) {
     pl_gemv_flat(L.d, INTER, H, false, xs, a.y, a.act, part, warp, lane, pre, pre2, 1);
     pl_arrive_count(a.flags);
     if (next)
-        pl_pre_flat(next->qkv, H, QKV, false, warp, lane, pre, pre2, 1);
+        pl_pre_flat(next->qkv, H, QKV, ROPE ? PL_ROPE : PL_PLAIN, warp, lane, pre, pre2, 1);
     pl_wait_count(a.flags, ++n);
     if (next) {
         pl_norm(a.x[0], a.y, next->g1, a.x[1], xs, scratch);
-        pl_gemv_flat(next->qkv, H, QKV, false, xs, a.qkv, a.act, part, warp, lane, pre, pre2, 1);
+        pl_gemv_flat(next->qkv, H, QKV, ROPE ? PL_ROPE : PL_PLAIN, xs, a.qkv, a.act, part, warp, lane, pre,
+                     pre2, 1, &t.ro);
     }
 }
 
@@ -856,7 +898,7 @@ struct s_attn_t {
     int32_t *table, *pos, *slot, *tok_seq;
     float *inv_freq, *apart;
     bf16 *aout;
-    int max_blocks, C;
+    int max_blocks, C, page_of_pos; // the new token's page
 };
 
 // caches for C cached positions (random bf16 keys and values) on pages in shuffled order
@@ -879,6 +921,7 @@ static void s_attn_init(s_attn_t &at, int C, dev_rng_t &rng) {
     for (int i = nblk - 1; i > 0; i--)
         std::swap(t[i], t[rng.next() % (i + 1)]);
     int32_t host[3] = {C, t[C / BS] * BS + C % BS, 0};
+    at.page_of_pos = t[C / BS];
     DEV_CK(cudaMalloc(&at.table, nblk * sizeof(int32_t)));
     DEV_CK(cudaMemcpy(at.table, t.data(), nblk * sizeof(int32_t), cudaMemcpyHostToDevice));
     for (int32_t **p : {&at.pos, &at.slot, &at.tok_seq})
@@ -946,9 +989,10 @@ static cudaError_t s_persist_full(const pl_layer_t *dl, int n, const s_bufs_t &b
                                        dim3(PL_THREADS), args, PL_FULL_SMEM, st);
 }
 
-// the hybrid over n layers: layer 0's RMSNorm and q,k,v by the production kernels (x copied to
-// x[1], where the tail's RMSNorm reads the residual), then a layer: RoPE with the KV store,
-// attention, the persistent tail
+// the hybrid over n layers: layer 0's RMSNorm, q,k,v (and, ROPE, RoPE with the KV store) by
+// the production kernels (x copied to x[1], where the tail's RMSNorm reads the residual), then
+// a layer: RoPE with the KV store (unless the tail before did it), attention, the tail
+template <bool ROPE>
 static cudaError_t s_chain_hybrid(const pl_layer_t *dl, const std::vector<pl_layer_t> &L, int n,
                                   const s_bufs_t &b, const s_attn_t &at, cudaStream_t st) {
     size_t page = (size_t)BS * KVH * HD;
@@ -960,12 +1004,17 @@ static cudaError_t s_chain_hybrid(const pl_layer_t *dl, const std::vector<pl_lay
                         LS_CU_GEMV_PF, st)))
         return e;
     for (int l = 0; l < n; l++) {
-        if ((e = ls_cu_rope_kv_store(b.qkv, NULL, at.kc[l], at.vc[l], LS_CU_BF16, at.pos, at.slot,
-                                     at.inv_freq, LS_CU_F32, 1, QH, KVH, HD, QKV, BS, page, st)) ||
-            (e = ls_cu_attention(at.aout, LS_CU_BF16, b.qkv, at.kc[l], at.vc[l], LS_CU_BF16, at.tok_seq,
+        if ((!ROPE || l == 0) &&
+            (e = ls_cu_rope_kv_store(b.qkv, NULL, at.kc[l], at.vc[l], LS_CU_BF16, at.pos, at.slot,
+                                     at.inv_freq, LS_CU_F32, 1, QH, KVH, HD, QKV, BS, page, st)))
+            return e;
+        if ((e = ls_cu_attention(at.aout, LS_CU_BF16, b.qkv, at.kc[l], at.vc[l], LS_CU_BF16, at.tok_seq,
                                  at.pos, at.table, at.max_blocks, 1, QH, KVH, HD, BS, QKV, page, st)))
             return e;
-        pl_tail_t t{{dl, n, {b.x[0], b.x[1]}, b.y, b.qkv, b.gu, b.act, b.bar, b.flags, NULL}, l, 3u * l, at.aout};
+        size_t row = (size_t)at.page_of_pos * page + (size_t)(at.C % BS) * KVH * HD;
+        pl_rope_out_t ro{at.inv_freq, at.C, l + 1 < n ? at.kc[l + 1] + row : NULL,
+                         l + 1 < n ? at.vc[l + 1] + row : NULL};
+        pl_tail_t t{{dl, n, {b.x[0], b.x[1]}, b.y, b.qkv, b.gu, b.act, b.bar, b.flags, NULL}, l, 3u * l, at.aout, ro};
         cudaLaunchAttribute attr[2];
         attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -977,7 +1026,7 @@ static cudaError_t s_chain_hybrid(const pl_layer_t *dl, const std::vector<pl_lay
         cfg.stream = st;
         cfg.attrs = attr;
         cfg.numAttrs = 2;
-        if ((e = cudaLaunchKernelEx(&cfg, k_persist_tail, t)))
+        if ((e = cudaLaunchKernelEx(&cfg, k_persist_tail<ROPE>, t)))
             return e;
     }
     return cudaSuccess;
@@ -1138,16 +1187,26 @@ int main(void) {
         snprintf(what, sizeof what, "whole layer, %d cached", C);
         dev_check(what, "persist", dev_nmse(got.data(), ref.data(), H), 1e-4);
         reset();
-        DEV_CK(s_chain_hybrid(dl, L, 1, b, at, st));
+        DEV_CK(s_chain_hybrid<false>(dl, L, 1, b, at, st));
         out(got);
         dev_check(what, "hybrid", dev_nmse(got.data(), ref.data(), H), 1e-4);
+        // two layers: the second reads the q,k,v and the cache row the first's tail made
+        reset();
+        DEV_CK(s_chain_full(L, 2, b, at, st));
+        out(ref);
+        reset();
+        DEV_CK(s_chain_hybrid<true>(dl, L, 2, b, at, st));
+        out(got);
+        snprintf(what, sizeof what, "two layers, %d cached", C);
+        dev_check(what, "hybrid+rope", dev_nmse(got.data(), ref.data(), H), 1e-4);
         double fl = (bytes + (double)(C + 1) * KVH * HD * 2 * 2) / (bw * 1e3);
         for (int round = 0; round < 2; round++) {
             double c = dev_graph_us(st, [&] { return s_chain_full(L, LAYERS, b, at, st); }) / LAYERS;
             double q = per([&] { return s_persist_full(dl, LAYERS, b, at, st); });
-            double h = dev_graph_us(st, [&] { return s_chain_hybrid(dl, L, LAYERS, b, at, st); }) / LAYERS;
-            printf("  %5d cached: floor %.1f; chain %.1f (%.3f x), persist %.1f (%.3f x), hybrid %.1f (%.3f x)\n",
-                   C, fl, c, c / fl, q, q / fl, h, h / fl);
+            double h = dev_graph_us(st, [&] { return s_chain_hybrid<false>(dl, L, LAYERS, b, at, st); }) / LAYERS;
+            double r = dev_graph_us(st, [&] { return s_chain_hybrid<true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
+            printf("  %5d cached: floor %.1f; chain %.1f (%.3f x), persist %.1f (%.3f x), hybrid %.1f (%.3f x), "
+                   "hybrid+rope %.1f (%.3f x)\n", C, fl, c, c / fl, q, q / fl, h, h / fl, r, r / fl);
         }
         s_attn_free(at);
     }
