@@ -48,7 +48,7 @@
 
     Usage: bench_base_cuda [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F]
                            [--decode-ctx C] [--decode-batch B] [--prefill P] [--side-sms N]
-                           [--trace CSV] [--settle S]
+                           [--trace CSV] [--settle S] [--no-block]
     --quick: batch 1, 64, 256 x context 128, 4K, prompts of 2K, 10 steps. --decode-ctx C: only
     the decode points at context C, every batch. --decode-batch B: only the decode points of
     batch B (1..MAX_BATCH), every context or C's. --prefill P: only the prompt of P tokens alone.
@@ -60,7 +60,8 @@
     right after a large point's KV cache is freed run slower than the same point alone (H200:
     batch 1 x 4K 4.917 ms after batch 256 x 1K's 34 GB, 4.436 with --settle 3, 4.465 alone; its
     adapter steps, right after, 4.591), at the same clocks and temperatures;
-    docs/benchmarks.md ("The base path").
+    docs/benchmarks.md ("The base path"). --no-block: batch-1 steps run the ops one by one
+    instead of the decode block as one kernel (ls_backend_cuda_set_block), for the comparison.
     Points left when --max-seconds (default 300) have passed are skipped, saying so. Not a
     ctest; needs a GPU.
 */
@@ -563,13 +564,15 @@ int main(int argc, char **argv) {
     static s_bench_t b = {.steps = 20, .max_s = 300};
     bool fp8 = false;
     const char *out = NULL;
-    bool quick = false;
+    bool quick = false, block = true;
     int side = -1, only_ctx = 0, only_batch = 0, only_prompt = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
         else if (!strcmp(argv[i], "--side-sms") && i + 1 < argc)
             side = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-block"))
+            block = false;
         else if (!strcmp(argv[i], "--decode-ctx") && i + 1 < argc)
             only_ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--decode-batch") && i + 1 < argc)
@@ -592,7 +595,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: " PROG " [--quick] [--fp8] [--steps N] [--max-seconds S] [--output-file F] "
                             "[--decode-ctx C] [--decode-batch B] [--prefill P] [--side-sms N] [--trace CSV] "
-                            "[--settle S]\n");
+                            "[--settle S] [--no-block]\n");
             return 2;
         }
     }
@@ -617,6 +620,7 @@ int main(int argc, char **argv) {
     b.pool = e.pool;
     if (side != -1)
         ls_backend_cuda_set_side(e.be, side != -2, side);
+    ls_backend_cuda_set_block(e.be, block);
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
     b.card = prop.name;

@@ -123,6 +123,24 @@ typedef struct {
     const int32_t *head_tiles;    // (n_head_tiles, 3)
 } ls_step_t;
 
+// One token's decode block from o's projection to the next layer's q,k,v (decode_block):
+// the matmuls, RMSNorms and silu_mul it stands for, in the order the model runs them.
+typedef struct {
+    ls_view_t a;                   // (q_dim) attention's output, in the weights' 16-bit dtype
+    ls_view_t w_o, b_o;            // o's weights (H, q_dim) and bias (or NONE)
+    ls_view_t g2;                  // the MLP's RMSNorm weights (H)
+    ls_view_t w_gu, b_gu;          // gate_up (2 inter, H): gate's rows, then up's
+    ls_view_t w_d, b_d;            // down (H, inter)
+    ls_view_t g1, w_qkv, b_qkv;    // the next layer's RMSNorm and q,k,v (qkv_dim, H); w_qkv
+                                   // NONE: the last layer
+    ls_view_t x;                   // (H) the residual, updated
+    ls_view_t y;                   // (H) down's output (the last layer: the final RMSNorm adds it)
+    ls_view_t qkv;                 // (qkv_dim) the next layer's q,k,v
+    ls_view_t x1, act;             // scratch: (H) fp32, (inter) in the weights' dtype
+    int H, q_dim, inter, qkv_dim;
+    float eps;
+} ls_decode_block_t;
+
 typedef struct ls_backend ls_backend_t;
 
 struct ls_backend {
@@ -216,6 +234,13 @@ struct ls_backend {
                      ls_view_t gate_up, ls_view_t delta, int T, int inter);
     // y (n) += x (n)
     void (*add)(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n);
+    // step of one token, optional (NULL where a backend has none): the decode block b as
+    // one op — y = o(a); x += y; h = rmsnorm(x) · g2; act = silu_mul(gate_up(h)); y =
+    // down(act); with a next layer x += y; h = rmsnorm(x) · g1; qkv = q,k,v(h) — the rounding
+    // of h and act to the weights' dtype as rmsnorm's and silu_mul's out_lp. Returns 1 when
+    // it ran; 0 when it does not apply here (nothing done: the caller runs the ops)
+    int (*decode_block)(ls_backend_t *self, const ls_decode_block_t *b);
+
     // step: RoPE, then the KV store. x (T, row_stride) holds n_heads q heads, then n_kv_heads
     // k heads, then n_kv_heads v heads of head_dim; x2 (T, row_stride), or NONE, is added
     // into x first (as if x were x + x2). q's and k's heads rotate in place at the step's

@@ -173,6 +173,9 @@ typedef struct {
     uint64_t graph_clock;
     long n_captured, n_replayed;
     long n_lora_silu; // lora_silu_mul launches (ls_backend_cuda_lora_silu_count)
+    unsigned long long *block_sync; // decode_block's grid barrier (ls_cu_block_t's sync)
+    long n_blocks;        // decode_block launches (ls_backend_cuda_block_count)
+    int block_off;        // ls_backend_cuda_set_block(0)
 } s_cuda_t;
 
 static s_cuda_t *s_ctx(ls_backend_t *self) {
@@ -266,6 +269,7 @@ static void s_free(ls_backend_t *self) {
         free(c->graphs[i].sig);
     }
     free(c->sig);
+    cudaFree(c->block_sync);
     if (c->meta_done)
         cudaEventDestroy(c->meta_done);
     if (c->blas)
@@ -711,7 +715,8 @@ enum {
     S_OP_SILU_MUL, S_OP_ADD, S_OP_ROPE_KV_STORE, S_OP_ATTENTION, S_OP_LORA_SHRINK,
     S_OP_LORA_EXPAND, S_OP_LORA_FUSED, S_OP_ROWS_GATHER, S_OP_ZERO, S_OP_SIDE_BEGIN,
     S_OP_SIDE_END, S_OP_SIDE_WAIT, S_OP_LORA_EMBED_SHRINK, S_OP_LORA_ROWS, S_OP_MATMUL_FP8,
-    S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS, S_OP_LOGITS_WIDEN, S_OP_LORA_SILU_SHRINK, S_OP_LORA_SILU_MUL
+    S_OP_TOKEN_ROWS, S_OP_TOKEN_LOGITS, S_OP_LOGITS_WIDEN, S_OP_LORA_SILU_SHRINK, S_OP_LORA_SILU_MUL,
+    S_OP_DECODE_BLOCK
 };
 
 static uint64_t s_word(const void *p) {
@@ -868,6 +873,14 @@ void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replay
 
 long ls_backend_cuda_lora_silu_count(ls_backend_t *be) {
     return s_ctx(be)->n_lora_silu;
+}
+
+void ls_backend_cuda_set_block(ls_backend_t *be, int on) {
+    s_ctx(be)->block_off = !on;
+}
+
+long ls_backend_cuda_block_count(ls_backend_t *be) {
+    return s_ctx(be)->n_blocks;
 }
 
 void ls_backend_cuda_set_fp8_paths(ls_backend_t *be, int outer, int small, int tc) {
@@ -1136,6 +1149,52 @@ static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_v
         return;
     s_note(c, ls_cu_silu_mul(o, lp, (ls_cu_dtype_t)lp_dt, lps, s_f32(gate_up), d, T,
                              inter, c->stream));
+}
+
+// A view's pointer, or NULL for NONE
+static const void *s_ptr_or_null(ls_view_t v) {
+    return v.buf ? s_ptr(v) : NULL;
+}
+
+// decode_block (backend.h): one persistent kernel (ls_cu_decode_block) where the step is one
+// token and no side work is open (the kernel takes every SM), the weights, norms and
+// attention's rows are bf16, the biases of one dtype, and the kernel fits the device; else 0
+static int s_decode_block(ls_backend_t *self, const ls_decode_block_t *d) {
+    s_cuda_t *c = s_ctx(self);
+    if (c->T != 1 || c->on_side || c->side_open || !c->block_sync || c->block_off)
+        return 0;
+    bool next = d->w_qkv.buf != NULL;
+    const ls_view_t bf[] = {d->a, d->w_o, d->g2, d->w_gu, d->w_d, d->act,
+                            next ? d->g1 : d->g2, next ? d->w_qkv : d->w_o};
+    for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++)
+        if (bf[i].buf->dtype != LS_DTYPE_BF16)
+            return 0;
+    const ls_view_t biases[] = {d->b_o, d->b_gu, d->b_d, next ? d->b_qkv : LS_VIEW_NONE};
+    ls_dtype_t b_dt = LS_DTYPE_F32;
+    bool first = true;
+    for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
+        if (!biases[i].buf)
+            continue;
+        if (!first && biases[i].buf->dtype != b_dt)
+            return 0;
+        b_dt = biases[i].buf->dtype, first = false;
+    }
+    ls_cu_block_t b = {s_ptr(d->a), s_ptr(d->w_o), s_ptr_or_null(d->b_o), s_ptr(d->g2),
+                       s_ptr(d->w_gu), s_ptr_or_null(d->b_gu), s_ptr(d->w_d), s_ptr_or_null(d->b_d),
+                       next ? s_ptr(d->g1) : NULL, next ? s_ptr(d->w_qkv) : NULL,
+                       next ? s_ptr_or_null(d->b_qkv) : NULL, (ls_cu_dtype_t)b_dt, s_f32(d->x),
+                       s_f32(d->x1), s_f32(d->y), next ? s_f32(d->qkv) : NULL, s_ptr(d->act),
+                       c->block_sync, d->H, d->q_dim, d->inter, d->qkv_dim, d->eps};
+    if (!ls_cu_decode_block_ok(&b))
+        return 0;
+    c->after_attn = false; // o's matmul is the block's
+    if (s_rec(c, (int)S_OP_DECODE_BLOCK, b.a, b.w_o, b.b_o, b.g2, b.w_gu, b.b_gu, b.w_d, b.b_d, b.g1,
+              b.w_qkv, b.b_qkv, (int)b.b_dt, (void *)b.x, (void *)b.x1, (void *)b.y, (void *)b.qkv,
+              b.act, b.H, b.q_dim, b.inter, b.qkv_dim, b.eps))
+        return 1;
+    s_note(c, ls_cu_decode_block(&b, c->stream));
+    c->n_blocks++;
+    return 1;
 }
 
 static void s_add(ls_backend_t *self, ls_view_t y, ls_view_t x, size_t n) {
@@ -1606,6 +1665,7 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->rmsnorm_heads = s_rmsnorm_heads;
     self->silu_mul = s_silu_mul;
     self->add = s_add;
+    self->decode_block = s_decode_block;
     self->rope_kv_store = s_rope_kv_store;
     self->attention = s_attention;
     self->lora_shrink = s_lora_shrink;
@@ -1624,6 +1684,13 @@ ls_backend_t *ls_backend_cuda_new(int device, char *err, size_t errlen) {
     self->graph_begin = s_graph_begin;
     self->graph_end = s_graph_end;
     cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, device);
+    // decode_block's barrier word; without it the op declines and the ops run one by one
+    if (cudaMalloc(&c->block_sync, sizeof *c->block_sync) != cudaSuccess ||
+        cudaMemset(c->block_sync, 0, sizeof *c->block_sync) != cudaSuccess) {
+        cudaFree(c->block_sync);
+        c->block_sync = NULL;
+        cudaGetLastError();
+    }
     ls_backend_cuda_set_side(self, 1, -1);
     ls_backend_cuda_set_gemv_tokens(self, -1);
     c->graphs_on = 1;

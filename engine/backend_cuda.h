@@ -68,6 +68,11 @@ void ls_backend_cuda_graph_counts(ls_backend_t *be, long *captured, long *replay
 // SiLU·mul ops with gate_up's LoRA (lora_silu_mul) launched so far: the tests' evidence that
 // a step took that route.
 long ls_backend_cuda_lora_silu_count(ls_backend_t *be);
+// decode_block (kernels/cuda/block.cu) on (the default) or off (the model's ops one by one:
+// the tests' and benchmarks' comparison), and its launches so far (graph replays not counted).
+// Set before a step graph is captured: a replay keeps the kernels of its capture.
+void ls_backend_cuda_set_block(ls_backend_t *be, int on);
+long ls_backend_cuda_block_count(ls_backend_t *be);
 // FP8 GEMMs (matmul_fp8, engine/fp8_gemm.h ls_fp8_gemm_allow): outer 0 makes cuBLASLt's
 // apply the scales after an unscaled GEMM, small 0 and tc 0 keep the GEMMs of our own off
 // (0, 0: every T to cuBLASLt; the tests' checks of each path); 1, 1, 1 is the default.

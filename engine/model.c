@@ -1664,6 +1664,24 @@ static int s_reduce(ls_model_t *self, ls_view_t y, size_t n, char *err, size_t e
     return -1;
 }
 
+// Whether the step's layers may go to the backend's decode_block (backend.h) from o's
+// projection to the next layer's q,k,v: one token, no tensor parallelism (o's and down's
+// all-reduces sit inside that span), 16-bit weights read through their LP copies (not FP8),
+// and no adapter of the step on those projections (their LoRA runs beside or after each
+// matmul). The backend may still decline a block (backend_cuda.cu s_decode_block).
+static bool s_block_on(const ls_model_t *self, const ls_lora_pool_t *pool, const ls_step_t *step,
+                       int T) {
+    if (!self->be->decode_block || T != 1 || self->comm || !s_lp_on(self))
+        return false;
+    static const ls_lora_group_t groups[] = {LS_LORA_GROUP_QKV, LS_LORA_GROUP_O,
+                                             LS_LORA_GROUP_GATE_UP, LS_LORA_GROUP_DOWN};
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        if (step->lora && ls_lora_pool_has_group(pool, groups[i]) &&
+            s_group_work(self, step, groups[i]))
+            return false;
+    return true;
+}
+
 // The ops of one step, whose metadata step_begin took: embedding to logits. 0, or -1 + err
 // on a failed collective.
 static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool_t *pool,
@@ -1693,14 +1711,20 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
     if (step->token_rows)  // whole rows replaced, after the all-reduce: alike on every rank
         be->token_rows(be, x, tok_embed, H);
     s_lora_embed(self, pool, step, x);
+    // qkv_ready: the decode block before made this layer's q,k,v (and added y into x)
+    bool block = s_block_on(self, pool, step, n), qkv_ready = false;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         ls_buffer_t **w = self->layer + (size_t)l * S_LAYER_COUNT;
-        // x += y (+ its LoRA delta: the previous layer's MLP output); h = rmsnorm(x)
-        be->rmsnorm(be, s_f32_out(self, pool, step, LS_LORA_GROUP_QKV, w[S_QKV], h, lp), lp,
-                    lps, l ? x : LS_VIEW_NONE, l ? y : x, delta, s_w(w[S_ATTN_NORM]), n, H, eps);
-        delta = s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h, s_mm_in(w[S_QKV], h, lp),
-                       s_w(w[S_QKV]), s_w(w[S_QKV_SCALE]), s_w(w[S_QKV_BIAS]), n, H,
-                       self->qkv_dim);
+        if (!qkv_ready) {
+            // x += y (+ its LoRA delta: the previous layer's MLP output); h = rmsnorm(x)
+            be->rmsnorm(be, s_f32_out(self, pool, step, LS_LORA_GROUP_QKV, w[S_QKV], h, lp), lp,
+                        lps, l ? x : LS_VIEW_NONE, l ? y : x, delta, s_w(w[S_ATTN_NORM]), n, H,
+                        eps);
+            delta = s_proj(self, pool, step, l, LS_LORA_GROUP_QKV, qkv, h,
+                           s_mm_in(w[S_QKV], h, lp), s_w(w[S_QKV]), s_w(w[S_QKV_SCALE]),
+                           s_w(w[S_QKV_BIAS]), n, H, self->qkv_dim);
+        }
+        qkv_ready = false;
         // norms, RoPE, the KV store and attention all read qkv: the delta goes in first —
         // added by RoPE and the KV store (q, k, v), which read it first, unless the head norms
         // read it before them (attention reads q and the caches, never qkv's v)
@@ -1719,6 +1743,21 @@ static int s_forward_ops(ls_model_t *self, ls_kv_cache_t *kv, const ls_lora_pool
         ls_view_t ao = s_f32_out(self, pool, step, LS_LORA_GROUP_O, w[S_O], attn, lp);
         ao = ao.buf ? ao : lp;
         be->attention(be, ao, qkv, kc, vc, nh, nkv, hd, kv->block_size, self->qkv_dim, stride);
+        if (block) { // o to the next layer's q,k,v as one op, where the backend takes it
+            ls_buffer_t **wn = l + 1 < c->num_hidden_layers ? w + S_LAYER_COUNT : NULL;
+            ls_decode_block_t b = {
+                .a = ao, .w_o = s_w(w[S_O]), .b_o = s_w(w[S_O_BIAS]), .g2 = s_w(w[S_MLP_NORM]),
+                .w_gu = s_w(w[S_GATE_UP]), .b_gu = s_w(w[S_GATE_UP_BIAS]), .w_d = s_w(w[S_DOWN]),
+                .b_d = s_w(w[S_DOWN_BIAS]), .g1 = wn ? s_w(wn[S_ATTN_NORM]) : LS_VIEW_NONE,
+                .w_qkv = wn ? s_w(wn[S_QKV]) : LS_VIEW_NONE,
+                .b_qkv = wn ? s_w(wn[S_QKV_BIAS]) : LS_VIEW_NONE, .x = x, .y = y, .qkv = qkv,
+                .x1 = gate_up, .act = lp, .H = H, .q_dim = self->q_dim, .inter = I,
+                .qkv_dim = self->qkv_dim, .eps = eps};
+            if (be->decode_block(be, &b)) {
+                qkv_ready = wn != NULL;
+                continue;
+            }
+        }
         // row-parallel: this rank's heads' share of o, its LoRA share too, then the sum
         delta = s_proj(self, pool, step, l, LS_LORA_GROUP_O, y, ao, ao, s_w(w[S_O]),
                        s_w(w[S_O_SCALE]), s_w(w[S_O_BIAS]), n, self->q_dim, H);

@@ -57,6 +57,13 @@ __device__ __forceinline__ void ls_load8(const __half *p, float o[8]) {
     }
 }
 
+// bias[o] of a bias in bias_dt (F32, BF16 or F16)
+__device__ __forceinline__ float ls_bias_at(const void *bias, ls_cu_dtype_t bias_dt, int o) {
+    return bias_dt == LS_CU_F32    ? ((const float *)bias)[o]
+           : bias_dt == LS_CU_BF16 ? ls_to_f(((const __nv_bfloat16 *)bias)[o])
+                                   : ls_to_f(((const __half *)bias)[o]);
+}
+
 // Programmatic dependent launch (sm_90): a kernel launched with the attribute may start
 // while the one before it drains; ls_dep_wait() waits for that kernel to complete with its
 // memory visible, ls_dep_launch() lets the next one start early. Without the launch

@@ -70,13 +70,6 @@ template <typename TW> __device__ __forceinline__ void s_x8(const float *p, floa
         o[k] = ls_to_f(ls_from_f<TW>(o[k]));
 }
 
-// bias[o] of a bias in bias_dt (F32, BF16 or F16)
-__device__ __forceinline__ float s_bias(const void *bias, ls_cu_dtype_t bias_dt, int o) {
-    return bias_dt == LS_CU_F32    ? ((const float *)bias)[o]
-           : bias_dt == LS_CU_BF16 ? ls_to_f(((const __nv_bfloat16 *)bias)[o])
-                                   : ls_to_f(((const __half *)bias)[o]);
-}
-
 // A warp's share of R rows from o0: its sums over chunks [c0, c1) of 8 elements of K for the
 // NT tokens, in every lane (rows past out read the last one)
 template <int NT, int R, typename TW, typename TX>
@@ -124,7 +117,7 @@ __device__ __forceinline__ void s_gemv_put(float *y, float v, int t, int o, int 
     if (accumulate)
         v = __fadd_rn(*yp, v);
     if (bias)
-        v = __fadd_rn(v, s_bias(bias, bias_dt, o));
+        v = __fadd_rn(v, ls_bias_at(bias, bias_dt, o));
     *yp = v;
 }
 

@@ -124,6 +124,29 @@ cudaError_t ls_cu_gemv(float *y, const void *x, ls_cu_dtype_t x_dt, const void *
                        ls_cu_dtype_t w_dt, const void *bias, ls_cu_dtype_t bias_dt, int T, int in,
                        int out, int accumulate, int sms, long pf, cudaStream_t stream);
 
+// One token's decode block from o's projection to the next layer's q,k,v in one persistent
+// kernel (block.cu): y = W_o a (+ b_o); x1 = x + y; h = rmsnorm(x1) · g2; act = silu(gate) · up
+// of W_gu h (+ b_gu) (gate rows first, bf16); y = W_d act (+ b_d); then with a next layer
+// (w_qkv): x = x1 + y; h = rmsnorm(x) · g1; qkv = W_qkv h (+ b_qkv); without one: x = x1 (y
+// for the final RMSNorm to add). h and act rounded to bf16 as rmsnorm's and silu_mul's 16-bit
+// outputs are; the same results as those ops and ls_cu_gemv up to fp32 summation order.
+// Weights, norms and a (q_dim) bf16; biases (or NULL) in b_dt; x, x1, y (H), qkv fp32; act
+// (inter) bf16 scratch; sync: the kernel's grid barrier, a word of zero at first that every
+// launch on it adds to (one word per stream of launches). Widths multiples of 8,
+// pointers 16-byte aligned. Weights are written by no kernel it may overlap
+// (it reads o's first rows before its programmatic wait). Only where ls_cu_decode_block_ok.
+typedef struct {
+    const void *a, *w_o, *b_o, *g2, *w_gu, *b_gu, *w_d, *b_d, *g1, *w_qkv, *b_qkv;
+    ls_cu_dtype_t b_dt;
+    float *x, *x1, *y, *qkv;
+    void *act;
+    unsigned long long *sync;
+    int H, q_dim, inter, qkv_dim;
+    float eps;
+} ls_cu_block_t;
+int ls_cu_decode_block_ok(const ls_cu_block_t *b);
+cudaError_t ls_cu_decode_block(const ls_cu_block_t *b, cudaStream_t stream);
+
 // y (T, out) += bias (out)
 cudaError_t ls_cu_bias_add(float *y, const void *bias, ls_cu_dtype_t bias_dt, int T,
                            int out, cudaStream_t stream);

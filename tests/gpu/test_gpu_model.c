@@ -33,7 +33,10 @@
        on must give bit-identical logits, through captures, replays, a change of batch
        shape and back (a cached graph found again) and rows changing adapters; and the
        side queue (each decode LoRA beside its GEMM, ls_backend_cuda_set_side) with graphs
-       off and on must give the logits of LoRA after each GEMM, bit for bit.
+       off and on must give the logits of LoRA after each GEMM, bit for bit. The decode
+       block as one op (backend.h decode_block): batch-1 decode steps on the base model take
+       it in every layer, the same logits with graphs bit for bit and within the bf16 bound
+       of the ops one by one; steps on an adapter or of two rows do not take it.
 
     Tolerance. The reference is fp32 math. The CUDA backend keeps activations in fp32 but
     (backend_cuda.h) rounds them once to the weight dtype at each bf16/f16 matmul, and the
@@ -664,6 +667,64 @@ static void s_silu_route(void) {
         free(out[r]);
     s_async_teardown(&a, &be, &dir);
 }
+
+// The decode block as one op (backend.h decode_block, kernels/cuda/block.cu): batch-1 decode
+// steps on the base model take it in each of the 8 layers; with step graphs the logits are
+// the same bit for bit; the ops one by one (the block turned off) give them within the bf16
+// bound (h and act rounded to bf16 from fp32 sums in another order); a step on an adapter,
+// and a step of two rows, do not take it.
+static void s_block_route(void) {
+    enum { STEPS = 3 };
+    s_async_t a;
+    char *dir;
+    ls_backend_t *be = s_loaded(&a, &dir);
+    int L = ls_model_config(a.m)->num_hidden_layers;
+    int32_t tok[STEPS] = {17, 401, 923}, table[2][1] = {{0}, {1}};
+    size_t n = (size_t)STEPS * a.V;
+    float *out[3];
+    long count[3];
+    static const int on[3] = {1, 1, 0}, graphs[3] = {0, 1, 0};
+    for (int r = 0; r < 3; r++) {
+        out[r] = malloc(sizeof(float) * n);
+        ls_backend_cuda_set_block(be, on[r]);
+        ls_backend_cuda_set_graphs(be, graphs[r]);
+        long before = ls_backend_cuda_block_count(be);
+        for (int s = 0; s < STEPS; s++) {
+            ls_model_seq_t seq = {&tok[s], 1, s, table[0], 1, LS_LORA_SLOT_BASE, true, NULL, 0};
+            if (ls_model_forward(a.m, a.kv, a.pool, &seq, 1, err, sizeof err) != 1)
+                s_die("block route forward", err);
+            if (ls_model_logits(a.m, out[r] + (size_t)s * a.V) != 0)
+                s_die("block route logits", "download failed");
+        }
+        count[r] = ls_backend_cuda_block_count(be) - before;
+    }
+    ls_backend_cuda_set_block(be, 1);
+    ls_backend_cuda_set_graphs(be, 0);
+    long before = ls_backend_cuda_block_count(be);
+    ls_model_seq_t lora = {&tok[0], 1, 0, table[0], 1, 1, true, NULL, 0};
+    ls_model_seq_t two[2] = {{&tok[0], 1, 0, table[0], 1, LS_LORA_SLOT_BASE, true, NULL, 0},
+                             {&tok[1], 1, 0, table[1], 1, LS_LORA_SLOT_BASE, true, NULL, 0}};
+    if (ls_model_forward(a.m, a.kv, a.pool, &lora, 1, err, sizeof err) != 1 ||
+        ls_model_forward(a.m, a.kv, a.pool, two, 2, err, sizeof err) != 2)
+        s_die("block route: adapter / two rows", err);
+    long others = ls_backend_cuda_block_count(be) - before;
+    ls_backend_cuda_set_graphs(be, 1);
+    size_t dg = s_ndiff(out[0], out[1], n);
+    double d = s_maxdiff(out[0], out[2], (int)n), mag = 0;
+    for (size_t i = 0; i < n; i++)
+        mag = fmax(mag, fabs(out[2][i]));
+    double tol = s_tol(LS_DTYPE_BF16) * fmax(1.0, mag / 4);
+    s_check(count[0] == (long)STEPS * L && count[1] >= L && count[2] == 0 && others == 0 && dg == 0 &&
+                d <= tol,
+            "decode block: %d batch-1 steps took it %ld times (%d expected), with graphs %ld (>= %d), "
+            "turned off %ld; an adapter step and a two-row step %ld (0 expected); graphs: %zu of %zu "
+            "logits differ (bit for bit); against the ops one by one max|Δ| %.2e over logits up to "
+            "%.2f (bound %.1e)", STEPS, count[0], STEPS * L, count[1], L, count[2], others, dg, n, d,
+            mag, tol);
+    for (int r = 0; r < 3; r++)
+        free(out[r]);
+    s_async_teardown(&a, &be, &dir);
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -702,6 +763,7 @@ int main(int argc, char **argv) {
     if (!g_cpu) {
         s_graphs();
         s_silu_route();
+        s_block_route();
     }
 #endif
     s_fp8();

@@ -796,6 +796,100 @@ static void test_silu_add(t_rng_t *r, int inter) {
     free(hg), free(poison), free(c), free(g);
 }
 
+// decode_block (kernels/cuda/block.cu) on the GPU against the ops it stands for on the CPU,
+// one token: o; x += y and the RMSNorm; gate_up; SiLU·mul; down; and with a next layer x += y,
+// the RMSNorm and q,k,v. Both round h and act to bf16 (the GPU's from fp32 sums in another
+// order, so a rounding may flip): the bound is the BF16 matmul's. The GPU must take the op
+// (returns 1) and count a launch; with the block turned off it declines.
+static void test_decode_block(t_rng_t *r, int H, int q_dim, int inter, int qkv_dim, int next,
+                              int bias) {
+    s_stepd_t d;
+    s_step_simple(&d, 1);
+    s_step_begin(&d);
+    const ls_dtype_t B16 = LS_DTYPE_BF16, F32 = LS_DTYPE_F32;
+    size_t I2 = 2 * (size_t)inter;
+    s_pb_t a = s_pb_new(B16, q_dim), wo = s_pb_new(B16, (size_t)H * q_dim), g2 = s_pb_new(B16, H),
+           wgu = s_pb_new(B16, I2 * H), wd = s_pb_new(B16, (size_t)H * inter), g1 = s_pb_new(B16, H),
+           wq = s_pb_new(B16, (size_t)qkv_dim * H), bo = s_pb_new(B16, H), bgu = s_pb_new(B16, I2),
+           bd = s_pb_new(B16, H), bq = s_pb_new(B16, qkv_dim), x = s_pb_new(F32, H),
+           y = s_pb_new(F32, H), qkv = s_pb_new(F32, qkv_dim), x1 = s_pb_new(F32, H),
+           hl = s_pb_new(B16, H), gu = s_pb_new(F32, I2), act = s_pb_new(B16, inter);
+    struct {
+        s_pb_t *b;
+        size_t n;
+        float lo, hi;
+    } fills[] = {{&a, q_dim, -1, 1},
+                 {&wo, (size_t)H * q_dim, -1.5f / sqrtf(q_dim), 1.5f / sqrtf(q_dim)},
+                 {&g2, H, 0.5f, 1.5f},
+                 {&wgu, I2 * H, -1.5f / sqrtf(H), 1.5f / sqrtf(H)},
+                 {&wd, (size_t)H * inter, -1.5f / sqrtf(inter), 1.5f / sqrtf(inter)},
+                 {&g1, H, 0.5f, 1.5f},
+                 {&wq, (size_t)qkv_dim * H, -1.5f / sqrtf(H), 1.5f / sqrtf(H)},
+                 {&bo, H, -0.5f, 0.5f},
+                 {&bgu, I2, -0.5f, 0.5f},
+                 {&bd, H, -0.5f, 0.5f},
+                 {&bq, qkv_dim, -0.5f, 0.5f},
+                 {&x, H, -1, 1}};
+    for (size_t i = 0; i < sizeof fills / sizeof fills[0]; i++) {
+        float *h = s_fill_new(r, fills[i].n, fills[i].lo, fills[i].hi);
+        s_pb_set(fills[i].b, 0, h, fills[i].n);
+        free(h);
+    }
+    float *poison = s_nan_new(I2 > (size_t)qkv_dim ? I2 : (size_t)qkv_dim);
+    s_pb_set(&y, 0, poison, H);
+    s_pb_set(&qkv, 0, poison, qkv_dim);
+#define V(pb) s_vc(&(pb), 0)
+    ls_view_t nb = LS_VIEW_NONE;
+    s_cpu->matmul(s_cpu, V(y), V(a), V(wo), bias ? V(bo) : nb, 1, q_dim, H, 0);
+    s_cpu->rmsnorm(s_cpu, nb, V(hl), nb, V(x), V(y), nb, V(g2), 1, H, 1e-5f);
+    s_cpu->matmul(s_cpu, V(gu), V(hl), V(wgu), bias ? V(bgu) : nb, 1, H, (int)I2, 0);
+    s_cpu->silu_mul(s_cpu, nb, V(act), nb, V(gu), nb, 1, inter);
+    s_cpu->matmul(s_cpu, V(y), V(act), V(wd), bias ? V(bd) : nb, 1, inter, H, 0);
+    if (next) {
+        s_cpu->rmsnorm(s_cpu, nb, V(hl), nb, V(x), V(y), nb, V(g1), 1, H, 1e-5f);
+        s_cpu->matmul(s_cpu, V(qkv), V(hl), V(wq), bias ? V(bq) : nb, 1, H, qkv_dim, 0);
+    }
+#undef V
+#define V(pb) s_vg(&(pb), 0)
+    ls_decode_block_t b = {.a = V(a), .w_o = V(wo), .b_o = bias ? V(bo) : LS_VIEW_NONE,
+                           .g2 = V(g2), .w_gu = V(wgu), .b_gu = bias ? V(bgu) : LS_VIEW_NONE,
+                           .w_d = V(wd), .b_d = bias ? V(bd) : LS_VIEW_NONE,
+                           .g1 = next ? V(g1) : LS_VIEW_NONE, .w_qkv = next ? V(wq) : LS_VIEW_NONE,
+                           .b_qkv = next && bias ? V(bq) : LS_VIEW_NONE, .x = V(x), .y = V(y),
+                           .qkv = V(qkv), .x1 = V(x1), .act = V(act), .H = H, .q_dim = q_dim,
+                           .inter = inter, .qkv_dim = qkv_dim, .eps = 1e-5f};
+#undef V
+    char name[128];
+    ls_backend_cuda_set_block(s_gpu, 0);
+    snprintf(name, sizeof name, "decode_block H=%d: declined when turned off", H);
+    s_check_true(name, s_gpu->decode_block(s_gpu, &b) == 0);
+    ls_backend_cuda_set_block(s_gpu, 1);
+    long before = ls_backend_cuda_block_count(s_gpu);
+    int ran = s_gpu->decode_block(s_gpu, &b);
+    snprintf(name, sizeof name, "decode_block H=%d q=%d inter=%d qkv=%d%s%s: ran", H, q_dim, inter,
+             qkv_dim, next ? " next" : "", bias ? " bias" : "");
+    s_check_true(name, ran == 1 && ls_backend_cuda_block_count(s_gpu) == before + 1);
+    float *c = t_alloc((I2 + qkv_dim + H) * 4), *g = t_alloc((I2 + qkv_dim + H) * 4);
+    const struct {
+        s_pb_t *b;
+        int n;
+        const char *what;
+    } outs[] = {{&x, H, "x"}, {&y, H, "y (down)"}, {&qkv, next ? qkv_dim : 0, "qkv"}};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+        if (!outs[i].n)
+            continue;
+        s_pb_get(outs[i].b, 0, outs[i].n, c, g);
+        snprintf(name, sizeof name, "decode_block H=%d q=%d inter=%d qkv=%d%s%s: %s", H, q_dim,
+                 inter, qkv_dim, next ? " next" : "", bias ? " bias" : "", outs[i].what);
+        s_check(name, g, c, outs[i].n, 5e-5, 5e-2);
+    }
+    s_pb_t *all[] = {&a, &wo, &g2, &wgu, &wd, &g1, &wq, &bo, &bgu, &bd, &bq, &x, &y, &qkv, &x1, &hl,
+                     &gu, &act};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        s_pb_free(all[i]);
+    free(poison), free(c), free(g);
+}
+
 // -- KV cache and attention ---------------------------------------------------------------
 
 // Whether the warpgroup prefill kernel must run here for head_dim D: a compute capability 9.0
@@ -2286,6 +2380,14 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "the GEMV's tokens on this device: %d (8 or 16)", gt);
         s_check_true(name, gt == 8 || gt == LS_CU_GEMV_MAX_T);
     }
+    // decode_block: Llama-3-8B's widths (to the next layer and the last), the llama fixture's
+    // (hidden 64, intermediate 160: rows shorter than a unit), widths that leave a short
+    // last unit and a q width apart from the hidden one, biases on every projection
+    test_decode_block(&r, 4096, 4096, 14336, 6144, 1, 0);
+    test_decode_block(&r, 4096, 4096, 14336, 6144, 0, 0);
+    test_decode_block(&r, 64, 64, 160, 128, 1, 1);
+    test_decode_block(&r, 64, 64, 160, 128, 0, 0);
+    test_decode_block(&r, 1544, 1032, 3080, 2056, 1, 1);
     test_matmul(&r, 12, 4096, 1024, LS_DTYPE_BF16, 1, LS_DTYPE_BF16, 0);
     test_matmul_fp8(&r, 12, 4096, 1024, 1, LS_DTYPE_BF16, 1, 1, 1);
 

@@ -55,7 +55,11 @@
     - hybrid (k_persist_tail): the production RoPE and attention kernels, then one persistent
       kernel a layer from o to the next layer's q,k,v (3 barriers), launched cooperatively and
       programmatically: its CTAs load o's first units on the SMs attention leaves free before
-      they wait for it.
+      they wait for it; "+rope": RoPE and the KV store in its q,k,v epilogue instead of a
+      kernel; "with block.cu's GEMV / RMSNorm / barrier / shared memory": one part of the
+      production kernel at a time in it.
+    - block.cu: the hybrid with the production kernel (../block.cu, compiled in here) as its
+      tail.
 
     Measured (H200, copy bandwidth 4,265 GB/s, µs a layer over 32 layers, two rounds in one
     call; the weights' floor 102.3): chain 118.1 / 118.3 (its GEMVs alone 115.0 / 115.1); rows
@@ -67,7 +71,8 @@
     the CTAs' GEMVs ending within 1-3 µs of each other. The whole layer (another call, the
     floor with the KV cache's bytes 103.0 / 106.8 / 118.7 at 128 / 4K / 16K): chain 122.6-123.0
     / 129.7-129.9 / 141.7 (1.19-1.22 x), persist 121.9-122.7 / 143.1-143.7 / 196.1-201.4,
-    hybrid 113.6-113.7 / 120.4-120.6 / 132.1-132.6 (1.10-1.13 x). Measured and not kept in the
+    hybrid 113.6-113.7 / 120.4-120.6 / 132.1-132.6 (1.10-1.13 x); block.cu, the parts and the
+    +rope form: the kernels' README. Measured and not kept in the
     file: the rows and flat forms with the preload issued before the fence (118-120 and
     115.0), and a dynamic flat form (items of rows from an atomic counter, a row still summed
     by one CTA; 114.3-114.8 against the static form's 115.0 in that call): the SMs' streaming
@@ -82,6 +87,7 @@
 */
 #include <cstring>
 
+#include "../block.cu"
 #include "common.cuh"
 #include "dev_common.cuh"
 #include "ops_cuda.h"
@@ -176,17 +182,6 @@ __device__ void pl_wait_flags(const unsigned *flags, unsigned n) {
     __syncthreads();
 }
 
-// 8 bf16 weights (w) times 8 bf16 inputs (x) added into acc
-__device__ __forceinline__ float pl_dot8(uint4 w, uint4 x, float acc) {
-    const unsigned ww[4] = {w.x, w.y, w.z, w.w}, xx[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        acc = fmaf(__uint_as_float(ww[k] << 16), __uint_as_float(xx[k] << 16), acc);
-        acc = fmaf(__uint_as_float(ww[k] & 0xffff0000u), __uint_as_float(xx[k] & 0xffff0000u), acc);
-    }
-    return acc;
-}
-
 __device__ __forceinline__ float pl_silu_mul(float g, float u) {
     return __fmul_rn(__fdiv_rn(g, 1.0f + __expf(-g)), u);
 }
@@ -216,7 +211,7 @@ __device__ void pl_gemv_rows(const bf16 *w, int in, int out, const bf16 *xs, flo
         if (have) {
 #pragma unroll
             for (int u = 0; u < PL_U; u++)
-                acc = pl_dot8(pre[u], xv[lane + 32 * u], acc);
+                acc = s_dot8(pre[u], xv[lane + 32 * u], acc);
             c0 = 32 * PL_U, have = false;
         }
         for (int c = c0 + lane; c < n16; c += 32 * PL_U) {
@@ -226,7 +221,7 @@ __device__ void pl_gemv_rows(const bf16 *w, int in, int out, const bf16 *xs, flo
                 wv[u] = ls_ld_stream(wr + c + 32 * u);
 #pragma unroll
             for (int u = 0; u < PL_U; u++)
-                acc = pl_dot8(wv[u], xv[c + 32 * u], acc);
+                acc = s_dot8(wv[u], xv[c + 32 * u], acc);
         }
         acc = ls_warp_sum(acc);
         if (lane == 0)
@@ -324,7 +319,7 @@ __device__ void pl_gemv_flat(const bf16 *w, int in, int out, int pair, const bf1
         float acc = 0.0f;
 #pragma unroll
         for (int u = 0; u < PL_U; u++)
-            acc = pl_dot8(cur[u], xj[32 * u], acc);
+            acc = s_dot8(cur[u], xj[32 * u], acc);
         acc = ls_warp_sum(acc);
         if (lane == 0)
             part[j] = acc;
@@ -711,43 +706,88 @@ struct pl_tail_t {
 
 // ROPE: the next layer's q,k,v rotated and its new key and value stored in its epilogue
 // (PL_ROPE), so that no RoPE kernel runs between this one and attention
-template <bool ROPE>
+// PG: block.cu's GEMV (s_gemv, s_pre) in place of pl_gemv_flat; PN: block.cu's RMSNorm (s_norm,
+// x + y staged in shared memory) in place of pl_norm; PB: block.cu's barrier (a 64-bit counter
+// in flags, each launch's base read at its start); PS: shared memory as block.cu has it
+// (dynamic, xs, then H floats, then part) — the production kernel's parts one at a time
+template <bool ROPE, bool PG = false, bool PN = false, bool PB = false, bool PS = false>
 __global__ void __launch_bounds__(PL_THREADS, 1) k_persist_tail(pl_tail_t t) {
-    __shared__ __align__(16) bf16 xs[INTER];
+    __shared__ __align__(16) bf16 xs_s[PS ? 8 : INTER];
     __shared__ double scratch[32];
-    __shared__ float part[PL_PART];
+    __shared__ float part_s[PS ? 4 : PL_PART];
+    __shared__ __align__(16) float xn_s[PN && !PS ? H : 4];
+    extern __shared__ __align__(16) unsigned char dyn[];
+    bf16 *xs = PS ? reinterpret_cast<bf16 *>(dyn) : xs_s;
+    float *xn = PS ? reinterpret_cast<float *>(dyn + INTER * 2) : xn_s;
+    float *part = PS ? xn + H : part_s;
+    unsigned long long *sync64 = reinterpret_cast<unsigned long long *>(t.a.flags);
+    __shared__ unsigned long long base;
     const pl_args_t &a = t.a;
     const pl_layer_t &L = a.layers[t.l];
     const pl_layer_t *next = t.l + 1 < a.n_layers ? &a.layers[t.l + 1] : NULL;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     unsigned n = t.base;
     uint4 pre[PL_U] = {}, pre2[PL_U] = {};
-    pl_pre_flat(L.o, H, H, false, warp, lane, pre, pre2, 1); // weights: before the wait
+    auto gemv = [&](const bf16 *w, int in, int out, int pair, float *y, const pl_rope_out_t *ro) {
+        if constexpr (PG)
+            s_gemv(w, in, out, pair == PL_GLU, NULL, LS_CU_BF16, xs, y, a.act, part, warp, lane, pre, true);
+        else
+            pl_gemv_flat(w, in, out, pair, xs, y, a.act, part, warp, lane, pre, pre2, 1, ro);
+    };
+    auto prel = [&](const bf16 *w, int in, int out, int pair) {
+        if constexpr (PG)
+            s_pre(w, in, out, pair == PL_GLU, warp, lane, pre);
+        else
+            pl_pre_flat(w, in, out, pair, warp, lane, pre, pre2, 1);
+    };
+    auto norm = [&](const float *x, const float *y, const bf16 *g, float *x_out) {
+        if constexpr (PN)
+            s_norm(x, y, g, x_out, xs, xn, H, EPS, scratch);
+        else
+            pl_norm(x, y, g, x_out, xs, scratch);
+    };
+    auto arrive = [&] {
+        if constexpr (PB)
+            s_arrive(sync64);
+        else
+            pl_arrive_count(a.flags);
+    };
+    auto wait = [&] {
+        ++n;
+        if constexpr (PB)
+            s_wait(sync64, base, (int)(n - t.base));
+        else
+            pl_wait_count(a.flags, n);
+    };
+    prel(L.o, H, H, PL_PLAIN); // weights: before the wait
     ls_dep_wait();
+    if (PB && threadIdx.x == 0) {
+        unsigned long long per = 3ull * gridDim.x;
+        base = s_ld_acquire(sync64) / per * per;
+    }
     for (int i = threadIdx.x; i < H / 8; i += PL_THREADS)
         reinterpret_cast<uint4 *>(xs)[i] = __ldcg(reinterpret_cast<const uint4 *>(t.aout) + i);
     __syncthreads();
-    pl_gemv_flat(L.o, H, H, false, xs, a.y, a.act, part, warp, lane, pre, pre2, 1);
-    pl_arrive_count(a.flags);
-    pl_pre_flat(L.gu, H, GU, true, warp, lane, pre, pre2, 1);
-    pl_wait_count(a.flags, ++n);
-    pl_norm(a.x[1], a.y, L.g2, a.x[0], xs, scratch);
-    pl_gemv_flat(L.gu, H, GU, true, xs, a.gu, a.act, part, warp, lane, pre, pre2, 1);
-    pl_arrive_count(a.flags);
-    pl_pre_flat(L.d, INTER, H, false, warp, lane, pre, pre2, 1);
-    pl_wait_count(a.flags, ++n);
+    gemv(L.o, H, H, PL_PLAIN, a.y, NULL);
+    arrive();
+    prel(L.gu, H, GU, PL_GLU);
+    wait();
+    norm(a.x[1], a.y, L.g2, a.x[0]);
+    gemv(L.gu, H, GU, PL_GLU, a.gu, NULL);
+    arrive();
+    prel(L.d, INTER, H, PL_PLAIN);
+    wait();
     for (int i = threadIdx.x; i < INTER / 8; i += PL_THREADS)
         reinterpret_cast<uint4 *>(xs)[i] = __ldcg(reinterpret_cast<const uint4 *>(a.act) + i);
     __syncthreads();
-    pl_gemv_flat(L.d, INTER, H, false, xs, a.y, a.act, part, warp, lane, pre, pre2, 1);
-    pl_arrive_count(a.flags);
+    gemv(L.d, INTER, H, PL_PLAIN, a.y, NULL);
+    arrive();
     if (next)
-        pl_pre_flat(next->qkv, H, QKV, ROPE ? PL_ROPE : PL_PLAIN, warp, lane, pre, pre2, 1);
-    pl_wait_count(a.flags, ++n);
+        prel(next->qkv, H, QKV, ROPE ? PL_ROPE : PL_PLAIN);
+    wait();
     if (next) {
-        pl_norm(a.x[0], a.y, next->g1, a.x[1], xs, scratch);
-        pl_gemv_flat(next->qkv, H, QKV, ROPE ? PL_ROPE : PL_PLAIN, xs, a.qkv, a.act, part, warp, lane, pre,
-                     pre2, 1, &t.ro);
+        norm(a.x[0], a.y, next->g1, a.x[1]);
+        gemv(next->qkv, H, QKV, ROPE ? PL_ROPE : PL_PLAIN, a.qkv, &t.ro);
     }
 }
 
@@ -838,23 +878,34 @@ struct s_bufs_t {
     unsigned *bar, *flags;
 };
 
+// the production kernels of a layer's head: x += y (layer l > 0), h = rmsnorm(x), q,k,v
+static cudaError_t s_head(const std::vector<pl_layer_t> &L, int l, const s_bufs_t &b, cudaStream_t st) {
+    cudaError_t e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, l ? b.x[0] : NULL, l ? b.y : b.x[0], NULL,
+                                  L[l].g1, LS_CU_BF16, 1, H, EPS, st);
+    return e ? e
+             : ls_cu_gemv(b.qkv, b.h, LS_CU_BF16, L[l].qkv, LS_CU_BF16, NULL, LS_CU_F32, 1, H, QKV, 0, 0,
+                          LS_CU_GEMV_PF, st);
+}
+
+// ... and of its tail: o on a (a_dt), x += y, h = rmsnorm(x), gate_up, SiLU·mul, down
+static cudaError_t s_tail(const pl_layer_t &L, const void *a, ls_cu_dtype_t a_dt, const s_bufs_t &b,
+                          cudaStream_t st) {
+    cudaError_t e;
+    if ((e = ls_cu_gemv(b.y, a, a_dt, L.o, LS_CU_BF16, NULL, LS_CU_F32, 1, H, H, 0, 0, LS_CU_GEMV_PF_ATTN, st)) ||
+        (e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, b.x[0], b.y, NULL, L.g2, LS_CU_BF16, 1, H, EPS, st)) ||
+        (e = ls_cu_gemv(b.gu, b.h, LS_CU_BF16, L.gu, LS_CU_BF16, NULL, LS_CU_F32, 1, H, GU, 0, 0, LS_CU_GEMV_PF,
+                        st)) ||
+        (e = ls_cu_silu_mul(NULL, b.act, LS_CU_BF16, NULL, b.gu, NULL, 1, INTER, st)))
+        return e;
+    return ls_cu_gemv(b.y, b.act, LS_CU_BF16, L.d, LS_CU_BF16, NULL, LS_CU_F32, 1, INTER, H, 0, 0, LS_CU_GEMV_PF,
+                      st);
+}
+
 // the production kernels' chain over n layers (x[0] in, x[0] + y out)
 static cudaError_t s_chain(const std::vector<pl_layer_t> &L, int n, const s_bufs_t &b, cudaStream_t st) {
     for (int l = 0; l < n; l++) {
         cudaError_t e;
-        if ((e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, l ? b.x[0] : NULL, l ? b.y : b.x[0], NULL,
-                               L[l].g1, LS_CU_BF16, 1, H, EPS, st)) ||
-            (e = ls_cu_gemv(b.qkv, b.h, LS_CU_BF16, L[l].qkv, LS_CU_BF16, NULL, LS_CU_F32, 1, H, QKV, 0,
-                            0, LS_CU_GEMV_PF, st)) ||
-            (e = ls_cu_gemv(b.y, b.qkv, LS_CU_F32, L[l].o, LS_CU_BF16, NULL, LS_CU_F32, 1, H, H, 0, 0,
-                            LS_CU_GEMV_PF_ATTN, st)) ||
-            (e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, b.x[0], b.y, NULL, L[l].g2, LS_CU_BF16, 1, H,
-                               EPS, st)) ||
-            (e = ls_cu_gemv(b.gu, b.h, LS_CU_BF16, L[l].gu, LS_CU_BF16, NULL, LS_CU_F32, 1, H, GU, 0, 0,
-                            LS_CU_GEMV_PF, st)) ||
-            (e = ls_cu_silu_mul(NULL, b.act, LS_CU_BF16, NULL, b.gu, NULL, 1, INTER, st)) ||
-            (e = ls_cu_gemv(b.y, b.act, LS_CU_BF16, L[l].d, LS_CU_BF16, NULL, LS_CU_F32, 1, INTER, H, 0, 0,
-                            LS_CU_GEMV_PF, st)))
+        if ((e = s_head(L, l, b, st)) || (e = s_tail(L[l], b.qkv, LS_CU_F32, b, st)))
             return e;
     }
     return cudaSuccess;
@@ -946,30 +997,26 @@ static void s_attn_free(s_attn_t &at) {
         cudaFree(p);
 }
 
+// the production RoPE with the KV store and attention (bf16 out) of layer l (rope false: the
+// attention alone)
+static cudaError_t s_rope_attn(const s_attn_t &at, int l, const s_bufs_t &b, cudaStream_t st, bool rope = true) {
+    size_t page = (size_t)BS * KVH * HD;
+    cudaError_t e = rope ? ls_cu_rope_kv_store(b.qkv, NULL, at.kc[l], at.vc[l], LS_CU_BF16, at.pos, at.slot,
+                                               at.inv_freq, LS_CU_F32, 1, QH, KVH, HD, QKV, BS, page, st)
+                         : cudaSuccess;
+    return e ? e
+             : ls_cu_attention(at.aout, LS_CU_BF16, b.qkv, at.kc[l], at.vc[l], LS_CU_BF16, at.tok_seq, at.pos,
+                               at.table, at.max_blocks, 1, QH, KVH, HD, BS, QKV, page, st);
+}
+
 // the production chain of a whole layer: RMSNorm, q,k,v, RoPE with the KV store, attention
 // (bf16 out), o, RMSNorm, gate_up, SiLU·mul, down — 9 kernels
 static cudaError_t s_chain_full(const std::vector<pl_layer_t> &L, int n, const s_bufs_t &b,
                                 const s_attn_t &at, cudaStream_t st) {
-    size_t page = (size_t)BS * KVH * HD;
     for (int l = 0; l < n; l++) {
         cudaError_t e;
-        if ((e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, l ? b.x[0] : NULL, l ? b.y : b.x[0], NULL,
-                               L[l].g1, LS_CU_BF16, 1, H, EPS, st)) ||
-            (e = ls_cu_gemv(b.qkv, b.h, LS_CU_BF16, L[l].qkv, LS_CU_BF16, NULL, LS_CU_F32, 1, H, QKV, 0,
-                            0, LS_CU_GEMV_PF, st)) ||
-            (e = ls_cu_rope_kv_store(b.qkv, NULL, at.kc[l], at.vc[l], LS_CU_BF16, at.pos, at.slot,
-                                     at.inv_freq, LS_CU_F32, 1, QH, KVH, HD, QKV, BS, page, st)) ||
-            (e = ls_cu_attention(at.aout, LS_CU_BF16, b.qkv, at.kc[l], at.vc[l], LS_CU_BF16, at.tok_seq,
-                                 at.pos, at.table, at.max_blocks, 1, QH, KVH, HD, BS, QKV, page, st)) ||
-            (e = ls_cu_gemv(b.y, at.aout, LS_CU_BF16, L[l].o, LS_CU_BF16, NULL, LS_CU_F32, 1, H, H, 0, 0,
-                            LS_CU_GEMV_PF_ATTN, st)) ||
-            (e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, b.x[0], b.y, NULL, L[l].g2, LS_CU_BF16, 1, H,
-                               EPS, st)) ||
-            (e = ls_cu_gemv(b.gu, b.h, LS_CU_BF16, L[l].gu, LS_CU_BF16, NULL, LS_CU_F32, 1, H, GU, 0, 0,
-                            LS_CU_GEMV_PF, st)) ||
-            (e = ls_cu_silu_mul(NULL, b.act, LS_CU_BF16, NULL, b.gu, NULL, 1, INTER, st)) ||
-            (e = ls_cu_gemv(b.y, b.act, LS_CU_BF16, L[l].d, LS_CU_BF16, NULL, LS_CU_F32, 1, INTER, H, 0, 0,
-                            LS_CU_GEMV_PF, st)))
+        if ((e = s_head(L, l, b, st)) || (e = s_rope_attn(at, l, b, st)) ||
+            (e = s_tail(L[l], at.aout, LS_CU_BF16, b, st)))
             return e;
     }
     return cudaSuccess;
@@ -992,24 +1039,17 @@ static cudaError_t s_persist_full(const pl_layer_t *dl, int n, const s_bufs_t &b
 // the hybrid over n layers: layer 0's RMSNorm, q,k,v (and, ROPE, RoPE with the KV store) by
 // the production kernels (x copied to x[1], where the tail's RMSNorm reads the residual), then
 // a layer: RoPE with the KV store (unless the tail before did it), attention, the tail
-template <bool ROPE>
+template <bool ROPE, bool PG = false, bool PN = false, bool PB = false, bool PS = false>
 static cudaError_t s_chain_hybrid(const pl_layer_t *dl, const std::vector<pl_layer_t> &L, int n,
                                   const s_bufs_t &b, const s_attn_t &at, cudaStream_t st) {
     size_t page = (size_t)BS * KVH * HD;
     cudaError_t e;
-    if ((e = cudaMemsetAsync(b.flags, 0, sizeof(unsigned), st)) ||
+    if ((e = cudaMemsetAsync(b.flags, 0, sizeof(unsigned long long), st)) ||
         (e = cudaMemcpyAsync(b.x[1], b.x[0], H * sizeof(float), cudaMemcpyDeviceToDevice, st)) ||
-        (e = ls_cu_rmsnorm(NULL, b.h, LS_CU_BF16, NULL, NULL, b.x[0], NULL, L[0].g1, LS_CU_BF16, 1, H, EPS, st)) ||
-        (e = ls_cu_gemv(b.qkv, b.h, LS_CU_BF16, L[0].qkv, LS_CU_BF16, NULL, LS_CU_F32, 1, H, QKV, 0, 0,
-                        LS_CU_GEMV_PF, st)))
+        (e = s_head(L, 0, b, st)))
         return e;
     for (int l = 0; l < n; l++) {
-        if ((!ROPE || l == 0) &&
-            (e = ls_cu_rope_kv_store(b.qkv, NULL, at.kc[l], at.vc[l], LS_CU_BF16, at.pos, at.slot,
-                                     at.inv_freq, LS_CU_F32, 1, QH, KVH, HD, QKV, BS, page, st)))
-            return e;
-        if ((e = ls_cu_attention(at.aout, LS_CU_BF16, b.qkv, at.kc[l], at.vc[l], LS_CU_BF16, at.tok_seq,
-                                 at.pos, at.table, at.max_blocks, 1, QH, KVH, HD, BS, QKV, page, st)))
+        if ((e = s_rope_attn(at, l, b, st, !ROPE || l == 0)))
             return e;
         size_t row = (size_t)at.page_of_pos * page + (size_t)(at.C % BS) * KVH * HD;
         pl_rope_out_t ro{at.inv_freq, at.C, l + 1 < n ? at.kc[l + 1] + row : NULL,
@@ -1026,7 +1066,29 @@ static cudaError_t s_chain_hybrid(const pl_layer_t *dl, const std::vector<pl_lay
         cfg.stream = st;
         cfg.attrs = attr;
         cfg.numAttrs = 2;
-        if ((e = cudaLaunchKernelEx(&cfg, k_persist_tail<ROPE>, t)))
+        cfg.dynamicSmemBytes = PS ? INTER * 2 + (H + PL_PART) * sizeof(float) : 0;
+        if (PS && (e = cudaFuncSetAttribute((const void *)k_persist_tail<ROPE, PG, PN, PB, PS>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)cfg.dynamicSmemBytes)))
+            return e;
+        if ((e = cudaLaunchKernelEx(&cfg, k_persist_tail<ROPE, PG, PN, PB, PS>, t)))
+            return e;
+    }
+    return cudaSuccess;
+}
+
+// the hybrid with the production kernel (block.cu's ls_cu_decode_block) as the tail
+static cudaError_t s_chain_block(const std::vector<pl_layer_t> &L, int n, const s_bufs_t &b,
+                                 const s_attn_t &at, unsigned long long *sync, cudaStream_t st) {
+    cudaError_t e;
+    if ((e = s_head(L, 0, b, st)))
+        return e;
+    for (int l = 0; l < n; l++) {
+        const pl_layer_t *nx = l + 1 < n ? &L[l + 1] : NULL;
+        ls_cu_block_t k = {at.aout, L[l].o, NULL, L[l].g2, L[l].gu, NULL, L[l].d, NULL,
+                           nx ? nx->g1 : NULL, nx ? nx->qkv : NULL, NULL, LS_CU_BF16, b.x[0], b.x[1], b.y,
+                           b.qkv, b.act, sync, H, H, INTER, QKV, EPS};
+        if ((e = s_rope_attn(at, l, b, st)) || (e = ls_cu_decode_block(&k, st)))
             return e;
     }
     return cudaSuccess;
@@ -1165,6 +1227,9 @@ int main(void) {
                                 (int)PL_FULL_SMEM));
     printf("\nthe whole layer (RoPE, the KV store and attention on 16-position pages too), µs a layer, two "
            "rounds; the floor: weights and the KV cache read\n");
+    unsigned long long *sync;
+    DEV_CK(cudaMalloc(&sync, sizeof *sync));
+    DEV_CK(cudaMemset(sync, 0, sizeof *sync));
     for (int C : {128, 4096, 16384}) {
         s_attn_t at;
         s_attn_init(at, C, rng);
@@ -1199,14 +1264,26 @@ int main(void) {
         out(got);
         snprintf(what, sizeof what, "two layers, %d cached", C);
         dev_check(what, "hybrid+rope", dev_nmse(got.data(), ref.data(), H), 1e-4);
+        reset();
+        DEV_CK(s_chain_block(L, 2, b, at, sync, st));
+        out(got);
+        dev_check(what, "block.cu", dev_nmse(got.data(), ref.data(), H), 1e-4);
         double fl = (bytes + (double)(C + 1) * KVH * HD * 2 * 2) / (bw * 1e3);
         for (int round = 0; round < 2; round++) {
             double c = dev_graph_us(st, [&] { return s_chain_full(L, LAYERS, b, at, st); }) / LAYERS;
             double q = per([&] { return s_persist_full(dl, LAYERS, b, at, st); });
             double h = dev_graph_us(st, [&] { return s_chain_hybrid<false>(dl, L, LAYERS, b, at, st); }) / LAYERS;
             double r = dev_graph_us(st, [&] { return s_chain_hybrid<true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
+            double k = dev_graph_us(st, [&] { return s_chain_block(L, LAYERS, b, at, sync, st); }) / LAYERS;
+            double pg = dev_graph_us(st, [&] { return s_chain_hybrid<false, true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
+            double pn = dev_graph_us(st, [&] { return s_chain_hybrid<false, false, true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
+            double pb = dev_graph_us(st, [&] { return s_chain_hybrid<false, false, false, true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
+            double ps = dev_graph_us(st, [&] { return s_chain_hybrid<false, false, false, false, true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
+            printf("  %5d cached: the hybrid with block.cu's GEMV %.1f, with its RMSNorm %.1f, its barrier %.1f, its "
+                   "shared memory %.1f\n", C, pg, pn, pb, ps);
             printf("  %5d cached: floor %.1f; chain %.1f (%.3f x), persist %.1f (%.3f x), hybrid %.1f (%.3f x), "
-                   "hybrid+rope %.1f (%.3f x)\n", C, fl, c, c / fl, q, q / fl, h, h / fl, r, r / fl);
+                   "hybrid+rope %.1f (%.3f x), block.cu %.1f (%.3f x)\n", C, fl, c, c / fl, q, q / fl, h,
+                   h / fl, r, r / fl, k, k / fl);
         }
         s_attn_free(at);
     }
