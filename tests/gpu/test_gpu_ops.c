@@ -23,7 +23,8 @@
       rotated it, v as the CPU added it, rounded to the cache's dtype —, add, uploads): exact;
     - BF16 (F16) matmul: the GPU rounds the fp32 activations to bf16 (f16) for cuBLAS (or,
       up to LS_CU_GEMV_MAX_T tokens, as its GEMV reads them), a relative error up to 2^-8
-      (2^-11) per product: NMSE <= 5e-5 (1e-5);
+      (2^-11) per product: NMSE <= 5e-5 (1e-5); decode_block, whose RMSNorm and SiLU·mul
+      outputs both backends round to bf16 from fp32 sums in different orders, the same;
     - FP8 matmul: the quantized activations and their scales are the CPU's bit for bit
       (exact); the products of E4M3 values are exact, so y differs by summation order and
       the order the two scales are applied in: NMSE <= 1e-10, as fp32;
