@@ -242,6 +242,11 @@ static void *s_ptr(ls_view_t v) {
     return (char *)v.buf->data + v.off * s_esize(v.buf->dtype);
 }
 
+// A view's pointer, or NULL for NONE
+static void *s_ptr_or_null(ls_view_t v) {
+    return v.buf ? s_ptr(v) : NULL;
+}
+
 static ls_cu_dtype_t s_dt(ls_view_t v) {
     return (ls_cu_dtype_t)v.buf->dtype;
 }
@@ -1036,12 +1041,12 @@ static void s_matmul(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t w,
     }
     int sms = s_gemm_sms(c, T, in, out);
     if (s_rec(c, (int)S_OP_MATMUL, yp, xp, s_ptr(w), (int)s_dt(w),
-              bias.buf ? s_ptr(bias) : NULL, bias.buf ? (int)s_dt(bias) : -1, T, in, out,
+              s_ptr_or_null(bias), bias.buf ? (int)s_dt(bias) : -1, T, in, out,
               accumulate, conv ? c->xconv.p : NULL, sms))
         return;
     if (gemv) {
         long pf = after_attn ? LS_CU_GEMV_PF_ATTN : LS_CU_GEMV_PF;
-        s_note(c, ls_cu_gemv(yp, xp, x_dt, s_ptr(w), s_dt(w), bias.buf ? s_ptr(bias) : NULL,
+        s_note(c, ls_cu_gemv(yp, xp, x_dt, s_ptr(w), s_dt(w), s_ptr_or_null(bias),
                              bias.buf ? s_dt(bias) : LS_CU_F32, T, in, out, accumulate, sms, pf,
                              c->stream));
         return;
@@ -1085,7 +1090,7 @@ static void s_matmul_fp8(ls_backend_t *self, ls_view_t y, ls_view_t x, ls_view_t
     if (T == 0)
         return;
     int sms = s_gemm_sms(c, T, in, out);
-    const void *bp = bias.buf ? s_ptr(bias) : NULL;
+    const void *bp = s_ptr_or_null(bias);
     int bdt = bias.buf ? (int)s_dt(bias) : -1;
     const float *xp = x.buf ? s_f32(x) : NULL;
     if (s_rec(c, (int)S_OP_MATMUL_FP8, s_f32(y), xp, s_ptr(xq), s_f32(x_scale), s_ptr(w),
@@ -1105,7 +1110,7 @@ static void *s_lp_args(ls_view_t out_lp, ls_view_t out_scale, int *dt, float **s
     assert((out_lp.buf && out_lp.buf->dtype == LS_DTYPE_F8E4M3) == (out_scale.buf != NULL));
     *dt = out_lp.buf ? (int)s_dt(out_lp) : -1;
     *scale = out_scale.buf ? s_f32(out_scale) : NULL;
-    return out_lp.buf ? s_ptr(out_lp) : NULL;
+    return s_ptr_or_null(out_lp);
 }
 
 static void s_rmsnorm(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_view_t out_scale,
@@ -1149,11 +1154,6 @@ static void s_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp, ls_v
         return;
     s_note(c, ls_cu_silu_mul(o, lp, (ls_cu_dtype_t)lp_dt, lps, s_f32(gate_up), d, T,
                              inter, c->stream));
-}
-
-// A view's pointer, or NULL for NONE
-static const void *s_ptr_or_null(ls_view_t v) {
-    return v.buf ? s_ptr(v) : NULL;
 }
 
 // decode_block (backend.h): one persistent kernel (ls_cu_decode_block) where the step is one
@@ -1371,7 +1371,7 @@ static void s_lora_silu_mul(ls_backend_t *self, ls_view_t out, ls_view_t out_lp,
     s_cuda_t *c = s_ctx(self);
     const s_pass_t *p = s_pass(c, pass, 2, r_max);
     float *o = out.buf ? s_f32(out) : NULL;
-    void *lp = out_lp.buf ? s_ptr(out_lp) : NULL;
+    void *lp = s_ptr_or_null(out_lp);
     int lp_dt = lp ? (int)s_dt(out_lp) : (int)LS_CU_F32;
     if (s_rec(c, (int)S_OP_LORA_SILU_MUL, o, lp, lp_dt, s_f32(gate_up), s_f32(tmp), s_ptr(b.tab), b.stride,
               b.np, b.piece, (int)b.dtype, in, inter, r_max, pass))

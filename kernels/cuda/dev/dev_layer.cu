@@ -86,6 +86,7 @@
     the run's copy bandwidth).
 */
 #include <cstring>
+#include <functional>
 
 #include "../block.cu"
 #include "common.cuh"
@@ -180,10 +181,6 @@ __device__ void pl_wait_flags(const unsigned *flags, unsigned n) {
         while (pl_ld_acquire(flags + threadIdx.x) < n)
             ;
     __syncthreads();
-}
-
-__device__ __forceinline__ float pl_silu_mul(float g, float u) {
-    return __fmul_rn(__fdiv_rn(g, 1.0f + __expf(-g)), u);
 }
 
 // ---- the rows form: warp gw takes rows gw, gw + W, ... (W warps in all) over all of K, 4
@@ -342,7 +339,7 @@ __device__ void pl_gemv_flat(const bf16 *w, int in, int out, int pair, const bf1
         for (int s = 0; s < f.S; s++)
             u += part[(n + r) * f.S + s];
         if (pair == PL_GLU) {
-            act[f.r0 + r] = __float2bfloat16_rn(pl_silu_mul(v, u));
+            act[f.r0 + r] = __float2bfloat16_rn(ls_silu_mul(v, u));
             continue;
         }
         int p = f.r0 + r, head = p / 64, i = p % 64, ra = f.pair_row(out, p, false);
@@ -470,7 +467,7 @@ __global__ void __launch_bounds__(PL_THREADS, 1) k_persist(pl_args_t a) {
                     reinterpret_cast<uint4 *>(xs)[i] = __ldcg(reinterpret_cast<const uint4 *>(a.act) + i);
             else
                 for (int i = threadIdx.x; i < INTER; i += PL_THREADS)
-                    xs[i] = __float2bfloat16_rn(pl_silu_mul(__ldcg(a.gu + i), __ldcg(a.gu + INTER + i)));
+                    xs[i] = __float2bfloat16_rn(ls_silu_mul(__ldcg(a.gu + i), __ldcg(a.gu + INTER + i)));
             __syncthreads();
         }
         mark(1);
@@ -1144,48 +1141,46 @@ int main(void) {
         dev_check("one layer, x + y", name, dev_nmse(x.data(), want.data(), H), 1e-5);
     };
     auto reset = [&] { DEV_CK(cudaMemcpy(b.x[0], dx0, H * sizeof(float), cudaMemcpyDeviceToDevice)); };
-    reset();
-    result("chain", s_chain(L, 1, b, st));
-    reset();
-    result("rows", s_persist<0, 1, 0, false>(dl, 1, b, st));
-    reset();
-    result("flat", s_persist<1, 1, 0, false>(dl, 1, b, st));
-    reset();
-    result("flat flags", s_persist<1, 1, 1, false>(dl, 1, b, st));
-    reset();
-    result("flat flags pre2", s_persist<1, 2, 1, false>(dl, 1, b, st));
-    reset();
-    result("flat flags fold", s_persist<1, 1, 1, true>(dl, 1, b, st));
-    reset();
-    result("flat fold", s_persist<1, 1, 0, true>(dl, 1, b, st));
-    reset();
-    result("flat count", s_persist<1, 1, 2, false>(dl, 1, b, st));
-    reset();
-    result("flat count fold", s_persist<1, 1, 2, true>(dl, 1, b, st));
+    // each version: its name, whether it is timed as a graph (else launch by launch), whether it
+    // computes the chain (the "alone" bounds do not), and its launches over n layers
+    struct version_t {
+        const char *name;
+        bool graph, checked;
+        std::function<cudaError_t(int)> run;
+    };
+    const version_t vs[] = {
+        {"chain", true, true, [&](int n) { return s_chain(L, n, b, st); }},
+        {"chain's GEMVs alone", true, false, [&](int n) { return s_gemvs(L, n, b, st); }},
+        {"rows", false, true, [&](int n) { return s_persist<0, 1, 0, false>(dl, n, b, st); }},
+        {"flat", false, true, [&](int n) { return s_persist<1, 1, 0, false>(dl, n, b, st); }},
+        {"flat flags", false, true, [&](int n) { return s_persist<1, 1, 1, false>(dl, n, b, st); }},
+        {"flat flags pre2", false, true, [&](int n) { return s_persist<1, 2, 1, false>(dl, n, b, st); }},
+        {"flat fold", false, true, [&](int n) { return s_persist<1, 1, 0, true>(dl, n, b, st); }},
+        {"flat count", false, true, [&](int n) { return s_persist<1, 1, 2, false>(dl, n, b, st); }},
+        {"flat count fold", false, true, [&](int n) { return s_persist<1, 1, 2, true>(dl, n, b, st); }},
+        {"flat's GEMVs alone", false, false, [&](int n) { return s_persist<1, 0, 1, false, false>(dl, n, b, st); }},
+    };
+    for (const version_t &v : vs)
+        if (v.checked) {
+            reset();
+            result(v.name, v.run(1));
+        }
 
     double bytes = ((double)(QKV + H + GU) * H + (double)H * INTER) * 2;
     double floor_us = bytes / (bw * 1e3);
     printf("\n%d layers, µs a layer (the weights' floor %.1f at %.0f GB/s; %d SMs, a CTA of %d warps each)\n",
            LAYERS, floor_us, bw, ls_cu_props()->sms, PL_WARPS);
-    auto per = [&](auto f) { return dev_time_us(st, 1, [&](long) { return f(); }) / LAYERS; };
-    for (int round = 0; round < 2; round++) {
-        double v[] = {
-            dev_graph_us(st, [&] { return s_chain(L, LAYERS, b, st); }) / LAYERS,
-            dev_graph_us(st, [&] { return s_gemvs(L, LAYERS, b, st); }) / LAYERS,
-            per([&] { return s_persist<0, 1, 0, false>(dl, LAYERS, b, st); }),
-            per([&] { return s_persist<1, 1, 0, false>(dl, LAYERS, b, st); }),
-            per([&] { return s_persist<1, 1, 1, false>(dl, LAYERS, b, st); }),
-            per([&] { return s_persist<1, 2, 1, false>(dl, LAYERS, b, st); }),
-            per([&] { return s_persist<1, 1, 0, true>(dl, LAYERS, b, st); }),
-            per([&] { return s_persist<1, 1, 2, false>(dl, LAYERS, b, st); }),
-            per([&] { return s_persist<1, 1, 2, true>(dl, LAYERS, b, st); }),
-            per([&] { return s_persist<1, 0, 1, false, false>(dl, LAYERS, b, st); }),
-        };
-        const char *names[] = {"chain", "chain's GEMVs alone", "rows", "flat", "flat flags", "flat flags pre2",
-                               "flat fold", "flat count", "flat count fold", "flat's GEMVs alone"};
-        for (int i = 0; i < 10; i++)
-            printf("  %-26s %6.1f (%.3f x floor)\n", names[i], v[i], v[i] / floor_us);
-    }
+    // µs a layer of run over every layer, as a graph or launch by launch
+    auto per = [&](bool graph, const std::function<cudaError_t(int)> &run) {
+        return (graph ? dev_graph_us(st, [&] { return run(LAYERS); })
+                      : dev_time_us(st, 1, [&](long) { return run(LAYERS); })) /
+               LAYERS;
+    };
+    for (int round = 0; round < 2; round++)
+        for (const version_t &v : vs) {
+            double us = per(v.graph, v.run);
+            printf("  %-26s %6.1f (%.3f x floor)\n", v.name, us, us / floor_us);
+        }
     // where a layer's time goes: flat+pre, one traced launch
     {
         int G = ls_cu_props()->sms, P = 4 * LAYERS;
@@ -1242,49 +1237,42 @@ int main(void) {
             for (int i = 0; i < H; i++)
                 v[i] += y[i];
         };
-        reset();
-        DEV_CK(s_chain_full(L, 1, b, at, st));
-        out(ref);
-        reset();
-        DEV_CK(s_persist_full(dl, 1, b, at, st));
-        out(got);
-        char what[64];
-        snprintf(what, sizeof what, "whole layer, %d cached", C);
-        dev_check(what, "persist", dev_nmse(got.data(), ref.data(), H), 1e-4);
-        reset();
-        DEV_CK(s_chain_hybrid<false>(dl, L, 1, b, at, st));
-        out(got);
-        dev_check(what, "hybrid", dev_nmse(got.data(), ref.data(), H), 1e-4);
-        // two layers: the second reads the q,k,v and the cache row the first's tail made
+        // two layers of each against the chain's (the second reads the q,k,v and the cache row
+        // the first made), then timed
         reset();
         DEV_CK(s_chain_full(L, 2, b, at, st));
         out(ref);
-        reset();
-        DEV_CK(s_chain_hybrid<true>(dl, L, 2, b, at, st));
-        out(got);
+        const version_t ws[] = {
+            {"chain", true, false, [&](int n) { return s_chain_full(L, n, b, at, st); }},
+            {"persist", false, true, [&](int n) { return s_persist_full(dl, n, b, at, st); }},
+            {"hybrid", true, true, [&](int n) { return s_chain_hybrid<false>(dl, L, n, b, at, st); }},
+            {"hybrid+rope", true, true, [&](int n) { return s_chain_hybrid<true>(dl, L, n, b, at, st); }},
+            {"block.cu", true, true, [&](int n) { return s_chain_block(L, n, b, at, sync, st); }},
+            {"hybrid, block.cu's GEMV", true, true,
+             [&](int n) { return s_chain_hybrid<false, true>(dl, L, n, b, at, st); }},
+            {"hybrid, block.cu's RMSNorm", true, true,
+             [&](int n) { return s_chain_hybrid<false, false, true>(dl, L, n, b, at, st); }},
+            {"hybrid, block.cu's barrier", true, true,
+             [&](int n) { return s_chain_hybrid<false, false, false, true>(dl, L, n, b, at, st); }},
+            {"hybrid, block.cu's shared memory", true, true,
+             [&](int n) { return s_chain_hybrid<false, false, false, false, true>(dl, L, n, b, at, st); }},
+        };
+        char what[64];
         snprintf(what, sizeof what, "two layers, %d cached", C);
-        dev_check(what, "hybrid+rope", dev_nmse(got.data(), ref.data(), H), 1e-4);
-        reset();
-        DEV_CK(s_chain_block(L, 2, b, at, sync, st));
-        out(got);
-        dev_check(what, "block.cu", dev_nmse(got.data(), ref.data(), H), 1e-4);
+        for (const version_t &v : ws)
+            if (v.checked) {
+                reset();
+                DEV_CK(v.run(2));
+                out(got);
+                dev_check(what, v.name, dev_nmse(got.data(), ref.data(), H), 1e-4);
+            }
         double fl = (bytes + (double)(C + 1) * KVH * HD * 2 * 2) / (bw * 1e3);
-        for (int round = 0; round < 2; round++) {
-            double c = dev_graph_us(st, [&] { return s_chain_full(L, LAYERS, b, at, st); }) / LAYERS;
-            double q = per([&] { return s_persist_full(dl, LAYERS, b, at, st); });
-            double h = dev_graph_us(st, [&] { return s_chain_hybrid<false>(dl, L, LAYERS, b, at, st); }) / LAYERS;
-            double r = dev_graph_us(st, [&] { return s_chain_hybrid<true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
-            double k = dev_graph_us(st, [&] { return s_chain_block(L, LAYERS, b, at, sync, st); }) / LAYERS;
-            double pg = dev_graph_us(st, [&] { return s_chain_hybrid<false, true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
-            double pn = dev_graph_us(st, [&] { return s_chain_hybrid<false, false, true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
-            double pb = dev_graph_us(st, [&] { return s_chain_hybrid<false, false, false, true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
-            double ps = dev_graph_us(st, [&] { return s_chain_hybrid<false, false, false, false, true>(dl, L, LAYERS, b, at, st); }) / LAYERS;
-            printf("  %5d cached: the hybrid with block.cu's GEMV %.1f, with its RMSNorm %.1f, its barrier %.1f, its "
-                   "shared memory %.1f\n", C, pg, pn, pb, ps);
-            printf("  %5d cached: floor %.1f; chain %.1f (%.3f x), persist %.1f (%.3f x), hybrid %.1f (%.3f x), "
-                   "hybrid+rope %.1f (%.3f x), block.cu %.1f (%.3f x)\n", C, fl, c, c / fl, q, q / fl, h,
-                   h / fl, r, r / fl, k, k / fl);
-        }
+        printf("  %5d cached: floor %.1f\n", C, fl);
+        for (int round = 0; round < 2; round++)
+            for (const version_t &v : ws) {
+                double us = per(v.graph, v.run);
+                printf("  %5d cached: %-32s %6.1f (%.3f x)\n", C, v.name, us, us / fl);
+            }
         s_attn_free(at);
     }
     return dev_end();
