@@ -79,8 +79,9 @@
     rates were not what the barriers waited for.
 
     Checked: one layer of each version against a double-precision CPU reference of the same
-    chain (bf16 roundings of h and a as the kernels make them), NMSE bound 1e-5, and the whole
-    layer's against the production chain's (the production kernels are checked against their
+    chain (bf16 roundings of h and a as the kernels make them), NMSE bound 1e-5, and two whole
+    layers of each against the production chain's (the second reads the q,k,v and the cache
+    row the first made; the production kernels are checked against their
     CPU references by test_gpu_ops), NMSE bound 1e-4 (attention's q pieces and exponentials
     round differently); then timed over 32 layers, µs a layer against the floor (bytes over
     the run's copy bandwidth).
